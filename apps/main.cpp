@@ -1,0 +1,34 @@
+// jtok: train and serve Transformers with token-indexed parameters (JTok / JTok-M).
+#include <algorithm>
+#include <cstdio>
+#include "commands.h"
+#include "core/error.h"
+
+namespace jtok {
+static std::string g_command_line;
+std::string command_line_string() { return g_command_line; }
+}  // namespace jtok
+
+int main(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) {
+    if (i) jtok::g_command_line += ' ';
+    jtok::g_command_line += argv[i];
+  }
+  CLI::App app{"jtok: a C++ engine for Transformers with token-indexed parameters (JTok, JTok-M)"};
+  app.require_subcommand(1);
+  auto& cmds = jtok::command_registry();
+  std::sort(cmds.begin(), cmds.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (auto& c : cmds) c.setup(app.add_subcommand(c.name, c.help));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const jtok::Error& e) {
+    std::fprintf(stderr, "jtok: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "jtok: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

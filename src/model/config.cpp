@@ -1,0 +1,236 @@
+#include "model/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace jtok {
+
+int64_t TrainConfig::resolved_warmup_steps() const {
+  if (warmup_steps >= 0) return warmup_steps;
+  return static_cast<int64_t>(std::llround(warmup_ratio * static_cast<double>(max_steps)));
+}
+
+namespace {
+
+// One entry per field: how to read it from JSON, how to parse it from a command-line string,
+// and how to write it back. Keeps the schema in one table.
+struct Field {
+  std::function<void(Config&, const nlohmann::json&, const std::string&)> read;
+  std::function<void(Config&, const std::string&, const std::string&)> parse;
+  std::function<nlohmann::json(const Config&)> write;
+  const char* type;
+  bool is_model = false;  // a model field (goes to config.json) rather than a training one
+};
+
+template <typename Section, typename T>
+Field field_of(Section Config::*section, T Section::*member, const char* type) {
+  Field f;
+  f.type = type;
+  f.is_model = std::is_same_v<Section, ModelConfig>;
+  f.read = [=](Config& c, const nlohmann::json& v, const std::string& where) {
+    bool ok;
+    if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
+    else if constexpr (std::is_same_v<T, std::string>) ok = v.is_string();
+    else if constexpr (std::is_floating_point_v<T>) ok = v.is_number();
+    else ok = v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
+    if (!ok) fail(where, ": expected ", type, ", got ", v.dump());
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (v.is_number_float()) (c.*section).*member = static_cast<T>(v.get<double>());
+      else (c.*section).*member = v.get<T>();
+    } else {
+      (c.*section).*member = v.get<T>();
+    }
+  };
+  f.parse = [=](Config& c, const std::string& s, const std::string& where) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      (c.*section).*member = s;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      if (s == "true" || s == "1") (c.*section).*member = true;
+      else if (s == "false" || s == "0") (c.*section).*member = false;
+      else fail(where, ": expected true or false, got '", s, "'");
+    } else {
+      std::istringstream is(s);
+      T v{};
+      is >> v;
+      if (is.fail() || !is.eof()) fail(where, ": expected ", type, ", got '", s, "'");
+      (c.*section).*member = v;
+    }
+  };
+  f.write = [=](const Config& c) { return nlohmann::json((c.*section).*member); };
+  return f;
+}
+
+const std::map<std::string, Field>& schema() {
+  static const std::map<std::string, Field> s = [] {
+    std::map<std::string, Field> m;
+    using M = ModelConfig;
+    using T = TrainConfig;
+    auto mf = [&](const char* n, auto M::*p, const char* ty) { m[n] = field_of(&Config::model, p, ty); };
+    auto tf = [&](const char* n, auto T::*p, const char* ty) { m[n] = field_of(&Config::train, p, ty); };
+    mf("model_type", &M::model_type, "string");
+    mf("vocab_size", &M::vocab_size, "integer");
+    mf("vocab_pad_multiple", &M::vocab_pad_multiple, "integer");
+    mf("hidden_size", &M::hidden_size, "integer");
+    mf("num_hidden_layers", &M::num_hidden_layers, "integer");
+    mf("num_attention_heads", &M::num_attention_heads, "integer");
+    mf("num_key_value_heads", &M::num_key_value_heads, "integer");
+    mf("head_dim", &M::head_dim, "integer");
+    mf("intermediate_size", &M::intermediate_size, "integer");
+    mf("max_position_embeddings", &M::max_position_embeddings, "integer");
+    mf("rope_theta", &M::rope_theta, "number");
+    mf("rms_norm_eps", &M::rms_norm_eps, "number");
+    mf("tie_word_embeddings", &M::tie_word_embeddings, "boolean");
+    mf("initializer_range", &M::initializer_range, "number");
+    tf("seq_len", &T::seq_len, "integer");
+    tf("micro_batch_size", &T::micro_batch_size, "integer");
+    tf("gradient_accumulation_steps", &T::gradient_accumulation_steps, "integer");
+    tf("max_steps", &T::max_steps, "integer");
+    tf("learning_rate", &T::learning_rate, "number");
+    tf("min_lr", &T::min_lr, "number");
+    tf("lr_scheduler_type", &T::lr_scheduler_type, "string");
+    tf("warmup_ratio", &T::warmup_ratio, "number");
+    tf("warmup_steps", &T::warmup_steps, "integer");
+    tf("decay_ratio", &T::decay_ratio, "number");
+    tf("weight_decay", &T::weight_decay, "number");
+    tf("adam_beta1", &T::adam_beta1, "number");
+    tf("adam_beta2", &T::adam_beta2, "number");
+    tf("adam_epsilon", &T::adam_epsilon, "number");
+    tf("max_grad_norm", &T::max_grad_norm, "number");
+    tf("seed", &T::seed, "integer");
+    tf("eval_interval", &T::eval_interval, "integer");
+    tf("eval_batches", &T::eval_batches, "integer");
+    tf("checkpoint_interval", &T::checkpoint_interval, "integer");
+    tf("keep_checkpoints", &T::keep_checkpoints, "integer");
+    tf("sample_interval", &T::sample_interval, "integer");
+    tf("log_interval", &T::log_interval, "integer");
+    tf("train_data", &T::train_data, "string");
+    tf("val_data", &T::val_data, "string");
+    tf("tokenizer", &T::tokenizer, "string");
+    return m;
+  }();
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> config_field_names() {
+  std::vector<std::string> names;
+  for (auto& [k, v] : schema()) names.push_back(k);
+  return names;
+}
+
+void validate(const Config& cfg, const std::string& origin) {
+  const auto& m = cfg.model;
+  const auto& t = cfg.train;
+  auto positive = [&](const char* name, double v) {
+    if (!(v > 0)) fail(origin, ": field ", name, " must be positive, got ", v);
+  };
+  auto nonneg = [&](const char* name, double v) {
+    if (!(v >= 0)) fail(origin, ": field ", name, " must be >= 0, got ", v);
+  };
+  if (m.model_type != "jtok_dense")
+    fail(origin, ": field model_type: unknown model type '", m.model_type, "' (known: jtok_dense)");
+  positive("vocab_size", m.vocab_size);
+  positive("vocab_pad_multiple", m.vocab_pad_multiple);
+  positive("hidden_size", m.hidden_size);
+  positive("num_hidden_layers", m.num_hidden_layers);
+  positive("num_attention_heads", m.num_attention_heads);
+  positive("num_key_value_heads", m.num_key_value_heads);
+  nonneg("head_dim", m.head_dim);
+  positive("intermediate_size", m.intermediate_size);
+  positive("max_position_embeddings", m.max_position_embeddings);
+  positive("rope_theta", m.rope_theta);
+  positive("rms_norm_eps", m.rms_norm_eps);
+  nonneg("initializer_range", m.initializer_range);
+  if (m.head_dim == 0 && m.hidden_size % m.num_attention_heads != 0)
+    fail(origin, ": field num_attention_heads (", m.num_attention_heads, ") must divide hidden_size (",
+         m.hidden_size, ")");
+  if (m.num_attention_heads % m.num_key_value_heads != 0)
+    fail(origin, ": field num_key_value_heads (", m.num_key_value_heads,
+         ") must divide num_attention_heads (", m.num_attention_heads, ")");
+  if (m.hd() % 2 != 0) fail(origin, ": head dimension ", m.hd(), " must be even for RoPE");
+  positive("seq_len", t.seq_len);
+  if (t.seq_len > m.max_position_embeddings)
+    fail(origin, ": field seq_len (", t.seq_len, ") exceeds max_position_embeddings (", m.max_position_embeddings, ")");
+  positive("micro_batch_size", t.micro_batch_size);
+  positive("gradient_accumulation_steps", t.gradient_accumulation_steps);
+  positive("max_steps", t.max_steps);
+  nonneg("learning_rate", t.learning_rate);
+  nonneg("min_lr", t.min_lr);
+  if (t.lr_scheduler_type != "cosine" && t.lr_scheduler_type != "wsd" && t.lr_scheduler_type != "constant")
+    fail(origin, ": field lr_scheduler_type: expected cosine, wsd or constant, got '", t.lr_scheduler_type, "'");
+  if (!(t.warmup_ratio >= 0 && t.warmup_ratio <= 1)) fail(origin, ": field warmup_ratio must be in [0, 1], got ", t.warmup_ratio);
+  if (!(t.decay_ratio >= 0 && t.decay_ratio <= 1)) fail(origin, ": field decay_ratio must be in [0, 1], got ", t.decay_ratio);
+  nonneg("weight_decay", t.weight_decay);
+  if (!(t.adam_beta1 >= 0 && t.adam_beta1 < 1)) fail(origin, ": field adam_beta1 must be in [0, 1), got ", t.adam_beta1);
+  if (!(t.adam_beta2 >= 0 && t.adam_beta2 < 1)) fail(origin, ": field adam_beta2 must be in [0, 1), got ", t.adam_beta2);
+  positive("adam_epsilon", t.adam_epsilon);
+  positive("eval_interval", t.eval_interval);
+  positive("eval_batches", t.eval_batches);
+  positive("checkpoint_interval", t.checkpoint_interval);
+  positive("keep_checkpoints", t.keep_checkpoints);
+  nonneg("sample_interval", t.sample_interval);
+  positive("log_interval", t.log_interval);
+}
+
+Config config_from_json(const nlohmann::json& j, const std::string& origin, bool check) {
+  if (!j.is_object()) fail(origin, ": expected a JSON object at the top level");
+  Config cfg;
+  const auto& s = schema();
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key().size() && it.key()[0] == '_') continue;  // "_comment" and the like
+    auto f = s.find(it.key());
+    if (f == s.end()) fail(origin, ": unknown field '", it.key(), "'");
+    f->second.read(cfg, it.value(), origin + ": field " + it.key());
+  }
+  if (check) validate(cfg, origin);
+  return cfg;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) fail("cannot read config file ", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("config file ", path, " is not valid JSON: ", e.what());
+  }
+  Config cfg = config_from_json(j, path, /*check=*/false);
+  for (auto& o : overrides) {
+    auto eq = o.find('=');
+    if (eq == std::string::npos) fail("override expects name=value, got '", o, "'");
+    apply_override(cfg, o.substr(0, eq), o.substr(eq + 1));
+  }
+  validate(cfg, overrides.empty() ? path : path + " (with command-line overrides)");
+  return cfg;
+}
+
+void apply_override(Config& cfg, const std::string& name, const std::string& value) {
+  const auto& s = schema();
+  auto f = s.find(name);
+  if (f == s.end()) fail("unknown config field '", name, "' on the command line");
+  f->second.parse(cfg, value, "command line --" + name);
+}
+
+nlohmann::json to_json(const Config& cfg) {
+  nlohmann::json j;
+  for (auto& [k, f] : schema()) j[k] = f.write(cfg);
+  return j;
+}
+
+nlohmann::json to_json(const ModelConfig& m) {
+  Config c;
+  c.model = m;
+  nlohmann::json out;
+  for (auto& [k, f] : schema())
+    if (f.is_model) out[k] = f.write(c);
+  return out;
+}
+
+}  // namespace jtok

@@ -1,0 +1,85 @@
+// Model and training configuration, read from JSON with Hugging Face-like field names.
+// A config file is one JSON object: model fields at the top level (as in HF config.json) and the
+// training fields beside them. Every field can be overridden on the command line (--name value).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+
+namespace jtok {
+
+struct ModelConfig {
+  std::string model_type = "jtok_dense";   // "jtok_dense" (MoE arrives with issue 6)
+  int64_t vocab_size = 50257;               // real vocabulary (tokenizer's)
+  int64_t vocab_pad_multiple = 64;          // logits/embedding rows padded up to a multiple of this
+  int64_t hidden_size = 256;                // d
+  int64_t num_hidden_layers = 4;            // N_layers
+  int64_t num_attention_heads = 4;          // q heads
+  int64_t num_key_value_heads = 4;          // kv heads (GQA), divides q heads
+  int64_t head_dim = 0;                     // 0 = hidden_size / num_attention_heads
+  int64_t intermediate_size = 1024;         // SwiGLU inner size
+  int64_t max_position_embeddings = 1024;   // longest sequence
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  double initializer_range = 0.02;          // std of normal init of weights
+
+  int64_t padded_vocab() const { return (vocab_size + vocab_pad_multiple - 1) / vocab_pad_multiple * vocab_pad_multiple; }
+  int64_t hd() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+  int64_t q_dim() const { return num_attention_heads * hd(); }
+  int64_t kv_dim() const { return num_key_value_heads * hd(); }
+};
+
+struct TrainConfig {
+  int64_t seq_len = 256;                    // T of a training sequence (<= max_position_embeddings)
+  int64_t micro_batch_size = 8;             // sequences per micro-batch
+  int64_t gradient_accumulation_steps = 1;  // micro-batches per optimizer step
+  int64_t max_steps = 1000;
+  double learning_rate = 1e-3;              // peak lr
+  double min_lr = 1e-4;                     // floor of the decay
+  std::string lr_scheduler_type = "cosine"; // "cosine" | "wsd" | "constant"
+  double warmup_ratio = 0.05;               // warmup steps = round(warmup_ratio * max_steps) unless warmup_steps >= 0
+  int64_t warmup_steps = -1;
+  double decay_ratio = 0.2;                 // WSD: fraction of max_steps spent decaying at the end
+  double weight_decay = 0.1;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.95;
+  double adam_epsilon = 1e-8;
+  double max_grad_norm = 1.0;               // <= 0 disables clipping
+  uint64_t seed = 1234;
+  // Run management (used by `jtok train`).
+  int64_t eval_interval = 100;
+  int64_t eval_batches = 20;
+  int64_t checkpoint_interval = 200;
+  int64_t keep_checkpoints = 3;
+  int64_t sample_interval = 0;              // 0 = no periodic samples
+  int64_t log_interval = 1;
+  std::string train_data = "data/train";    // a directory of shards or one shard
+  std::string val_data = "data/val";
+  std::string tokenizer = "gpt2";
+
+  int64_t resolved_warmup_steps() const;
+  int64_t tokens_per_step() const { return seq_len * micro_batch_size * gradient_accumulation_steps; }
+};
+
+struct Config {
+  ModelConfig model;
+  TrainConfig train;
+};
+
+// Reads and validates a config file. Throws jtok::Error naming the file and field on bad input
+// (unknown key, wrong type, non-positive size, heads not dividing hidden size, ...).
+// Overrides ("name=value") are applied before validation, so they can repair a file's value.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Same, from an already parsed object; `origin` names its source in error messages.
+Config config_from_json(const nlohmann::json& j, const std::string& origin, bool check = true);
+// Sets one field from its command-line text (parsed as the field's type); does not validate.
+void apply_override(Config& cfg, const std::string& name, const std::string& value);
+void validate(const Config& cfg, const std::string& origin);
+nlohmann::json to_json(const Config& cfg);
+nlohmann::json to_json(const ModelConfig& m);
+// All known field names (for --help and command-line overrides).
+std::vector<std::string> config_field_names();
+
+}  // namespace jtok
