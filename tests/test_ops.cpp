@@ -1,0 +1,208 @@
+// Every fast op against its reference, and every reference backward against finite differences.
+#include <gtest/gtest.h>
+
+#include "op_test_util.h"
+#include "ops/adamw.h"
+#include "ops/attention.h"
+#include "ops/cross_entropy.h"
+#include "ops/embedding.h"
+#include "ops/linear.h"
+#include "ops/rmsnorm.h"
+#include "ops/rope.h"
+#include "ops/swiglu.h"
+
+using namespace jtok;
+using namespace jtok::testing;
+
+// Fast vs reference: fp32 against a double-accumulating reference.
+constexpr double kFastTol = 2e-5;
+// Finite differences in fp32 inputs with h = 1e-2 on double-accumulating references.
+constexpr double kFdTol = 2e-3;
+
+TEST(Linear, FastMatchesReference) {
+  const int64_t N = 37, C = 48, OC = 29;
+  auto x = randn(N * C, 1), w = randn(OC * C, 2), dy = randn(N * OC, 3);
+  std::vector<float> y(N * OC), yr(N * OC);
+  linear_forward(y.data(), x.data(), w.data(), N, C, OC);
+  linear_forward_ref(yr.data(), x.data(), w.data(), N, C, OC);
+  EXPECT_LT(rel_err(y, yr), kFastTol);
+  std::vector<float> dx(N * C, 0.5f), dxr(N * C, 0.5f), dw(OC * C, 0.25f), dwr(OC * C, 0.25f);
+  linear_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), N, C, OC);
+  linear_backward_ref(dxr.data(), dwr.data(), dy.data(), x.data(), w.data(), N, C, OC);
+  EXPECT_LT(rel_err(dx, dxr), kFastTol);  // accumulates onto 0.5
+  EXPECT_LT(rel_err(dw, dwr), kFastTol);
+}
+
+TEST(Linear, ReferenceBackwardMatchesFiniteDifferences) {
+  const int64_t N = 5, C = 6, OC = 4;
+  auto x = randn(N * C, 4), w = randn(OC * C, 5), probe = randn(N * OC, 6);
+  std::vector<float> y(N * OC);
+  auto f = [&] { linear_forward_ref(y.data(), x.data(), w.data(), N, C, OC); return dot(y, probe); };
+  std::vector<float> dx(N * C, 0.0f), dw(OC * C, 0.0f);
+  linear_backward_ref(dx.data(), dw.data(), probe.data(), x.data(), w.data(), N, C, OC);
+  EXPECT_LT(rel_err(dx, numeric_grad(x, f)), kFdTol);
+  EXPECT_LT(rel_err(dw, numeric_grad(w, f)), kFdTol);
+}
+
+TEST(RMSNorm, FastMatchesReferenceAndFiniteDifferences) {
+  const int64_t N = 9, C = 40;
+  auto x = randn(N * C, 7), w = randn(C, 8), dy = randn(N * C, 9);
+  std::vector<float> y(N * C), yr(N * C), r(N), rr(N);
+  rmsnorm_forward(y.data(), r.data(), x.data(), w.data(), N, C, 1e-6f);
+  rmsnorm_forward_ref(yr.data(), rr.data(), x.data(), w.data(), N, C, 1e-6f);
+  EXPECT_LT(rel_err(y, yr), kFastTol);
+  std::vector<float> dx(N * C, 0.f), dxr(N * C, 0.f), dw(C, 0.f), dwr(C, 0.f);
+  rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), r.data(), N, C);
+  rmsnorm_backward_ref(dxr.data(), dwr.data(), dy.data(), x.data(), w.data(), rr.data(), N, C);
+  EXPECT_LT(rel_err(dx, dxr), kFastTol);
+  EXPECT_LT(rel_err(dw, dwr), kFastTol);
+  auto f = [&] { rmsnorm_forward_ref(yr.data(), rr.data(), x.data(), w.data(), N, C, 1e-6f); return dot(yr, dy); };
+  EXPECT_LT(rel_err(dxr, numeric_grad(x, f)), kFdTol);
+  EXPECT_LT(rel_err(dwr, numeric_grad(w, f)), kFdTol);
+}
+
+TEST(RoPE, FastMatchesReferenceAndBackwardIsTranspose) {
+  const int64_t B = 2, T = 7, H = 3, hd = 8;
+  auto x = randn(B * T * H * hd, 10);
+  auto xf = x, xr = x;
+  auto tab = make_rope_table(T, hd, 10000.0);
+  rope_forward(xf.data(), tab, B, T, H, hd);
+  rope_forward_ref(xr.data(), B, T, H, hd, 10000.0);
+  EXPECT_LT(rel_err(xf, xr), kFastTol);
+  // Position 0 is the identity; later positions are not.
+  for (int64_t i = 0; i < H * hd; ++i) EXPECT_FLOAT_EQ(xf[i], x[i]);
+  EXPECT_GT(rel_err(xf, x), 1e-2);
+  // Backward: gradient of sum(rope(x) * probe) by finite differences.
+  auto probe = randn(x.size(), 11);
+  auto d = probe, dr = probe;
+  rope_backward(d.data(), tab, B, T, H, hd);
+  rope_backward_ref(dr.data(), B, T, H, hd, 10000.0);
+  EXPECT_LT(rel_err(d, dr), kFastTol);
+  auto f = [&] { auto y = x; rope_forward_ref(y.data(), B, T, H, hd, 10000.0); return dot(y, probe); };
+  EXPECT_LT(rel_err(dr, numeric_grad(x, f)), kFdTol);
+}
+
+struct AttnCase { int64_t B, T, H, KV, hd; };
+class Attention : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(Attention, FastMatchesReferenceAndFiniteDifferences) {
+  auto [B, T, H, KV, hd] = GetParam();
+  auto q = randn(B * T * H * hd, 12), k = randn(B * T * KV * hd, 13), v = randn(B * T * KV * hd, 14);
+  auto dy = randn(B * T * H * hd, 15);
+  std::vector<float> y(q.size()), yr(q.size()), P(B * H * T * T), Pr(P.size());
+  attention_forward(y.data(), P.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
+  attention_forward_ref(yr.data(), Pr.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
+  EXPECT_LT(rel_err(y, yr), kFastTol);
+  EXPECT_LT(rel_err(P, Pr), kFastTol);
+  std::vector<float> dq(q.size(), 0.f), dk(k.size(), 0.f), dv(v.size(), 0.f);
+  std::vector<float> dqr = dq, dkr = dk, dvr = dv;
+  attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), P.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
+  attention_backward_ref(dqr.data(), dkr.data(), dvr.data(), dy.data(), Pr.data(), q.data(), k.data(), v.data(), B, T,
+                         H, KV, hd);
+  EXPECT_LT(rel_err(dq, dqr), kFastTol);
+  EXPECT_LT(rel_err(dk, dkr), kFastTol);
+  EXPECT_LT(rel_err(dv, dvr), kFastTol);
+  auto f = [&] {
+    attention_forward_ref(yr.data(), Pr.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
+    return dot(yr, dy);
+  };
+  EXPECT_LT(rel_err(dqr, numeric_grad(q, f)), kFdTol);
+  EXPECT_LT(rel_err(dkr, numeric_grad(k, f)), kFdTol);
+  EXPECT_LT(rel_err(dvr, numeric_grad(v, f)), kFdTol);
+  // Causality: the first position's output depends only on the first k, v.
+  auto v2 = v;
+  for (int64_t i = KV * hd; i < T * KV * hd; ++i) v2[i] += 1.0f;  // batch 0, positions >= 1
+  std::vector<float> y2(q.size());
+  attention_forward(y2.data(), P.data(), q.data(), k.data(), v2.data(), B, T, H, KV, hd);
+  for (int64_t i = 0; i < H * hd; ++i) EXPECT_FLOAT_EQ(y2[i], y[i]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Attention,
+                         ::testing::Values(AttnCase{2, 5, 4, 2, 8}, AttnCase{1, 9, 2, 2, 4}, AttnCase{2, 4, 6, 1, 6}));
+
+TEST(Attention, DecodeMatchesFullForward) {
+  const int64_t T = 6, H = 4, KV = 2, hd = 8;
+  auto q = randn(T * H * hd, 16), k = randn(T * KV * hd, 17), v = randn(T * KV * hd, 18);
+  std::vector<float> y(q.size()), P(H * T * T), o(H * hd), scratch(T);
+  attention_forward(y.data(), P.data(), q.data(), k.data(), v.data(), 1, T, H, KV, hd);
+  for (int64_t t = 0; t < T; ++t) {
+    attention_decode(o.data(), q.data() + t * H * hd, k.data(), v.data(), t, H, KV, hd, scratch.data());
+    std::vector<float> row(y.begin() + t * H * hd, y.begin() + (t + 1) * H * hd);
+    EXPECT_LT(rel_err(o, row), kFastTol) << "t=" << t;
+  }
+}
+
+TEST(SwiGLU, FastMatchesReferenceAndFiniteDifferences) {
+  const int64_t n = 301;
+  auto g = randn(n, 19, 2.0f), u = randn(n, 20), dy = randn(n, 21);
+  std::vector<float> y(n), yr(n), dg(n), du(n), dgr(n), dur(n);
+  swiglu_forward(y.data(), g.data(), u.data(), n);
+  swiglu_forward_ref(yr.data(), g.data(), u.data(), n);
+  EXPECT_LT(rel_err(y, yr), kFastTol);
+  swiglu_backward(dg.data(), du.data(), dy.data(), g.data(), u.data(), n);
+  swiglu_backward_ref(dgr.data(), dur.data(), dy.data(), g.data(), u.data(), n);
+  EXPECT_LT(rel_err(dg, dgr), kFastTol);
+  EXPECT_LT(rel_err(du, dur), kFastTol);
+  auto f = [&] { swiglu_forward_ref(yr.data(), g.data(), u.data(), n); return dot(yr, dy); };
+  EXPECT_LT(rel_err(dgr, numeric_grad(g, f)), kFdTol);
+  EXPECT_LT(rel_err(dur, numeric_grad(u, f)), kFdTol);
+}
+
+TEST(Embedding, FastMatchesReference) {
+  const int64_t V = 11, C = 7, N = 40;
+  auto w = randn(V * C, 22), dy = randn(N * C, 23);
+  std::vector<int32_t> ids(N);
+  for (int64_t n = 0; n < N; ++n) ids[n] = static_cast<int32_t>((n * 7 + 3) % V);
+  std::vector<float> y(N * C), yr(N * C), dw(V * C, 0.f), dwr(V * C, 0.f);
+  embedding_forward(y.data(), ids.data(), w.data(), N, C);
+  embedding_forward_ref(yr.data(), ids.data(), w.data(), N, C);
+  EXPECT_EQ(y, yr);
+  embedding_backward(dw.data(), dy.data(), ids.data(), N, C);
+  embedding_backward_ref(dwr.data(), dy.data(), ids.data(), N, C);
+  EXPECT_LT(rel_err(dw, dwr), kFastTol);
+}
+
+TEST(CrossEntropy, FastMatchesReferencePaddedColumnsNeverCount) {
+  const int64_t N = 13, V = 37, Vp = 48;
+  auto x = randn(N * Vp, 24, 3.0f);
+  // Padded columns hold huge values: they must neither win nor change the loss.
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = V; j < Vp; ++j) x[n * Vp + j] = 1e4f;
+  std::vector<int32_t> t(N);
+  for (int64_t n = 0; n < N; ++n) t[n] = static_cast<int32_t>((n * 5) % V);
+  std::vector<float> d(N * Vp), dr(N * Vp);
+  double l = cross_entropy(d.data(), x.data(), t.data(), N, V, Vp, 1.0f / N);
+  double lr = cross_entropy_ref(dr.data(), x.data(), t.data(), N, V, Vp, 1.0f / N);
+  EXPECT_NEAR(l, lr, 1e-4 * std::abs(lr));
+  EXPECT_LT(l / N, 20.0);  // the 1e4 padded logits were ignored
+  EXPECT_LT(rel_err(d, dr), kFastTol);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = V; j < Vp; ++j) EXPECT_EQ(d[n * Vp + j], 0.0f);
+  auto f = [&] { return cross_entropy_ref(nullptr, x.data(), t.data(), N, V, Vp, 0.f) / N; };
+  auto num = numeric_grad(x, f, 1e-2f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = V; j < Vp; ++j) num[n * Vp + j] = 0.0f;  // FD at 1e4 is meaningless; grad is 0 by definition
+  EXPECT_LT(rel_err(dr, num), kFdTol);
+  // In place (dlogits aliases logits) gives the same result.
+  auto xi = x;
+  double li = cross_entropy(xi.data(), xi.data(), t.data(), N, V, Vp, 1.0f / N);
+  EXPECT_DOUBLE_EQ(li, l);
+  EXPECT_EQ(xi, d);
+}
+
+TEST(AdamW, FastMatchesReferenceAndTorchFormula) {
+  const int64_t n = 1000;
+  auto p = randn(n, 25), g = randn(n, 26), m = randn(n, 27, 0.1f), v = randn(n, 28, 0.1f);
+  for (auto& x : v) x = x * x;
+  auto p2 = p, m2 = m, v2 = v;
+  AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f};
+  adamw_update(p.data(), g.data(), m.data(), v.data(), n, h);
+  adamw_update_ref(p2.data(), g.data(), m2.data(), v2.data(), n, h);
+  EXPECT_LT(rel_err(p, p2), 1e-6);
+  EXPECT_LT(rel_err(m, m2), 1e-6);
+  EXPECT_LT(rel_err(v, v2), 1e-6);
+  // One element by hand: step 1 from zero moments moves p by lr*sign(g) (plus decay).
+  float pp = 2.0f, gg = -3.0f, mm = 0.0f, vv = 0.0f;
+  adamw_update(&pp, &gg, &mm, &vv, 1, AdamWHyper{0.1f, 0.9f, 0.999f, 1e-8f, 0.5f, 1});
+  EXPECT_NEAR(pp, 2.0f * (1 - 0.05f) + 0.1f, 1e-5);
+}
