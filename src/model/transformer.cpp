@@ -1,0 +1,212 @@
+#include "model/transformer.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "core/error.h"
+#include "ops/attention.h"
+#include "ops/cross_entropy.h"
+#include "ops/embedding.h"
+#include "ops/linear.h"
+#include "ops/rmsnorm.h"
+#include "ops/swiglu.h"
+
+namespace jtok {
+
+std::vector<ParamInfo> param_layout(const ModelConfig& c) {
+  const int64_t d = c.hidden_size, Vp = c.padded_vocab(), F = c.intermediate_size;
+  std::vector<ParamInfo> L;
+  int64_t off = 0;
+  auto add = [&](std::string name, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (auto s : shape) n *= s;
+    L.push_back({std::move(name), shape, off, n, shape.size() == 2});
+    off += n;
+  };
+  add("model.embed_tokens.weight", {Vp, d});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {d});
+    add(p + "self_attn.q_proj.weight", {c.q_dim(), d});
+    add(p + "self_attn.k_proj.weight", {c.kv_dim(), d});
+    add(p + "self_attn.v_proj.weight", {c.kv_dim(), d});
+    add(p + "self_attn.o_proj.weight", {d, c.q_dim()});
+    add(p + "post_attention_layernorm.weight", {d});
+    add(p + "mlp.gate_proj.weight", {F, d});
+    add(p + "mlp.up_proj.weight", {F, d});
+    add(p + "mlp.down_proj.weight", {d, F});
+  }
+  add("model.norm.weight", {d});
+  if (!c.tie_word_embeddings) add("lm_head.weight", {Vp, d});
+  return L;
+}
+
+ModelView bind_view(float* base, const std::vector<ParamInfo>& layout, const ModelConfig& c) {
+  ModelView v;
+  size_t i = 0;
+  auto next = [&] { return base + layout.at(i++).offset; };
+  v.embed = next();
+  v.layers.resize(static_cast<size_t>(c.num_hidden_layers));
+  for (auto& lv : v.layers) {
+    lv.ln1 = next(); lv.wq = next(); lv.wk = next(); lv.wv = next(); lv.wo = next();
+    lv.ln2 = next(); lv.wg = next(); lv.wu = next(); lv.wd = next();
+  }
+  v.norm = next();
+  v.lm_head = c.tie_word_embeddings ? v.embed : next();
+  return v;
+}
+
+Model make_model(const ModelConfig& cfg, uint64_t seed) {
+  Model m;
+  m.cfg = cfg;
+  m.layout = param_layout(cfg);
+  int64_t total = m.layout.back().offset + m.layout.back().numel;
+  m.params.assign(static_cast<size_t>(total), 0.0f);
+  m.grads.assign(static_cast<size_t>(total), 0.0f);
+  m.w = bind_view(m.params.data(), m.layout, cfg);
+  m.g = bind_view(m.grads.data(), m.layout, cfg);
+  m.rope = make_rope_table(cfg.max_position_embeddings, cfg.hd(), cfg.rope_theta);
+  const double resid_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(cfg.num_hidden_layers));
+  for (size_t i = 0; i < m.layout.size(); ++i) {
+    const auto& p = m.layout[i];
+    float* x = m.params.data() + p.offset;
+    if (p.shape.size() == 1) {  // RMSNorm gain
+      std::fill(x, x + p.numel, 1.0f);
+      continue;
+    }
+    // Each tensor its own stream, so adding a tensor does not change the others' init.
+    std::mt19937_64 rng(seed * 1000003ULL + i);
+    bool resid = p.name.find("o_proj") != std::string::npos || p.name.find("down_proj") != std::string::npos;
+    std::normal_distribution<float> dist(0.0f, static_cast<float>(cfg.initializer_range * (resid ? resid_scale : 1.0)));
+    int64_t rows = p.shape[0], cols = p.shape[1];
+    bool vocab = p.name == "model.embed_tokens.weight" || p.name == "lm_head.weight";
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) x[r * cols + c] = (vocab && r >= cfg.vocab_size) ? 0.0f : dist(rng);
+  }
+  return m;
+}
+
+void zero_grads(Model& m) { std::fill(m.grads.begin(), m.grads.end(), 0.0f); }
+int64_t num_params(const Model& m) { return static_cast<int64_t>(m.params.size()); }
+
+const ParamInfo& find_param(const Model& m, const std::string& name) {
+  for (auto& p : m.layout)
+    if (p.name == name) return p;
+  fail("no parameter named ", name);
+}
+
+void ensure_activations(Activations& a, const ModelConfig& c, int64_t B, int64_t T) {
+  if (a.B == B && a.T == T && !a.layers.empty()) return;
+  const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t H = c.num_attention_heads;
+  auto sz = [](int64_t n) { return static_cast<size_t>(n); };
+  a.B = B;
+  a.T = T;
+  a.layers.resize(sz(c.num_hidden_layers));
+  for (auto& l : a.layers) {
+    l.h_in.resize(sz(N * d)); l.rstd1.resize(sz(N)); l.a.resize(sz(N * d));
+    l.q.resize(sz(N * qd)); l.k.resize(sz(N * kvd)); l.v.resize(sz(N * kvd));
+    l.probs.resize(sz(B * H * T * T)); l.att.resize(sz(N * qd));
+    l.h_mid.resize(sz(N * d)); l.rstd2.resize(sz(N)); l.m.resize(sz(N * d));
+    l.gate.resize(sz(N * F)); l.up.resize(sz(N * F)); l.act.resize(sz(N * F));
+  }
+  a.h_out.resize(sz(N * d)); a.rstdf.resize(sz(N)); a.lnf.resize(sz(N * d));
+  a.logits.resize(sz(N * c.padded_vocab()));
+  a.dh.resize(sz(N * d)); a.dx.resize(sz(N * d));
+  a.dq.resize(sz(N * qd)); a.dk.resize(sz(N * kvd)); a.dv.resize(sz(N * kvd)); a.datt.resize(sz(N * qd));
+  a.dgate.resize(sz(N * F)); a.dup.resize(sz(N * F)); a.dact.resize(sz(N * F));
+}
+
+void forward(const Model& m, Activations& a, const int32_t* ids, int64_t B, int64_t T) {
+  const auto& c = m.cfg;
+  JTOK_CHECK(T <= c.max_position_embeddings, "sequence length ", T, " > max_position_embeddings");
+  ensure_activations(a, c, B, T);
+  const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd(), Vp = c.padded_vocab();
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  for (int64_t n = 0; n < N; ++n)
+    if (ids[n] < 0 || ids[n] >= c.vocab_size) fail("token id ", ids[n], " outside the vocabulary [0, ", c.vocab_size, ")");
+  embedding_forward(a.layers[0].h_in.data(), ids, m.w.embed, N, d);
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    auto& L = a.layers[l];
+    const auto& W = m.w.layers[l];
+    rmsnorm_forward(L.a.data(), L.rstd1.data(), L.h_in.data(), W.ln1, N, d, eps);
+    linear_forward(L.q.data(), L.a.data(), W.wq, N, d, qd);
+    linear_forward(L.k.data(), L.a.data(), W.wk, N, d, kvd);
+    linear_forward(L.v.data(), L.a.data(), W.wv, N, d, kvd);
+    rope_forward(L.q.data(), m.rope, B, T, H, hd);
+    rope_forward(L.k.data(), m.rope, B, T, KV, hd);
+    attention_forward(L.att.data(), L.probs.data(), L.q.data(), L.k.data(), L.v.data(), B, T, H, KV, hd);
+    // h_mid = h_in + att @ Wo^T  (gemm accumulates onto the copied residual)
+    std::memcpy(L.h_mid.data(), L.h_in.data(), sizeof(float) * N * d);
+    gemm(false, true, N, d, qd, 1.0f, L.att.data(), qd, W.wo, qd, 1.0f, L.h_mid.data(), d);
+    rmsnorm_forward(L.m.data(), L.rstd2.data(), L.h_mid.data(), W.ln2, N, d, eps);
+    linear_forward(L.gate.data(), L.m.data(), W.wg, N, d, F);
+    linear_forward(L.up.data(), L.m.data(), W.wu, N, d, F);
+    swiglu_forward(L.act.data(), L.gate.data(), L.up.data(), N * F);
+    float* h_next = l + 1 < a.layers.size() ? a.layers[l + 1].h_in.data() : a.h_out.data();
+    std::memcpy(h_next, L.h_mid.data(), sizeof(float) * N * d);
+    gemm(false, true, N, d, F, 1.0f, L.act.data(), F, W.wd, F, 1.0f, h_next, d);
+  }
+  rmsnorm_forward(a.lnf.data(), a.rstdf.data(), a.h_out.data(), m.w.norm, N, d, eps);
+  linear_forward(a.logits.data(), a.lnf.data(), m.w.lm_head, N, d, Vp);
+}
+
+double loss_of_logits(const Model& m, const Activations& a, const int32_t* targets) {
+  const int64_t N = a.B * a.T;
+  return cross_entropy(nullptr, a.logits.data(), targets, N, m.cfg.vocab_size, m.cfg.padded_vocab(), 0.0f) /
+         static_cast<double>(N);
+}
+
+double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* targets, float grad_scale) {
+  const auto& c = m.cfg;
+  const int64_t B = a.B, T = a.T, N = B * T, d = c.hidden_size, F = c.intermediate_size;
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim(), H = c.num_attention_heads, KV = c.num_key_value_heads;
+  const int64_t hd = c.hd(), Vp = c.padded_vocab();
+  for (int64_t n = 0; n < N; ++n)
+    if (targets[n] < 0 || targets[n] >= c.vocab_size)
+      fail("target id ", targets[n], " outside the vocabulary [0, ", c.vocab_size, ")");
+  // dlogits in place of the logits.
+  double loss = cross_entropy(a.logits.data(), a.logits.data(), targets, N, c.vocab_size, Vp,
+                              grad_scale / static_cast<float>(N)) / static_cast<double>(N);
+  const float* dlogits = a.logits.data();
+  float* dh = a.dh.data();
+  float* dx = a.dx.data();
+  auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
+  // Head: dlnf -> dx; final norm -> dh.
+  zero(a.dx);
+  linear_backward(dx, m.g.lm_head, dlogits, a.lnf.data(), m.w.lm_head, N, d, Vp);
+  zero(a.dh);
+  rmsnorm_backward(dh, m.g.norm, dx, a.h_out.data(), m.w.norm, a.rstdf.data(), N, d);
+  for (size_t li = a.layers.size(); li-- > 0;) {
+    auto& L = a.layers[li];
+    const auto& W = m.w.layers[li];
+    auto& G = m.g.layers[li];
+    // h_next = h_mid + act @ Wd^T
+    zero(a.dact);
+    linear_backward(a.dact.data(), G.wd, dh, L.act.data(), W.wd, N, F, d);
+    swiglu_backward(a.dgate.data(), a.dup.data(), a.dact.data(), L.gate.data(), L.up.data(), N * F);
+    zero(a.dx);
+    linear_backward(dx, G.wg, a.dgate.data(), L.m.data(), W.wg, N, d, F);
+    linear_backward(dx, G.wu, a.dup.data(), L.m.data(), W.wu, N, d, F);
+    rmsnorm_backward(dh, G.ln2, dx, L.h_mid.data(), W.ln2, L.rstd2.data(), N, d);  // dh: now d h_mid
+    // h_mid = h_in + att @ Wo^T
+    zero(a.datt);
+    linear_backward(a.datt.data(), G.wo, dh, L.att.data(), W.wo, N, qd, d);
+    zero(a.dq); zero(a.dk); zero(a.dv);
+    attention_backward(a.dq.data(), a.dk.data(), a.dv.data(), a.datt.data(), L.probs.data(), L.q.data(), L.k.data(),
+                       L.v.data(), B, T, H, KV, hd);
+    rope_backward(a.dq.data(), m.rope, B, T, H, hd);
+    rope_backward(a.dk.data(), m.rope, B, T, KV, hd);
+    zero(a.dx);
+    linear_backward(dx, G.wq, a.dq.data(), L.a.data(), W.wq, N, d, qd);
+    linear_backward(dx, G.wk, a.dk.data(), L.a.data(), W.wk, N, d, kvd);
+    linear_backward(dx, G.wv, a.dv.data(), L.a.data(), W.wv, N, d, kvd);
+    rmsnorm_backward(dh, G.ln1, dx, L.h_in.data(), W.ln1, L.rstd1.data(), N, d);  // dh: now d h_in
+  }
+  embedding_backward(m.g.embed, dh, ids, N, d);
+  return loss;
+}
+
+}  // namespace jtok

@@ -1,0 +1,71 @@
+// The dense pre-norm Transformer of docs/model.md: parameters, activations, forward, backward.
+// No autograd: every layer's forward keeps what its backward needs in Activations (llm.c style),
+// and parameter gradients accumulate (+=), so gradient accumulation is free.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "ops/rope.h"
+
+namespace jtok {
+
+// One named parameter tensor inside a flat buffer.
+struct ParamInfo {
+  std::string name;              // Hugging Face Qwen-style name, e.g. model.layers.0.mlp.up_proj.weight
+  std::vector<int64_t> shape;
+  int64_t offset = 0, numel = 0;
+  bool decay = false;            // AdamW weight decay applies (2-D weights), not to RMSNorm gains
+};
+
+// Views of one layer's tensors inside a flat buffer (weights or their gradients alike).
+struct LayerView {
+  float *ln1, *wq, *wk, *wv, *wo, *ln2, *wg, *wu, *wd;
+};
+struct ModelView {
+  float* embed;                  // (Vp, d)
+  std::vector<LayerView> layers;
+  float* norm;                   // (d)
+  float* lm_head;                // (Vp, d); == embed when tied
+};
+
+std::vector<ParamInfo> param_layout(const ModelConfig& c);
+ModelView bind_view(float* base, const std::vector<ParamInfo>& layout, const ModelConfig& c);
+
+struct Model {
+  ModelConfig cfg;
+  std::vector<ParamInfo> layout;
+  std::vector<float> params, grads;  // same layout
+  ModelView w, g;                    // views into params and grads
+  RopeTable rope;
+};
+
+// Allocates and initialises (docs/model.md "Initialisation") from seed.
+Model make_model(const ModelConfig& cfg, uint64_t seed);
+void zero_grads(Model& m);
+int64_t num_params(const Model& m);
+const ParamInfo& find_param(const Model& m, const std::string& name);
+
+// Saved activations for one micro-batch of shape (B,T).
+struct LayerActs {
+  std::vector<float> h_in, rstd1, a, q, k, v, probs, att, h_mid, rstd2, m, gate, up, act;
+};
+struct Activations {
+  int64_t B = 0, T = 0;
+  std::vector<LayerActs> layers;
+  std::vector<float> h_out, rstdf, lnf, logits;  // logits (B*T, Vp); becomes dlogits in backward
+  // Backward scratch.
+  std::vector<float> dh, dx, dq, dk, dv, datt, dgate, dup, dact;
+};
+void ensure_activations(Activations& acts, const ModelConfig& cfg, int64_t B, int64_t T);
+
+// ids (B,T) -> acts.logits (B*T, Vp); positions 0..T-1 in each row.
+void forward(const Model& m, Activations& acts, const int32_t* ids, int64_t B, int64_t T);
+// Mean cross-entropy of acts.logits against targets (B,T) over the real vocabulary.
+double loss_of_logits(const Model& m, const Activations& acts, const int32_t* targets);
+// After forward: computes the mean loss, then backpropagates grad_scale * d(mean loss) into m.grads
+// (accumulating). acts.logits is overwritten by dlogits. Returns the mean loss.
+double backward(Model& m, Activations& acts, const int32_t* ids, const int32_t* targets, float grad_scale = 1.0f);
+
+}  // namespace jtok

@@ -1,0 +1,47 @@
+#include "train/optimizer.h"
+
+#include <cmath>
+
+#include "ops/adamw.h"
+#include "train/schedule.h"
+
+namespace jtok {
+
+AdamWState make_adamw_state(const Model& model) {
+  AdamWState s;
+  s.m.assign(model.params.size(), 0.0f);
+  s.v.assign(model.params.size(), 0.0f);
+  return s;
+}
+
+double grad_global_norm(const Model& model) {
+  const float* g = model.grads.data();
+  const int64_t n = static_cast<int64_t>(model.grads.size());
+  double ss = 0.0;
+#pragma omp parallel for reduction(+ : ss) schedule(static)
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(g[i]) * g[i];
+  return std::sqrt(ss);
+}
+
+StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t) {
+  StepStats st;
+  st.grad_norm = grad_global_norm(model);
+  st.clip_coef = 1.0;
+  if (t.max_grad_norm > 0) {
+    // As torch.nn.utils.clip_grad_norm_: coef computed in fp32 from the norm.
+    float coef = static_cast<float>(t.max_grad_norm) / (static_cast<float>(st.grad_norm) + 1e-6f);
+    if (coef < 1.0f) st.clip_coef = coef;
+  }
+  st.lr = lr_at(t, state.step);
+  state.step += 1;
+  for (const auto& p : model.layout) {
+    AdamWHyper h{static_cast<float>(st.lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
+                 static_cast<float>(t.adam_epsilon), p.decay ? static_cast<float>(t.weight_decay) : 0.0f, state.step,
+                 static_cast<float>(st.clip_coef)};
+    adamw_update(model.params.data() + p.offset, model.grads.data() + p.offset, state.m.data() + p.offset,
+                 state.v.data() + p.offset, p.numel, h);
+  }
+  return st;
+}
+
+}  // namespace jtok
