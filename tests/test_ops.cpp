@@ -206,3 +206,15 @@ TEST(AdamW, FastMatchesReferenceAndTorchFormula) {
   adamw_update(&pp, &gg, &mm, &vv, 1, AdamWHyper{0.1f, 0.9f, 0.999f, 1e-8f, 0.5f, 1});
   EXPECT_NEAR(pp, 2.0f * (1 - 0.05f) + 0.1f, 1e-5);
 }
+
+#include "ops/fast_exp.h"
+TEST(FastExp, RelativeErrorBelow3e7OverSoftmaxRange) {
+  double worst = 0;
+  for (float x = -80.0f; x <= 80.0f; x += 0.001953125f) {
+    double ref = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::abs(fast_expf(x) - ref) / ref);
+  }
+  EXPECT_LT(worst, 3e-7);
+  EXPECT_EQ(fast_expf(0.0f), 1.0f);
+  EXPECT_LT(fast_expf(-1000.0f), 1e-37f);  // clamped, not NaN
+}

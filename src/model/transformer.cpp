@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/profile.h"
 #include "ops/attention.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
@@ -119,6 +120,7 @@ void ensure_activations(Activations& a, const ModelConfig& c, int64_t B, int64_t
 }
 
 void forward(const Model& m, Activations& a, const int32_t* ids, int64_t B, int64_t T) {
+  JTOK_PROFILE("forward (total)");
   const auto& c = m.cfg;
   JTOK_CHECK(T <= c.max_position_embeddings, "sequence length ", T, " > max_position_embeddings");
   ensure_activations(a, c, B, T);
@@ -137,20 +139,20 @@ void forward(const Model& m, Activations& a, const int32_t* ids, int64_t B, int6
     linear_forward(L.v.data(), L.a.data(), W.wv, N, d, kvd);
     rope_forward(L.q.data(), m.rope, B, T, H, hd);
     rope_forward(L.k.data(), m.rope, B, T, KV, hd);
-    attention_forward(L.att.data(), L.probs.data(), L.q.data(), L.k.data(), L.v.data(), B, T, H, KV, hd);
+    { JTOK_PROFILE("attn_fwd"); attention_forward(L.att.data(), L.probs.data(), L.q.data(), L.k.data(), L.v.data(), B, T, H, KV, hd); }
     // h_mid = h_in + att @ Wo^T  (gemm accumulates onto the copied residual)
     std::memcpy(L.h_mid.data(), L.h_in.data(), sizeof(float) * N * d);
     gemm(false, true, N, d, qd, 1.0f, L.att.data(), qd, W.wo, qd, 1.0f, L.h_mid.data(), d);
     rmsnorm_forward(L.m.data(), L.rstd2.data(), L.h_mid.data(), W.ln2, N, d, eps);
     linear_forward(L.gate.data(), L.m.data(), W.wg, N, d, F);
     linear_forward(L.up.data(), L.m.data(), W.wu, N, d, F);
-    swiglu_forward(L.act.data(), L.gate.data(), L.up.data(), N * F);
+    { JTOK_PROFILE("swiglu_fwd"); swiglu_forward(L.act.data(), L.gate.data(), L.up.data(), N * F); }
     float* h_next = l + 1 < a.layers.size() ? a.layers[l + 1].h_in.data() : a.h_out.data();
     std::memcpy(h_next, L.h_mid.data(), sizeof(float) * N * d);
     gemm(false, true, N, d, F, 1.0f, L.act.data(), F, W.wd, F, 1.0f, h_next, d);
   }
   rmsnorm_forward(a.lnf.data(), a.rstdf.data(), a.h_out.data(), m.w.norm, N, d, eps);
-  linear_forward(a.logits.data(), a.lnf.data(), m.w.lm_head, N, d, Vp);
+  { JTOK_PROFILE("lm_head_fwd"); linear_forward(a.logits.data(), a.lnf.data(), m.w.lm_head, N, d, Vp); }
 }
 
 double loss_of_logits(const Model& m, const Activations& a, const int32_t* targets) {
@@ -160,6 +162,7 @@ double loss_of_logits(const Model& m, const Activations& a, const int32_t* targe
 }
 
 double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* targets, float grad_scale) {
+  JTOK_PROFILE("backward (total)");
   const auto& c = m.cfg;
   const int64_t B = a.B, T = a.T, N = B * T, d = c.hidden_size, F = c.intermediate_size;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), H = c.num_attention_heads, KV = c.num_key_value_heads;
@@ -168,15 +171,16 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
     if (targets[n] < 0 || targets[n] >= c.vocab_size)
       fail("target id ", targets[n], " outside the vocabulary [0, ", c.vocab_size, ")");
   // dlogits in place of the logits.
-  double loss = cross_entropy(a.logits.data(), a.logits.data(), targets, N, c.vocab_size, Vp,
-                              grad_scale / static_cast<float>(N)) / static_cast<double>(N);
+  double loss;
+  { JTOK_PROFILE("cross_entropy"); loss = cross_entropy(a.logits.data(), a.logits.data(), targets, N, c.vocab_size, Vp,
+                              grad_scale / static_cast<float>(N)) / static_cast<double>(N); }
   const float* dlogits = a.logits.data();
   float* dh = a.dh.data();
   float* dx = a.dx.data();
   auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
   // Head: dlnf -> dx; final norm -> dh.
   zero(a.dx);
-  linear_backward(dx, m.g.lm_head, dlogits, a.lnf.data(), m.w.lm_head, N, d, Vp);
+  { JTOK_PROFILE("lm_head_bwd"); linear_backward(dx, m.g.lm_head, dlogits, a.lnf.data(), m.w.lm_head, N, d, Vp); }
   zero(a.dh);
   rmsnorm_backward(dh, m.g.norm, dx, a.h_out.data(), m.w.norm, a.rstdf.data(), N, d);
   for (size_t li = a.layers.size(); li-- > 0;) {
@@ -186,7 +190,7 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
     // h_next = h_mid + act @ Wd^T
     zero(a.dact);
     linear_backward(a.dact.data(), G.wd, dh, L.act.data(), W.wd, N, F, d);
-    swiglu_backward(a.dgate.data(), a.dup.data(), a.dact.data(), L.gate.data(), L.up.data(), N * F);
+    { JTOK_PROFILE("swiglu_bwd"); swiglu_backward(a.dgate.data(), a.dup.data(), a.dact.data(), L.gate.data(), L.up.data(), N * F); }
     zero(a.dx);
     linear_backward(dx, G.wg, a.dgate.data(), L.m.data(), W.wg, N, d, F);
     linear_backward(dx, G.wu, a.dup.data(), L.m.data(), W.wu, N, d, F);
@@ -195,8 +199,8 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
     zero(a.datt);
     linear_backward(a.datt.data(), G.wo, dh, L.att.data(), W.wo, N, qd, d);
     zero(a.dq); zero(a.dk); zero(a.dv);
-    attention_backward(a.dq.data(), a.dk.data(), a.dv.data(), a.datt.data(), L.probs.data(), L.q.data(), L.k.data(),
-                       L.v.data(), B, T, H, KV, hd);
+    { JTOK_PROFILE("attn_bwd"); attention_backward(a.dq.data(), a.dk.data(), a.dv.data(), a.datt.data(), L.probs.data(), L.q.data(), L.k.data(),
+                       L.v.data(), B, T, H, KV, hd); }
     rope_backward(a.dq.data(), m.rope, B, T, H, hd);
     rope_backward(a.dk.data(), m.rope, B, T, KV, hd);
     zero(a.dx);
@@ -205,7 +209,7 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
     linear_backward(dx, G.wv, a.dv.data(), L.a.data(), W.wv, N, d, kvd);
     rmsnorm_backward(dh, G.ln1, dx, L.h_in.data(), W.ln1, L.rstd1.data(), N, d);  // dh: now d h_in
   }
-  embedding_backward(m.g.embed, dh, ids, N, d);
+  { JTOK_PROFILE("embed_bwd"); embedding_backward(m.g.embed, dh, ids, N, d); }
   return loss;
 }
 

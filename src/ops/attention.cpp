@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include "ops/fast_exp.h"
 #include "ops/linear.h"
 
 namespace jtok {
@@ -12,10 +13,12 @@ namespace jtok {
 // In-place causal softmax of row t of a (T,T) score block: columns 0..t, zeros after.
 static inline void causal_softmax_row(float* row, int64_t t, int64_t T) {
   float mx = row[0];
-  for (int64_t j = 1; j <= t; ++j) mx = std::max(mx, row[j]);
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 1; j <= t; ++j) mx = row[j] > mx ? row[j] : mx;
   float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j <= t; ++j) {
-    float e = std::exp(row[j] - mx);
+    float e = fast_expf(row[j] - mx);
     row[j] = e;
     sum += e;
   }
@@ -161,7 +164,7 @@ void attention_decode(float* out, const float* q, const float* k_cache, const fl
       mx = std::max(mx, scratch[j]);
     }
     float sum = 0.0f;
-    for (int64_t j = 0; j <= t; ++j) sum += (scratch[j] = std::exp(scratch[j] - mx));
+    for (int64_t j = 0; j <= t; ++j) sum += (scratch[j] = fast_expf(scratch[j] - mx));
     float* oh = out + h * hd;
     for (int64_t i = 0; i < hd; ++i) oh[i] = 0.0f;
     for (int64_t j = 0; j <= t; ++j) {

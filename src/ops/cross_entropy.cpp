@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "ops/fast_exp.h"
+
 namespace jtok {
 
 double cross_entropy(float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
@@ -10,22 +12,31 @@ double cross_entropy(float* dlogits, const float* logits, const int32_t* targets
 #pragma omp parallel for reduction(+ : total) schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = logits + n * Vp;
+    const int32_t y = targets[n];
+    const float target_logit = x[y];  // read before an in-place write overwrites it
     float mx = x[0];
+#pragma omp simd reduction(max : mx)
     for (int64_t j = 1; j < V; ++j) mx = x[j] > mx ? x[j] : mx;
     float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < V; ++j) sum += std::exp(x[j] - mx);
-    const float lse = mx + std::log(sum);
-    const int32_t y = targets[n];
-    total += static_cast<double>(lse - x[y]);
     if (dlogits) {
+      // Keep exp(x - mx) in dlogits, then scale: one exp per element.
       float* d = dlogits + n * Vp;
-      const float inv = 1.0f / sum;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < V; ++j) {
+        float e = fast_expf(x[j] - mx);
+        d[j] = e;
+        sum += e;
+      }
+      const float s = grad_scale / sum;
 #pragma omp simd
-      for (int64_t j = 0; j < V; ++j) d[j] = grad_scale * std::exp(x[j] - mx) * inv;
+      for (int64_t j = 0; j < V; ++j) d[j] *= s;
       d[y] -= grad_scale;
       for (int64_t j = V; j < Vp; ++j) d[j] = 0.0f;
+    } else {
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < V; ++j) sum += fast_expf(x[j] - mx);
     }
+    total += static_cast<double>(mx + std::log(sum) - target_logit);
   }
   return total;
 }

@@ -2,13 +2,15 @@
 
 #include <cmath>
 
+#include "ops/fast_exp.h"
+
 namespace jtok {
 
 void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    out[i] = g / (1.0f + fast_expf(-g)) * up[i];
   }
 }
 
@@ -17,7 +19,7 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float g = gate[i];
-    float s = 1.0f / (1.0f + std::exp(-g));
+    float s = 1.0f / (1.0f + fast_expf(-g));
     float silu = g * s;
     dup[i] = dout[i] * silu;
     dgate[i] = dout[i] * up[i] * s * (1.0f + g * (1.0f - s));

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/profile.h"
 #include "ops/adamw.h"
 #include "train/schedule.h"
 
@@ -24,6 +25,7 @@ double grad_global_norm(const Model& model) {
 }
 
 StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t) {
+  JTOK_PROFILE("optimizer");
   StepStats st;
   st.grad_norm = grad_global_norm(model);
   st.clip_coef = 1.0;

@@ -1,0 +1,85 @@
+// `jtok bench-train`: times full training steps (forward, backward, AdamW) on random tokens, with
+// no data loading, and prints one JSON line. bench/train_throughput.sh compares it with PyTorch.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "model/config.h"
+#include "model/transformer.h"
+#include "train/optimizer.h"
+
+namespace {
+
+struct Args {
+  std::string config;
+  std::vector<std::string> sets;
+  int64_t steps = 5, warmup = 1;
+  double peak_gflops = 0;
+} args;
+
+// FLOPs of one training step: 6 per weight per token for every matmul weight (lm_head included),
+// plus causal attention (QK^T and PV) counted as the full square, as our kernels compute it.
+double train_flops_per_token(const jtok::ModelConfig& c, int64_t T) {
+  const double d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
+  const double per_layer = d * qd * 2 + d * kvd * 2 + 3 * d * F;
+  const double matmul = c.num_hidden_layers * per_layer + d * c.padded_vocab();
+  const double attn = c.num_hidden_layers * 2.0 * 2.0 * T * qd;  // forward: 2 T qd for QK^T, same for PV
+  return 6.0 * matmul + 3.0 * attn;
+}
+
+void run() {
+  using namespace jtok;
+  Config cfg = load_config(args.config, args.sets);
+  const auto& t = cfg.train;
+  Model m = make_model(cfg.model, t.seed);
+  AdamWState opt = make_adamw_state(m);
+  Activations acts;
+  const int64_t B = t.micro_batch_size, T = t.seq_len, N = B * T;
+  std::mt19937_64 rng(t.seed);
+  std::vector<int32_t> x(N), y(N);
+  for (auto& v : x) v = static_cast<int32_t>(rng() % cfg.model.vocab_size);
+  for (auto& v : y) v = static_cast<int32_t>(rng() % cfg.model.vocab_size);
+  double total_s = 0;
+  double loss = 0;
+  for (int64_t s = 0; s < args.warmup + args.steps; ++s) {
+    auto t0 = std::chrono::steady_clock::now();
+    zero_grads(m);
+    for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
+      forward(m, acts, x.data(), B, T);
+      loss = backward(m, acts, x.data(), y.data(), 1.0f / static_cast<float>(t.gradient_accumulation_steps));
+    }
+    optimizer_step(m, opt, t);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= args.warmup) total_s += dt;
+  }
+  const double tokens = static_cast<double>(t.tokens_per_step()) * args.steps;
+  const double tps = tokens / total_s;
+  const double gflops = tps * train_flops_per_token(cfg.model, T) / 1e9;
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  nlohmann::json j = {{"engine", "jtok"},       {"tokens_per_s", tps},
+                      {"step_ms", 1e3 * total_s / args.steps}, {"gflops", gflops},
+                      {"params", num_params(m)}, {"peak_rss_mb", ru.ru_maxrss / 1024.0},
+                      {"loss", loss}};
+  if (args.peak_gflops > 0) j["mfu"] = gflops / args.peak_gflops;
+  std::printf("%s\n", j.dump().c_str());
+}
+
+void setup(CLI::App* sub) {
+  sub->add_option("--config", args.config, "config JSON")->required();
+  sub->add_option("--set", args.sets, "override a config field: name=value (repeatable)");
+  sub->add_option("--steps", args.steps, "timed steps")->check(CLI::PositiveNumber);
+  sub->add_option("--warmup", args.warmup, "untimed steps first");
+  sub->add_option("--peak-gflops", args.peak_gflops, "fp32 peak of the machine, for MFU");
+  sub->callback(run);
+}
+
+const bool registered =
+    jtok::register_command({"bench-train", "time training steps on random tokens (throughput benchmark)", setup});
+
+}  // namespace
