@@ -1,0 +1,86 @@
+// Bad configs give one clear error naming the field or file; good ones load with overrides.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "core/error.h"
+#include "model/config.h"
+
+using namespace jtok;
+
+static std::string write_tmp(const std::string& text) {
+  static int k = 0;
+  std::string p = ::testing::TempDir() + "/cfg" + std::to_string(k++) + ".json";
+  std::ofstream(p) << text;
+  return p;
+}
+
+// The error message of loading `text`, or "" if it loads.
+static std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    load_config(write_tmp(text), overrides);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, DefaultsAndOverridesLoad) {
+  Config c = load_config(write_tmp(R"({"hidden_size": 128, "num_attention_heads": 8, "num_key_value_heads": 2})"),
+                         {"intermediate_size=512", "learning_rate=3e-4", "tie_word_embeddings=true"});
+  EXPECT_EQ(c.model.hidden_size, 128);
+  EXPECT_EQ(c.model.hd(), 16);
+  EXPECT_EQ(c.model.kv_dim(), 32);
+  EXPECT_EQ(c.model.intermediate_size, 512);
+  EXPECT_DOUBLE_EQ(c.train.learning_rate, 3e-4);
+  EXPECT_TRUE(c.model.tie_word_embeddings);
+  EXPECT_EQ(c.model.padded_vocab(), 50304);  // 50257 padded to a multiple of 64
+}
+
+TEST(Config, ErrorsNameTheFieldOrFile) {
+  struct Case { std::string text; std::vector<std::string> ov; std::string must_contain; };
+  std::vector<Case> cases = {
+      {R"({"hiden_size": 128})", {}, "unknown field 'hiden_size'"},
+      {R"({"hidden_size": "big"})", {}, "field hidden_size: expected integer"},
+      {R"({"hidden_size": 1.5})", {}, "field hidden_size: expected integer"},
+      {R"({"tie_word_embeddings": 1})", {}, "field tie_word_embeddings: expected boolean"},
+      {R"({"hidden_size": 100, "num_attention_heads": 3})", {}, "num_attention_heads (3) must divide hidden_size"},
+      {R"({"num_attention_heads": 4, "num_key_value_heads": 3})", {}, "num_key_value_heads (3) must divide"},
+      {R"({"hidden_size": 0})", {}, "hidden_size must be positive"},
+      {R"({"num_hidden_layers": -2})", {}, "num_hidden_layers must be positive"},
+      {R"({"intermediate_size": 0})", {}, "intermediate_size must be positive"},
+      {R"({"vocab_size": 0})", {}, "vocab_size must be positive"},
+      {R"({"lr_scheduler_type": "linear"})", {}, "lr_scheduler_type"},
+      {R"({"seq_len": 4096})", {}, "seq_len (4096) exceeds max_position_embeddings"},
+      {R"({"hidden_size": 128)", {}, "not valid JSON"},
+      {R"([1, 2])", {}, "expected a JSON object"},
+      {R"({})", {"hidden_size=abc"}, "command line --hidden_size: expected integer"},
+      {R"({})", {"no_such_field=1"}, "unknown config field 'no_such_field'"},
+      {R"({})", {"hidden_size"}, "name=value"},
+  };
+  for (auto& c : cases) {
+    std::string e = error_of(c.text, c.ov);
+    EXPECT_NE(e.find(c.must_contain), std::string::npos) << "config " << c.text << " gave: '" << e << "'";
+  }
+  try {
+    load_config("/nonexistent/dir/x.json");
+    FAIL() << "no error for a missing file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/dir/x.json"), std::string::npos);
+  }
+}
+
+TEST(Config, OverrideCanRepairAFileValue) {
+  // Validation runs after overrides: a bad value in the file can be fixed on the command line.
+  EXPECT_EQ(error_of(R"({"hidden_size": 100, "num_attention_heads": 3, "num_key_value_heads": 1})", {"hidden_size=99"}), "");
+}
+
+TEST(Config, ShippedConfigsLoad) {
+  const char* root = std::getenv("JTOK_ROOT");
+  ASSERT_NE(root, nullptr);
+  for (const char* name : {"bench_a", "bench_b", "dense_S", "dense_M", "dense_L", "dense_XL", "cpu_tiny", "cpu_small"}) {
+    std::string p = std::string(root) + "/configs/" + name + ".json";
+    EXPECT_NO_THROW(load_config(p)) << p;
+  }
+}
