@@ -73,7 +73,7 @@ TEST(Config, ErrorsNameTheFieldOrFile) {
 
 TEST(Config, OverrideCanRepairAFileValue) {
   // Validation runs after overrides: a bad value in the file can be fixed on the command line.
-  EXPECT_EQ(error_of(R"({"hidden_size": 100, "num_attention_heads": 3, "num_key_value_heads": 1})", {"hidden_size=99"}), "");
+  EXPECT_EQ(error_of(R"({"hidden_size": 100, "num_attention_heads": 3, "num_key_value_heads": 1})", {"hidden_size=96"}), "");
 }
 
 TEST(Config, ShippedConfigsLoad) {
