@@ -1,0 +1,122 @@
+// Checkpoints round-trip exactly; an interrupted write is never loaded; corrupt files give errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "train/checkpoint.h"
+
+using namespace jtok;
+namespace fs = std::filesystem;
+
+static Config small() {
+  Config c;
+  c.model.vocab_size = 40; c.model.hidden_size = 16; c.model.num_hidden_layers = 2;
+  c.model.num_attention_heads = 2; c.model.num_key_value_heads = 1; c.model.intermediate_size = 24;
+  c.model.max_position_embeddings = 16; c.train.seq_len = 8;
+  return c;
+}
+
+static std::string fresh_dir(const char* name) {
+  auto d = fs::path(::testing::TempDir()) / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+static std::string error_of(const std::function<void()>& f) {
+  try { f(); } catch (const Error& e) { return e.what(); }
+  return "";
+}
+
+TEST(Checkpoint, RoundTripIsExactAndKeepsLastN) {
+  Config cfg = small();
+  Model m = make_model(cfg.model, 3);
+  AdamWState opt = make_adamw_state(m);
+  for (size_t i = 0; i < opt.m.size(); ++i) { opt.m[i] = 0.001f * i; opt.v[i] = 0.002f * i; }
+  opt.step = 17;
+  std::string run = fresh_dir("ckpt_roundtrip");
+  for (int64_t step : {10, 20, 30}) save_checkpoint(run, step, cfg, m, opt, {{"step", step}}, 2);
+  auto latest = latest_checkpoint(run);
+  ASSERT_TRUE(latest);
+  EXPECT_EQ(fs::path(*latest).filename(), "step_00000030");
+  EXPECT_FALSE(fs::exists(fs::path(run) / "checkpoints" / "step_00000010"));  // only the last 2 kept
+  EXPECT_TRUE(fs::exists(fs::path(run) / "checkpoints" / "step_00000020"));
+  Config back = load_checkpoint_config(*latest);
+  Model m2 = make_model(back.model, 99);
+  AdamWState o2;
+  auto state = load_checkpoint(*latest, m2, &o2);
+  EXPECT_EQ(state["step"], 30);
+  EXPECT_EQ(m2.params, m.params);
+  EXPECT_EQ(o2.m, opt.m);
+  EXPECT_EQ(o2.v, opt.v);
+  EXPECT_EQ(o2.step, 17);
+}
+
+TEST(Checkpoint, InterruptedWriteLeavesPreviousCheckpointNewest) {
+  Config cfg = small();
+  Model m = make_model(cfg.model, 3);
+  AdamWState opt = make_adamw_state(m);
+  std::string run = fresh_dir("ckpt_interrupted");
+  save_checkpoint(run, 5, cfg, m, opt, {{"step", 5}}, 3);
+  // A write killed half-way: a .tmp directory, and a renamed one whose marker never came.
+  fs::create_directories(fs::path(run) / "checkpoints" / "step_00000010.tmp");
+  std::ofstream(fs::path(run) / "checkpoints" / "step_00000010.tmp" / "model.safetensors") << "partial";
+  fs::create_directories(fs::path(run) / "checkpoints" / "step_00000015");
+  auto latest = latest_checkpoint(run);
+  ASSERT_TRUE(latest);
+  EXPECT_EQ(fs::path(*latest).filename(), "step_00000005");
+  Model m2 = make_model(cfg.model, 1);
+  EXPECT_NO_THROW(load_checkpoint(*latest, m2, nullptr));
+  EXPECT_NE(error_of([&] { load_checkpoint((fs::path(run) / "checkpoints" / "step_00000015").string(), m2, nullptr); })
+                .find("incomplete"), std::string::npos);
+}
+
+TEST(Checkpoint, CorruptOrMismatchedFilesGiveClearErrors) {
+  Config cfg = small();
+  Model m = make_model(cfg.model, 3);
+  AdamWState opt = make_adamw_state(m);
+  std::string run = fresh_dir("ckpt_corrupt");
+  std::string dir = save_checkpoint(run, 1, cfg, m, opt, {{"step", 1}}, 3);
+  const std::string mp = dir + "/model.safetensors";
+  const std::string good = read_file(mp);
+
+  // Truncated file.
+  write_file_atomic(mp, good.substr(0, good.size() / 2));
+  Model m2 = make_model(cfg.model, 1);
+  std::string e = error_of([&] { load_checkpoint(dir, m2, nullptr); });
+  EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;
+  EXPECT_NE(e.find("beyond"), std::string::npos) << e;
+  // Header length beyond the file.
+  std::string bad = good;
+  uint64_t huge = 1ull << 40;
+  std::memcpy(bad.data(), &huge, 8);
+  write_file_atomic(mp, bad);
+  e = error_of([&] { load_checkpoint(dir, m2, nullptr); });
+  EXPECT_NE(e.find("header length"), std::string::npos) << e;
+  // Shorter than a header.
+  write_file_atomic(mp, "abc");
+  EXPECT_NE(error_of([&] { load_checkpoint(dir, m2, nullptr); }).find("truncated"), std::string::npos);
+  write_file_atomic(mp, good);
+  // Config that does not match the weights (wider model).
+  Config wide = cfg;
+  wide.model.intermediate_size = 32;
+  Model mw = make_model(wide.model, 1);
+  e = error_of([&] { load_checkpoint(dir, mw, nullptr); });
+  EXPECT_NE(e.find("has shape"), std::string::npos) << e;
+  // Missing tensor and wrong dtype.
+  StFile f = read_safetensors(mp);
+  f.tensors.erase("model.norm.weight");
+  write_safetensors(mp, f);
+  EXPECT_NE(error_of([&] { load_checkpoint(dir, m2, nullptr); }).find("missing tensor model.norm.weight"), std::string::npos);
+  f = read_safetensors(dir + "/optimizer.safetensors");
+  write_file_atomic(mp, good);
+  StFile g = read_safetensors(mp);
+  auto& t = g.tensors.at("model.norm.weight");
+  t.dtype = "I32";
+  write_safetensors(mp, g);
+  EXPECT_NE(error_of([&] { load_checkpoint(dir, m2, nullptr); }).find("dtype I32"), std::string::npos);
+}

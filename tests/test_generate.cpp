@@ -1,0 +1,65 @@
+// Greedy decoding with the KV cache gives the same tokens (and logits) as recomputing the full
+// forward over the whole sequence at every step.
+#include <gtest/gtest.h>
+
+#include "op_test_util.h"
+#include "core/error.h"
+#include "infer/generate.h"
+
+using namespace jtok;
+using namespace jtok::testing;
+
+TEST(Generate, KVCacheGreedyEqualsFullRecompute) {
+  ModelConfig c;
+  c.vocab_size = 97;
+  c.hidden_size = 32;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.intermediate_size = 48;
+  c.max_position_embeddings = 40;
+  c.initializer_range = 0.2;
+  Model m = make_model(c, 5);
+  std::vector<int32_t> seq = {3, 14, 15, 92, 65};
+  KVCache cache;
+  std::vector<float> logits = prefill(m, cache, seq, 40);
+  std::mt19937_64 rng(0);
+  SamplingParams greedy{0.0, 0, 1.0};
+  int distinct = 0;
+  for (int step = 0; step < 20; ++step) {
+    // Full recompute of the last position's logits.
+    Activations a;
+    forward(m, a, seq.data(), 1, static_cast<int64_t>(seq.size()));
+    const int64_t T = static_cast<int64_t>(seq.size()), Vp = c.padded_vocab();
+    std::vector<float> full(a.logits.begin() + (T - 1) * Vp, a.logits.begin() + (T - 1) * Vp + c.vocab_size);
+    EXPECT_LT(rel_err(logits, full), 1e-5) << "step " << step;
+    int32_t next = sample_token(logits, greedy, rng);
+    ASSERT_EQ(next, sample_token(full, greedy, rng)) << "step " << step;
+    distinct += next != seq.back();
+    seq.push_back(next);
+    logits = decode_step(m, cache, next);
+  }
+  EXPECT_GT(distinct, 0);
+}
+
+TEST(Generate, SamplingRespectsTopKAndTopP) {
+  std::vector<float> logits = {0.0f, 5.0f, 4.9f, -3.0f, 1.0f};
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 200; ++i) {
+    int32_t t = sample_token(logits, {1.0, 2, 1.0}, rng);
+    EXPECT_TRUE(t == 1 || t == 2);
+    EXPECT_EQ(sample_token(logits, {1.0, 0, 0.3}, rng), 1);  // top-p 0.3: only the best token
+  }
+  EXPECT_EQ(sample_token(logits, {0.0, 0, 1.0}, rng), 1);
+}
+
+TEST(Generate, ContextOverflowIsAnError) {
+  ModelConfig c;
+  c.vocab_size = 10; c.hidden_size = 8; c.num_hidden_layers = 1; c.num_attention_heads = 2;
+  c.num_key_value_heads = 2; c.intermediate_size = 8; c.max_position_embeddings = 4;
+  Model m = make_model(c, 1);
+  KVCache cache;
+  prefill(m, cache, {1, 2, 3}, 4);
+  decode_step(m, cache, 4);
+  EXPECT_THROW(decode_step(m, cache, 5), Error);
+}
