@@ -2,15 +2,14 @@
 
 #include <cmath>
 
+#include "core/parallel.h"
 #include "ops/fast_exp.h"
 
 namespace jtok {
 
 double cross_entropy(float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                      float grad_scale) {
-  double total = 0.0;
-#pragma omp parallel for reduction(+ : total) schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
+  return parallel_sum(N, [&](int64_t n) -> double {
     const float* x = logits + n * Vp;
     const int32_t y = targets[n];
     const float target_logit = x[y];  // read before an in-place write overwrites it
@@ -36,9 +35,8 @@ double cross_entropy(float* dlogits, const float* logits, const int32_t* targets
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < V; ++j) sum += fast_expf(x[j] - mx);
     }
-    total += static_cast<double>(mx + std::log(sum) - target_logit);
-  }
-  return total;
+    return static_cast<double>(mx + std::log(sum) - target_logit);
+  });
 }
 
 double cross_entropy_ref(float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V,
