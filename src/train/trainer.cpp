@@ -1,0 +1,234 @@
+#include "train/trainer.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "infer/generate.h"
+#include "model/transformer.h"
+#include "train/checkpoint.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+
+namespace fs = std::filesystem;
+
+namespace jtok {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop.store(true); }
+
+std::string human_duration(double s) {
+  char buf[32];
+  long t = static_cast<long>(s + 0.5);
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else if (t >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%lds", t);
+  return buf;
+}
+
+std::string with_commas(double v) {
+  const std::string digits = std::to_string(static_cast<long long>(v + 0.5));
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// Appends one JSON object per line; flushed after each line so a kill loses at most the last.
+struct JsonlLog {
+  std::ofstream out;
+  void write(const nlohmann::json& j) {
+    out << j.dump() << '\n';
+    out.flush();
+  }
+};
+
+// On resume: keep only the log lines up to the resumed step (a killed run may have logged
+// steps past its last checkpoint; they will be redone).
+void truncate_log(const std::string& path, int64_t step) {
+  if (!fs::exists(path)) return;
+  std::ifstream in(path);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() > step) continue;
+    } catch (const nlohmann::json::parse_error&) {
+      continue;  // a line cut by the kill
+    }
+    kept += line + "\n";
+  }
+  write_file_atomic(path, kept);
+}
+
+double mean_val_loss(const Model& m, Activations& acts, ValSource& val, const TrainConfig& t) {
+  const int64_t B = t.micro_batch_size, T = t.seq_len;
+  std::vector<int32_t> x(B * T), y(B * T);
+  val.reset();
+  double sum = 0;
+  for (int64_t i = 0; i < t.eval_batches; ++i) {
+    val.next(x.data(), y.data(), B, T);
+    forward(m, acts, x.data(), B, T);
+    sum += loss_of_logits(m, acts, y.data());
+  }
+  return sum / static_cast<double>(t.eval_batches);
+}
+
+}  // namespace
+
+void install_stop_handler() {
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+}
+
+TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data, ValSource* val) {
+  const auto& t = cfg.train;
+  fs::create_directories(opt.out_dir);
+  const std::string log_path = (fs::path(opt.out_dir) / "log.jsonl").string();
+  Model model = make_model(cfg.model, t.seed);
+  AdamWState adam = make_adamw_state(model);
+  std::mt19937_64 sample_rng(t.seed ^ 0x5eedULL);
+  int64_t start_step = 0;
+
+  if (opt.resume) {
+    auto ck = latest_checkpoint(opt.out_dir);
+    if (!ck) {
+      std::printf("resume: no complete checkpoint in %s, starting from scratch\n", opt.out_dir.c_str());
+    } else {
+      Config saved = load_checkpoint_config(*ck);
+      if (to_json(saved.model) != to_json(cfg.model))
+        fail("--resume: the model config differs from checkpoint ", *ck, "/config.json");
+      nlohmann::json st = load_checkpoint(*ck, model, &adam);
+      start_step = st.at("step").get<int64_t>();
+      data.restore(st.at("data"));
+      std::istringstream(st.at("sample_rng").get<std::string>()) >> sample_rng;
+      truncate_log(log_path, start_step);
+      std::printf("resume: from %s (step %lld)\n", ck->c_str(), static_cast<long long>(start_step));
+    }
+  } else if (fs::exists(log_path)) {
+    fs::remove(log_path);  // a fresh run in an existing directory starts a fresh log
+  }
+  JsonlLog log;
+  log.out.open(log_path, std::ios::app);
+  if (!log.out) fail("cannot write ", log_path);
+  if (start_step == 0) {
+    nlohmann::json start = {{"type", "start"}, {"command", opt.command_line}, {"config", to_json(cfg)},
+                            {"params_total", num_params(model)}};
+    for (auto& [k, v] : opt.extra_report.items()) start[k] = v;
+    log.write(start);
+  }
+
+  auto save = [&](int64_t step) {
+    std::ostringstream rng;
+    rng << sample_rng;
+    nlohmann::json st = {{"step", step}, {"data", data.state()}, {"sample_rng", rng.str()},
+                         {"lr", lr_at(t, std::max<int64_t>(0, step - 1))}, {"max_steps", t.max_steps}};
+    auto dir = save_checkpoint(opt.out_dir, step, cfg, model, adam, st, t.keep_checkpoints);
+    log.write({{"type", "checkpoint"}, {"step", step}, {"path", dir}});
+    std::printf("checkpoint: %s\n", dir.c_str());
+  };
+
+  const bool tty = ::isatty(STDOUT_FILENO);
+  const int64_t B = t.micro_batch_size, T = t.seq_len, N = B * T;
+  std::vector<int32_t> x(N), y(N);
+  Activations acts;
+  TrainResult res;
+  double elapsed_train = 0;
+  int64_t timed_steps = 0;
+  for (int64_t step = start_step; step < t.max_steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    zero_grads(model);
+    double loss = 0;
+    for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
+      data.next(x.data(), y.data(), B, T);
+      forward(model, acts, x.data(), B, T);
+      loss += backward(model, acts, x.data(), y.data(), 1.0f / static_cast<float>(t.gradient_accumulation_steps)) /
+              static_cast<double>(t.gradient_accumulation_steps);
+    }
+    if (!std::isfinite(loss)) fail("loss became ", loss, " at step ", step + 1, "; lower learning_rate or check the data");
+    StepStats st = optimizer_step(model, adam, t);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (step > start_step) {  // the first step pays one-time allocation; keep it out of the ETA
+      elapsed_train += dt;
+      ++timed_steps;
+    }
+    const int64_t done = step + 1;
+    const double tps = static_cast<double>(t.tokens_per_step()) / dt;
+    const double avg = timed_steps ? elapsed_train / timed_steps : dt;
+    const double mfu = opt.peak_gflops > 0 ? tps * opt.flops_per_token / 1e9 / opt.peak_gflops : 0.0;
+    res.steps_done = done;
+    res.last_loss = loss;
+    nlohmann::json line = {{"type", "step"}, {"step", done}, {"loss", loss}, {"grad_norm", st.grad_norm},
+                           {"lr", st.lr}, {"ms", dt * 1e3}, {"tokens_per_s", tps}, {"tokens", done * t.tokens_per_step()}};
+    if (mfu > 0) line["mfu"] = mfu;
+    log.write(line);
+    if (done % t.log_interval == 0 || done == t.max_steps || done == start_step + 1) {
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | norm %.3f | lr %.2e | %.0f ms | %s tok/s", static_cast<long long>(done),
+                    static_cast<long long>(t.max_steps), loss, st.grad_norm, st.lr, dt * 1e3, with_commas(tps).c_str());
+      std::string s = buf;
+      if (mfu > 0) {
+        std::snprintf(buf, sizeof buf, " | MFU %.1f%%", 100 * mfu);
+        s += buf;
+      }
+      s += " | ETA " + human_duration(avg * static_cast<double>(t.max_steps - done));
+      if (tty) {  // a live bar on the same line
+        const int width = 20;
+        int filled = static_cast<int>(width * done / t.max_steps);
+        std::printf("\r\033[K[%s%s] %s", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), s.c_str());
+        if (done == t.max_steps) std::printf("\n");
+      } else {
+        std::printf("%s\n", s.c_str());
+      }
+      std::fflush(stdout);
+    }
+    if (val && (done % t.eval_interval == 0 || done == t.max_steps)) {
+      double vl = mean_val_loss(model, acts, *val, t);
+      res.last_val_loss = vl;
+      log.write({{"type", "val"}, {"step", done}, {"val_loss", vl}, {"val_ppl", std::exp(vl)}});
+      std::printf("%sval step %lld | val_loss %.4f | ppl %.2f\n", tty ? "\n" : "", static_cast<long long>(done), vl, std::exp(vl));
+    }
+    if (opt.sample && t.sample_interval > 0 && done % t.sample_interval == 0) {
+      auto gen = [&](const std::vector<int32_t>& prompt, int64_t n) {
+        KVCache cache;
+        std::vector<int32_t> out;
+        auto logits = prefill(model, cache, prompt, std::min<int64_t>(cfg.model.max_position_embeddings,
+                                                                         static_cast<int64_t>(prompt.size()) + n));
+        for (int64_t i = 0; i < n && cache.len < cache.capacity; ++i) {
+          int32_t tok = sample_token(logits, {0.8, 40, 0.95}, sample_rng);
+          out.push_back(tok);
+          if (cache.len < cache.capacity) logits = decode_step(model, cache, tok);
+        }
+        return out;
+      };
+      std::string text = opt.sample(gen);
+      log.write({{"type", "sample"}, {"step", done}, {"text", text}});
+      std::printf("%ssample step %lld: %s\n", tty ? "\n" : "", static_cast<long long>(done), text.c_str());
+    }
+    const bool stop = g_stop.load();
+    if (done % t.checkpoint_interval == 0 || done == t.max_steps || stop) save(done);
+    if (stop) {
+      std::printf("stopped by signal after step %lld; resume with --resume\n", static_cast<long long>(done));
+      res.interrupted = true;
+      break;
+    }
+  }
+  log.write({{"type", "end"}, {"step", res.steps_done}, {"loss", res.last_loss}, {"interrupted", res.interrupted}});
+  return res;
+}
+
+}  // namespace jtok

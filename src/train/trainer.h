@@ -1,0 +1,47 @@
+// The training loop behind `jtok train`: steps, logging, validation, samples, checkpoints, resume.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+
+namespace jtok {
+
+// Where training batches come from; its state is saved in checkpoints for exact resume.
+struct BatchSource {
+  std::function<void(int32_t* inputs, int32_t* targets, int64_t B, int64_t T)> next;  // (B,T) each
+  std::function<nlohmann::json()> state;
+  std::function<void(const nlohmann::json&)> restore;
+};
+// A fixed validation set: reset() then next() eval_batches times gives the same batches always.
+struct ValSource {
+  std::function<void()> reset;
+  std::function<void(int32_t* inputs, int32_t* targets, int64_t B, int64_t T)> next;
+};
+
+struct TrainOptions {
+  std::string out_dir;
+  bool resume = false;
+  std::string command_line;
+  // Text for a periodic sample: given a generate function (max_new_tokens -> text); optional.
+  std::function<std::string(const std::function<std::vector<int32_t>(const std::vector<int32_t>&, int64_t)>&)> sample;
+  nlohmann::json extra_report;   // printed and logged at start (parameter and FLOPs accounting)
+  double peak_gflops = 0;        // for MFU; 0 = not shown
+  double flops_per_token = 0;    // training FLOPs per token, for MFU
+};
+
+struct TrainResult {
+  int64_t steps_done = 0;
+  double last_loss = 0, last_val_loss = -1;
+  bool interrupted = false;
+};
+
+TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data, ValSource* val);
+
+// Installs a SIGINT/SIGTERM handler that asks the loop to stop after the current step.
+void install_stop_handler();
+
+}  // namespace jtok
