@@ -10,6 +10,38 @@
 
 namespace jtok {
 
+// "all" or comma-separated indices and ranges ("0,2,5-7"); throws on bad syntax or range.
+static std::vector<bool> parse_layer_set(const std::string& spec, int64_t n) {
+  std::vector<bool> on(static_cast<size_t>(n), false);
+  if (spec == "all") return std::vector<bool>(static_cast<size_t>(n), true);
+  if (spec == "none" || spec.empty()) return on;
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    int64_t a, b;
+    char dash;
+    std::istringstream is(item);
+    if (!(is >> a)) fail("bad layer list '", spec, "'");
+    b = a;
+    if (is >> dash) {
+      if (dash != '-' || !(is >> b)) fail("bad layer list '", spec, "'");
+    }
+    if (a < 0 || b >= n || a > b) fail("layer range '", item, "' outside 0..", n - 1);
+    for (int64_t l = a; l <= b; ++l) on[static_cast<size_t>(l)] = true;
+  }
+  return on;
+}
+
+bool ModelConfig::jtok_on_layer(int64_t l) const {
+  return jtok && parse_layer_set(jtok_layers, num_hidden_layers)[static_cast<size_t>(l)];
+}
+
+int64_t ModelConfig::jtok_num_layers() const {
+  int64_t k = 0;
+  for (int64_t l = 0; l < num_hidden_layers; ++l) k += jtok_on_layer(l);
+  return k;
+}
+
 int64_t TrainConfig::resolved_warmup_steps() const {
   if (warmup_steps >= 0) return warmup_steps;
   return static_cast<int64_t>(std::llround(warmup_ratio * static_cast<double>(max_steps)));
@@ -86,6 +118,12 @@ const std::map<std::string, Field>& schema() {
     mf("rms_norm_eps", &M::rms_norm_eps, "number");
     mf("tie_word_embeddings", &M::tie_word_embeddings, "boolean");
     mf("initializer_range", &M::initializer_range, "number");
+    mf("jtok", &M::jtok, "boolean");
+    mf("jtok_layers", &M::jtok_layers, "string");
+    mf("jtok_eps", &M::jtok_eps, "number");
+    mf("jtok_norm", &M::jtok_norm, "boolean");
+    mf("jtok_init_std", &M::jtok_init_std, "number");
+    mf("jtok_scale_init", &M::jtok_scale_init, "number");
     tf("seq_len", &T::seq_len, "integer");
     tf("micro_batch_size", &T::micro_batch_size, "integer");
     tf("gradient_accumulation_steps", &T::gradient_accumulation_steps, "integer");
@@ -154,6 +192,13 @@ void validate(const Config& cfg, const std::string& origin) {
     fail(origin, ": field num_key_value_heads (", m.num_key_value_heads,
          ") must divide num_attention_heads (", m.num_attention_heads, ")");
   if (m.hd() % 2 != 0) fail(origin, ": head dimension ", m.hd(), " must be even for RoPE");
+  try {
+    parse_layer_set(m.jtok_layers, m.num_hidden_layers);
+  } catch (const Error& e) {
+    fail(origin, ": field jtok_layers: ", e.what());
+  }
+  positive("jtok_eps", m.jtok_eps);
+  nonneg("jtok_init_std", m.jtok_init_std);
   positive("seq_len", t.seq_len);
   if (t.seq_len > m.max_position_embeddings)
     fail(origin, ": field seq_len (", t.seq_len, ") exceeds max_position_embeddings (", m.max_position_embeddings, ")");

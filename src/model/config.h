@@ -24,10 +24,21 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
   double initializer_range = 0.02;          // std of normal init of weights
+  // JTok (paper section 3.2): per selected layer a token-indexed table E (Vp x d) and a scaler s (d);
+  // the MLP update becomes Delta_m * (1 + s * E[x] / (||E[x]||_2 + eps)). docs/jtok.md has the choices.
+  bool jtok = false;
+  std::string jtok_layers = "all";          // "all", or layer indices "0,2,5" / ranges "0-3,6"
+  double jtok_eps = 1e-6;                   // the epsilon of Norm_eps
+  bool jtok_norm = true;                    // false = the paper's ablation without the L2 norm (App. E.2)
+  double jtok_init_std = 0.02;              // E ~ N(0, jtok_init_std)
+  double jtok_scale_init = 1.0;             // s initialised to this constant
 
   int64_t padded_vocab() const { return (vocab_size + vocab_pad_multiple - 1) / vocab_pad_multiple * vocab_pad_multiple; }
   int64_t hd() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
   int64_t q_dim() const { return num_attention_heads * hd(); }
+  // Whether layer l carries a JTok table (parses jtok_layers; validated at load).
+  bool jtok_on_layer(int64_t l) const;
+  int64_t jtok_num_layers() const;
   int64_t kv_dim() const { return num_key_value_heads * hd(); }
 };
 
