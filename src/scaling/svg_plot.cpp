@@ -49,24 +49,29 @@ struct Axis {
   bool log = false;
   double lo = 0, hi = 1;  // in transformed units (log10 when log)
   double t(double v) const { return log ? std::log10(v) : v; }
-  std::vector<double> ticks() const {  // in data units
+  // "Nice" steps (1, 2, 2.5, 5 x 10^k) covering [lo, hi] of data units.
+  static std::vector<double> linear_ticks(double lo, double hi) {
     std::vector<double> out;
-    if (log) {
-      for (double e = std::ceil(lo - 1e-9); e <= hi + 1e-9; e += 1) out.push_back(std::pow(10.0, e));
-      if (out.size() < 3)  // less than two decades: add 2x and 5x ticks
-        for (double e = std::floor(lo); e <= hi; e += 1)
-          for (double m : {2.0, 5.0}) {
-            double v = m * std::pow(10.0, e);
-            if (std::log10(v) >= lo && std::log10(v) <= hi) out.push_back(v);
-          }
-      std::sort(out.begin(), out.end());
-      return out;
-    }
     double span = hi - lo, raw = span / 6, mag = std::pow(10.0, std::floor(std::log10(raw)));
-    double step = mag;
-    for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+    double step = 10 * mag;
+    for (double m : {1.0, 2.0, 2.5, 5.0})
       if (m * mag >= raw) { step = m * mag; break; }
     for (double v = std::ceil(lo / step) * step; v <= hi + 1e-9 * span; v += step) out.push_back(std::fabs(v) < 1e-12 * span ? 0 : v);
+    return out;
+  }
+  std::vector<double> ticks() const {  // in data units
+    if (!log) return linear_ticks(lo, hi);
+    std::vector<double> out;
+    for (double e = std::ceil(lo - 1e-9); e <= hi + 1e-9; e += 1) out.push_back(std::pow(10.0, e));
+    if (out.size() < 3)  // less than two decades: add 2x and 5x ticks
+      for (double e = std::floor(lo); e <= hi; e += 1)
+        for (double m : {2.0, 5.0}) {
+          double v = m * std::pow(10.0, e);
+          if (std::log10(v) >= lo && std::log10(v) <= hi) out.push_back(v);
+        }
+    // A narrow range (under a factor of ~5): plain steps between the ends.
+    if (out.size() < 3) out = linear_ticks(std::pow(10.0, lo), std::pow(10.0, hi));
+    std::sort(out.begin(), out.end());
     return out;
   }
 };
@@ -131,8 +136,10 @@ std::string render_svg(const Plot& p) {
         s += "<circle cx=\"" + num(px(se.x[i])) + "\" cy=\"" + num(py(se.y[i])) + "\" r=\"3.5\" fill=\"" + c + "\"/>\n";
     if (!se.label.empty()) {
       double y = T + 10 + 18 * legend_row++;
-      s += "<line x1=\"" + num(L + W + 12) + "\" y1=\"" + num(y) + "\" x2=\"" + num(L + W + 36) + "\" y2=\"" + num(y) +
-           "\" stroke=\"" + c + "\" stroke-width=\"2\"" + dash + "/>\n";
+      if (se.line)
+        s += "<line x1=\"" + num(L + W + 12) + "\" y1=\"" + num(y) + "\" x2=\"" + num(L + W + 36) + "\" y2=\"" + num(y) +
+             "\" stroke=\"" + c + "\" stroke-width=\"2\"" + dash + "/>\n";
+      if (se.markers) s += "<circle cx=\"" + num(L + W + 24) + "\" cy=\"" + num(y) + "\" r=\"3.5\" fill=\"" + c + "\"/>\n";
       s += "<text x=\"" + num(L + W + 42) + "\" y=\"" + num(y + 4) + "\">" + esc(se.label) + "</text>\n";
     }
   }
