@@ -39,6 +39,8 @@ void setup(CLI::App* sub) {
     std::printf("  + JTok-M router             %14.6g\n", r.flops_router);
     std::printf("  = exact                     %14.6g  (%.3fx of 6 N_c)\n", r.flops_per_token,
                 r.flops_6nc > 0 ? r.flops_per_token / r.flops_6nc : 0.0);
+    std::printf("  exact, full-square attention %13.6g  (as the masked kernels compute it; for MFU)\n",
+                r.flops_per_token_full_square);
     std::printf("  per step (%lld tokens)      %14.6g\n", (long long)cfg.train.tokens_per_step(),
                 r.flops_per_token * double(cfg.train.tokens_per_step()));
   });

@@ -45,6 +45,11 @@ TEST(Flops, DenseFlopsPerToken) {
   EXPECT_DOUBLE_EQ(r.flops_attention, 3.0 * 2 * 4224);
   EXPECT_DOUBLE_EQ(r.flops_per_token, r.flops_6nc + r.flops_lm_head + r.flops_attention);
   EXPECT_DOUBLE_EQ(r.forward_flops_per_token * 3, r.flops_per_token);
+  // Full square (what the masked kernels compute): 32 keys per token instead of 16.5.
+  EXPECT_DOUBLE_EQ(r.flops_attention_full_square, 3.0 * 2 * (4 * 16 * 4 * 32));
+  // The same as `jtok bench`'s count: 6 (L (2 d q + 2 d kv + 3 d ffn) + d Vp) + 3 L 4 T q.
+  double per_layer = 64.0 * 64 * 2 + 64.0 * 32 * 2 + 3.0 * 64 * 128;
+  EXPECT_DOUBLE_EQ(r.flops_per_token_full_square, 6 * (2 * per_layer + 64.0 * 1024) + 3.0 * 2 * 4 * 32 * 64);
 }
 
 TEST(Flops, TiedEmbeddingsHaveNoSeparateHeadButStillItsCompute) {

@@ -51,6 +51,8 @@ FlopsReport flops_report(const ModelConfig& m, int64_t seq_len, const TokenIndex
   r.flops_router = 6.0 * double(L) * double(d) * double(ti.kind == "jtok_m" ? n_e : 0);
   r.flops_per_token = r.flops_6nc + r.flops_lm_head + r.flops_attention + r.flops_router;
   r.forward_flops_per_token = r.flops_per_token / 3.0;
+  r.flops_attention_full_square = 3.0 * double(L) * 4.0 * double(q) * T;
+  r.flops_per_token_full_square = r.flops_per_token - r.flops_attention + r.flops_attention_full_square;
   return r;
 }
 
@@ -63,6 +65,8 @@ nlohmann::json to_json(const FlopsReport& r) {
       {"flops_per_token_lm_head", r.flops_lm_head}, {"flops_per_token_attention", r.flops_attention},
       {"flops_per_token_router", r.flops_router}, {"flops_per_token", r.flops_per_token},
       {"forward_flops_per_token", r.forward_flops_per_token},
+      {"flops_per_token_attention_full_square", r.flops_attention_full_square},
+      {"flops_per_token_full_square", r.flops_per_token_full_square},
   };
 }
 

@@ -9,8 +9,10 @@
 //   - a matmul (m x k) @ (k x n) costs 2*m*n*k FLOPs forward; backward costs 2x forward
 //     (grad wrt input + grad wrt weight), so training = 3x forward;
 //   - causal attention: per head, QK^T and AV are counted over the causal pairs only,
-//     T(T+1)/2 per sequence (what a causal kernel has to compute), each pair costing 2*hd
-//     FLOPs for QK^T and 2*hd for AV;
+//     T(T+1)/2 per sequence (the model's useful work), each pair costing 2*hd FLOPs for QK^T
+//     and 2*hd for AV. The engine's kernels compute the full T x T square (masked), so the
+//     `_full_square` figures count T^2 pairs: use them for hardware utilisation (MFU), the
+//     causal ones for the compute C of a scaling study;
 //   - element-wise work (norms, RoPE, softmax, SiLU, residual adds, JTok gating) is not counted.
 #pragma once
 #include <cstdint>
@@ -51,6 +53,8 @@ struct FlopsReport {
   double flops_attention = 0;      // causal QK^T and AV: 3 * L * 2 * q_dim * (T+1)  (see above)
   double flops_router = 0;         // JTok-M router: 6 * L * d * n_e
   double flops_per_token = 0;      // exact: sum of the four above
+  double flops_attention_full_square = 0;  // 3 * L * 4 * q_dim * T: QK^T and AV over all T^2 pairs
+  double flops_per_token_full_square = 0;  // flops_per_token with the full-square attention
   double forward_flops_per_token = 0;  // flops_per_token / 3
 };
 

@@ -20,6 +20,17 @@ std::string budget_tag(double c) {  // 3e+18 -> "3e18", 1.5e19 -> "1.5e19"
     if (ch != '+') o += ch;
   return o;
 }
+std::string run_id_of(double budget, const std::string& shape) {  // "C3e18_d128_L4"
+  std::string tag = budget_tag(budget);
+  std::vector<char> b(tag.size() + shape.size() + 3);
+  std::snprintf(b.data(), b.size(), "C%s_%s", tag.c_str(), shape.c_str());
+  return std::string(b.data());
+}
+std::string shape_name(int64_t d, int64_t l) {  // "d128_L4"
+  char b[64];
+  std::snprintf(b, sizeof b, "d%lld_L%lld", (long long)d, (long long)l);
+  return b;
+}
 std::string safe_name(const std::string& s) {
   std::string o;
   for (char c : s) o += (std::isalnum((unsigned char)c) || c == '_' || c == '-' || c == '.') ? c : '_';
@@ -60,7 +71,7 @@ std::vector<ShapeSpec> read_shapes(const std::string& path, const nlohmann::json
       s.overrides.erase("name");
     }
     Config cfg = config_from_json(merged_config(base, s.overrides, where), where, true);
-    if (s.name.empty()) s.name = std::string("d") + std::to_string(cfg.model.hidden_size) + "_L" + std::to_string(cfg.model.num_hidden_layers);
+    if (s.name.empty()) s.name = shape_name(cfg.model.hidden_size, cfg.model.num_hidden_layers);
     s.name = safe_name(s.name);
     for (auto& o : out)
       if (o.name == s.name) fail(where, ": duplicate shape name '", s.name, "'");
@@ -86,7 +97,7 @@ std::vector<ShapeSpec> grid_shapes(const nlohmann::json& base, const std::string
       if (heads % q_per_kv != 0)
         fail("shape grid: hidden size ", d, " gives ", heads, " heads, not a multiple of ", q_per_kv, " q heads per kv head");
       ShapeSpec s;
-      s.name = std::string("d") + std::to_string(d) + "_L" + std::to_string(l);
+      s.name = shape_name(d, l);
       s.overrides = {{"hidden_size", d}, {"num_hidden_layers", l}, {"num_attention_heads", heads},
                      {"num_key_value_heads", heads / q_per_kv},
                      {"intermediate_size", std::max<int64_t>(16, std::llround(ffn_ratio * double(d) / 16.0) * 16)}};
@@ -114,7 +125,7 @@ Plan make_plan(const std::string& base_config_path, const std::vector<ShapeSpec>
       PlanRow r;
       r.budget = c;
       r.shape = s.name;
-      r.run_id = std::string("C") + budget_tag(c) + "_" + s.name;
+      r.run_id = run_id_of(c, s.name);
       r.overrides = s.overrides;
       r.n_c = f.n_c, r.n_n = f.n_n, r.n_total = f.n_total;
       r.flops_per_token = f.flops_per_token;
