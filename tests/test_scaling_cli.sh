@@ -70,6 +70,9 @@ chmod +x "$T/fake_train.py"
   --out "$T/plan.json" --csv "$T/plan.csv"
 [ "$($PY -c "import json; print(len(json.load(open('$T/plan.json'))['rows']))")" = 18 ] && ok "plan rows" || bad "plan rows"
 head -1 "$T/plan.csv" | grep -q '^run_id,budget,shape,n_c' && ok "plan csv" || bad "plan csv"
+"$JTOK" scaling run --plan "$T/plan.json" --out "$T/runs" --trainer "$T/fake_train.py" --dry-run 2> "$T/dry.err"
+[ "$(grep -c 'would run: .*fake_train.py train --config .*/config.json --out .* --max-steps [0-9]*$' "$T/dry.err")" = 18 ] \
+  && [ ! -e "$T/runs/C3e11_d32_L2/config.json" ] && ok "run --dry-run" || { cat "$T/dry.err"; bad "run --dry-run"; }
 "$JTOK" scaling run --plan "$T/plan.json" --out "$T/runs" --trainer "$T/fake_train.py" 2> "$T/run1.err"
 grep -q '18 ran' "$T/run1.err" && ok "run: all ran" || { cat "$T/run1.err"; bad "run: all ran"; }
 rm "$T/runs/C1e12_d96_L2/result.json"
