@@ -1,0 +1,49 @@
+// `jtok flops`: parameter counts (N_c, N_n, eta, rho, total) and training FLOPs per token.
+#include <cstdio>
+#include "commands.h"
+#include "model/config.h"
+#include "scaling/flops.h"
+
+namespace {
+void setup(CLI::App* sub) {
+  static std::string path;
+  static std::vector<std::string> sets;
+  static bool json = false;
+  static int64_t seq_len = 0;
+  sub->add_option("--config", path, "config JSON file")->required();
+  sub->add_option("--set", sets, "override a field: name=value (repeatable)");
+  sub->add_option("--seq-len", seq_len, "sequence length for the attention FLOPs (default: the config's seq_len)");
+  sub->add_flag("--json", json, "print one JSON object");
+  sub->callback([] {
+    jtok::Config cfg = jtok::load_config(path, sets);
+    const int64_t T = seq_len > 0 ? seq_len : cfg.train.seq_len;
+    jtok::FlopsReport r = jtok::flops_report(cfg.model, T);
+    if (json) {
+      std::printf("%s\n", jtok::to_json(r).dump(2).c_str());
+      return;
+    }
+    std::printf("parameters\n");
+    std::printf("  N_c (attention qkvo + MLP)  %14lld  (attention %lld, MLP %lld)\n", (long long)r.n_c,
+                (long long)r.n_c_attention, (long long)r.n_c_mlp);
+    std::printf("  N_n (token-indexed tables)  %14lld\n", (long long)r.n_n);
+    std::printf("  eta = N_n / N_c             %14.4f\n", r.eta);
+    std::printf("  rho = K / n_e               %14.4f\n", r.rho);
+    std::printf("  embedding                   %14lld\n", (long long)r.n_embedding);
+    std::printf("  lm_head                     %14lld%s\n", (long long)r.n_lm_head, cfg.model.tie_word_embeddings ? "  (tied)" : "");
+    std::printf("  norms + other               %14lld\n", (long long)(r.n_norms + r.n_other));
+    std::printf("  total                       %14lld\n", (long long)r.n_total);
+    std::printf("training FLOPs per token (seq_len %lld; forward + backward = 3 x forward)\n", (long long)T);
+    std::printf("  6 N_c (paper's C = 6 N_c D) %14.6g\n", r.flops_6nc);
+    std::printf("  + lm_head 6 d Vp            %14.6g\n", r.flops_lm_head);
+    std::printf("  + causal attention          %14.6g\n", r.flops_attention);
+    std::printf("  + JTok-M router             %14.6g\n", r.flops_router);
+    std::printf("  = exact                     %14.6g  (%.3fx of 6 N_c)\n", r.flops_per_token,
+                r.flops_6nc > 0 ? r.flops_per_token / r.flops_6nc : 0.0);
+    std::printf("  exact, full-square attention %13.6g  (as the masked kernels compute it; for MFU)\n",
+                r.flops_per_token_full_square);
+    std::printf("  per step (%lld tokens)      %14.6g\n", (long long)cfg.train.tokens_per_step(),
+                r.flops_per_token * double(cfg.train.tokens_per_step()));
+  });
+}
+const bool registered = jtok::register_command({"flops", "parameter counts (N_c, N_n, eta, rho) and FLOPs per token", setup});
+}  // namespace

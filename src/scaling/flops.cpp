@@ -1,0 +1,73 @@
+#include "scaling/flops.h"
+
+#include "core/error.h"
+
+namespace jtok {
+
+TokenIndexedSpec token_indexed_of(const ModelConfig& m) {
+  // The dense model has no token-indexed tables. When JTok/JTok-M fields join ModelConfig,
+  // map them here (kind, n_e, K) so `flops`, `train` and `scaling plan` agree.
+  (void)m;
+  return {};
+}
+
+FlopsReport flops_report(const ModelConfig& m, int64_t seq_len, const TokenIndexedSpec& ti) {
+  if (seq_len <= 0) fail("flops: seq_len must be positive, got ", seq_len);
+  const int64_t d = m.hidden_size, L = m.num_hidden_layers, Vp = m.padded_vocab();
+  const int64_t q = m.q_dim(), kv = m.kv_dim(), ffn = m.intermediate_size;
+  FlopsReport r;
+  r.seq_len = seq_len;
+  // Per layer: q_proj (q,d), k_proj and v_proj (kv,d), o_proj (d,q); gate/up (ffn,d), down (d,ffn).
+  r.n_c_attention = L * (d * q + 2 * d * kv + q * d);
+  r.n_c_mlp = L * (3 * d * ffn);
+  r.n_c = r.n_c_attention + r.n_c_mlp;
+  r.n_embedding = Vp * d;
+  r.n_lm_head = m.tie_word_embeddings ? 0 : Vp * d;
+  r.n_norms = L * 2 * d + d;  // input + post-attention norm per layer, final norm
+
+  int64_t n_e = 0, k = 0;
+  if (ti.kind == "jtok") {
+    n_e = 1, k = 1;
+    r.n_other = L * d;  // per-layer scaler s
+  } else if (ti.kind == "jtok_m") {
+    n_e = ti.num_tables, k = ti.top_k;
+    if (n_e <= 0 || k <= 0 || k > n_e) fail("flops: JTok-M needs 0 < K <= n_e, got K=", k, " n_e=", n_e);
+    r.n_other = L * d + L * d * n_e;  // per-layer scaler s and router R (d, n_e)
+  } else if (ti.kind != "none") {
+    fail("flops: unknown token-indexed kind '", ti.kind, "' (known: none, jtok, jtok_m)");
+  }
+  r.n_n = L * n_e * Vp * d;  // n_e tables of (Vp, d) per layer
+  r.eta = r.n_c > 0 ? double(r.n_n) / double(r.n_c) : 0.0;
+  r.rho = n_e > 0 ? double(k) / double(n_e) : 0.0;
+  r.n_total = r.n_c + r.n_n + r.n_embedding + r.n_lm_head + r.n_norms + r.n_other;
+
+  // Training FLOPs per token = 3 x forward (forward 2 per multiply-add, backward twice that).
+  const double T = double(seq_len);
+  r.flops_6nc = 6.0 * double(r.n_c);
+  r.flops_lm_head = 6.0 * double(d) * double(Vp);  // logits over the padded vocabulary (tied or not)
+  // A token at position t attends to t+1 keys; averaged over t = 0..T-1 that is (T+1)/2 keys,
+  // each costing 2*hd (QK^T) + 2*hd (AV) forward per head: 2 * q_dim * (T+1) per layer forward.
+  r.flops_attention = 3.0 * double(L) * 2.0 * double(q) * (T + 1.0);
+  r.flops_router = 6.0 * double(L) * double(d) * double(ti.kind == "jtok_m" ? n_e : 0);
+  r.flops_per_token = r.flops_6nc + r.flops_lm_head + r.flops_attention + r.flops_router;
+  r.forward_flops_per_token = r.flops_per_token / 3.0;
+  r.flops_attention_full_square = 3.0 * double(L) * 4.0 * double(q) * T;
+  r.flops_per_token_full_square = r.flops_per_token - r.flops_attention + r.flops_attention_full_square;
+  return r;
+}
+
+nlohmann::json to_json(const FlopsReport& r) {
+  return {
+      {"n_c", r.n_c}, {"n_c_attention", r.n_c_attention}, {"n_c_mlp", r.n_c_mlp}, {"n_n", r.n_n},
+      {"n_embedding", r.n_embedding}, {"n_lm_head", r.n_lm_head}, {"n_norms", r.n_norms},
+      {"n_other", r.n_other}, {"n_total", r.n_total}, {"eta", r.eta}, {"rho", r.rho},
+      {"seq_len", r.seq_len}, {"flops_per_token_6nc", r.flops_6nc},
+      {"flops_per_token_lm_head", r.flops_lm_head}, {"flops_per_token_attention", r.flops_attention},
+      {"flops_per_token_router", r.flops_router}, {"flops_per_token", r.flops_per_token},
+      {"forward_flops_per_token", r.forward_flops_per_token},
+      {"flops_per_token_attention_full_square", r.flops_attention_full_square},
+      {"flops_per_token_full_square", r.flops_per_token_full_square},
+  };
+}
+
+}  // namespace jtok

@@ -1,0 +1,160 @@
+#include "scaling/run.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "core/error.h"
+#include "scaling/atomic_file.h"
+#include "scaling/table.h"
+
+namespace fs = std::filesystem;
+
+namespace jtok {
+
+TrainLogSummary read_train_log(const std::string& path) {
+  std::string text = read_file(path);
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  TrainLogSummary s;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(lines[i]);
+    } catch (const nlohmann::json::parse_error& e) {
+      if (i + 1 == lines.size()) break;  // torn last line of a killed run
+      fail(path, ":", i + 1, ": not a JSON line: ", e.what());
+    }
+    if (!j.is_object()) fail(path, ":", i + 1, ": expected a JSON object per line");
+    int64_t step = j.contains("step") && j["step"].is_number() ? j["step"].get<int64_t>() : -1;
+    s.last_step = std::max(s.last_step, step);
+    if (j.contains("val_loss")) {
+      if (!j["val_loss"].is_number()) fail(path, ":", i + 1, ": \"val_loss\" is not a number");
+      s.has_val = true, s.val_loss = j["val_loss"].get<double>(), s.val_step = step;
+    }
+    if (j.contains("loss") && j["loss"].is_number()) s.has_train = true, s.train_loss = j["loss"].get<double>();
+  }
+  return s;
+}
+
+int run_subprocess(const std::vector<std::string>& argv, const std::string& log_path) {
+  JTOK_CHECK(!argv.empty());
+  int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) fail(log_path, ": cannot open for the trainer's output: ", std::strerror(errno));
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fd);
+    fail("cannot fork to run ", argv[0], ": ", std::strerror(errno));
+  }
+  if (pid == 0) {  // child: only async-signal-safe calls until exec
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execv(args[0], args.data());
+    const char msg[] = "jtok scaling run: exec of the trainer failed\n";
+    (void)!::write(2, msg, sizeof msg - 1);
+    ::_exit(127);
+  }
+  ::close(fd);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) fail("waitpid failed: ", std::strerror(errno));
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 255;
+}
+
+RunSummary run_plan(const Plan& plan, const RunOptions& opt) {
+  if (opt.out_dir.empty()) fail("scaling run: no output directory");
+  std::error_code ec;
+  fs::create_directories(opt.out_dir, ec);
+  if (ec) fail(opt.out_dir, ": cannot create directory: ", ec.message());
+  nlohmann::json base = read_json_file(plan.base_config);
+  auto say = [&](const std::string& s) {
+    if (opt.log) opt.log(s);
+  };
+  RunSummary sum;
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
+    const PlanRow& r = plan.rows[i];
+    const std::string dir = opt.out_dir + "/" + r.run_id;
+    const std::string result_path = dir + "/result.json";
+    const std::string tag = std::string("[") + std::to_string(i + 1) + "/" + std::to_string(plan.rows.size()) + "] " + r.run_id;
+    if (fs::exists(result_path)) {
+      sum.results.push_back(read_json_file(result_path));
+      ++sum.done_before;
+      say(tag + ": done before, skipped");
+      continue;
+    }
+    const std::string cfg_path = dir + "/config.json";
+    std::vector<std::string> argv = {opt.trainer, "train", "--config", cfg_path, "--out", dir, "--max-steps",
+                                     std::to_string(r.steps)};
+    if (opt.dry_run) {
+      std::string cmd;
+      for (auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
+      say(tag + ": would run: " + cmd);
+      ++sum.pending;
+      continue;
+    }
+    fs::create_directories(dir, ec);
+    if (ec) fail(dir, ": cannot create directory: ", ec.message());
+    nlohmann::json cfg = merged_config(base, r.overrides, plan.base_config + " with shape " + r.shape);
+    cfg["max_steps"] = r.steps;
+    write_file_atomic(cfg_path, cfg.dump(2) + "\n");
+    say(tag + ": training " + std::to_string(r.steps) + " steps (N_c " + std::to_string(r.n_c) + ", " +
+        std::to_string(r.tokens) + " tokens)");
+    int rc = opt.runner(argv, dir + "/train.log");
+    std::string why;
+    TrainLogSummary log;
+    if (rc != 0) {
+      why = "trainer exited with status " + std::to_string(rc) + " (see " + dir + "/train.log)";
+    } else if (!fs::exists(dir + "/log.jsonl")) {
+      why = "trainer wrote no " + dir + "/log.jsonl";
+    } else {
+      try {
+        log = read_train_log(dir + "/log.jsonl");
+        if (!log.has_val) why = dir + "/log.jsonl has no \"val_loss\" line";
+      } catch (const Error& e) {
+        why = e.what();
+      }
+    }
+    if (!why.empty()) {
+      ++sum.failed;
+      sum.failures.push_back(r.run_id + ": " + why);
+      say(tag + ": FAILED: " + why);
+      continue;
+    }
+    nlohmann::json res = {{"run_id", r.run_id}, {"budget", r.budget}, {"shape", r.shape}, {"n_c", r.n_c},
+                          {"n_n", r.n_n}, {"tokens", r.tokens}, {"steps", r.steps}, {"compute", r.compute},
+                          {"loss", log.val_loss}, {"val_step", log.val_step}, {"last_step", log.last_step},
+                          {"train_loss", log.has_train ? nlohmann::json(log.train_loss) : nlohmann::json(nullptr)}};
+    write_file_atomic(result_path, res.dump(2) + "\n");
+    sum.results.push_back(res);
+    ++sum.ran;
+    say(tag + ": val_loss " + fmt_double(log.val_loss));
+  }
+  return sum;
+}
+
+std::string results_csv(const std::vector<nlohmann::json>& results) {
+  std::vector<std::vector<std::string>> rows;
+  for (auto& r : results) {
+    double n_c = r.at("n_c").get<double>(), n_n = r.value("n_n", 0.0);
+    rows.push_back({r.at("run_id").get<std::string>(), fmt_double(r.at("budget").get<double>()),
+                    r.at("shape").get<std::string>(), std::to_string(r.at("n_c").get<int64_t>()),
+                    std::to_string(r.value("n_n", int64_t(0))), fmt_double(n_c > 0 ? n_n / n_c : 0.0),
+                    std::to_string(r.at("tokens").get<int64_t>()), std::to_string(r.at("steps").get<int64_t>()),
+                    fmt_double(r.at("compute").get<double>()), fmt_double(r.at("loss").get<double>())});
+  }
+  return to_csv({"run_id", "budget", "shape", "n_c", "n_n", "eta", "tokens", "steps", "compute", "loss"}, rows);
+}
+
+}  // namespace jtok

@@ -1,0 +1,89 @@
+// Parameter and FLOPs accounting, checked against counts written out by hand.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "scaling/flops.h"
+
+using namespace jtok;
+
+namespace {
+ModelConfig small() {
+  ModelConfig m;
+  m.vocab_size = 1000;        // padded to 1024
+  m.vocab_pad_multiple = 64;
+  m.hidden_size = 64;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 4;  // hd 16, q_dim 64
+  m.num_key_value_heads = 2;  // kv_dim 32
+  m.intermediate_size = 128;
+  return m;
+}
+}  // namespace
+
+TEST(Flops, DenseParameterCounts) {
+  auto r = flops_report(small(), 32);
+  // Per layer: q 64*64 + k,v 2*64*32 + o 64*64 = 12288; MLP 3*64*128 = 24576.
+  EXPECT_EQ(r.n_c_attention, 2 * 12288);
+  EXPECT_EQ(r.n_c_mlp, 2 * 24576);
+  EXPECT_EQ(r.n_c, 2 * (12288 + 24576));
+  EXPECT_EQ(r.n_embedding, 1024 * 64);
+  EXPECT_EQ(r.n_lm_head, 1024 * 64);
+  EXPECT_EQ(r.n_norms, 2 * 2 * 64 + 64);
+  EXPECT_EQ(r.n_total, r.n_c + 2 * 1024 * 64 + 5 * 64);
+  EXPECT_EQ(r.n_n, 0);
+  EXPECT_EQ(r.eta, 0.0);
+  EXPECT_EQ(r.rho, 0.0);
+}
+
+TEST(Flops, DenseFlopsPerToken) {
+  auto m = small();
+  auto r = flops_report(m, 32);
+  EXPECT_DOUBLE_EQ(r.flops_6nc, 6.0 * r.n_c);
+  EXPECT_DOUBLE_EQ(r.flops_lm_head, 6.0 * 64 * 1024);
+  // Causal pairs of a 32-token sequence: 32*33/2 = 528, i.e. 16.5 keys per token on average;
+  // per layer forward: 4 heads * 16 hd * (2 + 2) FLOPs * 16.5 = 4224; training x3, 2 layers.
+  EXPECT_DOUBLE_EQ(r.flops_attention, 3.0 * 2 * 4224);
+  EXPECT_DOUBLE_EQ(r.flops_per_token, r.flops_6nc + r.flops_lm_head + r.flops_attention);
+  EXPECT_DOUBLE_EQ(r.forward_flops_per_token * 3, r.flops_per_token);
+  // Full square (what the masked kernels compute): 32 keys per token instead of 16.5.
+  EXPECT_DOUBLE_EQ(r.flops_attention_full_square, 3.0 * 2 * (4 * 16 * 4 * 32));
+  // The same as `jtok bench`'s count: 6 (L (2 d q + 2 d kv + 3 d ffn) + d Vp) + 3 L 4 T q.
+  double per_layer = 64.0 * 64 * 2 + 64.0 * 32 * 2 + 3.0 * 64 * 128;
+  EXPECT_DOUBLE_EQ(r.flops_per_token_full_square, 6 * (2 * per_layer + 64.0 * 1024) + 3.0 * 2 * 4 * 32 * 64);
+}
+
+TEST(Flops, TiedEmbeddingsHaveNoSeparateHeadButStillItsCompute) {
+  auto m = small();
+  m.tie_word_embeddings = true;
+  auto r = flops_report(m, 32);
+  EXPECT_EQ(r.n_lm_head, 0);
+  EXPECT_DOUBLE_EQ(r.flops_lm_head, 6.0 * 64 * 1024);
+}
+
+TEST(Flops, TokenIndexedTablesCountInNnNotNc) {
+  auto m = small();
+  auto dense = flops_report(m, 32);
+  auto j = flops_report(m, 32, {"jtok", 1, 1});
+  EXPECT_EQ(j.n_c, dense.n_c);
+  EXPECT_EQ(j.n_n, 2 * 1024 * 64);
+  EXPECT_DOUBLE_EQ(j.eta, double(j.n_n) / double(j.n_c));
+  EXPECT_DOUBLE_EQ(j.rho, 1.0);
+  auto jm = flops_report(m, 32, {"jtok_m", 8, 2});
+  EXPECT_EQ(jm.n_c, dense.n_c);
+  EXPECT_EQ(jm.n_n, 2 * 8 * 1024 * 64);
+  EXPECT_DOUBLE_EQ(jm.rho, 0.25);
+  EXPECT_EQ(jm.n_other, 2 * 64 + 2 * 64 * 8);
+  EXPECT_DOUBLE_EQ(jm.flops_router, 6.0 * 2 * 64 * 8);
+  EXPECT_THROW(flops_report(m, 32, {"jtok_m", 2, 4}), Error);
+  EXPECT_THROW(flops_report(m, 32, {"bogus", 0, 0}), Error);
+}
+
+TEST(Flops, Gpt2SmallShape) {
+  // GPT-2 small without biases: 12 layers, d 768, ffn 3072 as SwiGLU here (3 matrices).
+  ModelConfig m;
+  m.hidden_size = 768, m.num_hidden_layers = 12, m.num_attention_heads = 12, m.num_key_value_heads = 12;
+  m.intermediate_size = 2048;
+  auto r = flops_report(m, 1024);
+  EXPECT_EQ(r.n_c, 12 * (4 * 768 * 768 + 3 * 768 * 2048));
+  EXPECT_EQ(m.padded_vocab(), 50304);
+}
