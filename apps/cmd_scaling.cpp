@@ -6,7 +6,7 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "scaling/atomic_file.h"
+#include "core/atomic_file.h"
 #include "scaling/fit_report.h"
 #include "scaling/plan.h"
 #include "scaling/run.h"

@@ -131,7 +131,7 @@ printf 'eta,loss\n30,2.30\n50,2.29\n' > "$T/few_eta.csv"
 expect_error "eta too few points" "$T/few_eta.csv: eta fit needs at least 3 points, got 2" scaling fit --eta "$T/few_eta.csv"
 expect_error "plan bad budget" "--budgets: not a number: 'x'" scaling plan --config "$T/base.json" --budgets 1e12,x --hidden-sizes 64
 expect_error "plan bad shape" "hidden size 40 is not a multiple" scaling plan --config "$T/base.json" --budgets 1e12 --hidden-sizes 40
-expect_error "run missing plan" "$T/noplan.json: cannot open" scaling run --plan "$T/noplan.json" --out "$T/r"
+expect_error "run missing plan" "cannot read $T/noplan.json" scaling run --plan "$T/noplan.json" --out "$T/r"
 printf '#!/bin/sh\nexit 2\n' > "$T/failing_train.sh"; chmod +x "$T/failing_train.sh"
 expect_error "run failing trainer" "18 run(s) failed" scaling run --plan "$T/plan.json" --out "$T/runs_fail" --trainer "$T/failing_train.sh"
 grep -q "trainer exited with status 2" "$T/err" && ok "failure reason named" || bad "failure reason named"

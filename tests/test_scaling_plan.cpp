@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "scaling/atomic_file.h"
+#include "core/atomic_file.h"
 #include "scaling/flops.h"
 #include "scaling/plan.h"
 #include "scaling/run.h"

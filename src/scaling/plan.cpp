@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "model/config.h"
-#include "scaling/atomic_file.h"
+#include "core/atomic_file.h"
 #include "scaling/flops.h"
 #include "scaling/table.h"
 

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "scaling/atomic_file.h"
+#include "core/atomic_file.h"
 #include "scaling/table.h"
 
 namespace fs = std::filesystem;

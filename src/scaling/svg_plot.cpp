@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
-#include "scaling/atomic_file.h"
+#include "core/atomic_file.h"
 
 namespace jtok {
 
