@@ -37,6 +37,7 @@ std::vector<ParamInfo> param_layout(const ModelConfig& c) {
     add(p + "mlp.gate_proj.weight", {F, d});
     add(p + "mlp.up_proj.weight", {F, d});
     add(p + "mlp.down_proj.weight", {d, F});
+    if (c.jtok_on_layer(l)) add(p + "jtok.scale", {d});
   }
   add("model.norm.weight", {d});
   if (!c.tie_word_embeddings) add("lm_head.weight", {Vp, d});
@@ -49,13 +50,19 @@ ModelView bind_view(float* base, const std::vector<ParamInfo>& layout, const Mod
   auto next = [&] { return base + layout.at(i++).offset; };
   v.embed = next();
   v.layers.resize(static_cast<size_t>(c.num_hidden_layers));
-  for (auto& lv : v.layers) {
+  for (size_t l = 0; l < v.layers.size(); ++l) {
+    auto& lv = v.layers[l];
     lv.ln1 = next(); lv.wq = next(); lv.wk = next(); lv.wv = next(); lv.wo = next();
     lv.ln2 = next(); lv.wg = next(); lv.wu = next(); lv.wd = next();
+    if (c.jtok_on_layer(static_cast<int64_t>(l))) lv.jtok_scale = next();
   }
   v.norm = next();
   v.lm_head = c.tie_word_embeddings ? v.embed : next();
   return v;
+}
+
+std::string jtok_table_name(int64_t layer) {
+  return "model.layers." + std::to_string(layer) + ".jtok.embed.weight";
 }
 
 Model make_model(const ModelConfig& cfg, uint64_t seed) {
@@ -72,8 +79,9 @@ Model make_model(const ModelConfig& cfg, uint64_t seed) {
   for (size_t i = 0; i < m.layout.size(); ++i) {
     const auto& p = m.layout[i];
     float* x = m.params.data() + p.offset;
-    if (p.shape.size() == 1) {  // RMSNorm gain
-      std::fill(x, x + p.numel, 1.0f);
+    if (p.shape.size() == 1) {  // RMSNorm gain, or JTok scaler
+      const bool scaler = p.name.find("jtok.scale") != std::string::npos;
+      std::fill(x, x + p.numel, scaler ? static_cast<float>(cfg.jtok_scale_init) : 1.0f);
       continue;
     }
     // Each tensor its own stream, so adding a tensor does not change the others' init.
@@ -85,11 +93,34 @@ Model make_model(const ModelConfig& cfg, uint64_t seed) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) x[r * cols + c] = (vocab && r >= cfg.vocab_size) ? 0.0f : dist(rng);
   }
+  // JTok tables: E ~ N(0, jtok_init_std) on real rows, padded rows 0 (never looked up).
+  const int64_t Vp = cfg.padded_vocab(), d = cfg.hidden_size;
+  m.jtok_tables.resize(static_cast<size_t>(cfg.num_hidden_layers));
+  m.jtok_grads.resize(static_cast<size_t>(cfg.num_hidden_layers));
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+    if (!cfg.jtok_on_layer(l)) continue;
+    TokenTable& t = m.jtok_tables[l];
+    t.rows = Vp;
+    t.dim = d;
+    t.w.assign(static_cast<size_t>(Vp * d), 0.0f);
+    std::mt19937_64 rng(seed * 1000003ULL + 500000ULL + static_cast<uint64_t>(l));
+    std::normal_distribution<float> dist(0.0f, static_cast<float>(cfg.jtok_init_std));
+    for (int64_t i = 0; i < cfg.vocab_size * d; ++i) t.w[i] = dist(rng);
+    m.jtok_grads[l].init(Vp, d);
+  }
   return m;
 }
 
-void zero_grads(Model& m) { std::fill(m.grads.begin(), m.grads.end(), 0.0f); }
-int64_t num_params(const Model& m) { return static_cast<int64_t>(m.params.size()); }
+void zero_grads(Model& m) {
+  std::fill(m.grads.begin(), m.grads.end(), 0.0f);
+  for (auto& g : m.jtok_grads) g.clear();
+}
+
+int64_t num_params(const Model& m) {
+  int64_t n = static_cast<int64_t>(m.params.size());
+  for (auto& t : m.jtok_tables) n += static_cast<int64_t>(t.w.size());
+  return n;
+}
 
 const ParamInfo& find_param(const Model& m, const std::string& name) {
   for (auto& p : m.layout)
@@ -117,6 +148,11 @@ void ensure_activations(Activations& a, const ModelConfig& c, int64_t B, int64_t
   a.dh.resize(sz(N * d)); a.dx.resize(sz(N * d));
   a.dq.resize(sz(N * qd)); a.dk.resize(sz(N * kvd)); a.dv.resize(sz(N * kvd)); a.datt.resize(sz(N * qd));
   a.dgate.resize(sz(N * F)); a.dup.resize(sz(N * F)); a.dact.resize(sz(N * F));
+  if (c.jtok) {
+    a.dmlp.resize(sz(N * d));
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+      if (c.jtok_on_layer(l)) a.layers[l].jtok.mlp_out.resize(sz(N * d));
+  }
 }
 
 void forward(const Model& m, Activations& a, const int32_t* ids, int64_t B, int64_t T) {
@@ -130,6 +166,7 @@ void forward(const Model& m, Activations& a, const int32_t* ids, int64_t B, int6
   for (int64_t n = 0; n < N; ++n)
     if (ids[n] < 0 || ids[n] >= c.vocab_size) fail("token id ", ids[n], " outside the vocabulary [0, ", c.vocab_size, ")");
   embedding_forward(a.layers[0].h_in.data(), ids, m.w.embed, N, d);
+  if (c.jtok) { JTOK_PROFILE("jtok_dedup"); a.ids = dedup_ids(ids, N, c.padded_vocab()); }
   for (size_t l = 0; l < a.layers.size(); ++l) {
     auto& L = a.layers[l];
     const auto& W = m.w.layers[l];
@@ -148,8 +185,15 @@ void forward(const Model& m, Activations& a, const int32_t* ids, int64_t B, int6
     linear_forward(L.up.data(), L.m.data(), W.wu, N, d, F);
     { JTOK_PROFILE("swiglu_fwd"); swiglu_forward(L.act.data(), L.gate.data(), L.up.data(), N * F); }
     float* h_next = l + 1 < a.layers.size() ? a.layers[l + 1].h_in.data() : a.h_out.data();
-    std::memcpy(h_next, L.h_mid.data(), sizeof(float) * N * d);
-    gemm(false, true, N, d, F, 1.0f, L.act.data(), F, W.wd, F, 1.0f, h_next, d);
+    if (W.jtok_scale) {  // h_next = h_mid + Delta_m * (1 + s * Norm(E[x]))
+      linear_forward(L.jtok.mlp_out.data(), L.act.data(), W.wd, N, F, d);
+      JTOK_PROFILE("jtok_fwd");
+      jtok_prepare(L.jtok, m.jtok_tables[l], a.ids, static_cast<float>(c.jtok_eps), c.jtok_norm);
+      jtok_forward(h_next, L.h_mid.data(), L.jtok, W.jtok_scale, a.ids, N, d);
+    } else {
+      std::memcpy(h_next, L.h_mid.data(), sizeof(float) * N * d);
+      gemm(false, true, N, d, F, 1.0f, L.act.data(), F, W.wd, F, 1.0f, h_next, d);
+    }
   }
   rmsnorm_forward(a.lnf.data(), a.rstdf.data(), a.h_out.data(), m.w.norm, N, d, eps);
   { JTOK_PROFILE("lm_head_fwd"); linear_forward(a.logits.data(), a.lnf.data(), m.w.lm_head, N, d, Vp); }
@@ -187,9 +231,15 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
     auto& L = a.layers[li];
     const auto& W = m.w.layers[li];
     auto& G = m.g.layers[li];
-    // h_next = h_mid + act @ Wd^T
+    // h_next = h_mid + act @ Wd^T  (gated by JTok: the MLP update's gradient is dh * p)
+    const float* dmlp = dh;
+    if (W.jtok_scale) {
+      JTOK_PROFILE("jtok_bwd");
+      jtok_backward(a.dmlp.data(), G.jtok_scale, m.jtok_grads[li], dh, L.jtok, W.jtok_scale, a.ids, N, d, c.jtok_norm);
+      dmlp = a.dmlp.data();
+    }
     zero(a.dact);
-    linear_backward(a.dact.data(), G.wd, dh, L.act.data(), W.wd, N, F, d);
+    linear_backward(a.dact.data(), G.wd, dmlp, L.act.data(), W.wd, N, F, d);
     { JTOK_PROFILE("swiglu_bwd"); swiglu_backward(a.dgate.data(), a.dup.data(), a.dact.data(), L.gate.data(), L.up.data(), N * F); }
     zero(a.dx);
     linear_backward(dx, G.wg, a.dgate.data(), L.m.data(), W.wg, N, d, F);

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/jtok.h"
+#include "model/token_table.h"
 #include "ops/rope.h"
 
 namespace jtok {
@@ -22,6 +24,7 @@ struct ParamInfo {
 // Views of one layer's tensors inside a flat buffer (weights or their gradients alike).
 struct LayerView {
   float *ln1, *wq, *wk, *wv, *wo, *ln2, *wg, *wu, *wd;
+  float* jtok_scale = nullptr;   // (d) JTok scaler s, on JTok layers only
 };
 struct ModelView {
   float* embed;                  // (Vp, d)
@@ -39,7 +42,13 @@ struct Model {
   std::vector<float> params, grads;  // same layout
   ModelView w, g;                    // views into params and grads
   RopeTable rope;
+  // Token-indexed tables (their own storage, row-sparse gradients), one slot per layer; layers
+  // without JTok have an empty table (rows == 0).
+  std::vector<TokenTable> jtok_tables;
+  std::vector<SparseRowGrad> jtok_grads;
 };
+// Safetensors name of layer l's JTok table.
+std::string jtok_table_name(int64_t layer);
 
 // Allocates and initialises (docs/model.md "Initialisation") from seed.
 Model make_model(const ModelConfig& cfg, uint64_t seed);
@@ -50,13 +59,15 @@ const ParamInfo& find_param(const Model& m, const std::string& name);
 // Saved activations for one micro-batch of shape (B,T).
 struct LayerActs {
   std::vector<float> h_in, rstd1, a, q, k, v, probs, att, h_mid, rstd2, m, gate, up, act;
+  JTokActs jtok;  // JTok layers only
 };
 struct Activations {
   int64_t B = 0, T = 0;
   std::vector<LayerActs> layers;
   std::vector<float> h_out, rstdf, lnf, logits;  // logits (B*T, Vp); becomes dlogits in backward
+  RowBatch ids;                                  // the micro-batch's deduplicated ids (JTok)
   // Backward scratch.
-  std::vector<float> dh, dx, dq, dk, dv, datt, dgate, dup, dact;
+  std::vector<float> dh, dx, dq, dk, dv, datt, dgate, dup, dact, dmlp;
 };
 void ensure_activations(Activations& acts, const ModelConfig& cfg, int64_t B, int64_t T);
 

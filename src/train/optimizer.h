@@ -10,12 +10,13 @@ namespace jtok {
 
 struct AdamWState {
   std::vector<float> m, v;  // same layout as the parameters
+  std::vector<std::vector<float>> table_m, table_v;  // per layer, moments of the JTok tables
   int64_t step = 0;         // optimizer steps taken
 };
 
 AdamWState make_adamw_state(const Model& model);
 
-// sqrt(sum g^2) over every gradient, accumulated in double.
+// sqrt(sum g^2) over every gradient (the tables' sparse rows included), accumulated in double.
 double grad_global_norm(const Model& model);
 
 struct StepStats {

@@ -1,0 +1,124 @@
+#include "model/token_table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/parallel.h"
+
+namespace jtok {
+
+RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V) {
+  RowBatch rb;
+  rb.inverse.resize(static_cast<size_t>(N));
+  // Sort positions by id (stable), then walk runs: O(N log N) with N a few thousand.
+  rb.order.resize(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) {
+    if (ids[n] < 0 || ids[n] >= V) fail("token id ", ids[n], " outside the table's ", V, " rows");
+    rb.order[static_cast<size_t>(n)] = static_cast<int32_t>(n);
+  }
+  std::stable_sort(rb.order.begin(), rb.order.end(), [&](int32_t a, int32_t b) { return ids[a] < ids[b]; });
+  rb.offsets.push_back(0);
+  for (int64_t i = 0; i < N; ++i) {
+    const int32_t pos = rb.order[static_cast<size_t>(i)];
+    if (i == 0 || ids[pos] != rb.unique.back()) {
+      if (i > 0) rb.offsets.push_back(static_cast<int32_t>(i));
+      rb.unique.push_back(ids[pos]);
+    }
+    rb.inverse[static_cast<size_t>(pos)] = static_cast<int32_t>(rb.unique.size() - 1);
+  }
+  rb.offsets.push_back(static_cast<int32_t>(N));
+  return rb;
+}
+
+void gather_unique_rows(float* out, const TokenTable& t, const RowBatch& rb) {
+  const int64_t U = static_cast<int64_t>(rb.unique.size()), d = t.dim;
+#pragma omp parallel for schedule(static)
+  for (int64_t u = 0; u < U; ++u) std::memcpy(out + u * d, t.w.data() + rb.unique[u] * d, sizeof(float) * d);
+}
+
+void SparseRowGrad::init(int64_t vocab_rows, int64_t d) {
+  dim = d;
+  slot.assign(static_cast<size_t>(vocab_rows), -1);
+  ids.clear();
+  rows.clear();
+}
+
+void SparseRowGrad::clear() {
+  for (int32_t id : ids) slot[static_cast<size_t>(id)] = -1;
+  ids.clear();
+  rows.clear();
+}
+
+float* SparseRowGrad::row(int32_t id) {
+  int32_t& s = slot[static_cast<size_t>(id)];
+  if (s < 0) {
+    s = static_cast<int32_t>(ids.size());
+    ids.push_back(id);
+    rows.resize(rows.size() + static_cast<size_t>(dim), 0.0f);
+  }
+  return rows.data() + static_cast<int64_t>(s) * dim;
+}
+
+double SparseRowGrad::sum_squares() const {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  return parallel_sum((n + 4095) / 4096, [&](int64_t b) {
+    const int64_t lo = b * 4096, hi = std::min(n, lo + 4096);
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = lo; i < hi; ++i) s += rows[i] * rows[i];
+    return static_cast<double>(s);
+  });
+}
+
+void table_adamw_dense_semantics(TokenTable& t, float* tm, float* tv, const SparseRowGrad& g, const AdamWHyper& h) {
+  const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step)));
+  const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step)));
+  const float step_size = h.lr / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2), decay = 1.0f - h.lr * h.weight_decay;
+  const float b1 = h.beta1, b2 = h.beta2, eps = h.eps, gs = h.grad_scale;
+  const int64_t d = t.dim;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < t.rows; ++r) {
+    float* p = t.w.data() + r * d;
+    float* m = tm + r * d;
+    float* v = tv + r * d;
+    const int32_t s = g.slot[static_cast<size_t>(r)];
+    if (s >= 0) {
+      const float* gr = g.rows.data() + static_cast<int64_t>(s) * d;
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) {
+        const float gi = gr[j] * gs;
+        const float mi = b1 * m[j] + (1.0f - b1) * gi;
+        const float vi = b2 * v[j] + (1.0f - b2) * gi * gi;
+        m[j] = mi;
+        v[j] = vi;
+        p[j] = p[j] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+      }
+    } else {  // zero gradient: (1 - b1) * 0 and (1 - b2) * 0 vanish, the moments only decay
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) {
+        const float mi = b1 * m[j];
+        const float vi = b2 * v[j];
+        m[j] = mi;
+        v[j] = vi;
+        p[j] = p[j] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+      }
+    }
+  }
+}
+
+std::vector<float> densify(const SparseRowGrad& g, int64_t rows) {
+  std::vector<float> dense(static_cast<size_t>(rows * g.dim), 0.0f);
+  for (size_t i = 0; i < g.ids.size(); ++i)
+    std::memcpy(dense.data() + static_cast<int64_t>(g.ids[i]) * g.dim, g.rows.data() + static_cast<int64_t>(i) * g.dim,
+                sizeof(float) * g.dim);
+  return dense;
+}
+
+void table_adamw_ref(TokenTable& t, float* m, float* v, const SparseRowGrad& g, const AdamWHyper& h) {
+  std::vector<float> dense = densify(g, t.rows);
+  adamw_update_ref(t.w.data(), dense.data(), m, v, static_cast<int64_t>(t.w.size()), h);
+}
+
+}  // namespace jtok

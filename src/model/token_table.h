@@ -1,0 +1,55 @@
+// Token-indexed tables (engineering.md section 2): V rows of d values, their own kind of storage,
+// reached only through one deduplicating gather path, with row-sparse gradients.
+//
+// A micro-batch's ids are deduplicated once (RowBatch); each unique row is gathered once and
+// scattered to its positions; the backward produces (unique ids, rows), never a dense V x d grad.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "ops/adamw.h"
+
+namespace jtok {
+
+struct TokenTable {
+  int64_t rows = 0, dim = 0;
+  std::vector<float> w;     // (rows, dim)
+};
+
+// The distinct ids of a micro-batch, sorted, with each position's index into them and, per unique
+// id, the list of its positions (CSR), so the backward can sum per row without atomics.
+struct RowBatch {
+  std::vector<int32_t> unique;     // (U) sorted distinct ids
+  std::vector<int32_t> inverse;    // (N) position -> index into unique
+  std::vector<int32_t> offsets;    // (U+1) positions of unique[u] are order[offsets[u]..offsets[u+1])
+  std::vector<int32_t> order;      // (N) positions grouped by unique id
+};
+// ids (N) in [0, V).
+RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V);
+
+// out (U, dim) = table rows of rb.unique.
+void gather_unique_rows(float* out, const TokenTable& t, const RowBatch& rb);
+
+// Row-sparse gradient of one table, accumulated over micro-batches: rows keyed by id.
+struct SparseRowGrad {
+  int64_t dim = 0;
+  std::vector<int32_t> ids;       // (R) ids with a gradient, in insertion order
+  std::vector<float> rows;        // (R, dim)
+  std::vector<int32_t> slot;      // (V) id -> row index in ids/rows, or -1
+  void init(int64_t vocab_rows, int64_t d);
+  void clear();
+  float* row(int32_t id);         // the id's gradient row, created zeroed on first use
+  double sum_squares() const;
+};
+
+// AdamW over a whole table with exact dense semantics: rows without a gradient still have their
+// moments decayed and receive the update from those moments and the weight decay, exactly as
+// torch.optim.AdamW over a dense table with zero gradient rows. One pass over the table.
+// m, v: the table's AdamW moments, (rows, dim).
+void table_adamw_dense_semantics(TokenTable& t, float* m, float* v, const SparseRowGrad& g, const AdamWHyper& h);
+// The reference: materialises the dense gradient and runs the dense AdamW.
+void table_adamw_ref(TokenTable& t, float* m, float* v, const SparseRowGrad& g, const AdamWHyper& h);
+// The dense (rows, dim) gradient a sparse one stands for (tests and parity dumps only).
+std::vector<float> densify(const SparseRowGrad& g, int64_t rows);
+
+}  // namespace jtok
