@@ -98,6 +98,17 @@ def test_forward():
         lp = torch.log_softmax(torch.from_numpy(logits[..., :cfg.vocab_size]), -1)
         expect = -lp.gather(-1, labels[..., None]).mean().item()
         assert abs(model.loss(torch.from_numpy(logits), labels).item() - expect) < 1e-12
+        # forward_loss (used for training) = loss(forward()), gradients included.
+        model.zero_grad()
+        model.loss(model(ids), labels).backward()
+        g1 = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        fl = model.forward_loss(ids, labels)
+        fl.backward()
+        assert abs(fl.item() - expect) < 1e-12
+        for a, (n, p) in zip(g1, model.named_parameters()):
+            assert torch.allclose(a, p.grad, rtol=1e-12, atol=1e-14), n
+        assert torch.all(model.head_weight().grad[cfg.vocab_size:] == 0)
     print("forward matches the spec transcription")
 
 

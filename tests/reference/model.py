@@ -208,16 +208,18 @@ class Transformer(nn.Module):
         self.model.embed_tokens.weight[cfg.vocab_size:].zero_()
         self.head_weight()[cfg.vocab_size:].zero_()
 
-    def forward(self, input_ids):
-        """input_ids (B, T) int -> logits (B, T, padded_vocab_size); padded columns are -inf."""
+    def hidden_states(self, input_ids):
+        """input_ids (B, T) int -> final normed hidden states (B, T, d)."""
         B, T = input_ids.shape
         h = self.model.embed_tokens(input_ids)
-        dtype = h.dtype
-        cos, sin = rope_cos_sin(T, self.cfg.head_dim, self.cfg.rope_theta, dtype, h.device)
+        cos, sin = rope_cos_sin(T, self.cfg.head_dim, self.cfg.rope_theta, h.dtype, h.device)
         for layer in self.model.layers:
             h = layer(h, cos, sin)
-        h = self.model.norm(h)
-        logits = F.linear(h, self.head_weight())
+        return self.model.norm(h)
+
+    def forward(self, input_ids):
+        """input_ids (B, T) int -> logits (B, T, padded_vocab_size); padded columns are -inf."""
+        logits = F.linear(self.hidden_states(input_ids), self.head_weight())
         if self.cfg.padded_vocab_size > self.cfg.vocab_size:
             padded = torch.arange(logits.shape[-1], device=logits.device) >= self.cfg.vocab_size
             logits = logits.masked_fill(padded, float("-inf"))  # zero gradient to padded rows
@@ -228,6 +230,14 @@ class Transformer(nn.Module):
         only the real vocabulary enters the softmax)."""
         V = self.cfg.vocab_size
         return F.cross_entropy(logits[..., :V].reshape(-1, V), labels.reshape(-1).long())
+
+    def forward_loss(self, input_ids, labels):
+        """Same value and gradients as loss(forward(input_ids), labels), without computing the
+        padded logit columns: the head multiplies by the real rows only (a view), so the padded
+        rows get no gradient by construction. Training uses this; it saves a (B*T, Vp) copy."""
+        V = self.cfg.vocab_size
+        logits = F.linear(self.hidden_states(input_ids), self.head_weight()[:V])   # (B, T, V)
+        return F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1).long())
 
     # --- numpy / safetensors interchange -------------------------------------------------
 

@@ -105,7 +105,7 @@ def accumulate_gradients(model, micro_batches):
     M = len(micro_batches)
     total = 0.0
     for input_ids, labels in micro_batches:
-        loss = model.loss(model(input_ids), labels) / M
+        loss = model.forward_loss(input_ids, labels) / M
         loss.backward()
         total += loss.item()
     return total
