@@ -90,15 +90,16 @@ def main():
         return [(torch.randint(0, mcfg.vocab_size, (B, T)), torch.randint(0, mcfg.vocab_size, (B, T)))
                 for _ in range(M)]
 
-    times, losses = [], []
+    times, cpu_times, losses = [], [], []
     for step in range(total_steps):
         batches = random_micro_batches()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         loss, norm, lr = train_step(model, optimizer, batches, tcfg, step)
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         losses.append(loss)
         if step >= args.warmup:
             times.append(dt)
+            cpu_times.append(cpu)
         print(f"step {step + 1}/{total_steps} | loss {loss:.4f} | norm {norm:.3f} | lr {lr:.2e} | "
               f"{dt * 1000:.0f} ms | {tokens_per_step / dt:,.0f} tok/s", file=sys.stderr)
 
@@ -116,6 +117,8 @@ def main():
         "steps": args.steps,
         "step_ms": round(step_s * 1000, 2),
         "step_ms_min": round(min(times) * 1000, 2),
+        # CPU seconds of all threads per step: a busy machine shows as wall >> cpu / threads.
+        "cpu_s_per_step": round(sum(cpu_times) / len(cpu_times), 2),
         "tokens_per_s": round(tokens_per_step / step_s, 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "final_loss": round(losses[-1], 4),
