@@ -221,6 +221,7 @@ def test_optimizer():
 
 
 if __name__ == "__main__":
+    torch.set_num_threads(1)  # tiny tensors: threads only add OpenMP waits (slow on a busy machine)
     test_forward()
     test_names()
     test_safetensors()

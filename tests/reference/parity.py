@@ -36,7 +36,8 @@ from model import JTokConfig, Transformer
 from train_ref import TrainConfig, train_steps
 
 # Test cases: small models that exercise GQA, padded vocabulary, tied embeddings, an explicit
-# head_dim different from hidden/heads, the three lr schedules, and active clipping.
+# head_dim different from hidden/heads, the three lr schedules, and clipping off, on but inactive
+# (max_grad_norm above every norm), and active.
 BASE = {
     "model_type": "jtok_dense",
     "vocab_size": 300, "vocab_pad_multiple": 64,          # padded to 320
@@ -54,7 +55,7 @@ BASE = {
 CASES = {
     "gqa_untied": dict(BASE),
     "mha_tied_headdim": dict(BASE, tie_word_embeddings=True, num_key_value_heads=4, head_dim=32,
-                             lr_scheduler_type="wsd", decay_ratio=0.3, seed=7),
+                             lr_scheduler_type="wsd", decay_ratio=0.3, max_grad_norm=10.0, seed=7),
     "gqa_clipped": dict(BASE, num_key_value_heads=1, max_grad_norm=0.05, lr_scheduler_type="constant",
                         warmup_steps=-1, warmup_ratio=0.25, seed=99),
 }
@@ -182,6 +183,7 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--self", action="store_true", help="compare reference float32 vs float64 only")
     args = ap.parse_args()
+    torch.set_num_threads(1)  # tiny tensors: threads only add OpenMP waits
     use_jtok = not args.self and jtok_has_parity(args.jtok)
     for name in (CASES if args.case == "all" else [args.case]):
         cfg_dict = CASES[name]

@@ -17,11 +17,29 @@ Best setting for PyTorch 1.13 (Debian) on these machines -- give the peer this w
         /usr/bin/python3 tests/reference/train_bench.py --config b --threads 2
 
 Debian's torch does its GEMMs through the system BLAS (libblas.so.3), so the BLAS and its
-threading decide the speed. Measured on the dev machine (2 cores, AMD EPYC Zen 5, config a, 2 threads,
-mean step after warmup): see the table in tests/reference/README.md ("Throughput"). In short:
-OPENBLAS_CORETYPE=Haswell (set by the environment) limits OpenBLAS to AVX2 kernels, so unset it;
-the openmp flavour of OpenBLAS (libopenblas0-openmp) shares torch's OpenMP thread pool instead of
-starting a second pthread pool beside it; 2 torch threads = one per core.
+threading decide the speed. Why this setting (docs/engineering.md section 1 measured it on an idle
+2-core Zen 5 machine: GPT-2 small at 111-136 tokens/s): OPENBLAS_CORETYPE=Haswell, set by the
+environment, limits OpenBLAS to AVX2 kernels on an AVX-512 CPU, so unset it; the openmp flavour
+of OpenBLAS (package libopenblas0-openmp) shares torch's OpenMP threads instead of starting a
+second pthread pool beside them; 2 torch threads = one per core. This script also sets
+OMP_WAIT_POLICY=PASSIVE unless the environment sets it (see below).
+
+What the settings did on the machine this was written on (2 AVX2-only cores shared with other
+builds and benches, load average 5-6, config a, mean of 2 steps after 1 warmup step; wall times
+are inflated ~3x by the other work, so only large differences mean anything):
+
+    setting                                   step s   CPU s/step
+    openblas-pthread, 2 threads               18.4     14.7
+    openblas-pthread, 2 threads, PASSIVE      18.5     10.1
+    openblas-openmp,  2 threads               22.5     15.9
+    openblas-openmp,  2 threads, PASSIVE      19.0      9.8
+    openblas-openmp,  1 thread                12.8      9.9
+
+On such a busy machine 1 thread wins, the BLAS flavour hardly matters, spinning threads burn a
+third of the CPU time, and the openmp flavour without PASSIVE can be pathological (attention bmm
+50x slower). This machine also lacks /usr/lib/x86_64-linux-gnu/openblas-openmp (the openmp rows
+used libopenblas0-openmp unpacked elsewhere); without it that LD_LIBRARY_PATH changes nothing. Re-measure on an idle machine before quoting numbers; the JSON line records the BLAS
+loaded, the thread count and the wait policy.
 """
 import argparse
 import json
@@ -30,7 +48,14 @@ import resource
 import sys
 import time
 
-import torch
+# Must be set before torch (and its libgomp) loads; an explicit environment value wins.
+# PASSIVE: idle OpenMP threads sleep instead of spinning. On a machine shared with other work,
+# spinning threads that wait at a barrier for a descheduled partner made the attention bmm of
+# config a 40-50x slower with 2 threads (1000 ms instead of 20 ms); on an idle machine the cost of
+# sleeping is a futex wake-up per parallel region, small against multi-second steps.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 from model import JTokConfig, Transformer
 from train_ref import TrainConfig, make_optimizer, train_step
@@ -111,6 +136,7 @@ def main():
         "threads": torch.get_num_threads(),
         "blas": blas_library(),
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "params": sum(p.numel() for p in model.parameters()),
         "tokens_per_step": tokens_per_step,
         "warmup": args.warmup,
