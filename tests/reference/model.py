@@ -210,7 +210,7 @@ class Transformer(nn.Module):
 
     def hidden_states(self, input_ids):
         """input_ids (B, T) int -> final normed hidden states (B, T, d)."""
-        B, T = input_ids.shape
+        T = input_ids.shape[1]
         h = self.model.embed_tokens(input_ids)
         cos, sin = rope_cos_sin(T, self.cfg.head_dim, self.cfg.rope_theta, h.dtype, h.device)
         for layer in self.model.layers:

@@ -35,6 +35,10 @@ are inflated ~3x by the other work, so only large differences mean anything):
     openblas-openmp,  2 threads, PASSIVE      19.0      9.8
     openblas-openmp,  1 thread                12.8      9.9
 
+Config b (GPT-2 small), openblas-pthread, 2 threads, PASSIVE, one step, same busy machine:
+147 s (28 tokens/s), 119 CPU s, peak RSS 11.7 GB (the T x T attention probabilities of every
+layer are kept for the backward).
+
 On such a busy machine 1 thread wins, the BLAS flavour hardly matters, spinning threads burn a
 third of the CPU time, and the openmp flavour without PASSIVE can be pathological (attention bmm
 50x slower). This machine also lacks /usr/lib/x86_64-linux-gnu/openblas-openmp (the openmp rows
