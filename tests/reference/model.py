@@ -1,0 +1,260 @@
+"""The jtok dense Transformer in plain PyTorch (the contract is docs/model.md).
+
+A pre-norm Qwen/Llama-style decoder without biases: RMSNorm, grouped-query attention with
+RoPE ("rotate_half" layout), a SwiGLU MLP, and a vocabulary padded to a multiple of
+`vocab_pad_multiple` whose padded logits are masked to -inf.
+
+Parameter names are exactly the safetensors names of jtok checkpoints, so
+
+    model = Transformer(JTokConfig.from_json("config.json"))
+    model.load_numpy(safetensors_np.load("model.safetensors"))
+
+loads a jtok checkpoint, and `model.numpy_state()` gives tensors that jtok can read.
+Works in float32 and float64 (`model.double()`, used by the parity tests).
+"""
+import json
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class JTokConfig:
+    """Model fields of a jtok config file (Hugging Face-like names); training fields are ignored."""
+
+    FIELDS = {
+        "vocab_size": 50257,
+        "vocab_pad_multiple": 64,
+        "hidden_size": 256,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "head_dim": 0,  # 0 = hidden_size // num_attention_heads
+        "intermediate_size": 1024,
+        "max_position_embeddings": 1024,
+        "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "initializer_range": 0.02,
+    }
+
+    def __init__(self, **kwargs):
+        for name, default in self.FIELDS.items():
+            setattr(self, name, kwargs.get(name, default))
+        if not self.head_dim:
+            assert self.hidden_size % self.num_attention_heads == 0, "heads must divide hidden_size"
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        assert self.num_attention_heads % self.num_key_value_heads == 0, "kv heads must divide q heads"
+        assert self.head_dim % 2 == 0, "head_dim must be even for RoPE"
+
+    @classmethod
+    def from_dict(cls, d):
+        """Reads the model fields of a flat config dict (other keys are ignored)."""
+        return cls(**{k: v for k, v in d.items() if k in cls.FIELDS})
+
+    @classmethod
+    def from_json(cls, path):
+        with open(path) as f:
+            return cls.from_dict(json.load(f))
+
+    def to_dict(self):
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    @property
+    def padded_vocab_size(self):
+        m = self.vocab_pad_multiple
+        return (self.vocab_size + m - 1) // m * m
+
+
+class RMSNorm(nn.Module):
+    """y = x / sqrt(mean(x^2) + eps) * weight, over the last dimension."""
+
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return x / rms * self.weight
+
+
+def rope_cos_sin(seq_len, head_dim, theta, dtype, device=None):
+    """cos, sin of shape (seq_len, head_dim), HF layout: the angles repeated twice.
+
+    Computed in float64 and then cast, so both precisions see the most accurate table.
+    """
+    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (hd/2)
+    t = torch.arange(seq_len, dtype=torch.float64)
+    angles = torch.outer(t, inv_freq)                    # (T, hd/2)
+    emb = torch.cat([angles, angles], dim=-1)            # (T, hd)
+    return emb.cos().to(dtype=dtype, device=device), emb.sin().to(dtype=dtype, device=device)
+
+
+def rotate_half(x):
+    """[x1, x2] -> [-x2, x1] over the last dimension (x1 = first half)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rope(x, cos, sin):
+    """x is (B, heads, T, hd); cos, sin are (T, hd)."""
+    return x * cos + rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        d, hd = cfg.hidden_size, cfg.head_dim
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv_heads = cfg.num_key_value_heads
+        self.head_dim = hd
+        self.q_proj = nn.Linear(d, self.n_heads * hd, bias=False)
+        self.k_proj = nn.Linear(d, self.n_kv_heads * hd, bias=False)
+        self.v_proj = nn.Linear(d, self.n_kv_heads * hd, bias=False)
+        self.o_proj = nn.Linear(self.n_heads * hd, d, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        hd = self.head_dim
+        # (B, T, heads*hd) -> (B, heads, T, hd)
+        q = self.q_proj(x).view(B, T, self.n_heads, hd).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, hd).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, hd).transpose(1, 2)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
+        # GQA: q head h reads kv head h // group, so repeat each kv head `group` times in place.
+        group = self.n_heads // self.n_kv_heads
+        if group > 1:
+            k = k.repeat_interleave(group, dim=1)
+            v = v.repeat_interleave(group, dim=1)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(hd)              # (B, heads, T, T)
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)  # True above the diagonal
+        scores = scores.masked_fill(causal, float("-inf"))
+        probs = F.softmax(scores, dim=-1)  # the model runs in float32 or float64
+        y = probs @ v                                                    # (B, heads, T, hd)
+        y = y.transpose(1, 2).reshape(B, T, self.n_heads * hd)
+        return self.o_proj(y)
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        d, f = cfg.hidden_size, cfg.intermediate_size
+        self.gate_proj = nn.Linear(d, f, bias=False)
+        self.up_proj = nn.Linear(d, f, bias=False)
+        self.down_proj = nn.Linear(f, d, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, h, cos, sin):
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin)
+        h = h + self.mlp(self.post_attention_layernorm(h))
+        return h
+
+
+class Backbone(nn.Module):
+    """The `model.` prefix of the tensor names: embeddings, layers, final norm."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.padded_vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.model = Backbone(cfg)
+        # Tied: no separate module, the head uses model.embed_tokens.weight (one tensor,
+        # gradients summed), so state_dict() has no lm_head.weight, as in the safetensors file.
+        self.lm_head = None if cfg.tie_word_embeddings else \
+            nn.Linear(cfg.hidden_size, cfg.padded_vocab_size, bias=False)
+        self.init_weights()
+
+    def head_weight(self):
+        return self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
+    @torch.no_grad()
+    def init_weights(self, generator=None):
+        """docs/model.md: N(0, initializer_range); o_proj, down_proj also / sqrt(2 layers);
+        RMSNorm gains 1; padded embedding and lm_head rows 0."""
+        cfg = self.cfg
+        std = cfg.initializer_range
+        residual_std = std / math.sqrt(2 * cfg.num_hidden_layers)
+        for name, p in self.named_parameters():
+            if p.dim() == 1:
+                p.fill_(1.0)
+            elif name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
+                p.normal_(0.0, residual_std, generator=generator)
+            else:
+                p.normal_(0.0, std, generator=generator)
+        self.model.embed_tokens.weight[cfg.vocab_size:].zero_()
+        self.head_weight()[cfg.vocab_size:].zero_()
+
+    def hidden_states(self, input_ids):
+        """input_ids (B, T) int -> final normed hidden states (B, T, d)."""
+        T = input_ids.shape[1]
+        h = self.model.embed_tokens(input_ids)
+        cos, sin = rope_cos_sin(T, self.cfg.head_dim, self.cfg.rope_theta, h.dtype, h.device)
+        for layer in self.model.layers:
+            h = layer(h, cos, sin)
+        return self.model.norm(h)
+
+    def forward(self, input_ids):
+        """input_ids (B, T) int -> logits (B, T, padded_vocab_size); padded columns are -inf."""
+        logits = F.linear(self.hidden_states(input_ids), self.head_weight())
+        if self.cfg.padded_vocab_size > self.cfg.vocab_size:
+            padded = torch.arange(logits.shape[-1], device=logits.device) >= self.cfg.vocab_size
+            logits = logits.masked_fill(padded, float("-inf"))  # zero gradient to padded rows
+        return logits
+
+    def loss(self, logits, labels):
+        """Mean token cross-entropy over all B*T positions (padded columns are excluded:
+        only the real vocabulary enters the softmax)."""
+        V = self.cfg.vocab_size
+        return F.cross_entropy(logits[..., :V].reshape(-1, V), labels.reshape(-1).long())
+
+    def forward_loss(self, input_ids, labels):
+        """Same value and gradients as loss(forward(input_ids), labels), without computing the
+        padded logit columns: the head multiplies by the real rows only (a view), so the padded
+        rows get no gradient by construction. Training uses this; it saves a (B*T, Vp) copy."""
+        V = self.cfg.vocab_size
+        logits = F.linear(self.hidden_states(input_ids), self.head_weight()[:V])   # (B, T, V)
+        return F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1).long())
+
+    # --- numpy / safetensors interchange -------------------------------------------------
+
+    def numpy_state(self, dtype=np.float32):
+        """dict safetensors name -> numpy array (float32 by default)."""
+        return {k: v.detach().cpu().numpy().astype(dtype) for k, v in self.state_dict().items()}
+
+    @torch.no_grad()
+    def load_numpy(self, tensors):
+        """Loads dict name -> array (e.g. safetensors_np.load(path)); names and shapes must match."""
+        state = self.state_dict()
+        missing = set(state) - set(tensors)
+        unexpected = set(tensors) - set(state)
+        if missing or unexpected:
+            raise KeyError(f"load_numpy: missing {sorted(missing)}, unexpected {sorted(unexpected)}")
+        for name, p in state.items():
+            arr = np.asarray(tensors[name])
+            if tuple(arr.shape) != tuple(p.shape):
+                raise ValueError(f"load_numpy: {name} has shape {arr.shape}, expected {tuple(p.shape)}")
+            p.copy_(torch.from_numpy(arr))

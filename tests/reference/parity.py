@@ -1,0 +1,205 @@
+"""Parity between jtok and the PyTorch reference: same weights, same batches, compare everything.
+
+The jtok side is the command
+
+    $JTOK_BIN parity --config CFG.json --weights W.safetensors --batch B.safetensors \
+                     --steps N --out O.safetensors
+
+CFG.json      one flat JSON object with model and training fields (docs/model.md names)
+W.safetensors initial weights, float32, safetensors names of docs/model.md
+B.safetensors input_ids, labels: int32 (M, B, T), M = gradient_accumulation_steps; the same
+              M micro-batches are used at every one of the N steps
+O.safetensors logits float32 (B, T, vocab_size): micro-batch 0 at the initial weights, real
+              vocabulary columns only; loss, grad_norm, lr float32 (N); grad.<name>: every
+              parameter's gradient at step 0 before clipping; final.<name>: every parameter
+              after N steps.
+
+`run_reference` produces the same dict with the PyTorch model (float64 by default), and
+`compare` gives one relative error ||a - b|| / ||b|| per tensor.
+
+On its own:  python3 parity.py [--jtok BIN] [--case NAME] [--steps N]
+(without --jtok it compares the reference in float32 against float64: a calibration showing
+what an exact float32 implementation reaches.)
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+import safetensors_np
+from model import JTokConfig, Transformer
+from train_ref import TrainConfig, train_steps
+
+# Test cases: small models that exercise GQA, padded vocabulary, tied embeddings, an explicit
+# head_dim different from hidden/heads, the three lr schedules, and clipping off, on but inactive
+# (max_grad_norm above every norm), and active.
+BASE = {
+    "model_type": "jtok_dense",
+    "vocab_size": 300, "vocab_pad_multiple": 64,          # padded to 320
+    "hidden_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2,   # GQA, group 2
+    "head_dim": 0, "intermediate_size": 160,
+    "max_position_embeddings": 32, "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False, "initializer_range": 0.1,
+    "seq_len": 16, "micro_batch_size": 3, "gradient_accumulation_steps": 2,
+    "max_steps": 10, "learning_rate": 3e-3, "min_lr": 3e-4, "lr_scheduler_type": "cosine",
+    "warmup_ratio": 0.0, "warmup_steps": 2, "decay_ratio": 0.2,
+    "weight_decay": 0.1, "adam_beta1": 0.9, "adam_beta2": 0.95, "adam_epsilon": 1e-8,
+    "max_grad_norm": 0.0, "seed": 1234,
+}
+CASES = {
+    "gqa_untied": dict(BASE),
+    "mha_tied_headdim": dict(BASE, tie_word_embeddings=True, num_key_value_heads=4, head_dim=32,
+                             lr_scheduler_type="wsd", decay_ratio=0.3, max_grad_norm=10.0, seed=7),
+    "gqa_clipped": dict(BASE, num_key_value_heads=1, max_grad_norm=0.05, lr_scheduler_type="constant",
+                        warmup_steps=-1, warmup_ratio=0.25, seed=99),
+}
+
+
+def random_weights(cfg, seed):
+    """Random float32 weights for a JTokConfig: N(0, initializer_range) matrices (o_proj and
+    down_proj scaled by 1/sqrt(2 layers)), norm gains 1 + N(0, 0.1) so that their gradients are
+    exercised, padded embedding / lm_head rows zero."""
+    rng = np.random.default_rng(seed)
+    model = Transformer(cfg)  # only for names and shapes
+    std = cfg.initializer_range
+    out = {}
+    for name, p in model.state_dict().items():
+        shape = tuple(p.shape)
+        if len(shape) == 1:
+            w = 1.0 + 0.1 * rng.standard_normal(shape)
+        elif "o_proj" in name or "down_proj" in name:
+            w = std / np.sqrt(2 * cfg.num_hidden_layers) * rng.standard_normal(shape)
+        else:
+            w = std * rng.standard_normal(shape)
+        if name in ("model.embed_tokens.weight", "lm_head.weight"):
+            w[cfg.vocab_size:] = 0.0
+        out[name] = w.astype(np.float32)
+    return out
+
+
+def random_batch(cfg_dict, seed):
+    """input_ids, labels: int32 (M, B, T), tokens < vocab_size."""
+    rng = np.random.default_rng(seed + 1)
+    shape = (cfg_dict["gradient_accumulation_steps"], cfg_dict["micro_batch_size"], cfg_dict["seq_len"])
+    input_ids = rng.integers(0, cfg_dict["vocab_size"], size=shape, dtype=np.int32)
+    labels = rng.integers(0, cfg_dict["vocab_size"], size=shape, dtype=np.int32)
+    return {"input_ids": input_ids, "labels": labels}
+
+
+def run_reference(cfg_dict, weights, batch, steps, dtype=torch.float64):
+    """The PyTorch side of the parity interface: returns the dict jtok writes to O.safetensors
+    (as float64 numpy arrays)."""
+    mcfg = JTokConfig.from_dict(cfg_dict)
+    tcfg = TrainConfig.from_dict(cfg_dict)
+    model = Transformer(mcfg).to(dtype)
+    model.load_numpy({k: v.astype(np.float64) for k, v in weights.items()})
+    micro_batches = [(torch.from_numpy(batch["input_ids"][i]).long(),
+                      torch.from_numpy(batch["labels"][i]).long())
+                     for i in range(batch["input_ids"].shape[0])]
+    out = {}
+    with torch.no_grad():
+        out["logits"] = model(micro_batches[0][0])[..., :mcfg.vocab_size].double().numpy()
+
+    def keep_step0_grads(step, m):
+        if step == 0:
+            for name, p in m.named_parameters():
+                out["grad." + name] = p.grad.double().numpy().copy()
+
+    log = train_steps(model, micro_batches, tcfg, steps, on_gradients=keep_step0_grads)
+    for key in ("loss", "grad_norm", "lr"):
+        out[key] = np.array(log[key], dtype=np.float64)
+    for name, p in model.named_parameters():
+        out["final." + name] = p.detach().double().numpy().copy()
+    return out
+
+
+def write_inputs(workdir, cfg_dict, weights, batch):
+    paths = {k: os.path.join(workdir, f) for k, f in
+             (("config", "config.json"), ("weights", "weights.safetensors"),
+              ("batch", "batch.safetensors"), ("out", "out.safetensors"))}
+    with open(paths["config"], "w") as f:
+        json.dump(cfg_dict, f, indent=1)
+    safetensors_np.save(paths["weights"], weights)
+    safetensors_np.save(paths["batch"], batch)
+    return paths
+
+
+def jtok_has_parity(jtok_bin):
+    if not jtok_bin or not os.path.exists(jtok_bin):
+        return False
+    r = subprocess.run([jtok_bin, "parity", "--help"], capture_output=True, text=True)
+    return r.returncode == 0
+
+
+def run_jtok(jtok_bin, cfg_dict, weights, batch, steps, workdir):
+    paths = write_inputs(workdir, cfg_dict, weights, batch)
+    cmd = [jtok_bin, "parity", "--config", paths["config"], "--weights", paths["weights"],
+           "--batch", paths["batch"], "--steps", str(steps), "--out", paths["out"]]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return safetensors_np.load(paths["out"])
+
+
+def rel_err(a, b):
+    """||a - b|| / ||b|| (b is the reference); 0 when both are zero."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"shape {a.shape} != reference shape {b.shape}")
+    nb = np.linalg.norm(b)
+    diff = np.linalg.norm(a - b)
+    return diff / nb if nb > 0 else diff
+
+
+def compare(out, ref):
+    """Rows (name, rel err) for every tensor of the reference output, in a stable order."""
+    missing = sorted(set(ref) - set(out))
+    if missing:
+        raise KeyError(f"output lacks {missing}")
+    order = ["logits", "loss", "grad_norm", "lr"]
+    order += sorted(k for k in ref if k.startswith("grad."))
+    order += sorted(k for k in ref if k.startswith("final."))
+    return [(name, rel_err(out[name], ref[name])) for name in order]
+
+
+def format_table(rows, title):
+    width = max(len(n) for n, _ in rows)
+    lines = [title, f"  {'tensor'.ljust(width)}  rel err"]
+    lines += [f"  {n.ljust(width)}  {e:.2e}" for n, e in rows]
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jtok", default=os.environ.get("JTOK_BIN"), help="jtok binary (default $JTOK_BIN)")
+    ap.add_argument("--case", default="all", choices=["all"] + list(CASES))
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--self", action="store_true", help="compare reference float32 vs float64 only")
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # tiny tensors: threads only add OpenMP waits
+    use_jtok = not args.self and jtok_has_parity(args.jtok)
+    for name in (CASES if args.case == "all" else [args.case]):
+        cfg_dict = CASES[name]
+        weights = random_weights(JTokConfig.from_dict(cfg_dict), cfg_dict["seed"])
+        batch = random_batch(cfg_dict, cfg_dict["seed"])
+        ref = run_reference(cfg_dict, weights, batch, args.steps)
+        if use_jtok:
+            with tempfile.TemporaryDirectory() as tmp:
+                out = run_jtok(args.jtok, cfg_dict, weights, batch, args.steps, tmp)
+            title = f"{name}: jtok (float32) vs reference (float64)"
+        else:
+            out = run_reference(cfg_dict, weights, batch, args.steps, dtype=torch.float32)
+            title = f"{name}: reference float32 vs reference float64"
+        print(format_table(compare(out, ref), title))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""Training throughput of the PyTorch reference: the performance peer of `jtok`.
+
+Trains the reference model (float32, AdamW, clipping, cosine lr) on random tokens and prints one
+JSON line: tokens_per_s, step_ms (mean over the timed steps), peak_rss_mb, and the setting.
+
+    python3 train_bench.py --config a --steps 10 --warmup 2
+    python3 train_bench.py --config b --steps 3 --warmup 1
+    python3 train_bench.py --config my_config.json      # a jtok config file (model + training)
+
+Built-in configs (vocab_size 50257 padded to 50304, ffn 4d, kv heads = heads):
+    a: d=256, 4 layers, 4 heads, seq 256, 16 sequences a step   (4096 tokens)
+    b: d=768, 12 layers, 12 heads, seq 1024, 4 sequences a step (4096 tokens, GPT-2 small)
+
+Best setting for PyTorch 1.13 (Debian) on these machines -- give the peer this when comparing:
+
+    env -u OPENBLAS_CORETYPE LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp \
+        /usr/bin/python3 tests/reference/train_bench.py --config b --threads 2
+
+Debian's torch does its GEMMs through the system BLAS (libblas.so.3), so the BLAS and its
+threading decide the speed. Why this setting (docs/engineering.md section 1 measured it on an idle
+2-core Zen 5 machine: GPT-2 small at 111-136 tokens/s): OPENBLAS_CORETYPE=Haswell, set by the
+environment, limits OpenBLAS to AVX2 kernels on an AVX-512 CPU, so unset it; the openmp flavour
+of OpenBLAS (package libopenblas0-openmp) shares torch's OpenMP threads instead of starting a
+second pthread pool beside them; 2 torch threads = one per core. This script also sets
+OMP_WAIT_POLICY=PASSIVE unless the environment sets it (see below).
+
+What the settings did on the machine this was written on (2 AVX2-only cores shared with other
+builds and benches, load average 5-6, config a, mean of 2 steps after 1 warmup step; wall times
+are inflated ~3x by the other work, so only large differences mean anything):
+
+    setting                                   step s   CPU s/step
+    openblas-pthread, 2 threads               18.4     14.7
+    openblas-pthread, 2 threads, PASSIVE      18.5     10.1
+    openblas-openmp,  2 threads               22.5     15.9
+    openblas-openmp,  2 threads, PASSIVE      19.0      9.8
+    openblas-openmp,  1 thread                12.8      9.9
+
+Config b (GPT-2 small), openblas-pthread, 2 threads, PASSIVE, one step, same busy machine:
+147 s (28 tokens/s), 119 CPU s, peak RSS 11.7 GB (the T x T attention probabilities of every
+layer are kept for the backward).
+
+On such a busy machine 1 thread wins, the BLAS flavour hardly matters, spinning threads burn a
+third of the CPU time, and the openmp flavour without PASSIVE can be pathological (attention bmm
+50x slower). This machine also lacks /usr/lib/x86_64-linux-gnu/openblas-openmp (the openmp rows
+used libopenblas0-openmp unpacked elsewhere); without it that LD_LIBRARY_PATH changes nothing. Re-measure on an idle machine before quoting numbers; the JSON line records the BLAS
+loaded, the thread count and the wait policy.
+"""
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+# Must be set before torch (and its libgomp) loads; an explicit environment value wins.
+# PASSIVE: idle OpenMP threads sleep instead of spinning. On a machine shared with other work,
+# spinning threads that wait at a barrier for a descheduled partner made the attention bmm of
+# config a 40-50x slower with 2 threads (1000 ms instead of 20 ms); on an idle machine the cost of
+# sleeping is a futex wake-up per parallel region, small against multi-second steps.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+
+from model import JTokConfig, Transformer
+from train_ref import TrainConfig, make_optimizer, train_step
+
+PRESETS = {
+    "a": dict(vocab_size=50257, vocab_pad_multiple=64, hidden_size=256, num_hidden_layers=4,
+              num_attention_heads=4, num_key_value_heads=4, intermediate_size=1024,
+              max_position_embeddings=1024, seq_len=256, micro_batch_size=16,
+              gradient_accumulation_steps=1),
+    "b": dict(vocab_size=50257, vocab_pad_multiple=64, hidden_size=768, num_hidden_layers=12,
+              num_attention_heads=12, num_key_value_heads=12, intermediate_size=3072,
+              max_position_embeddings=1024, seq_len=1024, micro_batch_size=4,
+              gradient_accumulation_steps=1),
+}
+TRAINING = dict(learning_rate=6e-4, min_lr=6e-5, lr_scheduler_type="cosine", warmup_steps=0,
+                weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8,
+                max_grad_norm=1.0)
+
+
+def blas_library():
+    """The BLAS shared library this process loaded (from /proc/self/maps)."""
+    try:
+        with open("/proc/self/maps") as f:
+            libs = {line.split()[-1] for line in f if "blas" in line.lower() and "/" in line}
+        return sorted(libs)
+    except OSError:
+        return []
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="a", help="a, b, or a jtok config JSON file")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    ap.add_argument("--seed", type=int, default=1234)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    if args.config in PRESETS:
+        fields = dict(TRAINING, **PRESETS[args.config])
+    else:
+        with open(args.config) as f:
+            fields = dict(TRAINING, **json.load(f))
+    total_steps = args.warmup + args.steps
+    fields["max_steps"] = total_steps
+    mcfg = JTokConfig.from_dict(fields)
+    tcfg = TrainConfig.from_dict(fields)
+
+    model = Transformer(mcfg)
+    optimizer = make_optimizer(model, tcfg)
+    B, T, M = tcfg.micro_batch_size, tcfg.seq_len, tcfg.gradient_accumulation_steps
+    tokens_per_step = B * T * M
+
+    def random_micro_batches():
+        return [(torch.randint(0, mcfg.vocab_size, (B, T)), torch.randint(0, mcfg.vocab_size, (B, T)))
+                for _ in range(M)]
+
+    times, cpu_times, losses = [], [], []
+    for step in range(total_steps):
+        batches = random_micro_batches()
+        t0, c0 = time.perf_counter(), time.process_time()
+        loss, norm, lr = train_step(model, optimizer, batches, tcfg, step)
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        losses.append(loss)
+        if step >= args.warmup:
+            times.append(dt)
+            cpu_times.append(cpu)
+        print(f"step {step + 1}/{total_steps} | loss {loss:.4f} | norm {norm:.3f} | lr {lr:.2e} | "
+              f"{dt * 1000:.0f} ms | {tokens_per_step / dt:,.0f} tok/s", file=sys.stderr)
+
+    step_s = sum(times) / len(times)
+    result = {
+        "impl": "pytorch-reference",
+        "config": args.config,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "blas": blas_library(),
+        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "params": sum(p.numel() for p in model.parameters()),
+        "tokens_per_step": tokens_per_step,
+        "warmup": args.warmup,
+        "steps": args.steps,
+        "step_ms": round(step_s * 1000, 2),
+        "step_ms_min": round(min(times) * 1000, 2),
+        # CPU seconds of all threads per step: a busy machine shows as wall >> cpu / threads.
+        "cpu_s_per_step": round(sum(cpu_times) / len(cpu_times), 2),
+        "tokens_per_s": round(tokens_per_step / step_s, 2),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "final_loss": round(losses[-1], 4),
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The jtok optimizer step in plain PyTorch (docs/model.md, "Optimizer step").
+
+One step: accumulate the gradient of the mean of M micro-batch losses, take the global
+gradient norm, clip (as torch.nn.utils.clip_grad_norm_), set the learning rate of the schedule,
+and apply torch.optim.AdamW (weight decay on 2-D weights only).
+
+    tcfg = TrainConfig.from_json("config.json")
+    opt = make_optimizer(model, tcfg)
+    for step in range(tcfg.max_steps):
+        loss, norm, lr = train_step(model, opt, micro_batches, tcfg, step)
+"""
+import json
+import math
+
+import torch
+
+
+class TrainConfig:
+    """Training fields of a jtok config file (model fields are ignored)."""
+
+    FIELDS = {
+        "seq_len": 256,
+        "micro_batch_size": 8,
+        "gradient_accumulation_steps": 1,
+        "max_steps": 1000,
+        "learning_rate": 1e-3,
+        "min_lr": 1e-4,
+        "lr_scheduler_type": "cosine",  # cosine | wsd | constant
+        "warmup_ratio": 0.05,
+        "warmup_steps": -1,             # >= 0 overrides warmup_ratio
+        "decay_ratio": 0.2,             # wsd: fraction of max_steps spent decaying
+        "weight_decay": 0.1,
+        "adam_beta1": 0.9,
+        "adam_beta2": 0.95,
+        "adam_epsilon": 1e-8,
+        "max_grad_norm": 1.0,           # <= 0 disables clipping
+        "seed": 1234,
+    }
+
+    def __init__(self, **kwargs):
+        for name, default in self.FIELDS.items():
+            setattr(self, name, kwargs.get(name, default))
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(**{k: v for k, v in d.items() if k in cls.FIELDS})
+
+    @classmethod
+    def from_json(cls, path):
+        with open(path) as f:
+            return cls.from_dict(json.load(f))
+
+    def to_dict(self):
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+
+def round_half_away(x):
+    """Rounds like C's llround (0.5 -> 1), not like Python's round (0.5 -> 0); x >= 0."""
+    return int(math.floor(x + 0.5))
+
+
+def warmup_steps(cfg):
+    if cfg.warmup_steps >= 0:
+        return cfg.warmup_steps
+    return round_half_away(cfg.warmup_ratio * cfg.max_steps)
+
+
+def lr_at(step, cfg):
+    """Learning rate of optimizer step `step` (0-based)."""
+    W = warmup_steps(cfg)
+    if step < W:
+        return cfg.learning_rate * (step + 1) / W
+    kind = cfg.lr_scheduler_type
+    if kind == "constant":
+        return cfg.learning_rate
+    if kind == "cosine":
+        t = min(1.0, (step - W) / max(1, cfg.max_steps - W))
+        return cfg.min_lr + 0.5 * (cfg.learning_rate - cfg.min_lr) * (1.0 + math.cos(math.pi * t))
+    if kind == "wsd":
+        D = round_half_away(cfg.decay_ratio * cfg.max_steps)
+        S = cfg.max_steps - D
+        if step < S:
+            return cfg.learning_rate
+        t = min(1.0, (step - S + 1) / D)
+        return cfg.learning_rate + (cfg.min_lr - cfg.learning_rate) * t
+    raise ValueError(f"unknown lr_scheduler_type {kind!r}")
+
+
+def param_groups(model, weight_decay):
+    """Weight decay on every 2-D weight (embeddings, projections, lm_head); none on norm gains."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def make_optimizer(model, cfg):
+    return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=lr_at(0, cfg),
+                             betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon)
+
+
+def accumulate_gradients(model, micro_batches):
+    """Sets p.grad to the gradient of mean_i loss_i over the M micro-batches; returns that mean."""
+    model.zero_grad(set_to_none=True)
+    M = len(micro_batches)
+    total = 0.0
+    for input_ids, labels in micro_batches:
+        loss = model.forward_loss(input_ids, labels) / M
+        loss.backward()
+        total += loss.item()
+    return total
+
+
+def clip_gradients(model, max_grad_norm):
+    """Returns the pre-clip global norm; scales the gradients down if it exceeds max_grad_norm."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    if max_grad_norm > 0:
+        # coef = max_norm / (norm + 1e-6), applied when < 1
+        return torch.nn.utils.clip_grad_norm_(params, max_grad_norm).item()
+    return torch.norm(torch.stack([p.grad.norm() for p in params])).item()
+
+
+def train_step(model, optimizer, micro_batches, cfg, step, on_gradients=None):
+    """One optimizer step. `on_gradients(step, model)`, if given, sees the unclipped gradients.
+    Returns (loss, pre-clip grad norm, lr)."""
+    loss = accumulate_gradients(model, micro_batches)
+    if on_gradients is not None:
+        on_gradients(step, model)
+    norm = clip_gradients(model, cfg.max_grad_norm)
+    lr = lr_at(step, cfg)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.step()
+    return loss, norm, lr
+
+
+def train_steps(model, batches, cfg, steps, on_gradients=None):
+    """Runs `steps` optimizer steps from step 0 with a fresh AdamW.
+
+    batches: a list of M (input_ids, labels) micro-batches used at every step, or a function
+    step -> such a list. Returns {"loss": [...], "grad_norm": [...], "lr": [...]}.
+    """
+    optimizer = make_optimizer(model, cfg)
+    log = {"loss": [], "grad_norm": [], "lr": []}
+    for step in range(steps):
+        micro_batches = batches(step) if callable(batches) else batches
+        loss, norm, lr = train_step(model, optimizer, micro_batches, cfg, step, on_gradients)
+        log["loss"].append(loss)
+        log["grad_norm"].append(norm)
+        log["lr"].append(lr)
+    return log
