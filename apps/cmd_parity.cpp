@@ -51,7 +51,7 @@ void run() {
       loss += backward(m, acts, x.data() + mb * N, y.data() + mb * N, 1.0f / static_cast<float>(M)) / M;
     }
     if (s == 0)
-      for (auto& [k, t] : weights_to_st(m, m.grads, "grad.").tensors) out.tensors[k] = t;
+      for (auto& [k, t] : grads_to_st(m, "grad.").tensors) out.tensors[k] = t;
     StepStats st = optimizer_step(m, opt, cfg.train);
     losses.push_back(static_cast<float>(loss));
     norms.push_back(static_cast<float>(st.grad_norm));
@@ -61,7 +61,7 @@ void run() {
   out.tensors["loss"] = st_f32({S}, losses.data());
   out.tensors["grad_norm"] = st_f32({S}, norms.data());
   out.tensors["lr"] = st_f32({S}, lrs.data());
-  for (auto& [k, t] : weights_to_st(m, m.params, "final.").tensors) out.tensors[k] = t;
+  for (auto& [k, t] : weights_to_st(m).tensors) out.tensors["final." + k] = t;
   write_safetensors(args.out, out);
   std::printf("parity: %lld steps, loss %.6f -> %.6f, wrote %s\n", static_cast<long long>(S), losses.front(),
               losses.back(), args.out.c_str());

@@ -120,3 +120,27 @@ TEST(Checkpoint, CorruptOrMismatchedFilesGiveClearErrors) {
   write_safetensors(mp, g);
   EXPECT_NE(error_of([&] { load_checkpoint(dir, m2, nullptr); }).find("dtype I32"), std::string::npos);
 }
+
+TEST(Checkpoint, JTokTablesAndTheirMomentsRoundTrip) {
+  Config cfg = small();
+  cfg.model.jtok = true;
+  cfg.model.jtok_layers = "0";
+  Model m = make_model(cfg.model, 3);
+  AdamWState opt = make_adamw_state(m);
+  ASSERT_EQ(m.jtok_tables[0].rows, cfg.model.padded_vocab());
+  ASSERT_EQ(m.jtok_tables[1].rows, 0);
+  for (size_t i = 0; i < opt.table_m[0].size(); ++i) { opt.table_m[0][i] = 1e-3f * i; opt.table_v[0][i] = 2e-3f * i; }
+  std::string run = fresh_dir("ckpt_jtok");
+  std::string dir = save_checkpoint(run, 4, cfg, m, opt, {{"step", 4}}, 2);
+  Model m2 = make_model(load_checkpoint_config(dir).model, 8);
+  AdamWState o2;
+  load_checkpoint(dir, m2, &o2);
+  EXPECT_EQ(m2.jtok_tables[0].w, m.jtok_tables[0].w);
+  EXPECT_EQ(o2.table_m[0], opt.table_m[0]);
+  EXPECT_EQ(o2.table_v[0], opt.table_v[0]);
+  EXPECT_EQ(m2.params, m.params);
+  // The same weights into a model without JTok: the table is an unexpected tensor.
+  Model plain = make_model(small().model, 1);
+  EXPECT_NE(error_of([&] { load_checkpoint(dir, plain, nullptr); }).find("unexpected tensor model.layers.0.jtok"),
+            std::string::npos);
+}

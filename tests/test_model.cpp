@@ -11,7 +11,7 @@
 using namespace jtok;
 using namespace jtok::testing;
 
-static ModelConfig tiny(bool tied) {
+static ModelConfig tiny(bool tied, bool jtok = false, bool jtok_norm = true) {
   ModelConfig c;
   c.vocab_size = 50;
   c.vocab_pad_multiple = 16;  // Vp = 64
@@ -23,6 +23,11 @@ static ModelConfig tiny(bool tied) {
   c.max_position_embeddings = 16;
   c.tie_word_embeddings = tied;
   c.initializer_range = 0.3;  // large weights: large, well-measurable gradients
+  c.jtok = jtok;
+  c.jtok_norm = jtok_norm;
+  c.jtok_layers = "1";
+  c.jtok_init_std = 0.5;
+  c.jtok_scale_init = 1.5;
   return c;
 }
 
@@ -33,10 +38,11 @@ static std::vector<int32_t> tokens(int64_t n, int64_t V, uint64_t seed) {
   return t;
 }
 
-class ModelGrad : public ::testing::TestWithParam<bool> {};
+struct GradCase { bool tied, jtok, jtok_norm; };
+class ModelGrad : public ::testing::TestWithParam<GradCase> {};
 
 TEST_P(ModelGrad, BackwardMatchesFiniteDifferencesOnEveryTensor) {
-  ModelConfig c = tiny(GetParam());
+  ModelConfig c = tiny(GetParam().tied, GetParam().jtok, GetParam().jtok_norm);
   Model m = make_model(c, 7);
   const int64_t B = 2, T = 6;
   auto x = tokens(B * T, c.vocab_size, 1), y = tokens(B * T, c.vocab_size, 2);
@@ -66,13 +72,36 @@ TEST_P(ModelGrad, BackwardMatchesFiniteDifferencesOnEveryTensor) {
     }
     EXPECT_LT(rel_err(analytic, numeric), 2e-2) << p.name;
   }
+  // JTok tables: finite differences on rows the batch uses; the sparse gradient has no other rows.
+  for (size_t l = 0; l < m.jtok_tables.size(); ++l) {
+    auto& t = m.jtok_tables[l];
+    if (t.rows == 0) continue;
+    std::vector<float> dense = densify(m.jtok_grads[l], t.rows), analytic, numeric;
+    for (int k = 0; k < 16; ++k) {
+      const int64_t i = static_cast<int64_t>(x[rng() % x.size()]) * c.hidden_size + static_cast<int64_t>(rng() % c.hidden_size);
+      analytic.push_back(dense[i]);
+      float keep = t.w[i];
+      const float h = 1e-2f;
+      t.w[i] = keep + h;
+      double lp = loss();
+      t.w[i] = keep - h;
+      double lm = loss();
+      t.w[i] = keep;
+      numeric.push_back(static_cast<float>((lp - lm) / (2 * h)));
+    }
+    EXPECT_LT(rel_err(analytic, numeric), 2e-2) << jtok_table_name(static_cast<int64_t>(l));
+    EXPECT_LE(m.jtok_grads[l].ids.size(), x.size());
+  }
+  EXPECT_EQ(c.jtok_num_layers(), c.jtok ? 1 : 0);
   // Padded rows of the vocabulary tensors get exactly zero gradient.
   const auto& head = find_param(m, c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
   for (int64_t r = c.vocab_size; r < c.padded_vocab(); ++r)
     for (int64_t j = 0; j < c.hidden_size; ++j) EXPECT_EQ(m.grads[head.offset + r * c.hidden_size + j], 0.0f);
 }
 
-INSTANTIATE_TEST_SUITE_P(TiedAndUntied, ModelGrad, ::testing::Values(false, true));
+INSTANTIATE_TEST_SUITE_P(Variants, ModelGrad,
+                         ::testing::Values(GradCase{false, false, true}, GradCase{true, false, true},
+                                           GradCase{false, true, true}, GradCase{true, true, false}));
 
 TEST(Model, GradientAccumulationEqualsOneBigBatch) {
   ModelConfig c = tiny(false);

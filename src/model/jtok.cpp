@@ -45,8 +45,10 @@ void jtok_forward(float* h_next, const float* h_mid, const JTokActs& a, const fl
 void jtok_backward(float* dmlp, float* ds, SparseRowGrad& gE, const float* dh, const JTokActs& a, const float* s,
                    const RowBatch& rb, int64_t N, int64_t d, bool norm) {
   const int64_t U = static_cast<int64_t>(rb.unique.size());
+  // Serial: create the rows first (creation may reallocate), then take stable pointers.
+  for (int64_t u = 0; u < U; ++u) gE.row(rb.unique[u]);
   std::vector<float*> grow(static_cast<size_t>(U));
-  for (int64_t u = 0; u < U; ++u) grow[u] = gE.row(rb.unique[u]);  // serial: creates rows
+  for (int64_t u = 0; u < U; ++u) grow[u] = gE.row(rb.unique[u]);
   const int nt = omp_get_max_threads();
   std::vector<float> ds_part(static_cast<size_t>(nt * d), 0.0f);
 #pragma omp parallel

@@ -16,25 +16,67 @@ static std::string shape_str(const std::vector<int64_t>& s) {
   return os.str();
 }
 
+void copy_tensor(const StFile& f, const std::string& name, const std::vector<int64_t>& shape, float* dst,
+                 const std::string& origin) {
+  auto it = f.tensors.find(name);
+  if (it == f.tensors.end()) fail(origin, ": missing tensor ", name);
+  const auto& t = it->second;
+  if (t.dtype != "F32") fail(origin, ": tensor ", name, " has dtype ", t.dtype, ", expected F32");
+  if (t.shape != shape)
+    fail(origin, ": tensor ", name, " has shape ", shape_str(t.shape), ", the config needs ", shape_str(shape));
+  std::memcpy(dst, t.bytes.data(), t.bytes.size());
+}
+
 void load_weights(Model& m, const StFile& f, const std::string& origin) {
   std::set<std::string> expected;
   for (const auto& p : m.layout) {
     expected.insert(p.name);
-    auto it = f.tensors.find(p.name);
-    if (it == f.tensors.end()) fail(origin, ": missing tensor ", p.name);
-    const auto& t = it->second;
-    if (t.dtype != "F32") fail(origin, ": tensor ", p.name, " has dtype ", t.dtype, ", expected F32");
-    if (t.shape != p.shape)
-      fail(origin, ": tensor ", p.name, " has shape ", shape_str(t.shape), ", the config needs ", shape_str(p.shape));
-    std::memcpy(m.params.data() + p.offset, t.bytes.data(), sizeof(float) * p.numel);
+    copy_tensor(f, p.name, p.shape, m.params.data() + p.offset, origin);
+  }
+  for (size_t l = 0; l < m.jtok_tables.size(); ++l) {
+    auto& t = m.jtok_tables[l];
+    if (t.rows == 0) continue;
+    const std::string name = jtok_table_name(static_cast<int64_t>(l));
+    expected.insert(name);
+    copy_tensor(f, name, {t.rows, t.dim}, t.w.data(), origin);
   }
   for (const auto& [name, t] : f.tensors)
     if (!expected.count(name)) fail(origin, ": unexpected tensor ", name, " (config and weights disagree?)");
 }
 
-StFile weights_to_st(const Model& m, const std::vector<float>& buffer, const std::string& prefix) {
+StFile flat_to_st(const Model& m, const std::vector<float>& buffer, const std::string& prefix) {
   StFile f;
   for (const auto& p : m.layout) f.tensors[prefix + p.name] = st_f32(p.shape, buffer.data() + p.offset);
+  return f;
+}
+
+StFile tables_to_st(const Model& m, const std::vector<std::vector<float>>& per_layer, const std::string& prefix) {
+  StFile f;
+  for (size_t l = 0; l < m.jtok_tables.size(); ++l) {
+    const auto& t = m.jtok_tables[l];
+    if (t.rows == 0) continue;
+    f.tensors[prefix + jtok_table_name(static_cast<int64_t>(l))] = st_f32({t.rows, t.dim}, per_layer[l].data());
+  }
+  return f;
+}
+
+StFile weights_to_st(const Model& m) {
+  StFile f = flat_to_st(m, m.params, "");
+  for (size_t l = 0; l < m.jtok_tables.size(); ++l) {
+    const auto& t = m.jtok_tables[l];
+    if (t.rows) f.tensors[jtok_table_name(static_cast<int64_t>(l))] = st_f32({t.rows, t.dim}, t.w.data());
+  }
+  return f;
+}
+
+StFile grads_to_st(const Model& m, const std::string& prefix) {
+  StFile f = flat_to_st(m, m.grads, prefix);
+  for (size_t l = 0; l < m.jtok_tables.size(); ++l) {
+    const auto& t = m.jtok_tables[l];
+    if (t.rows == 0) continue;
+    std::vector<float> dense = densify(m.jtok_grads[l], t.rows);
+    f.tensors[prefix + jtok_table_name(static_cast<int64_t>(l))] = st_f32({t.rows, t.dim}, dense.data());
+  }
   return f;
 }
 

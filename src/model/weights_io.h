@@ -1,16 +1,27 @@
 // Model weights <-> safetensors with Hugging Face Qwen-style names (docs/model.md).
 #pragma once
 #include <string>
+#include <vector>
 
 #include "io/safetensors.h"
 #include "model/transformer.h"
 
 namespace jtok {
 
-// Copies every parameter from f into m. Errors (naming `origin`) on a missing tensor, a wrong
-// shape or dtype, or a tensor the model does not have.
+// Every parameter: the flat ones and the JTok tables.
+StFile weights_to_st(const Model& m);
+// Copies every parameter (tables included) from f into m. Errors (naming `origin`) on a missing
+// tensor, a wrong shape or dtype, or a tensor the model does not have.
 void load_weights(Model& m, const StFile& f, const std::string& origin);
-// All parameters (or, with prefix, e.g. "grad.", the gradients under prefixed names).
-StFile weights_to_st(const Model& m, const std::vector<float>& buffer, const std::string& prefix = "");
+// Gradients under prefix + name; the tables' row-sparse gradients written dense (tests only).
+StFile grads_to_st(const Model& m, const std::string& prefix);
+// A buffer in the flat parameter layout (e.g. AdamW moments) under prefix + name.
+StFile flat_to_st(const Model& m, const std::vector<float>& buffer, const std::string& prefix);
+// Per-layer table-shaped buffers (e.g. the tables' AdamW moments) under prefix + table name.
+StFile tables_to_st(const Model& m, const std::vector<std::vector<float>>& per_layer, const std::string& prefix);
+
+// Copies tensor `name` of f into dst (numel floats, expected shape); errors name origin.
+void copy_tensor(const StFile& f, const std::string& name, const std::vector<int64_t>& shape, float* dst,
+                 const std::string& origin);
 
 }  // namespace jtok

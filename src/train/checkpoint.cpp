@@ -44,12 +44,16 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const Conf
   fs::remove_all(tmp);
   fs::create_directories(tmp);
 
-  StFile model_st = weights_to_st(m, m.params);
+  StFile model_st = weights_to_st(m);
   model_st.metadata["format"] = "pt";  // as Hugging Face writes it
   write_safetensors((tmp / "model.safetensors").string(), model_st);
   StFile opt_st;
-  for (auto& [k, t] : weights_to_st(m, opt.m, "exp_avg.").tensors) opt_st.tensors[k] = t;
-  for (auto& [k, t] : weights_to_st(m, opt.v, "exp_avg_sq.").tensors) opt_st.tensors[k] = t;
+  for (auto* part : {&opt.m, &opt.v}) {
+    const char* prefix = part == &opt.m ? "exp_avg." : "exp_avg_sq.";
+    for (auto& [k, t] : flat_to_st(m, *part, prefix).tensors) opt_st.tensors[k] = t;
+  }
+  for (auto& [k, t] : tables_to_st(m, opt.table_m, "exp_avg.").tensors) opt_st.tensors[k] = t;
+  for (auto& [k, t] : tables_to_st(m, opt.table_v, "exp_avg_sq.").tensors) opt_st.tensors[k] = t;
   opt_st.metadata["step"] = std::to_string(opt.step);
   write_safetensors((tmp / "optimizer.safetensors").string(), opt_st);
   write_file_atomic((tmp / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
@@ -93,12 +97,15 @@ nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState
     StFile f = read_safetensors(op);
     *opt = make_adamw_state(m);
     for (const auto& p : m.layout) {
-      for (auto [prefix, buf] : {std::pair{"exp_avg.", &opt->m}, std::pair{"exp_avg_sq.", &opt->v}}) {
-        auto it = f.tensors.find(prefix + p.name);
-        if (it == f.tensors.end()) fail(op, ": missing tensor ", prefix, p.name);
-        if (it->second.dtype != "F32" || it->second.shape != p.shape) fail(op, ": tensor ", prefix, p.name, " has the wrong dtype or shape");
-        std::copy_n(reinterpret_cast<const float*>(it->second.bytes.data()), p.numel, buf->data() + p.offset);
-      }
+      copy_tensor(f, "exp_avg." + p.name, p.shape, opt->m.data() + p.offset, op);
+      copy_tensor(f, "exp_avg_sq." + p.name, p.shape, opt->v.data() + p.offset, op);
+    }
+    for (size_t l = 0; l < m.jtok_tables.size(); ++l) {
+      const auto& t = m.jtok_tables[l];
+      if (t.rows == 0) continue;
+      const std::string name = jtok_table_name(static_cast<int64_t>(l));
+      copy_tensor(f, "exp_avg." + name, {t.rows, t.dim}, opt->table_m[l].data(), op);
+      copy_tensor(f, "exp_avg_sq." + name, {t.rows, t.dim}, opt->table_v[l].data(), op);
     }
     auto st = f.metadata.find("step");
     if (st == f.metadata.end()) fail(op, ": no optimizer step in the metadata");
