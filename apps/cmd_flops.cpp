@@ -37,6 +37,7 @@ void setup(CLI::App* sub) {
     std::printf("  + lm_head 6 d Vp            %14.6g\n", r.flops_lm_head);
     std::printf("  + causal attention          %14.6g\n", r.flops_attention);
     std::printf("  + JTok-M router             %14.6g\n", r.flops_router);
+    std::printf("  + JTok/JTok-M element-wise  %14.6g\n", r.flops_token_indexed);
     std::printf("  = exact                     %14.6g  (%.3fx of 6 N_c)\n", r.flops_per_token,
                 r.flops_6nc > 0 ? r.flops_per_token / r.flops_6nc : 0.0);
     std::printf("  exact, full-square attention %13.6g  (as the masked kernels compute it; for MFU)\n",

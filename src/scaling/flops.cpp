@@ -5,10 +5,16 @@
 namespace jtok {
 
 TokenIndexedSpec token_indexed_of(const ModelConfig& m) {
-  // The dense model has no token-indexed tables. When JTok/JTok-M fields join ModelConfig,
-  // map them here (kind, n_e, K) so `flops`, `train` and `scaling plan` agree.
-  (void)m;
-  return {};
+  // One place maps the config to its token-indexed parameters, so `flops`, `train` and
+  // `scaling plan` agree.
+  TokenIndexedSpec ti;
+  if (m.jtok) {
+    ti.kind = "jtok";
+    ti.num_tables = 1;
+    ti.top_k = 1;
+    ti.num_layers = m.jtok_num_layers();
+  }
+  return ti;
 }
 
 FlopsReport flops_report(const ModelConfig& m, int64_t seq_len, const TokenIndexedSpec& ti) {
@@ -26,17 +32,18 @@ FlopsReport flops_report(const ModelConfig& m, int64_t seq_len, const TokenIndex
   r.n_norms = L * 2 * d + d;  // input + post-attention norm per layer, final norm
 
   int64_t n_e = 0, k = 0;
+  const int64_t Lt = ti.num_layers >= 0 ? ti.num_layers : L;  // layers with tables
   if (ti.kind == "jtok") {
     n_e = 1, k = 1;
-    r.n_other = L * d;  // per-layer scaler s
+    r.n_other = Lt * d;  // per-layer scaler s
   } else if (ti.kind == "jtok_m") {
     n_e = ti.num_tables, k = ti.top_k;
     if (n_e <= 0 || k <= 0 || k > n_e) fail("flops: JTok-M needs 0 < K <= n_e, got K=", k, " n_e=", n_e);
-    r.n_other = L * d + L * d * n_e;  // per-layer scaler s and router R (d, n_e)
+    r.n_other = Lt * d + Lt * d * n_e;  // per-layer scaler s and router R (d, n_e)
   } else if (ti.kind != "none") {
     fail("flops: unknown token-indexed kind '", ti.kind, "' (known: none, jtok, jtok_m)");
   }
-  r.n_n = L * n_e * Vp * d;  // n_e tables of (Vp, d) per layer
+  r.n_n = Lt * n_e * Vp * d;  // n_e tables of (Vp, d) per layer with tables
   r.eta = r.n_c > 0 ? double(r.n_n) / double(r.n_c) : 0.0;
   r.rho = n_e > 0 ? double(k) / double(n_e) : 0.0;
   r.n_total = r.n_c + r.n_n + r.n_embedding + r.n_lm_head + r.n_norms + r.n_other;
@@ -48,8 +55,11 @@ FlopsReport flops_report(const ModelConfig& m, int64_t seq_len, const TokenIndex
   // A token at position t attends to t+1 keys; averaged over t = 0..T-1 that is (T+1)/2 keys,
   // each costing 2*hd (QK^T) + 2*hd (AV) forward per head: 2 * q_dim * (T+1) per layer forward.
   r.flops_attention = 3.0 * double(L) * 2.0 * double(q) * (T + 1.0);
-  r.flops_router = 6.0 * double(L) * double(d) * double(ti.kind == "jtok_m" ? n_e : 0);
-  r.flops_per_token = r.flops_6nc + r.flops_lm_head + r.flops_attention + r.flops_router;
+  r.flops_router = 6.0 * double(Lt) * double(d) * double(ti.kind == "jtok_m" ? n_e : 0);
+  // Element-wise token-indexed work per table read: L2 norm (2d), normalise (d), scale by s (d),
+  // 1 + (d), gate or mix (d) forward: ~6d, times 3 for training. JTok-M mixes K rows (2dK more).
+  r.flops_token_indexed = 3.0 * double(Lt) * double(d) * (ti.kind == "jtok" ? 6.0 : ti.kind == "jtok_m" ? 6.0 + 2.0 * double(k) : 0.0);
+  r.flops_per_token = r.flops_6nc + r.flops_lm_head + r.flops_attention + r.flops_router + r.flops_token_indexed;
   r.forward_flops_per_token = r.flops_per_token / 3.0;
   r.flops_attention_full_square = 3.0 * double(L) * 4.0 * double(q) * T;
   r.flops_per_token_full_square = r.flops_per_token - r.flops_attention + r.flops_attention_full_square;
@@ -63,7 +73,7 @@ nlohmann::json to_json(const FlopsReport& r) {
       {"n_other", r.n_other}, {"n_total", r.n_total}, {"eta", r.eta}, {"rho", r.rho},
       {"seq_len", r.seq_len}, {"flops_per_token_6nc", r.flops_6nc},
       {"flops_per_token_lm_head", r.flops_lm_head}, {"flops_per_token_attention", r.flops_attention},
-      {"flops_per_token_router", r.flops_router}, {"flops_per_token", r.flops_per_token},
+      {"flops_per_token_router", r.flops_router}, {"flops_per_token_token_indexed", r.flops_token_indexed}, {"flops_per_token", r.flops_per_token},
       {"forward_flops_per_token", r.forward_flops_per_token},
       {"flops_per_token_attention_full_square", r.flops_attention_full_square},
       {"flops_per_token_full_square", r.flops_per_token_full_square},

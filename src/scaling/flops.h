@@ -28,6 +28,7 @@ struct TokenIndexedSpec {
   std::string kind = "none";  // "none" | "jtok" | "jtok_m"
   int64_t num_tables = 0;     // n_e: tables per layer (1 for JTok)
   int64_t top_k = 0;          // K: tables mixed per token (1 for JTok)
+  int64_t num_layers = -1;    // layers carrying tables; -1 = every layer
 };
 
 // What ModelConfig says about token-indexed parameters (none for the dense model today).
@@ -52,6 +53,7 @@ struct FlopsReport {
   double flops_lm_head = 0;        // 6 d Vp
   double flops_attention = 0;      // causal QK^T and AV: 3 * L * 2 * q_dim * (T+1)  (see above)
   double flops_router = 0;         // JTok-M router: 6 * L * d * n_e
+  double flops_token_indexed = 0;  // JTok/JTok-M element-wise work (norm, scale, gate/mix)
   double flops_per_token = 0;      // exact: sum of the four above
   double flops_attention_full_square = 0;  // 3 * L * 4 * q_dim * T: QK^T and AV over all T^2 pairs
   double flops_per_token_full_square = 0;  // flops_per_token with the full-square attention
