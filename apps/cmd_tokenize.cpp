@@ -1,5 +1,5 @@
 // `jtok tokenize`: encode a file (or stdin, "-") and print its token ids on one line,
-// space-separated, with no special tokens added. Other modes:
+// space-separated, with no special tokens added (several FILEs: one line each). Other modes:
 //   --decode      FILE holds ids (whitespace-separated); print their text.
 //   --roundtrip   check decode(encode(x)) == x for each FILE (Qwen3: == NFC(x)); print a summary.
 //   --bench N     encode FILE N times and print MB/s (tokenizer loading not counted) to stdout.
@@ -71,7 +71,11 @@ void setup(CLI::App* sub) {
       if (bad) jtok::fail("roundtrip failed for ", bad, " file(s)");
       return;
     }
-    if (files.size() != 1) jtok::fail("tokenize: give one FILE (or --roundtrip for several)");
+    if (files.size() > 1 && !decode && bench == 0) {  // one line of ids per file
+      for (const auto& f : files) print_ids(tok.encode_parallel(slurp(f), threads));
+      return;
+    }
+    if (files.size() != 1) jtok::fail("tokenize: give one FILE with --decode or --bench");
     std::string text = slurp(files[0]);
     if (decode) {
       std::istringstream in(text);

@@ -216,7 +216,14 @@ std::vector<size_t> safe_chunk_bounds(std::string_view text, size_t target) {
   size_t pos = target;
   while (pos < text.size()) {
     size_t p = pos;
-    while (p < text.size() && !(text[p - 1] == '\n' && ((text[p] | 0x20) >= 'a' && (text[p] | 0x20) <= 'z'))) ++p;
+    // "x\nL": a single newline after a visible ASCII char, before an ASCII letter. (After a
+    // whitespace run the cut would change \s+(?!\S), which backs off one char before a letter.)
+    auto ok = [&](size_t q) {
+      unsigned char a = text[q - 2], c = text[q] | 0x20;
+      return text[q - 1] == '\n' && a > 0x20 && a < 0x7F && c >= 'a' && c <= 'z';
+    };
+    if (p < 2) p = 2;
+    while (p < text.size() && !ok(p)) ++p;
     if (p >= text.size()) break;
     b.push_back(p);
     pos = p + target;

@@ -66,8 +66,9 @@ class Tokenizer {
 std::string default_tokenizer_dir(const std::string& name);
 
 // Byte offsets where text may be cut so that encoding the parts gives the same ids as encoding
-// the whole: just before an ASCII letter that follows '\n' (no pre-token spans such a point,
-// NFC cannot join across it, added tokens contain none). Chunks of about target_bytes.
+// the whole: just before an ASCII letter that follows a single '\n' after a visible ASCII char
+// (no pre-token spans such a point, NFC cannot join across it, added tokens contain none).
+// Chunks of about target_bytes.
 std::vector<size_t> safe_chunk_bounds(std::string_view text, size_t target_bytes);
 
 }  // namespace jtok
