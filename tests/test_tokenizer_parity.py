@@ -8,7 +8,7 @@ import os, random, subprocess, sys, tempfile, glob
 ROOT = os.environ.get("JTOK_ROOT", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JTOK = os.environ.get("JTOK_BIN", os.path.join(ROOT, "build", "jtok"))
 NPM = os.path.join(ROOT, ".cache", "npm")
-REF = os.path.join(ROOT, "tests", "tokenizer_ref.mjs")
+REF = os.path.join(ROOT, "tests", "test_tokenizer_jsref.mjs")
 
 
 def edge_cases():

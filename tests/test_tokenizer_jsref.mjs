@@ -1,6 +1,6 @@
 // JS reference tokenizers for the parity test and the benchmark.
-//   node tests/tokenizer_ref.mjs gpt2|qwen3 FILE...        one line of ids per FILE
-//   node tests/tokenizer_ref.mjs --bench N gpt2|qwen3 FILE  encode FILE N times, print MB/s
+//   node tests/test_tokenizer_jsref.mjs gpt2|qwen3 FILE...        one line of ids per FILE
+//   node tests/test_tokenizer_jsref.mjs --bench N gpt2|qwen3 FILE  encode FILE N times, print MB/s
 // The file is read as node reads UTF-8 (invalid bytes -> U+FFFD). No special tokens are added;
 // GPT-2 treats "<|endoftext|>" in text as plain text, Qwen3 splits out its added tokens.
 // Packages come from .cache/npm/jsref (scripts/setup.d/20-npm-data.sh).
@@ -26,7 +26,7 @@ if (name === 'gpt2') {
   const tok = fromPreTrained();
   encode = (s) => tok.encode(s, { add_special_tokens: false });
 } else {
-  console.error('usage: tokenizer_ref.mjs [--bench N] gpt2|qwen3 FILE...');
+  console.error('usage: test_tokenizer_jsref.mjs [--bench N] gpt2|qwen3 FILE...');
   process.exit(2);
 }
 
