@@ -2,7 +2,7 @@
 // is preceded by the end-of-text token. Tokens fill shards of --shard-tokens in input order
 // (a document may continue in the next shard); shards are OUT/PREFIX_000000.bin, ... written
 // atomically; older PREFIX_*.bin beyond the new count are removed so the directory holds exactly
-// this run's output.
+// this run's output. Also `jtok shard-info` (below).
 #include <omp.h>
 
 #include <chrono>
@@ -12,6 +12,7 @@
 #include <sstream>
 #include "commands.h"
 #include "core/error.h"
+#include "data/loader.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 
@@ -72,6 +73,11 @@ void setup(CLI::App* sub) {
       stream.insert(stream.end(), parts[i].begin(), parts[i].end());
     }
     fs::create_directories(out);
+    // Temp files of an earlier, killed run (".PREFIX_000003.bin.tmp-PID") are garbage.
+    for (const auto& e : fs::directory_iterator(out)) {
+      std::string f = e.path().filename().string();
+      if (f.rfind("." + prefix + "_", 0) == 0 && f.find(".bin.tmp-") != std::string::npos) fs::remove(e.path());
+    }
     size_t n_shards = 0;
     for (size_t start = 0; start < stream.size() || n_shards == 0; start += shard_tokens, ++n_shards) {
       size_t end = std::min<size_t>(stream.size(), start + shard_tokens);
@@ -98,4 +104,25 @@ void setup(CLI::App* sub) {
   });
 }
 const bool registered = jtok::register_command({"prepare", "tokenize text files into token shards", setup});
+
+// `jtok shard-info PATH...`: validates shards (header, size, checksum) and prints each header as
+// one JSON line; a directory means its *.bin files. Exits with an error naming the first bad one.
+void setup_info(CLI::App* sub) {
+  static std::vector<std::string> paths;
+  sub->add_option("paths", paths, "shard files or directories")->required();
+  sub->callback([] {
+    for (const auto& p : paths)
+      for (const auto& f : fs::is_directory(p) ? jtok::list_shards(p) : std::vector<std::string>{p}) {
+        jtok::Shard s(f);
+        const auto& i = s.info();
+        char fp[17];
+        std::snprintf(fp, sizeof fp, "%016llx", (unsigned long long)i.tokenizer_fingerprint);
+        nlohmann::json j = {{"path", f}, {"version", i.version}, {"token_bytes", i.token_bytes},
+                            {"vocab_size", i.vocab_size}, {"n_tokens", i.n_tokens}, {"n_documents", i.n_documents},
+                            {"tokenizer", i.tokenizer}, {"tokenizer_fingerprint", fp}};
+        std::printf("%s\n", j.dump().c_str());
+      }
+  });
+}
+const bool registered_info = jtok::register_command({"shard-info", "validate token shards and print their headers", setup_info});
 }  // namespace
