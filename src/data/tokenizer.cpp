@@ -234,7 +234,7 @@ std::vector<size_t> safe_chunk_bounds(std::string_view text, size_t target) {
 
 std::vector<int32_t> Tokenizer::encode_parallel(std::string_view text, int threads) const {
   if (threads <= 0) threads = omp_get_max_threads();
-  if (threads == 1 || text.size() < (1u << 16)) return encode(text);
+  if (text.size() < (1u << 16)) return encode(text);
   std::vector<size_t> b = safe_chunk_bounds(text, 1 << 16);
   size_t n = b.size() - 1;
   std::vector<std::vector<int32_t>> parts(n);

@@ -17,7 +17,7 @@ struct Compose { uint32_t a, b, c; };
 constexpr uint32_t kMaxCp = 0x110000;
 constexpr uint32_t kReplacement = 0xFFFD;
 
-const std::vector<uint8_t>& class_table() {
+const std::vector<uint8_t>& class_vector() {
   static const std::vector<uint8_t> table = [] {
     std::vector<uint8_t> t(kMaxCp, 0);
     for (const auto& r : kLetterRanges) for (uint32_t c = r.lo; c <= r.hi; ++c) t[c] |= kLetter;
@@ -181,7 +181,7 @@ void append_utf8(std::string& out, uint32_t cp) {
 }
 
 uint8_t cp_class(uint32_t cp) {
-  static const uint8_t* t = class_table().data();
+  static const uint8_t* t = class_vector().data();
   return cp < kMaxCp ? t[cp] : 0;
 }
 
@@ -208,6 +208,8 @@ std::string nfc(std::string_view s) {
   if (!run.empty()) nfc_run(d, run, out);
   return out;
 }
+
+const uint8_t* class_table() { return class_vector().data(); }
 
 const char* unicode_version() { return JTOK_UNICODE_VERSION; }
 

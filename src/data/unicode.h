@@ -22,6 +22,7 @@ void append_utf8(std::string& out, uint32_t cp);
 // Character classes (bit flags), one lookup per code point.
 enum : uint8_t { kLetter = 1, kNumber = 2, kSpace = 4 };  // kSpace is JS's \s (not Python's)
 uint8_t cp_class(uint32_t cp);
+const uint8_t* class_table();  // 0x110000 entries, for hot loops
 inline bool is_letter(uint32_t cp) { return cp_class(cp) & kLetter; }
 inline bool is_number(uint32_t cp) { return cp_class(cp) & kNumber; }
 inline bool is_space(uint32_t cp) { return cp_class(cp) & kSpace; }
