@@ -62,8 +62,11 @@ void setup(CLI::App* sub) {
     }
     std::vector<std::vector<int32_t>> parts(items.size());
 #pragma omp parallel for schedule(dynamic, 1)
-    for (size_t i = 0; i < items.size(); ++i)
-      tok.encode(std::string_view(texts[items[i].doc]).substr(items[i].begin, items[i].end - items[i].begin), parts[i]);
+    for (size_t i = 0; i < items.size(); ++i) {
+      std::vector<int32_t> local;  // not parts[i] directly: neighbouring headers share a cache line
+      tok.encode(std::string_view(texts[items[i].doc]).substr(items[i].begin, items[i].end - items[i].begin), local);
+      parts[i] = std::move(local);
+    }
 
     std::vector<int32_t> stream;
     size_t bytes = 0;

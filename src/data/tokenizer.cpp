@@ -145,8 +145,10 @@ Tokenizer Tokenizer::load(TokenizerKind kind, const std::string& dir) {
           fail("Qwen3 tokenizer ", path, ": merge '", sa, " ", sb, "' is not byte-level");
         merges.emplace_back(a, b);
       }
-      for (auto& at : j.at("added_tokens"))
+      for (auto& at : j.at("added_tokens")) {
         t.added_.push_back({at.at("content").get<std::string>(), at.at("id").get<int32_t>(), at.value("special", false)});
+        if (t.added_.back().content.empty()) fail("Qwen3 tokenizer ", path, ": an added token is empty");
+      }
     } catch (const json::exception& e) {
       fail("Qwen3 tokenizer ", path, ": missing or malformed field (", e.what(), ")");
     }
@@ -198,7 +200,10 @@ void Tokenizer::encode(std::string_view raw, std::vector<int32_t>& out) const {
   // Added tokens: at each position the longest one that matches (all start with '<' here,
   // but do not rely on it).
   size_t sec = 0, i = 0;
+  bool first[256] = {};
+  for (const auto& a : split_on_) first[uint8_t(a.content[0])] = true;
   while (i < raw.size()) {
+    if (!first[uint8_t(raw[i])]) { ++i; continue; }
     const AddedToken* hit = nullptr;
     for (const auto& a : split_on_)
       if (raw[i] == a.content[0] && raw.compare(i, a.content.size(), a.content) == 0) { hit = &a; break; }
@@ -239,7 +244,14 @@ std::vector<int32_t> Tokenizer::encode_parallel(std::string_view text, int threa
   size_t n = b.size() - 1;
   std::vector<std::vector<int32_t>> parts(n);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (size_t k = 0; k < n; ++k) encode(text.substr(b[k], b[k + 1] - b[k]), parts[k]);
+  for (size_t k = 0; k < n; ++k) {
+    // Encode into a local vector: pushing into parts[k] directly would make the threads fight
+    // over the cache line holding neighbouring vector headers (false sharing).
+    std::vector<int32_t> local;
+    local.reserve((b[k + 1] - b[k]) / 3);
+    encode(text.substr(b[k], b[k + 1] - b[k]), local);
+    parts[k] = std::move(local);
+  }
   size_t total = 0;
   for (auto& p : parts) total += p.size();
   std::vector<int32_t> out;
