@@ -40,6 +40,20 @@ def edge_cases():
     for k in range(40):
         s = "".join(rng.choice(pool) for _ in range(rng.randint(1, 200)))
         c[f"random_{k:02d}"] = s.encode()
+    # NFC coverage: every character with a canonical decomposition, precomposed and decomposed,
+    # and random runs of combining marks (reordering and blocking), Hangul jamo.
+    import unicodedata
+    canon = [chr(u) for u in range(0x110000)
+             if not 0xD800 <= u <= 0xDFFF and unicodedata.decomposition(chr(u))[:1] not in ("", "<")]
+    c["nfc_precomposed"] = " ".join(canon).encode()
+    c["nfc_decomposed"] = " ".join(unicodedata.normalize("NFD", x) for x in canon).encode()
+    marks = [chr(u) for u in list(range(0x300, 0x370)) + list(range(0x591, 0x5C8)) + list(range(0xF71, 0xF85))
+             + [0x3099, 0x309A, 0x1DC0, 0x1DFF, 0x20D0, 0x302A, 0x0E38, 0x0E48, 0x05B0, 0x0CBC, 0x093C]]
+    bases = list("aeiouAEIOUnNcCsSzZ") + ["う", "か", "א", "ཀ", "ᄀ", "ᅡ", "ᆨ", "가"]
+    for k in range(20):
+        s = "".join(rng.choice(bases) + "".join(rng.choice(marks) for _ in range(rng.randint(0, 4)))
+                    for _ in range(rng.randint(1, 80)))
+        c[f"nfc_random_{k:02d}"] = s.encode()
     return c
 
 
