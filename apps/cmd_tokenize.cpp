@@ -1,0 +1,102 @@
+// `jtok tokenize`: encode a file (or stdin, "-") and print its token ids on one line,
+// space-separated, with no special tokens added (several FILEs: one line each). Other modes:
+//   --decode      FILE holds ids (whitespace-separated); print their text.
+//   --roundtrip   check decode(encode(x)) == x for each FILE (Qwen3: == NFC(x)); print a summary.
+//   --bench N     encode FILE N times and print MB/s (tokenizer loading not counted) to stdout.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include "commands.h"
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "data/unicode.h"
+
+namespace {
+std::string slurp(const std::string& path) {
+  if (path == "-") {
+    std::ostringstream ss;
+    ss << std::cin.rdbuf();
+    return ss.str();
+  }
+  std::ifstream f(path, std::ios::binary);
+  if (!f) jtok::fail("tokenize: cannot open ", path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void print_ids(const std::vector<int32_t>& ids) {
+  std::string line;
+  line.reserve(ids.size() * 6 + 1);
+  char buf[16];
+  for (size_t i = 0; i < ids.size(); ++i) {
+    int n = std::snprintf(buf, sizeof buf, i ? " %d" : "%d", ids[i]);
+    line.append(buf, n);
+  }
+  line += '\n';
+  std::fwrite(line.data(), 1, line.size(), stdout);
+}
+
+void setup(CLI::App* sub) {
+  static std::string name = "gpt2", dir;
+  static std::vector<std::string> files;
+  static bool decode = false, roundtrip = false;
+  static int threads = 0, bench = 0;
+  sub->add_option("--tokenizer", name, "gpt2 or qwen3")->check(CLI::IsMember({"gpt2", "qwen3"}));
+  sub->add_option("--tokenizer-dir", dir,
+                  "directory with encoder.json+vocab.bpe (gpt2) or tokenizer.json (qwen3); "
+                  "default: .cache/npm/... found from $JTOK_ROOT, the cwd or the binary");
+  sub->add_option("--threads", threads, "encoding threads (default: OpenMP's)");
+  sub->add_flag("--decode", decode, "FILE holds token ids; print the text");
+  sub->add_flag("--roundtrip", roundtrip, "check decode(encode(x)) == x for every FILE");
+  sub->add_option("--bench", bench, "encode FILE this many times and report MB/s");
+  sub->add_option("files", files, "input file(s), - for stdin")->required();
+  sub->callback([] {
+    jtok::Tokenizer tok = jtok::Tokenizer::load(name, dir);
+    if (roundtrip) {
+      size_t bad = 0, bytes = 0, tokens = 0;
+      for (const auto& f : files) {
+        std::string text = slurp(f);
+        std::vector<int32_t> ids = tok.encode_parallel(text, threads);
+        std::string expect = jtok::unicode::sanitize_utf8(text);
+        if (name == "qwen3") expect = jtok::unicode::nfc(expect);
+        bytes += text.size();
+        tokens += ids.size();
+        if (tok.decode(ids) != expect) { ++bad; std::printf("MISMATCH %s\n", f.c_str()); }
+      }
+      std::printf("roundtrip %s: %zu files, %zu bytes, %zu tokens, %zu mismatches\n", name.c_str(),
+                  files.size(), bytes, tokens, bad);
+      if (bad) jtok::fail("roundtrip failed for ", bad, " file(s)");
+      return;
+    }
+    if (files.size() > 1 && !decode && bench == 0) {  // one line of ids per file
+      for (const auto& f : files) print_ids(tok.encode_parallel(slurp(f), threads));
+      return;
+    }
+    if (files.size() != 1) jtok::fail("tokenize: give one FILE with --decode or --bench");
+    std::string text = slurp(files[0]);
+    if (decode) {
+      std::istringstream in(text);
+      std::vector<int32_t> ids;
+      long long v;
+      while (in >> v) ids.push_back(int32_t(v));
+      std::string out = tok.decode(ids);
+      std::fwrite(out.data(), 1, out.size(), stdout);
+      return;
+    }
+    if (bench > 0) {
+      auto t0 = std::chrono::steady_clock::now();
+      size_t n = 0;
+      for (int r = 0; r < bench; ++r) n = tok.encode_parallel(text, threads).size();
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("%.2f MB/s (%zu bytes x %d in %.3f s, %zu tokens)\n", text.size() * double(bench) / s / 1e6,
+                  text.size(), bench, s, n);
+      return;
+    }
+    print_ids(tok.encode_parallel(text, threads));
+  });
+}
+const bool registered = jtok::register_command({"tokenize", "print the token ids of a file (gpt2 or qwen3)", setup});
+}  // namespace

