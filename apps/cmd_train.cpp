@@ -1,0 +1,106 @@
+// `jtok train`: trains a model on token shards (docs/usage.md).
+#include <cstdio>
+#include <filesystem>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/peak_flops.h"
+#include "data/loader.h"
+#include "data/tokenizer.h"
+#include "model/config.h"
+#include "run_setup.h"
+#include "scaling/flops.h"
+#include "train/trainer.h"
+
+namespace {
+
+struct Args {
+  std::string config, out;
+  std::vector<std::string> sets;
+  int64_t max_steps = -1;
+  bool resume = false;
+  double peak_gflops = -1;
+  std::string sample_prompt = "The";
+} args;
+std::map<std::string, std::string>* fields;
+CLI::App* self;
+
+void run() {
+  using namespace jtok;
+  auto overrides = collect_overrides(self, *fields, args.sets);
+  if (args.max_steps > 0) overrides.push_back("max_steps=" + std::to_string(args.max_steps));
+  Config cfg = load_config(args.config, overrides);
+  const auto& t = cfg.train;
+  std::printf("command: %s\n", command_line_string().c_str());
+  std::printf("config: %s\n", to_json(cfg).dump().c_str());
+  FlopsReport fr = flops_report(cfg.model, t.seq_len);
+  std::printf("params: total %.2fM | N_c %.2fM (attention %.2fM, MLP %.2fM) | N_n %.2fM (JTok tables) | eta %.3f\n",
+              fr.n_total / 1e6, fr.n_c / 1e6, fr.n_c_attention / 1e6, fr.n_c_mlp / 1e6, fr.n_n / 1e6, fr.eta);
+  std::printf("flops/token: 6N_c %.3g | exact %.3g (lm_head %.3g, attention %.3g, JTok %.3g) | tokens/step %lld\n",
+              fr.flops_6nc, fr.flops_per_token, fr.flops_lm_head, fr.flops_attention, fr.flops_token_indexed,
+              static_cast<long long>(t.tokens_per_step()));
+
+  Tokenizer tok = Tokenizer::load(t.tokenizer);
+  if (tok.vocab_size() > static_cast<uint32_t>(cfg.model.vocab_size))
+    fail("tokenizer ", t.tokenizer, " has ", tok.vocab_size(), " ids but vocab_size is ", cfg.model.vocab_size);
+  LoaderOptions lo;
+  lo.mode = "random";
+  lo.seed = t.seed;
+  lo.vocab_size = static_cast<uint32_t>(cfg.model.vocab_size);
+  lo.tokenizer = tok.name();
+  lo.tokenizer_fingerprint = tok.fingerprint();
+  DataLoader loader(list_shards(t.train_data), lo);
+  ValidationSet valset(list_shards(t.val_data), lo, static_cast<int>(t.micro_batch_size), static_cast<int>(t.seq_len));
+  if (valset.num_batches() == 0) fail("validation data ", t.val_data, " is shorter than one batch of ", t.micro_batch_size, " x ", t.seq_len);
+  std::printf("data: train %s (%.2fM tokens), val %s (%zu batches)\n", t.train_data.c_str(),
+              loader.shards().total_tokens() / 1e6, t.val_data.c_str(), valset.num_batches());
+
+  BatchSource src;
+  src.next = [&](int32_t* x, int32_t* y, int64_t B, int64_t T) {
+    Batch b = loader.next_batch(static_cast<int>(B), static_cast<int>(T));
+    std::copy(b.inputs.begin(), b.inputs.end(), x);
+    std::copy(b.targets.begin(), b.targets.end(), y);
+  };
+  src.state = [&] { return to_json(loader.state()); };
+  src.restore = [&](const nlohmann::json& j) { loader.restore(loader_state_from_json(j)); };
+  size_t val_i = 0;
+  ValSource val;
+  val.reset = [&] { val_i = 0; };
+  val.next = [&](int32_t* x, int32_t* y, int64_t, int64_t) {
+    Batch b = valset.batch(val_i++ % valset.num_batches());
+    std::copy(b.inputs.begin(), b.inputs.end(), x);
+    std::copy(b.targets.begin(), b.targets.end(), y);
+  };
+
+  TrainOptions opt;
+  opt.out_dir = args.out;
+  opt.resume = args.resume;
+  opt.command_line = command_line_string();
+  opt.extra_report = {{"flops", to_json(fr)}};
+  opt.flops_per_token = fr.flops_per_token_full_square;  // what the kernels compute
+  opt.peak_gflops = args.peak_gflops >= 0 ? args.peak_gflops : measure_peak_gflops(0.2);
+  std::printf("machine: fp32 peak %.0f GFLOP/s (%s, measured; --peak-gflops to set)\n", opt.peak_gflops, simd_isa());
+  const std::vector<int32_t> prompt = tok.encode(args.sample_prompt);
+  opt.sample = [&](const auto& generate) { return args.sample_prompt + tok.decode(generate(prompt, 32)); };
+  install_stop_handler();
+  TrainResult r = train(cfg, opt, src, &val);
+  std::printf("done: %lld steps, loss %.4f%s\n", static_cast<long long>(r.steps_done), r.last_loss,
+              r.interrupted ? " (interrupted; --resume continues)" : "");
+}
+
+void setup(CLI::App* sub) {
+  self = sub;
+  sub->add_option("--config", args.config, "config JSON (model and training fields)")->required();
+  sub->add_option("--out", args.out, "run directory: log.jsonl, checkpoints/")->required();
+  sub->add_option("--max-steps", args.max_steps, "optimizer steps (overrides max_steps)");
+  sub->add_flag("--resume", args.resume, "continue from the newest complete checkpoint in --out");
+  sub->add_option("--set", args.sets, "override a config field: name=value (repeatable)");
+  sub->add_option("--peak-gflops", args.peak_gflops, "fp32 peak for MFU (default: measured at start)");
+  sub->add_option("--sample-prompt", args.sample_prompt, "prompt of the periodic samples");
+  fields = &jtok::add_config_field_options(sub);
+  sub->callback(run);
+}
+
+const bool registered = jtok::register_command({"train", "train a model on token shards", setup});
+
+}  // namespace

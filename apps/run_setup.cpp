@@ -1,0 +1,34 @@
+#include "run_setup.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "train/checkpoint.h"
+
+namespace jtok {
+
+std::map<std::string, std::string>& add_config_field_options(CLI::App* sub) {
+  static std::map<std::string, std::string> values;  // one command runs per process
+  auto* group = sub->add_option_group("config fields", "any config field, overriding the file (--name value)");
+  for (const auto& name : config_field_names()) group->add_option("--" + name, values[name], "");
+  return values;
+}
+
+std::vector<std::string> collect_overrides(CLI::App* sub, const std::map<std::string, std::string>& fields,
+                                           const std::vector<std::string>& sets) {
+  std::vector<std::string> out;
+  for (const auto& [name, value] : fields)
+    if (sub->get_option_group("config fields")->count("--" + name) > 0) out.push_back(name + "=" + value);
+  for (const auto& s : sets) out.push_back(s);
+  return out;
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(path)) fail("checkpoint ", path, " does not exist");
+  if (fs::exists(fs::path(path) / "config.json")) return path;
+  if (auto latest = latest_checkpoint(path)) return *latest;
+  fail(path, " is neither a checkpoint directory (no config.json) nor a run directory with a complete checkpoint");
+}
+
+}  // namespace jtok
