@@ -1,7 +1,8 @@
 """The reference against docs/model.md, written out a second way.
 
 - forward: a loop-by-loop numpy transcription of the spec (RMSNorm, RoPE rotate_half, GQA head
-  mapping, causal softmax, SwiGLU, padded vocabulary) against Transformer.forward, float64;
+  mapping, causal softmax, SwiGLU, padded vocabulary, the JTok gate with and without its norm)
+  against Transformer.forward, float64;
 - optimizer: the AdamW / clipping formulas of the spec in numpy against train_steps;
 - lr schedules at hand-computed points (including llround of warmup_ratio * max_steps);
 - tensor names and shapes, safetensors round trip.
@@ -63,7 +64,13 @@ def naive_forward(w, cfg, ids):
         m = np.stack([rmsnorm(h[t], w[p + "post_attention_layernorm.weight"]) for t in range(T)])
         g = m @ w[p + "mlp.gate_proj.weight"].T
         u = m @ w[p + "mlp.up_proj.weight"].T
-        h = h + (g / (1 + np.exp(-g)) * u) @ w[p + "mlp.down_proj.weight"].T
+        update = (g / (1 + np.exp(-g)) * u) @ w[p + "mlp.down_proj.weight"].T
+        if cfg.jtok_on_layer(l):  # JTok: gate each position's MLP update by its token's row
+            for t in range(T):
+                e = w[p + "jtok.embed.weight"][ids[t]]
+                n = e / (math.sqrt(np.sum(e * e)) + cfg.jtok_eps) if cfg.jtok_norm else e
+                update[t] = update[t] * (1 + w[p + "jtok.scale"] * n)
+        h = h + update
     hn = np.stack([rmsnorm(h[t], w["model.norm.weight"]) for t in range(T)])
     head_w = w["model.embed_tokens.weight"] if cfg.tie_word_embeddings else w["lm_head.weight"]
     logits = hn @ head_w.T
@@ -71,9 +78,9 @@ def naive_forward(w, cfg, ids):
     return logits
 
 
-def make_model(tied, seed=0):
+def make_model(tied, seed=0, **extra):
     torch.manual_seed(seed)
-    cfg = JTokConfig(**CFG, tie_word_embeddings=tied)
+    cfg = JTokConfig(**dict(CFG, tie_word_embeddings=tied, **extra))
     model = Transformer(cfg).double()
     with torch.no_grad():
         for p in model.parameters():
@@ -82,9 +89,14 @@ def make_model(tied, seed=0):
     return cfg, model
 
 
+# JTok variants: on layer 1 with the L2 norm (and an eps that matters), on all layers without.
+JTOK_VARIANTS = [dict(jtok=True, jtok_layers="1", jtok_eps=0.05, jtok_init_std=0.3),
+                 dict(jtok=True, jtok_layers="all", jtok_norm=False, jtok_init_std=0.3)]
+
+
 def test_forward():
-    for tied in (False, True):
-        cfg, model = make_model(tied)
+    for tied, extra in [(False, {}), (True, {})] + [(False, v) for v in JTOK_VARIANTS]:
+        cfg, model = make_model(tied, **extra)
         ids = torch.randint(0, cfg.vocab_size, (2, 7))
         logits = model(ids).detach().numpy()
         w = {k: v.numpy() for k, v in model.state_dict().items()}
@@ -92,7 +104,7 @@ def test_forward():
             ref = naive_forward(w, cfg, ids[b].tolist())
             real = slice(0, cfg.vocab_size)
             err = np.abs(logits[b, :, real] - ref[:, real]).max()
-            assert err < 1e-12, f"tied={tied}: forward differs from the spec by {err}"
+            assert err < 1e-12, f"tied={tied} {extra}: forward differs from the spec by {err}"
             assert np.all(np.isneginf(logits[b, :, cfg.vocab_size:]))
         labels = torch.randint(0, cfg.vocab_size, (2, 7))
         lp = torch.log_softmax(torch.from_numpy(logits[..., :cfg.vocab_size]), -1)
@@ -132,6 +144,20 @@ def test_names():
     assert torch.all(m.model.norm.weight == 1)
     ratio = m.model.layers[0].mlp.down_proj.weight.std() / m.model.layers[0].mlp.up_proj.weight.std()
     assert abs(ratio - 1 / math.sqrt(16)) < 0.03, ratio
+    # JTok: tensors on the selected layers only; table N(0, jtok_init_std), padded rows 0;
+    # scale jtok_scale_init.
+    cfg, m = make_model(tied=False, jtok=True, jtok_layers="0-1", jtok_init_std=0.05, jtok_scale_init=0.5)
+    shapes = {k: tuple(v.shape) for k, v in m.state_dict().items()}
+    assert shapes["model.layers.1.jtok.embed.weight"] == (Vp, d) and shapes["model.layers.1.jtok.scale"] == (d,)
+    assert len(shapes) == 2 + 11 * cfg.num_hidden_layers + 1
+    _, m3 = make_model(tied=False, jtok=True, jtok_layers="0,2-3", num_hidden_layers=4)
+    assert [k for k in m3.state_dict() if k.endswith("jtok.scale")] == \
+        ["model.layers.0.jtok.scale", "model.layers.2.jtok.scale", "model.layers.3.jtok.scale"]
+    m = Transformer(JTokConfig(**dict(CFG, vocab_size=1000, vocab_pad_multiple=64, hidden_size=64,
+                                      head_dim=0, jtok=True, jtok_init_std=0.05, jtok_scale_init=0.5)))
+    table = m.model.layers[0].jtok.embed.weight
+    assert torch.all(table[1000:] == 0) and abs(table[:1000].std().item() - 0.05) < 0.002
+    assert torch.all(m.model.layers[1].jtok.scale == 0.5)
     print("names, shapes and init ok")
 
 

@@ -2,7 +2,8 @@
 
 A pre-norm Qwen/Llama-style decoder without biases: RMSNorm, grouped-query attention with
 RoPE ("rotate_half" layout), a SwiGLU MLP, and a vocabulary padded to a multiple of
-`vocab_pad_multiple` whose padded logits are masked to -inf.
+`vocab_pad_multiple` whose padded logits are masked to -inf. With `jtok` on, the selected
+layers carry a token-indexed table that gates their MLP update (JTok, paper section 3.2).
 
 Parameter names are exactly the safetensors names of jtok checkpoints, so
 
@@ -38,6 +39,13 @@ class JTokConfig:
         "rms_norm_eps": 1e-6,
         "tie_word_embeddings": False,
         "initializer_range": 0.02,
+        # JTok (docs/model.md, last section)
+        "jtok": False,
+        "jtok_layers": "all",     # "all", or indices / ranges like "0,2,5-7"
+        "jtok_eps": 1e-6,
+        "jtok_norm": True,        # False: the paper's ablation without the L2 norm
+        "jtok_init_std": 0.02,
+        "jtok_scale_init": 1.0,
     }
 
     def __init__(self, **kwargs):
@@ -48,6 +56,7 @@ class JTokConfig:
             self.head_dim = self.hidden_size // self.num_attention_heads
         assert self.num_attention_heads % self.num_key_value_heads == 0, "kv heads must divide q heads"
         assert self.head_dim % 2 == 0, "head_dim must be even for RoPE"
+        self.jtok_layer_set = parse_layers(self.jtok_layers, self.num_hidden_layers) if self.jtok else set()
 
     @classmethod
     def from_dict(cls, d):
@@ -62,10 +71,30 @@ class JTokConfig:
     def to_dict(self):
         return {name: getattr(self, name) for name in self.FIELDS}
 
+    def jtok_on_layer(self, layer):
+        return layer in self.jtok_layer_set
+
     @property
     def padded_vocab_size(self):
         m = self.vocab_pad_multiple
         return (self.vocab_size + m - 1) // m * m
+
+
+def parse_layers(spec, num_layers):
+    """The layer indices of "all", "none" / "", or a list like "0,2,5-7" (ranges inclusive)."""
+    if spec == "all":
+        return set(range(num_layers))
+    if spec in ("none", ""):
+        return set()
+    layers = set()
+    for item in spec.split(","):
+        first, _, last = item.partition("-")
+        a = int(first)
+        b = int(last) if last else a
+        if not 0 <= a <= b < num_layers:
+            raise ValueError(f"jtok_layers: {item!r} outside 0..{num_layers - 1}")
+        layers.update(range(a, b + 1))
+    return layers
 
 
 class RMSNorm(nn.Module):
@@ -153,18 +182,45 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-class DecoderLayer(nn.Module):
+class JTok(nn.Module):
+    """Token-indexed gate of a layer's MLP update (paper section 3.2):
+
+        p = 1 + scale * E[x] / (||E[x]||_2 + eps)      (p = 1 + scale * E[x] without the norm)
+
+    for the input token id x of each position. `embed` is a dense nn.Embedding (dense gradient,
+    so AdamW updates every row every step); `scale` is per dimension.
+    """
+
     def __init__(self, cfg):
+        super().__init__()
+        self.embed = nn.Embedding(cfg.padded_vocab_size, cfg.hidden_size)
+        self.scale = nn.Parameter(torch.full((cfg.hidden_size,), float(cfg.jtok_scale_init)))
+        self.eps = cfg.jtok_eps
+        self.use_norm = cfg.jtok_norm
+
+    def forward(self, input_ids):
+        """input_ids (B, T) -> gate p (B, T, d)."""
+        u = self.embed(input_ids)
+        if self.use_norm:
+            u = u / (u.norm(dim=-1, keepdim=True) + self.eps)   # plain L2 norm, not RMSNorm
+        return 1 + self.scale * u
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg, with_jtok=False):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
+        self.jtok = JTok(cfg) if with_jtok else None
 
-    def forward(self, h, cos, sin):
+    def forward(self, h, cos, sin, input_ids):
         h = h + self.self_attn(self.input_layernorm(h), cos, sin)
-        h = h + self.mlp(self.post_attention_layernorm(h))
-        return h
+        update = self.mlp(self.post_attention_layernorm(h))
+        if self.jtok is not None:
+            update = update * self.jtok(input_ids)   # only the MLP update is gated
+        return h + update
 
 
 class Backbone(nn.Module):
@@ -173,7 +229,8 @@ class Backbone(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.padded_vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers)])
+        self.layers = nn.ModuleList([DecoderLayer(cfg, with_jtok=cfg.jtok_on_layer(l))
+                                     for l in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
@@ -194,12 +251,18 @@ class Transformer(nn.Module):
     @torch.no_grad()
     def init_weights(self, generator=None):
         """docs/model.md: N(0, initializer_range); o_proj, down_proj also / sqrt(2 layers);
-        RMSNorm gains 1; padded embedding and lm_head rows 0."""
+        RMSNorm gains 1; padded embedding and lm_head rows 0. JTok tables N(0, jtok_init_std)
+        with padded rows 0, scales jtok_scale_init."""
         cfg = self.cfg
         std = cfg.initializer_range
         residual_std = std / math.sqrt(2 * cfg.num_hidden_layers)
         for name, p in self.named_parameters():
-            if p.dim() == 1:
+            if name.endswith("jtok.scale"):
+                p.fill_(cfg.jtok_scale_init)
+            elif name.endswith("jtok.embed.weight"):
+                p.normal_(0.0, cfg.jtok_init_std, generator=generator)
+                p[cfg.vocab_size:].zero_()
+            elif p.dim() == 1:
                 p.fill_(1.0)
             elif name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
                 p.normal_(0.0, residual_std, generator=generator)
@@ -214,7 +277,7 @@ class Transformer(nn.Module):
         h = self.model.embed_tokens(input_ids)
         cos, sin = rope_cos_sin(T, self.cfg.head_dim, self.cfg.rope_theta, h.dtype, h.device)
         for layer in self.model.layers:
-            h = layer(h, cos, sin)
+            h = layer(h, cos, sin, input_ids)
         return self.model.norm(h)
 
     def forward(self, input_ids):

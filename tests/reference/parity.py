@@ -59,19 +59,46 @@ CASES = {
     "gqa_clipped": dict(BASE, num_key_value_heads=1, max_grad_norm=0.05, lr_scheduler_type="constant",
                         warmup_steps=-1, warmup_ratio=0.25, seed=99),
 }
+# JTok cases (docs/model.md, "JTok"): tables on all layers of the GQA untied model, the batch
+# drawn from 20 distinct ids so that each id repeats ~5 times (the engine deduplicates its
+# gathers and sums repeated rows' gradients); a subset of 3 layers without the norm (the
+# paper's ablation) and tied embeddings; active clipping with a jtok_eps large enough to matter.
+JTOK_CASES = {
+    "jtok_all_gqa": dict(BASE, jtok=True, jtok_layers="all", jtok_init_std=0.1, seed=11),
+    "jtok_subset_nonorm_tied": dict(BASE, num_hidden_layers=3, jtok=True, jtok_layers="0,2",
+                                    jtok_norm=False, jtok_init_std=0.1, tie_word_embeddings=True,
+                                    lr_scheduler_type="wsd", decay_ratio=0.3, seed=23),
+    "jtok_clipped": dict(BASE, num_key_value_heads=1, jtok=True, jtok_layers="all", jtok_eps=0.05,
+                         jtok_init_std=0.1, max_grad_norm=0.05, lr_scheduler_type="constant",
+                         seed=5),
+}
+# Cases whose input ids come from only this many distinct token ids (the others use the whole
+# vocabulary). Kept out of the config dicts, which go to jtok as they are.
+DISTINCT_IDS = {"jtok_all_gqa": 20, "jtok_subset_nonorm_tied": 30}
+ALL_CASES = dict(CASES, **JTOK_CASES)
+
+# Parity thresholds (relative error ||jtok - ref|| / ||ref|| per tensor); the reasons are in
+# tests/test_parity_dense.py.
+TOL = {"logits": 1e-4, "loss": 1e-4, "grad_norm": 1e-4, "lr": 1e-6, "grad.": 1e-4, "final.": 1e-3}
 
 
 def random_weights(cfg, seed):
     """Random float32 weights for a JTokConfig: N(0, initializer_range) matrices (o_proj and
     down_proj scaled by 1/sqrt(2 layers)), norm gains 1 + N(0, 0.1) so that their gradients are
-    exercised, padded embedding / lm_head rows zero."""
+    exercised, padded embedding / lm_head rows zero. JTok tables N(0, jtok_init_std) with padded
+    rows zero; JTok scales 1 + N(0, 0.3) so that the gate varies by dimension."""
     rng = np.random.default_rng(seed)
     model = Transformer(cfg)  # only for names and shapes
     std = cfg.initializer_range
     out = {}
     for name, p in model.state_dict().items():
         shape = tuple(p.shape)
-        if len(shape) == 1:
+        if name.endswith("jtok.scale"):
+            w = 1.0 + 0.3 * rng.standard_normal(shape)
+        elif name.endswith("jtok.embed.weight"):
+            w = cfg.jtok_init_std * rng.standard_normal(shape)
+            w[cfg.vocab_size:] = 0.0
+        elif len(shape) == 1:
             w = 1.0 + 0.1 * rng.standard_normal(shape)
         elif "o_proj" in name or "down_proj" in name:
             w = std / np.sqrt(2 * cfg.num_hidden_layers) * rng.standard_normal(shape)
@@ -83,13 +110,26 @@ def random_weights(cfg, seed):
     return out
 
 
-def random_batch(cfg_dict, seed):
-    """input_ids, labels: int32 (M, B, T), tokens < vocab_size."""
+def random_batch(cfg_dict, seed, distinct_ids=None):
+    """input_ids, labels: int32 (M, B, T), tokens < vocab_size. With distinct_ids, the input ids
+    are drawn from that many distinct ids only (so ids repeat within and across micro-batches)."""
     rng = np.random.default_rng(seed + 1)
     shape = (cfg_dict["gradient_accumulation_steps"], cfg_dict["micro_batch_size"], cfg_dict["seq_len"])
-    input_ids = rng.integers(0, cfg_dict["vocab_size"], size=shape, dtype=np.int32)
-    labels = rng.integers(0, cfg_dict["vocab_size"], size=shape, dtype=np.int32)
+    V = cfg_dict["vocab_size"]
+    if distinct_ids is None:
+        input_ids = rng.integers(0, V, size=shape, dtype=np.int32)
+    else:
+        ids = rng.choice(V, size=distinct_ids, replace=False)
+        input_ids = rng.choice(ids, size=shape).astype(np.int32)
+    labels = rng.integers(0, V, size=shape, dtype=np.int32)
     return {"input_ids": input_ids, "labels": labels}
+
+
+def case_inputs(case, cfg_dict):
+    """(weights, batch) of a case, seeded by its config's seed."""
+    weights = random_weights(JTokConfig.from_dict(cfg_dict), cfg_dict["seed"])
+    batch = random_batch(cfg_dict, cfg_dict["seed"], DISTINCT_IDS.get(case))
+    return weights, batch
 
 
 def run_reference(cfg_dict, weights, batch, steps, dtype=torch.float64):
@@ -169,6 +209,75 @@ def compare(out, ref):
     return [(name, rel_err(out[name], ref[name])) for name in order]
 
 
+def tolerance(name):
+    for prefix, tol in TOL.items():
+        if name == prefix or (prefix.endswith(".") and name.startswith(prefix)):
+            return tol
+    raise KeyError(name)
+
+
+def check_outputs(case, cfg_dict, out, ref, label, steps):
+    """Prints the error table of `out` against the reference `ref` and returns a list of failure
+    messages (empty when the case passes): thresholds of TOL, padded head rows, clipping."""
+    cfg = JTokConfig.from_dict(cfg_dict)
+    failures = []
+    rows = compare(out, ref)
+    width = max(len(n) for n, _ in rows)
+    print(f"\n{case}: {label} vs reference (float64), {steps} steps")
+    print(f"  {'tensor'.ljust(width)}  rel err   limit")
+    for name, err in rows:
+        tol = tolerance(name)
+        ok = err <= tol
+        print(f"  {name.ljust(width)}  {err:.2e}  {tol:.0e}{'' if ok else '  FAIL'}")
+        if not ok:
+            failures.append(f"{case}: {name} rel err {err:.3e} > {tol:.0e}")
+    for kind in ("grad.", "final."):
+        worst = max((e, n) for n, e in rows if n.startswith(kind))
+        print(f"  worst {kind[:-1]}: {worst[0]:.2e} ({worst[1]})")
+
+    # The padded lm_head rows (columns >= vocab_size of the logits) get exactly zero gradient,
+    # and with zero gradient and zero start AdamW leaves them exactly zero.
+    head = "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
+    V = cfg.vocab_size
+    if np.any(out["grad." + head][V:] != 0):
+        failures.append(f"{case}: grad.{head} has nonzero padded rows")
+    if np.any(out["final." + head][V:] != 0):
+        failures.append(f"{case}: final.{head} has nonzero padded rows")
+    # The cases mean clipping to be active at every step (max_grad_norm < 1) or enabled but
+    # never active (max_grad_norm >= 1); check that they do what they mean.
+    max_norm = cfg_dict["max_grad_norm"]
+    if 0 < max_norm < 1 and not np.all(ref["grad_norm"] > max_norm):
+        failures.append(f"{case}: clipping was meant to be active at every step")
+    if max_norm >= 1 and not np.all(ref["grad_norm"] < max_norm):
+        failures.append(f"{case}: clipping was meant to be inactive at every step")
+    return failures
+
+
+def run_parity_test(cases, steps, extra_checks=None):
+    """The body of a parity test: for each case, jtok ($JTOK_BIN) against the reference from the
+    same weights and batch; `extra_checks(case, cfg_dict, weights, batch, out, ref)` may add
+    failure messages. Returns the exit code: 1 (and FAILED) on any failure, and also when
+    $JTOK_BIN has no `parity` command (never a skip)."""
+    jtok_bin = os.environ.get("JTOK_BIN")
+    if not jtok_has_parity(jtok_bin):
+        print(f"FAILED: {jtok_bin or '$JTOK_BIN'} has no `parity` command")
+        return 1
+    failures = []
+    for case, cfg_dict in cases.items():
+        weights, batch = case_inputs(case, cfg_dict)
+        ref = run_reference(cfg_dict, weights, batch, steps)
+        with tempfile.TemporaryDirectory() as tmp:
+            out = run_jtok(jtok_bin, cfg_dict, weights, batch, steps, tmp)
+        failures += check_outputs(case, cfg_dict, out, ref, "jtok (float32)", steps)
+        if extra_checks is not None:
+            failures += extra_checks(case, cfg_dict, weights, batch, out, ref)
+    if failures:
+        print("\nFAILED:\n  " + "\n  ".join(failures))
+        return 1
+    print("\nOK")
+    return 0
+
+
 def format_table(rows, title):
     width = max(len(n) for n, _ in rows)
     lines = [title, f"  {'tensor'.ljust(width)}  rel err"]
@@ -179,16 +288,15 @@ def format_table(rows, title):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jtok", default=os.environ.get("JTOK_BIN"), help="jtok binary (default $JTOK_BIN)")
-    ap.add_argument("--case", default="all", choices=["all"] + list(CASES))
+    ap.add_argument("--case", default="all", choices=["all"] + list(ALL_CASES))
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--self", action="store_true", help="compare reference float32 vs float64 only")
     args = ap.parse_args()
     torch.set_num_threads(1)  # tiny tensors: threads only add OpenMP waits
     use_jtok = not args.self and jtok_has_parity(args.jtok)
-    for name in (CASES if args.case == "all" else [args.case]):
-        cfg_dict = CASES[name]
-        weights = random_weights(JTokConfig.from_dict(cfg_dict), cfg_dict["seed"])
-        batch = random_batch(cfg_dict, cfg_dict["seed"])
+    for name in (ALL_CASES if args.case == "all" else [args.case]):
+        cfg_dict = ALL_CASES[name]
+        weights, batch = case_inputs(name, cfg_dict)
         ref = run_reference(cfg_dict, weights, batch, args.steps)
         if use_jtok:
             with tempfile.TemporaryDirectory() as tmp:

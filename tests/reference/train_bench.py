@@ -6,6 +6,7 @@ JSON line: tokens_per_s, step_ms (mean over the timed steps), peak_rss_mb, and t
     python3 train_bench.py --config a --steps 10 --warmup 2
     python3 train_bench.py --config b --steps 3 --warmup 1
     python3 train_bench.py --config my_config.json      # a jtok config file (model + training)
+    python3 train_bench.py --config a --jtok            # JTok tables on all layers (default init)
 
 Built-in configs (vocab_size 50257 padded to 50304, ffn 4d, kv heads = heads):
     a: d=256, 4 layers, 4 heads, seq 256, 16 sequences a step   (4096 tokens)
@@ -96,6 +97,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--jtok", action="store_true",
+                    help="JTok tables on all layers (default init), overriding the config's jtok fields")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -105,6 +108,8 @@ def main():
     else:
         with open(args.config) as f:
             fields = dict(TRAINING, **json.load(f))
+    if args.jtok:
+        fields.update(jtok=True, jtok_layers="all")
     total_steps = args.warmup + args.steps
     fields["max_steps"] = total_steps
     mcfg = JTokConfig.from_dict(fields)
@@ -136,6 +141,8 @@ def main():
     result = {
         "impl": "pytorch-reference",
         "config": args.config,
+        "jtok": bool(mcfg.jtok),
+        "jtok_layers": sorted(mcfg.jtok_layer_set),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "blas": blas_library(),

@@ -2,7 +2,8 @@
 
 One step: accumulate the gradient of the mean of M micro-batch losses, take the global
 gradient norm, clip (as torch.nn.utils.clip_grad_norm_), set the learning rate of the schedule,
-and apply torch.optim.AdamW (weight decay on 2-D weights only).
+and apply torch.optim.AdamW (weight decay on 2-D weights only). JTok tables are dense
+nn.Embedding weights, so AdamW treats them as dense: every row's moments decay every step.
 
     tcfg = TrainConfig.from_json("config.json")
     opt = make_optimizer(model, tcfg)
@@ -87,7 +88,8 @@ def lr_at(step, cfg):
 
 
 def param_groups(model, weight_decay):
-    """Weight decay on every 2-D weight (embeddings, projections, lm_head); none on norm gains."""
+    """Weight decay on every 2-D weight (embeddings, projections, lm_head, JTok tables); none on
+    1-D tensors (norm gains, JTok scales)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     return [{"params": decay, "weight_decay": weight_decay},
