@@ -183,6 +183,12 @@ TEST(CrossEntropy, FastMatchesReferencePaddedColumnsNeverCount) {
   for (int64_t n = 0; n < N; ++n)
     for (int64_t j = V; j < Vp; ++j) num[n * Vp + j] = 0.0f;  // FD at 1e4 is meaningless; grad is 0 by definition
   EXPECT_LT(rel_err(dr, num), kFdTol);
+  // Per-row losses sum to the total.
+  std::vector<float> rows(N);
+  cross_entropy_rows(rows.data(), x.data(), t.data(), N, V, Vp);
+  double rsum = 0;
+  for (float r : rows) rsum += r;
+  EXPECT_NEAR(rsum, lr, 1e-4 * std::abs(lr));
   // In place (dlogits aliases logits) gives the same result.
   auto xi = x;
   double li = cross_entropy(xi.data(), xi.data(), t.data(), N, V, Vp, 1.0f / N);

@@ -205,6 +205,12 @@ double loss_of_logits(const Model& m, const Activations& a, const int32_t* targe
          static_cast<double>(N);
 }
 
+void token_logprobs(const Model& m, const Activations& a, const int32_t* targets, float* out) {
+  const int64_t N = a.B * a.T, Vp = m.cfg.padded_vocab();
+  cross_entropy_rows(out, a.logits.data(), targets, N, m.cfg.vocab_size, Vp);
+  for (int64_t n = 0; n < N; ++n) out[n] = -out[n];
+}
+
 double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* targets, float grad_scale) {
   JTOK_PROFILE("backward (total)");
   const auto& c = m.cfg;

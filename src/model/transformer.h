@@ -75,6 +75,8 @@ void ensure_activations(Activations& acts, const ModelConfig& cfg, int64_t B, in
 void forward(const Model& m, Activations& acts, const int32_t* ids, int64_t B, int64_t T);
 // Mean cross-entropy of acts.logits against targets (B,T) over the real vocabulary.
 double loss_of_logits(const Model& m, const Activations& acts, const int32_t* targets);
+// log p(target | prefix) at every position (B*T), from acts.logits after forward.
+void token_logprobs(const Model& m, const Activations& acts, const int32_t* targets, float* out);
 // After forward: computes the mean loss, then backpropagates grad_scale * d(mean loss) into m.grads
 // (accumulating). acts.logits is overwritten by dlogits. Returns the mean loss.
 double backward(Model& m, Activations& acts, const int32_t* ids, const int32_t* targets, float grad_scale = 1.0f);

@@ -39,6 +39,20 @@ double cross_entropy(float* dlogits, const float* logits, const int32_t* targets
   });
 }
 
+void cross_entropy_rows(float* out, const float* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vp) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = logits + n * Vp;
+    float mx = x[0];
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 1; j < V; ++j) mx = x[j] > mx ? x[j] : mx;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < V; ++j) sum += fast_expf(x[j] - mx);
+    out[n] = mx + std::log(sum) - x[targets[n]];
+  }
+}
+
 double cross_entropy_ref(float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V,
                          int64_t Vp, float grad_scale) {
   double total = 0.0;

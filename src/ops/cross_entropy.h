@@ -10,6 +10,9 @@ namespace jtok {
 double cross_entropy(float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                      float grad_scale);
 
+// Per-row losses (N): -log softmax(logits[n])[targets[n]] over the real vocabulary.
+void cross_entropy_rows(float* out, const float* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vp);
+
 double cross_entropy_ref(float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V,
                          int64_t Vp, float grad_scale);
 

@@ -1,0 +1,145 @@
+// `jtok eval`: validation loss and perplexity on shards, and BLiMP accuracy, of a checkpoint.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "commands.h"
+#include "core/error.h"
+#include "data/loader.h"
+#include "data/tokenizer.h"
+#include "infer/blimp.h"
+#include "model/transformer.h"
+#include "model/weights_io.h"
+#include "run_setup.h"
+#include "train/checkpoint.h"
+
+namespace {
+
+struct Args {
+  std::string checkpoint, val_data, blimp_dir = "../shared/data/blimp";
+  int64_t val_batches = 0, blimp_limit = 0, batch_size = 64;
+  bool json = false, no_blimp = false;
+} args;
+
+// Total log-probability of each sentence as [eot] + tokens, in batches of equal token length.
+std::vector<double> score_sentences(const jtok::Model& m, const jtok::Tokenizer& tok, const std::vector<std::string>& sents,
+                                    int64_t batch) {
+  using namespace jtok;
+  std::vector<std::vector<int32_t>> ids(sents.size());
+  for (size_t i = 0; i < sents.size(); ++i) {
+    ids[i].push_back(tok.eot_id());
+    tok.encode(sents[i], ids[i]);
+    if (static_cast<int64_t>(ids[i].size()) > m.cfg.max_position_embeddings)
+      ids[i].resize(static_cast<size_t>(m.cfg.max_position_embeddings));
+  }
+  std::map<size_t, std::vector<size_t>> by_len;  // same length: no padding at all
+  for (size_t i = 0; i < ids.size(); ++i) by_len[ids[i].size()].push_back(i);
+  std::vector<double> out(sents.size(), 0.0);
+  Activations acts;
+  for (auto& [len, members] : by_len) {
+    if (len < 2) continue;  // an empty sentence scores 0
+    const int64_t T = static_cast<int64_t>(len) - 1;
+    for (size_t s = 0; s < members.size(); s += static_cast<size_t>(batch)) {
+      const int64_t B = std::min<int64_t>(batch, static_cast<int64_t>(members.size() - s));
+      std::vector<int32_t> x(B * T), y(B * T);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t) {
+          x[b * T + t] = ids[members[s + b]][t];
+          y[b * T + t] = ids[members[s + b]][t + 1];
+        }
+      forward(m, acts, x.data(), B, T);
+      std::vector<float> lp(B * T);
+      token_logprobs(m, acts, y.data(), lp.data());
+      for (int64_t b = 0; b < B; ++b) {
+        double sum = 0;
+        for (int64_t t = 0; t < T; ++t) sum += lp[b * T + t];
+        out[members[s + b]] = sum;
+      }
+    }
+  }
+  return out;
+}
+
+void run() {
+  using namespace jtok;
+  const std::string dir = resolve_checkpoint(args.checkpoint);
+  Config cfg = load_checkpoint_config(dir);
+  Model m = make_model(cfg.model, 0);
+  load_checkpoint(dir, m, nullptr);
+  Tokenizer tok = Tokenizer::load(cfg.train.tokenizer);
+  nlohmann::json out = {{"checkpoint", dir}};
+  auto t0 = std::chrono::steady_clock::now();
+
+  const std::string val_path = args.val_data.empty() ? cfg.train.val_data : args.val_data;
+  LoaderOptions lo;
+  lo.vocab_size = static_cast<uint32_t>(cfg.model.vocab_size);
+  lo.tokenizer = tok.name();
+  lo.tokenizer_fingerprint = tok.fingerprint();
+  ValidationSet val(list_shards(val_path), lo, static_cast<int>(cfg.train.micro_batch_size), static_cast<int>(cfg.train.seq_len));
+  int64_t nb = static_cast<int64_t>(val.num_batches());
+  if (args.val_batches > 0) nb = std::min(nb, args.val_batches);
+  if (nb == 0) fail("validation data ", val_path, " is shorter than one batch");
+  Activations acts;
+  double sum = 0;
+  for (int64_t i = 0; i < nb; ++i) {
+    Batch b = val.batch(static_cast<size_t>(i));
+    forward(m, acts, b.inputs.data(), b.B, b.T);
+    sum += loss_of_logits(m, acts, b.targets.data());
+  }
+  const double vl = sum / static_cast<double>(nb);
+  out["val_loss"] = vl;
+  out["val_ppl"] = std::exp(vl);
+  out["val_tokens"] = nb * cfg.train.micro_batch_size * cfg.train.seq_len;
+  if (!args.json)
+    std::printf("validation: loss %.4f | ppl %.2f | %lld tokens of %s\n", vl, std::exp(vl),
+                static_cast<long long>(out["val_tokens"].get<int64_t>()), val_path.c_str());
+
+  if (!args.no_blimp) {
+    auto pairs = load_blimp(args.blimp_dir, args.blimp_limit);
+    auto res = evaluate_blimp(
+        pairs, [&](const std::vector<std::string>& s) { return score_sentences(m, tok, s, args.batch_size); },
+        args.blimp_dir);
+    out["blimp"] = res;
+    if (!args.json) {
+      auto ref = [&](const char* model, const std::string& key, const std::string& name) -> std::string {
+        if (!res.contains("reference") || !res["reference"].contains(model)) return "";
+        auto& r = res["reference"][model];
+        const nlohmann::json* v = key.empty() ? (r.contains("accuracy") ? &r["accuracy"] : nullptr)
+                                              : (r.contains(key) && r[key].contains(name) ? &r[key][name] : nullptr);
+        char b[16];
+        std::snprintf(b, sizeof b, "%6.1f", v ? 100 * v->get<double>() : NAN);
+        return b;
+      };
+      std::printf("BLiMP (%lld pairs; simple LM method)       ours  5-gram   LSTM  TrXL  GPT-2\n",
+                  static_cast<long long>(res["pairs"].get<int64_t>()));
+      std::printf("  %-38s %6.1f %s %s %s %s\n", "overall (mean over paradigms)", 100 * res["accuracy_paradigm_mean"].get<double>(),
+                  ref("ngram", "", "").c_str(), ref("lstm", "", "").c_str(), ref("txl", "", "").c_str(), ref("gpt2", "", "").c_str());
+      for (auto& [term, a] : res["by_term"].items())
+        std::printf("  %-38s %6.1f %s %s %s %s\n", term.c_str(), 100 * a.get<double>(), ref("ngram", "by_term", term).c_str(),
+                    ref("lstm", "by_term", term).c_str(), ref("txl", "by_term", term).c_str(), ref("gpt2", "by_term", term).c_str());
+      for (auto& [field, a] : res["by_field"].items())
+        std::printf("  field %-32s %6.1f\n", field.c_str(), 100 * a.get<double>());
+      std::printf("  (per-paradigm figures: --json)\n");
+    }
+  }
+  out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (args.json) std::printf("%s\n", out.dump().c_str());
+}
+
+void setup(CLI::App* sub) {
+  sub->add_option("--checkpoint", args.checkpoint, "checkpoint directory, or a run directory (its newest)")->required();
+  sub->add_option("--val-data", args.val_data, "validation shards (default: the config's val_data)");
+  sub->add_option("--val-batches", args.val_batches, "at most this many validation batches (0 = all)");
+  sub->add_option("--blimp", args.blimp_dir, "BLiMP data directory");
+  sub->add_option("--blimp-limit", args.blimp_limit, "at most this many pairs per paradigm (0 = all 1,000)");
+  sub->add_option("--batch-size", args.batch_size, "sentences per forward pass for BLiMP");
+  sub->add_flag("--no-blimp", args.no_blimp, "validation loss only");
+  sub->add_flag("--json", args.json, "print one JSON object (val_loss, val_ppl, blimp)");
+  sub->callback(run);
+}
+
+const bool registered = jtok::register_command({"eval", "validation loss/perplexity and BLiMP accuracy of a checkpoint", setup});
+
+}  // namespace
