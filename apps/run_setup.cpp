@@ -27,6 +27,8 @@ std::string resolve_checkpoint(const std::string& path) {
   namespace fs = std::filesystem;
   if (!fs::exists(path)) fail("checkpoint ", path, " does not exist");
   if (fs::exists(fs::path(path) / "config.json")) return path;
+  if (fs::exists(fs::path(path) / "model.safetensors") && !fs::exists(fs::path(path) / "COMPLETE"))
+    fail("checkpoint ", path, " is incomplete (no COMPLETE marker): it was interrupted while being written");
   if (auto latest = latest_checkpoint(path)) return *latest;
   fail(path, " is neither a checkpoint directory (no config.json) nor a run directory with a complete checkpoint");
 }
