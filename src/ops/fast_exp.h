@@ -10,7 +10,9 @@ namespace jtok {
 #pragma omp declare simd notinbranch
 inline float fast_expf(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  const float n = __builtin_roundf(x * 1.44269504088896341f);
+  // Round to nearest by adding and subtracting 1.5 * 2^23 (pure arithmetic, so it vectorizes;
+  // roundf would be a scalar library call).
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   const float r = (x - n * 0.693145751953125f) - n * 1.42860682030941723212e-6f;  // ln2 split in hi + lo
   float p = 1.0f / 5040.0f;
   p = p * r + 1.0f / 720.0f;
