@@ -64,11 +64,11 @@ std::vector<double> score_sentences(const jtok::Model& m, const jtok::Tokenizer&
 
 void run() {
   using namespace jtok;
-  const std::string dir = resolve_checkpoint(args.checkpoint);
-  Config cfg = load_checkpoint_config(dir);
-  Model m = make_model(cfg.model, 0);
-  load_checkpoint(dir, m, nullptr);
-  Tokenizer tok = Tokenizer::load(cfg.train.tokenizer);
+  LoadedCheckpoint ck = load_for_inference(args.checkpoint);
+  const std::string& dir = ck.dir;
+  const Config& cfg = ck.cfg;
+  const Model& m = ck.model;
+  const Tokenizer& tok = ck.tokenizer;
   nlohmann::json out = {{"checkpoint", dir}};
   auto t0 = std::chrono::steady_clock::now();
 

@@ -23,11 +23,10 @@ struct Args {
 
 void run() {
   using namespace jtok;
-  const std::string dir = resolve_checkpoint(args.checkpoint);
-  Config cfg = load_checkpoint_config(dir);
-  Model m = make_model(cfg.model, 0);
-  load_checkpoint(dir, m, nullptr);
-  Tokenizer tok = Tokenizer::load(cfg.train.tokenizer);
+  LoadedCheckpoint ck = load_for_inference(args.checkpoint);
+  const Config& cfg = ck.cfg;
+  const Model& m = ck.model;
+  const Tokenizer& tok = ck.tokenizer;
   std::vector<int32_t> prompt = tok.encode(args.prompt);
   if (prompt.empty()) prompt.push_back(tok.eot_id());  // unconditional: start after a document break
   const int64_t capacity = std::min<int64_t>(cfg.model.max_position_embeddings,

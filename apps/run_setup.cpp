@@ -33,4 +33,13 @@ std::string resolve_checkpoint(const std::string& path) {
   fail(path, " is neither a checkpoint directory (no config.json) nor a run directory with a complete checkpoint");
 }
 
+LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run) {
+  const std::string dir = resolve_checkpoint(checkpoint_or_run);
+  Config cfg = load_checkpoint_config(dir);
+  Model m = make_model(cfg.model, 0);
+  load_checkpoint(dir, m, nullptr);
+  Tokenizer tok = Tokenizer::load(cfg.train.tokenizer);
+  return {dir, cfg, std::move(m), std::move(tok)};
+}
+
 }  // namespace jtok

@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "data/tokenizer.h"
 #include "model/config.h"
+#include "model/transformer.h"
 
 namespace jtok {
 
@@ -17,5 +19,14 @@ std::vector<std::string> collect_overrides(CLI::App* sub, const std::map<std::st
                                            const std::vector<std::string>& sets);
 // A checkpoint directory, or a run directory (then its newest complete checkpoint).
 std::string resolve_checkpoint(const std::string& path);
+
+// A checkpoint loaded for inference: its directory, config, weights and tokenizer.
+struct LoadedCheckpoint {
+  std::string dir;
+  Config cfg;
+  Model model;
+  Tokenizer tokenizer;
+};
+LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run);
 
 }  // namespace jtok

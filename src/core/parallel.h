@@ -9,6 +9,10 @@
 
 namespace jtok {
 
+// Below this many elements an OpenMP region costs more than it saves (and on a loaded machine a
+// fork/join can wait a whole time slice): tiny ops, e.g. one decoding step, run serially.
+constexpr int64_t kParallelMin = 16384;
+
 template <typename F>  // F(int64_t i) -> double
 double parallel_sum(int64_t n, F term) {
   std::vector<double> part(static_cast<size_t>(omp_get_max_threads()), 0.0);

@@ -73,38 +73,14 @@ double SparseRowGrad::sum_squares() const {
 }
 
 void table_adamw_dense_semantics(TokenTable& t, float* tm, float* tv, const SparseRowGrad& g, const AdamWHyper& h) {
-  const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step)));
-  const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step)));
-  const float step_size = h.lr / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2), decay = 1.0f - h.lr * h.weight_decay;
-  const float b1 = h.beta1, b2 = h.beta2, eps = h.eps, gs = h.grad_scale;
+  const AdamWStepConsts c = adamw_consts(h);
   const int64_t d = t.dim;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < t.rows; ++r) {
-    float* p = t.w.data() + r * d;
-    float* m = tm + r * d;
-    float* v = tv + r * d;
     const int32_t s = g.slot[static_cast<size_t>(r)];
-    if (s >= 0) {
-      const float* gr = g.rows.data() + static_cast<int64_t>(s) * d;
-#pragma omp simd
-      for (int64_t j = 0; j < d; ++j) {
-        const float gi = gr[j] * gs;
-        const float mi = b1 * m[j] + (1.0f - b1) * gi;
-        const float vi = b2 * v[j] + (1.0f - b2) * gi * gi;
-        m[j] = mi;
-        v[j] = vi;
-        p[j] = p[j] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
-      }
-    } else {  // zero gradient: (1 - b1) * 0 and (1 - b2) * 0 vanish, the moments only decay
-#pragma omp simd
-      for (int64_t j = 0; j < d; ++j) {
-        const float mi = b1 * m[j];
-        const float vi = b2 * v[j];
-        m[j] = mi;
-        v[j] = vi;
-        p[j] = p[j] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
-      }
-    }
+    // A row without gradient: (1 - b1) * 0 and (1 - b2) * 0 vanish, the moments only decay.
+    const float* gr = s >= 0 ? g.rows.data() + static_cast<int64_t>(s) * d : nullptr;
+    adamw_elements(t.w.data() + r * d, gr, tm + r * d, tv + r * d, d, c);
   }
 }
 

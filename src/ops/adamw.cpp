@@ -1,24 +1,24 @@
 #include "ops/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace jtok {
 
+AdamWStepConsts adamw_consts(const AdamWHyper& h) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step));
+  return {h.beta1, h.beta2, h.eps, h.lr / static_cast<float>(bc1), 1.0f / std::sqrt(static_cast<float>(bc2)),
+          1.0f - h.lr * h.weight_decay, h.grad_scale};
+}
+
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h) {
-  const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step)));
-  const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step)));
-  const float step_size = h.lr / bc1;
-  const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
-  const float decay = 1.0f - h.lr * h.weight_decay;
-  const float b1 = h.beta1, b2 = h.beta2, eps = h.eps, gs = h.grad_scale;
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * gs;
-    const float mi = b1 * m[i] + (1.0f - b1) * gi;
-    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+  const AdamWStepConsts c = adamw_consts(h);
+  constexpr int64_t kBlock = 4096;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < (n + kBlock - 1) / kBlock; ++b) {
+    const int64_t lo = b * kBlock, len = std::min(kBlock, n - lo);
+    adamw_elements(p + lo, g + lo, m + lo, v + lo, len, c);
   }
 }
 

@@ -2,6 +2,7 @@
 //   p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //   p -= lr/(1-b1^k) * m / (sqrt(v)/sqrt(1-b2^k) + eps),   k = 1-based step.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 namespace jtok {
@@ -13,6 +14,24 @@ struct AdamWHyper {
 };
 
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h);
+
+// The per-step constants of the fused update, and the update of n consecutive elements
+// (g == nullptr: a zero gradient, which leaves only the moments' decay and the weight decay).
+struct AdamWStepConsts {
+  float b1, b2, eps, step_size, inv_sqrt_bc2, decay, grad_scale;
+};
+AdamWStepConsts adamw_consts(const AdamWHyper& h);
+inline void adamw_elements(float* p, const float* g, float* m, float* v, int64_t n, const AdamWStepConsts& c) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g ? g[i] * c.grad_scale : 0.0f;
+    const float mi = c.b1 * m[i] + (1.0f - c.b1) * gi;
+    const float vi = c.b2 * v[i] + (1.0f - c.b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * c.decay - c.step_size * mi / (std::sqrt(vi) * c.inv_sqrt_bc2 + c.eps);
+  }
+}
 void adamw_update_ref(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h);
 
 }  // namespace jtok

@@ -4,10 +4,12 @@
 
 #include <omp.h>
 
+#include "core/parallel.h"
+
 namespace jtok {
 
 void embedding_forward(float* out, const int32_t* ids, const float* weight, int64_t N, int64_t C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * C, weight + static_cast<int64_t>(ids[n]) * C, C * sizeof(float));
 }
 

@@ -5,10 +5,12 @@
 
 #include <omp.h>
 
+#include "core/parallel.h"
+
 namespace jtok {
 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;
     float* y = out + n * C;
@@ -27,7 +29,7 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
                       const float* rstd, int64_t N, int64_t C) {
   int nt = omp_get_max_threads();
   std::vector<float> dw_part(static_cast<size_t>(nt) * C, 0.0f);  // per-thread dweight, summed after
-#pragma omp parallel
+#pragma omp parallel if (N * C >= kParallelMin)
   {
     float* dw = dw_part.data() + static_cast<size_t>(omp_get_thread_num()) * C;
 #pragma omp for schedule(static)

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/parallel.h"
+
 namespace jtok {
 
 RopeTable make_rope_table(int64_t T, int64_t hd, double theta) {
@@ -24,7 +26,7 @@ RopeTable make_rope_table(int64_t T, int64_t hd, double theta) {
 static void rotate(float* x, const RopeTable& tab, int64_t B, int64_t T, int64_t H, int64_t hd, int64_t pos0,
                    float sign) {
   const int64_t half = hd / 2;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (B * T * H * hd >= kParallelMin)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
       const float* c = tab.cos.data() + (pos0 + t) * half;

@@ -4,10 +4,12 @@
 
 #include "ops/fast_exp.h"
 
+#include "core/parallel.h"
+
 namespace jtok {
 
 void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     float g = gate[i];
     out[i] = g / (1.0f + fast_expf(-g)) * up[i];
@@ -16,7 +18,7 @@ void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
 
 // d silu(g)/dg = s (1 + g (1 - s)), s = sigmoid(g)
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, int64_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     float g = gate[i];
     float s = 1.0f / (1.0f + fast_expf(-g));
