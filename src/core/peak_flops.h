@@ -1,4 +1,5 @@
-// This machine's fp32 FMA peak, measured with a register-only FMA loop on every OpenMP thread.
+// This machine's fp32 FMA peak: one core's register-only FMA loop (best of a few trials) times the
+// OpenMP thread count.
 // Used as the MFU denominator (the machines here expose AVX2 or AVX-512 depending on the host).
 #pragma once
 
