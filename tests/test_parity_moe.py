@@ -9,7 +9,9 @@ thresholds, parity.TOL):
 - moe_shared2_normtopk_tied: 2 shared experts (one SwiGLU of 2 x 24), renormalised top-k weights,
   tied embeddings, wsd schedule, clipping enabled but inactive;
 - moe_noshared_top3_clipped: every layer MoE (first_k_dense_replace 0), no shared expert, top-3,
-  one kv head, clipping active at every step.
+  one kv head, clipping active at every step;
+- moe_jtok: JTok tables on all 3 layers of moe_shared1's shape (the gate multiplies the MoE
+  update as it does the MLP update).
 
 On top of the table: the aux loss is positive on both sides; every expert that the step-0
 routing chose has a nonzero gradient and every other expert exactly zero (in jtok's output), and

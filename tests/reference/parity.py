@@ -88,6 +88,8 @@ MOE_CASES = {
     "moe_noshared_top3_clipped": dict(MOE_BASE, n_shared_experts=0, num_experts_per_tok=3, first_k_dense_replace=0,
                                       num_key_value_heads=1, max_grad_norm=0.05, lr_scheduler_type="constant",
                                       seed=41),
+    # JTok on an MoE backbone (the paper's JTok-on-MoE runs): the gate multiplies the MoE update.
+    "moe_jtok": dict(MOE_BASE, jtok=True, jtok_layers="all", jtok_init_std=0.1, seed=43),
 }
 ALL_CASES = dict(CASES, **JTOK_CASES, **MOE_CASES)
 
