@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "model/moe.h"
 #include "model/transformer.h"
+#include "model/weights_io.h"
 
 using namespace jtok;
 using namespace jtok::testing;
@@ -283,4 +284,15 @@ TEST(MoeModel, GradientAccumulationEqualsOneBigBatchUpToRouting) {
   }
   EXPECT_NEAR(acc, big, 1e-5);
   EXPECT_LT(rel_err(m.grads, g_big), 1e-5);
+}
+
+TEST(MoeModel, WeightsRoundTripByNameAndDenseFileIsRejected) {
+  ModelConfig c = tiny_moe(false, true, 1);
+  Model a = make_model(c, 3), b = make_model(c, 4);
+  load_weights(b, weights_to_st(a), "memory");
+  EXPECT_EQ(a.params, b.params);
+  // A dense model's file lacks the experts: a clear error, not a silent partial load.
+  ModelConfig dc = c;
+  dc.model_type = "jtok_dense";
+  EXPECT_THROW(load_weights(b, weights_to_st(make_model(dc, 1)), "dense.safetensors"), Error);
 }
