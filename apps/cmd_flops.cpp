@@ -23,8 +23,12 @@ void setup(CLI::App* sub) {
       return;
     }
     std::printf("parameters\n");
-    std::printf("  N_c (attention qkvo + MLP)  %14lld  (attention %lld, MLP %lld)\n", (long long)r.n_c,
-                (long long)r.n_c_attention, (long long)r.n_c_mlp);
+    std::printf("  N_c (attention qkvo + MLP)  %14lld  (attention %lld, MLP %lld%s)\n", (long long)r.n_c,
+                (long long)r.n_c_attention, (long long)r.n_c_mlp, cfg.model.is_moe() ? ", activated experts" : "");
+    if (cfg.model.is_moe())
+      std::printf("  MoE experts not activated   %14lld  (%lld routed experts, %lld per token)\n",
+                  (long long)r.n_experts_inactive, (long long)cfg.model.n_routed_experts,
+                  (long long)cfg.model.num_experts_per_tok);
     std::printf("  N_n (token-indexed tables)  %14lld\n", (long long)r.n_n);
     std::printf("  eta = N_n / N_c             %14.4f\n", r.eta);
     std::printf("  rho = K / n_e               %14.4f\n", r.rho);
@@ -36,7 +40,7 @@ void setup(CLI::App* sub) {
     std::printf("  6 N_c (paper's C = 6 N_c D) %14.6g\n", r.flops_6nc);
     std::printf("  + lm_head 6 d Vp            %14.6g\n", r.flops_lm_head);
     std::printf("  + causal attention          %14.6g\n", r.flops_attention);
-    std::printf("  + JTok-M router             %14.6g\n", r.flops_router);
+    std::printf("  + routers (JTok-M, MoE)       %14.6g\n", r.flops_router);
     std::printf("  + JTok/JTok-M element-wise  %14.6g\n", r.flops_token_indexed);
     std::printf("  = exact                     %14.6g  (%.3fx of 6 N_c)\n", r.flops_per_token,
                 r.flops_6nc > 0 ? r.flops_per_token / r.flops_6nc : 0.0);

@@ -58,6 +58,18 @@ TEST(Config, ErrorsNameTheFieldOrFile) {
       {R"({})", {"hidden_size=abc"}, "command line --hidden_size: expected integer"},
       {R"({})", {"no_such_field=1"}, "unknown config field 'no_such_field'"},
       {R"({})", {"hidden_size"}, "name=value"},
+      {R"({"model_type": "jtok_mixtral"})", {}, "unknown model type 'jtok_mixtral' (known: jtok_dense, jtok_moe)"},
+      {R"({"model_type": "jtok_moe", "n_routed_experts": 4, "num_experts_per_tok": 5})", {},
+       "num_experts_per_tok (5) exceeds n_routed_experts (4)"},
+      {R"({"model_type": "jtok_moe", "n_shared_experts": -1})", {}, "n_shared_experts must be >= 0"},
+      {R"({"model_type": "jtok_moe", "n_routed_experts": 0})", {}, "n_routed_experts must be positive"},
+      {R"({"model_type": "jtok_moe", "num_experts_per_tok": 0})", {}, "num_experts_per_tok must be positive"},
+      {R"({"model_type": "jtok_moe", "moe_intermediate_size": 0})", {}, "moe_intermediate_size must be positive"},
+      {R"({"model_type": "jtok_moe", "num_hidden_layers": 4, "first_k_dense_replace": 5})", {},
+       "first_k_dense_replace (5) exceeds num_hidden_layers (4)"},
+      {R"({"model_type": "jtok_moe", "first_k_dense_replace": -1})", {}, "first_k_dense_replace must be >= 0"},
+      {R"({"model_type": "jtok_moe", "router_aux_loss_coef": -0.1})", {}, "router_aux_loss_coef must be >= 0"},
+      {R"({"model_type": "jtok_moe", "norm_topk_prob": "yes"})", {}, "field norm_topk_prob: expected boolean"},
   };
   for (auto& c : cases) {
     std::string e = error_of(c.text, c.ov);
@@ -71,6 +83,20 @@ TEST(Config, ErrorsNameTheFieldOrFile) {
   }
 }
 
+TEST(Config, MoeLayers) {
+  Config c = load_config(write_tmp(R"({"model_type": "jtok_moe", "num_hidden_layers": 4, "first_k_dense_replace": 1,
+                                      "n_shared_experts": 2, "moe_intermediate_size": 48})"));
+  EXPECT_TRUE(c.model.is_moe());
+  EXPECT_FALSE(c.model.moe_on_layer(0));
+  EXPECT_TRUE(c.model.moe_on_layer(1));
+  EXPECT_EQ(c.model.moe_num_layers(), 3);
+  EXPECT_EQ(c.model.shared_intermediate(), 96);
+  // Dense models ignore the MoE fields (their defaults need not be consistent with the layers).
+  Config d = load_config(write_tmp(R"({"num_hidden_layers": 1, "first_k_dense_replace": 3})"));
+  EXPECT_FALSE(d.model.moe_on_layer(0));
+  EXPECT_EQ(d.model.moe_num_layers(), 0);
+}
+
 TEST(Config, OverrideCanRepairAFileValue) {
   // Validation runs after overrides: a bad value in the file can be fixed on the command line.
   EXPECT_EQ(error_of(R"({"hidden_size": 100, "num_attention_heads": 3, "num_key_value_heads": 1})", {"hidden_size=96"}), "");
@@ -79,7 +105,8 @@ TEST(Config, OverrideCanRepairAFileValue) {
 TEST(Config, ShippedConfigsLoad) {
   const char* root = std::getenv("JTOK_ROOT");
   ASSERT_NE(root, nullptr);
-  for (const char* name : {"bench_a", "bench_b", "dense_S", "dense_M", "dense_L", "dense_XL", "cpu_tiny", "cpu_small"}) {
+  for (const char* name : {"bench_a", "bench_b", "dense_S", "dense_M", "dense_L", "dense_XL", "cpu_tiny", "cpu_small",
+                           "moe_1.5B-A250M", "moe_3.2B-A0.5B", "moe_17B-A2B", "cpu_moe"}) {
     std::string p = std::string(root) + "/configs/" + name + ".json";
     EXPECT_NO_THROW(load_config(p)) << p;
   }

@@ -9,7 +9,7 @@
 using namespace jtok;
 using namespace jtok::testing;
 
-TEST(Generate, KVCacheGreedyEqualsFullRecompute) {
+static ModelConfig small_config() {
   ModelConfig c;
   c.vocab_size = 97;
   c.hidden_size = 32;
@@ -19,6 +19,10 @@ TEST(Generate, KVCacheGreedyEqualsFullRecompute) {
   c.intermediate_size = 48;
   c.max_position_embeddings = 40;
   c.initializer_range = 0.2;
+  return c;
+}
+
+static void check_kv_cache_greedy(const ModelConfig& c) {
   Model m = make_model(c, 5);
   std::vector<int32_t> seq = {3, 14, 15, 92, 65};
   KVCache cache;
@@ -40,6 +44,18 @@ TEST(Generate, KVCacheGreedyEqualsFullRecompute) {
     logits = decode_step(m, cache, next);
   }
   EXPECT_GT(distinct, 0);
+}
+
+TEST(Generate, KVCacheGreedyEqualsFullRecompute) { check_kv_cache_greedy(small_config()); }
+
+TEST(Generate, KVCacheGreedyEqualsFullRecomputeMoe) {
+  ModelConfig c = small_config();
+  c.model_type = "jtok_moe";
+  c.first_k_dense_replace = 1;
+  c.n_routed_experts = 6;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 16;
+  check_kv_cache_greedy(c);
 }
 
 TEST(Generate, SamplingRespectsTopKAndTopP) {

@@ -58,6 +58,11 @@ std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
     attention_decode(att.data(), q.data(), cache.k[l].data(), cache.v[l].data(), t, H, KV, hd, scratch.data());
     gemm(false, true, 1, d, qd, 1.0f, att.data(), qd, W.wo, qd, 1.0f, h.data(), d);
     rmsnorm_forward(x.data(), &rstd, h.data(), W.ln2, 1, d, eps);
+    if (W.moe.router) {  // MoE layer: the block on one position (its aux loss is unused here)
+      MoeActs ma;
+      moe_forward(h.data(), ma, x.data(), W.moe, moe_dims(c), 1);
+      continue;
+    }
     linear_forward(gate.data(), x.data(), W.wg, 1, d, F);
     linear_forward(up.data(), x.data(), W.wu, 1, d, F);
     swiglu_forward(act.data(), gate.data(), up.data(), F);

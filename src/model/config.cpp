@@ -124,6 +124,13 @@ const std::map<std::string, Field>& schema() {
     mf("jtok_norm", &M::jtok_norm, "boolean");
     mf("jtok_init_std", &M::jtok_init_std, "number");
     mf("jtok_scale_init", &M::jtok_scale_init, "number");
+    mf("first_k_dense_replace", &M::first_k_dense_replace, "integer");
+    mf("n_routed_experts", &M::n_routed_experts, "integer");
+    mf("n_shared_experts", &M::n_shared_experts, "integer");
+    mf("num_experts_per_tok", &M::num_experts_per_tok, "integer");
+    mf("moe_intermediate_size", &M::moe_intermediate_size, "integer");
+    mf("router_aux_loss_coef", &M::router_aux_loss_coef, "number");
+    mf("norm_topk_prob", &M::norm_topk_prob, "boolean");
     tf("seq_len", &T::seq_len, "integer");
     tf("micro_batch_size", &T::micro_batch_size, "integer");
     tf("gradient_accumulation_steps", &T::gradient_accumulation_steps, "integer");
@@ -171,8 +178,8 @@ void validate(const Config& cfg, const std::string& origin) {
   auto nonneg = [&](const char* name, double v) {
     if (!(v >= 0)) fail(origin, ": field ", name, " must be >= 0, got ", v);
   };
-  if (m.model_type != "jtok_dense")
-    fail(origin, ": field model_type: unknown model type '", m.model_type, "' (known: jtok_dense)");
+  if (m.model_type != "jtok_dense" && m.model_type != "jtok_moe")
+    fail(origin, ": field model_type: unknown model type '", m.model_type, "' (known: jtok_dense, jtok_moe)");
   positive("vocab_size", m.vocab_size);
   positive("vocab_pad_multiple", m.vocab_pad_multiple);
   positive("hidden_size", m.hidden_size);
@@ -198,6 +205,20 @@ void validate(const Config& cfg, const std::string& origin) {
     fail(origin, ": field jtok_layers: ", e.what());
   }
   positive("jtok_eps", m.jtok_eps);
+  if (m.is_moe()) {
+    positive("n_routed_experts", m.n_routed_experts);
+    nonneg("n_shared_experts", m.n_shared_experts);
+    positive("num_experts_per_tok", m.num_experts_per_tok);
+    positive("moe_intermediate_size", m.moe_intermediate_size);
+    nonneg("router_aux_loss_coef", m.router_aux_loss_coef);
+    nonneg("first_k_dense_replace", m.first_k_dense_replace);
+    if (m.num_experts_per_tok > m.n_routed_experts)
+      fail(origin, ": field num_experts_per_tok (", m.num_experts_per_tok, ") exceeds n_routed_experts (",
+           m.n_routed_experts, ")");
+    if (m.first_k_dense_replace > m.num_hidden_layers)
+      fail(origin, ": field first_k_dense_replace (", m.first_k_dense_replace, ") exceeds num_hidden_layers (",
+           m.num_hidden_layers, ")");
+  }
   nonneg("jtok_init_std", m.jtok_init_std);
   positive("seq_len", t.seq_len);
   if (t.seq_len > m.max_position_embeddings)

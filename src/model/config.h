@@ -10,7 +10,7 @@
 namespace jtok {
 
 struct ModelConfig {
-  std::string model_type = "jtok_dense";   // "jtok_dense" (MoE arrives with issue 6)
+  std::string model_type = "jtok_dense";   // "jtok_dense" | "jtok_moe" (DeepSeekMoE-style, docs/model.md "MoE")
   int64_t vocab_size = 50257;               // real vocabulary (tokenizer's)
   int64_t vocab_pad_multiple = 64;          // logits/embedding rows padded up to a multiple of this
   int64_t hidden_size = 256;                // d
@@ -32,6 +32,16 @@ struct ModelConfig {
   bool jtok_norm = true;                    // false = the paper's ablation without the L2 norm (App. E.2)
   double jtok_init_std = 0.02;              // E ~ N(0, jtok_init_std)
   double jtok_scale_init = 1.0;             // s initialised to this constant
+  // MoE (model_type "jtok_moe", DeepSeek's field names): layers >= first_k_dense_replace replace the
+  // MLP by shared experts + top-k of n_routed_experts routed experts, each a SwiGLU of
+  // moe_intermediate_size (n_shared_experts > 1: one SwiGLU of n_shared * moe_intermediate_size).
+  int64_t first_k_dense_replace = 1;        // the first k layers keep the dense MLP (intermediate_size)
+  int64_t n_routed_experts = 8;
+  int64_t n_shared_experts = 1;             // 0 = none
+  int64_t num_experts_per_tok = 2;          // top-k
+  int64_t moe_intermediate_size = 256;      // each expert's SwiGLU inner size
+  double router_aux_loss_coef = 0.001;      // switch-style load-balancing loss coefficient (0 = off)
+  bool norm_topk_prob = false;              // renormalise the top-k softmax probabilities to sum 1
 
   int64_t padded_vocab() const { return (vocab_size + vocab_pad_multiple - 1) / vocab_pad_multiple * vocab_pad_multiple; }
   int64_t hd() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
@@ -40,6 +50,11 @@ struct ModelConfig {
   bool jtok_on_layer(int64_t l) const;
   int64_t jtok_num_layers() const;
   int64_t kv_dim() const { return num_key_value_heads * hd(); }
+  bool is_moe() const { return model_type == "jtok_moe"; }
+  // Whether layer l has an MoE block instead of the dense MLP.
+  bool moe_on_layer(int64_t l) const { return is_moe() && l >= first_k_dense_replace; }
+  int64_t moe_num_layers() const { return is_moe() ? num_hidden_layers - first_k_dense_replace : 0; }
+  int64_t shared_intermediate() const { return n_shared_experts * moe_intermediate_size; }
 };
 
 struct TrainConfig {

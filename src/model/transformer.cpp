@@ -34,9 +34,26 @@ std::vector<ParamInfo> param_layout(const ModelConfig& c) {
     add(p + "self_attn.v_proj.weight", {c.kv_dim(), d});
     add(p + "self_attn.o_proj.weight", {d, c.q_dim()});
     add(p + "post_attention_layernorm.weight", {d});
-    add(p + "mlp.gate_proj.weight", {F, d});
-    add(p + "mlp.up_proj.weight", {F, d});
-    add(p + "mlp.down_proj.weight", {d, F});
+    if (c.moe_on_layer(l)) {
+      // Router, shared experts (one SwiGLU of n_shared * moe_intermediate_size), routed experts.
+      const int64_t E = c.n_routed_experts, Fe = c.moe_intermediate_size, S = c.shared_intermediate();
+      add(p + "mlp.gate.weight", {E, d});
+      if (S > 0) {
+        add(p + "mlp.shared_experts.gate_proj.weight", {S, d});
+        add(p + "mlp.shared_experts.up_proj.weight", {S, d});
+        add(p + "mlp.shared_experts.down_proj.weight", {d, S});
+      }
+      for (int64_t e = 0; e < E; ++e) {  // back to back: MoeWeights::experts addresses them by stride
+        std::string q = p + "mlp.experts." + std::to_string(e) + ".";
+        add(q + "gate_proj.weight", {Fe, d});
+        add(q + "up_proj.weight", {Fe, d});
+        add(q + "down_proj.weight", {d, Fe});
+      }
+    } else {
+      add(p + "mlp.gate_proj.weight", {F, d});
+      add(p + "mlp.up_proj.weight", {F, d});
+      add(p + "mlp.down_proj.weight", {d, F});
+    }
     if (c.jtok_on_layer(l)) add(p + "jtok.scale", {d});
   }
   add("model.norm.weight", {d});
@@ -53,7 +70,15 @@ ModelView bind_view(float* base, const std::vector<ParamInfo>& layout, const Mod
   for (size_t l = 0; l < v.layers.size(); ++l) {
     auto& lv = v.layers[l];
     lv.ln1 = next(); lv.wq = next(); lv.wk = next(); lv.wv = next(); lv.wo = next();
-    lv.ln2 = next(); lv.wg = next(); lv.wu = next(); lv.wd = next();
+    lv.ln2 = next();
+    if (c.moe_on_layer(static_cast<int64_t>(l))) {
+      lv.moe.router = next();
+      if (c.shared_intermediate() > 0) { lv.moe.sg = next(); lv.moe.su = next(); lv.moe.sd = next(); }
+      lv.moe.experts = next();
+      i += static_cast<size_t>(3 * c.n_routed_experts - 1);  // the other expert tensors follow contiguously
+    } else {
+      lv.wg = next(); lv.wu = next(); lv.wd = next();
+    }
     if (c.jtok_on_layer(static_cast<int64_t>(l))) lv.jtok_scale = next();
   }
   v.norm = next();
@@ -136,12 +161,13 @@ void ensure_activations(Activations& a, const ModelConfig& c, int64_t B, int64_t
   a.B = B;
   a.T = T;
   a.layers.resize(sz(c.num_hidden_layers));
-  for (auto& l : a.layers) {
+  for (size_t li = 0; li < a.layers.size(); ++li) {
+    auto& l = a.layers[li];
     l.h_in.resize(sz(N * d)); l.rstd1.resize(sz(N)); l.a.resize(sz(N * d));
     l.q.resize(sz(N * qd)); l.k.resize(sz(N * kvd)); l.v.resize(sz(N * kvd));
     l.probs.resize(sz(B * H * T * T)); l.att.resize(sz(N * qd));
     l.h_mid.resize(sz(N * d)); l.rstd2.resize(sz(N)); l.m.resize(sz(N * d));
-    l.gate.resize(sz(N * F)); l.up.resize(sz(N * F)); l.act.resize(sz(N * F));
+    if (!c.moe_on_layer(static_cast<int64_t>(li))) { l.gate.resize(sz(N * F)); l.up.resize(sz(N * F)); l.act.resize(sz(N * F)); }
   }
   a.h_out.resize(sz(N * d)); a.rstdf.resize(sz(N)); a.lnf.resize(sz(N * d));
   a.logits.resize(sz(N * c.padded_vocab()));
@@ -167,6 +193,8 @@ void forward(const Model& m, Activations& a, const int32_t* ids, int64_t B, int6
     if (ids[n] < 0 || ids[n] >= c.vocab_size) fail("token id ", ids[n], " outside the vocabulary [0, ", c.vocab_size, ")");
   embedding_forward(a.layers[0].h_in.data(), ids, m.w.embed, N, d);
   if (c.jtok) { JTOK_PROFILE("jtok_dedup"); a.ids = dedup_ids(ids, N, c.padded_vocab()); }
+  const MoeDims md = moe_dims(c);
+  double aux = 0;
   for (size_t l = 0; l < a.layers.size(); ++l) {
     auto& L = a.layers[l];
     const auto& W = m.w.layers[l];
@@ -181,20 +209,28 @@ void forward(const Model& m, Activations& a, const int32_t* ids, int64_t B, int6
     std::memcpy(L.h_mid.data(), L.h_in.data(), sizeof(float) * N * d);
     gemm(false, true, N, d, qd, 1.0f, L.att.data(), qd, W.wo, qd, 1.0f, L.h_mid.data(), d);
     rmsnorm_forward(L.m.data(), L.rstd2.data(), L.h_mid.data(), W.ln2, N, d, eps);
-    linear_forward(L.gate.data(), L.m.data(), W.wg, N, d, F);
-    linear_forward(L.up.data(), L.m.data(), W.wu, N, d, F);
-    { JTOK_PROFILE("swiglu_fwd"); swiglu_forward(L.act.data(), L.gate.data(), L.up.data(), N * F); }
     float* h_next = l + 1 < a.layers.size() ? a.layers[l + 1].h_in.data() : a.h_out.data();
+    // The MLP update goes to h_next on top of h_mid, or, with JTok, to mlp_out before the gate.
+    float* upd = W.jtok_scale ? L.jtok.mlp_out.data() : h_next;
+    if (W.jtok_scale) std::fill(L.jtok.mlp_out.begin(), L.jtok.mlp_out.end(), 0.0f);
+    else std::memcpy(h_next, L.h_mid.data(), sizeof(float) * N * d);
+    if (W.moe.router) {
+      JTOK_PROFILE("moe_fwd");
+      moe_forward(upd, L.moe, L.m.data(), W.moe, md, N);
+      aux += L.moe.aux;
+    } else {
+      linear_forward(L.gate.data(), L.m.data(), W.wg, N, d, F);
+      linear_forward(L.up.data(), L.m.data(), W.wu, N, d, F);
+      { JTOK_PROFILE("swiglu_fwd"); swiglu_forward(L.act.data(), L.gate.data(), L.up.data(), N * F); }
+      gemm(false, true, N, d, F, 1.0f, L.act.data(), F, W.wd, F, 1.0f, upd, d);
+    }
     if (W.jtok_scale) {  // h_next = h_mid + Delta_m * (1 + s * Norm(E[x]))
-      linear_forward(L.jtok.mlp_out.data(), L.act.data(), W.wd, N, F, d);
       JTOK_PROFILE("jtok_fwd");
       jtok_prepare(L.jtok, m.jtok_tables[l], a.ids, static_cast<float>(c.jtok_eps), c.jtok_norm);
       jtok_forward(h_next, L.h_mid.data(), L.jtok, W.jtok_scale, a.ids, N, d);
-    } else {
-      std::memcpy(h_next, L.h_mid.data(), sizeof(float) * N * d);
-      gemm(false, true, N, d, F, 1.0f, L.act.data(), F, W.wd, F, 1.0f, h_next, d);
     }
   }
+  a.aux_loss = c.moe_num_layers() > 0 ? aux / static_cast<double>(c.moe_num_layers()) : 0.0;
   rmsnorm_forward(a.lnf.data(), a.rstdf.data(), a.h_out.data(), m.w.norm, N, d, eps);
   { JTOK_PROFILE("lm_head_fwd"); linear_forward(a.logits.data(), a.lnf.data(), m.w.lm_head, N, d, Vp); }
 }
@@ -217,6 +253,7 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
   const int64_t B = a.B, T = a.T, N = B * T, d = c.hidden_size, F = c.intermediate_size;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), H = c.num_attention_heads, KV = c.num_key_value_heads;
   const int64_t hd = c.hd(), Vp = c.padded_vocab();
+  const MoeDims md = moe_dims(c);
   for (int64_t n = 0; n < N; ++n)
     if (targets[n] < 0 || targets[n] >= c.vocab_size)
       fail("target id ", targets[n], " outside the vocabulary [0, ", c.vocab_size, ")");
@@ -244,12 +281,19 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
       jtok_backward(a.dmlp.data(), G.jtok_scale, m.jtok_grads[li], dh, L.jtok, W.jtok_scale, a.ids, N, d, c.jtok_norm);
       dmlp = a.dmlp.data();
     }
-    zero(a.dact);
-    linear_backward(a.dact.data(), G.wd, dmlp, L.act.data(), W.wd, N, F, d);
-    { JTOK_PROFILE("swiglu_bwd"); swiglu_backward(a.dgate.data(), a.dup.data(), a.dact.data(), L.gate.data(), L.up.data(), N * F); }
     zero(a.dx);
-    linear_backward(dx, G.wg, a.dgate.data(), L.m.data(), W.wg, N, d, F);
-    linear_backward(dx, G.wu, a.dup.data(), L.m.data(), W.wu, N, d, F);
+    if (W.moe.router) {
+      // The step loss is LM + mean over MoE layers of aux, so each layer's aux has weight 1/L_moe.
+      JTOK_PROFILE("moe_bwd");
+      moe_backward(dx, G.moe, a.moe_scratch, dmlp, L.m.data(), L.moe, W.moe, md, N,
+                   grad_scale / static_cast<float>(c.moe_num_layers()));
+    } else {
+      zero(a.dact);
+      linear_backward(a.dact.data(), G.wd, dmlp, L.act.data(), W.wd, N, F, d);
+      { JTOK_PROFILE("swiglu_bwd"); swiglu_backward(a.dgate.data(), a.dup.data(), a.dact.data(), L.gate.data(), L.up.data(), N * F); }
+      linear_backward(dx, G.wg, a.dgate.data(), L.m.data(), W.wg, N, d, F);
+      linear_backward(dx, G.wu, a.dup.data(), L.m.data(), W.wu, N, d, F);
+    }
     rmsnorm_backward(dh, G.ln2, dx, L.h_mid.data(), W.ln2, L.rstd2.data(), N, d);  // dh: now d h_mid
     // h_mid = h_in + att @ Wo^T
     zero(a.datt);

@@ -8,6 +8,7 @@
 
 #include "model/config.h"
 #include "model/jtok.h"
+#include "model/moe.h"
 #include "model/token_table.h"
 #include "ops/rope.h"
 
@@ -23,7 +24,9 @@ struct ParamInfo {
 
 // Views of one layer's tensors inside a flat buffer (weights or their gradients alike).
 struct LayerView {
-  float *ln1, *wq, *wk, *wv, *wo, *ln2, *wg, *wu, *wd;
+  float *ln1, *wq, *wk, *wv, *wo, *ln2;
+  float *wg = nullptr, *wu = nullptr, *wd = nullptr;  // dense MLP; null on MoE layers
+  MoeWeights moe;                // MoE layers only (moe.router null elsewhere)
   float* jtok_scale = nullptr;   // (d) JTok scaler s, on JTok layers only
 };
 struct ModelView {
@@ -60,25 +63,29 @@ const ParamInfo& find_param(const Model& m, const std::string& name);
 struct LayerActs {
   std::vector<float> h_in, rstd1, a, q, k, v, probs, att, h_mid, rstd2, m, gate, up, act;
   JTokActs jtok;  // JTok layers only
+  MoeActs moe;    // MoE layers only
 };
 struct Activations {
   int64_t B = 0, T = 0;
   std::vector<LayerActs> layers;
   std::vector<float> h_out, rstdf, lnf, logits;  // logits (B*T, Vp); becomes dlogits in backward
   RowBatch ids;                                  // the micro-batch's deduplicated ids (JTok)
+  double aux_loss = 0;                           // MoE load-balancing loss: mean over MoE layers (coef included)
   // Backward scratch.
   std::vector<float> dh, dx, dq, dk, dv, datt, dgate, dup, dact, dmlp;
+  MoeScratch moe_scratch;
 };
 void ensure_activations(Activations& acts, const ModelConfig& cfg, int64_t B, int64_t T);
 
-// ids (B,T) -> acts.logits (B*T, Vp); positions 0..T-1 in each row.
+// ids (B,T) -> acts.logits (B*T, Vp); positions 0..T-1 in each row. Sets acts.aux_loss.
 void forward(const Model& m, Activations& acts, const int32_t* ids, int64_t B, int64_t T);
 // Mean cross-entropy of acts.logits against targets (B,T) over the real vocabulary.
 double loss_of_logits(const Model& m, const Activations& acts, const int32_t* targets);
 // log p(target | prefix) at every position (B*T), from acts.logits after forward.
 void token_logprobs(const Model& m, const Activations& acts, const int32_t* targets, float* out);
-// After forward: computes the mean loss, then backpropagates grad_scale * d(mean loss) into m.grads
-// (accumulating). acts.logits is overwritten by dlogits. Returns the mean loss.
+// After forward: computes the mean loss, then backpropagates grad_scale * d(mean loss + aux loss)
+// into m.grads (accumulating); the aux loss (MoE, acts.aux_loss) is 0 for dense models.
+// acts.logits is overwritten by dlogits. Returns the mean LM loss (without the aux loss).
 double backward(Model& m, Activations& acts, const int32_t* ids, const int32_t* targets, float grad_scale = 1.0f);
 
 }  // namespace jtok

@@ -25,7 +25,10 @@ FlopsReport flops_report(const ModelConfig& m, int64_t seq_len, const TokenIndex
   r.seq_len = seq_len;
   // Per layer: q_proj (q,d), k_proj and v_proj (kv,d), o_proj (d,q); gate/up (ffn,d), down (d,ffn).
   r.n_c_attention = L * (d * q + 2 * d * kv + q * d);
-  r.n_c_mlp = L * (3 * d * ffn);
+  // Dense MLP layers; on MoE layers the activated experts: shared (width S) + k routed (width F each).
+  const int64_t Lm = m.moe_num_layers();
+  r.n_c_mlp = (L - Lm) * (3 * d * ffn) + Lm * 3 * d * (m.shared_intermediate() + m.num_experts_per_tok * m.moe_intermediate_size);
+  if (Lm > 0) r.n_experts_inactive = Lm * 3 * d * (m.n_routed_experts - m.num_experts_per_tok) * m.moe_intermediate_size;
   r.n_c = r.n_c_attention + r.n_c_mlp;
   r.n_embedding = Vp * d;
   r.n_lm_head = m.tie_word_embeddings ? 0 : Vp * d;
@@ -46,7 +49,8 @@ FlopsReport flops_report(const ModelConfig& m, int64_t seq_len, const TokenIndex
   r.n_n = Lt * n_e * Vp * d;  // n_e tables of (Vp, d) per layer with tables
   r.eta = r.n_c > 0 ? double(r.n_n) / double(r.n_c) : 0.0;
   r.rho = n_e > 0 ? double(k) / double(n_e) : 0.0;
-  r.n_total = r.n_c + r.n_n + r.n_embedding + r.n_lm_head + r.n_norms + r.n_other;
+  r.n_other += Lm * d * m.n_routed_experts;  // MoE routers
+  r.n_total = r.n_c + r.n_n + r.n_embedding + r.n_lm_head + r.n_norms + r.n_other + r.n_experts_inactive;
 
   // Training FLOPs per token = 3 x forward (forward 2 per multiply-add, backward twice that).
   const double T = double(seq_len);
@@ -55,7 +59,8 @@ FlopsReport flops_report(const ModelConfig& m, int64_t seq_len, const TokenIndex
   // A token at position t attends to t+1 keys; averaged over t = 0..T-1 that is (T+1)/2 keys,
   // each costing 2*hd (QK^T) + 2*hd (AV) forward per head: 2 * q_dim * (T+1) per layer forward.
   r.flops_attention = 3.0 * double(L) * 2.0 * double(q) * (T + 1.0);
-  r.flops_router = 6.0 * double(Lt) * double(d) * double(ti.kind == "jtok_m" ? n_e : 0);
+  r.flops_router = 6.0 * double(Lt) * double(d) * double(ti.kind == "jtok_m" ? n_e : 0) +
+                   6.0 * double(Lm) * double(d) * double(m.n_routed_experts);
   // Element-wise token-indexed work per table read: L2 norm (2d), normalise (d), scale by s (d),
   // 1 + (d), gate or mix (d) forward: ~6d, times 3 for training. JTok-M mixes K rows (2dK more).
   r.flops_token_indexed = 3.0 * double(Lt) * double(d) * (ti.kind == "jtok" ? 6.0 : ti.kind == "jtok_m" ? 6.0 + 2.0 * double(k) : 0.0);
@@ -70,7 +75,7 @@ nlohmann::json to_json(const FlopsReport& r) {
   return {
       {"n_c", r.n_c}, {"n_c_attention", r.n_c_attention}, {"n_c_mlp", r.n_c_mlp}, {"n_n", r.n_n},
       {"n_embedding", r.n_embedding}, {"n_lm_head", r.n_lm_head}, {"n_norms", r.n_norms},
-      {"n_other", r.n_other}, {"n_total", r.n_total}, {"eta", r.eta}, {"rho", r.rho},
+      {"n_other", r.n_other}, {"n_experts_inactive", r.n_experts_inactive}, {"n_total", r.n_total}, {"eta", r.eta}, {"rho", r.rho},
       {"seq_len", r.seq_len}, {"flops_per_token_6nc", r.flops_6nc},
       {"flops_per_token_lm_head", r.flops_lm_head}, {"flops_per_token_attention", r.flops_attention},
       {"flops_per_token_router", r.flops_router}, {"flops_per_token_token_indexed", r.flops_token_indexed}, {"flops_per_token", r.flops_per_token},

@@ -1,8 +1,9 @@
 // Parameter and FLOPs accounting of a model shape (paper sections 3.1.2 and 3.6).
 //
 // N_c ("compute-intensive parameters") counts the attention q/k/v/o and MLP weights of every
-// layer (activated experts only, for MoE) and never the embedding, the LM head or token-indexed
-// tables. N_n counts the token-indexed table parameters (JTok: one padded_vocab x d table per
+// layer (activated experts only, for MoE: the shared experts and k routed experts of each MoE
+// layer) and never the embedding, the LM head, token-indexed tables or the MoE router (d x E,
+// tiny; counted in n_other and its FLOPs in flops_router, as the paper counts qkvo + MLP only). N_n counts the token-indexed table parameters (JTok: one padded_vocab x d table per
 // layer; JTok-M: n_e of them per layer). eta = N_n / N_c, rho = K / n_e.
 //
 // FLOPs conventions (written out in docs/scaling.md):
@@ -43,8 +44,9 @@ struct FlopsReport {
   int64_t n_embedding = 0;         // embed_tokens: Vp x d
   int64_t n_lm_head = 0;           // Vp x d, 0 when tied to the embedding
   int64_t n_norms = 0;             // RMSNorm gains
-  int64_t n_other = 0;             // JTok scalers, JTok-M routers (not in N_c)
-  int64_t n_total = 0;             // every stored parameter
+  int64_t n_other = 0;             // JTok scalers, JTok-M and MoE routers (not in N_c)
+  int64_t n_experts_inactive = 0;  // MoE: the routed experts a token does not use, (E - k) per MoE layer
+  int64_t n_total = 0;             // every stored parameter (all experts)
   double eta = 0;                  // N_n / N_c
   double rho = 0;                  // K / n_e (0 when there are no token-indexed tables)
   // FLOPs per training token (forward + backward).
@@ -52,7 +54,7 @@ struct FlopsReport {
   double flops_6nc = 0;            // 6 N_c: the paper's C = 6 N_c D approximation
   double flops_lm_head = 0;        // 6 d Vp
   double flops_attention = 0;      // causal QK^T and AV: 3 * L * 2 * q_dim * (T+1)  (see above)
-  double flops_router = 0;         // JTok-M router: 6 * L * d * n_e
+  double flops_router = 0;         // routers: JTok-M 6 * L * d * n_e, MoE 6 * L_moe * d * n_routed
   double flops_token_indexed = 0;  // JTok/JTok-M element-wise work (norm, scale, gate/mix)
   double flops_per_token = 0;      // exact: sum of the four above
   double flops_attention_full_square = 0;  // 3 * L * 4 * q_dim * T: QK^T and AV over all T^2 pairs

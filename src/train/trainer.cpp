@@ -152,12 +152,13 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
   for (int64_t step = start_step; step < t.max_steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     zero_grads(model);
-    double loss = 0;
+    double loss = 0, aux = 0;  // LM loss and MoE aux loss apart; the gradient is of their sum
     for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
       data.next(x.data(), y.data(), B, T);
       forward(model, acts, x.data(), B, T);
       loss += backward(model, acts, x.data(), y.data(), 1.0f / static_cast<float>(t.gradient_accumulation_steps)) /
               static_cast<double>(t.gradient_accumulation_steps);
+      aux += acts.aux_loss / static_cast<double>(t.gradient_accumulation_steps);
     }
     if (!std::isfinite(loss)) fail("loss became ", loss, " at step ", step + 1, "; lower learning_rate or check the data");
     StepStats st = optimizer_step(model, adam, t);
@@ -175,12 +176,17 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     nlohmann::json line = {{"type", "step"}, {"step", done}, {"loss", loss}, {"grad_norm", st.grad_norm},
                            {"lr", st.lr}, {"ms", dt * 1e3}, {"tokens_per_s", tps}, {"tokens", done * t.tokens_per_step()}};
     if (mfu > 0) line["mfu"] = mfu;
+    if (model.cfg.is_moe()) line["aux_loss"] = aux;
     log.write(line);
     if (done % t.log_interval == 0 || done == t.max_steps || done == start_step + 1) {
       char buf[256];
       std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | norm %.3f | lr %.2e | %.0f ms | %s tok/s", static_cast<long long>(done),
                     static_cast<long long>(t.max_steps), loss, st.grad_norm, st.lr, dt * 1e3, with_commas(tps).c_str());
       std::string s = buf;
+      if (model.cfg.is_moe()) {
+        std::snprintf(buf, sizeof buf, " | aux %.4f", aux);
+        s += buf;
+      }
       if (mfu > 0) {
         std::snprintf(buf, sizeof buf, " | MFU %.1f%%", 100 * mfu);
         s += buf;

@@ -46,6 +46,15 @@ class JTokConfig:
         "jtok_norm": True,        # False: the paper's ablation without the L2 norm
         "jtok_init_std": 0.02,
         "jtok_scale_init": 1.0,
+        # MoE (docs/model.md, "MoE"), when model_type is "jtok_moe"
+        "model_type": "jtok_dense",
+        "first_k_dense_replace": 1,
+        "n_routed_experts": 8,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 256,
+        "router_aux_loss_coef": 0.001,
+        "norm_topk_prob": False,
     }
 
     def __init__(self, **kwargs):
@@ -73,6 +82,13 @@ class JTokConfig:
 
     def jtok_on_layer(self, layer):
         return layer in self.jtok_layer_set
+
+    def moe_on_layer(self, layer):
+        return self.model_type == "jtok_moe" and layer >= self.first_k_dense_replace
+
+    @property
+    def moe_num_layers(self):
+        return sum(self.moe_on_layer(l) for l in range(self.num_hidden_layers))
 
     @property
     def padded_vocab_size(self):
@@ -169,17 +185,62 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """SwiGLU: down(silu(gate(x)) * up(x))."""
+    """SwiGLU: down(silu(gate(x)) * up(x)); inner size `ffn` (default intermediate_size)."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, ffn=None):
         super().__init__()
-        d, f = cfg.hidden_size, cfg.intermediate_size
+        d, f = cfg.hidden_size, ffn or cfg.intermediate_size
         self.gate_proj = nn.Linear(d, f, bias=False)
         self.up_proj = nn.Linear(d, f, bias=False)
         self.down_proj = nn.Linear(f, d, bias=False)
 
     def forward(self, x):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class MoE(nn.Module):
+    """DeepSeekMoE-style block (docs/model.md, "MoE"):
+
+        probs = softmax(gate(x))                      over all n_routed_experts
+        top-k experts by probability, ties to the lower index; weights w = their probs
+        (divided by their sum when norm_topk_prob)
+        y = shared_experts(x) + sum_j w_j experts[top_j](x)
+
+    The shared experts are one SwiGLU of n_shared_experts * moe_intermediate_size. The top-k
+    choice is not differentiated (it is an index); gradients reach the router through w and the
+    aux loss: aux = coef * E * sum_i f_i P_i, f_i = tokens routed to i / (N k) (a constant),
+    P_i = mean over the N positions of probs[:, i]. Kept in self.aux after each forward.
+    """
+
+    def __init__(self, cfg):
+        super().__init__()
+        d, f = cfg.hidden_size, cfg.moe_intermediate_size
+        self.n_experts, self.k = cfg.n_routed_experts, cfg.num_experts_per_tok
+        self.norm_topk = cfg.norm_topk_prob
+        self.coef = cfg.router_aux_loss_coef
+        self.gate = nn.Linear(d, self.n_experts, bias=False)
+        self.shared_experts = MLP(cfg, cfg.n_shared_experts * f) if cfg.n_shared_experts > 0 else None
+        self.experts = nn.ModuleList([MLP(cfg, f) for _ in range(self.n_experts)])
+        self.aux = None
+
+    def forward(self, x):
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])                                      # (N, d)
+        N, E, K = x.shape[0], self.n_experts, self.k
+        probs = F.softmax(self.gate(x), dim=-1)                           # (N, E)
+        # A stable descending sort keeps equal probabilities in index order: ties to the lower index.
+        top = torch.sort(probs.detach(), dim=-1, descending=True, stable=True).indices[:, :K]  # (N, K)
+        w = probs.gather(1, top)                                          # (N, K)
+        if self.norm_topk:
+            w = w / w.sum(dim=-1, keepdim=True)
+        y = self.shared_experts(x) if self.shared_experts is not None else torch.zeros_like(x)
+        for e in range(E):
+            tok, j = (top == e).nonzero(as_tuple=True)
+            if tok.numel():
+                y = y.index_add(0, tok, w[tok, j, None] * self.experts[e](x[tok]))
+        f = F.one_hot(top, E).sum(dim=(0, 1)).to(x.dtype) / (N * K)      # (E), no gradient
+        self.aux = self.coef * E * (f * probs.mean(dim=0)).sum()
+        return y.reshape(shape)
 
 
 class JTok(nn.Module):
@@ -207,12 +268,12 @@ class JTok(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg, with_jtok=False):
+    def __init__(self, cfg, with_jtok=False, with_moe=False):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = MoE(cfg) if with_moe else MLP(cfg)
         self.jtok = JTok(cfg) if with_jtok else None
 
     def forward(self, h, cos, sin, input_ids):
@@ -229,7 +290,7 @@ class Backbone(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.padded_vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList([DecoderLayer(cfg, with_jtok=cfg.jtok_on_layer(l))
+        self.layers = nn.ModuleList([DecoderLayer(cfg, with_jtok=cfg.jtok_on_layer(l), with_moe=cfg.moe_on_layer(l))
                                      for l in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -276,8 +337,13 @@ class Transformer(nn.Module):
         T = input_ids.shape[1]
         h = self.model.embed_tokens(input_ids)
         cos, sin = rope_cos_sin(T, self.cfg.head_dim, self.cfg.rope_theta, h.dtype, h.device)
+        aux = []
         for layer in self.model.layers:
             h = layer(h, cos, sin, input_ids)
+            if isinstance(layer.mlp, MoE):
+                aux.append(layer.mlp.aux)
+        # MoE load-balancing loss of this forward: mean over MoE layers (0 for a dense model).
+        self.aux_loss = torch.stack(aux).mean() if aux else torch.zeros((), dtype=h.dtype)
         return self.model.norm(h)
 
     def forward(self, input_ids):

@@ -10,7 +10,8 @@ W.safetensors initial weights, float32, safetensors names of docs/model.md
 B.safetensors input_ids, labels: int32 (M, B, T), M = gradient_accumulation_steps; the same
               M micro-batches are used at every one of the N steps
 O.safetensors logits float32 (B, T, vocab_size): micro-batch 0 at the initial weights, real
-              vocabulary columns only; loss, grad_norm, lr float32 (N); grad.<name>: every
+              vocabulary columns only; loss (LM), aux_loss (MoE load balance, mean over the
+              micro-batches), grad_norm, lr float32 (N); grad.<name>: every
               parameter's gradient at step 0 before clipping; final.<name>: every parameter
               after N steps.
 
@@ -75,11 +76,26 @@ JTOK_CASES = {
 # Cases whose input ids come from only this many distinct token ids (the others use the whole
 # vocabulary). Kept out of the config dicts, which go to jtok as they are.
 DISTINCT_IDS = {"jtok_all_gqa": 20, "jtok_subset_nonorm_tied": 30}
-ALL_CASES = dict(CASES, **JTOK_CASES)
+# MoE cases (docs/model.md, "MoE"): 3 layers of hidden 32, the first dense, 8 routed experts of
+# inner size 24, top-2; a large aux coefficient so that the aux gradient is well above noise.
+MOE_BASE = dict(BASE, model_type="jtok_moe", hidden_size=32, num_hidden_layers=3, intermediate_size=64,
+                first_k_dense_replace=1, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
+                moe_intermediate_size=24, router_aux_loss_coef=0.01, norm_topk_prob=False, initializer_range=0.2)
+MOE_CASES = {
+    "moe_shared1": dict(MOE_BASE, seed=31),
+    "moe_shared2_normtopk_tied": dict(MOE_BASE, n_shared_experts=2, norm_topk_prob=True, tie_word_embeddings=True,
+                                      lr_scheduler_type="wsd", decay_ratio=0.3, max_grad_norm=10.0, seed=37),
+    "moe_noshared_top3_clipped": dict(MOE_BASE, n_shared_experts=0, num_experts_per_tok=3, first_k_dense_replace=0,
+                                      num_key_value_heads=1, max_grad_norm=0.05, lr_scheduler_type="constant",
+                                      seed=41),
+    # JTok on an MoE backbone (the paper's JTok-on-MoE runs): the gate multiplies the MoE update.
+    "moe_jtok": dict(MOE_BASE, jtok=True, jtok_layers="all", jtok_init_std=0.1, seed=43),
+}
+ALL_CASES = dict(CASES, **JTOK_CASES, **MOE_CASES)
 
 # Parity thresholds (relative error ||jtok - ref|| / ||ref|| per tensor); the reasons are in
 # tests/test_parity_dense.py.
-TOL = {"logits": 1e-4, "loss": 1e-4, "grad_norm": 1e-4, "lr": 1e-6, "grad.": 1e-4, "final.": 1e-3}
+TOL = {"logits": 1e-4, "loss": 1e-4, "aux_loss": 1e-4, "grad_norm": 1e-4, "lr": 1e-6, "grad.": 1e-4, "final.": 1e-3}
 
 
 def random_weights(cfg, seed):
@@ -154,6 +170,8 @@ def run_reference(cfg_dict, weights, batch, steps, dtype=torch.float64):
     log = train_steps(model, micro_batches, tcfg, steps, on_gradients=keep_step0_grads)
     for key in ("loss", "grad_norm", "lr"):
         out[key] = np.array(log[key], dtype=np.float64)
+    if mcfg.moe_num_layers > 0:
+        out["aux_loss"] = np.array(log["aux_loss"], dtype=np.float64)
     for name, p in model.named_parameters():
         out["final." + name] = p.detach().double().numpy().copy()
     return out
@@ -203,7 +221,7 @@ def compare(out, ref):
     missing = sorted(set(ref) - set(out))
     if missing:
         raise KeyError(f"output lacks {missing}")
-    order = ["logits", "loss", "grad_norm", "lr"]
+    order = ["logits", "loss"] + (["aux_loss"] if "aux_loss" in ref else []) + ["grad_norm", "lr"]
     order += sorted(k for k in ref if k.startswith("grad."))
     order += sorted(k for k in ref if k.startswith("final."))
     return [(name, rel_err(out[name], ref[name])) for name in order]

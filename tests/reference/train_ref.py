@@ -88,8 +88,8 @@ def lr_at(step, cfg):
 
 
 def param_groups(model, weight_decay):
-    """Weight decay on every 2-D weight (embeddings, projections, lm_head, JTok tables); none on
-    1-D tensors (norm gains, JTok scales)."""
+    """Weight decay on every 2-D weight (embeddings, projections, lm_head, JTok tables, MoE routers
+    and experts); none on 1-D tensors (norm gains, JTok scales)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     return [{"params": decay, "weight_decay": weight_decay},
@@ -102,14 +102,19 @@ def make_optimizer(model, cfg):
 
 
 def accumulate_gradients(model, micro_batches):
-    """Sets p.grad to the gradient of mean_i loss_i over the M micro-batches; returns that mean."""
+    """Sets p.grad to the gradient of mean_i (loss_i + aux_i) over the M micro-batches, aux_i being
+    the MoE load-balancing loss (0 for dense models); returns mean_i loss_i (the LM loss) and sets
+    model.last_aux_loss to mean_i aux_i."""
     model.zero_grad(set_to_none=True)
     M = len(micro_batches)
-    total = 0.0
+    total = aux_total = 0.0
     for input_ids, labels in micro_batches:
         loss = model.forward_loss(input_ids, labels) / M
-        loss.backward()
+        aux = model.aux_loss / M
+        (loss + aux).backward()
         total += loss.item()
+        aux_total += aux.item()
+    model.last_aux_loss = aux_total
     return total
 
 
@@ -143,11 +148,12 @@ def train_steps(model, batches, cfg, steps, on_gradients=None):
     step -> such a list. Returns {"loss": [...], "grad_norm": [...], "lr": [...]}.
     """
     optimizer = make_optimizer(model, cfg)
-    log = {"loss": [], "grad_norm": [], "lr": []}
+    log = {"loss": [], "grad_norm": [], "lr": [], "aux_loss": []}
     for step in range(steps):
         micro_batches = batches(step) if callable(batches) else batches
         loss, norm, lr = train_step(model, optimizer, micro_batches, cfg, step, on_gradients)
         log["loss"].append(loss)
         log["grad_norm"].append(norm)
         log["lr"].append(lr)
+        log["aux_loss"].append(model.last_aux_loss)
     return log

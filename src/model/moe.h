@@ -1,0 +1,66 @@
+// DeepSeekMoE-style block (docs/model.md "MoE"): shared experts plus the top-k of E routed experts,
+// every expert a SwiGLU. The router is softmax over all routed experts; the top-k selection is a
+// constant of the backward (gradients flow through the selected probabilities only), and a
+// switch-style load-balancing loss aux = coef * E * sum_i f_i P_i adds gradient through P.
+//
+// The fast path groups the routed slots by expert (counting sort), gathers each expert's tokens
+// into one contiguous block and runs one GEMM per expert and projection; the reference works
+// token by token in double.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+
+namespace jtok {
+
+struct MoeDims {
+  int64_t d = 0, E = 0, K = 0;  // hidden size, routed experts, experts per token
+  int64_t F = 0;                // each routed expert's SwiGLU inner size
+  int64_t S = 0;                // shared experts' inner size (n_shared * F), 0 = none
+  bool norm_topk = false;       // renormalise the top-k probabilities to sum 1
+  double aux_coef = 0;          // router_aux_loss_coef
+};
+MoeDims moe_dims(const ModelConfig& c);
+
+// One block's tensors inside a flat buffer (weights, or their gradients alike).
+struct MoeWeights {
+  float* router = nullptr;                          // (E,d)   mlp.gate.weight
+  float *sg = nullptr, *su = nullptr, *sd = nullptr;  // (S,d), (S,d), (d,S): shared experts; null when S = 0
+  float* experts = nullptr;  // E experts back to back, each gate (F,d), up (F,d), down (d,F)
+};
+inline float* expert_gate(const MoeWeights& w, const MoeDims& m, int64_t e) { return w.experts + e * 3 * m.F * m.d; }
+inline float* expert_up(const MoeWeights& w, const MoeDims& m, int64_t e) { return expert_gate(w, m, e) + m.F * m.d; }
+inline float* expert_down(const MoeWeights& w, const MoeDims& m, int64_t e) { return expert_gate(w, m, e) + 2 * m.F * m.d; }
+
+// What the backward needs, for N positions. A "slot" is (position n, choice j), index n*K + j;
+// a "row" is a slot's place in the expert-grouped block.
+struct MoeActs {
+  std::vector<float> probs;        // (N,E) router softmax
+  std::vector<int32_t> topi;       // (N,K) chosen experts: descending probability, ties to the lower index
+  std::vector<float> topw;         // (N,K) their weights
+  std::vector<int32_t> offsets;    // (E+1) expert e owns rows offsets[e] .. offsets[e+1]-1
+  std::vector<int32_t> slot_of;    // (N*K) row -> slot
+  std::vector<int32_t> row_of;     // (N*K) slot -> row
+  std::vector<float> frac;         // (E) f_i = tokens routed to i / (N*K)
+  std::vector<float> xg, g, u, act, eo;  // grouped: (NK,d) input, (NK,F) gate, up, silu*up, (NK,d) output
+  std::vector<float> sg, su, sact;       // shared: (N,S) each
+  double aux = 0;                  // this block's aux loss (coef included)
+};
+struct MoeScratch {
+  std::vector<float> deo, dact, dg, du, dxg, dprobs, dsact, dsg, dsu;
+};
+
+// out (N,d) += shared(x) + sum_j topw[n,j] * expert_{topi[n,j]}(x_n); x (N,d). Sets a.aux.
+void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, const MoeDims& m, int64_t N);
+// From dout = dL/d(block output) (N,d): dx (N,d) += dL/dx, g += weight gradients. aux_grad is
+// dL/d(a.aux) (the loss's weight on this block's aux term; 0 ignores the aux loss).
+void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* dout, const float* x, const MoeActs& a,
+                  const MoeWeights& w, const MoeDims& m, int64_t N, float aux_grad);
+
+// References: token by token, double accumulation, same routing rule. Return the aux loss.
+double moe_forward_ref(float* out, const float* x, const MoeWeights& w, const MoeDims& m, int64_t N);
+void moe_backward_ref(float* dx, const MoeWeights& g, const float* dout, const float* x, const MoeWeights& w,
+                      const MoeDims& m, int64_t N, float aux_grad);
+
+}  // namespace jtok
