@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "model/jtok.h"
 #include "ops/attention.h"
 #include "ops/linear.h"
 #include "ops/rmsnorm.h"
@@ -45,6 +46,9 @@ std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
   std::vector<float> h(m.w.embed + token * d, m.w.embed + (token + 1) * d);
   std::vector<float> x(d), q(qd), att(qd), gate(F), up(F), act(F), scratch(t + 1);
   float rstd;
+  JTokActs jt;      // JTok layers: the one position's gathered row and ungated MLP update
+  RowBatch rb;
+  bool jt_ids = false;
   for (size_t l = 0; l < m.w.layers.size(); ++l) {
     const auto& W = m.w.layers[l];
     rmsnorm_forward(x.data(), &rstd, h.data(), W.ln1, 1, d, eps);
@@ -61,7 +65,18 @@ std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
     linear_forward(gate.data(), x.data(), W.wg, 1, d, F);
     linear_forward(up.data(), x.data(), W.wu, 1, d, F);
     swiglu_forward(act.data(), gate.data(), up.data(), F);
-    gemm(false, true, 1, d, F, 1.0f, act.data(), F, W.wd, F, 1.0f, h.data(), d);
+    if (W.jtok_scale) {  // JTok layer: h += Delta_m * (1 + s * Norm(E[token])), as forward() does
+      if (!jt_ids) {
+        rb = dedup_ids(&token, 1, c.padded_vocab());
+        jt_ids = true;
+      }
+      jt.mlp_out.resize(static_cast<size_t>(d));
+      linear_forward(jt.mlp_out.data(), act.data(), W.wd, 1, F, d);
+      jtok_prepare(jt, m.jtok_tables[l], rb, static_cast<float>(c.jtok_eps), c.jtok_norm);
+      jtok_forward(h.data(), h.data(), jt, W.jtok_scale, rb, 1, d);
+    } else {
+      gemm(false, true, 1, d, F, 1.0f, act.data(), F, W.wd, F, 1.0f, h.data(), d);
+    }
   }
   rmsnorm_forward(x.data(), &rstd, h.data(), m.w.norm, 1, d, eps);
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));
