@@ -22,7 +22,7 @@ std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int
   const int64_t T = static_cast<int64_t>(prompt.size());
   if (T > capacity) fail("prompt of ", T, " tokens is longer than the context (", capacity, ")");
   Activations a;
-  forward(m, a, prompt.data(), 1, T);
+  forward_hidden(m, a, prompt.data(), 1, T);  // the head only for the last position, below
   const int64_t kvd = c.kv_dim();
   cache.len = T;
   cache.capacity = capacity;
@@ -32,8 +32,10 @@ std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int
     std::memcpy(cache.k[l].data(), a.layers[l].k.data(), sizeof(float) * T * kvd);
     std::memcpy(cache.v[l].data(), a.layers[l].v.data(), sizeof(float) * T * kvd);
   }
-  const int64_t Vp = c.padded_vocab();
-  return std::vector<float>(a.logits.begin() + (T - 1) * Vp, a.logits.begin() + (T - 1) * Vp + c.vocab_size);
+  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+  linear_forward(logits.data(), a.lnf.data() + (T - 1) * c.hidden_size, m.w.lm_head, 1, c.hidden_size,
+                 c.vocab_size);  // real rows only, as decode_step
+  return logits;
 }
 
 std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
