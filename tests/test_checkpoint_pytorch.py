@@ -23,6 +23,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 import torch
@@ -77,7 +78,12 @@ def documents(rng, n_docs, n_sentences):
 
 
 def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    t0 = time.perf_counter()
+    # One thread: the model is tiny, and on a busy machine OpenMP threads spinning at barriers
+    # for a descheduled partner made these commands 3-4x slower (docs/benchmarks.md).
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    print(f"  {time.perf_counter() - t0:5.1f} s  jtok {cmd[1]}", flush=True)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
     return r.stdout
