@@ -93,7 +93,11 @@ run_pair() {
   printf -v "OURS_GF_$variant" '%s' "$(json gflops <<< "$o")"
   printf -v "OURS_MFU_$variant" '%s' "$(json mfu <<< "$o")"
   printf -v "OURS_RSS_$variant" '%s' "$(json peak_rss_mb <<< "$o")"
+  printf -v "OURS_CPU_$variant" '%s' "$(json cpu_s_per_step <<< "$o")"
+  printf -v "OURS_MS_$variant" '%s' "$(json step_ms <<< "$o")"
   printf -v "PT_TPS_$variant" '%s' "$(json tokens_per_s <<< "$p")"
+  printf -v "PT_CPU_$variant" '%s' "$(json cpu_s_per_step <<< "$p")"
+  printf -v "PT_MS_$variant" '%s' "$(json step_ms <<< "$p")"
   printf -v "PT_RSS_$variant" '%s' "$(json peak_rss_mb <<< "$p")"
 }
 
@@ -101,8 +105,11 @@ report() {
   local v=$1 ot pt
   ot=OURS_TPS_$v; pt=PT_TPS_$v
   local gf=OURS_GF_$v mfu=OURS_MFU_$v orss=OURS_RSS_$v prss=PT_RSS_$v
+  local oc=OURS_CPU_$v pc=PT_CPU_$v om=OURS_MS_$v pm=PT_MS_$v
   echo "RESULT [$v] config $CONFIG: ours $(fmt "${!ot}" '%.1f') tok/s | pytorch $(fmt "${!pt}" '%.1f') tok/s | ratio $(fmt "$(div "${!ot}" "${!pt}")" '%.2f')x"
   echo "RESULT [$v] ours $(fmt "${!gf}" '%.1f') GFLOP/s = MFU $(fmt "${!mfu}" '%.4f') of $(fmt "$PEAK" '%.1f') GFLOP/s | peak RSS ours $(fmt "${!orss}" '%.0f') MB, pytorch $(fmt "${!prss}" '%.0f') MB"
+  # CPU seconds per step well below threads x wall seconds: other work held the cores.
+  echo "RESULT [$v] step wall / CPU s: ours $(fmt "${!om}" '%.0f') ms / $(fmt "${!oc}" '%.1f') s, pytorch $(fmt "${!pm}" '%.0f') ms / $(fmt "${!pc}" '%.1f') s"
 }
 
 run_pair base
