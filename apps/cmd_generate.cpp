@@ -1,7 +1,10 @@
 // `jtok generate`: KV-cache decoding from a checkpoint, tokens streamed as they come.
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <random>
+
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "core/error.h"
@@ -14,7 +17,7 @@
 namespace {
 
 struct Args {
-  std::string checkpoint, prompt;
+  std::string checkpoint, prompt, ids_out;
   int64_t max_new_tokens = 64, top_k = 40;
   double temperature = 0.8, top_p = 0.95;
   uint64_t seed = 1;
@@ -41,9 +44,11 @@ void run() {
   const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   auto t1 = std::chrono::steady_clock::now();
   int64_t produced = 0;
+  std::vector<int32_t> generated;
   while (produced < args.max_new_tokens) {
     int32_t next = sample_token(logits, sp, rng);
     ++produced;
+    generated.push_back(next);
     if (args.stop_at_eot && next == tok.eot_id()) break;
     std::string piece = tok.decode({next});  // raw bytes: a split UTF-8 character completes on the next token
     std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -54,6 +59,14 @@ void run() {
   const double decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   std::fprintf(stderr, "\n[prefill %zu tokens: %.1f tok/s | decode %lld tokens: %.1f tok/s]\n", prompt.size(),
                prompt.size() / prefill_s, static_cast<long long>(produced), produced / decode_s);
+  if (!args.ids_out.empty()) {
+    nlohmann::json j = {{"prompt_ids", prompt},
+                        {"generated_ids", generated},
+                        {"prefill_tok_s", prompt.size() / prefill_s},
+                        {"decode_tok_s", produced / decode_s}};
+    std::ofstream f(args.ids_out);
+    if (!(f << j.dump() << "\n")) fail("cannot write ", args.ids_out);
+  }
 }
 
 void setup(CLI::App* sub) {
@@ -64,6 +77,7 @@ void setup(CLI::App* sub) {
   sub->add_option("--top-k", args.top_k, "keep the k most likely tokens (0 = all)");
   sub->add_option("--top-p", args.top_p, "nucleus: smallest set with this probability (1 = all)");
   sub->add_option("--seed", args.seed, "sampling seed");
+  sub->add_option("--ids-out", args.ids_out, "write the prompt and generated token ids and the tok/s as JSON here");
   sub->add_flag("!--no-stop", args.stop_at_eot, "do not stop at <|endoftext|>");
   sub->callback(run);
 }

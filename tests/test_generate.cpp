@@ -9,20 +9,10 @@
 using namespace jtok;
 using namespace jtok::testing;
 
-static ModelConfig small_config() {
-  ModelConfig c;
-  c.vocab_size = 97;
-  c.hidden_size = 32;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.intermediate_size = 48;
-  c.max_position_embeddings = 40;
-  c.initializer_range = 0.2;
-  return c;
-}
-
-static void check_kv_cache_greedy(const ModelConfig& c) {
+namespace {
+// Greedy decoding of model c from a fixed prompt: the cached logits of every step equal the
+// last-position logits of a full forward over the whole sequence.
+void check_cache_equals_recompute(const ModelConfig& c) {
   Model m = make_model(c, 5);
   std::vector<int32_t> seq = {3, 14, 15, 92, 65};
   KVCache cache;
@@ -46,7 +36,30 @@ static void check_kv_cache_greedy(const ModelConfig& c) {
   EXPECT_GT(distinct, 0);
 }
 
-TEST(Generate, KVCacheGreedyEqualsFullRecompute) { check_kv_cache_greedy(small_config()); }
+ModelConfig small_config() {
+  ModelConfig c;
+  c.vocab_size = 97;
+  c.hidden_size = 32;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.intermediate_size = 48;
+  c.max_position_embeddings = 40;
+  c.initializer_range = 0.2;
+  return c;
+}
+}  // namespace
+
+TEST(Generate, KVCacheGreedyEqualsFullRecompute) { check_cache_equals_recompute(small_config()); }
+
+// decode_step must apply the JTok gate of the decoded token (layers 0 and 2 here), as forward does.
+TEST(Generate, KVCacheGreedyEqualsFullRecomputeWithJTok) {
+  ModelConfig c = small_config();
+  c.jtok = true;
+  c.jtok_layers = "0,2";
+  c.jtok_scale_init = 0.8;
+  check_cache_equals_recompute(c);
+}
 
 TEST(Generate, KVCacheGreedyEqualsFullRecomputeMoe) {
   ModelConfig c = small_config();
@@ -55,7 +68,8 @@ TEST(Generate, KVCacheGreedyEqualsFullRecomputeMoe) {
   c.n_routed_experts = 6;
   c.num_experts_per_tok = 2;
   c.moe_intermediate_size = 16;
-  check_kv_cache_greedy(c);
+  c.jtok = true;  // MoE update gated by JTok too
+  check_cache_equals_recompute(c);
 }
 
 TEST(Generate, SamplingRespectsTopKAndTopP) {

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "model/jtok.h"
 #include "ops/attention.h"
 #include "ops/linear.h"
 #include "ops/rmsnorm.h"
@@ -21,7 +22,7 @@ std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int
   const int64_t T = static_cast<int64_t>(prompt.size());
   if (T > capacity) fail("prompt of ", T, " tokens is longer than the context (", capacity, ")");
   Activations a;
-  forward(m, a, prompt.data(), 1, T);
+  forward_hidden(m, a, prompt.data(), 1, T);  // the head only for the last position, below
   const int64_t kvd = c.kv_dim();
   cache.len = T;
   cache.capacity = capacity;
@@ -31,8 +32,10 @@ std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int
     std::memcpy(cache.k[l].data(), a.layers[l].k.data(), sizeof(float) * T * kvd);
     std::memcpy(cache.v[l].data(), a.layers[l].v.data(), sizeof(float) * T * kvd);
   }
-  const int64_t Vp = c.padded_vocab();
-  return std::vector<float>(a.logits.begin() + (T - 1) * Vp, a.logits.begin() + (T - 1) * Vp + c.vocab_size);
+  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+  linear_forward(logits.data(), a.lnf.data() + (T - 1) * c.hidden_size, m.w.lm_head, 1, c.hidden_size,
+                 c.vocab_size);  // real rows only, as decode_step
+  return logits;
 }
 
 std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
@@ -45,6 +48,9 @@ std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
   std::vector<float> h(m.w.embed + token * d, m.w.embed + (token + 1) * d);
   std::vector<float> x(d), q(qd), att(qd), gate(F), up(F), act(F), scratch(t + 1);
   float rstd;
+  JTokActs jt;      // JTok layers: the one position's gathered row and ungated MLP update
+  RowBatch rb;
+  bool jt_ids = false;
   for (size_t l = 0; l < m.w.layers.size(); ++l) {
     const auto& W = m.w.layers[l];
     rmsnorm_forward(x.data(), &rstd, h.data(), W.ln1, 1, d, eps);
@@ -58,15 +64,27 @@ std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
     attention_decode(att.data(), q.data(), cache.k[l].data(), cache.v[l].data(), t, H, KV, hd, scratch.data());
     gemm(false, true, 1, d, qd, 1.0f, att.data(), qd, W.wo, qd, 1.0f, h.data(), d);
     rmsnorm_forward(x.data(), &rstd, h.data(), W.ln2, 1, d, eps);
-    if (W.moe.router) {  // MoE layer: the block on one position (its aux loss is unused here)
+    // The MLP (or MoE) update of this position, then its write-back, gated by JTok where on.
+    jt.mlp_out.assign(static_cast<size_t>(d), 0.0f);
+    if (W.moe.router) {  // MoE block on one position (its aux loss is unused here)
       MoeActs ma;
-      moe_forward(h.data(), ma, x.data(), W.moe, moe_dims(c), 1);
-      continue;
+      moe_forward(jt.mlp_out.data(), ma, x.data(), W.moe, moe_dims(c), 1);
+    } else {
+      linear_forward(gate.data(), x.data(), W.wg, 1, d, F);
+      linear_forward(up.data(), x.data(), W.wu, 1, d, F);
+      swiglu_forward(act.data(), gate.data(), up.data(), F);
+      linear_forward(jt.mlp_out.data(), act.data(), W.wd, 1, F, d);
     }
-    linear_forward(gate.data(), x.data(), W.wg, 1, d, F);
-    linear_forward(up.data(), x.data(), W.wu, 1, d, F);
-    swiglu_forward(act.data(), gate.data(), up.data(), F);
-    gemm(false, true, 1, d, F, 1.0f, act.data(), F, W.wd, F, 1.0f, h.data(), d);
+    if (W.jtok_scale) {  // h += Delta_m * (1 + s * Norm(E[token])), as forward() does
+      if (!jt_ids) {
+        rb = dedup_ids(&token, 1, c.padded_vocab());
+        jt_ids = true;
+      }
+      jtok_prepare(jt, m.jtok_tables[l], rb, static_cast<float>(c.jtok_eps), c.jtok_norm);
+      jtok_forward(h.data(), h.data(), jt, W.jtok_scale, rb, 1, d);
+    } else {
+      for (int64_t j = 0; j < d; ++j) h[j] += jt.mlp_out[j];
+    }
   }
   rmsnorm_forward(x.data(), &rstd, h.data(), m.w.norm, 1, d, eps);
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));

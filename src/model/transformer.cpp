@@ -170,7 +170,7 @@ void ensure_activations(Activations& a, const ModelConfig& c, int64_t B, int64_t
     if (!c.moe_on_layer(static_cast<int64_t>(li))) { l.gate.resize(sz(N * F)); l.up.resize(sz(N * F)); l.act.resize(sz(N * F)); }
   }
   a.h_out.resize(sz(N * d)); a.rstdf.resize(sz(N)); a.lnf.resize(sz(N * d));
-  a.logits.resize(sz(N * c.padded_vocab()));
+  // a.logits (N, Vp) is sized by forward(): forward_hidden() alone (prefill) never touches it.
   a.dh.resize(sz(N * d)); a.dx.resize(sz(N * d));
   a.dq.resize(sz(N * qd)); a.dk.resize(sz(N * kvd)); a.dv.resize(sz(N * kvd)); a.datt.resize(sz(N * qd));
   a.dgate.resize(sz(N * F)); a.dup.resize(sz(N * F)); a.dact.resize(sz(N * F));
@@ -183,11 +183,18 @@ void ensure_activations(Activations& a, const ModelConfig& c, int64_t B, int64_t
 
 void forward(const Model& m, Activations& a, const int32_t* ids, int64_t B, int64_t T) {
   JTOK_PROFILE("forward (total)");
+  forward_hidden(m, a, ids, B, T);
+  const int64_t N = B * T, d = m.cfg.hidden_size, Vp = m.cfg.padded_vocab();
+  a.logits.resize(static_cast<size_t>(N * Vp));
+  { JTOK_PROFILE("lm_head_fwd"); linear_forward(a.logits.data(), a.lnf.data(), m.w.lm_head, N, d, Vp); }
+}
+
+void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t B, int64_t T) {
   const auto& c = m.cfg;
   JTOK_CHECK(T <= c.max_position_embeddings, "sequence length ", T, " > max_position_embeddings");
   ensure_activations(a, c, B, T);
   const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
-  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd(), Vp = c.padded_vocab();
+  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
   const float eps = static_cast<float>(c.rms_norm_eps);
   for (int64_t n = 0; n < N; ++n)
     if (ids[n] < 0 || ids[n] >= c.vocab_size) fail("token id ", ids[n], " outside the vocabulary [0, ", c.vocab_size, ")");
@@ -232,7 +239,6 @@ void forward(const Model& m, Activations& a, const int32_t* ids, int64_t B, int6
   }
   a.aux_loss = c.moe_num_layers() > 0 ? aux / static_cast<double>(c.moe_num_layers()) : 0.0;
   rmsnorm_forward(a.lnf.data(), a.rstdf.data(), a.h_out.data(), m.w.norm, N, d, eps);
-  { JTOK_PROFILE("lm_head_fwd"); linear_forward(a.logits.data(), a.lnf.data(), m.w.lm_head, N, d, Vp); }
 }
 
 double loss_of_logits(const Model& m, const Activations& a, const int32_t* targets) {

@@ -79,6 +79,9 @@ void ensure_activations(Activations& acts, const ModelConfig& cfg, int64_t B, in
 
 // ids (B,T) -> acts.logits (B*T, Vp); positions 0..T-1 in each row. Sets acts.aux_loss.
 void forward(const Model& m, Activations& acts, const int32_t* ids, int64_t B, int64_t T);
+// forward() without the lm_head: stops at acts.lnf (B*T, d), the final normed hidden states;
+// acts.logits is left alone (KV-cache prefill takes the head of the last position only).
+void forward_hidden(const Model& m, Activations& acts, const int32_t* ids, int64_t B, int64_t T);
 // Mean cross-entropy of acts.logits against targets (B,T) over the real vocabulary.
 double loss_of_logits(const Model& m, const Activations& acts, const int32_t* targets);
 // log p(target | prefix) at every position (B*T), from acts.logits after forward.

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Training throughput, ours vs the PyTorch reference, on the same config in one run.
+#
+#   bench/train_throughput.sh --config a|b [--jtok] [--steps N] [--warmup N] [--threads N]
+#
+# Config a: configs/bench_a.json (d=256, 4 layers, seq 256, 16 sequences a step);
+# config b: configs/bench_b.json (GPT-2 small: d=768, 12 layers, seq 1024, 4 sequences a step).
+# The PyTorch side runs tests/reference/train_bench.py --config a|b, whose presets are the same
+# models and batch shapes. Both time full optimizer steps (forward, backward, clipping, AdamW)
+# on random tokens after untimed warm-up steps.
+#
+# Ours:    build/jtok bench-train --config configs/bench_X.json [--set jtok=true]
+# PyTorch: env -u OPENBLAS_CORETYPE LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp \
+#            /usr/bin/python3 tests/reference/train_bench.py --config X [--jtok] --threads 2
+#          (its best setting on these machines; docs/benchmarks.md "Training throughput").
+# MFU: our achieved GFLOP/s over the fp32 FMA peak that `jtok bench-peak` measures in this run.
+#
+# --jtok runs the baseline and +JTok (tables on all layers) on both engines and prints each
+# engine's JTok cost 1 - tps_jtok / tps_base; the final line is then for the JTok runs.
+# Output ends with exactly one line:  ratio_vs_pytorch=<ours/pytorch tokens/s> mfu=<ours>
+# Defaults: config a 5 timed + 1 warm-up step, config b 3 timed + 1 warm-up step
+# (PyTorch takes minutes per config-b step on 2 cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() {
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+}
+
+CONFIG=""; JTOK_TOO=0; STEPS=""; WARMUP=1; THREADS=2
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --config) CONFIG=${2:-}; shift 2 ;;
+    --jtok) JTOK_TOO=1; shift ;;
+    --steps) STEPS=${2:-}; shift 2 ;;
+    --warmup) WARMUP=${2:-}; shift 2 ;;
+    --threads) THREADS=${2:-}; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; usage >&2; exit 2 ;;
+  esac
+done
+case "$CONFIG" in
+  a) STEPS=${STEPS:-5} ;;
+  b) STEPS=${STEPS:-3} ;;
+  *) echo "--config a or --config b is required" >&2; usage >&2; exit 2 ;;
+esac
+[[ "$STEPS" =~ ^[1-9][0-9]*$ && "$WARMUP" =~ ^[0-9]+$ && "$THREADS" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "--steps must be >= 1, --warmup >= 0, --threads >= 1" >&2; exit 2; }
+
+JTOK=${JTOK_BIN:-build/jtok}
+if [ ! -x "$JTOK" ]; then
+  echo "building $JTOK ..." >&2
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >&2
+  cmake --build build -j"$(nproc)" --target jtok >&2
+  JTOK=build/jtok
+fi
+PY=/usr/bin/python3
+# Both engines run with OpenMP's PASSIVE wait policy unless the environment sets one: on a machine
+# shared with other work, threads spinning at a barrier for a descheduled partner slowed
+# train_bench.py's attention up to 50x and `jtok generate` 20x (docs/benchmarks.md).
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+OPENBLAS_OMP=/usr/lib/x86_64-linux-gnu/openblas-openmp
+[ -d "$OPENBLAS_OMP" ] || echo "note: $OPENBLAS_OMP missing (package libopenblas0-openmp): PyTorch uses the default BLAS" >&2
+
+# json FIELD <<< '{"...": ...}'  -> the field's value (empty when absent)
+json() { "$PY" -c 'import json,sys; v=json.loads(sys.stdin.read()).get(sys.argv[1], ""); print(v if not isinstance(v, list) else ",".join(map(str, v)))' "$1"; }
+fmt() { awk -v x="$1" -v f="$2" 'BEGIN{printf f, x}'; }
+div() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.4f", a / b}'; }
+
+echo "train_throughput: config $CONFIG | $STEPS timed + $WARMUP warm-up steps | $THREADS threads each"
+echo "date: $(date -u '+%Y-%m-%d %H:%M UTC') | host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') | load $(cut -d' ' -f1-3 /proc/loadavg) | OMP_WAIT_POLICY=$OMP_WAIT_POLICY | commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+
+peak_json=$(OMP_NUM_THREADS=$THREADS "$JTOK" bench-peak)
+PEAK=$(json fma_peak_gflops <<< "$peak_json")
+echo "peak ($THREADS threads): fp32 FMA $(fmt "$PEAK" '%.1f') GFLOP/s, sgemm $(fmt "$(json sgemm_gflops <<< "$peak_json")" '%.1f') GFLOP/s, isa $(json isa <<< "$peak_json")"
+
+# run_pair VARIANT(base|jtok): sets OURS_* and PT_* for that variant
+run_pair() {
+  local variant=$1 set_args=() py_args=()
+  if [ "$variant" = jtok ]; then set_args=(--set jtok=true --set jtok_layers=all); py_args=(--jtok); fi
+  local cmd_ours=(env OMP_NUM_THREADS="$THREADS" "$JTOK" bench-train --config "configs/bench_$CONFIG.json" "${set_args[@]}"
+                  --steps "$STEPS" --warmup "$WARMUP" --peak-gflops "$PEAK")
+  local cmd_pt=(env -u OPENBLAS_CORETYPE LD_LIBRARY_PATH="$OPENBLAS_OMP" PYTHONPATH=tests/reference "$PY"
+                tests/reference/train_bench.py --config "$CONFIG" "${py_args[@]}" --threads "$THREADS"
+                --steps "$STEPS" --warmup "$WARMUP")
+  echo "[$variant] ours:    ${cmd_ours[*]}"
+  local o; o=$("${cmd_ours[@]}")
+  echo "[$variant] ours -> $o"
+  echo "[$variant] pytorch: ${cmd_pt[*]}   (load $(cut -d' ' -f1 /proc/loadavg))"
+  local p; p=$("${cmd_pt[@]}")   # its per-step lines go to stderr as they come
+  echo "[$variant] pytorch -> $p"
+  printf -v "OURS_TPS_$variant" '%s' "$(json tokens_per_s <<< "$o")"
+  printf -v "OURS_GF_$variant" '%s' "$(json gflops <<< "$o")"
+  printf -v "OURS_MFU_$variant" '%s' "$(json mfu <<< "$o")"
+  printf -v "OURS_RSS_$variant" '%s' "$(json peak_rss_mb <<< "$o")"
+  printf -v "OURS_CPU_$variant" '%s' "$(json cpu_s_per_step <<< "$o")"
+  printf -v "OURS_MS_$variant" '%s' "$(json step_ms <<< "$o")"
+  printf -v "PT_TPS_$variant" '%s' "$(json tokens_per_s <<< "$p")"
+  printf -v "PT_CPU_$variant" '%s' "$(json cpu_s_per_step <<< "$p")"
+  printf -v "PT_MS_$variant" '%s' "$(json step_ms <<< "$p")"
+  printf -v "PT_RSS_$variant" '%s' "$(json peak_rss_mb <<< "$p")"
+}
+
+report() {
+  local v=$1 ot pt
+  ot=OURS_TPS_$v; pt=PT_TPS_$v
+  local gf=OURS_GF_$v mfu=OURS_MFU_$v orss=OURS_RSS_$v prss=PT_RSS_$v
+  local oc=OURS_CPU_$v pc=PT_CPU_$v om=OURS_MS_$v pm=PT_MS_$v
+  echo "RESULT [$v] config $CONFIG: ours $(fmt "${!ot}" '%.1f') tok/s | pytorch $(fmt "${!pt}" '%.1f') tok/s | ratio $(fmt "$(div "${!ot}" "${!pt}")" '%.2f')x"
+  echo "RESULT [$v] ours $(fmt "${!gf}" '%.1f') GFLOP/s = MFU $(fmt "${!mfu}" '%.4f') of $(fmt "$PEAK" '%.1f') GFLOP/s | peak RSS ours $(fmt "${!orss}" '%.0f') MB, pytorch $(fmt "${!prss}" '%.0f') MB"
+  # CPU seconds per step well below threads x wall seconds: other work held the cores.
+  echo "RESULT [$v] step wall / CPU s: ours $(fmt "${!om}" '%.0f') ms / $(fmt "${!oc}" '%.1f') s, pytorch $(fmt "${!pm}" '%.0f') ms / $(fmt "${!pc}" '%.1f') s"
+}
+
+run_pair base
+report base
+FINAL=base
+if [ "$JTOK_TOO" = 1 ]; then
+  run_pair jtok
+  report jtok
+  FINAL=jtok
+  cost_ours=$(awk -v j="$OURS_TPS_jtok" -v b="$OURS_TPS_base" 'BEGIN{printf "%.4f", 1 - j / b}')
+  cost_pt=$(awk -v j="$PT_TPS_jtok" -v b="$PT_TPS_base" 'BEGIN{printf "%.4f", 1 - j / b}')
+  echo "jtok_cost_ours=$cost_ours jtok_cost_pytorch=$cost_pt"
+fi
+tps=OURS_TPS_$FINAL; ptps=PT_TPS_$FINAL; mfu=OURS_MFU_$FINAL
+echo "ratio_vs_pytorch=$(div "${!tps}" "${!ptps}") mfu=$(fmt "${!mfu}" '%.4f')"
