@@ -81,6 +81,13 @@ TEST(Generate, SamplingRespectsTopKAndTopP) {
     EXPECT_EQ(sample_token(logits, {1.0, 0, 0.3}, rng), 1);  // top-p 0.3: only the best token
   }
   EXPECT_EQ(sample_token(logits, {0.0, 0, 1.0}, rng), 1);
+  // Plain temperature sampling follows softmax(logits / T): token 3 (logit -3) is rare, 1 and 2 common.
+  std::vector<int> count(logits.size(), 0);
+  for (int i = 0; i < 4000; ++i) count[static_cast<size_t>(sample_token(logits, {1.0, 0, 1.0}, rng))]++;
+  EXPECT_GT(count[1], 1400);
+  EXPECT_GT(count[2], 1300);
+  EXPECT_LT(count[3], 20);
+  EXPECT_GT(count[0] + count[4], 30);
 }
 
 TEST(Generate, ContextOverflowIsAnError) {

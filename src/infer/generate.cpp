@@ -96,6 +96,18 @@ std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
 int32_t sample_token(const std::vector<float>& logits, const SamplingParams& p, std::mt19937_64& rng) {
   const int64_t V = static_cast<int64_t>(logits.size());
   if (p.temperature <= 0) return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  if (p.top_k <= 0 && p.top_p >= 1.0) {  // plain temperature sampling: no ordering needed
+    const double mx = *std::max_element(logits.begin(), logits.end());
+    std::vector<double> w(static_cast<size_t>(V));
+    double sum = 0;
+    for (int64_t i = 0; i < V; ++i) sum += (w[i] = std::exp((logits[i] - mx) / p.temperature));
+    double r = std::uniform_real_distribution<double>(0.0, sum)(rng);
+    for (int64_t i = 0; i < V; ++i) {
+      r -= w[i];
+      if (r <= 0) return static_cast<int32_t>(i);
+    }
+    return static_cast<int32_t>(V - 1);
+  }
   std::vector<int32_t> idx(static_cast<size_t>(V));
   std::iota(idx.begin(), idx.end(), 0);
   int64_t keep = V;
