@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "model/config.h"
+#include "scaling/flops.h"
 #include "model/transformer.h"
 #include "train/optimizer.h"
 
@@ -22,16 +23,6 @@ struct Args {
   int64_t steps = 5, warmup = 1;
   double peak_gflops = 0;
 } args;
-
-// FLOPs of one training step: 6 per weight per token for every matmul weight (lm_head included),
-// plus causal attention (QK^T and PV) counted as the full square, as our kernels compute it.
-double train_flops_per_token(const jtok::ModelConfig& c, int64_t T) {
-  const double d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
-  const double per_layer = d * qd * 2 + d * kvd * 2 + 3 * d * F;
-  const double matmul = c.num_hidden_layers * per_layer + d * c.padded_vocab();
-  const double attn = c.num_hidden_layers * 2.0 * 2.0 * T * qd;  // forward: 2 T qd for QK^T, same for PV
-  return 6.0 * matmul + 3.0 * attn;
-}
 
 void run() {
   using namespace jtok;
@@ -64,7 +55,9 @@ void run() {
   }
   const double tokens = static_cast<double>(t.tokens_per_step()) * args.steps;
   const double tps = tokens / total_s;
-  const double gflops = tps * train_flops_per_token(cfg.model, T) / 1e9;
+  // The same count `train` and `jtok flops` use: 6 per weight per token (LM head included, activated
+  // experts only), attention as the full causal square our kernels compute, JTok's element-wise work.
+  const double gflops = tps * flops_report(cfg.model, T).flops_per_token_full_square / 1e9;
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   nlohmann::json j = {{"engine", "jtok"},       {"tokens_per_s", tps},
