@@ -22,7 +22,29 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-class JTokConfig:
+class FlatConfig:
+    """Fields with defaults (FIELDS), read from a flat jtok config dict; unknown keys ignored."""
+
+    FIELDS = {}
+
+    def __init__(self, **kwargs):
+        for name, default in self.FIELDS.items():
+            setattr(self, name, kwargs.get(name, default))
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(**{k: v for k, v in d.items() if k in cls.FIELDS})
+
+    @classmethod
+    def from_json(cls, path):
+        with open(path) as f:
+            return cls.from_dict(json.load(f))
+
+    def to_dict(self):
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+
+class JTokConfig(FlatConfig):
     """Model fields of a jtok config file (Hugging Face-like names); training fields are ignored."""
 
     FIELDS = {
@@ -58,8 +80,7 @@ class JTokConfig:
     }
 
     def __init__(self, **kwargs):
-        for name, default in self.FIELDS.items():
-            setattr(self, name, kwargs.get(name, default))
+        super().__init__(**kwargs)
         if not self.head_dim:
             assert self.hidden_size % self.num_attention_heads == 0, "heads must divide hidden_size"
             self.head_dim = self.hidden_size // self.num_attention_heads
@@ -67,18 +88,6 @@ class JTokConfig:
         assert self.head_dim % 2 == 0, "head_dim must be even for RoPE"
         self.jtok_layer_set = parse_layers(self.jtok_layers, self.num_hidden_layers) if self.jtok else set()
 
-    @classmethod
-    def from_dict(cls, d):
-        """Reads the model fields of a flat config dict (other keys are ignored)."""
-        return cls(**{k: v for k, v in d.items() if k in cls.FIELDS})
-
-    @classmethod
-    def from_json(cls, path):
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
-
-    def to_dict(self):
-        return {name: getattr(self, name) for name in self.FIELDS}
 
     def jtok_on_layer(self, layer):
         return layer in self.jtok_layer_set

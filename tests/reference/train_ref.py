@@ -10,13 +10,14 @@ nn.Embedding weights, so AdamW treats them as dense: every row's moments decay e
     for step in range(tcfg.max_steps):
         loss, norm, lr = train_step(model, opt, micro_batches, tcfg, step)
 """
-import json
 import math
 
 import torch
 
+from model import FlatConfig
 
-class TrainConfig:
+
+class TrainConfig(FlatConfig):
     """Training fields of a jtok config file (model fields are ignored)."""
 
     FIELDS = {
@@ -37,22 +38,6 @@ class TrainConfig:
         "max_grad_norm": 1.0,           # <= 0 disables clipping
         "seed": 1234,
     }
-
-    def __init__(self, **kwargs):
-        for name, default in self.FIELDS.items():
-            setattr(self, name, kwargs.get(name, default))
-
-    @classmethod
-    def from_dict(cls, d):
-        return cls(**{k: v for k, v in d.items() if k in cls.FIELDS})
-
-    @classmethod
-    def from_json(cls, path):
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
-
-    def to_dict(self):
-        return {name: getattr(self, name) for name in self.FIELDS}
 
 
 def round_half_away(x):
