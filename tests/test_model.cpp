@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "model_test_util.h"
 #include "op_test_util.h"
 #include "core/error.h"
 #include "model/transformer.h"
@@ -29,13 +30,6 @@ static ModelConfig tiny(bool tied, bool jtok = false, bool jtok_norm = true) {
   c.jtok_init_std = 0.5;
   c.jtok_scale_init = 1.5;
   return c;
-}
-
-static std::vector<int32_t> tokens(int64_t n, int64_t V, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng() % V);
-  return t;
 }
 
 struct GradCase { bool tied, jtok, jtok_norm; };
@@ -106,22 +100,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, ModelGrad,
 TEST(Model, GradientAccumulationEqualsOneBigBatch) {
   ModelConfig c = tiny(false);
   Model m = make_model(c, 11);
-  const int64_t B = 2, T = 8;
-  auto x = tokens(2 * B * T, c.vocab_size, 4), y = tokens(2 * B * T, c.vocab_size, 5);
-  Activations a;
-  zero_grads(m);
-  forward(m, a, x.data(), 2 * B, T);
-  double big = backward(m, a, x.data(), y.data());
-  auto g_big = m.grads;
-  zero_grads(m);
-  Activations a2;
-  double acc = 0;
-  for (int mb = 0; mb < 2; ++mb) {
-    forward(m, a2, x.data() + mb * B * T, B, T);
-    acc += backward(m, a2, x.data() + mb * B * T, y.data() + mb * B * T, 0.5f) / 2;
-  }
-  EXPECT_NEAR(acc, big, 1e-5);
-  EXPECT_LT(rel_err(m.grads, g_big), 1e-5);
+  expect_accumulation_equals_big_batch(m, 2, 8);
 }
 
 TEST(Model, RejectsTokenOutsideVocabulary) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <random>
 
+#include "model_test_util.h"
 #include "op_test_util.h"
 #include "core/error.h"
 #include "model/moe.h"
@@ -181,13 +182,6 @@ static ModelConfig tiny_moe(bool tied, bool norm_topk, int64_t shared, bool jtok
   return c;
 }
 
-static std::vector<int32_t> tokens(int64_t n, int64_t V, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % V);
-  return t;
-}
-
 // Every MoE layer's top-k choices, concatenated.
 static std::vector<int32_t> routing(const Activations& a) {
   std::vector<int32_t> r;
@@ -268,22 +262,7 @@ TEST(MoeModel, GradientAccumulationEqualsOneBigBatchUpToRouting) {
   ModelConfig c = tiny_moe(false, false, 1);
   c.router_aux_loss_coef = 0.0;
   Model m = make_model(c, 11);
-  const int64_t B = 2, T = 6;
-  auto x = tokens(2 * B * T, c.vocab_size, 4), y = tokens(2 * B * T, c.vocab_size, 5);
-  Activations a;
-  zero_grads(m);
-  forward(m, a, x.data(), 2 * B, T);
-  double big = backward(m, a, x.data(), y.data());
-  auto g_big = m.grads;
-  zero_grads(m);
-  Activations a2;
-  double acc = 0;
-  for (int mb = 0; mb < 2; ++mb) {
-    forward(m, a2, x.data() + mb * B * T, B, T);
-    acc += backward(m, a2, x.data() + mb * B * T, y.data() + mb * B * T, 0.5f) / 2;
-  }
-  EXPECT_NEAR(acc, big, 1e-5);
-  EXPECT_LT(rel_err(m.grads, g_big), 1e-5);
+  expect_accumulation_equals_big_batch(m, 2, 6);
 }
 
 TEST(MoeModel, WeightsRoundTripByNameAndDenseFileIsRejected) {
