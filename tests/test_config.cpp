@@ -4,14 +4,19 @@
 #include <cstdio>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "core/error.h"
 #include "model/config.h"
 
 using namespace jtok;
 
+// ctest runs each test in its own process, two at a time: the name carries the pid and test name so
+// concurrent tests never write each other's files.
 static std::string write_tmp(const std::string& text) {
   static int k = 0;
-  std::string p = ::testing::TempDir() + "/cfg" + std::to_string(k++) + ".json";
+  std::string p = ::testing::TempDir() + "/jtok_cfg_" + std::to_string(::getpid()) + "_" +
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" + std::to_string(k++) + ".json";
   std::ofstream(p) << text;
   return p;
 }
