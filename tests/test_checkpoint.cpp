@@ -127,15 +127,17 @@ TEST(Checkpoint, JTokTablesAndTheirMomentsRoundTrip) {
   cfg.model.jtok_layers = "0";
   Model m = make_model(cfg.model, 3);
   AdamWState opt = make_adamw_state(m);
-  ASSERT_EQ(m.jtok_tables[0].rows, cfg.model.padded_vocab());
-  ASSERT_EQ(m.jtok_tables[1].rows, 0);
+  ASSERT_EQ(m.tables.size(), 1u);  // layer 0 only
+  ASSERT_EQ(m.jtok_table[0], 0);
+  ASSERT_EQ(m.jtok_table[1], -1);
+  ASSERT_EQ(m.tables[0].rows, cfg.model.padded_vocab());
   for (size_t i = 0; i < opt.table_m[0].size(); ++i) { opt.table_m[0][i] = 1e-3f * i; opt.table_v[0][i] = 2e-3f * i; }
   std::string run = fresh_dir("ckpt_jtok");
   std::string dir = save_checkpoint(run, 4, cfg, m, opt, {{"step", 4}}, 2);
   Model m2 = make_model(load_checkpoint_config(dir).model, 8);
   AdamWState o2;
   load_checkpoint(dir, m2, &o2);
-  EXPECT_EQ(m2.jtok_tables[0].w, m.jtok_tables[0].w);
+  EXPECT_EQ(m2.tables[0].w, m.tables[0].w);
   EXPECT_EQ(o2.table_m[0], opt.table_m[0]);
   EXPECT_EQ(o2.table_v[0], opt.table_v[0]);
   EXPECT_EQ(m2.params, m.params);

@@ -32,11 +32,22 @@ static ModelConfig tiny(bool tied, bool jtok = false, bool jtok_norm = true) {
   return c;
 }
 
-struct GradCase { bool tied, jtok, jtok_norm; };
+// jtokm: 0 off, 1 on (norm, depth scaling), 2 on without norm and depth scaling (the ablations).
+struct GradCase { bool tied, jtok, jtok_norm; int jtokm = 0; };
 class ModelGrad : public ::testing::TestWithParam<GradCase> {};
 
 TEST_P(ModelGrad, BackwardMatchesFiniteDifferencesOnEveryTensor) {
   ModelConfig c = tiny(GetParam().tied, GetParam().jtok, GetParam().jtok_norm);
+  if (GetParam().jtokm) {
+    c.jtokm = true;
+    c.jtokm_layers = "all";
+    c.jtokm_n_e = 3;
+    c.jtokm_top_k = 2;
+    c.jtokm_init_std = 0.5;
+    c.jtokm_scale_init = 1.5;
+    c.jtokm_aux_loss_coef = 0.5;  // large: the aux gradient is measurable
+    c.jtokm_norm = c.jtokm_depth_scaling = GetParam().jtokm == 1;
+  }
   Model m = make_model(c, 7);
   const int64_t B = 2, T = 6;
   auto x = tokens(B * T, c.vocab_size, 1), y = tokens(B * T, c.vocab_size, 2);
@@ -44,7 +55,9 @@ TEST_P(ModelGrad, BackwardMatchesFiniteDifferencesOnEveryTensor) {
   forward(m, a, x.data(), B, T);
   zero_grads(m);
   backward(m, a, x.data(), y.data());
-  auto loss = [&] { forward(m, a, x.data(), B, T); return loss_of_logits(m, a, y.data()); };
+  if (c.jtokm) EXPECT_GT(a.jtokm_aux_loss, 0.0);
+  // The step's loss: LM + aux (JTok-M's load balancing; 0 without it).
+  auto loss = [&] { forward(m, a, x.data(), B, T); return loss_of_logits(m, a, y.data()) + a.aux_loss; };
   std::mt19937_64 rng(3);
   for (const auto& p : m.layout) {
     // Up to 12 elements of each tensor, real rows only for vocabulary tensors.
@@ -66,11 +79,11 @@ TEST_P(ModelGrad, BackwardMatchesFiniteDifferencesOnEveryTensor) {
     }
     EXPECT_LT(rel_err(analytic, numeric), 2e-2) << p.name;
   }
-  // JTok tables: finite differences on rows the batch uses; the sparse gradient has no other rows.
-  for (size_t l = 0; l < m.jtok_tables.size(); ++l) {
-    auto& t = m.jtok_tables[l];
-    if (t.rows == 0) continue;
-    std::vector<float> dense = densify(m.jtok_grads[l], t.rows), analytic, numeric;
+  // Token-indexed tables: finite differences on rows the batch uses; the sparse gradient has no other rows.
+  ASSERT_EQ(m.tables.size(), static_cast<size_t>(c.jtok_num_layers() + c.jtokm_num_layers() * (c.jtokm ? c.jtokm_n_e : 0)));
+  for (size_t l = 0; l < m.tables.size(); ++l) {
+    auto& t = m.tables[l];
+    std::vector<float> dense = densify(m.table_grads[l], t.rows), analytic, numeric;
     for (int k = 0; k < 16; ++k) {
       const int64_t i = static_cast<int64_t>(x[rng() % x.size()]) * c.hidden_size + static_cast<int64_t>(rng() % c.hidden_size);
       analytic.push_back(dense[i]);
@@ -83,8 +96,8 @@ TEST_P(ModelGrad, BackwardMatchesFiniteDifferencesOnEveryTensor) {
       t.w[i] = keep;
       numeric.push_back(static_cast<float>((lp - lm) / (2 * h)));
     }
-    EXPECT_LT(rel_err(analytic, numeric), 2e-2) << jtok_table_name(static_cast<int64_t>(l));
-    EXPECT_LE(m.jtok_grads[l].ids.size(), x.size());
+    EXPECT_LT(rel_err(analytic, numeric), 2e-2) << m.table_names[l];
+    EXPECT_LE(m.table_grads[l].ids.size(), x.size());
   }
   EXPECT_EQ(c.jtok_num_layers(), c.jtok ? 1 : 0);
   // Padded rows of the vocabulary tensors get exactly zero gradient.
@@ -95,7 +108,9 @@ TEST_P(ModelGrad, BackwardMatchesFiniteDifferencesOnEveryTensor) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, ModelGrad,
                          ::testing::Values(GradCase{false, false, true}, GradCase{true, false, true},
-                                           GradCase{false, true, true}, GradCase{true, true, false}));
+                                           GradCase{false, true, true}, GradCase{true, true, false},
+                                           GradCase{false, false, true, 1}, GradCase{true, true, true, 1},
+                                           GradCase{false, false, true, 2}));
 
 TEST(Model, GradientAccumulationEqualsOneBigBatch) {
   ModelConfig c = tiny(false);

@@ -49,11 +49,19 @@ std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
   std::vector<float> x(d), q(qd), att(qd), gate(F), up(F), act(F), scratch(t + 1);
   float rstd;
   JTokActs jt;      // JTok layers: the one position's gathered row and ungated MLP update
+  JTokMActs jm;     // JTok-M layers: the position's routing
+  std::vector<float> inject(static_cast<size_t>(d));  // JTok-M's Delta_r, routed on the attention input
+  const JTokMHyper jmh = jtokm_hyper(c);
   RowBatch rb;
-  bool jt_ids = false;
+  if (c.jtok || c.jtokm) rb = dedup_ids(&token, 1, c.padded_vocab());
   for (size_t l = 0; l < m.w.layers.size(); ++l) {
     const auto& W = m.w.layers[l];
     rmsnorm_forward(x.data(), &rstd, h.data(), W.ln1, 1, d, eps);
+    if (W.jtokm_router) {
+      std::fill(inject.begin(), inject.end(), 0.0f);
+      jtokm_forward(inject.data(), jm, x.data(), W.jtokm_router, W.jtokm_scale, &m.tables[m.jtokm_table[l]], rb, 1, d,
+                    jmh);
+    }
     float* kt = cache.k[l].data() + t * kvd;
     float* vt = cache.v[l].data() + t * kvd;
     linear_forward(q.data(), x.data(), W.wq, 1, d, qd);
@@ -76,15 +84,13 @@ std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
       linear_forward(jt.mlp_out.data(), act.data(), W.wd, 1, F, d);
     }
     if (W.jtok_scale) {  // h += Delta_m * (1 + s * Norm(E[token])), as forward() does
-      if (!jt_ids) {
-        rb = dedup_ids(&token, 1, c.padded_vocab());
-        jt_ids = true;
-      }
-      jtok_prepare(jt, m.jtok_tables[l], rb, static_cast<float>(c.jtok_eps), c.jtok_norm);
+      jtok_prepare(jt, m.tables[m.jtok_table[l]], rb, static_cast<float>(c.jtok_eps), c.jtok_norm);
       jtok_forward(h.data(), h.data(), jt, W.jtok_scale, rb, 1, d);
     } else {
       for (int64_t j = 0; j < d; ++j) h[j] += jt.mlp_out[j];
     }
+    if (W.jtokm_router)
+      for (int64_t j = 0; j < d; ++j) h[j] += inject[j];
   }
   rmsnorm_forward(x.data(), &rstd, h.data(), m.w.norm, 1, d, eps);
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));

@@ -42,6 +42,16 @@ int64_t ModelConfig::jtok_num_layers() const {
   return k;
 }
 
+bool ModelConfig::jtokm_on_layer(int64_t l) const {
+  return jtokm && parse_layer_set(jtokm_layers, num_hidden_layers)[static_cast<size_t>(l)];
+}
+
+int64_t ModelConfig::jtokm_num_layers() const {
+  int64_t k = 0;
+  for (int64_t l = 0; l < num_hidden_layers; ++l) k += jtokm_on_layer(l);
+  return k;
+}
+
 int64_t TrainConfig::resolved_warmup_steps() const {
   if (warmup_steps >= 0) return warmup_steps;
   return static_cast<int64_t>(std::llround(warmup_ratio * static_cast<double>(max_steps)));
@@ -124,6 +134,16 @@ const std::map<std::string, Field>& schema() {
     mf("jtok_norm", &M::jtok_norm, "boolean");
     mf("jtok_init_std", &M::jtok_init_std, "number");
     mf("jtok_scale_init", &M::jtok_scale_init, "number");
+    mf("jtokm", &M::jtokm, "boolean");
+    mf("jtokm_layers", &M::jtokm_layers, "string");
+    mf("jtokm_n_e", &M::jtokm_n_e, "integer");
+    mf("jtokm_top_k", &M::jtokm_top_k, "integer");
+    mf("jtokm_aux_loss_coef", &M::jtokm_aux_loss_coef, "number");
+    mf("jtokm_eps", &M::jtokm_eps, "number");
+    mf("jtokm_norm", &M::jtokm_norm, "boolean");
+    mf("jtokm_depth_scaling", &M::jtokm_depth_scaling, "boolean");
+    mf("jtokm_init_std", &M::jtokm_init_std, "number");
+    mf("jtokm_scale_init", &M::jtokm_scale_init, "number");
     mf("first_k_dense_replace", &M::first_k_dense_replace, "integer");
     mf("n_routed_experts", &M::n_routed_experts, "integer");
     mf("n_shared_experts", &M::n_shared_experts, "integer");
@@ -205,6 +225,21 @@ void validate(const Config& cfg, const std::string& origin) {
     fail(origin, ": field jtok_layers: ", e.what());
   }
   positive("jtok_eps", m.jtok_eps);
+  try {
+    parse_layer_set(m.jtokm_layers, m.num_hidden_layers);
+  } catch (const Error& e) {
+    fail(origin, ": field jtokm_layers: ", e.what());
+  }
+  if (m.jtokm) {
+    positive("jtokm_n_e", m.jtokm_n_e);
+    positive("jtokm_top_k", m.jtokm_top_k);
+    if (m.jtokm_top_k > m.jtokm_n_e)
+      fail(origin, ": field jtokm_top_k (", m.jtokm_top_k, ") exceeds jtokm_n_e (", m.jtokm_n_e, ")");
+    if (m.jtokm_n_e > 64) fail(origin, ": field jtokm_n_e (", m.jtokm_n_e, ") exceeds 64 (tables are tracked in a 64-bit mask)");
+    positive("jtokm_eps", m.jtokm_eps);
+    nonneg("jtokm_aux_loss_coef", m.jtokm_aux_loss_coef);
+    nonneg("jtokm_init_std", m.jtokm_init_std);
+  }
   if (m.is_moe()) {
     positive("n_routed_experts", m.n_routed_experts);
     nonneg("n_shared_experts", m.n_shared_experts);

@@ -32,6 +32,19 @@ struct ModelConfig {
   bool jtok_norm = true;                    // false = the paper's ablation without the L2 norm (App. E.2)
   double jtok_init_std = 0.02;              // E ~ N(0, jtok_init_std)
   double jtok_scale_init = 1.0;             // s initialised to this constant
+  // JTok-M (paper section 3.3): per selected layer n_e tables E_i (Vp x d), a router R (n_e x d) on the
+  // attention input, top-K sigmoid mixing e = sum w_i E_i[x], and the residual injection
+  // c * s * e / (||e||_2 + eps) beside the MLP update, c = 1/sqrt(2 N_layers). docs/jtok.md has the choices.
+  bool jtokm = false;
+  std::string jtokm_layers = "all";         // same syntax as jtok_layers
+  int64_t jtokm_n_e = 5;                    // tables per layer
+  int64_t jtokm_top_k = 2;                  // K tables mixed per token
+  double jtokm_aux_loss_coef = 1e-4;        // lambda of the load-balancing loss (App. D)
+  double jtokm_eps = 1e-6;
+  bool jtokm_norm = true;                   // false = ablation without the L2 norm (App. E.2)
+  bool jtokm_depth_scaling = true;          // false = ablation without 1/sqrt(2 N_layers) (App. E.1)
+  double jtokm_init_std = 0.02;             // E_i ~ N(0, jtokm_init_std)
+  double jtokm_scale_init = 1.0;            // s initialised to this constant
   // MoE (model_type "jtok_moe", DeepSeek's field names): layers >= first_k_dense_replace replace the
   // MLP by shared experts + top-k of n_routed_experts routed experts, each a SwiGLU of
   // moe_intermediate_size (n_shared_experts > 1: one SwiGLU of n_shared * moe_intermediate_size).
@@ -49,6 +62,8 @@ struct ModelConfig {
   // Whether layer l carries a JTok table (parses jtok_layers; validated at load).
   bool jtok_on_layer(int64_t l) const;
   int64_t jtok_num_layers() const;
+  bool jtokm_on_layer(int64_t l) const;
+  int64_t jtokm_num_layers() const;
   int64_t kv_dim() const { return num_key_value_heads * hd(); }
   bool is_moe() const { return model_type == "jtok_moe"; }
   // Whether layer l has an MoE block instead of the dense MLP.

@@ -55,6 +55,10 @@ std::vector<ParamInfo> param_layout(const ModelConfig& c) {
       add(p + "mlp.down_proj.weight", {d, F});
     }
     if (c.jtok_on_layer(l)) add(p + "jtok.scale", {d});
+    if (c.jtokm_on_layer(l)) {
+      add(p + "jtokm.router.weight", {c.jtokm_n_e, d});
+      add(p + "jtokm.scale", {d});
+    }
   }
   add("model.norm.weight", {d});
   if (!c.tie_word_embeddings) add("lm_head.weight", {Vp, d});
@@ -80,6 +84,7 @@ ModelView bind_view(float* base, const std::vector<ParamInfo>& layout, const Mod
       lv.wg = next(); lv.wu = next(); lv.wd = next();
     }
     if (c.jtok_on_layer(static_cast<int64_t>(l))) lv.jtok_scale = next();
+    if (c.jtokm_on_layer(static_cast<int64_t>(l))) { lv.jtokm_router = next(); lv.jtokm_scale = next(); }
   }
   v.norm = next();
   v.lm_head = c.tie_word_embeddings ? v.embed : next();
@@ -88,6 +93,10 @@ ModelView bind_view(float* base, const std::vector<ParamInfo>& layout, const Mod
 
 std::string jtok_table_name(int64_t layer) {
   return "model.layers." + std::to_string(layer) + ".jtok.embed.weight";
+}
+
+std::string jtokm_table_name(int64_t layer, int64_t i) {
+  return "model.layers." + std::to_string(layer) + ".jtokm.embed." + std::to_string(i) + ".weight";
 }
 
 Model make_model(const ModelConfig& cfg, uint64_t seed) {
@@ -104,9 +113,11 @@ Model make_model(const ModelConfig& cfg, uint64_t seed) {
   for (size_t i = 0; i < m.layout.size(); ++i) {
     const auto& p = m.layout[i];
     float* x = m.params.data() + p.offset;
-    if (p.shape.size() == 1) {  // RMSNorm gain, or JTok scaler
-      const bool scaler = p.name.find("jtok.scale") != std::string::npos;
-      std::fill(x, x + p.numel, scaler ? static_cast<float>(cfg.jtok_scale_init) : 1.0f);
+    if (p.shape.size() == 1) {  // RMSNorm gain, or a JTok / JTok-M scaler
+      float v = 1.0f;
+      if (p.name.find("jtok.scale") != std::string::npos) v = static_cast<float>(cfg.jtok_scale_init);
+      if (p.name.find("jtokm.scale") != std::string::npos) v = static_cast<float>(cfg.jtokm_scale_init);
+      std::fill(x, x + p.numel, v);
       continue;
     }
     // Each tensor its own stream, so adding a tensor does not change the others' init.
@@ -118,32 +129,44 @@ Model make_model(const ModelConfig& cfg, uint64_t seed) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) x[r * cols + c] = (vocab && r >= cfg.vocab_size) ? 0.0f : dist(rng);
   }
-  // JTok tables: E ~ N(0, jtok_init_std) on real rows, padded rows 0 (never looked up).
+  // Token-indexed tables: N(0, init_std) on real rows, padded rows 0 (never looked up). Each table
+  // its own stream (JTok's numbering kept from before JTok-M existed).
   const int64_t Vp = cfg.padded_vocab(), d = cfg.hidden_size;
-  m.jtok_tables.resize(static_cast<size_t>(cfg.num_hidden_layers));
-  m.jtok_grads.resize(static_cast<size_t>(cfg.num_hidden_layers));
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
-    if (!cfg.jtok_on_layer(l)) continue;
-    TokenTable& t = m.jtok_tables[l];
+  auto add_table = [&](const std::string& name, double std, uint64_t stream) {
+    TokenTable t;
     t.rows = Vp;
     t.dim = d;
     t.w.assign(static_cast<size_t>(Vp * d), 0.0f);
-    std::mt19937_64 rng(seed * 1000003ULL + 500000ULL + static_cast<uint64_t>(l));
-    std::normal_distribution<float> dist(0.0f, static_cast<float>(cfg.jtok_init_std));
+    std::mt19937_64 rng(seed * 1000003ULL + stream);
+    std::normal_distribution<float> dist(0.0f, static_cast<float>(std));
     for (int64_t i = 0; i < cfg.vocab_size * d; ++i) t.w[i] = dist(rng);
-    m.jtok_grads[l].init(Vp, d);
+    m.tables.push_back(std::move(t));
+    m.table_grads.emplace_back();
+    m.table_grads.back().init(Vp, d);
+    m.table_names.push_back(name);
+    return static_cast<int>(m.tables.size() - 1);
+  };
+  m.jtok_table.assign(static_cast<size_t>(cfg.num_hidden_layers), -1);
+  m.jtokm_table.assign(static_cast<size_t>(cfg.num_hidden_layers), -1);
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+    if (cfg.jtok_on_layer(l)) m.jtok_table[l] = add_table(jtok_table_name(l), cfg.jtok_init_std, 500000ULL + l);
+    if (cfg.jtokm_on_layer(l))
+      for (int64_t i = 0; i < cfg.jtokm_n_e; ++i) {
+        int k = add_table(jtokm_table_name(l, i), cfg.jtokm_init_std, 600000ULL + 1000ULL * l + i);
+        if (i == 0) m.jtokm_table[l] = k;
+      }
   }
   return m;
 }
 
 void zero_grads(Model& m) {
   std::fill(m.grads.begin(), m.grads.end(), 0.0f);
-  for (auto& g : m.jtok_grads) g.clear();
+  for (auto& g : m.table_grads) g.clear();
 }
 
 int64_t num_params(const Model& m) {
   int64_t n = static_cast<int64_t>(m.params.size());
-  for (auto& t : m.jtok_tables) n += static_cast<int64_t>(t.w.size());
+  for (auto& t : m.tables) n += static_cast<int64_t>(t.w.size());
   return n;
 }
 
@@ -174,6 +197,7 @@ void ensure_activations(Activations& a, const ModelConfig& c, int64_t B, int64_t
   a.dh.resize(sz(N * d)); a.dx.resize(sz(N * d));
   a.dq.resize(sz(N * qd)); a.dk.resize(sz(N * kvd)); a.dv.resize(sz(N * kvd)); a.datt.resize(sz(N * qd));
   a.dgate.resize(sz(N * F)); a.dup.resize(sz(N * F)); a.dact.resize(sz(N * F));
+  if (c.jtokm) a.da_jtokm.resize(sz(N * d));
   if (c.jtok) {
     a.dmlp.resize(sz(N * d));
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
@@ -199,9 +223,10 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
   for (int64_t n = 0; n < N; ++n)
     if (ids[n] < 0 || ids[n] >= c.vocab_size) fail("token id ", ids[n], " outside the vocabulary [0, ", c.vocab_size, ")");
   embedding_forward(a.layers[0].h_in.data(), ids, m.w.embed, N, d);
-  if (c.jtok) { JTOK_PROFILE("jtok_dedup"); a.ids = dedup_ids(ids, N, c.padded_vocab()); }
+  if (c.jtok || c.jtokm) { JTOK_PROFILE("jtok_dedup"); a.ids = dedup_ids(ids, N, c.padded_vocab()); }
   const MoeDims md = moe_dims(c);
-  double aux = 0;
+  const JTokMHyper jm = jtokm_hyper(c);
+  double aux = 0, aux_m = 0;
   for (size_t l = 0; l < a.layers.size(); ++l) {
     auto& L = a.layers[l];
     const auto& W = m.w.layers[l];
@@ -233,11 +258,19 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
     }
     if (W.jtok_scale) {  // h_next = h_mid + Delta_m * (1 + s * Norm(E[x]))
       JTOK_PROFILE("jtok_fwd");
-      jtok_prepare(L.jtok, m.jtok_tables[l], a.ids, static_cast<float>(c.jtok_eps), c.jtok_norm);
+      jtok_prepare(L.jtok, m.tables[m.jtok_table[l]], a.ids, static_cast<float>(c.jtok_eps), c.jtok_norm);
       jtok_forward(h_next, L.h_mid.data(), L.jtok, W.jtok_scale, a.ids, N, d);
     }
+    if (W.jtokm_router) {  // h_next += c * s * Norm(sum_G w_i E_i[x]), routed on the attention input
+      JTOK_PROFILE("jtokm_fwd");
+      jtokm_forward(h_next, L.jtokm, L.a.data(), W.jtokm_router, W.jtokm_scale, &m.tables[m.jtokm_table[l]], a.ids, N,
+                    d, jm);
+      aux_m += L.jtokm.aux;
+    }
   }
-  a.aux_loss = c.moe_num_layers() > 0 ? aux / static_cast<double>(c.moe_num_layers()) : 0.0;
+  a.moe_aux_loss = c.moe_num_layers() > 0 ? aux / static_cast<double>(c.moe_num_layers()) : 0.0;
+  a.jtokm_aux_loss = c.jtokm_num_layers() > 0 ? aux_m / static_cast<double>(c.jtokm_num_layers()) : 0.0;
+  a.aux_loss = a.moe_aux_loss + a.jtokm_aux_loss;
   rmsnorm_forward(a.lnf.data(), a.rstdf.data(), a.h_out.data(), m.w.norm, N, d, eps);
 }
 
@@ -260,6 +293,7 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), H = c.num_attention_heads, KV = c.num_key_value_heads;
   const int64_t hd = c.hd(), Vp = c.padded_vocab();
   const MoeDims md = moe_dims(c);
+  const JTokMHyper jm = jtokm_hyper(c);
   for (int64_t n = 0; n < N; ++n)
     if (targets[n] < 0 || targets[n] >= c.vocab_size)
       fail("target id ", targets[n], " outside the vocabulary [0, ", c.vocab_size, ")");
@@ -282,9 +316,17 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
     auto& G = m.g.layers[li];
     // h_next = h_mid + act @ Wd^T  (gated by JTok: the MLP update's gradient is dh * p)
     const float* dmlp = dh;
+    if (W.jtokm_router) {  // JTok-M's injection: from dh = dL/dh_next, into the router's input a (used below)
+      JTOK_PROFILE("jtokm_bwd");
+      zero(a.da_jtokm);
+      jtokm_backward(a.da_jtokm.data(), G.jtokm_router, G.jtokm_scale, &m.table_grads[m.jtokm_table[li]], L.jtokm, dh,
+                     L.a.data(), W.jtokm_router, W.jtokm_scale, a.ids, N, d, jm,
+                     grad_scale / static_cast<float>(c.jtokm_num_layers()));
+    }
     if (W.jtok_scale) {
       JTOK_PROFILE("jtok_bwd");
-      jtok_backward(a.dmlp.data(), G.jtok_scale, m.jtok_grads[li], dh, L.jtok, W.jtok_scale, a.ids, N, d, c.jtok_norm);
+      jtok_backward(a.dmlp.data(), G.jtok_scale, m.table_grads[m.jtok_table[li]], dh, L.jtok, W.jtok_scale, a.ids, N, d,
+                    c.jtok_norm);
       dmlp = a.dmlp.data();
     }
     zero(a.dx);
@@ -309,7 +351,9 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
                        L.v.data(), B, T, H, KV, hd); }
     rope_backward(a.dq.data(), m.rope, B, T, H, hd);
     rope_backward(a.dk.data(), m.rope, B, T, KV, hd);
-    zero(a.dx);
+    // d a: JTok-M's router part (computed above) plus the q/k/v projections'.
+    if (W.jtokm_router) std::memcpy(dx, a.da_jtokm.data(), sizeof(float) * N * d);
+    else zero(a.dx);
     linear_backward(dx, G.wq, a.dq.data(), L.a.data(), W.wq, N, d, qd);
     linear_backward(dx, G.wk, a.dk.data(), L.a.data(), W.wk, N, d, kvd);
     linear_backward(dx, G.wv, a.dv.data(), L.a.data(), W.wv, N, d, kvd);

@@ -8,6 +8,7 @@
 
 #include "model/config.h"
 #include "model/jtok.h"
+#include "model/jtokm.h"
 #include "model/moe.h"
 #include "model/token_table.h"
 #include "ops/rope.h"
@@ -28,6 +29,8 @@ struct LayerView {
   float *wg = nullptr, *wu = nullptr, *wd = nullptr;  // dense MLP; null on MoE layers
   MoeWeights moe;                // MoE layers only (moe.router null elsewhere)
   float* jtok_scale = nullptr;   // (d) JTok scaler s, on JTok layers only
+  float* jtokm_router = nullptr; // (n_e, d) JTok-M router R, on JTok-M layers only
+  float* jtokm_scale = nullptr;  // (d) JTok-M scaler s
 };
 struct ModelView {
   float* embed;                  // (Vp, d)
@@ -45,13 +48,17 @@ struct Model {
   std::vector<float> params, grads;  // same layout
   ModelView w, g;                    // views into params and grads
   RopeTable rope;
-  // Token-indexed tables (their own storage, row-sparse gradients), one slot per layer; layers
-  // without JTok have an empty table (rows == 0).
-  std::vector<TokenTable> jtok_tables;
-  std::vector<SparseRowGrad> jtok_grads;
+  // Token-indexed tables (their own storage, row-sparse gradients): JTok's and JTok-M's, in layer
+  // order; a layer's n_e JTok-M tables are consecutive.
+  std::vector<TokenTable> tables;
+  std::vector<SparseRowGrad> table_grads;
+  std::vector<std::string> table_names;  // safetensors names
+  std::vector<int> jtok_table;           // per layer: index into tables of its JTok table, or -1
+  std::vector<int> jtokm_table;          // per layer: index of the first of its n_e JTok-M tables, or -1
 };
-// Safetensors name of layer l's JTok table.
+// Safetensors names of layer l's JTok table and of its i-th JTok-M table.
 std::string jtok_table_name(int64_t layer);
+std::string jtokm_table_name(int64_t layer, int64_t i);
 
 // Allocates and initialises (docs/model.md "Initialisation") from seed.
 Model make_model(const ModelConfig& cfg, uint64_t seed);
@@ -63,16 +70,19 @@ const ParamInfo& find_param(const Model& m, const std::string& name);
 struct LayerActs {
   std::vector<float> h_in, rstd1, a, q, k, v, probs, att, h_mid, rstd2, m, gate, up, act;
   JTokActs jtok;  // JTok layers only
+  JTokMActs jtokm;  // JTok-M layers only
   MoeActs moe;    // MoE layers only
 };
 struct Activations {
   int64_t B = 0, T = 0;
   std::vector<LayerActs> layers;
   std::vector<float> h_out, rstdf, lnf, logits;  // logits (B*T, Vp); becomes dlogits in backward
-  RowBatch ids;                                  // the micro-batch's deduplicated ids (JTok)
-  double aux_loss = 0;                           // MoE load-balancing loss: mean over MoE layers (coef included)
+  RowBatch ids;                                  // the micro-batch's deduplicated ids (JTok, JTok-M)
+  double aux_loss = 0;                           // all aux losses: moe_aux_loss + jtokm_aux_loss
+  double moe_aux_loss = 0;                       // MoE load balancing: mean over MoE layers (coef included)
+  double jtokm_aux_loss = 0;                     // JTok-M load balancing: mean over JTok-M layers (lambda included)
   // Backward scratch.
-  std::vector<float> dh, dx, dq, dk, dv, datt, dgate, dup, dact, dmlp;
+  std::vector<float> dh, dx, dq, dk, dv, datt, dgate, dup, dact, dmlp, da_jtokm;
   MoeScratch moe_scratch;
 };
 void ensure_activations(Activations& acts, const ModelConfig& cfg, int64_t B, int64_t T);
@@ -87,7 +97,7 @@ double loss_of_logits(const Model& m, const Activations& acts, const int32_t* ta
 // log p(target | prefix) at every position (B*T), from acts.logits after forward.
 void token_logprobs(const Model& m, const Activations& acts, const int32_t* targets, float* out);
 // After forward: computes the mean loss, then backpropagates grad_scale * d(mean loss + aux loss)
-// into m.grads (accumulating); the aux loss (MoE, acts.aux_loss) is 0 for dense models.
+// into m.grads (accumulating); the aux loss (MoE and JTok-M, acts.aux_loss) is 0 without them.
 // acts.logits is overwritten by dlogits. Returns the mean LM loss (without the aux loss).
 double backward(Model& m, Activations& acts, const int32_t* ids, const int32_t* targets, float grad_scale = 1.0f);
 

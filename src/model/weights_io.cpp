@@ -33,12 +33,10 @@ void load_weights(Model& m, const StFile& f, const std::string& origin) {
     expected.insert(p.name);
     copy_tensor(f, p.name, p.shape, m.params.data() + p.offset, origin);
   }
-  for (size_t l = 0; l < m.jtok_tables.size(); ++l) {
-    auto& t = m.jtok_tables[l];
-    if (t.rows == 0) continue;
-    const std::string name = jtok_table_name(static_cast<int64_t>(l));
-    expected.insert(name);
-    copy_tensor(f, name, {t.rows, t.dim}, t.w.data(), origin);
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    auto& t = m.tables[k];
+    expected.insert(m.table_names[k]);
+    copy_tensor(f, m.table_names[k], {t.rows, t.dim}, t.w.data(), origin);
   }
   for (const auto& [name, t] : f.tensors)
     if (!expected.count(name)) fail(origin, ": unexpected tensor ", name, " (config and weights disagree?)");
@@ -50,32 +48,25 @@ StFile flat_to_st(const Model& m, const std::vector<float>& buffer, const std::s
   return f;
 }
 
-StFile tables_to_st(const Model& m, const std::vector<std::vector<float>>& per_layer, const std::string& prefix) {
+StFile tables_to_st(const Model& m, const std::vector<std::vector<float>>& per_table, const std::string& prefix) {
   StFile f;
-  for (size_t l = 0; l < m.jtok_tables.size(); ++l) {
-    const auto& t = m.jtok_tables[l];
-    if (t.rows == 0) continue;
-    f.tensors[prefix + jtok_table_name(static_cast<int64_t>(l))] = st_f32({t.rows, t.dim}, per_layer[l].data());
-  }
+  for (size_t k = 0; k < m.tables.size(); ++k)
+    f.tensors[prefix + m.table_names[k]] = st_f32({m.tables[k].rows, m.tables[k].dim}, per_table[k].data());
   return f;
 }
 
 StFile weights_to_st(const Model& m) {
   StFile f = flat_to_st(m, m.params, "");
-  for (size_t l = 0; l < m.jtok_tables.size(); ++l) {
-    const auto& t = m.jtok_tables[l];
-    if (t.rows) f.tensors[jtok_table_name(static_cast<int64_t>(l))] = st_f32({t.rows, t.dim}, t.w.data());
-  }
+  for (size_t k = 0; k < m.tables.size(); ++k)
+    f.tensors[m.table_names[k]] = st_f32({m.tables[k].rows, m.tables[k].dim}, m.tables[k].w.data());
   return f;
 }
 
 StFile grads_to_st(const Model& m, const std::string& prefix) {
   StFile f = flat_to_st(m, m.grads, prefix);
-  for (size_t l = 0; l < m.jtok_tables.size(); ++l) {
-    const auto& t = m.jtok_tables[l];
-    if (t.rows == 0) continue;
-    std::vector<float> dense = densify(m.jtok_grads[l], t.rows);
-    f.tensors[prefix + jtok_table_name(static_cast<int64_t>(l))] = st_f32({t.rows, t.dim}, dense.data());
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    std::vector<float> dense = densify(m.table_grads[k], m.tables[k].rows);
+    f.tensors[prefix + m.table_names[k]] = st_f32({m.tables[k].rows, m.tables[k].dim}, dense.data());
   }
   return f;
 }

@@ -8,7 +8,7 @@
 
 namespace jtok {
 
-// Every parameter: the flat ones and the JTok tables.
+// Every parameter: the flat ones and the token-indexed (JTok, JTok-M) tables.
 StFile weights_to_st(const Model& m);
 // Copies every parameter (tables included) from f into m. Errors (naming `origin`) on a missing
 // tensor, a wrong shape or dtype, or a tensor the model does not have.
@@ -17,8 +17,8 @@ void load_weights(Model& m, const StFile& f, const std::string& origin);
 StFile grads_to_st(const Model& m, const std::string& prefix);
 // A buffer in the flat parameter layout (e.g. AdamW moments) under prefix + name.
 StFile flat_to_st(const Model& m, const std::vector<float>& buffer, const std::string& prefix);
-// Per-layer table-shaped buffers (e.g. the tables' AdamW moments) under prefix + table name.
-StFile tables_to_st(const Model& m, const std::vector<std::vector<float>>& per_layer, const std::string& prefix);
+// Buffers shaped like m.tables (e.g. the tables' AdamW moments), one per table, under prefix + table name.
+StFile tables_to_st(const Model& m, const std::vector<std::vector<float>>& per_table, const std::string& prefix);
 
 // Copies tensor `name` of f into dst (numel floats, expected shape); errors name origin.
 void copy_tensor(const StFile& f, const std::string& name, const std::vector<int64_t>& shape, float* dst,

@@ -100,12 +100,10 @@ nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState
       copy_tensor(f, "exp_avg." + p.name, p.shape, opt->m.data() + p.offset, op);
       copy_tensor(f, "exp_avg_sq." + p.name, p.shape, opt->v.data() + p.offset, op);
     }
-    for (size_t l = 0; l < m.jtok_tables.size(); ++l) {
-      const auto& t = m.jtok_tables[l];
-      if (t.rows == 0) continue;
-      const std::string name = jtok_table_name(static_cast<int64_t>(l));
-      copy_tensor(f, "exp_avg." + name, {t.rows, t.dim}, opt->table_m[l].data(), op);
-      copy_tensor(f, "exp_avg_sq." + name, {t.rows, t.dim}, opt->table_v[l].data(), op);
+    for (size_t k = 0; k < m.tables.size(); ++k) {
+      const auto& t = m.tables[k];
+      copy_tensor(f, "exp_avg." + m.table_names[k], {t.rows, t.dim}, opt->table_m[k].data(), op);
+      copy_tensor(f, "exp_avg_sq." + m.table_names[k], {t.rows, t.dim}, opt->table_v[k].data(), op);
     }
     auto st = f.metadata.find("step");
     if (st == f.metadata.end()) fail(op, ": no optimizer step in the metadata");

@@ -15,11 +15,11 @@ AdamWState make_adamw_state(const Model& model) {
   AdamWState s;
   s.m.assign(model.params.size(), 0.0f);
   s.v.assign(model.params.size(), 0.0f);
-  s.table_m.resize(model.jtok_tables.size());
-  s.table_v.resize(model.jtok_tables.size());
-  for (size_t l = 0; l < model.jtok_tables.size(); ++l) {
-    s.table_m[l].assign(model.jtok_tables[l].w.size(), 0.0f);
-    s.table_v[l].assign(model.jtok_tables[l].w.size(), 0.0f);
+  s.table_m.resize(model.tables.size());
+  s.table_v.resize(model.tables.size());
+  for (size_t k = 0; k < model.tables.size(); ++k) {
+    s.table_m[k].assign(model.tables[k].w.size(), 0.0f);
+    s.table_v[k].assign(model.tables[k].w.size(), 0.0f);
   }
   return s;
 }
@@ -36,7 +36,7 @@ double grad_global_norm(const Model& model) {
     for (int64_t i = lo; i < hi; ++i) s += g[i] * g[i];
     return static_cast<double>(s);
   });
-  for (const auto& tg : model.jtok_grads) ss += tg.sum_squares();
+  for (const auto& tg : model.table_grads) ss += tg.sum_squares();
   return std::sqrt(ss);
 }
 
@@ -59,15 +59,14 @@ StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t) 
     adamw_update(model.params.data() + p.offset, model.grads.data() + p.offset, state.m.data() + p.offset,
                  state.v.data() + p.offset, p.numel, h);
   }
-  // JTok tables: 2-D weights, so weight decay applies, as in the reference's decay group.
-  for (size_t l = 0; l < model.jtok_tables.size(); ++l) {
-    if (model.jtok_tables[l].rows == 0) continue;
+  // Token-indexed tables: 2-D weights, so weight decay applies, as in the reference's decay group.
+  for (size_t l = 0; l < model.tables.size(); ++l) {
     JTOK_PROFILE("optimizer_tables");
     AdamWHyper h{static_cast<float>(st.lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
                  static_cast<float>(t.adam_epsilon), static_cast<float>(t.weight_decay), state.step,
                  static_cast<float>(st.clip_coef)};
-    table_adamw_dense_semantics(model.jtok_tables[l], state.table_m[l].data(), state.table_v[l].data(),
-                                model.jtok_grads[l], h);
+    table_adamw_dense_semantics(model.tables[l], state.table_m[l].data(), state.table_v[l].data(),
+                                model.table_grads[l], h);
   }
   return st;
 }

@@ -10,7 +10,7 @@ namespace jtok {
 
 struct AdamWState {
   std::vector<float> m, v;  // same layout as the parameters
-  std::vector<std::vector<float>> table_m, table_v;  // per layer, moments of the JTok tables
+  std::vector<std::vector<float>> table_m, table_v;  // per table of model.tables, its AdamW moments
   int64_t step = 0;         // optimizer steps taken
 };
 
