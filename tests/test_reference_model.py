@@ -1,8 +1,8 @@
 """The reference against docs/model.md, written out a second way.
 
 - forward: a loop-by-loop numpy transcription of the spec (RMSNorm, RoPE rotate_half, GQA head
-  mapping, causal softmax, SwiGLU, padded vocabulary, the JTok gate with and without its norm)
-  against Transformer.forward, float64;
+  mapping, causal softmax, SwiGLU, padded vocabulary, the JTok gate with and without its norm,
+  the JTok-M injection with its router, top-K and ablations) against Transformer.forward, float64;
 - optimizer: the AdamW / clipping formulas of the spec in numpy against train_steps;
 - lr schedules at hand-computed points (including llround of warmup_ratio * max_steps);
 - tensor names and shapes, safetensors round trip.
@@ -22,6 +22,21 @@ from train_ref import TrainConfig, lr_at, make_optimizer, train_step, train_step
 CFG = dict(vocab_size=13, vocab_pad_multiple=8, hidden_size=12, num_hidden_layers=2,
            num_attention_heads=4, num_key_value_heads=2, head_dim=4, intermediate_size=20,
            max_position_embeddings=8, rope_theta=500.0, rms_norm_eps=1e-5, initializer_range=0.3)
+
+
+def naive_jtokm(w, p, cfg, a, x):
+    """JTok-M injection of one position (notes/jtokm_spec.md): a (d,) the attention input, x the
+    token id, p the layer prefix -> dr (d,)."""
+    n_e, K = cfg.jtokm_n_e, cfg.jtokm_top_k
+    g = w[p + "jtokm.router.weight"] @ a                              # (n_e) logits
+    chosen = sorted(range(n_e), key=lambda i: (-g[i], i))[:K]         # ties to the lower index
+    sig = [1 / (1 + math.exp(-g[i])) for i in range(n_e)]
+    total = sum(sig[i] for i in chosen)
+    e = sum(sig[i] / total * w[p + f"jtokm.embed.{i}.weight"][x] for i in chosen)
+    if cfg.jtokm_norm:
+        e = e / (math.sqrt(np.sum(e * e)) + cfg.jtokm_eps)
+    c = 1 / math.sqrt(2 * cfg.num_hidden_layers) if cfg.jtokm_depth_scaling else 1.0
+    return c * w[p + "jtokm.scale"] * e
 
 
 def naive_forward(w, cfg, ids):
@@ -71,6 +86,9 @@ def naive_forward(w, cfg, ids):
                 n = e / (math.sqrt(np.sum(e * e)) + cfg.jtok_eps) if cfg.jtok_norm else e
                 update[t] = update[t] * (1 + w[p + "jtok.scale"] * n)
         h = h + update
+        if cfg.jtokm_on_layer(l):  # JTok-M: routed on the attention input a, added to the residual
+            for t in range(T):
+                h[t] = h[t] + naive_jtokm(w, p, cfg, a[t], ids[t])
     hn = np.stack([rmsnorm(h[t], w["model.norm.weight"]) for t in range(T)])
     head_w = w["model.embed_tokens.weight"] if cfg.tie_word_embeddings else w["lm_head.weight"]
     logits = hn @ head_w.T
@@ -92,10 +110,17 @@ def make_model(tied, seed=0, **extra):
 # JTok variants: on layer 1 with the L2 norm (and an eps that matters), on all layers without.
 JTOK_VARIANTS = [dict(jtok=True, jtok_layers="1", jtok_eps=0.05, jtok_init_std=0.3),
                  dict(jtok=True, jtok_layers="all", jtok_norm=False, jtok_init_std=0.3)]
+# JTok-M variants: all layers (n_e 5, K 2, an eps that matters); layer 0 without norm and depth
+# scaling, K = 1; layer 1 with JTok on both layers, K = n_e = 3.
+JTOKM_VARIANTS = [dict(jtokm=True, jtokm_layers="all", jtokm_eps=0.05, jtokm_init_std=0.3),
+                  dict(jtokm=True, jtokm_layers="0", jtokm_norm=False, jtokm_depth_scaling=False,
+                       jtokm_n_e=4, jtokm_top_k=1, jtokm_init_std=0.3, jtokm_scale_init=0.7),
+                  dict(jtokm=True, jtokm_layers="1", jtokm_n_e=3, jtokm_top_k=3, jtokm_init_std=0.3,
+                       jtok=True, jtok_layers="all", jtok_init_std=0.3)]
 
 
 def test_forward():
-    for tied, extra in [(False, {}), (True, {})] + [(False, v) for v in JTOK_VARIANTS]:
+    for tied, extra in [(False, {}), (True, {})] + [(False, v) for v in JTOK_VARIANTS + JTOKM_VARIANTS]:
         cfg, model = make_model(tied, **extra)
         ids = torch.randint(0, cfg.vocab_size, (2, 7))
         logits = model(ids).detach().numpy()
@@ -158,6 +183,21 @@ def test_names():
     table = m.model.layers[0].jtok.embed.weight
     assert torch.all(table[1000:] == 0) and abs(table[:1000].std().item() - 0.05) < 0.002
     assert torch.all(m.model.layers[1].jtok.scale == 0.5)
+    # JTok-M: router (n_e, d), scale (d), n_e tables (Vp, d) on the selected layers only; tables
+    # N(0, jtokm_init_std) with padded rows 0, scale jtokm_scale_init, router N(0, initializer_range).
+    cfg, m = make_model(tied=False, jtokm=True, jtokm_layers="1", jtokm_n_e=3, jtokm_top_k=2)
+    shapes = {k: tuple(v.shape) for k, v in m.state_dict().items()}
+    jtokm = {k: v for k, v in shapes.items() if ".jtokm." in k}
+    assert jtokm == {"model.layers.1.jtokm.router.weight": (3, d), "model.layers.1.jtokm.scale": (d,),
+                     **{f"model.layers.1.jtokm.embed.{i}.weight": (Vp, d) for i in range(3)}}, jtokm
+    m = Transformer(JTokConfig(**dict(CFG, vocab_size=1000, vocab_pad_multiple=64, hidden_size=64, head_dim=0,
+                                      jtokm=True, jtokm_n_e=2, jtokm_init_std=0.05, jtokm_scale_init=0.5,
+                                      initializer_range=0.3)))
+    for i in range(2):
+        table = m.model.layers[1].jtokm.embed[i].weight
+        assert torch.all(table[1000:] == 0) and abs(table[:1000].std().item() - 0.05) < 0.002
+    assert torch.all(m.model.layers[0].jtokm.scale == 0.5)
+    assert abs(m.model.layers[0].jtokm.router.weight.std().item() - 0.3) < 0.06
     print("names, shapes and init ok")
 
 

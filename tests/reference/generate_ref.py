@@ -87,11 +87,14 @@ class Generator:
         """ids: 1-D LongTensor of the tokens at positions t0.. -> last position's logits (V)."""
         h = self.m.model.embed_tokens(ids)
         for li, layer in enumerate(self.m.model.layers):
-            h = h + self._attention(layer.self_attn, layer.input_layernorm(h), li, t0)
+            a = layer.input_layernorm(h)                     # (n, d)
+            h = h + self._attention(layer.self_attn, a, li, t0)
             update = layer.mlp(layer.post_attention_layernorm(h))
             if layer.jtok is not None:
                 update = update * layer.jtok(ids)
             h = h + update
+            if layer.jtokm is not None:                      # JTok-M: routed on the attention input
+                h = h + layer.jtokm(a, ids)
         self.cache.len = t0 + ids.shape[0]
         return F.linear(self.m.model.norm(h[-1]), self.head)
 

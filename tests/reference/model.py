@@ -3,7 +3,10 @@
 A pre-norm Qwen/Llama-style decoder without biases: RMSNorm, grouped-query attention with
 RoPE ("rotate_half" layout), a SwiGLU MLP, and a vocabulary padded to a multiple of
 `vocab_pad_multiple` whose padded logits are masked to -inf. With `jtok` on, the selected
-layers carry a token-indexed table that gates their MLP update (JTok, paper section 3.2).
+layers carry a token-indexed table that gates their MLP update (JTok, paper section 3.2); with
+`jtokm` on, the selected layers carry n_e tables, a router and a scale that add a routed
+token-indexed residual injection (JTok-M, paper section 3.3 and Appendix D). Both work on the
+dense and the MoE (`model_type` "jtok_moe") backbones, also together on one layer.
 
 Parameter names are exactly the safetensors names of jtok checkpoints, so
 
@@ -77,6 +80,17 @@ class JTokConfig(FlatConfig):
         "moe_intermediate_size": 256,
         "router_aux_loss_coef": 0.001,
         "norm_topk_prob": False,
+        # JTok-M (paper section 3.3, Appendix D; the contract is notes/jtokm_spec.md)
+        "jtokm": False,
+        "jtokm_layers": "all",        # same syntax as jtok_layers
+        "jtokm_n_e": 5,               # tables per layer (n_e >= 1)
+        "jtokm_top_k": 2,             # K, 1 <= K <= n_e
+        "jtokm_aux_loss_coef": 1e-4,  # lambda of the load-balancing loss, >= 0
+        "jtokm_eps": 1e-6,            # eps of Norm_eps
+        "jtokm_norm": True,           # False: ablation without the L2 norm (e injected as it is)
+        "jtokm_depth_scaling": True,  # False: ablation without the factor 1/sqrt(2 num_hidden_layers)
+        "jtokm_init_std": 0.02,       # tables N(0, std) on real rows, padded rows 0
+        "jtokm_scale_init": 1.0,      # scale s initialised to this constant
     }
 
     def __init__(self, **kwargs):
@@ -87,10 +101,35 @@ class JTokConfig(FlatConfig):
         assert self.num_attention_heads % self.num_key_value_heads == 0, "kv heads must divide q heads"
         assert self.head_dim % 2 == 0, "head_dim must be even for RoPE"
         self.jtok_layer_set = parse_layers(self.jtok_layers, self.num_hidden_layers) if self.jtok else set()
+        self.jtokm_layer_set = set()
+        if self.jtokm:
+            self.validate_jtokm()
+            self.jtokm_layer_set = parse_layers(self.jtokm_layers, self.num_hidden_layers, "jtokm_layers")
 
+    def validate_jtokm(self):
+        """ValueError naming the field for an impossible JTok-M setting (checked when jtokm is on,
+        as the MoE fields matter only on an MoE backbone)."""
+        n_e, k = self.jtokm_n_e, self.jtokm_top_k
+        if not isinstance(n_e, int) or n_e < 1:
+            raise ValueError(f"jtokm_n_e must be an integer >= 1, got {n_e!r}")
+        if not isinstance(k, int) or not 1 <= k <= n_e:
+            raise ValueError(f"jtokm_top_k must be an integer in 1..jtokm_n_e ({n_e}), got {k!r}")
+        if not self.jtokm_aux_loss_coef >= 0:
+            raise ValueError(f"jtokm_aux_loss_coef must be >= 0, got {self.jtokm_aux_loss_coef!r}")
+        if not self.jtokm_eps > 0:
+            raise ValueError(f"jtokm_eps must be > 0, got {self.jtokm_eps!r}")
+        if not self.jtokm_init_std >= 0:
+            raise ValueError(f"jtokm_init_std must be >= 0, got {self.jtokm_init_std!r}")
 
     def jtok_on_layer(self, layer):
         return layer in self.jtok_layer_set
+
+    def jtokm_on_layer(self, layer):
+        return layer in self.jtokm_layer_set
+
+    @property
+    def jtokm_num_layers(self):
+        return len(self.jtokm_layer_set)
 
     def moe_on_layer(self, layer):
         return self.model_type == "jtok_moe" and layer >= self.first_k_dense_replace
@@ -105,8 +144,9 @@ class JTokConfig(FlatConfig):
         return (self.vocab_size + m - 1) // m * m
 
 
-def parse_layers(spec, num_layers):
-    """The layer indices of "all", "none" / "", or a list like "0,2,5-7" (ranges inclusive)."""
+def parse_layers(spec, num_layers, field="jtok_layers"):
+    """The layer indices of "all", "none" / "", or a list like "0,2,5-7" (ranges inclusive);
+    `field` names the config field in the error message."""
     if spec == "all":
         return set(range(num_layers))
     if spec in ("none", ""):
@@ -114,10 +154,13 @@ def parse_layers(spec, num_layers):
     layers = set()
     for item in spec.split(","):
         first, _, last = item.partition("-")
-        a = int(first)
-        b = int(last) if last else a
+        try:
+            a = int(first)
+            b = int(last) if last else a
+        except ValueError:
+            raise ValueError(f"{field}: cannot read {item!r} (expected \"all\" or a list like \"0,2,5-7\")") from None
         if not 0 <= a <= b < num_layers:
-            raise ValueError(f"jtok_layers: {item!r} outside 0..{num_layers - 1}")
+            raise ValueError(f"{field}: {item!r} outside 0..{num_layers - 1}")
         layers.update(range(a, b + 1))
     return layers
 
@@ -276,21 +319,91 @@ class JTok(nn.Module):
         return 1 + self.scale * u
 
 
+class JTokM(nn.Module):
+    """Mixture of JTok (paper section 3.3; aux loss Appendix D; contract notes/jtokm_spec.md):
+    a routed token-indexed residual injection. Per position, with a = RMSNorm(h) * ln1 (the
+    attention input of the layer) and x its input token id:
+
+        g    = router(a)                                   (n_e) logits
+        G    = top-K of g; ties go to the LOWER index (stable descending sort of the logits)
+        w_k  = sigmoid(g)[G_k] / sum_j sigmoid(g)[G_j]     (K)
+        e    = sum_k w_k * embed[G_k][x]                   (d)
+        dr   = c * scale * e / (||e||_2 + eps)             (c * scale * e without the norm)
+
+    c = 1 / sqrt(2 num_hidden_layers) (c = 1 with jtokm_depth_scaling false). The choice G is an
+    index (not differentiated); the router gets gradient through w and the aux loss. Tables are
+    dense nn.Embedding weights (dense gradient; rows not routed to get exactly zero gradient).
+
+    Load-balancing aux loss over the T = B*seq positions of the forward (Appendix D):
+        p_t[i] = sigmoid(g_t)[i] / sum_j sigmoid(g_t)[j]   (over ALL n_e tables)
+        P_i    = sum_t p_t[i];   n_i = #{t : i in G_t}     (a count: no gradient)
+        aux    = coef * n_e / (T^2 K) * sum_i P_i n_i      (= coef * n_e * sum_i p_i f_i)
+    kept in self.aux after each forward, with telemetry: self.top (B, T, K) the chosen tables,
+    self.logits (B, T, n_e), self.load f_i = n_i / (T K) (n_e), self.mean_weight (n_e) the mean
+    w of the slots routed to each table (0 for a table no slot chose).
+    """
+
+    def __init__(self, cfg):
+        super().__init__()
+        d = cfg.hidden_size
+        self.n_e, self.k = cfg.jtokm_n_e, cfg.jtokm_top_k
+        self.router = nn.Linear(d, self.n_e, bias=False)                   # weight (n_e, d)
+        self.scale = nn.Parameter(torch.full((d,), float(cfg.jtokm_scale_init)))
+        self.embed = nn.ModuleList([nn.Embedding(cfg.padded_vocab_size, d) for _ in range(self.n_e)])
+        self.eps = cfg.jtokm_eps
+        self.use_norm = cfg.jtokm_norm
+        self.coef = cfg.jtokm_aux_loss_coef
+        self.depth_scale = 1.0 / math.sqrt(2 * cfg.num_hidden_layers) if cfg.jtokm_depth_scaling else 1.0
+        self.aux = self.top = self.logits = self.load = self.mean_weight = None
+
+    def forward(self, a, input_ids):
+        """a (B, T, d) the attention input, input_ids (B, T) -> injection dr (B, T, d); sets self.aux.
+        (Any leading shape works: generate_ref.py passes a (n, d) and input_ids (n).)"""
+        n_e, K = self.n_e, self.k
+        g = self.router(a)                                                 # (B, T, n_e)
+        # A stable descending sort keeps equal logits in index order: ties to the lower index.
+        top = torch.sort(g.detach(), dim=-1, descending=True, stable=True).indices[..., :K]  # (B, T, K)
+        sig = torch.sigmoid(g)                                             # (B, T, n_e)
+        w_top = sig.gather(-1, top)                                        # (B, T, K)
+        w_top = w_top / w_top.sum(dim=-1, keepdim=True)
+        w = torch.zeros_like(sig).scatter(-1, top, w_top)                  # (B, T, n_e), 0 off G
+        e = torch.zeros_like(a)                                            # (B, T, d)
+        for i in range(n_e):
+            e = e + w[..., i:i + 1] * self.embed[i](input_ids)             # unchosen: weight 0
+        if self.use_norm:
+            e = e / (e.norm(dim=-1, keepdim=True) + self.eps)              # plain L2 norm
+        # Aux loss over the T positions of this forward (B*seq of them).
+        T = g.numel() // n_e                                               # positions (B*seq)
+        p = (sig / sig.sum(dim=-1, keepdim=True)).reshape(T, n_e)          # (T, n_e)
+        counts = F.one_hot(top.reshape(T, K), n_e).sum(dim=(0, 1)).to(g.dtype)   # n_i (n_e), no gradient
+        self.aux = self.coef * n_e / (T * T * K) * (p.sum(dim=0) * counts).sum()
+        # Telemetry (no gradient).
+        self.top, self.logits = top, g.detach()
+        self.load = counts / (T * K)
+        self.mean_weight = w.detach().reshape(T, n_e).sum(dim=0) / counts.clamp(min=1)
+        return self.depth_scale * self.scale * e
+
+
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg, with_jtok=False, with_moe=False):
+    def __init__(self, cfg, with_jtok=False, with_moe=False, with_jtokm=False):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MoE(cfg) if with_moe else MLP(cfg)
         self.jtok = JTok(cfg) if with_jtok else None
+        self.jtokm = JTokM(cfg) if with_jtokm else None
 
     def forward(self, h, cos, sin, input_ids):
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin)
+        a = self.input_layernorm(h)                  # (B, T, d): attention input, JTok-M router input
+        h = h + self.self_attn(a, cos, sin)
         update = self.mlp(self.post_attention_layernorm(h))
         if self.jtok is not None:
             update = update * self.jtok(input_ids)   # only the MLP update is gated
-        return h + update
+        h = h + update
+        if self.jtokm is not None:
+            h = h + self.jtokm(a, input_ids)         # h_next = h~ + MLP update + dr
+        return h
 
 
 class Backbone(nn.Module):
@@ -299,7 +412,8 @@ class Backbone(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.padded_vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList([DecoderLayer(cfg, with_jtok=cfg.jtok_on_layer(l), with_moe=cfg.moe_on_layer(l))
+        self.layers = nn.ModuleList([DecoderLayer(cfg, with_jtok=cfg.jtok_on_layer(l), with_moe=cfg.moe_on_layer(l),
+                                                  with_jtokm=cfg.jtokm_on_layer(l))
                                      for l in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -322,7 +436,8 @@ class Transformer(nn.Module):
     def init_weights(self, generator=None):
         """docs/model.md: N(0, initializer_range); o_proj, down_proj also / sqrt(2 layers);
         RMSNorm gains 1; padded embedding and lm_head rows 0. JTok tables N(0, jtok_init_std)
-        with padded rows 0, scales jtok_scale_init."""
+        with padded rows 0, scales jtok_scale_init. JTok-M tables N(0, jtokm_init_std) with padded
+        rows 0, scales jtokm_scale_init, routers N(0, initializer_range) like every 2-D weight."""
         cfg = self.cfg
         std = cfg.initializer_range
         residual_std = std / math.sqrt(2 * cfg.num_hidden_layers)
@@ -331,6 +446,11 @@ class Transformer(nn.Module):
                 p.fill_(cfg.jtok_scale_init)
             elif name.endswith("jtok.embed.weight"):
                 p.normal_(0.0, cfg.jtok_init_std, generator=generator)
+                p[cfg.vocab_size:].zero_()
+            elif name.endswith("jtokm.scale"):
+                p.fill_(cfg.jtokm_scale_init)
+            elif ".jtokm.embed." in name:
+                p.normal_(0.0, cfg.jtokm_init_std, generator=generator)
                 p[cfg.vocab_size:].zero_()
             elif p.dim() == 1:
                 p.fill_(1.0)
@@ -346,13 +466,19 @@ class Transformer(nn.Module):
         T = input_ids.shape[1]
         h = self.model.embed_tokens(input_ids)
         cos, sin = rope_cos_sin(T, self.cfg.head_dim, self.cfg.rope_theta, h.dtype, h.device)
-        aux = []
+        moe_aux, jtokm_aux = [], []
         for layer in self.model.layers:
             h = layer(h, cos, sin, input_ids)
             if isinstance(layer.mlp, MoE):
-                aux.append(layer.mlp.aux)
-        # MoE load-balancing loss of this forward: mean over MoE layers (0 for a dense model).
-        self.aux_loss = torch.stack(aux).mean() if aux else torch.zeros((), dtype=h.dtype)
+                moe_aux.append(layer.mlp.aux)
+            if layer.jtokm is not None:
+                jtokm_aux.append(layer.jtokm.aux)
+        # Load-balancing losses of this forward: MoE, mean over MoE layers (0 without MoE layers);
+        # JTok-M, mean over JTok-M layers (0 without). Training adds both: aux_loss is their sum.
+        zero = torch.zeros((), dtype=h.dtype)
+        self.moe_aux_loss = torch.stack(moe_aux).mean() if moe_aux else zero
+        self.jtokm_aux_loss = torch.stack(jtokm_aux).mean() if jtokm_aux else zero
+        self.aux_loss = self.moe_aux_loss + self.jtokm_aux_loss
         return self.model.norm(h)
 
     def forward(self, input_ids):

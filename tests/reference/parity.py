@@ -11,8 +11,10 @@ B.safetensors input_ids, labels: int32 (M, B, T), M = gradient_accumulation_step
               M micro-batches are used at every one of the N steps
 O.safetensors logits float32 (B, T, vocab_size): micro-batch 0 at the initial weights, real
               vocabulary columns only; loss (LM), aux_loss (MoE load balance, mean over the
-              micro-batches), grad_norm, lr float32 (N); grad.<name>: every
-              parameter's gradient at step 0 before clipping; final.<name>: every parameter
+              micro-batches), jtokm_aux_loss (JTok-M load balance, mean over the JTok-M layers
+              and the micro-batches; compared when the config has JTok-M layers), grad_norm, lr
+              float32 (N); grad.<name>: every parameter's gradient at step 0 before clipping
+              (the gradient of LM + MoE aux + JTok-M aux); final.<name>: every parameter
               after N steps.
 
 `run_reference` produces the same dict with the PyTorch model (float64 by default), and
@@ -91,18 +93,53 @@ MOE_CASES = {
     # JTok on an MoE backbone (the paper's JTok-on-MoE runs): the gate multiplies the MoE update.
     "moe_jtok": dict(MOE_BASE, jtok=True, jtok_layers="all", jtok_init_std=0.1, seed=43),
 }
-ALL_CASES = dict(CASES, **JTOK_CASES, **MOE_CASES)
+# JTok-M cases (notes/jtokm_spec.md; tests/test_parity_jtokm.py): a large aux coefficient so that
+# the aux gradient is well above noise in the routers' gradients; tables with std 0.1 so that the
+# injection matters next to the hidden states (init_std 0.1 like the embeddings).
+JTOKM = dict(jtokm=True, jtokm_layers="all", jtokm_aux_loss_coef=0.05, jtokm_init_std=0.1)
+JTOKM_CASES = {
+    # (a) dense, JTok-M on both layers, the paper's n_e = 5, K = 2, repeated ids.
+    "jtokm_dense": dict(BASE, **JTOKM, jtokm_n_e=5, jtokm_top_k=2, seed=51),
+    # (b) MoE backbone (first layer dense), JTok-M on all 3 layers, n_e = 4, K = 3, tied, wsd,
+    #     clipping enabled but inactive; aux coefficient 0.1 (with 0.05 the aux changed layer 0's
+    #     router gradient by under 1%); a seed whose routing margins stay >= 1e-4 for 10 steps.
+    "jtokm_moe": dict(MOE_BASE, **dict(JTOKM, jtokm_aux_loss_coef=0.1), jtokm_n_e=4, jtokm_top_k=3,
+                      tie_word_embeddings=True, lr_scheduler_type="wsd", decay_ratio=0.3, max_grad_norm=10.0,
+                      seed=67),
+    # (c) dense, the two ablations: no norm and no depth scaling, on layers 0 and 2 of 3; K = 1
+    #     (w = 1: the routers learn from the aux loss only); one kv head, clipping active.
+    "jtokm_nonorm_nodepth": dict(BASE, **dict(JTOKM, jtokm_layers="0,2"), num_hidden_layers=3,
+                                 jtokm_norm=False, jtokm_depth_scaling=False, jtokm_n_e=4, jtokm_top_k=1,
+                                 num_key_value_heads=1, max_grad_norm=0.05, lr_scheduler_type="constant",
+                                 seed=57),
+    # (d) dense, JTok on layers 0, 1 and JTok-M on layers 1, 2 of 3 (layer 1 has both), n_e = 3,
+    #     K = 2, a jtokm_eps (0.05) large enough that its place in the formula matters, tied.
+    "jtokm_with_jtok": dict(BASE, **dict(JTOKM, jtokm_layers="1,2"), num_hidden_layers=3,
+                            jtok=True, jtok_layers="0,1", jtok_init_std=0.1, jtokm_n_e=3, jtokm_top_k=2,
+                            jtokm_eps=0.05, tie_word_embeddings=True, seed=59),
+    # (e) exact ties: layer 0's router is zero (ZERO_ROUTERS), so every logit is exactly 0 on both
+    #     sides and every position takes tables 0 and 1; one optimizer step only (MAX_STEPS: after
+    #     it the router is no longer zero and near-ties could go either way in float32).
+    "jtokm_router_ties": dict(BASE, **JTOKM, jtokm_n_e=4, jtokm_top_k=2, seed=61),
+}
+DISTINCT_IDS.update({"jtokm_dense": 30, "jtokm_with_jtok": 30})
+# JTok-M layers whose router starts at exactly zero (all logits tie), per case.
+ZERO_ROUTERS = {"jtokm_router_ties": [0]}
+# Cases run for at most this many optimizer steps.
+MAX_STEPS = {"jtokm_router_ties": 1}
+ALL_CASES = dict(CASES, **JTOK_CASES, **MOE_CASES, **JTOKM_CASES)
 
 # Parity thresholds (relative error ||jtok - ref|| / ||ref|| per tensor); the reasons are in
 # tests/test_parity_dense.py.
-TOL = {"logits": 1e-4, "loss": 1e-4, "aux_loss": 1e-4, "grad_norm": 1e-4, "lr": 1e-6, "grad.": 1e-4, "final.": 1e-3}
+TOL = {"logits": 1e-4, "loss": 1e-4, "aux_loss": 1e-4, "jtokm_aux_loss": 1e-4, "grad_norm": 1e-4, "lr": 1e-6, "grad.": 1e-4, "final.": 1e-3}
 
 
 def random_weights(cfg, seed):
     """Random float32 weights for a JTokConfig: N(0, initializer_range) matrices (o_proj and
     down_proj scaled by 1/sqrt(2 layers)), norm gains 1 + N(0, 0.1) so that their gradients are
     exercised, padded embedding / lm_head rows zero. JTok tables N(0, jtok_init_std) with padded
-    rows zero; JTok scales 1 + N(0, 0.3) so that the gate varies by dimension."""
+    rows zero; JTok scales 1 + N(0, 0.3) so that the gate varies by dimension. JTok-M tables
+    N(0, jtokm_init_std) with padded rows zero, scales 1 + N(0, 0.3), routers N(0, initializer_range)."""
     rng = np.random.default_rng(seed)
     model = Transformer(cfg)  # only for names and shapes
     std = cfg.initializer_range
@@ -113,6 +150,11 @@ def random_weights(cfg, seed):
             w = 1.0 + 0.3 * rng.standard_normal(shape)
         elif name.endswith("jtok.embed.weight"):
             w = cfg.jtok_init_std * rng.standard_normal(shape)
+            w[cfg.vocab_size:] = 0.0
+        elif name.endswith("jtokm.scale"):
+            w = 1.0 + 0.3 * rng.standard_normal(shape)
+        elif ".jtokm.embed." in name:
+            w = cfg.jtokm_init_std * rng.standard_normal(shape)
             w[cfg.vocab_size:] = 0.0
         elif len(shape) == 1:
             w = 1.0 + 0.1 * rng.standard_normal(shape)
@@ -142,10 +184,17 @@ def random_batch(cfg_dict, seed, distinct_ids=None):
 
 
 def case_inputs(case, cfg_dict):
-    """(weights, batch) of a case, seeded by its config's seed."""
+    """(weights, batch) of a case, seeded by its config's seed (ZERO_ROUTERS: JTok-M routers zeroed)."""
     weights = random_weights(JTokConfig.from_dict(cfg_dict), cfg_dict["seed"])
+    for l in ZERO_ROUTERS.get(case, []):
+        weights[f"model.layers.{l}.jtokm.router.weight"][:] = 0.0
     batch = random_batch(cfg_dict, cfg_dict["seed"], DISTINCT_IDS.get(case))
     return weights, batch
+
+
+def case_steps(case, steps):
+    """The number of optimizer steps a case runs (MAX_STEPS caps some)."""
+    return min(steps, MAX_STEPS.get(case, steps))
 
 
 def run_reference(cfg_dict, weights, batch, steps, dtype=torch.float64):
@@ -172,6 +221,8 @@ def run_reference(cfg_dict, weights, batch, steps, dtype=torch.float64):
         out[key] = np.array(log[key], dtype=np.float64)
     if mcfg.moe_num_layers > 0:
         out["aux_loss"] = np.array(log["aux_loss"], dtype=np.float64)
+    if mcfg.jtokm_num_layers > 0:
+        out["jtokm_aux_loss"] = np.array(log["jtokm_aux_loss"], dtype=np.float64)
     for name, p in model.named_parameters():
         out["final." + name] = p.detach().double().numpy().copy()
     return out
@@ -221,7 +272,7 @@ def compare(out, ref):
     missing = sorted(set(ref) - set(out))
     if missing:
         raise KeyError(f"output lacks {missing}")
-    order = ["logits", "loss"] + (["aux_loss"] if "aux_loss" in ref else []) + ["grad_norm", "lr"]
+    order = ["logits", "loss"] + [k for k in ("aux_loss", "jtokm_aux_loss") if k in ref] + ["grad_norm", "lr"]
     order += sorted(k for k in ref if k.startswith("grad."))
     order += sorted(k for k in ref if k.startswith("final."))
     return [(name, rel_err(out[name], ref[name])) for name in order]
@@ -282,11 +333,12 @@ def run_parity_test(cases, steps, extra_checks=None):
         return 1
     failures = []
     for case, cfg_dict in cases.items():
+        n = case_steps(case, steps)
         weights, batch = case_inputs(case, cfg_dict)
-        ref = run_reference(cfg_dict, weights, batch, steps)
+        ref = run_reference(cfg_dict, weights, batch, n)
         with tempfile.TemporaryDirectory() as tmp:
-            out = run_jtok(jtok_bin, cfg_dict, weights, batch, steps, tmp)
-        failures += check_outputs(case, cfg_dict, out, ref, "jtok (float32)", steps)
+            out = run_jtok(jtok_bin, cfg_dict, weights, batch, n, tmp)
+        failures += check_outputs(case, cfg_dict, out, ref, "jtok (float32)", n)
         if extra_checks is not None:
             failures += extra_checks(case, cfg_dict, weights, batch, out, ref)
     if failures:
@@ -314,14 +366,15 @@ def main():
     use_jtok = not args.self and jtok_has_parity(args.jtok)
     for name in (ALL_CASES if args.case == "all" else [args.case]):
         cfg_dict = ALL_CASES[name]
+        steps = case_steps(name, args.steps)
         weights, batch = case_inputs(name, cfg_dict)
-        ref = run_reference(cfg_dict, weights, batch, args.steps)
+        ref = run_reference(cfg_dict, weights, batch, steps)
         if use_jtok:
             with tempfile.TemporaryDirectory() as tmp:
-                out = run_jtok(args.jtok, cfg_dict, weights, batch, args.steps, tmp)
+                out = run_jtok(args.jtok, cfg_dict, weights, batch, steps, tmp)
             title = f"{name}: jtok (float32) vs reference (float64)"
         else:
-            out = run_reference(cfg_dict, weights, batch, args.steps, dtype=torch.float32)
+            out = run_reference(cfg_dict, weights, batch, steps, dtype=torch.float32)
             title = f"{name}: reference float32 vs reference float64"
         print(format_table(compare(out, ref), title))
     return 0

@@ -7,6 +7,15 @@ JSON line: tokens_per_s, step_ms (mean over the timed steps), peak_rss_mb, and t
     python3 train_bench.py --config b --steps 3 --warmup 1
     python3 train_bench.py --config my_config.json      # a jtok config file (model + training)
     python3 train_bench.py --config a --jtok            # JTok tables on all layers (default init)
+    python3 train_bench.py --config a --jtokm           # JTok-M on all layers (n_e 5, K 2 by default)
+    python3 train_bench.py --config ../../configs/cpu_moe.json --jtokm   # MoE + JTok-M
+    python3 train_bench.py --config a --set jtokm=true --set jtokm_n_e=4 # any field, as `jtok --set`
+
+--set NAME=VALUE overrides a model or training field (repeatable, applied last; the value is read
+by the field's type: true/false/1/0, integer, number or string), like `jtok bench-train --set`, so
+both engines can be given the same overrides. MoE, MoE + JTok and MoE + JTok-M run from an MoE
+config file (model_type jtok_moe) with --jtok / --jtokm. The JSON line echoes the backbone and
+the JTok / JTok-M settings, and for JTok-M the last step's load fraction f_i per table and layer.
 
 Built-in configs (vocab_size 50257 padded to 50304, ffn 4d, kv heads = heads):
     a: d=256, 4 layers, 4 heads, seq 256, 16 sequences a step   (4096 tokens)
@@ -90,6 +99,27 @@ def blas_library():
         return []
 
 
+def parse_set(item):
+    """"name=value" -> (name, value typed like the field's default); ValueError naming the field."""
+    name, eq, text = item.partition("=")
+    fields = dict(TrainConfig.FIELDS, **JTokConfig.FIELDS)
+    if not eq or name not in fields:
+        raise ValueError(f"--set {item!r}: unknown config field {name!r}" if eq else f"--set {item!r}: expected name=value")
+    default = fields[name]
+    try:
+        if isinstance(default, bool):
+            if text not in ("true", "false", "1", "0"):
+                raise ValueError
+            return name, text in ("true", "1")
+        if isinstance(default, int):
+            return name, int(text)
+        if isinstance(default, float):
+            return name, float(text)
+        return name, text
+    except ValueError:
+        raise ValueError(f"--set {name}: expected {type(default).__name__}, got {text!r}") from None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="a", help="a, b, or a jtok config JSON file")
@@ -99,6 +129,10 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--jtok", action="store_true",
                     help="JTok tables on all layers (default init), overriding the config's jtok fields")
+    ap.add_argument("--jtokm", action="store_true",
+                    help="JTok-M on all layers (the config's or the default n_e, K, ...), overriding jtokm, jtokm_layers")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a config field (repeatable, applied after --jtok/--jtokm)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -110,9 +144,16 @@ def main():
             fields = dict(TRAINING, **json.load(f))
     if args.jtok:
         fields.update(jtok=True, jtok_layers="all")
+    if args.jtokm:
+        fields.update(jtokm=True, jtokm_layers="all")
     total_steps = args.warmup + args.steps
     fields["max_steps"] = total_steps
-    mcfg = JTokConfig.from_dict(fields)
+    try:
+        for item in args.set:
+            fields.update([parse_set(item)])
+        mcfg = JTokConfig.from_dict(fields)
+    except ValueError as e:
+        ap.error(str(e))
     tcfg = TrainConfig.from_dict(fields)
 
     model = Transformer(mcfg)
@@ -124,13 +165,14 @@ def main():
         return [(torch.randint(0, mcfg.vocab_size, (B, T)), torch.randint(0, mcfg.vocab_size, (B, T)))
                 for _ in range(M)]
 
-    times, cpu_times, losses = [], [], []
+    times, cpu_times, losses, aux = [], [], [], []
     for step in range(total_steps):
         batches = random_micro_batches()
         t0, c0 = time.perf_counter(), time.process_time()
         loss, norm, lr = train_step(model, optimizer, batches, tcfg, step)
         dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         losses.append(loss)
+        aux.append((model.last_aux_loss, model.last_jtokm_aux_loss))
         if step >= args.warmup:
             times.append(dt)
             cpu_times.append(cpu)
@@ -141,8 +183,13 @@ def main():
     result = {
         "impl": "pytorch-reference",
         "config": args.config,
+        "sets": args.set,
+        "model_type": mcfg.model_type,
+        "moe_layers": [l for l in range(mcfg.num_hidden_layers) if mcfg.moe_on_layer(l)],
         "jtok": bool(mcfg.jtok),
         "jtok_layers": sorted(mcfg.jtok_layer_set),
+        "jtokm": bool(mcfg.jtokm),
+        "jtokm_layers": sorted(mcfg.jtokm_layer_set),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "blas": blas_library(),
@@ -160,6 +207,14 @@ def main():
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "final_loss": round(losses[-1], 4),
     }
+    if mcfg.moe_num_layers:
+        result["final_aux_loss"] = aux[-1][0]
+    if mcfg.jtokm:
+        result.update({k: getattr(mcfg, k) for k in JTokConfig.FIELDS if k.startswith("jtokm_") and k != "jtokm_layers"})
+        result["final_jtokm_aux_loss"] = aux[-1][1]
+        # Load fraction f_i = n_i / (T K) per table of each JTok-M layer, last micro-batch of the last step.
+        result["jtokm_load"] = {str(l): [round(x, 4) for x in layer.jtokm.load.tolist()]
+                                for l, layer in enumerate(model.model.layers) if layer.jtokm is not None}
     print(json.dumps(result))
     return 0
 

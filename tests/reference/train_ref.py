@@ -3,7 +3,8 @@
 One step: accumulate the gradient of the mean of M micro-batch losses, take the global
 gradient norm, clip (as torch.nn.utils.clip_grad_norm_), set the learning rate of the schedule,
 and apply torch.optim.AdamW (weight decay on 2-D weights only). JTok tables are dense
-nn.Embedding weights, so AdamW treats them as dense: every row's moments decay every step.
+nn.Embedding weights (JTok-M's n_e tables per layer too), so AdamW treats them as dense: every
+row's moments decay every step.
 
     tcfg = TrainConfig.from_json("config.json")
     opt = make_optimizer(model, tcfg)
@@ -73,8 +74,8 @@ def lr_at(step, cfg):
 
 
 def param_groups(model, weight_decay):
-    """Weight decay on every 2-D weight (embeddings, projections, lm_head, JTok tables, MoE routers
-    and experts); none on 1-D tensors (norm gains, JTok scales)."""
+    """Weight decay on every 2-D weight (embeddings, projections, lm_head, JTok and JTok-M tables,
+    MoE and JTok-M routers, experts); none on 1-D tensors (norm gains, JTok and JTok-M scales)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     return [{"params": decay, "weight_decay": weight_decay},
@@ -88,18 +89,22 @@ def make_optimizer(model, cfg):
 
 def accumulate_gradients(model, micro_batches):
     """Sets p.grad to the gradient of mean_i (loss_i + aux_i) over the M micro-batches, aux_i being
-    the MoE load-balancing loss (0 for dense models); returns mean_i loss_i (the LM loss) and sets
-    model.last_aux_loss to mean_i aux_i."""
+    the load-balancing losses of micro-batch i (model.aux_loss: MoE aux + JTok-M aux, each a mean
+    over its layers, 0 without such layers); returns mean_i loss_i (the LM loss) and sets
+    model.last_aux_loss to the mean over micro-batches of the MoE aux loss and
+    model.last_jtokm_aux_loss to that of the JTok-M aux loss (reported apart)."""
     model.zero_grad(set_to_none=True)
     M = len(micro_batches)
-    total = aux_total = 0.0
+    total = moe_aux_total = jtokm_aux_total = 0.0
     for input_ids, labels in micro_batches:
         loss = model.forward_loss(input_ids, labels) / M
         aux = model.aux_loss / M
         (loss + aux).backward()
         total += loss.item()
-        aux_total += aux.item()
-    model.last_aux_loss = aux_total
+        moe_aux_total += model.moe_aux_loss.item() / M
+        jtokm_aux_total += model.jtokm_aux_loss.item() / M
+    model.last_aux_loss = moe_aux_total
+    model.last_jtokm_aux_loss = jtokm_aux_total
     return total
 
 
@@ -130,10 +135,11 @@ def train_steps(model, batches, cfg, steps, on_gradients=None):
     """Runs `steps` optimizer steps from step 0 with a fresh AdamW.
 
     batches: a list of M (input_ids, labels) micro-batches used at every step, or a function
-    step -> such a list. Returns {"loss": [...], "grad_norm": [...], "lr": [...]}.
+    step -> such a list. Returns {"loss": [...], "grad_norm": [...], "lr": [...], "aux_loss": [...]
+    (MoE), "jtokm_aux_loss": [...]}.
     """
     optimizer = make_optimizer(model, cfg)
-    log = {"loss": [], "grad_norm": [], "lr": [], "aux_loss": []}
+    log = {"loss": [], "grad_norm": [], "lr": [], "aux_loss": [], "jtokm_aux_loss": []}
     for step in range(steps):
         micro_batches = batches(step) if callable(batches) else batches
         loss, norm, lr = train_step(model, optimizer, micro_batches, cfg, step, on_gradients)
@@ -141,4 +147,5 @@ def train_steps(model, batches, cfg, steps, on_gradients=None):
         log["grad_norm"].append(norm)
         log["lr"].append(lr)
         log["aux_loss"].append(model.last_aux_loss)
+        log["jtokm_aux_loss"].append(model.last_jtokm_aux_loss)
     return log
