@@ -36,11 +36,11 @@ void run() {
 
   AdamWState opt = make_adamw_state(m);
   Activations acts;
-  std::vector<float> losses, auxes, norms, lrs;
+  std::vector<float> losses, auxes, jauxes, norms, lrs;
   StFile out;
   for (int64_t s = 0; s < args.steps; ++s) {
     zero_grads(m);
-    double loss = 0, aux = 0;
+    double loss = 0, aux = 0, jaux = 0;
     for (int64_t mb = 0; mb < M; ++mb) {
       forward(m, acts, x.data() + mb * N, B, T);
       if (s == 0 && mb == 0) {
@@ -49,19 +49,22 @@ void run() {
         out.tensors["logits"] = st_f32({B, T, V}, logits.data());
       }
       loss += backward(m, acts, x.data() + mb * N, y.data() + mb * N, 1.0f / static_cast<float>(M)) / M;
-      aux += acts.aux_loss / M;
+      aux += acts.moe_aux_loss / M;
+      jaux += acts.jtokm_aux_loss / M;
     }
     if (s == 0)
       for (auto& [k, t] : grads_to_st(m, "grad.").tensors) out.tensors[k] = t;
     StepStats st = optimizer_step(m, opt, cfg.train);
     losses.push_back(static_cast<float>(loss));
     auxes.push_back(static_cast<float>(aux));
+    jauxes.push_back(static_cast<float>(jaux));
     norms.push_back(static_cast<float>(st.grad_norm));
     lrs.push_back(static_cast<float>(st.lr));
   }
   const int64_t S = args.steps;
   out.tensors["loss"] = st_f32({S}, losses.data());
   out.tensors["aux_loss"] = st_f32({S}, auxes.data());  // MoE load-balancing loss (0 for dense)
+  out.tensors["jtokm_aux_loss"] = st_f32({S}, jauxes.data());  // JTok-M load-balancing loss (0 without it)
   out.tensors["grad_norm"] = st_f32({S}, norms.data());
   out.tensors["lr"] = st_f32({S}, lrs.data());
   for (auto& [k, t] : weights_to_st(m).tensors) out.tensors["final." + k] = t;
