@@ -146,3 +146,38 @@ TEST(Checkpoint, JTokTablesAndTheirMomentsRoundTrip) {
   EXPECT_NE(error_of([&] { load_checkpoint(dir, plain, nullptr); }).find("unexpected tensor model.layers.0.jtok"),
             std::string::npos);
 }
+
+TEST(Checkpoint, JTokMTablesAndTheirMomentsRoundTrip) {
+  Config cfg = small();
+  cfg.model.jtokm = true;
+  cfg.model.jtokm_layers = "1";
+  cfg.model.jtokm_n_e = 3;
+  cfg.model.jtokm_top_k = 2;
+  cfg.model.jtok = true;  // both modules: JTok's table comes first, in layer order
+  cfg.model.jtok_layers = "1";
+  Model m = make_model(cfg.model, 3);
+  AdamWState opt = make_adamw_state(m);
+  ASSERT_EQ(m.tables.size(), 4u);
+  EXPECT_EQ(m.jtok_table[1], 0);
+  EXPECT_EQ(m.jtokm_table[1], 1);
+  EXPECT_EQ(m.jtokm_table[0], -1);
+  EXPECT_EQ(m.table_names[3], "model.layers.1.jtokm.embed.2.weight");
+  for (size_t k = 0; k < m.tables.size(); ++k)
+    for (size_t i = 0; i < opt.table_m[k].size(); i += 7) { opt.table_m[k][i] = 1e-3f * (i + k); opt.table_v[k][i] = 2e-3f * i; }
+  std::string run = fresh_dir("ckpt_jtokm");
+  std::string dir = save_checkpoint(run, 4, cfg, m, opt, {{"step", 4}}, 2);
+  Model m2 = make_model(load_checkpoint_config(dir).model, 8);
+  AdamWState o2;
+  load_checkpoint(dir, m2, &o2);
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    EXPECT_EQ(m2.tables[k].w, m.tables[k].w) << m.table_names[k];
+    EXPECT_EQ(o2.table_m[k], opt.table_m[k]) << m.table_names[k];
+    EXPECT_EQ(o2.table_v[k], opt.table_v[k]) << m.table_names[k];
+  }
+  EXPECT_EQ(m2.params, m.params);
+  // A config with fewer tables per layer does not silently load it.
+  Config fewer = cfg;
+  fewer.model.jtokm_n_e = 2;
+  Model m3 = make_model(fewer.model, 1);
+  EXPECT_NE(error_of([&] { load_checkpoint(dir, m3, nullptr); }).find("jtokm"), std::string::npos);
+}

@@ -75,6 +75,14 @@ TEST(Config, ErrorsNameTheFieldOrFile) {
       {R"({"model_type": "jtok_moe", "first_k_dense_replace": -1})", {}, "first_k_dense_replace must be >= 0"},
       {R"({"model_type": "jtok_moe", "router_aux_loss_coef": -0.1})", {}, "router_aux_loss_coef must be >= 0"},
       {R"({"model_type": "jtok_moe", "norm_topk_prob": "yes"})", {}, "field norm_topk_prob: expected boolean"},
+      {R"({"jtokm": true, "jtokm_n_e": 3, "jtokm_top_k": 4})", {}, "field jtokm_top_k (4) exceeds jtokm_n_e (3)"},
+      {R"({"jtokm": true, "jtokm_n_e": 0})", {}, "field jtokm_n_e must be positive"},
+      {R"({"jtokm": true, "jtokm_top_k": 0})", {}, "field jtokm_top_k must be positive"},
+      {R"({"jtokm": true, "jtokm_n_e": 65, "jtokm_top_k": 2})", {}, "jtokm_n_e (65) exceeds 64"},
+      {R"({"jtokm": true, "jtokm_aux_loss_coef": -1})", {}, "jtokm_aux_loss_coef must be >= 0"},
+      {R"({"jtokm": true, "jtokm_eps": 0})", {}, "jtokm_eps must be positive"},
+      {R"({"jtokm": true, "jtokm_layers": "0-9"})", {}, "field jtokm_layers"},
+      {R"({"jtokm": "yes"})", {}, "field jtokm: expected boolean"},
   };
   for (auto& c : cases) {
     std::string e = error_of(c.text, c.ov);

@@ -65,19 +65,29 @@ TEST(Flops, TiedEmbeddingsHaveNoSeparateHeadButStillItsCompute) {
 TEST(Flops, TokenIndexedTablesCountInNnNotNc) {
   auto m = small();
   auto dense = flops_report(m, 32);
-  auto j = flops_report(m, 32, {"jtok", 1, 1});
+  auto j = flops_report(m, 32, {2, 0, 0, 0});
   EXPECT_EQ(j.n_c, dense.n_c);
   EXPECT_EQ(j.n_n, 2 * 1024 * 64);
   EXPECT_DOUBLE_EQ(j.eta, double(j.n_n) / double(j.n_c));
   EXPECT_DOUBLE_EQ(j.rho, 1.0);
-  auto jm = flops_report(m, 32, {"jtok_m", 8, 2});
+  auto jm = flops_report(m, 32, {0, 2, 8, 2});
   EXPECT_EQ(jm.n_c, dense.n_c);
   EXPECT_EQ(jm.n_n, 2 * 8 * 1024 * 64);
   EXPECT_DOUBLE_EQ(jm.rho, 0.25);
   EXPECT_EQ(jm.n_other, 2 * 64 + 2 * 64 * 8);
   EXPECT_DOUBLE_EQ(jm.flops_router, 6.0 * 2 * 64 * 8);
-  EXPECT_THROW(flops_report(m, 32, {"jtok_m", 2, 4}), Error);
-  EXPECT_THROW(flops_report(m, 32, {"bogus", 0, 0}), Error);
+  EXPECT_THROW(flops_report(m, 32, {0, 2, 2, 4}), Error);
+  // From the config: JTok-M on one layer and JTok on both; the JTok-M router is in the model too.
+  m.jtok = true;
+  m.jtokm = true;
+  m.jtokm_layers = "1";
+  m.jtokm_n_e = 5;
+  m.jtokm_top_k = 2;
+  auto both = flops_report(m, 32);
+  EXPECT_EQ(both.n_n, (2 + 5) * 1024 * 64);
+  EXPECT_DOUBLE_EQ(both.rho, 0.4);
+  EXPECT_EQ(both.n_other, 2 * 64 + 64 + 5 * 64);
+  EXPECT_DOUBLE_EQ(both.flops_router, 6.0 * 64 * 5);
 }
 
 TEST(Flops, Gpt2SmallShape) {
@@ -106,8 +116,11 @@ TEST(Flops, MoeCountsActivatedExpertsInNcAndEveryExpertInTotal) {
   EXPECT_EQ(r.n_experts_inactive, 2 * 3 * 64 * 6 * 32);
   EXPECT_EQ(r.n_other, 2 * 64 * 8);  // routers, not in N_c
   EXPECT_DOUBLE_EQ(r.flops_router, 6.0 * 2 * 64 * 8);
-  // The total is exactly what the engine allocates.
+  // The total is exactly what the engine allocates, with JTok and JTok-M tables too.
   EXPECT_EQ(r.n_total, num_params(make_model(m, 1)));
+  m.jtok = m.jtokm = true;
+  m.jtokm_layers = "0,2";
+  EXPECT_EQ(flops_report(m, 32).n_total, num_params(make_model(m, 1)));
 }
 
 TEST(Flops, PaperMoeConfigsHaveTheirNamedSizes) {
@@ -122,5 +135,12 @@ TEST(Flops, PaperMoeConfigsHaveTheirNamedSizes) {
     FlopsReport r = flops_report(cfg.model, cfg.train.seq_len);
     EXPECT_NEAR(double(r.n_total), total, 0.1 * total) << name;
     EXPECT_NEAR(double(r.n_c + r.n_embedding + r.n_lm_head), active, 0.1 * active) << name;
+  }
+  // The JTok-M rows of the same table: n_e = 5 tables on every layer, "#extra params".
+  for (auto [name, extra] : {std::pair{"moe_1.5B-A250M", 4.7e9}, {"moe_3.2B-A0.5B", 10.5e9}, {"moe_17B-A2B", 43.6e9}}) {
+    Config cfg = load_config(std::string(root) + "/configs/" + name + ".json", {"jtokm=true"});
+    FlopsReport r = flops_report(cfg.model, cfg.train.seq_len);
+    EXPECT_NEAR(double(r.n_n), extra, 0.01 * extra) << name;
+    EXPECT_DOUBLE_EQ(r.rho, 0.4) << name;
   }
 }

@@ -8,11 +8,11 @@ TokenIndexedSpec token_indexed_of(const ModelConfig& m) {
   // One place maps the config to its token-indexed parameters, so `flops`, `train` and
   // `scaling plan` agree.
   TokenIndexedSpec ti;
-  if (m.jtok) {
-    ti.kind = "jtok";
-    ti.num_tables = 1;
-    ti.top_k = 1;
-    ti.num_layers = m.jtok_num_layers();
+  ti.jtok_layers = m.jtok_num_layers();
+  ti.jtokm_layers = m.jtokm_num_layers();
+  if (ti.jtokm_layers > 0) {
+    ti.n_e = m.jtokm_n_e;
+    ti.top_k = m.jtokm_top_k;
   }
   return ti;
 }
@@ -34,21 +34,12 @@ FlopsReport flops_report(const ModelConfig& m, int64_t seq_len, const TokenIndex
   r.n_lm_head = m.tie_word_embeddings ? 0 : Vp * d;
   r.n_norms = L * 2 * d + d;  // input + post-attention norm per layer, final norm
 
-  int64_t n_e = 0, k = 0;
-  const int64_t Lt = ti.num_layers >= 0 ? ti.num_layers : L;  // layers with tables
-  if (ti.kind == "jtok") {
-    n_e = 1, k = 1;
-    r.n_other = Lt * d;  // per-layer scaler s
-  } else if (ti.kind == "jtok_m") {
-    n_e = ti.num_tables, k = ti.top_k;
-    if (n_e <= 0 || k <= 0 || k > n_e) fail("flops: JTok-M needs 0 < K <= n_e, got K=", k, " n_e=", n_e);
-    r.n_other = Lt * d + Lt * d * n_e;  // per-layer scaler s and router R (d, n_e)
-  } else if (ti.kind != "none") {
-    fail("flops: unknown token-indexed kind '", ti.kind, "' (known: none, jtok, jtok_m)");
-  }
-  r.n_n = Lt * n_e * Vp * d;  // n_e tables of (Vp, d) per layer with tables
+  const int64_t Lj = ti.jtok_layers, Lx = ti.jtokm_layers, n_e = ti.n_e, k = ti.top_k;
+  if (Lx > 0 && (n_e <= 0 || k <= 0 || k > n_e)) fail("flops: JTok-M needs 0 < K <= n_e, got K=", k, " n_e=", n_e);
+  r.n_other = Lj * d + Lx * (d + d * n_e);  // scalers s; JTok-M routers R (n_e, d)
+  r.n_n = (Lj + Lx * n_e) * Vp * d;         // one (Vp, d) table per JTok layer, n_e per JTok-M layer
   r.eta = r.n_c > 0 ? double(r.n_n) / double(r.n_c) : 0.0;
-  r.rho = n_e > 0 ? double(k) / double(n_e) : 0.0;
+  r.rho = Lx > 0 ? double(k) / double(n_e) : Lj > 0 ? 1.0 : 0.0;
   r.n_other += Lm * d * m.n_routed_experts;  // MoE routers
   r.n_total = r.n_c + r.n_n + r.n_embedding + r.n_lm_head + r.n_norms + r.n_other + r.n_experts_inactive;
 
@@ -59,11 +50,10 @@ FlopsReport flops_report(const ModelConfig& m, int64_t seq_len, const TokenIndex
   // A token at position t attends to t+1 keys; averaged over t = 0..T-1 that is (T+1)/2 keys,
   // each costing 2*hd (QK^T) + 2*hd (AV) forward per head: 2 * q_dim * (T+1) per layer forward.
   r.flops_attention = 3.0 * double(L) * 2.0 * double(q) * (T + 1.0);
-  r.flops_router = 6.0 * double(Lt) * double(d) * double(ti.kind == "jtok_m" ? n_e : 0) +
-                   6.0 * double(Lm) * double(d) * double(m.n_routed_experts);
-  // Element-wise token-indexed work per table read: L2 norm (2d), normalise (d), scale by s (d),
-  // 1 + (d), gate or mix (d) forward: ~6d, times 3 for training. JTok-M mixes K rows (2dK more).
-  r.flops_token_indexed = 3.0 * double(Lt) * double(d) * (ti.kind == "jtok" ? 6.0 : ti.kind == "jtok_m" ? 6.0 + 2.0 * double(k) : 0.0);
+  r.flops_router = 6.0 * double(Lx) * double(d) * double(n_e) + 6.0 * double(Lm) * double(d) * double(m.n_routed_experts);
+  // Element-wise token-indexed work per layer: L2 norm (2d), normalise (d), scale by s (d),
+  // 1 + (d), gate or add (d) forward: ~6d, times 3 for training. JTok-M mixes K rows (2dK more).
+  r.flops_token_indexed = 3.0 * double(d) * (6.0 * double(Lj) + (6.0 + 2.0 * double(k)) * double(Lx));
   r.flops_per_token = r.flops_6nc + r.flops_lm_head + r.flops_attention + r.flops_router + r.flops_token_indexed;
   r.forward_flops_per_token = r.flops_per_token / 3.0;
   r.flops_attention_full_square = 3.0 * double(L) * 4.0 * double(q) * T;

@@ -4,7 +4,7 @@
 // layer (activated experts only, for MoE: the shared experts and k routed experts of each MoE
 // layer) and never the embedding, the LM head, token-indexed tables or the MoE router (d x E,
 // tiny; counted in n_other and its FLOPs in flops_router, as the paper counts qkvo + MLP only). N_n counts the token-indexed table parameters (JTok: one padded_vocab x d table per
-// layer; JTok-M: n_e of them per layer). eta = N_n / N_c, rho = K / n_e.
+// layer; JTok-M: n_e of them per layer). eta = N_n / N_c, rho = K / n_e (1 for JTok alone).
 //
 // FLOPs conventions (written out in docs/scaling.md):
 //   - a matmul (m x k) @ (k x n) costs 2*m*n*k FLOPs forward; backward costs 2x forward
@@ -23,16 +23,16 @@
 
 namespace jtok {
 
-// Token-indexed parameters attached to a backbone. ModelConfig has no JTok fields yet; the
-// model code fills this from its config when JTok/JTok-M land (kind "none" until then).
+// Token-indexed parameters attached to a backbone: JTok and JTok-M, each on some layers (both may
+// be on). rho = K / n_e is JTok-M's when it is on, 1 for JTok alone.
 struct TokenIndexedSpec {
-  std::string kind = "none";  // "none" | "jtok" | "jtok_m"
-  int64_t num_tables = 0;     // n_e: tables per layer (1 for JTok)
-  int64_t top_k = 0;          // K: tables mixed per token (1 for JTok)
-  int64_t num_layers = -1;    // layers carrying tables; -1 = every layer
+  int64_t jtok_layers = 0;    // layers with a JTok table
+  int64_t jtokm_layers = 0;   // layers with JTok-M
+  int64_t n_e = 0;            // JTok-M tables per layer
+  int64_t top_k = 0;          // JTok-M K
 };
 
-// What ModelConfig says about token-indexed parameters (none for the dense model today).
+// What ModelConfig says about token-indexed parameters.
 TokenIndexedSpec token_indexed_of(const ModelConfig& m);
 
 struct FlopsReport {
