@@ -34,8 +34,8 @@ void run() {
   std::printf("command: %s\n", command_line_string().c_str());
   std::printf("config: %s\n", to_json(cfg).dump().c_str());
   FlopsReport fr = flops_report(cfg.model, t.seq_len);
-  std::printf("params: total %.2fM | N_c %.2fM (attention %.2fM, MLP %.2fM) | N_n %.2fM (JTok tables) | eta %.3f\n",
-              fr.n_total / 1e6, fr.n_c / 1e6, fr.n_c_attention / 1e6, fr.n_c_mlp / 1e6, fr.n_n / 1e6, fr.eta);
+  std::printf("params: total %.2fM | N_c %.2fM (attention %.2fM, MLP %.2fM) | N_n %.2fM (token-indexed tables) | eta %.3f | rho %.3f\n",
+              fr.n_total / 1e6, fr.n_c / 1e6, fr.n_c_attention / 1e6, fr.n_c_mlp / 1e6, fr.n_n / 1e6, fr.eta, fr.rho);
   std::printf("flops/token: 6N_c %.3g | exact %.3g (lm_head %.3g, attention %.3g, JTok %.3g) | tokens/step %lld\n",
               fr.flops_6nc, fr.flops_per_token, fr.flops_lm_head, fr.flops_attention, fr.flops_token_indexed,
               static_cast<long long>(t.tokens_per_step()));

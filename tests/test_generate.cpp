@@ -72,6 +72,23 @@ TEST(Generate, KVCacheGreedyEqualsFullRecomputeMoe) {
   check_cache_equals_recompute(c);
 }
 
+TEST(Generate, KVCacheGreedyEqualsFullRecomputeWithJTokM) {
+  ModelConfig c = small_config();
+  c.jtokm = true;
+  c.jtokm_layers = "1-2";
+  c.jtokm_n_e = 4;
+  c.jtokm_top_k = 2;
+  c.jtokm_init_std = 0.3;
+  c.jtokm_scale_init = 3.0;  // a large injection, so a routing mistake changes the greedy tokens
+  check_cache_equals_recompute(c);
+  c.model_type = "jtok_moe";  // and on the MoE backbone, with JTok beside it
+  c.first_k_dense_replace = 1;
+  c.n_routed_experts = 6;
+  c.moe_intermediate_size = 16;
+  c.jtok = true;
+  check_cache_equals_recompute(c);
+}
+
 TEST(Generate, SamplingRespectsTopKAndTopP) {
   std::vector<float> logits = {0.0f, 5.0f, 4.9f, -3.0f, 1.0f};
   std::mt19937_64 rng(1);

@@ -14,6 +14,7 @@ cat > "$T/cfg.json" <<JSON
   "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64,
   "seq_len": 32, "micro_batch_size": 4, "gradient_accumulation_steps": 2, "max_steps": 24,
   "learning_rate": 3e-3, "min_lr": 3e-4, "warmup_steps": 4, "jtok": true, "jtok_layers": "1",
+  "jtokm": true, "jtokm_layers": "0", "jtokm_n_e": 3, "jtokm_top_k": 2,
   "eval_interval": 8, "eval_batches": 2, "checkpoint_interval": 6, "keep_checkpoints": 2,
   "sample_interval": 12, "train_data": "$T/data/train", "val_data": "$T/data/val" }
 JSON

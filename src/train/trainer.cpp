@@ -18,6 +18,7 @@
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
+#include "train/telemetry.h"
 
 namespace fs = std::filesystem;
 
@@ -152,13 +153,18 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
   for (int64_t step = start_step; step < t.max_steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     zero_grads(model);
-    double loss = 0, aux = 0;  // LM loss and MoE aux loss apart; the gradient is of their sum
+    // LM loss and the aux losses (MoE, JTok-M) apart; the gradient is of their sum.
+    double loss = 0, aux = 0, jaux = 0, hstd = 0;
+    RoutingStats routing(model);
+    const double inv_acc = 1.0 / static_cast<double>(t.gradient_accumulation_steps);
     for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
       data.next(x.data(), y.data(), B, T);
       forward(model, acts, x.data(), B, T);
-      loss += backward(model, acts, x.data(), y.data(), 1.0f / static_cast<float>(t.gradient_accumulation_steps)) /
-              static_cast<double>(t.gradient_accumulation_steps);
-      aux += acts.aux_loss / static_cast<double>(t.gradient_accumulation_steps);
+      if (mb == 0) hstd = hidden_state_std(acts);
+      routing.add(model, acts);
+      loss += backward(model, acts, x.data(), y.data(), 1.0f / static_cast<float>(t.gradient_accumulation_steps)) * inv_acc;
+      aux += acts.moe_aux_loss * inv_acc;
+      jaux += acts.jtokm_aux_loss * inv_acc;
     }
     if (!std::isfinite(loss)) fail("loss became ", loss, " at step ", step + 1, "; lower learning_rate or check the data");
     StepStats st = optimizer_step(model, adam, t);
@@ -177,7 +183,10 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
                            {"lr", st.lr}, {"ms", dt * 1e3}, {"tokens_per_s", tps}, {"tokens", done * t.tokens_per_step()}};
     if (mfu > 0) line["mfu"] = mfu;
     if (model.cfg.is_moe()) line["aux_loss"] = aux;
+    if (model.cfg.jtokm) line["jtokm_aux_loss"] = jaux;
+    line["hidden_std"] = hstd;
     log.write(line);
+    if (model.cfg.jtokm && (done % t.log_interval == 0 || done == t.max_steps)) log.write(routing.to_json(done));
     if (done % t.log_interval == 0 || done == t.max_steps || done == start_step + 1) {
       char buf[256];
       std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | norm %.3f | lr %.2e | %.0f ms | %s tok/s", static_cast<long long>(done),
@@ -185,6 +194,10 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
       std::string s = buf;
       if (model.cfg.is_moe()) {
         std::snprintf(buf, sizeof buf, " | aux %.4f", aux);
+        s += buf;
+      }
+      if (model.cfg.jtokm) {
+        std::snprintf(buf, sizeof buf, " | jtokm aux %.2e | load max %.2f", jaux, routing.max_load_fraction());
         s += buf;
       }
       if (mfu > 0) {
