@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Training throughput, ours vs the PyTorch reference, on the same config in one run.
 #
-#   bench/train_throughput.sh --config a|b [--jtok] [--steps N] [--warmup N] [--threads N]
+#   bench/train_throughput.sh --config a|b|moe [--moe] [--jtok] [--jtokm] [--steps N] [--warmup N] [--threads N]
 #
 # Config a: configs/bench_a.json (d=256, 4 layers, seq 256, 16 sequences a step);
-# config b: configs/bench_b.json (GPT-2 small: d=768, 12 layers, seq 1024, 4 sequences a step).
+# config b: configs/bench_b.json (GPT-2 small: d=768, 12 layers, seq 1024, 4 sequences a step);
+# config moe (or --moe): configs/bench_moe.json (CPU-sized DeepSeekMoE, 1 dense + 3 MoE layers of
+# 16 routed experts top-2 + 1 shared, d=128, seq 128, 16 sequences a step; its JTok-M settings
+# n_e=8, K=2 on every layer give eta = 50, rho = 0.25). The MoE runs give the PyTorch side the
+# same config file.
 # The PyTorch side runs tests/reference/train_bench.py --config a|b, whose presets are the same
 # models and batch shapes. Both time full optimizer steps (forward, backward, clipping, AdamW)
 # on random tokens after untimed warm-up steps.
@@ -15,10 +19,14 @@
 #          (its best setting on these machines; docs/benchmarks.md "Training throughput").
 # MFU: our achieved GFLOP/s over the fp32 FMA peak that `jtok bench-peak` measures in this run.
 #
-# --jtok runs the baseline and +JTok (tables on all layers) on both engines and prints each
-# engine's JTok cost 1 - tps_jtok / tps_base; the final line is then for the JTok runs.
+# --jtok adds +JTok (tables on all layers), --jtokm adds +JTok-M (on all layers, the config's n_e
+# and K), each run on both engines after the baseline; each engine's cost 1 - tps_variant / tps_base
+# is printed; the final line is then for the last variant run. --jtokm also runs ours with
+# table_optimizer=sparse (lazy AdamW on the rows with a gradient; the default "dense" is
+# torch.optim.AdamW's semantics, a pass over every table row each step; docs/jtok.md) and prints
+# its cost too (no PyTorch peer for that one: torch's AdamW has no lazy mode).
 # Output ends with exactly one line:  ratio_vs_pytorch=<ours/pytorch tokens/s> mfu=<ours>
-# Defaults: config a 5 timed + 1 warm-up step, config b 3 timed + 1 warm-up step
+# Defaults: config a and moe 5 timed + 1 warm-up step, config b 3 timed + 1 warm-up step
 # (PyTorch takes minutes per config-b step on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,11 +35,13 @@ usage() {
   sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
 }
 
-CONFIG=""; JTOK_TOO=0; STEPS=""; WARMUP=1; THREADS=2
+CONFIG=""; JTOK_TOO=0; JTOKM_TOO=0; STEPS=""; WARMUP=1; THREADS=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --config) CONFIG=${2:-}; shift 2 ;;
     --jtok) JTOK_TOO=1; shift ;;
+    --jtokm) JTOKM_TOO=1; shift ;;
+    --moe) CONFIG=moe; shift ;;
     --steps) STEPS=${2:-}; shift 2 ;;
     --warmup) WARMUP=${2:-}; shift 2 ;;
     --threads) THREADS=${2:-}; shift 2 ;;
@@ -40,9 +50,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$CONFIG" in
-  a) STEPS=${STEPS:-5} ;;
+  a|moe) STEPS=${STEPS:-5} ;;
   b) STEPS=${STEPS:-3} ;;
-  *) echo "--config a or --config b is required" >&2; usage >&2; exit 2 ;;
+  *) echo "--config a, b or moe (or --moe) is required" >&2; usage >&2; exit 2 ;;
 esac
 [[ "$STEPS" =~ ^[1-9][0-9]*$ && "$WARMUP" =~ ^[0-9]+$ && "$THREADS" =~ ^[1-9][0-9]*$ ]] ||
   { echo "--steps must be >= 1, --warmup >= 0, --threads >= 1" >&2; exit 2; }
@@ -74,22 +84,29 @@ peak_json=$(OMP_NUM_THREADS=$THREADS "$JTOK" bench-peak)
 PEAK=$(json fma_peak_gflops <<< "$peak_json")
 echo "peak ($THREADS threads): fp32 FMA $(fmt "$PEAK" '%.1f') GFLOP/s, sgemm $(fmt "$(json sgemm_gflops <<< "$peak_json")" '%.1f') GFLOP/s, isa $(json isa <<< "$peak_json")"
 
-# run_pair VARIANT(base|jtok): sets OURS_* and PT_* for that variant
+# The PyTorch side takes a preset name (a, b) or the config file itself (moe).
+PT_CONFIG=$CONFIG
+[ "$CONFIG" = moe ] && PT_CONFIG=configs/bench_moe.json
+
+# run_pair VARIANT(base|jtok|jtokm): sets OURS_* and PT_* for that variant
 run_pair() {
   local variant=$1 set_args=() py_args=()
   if [ "$variant" = jtok ]; then set_args=(--set jtok=true --set jtok_layers=all); py_args=(--jtok); fi
+  if [ "$variant" = jtokm ]; then set_args=(--set jtokm=true --set jtokm_layers=all); py_args=(--jtokm); fi
+  if [ "$variant" = jtokm_sparse ]; then set_args=(--set jtokm=true --set jtokm_layers=all --set table_optimizer=sparse); fi
   local cmd_ours=(env OMP_NUM_THREADS="$THREADS" "$JTOK" bench-train --config "configs/bench_$CONFIG.json" "${set_args[@]}"
                   --steps "$STEPS" --warmup "$WARMUP" --peak-gflops "$PEAK")
   local cmd_pt=(env -u OPENBLAS_CORETYPE LD_LIBRARY_PATH="$OPENBLAS_OMP" PYTHONPATH=tests/reference "$PY"
-                tests/reference/train_bench.py --config "$CONFIG" "${py_args[@]}" --threads "$THREADS"
+                tests/reference/train_bench.py --config "$PT_CONFIG" "${py_args[@]}" --threads "$THREADS"
                 --steps "$STEPS" --warmup "$WARMUP")
   echo "[$variant] ours:    ${cmd_ours[*]}"
   local o; o=$("${cmd_ours[@]}")
   echo "[$variant] ours -> $o"
+  printf -v "OURS_TPS_$variant" '%s' "$(json tokens_per_s <<< "$o")"
+  [ "$variant" = jtokm_sparse ] && return 0  # ours only
   echo "[$variant] pytorch: ${cmd_pt[*]}   (load $(cut -d' ' -f1 /proc/loadavg))"
   local p; p=$("${cmd_pt[@]}")   # its per-step lines go to stderr as they come
   echo "[$variant] pytorch -> $p"
-  printf -v "OURS_TPS_$variant" '%s' "$(json tokens_per_s <<< "$o")"
   printf -v "OURS_GF_$variant" '%s' "$(json gflops <<< "$o")"
   printf -v "OURS_MFU_$variant" '%s' "$(json mfu <<< "$o")"
   printf -v "OURS_RSS_$variant" '%s' "$(json peak_rss_mb <<< "$o")"
@@ -115,13 +132,24 @@ report() {
 run_pair base
 report base
 FINAL=base
-if [ "$JTOK_TOO" = 1 ]; then
-  run_pair jtok
-  report jtok
-  FINAL=jtok
-  cost_ours=$(awk -v j="$OURS_TPS_jtok" -v b="$OURS_TPS_base" 'BEGIN{printf "%.4f", 1 - j / b}')
-  cost_pt=$(awk -v j="$PT_TPS_jtok" -v b="$PT_TPS_base" 'BEGIN{printf "%.4f", 1 - j / b}')
-  echo "jtok_cost_ours=$cost_ours jtok_cost_pytorch=$cost_pt"
+VARIANTS=()
+[ "$JTOK_TOO" = 1 ] && VARIANTS+=(jtok)
+[ "$JTOKM_TOO" = 1 ] && VARIANTS+=(jtokm)
+for v in "${VARIANTS[@]}"; do
+  run_pair "$v"
+  report "$v"
+  FINAL=$v
+done
+if [ "$JTOKM_TOO" = 1 ]; then
+  run_pair jtokm_sparse
+  echo "RESULT [jtokm_sparse] config $CONFIG: ours $(fmt "$OURS_TPS_jtokm_sparse" '%.1f') tok/s (table_optimizer=sparse)"
+  echo "jtokm_sparse_cost_ours=$(awk -v j="$OURS_TPS_jtokm_sparse" -v b="$OURS_TPS_base" 'BEGIN{printf "%.4f", 1 - j / b}')"
 fi
+for v in "${VARIANTS[@]}"; do
+  ot=OURS_TPS_$v; pt=PT_TPS_$v
+  cost_ours=$(awk -v j="${!ot}" -v b="$OURS_TPS_base" 'BEGIN{printf "%.4f", 1 - j / b}')
+  cost_pt=$(awk -v j="${!pt}" -v b="$PT_TPS_base" 'BEGIN{printf "%.4f", 1 - j / b}')
+  echo "${v}_cost_ours=$cost_ours ${v}_cost_pytorch=$cost_pt"
+done
 tps=OURS_TPS_$FINAL; ptps=PT_TPS_$FINAL; mfu=OURS_MFU_$FINAL
 echo "ratio_vs_pytorch=$(div "${!tps}" "${!ptps}") mfu=$(fmt "${!mfu}" '%.4f')"

@@ -83,6 +83,7 @@ TEST(Config, ErrorsNameTheFieldOrFile) {
       {R"({"jtokm": true, "jtokm_eps": 0})", {}, "jtokm_eps must be positive"},
       {R"({"jtokm": true, "jtokm_layers": "0-9"})", {}, "field jtokm_layers"},
       {R"({"jtokm": "yes"})", {}, "field jtokm: expected boolean"},
+      {R"({"table_optimizer": "lazy"})", {}, "field table_optimizer: unknown value 'lazy' (known: dense, sparse)"},
   };
   for (auto& c : cases) {
     std::string e = error_of(c.text, c.ov);

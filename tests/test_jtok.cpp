@@ -2,6 +2,7 @@
 // differences through the gate, and the table AdamW's dense semantics.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 
@@ -126,4 +127,40 @@ TEST(TableAdamW, DenseSemanticsMatchDenseAdamWOverSteps) {
   for (int64_t j = 0; j < d; ++j) EXPECT_NEAR(t.w[20 * d + j], orig.w[20 * d + j] * std::pow(1 - 1e-3f, 4), 1e-6);
   // Row 1 had a gradient at step 1 only; afterwards its momentum keeps moving it.
   EXPECT_GT(std::abs(t.w[1 * d] - orig.w[1 * d] * std::pow(1 - 1e-3f, 4)), 1e-3);
+}
+
+TEST(TableAdamW, SparseRowsTouchOnlyRowsWithAGradientAndMatchDenseOnThem) {
+  const int64_t V = 30, d = 8;
+  TokenTable t = random_table(V, d, 7), td = t;
+  std::vector<float> m(V * d, 0.f), v(V * d, 0.f), md = m, vd = v;
+  SparseRowGrad g;
+  g.init(V, d);
+  const std::vector<int32_t> rows = {2, 5, 29};  // the same rows every step
+  for (int64_t step = 1; step <= 3; ++step) {
+    g.clear();
+    for (int32_t id : rows) {
+      float* r = g.row(id);
+      auto gr = randn(d, 200 + step * 31 + id);
+      for (int64_t j = 0; j < d; ++j) r[j] += gr[j];
+    }
+    AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.7f};
+    table_adamw_sparse_rows(t, m.data(), v.data(), g, h);
+    table_adamw_dense_semantics(td, md.data(), vd.data(), g, h);
+  }
+  auto orig = random_table(V, d, 7);
+  for (int64_t r = 0; r < V; ++r) {
+    const bool touched = std::find(rows.begin(), rows.end(), r) != rows.end();
+    for (int64_t j = 0; j < d; ++j) {
+      const int64_t i = r * d + j;
+      if (touched) {  // a row with a gradient every step: exactly the dense update
+        EXPECT_EQ(t.w[i], td.w[i]);
+        EXPECT_EQ(m[i], md[i]);
+        EXPECT_EQ(v[i], vd[i]);
+      } else {        // untouched: no decay, no moments
+        EXPECT_EQ(t.w[i], orig.w[i]);
+        EXPECT_EQ(m[i], 0.0f);
+        EXPECT_NE(td.w[i], orig.w[i]);  // (the dense semantics decayed it)
+      }
+    }
+  }
 }

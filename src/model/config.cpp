@@ -158,6 +158,7 @@ const std::map<std::string, Field>& schema() {
     tf("learning_rate", &T::learning_rate, "number");
     tf("min_lr", &T::min_lr, "number");
     tf("lr_scheduler_type", &T::lr_scheduler_type, "string");
+    tf("table_optimizer", &T::table_optimizer, "string");
     tf("warmup_ratio", &T::warmup_ratio, "number");
     tf("warmup_steps", &T::warmup_steps, "integer");
     tf("decay_ratio", &T::decay_ratio, "number");
@@ -255,6 +256,8 @@ void validate(const Config& cfg, const std::string& origin) {
            m.num_hidden_layers, ")");
   }
   nonneg("jtok_init_std", m.jtok_init_std);
+  if (t.table_optimizer != "dense" && t.table_optimizer != "sparse")
+    fail(origin, ": field table_optimizer: unknown value '", t.table_optimizer, "' (known: dense, sparse)");
   positive("seq_len", t.seq_len);
   if (t.seq_len > m.max_position_embeddings)
     fail(origin, ": field seq_len (", t.seq_len, ") exceeds max_position_embeddings (", m.max_position_embeddings, ")");

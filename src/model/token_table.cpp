@@ -84,6 +84,16 @@ void table_adamw_dense_semantics(TokenTable& t, float* tm, float* tv, const Spar
   }
 }
 
+void table_adamw_sparse_rows(TokenTable& t, float* tm, float* tv, const SparseRowGrad& g, const AdamWHyper& h) {
+  const AdamWStepConsts c = adamw_consts(h);
+  const int64_t d = t.dim, R = static_cast<int64_t>(g.ids.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < R; ++i) {
+    const int64_t r = g.ids[i];
+    adamw_elements(t.w.data() + r * d, g.rows.data() + i * d, tm + r * d, tv + r * d, d, c);
+  }
+}
+
 std::vector<float> densify(const SparseRowGrad& g, int64_t rows) {
   std::vector<float> dense(static_cast<size_t>(rows * g.dim), 0.0f);
   for (size_t i = 0; i < g.ids.size(); ++i)

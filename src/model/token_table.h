@@ -47,6 +47,11 @@ struct SparseRowGrad {
 // torch.optim.AdamW over a dense table with zero gradient rows. One pass over the table.
 // m, v: the table's AdamW moments, (rows, dim).
 void table_adamw_dense_semantics(TokenTable& t, float* m, float* v, const SparseRowGrad& g, const AdamWHyper& h);
+// Lazy ("sparse") AdamW: only the rows with a gradient this step are touched (their moments, their
+// bias-corrected update at the global step, their weight decay); the other rows keep their values
+// and moments exactly. Not torch.optim.AdamW's semantics (table_optimizer = "sparse", docs/jtok.md):
+// the price of a dense pass over V x d per table every step is gone.
+void table_adamw_sparse_rows(TokenTable& t, float* m, float* v, const SparseRowGrad& g, const AdamWHyper& h);
 // The reference: materialises the dense gradient and runs the dense AdamW.
 void table_adamw_ref(TokenTable& t, float* m, float* v, const SparseRowGrad& g, const AdamWHyper& h);
 // The dense (rows, dim) gradient a sparse one stands for (tests and parity dumps only).

@@ -65,8 +65,11 @@ StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t) 
     AdamWHyper h{static_cast<float>(st.lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
                  static_cast<float>(t.adam_epsilon), static_cast<float>(t.weight_decay), state.step,
                  static_cast<float>(st.clip_coef)};
-    table_adamw_dense_semantics(model.tables[l], state.table_m[l].data(), state.table_v[l].data(),
-                                model.table_grads[l], h);
+    if (t.table_optimizer == "sparse")
+      table_adamw_sparse_rows(model.tables[l], state.table_m[l].data(), state.table_v[l].data(), model.table_grads[l], h);
+    else
+      table_adamw_dense_semantics(model.tables[l], state.table_m[l].data(), state.table_v[l].data(),
+                                  model.table_grads[l], h);
   }
   return st;
 }
