@@ -13,7 +13,7 @@ namespace {
 
 struct Args {
   std::vector<std::string> runs, labels;
-  std::string out, title = "loss curves";
+  std::string out, title = "loss curves", metric = "loss";
   double ema = 0.95;
 } args;
 
@@ -22,13 +22,14 @@ void run() {
   Plot p;
   p.title = args.title;
   p.x_label = "tokens";
-  p.y_label = "loss";
+  p.y_label = args.metric;
+  const bool loss_plot = args.metric == "loss";
   for (size_t i = 0; i < args.runs.size(); ++i) {
     const std::string path = (std::filesystem::path(args.runs[i]) / "log.jsonl").string();
     std::ifstream in(path);
     if (!in) fail("cannot read ", path);
     const std::string label = i < args.labels.size() ? args.labels[i] : args.runs[i];
-    PlotSeries train{label + " train (EMA)", {}, {}, true, false, false, ""}, val{label + " val", {}, {}, true, true, true, ""};
+    PlotSeries train{label + (loss_plot ? " train (EMA)" : ""), {}, {}, true, false, false, ""}, val{label + " val", {}, {}, true, true, true, ""};
     double ema = 0, tokens_per_step = 0;
     bool first = true;
     std::string line;
@@ -39,19 +40,20 @@ void run() {
       if (j.is_discarded()) fail(path, ":", lineno, ": not JSON");
       const std::string type = j.value("type", "");
       if (type == "step") {
-        const double loss = j.at("loss").get<double>();
+        if (!j.contains(args.metric)) fail(path, ":", lineno, ": step line has no field '", args.metric, "'");
+        const double loss = j.at(args.metric).get<double>();
         ema = first ? loss : args.ema * ema + (1 - args.ema) * loss;
         first = false;
         tokens_per_step = j.at("tokens").get<double>() / j.at("step").get<double>();
         train.x.push_back(j.at("tokens").get<double>());
         train.y.push_back(ema);
-      } else if (type == "val") {
+      } else if (type == "val" && loss_plot) {
         val.x.push_back(j.at("step").get<double>() * tokens_per_step);
         val.y.push_back(j.at("val_loss").get<double>());
       }
     }
     if (train.x.empty()) fail(path, " has no step lines");
-    val.color = train.color = std::string(i == 0 ? "#1f77b4" : i == 1 ? "#d62728" : i == 2 ? "#2ca02c" : "#9467bd");
+    val.color = train.color = std::string(i == 0 ? "#1f77b4" : i == 1 ? "#d62728" : i == 2 ? "#2ca02c" : i == 3 ? "#9467bd" : "#ff7f0e");
     p.series.push_back(train);
     if (!val.x.empty()) p.series.push_back(val);
   }
@@ -65,6 +67,7 @@ void setup(CLI::App* sub) {
   sub->add_option("--out", args.out, "output SVG")->required();
   sub->add_option("--title", args.title, "plot title");
   sub->add_option("--ema", args.ema, "smoothing of the training loss (0 = none)");
+  sub->add_option("--metric", args.metric, "the step lines' field to plot (loss, hidden_std, jtokm_aux_loss, ...)");
   sub->callback(run);
 }
 
