@@ -2,6 +2,7 @@
 # Training throughput, ours vs the PyTorch reference, on the same config in one run.
 #
 #   bench/train_throughput.sh --config a|b|moe [--moe] [--jtok] [--jtokm] [--steps N] [--warmup N] [--threads N]
+#                             [--set NAME=VALUE ...]
 #
 # Config a: configs/bench_a.json (d=256, 4 layers, seq 256, 16 sequences a step);
 # config b: configs/bench_b.json (GPT-2 small: d=768, 12 layers, seq 1024, 4 sequences a step);
@@ -26,6 +27,8 @@
 # torch.optim.AdamW's semantics, a pass over every table row each step; docs/jtok.md) and prints
 # its cost too (no PyTorch peer for that one: torch's AdamW has no lazy mode).
 # Output ends with exactly one line:  ratio_vs_pytorch=<ours/pytorch tokens/s> mfu=<ours>
+# --set NAME=VALUE overrides a config field on both engines (repeatable), e.g.
+# --set gradient_accumulation_steps=8 for 8x the tokens per optimizer step.
 # Defaults: config a and moe 5 timed + 1 warm-up step, config b 3 timed + 1 warm-up step
 # (PyTorch takes minutes per config-b step on 2 cores).
 set -euo pipefail
@@ -35,13 +38,14 @@ usage() {
   sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
 }
 
-CONFIG=""; JTOK_TOO=0; JTOKM_TOO=0; STEPS=""; WARMUP=1; THREADS=2
+CONFIG=""; JTOK_TOO=0; JTOKM_TOO=0; STEPS=""; WARMUP=1; THREADS=2; SETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --config) CONFIG=${2:-}; shift 2 ;;
     --jtok) JTOK_TOO=1; shift ;;
     --jtokm) JTOKM_TOO=1; shift ;;
     --moe) CONFIG=moe; shift ;;
+    --set) [[ "${2:-}" == *=* ]] || { echo "--set needs NAME=VALUE" >&2; exit 2; }; SETS+=("$2"); shift 2 ;;
     --steps) STEPS=${2:-}; shift 2 ;;
     --warmup) WARMUP=${2:-}; shift 2 ;;
     --threads) THREADS=${2:-}; shift 2 ;;
@@ -77,7 +81,7 @@ json() { "$PY" -c 'import json,sys; v=json.loads(sys.stdin.read()).get(sys.argv[
 fmt() { awk -v x="$1" -v f="$2" 'BEGIN{printf f, x}'; }
 div() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.4f", a / b}'; }
 
-echo "train_throughput: config $CONFIG | $STEPS timed + $WARMUP warm-up steps | $THREADS threads each"
+echo "train_throughput: config $CONFIG ${SETS[*]} | $STEPS timed + $WARMUP warm-up steps | $THREADS threads each"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC') | host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') | load $(cut -d' ' -f1-3 /proc/loadavg) | OMP_WAIT_POLICY=$OMP_WAIT_POLICY | commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
 peak_json=$(OMP_NUM_THREADS=$THREADS "$JTOK" bench-peak)
@@ -90,10 +94,11 @@ PT_CONFIG=$CONFIG
 
 # run_pair VARIANT(base|jtok|jtokm): sets OURS_* and PT_* for that variant
 run_pair() {
-  local variant=$1 set_args=() py_args=()
-  if [ "$variant" = jtok ]; then set_args=(--set jtok=true --set jtok_layers=all); py_args=(--jtok); fi
-  if [ "$variant" = jtokm ]; then set_args=(--set jtokm=true --set jtokm_layers=all); py_args=(--jtokm); fi
-  if [ "$variant" = jtokm_sparse ]; then set_args=(--set jtokm=true --set jtokm_layers=all --set table_optimizer=sparse); fi
+  local variant=$1 set_args=() py_args=() kv
+  for kv in "${SETS[@]}"; do set_args+=(--set "$kv"); py_args+=(--set "$kv"); done
+  if [ "$variant" = jtok ]; then set_args+=(--set jtok=true --set jtok_layers=all); py_args+=(--jtok); fi
+  if [ "$variant" = jtokm ]; then set_args+=(--set jtokm=true --set jtokm_layers=all); py_args+=(--jtokm); fi
+  if [ "$variant" = jtokm_sparse ]; then set_args+=(--set jtokm=true --set jtokm_layers=all --set table_optimizer=sparse); fi
   local cmd_ours=(env OMP_NUM_THREADS="$THREADS" "$JTOK" bench-train --config "configs/bench_$CONFIG.json" "${set_args[@]}"
                   --steps "$STEPS" --warmup "$WARMUP" --peak-gflops "$PEAK")
   local cmd_pt=(env -u OPENBLAS_CORETYPE LD_LIBRARY_PATH="$OPENBLAS_OMP" PYTHONPATH=tests/reference "$PY"
