@@ -1,5 +1,6 @@
 #include "ops/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -40,10 +41,17 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
       const float* qh = q + b * T * qd + h * hd;
       const float* kg = k + b * T * kvd + g * hd;
       const float* vg = v + b * T * kvd + g * hd;
+      float* oh = out + b * T * qd + h * hd;
       float* P = probs + (b * H + h) * T * T;
-      gemm(false, true, T, T, hd, scale, qh, qd, kg, kvd, 0.0f, P, T);
-      for (int64_t t = 0; t < T; ++t) causal_softmax_row(P + t * T, t, T);
-      gemm(false, false, T, hd, T, 1.0f, P, T, vg, kvd, 0.0f, out + b * T * qd + h * hd, qd);
+      for (int64_t r0 = 0; r0 < T; r0 += kAttnRowBlock) {
+        const int64_t r1 = std::min(r0 + kAttnRowBlock, T), n = r1 - r0;
+        // P[r0:r1, 0:r1] (n,r1) = scale Q[r0:r1] (n,hd) K[0:r1]^T (hd,r1)
+        gemm(false, true, n, r1, hd, scale, qh + r0 * qd, qd, kg, kvd, 0.0f, P + r0 * T, T);
+        // Reads columns 0..t only and zeroes t+1..T-1, so the stored P is exactly 0 past the diagonal.
+        for (int64_t t = r0; t < r1; ++t) causal_softmax_row(P + t * T, t, T);
+        // out[r0:r1] (n,hd) = P[r0:r1, 0:r1] (n,r1) V[0:r1] (r1,hd)
+        gemm(false, false, n, hd, r1, 1.0f, P + r0 * T, T, vg, kvd, 0.0f, oh + r0 * qd, qd);
+      }
     }
 }
 
@@ -51,10 +59,12 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* k, const float* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd) {
   const int64_t qd = H * hd, kvd = KV * hd, group = H / KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  // Parallel over (batch, kv head): the q heads of one group write the same dk/dv rows.
+  // Parallel over (batch, kv head): the q heads of one group write the same dk/dv rows, so one
+  // thread owns them and accumulates in a fixed order (heads, then row blocks): deterministic.
 #pragma omp parallel
   {
-    std::vector<float> dP(static_cast<size_t>(T * T));
+    // dS of one row block: (n, r1) with row stride r1, at most (R, T).
+    std::vector<float> dS(static_cast<size_t>(std::min(kAttnRowBlock, T) * T));
 #pragma omp for collapse(2) schedule(dynamic, 1)
     for (int64_t b = 0; b < B; ++b)
       for (int64_t g = 0; g < KV; ++g) {
@@ -66,21 +76,29 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
           const float* P = probs + (b * H + h) * T * T;
           const float* dOh = dout + b * T * qd + h * hd;
           const float* qh = q + b * T * qd + h * hd;
-          // dV += P^T dO ; dP = dO V^T
-          gemm(true, false, T, hd, T, 1.0f, P, T, dOh, qd, 1.0f, dvg, kvd);
-          gemm(false, true, T, T, hd, 1.0f, dOh, qd, vg, kvd, 0.0f, dP.data(), T);
-          // dS = P * (dP - sum_j P dP), computed in place in dP (upper triangle stays 0 via P = 0).
-          for (int64_t t = 0; t < T; ++t) {
-            const float* p = P + t * T;
-            float* d = dP.data() + t * T;
-            float dot = 0.0f;
-            for (int64_t j = 0; j <= t; ++j) dot += p[j] * d[j];
-            for (int64_t j = 0; j <= t; ++j) d[j] = p[j] * (d[j] - dot);
-            for (int64_t j = t + 1; j < T; ++j) d[j] = 0.0f;
+          float* dqh = dq + b * T * qd + h * hd;
+          for (int64_t r0 = 0; r0 < T; r0 += kAttnRowBlock) {
+            const int64_t r1 = std::min(r0 + kAttnRowBlock, T), n = r1 - r0;
+            const float* Pb = P + r0 * T;  // P[r0:r1, 0:r1], row stride T
+            // dV[0:r1] (r1,hd) += P[r0:r1, 0:r1]^T (r1,n) dO[r0:r1] (n,hd)
+            gemm(true, false, r1, hd, n, 1.0f, Pb, T, dOh + r0 * qd, qd, 1.0f, dvg, kvd);
+            // dP (n,r1) = dO[r0:r1] (n,hd) V[0:r1]^T (hd,r1)
+            gemm(false, true, n, r1, hd, 1.0f, dOh + r0 * qd, qd, vg, kvd, 0.0f, dS.data(), r1);
+            // dS = P * (dP - sum_j P dP) in place; zero past the diagonal inside the block, which
+            // the GEMMs below read.
+            for (int64_t t = r0; t < r1; ++t) {
+              const float* p = P + t * T;
+              float* d = dS.data() + (t - r0) * r1;
+              float dot = 0.0f;
+              for (int64_t j = 0; j <= t; ++j) dot += p[j] * d[j];
+              for (int64_t j = 0; j <= t; ++j) d[j] = p[j] * (d[j] - dot);
+              for (int64_t j = t + 1; j < r1; ++j) d[j] = 0.0f;
+            }
+            // dQ[r0:r1] (n,hd) += scale dS (n,r1) K[0:r1] (r1,hd)
+            gemm(false, false, n, hd, r1, scale, dS.data(), r1, kg, kvd, 1.0f, dqh + r0 * qd, qd);
+            // dK[0:r1] (r1,hd) += scale dS^T (r1,n) Q[r0:r1] (n,hd)
+            gemm(true, false, r1, hd, n, scale, dS.data(), r1, qh + r0 * qd, qd, 1.0f, dkg, kvd);
           }
-          // dQ += scale dS K ; dK += scale dS^T Q
-          gemm(false, false, T, hd, T, scale, dP.data(), T, kg, kvd, 1.0f, dq + b * T * qd + h * hd, qd);
-          gemm(true, false, T, hd, T, scale, dP.data(), T, qh, qd, 1.0f, dkg, kvd);
         }
       }
   }

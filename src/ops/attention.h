@@ -5,6 +5,11 @@
 
 namespace jtok {
 
+// The fast forward and backward work in causal blocks of this many query rows: rows [r0, r1) only
+// see keys [0, r1), so the GEMMs skip the masked upper triangle except inside the diagonal block.
+// Chosen by timing the op alone on the bench configs (docs/benchmarks.md).
+inline constexpr int64_t kAttnRowBlock = 64;
+
 // out (B,T,H,hd); probs (B,H,T,T) = causal softmax(q k^T / sqrt(hd)), kept for the backward
 // (entries above the diagonal are 0).
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int64_t B,
