@@ -55,7 +55,9 @@ TEST_P(ModelGrad, BackwardMatchesFiniteDifferencesOnEveryTensor) {
   forward(m, a, x.data(), B, T);
   zero_grads(m);
   backward(m, a, x.data(), y.data());
-  if (c.jtokm) EXPECT_GT(a.jtokm_aux_loss, 0.0);
+  if (c.jtokm) {
+    EXPECT_GT(a.jtokm_aux_loss, 0.0);
+  }
   // The step's loss: LM + aux (JTok-M's load balancing; 0 without it).
   auto loss = [&] { forward(m, a, x.data(), B, T); return loss_of_logits(m, a, y.data()) + a.aux_loss; };
   std::mt19937_64 rng(3);
