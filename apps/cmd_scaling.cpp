@@ -51,12 +51,14 @@ void setup_plan(CLI::App* sub) {
   static std::string config, shapes_file, out, csv;
   static std::vector<std::string> budgets, hidden, layers;
   static int64_t min_steps = 1;
+  static double max_tokens = 0;
   sub->add_option("--config", config, "base config JSON file")->required();
   sub->add_option("--budgets", budgets, "compute budgets C in FLOPs, e.g. 1e15,3e15,1e16")->required();
   sub->add_option("--shapes", shapes_file, "JSON file: array of config-override objects (optional \"name\")");
   sub->add_option("--hidden-sizes", hidden, "hidden sizes of a shape grid, e.g. 64,128,256");
   sub->add_option("--layers", layers, "layer counts of a shape grid, e.g. 2,4,8");
   sub->add_option("--min-steps", min_steps, "leave out runs shorter than this many steps (default 1)");
+  sub->add_option("--max-tokens", max_tokens, "leave out runs that would train on more tokens than this (default: no limit)");
   sub->add_option("--out", out, "write the plan here (.json, or .csv for the table only); default: stdout JSON");
   sub->add_option("--csv", csv, "also write the plan as a CSV table here");
   sub->callback([] {
@@ -66,9 +68,9 @@ void setup_plan(CLI::App* sub) {
     std::vector<jtok::ShapeSpec> shapes =
         !shapes_file.empty() ? jtok::read_shapes(shapes_file, base)
                              : jtok::grid_shapes(base, config, parse_ints(hidden, "--hidden-sizes"), parse_ints(layers, "--layers"));
-    jtok::Plan p = jtok::make_plan(config, shapes, parse_numbers(budgets, "--budgets"), min_steps);
+    jtok::Plan p = jtok::make_plan(config, shapes, parse_numbers(budgets, "--budgets"), min_steps, max_tokens);
     for (auto& s : p.skipped) std::fprintf(stderr, "scaling plan: left out %s\n", s.c_str());
-    if (p.rows.empty()) jtok::fail("scaling plan: every run was left out (budgets too small for --min-steps)");
+    if (p.rows.empty()) jtok::fail("scaling plan: every run was left out (by --min-steps or --max-tokens)");
     const std::string j = jtok::to_json(p).dump(2) + "\n";
     if (out.empty()) std::printf("%s", j.c_str());
     else jtok::write_file_atomic(out, ends_with(out, ".csv") ? jtok::plan_csv(p) : j);
@@ -81,12 +83,13 @@ void setup_plan(CLI::App* sub) {
 
 void setup_run(CLI::App* sub) {
   static std::string plan_file, out, results, trainer = "/proc/self/exe";
-  static bool dry = false;
+  static bool dry = false, rm_ck = false;
   sub->add_option("--plan", plan_file, "plan JSON written by `jtok scaling plan`")->required();
   sub->add_option("--out", out, "directory of the runs (one subdirectory per run)")->required();
   sub->add_option("--results", results, "results CSV (default: OUT/results.csv)");
   sub->add_option("--trainer", trainer, "the binary invoked as `TRAINER train ...` (default: this jtok)");
   sub->add_flag("--dry-run", dry, "print what would run; run nothing");
+  sub->add_flag("--remove-checkpoints", rm_ck, "delete a run's checkpoints/ once its result.json is written");
   sub->callback([] {
     jtok::Plan p = jtok::plan_from_json(jtok::read_json_file(plan_file), plan_file);
     jtok::RunOptions o;
@@ -94,6 +97,7 @@ void setup_run(CLI::App* sub) {
     // /proc/self/exe names this binary even when it was started through a relative path.
     o.trainer = trainer == "/proc/self/exe" ? std::filesystem::read_symlink("/proc/self/exe").string() : trainer;
     o.dry_run = dry;
+    o.remove_checkpoints = rm_ck;
     o.log = [](const std::string& s) { std::fprintf(stderr, "scaling run: %s\n", s.c_str()); };
     jtok::RunSummary s = jtok::run_plan(p, o);
     if (!dry) {

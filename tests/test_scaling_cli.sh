@@ -96,6 +96,23 @@ PYEOF
 then ok "isoflops minima and Kaplan fit of the run results"; else bad "isoflops minima and Kaplan fit"; fi
 [ -s "$T/svg/isoflops_results.svg" ] && ok "isoflops svg" || bad "isoflops svg"
 
+# --- MoE shapes: the plan's N_c is `jtok flops`'s (activated experts only) for every shape ---
+"$JTOK" scaling plan --config "$ROOT/configs/cpu_moe.json" --budgets 1e13 --hidden-sizes 64,128 --layers 2,4 \
+  --out "$T/moe_plan.json" 2> /dev/null
+moe_ok=1
+while IFS=' ' read -r n_c inactive sets; do
+  # shellcheck disable=SC2086
+  "$JTOK" flops --config "$ROOT/configs/cpu_moe.json" $sets --json > "$T/moe_flops.json"
+  $PY -c "
+import json; f = json.load(open('$T/moe_flops.json'))
+assert f['n_c'] == $n_c and f['n_experts_inactive'] == $inactive > 0, (f['n_c'], $n_c, f['n_experts_inactive'], $inactive)" || moe_ok=0
+done < <($PY -c "
+import json
+for r in json.load(open('$T/moe_plan.json'))['rows']:
+    print(r['n_c'], r['n_experts_inactive'], ' '.join(f'--set {k}={v}' for k, v in r['overrides'].items()))")
+[ "$($PY -c "import json; print(len(json.load(open('$T/moe_plan.json'))['rows']))")" = 4 ] || moe_ok=0
+[ $moe_ok = 1 ] && ok "MoE plan: N_c = jtok flops N_c (activated) per shape" || bad "MoE plan: N_c = jtok flops N_c"
+
 # --- loss against eta (paper Fig. 7b): loss = 2.40 - 0.0118 log2(eta) ---
 $PY -c "
 import math

@@ -57,6 +57,7 @@ TEST(IsoFlops, RecoversMinimaOfSyntheticProfiles) {
     EXPECT_NEAR(m.tokens_opt, m.budget / (6 * m.n_c_opt), 1e-6 * m.tokens_opt);
     EXPECT_FALSE(m.extrapolated);
     EXPECT_EQ(m.n_points, 7);
+    EXPECT_EQ(m.method, "quadratic");
   }
   // A window of 3 around the lowest point still finds the noiseless minimum.
   std::vector<IsoPoint> clean;
@@ -66,9 +67,22 @@ TEST(IsoFlops, RecoversMinimaOfSyntheticProfiles) {
   EXPECT_NEAR(std::log10(w[0].n_c_opt), 7.3, 1e-9);
 }
 
-TEST(IsoFlops, RejectsConcaveAndTooSmallProfiles) {
-  std::vector<IsoPoint> cap = {{1e18, 1e7, 3.0}, {1e18, 1e8, 3.5}, {1e18, 1e9, 3.0}};
-  EXPECT_THROW(fit_isoflops(cap), Error);
+TEST(IsoFlops, ConcaveProfileFallsBackToLowestRunAndTooSmallFails) {
+  // A cap: the quadratic opens downwards, so the lowest run (an end of the range) stands in.
+  std::vector<IsoPoint> cap = {{1e18, 1e7, 3.1}, {1e18, 1e8, 3.5}, {1e18, 1e9, 3.0}};
+  auto c = fit_isoflops(cap);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].method, "lowest_run");
+  EXPECT_DOUBLE_EQ(c[0].n_c_opt, 1e9);
+  EXPECT_DOUBLE_EQ(c[0].loss_opt, 3.0);
+  EXPECT_DOUBLE_EQ(c[0].tokens_opt, 1e18 / 6e9);
+  EXPECT_TRUE(c[0].extrapolated);
+  // Monotone and concave (a short study where the smallest model wins): lowest run at the left end.
+  std::vector<IsoPoint> mono = {{1e18, 1e7, 2.0}, {1e18, 1e8, 2.9}, {1e18, 3e8, 3.3}, {1e18, 1e9, 3.5}};
+  auto m = fit_isoflops(mono);
+  EXPECT_EQ(m[0].method, "lowest_run");
+  EXPECT_DOUBLE_EQ(m[0].n_c_opt, 1e7);
+  EXPECT_TRUE(m[0].extrapolated);
   std::vector<IsoPoint> two = {{1e18, 1e7, 3.0}, {1e18, 1e8, 2.5}};
   EXPECT_THROW(fit_isoflops(two), Error);
 }

@@ -66,6 +66,51 @@ TEST(Plan, GridRowsFollowDEqualsCOver6Nc) {
   EXPECT_EQ(q.rows[5].overrides, p.rows[5].overrides);
 }
 
+// MoE family: N_c counts the activated experts only (as `jtok flops` does), so D = C / (6 N_c)
+// gives the MoE more tokens than its stored size would; expert width scales with d.
+TEST(Plan, MoeShapesCountActivatedParams) {
+  TempDir t;
+  std::string base = t / "moe.json";
+  write_file_atomic(base, R"({"model_type": "jtok_moe", "vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 256, "first_k_dense_replace": 1,
+    "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+    "seq_len": 64, "micro_batch_size": 4, "max_position_embeddings": 128})");
+  auto shapes = grid_shapes(read_json_file(base), base, {64, 128}, {3, 5});
+  ASSERT_EQ(shapes.size(), 4u);
+  EXPECT_EQ(shapes[0].overrides["moe_intermediate_size"], 32);
+  EXPECT_EQ(shapes[2].overrides["moe_intermediate_size"], 64);  // ratio 1/2 of d kept
+  EXPECT_EQ(shapes[2].overrides["intermediate_size"], 512);
+  Plan p = make_plan(base, shapes, {1e12}, 1);
+  ASSERT_EQ(p.rows.size(), 4u);
+  // d64 L3 by hand: attention 3 * 4 d^2; one dense MLP 3 d 256; two MoE layers of shared (32) +
+  // top-2 of 32 each: 3 d (32 + 2 * 32). The 6 routed experts not chosen are not in N_c.
+  const int64_t d = 64;
+  EXPECT_EQ(p.rows[0].n_c, 3 * 4 * d * d + 3 * d * 256 + 2 * 3 * d * (32 + 2 * 32));
+  EXPECT_EQ(p.rows[0].n_experts_inactive, 2 * 3 * d * 6 * 32);
+  for (auto& r : p.rows) {
+    Config c = config_from_json(merged_config(read_json_file(base), r.overrides, "t"), "t");
+    ASSERT_TRUE(c.model.is_moe());
+    FlopsReport f = flops_report(c.model, c.train.seq_len);
+    EXPECT_EQ(r.n_c, f.n_c);
+    EXPECT_GT(r.n_experts_inactive, 0);
+    EXPECT_GT(r.n_total, r.n_c + r.n_experts_inactive);  // plus embedding, norms, routers
+    EXPECT_DOUBLE_EQ(r.tokens_target, r.budget / (6.0 * double(r.n_c)));
+    EXPECT_EQ(r.steps, std::llround(r.tokens_target / 256));
+  }
+  Plan q = plan_from_json(to_json(p), "t");
+  EXPECT_EQ(q.rows[3].n_experts_inactive, p.rows[3].n_experts_inactive);
+  // first_k_dense_replace is the base's: a shape with fewer layers fails naming the field.
+  nlohmann::json b2 = read_json_file(base);
+  b2["first_k_dense_replace"] = 2;
+  try {
+    grid_shapes(b2, base, {64}, {1});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("first_k_dense_replace"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("d64_L1"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Plan, MinStepsLeavesOutTooLargeShapes) {
   TempDir t;
   std::string base = write_base(t);
@@ -78,6 +123,12 @@ TEST(Plan, MinStepsLeavesOutTooLargeShapes) {
   EXPECT_EQ(p.rows[0].steps, 497);
   ASSERT_EQ(p.skipped.size(), 1u);
   EXPECT_NE(p.skipped[0].find("d256_L2"), std::string::npos);
+  // --max-tokens leaves out the other end: d64 would train on 497 * 256 = 127232 tokens.
+  Plan q = make_plan(base, shapes, {1e11}, 1, 1e5);
+  ASSERT_EQ(q.rows.size(), 1u);
+  EXPECT_EQ(q.rows[0].shape, "d256_L2");
+  ASSERT_EQ(q.skipped.size(), 1u);
+  EXPECT_NE(q.skipped[0].find("d64_L2: 127232 tokens > max"), std::string::npos) << q.skipped[0];
 }
 
 TEST(Plan, ShapesFileWithNamesAndBadFields) {
@@ -179,6 +230,47 @@ TEST(RunPlan, ResumableWithFakeTrainer) {
   RunSummary s3 = run_plan(p, o);
   EXPECT_EQ(s3.failed, 1);
   EXPECT_NE(s3.failures[0].find("val_loss"), std::string::npos);
+}
+
+// The real trainer exits 0 after a clean stop on SIGINT/SIGTERM, its last val_loss from an earlier
+// eval: that is a failure, and the rerun passes --resume once a complete checkpoint exists.
+TEST(RunPlan, StoppedEarlyIsNotAResultAndTheRerunResumes) {
+  TempDir t;
+  std::string base = write_base(t);
+  Plan p = make_plan(base, grid_shapes(read_json_file(base), base, {64}, {2}), {1e12}, 1);
+  ASSERT_EQ(p.rows.size(), 1u);
+  const int64_t steps = p.rows[0].steps;
+  ASSERT_GT(steps, 4);
+  std::vector<std::vector<std::string>> calls;
+  RunOptions o;
+  o.out_dir = t / "runs";
+  o.remove_checkpoints = true;
+  o.runner = [&](const std::vector<std::string>& argv, const std::string&) {
+    calls.push_back(argv);
+    const std::string dir = argv[5];
+    const bool resumed = argv.back() == "--resume";
+    const int64_t at = resumed ? steps : steps / 2;  // first call: "stopped" half way
+    fs::create_directories(dir + "/checkpoints/step_00000002");
+    std::ofstream(dir + "/checkpoints/step_00000002/COMPLETE") << "2\n";
+    std::ofstream(dir + "/log.jsonl", std::ios::app) << "{\"step\": " << at << ", \"val_loss\": 4.5}\n";
+    return 0;
+  };
+  RunSummary s1 = run_plan(p, o);
+  EXPECT_EQ(s1.failed, 1);
+  ASSERT_EQ(s1.failures.size(), 1u);
+  EXPECT_NE(s1.failures[0].find("not at the planned " + std::to_string(steps)), std::string::npos) << s1.failures[0];
+  EXPECT_FALSE(fs::exists(t / ("runs/" + p.rows[0].run_id + "/result.json")));
+  EXPECT_NE(calls[0].back(), "--resume");
+  RunSummary s2 = run_plan(p, o);
+  EXPECT_EQ(s2.ran, 1);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1].back(), "--resume");
+  nlohmann::json res = read_json_file(t / ("runs/" + p.rows[0].run_id + "/result.json"));
+  EXPECT_EQ(res["val_step"].get<int64_t>(), steps);
+  EXPECT_TRUE(res["resumed"].get<bool>());
+  EXPECT_GE(res["seconds"].get<double>(), 0.0);
+  // --remove-checkpoints: the finished run keeps its result, not its checkpoints.
+  EXPECT_FALSE(fs::exists(t / ("runs/" + p.rows[0].run_id + "/checkpoints")));
 }
 
 TEST(RunPlan, SubprocessExitStatusAndOutput) {

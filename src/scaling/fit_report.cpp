@@ -142,7 +142,7 @@ nlohmann::json run_fits(const FitInputs& in) {
     Curve c{f, stem(f), "isoflops", {}, {}};
     for (auto& m : mins) {
       jm.push_back({{"budget", m.budget}, {"n_c_opt", m.n_c_opt}, {"tokens_opt", m.tokens_opt}, {"loss_opt", m.loss_opt},
-                    {"n_points", m.n_points}, {"extrapolated", m.extrapolated}, {"curvature", m.quad.a},
+                    {"n_points", m.n_points}, {"extrapolated", m.extrapolated}, {"method", m.method}, {"curvature", m.quad.a},
                     {"r2", m.quad.r2}});
       c.compute.push_back(m.budget), c.loss.push_back(m.loss_opt);
     }
@@ -239,7 +239,11 @@ std::string fit_report_text(const nlohmann::json& j) {
       for (auto& m : iso["minima"]) {
         std::snprintf(b, sizeof b, "  C %-10.4g N_c* %-10.4g D* %-10.4g L* %.4f  (%d points%s)\n", m["budget"].get<double>(),
                       m["n_c_opt"].get<double>(), m["tokens_opt"].get<double>(), m["loss_opt"].get<double>(),
-                      m["n_points"].get<int>(), m["extrapolated"].get<bool>() ? ", minimum extrapolated" : "");
+                      m["n_points"].get<int>(),
+                      m.value("method", "quadratic") == "lowest_run"
+                          ? (m["extrapolated"].get<bool>() ? ", not U-shaped: lowest run, at an end of the range"
+                                                           : ", not U-shaped: lowest run")
+                          : (m["extrapolated"].get<bool>() ? ", minimum extrapolated" : ""));
         s += b;
       }
       if (!iso["kaplan"].is_null()) {

@@ -35,9 +35,18 @@ std::vector<IsoMinimum> fit_isoflops(const std::vector<IsoPoint>& points, int wi
     m.budget = budget;
     m.n_points = (int)pts.size();
     m.quad = fit_quadratic(x, y);
-    if (!(m.quad.a > 0))
-      fail("isoFLOP profile at budget ", budget, " is not U-shaped (quadratic curvature ", m.quad.a,
-           " <= 0): add model sizes on both sides of the minimum");
+    if (!(m.quad.a > 0)) {
+      size_t best = 0;
+      for (size_t i = 1; i < pts.size(); ++i)
+        if (pts[i].loss < pts[best].loss) best = i;
+      m.method = "lowest_run";
+      m.extrapolated = best == 0 || best + 1 == pts.size();
+      m.n_c_opt = pts[best].n_c;
+      m.tokens_opt = budget / (6.0 * m.n_c_opt);
+      m.loss_opt = pts[best].loss;
+      out.push_back(m);
+      continue;
+    }
     double u = m.quad.argmin();
     m.extrapolated = u < x.front() || u > x.back();
     m.n_c_opt = std::pow(10.0, u);

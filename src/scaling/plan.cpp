@@ -86,6 +86,10 @@ std::vector<ShapeSpec> grid_shapes(const nlohmann::json& base, const std::string
   const int64_t hd = b.model.hd();
   const int64_t q_per_kv = b.model.num_attention_heads / b.model.num_key_value_heads;
   const double ffn_ratio = double(b.model.intermediate_size) / double(b.model.hidden_size);
+  // MoE: the experts' width scales with d too, so a shape family keeps the base's expert count,
+  // top-k and expert/dense width ratio, and N_c (activated) grows like a dense family's.
+  const double moe_ratio = double(b.model.moe_intermediate_size) / double(b.model.hidden_size);
+  auto round16 = [](double x) { return std::max<int64_t>(16, std::llround(x / 16.0) * 16); };
   std::vector<int64_t> hs = hidden_sizes.empty() ? std::vector<int64_t>{b.model.hidden_size} : hidden_sizes;
   std::vector<int64_t> ls = layers.empty() ? std::vector<int64_t>{b.model.num_hidden_layers} : layers;
   std::vector<ShapeSpec> out;
@@ -100,7 +104,8 @@ std::vector<ShapeSpec> grid_shapes(const nlohmann::json& base, const std::string
       s.name = shape_name(d, l);
       s.overrides = {{"hidden_size", d}, {"num_hidden_layers", l}, {"num_attention_heads", heads},
                      {"num_key_value_heads", heads / q_per_kv},
-                     {"intermediate_size", std::max<int64_t>(16, std::llround(ffn_ratio * double(d) / 16.0) * 16)}};
+                     {"intermediate_size", round16(ffn_ratio * double(d))}};
+      if (b.model.is_moe()) s.overrides["moe_intermediate_size"] = round16(moe_ratio * double(d));
       merged_config(base, s.overrides, origin + " with shape " + s.name);
       out.push_back(std::move(s));
     }
@@ -108,7 +113,7 @@ std::vector<ShapeSpec> grid_shapes(const nlohmann::json& base, const std::string
 }
 
 Plan make_plan(const std::string& base_config_path, const std::vector<ShapeSpec>& shapes,
-               const std::vector<double>& budgets, int64_t min_steps) {
+               const std::vector<double>& budgets, int64_t min_steps, double max_tokens) {
   if (budgets.empty()) fail("scaling plan: no compute budgets given");
   if (shapes.empty()) fail("scaling plan: no model shapes given");
   for (double c : budgets)
@@ -127,7 +132,8 @@ Plan make_plan(const std::string& base_config_path, const std::vector<ShapeSpec>
       r.shape = s.name;
       r.run_id = run_id_of(c, s.name);
       r.overrides = s.overrides;
-      r.n_c = f.n_c, r.n_n = f.n_n, r.n_total = f.n_total;
+      r.n_c = f.n_c, r.n_n = f.n_n, r.n_total = f.n_total;  // n_c: activated params only (MoE)
+      r.n_experts_inactive = f.n_experts_inactive;
       r.flops_per_token = f.flops_per_token;
       r.tokens_target = c / (6.0 * double(f.n_c));
       r.tokens_per_step = cfg.train.tokens_per_step();
@@ -138,6 +144,11 @@ Plan make_plan(const std::string& base_config_path, const std::vector<ShapeSpec>
         continue;
       }
       r.tokens = r.steps * r.tokens_per_step;
+      if (max_tokens > 0 && double(r.tokens) > max_tokens) {
+        p.skipped.push_back(budget_tag(c) + " x " + s.name + ": " + std::to_string(r.tokens) + " tokens > max " +
+                            fmt_double(max_tokens));
+        continue;
+      }
       r.compute = 6.0 * double(r.n_c) * double(r.tokens);
       r.compute_exact = r.flops_per_token * double(r.tokens);
       p.rows.push_back(std::move(r));
@@ -149,7 +160,8 @@ nlohmann::json to_json(const Plan& p) {
   nlohmann::json rows = nlohmann::json::array();
   for (auto& r : p.rows)
     rows.push_back({{"run_id", r.run_id}, {"budget", r.budget}, {"shape", r.shape}, {"overrides", r.overrides},
-                    {"n_c", r.n_c}, {"n_n", r.n_n}, {"n_total", r.n_total}, {"flops_per_token", r.flops_per_token},
+                    {"n_c", r.n_c}, {"n_n", r.n_n}, {"n_total", r.n_total}, {"n_experts_inactive", r.n_experts_inactive},
+                    {"flops_per_token", r.flops_per_token},
                     {"tokens_target", r.tokens_target}, {"tokens_per_step", r.tokens_per_step}, {"steps", r.steps},
                     {"tokens", r.tokens}, {"compute", r.compute}, {"compute_exact", r.compute_exact}});
   return {{"base_config", p.base_config}, {"budgets", p.budgets}, {"rows", rows}, {"skipped", p.skipped}};
@@ -169,6 +181,7 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& origin) {
       x.n_c = r.at("n_c").get<int64_t>();
       x.n_n = r.value("n_n", int64_t(0));
       x.n_total = r.value("n_total", int64_t(0));
+      x.n_experts_inactive = r.value("n_experts_inactive", int64_t(0));
       x.flops_per_token = r.value("flops_per_token", 0.0);
       x.tokens_target = r.value("tokens_target", 0.0);
       x.tokens_per_step = r.at("tokens_per_step").get<int64_t>();
@@ -194,10 +207,11 @@ std::string plan_csv(const Plan& p) {
     for (auto it = r.overrides.begin(); it != r.overrides.end(); ++it)
       ov += (ov.empty() ? "" : ";") + it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump());
     rows.push_back({r.run_id, fmt_double(r.budget), r.shape, std::to_string(r.n_c), std::to_string(r.n_n),
+                    std::to_string(r.n_total), std::to_string(r.n_experts_inactive),
                     fmt_double(r.tokens_target), std::to_string(r.tokens_per_step), std::to_string(r.steps),
                     std::to_string(r.tokens), fmt_double(r.compute), fmt_double(r.compute_exact), ov});
   }
-  return to_csv({"run_id", "budget", "shape", "n_c", "n_n", "tokens_target", "tokens_per_step", "steps", "tokens",
+  return to_csv({"run_id", "budget", "shape", "n_c", "n_n", "n_total", "n_experts_inactive", "tokens_target", "tokens_per_step", "steps", "tokens",
                  "compute", "compute_exact", "overrides"},
                 rows);
 }

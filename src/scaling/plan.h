@@ -20,7 +20,8 @@ std::vector<ShapeSpec> read_shapes(const std::string& path, const nlohmann::json
 
 // Shapes from lists of hidden sizes and layer counts (their product). The base's head size,
 // q/kv head ratio and MLP ratio are kept: heads = d / hd, kv heads = heads / (q per kv),
-// intermediate_size = base ratio * d rounded to a multiple of 16.
+// intermediate_size = base ratio * d rounded to a multiple of 16; for an MoE base also
+// moe_intermediate_size (experts, top-k and first_k_dense_replace stay the base's).
 std::vector<ShapeSpec> grid_shapes(const nlohmann::json& base, const std::string& origin,
                                    const std::vector<int64_t>& hidden_sizes, const std::vector<int64_t>& layers);
 
@@ -29,7 +30,8 @@ struct PlanRow {
   double budget = 0;         // C (FLOPs), nominal
   std::string shape;
   nlohmann::json overrides;  // the shape's config overrides
-  int64_t n_c = 0, n_n = 0, n_total = 0;
+  int64_t n_c = 0, n_n = 0, n_total = 0;  // n_c counts activated params only (MoE: shared + top-k experts)
+  int64_t n_experts_inactive = 0;           // MoE: routed-expert params not activated per token
   double flops_per_token = 0;  // exact training FLOPs per token (see flops.h)
   double tokens_target = 0;    // D = C / (6 N_c)
   int64_t tokens_per_step = 0;
@@ -46,9 +48,11 @@ struct Plan {
   std::vector<std::string> skipped;  // "budget x shape: reason" for grid points left out
 };
 
-// Builds the grid; shapes too large for a budget (fewer than min_steps steps) are skipped.
+// Builds the grid; shapes too large for a budget (fewer than min_steps steps) are skipped, and
+// with max_tokens > 0 so are shapes too small for it (more than max_tokens tokens: more than the
+// data holds, or more wall time than the study can spend; the LM head makes small models slow).
 Plan make_plan(const std::string& base_config_path, const std::vector<ShapeSpec>& shapes,
-               const std::vector<double>& budgets, int64_t min_steps);
+               const std::vector<double>& budgets, int64_t min_steps, double max_tokens = 0);
 
 nlohmann::json to_json(const Plan& p);
 Plan plan_from_json(const nlohmann::json& j, const std::string& origin);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include "core/error.h"
 #include "core/atomic_file.h"
 #include "scaling/table.h"
+#include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
 
@@ -97,6 +99,10 @@ RunSummary run_plan(const Plan& plan, const RunOptions& opt) {
     const std::string cfg_path = dir + "/config.json";
     std::vector<std::string> argv = {opt.trainer, "train", "--config", cfg_path, "--out", dir, "--max-steps",
                                      std::to_string(r.steps)};
+    // A run stopped part way (killed, or the trainer's clean stop on SIGINT/SIGTERM) continues
+    // from its newest complete checkpoint instead of starting over.
+    const bool resume = fs::exists(dir + "/checkpoints") && latest_checkpoint(dir).has_value();
+    if (resume) argv.push_back("--resume");
     if (opt.dry_run) {
       std::string cmd;
       for (auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
@@ -111,7 +117,9 @@ RunSummary run_plan(const Plan& plan, const RunOptions& opt) {
     write_file_atomic(cfg_path, cfg.dump(2) + "\n");
     say(tag + ": training " + std::to_string(r.steps) + " steps (N_c " + std::to_string(r.n_c) + ", " +
         std::to_string(r.tokens) + " tokens)");
+    const auto t0 = std::chrono::steady_clock::now();
     int rc = opt.runner(argv, dir + "/train.log");
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::string why;
     TrainLogSummary log;
     if (rc != 0) {
@@ -122,6 +130,11 @@ RunSummary run_plan(const Plan& plan, const RunOptions& opt) {
       try {
         log = read_train_log(dir + "/log.jsonl");
         if (!log.has_val) why = dir + "/log.jsonl has no \"val_loss\" line";
+        // The trainer exits 0 after a clean stop on a signal; its last val_loss is then from an
+        // earlier step and must not be taken as the run's result.
+        else if (log.val_step != r.steps)
+          why = dir + "/log.jsonl: last \"val_loss\" is at step " + std::to_string(log.val_step) + ", not at the planned " +
+                std::to_string(r.steps) + " (stopped early? a rerun resumes it)";
       } catch (const Error& e) {
         why = e.what();
       }
@@ -135,8 +148,10 @@ RunSummary run_plan(const Plan& plan, const RunOptions& opt) {
     nlohmann::json res = {{"run_id", r.run_id}, {"budget", r.budget}, {"shape", r.shape}, {"n_c", r.n_c},
                           {"n_n", r.n_n}, {"tokens", r.tokens}, {"steps", r.steps}, {"compute", r.compute},
                           {"loss", log.val_loss}, {"val_step", log.val_step}, {"last_step", log.last_step},
-                          {"train_loss", log.has_train ? nlohmann::json(log.train_loss) : nlohmann::json(nullptr)}};
+                          {"train_loss", log.has_train ? nlohmann::json(log.train_loss) : nlohmann::json(nullptr)},
+                          {"seconds", seconds}, {"resumed", resume}};
     write_file_atomic(result_path, res.dump(2) + "\n");
+    if (opt.remove_checkpoints) fs::remove_all(dir + "/checkpoints", ec);  // result.json now stands for the run
     sum.results.push_back(res);
     ++sum.ran;
     say(tag + ": val_loss " + fmt_double(log.val_loss));

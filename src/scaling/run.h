@@ -4,8 +4,9 @@
 //   result.json exists  -> the run is finished; it is not redone;
 //   otherwise           -> write config.json (base config + the row's overrides + max_steps),
 //                          run `TRAINER train --config OUT/<run_id>/config.json --out OUT/<run_id>
-//                          --max-steps STEPS` (output appended to train.log), read the last
-//                          "val_loss" of log.jsonl and write result.json atomically.
+//                          --max-steps STEPS [--resume]` (output appended to train.log; --resume
+//                          when a complete checkpoint exists), read the last "val_loss" of
+//                          log.jsonl, which must be at step STEPS, and write result.json atomically.
 // Then the results CSV lists every finished run.
 #pragma once
 #include <functional>
@@ -38,6 +39,7 @@ struct RunOptions {
   std::string out_dir;                      // runs live in out_dir/<run_id>
   std::string trainer = "/proc/self/exe";   // the jtok binary
   bool dry_run = false;                     // print what would run, run nothing
+  bool remove_checkpoints = false;          // delete OUT/<run_id>/checkpoints once result.json is written
   Runner runner = run_subprocess;           // replaced in tests
   std::function<void(const std::string&)> log = nullptr;  // progress lines (nullptr: quiet)
 };
