@@ -8,6 +8,7 @@
 
 #include "op_test_util.h"
 #include "model/jtokm.h"
+#include "model/top_k.h"
 
 using namespace jtok;
 using namespace jtok::testing;
@@ -34,12 +35,12 @@ std::vector<TokenTable> tables(int64_t n_e, int64_t V, int64_t d, uint64_t seed)
 TEST(JTokMRouting, TopKDescendingTiesToTheLowerIndex) {
   int32_t idx[3];
   const float x[5] = {0.5f, 2.0f, 0.5f, 2.0f, -1.0f};
-  topk_lower_index(idx, x, 5, 3);
+  top_k_lower_index(idx, x, 5, 3);
   EXPECT_EQ(idx[0], 1);
   EXPECT_EQ(idx[1], 3);
   EXPECT_EQ(idx[2], 0);  // 0 and 2 tie: the lower index wins
   const float z[4] = {0, 0, 0, 0};
-  topk_lower_index(idx, z, 4, 2);
+  top_k_lower_index(idx, z, 4, 2);
   EXPECT_EQ(idx[0], 0);
   EXPECT_EQ(idx[1], 1);
 }

@@ -236,7 +236,7 @@ void validate(const Config& cfg, const std::string& origin) {
     positive("jtokm_top_k", m.jtokm_top_k);
     if (m.jtokm_top_k > m.jtokm_n_e)
       fail(origin, ": field jtokm_top_k (", m.jtokm_top_k, ") exceeds jtokm_n_e (", m.jtokm_n_e, ")");
-    if (m.jtokm_n_e > 64) fail(origin, ": field jtokm_n_e (", m.jtokm_n_e, ") exceeds 64 (tables are tracked in a 64-bit mask)");
+    if (m.jtokm_n_e > 64) fail(origin, ": field jtokm_n_e (", m.jtokm_n_e, ") exceeds 64 (larger pools are untested)");
     positive("jtokm_eps", m.jtokm_eps);
     nonneg("jtokm_aux_loss_coef", m.jtokm_aux_loss_coef);
     nonneg("jtokm_init_std", m.jtokm_init_std);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/top_k.h"
 #include "ops/linear.h"
 
 namespace jtok {
@@ -18,17 +19,6 @@ JTokMHyper jtokm_hyper(const ModelConfig& c) {
   h.norm = c.jtokm_norm;
   h.lambda = c.jtokm_aux_loss_coef;
   return h;
-}
-
-void topk_lower_index(int32_t* idx, const float* x, int64_t n, int64_t K) {
-  uint64_t taken = 0;  // n <= 64 (validated)
-  for (int64_t k = 0; k < K; ++k) {
-    int64_t best = -1;
-    for (int64_t i = 0; i < n; ++i)
-      if (!(taken >> i & 1ULL) && (best < 0 || x[i] > x[best])) best = i;  // strict >: ties keep the lower index
-    taken |= 1ULL << best;
-    idx[k] = static_cast<int32_t>(best);
-  }
 }
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
@@ -50,7 +40,7 @@ void jtokm_forward(float* h_next, JTokMActs& A, const float* a, const float* R, 
     float* sg = A.sig.data() + n * ne;
     for (int64_t i = 0; i < ne; ++i) sg[i] = sigmoidf(g[i]);
     int32_t* sel = A.sel.data() + n * K;
-    topk_lower_index(sel, g, ne, K);
+    top_k_lower_index(sel, g, ne, K);
     float sum = 0.0f;
     for (int64_t k = 0; k < K; ++k) sum += sg[sel[k]];
     for (int64_t k = 0; k < K; ++k) A.w[static_cast<size_t>(n * K + k)] = sg[sel[k]] / sum;
@@ -225,7 +215,7 @@ RefRoute ref_route(const float* a, const float* R, int64_t d, const JTokMHyper& 
     r.sg[i] = 1.0 / (1.0 + std::exp(-acc));
   }
   r.sel.resize(hp.K);
-  topk_lower_index(r.sel.data(), gf.data(), hp.n_e, hp.K);
+  top_k_lower_index(r.sel.data(), gf.data(), hp.n_e, hp.K);
   double sum = 0;
   for (auto i : r.sel) sum += r.sg[i];
   for (auto i : r.sel) r.w.push_back(r.sg[i] / sum);

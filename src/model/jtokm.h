@@ -62,7 +62,4 @@ void jtokm_backward_ref(float* da, float* dR, float* ds, std::vector<std::vector
                         const float* a, const float* R, const float* s, const TokenTable* E, const int32_t* ids,
                         int64_t N, int64_t d, const JTokMHyper& hp, float aux_grad);
 
-// Top-K of x (n values) into idx (K), descending, ties to the lower index.
-void topk_lower_index(int32_t* idx, const float* x, int64_t n, int64_t K);
-
 }  // namespace jtok

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "model/top_k.h"
 #include "ops/linear.h"
 #include "ops/swiglu.h"
 
@@ -22,21 +23,6 @@ MoeDims moe_dims(const ModelConfig& c) {
 }
 
 namespace {
-
-// The K largest of p (E): repeatedly the first maximum among the unchosen, so ties go to the lower
-// index and the order is descending (the rule of docs/model.md, which the reference copies).
-template <typename T>
-void top_k(int32_t* idx, const T* p, int64_t E, int64_t K) {
-  for (int64_t j = 0; j < K; ++j) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < E; ++e) {
-      bool taken = false;
-      for (int64_t i = 0; i < j; ++i) taken |= idx[i] == e;
-      if (!taken && (best < 0 || p[e] > p[best])) best = e;
-    }
-    idx[j] = static_cast<int32_t>(best);
-  }
-}
 
 template <typename T>
 void softmax_row(T* p, int64_t E) {
@@ -64,7 +50,7 @@ void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, co
     softmax_row(p, E);
     int32_t* ti = a.topi.data() + n * K;
     float* tw = a.topw.data() + n * K;
-    top_k(ti, p, E, K);
+    top_k_lower_index(ti, p, E, K);
     float sum = 0;
     for (int64_t j = 0; j < K; ++j) sum += (tw[j] = p[ti[j]]);
     if (m.norm_topk)
@@ -261,7 +247,7 @@ void route_ref(std::vector<double>& p, std::vector<int32_t>& ti, std::vector<dou
     for (int64_t i = 0; i < m.d; ++i) p[e] += static_cast<double>(w.router[e * m.d + i]) * x[i];
   softmax_row(p.data(), m.E);
   ti.assign(static_cast<size_t>(m.K), -1);
-  top_k(ti.data(), p.data(), m.E, m.K);
+  top_k_lower_index(ti.data(), p.data(), m.E, m.K);
   tw.assign(static_cast<size_t>(m.K), 0.0);
   double sum = 0;
   for (int64_t j = 0; j < m.K; ++j) sum += (tw[j] = p[ti[j]]);
