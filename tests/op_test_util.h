@@ -28,17 +28,20 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) 
 
 // Central finite differences of a scalar function f(x) with respect to every element of x.
 // f reads x; it is evaluated in double where the op allows. Returns df/dx.
+// Central difference of f with respect to one value x (restored afterwards).
+inline float central_difference(float& x, const std::function<double()>& f, float h = 1e-2f) {
+  const float keep = x;
+  x = keep + h;
+  const double fp = f();
+  x = keep - h;
+  const double fm = f();
+  x = keep;
+  return static_cast<float>((fp - fm) / (2.0 * h));
+}
+
 inline std::vector<float> numeric_grad(std::vector<float>& x, const std::function<double()>& f, float h = 1e-2f) {
   std::vector<float> g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    float keep = x[i];
-    x[i] = keep + h;
-    double fp = f();
-    x[i] = keep - h;
-    double fm = f();
-    x[i] = keep;
-    g[i] = static_cast<float>((fp - fm) / (2.0 * h));
-  }
+  for (size_t i = 0; i < x.size(); ++i) g[i] = central_difference(x[i], f, h);
   return g;
 }
 

@@ -70,14 +70,7 @@ TEST_P(ModelGrad, BackwardMatchesFiniteDifferencesOnEveryTensor) {
     for (int k = 0; k < 12; ++k) {
       int64_t i = p.offset + static_cast<int64_t>(rng() % limit);
       analytic.push_back(m.grads[i]);
-      float keep = m.params[i];
-      const float h = 1e-2f;
-      m.params[i] = keep + h;
-      double lp = loss();
-      m.params[i] = keep - h;
-      double lm = loss();
-      m.params[i] = keep;
-      numeric.push_back(static_cast<float>((lp - lm) / (2 * h)));
+      numeric.push_back(central_difference(m.params[i], loss));
     }
     EXPECT_LT(rel_err(analytic, numeric), 2e-2) << p.name;
   }
@@ -89,14 +82,7 @@ TEST_P(ModelGrad, BackwardMatchesFiniteDifferencesOnEveryTensor) {
     for (int k = 0; k < 16; ++k) {
       const int64_t i = static_cast<int64_t>(x[rng() % x.size()]) * c.hidden_size + static_cast<int64_t>(rng() % c.hidden_size);
       analytic.push_back(dense[i]);
-      float keep = t.w[i];
-      const float h = 1e-2f;
-      t.w[i] = keep + h;
-      double lp = loss();
-      t.w[i] = keep - h;
-      double lm = loss();
-      t.w[i] = keep;
-      numeric.push_back(static_cast<float>((lp - lm) / (2 * h)));
+      numeric.push_back(central_difference(t.w[i], loss));
     }
     EXPECT_LT(rel_err(analytic, numeric), 2e-2) << m.table_names[l];
     EXPECT_LE(m.table_grads[l].ids.size(), x.size());

@@ -26,7 +26,7 @@ RoutingStats::RoutingStats(const Model& m) {
   wsum = load;
 }
 
-void RoutingStats::add(const Model&, const Activations& a) {
+void RoutingStats::add(const Activations& a) {
   for (size_t k = 0; k < layers.size(); ++k) {
     const JTokMActs& j = a.layers[layers[k]].jtokm;
     for (size_t i = 0; i < load[k].size(); ++i) {

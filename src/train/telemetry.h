@@ -18,7 +18,7 @@ struct RoutingStats {
   std::vector<int64_t> layers;                   // JTok-M layers
   std::vector<std::vector<double>> load, wsum;   // per layer, per table: n_i and sum of w
   explicit RoutingStats(const Model& m);
-  void add(const Model& m, const Activations& acts);
+  void add(const Activations& acts);
   double max_load_fraction() const;              // the busiest table's f_i over all layers (1/n_e = balanced)
   nlohmann::json to_json(int64_t step) const;    // {"type": "routing", "step", "layers": [{layer, load, mean_weight}]}
 };

@@ -161,7 +161,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
       data.next(x.data(), y.data(), B, T);
       forward(model, acts, x.data(), B, T);
       if (mb == 0) hstd = hidden_state_std(acts);
-      routing.add(model, acts);
+      routing.add(acts);
       loss += backward(model, acts, x.data(), y.data(), 1.0f / static_cast<float>(t.gradient_accumulation_steps)) * inv_acc;
       aux += acts.moe_aux_loss * inv_acc;
       jaux += acts.jtokm_aux_loss * inv_acc;
