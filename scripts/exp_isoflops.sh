@@ -16,10 +16,8 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--out DIR] [--budgets LIST] [--max-tokens N] [--fit-only]" >&2; exit 2 ;;
   esac
 done
-JTOK=${JTOK_BIN:-build/jtok}
-[ -x "$JTOK" ] || { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null && cmake --build build -j2; }
-[ -n "$(ls data/train/*.bin 2>/dev/null)" ] || bash scripts/prepare_data.sh
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+. scripts/exp_lib.sh
+exp_setup
 mkdir -p "$OUT"
 start=$(date +%s)
 if [ $FIT_ONLY = 0 ]; then

@@ -5,32 +5,13 @@
 #   scripts/exp_jtok.sh [--steps N] [--config C] [--out DIR] [--blimp-limit N] [--extra "--field v ..."]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONFIG=configs/exp_jtok.json; OUT=runs/exp_jtok; STEPS=""; BLIMP_LIMIT=0; EXTRA=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --steps) STEPS=$2; shift 2 ;;
-    --config) CONFIG=$2; shift 2 ;;
-    --out) OUT=$2; shift 2 ;;
-    --blimp-limit) BLIMP_LIMIT=$2; shift 2 ;;
-    --extra) EXTRA=$2; shift 2 ;;
-    *) echo "usage: $0 [--steps N] [--config C] [--out DIR] [--blimp-limit N] [--extra ARGS]" >&2; exit 2 ;;
-  esac
-done
-JTOK=${JTOK_BIN:-build/jtok}
-[ -x "$JTOK" ] || { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null && cmake --build build -j2; }
-[ -n "$(ls data/train/*.bin 2>/dev/null)" ] || bash scripts/prepare_data.sh
+. scripts/exp_lib.sh
+CONFIG=configs/exp_jtok.json; OUT=runs/exp_jtok
+exp_parse_args "$@"
+exp_setup
 mkdir -p "$OUT"
-steps_arg=(); [ -n "$STEPS" ] && steps_arg=(--max-steps "$STEPS")
-for variant in base jtok; do
-  dir="$OUT/$variant"
-  if [ -f "$dir/eval.json" ]; then echo "exp_jtok: $variant done, skipping"; continue; fi
-  flag=false; [ "$variant" = jtok ] && flag=true
-  resume=(); [ -d "$dir/checkpoints" ] && resume=(--resume)
-  # shellcheck disable=SC2086
-  "$JTOK" train --config "$CONFIG" --jtok "$flag" --out "$dir" "${steps_arg[@]}" "${resume[@]}" $EXTRA | tee "$dir.train.out"
-  "$JTOK" eval --checkpoint "$dir" --json --blimp-limit "$BLIMP_LIMIT" > "$dir/eval.json.tmp"
-  mv "$dir/eval.json.tmp" "$dir/eval.json"
-done
+exp_train_eval "$OUT/base" --jtok false
+exp_train_eval "$OUT/jtok" --jtok true
 "$JTOK" plot-curves --run "$OUT/base" --label baseline --run "$OUT/jtok" --label "+JTok" \
   --title "baseline vs +JTok ($(basename "$CONFIG"))" --out "$OUT/curves.svg"
 /usr/bin/python3 - "$OUT" <<'PY'

@@ -7,39 +7,16 @@
 #   scripts/exp_moe.sh [--steps N] [--config C] [--out DIR] [--blimp-limit N] [--extra "--field v ..."]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONFIG=configs/exp_moe.json; OUT=runs/exp_moe; STEPS=""; BLIMP_LIMIT=0; EXTRA=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --steps) STEPS=$2; shift 2 ;;
-    --config) CONFIG=$2; shift 2 ;;
-    --out) OUT=$2; shift 2 ;;
-    --blimp-limit) BLIMP_LIMIT=$2; shift 2 ;;
-    --extra) EXTRA=$2; shift 2 ;;
-    *) echo "usage: $0 [--steps N] [--config C] [--out DIR] [--blimp-limit N] [--extra ARGS]" >&2; exit 2 ;;
-  esac
-done
-JTOK=${JTOK_BIN:-build/jtok}
-[ -x "$JTOK" ] || { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null && cmake --build build -j2; }
-[ -n "$(ls data/train/*.bin 2>/dev/null)" ] || bash scripts/prepare_data.sh
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+. scripts/exp_lib.sh
+CONFIG=configs/exp_moe.json; OUT=runs/exp_moe
+exp_parse_args "$@"
+exp_setup
 mkdir -p "$OUT"
-steps_arg=(); [ -n "$STEPS" ] && steps_arg=(--max-steps "$STEPS")
 VARIANTS=(moe jtok jtokm jtokm_noscale)
-for variant in "${VARIANTS[@]}"; do
-  dir="$OUT/$variant"
-  if [ -f "$dir/eval.json" ]; then echo "exp_moe: $variant done, skipping"; continue; fi
-  case $variant in
-    moe) flags=(--jtok false --jtokm false) ;;
-    jtok) flags=(--jtok true --jtokm false) ;;
-    jtokm) flags=(--jtok false --jtokm true) ;;
-    jtokm_noscale) flags=(--jtok false --jtokm true --jtokm_depth_scaling false) ;;
-  esac
-  resume=(); [ -d "$dir/checkpoints" ] && resume=(--resume)
-  # shellcheck disable=SC2086
-  "$JTOK" train --config "$CONFIG" "${flags[@]}" --out "$dir" "${steps_arg[@]}" "${resume[@]}" $EXTRA | tee "$dir.train.out"
-  "$JTOK" eval --checkpoint "$dir" --json --blimp-limit "$BLIMP_LIMIT" > "$dir/eval.json.tmp"
-  mv "$dir/eval.json.tmp" "$dir/eval.json"
-done
+exp_train_eval "$OUT/moe" --jtok false --jtokm false
+exp_train_eval "$OUT/jtok" --jtok true --jtokm false
+exp_train_eval "$OUT/jtokm" --jtok false --jtokm true
+exp_train_eval "$OUT/jtokm_noscale" --jtok false --jtokm true --jtokm_depth_scaling false
 runs=(--run "$OUT/moe" --label MoE --run "$OUT/jtok" --label "+JTok" --run "$OUT/jtokm" --label "+JTok-M"
       --run "$OUT/jtokm_noscale" --label "+JTok-M w/o 1/sqrt(2N)")
 "$JTOK" plot-curves "${runs[@]}" --title "MoE vs +JTok vs +JTok-M ($(basename "$CONFIG"))" --out "$OUT/curves.svg"
