@@ -32,25 +32,25 @@ static std::vector<bool> parse_layer_set(const std::string& spec, int64_t n) {
   return on;
 }
 
+// Layers a module with this switch and layer list covers: the list is parsed once per count.
+static int64_t count_layers(bool on, const std::string& spec, int64_t n) {
+  if (!on) return 0;
+  int64_t k = 0;
+  for (bool b : parse_layer_set(spec, n)) k += b;
+  return k;
+}
+
 bool ModelConfig::jtok_on_layer(int64_t l) const {
   return jtok && parse_layer_set(jtok_layers, num_hidden_layers)[static_cast<size_t>(l)];
 }
 
-int64_t ModelConfig::jtok_num_layers() const {
-  int64_t k = 0;
-  for (int64_t l = 0; l < num_hidden_layers; ++l) k += jtok_on_layer(l);
-  return k;
-}
+int64_t ModelConfig::jtok_num_layers() const { return count_layers(jtok, jtok_layers, num_hidden_layers); }
 
 bool ModelConfig::jtokm_on_layer(int64_t l) const {
   return jtokm && parse_layer_set(jtokm_layers, num_hidden_layers)[static_cast<size_t>(l)];
 }
 
-int64_t ModelConfig::jtokm_num_layers() const {
-  int64_t k = 0;
-  for (int64_t l = 0; l < num_hidden_layers; ++l) k += jtokm_on_layer(l);
-  return k;
-}
+int64_t ModelConfig::jtokm_num_layers() const { return count_layers(jtokm, jtokm_layers, num_hidden_layers); }
 
 int64_t TrainConfig::resolved_warmup_steps() const {
   if (warmup_steps >= 0) return warmup_steps;

@@ -294,6 +294,8 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
   const int64_t hd = c.hd(), Vp = c.padded_vocab();
   const MoeDims md = moe_dims(c);
   const JTokMHyper jm = jtokm_hyper(c);
+  // The step loss has the mean of the JTok-M layers' aux losses: each layer's weight is 1/#layers.
+  const float jtokm_aux_grad = c.jtokm ? grad_scale / static_cast<float>(c.jtokm_num_layers()) : 0.0f;
   for (int64_t n = 0; n < N; ++n)
     if (targets[n] < 0 || targets[n] >= c.vocab_size)
       fail("target id ", targets[n], " outside the vocabulary [0, ", c.vocab_size, ")");
@@ -320,8 +322,7 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
       JTOK_PROFILE("jtokm_bwd");
       zero(a.da_jtokm);
       jtokm_backward(a.da_jtokm.data(), G.jtokm_router, G.jtokm_scale, &m.table_grads[m.jtokm_table[li]], L.jtokm, dh,
-                     L.a.data(), W.jtokm_router, W.jtokm_scale, a.ids, N, d, jm,
-                     grad_scale / static_cast<float>(c.jtokm_num_layers()));
+                     L.a.data(), W.jtokm_router, W.jtokm_scale, a.ids, N, d, jm, jtokm_aux_grad);
     }
     if (W.jtok_scale) {
       JTOK_PROFILE("jtok_bwd");

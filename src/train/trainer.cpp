@@ -150,12 +150,13 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
   TrainResult res;
   double elapsed_train = 0;
   int64_t timed_steps = 0;
+  const RoutingStats no_routing(model);  // zero counts for the JTok-M layers, copied each step
   for (int64_t step = start_step; step < t.max_steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     zero_grads(model);
     // LM loss and the aux losses (MoE, JTok-M) apart; the gradient is of their sum.
     double loss = 0, aux = 0, jaux = 0, hstd = 0;
-    RoutingStats routing(model);
+    RoutingStats routing = no_routing;
     const double inv_acc = 1.0 / static_cast<double>(t.gradient_accumulation_steps);
     for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
       data.next(x.data(), y.data(), B, T);
