@@ -28,9 +28,13 @@ void run() {
     if (!batch.tensors.count(k)) fail(args.batch, ": missing tensor ", k);
   const StTensor& xt = batch.tensors.at("input_ids");
   const StTensor& yt = batch.tensors.at("labels");
-  if (xt.dtype != "I32" || yt.dtype != "I32" || xt.shape.size() != 3 || xt.shape != yt.shape)
-    fail(args.batch, ": input_ids and labels must be int32 (M, B, T) of the same shape");
-  const int64_t M = xt.shape[0], B = xt.shape[1], T = xt.shape[2], N = B * T;
+  // (M, B, T): the same M micro-batches at every step; (S, M, B, T): step s uses batch s % S.
+  if (xt.dtype != "I32" || yt.dtype != "I32" || (xt.shape.size() != 3 && xt.shape.size() != 4) ||
+      xt.shape != yt.shape)
+    fail(args.batch, ": input_ids and labels must be int32 (M, B, T) or (S, M, B, T) of the same shape");
+  const size_t r = xt.shape.size();
+  const int64_t S_batches = r == 4 ? xt.shape[0] : 1;
+  const int64_t M = xt.shape[r - 3], B = xt.shape[r - 2], T = xt.shape[r - 1], N = B * T;
   auto x = xt.as_i32(), y = yt.as_i32();
   const int64_t V = cfg.model.vocab_size, Vp = cfg.model.padded_vocab();
 
@@ -41,14 +45,16 @@ void run() {
   for (int64_t s = 0; s < args.steps; ++s) {
     zero_grads(m);
     double loss = 0, aux = 0, jaux = 0;
+    const int64_t step_off = (s % S_batches) * M * N;
     for (int64_t mb = 0; mb < M; ++mb) {
-      forward(m, acts, x.data() + mb * N, B, T);
+      const int32_t* xs = x.data() + step_off + mb * N;
+      forward(m, acts, xs, B, T);
       if (s == 0 && mb == 0) {
         std::vector<float> logits(static_cast<size_t>(N * V));
         for (int64_t n = 0; n < N; ++n) std::memcpy(&logits[n * V], &acts.logits[n * Vp], sizeof(float) * V);
         out.tensors["logits"] = st_f32({B, T, V}, logits.data());
       }
-      loss += backward(m, acts, x.data() + mb * N, y.data() + mb * N, 1.0f / static_cast<float>(M)) / M;
+      loss += backward(m, acts, xs, y.data() + step_off + mb * N, 1.0f / static_cast<float>(M)) / M;
       aux += acts.moe_aux_loss / M;
       jaux += acts.jtokm_aux_loss / M;
     }
@@ -76,7 +82,7 @@ void run() {
 void setup(CLI::App* sub) {
   sub->add_option("--config", args.config, "config JSON (model and training fields)")->required();
   sub->add_option("--weights", args.weights, "initial weights, safetensors")->required();
-  sub->add_option("--batch", args.batch, "safetensors with input_ids and labels, int32 (M,B,T)")->required();
+  sub->add_option("--batch", args.batch, "safetensors with input_ids and labels, int32 (M,B,T), or (S,M,B,T) for batch s % S at step s")->required();
   sub->add_option("--steps", args.steps, "optimizer steps")->check(CLI::PositiveNumber);
   sub->add_option("--out", args.out, "output safetensors")->required();
   sub->callback(run);

@@ -8,7 +8,8 @@ The jtok side is the command
 CFG.json      one flat JSON object with model and training fields (docs/model.md names)
 W.safetensors initial weights, float32, safetensors names of docs/model.md
 B.safetensors input_ids, labels: int32 (M, B, T), M = gradient_accumulation_steps; the same
-              M micro-batches are used at every one of the N steps
+              M micro-batches are used at every one of the N steps; or (S, M, B, T): step s
+              uses the M micro-batches [s % S] (cases of STEP_BATCHES)
 O.safetensors logits float32 (B, T, vocab_size): micro-batch 0 at the initial weights, real
               vocabulary columns only; loss (LM), aux_loss (MoE load balance, mean over the
               micro-batches), jtokm_aux_loss (JTok-M load balance, mean over the JTok-M layers
@@ -123,11 +124,24 @@ JTOKM_CASES = {
     "jtokm_router_ties": dict(BASE, **JTOKM, jtokm_n_e=4, jtokm_top_k=2, seed=61),
 }
 DISTINCT_IDS.update({"jtokm_dense": 30, "jtokm_with_jtok": 30})
+# Lazy table AdamW (table_optimizer "sparse", docs/jtok.md; tests/test_parity_sparse_tables.py):
+# a different batch at each step, each from its own 30 ids, so that every table row is gathered at
+# some steps and skipped at others (with one batch for all steps lazy and dense differ only on
+# rows never gathered).
+SPARSE_TABLE_CASES = {
+    "sparse_jtok": dict(BASE, jtok=True, jtok_layers="all", jtok_init_std=0.1, table_optimizer="sparse",
+                        seed=71),
+    "sparse_jtokm_moe": dict(MOE_BASE, **JTOKM, jtokm_n_e=4, jtokm_top_k=2, jtok=True, jtok_layers="0",
+                             jtok_init_std=0.1, table_optimizer="sparse", seed=73),
+}
+DISTINCT_IDS.update({"sparse_jtok": 30, "sparse_jtokm_moe": 30})
+# Cases with one batch per step: this many batches, step s uses batch s % S.
+STEP_BATCHES = {"sparse_jtok": 5, "sparse_jtokm_moe": 5}
 # JTok-M layers whose router starts at exactly zero (all logits tie), per case.
 ZERO_ROUTERS = {"jtokm_router_ties": [0]}
 # Cases run for at most this many optimizer steps.
 MAX_STEPS = {"jtokm_router_ties": 1}
-ALL_CASES = dict(CASES, **JTOK_CASES, **MOE_CASES, **JTOKM_CASES)
+ALL_CASES = dict(CASES, **JTOK_CASES, **MOE_CASES, **JTOKM_CASES, **SPARSE_TABLE_CASES)
 
 # Parity thresholds (relative error ||jtok - ref|| / ||ref|| per tensor); the reasons are in
 # tests/test_parity_dense.py.
@@ -168,12 +182,19 @@ def random_weights(cfg, seed):
     return out
 
 
-def random_batch(cfg_dict, seed, distinct_ids=None):
+def random_batch(cfg_dict, seed, distinct_ids=None, step_batches=None):
     """input_ids, labels: int32 (M, B, T), tokens < vocab_size. With distinct_ids, the input ids
-    are drawn from that many distinct ids only (so ids repeat within and across micro-batches)."""
+    are drawn from that many distinct ids only (so ids repeat within and across micro-batches).
+    With step_batches = S: (S, M, B, T), one batch per step, each step's ids drawn from its own
+    random set of distinct_ids ids (so a table row is gathered at some steps and not others)."""
     rng = np.random.default_rng(seed + 1)
     shape = (cfg_dict["gradient_accumulation_steps"], cfg_dict["micro_batch_size"], cfg_dict["seq_len"])
     V = cfg_dict["vocab_size"]
+    if step_batches is not None:
+        input_ids = np.stack([rng.choice(rng.choice(V, size=distinct_ids, replace=False), size=shape)
+                              for _ in range(step_batches)]).astype(np.int32)
+        labels = rng.integers(0, V, size=input_ids.shape, dtype=np.int32)
+        return {"input_ids": input_ids, "labels": labels}
     if distinct_ids is None:
         input_ids = rng.integers(0, V, size=shape, dtype=np.int32)
     else:
@@ -183,12 +204,20 @@ def random_batch(cfg_dict, seed, distinct_ids=None):
     return {"input_ids": input_ids, "labels": labels}
 
 
+def step_micro_batches(batch, step):
+    """The (input_ids, labels) micro-batches that optimizer step `step` uses."""
+    x, y = batch["input_ids"], batch["labels"]
+    if x.ndim == 4:
+        x, y = x[step % x.shape[0]], y[step % y.shape[0]]
+    return [(torch.from_numpy(x[i]).long(), torch.from_numpy(y[i]).long()) for i in range(x.shape[0])]
+
+
 def case_inputs(case, cfg_dict):
     """(weights, batch) of a case, seeded by its config's seed (ZERO_ROUTERS: JTok-M routers zeroed)."""
     weights = random_weights(JTokConfig.from_dict(cfg_dict), cfg_dict["seed"])
     for l in ZERO_ROUTERS.get(case, []):
         weights[f"model.layers.{l}.jtokm.router.weight"][:] = 0.0
-    batch = random_batch(cfg_dict, cfg_dict["seed"], DISTINCT_IDS.get(case))
+    batch = random_batch(cfg_dict, cfg_dict["seed"], DISTINCT_IDS.get(case), STEP_BATCHES.get(case))
     return weights, batch
 
 
@@ -204,19 +233,17 @@ def run_reference(cfg_dict, weights, batch, steps, dtype=torch.float64):
     tcfg = TrainConfig.from_dict(cfg_dict)
     model = Transformer(mcfg).to(dtype)
     model.load_numpy({k: v.astype(np.float64) for k, v in weights.items()})
-    micro_batches = [(torch.from_numpy(batch["input_ids"][i]).long(),
-                      torch.from_numpy(batch["labels"][i]).long())
-                     for i in range(batch["input_ids"].shape[0])]
     out = {}
     with torch.no_grad():
-        out["logits"] = model(micro_batches[0][0])[..., :mcfg.vocab_size].double().numpy()
+        out["logits"] = model(step_micro_batches(batch, 0)[0][0])[..., :mcfg.vocab_size].double().numpy()
 
     def keep_step0_grads(step, m):
         if step == 0:
             for name, p in m.named_parameters():
                 out["grad." + name] = p.grad.double().numpy().copy()
 
-    log = train_steps(model, micro_batches, tcfg, steps, on_gradients=keep_step0_grads)
+    log = train_steps(model, lambda step: step_micro_batches(batch, step), tcfg, steps,
+                      on_gradients=keep_step0_grads)
     for key in ("loss", "grad_norm", "lr"):
         out[key] = np.array(log[key], dtype=np.float64)
     if mcfg.moe_num_layers > 0:

@@ -4,7 +4,8 @@ One step: accumulate the gradient of the mean of M micro-batch losses, take the 
 gradient norm, clip (as torch.nn.utils.clip_grad_norm_), set the learning rate of the schedule,
 and apply torch.optim.AdamW (weight decay on 2-D weights only). JTok tables are dense
 nn.Embedding weights (JTok-M's n_e tables per layer too), so AdamW treats them as dense: every
-row's moments decay every step.
+row's moments decay every step. With `table_optimizer: "sparse"` the tables get lazy AdamW
+instead (LazyTableAdamW: only the rows with a gradient this step move), as jtok's sparse mode.
 
     tcfg = TrainConfig.from_json("config.json")
     opt = make_optimizer(model, tcfg)
@@ -37,6 +38,7 @@ class TrainConfig(FlatConfig):
         "adam_beta2": 0.95,
         "adam_epsilon": 1e-8,
         "max_grad_norm": 1.0,           # <= 0 disables clipping
+        "table_optimizer": "dense",     # token-indexed tables: dense (torch AdamW) | sparse (lazy)
         "seed": 1234,
     }
 
@@ -82,9 +84,87 @@ def param_groups(model, weight_decay):
             {"params": no_decay, "weight_decay": 0.0}]
 
 
+def is_table(name):
+    """Token-indexed tables: JTok's model.layers.{l}.jtok.embed.weight and JTok-M's
+    model.layers.{l}.jtokm.embed.{i}.weight."""
+    return ".jtok.embed." in name or ".jtokm.embed." in name
+
+
+class LazyTableAdamW:
+    """Lazy ("sparse") AdamW for token-indexed tables, jtok's `table_optimizer: "sparse"`.
+
+    Per step, only the rows with a gradient (a nonzero gradient row: a row some position of the
+    step gathered; JTok-M rows no position routed to have exactly zero gradient) are updated, by
+    the AdamW formula of torch.optim.AdamW with the bias corrections of the global step count:
+
+        p[r] *= 1 - lr * wd
+        m[r]  = b1 m[r] + (1 - b1) g[r]
+        v[r]  = b2 v[r] + (1 - b2) g[r]^2
+        p[r] -= lr / (1 - b1^t) * m[r] / (sqrt(v[r]) / sqrt(1 - b2^t) + eps)
+
+    Every other row keeps its weights and moments exactly (no decay, no drift on old momentum),
+    as torch.optim.SparseAdam does for sparse gradients. Same `param_groups`/`lr` interface as
+    torch.optim so that train_step can set the learning rate."""
+
+    def __init__(self, params, lr, betas, eps, weight_decay):
+        self.param_groups = [{"params": list(params), "lr": lr}]
+        self.b1, self.b2 = betas
+        self.eps, self.wd = eps, weight_decay
+        self.t = 0
+        self.state = {p: (torch.zeros_like(p), torch.zeros_like(p)) for p in self.param_groups[0]["params"]}
+
+    @torch.no_grad()
+    def step(self):
+        self.t += 1
+        lr = self.param_groups[0]["lr"]
+        bc1 = 1 - self.b1 ** self.t
+        bc2_sqrt = math.sqrt(1 - self.b2 ** self.t)
+        for p in self.param_groups[0]["params"]:
+            if p.grad is None:
+                continue
+            rows = (p.grad != 0).any(dim=1).nonzero().squeeze(1)
+            if rows.numel() == 0:
+                continue
+            m, v = self.state[p]
+            g = p.grad[rows]
+            pr, mr, vr = p[rows], m[rows], v[rows]
+            pr.mul_(1 - lr * self.wd)
+            mr.mul_(self.b1).add_(g, alpha=1 - self.b1)
+            vr.mul_(self.b2).addcmul_(g, g, value=1 - self.b2)
+            denom = (vr.sqrt() / bc2_sqrt).add_(self.eps)
+            pr.addcdiv_(mr, denom, value=-lr / bc1)
+            p[rows], m[rows], v[rows] = pr, mr, vr
+
+
+class CombinedOptimizer:
+    """Steps several optimizers as one; `param_groups` lists all of their groups."""
+
+    def __init__(self, *optimizers):
+        self.optimizers = optimizers
+        self.param_groups = [g for o in optimizers for g in o.param_groups]
+
+    def step(self):
+        for o in self.optimizers:
+            o.step()
+
+
 def make_optimizer(model, cfg):
-    return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=lr_at(0, cfg),
-                             betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon)
+    """torch.optim.AdamW over every parameter ("dense"), or over every parameter but the tables,
+    which get LazyTableAdamW ("sparse")."""
+    betas = (cfg.adam_beta1, cfg.adam_beta2)
+    if cfg.table_optimizer == "dense":
+        return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=lr_at(0, cfg), betas=betas,
+                                 eps=cfg.adam_epsilon)
+    if cfg.table_optimizer != "sparse":
+        raise ValueError(f"table_optimizer must be dense or sparse, not {cfg.table_optimizer!r}")
+    tables = [p for n, p in model.named_parameters() if is_table(n)]
+    ids = {id(p) for p in tables}
+    groups = [{"params": [p for p in g["params"] if id(p) not in ids], "weight_decay": g["weight_decay"]}
+              for g in param_groups(model, cfg.weight_decay)]
+    rest = torch.optim.AdamW([g for g in groups if g["params"]], lr=lr_at(0, cfg), betas=betas, eps=cfg.adam_epsilon)
+    if not tables:
+        return rest
+    return CombinedOptimizer(rest, LazyTableAdamW(tables, lr_at(0, cfg), betas, cfg.adam_epsilon, cfg.weight_decay))
 
 
 def accumulate_gradients(model, micro_batches):
