@@ -2,7 +2,7 @@
 # Training throughput, ours vs the PyTorch reference, on the same config in one run.
 #
 #   bench/train_throughput.sh --config a|b|moe [--moe] [--jtok] [--jtokm] [--steps N] [--warmup N] [--threads N]
-#                             [--set NAME=VALUE ...]
+#                             [--rounds N] [--set NAME=VALUE ...]
 #
 # Config a: configs/bench_a.json (d=256, 4 layers, seq 256, 16 sequences a step);
 # config b: configs/bench_b.json (GPT-2 small: d=768, 12 layers, seq 1024, 4 sequences a step);
@@ -21,11 +21,14 @@
 # MFU: our achieved GFLOP/s over the fp32 FMA peak that `jtok bench-peak` measures in this run.
 #
 # --jtok adds +JTok (tables on all layers), --jtokm adds +JTok-M (on all layers, the config's n_e
-# and K), each run on both engines after the baseline; each engine's cost 1 - tps_variant / tps_base
-# is printed; the final line is then for the last variant run. --jtokm also runs ours with
-# table_optimizer=sparse (lazy AdamW on the rows with a gradient; the default "dense" is
-# torch.optim.AdamW's semantics, a pass over every table row each step; docs/jtok.md) and prints
-# its cost too (no PyTorch peer for that one: torch's AdamW has no lazy mode).
+# and K), each run on both engines after the baseline; the final line is then for the last variant
+# run. --jtokm also runs both engines with table_optimizer=sparse (lazy AdamW on the rows with a
+# gradient; the default "dense" is torch.optim.AdamW's semantics, a pass over every table row each
+# step; docs/jtok.md; the PyTorch side uses train_ref.LazyTableAdamW for its tables).
+# Costs (1 - tps_variant / tps_base): PyTorch's from its separate runs; ours from one extra process
+# that runs the base and every variant with their steps interleaved (`bench-train --variant`), the
+# median over --rounds rounds (default 10) of 1 - base step time / variant step time in the same
+# round, which a shared machine's drift disturbs far less than separate runs.
 # Output ends with exactly one line:  ratio_vs_pytorch=<ours/pytorch tokens/s> mfu=<ours>
 # --set NAME=VALUE overrides a config field on both engines (repeatable), e.g.
 # --set gradient_accumulation_steps=8 for 8x the tokens per optimizer step.
@@ -38,7 +41,7 @@ usage() {
   sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
 }
 
-CONFIG=""; JTOK_TOO=0; JTOKM_TOO=0; STEPS=""; WARMUP=1; THREADS=2; SETS=()
+CONFIG=""; JTOK_TOO=0; JTOKM_TOO=0; STEPS=""; WARMUP=1; THREADS=2; ROUNDS=10; SETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --config) CONFIG=${2:-}; shift 2 ;;
@@ -49,6 +52,7 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=${2:-}; shift 2 ;;
     --warmup) WARMUP=${2:-}; shift 2 ;;
     --threads) THREADS=${2:-}; shift 2 ;;
+    --rounds) ROUNDS=${2:-}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown argument: $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -58,8 +62,8 @@ case "$CONFIG" in
   b) STEPS=${STEPS:-3} ;;
   *) echo "--config a, b or moe (or --moe) is required" >&2; usage >&2; exit 2 ;;
 esac
-[[ "$STEPS" =~ ^[1-9][0-9]*$ && "$WARMUP" =~ ^[0-9]+$ && "$THREADS" =~ ^[1-9][0-9]*$ ]] ||
-  { echo "--steps must be >= 1, --warmup >= 0, --threads >= 1" >&2; exit 2; }
+[[ "$STEPS" =~ ^[1-9][0-9]*$ && "$WARMUP" =~ ^[0-9]+$ && "$THREADS" =~ ^[1-9][0-9]*$ && "$ROUNDS" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "--steps and --rounds must be >= 1, --warmup >= 0, --threads >= 1" >&2; exit 2; }
 
 # JTOK, PY, OMP_WAIT_POLICY, OPENBLAS_OMP
 . bench/bench_lib.sh
@@ -87,7 +91,10 @@ run_pair() {
   for kv in "${SETS[@]}"; do set_args+=(--set "$kv"); py_args+=(--set "$kv"); done
   if [ "$variant" = jtok ]; then set_args+=(--set jtok=true --set jtok_layers=all); py_args+=(--jtok); fi
   if [ "$variant" = jtokm ]; then set_args+=(--set jtokm=true --set jtokm_layers=all); py_args+=(--jtokm); fi
-  if [ "$variant" = jtokm_sparse ]; then set_args+=(--set jtokm=true --set jtokm_layers=all --set table_optimizer=sparse); fi
+  if [ "$variant" = jtokm_sparse ]; then
+    set_args+=(--set jtokm=true --set jtokm_layers=all --set table_optimizer=sparse)
+    py_args+=(--jtokm --set table_optimizer=sparse)
+  fi
   local cmd_ours=(env OMP_NUM_THREADS="$THREADS" "$JTOK" bench-train --config "configs/bench_$CONFIG.json" "${set_args[@]}"
                   --steps "$STEPS" --warmup "$WARMUP" --peak-gflops "$PEAK")
   local cmd_pt=(env -u OPENBLAS_CORETYPE LD_LIBRARY_PATH="$OPENBLAS_OMP" PYTHONPATH=tests/reference "$PY"
@@ -97,7 +104,6 @@ run_pair() {
   local o; o=$("${cmd_ours[@]}")
   echo "[$variant] ours -> $o"
   printf -v "OURS_TPS_$variant" '%s' "$(json tokens_per_s <<< "$o")"
-  [ "$variant" = jtokm_sparse ] && return 0  # ours only
   echo "[$variant] pytorch: ${cmd_pt[*]}   (load $(cut -d' ' -f1 /proc/loadavg))"
   local p; p=$("${cmd_pt[@]}")   # its per-step lines go to stderr as they come
   echo "[$variant] pytorch -> $p"
@@ -135,15 +141,37 @@ for v in "${VARIANTS[@]}"; do
   FINAL=$v
 done
 if [ "$JTOKM_TOO" = 1 ]; then
+  VARIANTS+=(jtokm_sparse)
   run_pair jtokm_sparse
-  echo "RESULT [jtokm_sparse] config $CONFIG: ours $(fmt "$OURS_TPS_jtokm_sparse" '%.1f') tok/s (table_optimizer=sparse)"
-  echo "jtokm_sparse_cost_ours=$(awk -v j="$OURS_TPS_jtokm_sparse" -v b="$OURS_TPS_base" 'BEGIN{printf "%.4f", 1 - j / b}')"
+  report jtokm_sparse
+fi
+if [ ${#VARIANTS[@]} -gt 0 ]; then
+  # Ours, paired: the base and every variant in one process, steps interleaved round by round.
+  variant_sets() {
+    local kv extra=""
+    for kv in "${SETS[@]}"; do extra+=",$kv"; done
+    case "$1" in
+      jtok) echo "jtok:jtok=true,jtok_layers=all$extra" ;;
+      jtokm) echo "jtokm:jtokm=true,jtokm_layers=all$extra" ;;
+      jtokm_sparse) echo "jtokm_sparse:jtokm=true,jtokm_layers=all,table_optimizer=sparse$extra" ;;
+    esac
+  }
+  paired=(env OMP_NUM_THREADS="$THREADS" "$JTOK" bench-train --config "configs/bench_$CONFIG.json" --steps "$ROUNDS"
+          --warmup "$WARMUP")
+  for kv in "${SETS[@]}"; do paired+=(--set "$kv"); done
+  for v in "${VARIANTS[@]}"; do paired+=(--variant "$(variant_sets "$v")"); done
+  echo "[paired] ours: ${paired[*]}"
+  paired_out=$("${paired[@]}")
+  echo "$paired_out" | sed 's/^/[paired] ours -> /'
+  for v in "${VARIANTS[@]}"; do
+    line=$(grep "\"variant\":\"$v\"" <<< "$paired_out")
+    printf -v "OURS_COST_$v" '%s' "$(json cost_median <<< "$line")"
+  done
 fi
 for v in "${VARIANTS[@]}"; do
-  ot=OURS_TPS_$v; pt=PT_TPS_$v
-  cost_ours=$(awk -v j="${!ot}" -v b="$OURS_TPS_base" 'BEGIN{printf "%.4f", 1 - j / b}')
+  pt=PT_TPS_$v; oc=OURS_COST_$v
   cost_pt=$(awk -v j="${!pt}" -v b="$PT_TPS_base" 'BEGIN{printf "%.4f", 1 - j / b}')
-  echo "${v}_cost_ours=$cost_ours ${v}_cost_pytorch=$cost_pt"
+  echo "${v}_cost_ours=$(fmt "${!oc}" '%.4f') ${v}_cost_pytorch=$cost_pt"
 done
 tps=OURS_TPS_$FINAL; ptps=PT_TPS_$FINAL; mfu=OURS_MFU_$FINAL
 echo "ratio_vs_pytorch=$(div "${!tps}" "${!ptps}") mfu=$(fmt "${!mfu}" '%.4f')"
