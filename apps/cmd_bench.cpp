@@ -70,6 +70,7 @@ void train_step(Bench& b, bool timed) {
   const std::clock_t c0 = std::clock();  // CPU seconds of all threads
   zero_grads(b.model);
   for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
+    sync_table_rows(b.model, b.opt, b.x.data(), B * T);
     forward(b.model, b.acts, b.x.data(), B, T);
     b.loss = backward(b.model, b.acts, b.x.data(), b.y.data(), 1.0f / static_cast<float>(t.gradient_accumulation_steps));
   }

@@ -48,6 +48,7 @@ void run() {
     const int64_t step_off = (s % S_batches) * M * N;
     for (int64_t mb = 0; mb < M; ++mb) {
       const int32_t* xs = x.data() + step_off + mb * N;
+      sync_table_rows(m, opt, xs, N);
       forward(m, acts, xs, B, T);
       if (s == 0 && mb == 0) {
         std::vector<float> logits(static_cast<size_t>(N * V));
@@ -73,6 +74,7 @@ void run() {
   out.tensors["jtokm_aux_loss"] = st_f32({S}, jauxes.data());  // JTok-M load-balancing loss (0 without it)
   out.tensors["grad_norm"] = st_f32({S}, norms.data());
   out.tensors["lr"] = st_f32({S}, lrs.data());
+  sync_tables(m, opt);
   for (auto& [k, t] : weights_to_st(m).tensors) out.tensors["final." + k] = t;
   write_safetensors(args.out, out);
   std::printf("parity: %lld steps, loss %.6f -> %.6f, wrote %s\n", static_cast<long long>(S), losses.front(),

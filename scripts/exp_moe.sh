@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # MoE vs +JTok vs +JTok-M on the training shards with identical settings, data order and tokens
-# (same seed), plus JTok-M without the 1/sqrt(2 N_layers) factor (paper Appendix E.1). Reports
+# (same seed), plus JTok-M without the 1/sqrt(2 N_layers) factor (paper Appendix E.1) and JTok-M
+# with the lazy table optimizer (table_optimizer sparse, the setting of its throughput goal). Reports
 # validation loss, BLiMP, eta/rho and the final hidden-state std of each, and draws the loss curves
 # and the hidden-state std curves (averaged over layers, tokens and dimensions). Resumable: a
 # finished run is not redone.
@@ -12,13 +13,14 @@ CONFIG=configs/exp_moe.json; OUT=runs/exp_moe
 exp_parse_args "$@"
 exp_setup
 mkdir -p "$OUT"
-VARIANTS=(moe jtok jtokm jtokm_noscale)
+VARIANTS=(moe jtok jtokm jtokm_noscale jtokm_sparse)
 exp_train_eval "$OUT/moe" --jtok false --jtokm false
 exp_train_eval "$OUT/jtok" --jtok true --jtokm false
 exp_train_eval "$OUT/jtokm" --jtok false --jtokm true
 exp_train_eval "$OUT/jtokm_noscale" --jtok false --jtokm true --jtokm_depth_scaling false
+exp_train_eval "$OUT/jtokm_sparse" --jtok false --jtokm true --table_optimizer sparse
 runs=(--run "$OUT/moe" --label MoE --run "$OUT/jtok" --label "+JTok" --run "$OUT/jtokm" --label "+JTok-M"
-      --run "$OUT/jtokm_noscale" --label "+JTok-M w/o 1/sqrt(2N)")
+      --run "$OUT/jtokm_noscale" --label "+JTok-M w/o 1/sqrt(2N)" --run "$OUT/jtokm_sparse" --label "+JTok-M lazy tables")
 "$JTOK" plot-curves "${runs[@]}" --title "MoE vs +JTok vs +JTok-M ($(basename "$CONFIG"))" --out "$OUT/curves.svg"
 "$JTOK" plot-curves "${runs[@]}" --metric hidden_std --ema 0 \
   --title "hidden-state std, mean over layers ($(basename "$CONFIG"))" --out "$OUT/hidden_std.svg"

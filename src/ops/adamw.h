@@ -22,9 +22,21 @@ struct AdamWStepConsts {
 };
 AdamWStepConsts adamw_consts(const AdamWHyper& h);
 inline void adamw_elements(float* p, const float* g, float* m, float* v, int64_t n, const AdamWStepConsts& c) {
+  if (!g) {  // a separate loop: a conditional load inside would keep the loop from vectorizing
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      // + 0.0f: the (1 - beta) * 0 of a zero gradient, kept so that -0 moments round as before
+      const float mi = c.b1 * m[i] + 0.0f;
+      const float vi = c.b2 * v[i] + 0.0f;
+      m[i] = mi;
+      v[i] = vi;
+      p[i] = p[i] * c.decay - c.step_size * mi / (std::sqrt(vi) * c.inv_sqrt_bc2 + c.eps);
+    }
+    return;
+  }
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g ? g[i] * c.grad_scale : 0.0f;
+    const float gi = g[i] * c.grad_scale;
     const float mi = c.b1 * m[i] + (1.0f - c.b1) * gi;
     const float vi = c.b2 * v[i] + (1.0f - c.b2) * gi * gi;
     m[i] = mi;

@@ -37,6 +37,7 @@ static std::vector<fs::path> complete_checkpoints(const fs::path& root) {
 
 std::string save_checkpoint(const std::string& run_dir, int64_t step, const Config& cfg, const Model& m,
                             const AdamWState& opt, const nlohmann::json& trainer_state, int64_t keep_last) {
+  JTOK_CHECK(opt.table_consts.empty(), "save_checkpoint: table rows have deferred AdamW steps; call sync_tables first");
   const fs::path root = fs::path(run_dir) / "checkpoints";
   fs::create_directories(root);
   const fs::path final_dir = root / checkpoint_dir_name(step);
@@ -108,6 +109,7 @@ nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState
     auto st = f.metadata.find("step");
     if (st == f.metadata.end()) fail(op, ": no optimizer step in the metadata");
     opt->step = std::stoll(st->second);
+    mark_tables_current(m, *opt);  // a checkpoint holds every table row current
   }
   const std::string sp = (d / "trainer_state.json").string();
   try {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
 #include "core/parallel.h"
 
 #include "core/profile.h"
@@ -21,7 +22,86 @@ AdamWState make_adamw_state(const Model& model) {
     s.table_m[k].assign(model.tables[k].w.size(), 0.0f);
     s.table_v[k].assign(model.tables[k].w.size(), 0.0f);
   }
+  mark_tables_current(model, s);
   return s;
+}
+
+void mark_tables_current(const Model& model, AdamWState& state) {
+  state.table_row_step.resize(model.tables.size());
+  for (size_t k = 0; k < model.tables.size(); ++k)
+    state.table_row_step[k].assign(static_cast<size_t>(model.tables[k].rows), static_cast<int32_t>(state.step));
+  state.table_consts.clear();
+  state.table_consts_base = state.step;
+}
+
+namespace {
+
+// Brings row r of table k from the steps it has to `to`, replaying the missed steps with a zero
+// gradient: adamw_elements(nullptr) per step, exactly what the eager dense pass computes. A row
+// whose moments are all zero (never had a gradient) stays at zero moments, and its update
+// p * decay - step_size * 0 / (0 + eps) is p * decay: the same floats by a multiply per step.
+void replay_row(Model& model, AdamWState& state, size_t k, int64_t r, int64_t to) {
+  int32_t& have = state.table_row_step[k][static_cast<size_t>(r)];
+  if (have >= to) return;
+  const int64_t d = model.tables[k].dim;
+  float* p = model.tables[k].w.data() + r * d;
+  float* m = state.table_m[k].data() + r * d;
+  float* v = state.table_v[k].data() + r * d;
+  bool cold = true;
+  for (int64_t i = 0; i < d; ++i) cold = cold && m[i] == 0.0f && v[i] == 0.0f;
+  const AdamWStepConsts* c = state.table_consts.data() - state.table_consts_base - 1;  // c[s]: step s
+  for (int64_t s = have + 1; s <= to; ++s) {
+    if (cold) {
+      const float decay = c[s].decay;
+#pragma omp simd
+      for (int64_t i = 0; i < d; ++i) p[i] *= decay;
+    } else {
+      adamw_elements(p, nullptr, m, v, d, c[s]);
+    }
+  }
+  have = static_cast<int32_t>(to);
+}
+
+// Deferred dense-semantics AdamW of step state.step (its constants already in table_consts): the
+// rows with a gradient catch up on the steps they missed, then take this step with their gradient.
+void table_adamw_deferred(Model& model, AdamWState& state, size_t k) {
+  const SparseRowGrad& g = model.table_grads[k];
+  const int64_t d = model.tables[k].dim, R = static_cast<int64_t>(g.ids.size()), step = state.step;
+  const AdamWStepConsts& c = state.table_consts.back();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < R; ++i) {
+    const int64_t r = g.ids[static_cast<size_t>(i)];
+    replay_row(model, state, k, r, step - 1);
+    adamw_elements(model.tables[k].w.data() + r * d, g.rows.data() + i * d, state.table_m[k].data() + r * d,
+                   state.table_v[k].data() + r * d, d, c);
+    state.table_row_step[k][static_cast<size_t>(r)] = static_cast<int32_t>(step);
+  }
+}
+
+}  // namespace
+
+void sync_table_rows(Model& model, AdamWState& state, const int32_t* ids, int64_t N) {
+  const int64_t to = state.table_consts_base + static_cast<int64_t>(state.table_consts.size());
+  if (model.tables.empty() || state.table_consts.empty()) return;
+  JTOK_PROFILE("table_sync");
+  std::vector<int32_t> u(ids, ids + N);
+  std::sort(u.begin(), u.end());
+  u.erase(std::unique(u.begin(), u.end()), u.end());
+  const int64_t U = static_cast<int64_t>(u.size()), K = static_cast<int64_t>(model.tables.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < U * K; ++j) replay_row(model, state, static_cast<size_t>(j / U), u[static_cast<size_t>(j % U)], to);
+}
+
+void sync_tables(Model& model, AdamWState& state) {
+  const int64_t to = state.table_consts_base + static_cast<int64_t>(state.table_consts.size());
+  if (model.tables.empty() || state.table_consts.empty()) return;
+  JTOK_PROFILE("table_sync");
+  for (size_t k = 0; k < model.tables.size(); ++k) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < model.tables[k].rows; ++r) replay_row(model, state, k, r, to);
+  }
+  state.table_consts.clear();  // every row is current: no step before `to` is needed again
+  state.table_consts_base = to;
 }
 
 double grad_global_norm(const Model& model) {
@@ -60,17 +140,22 @@ StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t) 
                  state.v.data() + p.offset, p.numel, h);
   }
   // Token-indexed tables: 2-D weights, so weight decay applies, as in the reference's decay group.
-  for (size_t l = 0; l < model.tables.size(); ++l) {
-    JTOK_PROFILE("optimizer_tables");
-    AdamWHyper h{static_cast<float>(st.lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
-                 static_cast<float>(t.adam_epsilon), static_cast<float>(t.weight_decay), state.step,
-                 static_cast<float>(st.clip_coef)};
-    if (t.table_optimizer == "sparse")
+  if (model.tables.empty()) return st;
+  JTOK_PROFILE("optimizer_tables");
+  const AdamWHyper h{static_cast<float>(st.lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
+                     static_cast<float>(t.adam_epsilon), static_cast<float>(t.weight_decay), state.step,
+                     static_cast<float>(st.clip_coef)};
+  if (t.table_optimizer == "sparse") {
+    JTOK_CHECK(state.table_consts.empty(), "sparse table optimizer with deferred dense steps pending");
+    for (size_t l = 0; l < model.tables.size(); ++l)
       table_adamw_sparse_rows(model.tables[l], state.table_m[l].data(), state.table_v[l].data(), model.table_grads[l], h);
-    else
-      table_adamw_dense_semantics(model.tables[l], state.table_m[l].data(), state.table_v[l].data(),
-                                  model.table_grads[l], h);
+    state.table_consts_base = state.step;
+    return st;
   }
+  JTOK_CHECK(state.table_consts_base + static_cast<int64_t>(state.table_consts.size()) == state.step - 1,
+             "table optimizer state out of step");
+  state.table_consts.push_back(adamw_consts(h));
+  for (size_t l = 0; l < model.tables.size(); ++l) table_adamw_deferred(model, state, l);
   return st;
 }
 

@@ -5,6 +5,7 @@
 
 #include "model/config.h"
 #include "model/transformer.h"
+#include "ops/adamw.h"
 
 namespace jtok {
 
@@ -12,9 +13,31 @@ struct AdamWState {
   std::vector<float> m, v;  // same layout as the parameters
   std::vector<std::vector<float>> table_m, table_v;  // per table of model.tables, its AdamW moments
   int64_t step = 0;         // optimizer steps taken
+  // table_optimizer "dense" defers the zero-gradient updates of table rows without a gradient (see
+  // sync_tables): row r of table k has had the first table_row_step[k][r] steps applied; the
+  // constants of the steps after table_consts_base (step s: table_consts[s - base - 1]) are kept
+  // to replay the missing ones.
+  std::vector<std::vector<int32_t>> table_row_step;
+  std::vector<AdamWStepConsts> table_consts;
+  int64_t table_consts_base = 0;
 };
 
 AdamWState make_adamw_state(const Model& model);
+
+// Token-indexed tables under table_optimizer "dense" (torch.optim.AdamW's semantics: every row
+// moves every step, rows without a gradient by their decaying moments and the weight decay) are
+// updated lazily but exactly: optimizer_step updates only the rows with a gradient, first replaying
+// the zero-gradient steps the row missed, one by one with each step's constants, so every row ends
+// bit for bit where the eager pass over the whole table would have put it. A row's value matters
+// only when read, so readers bring rows current first:
+// - sync_table_rows before a forward: the rows of the ids (N) in every table;
+// - sync_tables before anything reads whole tables (evaluation, export; save_checkpoint calls it).
+// Replaying k steps of a row costs k element-wise updates in cache (compute-bound) instead of k
+// memory-bound passes over the table; rows never trained (zero moments) replay as k multiplies.
+void sync_table_rows(Model& model, AdamWState& state, const int32_t* ids, int64_t N);
+void sync_tables(Model& model, AdamWState& state);
+// After loading a checkpoint (whose tables are current): every row is current at state.step.
+void mark_tables_current(const Model& model, AdamWState& state);
 
 // sqrt(sum g^2) over every gradient (the tables' sparse rows included), accumulated in double.
 double grad_global_norm(const Model& model);

@@ -138,6 +138,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     rng << sample_rng;
     nlohmann::json st = {{"step", step}, {"data", data.state()}, {"sample_rng", rng.str()},
                          {"lr", lr_at(t, std::max<int64_t>(0, step - 1))}, {"max_steps", t.max_steps}};
+    sync_tables(model, adam);
     auto dir = save_checkpoint(opt.out_dir, step, cfg, model, adam, st, t.keep_checkpoints);
     log.write({{"type", "checkpoint"}, {"step", step}, {"path", dir}});
     std::printf("checkpoint: %s\n", dir.c_str());
@@ -160,6 +161,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     const double inv_acc = 1.0 / static_cast<double>(t.gradient_accumulation_steps);
     for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
       data.next(x.data(), y.data(), B, T);
+      sync_table_rows(model, adam, x.data(), N);  // the rows this forward reads, current
       forward(model, acts, x.data(), B, T);
       if (mb == 0) hstd = hidden_state_std(acts);
       routing.add(acts);
@@ -217,12 +219,14 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
       std::fflush(stdout);
     }
     if (val && (done % t.eval_interval == 0 || done == t.max_steps)) {
+      sync_tables(model, adam);  // evaluation reads any row
       double vl = mean_val_loss(model, acts, *val, t);
       res.last_val_loss = vl;
       log.write({{"type", "val"}, {"step", done}, {"val_loss", vl}, {"val_ppl", std::exp(vl)}});
       std::printf("%sval step %lld | val_loss %.4f | ppl %.2f\n", tty ? "\n" : "", static_cast<long long>(done), vl, std::exp(vl));
     }
     if (opt.sample && t.sample_interval > 0 && done % t.sample_interval == 0) {
+      sync_tables(model, adam);  // generation reads any row
       auto gen = [&](const std::vector<int32_t>& prompt, int64_t n) {
         KVCache cache;
         std::vector<int32_t> out;
