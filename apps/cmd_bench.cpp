@@ -53,6 +53,7 @@ std::unique_ptr<Bench> make_bench(const std::string& label, const std::vector<st
   const auto& t = b->cfg.train;
   b->model = make_model(b->cfg.model, t.seed);
   b->opt = make_adamw_state(b->model);
+  b->acts.row_sync = jtok::table_row_sync(b->model, b->opt);  // b is heap-allocated: the refs stay valid
   const int64_t N = t.micro_batch_size * t.seq_len;
   std::mt19937_64 rng(t.seed);  // the same tokens for every variant
   b->x.resize(N);
@@ -70,7 +71,6 @@ void train_step(Bench& b, bool timed) {
   const std::clock_t c0 = std::clock();  // CPU seconds of all threads
   zero_grads(b.model);
   for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
-    sync_table_rows(b.model, b.opt, b.x.data(), B * T);
     forward(b.model, b.acts, b.x.data(), B, T);
     b.loss = backward(b.model, b.acts, b.x.data(), b.y.data(), 1.0f / static_cast<float>(t.gradient_accumulation_steps));
   }

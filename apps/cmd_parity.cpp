@@ -40,6 +40,7 @@ void run() {
 
   AdamWState opt = make_adamw_state(m);
   Activations acts;
+  acts.row_sync = table_row_sync(m, opt);
   std::vector<float> losses, auxes, jauxes, norms, lrs;
   StFile out;
   for (int64_t s = 0; s < args.steps; ++s) {
@@ -48,7 +49,6 @@ void run() {
     const int64_t step_off = (s % S_batches) * M * N;
     for (int64_t mb = 0; mb < M; ++mb) {
       const int32_t* xs = x.data() + step_off + mb * N;
-      sync_table_rows(m, opt, xs, N);
       forward(m, acts, xs, B, T);
       if (s == 0 && mb == 0) {
         std::vector<float> logits(static_cast<size_t>(N * V));

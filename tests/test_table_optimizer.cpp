@@ -1,5 +1,5 @@
 // The deferred dense-semantics table AdamW (optimizer_step with table_optimizer "dense",
-// sync_table_rows, sync_tables) against the eager pass over whole tables
+// table_row_sync, sync_tables) against the eager pass over whole tables
 // (table_adamw_dense_semantics): bit for bit, with rows that get a gradient at some steps, at
 // every step, or never; rows brought current mid-way; the clipping coefficient and schedule of
 // optimizer_step; and the checkpoint guard.
@@ -81,8 +81,9 @@ TEST(DeferredTableAdamW, EqualsTheEagerDensePassBitForBit) {
       if (std::memcmp(&lazy.tables[k].w[20 * d], &eager.tables[k].w[20 * d], sizeof(float) * d) != 0) deferred_seen = true;
     }
     if (s == 8) {  // bring rows 7 (last gradient at step 6), 31 and 45 (never) current mid-way
-      const int32_t ids[] = {7, 45, 31, 7};
-      sync_table_rows(lazy, sl, ids, 4);
+      const RowSync sync = table_row_sync(lazy, sl);
+      for (size_t k = 0; k < lazy.tables.size(); ++k)
+        for (int32_t r : {7, 45, 31, 7}) sync(static_cast<int64_t>(k), r);  // twice: a no-op the second time
       for (size_t k = 0; k < lazy.tables.size(); ++k) {
         const int64_t d = lazy.tables[k].dim;
         for (int32_t r : {7, 31, 45}) {

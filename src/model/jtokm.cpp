@@ -24,7 +24,8 @@ JTokMHyper jtokm_hyper(const ModelConfig& c) {
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 void jtokm_forward(float* h_next, JTokMActs& A, const float* a, const float* R, const float* s, const TokenTable* E,
-                   const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp) {
+                   const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp, const RowSync& sync,
+                   int64_t table_base) {
   const int64_t ne = hp.n_e, K = hp.K, U = static_cast<int64_t>(rb.unique.size());
   A.logits.resize(static_cast<size_t>(N * ne));
   A.sig.resize(static_cast<size_t>(N * ne));
@@ -81,6 +82,7 @@ void jtokm_forward(float* h_next, JTokMActs& A, const float* a, const float* R, 
 #pragma omp parallel for schedule(static)
   for (int64_t q = 0; q < S; ++q) {
     const TokenTable& t = E[A.slot_table[q]];
+    if (sync) sync(table_base + A.slot_table[q], rb.unique[A.slot_u[q]]);
     std::copy_n(t.w.data() + static_cast<int64_t>(rb.unique[A.slot_u[q]]) * d, d, A.rows.data() + q * d);
   }
   // Mix, normalise, inject.

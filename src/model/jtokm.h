@@ -46,8 +46,10 @@ struct JTokMActs {
 
 // Routing, gather, mixing and injection: h_next (N,d) += Delta_r. a (N,d) is the attention input,
 // R (n_e,d) the router, s (d) the scaler, E the layer's n_e tables (consecutive), rb the batch's ids.
+// sync (optional): called for each gathered (table_base + i, id) before its row is read.
 void jtokm_forward(float* h_next, JTokMActs& acts, const float* a, const float* R, const float* s, const TokenTable* E,
-                   const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp);
+                   const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp, const RowSync& sync = {},
+                   int64_t table_base = 0);
 // From dh = dL/dh_next (N,d): da (N,d) += through the router, dR (n_e,d) +=, ds (d) +=, the tables'
 // row gradients gE[i] +=. aux_grad is dL/d(this layer's aux) (e.g. grad_scale / #JTok-M layers).
 void jtokm_backward(float* da, float* dR, float* ds, SparseRowGrad* gE, JTokMActs& acts, const float* dh, const float* a,

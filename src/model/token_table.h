@@ -5,6 +5,7 @@
 // scattered to its positions; the backward produces (unique ids, rows), never a dense V x d grad.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "ops/adamw.h"
@@ -15,6 +16,12 @@ struct TokenTable {
   int64_t rows = 0, dim = 0;
   std::vector<float> w;     // (rows, dim)
 };
+
+// Brings row `row` of table `table` (an index into Model::tables) up to date before a gather reads
+// it. Set (Activations::row_sync) by a trainer whose optimizer defers the updates of rows without a
+// gradient (train/optimizer.h); empty otherwise. Called at most once per (table, row) per gather,
+// possibly from several threads for different rows.
+using RowSync = std::function<void(int64_t table, int64_t row)>;
 
 // The distinct ids of a micro-batch, sorted, with each position's index into them and, per unique
 // id, the list of its positions (CSR), so the backward can sum per row without atomics.

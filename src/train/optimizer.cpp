@@ -42,7 +42,7 @@ namespace {
 // p * decay - step_size * 0 / (0 + eps) is p * decay: the same floats by a multiply per step.
 void replay_row(Model& model, AdamWState& state, size_t k, int64_t r, int64_t to) {
   int32_t& have = state.table_row_step[k][static_cast<size_t>(r)];
-  if (have >= to) return;
+  if (have >= to || state.table_consts.empty()) return;  // current, or nothing deferred (sparse mode)
   const int64_t d = model.tables[k].dim;
   float* p = model.tables[k].w.data() + r * d;
   float* m = state.table_m[k].data() + r * d;
@@ -80,16 +80,11 @@ void table_adamw_deferred(Model& model, AdamWState& state, size_t k) {
 
 }  // namespace
 
-void sync_table_rows(Model& model, AdamWState& state, const int32_t* ids, int64_t N) {
-  const int64_t to = state.table_consts_base + static_cast<int64_t>(state.table_consts.size());
-  if (model.tables.empty() || state.table_consts.empty()) return;
-  JTOK_PROFILE("table_sync");
-  std::vector<int32_t> u(ids, ids + N);
-  std::sort(u.begin(), u.end());
-  u.erase(std::unique(u.begin(), u.end()), u.end());
-  const int64_t U = static_cast<int64_t>(u.size()), K = static_cast<int64_t>(model.tables.size());
-#pragma omp parallel for schedule(static)
-  for (int64_t j = 0; j < U * K; ++j) replay_row(model, state, static_cast<size_t>(j / U), u[static_cast<size_t>(j % U)], to);
+RowSync table_row_sync(Model& model, AdamWState& state) {
+  return [&model, &state](int64_t table, int64_t row) {
+    replay_row(model, state, static_cast<size_t>(table), row,
+               state.table_consts_base + static_cast<int64_t>(state.table_consts.size()));
+  };
 }
 
 void sync_tables(Model& model, AdamWState& state) {

@@ -30,11 +30,14 @@ AdamWState make_adamw_state(const Model& model);
 // the zero-gradient steps the row missed, one by one with each step's constants, so every row ends
 // bit for bit where the eager pass over the whole table would have put it. A row's value matters
 // only when read, so readers bring rows current first:
-// - sync_table_rows before a forward: the rows of the ids (N) in every table;
-// - sync_tables before anything reads whole tables (evaluation, export; save_checkpoint calls it).
+// - a training forward sets Activations::row_sync = table_row_sync(model, state): each row is
+//   brought current as a gather reads it (JTok-M: only the (id, table) pairs the router chose);
+// - sync_tables before anything reads whole tables (evaluation, sampling, export; save_checkpoint
+//   refuses a state with rows behind).
 // Replaying k steps of a row costs k element-wise updates in cache (compute-bound) instead of k
 // memory-bound passes over the table; rows never trained (zero moments) replay as k multiplies.
-void sync_table_rows(Model& model, AdamWState& state, const int32_t* ids, int64_t N);
+// The RowSync refers to model and state: it must not outlive them.
+RowSync table_row_sync(Model& model, AdamWState& state);
 void sync_tables(Model& model, AdamWState& state);
 // After loading a checkpoint (whose tables are current): every row is current at state.step.
 void mark_tables_current(const Model& model, AdamWState& state);

@@ -148,6 +148,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
   const int64_t B = t.micro_batch_size, T = t.seq_len, N = B * T;
   std::vector<int32_t> x(N), y(N);
   Activations acts;
+  acts.row_sync = table_row_sync(model, adam);  // table rows behind deferred steps catch up as read
   TrainResult res;
   double elapsed_train = 0;
   int64_t timed_steps = 0;
@@ -161,7 +162,6 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     const double inv_acc = 1.0 / static_cast<double>(t.gradient_accumulation_steps);
     for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
       data.next(x.data(), y.data(), B, T);
-      sync_table_rows(model, adam, x.data(), N);  // the rows this forward reads, current
       forward(model, acts, x.data(), B, T);
       if (mb == 0) hstd = hidden_state_std(acts);
       routing.add(acts);

@@ -134,9 +134,13 @@ SPARSE_TABLE_CASES = {
     "sparse_jtokm_moe": dict(MOE_BASE, **JTOKM, jtokm_n_e=4, jtokm_top_k=2, jtok=True, jtok_layers="0",
                              jtok_init_std=0.1, table_optimizer="sparse", seed=73),
 }
-DISTINCT_IDS.update({"sparse_jtok": 30, "sparse_jtokm_moe": 30})
+# The same JTok-M + JTok on MoE case with the default dense table optimizer: jtok defers the
+# updates of rows without a gradient and replays them when a gather reads the row (or before the
+# final dump), which must equal torch's eager AdamW over whole tables.
+SPARSE_TABLE_CASES["deferred_jtokm_moe"] = dict(SPARSE_TABLE_CASES["sparse_jtokm_moe"], table_optimizer="dense")
+DISTINCT_IDS.update({"sparse_jtok": 30, "sparse_jtokm_moe": 30, "deferred_jtokm_moe": 30})
 # Cases with one batch per step: this many batches, step s uses batch s % S.
-STEP_BATCHES = {"sparse_jtok": 5, "sparse_jtokm_moe": 5}
+STEP_BATCHES = {"sparse_jtok": 5, "sparse_jtokm_moe": 5, "deferred_jtokm_moe": 5}
 # JTok-M layers whose router starts at exactly zero (all logits tie), per case.
 ZERO_ROUTERS = {"jtokm_router_ties": [0]}
 # Cases run for at most this many optimizer steps.
