@@ -2,7 +2,7 @@
 # `jtok bench-train` (the engine side of bench/train_throughput.sh): one JSON line with the timing
 # fields; with --variant, one line per model (base first), the variant's config really applied (its
 # parameter count includes the JTok-M tables), steps interleaved (as many timed steps for each), a
-# cost per round and its median; the same tokens give the base the same loss as a plain run; a
+# cost per round (charged its share of the final table sync) and its median; the same tokens give the base the same loss as a plain run; a
 # malformed --variant or an unknown field in it gives an error naming it.
 set -euo pipefail
 JTOK=${JTOK_BIN:?}
@@ -22,7 +22,7 @@ plain = [json.loads(l) for l in open(sys.argv[1])]
 paired = [json.loads(l) for l in open(sys.argv[2])]
 assert len(plain) == 1 and "variant" not in plain[0], plain
 p = plain[0]
-for k in ("tokens_per_s", "step_ms", "step_ms_min", "gflops", "cpu_s_per_step", "params", "peak_rss_mb", "loss"):
+for k in ("tokens_per_s", "step_ms", "step_ms_min", "sync_ms", "gflops", "cpu_s_per_step", "params", "peak_rss_mb", "loss"):
     assert k in p, k
 assert len(p["step_ms_each"]) == 3 and min(p["step_ms_each"]) == p["step_ms_min"] > 0
 assert [j["variant"] for j in paired] == ["base", "jm", "jt"], paired
@@ -33,7 +33,8 @@ assert jm["params"] - base["params"] == 2 * (4 * 512 * 32 + 4 * 32 + 32), jm["pa
 assert jt["params"] - base["params"] == 2 * (512 * 32 + 32), jt["params"] - base["params"]
 for v in (jm, jt):
     assert len(v["step_ms_each"]) == 3 and len(v["cost_each"]) == 3
-    want = [1 - b / x for b, x in zip(base["step_ms_each"], v["step_ms_each"])]
+    R = len(v["step_ms_each"])
+    want = [1 - (b + base["sync_ms"] / R) / (x + v["sync_ms"] / R) for b, x in zip(base["step_ms_each"], v["step_ms_each"])]
     assert all(abs(a - w) < 1e-9 for a, w in zip(v["cost_each"], want)), (v["cost_each"], want)
     assert sorted(v["cost_each"])[1] == v["cost_median"]
 assert "cost_median" not in base
