@@ -3,7 +3,7 @@
 //       -o build/lm_head_op
 //   OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=2 build/lm_head_op N d V [reps]
 // Pieces: the logits GEMM (N,Vp) = x (N,d) W^T; cross_entropy (loss and dlogits in place); the two
-// backward GEMMs dx = dlogits W and dW += dlogits^T x. Prints the minimum over reps (after one
+// backward GEMMs dx = dlogits W and dW += dlogits^T x, and other layouts of them. Prints the minimum over reps (after one
 // warm-up) of wall seconds and GFLOP/s of each.
 #include <algorithm>
 #include <chrono>
@@ -54,5 +54,17 @@ int main(int argc, char** argv) {
   time("dW += dlogits^T x", g, [&] { jtok::gemm(true, false, Vp, d, N, 1.0f, logits.data(), Vp, x.data(), d, 1.0f, dW.data(), d); });
   std::vector<float> dWt(d * Vp);
   time("dW^T += x^T dlogits", g, [&] { jtok::gemm(true, false, d, Vp, N, 1.0f, x.data(), d, logits.data(), Vp, 1.0f, dWt.data(), Vp); });
+  std::vector<float> dxt(d * N);
+  time("dx^T += W^T dlogits^T", g, [&] { jtok::gemm(true, true, d, N, Vp, 1.0f, W.data(), d, logits.data(), Vp, 1.0f, dxt.data(), N); });
+  time("dx in 8 vocab chunks", g, [&] {
+    const int64_t C = Vp / 8;
+    for (int64_t c = 0; c < 8; ++c)
+      jtok::gemm(false, false, N, d, C, 1.0f, logits.data() + c * C, Vp, W.data() + c * C * d, d, 1.0f, dx.data(), d);
+  });
+  time("dx in 8 row chunks", g, [&] {
+    const int64_t R = N / 8;
+    for (int64_t c = 0; c < 8; ++c)
+      jtok::gemm(false, false, R, d, Vp, 1.0f, logits.data() + c * R * Vp, Vp, W.data(), d, 1.0f, dx.data() + c * R * d, d);
+  });
   return 0;
 }
