@@ -32,10 +32,13 @@ RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V) {
   return rb;
 }
 
-void gather_unique_rows(float* out, const TokenTable& t, const RowBatch& rb) {
+void gather_unique_rows(float* out, const TokenTable& t, const RowBatch& rb, const RowSync& sync, int64_t table) {
   const int64_t U = static_cast<int64_t>(rb.unique.size()), d = t.dim;
 #pragma omp parallel for schedule(static)
-  for (int64_t u = 0; u < U; ++u) std::memcpy(out + u * d, t.w.data() + rb.unique[u] * d, sizeof(float) * d);
+  for (int64_t u = 0; u < U; ++u) {
+    if (sync) sync(table, rb.unique[u]);
+    std::memcpy(out + u * d, t.w.data() + rb.unique[u] * d, sizeof(float) * d);
+  }
 }
 
 void SparseRowGrad::init(int64_t vocab_rows, int64_t d) {

@@ -34,8 +34,10 @@ struct RowBatch {
 // ids (N) in [0, V).
 RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V);
 
-// out (U, dim) = table rows of rb.unique.
-void gather_unique_rows(float* out, const TokenTable& t, const RowBatch& rb);
+// out (U, dim) = table rows of rb.unique. sync (optional): called for (table, each id) before its
+// row is read; `table` is t's index in Model::tables.
+void gather_unique_rows(float* out, const TokenTable& t, const RowBatch& rb, const RowSync& sync = {},
+                        int64_t table = 0);
 
 // Row-sparse gradient of one table, accumulated over micro-batches: rows keyed by id.
 struct SparseRowGrad {

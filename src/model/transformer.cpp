@@ -258,12 +258,8 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
     }
     if (W.jtok_scale) {  // h_next = h_mid + Delta_m * (1 + s * Norm(E[x]))
       JTOK_PROFILE("jtok_fwd");
-      if (a.row_sync) {
-        const int64_t U = static_cast<int64_t>(a.ids.unique.size());
-#pragma omp parallel for schedule(static)
-        for (int64_t u = 0; u < U; ++u) a.row_sync(m.jtok_table[l], a.ids.unique[static_cast<size_t>(u)]);
-      }
-      jtok_prepare(L.jtok, m.tables[m.jtok_table[l]], a.ids, static_cast<float>(c.jtok_eps), c.jtok_norm);
+      jtok_prepare(L.jtok, m.tables[m.jtok_table[l]], a.ids, static_cast<float>(c.jtok_eps), c.jtok_norm, a.row_sync,
+                   m.jtok_table[l]);
       jtok_forward(h_next, L.h_mid.data(), L.jtok, W.jtok_scale, a.ids, N, d);
     }
     if (W.jtokm_router) {  // h_next += c * s * Norm(sum_G w_i E_i[x]), routed on the attention input

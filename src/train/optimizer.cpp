@@ -36,6 +36,11 @@ void mark_tables_current(const Model& model, AdamWState& state) {
 
 namespace {
 
+// The step every table row is brought to: the last one whose constants are kept.
+int64_t tables_step(const AdamWState& state) {
+  return state.table_consts_base + static_cast<int64_t>(state.table_consts.size());
+}
+
 // Brings row r of table k from the steps it has to `to`, replaying the missed steps with a zero
 // gradient: adamw_elements(nullptr) per step, exactly what the eager dense pass computes. A row
 // whose moments are all zero (never had a gradient) stays at zero moments, and its update
@@ -82,13 +87,12 @@ void table_adamw_deferred(Model& model, AdamWState& state, size_t k) {
 
 RowSync table_row_sync(Model& model, AdamWState& state) {
   return [&model, &state](int64_t table, int64_t row) {
-    replay_row(model, state, static_cast<size_t>(table), row,
-               state.table_consts_base + static_cast<int64_t>(state.table_consts.size()));
+    replay_row(model, state, static_cast<size_t>(table), row, tables_step(state));
   };
 }
 
 void sync_tables(Model& model, AdamWState& state) {
-  const int64_t to = state.table_consts_base + static_cast<int64_t>(state.table_consts.size());
+  const int64_t to = tables_step(state);
   if (model.tables.empty() || state.table_consts.empty()) return;
   JTOK_PROFILE("table_sync");
   for (size_t k = 0; k < model.tables.size(); ++k) {
@@ -147,8 +151,7 @@ StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t) 
     state.table_consts_base = state.step;
     return st;
   }
-  JTOK_CHECK(state.table_consts_base + static_cast<int64_t>(state.table_consts.size()) == state.step - 1,
-             "table optimizer state out of step");
+  JTOK_CHECK(tables_step(state) == state.step - 1, "table optimizer state out of step");
   state.table_consts.push_back(adamw_consts(h));
   for (size_t l = 0; l < model.tables.size(); ++l) table_adamw_deferred(model, state, l);
   return st;
