@@ -85,36 +85,54 @@ TEST(RoPE, FastMatchesReferenceAndBackwardIsTranspose) {
 struct AttnCase { int64_t B, T, H, KV, hd; };
 class Attention : public ::testing::TestWithParam<AttnCase> {};
 
+// One attention forward and backward: output y, probabilities P, gradients dq, dk, dv.
+struct AttnRun { std::vector<float> y, P, dq, dk, dv; };
+
+// The fast attention and its reference from the same q, k, v, dy and the same starting P and
+// gradients (`start`: the forward must overwrite P, the backward accumulates into dq, dk, dv);
+// checks that y, P and the gradients agree within kFastTol. Returns {fast, reference}.
+static std::pair<AttnRun, AttnRun> fast_and_reference(const AttnCase& c, const std::vector<float>& q,
+                                                      const std::vector<float>& k, const std::vector<float>& v,
+                                                      const std::vector<float>& dy, const AttnRun& start) {
+  auto [B, T, H, KV, hd] = c;
+  AttnRun f = start, r = start;
+  f.y.assign(q.size(), 0.f);
+  r.y = f.y;
+  attention_forward(f.y.data(), f.P.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
+  attention_forward_ref(r.y.data(), r.P.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
+  EXPECT_LT(rel_err(f.y, r.y), kFastTol);
+  EXPECT_LT(rel_err(f.P, r.P), kFastTol);
+  attention_backward(f.dq.data(), f.dk.data(), f.dv.data(), dy.data(), f.P.data(), q.data(), k.data(), v.data(), B, T,
+                     H, KV, hd);
+  attention_backward_ref(r.dq.data(), r.dk.data(), r.dv.data(), dy.data(), r.P.data(), q.data(), k.data(), v.data(), B,
+                         T, H, KV, hd);
+  EXPECT_LT(rel_err(f.dq, r.dq), kFastTol);
+  EXPECT_LT(rel_err(f.dk, r.dk), kFastTol);
+  EXPECT_LT(rel_err(f.dv, r.dv), kFastTol);
+  return {f, r};
+}
+
 TEST_P(Attention, FastMatchesReferenceAndFiniteDifferences) {
   auto [B, T, H, KV, hd] = GetParam();
   auto q = randn(B * T * H * hd, 12), k = randn(B * T * KV * hd, 13), v = randn(B * T * KV * hd, 14);
   auto dy = randn(B * T * H * hd, 15);
-  std::vector<float> y(q.size()), yr(q.size()), P(B * H * T * T), Pr(P.size());
-  attention_forward(y.data(), P.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
-  attention_forward_ref(yr.data(), Pr.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
-  EXPECT_LT(rel_err(y, yr), kFastTol);
-  EXPECT_LT(rel_err(P, Pr), kFastTol);
-  std::vector<float> dq(q.size(), 0.f), dk(k.size(), 0.f), dv(v.size(), 0.f);
-  std::vector<float> dqr = dq, dkr = dk, dvr = dv;
-  attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), P.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
-  attention_backward_ref(dqr.data(), dkr.data(), dvr.data(), dy.data(), Pr.data(), q.data(), k.data(), v.data(), B, T,
-                         H, KV, hd);
-  EXPECT_LT(rel_err(dq, dqr), kFastTol);
-  EXPECT_LT(rel_err(dk, dkr), kFastTol);
-  EXPECT_LT(rel_err(dv, dvr), kFastTol);
+  const AttnRun start{{}, std::vector<float>(B * H * T * T), std::vector<float>(q.size(), 0.f),
+                      std::vector<float>(k.size(), 0.f), std::vector<float>(v.size(), 0.f)};
+  auto [fast, ref] = fast_and_reference(GetParam(), q, k, v, dy, start);
+  std::vector<float> yr(q.size()), P(start.P.size());  // scratch for the checks below
   auto f = [&] {
-    attention_forward_ref(yr.data(), Pr.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
+    attention_forward_ref(yr.data(), P.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
     return dot(yr, dy);
   };
-  EXPECT_LT(rel_err(dqr, numeric_grad(q, f)), kFdTol);
-  EXPECT_LT(rel_err(dkr, numeric_grad(k, f)), kFdTol);
-  EXPECT_LT(rel_err(dvr, numeric_grad(v, f)), kFdTol);
+  EXPECT_LT(rel_err(ref.dq, numeric_grad(q, f)), kFdTol);
+  EXPECT_LT(rel_err(ref.dk, numeric_grad(k, f)), kFdTol);
+  EXPECT_LT(rel_err(ref.dv, numeric_grad(v, f)), kFdTol);
   // Causality: the first position's output depends only on the first k, v.
   auto v2 = v;
   for (int64_t i = KV * hd; i < T * KV * hd; ++i) v2[i] += 1.0f;  // batch 0, positions >= 1
   std::vector<float> y2(q.size());
   attention_forward(y2.data(), P.data(), q.data(), k.data(), v2.data(), B, T, H, KV, hd);
-  for (int64_t i = 0; i < H * hd; ++i) EXPECT_FLOAT_EQ(y2[i], y[i]);
+  for (int64_t i = 0; i < H * hd; ++i) EXPECT_FLOAT_EQ(y2[i], fast.y[i]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Attention,
@@ -129,31 +147,23 @@ TEST_P(AttentionBlocked, FastMatchesReference) {
   auto q = randn(B * T * H * hd, 31), k = randn(B * T * KV * hd, 32), v = randn(B * T * KV * hd, 33);
   auto dy = randn(B * T * H * hd, 34);
   // P starts as NaN: the fast forward must write every entry, masked ones as exact zeros.
-  std::vector<float> y(q.size()), yr(q.size()), P(B * H * T * T, NAN), Pr(P.size());
-  attention_forward(y.data(), P.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
-  attention_forward_ref(yr.data(), Pr.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
-  EXPECT_LT(rel_err(y, yr), kFastTol);
-  EXPECT_LT(rel_err(P, Pr), kFastTol);
+  // Non-zero starting gradients check that the backward accumulates.
+  const AttnRun start{{}, std::vector<float>(B * H * T * T, NAN), std::vector<float>(q.size(), 0.5f),
+                      std::vector<float>(k.size(), -0.25f), std::vector<float>(v.size(), 0.125f)};
+  auto [fast, ref] = fast_and_reference(GetParam(), q, k, v, dy, start);
+  const std::vector<float>& P = fast.P;
   int64_t nonzero_masked = 0;
   for (int64_t bh = 0; bh < B * H; ++bh)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t j = t + 1; j < T; ++j) nonzero_masked += P[(bh * T + t) * T + j] != 0.0f;
   EXPECT_EQ(nonzero_masked, 0);
-  // Non-zero starting gradients check that the backward accumulates.
-  std::vector<float> dq(q.size(), 0.5f), dk(k.size(), -0.25f), dv(v.size(), 0.125f);
-  std::vector<float> dqr = dq, dkr = dk, dvr = dv, dq2 = dq, dk2 = dk, dv2 = dv;
-  attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), P.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
-  attention_backward_ref(dqr.data(), dkr.data(), dvr.data(), dy.data(), Pr.data(), q.data(), k.data(), v.data(), B, T,
-                         H, KV, hd);
-  EXPECT_LT(rel_err(dq, dqr), kFastTol);
-  EXPECT_LT(rel_err(dk, dkr), kFastTol);
-  EXPECT_LT(rel_err(dv, dvr), kFastTol);
-  // Deterministic: a second run gives the same bits.
+  // Deterministic: a second run from the same starting gradients gives the same bits.
+  std::vector<float> dq2 = start.dq, dk2 = start.dk, dv2 = start.dv;
   attention_backward(dq2.data(), dk2.data(), dv2.data(), dy.data(), P.data(), q.data(), k.data(), v.data(), B, T, H, KV,
                      hd);
-  EXPECT_EQ(dq, dq2);
-  EXPECT_EQ(dk, dk2);
-  EXPECT_EQ(dv, dv2);
+  EXPECT_EQ(fast.dq, dq2);
+  EXPECT_EQ(fast.dk, dk2);
+  EXPECT_EQ(fast.dv, dv2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionBlocked,
