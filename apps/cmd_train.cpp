@@ -1,4 +1,4 @@
-// `jtok train`: trains a model on token shards (docs/usage.md).
+// `jtok train`: trains a model on token shards (README "Commands").
 #include <cstdio>
 #include <filesystem>
 
@@ -18,7 +18,7 @@ struct Args {
   std::string config, out;
   std::vector<std::string> sets;
   int64_t max_steps = -1;
-  bool resume = false;
+  bool resume = false, overwrite = false;
   double peak_gflops = -1;
   std::string sample_prompt = "The";
 } args;
@@ -75,6 +75,7 @@ void run() {
   TrainOptions opt;
   opt.out_dir = args.out;
   opt.resume = args.resume;
+  opt.overwrite = args.overwrite;
   opt.command_line = command_line_string();
   opt.extra_report = {{"flops", to_json(fr)}};
   opt.flops_per_token = fr.flops_per_token_full_square;  // what the kernels compute
@@ -94,6 +95,8 @@ void setup(CLI::App* sub) {
   sub->add_option("--out", args.out, "run directory: log.jsonl, checkpoints/")->required();
   sub->add_option("--max-steps", args.max_steps, "optimizer steps (overrides max_steps)");
   sub->add_flag("--resume", args.resume, "continue from the newest complete checkpoint in --out");
+  sub->add_flag("--overwrite", args.overwrite,
+                "start afresh in an --out that holds another run: delete its checkpoints and log first");
   sub->add_option("--set", args.sets, "override a config field: name=value (repeatable)");
   sub->add_option("--peak-gflops", args.peak_gflops, "fp32 peak for MFU (default: measured at start)");
   sub->add_option("--sample-prompt", args.sample_prompt, "prompt of the periodic samples");

@@ -1,4 +1,4 @@
-"""jtok (float32) against the PyTorch reference (float64) with JTok-M (notes/jtokm_spec.md, paper
+"""jtok (float32) against the PyTorch reference (float64) with JTok-M (docs/model.md "JTok-M", paper
 section 3.3 and Appendix D).
 
 Cases (parity.JTOKM_CASES), each from the same random weights and M = 2 micro-batches on both

@@ -1,4 +1,4 @@
-"""JTok-M in the PyTorch reference (notes/jtokm_spec.md; paper section 3.3, Appendix D), float64.
+"""JTok-M in the PyTorch reference (docs/model.md "JTok-M"; paper section 3.3, Appendix D), float64.
 
 - gradients against finite differences (torch.autograd.gradcheck) of the loss LM + aux (MoE aux +
   JTok-M aux) with respect to every parameter of tiny models: dense + JTok-M, MoE + JTok-M + JTok,

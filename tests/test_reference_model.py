@@ -25,7 +25,7 @@ CFG = dict(vocab_size=13, vocab_pad_multiple=8, hidden_size=12, num_hidden_layer
 
 
 def naive_jtokm(w, p, cfg, a, x):
-    """JTok-M injection of one position (notes/jtokm_spec.md): a (d,) the attention input, x the
+    """JTok-M injection of one position (docs/model.md "JTok-M"): a (d,) the attention input, x the
     token id, p the layer prefix -> dr (d,)."""
     n_e, K = cfg.jtokm_n_e, cfg.jtokm_top_k
     g = w[p + "jtokm.router.weight"] @ a                              # (n_e) logits

@@ -80,7 +80,7 @@ class JTokConfig(FlatConfig):
         "moe_intermediate_size": 256,
         "router_aux_loss_coef": 0.001,
         "norm_topk_prob": False,
-        # JTok-M (paper section 3.3, Appendix D; the contract is notes/jtokm_spec.md)
+        # JTok-M (paper section 3.3, Appendix D; the contract is docs/model.md "JTok-M")
         "jtokm": False,
         "jtokm_layers": "all",        # same syntax as jtok_layers
         "jtokm_n_e": 5,               # tables per layer (n_e >= 1)
@@ -320,7 +320,7 @@ class JTok(nn.Module):
 
 
 class JTokM(nn.Module):
-    """Mixture of JTok (paper section 3.3; aux loss Appendix D; contract notes/jtokm_spec.md):
+    """Mixture of JTok (paper section 3.3; aux loss Appendix D; contract docs/model.md "JTok-M"):
     a routed token-indexed residual injection. Per position, with a = RMSNorm(h) * ln1 (the
     attention input of the layer) and x its input token id:
 

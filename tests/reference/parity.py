@@ -94,7 +94,7 @@ MOE_CASES = {
     # JTok on an MoE backbone (the paper's JTok-on-MoE runs): the gate multiplies the MoE update.
     "moe_jtok": dict(MOE_BASE, jtok=True, jtok_layers="all", jtok_init_std=0.1, seed=43),
 }
-# JTok-M cases (notes/jtokm_spec.md; tests/test_parity_jtokm.py): a large aux coefficient so that
+# JTok-M cases (docs/model.md "JTok-M"; tests/test_parity_jtokm.py): a large aux coefficient so that
 # the aux gradient is well above noise in the routers' gradients; tables with std 0.1 so that the
 # injection matters next to the hidden states (init_std 0.1 like the embeddings).
 JTOKM = dict(jtokm=True, jtokm_layers="all", jtokm_aux_loss_coef=0.05, jtokm_init_std=0.1)
