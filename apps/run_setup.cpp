@@ -36,7 +36,7 @@ std::string resolve_checkpoint(const std::string& path) {
 LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run) {
   const std::string dir = resolve_checkpoint(checkpoint_or_run);
   Config cfg = load_checkpoint_config(dir);
-  Model m = make_model(cfg.model, 0);
+  Model m = make_model(cfg.model, 0, {.init = false, .grads = false});  // every value comes from the file
   load_checkpoint(dir, m, nullptr);
   Tokenizer tok = Tokenizer::load(cfg.train.tokenizer);
   return {dir, cfg, std::move(m), std::move(tok)};

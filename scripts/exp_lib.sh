@@ -31,7 +31,9 @@ exp_train_eval() {
   if [ -f "$dir/eval.json" ]; then echo "$(basename "$0" .sh): $(basename "$dir") done, skipping"; return 0; fi
   local steps_arg=() resume=()
   [ -n "$STEPS" ] && steps_arg=(--max-steps "$STEPS")
-  [ -d "$dir/checkpoints" ] && resume=(--resume)
+  # A directory with checkpoints or a log holds this variant's earlier, stopped run: continue it
+  # (`train` refuses a fresh run there; --resume without a complete checkpoint starts from scratch).
+  { [ -d "$dir/checkpoints" ] || [ -f "$dir/log.jsonl" ]; } && resume=(--resume)
   # shellcheck disable=SC2086
   "$JTOK" train --config "$CONFIG" "$@" --out "$dir" "${steps_arg[@]}" "${resume[@]}" $EXTRA | tee "$dir.train.out"
   "$JTOK" eval --checkpoint "$dir" --json --blimp-limit "$BLIMP_LIMIT" > "$dir/eval.json.tmp"

@@ -2,7 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cmath>
+#include <cstring>
 #include <fstream>
+#include <limits>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -39,7 +42,7 @@ TEST(Checkpoint, RoundTripIsExactAndKeepsLastN) {
   for (size_t i = 0; i < opt.m.size(); ++i) { opt.m[i] = 0.001f * i; opt.v[i] = 0.002f * i; }
   opt.step = 17;
   std::string run = fresh_dir("ckpt_roundtrip");
-  for (int64_t step : {10, 20, 30}) save_checkpoint(run, step, cfg, m, opt, {{"step", step}}, 2);
+  for (int64_t step : {10, 20, 30}) save_checkpoint(run, step, cfg, m, opt, {{"step", step}, {"run_id", "r1"}}, 2);
   auto latest = latest_checkpoint(run);
   ASSERT_TRUE(latest);
   EXPECT_EQ(fs::path(*latest).filename(), "step_00000030");
@@ -61,7 +64,7 @@ TEST(Checkpoint, InterruptedWriteLeavesPreviousCheckpointNewest) {
   Model m = make_model(cfg.model, 3);
   AdamWState opt = make_adamw_state(m);
   std::string run = fresh_dir("ckpt_interrupted");
-  save_checkpoint(run, 5, cfg, m, opt, {{"step", 5}}, 3);
+  save_checkpoint(run, 5, cfg, m, opt, {{"step", 5}, {"run_id", "r1"}}, 3);
   // A write killed half-way: a .tmp directory, and a renamed one whose marker never came.
   fs::create_directories(fs::path(run) / "checkpoints" / "step_00000010.tmp");
   std::ofstream(fs::path(run) / "checkpoints" / "step_00000010.tmp" / "model.safetensors") << "partial";
@@ -80,7 +83,7 @@ TEST(Checkpoint, CorruptOrMismatchedFilesGiveClearErrors) {
   Model m = make_model(cfg.model, 3);
   AdamWState opt = make_adamw_state(m);
   std::string run = fresh_dir("ckpt_corrupt");
-  std::string dir = save_checkpoint(run, 1, cfg, m, opt, {{"step", 1}}, 3);
+  std::string dir = save_checkpoint(run, 1, cfg, m, opt, {{"step", 1}, {"run_id", "r1"}}, 3);
   const std::string mp = dir + "/model.safetensors";
   const std::string good = read_file(mp);
 
@@ -133,7 +136,7 @@ TEST(Checkpoint, JTokTablesAndTheirMomentsRoundTrip) {
   ASSERT_EQ(m.tables[0].rows, cfg.model.padded_vocab());
   for (size_t i = 0; i < opt.table_m[0].size(); ++i) { opt.table_m[0][i] = 1e-3f * i; opt.table_v[0][i] = 2e-3f * i; }
   std::string run = fresh_dir("ckpt_jtok");
-  std::string dir = save_checkpoint(run, 4, cfg, m, opt, {{"step", 4}}, 2);
+  std::string dir = save_checkpoint(run, 4, cfg, m, opt, {{"step", 4}, {"run_id", "r1"}}, 2);
   Model m2 = make_model(load_checkpoint_config(dir).model, 8);
   AdamWState o2;
   load_checkpoint(dir, m2, &o2);
@@ -165,7 +168,7 @@ TEST(Checkpoint, JTokMTablesAndTheirMomentsRoundTrip) {
   for (size_t k = 0; k < m.tables.size(); ++k)
     for (size_t i = 0; i < opt.table_m[k].size(); i += 7) { opt.table_m[k][i] = 1e-3f * (i + k); opt.table_v[k][i] = 2e-3f * i; }
   std::string run = fresh_dir("ckpt_jtokm");
-  std::string dir = save_checkpoint(run, 4, cfg, m, opt, {{"step", 4}}, 2);
+  std::string dir = save_checkpoint(run, 4, cfg, m, opt, {{"step", 4}, {"run_id", "r1"}}, 2);
   Model m2 = make_model(load_checkpoint_config(dir).model, 8);
   AdamWState o2;
   load_checkpoint(dir, m2, &o2);
@@ -180,4 +183,104 @@ TEST(Checkpoint, JTokMTablesAndTheirMomentsRoundTrip) {
   fewer.model.jtokm_n_e = 2;
   Model m3 = make_model(fewer.model, 1);
   EXPECT_NE(error_of([&] { load_checkpoint(dir, m3, nullptr); }).find("jtokm"), std::string::npos);
+}
+
+// Writes a safetensors file by hand: header JSON and data bytes as given (to test the reader's bounds).
+static void write_raw_safetensors(const std::string& path, const std::string& header, const std::string& data) {
+  std::string out(8, '\0');
+  const uint64_t hl = header.size();
+  std::memcpy(out.data(), &hl, 8);
+  write_file_atomic(path, out + header + data);
+}
+
+TEST(Safetensors, ShapesWhoseElementCountOverflowsAreRefused) {
+  const std::string p = fresh_dir("st_overflow") + "/x.safetensors";
+  // 2^62 x 4 elements wrap to 0 in 64 bits: 0 bytes of data would pass an unchecked product.
+  write_raw_safetensors(p, R"({"t":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", "");
+  std::string e = error_of([&] { read_safetensors_index(p); });
+  EXPECT_NE(e.find("more elements than any file"), std::string::npos) << e;
+  EXPECT_NE(e.find("x.safetensors"), std::string::npos) << e;
+  EXPECT_NE(error_of([&] { read_safetensors(p); }), "");
+  // A product that fits but disagrees with the byte span.
+  write_raw_safetensors(p, R"({"t":{"dtype":"F32","shape":[3,2],"data_offsets":[0,20]}})", std::string(20, 'a'));
+  e = error_of([&] { read_safetensors_index(p); });
+  EXPECT_NE(e.find("20 bytes of data for shape [3,2]"), std::string::npos) << e;
+  // A zero dim with zero bytes is a valid empty tensor.
+  write_raw_safetensors(p, R"({"t":{"dtype":"F32","shape":[0,4],"data_offsets":[0,0]}})", "");
+  EXPECT_EQ(read_safetensors(p).tensors.at("t").numel(), 0);
+}
+
+TEST(Safetensors, IndexReadsOneTensorAtATimeExactly) {
+  const std::string p = fresh_dir("st_index") + "/x.safetensors";
+  StFile f;
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {-7.5f};
+  f.tensors["a"] = st_f32({2, 3}, a.data());
+  f.tensors["b"] = st_f32({1}, b.data());
+  write_safetensors(p, f);
+  StIndex idx = read_safetensors_index(p);
+  ASSERT_EQ(idx.tensors.size(), 2u);
+  EXPECT_EQ(idx.tensors.at("a").shape, (std::vector<int64_t>{2, 3}));
+  std::vector<float> got(6);
+  read_tensor_bytes(idx, "a", got.data());
+  EXPECT_EQ(got, a);
+  float one = 0;
+  read_tensor_bytes(idx, "b", &one);
+  EXPECT_EQ(one, -7.5f);
+  EXPECT_NE(error_of([&] { read_tensor_bytes(idx, "c", &one); }).find("missing tensor c"), std::string::npos);
+}
+
+TEST(Checkpoint, RetentionDeletesOnlyItsOwnRunAndNeverReplacesAnother) {
+  Config cfg = small();
+  Model m = make_model(cfg.model, 3);
+  AdamWState opt = make_adamw_state(m);
+  const std::string run = fresh_dir("ckpt_two_runs");
+  const fs::path ck = fs::path(run) / "checkpoints";
+  for (int64_t step : {20, 30}) save_checkpoint(run, step, cfg, m, opt, {{"step", step}, {"run_id", "old"}}, 3);
+  // A second run in the same directory (the trainer refuses this; save_checkpoint must be safe anyway).
+  for (int64_t step : {5, 10, 15}) save_checkpoint(run, step, cfg, m, opt, {{"step", step}, {"run_id", "new"}}, 2);
+  EXPECT_TRUE(fs::exists(ck / "step_00000020" / "COMPLETE"));  // the old run's, though "newer" by step
+  EXPECT_TRUE(fs::exists(ck / "step_00000030" / "COMPLETE"));
+  EXPECT_FALSE(fs::exists(ck / "step_00000005"));               // the new run's oldest beyond keep 2
+  EXPECT_TRUE(fs::exists(ck / "step_00000010" / "COMPLETE"));
+  EXPECT_TRUE(fs::exists(ck / "step_00000015" / "COMPLETE"));
+  const std::string e = error_of([&] { save_checkpoint(run, 20, cfg, m, opt, {{"step", 20}, {"run_id", "new"}}, 2); });
+  EXPECT_NE(e.find("belongs to another run"), std::string::npos) << e;
+  EXPECT_EQ(read_file((ck / "step_00000020" / "trainer_state.json").string()).find("\"new\""), std::string::npos);
+}
+
+TEST(Checkpoint, NonFiniteStateIsNeverWritten) {
+  Config cfg = small();
+  cfg.model.jtok = true;
+  cfg.model.jtok_layers = "1";
+  Model m = make_model(cfg.model, 3);
+  AdamWState opt = make_adamw_state(m);
+  const std::string run = fresh_dir("ckpt_nonfinite");
+  const std::string good = save_checkpoint(run, 1, cfg, m, opt, {{"step", 1}, {"run_id", "r1"}}, 1);
+  const std::string before = read_file(good + "/model.safetensors");
+  m.tables[0].w[5] = std::numeric_limits<float>::infinity();
+  std::string e = error_of([&] { save_checkpoint(run, 2, cfg, m, opt, {{"step", 2}, {"run_id", "r1"}}, 1); });
+  EXPECT_NE(e.find("model.layers.1.jtok.embed.weight holds a NaN or an infinity"), std::string::npos) << e;
+  m.tables[0].w[5] = 0;
+  opt.v[7] = std::nanf("");
+  e = error_of([&] { save_checkpoint(run, 2, cfg, m, opt, {{"step", 2}, {"run_id", "r1"}}, 1); });
+  EXPECT_NE(e.find("AdamW moments of"), std::string::npos) << e;
+  // Nothing new, and the last good checkpoint survives retention (keep 1) untouched.
+  EXPECT_FALSE(fs::exists(fs::path(run) / "checkpoints" / "step_00000002"));
+  EXPECT_EQ(latest_checkpoint(run), good);
+  EXPECT_EQ(read_file(good + "/model.safetensors"), before);
+}
+
+TEST(Checkpoint, LoadingForInferenceNeedsNoInitAndNoGradients) {
+  Config cfg = small();
+  cfg.model.jtokm = true;
+  cfg.model.jtokm_layers = "0";
+  Model m = make_model(cfg.model, 3);
+  AdamWState opt = make_adamw_state(m);
+  const std::string dir = save_checkpoint(fresh_dir("ckpt_noinit"), 1, cfg, m, opt, {{"step", 1}, {"run_id", "r1"}}, 1);
+  Model bare = make_model(cfg.model, 3, {.init = false, .grads = false});
+  EXPECT_TRUE(bare.grads.empty());
+  for (float x : bare.params) ASSERT_EQ(x, 0.0f);  // not initialised: the file gives every value
+  load_checkpoint(dir, bare, nullptr);
+  EXPECT_EQ(bare.params, m.params);
+  for (size_t k = 0; k < m.tables.size(); ++k) EXPECT_EQ(bare.tables[k].w, m.tables[k].w);
 }

@@ -75,7 +75,7 @@ cmp -s results1.csv runs/results.csv && ok "rerun: same results table" || bad "r
 R=runs/C1.2e08_d16_L1
 steps=$($PY -c "import json; print(json.load(open('$R/result.json'))['steps'])")
 rm -rf "$R/result.json" "$R/checkpoints"
-"$JTOK" train --config "$R/config.json" --out "$R" --max-steps 3 >> "$R/train.log" 2>&1
+"$JTOK" train --config "$R/config.json" --out "$R" --max-steps 3 --overwrite >> "$R/train.log" 2>&1
 "$JTOK" scaling run --plan plan.json --out runs 2> run3.err
 grep -q '8 done before, 1 ran, 0 failed' run3.err && ok "stopped run: retrained alone" || { cat run3.err; bad "stopped run: retrained alone"; }
 grep -q "resume: from $R/checkpoints/step_00000003" "$R/train.log" && ok "stopped run: resumed from its checkpoint" \

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 
+#include "core/error.h"
 #include "model/config.h"
 #include "model/transformer.h"
 #include "train/checkpoint.h"
@@ -119,9 +121,9 @@ TEST(DeferredTableAdamW, CheckpointNeedsCurrentRowsAndLoadsAsCurrent) {
     optimizer_step(m, s, cfg.train);
   }
   const std::string run = ::testing::TempDir() + "/deferred_ckpt_" + std::to_string(::getpid());
-  EXPECT_THROW(save_checkpoint(run, 3, cfg, m, s, {{"step", 3}}, 1), std::exception);
+  EXPECT_THROW(save_checkpoint(run, 3, cfg, m, s, {{"step", 3}, {"run_id", "r1"}}, 1), std::exception);
   sync_tables(m, s);
-  const std::string dir = save_checkpoint(run, 3, cfg, m, s, {{"step", 3}}, 1);
+  const std::string dir = save_checkpoint(run, 3, cfg, m, s, {{"step", 3}, {"run_id", "r1"}}, 1);
   Model m2 = make_model(cfg.model, 9);
   AdamWState s2;
   load_checkpoint(dir, m2, &s2);
@@ -156,4 +158,38 @@ TEST(DeferredTableAdamW, SparseModeLeavesRowsWithoutGradientAlone) {
   const int64_t d = m.tables[0].dim;
   EXPECT_EQ(0, std::memcmp(&m.tables[0].w[45 * d], &init[45 * d], sizeof(float) * d));
   EXPECT_NE(0, std::memcmp(&m.tables[0].w[0], &init[0], sizeof(float) * d));
+}
+
+// A NaN or infinite gradient anywhere (a table row or a flat weight) is refused before anything
+// moves: weights, tables, moments, the step count and the deferred-row bookkeeping stay as they were.
+TEST(OptimizerStep, NonFiniteGradientChangesNothing) {
+  const Config cfg = small_with_tables();
+  for (int where = 0; where < 2; ++where) {
+    Model m = make_model(cfg.model, 5);
+    AdamWState s = make_adamw_state(m);
+    for (int64_t step = 0; step < 3; ++step) {  // some deferred rows pending, as in training
+      zero_grads(m);
+      set_table_grads(m, step);
+      m.grads[3] = 0.1f;
+      optimizer_step(m, s, cfg.train);
+    }
+    const Model before = m;
+    const AdamWState s_before = s;
+    zero_grads(m);
+    set_table_grads(m, 3);
+    if (where == 0) m.table_grads[1].row(2)[0] = std::numeric_limits<float>::quiet_NaN();
+    else m.grads[7] = std::numeric_limits<float>::infinity();
+    EXPECT_THROW(optimizer_step(m, s, cfg.train), Error);
+    EXPECT_TRUE(bits_equal(m.params, before.params));
+    for (size_t k = 0; k < m.tables.size(); ++k) {
+      EXPECT_TRUE(bits_equal(m.tables[k].w, before.tables[k].w));
+      EXPECT_TRUE(bits_equal(s.table_m[k], s_before.table_m[k]));
+      EXPECT_TRUE(bits_equal(s.table_v[k], s_before.table_v[k]));
+      EXPECT_EQ(s.table_row_step[k], s_before.table_row_step[k]);
+    }
+    EXPECT_TRUE(bits_equal(s.m, s_before.m));
+    EXPECT_TRUE(bits_equal(s.v, s_before.v));
+    EXPECT_EQ(s.step, s_before.step);
+    EXPECT_EQ(s.table_consts.size(), s_before.table_consts.size());
+  }
 }

@@ -1,5 +1,11 @@
 #include "io/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -48,52 +54,118 @@ StTensor st_i32(const std::vector<int64_t>& shape, const int32_t* data) {
   return t;
 }
 
-StFile read_safetensors(const std::string& path) {
-  std::string raw = read_file(path);
-  if (raw.size() < 8) fail("safetensors file ", path, " is truncated (", raw.size(), " bytes, no header)");
+namespace {
+
+// An open file descriptor, closed on scope exit.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Reads exactly n bytes at offset, or fails naming the file.
+void pread_all(int fd, void* dst, uint64_t n, uint64_t offset, const std::string& path, const std::string& what) {
+  char* p = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, std::min<uint64_t>(n, 1ULL << 30), static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) fail("safetensors file ", path, ": cannot read ", what, ": ", r < 0 ? std::strerror(errno) : "unexpected end of file");
+    p += r;
+    n -= static_cast<uint64_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+}
+
+Fd open_for_read(const std::string& path) {
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY);
+  if (f.fd < 0) fail("cannot read ", path, ": ", std::strerror(errno));
+  return f;
+}
+
+// Checks one header entry against the data section (data_len bytes from data_start).
+StEntry parse_entry(const nlohmann::json& e, const std::string& where, uint64_t data_start, uint64_t data_len) {
+  if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
+    fail(where, ": entry needs dtype, shape and data_offsets");
+  StEntry t;
+  t.dtype = e["dtype"].is_string() ? e["dtype"].get<std::string>() : "";
+  const int64_t es = dtype_size(t.dtype);
+  if (es < 0) fail(where, ": unknown dtype ", e["dtype"].dump());
+  if (!e["shape"].is_array()) fail(where, ": shape is not a list");
+  // The element count, checked for overflow: a shape like [2^62, 4] must not wrap to a small span.
+  uint64_t numel = 1;
+  for (auto& s : e["shape"]) {
+    if (!s.is_number_integer() || s.get<int64_t>() < 0) fail(where, ": bad shape ", e["shape"].dump());
+    t.shape.push_back(s.get<int64_t>());
+    if (__builtin_mul_overflow(numel, static_cast<uint64_t>(s.get<int64_t>()), &numel) || numel > (1ULL << 62))
+      fail(where, ": shape ", e["shape"].dump(), " has more elements than any file can hold");
+  }
+  const auto& off = e["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+    fail(where, ": bad data_offsets ", off.dump());
+  const uint64_t b = off[0].get<uint64_t>(), en = off[1].get<uint64_t>();
+  if (b > en || en > data_len)
+    fail(where, ": data_offsets [", b, ", ", en, "] go beyond the data (", data_len, " bytes); file truncated?");
+  if (en - b != numel * static_cast<uint64_t>(es))
+    fail(where, ": ", en - b, " bytes of data for shape ", e["shape"].dump(), " of ", t.dtype, " (", numel, " elements)");
+  t.offset = data_start + b;
+  t.nbytes = en - b;
+  return t;
+}
+
+}  // namespace
+
+StIndex read_safetensors_index(const std::string& path) {
+  Fd f = open_for_read(path);
+  struct stat sb;
+  if (::fstat(f.fd, &sb) != 0) fail("cannot stat ", path, ": ", std::strerror(errno));
+  StIndex idx;
+  idx.path = path;
+  idx.file_size = static_cast<uint64_t>(sb.st_size);
+  if (idx.file_size < 8) fail("safetensors file ", path, " is truncated (", idx.file_size, " bytes, no header)");
   uint64_t hlen = 0;
-  std::memcpy(&hlen, raw.data(), 8);
-  if (hlen > raw.size() - 8)
-    fail("safetensors file ", path, ": header length ", hlen, " goes beyond the file (", raw.size(), " bytes)");
+  pread_all(f.fd, &hlen, 8, 0, path, "the header length");
+  if (hlen > idx.file_size - 8)
+    fail("safetensors file ", path, ": header length ", hlen, " goes beyond the file (", idx.file_size, " bytes)");
+  std::string header(hlen, '\0');
+  pread_all(f.fd, header.data(), hlen, 8, path, "the header");
   nlohmann::json h;
   try {
-    h = nlohmann::json::parse(raw.substr(8, hlen));
+    h = nlohmann::json::parse(header);
   } catch (const nlohmann::json::parse_error& e) {
     fail("safetensors file ", path, ": header is not valid JSON: ", e.what());
   }
   if (!h.is_object()) fail("safetensors file ", path, ": header is not a JSON object");
-  const uint64_t data_start = 8 + hlen, data_len = raw.size() - data_start;
-  StFile f;
+  const uint64_t data_start = 8 + hlen, data_len = idx.file_size - data_start;
   for (auto it = h.begin(); it != h.end(); ++it) {
     if (it.key() == "__metadata__") {
       if (it.value().is_object())
         for (auto m = it.value().begin(); m != it.value().end(); ++m)
-          if (m.value().is_string()) f.metadata[m.key()] = m.value().get<std::string>();
+          if (m.value().is_string()) idx.metadata[m.key()] = m.value().get<std::string>();
       continue;
     }
-    const auto& e = it.value();
-    auto where = [&] { return "safetensors file " + path + ": tensor " + it.key(); };
-    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
-      fail(where(), ": entry needs dtype, shape and data_offsets");
-    StTensor t;
-    t.dtype = e["dtype"].is_string() ? e["dtype"].get<std::string>() : "";
-    int64_t es = dtype_size(t.dtype);
-    if (es < 0) fail(where(), ": unknown dtype ", e["dtype"].dump());
-    if (!e["shape"].is_array()) fail(where(), ": shape is not a list");
-    for (auto& s : e["shape"]) {
-      if (!s.is_number_integer() || s.get<int64_t>() < 0) fail(where(), ": bad shape ", e["shape"].dump());
-      t.shape.push_back(s.get<int64_t>());
-    }
-    const auto& off = e["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      fail(where(), ": bad data_offsets ", off.dump());
-    uint64_t b = off[0].get<uint64_t>(), en = off[1].get<uint64_t>();
-    if (b > en || en > data_len)
-      fail(where(), ": data_offsets [", b, ", ", en, "] go beyond the data (", data_len, " bytes); file truncated?");
-    if (static_cast<int64_t>(en - b) != t.numel() * es)
-      fail(where(), ": ", en - b, " bytes of data for shape ", e["shape"].dump(), " of ", t.dtype);
-    t.bytes = raw.substr(data_start + b, en - b);
-    f.tensors.emplace(it.key(), std::move(t));
+    idx.tensors.emplace(it.key(), parse_entry(it.value(), "safetensors file " + path + ": tensor " + it.key(), data_start, data_len));
+  }
+  return idx;
+}
+
+void read_tensor_bytes(const StIndex& index, const std::string& name, void* dst) {
+  auto it = index.tensors.find(name);
+  if (it == index.tensors.end()) fail(index.path, ": missing tensor ", name);
+  Fd f = open_for_read(index.path);
+  pread_all(f.fd, dst, it->second.nbytes, it->second.offset, index.path, "tensor " + name);
+}
+
+StFile read_safetensors(const std::string& path) {
+  StIndex idx = read_safetensors_index(path);
+  StFile f;
+  f.metadata = idx.metadata;
+  Fd fd = open_for_read(path);
+  for (const auto& [name, e] : idx.tensors) {
+    StTensor t{e.dtype, e.shape, std::string(e.nbytes, '\0')};
+    pread_all(fd.fd, t.bytes.data(), e.nbytes, e.offset, path, "tensor " + name);
+    f.tensors.emplace(name, std::move(t));
   }
   return f;
 }

@@ -25,8 +25,28 @@ struct StFile {
   std::map<std::string, std::string> metadata;
 };
 
+// A file's header alone: each tensor's dtype, shape and where its bytes lie, checked against the
+// file's size, so that tensors can be read one at a time straight into their destination (loading a
+// checkpoint holds the model and nothing of the file's size beside it).
+struct StEntry {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0, nbytes = 0;  // offset from the start of the file
+};
+struct StIndex {
+  std::string path;
+  uint64_t file_size = 0;
+  std::map<std::string, StEntry> tensors;
+  std::map<std::string, std::string> metadata;
+};
 // Throws jtok::Error naming the file on any inconsistency (truncated file, header length beyond
-// the file, bad JSON, unknown dtype, offsets that disagree with shapes or overlap the end).
+// the file, bad JSON, unknown dtype, a shape whose element count overflows or disagrees with its
+// byte span, offsets beyond the end).
+StIndex read_safetensors_index(const std::string& path);
+// Reads tensor `name`'s bytes (entry.nbytes of them) into dst; errors name the file and tensor.
+void read_tensor_bytes(const StIndex& index, const std::string& name, void* dst);
+
+// The whole file in memory (small files: test batches, parity dumps). Same checks as the index.
 StFile read_safetensors(const std::string& path);
 // Written atomically (temp name, fsync, rename).
 void write_safetensors(const std::string& path, const StFile& f);

@@ -99,18 +99,20 @@ std::string jtokm_table_name(int64_t layer, int64_t i) {
   return "model.layers." + std::to_string(layer) + ".jtokm.embed." + std::to_string(i) + ".weight";
 }
 
-Model make_model(const ModelConfig& cfg, uint64_t seed) {
+Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc) {
   Model m;
   m.cfg = cfg;
   m.layout = param_layout(cfg);
   int64_t total = m.layout.back().offset + m.layout.back().numel;
   m.params.assign(static_cast<size_t>(total), 0.0f);
-  m.grads.assign(static_cast<size_t>(total), 0.0f);
   m.w = bind_view(m.params.data(), m.layout, cfg);
-  m.g = bind_view(m.grads.data(), m.layout, cfg);
+  if (alloc.grads) {
+    m.grads.assign(static_cast<size_t>(total), 0.0f);
+    m.g = bind_view(m.grads.data(), m.layout, cfg);
+  }
   m.rope = make_rope_table(cfg.max_position_embeddings, cfg.hd(), cfg.rope_theta);
   const double resid_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(cfg.num_hidden_layers));
-  for (size_t i = 0; i < m.layout.size(); ++i) {
+  for (size_t i = 0; alloc.init && i < m.layout.size(); ++i) {
     const auto& p = m.layout[i];
     float* x = m.params.data() + p.offset;
     if (p.shape.size() == 1) {  // RMSNorm gain, or a JTok / JTok-M scaler
@@ -139,7 +141,7 @@ Model make_model(const ModelConfig& cfg, uint64_t seed) {
     t.w.assign(static_cast<size_t>(Vp * d), 0.0f);
     std::mt19937_64 rng(seed * 1000003ULL + stream);
     std::normal_distribution<float> dist(0.0f, static_cast<float>(std));
-    for (int64_t i = 0; i < cfg.vocab_size * d; ++i) t.w[i] = dist(rng);
+    for (int64_t i = 0; alloc.init && i < cfg.vocab_size * d; ++i) t.w[i] = dist(rng);
     m.tables.push_back(std::move(t));
     m.table_grads.emplace_back();
     m.table_grads.back().init(Vp, d);

@@ -60,8 +60,14 @@ struct Model {
 std::string jtok_table_name(int64_t layer);
 std::string jtokm_table_name(int64_t layer, int64_t i);
 
+// What make_model allocates: a model about to be loaded from a file skips the random init (every
+// value is overwritten), and an inference-only one has no gradient buffers (half the memory).
+struct ModelAlloc {
+  bool init = true;   // false: parameters and tables left zero
+  bool grads = true;  // false: m.grads empty and m.g unbound (forward only)
+};
 // Allocates and initialises (docs/model.md "Initialisation") from seed.
-Model make_model(const ModelConfig& cfg, uint64_t seed);
+Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc = {});
 void zero_grads(Model& m);
 int64_t num_params(const Model& m);
 const ParamInfo& find_param(const Model& m, const std::string& name);

@@ -16,30 +16,57 @@ static std::string shape_str(const std::vector<int64_t>& s) {
   return os.str();
 }
 
+// dtype F32 and the expected shape, or an error naming origin and tensor.
+static void check_f32(const std::string& dtype, const std::vector<int64_t>& have, const std::string& name,
+                      const std::vector<int64_t>& shape, const std::string& origin) {
+  if (dtype != "F32") fail(origin, ": tensor ", name, " has dtype ", dtype, ", expected F32");
+  if (have != shape)
+    fail(origin, ": tensor ", name, " has shape ", shape_str(have), ", the config needs ", shape_str(shape));
+}
+
 void copy_tensor(const StFile& f, const std::string& name, const std::vector<int64_t>& shape, float* dst,
                  const std::string& origin) {
   auto it = f.tensors.find(name);
   if (it == f.tensors.end()) fail(origin, ": missing tensor ", name);
-  const auto& t = it->second;
-  if (t.dtype != "F32") fail(origin, ": tensor ", name, " has dtype ", t.dtype, ", expected F32");
-  if (t.shape != shape)
-    fail(origin, ": tensor ", name, " has shape ", shape_str(t.shape), ", the config needs ", shape_str(shape));
-  std::memcpy(dst, t.bytes.data(), t.bytes.size());
+  check_f32(it->second.dtype, it->second.shape, name, shape, origin);
+  std::memcpy(dst, it->second.bytes.data(), it->second.bytes.size());
 }
 
-void load_weights(Model& m, const StFile& f, const std::string& origin) {
+void read_tensor_f32(const StIndex& f, const std::string& name, const std::vector<int64_t>& shape, float* dst) {
+  auto it = f.tensors.find(name);
+  if (it == f.tensors.end()) fail(f.path, ": missing tensor ", name);
+  check_f32(it->second.dtype, it->second.shape, name, shape, f.path);
+  read_tensor_bytes(f, name, dst);
+}
+
+// Every parameter of m (tables included) through copy(name, shape, dst); then no tensor of the file
+// may be left over.
+template <typename Copy, typename Tensors>
+static void load_each(Model& m, const Tensors& in_file, const std::string& origin, Copy copy) {
   std::set<std::string> expected;
   for (const auto& p : m.layout) {
     expected.insert(p.name);
-    copy_tensor(f, p.name, p.shape, m.params.data() + p.offset, origin);
+    copy(p.name, p.shape, m.params.data() + p.offset);
   }
   for (size_t k = 0; k < m.tables.size(); ++k) {
     auto& t = m.tables[k];
     expected.insert(m.table_names[k]);
-    copy_tensor(f, m.table_names[k], {t.rows, t.dim}, t.w.data(), origin);
+    copy(m.table_names[k], {t.rows, t.dim}, t.w.data());
   }
-  for (const auto& [name, t] : f.tensors)
-    if (!expected.count(name)) fail(origin, ": unexpected tensor ", name, " (config and weights disagree?)");
+  for (const auto& kv : in_file)
+    if (!expected.count(kv.first)) fail(origin, ": unexpected tensor ", kv.first, " (config and weights disagree?)");
+}
+
+void load_weights(Model& m, const StFile& f, const std::string& origin) {
+  load_each(m, f.tensors, origin, [&](const std::string& name, const std::vector<int64_t>& shape, float* dst) {
+    copy_tensor(f, name, shape, dst, origin);
+  });
+}
+
+void load_weights(Model& m, const StIndex& f) {
+  load_each(m, f.tensors, f.path, [&](const std::string& name, const std::vector<int64_t>& shape, float* dst) {
+    read_tensor_f32(f, name, shape, dst);
+  });
 }
 
 StFile flat_to_st(const Model& m, const std::vector<float>& buffer, const std::string& prefix) {

@@ -13,6 +13,9 @@ StFile weights_to_st(const Model& m);
 // Copies every parameter (tables included) from f into m. Errors (naming `origin`) on a missing
 // tensor, a wrong shape or dtype, or a tensor the model does not have.
 void load_weights(Model& m, const StFile& f, const std::string& origin);
+// The same, streamed from the file one tensor at a time into m's buffers (checkpoints: nothing of
+// the file's size is held beside the model).
+void load_weights(Model& m, const StIndex& f);
 // Gradients under prefix + name; the tables' row-sparse gradients written dense (tests only).
 StFile grads_to_st(const Model& m, const std::string& prefix);
 // A buffer in the flat parameter layout (e.g. AdamW moments) under prefix + name.
@@ -23,5 +26,7 @@ StFile tables_to_st(const Model& m, const std::vector<std::vector<float>>& per_t
 // Copies tensor `name` of f into dst (numel floats, expected shape); errors name origin.
 void copy_tensor(const StFile& f, const std::string& name, const std::vector<int64_t>& shape, float* dst,
                  const std::string& origin);
+// Reads tensor `name` of the file behind f (F32, the expected shape) into dst; errors name the file.
+void read_tensor_f32(const StIndex& f, const std::string& name, const std::vector<int64_t>& shape, float* dst);
 
 }  // namespace jtok

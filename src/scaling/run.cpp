@@ -100,8 +100,10 @@ RunSummary run_plan(const Plan& plan, const RunOptions& opt) {
     std::vector<std::string> argv = {opt.trainer, "train", "--config", cfg_path, "--out", dir, "--max-steps",
                                      std::to_string(r.steps)};
     // A run stopped part way (killed, or the trainer's clean stop on SIGINT/SIGTERM) continues
-    // from its newest complete checkpoint instead of starting over.
-    const bool resume = fs::exists(dir + "/checkpoints") && latest_checkpoint(dir).has_value();
+    // from its newest complete checkpoint instead of starting over; one stopped before its first
+    // checkpoint left a log, and `train` refuses a fresh run there, so it too is resumed (from scratch).
+    const bool resume = (fs::exists(dir + "/checkpoints") && latest_checkpoint(dir).has_value()) ||
+                        fs::exists(dir + "/log.jsonl");
     if (resume) argv.push_back("--resume");
     if (opt.dry_run) {
       std::string cmd;

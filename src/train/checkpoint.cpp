@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
@@ -35,12 +36,51 @@ static std::vector<fs::path> complete_checkpoints(const fs::path& root) {
   return out;
 }
 
+// The run id a checkpoint's trainer_state.json names ("" for one without, or unreadable).
+static std::string run_id_of(const fs::path& ckpt) {
+  try {
+    auto j = nlohmann::json::parse(read_file((ckpt / "trainer_state.json").string()));
+    if (j.contains("run_id") && j["run_id"].is_string()) return j["run_id"].get<std::string>();
+  } catch (const std::exception&) {
+  }
+  return "";
+}
+
+// The first tensor holding a NaN or an infinity ("" if none): a checkpoint is never written with one.
+static std::string first_nonfinite(const Model& m, const AdamWState& opt) {
+  auto bad = [](const float* x, size_t n) {
+    int any = 0;
+#pragma omp parallel for reduction(| : any) schedule(static)
+    for (size_t i = 0; i < n; ++i) any |= !std::isfinite(x[i]);
+    return any != 0;
+  };
+  for (const auto& p : m.layout) {
+    const size_t o = static_cast<size_t>(p.offset), n = static_cast<size_t>(p.numel);
+    if (bad(m.params.data() + o, n)) return p.name;
+    if (bad(opt.m.data() + o, n) || bad(opt.v.data() + o, n)) return "the AdamW moments of " + p.name;
+  }
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    if (bad(m.tables[k].w.data(), m.tables[k].w.size())) return m.table_names[k];
+    if (bad(opt.table_m[k].data(), opt.table_m[k].size()) || bad(opt.table_v[k].data(), opt.table_v[k].size()))
+      return "the AdamW moments of " + m.table_names[k];
+  }
+  return "";
+}
+
 std::string save_checkpoint(const std::string& run_dir, int64_t step, const Config& cfg, const Model& m,
                             const AdamWState& opt, const nlohmann::json& trainer_state, int64_t keep_last) {
   JTOK_CHECK(opt.table_consts.empty(), "save_checkpoint: table rows have deferred AdamW steps; call sync_tables first");
+  const std::string run_id = trainer_state.value("run_id", std::string());
+  JTOK_CHECK(!run_id.empty(), "save_checkpoint: trainer_state has no run_id");
   const fs::path root = fs::path(run_dir) / "checkpoints";
-  fs::create_directories(root);
   const fs::path final_dir = root / checkpoint_dir_name(step);
+  if (is_complete(final_dir) && run_id_of(final_dir) != run_id)
+    fail("checkpoint ", final_dir.string(), " belongs to another run (run id '", run_id_of(final_dir),
+         "'); not overwriting it");
+  const std::string nonfinite = first_nonfinite(m, opt);
+  if (!nonfinite.empty())
+    fail("not writing checkpoint ", final_dir.string(), ": ", nonfinite, " holds a NaN or an infinity");
+  fs::create_directories(root);
   const fs::path tmp = root / (checkpoint_dir_name(step) + ".tmp");
   fs::remove_all(tmp);
   fs::create_directories(tmp);
@@ -61,14 +101,17 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const Conf
   write_file_atomic((tmp / "config.json").string(), to_json(cfg).dump(2) + "\n");
   fsync_dir(tmp.string());
 
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a stale incomplete one of the same step
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a stale incomplete one of the same step, or this run's own
   fs::rename(tmp, final_dir);
   fsync_dir(root.string());
   write_file_atomic((final_dir / "COMPLETE").string(), std::to_string(step) + "\n");
 
-  // Keep the newest keep_last complete checkpoints; drop leftovers of interrupted writes.
-  auto all = complete_checkpoints(root);
-  for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) fs::remove_all(all[i]);
+  // Keep this run's newest keep_last complete checkpoints (another run's are never touched; the
+  // one just written is complete before any is deleted); drop leftovers of interrupted writes.
+  std::vector<fs::path> ours;
+  for (auto& c : complete_checkpoints(root))
+    if (run_id_of(c) == run_id) ours.push_back(c);
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < ours.size(); ++i) fs::remove_all(ours[i]);
   for (auto& e : fs::directory_iterator(root)) {
     auto name = e.path().filename().string();
     if (name.size() > 4 && name.substr(name.size() - 4) == ".tmp") fs::remove_all(e.path());
@@ -92,23 +135,27 @@ nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState
   const fs::path d(ckpt_dir);
   if (!is_complete(d)) fail("checkpoint ", ckpt_dir, " is incomplete (no COMPLETE marker): it was interrupted while being written");
   const std::string mp = (d / "model.safetensors").string();
-  load_weights(m, read_safetensors(mp), mp);
+  load_weights(m, read_safetensors_index(mp));  // streamed: one tensor at a time into m
   if (opt) {
     const std::string op = (d / "optimizer.safetensors").string();
-    StFile f = read_safetensors(op);
+    const StIndex f = read_safetensors_index(op);
     *opt = make_adamw_state(m);
     for (const auto& p : m.layout) {
-      copy_tensor(f, "exp_avg." + p.name, p.shape, opt->m.data() + p.offset, op);
-      copy_tensor(f, "exp_avg_sq." + p.name, p.shape, opt->v.data() + p.offset, op);
+      read_tensor_f32(f, "exp_avg." + p.name, p.shape, opt->m.data() + p.offset);
+      read_tensor_f32(f, "exp_avg_sq." + p.name, p.shape, opt->v.data() + p.offset);
     }
     for (size_t k = 0; k < m.tables.size(); ++k) {
       const auto& t = m.tables[k];
-      copy_tensor(f, "exp_avg." + m.table_names[k], {t.rows, t.dim}, opt->table_m[k].data(), op);
-      copy_tensor(f, "exp_avg_sq." + m.table_names[k], {t.rows, t.dim}, opt->table_v[k].data(), op);
+      read_tensor_f32(f, "exp_avg." + m.table_names[k], {t.rows, t.dim}, opt->table_m[k].data());
+      read_tensor_f32(f, "exp_avg_sq." + m.table_names[k], {t.rows, t.dim}, opt->table_v[k].data());
     }
     auto st = f.metadata.find("step");
     if (st == f.metadata.end()) fail(op, ": no optimizer step in the metadata");
-    opt->step = std::stoll(st->second);
+    try {
+      opt->step = std::stoll(st->second);
+    } catch (const std::exception&) {
+      fail(op, ": optimizer step '", st->second, "' in the metadata is not a number");
+    }
     mark_tables_current(m, *opt);  // a checkpoint holds every table row current
   }
   const std::string sp = (d / "trainer_state.json").string();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -48,6 +50,15 @@ int64_t tables_step(const AdamWState& state) {
 void replay_row(Model& model, AdamWState& state, size_t k, int64_t r, int64_t to) {
   int32_t& have = state.table_row_step[k][static_cast<size_t>(r)];
   if (have >= to || state.table_consts.empty()) return;  // current, or nothing deferred (sparse mode)
+  // The constants of steps have+1 .. to must be kept: a row behind the oldest kept step, or a target
+  // past the newest, would read outside table_consts. A bug, not bad input; called inside OpenMP
+  // loops, where an exception cannot propagate, so it aborts with the values.
+  if (have < state.table_consts_base || to > tables_step(state)) {
+    std::fprintf(stderr, "jtok: internal error: table %zu row %lld is at step %d, asked for step %lld, but the kept "
+                 "AdamW constants cover steps %lld..%lld\n", k, static_cast<long long>(r), have, static_cast<long long>(to),
+                 static_cast<long long>(state.table_consts_base + 1), static_cast<long long>(tables_step(state)));
+    std::abort();
+  }
   const int64_t d = model.tables[k].dim;
   float* p = model.tables[k].w.data() + r * d;
   float* m = state.table_m[k].data() + r * d;
@@ -123,6 +134,10 @@ StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t) 
   JTOK_PROFILE("optimizer");
   StepStats st;
   st.grad_norm = grad_global_norm(model);
+  // Checked before anything moves: a NaN or infinite norm would turn into a NaN clipping coefficient
+  // and reach every weight and moment.
+  if (!std::isfinite(st.grad_norm))
+    fail("the global gradient norm is ", st.grad_norm, "; the step was not applied (no weight or moment changed)");
   st.clip_coef = 1.0;
   if (t.max_grad_norm > 0) {
     // As torch.nn.utils.clip_grad_norm_: coef computed in fp32 from the norm.

@@ -4,10 +4,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -17,6 +20,7 @@
 #include "model/transformer.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
+#include "train/run_dir.h"
 #include "train/schedule.h"
 #include "train/telemetry.h"
 
@@ -98,37 +102,57 @@ void install_stop_handler() {
 
 TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data, ValSource* val) {
   const auto& t = cfg.train;
-  fs::create_directories(opt.out_dir);
+  std::error_code ec;
+  fs::create_directories(opt.out_dir, ec);
+  if (ec) fail(opt.out_dir, ": cannot create the run directory: ", ec.message());
+  RunDirLock lock(opt.out_dir);                          // one trainer per directory
+  claim_run_dir(opt.out_dir, opt.resume, opt.overwrite);  // never mixes this run with an old one
   const std::string log_path = (fs::path(opt.out_dir) / "log.jsonl").string();
-  Model model = make_model(cfg.model, t.seed);
-  AdamWState adam = make_adamw_state(model);
+  std::optional<std::string> ck;
+  if (opt.resume) {
+    ck = latest_checkpoint(opt.out_dir);
+    if (!ck) std::printf("resume: no complete checkpoint in %s, starting from scratch\n", opt.out_dir.c_str());
+  }
+  // A resumed model takes every value from its checkpoint: no random init to overwrite.
+  Model model = make_model(cfg.model, t.seed, {.init = !ck, .grads = true});
+  AdamWState adam;
   std::mt19937_64 sample_rng(t.seed ^ 0x5eedULL);
   int64_t start_step = 0;
+  std::string run_id = new_run_id();
 
-  if (opt.resume) {
-    auto ck = latest_checkpoint(opt.out_dir);
-    if (!ck) {
-      std::printf("resume: no complete checkpoint in %s, starting from scratch\n", opt.out_dir.c_str());
-    } else {
-      Config saved = load_checkpoint_config(*ck);
-      if (to_json(saved.model) != to_json(cfg.model))
-        fail("--resume: the model config differs from checkpoint ", *ck, "/config.json");
-      nlohmann::json st = load_checkpoint(*ck, model, &adam);
-      start_step = st.at("step").get<int64_t>();
-      data.restore(st.at("data"));
-      std::istringstream(st.at("sample_rng").get<std::string>()) >> sample_rng;
-      truncate_log(log_path, start_step);
-      std::printf("resume: from %s (step %lld)\n", ck->c_str(), static_cast<long long>(start_step));
-    }
-  } else if (fs::exists(log_path)) {
-    fs::remove(log_path);  // a fresh run in an existing directory starts a fresh log
+  if (ck) {
+    Config saved = load_checkpoint_config(*ck);
+    if (to_json(saved.model) != to_json(cfg.model))
+      fail("--resume: the model config differs from checkpoint ", *ck, "/config.json");
+    nlohmann::json st = load_checkpoint(*ck, model, &adam);
+    start_step = st.at("step").get<int64_t>();
+    data.restore(st.at("data"));
+    std::istringstream(st.at("sample_rng").get<std::string>()) >> sample_rng;
+    if (st.contains("run_id") && st["run_id"].is_string()) run_id = st["run_id"].get<std::string>();
+    else std::printf("resume: %s predates run ids; its retention will leave the older checkpoints alone\n", ck->c_str());
+    truncate_log(log_path, start_step);
+    std::printf("resume: from %s (step %lld)\n", ck->c_str(), static_cast<long long>(start_step));
+  } else {
+    adam = make_adamw_state(model);
+    if (fs::exists(log_path)) truncate_log(log_path, 0);  // --resume with nothing to resume: no step is kept
   }
+  // Stops the run at a step that must not be applied: logged, and nothing saved.
+  auto fail_step = [&](int64_t step, const std::string& why) {
+    const auto newest = latest_checkpoint(opt.out_dir);
+    const std::string msg = "step " + std::to_string(step) + ": " + why + "; nothing was saved (newest checkpoint: " +
+                            (newest ? *newest : std::string("none")) + ")";
+    std::ofstream(log_path, std::ios::app) << nlohmann::json{{"type", "error"}, {"step", step}, {"message", msg}}.dump() << "\n";
+    fail(msg, "; lower learning_rate or check the data, then --resume");
+  };
+  // Test-only fault: a NaN in one gradient at this step (tests/test_nonfinite_step.sh).
+  const char* nan_env = std::getenv("JTOK_TEST_NAN_GRAD_AT_STEP");
+  const int64_t nan_at_step = nan_env ? std::atoll(nan_env) : -1;
   JsonlLog log;
   log.out.open(log_path, std::ios::app);
   if (!log.out) fail("cannot write ", log_path);
   if (start_step == 0) {
     nlohmann::json start = {{"type", "start"}, {"command", opt.command_line}, {"config", to_json(cfg)},
-                            {"params_total", num_params(model)}};
+                            {"params_total", num_params(model)}, {"run_id", run_id}};
     for (auto& [k, v] : opt.extra_report.items()) start[k] = v;
     log.write(start);
   }
@@ -136,7 +160,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
   auto save = [&](int64_t step) {
     std::ostringstream rng;
     rng << sample_rng;
-    nlohmann::json st = {{"step", step}, {"data", data.state()}, {"sample_rng", rng.str()},
+    nlohmann::json st = {{"step", step}, {"run_id", run_id}, {"data", data.state()}, {"sample_rng", rng.str()},
                          {"lr", lr_at(t, std::max<int64_t>(0, step - 1))}, {"max_steps", t.max_steps}};
     sync_tables(model, adam);
     auto dir = save_checkpoint(opt.out_dir, step, cfg, model, adam, st, t.keep_checkpoints);
@@ -169,8 +193,14 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
       aux += acts.moe_aux_loss * inv_acc;
       jaux += acts.jtokm_aux_loss * inv_acc;
     }
-    if (!std::isfinite(loss)) fail("loss became ", loss, " at step ", step + 1, "; lower learning_rate or check the data");
-    StepStats st = optimizer_step(model, adam, t);
+    if (step + 1 == nan_at_step && !model.grads.empty()) model.grads[model.grads.size() / 2] = std::nanf("");
+    if (!std::isfinite(loss)) fail_step(step + 1, "the loss is " + std::to_string(loss) + "; the step was not applied");
+    StepStats st;
+    try {
+      st = optimizer_step(model, adam, t);  // refuses a non-finite gradient norm before changing anything
+    } catch (const Error& e) {
+      fail_step(step + 1, e.what());
+    }
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (step > start_step) {  // the first step pays one-time allocation; keep it out of the ETA
       elapsed_train += dt;

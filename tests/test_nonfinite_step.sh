@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# A non-finite step is never applied and never saved: a NaN injected into one gradient at a
+# checkpoint step (test-only hook JTOK_TEST_NAN_GRAD_AT_STEP) stops the run with the step number,
+# writes no checkpoint, logs the error, and leaves the previous checkpoint complete, unchanged and
+# resumable, although retention keeps a single checkpoint. (Constant learning rate: the first run
+# stops at step 10 with --max-steps, which must not change the schedule of the comparison run.)
+set -euo pipefail
+JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+mkdir -p "$T/data"
+"$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "$ROOT"/docs/*.md > /dev/null
+"$JTOK" prepare --tokenizer gpt2 --out "$T/data/val" "$ROOT"/docs/model.md > /dev/null
+cat > "$T/cfg.json" <<JSON
+{ "vocab_size": 50257, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+  "num_key_value_heads": 1, "intermediate_size": 32, "max_position_embeddings": 16, "jtok": true,
+  "seq_len": 16, "micro_batch_size": 2, "max_steps": 20, "lr_scheduler_type": "constant", "checkpoint_interval": 5, "keep_checkpoints": 1,
+  "eval_interval": 1000, "eval_batches": 1, "sample_interval": 0,
+  "train_data": "$T/data/train", "val_data": "$T/data/val" }
+JSON
+export OMP_NUM_THREADS=1
+fail() { echo "FAIL: $*"; exit 1; }
+losses() { /usr/bin/python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    if j.get("type") == "step": print(j["step"], j["loss"].hex())' "$1"; }
+
+"$JTOK" train --config "$T/cfg.json" --out "$T/straight" --peak-gflops 1 > /dev/null
+"$JTOK" train --config "$T/cfg.json" --out "$T/x" --max-steps 10 --peak-gflops 1 > /dev/null
+ck="$T/x/checkpoints/step_00000010"
+md5sum "$ck"/* > "$T/before.md5"
+
+if JTOK_TEST_NAN_GRAD_AT_STEP=15 "$JTOK" train --config "$T/cfg.json" --out "$T/x" --resume --peak-gflops 1 \
+     > "$T/nan.out" 2>&1; then fail "a NaN gradient did not stop the run"; fi
+tail -n 2 "$T/nan.out"
+grep -q "step 15: the global gradient norm is nan; the step was not applied" "$T/nan.out" || fail "the error does not name the step"
+grep -q "newest checkpoint: $ck" "$T/nan.out" || fail "the error does not name the last good checkpoint"
+[ "$(ls "$T/x/checkpoints")" = step_00000010 ] || fail "checkpoints after the NaN step: $(ls "$T/x/checkpoints")"
+md5sum -c --quiet "$T/before.md5" || fail "the previous checkpoint changed"
+grep -q '"type":"error","step":15' "$T/x/log.jsonl" || grep -q '"step":15,"type":"error"' "$T/x/log.jsonl" ||
+  grep -q '"message":"step 15' "$T/x/log.jsonl" || fail "log.jsonl has no error line for step 15"
+echo "ok: the NaN step stopped the run, nothing saved, step 10 intact"
+
+# The previous checkpoint resumes, and the run continues as if the NaN step had never happened.
+"$JTOK" train --config "$T/cfg.json" --out "$T/x" --resume --peak-gflops 1 > "$T/resume.out"
+grep -q "resume: from $ck" "$T/resume.out" || fail "did not resume from step 10"
+losses "$T/straight/log.jsonl" > "$T/straight.losses"
+losses "$T/x/log.jsonl" > "$T/x.losses"
+cmp -s "$T/straight.losses" "$T/x.losses" || { diff "$T/straight.losses" "$T/x.losses" | head; fail "losses differ from a straight run"; }
+echo "ok: resumed from step 10; all 20 losses equal a straight run bit for bit"
