@@ -85,60 +85,81 @@ TEST(RoPE, FastMatchesReferenceAndBackwardIsTranspose) {
 struct AttnCase { int64_t B, T, H, KV, hd; };
 class Attention : public ::testing::TestWithParam<AttnCase> {};
 
-// One attention forward and backward: output y, probabilities P, gradients dq, dk, dv.
-struct AttnRun { std::vector<float> y, P, dq, dk, dv; };
+// One attention forward and backward: output y, probabilities P (the probs kernels and the
+// reference) or row log-sum-exp lse (the O(T) kernels), gradients dq, dk, dv.
+struct AttnRun { std::vector<float> y, P, lse, dq, dk, dv; };
 
-// The fast attention and its reference from the same q, k, v, dy and the same starting P and
-// gradients (`start`: the forward must overwrite P, the backward accumulates into dq, dk, dv);
-// checks that y, P and the gradients agree within kFastTol. Returns {fast, reference}.
-static std::pair<AttnRun, AttnRun> fast_and_reference(const AttnCase& c, const std::vector<float>& q,
-                                                      const std::vector<float>& k, const std::vector<float>& v,
-                                                      const std::vector<float>& dy, const AttnRun& start) {
+// The O(T) attention (the default), the probs kernels it replaced, and the reference, from the
+// same q, k, v, dy and the same starting buffers (`start`: the forwards must overwrite P / lse, the
+// backwards accumulate into dq, dk, dv); checks that each fast kernel's y, P / lse and gradients
+// agree with the reference within kFastTol. Returns {O(T), probs kernels, reference}.
+struct AttnRuns { AttnRun flash, probs, ref; };
+static AttnRuns fast_and_reference(const AttnCase& c, const std::vector<float>& q, const std::vector<float>& k,
+                                   const std::vector<float>& v, const std::vector<float>& dy, const AttnRun& start) {
   auto [B, T, H, KV, hd] = c;
-  AttnRun f = start, r = start;
-  f.y.assign(q.size(), 0.f);
-  r.y = f.y;
-  attention_forward(f.y.data(), f.P.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
-  attention_forward_ref(r.y.data(), r.P.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
-  EXPECT_LT(rel_err(f.y, r.y), kFastTol);
-  EXPECT_LT(rel_err(f.P, r.P), kFastTol);
-  attention_backward(f.dq.data(), f.dk.data(), f.dv.data(), dy.data(), f.P.data(), q.data(), k.data(), v.data(), B, T,
-                     H, KV, hd);
-  attention_backward_ref(r.dq.data(), r.dk.data(), r.dv.data(), dy.data(), r.P.data(), q.data(), k.data(), v.data(), B,
-                         T, H, KV, hd);
-  EXPECT_LT(rel_err(f.dq, r.dq), kFastTol);
-  EXPECT_LT(rel_err(f.dk, r.dk), kFastTol);
-  EXPECT_LT(rel_err(f.dv, r.dv), kFastTol);
-  return {f, r};
+  AttnRuns r{start, start, start};
+  for (AttnRun* x : {&r.flash, &r.probs, &r.ref}) x->y.assign(q.size(), NAN);  // every entry must be written
+  attention_forward(r.flash.y.data(), r.flash.lse.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
+  attention_forward_probs(r.probs.y.data(), r.probs.P.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
+  attention_forward_ref(r.ref.y.data(), r.ref.P.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd, r.ref.lse.data());
+  EXPECT_LT(rel_err(r.flash.y, r.ref.y), kFastTol);
+  EXPECT_LT(rel_err(r.flash.lse, r.ref.lse), kFastTol);
+  EXPECT_LT(rel_err(r.probs.y, r.ref.y), kFastTol);
+  EXPECT_LT(rel_err(r.probs.P, r.ref.P), kFastTol);
+  attention_backward(r.flash.dq.data(), r.flash.dk.data(), r.flash.dv.data(), dy.data(), r.flash.y.data(),
+                     r.flash.lse.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
+  attention_backward_probs(r.probs.dq.data(), r.probs.dk.data(), r.probs.dv.data(), dy.data(), r.probs.P.data(), q.data(),
+                           k.data(), v.data(), B, T, H, KV, hd);
+  attention_backward_ref(r.ref.dq.data(), r.ref.dk.data(), r.ref.dv.data(), dy.data(), r.ref.P.data(), q.data(),
+                         k.data(), v.data(), B, T, H, KV, hd);
+  for (const AttnRun* x : {&r.flash, &r.probs}) {
+    EXPECT_LT(rel_err(x->dq, r.ref.dq), kFastTol) << (x == &r.flash ? "O(T)" : "probs");
+    EXPECT_LT(rel_err(x->dk, r.ref.dk), kFastTol) << (x == &r.flash ? "O(T)" : "probs");
+    EXPECT_LT(rel_err(x->dv, r.ref.dv), kFastTol) << (x == &r.flash ? "O(T)" : "probs");
+  }
+  return r;
+}
+
+static AttnRun attn_start(const AttnCase& c, float P0, float dq0, float dk0, float dv0) {
+  auto [B, T, H, KV, hd] = c;
+  return AttnRun{{}, std::vector<float>(B * H * T * T, P0), std::vector<float>(B * H * T, P0),
+                 std::vector<float>(B * T * H * hd, dq0), std::vector<float>(B * T * KV * hd, dk0),
+                 std::vector<float>(B * T * KV * hd, dv0)};
 }
 
 TEST_P(Attention, FastMatchesReferenceAndFiniteDifferences) {
   auto [B, T, H, KV, hd] = GetParam();
   auto q = randn(B * T * H * hd, 12), k = randn(B * T * KV * hd, 13), v = randn(B * T * KV * hd, 14);
   auto dy = randn(B * T * H * hd, 15);
-  const AttnRun start{{}, std::vector<float>(B * H * T * T), std::vector<float>(q.size(), 0.f),
-                      std::vector<float>(k.size(), 0.f), std::vector<float>(v.size(), 0.f)};
-  auto [fast, ref] = fast_and_reference(GetParam(), q, k, v, dy, start);
+  const AttnRun start = attn_start(GetParam(), 0.f, 0.f, 0.f, 0.f);
+  auto runs = fast_and_reference(GetParam(), q, k, v, dy, start);
   std::vector<float> yr(q.size()), P(start.P.size());  // scratch for the checks below
   auto f = [&] {
     attention_forward_ref(yr.data(), P.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
     return dot(yr, dy);
   };
-  EXPECT_LT(rel_err(ref.dq, numeric_grad(q, f)), kFdTol);
-  EXPECT_LT(rel_err(ref.dk, numeric_grad(k, f)), kFdTol);
-  EXPECT_LT(rel_err(ref.dv, numeric_grad(v, f)), kFdTol);
+  EXPECT_LT(rel_err(runs.ref.dq, numeric_grad(q, f)), kFdTol);
+  EXPECT_LT(rel_err(runs.ref.dk, numeric_grad(k, f)), kFdTol);
+  EXPECT_LT(rel_err(runs.ref.dv, numeric_grad(v, f)), kFdTol);
+  // Finite differences straight through the O(T) kernel too (float: a looser tolerance).
+  std::vector<float> yf(q.size()), lse(start.lse.size());
+  auto ff = [&] {
+    attention_forward(yf.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd);
+    return dot(yf, dy);
+  };
+  EXPECT_LT(rel_err(runs.flash.dq, numeric_grad(q, ff)), 20 * kFdTol);
   // Causality: the first position's output depends only on the first k, v.
   auto v2 = v;
   for (int64_t i = KV * hd; i < T * KV * hd; ++i) v2[i] += 1.0f;  // batch 0, positions >= 1
   std::vector<float> y2(q.size());
-  attention_forward(y2.data(), P.data(), q.data(), k.data(), v2.data(), B, T, H, KV, hd);
-  for (int64_t i = 0; i < H * hd; ++i) EXPECT_FLOAT_EQ(y2[i], fast.y[i]);
+  attention_forward(y2.data(), lse.data(), q.data(), k.data(), v2.data(), B, T, H, KV, hd);
+  for (int64_t i = 0; i < H * hd; ++i) EXPECT_FLOAT_EQ(y2[i], runs.flash.y[i]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Attention,
                          ::testing::Values(AttnCase{2, 5, 4, 2, 8}, AttnCase{1, 9, 2, 2, 4}, AttnCase{2, 4, 6, 1, 6}));
 
-// T beyond one causal row block (and not a multiple of it) so the blocking is exercised; no finite
+// T around the row and key block edges (1, 63, 64, 65, 200, 255-257, 1000), MHA and GQA; no finite
 // differences here (the reference is checked against them above at small T).
 class AttentionBlocked : public ::testing::TestWithParam<AttnCase> {};
 
@@ -146,12 +167,11 @@ TEST_P(AttentionBlocked, FastMatchesReference) {
   auto [B, T, H, KV, hd] = GetParam();
   auto q = randn(B * T * H * hd, 31), k = randn(B * T * KV * hd, 32), v = randn(B * T * KV * hd, 33);
   auto dy = randn(B * T * H * hd, 34);
-  // P starts as NaN: the fast forward must write every entry, masked ones as exact zeros.
-  // Non-zero starting gradients check that the backward accumulates.
-  const AttnRun start{{}, std::vector<float>(B * H * T * T, NAN), std::vector<float>(q.size(), 0.5f),
-                      std::vector<float>(k.size(), -0.25f), std::vector<float>(v.size(), 0.125f)};
-  auto [fast, ref] = fast_and_reference(GetParam(), q, k, v, dy, start);
-  const std::vector<float>& P = fast.P;
+  // P and lse start as NaN: the forwards must write every entry, P's masked ones as exact zeros.
+  // Non-zero starting gradients check that the backwards accumulate.
+  const AttnRun start = attn_start(GetParam(), NAN, 0.5f, -0.25f, 0.125f);
+  auto runs = fast_and_reference(GetParam(), q, k, v, dy, start);
+  const std::vector<float>& P = runs.probs.P;
   int64_t nonzero_masked = 0;
   for (int64_t bh = 0; bh < B * H; ++bh)
     for (int64_t t = 0; t < T; ++t)
@@ -159,23 +179,29 @@ TEST_P(AttentionBlocked, FastMatchesReference) {
   EXPECT_EQ(nonzero_masked, 0);
   // Deterministic: a second run from the same starting gradients gives the same bits.
   std::vector<float> dq2 = start.dq, dk2 = start.dk, dv2 = start.dv;
-  attention_backward(dq2.data(), dk2.data(), dv2.data(), dy.data(), P.data(), q.data(), k.data(), v.data(), B, T, H, KV,
-                     hd);
-  EXPECT_EQ(fast.dq, dq2);
-  EXPECT_EQ(fast.dk, dk2);
-  EXPECT_EQ(fast.dv, dv2);
+  attention_backward(dq2.data(), dk2.data(), dv2.data(), dy.data(), runs.flash.y.data(), runs.flash.lse.data(), q.data(),
+                     k.data(), v.data(), B, T, H, KV, hd);
+  EXPECT_EQ(runs.flash.dq, dq2);
+  EXPECT_EQ(runs.flash.dk, dk2);
+  EXPECT_EQ(runs.flash.dv, dv2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionBlocked,
-                         ::testing::Values(AttnCase{2, 2 * kAttnRowBlock + 5, 4, 2, 8},  // GQA, partial last block
+                         ::testing::Values(AttnCase{2, 1, 4, 2, 8}, AttnCase{1, 63, 3, 3, 16},
+                                           AttnCase{2, kAttnRowBlock, 2, 1, 8},
+                                           AttnCase{2, 2 * kAttnRowBlock + 5, 4, 2, 8},  // GQA, partial last block
                                            AttnCase{1, kAttnRowBlock + 1, 3, 3, 16},     // last block of one row
-                                           AttnCase{2, 2 * kAttnRowBlock, 2, 1, 8}));    // exact multiple
+                                           AttnCase{1, 200, 4, 1, 8},
+                                           AttnCase{1, kAttnKeyBlock - 1, 2, 2, 8},
+                                           AttnCase{1, kAttnKeyBlock, 2, 1, 8},
+                                           AttnCase{1, kAttnKeyBlock + 1, 4, 2, 8},      // a second key block of one key
+                                           AttnCase{1, 1000, 2, 1, 8}));                 // four key blocks, GQA
 
 TEST(Attention, DecodeMatchesFullForward) {
   const int64_t T = 6, H = 4, KV = 2, hd = 8;
   auto q = randn(T * H * hd, 16), k = randn(T * KV * hd, 17), v = randn(T * KV * hd, 18);
-  std::vector<float> y(q.size()), P(H * T * T), o(H * hd), scratch(T);
-  attention_forward(y.data(), P.data(), q.data(), k.data(), v.data(), 1, T, H, KV, hd);
+  std::vector<float> y(q.size()), lse(H * T), o(H * hd), scratch(T);
+  attention_forward(y.data(), lse.data(), q.data(), k.data(), v.data(), 1, T, H, KV, hd);
   for (int64_t t = 0; t < T; ++t) {
     attention_decode(o.data(), q.data() + t * H * hd, k.data(), v.data(), t, H, KV, hd, scratch.data());
     std::vector<float> row(y.begin() + t * H * hd, y.begin() + (t + 1) * H * hd);

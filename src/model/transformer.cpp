@@ -190,7 +190,7 @@ void ensure_activations(Activations& a, const ModelConfig& c, int64_t B, int64_t
     auto& l = a.layers[li];
     l.h_in.resize(sz(N * d)); l.rstd1.resize(sz(N)); l.a.resize(sz(N * d));
     l.q.resize(sz(N * qd)); l.k.resize(sz(N * kvd)); l.v.resize(sz(N * kvd));
-    l.probs.resize(sz(B * H * T * T)); l.att.resize(sz(N * qd));
+    l.lse.resize(sz(B * H * T)); l.att.resize(sz(N * qd));
     l.h_mid.resize(sz(N * d)); l.rstd2.resize(sz(N)); l.m.resize(sz(N * d));
     if (!c.moe_on_layer(static_cast<int64_t>(li))) { l.gate.resize(sz(N * F)); l.up.resize(sz(N * F)); l.act.resize(sz(N * F)); }
   }
@@ -238,7 +238,7 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
     linear_forward(L.v.data(), L.a.data(), W.wv, N, d, kvd);
     rope_forward(L.q.data(), m.rope, B, T, H, hd);
     rope_forward(L.k.data(), m.rope, B, T, KV, hd);
-    { JTOK_PROFILE("attn_fwd"); attention_forward(L.att.data(), L.probs.data(), L.q.data(), L.k.data(), L.v.data(), B, T, H, KV, hd); }
+    { JTOK_PROFILE("attn_fwd"); attention_forward(L.att.data(), L.lse.data(), L.q.data(), L.k.data(), L.v.data(), B, T, H, KV, hd); }
     // h_mid = h_in + att @ Wo^T  (gemm accumulates onto the copied residual)
     std::memcpy(L.h_mid.data(), L.h_in.data(), sizeof(float) * N * d);
     gemm(false, true, N, d, qd, 1.0f, L.att.data(), qd, W.wo, qd, 1.0f, L.h_mid.data(), d);
@@ -351,7 +351,7 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
     zero(a.datt);
     linear_backward(a.datt.data(), G.wo, dh, L.att.data(), W.wo, N, qd, d);
     zero(a.dq); zero(a.dk); zero(a.dv);
-    { JTOK_PROFILE("attn_bwd"); attention_backward(a.dq.data(), a.dk.data(), a.dv.data(), a.datt.data(), L.probs.data(), L.q.data(), L.k.data(),
+    { JTOK_PROFILE("attn_bwd"); attention_backward(a.dq.data(), a.dk.data(), a.dv.data(), a.datt.data(), L.att.data(), L.lse.data(), L.q.data(), L.k.data(),
                        L.v.data(), B, T, H, KV, hd); }
     rope_backward(a.dq.data(), m.rope, B, T, H, hd);
     rope_backward(a.dk.data(), m.rope, B, T, KV, hd);

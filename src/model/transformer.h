@@ -74,7 +74,7 @@ const ParamInfo& find_param(const Model& m, const std::string& name);
 
 // Saved activations for one micro-batch of shape (B,T).
 struct LayerActs {
-  std::vector<float> h_in, rstd1, a, q, k, v, probs, att, h_mid, rstd2, m, gate, up, act;
+  std::vector<float> h_in, rstd1, a, q, k, v, lse, att, h_mid, rstd2, m, gate, up, act;  // lse (B,H,T): attention_forward
   JTokActs jtok;  // JTok layers only
   JTokMActs jtokm;  // JTok-M layers only
   MoeActs moe;    // MoE layers only

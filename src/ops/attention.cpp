@@ -29,7 +29,7 @@ static inline void causal_softmax_row(float* row, int64_t t, int64_t T) {
   for (int64_t j = t + 1; j < T; ++j) row[j] = 0.0f;
 }
 
-void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int64_t B,
+void attention_forward_probs(float* out, float* probs, const float* q, const float* k, const float* v, int64_t B,
                        int64_t T, int64_t H, int64_t KV, int64_t hd) {
   const int64_t qd = H * hd, kvd = KV * hd, group = H / KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -55,7 +55,7 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
     }
 }
 
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
+void attention_backward_probs(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
                         const float* k, const float* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd) {
   const int64_t qd = H * hd, kvd = KV * hd, group = H / KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -104,8 +104,150 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   }
 }
 
+// ---- O(T) memory: FlashAttention-2's algorithm on the CPU ------------------------------------
+// Per (batch, head), query row blocks of kAttnRowBlock rows; per row block, key blocks of
+// kAttnKeyBlock keys up to the diagonal. A key block size that is a multiple of the row block keeps
+// the block of keys [c0, c1) with c0 <= r0, so every row sees at least one key of every block.
+static_assert(kAttnKeyBlock % kAttnRowBlock == 0, "key blocks must be whole multiples of row blocks");
+
+// Row t of a score block: exponentiate the first `valid` entries against m_new (0 after), return the
+// sum of the exponentials.
+static inline float exp_row(float* row, int64_t valid, int64_t w, float m_new) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < valid; ++j) {
+    const float e = fast_expf(row[j] - m_new);
+    row[j] = e;
+    sum += e;
+  }
+  for (int64_t j = valid; j < w; ++j) row[j] = 0.0f;
+  return sum;
+}
+
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B, int64_t T,
+                       int64_t H, int64_t KV, int64_t hd) {
+  const int64_t qd = H * hd, kvd = KV * hd, group = H / KV;
+  const int64_t nblocks = (T + kAttnRowBlock - 1) / kAttnRowBlock;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+#pragma omp parallel
+  {
+    // Per thread: a score block (Br, Bc) and the running max and sum of each row of a row block.
+    std::vector<float> S(static_cast<size_t>(kAttnRowBlock * std::min(kAttnKeyBlock, T)));
+    std::vector<float> mrow(kAttnRowBlock), lrow(kAttnRowBlock);
+    // One (batch, head, row block) per task, the costly (late) row blocks first.
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < B * H; ++bh)
+      for (int64_t ib = 0; ib < nblocks; ++ib) {
+        const int64_t b = bh / H, h = bh % H, g = h / group;
+        const int64_t r0 = (nblocks - 1 - ib) * kAttnRowBlock, r1 = std::min(r0 + kAttnRowBlock, T), n = r1 - r0;
+        const float* qh = q + b * T * qd + h * hd;
+        const float* kg = k + b * T * kvd + g * hd;
+        const float* vg = v + b * T * kvd + g * hd;
+        float* oh = out + b * T * qd + h * hd;
+        for (int64_t t = 0; t < n; ++t) {
+          mrow[t] = -INFINITY;
+          lrow[t] = 0.0f;
+        }
+        for (int64_t c0 = 0; c0 < r1; c0 += kAttnKeyBlock) {
+          const int64_t c1 = std::min(c0 + kAttnKeyBlock, r1), w = c1 - c0;
+          // S (n,w) = scale Q[r0:r1] (n,hd) K[c0:c1]^T (hd,w)
+          gemm(false, true, n, w, hd, scale, qh + r0 * qd, qd, kg + c0 * kvd, kvd, 0.0f, S.data(), w);
+          for (int64_t t = r0; t < r1; ++t) {
+            float* row = S.data() + (t - r0) * w;
+            const int64_t valid = std::min(c1, t + 1) - c0;  // >= 1: c0 <= r0 <= t
+            float mx = row[0];
+#pragma omp simd reduction(max : mx)
+            for (int64_t j = 1; j < valid; ++j) mx = row[j] > mx ? row[j] : mx;
+            const float m_old = mrow[t - r0], m_new = std::max(m_old, mx);
+            const float sum = exp_row(row, valid, w, m_new);
+            if (c0 == 0) {
+              lrow[t - r0] = sum;
+            } else {  // rescale what the earlier key blocks gave this row to the new maximum
+              const float alpha = std::exp(m_old - m_new);
+              lrow[t - r0] = lrow[t - r0] * alpha + sum;
+              float* o = oh + t * qd;
+#pragma omp simd
+              for (int64_t i = 0; i < hd; ++i) o[i] *= alpha;
+            }
+            mrow[t - r0] = m_new;
+          }
+          // out[r0:r1] (n,hd) (+)= exp(S) (n,w) V[c0:c1] (w,hd)
+          gemm(false, false, n, hd, w, 1.0f, S.data(), w, vg + c0 * kvd, kvd, c0 == 0 ? 0.0f : 1.0f, oh + r0 * qd, qd);
+        }
+        for (int64_t t = r0; t < r1; ++t) {
+          const float inv = 1.0f / lrow[t - r0];
+          float* o = oh + t * qd;
+#pragma omp simd
+          for (int64_t i = 0; i < hd; ++i) o[i] *= inv;
+          lse[bh * T + t] = mrow[t - r0] + std::log(lrow[t - r0]);
+        }
+      }
+  }
+}
+
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                        const float* q, const float* k, const float* v, int64_t B, int64_t T, int64_t H, int64_t KV,
+                        int64_t hd) {
+  const int64_t qd = H * hd, kvd = KV * hd, group = H / KV;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // Parallel over (batch, kv head): the q heads of one group write the same dk/dv rows, so one
+  // thread owns them and accumulates in a fixed order (heads, row blocks, key blocks): deterministic.
+#pragma omp parallel
+  {
+    const int64_t wmax = std::min(kAttnKeyBlock, T);
+    std::vector<float> P(static_cast<size_t>(kAttnRowBlock * wmax)), dS(P.size()), D(kAttnRowBlock);
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t g = 0; g < KV; ++g) {
+        const float* kg = k + b * T * kvd + g * hd;
+        const float* vg = v + b * T * kvd + g * hd;
+        float* dkg = dk + b * T * kvd + g * hd;
+        float* dvg = dv + b * T * kvd + g * hd;
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+          const float* dOh = dout + b * T * qd + h * hd;
+          const float* Oh = out + b * T * qd + h * hd;
+          const float* qh = q + b * T * qd + h * hd;
+          const float* L = lse + (b * H + h) * T;
+          float* dqh = dq + b * T * qd + h * hd;
+          for (int64_t r0 = 0; r0 < T; r0 += kAttnRowBlock) {
+            const int64_t r1 = std::min(r0 + kAttnRowBlock, T), n = r1 - r0;
+            // D_t = sum_i dO_ti O_ti = sum_j P_tj dP_tj (the softmax backward's row term)
+            for (int64_t t = r0; t < r1; ++t) {
+              float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+              for (int64_t i = 0; i < hd; ++i) acc += dOh[t * qd + i] * Oh[t * qd + i];
+              D[t - r0] = acc;
+            }
+            for (int64_t c0 = 0; c0 < r1; c0 += kAttnKeyBlock) {
+              const int64_t c1 = std::min(c0 + kAttnKeyBlock, r1), w = c1 - c0;
+              // P (n,w) = exp(scale Q K^T - lse), recomputed; zero past the diagonal.
+              gemm(false, true, n, w, hd, scale, qh + r0 * qd, qd, kg + c0 * kvd, kvd, 0.0f, P.data(), w);
+              for (int64_t t = r0; t < r1; ++t) exp_row(P.data() + (t - r0) * w, std::min(c1, t + 1) - c0, w, L[t]);
+              // dV[c0:c1] (w,hd) += P^T (w,n) dO[r0:r1] (n,hd)
+              gemm(true, false, w, hd, n, 1.0f, P.data(), w, dOh + r0 * qd, qd, 1.0f, dvg + c0 * kvd, kvd);
+              // dP (n,w) = dO[r0:r1] (n,hd) V[c0:c1]^T (hd,w)
+              gemm(false, true, n, w, hd, 1.0f, dOh + r0 * qd, qd, vg + c0 * kvd, kvd, 0.0f, dS.data(), w);
+              // dS = P * (dP - D): zero where P is (past the diagonal).
+              for (int64_t t = 0; t < n; ++t) {
+                const float* p = P.data() + t * w;
+                float* d = dS.data() + t * w;
+                const float Dt = D[t];
+#pragma omp simd
+                for (int64_t j = 0; j < w; ++j) d[j] = p[j] * (d[j] - Dt);
+              }
+              // dQ[r0:r1] (n,hd) += scale dS (n,w) K[c0:c1] (w,hd)
+              gemm(false, false, n, hd, w, scale, dS.data(), w, kg + c0 * kvd, kvd, 1.0f, dqh + r0 * qd, qd);
+              // dK[c0:c1] (w,hd) += scale dS^T (w,n) Q[r0:r1] (n,hd)
+              gemm(true, false, w, hd, n, scale, dS.data(), w, qh + r0 * qd, qd, 1.0f, dkg + c0 * kvd, kvd);
+            }
+          }
+        }
+      }
+  }
+}
+
 void attention_forward_ref(float* out, float* probs, const float* q, const float* k, const float* v, int64_t B,
-                           int64_t T, int64_t H, int64_t KV, int64_t hd) {
+                           int64_t T, int64_t H, int64_t KV, int64_t hd, float* lse) {
   const int64_t qd = H * hd, kvd = KV * hd, group = H / KV;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   std::vector<double> s(static_cast<size_t>(T));
@@ -122,6 +264,7 @@ void attention_forward_ref(float* out, float* probs, const float* q, const float
         }
         double sum = 0;
         for (int64_t j = 0; j <= t; ++j) sum += (s[j] = std::exp(s[j] - mx));
+        if (lse) lse[(b * H + h) * T + t] = static_cast<float>(mx + std::log(sum));
         float* P = probs + ((b * H + h) * T + t) * T;
         for (int64_t j = 0; j < T; ++j) P[j] = j <= t ? static_cast<float>(s[j] / sum) : 0.0f;
         for (int64_t i = 0; i < hd; ++i) {

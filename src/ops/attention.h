@@ -5,21 +5,35 @@
 
 namespace jtok {
 
-// The fast forward and backward work in causal blocks of this many query rows: rows [r0, r1) only
-// see keys [0, r1), so the GEMMs skip the masked upper triangle except inside the diagonal block.
-// Chosen by timing the op alone on the bench configs (docs/benchmarks.md).
+// The fast kernels work in causal blocks of kAttnRowBlock query rows: rows [r0, r1) only see keys
+// [0, r1), so the GEMMs skip the masked upper triangle except inside the diagonal block. The O(T)
+// kernels also split the keys into blocks of kAttnKeyBlock (a multiple of the row block), so their
+// scratch is one (kAttnRowBlock, kAttnKeyBlock) score block per thread whatever T is. Both sizes were
+// chosen by timing the op alone on the bench configs (docs/benchmarks.md "Attention").
 inline constexpr int64_t kAttnRowBlock = 64;
+inline constexpr int64_t kAttnKeyBlock = 256;
 
-// out (B,T,H,hd); probs (B,H,T,T) = causal softmax(q k^T / sqrt(hd)), kept for the backward
-// (entries above the diagonal are 0).
-void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int64_t B,
-                       int64_t T, int64_t H, int64_t KV, int64_t hd);
-// dq (B,T,H,hd), dk, dv (B,T,KV,hd) are accumulated into (+=).
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                        const float* k, const float* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd);
+// The default: O(T) memory (FlashAttention-2's algorithm). out (B,T,H,hd); lse (B,H,T) the row
+// log-sum-exp of the scaled causal scores, all the backward keeps beside out (no T x T buffer).
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B, int64_t T,
+                       int64_t H, int64_t KV, int64_t hd);
+// dq (B,T,H,hd), dk, dv (B,T,KV,hd) are accumulated into (+=); each score block is recomputed from
+// q, k and lse; out is the forward's output (for the row term sum_i dout out).
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                        const float* q, const float* k, const float* v, int64_t B, int64_t T, int64_t H, int64_t KV,
+                        int64_t hd);
 
+// The previous fast kernels, kept as a reference and a peer in tests and benchmarks: probs
+// (B,H,T,T) = causal softmax(q k^T / sqrt(hd)) kept for the backward (entries above the diagonal 0).
+void attention_forward_probs(float* out, float* probs, const float* q, const float* k, const float* v, int64_t B,
+                             int64_t T, int64_t H, int64_t KV, int64_t hd);
+void attention_backward_probs(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
+                              const float* k, const float* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd);
+
+// Plain double-precision references (probs as above).
+// lse (optional): (B,H,T) as attention_forward's.
 void attention_forward_ref(float* out, float* probs, const float* q, const float* k, const float* v, int64_t B,
-                           int64_t T, int64_t H, int64_t KV, int64_t hd);
+                           int64_t T, int64_t H, int64_t KV, int64_t hd, float* lse = nullptr);
 void attention_backward_ref(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
                             const float* k, const float* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd);
 
