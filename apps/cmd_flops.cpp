@@ -1,6 +1,8 @@
-// `jtok flops`: parameter counts (N_c, N_n, eta, rho, total) and training FLOPs per token.
+// `jtok flops`: parameter counts (N_c, N_n, eta, rho, total), training FLOPs per token, and the
+// memory a training run holds (state, and one micro-batch's activations by component).
 #include <cstdio>
 #include "commands.h"
+#include "model/activation_bytes.h"
 #include "model/config.h"
 #include "scaling/flops.h"
 
@@ -9,17 +11,27 @@ void setup(CLI::App* sub) {
   static std::string path;
   static std::vector<std::string> sets;
   static bool json = false;
-  static int64_t seq_len = 0;
+  static int64_t seq_len = 0, micro_batch = 0;
   sub->add_option("--config", path, "config JSON file")->required();
   sub->add_option("--set", sets, "override a field: name=value (repeatable)");
   sub->add_option("--seq-len", seq_len, "sequence length for the attention FLOPs (default: the config's seq_len)");
+  sub->add_option("--micro-batch", micro_batch, "sequences per micro-batch for the activation memory (default: the config's micro_batch_size)");
   sub->add_flag("--json", json, "print one JSON object");
   sub->callback([] {
     jtok::Config cfg = jtok::load_config(path, sets);
     const int64_t T = seq_len > 0 ? seq_len : cfg.train.seq_len;
+    const int64_t B = micro_batch > 0 ? micro_batch : cfg.train.micro_batch_size;
     jtok::FlopsReport r = jtok::flops_report(cfg.model, T);
+    const jtok::ActivationBytes ab = jtok::activation_bytes(cfg.model, B, T);
+    const int64_t state = 4 * 4 * r.n_total;  // weights, gradients, two AdamW moments in fp32
     if (json) {
-      std::printf("%s\n", jtok::to_json(r).dump(2).c_str());
+      nlohmann::json j = jtok::to_json(r);
+      j["memory_bytes"] = {{"micro_batch", B}, {"seq_len", T}, {"state_fp32", state},
+                           {"activations", {{"residual", ab.residual}, {"attention", ab.attention}, {"mlp", ab.mlp},
+                                            {"token_tables_worst_case", ab.tables}, {"logits", ab.logits},
+                                            {"total", ab.total()}}},
+                           {"txt_attention_probs_not_kept", ab.attention_probs_txt}};
+      std::printf("%s\n", j.dump(2).c_str());
       return;
     }
     std::printf("parameters\n");
@@ -48,6 +60,17 @@ void setup(CLI::App* sub) {
                 r.flops_per_token_full_square);
     std::printf("  per step (%lld tokens)      %14.6g\n", (long long)cfg.train.tokens_per_step(),
                 r.flops_per_token * double(cfg.train.tokens_per_step()));
+    auto gib = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0); };
+    std::printf("training memory (fp32; micro-batch %lld x %lld tokens)\n", (long long)B, (long long)T);
+    std::printf("  weights + grads + AdamW     %14.3f GiB\n", gib(state));
+    std::printf("  activations                 %14.3f GiB\n", gib(ab.total()));
+    std::printf("    residual stream + norms   %14.3f GiB\n", gib(ab.residual));
+    std::printf("    attention (O(T) state)    %14.3f GiB  (T x T probabilities, not kept: %.3f GiB)\n", gib(ab.attention),
+                gib(ab.attention_probs_txt));
+    std::printf("    MLP / MoE                 %14.3f GiB\n", gib(ab.mlp));
+    std::printf("    JTok / JTok-M rows        %14.3f GiB  (every id distinct: an upper bound)\n", gib(ab.tables));
+    std::printf("    logits (N x Vp)           %14.3f GiB\n", gib(ab.logits));
+    std::printf("  total                       %14.3f GiB\n", gib(state + ab.total()));
   });
 }
 const bool registered = jtok::register_command({"flops", "parameter counts (N_c, N_n, eta, rho) and FLOPs per token", setup});

@@ -7,6 +7,7 @@
 #include "model_test_util.h"
 #include "op_test_util.h"
 #include "core/error.h"
+#include "model/activation_bytes.h"
 #include "model/transformer.h"
 
 using namespace jtok;
@@ -112,4 +113,48 @@ TEST(Model, RejectsTokenOutsideVocabulary) {
   std::vector<int32_t> x = {1, 2, 50};
   Activations a;
   EXPECT_THROW(forward(m, a, x.data(), 1, 3), Error);
+}
+
+// The activation memory that `jtok flops` reports from the config alone equals, component by
+// component, the buffers a forward + backward really allocate, when the batch's ids are all distinct
+// (the accounting's worst case for token-table rows): dense, JTok + JTok-M, and MoE (shared experts)
+// with JTok + JTok-M on some layers.
+TEST(ActivationBytes, ConfigAccountingEqualsTheAllocatedBuffers) {
+  for (int variant = 0; variant < 3; ++variant) {
+    ModelConfig c = tiny(false, variant > 0);
+    if (variant > 0) {
+      c.jtokm = true;
+      c.jtokm_layers = "0";
+      c.jtokm_n_e = 3;
+      c.jtokm_top_k = 2;
+    }
+    if (variant == 2) {
+      c.model_type = "jtok_moe";
+      c.num_hidden_layers = 3;
+      c.first_k_dense_replace = 1;
+      c.n_routed_experts = 5;
+      c.n_shared_experts = 1;
+      c.num_experts_per_tok = 2;
+      c.moe_intermediate_size = 12;
+      c.jtok_layers = "2";
+      c.jtokm_layers = "1,2";
+    }
+    Model m = make_model(c, 7);
+    const int64_t B = 3, T = 16, N = B * T;  // N = 48 distinct ids of the 50
+    std::vector<int32_t> x(N), y(N);
+    for (int64_t n = 0; n < N; ++n) x[n] = static_cast<int32_t>((n * 7) % c.vocab_size), y[n] = static_cast<int32_t>(n % 5);
+    Activations a;
+    forward(m, a, x.data(), B, T);
+    zero_grads(m);
+    backward(m, a, x.data(), y.data());
+    const ActivationBytes want = activation_bytes(c, B, T), got = measured_activation_bytes(a, c);
+    EXPECT_EQ(got.residual, want.residual) << "variant " << variant;
+    EXPECT_EQ(got.attention, want.attention) << "variant " << variant;
+    EXPECT_EQ(got.mlp, want.mlp) << "variant " << variant;
+    EXPECT_EQ(got.tables, want.tables) << "variant " << variant;
+    EXPECT_EQ(got.logits, want.logits) << "variant " << variant;
+    EXPECT_EQ(got.attention_probs_txt, want.attention_probs_txt);
+    // O(T) attention state: per layer (B,H,T) floats of log-sum-exp, not (B,H,T,T) probabilities.
+    for (const auto& l : a.layers) EXPECT_EQ(static_cast<int64_t>(l.lse.size()), B * c.num_attention_heads * T);
+  }
 }

@@ -195,7 +195,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionBlocked,
                                            AttnCase{1, kAttnKeyBlock - 1, 2, 2, 8},
                                            AttnCase{1, kAttnKeyBlock, 2, 1, 8},
                                            AttnCase{1, kAttnKeyBlock + 1, 4, 2, 8},      // a second key block of one key
-                                           AttnCase{1, 1000, 2, 1, 8}));                 // four key blocks, GQA
+                                           AttnCase{1, 1000, 2, 1, 8}));                 // two key blocks, GQA
 
 TEST(Attention, DecodeMatchesFullForward) {
   const int64_t T = 6, H = 4, KV = 2, hd = 8;

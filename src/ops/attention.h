@@ -11,7 +11,10 @@ namespace jtok {
 // scratch is one (kAttnRowBlock, kAttnKeyBlock) score block per thread whatever T is. Both sizes were
 // chosen by timing the op alone on the bench configs (docs/benchmarks.md "Attention").
 inline constexpr int64_t kAttnRowBlock = 64;
-inline constexpr int64_t kAttnKeyBlock = 256;
+#ifndef JTOK_ATTN_KEY_BLOCK  // only bench/attention_op.cpp's block-size sweep sets it
+#define JTOK_ATTN_KEY_BLOCK 512
+#endif
+inline constexpr int64_t kAttnKeyBlock = JTOK_ATTN_KEY_BLOCK;
 
 // The default: O(T) memory (FlashAttention-2's algorithm). out (B,T,H,hd); lse (B,H,T) the row
 // log-sum-exp of the scaled causal scores, all the backward keeps beside out (no T x T buffer).
