@@ -41,7 +41,12 @@ for T in $SEQS; do
   no_probs=""; [ $((probs_bytes / 1024)) -gt $((MEM_KB / 2)) ] && no_probs=--no-probs
   o=$(OMP_NUM_THREADS=$THREADS "$OP" 1 "$T" 12 12 64 "$REPS" $no_probs)
   echo "[op T=$T] ours -> $o"
-  p=$(env -u OPENBLAS_CORETYPE LD_LIBRARY_PATH="$OPENBLAS_OMP" "$PY" bench/attention_torch.py 1 "$T" 12 12 64 "$REPS" --threads "$THREADS")
+  # PyTorch's autograd holds about five (H, T, T) tensors (scores, masked, probabilities, their grads).
+  if [ $((5 * probs_bytes / 1024)) -lt $((MEM_KB / 2)) ]; then
+    p=$(env -u OPENBLAS_CORETYPE LD_LIBRARY_PATH="$OPENBLAS_OMP" "$PY" bench/attention_torch.py 1 "$T" 12 12 64 "$REPS" --threads "$THREADS")
+  else
+    p='{"fwd_s": "nan", "bwd_s": "nan", "skipped": "needs ~5 x H T^2 floats"}'
+  fi
   echo "[op T=$T] pytorch -> $p"
   ff=$(field flash.fwd_s <<< "$o"); fb=$(field flash.bwd_s <<< "$o"); pf=$(field fwd_s <<< "$p"); pb=$(field bwd_s <<< "$p")
   line="RESULT T=$T attention fwd+bwd (wall s): O(T) $(awk -v a="$ff" -v b="$fb" 'BEGIN{printf "%.4f", a+b}')"
@@ -55,7 +60,16 @@ for T in $MODEL_SEQS; do
   sets=(--set seq_len="$T" --set micro_batch_size=1 --set gradient_accumulation_steps=1 --set max_position_embeddings="$T")
   acct=$("$JTOK" flops --config configs/bench_b.json "${sets[@]}" --json)
   echo "RESULT T=$T accounted: activations $(field memory_bytes.activations.total <<< "$acct") B, state $(field memory_bytes.state_fp32 <<< "$acct") B"
-  for bin in "$JTOK" $BASE; do
+  need_kb=$(( ($(field memory_bytes.activations.total <<< "$acct") + $(field memory_bytes.state_fp32 <<< "$acct")) / 1024 ))
+  need_base_kb=$(( need_kb + $(field memory_bytes.txt_attention_probs_not_kept <<< "$acct") / 1024 ))
+  avail_kb=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
+  bins=()
+  if [ $((need_kb * 10)) -lt $((avail_kb * 9)) ]; then bins+=("$JTOK"); else echo "RESULT T=$T whole step ($JTOK): skipped, needs ~$((need_kb / 1024)) MB of $((avail_kb / 1024)) MB available"; fi
+  if [ -n "$BASE" ]; then
+    if [ $((need_base_kb * 10)) -lt $((avail_kb * 9)) ]; then bins+=("$BASE")
+    else echo "RESULT T=$T whole step ($BASE): does not fit, needs ~$((need_base_kb / 1024)) MB (T x T probabilities) of $((avail_kb / 1024)) MB available"; fi
+  fi
+  for bin in "${bins[@]}"; do
     o=$(OMP_NUM_THREADS=$THREADS /usr/bin/time -f '%M' -o /tmp/attention_long.rss "$bin" bench-train --config configs/bench_b.json \
           "${sets[@]}" --steps 1 --warmup 0 2>/dev/null || echo '{}')
     echo "[model T=$T] $bin -> $o"
