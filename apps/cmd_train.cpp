@@ -19,6 +19,7 @@ struct Args {
   std::vector<std::string> sets;
   int64_t max_steps = -1;
   bool resume = false, overwrite = false;
+  int64_t skip_nonfinite_steps = 0;
   double peak_gflops = -1;
   std::string sample_prompt = "The";
 } args;
@@ -76,6 +77,7 @@ void run() {
   opt.out_dir = args.out;
   opt.resume = args.resume;
   opt.overwrite = args.overwrite;
+  opt.skip_nonfinite_steps = args.skip_nonfinite_steps;
   opt.command_line = command_line_string();
   opt.extra_report = {{"flops", to_json(fr)}};
   opt.flops_per_token = fr.flops_per_token_full_square;  // what the kernels compute
@@ -97,6 +99,9 @@ void setup(CLI::App* sub) {
   sub->add_flag("--resume", args.resume, "continue from the newest complete checkpoint in --out");
   sub->add_flag("--overwrite", args.overwrite,
                 "start afresh in an --out that holds another run: delete its checkpoints and log first");
+  sub->add_option("--skip-nonfinite-steps", args.skip_nonfinite_steps,
+                  "drop up to N batches whose loss or gradient norm is not finite (default 0: stop at the first)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--set", args.sets, "override a config field: name=value (repeatable)");
   sub->add_option("--peak-gflops", args.peak_gflops, "fp32 peak for MFU (default: measured at start)");
   sub->add_option("--sample-prompt", args.sample_prompt, "prompt of the periodic samples");

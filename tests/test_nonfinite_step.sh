@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A non-finite step is never applied and never saved: a NaN injected into one gradient at a
-# checkpoint step (test-only hook JTOK_TEST_NAN_GRAD_AT_STEP) stops the run with the step number,
+# checkpoint step (test-only hook JTOK_TEST_NAN_GRAD_AT_STEP) stops the run with the step number
+# and the tensor,
 # writes no checkpoint, logs the error, and leaves the previous checkpoint complete, unchanged and
 # resumable, although retention keeps a single checkpoint. (Constant learning rate: the first run
 # stops at step 10 with --max-steps, which must not change the schedule of the comparison run.)
@@ -33,7 +34,8 @@ md5sum "$ck"/* > "$T/before.md5"
 if JTOK_TEST_NAN_GRAD_AT_STEP=15 "$JTOK" train --config "$T/cfg.json" --out "$T/x" --resume --peak-gflops 1 \
      > "$T/nan.out" 2>&1; then fail "a NaN gradient did not stop the run"; fi
 tail -n 2 "$T/nan.out"
-grep -q "step 15: the global gradient norm is nan; the step was not applied" "$T/nan.out" || fail "the error does not name the step"
+grep -q "step 15: the global gradient norm is nan (first non-finite gradient: model\.[a-z0-9_.]*weight); the step was not applied" \
+  "$T/nan.out" || fail "the error does not name the step and the tensor"
 grep -q "newest checkpoint: $ck" "$T/nan.out" || fail "the error does not name the last good checkpoint"
 [ "$(ls "$T/x/checkpoints")" = step_00000010 ] || fail "checkpoints after the NaN step: $(ls "$T/x/checkpoints")"
 md5sum -c --quiet "$T/before.md5" || fail "the previous checkpoint changed"
@@ -48,3 +50,15 @@ losses "$T/straight/log.jsonl" > "$T/straight.losses"
 losses "$T/x/log.jsonl" > "$T/x.losses"
 cmp -s "$T/straight.losses" "$T/x.losses" || { diff "$T/straight.losses" "$T/x.losses" | head; fail "losses differ from a straight run"; }
 echo "ok: resumed from step 10; all 20 losses equal a straight run bit for bit"
+
+# --skip-nonfinite-steps 1: the NaN batch is dropped, logged, and step 15 retried on the next batch;
+# the run finishes its 20 steps and every checkpoint it writes is finite (save_checkpoint checks).
+JTOK_TEST_NAN_GRAD_AT_STEP=15 "$JTOK" train --config "$T/cfg.json" --out "$T/skip" --skip-nonfinite-steps 1 \
+  --peak-gflops 1 > "$T/skip.out"
+grep -q "step 15 skipped (1 of 1 allowed)" "$T/skip.out" || fail "the skipped step was not reported"
+grep -q '"type":"skipped_step"' "$T/skip/log.jsonl" || fail "log.jsonl has no skipped_step line"
+[ "$(ls "$T/skip/checkpoints")" = step_00000020 ] || fail "after skipping: $(ls "$T/skip/checkpoints")"
+losses "$T/skip/log.jsonl" > "$T/skip.losses"
+[ "$(wc -l < "$T/skip.losses")" = 20 ] || fail "not 20 steps logged"
+head -n 14 "$T/skip.losses" | cmp -s - <(head -n 14 "$T/straight.losses") || fail "steps before the skip differ"
+echo "ok: --skip-nonfinite-steps dropped the NaN batch and finished"

@@ -130,6 +130,18 @@ double grad_global_norm(const Model& model) {
   return std::sqrt(ss);
 }
 
+// The first tensor (flat parameters in layout order, then tables) whose gradient holds a NaN or an
+// infinity: only looked for once the norm has failed, so the normal path pays nothing.
+static std::string first_nonfinite_grad(const Model& model) {
+  for (const auto& p : model.layout)
+    for (int64_t i = 0; i < p.numel; ++i)
+      if (!std::isfinite(model.grads[static_cast<size_t>(p.offset + i)])) return p.name;
+  for (size_t k = 0; k < model.table_grads.size(); ++k)
+    for (float g : model.table_grads[k].rows)
+      if (!std::isfinite(g)) return model.table_names[k];
+  return "none found: the sum of squares overflowed";
+}
+
 StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t) {
   JTOK_PROFILE("optimizer");
   StepStats st;
@@ -137,7 +149,8 @@ StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t) 
   // Checked before anything moves: a NaN or infinite norm would turn into a NaN clipping coefficient
   // and reach every weight and moment.
   if (!std::isfinite(st.grad_norm))
-    fail("the global gradient norm is ", st.grad_norm, "; the step was not applied (no weight or moment changed)");
+    fail("the global gradient norm is ", st.grad_norm, " (first non-finite gradient: ", first_nonfinite_grad(model),
+         "); the step was not applied (no weight or moment changed)");
   st.clip_coef = 1.0;
   if (t.max_grad_norm > 0) {
     // As torch.nn.utils.clip_grad_norm_: coef computed in fp32 from the norm.

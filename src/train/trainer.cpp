@@ -147,6 +147,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
   // Test-only fault: a NaN in one gradient at this step (tests/test_nonfinite_step.sh).
   const char* nan_env = std::getenv("JTOK_TEST_NAN_GRAD_AT_STEP");
   const int64_t nan_at_step = nan_env ? std::atoll(nan_env) : -1;
+  bool nan_injected = false;
+  int64_t skipped_steps = 0;
   JsonlLog log;
   log.out.open(log_path, std::ios::app);
   if (!log.out) fail("cannot write ", log_path);
@@ -193,13 +195,31 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
       aux += acts.moe_aux_loss * inv_acc;
       jaux += acts.jtokm_aux_loss * inv_acc;
     }
-    if (step + 1 == nan_at_step && !model.grads.empty()) model.grads[model.grads.size() / 2] = std::nanf("");
-    if (!std::isfinite(loss)) fail_step(step + 1, "the loss is " + std::to_string(loss) + "; the step was not applied");
+    if (step + 1 == nan_at_step && !nan_injected && !model.grads.empty()) {
+      model.grads[model.grads.size() / 2] = std::nanf("");
+      nan_injected = true;
+    }
+    // A step whose loss or gradient is not finite is never applied: the run stops, or with
+    // --skip-nonfinite-steps N the batch is dropped (up to N times) and the step retried on the next.
+    std::string nonfinite;
     StepStats st;
-    try {
-      st = optimizer_step(model, adam, t);  // refuses a non-finite gradient norm before changing anything
-    } catch (const Error& e) {
-      fail_step(step + 1, e.what());
+    if (!std::isfinite(loss)) {
+      nonfinite = "the loss is " + std::to_string(loss) + "; the step was not applied";
+    } else {
+      try {
+        st = optimizer_step(model, adam, t);  // refuses a non-finite gradient norm before changing anything
+      } catch (const Error& e) {
+        nonfinite = e.what();
+      }
+    }
+    if (!nonfinite.empty()) {
+      if (skipped_steps >= opt.skip_nonfinite_steps) fail_step(step + 1, nonfinite);
+      ++skipped_steps;
+      log.write({{"type", "skipped_step"}, {"step", step + 1}, {"reason", nonfinite}, {"skipped_total", skipped_steps}});
+      std::printf("%sstep %lld skipped (%lld of %lld allowed): %s\n", tty ? "\n" : "", static_cast<long long>(step + 1),
+                  static_cast<long long>(skipped_steps), static_cast<long long>(opt.skip_nonfinite_steps), nonfinite.c_str());
+      --step;  // the same step again, on the next batch
+      continue;
     }
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (step > start_step) {  // the first step pays one-time allocation; keep it out of the ETA

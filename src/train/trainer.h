@@ -25,7 +25,8 @@ struct ValSource {
 struct TrainOptions {
   std::string out_dir;
   bool resume = false;
-  bool overwrite = false;  // a fresh run may delete an old run's checkpoints and log in out_dir (run_dir.h)
+  bool overwrite = false;
+  int64_t skip_nonfinite_steps = 0;  // drop up to this many batches whose loss or gradient is not finite  // a fresh run may delete an old run's checkpoints and log in out_dir (run_dir.h)
   std::string command_line;
   // Text for a periodic sample: given a generate function (max_new_tokens -> text); optional.
   std::function<std::string(const std::function<std::vector<int32_t>(const std::vector<int32_t>&, int64_t)>&)> sample;
