@@ -73,6 +73,11 @@ for T in $MODEL_SEQS; do
     o=$(OMP_NUM_THREADS=$THREADS /usr/bin/time -f '%M' -o /tmp/attention_long.rss "$bin" bench-train --config configs/bench_b.json \
           "${sets[@]}" --steps 1 --warmup 0 2>/dev/null || echo '{}')
     echo "[model T=$T] $bin -> $o"
-    echo "RESULT T=$T whole step ($bin): $(field tokens_per_s <<< "$o") tok/s | peak RSS $(( $(cat /tmp/attention_long.rss) / 1024 )) MB"
+    rss=$(tail -n 1 /tmp/attention_long.rss)
+    if [[ "$rss" =~ ^[0-9]+$ ]] && [ "$o" != '{}' ]; then
+      echo "RESULT T=$T whole step ($bin): $(field tokens_per_s <<< "$o") tok/s | $(field cpu_s_per_step <<< "$o") CPU s/step | peak RSS $((rss / 1024)) MB"
+    else
+      echo "RESULT T=$T whole step ($bin): failed ($(head -n 1 /tmp/attention_long.rss)); killed for memory? see dmesg"
+    fi
   done
 done
