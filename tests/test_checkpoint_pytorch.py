@@ -13,7 +13,8 @@ small shards), trains a tiny model a few steps with `$JTOK_BIN train`, runs
     partial batch dropped), inputs = window[:-1], targets = window[1:], the first K batches,
   - and computes the mean over batches of the mean token cross-entropy in float64,
 
-which must equal jtok's val_loss within a relative 1e-5 (jtok computes in float32).
+which must equal jtok's val_loss within a relative 1e-8 (jtok computes in float32; it reaches
+1.1e-9 (dense) and 1.8e-10 (JTok): the limit is 9x the worst).
 Needs the GPT-2 tokenizer files (.cache/npm, scripts/setup.sh); does not use data/.
 Run alone: JTOK_BIN=build/jtok PYTHONPATH=tests/reference python3 tests/test_checkpoint_pytorch.py
 """
@@ -34,7 +35,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 import safetensors_np  # noqa: E402
 from model import JTokConfig, Transformer  # noqa: E402
 
-TOL = 1e-5
+TOL = 1e-8  # reached 1.1e-9 (dense), 1.8e-10 (jtok), 2026-11-23: 9x
 VAL_BATCHES = 5
 
 BASE = {

@@ -11,7 +11,12 @@ row is gathered at some steps and skipped at others:
   JTok on layer 0;
 - deferred_jtokm_moe: the same with the default dense table optimizer, which jtok runs deferred
   (rows without a gradient catch up when a gather reads them, train/optimizer.h) against torch's
-  eager AdamW over whole tables.
+  eager AdamW over whole tables;
+- deferred_jtok: sparse_jtok's model and batches with the default dense (deferred) optimizer.
+The deferred cases must have, in every table, rows that had a gradient, went without one for a
+step or more and came back (parity.COMEBACK_CASES): their catch-up replays moments and weight
+decay before the new update, and every final table is compared row by row
+(parity.check_table_rows), so one skipped replay step on one row fails.
 Compared like tests/test_parity_dense.py (logits, losses, grad norms, every step-0 gradient, the
 final weights after 10 steps; parity.TOL). On top of the table, per case:
 - the case is sound: with the other table optimizer the reference ends elsewhere, its final tables
