@@ -193,3 +193,24 @@ TEST(OptimizerStep, NonFiniteGradientChangesNothing) {
     EXPECT_EQ(s.table_consts.size(), s_before.table_consts.size());
   }
 }
+
+// replay_row's invariant: a row may only be behind by steps whose constants are kept. A row marked
+// older than the oldest kept step (a bookkeeping bug) must stop the process naming the numbers, not
+// read outside the kept constants.
+TEST(DeferredTableAdamWDeathTest, RowBehindTheKeptConstantsAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const Config cfg = small_with_tables();
+  Model m = make_model(cfg.model, 5);
+  AdamWState s = make_adamw_state(m);
+  for (int64_t step = 0; step < 3; ++step) {
+    zero_grads(m);
+    set_table_grads(m, step);
+    optimizer_step(m, s, cfg.train);
+  }
+  sync_tables(m, s);  // all rows at step 3; no constants kept
+  zero_grads(m);
+  set_table_grads(m, 3);
+  optimizer_step(m, s, cfg.train);  // step 4's constants kept; rows without a gradient at step 3
+  s.table_row_step[0][45] = 1;      // corrupt: behind the oldest kept step (base 3)
+  EXPECT_DEATH(sync_tables(m, s), "table 0 row 45 is at step 1, asked for step 4, but the kept AdamW constants cover steps 4..4");
+}
