@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Fuzzes every parser (tests/fuzz/fuzz_*.cpp) with libFuzzer under ASan + UBSan, each for SECONDS
+# (default 60), starting from its committed corpus (tests/fuzz/corpus/<target>/; new inputs go to a
+# scratch directory, not the repository). Fails on any crash, leak, sanitizer report or timeout, and
+# copies the input that caused it into tests/fuzz/corpus/<target>/ as a regression input: commit it
+# with the fix, and the normal test suite (ctest: fuzz_<target>_corpus) runs it from then on.
+#   scripts/fuzz.sh [SECONDS] [TARGET...]
+# Needs clang-14 and libfuzzer-14-dev (scripts/setup.sh installs them). Build: build-fuzz/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-60}; shift || true
+[[ "$SECS" =~ ^[0-9]+$ ]] || { echo "usage: $0 [SECONDS] [TARGET...]" >&2; exit 2; }
+command -v clang++-14 >/dev/null || { echo "fuzz: clang++-14 missing: run scripts/setup.sh" >&2; exit 2; }
+mkdir -p build-fuzz
+cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJTOK_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-14 \
+  ${CMAKE_CXX_COMPILER_LAUNCHER:+-DCMAKE_CXX_COMPILER_LAUNCHER=$CMAKE_CXX_COMPILER_LAUNCHER} > build-fuzz/cmake.log
+echo "fuzz: building the targets with clang++-14, libFuzzer, ASan and UBSan (build-fuzz/build.log)"
+cmake --build build-fuzz -j"$(nproc)" --target fuzzers > build-fuzz/build.log 2>&1 || { tail -n 30 build-fuzz/build.log; exit 1; }
+TARGETS=("$@")
+[ ${#TARGETS[@]} -gt 0 ] || for f in tests/fuzz/fuzz_*.cpp; do TARGETS+=("$(basename "$f" .cpp)"); done
+export JTOK_ROOT=$PWD OMP_NUM_THREADS=1
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+failed=0
+for t in "${TARGETS[@]}"; do
+  mkdir -p "$work/$t/new" "$work/$t/artifacts"
+  if build-fuzz/"$t" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+       -artifact_prefix="$work/$t/artifacts/" "$work/$t/new" "tests/fuzz/corpus/$t" > "$work/$t/log" 2>&1; then
+    echo "fuzz $t: ok ($(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$work/$t/log" | grep -o '[0-9]*$') runs in ${SECS}s)"
+  else
+    failed=1
+    echo "fuzz $t: FAILED"
+    grep -E "ERROR|SUMMARY|==[0-9]+==|runtime error|terminate called|what\(\)" "$work/$t/log" | head -n 20
+    for a in "$work/$t/artifacts"/*; do
+      [ -e "$a" ] || continue
+      cp "$a" "tests/fuzz/corpus/$t/regression-$(basename "$a")"
+      echo "  regression input: tests/fuzz/corpus/$t/regression-$(basename "$a")"
+    done
+  fi
+done
+exit $failed
