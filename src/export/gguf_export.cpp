@@ -1,0 +1,147 @@
+#include "export/gguf_export.h"
+
+#include <filesystem>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "data/tokenizer.h"
+
+namespace jtok {
+
+namespace fs = std::filesystem;
+
+std::string gguf_unsupported_reason(const ModelConfig& c) {
+  if (c.jtok || c.jtokm)
+    return "the model has token-indexed tables (JTok / JTok-M): llama.cpp has no such module, so a GGUF "
+           "file could not run it; serve it with `jtok serve` (or `jtok generate`) instead";
+  if (c.is_moe())
+    return "the model is an MoE (shared experts, dense first layers, DeepSeek-style routing): llama.cpp's "
+           "`llama` architecture expresses only Mixtral-style MoE (no shared experts, every layer MoE), so "
+           "it is not exported; serve it with `jtok serve` (or `jtok generate`) instead";
+  if (c.hd() % 2 != 0) return "head_dim is odd: RoPE needs pairs";
+  return "";
+}
+
+std::vector<float> permute_rope_rows(const float* w, int64_t n_heads, int64_t hd, int64_t cols) {
+  std::vector<float> out(static_cast<size_t>(n_heads * hd * cols));
+  const int64_t half = hd / 2;
+  for (int64_t h = 0; h < n_heads; ++h)
+    for (int64_t j = 0; j < half; ++j)
+      for (int64_t s = 0; s < 2; ++s) {
+        const float* src = w + (h * hd + s * half + j) * cols;
+        std::copy(src, src + cols, out.begin() + (h * hd + 2 * j + s) * cols);
+      }
+  return out;
+}
+
+namespace {
+
+// The GPT-2 vocabulary as llama.cpp wants it: token strings in id order (byte-level unicode, as
+// encoder.json spells them), their types, and the merges "a b" in rank order (vocab.bpe).
+struct GgufVocab {
+  std::vector<std::string> tokens, merges;
+  std::vector<int32_t> types;
+  int32_t eot = -1;
+};
+
+GgufVocab gpt2_vocab(const std::string& dir) {
+  GgufVocab v;
+  const std::string enc_path = (fs::path(dir) / "encoder.json").string();
+  const std::string bpe_path = (fs::path(dir) / "vocab.bpe").string();
+  nlohmann::json enc;
+  try {
+    enc = nlohmann::json::parse(read_file(enc_path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("GPT-2 encoder ", enc_path, ": ", e.what());
+  }
+  if (!enc.is_object()) fail("GPT-2 encoder ", enc_path, ": expected an object of token -> id");
+  v.tokens.assign(enc.size(), std::string());
+  v.types.assign(enc.size(), 1);  // LLAMA_TOKEN_TYPE_NORMAL
+  std::vector<bool> seen(enc.size(), false);
+  for (auto& [tok, idj] : enc.items()) {
+    const int64_t id = idj.is_number_integer() ? idj.get<int64_t>() : -1;
+    if (id < 0 || id >= static_cast<int64_t>(enc.size()) || seen[id])
+      fail("GPT-2 encoder ", enc_path, ": token '", tok, "' has a bad or repeated id");
+    seen[id] = true;
+    v.tokens[id] = tok;
+    if (tok == "<|endoftext|>") {
+      v.types[id] = 3;  // LLAMA_TOKEN_TYPE_CONTROL
+      v.eot = static_cast<int32_t>(id);
+    }
+  }
+  if (v.eot < 0) fail("GPT-2 encoder ", enc_path, ": no <|endoftext|> token");
+  std::istringstream in(read_file(bpe_path));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line.rfind("#version", 0) == 0) continue;
+    if (line.find(' ') == std::string::npos) fail("GPT-2 merges ", bpe_path, ": line '", line, "' is not 'a b'");
+    v.merges.push_back(line);
+  }
+  return v;
+}
+
+}  // namespace
+
+void build_gguf(const Model& m, const GgufExportOptions& opt, GgufWriter& w) {
+  const ModelConfig& c = m.cfg;
+  if (std::string why = gguf_unsupported_reason(c); !why.empty()) fail("export gguf: ", why);
+  if (opt.tokenizer != "gpt2")
+    fail("export gguf: tokenizer '", opt.tokenizer, "' is not supported yet (only gpt2)");
+  const GgufVocab voc = gpt2_vocab(opt.tokenizer_dir.empty() ? default_tokenizer_dir("gpt2") : opt.tokenizer_dir);
+  const int64_t V = static_cast<int64_t>(voc.tokens.size());
+  if (c.vocab_size != V)
+    fail("export gguf: the model's vocab_size ", c.vocab_size, " differs from the gpt2 tokenizer's ", V,
+         " tokens; llama.cpp needs one row per token");
+  const int64_t d = c.hidden_size, hd = c.hd(), H = c.num_attention_heads, KV = c.num_key_value_heads;
+  const int64_t I = c.intermediate_size;
+
+  w.add_string("general.architecture", "llama");
+  w.add_string("general.name", opt.name.empty() ? "jtok" : opt.name);
+  w.add_u32("general.file_type", opt.dtype == GgmlType::F32 ? 0 : 1);  // ALL_F32 / MOSTLY_F16
+  w.add_u32("llama.context_length", static_cast<uint32_t>(c.max_position_embeddings));
+  w.add_u32("llama.embedding_length", static_cast<uint32_t>(d));
+  w.add_u32("llama.block_count", static_cast<uint32_t>(c.num_hidden_layers));
+  w.add_u32("llama.feed_forward_length", static_cast<uint32_t>(I));
+  w.add_u32("llama.attention.head_count", static_cast<uint32_t>(H));
+  w.add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(KV));
+  w.add_u32("llama.attention.key_length", static_cast<uint32_t>(hd));
+  w.add_u32("llama.attention.value_length", static_cast<uint32_t>(hd));
+  w.add_f32("llama.rope.freq_base", static_cast<float>(c.rope_theta));
+  w.add_u32("llama.rope.dimension_count", static_cast<uint32_t>(hd));
+  w.add_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+  w.add_u32("llama.vocab_size", static_cast<uint32_t>(V));
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", "gpt-2");
+  w.add_string_array("tokenizer.ggml.tokens", voc.tokens);
+  w.add_i32_array("tokenizer.ggml.token_type", voc.types);
+  w.add_string_array("tokenizer.ggml.merges", voc.merges);
+  w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(voc.eot));
+  w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(voc.eot));
+  w.add_bool("tokenizer.ggml.add_bos_token", false);
+  w.add_bool("tokenizer.ggml.add_eos_token", false);
+
+  // Tensors: llama.cpp's names; 2-D weights (out, in) as stored; the padded vocabulary rows
+  // (>= vocab_size, never looked up and excluded from our softmax) are dropped.
+  const GgmlType wt = opt.dtype, f32 = GgmlType::F32;
+  w.add_tensor("token_embd.weight", {V, d}, wt, m.w.embed);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerView& L = m.w.layers[l];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    w.add_tensor(p + "attn_norm.weight", {d}, f32, L.ln1);
+    w.add_tensor(p + "attn_q.weight", {H * hd, d}, wt, permute_rope_rows(L.wq, H, hd, d));
+    w.add_tensor(p + "attn_k.weight", {KV * hd, d}, wt, permute_rope_rows(L.wk, KV, hd, d));
+    w.add_tensor(p + "attn_v.weight", {KV * hd, d}, wt, L.wv);
+    w.add_tensor(p + "attn_output.weight", {d, H * hd}, wt, L.wo);
+    w.add_tensor(p + "ffn_norm.weight", {d}, f32, L.ln2);
+    w.add_tensor(p + "ffn_gate.weight", {I, d}, wt, L.wg);
+    w.add_tensor(p + "ffn_up.weight", {I, d}, wt, L.wu);
+    w.add_tensor(p + "ffn_down.weight", {d, I}, wt, L.wd);
+  }
+  w.add_tensor("output_norm.weight", {d}, f32, m.w.norm);
+  if (!c.tie_word_embeddings) w.add_tensor("output.weight", {V, d}, wt, m.w.lm_head);
+}
+
+}  // namespace jtok
