@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -21,8 +22,18 @@ struct Args {
   int64_t max_new_tokens = 64, top_k = 40;
   double temperature = 0.8, top_p = 0.95;
   uint64_t seed = 1;
-  bool stop_at_eot = true;
+  bool stop_at_eot = true, prompt_logprobs = false;
 } args;
+
+// Logit of the best token minus that of the second best: how close greedy decoding was to a tie.
+double top2_margin(const std::vector<float>& logits) {
+  float a = -std::numeric_limits<float>::infinity(), b = a;
+  for (float x : logits) {
+    if (x > a) { b = a; a = x; }
+    else if (x > b) b = x;
+  }
+  return static_cast<double>(a) - b;
+}
 
 void run() {
   using namespace jtok;
@@ -45,8 +56,10 @@ void run() {
   auto t1 = std::chrono::steady_clock::now();
   int64_t produced = 0;
   std::vector<int32_t> generated;
+  std::vector<double> margins;
   while (produced < args.max_new_tokens) {
     int32_t next = sample_token(logits, sp, rng);
+    margins.push_back(top2_margin(logits));
     ++produced;
     generated.push_back(next);
     if (args.stop_at_eot && next == tok.eot_id()) break;
@@ -63,7 +76,20 @@ void run() {
     nlohmann::json j = {{"prompt_ids", prompt},
                         {"generated_ids", generated},
                         {"prefill_tok_s", prompt.size() / prefill_s},
-                        {"decode_tok_s", produced / decode_s}};
+                        {"decode_tok_s", produced / decode_s},
+                        {"top2_margins", margins}};
+    if (args.prompt_logprobs) {
+      // log p(prompt[t] | prompt[<t]) for t >= 1, from one full forward over the prompt.
+      const int64_t T = static_cast<int64_t>(prompt.size());
+      Activations acts;
+      forward(m, acts, prompt.data(), 1, T);
+      std::vector<int32_t> targets(prompt.begin() + 1, prompt.end());
+      targets.push_back(0);  // the last position's target is not reported
+      std::vector<float> lp(static_cast<size_t>(T));
+      token_logprobs(m, acts, targets.data(), lp.data());
+      lp.pop_back();
+      j["prompt_logprobs"] = lp;
+    }
     std::ofstream f(args.ids_out);
     if (!(f << j.dump() << "\n")) fail("cannot write ", args.ids_out);
   }
@@ -78,6 +104,8 @@ void setup(CLI::App* sub) {
   sub->add_option("--top-p", args.top_p, "nucleus: smallest set with this probability (1 = all)");
   sub->add_option("--seed", args.seed, "sampling seed");
   sub->add_option("--ids-out", args.ids_out, "write the prompt and generated token ids and the tok/s as JSON here");
+  sub->add_flag("--prompt-logprobs", args.prompt_logprobs,
+                "with --ids-out: also write log p(prompt[t] | prompt[<t]) of every prompt token after the first");
   sub->add_flag("!--no-stop", args.stop_at_eot, "do not stop at <|endoftext|>");
   sub->callback(run);
 }
