@@ -158,3 +158,47 @@ TEST(ActivationBytes, ConfigAccountingEqualsTheAllocatedBuffers) {
     for (const auto& l : a.layers) EXPECT_EQ(static_cast<int64_t>(l.lse.size()), B * c.num_attention_heads * T);
   }
 }
+
+// Forward-only (prefill) activations: one layer's buffers serve every layer, every k and v is
+// kept. The final hidden states and every layer's k and v equal the training forward's bit for
+// bit, for dense, JTok, JTok-M and MoE models; backward after it is refused.
+TEST(Model, InferenceForwardEqualsTrainingForward) {
+  for (int variant = 0; variant < 4; ++variant) {
+    ModelConfig c;
+    c.vocab_size = 50; c.vocab_pad_multiple = 8; c.hidden_size = 16; c.num_hidden_layers = 3;
+    c.num_attention_heads = 4; c.num_key_value_heads = 2; c.intermediate_size = 24; c.max_position_embeddings = 32;
+    if (variant == 1) { c.jtok = true; c.jtok_layers = "0,2"; c.jtok_scale_init = 0.8; }
+    if (variant == 2) { c.jtokm = true; c.jtokm_layers = "1-2"; c.jtokm_n_e = 3; c.jtokm_top_k = 2; c.jtokm_scale_init = 2.0; }
+    if (variant == 3) {
+      c.model_type = "jtok_moe"; c.first_k_dense_replace = 1; c.n_routed_experts = 4; c.num_experts_per_tok = 2;
+      c.moe_intermediate_size = 8; c.jtok = true; c.jtok_layers = "2";
+    }
+    Model m = make_model(c, 11);
+    const int64_t B = 2, T = 9;
+    const auto x = jtok::testing::tokens(B * T, c.vocab_size, 3);
+    Activations train, infer;
+    forward_hidden(m, train, x.data(), B, T);
+    forward_hidden(m, infer, x.data(), B, T, ForwardMode::Inference);
+    EXPECT_EQ(train.lnf, infer.lnf) << "variant " << variant;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      EXPECT_EQ(train.layers[l].k, infer.layers[l].k) << "variant " << variant << " layer " << l;
+      EXPECT_EQ(train.layers[l].v, infer.layers[l].v) << "variant " << variant << " layer " << l;
+    }
+    EXPECT_TRUE(infer.layers[1].h_in.empty());  // not kept per layer
+    EXPECT_TRUE(infer.dh.empty());               // no backward scratch for a forward-only pass
+  }
+}
+
+TEST(Model, BackwardAfterInferenceForwardIsRefused) {
+  ModelConfig c;
+  c.vocab_size = 50; c.vocab_pad_multiple = 8; c.hidden_size = 16; c.num_hidden_layers = 2;
+  c.num_attention_heads = 4; c.num_key_value_heads = 2; c.intermediate_size = 24; c.max_position_embeddings = 32;
+  Model m = make_model(c, 11);
+  const auto x = jtok::testing::tokens(8, c.vocab_size, 3);
+  Activations a;
+  forward_hidden(m, a, x.data(), 1, 8, ForwardMode::Inference);
+  EXPECT_THROW(backward(m, a, x.data(), x.data()), Error);
+  forward(m, a, x.data(), 1, 8);  // back to training mode: backward works
+  zero_grads(m);
+  EXPECT_GT(backward(m, a, x.data(), x.data()), 0.0);
+}

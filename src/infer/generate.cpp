@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/profile.h"
 #include "model/jtok.h"
 #include "ops/attention.h"
 #include "ops/linear.h"
@@ -21,8 +22,9 @@ std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int
   if (capacity > c.max_position_embeddings) capacity = c.max_position_embeddings;
   const int64_t T = static_cast<int64_t>(prompt.size());
   if (T > capacity) fail("prompt of ", T, " tokens is longer than the context (", capacity, ")");
+  JTOK_PROFILE("prefill (total)");
   Activations a;
-  forward_hidden(m, a, prompt.data(), 1, T);  // the head only for the last position, below
+  forward_hidden(m, a, prompt.data(), 1, T, ForwardMode::Inference);  // the head only for the last position, below
   const int64_t kvd = c.kv_dim();
   cache.len = T;
   cache.capacity = capacity;

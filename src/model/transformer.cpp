@@ -178,34 +178,50 @@ const ParamInfo& find_param(const Model& m, const std::string& name) {
   fail("no parameter named ", name);
 }
 
-void ensure_activations(Activations& a, const ModelConfig& c, int64_t B, int64_t T) {
-  if (a.B == B && a.T == T && !a.layers.empty()) return;
+void ensure_activations(Activations& a, const ModelConfig& c, int64_t B, int64_t T, ForwardMode mode) {
+  const bool inference = mode == ForwardMode::Inference;
+  if (a.B == B && a.T == T && a.inference == inference && !a.layers.empty()) return;
   const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
   const int64_t H = c.num_attention_heads;
   auto sz = [](int64_t n) { return static_cast<size_t>(n); };
   a.B = B;
   a.T = T;
-  a.layers.resize(sz(c.num_hidden_layers));
+  a.inference = inference;
+  a.layers.assign(sz(c.num_hidden_layers), LayerActs{});
+  bool any_dense = false, any_jtok = false;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    any_dense |= !c.moe_on_layer(l);
+    any_jtok |= c.jtok && c.jtok_on_layer(l);
+  }
   for (size_t li = 0; li < a.layers.size(); ++li) {
     auto& l = a.layers[li];
+    l.k.resize(sz(N * kvd)); l.v.resize(sz(N * kvd));  // every layer's: the KV cache is filled from them
+    if (inference && li > 0) continue;  // the rest is layer 0's, reused by every layer
     l.h_in.resize(sz(N * d)); l.rstd1.resize(sz(N)); l.a.resize(sz(N * d));
-    l.q.resize(sz(N * qd)); l.k.resize(sz(N * kvd)); l.v.resize(sz(N * kvd));
+    l.q.resize(sz(N * qd));
     l.lse.resize(sz(B * H * T)); l.att.resize(sz(N * qd));
     l.h_mid.resize(sz(N * d)); l.rstd2.resize(sz(N)); l.m.resize(sz(N * d));
-    if (!c.moe_on_layer(static_cast<int64_t>(li))) { l.gate.resize(sz(N * F)); l.up.resize(sz(N * F)); l.act.resize(sz(N * F)); }
+    const bool dense = inference ? any_dense : !c.moe_on_layer(static_cast<int64_t>(li));
+    if (dense) { l.gate.resize(sz(N * F)); l.up.resize(sz(N * F)); l.act.resize(sz(N * F)); }
+    const bool jt = inference ? any_jtok : c.jtok && c.jtok_on_layer(static_cast<int64_t>(li));
+    if (jt) l.jtok.mlp_out.resize(sz(N * d));
   }
   a.h_out.resize(sz(N * d)); a.rstdf.resize(sz(N)); a.lnf.resize(sz(N * d));
   // a.logits (N, Vp) is sized by forward(): forward_hidden() alone (prefill) never touches it.
+  // The backward scratch is sized by backward(): a forward-only pass (eval, prefill) has none.
+}
+
+namespace {
+void ensure_backward_scratch(Activations& a, const ModelConfig& c) {
+  const int64_t N = a.B * a.T, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
+  auto sz = [](int64_t n) { return static_cast<size_t>(n); };
   a.dh.resize(sz(N * d)); a.dx.resize(sz(N * d));
   a.dq.resize(sz(N * qd)); a.dk.resize(sz(N * kvd)); a.dv.resize(sz(N * kvd)); a.datt.resize(sz(N * qd));
   a.dgate.resize(sz(N * F)); a.dup.resize(sz(N * F)); a.dact.resize(sz(N * F));
   if (c.jtokm) a.da_jtokm.resize(sz(N * d));
-  if (c.jtok) {
-    a.dmlp.resize(sz(N * d));
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-      if (c.jtok_on_layer(l)) a.layers[l].jtok.mlp_out.resize(sz(N * d));
-  }
+  if (c.jtok) a.dmlp.resize(sz(N * d));
 }
+}  // namespace
 
 void forward(const Model& m, Activations& a, const int32_t* ids, int64_t B, int64_t T) {
   JTOK_PROFILE("forward (total)");
@@ -215,10 +231,11 @@ void forward(const Model& m, Activations& a, const int32_t* ids, int64_t B, int6
   { JTOK_PROFILE("lm_head_fwd"); linear_forward(a.logits.data(), a.lnf.data(), m.w.lm_head, N, d, Vp); }
 }
 
-void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t B, int64_t T) {
+void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t B, int64_t T, ForwardMode mode) {
   const auto& c = m.cfg;
   JTOK_CHECK(T <= c.max_position_embeddings, "sequence length ", T, " > max_position_embeddings");
-  ensure_activations(a, c, B, T);
+  { JTOK_PROFILE("activations_alloc"); ensure_activations(a, c, B, T, mode); }
+  const bool shared = mode == ForwardMode::Inference;
   const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -230,20 +247,33 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
   const JTokMHyper jm = jtokm_hyper(c);
   double aux = 0, aux_m = 0;
   for (size_t l = 0; l < a.layers.size(); ++l) {
-    auto& L = a.layers[l];
+    // Inference: layer 0's buffers serve every layer (its input h_in is read before the layer
+    // writes its output there) except k and v, kept per layer for the KV cache.
+    auto& L = a.layers[shared ? 0 : l];
+    float* k_l = a.layers[l].k.data();
+    float* v_l = a.layers[l].v.data();
     const auto& W = m.w.layers[l];
-    rmsnorm_forward(L.a.data(), L.rstd1.data(), L.h_in.data(), W.ln1, N, d, eps);
-    linear_forward(L.q.data(), L.a.data(), W.wq, N, d, qd);
-    linear_forward(L.k.data(), L.a.data(), W.wk, N, d, kvd);
-    linear_forward(L.v.data(), L.a.data(), W.wv, N, d, kvd);
-    rope_forward(L.q.data(), m.rope, B, T, H, hd);
-    rope_forward(L.k.data(), m.rope, B, T, KV, hd);
-    { JTOK_PROFILE("attn_fwd"); attention_forward(L.att.data(), L.lse.data(), L.q.data(), L.k.data(), L.v.data(), B, T, H, KV, hd); }
+    { JTOK_PROFILE("rmsnorm_fwd"); rmsnorm_forward(L.a.data(), L.rstd1.data(), L.h_in.data(), W.ln1, N, d, eps); }
+    {
+      JTOK_PROFILE("qkv_fwd");
+      linear_forward(L.q.data(), L.a.data(), W.wq, N, d, qd);
+      linear_forward(k_l, L.a.data(), W.wk, N, d, kvd);
+      linear_forward(v_l, L.a.data(), W.wv, N, d, kvd);
+    }
+    {
+      JTOK_PROFILE("rope_fwd");
+      rope_forward(L.q.data(), m.rope, B, T, H, hd);
+      rope_forward(k_l, m.rope, B, T, KV, hd);
+    }
+    { JTOK_PROFILE("attn_fwd"); attention_forward(L.att.data(), L.lse.data(), L.q.data(), k_l, v_l, B, T, H, KV, hd); }
     // h_mid = h_in + att @ Wo^T  (gemm accumulates onto the copied residual)
-    std::memcpy(L.h_mid.data(), L.h_in.data(), sizeof(float) * N * d);
-    gemm(false, true, N, d, qd, 1.0f, L.att.data(), qd, W.wo, qd, 1.0f, L.h_mid.data(), d);
-    rmsnorm_forward(L.m.data(), L.rstd2.data(), L.h_mid.data(), W.ln2, N, d, eps);
-    float* h_next = l + 1 < a.layers.size() ? a.layers[l + 1].h_in.data() : a.h_out.data();
+    {
+      JTOK_PROFILE("o_proj_fwd");
+      std::memcpy(L.h_mid.data(), L.h_in.data(), sizeof(float) * N * d);
+      gemm(false, true, N, d, qd, 1.0f, L.att.data(), qd, W.wo, qd, 1.0f, L.h_mid.data(), d);
+    }
+    { JTOK_PROFILE("rmsnorm_fwd"); rmsnorm_forward(L.m.data(), L.rstd2.data(), L.h_mid.data(), W.ln2, N, d, eps); }
+    float* h_next = l + 1 < a.layers.size() ? a.layers[shared ? 0 : l + 1].h_in.data() : a.h_out.data();
     // The MLP update goes to h_next on top of h_mid, or, with JTok, to mlp_out before the gate.
     float* upd = W.jtok_scale ? L.jtok.mlp_out.data() : h_next;
     if (W.jtok_scale) std::fill(L.jtok.mlp_out.begin(), L.jtok.mlp_out.end(), 0.0f);
@@ -253,10 +283,13 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
       moe_forward(upd, L.moe, L.m.data(), W.moe, md, N);
       aux += L.moe.aux;
     } else {
-      linear_forward(L.gate.data(), L.m.data(), W.wg, N, d, F);
-      linear_forward(L.up.data(), L.m.data(), W.wu, N, d, F);
+      {
+        JTOK_PROFILE("gate_up_fwd");
+        linear_forward(L.gate.data(), L.m.data(), W.wg, N, d, F);
+        linear_forward(L.up.data(), L.m.data(), W.wu, N, d, F);
+      }
       { JTOK_PROFILE("swiglu_fwd"); swiglu_forward(L.act.data(), L.gate.data(), L.up.data(), N * F); }
-      gemm(false, true, N, d, F, 1.0f, L.act.data(), F, W.wd, F, 1.0f, upd, d);
+      { JTOK_PROFILE("down_fwd"); gemm(false, true, N, d, F, 1.0f, L.act.data(), F, W.wd, F, 1.0f, upd, d); }
     }
     if (W.jtok_scale) {  // h_next = h_mid + Delta_m * (1 + s * Norm(E[x]))
       JTOK_PROFILE("jtok_fwd");
@@ -292,6 +325,8 @@ void token_logprobs(const Model& m, const Activations& a, const int32_t* targets
 double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* targets, float grad_scale) {
   JTOK_PROFILE("backward (total)");
   const auto& c = m.cfg;
+  if (a.inference) fail("backward after a forward in ForwardMode::Inference (its activations are not kept)");
+  ensure_backward_scratch(a, c);
   const int64_t B = a.B, T = a.T, N = B * T, d = c.hidden_size, F = c.intermediate_size;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), H = c.num_attention_heads, KV = c.num_key_value_heads;
   const int64_t hd = c.hd(), Vp = c.padded_vocab();

@@ -81,6 +81,7 @@ struct LayerActs {
 };
 struct Activations {
   int64_t B = 0, T = 0;
+  bool inference = false;                        // ForwardMode::Inference: only layer 0's buffers (and every k, v)
   std::vector<LayerActs> layers;
   std::vector<float> h_out, rstdf, lnf, logits;  // logits (B*T, Vp); becomes dlogits in backward
   RowBatch ids;                                  // the micro-batch's deduplicated ids (JTok, JTok-M)
@@ -92,13 +93,19 @@ struct Activations {
   std::vector<float> dh, dx, dq, dk, dv, datt, dgate, dup, dact, dmlp, da_jtokm;
   MoeScratch moe_scratch;
 };
-void ensure_activations(Activations& acts, const ModelConfig& cfg, int64_t B, int64_t T);
+// Train keeps every layer's activations for backward; Inference (forward only: prefill) keeps
+// only every layer's k and v (after RoPE) and reuses one layer's other buffers for all layers.
+enum class ForwardMode { Train, Inference };
+void ensure_activations(Activations& acts, const ModelConfig& cfg, int64_t B, int64_t T,
+                        ForwardMode mode = ForwardMode::Train);
 
 // ids (B,T) -> acts.logits (B*T, Vp); positions 0..T-1 in each row. Sets acts.aux_loss.
 void forward(const Model& m, Activations& acts, const int32_t* ids, int64_t B, int64_t T);
 // forward() without the lm_head: stops at acts.lnf (B*T, d), the final normed hidden states;
 // acts.logits is left alone (KV-cache prefill takes the head of the last position only).
-void forward_hidden(const Model& m, Activations& acts, const int32_t* ids, int64_t B, int64_t T);
+// acts.layers[l].k / .v hold every layer's keys (after RoPE) and values in both modes.
+void forward_hidden(const Model& m, Activations& acts, const int32_t* ids, int64_t B, int64_t T,
+                    ForwardMode mode = ForwardMode::Train);
 // Mean cross-entropy of acts.logits against targets (B,T) over the real vocabulary.
 double loss_of_logits(const Model& m, const Activations& acts, const int32_t* targets);
 // log p(target | prefix) at every position (B*T), from acts.logits after forward.
