@@ -33,14 +33,16 @@ JSON
 "$JTOK" train --config "$T/cfg.json" --out "$T/run" --peak-gflops 1 > "$T/train.out"
 "$JTOK" export --checkpoint "$T/run" --format gguf --out "$T/model.gguf"
 
-# JTok models are refused, naming `jtok serve`.
-"$PY" - "$T/cfg.json" "$T/cfg_jtok.json" <<'PY'
+# JTok models are refused from their config.json alone, naming `jtok serve` (a copy of the
+# checkpoint with jtok switched on stands in for a trained JTok run: nothing past the config is read).
+ck=$(ls -d "$T"/run/checkpoints/step_* | tail -n1)
+cp -r "$ck" "$T/ckpt_jtok"
+"$PY" - "$T/ckpt_jtok/config.json" <<'PY'
 import json, sys
-c = json.load(open(sys.argv[1])); c.update(jtok=True, max_steps=1, checkpoint_interval=1)
-json.dump(c, open(sys.argv[2], "w"))
+c = json.load(open(sys.argv[1])); c["jtok"] = True
+json.dump(c, open(sys.argv[1], "w"))
 PY
-"$JTOK" train --config "$T/cfg_jtok.json" --out "$T/run_jtok" --peak-gflops 1 > /dev/null
-if "$JTOK" export --checkpoint "$T/run_jtok" --format gguf --out "$T/jtok.gguf" > "$T/err.out" 2>&1; then
+if "$JTOK" export --checkpoint "$T/ckpt_jtok" --format gguf --out "$T/jtok.gguf" > "$T/err.out" 2>&1; then
   echo "FAIL: a JTok model was exported"; exit 1
 fi
 grep -q "jtok serve" "$T/err.out" || { echo "FAIL: unclear refusal:"; cat "$T/err.out"; exit 1; }
