@@ -3,6 +3,7 @@
 #include <cstdio>
 #include "commands.h"
 #include "core/error.h"
+#include "dist/communicator.h"
 
 namespace jtok {
 static std::string g_command_line;
@@ -14,6 +15,8 @@ int main(int argc, char** argv) {
     if (i) jtok::g_command_line += ' ';
     jtok::g_command_line += argv[i];
   }
+  // Under mpirun: one process per rank (issue 11); without a launcher MPI is never touched.
+  jtok::dist::init(&argc, &argv);
   CLI::App app{"jtok: a C++ engine for Transformers with token-indexed parameters (JTok, JTok-M)"};
   app.require_subcommand(1);
   auto& cmds = jtok::command_registry();
@@ -22,13 +25,16 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const jtok::Error& e) {
-    std::fprintf(stderr, "jtok: error: %s\n", e.what());
-    return 1;
+    const int rc = app.exit(e);
+    jtok::dist::finalize();
+    return rc;
   } catch (const std::exception& e) {
+    // With several ranks the others may wait in a collective for this one: end the whole job,
+    // naming the rank (dist::abort); alone, the usual one line and exit 1.
+    if (jtok::dist::world_size() > 1) jtok::dist::abort(e.what());
     std::fprintf(stderr, "jtok: error: %s\n", e.what());
     return 1;
   }
+  jtok::dist::finalize();
   return 0;
 }

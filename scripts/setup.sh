@@ -7,6 +7,7 @@ SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 PKGS=(build-essential cmake g++ libdnnl-dev libopenblas-dev nlohmann-json3-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-numpy
       libopenblas0-openmp
+      libopenmpi-dev openmpi-bin                    # distributed training (docs/distributed.md)
       clang-14 libfuzzer-14-dev libomp-14-dev)  # scripts/fuzz.sh: libFuzzer + ASan/UBSan builds
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -1,0 +1,182 @@
+#include "dist/communicator.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "core/error.h"
+
+namespace jtok::dist {
+
+namespace {
+
+bool g_init = false;  // we called MPI_Init_thread and not yet MPI_Finalize
+int g_rank = 0, g_size = 1;
+
+int to_int(int64_t v, const char* what) {
+  if (v < 0 || v > INT_MAX) fail("MPI exchange: ", what, " of ", v, " bytes does not fit an MPI int count (2 GiB per call)");
+  return static_cast<int>(v);
+}
+
+void check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  fail(call, " failed on rank ", g_rank, ": ", std::string(msg, static_cast<size_t>(len)));
+}
+
+// Reduce-scatter in rank order then allgather (see the header): T is float, double or int64_t.
+template <typename T, typename Op>
+void allreduce_fixed(T* buf, int64_t n, Op op) {
+  if (g_size == 1 || n == 0) return;
+  const int64_t P = g_size, chunk = (n + P - 1) / P;
+  std::vector<int64_t> counts(static_cast<size_t>(P)), offs(static_cast<size_t>(P));
+  for (int64_t j = 0; j < P; ++j) {
+    const int64_t lo = std::min(n, j * chunk), hi = std::min(n, lo + chunk);
+    offs[static_cast<size_t>(j)] = lo * static_cast<int64_t>(sizeof(T));
+    counts[static_cast<size_t>(j)] = (hi - lo) * static_cast<int64_t>(sizeof(T));
+  }
+  const int64_t mine = counts[static_cast<size_t>(g_rank)] / static_cast<int64_t>(sizeof(T));
+  // Every rank's copy of my chunk, rank after rank.
+  std::vector<T> got(static_cast<size_t>(mine * P));
+  std::vector<int64_t> rc(static_cast<size_t>(P), mine * static_cast<int64_t>(sizeof(T))), ro(static_cast<size_t>(P));
+  for (int64_t j = 0; j < P; ++j) ro[static_cast<size_t>(j)] = j * mine * static_cast<int64_t>(sizeof(T));
+  alltoallv(buf, counts, offs, got.data(), rc, ro);
+  T* out = buf + offs[static_cast<size_t>(g_rank)] / static_cast<int64_t>(sizeof(T));
+  for (int64_t i = 0; i < mine; ++i) out[i] = got[static_cast<size_t>(i)];
+  for (int64_t j = 1; j < P; ++j) {
+    const T* src = got.data() + j * mine;
+    for (int64_t i = 0; i < mine; ++i) out[i] = op(out[i], src[i]);
+  }
+  // Allgather the reduced chunks in place.
+  std::vector<int> c(static_cast<size_t>(P)), o(static_cast<size_t>(P));
+  for (int64_t j = 0; j < P; ++j) {
+    c[static_cast<size_t>(j)] = to_int(counts[static_cast<size_t>(j)], "allreduce chunk");
+    o[static_cast<size_t>(j)] = to_int(offs[static_cast<size_t>(j)], "allreduce offset");
+  }
+  check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, buf, c.data(), o.data(), MPI_BYTE, MPI_COMM_WORLD), "MPI_Allgatherv");
+}
+
+}  // namespace
+
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+}
+
+void init(int* argc, char*** argv) {
+  if (g_init || !launched_by_mpi()) return;
+  int provided = 0;
+  check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  g_init = true;
+  // Errors come back as return codes (turned into jtok::Error naming the call and rank) instead of
+  // MPI's default of aborting without context.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  if (provided < MPI_THREAD_FUNNELED) fail("MPI provides thread level ", provided, ", jtok needs MPI_THREAD_FUNNELED");
+}
+
+void finalize() {
+  if (!g_init) return;
+  MPI_Finalize();
+  g_init = false;
+}
+
+bool active() { return g_init; }
+int rank() { return g_rank; }
+int world_size() { return g_size; }
+
+void allreduce_sum(float* buf, int64_t n) { allreduce_fixed(buf, n, [](float a, float b) { return a + b; }); }
+void allreduce_sum(double* buf, int64_t n) { allreduce_fixed(buf, n, [](double a, double b) { return a + b; }); }
+void allreduce_sum(int64_t* buf, int64_t n) { allreduce_fixed(buf, n, [](int64_t a, int64_t b) { return a + b; }); }
+void allreduce_max(double* buf, int64_t n) { allreduce_fixed(buf, n, [](double a, double b) { return a > b ? a : b; }); }
+
+void alltoallv(const void* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_offsets,
+               void* recv, const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_offsets) {
+  const size_t P = static_cast<size_t>(g_size);
+  JTOK_CHECK(send_counts.size() == P && send_offsets.size() == P && recv_counts.size() == P && recv_offsets.size() == P);
+  if (g_size == 1) {
+    JTOK_CHECK(send_counts[0] == recv_counts[0], "alltoallv with itself: sends ", send_counts[0], " receives ", recv_counts[0]);
+    if (send_counts[0] > 0)
+      std::memmove(static_cast<char*>(recv) + recv_offsets[0], static_cast<const char*>(send) + send_offsets[0],
+                   static_cast<size_t>(send_counts[0]));
+    return;
+  }
+  std::vector<int> sc(P), so(P), rc(P), ro(P);
+  for (size_t j = 0; j < P; ++j) {
+    sc[j] = to_int(send_counts[j], "send count");
+    so[j] = to_int(send_offsets[j], "send offset");
+    rc[j] = to_int(recv_counts[j], "receive count");
+    ro[j] = to_int(recv_offsets[j], "receive offset");
+  }
+  // MPI wants non-null buffers for zero counts on some paths.
+  static char dummy;
+  check(MPI_Alltoallv(send ? send : &dummy, sc.data(), so.data(), MPI_BYTE, recv ? recv : &dummy, rc.data(), ro.data(),
+                      MPI_BYTE, MPI_COMM_WORLD),
+        "MPI_Alltoallv");
+}
+
+std::vector<int64_t> exchange_counts(const std::vector<int64_t>& send_counts) {
+  JTOK_CHECK(send_counts.size() == static_cast<size_t>(g_size));
+  if (g_size == 1) return send_counts;
+  std::vector<int64_t> recv(send_counts.size());
+  check(MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, recv.data(), 1, MPI_INT64_T, MPI_COMM_WORLD), "MPI_Alltoall");
+  return recv;
+}
+
+std::vector<char> allgatherv(const void* bytes, int64_t n, std::vector<int64_t>* sizes) {
+  std::vector<int64_t> all(static_cast<size_t>(g_size), n);
+  if (g_size > 1) check(MPI_Allgather(&n, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, MPI_COMM_WORLD), "MPI_Allgather");
+  const std::vector<int64_t> offs = prefix_offsets(all);
+  std::vector<char> out(static_cast<size_t>(offs.back() + all.back()));
+  if (g_size == 1) {
+    if (n > 0) std::memcpy(out.data(), bytes, static_cast<size_t>(n));
+  } else {
+    std::vector<int> c(all.size()), o(all.size());
+    for (size_t j = 0; j < all.size(); ++j) {
+      c[j] = to_int(all[j], "allgather count");
+      o[j] = to_int(offs[j], "allgather offset");
+    }
+    static char dummy;
+    check(MPI_Allgatherv(n > 0 ? bytes : &dummy, c[static_cast<size_t>(g_rank)], MPI_BYTE, out.empty() ? &dummy : out.data(),
+                         c.data(), o.data(), MPI_BYTE, MPI_COMM_WORLD),
+          "MPI_Allgatherv");
+  }
+  if (sizes) *sizes = all;
+  return out;
+}
+
+void broadcast(void* buf, int64_t n, int root) {
+  if (g_size == 1 || n == 0) return;
+  check(MPI_Bcast(buf, to_int(n, "broadcast"), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+}
+
+void barrier() {
+  if (g_size > 1) check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+void abort(const std::string& msg, int code) {
+  if (g_size > 1) {
+    std::fprintf(stderr, "jtok: error: rank %d of %d: %s\n", g_rank, g_size, msg.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+  } else {
+    std::fprintf(stderr, "jtok: error: %s\n", msg.c_str());
+    std::fflush(stderr);
+  }
+  std::fflush(stdout);
+  std::_Exit(code);
+}
+
+std::vector<int64_t> prefix_offsets(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> offs(sizes.size(), 0);
+  for (size_t j = 1; j < sizes.size(); ++j) offs[j] = offs[j - 1] + sizes[j - 1];
+  return offs;
+}
+
+}  // namespace jtok::dist
