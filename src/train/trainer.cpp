@@ -16,6 +16,8 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "dist/communicator.h"
+#include "dist/data_parallel.h"
 #include "infer/generate.h"
 #include "model/transformer.h"
 #include "train/checkpoint.h"
@@ -102,11 +104,20 @@ void install_stop_handler() {
 
 TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data, ValSource* val) {
   const auto& t = cfg.train;
-  std::error_code ec;
-  fs::create_directories(opt.out_dir, ec);
-  if (ec) fail(opt.out_dir, ": cannot create the run directory: ", ec.message());
-  RunDirLock lock(opt.out_dir);                          // one trainer per directory
-  claim_run_dir(opt.out_dir, opt.resume, opt.overwrite);  // never mixes this run with an old one
+  // Under mpirun (dist/data_parallel.h): every rank trains its share of each step; rank 0 alone
+  // owns the run directory (lock, log, checkpoints), validation and samples.
+  const bool lead = dist::rank() == 0;
+  const dist::BatchShare share = dist::batch_share(t, dist::rank(), dist::world_size());
+  std::optional<RunDirLock> lock;
+  if (lead) {
+    std::error_code ec;
+    fs::create_directories(opt.out_dir, ec);
+    if (ec) fail(opt.out_dir, ": cannot create the run directory: ", ec.message());
+    lock.emplace(opt.out_dir);                              // one trainer per directory
+    claim_run_dir(opt.out_dir, opt.resume, opt.overwrite);  // never mixes this run with an old one
+  }
+  // The other ranks look at the directory only after rank 0 has claimed it (--overwrite).
+  dist::barrier();
   const std::string log_path = (fs::path(opt.out_dir) / "log.jsonl").string();
   std::optional<std::string> ck;
   if (opt.resume) {
@@ -130,18 +141,18 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     std::istringstream(st.at("sample_rng").get<std::string>()) >> sample_rng;
     if (st.contains("run_id") && st["run_id"].is_string()) run_id = st["run_id"].get<std::string>();
     else std::printf("resume: %s predates run ids; its retention will leave the older checkpoints alone\n", ck->c_str());
-    truncate_log(log_path, start_step);
+    if (lead) truncate_log(log_path, start_step);
     std::printf("resume: from %s (step %lld)\n", ck->c_str(), static_cast<long long>(start_step));
   } else {
     adam = make_adamw_state(model);
-    if (fs::exists(log_path)) truncate_log(log_path, 0);  // --resume with nothing to resume: no step is kept
+    if (lead && fs::exists(log_path)) truncate_log(log_path, 0);  // --resume with nothing to resume: no step is kept
   }
   // Stops the run at a step that must not be applied: logged, and nothing saved.
   auto fail_step = [&](int64_t step, const std::string& why) {
     const auto newest = latest_checkpoint(opt.out_dir);
     const std::string msg = "step " + std::to_string(step) + ": " + why + "; nothing was saved (newest checkpoint: " +
                             (newest ? *newest : std::string("none")) + ")";
-    std::ofstream(log_path, std::ios::app) << nlohmann::json{{"type", "error"}, {"step", step}, {"message", msg}}.dump() << "\n";
+    if (lead) std::ofstream(log_path, std::ios::app) << nlohmann::json{{"type", "error"}, {"step", step}, {"message", msg}}.dump() << "\n";
     fail(msg, "; lower learning_rate or check the data, then --resume");
   };
   // Test-only fault: a NaN in one gradient at this step (tests/test_nonfinite_step.sh).
@@ -149,9 +160,9 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
   const int64_t nan_at_step = nan_env ? std::atoll(nan_env) : -1;
   bool nan_injected = false;
   int64_t skipped_steps = 0;
-  JsonlLog log;
-  log.out.open(log_path, std::ios::app);
-  if (!log.out) fail("cannot write ", log_path);
+  JsonlLog log;  // other ranks: never opened, writes go nowhere
+  if (lead) log.out.open(log_path, std::ios::app);
+  if (lead && !log.out) fail("cannot write ", log_path);
   if (start_step == 0) {
     nlohmann::json start = {{"type", "start"}, {"command", opt.command_line}, {"config", to_json(cfg)},
                             {"params_total", num_params(model)}, {"run_id", run_id}};
@@ -165,6 +176,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     nlohmann::json st = {{"step", step}, {"run_id", run_id}, {"data", data.state()}, {"sample_rng", rng.str()},
                          {"lr", lr_at(t, std::max<int64_t>(0, step - 1))}, {"max_steps", t.max_steps}};
     sync_tables(model, adam);
+    if (!lead) return;
     auto dir = save_checkpoint(opt.out_dir, step, cfg, model, adam, st, t.keep_checkpoints);
     log.write({{"type", "checkpoint"}, {"step", step}, {"path", dir}});
     std::printf("checkpoint: %s\n", dir.c_str());
@@ -186,14 +198,39 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     double loss = 0, aux = 0, jaux = 0, hstd = 0;
     RoutingStats routing = no_routing;
     const double inv_acc = 1.0 / static_cast<double>(t.gradient_accumulation_steps);
+    int64_t digest = 0;  // of the step's routing choices (MoE, JTok-M), for comparing runs
+    const double mb_weight = share.by_micro_batch ? inv_acc : inv_acc / static_cast<double>(share.ranks);
     for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
-      data.next(x.data(), y.data(), B, T);
-      forward(model, acts, x.data(), B, T);
-      if (mb == 0) hstd = hidden_state_std(acts);
+      data.next(x.data(), y.data(), B, T);  // every rank reads every micro-batch: one loader state
+      if (!share.runs(mb)) continue;
+      const int32_t* xs = x.data() + share.row_lo * T;
+      const int32_t* ys = y.data() + share.row_lo * T;
+      forward(model, acts, xs, share.row_hi - share.row_lo, T);
+      if (mb == share.rank * share.by_micro_batch) hstd = hidden_state_std(acts);
       routing.add(acts);
-      loss += backward(model, acts, x.data(), y.data(), 1.0f / static_cast<float>(t.gradient_accumulation_steps)) * inv_acc;
-      aux += acts.moe_aux_loss * inv_acc;
-      jaux += acts.jtokm_aux_loss * inv_acc;
+      digest = (digest + dist::routing_digest(acts, mb, share.row_lo)) & ((int64_t{1} << 56) - 1);
+      loss += backward(model, acts, xs, ys, share.grad_scale) * mb_weight;
+      aux += acts.moe_aux_loss * mb_weight;
+      jaux += acts.jtokm_aux_loss * mb_weight;
+    }
+    nlohmann::json dist_bytes;
+    if (share.ranks > 1) {  // sum gradients, losses and routing counts over the ranks
+      const dist::ExchangeBytes xb = dist::sum_gradients(model);
+      std::vector<double> sums = {loss, aux, jaux};
+      for (size_t k = 0; k < routing.load.size(); ++k) {
+        sums.insert(sums.end(), routing.load[k].begin(), routing.load[k].end());
+        sums.insert(sums.end(), routing.wsum[k].begin(), routing.wsum[k].end());
+      }
+      dist::allreduce_sum(sums.data(), static_cast<int64_t>(sums.size()));
+      loss = sums[0], aux = sums[1], jaux = sums[2];
+      for (size_t k = 0, o = 3; k < routing.load.size(); ++k) {
+        for (auto& v : routing.load[k]) v = sums[o++];
+        for (auto& v : routing.wsum[k]) v = sums[o++];
+      }
+      dist_bytes = dist::gather_bytes_json(xb);
+      int64_t dg[2] = {digest, 0};
+      dist::allreduce_sum(dg, 2);
+      digest = dg[0] & ((int64_t{1} << 56) - 1);
     }
     if (step + 1 == nan_at_step && !nan_injected && !model.grads.empty()) {
       model.grads[model.grads.size() / 2] = std::nanf("");
@@ -235,6 +272,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     nlohmann::json line = {{"type", "step"}, {"step", done}, {"loss", loss}, {"grad_norm", st.grad_norm},
                            {"lr", st.lr}, {"ms", dt * 1e3}, {"tokens_per_s", tps}, {"tokens", done * t.tokens_per_step()}};
     if (mfu > 0) line["mfu"] = mfu;
+    if (!dist_bytes.is_null()) line["dist_bytes"] = dist_bytes;
+    if (model.cfg.is_moe() || model.cfg.jtokm) line["routing_digest"] = digest;
     if (model.cfg.is_moe()) line["aux_loss"] = aux;
     if (model.cfg.jtokm) line["jtokm_aux_loss"] = jaux;
     line["hidden_std"] = hstd;
@@ -270,12 +309,12 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     }
     if (val && (done % t.eval_interval == 0 || done == t.max_steps)) {
       sync_tables(model, adam);  // evaluation reads any row
-      double vl = mean_val_loss(model, acts, *val, t);
+      double vl = lead ? mean_val_loss(model, acts, *val, t) : 0.0;
       res.last_val_loss = vl;
       log.write({{"type", "val"}, {"step", done}, {"val_loss", vl}, {"val_ppl", std::exp(vl)}});
       std::printf("%sval step %lld | val_loss %.4f | ppl %.2f\n", tty ? "\n" : "", static_cast<long long>(done), vl, std::exp(vl));
     }
-    if (opt.sample && t.sample_interval > 0 && done % t.sample_interval == 0) {
+    if (lead && opt.sample && t.sample_interval > 0 && done % t.sample_interval == 0) {
       sync_tables(model, adam);  // generation reads any row
       auto gen = [&](const std::vector<int32_t>& prompt, int64_t n) {
         KVCache cache;
@@ -293,7 +332,10 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
       log.write({{"type", "sample"}, {"step", done}, {"text", text}});
       std::printf("%ssample step %lld: %s\n", tty ? "\n" : "", static_cast<long long>(done), text.c_str());
     }
-    const bool stop = g_stop.load();
+    // A signal may reach the ranks after different steps: stop when any rank has it.
+    double stop_any = g_stop.load() ? 1.0 : 0.0;
+    dist::allreduce_max(&stop_any, 1);
+    const bool stop = stop_any > 0;
     if (done % t.checkpoint_interval == 0 || done == t.max_steps || stop) save(done);
     if (stop) {
       std::printf("stopped by signal after step %lld; resume with --resume\n", static_cast<long long>(done));

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Data-parallel training (issue 11, dist/data_parallel.h) on 2 ranks against one process, at the
+# same global batch (micro_batch_size x gradient_accumulation_steps rows per step), 20 steps:
+# - dense + JTok, micro-batch split and row split; MoE + JTok + JTok-M, micro-batch split:
+#   step losses within relative 1e-6 of the single process's;
+# - the P=2 MoE run repeated: losses and routing bit for bit;
+# - the P=2 run's checkpoint evaluated by one process (`jtok eval`): the same validation loss as
+#   rank 0 logged, and within 1e-6 of the single-process run's;
+# - resume on 2 ranks from the step-10 checkpoint: steps 11-20 bit for bit as the straight run.
+#
+# Why 1e-6: the two runs compute the same gradient of the same loss over the same tokens; only the
+# order of the float sums differs (one process accumulates ((g0 + g1) + g2) + g3 over its micro-
+# batches, two ranks (g0 + g2) + (g1 + g3); rows of a split micro-batch sum in two GEMMs). That is
+# ~1e-7 relative per gradient element; AdamW normalises updates, so small gradient elements can
+# carry such differences into the weights, which then grow over the steps. Measured on these
+# configs: at most ~1e-8 relative over 20 steps. A real bug (a rank's rows missing or counted
+# twice, tables not summed, a wrong scale) changes the loss by far more than 1e-6.
+# Near-ties: if a top-k choice (MoE expert or JTok-M table) sits on an exact tie, the rounding
+# difference may flip it, a discrete change of one token's path. The step log carries a digest of
+# every routing choice (dist::routing_digest); from the first step where the digests differ the
+# bound is 1e-3 (one flipped token among 256 per micro-batch moves the mean loss by ~1e-4) and the
+# flip is reported, so a flip is visible and does not fail the test, a bug still does.
+set -euo pipefail
+JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
+source "$ROOT/tests/mpi_env.sh"
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+mkdir -p "$T/data"
+"$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "$ROOT"/docs/*.md "$ROOT"/tests/reference/README.md > /dev/null
+"$JTOK" prepare --tokenizer gpt2 --out "$T/data/val" "$ROOT"/docs/model.md > /dev/null
+cat > "$T/dense.json" <<JSON
+{ "vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64,
+  "seq_len": 32, "micro_batch_size": 4, "gradient_accumulation_steps": 2, "max_steps": 20,
+  "learning_rate": 3e-3, "min_lr": 3e-4, "warmup_steps": 4, "jtok": true, "jtok_layers": "all",
+  "eval_interval": 20, "eval_batches": 2, "checkpoint_interval": 10, "keep_checkpoints": 2,
+  "train_data": "$T/data/train", "val_data": "$T/data/val" }
+JSON
+sed -e 's/"jtok_layers": "all",/"jtok_layers": "1", "model_type": "jtok_moe", "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "first_k_dense_replace": 1, "jtokm": true, "jtokm_layers": "all", "jtokm_n_e": 3, "jtokm_top_k": 2,/' "$T/dense.json" > "$T/moe.json"
+cmp_runs() { /usr/bin/python3 "$ROOT/tests/dist_compare.py" --steps 20 "$@"; }
+one() { "$JTOK" train --peak-gflops 1 "$@" > "$T/last.out" || { cat "$T/last.out"; exit 1; }; }
+two() { "${MPIRUN[@]}" -np 2 "$JTOK" train --peak-gflops 1 "$@" > "$T/last.out" || { cat "$T/last.out"; exit 1; }; }
+
+# Dense + JTok: micro-batch split (2 micro-batches, one per rank) and row split (1 micro-batch of 4 rows).
+one --config "$T/dense.json" --out "$T/dense1"
+two --config "$T/dense.json" --out "$T/dense2"
+grep -q "ranks: 2" "$T/last.out" || { echo "FAIL: the P=2 run did not run on 2 ranks"; cat "$T/last.out"; exit 1; }
+cmp_runs "$T/dense1/log.jsonl" "$T/dense2/log.jsonl" --rtol 1e-6
+one --config "$T/dense.json" --out "$T/rows1" --micro_batch_size 8 --gradient_accumulation_steps 1
+two --config "$T/dense.json" --out "$T/rows2" --micro_batch_size 8 --gradient_accumulation_steps 1
+cmp_runs "$T/rows1/log.jsonl" "$T/rows2/log.jsonl" --rtol 1e-6
+
+# MoE + JTok + JTok-M: against one process, and the P=2 run again bit for bit.
+one --config "$T/moe.json" --out "$T/moe1"
+two --config "$T/moe.json" --out "$T/moe2"
+cmp_runs "$T/moe1/log.jsonl" "$T/moe2/log.jsonl" --rtol 1e-6 --rtol-after-flip 1e-3
+two --config "$T/moe.json" --out "$T/moe2b"
+cmp_runs "$T/moe2/log.jsonl" "$T/moe2b/log.jsonl" --bitwise
+echo "ok: P=2 MoE run reproduces bit for bit"
+
+# Only rank 0 writes: one log, one set of checkpoints; the log carries each rank's exchange bytes.
+/usr/bin/python3 - "$T/moe2/log.jsonl" <<'PY'
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if '"type":"step"' in l]
+assert len(steps) == 20, len(steps)
+b = steps[-1]["dist_bytes"]
+assert all(len(v) == 2 for v in b.values()), b
+assert b["table_sent"][0] == b["table_recv"][1] and b["table_sent"][1] == b["table_recv"][0], b
+assert min(b["backbone_sent"]) > 0 and min(b["table_sent"]) > 0, b
+print("ok: per-rank exchange bytes logged", b)
+PY
+
+# The P=2 checkpoint on one process: the validation loss rank 0 logged at step 20, and the
+# single-process run's within 1e-6.
+"$JTOK" eval --checkpoint "$T/moe2" --no-blimp --json --val-batches 2 > "$T/eval.json"
+/usr/bin/python3 - "$T/eval.json" "$T/moe2/log.jsonl" "$T/moe1/log.jsonl" <<'PY'
+import json, sys
+ev = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["val_loss"]
+def val(p): return [json.loads(l)["val_loss"] for l in open(p) if '"type":"val"' in l][-1]
+v2, v1 = val(sys.argv[2]), val(sys.argv[3])
+assert ev == v2, f"FAIL: eval of the P=2 checkpoint on P=1 gives {ev!r}, rank 0 logged {v2!r}"
+assert abs(v1 - v2) / v1 <= 1e-6, f"FAIL: val loss P=1 {v1!r} vs P=2 {v2!r}"
+print(f"ok: P=2 checkpoint evaluates on P=1 to {ev!r} (as logged; P=1 run {v1!r})")
+PY
+
+# Resume on 2 ranks from the step-10 checkpoint: steps 11..20 as the straight P=2 run, bit for bit.
+cp -r "$T/moe2" "$T/moe2r"
+rm -rf "$T/moe2r/checkpoints/step_00000020"
+two --config "$T/moe.json" --out "$T/moe2r" --resume
+grep -q "resume: from" "$T/last.out" || { echo "FAIL: did not resume"; cat "$T/last.out"; exit 1; }
+cmp_runs "$T/moe2/log.jsonl" "$T/moe2r/log.jsonl" --bitwise
+echo "ok: resume on 2 ranks reproduces the straight run"
