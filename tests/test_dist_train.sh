@@ -89,3 +89,13 @@ two --config "$T/moe.json" --out "$T/moe2r" --resume
 grep -q "resume: from" "$T/last.out" || { echo "FAIL: did not resume"; cat "$T/last.out"; exit 1; }
 cmp_runs "$T/moe2/log.jsonl" "$T/moe2r/log.jsonl" --bitwise
 echo "ok: resume on 2 ranks reproduces the straight run"
+
+# An error on one rank ends the whole job: rank 0 refuses a directory holding another run while
+# rank 1 waits for it in a barrier; the job must exit non-zero, naming the rank, not hang.
+start=$SECONDS
+if timeout 60 "${MPIRUN[@]}" -np 2 "$JTOK" train --peak-gflops 1 --config "$T/moe.json" --out "$T/moe2" > "$T/err.out" 2>&1; then
+  echo "FAIL: a second fresh run into $T/moe2 succeeded"; exit 1
+fi
+[ $((SECONDS - start)) -lt 60 ] || { echo "FAIL: the job did not end within 60 s"; exit 1; }
+grep -q "jtok: error: rank 0 of 2:" "$T/err.out" || { echo "FAIL: the error does not name the rank:"; cat "$T/err.out"; exit 1; }
+echo "ok: an error on rank 0 ends the 2-rank job in $((SECONDS - start)) s: $(grep -m1 'jtok: error' "$T/err.out")"
