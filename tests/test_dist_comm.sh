@@ -7,5 +7,5 @@ source "$ROOT/tests/mpi_env.sh"
 if grep -rlE '#include (<mpi\.h>|"dist/)' "$ROOT"/src/{core,ops,model,infer,data,io} ; then
   echo "FAIL: the files above include MPI or src/dist; only src/dist, src/train and apps may"; exit 1
 fi
-"${MPIRUN[@]}" -np 2 "$(dirname "$JTOK")/test_dist_comm" --gtest_brief=1
-echo "ok: communicator checks pass on 2 ranks"
+for t in test_dist_comm test_dist_embp; do "${MPIRUN[@]}" -np 2 "$(dirname "$JTOK")/$t" --gtest_brief=1; done
+echo "ok: communicator and embedding-parallel checks pass on 2 ranks"

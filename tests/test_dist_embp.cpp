@@ -1,0 +1,257 @@
+// src/dist/embedding_parallel: sharded token-indexed tables and their exchanges, checked against
+// the whole tables held locally. ctest runs it alone (a world of one: every exchange is with
+// itself); tests/test_dist_comm.sh runs it under `mpirun -np 2`. Every rank can regenerate every
+// rank's batch (seeded by rank), so each computes the expected result of the whole exchange.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "dist/communicator.h"
+#include "dist/embedding_parallel.h"
+
+using namespace jtok;
+using dist::RowOwner;
+
+namespace {
+
+struct DistEnv : ::testing::Environment {
+  void SetUp() override { dist::init(nullptr, nullptr); }
+  void TearDown() override { dist::finalize(); }
+};
+const auto* env = ::testing::AddGlobalTestEnvironment(new DistEnv);
+
+constexpr int64_t V = 53, d = 8, NE = 3, K = 2, N = 40;
+
+std::vector<std::vector<float>> full_tables() {
+  std::mt19937 g(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<std::vector<float>> t(NE, std::vector<float>(V * d));
+  for (auto& x : t)
+    for (auto& v : x) v = nd(g);
+  return t;
+}
+
+// Rank r's micro-batch: Zipf-like ids (repeats, as real text), K distinct tables, weights summing to 1.
+struct RankBatch {
+  std::vector<int32_t> ids, sel;
+  std::vector<float> w, de;
+};
+RankBatch batch_of(int r) {
+  std::mt19937 g(100u + static_cast<unsigned>(r));
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  RankBatch b;
+  for (int64_t n = 0; n < N; ++n) {
+    b.ids.push_back(static_cast<int32_t>(std::min<double>(V - 1, std::floor(std::pow(u(g), 3.0) * V))));
+    const int32_t a = static_cast<int32_t>(g() % NE), c = static_cast<int32_t>((a + 1 + g() % (NE - 1)) % NE);
+    b.sel.push_back(a);
+    b.sel.push_back(c);
+    const float w0 = 0.2f + 0.6f * u(g);
+    b.w.push_back(w0);
+    b.w.push_back(1.0f - w0);
+  }
+  for (int64_t i = 0; i < N * d; ++i) b.de.push_back(nd(g));
+  return b;
+}
+
+void expect_close(const float* a, const float* b, int64_t n, const char* what) {
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_NEAR(a[i], b[i], 1e-6f * (1.0f + std::fabs(b[i]))) << what << " element " << i;
+}
+
+std::vector<const float*> ptrs(const std::vector<std::vector<float>>& t) {
+  std::vector<const float*> p;
+  for (const auto& x : t) p.push_back(x.data());
+  return p;
+}
+
+}  // namespace
+
+// Rows per rank: every id has one owner, no rank holds more than ceil(V/P) rows, and a rank's
+// table + AdamW moment bytes are rows_on(rank)/V of the single process's (ceil(V/P)/V at most).
+TEST(DistEmbP, OwnershipAndShardBytes) {
+  for (auto kind : {RowOwner::kModP, RowOwner::kContiguous})
+    for (int64_t P = 1; P <= 8; ++P) {
+      RowOwner own{V, P, kind};
+      std::vector<int64_t> seen(P, 0);
+      for (int64_t id = 0; id < V; ++id) {
+        const int o = own.owner(id);
+        ASSERT_TRUE(o >= 0 && o < P);
+        ASSERT_LT(own.local(id), own.rows_on(o));
+        ASSERT_EQ(own.global(o, own.local(id)), id);
+        ++seen[o];
+      }
+      int64_t mx = 0;
+      for (int r = 0; r < P; ++r) {
+        EXPECT_EQ(seen[r], own.rows_on(r));
+        mx = std::max(mx, seen[r]);
+      }
+      EXPECT_EQ(mx, (V + P - 1) / P);
+    }
+  const int P = dist::world_size(), me = dist::rank();
+  dist::TableShard s = dist::make_shard({V, P}, me, NE, d);
+  const int64_t single = NE * V * d * 4;  // one process's tables (bytes); moments are twice that
+  EXPECT_EQ(s.table_bytes(), NE * (RowOwner{V, P}.rows_on(me)) * d * 4);
+  EXPECT_EQ(s.moment_bytes(), 2 * s.table_bytes());
+  EXPECT_LE(s.table_bytes() * V, single * ((V + P - 1) / P));  // <= ceil(V/P)/V of the whole
+  if (me == 0) {
+    EXPECT_EQ(s.table_bytes() * V, single * ((V + P - 1) / P));
+  }
+  std::printf("rank %d of %d: shard %lld table bytes + %lld moment bytes (single process: %lld + %lld)\n", me, P,
+              static_cast<long long>(s.table_bytes()), static_cast<long long>(s.moment_bytes()),
+              static_cast<long long>(single), static_cast<long long>(2 * single));
+}
+
+TEST(DistEmbP, FetchRowsAndPushGrads) {
+  const int P = dist::world_size(), me = dist::rank();
+  const auto full = full_tables();
+  for (auto kind : {RowOwner::kModP, RowOwner::kContiguous}) {
+    RowOwner own{V, P, kind};
+    dist::TableShard s = dist::make_shard(own, me, NE, d, ptrs(full));
+    const RankBatch b = batch_of(me);
+    const RowBatch rb = dedup_ids(b.ids.data(), N, V);
+    const int64_t U = static_cast<int64_t>(rb.unique.size());
+    std::vector<float> rows(U * d, -1.0f);
+    dist::ExchangeBytes2 fb = dist::fetch_rows(rows.data(), s, 1, rb);
+    for (int64_t u = 0; u < U; ++u) expect_close(rows.data() + u * d, full[1].data() + rb.unique[u] * d, d, "fetched row");
+    // Gradient rows: row u of rank r is (r + 1) * (id + 1) * 0.01 + j.
+    auto grows_of = [&](int r, const RowBatch& rbr) {
+      std::vector<float> g(rbr.unique.size() * d);
+      for (size_t u = 0; u < rbr.unique.size(); ++u)
+        for (int64_t j = 0; j < d; ++j) g[u * d + j] = (r + 1) * (rbr.unique[u] + 1) * 0.01f + static_cast<float>(j);
+      return g;
+    };
+    dist::ExchangeBytes2 gb = dist::push_row_grads(s, 1, rb, grows_of(me, rb).data());
+    // Expected: every rank's contributions to my rows, in rank order.
+    std::vector<float> want(V * d, 0.0f);
+    std::vector<char> has(V, 0);
+    for (int r = 0; r < P; ++r) {
+      const RankBatch br = batch_of(r);
+      const RowBatch rbr = dedup_ids(br.ids.data(), N, V);
+      const auto g = grows_of(r, rbr);
+      for (size_t u = 0; u < rbr.unique.size(); ++u) {
+        if (own.owner(rbr.unique[u]) != me) continue;
+        has[rbr.unique[u]] = 1;
+        for (int64_t j = 0; j < d; ++j) want[rbr.unique[u] * d + j] += g[u * d + j];
+      }
+    }
+    int64_t nrows = 0;
+    for (int64_t id = 0; id < V; ++id) {
+      if (!has[id]) continue;
+      ++nrows;
+      const int32_t slot = s.grads[1].slot[own.local(id)];
+      ASSERT_GE(slot, 0) << "id " << id;
+      expect_close(s.grads[1].rows.data() + slot * d, want.data() + id * d, d, "pushed gradient");
+    }
+    EXPECT_EQ(static_cast<int64_t>(s.grads[1].ids.size()), nrows);
+    EXPECT_TRUE(s.grads[0].ids.empty() && s.grads[2].ids.empty());
+    // Byte counters: 4 + 4d per remote unique id (request + row), 4 + 4d per pushed gradient row.
+    int64_t remote = 0, remote_in = 0;
+    for (int64_t u = 0; u < U; ++u) remote += own.owner(rb.unique[u]) != me;
+    for (int r = 0; r < P; ++r) {
+      if (r == me) continue;
+      const RankBatch br = batch_of(r);
+      const RowBatch rbr = dedup_ids(br.ids.data(), N, V);
+      for (int32_t id : rbr.unique) remote_in += own.owner(id) == me;
+    }
+    EXPECT_EQ(fb.sent, remote * 4 + remote_in * 4 * d);
+    EXPECT_EQ(fb.recv, remote_in * 4 + remote * 4 * d);
+    EXPECT_EQ(gb.sent, remote * (4 + 4 * d));
+    EXPECT_EQ(gb.recv, remote_in * (4 + 4 * d));
+  }
+}
+
+// Owner-rank premixing against mixing the whole tables locally; the naive exchange of (id, table)
+// rows against the same rows; the byte counters against the formulas of the header.
+TEST(DistEmbP, PremixAndNaive) {
+  const int P = dist::world_size(), me = dist::rank();
+  const auto full = full_tables();
+  RowOwner own{V, P};
+  dist::TableShard s = dist::make_shard(own, me, NE, d, ptrs(full));
+  const RankBatch b = batch_of(me);
+  std::vector<float> e(N * d, -1.0f), dw(N * K, -1.0f);
+  dist::PremixState st;
+  const dist::ExchangeBytes2 fwd = dist::premix_forward(e.data(), st, s, b.ids.data(), b.sel.data(), b.w.data(), N, K);
+  for (int64_t n = 0; n < N; ++n) {
+    std::vector<float> want(d, 0.0f);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < d; ++j) want[j] += b.w[n * K + k] * full[b.sel[n * K + k]][b.ids[n] * d + j];
+    expect_close(e.data() + n * d, want.data(), d, "premixed vector");
+  }
+  const dist::ExchangeBytes2 bwd = dist::premix_backward(dw.data(), s, st, b.de.data());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      double want = 0;
+      for (int64_t j = 0; j < d; ++j) want += static_cast<double>(b.de[n * d + j]) * full[b.sel[n * K + k]][b.ids[n] * d + j];
+      ASSERT_NEAR(dw[n * K + k], want, 1e-5 * (1 + std::fabs(want))) << "dw position " << n << " k " << k;
+    }
+  // Row gradients at the owners: sum over every rank's positions (rank order) of w_k de.
+  std::vector<std::vector<double>> want(NE, std::vector<double>(V * d, 0.0));
+  int64_t remote_pos = 0, remote_pos_in = 0;
+  for (int r = 0; r < P; ++r) {
+    const RankBatch br = batch_of(r);
+    for (int64_t n = 0; n < N; ++n) {
+      const int o = own.owner(br.ids[n]);
+      if (r == me && o != me) ++remote_pos;
+      if (r != me && o == me) ++remote_pos_in;
+      if (o != me) continue;
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < d; ++j) want[br.sel[n * K + k]][br.ids[n] * d + j] += static_cast<double>(br.w[n * K + k]) * br.de[n * d + j];
+    }
+  }
+  for (int64_t t = 0; t < NE; ++t)
+    for (int64_t id = 0; id < V; ++id) {
+      if (own.owner(id) != me) continue;
+      const int32_t slot = s.grads[t].slot[own.local(id)];
+      for (int64_t j = 0; j < d; ++j) {
+        const double got = slot >= 0 ? s.grads[t].rows[slot * d + j] : 0.0;
+        ASSERT_NEAR(got, want[t][id * d + j], 1e-5 * (1 + std::fabs(want[t][id * d + j]))) << "table " << t << " id " << id;
+      }
+    }
+  // Premix bytes: (4 + 8K) request + 4d reply per remote position forward; 4d + 4K backward.
+  EXPECT_EQ(fwd.sent, remote_pos * (4 + 8 * K) + remote_pos_in * 4 * d);
+  EXPECT_EQ(fwd.recv, remote_pos_in * (4 + 8 * K) + remote_pos * 4 * d);
+  EXPECT_EQ(bwd.sent, remote_pos * 4 * d + remote_pos_in * 4 * K);
+  EXPECT_EQ(bwd.recv, remote_pos_in * 4 * d + remote_pos * 4 * K);
+
+  // Naive: the unique (id, table) pairs the positions selected, raw rows back.
+  auto pairs_of = [&](const RankBatch& br, std::vector<int32_t>& pid, std::vector<int32_t>& ptab) {
+    std::vector<char> seen(V * NE, 0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t key = br.ids[n] * NE + br.sel[n * K + k];
+        if (seen[key]) continue;
+        seen[key] = 1;
+        pid.push_back(br.ids[n]);
+        ptab.push_back(br.sel[n * K + k]);
+      }
+  };
+  std::vector<int32_t> pid, ptab;
+  pairs_of(b, pid, ptab);
+  std::vector<float> rows(pid.size() * d);
+  const dist::ExchangeBytes2 nb = dist::naive_fetch(rows.data(), s, pid, ptab);
+  int64_t remote_pairs = 0, remote_pairs_in = 0;
+  for (size_t q = 0; q < pid.size(); ++q) {
+    expect_close(rows.data() + q * d, full[ptab[q]].data() + pid[q] * d, d, "naive row");
+    remote_pairs += own.owner(pid[q]) != me;
+  }
+  for (int r = 0; r < P; ++r) {
+    if (r == me) continue;
+    std::vector<int32_t> ri, rt;
+    pairs_of(batch_of(r), ri, rt);
+    for (int32_t id : ri) remote_pairs_in += own.owner(id) == me;
+  }
+  // 8 B request (id, table) + 4d B row per remote pair.
+  EXPECT_EQ(nb.sent, remote_pairs * 8 + remote_pairs_in * 4 * d);
+  EXPECT_EQ(nb.recv, remote_pairs_in * 8 + remote_pairs * 4 * d);
+  // Gradients of the pairs back to the owners: (8 + 4d) B per remote pair.
+  std::vector<float> pg(pid.size() * d, 0.5f);
+  const dist::ExchangeBytes2 pb = dist::push_pair_grads(s, pid, ptab, pg.data());
+  EXPECT_EQ(pb.sent, remote_pairs * (8 + 4 * d));
+  EXPECT_EQ(pb.recv, remote_pairs_in * (8 + 4 * d));
+  std::printf("rank %d: premix fwd %lld/%lld B, bwd %lld/%lld B; naive %lld/%lld B (%lld remote pairs)\n", me,
+              static_cast<long long>(fwd.sent), static_cast<long long>(fwd.recv), static_cast<long long>(bwd.sent),
+              static_cast<long long>(bwd.recv), static_cast<long long>(nb.sent), static_cast<long long>(nb.recv),
+              static_cast<long long>(remote_pairs));
+}
