@@ -7,12 +7,13 @@
 namespace jtok {
 
 void jtok_prepare(JTokActs& a, const TokenTable& E, const RowBatch& rb, float eps, bool norm, const RowSync& sync,
-                  int64_t table) {
+                  int64_t table, TableProvider* provider) {
   const int64_t U = static_cast<int64_t>(rb.unique.size()), d = E.dim;
   a.rows.resize(static_cast<size_t>(U * d));
   a.nrows.resize(static_cast<size_t>(U * d));
   a.inv_norm.resize(static_cast<size_t>(U));
-  gather_unique_rows(a.rows.data(), E, rb, sync, table);
+  if (provider) provider->rows(a.rows.data(), table, rb);
+  else gather_unique_rows(a.rows.data(), E, rb, sync, table);
 #pragma omp parallel for schedule(static)
   for (int64_t u = 0; u < U; ++u) {
     const float* e = a.rows.data() + u * d;

@@ -21,8 +21,9 @@ struct JTokActs {
 
 // Gathers and normalises the unique rows of rb into a.
 // sync, table: passed to gather_unique_rows (rows brought current before they are read).
+// provider (optional): the rows come from it instead of E (embedding parallelism).
 void jtok_prepare(JTokActs& a, const TokenTable& E, const RowBatch& rb, float eps, bool norm, const RowSync& sync = {},
-                  int64_t table = 0);
+                  int64_t table = 0, TableProvider* provider = nullptr);
 // h_next (N,d) = h_mid + mlp_out * (1 + s * nrows[inverse[n]]).
 void jtok_forward(float* h_next, const float* h_mid, const JTokActs& a, const float* s, const RowBatch& rb, int64_t N,
                   int64_t d);

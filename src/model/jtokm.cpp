@@ -23,10 +23,52 @@ JTokMHyper jtokm_hyper(const ModelConfig& c) {
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
+// The local path of the forward: gathers each (unique id, table) pair some position selected once,
+// then mixes e (N, d) = sum_k w_k E_{sel_k}[x] in k order.
+static void gather_and_mix(JTokMActs& A, const TokenTable* E, const RowBatch& rb, int64_t N, int64_t d,
+                           const JTokMHyper& hp, const RowSync& sync, int64_t table_base) {
+  const int64_t ne = hp.n_e, K = hp.K, U = static_cast<int64_t>(rb.unique.size());
+  // Which (unique id, table) pairs are needed: each gathered once.
+  A.slot.assign(static_cast<size_t>(U * ne), -1);
+  A.slot_u.clear();
+  A.slot_table.clear();
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t u = rb.inverse[n];
+    for (int64_t k = 0; k < K; ++k) {
+      int32_t& sl = A.slot[static_cast<size_t>(u * ne + A.sel[n * K + k])];
+      if (sl >= 0) continue;
+      sl = static_cast<int32_t>(A.slot_u.size());
+      A.slot_u.push_back(static_cast<int32_t>(u));
+      A.slot_table.push_back(A.sel[n * K + k]);
+    }
+  }
+  const int64_t S = static_cast<int64_t>(A.slot_u.size());
+  A.rows.resize(static_cast<size_t>(S * d));
+#pragma omp parallel for schedule(static)
+  for (int64_t q = 0; q < S; ++q) {
+    const TokenTable& t = E[A.slot_table[q]];
+    if (sync) sync(table_base + A.slot_table[q], rb.unique[A.slot_u[q]]);
+    std::copy_n(t.w.data() + static_cast<int64_t>(rb.unique[A.slot_u[q]]) * d, d, A.rows.data() + q * d);
+  }
+  // Mix.
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t u = rb.inverse[n];
+    float* e = A.e.data() + n * d;
+    std::fill(e, e + d, 0.0f);
+    for (int64_t k = 0; k < K; ++k) {
+      const float wk = A.w[n * K + k];
+      const float* r = A.rows.data() + static_cast<int64_t>(A.slot[u * ne + A.sel[n * K + k]]) * d;
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) e[j] += wk * r[j];
+    }
+  }
+}
+
 void jtokm_forward(float* h_next, JTokMActs& A, const float* a, const float* R, const float* s, const TokenTable* E,
                    const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp, const RowSync& sync,
-                   int64_t table_base) {
-  const int64_t ne = hp.n_e, K = hp.K, U = static_cast<int64_t>(rb.unique.size());
+                   int64_t table_base, TableProvider* provider) {
+  const int64_t ne = hp.n_e, K = hp.K;
   A.logits.resize(static_cast<size_t>(N * ne));
   A.sig.resize(static_cast<size_t>(N * ne));
   A.sel.resize(static_cast<size_t>(N * K));
@@ -63,40 +105,21 @@ void jtokm_forward(float* h_next, JTokMActs& A, const float* a, const float* R, 
   double pn = 0;
   for (int64_t i = 0; i < ne; ++i) pn += A.prob_sum[i] * A.load[i];
   A.aux = hp.lambda * static_cast<double>(ne) / (static_cast<double>(N) * N * K) * pn;
-  // Which (unique id, table) pairs are needed: each gathered once.
-  A.slot.assign(static_cast<size_t>(U * ne), -1);
-  A.slot_u.clear();
-  A.slot_table.clear();
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t u = rb.inverse[n];
-    for (int64_t k = 0; k < K; ++k) {
-      int32_t& sl = A.slot[static_cast<size_t>(u * ne + A.sel[n * K + k])];
-      if (sl >= 0) continue;
-      sl = static_cast<int32_t>(A.slot_u.size());
-      A.slot_u.push_back(static_cast<int32_t>(u));
-      A.slot_table.push_back(A.sel[n * K + k]);
-    }
+  if (provider) {  // the owners of the rows mix them (embedding parallelism): e comes back whole
+    std::vector<int32_t> ids(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; ++n) ids[n] = rb.unique[rb.inverse[n]];
+    provider->mix(A.e.data(), table_base, ids.data(), A.sel.data(), A.w.data(), N, K);
+    A.slot.clear();
+    A.slot_u.clear();
+    A.slot_table.clear();
+    A.rows.clear();
+  } else {
+    gather_and_mix(A, E, rb, N, d, hp, sync, table_base);
   }
-  const int64_t S = static_cast<int64_t>(A.slot_u.size());
-  A.rows.resize(static_cast<size_t>(S * d));
-#pragma omp parallel for schedule(static)
-  for (int64_t q = 0; q < S; ++q) {
-    const TokenTable& t = E[A.slot_table[q]];
-    if (sync) sync(table_base + A.slot_table[q], rb.unique[A.slot_u[q]]);
-    std::copy_n(t.w.data() + static_cast<int64_t>(rb.unique[A.slot_u[q]]) * d, d, A.rows.data() + q * d);
-  }
-  // Mix, normalise, inject.
+  // Normalise, inject.
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    const int64_t u = rb.inverse[n];
-    float* e = A.e.data() + n * d;
-    std::fill(e, e + d, 0.0f);
-    for (int64_t k = 0; k < K; ++k) {
-      const float wk = A.w[n * K + k];
-      const float* r = A.rows.data() + static_cast<int64_t>(A.slot[u * ne + A.sel[n * K + k]]) * d;
-#pragma omp simd
-      for (int64_t j = 0; j < d; ++j) e[j] += wk * r[j];
-    }
+    const float* e = A.e.data() + n * d;
     float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
     for (int64_t j = 0; j < d; ++j) ss += e[j] * e[j];
@@ -111,7 +134,7 @@ void jtokm_forward(float* h_next, JTokMActs& A, const float* a, const float* R, 
 
 void jtokm_backward(float* da, float* dR, float* ds, SparseRowGrad* gE, JTokMActs& A, const float* dh, const float* a,
                     const float* R, const float* s, const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp,
-                    float aux_grad) {
+                    float aux_grad, TableProvider* provider, int64_t table_base) {
   const int64_t ne = hp.n_e, K = hp.K, U = static_cast<int64_t>(rb.unique.size());
   const int64_t S = static_cast<int64_t>(A.slot_u.size());
   A.de.resize(static_cast<size_t>(N * d));
@@ -123,13 +146,12 @@ void jtokm_backward(float* da, float* dR, float* ds, SparseRowGrad* gE, JTokMAct
                                (static_cast<double>(N) * N * K));
   const int nt = omp_get_max_threads();
   std::vector<float> ds_part(static_cast<size_t>(nt * d), 0.0f);
+  // dL/de per position (and the scaler's gradient).
 #pragma omp parallel
   {
     float* dsp = ds_part.data() + static_cast<int64_t>(omp_get_thread_num()) * d;
-    std::vector<float> dsig(static_cast<size_t>(ne)), dw(static_cast<size_t>(K));
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
-      const int64_t u = rb.inverse[n];
       const float* e = A.e.data() + n * d;
       const float* g = dh + n * d;
       float* de = A.de.data() + n * d;
@@ -148,26 +170,46 @@ void jtokm_backward(float* da, float* dR, float* ds, SparseRowGrad* gE, JTokMAct
 #pragma omp simd
         for (int64_t j = 0; j < d; ++j) de[j] = de[j] * inv - e[j] * cf;
       }
-      // Mixing weights: dw_k = de . E_k[x]; w_k = sig_k / sum_G sig.
-      const int32_t* sel = A.sel.data() + n * K;
-      const float* wk = A.w.data() + n * K;
-      const float* sg = A.sig.data() + n * ne;
-      float ssel = 0.0f, wdw = 0.0f;
+    }
+  }
+  // Mixing weights: dw_k = de . E_k[x], from the gathered rows or from the rows' owners.
+  std::vector<float> dw(static_cast<size_t>(N * K));
+  if (provider) {
+    provider->mix_backward(dw.data(), table_base, A.de.data(), N, K);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t u = rb.inverse[n];
+      const float* de = A.de.data() + n * d;
       for (int64_t k = 0; k < K; ++k) {
-        const float* r = A.rows.data() + static_cast<int64_t>(A.slot[u * ne + sel[k]]) * d;
+        const float* r = A.rows.data() + static_cast<int64_t>(A.slot[u * ne + A.sel[n * K + k]]) * d;
         float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
         for (int64_t j = 0; j < d; ++j) acc += de[j] * r[j];
-        dw[k] = acc;
-        ssel += sg[sel[k]];
-        wdw += wk[k] * acc;
+        dw[static_cast<size_t>(n * K + k)] = acc;
       }
-      // Aux: p_i = sig_i / sum_all sig.
+    }
+  }
+  // Router logits: w_k = sig_k / sum_G sig, and the aux loss's p_i = sig_i / sum_all sig.
+#pragma omp parallel
+  {
+    std::vector<float> dsig(static_cast<size_t>(ne));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const int32_t* sel = A.sel.data() + n * K;
+      const float* wk = A.w.data() + n * K;
+      const float* dwn = dw.data() + n * K;
+      const float* sg = A.sig.data() + n * ne;
+      float ssel = 0.0f, wdw = 0.0f;
+      for (int64_t k = 0; k < K; ++k) {
+        ssel += sg[sel[k]];
+        wdw += wk[k] * dwn[k];
+      }
       float sall = 0.0f, pdp = 0.0f;
       for (int64_t i = 0; i < ne; ++i) sall += sg[i];
       for (int64_t i = 0; i < ne; ++i) pdp += sg[i] / sall * dp[i];
       for (int64_t i = 0; i < ne; ++i) dsig[i] = (dp[i] - pdp) / sall;
-      for (int64_t k = 0; k < K; ++k) dsig[sel[k]] += (dw[k] - wdw) / ssel;
+      for (int64_t k = 0; k < K; ++k) dsig[sel[k]] += (dwn[k] - wdw) / ssel;
       float* dgn = dg.data() + n * ne;
       for (int64_t i = 0; i < ne; ++i) dgn[i] = dsig[i] * sg[i] * (1.0f - sg[i]);
     }
@@ -177,6 +219,7 @@ void jtokm_backward(float* da, float* dR, float* ds, SparseRowGrad* gE, JTokMAct
   // Router: dR (n_e,d) += dg^T a; da (N,d) += dg R.
   gemm(true, false, ne, d, N, 1.0f, dg.data(), ne, a, d, 1.0f, dR, d);
   gemm(false, false, N, d, ne, 1.0f, dg.data(), ne, R, d, 1.0f, da, d);
+  if (provider) return;  // the owners accumulated the tables' gradients
   // Tables: each gathered (u, i) row collects w * de over the positions of u that selected i.
   std::vector<float*> grow(static_cast<size_t>(S));
   for (int64_t q = 0; q < S; ++q) gE[A.slot_table[q]].row(rb.unique[A.slot_u[q]]);  // create first (may reallocate)

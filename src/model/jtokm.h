@@ -49,12 +49,14 @@ struct JTokMActs {
 // sync (optional): called for each gathered (table_base + i, id) before its row is read.
 void jtokm_forward(float* h_next, JTokMActs& acts, const float* a, const float* R, const float* s, const TokenTable* E,
                    const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp, const RowSync& sync = {},
-                   int64_t table_base = 0);
+                   int64_t table_base = 0, TableProvider* provider = nullptr);
 // From dh = dL/dh_next (N,d): da (N,d) += through the router, dR (n_e,d) +=, ds (d) +=, the tables'
 // row gradients gE[i] +=. aux_grad is dL/d(this layer's aux) (e.g. grad_scale / #JTok-M layers).
+// provider (optional, as in the forward): e was mixed by it, dL/dw comes from it, and it keeps the
+// tables' gradients (gE unused).
 void jtokm_backward(float* da, float* dR, float* ds, SparseRowGrad* gE, JTokMActs& acts, const float* dh, const float* a,
                     const float* R, const float* s, const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp,
-                    float aux_grad);
+                    float aux_grad, TableProvider* provider = nullptr, int64_t table_base = 0);
 
 // References: per position, no deduplication, double accumulation. out (N,d) += Delta_r; returns aux.
 // dE: n_e dense (V,d) gradients, each its own vector.

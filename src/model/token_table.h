@@ -23,6 +23,26 @@ struct TokenTable {
 // possibly from several threads for different rows.
 using RowSync = std::function<void(int64_t table, int64_t row)>;
 
+struct RowBatch;
+struct SparseRowGrad;
+// Token-indexed tables whose rows this process does not hold (embedding parallelism, src/dist):
+// when set (Activations::tables), the forward and backward reach the tables only through it, and
+// Model::tables keep their shapes but no rows. The model never knows where the rows live.
+struct TableProvider {
+  virtual ~TableProvider() = default;
+  // JTok: out (U, d) = rows of table `table` (an index into Model::tables) for rb.unique.
+  virtual void rows(float* out, int64_t table, const RowBatch& rb) = 0;
+  // JTok backward: this micro-batch's row-sparse gradient of `table` (keyed by id); the provider
+  // takes it (to the rows' owners) and clears g.
+  virtual void row_grads(int64_t table, SparseRowGrad& g) = 0;
+  // JTok-M, the layer whose n_e tables start at table_base: e (N, d) = sum_k w[n,k] E_{sel[n,k]}[ids[n]].
+  virtual void mix(float* e, int64_t table_base, const int32_t* ids, const int32_t* sel, const float* w, int64_t N,
+                   int64_t K) = 0;
+  // Its backward (layers in reverse order of their forwards): de (N, d) = dL/de in, dw (N, K) =
+  // dL/dw out; the tables' gradients stay with the provider.
+  virtual void mix_backward(float* dw, int64_t table_base, const float* de, int64_t N, int64_t K) = 0;
+};
+
 // The distinct ids of a micro-batch, sorted, with each position's index into them and, per unique
 // id, the list of its positions (CSR), so the backward can sum per row without atomics.
 struct RowBatch {

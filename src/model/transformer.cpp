@@ -294,13 +294,13 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
     if (W.jtok_scale) {  // h_next = h_mid + Delta_m * (1 + s * Norm(E[x]))
       JTOK_PROFILE("jtok_fwd");
       jtok_prepare(L.jtok, m.tables[m.jtok_table[l]], a.ids, static_cast<float>(c.jtok_eps), c.jtok_norm, a.row_sync,
-                   m.jtok_table[l]);
+                   m.jtok_table[l], a.tables);
       jtok_forward(h_next, L.h_mid.data(), L.jtok, W.jtok_scale, a.ids, N, d);
     }
     if (W.jtokm_router) {  // h_next += c * s * Norm(sum_G w_i E_i[x]), routed on the attention input
       JTOK_PROFILE("jtokm_fwd");
       jtokm_forward(h_next, L.jtokm, L.a.data(), W.jtokm_router, W.jtokm_scale, &m.tables[m.jtokm_table[l]], a.ids, N,
-                    d, jm, a.row_sync, m.jtokm_table[l]);
+                    d, jm, a.row_sync, m.jtokm_table[l], a.tables);
       aux_m += L.jtokm.aux;
     }
   }
@@ -360,12 +360,16 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
       JTOK_PROFILE("jtokm_bwd");
       zero(a.da_jtokm);
       jtokm_backward(a.da_jtokm.data(), G.jtokm_router, G.jtokm_scale, &m.table_grads[m.jtokm_table[li]], L.jtokm, dh,
-                     L.a.data(), W.jtokm_router, W.jtokm_scale, a.ids, N, d, jm, jtokm_aux_grad);
+                     L.a.data(), W.jtokm_router, W.jtokm_scale, a.ids, N, d, jm, jtokm_aux_grad, a.tables,
+                     m.jtokm_table[li]);
     }
     if (W.jtok_scale) {
       JTOK_PROFILE("jtok_bwd");
-      jtok_backward(a.dmlp.data(), G.jtok_scale, m.table_grads[m.jtok_table[li]], dh, L.jtok, W.jtok_scale, a.ids, N, d,
-                    c.jtok_norm);
+      // With a table provider the micro-batch's row gradient goes to it (the rows' owners) at once.
+      SparseRowGrad& gE = a.tables ? a.table_grad_scratch : m.table_grads[m.jtok_table[li]];
+      if (a.tables && static_cast<int64_t>(gE.slot.size()) != c.padded_vocab()) gE.init(c.padded_vocab(), d);
+      jtok_backward(a.dmlp.data(), G.jtok_scale, gE, dh, L.jtok, W.jtok_scale, a.ids, N, d, c.jtok_norm);
+      if (a.tables) a.tables->row_grads(m.jtok_table[li], gE);
       dmlp = a.dmlp.data();
     }
     zero(a.dx);

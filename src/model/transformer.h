@@ -86,6 +86,8 @@ struct Activations {
   std::vector<float> h_out, rstdf, lnf, logits;  // logits (B*T, Vp); becomes dlogits in backward
   RowBatch ids;                                  // the micro-batch's deduplicated ids (JTok, JTok-M)
   RowSync row_sync;                              // if set, called before a table row is gathered
+  TableProvider* tables = nullptr;               // if set, the tables' rows live there (embedding parallelism)
+  SparseRowGrad table_grad_scratch;              // with `tables`: one micro-batch's JTok table gradient
   double aux_loss = 0;                           // all aux losses: moe_aux_loss + jtokm_aux_loss
   double moe_aux_loss = 0;                       // MoE load balancing: mean over MoE layers (coef included)
   double jtokm_aux_loss = 0;                     // JTok-M load balancing: mean over JTok-M layers (lambda included)
