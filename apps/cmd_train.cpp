@@ -23,6 +23,7 @@ struct Args {
   int64_t skip_nonfinite_steps = 0;
   double peak_gflops = -1;
   std::string sample_prompt = "The";
+  std::string embp = "off", embp_owner = "mod";
 } args;
 std::map<std::string, std::string>* fields;
 CLI::App* self;
@@ -80,6 +81,8 @@ void run() {
   TrainOptions opt;
   opt.out_dir = args.out;
   opt.resume = args.resume;
+  opt.embp = args.embp;
+  opt.embp_owner = args.embp_owner;
   opt.overwrite = args.overwrite;
   opt.skip_nonfinite_steps = args.skip_nonfinite_steps;
   opt.command_line = command_line_string();
@@ -109,6 +112,10 @@ void setup(CLI::App* sub) {
   sub->add_option("--set", args.sets, "override a config field: name=value (repeatable)");
   sub->add_option("--peak-gflops", args.peak_gflops, "fp32 peak for MFU (default: measured at start)");
   sub->add_option("--sample-prompt", args.sample_prompt, "prompt of the periodic samples");
+  sub->add_option("--embp", args.embp, "token-indexed tables under mpirun: off (replicated), premix or naive (sharded by id; docs/distributed.md)")
+      ->check(CLI::IsMember({"off", "premix", "naive"}));
+  sub->add_option("--embp-owner", args.embp_owner, "row ownership with --embp: mod (id mod P) or contiguous")
+      ->check(CLI::IsMember({"mod", "contiguous"}));
   fields = &jtok::add_config_field_options(sub);
   sub->callback(run);
 }

@@ -90,6 +90,58 @@ grep -q "resume: from" "$T/last.out" || { echo "FAIL: did not resume"; cat "$T/l
 cmp_runs "$T/moe2/log.jsonl" "$T/moe2r/log.jsonl" --bitwise
 echo "ok: resume on 2 ranks reproduces the straight run"
 
+# Embedding parallelism (--embp, dist/sharded_tables.h): tables sharded by id over the ranks.
+# One process through the provider path is the local path bit for bit (premix); 2 ranks, premix
+# and naive, id-mod-P and contiguous ownership: within 1e-6 of the single process; premix again
+# bit for bit; each rank holds ceil(V/P)/V of the table bytes; the per-rank exchange bytes are
+# logged; the checkpoint (gathered by rank 0) evaluates on one process; resume on 2 ranks.
+one --config "$T/moe.json" --out "$T/embp1" --embp premix
+cmp_runs "$T/moe1/log.jsonl" "$T/embp1/log.jsonl" --bitwise
+echo "ok: --embp premix on one process is the local path bit for bit"
+two --config "$T/moe.json" --out "$T/embp2" --embp premix
+cmp_runs "$T/moe1/log.jsonl" "$T/embp2/log.jsonl" --rtol 1e-6 --rtol-after-flip 1e-3
+two --config "$T/moe.json" --out "$T/embp2b" --embp premix
+cmp_runs "$T/embp2/log.jsonl" "$T/embp2b/log.jsonl" --bitwise
+two --config "$T/moe.json" --out "$T/embp2n" --embp naive
+cmp_runs "$T/moe1/log.jsonl" "$T/embp2n/log.jsonl" --rtol 1e-6 --rtol-after-flip 1e-3
+two --config "$T/dense.json" --out "$T/embp2d" --embp premix --embp-owner contiguous
+cmp_runs "$T/dense1/log.jsonl" "$T/embp2d/log.jsonl" --rtol 1e-6
+/usr/bin/python3 - "$T/embp2/log.jsonl" "$T/embp2n/log.jsonl" <<'PY'
+import json, sys
+def lines(p): return [json.loads(l) for l in open(p)]
+pm, nv = lines(sys.argv[1]), lines(sys.argv[2])
+e = [j for j in pm if j["type"] == "embp"][0]
+V, P = 50304, 2   # padded vocab of the test configs
+whole = e["single_process_table_bytes"]
+for r, b in enumerate(e["table_bytes"]):
+    rows_r = (V - r + P - 1) // P
+    assert b * V == whole * rows_r, f"rank {r}: {b} table bytes, expected {whole} * {rows_r} / {V}"
+    assert b * V <= whole * -(-V // P), (b, whole)
+    assert e["moment_bytes"][r] == 2 * b, e
+print("ok: table bytes per rank", e["table_bytes"], "of", whole, "(ceil(V/P)/V), moments twice that")
+steps = lambda L: [j for j in L if j["type"] == "step"]
+for name, L in (("premix", pm), ("naive", nv)):
+    b = steps(L)[-1]["dist_bytes"]
+    assert b["embp_sent"][0] == b["embp_recv"][1] and b["embp_sent"][1] == b["embp_recv"][0], b
+    assert min(b["embp_sent"]) > 0 and b["table_sent"] == [0, 0], b
+rss = [j for j in pm if j["type"] == "dist"][0]["peak_rss_kb"]
+print("ok: exchange bytes per rank at step 20: premix", steps(pm)[-1]["dist_bytes"]["embp_sent"],
+      "naive", steps(nv)[-1]["dist_bytes"]["embp_sent"], "| peak RSS kB per rank", rss)
+PY
+"$JTOK" eval --checkpoint "$T/embp2" --no-blimp --json --val-batches 2 > "$T/eval2.json"
+/usr/bin/python3 - "$T/eval2.json" "$T/embp2/log.jsonl" <<'PY'
+import json, sys
+ev = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["val_loss"]
+v2 = [json.loads(l)["val_loss"] for l in open(sys.argv[2]) if '"type":"val"' in l][-1]
+assert ev == v2, f"FAIL: eval of the EmbP checkpoint on P=1 gives {ev!r}, the ranks logged {v2!r}"
+print(f"ok: the EmbP P=2 checkpoint evaluates on P=1 to {ev!r}, as logged")
+PY
+cp -r "$T/embp2" "$T/embp2r"
+rm -rf "$T/embp2r/checkpoints/step_00000020"
+two --config "$T/moe.json" --out "$T/embp2r" --resume --embp premix
+cmp_runs "$T/embp2/log.jsonl" "$T/embp2r/log.jsonl" --bitwise
+echo "ok: EmbP resume on 2 ranks reproduces the straight run"
+
 # An error on one rank ends the whole job: rank 0 refuses a directory holding another run while
 # rank 1 waits for it in a barrier; the job must exit non-zero, naming the rank, not hang.
 start=$SECONDS

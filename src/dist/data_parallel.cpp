@@ -79,7 +79,7 @@ void merge_table_grads(Model& m, const std::vector<char>& packed, const std::vec
   }
 }
 
-ExchangeBytes sum_gradients(Model& m) {
+ExchangeBytes sum_gradients(Model& m, bool tables) {
   ExchangeBytes b;
   const int64_t P = world_size();
   if (P == 1) return b;
@@ -89,7 +89,7 @@ ExchangeBytes sum_gradients(Model& m) {
   // Reduce-scatter + allgather: each rank sends (P-1)/P of the buffer twice, and receives as much.
   const int64_t chunk = (n + P - 1) / P * static_cast<int64_t>(sizeof(float));
   b.backbone_sent = b.backbone_recv = 2 * (P - 1) * chunk;
-  if (!m.table_grads.empty()) {
+  if (tables && !m.table_grads.empty()) {
     const std::vector<char> mine = pack_table_grads(m);
     std::vector<int64_t> sizes;
     const std::vector<char> all = allgatherv(mine.data(), static_cast<int64_t>(mine.size()), &sizes);

@@ -44,8 +44,9 @@ BatchShare batch_share(const TrainConfig& t, int64_t rank, int64_t ranks);
 struct ExchangeBytes {
   int64_t backbone_sent = 0, backbone_recv = 0, table_sent = 0, table_recv = 0;
 };
-// Sums m.grads and m.table_grads over all ranks in place (no-op in a world of one).
-ExchangeBytes sum_gradients(Model& m);
+// Sums m.grads and (if `tables`) m.table_grads over all ranks in place (no-op in a world of one).
+// Sharded tables (dist/sharded_tables.h) have their own exchange: tables = false.
+ExchangeBytes sum_gradients(Model& m, bool tables = true);
 // The table-gradient merge on its own: `packed` is every rank's pack_table_grads output in rank
 // order (sizes[j] bytes each); the result replaces m.table_grads.
 std::vector<char> pack_table_grads(const Model& m);

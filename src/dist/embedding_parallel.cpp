@@ -112,14 +112,14 @@ ExchangeBytes2 fetch_rows(float* out, const TableShard& s, int64_t table, const 
   return b;
 }
 
-ExchangeBytes2 push_row_grads(TableShard& s, int64_t table, const RowBatch& rb, const float* grows) {
+ExchangeBytes2 push_row_grads(TableShard& s, int64_t table, const std::vector<int32_t>& ids, const float* grows) {
   const size_t P = static_cast<size_t>(world_size());
-  const int64_t d = s.dim, U = static_cast<int64_t>(rb.unique.size());
+  const int64_t d = s.dim, U = static_cast<int64_t>(ids.size());
   ExchangeBytes2 b;
-  std::vector<std::vector<uint32_t>> msg(P);  // per unique id: id, then d floats
+  std::vector<std::vector<uint32_t>> msg(P);  // per id: id, then d floats
   for (int64_t u = 0; u < U; ++u) {
-    auto& m = msg[s.own.owner(rb.unique[u])];
-    m.push_back(static_cast<uint32_t>(rb.unique[u]));
+    auto& m = msg[s.own.owner(ids[u])];
+    m.push_back(static_cast<uint32_t>(ids[u]));
     for (int64_t j = 0; j < d; ++j) m.push_back(bits(grows[u * d + j]));
   }
   std::vector<int64_t> from;

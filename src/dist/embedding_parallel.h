@@ -71,9 +71,12 @@ struct ExchangeBytes2 {
 
 // JTok: out (U, d) = rows of `table` for rb.unique, from their owners.
 ExchangeBytes2 fetch_rows(float* out, const TableShard& s, int64_t table, const RowBatch& rb);
-// JTok backward: the row gradients (U, d) of rb.unique go to their owners, which add them into
-// s.grads[table] (source-rank order, then each source's unique order).
-ExchangeBytes2 push_row_grads(TableShard& s, int64_t table, const RowBatch& rb, const float* grows);
+// JTok backward: the row gradients (R, d) of ids (R distinct) go to their owners, which add them
+// into s.grads[table] (source-rank order, then each source's order).
+ExchangeBytes2 push_row_grads(TableShard& s, int64_t table, const std::vector<int32_t>& ids, const float* grows);
+inline ExchangeBytes2 push_row_grads(TableShard& s, int64_t table, const RowBatch& rb, const float* grows) {
+  return push_row_grads(s, table, rb.unique, grows);
+}
 
 // What premix_backward needs of its forward: the requests, as the owner received them and as the
 // requester sent them.

@@ -114,7 +114,7 @@ void sync_tables(Model& model, AdamWState& state) {
   state.table_consts_base = to;
 }
 
-double grad_global_norm(const Model& model) {
+double grad_global_norm(const Model& model, double extra_sum_squares) {
   const float* g = model.grads.data();
   const int64_t n = static_cast<int64_t>(model.grads.size());
   // Blocks of 4096 elements: a float partial per block (vectorizes), blocks summed in double.
@@ -127,6 +127,7 @@ double grad_global_norm(const Model& model) {
     return static_cast<double>(s);
   });
   for (const auto& tg : model.table_grads) ss += tg.sum_squares();
+  ss += extra_sum_squares;
   return std::sqrt(ss);
 }
 
@@ -142,10 +143,15 @@ static std::string first_nonfinite_grad(const Model& model) {
   return "none found: the sum of squares overflowed";
 }
 
-StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t) {
+AdamWHyper table_adamw_hyper(const TrainConfig& t, const StepStats& st, int64_t step) {
+  return {static_cast<float>(st.lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
+          static_cast<float>(t.adam_epsilon), static_cast<float>(t.weight_decay), step, static_cast<float>(st.clip_coef)};
+}
+
+StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t, double extra_sum_squares) {
   JTOK_PROFILE("optimizer");
   StepStats st;
-  st.grad_norm = grad_global_norm(model);
+  st.grad_norm = grad_global_norm(model, extra_sum_squares);
   // Checked before anything moves: a NaN or infinite norm would turn into a NaN clipping coefficient
   // and reach every weight and moment.
   if (!std::isfinite(st.grad_norm))
@@ -169,9 +175,7 @@ StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t) 
   // Token-indexed tables: 2-D weights, so weight decay applies, as in the reference's decay group.
   if (model.tables.empty()) return st;
   JTOK_PROFILE("optimizer_tables");
-  const AdamWHyper h{static_cast<float>(st.lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
-                     static_cast<float>(t.adam_epsilon), static_cast<float>(t.weight_decay), state.step,
-                     static_cast<float>(st.clip_coef)};
+  const AdamWHyper h = table_adamw_hyper(t, st, state.step);
   if (t.table_optimizer == "sparse") {
     JTOK_CHECK(state.table_consts.empty(), "sparse table optimizer with deferred dense steps pending");
     for (size_t l = 0; l < model.tables.size(); ++l)

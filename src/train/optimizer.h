@@ -43,7 +43,9 @@ void sync_tables(Model& model, AdamWState& state);
 void mark_tables_current(const Model& model, AdamWState& state);
 
 // sqrt(sum g^2) over every gradient (the tables' sparse rows included), accumulated in double.
-double grad_global_norm(const Model& model);
+// extra_sum_squares: gradients the model does not hold (table shards of other ranks and this one,
+// already summed over the ranks: dist::ShardedTables::grad_sum_squares).
+double grad_global_norm(const Model& model, double extra_sum_squares = 0);
 
 struct StepStats {
   double grad_norm, lr, clip_coef;
@@ -51,6 +53,9 @@ struct StepStats {
 
 // Clips (if t.max_grad_norm > 0), updates parameters with AdamW at lr_at(t, state.step),
 // increments state.step. Gradients are left as they were (caller zeroes them).
-StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t);
+StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t, double extra_sum_squares = 0);
+// The AdamW hyperparameters of the token-indexed tables at the step optimizer_step just took
+// (state.step after it), for tables updated outside it (dist::ShardedTables).
+AdamWHyper table_adamw_hyper(const TrainConfig& t, const StepStats& st, int64_t step);
 
 }  // namespace jtok

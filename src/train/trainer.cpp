@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -18,6 +20,7 @@
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
+#include "dist/sharded_tables.h"
 #include "infer/generate.h"
 #include "model/transformer.h"
 #include "train/checkpoint.h"
@@ -170,14 +173,21 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     log.write(start);
   }
 
+  // Embedding parallelism: from here on this rank holds only its rows of the tables.
+  std::unique_ptr<dist::ShardedTables> embp;
+  if (opt.embp != "off" && !model.tables.empty())
+    embp = std::make_unique<dist::ShardedTables>(model, adam, dist::ShardedTables::parse_mode(opt.embp),
+                                                 dist::ShardedTables::parse_owner(opt.embp_owner));
   auto save = [&](int64_t step) {
     std::ostringstream rng;
     rng << sample_rng;
     nlohmann::json st = {{"step", step}, {"run_id", run_id}, {"data", data.state()}, {"sample_rng", rng.str()},
                          {"lr", lr_at(t, std::max<int64_t>(0, step - 1))}, {"max_steps", t.max_steps}};
     sync_tables(model, adam);
+    if (embp) embp->gather_to_root(model, adam);  // rank 0 holds the whole tables while it writes
     if (!lead) return;
     auto dir = save_checkpoint(opt.out_dir, step, cfg, model, adam, st, t.keep_checkpoints);
+    if (embp) embp->release(model, adam);
     log.write({{"type", "checkpoint"}, {"step", step}, {"path", dir}});
     std::printf("checkpoint: %s\n", dir.c_str());
   };
@@ -187,6 +197,22 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
   std::vector<int32_t> x(N), y(N);
   Activations acts;
   acts.row_sync = table_row_sync(model, adam);  // table rows behind deferred steps catch up as read
+  if (embp) {
+    acts.tables = embp.get();
+    const int64_t mine[2] = {embp->table_bytes(), embp->moment_bytes()};
+    std::vector<int64_t> all(static_cast<size_t>(2 * share.ranks), 0);
+    all[static_cast<size_t>(2 * share.rank)] = mine[0];
+    all[static_cast<size_t>(2 * share.rank + 1)] = mine[1];
+    dist::allreduce_sum(all.data(), static_cast<int64_t>(all.size()));
+    std::vector<int64_t> tb, mb;
+    for (int64_t r = 0; r < share.ranks; ++r) tb.push_back(all[2 * r]), mb.push_back(all[2 * r + 1]);
+    log.write({{"type", "embp"}, {"step", start_step}, {"mode", opt.embp}, {"owner", opt.embp_owner},
+               {"table_bytes", tb}, {"moment_bytes", mb}, {"single_process_table_bytes", embp->single_process_table_bytes()}});
+    std::printf("embp: %s, rows by %s over %lld ranks | table bytes per rank %s of %lld (+ AdamW moments x2)\n",
+                opt.embp.c_str(), opt.embp_owner.c_str(), static_cast<long long>(share.ranks), nlohmann::json(tb).dump().c_str(),
+                static_cast<long long>(embp->single_process_table_bytes()));
+    if (t.sample_interval > 0) std::printf("embp: periodic samples are off (generation does not reach sharded tables yet)\n");
+  }
   TrainResult res;
   double elapsed_train = 0;
   int64_t timed_steps = 0;
@@ -194,6 +220,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
   for (int64_t step = start_step; step < t.max_steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     zero_grads(model);
+    if (embp) embp->clear_grads();
     // LM loss and the aux losses (MoE, JTok-M) apart; the gradient is of their sum.
     double loss = 0, aux = 0, jaux = 0, hstd = 0;
     RoutingStats routing = no_routing;
@@ -215,7 +242,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     }
     nlohmann::json dist_bytes;
     if (share.ranks > 1) {  // sum gradients, losses and routing counts over the ranks
-      const dist::ExchangeBytes xb = dist::sum_gradients(model);
+      const dist::ExchangeBytes xb = dist::sum_gradients(model, !embp);
       std::vector<double> sums = {loss, aux, jaux};
       for (size_t k = 0; k < routing.load.size(); ++k) {
         sums.insert(sums.end(), routing.load[k].begin(), routing.load[k].end());
@@ -228,6 +255,17 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
         for (auto& v : routing.wsum[k]) v = sums[o++];
       }
       dist_bytes = dist::gather_bytes_json(xb);
+      if (embp) {  // the table exchanges of this step's forwards and backwards, per rank
+        const dist::ExchangeBytes2 eb = embp->take_bytes();
+        std::vector<int64_t> v(static_cast<size_t>(2 * share.ranks), 0);
+        v[static_cast<size_t>(2 * share.rank)] = eb.sent;
+        v[static_cast<size_t>(2 * share.rank + 1)] = eb.recv;
+        dist::allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+        std::vector<int64_t> sent, recv;
+        for (int64_t r = 0; r < share.ranks; ++r) sent.push_back(v[2 * r]), recv.push_back(v[2 * r + 1]);
+        dist_bytes["embp_sent"] = sent;
+        dist_bytes["embp_recv"] = recv;
+      }
       int64_t dg[2] = {digest, 0};
       dist::allreduce_sum(dg, 2);
       digest = dg[0] & ((int64_t{1} << 56) - 1);
@@ -244,7 +282,10 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
       nonfinite = "the loss is " + std::to_string(loss) + "; the step was not applied";
     } else {
       try {
-        st = optimizer_step(model, adam, t);  // refuses a non-finite gradient norm before changing anything
+        // With sharded tables the norm takes every rank's shard gradients (a collective: every rank
+        // has the same loss here), and the owners update their rows.
+        st = optimizer_step(model, adam, t, embp ? embp->grad_sum_squares() : 0.0);  // refuses a non-finite norm first
+        if (embp) embp->optimizer_step(t, st, adam.step);
       } catch (const Error& e) {
         nonfinite = e.what();
       }
@@ -309,12 +350,13 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     }
     if (val && (done % t.eval_interval == 0 || done == t.max_steps)) {
       sync_tables(model, adam);  // evaluation reads any row
-      double vl = lead ? mean_val_loss(model, acts, *val, t) : 0.0;
+      double vl = lead || embp ? mean_val_loss(model, acts, *val, t) : 0.0;  // sharded: every rank serves rows
+      if (embp) embp->take_bytes();  // not a training step's exchange
       res.last_val_loss = vl;
       log.write({{"type", "val"}, {"step", done}, {"val_loss", vl}, {"val_ppl", std::exp(vl)}});
       std::printf("%sval step %lld | val_loss %.4f | ppl %.2f\n", tty ? "\n" : "", static_cast<long long>(done), vl, std::exp(vl));
     }
-    if (lead && opt.sample && t.sample_interval > 0 && done % t.sample_interval == 0) {
+    if (lead && !embp && opt.sample && t.sample_interval > 0 && done % t.sample_interval == 0) {
       sync_tables(model, adam);  // generation reads any row
       auto gen = [&](const std::vector<int32_t>& prompt, int64_t n) {
         KVCache cache;
@@ -342,6 +384,15 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
       res.interrupted = true;
       break;
     }
+  }
+  if (share.ranks > 1) {  // each rank's peak resident memory
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    std::vector<int64_t> rss(static_cast<size_t>(share.ranks), 0);
+    rss[static_cast<size_t>(share.rank)] = ru.ru_maxrss;
+    dist::allreduce_sum(rss.data(), share.ranks);
+    log.write({{"type", "dist"}, {"step", res.steps_done}, {"ranks", share.ranks}, {"peak_rss_kb", rss}});
+    std::printf("peak RSS per rank (kB): %s\n", nlohmann::json(rss).dump().c_str());
   }
   log.write({{"type", "end"}, {"step", res.steps_done}, {"loss", res.last_loss}, {"interrupted", res.interrupted}});
   return res;

@@ -25,6 +25,9 @@ struct ValSource {
 struct TrainOptions {
   std::string out_dir;
   bool resume = false;
+  // Embedding parallelism under mpirun (dist/sharded_tables.h): "off" (tables replicated on every
+  // rank), "premix" or "naive" (JTok-M's exchange); embp_owner "mod" (id mod P) or "contiguous".
+  std::string embp = "off", embp_owner = "mod";
   bool overwrite = false;
   int64_t skip_nonfinite_steps = 0;  // drop up to this many batches whose loss or gradient is not finite  // a fresh run may delete an old run's checkpoints and log in out_dir (run_dir.h)
   std::string command_line;

@@ -1,0 +1,249 @@
+#include "dist/sharded_tables.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/profile.h"
+#include "dist/communicator.h"
+#include "ops/adamw.h"
+
+namespace jtok::dist {
+
+ShardedTables::Mode ShardedTables::parse_mode(const std::string& s) {
+  if (s == "premix") return Mode::kPremix;
+  if (s == "naive") return Mode::kNaive;
+  fail("--embp '", s, "': expected off, premix or naive");
+}
+
+RowOwner::Kind ShardedTables::parse_owner(const std::string& s) {
+  if (s == "mod") return RowOwner::kModP;
+  if (s == "contiguous") return RowOwner::kContiguous;
+  fail("--embp-owner '", s, "': expected mod or contiguous");
+}
+
+ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind owner) : mode_(mode) {
+  sync_tables(m, st);  // the rows taken must be current
+  const int me = rank(), P = world_size();
+  where_.assign(m.tables.size(), {-1, -1});
+  auto add_shard = [&](int64_t first, int64_t n) {
+    const int64_t V = m.tables[first].rows, d = m.tables[first].dim;
+    TableShard s = make_shard(RowOwner{V, P, owner}, me, n, d);
+    for (int64_t t = 0; t < n; ++t) {
+      const size_t k = static_cast<size_t>(first + t);
+      JTOK_CHECK(m.tables[k].rows == V && static_cast<int64_t>(m.tables[k].w.size()) == V * d, "table ", m.table_names[k]);
+      const bool moments = static_cast<int64_t>(st.table_m[k].size()) == V * d;
+      for (int64_t r = 0; r < s.rows; ++r) {
+        const int64_t g = s.own.global(me, r);
+        std::memcpy(s.w[t].data() + r * d, m.tables[k].w.data() + g * d, sizeof(float) * d);
+        if (moments) {
+          std::memcpy(s.m[t].data() + r * d, st.table_m[k].data() + g * d, sizeof(float) * d);
+          std::memcpy(s.v[t].data() + r * d, st.table_v[k].data() + g * d, sizeof(float) * d);
+        }
+      }
+      where_[k] = {static_cast<int>(shards_.size()), static_cast<int>(t)};
+      whole_bytes_ += V * d * static_cast<int64_t>(sizeof(float));
+    }
+    shards_.push_back(std::move(s));
+  };
+  for (int64_t l = 0; l < m.cfg.num_hidden_layers; ++l) {
+    if (m.jtok_table[l] >= 0) add_shard(m.jtok_table[l], 1);
+    if (m.jtokm_table[l] >= 0) add_shard(m.jtokm_table[l], m.cfg.jtokm_n_e);
+  }
+  for (const auto& w : where_) JTOK_CHECK(w.first >= 0, "a table belongs to no layer");
+  premix_.resize(shards_.size());
+  naive_.resize(shards_.size());
+  release(m, st);
+}
+
+void ShardedTables::release(Model& m, AdamWState& st) {
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    m.tables[k].rows = 0;  // the shape's dim stays: the model reads it
+    std::vector<float>().swap(m.tables[k].w);
+    std::vector<float>().swap(st.table_m[k]);
+    std::vector<float>().swap(st.table_v[k]);
+    m.table_grads[k] = SparseRowGrad{};
+    m.table_grads[k].dim = m.tables[k].dim;
+  }
+  mark_tables_current(m, st);
+}
+
+void ShardedTables::rows(float* out, int64_t table, const RowBatch& rb) {
+  JTOK_PROFILE("embp_rows");
+  const auto [s, t] = where_[static_cast<size_t>(table)];
+  bytes_.add(fetch_rows(out, shards_[s], t, rb));
+}
+
+void ShardedTables::row_grads(int64_t table, SparseRowGrad& g) {
+  JTOK_PROFILE("embp_row_grads");
+  const auto [s, t] = where_[static_cast<size_t>(table)];
+  bytes_.add(push_row_grads(shards_[s], t, g.ids, g.rows.data()));
+  g.clear();
+}
+
+void ShardedTables::mix(float* e, int64_t table_base, const int32_t* ids, const int32_t* sel, const float* w, int64_t N,
+                        int64_t K) {
+  JTOK_PROFILE("embp_mix");
+  const int s = where_[static_cast<size_t>(table_base)].first;
+  const TableShard& sh = shards_[s];
+  if (mode_ == Mode::kPremix) {
+    bytes_.add(premix_forward(e, premix_[s], sh, ids, sel, w, N, K));
+    return;
+  }
+  // Naive: the unique (id, table) pairs, in order of first use, fetched raw and mixed here.
+  Naive& nv = naive_[s];
+  const int64_t d = sh.dim, ne = sh.n_tables;
+  nv.pair_ids.clear();
+  nv.pair_tables.clear();
+  nv.slot.assign(static_cast<size_t>(N * K), -1);
+  nv.w.assign(w, w + N * K);
+  std::vector<int32_t> first(static_cast<size_t>(sh.own.V * ne), -1);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      int32_t& q = first[static_cast<size_t>(ids[n] * ne + sel[n * K + k])];
+      if (q < 0) {
+        q = static_cast<int32_t>(nv.pair_ids.size());
+        nv.pair_ids.push_back(ids[n]);
+        nv.pair_tables.push_back(sel[n * K + k]);
+      }
+      nv.slot[static_cast<size_t>(n * K + k)] = q;
+    }
+  nv.rows.resize(nv.pair_ids.size() * static_cast<size_t>(d));
+  bytes_.add(naive_fetch(nv.rows.data(), sh, nv.pair_ids, nv.pair_tables));
+  for (int64_t n = 0; n < N; ++n) {  // as the local path mixes: e = 0; e += w_k row_k, k in order
+    float* en = e + n * d;
+    std::fill(en, en + d, 0.0f);
+    for (int64_t k = 0; k < K; ++k) {
+      const float wk = w[n * K + k];
+      const float* r = nv.rows.data() + static_cast<int64_t>(nv.slot[n * K + k]) * d;
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) en[j] += wk * r[j];
+    }
+  }
+}
+
+void ShardedTables::mix_backward(float* dw, int64_t table_base, const float* de, int64_t N, int64_t K) {
+  JTOK_PROFILE("embp_mix_bwd");
+  const int s = where_[static_cast<size_t>(table_base)].first;
+  TableShard& sh = shards_[s];
+  if (mode_ == Mode::kPremix) {
+    bytes_.add(premix_backward(dw, sh, premix_[s], de));
+    return;
+  }
+  Naive& nv = naive_[s];
+  const int64_t d = sh.dim, S = static_cast<int64_t>(nv.pair_ids.size());
+  std::vector<float> grows(static_cast<size_t>(S * d), 0.0f);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* g = de + n * d;
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t q = nv.slot[static_cast<size_t>(n * K + k)];
+      const float* r = nv.rows.data() + q * d;
+      float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t j = 0; j < d; ++j) acc += g[j] * r[j];
+      dw[n * K + k] = acc;
+      const float wk = nv.w[static_cast<size_t>(n * K + k)];
+      float* out = grows.data() + q * d;
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) out[j] += wk * g[j];
+    }
+  }
+  bytes_.add(push_pair_grads(sh, nv.pair_ids, nv.pair_tables, grows.data()));
+}
+
+void ShardedTables::clear_grads() {
+  for (auto& s : shards_)
+    for (auto& g : s.grads) g.clear();
+}
+
+double ShardedTables::grad_sum_squares() const {
+  double ss = 0;
+  for (const auto& s : shards_)
+    for (const auto& g : s.grads) ss += g.sum_squares();
+  allreduce_sum(&ss, 1);
+  return ss;
+}
+
+void ShardedTables::optimizer_step(const TrainConfig& t, const StepStats& st, int64_t step) {
+  JTOK_PROFILE("embp_optimizer");
+  const AdamWStepConsts c = adamw_consts(table_adamw_hyper(t, st, step));
+  const bool dense = t.table_optimizer != "sparse";
+  for (auto& s : shards_) {
+    const int64_t d = s.dim;
+    for (int64_t k = 0; k < s.n_tables; ++k) {
+      const SparseRowGrad& g = s.grads[k];
+      float *w = s.w[k].data(), *m = s.m[k].data(), *v = s.v[k].data();
+      if (dense) {  // every owned row: those without a gradient decay (torch.optim.AdamW on a dense table)
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < s.rows; ++r) {
+          const int32_t q = g.slot[static_cast<size_t>(r)];
+          adamw_elements(w + r * d, q >= 0 ? g.rows.data() + static_cast<int64_t>(q) * d : nullptr, m + r * d, v + r * d, d, c);
+        }
+      } else {
+        const int64_t R = static_cast<int64_t>(g.ids.size());
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < R; ++i) {
+          const int64_t r = g.ids[static_cast<size_t>(i)];
+          adamw_elements(w + r * d, g.rows.data() + i * d, m + r * d, v + r * d, d, c);
+        }
+      }
+    }
+  }
+}
+
+void ShardedTables::gather_to_root(Model& m, AdamWState& st) {
+  JTOK_PROFILE("embp_gather_to_root");
+  const int me = rank(), P = world_size();
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    const auto [si, t] = where_[k];
+    const TableShard& s = shards_[si];
+    const int64_t d = s.dim, V = s.own.V, n = s.rows * d;
+    // w, m, v of my rows, to rank 0 only.
+    std::vector<float> mine(static_cast<size_t>(3 * n));
+    std::memcpy(mine.data(), s.w[t].data(), sizeof(float) * n);
+    std::memcpy(mine.data() + n, s.m[t].data(), sizeof(float) * n);
+    std::memcpy(mine.data() + 2 * n, s.v[t].data(), sizeof(float) * n);
+    std::vector<int64_t> sc(static_cast<size_t>(P), 0), so(static_cast<size_t>(P), 0), rc(static_cast<size_t>(P), 0);
+    sc[0] = 3 * n * static_cast<int64_t>(sizeof(float));
+    if (me == 0)
+      for (int r = 0; r < P; ++r) rc[static_cast<size_t>(r)] = 3 * s.own.rows_on(r) * d * static_cast<int64_t>(sizeof(float));
+    const std::vector<int64_t> ro = prefix_offsets(rc);
+    std::vector<float> all(static_cast<size_t>((ro.back() + rc.back()) / static_cast<int64_t>(sizeof(float))));
+    alltoallv(mine.data(), sc, so, all.data(), rc, ro);
+    if (me != 0) continue;
+    m.tables[k].rows = V;
+    m.tables[k].w.assign(static_cast<size_t>(V * d), 0.0f);
+    st.table_m[k].assign(static_cast<size_t>(V * d), 0.0f);
+    st.table_v[k].assign(static_cast<size_t>(V * d), 0.0f);
+    for (int r = 0; r < P; ++r) {
+      const int64_t rows = s.own.rows_on(r);
+      const float* base = all.data() + ro[static_cast<size_t>(r)] / static_cast<int64_t>(sizeof(float));
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t g = s.own.global(r, i);
+        std::memcpy(m.tables[k].w.data() + g * d, base + i * d, sizeof(float) * d);
+        std::memcpy(st.table_m[k].data() + g * d, base + rows * d + i * d, sizeof(float) * d);
+        std::memcpy(st.table_v[k].data() + g * d, base + 2 * rows * d + i * d, sizeof(float) * d);
+      }
+    }
+  }
+  if (me == 0) mark_tables_current(m, st);
+}
+
+ExchangeBytes2 ShardedTables::take_bytes() {
+  const ExchangeBytes2 b = bytes_;
+  bytes_ = {};
+  return b;
+}
+
+int64_t ShardedTables::table_bytes() const {
+  int64_t b = 0;
+  for (const auto& s : shards_) b += s.table_bytes();
+  return b;
+}
+
+int64_t ShardedTables::moment_bytes() const {
+  int64_t b = 0;
+  for (const auto& s : shards_) b += s.moment_bytes();
+  return b;
+}
+
+}  // namespace jtok::dist

@@ -1,0 +1,79 @@
+// Embedding parallelism in training (issue 11): the model's token-indexed tables sharded over the
+// ranks by token id (dist/embedding_parallel.h), behind the model's TableProvider hook.
+//
+// Each rank keeps only the rows it owns of every table, with their AdamW moments; Model::tables
+// keep their shapes but no rows, and the model reaches rows through this provider:
+//   JTok     forward: the micro-batch's unique ids go to their owners, rows come back once each;
+//            backward: each unique id's gradient row goes to its owner.
+//   JTok-M   "premix": (id, K tables, K weights) per position to the owner, which returns the mixed
+//            d-vector; backward: dL/de to the owner, K weight gradients back. "naive": the unique
+//            (id, table) pairs' raw rows come back and are mixed here; backward: the pairs'
+//            gradient rows go to the owners.
+// The owners accumulate the tables' gradients (in a fixed order) and update their rows with AdamW
+// (table_optimizer "dense": every owned row every step, torch's semantics; "sparse": rows with a
+// gradient). The global gradient norm includes every rank's shard (grad_sum_squares).
+// Whole tables exist only transiently: at start (every rank builds or loads the whole model, then
+// keeps its rows) and at a checkpoint (rank 0 gathers the rows, writes, drops them) — left to do:
+// per-row initialisation and per-rank writes in place (docs/distributed.md).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dist/embedding_parallel.h"
+#include "model/transformer.h"
+#include "train/optimizer.h"
+
+namespace jtok::dist {
+
+class ShardedTables : public TableProvider {
+ public:
+  enum class Mode { kPremix, kNaive };
+  static Mode parse_mode(const std::string& s);            // "premix" | "naive"
+  static RowOwner::Kind parse_owner(const std::string& s);  // "mod" | "contiguous"
+
+  // Takes this rank's rows (values and AdamW moments, brought current first) out of m and st and
+  // leaves m.tables without rows. Every rank must hold the same whole tables when called.
+  ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind owner);
+
+  // TableProvider (collectives: every rank calls them in the same order).
+  void rows(float* out, int64_t table, const RowBatch& rb) override;
+  void row_grads(int64_t table, SparseRowGrad& g) override;
+  void mix(float* e, int64_t table_base, const int32_t* ids, const int32_t* sel, const float* w, int64_t N,
+           int64_t K) override;
+  void mix_backward(float* dw, int64_t table_base, const float* de, int64_t N, int64_t K) override;
+
+  void clear_grads();
+  // Sum of squares of every rank's shard gradients (a collective; the same on every rank).
+  double grad_sum_squares() const;
+  // AdamW on the owned rows with the step optimizer_step just took.
+  void optimizer_step(const TrainConfig& t, const StepStats& st, int64_t step);
+  // Rank 0 gets the whole tables and moments back into m and st (a collective), e.g. to write a
+  // checkpoint; release() takes them out again.
+  void gather_to_root(Model& m, AdamWState& st);
+  void release(Model& m, AdamWState& st);
+
+  ExchangeBytes2 take_bytes();  // exchanged since the last call
+  int64_t table_bytes() const;  // this rank's rows
+  int64_t moment_bytes() const;
+  int64_t single_process_table_bytes() const { return whole_bytes_; }
+  Mode mode() const { return mode_; }
+
+ private:
+  struct Naive {  // what the naive backward needs of its forward
+    std::vector<int32_t> pair_ids, pair_tables, slot;  // slot (N, K): pair of each (position, k)
+    std::vector<float> rows;                            // (S, d)
+    std::vector<float> w;                               // (N, K)
+  };
+  Mode mode_;
+  std::vector<TableShard> shards_;           // per JTok table, per JTok-M layer (its n_e tables)
+  std::vector<std::pair<int, int>> where_;   // model table -> (shard, table within it)
+  std::vector<PremixState> premix_;          // per shard
+  std::vector<Naive> naive_;                 // per shard
+  ExchangeBytes2 bytes_;
+  int64_t whole_bytes_ = 0;
+};
+
+}  // namespace jtok::dist
