@@ -9,6 +9,7 @@
 
 #include "dist/communicator.h"
 #include "dist/embedding_parallel.h"
+#include "dist/embp_plan.h"
 
 using namespace jtok;
 using dist::RowOwner;
@@ -254,4 +255,51 @@ TEST(DistEmbP, PremixAndNaive) {
               static_cast<long long>(fwd.sent), static_cast<long long>(fwd.recv), static_cast<long long>(bwd.sent),
               static_cast<long long>(bwd.recv), static_cast<long long>(nb.sent), static_cast<long long>(nb.recv),
               static_cast<long long>(remote_pairs));
+}
+
+// The planner's formulas (jtok embp-plan) give what the exchanges measure, rank by rank.
+TEST(DistEmbP, PlannerFormulasEqualMeasured) {
+  const int P = dist::world_size(), me = dist::rank();
+  const auto full = full_tables();
+  for (auto kind : {RowOwner::kModP, RowOwner::kContiguous}) {
+    RowOwner own{V, P, kind};
+    dist::TableShard s = dist::make_shard(own, me, NE, d, ptrs(full));
+    std::vector<std::vector<int32_t>> ids(P), sel(P);
+    for (int r = 0; r < P; ++r) {
+      ids[r] = batch_of(r).ids;
+      sel[r] = batch_of(r).sel;
+    }
+    const RankBatch b = batch_of(me);
+    // JTok: fetch + push.
+    const RowBatch rb = dedup_ids(b.ids.data(), N, V);
+    std::vector<float> rows(rb.unique.size() * d), g(rb.unique.size() * d, 1.0f);
+    dist::ExchangeBytes2 j = dist::fetch_rows(rows.data(), s, 0, rb);
+    j.add(dist::push_row_grads(s, 0, rb, g.data()));
+    const auto pj = dist::plan_jtok(ids, own, d);
+    EXPECT_EQ(j.sent, pj[me].sent);
+    EXPECT_EQ(j.recv, pj[me].recv);
+    // Premix: forward + backward.
+    std::vector<float> e(N * d), dw(N * K);
+    dist::PremixState st;
+    dist::ExchangeBytes2 pm = dist::premix_forward(e.data(), st, s, b.ids.data(), b.sel.data(), b.w.data(), N, K);
+    pm.add(dist::premix_backward(dw.data(), s, st, b.de.data()));
+    const auto pp = dist::plan_premix(ids, own, K, d);
+    EXPECT_EQ(pm.sent, pp[me].sent);
+    EXPECT_EQ(pm.recv, pp[me].recv);
+    // Naive: the unique pairs, fetch + gradient push.
+    std::vector<int32_t> pid, ptab;
+    std::vector<char> seen(V * NE, 0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k)
+        if (!seen[b.ids[n] * NE + b.sel[n * K + k]]++) pid.push_back(b.ids[n]), ptab.push_back(b.sel[n * K + k]);
+    std::vector<float> prow(pid.size() * d), pg(pid.size() * d, 1.0f);
+    dist::ExchangeBytes2 nv = dist::naive_fetch(prow.data(), s, pid, ptab);
+    nv.add(dist::push_pair_grads(s, pid, ptab, pg.data()));
+    const auto pn = dist::plan_naive(ids, sel, own, K, d);
+    EXPECT_EQ(nv.sent, pn[me].sent);
+    EXPECT_EQ(nv.recv, pn[me].recv);
+    // Premix with dedup never costs more than either.
+    const auto pd = dist::plan_premix_dedup(ids, sel, own, K, d);
+    EXPECT_LE(pd[me].sent + pd[me].recv, std::min(pp[me].sent + pp[me].recv, pn[me].sent + pn[me].recv));
+  }
 }
