@@ -6,7 +6,9 @@
 # - the P=2 MoE run repeated: losses and routing bit for bit;
 # - the P=2 run's checkpoint evaluated by one process (`jtok eval`): the same validation loss as
 #   rank 0 logged, and within 1e-6 of the single-process run's;
-# - resume on 2 ranks from the step-10 checkpoint: steps 11-20 bit for bit as the straight run.
+# - resume on 2 ranks from the step-10 checkpoint: steps 11-20 bit for bit as the straight run;
+# - kill -9 of one rank: the job ends non-zero within 60 s; --resume reproduces the losses;
+# - embedding parallelism (--embp): see its section below.
 #
 # Why 1e-6: the two runs compute the same gradient of the same loss over the same tokens; only the
 # order of the float sums differs (one process accumulates ((g0 + g1) + g2) + g3 over its micro-
@@ -141,6 +143,27 @@ rm -rf "$T/embp2r/checkpoints/step_00000020"
 two --config "$T/moe.json" --out "$T/embp2r" --resume --embp premix
 cmp_runs "$T/embp2/log.jsonl" "$T/embp2r/log.jsonl" --bitwise
 echo "ok: EmbP resume on 2 ranks reproduces the straight run"
+
+# Kill -9 of one rank mid-run (after the step-5 checkpoint): mpirun ends the job non-zero within
+# 60 s naming the rank; --resume on 2 ranks then gives the uninterrupted run's losses bit for bit.
+"${MPIRUN[@]}" -np 2 "$JTOK" train --peak-gflops 1 --config "$T/moe.json" --out "$T/killed" --checkpoint_interval 5 > "$T/killed.out" 2>&1 &
+mp=$!
+while [ ! -f "$T/killed/checkpoints/step_00000005/COMPLETE" ]; do
+  kill -0 $mp 2>/dev/null || { echo "FAIL: the run ended before its first checkpoint"; cat "$T/killed.out"; exit 1; }
+  sleep 0.05
+done
+victim=$(ps -o pid= --ppid $mp | tail -n1)
+kill -9 $victim
+start=$SECONDS
+rc=0; wait $mp || rc=$?
+[ $rc -ne 0 ] || { echo "FAIL: the job exited 0 after a rank was killed"; exit 1; }
+[ $((SECONDS - start)) -lt 60 ] || { echo "FAIL: the job took $((SECONDS - start)) s to end"; exit 1; }
+grep -q "exited on signal 9" "$T/killed.out" || { echo "FAIL: no message naming the killed rank:"; cat "$T/killed.out"; exit 1; }
+echo "ok: kill -9 of pid $victim ended the job (exit $rc) in $((SECONDS - start)) s: $(grep -m1 'exited on signal 9' "$T/killed.out")"
+two --config "$T/moe.json" --out "$T/killed" --resume
+grep -q "resume: from" "$T/last.out" || { echo "FAIL: did not resume"; cat "$T/last.out"; exit 1; }
+cmp_runs "$T/moe2/log.jsonl" "$T/killed/log.jsonl" --bitwise
+echo "ok: --resume on 2 ranks after the kill reproduces the uninterrupted run"
 
 # An error on one rank ends the whole job: rank 0 refuses a directory holding another run while
 # rank 1 waits for it in a barrier; the job must exit non-zero, naming the rank, not hang.
