@@ -30,8 +30,6 @@ CLI::App* self;
 
 void run() {
   using namespace jtok;
-  // Under mpirun only rank 0 speaks on stdout (the trainer's progress); errors still reach stderr.
-  if (dist::rank() != 0 && !std::freopen("/dev/null", "w", stdout)) fail("rank ", dist::rank(), ": cannot silence stdout");
   if (dist::world_size() > 1) std::printf("ranks: %d (data parallel, dist/data_parallel.h)\n", dist::world_size());
   auto overrides = collect_overrides(self, *fields, args.sets);
   if (args.max_steps > 0) overrides.push_back("max_steps=" + std::to_string(args.max_steps));

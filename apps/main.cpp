@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   }
   // Under mpirun: one process per rank (issue 11); without a launcher MPI is never touched.
   jtok::dist::init(&argc, &argv);
+  // Only rank 0 speaks on stdout (progress, results); errors still reach stderr from every rank.
+  if (jtok::dist::rank() != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
   CLI::App app{"jtok: a C++ engine for Transformers with token-indexed parameters (JTok, JTok-M)"};
   app.require_subcommand(1);
   auto& cmds = jtok::command_registry();
