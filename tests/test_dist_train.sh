@@ -99,7 +99,10 @@ echo "ok: resume on 2 ranks reproduces the straight run"
 # logged; the checkpoint (gathered by rank 0) evaluates on one process; resume on 2 ranks.
 one --config "$T/moe.json" --out "$T/embp1" --embp premix
 cmp_runs "$T/moe1/log.jsonl" "$T/embp1/log.jsonl" --bitwise
-echo "ok: --embp premix on one process is the local path bit for bit"
+one --config "$T/moe.json" --out "$T/sparse1" --table_optimizer sparse
+one --config "$T/moe.json" --out "$T/sparse1p" --table_optimizer sparse --embp premix
+cmp_runs "$T/sparse1/log.jsonl" "$T/sparse1p/log.jsonl" --bitwise
+echo "ok: --embp premix on one process is the local path bit for bit (deferred dense and sparse table AdamW)"
 two --config "$T/moe.json" --out "$T/embp2" --embp premix
 cmp_runs "$T/moe1/log.jsonl" "$T/embp2/log.jsonl" --rtol 1e-6 --rtol-after-flip 1e-3
 two --config "$T/moe.json" --out "$T/embp2b" --embp premix

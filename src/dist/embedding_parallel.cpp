@@ -101,6 +101,7 @@ ExchangeBytes2 fetch_rows(float* out, const TableShard& s, int64_t table, const 
     reply[j].resize(static_cast<size_t>(from[j] * d));
     for (int64_t i = 0; i < from[j]; ++i) {
       check_owner(s, got[off + i]);
+      if (s.sync) s.sync(table, s.own.local(got[off + i]));
       std::memcpy(reply[j].data() + i * d, s.row(table, got[off + i]), sizeof(float) * d);
     }
   }
@@ -175,6 +176,7 @@ ExchangeBytes2 premix_forward(float* e, PremixState& st, const TableShard& s, co
         const int32_t t = static_cast<int32_t>(got[off + 1 + k]);
         JTOK_CHECK(t >= 0 && t < s.n_tables, "premix request for table ", t);
         const float wk = unbits(got[off + 1 + K + k]);
+        if (s.sync) s.sync(t, s.own.local(id));
         const float* r = s.row(t, id);
 #pragma omp simd
         for (int64_t x = 0; x < d; ++x) out[x] += wk * r[x];
@@ -250,6 +252,7 @@ ExchangeBytes2 naive_fetch(float* rows, const TableShard& s, const std::vector<i
       const int32_t id = got[off + 2 * i], t = got[off + 2 * i + 1];
       check_owner(s, id);
       JTOK_CHECK(t >= 0 && t < s.n_tables, "naive request for table ", t);
+      if (s.sync) s.sync(t, s.own.local(id));
       std::memcpy(reply[j].data() + i * d, s.row(t, id), sizeof(float) * d);
     }
   }

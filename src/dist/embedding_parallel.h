@@ -29,6 +29,7 @@
 // Not yet wired into the trainer: see docs/distributed.md for the hooks left to add.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model/token_table.h"
@@ -56,6 +57,10 @@ struct TableShard {
   int64_t n_tables = 0, dim = 0, rows = 0;  // rows = own.rows_on(rank)
   std::vector<std::vector<float>> w, m, v;  // per table: (rows, dim)
   std::vector<SparseRowGrad> grads;         // per table, keyed by local row
+  // Optional: called by the owner before it reads row (table, local row) to answer a request, so
+  // an optimizer that defers rows without a gradient brings them current first (the row sync
+  // happens at the owner; dist::ShardedTables sets it).
+  std::function<void(int64_t table, int64_t local_row)> sync;
   const float* row(int64_t table, int64_t id) const { return w[table].data() + own.local(id) * dim; }
   int64_t table_bytes() const;   // rows x dim floats per table
   int64_t moment_bytes() const;  // AdamW m and v

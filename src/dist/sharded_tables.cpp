@@ -52,6 +52,14 @@ ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind
   for (const auto& w : where_) JTOK_CHECK(w.first >= 0, "a table belongs to no layer");
   premix_.resize(shards_.size());
   naive_.resize(shards_.size());
+  // Every row is current at the optimizer's step (sync_tables above, or a fresh or loaded state).
+  consts_base_ = st.step;
+  row_step_.resize(shards_.size());
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    row_step_[s].assign(static_cast<size_t>(shards_[s].n_tables),
+                        std::vector<int32_t>(static_cast<size_t>(shards_[s].rows), static_cast<int32_t>(st.step)));
+    shards_[s].sync = [this, s](int64_t t, int64_t r) { catch_up(static_cast<int>(s), t, r, tables_step()); };
+  }
   release(m, st);
 }
 
@@ -163,28 +171,69 @@ double ShardedTables::grad_sum_squares() const {
   return ss;
 }
 
+// As train/optimizer.cpp's replay_row: the zero-gradient steps row r missed, one by one with each
+// step's constants (a row with zero moments only decays), so it ends bit for bit where the eager
+// pass would have put it.
+void ShardedTables::catch_up(int si, int64_t t, int64_t r, int64_t to) {
+  int32_t& have = row_step_[si][t][r];
+  if (have >= to || consts_.empty()) return;
+  TableShard& s = shards_[si];
+  const int64_t d = s.dim;
+  float* p = s.w[t].data() + r * d;
+  float* m = s.m[t].data() + r * d;
+  float* v = s.v[t].data() + r * d;
+  bool cold = true;
+  for (int64_t i = 0; i < d; ++i) cold = cold && m[i] == 0.0f && v[i] == 0.0f;
+  JTOK_CHECK(have >= consts_base_, "shard row ", r, " is at step ", have, " but the kept steps start after ", consts_base_);
+  for (int64_t k = have + 1; k <= to; ++k) {
+    const AdamWStepConsts& c = consts_[static_cast<size_t>(k - consts_base_ - 1)];
+    if (cold) {
+      const float decay = c.decay;
+#pragma omp simd
+      for (int64_t i = 0; i < d; ++i) p[i] *= decay;
+    } else {
+      adamw_elements(p, nullptr, m, v, d, c);
+    }
+  }
+  have = static_cast<int32_t>(to);
+}
+
+void ShardedTables::sync_all() {
+  const int64_t to = tables_step();
+  if (!consts_.empty())
+    for (size_t s = 0; s < shards_.size(); ++s)
+      for (int64_t t = 0; t < shards_[s].n_tables; ++t)
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < shards_[s].rows; ++r) catch_up(static_cast<int>(s), t, r, to);
+  consts_.clear();
+  consts_base_ = to;
+}
+
 void ShardedTables::optimizer_step(const TrainConfig& t, const StepStats& st, int64_t step) {
   JTOK_PROFILE("embp_optimizer");
   const AdamWStepConsts c = adamw_consts(table_adamw_hyper(t, st, step));
   const bool dense = t.table_optimizer != "sparse";
-  for (auto& s : shards_) {
+  if (dense) {
+    JTOK_CHECK(tables_step() == step - 1, "shard table optimizer out of step: ", tables_step(), " vs ", step - 1);
+    consts_.push_back(c);
+  } else {
+    JTOK_CHECK(consts_.empty(), "sparse table optimizer with deferred dense steps pending");
+    consts_base_ = step;
+  }
+  for (size_t si = 0; si < shards_.size(); ++si) {
+    TableShard& s = shards_[si];
     const int64_t d = s.dim;
     for (int64_t k = 0; k < s.n_tables; ++k) {
       const SparseRowGrad& g = s.grads[k];
       float *w = s.w[k].data(), *m = s.m[k].data(), *v = s.v[k].data();
-      if (dense) {  // every owned row: those without a gradient decay (torch.optim.AdamW on a dense table)
+      const int64_t R = static_cast<int64_t>(g.ids.size());
+      // Rows with a gradient: (dense) catch up on the steps they missed, then this step's update.
 #pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < s.rows; ++r) {
-          const int32_t q = g.slot[static_cast<size_t>(r)];
-          adamw_elements(w + r * d, q >= 0 ? g.rows.data() + static_cast<int64_t>(q) * d : nullptr, m + r * d, v + r * d, d, c);
-        }
-      } else {
-        const int64_t R = static_cast<int64_t>(g.ids.size());
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < R; ++i) {
-          const int64_t r = g.ids[static_cast<size_t>(i)];
-          adamw_elements(w + r * d, g.rows.data() + i * d, m + r * d, v + r * d, d, c);
-        }
+      for (int64_t i = 0; i < R; ++i) {
+        const int64_t r = g.ids[static_cast<size_t>(i)];
+        if (dense) catch_up(static_cast<int>(si), k, r, step - 1);
+        adamw_elements(w + r * d, g.rows.data() + i * d, m + r * d, v + r * d, d, c);
+        row_step_[si][k][static_cast<size_t>(r)] = static_cast<int32_t>(step);
       }
     }
   }
@@ -192,6 +241,7 @@ void ShardedTables::optimizer_step(const TrainConfig& t, const StepStats& st, in
 
 void ShardedTables::gather_to_root(Model& m, AdamWState& st) {
   JTOK_PROFILE("embp_gather_to_root");
+  sync_all();  // the rows written must be current
   const int me = rank(), P = world_size();
   for (size_t k = 0; k < m.tables.size(); ++k) {
     const auto [si, t] = where_[k];

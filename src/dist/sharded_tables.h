@@ -9,9 +9,11 @@
 //            d-vector; backward: dL/de to the owner, K weight gradients back. "naive": the unique
 //            (id, table) pairs' raw rows come back and are mixed here; backward: the pairs'
 //            gradient rows go to the owners.
-// The owners accumulate the tables' gradients (in a fixed order) and update their rows with AdamW
-// (table_optimizer "dense": every owned row every step, torch's semantics; "sparse": rows with a
-// gradient). The global gradient norm includes every rank's shard (grad_sum_squares).
+// The owners accumulate the tables' gradients (in a fixed order) and update their rows with AdamW:
+// table_optimizer "dense" keeps torch's semantics (every row moves every step) deferred and exact,
+// as train/optimizer.h does for local tables: only rows with a gradient are updated, after
+// replaying the zero-gradient steps they missed, and an owner brings a row current before it
+// answers a request for it (TableShard::sync); "sparse" updates the rows with a gradient only. The global gradient norm includes every rank's shard (grad_sum_squares).
 // Whole tables exist only transiently: at start (every rank builds or loads the whole model, then
 // keeps its rows) and at a checkpoint (rank 0 gathers the rows, writes, drops them) — left to do:
 // per-row initialisation and per-rank writes in place (docs/distributed.md).
@@ -72,6 +74,14 @@ class ShardedTables : public TableProvider {
   std::vector<std::pair<int, int>> where_;   // model table -> (shard, table within it)
   std::vector<PremixState> premix_;          // per shard
   std::vector<Naive> naive_;                 // per shard
+  // Deferred dense AdamW: row r of table t of shard s has had row_step_[s][t][r] steps; the
+  // constants of the steps after consts_base_ are kept (step k: consts_[k - consts_base_ - 1]).
+  std::vector<std::vector<std::vector<int32_t>>> row_step_;
+  std::vector<AdamWStepConsts> consts_;
+  int64_t consts_base_ = 0;
+  int64_t tables_step() const { return consts_base_ + static_cast<int64_t>(consts_.size()); }
+  void catch_up(int s, int64_t t, int64_t r, int64_t to);
+  void sync_all();  // every owned row current; the kept constants dropped
   ExchangeBytes2 bytes_;
   int64_t whole_bytes_ = 0;
 };
