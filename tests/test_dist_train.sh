@@ -8,6 +8,7 @@
 #   rank 0 logged, and within 1e-6 of the single-process run's;
 # - resume on 2 ranks from the step-10 checkpoint: steps 11-20 bit for bit as the straight run;
 # - kill -9 of one rank: the job ends non-zero within 60 s; --resume reproduces the losses;
+# - a stopped rank (SIGSTOP): the watchdogs end the job within 60 s naming it;
 # - embedding parallelism (--embp): see its section below.
 #
 # Why 1e-6: the two runs compute the same gradient of the same loss over the same tokens; only the
@@ -25,7 +26,7 @@
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 source "$ROOT/tests/mpi_env.sh"
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+T=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$T"' EXIT
 mkdir -p "$T/data"
 "$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "$ROOT"/docs/*.md "$ROOT"/tests/reference/README.md > /dev/null
 "$JTOK" prepare --tokenizer gpt2 --out "$T/data/val" "$ROOT"/docs/model.md > /dev/null
@@ -155,7 +156,7 @@ while [ ! -f "$T/killed/checkpoints/step_00000005/COMPLETE" ]; do
   kill -0 $mp 2>/dev/null || { echo "FAIL: the run ended before its first checkpoint"; cat "$T/killed.out"; exit 1; }
   sleep 0.05
 done
-victim=$(ps -o pid= --ppid $mp | tail -n1)
+victim=$(ps -o pid= --ppid $mp | tail -n1 | tr -d " ")
 kill -9 $victim
 start=$SECONDS
 rc=0; wait $mp || rc=$?
@@ -167,6 +168,25 @@ two --config "$T/moe.json" --out "$T/killed" --resume
 grep -q "resume: from" "$T/last.out" || { echo "FAIL: did not resume"; cat "$T/last.out"; exit 1; }
 cmp_runs "$T/moe2/log.jsonl" "$T/killed/log.jsonl" --bitwise
 echo "ok: --resume on 2 ranks after the kill reproduces the uninterrupted run"
+
+# A rank that hangs (SIGSTOP) after the step-5 checkpoint: the others' watchdogs (--dist-timeout 4)
+# end the job non-zero, naming it, instead of waiting forever in a collective.
+"${MPIRUN[@]}" -np 2 "$JTOK" train --peak-gflops 1 --config "$T/moe.json" --out "$T/hung" --checkpoint_interval 5 --dist-timeout 4 > "$T/hung.out" 2>&1 &
+mp=$!
+while [ ! -f "$T/hung/checkpoints/step_00000005/COMPLETE" ]; do
+  kill -0 $mp 2>/dev/null || { echo "FAIL: the run ended before its first checkpoint"; cat "$T/hung.out"; exit 1; }
+  sleep 0.05
+done
+victim=$(ps -o pid= --ppid $mp | tail -n1 | tr -d " ")
+vrank=$(tr '\0' '\n' < /proc/$victim/environ | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+kill -STOP $victim
+start=$SECONDS
+rc=0; wait $mp || rc=$?
+kill -9 $victim 2>/dev/null || true
+[ $rc -ne 0 ] || { echo "FAIL: the job exited 0 with a stopped rank"; exit 1; }
+[ $((SECONDS - start)) -lt 60 ] || { echo "FAIL: the job took $((SECONDS - start)) s to end"; exit 1; }
+grep -q "jtok: error: rank .* rank $vrank stopped beating" "$T/hung.out" || { echo "FAIL: no message naming rank $vrank:"; cat "$T/hung.out"; exit 1; }
+echo "ok: a stopped rank ended the job (exit $rc) in $((SECONDS - start)) s: $(grep -m1 "stopped beating" "$T/hung.out")"
 
 # An error on one rank ends the whole job: rank 0 refuses a directory holding another run while
 # rank 1 waits for it in a barrier; the job must exit non-zero, naming the rank, not hang.

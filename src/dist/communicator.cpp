@@ -2,6 +2,8 @@
 
 #include <mpi.h>
 
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +30,21 @@ void check(int rc, const char* call) {
   int len = 0;
   MPI_Error_string(rc, msg, &len);
   fail(call, " failed on rank ", g_rank, ": ", std::string(msg, static_cast<size_t>(len)));
+}
+
+std::atomic<const char*> g_call{nullptr};      // the MPI call this rank is in, or null
+std::atomic<int64_t> g_call_since_ms{0};       // since when (steady clock)
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+// Marks the time spent in one MPI call (watchdog.h reads it from another thread).
+template <typename F>
+void call(const char* name, F f) {
+  g_call_since_ms.store(now_ms());
+  g_call.store(name);
+  const int rc = f();
+  g_call.store(nullptr);
+  check(rc, name);
 }
 
 // Reduce-scatter in rank order then allgather (see the header): T is float, double or int64_t.
@@ -59,10 +76,17 @@ void allreduce_fixed(T* buf, int64_t n, Op op) {
     c[static_cast<size_t>(j)] = to_int(counts[static_cast<size_t>(j)], "allreduce chunk");
     o[static_cast<size_t>(j)] = to_int(offs[static_cast<size_t>(j)], "allreduce offset");
   }
-  check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, buf, c.data(), o.data(), MPI_BYTE, MPI_COMM_WORLD), "MPI_Allgatherv");
+  call("MPI_Allgatherv", [&] { return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, buf, c.data(), o.data(), MPI_BYTE, MPI_COMM_WORLD); });
 }
 
 }  // namespace
+
+
+const char* current_call(double* seconds) {
+  const char* c = g_call.load();
+  if (c && seconds) *seconds = static_cast<double>(now_ms() - g_call_since_ms.load()) / 1e3;
+  return c;
+}
 
 bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
@@ -116,22 +140,21 @@ void alltoallv(const void* send, const std::vector<int64_t>& send_counts, const 
   }
   // MPI wants non-null buffers for zero counts on some paths.
   static char dummy;
-  check(MPI_Alltoallv(send ? send : &dummy, sc.data(), so.data(), MPI_BYTE, recv ? recv : &dummy, rc.data(), ro.data(),
-                      MPI_BYTE, MPI_COMM_WORLD),
-        "MPI_Alltoallv");
+  call("MPI_Alltoallv", [&] { return MPI_Alltoallv(send ? send : &dummy, sc.data(), so.data(), MPI_BYTE, recv ? recv : &dummy, rc.data(), ro.data(),
+                      MPI_BYTE, MPI_COMM_WORLD); });
 }
 
 std::vector<int64_t> exchange_counts(const std::vector<int64_t>& send_counts) {
   JTOK_CHECK(send_counts.size() == static_cast<size_t>(g_size));
   if (g_size == 1) return send_counts;
   std::vector<int64_t> recv(send_counts.size());
-  check(MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, recv.data(), 1, MPI_INT64_T, MPI_COMM_WORLD), "MPI_Alltoall");
+  call("MPI_Alltoall", [&] { return MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, recv.data(), 1, MPI_INT64_T, MPI_COMM_WORLD); });
   return recv;
 }
 
 std::vector<char> allgatherv(const void* bytes, int64_t n, std::vector<int64_t>* sizes) {
   std::vector<int64_t> all(static_cast<size_t>(g_size), n);
-  if (g_size > 1) check(MPI_Allgather(&n, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, MPI_COMM_WORLD), "MPI_Allgather");
+  if (g_size > 1) call("MPI_Allgather", [&] { return MPI_Allgather(&n, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, MPI_COMM_WORLD); });
   const std::vector<int64_t> offs = prefix_offsets(all);
   std::vector<char> out(static_cast<size_t>(offs.back() + all.back()));
   if (g_size == 1) {
@@ -143,9 +166,8 @@ std::vector<char> allgatherv(const void* bytes, int64_t n, std::vector<int64_t>*
       o[j] = to_int(offs[j], "allgather offset");
     }
     static char dummy;
-    check(MPI_Allgatherv(n > 0 ? bytes : &dummy, c[static_cast<size_t>(g_rank)], MPI_BYTE, out.empty() ? &dummy : out.data(),
-                         c.data(), o.data(), MPI_BYTE, MPI_COMM_WORLD),
-          "MPI_Allgatherv");
+    call("MPI_Allgatherv", [&] { return MPI_Allgatherv(n > 0 ? bytes : &dummy, c[static_cast<size_t>(g_rank)], MPI_BYTE, out.empty() ? &dummy : out.data(),
+                         c.data(), o.data(), MPI_BYTE, MPI_COMM_WORLD); });
   }
   if (sizes) *sizes = all;
   return out;
@@ -153,11 +175,11 @@ std::vector<char> allgatherv(const void* bytes, int64_t n, std::vector<int64_t>*
 
 void broadcast(void* buf, int64_t n, int root) {
   if (g_size == 1 || n == 0) return;
-  check(MPI_Bcast(buf, to_int(n, "broadcast"), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+  call("MPI_Bcast", [&] { return MPI_Bcast(buf, to_int(n, "broadcast"), MPI_BYTE, root, MPI_COMM_WORLD); });
 }
 
 void barrier() {
-  if (g_size > 1) check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  if (g_size > 1) call("MPI_Barrier", [&] { return MPI_Barrier(MPI_COMM_WORLD); });
 }
 
 void abort(const std::string& msg, int code) {

@@ -51,6 +51,9 @@ void barrier();
 // in a world of one, prints the same without the rank and exits.
 [[noreturn]] void abort(const std::string& msg, int code = 1);
 
+// The MPI call this rank is blocked in (null if none) and for how many seconds (dist/watchdog.h).
+const char* current_call(double* seconds);
+
 // Offsets of consecutive blocks of the given sizes (prefix sums, starting at 0).
 std::vector<int64_t> prefix_offsets(const std::vector<int64_t>& sizes);
 

@@ -21,6 +21,7 @@
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
 #include "dist/sharded_tables.h"
+#include "dist/watchdog.h"
 #include "infer/generate.h"
 #include "model/transformer.h"
 #include "train/checkpoint.h"
@@ -121,6 +122,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
   }
   // The other ranks look at the directory only after rank 0 has claimed it (--overwrite).
   dist::barrier();
+  dist::Watchdog watchdog(opt.out_dir, opt.dist_timeout_s);
   const std::string log_path = (fs::path(opt.out_dir) / "log.jsonl").string();
   std::optional<std::string> ck;
   if (opt.resume) {
@@ -221,6 +223,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     auto t0 = std::chrono::steady_clock::now();
     zero_grads(model);
     if (embp) embp->clear_grads();
+    watchdog.set_step(step + 1);
     // LM loss and the aux losses (MoE, JTok-M) apart; the gradient is of their sum.
     double loss = 0, aux = 0, jaux = 0, hstd = 0;
     RoutingStats routing = no_routing;

@@ -28,6 +28,9 @@ struct TrainOptions {
   // Embedding parallelism under mpirun (dist/sharded_tables.h): "off" (tables replicated on every
   // rank), "premix" or "naive" (JTok-M's exchange); embp_owner "mod" (id mod P) or "contiguous".
   std::string embp = "off", embp_owner = "mod";
+  // Under mpirun: a rank blocked this long in one MPI call ends the job naming the ranks that stopped
+  // (dist/watchdog.h); <= 0: never.
+  double dist_timeout_s = 600;
   bool overwrite = false;
   int64_t skip_nonfinite_steps = 0;  // drop up to this many batches whose loss or gradient is not finite  // a fresh run may delete an old run's checkpoints and log in out_dir (run_dir.h)
   std::string command_line;
