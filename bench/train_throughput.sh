@@ -35,9 +35,10 @@
 # gradient; the default "dense" is torch.optim.AdamW's semantics, a pass over every table row each
 # step; docs/jtok.md; the PyTorch side uses train_ref.LazyTableAdamW for its tables).
 # Costs (1 - tps_variant / tps_base): PyTorch's from its separate runs; ours from one extra process
-# that runs the base and every variant with their steps interleaved (`bench-train --variant`), the
-# median over --rounds rounds (default 10) of 1 - base step time / variant step time in the same
-# round, which a shared machine's drift disturbs far less than separate runs.
+# per variant that runs the base and the variant with their steps interleaved (`bench-train
+# --variant`), the median over --rounds rounds (default 10) of 1 - base step time / variant step
+# time in the same round, which a shared machine's drift disturbs far less than separate runs
+# (the PAIRED lines; also in CPU seconds, a check when other jobs take the cores).
 # Output ends with exactly one line:  ratio_vs_pytorch=<ours/pytorch tokens/s> mfu=<ours>
 # --set NAME=VALUE overrides a config field on both engines (repeatable), e.g.
 # --set gradient_accumulation_steps=8 for 8x the tokens per optimizer step.
@@ -176,7 +177,9 @@ if [ "$JTOKM_TOO" = 1 ]; then
   report jtokm_sparse
 fi
 if [ ${#VARIANTS[@]} -gt 0 ]; then
-  # Ours, paired: the base and every variant in one process, steps interleaved round by round.
+  # Ours, paired: the base and one variant in one process, steps interleaved round by round (one
+  # process per variant: the base and all variants together held 10 GB in config moe, more than a
+  # machine shared with other jobs left us).
   variant_sets() {
     local kv extra=""
     for kv in "${SETS[@]}"; do extra+=",$kv"; done
@@ -186,17 +189,19 @@ if [ ${#VARIANTS[@]} -gt 0 ]; then
       jtokm_sparse) echo "jtokm_sparse:jtokm=true,jtokm_layers=all,table_optimizer=sparse$extra" ;;
     esac
   }
-  paired=(env OMP_NUM_THREADS="$THREADS" "$JTOK" bench-train --config "configs/bench_$CONFIG.json" --steps "$ROUNDS"
-          --warmup "$WARMUP" "${TOKEN_ARGS[@]}")
-  for kv in "${SETS[@]}"; do paired+=(--set "$kv"); done
-  for v in "${VARIANTS[@]}"; do paired+=(--variant "$(variant_sets "$v")"); done
-  echo "[paired] ours: ${paired[*]}"
-  paired_out=$("${paired[@]}")
-  echo "$paired_out" | sed 's/^/[paired] ours -> /'
+  rounds_fmt() { json "$1" <<< "$2" | awk -F, '{for (i = 1; i <= NF; i++) printf "%s%.3f", (i > 1 ? " " : ""), $i}'; }
   for v in "${VARIANTS[@]}"; do
+    paired=(env OMP_NUM_THREADS="$THREADS" "$JTOK" bench-train --config "configs/bench_$CONFIG.json" --steps "$ROUNDS"
+            --warmup "$WARMUP" "${TOKEN_ARGS[@]}")
+    for kv in "${SETS[@]}"; do paired+=(--set "$kv"); done
+    paired+=(--variant "$(variant_sets "$v")")
+    echo "[paired $v] ours: ${paired[*]}   (load $(cut -d' ' -f1 /proc/loadavg))"
+    rc=0; paired_out=$("${paired[@]}") || rc=$?
+    [ "$rc" = 0 ] || { echo "[paired $v] failed with exit status $rc (137: killed, e.g. out of memory)" >&2; exit 1; }
+    echo "$paired_out" | sed "s/^/[paired $v] ours -> /"
     line=$(grep "\"variant\":\"$v\"" <<< "$paired_out")
     printf -v "OURS_COST_$v" '%s' "$(json cost_median <<< "$line")"
-    echo "PAIRED [$v] cost median $(fmt "$(json cost_median <<< "$line")" '%.4f') (rounds: $(json cost_each <<< "$line" | awk -F, '{for (i = 1; i <= NF; i++) printf "%s%.3f", (i > 1 ? " " : ""), $i}')) | table rows caught up per step $(fmt "$(json rows_caught_up_per_step <<< "$line")" '%.0f') (warm $(fmt "$(json warm_rows_caught_up_per_step <<< "$line")" '%.0f'))"
+    echo "PAIRED [$v] cost median $(fmt "$(json cost_median <<< "$line")" '%.4f') (rounds: $(rounds_fmt cost_each "$line")) | in CPU seconds $(fmt "$(json cost_cpu_median <<< "$line")" '%.4f') (rounds: $(rounds_fmt cost_cpu_each "$line")) | table rows caught up per step $(fmt "$(json rows_caught_up_per_step <<< "$line")" '%.0f') (warm $(fmt "$(json warm_rows_caught_up_per_step <<< "$line")" '%.0f')), final sync $(fmt "$(json sync_ms <<< "$line")" '%.0f') ms"
   done
 fi
 for v in "${VARIANTS[@]}"; do

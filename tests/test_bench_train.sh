@@ -2,8 +2,8 @@
 # `jtok bench-train` (the engine side of bench/train_throughput.sh): one JSON line with the timing
 # fields; with --variant, one line per model (base first), the variant's config really applied (its
 # parameter count includes the JTok-M tables), steps interleaved (as many timed steps for each), a
-# cost per round (charged its share of the final table sync) and its median; a malformed --variant
-# or an unknown field in it gives an error naming it.
+# cost per round (charged its share of the final table sync) and its median, in wall and in CPU
+# seconds; a malformed --variant or an unknown field in it gives an error naming it.
 #
 # Tokens (issue 19): on small Zipfian shards written here (two shards, so the stream crosses from
 # one to the next and, with gradient accumulation, wraps around), the ids served are the loader's
@@ -96,6 +96,9 @@ for v in (jm, jt, jmd):
     want = [1 - (b + base["sync_ms"] / R) / (x + v["sync_ms"] / R) for b, x in zip(base["step_ms_each"], v["step_ms_each"])]
     assert all(abs(a - w) < 1e-9 for a, w in zip(v["cost_each"], want)), (v["cost_each"], want)
     assert sorted(v["cost_each"])[1] == v["cost_median"]
+    want = [1 - (b + base["sync_cpu_s"] / R) / (x + v["sync_cpu_s"] / R) for b, x in zip(base["cpu_s_each"], v["cpu_s_each"])]
+    assert all(abs(a - w) < 1e-9 for a, w in zip(v["cost_cpu_each"], want)), (v["cost_cpu_each"], want)
+    assert sorted(v["cost_cpu_each"])[1] == v["cost_cpu_median"]
 assert "cost_median" not in base
 # Dense (exact) table AdamW on changing batches: rows come back after missing steps, warm ones too.
 for v in (jt, jmd):
