@@ -1,16 +1,32 @@
-// `jtok bench-train`: times full training steps (forward, backward, AdamW) on random tokens, with
-// no data loading, and prints one JSON line. bench/train_throughput.sh compares it with PyTorch.
+// `jtok bench-train`: times full training steps (forward, backward, AdamW) and prints one JSON line.
+// bench/train_throughput.sh compares it with PyTorch.
+//
+// Tokens: consecutive batches of the prepared token shards (--data, default data/train; the
+// loader's sequential mode from the start of the first shard), a new batch every micro-batch, warm-up
+// steps included, so token-table dedup and the deferred table catch-up work as in training. Loading
+// is not timed. --random-ids instead draws one batch of uniform random ids (from the config's seed)
+// and reuses it every step: a shape-only study, whose tables see almost no repeated ids and no row
+// that leaves and comes back. Every line reports, beside the timings, the unique-id fraction of the
+// timed micro-batches (unique input ids / B*T: mean, min, max); the (table, row) pairs the deferred
+// exact table AdamW brought current per timed step (rows_caught_up_per_step; of them
+// warm_rows_caught_up_per_step had non-zero moments and replayed full AdamW updates,
+// warm_steps_replayed_per_step of them) and in the final sync (sync_rows_caught_up); and an FNV-1a
+// 64 of every step's ids (tokens_fnv1a: inputs then targets of each micro-batch as little-endian
+// int32, the offset basis of src/data/shard.h), which the PyTorch peer (tests/reference/
+// train_bench.py) prints too: equal hashes, the same tokens.
 //
 // With --variant LABEL:NAME=VALUE[,NAME=VALUE...] (repeatable) it also builds each variant (the
 // config plus those overrides) and runs the models' steps interleaved, base, variant 1, ..., base,
 // ...: every round times each model once under the same machine conditions, so a variant's cost
 // against the base, 1 - (base step time / variant step time), can be taken per round and its
 // median is robust to the drift of a shared machine. One JSON line per model, the base first.
+// Every model trains on the same batches in the same step (one stream, read once per step).
 //
 // Table updates the dense table optimizer deferred (rows without a gradient, train/optimizer.h)
 // are owed, not saved: after the timed steps each model brings every table row current
 // (sync_tables), timed as sync_ms and charged to the steps (tokens_per_s, step_ms; each round's
-// cost carries 1/rounds of it).
+// cost carries 1/rounds of it). cost_cpu_each / cost_cpu_median: the same costs in CPU seconds of
+// all threads, a check on a shared machine, where wall time also counts the cores taken away.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -24,6 +40,8 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "data/loader.h"
+#include "data/shard.h"
 #include "model/config.h"
 #include "scaling/flops.h"
 #include "model/transformer.h"
@@ -36,18 +54,22 @@ struct Args {
   std::vector<std::string> sets, variants;
   int64_t steps = 5, warmup = 1;
   double peak_gflops = 0;
+  std::string data = "data/train";
+  bool random_ids = false;
 } args;
 
-// One model under test: its config, weights, optimizer state, batch and timings.
+// One model under test: its config, weights, optimizer state and timings.
 struct Bench {
   std::string label;
   jtok::Config cfg;
   jtok::Model model;
   jtok::AdamWState opt;
   jtok::Activations acts;
-  std::vector<int32_t> x, y;
   std::vector<double> step_ms, cpu_s;
+  std::vector<int64_t> caught_up, warm_rows, warm_steps;  // per timed step: AdamWState's replay counters
+  int64_t sync_caught_up = 0;  // rows the final sync_tables brought current
   double sync_ms = 0;  // the final sync_tables: the deferred table updates of the timed steps
+  double sync_cpu_s = 0;  // its CPU seconds (all threads)
   double loss = 0;
 };
 
@@ -56,35 +78,96 @@ std::unique_ptr<Bench> make_bench(const std::string& label, const std::vector<st
   auto b = std::make_unique<Bench>();
   b->label = label;
   b->cfg = load_config(args.config, sets);
-  const auto& t = b->cfg.train;
-  b->model = make_model(b->cfg.model, t.seed);
+  b->model = make_model(b->cfg.model, b->cfg.train.seed);
   b->opt = make_adamw_state(b->model);
   b->acts.row_sync = jtok::table_row_sync(b->model, b->opt);  // b is heap-allocated: the refs stay valid
-  const int64_t N = t.micro_batch_size * t.seq_len;
-  std::mt19937_64 rng(t.seed);  // the same tokens for every variant
-  b->x.resize(N);
-  b->y.resize(N);
-  for (auto& v : b->x) v = static_cast<int32_t>(rng() % b->cfg.model.vocab_size);
-  for (auto& v : b->y) v = static_cast<int32_t>(rng() % b->cfg.model.vocab_size);
   return b;
 }
 
-void train_step(Bench& b, bool timed) {
+// The micro-batches of one step: gradient_accumulation_steps (inputs, targets) pairs of B*T ids.
+using StepTokens = std::vector<jtok::Batch>;
+
+// Where every model's tokens come from: consecutive shard batches, or one reused random batch.
+struct TokenStream {
+  int B = 0, T = 0, M = 0;
+  std::unique_ptr<jtok::DataLoader> loader;
+  jtok::Batch fixed;  // --random-ids
+  uint64_t hash = 1469598103934665603ULL;  // FNV-1a 64 of every id served (jtok::fnv1a64's basis)
+  std::vector<double> unique_frac;  // of the timed micro-batches
+
+  StepTokens next(bool timed) {
+    StepTokens st;
+    for (int mb = 0; mb < M; ++mb) {
+      st.push_back(loader ? loader->next_batch(B, T) : fixed);
+      const jtok::Batch& b = st.back();
+      // int32 little-endian (the machines this runs on), as the PyTorch peer hashes them
+      hash = jtok::fnv1a64(b.inputs.data(), b.inputs.size() * sizeof(int32_t), hash);
+      hash = jtok::fnv1a64(b.targets.data(), b.targets.size() * sizeof(int32_t), hash);
+      if (timed) {
+        std::vector<int32_t> ids = b.inputs;
+        std::sort(ids.begin(), ids.end());
+        const size_t unique = static_cast<size_t>(std::unique(ids.begin(), ids.end()) - ids.begin());
+        unique_frac.push_back(static_cast<double>(unique) / static_cast<double>(ids.size()));
+      }
+    }
+    return st;
+  }
+};
+
+TokenStream make_stream(const jtok::Config& cfg) {
+  using namespace jtok;
+  TokenStream ts;
+  const auto& t = cfg.train;
+  ts.B = static_cast<int>(t.micro_batch_size);
+  ts.T = static_cast<int>(t.seq_len);
+  ts.M = static_cast<int>(t.gradient_accumulation_steps);
+  if (args.random_ids) {  // today's synthetic mode: one batch of uniform ids, the same every step
+    const size_t N = static_cast<size_t>(ts.B) * ts.T;
+    std::mt19937_64 rng(t.seed);
+    ts.fixed.B = ts.B;
+    ts.fixed.T = ts.T;
+    ts.fixed.inputs.resize(N);
+    ts.fixed.targets.resize(N);
+    for (auto& v : ts.fixed.inputs) v = static_cast<int32_t>(rng() % cfg.model.vocab_size);
+    for (auto& v : ts.fixed.targets) v = static_cast<int32_t>(rng() % cfg.model.vocab_size);
+    return ts;
+  }
+  std::vector<std::string> shards;
+  try {
+    shards = list_shards(args.data);
+  } catch (const Error& e) {
+    fail("bench-train: no token shards in ", args.data, " (", e.what(),
+         "): run scripts/prepare_data.sh, pass --data DIR, or --random-ids for synthetic ids");
+  }
+  LoaderOptions lo;
+  lo.mode = "sequential";
+  lo.seed = t.seed;
+  lo.vocab_size = static_cast<uint32_t>(cfg.model.vocab_size);  // every id checked against the model's
+  ts.loader = std::make_unique<DataLoader>(shards, lo);
+  return ts;
+}
+
+void train_step(Bench& b, const StepTokens& tokens, bool timed) {
   using namespace jtok;
   const auto& t = b.cfg.train;
   const int64_t B = t.micro_batch_size, T = t.seq_len;
+  const int64_t r0 = b.opt.replayed_rows, w0 = b.opt.replayed_warm_rows, s0 = b.opt.replayed_warm_steps;
   auto t0 = std::chrono::steady_clock::now();
   const std::clock_t c0 = std::clock();  // CPU seconds of all threads
   zero_grads(b.model);
-  for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
-    forward(b.model, b.acts, b.x.data(), B, T);
-    b.loss = backward(b.model, b.acts, b.x.data(), b.y.data(), 1.0f / static_cast<float>(t.gradient_accumulation_steps));
+  for (const Batch& mb : tokens) {
+    forward(b.model, b.acts, mb.inputs.data(), B, T);
+    b.loss = backward(b.model, b.acts, mb.inputs.data(), mb.targets.data(),
+                      1.0f / static_cast<float>(t.gradient_accumulation_steps));
   }
   optimizer_step(b.model, b.opt, t);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (timed) {
     b.step_ms.push_back(1e3 * dt);
     b.cpu_s.push_back(static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC);
+    b.caught_up.push_back(b.opt.replayed_rows - r0);
+    b.warm_rows.push_back(b.opt.replayed_warm_rows - w0);
+    b.warm_steps.push_back(b.opt.replayed_warm_steps - s0);
   }
 }
 
@@ -94,7 +177,14 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-nlohmann::json report(const Bench& b) {
+template <typename T>
+double mean(const std::vector<T>& v) {
+  double s = 0;
+  for (T x : v) s += static_cast<double>(x);
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
+nlohmann::json report(const Bench& b, const TokenStream& ts) {
   using namespace jtok;
   double total_ms = b.sync_ms, cpu = 0;
   for (double v : b.step_ms) total_ms += v;
@@ -104,16 +194,30 @@ nlohmann::json report(const Bench& b) {
   // The same count `train` and `jtok flops` use: 6 per weight per token (LM head included, activated
   // experts only), attention as the full causal square our kernels compute, JTok's element-wise work.
   const double gflops = tps * flops_report(b.cfg.model, b.cfg.train.seq_len).flops_per_token_full_square / 1e9;
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(ts.hash));
   nlohmann::json j = {{"engine", "jtok"},
+                      {"tokens", args.random_ids ? std::string("random-ids") : args.data},
+                      {"tokens_fnv1a", hash},
                       {"tokens_per_s", tps},
                       {"step_ms", total_ms / steps},
                       {"step_ms_each", b.step_ms},
                       {"step_ms_min", *std::min_element(b.step_ms.begin(), b.step_ms.end())},
                       {"sync_ms", b.sync_ms},
+                      {"sync_cpu_s", b.sync_cpu_s},
                       {"gflops", gflops},
                       {"cpu_s_per_step", cpu / steps},
+                      {"cpu_s_each", b.cpu_s},
                       {"params", num_params(b.model)},
-                      {"loss", b.loss}};
+                      {"loss", b.loss},
+                      {"unique_id_frac_mean", mean(ts.unique_frac)},
+                      {"unique_id_frac_min", *std::min_element(ts.unique_frac.begin(), ts.unique_frac.end())},
+                      {"unique_id_frac_max", *std::max_element(ts.unique_frac.begin(), ts.unique_frac.end())},
+                      {"rows_caught_up_per_step", mean(b.caught_up)},
+                      {"rows_caught_up_each", b.caught_up},
+                      {"warm_rows_caught_up_per_step", mean(b.warm_rows)},
+                      {"warm_steps_replayed_per_step", mean(b.warm_steps)},
+                      {"sync_rows_caught_up", b.sync_caught_up}};
   if (args.peak_gflops > 0) j["mfu"] = gflops / args.peak_gflops;
   if (!args.variants.empty()) j["variant"] = b.label;
   return j;
@@ -136,18 +240,30 @@ void run() {
       p = q + 1;
     }
     benches.push_back(make_bench(v.substr(0, colon), sets));
+    const TrainConfig &t0 = benches[0]->cfg.train, &ti = benches.back()->cfg.train;
+    if (ti.micro_batch_size != t0.micro_batch_size || ti.seq_len != t0.seq_len ||
+        ti.gradient_accumulation_steps != t0.gradient_accumulation_steps ||
+        benches.back()->cfg.model.vocab_size != benches[0]->cfg.model.vocab_size)
+      fail("--variant ", v, ": changes the batch shape or vocab_size; every variant must train on the base's tokens");
   }
-  for (int64_t s = 0; s < args.warmup + args.steps; ++s)
-    for (auto& b : benches) train_step(*b, s >= args.warmup);
+  TokenStream ts = make_stream(benches[0]->cfg);
+  for (int64_t s = 0; s < args.warmup + args.steps; ++s) {
+    const StepTokens tokens = ts.next(s >= args.warmup);  // the same batches for every model
+    for (auto& b : benches) train_step(*b, tokens, s >= args.warmup);
+  }
   for (auto& b : benches) {
+    const int64_t r0 = b->opt.replayed_rows;
     const auto t0 = std::chrono::steady_clock::now();
+    const std::clock_t c0 = std::clock();
     sync_tables(b->model, b->opt);
     b->sync_ms = 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    b->sync_cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
+    b->sync_caught_up = b->opt.replayed_rows - r0;
   }
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);  // peak RSS of the process: meaningful only without variants
   for (size_t i = 0; i < benches.size(); ++i) {
-    nlohmann::json j = report(*benches[i]);
+    nlohmann::json j = report(*benches[i], ts);
     if (args.variants.empty()) j["peak_rss_mb"] = ru.ru_maxrss / 1024.0;
     if (i > 0) {  // the cost of round r: 1 - base step time / variant step time, same round
       std::vector<double> cost;
@@ -157,6 +273,14 @@ void run() {
         cost.push_back(1.0 - (b0.step_ms[r] + b0.sync_ms / R) / (bi.step_ms[r] + bi.sync_ms / R));
       j["cost_each"] = cost;
       j["cost_median"] = median(cost);
+      // The same in CPU seconds of all threads (the final sync's charged likewise): on a machine
+      // shared with other work a step's wall time counts the time the cores were taken away, its
+      // CPU seconds mostly the work done (cache and memory contention still inflate them).
+      std::vector<double> cost_cpu;
+      for (size_t r = 0; r < bi.cpu_s.size(); ++r)
+        cost_cpu.push_back(1.0 - (b0.cpu_s[r] + b0.sync_cpu_s / R) / (bi.cpu_s[r] + bi.sync_cpu_s / R));
+      j["cost_cpu_each"] = cost_cpu;
+      j["cost_cpu_median"] = median(cost_cpu);
     }
     std::printf("%s\n", j.dump().c_str());
   }
@@ -171,10 +295,13 @@ void setup(CLI::App* sub) {
   sub->add_option("--steps", args.steps, "timed steps")->check(CLI::PositiveNumber);
   sub->add_option("--warmup", args.warmup, "untimed steps first");
   sub->add_option("--peak-gflops", args.peak_gflops, "fp32 peak of the machine, for MFU");
+  sub->add_option("--data", args.data, "token shards: a directory of *.bin or one shard (default data/train)");
+  sub->add_flag("--random-ids", args.random_ids,
+                "one batch of uniform random ids reused every step instead of the shards (shape-only studies)");
   sub->callback(run);
 }
 
-const bool registered =
-    jtok::register_command({"bench-train", "time training steps on random tokens (throughput benchmark)", setup});
+const bool registered = jtok::register_command(
+    {"bench-train", "time training steps on consecutive token-shard batches (throughput benchmark)", setup});
 
 }  // namespace

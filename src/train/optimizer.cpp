@@ -66,6 +66,14 @@ void replay_row(Model& model, AdamWState& state, size_t k, int64_t r, int64_t to
   bool cold = true;
   for (int64_t i = 0; i < d; ++i) cold = cold && m[i] == 0.0f && v[i] == 0.0f;
   const AdamWStepConsts* c = state.table_consts.data() - state.table_consts_base - 1;  // c[s]: step s
+#pragma omp atomic
+  state.replayed_rows += 1;
+  if (!cold) {
+#pragma omp atomic
+    state.replayed_warm_rows += 1;
+#pragma omp atomic
+    state.replayed_warm_steps += to - have;
+  }
   for (int64_t s = have + 1; s <= to; ++s) {
     if (cold) {
       const float decay = c[s].decay;

@@ -20,6 +20,10 @@ struct AdamWState {
   std::vector<std::vector<int32_t>> table_row_step;
   std::vector<AdamWStepConsts> table_consts;
   int64_t table_consts_base = 0;
+  // Counts of the catch-up work (statistics only, never saved): rows brought current by a replay,
+  // those of them with non-zero moments (replayed as full AdamW updates, not the cold multiply),
+  // and the steps those warm rows replayed. jtok bench-train reports them per step.
+  int64_t replayed_rows = 0, replayed_warm_rows = 0, replayed_warm_steps = 0;
 };
 
 AdamWState make_adamw_state(const Model& model);

@@ -1,7 +1,13 @@
 """Training throughput of the PyTorch reference: the performance peer of `jtok`.
 
-Trains the reference model (float32, AdamW, clipping, cosine lr) on random tokens and prints one
-JSON line: tokens_per_s, step_ms (mean over the timed steps), peak_rss_mb, and the setting.
+Trains the reference model (float32, AdamW, clipping, cosine lr) and prints one JSON line:
+tokens_per_s, step_ms (mean over the timed steps), peak_rss_mb, and the setting.
+
+Tokens: like `jtok bench-train`, consecutive batches of the token shards in --data (default
+data/train; the loader's sequential mode from the start, shards.py), a new batch every
+micro-batch, warm-up steps included; --random-ids instead reuses one batch of uniform random ids
+every step. The line carries tokens_fnv1a, the same hash of every id served as jtok's (equal: the
+same tokens), and the unique-id fraction of the timed micro-batches (mean, min, max).
 
     python3 train_bench.py --config a --steps 10 --warmup 2
     python3 train_bench.py --config b --steps 3 --warmup 1
@@ -72,6 +78,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 from model import JTokConfig, Transformer
+from shards import FNV_BASIS, SequentialBatches, fnv1a64_int32, open_shards
 from train_ref import TrainConfig, make_optimizer, train_step
 
 PRESETS = {
@@ -127,6 +134,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--data", default="data/train", help="token shards: a directory of *.bin or one shard")
+    ap.add_argument("--random-ids", action="store_true",
+                    help="one batch of uniform random ids reused every step instead of the shards")
     ap.add_argument("--jtok", action="store_true",
                     help="JTok tables on all layers (default init), overriding the config's jtok fields")
     ap.add_argument("--jtokm", action="store_true",
@@ -161,13 +171,24 @@ def main():
     B, T, M = tcfg.micro_batch_size, tcfg.seq_len, tcfg.gradient_accumulation_steps
     tokens_per_step = B * T * M
 
-    def random_micro_batches():
-        return [(torch.randint(0, mcfg.vocab_size, (B, T)), torch.randint(0, mcfg.vocab_size, (B, T)))
-                for _ in range(M)]
+    if args.random_ids:
+        fixed = [(torch.randint(0, mcfg.vocab_size, (B, T)), torch.randint(0, mcfg.vocab_size, (B, T)))] * M
+        next_step = lambda: fixed  # noqa: E731
+    else:
+        try:
+            stream = SequentialBatches(open_shards(args.data, mcfg.vocab_size), B, T)
+        except ValueError as e:
+            ap.error(str(e))
 
-    times, cpu_times, losses, aux = [], [], [], []
+        def next_step():
+            return [tuple(torch.from_numpy(a) for a in stream.next()) for _ in range(M)]
+
+    times, cpu_times, losses, aux, unique, token_hash = [], [], [], [], [], FNV_BASIS
     for step in range(total_steps):
-        batches = random_micro_batches()
+        batches = next_step()
+        token_hash = fnv1a64_int32([a.numpy() for xy in batches for a in xy], token_hash)  # untimed
+        if step >= args.warmup:
+            unique += [len(torch.unique(x)) / x.numel() for x, _ in batches]
         t0, c0 = time.perf_counter(), time.process_time()
         loss, norm, lr = train_step(model, optimizer, batches, tcfg, step)
         dt, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -206,6 +227,11 @@ def main():
         "tokens_per_s": round(tokens_per_step / step_s, 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "final_loss": round(losses[-1], 4),
+        "tokens": "random-ids" if args.random_ids else args.data,
+        "tokens_fnv1a": f"{token_hash:016x}",
+        "unique_id_frac_mean": sum(unique) / len(unique),
+        "unique_id_frac_min": min(unique),
+        "unique_id_frac_max": max(unique),
     }
     if mcfg.moe_num_layers:
         result["final_aux_loss"] = aux[-1][0]
