@@ -140,7 +140,7 @@ TEST(Checkpoint, JTokTablesAndTheirMomentsRoundTrip) {
   Model m2 = make_model(load_checkpoint_config(dir).model, 8);
   AdamWState o2;
   load_checkpoint(dir, m2, &o2);
-  EXPECT_EQ(m2.tables[0].w, m.tables[0].w);
+  EXPECT_EQ(m2.tables[0].to_vector(), m.tables[0].to_vector());
   EXPECT_EQ(o2.table_m[0], opt.table_m[0]);
   EXPECT_EQ(o2.table_v[0], opt.table_v[0]);
   EXPECT_EQ(m2.params, m.params);
@@ -173,7 +173,7 @@ TEST(Checkpoint, JTokMTablesAndTheirMomentsRoundTrip) {
   AdamWState o2;
   load_checkpoint(dir, m2, &o2);
   for (size_t k = 0; k < m.tables.size(); ++k) {
-    EXPECT_EQ(m2.tables[k].w, m.tables[k].w) << m.table_names[k];
+    EXPECT_EQ(m2.tables[k].to_vector(), m.tables[k].to_vector()) << m.table_names[k];
     EXPECT_EQ(o2.table_m[k], opt.table_m[k]) << m.table_names[k];
     EXPECT_EQ(o2.table_v[k], opt.table_v[k]) << m.table_names[k];
   }
@@ -257,10 +257,10 @@ TEST(Checkpoint, NonFiniteStateIsNeverWritten) {
   const std::string run = fresh_dir("ckpt_nonfinite");
   const std::string good = save_checkpoint(run, 1, cfg, m, opt, {{"step", 1}, {"run_id", "r1"}}, 1);
   const std::string before = read_file(good + "/model.safetensors");
-  m.tables[0].w[5] = std::numeric_limits<float>::infinity();
+  m.tables[0].mutable_values()[5] = std::numeric_limits<float>::infinity();
   std::string e = error_of([&] { save_checkpoint(run, 2, cfg, m, opt, {{"step", 2}, {"run_id", "r1"}}, 1); });
   EXPECT_NE(e.find("model.layers.1.jtok.embed.weight holds a NaN or an infinity"), std::string::npos) << e;
-  m.tables[0].w[5] = 0;
+  m.tables[0].mutable_values()[5] = 0;
   opt.v[7] = std::nanf("");
   e = error_of([&] { save_checkpoint(run, 2, cfg, m, opt, {{"step", 2}, {"run_id", "r1"}}, 1); });
   EXPECT_NE(e.find("AdamW moments of"), std::string::npos) << e;
@@ -282,5 +282,5 @@ TEST(Checkpoint, LoadingForInferenceNeedsNoInitAndNoGradients) {
   for (float x : bare.params) ASSERT_EQ(x, 0.0f);  // not initialised: the file gives every value
   load_checkpoint(dir, bare, nullptr);
   EXPECT_EQ(bare.params, m.params);
-  for (size_t k = 0; k < m.tables.size(); ++k) EXPECT_EQ(bare.tables[k].w, m.tables[k].w);
+  for (size_t k = 0; k < m.tables.size(); ++k) EXPECT_EQ(bare.tables[k].to_vector(), m.tables[k].to_vector());
 }

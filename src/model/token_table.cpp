@@ -9,6 +9,35 @@
 
 namespace jtok {
 
+TokenTable TokenTable::in_ram(int64_t rows, int64_t dim) {
+  return in_ram(rows, dim, std::vector<float>(static_cast<size_t>(rows * dim), 0.0f));
+}
+
+TokenTable TokenTable::in_ram(int64_t rows, int64_t dim, std::vector<float> values) {
+  JTOK_CHECK(rows >= 0 && dim >= 0 && static_cast<int64_t>(values.size()) == rows * dim, "token table of ", rows,
+             " x ", dim, " given ", values.size(), " values");
+  TokenTable t;
+  t.rows = rows;
+  t.dim = dim;
+  t.ram_ = std::move(values);
+  return t;
+}
+
+TokenTable TokenTable::view(int64_t rows, int64_t dim, const float* data, std::shared_ptr<const void> owner) {
+  JTOK_CHECK(owner != nullptr && (data != nullptr || rows * dim == 0), "token table view without storage");
+  TokenTable t;
+  t.rows = rows;
+  t.dim = dim;
+  t.view_ = data;
+  t.owner_ = std::move(owner);
+  return t;
+}
+
+float* TokenTable::mutable_data() {
+  if (owner_) fail("token table (", rows, " x ", dim, ") is a read-only view (e.g. a memory-mapped file); it cannot be written");
+  return ram_.data();
+}
+
 RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V) {
   RowBatch rb;
   rb.inverse.resize(static_cast<size_t>(N));
@@ -37,7 +66,7 @@ void gather_unique_rows(float* out, const TokenTable& t, const RowBatch& rb, con
 #pragma omp parallel for schedule(static)
   for (int64_t u = 0; u < U; ++u) {
     if (sync) sync(table, rb.unique[u]);
-    std::memcpy(out + u * d, t.w.data() + rb.unique[u] * d, sizeof(float) * d);
+    std::memcpy(out + u * d, t.row(rb.unique[u]), sizeof(float) * d);
   }
 }
 
@@ -83,7 +112,7 @@ void table_adamw_dense_semantics(TokenTable& t, float* tm, float* tv, const Spar
     const int32_t s = g.slot[static_cast<size_t>(r)];
     // A row without gradient: (1 - b1) * 0 and (1 - b2) * 0 vanish, the moments only decay.
     const float* gr = s >= 0 ? g.rows.data() + static_cast<int64_t>(s) * d : nullptr;
-    adamw_elements(t.w.data() + r * d, gr, tm + r * d, tv + r * d, d, c);
+    adamw_elements(t.mutable_row(r), gr, tm + r * d, tv + r * d, d, c);
   }
 }
 
@@ -93,7 +122,7 @@ void table_adamw_sparse_rows(TokenTable& t, float* tm, float* tv, const SparseRo
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < R; ++i) {
     const int64_t r = g.ids[i];
-    adamw_elements(t.w.data() + r * d, g.rows.data() + i * d, tm + r * d, tv + r * d, d, c);
+    adamw_elements(t.mutable_row(r), g.rows.data() + i * d, tm + r * d, tv + r * d, d, c);
   }
 }
 
@@ -107,7 +136,7 @@ std::vector<float> densify(const SparseRowGrad& g, int64_t rows) {
 
 void table_adamw_ref(TokenTable& t, float* m, float* v, const SparseRowGrad& g, const AdamWHyper& h) {
   std::vector<float> dense = densify(g, t.rows);
-  adamw_update_ref(t.w.data(), dense.data(), m, v, static_cast<int64_t>(t.w.size()), h);
+  adamw_update_ref(t.mutable_data(), dense.data(), m, v, t.numel(), h);
 }
 
 }  // namespace jtok

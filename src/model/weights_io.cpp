@@ -51,7 +51,7 @@ static void load_each(Model& m, const Tensors& in_file, const std::string& origi
   for (size_t k = 0; k < m.tables.size(); ++k) {
     auto& t = m.tables[k];
     expected.insert(m.table_names[k]);
-    copy(m.table_names[k], {t.rows, t.dim}, t.w.data());
+    copy(m.table_names[k], {t.rows, t.dim}, t.mutable_data());
   }
   for (const auto& kv : in_file)
     if (!expected.count(kv.first)) fail(origin, ": unexpected tensor ", kv.first, " (config and weights disagree?)");
@@ -85,7 +85,7 @@ StFile tables_to_st(const Model& m, const std::vector<std::vector<float>>& per_t
 StFile weights_to_st(const Model& m) {
   StFile f = flat_to_st(m, m.params, "");
   for (size_t k = 0; k < m.tables.size(); ++k)
-    f.tensors[m.table_names[k]] = st_f32({m.tables[k].rows, m.tables[k].dim}, m.tables[k].w.data());
+    f.tensors[m.table_names[k]] = st_f32({m.tables[k].rows, m.tables[k].dim}, m.tables[k].data());
   return f;
 }
 

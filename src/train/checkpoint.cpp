@@ -60,7 +60,7 @@ static std::string first_nonfinite(const Model& m, const AdamWState& opt) {
     if (bad(opt.m.data() + o, n) || bad(opt.v.data() + o, n)) return "the AdamW moments of " + p.name;
   }
   for (size_t k = 0; k < m.tables.size(); ++k) {
-    if (bad(m.tables[k].w.data(), m.tables[k].w.size())) return m.table_names[k];
+    if (bad(m.tables[k].data(), static_cast<size_t>(m.tables[k].numel()))) return m.table_names[k];
     if (bad(opt.table_m[k].data(), opt.table_m[k].size()) || bad(opt.table_v[k].data(), opt.table_v[k].size()))
       return "the AdamW moments of " + m.table_names[k];
   }
