@@ -284,3 +284,43 @@ TEST(Checkpoint, LoadingForInferenceNeedsNoInitAndNoGradients) {
   EXPECT_EQ(bare.params, m.params);
   for (size_t k = 0; k < m.tables.size(); ++k) EXPECT_EQ(bare.tables[k].to_vector(), m.tables[k].to_vector());
 }
+
+// --tables mmap: the tables stay in model.safetensors and are read in place; the model computes the
+// same logits as with the tables copied into RAM. Missing tensors and incomplete checkpoints fail.
+TEST(Checkpoint, MappedTablesAreReadInPlaceAndGiveTheSameLogits) {
+  Config cfg = small();
+  cfg.model.jtok = true;
+  cfg.model.jtok_layers = "0";
+  cfg.model.jtokm = true;
+  cfg.model.jtokm_layers = "1";
+  cfg.model.jtokm_n_e = 3;
+  cfg.model.jtokm_top_k = 2;
+  cfg.model.jtokm_scale_init = 2.0;
+  Model m = make_model(cfg.model, 3);
+  std::string dir = save_checkpoint(fresh_dir("ckpt_mapped"), 2, cfg, m, make_adamw_state(m),
+                                    {{"step", 2}, {"run_id", "mapped"}}, 1);
+  Model ram = make_model(cfg.model, 9), mapped = make_model(cfg.model, 9, {.init = false, .grads = false, .tables = false});
+  EXPECT_EQ(mapped.tables[0].data(), nullptr);  // no storage of its own before loading
+  load_checkpoint(dir, ram, nullptr);
+  load_checkpoint_mapped(dir, mapped);
+  EXPECT_EQ(mapped.params, m.params);
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    EXPECT_TRUE(mapped.tables[k].read_only()) << m.table_names[k];
+    EXPECT_FALSE(ram.tables[k].read_only());
+    EXPECT_EQ(mapped.tables[k].to_vector(), m.tables[k].to_vector()) << m.table_names[k];
+    EXPECT_THROW(mapped.tables[k].mutable_data(), Error);
+  }
+  std::vector<int32_t> ids = {1, 5, 5, 39, 0, 7, 5, 12};
+  Activations a1, a2;
+  forward(ram, a1, ids.data(), 2, 4);
+  forward(mapped, a2, ids.data(), 2, 4);
+  EXPECT_EQ(a1.logits, a2.logits);
+  // A model whose config names a table the file lacks.
+  Config more = cfg;
+  more.model.jtok_layers = "0,1";
+  Model wrong = make_model(more.model, 1);
+  EXPECT_NE(error_of([&] { load_checkpoint_mapped(dir, wrong); }).find("missing tensor model.layers.1.jtok"),
+            std::string::npos);
+  fs::remove(fs::path(dir) / "COMPLETE");
+  EXPECT_NE(error_of([&] { load_checkpoint_mapped(dir, mapped); }).find("incomplete"), std::string::npos);
+}

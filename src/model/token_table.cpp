@@ -33,7 +33,16 @@ TokenTable TokenTable::view(int64_t rows, int64_t dim, const float* data, std::s
   return t;
 }
 
+TokenTable TokenTable::unbound(int64_t rows, int64_t dim) {
+  TokenTable t;
+  t.rows = rows;
+  t.dim = dim;
+  return t;
+}
+
 float* TokenTable::mutable_data() {
+  if (!owner_ && static_cast<int64_t>(ram_.size()) != numel() && numel() > 0)
+    fail("token table (", rows, " x ", dim, ") has no storage (unbound): load it first");
   if (owner_) fail("token table (", rows, " x ", dim, ") is a read-only view (e.g. a memory-mapped file); it cannot be written");
   return ram_.data();
 }

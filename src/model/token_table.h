@@ -31,13 +31,15 @@ class TokenTable {
   static TokenTable in_ram(int64_t rows, int64_t dim, std::vector<float> values);
   // Read-only view of rows x dim floats at `data`, kept alive by `owner` (e.g. a MappedFile).
   static TokenTable view(int64_t rows, int64_t dim, const float* data, std::shared_ptr<const void> owner);
+  // A shape without storage, for a loader to replace with a view (data() is null; writes fail).
+  static TokenTable unbound(int64_t rows, int64_t dim);
 
   bool read_only() const { return owner_ != nullptr; }
   int64_t numel() const { return rows * dim; }
   const float* data() const { return owner_ ? view_ : ram_.data(); }
   const float* row(int64_t r) const { return data() + r * dim; }
   std::span<const float> values() const { return {data(), static_cast<size_t>(numel())}; }
-  float* mutable_data();  // fails (naming the table's shape) on a read-only view
+  float* mutable_data();  // fails (naming the table's shape) on a read-only view or an unbound table
   float* mutable_row(int64_t r) { return mutable_data() + r * dim; }
   std::span<float> mutable_values() { return {mutable_data(), static_cast<size_t>(numel())}; }
   std::vector<float> to_vector() const { return {data(), data() + numel()}; }

@@ -69,6 +69,31 @@ void load_weights(Model& m, const StIndex& f) {
   });
 }
 
+void load_weights_mapped(Model& m, const std::shared_ptr<const MappedFile>& file) {
+  const StIndex idx = read_safetensors_index(file->path());
+  if (idx.file_size != file->size())
+    fail(file->path(), " changed while being loaded (", idx.file_size, " bytes, mapped ", file->size(), ")");
+  std::set<std::string> expected;
+  for (const auto& p : m.layout) {  // the backbone: read into RAM (not through the mapping)
+    expected.insert(p.name);
+    read_tensor_f32(idx, p.name, p.shape, m.params.data() + p.offset);
+  }
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    const int64_t rows = m.tables[k].rows, dim = m.tables[k].dim;
+    const std::string& name = m.table_names[k];
+    expected.insert(name);
+    auto it = idx.tensors.find(name);
+    if (it == idx.tensors.end()) fail(idx.path, ": missing tensor ", name);
+    const StEntry& t = it->second;
+    check_f32(t.dtype, t.shape, name, {rows, dim}, idx.path);
+    if (t.offset % alignof(float) != 0)
+      fail(idx.path, ": tensor ", name, " starts at byte ", t.offset, ", not float-aligned: cannot be read in place");
+    m.tables[k] = TokenTable::view(rows, dim, reinterpret_cast<const float*>(file->data() + t.offset), file);
+  }
+  for (const auto& kv : idx.tensors)
+    if (!expected.count(kv.first)) fail(idx.path, ": unexpected tensor ", kv.first, " (config and weights disagree?)");
+}
+
 StFile flat_to_st(const Model& m, const std::vector<float>& buffer, const std::string& prefix) {
   StFile f;
   for (const auto& p : m.layout) f.tensors[prefix + p.name] = st_f32(p.shape, buffer.data() + p.offset);

@@ -131,6 +131,12 @@ Config load_checkpoint_config(const std::string& ckpt_dir) {
   return load_config(p);
 }
 
+void load_checkpoint_mapped(const std::string& ckpt_dir, Model& m) {
+  const fs::path d(ckpt_dir);
+  if (!is_complete(d)) fail("checkpoint ", ckpt_dir, " is incomplete (no COMPLETE marker): it was interrupted while being written");
+  load_weights_mapped(m, MappedFile::open((d / "model.safetensors").string()));
+}
+
 nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState* opt) {
   const fs::path d(ckpt_dir);
   if (!is_complete(d)) fail("checkpoint ", ckpt_dir, " is incomplete (no COMPLETE marker): it was interrupted while being written");
