@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 PKGS=(build-essential cmake g++ libdnnl-dev libopenblas-dev nlohmann-json3-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-numpy
-      libopenblas0-openmp)
+      libopenblas0-openmp libcpp-httplib-dev pkg-config curl)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # node and npm may come from elsewhere on the machine; install Debian's only when absent.
