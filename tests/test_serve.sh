@@ -2,8 +2,11 @@
 # `jtok serve` against real HTTP clients (curl) on 127.0.0.1: completions equal `jtok generate`
 # (greedy and seeded sampling), --tables mmap equals --tables ram, streaming (SSE) equals the whole
 # reply, bad input gets a 4xx with an OpenAI-style error body and the server goes on, the API key is
-# enforced, and a bounded concurrent load (8 clients x 20 requests) has zero failures and gives each
-# prompt the reply it gets alone. Servers are always killed by the trap.
+# enforced, a bounded concurrent load (curl: 8 clients x 20 requests) has zero failures and gives
+# each prompt the reply it gets alone; the official OpenAI SDK (npm openai@7.55.0) gets the same
+# replies, streamed and not, and its typed errors; 64 clients x 1,000 requests (node) with zero
+# failures other than retried 429s, p50 / p99 printed, resident memory back near its idle level.
+# Servers are always killed by the trap.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 PY=/usr/bin/python3
@@ -34,7 +37,7 @@ JSON
 # Start a server on a free port (--port 0; the port is printed); sets PORT.
 start() {  # name, extra args...
   local name=$1; shift
-  "$JTOK" serve --checkpoint "$T/run" --port 0 --max-batch 8 --max-queue 64 --max-body-kb 64 "$@" \
+  "$JTOK" serve --checkpoint "$T/run" --port 0 --max-batch 8 --max-body-kb 64 "$@" \
     > "$T/serve_$name.out" 2> "$T/serve_$name.err" &
   PIDS+=($!)
   for _ in $(seq 200); do
@@ -45,8 +48,9 @@ start() {  # name, extra args...
   done
   fail "server $name printed no port"
 }
-start ram --tables ram; RAM=$PORT
-start mmap --tables mmap --api-key sekrit; MMAP=$PORT
+start ram --tables ram --max-queue 64; RAM=$PORT
+start mmap --tables mmap --api-key sekrit --max-queue 64; MMAP=$PORT
+start full --max-queue 0; FULL=$PORT  # admits nothing: every completion is refused with 429
 AUTH=(-H "Authorization: Bearer sekrit")
 
 # POST a completion; prints "HTTP_CODE BODY".
@@ -56,7 +60,7 @@ post() {  # port, json, extra curl args...
     --data-binary "$body" "http://127.0.0.1:$port/v1/completions" > "$T/code" || echo 000 > "$T/code"
   echo "$(cat "$T/code") $(cat "$T/body")"
 }
-field() { $PY -c 'import json,sys; d=json.loads(sys.stdin.read().split(" ",1)[1]); print(eval(sys.argv[1]))' "$1"; }
+field() { $PY -c 'import json,sys; d=json.loads(sys.stdin.read().split(" ",1)[1]); print(eval(sys.argv[1]))' "$@"; }
 
 # 1. Greedy and seeded sampling equal `jtok generate`; mmap equals ram.
 for prompt in "The model" "Token tables" "A"; do
@@ -130,6 +134,9 @@ check_err $RAM 404 '{"prompt": "x", "model": "gpt-4"}'
 check_err $RAM 413 "@$T/big.json"
 check_err $MMAP 401 '{"prompt": "x", "max_tokens": 2}'
 check_err $MMAP 401 '{"prompt": "x", "max_tokens": 2}' -H "Authorization: Bearer wrong"
+check_err $FULL 429 '{"prompt": "x", "max_tokens": 2}'
+curl -s -D - -o /dev/null --data-binary '{"prompt": "x"}' "http://127.0.0.1:$FULL/v1/completions" | grep -qi '^Retry-After: 1' \
+  || fail "429 without Retry-After"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MMAP/v1/models")" = 401 ] || fail "models without key"
 curl -s "${AUTH[@]}" "http://127.0.0.1:$MMAP/v1/models" | grep -q '"id":"jtok"' || fail "/v1/models"
 echo "ok: bad input answered 4xx with error bodies, server still serving"
@@ -178,4 +185,22 @@ grep -q '^jtok_http_responses_total{route="/v1/completions",status="400"}' "$T/m
 grep -q '^jtok_page_faults_major_total ' "$T/metrics" || fail "metrics lack page faults"
 echo "ok: load 8 x 20 = $ok requests, zero failures, replies equal to alone, mean decode batch $(( seqs / steps )).x ($($PY -c "print(round($t1 - $t0, 1))") s)"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$RAM/health")" = 200 ] || fail "server down after load"
+
+# 5. The official OpenAI SDK (node) against the mmap server with its API key.
+SDK="$ROOT/.cache/npm/openai-7.55.0"
+[ -f "$SDK/package.json" ] || fail "$SDK missing: run scripts/setup.sh (scripts/setup.d/20-npm-data.sh fetches it)"
+exp=$(post $MMAP '{"prompt": "The model", "max_tokens": 12, "temperature": 0}' "${AUTH[@]}" | field 'json.dumps(d["choices"][0]["text"])')
+node "$ROOT/tests/serve_openai_client.mjs" "$ROOT" "$MMAP" sekrit "The model" "$exp" 12 || fail "openai SDK client"
+
+# 6. 64 concurrent clients, 1,000 requests (node's fetch), on the mmap server; resident memory
+# measured idle (after the requests above) and after the load.
+rss() { curl -s "${AUTH[@]}" "http://127.0.0.1:$MMAP/metrics" | sed -n 's/^jtok_resident_bytes //p'; }
+cases=$(for p in "The model" "Token tables" "A" "Serving"; do
+  post $MMAP "{\"prompt\": \"$p\", \"max_tokens\": 16, \"temperature\": 0}" "${AUTH[@]}" | field "json.dumps([sys.argv[2], d['choices'][0]['text']])" "$p"
+done | $PY -c 'import json,sys; print(json.dumps([json.loads(l) for l in sys.stdin]))')
+idle=$(rss)
+node "$ROOT/tests/serve_load_client.mjs" "$MMAP" sekrit 64 1000 16 "$cases" || fail "64 x 1000 load"
+after=$(rss)
+echo "resident memory: idle $((idle >> 20)) MiB, after the load $((after >> 20)) MiB"
+[ "$after" -le $((idle + (32 << 20))) ] || fail "resident memory grew by $(((after - idle) >> 20)) MiB under load"
 echo "PASS"
