@@ -56,7 +56,7 @@ struct CompletionParams {
   int64_t max_tokens = 16;
   SamplingParams sampling{1.0, 0, 1.0};
   uint64_t seed = 0;
-  bool stream = false, include_usage = false;
+  bool stream = false, include_usage = false, ignore_eos = false;
   std::vector<std::string> stop;
 };
 
@@ -163,6 +163,10 @@ CompletionParams parse_completion(const json& body, const Tokenizer& tok, const 
     }
     for (const auto& s2 : p.stop)
       if (s2.empty()) bad("stop", "stop sequences must not be empty");
+  }
+  if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {  // vLLM's extension
+    if (!body["ignore_eos"].is_boolean()) bad("ignore_eos", "ignore_eos must be a boolean, got " + type_name(body["ignore_eos"]));
+    p.ignore_eos = body["ignore_eos"].get<bool>();
   }
   if (body.contains("logprobs") && !body["logprobs"].is_null())
     bad("logprobs", "logprobs is not supported by this server");
@@ -336,7 +340,7 @@ struct HttpApi::Impl {
       g.max_tokens = p.max_tokens;
       g.sampling = p.sampling;
       g.seed = p.seed;
-      g.stop_token = tok.eot_id();
+      g.stop_token = p.ignore_eos ? -1 : tok.eot_id();
       try {
         seq = engine.submit(std::move(g));
       } catch (const Error& e) {
