@@ -17,6 +17,7 @@ namespace {
 struct Args {
   std::string checkpoint, host = "127.0.0.1", tables = "ram", api_key, model_name = "jtok";
   int port = 8080;
+  bool prefetch = true;
   int64_t max_batch = 16, ctx = 0, kv_budget_tokens = 0, max_queue = 64, max_body_kb = 1024;
 } args;
 
@@ -37,6 +38,7 @@ void run() {
   eo.ctx = args.ctx;
   eo.kv_budget_tokens = args.kv_budget_tokens;
   eo.max_queue = args.max_queue;
+  eo.prefetch = args.prefetch;
   Engine engine(ck.model, eo);
   ServeOptions so;
   so.host = args.host;
@@ -79,6 +81,7 @@ void setup(CLI::App* sub) {
                   "KV-cache token slots over all sequences (0: max-batch x ctx)");
   sub->add_option("--max-queue", args.max_queue, "requests waiting for a batch slot at most; beyond: 429");
   sub->add_option("--max-body-kb", args.max_body_kb, "largest request body in KiB; beyond: 413");
+  sub->add_flag("!--no-prefetch", args.prefetch, "mmap tables: do not announce rows before they are read");
   sub->add_option("--api-key", args.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
   sub->add_option("--model-name", args.model_name, "the model's name in the API");
   sub->callback(run);

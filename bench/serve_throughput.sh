@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Serving throughput of `jtok serve`: prefill and decode tokens/s at 1 and 16 concurrent sequences
 # for the baseline, +JTok and +JTok-M, with the token tables in RAM, memory-mapped with a warm page
-# cache, and memory-mapped cold (the checkpoint file evicted with posix_fadvise DONTNEED before
-# the server starts), and the resident memory of each server after its runs. One run, one table.
+# cache, memory-mapped cold (the checkpoint file evicted with posix_fadvise DONTNEED before the
+# server starts), and cold without the row prefetch (--no-prefetch), with the resident memory and
+# the major page faults of each server after its runs. One run, one table.
 #
 #   bench/serve_throughput.sh [--config FILE] [--new-tokens N] [--prompt-tokens P] [--threads N]
 #                             [--concurrency "1 16"]
@@ -47,7 +48,7 @@ fi
 echo "serve_throughput: prompt $PROMPT_TOKENS tokens, $NEW new tokens per sequence (greedy, ignore_eos), concurrency $CONC, $THREADS threads"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC') | host: $(nproc) cores | load $(cut -d' ' -f1-3 /proc/loadavg) | OMP_WAIT_POLICY=$OMP_WAIT_POLICY | commit $(git rev-parse --short HEAD 2>/dev/null || echo '?') | config $CONFIG"
 IDS=$($PY -c "import json; print(json.dumps([(i * 7919) % 50000 + 100 for i in range($PROMPT_TOKENS)]))")
-printf '%-8s %-9s %12s %14s %14s %10s\n' variant tables concurrency "prefill tok/s" "decode tok/s" "RSS MiB"
+printf '%-8s %-15s %12s %14s %14s %10s %12s\n' variant tables concurrency "prefill tok/s" "decode tok/s" "RSS MiB" "major faults"
 for variant in base +JTok +JTok-M; do
   case $variant in
     base) extra=() ;;
@@ -58,14 +59,15 @@ for variant in base +JTok +JTok-M; do
     --eval_batches 1 --checkpoint_interval 1 --sample_interval 0 --train_data data/train --val_data data/val \
     "${extra[@]}" > "$WORK/train_$variant.log" 2>&1 || { tail "$WORK/train_$variant.log" >&2; exit 1; }
   CKPT=$(ls -d "$WORK/$variant"/checkpoints/step_* | tail -n 1)
-  for tables in ram mmap-warm mmap-cold; do
+  for tables in ram mmap-warm mmap-cold mmap-cold-nopf; do
     mode=${tables%%-*}
-    if [ "$tables" = mmap-cold ]; then
+    pf=(); [ "$tables" = mmap-cold-nopf ] && pf=(--no-prefetch)
+    if [ "${tables#mmap-cold}" != "$tables" ]; then
       $PY -c "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)" "$CKPT/model.safetensors"
     elif [ "$tables" = mmap-warm ]; then
       cat "$CKPT/model.safetensors" > /dev/null
     fi
-    OMP_NUM_THREADS=$THREADS "$JTOK" serve --checkpoint "$CKPT" --port 0 --tables "$mode" --max-batch 16 \
+    OMP_NUM_THREADS=$THREADS "$JTOK" serve --checkpoint "$CKPT" --port 0 --tables "$mode" --max-batch 16 "${pf[@]}" \
       > "$WORK/serve.out" 2> "$WORK/serve.err" &
     SERVER=$!
     PORT=""
@@ -75,9 +77,10 @@ for variant in base +JTok +JTok-M; do
     [ -n "$PORT" ] || { cat "$WORK/serve.err" >&2; exit 1; }
     for c in $CONC; do
       r=$(node bench/serve_client.mjs "$PORT" "$c" "$NEW" "$IDS")
-      rss=$(curl -s "http://127.0.0.1:$PORT/metrics" | sed -n 's/^jtok_resident_bytes //p')
-      $PY -c "import json,sys; r=json.loads(sys.argv[1]); print('%-8s %-9s %12d %14.1f %14.1f %10d' % (sys.argv[2], sys.argv[3], r['concurrency'], r['prefill_tok_s'], r['decode_tok_s'], int(sys.argv[4]) >> 20))" \
-        "$r" "$variant" "$tables" "$rss"
+      curl -s "http://127.0.0.1:$PORT/metrics" > "$WORK/metrics"
+      rss=$(sed -n 's/^jtok_resident_bytes //p' "$WORK/metrics"); maj=$(sed -n 's/^jtok_page_faults_major_total //p' "$WORK/metrics")
+      $PY -c "import json,sys; r=json.loads(sys.argv[1]); print('%-8s %-15s %12d %14.1f %14.1f %10d %12s' % (sys.argv[2], sys.argv[3], r['concurrency'], r['prefill_tok_s'], r['decode_tok_s'], int(sys.argv[4]) >> 20, sys.argv[5]))" \
+        "$r" "$variant" "$tables" "$rss" "$maj"
     done
     kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""
   done

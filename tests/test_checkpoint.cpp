@@ -311,6 +311,10 @@ TEST(Checkpoint, MappedTablesAreReadInPlaceAndGiveTheSameLogits) {
     EXPECT_THROW(mapped.tables[k].mutable_data(), Error);
   }
   std::vector<int32_t> ids = {1, 5, 5, 39, 0, 7, 5, 12};
+  for (size_t k = 0; k < m.tables.size(); ++k) {  // rows announced to the kernel: nothing changes
+    EXPECT_EQ(prefetch_rows(mapped.tables[k], ids.data(), 8), 8);
+    EXPECT_EQ(prefetch_rows(ram.tables[k], ids.data(), 8), 0);
+  }
   Activations a1, a2;
   forward(ram, a1, ids.data(), 2, 4);
   forward(mapped, a2, ids.data(), 2, 4);

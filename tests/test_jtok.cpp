@@ -57,6 +57,12 @@ TEST(TokenTableView, ReadOnlyViewGathersLikeRamAndRefusesWrites) {
   for (size_t u = 0; u < rb.unique.size(); ++u)
     EXPECT_EQ(0, std::memcmp(a.data() + u * d, ram.row(rb.unique[u]), sizeof(float) * d));
   EXPECT_THROW(view.mutable_data(), std::exception);
+  // Prefetch is a hint: views announce their rows, RAM tables nothing; no value changes.
+  EXPECT_EQ(prefetch_rows(ram, ids.data(), 4), 0);
+  EXPECT_EQ(prefetch_rows(view, ids.data(), 4), 4);
+  EXPECT_EQ(view.to_vector(), ram.to_vector());
+  const int32_t bad_id = static_cast<int32_t>(V);
+  EXPECT_THROW(prefetch_rows(view, &bad_id, 1), std::exception);
   TokenTable copy = view;  // shares the owner, stays read-only
   EXPECT_TRUE(copy.read_only());
   EXPECT_EQ(copy.data(), view.data());

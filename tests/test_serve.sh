@@ -183,6 +183,8 @@ steps=$(sed -n 's/^jtok_decode_steps_total //p' "$T/metrics"); seqs=$(sed -n 's/
 [ "$seqs" -gt "$steps" ] || fail "no decode step ran more than one sequence ($seqs sequences over $steps steps)"
 grep -q '^jtok_http_responses_total{route="/v1/completions",status="400"}' "$T/metrics" || fail "metrics lack the 400s"
 grep -q '^jtok_page_faults_major_total ' "$T/metrics" || fail "metrics lack page faults"
+pf=$(curl -s "${AUTH[@]}" "http://127.0.0.1:$MMAP/metrics" | sed -n 's/^jtok_table_rows_prefetched_total //p')
+[ "$pf" -gt 0 ] || fail "the mmap server announced no table rows ($pf)"
 echo "ok: load 8 x 20 = $ok requests, zero failures, replies equal to alone, mean decode batch $(( seqs / steps )).x ($($PY -c "print(round($t1 - $t0, 1))") s)"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$RAM/health")" = 200 ] || fail "server down after load"
 

@@ -1,5 +1,8 @@
 #include "model/token_table.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -68,6 +71,19 @@ RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V) {
   }
   rb.offsets.push_back(static_cast<int32_t>(N));
   return rb;
+}
+
+int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n) {
+  if (!t.read_only() || t.data() == nullptr) return 0;
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t row_bytes = static_cast<uintptr_t>(t.dim) * sizeof(float);
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= t.rows) fail("token id ", ids[i], " outside the table's ", t.rows, " rows");
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(t.row(ids[i]));
+    const uintptr_t lo = begin & ~(page - 1), hi = (begin + row_bytes + page - 1) & ~(page - 1);
+    madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_WILLNEED);  // a hint: its failure changes nothing
+  }
+  return n;
 }
 
 void gather_unique_rows(float* out, const TokenTable& t, const RowBatch& rb, const RowSync& sync, int64_t table) {

@@ -67,6 +67,12 @@ struct RowBatch {
 // ids (N) in [0, V).
 RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V);
 
+// Announces that rows ids[0..n) of t will be read soon. For a read-only view (a memory-mapped file)
+// the kernel is asked to start reading their pages now (madvise MADV_WILLNEED: asynchronous, all
+// rows at once instead of one page fault at a time when the gather reaches them); for RAM tables it
+// does nothing. Values are never changed. Returns the number of rows announced (0 for RAM).
+int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n);
+
 // out (U, dim) = table rows of rb.unique. sync (optional): called for (table, each id) before its
 // row is read; `table` is t's index in Model::tables.
 void gather_unique_rows(float* out, const TokenTable& t, const RowBatch& rb, const RowSync& sync = {},

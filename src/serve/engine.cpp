@@ -81,6 +81,13 @@ void Engine::finish(Active& a, const std::string& reason, const std::string& err
   a.seq->cv.notify_all();
 }
 
+int64_t Engine::prefetch(const int32_t* ids, int64_t n) const {
+  if (!opt_.prefetch) return 0;
+  int64_t rows = 0;
+  for (const auto& t : model_.tables) rows += prefetch_rows(t, ids, n);
+  return rows;
+}
+
 bool Engine::emit(Active& a, const float* logits) {
   std::vector<float> l(logits, logits + model_.cfg.vocab_size);
   const int32_t next = sample_token(l, a.req.sampling, a.rng);
@@ -136,7 +143,11 @@ void Engine::loop() {
       }
       stats_.queue_depth = static_cast<int64_t>(waiting_.size());
     }
-    // Prefill each new prompt alone (all its positions at once), then its first token.
+    // Prefill each new prompt alone (all its positions at once), then its first token. Every new
+    // prompt's table rows are announced first, so later prompts' pages load during earlier prefills.
+    int64_t prefetched = 0;
+    for (auto& a : admitted)
+      prefetched += prefetch(a->req.prompt.data(), static_cast<int64_t>(a->req.prompt.size()));
     std::vector<std::unique_ptr<Active>> joined;
     for (auto& a : admitted) {
       bool go_on = false;
@@ -162,6 +173,7 @@ void Engine::loop() {
       std::lock_guard<std::mutex> lk(mu_);
       for (auto& a : joined) active_.push_back(std::move(a));
       stats_.active = static_cast<int64_t>(active_.size());
+      stats_.table_rows_prefetched += prefetched;
       running.swap(active_);  // the scheduler owns them during the step; submit() only touches waiting_
     }
     // One decode step over every active sequence together.
@@ -175,6 +187,7 @@ void Engine::loop() {
       }
       logits.resize(static_cast<size_t>(M * model_.cfg.vocab_size));
       int64_t rows = 0;
+      const int64_t announced = prefetch(tokens.data(), M);  // read while the first layers compute
       std::string err;
       try {
         rows = decode_batch(model_, caches.data(), tokens.data(), M, logits.data());
@@ -201,6 +214,7 @@ void Engine::loop() {
       stats_.decode_batch_sum += M;
       stats_.batch_hist[M >= 32 ? 5 : M >= 16 ? 4 : M >= 8 ? 3 : M >= 4 ? 2 : M >= 2 ? 1 : 0]++;
       stats_.table_rows_read += rows;
+      stats_.table_rows_prefetched += announced;
       stats_.generated_tokens += produced;
       stats_.requests_finished += finished;
       stats_.kv_tokens_used -= freed;

@@ -27,6 +27,8 @@ struct EngineOptions {
   int64_t ctx = 0;               // context per sequence (prompt + generated); 0 = the model's
   int64_t kv_budget_tokens = 0;  // KV-cache token slots over all active sequences; 0 = max_batch * ctx
   int64_t max_queue = 64;        // requests waiting for admission at most (beyond: refused)
+  bool prefetch = true;          // memory-mapped tables: announce the rows of every admitted prompt
+                                 // and of every step's tokens before computing (prefetch_rows)
 };
 
 struct GenerationRequest {
@@ -52,7 +54,8 @@ struct Sequence {
 struct EngineStats {
   int64_t requests_admitted = 0, requests_finished = 0, requests_refused = 0, requests_cancelled = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, decode_steps = 0, decode_batch_sum = 0, prefills = 0;
-  int64_t table_rows_read = 0;   // token-table rows gathered (prefill + decode), per table
+  int64_t table_rows_read = 0;   // token-table rows gathered by decode steps, per table
+  int64_t table_rows_prefetched = 0;  // (id, table) rows announced to the kernel (mmap tables only)
   int64_t queue_depth = 0, active = 0, kv_tokens_used = 0;  // gauges
   int64_t batch_hist[6] = {};    // decode steps with M in 1, 2-3, 4-7, 8-15, 16-31, 32+
 };
@@ -88,6 +91,9 @@ class Engine {
   void finish(Active& a, const std::string& reason, const std::string& error = {});
   // Samples from logits, publishes, and returns whether the sequence goes on.
   bool emit(Active& a, const float* logits);
+  // prefetch_rows of ids over every table (JTok's, and all n_e of each JTok-M layer: the router has
+  // not chosen yet); returns the rows announced.
+  int64_t prefetch(const int32_t* ids, int64_t n) const;
 
   const Model& model_;
   EngineOptions opt_;

@@ -494,6 +494,8 @@ struct HttpApi::Impl {
     for (int b = 0; b < 6; ++b) o << "jtok_decode_batch_size_bucket{le=\"" << le[b] << "\"} " << (cum += s.batch_hist[b]) << "\n";
     o << "jtok_decode_batch_size_sum " << s.decode_batch_sum << "\njtok_decode_batch_size_count " << s.decode_steps << "\n";
     counter("jtok_table_rows_read_total", "token-table rows read by decode steps", s.table_rows_read);
+    counter("jtok_table_rows_prefetched_total", "token-table rows announced to the kernel before use (mmap tables)",
+            s.table_rows_prefetched);
     counter("jtok_queue_depth", "requests waiting for admission", s.queue_depth, "gauge");
     counter("jtok_active_sequences", "sequences in the decode batch", s.active, "gauge");
     counter("jtok_kv_tokens_used", "KV-cache token slots reserved", s.kv_tokens_used, "gauge");
