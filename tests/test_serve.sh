@@ -76,6 +76,9 @@ for prompt in "The model" "Token tables" "A"; do
     got=$(echo "$r" | field 'repr(d["choices"][0]["text"])')
     [ "$got" = "$want" ] || fail "ram $mode '$prompt': server $got, generate $want"
     [ "$(echo "$r" | field 'd["usage"]["completion_tokens"]')" = "$n_want" ] || fail "usage: $r"
+    "$JTOK" generate --checkpoint "$T/run" --tables mmap --prompt "$prompt" --max-new-tokens 12 "${gen[@]}" \
+      > "$T/gen_mmap.txt" 2> /dev/null
+    cmp -s "$T/gen.txt" "$T/gen_mmap.txt" || fail "jtok generate --tables mmap differs from ram for '$prompt'"
     r2=$(post $MMAP "$body" "${AUTH[@]}"); [ "${r2%% *}" = 200 ] || fail "mmap $mode '$prompt': $r2"
     [ "$(echo "$r2" | field 'repr(d["choices"][0]["text"])')" = "$want" ] || fail "mmap differs from ram: $r2 vs $r"
   done
@@ -84,7 +87,11 @@ done
 ids=$($PY -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["prompt_ids"]))' "$T/ids.json")
 r=$(post $RAM "{\"prompt\": $ids, \"max_tokens\": 12, \"temperature\": 0.8, \"top_k\": 40, \"top_p\": 0.95, \"seed\": 7}")
 [ "$(echo "$r" | field 'repr(d["choices"][0]["text"])')" = "$want" ] || fail "token-id prompt: $r"
-echo "ok: completions equal jtok generate (greedy, seeded), mmap equals ram, token-id prompts"
+"$JTOK" eval --checkpoint "$T/run" --no-blimp --json > "$T/eval_ram.json"
+"$JTOK" eval --checkpoint "$T/run" --no-blimp --json --tables mmap > "$T/eval_mmap.json"
+$PY -c 'import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); assert a["val_loss"].hex() == b["val_loss"].hex() and a["val_tokens"] == b["val_tokens"], (a, b)' \
+  "$T/eval_ram.json" "$T/eval_mmap.json" || fail "eval --tables mmap differs from ram"
+echo "ok: completions equal jtok generate (greedy, seeded), mmap equals ram (serve, generate, eval), token-id prompts"
 
 # 2. Streaming: the events' texts add up to the whole reply; finish_reason and usage at the end; [DONE].
 body='{"prompt": "The model", "max_tokens": 20, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}'
