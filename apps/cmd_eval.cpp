@@ -19,6 +19,7 @@ namespace {
 
 struct Args {
   std::string checkpoint, val_data, blimp_dir = "../shared/data/blimp";
+  std::string tables = "ram";
   int64_t val_batches = 0, blimp_limit = 0, batch_size = 64;
   bool json = false, no_blimp = false;
 } args;
@@ -64,7 +65,8 @@ std::vector<double> score_sentences(const jtok::Model& m, const jtok::Tokenizer&
 
 void run() {
   using namespace jtok;
-  LoadedCheckpoint ck = load_for_inference(args.checkpoint);
+  if (args.tables != "ram" && args.tables != "mmap") fail("--tables must be ram or mmap, got '", args.tables, "'");
+  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.tables == "mmap");
   const std::string& dir = ck.dir;
   const Config& cfg = ck.cfg;
   const Model& m = ck.model;
@@ -130,6 +132,7 @@ void run() {
 
 void setup(CLI::App* sub) {
   sub->add_option("--checkpoint", args.checkpoint, "checkpoint directory, or a run directory (its newest)")->required();
+  sub->add_option("--tables", args.tables, "token tables: ram (copied in) or mmap (read in place from the file)");
   sub->add_option("--val-data", args.val_data, "validation shards (default: the config's val_data)");
   sub->add_option("--val-batches", args.val_batches, "at most this many validation batches (0 = all)");
   sub->add_option("--blimp", args.blimp_dir, "BLiMP data directory");

@@ -1,24 +1,37 @@
-// `jtok export`: a checkpoint as a file for other engines. Today: GGUF for llama.cpp's `llama`
-// architecture (docs/formats.md "GGUF export"); models with token-indexed tables are refused.
+// `jtok export`: a checkpoint for inference, in one of two formats:
+//   --format jtok (default): an inference copy, a checkpoint directory (model.safetensors,
+//     config.json, trainer_state.json naming the source, COMPLETE last) that generate / eval / serve
+//     load as usual; --fold-jtok stores JTok's gate table G = s * Norm(E) (src/export/fold.h).
+//   --format gguf: one GGUF file for llama.cpp's `llama` architecture (docs/formats.md "GGUF
+//     export"); models with token-indexed tables or MoE are refused before any weight is read.
 #include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "export/fold.h"
 #include "export/gguf_export.h"
+#include "io/safetensors.h"
+#include "model/weights_io.h"
 #include "run_setup.h"
 #include "train/checkpoint.h"
 
 namespace {
 
 struct Args {
-  std::string checkpoint, format = "gguf", out, dtype = "f32", name;
+  std::string checkpoint, format = "jtok", out, dtype = "f32", name, table_dtype = "f32";
+  bool fold = false;
 } args;
+CLI::App* self;
 
-void run() {
+void export_gguf() {
   using namespace jtok;
+  if (args.fold || self->count("--table-dtype")) fail("export: --fold-jtok and --table-dtype are for --format jtok");
   const std::string dir = resolve_checkpoint(args.checkpoint);
-  // Refuse before reading any weights.
-  const Config cfg = load_checkpoint_config(dir);
+  const Config cfg = load_checkpoint_config(dir);  // refuse before reading any weights
   if (std::string why = gguf_unsupported_reason(cfg.model); !why.empty())
     fail("export: ", dir, " cannot be exported as GGUF: ", why);
   LoadedCheckpoint ck = load_for_inference(dir);
@@ -33,16 +46,51 @@ void run() {
               args.dtype.c_str(), static_cast<unsigned long long>(w.file_size()));
 }
 
+void export_jtok() {
+  using namespace jtok;
+  namespace fs = std::filesystem;
+  if (self->count("--dtype") || self->count("--name")) fail("export: --dtype and --name are for --format gguf");
+  if (args.table_dtype != "f32")
+    fail("--table-dtype ", args.table_dtype, " is not supported yet (only f32; bf16 / int8 tables are issue 12's next step)");
+  if (fs::exists(args.out)) fail("--out ", args.out, " exists; give a new directory");
+  LoadedCheckpoint ck = load_for_inference(args.checkpoint);
+  int64_t folded = 0;
+  if (args.fold) {
+    if (!ck.cfg.model.jtok) fail("--fold-jtok: the model in ", ck.dir, " has no JTok layers");
+    folded = fold_jtok(ck.model);
+    ck.cfg.model = ck.model.cfg;  // jtok_norm = false now
+  }
+  const fs::path out(args.out), tmp = out.string() + ".tmp";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  StFile st = weights_to_st(ck.model);
+  st.metadata["format"] = "pt";
+  write_safetensors((tmp / "model.safetensors").string(), st);
+  write_file_atomic((tmp / "config.json").string(), to_json(ck.cfg).dump(2) + "\n");
+  nlohmann::json state = {{"exported_from", ck.dir}, {"fold_jtok", args.fold}, {"table_dtype", args.table_dtype}};
+  write_file_atomic((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
+  fsync_dir(tmp.string());
+  fs::rename(tmp, out);
+  write_file_atomic((out / "COMPLETE").string(), "export\n");
+  std::printf("export: %s -> %s (%lld JTok tables folded, tables %s, %.1f MB)\n", ck.dir.c_str(), args.out.c_str(),
+              static_cast<long long>(folded), args.table_dtype.c_str(),
+              static_cast<double>(fs::file_size(out / "model.safetensors")) / 1e6);
+}
+
 void setup(CLI::App* sub) {
+  self = sub;
   sub->add_option("--checkpoint", args.checkpoint, "checkpoint directory, or a run directory (its newest)")->required();
-  sub->add_option("--format", args.format, "output format")->check(CLI::IsMember({"gguf"}));
-  sub->add_option("--out", args.out, "output file (written to a temp name, fsynced, renamed)")->required();
-  sub->add_option("--dtype", args.dtype, "type of the 2-D weights (norms stay f32)")->check(CLI::IsMember({"f32", "f16"}));
-  sub->add_option("--name", args.name, "general.name in the file (default: jtok)");
-  sub->callback(run);
+  sub->add_option("--format", args.format, "jtok: an inference checkpoint directory; gguf: a file for llama.cpp")
+      ->check(CLI::IsMember({"jtok", "gguf"}));
+  sub->add_option("--out", args.out, "output: a new directory (jtok) or file (gguf), written under a temp name")->required();
+  sub->add_flag("--fold-jtok", args.fold, "jtok: store JTok's gate table G = s * Norm(E) (inference: 1 + G[x])");
+  sub->add_option("--table-dtype", args.table_dtype, "jtok: table dtype, f32 (bf16 / int8 not yet)");
+  sub->add_option("--dtype", args.dtype, "gguf: type of the 2-D weights (norms stay f32)")->check(CLI::IsMember({"f32", "f16"}));
+  sub->add_option("--name", args.name, "gguf: general.name in the file (default: jtok)");
+  sub->callback([] { args.format == "gguf" ? export_gguf() : export_jtok(); });
 }
 
 const bool registered = jtok::register_command(
-    {"export", "export a checkpoint for another engine (GGUF for llama.cpp; dense models only)", setup});
+    {"export", "export a checkpoint for inference: an inference copy (--fold-jtok) or GGUF for llama.cpp", setup});
 
 }  // namespace

@@ -19,6 +19,7 @@ namespace {
 
 struct Args {
   std::string checkpoint, prompt, ids_out;
+  std::string tables = "ram";
   int64_t max_new_tokens = 64, top_k = 40;
   double temperature = 0.8, top_p = 0.95;
   uint64_t seed = 1;
@@ -37,7 +38,8 @@ double top2_margin(const std::vector<float>& logits) {
 
 void run() {
   using namespace jtok;
-  LoadedCheckpoint ck = load_for_inference(args.checkpoint);
+  if (args.tables != "ram" && args.tables != "mmap") fail("--tables must be ram or mmap, got '", args.tables, "'");
+  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.tables == "mmap");
   const Config& cfg = ck.cfg;
   const Model& m = ck.model;
   const Tokenizer& tok = ck.tokenizer;
@@ -97,6 +99,7 @@ void run() {
 
 void setup(CLI::App* sub) {
   sub->add_option("--checkpoint", args.checkpoint, "checkpoint directory, or a run directory (its newest)")->required();
+  sub->add_option("--tables", args.tables, "token tables: ram (copied in) or mmap (read in place from the file)");
   sub->add_option("--prompt", args.prompt, "prompt text")->required();
   sub->add_option("--max-new-tokens", args.max_new_tokens, "tokens to generate");
   sub->add_option("--temperature", args.temperature, "0 = greedy");

@@ -33,11 +33,13 @@ std::string resolve_checkpoint(const std::string& path) {
   fail(path, " is neither a checkpoint directory (no config.json) nor a run directory with a complete checkpoint");
 }
 
-LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run) {
+LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, bool map_tables) {
   const std::string dir = resolve_checkpoint(checkpoint_or_run);
   Config cfg = load_checkpoint_config(dir);
-  Model m = make_model(cfg.model, 0, {.init = false, .grads = false});  // every value comes from the file
-  load_checkpoint(dir, m, nullptr);
+  // Every value comes from the file; with map_tables the tables get no storage of their own.
+  Model m = make_model(cfg.model, 0, {.init = false, .grads = false, .tables = !map_tables});
+  if (map_tables) load_checkpoint_mapped(dir, m);
+  else load_checkpoint(dir, m, nullptr);
   Tokenizer tok = Tokenizer::load(cfg.train.tokenizer);
   return {dir, cfg, std::move(m), std::move(tok)};
 }

@@ -27,6 +27,8 @@ struct LoadedCheckpoint {
   Model model;
   Tokenizer tokenizer;
 };
-LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run);
+// map_tables: the token tables stay in the checkpoint's model.safetensors, mapped read-only and read
+// in place (--tables mmap); otherwise everything is copied into RAM.
+LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, bool map_tables = false);
 
 }  // namespace jtok

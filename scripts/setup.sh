@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 PKGS=(build-essential cmake g++ libdnnl-dev libopenblas-dev nlohmann-json3-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-numpy
-      libopenblas0-openmp
+      libopenblas0-openmp libcpp-httplib-dev pkg-config curl  # serve (docs/serve.md)
       libopenmpi-dev openmpi-bin                    # distributed training (docs/distributed.md)
       clang-14 libfuzzer-14-dev libomp-14-dev)  # scripts/fuzz.sh: libFuzzer + ASan/UBSan builds
 missing=()

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <span>
 #include <vector>
 
 namespace jtok::testing {
@@ -39,7 +40,7 @@ inline float central_difference(float& x, const std::function<double()>& f, floa
   return static_cast<float>((fp - fm) / (2.0 * h));
 }
 
-inline std::vector<float> numeric_grad(std::vector<float>& x, const std::function<double()>& f, float h = 1e-2f) {
+inline std::vector<float> numeric_grad(std::span<float> x, const std::function<double()>& f, float h = 1e-2f) {
   std::vector<float> g(x.size());
   for (size_t i = 0; i < x.size(); ++i) g[i] = central_difference(x[i], f, h);
   return g;

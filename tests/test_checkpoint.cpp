@@ -140,7 +140,7 @@ TEST(Checkpoint, JTokTablesAndTheirMomentsRoundTrip) {
   Model m2 = make_model(load_checkpoint_config(dir).model, 8);
   AdamWState o2;
   load_checkpoint(dir, m2, &o2);
-  EXPECT_EQ(m2.tables[0].w, m.tables[0].w);
+  EXPECT_EQ(m2.tables[0].to_vector(), m.tables[0].to_vector());
   EXPECT_EQ(o2.table_m[0], opt.table_m[0]);
   EXPECT_EQ(o2.table_v[0], opt.table_v[0]);
   EXPECT_EQ(m2.params, m.params);
@@ -173,7 +173,7 @@ TEST(Checkpoint, JTokMTablesAndTheirMomentsRoundTrip) {
   AdamWState o2;
   load_checkpoint(dir, m2, &o2);
   for (size_t k = 0; k < m.tables.size(); ++k) {
-    EXPECT_EQ(m2.tables[k].w, m.tables[k].w) << m.table_names[k];
+    EXPECT_EQ(m2.tables[k].to_vector(), m.tables[k].to_vector()) << m.table_names[k];
     EXPECT_EQ(o2.table_m[k], opt.table_m[k]) << m.table_names[k];
     EXPECT_EQ(o2.table_v[k], opt.table_v[k]) << m.table_names[k];
   }
@@ -257,10 +257,10 @@ TEST(Checkpoint, NonFiniteStateIsNeverWritten) {
   const std::string run = fresh_dir("ckpt_nonfinite");
   const std::string good = save_checkpoint(run, 1, cfg, m, opt, {{"step", 1}, {"run_id", "r1"}}, 1);
   const std::string before = read_file(good + "/model.safetensors");
-  m.tables[0].w[5] = std::numeric_limits<float>::infinity();
+  m.tables[0].mutable_values()[5] = std::numeric_limits<float>::infinity();
   std::string e = error_of([&] { save_checkpoint(run, 2, cfg, m, opt, {{"step", 2}, {"run_id", "r1"}}, 1); });
   EXPECT_NE(e.find("model.layers.1.jtok.embed.weight holds a NaN or an infinity"), std::string::npos) << e;
-  m.tables[0].w[5] = 0;
+  m.tables[0].mutable_values()[5] = 0;
   opt.v[7] = std::nanf("");
   e = error_of([&] { save_checkpoint(run, 2, cfg, m, opt, {{"step", 2}, {"run_id", "r1"}}, 1); });
   EXPECT_NE(e.find("AdamW moments of"), std::string::npos) << e;
@@ -282,5 +282,49 @@ TEST(Checkpoint, LoadingForInferenceNeedsNoInitAndNoGradients) {
   for (float x : bare.params) ASSERT_EQ(x, 0.0f);  // not initialised: the file gives every value
   load_checkpoint(dir, bare, nullptr);
   EXPECT_EQ(bare.params, m.params);
-  for (size_t k = 0; k < m.tables.size(); ++k) EXPECT_EQ(bare.tables[k].w, m.tables[k].w);
+  for (size_t k = 0; k < m.tables.size(); ++k) EXPECT_EQ(bare.tables[k].to_vector(), m.tables[k].to_vector());
+}
+
+// --tables mmap: the tables stay in model.safetensors and are read in place; the model computes the
+// same logits as with the tables copied into RAM. Missing tensors and incomplete checkpoints fail.
+TEST(Checkpoint, MappedTablesAreReadInPlaceAndGiveTheSameLogits) {
+  Config cfg = small();
+  cfg.model.jtok = true;
+  cfg.model.jtok_layers = "0";
+  cfg.model.jtokm = true;
+  cfg.model.jtokm_layers = "1";
+  cfg.model.jtokm_n_e = 3;
+  cfg.model.jtokm_top_k = 2;
+  cfg.model.jtokm_scale_init = 2.0;
+  Model m = make_model(cfg.model, 3);
+  std::string dir = save_checkpoint(fresh_dir("ckpt_mapped"), 2, cfg, m, make_adamw_state(m),
+                                    {{"step", 2}, {"run_id", "mapped"}}, 1);
+  Model ram = make_model(cfg.model, 9), mapped = make_model(cfg.model, 9, {.init = false, .grads = false, .tables = false});
+  EXPECT_EQ(mapped.tables[0].data(), nullptr);  // no storage of its own before loading
+  load_checkpoint(dir, ram, nullptr);
+  load_checkpoint_mapped(dir, mapped);
+  EXPECT_EQ(mapped.params, m.params);
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    EXPECT_TRUE(mapped.tables[k].read_only()) << m.table_names[k];
+    EXPECT_FALSE(ram.tables[k].read_only());
+    EXPECT_EQ(mapped.tables[k].to_vector(), m.tables[k].to_vector()) << m.table_names[k];
+    EXPECT_THROW(mapped.tables[k].mutable_data(), Error);
+  }
+  std::vector<int32_t> ids = {1, 5, 5, 39, 0, 7, 5, 12};
+  for (size_t k = 0; k < m.tables.size(); ++k) {  // rows announced to the kernel: nothing changes
+    EXPECT_EQ(prefetch_rows(mapped.tables[k], ids.data(), 8), 8);
+    EXPECT_EQ(prefetch_rows(ram.tables[k], ids.data(), 8), 0);
+  }
+  Activations a1, a2;
+  forward(ram, a1, ids.data(), 2, 4);
+  forward(mapped, a2, ids.data(), 2, 4);
+  EXPECT_EQ(a1.logits, a2.logits);
+  // A model whose config names a table the file lacks.
+  Config more = cfg;
+  more.model.jtok_layers = "0,1";
+  Model wrong = make_model(more.model, 1);
+  EXPECT_NE(error_of([&] { load_checkpoint_mapped(dir, wrong); }).find("missing tensor model.layers.1.jtok"),
+            std::string::npos);
+  fs::remove(fs::path(dir) / "COMPLETE");
+  EXPECT_NE(error_of([&] { load_checkpoint_mapped(dir, mapped); }).find("incomplete"), std::string::npos);
 }

@@ -117,3 +117,83 @@ TEST(Generate, ContextOverflowIsAnError) {
   decode_step(m, cache, 4);
   EXPECT_THROW(decode_step(m, cache, 5), Error);
 }
+
+namespace {
+// Continuous batching: sequences at different positions (prompts of different lengths, joining at
+// different steps) decoded together by decode_batch give the same greedy tokens as each decoded
+// alone with decode_step, and logits equal to rounding (the batched GEMMs sum in another order).
+void check_batched_equals_alone(const ModelConfig& c) {
+  Model m = make_model(c, 11);
+  const std::vector<std::vector<int32_t>> prompts = {{3, 14, 15}, {92}, {65, 35, 89, 79, 32, 38}, {3, 14, 15}, {7, 7}};
+  const int steps = 12;
+  SamplingParams greedy{0.0, 0, 1.0};
+  std::mt19937_64 rng(0);
+  // Alone.
+  std::vector<std::vector<int32_t>> alone(prompts.size());
+  std::vector<std::vector<std::vector<float>>> alone_logits(prompts.size());
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    KVCache cache;
+    std::vector<float> l = prefill(m, cache, prompts[s], 40);
+    for (int i = 0; i < steps; ++i) {
+      alone[s].push_back(sample_token(l, greedy, rng));
+      alone_logits[s].push_back(l);
+      if (i + 1 < steps) l = decode_step(m, cache, alone[s].back());
+    }
+  }
+  // Together: sequence s joins at step s (prefilled alone, as the server does), then every active
+  // sequence advances in one decode_batch per step.
+  std::vector<KVCache> caches(prompts.size());
+  std::vector<std::vector<int32_t>> together(prompts.size());
+  std::vector<std::vector<float>> last(prompts.size());
+  std::vector<float> logits;
+  int distinct = 0;
+  for (int step = 0; step < steps + static_cast<int>(prompts.size()); ++step) {
+    if (step < static_cast<int>(prompts.size())) last[step] = prefill(m, caches[step], prompts[step], 40);
+    std::vector<KVCache*> batch;
+    std::vector<int32_t> tokens;
+    std::vector<size_t> who;
+    for (size_t s = 0; s < prompts.size() && static_cast<int>(s) <= step; ++s) {
+      if (together[s].size() == static_cast<size_t>(steps)) continue;
+      const size_t i = together[s].size();
+      EXPECT_LT(rel_err(last[s], alone_logits[s][i]), 1e-5) << "sequence " << s << " token " << i;
+      together[s].push_back(sample_token(last[s], greedy, rng));
+      if (together[s].size() == static_cast<size_t>(steps)) continue;
+      batch.push_back(&caches[s]);
+      tokens.push_back(together[s].back());
+      who.push_back(s);
+    }
+    if (batch.empty()) continue;
+    distinct += batch.size() > 1;
+    const int64_t M = static_cast<int64_t>(batch.size());
+    logits.resize(static_cast<size_t>(M * c.vocab_size));
+    decode_batch(m, batch.data(), tokens.data(), M, logits.data());
+    for (int64_t i = 0; i < M; ++i)
+      last[who[i]].assign(logits.begin() + i * c.vocab_size, logits.begin() + (i + 1) * c.vocab_size);
+  }
+  for (size_t s = 0; s < prompts.size(); ++s) EXPECT_EQ(together[s], alone[s]) << "sequence " << s;
+  EXPECT_GT(distinct, 5);  // most steps really ran several sequences together
+  EXPECT_NE(alone[0], alone[1]);
+}
+}  // namespace
+
+TEST(Generate, BatchedDecodeEqualsAlone) { check_batched_equals_alone(small_config()); }
+
+TEST(Generate, BatchedDecodeEqualsAloneJTokAndJTokMOnMoe) {
+  ModelConfig c = small_config();
+  c.jtok = true;
+  c.jtok_layers = "0,2";
+  c.jtok_scale_init = 0.8;
+  c.jtokm = true;
+  c.jtokm_layers = "1-2";
+  c.jtokm_n_e = 4;
+  c.jtokm_top_k = 2;
+  c.jtokm_init_std = 0.3;
+  c.jtokm_scale_init = 3.0;
+  check_batched_equals_alone(c);
+  c.model_type = "jtok_moe";
+  c.first_k_dense_replace = 1;
+  c.n_routed_experts = 6;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 16;
+  check_batched_equals_alone(c);
+}

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
 #include <random>
 #include <set>
 
@@ -23,11 +25,7 @@ static std::vector<int32_t> zipf_ids(int64_t N, int64_t V, uint64_t seed) {
 }
 
 static TokenTable random_table(int64_t V, int64_t d, uint64_t seed) {
-  TokenTable t;
-  t.rows = V;
-  t.dim = d;
-  t.w = randn(V * d, seed, 0.5f);
-  return t;
+  return TokenTable::in_ram(V, d, randn(V * d, seed, 0.5f));
 }
 
 TEST(Dedup, UniqueSortedInverseAndPositions) {
@@ -40,6 +38,38 @@ TEST(Dedup, UniqueSortedInverseAndPositions) {
     for (int32_t i = rb.offsets[u]; i < rb.offsets[u + 1]; ++i) EXPECT_EQ(ids[rb.order[i]], rb.unique[u]);
   EXPECT_EQ(rb.offsets[2] - rb.offsets[1], 3);  // id 3 at three positions
   EXPECT_THROW(dedup_ids(ids.data(), 7, 9), std::exception);  // id 9 outside 9 rows
+}
+
+TEST(TokenTableView, ReadOnlyViewGathersLikeRamAndRefusesWrites) {
+  const int64_t V = 12, d = 5;
+  TokenTable ram = random_table(V, d, 3);
+  auto owner = std::make_shared<std::vector<float>>(ram.to_vector());
+  TokenTable view = TokenTable::view(V, d, owner->data(), owner);
+  EXPECT_FALSE(ram.read_only());
+  EXPECT_TRUE(view.read_only());
+  EXPECT_EQ(view.data(), owner->data());  // read in place, no copy
+  std::vector<int32_t> ids = {4, 11, 4, 0};
+  RowBatch rb = dedup_ids(ids.data(), 4, V);
+  std::vector<float> a(rb.unique.size() * d), b(a.size());
+  gather_unique_rows(a.data(), ram, rb);
+  gather_unique_rows(b.data(), view, rb);
+  EXPECT_EQ(a, b);
+  for (size_t u = 0; u < rb.unique.size(); ++u)
+    EXPECT_EQ(0, std::memcmp(a.data() + u * d, ram.row(rb.unique[u]), sizeof(float) * d));
+  EXPECT_THROW(view.mutable_data(), std::exception);
+  // Prefetch is a hint: views announce their rows, RAM tables nothing; no value changes.
+  EXPECT_EQ(prefetch_rows(ram, ids.data(), 4), 0);
+  EXPECT_EQ(prefetch_rows(view, ids.data(), 4), 4);
+  EXPECT_EQ(view.to_vector(), ram.to_vector());
+  const int32_t bad_id = static_cast<int32_t>(V);
+  EXPECT_THROW(prefetch_rows(view, &bad_id, 1), std::exception);
+  TokenTable copy = view;  // shares the owner, stays read-only
+  EXPECT_TRUE(copy.read_only());
+  EXPECT_EQ(copy.data(), view.data());
+  TokenTable deep = ram;   // a RAM table copies its rows
+  deep.mutable_row(2)[0] += 1.0f;
+  EXPECT_NE(deep.row(2)[0], ram.row(2)[0]);
+  EXPECT_THROW(TokenTable::in_ram(V, d, std::vector<float>(3)), std::exception);
 }
 
 class JTokGate : public ::testing::TestWithParam<bool> {};
@@ -79,7 +109,7 @@ TEST_P(JTokGate, FastMatchesReferenceAndFiniteDifferences) {
   };
   EXPECT_LT(rel_err(dsr, numeric_grad(s, f)), 2e-3);
   EXPECT_LT(rel_err(dmlpr, numeric_grad(mlp, f)), 2e-3);
-  EXPECT_LT(rel_err(dEr, numeric_grad(E.w, f, 1e-3f)), 5e-3);
+  EXPECT_LT(rel_err(dEr, numeric_grad(E.mutable_values(), f, 1e-3f)), 5e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(NormAndAblation, JTokGate, ::testing::Values(true, false));
@@ -87,7 +117,7 @@ INSTANTIATE_TEST_SUITE_P(NormAndAblation, JTokGate, ::testing::Values(true, fals
 TEST(JTokGate, ZeroRowDoesNotProduceNaN) {
   const int64_t N = 3, d = 4, V = 2;
   TokenTable E;
-  E.rows = V; E.dim = d; E.w.assign(V * d, 0.0f);
+  E = TokenTable::in_ram(V, d);
   std::vector<int32_t> ids = {0, 1, 0};
   auto s = randn(d, 1), dh = randn(N * d, 2);
   RowBatch rb = dedup_ids(ids.data(), N, V);
@@ -119,14 +149,14 @@ TEST(TableAdamW, DenseSemanticsMatchDenseAdamWOverSteps) {
     table_adamw_dense_semantics(t, m.data(), v.data(), g, h);
     table_adamw_ref(tr, mr.data(), vr.data(), g, h);
   }
-  EXPECT_LT(rel_err(t.w, tr.w), 1e-6);
+  EXPECT_LT(rel_err(t.to_vector(), tr.to_vector()), 1e-6);
   EXPECT_LT(rel_err(m, mr), 1e-6);
   EXPECT_LT(rel_err(v, vr), 1e-6);
   // Row 20 never had a gradient after step 0 ... it had none at all: only weight decay moved it.
   auto orig = random_table(V, d, 7);
-  for (int64_t j = 0; j < d; ++j) EXPECT_NEAR(t.w[20 * d + j], orig.w[20 * d + j] * std::pow(1 - 1e-3f, 4), 1e-6);
+  for (int64_t j = 0; j < d; ++j) EXPECT_NEAR(t.values()[20 * d + j], orig.values()[20 * d + j] * std::pow(1 - 1e-3f, 4), 1e-6);
   // Row 1 had a gradient at step 1 only; afterwards its momentum keeps moving it.
-  EXPECT_GT(std::abs(t.w[1 * d] - orig.w[1 * d] * std::pow(1 - 1e-3f, 4)), 1e-3);
+  EXPECT_GT(std::abs(t.values()[1 * d] - orig.values()[1 * d] * std::pow(1 - 1e-3f, 4)), 1e-3);
 }
 
 TEST(TableAdamW, SparseRowsTouchOnlyRowsWithAGradientAndMatchDenseOnThem) {
@@ -153,13 +183,13 @@ TEST(TableAdamW, SparseRowsTouchOnlyRowsWithAGradientAndMatchDenseOnThem) {
     for (int64_t j = 0; j < d; ++j) {
       const int64_t i = r * d + j;
       if (touched) {  // a row with a gradient every step: exactly the dense update
-        EXPECT_EQ(t.w[i], td.w[i]);
+        EXPECT_EQ(t.values()[i], td.values()[i]);
         EXPECT_EQ(m[i], md[i]);
         EXPECT_EQ(v[i], vd[i]);
       } else {        // untouched: no decay, no moments
-        EXPECT_EQ(t.w[i], orig.w[i]);
+        EXPECT_EQ(t.values()[i], orig.values()[i]);
         EXPECT_EQ(m[i], 0.0f);
-        EXPECT_NE(td.w[i], orig.w[i]);  // (the dense semantics decayed it)
+        EXPECT_NE(td.values()[i], orig.values()[i]);  // (the dense semantics decayed it)
       }
     }
   }

@@ -26,7 +26,7 @@ std::vector<TokenTable> tables(int64_t n_e, int64_t V, int64_t d, uint64_t seed)
   for (int64_t i = 0; i < n_e; ++i) {
     t[i].rows = V;
     t[i].dim = d;
-    t[i].w = randn(static_cast<size_t>(V * d), seed + static_cast<uint64_t>(i), 0.5f);
+    t[i] = TokenTable::in_ram(V, d, randn(static_cast<size_t>(V * d), seed + static_cast<uint64_t>(i), 0.5f));
   }
   return t;
 }
@@ -115,7 +115,7 @@ TEST_P(JTokMLayer, FastMatchesReferenceAndFiniteDifferences) {
   EXPECT_LT(rel_err(dsr, numeric_grad(s, f, 1e-3f)), 2e-3);
   EXPECT_LT(rel_err(dRr, numeric_grad(R, f, 1e-3f)), 5e-3);
   EXPECT_LT(rel_err(dar, numeric_grad(a, f, 1e-3f)), 5e-3);
-  for (int64_t i = 0; i < hp.n_e; ++i) EXPECT_LT(rel_err(dEr[i], numeric_grad(E[i].w, f, 1e-3f)), 5e-3) << "table " << i;
+  for (int64_t i = 0; i < hp.n_e; ++i) EXPECT_LT(rel_err(dEr[i], numeric_grad(E[i].mutable_values(), f, 1e-3f)), 5e-3) << "table " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, JTokMLayer,
@@ -128,7 +128,7 @@ TEST(JTokMLayer, ZeroTablesDoNotProduceNaN) {
   hp.n_e = 3;
   hp.K = 2;
   std::vector<TokenTable> E(3);
-  for (auto& t : E) { t.rows = V; t.dim = d; t.w.assign(V * d, 0.0f); }
+  for (auto& t : E) t = TokenTable::in_ram(V, d);
   std::vector<int32_t> ids = {0, 1, 0, 2};
   auto a = randn(N * d, 1), R = randn(3 * d, 2), s = randn(d, 3), dh = randn(N * d, 4);
   RowBatch rb = dedup_ids(ids.data(), N, V);

@@ -83,7 +83,7 @@ TEST_P(ModelGrad, BackwardMatchesFiniteDifferencesOnEveryTensor) {
     for (int k = 0; k < 16; ++k) {
       const int64_t i = static_cast<int64_t>(x[rng() % x.size()]) * c.hidden_size + static_cast<int64_t>(rng() % c.hidden_size);
       analytic.push_back(dense[i]);
-      numeric.push_back(central_difference(t.w[i], loss));
+      numeric.push_back(central_difference(t.mutable_values()[i], loss));
     }
     EXPECT_LT(rel_err(analytic, numeric), 2e-2) << m.table_names[l];
     EXPECT_LE(m.table_grads[l].ids.size(), x.size());

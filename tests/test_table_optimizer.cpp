@@ -79,8 +79,8 @@ TEST(DeferredTableAdamW, EqualsTheEagerDensePassBitForBit) {
     // Rows with a gradient this step are current; a row without one lags (the update is deferred).
     for (size_t k = 0; k < lazy.tables.size(); ++k) {
       const int64_t d = lazy.tables[k].dim;
-      EXPECT_EQ(0, std::memcmp(&lazy.tables[k].w[0], &eager.tables[k].w[0], sizeof(float) * d)) << "step " << s;
-      if (std::memcmp(&lazy.tables[k].w[20 * d], &eager.tables[k].w[20 * d], sizeof(float) * d) != 0) deferred_seen = true;
+      EXPECT_EQ(0, std::memcmp(&lazy.tables[k].values()[0], &eager.tables[k].values()[0], sizeof(float) * d)) << "step " << s;
+      if (std::memcmp(&lazy.tables[k].values()[20 * d], &eager.tables[k].values()[20 * d], sizeof(float) * d) != 0) deferred_seen = true;
     }
     if (s == 8) {  // bring rows 7 (last gradient at step 6), 31 and 45 (never) current mid-way
       const RowSync sync = table_row_sync(lazy, sl);
@@ -89,7 +89,7 @@ TEST(DeferredTableAdamW, EqualsTheEagerDensePassBitForBit) {
       for (size_t k = 0; k < lazy.tables.size(); ++k) {
         const int64_t d = lazy.tables[k].dim;
         for (int32_t r : {7, 31, 45}) {
-          EXPECT_EQ(0, std::memcmp(&lazy.tables[k].w[r * d], &eager.tables[k].w[r * d], sizeof(float) * d))
+          EXPECT_EQ(0, std::memcmp(&lazy.tables[k].values()[r * d], &eager.tables[k].values()[r * d], sizeof(float) * d))
               << lazy.table_names[k] << " row " << r;
           EXPECT_EQ(0, std::memcmp(&sl.table_m[k][r * d], &se.table_m[k][r * d], sizeof(float) * d));
           EXPECT_EQ(0, std::memcmp(&sl.table_v[k][r * d], &se.table_v[k][r * d], sizeof(float) * d));
@@ -101,14 +101,14 @@ TEST(DeferredTableAdamW, EqualsTheEagerDensePassBitForBit) {
   sync_tables(lazy, sl);
   EXPECT_TRUE(sl.table_consts.empty());
   for (size_t k = 0; k < lazy.tables.size(); ++k) {
-    EXPECT_TRUE(bits_equal(lazy.tables[k].w, eager.tables[k].w)) << lazy.table_names[k];
+    EXPECT_TRUE(bits_equal(lazy.tables[k].to_vector(), eager.tables[k].to_vector())) << lazy.table_names[k];
     EXPECT_TRUE(bits_equal(sl.table_m[k], se.table_m[k])) << lazy.table_names[k];
     EXPECT_TRUE(bits_equal(sl.table_v[k], se.table_v[k])) << lazy.table_names[k];
   }
   // Syncing again changes nothing; the next step continues from there.
-  auto before = lazy.tables[1].w;
+  auto before = lazy.tables[1].to_vector();
   sync_tables(lazy, sl);
-  EXPECT_TRUE(bits_equal(lazy.tables[1].w, before));
+  EXPECT_TRUE(bits_equal(lazy.tables[1].to_vector(), before));
 }
 
 TEST(DeferredTableAdamW, CheckpointNeedsCurrentRowsAndLoadsAsCurrent) {
@@ -139,14 +139,14 @@ TEST(DeferredTableAdamW, CheckpointNeedsCurrentRowsAndLoadsAsCurrent) {
     optimizer_step(*pair, st, cfg.train);
     sync_tables(*pair, st);
   }
-  for (size_t k = 0; k < m.tables.size(); ++k) EXPECT_TRUE(bits_equal(m.tables[k].w, m2.tables[k].w));
+  for (size_t k = 0; k < m.tables.size(); ++k) EXPECT_TRUE(bits_equal(m.tables[k].to_vector(), m2.tables[k].to_vector()));
 }
 
 TEST(DeferredTableAdamW, SparseModeLeavesRowsWithoutGradientAlone) {
   Config cfg = small_with_tables();
   cfg.train.table_optimizer = "sparse";
   Model m = make_model(cfg.model, 5);
-  const auto init = m.tables[0].w;
+  const auto init = m.tables[0].to_vector();
   AdamWState s = make_adamw_state(m);
   for (int64_t step = 0; step < 4; ++step) {
     zero_grads(m);
@@ -156,8 +156,8 @@ TEST(DeferredTableAdamW, SparseModeLeavesRowsWithoutGradientAlone) {
   EXPECT_TRUE(s.table_consts.empty());
   sync_tables(m, s);  // nothing to replay
   const int64_t d = m.tables[0].dim;
-  EXPECT_EQ(0, std::memcmp(&m.tables[0].w[45 * d], &init[45 * d], sizeof(float) * d));
-  EXPECT_NE(0, std::memcmp(&m.tables[0].w[0], &init[0], sizeof(float) * d));
+  EXPECT_EQ(0, std::memcmp(&m.tables[0].values()[45 * d], &init[45 * d], sizeof(float) * d));
+  EXPECT_NE(0, std::memcmp(&m.tables[0].values()[0], &init[0], sizeof(float) * d));
 }
 
 // A NaN or infinite gradient anywhere (a table row or a flat weight) is refused before anything
@@ -182,7 +182,7 @@ TEST(OptimizerStep, NonFiniteGradientChangesNothing) {
     EXPECT_THROW(optimizer_step(m, s, cfg.train), Error);
     EXPECT_TRUE(bits_equal(m.params, before.params));
     for (size_t k = 0; k < m.tables.size(); ++k) {
-      EXPECT_TRUE(bits_equal(m.tables[k].w, before.tables[k].w));
+      EXPECT_TRUE(bits_equal(m.tables[k].to_vector(), before.tables[k].to_vector()));
       EXPECT_TRUE(bits_equal(s.table_m[k], s_before.table_m[k]));
       EXPECT_TRUE(bits_equal(s.table_v[k], s_before.table_v[k]));
       EXPECT_EQ(s.table_row_step[k], s_before.table_row_step[k]);

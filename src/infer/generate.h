@@ -19,7 +19,16 @@ struct KVCache {
 // logits over the real vocabulary.
 std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int32_t>& prompt, int64_t capacity);
 // Appends one token at position cache.len; returns its logits over the real vocabulary.
+// decode_batch with one sequence.
 std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token);
+// One decode step of M sequences together (continuous batching): tokens[i] is appended at position
+// caches[i]->len of sequence i, and logits (M, vocab_size) gets each one's next-token logits over the
+// real vocabulary. Every matrix product of the backbone (attention projections, MLP / MoE, LM head)
+// takes the M rows at once; attention reads each sequence's own cache; JTok / JTok-M rows are
+// gathered once per distinct id of the step. Sequences may sit at different positions.
+// Returns the token-table rows read (JTok: one per distinct id and layer; JTok-M: one per distinct
+// (id, selected table) pair and layer).
+int64_t decode_batch(const Model& m, KVCache* const* caches, const int32_t* tokens, int64_t M, float* logits);
 
 struct SamplingParams {
   double temperature = 1.0;  // 0 = greedy

@@ -105,7 +105,7 @@ void jtok_backward(float* dmlp, float* ds, SparseRowGrad& gE, const float* dh, c
 void jtok_forward_ref(float* h_next, const float* h_mid, const float* mlp_out, const float* s, const TokenTable& E,
                       const int32_t* ids, int64_t N, int64_t d, float eps, bool norm) {
   for (int64_t n = 0; n < N; ++n) {
-    const float* e = E.w.data() + static_cast<int64_t>(ids[n]) * d;
+    const float* e = E.row(ids[n]);
     double ss = 0;
     for (int64_t j = 0; j < d; ++j) ss += static_cast<double>(e[j]) * e[j];
     const double inv = norm ? 1.0 / (std::sqrt(ss) + eps) : 1.0;
@@ -117,7 +117,7 @@ void jtok_forward_ref(float* h_next, const float* h_mid, const float* mlp_out, c
 void jtok_backward_ref(float* dmlp, float* ds, float* dE, const float* dh, const float* mlp_out, const float* s,
                        const TokenTable& E, const int32_t* ids, int64_t N, int64_t d, float eps, bool norm) {
   for (int64_t n = 0; n < N; ++n) {
-    const float* e = E.w.data() + static_cast<int64_t>(ids[n]) * d;
+    const float* e = E.row(ids[n]);
     double ss = 0;
     for (int64_t j = 0; j < d; ++j) ss += static_cast<double>(e[j]) * e[j];
     const double r = std::sqrt(ss), inv = norm ? 1.0 / (r + eps) : 1.0;

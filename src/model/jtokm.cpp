@@ -48,7 +48,7 @@ static void gather_and_mix(JTokMActs& A, const TokenTable* E, const RowBatch& rb
   for (int64_t q = 0; q < S; ++q) {
     const TokenTable& t = E[A.slot_table[q]];
     if (sync) sync(table_base + A.slot_table[q], rb.unique[A.slot_u[q]]);
-    std::copy_n(t.w.data() + static_cast<int64_t>(rb.unique[A.slot_u[q]]) * d, d, A.rows.data() + q * d);
+    std::copy_n(t.row(rb.unique[A.slot_u[q]]), d, A.rows.data() + q * d);
   }
   // Mix.
 #pragma omp parallel for schedule(static)
@@ -279,7 +279,7 @@ double jtokm_forward_ref(float* out, const float* a, const float* R, const float
     std::fill(e.begin(), e.end(), 0.0);
     for (int64_t k = 0; k < hp.K; ++k) {
       load[r.sel[k]] += 1;
-      const float* row = E[r.sel[k]].w.data() + static_cast<int64_t>(ids[n]) * d;
+      const float* row = E[r.sel[k]].row(ids[n]);
       for (int64_t j = 0; j < d; ++j) e[j] += r.w[k] * row[j];
     }
     double ss = 0;
@@ -307,7 +307,7 @@ void jtokm_backward_ref(float* da, float* dR, float* ds, std::vector<std::vector
     const RefRoute& r = routes[n];
     std::fill(e.begin(), e.end(), 0.0);
     for (int64_t k = 0; k < K; ++k) {
-      const float* row = E[r.sel[k]].w.data() + static_cast<int64_t>(ids[n]) * d;
+      const float* row = E[r.sel[k]].row(ids[n]);
       for (int64_t j = 0; j < d; ++j) e[j] += r.w[k] * row[j];
     }
     double ss = 0;
@@ -324,7 +324,7 @@ void jtokm_backward_ref(float* da, float* dR, float* ds, std::vector<std::vector
     double ssel = 0, wdw = 0, all = 0;
     std::vector<double> dw(K);
     for (int64_t k = 0; k < K; ++k) {
-      const float* row = E[r.sel[k]].w.data() + static_cast<int64_t>(ids[n]) * d;
+      const float* row = E[r.sel[k]].row(ids[n]);
       double acc = 0;
       for (int64_t j = 0; j < d; ++j) acc += de[j] * row[j];
       dw[k] = acc;

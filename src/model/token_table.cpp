@@ -1,5 +1,8 @@
 #include "model/token_table.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,6 +11,44 @@
 #include "core/parallel.h"
 
 namespace jtok {
+
+TokenTable TokenTable::in_ram(int64_t rows, int64_t dim) {
+  return in_ram(rows, dim, std::vector<float>(static_cast<size_t>(rows * dim), 0.0f));
+}
+
+TokenTable TokenTable::in_ram(int64_t rows, int64_t dim, std::vector<float> values) {
+  JTOK_CHECK(rows >= 0 && dim >= 0 && static_cast<int64_t>(values.size()) == rows * dim, "token table of ", rows,
+             " x ", dim, " given ", values.size(), " values");
+  TokenTable t;
+  t.rows = rows;
+  t.dim = dim;
+  t.ram_ = std::move(values);
+  return t;
+}
+
+TokenTable TokenTable::view(int64_t rows, int64_t dim, const float* data, std::shared_ptr<const void> owner) {
+  JTOK_CHECK(owner != nullptr && (data != nullptr || rows * dim == 0), "token table view without storage");
+  TokenTable t;
+  t.rows = rows;
+  t.dim = dim;
+  t.view_ = data;
+  t.owner_ = std::move(owner);
+  return t;
+}
+
+TokenTable TokenTable::unbound(int64_t rows, int64_t dim) {
+  TokenTable t;
+  t.rows = rows;
+  t.dim = dim;
+  return t;
+}
+
+float* TokenTable::mutable_data() {
+  if (!owner_ && static_cast<int64_t>(ram_.size()) != numel() && numel() > 0)
+    fail("token table (", rows, " x ", dim, ") has no storage (unbound): load it first");
+  if (owner_) fail("token table (", rows, " x ", dim, ") is a read-only view (e.g. a memory-mapped file); it cannot be written");
+  return ram_.data();
+}
 
 RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V) {
   RowBatch rb;
@@ -32,12 +73,25 @@ RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V) {
   return rb;
 }
 
+int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n) {
+  if (!t.read_only() || t.data() == nullptr) return 0;
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t row_bytes = static_cast<uintptr_t>(t.dim) * sizeof(float);
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= t.rows) fail("token id ", ids[i], " outside the table's ", t.rows, " rows");
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(t.row(ids[i]));
+    const uintptr_t lo = begin & ~(page - 1), hi = (begin + row_bytes + page - 1) & ~(page - 1);
+    madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_WILLNEED);  // a hint: its failure changes nothing
+  }
+  return n;
+}
+
 void gather_unique_rows(float* out, const TokenTable& t, const RowBatch& rb, const RowSync& sync, int64_t table) {
   const int64_t U = static_cast<int64_t>(rb.unique.size()), d = t.dim;
 #pragma omp parallel for schedule(static)
   for (int64_t u = 0; u < U; ++u) {
     if (sync) sync(table, rb.unique[u]);
-    std::memcpy(out + u * d, t.w.data() + rb.unique[u] * d, sizeof(float) * d);
+    std::memcpy(out + u * d, t.row(rb.unique[u]), sizeof(float) * d);
   }
 }
 
@@ -83,7 +137,7 @@ void table_adamw_dense_semantics(TokenTable& t, float* tm, float* tv, const Spar
     const int32_t s = g.slot[static_cast<size_t>(r)];
     // A row without gradient: (1 - b1) * 0 and (1 - b2) * 0 vanish, the moments only decay.
     const float* gr = s >= 0 ? g.rows.data() + static_cast<int64_t>(s) * d : nullptr;
-    adamw_elements(t.w.data() + r * d, gr, tm + r * d, tv + r * d, d, c);
+    adamw_elements(t.mutable_row(r), gr, tm + r * d, tv + r * d, d, c);
   }
 }
 
@@ -93,7 +147,7 @@ void table_adamw_sparse_rows(TokenTable& t, float* tm, float* tv, const SparseRo
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < R; ++i) {
     const int64_t r = g.ids[i];
-    adamw_elements(t.w.data() + r * d, g.rows.data() + i * d, tm + r * d, tv + r * d, d, c);
+    adamw_elements(t.mutable_row(r), g.rows.data() + i * d, tm + r * d, tv + r * d, d, c);
   }
 }
 
@@ -107,7 +161,7 @@ std::vector<float> densify(const SparseRowGrad& g, int64_t rows) {
 
 void table_adamw_ref(TokenTable& t, float* m, float* v, const SparseRowGrad& g, const AdamWHyper& h) {
   std::vector<float> dense = densify(g, t.rows);
-  adamw_update_ref(t.w.data(), dense.data(), m, v, static_cast<int64_t>(t.w.size()), h);
+  adamw_update_ref(t.mutable_data(), dense.data(), m, v, t.numel(), h);
 }
 
 }  // namespace jtok

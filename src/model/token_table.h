@@ -6,15 +6,48 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "ops/adamw.h"
 
 namespace jtok {
 
-struct TokenTable {
-  int64_t rows = 0, dim = 0;
-  std::vector<float> w;     // (rows, dim)
+// A table is a view of rows x dim floats over its storage: its own RAM (a std::vector, writable:
+// the trainer updates it), or a read-only region owned by something else (a memory-mapped
+// checkpoint file: the rows are read in place, only touched pages become resident). Readers use
+// data() / row() / values(); writers mutable_*(), which fail on a read-only view. Copying a RAM
+// table copies its rows; copying a view shares the owner (it stays read-only).
+// A rank's shard (issue 11) is a RAM table of the rows that rank holds; mapping a global id to a
+// local row is the caller's business (rows/dim describe what this storage holds).
+class TokenTable {
+ public:
+  int64_t rows = 0, dim = 0;  // set by the factories; read freely, never reassign
+
+  TokenTable() = default;
+  // Writable RAM storage of rows x dim zeros, or of `values` (size rows * dim, checked).
+  static TokenTable in_ram(int64_t rows, int64_t dim);
+  static TokenTable in_ram(int64_t rows, int64_t dim, std::vector<float> values);
+  // Read-only view of rows x dim floats at `data`, kept alive by `owner` (e.g. a MappedFile).
+  static TokenTable view(int64_t rows, int64_t dim, const float* data, std::shared_ptr<const void> owner);
+  // A shape without storage, for a loader to replace with a view (data() is null; writes fail).
+  static TokenTable unbound(int64_t rows, int64_t dim);
+
+  bool read_only() const { return owner_ != nullptr; }
+  int64_t numel() const { return rows * dim; }
+  const float* data() const { return owner_ ? view_ : ram_.data(); }
+  const float* row(int64_t r) const { return data() + r * dim; }
+  std::span<const float> values() const { return {data(), static_cast<size_t>(numel())}; }
+  float* mutable_data();  // fails (naming the table's shape) on a read-only view or an unbound table
+  float* mutable_row(int64_t r) { return mutable_data() + r * dim; }
+  std::span<float> mutable_values() { return {mutable_data(), static_cast<size_t>(numel())}; }
+  std::vector<float> to_vector() const { return {data(), data() + numel()}; }
+
+ private:
+  std::vector<float> ram_;               // RAM storage (empty for a view)
+  const float* view_ = nullptr;          // a view's rows
+  std::shared_ptr<const void> owner_;    // keeps a view's storage alive; null for RAM
 };
 
 // Brings row `row` of table `table` (an index into Model::tables) up to date before a gather reads
@@ -53,6 +86,12 @@ struct RowBatch {
 };
 // ids (N) in [0, V).
 RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V);
+
+// Announces that rows ids[0..n) of t will be read soon. For a read-only view (a memory-mapped file)
+// the kernel is asked to start reading their pages now (madvise MADV_WILLNEED: asynchronous, all
+// rows at once instead of one page fault at a time when the gather reaches them); for RAM tables it
+// does nothing. Values are never changed. Returns the number of rows announced (0 for RAM).
+int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n);
 
 // out (U, dim) = table rows of rb.unique. sync (optional): called for (table, each id) before its
 // row is read; `table` is t's index in Model::tables.

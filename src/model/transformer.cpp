@@ -135,13 +135,13 @@ Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc) {
   // its own stream (JTok's numbering kept from before JTok-M existed).
   const int64_t Vp = cfg.padded_vocab(), d = cfg.hidden_size;
   auto add_table = [&](const std::string& name, double std, uint64_t stream) {
-    TokenTable t;
-    t.rows = Vp;
-    t.dim = d;
-    t.w.assign(static_cast<size_t>(Vp * d), 0.0f);
-    std::mt19937_64 rng(seed * 1000003ULL + stream);
-    std::normal_distribution<float> dist(0.0f, static_cast<float>(std));
-    for (int64_t i = 0; alloc.init && i < cfg.vocab_size * d; ++i) t.w[i] = dist(rng);
+    TokenTable t = alloc.tables ? TokenTable::in_ram(Vp, d) : TokenTable::unbound(Vp, d);
+    if (alloc.tables && alloc.init) {
+      std::mt19937_64 rng(seed * 1000003ULL + stream);
+      std::normal_distribution<float> dist(0.0f, static_cast<float>(std));
+      float* w = t.mutable_data();
+      for (int64_t i = 0; i < cfg.vocab_size * d; ++i) w[i] = dist(rng);
+    }
     m.tables.push_back(std::move(t));
     m.table_grads.emplace_back();
     m.table_grads.back().init(Vp, d);
@@ -168,7 +168,7 @@ void zero_grads(Model& m) {
 
 int64_t num_params(const Model& m) {
   int64_t n = static_cast<int64_t>(m.params.size());
-  for (auto& t : m.tables) n += static_cast<int64_t>(t.w.size());
+  for (auto& t : m.tables) n += t.numel();
   return n;
 }
 

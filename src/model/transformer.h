@@ -65,6 +65,8 @@ std::string jtokm_table_name(int64_t layer, int64_t i);
 struct ModelAlloc {
   bool init = true;   // false: parameters and tables left zero
   bool grads = true;  // false: m.grads empty and m.g unbound (forward only)
+  bool tables = true; // false: token tables get their shape but no storage (TokenTable::unbound), for a
+                      // loader that attaches views (load_weights_mapped)
 };
 // Allocates and initialises (docs/model.md "Initialisation") from seed.
 Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc = {});

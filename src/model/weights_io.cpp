@@ -51,7 +51,7 @@ static void load_each(Model& m, const Tensors& in_file, const std::string& origi
   for (size_t k = 0; k < m.tables.size(); ++k) {
     auto& t = m.tables[k];
     expected.insert(m.table_names[k]);
-    copy(m.table_names[k], {t.rows, t.dim}, t.w.data());
+    copy(m.table_names[k], {t.rows, t.dim}, t.mutable_data());
   }
   for (const auto& kv : in_file)
     if (!expected.count(kv.first)) fail(origin, ": unexpected tensor ", kv.first, " (config and weights disagree?)");
@@ -67,6 +67,31 @@ void load_weights(Model& m, const StIndex& f) {
   load_each(m, f.tensors, f.path, [&](const std::string& name, const std::vector<int64_t>& shape, float* dst) {
     read_tensor_f32(f, name, shape, dst);
   });
+}
+
+void load_weights_mapped(Model& m, const std::shared_ptr<const MappedFile>& file) {
+  const StIndex idx = read_safetensors_index(file->path());
+  if (idx.file_size != file->size())
+    fail(file->path(), " changed while being loaded (", idx.file_size, " bytes, mapped ", file->size(), ")");
+  std::set<std::string> expected;
+  for (const auto& p : m.layout) {  // the backbone: read into RAM (not through the mapping)
+    expected.insert(p.name);
+    read_tensor_f32(idx, p.name, p.shape, m.params.data() + p.offset);
+  }
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    const int64_t rows = m.tables[k].rows, dim = m.tables[k].dim;
+    const std::string& name = m.table_names[k];
+    expected.insert(name);
+    auto it = idx.tensors.find(name);
+    if (it == idx.tensors.end()) fail(idx.path, ": missing tensor ", name);
+    const StEntry& t = it->second;
+    check_f32(t.dtype, t.shape, name, {rows, dim}, idx.path);
+    if (t.offset % alignof(float) != 0)
+      fail(idx.path, ": tensor ", name, " starts at byte ", t.offset, ", not float-aligned: cannot be read in place");
+    m.tables[k] = TokenTable::view(rows, dim, reinterpret_cast<const float*>(file->data() + t.offset), file);
+  }
+  for (const auto& kv : idx.tensors)
+    if (!expected.count(kv.first)) fail(idx.path, ": unexpected tensor ", kv.first, " (config and weights disagree?)");
 }
 
 StFile flat_to_st(const Model& m, const std::vector<float>& buffer, const std::string& prefix) {
@@ -85,7 +110,7 @@ StFile tables_to_st(const Model& m, const std::vector<std::vector<float>>& per_t
 StFile weights_to_st(const Model& m) {
   StFile f = flat_to_st(m, m.params, "");
   for (size_t k = 0; k < m.tables.size(); ++k)
-    f.tensors[m.table_names[k]] = st_f32({m.tables[k].rows, m.tables[k].dim}, m.tables[k].w.data());
+    f.tensors[m.table_names[k]] = st_f32({m.tables[k].rows, m.tables[k].dim}, m.tables[k].data());
   return f;
 }
 

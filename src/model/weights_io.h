@@ -1,8 +1,10 @@
 // Model weights <-> safetensors with Hugging Face Qwen-style names (docs/model.md).
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
 
@@ -16,6 +18,13 @@ void load_weights(Model& m, const StFile& f, const std::string& origin);
 // The same, streamed from the file one tensor at a time into m's buffers (checkpoints: nothing of
 // the file's size is held beside the model).
 void load_weights(Model& m, const StIndex& f);
+// The same from a mapped safetensors file, with the token tables left in it: the flat parameters
+// are copied, every table becomes a read-only view of its rows in the file (TokenTable::view, read
+// in place; resident memory is the pages touched). Same checks and errors as load_weights, plus a
+// table's data offset must be float-aligned (files we write are). Build m with
+// ModelAlloc{.tables = false}: its tables then never had storage of their own.
+void load_weights_mapped(Model& m, const std::shared_ptr<const MappedFile>& file);
+
 // Gradients under prefix + name; the tables' row-sparse gradients written dense (tests only).
 StFile grads_to_st(const Model& m, const std::string& prefix);
 // A buffer in the flat parameter layout (e.g. AdamW moments) under prefix + name.

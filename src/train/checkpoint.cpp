@@ -60,7 +60,7 @@ static std::string first_nonfinite(const Model& m, const AdamWState& opt) {
     if (bad(opt.m.data() + o, n) || bad(opt.v.data() + o, n)) return "the AdamW moments of " + p.name;
   }
   for (size_t k = 0; k < m.tables.size(); ++k) {
-    if (bad(m.tables[k].w.data(), m.tables[k].w.size())) return m.table_names[k];
+    if (bad(m.tables[k].data(), static_cast<size_t>(m.tables[k].numel()))) return m.table_names[k];
     if (bad(opt.table_m[k].data(), opt.table_m[k].size()) || bad(opt.table_v[k].data(), opt.table_v[k].size()))
       return "the AdamW moments of " + m.table_names[k];
   }
@@ -129,6 +129,12 @@ Config load_checkpoint_config(const std::string& ckpt_dir) {
   const std::string p = (fs::path(ckpt_dir) / "config.json").string();
   if (!fs::exists(p)) fail("checkpoint ", ckpt_dir, " has no config.json (not a checkpoint directory?)");
   return load_config(p);
+}
+
+void load_checkpoint_mapped(const std::string& ckpt_dir, Model& m) {
+  const fs::path d(ckpt_dir);
+  if (!is_complete(d)) fail("checkpoint ", ckpt_dir, " is incomplete (no COMPLETE marker): it was interrupted while being written");
+  load_weights_mapped(m, MappedFile::open((d / "model.safetensors").string()));
 }
 
 nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState* opt) {

@@ -30,5 +30,8 @@ Config load_checkpoint_config(const std::string& ckpt_dir);
 // Loads the weights into m (built from the checkpoint's config); with opt, the optimizer state too.
 // Returns trainer_state.json. Errors name the file on anything missing, truncated or mismatched.
 nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState* opt);
+// Inference only: the weights of a complete checkpoint with its token tables left in
+// model.safetensors, mapped read-only and read in place (load_weights_mapped).
+void load_checkpoint_mapped(const std::string& ckpt_dir, Model& m);
 
 }  // namespace jtok

@@ -21,8 +21,8 @@ AdamWState make_adamw_state(const Model& model) {
   s.table_m.resize(model.tables.size());
   s.table_v.resize(model.tables.size());
   for (size_t k = 0; k < model.tables.size(); ++k) {
-    s.table_m[k].assign(model.tables[k].w.size(), 0.0f);
-    s.table_v[k].assign(model.tables[k].w.size(), 0.0f);
+    s.table_m[k].assign(static_cast<size_t>(model.tables[k].numel()), 0.0f);
+    s.table_v[k].assign(static_cast<size_t>(model.tables[k].numel()), 0.0f);
   }
   mark_tables_current(model, s);
   return s;
@@ -60,7 +60,7 @@ void replay_row(Model& model, AdamWState& state, size_t k, int64_t r, int64_t to
     std::abort();
   }
   const int64_t d = model.tables[k].dim;
-  float* p = model.tables[k].w.data() + r * d;
+  float* p = model.tables[k].mutable_row(r);
   float* m = state.table_m[k].data() + r * d;
   float* v = state.table_v[k].data() + r * d;
   bool cold = true;
@@ -96,7 +96,7 @@ void table_adamw_deferred(Model& model, AdamWState& state, size_t k) {
   for (int64_t i = 0; i < R; ++i) {
     const int64_t r = g.ids[static_cast<size_t>(i)];
     replay_row(model, state, k, r, step - 1);
-    adamw_elements(model.tables[k].w.data() + r * d, g.rows.data() + i * d, state.table_m[k].data() + r * d,
+    adamw_elements(model.tables[k].mutable_row(r), g.rows.data() + i * d, state.table_m[k].data() + r * d,
                    state.table_v[k].data() + r * d, d, c);
     state.table_row_step[k][static_cast<size_t>(r)] = static_cast<int32_t>(step);
   }

@@ -1,0 +1,92 @@
+// `jtok serve`: an OpenAI-style HTTP server over a checkpoint, with continuous batching
+// (src/serve/engine.h) and the token tables in RAM or left in the memory-mapped checkpoint file.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "commands.h"
+#include "core/error.h"
+#include "run_setup.h"
+#include "serve/engine.h"
+#include "serve/http_api.h"
+
+namespace {
+
+struct Args {
+  std::string checkpoint, host = "127.0.0.1", tables = "ram", api_key, model_name = "jtok";
+  int port = 8080;
+  bool prefetch = true;
+  int64_t max_batch = 16, ctx = 0, kv_budget_tokens = 0, max_queue = 64, max_body_kb = 1024;
+} args;
+
+void run() {
+  using namespace jtok;
+  if (args.tables != "ram" && args.tables != "mmap") fail("--tables must be ram or mmap, got '", args.tables, "'");
+  // SIGINT / SIGTERM are taken by one thread (sigwait) that stops the server: blocked here, before
+  // any thread exists, so every thread inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::fprintf(stderr, "%s\n", command_line_string().c_str());
+  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.tables == "mmap");
+  EngineOptions eo;
+  eo.max_batch = args.max_batch;
+  eo.ctx = args.ctx;
+  eo.kv_budget_tokens = args.kv_budget_tokens;
+  eo.max_queue = args.max_queue;
+  eo.prefetch = args.prefetch;
+  Engine engine(ck.model, eo);
+  ServeOptions so;
+  so.host = args.host;
+  so.port = args.port;
+  so.api_key = args.api_key;
+  so.model_id = args.model_name;
+  so.max_body_bytes = static_cast<size_t>(args.max_body_kb) * 1024;
+  so.tables = args.tables;
+  HttpApi api(engine, ck.tokenizer, so);
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    std::fprintf(stderr, "serve: signal %d, stopping\n", sig);
+    api.stop();
+  });
+  try {
+    api.run([&](int port) {
+      std::printf("serve: %s on http://%s:%d (tables %s, max batch %lld, context %lld, KV budget %lld tokens)\n",
+                  ck.dir.c_str(), args.host.c_str(), port, args.tables.c_str(),
+                  static_cast<long long>(engine.options().max_batch), static_cast<long long>(engine.options().ctx),
+                  static_cast<long long>(engine.options().kv_budget_tokens));
+      std::fflush(stdout);
+    });
+  } catch (...) {
+    pthread_kill(waiter.native_handle(), SIGTERM);
+    waiter.join();
+    throw;
+  }
+  waiter.join();
+}
+
+void setup(CLI::App* sub) {
+  sub->add_option("--checkpoint", args.checkpoint, "checkpoint directory, or a run directory (its newest)")->required();
+  sub->add_option("--host", args.host, "address to bind (loopback unless told)");
+  sub->add_option("--port", args.port, "port (0: any free port, printed at start)");
+  sub->add_option("--tables", args.tables, "token tables: ram (copied in) or mmap (read in place from the file)");
+  sub->add_option("--max-batch", args.max_batch, "sequences decoded together at most");
+  sub->add_option("--ctx", args.ctx, "context per sequence, prompt + completion (0: the model's)");
+  sub->add_option("--kv-budget-tokens", args.kv_budget_tokens,
+                  "KV-cache token slots over all sequences (0: max-batch x ctx)");
+  sub->add_option("--max-queue", args.max_queue, "requests waiting for a batch slot at most; beyond: 429");
+  sub->add_option("--max-body-kb", args.max_body_kb, "largest request body in KiB; beyond: 413");
+  sub->add_flag("!--no-prefetch", args.prefetch, "mmap tables: do not announce rows before they are read");
+  sub->add_option("--api-key", args.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+  sub->add_option("--model-name", args.model_name, "the model's name in the API");
+  sub->callback(run);
+}
+
+const bool registered = jtok::register_command({"serve", "serve a checkpoint over HTTP (OpenAI-style API)", setup});
+
+}  // namespace

@@ -1,0 +1,40 @@
+// Bench client of bench/serve_throughput.sh: C concurrent streamed greedy completions of N tokens
+// each (ignore_eos) from the same prompt ids; prints one JSON line: prefill tok/s (prompt tokens /
+// time to the first token, measured at C = 1), decode tok/s (tokens after the first, over all
+// streams, divided by the time from the last stream's first token to the last stream's end).
+// Usage: node serve_client.mjs PORT C N PROMPT_IDS_JSON
+const [port, C, N, idsJson] = process.argv.slice(2);
+const prompt = JSON.parse(idsJson);
+async function one() {
+  const t0 = performance.now();
+  const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ prompt, max_tokens: Number(N), temperature: 0, stream: true, ignore_eos: true,
+                           stream_options: { include_usage: true } }),
+  });
+  if (res.status !== 200) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
+  let first = null, usage = null, buf = '';
+  const dec = new TextDecoder();
+  for await (const chunk of res.body) {
+    buf += dec.decode(chunk, { stream: true });
+    let i;
+    while ((i = buf.indexOf('\n\n')) >= 0) {
+      const ev = buf.slice(0, i); buf = buf.slice(i + 2);
+      if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
+      const j = JSON.parse(ev.slice(6));
+      if (first === null && j.choices?.[0]?.text) first = performance.now();
+      if (j.usage) usage = j.usage;
+    }
+  }
+  return { t0, first: first ?? performance.now(), end: performance.now(), tokens: usage.completion_tokens };
+}
+const runs = await Promise.all(Array.from({ length: Number(C) }, one));
+// Decode window: from the last stream's first token (every prefill done; from then on all streams
+// decode together) to the last stream's end.
+const firstTok = Math.max(...runs.map((r) => r.first)), end = Math.max(...runs.map((r) => r.end));
+const decoded = runs.reduce((s, r) => s + r.tokens - 1, 0);
+console.log(JSON.stringify({
+  concurrency: Number(C), tokens: runs.reduce((s, r) => s + r.tokens, 0),
+  prefill_tok_s: prompt.length / ((runs[0].first - runs[0].t0) / 1000),
+  decode_tok_s: decoded / ((end - firstTok) / 1000),
+}));

@@ -1,0 +1,228 @@
+#include "serve/engine.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace jtok {
+
+Engine::Engine(const Model& model, EngineOptions opt) : model_(model), opt_(opt) {
+  const int64_t max_ctx = model.cfg.max_position_embeddings;
+  if (opt_.ctx <= 0 || opt_.ctx > max_ctx) opt_.ctx = max_ctx;
+  if (opt_.max_batch < 1) fail("--max-batch must be at least 1, got ", opt_.max_batch);
+  if (opt_.kv_budget_tokens <= 0) opt_.kv_budget_tokens = opt_.max_batch * opt_.ctx;
+  if (opt_.kv_budget_tokens < opt_.ctx)
+    fail("the KV-cache budget (", opt_.kv_budget_tokens, " tokens) is below one context (", opt_.ctx, ")");
+  if (opt_.max_queue < 0) opt_.max_queue = 0;
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  for (auto& a : waiting_) finish(a, "cancelled");
+  for (auto& a : active_) finish(*a, "cancelled");
+}
+
+std::shared_ptr<Sequence> Engine::submit(GenerationRequest req) {
+  const int64_t P = static_cast<int64_t>(req.prompt.size());
+  if (P == 0) fail("the prompt is empty: give at least one token");
+  for (int32_t id : req.prompt)
+    if (id < 0 || id >= model_.cfg.vocab_size)
+      fail("prompt token id ", id, " is outside the vocabulary [0, ", model_.cfg.vocab_size, ")");
+  if (req.max_tokens < 1) fail("max_tokens must be at least 1, got ", req.max_tokens);
+  if (P + req.max_tokens > opt_.ctx)
+    fail("the prompt (", P, " tokens) plus max_tokens (", req.max_tokens, ") is longer than the context (",
+         opt_.ctx, " tokens)");
+  Active a;
+  a.seq = std::make_shared<Sequence>();
+  a.rng.seed(req.seed);
+  a.need = P + req.max_tokens;
+  a.req = std::move(req);
+  auto seq = a.seq;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (static_cast<int64_t>(waiting_.size()) >= opt_.max_queue) {
+      stats_.requests_refused++;
+      return nullptr;
+    }
+    waiting_.push_back(std::move(a));
+    stats_.queue_depth = static_cast<int64_t>(waiting_.size());
+  }
+  cv_.notify_all();
+  return seq;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+void Engine::pause(bool on) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    paused_ = on;
+  }
+  cv_.notify_all();
+}
+
+void Engine::finish(Active& a, const std::string& reason, const std::string& error) {
+  {
+    std::lock_guard<std::mutex> lk(a.seq->mu);
+    if (a.seq->done) return;
+    a.seq->done = true;
+    a.seq->finish_reason = reason;
+    a.seq->error = error;
+  }
+  a.seq->cv.notify_all();
+}
+
+int64_t Engine::prefetch(const int32_t* ids, int64_t n) const {
+  if (!opt_.prefetch) return 0;
+  int64_t rows = 0;
+  for (const auto& t : model_.tables) rows += prefetch_rows(t, ids, n);
+  return rows;
+}
+
+bool Engine::emit(Active& a, const float* logits) {
+  std::vector<float> l(logits, logits + model_.cfg.vocab_size);
+  const int32_t next = sample_token(l, a.req.sampling, a.rng);
+  a.produced++;
+  a.last = next;
+  const bool stop = next == a.req.stop_token;
+  {
+    std::lock_guard<std::mutex> lk(a.seq->mu);
+    if (!stop) a.seq->tokens.push_back(next);
+  }
+  a.seq->cv.notify_all();
+  if (stop) {
+    finish(a, "stop");
+    return false;
+  }
+  if (a.produced >= a.req.max_tokens) {
+    finish(a, "length");
+    return false;
+  }
+  return true;
+}
+
+void Engine::loop() {
+  std::vector<float> logits;
+  for (;;) {
+    std::vector<std::unique_ptr<Active>> admitted;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || (!paused_ && (!waiting_.empty() || !active_.empty())); });
+      if (stop_) return;
+      // Free sequences whose caller left (or saw its stop string) before spending a step on them.
+      for (auto& a : active_)
+        if (a->seq->cancel.load()) {
+          finish(*a, "cancelled");
+          stats_.requests_cancelled++;
+          stats_.kv_tokens_used -= a->need;
+          a.reset();
+        }
+      std::erase(active_, nullptr);
+      // Admission: first come, first served, while the batch and the KV budget allow.
+      while (!waiting_.empty() && static_cast<int64_t>(active_.size() + admitted.size()) < opt_.max_batch &&
+             stats_.kv_tokens_used + waiting_.front().need <= opt_.kv_budget_tokens) {
+        auto a = std::make_unique<Active>(std::move(waiting_.front()));
+        waiting_.pop_front();
+        if (a->seq->cancel.load()) {
+          finish(*a, "cancelled");
+          stats_.requests_cancelled++;
+          continue;
+        }
+        stats_.kv_tokens_used += a->need;
+        stats_.requests_admitted++;
+        admitted.push_back(std::move(a));
+      }
+      stats_.queue_depth = static_cast<int64_t>(waiting_.size());
+    }
+    // Prefill each new prompt alone (all its positions at once), then its first token. Every new
+    // prompt's table rows are announced first, so later prompts' pages load during earlier prefills.
+    int64_t prefetched = 0;
+    for (auto& a : admitted)
+      prefetched += prefetch(a->req.prompt.data(), static_cast<int64_t>(a->req.prompt.size()));
+    std::vector<std::unique_ptr<Active>> joined;
+    for (auto& a : admitted) {
+      bool go_on = false;
+      try {
+        std::vector<float> l = prefill(model_, a->cache, a->req.prompt, a->need);
+        go_on = emit(*a, l.data());
+      } catch (const std::exception& e) {
+        finish(*a, "error", e.what());
+      }
+      std::lock_guard<std::mutex> lk(mu_);
+      stats_.prefills++;
+      stats_.prompt_tokens += static_cast<int64_t>(a->req.prompt.size());
+      stats_.generated_tokens += a->produced;
+      if (go_on) {
+        joined.push_back(std::move(a));
+      } else {
+        stats_.kv_tokens_used -= a->need;
+        stats_.requests_finished++;
+      }
+    }
+    std::vector<std::unique_ptr<Active>> running;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (auto& a : joined) active_.push_back(std::move(a));
+      stats_.active = static_cast<int64_t>(active_.size());
+      stats_.table_rows_prefetched += prefetched;
+      running.swap(active_);  // the scheduler owns them during the step; submit() only touches waiting_
+    }
+    // One decode step over every active sequence together.
+    const int64_t M = static_cast<int64_t>(running.size());
+    if (M > 0) {
+      std::vector<KVCache*> caches;
+      std::vector<int32_t> tokens;
+      for (auto& a : running) {
+        caches.push_back(&a->cache);
+        tokens.push_back(a->last);
+      }
+      logits.resize(static_cast<size_t>(M * model_.cfg.vocab_size));
+      int64_t rows = 0;
+      const int64_t announced = prefetch(tokens.data(), M);  // read while the first layers compute
+      std::string err;
+      try {
+        rows = decode_batch(model_, caches.data(), tokens.data(), M, logits.data());
+      } catch (const std::exception& e) {
+        err = e.what();
+      }
+      int64_t produced = 0, finished = 0, freed = 0;
+      for (int64_t i = 0; i < M; ++i) {
+        Active& a = *running[i];
+        const int64_t before = a.produced;
+        bool go_on = false;
+        if (err.empty()) go_on = emit(a, logits.data() + i * model_.cfg.vocab_size);
+        else finish(a, "error", err);
+        produced += a.produced - before;
+        if (!go_on) {
+          finished++;
+          freed += a.need;
+          running[i].reset();
+        }
+      }
+      std::erase(running, nullptr);
+      std::lock_guard<std::mutex> lk(mu_);
+      stats_.decode_steps++;
+      stats_.decode_batch_sum += M;
+      stats_.batch_hist[M >= 32 ? 5 : M >= 16 ? 4 : M >= 8 ? 3 : M >= 4 ? 2 : M >= 2 ? 1 : 0]++;
+      stats_.table_rows_read += rows;
+      stats_.table_rows_prefetched += announced;
+      stats_.generated_tokens += produced;
+      stats_.requests_finished += finished;
+      stats_.kv_tokens_used -= freed;
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& a : running) active_.push_back(std::move(a));
+    stats_.active = static_cast<int64_t>(active_.size());
+  }
+}
+
+}  // namespace jtok

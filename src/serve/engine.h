@@ -1,0 +1,109 @@
+// The serving engine: continuous batching of generation requests over one model.
+//
+// One scheduler thread owns the model's compute. Between decode steps it admits waiting requests
+// (while fewer than max_batch run and their KV caches fit the budget), prefills each new prompt
+// alone, then runs one decode step over every active sequence together (decode_batch: the
+// backbone's matrix products take M = active sequences), samples each sequence's next token with
+// its own settings and RNG, and publishes it. Requests beyond the waiting queue's bound are refused
+// (the caller answers 429). Token ids only: text is the HTTP layer's business.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "infer/generate.h"
+#include "model/transformer.h"
+
+namespace jtok {
+
+struct EngineOptions {
+  int64_t max_batch = 16;        // sequences decoded together at most
+  int64_t ctx = 0;               // context per sequence (prompt + generated); 0 = the model's
+  int64_t kv_budget_tokens = 0;  // KV-cache token slots over all active sequences; 0 = max_batch * ctx
+  int64_t max_queue = 64;        // requests waiting for admission at most (beyond: refused)
+  bool prefetch = true;          // memory-mapped tables: announce the rows of every admitted prompt
+                                 // and of every step's tokens before computing (prefetch_rows)
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;   // token ids, 1 <= size, size + max_tokens <= ctx (checked by submit)
+  int64_t max_tokens = 16;
+  SamplingParams sampling;
+  uint64_t seed = 0;
+  int32_t stop_token = -1;       // ends the sequence (finish "stop"), not part of the output; -1 none
+};
+
+// A request's progress, shared by the scheduler (writer) and the caller (reader).
+struct Sequence {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> tokens;   // generated so far (the stop token excluded)
+  bool done = false;
+  std::string finish_reason;     // "length", "stop" (stop token, or the caller's stop), "error", "cancelled"
+  std::string error;             // when finish_reason == "error"
+  std::atomic<bool> cancel{false};  // set by the caller (client gone, stop string seen): freed before the next step
+};
+
+// Counters for /metrics (monotonic unless named as a gauge).
+struct EngineStats {
+  int64_t requests_admitted = 0, requests_finished = 0, requests_refused = 0, requests_cancelled = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0, decode_steps = 0, decode_batch_sum = 0, prefills = 0;
+  int64_t table_rows_read = 0;   // token-table rows gathered by decode steps, per table
+  int64_t table_rows_prefetched = 0;  // (id, table) rows announced to the kernel (mmap tables only)
+  int64_t queue_depth = 0, active = 0, kv_tokens_used = 0;  // gauges
+  int64_t batch_hist[6] = {};    // decode steps with M in 1, 2-3, 4-7, 8-15, 16-31, 32+
+};
+
+class Engine {
+ public:
+  Engine(const Model& model, EngineOptions opt);
+  ~Engine();  // stops the scheduler; unfinished sequences end with "cancelled"
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const EngineOptions& options() const { return opt_; }
+  // Checks the request (empty prompt, ids outside the vocabulary, max_tokens < 1, prompt + max_tokens
+  // beyond the context: throws jtok::Error with a message for the client) and queues it. Returns null
+  // when the waiting queue is full (the caller refuses with 429).
+  std::shared_ptr<Sequence> submit(GenerationRequest req);
+  EngineStats stats() const;
+  // While paused, the scheduler admits nothing and runs no step (requests still queue). Between
+  // steps only: a step under way finishes first.
+  void pause(bool on);
+
+ private:
+  struct Active {
+    GenerationRequest req;
+    std::shared_ptr<Sequence> seq;
+    KVCache cache;
+    std::mt19937_64 rng;
+    int32_t last = -1;     // the token to decode next
+    int64_t produced = 0;  // tokens sampled (the stop token included)
+    int64_t need = 0;      // KV slots reserved
+  };
+  void loop();
+  void finish(Active& a, const std::string& reason, const std::string& error = {});
+  // Samples from logits, publishes, and returns whether the sequence goes on.
+  bool emit(Active& a, const float* logits);
+  // prefetch_rows of ids over every table (JTok's, and all n_e of each JTok-M layer: the router has
+  // not chosen yet); returns the rows announced.
+  int64_t prefetch(const int32_t* ids, int64_t n) const;
+
+  const Model& model_;
+  EngineOptions opt_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Active> waiting_;
+  std::vector<std::unique_ptr<Active>> active_;
+  EngineStats stats_;
+  bool stop_ = false, paused_ = false;
+  std::thread thread_;
+};
+
+}  // namespace jtok

@@ -1,0 +1,41 @@
+// The HTTP face of the engine, with the OpenAI API conventions (cpp-httplib):
+//   POST /v1/completions  prompt (text or token ids), max_tokens, temperature, top_p, top_k, seed,
+//                         stop, stream (server-sent events), usage counts
+//   GET  /v1/models, GET /health, GET /metrics (Prometheus text)
+// Bad input is answered 4xx with an OpenAI-style body {"error": {"message", "type", "param", "code"}}
+// and the server goes on. With an API key, /v1/* without "Authorization: Bearer KEY" gets 401.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "data/tokenizer.h"
+#include "serve/engine.h"
+
+namespace jtok {
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                 // 0: any free port (reported through on_listen)
+  std::string api_key;             // empty: no authentication
+  std::string model_id = "jtok";   // the name /v1/models lists and requests may give
+  size_t max_body_bytes = 1 << 20; // larger request bodies get 413
+  int http_threads = 96;           // connections served at once
+  std::string tables = "ram";      // for /metrics: where the token tables live
+};
+
+class HttpApi {
+ public:
+  HttpApi(Engine& engine, const Tokenizer& tokenizer, ServeOptions opt);
+  ~HttpApi();
+  // Binds (errors name host:port), calls on_listen(port), and serves until stop().
+  void run(const std::function<void(int)>& on_listen);
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace jtok

@@ -1,0 +1,57 @@
+// jtok export --fold-jtok: the folded model (G = s * Norm(E) in the table, s = 1, no norm) gives
+// the logits of the unfolded one to float rounding; JTok-M tables and the backbone are untouched.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "export/fold.h"
+
+using namespace jtok;
+
+static ModelConfig cfg() {
+  ModelConfig c;
+  c.vocab_size = 97; c.hidden_size = 32; c.num_hidden_layers = 3; c.num_attention_heads = 4;
+  c.num_key_value_heads = 2; c.intermediate_size = 48; c.max_position_embeddings = 32;
+  c.initializer_range = 0.2;
+  c.jtok = true; c.jtok_layers = "0,2"; c.jtok_scale_init = 0.8;
+  c.jtokm = true; c.jtokm_layers = "1"; c.jtokm_n_e = 3; c.jtokm_top_k = 2; c.jtokm_scale_init = 2.0;
+  return c;
+}
+
+TEST(Export, FoldedJTokGivesTheSameLogits) {
+  for (bool norm : {true, false}) {
+    ModelConfig c = cfg();
+    c.jtok_norm = norm;
+    Model m = make_model(c, 3);
+    // Scalers away from their constant init, so folding s in is really tested.
+    for (int64_t l : {0, 2})
+      for (int64_t j = 0; j < c.hidden_size; ++j) m.w.layers[l].jtok_scale[j] = 0.5f + 0.05f * static_cast<float>(j % 7);
+    Model f = m;
+    f.w = bind_view(f.params.data(), f.layout, f.cfg);
+    EXPECT_EQ(fold_jtok(f), 2);
+    EXPECT_FALSE(f.cfg.jtok_norm);
+    for (int64_t j = 0; j < c.hidden_size; ++j) EXPECT_EQ(f.w.layers[2].jtok_scale[j], 1.0f);
+    EXPECT_NE(f.tables[m.jtok_table[0]].to_vector(), m.tables[m.jtok_table[0]].to_vector());
+    for (int i = 0; i < 3; ++i)  // JTok-M's tables: untouched
+      EXPECT_EQ(f.tables[m.jtokm_table[1] + i].to_vector(), m.tables[m.jtokm_table[1] + i].to_vector());
+    std::vector<int32_t> ids = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26};
+    Activations a, b;
+    forward(m, a, ids.data(), 2, 6);
+    forward(f, b, ids.data(), 2, 6);
+    double max_diff = 0, max_abs = 0;
+    for (size_t i = 0; i < a.logits.size(); ++i) {
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(a.logits[i]) - b.logits[i]));
+      max_abs = std::max(max_abs, std::abs(static_cast<double>(a.logits[i])));
+    }
+    EXPECT_LT(max_diff, 1e-5) << "norm " << norm;
+    EXPECT_GT(max_abs, 0.1);
+  }
+}
+
+TEST(Export, NothingToFoldWithoutJTok) {
+  ModelConfig c = cfg();
+  c.jtok = false;
+  Model m = make_model(c, 1);
+  EXPECT_EQ(fold_jtok(m), 0);
+  EXPECT_TRUE(m.cfg.jtok_norm);
+}

@@ -1,0 +1,131 @@
+// The serving engine: requests batched together give the tokens each gives alone (greedy and
+// seeded sampling), the KV budget and the queue bound hold, bad requests are refused with a
+// message, and a cancelled sequence is freed.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "core/error.h"
+#include "serve/engine.h"
+
+using namespace jtok;
+
+namespace {
+ModelConfig tiny() {
+  ModelConfig c;
+  c.vocab_size = 97;
+  c.hidden_size = 32;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.intermediate_size = 48;
+  c.max_position_embeddings = 48;
+  c.initializer_range = 0.2;
+  c.jtok = true;
+  c.jtok_layers = "1";
+  c.jtokm = true;
+  c.jtokm_layers = "0";
+  c.jtokm_n_e = 3;
+  c.jtokm_top_k = 2;
+  c.jtokm_scale_init = 2.0;
+  return c;
+}
+
+// What `jtok generate` does for one request: prefill, then sample / decode_step.
+std::vector<int32_t> alone(const Model& m, const GenerationRequest& r) {
+  KVCache cache;
+  std::mt19937_64 rng(r.seed);
+  std::vector<float> l = prefill(m, cache, r.prompt, static_cast<int64_t>(r.prompt.size()) + r.max_tokens);
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < r.max_tokens; ++i) {
+    const int32_t t = sample_token(l, r.sampling, rng);
+    if (t == r.stop_token) break;
+    out.push_back(t);
+    if (i + 1 < r.max_tokens) l = decode_step(m, cache, t);
+  }
+  return out;
+}
+
+void wait_done(Sequence& s) {
+  std::unique_lock<std::mutex> lk(s.mu);
+  s.cv.wait(lk, [&] { return s.done; });
+}
+}  // namespace
+
+TEST(ServeEngine, BatchedRequestsGiveTheTokensEachGivesAlone) {
+  Model m = make_model(tiny(), 4);
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 10; ++i) {
+    GenerationRequest r;
+    for (int j = 0; j <= i % 4; ++j) r.prompt.push_back(static_cast<int32_t>((i * 13 + j * 7) % 97));
+    r.max_tokens = 6 + i;
+    if (i % 2) r.sampling = {0.9, 20, 0.9};  // seeded sampling: the same stream of draws as alone
+    else r.sampling = {0.0, 0, 1.0};
+    r.seed = 100 + static_cast<uint64_t>(i);
+    r.stop_token = i == 3 ? 5 : -1;
+    reqs.push_back(r);
+  }
+  EngineOptions o;
+  o.max_batch = 4;  // fewer slots than requests: some wait, and join between steps
+  Engine e(m, o);
+  std::vector<std::shared_ptr<Sequence>> seqs;
+  for (auto& r : reqs) seqs.push_back(e.submit(r));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(seqs[i]);
+    wait_done(*seqs[i]);
+    EXPECT_EQ(seqs[i]->tokens, alone(m, reqs[i])) << "request " << i;
+    const bool full = static_cast<int64_t>(seqs[i]->tokens.size()) == reqs[i].max_tokens;
+    EXPECT_EQ(seqs[i]->finish_reason, full ? "length" : "stop") << "request " << i;
+  }
+  EngineStats s = e.stats();
+  EXPECT_EQ(s.requests_finished, 10);
+  EXPECT_EQ(s.kv_tokens_used, 0);
+  EXPECT_GT(s.decode_batch_sum, s.decode_steps);  // steps really ran several sequences
+  EXPECT_LE(s.decode_batch_sum, 4 * s.decode_steps);
+  EXPECT_GT(s.table_rows_read, 0);
+}
+
+TEST(ServeEngine, RefusesBadRequestsAndBoundsTheQueue) {
+  Model m = make_model(tiny(), 4);
+  EngineOptions o;
+  o.max_batch = 1;
+  o.max_queue = 2;
+  o.ctx = 32;
+  Engine e(m, o);
+  auto req = [](std::vector<int32_t> p, int64_t n) {
+    GenerationRequest r;
+    r.prompt = std::move(p);
+    r.max_tokens = n;
+    return r;
+  };
+  EXPECT_THROW(e.submit(req({}, 4)), Error);
+  EXPECT_THROW(e.submit(req({1, 200}, 4)), Error);
+  EXPECT_THROW(e.submit(req({1}, 0)), Error);
+  EXPECT_THROW(e.submit(req(std::vector<int32_t>(30, 1), 3)), Error);  // 30 + 3 > 32
+  // One long request runs; two wait; the next is refused. Holding the long one's lock stops the
+  // scheduler at its first token (it publishes under that lock), so nothing finishes meanwhile.
+  e.pause(true);
+  auto first = e.submit(req({1}, 31));
+  ASSERT_TRUE(first);
+  std::unique_lock<std::mutex> hold(first->mu);
+  e.pause(false);
+  while (e.stats().requests_admitted == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto w1 = e.submit(req({2}, 4)), w2 = e.submit(req({3}, 4));
+  ASSERT_TRUE(w1 && w2);
+  EXPECT_FALSE(e.submit(req({4}, 4)));
+  EXPECT_EQ(e.stats().requests_refused, 1);
+  EXPECT_EQ(e.stats().queue_depth, 2);
+  // Cancelling the long one frees its slot before its next step: the waiting ones finish.
+  first->cancel = true;
+  hold.unlock();
+  wait_done(*first);
+  wait_done(*w1);
+  wait_done(*w2);
+  EXPECT_EQ(first->finish_reason, "cancelled");
+  EXPECT_LT(first->tokens.size(), 31u);
+  EXPECT_EQ(w1->tokens.size(), 4u);
+  EXPECT_TRUE(e.submit(req({4}, 4)));
+  EngineStats s = e.stats();
+  EXPECT_EQ(s.requests_cancelled, 1);
+}
