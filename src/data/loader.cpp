@@ -5,18 +5,10 @@
 #include <algorithm>
 #include <filesystem>
 #include "core/error.h"
+#include "core/splitmix.h"
 
 namespace jtok {
 namespace fs = std::filesystem;
-
-namespace {
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-}  // namespace
 
 nlohmann::json to_json(const LoaderState& s) {
   return {{"mode", s.mode}, {"seed", s.seed}, {"step", s.step}, {"shard", s.shard}, {"offset", s.offset}, {"epoch", s.epoch}};

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
+#include "core/splitmix.h"
 #include "dist/communicator.h"
 
 namespace jtok::dist {
@@ -122,15 +123,6 @@ nlohmann::json gather_bytes_json(const ExchangeBytes& b) {
 }  // namespace jtok::dist
 
 namespace jtok::dist {
-
-namespace {
-uint64_t mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-}  // namespace
 
 int64_t routing_digest(const Activations& acts, int64_t mb, int64_t row_lo) {
   const int64_t N = acts.B * acts.T;

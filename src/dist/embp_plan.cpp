@@ -5,17 +5,11 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/splitmix.h"
 
 namespace jtok::dist {
 
 namespace {
-
-uint64_t mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 std::vector<int32_t> sorted_unique(std::vector<int32_t> v) {
   std::sort(v.begin(), v.end());
