@@ -22,19 +22,28 @@
 namespace {
 
 struct Args {
-  std::string checkpoint, format = "jtok", out, dtype = "f32", name, table_dtype = "f32";
+  std::string checkpoint, format = "jtok", out, dtype = "f32", name, table_dtype = "f32", weight_dtype = "f32";
   bool fold = false;
 } args;
 CLI::App* self;
 
+// An export reads the fp32 weights; a low-precision copy has only its bf16 / int8 matrices.
+void refuse_lowp_source(const jtok::LoadedCheckpoint& ck) {
+  if (ck.model.lowp.any())
+    jtok::fail("export: ", ck.dir, " holds ", jtok::weight_dtype_name(ck.model.lowp.dtype),
+               " weights (itself an export); export from the fp32 checkpoint it came from");
+}
+
 void export_gguf() {
   using namespace jtok;
-  if (args.fold || self->count("--table-dtype")) fail("export: --fold-jtok and --table-dtype are for --format jtok");
+  if (args.fold || self->count("--table-dtype") || self->count("--weight-dtype"))
+    fail("export: --fold-jtok, --table-dtype and --weight-dtype are for --format jtok");
   const std::string dir = resolve_checkpoint(args.checkpoint);
   const Config cfg = load_checkpoint_config(dir);  // refuse before reading any weights
   if (std::string why = gguf_unsupported_reason(cfg.model); !why.empty())
     fail("export: ", dir, " cannot be exported as GGUF: ", why);
   LoadedCheckpoint ck = load_for_inference(dir);
+  refuse_lowp_source(ck);
   GgufExportOptions opt;
   opt.dtype = args.dtype == "f16" ? GgmlType::F16 : GgmlType::F32;
   opt.tokenizer = ck.cfg.train.tokenizer;
@@ -54,6 +63,7 @@ void export_jtok() {
     fail("--table-dtype ", args.table_dtype, " is not supported yet (only f32; bf16 / int8 tables are issue 12's next step)");
   if (fs::exists(args.out)) fail("--out ", args.out, " exists; give a new directory");
   LoadedCheckpoint ck = load_for_inference(args.checkpoint);
+  refuse_lowp_source(ck);
   int64_t folded = 0;
   if (args.fold) {
     if (!ck.cfg.model.jtok) fail("--fold-jtok: the model in ", ck.dir, " has no JTok layers");
@@ -64,16 +74,18 @@ void export_jtok() {
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   StFile st = weights_to_st(ck.model);
+  convert_to_lowp(st, ck.cfg.model, parse_weight_dtype(args.weight_dtype));  // f32: unchanged
   st.metadata["format"] = "pt";
   write_safetensors((tmp / "model.safetensors").string(), st);
   write_file_atomic((tmp / "config.json").string(), to_json(ck.cfg).dump(2) + "\n");
-  nlohmann::json state = {{"exported_from", ck.dir}, {"fold_jtok", args.fold}, {"table_dtype", args.table_dtype}};
+  nlohmann::json state = {{"exported_from", ck.dir}, {"fold_jtok", args.fold}, {"table_dtype", args.table_dtype},
+                          {"weight_dtype", args.weight_dtype}};
   write_file_atomic((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
   fsync_dir(tmp.string());
   fs::rename(tmp, out);
   write_file_atomic((out / "COMPLETE").string(), "export\n");
-  std::printf("export: %s -> %s (%lld JTok tables folded, tables %s, %.1f MB)\n", ck.dir.c_str(), args.out.c_str(),
-              static_cast<long long>(folded), args.table_dtype.c_str(),
+  std::printf("export: %s -> %s (%lld JTok tables folded, weights %s, tables %s, %.1f MB)\n", ck.dir.c_str(),
+              args.out.c_str(), static_cast<long long>(folded), args.weight_dtype.c_str(), args.table_dtype.c_str(),
               static_cast<double>(fs::file_size(out / "model.safetensors")) / 1e6);
 }
 
@@ -85,6 +97,10 @@ void setup(CLI::App* sub) {
   sub->add_option("--out", args.out, "output: a new directory (jtok) or file (gguf), written under a temp name")->required();
   sub->add_flag("--fold-jtok", args.fold, "jtok: store JTok's gate table G = s * Norm(E) (inference: 1 + G[x])");
   sub->add_option("--table-dtype", args.table_dtype, "jtok: table dtype, f32 (bf16 / int8 not yet)");
+  sub->add_option("--weight-dtype", args.weight_dtype,
+                  "jtok: dtype of the attention / MLP projections, embedding and LM head: f32, bf16, or int8 "
+                  "(symmetric, one scale per output row); inference only")
+      ->check(CLI::IsMember({"f32", "bf16", "int8"}));
   sub->add_option("--dtype", args.dtype, "gguf: type of the 2-D weights (norms stay f32)")->check(CLI::IsMember({"f32", "f16"}));
   sub->add_option("--name", args.name, "gguf: general.name in the file (default: jtok)");
   sub->callback([] { args.format == "gguf" ? export_gguf() : export_jtok(); });

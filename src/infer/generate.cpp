@@ -35,8 +35,8 @@ std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int
     std::memcpy(cache.v[l].data(), a.layers[l].v.data(), sizeof(float) * T * kvd);
   }
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));
-  linear_forward(logits.data(), a.lnf.data() + (T - 1) * c.hidden_size, m.w.lm_head, 1, c.hidden_size,
-                 c.vocab_size);  // real rows only, as decode_step
+  linear_forward_lowp(logits.data(), a.lnf.data() + (T - 1) * c.hidden_size, head_matrix(m, c.vocab_size),
+                      1);  // real rows only, as decode_step
   return logits;
 }
 
@@ -64,7 +64,7 @@ int64_t decode_batch(const Model& m, KVCache* const* caches, const int32_t* toke
   std::vector<float> h(Md), x(Md), q(static_cast<size_t>(M * qd)), att(q.size()), kn(static_cast<size_t>(M * kvd)),
       vn(kn.size()), gate(static_cast<size_t>(M * F)), up(gate.size()), act(gate.size()), rstd(static_cast<size_t>(M)),
       scratch(static_cast<size_t>(M * (tmax + 1)));
-  for (int64_t i = 0; i < M; ++i) std::memcpy(h.data() + i * d, m.w.embed + tokens[i] * d, sizeof(float) * d);
+  embed_rows(m, h.data(), tokens, M);
   JTokActs jt;      // JTok layers: the step's gathered rows and ungated MLP update
   JTokMActs jm;     // JTok-M layers: the step's routing
   std::vector<float> inject;  // JTok-M's Delta_r, routed on the attention input
@@ -80,9 +80,9 @@ int64_t decode_batch(const Model& m, KVCache* const* caches, const int32_t* toke
                     jmh);
       rows_read += static_cast<int64_t>(jm.slot_u.size());
     }
-    linear_forward(q.data(), x.data(), W.wq, M, d, qd);
-    linear_forward(kn.data(), x.data(), W.wk, M, d, kvd);
-    linear_forward(vn.data(), x.data(), W.wv, M, d, kvd);
+    linear_forward_lowp(q.data(), x.data(), layer_matrix(m, l, Proj::q), M);
+    linear_forward_lowp(kn.data(), x.data(), layer_matrix(m, l, Proj::k), M);
+    linear_forward_lowp(vn.data(), x.data(), layer_matrix(m, l, Proj::v), M);
 #pragma omp parallel for schedule(static) if (M > 1)
     for (int64_t i = 0; i < M; ++i) {  // each sequence at its own position, against its own cache
       KVCache& kv = *caches[i];
@@ -94,7 +94,7 @@ int64_t decode_batch(const Model& m, KVCache* const* caches, const int32_t* toke
       attention_decode(att.data() + i * qd, q.data() + i * qd, kv.k[l].data(), kv.v[l].data(), t, H, KV, hd,
                        scratch.data() + i * (tmax + 1));
     }
-    gemm(false, true, M, d, qd, 1.0f, att.data(), qd, W.wo, qd, 1.0f, h.data(), d);
+    linear_forward_lowp(h.data(), att.data(), layer_matrix(m, l, Proj::o), M, /*accumulate=*/true);
     rmsnorm_forward(x.data(), rstd.data(), h.data(), W.ln2, M, d, eps);
     // The MLP (or MoE) update of these positions, then its write-back, gated by JTok where on.
     jt.mlp_out.assign(Md, 0.0f);
@@ -102,10 +102,10 @@ int64_t decode_batch(const Model& m, KVCache* const* caches, const int32_t* toke
       MoeActs ma;
       moe_forward(jt.mlp_out.data(), ma, x.data(), W.moe, moe_dims(c), M);
     } else {
-      linear_forward(gate.data(), x.data(), W.wg, M, d, F);
-      linear_forward(up.data(), x.data(), W.wu, M, d, F);
+      linear_forward_lowp(gate.data(), x.data(), layer_matrix(m, l, Proj::gate), M);
+      linear_forward_lowp(up.data(), x.data(), layer_matrix(m, l, Proj::up), M);
       swiglu_forward(act.data(), gate.data(), up.data(), M * F);
-      linear_forward(jt.mlp_out.data(), act.data(), W.wd, M, F, d);
+      linear_forward_lowp(jt.mlp_out.data(), act.data(), layer_matrix(m, l, Proj::down), M);
     }
     if (W.jtok_scale) {  // h += Delta_m * (1 + s * Norm(E[token])), as forward() does
       jtok_prepare(jt, m.tables[m.jtok_table[l]], rb, static_cast<float>(c.jtok_eps), c.jtok_norm);
@@ -118,7 +118,7 @@ int64_t decode_batch(const Model& m, KVCache* const* caches, const int32_t* toke
       for (size_t j = 0; j < Md; ++j) h[j] += inject[j];
   }
   rmsnorm_forward(x.data(), rstd.data(), h.data(), m.w.norm, M, d, eps);
-  linear_forward(logits, x.data(), m.w.lm_head, M, d, c.vocab_size);  // real rows only
+  linear_forward_lowp(logits, x.data(), head_matrix(m, c.vocab_size), M);  // real rows only
   for (int64_t i = 0; i < M; ++i) caches[i]->len += 1;
   return rows_read;
 }

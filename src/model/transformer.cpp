@@ -226,9 +226,9 @@ void ensure_backward_scratch(Activations& a, const ModelConfig& c) {
 void forward(const Model& m, Activations& a, const int32_t* ids, int64_t B, int64_t T) {
   JTOK_PROFILE("forward (total)");
   forward_hidden(m, a, ids, B, T);
-  const int64_t N = B * T, d = m.cfg.hidden_size, Vp = m.cfg.padded_vocab();
+  const int64_t N = B * T, Vp = m.cfg.padded_vocab();
   a.logits.resize(static_cast<size_t>(N * Vp));
-  { JTOK_PROFILE("lm_head_fwd"); linear_forward(a.logits.data(), a.lnf.data(), m.w.lm_head, N, d, Vp); }
+  { JTOK_PROFILE("lm_head_fwd"); linear_forward_lowp(a.logits.data(), a.lnf.data(), head_matrix(m, Vp), N); }
 }
 
 void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t B, int64_t T, ForwardMode mode) {
@@ -236,12 +236,12 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
   JTOK_CHECK(T <= c.max_position_embeddings, "sequence length ", T, " > max_position_embeddings");
   { JTOK_PROFILE("activations_alloc"); ensure_activations(a, c, B, T, mode); }
   const bool shared = mode == ForwardMode::Inference;
-  const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size;
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
   const float eps = static_cast<float>(c.rms_norm_eps);
   for (int64_t n = 0; n < N; ++n)
     if (ids[n] < 0 || ids[n] >= c.vocab_size) fail("token id ", ids[n], " outside the vocabulary [0, ", c.vocab_size, ")");
-  embedding_forward(a.layers[0].h_in.data(), ids, m.w.embed, N, d);
+  embed_rows(m, a.layers[0].h_in.data(), ids, N);
   if (c.jtok || c.jtokm) { JTOK_PROFILE("jtok_dedup"); a.ids = dedup_ids(ids, N, c.padded_vocab()); }
   const MoeDims md = moe_dims(c);
   const JTokMHyper jm = jtokm_hyper(c);
@@ -256,9 +256,9 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
     { JTOK_PROFILE("rmsnorm_fwd"); rmsnorm_forward(L.a.data(), L.rstd1.data(), L.h_in.data(), W.ln1, N, d, eps); }
     {
       JTOK_PROFILE("qkv_fwd");
-      linear_forward(L.q.data(), L.a.data(), W.wq, N, d, qd);
-      linear_forward(k_l, L.a.data(), W.wk, N, d, kvd);
-      linear_forward(v_l, L.a.data(), W.wv, N, d, kvd);
+      linear_forward_lowp(L.q.data(), L.a.data(), layer_matrix(m, l, Proj::q), N);
+      linear_forward_lowp(k_l, L.a.data(), layer_matrix(m, l, Proj::k), N);
+      linear_forward_lowp(v_l, L.a.data(), layer_matrix(m, l, Proj::v), N);
     }
     {
       JTOK_PROFILE("rope_fwd");
@@ -270,7 +270,7 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
     {
       JTOK_PROFILE("o_proj_fwd");
       std::memcpy(L.h_mid.data(), L.h_in.data(), sizeof(float) * N * d);
-      gemm(false, true, N, d, qd, 1.0f, L.att.data(), qd, W.wo, qd, 1.0f, L.h_mid.data(), d);
+      linear_forward_lowp(L.h_mid.data(), L.att.data(), layer_matrix(m, l, Proj::o), N, /*accumulate=*/true);
     }
     { JTOK_PROFILE("rmsnorm_fwd"); rmsnorm_forward(L.m.data(), L.rstd2.data(), L.h_mid.data(), W.ln2, N, d, eps); }
     float* h_next = l + 1 < a.layers.size() ? a.layers[shared ? 0 : l + 1].h_in.data() : a.h_out.data();
@@ -285,11 +285,11 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
     } else {
       {
         JTOK_PROFILE("gate_up_fwd");
-        linear_forward(L.gate.data(), L.m.data(), W.wg, N, d, F);
-        linear_forward(L.up.data(), L.m.data(), W.wu, N, d, F);
+        linear_forward_lowp(L.gate.data(), L.m.data(), layer_matrix(m, l, Proj::gate), N);
+        linear_forward_lowp(L.up.data(), L.m.data(), layer_matrix(m, l, Proj::up), N);
       }
       { JTOK_PROFILE("swiglu_fwd"); swiglu_forward(L.act.data(), L.gate.data(), L.up.data(), N * F); }
-      { JTOK_PROFILE("down_fwd"); gemm(false, true, N, d, F, 1.0f, L.act.data(), F, W.wd, F, 1.0f, upd, d); }
+      { JTOK_PROFILE("down_fwd"); linear_forward_lowp(upd, L.act.data(), layer_matrix(m, l, Proj::down), N, true); }
     }
     if (W.jtok_scale) {  // h_next = h_mid + Delta_m * (1 + s * Norm(E[x]))
       JTOK_PROFILE("jtok_fwd");
@@ -326,6 +326,7 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
   JTOK_PROFILE("backward (total)");
   const auto& c = m.cfg;
   if (a.inference) fail("backward after a forward in ForwardMode::Inference (its activations are not kept)");
+  if (m.lowp.any()) fail("backward on a model with ", weight_dtype_name(m.lowp.dtype), " weights: they are for inference only");
   ensure_backward_scratch(a, c);
   const int64_t B = a.B, T = a.T, N = B * T, d = c.hidden_size, F = c.intermediate_size;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), H = c.num_attention_heads, KV = c.num_key_value_heads;

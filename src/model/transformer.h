@@ -9,6 +9,7 @@
 #include "model/config.h"
 #include "model/jtok.h"
 #include "model/jtokm.h"
+#include "model/lowp_weights.h"
 #include "model/moe.h"
 #include "model/token_table.h"
 #include "ops/rope.h"
@@ -55,6 +56,7 @@ struct Model {
   std::vector<std::string> table_names;  // safetensors names
   std::vector<int> jtok_table;           // per layer: index into tables of its JTok table, or -1
   std::vector<int> jtokm_table;          // per layer: index of the first of its n_e JTok-M tables, or -1
+  LowpWeights lowp;                      // bf16 / int8 matrices of an inference export (forward only)
 };
 // Safetensors names of layer l's JTok table and of its i-th JTok-M table.
 std::string jtok_table_name(int64_t layer);

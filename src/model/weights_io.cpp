@@ -42,10 +42,12 @@ void read_tensor_f32(const StIndex& f, const std::string& name, const std::vecto
 // Every parameter of m (tables included) through copy(name, shape, dst); then no tensor of the file
 // may be left over.
 template <typename Copy, typename Tensors>
-static void load_each(Model& m, const Tensors& in_file, const std::string& origin, Copy copy) {
+static void load_each(Model& m, const Tensors& in_file, const std::string& origin, Copy copy,
+                      const StIndex* lowp_from = nullptr) {
   std::set<std::string> expected;
   for (const auto& p : m.layout) {
     expected.insert(p.name);
+    if (lowp_from && take_lowp_matrix(m, *lowp_from, p.name, p.shape, nullptr, expected)) continue;
     copy(p.name, p.shape, m.params.data() + p.offset);
   }
   for (size_t k = 0; k < m.tables.size(); ++k) {
@@ -66,7 +68,7 @@ void load_weights(Model& m, const StFile& f, const std::string& origin) {
 void load_weights(Model& m, const StIndex& f) {
   load_each(m, f.tensors, f.path, [&](const std::string& name, const std::vector<int64_t>& shape, float* dst) {
     read_tensor_f32(f, name, shape, dst);
-  });
+  }, &f);
 }
 
 void load_weights_mapped(Model& m, const std::shared_ptr<const MappedFile>& file) {
@@ -76,6 +78,7 @@ void load_weights_mapped(Model& m, const std::shared_ptr<const MappedFile>& file
   std::set<std::string> expected;
   for (const auto& p : m.layout) {  // the backbone: read into RAM (not through the mapping)
     expected.insert(p.name);
+    if (take_lowp_matrix(m, idx, p.name, p.shape, file, expected)) continue;  // viewed in the mapping
     read_tensor_f32(idx, p.name, p.shape, m.params.data() + p.offset);
   }
   for (size_t k = 0; k < m.tables.size(); ++k) {

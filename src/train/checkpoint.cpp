@@ -142,6 +142,9 @@ nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState
   if (!is_complete(d)) fail("checkpoint ", ckpt_dir, " is incomplete (no COMPLETE marker): it was interrupted while being written");
   const std::string mp = (d / "model.safetensors").string();
   load_weights(m, read_safetensors_index(mp));  // streamed: one tensor at a time into m
+  if (opt && m.lowp.any())
+    fail(mp, " holds ", weight_dtype_name(m.lowp.dtype), " weights (a `jtok export --weight-dtype` inference copy): ",
+         "it can be evaluated, generated from and served, not trained or resumed");
   if (opt) {
     const std::string op = (d / "optimizer.safetensors").string();
     const StIndex f = read_safetensors_index(op);

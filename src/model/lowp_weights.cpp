@@ -1,0 +1,143 @@
+#include "model/lowp_weights.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "model/transformer.h"
+
+namespace jtok {
+
+static const char* const kProjName[kNumProj] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                                "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                                "mlp.down_proj"};
+
+static std::string proj_param(int64_t layer, int p) {
+  return "model.layers." + std::to_string(layer) + "." + kProjName[p] + ".weight";
+}
+
+WeightMatrix layer_matrix(const Model& m, size_t l, Proj p) {
+  const int i = static_cast<int>(p);
+  if (!m.lowp.layers.empty() && m.lowp.layers[l][i].data) return m.lowp.layers[l][i];
+  const auto& c = m.cfg;
+  const auto& W = m.w.layers[l];
+  const int64_t d = c.hidden_size, F = c.intermediate_size;
+  switch (p) {
+    case Proj::q: return {WeightDType::f32, W.wq, nullptr, c.q_dim(), d};
+    case Proj::k: return {WeightDType::f32, W.wk, nullptr, c.kv_dim(), d};
+    case Proj::v: return {WeightDType::f32, W.wv, nullptr, c.kv_dim(), d};
+    case Proj::o: return {WeightDType::f32, W.wo, nullptr, d, c.q_dim()};
+    case Proj::gate: return {WeightDType::f32, W.wg, nullptr, F, d};
+    case Proj::up: return {WeightDType::f32, W.wu, nullptr, F, d};
+    case Proj::down: return {WeightDType::f32, W.wd, nullptr, d, F};
+  }
+  return {};
+}
+
+WeightMatrix head_matrix(const Model& m, int64_t rows) {
+  const WeightMatrix& lp = m.cfg.tie_word_embeddings ? m.lowp.embed : m.lowp.lm_head;  // tied: one matrix
+  WeightMatrix w = lp.data ? lp : WeightMatrix{WeightDType::f32, m.w.lm_head, nullptr, m.cfg.padded_vocab(), m.cfg.hidden_size};
+  JTOK_CHECK(rows <= w.rows, "head_matrix: ", rows, " rows of ", w.rows);
+  w.rows = rows;
+  return w;
+}
+
+void embed_rows(const Model& m, float* out, const int32_t* ids, int64_t N) {
+  const int64_t d = m.cfg.hidden_size;
+  if (!m.lowp.embed.data) {
+    for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * d, m.w.embed + static_cast<int64_t>(ids[n]) * d, sizeof(float) * d);
+    return;
+  }
+  for (int64_t n = 0; n < N; ++n) dequantize_rows(out + n * d, m.lowp.embed, ids[n], ids[n] + 1);
+}
+
+std::set<std::string> lowp_matrix_names(const ModelConfig& c) {
+  std::set<std::string> names = {"model.embed_tokens.weight"};
+  if (!c.tie_word_embeddings) names.insert("lm_head.weight");
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (int p = 0; p < kNumProj; ++p)
+      if (p < 4 || !c.moe_on_layer(l)) names.insert(proj_param(l, p));
+  return names;
+}
+
+std::string lowp_scale_name(const std::string& name) { return name + "_scale"; }
+
+// The matrix `name` is: which slot of m.lowp it fills.
+static WeightMatrix* lowp_slot(Model& m, const std::string& name) {
+  auto& lw = m.lowp;
+  if (lw.layers.empty()) lw.layers.resize(static_cast<size_t>(m.cfg.num_hidden_layers));
+  if (name == "model.embed_tokens.weight") return &lw.embed;
+  if (name == "lm_head.weight") return &lw.lm_head;
+  for (int64_t l = 0; l < m.cfg.num_hidden_layers; ++l)
+    for (int p = 0; p < kNumProj; ++p)
+      if (name == proj_param(l, p)) return &lw.layers[static_cast<size_t>(l)][p];
+  return nullptr;
+}
+
+bool take_lowp_matrix(Model& m, const StIndex& idx, const std::string& name, const std::vector<int64_t>& shape,
+                      const std::shared_ptr<const MappedFile>& file, std::set<std::string>& used) {
+  auto it = idx.tensors.find(name);
+  if (it == idx.tensors.end() || it->second.dtype == "F32") return false;
+  const StEntry& t = it->second;
+  WeightDType dt;
+  if (t.dtype == "BF16") dt = WeightDType::bf16;
+  else if (t.dtype == "I8") dt = WeightDType::int8;
+  else return false;  // the caller's F32 check names the dtype
+  WeightMatrix* slot = lowp_matrix_names(m.cfg).count(name) ? lowp_slot(m, name) : nullptr;
+  if (!slot) fail(idx.path, ": tensor ", name, " is ", t.dtype, "; only the attention / MLP projections, embedding and LM head may be low precision");
+  if (t.shape != shape || shape.size() != 2)
+    fail(idx.path, ": tensor ", name, " has the wrong shape for the config");
+  if (m.lowp.any() && m.lowp.dtype != dt)
+    fail(idx.path, ": tensor ", name, " is ", t.dtype, " but another matrix is ", weight_dtype_name(m.lowp.dtype));
+  m.lowp.dtype = dt;
+  used.insert(name);
+  const int64_t rows = shape[0], cols = shape[1];
+  auto bytes_of = [&](const std::string& n, const StEntry& e) -> const void* {
+    if (file) {
+      if (e.offset % 4 != 0) fail(idx.path, ": tensor ", n, " starts at byte ", e.offset, ", not 4-byte aligned");
+      m.lowp.keep.push_back(file);
+      return file->data() + e.offset;
+    }
+    auto buf = std::make_shared<std::vector<uint8_t>>(e.nbytes);
+    read_tensor_bytes(idx, n, buf->data());
+    m.lowp.keep.push_back(buf);
+    return buf->data();
+  };
+  *slot = {dt, bytes_of(name, t), nullptr, rows, cols};
+  if (dt == WeightDType::int8) {
+    const std::string sn = lowp_scale_name(name);
+    auto s = idx.tensors.find(sn);
+    if (s == idx.tensors.end()) fail(idx.path, ": int8 tensor ", name, " has no scales (", sn, ")");
+    if (s->second.dtype != "F32" || s->second.shape != std::vector<int64_t>{rows})
+      fail(idx.path, ": tensor ", sn, " must be F32 of shape (", rows, ")");
+    slot->scale = static_cast<const float*>(bytes_of(sn, s->second));
+    used.insert(sn);
+  }
+  return true;
+}
+
+void convert_to_lowp(StFile& st, const ModelConfig& c, WeightDType t) {
+  if (t == WeightDType::f32) return;
+  for (const std::string& name : lowp_matrix_names(c)) {
+    auto it = st.tensors.find(name);
+    JTOK_CHECK(it != st.tensors.end() && it->second.dtype == "F32", "convert_to_lowp: ", name);
+    const std::vector<float> w = it->second.as_f32();
+    const std::vector<int64_t> shape = it->second.shape;
+    const int64_t rows = shape[0], cols = shape[1];
+    StTensor out;
+    out.shape = shape;
+    if (t == WeightDType::bf16) {
+      out.dtype = "BF16";
+      out.bytes.resize(static_cast<size_t>(rows * cols * 2));
+      quantize_bf16(reinterpret_cast<uint16_t*>(out.bytes.data()), w.data(), rows * cols);
+    } else {
+      out.dtype = "I8";
+      out.bytes.resize(static_cast<size_t>(rows * cols));
+      std::vector<float> scale(static_cast<size_t>(rows));
+      quantize_int8_rows(reinterpret_cast<int8_t*>(out.bytes.data()), scale.data(), w.data(), rows, cols);
+      st.tensors[lowp_scale_name(name)] = st_f32({rows}, scale.data());
+    }
+    it->second = std::move(out);
+  }
+}
+
+}  // namespace jtok
