@@ -45,7 +45,7 @@ void export_gguf() {
   LoadedCheckpoint ck = load_for_inference(dir);
   refuse_lowp_source(ck);
   GgufExportOptions opt;
-  opt.dtype = args.dtype == "f16" ? GgmlType::F16 : GgmlType::F32;
+  opt.dtype = args.dtype == "f16" ? GgmlType::F16 : args.dtype == "q8_0" ? GgmlType::Q8_0 : GgmlType::F32;
   opt.tokenizer = ck.cfg.train.tokenizer;
   opt.name = args.name;
   GgufWriter w;
@@ -101,7 +101,8 @@ void setup(CLI::App* sub) {
                   "jtok: dtype of the attention / MLP projections, embedding and LM head: f32, bf16, or int8 "
                   "(symmetric, one scale per output row); inference only")
       ->check(CLI::IsMember({"f32", "bf16", "int8"}));
-  sub->add_option("--dtype", args.dtype, "gguf: type of the 2-D weights (norms stay f32)")->check(CLI::IsMember({"f32", "f16"}));
+  sub->add_option("--dtype", args.dtype, "gguf: type of the 2-D weights (norms stay f32): f32, f16, or q8_0 (llama.cpp's 8-bit blocks of 32)")
+      ->check(CLI::IsMember({"f32", "f16", "q8_0"}));
   sub->add_option("--name", args.name, "gguf: general.name in the file (default: jtok)");
   sub->callback([] { args.format == "gguf" ? export_gguf() : export_jtok(); });
 }

@@ -434,3 +434,38 @@ TEST(Gguf, RefusesTokenIndexedTablesAndMoe) {
     EXPECT_NE(std::string(e.what()).find("vocab_size 1000"), std::string::npos) << e.what();
   }
 }
+
+// Q8_0 (llama.cpp's 8-bit format): 34-byte blocks of an f16 scale d = max|x| / 127 and 32 int8;
+// every value decodes to within d/2 (plus the scale's own f16 rounding), the block's largest
+// magnitude to +-127, an all-zero block to d = 0; the writer sizes Q8_0 tensors by blocks and refuses
+// rows that do not split into them.
+TEST(Gguf, Q8_0BlocksDecodeWithinHalfAStep) {
+  const int64_t n = 4 * kQ8Block;
+  std::vector<float> x(n);
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  for (auto& v : x) v = nd(rng);
+  for (int64_t j = kQ8Block; j < 2 * kQ8Block; ++j) x[j] = 0.0f;  // block 1: all zero
+  x[2 * kQ8Block + 5] = -3.0f;                                      // block 2: one large value
+  std::vector<uint8_t> q(ggml_bytes(GgmlType::Q8_0, n));
+  ASSERT_EQ(q.size(), 4u * 34u);
+  quantize_q8_0(x.data(), n, q.data());
+  for (int64_t b = 0; b < 4; ++b) {
+    const uint8_t* blk = q.data() + b * 34;
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    const float d = f16_to_f32(h);
+    int maxq = 0;
+    for (int64_t j = 0; j < kQ8Block; ++j) {
+      const int8_t qj = static_cast<int8_t>(blk[2 + j]);
+      maxq = std::max(maxq, std::abs(static_cast<int>(qj)));
+      EXPECT_NEAR(qj * d, x[b * kQ8Block + j], 0.5f * d + 127 * d * 1e-3f) << "block " << b << " value " << j;
+    }
+    EXPECT_EQ(maxq, b == 1 ? 0 : 127) << "block " << b;
+    if (b == 1) EXPECT_EQ(d, 0.0f);
+  }
+  GgufWriter w;
+  w.add_tensor("a.weight", {3, 64}, GgmlType::Q8_0, std::vector<float>(192, 0.5f));
+  EXPECT_EQ(w.file_size(), w.header_bytes().size() + ((3 * 2 * 34 + kGgufAlignment - 1) / kGgufAlignment) * kGgufAlignment);
+  EXPECT_THROW(w.add_tensor("b.weight", {2, 48}, GgmlType::Q8_0, std::vector<float>(96, 0.5f)), Error);
+}

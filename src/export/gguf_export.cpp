@@ -100,7 +100,8 @@ void build_gguf(const Model& m, const GgufExportOptions& opt, GgufWriter& w) {
 
   w.add_string("general.architecture", "llama");
   w.add_string("general.name", opt.name.empty() ? "jtok" : opt.name);
-  w.add_u32("general.file_type", opt.dtype == GgmlType::F32 ? 0 : 1);  // ALL_F32 / MOSTLY_F16
+  // llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7.
+  w.add_u32("general.file_type", opt.dtype == GgmlType::F32 ? 0 : opt.dtype == GgmlType::F16 ? 1 : 7);
   w.add_u32("llama.context_length", static_cast<uint32_t>(c.max_position_embeddings));
   w.add_u32("llama.embedding_length", static_cast<uint32_t>(d));
   w.add_u32("llama.block_count", static_cast<uint32_t>(c.num_hidden_layers));

@@ -97,10 +97,37 @@ void GgufWriter::add_i32_array(const std::string& k, const std::vector<int32_t>&
   for (int32_t x : v) put(kv_, x);
 }
 
+uint64_t ggml_bytes(GgmlType t, uint64_t n) {
+  switch (t) {
+    case GgmlType::F32: return n * 4;
+    case GgmlType::F16: return n * 2;
+    case GgmlType::Q8_0: return n / kQ8Block * (2 + kQ8Block);
+  }
+  return 0;
+}
+
+void quantize_q8_0(const float* x, uint64_t n, uint8_t* out) {
+  for (uint64_t b = 0; b < n / kQ8Block; ++b, x += kQ8Block, out += 2 + kQ8Block) {
+    float amax = 0.0f;
+    for (int64_t j = 0; j < kQ8Block; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
+    const uint16_t h = f32_to_f16(d);
+    std::memcpy(out, &h, 2);
+    for (int64_t j = 0; j < kQ8Block; ++j)
+      out[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(x[j] * inv), -127.0f, 127.0f)));
+  }
+}
+
 uint64_t GgufWriter::Tensor::nbytes() const {
   uint64_t n = 1;
   for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-  return n * (type == GgmlType::F32 ? 4 : 2);
+  return ggml_bytes(type, n);
+}
+
+static uint64_t numel_of(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
 }
 
 uint64_t GgufWriter::data_bytes() const {
@@ -117,6 +144,8 @@ void GgufWriter::add_tensor(const std::string& name, const std::vector<int64_t>&
     if (d <= 0) fail("gguf: tensor ", name, " has a dimension ", d);
   for (const Tensor& t : tensors_)
     if (t.name == name) fail("gguf: tensor ", name, " added twice");
+  if (type == GgmlType::Q8_0 && shape.back() % kQ8Block != 0)
+    fail("gguf: tensor ", name, "'s rows of ", shape.back(), " values do not split into Q8_0 blocks of ", kQ8Block);
   Tensor t{name, shape, type, data, {}, data_bytes()};
   tensors_.push_back(std::move(t));
 }
@@ -125,7 +154,7 @@ void GgufWriter::add_tensor(const std::string& name, const std::vector<int64_t>&
                             std::vector<float> owned) {
   add_tensor(name, shape, type, static_cast<const float*>(nullptr));
   Tensor& t = tensors_.back();
-  if (owned.size() * 4 != t.nbytes() * (type == GgmlType::F32 ? 1 : 2))
+  if (owned.size() != numel_of(shape))
     fail("gguf: tensor ", name, " given ", owned.size(), " values for its shape");
   t.owned = std::move(owned);
 }
@@ -178,8 +207,8 @@ void GgufWriter::write(const std::string& path) const {
   const std::string head = header_bytes();
   write_all(head.data(), head.size());
   uint64_t pos = 0;  // within the data section
-  std::vector<uint16_t> half;
-  const size_t kChunk = 1 << 20;  // values converted at a time (f16)
+  std::vector<uint8_t> conv;
+  const size_t kChunk = 1 << 20;  // values converted at a time (f16, Q8_0: a multiple of the block)
   for (const Tensor& t : tensors_) {
     if (pos < t.offset) {
       const std::string pad(t.offset - pos, '\0');
@@ -187,15 +216,22 @@ void GgufWriter::write(const std::string& path) const {
       pos = t.offset;
     }
     const float* src = t.owned.empty() ? t.data : t.owned.data();
-    const uint64_t n = t.nbytes() / (t.type == GgmlType::F32 ? 4 : 2);
+    const uint64_t n = numel_of(t.shape);
     if (t.type == GgmlType::F32) {
       write_all(reinterpret_cast<const char*>(src), n * 4);
     } else {
       for (uint64_t i = 0; i < n; i += kChunk) {
         const size_t m = static_cast<size_t>(std::min<uint64_t>(kChunk, n - i));
-        half.resize(m);
-        for (size_t j = 0; j < m; ++j) half[j] = f32_to_f16(src[i + j]);
-        write_all(reinterpret_cast<const char*>(half.data()), m * 2);
+        conv.resize(ggml_bytes(t.type, m));
+        if (t.type == GgmlType::F16) {
+          for (size_t j = 0; j < m; ++j) {
+            const uint16_t h = f32_to_f16(src[i + j]);
+            std::memcpy(conv.data() + 2 * j, &h, 2);
+          }
+        } else {
+          quantize_q8_0(src + i, m, conv.data());
+        }
+        write_all(reinterpret_cast<const char*>(conv.data()), conv.size());
       }
     }
     pos += t.nbytes();

@@ -14,8 +14,14 @@ enum class GgufType : uint32_t {
   U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7, STRING = 8, ARRAY = 9,
   U64 = 10, I64 = 11, F64 = 12,
 };
-// Tensor element types written here (ggml_type): F32 = 0, F16 = 1.
-enum class GgmlType : uint32_t { F32 = 0, F16 = 1 };
+// Tensor element types written here (ggml_type): F32 = 0, F16 = 1, Q8_0 = 8 (blocks of 32 values
+// along the innermost dimension: an f16 scale d = max|x| / 127, then 32 int8 q = round(x / d)).
+enum class GgmlType : uint32_t { F32 = 0, F16 = 1, Q8_0 = 8 };
+inline constexpr int64_t kQ8Block = 32;
+// Bytes of n values of type t (Q8_0: n a multiple of kQ8Block).
+uint64_t ggml_bytes(GgmlType t, uint64_t n);
+// n values (a multiple of kQ8Block) as Q8_0 blocks into out (ggml_bytes(Q8_0, n) bytes).
+void quantize_q8_0(const float* x, uint64_t n, uint8_t* out);
 
 inline constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" as a little-endian u32
 inline constexpr uint32_t kGgufVersion = 3;

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/release_pages.h"
 
 namespace jtok {
 
@@ -47,7 +48,10 @@ static void load_each(Model& m, const Tensors& in_file, const std::string& origi
   std::set<std::string> expected;
   for (const auto& p : m.layout) {
     expected.insert(p.name);
-    if (lowp_from && take_lowp_matrix(m, *lowp_from, p.name, p.shape, nullptr, expected)) continue;
+    if (lowp_from && take_lowp_matrix(m, *lowp_from, p.name, p.shape, nullptr, expected)) {
+      release_zero_pages(m.params.data() + p.offset, p.numel);  // its fp32 slot stays zero, unused
+      continue;
+    }
     copy(p.name, p.shape, m.params.data() + p.offset);
   }
   for (size_t k = 0; k < m.tables.size(); ++k) {
@@ -78,7 +82,10 @@ void load_weights_mapped(Model& m, const std::shared_ptr<const MappedFile>& file
   std::set<std::string> expected;
   for (const auto& p : m.layout) {  // the backbone: read into RAM (not through the mapping)
     expected.insert(p.name);
-    if (take_lowp_matrix(m, idx, p.name, p.shape, file, expected)) continue;  // viewed in the mapping
+    if (take_lowp_matrix(m, idx, p.name, p.shape, file, expected)) {  // viewed in the mapping
+      release_zero_pages(m.params.data() + p.offset, p.numel);
+      continue;
+    }
     read_tensor_f32(idx, p.name, p.shape, m.params.data() + p.offset);
   }
   for (size_t k = 0; k < m.tables.size(); ++k) {
