@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__AVX512F__)
 // GCC 12's AVX-512 headers trip its own -Wmaybe-uninitialized (GCC bug 105593, fixed in 13).
@@ -139,14 +140,15 @@ static inline void dot_rows(float* out4, const float* x, const float* wb, int64_
 }
 
 #if defined(__AVX512F__)
-// 16 weights of row o from column c, converted to fp32 in registers (int8 without its scale).
-static inline __m512 load_row16(const WeightMatrix& w, int64_t o, int64_t c) {
-  if (w.dtype == WeightDType::int8) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(w.data) + o * w.cols + c));
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+// 16 weights from p, converted to fp32 in registers (int8 without its scale).
+template <WeightDType DT>
+static inline __m512 load16(const void* p) {
+  if constexpr (DT == WeightDType::int8) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
+  } else {
+    const __m256i h = _mm256_loadu_si256(static_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w.data) + o * w.cols + c));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
 static inline float hsum(__m512 v) {
@@ -159,26 +161,44 @@ static inline float hsum(__m512 v) {
 
 // A register tile: kRowBlock weight rows (from o0) times MT input rows (from x, row stride C),
 // weights converted once per 16 columns and used MT times. out[n * ldo + r] (+)= the dot product.
-template <int MT>
+template <WeightDType DT, int MT>
 static inline void tile_kernel(float* out, int64_t ldo, const float* x, const WeightMatrix& w, int64_t o0, bool acc) {
+  using Elem = std::conditional_t<DT == WeightDType::int8, int8_t, uint16_t>;
   const int64_t C = w.cols;
+  const Elem* row[kRowBlock];
+  for (int r = 0; r < kRowBlock; ++r) row[r] = static_cast<const Elem*>(w.data) + (o0 + r) * C;
   __m512 a[kRowBlock][MT];
-  for (auto& row : a)
-    for (auto& v : row) v = _mm512_setzero_ps();
+  for (auto& rr : a)
+    for (auto& v : rr) v = _mm512_setzero_ps();
   for (int64_t c = 0; c < C; c += 16) {
     __m512 wv[kRowBlock];
-    for (int r = 0; r < kRowBlock; ++r) wv[r] = load_row16(w, o0 + r, c);
+    for (int r = 0; r < kRowBlock; ++r) wv[r] = load16<DT>(row[r] + c);
     for (int n = 0; n < MT; ++n) {
       const __m512 xv = _mm512_loadu_ps(x + n * C + c);
       for (int r = 0; r < kRowBlock; ++r) a[r][n] = _mm512_fmadd_ps(xv, wv[r], a[r][n]);
     }
   }
   for (int r = 0; r < kRowBlock; ++r) {
-    const float s = w.dtype == WeightDType::int8 ? w.scale[o0 + r] : 1.0f;
+    const float s = DT == WeightDType::int8 ? w.scale[o0 + r] : 1.0f;
     for (int n = 0; n < MT; ++n) {
       float& o = out[n * ldo + r];
       o = (acc ? o : 0.0f) + hsum(a[r][n]) * s;
     }
+  }
+}
+
+// All N input rows against one block of weight rows, four input rows at a time.
+template <WeightDType DT>
+static inline void block_kernel(float* out, int64_t OC, const float* inp, int64_t N, const WeightMatrix& w, int64_t o0,
+                                bool acc) {
+  const int64_t C = w.cols;
+  int64_t n = 0;
+  for (; n + 4 <= N; n += 4) tile_kernel<DT, 4>(out + n * OC + o0, OC, inp + n * C, w, o0, acc);
+  switch (N - n) {
+    case 3: tile_kernel<DT, 3>(out + n * OC + o0, OC, inp + n * C, w, o0, acc); break;
+    case 2: tile_kernel<DT, 2>(out + n * OC + o0, OC, inp + n * C, w, o0, acc); break;
+    case 1: tile_kernel<DT, 1>(out + n * OC + o0, OC, inp + n * C, w, o0, acc); break;
+    default: break;
   }
 }
 #endif
@@ -196,14 +216,8 @@ static void gemv_lowp(float* out, const float* inp, const WeightMatrix& w, int64
       const int64_t o0 = b * kRowBlock, nr = std::min(kRowBlock, OC - o0);
 #if defined(__AVX512F__)
       if (nr == kRowBlock && C % 16 == 0) {
-        int64_t n = 0;
-        for (; n + 4 <= N; n += 4) tile_kernel<4>(out + n * OC + o0, OC, inp + n * C, w, o0, acc);
-        switch (N - n) {
-          case 3: tile_kernel<3>(out + n * OC + o0, OC, inp + n * C, w, o0, acc); break;
-          case 2: tile_kernel<2>(out + n * OC + o0, OC, inp + n * C, w, o0, acc); break;
-          case 1: tile_kernel<1>(out + n * OC + o0, OC, inp + n * C, w, o0, acc); break;
-          default: break;
-        }
+        if (w.dtype == WeightDType::int8) block_kernel<WeightDType::int8>(out, OC, inp, N, w, o0, acc);
+        else block_kernel<WeightDType::bf16>(out, OC, inp, N, w, o0, acc);
         continue;
       }
 #endif
