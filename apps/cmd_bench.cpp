@@ -45,6 +45,7 @@
 #include "model/config.h"
 #include "scaling/flops.h"
 #include "model/transformer.h"
+#include "ops/linear.h"
 #include "train/optimizer.h"
 
 namespace {
@@ -154,6 +155,10 @@ void train_step(Bench& b, const StepTokens& tokens, bool timed) {
   const int64_t r0 = b.opt.replayed_rows, w0 = b.opt.replayed_warm_rows, s0 = b.opt.replayed_warm_steps;
   auto t0 = std::chrono::steady_clock::now();
   const std::clock_t c0 = std::clock();  // CPU seconds of all threads
+  // Each model's own precision (a variant may be precision=bf16); where bf16 cannot run, fp32 (the
+  // report's "precision" says which ran).
+  set_matmul_precision(b.cfg.train.precision == "bf16" && bf16_matmul_supported() ? MatmulPrecision::bf16
+                                                                                  : MatmulPrecision::fp32);
   zero_grads(b.model);
   for (const Batch& mb : tokens) {
     forward(b.model, b.acts, mb.inputs.data(), B, T);
@@ -217,7 +222,8 @@ nlohmann::json report(const Bench& b, const TokenStream& ts) {
                       {"rows_caught_up_each", b.caught_up},
                       {"warm_rows_caught_up_per_step", mean(b.warm_rows)},
                       {"warm_steps_replayed_per_step", mean(b.warm_steps)},
-                      {"sync_rows_caught_up", b.sync_caught_up}};
+                      {"sync_rows_caught_up", b.sync_caught_up},
+                      {"precision", b.cfg.train.precision == "bf16" && bf16_matmul_supported() ? "bf16" : "fp32"}};
   if (args.peak_gflops > 0) j["mfu"] = gflops / args.peak_gflops;
   if (!args.variants.empty()) j["variant"] = b.label;
   return j;

@@ -11,6 +11,7 @@
 #include "model/config.h"
 #include "run_setup.h"
 #include "scaling/flops.h"
+#include "train/precision.h"
 #include "train/trainer.h"
 
 namespace {
@@ -86,7 +87,9 @@ void run() {
   opt.overwrite = args.overwrite;
   opt.skip_nonfinite_steps = args.skip_nonfinite_steps;
   opt.command_line = command_line_string();
-  opt.extra_report = {{"flops", to_json(fr)}};
+  const PrecisionReport precision = apply_training_precision(t.precision);
+  if (!precision.line.empty()) std::printf("%s\n", precision.line.c_str());
+  opt.extra_report = {{"flops", to_json(fr)}, {"precision", precision.to_json()}};
   opt.flops_per_token = fr.flops_per_token_full_square;  // what the kernels compute
   opt.peak_gflops = args.peak_gflops >= 0 ? args.peak_gflops : measure_peak_gflops(0.2);
   std::printf("machine: fp32 peak %.0f GFLOP/s (%s, measured; --peak-gflops to set)\n", opt.peak_gflops, simd_isa());

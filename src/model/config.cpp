@@ -159,6 +159,7 @@ const std::map<std::string, Field>& schema() {
     tf("min_lr", &T::min_lr, "number");
     tf("lr_scheduler_type", &T::lr_scheduler_type, "string");
     tf("table_optimizer", &T::table_optimizer, "string");
+    tf("precision", &T::precision, "string");
     tf("warmup_ratio", &T::warmup_ratio, "number");
     tf("warmup_steps", &T::warmup_steps, "integer");
     tf("decay_ratio", &T::decay_ratio, "number");
@@ -256,6 +257,8 @@ void validate(const Config& cfg, const std::string& origin) {
            m.num_hidden_layers, ")");
   }
   nonneg("jtok_init_std", m.jtok_init_std);
+  if (t.precision != "fp32" && t.precision != "bf16")
+    fail(origin, ": field precision: unknown value '", t.precision, "' (known: fp32, bf16)");
   if (t.table_optimizer != "dense" && t.table_optimizer != "sparse")
     fail(origin, ": field table_optimizer: unknown value '", t.table_optimizer, "' (known: dense, sparse)");
   positive("seq_len", t.seq_len);

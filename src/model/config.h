@@ -88,6 +88,8 @@ struct TrainConfig {
   double adam_beta2 = 0.95;
   double adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;               // <= 0 disables clipping
+  std::string precision = "fp32";           // matrix products' inputs: "fp32" | "bf16" (fp32 accumulation;
+                                            // ops/linear.h set_matmul_precision)
   std::string table_optimizer = "dense";    // token-indexed tables: "dense" (torch AdamW semantics: every row,
                                             // every step) | "sparse" (lazy: rows with a gradient only)
   uint64_t seed = 1234;

@@ -46,11 +46,11 @@ void attention_forward_probs(float* out, float* probs, const float* q, const flo
       for (int64_t r0 = 0; r0 < T; r0 += kAttnRowBlock) {
         const int64_t r1 = std::min(r0 + kAttnRowBlock, T), n = r1 - r0;
         // P[r0:r1, 0:r1] (n,r1) = scale Q[r0:r1] (n,hd) K[0:r1]^T (hd,r1)
-        gemm(false, true, n, r1, hd, scale, qh + r0 * qd, qd, kg, kvd, 0.0f, P + r0 * T, T);
+        gemm_f32(false, true, n, r1, hd, scale, qh + r0 * qd, qd, kg, kvd, 0.0f, P + r0 * T, T);
         // Reads columns 0..t only and zeroes t+1..T-1, so the stored P is exactly 0 past the diagonal.
         for (int64_t t = r0; t < r1; ++t) causal_softmax_row(P + t * T, t, T);
         // out[r0:r1] (n,hd) = P[r0:r1, 0:r1] (n,r1) V[0:r1] (r1,hd)
-        gemm(false, false, n, hd, r1, 1.0f, P + r0 * T, T, vg, kvd, 0.0f, oh + r0 * qd, qd);
+        gemm_f32(false, false, n, hd, r1, 1.0f, P + r0 * T, T, vg, kvd, 0.0f, oh + r0 * qd, qd);
       }
     }
 }
@@ -81,9 +81,9 @@ void attention_backward_probs(float* dq, float* dk, float* dv, const float* dout
             const int64_t r1 = std::min(r0 + kAttnRowBlock, T), n = r1 - r0;
             const float* Pb = P + r0 * T;  // P[r0:r1, 0:r1], row stride T
             // dV[0:r1] (r1,hd) += P[r0:r1, 0:r1]^T (r1,n) dO[r0:r1] (n,hd)
-            gemm(true, false, r1, hd, n, 1.0f, Pb, T, dOh + r0 * qd, qd, 1.0f, dvg, kvd);
+            gemm_f32(true, false, r1, hd, n, 1.0f, Pb, T, dOh + r0 * qd, qd, 1.0f, dvg, kvd);
             // dP (n,r1) = dO[r0:r1] (n,hd) V[0:r1]^T (hd,r1)
-            gemm(false, true, n, r1, hd, 1.0f, dOh + r0 * qd, qd, vg, kvd, 0.0f, dS.data(), r1);
+            gemm_f32(false, true, n, r1, hd, 1.0f, dOh + r0 * qd, qd, vg, kvd, 0.0f, dS.data(), r1);
             // dS = P * (dP - sum_j P dP) in place; zero past the diagonal inside the block, which
             // the GEMMs below read.
             for (int64_t t = r0; t < r1; ++t) {
@@ -95,9 +95,9 @@ void attention_backward_probs(float* dq, float* dk, float* dv, const float* dout
               for (int64_t j = t + 1; j < r1; ++j) d[j] = 0.0f;
             }
             // dQ[r0:r1] (n,hd) += scale dS (n,r1) K[0:r1] (r1,hd)
-            gemm(false, false, n, hd, r1, scale, dS.data(), r1, kg, kvd, 1.0f, dqh + r0 * qd, qd);
+            gemm_f32(false, false, n, hd, r1, scale, dS.data(), r1, kg, kvd, 1.0f, dqh + r0 * qd, qd);
             // dK[0:r1] (r1,hd) += scale dS^T (r1,n) Q[r0:r1] (n,hd)
-            gemm(true, false, r1, hd, n, scale, dS.data(), r1, qh + r0 * qd, qd, 1.0f, dkg, kvd);
+            gemm_f32(true, false, r1, hd, n, scale, dS.data(), r1, qh + r0 * qd, qd, 1.0f, dkg, kvd);
           }
         }
       }
@@ -151,7 +151,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
         for (int64_t c0 = 0; c0 < r1; c0 += kAttnKeyBlock) {
           const int64_t c1 = std::min(c0 + kAttnKeyBlock, r1), w = c1 - c0;
           // S (n,w) = scale Q[r0:r1] (n,hd) K[c0:c1]^T (hd,w)
-          gemm(false, true, n, w, hd, scale, qh + r0 * qd, qd, kg + c0 * kvd, kvd, 0.0f, S.data(), w);
+          gemm_f32(false, true, n, w, hd, scale, qh + r0 * qd, qd, kg + c0 * kvd, kvd, 0.0f, S.data(), w);
           for (int64_t t = r0; t < r1; ++t) {
             float* row = S.data() + (t - r0) * w;
             const int64_t valid = std::min(c1, t + 1) - c0;  // >= 1: c0 <= r0 <= t
@@ -172,7 +172,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
             mrow[t - r0] = m_new;
           }
           // out[r0:r1] (n,hd) (+)= exp(S) (n,w) V[c0:c1] (w,hd)
-          gemm(false, false, n, hd, w, 1.0f, S.data(), w, vg + c0 * kvd, kvd, c0 == 0 ? 0.0f : 1.0f, oh + r0 * qd, qd);
+          gemm_f32(false, false, n, hd, w, 1.0f, S.data(), w, vg + c0 * kvd, kvd, c0 == 0 ? 0.0f : 1.0f, oh + r0 * qd, qd);
         }
         for (int64_t t = r0; t < r1; ++t) {
           const float inv = 1.0f / lrow[t - r0];
@@ -221,12 +221,12 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
             for (int64_t c0 = 0; c0 < r1; c0 += kAttnKeyBlock) {
               const int64_t c1 = std::min(c0 + kAttnKeyBlock, r1), w = c1 - c0;
               // P (n,w) = exp(scale Q K^T - lse), recomputed; zero past the diagonal.
-              gemm(false, true, n, w, hd, scale, qh + r0 * qd, qd, kg + c0 * kvd, kvd, 0.0f, P.data(), w);
+              gemm_f32(false, true, n, w, hd, scale, qh + r0 * qd, qd, kg + c0 * kvd, kvd, 0.0f, P.data(), w);
               for (int64_t t = r0; t < r1; ++t) exp_row(P.data() + (t - r0) * w, std::min(c1, t + 1) - c0, w, L[t]);
               // dV[c0:c1] (w,hd) += P^T (w,n) dO[r0:r1] (n,hd)
-              gemm(true, false, w, hd, n, 1.0f, P.data(), w, dOh + r0 * qd, qd, 1.0f, dvg + c0 * kvd, kvd);
+              gemm_f32(true, false, w, hd, n, 1.0f, P.data(), w, dOh + r0 * qd, qd, 1.0f, dvg + c0 * kvd, kvd);
               // dP (n,w) = dO[r0:r1] (n,hd) V[c0:c1]^T (hd,w)
-              gemm(false, true, n, w, hd, 1.0f, dOh + r0 * qd, qd, vg + c0 * kvd, kvd, 0.0f, dS.data(), w);
+              gemm_f32(false, true, n, w, hd, 1.0f, dOh + r0 * qd, qd, vg + c0 * kvd, kvd, 0.0f, dS.data(), w);
               // dS = P * (dP - D): zero where P is (past the diagonal).
               for (int64_t t = 0; t < n; ++t) {
                 const float* p = P.data() + t * w;
@@ -236,9 +236,9 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                 for (int64_t j = 0; j < w; ++j) d[j] = p[j] * (d[j] - Dt);
               }
               // dQ[r0:r1] (n,hd) += scale dS (n,w) K[c0:c1] (w,hd)
-              gemm(false, false, n, hd, w, scale, dS.data(), w, kg + c0 * kvd, kvd, 1.0f, dqh + r0 * qd, qd);
+              gemm_f32(false, false, n, hd, w, scale, dS.data(), w, kg + c0 * kvd, kvd, 1.0f, dqh + r0 * qd, qd);
               // dK[c0:c1] (w,hd) += scale dS^T (w,n) Q[r0:r1] (n,hd)
-              gemm(true, false, w, hd, n, scale, dS.data(), w, qh + r0 * qd, qd, 1.0f, dkg + c0 * kvd, kvd);
+              gemm_f32(true, false, w, hd, n, scale, dS.data(), w, qh + r0 * qd, qd, 1.0f, dkg + c0 * kvd, kvd);
             }
           }
         }

@@ -2,15 +2,148 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#if defined(__AVX512BF16__)
+// GCC 12's AVX-512 headers trip its own -Wmaybe-uninitialized (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#endif
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+#include <vector>
+
 #include "core/error.h"
+#include "ops/lowp_linear.h"
 
 namespace jtok {
 
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   JTOK_CHECK(st == dnnl_success, "dnnl_sgemm failed with status ", static_cast<int>(st));
+}
+
+static std::atomic<MatmulPrecision> g_precision{MatmulPrecision::fp32};
+
+void set_matmul_precision(MatmulPrecision p) {
+  JTOK_CHECK(p != MatmulPrecision::bf16 || bf16_matmul_supported(), "bf16 matmul needs AVX-512 BF16");
+  g_precision = p;
+}
+MatmulPrecision matmul_precision() { return g_precision; }
+bool bf16_matmul_supported() { return __builtin_cpu_supports("avx512bf16"); }
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (g_precision.load(std::memory_order_relaxed) == MatmulPrecision::bf16)
+    gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    gemm_f32(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+namespace {
+
+// rows x cols of src (row stride ld) to compact bf16 (round to nearest even).
+void to_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+#pragma omp parallel for schedule(static) if (rows * cols >= (1 << 16))
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * ld;
+    uint16_t* d = dst + r * cols;
+    int64_t c = 0;
+#if defined(__AVX512BF16__)
+    for (; c + 32 <= cols; c += 32) {  // vcvtne2ps2bf16: round to nearest even, as f32_to_bf16
+      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + c + 16), _mm512_loadu_ps(s + c));
+      _mm512_storeu_si512(d + c, reinterpret_cast<const __m512i&>(v));
+    }
+#endif
+    for (; c < cols; ++c) d[c] = f32_to_bf16(s[c]);
+  }
+}
+
+struct Bf16Key {
+  bool ta, tb;
+  int64_t M, N, K;
+  float alpha, beta;
+  bool operator==(const Bf16Key&) const = default;
+};
+struct Bf16KeyHash {
+  size_t operator()(const Bf16Key& k) const {
+    uint64_t h = static_cast<uint64_t>(k.M) * 1000003u ^ static_cast<uint64_t>(k.N) * 10007u ^ static_cast<uint64_t>(k.K);
+    return h ^ (k.ta ? 1u : 0u) ^ (k.tb ? 2u : 0u) ^ std::hash<float>()(k.alpha) ^ (std::hash<float>()(k.beta) << 1);
+  }
+};
+
+// One matmul primitive per (shape, transposes, alpha, beta), made on first use. A and B arrive
+// compact (converted copies), C with its own row stride (ldc == N here: see gemm_bf16).
+struct Bf16Prims {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  std::mutex mu;
+  struct Prim {
+    dnnl::matmul prim;
+    dnnl::memory::desc a, b, c;
+  };
+  std::unordered_map<Bf16Key, Prim, Bf16KeyHash> prims;
+
+  Prim get(const Bf16Key& k) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = prims.find(k);
+    if (it != prims.end()) return it->second;
+    using dt = dnnl::memory::data_type;
+    using dims = dnnl::memory::dims;
+    // Stored A: (M,K), or (K,M) when transposed; the primitive sees (M,K) with the matching strides.
+    const dnnl::memory::desc a(dims{k.M, k.K}, dt::bf16, k.ta ? dims{1, k.M} : dims{k.K, 1});
+    const dnnl::memory::desc b(dims{k.K, k.N}, dt::bf16, k.tb ? dims{1, k.K} : dims{k.N, 1});
+    const dnnl::memory::desc c(dims{k.M, k.N}, dt::f32, dims{k.N, 1});
+    dnnl::primitive_attr attr;
+    if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
+    if (k.beta != 0.0f) {
+      dnnl::post_ops po;
+      po.append_sum(k.beta);
+      attr.set_post_ops(po);
+    }
+    Prim p{dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, eng)), a, b, c};
+    prims.emplace(k, p);
+    return p;
+  }
+};
+Bf16Prims& bf16_prims() {
+  static Bf16Prims p;
+  return p;
+}
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  thread_local std::vector<uint16_t> a16, b16;
+  thread_local std::vector<float> c32;
+  a16.resize(static_cast<size_t>(M * K));
+  b16.resize(static_cast<size_t>(K * N));
+  if (trans_a) to_bf16(a16.data(), A, K, M, lda);
+  else to_bf16(a16.data(), A, M, K, lda);
+  if (trans_b) to_bf16(b16.data(), B, N, K, ldb);
+  else to_bf16(b16.data(), B, K, N, ldb);
+  // C with a row stride wider than N (a column block of a bigger matrix) goes through a compact copy.
+  float* c = C;
+  if (ldc != N) {
+    c32.resize(static_cast<size_t>(M * N));
+    if (beta != 0.0f)
+      for (int64_t i = 0; i < M; ++i) std::memcpy(c32.data() + i * N, C + i * ldc, sizeof(float) * N);
+    c = c32.data();
+  }
+  Bf16Prims& P = bf16_prims();
+  const Bf16Prims::Prim p = P.get({trans_a, trans_b, M, N, K, alpha, beta});
+  dnnl::stream strm(P.eng);
+  dnnl::memory am(p.a, P.eng, a16.data()), bm(p.b, P.eng, b16.data()), cm(p.c, P.eng, c);
+  p.prim.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  strm.wait();
+  if (ldc != N)
+    for (int64_t i = 0; i < M; ++i) std::memcpy(C + i * ldc, c32.data() + i * N, sizeof(float) * N);
 }
 
 void linear_forward(float* out, const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC) {

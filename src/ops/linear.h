@@ -7,8 +7,23 @@ namespace jtok {
 
 // Row-major C(M,N) = alpha * op(A) op(B) + beta * C, op = transpose when trans_* is true.
 // A is (M,K) or (K,M) if trans_a; B is (K,N) or (N,K) if trans_b. lda/ldb/ldc are row strides.
+// Runs at the process's matmul precision (below); gemm_f32 always in fp32.
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// The same product with A and B rounded to bf16 (nearest even) and fp32 accumulation and output
+// (oneDNN's matmul primitive, one per shape, cached): mixed-precision training's matrix products.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// The precision of gemm() (and so of linear_forward / linear_backward) for the whole process, as
+// torch.set_float32_matmul_precision: set once at start (jtok train --precision). bf16 needs
+// AVX-512 BF16 (bf16_matmul_supported); elsewhere setting it is an error the caller reports.
+enum class MatmulPrecision { fp32, bf16 };
+void set_matmul_precision(MatmulPrecision p);
+MatmulPrecision matmul_precision();
+bool bf16_matmul_supported();  // the CPU has AVX-512 BF16 (oneDNN's bf16 kernels run natively)
 
 // out (N,OC) = inp (N,C) @ weight (OC,C)^T
 void linear_forward(float* out, const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC);
