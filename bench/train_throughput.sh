@@ -2,7 +2,7 @@
 # Training throughput, ours vs the PyTorch reference, on the same config in one run.
 #
 #   bench/train_throughput.sh --config a|b|moe [--moe] [--jtok] [--jtokm] [--steps N] [--warmup N] [--threads N]
-#                             [--rounds N] [--set NAME=VALUE ...] [--data DIR | --random-ids]
+#                             [--rounds N] [--set NAME=VALUE ...] [--data DIR | --random-ids] [--bf16]
 #
 # Config a: configs/bench_a.json (d=256, 4 layers, seq 256, 16 sequences a step);
 # config b: configs/bench_b.json (GPT-2 small: d=768, 12 layers, seq 1024, 4 sequences a step);
@@ -39,6 +39,10 @@
 # --variant`), the median over --rounds rounds (default 10) of 1 - base step time / variant step
 # time in the same round, which a shared machine's drift disturbs far less than separate runs
 # (the PAIRED lines; also in CPU seconds, a check when other jobs take the cores).
+# --bf16 also times ours with precision=bf16 (matrix products in bf16, fp32 accumulation; `jtok
+# train --precision bf16`) against ours in fp32, paired the same way: the BF16 line gives the
+# median over rounds of fp32 step time / bf16 step time (issue 21's goal: >= 1.6 on config b), the
+# CPU's AVX-512 BF16 support and the matmul rates `train` measures at start.
 # Output ends with exactly one line:  ratio_vs_pytorch=<ours/pytorch tokens/s> mfu=<ours>
 # --set NAME=VALUE overrides a config field on both engines (repeatable), e.g.
 # --set gradient_accumulation_steps=8 for 8x the tokens per optimizer step.
@@ -51,11 +55,12 @@ usage() {
   sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
 }
 
-CONFIG=""; JTOK_TOO=0; JTOKM_TOO=0; STEPS=""; WARMUP=1; THREADS=2; ROUNDS=10; SETS=(); DATA=data/train; RANDOM_IDS=0
+CONFIG=""; BF16_TOO=0; JTOK_TOO=0; JTOKM_TOO=0; STEPS=""; WARMUP=1; THREADS=2; ROUNDS=10; SETS=(); DATA=data/train; RANDOM_IDS=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --config) CONFIG=${2:-}; shift 2 ;;
     --jtok) JTOK_TOO=1; shift ;;
+    --bf16) BF16_TOO=1; shift ;;
     --jtokm) JTOKM_TOO=1; shift ;;
     --moe) CONFIG=moe; shift ;;
     --set) [[ "${2:-}" == *=* ]] || { echo "--set needs NAME=VALUE" >&2; exit 2; }; SETS+=("$2"); shift 2 ;;
@@ -203,6 +208,19 @@ if [ ${#VARIANTS[@]} -gt 0 ]; then
     printf -v "OURS_COST_$v" '%s' "$(json cost_median <<< "$line")"
     echo "PAIRED [$v] cost median $(fmt "$(json cost_median <<< "$line")" '%.4f') (rounds: $(rounds_fmt cost_each "$line")) | in CPU seconds $(fmt "$(json cost_cpu_median <<< "$line")" '%.4f') (rounds: $(rounds_fmt cost_cpu_each "$line")) | table rows caught up per step $(fmt "$(json rows_caught_up_per_step <<< "$line")" '%.0f') (warm $(fmt "$(json warm_rows_caught_up_per_step <<< "$line")" '%.0f')), final sync $(fmt "$(json sync_ms <<< "$line")" '%.0f') ms"
   done
+fi
+if [ "$BF16_TOO" = 1 ]; then
+  paired=(env OMP_NUM_THREADS="$THREADS" "$JTOK" bench-train --config "configs/bench_$CONFIG.json" --steps "$ROUNDS"
+          --warmup "$WARMUP" "${TOKEN_ARGS[@]}")
+  extra=""
+  for kv in "${SETS[@]}"; do paired+=(--set "$kv"); extra+=",$kv"; done
+  paired+=(--variant "bf16:precision=bf16$extra")
+  echo "[paired bf16] ours: ${paired[*]}   (load $(cut -d' ' -f1 /proc/loadavg))"
+  paired_out=$("${paired[@]}")
+  echo "$paired_out" | sed "s/^/[paired bf16] ours -> /"
+  line=$(grep '"variant":"bf16"' <<< "$paired_out")
+  cost=$(json cost_median <<< "$line"); ran=$(json precision <<< "$line")
+  echo "BF16 ours bf16 ($ran ran) vs fp32: speedup $(awk -v c="$cost" 'BEGIN{printf "%.3f", 1 / (1 - c)}')x (median of $ROUNDS paired rounds; in CPU seconds $(awk -v c="$(json cost_cpu_median <<< "$line")" 'BEGIN{printf "%.3f", 1 / (1 - c)}')x) | $(grep -o -m1 'avx512_bf16' /proc/cpuinfo || echo 'no avx512_bf16') | goal >= 1.6x"
 fi
 for v in "${VARIANTS[@]}"; do
   pt=PT_TPS_$v; oc=OURS_COST_$v
