@@ -46,7 +46,7 @@ void run() {
               fr.flops_6nc, fr.flops_per_token, fr.flops_lm_head, fr.flops_attention, fr.flops_token_indexed,
               static_cast<long long>(t.tokens_per_step()));
 
-  Tokenizer tok = Tokenizer::load(t.tokenizer);
+  Tokenizer tok = Tokenizer::load(t.tokenizer, t.tokenizer_dir);
   if (tok.vocab_size() > static_cast<uint32_t>(cfg.model.vocab_size))
     fail("tokenizer ", t.tokenizer, " has ", tok.vocab_size(), " ids but vocab_size is ", cfg.model.vocab_size);
   LoaderOptions lo;

@@ -40,7 +40,7 @@ LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, bool m
   Model m = make_model(cfg.model, 0, {.init = false, .grads = false, .tables = !map_tables});
   if (map_tables) load_checkpoint_mapped(dir, m);
   else load_checkpoint(dir, m, nullptr);
-  Tokenizer tok = Tokenizer::load(cfg.train.tokenizer);
+  Tokenizer tok = Tokenizer::load(cfg.train.tokenizer, cfg.train.tokenizer_dir);
   return {dir, cfg, std::move(m), std::move(tok)};
 }
 

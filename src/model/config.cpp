@@ -178,6 +178,7 @@ const std::map<std::string, Field>& schema() {
     tf("train_data", &T::train_data, "string");
     tf("val_data", &T::val_data, "string");
     tf("tokenizer", &T::tokenizer, "string");
+    tf("tokenizer_dir", &T::tokenizer_dir, "string");
     return m;
   }();
   return s;

