@@ -132,7 +132,7 @@ TEST(BpeTrain, CompressionImprovesWithVocabularySize) {
   const auto counts = counts_of(train_text());
   double prev_train = 0, prev_held = 0;
   for (int64_t n : {300, 500, 900, 1600}) {  // (our GPT-2 loader wants at least one merge)
-    fs::path d = tmpdir("n" + std::to_string(n));
+    fs::path d = tmpdir(std::to_string(n) + "v");
     write_gpt2_tokenizer(train_bpe(counts, n), d.string());
     Tokenizer t = Tokenizer::load(TokenizerKind::Gpt2, d.string());
     double bt = bytes_per_token(t, train_text()), bh = bytes_per_token(t, heldout_text());
