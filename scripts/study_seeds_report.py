@@ -93,7 +93,8 @@ def main():
             rs = sorted((r for r in rows if (r["config"], r["steps"], r["variant"]) == (cfg, steps, v)), key=lambda r: int(r["seed"]))
             xs = [float(r["val_loss"]) for r in rs]
             m, sd = mean_sd(xs)
-            print(f"| {cfg} | {steps} | {v} | {','.join(r['seed'] for r in rs)} | {' '.join(f'{x:.4f}' for x in xs)} | {m:.4f} | {sd:.4f} |")
+            sds = f"{sd:.4f}" if len(xs) > 1 else "-"
+            print(f"| {cfg} | {steps} | {v} | {','.join(r['seed'] for r in rs)} | {' '.join(f'{x:.4f}' for x in xs)} | {m:.4f} | {sds} |")
     print()
     print("| config | steps | gap | seeds | gap per seed | mean gap | sd | 95 % CI (t) | t (df) | p, paired t | p, sign-flip (exact) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -117,7 +118,8 @@ def main():
             else:
                 ci, tt, ps = "-", "-", "-"
             print(f"| {cfg} | {steps} | {v} - {b} | {','.join(seeds)} | {' '.join(f'{g:+.4f}' for g in gaps)} | "
-                  f"**{m:+.4f}** | {sd:.4f} | {ci} | {tt} | {ps} | {signflip_p(gaps):.3g} |")
+                  f"**{m:+.4f}** | {sd:.4f} | {ci} | {tt} | {ps} | {signflip_p(gaps):.3g} |" if n > 1 else
+                  f"**{m:+.4f}** | - | - | - | - | - |")
 
 
 if __name__ == "__main__":
