@@ -117,9 +117,9 @@ def main():
                 ps = f"{p:.2g}"
             else:
                 ci, tt, ps = "-", "-", "-"
+            tail = (f"{sd:.4f} | {ci} | {tt} | {ps} | {signflip_p(gaps):.3g} |" if n > 1 else "- | - | - | - | - |")
             print(f"| {cfg} | {steps} | {v} - {b} | {','.join(seeds)} | {' '.join(f'{g:+.4f}' for g in gaps)} | "
-                  f"**{m:+.4f}** | {sd:.4f} | {ci} | {tt} | {ps} | {signflip_p(gaps):.3g} |" if n > 1 else
-                  f"**{m:+.4f}** | - | - | - | - | - |")
+                  f"**{m:+.4f}** | " + tail)
 
 
 if __name__ == "__main__":
