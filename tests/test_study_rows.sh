@@ -81,6 +81,8 @@ grep -q "header" log7 || fail "no header error: $(cat log7)"
 grep -q "| cfg.json | 3 | jtok - base | 1 |" report.md || fail "report: $(cat report.md)"
 "$JTOK" plot-csv --csv "$CSV" --x seed --y val_loss --group variant --where steps=3 --out fig.svg > /dev/null
 grep -q "<svg" fig.svg && grep -q ">base<" fig.svg && grep -q ">jtok<" fig.svg || fail "plot-csv picture"
+"$JTOK" plot-csv --csv "$CSV" --x seed --y val_loss --group variant --where variant!=base --out fig2.svg > /dev/null
+grep -q ">jtok<" fig2.svg && ! grep -q ">base<" fig2.svg || fail "plot-csv --where column!=value"
 if "$JTOK" plot-csv --csv "$CSV" --x seed --y nosuch --out bad.svg 2> err.txt; then fail "plot-csv accepted a missing column"; fi
 grep -q "nosuch" err.txt || fail "plot-csv error does not name the column: $(cat err.txt)"
 echo "PASS: study rows appended, skipped, resumed, refused, reported"
