@@ -52,7 +52,9 @@ if [ "$DEBIAN" = 1 ]; then
 fi
 "$PY" scripts/normalize_corpus.py "$OUT/text" "${SOURCES[@]}"
 TOKARGS=(--tokenizer "$TOKENIZER")
-[ -n "$VOCAB" ] && "$JTOK" tokenizer train --vocab-size "$VOCAB" --out "$TOKDIR" --list "$OUT/text/train.list"
+if [ -n "$VOCAB" ]; then
+  "$JTOK" tokenizer train --vocab-size "$VOCAB" --out "$TOKDIR" --list "$OUT/text/train.list"
+fi
 if [ -n "$TOKDIR" ]; then
   [ -d "$TOKDIR" ] || { echo "prepare_data: --tokenizer-dir $TOKDIR is not a directory" >&2; exit 2; }
   TOKARGS+=(--tokenizer-dir "$TOKDIR")
