@@ -5,14 +5,14 @@
 # (scripts/study_lib.sh: rows already there are skipped, so rerunning continues a stopped study).
 # Then prints the paired gaps with mean, sd and a paired t-test and draws docs/figures/seeds_*.svg,
 # both from the CSV alone (scripts/study_seeds_report.py).
-#   scripts/study_seeds.sh [--seeds 1,2,3] [--dense-steps 400] [--moe-steps 250] [--only dense|moe]
+#   scripts/study_seeds.sh [--seeds 1,2,3] [--dense-steps 200] [--moe-steps 250] [--only dense|moe]
 #                          [--csv docs/data/seeds.csv] [--out runs/study_seeds] [--blimp-limit 0] [--report-only]
 # One process, one run at a time; set OMP_NUM_THREADS (and nice) from outside.
 main() {
   set -euo pipefail
   cd "$(dirname "$0")/.."
   . scripts/study_lib.sh
-  local seeds=1,2,3 dense_steps=400 moe_steps=250 only="" csv=docs/data/seeds.csv out=runs/study_seeds blimp=0 report_only=0
+  local seeds=1,2,3 dense_steps=200 moe_steps=250 only="" csv=docs/data/seeds.csv out=runs/study_seeds blimp=0 report_only=0
   while [ $# -gt 0 ]; do
     case "$1" in
       --seeds) seeds=$2; shift 2 ;;
@@ -46,9 +46,9 @@ main() {
   local jt=${JTOK_BIN:-build/jtok}
   mkdir -p docs/figures
   "$jt" plot-csv --csv "$csv" --x seed --y val_loss --group variant --where config=configs/exp_jtok.json \
-    --title "validation loss per seed: baseline vs +JTok (exp_jtok)" --out docs/figures/seeds_dense.svg || true
+    --where steps="$dense_steps" --title "validation loss per seed: baseline vs +JTok (exp_jtok, $dense_steps steps)" --out docs/figures/seeds_dense.svg || true
   "$jt" plot-csv --csv "$csv" --x seed --y val_loss --group variant --where config=configs/exp_moe.json \
-    --title "validation loss per seed: MoE vs +JTok-M (exp_moe)" --out docs/figures/seeds_moe.svg || true
+    --where steps="$moe_steps" --title "validation loss per seed: MoE vs +JTok-M (exp_moe, $moe_steps steps)" --out docs/figures/seeds_moe.svg || true
 }
 # The whole script is read before it runs (main at the end), so editing or checking out this file
 # while a long study runs does not change the running study.
