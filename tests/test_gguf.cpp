@@ -462,7 +462,9 @@ TEST(Gguf, Q8_0BlocksDecodeWithinHalfAStep) {
       EXPECT_NEAR(qj * d, x[b * kQ8Block + j], 0.5f * d + 127 * d * 1e-3f) << "block " << b << " value " << j;
     }
     EXPECT_EQ(maxq, b == 1 ? 0 : 127) << "block " << b;
-    if (b == 1) EXPECT_EQ(d, 0.0f);
+    if (b == 1) {
+      EXPECT_EQ(d, 0.0f);
+    }
   }
   GgufWriter w;
   w.add_tensor("a.weight", {3, 64}, GgmlType::Q8_0, std::vector<float>(192, 0.5f));
