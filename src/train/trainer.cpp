@@ -29,6 +29,7 @@
 #include "train/run_dir.h"
 #include "train/schedule.h"
 #include "train/telemetry.h"
+#include "train/trainer_state.h"
 
 namespace fs = std::filesystem;
 
@@ -140,11 +141,11 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     Config saved = load_checkpoint_config(*ck);
     if (to_json(saved.model) != to_json(cfg.model))
       fail("--resume: the model config differs from checkpoint ", *ck, "/config.json");
-    nlohmann::json st = load_checkpoint(*ck, model, &adam);
-    start_step = st.at("step").get<int64_t>();
-    data.restore(st.at("data"));
-    std::istringstream(st.at("sample_rng").get<std::string>()) >> sample_rng;
-    if (st.contains("run_id") && st["run_id"].is_string()) run_id = st["run_id"].get<std::string>();
+    const TrainerState st = parse_trainer_state(load_checkpoint(*ck, model, &adam), *ck + "/trainer_state.json");
+    start_step = st.step;
+    data.restore(st.data);
+    sample_rng = st.sample_rng;
+    if (!st.run_id.empty()) run_id = st.run_id;
     else std::printf("resume: %s predates run ids; its retention will leave the older checkpoints alone\n", ck->c_str());
     if (lead) truncate_log(log_path, start_step);
     std::printf("resume: from %s (step %lld)\n", ck->c_str(), static_cast<long long>(start_step));
@@ -181,10 +182,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     embp = std::make_unique<dist::ShardedTables>(model, adam, dist::ShardedTables::parse_mode(opt.embp),
                                                  dist::ShardedTables::parse_owner(opt.embp_owner));
   auto save = [&](int64_t step) {
-    std::ostringstream rng;
-    rng << sample_rng;
-    nlohmann::json st = {{"step", step}, {"run_id", run_id}, {"data", data.state()}, {"sample_rng", rng.str()},
-                         {"lr", lr_at(t, std::max<int64_t>(0, step - 1))}, {"max_steps", t.max_steps}};
+    const nlohmann::json st = to_json(TrainerState{.step = step, .run_id = run_id, .data = data.state(), .sample_rng = sample_rng,
+                                                   .lr = lr_at(t, std::max<int64_t>(0, step - 1)), .max_steps = t.max_steps});
     sync_tables(model, adam);
     if (embp) embp->gather_to_root(model, adam);  // rank 0 holds the whole tables while it writes
     if (!lead) return;
