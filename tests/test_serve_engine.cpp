@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "serve/completion_request.h"
 #include "serve/engine.h"
 
 using namespace jtok;
@@ -78,7 +79,13 @@ TEST(ServeEngine, BatchedRequestsGiveTheTokensEachGivesAlone) {
     const bool full = static_cast<int64_t>(seqs[i]->tokens.size()) == reqs[i].max_tokens;
     EXPECT_EQ(seqs[i]->finish_reason, full ? "length" : "stop") << "request " << i;
   }
+  // A sequence is marked done (waking its client) before the engine thread books the step's
+  // statistics; give it a moment (it was seen lagging on a loaded machine).
   EngineStats s = e.stats();
+  for (int i = 0; i < 1000 && (s.requests_finished < 10 || s.kv_tokens_used != 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    s = e.stats();
+  }
   EXPECT_EQ(s.requests_finished, 10);
   EXPECT_EQ(s.kv_tokens_used, 0);
   EXPECT_GT(s.decode_batch_sum, s.decode_steps);  // steps really ran several sequences
@@ -103,6 +110,7 @@ TEST(ServeEngine, RefusesBadRequestsAndBoundsTheQueue) {
   EXPECT_THROW(e.submit(req({1, 200}, 4)), Error);
   EXPECT_THROW(e.submit(req({1}, 0)), Error);
   EXPECT_THROW(e.submit(req(std::vector<int32_t>(30, 1), 3)), Error);  // 30 + 3 > 32
+  EXPECT_THROW(e.submit(req({1}, INT64_MAX)), Error);  // P + max_tokens overflowed before (UBSan)
   // One long request runs; two wait; the next is refused. Holding the long one's lock stops the
   // scheduler at its first token (it publishes under that lock), so nothing finishes meanwhile.
   e.pause(true);
@@ -128,4 +136,37 @@ TEST(ServeEngine, RefusesBadRequestsAndBoundsTheQueue) {
   EXPECT_TRUE(e.submit(req({4}, 4)));
   EngineStats s = e.stats();
   EXPECT_EQ(s.requests_cancelled, 1);
+}
+
+// The /v1/completions body parser (serve/completion_request.h; fuzzed by fuzz_completion_request):
+// the regressions it had, each a 4xx now.
+TEST(CompletionRequest, ParsesOrAnswers4xx) {
+  const CompletionLimits lim{"jtok", 100, 0};
+  auto encode = [](const std::string& t) {
+    std::vector<int32_t> ids;
+    for (unsigned char c : t) ids.push_back(c % 100);
+    return ids;
+  };
+  auto error_of = [&](const std::string& body) {
+    auto r = parse_completion_request(body, lim, encode);
+    const ApiError* e = std::get_if<ApiError>(&r);
+    return e ? std::to_string(e->status) + " " + e->param : std::string("ok");
+  };
+  auto r = parse_completion_request(R"({"prompt": "ab", "max_tokens": 16.0, "top_k": -1, "stop": ["x"]})", lim, encode);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r));
+  const auto& q = std::get<CompletionRequest>(r);
+  EXPECT_EQ(q.prompt, (std::vector<int32_t>{97, 98}));
+  EXPECT_EQ(q.max_tokens, 16);
+  EXPECT_EQ(q.sampling.top_k, 0);
+  EXPECT_EQ(error_of("{"), "400 ");
+  EXPECT_EQ(error_of(R"({"prompt": "a", "model": "gpt"})"), "404 model");
+  // A float max_tokens outside int64: its conversion was undefined behaviour.
+  EXPECT_EQ(error_of(R"({"prompt": "a", "max_tokens": 1e300})"), "400 max_tokens");
+  EXPECT_EQ(error_of(R"({"prompt": "a", "seed": -1e19})"), "400 seed");
+  // include_usage of the wrong type threw json::type_error: a 500 before.
+  EXPECT_EQ(error_of(R"({"prompt": "a", "stream_options": {"include_usage": 1}})"), "400 include_usage");
+  EXPECT_EQ(error_of(R"({"prompt": "a", "stream_options": 3})"), "400 stream_options");
+  // Numbers above int64: named as they were sent (a token id 2^64 - 1 was reported as -1).
+  EXPECT_EQ(error_of(R"({"prompt": [18446744073709551615]})"), "400 prompt");
+  EXPECT_EQ(error_of(R"({"prompt": [5], "max_tokens": 18446744073709551615})"), "400 max_tokens");
 }

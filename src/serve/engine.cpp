@@ -35,7 +35,7 @@ std::shared_ptr<Sequence> Engine::submit(GenerationRequest req) {
     if (id < 0 || id >= model_.cfg.vocab_size)
       fail("prompt token id ", id, " is outside the vocabulary [0, ", model_.cfg.vocab_size, ")");
   if (req.max_tokens < 1) fail("max_tokens must be at least 1, got ", req.max_tokens);
-  if (P + req.max_tokens > opt_.ctx)
+  if (req.max_tokens > opt_.ctx - P)  // not P + max_tokens: a client's max_tokens near 2^63 would overflow
     fail("the prompt (", P, " tokens) plus max_tokens (", req.max_tokens, ") is longer than the context (",
          opt_.ctx, " tokens)");
   Active a;

@@ -15,18 +15,13 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "serve/completion_request.h"
 
 namespace jtok {
 
 namespace {
 
 using json = nlohmann::json;
-
-// A client error: HTTP status, OpenAI error type and code, and the message.
-struct ApiError {
-  int status;
-  std::string message, type = "invalid_request_error", param, code;
-};
 
 json error_body(const ApiError& e) {
   return {{"error",
@@ -48,131 +43,6 @@ size_t utf8_complete(const std::string& s, size_t n) {
     return len > back ? n - back : n;
   }
   return n;
-}
-
-// What a completion request asks for, checked.
-struct CompletionParams {
-  std::vector<int32_t> prompt;
-  int64_t max_tokens = 16;
-  SamplingParams sampling{1.0, 0, 1.0};
-  uint64_t seed = 0;
-  bool stream = false, include_usage = false, ignore_eos = false;
-  std::vector<std::string> stop;
-};
-
-std::string type_name(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    default: return "a number";
-  }
-}
-
-[[noreturn]] void bad(const std::string& param, const std::string& msg, int status = 400, const std::string& code = "") {
-  throw ApiError{status, msg, "invalid_request_error", param, code};
-}
-
-int64_t get_int(const json& body, const char* name, int64_t dflt) {
-  if (!body.contains(name) || body[name].is_null()) return dflt;
-  const json& v = body[name];
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
-    return static_cast<int64_t>(v.get<double>());
-  bad(name, std::string(name) + " must be an integer, got " + type_name(v) + " (" + v.dump() + ")");
-}
-
-double get_number(const json& body, const char* name, double dflt) {
-  if (!body.contains(name) || body[name].is_null()) return dflt;
-  const json& v = body[name];
-  if (!v.is_number()) bad(name, std::string(name) + " must be a number, got " + type_name(v));
-  return v.get<double>();
-}
-
-CompletionParams parse_completion(const json& body, const Tokenizer& tok, const std::string& model_id,
-                                  const std::function<std::vector<int32_t>(const std::string&)>& encode) {
-  if (!body.is_object()) bad("", "the request body must be a JSON object, got " + type_name(body));
-  CompletionParams p;
-  if (body.contains("model") && !body["model"].is_null()) {
-    if (!body["model"].is_string()) bad("model", "model must be a string, got " + type_name(body["model"]));
-    if (body["model"].get<std::string>() != model_id)
-      bad("model", "the model '" + body["model"].get<std::string>() + "' does not exist; this server serves '" +
-                       model_id + "'",
-          404, "model_not_found");
-  }
-  if (!body.contains("prompt")) bad("prompt", "prompt is required (text, or a list of token ids)");
-  json prompt = body["prompt"];
-  if (prompt.is_array() && prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array())) prompt = prompt[0];
-  if (prompt.is_string()) {
-    p.prompt = encode(prompt.get<std::string>());
-    if (p.prompt.empty()) p.prompt.push_back(tok.eot_id());  // unconditional, as `jtok generate` does
-  } else if (prompt.is_array()) {
-    if (prompt.empty()) bad("prompt", "prompt is an empty list");
-    for (const auto& v : prompt) {
-      if (v.is_string() || v.is_array()) bad("prompt", "one prompt per request: give a string or one list of token ids");
-      if (!v.is_number_integer()) bad("prompt", "prompt token ids must be integers, got " + type_name(v));
-      const int64_t id = v.get<int64_t>();
-      if (id < 0 || id >= static_cast<int64_t>(tok.vocab_size()))
-        bad("prompt", "prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                          std::to_string(tok.vocab_size()) + ")");
-      p.prompt.push_back(static_cast<int32_t>(id));
-    }
-  } else {
-    bad("prompt", "prompt must be a string or a list of token ids, got " + type_name(prompt));
-  }
-  p.max_tokens = get_int(body, "max_tokens", 16);
-  if (p.max_tokens < 1) bad("max_tokens", "max_tokens must be at least 1, got " + std::to_string(p.max_tokens));
-  if (get_int(body, "n", 1) != 1) bad("n", "n must be 1: this server returns one choice per request");
-  if (get_int(body, "best_of", 1) != 1) bad("best_of", "best_of must be 1");
-  p.sampling.temperature = get_number(body, "temperature", 1.0);
-  if (p.sampling.temperature < 0 || p.sampling.temperature > 2)
-    bad("temperature", "temperature must be in [0, 2], got " + std::to_string(p.sampling.temperature));
-  p.sampling.top_p = get_number(body, "top_p", 1.0);
-  if (!(p.sampling.top_p > 0 && p.sampling.top_p <= 1))
-    bad("top_p", "top_p must be in (0, 1], got " + std::to_string(p.sampling.top_p));
-  p.sampling.top_k = get_int(body, "top_k", 0);
-  if (p.sampling.top_k == -1) p.sampling.top_k = 0;  // vLLM's "off"
-  if (p.sampling.top_k < 0) bad("top_k", "top_k must be >= 0 (0 or -1: off), got " + std::to_string(p.sampling.top_k));
-  if (body.contains("seed") && !body["seed"].is_null()) {
-    p.seed = static_cast<uint64_t>(get_int(body, "seed", 0));
-  } else {
-    static std::atomic<uint64_t> counter{0};
-    p.seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) + 7919 * counter++;
-  }
-  if (body.contains("stream") && !body["stream"].is_null()) {
-    if (!body["stream"].is_boolean()) bad("stream", "stream must be a boolean, got " + type_name(body["stream"]));
-    p.stream = body["stream"].get<bool>();
-  }
-  if (body.contains("stream_options") && body["stream_options"].is_object() &&
-      body["stream_options"].value("include_usage", false))
-    p.include_usage = true;
-  if (body.contains("stop") && !body["stop"].is_null()) {
-    const json& s = body["stop"];
-    if (s.is_string()) {
-      p.stop.push_back(s.get<std::string>());
-    } else if (s.is_array()) {
-      if (s.size() > 4) bad("stop", "stop takes at most 4 sequences");
-      for (const auto& e : s) {
-        if (!e.is_string()) bad("stop", "stop sequences must be strings, got " + type_name(e));
-        p.stop.push_back(e.get<std::string>());
-      }
-    } else {
-      bad("stop", "stop must be a string or a list of strings, got " + type_name(s));
-    }
-    for (const auto& s2 : p.stop)
-      if (s2.empty()) bad("stop", "stop sequences must not be empty");
-  }
-  if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {  // vLLM's extension
-    if (!body["ignore_eos"].is_boolean()) bad("ignore_eos", "ignore_eos must be a boolean, got " + type_name(body["ignore_eos"]));
-    p.ignore_eos = body["ignore_eos"].get<bool>();
-  }
-  if (body.contains("logprobs") && !body["logprobs"].is_null())
-    bad("logprobs", "logprobs is not supported by this server");
-  if (body.contains("echo") && body["echo"].is_boolean() && body["echo"].get<bool>())
-    bad("echo", "echo is not supported by this server");
-  return p;
 }
 
 // Turns a sequence's tokens into text as they come: holds back a partial UTF-8 character and any
@@ -325,16 +195,13 @@ struct HttpApi::Impl {
   void completions(const httplib::Request& req, httplib::Response& res) {
     const auto t0 = std::chrono::steady_clock::now();
     if (!authorized(req, res)) return count("/v1/completions", res.status);
-    CompletionParams p;
+    CompletionRequest p;
     std::shared_ptr<Sequence> seq;
     try {
-      json body;
-      try {
-        body = json::parse(req.body);
-      } catch (const json::parse_error& e) {
-        bad("", std::string("the request body is not valid JSON: ") + e.what());
-      }
-      p = parse_completion(body, tok, opt.model_id, [this](const std::string& s) { return encoder.encode(s); });
+      auto parsed = parse_completion_request(req.body, {opt.model_id, static_cast<int64_t>(tok.vocab_size()), tok.eot_id()},
+                                             [this](const std::string& s) { return encoder.encode(s); });
+      if (auto* e = std::get_if<ApiError>(&parsed)) throw *e;
+      p = std::get<CompletionRequest>(std::move(parsed));
       GenerationRequest g;
       g.prompt = p.prompt;
       g.max_tokens = p.max_tokens;
@@ -344,8 +211,9 @@ struct HttpApi::Impl {
       try {
         seq = engine.submit(std::move(g));
       } catch (const Error& e) {
-        bad(p.prompt.size() + p.max_tokens > static_cast<size_t>(engine.options().ctx) ? "max_tokens" : "prompt",
-            e.what(), 400, "context_length_exceeded");
+        throw ApiError{400, e.what(), "invalid_request_error",
+                       p.prompt.size() + p.max_tokens > static_cast<size_t>(engine.options().ctx) ? "max_tokens" : "prompt",
+                       "context_length_exceeded"};
       }
       if (!seq) {
         res.set_header("Retry-After", "1");

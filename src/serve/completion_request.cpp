@@ -1,0 +1,155 @@
+#include "serve/completion_request.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+namespace jtok {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    default: return "a number";
+  }
+}
+
+[[noreturn]] void bad(const std::string& param, const std::string& msg, int status = 400, const std::string& code = "") {
+  throw ApiError{status, msg, "invalid_request_error", param, code};
+}
+
+// An integer field; a float with an integral value in the int64 range is taken too (JSON clients
+// may send 16.0).
+int64_t get_int(const json& body, const char* name, int64_t dflt) {
+  if (!body.contains(name) || body[name].is_null()) return dflt;
+  const json& v = body[name];
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+    bad(name, std::string(name) + " " + v.dump() + " is too large");
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    // [-2^63, 2^63): the doubles whose conversion to int64 is defined.
+    if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 && d == std::trunc(d)) return static_cast<int64_t>(d);
+  }
+  bad(name, std::string(name) + " must be an integer, got " + type_name(v) + " (" + v.dump() + ")");
+}
+
+double get_number(const json& body, const char* name, double dflt) {
+  if (!body.contains(name) || body[name].is_null()) return dflt;
+  const json& v = body[name];
+  if (!v.is_number()) bad(name, std::string(name) + " must be a number, got " + type_name(v));
+  return v.get<double>();
+}
+
+bool get_bool(const json& obj, const char* name, bool dflt) {
+  if (!obj.contains(name) || obj[name].is_null()) return dflt;
+  if (!obj[name].is_boolean()) bad(name, std::string(name) + " must be a boolean, got " + type_name(obj[name]));
+  return obj[name].get<bool>();
+}
+
+CompletionRequest parse(const json& body, const CompletionLimits& lim, const PromptEncoder& encode) {
+  if (!body.is_object()) bad("", "the request body must be a JSON object, got " + type_name(body));
+  CompletionRequest p;
+  if (body.contains("model") && !body["model"].is_null()) {
+    if (!body["model"].is_string()) bad("model", "model must be a string, got " + type_name(body["model"]));
+    if (body["model"].get<std::string>() != lim.model_id)
+      bad("model", "the model '" + body["model"].get<std::string>() + "' does not exist; this server serves '" +
+                       lim.model_id + "'",
+          404, "model_not_found");
+  }
+  if (!body.contains("prompt")) bad("prompt", "prompt is required (text, or a list of token ids)");
+  json prompt = body["prompt"];
+  if (prompt.is_array() && prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array())) prompt = prompt[0];
+  if (prompt.is_string()) {
+    p.prompt = encode(prompt.get<std::string>());
+    if (p.prompt.empty()) p.prompt.push_back(lim.eot_id);  // unconditional, as `jtok generate` does
+  } else if (prompt.is_array()) {
+    if (prompt.empty()) bad("prompt", "prompt is an empty list");
+    for (const auto& v : prompt) {
+      if (v.is_string() || v.is_array()) bad("prompt", "one prompt per request: give a string or one list of token ids");
+      if (!v.is_number_integer()) bad("prompt", "prompt token ids must be integers, got " + type_name(v));
+      const bool too_large = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX);
+      const int64_t id = too_large ? INT64_MAX : v.get<int64_t>();
+      if (id < 0 || id >= lim.vocab_size)
+        bad("prompt", "prompt token id " + v.dump() + " is outside the vocabulary [0, " + std::to_string(lim.vocab_size) + ")");
+      p.prompt.push_back(static_cast<int32_t>(id));
+    }
+  } else {
+    bad("prompt", "prompt must be a string or a list of token ids, got " + type_name(prompt));
+  }
+  p.max_tokens = get_int(body, "max_tokens", 16);
+  if (p.max_tokens < 1) bad("max_tokens", "max_tokens must be at least 1, got " + std::to_string(p.max_tokens));
+  if (get_int(body, "n", 1) != 1) bad("n", "n must be 1: this server returns one choice per request");
+  if (get_int(body, "best_of", 1) != 1) bad("best_of", "best_of must be 1");
+  p.sampling.temperature = get_number(body, "temperature", 1.0);
+  if (p.sampling.temperature < 0 || p.sampling.temperature > 2)
+    bad("temperature", "temperature must be in [0, 2], got " + std::to_string(p.sampling.temperature));
+  p.sampling.top_p = get_number(body, "top_p", 1.0);
+  if (!(p.sampling.top_p > 0 && p.sampling.top_p <= 1))
+    bad("top_p", "top_p must be in (0, 1], got " + std::to_string(p.sampling.top_p));
+  p.sampling.top_k = get_int(body, "top_k", 0);
+  if (p.sampling.top_k == -1) p.sampling.top_k = 0;  // vLLM's "off"
+  if (p.sampling.top_k < 0) bad("top_k", "top_k must be >= 0 (0 or -1: off), got " + std::to_string(p.sampling.top_k));
+  if (body.contains("seed") && !body["seed"].is_null()) {
+    p.seed = static_cast<uint64_t>(get_int(body, "seed", 0));
+  } else {
+    static std::atomic<uint64_t> counter{0};
+    p.seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) + 7919 * counter++;
+  }
+  p.stream = get_bool(body, "stream", false);
+  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+    const json& so = body["stream_options"];
+    if (!so.is_object()) bad("stream_options", "stream_options must be an object, got " + type_name(so));
+    p.include_usage = get_bool(so, "include_usage", false);
+  }
+  if (body.contains("stop") && !body["stop"].is_null()) {
+    const json& s = body["stop"];
+    if (s.is_string()) {
+      p.stop.push_back(s.get<std::string>());
+    } else if (s.is_array()) {
+      if (s.size() > 4) bad("stop", "stop takes at most 4 sequences");
+      for (const auto& e : s) {
+        if (!e.is_string()) bad("stop", "stop sequences must be strings, got " + type_name(e));
+        p.stop.push_back(e.get<std::string>());
+      }
+    } else {
+      bad("stop", "stop must be a string or a list of strings, got " + type_name(s));
+    }
+    for (const auto& s2 : p.stop)
+      if (s2.empty()) bad("stop", "stop sequences must not be empty");
+  }
+  p.ignore_eos = get_bool(body, "ignore_eos", false);  // vLLM's extension
+  if (body.contains("logprobs") && !body["logprobs"].is_null())
+    bad("logprobs", "logprobs is not supported by this server");
+  if (body.contains("echo") && body["echo"].is_boolean() && body["echo"].get<bool>())
+    bad("echo", "echo is not supported by this server");
+  return p;
+}
+
+}  // namespace
+
+std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body, const CompletionLimits& lim,
+                                                                   const PromptEncoder& encode) {
+  try {
+    json j;
+    try {
+      j = json::parse(body.begin(), body.end());
+    } catch (const json::parse_error& e) {
+      bad("", std::string("the request body is not valid JSON: ") + e.what());
+    }
+    return parse(j, lim, encode);
+  } catch (const ApiError& e) {
+    return e;
+  }
+}
+
+}  // namespace jtok

@@ -1,0 +1,45 @@
+// The body of POST /v1/completions, parsed and checked apart from the server, so that any byte
+// string can be tried on it (tests/fuzz/fuzz_completion_request.cpp): every body gives either a
+// request the engine can take or the 4xx answer naming the bad field; nothing else escapes.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "infer/generate.h"
+
+namespace jtok {
+
+// A client error: HTTP status, OpenAI error type and code, and the message.
+struct ApiError {
+  int status;
+  std::string message, type = "invalid_request_error", param, code;
+};
+
+// What a completion request asks for, checked.
+struct CompletionRequest {
+  std::vector<int32_t> prompt;   // 1 <= size, every id in [0, vocab_size)
+  int64_t max_tokens = 16;       // >= 1
+  SamplingParams sampling{1.0, 0, 1.0};
+  uint64_t seed = 0;             // the request's, or one from the clock
+  bool stream = false, include_usage = false, ignore_eos = false;
+  std::vector<std::string> stop; // at most 4, none empty
+};
+
+struct CompletionLimits {
+  std::string model_id;  // a request naming another model gets 404
+  int64_t vocab_size = 0;
+  int32_t eot_id = 0;    // the prompt of an empty text
+};
+
+using PromptEncoder = std::function<std::vector<int32_t>(const std::string&)>;
+
+// The request, or the error to answer (status 400, or 404 for an unknown model). Throws only what
+// encode throws.
+std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body, const CompletionLimits& lim,
+                                                                   const PromptEncoder& encode);
+
+}  // namespace jtok

@@ -1,0 +1,35 @@
+// The body of `jtok serve`'s POST /v1/completions (serve/completion_request.h), with the real GPT-2
+// tokenizer encoding text prompts: every body gives either a request the engine can take (every
+// field within its documented range) or a 4xx error with a message; anything else is a finding.
+#include <cstdlib>
+#include <string_view>
+
+#include "data/tokenizer.h"
+#include "fuzz_util.h"
+#include "serve/completion_request.h"
+
+static const jtok::Tokenizer* gpt2 = nullptr;
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  gpt2 = new jtok::Tokenizer(jtok::Tokenizer::load("gpt2"));  // seconds under ASan: once, before timing
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  const jtok::CompletionLimits lim{"jtok", static_cast<int64_t>(gpt2->vocab_size()), gpt2->eot_id()};
+  const auto r = jtok::parse_completion_request(body, lim, [](const std::string& s) { return gpt2->encode(s); });
+  if (const auto* e = std::get_if<jtok::ApiError>(&r)) {
+    if (e->status < 400 || e->status > 499 || e->message.empty() || e->type.empty()) std::abort();
+    return 0;
+  }
+  const auto& q = std::get<jtok::CompletionRequest>(r);
+  if (q.prompt.empty() || q.max_tokens < 1 || q.stop.size() > 4) std::abort();
+  for (int32_t id : q.prompt)
+    if (id < 0 || id >= lim.vocab_size) std::abort();
+  for (const auto& s : q.stop)
+    if (s.empty()) std::abort();
+  if (!(q.sampling.temperature >= 0 && q.sampling.temperature <= 2)) std::abort();
+  if (!(q.sampling.top_p > 0 && q.sampling.top_p <= 1) || q.sampling.top_k < 0) std::abort();
+  return 0;
+}
