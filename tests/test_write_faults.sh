@@ -4,6 +4,10 @@
 # nothing: a checkpoint that cannot be written stops the run with an error naming the file, leaves
 # no checkpoint under its final name, and the previous checkpoint stays complete, unchanged and
 # resumable; a shard that cannot be written stops `prepare` naming it, leaving no *.bin behind.
+# Then the same with the LD_PRELOAD shim tests/faults/write_fault_shim.cpp, one fault kind at a time:
+# a short write followed by ENOSPC, EIO on write, EIO on fsync, a failing rename (of a file, of the
+# checkpoint directory, of COMPLETE); and legal short writes (at most 1000 bytes a call) that must
+# give byte-identical files.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -14,12 +18,20 @@ mkdir -p "$T/data"
 cat > "$T/cfg.json" <<JSON
 { "vocab_size": 50257, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
   "num_key_value_heads": 1, "intermediate_size": 32, "max_position_embeddings": 16, "jtok": true,
-  "seq_len": 16, "micro_batch_size": 2, "max_steps": 8, "checkpoint_interval": 4, "keep_checkpoints": 1,
+  "seq_len": 16, "micro_batch_size": 2, "max_steps": 8, "lr_scheduler_type": "constant", "checkpoint_interval": 4, "keep_checkpoints": 1,
   "eval_interval": 1000, "eval_batches": 1, "sample_interval": 0,
   "train_data": "$T/data/train", "val_data": "$T/data/val" }
 JSON
 export OMP_NUM_THREADS=1
+losses() { /usr/bin/python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    if j.get("type") == "step": print(j["step"], j["loss"].hex())' "$1"; }
+"$JTOK" train --config "$T/cfg.json" --out "$T/straight" --peak-gflops 1 > /dev/null  # 8 steps, no fault
+losses "$T/straight/log.jsonl" > "$T/straight.losses"
 "$JTOK" train --config "$T/cfg.json" --out "$T/x" --max-steps 4 --peak-gflops 1 > /dev/null
+cp -a "$T/x" "$T/x4"  # the run after step 4, for the shim's cases
 ck="$T/x/checkpoints/step_00000004"
 md5sum "$ck"/* > "$T/before.md5"
 size_kb=$(( $(stat -c %s "$ck/model.safetensors") / 1024 ))
@@ -49,3 +61,77 @@ grep -q "shard .*\.bin" "$T/prep.out" || fail "the error does not name the shard
 [ -z "$(find "$T/p" -name '*.bin' 2>/dev/null)" ] || fail "a shard was left: $(find "$T/p" -name '*.bin')"
 [ -z "$(find "$T/p" -name '.*tmp*' 2>/dev/null)" ] || fail "a temporary file was left"
 echo "ok: a shard write that fails leaves no shard"
+
+# ---- The LD_PRELOAD shim ----
+SHIM=${JTOK_FAULT_SHIM:?}
+[ -f "$SHIM" ] || fail "no fault shim at $SHIM"
+# A sanitizer build's runtime must come first in the preload list.
+PRE=$SHIM
+asan=$(ldd "$JTOK" | awk '/libasan/ {print $3}')
+[ -z "$asan" ] || PRE="$asan:$SHIM"
+with_fault() {  # KIND SUBSTR AFTER_BYTES COMMAND...: runs COMMAND with the fault
+  local kind=$1 sub=$2 after=$3; shift 3
+  LD_PRELOAD=$PRE JTOK_FAULT_KIND=$kind JTOK_FAULT_PATH_SUBSTR=$sub JTOK_FAULT_AFTER_BYTES=$after "$@"
+}
+ck4=checkpoints/step_00000004
+half=$(( $(stat -c %s "$T/x4/$ck4/model.safetensors") / 2 ))
+
+# Checkpoint at step 8, each fault: the run fails naming the file, step 4 stays complete, unchanged,
+# the newest; nothing of step 8 under a final name; --resume then gives the straight run's losses.
+ckpt_case() {  # KIND SUBSTR AFTER_BYTES EXPECTED_MESSAGE_REGEX
+  local kind=$1 sub=$2 after=$3 want=$4 d="$T/ck_$1_$RANDOM"
+  cp -a "$T/x4" "$d"
+  if with_fault "$kind" "$sub" "$after" "$JTOK" train --config "$T/cfg.json" --out "$d" --resume --peak-gflops 1 \
+       > "$d.out" 2>&1; then fail "$kind on $sub: the run did not fail"; fi
+  grep -q "write_fault_shim: $kind on .*${sub%\$}" "$d.out" || { tail -n 3 "$d.out"; fail "$kind on $sub: the fault never happened"; }
+  grep -Eq "$want" "$d.out" || { tail -n 3 "$d.out"; fail "$kind on $sub: the error does not name the file ($want)"; }
+  [ "$(ls "$d/checkpoints" | grep -v '\.tmp$')" = step_00000004 ] || fail "$kind on $sub: checkpoints: $(ls "$d/checkpoints")"
+  (cd "$T/x4" && md5sum $ck4/*) > "$d.md5"
+  (cd "$d" && md5sum -c --quiet "$d.md5") || fail "$kind on $sub: the step-4 checkpoint changed"
+  "$JTOK" train --config "$T/cfg.json" --out "$d" --resume --peak-gflops 1 > "$d.resume" 2>&1 ||
+    { tail -n 3 "$d.resume"; fail "$kind on $sub: --resume failed"; }
+  grep -q "resume: from $d/$ck4" "$d.resume" || fail "$kind on $sub: did not resume from step 4"
+  losses "$d/log.jsonl" | cmp -s - "$T/straight.losses" || fail "$kind on $sub: losses after resume differ from a straight run"
+  echo "ok: checkpoint, $kind on $sub: $(grep -m1 -Eo "$want" "$d.out"); resumed, 8 losses = straight run"
+  rm -rf "$d" "$d".*
+}
+ckpt_case short_write step_00000008 "$half" "cannot write .*step_00000008\.tmp/model\.safetensors.*No space left on device"
+ckpt_case eio_write optimizer.safetensors 0 "cannot write .*step_00000008\.tmp/optimizer\.safetensors.*Input/output error"
+ckpt_case fsync_eio trainer_state.json 0 "cannot fsync .*step_00000008\.tmp/trainer_state\.json.*Input/output error"
+ckpt_case rename_fail 'config.json$' 0 "cannot rename .*config\.json.* to .*step_00000008\.tmp/config\.json.*Input/output error"
+ckpt_case rename_fail 'step_00000008$' 0 "cannot rename checkpoint .*step_00000008\.tmp to .*step_00000008: Input/output error"
+ckpt_case rename_fail 'COMPLETE$' 0 "cannot rename .* to .*step_00000008/COMPLETE: Input/output error"
+ckpt_case fsync_eio 'checkpoints$' 0 "cannot fsync directory .*checkpoints: Input/output error"
+
+# Legal short writes: the writer loops; the checkpoint equals the one written without the shim.
+d="$T/ck_partial"; cp -a "$T/x4" "$d"
+with_fault partial step_00000008 0 "$JTOK" train --config "$T/cfg.json" --out "$d" --resume --peak-gflops 1 > "$d.out" 2>&1 ||
+  { tail -n 3 "$d.out"; fail "short writes that succeed failed the run"; }
+grep -q "write_fault_shim: partial on" "$d.out" || fail "partial: the shim did not act"
+for f in model.safetensors optimizer.safetensors; do
+  cmp -s "$d/checkpoints/step_00000008/$f" "$T/straight/checkpoints/step_00000008/$f" || fail "partial: $f differs from a straight run's"
+done
+echo "ok: checkpoint written 1000 bytes per write() call equals the straight run's"
+
+# prepare, each fault on the first shard: fails naming the shard, leaves no shard and no temp file.
+"$JTOK" prepare --tokenizer gpt2 --out "$T/p_ref" --shard-tokens 20000 "$ROOT"/docs/*.md > /dev/null
+prep_case() {  # KIND SUBSTR AFTER_BYTES EXPECTED_MESSAGE_REGEX
+  local kind=$1 sub=$2 after=$3 want=$4 d="$T/p_$1_$RANDOM"
+  if with_fault "$kind" "$sub" "$after" "$JTOK" prepare --tokenizer gpt2 --out "$d" --shard-tokens 20000 "$ROOT"/docs/*.md \
+       > "$d.out" 2>&1; then fail "prepare, $kind: did not fail"; fi
+  grep -q "write_fault_shim: $kind on" "$d.out" || { tail -n 3 "$d.out"; fail "prepare, $kind: the fault never happened"; }
+  grep -Eq "$want" "$d.out" || { tail -n 3 "$d.out"; fail "prepare, $kind: the error does not name the shard ($want)"; }
+  [ -z "$(find "$d" -name '*.bin' 2>/dev/null)" ] || fail "prepare, $kind: a shard was left: $(find "$d" -name '*.bin')"
+  [ -z "$(find "$d" -name '.*tmp*' 2>/dev/null)" ] || fail "prepare, $kind: a temporary file was left"
+  echo "ok: prepare, $kind: $(grep -m1 -Eo "$want" "$d.out"); no shard left"
+}
+prep_case short_write .bin 10000 "cannot write shard .*\.bin.*No space left on device"
+prep_case eio_write .bin 0 "cannot write shard .*\.bin.*Input/output error"
+prep_case fsync_eio .bin 0 "cannot fsync shard .*\.bin.*Input/output error"
+prep_case rename_fail .bin 0 "shard .*\.bin: cannot rename .*Input/output error"
+d="$T/p_partial"
+with_fault partial .bin 0 "$JTOK" prepare --tokenizer gpt2 --out "$d" --shard-tokens 20000 "$ROOT"/docs/*.md > "$d.out" 2>&1 ||
+  { tail -n 3 "$d.out"; fail "prepare with short writes that succeed failed"; }
+grep -q "write_fault_shim: partial on" "$d.out" || fail "prepare, partial: the shim did not act"
+(cd "$T/p_ref" && md5sum *.bin) | (cd "$d" && md5sum -c --quiet) || fail "prepare, partial: shards differ"
+echo "ok: prepare with 1000 bytes per write() call gives the same shards"

@@ -13,34 +13,51 @@
 namespace jtok {
 
 void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;
-  ::fsync(fd);
+  const std::string d = dir.empty() ? "." : dir;
+  int fd = ::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open directory ", d, " to fsync it: ", std::strerror(errno));
+  // EINVAL: a file system that cannot sync directories (the rename is then as durable as it gets).
+  if (::fsync(fd) != 0 && errno != EINVAL) {
+    const int e = errno;
+    ::close(fd);
+    fail("cannot fsync directory ", d, ": ", std::strerror(e));
+  }
   ::close(fd);
 }
 
-void write_file_atomic(const std::string& path, std::string_view bytes) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) fail("cannot create ", tmp, ": ", std::strerror(errno));
+void write_all(int fd, std::string_view bytes, const std::string& what) {
   size_t done = 0;
   while (done < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail("cannot write ", tmp, ": ", std::strerror(e));
-    }
+    // write() may write fewer bytes than asked (a signal, a pipe, a nearly full disk): loop on the
+    // rest; the write after a short one reports the error (ENOSPC, EIO) if there is one.
+    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) fail("cannot write ", what, ": ", std::strerror(errno));
+    if (w == 0) fail("cannot write ", what, ": write() wrote nothing after ", done, " of ", bytes.size(), " bytes");
     done += static_cast<size_t>(w);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string what = path + " (temporary " + tmp + ")";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot create ", tmp, ": ", std::strerror(errno));
+  try {
+    write_all(fd, bytes, what);
+    if (::fsync(fd) != 0) fail("cannot fsync ", what, ": ", std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
     ::unlink(tmp.c_str());
-    fail("cannot flush ", tmp, ": ", std::strerror(errno));
+    throw;
+  }
+  if (::close(fd) != 0) {  // NFS and some others report a failed write-back only here
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    fail("cannot close ", what, ": ", std::strerror(e));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
+    const int e = errno;
     ::unlink(tmp.c_str());
     fail("cannot rename ", tmp, " to ", path, ": ", std::strerror(e));
   }

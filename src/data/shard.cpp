@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace jtok {
@@ -18,18 +19,6 @@ void put(unsigned char* h, size_t off, T v) { std::memcpy(h + off, &v, sizeof v)
 template <typename T>
 T get(const unsigned char* h, size_t off) { T v; std::memcpy(&v, h + off, sizeof v); return v; }
 
-void write_all(int fd, const void* p, size_t n, const std::string& path) {
-  const char* c = static_cast<const char*>(p);
-  while (n) {
-    ssize_t w = ::write(fd, c, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail("shard ", path, ": write failed: ", std::strerror(errno));
-    }
-    c += w;
-    n -= size_t(w);
-  }
-}
 }  // namespace
 
 uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {
@@ -70,24 +59,29 @@ void write_shard(const std::string& path, ShardInfo info, const std::vector<int3
   tmp_name.insert(tmp_name.begin(), '.');
   tmp_name += ".tmp-" + std::to_string(::getpid());
   std::string tmp = (dir / tmp_name).string();
+  const std::string what = "shard " + path + " (temporary " + tmp + ")";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("shard ", path, ": cannot create ", tmp, ": ", std::strerror(errno));
   try {
-    write_all(fd, h, sizeof h, path);
-    write_all(fd, body.data(), body.size(), path);
-    if (::fsync(fd) != 0) fail("shard ", path, ": fsync failed: ", std::strerror(errno));
+    write_all(fd, std::string_view(reinterpret_cast<const char*>(h), sizeof h), what);
+    write_all(fd, std::string_view(reinterpret_cast<const char*>(body.data()), body.size()), what);
+    if (::fsync(fd) != 0) fail("cannot fsync ", what, ": ", std::strerror(errno));
   } catch (...) {
     ::close(fd);
     ::unlink(tmp.c_str());
     throw;
   }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (::close(fd) != 0) {
+    const int e = errno;
     ::unlink(tmp.c_str());
-    fail("shard ", path, ": rename failed: ", std::strerror(errno));
+    fail("cannot close ", what, ": ", std::strerror(e));
   }
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) { ::fsync(dfd); ::close(dfd); }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    fail("shard ", path, ": cannot rename ", tmp, " to it: ", std::strerror(e));
+  }
+  fsync_dir(dir.string());
 }
 
 Shard::Shard(const std::string& path, bool verify_checksum) : path_(path) {

@@ -193,15 +193,13 @@ void GgufWriter::write(const std::string& path) const {
     ::unlink(tmp.c_str());
     fail("cannot ", what, " ", tmp, ": ", std::strerror(e));
   };
-  auto write_all = [&](const char* p, size_t n) {
-    while (n > 0) {
-      ssize_t w = ::write(fd, p, n);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        give_up("write");
-      }
-      p += w;
-      n -= static_cast<size_t>(w);
+  auto write_all = [&](const char* p, size_t n) {  // loops on short writes (core/atomic_file.h)
+    try {
+      jtok::write_all(fd, std::string_view(p, n), path + " (temporary " + tmp + ")");
+    } catch (...) {
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw;
     }
   };
   const std::string head = header_bytes();

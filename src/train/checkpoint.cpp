@@ -102,9 +102,18 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const Conf
   fsync_dir(tmp.string());
 
   if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a stale incomplete one of the same step, or this run's own
-  fs::rename(tmp, final_dir);
-  fsync_dir(root.string());
-  write_file_atomic((final_dir / "COMPLETE").string(), std::to_string(step) + "\n");
+  std::error_code ec;
+  fs::rename(tmp, final_dir, ec);
+  if (ec) fail("cannot rename checkpoint ", tmp.string(), " to ", final_dir.string(), ": ", ec.message());
+  try {
+    fsync_dir(root.string());
+    write_file_atomic((final_dir / "COMPLETE").string(), std::to_string(step) + "\n");
+  } catch (...) {
+    // Not marked complete (or not durably): nothing of it stays under the final name; the previous
+    // checkpoint is still the newest complete one (retention below has not run).
+    fs::remove_all(final_dir, ec);
+    throw;
+  }
 
   // Keep this run's newest keep_last complete checkpoints (another run's are never touched; the
   // one just written is complete before any is deleted); drop leftovers of interrupted writes.
