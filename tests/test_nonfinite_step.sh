@@ -62,3 +62,20 @@ losses "$T/skip/log.jsonl" > "$T/skip.losses"
 [ "$(wc -l < "$T/skip.losses")" = 20 ] || fail "not 20 steps logged"
 head -n 14 "$T/skip.losses" | cmp -s - <(head -n 14 "$T/straight.losses") || fail "steps before the skip differ"
 echo "ok: --skip-nonfinite-steps dropped the NaN batch and finished"
+
+# A NaN in one row of a token table (test-only hook JTOK_TEST_NAN_TABLE_ROW_AT_STEP: the first
+# table's row of the step's first token) makes the loss NaN; the error names the step, the table
+# and the row, and nothing is saved.
+tbl=$(/usr/bin/python3 -c '
+import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+rows = [k for k in h if ".jtok.embed." in k]  # JTok tables (model/transformer.cpp), in model order
+print(sorted(rows, key=lambda k: int(k.split(".")[2]))[0] if rows else "")' "$T/straight/checkpoints/step_00000020/model.safetensors")
+[ -n "$tbl" ] || fail "no token table in the checkpoint"
+if JTOK_TEST_NAN_TABLE_ROW_AT_STEP=13 "$JTOK" train --config "$T/cfg.json" --out "$T/row" --peak-gflops 1 > "$T/row.out" 2>&1; then
+  fail "a NaN table row did not stop the run"; fi
+tail -n 1 "$T/row.out"
+grep -Eq "step 13: the loss is nan; the step was not applied \(first non-finite weight: table ${tbl//./\\.} row [0-9]+\)" \
+  "$T/row.out" || fail "the error does not name step 13 and the table $tbl"
+[ "$(ls "$T/row/checkpoints")" = step_00000010 ] || fail "checkpoints after the NaN row: $(ls "$T/row/checkpoints")"
+echo "ok: a NaN in one row of $tbl is reported with the table, the row and step 13"

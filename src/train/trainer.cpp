@@ -107,6 +107,22 @@ void install_stop_handler() {
   std::signal(SIGTERM, on_signal);
 }
 
+// Where a non-finite loss came from: the first dense weight or token-table row holding a NaN or an
+// infinity ("" if none). Run only after a non-finite loss, so it costs nothing on the normal path.
+static std::string first_nonfinite_weight(const Model& m) {
+  for (const auto& p : m.layout)
+    for (int64_t i = 0; i < p.numel; ++i)
+      if (!std::isfinite(m.params[static_cast<size_t>(p.offset + i)])) return p.name;
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    const TokenTable& t = m.tables[k];
+    if (!t.data()) continue;  // sharded away (embedding parallelism)
+    for (int64_t r = 0; r < t.rows; ++r)
+      for (int64_t c = 0; c < t.dim; ++c)
+        if (!std::isfinite(t.row(r)[c])) return "table " + m.table_names[k] + " row " + std::to_string(r);
+  }
+  return "";
+}
+
 TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data, ValSource* val) {
   const auto& t = cfg.train;
   // Under mpirun (dist/data_parallel.h): every rank trains its share of each step; rank 0 alone
@@ -165,6 +181,10 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
   const char* nan_env = std::getenv("JTOK_TEST_NAN_GRAD_AT_STEP");
   const int64_t nan_at_step = nan_env ? std::atoll(nan_env) : -1;
   bool nan_injected = false;
+  // Test-only fault: a NaN in one row of the first token table, read by this step's first batch.
+  const char* nan_row_env = std::getenv("JTOK_TEST_NAN_TABLE_ROW_AT_STEP");
+  const int64_t nan_row_at_step = nan_row_env ? std::atoll(nan_row_env) : -1;
+  bool nan_row_injected = false;
   int64_t skipped_steps = 0;
   JsonlLog log;  // other ranks: never opened, writes go nowhere
   if (lead) log.out.open(log_path, std::ios::app);
@@ -231,6 +251,10 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     const double mb_weight = share.by_micro_batch ? inv_acc : inv_acc / static_cast<double>(share.ranks);
     for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
       data.next(x.data(), y.data(), B, T);  // every rank reads every micro-batch: one loader state
+      if (step + 1 == nan_row_at_step && !nan_row_injected && !embp && !model.tables.empty()) {
+        model.tables[0].mutable_row(x[0])[0] = std::nanf("");  // the row of this batch's first token
+        nan_row_injected = true;
+      }
       if (!share.runs(mb)) continue;
       const int32_t* xs = x.data() + share.row_lo * T;
       const int32_t* ys = y.data() + share.row_lo * T;
@@ -281,7 +305,9 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     std::string nonfinite;
     StepStats st;
     if (!std::isfinite(loss)) {
-      nonfinite = "the loss is " + std::to_string(loss) + "; the step was not applied";
+      const std::string where = first_nonfinite_weight(model);
+      nonfinite = "the loss is " + std::to_string(loss) + "; the step was not applied (" +
+                  (where.empty() ? "every weight and table row is finite: an activation overflowed" : "first non-finite weight: " + where) + ")";
     } else {
       try {
         // With sharded tables the norm takes every rank's shard gradients (a collective: every rank
