@@ -8,7 +8,8 @@ PKGS=(build-essential cmake g++ libdnnl-dev libopenblas-dev nlohmann-json3-dev l
       libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-numpy
       libopenblas0-openmp libcpp-httplib-dev pkg-config curl  # serve (docs/serve.md)
       libopenmpi-dev openmpi-bin                    # distributed training (docs/distributed.md)
-      clang-14 libfuzzer-14-dev libomp-14-dev)  # scripts/fuzz.sh: libFuzzer + ASan/UBSan builds
+      clang-14 libfuzzer-14-dev libomp-14-dev  # scripts/fuzz.sh: libFuzzer + ASan/UBSan builds
+      ccache)                                   # scripts/test.sh, test_asan.sh: rebuilds from the cache
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # node and npm may come from elsewhere on the machine; install Debian's only when absent.

@@ -3,8 +3,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+launcher=()
+if command -v ccache > /dev/null; then  # a second run on the same machine rebuilds from the cache
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CMAKE_CXX_COMPILER_LAUNCHER=ccache  # the last for fuzz.sh
+fi
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${launcher[@]}"
 cmake --build build -j2
 # Every parser fuzzed for a short fixed time under ASan + UBSan (libFuzzer, clang): fails on a crash.
 bash scripts/fuzz.sh "${JTOK_FUZZ_SECONDS:-20}"
 ctest --test-dir build --output-on-failure -j2
+# The whole suite again with ASan + UBSan (build-asan/): fails on any sanitizer report.
+bash scripts/test_asan.sh
