@@ -14,3 +14,9 @@ export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 MPIRUN=(mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -x OMP_WAIT_POLICY)
+# Under scripts/test_asan.sh: Open MPI's components stay loaded at MPI_Finalize and leak stacks are
+# unwound in full, so LeakSanitizer can attribute Open MPI's own leaks to it (tests/sanitizer/lsan.supp).
+if [ -n "${JTOK_SANITIZER_BUILD:-}" ]; then
+  export OMPI_MCA_mca_base_component_disable_dlclose=1
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-}:fast_unwind_on_malloc=0"
+fi
