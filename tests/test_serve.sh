@@ -211,5 +211,11 @@ idle=$(rss)
 node "$ROOT/tests/serve_load_client.mjs" "$MMAP" sekrit 64 1000 16 "$cases" || fail "64 x 1000 load"
 after=$(rss)
 echo "resident memory: idle $((idle >> 20)) MiB, after the load $((after >> 20)) MiB"
-[ "$after" -le $((idle + (32 << 20))) ] || fail "resident memory grew by $(((after - idle) >> 20)) MiB under load"
+# Under ASan (scripts/test_asan.sh) freed memory is held in its quarantine (256 MiB by default)
+# before reuse: the allowance grows by that much there, and says so.
+allow=$((32 << 20))
+if [ -n "${JTOK_SANITIZER_BUILD:-}" ]; then
+  allow=$(((32 + 256) << 20)); echo "NOTE: sanitizer build: resident growth allowed 32 + 256 MiB (ASan's quarantine)"
+fi
+[ "$after" -le $((idle + allow)) ] || fail "resident memory grew by $(((after - idle) >> 20)) MiB under load"
 echo "PASS"
