@@ -26,6 +26,7 @@ struct Args {
   std::string sample_prompt = "The";
   std::string embp = "off", embp_owner = "mod";
   double dist_timeout = 600;
+  std::string grad_overlap = "on";
 } args;
 std::map<std::string, std::string>* fields;
 CLI::App* self;
@@ -84,6 +85,7 @@ void run() {
   opt.embp = args.embp;
   opt.embp_owner = args.embp_owner;
   opt.dist_timeout_s = args.dist_timeout;
+  opt.grad_overlap = args.grad_overlap == "on";
   opt.overwrite = args.overwrite;
   opt.skip_nonfinite_steps = args.skip_nonfinite_steps;
   opt.command_line = command_line_string();
@@ -119,6 +121,10 @@ void setup(CLI::App* sub) {
       ->check(CLI::IsMember({"off", "premix", "naive"}));
   sub->add_option("--embp-owner", args.embp_owner, "row ownership with --embp: mod (id mod P) or contiguous")
       ->check(CLI::IsMember({"mod", "contiguous"}));
+  sub->add_option("--grad-overlap", args.grad_overlap,
+                  "under mpirun: on (default): backbone gradients summed per layer while the backward runs; off: one "
+                  "blocking sum after it (the same bits; docs/distributed.md)")
+      ->check(CLI::IsMember({"on", "off"}));
   sub->add_option("--dist-timeout", args.dist_timeout, "under mpirun: seconds a rank may wait in one MPI call before the job ends naming the ranks that stopped (0 = never)");
   fields = &jtok::add_config_field_options(sub);
   sub->callback(run);

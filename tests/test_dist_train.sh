@@ -3,7 +3,8 @@
 # same global batch (micro_batch_size x gradient_accumulation_steps rows per step), 20 steps:
 # - dense + JTok, micro-batch split and row split; MoE + JTok + JTok-M, micro-batch split:
 #   step losses within relative 1e-6 of the single process's;
-# - the P=2 MoE run repeated: losses and routing bit for bit;
+# - the P=2 MoE run repeated: losses and routing bit for bit; the dense P=2 run with the gradient
+#   buckets overlapped with the backward (default) and blocking (--grad-overlap off): bit for bit;
 # - the P=2 run's checkpoint evaluated by one process (`jtok eval`): the same validation loss as
 #   rank 0 logged, and within 1e-6 of the single-process run's;
 # - resume on 2 ranks from the step-10 checkpoint: steps 11-20 bit for bit as the straight run;
@@ -48,6 +49,10 @@ one --config "$T/dense.json" --out "$T/dense1"
 two --config "$T/dense.json" --out "$T/dense2"
 grep -q "ranks: 2" "$T/last.out" || { echo "FAIL: the P=2 run did not run on 2 ranks"; cat "$T/last.out"; exit 1; }
 cmp_runs "$T/dense1/log.jsonl" "$T/dense2/log.jsonl" --rtol 1e-6
+# The backbone gradients summed in buckets during the backward (the default) or in one blocking sum
+# after it: the same bits (dist::GradBuckets).
+two --config "$T/dense.json" --out "$T/dense2off" --grad-overlap off
+cmp_runs "$T/dense2/log.jsonl" "$T/dense2off/log.jsonl" --bitwise
 one --config "$T/dense.json" --out "$T/rows1" --micro_batch_size 8 --gradient_accumulation_steps 1
 two --config "$T/dense.json" --out "$T/rows2" --micro_batch_size 8 --gradient_accumulation_steps 1
 cmp_runs "$T/rows1/log.jsonl" "$T/rows2/log.jsonl" --rtol 1e-6

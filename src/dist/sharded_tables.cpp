@@ -1,5 +1,6 @@
 #include "dist/sharded_tables.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -46,6 +47,7 @@ ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind
     shards_.push_back(std::move(s));
   };
   for (int64_t l = 0; l < m.cfg.num_hidden_layers; ++l) {
+    if (m.jtok_table[l] >= 0) jtok_tables_.push_back(m.jtok_table[l]);
     if (m.jtok_table[l] >= 0) add_shard(m.jtok_table[l], 1);
     if (m.jtokm_table[l] >= 0) add_shard(m.jtokm_table[l], m.cfg.jtokm_n_e);
   }
@@ -74,10 +76,63 @@ void ShardedTables::release(Model& m, AdamWState& st) {
   mark_tables_current(m, st);
 }
 
+void ShardedTables::prefetch(const RowBatch& rb) {
+  if (jtok_tables_.empty()) return;
+  JTOK_PROFILE("embp_prefetch");
+  JTOK_CHECK(!pre_ || pre_->done(), "a JTok row prefetch was posted before the previous one was used");
+  const int P = world_size();
+  const int64_t U = static_cast<int64_t>(rb.unique.size());
+  const RowOwner& own = shards_[where_[static_cast<size_t>(jtok_tables_[0])].first].own;
+  std::vector<std::vector<int32_t>> req(static_cast<size_t>(P));
+  pre_where_.assign(static_cast<size_t>(P), {});
+  for (int64_t u = 0; u < U; ++u) {
+    const size_t o = static_cast<size_t>(own.owner(rb.unique[u]));
+    req[o].push_back(rb.unique[u]);
+    pre_where_[o].push_back(static_cast<int32_t>(u));
+  }
+  pre_ids_ = rb.unique;
+  const int64_t d = shards_[where_[static_cast<size_t>(jtok_tables_[0])].first].dim;
+  const int64_t nj = static_cast<int64_t>(jtok_tables_.size());
+  // The owner's answer: per requested id, its row of every JTok table (brought current first).
+  auto serve = [this, d, nj](int, const int32_t* ids, int64_t n, float* out) {
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t k = 0; k < nj; ++k) {
+        const auto [si, t] = where_[static_cast<size_t>(jtok_tables_[static_cast<size_t>(k)])];
+        const TableShard& sh = shards_[si];
+        JTOK_CHECK(ids[i] >= 0 && ids[i] < sh.own.V && sh.own.owner(ids[i]) == sh.rank, "rank ", sh.rank,
+                   " asked for row ", ids[i], " it does not own");
+        if (sh.sync) sh.sync(t, sh.own.local(ids[i]));
+        std::memcpy(out + (i * nj + k) * d, sh.row(t, ids[i]), sizeof(float) * d);
+      }
+  };
+  pre_ = std::make_unique<RequestReply>(std::move(req), 1, nj * d, serve);
+}
+
+void ShardedTables::poll() {
+  if (pre_ && !pre_->done()) pre_->progress();
+}
+
 void ShardedTables::rows(float* out, int64_t table, const RowBatch& rb) {
   JTOK_PROFILE("embp_rows");
   const auto [s, t] = where_[static_cast<size_t>(table)];
-  bytes_.add(fetch_rows(out, shards_[s], t, rb));
+  if (!pre_) {
+    bytes_.add(fetch_rows(out, shards_[s], t, rb));
+    return;
+  }
+  JTOK_CHECK(rb.unique == pre_ids_, "JTok rows asked for other ids than the forward's prefetch");
+  if (!pre_->done()) {
+    pre_->wait();
+    bytes_.add({pre_->sent_bytes(), pre_->recv_bytes()});
+  }
+  const int64_t d = shards_[s].dim, nj = static_cast<int64_t>(jtok_tables_.size());
+  const int64_t k = std::find(jtok_tables_.begin(), jtok_tables_.end(), table) - jtok_tables_.begin();
+  JTOK_CHECK(k < nj, "table ", table, " is not a JTok table");
+  for (size_t j = 0; j < pre_where_.size(); ++j) {
+    const std::vector<float>& rep = pre_->reply(static_cast<int>(j));
+    for (size_t i = 0; i < pre_where_[j].size(); ++i)
+      std::memcpy(out + static_cast<int64_t>(pre_where_[j][i]) * d, rep.data() + (static_cast<int64_t>(i) * nj + k) * d,
+                  sizeof(float) * d);
+  }
 }
 
 void ShardedTables::row_grads(int64_t table, SparseRowGrad& g) {

@@ -19,11 +19,13 @@
 // per-row initialisation and per-rank writes in place (docs/distributed.md).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "dist/communicator.h"
 #include "dist/embedding_parallel.h"
 #include "model/transformer.h"
 #include "train/optimizer.h"
@@ -46,6 +48,12 @@ class ShardedTables : public TableProvider {
   void mix(float* e, int64_t table_base, const int32_t* ids, const int32_t* sel, const float* w, int64_t N,
            int64_t K) override;
   void mix_backward(float* dw, int64_t table_base, const float* de, int64_t N, int64_t K) override;
+  // JTok's rows for all JTok tables, one non-blocking exchange per forward (RequestReply): the
+  // unique ids go to their owners once (4 B per remote id, not once per layer), the owners answer
+  // with the rows of every JTok table (4d B per table); rows() waits for them at the first JTok
+  // layer.
+  void prefetch(const RowBatch& rb) override;
+  void poll() override;
 
   void clear_grads();
   // Sum of squares of every rank's shard gradients (a collective; the same on every rank).
@@ -82,6 +90,10 @@ class ShardedTables : public TableProvider {
   int64_t tables_step() const { return consts_base_ + static_cast<int64_t>(consts_.size()); }
   void catch_up(int s, int64_t t, int64_t r, int64_t to);
   void sync_all();  // every owned row current; the kept constants dropped
+  std::vector<int64_t> jtok_tables_;         // model table index of each JTok table, layer order
+  std::unique_ptr<RequestReply> pre_;        // this forward's JTok exchange
+  std::vector<int32_t> pre_ids_;             // its unique ids
+  std::vector<std::vector<int32_t>> pre_where_;  // per owner: index u of each requested id
   ExchangeBytes2 bytes_;
   int64_t whole_bytes_ = 0;
 };

@@ -243,6 +243,7 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
     if (ids[n] < 0 || ids[n] >= c.vocab_size) fail("token id ", ids[n], " outside the vocabulary [0, ", c.vocab_size, ")");
   embed_rows(m, a.layers[0].h_in.data(), ids, N);
   if (c.jtok || c.jtokm) { JTOK_PROFILE("jtok_dedup"); a.ids = dedup_ids(ids, N, c.padded_vocab()); }
+  if (a.tables && c.jtok) a.tables->prefetch(a.ids);  // every JTok layer's rows, fetched during the backbone
   const MoeDims md = moe_dims(c);
   const JTokMHyper jm = jtokm_hyper(c);
   double aux = 0, aux_m = 0;
@@ -250,6 +251,7 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
     // Inference: layer 0's buffers serve every layer (its input h_in is read before the layer
     // writes its output there) except k and v, kept per layer for the KV cache.
     auto& L = a.layers[shared ? 0 : l];
+    if (a.tables) a.tables->poll();
     float* k_l = a.layers[l].k.data();
     float* v_l = a.layers[l].v.data();
     const auto& W = m.w.layers[l];
@@ -402,6 +404,7 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
     linear_backward(dx, G.wk, a.dk.data(), L.a.data(), W.wk, N, d, kvd);
     linear_backward(dx, G.wv, a.dv.data(), L.a.data(), W.wv, N, d, kvd);
     rmsnorm_backward(dh, G.ln1, dx, L.h_in.data(), W.ln1, L.rstd1.data(), N, d);  // dh: now d h_in
+    if (a.on_layer_grads_ready) a.on_layer_grads_ready(static_cast<int64_t>(li));
   }
   { JTOK_PROFILE("embed_bwd"); embedding_backward(m.g.embed, dh, ids, N, d); }
   return loss;

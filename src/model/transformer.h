@@ -3,6 +3,7 @@
 // and parameter gradients accumulate (+=), so gradient accumulation is free.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,11 @@ struct Activations {
   RowBatch ids;                                  // the micro-batch's deduplicated ids (JTok, JTok-M)
   RowSync row_sync;                              // if set, called before a table row is gathered
   TableProvider* tables = nullptr;               // if set, the tables' rows live there (embedding parallelism)
+  // If set, backward calls it with layer l as soon as layer l's parameter gradients in m.grads are
+  // final for this backward (after that layer's part of the backward, layers last to first), so a
+  // caller can start summing them (dist::GradBuckets) while the backward goes on; the parameters
+  // outside the layers (embedding, final norm, lm_head) are final when backward returns.
+  std::function<void(int64_t layer)> on_layer_grads_ready;
   SparseRowGrad table_grad_scratch;              // with `tables`: one micro-batch's JTok table gradient
   double aux_loss = 0;                           // all aux losses: moe_aux_loss + jtokm_aux_loss
   double moe_aux_loss = 0;                       // MoE load balancing: mean over MoE layers (coef included)

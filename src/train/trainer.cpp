@@ -215,6 +215,12 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
                 static_cast<long long>(embp->single_process_table_bytes()));
     if (t.sample_interval > 0) std::printf("embp: periodic samples are off (generation does not reach sharded tables yet)\n");
   }
+  // Backbone gradients summed in buckets during the backward of the last micro-batch this rank runs.
+  std::unique_ptr<dist::GradBuckets> buckets;
+  if (share.ranks > 1 && opt.grad_overlap) buckets = std::make_unique<dist::GradBuckets>(model);
+  int64_t last_mb = -1;
+  for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb)
+    if (share.runs(mb)) last_mb = mb;
   TrainResult res;
   double elapsed_train = 0;
   int64_t timed_steps = 0;
@@ -233,6 +239,11 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
       data.next(x.data(), y.data(), B, T);  // every rank reads every micro-batch: one loader state
       if (!share.runs(mb)) continue;
+      // The last micro-batch this rank runs: its backward starts summing each layer's gradients.
+      if (buckets && mb == last_mb)
+        acts.on_layer_grads_ready = [&](int64_t layer) { buckets->layer_ready(model, layer); };
+      else
+        acts.on_layer_grads_ready = nullptr;
       const int32_t* xs = x.data() + share.row_lo * T;
       const int32_t* ys = y.data() + share.row_lo * T;
       forward(model, acts, xs, share.row_hi - share.row_lo, T);
@@ -245,7 +256,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     }
     nlohmann::json dist_bytes;
     if (share.ranks > 1) {  // sum gradients, losses and routing counts over the ranks
-      const dist::ExchangeBytes xb = dist::sum_gradients(model, !embp);
+      acts.on_layer_grads_ready = nullptr;
+      const dist::ExchangeBytes xb = dist::sum_gradients(model, !embp, buckets.get());
       std::vector<double> sums = {loss, aux, jaux};
       for (size_t k = 0; k < routing.load.size(); ++k) {
         sums.insert(sums.end(), routing.load[k].begin(), routing.load[k].end());
