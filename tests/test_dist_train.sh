@@ -101,7 +101,8 @@ echo "ok: resume on 2 ranks reproduces the straight run"
 # Embedding parallelism (--embp, dist/sharded_tables.h): tables sharded by id over the ranks.
 # One process through the provider path is the local path bit for bit (premix); 2 ranks, premix
 # and naive, id-mod-P and contiguous ownership: within 1e-6 of the single process; premix again
-# bit for bit; each rank holds ceil(V/P)/V of the table bytes; the per-rank exchange bytes are
+# bit for bit; each rank holds ceil(V/P)/V of the table bytes (and rank 1, which gathers no
+# checkpoint, peaks below the replicated run: per-rank init); the per-rank exchange bytes are
 # logged; the checkpoint (gathered by rank 0) evaluates on one process; resume on 2 ranks.
 one --config "$T/moe.json" --out "$T/embp1" --embp premix
 cmp_runs "$T/moe1/log.jsonl" "$T/embp1/log.jsonl" --bitwise
@@ -117,10 +118,10 @@ two --config "$T/moe.json" --out "$T/embp2n" --embp naive
 cmp_runs "$T/moe1/log.jsonl" "$T/embp2n/log.jsonl" --rtol 1e-6 --rtol-after-flip 1e-3
 two --config "$T/dense.json" --out "$T/embp2d" --embp premix --embp-owner contiguous
 cmp_runs "$T/dense1/log.jsonl" "$T/embp2d/log.jsonl" --rtol 1e-6
-/usr/bin/python3 - "$T/embp2/log.jsonl" "$T/embp2n/log.jsonl" <<'PY'
+/usr/bin/python3 - "$T/embp2/log.jsonl" "$T/embp2n/log.jsonl" "$T/moe2/log.jsonl" <<'PY'
 import json, sys
 def lines(p): return [json.loads(l) for l in open(p)]
-pm, nv = lines(sys.argv[1]), lines(sys.argv[2])
+pm, nv, rep = lines(sys.argv[1]), lines(sys.argv[2]), lines(sys.argv[3])
 e = [j for j in pm if j["type"] == "embp"][0]
 V, P = 50304, 2   # padded vocab of the test configs
 whole = e["single_process_table_bytes"]
@@ -136,8 +137,14 @@ for name, L in (("premix", pm), ("naive", nv)):
     assert b["embp_sent"][0] == b["embp_recv"][1] and b["embp_sent"][1] == b["embp_recv"][0], b
     assert min(b["embp_sent"]) > 0 and b["table_sent"] == [0, 0], b
 rss = [j for j in pm if j["type"] == "dist"][0]["peak_rss_kb"]
+rss_rep = [j for j in rep if j["type"] == "dist"][0]["peak_rss_kb"]
 print("ok: exchange bytes per rank at step 20: premix", steps(pm)[-1]["dist_bytes"]["embp_sent"],
-      "naive", steps(nv)[-1]["dist_bytes"]["embp_sent"], "| peak RSS kB per rank", rss)
+      "naive", steps(nv)[-1]["dist_bytes"]["embp_sent"], "| peak RSS kB per rank", rss, "replicated", rss_rep)
+# Per-rank init: rank 1 never holds a whole table (rank 0 still gathers them to write checkpoints),
+# so its peak is below the replicated run's by about half the tables and their moments (~68 MB
+# here); a rank that built the whole tables first would peak at or above the replicated run.
+assert rss[1] < rss_rep[1] - 30 * 1024, f"rank 1 peak RSS {rss[1]} kB with --embp, replicated {rss_rep[1]} kB"
+print("ok: rank 1 peaks", (rss_rep[1] - rss[1]) // 1024, "MB below the replicated run")
 PY
 "$JTOK" eval --checkpoint "$T/embp2" --no-blimp --json --val-batches 2 > "$T/eval2.json"
 /usr/bin/python3 - "$T/eval2.json" "$T/embp2/log.jsonl" <<'PY'

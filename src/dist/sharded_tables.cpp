@@ -22,8 +22,9 @@ RowOwner::Kind ShardedTables::parse_owner(const std::string& s) {
   fail("--embp-owner '", s, "': expected mod or contiguous");
 }
 
-ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind owner) : mode_(mode) {
-  sync_tables(m, st);  // the rows taken must be current
+ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind owner, const uint64_t* init_seed)
+    : mode_(mode) {
+  if (!init_seed) sync_tables(m, st);  // the rows taken must be current
   const int me = rank(), P = world_size();
   where_.assign(m.tables.size(), {-1, -1});
   auto add_shard = [&](int64_t first, int64_t n) {
@@ -32,6 +33,17 @@ ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind
     for (int64_t t = 0; t < n; ++t) {
       const size_t k = static_cast<size_t>(first + t);
       JTOK_CHECK(m.tables[k].rows == V && m.tables[k].numel() == V * d, "table ", m.table_names[k]);
+      where_[k] = {static_cast<int>(shards_.size()), static_cast<int>(t)};
+      whole_bytes_ += V * d * static_cast<int64_t>(sizeof(float));
+      if (init_seed) {  // this rank's rows of the random init; moments zero (make_shard)
+        JTOK_CHECK(st.table_m[k].empty(), "table ", m.table_names[k], ": init from the seed with moments present");
+        const RowOwner& own = s.own;
+        float* w = s.w[t].data();
+        for_each_table_init_row(m, *init_seed, static_cast<int64_t>(k), [&](int64_t g, const float* v) {
+          if (own.owner(g) == me) std::memcpy(w + own.local(g) * d, v, sizeof(float) * d);
+        });
+        continue;
+      }
       const bool moments = static_cast<int64_t>(st.table_m[k].size()) == V * d;
       for (int64_t r = 0; r < s.rows; ++r) {
         const int64_t g = s.own.global(me, r);
@@ -41,8 +53,6 @@ ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind
           std::memcpy(s.v[t].data() + r * d, st.table_v[k].data() + g * d, sizeof(float) * d);
         }
       }
-      where_[k] = {static_cast<int>(shards_.size()), static_cast<int>(t)};
-      whole_bytes_ += V * d * static_cast<int64_t>(sizeof(float));
     }
     shards_.push_back(std::move(s));
   };

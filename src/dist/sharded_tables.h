@@ -14,9 +14,9 @@
 // as train/optimizer.h does for local tables: only rows with a gradient are updated, after
 // replaying the zero-gradient steps they missed, and an owner brings a row current before it
 // answers a request for it (TableShard::sync); "sparse" updates the rows with a gradient only. The global gradient norm includes every rank's shard (grad_sum_squares).
-// Whole tables exist only transiently: at start (every rank builds or loads the whole model, then
-// keeps its rows) and at a checkpoint (rank 0 gathers the rows, writes, drops them) — left to do:
-// per-row initialisation and per-rank writes in place (docs/distributed.md).
+// Whole tables exist only transiently: when resuming (every rank loads the whole tables, then keeps
+// its rows) and at a checkpoint (rank 0 gathers the rows, writes, drops them) — left to do: per-rank
+// writes in place (docs/distributed.md). A fresh run initialises each rank's rows alone (init_seed).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -40,7 +40,10 @@ class ShardedTables : public TableProvider {
 
   // Takes this rank's rows (values and AdamW moments, brought current first) out of m and st and
   // leaves m.tables without rows. Every rank must hold the same whole tables when called.
-  ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind owner);
+  // With init_seed: m's tables have no rows (make_model with tables = false; st without table
+  // moments) and this rank's rows get make_model(m.cfg, *init_seed)'s random init, generated row by
+  // row (for_each_table_init_row: the same values, no whole table ever held), moments zero.
+  ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind owner, const uint64_t* init_seed = nullptr);
 
   // TableProvider (collectives: every rank calls them in the same order).
   void rows(float* out, int64_t table, const RowBatch& rb) override;

@@ -58,6 +58,9 @@ struct Model {
   std::vector<int> jtok_table;           // per layer: index into tables of its JTok table, or -1
   std::vector<int> jtokm_table;          // per layer: index of the first of its n_e JTok-M tables, or -1
   LowpWeights lowp;                      // bf16 / int8 matrices of an inference export (forward only)
+  // Per table: the N(0, std) of its random init and its random stream (for_each_table_init_row).
+  struct TableInit { double std = 0; uint64_t stream = 0; };
+  std::vector<TableInit> table_init;
 };
 // Safetensors names of layer l's JTok table and of its i-th JTok-M table.
 std::string jtok_table_name(int64_t layer);
@@ -73,6 +76,11 @@ struct ModelAlloc {
 };
 // Allocates and initialises (docs/model.md "Initialisation") from seed.
 Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc = {});
+// The random init of token table k of make_model(m.cfg, seed): row(r, values) for every row r in
+// [0, padded vocab) in order (d values; padded rows zero), the very values make_model writes, made
+// one row at a time, so a caller can keep some rows without the whole table ever existing (a rank's
+// shard: dist::ShardedTables). make_model itself initialises the tables through it.
+void for_each_table_init_row(const Model& m, uint64_t seed, int64_t k, const std::function<void(int64_t row, const float* values)>& row);
 void zero_grads(Model& m);
 int64_t num_params(const Model& m);
 const ParamInfo& find_param(const Model& m, const std::string& name);

@@ -129,8 +129,12 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     ck = latest_checkpoint(opt.out_dir);
     if (!ck) std::printf("resume: no complete checkpoint in %s, starting from scratch\n", opt.out_dir.c_str());
   }
-  // A resumed model takes every value from its checkpoint: no random init to overwrite.
-  Model model = make_model(cfg.model, t.seed, {.init = !ck, .grads = true});
+  // A resumed model takes every value from its checkpoint: no random init to overwrite. With
+  // embedding parallelism a fresh run allocates no table: each rank initialises its own rows
+  // (dist::ShardedTables, the same values as one process).
+  const bool embp_on = opt.embp != "off" && (cfg.model.jtok || cfg.model.jtokm);
+  const bool shard_init = embp_on && !ck;
+  Model model = make_model(cfg.model, t.seed, {.init = !ck, .grads = true, .tables = !shard_init});
   AdamWState adam;
   std::mt19937_64 sample_rng(t.seed ^ 0x5eedULL);
   int64_t start_step = 0;
@@ -149,7 +153,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     if (lead) truncate_log(log_path, start_step);
     std::printf("resume: from %s (step %lld)\n", ck->c_str(), static_cast<long long>(start_step));
   } else {
-    adam = make_adamw_state(model);
+    adam = make_adamw_state(model, !shard_init);
     if (lead && fs::exists(log_path)) truncate_log(log_path, 0);  // --resume with nothing to resume: no step is kept
   }
   // Stops the run at a step that must not be applied: logged, and nothing saved.
@@ -177,9 +181,10 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
 
   // Embedding parallelism: from here on this rank holds only its rows of the tables.
   std::unique_ptr<dist::ShardedTables> embp;
-  if (opt.embp != "off" && !model.tables.empty())
+  if (embp_on)
     embp = std::make_unique<dist::ShardedTables>(model, adam, dist::ShardedTables::parse_mode(opt.embp),
-                                                 dist::ShardedTables::parse_owner(opt.embp_owner));
+                                                 dist::ShardedTables::parse_owner(opt.embp_owner),
+                                                 shard_init ? &t.seed : nullptr);
   auto save = [&](int64_t step) {
     std::ostringstream rng;
     rng << sample_rng;
