@@ -341,6 +341,24 @@ void ShardedTables::gather_to_root(Model& m, AdamWState& st) {
   if (me == 0) mark_tables_current(m, st);
 }
 
+std::vector<TableRows> ShardedTables::owned_rows() {
+  sync_all();  // the rows written must be current
+  std::vector<TableRows> out(where_.size());
+  for (size_t k = 0; k < where_.size(); ++k) {
+    const auto [si, t] = where_[k];
+    const TableShard& s = shards_[static_cast<size_t>(si)];
+    TableRows& o = out[k];
+    o.V = s.own.V;
+    o.dim = s.dim;
+    o.rows = s.rows;
+    o.global = [own = s.own, r = s.rank](int64_t local) { return own.global(r, local); };
+    o.w = s.w[static_cast<size_t>(t)].data();
+    o.m = s.m[static_cast<size_t>(t)].data();
+    o.v = s.v[static_cast<size_t>(t)].data();
+  }
+  return out;
+}
+
 ExchangeBytes2 ShardedTables::take_bytes() {
   const ExchangeBytes2 b = bytes_;
   bytes_ = {};

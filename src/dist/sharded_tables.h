@@ -15,8 +15,9 @@
 // replaying the zero-gradient steps they missed, and an owner brings a row current before it
 // answers a request for it (TableShard::sync); "sparse" updates the rows with a gradient only. The global gradient norm includes every rank's shard (grad_sum_squares).
 // Whole tables exist only transiently: when resuming (every rank loads the whole tables, then keeps
-// its rows) and at a checkpoint (rank 0 gathers the rows, writes, drops them) — left to do: per-rank
-// writes in place (docs/distributed.md). A fresh run initialises each rank's rows alone (init_seed).
+// its rows). A fresh run initialises each rank's rows alone (init_seed), and a checkpoint is written
+// by every rank in place (owned_rows, train/checkpoint.h save_checkpoint_sharded); gather_to_root
+// (rank 0 gathers the whole tables) remains as the reference the in-place files are tested against.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -28,6 +29,7 @@
 #include "dist/communicator.h"
 #include "dist/embedding_parallel.h"
 #include "model/transformer.h"
+#include "train/checkpoint.h"
 #include "train/optimizer.h"
 
 namespace jtok::dist {
@@ -66,6 +68,9 @@ class ShardedTables : public TableProvider {
   // Rank 0 gets the whole tables and moments back into m and st (a collective), e.g. to write a
   // checkpoint; release() takes them out again.
   void gather_to_root(Model& m, AdamWState& st);
+  // This rank's rows of every model table, brought current (for save_checkpoint_sharded: each rank
+  // writes its own rows in place, no whole table anywhere). Valid until the next step.
+  std::vector<TableRows> owned_rows();
   void release(Model& m, AdamWState& st);
 
   ExchangeBytes2 take_bytes();  // exchanged since the last call

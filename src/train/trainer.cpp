@@ -164,6 +164,9 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     if (lead) std::ofstream(log_path, std::ios::app) << nlohmann::json{{"type", "error"}, {"step", step}, {"message", msg}}.dump() << "\n";
     fail(msg, "; lower learning_rate or check the data, then --resume");
   };
+  // Test-only: with --embp, rank 0 gathers the whole tables and writes the checkpoint alone (the
+  // reference the in-place files are compared with, byte for byte: tests/test_dist_train.sh).
+  const bool gather_checkpoints = std::getenv("JTOK_TEST_GATHER_CHECKPOINT") != nullptr;
   // Test-only fault: a NaN in one gradient at this step (tests/test_nonfinite_step.sh).
   const char* nan_env = std::getenv("JTOK_TEST_NAN_GRAD_AT_STEP");
   const int64_t nan_at_step = nan_env ? std::atoll(nan_env) : -1;
@@ -191,10 +194,16 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     nlohmann::json st = {{"step", step}, {"run_id", run_id}, {"data", data.state()}, {"sample_rng", rng.str()},
                          {"lr", lr_at(t, std::max<int64_t>(0, step - 1))}, {"max_steps", t.max_steps}};
     sync_tables(model, adam);
-    if (embp) embp->gather_to_root(model, adam);  // rank 0 holds the whole tables while it writes
-    if (!lead) return;
-    auto dir = save_checkpoint(opt.out_dir, step, cfg, model, adam, st, t.keep_checkpoints);
-    if (embp) embp->release(model, adam);
+    std::string dir;
+    if (embp && !gather_checkpoints) {  // every rank writes its own rows in place
+      dir = save_checkpoint_sharded(opt.out_dir, step, cfg, model, adam, st, t.keep_checkpoints, embp->owned_rows());
+      if (!lead) return;
+    } else {
+      if (embp) embp->gather_to_root(model, adam);  // rank 0 holds the whole tables while it writes
+      if (!lead) return;
+      dir = save_checkpoint(opt.out_dir, step, cfg, model, adam, st, t.keep_checkpoints);
+      if (embp) embp->release(model, adam);
+    }
     log.write({{"type", "checkpoint"}, {"step", step}, {"path", dir}});
     std::printf("checkpoint: %s\n", dir.c_str());
   };
