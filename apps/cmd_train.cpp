@@ -20,7 +20,7 @@ struct Args {
   std::string config, out;
   std::vector<std::string> sets;
   int64_t max_steps = -1;
-  bool resume = false, overwrite = false;
+  bool resume = false, overwrite = false, no_checkpoints = false;
   int64_t skip_nonfinite_steps = 0;
   double peak_gflops = -1;
   std::string sample_prompt = "The";
@@ -87,6 +87,7 @@ void run() {
   opt.dist_timeout_s = args.dist_timeout;
   opt.grad_overlap = args.grad_overlap == "on";
   opt.overwrite = args.overwrite;
+  opt.no_checkpoints = args.no_checkpoints;
   opt.skip_nonfinite_steps = args.skip_nonfinite_steps;
   opt.command_line = command_line_string();
   const PrecisionReport precision = apply_training_precision(t.precision);
@@ -111,6 +112,8 @@ void setup(CLI::App* sub) {
   sub->add_flag("--resume", args.resume, "continue from the newest complete checkpoint in --out");
   sub->add_flag("--overwrite", args.overwrite,
                 "start afresh in an --out that holds another run: delete its checkpoints and log first");
+  sub->add_flag("--no-checkpoints", args.no_checkpoints,
+                "write no checkpoint and run no validation (benches: bench/embp_throughput.sh)");
   sub->add_option("--skip-nonfinite-steps", args.skip_nonfinite_steps,
                   "drop up to N batches whose loss or gradient norm is not finite (default 0: stop at the first)")
       ->check(CLI::NonNegativeNumber);

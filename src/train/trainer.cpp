@@ -377,7 +377,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
       }
       std::fflush(stdout);
     }
-    if (val && (done % t.eval_interval == 0 || done == t.max_steps)) {
+    if (val && !opt.no_checkpoints && (done % t.eval_interval == 0 || done == t.max_steps)) {
       sync_tables(model, adam);  // evaluation reads any row
       double vl = lead || embp ? mean_val_loss(model, acts, *val, t) : 0.0;  // sharded: every rank serves rows
       if (embp) embp->take_bytes();  // not a training step's exchange
@@ -407,7 +407,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     double stop_any = g_stop.load() ? 1.0 : 0.0;
     dist::allreduce_max(&stop_any, 1);
     const bool stop = stop_any > 0;
-    if (done % t.checkpoint_interval == 0 || done == t.max_steps || stop) save(done);
+    if (!opt.no_checkpoints && (done % t.checkpoint_interval == 0 || done == t.max_steps || stop)) save(done);
     if (stop) {
       std::printf("stopped by signal after step %lld; resume with --resume\n", static_cast<long long>(done));
       res.interrupted = true;

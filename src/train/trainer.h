@@ -42,6 +42,9 @@ struct TrainOptions {
   nlohmann::json extra_report;   // printed and logged at start (parameter and FLOPs accounting)
   double peak_gflops = 0;        // for MFU; 0 = not shown
   double flops_per_token = 0;    // training FLOPs per token, for MFU
+  // Benches (bench/embp_throughput.sh): no checkpoint and no validation at all, so a short run
+  // measures steps only and leaves nothing to resume.
+  bool no_checkpoints = false;
 };
 
 struct TrainResult {
