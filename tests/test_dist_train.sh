@@ -169,6 +169,15 @@ cp -r "$T/embp2" "$T/embp2r"
 rm -rf "$T/embp2r/checkpoints/step_00000020"
 two --config "$T/moe.json" --out "$T/embp2r" --resume --embp premix
 cmp_runs "$T/embp2/log.jsonl" "$T/embp2r/log.jsonl" --bitwise
+# Each rank read only its rows from the checkpoint: the resumed run peaks below the replicated one too.
+/usr/bin/python3 - "$T/embp2r/log.jsonl" "$T/moe2/log.jsonl" <<'PY'
+import json, sys
+def rss(p): return [json.loads(l) for l in open(p) if '"type":"dist"' in l][-1]["peak_rss_kb"]
+r, rep = rss(sys.argv[1]), rss(sys.argv[2])
+for k in (0, 1):
+    assert r[k] < rep[k] - 30 * 1024, f"resumed rank {k} peak RSS {r[k]} kB with --embp, replicated {rep[k]} kB"
+print("ok: resumed ranks peak", [(a - b) // 1024 for a, b in zip(rep, r)], "MB below the replicated run")
+PY
 echo "ok: EmbP resume on 2 ranks reproduces the straight run"
 
 # Kill -9 of one rank mid-run (after the step-5 checkpoint): mpirun ends the job non-zero within

@@ -1,11 +1,14 @@
 #include "dist/sharded_tables.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <optional>
 #include <cstring>
 
 #include "core/error.h"
 #include "core/profile.h"
 #include "dist/communicator.h"
+#include "io/safetensors.h"
 #include "ops/adamw.h"
 
 namespace jtok::dist {
@@ -22,9 +25,16 @@ RowOwner::Kind ShardedTables::parse_owner(const std::string& s) {
   fail("--embp-owner '", s, "': expected mod or contiguous");
 }
 
-ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind owner, const uint64_t* init_seed)
+ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind owner, const uint64_t* init_seed,
+                             const std::string* checkpoint_dir)
     : mode_(mode) {
-  if (!init_seed) sync_tables(m, st);  // the rows taken must be current
+  JTOK_CHECK(!(init_seed && checkpoint_dir), "ShardedTables: rows from a seed or from a checkpoint, not both");
+  if (!init_seed && !checkpoint_dir) sync_tables(m, st);  // the rows taken must be current
+  std::optional<StIndex> model_idx, opt_idx;
+  if (checkpoint_dir) {
+    model_idx = read_safetensors_index((std::filesystem::path(*checkpoint_dir) / "model.safetensors").string());
+    opt_idx = read_safetensors_index((std::filesystem::path(*checkpoint_dir) / "optimizer.safetensors").string());
+  }
   const int me = rank(), P = world_size();
   where_.assign(m.tables.size(), {-1, -1});
   auto add_shard = [&](int64_t first, int64_t n) {
@@ -42,6 +52,30 @@ ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind
         for_each_table_init_row(m, *init_seed, static_cast<int64_t>(k), [&](int64_t g, const float* v) {
           if (own.owner(g) == me) std::memcpy(w + own.local(g) * d, v, sizeof(float) * d);
         });
+        continue;
+      }
+      if (checkpoint_dir) {  // this rank's rows of the values and both moments, 4096 rows a read
+        JTOK_CHECK(st.table_m[k].empty(), "table ", m.table_names[k], ": read from the checkpoint with moments present");
+        const std::string& name = m.table_names[k];
+        const struct { const StIndex* idx; std::string tensor; float* dst; } parts[3] = {
+            {&*model_idx, name, s.w[t].data()},
+            {&*opt_idx, "exp_avg." + name, s.m[t].data()},
+            {&*opt_idx, "exp_avg_sq." + name, s.v[t].data()}};
+        const int64_t block = 4096;
+        std::vector<float> buf(static_cast<size_t>(std::min(block, V) * d));
+        for (const auto& part : parts) {
+          auto it = part.idx->tensors.find(part.tensor);
+          if (it == part.idx->tensors.end()) fail(part.idx->path, ": missing tensor ", part.tensor);
+          if (it->second.dtype != "F32" || it->second.shape != std::vector<int64_t>{V, d})
+            fail(part.idx->path, ": tensor ", part.tensor, " is not F32 of shape [", V, ", ", d, "]");
+          for (int64_t lo = 0; lo < V; lo += block) {
+            const int64_t hi = std::min(V, lo + block);
+            read_tensor_range(*part.idx, part.tensor, static_cast<uint64_t>(lo * d) * sizeof(float),
+                              static_cast<uint64_t>((hi - lo) * d) * sizeof(float), buf.data());
+            for (int64_t g = lo; g < hi; ++g)
+              if (s.own.owner(g) == me) std::memcpy(part.dst + s.own.local(g) * d, buf.data() + (g - lo) * d, sizeof(float) * d);
+          }
+        }
         continue;
       }
       const bool moments = static_cast<int64_t>(st.table_m[k].size()) == V * d;

@@ -14,8 +14,8 @@
 // as train/optimizer.h does for local tables: only rows with a gradient are updated, after
 // replaying the zero-gradient steps they missed, and an owner brings a row current before it
 // answers a request for it (TableShard::sync); "sparse" updates the rows with a gradient only. The global gradient norm includes every rank's shard (grad_sum_squares).
-// Whole tables exist only transiently: when resuming (every rank loads the whole tables, then keeps
-// its rows). A fresh run initialises each rank's rows alone (init_seed), and a checkpoint is written
+// No rank holds a whole table: a fresh run initialises each rank's rows alone (init_seed), a resumed
+// one reads them from the checkpoint (checkpoint_dir), and a checkpoint is written
 // by every rank in place (owned_rows, train/checkpoint.h save_checkpoint_sharded); gather_to_root
 // (rank 0 gathers the whole tables) remains as the reference the in-place files are tested against.
 #pragma once
@@ -45,7 +45,10 @@ class ShardedTables : public TableProvider {
   // With init_seed: m's tables have no rows (make_model with tables = false; st without table
   // moments) and this rank's rows get make_model(m.cfg, *init_seed)'s random init, generated row by
   // row (for_each_table_init_row: the same values, no whole table ever held), moments zero.
-  ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind owner, const uint64_t* init_seed = nullptr);
+  // With checkpoint_dir (a resume: m and st loaded by load_checkpoint(.., tables = false)): this rank's
+  // rows and their moments are read from the checkpoint's files, a block of rows at a time.
+  ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind owner, const uint64_t* init_seed = nullptr,
+                const std::string* checkpoint_dir = nullptr);
 
   // TableProvider (collectives: every rank calls them in the same order).
   void rows(float* out, int64_t table, const RowBatch& rb) override;

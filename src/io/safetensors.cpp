@@ -157,6 +157,15 @@ void read_tensor_bytes(const StIndex& index, const std::string& name, void* dst)
   pread_all(f.fd, dst, it->second.nbytes, it->second.offset, index.path, "tensor " + name);
 }
 
+void read_tensor_range(const StIndex& index, const std::string& name, uint64_t begin, uint64_t n, void* dst) {
+  auto it = index.tensors.find(name);
+  if (it == index.tensors.end()) fail(index.path, ": missing tensor ", name);
+  if (begin > it->second.nbytes || n > it->second.nbytes - begin)
+    fail(index.path, ": tensor ", name, " has ", it->second.nbytes, " bytes, asked for [", begin, ", ", begin + n, ")");
+  Fd f = open_for_read(index.path);
+  pread_all(f.fd, dst, n, it->second.offset + begin, index.path, "tensor " + name);
+}
+
 StFile read_safetensors(const std::string& path) {
   StIndex idx = read_safetensors_index(path);
   StFile f;

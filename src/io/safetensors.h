@@ -45,6 +45,8 @@ struct StIndex {
 StIndex read_safetensors_index(const std::string& path);
 // Reads tensor `name`'s bytes (entry.nbytes of them) into dst; errors name the file and tensor.
 void read_tensor_bytes(const StIndex& index, const std::string& name, void* dst);
+// Bytes [begin, begin + n) of tensor `name` into dst (a rank's rows of a table: dist::ShardedTables).
+void read_tensor_range(const StIndex& index, const std::string& name, uint64_t begin, uint64_t n, void* dst);
 
 // The whole file in memory (small files: test batches, parity dumps). Same checks as the index.
 StFile read_safetensors(const std::string& path);

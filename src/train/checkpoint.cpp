@@ -288,23 +288,23 @@ void load_checkpoint_mapped(const std::string& ckpt_dir, Model& m) {
   load_weights_mapped(m, MappedFile::open((d / "model.safetensors").string()));
 }
 
-nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState* opt) {
+nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState* opt, bool tables) {
   const fs::path d(ckpt_dir);
   if (!is_complete(d)) fail("checkpoint ", ckpt_dir, " is incomplete (no COMPLETE marker): it was interrupted while being written");
   const std::string mp = (d / "model.safetensors").string();
-  load_weights(m, read_safetensors_index(mp));  // streamed: one tensor at a time into m
+  load_weights(m, read_safetensors_index(mp), tables);  // streamed: one tensor at a time into m
   if (opt && m.lowp.any())
     fail(mp, " holds ", weight_dtype_name(m.lowp.dtype), " weights (a `jtok export --weight-dtype` inference copy): ",
          "it can be evaluated, generated from and served, not trained or resumed");
   if (opt) {
     const std::string op = (d / "optimizer.safetensors").string();
     const StIndex f = read_safetensors_index(op);
-    *opt = make_adamw_state(m);
+    *opt = make_adamw_state(m, tables);
     for (const auto& p : m.layout) {
       read_tensor_f32(f, "exp_avg." + p.name, p.shape, opt->m.data() + p.offset);
       read_tensor_f32(f, "exp_avg_sq." + p.name, p.shape, opt->v.data() + p.offset);
     }
-    for (size_t k = 0; k < m.tables.size(); ++k) {
+    for (size_t k = 0; tables && k < m.tables.size(); ++k) {
       const auto& t = m.tables[k];
       read_tensor_f32(f, "exp_avg." + m.table_names[k], {t.rows, t.dim}, opt->table_m[k].data());
       read_tensor_f32(f, "exp_avg_sq." + m.table_names[k], {t.rows, t.dim}, opt->table_v[k].data());

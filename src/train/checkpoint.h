@@ -51,7 +51,10 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 Config load_checkpoint_config(const std::string& ckpt_dir);
 // Loads the weights into m (built from the checkpoint's config); with opt, the optimizer state too.
 // Returns trainer_state.json. Errors name the file on anything missing, truncated or mismatched.
-nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState* opt);
+// tables = false: the tables and their moments are checked but not read (m built with
+// ModelAlloc{.tables = false}; opt gets no table moments): each rank of an embedding-parallel run
+// then reads its own rows (dist::ShardedTables from the checkpoint).
+nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState* opt, bool tables = true);
 // Inference only: the weights of a complete checkpoint with its token tables left in
 // model.safetensors, mapped read-only and read in place (load_weights_mapped).
 void load_checkpoint_mapped(const std::string& ckpt_dir, Model& m);

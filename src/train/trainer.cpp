@@ -132,9 +132,10 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
   // A resumed model takes every value from its checkpoint: no random init to overwrite. With
   // embedding parallelism a fresh run allocates no table: each rank initialises its own rows
   // (dist::ShardedTables, the same values as one process).
+  // A resumed one reads each rank's rows from the checkpoint (no rank loads a whole table).
   const bool embp_on = opt.embp != "off" && (cfg.model.jtok || cfg.model.jtokm);
   const bool shard_init = embp_on && !ck;
-  Model model = make_model(cfg.model, t.seed, {.init = !ck, .grads = true, .tables = !shard_init});
+  Model model = make_model(cfg.model, t.seed, {.init = !ck, .grads = true, .tables = !embp_on});
   AdamWState adam;
   std::mt19937_64 sample_rng(t.seed ^ 0x5eedULL);
   int64_t start_step = 0;
@@ -144,7 +145,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     Config saved = load_checkpoint_config(*ck);
     if (to_json(saved.model) != to_json(cfg.model))
       fail("--resume: the model config differs from checkpoint ", *ck, "/config.json");
-    nlohmann::json st = load_checkpoint(*ck, model, &adam);
+    nlohmann::json st = load_checkpoint(*ck, model, &adam, /*tables=*/!embp_on);
     start_step = st.at("step").get<int64_t>();
     data.restore(st.at("data"));
     std::istringstream(st.at("sample_rng").get<std::string>()) >> sample_rng;
@@ -187,7 +188,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
   if (embp_on)
     embp = std::make_unique<dist::ShardedTables>(model, adam, dist::ShardedTables::parse_mode(opt.embp),
                                                  dist::ShardedTables::parse_owner(opt.embp_owner),
-                                                 shard_init ? &t.seed : nullptr);
+                                                 shard_init ? &t.seed : nullptr, embp_on && ck ? &*ck : nullptr);
   auto save = [&](int64_t step) {
     std::ostringstream rng;
     rng << sample_rng;
