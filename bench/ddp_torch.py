@@ -9,7 +9,7 @@ jtok train` splits a micro-batch when P does not divide gradient_accumulation_st
 Tokens: consecutive batches of the shards in --data (tests/reference/shards.py, a new batch every
 step), rank r training on rows [r B/P, (r+1) B/P). DDP with find_unused_parameters=True (an MoE
 expert that no token of a rank's rows chose gets no gradient; without it DDP stops). Prints one
-JSON line (rank 0): tokens_per_s (global tokens / mean step wall time after the warm-up), step_ms,
+JSON line (rank 0, on stdout): tokens_per_s (global tokens / mean step wall time after the warm-up), step_ms,
 cpu_s_per_step (rank 0), peak_rss_mb per rank, the torch version, backend and threads.
 """
 import argparse
@@ -45,7 +45,7 @@ class LossModule(torch.nn.Module):
         return loss, loss + self.model.aux_loss
 
 
-def worker(rank, args, fields, port, out_q):
+def worker(rank, args, fields, port):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(args.threads)
@@ -87,14 +87,19 @@ def worker(rank, args, fields, port, out_q):
     dist.all_gather_object(rss, round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
     if rank == 0:
         step_s = sum(times) / len(times)
-        out_q.put({"impl": "pytorch-ddp", "backend": "gloo", "torch": torch.__version__, "ranks": args.ranks,
+        print(json.dumps({"impl": "pytorch-ddp", "backend": "gloo", "torch": torch.__version__, "ranks": args.ranks,
                    "threads_per_rank": torch.get_num_threads(), "find_unused_parameters": True,
                    "tokens_per_step": B * T * M, "warmup": args.warmup, "steps": args.steps,
                    "step_ms": round(step_s * 1000, 2), "step_ms_each": [round(t * 1000, 1) for t in times],
                    "cpu_s_per_step": round(sum(cpu) / len(cpu), 2),
                    "tokens_per_s": round(B * T * M / step_s, 2), "peak_rss_mb": rss,
-                   "params": sum(p.numel() for p in model.parameters()), "tokens": args.data})
-    dist.destroy_process_group()
+                   "params": sum(p.numel() for p in model.parameters()), "tokens": args.data}), flush=True)
+    # Leave without gloo's teardown: destroy_process_group (or interpreter exit) after the other
+    # rank had gone hung rank 0 in a futex for minutes on this machine.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main():
@@ -119,10 +124,7 @@ def main():
     with socket.socket() as s:  # a free port for the gloo rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    q = ctx.SimpleQueue()
-    mp.start_processes(worker, args=(args, fields, port, q), nprocs=args.ranks, join=True, start_method="spawn")
-    print(json.dumps(q.get()))
+    mp.start_processes(worker, args=(args, fields, port), nprocs=args.ranks, join=True, start_method="spawn")
     return 0
 
 
