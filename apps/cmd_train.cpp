@@ -20,12 +20,13 @@ struct Args {
   std::string config, out;
   std::vector<std::string> sets;
   int64_t max_steps = -1;
-  bool resume = false, overwrite = false;
+  bool resume = false, overwrite = false, no_checkpoints = false;
   int64_t skip_nonfinite_steps = 0;
   double peak_gflops = -1;
   std::string sample_prompt = "The";
   std::string embp = "off", embp_owner = "mod";
   double dist_timeout = 600;
+  std::string grad_overlap = "on";
 } args;
 std::map<std::string, std::string>* fields;
 CLI::App* self;
@@ -84,7 +85,9 @@ void run() {
   opt.embp = args.embp;
   opt.embp_owner = args.embp_owner;
   opt.dist_timeout_s = args.dist_timeout;
+  opt.grad_overlap = args.grad_overlap == "on";
   opt.overwrite = args.overwrite;
+  opt.no_checkpoints = args.no_checkpoints;
   opt.skip_nonfinite_steps = args.skip_nonfinite_steps;
   opt.command_line = command_line_string();
   const PrecisionReport precision = apply_training_precision(t.precision);
@@ -109,6 +112,8 @@ void setup(CLI::App* sub) {
   sub->add_flag("--resume", args.resume, "continue from the newest complete checkpoint in --out");
   sub->add_flag("--overwrite", args.overwrite,
                 "start afresh in an --out that holds another run: delete its checkpoints and log first");
+  sub->add_flag("--no-checkpoints", args.no_checkpoints,
+                "write no checkpoint and run no validation (benches: bench/embp_throughput.sh)");
   sub->add_option("--skip-nonfinite-steps", args.skip_nonfinite_steps,
                   "drop up to N batches whose loss or gradient norm is not finite (default 0: stop at the first)")
       ->check(CLI::NonNegativeNumber);
@@ -119,6 +124,10 @@ void setup(CLI::App* sub) {
       ->check(CLI::IsMember({"off", "premix", "naive"}));
   sub->add_option("--embp-owner", args.embp_owner, "row ownership with --embp: mod (id mod P) or contiguous")
       ->check(CLI::IsMember({"mod", "contiguous"}));
+  sub->add_option("--grad-overlap", args.grad_overlap,
+                  "under mpirun: on (default): backbone gradients summed per layer while the backward runs; off: one "
+                  "blocking sum after it (the same bits; docs/distributed.md)")
+      ->check(CLI::IsMember({"on", "off"}));
   sub->add_option("--dist-timeout", args.dist_timeout, "under mpirun: seconds a rank may wait in one MPI call before the job ends naming the ranks that stopped (0 = never)");
   fields = &jtok::add_config_field_options(sub);
   sub->callback(run);

@@ -7,6 +7,8 @@
 #include <random>
 
 #include "dist/communicator.h"
+#include "dist/data_parallel.h"
+#include "model/transformer.h"
 
 using namespace jtok;
 
@@ -101,4 +103,132 @@ TEST(DistComm, AllgathervConcatenatesInRankOrder) {
   dist::broadcast(&v, sizeof v, 0);
   EXPECT_EQ(v, 77);
   dist::barrier();
+}
+
+// The non-blocking bucketed sum gives allreduce_sum's bits: buckets of uneven sizes (0, fewer
+// elements than ranks, not divisible by P), started in an order other than the buffer's, with
+// progress() polled between them and other collectives in flight meanwhile.
+TEST(DistComm, BucketedSumEqualsBlockingSum) {
+  const int64_t n = 10007;
+  std::vector<float> blocking = rank_data(dist::rank(), n), bucketed = blocking;
+  dist::allreduce_sum(blocking.data(), n);
+  const std::vector<int64_t> cut = {0, 1, 2, 2, 5000, 9000, 10007};  // buckets [cut[i], cut[i+1])
+  dist::BucketedSum sum;
+  for (size_t b = cut.size() - 1; b-- > 0;) {
+    sum.start(bucketed.data() + cut[b], cut[b + 1] - cut[b]);
+    sum.progress();
+    double x = 1;
+    dist::allreduce_max(&x, 1);  // a collective on the world communicator between buckets
+    EXPECT_EQ(x, 1.0);
+  }
+  EXPECT_EQ(sum.buckets(), dist::world_size() > 1 ? 5 : 0);  // the empty bucket posts nothing
+  sum.wait();
+  ASSERT_EQ(0, std::memcmp(blocking.data(), bucketed.data(), sizeof(float) * n));
+  const int64_t P = dist::world_size();
+  if (P > 1) {
+    EXPECT_GT(sum.take_sent(), 0);
+  }
+  EXPECT_EQ(sum.take_sent(), 0);
+  // Reused for a second round (the trainer's next step), same bits again.
+  std::vector<float> again = rank_data(dist::rank(), n);
+  sum.start(again.data(), n);
+  sum.wait();
+  ASSERT_EQ(0, std::memcmp(blocking.data(), again.data(), sizeof(float) * n));
+}
+
+// The trainer's path: a model's backward calls the hook once per layer (last to first), each call
+// starts that layer's bucket, and after sum_gradients the gradient is bit for bit the blocking
+// sum's (MoE + JTok + JTok-M, untied head: every kind of parameter range).
+TEST(DistComm, GradBucketsDuringBackwardEqualBlockingSum) {
+  ModelConfig c;
+  c.model_type = "jtok_moe";
+  c.vocab_size = 50;
+  c.vocab_pad_multiple = 16;
+  c.hidden_size = 16;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.intermediate_size = 24;
+  c.max_position_embeddings = 16;
+  c.tie_word_embeddings = false;
+  c.first_k_dense_replace = 1;
+  c.n_routed_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 8;
+  c.jtok = true;
+  c.jtok_layers = "1";
+  c.jtokm = true;
+  c.jtokm_layers = "all";
+  c.jtokm_n_e = 3;
+  c.jtokm_top_k = 2;
+  const int64_t B = 2, T = 8;
+  std::mt19937 g(77u + static_cast<unsigned>(dist::rank()));  // each rank its own tokens
+  std::vector<int32_t> ids(B * T), tgt(B * T);
+  for (auto& v : ids) v = static_cast<int32_t>(g() % 50);
+  for (auto& v : tgt) v = static_cast<int32_t>(g() % 50);
+  auto run = [&](bool overlap) {
+    Model m = make_model(c, 5);
+    Activations acts;
+    dist::GradBuckets buckets(m);
+    std::vector<int64_t> order;
+    if (overlap)
+      acts.on_layer_grads_ready = [&](int64_t l) {
+        order.push_back(l);
+        buckets.layer_ready(m, l);
+      };
+    zero_grads(m);
+    forward(m, acts, ids.data(), B, T);
+    backward(m, acts, ids.data(), tgt.data(), 0.5f);
+    if (overlap) {
+      EXPECT_EQ(order, (std::vector<int64_t>{2, 1, 0}));
+      EXPECT_EQ(buckets.started(), dist::world_size() > 1 ? 3 : 0);
+    }
+    dist::sum_gradients(m, false, overlap ? &buckets : nullptr);
+    return m.grads;
+  };
+  const std::vector<float> blocking = run(false), overlapped = run(true);
+  ASSERT_EQ(blocking.size(), overlapped.size());
+  ASSERT_EQ(0, std::memcmp(blocking.data(), overlapped.data(), sizeof(float) * blocking.size()));
+}
+
+// The request-reply exchange (JTok's rows posted once per forward): every rank asks every rank
+// (itself included) for items, of different counts (none included), and gets each owner's answer
+// in request order; progress() between a collective and the wait.
+TEST(DistComm, RequestReplyAnswersEveryRequestInOrder) {
+  const int P = dist::world_size(), me = dist::rank();
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::vector<int32_t>> req(static_cast<size_t>(P));
+    for (int j = 0; j < P; ++j)
+      for (int i = 0; i < (me + 2 * j + round) % 4; ++i) {  // 2 words per item: (i, me)
+        req[static_cast<size_t>(j)].push_back(100 * j + i);
+        req[static_cast<size_t>(j)].push_back(me);
+      }
+    const std::vector<std::vector<int32_t>> sent = req;
+    const int64_t R = 3;
+    int served_from_self = 0;
+    dist::RequestReply rr(std::move(req), 2, R, [&](int src, const int32_t* q, int64_t n, float* out) {
+      if (src == me) ++served_from_self;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(q[2 * i + 1], src);
+        ASSERT_EQ(q[2 * i] / 100, me);  // asked of its owner
+        for (int64_t r = 0; r < R; ++r) out[i * R + r] = static_cast<float>(q[2 * i] * 10 + r + 1000 * me);
+      }
+    });
+    double x = 1;
+    dist::allreduce_max(&x, 1);
+    rr.progress();
+    rr.wait();
+    EXPECT_TRUE(rr.done());
+    EXPECT_EQ(served_from_self, 1);
+    for (int j = 0; j < P; ++j) {
+      const auto& q = sent[static_cast<size_t>(j)];
+      const auto& rep = rr.reply(j);
+      ASSERT_EQ(rep.size(), q.size() / 2 * R);
+      for (size_t i = 0; i < q.size() / 2; ++i)
+        for (int64_t r = 0; r < R; ++r) EXPECT_EQ(rep[i * R + r], static_cast<float>(q[2 * i] * 10 + r + 1000 * j));
+    }
+    if (P == 1) {
+      EXPECT_EQ(rr.sent_bytes(), 0);
+    }
+  }
 }

@@ -3,7 +3,8 @@
 # same global batch (micro_batch_size x gradient_accumulation_steps rows per step), 20 steps:
 # - dense + JTok, micro-batch split and row split; MoE + JTok + JTok-M, micro-batch split:
 #   step losses within relative 1e-6 of the single process's;
-# - the P=2 MoE run repeated: losses and routing bit for bit;
+# - the P=2 MoE run repeated: losses and routing bit for bit; the dense P=2 run with the gradient
+#   buckets overlapped with the backward (default) and blocking (--grad-overlap off): bit for bit;
 # - the P=2 run's checkpoint evaluated by one process (`jtok eval`): the same validation loss as
 #   rank 0 logged, and within 1e-6 of the single-process run's;
 # - resume on 2 ranks from the step-10 checkpoint: steps 11-20 bit for bit as the straight run;
@@ -48,6 +49,10 @@ one --config "$T/dense.json" --out "$T/dense1"
 two --config "$T/dense.json" --out "$T/dense2"
 grep -q "ranks: 2" "$T/last.out" || { echo "FAIL: the P=2 run did not run on 2 ranks"; cat "$T/last.out"; exit 1; }
 cmp_runs "$T/dense1/log.jsonl" "$T/dense2/log.jsonl" --rtol 1e-6
+# The backbone gradients summed in buckets during the backward (the default) or in one blocking sum
+# after it: the same bits (dist::GradBuckets).
+two --config "$T/dense.json" --out "$T/dense2off" --grad-overlap off
+cmp_runs "$T/dense2/log.jsonl" "$T/dense2off/log.jsonl" --bitwise
 one --config "$T/dense.json" --out "$T/rows1" --micro_batch_size 8 --gradient_accumulation_steps 1
 two --config "$T/dense.json" --out "$T/rows2" --micro_batch_size 8 --gradient_accumulation_steps 1
 cmp_runs "$T/rows1/log.jsonl" "$T/rows2/log.jsonl" --rtol 1e-6
@@ -96,8 +101,10 @@ echo "ok: resume on 2 ranks reproduces the straight run"
 # Embedding parallelism (--embp, dist/sharded_tables.h): tables sharded by id over the ranks.
 # One process through the provider path is the local path bit for bit (premix); 2 ranks, premix
 # and naive, id-mod-P and contiguous ownership: within 1e-6 of the single process; premix again
-# bit for bit; each rank holds ceil(V/P)/V of the table bytes; the per-rank exchange bytes are
-# logged; the checkpoint (gathered by rank 0) evaluates on one process; resume on 2 ranks.
+# bit for bit; each rank holds ceil(V/P)/V of the table bytes (and peaks below the replicated
+# run: per-rank init and in-place checkpoints); the per-rank exchange bytes are
+# logged; the checkpoint (each rank writes its rows in place) equals the gathered one byte for
+# byte, evaluates on one process, and resumes on 2 ranks bit for bit.
 one --config "$T/moe.json" --out "$T/embp1" --embp premix
 cmp_runs "$T/moe1/log.jsonl" "$T/embp1/log.jsonl" --bitwise
 one --config "$T/moe.json" --out "$T/sparse1" --table_optimizer sparse
@@ -106,16 +113,25 @@ cmp_runs "$T/sparse1/log.jsonl" "$T/sparse1p/log.jsonl" --bitwise
 echo "ok: --embp premix on one process is the local path bit for bit (deferred dense and sparse table AdamW)"
 two --config "$T/moe.json" --out "$T/embp2" --embp premix
 cmp_runs "$T/moe1/log.jsonl" "$T/embp2/log.jsonl" --rtol 1e-6 --rtol-after-flip 1e-3
-two --config "$T/moe.json" --out "$T/embp2b" --embp premix
+# Again, with rank 0 gathering the whole tables to write the checkpoints (the old way, kept as the
+# test's reference): the losses bit for bit, and every checkpoint file byte for byte the one the
+# ranks wrote in place (each its own rows at their offsets).
+"${MPIRUN[@]}" -x JTOK_TEST_GATHER_CHECKPOINT=1 -np 2 "$JTOK" train --peak-gflops 1 --config "$T/moe.json" --out "$T/embp2b" --embp premix > "$T/last.out" || { cat "$T/last.out"; exit 1; }
 cmp_runs "$T/embp2/log.jsonl" "$T/embp2b/log.jsonl" --bitwise
+for s in step_00000010 step_00000020; do
+  for f in model.safetensors optimizer.safetensors; do
+    cmp "$T/embp2/checkpoints/$s/$f" "$T/embp2b/checkpoints/$s/$f" || { echo "FAIL: $s/$f written in place differs from the gathered one"; exit 1; }
+  done
+done
+echo "ok: checkpoints written in place by 2 ranks equal the gathered ones byte for byte"
 two --config "$T/moe.json" --out "$T/embp2n" --embp naive
 cmp_runs "$T/moe1/log.jsonl" "$T/embp2n/log.jsonl" --rtol 1e-6 --rtol-after-flip 1e-3
 two --config "$T/dense.json" --out "$T/embp2d" --embp premix --embp-owner contiguous
 cmp_runs "$T/dense1/log.jsonl" "$T/embp2d/log.jsonl" --rtol 1e-6
-/usr/bin/python3 - "$T/embp2/log.jsonl" "$T/embp2n/log.jsonl" <<'PY'
+/usr/bin/python3 - "$T/embp2/log.jsonl" "$T/embp2n/log.jsonl" "$T/moe2/log.jsonl" <<'PY'
 import json, sys
 def lines(p): return [json.loads(l) for l in open(p)]
-pm, nv = lines(sys.argv[1]), lines(sys.argv[2])
+pm, nv, rep = lines(sys.argv[1]), lines(sys.argv[2]), lines(sys.argv[3])
 e = [j for j in pm if j["type"] == "embp"][0]
 V, P = 50304, 2   # padded vocab of the test configs
 whole = e["single_process_table_bytes"]
@@ -131,8 +147,15 @@ for name, L in (("premix", pm), ("naive", nv)):
     assert b["embp_sent"][0] == b["embp_recv"][1] and b["embp_sent"][1] == b["embp_recv"][0], b
     assert min(b["embp_sent"]) > 0 and b["table_sent"] == [0, 0], b
 rss = [j for j in pm if j["type"] == "dist"][0]["peak_rss_kb"]
+rss_rep = [j for j in rep if j["type"] == "dist"][0]["peak_rss_kb"]
 print("ok: exchange bytes per rank at step 20: premix", steps(pm)[-1]["dist_bytes"]["embp_sent"],
-      "naive", steps(nv)[-1]["dist_bytes"]["embp_sent"], "| peak RSS kB per rank", rss)
+      "naive", steps(nv)[-1]["dist_bytes"]["embp_sent"], "| peak RSS kB per rank", rss, "replicated", rss_rep)
+# No rank ever holds a whole table (per-rank init; checkpoints written in place), so each peaks
+# below the replicated run by about half the tables and their moments (~68 MB here); a rank that
+# built the whole tables first, or gathered them to write a checkpoint, would peak at or above it.
+for r in (0, 1):
+    assert rss[r] < rss_rep[r] - 30 * 1024, f"rank {r} peak RSS {rss[r]} kB with --embp, replicated {rss_rep[r]} kB"
+print("ok: ranks peak", [(a - b) // 1024 for a, b in zip(rss_rep, rss)], "MB below the replicated run")
 PY
 "$JTOK" eval --checkpoint "$T/embp2" --no-blimp --json --val-batches 2 > "$T/eval2.json"
 /usr/bin/python3 - "$T/eval2.json" "$T/embp2/log.jsonl" <<'PY'
@@ -146,6 +169,15 @@ cp -r "$T/embp2" "$T/embp2r"
 rm -rf "$T/embp2r/checkpoints/step_00000020"
 two --config "$T/moe.json" --out "$T/embp2r" --resume --embp premix
 cmp_runs "$T/embp2/log.jsonl" "$T/embp2r/log.jsonl" --bitwise
+# Each rank read only its rows from the checkpoint: the resumed run peaks below the replicated one too.
+/usr/bin/python3 - "$T/embp2r/log.jsonl" "$T/moe2/log.jsonl" <<'PY'
+import json, sys
+def rss(p): return [json.loads(l) for l in open(p) if '"type":"dist"' in l][-1]["peak_rss_kb"]
+r, rep = rss(sys.argv[1]), rss(sys.argv[2])
+for k in (0, 1):
+    assert r[k] < rep[k] - 30 * 1024, f"resumed rank {k} peak RSS {r[k]} kB with --embp, replicated {rep[k]} kB"
+print("ok: resumed ranks peak", [(a - b) // 1024 for a, b in zip(rep, r)], "MB below the replicated run")
+PY
 echo "ok: EmbP resume on 2 ranks reproduces the straight run"
 
 # Kill -9 of one rank mid-run (after the step-5 checkpoint): mpirun ends the job non-zero within
@@ -177,8 +209,15 @@ while [ ! -f "$T/hung/checkpoints/step_00000005/COMPLETE" ]; do
   kill -0 $mp 2>/dev/null || { echo "FAIL: the run ended before its first checkpoint"; cat "$T/hung.out"; exit 1; }
   sleep 0.05
 done
-victim=$(ps -o pid= --ppid $mp | tail -n1 | tr -d " ")
-vrank=$(tr '\0' '\n' < /proc/$victim/environ | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+# The victim is rank 1: rank 0 writes COMPLETE and only then returns from the checkpoint, so rank 1
+# has been waiting for it since the checkpoint's last barrier; stopping rank 0 there could leave its
+# heartbeat fresh when rank 1's timeout fires on a loaded machine (it was seen once: "busy outside MPI").
+victim=""
+for c in $(ps -o pid= --ppid $mp); do
+  if [ "$(tr '\0' '\n' < /proc/$c/environ | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')" = 1 ]; then victim=$c; fi
+done
+[ -n "$victim" ] || { echo "FAIL: no rank 1 process under mpirun $mp"; exit 1; }
+vrank=1
 kill -STOP $victim
 start=$SECONDS
 rc=0; wait $mp || rc=$?

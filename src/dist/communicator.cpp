@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -193,6 +194,251 @@ void abort(const std::string& msg, int code) {
   }
   std::fflush(stdout);
   std::_Exit(code);
+}
+
+// ---- BucketedSum ----------------------------------------------------------------------------
+
+namespace {
+MPI_Comm g_bucket_comm = MPI_COMM_NULL;  // a duplicate of MPI_COMM_WORLD: its tags never meet others'
+}
+
+struct BucketedSum::Bucket {
+  float* p = nullptr;
+  int64_t n = 0, tag = 0;
+  std::vector<int64_t> lo, cnt;   // chunk of each rank
+  std::vector<float> got;         // every other rank's copy of my chunk, in rank order (my slot unused)
+  std::vector<MPI_Request> req;   // the posted phase's requests
+  int phase = 0;                  // 1: reduce-scatter posted; 2: allgather posted; 3: done
+};
+
+BucketedSum::BucketedSum() {
+  if (g_size > 1 && g_bucket_comm == MPI_COMM_NULL) {
+    call("MPI_Comm_dup", [&] { return MPI_Comm_dup(MPI_COMM_WORLD, &g_bucket_comm); });
+    MPI_Comm_set_errhandler(g_bucket_comm, MPI_ERRORS_RETURN);
+  }
+}
+
+// Buckets still posted here mean an error is on its way to MPI_Abort (dist::abort): the requests
+// are left to it.
+BucketedSum::~BucketedSum() {
+  for (Bucket* k : b_) delete k;
+}
+
+void BucketedSum::start(float* p, int64_t n) {
+  if (g_size == 1 || n == 0) return;
+  const int64_t tag_ub = 32767;  // the standard's guaranteed minimum of MPI_TAG_UB
+  JTOK_CHECK(2 * static_cast<int64_t>(b_.size()) + 1 <= tag_ub, "too many buckets: ", b_.size());
+  auto* k = new Bucket;
+  b_.push_back(k);
+  k->p = p;
+  k->n = n;
+  k->tag = 2 * static_cast<int64_t>(b_.size() - 1);
+  const int64_t P = g_size, chunk = (n + P - 1) / P;
+  k->lo.resize(static_cast<size_t>(P));
+  k->cnt.resize(static_cast<size_t>(P));
+  for (int64_t j = 0; j < P; ++j) {
+    k->lo[static_cast<size_t>(j)] = std::min(n, j * chunk);
+    k->cnt[static_cast<size_t>(j)] = std::min(n, k->lo[static_cast<size_t>(j)] + chunk) - k->lo[static_cast<size_t>(j)];
+  }
+  const int64_t mine = k->cnt[static_cast<size_t>(g_rank)];
+  k->got.resize(static_cast<size_t>(mine * P));
+  // Phase 1 (reduce-scatter): chunk j to rank j; every other rank's copy of my chunk into got.
+  for (int j = 0; j < g_size; ++j) {
+    if (j == g_rank) continue;
+    const int64_t c = k->cnt[static_cast<size_t>(j)];
+    if (c > 0) {
+      k->req.emplace_back();
+      call("MPI_Isend", [&] { return MPI_Isend(p + k->lo[static_cast<size_t>(j)], to_int(c, "bucket chunk"), MPI_FLOAT, j,
+                                               static_cast<int>(k->tag), g_bucket_comm, &k->req.back()); });
+      sent_ += c * static_cast<int64_t>(sizeof(float));
+    }
+    if (mine > 0) {
+      k->req.emplace_back();
+      call("MPI_Irecv", [&] { return MPI_Irecv(k->got.data() + j * mine, to_int(mine, "bucket chunk"), MPI_FLOAT, j,
+                                               static_cast<int>(k->tag), g_bucket_comm, &k->req.back()); });
+      recv_ += mine * static_cast<int64_t>(sizeof(float));
+    }
+  }
+  k->phase = 1;
+  progress();
+}
+
+void BucketedSum::advance(Bucket& k, bool block) {
+  if (k.phase == 3) return;
+  if (!k.req.empty()) {
+    if (block) {
+      call("MPI_Waitall", [&] { return MPI_Waitall(static_cast<int>(k.req.size()), k.req.data(), MPI_STATUSES_IGNORE); });
+    } else {
+      int done = 0;
+      call("MPI_Testall", [&] { return MPI_Testall(static_cast<int>(k.req.size()), k.req.data(), &done, MPI_STATUSES_IGNORE); });
+      if (!done) return;
+    }
+    k.req.clear();
+  }
+  if (k.phase == 1) {
+    // My chunk summed in rank order, my own copy in its place: the order of allreduce_fixed.
+    const int64_t mine = k.cnt[static_cast<size_t>(g_rank)];
+    float* out = k.p + k.lo[static_cast<size_t>(g_rank)];
+    std::copy(out, out + mine, k.got.data() + g_rank * mine);
+    std::copy(k.got.data(), k.got.data() + mine, out);
+    for (int j = 1; j < g_size; ++j) {
+      const float* src = k.got.data() + j * mine;
+      for (int64_t i = 0; i < mine; ++i) out[i] = out[i] + src[i];
+    }
+    std::vector<float>().swap(k.got);
+    // Phase 2 (allgather): my summed chunk to every rank; theirs into place.
+    for (int j = 0; j < g_size; ++j) {
+      if (j == g_rank) continue;
+      const int64_t c = k.cnt[static_cast<size_t>(j)];
+      if (mine > 0) {
+        k.req.emplace_back();
+        call("MPI_Isend", [&] { return MPI_Isend(out, to_int(mine, "bucket chunk"), MPI_FLOAT, j, static_cast<int>(k.tag + 1),
+                                                 g_bucket_comm, &k.req.back()); });
+        sent_ += mine * static_cast<int64_t>(sizeof(float));
+      }
+      if (c > 0) {
+        k.req.emplace_back();
+        call("MPI_Irecv", [&] { return MPI_Irecv(k.p + k.lo[static_cast<size_t>(j)], to_int(c, "bucket chunk"), MPI_FLOAT, j,
+                                                 static_cast<int>(k.tag + 1), g_bucket_comm, &k.req.back()); });
+        recv_ += c * static_cast<int64_t>(sizeof(float));
+      }
+    }
+    k.phase = 2;
+    if (block) advance(k, true);
+    return;
+  }
+  k.phase = 3;
+}
+
+void BucketedSum::progress() {
+  // Buckets in the order they were started; each moves as far as its messages allow.
+  for (Bucket* k : b_) advance(*k, false);
+}
+
+void BucketedSum::wait() {
+  for (Bucket* k : b_) advance(*k, true);
+  for (Bucket* k : b_) delete k;
+  b_.clear();
+}
+
+// ---- RequestReply ---------------------------------------------------------------------------
+
+namespace {
+MPI_Comm g_rr_comm = MPI_COMM_NULL;
+constexpr int kTagCount = 1, kTagReq = 2, kTagReply = 3;
+}
+
+struct RequestReply::Impl {
+  // Per peer j: my count to it, its count to me, its requests, my reply to it.
+  std::vector<int64_t> my_count, its_count;
+  std::vector<std::vector<int32_t>> its_req;
+  std::vector<std::vector<float>> my_reply;
+  std::vector<int> stage;                 // per peer: 0 count pending, 1 request pending, 2 served
+  std::vector<MPI_Request> count_rq, req_rq;  // receives of its count, of its requests
+  std::vector<MPI_Request> other;         // sends and reply receives: waited at the end
+};
+
+RequestReply::RequestReply(std::vector<std::vector<int32_t>> requests, int64_t item, int64_t reply_floats, Serve serve)
+    : impl_(new Impl), req_(std::move(requests)), item_(item), reply_floats_(reply_floats), serve_(std::move(serve)) {
+  const int P = g_size;
+  JTOK_CHECK(static_cast<int>(req_.size()) == P && item_ > 0);
+  if (P > 1 && g_rr_comm == MPI_COMM_NULL) {
+    call("MPI_Comm_dup", [&] { return MPI_Comm_dup(MPI_COMM_WORLD, &g_rr_comm); });
+    MPI_Comm_set_errhandler(g_rr_comm, MPI_ERRORS_RETURN);
+  }
+  Impl& x = *impl_;
+  reply_.resize(static_cast<size_t>(P));
+  x.my_count.assign(static_cast<size_t>(P), 0);
+  x.its_count.assign(static_cast<size_t>(P), 0);
+  x.its_req.resize(static_cast<size_t>(P));
+  x.my_reply.resize(static_cast<size_t>(P));
+  x.stage.assign(static_cast<size_t>(P), 0);
+  x.count_rq.assign(static_cast<size_t>(P), MPI_REQUEST_NULL);
+  x.req_rq.assign(static_cast<size_t>(P), MPI_REQUEST_NULL);
+  for (int j = 0; j < P; ++j) {
+    const size_t J = static_cast<size_t>(j);
+    JTOK_CHECK(static_cast<int64_t>(req_[J].size()) % item_ == 0, "request of ", req_[J].size(), " words, items of ", item_);
+    const int64_t n = static_cast<int64_t>(req_[J].size()) / item_;
+    x.my_count[J] = n;
+    reply_[J].resize(static_cast<size_t>(n * reply_floats_));
+    if (j == g_rank) continue;
+    call("MPI_Irecv", [&] { return MPI_Irecv(&x.its_count[J], 1, MPI_INT64_T, j, kTagCount, g_rr_comm, &x.count_rq[J]); });
+    x.other.emplace_back();
+    call("MPI_Isend", [&] { return MPI_Isend(&x.my_count[J], 1, MPI_INT64_T, j, kTagCount, g_rr_comm, &x.other.back()); });
+    if (n > 0) {
+      x.other.emplace_back();
+      call("MPI_Isend", [&] { return MPI_Isend(req_[J].data(), to_int(n * item_, "request"), MPI_INT32_T, j, kTagReq, g_rr_comm,
+                                               &x.other.back()); });
+      x.other.emplace_back();
+      call("MPI_Irecv", [&] { return MPI_Irecv(reply_[J].data(), to_int(n * reply_floats_, "reply"), MPI_FLOAT, j, kTagReply,
+                                               g_rr_comm, &x.other.back()); });
+      sent_ += n * item_ * 4;
+      recv_ += n * reply_floats_ * 4;
+    }
+  }
+  progress();
+}
+
+RequestReply::~RequestReply() { delete impl_; }  // not waited: an error is on its way to MPI_Abort
+
+void RequestReply::step(bool block) {
+  Impl& x = *impl_;
+  const int P = g_size;
+  for (int j = 0; j < P; ++j) {
+    const size_t J = static_cast<size_t>(j);
+    if (x.stage[J] == 2) continue;
+    if (j == g_rank) {  // my requests to myself
+      serve_(j, req_[J].data(), x.my_count[J], reply_[J].data());
+      x.stage[J] = 2;
+      continue;
+    }
+    if (x.stage[J] == 0) {
+      int got = 0;
+      if (block) call("MPI_Wait", [&] { got = 1; return MPI_Wait(&x.count_rq[J], MPI_STATUS_IGNORE); });
+      else call("MPI_Test", [&] { return MPI_Test(&x.count_rq[J], &got, MPI_STATUS_IGNORE); });
+      if (!got) continue;
+      const int64_t n = x.its_count[J];
+      x.its_req[J].resize(static_cast<size_t>(n * item_));
+      if (n > 0)
+        call("MPI_Irecv", [&] { return MPI_Irecv(x.its_req[J].data(), to_int(n * item_, "request"), MPI_INT32_T, j, kTagReq,
+                                                 g_rr_comm, &x.req_rq[J]); });
+      x.stage[J] = 1;
+    }
+    if (x.stage[J] == 1) {
+      int got = 1;
+      if (x.req_rq[J] != MPI_REQUEST_NULL) {
+        if (block) call("MPI_Wait", [&] { return MPI_Wait(&x.req_rq[J], MPI_STATUS_IGNORE); });
+        else call("MPI_Test", [&] { return MPI_Test(&x.req_rq[J], &got, MPI_STATUS_IGNORE); });
+      }
+      if (!got) continue;
+      const int64_t n = x.its_count[J];
+      x.my_reply[J].resize(static_cast<size_t>(n * reply_floats_));
+      serve_(j, x.its_req[J].data(), n, x.my_reply[J].data());
+      std::vector<int32_t>().swap(x.its_req[J]);
+      if (n > 0) {
+        x.other.emplace_back();
+        call("MPI_Isend", [&] { return MPI_Isend(x.my_reply[J].data(), to_int(n * reply_floats_, "reply"), MPI_FLOAT, j, kTagReply,
+                                                 g_rr_comm, &x.other.back()); });
+        sent_ += n * reply_floats_ * 4;
+        recv_ += n * item_ * 4;
+      }
+      x.stage[J] = 2;
+    }
+  }
+}
+
+void RequestReply::progress() {
+  if (!done_) step(false);
+}
+
+void RequestReply::wait() {
+  if (done_) return;
+  step(true);
+  Impl& x = *impl_;
+  if (!x.other.empty())
+    call("MPI_Waitall", [&] { return MPI_Waitall(static_cast<int>(x.other.size()), x.other.data(), MPI_STATUSES_IGNORE); });
+  x.other.clear();
+  done_ = true;
 }
 
 std::vector<int64_t> prefix_offsets(const std::vector<int64_t>& sizes) {

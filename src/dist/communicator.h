@@ -11,6 +11,7 @@
 // MPI_Alltoallv plus an MPI_Allgatherv: the bandwidth of a ring allreduce.)
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,72 @@ int world_size();  // 1 without a launcher
 void allreduce_sum(float* buf, int64_t n);
 void allreduce_sum(double* buf, int64_t n);
 void allreduce_sum(int64_t* buf, int64_t n);
+// Non-blocking fixed-order sum of a buffer in buckets (issue 11: backbone gradients summed while
+// the backward still runs). start(p, n) posts the sum of bucket [p, p + n) over the ranks;
+// progress() moves posted buckets on (call it often: MPI moves data only inside MPI calls, there is
+// no progress thread); wait() completes them all. Every bucket ends as allreduce_sum would leave
+// it, bit for bit: element i is reduced by the owner of its chunk as ((x_0 + x_1) + x_2) + ... in
+// rank order and sent back to every rank; the owner and order do not depend on timing. Made of
+// point-to-point MPI_Isend / MPI_Irecv on a communicator of its own (tags per bucket), not
+// MPI_Iallreduce, whose summation order is the library's choice (Open MPI's tuned component picks
+// its algorithm by message size and P, and a ring or tree changes the order of float sums).
+// Every rank must start the same buckets, with the same sizes, in the same order; the buffer of a
+// bucket must not be touched between start and wait.
+class BucketedSum {
+ public:
+  BucketedSum();
+  ~BucketedSum();
+  BucketedSum(const BucketedSum&) = delete;
+  BucketedSum& operator=(const BucketedSum&) = delete;
+  void start(float* p, int64_t n);
+  void progress();
+  void wait();
+  int64_t buckets() const { return static_cast<int64_t>(b_.size()); }
+  // Bytes this rank sent to / received from other ranks since the last take.
+  int64_t take_sent() { int64_t v = sent_; sent_ = 0; return v; }
+  int64_t take_recv() { int64_t v = recv_; recv_ = 0; return v; }
+
+ private:
+  struct Bucket;
+  std::vector<Bucket*> b_;
+  int64_t sent_ = 0, recv_ = 0;
+  void advance(Bucket& k, bool block);
+};
+
+// A non-blocking request-reply exchange (JTok's rows for a micro-batch, posted once at the start of
+// the forward: dist/sharded_tables.h). Rank r sends requests[j] (int32 words, `item` words per
+// item) to rank j and gets back `reply_floats` floats per item it asked; `serve(src, req, n, out)`
+// is the owner's answer to n items from rank src (out: n * reply_floats floats). The constructor
+// posts everything (point to point, on a communicator of its own); progress() serves the requests
+// that have arrived and moves messages on; wait() serves the rest and completes. A rank's requests
+// to itself are served without MPI. Every rank must construct one, and they must not overlap.
+class RequestReply {
+ public:
+  using Serve = std::function<void(int src, const int32_t* req, int64_t n, float* out)>;
+  RequestReply(std::vector<std::vector<int32_t>> requests, int64_t item, int64_t reply_floats, Serve serve);
+  ~RequestReply();
+  RequestReply(const RequestReply&) = delete;
+  RequestReply& operator=(const RequestReply&) = delete;
+  void progress();
+  void wait();
+  bool done() const { return done_; }
+  // The reply of rank j to this rank's requests[j], in request order (after wait()).
+  const std::vector<float>& reply(int j) const { return reply_[static_cast<size_t>(j)]; }
+  int64_t sent_bytes() const { return sent_; }  // to other ranks: requests and replies
+  int64_t recv_bytes() const { return recv_; }
+
+ private:
+  struct Impl;
+  Impl* impl_;
+  std::vector<std::vector<int32_t>> req_;
+  std::vector<std::vector<float>> reply_;
+  int64_t item_, reply_floats_;
+  Serve serve_;
+  bool done_ = false;
+  int64_t sent_ = 0, recv_ = 0;
+  void step(bool block);
+};
+
 // Maximum over ranks, in place.
 void allreduce_max(double* buf, int64_t n);
 

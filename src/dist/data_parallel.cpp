@@ -1,6 +1,8 @@
 #include "dist/data_parallel.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "core/error.h"
 #include "core/profile.h"
@@ -80,16 +82,60 @@ void merge_table_grads(Model& m, const std::vector<char>& packed, const std::vec
   }
 }
 
-ExchangeBytes sum_gradients(Model& m, bool tables) {
+GradBuckets::GradBuckets(const Model& m) {
+  const int64_t L = m.cfg.num_hidden_layers, n = static_cast<int64_t>(m.grads.size());
+  layer_.assign(static_cast<size_t>(L), {n, 0});
+  int64_t lo = n, hi = 0;  // the span of all layers
+  for (const ParamInfo& p : m.layout) {
+    const std::string pre = "model.layers.";
+    if (p.name.compare(0, pre.size(), pre) != 0) continue;
+    const int64_t l = std::stoll(p.name.substr(pre.size()));
+    JTOK_CHECK(l >= 0 && l < L, "parameter ", p.name, " of a layer outside [0, ", L, ")");
+    auto& r = layer_[static_cast<size_t>(l)];
+    r.first = std::min(r.first, p.offset);
+    r.second = std::max(r.second, p.offset + p.numel);
+    lo = std::min(lo, p.offset);
+    hi = std::max(hi, p.offset + p.numel);
+  }
+  int64_t total = 0;
+  for (const auto& r : layer_) total += r.second - r.first;
+  JTOK_CHECK(total == hi - lo, "the layers' parameters are not contiguous in the gradient buffer");
+  if (lo > 0) rest_.push_back({0, lo});
+  if (hi < n) rest_.push_back({hi, n});
+  done_.assign(layer_.size(), false);
+}
+
+void GradBuckets::layer_ready(Model& m, int64_t layer) {
+  auto& r = layer_.at(static_cast<size_t>(layer));
+  JTOK_CHECK(!done_[static_cast<size_t>(layer)], "layer ", layer, "'s gradient bucket started twice in one step");
+  done_[static_cast<size_t>(layer)] = true;
+  sum_.start(m.grads.data() + r.first, r.second - r.first);
+}
+
+void GradBuckets::finish(Model& m) {
+  for (size_t l = layer_.size(); l-- > 0;)  // a step whose backward did not call the hook
+    if (!done_[l]) layer_ready(m, static_cast<int64_t>(l));
+  for (const auto& r : rest_) sum_.start(m.grads.data() + r.first, r.second - r.first);
+  sum_.wait();
+  done_.assign(layer_.size(), false);
+}
+
+ExchangeBytes sum_gradients(Model& m, bool tables, GradBuckets* buckets) {
   ExchangeBytes b;
   const int64_t P = world_size();
   if (P == 1) return b;
   JTOK_PROFILE("dist_grad_exchange");
   const int64_t n = static_cast<int64_t>(m.grads.size());
-  allreduce_sum(m.grads.data(), n);
-  // Reduce-scatter + allgather: each rank sends (P-1)/P of the buffer twice, and receives as much.
-  const int64_t chunk = (n + P - 1) / P * static_cast<int64_t>(sizeof(float));
-  b.backbone_sent = b.backbone_recv = 2 * (P - 1) * chunk;
+  if (buckets) {
+    buckets->finish(m);
+    b.backbone_sent = buckets->sum_.take_sent();
+    b.backbone_recv = buckets->sum_.take_recv();
+  } else {
+    allreduce_sum(m.grads.data(), n);
+    // Reduce-scatter + allgather: each rank sends (P-1)/P of the buffer twice, and receives as much.
+    const int64_t chunk = (n + P - 1) / P * static_cast<int64_t>(sizeof(float));
+    b.backbone_sent = b.backbone_recv = 2 * (P - 1) * chunk;
+  }
   if (tables && !m.table_grads.empty()) {
     const std::vector<char> mine = pack_table_grads(m);
     std::vector<int64_t> sizes;

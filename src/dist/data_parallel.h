@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dist/communicator.h"
 #include "model/config.h"
 #include "model/transformer.h"
 
@@ -44,9 +45,34 @@ BatchShare batch_share(const TrainConfig& t, int64_t rank, int64_t ranks);
 struct ExchangeBytes {
   int64_t backbone_sent = 0, backbone_recv = 0, table_sent = 0, table_recv = 0;
 };
+// The backbone gradient summed in buckets while the backward runs (dist::BucketedSum): one bucket
+// per layer (its parameters are contiguous in m.grads), started from the backward's
+// Activations::on_layer_grads_ready of the last micro-batch this rank runs in the step, last layer
+// first, every rank in the same order; the parameters outside the layers (embedding, final norm,
+// lm_head) are the last buckets, started by sum_gradients after the backward, which then waits for
+// all. The sums are the blocking allreduce_sum's, bit for bit.
+class GradBuckets {
+ public:
+  explicit GradBuckets(const Model& m);
+  // The hook for Activations::on_layer_grads_ready: starts layer l's bucket and moves the others on.
+  void layer_ready(Model& m, int64_t layer);
+  // Starts every bucket not started yet (in a fixed order) and waits for all.
+  void finish(Model& m);
+  int64_t started() const { return sum_.buckets(); }
+
+ private:
+  std::vector<std::pair<int64_t, int64_t>> layer_;  // [begin, end) of each layer's parameters in m.grads
+  std::vector<std::pair<int64_t, int64_t>> rest_;   // the ranges outside the layers
+  std::vector<bool> done_;
+  BucketedSum sum_;
+  friend ExchangeBytes sum_gradients(Model& m, bool tables, GradBuckets* buckets);
+};
+
 // Sums m.grads and (if `tables`) m.table_grads over all ranks in place (no-op in a world of one).
-// Sharded tables (dist/sharded_tables.h) have their own exchange: tables = false.
-ExchangeBytes sum_gradients(Model& m, bool tables = true);
+// Sharded tables (dist/sharded_tables.h) have their own exchange: tables = false. With `buckets`,
+// the backbone's sum is the buckets' (started during the backward, finished here); without, one
+// blocking allreduce_sum after the backward.
+ExchangeBytes sum_gradients(Model& m, bool tables = true, GradBuckets* buckets = nullptr);
 // The table-gradient merge on its own: `packed` is every rank's pack_table_grads output in rank
 // order (sizes[j] bytes each); the result replaces m.table_grads.
 std::vector<char> pack_table_grads(const Model& m);

@@ -1,10 +1,14 @@
 #include "dist/sharded_tables.h"
 
+#include <algorithm>
+#include <filesystem>
+#include <optional>
 #include <cstring>
 
 #include "core/error.h"
 #include "core/profile.h"
 #include "dist/communicator.h"
+#include "io/safetensors.h"
 #include "ops/adamw.h"
 
 namespace jtok::dist {
@@ -21,8 +25,16 @@ RowOwner::Kind ShardedTables::parse_owner(const std::string& s) {
   fail("--embp-owner '", s, "': expected mod or contiguous");
 }
 
-ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind owner) : mode_(mode) {
-  sync_tables(m, st);  // the rows taken must be current
+ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind owner, const uint64_t* init_seed,
+                             const std::string* checkpoint_dir)
+    : mode_(mode) {
+  JTOK_CHECK(!(init_seed && checkpoint_dir), "ShardedTables: rows from a seed or from a checkpoint, not both");
+  if (!init_seed && !checkpoint_dir) sync_tables(m, st);  // the rows taken must be current
+  std::optional<StIndex> model_idx, opt_idx;
+  if (checkpoint_dir) {
+    model_idx = read_safetensors_index((std::filesystem::path(*checkpoint_dir) / "model.safetensors").string());
+    opt_idx = read_safetensors_index((std::filesystem::path(*checkpoint_dir) / "optimizer.safetensors").string());
+  }
   const int me = rank(), P = world_size();
   where_.assign(m.tables.size(), {-1, -1});
   auto add_shard = [&](int64_t first, int64_t n) {
@@ -31,6 +43,41 @@ ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind
     for (int64_t t = 0; t < n; ++t) {
       const size_t k = static_cast<size_t>(first + t);
       JTOK_CHECK(m.tables[k].rows == V && m.tables[k].numel() == V * d, "table ", m.table_names[k]);
+      where_[k] = {static_cast<int>(shards_.size()), static_cast<int>(t)};
+      whole_bytes_ += V * d * static_cast<int64_t>(sizeof(float));
+      if (init_seed) {  // this rank's rows of the random init; moments zero (make_shard)
+        JTOK_CHECK(st.table_m[k].empty(), "table ", m.table_names[k], ": init from the seed with moments present");
+        const RowOwner& own = s.own;
+        float* w = s.w[t].data();
+        for_each_table_init_row(m, *init_seed, static_cast<int64_t>(k), [&](int64_t g, const float* v) {
+          if (own.owner(g) == me) std::memcpy(w + own.local(g) * d, v, sizeof(float) * d);
+        });
+        continue;
+      }
+      if (checkpoint_dir) {  // this rank's rows of the values and both moments, 4096 rows a read
+        JTOK_CHECK(st.table_m[k].empty(), "table ", m.table_names[k], ": read from the checkpoint with moments present");
+        const std::string& name = m.table_names[k];
+        const struct { const StIndex* idx; std::string tensor; float* dst; } parts[3] = {
+            {&*model_idx, name, s.w[t].data()},
+            {&*opt_idx, "exp_avg." + name, s.m[t].data()},
+            {&*opt_idx, "exp_avg_sq." + name, s.v[t].data()}};
+        const int64_t block = 4096;
+        std::vector<float> buf(static_cast<size_t>(std::min(block, V) * d));
+        for (const auto& part : parts) {
+          auto it = part.idx->tensors.find(part.tensor);
+          if (it == part.idx->tensors.end()) fail(part.idx->path, ": missing tensor ", part.tensor);
+          if (it->second.dtype != "F32" || it->second.shape != std::vector<int64_t>{V, d})
+            fail(part.idx->path, ": tensor ", part.tensor, " is not F32 of shape [", V, ", ", d, "]");
+          for (int64_t lo = 0; lo < V; lo += block) {
+            const int64_t hi = std::min(V, lo + block);
+            read_tensor_range(*part.idx, part.tensor, static_cast<uint64_t>(lo * d) * sizeof(float),
+                              static_cast<uint64_t>((hi - lo) * d) * sizeof(float), buf.data());
+            for (int64_t g = lo; g < hi; ++g)
+              if (s.own.owner(g) == me) std::memcpy(part.dst + s.own.local(g) * d, buf.data() + (g - lo) * d, sizeof(float) * d);
+          }
+        }
+        continue;
+      }
       const bool moments = static_cast<int64_t>(st.table_m[k].size()) == V * d;
       for (int64_t r = 0; r < s.rows; ++r) {
         const int64_t g = s.own.global(me, r);
@@ -40,12 +87,11 @@ ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind
           std::memcpy(s.v[t].data() + r * d, st.table_v[k].data() + g * d, sizeof(float) * d);
         }
       }
-      where_[k] = {static_cast<int>(shards_.size()), static_cast<int>(t)};
-      whole_bytes_ += V * d * static_cast<int64_t>(sizeof(float));
     }
     shards_.push_back(std::move(s));
   };
   for (int64_t l = 0; l < m.cfg.num_hidden_layers; ++l) {
+    if (m.jtok_table[l] >= 0) jtok_tables_.push_back(m.jtok_table[l]);
     if (m.jtok_table[l] >= 0) add_shard(m.jtok_table[l], 1);
     if (m.jtokm_table[l] >= 0) add_shard(m.jtokm_table[l], m.cfg.jtokm_n_e);
   }
@@ -74,10 +120,63 @@ void ShardedTables::release(Model& m, AdamWState& st) {
   mark_tables_current(m, st);
 }
 
+void ShardedTables::prefetch(const RowBatch& rb) {
+  if (jtok_tables_.empty()) return;
+  JTOK_PROFILE("embp_prefetch");
+  JTOK_CHECK(!pre_ || pre_->done(), "a JTok row prefetch was posted before the previous one was used");
+  const int P = world_size();
+  const int64_t U = static_cast<int64_t>(rb.unique.size());
+  const RowOwner& own = shards_[where_[static_cast<size_t>(jtok_tables_[0])].first].own;
+  std::vector<std::vector<int32_t>> req(static_cast<size_t>(P));
+  pre_where_.assign(static_cast<size_t>(P), {});
+  for (int64_t u = 0; u < U; ++u) {
+    const size_t o = static_cast<size_t>(own.owner(rb.unique[u]));
+    req[o].push_back(rb.unique[u]);
+    pre_where_[o].push_back(static_cast<int32_t>(u));
+  }
+  pre_ids_ = rb.unique;
+  const int64_t d = shards_[where_[static_cast<size_t>(jtok_tables_[0])].first].dim;
+  const int64_t nj = static_cast<int64_t>(jtok_tables_.size());
+  // The owner's answer: per requested id, its row of every JTok table (brought current first).
+  auto serve = [this, d, nj](int, const int32_t* ids, int64_t n, float* out) {
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t k = 0; k < nj; ++k) {
+        const auto [si, t] = where_[static_cast<size_t>(jtok_tables_[static_cast<size_t>(k)])];
+        const TableShard& sh = shards_[si];
+        JTOK_CHECK(ids[i] >= 0 && ids[i] < sh.own.V && sh.own.owner(ids[i]) == sh.rank, "rank ", sh.rank,
+                   " asked for row ", ids[i], " it does not own");
+        if (sh.sync) sh.sync(t, sh.own.local(ids[i]));
+        std::memcpy(out + (i * nj + k) * d, sh.row(t, ids[i]), sizeof(float) * d);
+      }
+  };
+  pre_ = std::make_unique<RequestReply>(std::move(req), 1, nj * d, serve);
+}
+
+void ShardedTables::poll() {
+  if (pre_ && !pre_->done()) pre_->progress();
+}
+
 void ShardedTables::rows(float* out, int64_t table, const RowBatch& rb) {
   JTOK_PROFILE("embp_rows");
   const auto [s, t] = where_[static_cast<size_t>(table)];
-  bytes_.add(fetch_rows(out, shards_[s], t, rb));
+  if (!pre_) {
+    bytes_.add(fetch_rows(out, shards_[s], t, rb));
+    return;
+  }
+  JTOK_CHECK(rb.unique == pre_ids_, "JTok rows asked for other ids than the forward's prefetch");
+  if (!pre_->done()) {
+    pre_->wait();
+    bytes_.add({pre_->sent_bytes(), pre_->recv_bytes()});
+  }
+  const int64_t d = shards_[s].dim, nj = static_cast<int64_t>(jtok_tables_.size());
+  const int64_t k = std::find(jtok_tables_.begin(), jtok_tables_.end(), table) - jtok_tables_.begin();
+  JTOK_CHECK(k < nj, "table ", table, " is not a JTok table");
+  for (size_t j = 0; j < pre_where_.size(); ++j) {
+    const std::vector<float>& rep = pre_->reply(static_cast<int>(j));
+    for (size_t i = 0; i < pre_where_[j].size(); ++i)
+      std::memcpy(out + static_cast<int64_t>(pre_where_[j][i]) * d, rep.data() + (static_cast<int64_t>(i) * nj + k) * d,
+                  sizeof(float) * d);
+  }
 }
 
 void ShardedTables::row_grads(int64_t table, SparseRowGrad& g) {
@@ -274,6 +373,24 @@ void ShardedTables::gather_to_root(Model& m, AdamWState& st) {
     }
   }
   if (me == 0) mark_tables_current(m, st);
+}
+
+std::vector<TableRows> ShardedTables::owned_rows() {
+  sync_all();  // the rows written must be current
+  std::vector<TableRows> out(where_.size());
+  for (size_t k = 0; k < where_.size(); ++k) {
+    const auto [si, t] = where_[k];
+    const TableShard& s = shards_[static_cast<size_t>(si)];
+    TableRows& o = out[k];
+    o.V = s.own.V;
+    o.dim = s.dim;
+    o.rows = s.rows;
+    o.global = [own = s.own, r = s.rank](int64_t local) { return own.global(r, local); };
+    o.w = s.w[static_cast<size_t>(t)].data();
+    o.m = s.m[static_cast<size_t>(t)].data();
+    o.v = s.v[static_cast<size_t>(t)].data();
+  }
+  return out;
 }
 
 ExchangeBytes2 ShardedTables::take_bytes() {

@@ -14,18 +14,22 @@
 // as train/optimizer.h does for local tables: only rows with a gradient are updated, after
 // replaying the zero-gradient steps they missed, and an owner brings a row current before it
 // answers a request for it (TableShard::sync); "sparse" updates the rows with a gradient only. The global gradient norm includes every rank's shard (grad_sum_squares).
-// Whole tables exist only transiently: at start (every rank builds or loads the whole model, then
-// keeps its rows) and at a checkpoint (rank 0 gathers the rows, writes, drops them) — left to do:
-// per-row initialisation and per-rank writes in place (docs/distributed.md).
+// No rank holds a whole table: a fresh run initialises each rank's rows alone (init_seed), a resumed
+// one reads them from the checkpoint (checkpoint_dir), and a checkpoint is written
+// by every rank in place (owned_rows, train/checkpoint.h save_checkpoint_sharded); gather_to_root
+// (rank 0 gathers the whole tables) remains as the reference the in-place files are tested against.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "dist/communicator.h"
 #include "dist/embedding_parallel.h"
 #include "model/transformer.h"
+#include "train/checkpoint.h"
 #include "train/optimizer.h"
 
 namespace jtok::dist {
@@ -38,7 +42,13 @@ class ShardedTables : public TableProvider {
 
   // Takes this rank's rows (values and AdamW moments, brought current first) out of m and st and
   // leaves m.tables without rows. Every rank must hold the same whole tables when called.
-  ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind owner);
+  // With init_seed: m's tables have no rows (make_model with tables = false; st without table
+  // moments) and this rank's rows get make_model(m.cfg, *init_seed)'s random init, generated row by
+  // row (for_each_table_init_row: the same values, no whole table ever held), moments zero.
+  // With checkpoint_dir (a resume: m and st loaded by load_checkpoint(.., tables = false)): this rank's
+  // rows and their moments are read from the checkpoint's files, a block of rows at a time.
+  ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind owner, const uint64_t* init_seed = nullptr,
+                const std::string* checkpoint_dir = nullptr);
 
   // TableProvider (collectives: every rank calls them in the same order).
   void rows(float* out, int64_t table, const RowBatch& rb) override;
@@ -46,6 +56,12 @@ class ShardedTables : public TableProvider {
   void mix(float* e, int64_t table_base, const int32_t* ids, const int32_t* sel, const float* w, int64_t N,
            int64_t K) override;
   void mix_backward(float* dw, int64_t table_base, const float* de, int64_t N, int64_t K) override;
+  // JTok's rows for all JTok tables, one non-blocking exchange per forward (RequestReply): the
+  // unique ids go to their owners once (4 B per remote id, not once per layer), the owners answer
+  // with the rows of every JTok table (4d B per table); rows() waits for them at the first JTok
+  // layer.
+  void prefetch(const RowBatch& rb) override;
+  void poll() override;
 
   void clear_grads();
   // Sum of squares of every rank's shard gradients (a collective; the same on every rank).
@@ -55,6 +71,9 @@ class ShardedTables : public TableProvider {
   // Rank 0 gets the whole tables and moments back into m and st (a collective), e.g. to write a
   // checkpoint; release() takes them out again.
   void gather_to_root(Model& m, AdamWState& st);
+  // This rank's rows of every model table, brought current (for save_checkpoint_sharded: each rank
+  // writes its own rows in place, no whole table anywhere). Valid until the next step.
+  std::vector<TableRows> owned_rows();
   void release(Model& m, AdamWState& st);
 
   ExchangeBytes2 take_bytes();  // exchanged since the last call
@@ -82,6 +101,10 @@ class ShardedTables : public TableProvider {
   int64_t tables_step() const { return consts_base_ + static_cast<int64_t>(consts_.size()); }
   void catch_up(int s, int64_t t, int64_t r, int64_t to);
   void sync_all();  // every owned row current; the kept constants dropped
+  std::vector<int64_t> jtok_tables_;         // model table index of each JTok table, layer order
+  std::unique_ptr<RequestReply> pre_;        // this forward's JTok exchange
+  std::vector<int32_t> pre_ids_;             // its unique ids
+  std::vector<std::vector<int32_t>> pre_where_;  // per owner: index u of each requested id
   ExchangeBytes2 bytes_;
   int64_t whole_bytes_ = 0;
 };

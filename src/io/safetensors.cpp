@@ -157,6 +157,15 @@ void read_tensor_bytes(const StIndex& index, const std::string& name, void* dst)
   pread_all(f.fd, dst, it->second.nbytes, it->second.offset, index.path, "tensor " + name);
 }
 
+void read_tensor_range(const StIndex& index, const std::string& name, uint64_t begin, uint64_t n, void* dst) {
+  auto it = index.tensors.find(name);
+  if (it == index.tensors.end()) fail(index.path, ": missing tensor ", name);
+  if (begin > it->second.nbytes || n > it->second.nbytes - begin)
+    fail(index.path, ": tensor ", name, " has ", it->second.nbytes, " bytes, asked for [", begin, ", ", begin + n, ")");
+  Fd f = open_for_read(index.path);
+  pread_all(f.fd, dst, n, it->second.offset + begin, index.path, "tensor " + name);
+}
+
 StFile read_safetensors(const std::string& path) {
   StIndex idx = read_safetensors_index(path);
   StFile f;
@@ -170,22 +179,39 @@ StFile read_safetensors(const std::string& path) {
   return f;
 }
 
-void write_safetensors(const std::string& path, const StFile& f) {
+StLayout safetensors_layout(const std::map<std::string, StShape>& tensors, const std::map<std::string, std::string>& metadata) {
   nlohmann::json h = nlohmann::json::object();
-  if (!f.metadata.empty()) h["__metadata__"] = f.metadata;
+  if (!metadata.empty()) h["__metadata__"] = metadata;
+  StLayout L;
   uint64_t off = 0;
-  for (auto& [name, t] : f.tensors) {
-    JTOK_CHECK(static_cast<int64_t>(t.bytes.size()) == t.numel() * dtype_size(t.dtype), "tensor ", name);
-    h[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {off, off + t.bytes.size()}}};
-    off += t.bytes.size();
+  for (auto& [name, t] : tensors) {
+    int64_t n = 1;
+    for (int64_t s : t.shape) n *= s;
+    const uint64_t bytes = static_cast<uint64_t>(n * dtype_size(t.dtype));
+    h[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {off, off + bytes}}};
+    L.offset[name] = off;
+    off += bytes;
   }
   std::string header = h.dump();
   while ((header.size() + 8) % 8 != 0) header.push_back(' ');  // align data to 8 bytes, as HF does
+  const uint64_t hl = header.size();
+  L.head.assign(reinterpret_cast<const char*>(&hl), 8);
+  L.head += header;
+  for (auto& [name, o] : L.offset) o += L.head.size();
+  L.size = L.head.size() + off;
+  return L;
+}
+
+void write_safetensors(const std::string& path, const StFile& f) {
+  std::map<std::string, StShape> shapes;
+  for (auto& [name, t] : f.tensors) {
+    JTOK_CHECK(static_cast<int64_t>(t.bytes.size()) == t.numel() * dtype_size(t.dtype), "tensor ", name);
+    shapes[name] = {t.dtype, t.shape};
+  }
+  const StLayout L = safetensors_layout(shapes, f.metadata);
   std::string out;
-  out.reserve(8 + header.size() + off);
-  uint64_t hl = header.size();
-  out.append(reinterpret_cast<const char*>(&hl), 8);
-  out += header;
+  out.reserve(L.size);
+  out += L.head;
   for (auto& [name, t] : f.tensors) out += t.bytes;
   write_file_atomic(path, out);
 }

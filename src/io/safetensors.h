@@ -45,11 +45,29 @@ struct StIndex {
 StIndex read_safetensors_index(const std::string& path);
 // Reads tensor `name`'s bytes (entry.nbytes of them) into dst; errors name the file and tensor.
 void read_tensor_bytes(const StIndex& index, const std::string& name, void* dst);
+// Bytes [begin, begin + n) of tensor `name` into dst (a rank's rows of a table: dist::ShardedTables).
+void read_tensor_range(const StIndex& index, const std::string& name, uint64_t begin, uint64_t n, void* dst);
 
 // The whole file in memory (small files: test batches, parity dumps). Same checks as the index.
 StFile read_safetensors(const std::string& path);
 // Written atomically (temp name, fsync, rename).
 void write_safetensors(const std::string& path, const StFile& f);
+
+// The layout write_safetensors gives tensors of these dtypes and shapes (in name order), so that
+// several writers can fill one file in place at the tensors' offsets (a checkpoint written by
+// every rank of a distributed run, each its own rows: train/checkpoint.h) and get the same bytes:
+// `head` is the 8-byte header length and the padded JSON header, `offset[name]` where a tensor's
+// bytes start in the file, `size` the file's size.
+struct StLayout {
+  std::string head;
+  std::map<std::string, uint64_t> offset;
+  uint64_t size = 0;
+};
+struct StShape {
+  std::string dtype;
+  std::vector<int64_t> shape;
+};
+StLayout safetensors_layout(const std::map<std::string, StShape>& tensors, const std::map<std::string, std::string>& metadata);
 
 StTensor st_f32(const std::vector<int64_t>& shape, const float* data);
 StTensor st_i32(const std::vector<int64_t>& shape, const int32_t* data);

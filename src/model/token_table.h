@@ -74,6 +74,13 @@ struct TableProvider {
   // Its backward (layers in reverse order of their forwards): de (N, d) = dL/de in, dw (N, K) =
   // dL/dw out; the tables' gradients stay with the provider.
   virtual void mix_backward(float* dw, int64_t table_base, const float* de, int64_t N, int64_t K) = 0;
+  // JTok: every JTok layer of a forward reads the same ids (the micro-batch's unique ids), so the
+  // forward announces them once, before its first layer, and the provider may fetch the rows of
+  // every JTok table at once (non-blocking) while the backbone runs; rows() then hands them out.
+  // poll() is called at every layer boundary of the forward so such exchanges move on. Both
+  // optional (default: nothing; rows() fetches when called).
+  virtual void prefetch(const RowBatch& rb) {}
+  virtual void poll() {}
 };
 
 // The distinct ids of a micro-batch, sorted, with each position's index into them and, per unique

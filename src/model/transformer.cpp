@@ -136,11 +136,11 @@ Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc) {
   const int64_t Vp = cfg.padded_vocab(), d = cfg.hidden_size;
   auto add_table = [&](const std::string& name, double std, uint64_t stream) {
     TokenTable t = alloc.tables ? TokenTable::in_ram(Vp, d) : TokenTable::unbound(Vp, d);
+    m.table_init.push_back({std, stream});
     if (alloc.tables && alloc.init) {
-      std::mt19937_64 rng(seed * 1000003ULL + stream);
-      std::normal_distribution<float> dist(0.0f, static_cast<float>(std));
       float* w = t.mutable_data();
-      for (int64_t i = 0; i < cfg.vocab_size * d; ++i) w[i] = dist(rng);
+      for_each_table_init_row(m, seed, static_cast<int64_t>(m.tables.size()),
+                              [&](int64_t r, const float* v) { std::memcpy(w + r * d, v, sizeof(float) * d); });
     }
     m.tables.push_back(std::move(t));
     m.table_grads.emplace_back();
@@ -159,6 +159,20 @@ Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc) {
       }
   }
   return m;
+}
+
+void for_each_table_init_row(const Model& m, uint64_t seed, int64_t k, const std::function<void(int64_t, const float*)>& row) {
+  const Model::TableInit& ti = m.table_init.at(static_cast<size_t>(k));
+  // One stream per table, its values in row-major order over the real rows (as before this was
+  // row by row: the same sequence, the same bits).
+  std::mt19937_64 rng(seed * 1000003ULL + ti.stream);
+  std::normal_distribution<float> dist(0.0f, static_cast<float>(ti.std));
+  const int64_t d = m.cfg.hidden_size, V = m.cfg.vocab_size, Vp = m.cfg.padded_vocab();
+  std::vector<float> v(static_cast<size_t>(d));
+  for (int64_t r = 0; r < Vp; ++r) {
+    for (int64_t c = 0; c < d; ++c) v[static_cast<size_t>(c)] = r < V ? dist(rng) : 0.0f;
+    row(r, v.data());
+  }
 }
 
 void zero_grads(Model& m) {
@@ -243,6 +257,7 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
     if (ids[n] < 0 || ids[n] >= c.vocab_size) fail("token id ", ids[n], " outside the vocabulary [0, ", c.vocab_size, ")");
   embed_rows(m, a.layers[0].h_in.data(), ids, N);
   if (c.jtok || c.jtokm) { JTOK_PROFILE("jtok_dedup"); a.ids = dedup_ids(ids, N, c.padded_vocab()); }
+  if (a.tables && c.jtok) a.tables->prefetch(a.ids);  // every JTok layer's rows, fetched during the backbone
   const MoeDims md = moe_dims(c);
   const JTokMHyper jm = jtokm_hyper(c);
   double aux = 0, aux_m = 0;
@@ -250,6 +265,7 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
     // Inference: layer 0's buffers serve every layer (its input h_in is read before the layer
     // writes its output there) except k and v, kept per layer for the KV cache.
     auto& L = a.layers[shared ? 0 : l];
+    if (a.tables) a.tables->poll();
     float* k_l = a.layers[l].k.data();
     float* v_l = a.layers[l].v.data();
     const auto& W = m.w.layers[l];
@@ -402,6 +418,7 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
     linear_backward(dx, G.wk, a.dk.data(), L.a.data(), W.wk, N, d, kvd);
     linear_backward(dx, G.wv, a.dv.data(), L.a.data(), W.wv, N, d, kvd);
     rmsnorm_backward(dh, G.ln1, dx, L.h_in.data(), W.ln1, L.rstd1.data(), N, d);  // dh: now d h_in
+    if (a.on_layer_grads_ready) a.on_layer_grads_ready(static_cast<int64_t>(li));
   }
   { JTOK_PROFILE("embed_bwd"); embedding_backward(m.g.embed, dh, ids, N, d); }
   return loss;

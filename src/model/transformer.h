@@ -3,6 +3,7 @@
 // and parameter gradients accumulate (+=), so gradient accumulation is free.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,9 @@ struct Model {
   std::vector<int> jtok_table;           // per layer: index into tables of its JTok table, or -1
   std::vector<int> jtokm_table;          // per layer: index of the first of its n_e JTok-M tables, or -1
   LowpWeights lowp;                      // bf16 / int8 matrices of an inference export (forward only)
+  // Per table: the N(0, std) of its random init and its random stream (for_each_table_init_row).
+  struct TableInit { double std = 0; uint64_t stream = 0; };
+  std::vector<TableInit> table_init;
 };
 // Safetensors names of layer l's JTok table and of its i-th JTok-M table.
 std::string jtok_table_name(int64_t layer);
@@ -72,6 +76,11 @@ struct ModelAlloc {
 };
 // Allocates and initialises (docs/model.md "Initialisation") from seed.
 Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc = {});
+// The random init of token table k of make_model(m.cfg, seed): row(r, values) for every row r in
+// [0, padded vocab) in order (d values; padded rows zero), the very values make_model writes, made
+// one row at a time, so a caller can keep some rows without the whole table ever existing (a rank's
+// shard: dist::ShardedTables). make_model itself initialises the tables through it.
+void for_each_table_init_row(const Model& m, uint64_t seed, int64_t k, const std::function<void(int64_t row, const float* values)>& row);
 void zero_grads(Model& m);
 int64_t num_params(const Model& m);
 const ParamInfo& find_param(const Model& m, const std::string& name);
@@ -91,6 +100,11 @@ struct Activations {
   RowBatch ids;                                  // the micro-batch's deduplicated ids (JTok, JTok-M)
   RowSync row_sync;                              // if set, called before a table row is gathered
   TableProvider* tables = nullptr;               // if set, the tables' rows live there (embedding parallelism)
+  // If set, backward calls it with layer l as soon as layer l's parameter gradients in m.grads are
+  // final for this backward (after that layer's part of the backward, layers last to first), so a
+  // caller can start summing them (dist::GradBuckets) while the backward goes on; the parameters
+  // outside the layers (embedding, final norm, lm_head) are final when backward returns.
+  std::function<void(int64_t layer)> on_layer_grads_ready;
   SparseRowGrad table_grad_scratch;              // with `tables`: one micro-batch's JTok table gradient
   double aux_loss = 0;                           // all aux losses: moe_aux_loss + jtokm_aux_loss
   double moe_aux_loss = 0;                       // MoE load balancing: mean over MoE layers (coef included)

@@ -44,7 +44,7 @@ void read_tensor_f32(const StIndex& f, const std::string& name, const std::vecto
 // may be left over.
 template <typename Copy, typename Tensors>
 static void load_each(Model& m, const Tensors& in_file, const std::string& origin, Copy copy,
-                      const StIndex* lowp_from = nullptr) {
+                      const StIndex* lowp_from = nullptr, bool tables = true) {
   std::set<std::string> expected;
   for (const auto& p : m.layout) {
     expected.insert(p.name);
@@ -57,6 +57,12 @@ static void load_each(Model& m, const Tensors& in_file, const std::string& origi
   for (size_t k = 0; k < m.tables.size(); ++k) {
     auto& t = m.tables[k];
     expected.insert(m.table_names[k]);
+    if (!tables) {
+      auto it = in_file.find(m.table_names[k]);
+      if (it == in_file.end()) fail(origin, ": missing tensor ", m.table_names[k]);
+      check_f32(it->second.dtype, it->second.shape, m.table_names[k], {t.rows, t.dim}, origin);
+      continue;
+    }
     copy(m.table_names[k], {t.rows, t.dim}, t.mutable_data());
   }
   for (const auto& kv : in_file)
@@ -69,10 +75,10 @@ void load_weights(Model& m, const StFile& f, const std::string& origin) {
   });
 }
 
-void load_weights(Model& m, const StIndex& f) {
+void load_weights(Model& m, const StIndex& f, bool tables) {
   load_each(m, f.tensors, f.path, [&](const std::string& name, const std::vector<int64_t>& shape, float* dst) {
     read_tensor_f32(f, name, shape, dst);
-  }, &f);
+  }, &f, tables);
 }
 
 void load_weights_mapped(Model& m, const std::shared_ptr<const MappedFile>& file) {

@@ -17,7 +17,9 @@ StFile weights_to_st(const Model& m);
 void load_weights(Model& m, const StFile& f, const std::string& origin);
 // The same, streamed from the file one tensor at a time into m's buffers (checkpoints: nothing of
 // the file's size is held beside the model).
-void load_weights(Model& m, const StIndex& f);
+// tables = false: the tables' tensors are checked (present, F32, shape) but not read (a rank of an
+// embedding-parallel run reads only its rows: dist::ShardedTables).
+void load_weights(Model& m, const StIndex& f, bool tables = true);
 // The same from a mapped safetensors file, with the token tables left in it: the flat parameters
 // are copied, every table becomes a read-only view of its rows in the file (TokenTable::view, read
 // in place; resident memory is the pages touched). Same checks and errors as load_weights, plus a

@@ -14,13 +14,13 @@
 
 namespace jtok {
 
-AdamWState make_adamw_state(const Model& model) {
+AdamWState make_adamw_state(const Model& model, bool tables) {
   AdamWState s;
   s.m.assign(model.params.size(), 0.0f);
   s.v.assign(model.params.size(), 0.0f);
   s.table_m.resize(model.tables.size());
   s.table_v.resize(model.tables.size());
-  for (size_t k = 0; k < model.tables.size(); ++k) {
+  for (size_t k = 0; tables && k < model.tables.size(); ++k) {
     s.table_m[k].assign(static_cast<size_t>(model.tables[k].numel()), 0.0f);
     s.table_v[k].assign(static_cast<size_t>(model.tables[k].numel()), 0.0f);
   }

@@ -26,7 +26,9 @@ struct AdamWState {
   int64_t replayed_rows = 0, replayed_warm_rows = 0, replayed_warm_steps = 0;
 };
 
-AdamWState make_adamw_state(const Model& model);
+// tables = false: no table moments (left empty), for tables whose rows and moments live elsewhere
+// (embedding parallelism: dist::ShardedTables allocates its shard's).
+AdamWState make_adamw_state(const Model& model, bool tables = true);
 
 // Token-indexed tables under table_optimizer "dense" (torch.optim.AdamW's semantics: every row
 // moves every step, rows without a gradient by their decaying moments and the weight decay) are

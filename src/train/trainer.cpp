@@ -146,8 +146,13 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     ck = latest_checkpoint(opt.out_dir);
     if (!ck) std::printf("resume: no complete checkpoint in %s, starting from scratch\n", opt.out_dir.c_str());
   }
-  // A resumed model takes every value from its checkpoint: no random init to overwrite.
-  Model model = make_model(cfg.model, t.seed, {.init = !ck, .grads = true});
+  // A resumed model takes every value from its checkpoint: no random init to overwrite. With
+  // embedding parallelism a fresh run allocates no table: each rank initialises its own rows
+  // (dist::ShardedTables, the same values as one process).
+  // A resumed one reads each rank's rows from the checkpoint (no rank loads a whole table).
+  const bool embp_on = opt.embp != "off" && (cfg.model.jtok || cfg.model.jtokm);
+  const bool shard_init = embp_on && !ck;
+  Model model = make_model(cfg.model, t.seed, {.init = !ck, .grads = true, .tables = !embp_on});
   AdamWState adam;
   std::mt19937_64 sample_rng(t.seed ^ 0x5eedULL);
   int64_t start_step = 0;
@@ -157,7 +162,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     Config saved = load_checkpoint_config(*ck);
     if (to_json(saved.model) != to_json(cfg.model))
       fail("--resume: the model config differs from checkpoint ", *ck, "/config.json");
-    const TrainerState st = parse_trainer_state(load_checkpoint(*ck, model, &adam), *ck + "/trainer_state.json");
+    const TrainerState st =
+        parse_trainer_state(load_checkpoint(*ck, model, &adam, /*tables=*/!embp_on), *ck + "/trainer_state.json");
     start_step = st.step;
     data.restore(st.data);
     sample_rng = st.sample_rng;
@@ -166,7 +172,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     if (lead) truncate_log(log_path, start_step);
     std::printf("resume: from %s (step %lld)\n", ck->c_str(), static_cast<long long>(start_step));
   } else {
-    adam = make_adamw_state(model);
+    adam = make_adamw_state(model, !shard_init);
     if (lead && fs::exists(log_path)) truncate_log(log_path, 0);  // --resume with nothing to resume: no step is kept
   }
   // Stops the run at a step that must not be applied: logged, and nothing saved.
@@ -177,6 +183,9 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     if (lead) std::ofstream(log_path, std::ios::app) << nlohmann::json{{"type", "error"}, {"step", step}, {"message", msg}}.dump() << "\n";
     fail(msg, "; lower learning_rate or check the data, then --resume");
   };
+  // Test-only: with --embp, rank 0 gathers the whole tables and writes the checkpoint alone (the
+  // reference the in-place files are compared with, byte for byte: tests/test_dist_train.sh).
+  const bool gather_checkpoints = std::getenv("JTOK_TEST_GATHER_CHECKPOINT") != nullptr;
   // Test-only fault: a NaN in one gradient at this step (tests/test_nonfinite_step.sh).
   const char* nan_env = std::getenv("JTOK_TEST_NAN_GRAD_AT_STEP");
   const int64_t nan_at_step = nan_env ? std::atoll(nan_env) : -1;
@@ -198,17 +207,24 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
 
   // Embedding parallelism: from here on this rank holds only its rows of the tables.
   std::unique_ptr<dist::ShardedTables> embp;
-  if (opt.embp != "off" && !model.tables.empty())
+  if (embp_on)
     embp = std::make_unique<dist::ShardedTables>(model, adam, dist::ShardedTables::parse_mode(opt.embp),
-                                                 dist::ShardedTables::parse_owner(opt.embp_owner));
+                                                 dist::ShardedTables::parse_owner(opt.embp_owner),
+                                                 shard_init ? &t.seed : nullptr, embp_on && ck ? &*ck : nullptr);
   auto save = [&](int64_t step) {
     const nlohmann::json st = to_json(TrainerState{.step = step, .run_id = run_id, .data = data.state(), .sample_rng = sample_rng,
                                                    .lr = lr_at(t, std::max<int64_t>(0, step - 1)), .max_steps = t.max_steps});
     sync_tables(model, adam);
-    if (embp) embp->gather_to_root(model, adam);  // rank 0 holds the whole tables while it writes
-    if (!lead) return;
-    auto dir = save_checkpoint(opt.out_dir, step, cfg, model, adam, st, t.keep_checkpoints);
-    if (embp) embp->release(model, adam);
+    std::string dir;
+    if (embp && !gather_checkpoints) {  // every rank writes its own rows in place
+      dir = save_checkpoint_sharded(opt.out_dir, step, cfg, model, adam, st, t.keep_checkpoints, embp->owned_rows());
+      if (!lead) return;
+    } else {
+      if (embp) embp->gather_to_root(model, adam);  // rank 0 holds the whole tables while it writes
+      if (!lead) return;
+      dir = save_checkpoint(opt.out_dir, step, cfg, model, adam, st, t.keep_checkpoints);
+      if (embp) embp->release(model, adam);
+    }
     log.write({{"type", "checkpoint"}, {"step", step}, {"path", dir}});
     std::printf("checkpoint: %s\n", dir.c_str());
   };
@@ -234,6 +250,12 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
                 static_cast<long long>(embp->single_process_table_bytes()));
     if (t.sample_interval > 0) std::printf("embp: periodic samples are off (generation does not reach sharded tables yet)\n");
   }
+  // Backbone gradients summed in buckets during the backward of the last micro-batch this rank runs.
+  std::unique_ptr<dist::GradBuckets> buckets;
+  if (share.ranks > 1 && opt.grad_overlap) buckets = std::make_unique<dist::GradBuckets>(model);
+  int64_t last_mb = -1;
+  for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb)
+    if (share.runs(mb)) last_mb = mb;
   TrainResult res;
   double elapsed_train = 0;
   int64_t timed_steps = 0;
@@ -256,6 +278,11 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
         nan_row_injected = true;
       }
       if (!share.runs(mb)) continue;
+      // The last micro-batch this rank runs: its backward starts summing each layer's gradients.
+      if (buckets && mb == last_mb)
+        acts.on_layer_grads_ready = [&](int64_t layer) { buckets->layer_ready(model, layer); };
+      else
+        acts.on_layer_grads_ready = nullptr;
       const int32_t* xs = x.data() + share.row_lo * T;
       const int32_t* ys = y.data() + share.row_lo * T;
       forward(model, acts, xs, share.row_hi - share.row_lo, T);
@@ -268,7 +295,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     }
     nlohmann::json dist_bytes;
     if (share.ranks > 1) {  // sum gradients, losses and routing counts over the ranks
-      const dist::ExchangeBytes xb = dist::sum_gradients(model, !embp);
+      acts.on_layer_grads_ready = nullptr;
+      const dist::ExchangeBytes xb = dist::sum_gradients(model, !embp, buckets.get());
       std::vector<double> sums = {loss, aux, jaux};
       for (size_t k = 0; k < routing.load.size(); ++k) {
         sums.insert(sums.end(), routing.load[k].begin(), routing.load[k].end());
@@ -376,7 +404,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
       }
       std::fflush(stdout);
     }
-    if (val && (done % t.eval_interval == 0 || done == t.max_steps)) {
+    if (val && !opt.no_checkpoints && (done % t.eval_interval == 0 || done == t.max_steps)) {
       sync_tables(model, adam);  // evaluation reads any row
       double vl = lead || embp ? mean_val_loss(model, acts, *val, t) : 0.0;  // sharded: every rank serves rows
       if (embp) embp->take_bytes();  // not a training step's exchange
@@ -406,7 +434,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     double stop_any = g_stop.load() ? 1.0 : 0.0;
     dist::allreduce_max(&stop_any, 1);
     const bool stop = stop_any > 0;
-    if (done % t.checkpoint_interval == 0 || done == t.max_steps || stop) save(done);
+    if (!opt.no_checkpoints && (done % t.checkpoint_interval == 0 || done == t.max_steps || stop)) save(done);
     if (stop) {
       std::printf("stopped by signal after step %lld; resume with --resume\n", static_cast<long long>(done));
       res.interrupted = true;

@@ -31,6 +31,9 @@ struct TrainOptions {
   // Under mpirun: a rank blocked this long in one MPI call ends the job naming the ranks that stopped
   // (dist/watchdog.h); <= 0: never.
   double dist_timeout_s = 600;
+  // Under mpirun: sum the backbone gradients in per-layer buckets started during the backward
+  // (dist::GradBuckets, overlapped), or (false) in one blocking allreduce after it. Same bits.
+  bool grad_overlap = true;
   bool overwrite = false;
   int64_t skip_nonfinite_steps = 0;  // drop up to this many batches whose loss or gradient is not finite  // a fresh run may delete an old run's checkpoints and log in out_dir (run_dir.h)
   std::string command_line;
@@ -39,6 +42,9 @@ struct TrainOptions {
   nlohmann::json extra_report;   // printed and logged at start (parameter and FLOPs accounting)
   double peak_gflops = 0;        // for MFU; 0 = not shown
   double flops_per_token = 0;    // training FLOPs per token, for MFU
+  // Benches (bench/embp_throughput.sh): no checkpoint and no validation at all, so a short run
+  // measures steps only and leaves nothing to resume.
+  bool no_checkpoints = false;
 };
 
 struct TrainResult {
