@@ -27,8 +27,8 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 
 // The config stored with a checkpoint (config.json), validated.
 Config load_checkpoint_config(const std::string& ckpt_dir);
-// Loads the weights into m (built from the checkpoint's config); with opt, the optimizer state too.
-// Returns trainer_state.json. Errors name the file on anything missing, truncated or mismatched.
+// Loads the weights into m (built from the checkpoint's config); with opt, the optimizer state too
+// (training: a checkpoint with bf16 / int8 tables, an inference export, is refused). Returns trainer_state.json. Errors name the file on anything missing, truncated or mismatched.
 nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState* opt);
 // Inference only: the weights of a complete checkpoint with its token tables left in
 // model.safetensors, mapped read-only and read in place (load_weights_mapped).
