@@ -18,7 +18,7 @@ struct Args {
   std::string checkpoint, host = "127.0.0.1", tables = "ram", api_key, model_name = "jtok";
   int port = 8080;
   bool prefetch = true;
-  int64_t max_batch = 16, ctx = 0, kv_budget_tokens = 0, max_queue = 64, max_body_kb = 1024;
+  int64_t max_batch = 16, prefill_chunk = 512, ctx = 0, kv_budget_tokens = 0, max_queue = 64, max_body_kb = 1024;
 } args;
 
 void run() {
@@ -39,6 +39,7 @@ void run() {
   eo.kv_budget_tokens = args.kv_budget_tokens;
   eo.max_queue = args.max_queue;
   eo.prefetch = args.prefetch;
+  eo.prefill_chunk = args.prefill_chunk;
   Engine engine(ck.model, eo);
   ServeOptions so;
   so.host = args.host;
@@ -76,6 +77,8 @@ void setup(CLI::App* sub) {
   sub->add_option("--port", args.port, "port (0: any free port, printed at start)");
   sub->add_option("--tables", args.tables, "token tables: ram (copied in) or mmap (read in place from the file)");
   sub->add_option("--max-batch", args.max_batch, "sequences decoded together at most");
+  sub->add_option("--prefill-chunk", args.prefill_chunk,
+                  "prompt tokens prefilled between two decode steps at most (longer prompts: in chunks)");
   sub->add_option("--ctx", args.ctx, "context per sequence, prompt + completion (0: the model's)");
   sub->add_option("--kv-budget-tokens", args.kv_budget_tokens,
                   "KV-cache token slots over all sequences (0: max-batch x ctx)");

@@ -1,8 +1,10 @@
 // The serving engine: continuous batching of generation requests over one model.
 //
 // One scheduler thread owns the model's compute. Between decode steps it admits waiting requests
-// (while fewer than max_batch run and their KV caches fit the budget), prefills each new prompt
-// alone, then runs one decode step over every active sequence together (decode_batch: the
+// (while fewer than max_batch run and their KV caches fit the budget), prefills new prompts alone,
+// at most prefill_chunk prompt tokens per step (a longer prompt is prefilled in chunks, one per
+// step, so the running sequences keep decoding meanwhile), then runs one decode step over every
+// active sequence together (decode_batch: the
 // backbone's matrix products take M = active sequences), samples each sequence's next token with
 // its own settings and RNG, and publishes it. Requests beyond the waiting queue's bound are refused
 // (the caller answers 429). Token ids only: text is the HTTP layer's business.
@@ -29,6 +31,9 @@ struct EngineOptions {
   int64_t max_queue = 64;        // requests waiting for admission at most (beyond: refused)
   bool prefetch = true;          // memory-mapped tables: announce the rows of every admitted prompt
                                  // and of every step's tokens before computing (prefetch_rows)
+  int64_t prefill_chunk = 512;   // prompt tokens prefilled between two decode steps at most. A prompt
+                                 // of at most this many is prefilled whole (prefill: as jtok generate
+                                 // does); a longer one in chunks of exactly this many (prefill_chunked)
 };
 
 struct GenerationRequest {
@@ -54,6 +59,9 @@ struct Sequence {
 struct EngineStats {
   int64_t requests_admitted = 0, requests_finished = 0, requests_refused = 0, requests_cancelled = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, decode_steps = 0, decode_batch_sum = 0, prefills = 0;
+  int64_t prefill_chunks = 0;    // prompt pieces computed (a whole short prompt is one)
+  int64_t decode_steps_during_prefill = 0;  // decode steps run while a prompt was partly prefilled
+  int64_t prefilling = 0;        // gauge: admitted prompts not fully prefilled yet
   int64_t table_rows_read = 0;   // token-table rows gathered by decode steps, per table
   int64_t table_rows_prefetched = 0;  // (id, table) rows announced to the kernel (mmap tables only)
   int64_t queue_depth = 0, active = 0, kv_tokens_used = 0;  // gauges
@@ -86,6 +94,7 @@ class Engine {
     int32_t last = -1;     // the token to decode next
     int64_t produced = 0;  // tokens sampled (the stop token included)
     int64_t need = 0;      // KV slots reserved
+    int64_t prefilled = 0; // prompt tokens in the cache
   };
   void loop();
   void finish(Active& a, const std::string& reason, const std::string& error = {});
@@ -101,6 +110,7 @@ class Engine {
   std::condition_variable cv_;
   std::deque<Active> waiting_;
   std::vector<std::unique_ptr<Active>> active_;
+  std::deque<std::unique_ptr<Active>> prefilling_;  // admitted, prompt not fully in the cache; the scheduler's
   EngineStats stats_;
   bool stop_ = false, paused_ = false;
   std::thread thread_;

@@ -485,6 +485,11 @@ struct HttpApi::Impl {
     counter("jtok_prompt_tokens_total", "prompt tokens prefilled", s.prompt_tokens);
     counter("jtok_generated_tokens_total", "tokens generated", s.generated_tokens);
     counter("jtok_prefills_total", "prompts prefilled", s.prefills);
+    counter("jtok_prefill_chunks_total", "prompt pieces computed (--prefill-chunk tokens at most; a short prompt is one)",
+            s.prefill_chunks);
+    counter("jtok_decode_steps_during_prefill_total", "decode steps run while a long prompt was partly prefilled",
+            s.decode_steps_during_prefill);
+    counter("jtok_prefilling_sequences", "admitted prompts not fully prefilled yet", s.prefilling, "gauge");
     counter("jtok_decode_steps_total", "batched decode steps", s.decode_steps);
     counter("jtok_decode_sequences_total", "sequences over all decode steps (mean batch = this / steps)",
             s.decode_batch_sum);
