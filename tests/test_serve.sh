@@ -5,7 +5,9 @@
 # enforced, a bounded concurrent load (curl: 8 clients x 20 requests) has zero failures and gives
 # each prompt the reply it gets alone; the official OpenAI SDK (npm openai@7.55.0) gets the same
 # replies, streamed and not, and its typed errors; 64 clients x 1,000 requests (node) with zero
-# failures other than retried 429s, p50 / p99 printed, resident memory back near its idle level.
+# failures other than retried 429s, p50 / p99 printed, resident memory back near its idle level; a
+# client that disconnects mid-stream (node) has its sequence freed (metrics: cancelled, no active
+# sequence, no KV slot, no stream) and the server serves the next request.
 # Servers are always killed by the trap.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
@@ -212,4 +214,17 @@ node "$ROOT/tests/serve_load_client.mjs" "$MMAP" sekrit 64 1000 16 "$cases" || f
 after=$(rss)
 echo "resident memory: idle $((idle >> 20)) MiB, after the load $((after >> 20)) MiB"
 [ "$after" -le $((idle + (32 << 20))) ] || fail "resident memory grew by $(((after - idle) >> 20)) MiB under load"
+
+# 7. A client leaves mid-stream: a model with a 1,024-token context (one training step), so the
+# stream it asks for (1,000 tokens) is still running when the client cuts the connection.
+sed -e 's/"max_position_embeddings": 64/"max_position_embeddings": 1024/' -e 's/"max_steps": 4/"max_steps": 1/' \
+  -e 's/"checkpoint_interval": 4/"checkpoint_interval": 1/' "$T/cfg.json" > "$T/cfg_long.json"
+"$JTOK" train --config "$T/cfg_long.json" --out "$T/run_long" --peak-gflops 1 > /dev/null
+"$JTOK" serve --checkpoint "$T/run_long" --port 0 --max-batch 4 > "$T/serve_long.out" 2> "$T/serve_long.err" &
+PIDS+=($!)
+for _ in $(seq 200); do
+  LONG=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\).*|\1|p' "$T/serve_long.out"); [ -n "$LONG" ] && break; sleep 0.05
+done
+[ -n "$LONG" ] || fail "long-context server did not start"
+node "$ROOT/tests/serve_disconnect_client.mjs" "$LONG" 1000 || fail "client disconnecting mid-stream"
 echo "PASS"
