@@ -84,7 +84,7 @@ void setup(CLI::App* sub) {
                   "KV-cache token slots over all sequences (0: max-batch x ctx)");
   sub->add_option("--max-queue", args.max_queue, "requests waiting for a batch slot at most; beyond: 429");
   sub->add_option("--max-body-kb", args.max_body_kb, "largest request body in KiB; beyond: 413");
-  sub->add_flag("!--no-prefetch", args.prefetch, "mmap tables: do not announce rows before they are read");
+  sub->add_flag("!--no-prefetch", args.prefetch, "mmap tables: no prefetch thread (rows are faulted in by the gathers)");
   sub->add_option("--api-key", args.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
   sub->add_option("--model-name", args.model_name, "the model's name in the API");
   sub->callback(run);

@@ -192,8 +192,10 @@ steps=$(sed -n 's/^jtok_decode_steps_total //p' "$T/metrics"); seqs=$(sed -n 's/
 [ "$seqs" -gt "$steps" ] || fail "no decode step ran more than one sequence ($seqs sequences over $steps steps)"
 grep -q '^jtok_http_responses_total{route="/v1/completions",status="400"}' "$T/metrics" || fail "metrics lack the 400s"
 grep -q '^jtok_page_faults_major_total ' "$T/metrics" || fail "metrics lack page faults"
-pf=$(curl -s "${AUTH[@]}" "http://127.0.0.1:$MMAP/metrics" | sed -n 's/^jtok_table_rows_prefetched_total //p')
-[ "$pf" -gt 0 ] || fail "the mmap server announced no table rows ($pf)"
+curl -s "${AUTH[@]}" "http://127.0.0.1:$MMAP/metrics" > "$T/metrics_mmap"
+pf=$(sed -n 's/^jtok_table_rows_prefetched_total //p' "$T/metrics_mmap"); pp=$(sed -n 's/^jtok_prefetch_pages_total //p' "$T/metrics_mmap")
+[ "$pf" -gt 0 ] && [ "$pp" -gt 0 ] || fail "the mmap server's prefetch thread fetched no table rows ($pf rows, $pp pages)"
+grep -q '^jtok_prefetch_major_faults_total ' "$T/metrics_mmap" || fail "metrics lack the prefetch thread's page faults"
 echo "ok: load 8 x 20 = $ok requests, zero failures, replies equal to alone, mean decode batch $(( seqs / steps )).x ($($PY -c "print(round($t1 - $t0, 1))") s)"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$RAM/health")" = 200 ] || fail "server down after load"
 

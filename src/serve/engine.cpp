@@ -6,7 +6,7 @@
 
 namespace jtok {
 
-Engine::Engine(const Model& model, EngineOptions opt) : model_(model), opt_(opt) {
+Engine::Engine(const Model& model, EngineOptions opt) : model_(model), opt_(opt), prefetcher_(model) {
   const int64_t max_ctx = model.cfg.max_position_embeddings;
   if (opt_.ctx <= 0 || opt_.ctx > max_ctx) opt_.ctx = max_ctx;
   if (opt_.max_batch < 1) fail("--max-batch must be at least 1, got ", opt_.max_batch);
@@ -60,8 +60,12 @@ std::shared_ptr<Sequence> Engine::submit(GenerationRequest req) {
 }
 
 EngineStats Engine::stats() const {
+  const PrefetchStats p = prefetcher_.stats();
   std::lock_guard<std::mutex> lk(mu_);
-  return stats_;
+  EngineStats s = stats_;
+  s.prefetch_pages = p.pages;
+  s.prefetch_major_faults = p.major_faults;
+  return s;
 }
 
 void Engine::pause(bool on) {
@@ -83,11 +87,12 @@ void Engine::finish(Active& a, const std::string& reason, const std::string& err
   a.seq->cv.notify_all();
 }
 
-int64_t Engine::prefetch(const int32_t* ids, int64_t n) const {
-  if (!opt_.prefetch) return 0;
-  int64_t rows = 0;
-  for (const auto& t : model_.tables) rows += prefetch_rows(t, ids, n);
-  return rows;
+int64_t Engine::prefetch(const int32_t* ids, int64_t n) {
+  if (!opt_.prefetch || !prefetcher_.useful()) return 0;
+  std::vector<TableRow> rows = table_rows_needed(model_, ids, n);
+  const int64_t k = static_cast<int64_t>(rows.size());
+  prefetcher_.submit(std::move(rows));
+  return k;
 }
 
 bool Engine::emit(Active& a, const float* logits) {
@@ -153,8 +158,8 @@ void Engine::loop() {
     }
     // Prefill, first come first served, at most B prompt tokens this step: a prompt of at most B
     // tokens whole (if it fits what is left of the B), a longer one B tokens at a time from a fresh
-    // budget (so its chunks are always the same: prefill_chunked's). Every piece's table rows are
-    // announced first, so later pieces' pages load during earlier ones.
+    // budget (so its chunks are always the same: prefill_chunked's). Every piece's table rows go to
+    // the prefetch thread first, so later pieces' pages load during earlier ones.
     struct Piece {
       Active* a;
       int64_t n;
@@ -227,7 +232,7 @@ void Engine::loop() {
       }
       logits.resize(static_cast<size_t>(M * model_.cfg.vocab_size));
       int64_t rows = 0;
-      const int64_t announced = prefetch(tokens.data(), M);  // read while the first layers compute
+      const int64_t announced = prefetch(tokens.data(), M);  // fetched while the first layers compute
       std::string err;
       try {
         rows = decode_batch(model_, caches.data(), tokens.data(), M, logits.data());

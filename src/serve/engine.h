@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "infer/generate.h"
+#include "infer/prefetch.h"
 #include "model/transformer.h"
 
 namespace jtok {
@@ -29,8 +30,8 @@ struct EngineOptions {
   int64_t ctx = 0;               // context per sequence (prompt + generated); 0 = the model's
   int64_t kv_budget_tokens = 0;  // KV-cache token slots over all active sequences; 0 = max_batch * ctx
   int64_t max_queue = 64;        // requests waiting for admission at most (beyond: refused)
-  bool prefetch = true;          // memory-mapped tables: announce the rows of every admitted prompt
-                                 // and of every step's tokens before computing (prefetch_rows)
+  bool prefetch = true;          // memory-mapped tables: a helper thread (RowPrefetcher) brings in the
+                                 // rows of every prompt piece and decode step before it computes
   int64_t prefill_chunk = 512;   // prompt tokens prefilled between two decode steps at most. A prompt
                                  // of at most this many is prefilled whole (prefill: as jtok generate
                                  // does); a longer one in chunks of exactly this many (prefill_chunked)
@@ -63,7 +64,8 @@ struct EngineStats {
   int64_t decode_steps_during_prefill = 0;  // decode steps run while a prompt was partly prefilled
   int64_t prefilling = 0;        // gauge: admitted prompts not fully prefilled yet
   int64_t table_rows_read = 0;   // token-table rows gathered by decode steps, per table
-  int64_t table_rows_prefetched = 0;  // (id, table) rows announced to the kernel (mmap tables only)
+  int64_t table_rows_prefetched = 0;  // (table, id) rows handed to the prefetch thread (mmap tables only)
+  int64_t prefetch_pages = 0, prefetch_major_faults = 0;  // pages it touched; major faults it took
   int64_t queue_depth = 0, active = 0, kv_tokens_used = 0;  // gauges
   int64_t batch_hist[6] = {};    // decode steps with M in 1, 2-3, 4-7, 8-15, 16-31, 32+
 };
@@ -100,12 +102,13 @@ class Engine {
   void finish(Active& a, const std::string& reason, const std::string& error = {});
   // Samples from logits, publishes, and returns whether the sequence goes on.
   bool emit(Active& a, const float* logits);
-  // prefetch_rows of ids over every table (JTok's, and all n_e of each JTok-M layer: the router has
-  // not chosen yet); returns the rows announced.
-  int64_t prefetch(const int32_t* ids, int64_t n) const;
+  // Hands the prefetch thread the rows ids[0..n) will read (table_rows_needed: JTok's, and all n_e
+  // of each JTok-M layer: the router has not chosen yet); returns their number (0: RAM tables).
+  int64_t prefetch(const int32_t* ids, int64_t n);
 
   const Model& model_;
   EngineOptions opt_;
+  RowPrefetcher prefetcher_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Active> waiting_;

@@ -499,8 +499,11 @@ struct HttpApi::Impl {
     for (int b = 0; b < 6; ++b) o << "jtok_decode_batch_size_bucket{le=\"" << le[b] << "\"} " << (cum += s.batch_hist[b]) << "\n";
     o << "jtok_decode_batch_size_sum " << s.decode_batch_sum << "\njtok_decode_batch_size_count " << s.decode_steps << "\n";
     counter("jtok_table_rows_read_total", "token-table rows read by decode steps", s.table_rows_read);
-    counter("jtok_table_rows_prefetched_total", "token-table rows announced to the kernel before use (mmap tables)",
+    counter("jtok_table_rows_prefetched_total", "token-table rows handed to the prefetch thread before use (mmap tables)",
             s.table_rows_prefetched);
+    counter("jtok_prefetch_pages_total", "pages of table rows touched by the prefetch thread", s.prefetch_pages);
+    counter("jtok_prefetch_major_faults_total", "major page faults taken by the prefetch thread (off the compute thread)",
+            s.prefetch_major_faults);
     counter("jtok_queue_depth", "requests waiting for admission", s.queue_depth, "gauge");
     counter("jtok_active_sequences", "sequences in the decode batch", s.active, "gauge");
     counter("jtok_kv_tokens_used", "KV-cache token slots reserved", s.kv_tokens_used, "gauge");
