@@ -92,6 +92,11 @@ TEST(Prefetch, HelperThreadTouchesTheRowsOfAMappedCheckpoint) {
   EXPECT_EQ(s.jobs, 2);
   EXPECT_EQ(s.rows, static_cast<int64_t>(need.size() + mapped.tables.size()));
   EXPECT_GE(s.pages, s.rows);  // every row lies on at least one page
+  for (int i = 0; i < 12; ++i) p.submit(need);  // faster than it can touch them: some are dropped, none lost
+  p.drain();
+  const PrefetchStats s2 = p.stats();
+  EXPECT_EQ(s2.jobs + s2.dropped, 2 + 12);
+  EXPECT_GE(s2.jobs, 3);  // the newest is never dropped
   const int64_t one = touch_rows(mapped, {{0, 7}});  // a 128-byte row: one page, or two if it straddles
   EXPECT_TRUE(one == 1 || one == 2) << one;
   EXPECT_EQ(touch_rows(m, {{0, 7}}), 0);  // RAM tables: nothing touched

@@ -84,6 +84,10 @@ void RowPrefetcher::submit(std::vector<TableRow> rows) {
   if (!useful_ || rows.empty()) return;
   {
     std::lock_guard<std::mutex> lk(mu_);
+    if (jobs_.size() >= kMaxQueued) {
+      jobs_.pop_front();
+      stats_.dropped++;
+    }
     jobs_.push_back(std::move(rows));
   }
   cv_.notify_all();

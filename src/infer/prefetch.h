@@ -29,12 +29,15 @@ struct PrefetchStats {
   int64_t jobs = 0, rows = 0;   // steps announced, (table, row) pairs prefetched
   int64_t pages = 0;            // pages touched (a row's pages, an int8 row's scale page)
   int64_t major_faults = 0;     // major page faults taken by the helper thread (reads off the compute thread)
+  int64_t dropped = 0;          // jobs dropped unstarted because newer ones queued behind them
 };
 
 // A helper thread: submit(rows) returns at once; the thread asks the kernel for the rows' pages
 // (madvise WILLNEED, all at once) and then touches each page (one read per page), so the page
 // faults happen on it, overlapped with the caller's compute, not in the gathers. Rows of RAM tables
-// are skipped (nothing to fetch). Jobs run in order; the destructor finishes the queued ones.
+// are skipped (nothing to fetch). Jobs run in order; when the thread falls behind (a cold disk),
+// at most kMaxQueued wait and the oldest is dropped: its step has most likely run already. The
+// destructor finishes the queued ones.
 class RowPrefetcher {
  public:
   explicit RowPrefetcher(const Model& m);
@@ -43,6 +46,7 @@ class RowPrefetcher {
   RowPrefetcher& operator=(const RowPrefetcher&) = delete;
   // True when some table is a view (a mapped file): otherwise there is nothing to prefetch.
   bool useful() const { return useful_; }
+  static constexpr size_t kMaxQueued = 4;
   void submit(std::vector<TableRow> rows);
   // Waits until every submitted job is done (tests, benchmarks).
   void drain();

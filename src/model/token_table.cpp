@@ -162,8 +162,9 @@ void TokenTable::read_row(int64_t r, float* out) const {
 
 std::vector<float> TokenTable::to_vector() const {
   std::vector<float> v(static_cast<size_t>(numel()));
-  if (numel() > 0 && (owner_ ? view_ != nullptr : true))
-    for (int64_t r = 0; r < rows; ++r) read_row(r, v.data() + r * dim);
+  if (numel() == 0) return v;
+  if (raw_data() == nullptr) fail("token table (", rows, " x ", dim, ") has no storage (unbound): load it first");
+  for (int64_t r = 0; r < rows; ++r) read_row(r, v.data() + r * dim);
   return v;
 }
 

@@ -65,6 +65,7 @@ EngineStats Engine::stats() const {
   EngineStats s = stats_;
   s.prefetch_pages = p.pages;
   s.prefetch_major_faults = p.major_faults;
+  s.prefetch_dropped = p.dropped;
   return s;
 }
 

@@ -66,6 +66,7 @@ struct EngineStats {
   int64_t table_rows_read = 0;   // token-table rows gathered by decode steps, per table
   int64_t table_rows_prefetched = 0;  // (table, id) rows handed to the prefetch thread (mmap tables only)
   int64_t prefetch_pages = 0, prefetch_major_faults = 0;  // pages it touched; major faults it took
+  int64_t prefetch_dropped = 0;  // prefetch jobs dropped unstarted (the thread fell behind)
   int64_t queue_depth = 0, active = 0, kv_tokens_used = 0;  // gauges
   int64_t batch_hist[6] = {};    // decode steps with M in 1, 2-3, 4-7, 8-15, 16-31, 32+
 };

@@ -504,6 +504,8 @@ struct HttpApi::Impl {
     counter("jtok_prefetch_pages_total", "pages of table rows touched by the prefetch thread", s.prefetch_pages);
     counter("jtok_prefetch_major_faults_total", "major page faults taken by the prefetch thread (off the compute thread)",
             s.prefetch_major_faults);
+    counter("jtok_prefetch_jobs_dropped_total", "prefetch jobs dropped unstarted (the thread fell behind the steps)",
+            s.prefetch_dropped);
     counter("jtok_queue_depth", "requests waiting for admission", s.queue_depth, "gauge");
     counter("jtok_active_sequences", "sequences in the decode batch", s.active, "gauge");
     counter("jtok_kv_tokens_used", "KV-cache token slots reserved", s.kv_tokens_used, "gauge");
