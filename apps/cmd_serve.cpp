@@ -3,6 +3,8 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <thread>
 
@@ -49,11 +51,17 @@ void run() {
   so.max_body_bytes = static_cast<size_t>(args.max_body_kb) * 1024;
   so.tables = args.tables;
   HttpApi api(engine, ck.tokenizer, so);
+  std::atomic<bool> returned{false};  // api.run has returned
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&sigs, &sig);
-    std::fprintf(stderr, "serve: signal %d, stopping\n", sig);
-    api.stop();
+    if (!returned.load()) std::fprintf(stderr, "serve: signal %d, stopping\n", sig);
+    // The HTTP library drops a stop that lands between binding and listening (a signal right after
+    // start): repeat it until run() has returned.
+    while (!returned.load()) {
+      api.stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   });
   try {
     api.run([&](int port) {
@@ -64,10 +72,12 @@ void run() {
       std::fflush(stdout);
     });
   } catch (...) {
+    returned = true;
     pthread_kill(waiter.native_handle(), SIGTERM);
     waiter.join();
     throw;
   }
+  returned = true;
   waiter.join();
 }
 

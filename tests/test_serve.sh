@@ -6,7 +6,7 @@
 # each prompt the reply it gets alone; the official OpenAI SDK (npm openai@7.55.0) gets the same
 # replies, streamed and not, and its typed errors; 64 clients x 1,000 requests (node) with zero
 # failures other than retried 429s, p50 / p99 printed, resident memory back near its idle level; a
-# client that disconnects mid-stream (node) has its sequence freed (metrics: cancelled, no active
+# server sent SIGTERM right after start stops; a client that disconnects mid-stream (node) has its sequence freed (metrics: cancelled, no active
 # sequence, no KV slot, no stream) and the server serves the next request.
 # Servers are always killed by the trap.
 set -euo pipefail
@@ -216,6 +216,15 @@ node "$ROOT/tests/serve_load_client.mjs" "$MMAP" sekrit 64 1000 16 "$cases" || f
 after=$(rss)
 echo "resident memory: idle $((idle >> 20)) MiB, after the load $((after >> 20)) MiB"
 [ "$after" -le $((idle + (32 << 20))) ] || fail "resident memory grew by $(((after - idle) >> 20)) MiB under load"
+
+# 6b. SIGTERM right after start (while the server loads, binds or starts listening) stops it.
+for delay in 0.05 0.2 0.4 0.6 0.8; do
+  "$JTOK" serve --checkpoint "$T/run" --port 0 > /dev/null 2>&1 &
+  p=$!; sleep $delay; kill -TERM $p 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 $p 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $p 2>/dev/null; then kill -9 $p; fail "server still running 10 s after SIGTERM at ${delay} s"; fi
+  wait $p 2>/dev/null || true
+done
 
 # 7. A client leaves mid-stream: a model with a 1,024-token context (one training step), so the
 # stream it asks for (1,000 tokens) is still running when the client cuts the connection.
