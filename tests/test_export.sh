@@ -42,6 +42,13 @@ for dt in bf16 int8; do
   cmp -s "$T/gen_${dt}_ram.txt" "$T/gen_${dt}_mmap.txt" || { echo "FAIL: $dt tables: mmap generation differs from ram"; exit 1; }
   ! "$JTOK" export --checkpoint "$T/$dt" --out "$T/${dt}_again" --table-dtype int8 2> /dev/null || { echo "FAIL: re-quantized $dt"; exit 1; }
 done
+# With the backbone's own --weight-dtype too: both quantized, ram = mmap.
+"$JTOK" export --checkpoint "$T/run" --out "$T/both" --weight-dtype int8 --table-dtype int8 | grep -q "weights int8, tables int8" ||
+  { echo "FAIL: export --weight-dtype int8 --table-dtype int8"; exit 1; }
+for tb in ram mmap; do
+  "$JTOK" generate --checkpoint "$T/both" --tables $tb --prompt "The model" --temperature 0 --max-new-tokens 20 > "$T/gen_both_$tb.txt" 2> /dev/null
+done
+cmp -s "$T/gen_both_ram.txt" "$T/gen_both_mmap.txt" || { echo "FAIL: int8 weights + tables: mmap generation differs from ram"; exit 1; }
 $PY - "$T" <<'PY' || { echo "FAIL: quantized tables"; exit 1; }
 import json, os, sys
 t = sys.argv[1]
