@@ -1,7 +1,8 @@
 // `jtok export`: a checkpoint for inference, in one of two formats:
 //   --format jtok (default): an inference copy, a checkpoint directory (model.safetensors,
 //     config.json, trainer_state.json naming the source, COMPLETE last) that generate / eval / serve
-//     load as usual; --fold-jtok stores JTok's gate table G = s * Norm(E) (src/export/fold.h).
+//     load as usual; --fold-jtok stores JTok's gate table G = s * Norm(E) (src/export/fold.h);
+//     --table-dtype bf16 | int8 stores every token table so (quantize_table, src/model/token_table.h).
 //   --format gguf: one GGUF file for llama.cpp's `llama` architecture (docs/formats.md "GGUF
 //     export"); models with token-indexed tables or MoE are refused before any weight is read.
 #include <cstdio>
@@ -59,17 +60,22 @@ void export_jtok() {
   using namespace jtok;
   namespace fs = std::filesystem;
   if (self->count("--dtype") || self->count("--name")) fail("export: --dtype and --name are for --format gguf");
-  if (args.table_dtype != "f32")
-    fail("--table-dtype ", args.table_dtype, " is not supported yet (only f32; bf16 / int8 tables are issue 12's next step)");
+  const TableDtype tdt = parse_table_dtype(args.table_dtype, "--table-dtype");
   if (fs::exists(args.out)) fail("--out ", args.out, " exists; give a new directory");
   LoadedCheckpoint ck = load_for_inference(args.checkpoint);
   refuse_lowp_source(ck);
+  for (const auto& t : ck.model.tables)
+    if (t.dtype() != TableDtype::F32)
+      fail("export: ", ck.dir, " already has ", table_dtype_name(t.dtype()), " tables; export from the f32 checkpoint");
   int64_t folded = 0;
   if (args.fold) {
     if (!ck.cfg.model.jtok) fail("--fold-jtok: the model in ", ck.dir, " has no JTok layers");
     folded = fold_jtok(ck.model);
     ck.cfg.model = ck.model.cfg;  // jtok_norm = false now
   }
+  // bf16 / int8 (symmetric, per-row scale) tables, JTok's (folded or not) and JTok-M's alike.
+  if (tdt != TableDtype::F32)
+    for (auto& t : ck.model.tables) t = quantize_table(t, tdt);
   const fs::path out(args.out), tmp = out.string() + ".tmp";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
@@ -96,7 +102,8 @@ void setup(CLI::App* sub) {
       ->check(CLI::IsMember({"jtok", "gguf"}));
   sub->add_option("--out", args.out, "output: a new directory (jtok) or file (gguf), written under a temp name")->required();
   sub->add_flag("--fold-jtok", args.fold, "jtok: store JTok's gate table G = s * Norm(E) (inference: 1 + G[x])");
-  sub->add_option("--table-dtype", args.table_dtype, "jtok: table dtype, f32 (bf16 / int8 not yet)");
+  sub->add_option("--table-dtype", args.table_dtype, "jtok: token-table storage: f32, bf16, or int8 (per-row scale)")
+      ->check(CLI::IsMember({"f32", "bf16", "int8"}));
   sub->add_option("--weight-dtype", args.weight_dtype,
                   "jtok: dtype of the attention / MLP projections, embedding and LM head: f32, bf16, or int8 "
                   "(symmetric, one scale per output row); inference only")

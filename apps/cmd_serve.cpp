@@ -3,6 +3,8 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <thread>
 
@@ -18,7 +20,7 @@ struct Args {
   std::string checkpoint, host = "127.0.0.1", tables = "ram", api_key, model_name = "jtok";
   int port = 8080;
   bool prefetch = true;
-  int64_t max_batch = 16, ctx = 0, kv_budget_tokens = 0, max_queue = 64, max_body_kb = 1024;
+  int64_t max_batch = 16, prefill_chunk = 512, ctx = 0, kv_budget_tokens = 0, max_queue = 64, max_body_kb = 1024;
 } args;
 
 void run() {
@@ -39,6 +41,7 @@ void run() {
   eo.kv_budget_tokens = args.kv_budget_tokens;
   eo.max_queue = args.max_queue;
   eo.prefetch = args.prefetch;
+  eo.prefill_chunk = args.prefill_chunk;
   Engine engine(ck.model, eo);
   ServeOptions so;
   so.host = args.host;
@@ -48,11 +51,17 @@ void run() {
   so.max_body_bytes = static_cast<size_t>(args.max_body_kb) * 1024;
   so.tables = args.tables;
   HttpApi api(engine, ck.tokenizer, so);
+  std::atomic<bool> returned{false};  // api.run has returned
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&sigs, &sig);
-    std::fprintf(stderr, "serve: signal %d, stopping\n", sig);
-    api.stop();
+    if (!returned.load()) std::fprintf(stderr, "serve: signal %d, stopping\n", sig);
+    // The HTTP library drops a stop that lands between binding and listening (a signal right after
+    // start): repeat it until run() has returned.
+    while (!returned.load()) {
+      api.stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   });
   try {
     api.run([&](int port) {
@@ -63,10 +72,12 @@ void run() {
       std::fflush(stdout);
     });
   } catch (...) {
+    returned = true;
     pthread_kill(waiter.native_handle(), SIGTERM);
     waiter.join();
     throw;
   }
+  returned = true;
   waiter.join();
 }
 
@@ -76,12 +87,14 @@ void setup(CLI::App* sub) {
   sub->add_option("--port", args.port, "port (0: any free port, printed at start)");
   sub->add_option("--tables", args.tables, "token tables: ram (copied in) or mmap (read in place from the file)");
   sub->add_option("--max-batch", args.max_batch, "sequences decoded together at most");
+  sub->add_option("--prefill-chunk", args.prefill_chunk,
+                  "prompt tokens prefilled between two decode steps at most (longer prompts: in chunks)");
   sub->add_option("--ctx", args.ctx, "context per sequence, prompt + completion (0: the model's)");
   sub->add_option("--kv-budget-tokens", args.kv_budget_tokens,
                   "KV-cache token slots over all sequences (0: max-batch x ctx)");
   sub->add_option("--max-queue", args.max_queue, "requests waiting for a batch slot at most; beyond: 429");
   sub->add_option("--max-body-kb", args.max_body_kb, "largest request body in KiB; beyond: 413");
-  sub->add_flag("!--no-prefetch", args.prefetch, "mmap tables: do not announce rows before they are read");
+  sub->add_flag("!--no-prefetch", args.prefetch, "mmap tables: no prefetch thread (rows are faulted in by the gathers)");
   sub->add_option("--api-key", args.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
   sub->add_option("--model-name", args.model_name, "the model's name in the API");
   sub->callback(run);

@@ -4,9 +4,13 @@ benchmarks that need a model of a given size but not a trained one (bench/llamac
 
     /usr/bin/python3 bench/random_checkpoint.py --config configs/bench_b.json --out DIR [--seed 1] [--std 0.02]
 
-DIR gets config.json (the config file's fields), model.safetensors (dense models only: every
-weight ~ N(0, std), RMSNorm gains 1), trainer_state.json and COMPLETE, which is all `jtok generate`,
-`jtok eval` and `jtok export` read. Tensors are generated and written one at a time (memory: the
+DIR gets config.json (the config file's fields), model.safetensors (dense backbones only: every
+weight ~ N(0, std) (tensors over 4 Mi values: one N(0, std) block of 4 Mi, tiled from a random
+offset, which is all a speed benchmark needs and far faster), RMSNorm gains and the JTok / JTok-M
+scalers 1; with "jtok" / "jtokm" in the
+config, their tables (jtok_layers / jtokm_layers: "all" or a list like "1,3,5" or "1-3", n_e
+jtokm_n_e) ~ N(0, std) and the JTok-M routers too), trainer_state.json and COMPLETE, which is all
+`jtok generate`, `jtok eval`, `jtok serve` and `jtok export` read. Tensors are generated and written one at a time (memory: the
 largest tensor), to a temp name, fsynced and renamed.
 """
 import argparse, json, os, struct
@@ -19,8 +23,8 @@ ap.add_argument("--seed", type=int, default=1)
 ap.add_argument("--std", type=float, default=0.02)
 args = ap.parse_args()
 cfg = {k: v for k, v in json.load(open(args.config)).items() if not k.startswith("_")}
-if cfg.get("jtok") or cfg.get("jtokm") or cfg.get("model_type", "jtok_dense") != "jtok_dense":
-    raise SystemExit("random_checkpoint: dense models only")
+if cfg.get("model_type", "jtok_dense") != "jtok_dense":
+    raise SystemExit("random_checkpoint: dense backbones only")
 V, d, L = cfg.get("vocab_size", 50257), cfg["hidden_size"], cfg["num_hidden_layers"]
 pad = cfg.get("vocab_pad_multiple", 64)
 Vp = (V + pad - 1) // pad * pad
@@ -35,6 +39,22 @@ for l in range(L):
                    p + "self_attn.o_proj.weight": (d, H * hd), p + "post_attention_layernorm.weight": (d,),
                    p + "mlp.gate_proj.weight": (F, d), p + "mlp.up_proj.weight": (F, d),
                    p + "mlp.down_proj.weight": (d, F)})
+def layer_set(spec):
+    if spec in (None, "", "all"):
+        return set(range(L))
+    out = set()
+    for part in str(spec).split(","):
+        a, _, b = part.partition("-")
+        out.update(range(int(a), int(b or a) + 1))
+    return out
+n_e = cfg.get("jtokm_n_e", 4)
+for l in range(L):
+    p = f"model.layers.{l}."
+    if cfg.get("jtok") and l in layer_set(cfg.get("jtok_layers", "all")):
+        shapes.update({p + "jtok.scale": (d,), p + "jtok.embed.weight": (Vp, d)})
+    if cfg.get("jtokm") and l in layer_set(cfg.get("jtokm_layers", "all")):
+        shapes.update({p + "jtokm.router.weight": (n_e, d), p + "jtokm.scale": (d,)})
+        shapes.update({p + f"jtokm.embed.{i}.weight": (Vp, d) for i in range(n_e)})
 if not cfg.get("tie_word_embeddings", False):
     shapes["lm_head.weight"] = (Vp, d)
 header, off = {}, 0
@@ -46,6 +66,7 @@ head = json.dumps(header, separators=(",", ":")).encode()
 head += b" " * (-len(head) % 8)
 os.makedirs(args.out, exist_ok=True)
 rng = np.random.default_rng(args.seed)
+block = (rng.standard_normal(1 << 22, dtype=np.float32) * args.std).astype("<f4")  # 4 Mi values
 path = os.path.join(args.out, "model.safetensors")
 tmp = f"{path}.tmp.{os.getpid()}"
 with open(tmp, "wb") as f:
@@ -54,8 +75,12 @@ with open(tmp, "wb") as f:
         if len(shapes[name]) == 1:
             a = np.ones(shapes[name], np.float32)
         else:
-            a = (rng.standard_normal(shapes[name], dtype=np.float32) * args.std).astype("<f4")
-            if name.endswith("weight") and ("embed" in name or "lm_head" in name):
+            n = int(np.prod(shapes[name]))
+            if n <= len(block):
+                a = (rng.standard_normal(shapes[name], dtype=np.float32) * args.std).astype("<f4")
+            else:  # large tensors (token tables): a random block, tiled from a random offset (fast)
+                a = np.resize(np.roll(block, int(rng.integers(len(block)))), n).reshape(shapes[name])
+            if name.endswith("weight") and ("embed" in name or "lm_head" in name):  # the tables too
                 a[V:] = 0  # padded rows, as make_model leaves them
         f.write(a.tobytes())
     f.flush()

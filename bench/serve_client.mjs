@@ -1,11 +1,15 @@
 // Bench client of bench/serve_throughput.sh: C concurrent streamed greedy completions of N tokens
-// each (ignore_eos) from the same prompt ids; prints one JSON line: prefill tok/s (prompt tokens /
-// time to the first token, measured at C = 1), decode tok/s (tokens after the first, over all
-// streams, divided by the time from the last stream's first token to the last stream's end).
+// each (ignore_eos); stream i's prompt is the given ids shifted by i * 7919 (mod 50000, + 100), so
+// the streams differ as real requests do (distinct table rows, distinct continuations). Prints one
+// JSON line: prefill tok/s (all prompt tokens / time from the first request to the last stream's
+// first token; at C = 1, prompt tokens / time to the first token), decode tok/s (tokens after the
+// first, over all streams, divided by the time from the last stream's first token to the last
+// stream's end: every stream decoding together).
 // Usage: node serve_client.mjs PORT C N PROMPT_IDS_JSON
 const [port, C, N, idsJson] = process.argv.slice(2);
-const prompt = JSON.parse(idsJson);
-async function one() {
+const base = JSON.parse(idsJson);
+async function one(_, i) {
+  const prompt = base.map((x) => ((x + i * 7919) % 50000) + 100);
   const t0 = performance.now();
   const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
     method: 'POST', headers: { 'Content-Type': 'application/json' },
@@ -35,6 +39,6 @@ const firstTok = Math.max(...runs.map((r) => r.first)), end = Math.max(...runs.m
 const decoded = runs.reduce((s, r) => s + r.tokens - 1, 0);
 console.log(JSON.stringify({
   concurrency: Number(C), tokens: runs.reduce((s, r) => s + r.tokens, 0),
-  prefill_tok_s: prompt.length / ((runs[0].first - runs[0].t0) / 1000),
+  prefill_tok_s: (base.length * runs.length) / ((firstTok - Math.min(...runs.map((r) => r.t0))) / 1000),
   decode_tok_s: decoded / ((end - firstTok) / 1000),
 }));

@@ -10,6 +10,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "model/weights_io.h"
 #include "train/checkpoint.h"
 
 using namespace jtok;
@@ -327,4 +328,62 @@ TEST(Checkpoint, MappedTablesAreReadInPlaceAndGiveTheSameLogits) {
             std::string::npos);
   fs::remove(fs::path(dir) / "COMPLETE");
   EXPECT_NE(error_of([&] { load_checkpoint_mapped(dir, mapped); }).find("incomplete"), std::string::npos);
+}
+
+// An inference export with bf16 / int8 tables (jtok export --table-dtype): generate / eval / serve
+// load it into RAM or mapped, with the same logits either way (and as the quantized model had);
+// the training loader refuses it, naming the table and its dtype.
+TEST(Checkpoint, QuantizedTablesLoadForInferenceOnlyRamAndMappedAlike) {
+  Config cfg = small();
+  cfg.model.jtok = true;
+  cfg.model.jtok_layers = "0";
+  cfg.model.jtokm = true;
+  cfg.model.jtokm_layers = "1";
+  cfg.model.jtokm_n_e = 3;
+  cfg.model.jtokm_top_k = 2;
+  cfg.model.jtokm_scale_init = 2.0;
+  for (TableDtype dt : {TableDtype::BF16, TableDtype::I8}) {
+    SCOPED_TRACE(table_dtype_name(dt));
+    Model m = make_model(cfg.model, 3);
+    std::string dir = save_checkpoint(fresh_dir((std::string("ckpt_q_") + table_dtype_name(dt)).c_str()), 2, cfg, m,
+                                      make_adamw_state(m), {{"step", 2}, {"run_id", "q"}}, 1);
+    Model q = m;
+    q.w = bind_view(q.params.data(), q.layout, q.cfg);
+    for (auto& t : q.tables) t = quantize_table(t, dt);
+    StFile st = weights_to_st(q);
+    write_safetensors((fs::path(dir) / "model.safetensors").string(), st);
+    for (size_t k = 0; k < q.tables.size(); ++k) {
+      EXPECT_EQ(st.tensors.at(q.table_names[k]).dtype, dt == TableDtype::BF16 ? "BF16" : "I8");
+      EXPECT_EQ(st.tensors.count(q.table_names[k] + "_scale"), dt == TableDtype::I8 ? 1u : 0u);
+    }
+    Model ram = make_model(cfg.model, 9, {.init = false, .grads = false});
+    Model mapped = make_model(cfg.model, 9, {.init = false, .grads = false, .tables = false});
+    load_checkpoint(dir, ram, nullptr);
+    load_checkpoint_mapped(dir, mapped);
+    for (size_t k = 0; k < q.tables.size(); ++k) {
+      EXPECT_EQ(ram.tables[k].dtype(), dt);
+      EXPECT_EQ(mapped.tables[k].dtype(), dt);
+      EXPECT_TRUE(mapped.tables[k].is_view());
+      EXPECT_EQ(ram.tables[k].to_vector(), q.tables[k].to_vector()) << q.table_names[k];
+      EXPECT_EQ(mapped.tables[k].to_vector(), q.tables[k].to_vector()) << q.table_names[k];
+    }
+    std::vector<int32_t> ids = {1, 5, 5, 39, 0, 7, 5, 12};
+    Activations a0, a1, a2;
+    forward(q, a0, ids.data(), 2, 4);
+    forward(ram, a1, ids.data(), 2, 4);
+    forward(mapped, a2, ids.data(), 2, 4);
+    EXPECT_EQ(a1.logits, a0.logits);
+    EXPECT_EQ(a2.logits, a0.logits);
+    Model train = make_model(cfg.model, 9);
+    AdamWState opt;
+    const std::string e = error_of([&] { load_checkpoint(dir, train, &opt); });
+    EXPECT_NE(e.find(std::string("is stored as ") + table_dtype_name(dt)), std::string::npos) << e;
+    EXPECT_NE(e.find("training needs f32 tables"), std::string::npos) << e;
+    // An int8 table without its scales is named.
+    if (dt == TableDtype::I8) {
+      st.tensors.erase(q.table_names[0] + "_scale");
+      write_safetensors((fs::path(dir) / "model.safetensors").string(), st);
+      EXPECT_NE(error_of([&] { load_checkpoint(dir, ram, nullptr); }).find("has no per-row scales"), std::string::npos);
+    }
+  }
 }

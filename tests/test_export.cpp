@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <set>
 
 #include "export/fold.h"
+#include "infer/generate.h"
 
 using namespace jtok;
 
@@ -54,4 +57,46 @@ TEST(Export, NothingToFoldWithoutJTok) {
   Model m = make_model(c, 1);
   EXPECT_EQ(fold_jtok(m), 0);
   EXPECT_TRUE(m.cfg.jtok_norm);
+}
+
+// bf16 / int8 tables (jtok export --table-dtype) against f32, on a small JTok + JTok-M model whose
+// tables matter (scalers 0.8 and 2.0): logits within a stated tolerance of f32 (relative to the
+// largest logit: bf16 2e-3, int8 2e-2), and greedy decoding gives the same first 24 tokens.
+TEST(Export, QuantizedTablesStayCloseToF32AndDecodeTheSameGreedyTokens) {
+  ModelConfig c = cfg();
+  c.max_position_embeddings = 40;
+  Model m = make_model(c, 5);
+  std::vector<int32_t> ids = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26};
+  Activations a;
+  forward(m, a, ids.data(), 2, 6);
+  auto greedy = [&](const Model& model) {
+    KVCache kv;
+    std::mt19937_64 rng(0);  // unused by greedy
+    std::vector<float> l = prefill(model, kv, {3, 14, 15, 92}, 40);
+    std::vector<int32_t> out;
+    for (int i = 0; i < 24; ++i) {
+      out.push_back(sample_token(l, SamplingParams{.temperature = 0}, rng));
+      l = decode_step(model, kv, out.back());
+    }
+    return out;
+  };
+  const std::vector<int32_t> ref_tokens = greedy(m);
+  EXPECT_GT(std::set<int32_t>(ref_tokens.begin(), ref_tokens.end()).size(), 3u);  // not one token repeated
+  for (TableDtype dt : {TableDtype::BF16, TableDtype::I8}) {
+    SCOPED_TRACE(table_dtype_name(dt));
+    Model q = m;
+    q.w = bind_view(q.params.data(), q.layout, q.cfg);
+    for (auto& t : q.tables) t = quantize_table(t, dt);
+    Activations b;
+    forward(q, b, ids.data(), 2, 6);
+    double max_diff = 0, max_abs = 0;
+    for (size_t i = 0; i < a.logits.size(); ++i) {
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(a.logits[i]) - b.logits[i]));
+      max_abs = std::max(max_abs, std::abs(static_cast<double>(a.logits[i])));
+    }
+    std::printf("%s tables: max |logit - f32| %.3g (largest logit %.3g)\n", table_dtype_name(dt), max_diff, max_abs);
+    EXPECT_GT(max_diff, 0.0);  // the tables really changed
+    EXPECT_LT(max_diff, (dt == TableDtype::BF16 ? 2e-3 : 2e-2) * max_abs);
+    EXPECT_EQ(greedy(q), ref_tokens);
+  }
 }

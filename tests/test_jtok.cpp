@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <set>
 
 #include "op_test_util.h"
+#include "core/error.h"
 #include "model/jtok.h"
 #include "model/token_table.h"
 
@@ -22,6 +25,15 @@ static std::vector<int32_t> zipf_ids(int64_t N, int64_t V, uint64_t seed) {
   for (auto& x : ids) x = static_cast<int32_t>((rng() % 7) * (rng() % 3) % V);
   ids[0] = static_cast<int32_t>(V - 1);
   return ids;
+}
+
+static std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 static TokenTable random_table(int64_t V, int64_t d, uint64_t seed) {
@@ -70,6 +82,80 @@ TEST(TokenTableView, ReadOnlyViewGathersLikeRamAndRefusesWrites) {
   deep.mutable_row(2)[0] += 1.0f;
   EXPECT_NE(deep.row(2)[0], ram.row(2)[0]);
   EXPECT_THROW(TokenTable::in_ram(V, d, std::vector<float>(3)), std::exception);
+}
+
+// bf16 / int8 tables: the fast dequantizing gather equals the plain reference bit for bit, over
+// RAM and view storage; the quantization error stays within its bound (bf16: half an ulp of 8
+// significand bits, relative 2^-8; int8: half a step, scale / 2); quantized tables refuse writes and
+// the f32-only accessors.
+TEST(TokenTableDtype, DequantizingGatherMatchesReferenceWithinQuantizationBounds) {
+  const int64_t V = 40, d = 37;  // d odd: no vector-width assumption
+  std::vector<float> x = randn(V * d, 5, 1.0f);
+  for (int64_t r = 0; r < V; ++r)
+    for (int64_t j = 0; j < d; ++j) x[r * d + j] *= std::pow(2.0f, static_cast<float>(r % 9) - 4.0f);  // rows of 2^-4 .. 2^4
+  for (int64_t j = 0; j < d; ++j) x[7 * d + j] = 0.0f;  // an all-zero row: scale 0
+  x[3 * d] = 1.00390625f;  // bf16 halfway between 1 and 1 + 2^-7: ties to even, 1
+  x[3 * d + 1] = 1.01171875f;  // halfway between 1 + 2^-7 and 1 + 2^-6: ties to even, 1 + 2^-6
+  const TokenTable f32 = TokenTable::in_ram(V, d, x);
+  std::vector<int32_t> ids = zipf_ids(64, V, 9);
+  for (int32_t i = 0; i < V; i += 3) ids.push_back(i);
+  const RowBatch rb = dedup_ids(ids.data(), static_cast<int64_t>(ids.size()), V);
+  const int64_t U = static_cast<int64_t>(rb.unique.size());
+  for (TableDtype dt : {TableDtype::F32, TableDtype::BF16, TableDtype::I8}) {
+    SCOPED_TRACE(table_dtype_name(dt));
+    const TokenTable q = quantize_table(f32, dt);
+    EXPECT_EQ(q.dtype(), dt);
+    EXPECT_EQ(q.storage_bytes(), V * d * table_dtype_bytes(dt) + (dt == TableDtype::I8 ? V * 4 : 0));
+    // A view over a copy of the same bytes (as a mapped file holds them).
+    auto owner = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(q.raw_row(0)),
+                                                         static_cast<const uint8_t*>(q.raw_row(0)) + V * q.row_stride_bytes());
+    auto sowner = std::make_shared<std::vector<float>>(dt == TableDtype::I8 ? std::vector<float>(q.scales(), q.scales() + V)
+                                                                             : std::vector<float>{});
+    auto both = std::make_shared<std::pair<decltype(owner), decltype(sowner)>>(owner, sowner);
+    const TokenTable v = TokenTable::view(V, d, dt, owner->data(), dt == TableDtype::I8 ? sowner->data() : nullptr, both);
+    std::vector<float> fast(static_cast<size_t>(U * d)), ref(fast.size()), viewed(fast.size());
+    gather_unique_rows(fast.data(), q, rb);
+    gather_unique_rows_ref(ref.data(), q, rb);
+    gather_unique_rows(viewed.data(), v, rb);
+    EXPECT_EQ(0, std::memcmp(fast.data(), ref.data(), sizeof(float) * fast.size()));
+    EXPECT_EQ(0, std::memcmp(fast.data(), viewed.data(), sizeof(float) * fast.size()));
+    std::vector<float> row(static_cast<size_t>(d)), row_ref(row.size());
+    double worst = 0;  // error / bound, over every element
+    for (int64_t r = 0; r < V; ++r) {
+      q.read_row(r, row.data());
+      q.read_row_ref(r, row_ref.data());
+      ASSERT_EQ(0, std::memcmp(row.data(), row_ref.data(), sizeof(float) * d)) << "row " << r;
+      float amax = 0;
+      for (int64_t j = 0; j < d; ++j) amax = std::max(amax, std::abs(x[r * d + j]));
+      for (int64_t j = 0; j < d; ++j) {
+        const double e = std::abs(static_cast<double>(row[j]) - x[r * d + j]);
+        const double bound = dt == TableDtype::F32 ? 0.0 : dt == TableDtype::BF16 ? std::ldexp(std::abs(x[r * d + j]), -8)
+                                                                                 : amax / 127.0 / 2.0 * (1 + 1e-6);
+        ASSERT_LE(e, bound) << "row " << r << " col " << j;
+        if (bound > 0) worst = std::max(worst, e / bound);
+      }
+    }
+    if (dt != TableDtype::F32) EXPECT_GT(worst, 0.5);  // the bound is tight: quantization did round
+    for (int64_t j = 0; j < d; ++j) EXPECT_EQ(q.to_vector()[7 * d + j], 0.0f);
+    if (dt == TableDtype::BF16) {
+      EXPECT_EQ(q.to_vector()[3 * d], 1.0f);
+      EXPECT_EQ(q.to_vector()[3 * d + 1], 1.015625f);
+    }
+    if (dt == TableDtype::I8) {
+      EXPECT_EQ(q.scales()[7], 0.0f);
+      EXPECT_EQ(q.scales()[3], [&] { float a = 0; for (int64_t j = 0; j < d; ++j) a = std::max(a, std::abs(x[3 * d + j])); return a / 127.0f; }());
+    }
+    if (dt == TableDtype::F32) continue;
+    EXPECT_TRUE(q.read_only());
+    EXPECT_NE(error_of([&] { TokenTable c = q; c.mutable_data(); }).find("cannot be trained"), std::string::npos);
+    EXPECT_NE(error_of([&] { (void)q.data(); }).find(table_dtype_name(dt)), std::string::npos);
+    EXPECT_THROW(quantize_table(q, TableDtype::I8), Error);  // already quantized
+    EXPECT_EQ(prefetch_rows(q, ids.data(), 4), 0);  // RAM: nothing to announce
+    EXPECT_EQ(prefetch_rows(v, ids.data(), 4), 4);
+  }
+  EXPECT_EQ(parse_table_dtype("int8", "--x"), TableDtype::I8);
+  EXPECT_NE(error_of([] { parse_table_dtype("fp8", "--table-dtype"); }).find("'fp8'"), std::string::npos);
+  EXPECT_THROW(TokenTable::quantized_in_ram(V, d, TableDtype::I8, std::vector<uint8_t>(V * d), {}), Error);  // no scales
 }
 
 class JTokGate : public ::testing::TestWithParam<bool> {};

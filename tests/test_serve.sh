@@ -5,7 +5,9 @@
 # enforced, a bounded concurrent load (curl: 8 clients x 20 requests) has zero failures and gives
 # each prompt the reply it gets alone; the official OpenAI SDK (npm openai@7.55.0) gets the same
 # replies, streamed and not, and its typed errors; 64 clients x 1,000 requests (node) with zero
-# failures other than retried 429s, p50 / p99 printed, resident memory back near its idle level.
+# failures other than retried 429s, p50 / p99 printed, resident memory back near its idle level; a
+# server sent SIGTERM right after start stops; a client that disconnects mid-stream (node) has its sequence freed (metrics: cancelled, no active
+# sequence, no KV slot, no stream) and the server serves the next request.
 # Servers are always killed by the trap.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
@@ -190,8 +192,10 @@ steps=$(sed -n 's/^jtok_decode_steps_total //p' "$T/metrics"); seqs=$(sed -n 's/
 [ "$seqs" -gt "$steps" ] || fail "no decode step ran more than one sequence ($seqs sequences over $steps steps)"
 grep -q '^jtok_http_responses_total{route="/v1/completions",status="400"}' "$T/metrics" || fail "metrics lack the 400s"
 grep -q '^jtok_page_faults_major_total ' "$T/metrics" || fail "metrics lack page faults"
-pf=$(curl -s "${AUTH[@]}" "http://127.0.0.1:$MMAP/metrics" | sed -n 's/^jtok_table_rows_prefetched_total //p')
-[ "$pf" -gt 0 ] || fail "the mmap server announced no table rows ($pf)"
+curl -s "${AUTH[@]}" "http://127.0.0.1:$MMAP/metrics" > "$T/metrics_mmap"
+pf=$(sed -n 's/^jtok_table_rows_prefetched_total //p' "$T/metrics_mmap"); pp=$(sed -n 's/^jtok_prefetch_pages_total //p' "$T/metrics_mmap")
+[ "$pf" -gt 0 ] && [ "$pp" -gt 0 ] || fail "the mmap server's prefetch thread fetched no table rows ($pf rows, $pp pages)"
+grep -q '^jtok_prefetch_major_faults_total ' "$T/metrics_mmap" || fail "metrics lack the prefetch thread's page faults"
 echo "ok: load 8 x 20 = $ok requests, zero failures, replies equal to alone, mean decode batch $(( seqs / steps )).x ($($PY -c "print(round($t1 - $t0, 1))") s)"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$RAM/health")" = 200 ] || fail "server down after load"
 
@@ -218,4 +222,26 @@ if [ -n "${JTOK_SANITIZER_BUILD:-}" ]; then
   allow=$(((32 + 256) << 20)); echo "NOTE: sanitizer build: resident growth allowed 32 + 256 MiB (ASan's quarantine)"
 fi
 [ "$after" -le $((idle + allow)) ] || fail "resident memory grew by $(((after - idle) >> 20)) MiB under load"
+
+# 6b. SIGTERM right after start (while the server loads, binds or starts listening) stops it.
+for delay in 0.05 0.2 0.4 0.6 0.8; do
+  "$JTOK" serve --checkpoint "$T/run" --port 0 > /dev/null 2>&1 &
+  p=$!; sleep $delay; kill -TERM $p 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 $p 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $p 2>/dev/null; then kill -9 $p; fail "server still running 10 s after SIGTERM at ${delay} s"; fi
+  wait $p 2>/dev/null || true
+done
+
+# 7. A client leaves mid-stream: a model with a 1,024-token context (one training step), so the
+# stream it asks for (1,000 tokens) is still running when the client cuts the connection.
+sed -e 's/"max_position_embeddings": 64/"max_position_embeddings": 1024/' -e 's/"max_steps": 4/"max_steps": 1/' \
+  -e 's/"checkpoint_interval": 4/"checkpoint_interval": 1/' "$T/cfg.json" > "$T/cfg_long.json"
+"$JTOK" train --config "$T/cfg_long.json" --out "$T/run_long" --peak-gflops 1 > /dev/null
+"$JTOK" serve --checkpoint "$T/run_long" --port 0 --max-batch 4 > "$T/serve_long.out" 2> "$T/serve_long.err" &
+PIDS+=($!)
+for _ in $(seq 200); do
+  LONG=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\).*|\1|p' "$T/serve_long.out"); [ -n "$LONG" ] && break; sleep 0.05
+done
+[ -n "$LONG" ] || fail "long-context server did not start"
+node "$ROOT/tests/serve_disconnect_client.mjs" "$LONG" 1000 || fail "client disconnecting mid-stream"
 echo "PASS"

@@ -170,3 +170,45 @@ TEST(CompletionRequest, ParsesOrAnswers4xx) {
   EXPECT_EQ(error_of(R"({"prompt": [18446744073709551615]})"), "400 prompt");
   EXPECT_EQ(error_of(R"({"prompt": [5], "max_tokens": 18446744073709551615})"), "400 max_tokens");
 }
+
+// --prefill-chunk: a prompt longer than the chunk is prefilled a chunk per step, and the running
+// sequence decodes between its chunks (decode_steps_during_prefill counts those steps); the long
+// request gives exactly what prefill_chunked + decode_step give alone, the short one what it gives
+// alone.
+TEST(ServeEngine, LongPromptIsPrefilledInChunksWhileOthersDecode) {
+  Model m = make_model(tiny(), 4);
+  EngineOptions o;
+  o.prefill_chunk = 4;
+  Engine e(m, o);
+  GenerationRequest shortr, longr;
+  shortr.prompt = {7, 3};
+  shortr.max_tokens = 30;
+  shortr.sampling = {0.0, 0, 1.0};
+  for (int j = 0; j < 18; ++j) longr.prompt.push_back(static_cast<int32_t>((j * 29 + 5) % 97));  // 4+4+4+4+2
+  longr.max_tokens = 6;
+  longr.sampling = {0.8, 0, 1.0};
+  longr.seed = 11;
+  e.pause(true);  // both wait: the short one is prefilled whole and decodes while the long one is chunked
+  auto s1 = e.submit(shortr), s2 = e.submit(longr);
+  ASSERT_TRUE(s1 && s2);
+  e.pause(false);
+  wait_done(*s1);
+  wait_done(*s2);
+  EXPECT_EQ(s1->tokens, alone(m, shortr));
+  KVCache cache;
+  std::mt19937_64 rng(longr.seed);
+  std::vector<float> l = prefill_chunked(m, cache, longr.prompt, 24, 4);
+  std::vector<int32_t> expect;
+  for (int i = 0; i < 6; ++i) {
+    expect.push_back(sample_token(l, longr.sampling, rng));
+    if (i < 5) l = decode_step(m, cache, expect.back());
+  }
+  EXPECT_EQ(s2->tokens, expect);
+  const EngineStats st = e.stats();
+  EXPECT_EQ(st.prefill_chunks, 1 + 5);
+  EXPECT_EQ(st.prefills, 2);
+  EXPECT_EQ(st.decode_steps_during_prefill, 4);  // after each of the long prompt's first 4 chunks
+  EXPECT_EQ(st.prompt_tokens, 20);
+  EXPECT_EQ(st.prefilling, 0);
+  EXPECT_EQ(st.kv_tokens_used, 0);
+}

@@ -47,15 +47,19 @@ std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
   return logits;
 }
 
-int64_t decode_batch(const Model& m, KVCache* const* caches, const int32_t* tokens, int64_t M, float* logits) {
+// Rows i = 0..M-1: token tokens[i] at position pos[i] of *caches[i] (a cache may appear in several
+// rows, at distinct positions: a prompt chunk). Each layer writes every row's K/V first, then row i
+// attends over its cache's [0, pos[i]]. logits (n_head, vocab) gets the rows head_rows[0..n_head).
+// Returns the token-table rows read.
+static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_t* pos, const int32_t* tokens, int64_t M,
+                            const int64_t* head_rows, int64_t n_head, float* logits) {
   const auto& c = m.cfg;
-  if (M <= 0) return 0;
   int64_t rows_read = 0;
   int64_t tmax = 0;
   for (int64_t i = 0; i < M; ++i) {
-    if (caches[i]->len >= caches[i]->capacity) fail("context full: ", caches[i]->capacity, " tokens");
+    if (pos[i] >= caches[i]->capacity) fail("context full: ", caches[i]->capacity, " tokens");
     if (tokens[i] < 0 || tokens[i] >= c.vocab_size) fail("token id ", tokens[i], " outside the vocabulary");
-    tmax = std::max(tmax, caches[i]->len);
+    tmax = std::max(tmax, pos[i]);
   }
   const int64_t d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
@@ -84,14 +88,18 @@ int64_t decode_batch(const Model& m, KVCache* const* caches, const int32_t* toke
     linear_forward_lowp(kn.data(), x.data(), layer_matrix(m, l, Proj::k), M);
     linear_forward_lowp(vn.data(), x.data(), layer_matrix(m, l, Proj::v), M);
 #pragma omp parallel for schedule(static) if (M > 1)
-    for (int64_t i = 0; i < M; ++i) {  // each sequence at its own position, against its own cache
+    for (int64_t i = 0; i < M; ++i) {  // every row's key and value into its cache first (a chunk's later rows read them)
       KVCache& kv = *caches[i];
-      const int64_t t = kv.len;
+      const int64_t t = pos[i];
       rope_forward(q.data() + i * qd, m.rope, 1, 1, H, hd, t);
       rope_forward(kn.data() + i * kvd, m.rope, 1, 1, KV, hd, t);
       std::memcpy(kv.k[l].data() + t * kvd, kn.data() + i * kvd, sizeof(float) * kvd);
       std::memcpy(kv.v[l].data() + t * kvd, vn.data() + i * kvd, sizeof(float) * kvd);
-      attention_decode(att.data() + i * qd, q.data() + i * qd, kv.k[l].data(), kv.v[l].data(), t, H, KV, hd,
+    }
+#pragma omp parallel for schedule(static) if (M > 1)
+    for (int64_t i = 0; i < M; ++i) {  // each row at its own position, against its own cache
+      const KVCache& kv = *caches[i];
+      attention_decode(att.data() + i * qd, q.data() + i * qd, kv.k[l].data(), kv.v[l].data(), pos[i], H, KV, hd,
                        scratch.data() + i * (tmax + 1));
     }
     linear_forward_lowp(h.data(), att.data(), layer_matrix(m, l, Proj::o), M, /*accumulate=*/true);
@@ -117,10 +125,54 @@ int64_t decode_batch(const Model& m, KVCache* const* caches, const int32_t* toke
     if (W.jtokm_router)
       for (size_t j = 0; j < Md; ++j) h[j] += inject[j];
   }
-  rmsnorm_forward(x.data(), rstd.data(), h.data(), m.w.norm, M, d, eps);
-  linear_forward_lowp(logits, x.data(), head_matrix(m, c.vocab_size), M);  // real rows only
-  for (int64_t i = 0; i < M; ++i) caches[i]->len += 1;
+  // The final norm and LM head of the rows asked for only (a chunk needs its last row's).
+  std::vector<float> hs(static_cast<size_t>(n_head * d));
+  for (int64_t r = 0; r < n_head; ++r) std::memcpy(hs.data() + r * d, h.data() + head_rows[r] * d, sizeof(float) * d);
+  rmsnorm_forward(x.data(), rstd.data(), hs.data(), m.w.norm, n_head, d, eps);
+  linear_forward_lowp(logits, x.data(), head_matrix(m, c.vocab_size), n_head);  // real rows only
   return rows_read;
+}
+
+int64_t decode_batch(const Model& m, KVCache* const* caches, const int32_t* tokens, int64_t M, float* logits) {
+  if (M <= 0) return 0;
+  std::vector<int64_t> pos(static_cast<size_t>(M)), head(static_cast<size_t>(M));
+  for (int64_t i = 0; i < M; ++i) {
+    pos[i] = caches[i]->len;
+    head[i] = i;
+    for (int64_t j = 0; j < i; ++j)
+      if (caches[j] == caches[i]) fail("decode_batch: sequence ", i, " repeats the cache of sequence ", j);
+  }
+  const int64_t rows = forward_rows(m, caches, pos.data(), tokens, M, head.data(), M, logits);
+  for (int64_t i = 0; i < M; ++i) caches[i]->len += 1;
+  return rows;
+}
+
+std::vector<float> prefill_chunk(const Model& m, KVCache& cache, const int32_t* tokens, int64_t n, int64_t* rows_read) {
+  if (n <= 0) fail("prefill_chunk: empty chunk");
+  if (cache.len == 0 || cache.k.empty()) fail("prefill_chunk: the cache holds no prompt yet (start with prefill)");
+  if (cache.len + n > cache.capacity)
+    fail("prompt chunk of ", n, " tokens at position ", cache.len, " is beyond the context (", cache.capacity, ")");
+  JTOK_PROFILE("prefill chunk");
+  std::vector<KVCache*> caches(static_cast<size_t>(n), &cache);
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[i] = cache.len + i;
+  const int64_t last = n - 1;
+  std::vector<float> logits(static_cast<size_t>(m.cfg.vocab_size));
+  const int64_t rows = forward_rows(m, caches.data(), pos.data(), tokens, n, &last, 1, logits.data());
+  if (rows_read) *rows_read = rows;
+  cache.len += n;
+  return logits;
+}
+
+std::vector<float> prefill_chunked(const Model& m, KVCache& cache, const std::vector<int32_t>& prompt, int64_t capacity,
+                                   int64_t chunk) {
+  if (chunk < 1) fail("prefill chunk must be at least 1 token, got ", chunk);
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  const int64_t first = std::min(P, chunk);
+  std::vector<float> l = prefill(m, cache, {prompt.begin(), prompt.begin() + first}, capacity);
+  for (int64_t at = first; at < P; at += chunk)
+    l = prefill_chunk(m, cache, prompt.data() + at, std::min(chunk, P - at));
+  return l;
 }
 
 int32_t sample_token(const std::vector<float>& logits, const SamplingParams& p, std::mt19937_64& rng) {

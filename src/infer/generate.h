@@ -18,6 +18,19 @@ struct KVCache {
 // Runs the prompt (all positions at once) and fills the cache; returns the last position's
 // logits over the real vocabulary.
 std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int32_t>& prompt, int64_t capacity);
+// Continues a prefill: appends tokens[0..n) at positions cache.len.. (the cache already holds the
+// prompt's start, from prefill; capacity as prefill gave it). Every matrix product takes the n rows
+// at once; each row attends over the cache up to itself. Returns the last token's logits; rows_read
+// (optional) gets the token-table rows read. The same logits as a one-shot prefill of the whole
+// prompt up to float rounding (another attention kernel, another summation order; tested within
+// 1e-4 of the largest logit, tests/test_generate.cpp).
+std::vector<float> prefill_chunk(const Model& m, KVCache& cache, const int32_t* tokens, int64_t n,
+                                 int64_t* rows_read = nullptr);
+// prefill of the first `chunk` tokens, then prefill_chunk of at most `chunk` tokens at a time: what
+// the server does with --prefill-chunk (there with decode steps of other sequences in between).
+// chunk >= prompt size is prefill itself.
+std::vector<float> prefill_chunked(const Model& m, KVCache& cache, const std::vector<int32_t>& prompt, int64_t capacity,
+                                   int64_t chunk);
 // Appends one token at position cache.len; returns its logits over the real vocabulary.
 // decode_batch with one sequence.
 std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token);

@@ -48,7 +48,7 @@ static void gather_and_mix(JTokMActs& A, const TokenTable* E, const RowBatch& rb
   for (int64_t q = 0; q < S; ++q) {
     const TokenTable& t = E[A.slot_table[q]];
     if (sync) sync(table_base + A.slot_table[q], rb.unique[A.slot_u[q]]);
-    std::copy_n(t.row(rb.unique[A.slot_u[q]]), d, A.rows.data() + q * d);
+    t.read_row(rb.unique[A.slot_u[q]], A.rows.data() + q * d);  // f32, whatever the table's dtype
   }
   // Mix.
 #pragma omp parallel for schedule(static)

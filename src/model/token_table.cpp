@@ -12,6 +12,24 @@
 
 namespace jtok {
 
+const char* table_dtype_name(TableDtype dt) {
+  switch (dt) {
+    case TableDtype::F32: return "f32";
+    case TableDtype::BF16: return "bf16";
+    case TableDtype::I8: return "int8";
+  }
+  return "?";
+}
+
+TableDtype parse_table_dtype(const std::string& s, const std::string& what) {
+  if (s == "f32") return TableDtype::F32;
+  if (s == "bf16") return TableDtype::BF16;
+  if (s == "int8") return TableDtype::I8;
+  fail(what, ": table dtype '", s, "' is not one of f32, bf16, int8");
+}
+
+int64_t table_dtype_bytes(TableDtype dt) { return dt == TableDtype::F32 ? 4 : dt == TableDtype::BF16 ? 2 : 1; }
+
 TokenTable TokenTable::in_ram(int64_t rows, int64_t dim) {
   return in_ram(rows, dim, std::vector<float>(static_cast<size_t>(rows * dim), 0.0f));
 }
@@ -26,12 +44,36 @@ TokenTable TokenTable::in_ram(int64_t rows, int64_t dim, std::vector<float> valu
   return t;
 }
 
-TokenTable TokenTable::view(int64_t rows, int64_t dim, const float* data, std::shared_ptr<const void> owner) {
-  JTOK_CHECK(owner != nullptr && (data != nullptr || rows * dim == 0), "token table view without storage");
+TokenTable TokenTable::quantized_in_ram(int64_t rows, int64_t dim, TableDtype dt, std::vector<uint8_t> bytes,
+                                        std::vector<float> scales) {
+  JTOK_CHECK(dt != TableDtype::F32, "quantized_in_ram: f32 tables use in_ram");
+  JTOK_CHECK(rows >= 0 && dim >= 0 && static_cast<int64_t>(bytes.size()) == rows * dim * table_dtype_bytes(dt),
+             table_dtype_name(dt), " token table of ", rows, " x ", dim, " given ", bytes.size(), " bytes");
+  JTOK_CHECK(static_cast<int64_t>(scales.size()) == (dt == TableDtype::I8 ? rows : 0), table_dtype_name(dt),
+             " token table of ", rows, " rows given ", scales.size(), " scales");
   TokenTable t;
   t.rows = rows;
   t.dim = dim;
+  t.dtype_ = dt;
+  t.qram_ = std::move(bytes);
+  t.scale_ram_ = std::move(scales);
+  return t;
+}
+
+TokenTable TokenTable::view(int64_t rows, int64_t dim, const float* data, std::shared_ptr<const void> owner) {
+  return view(rows, dim, TableDtype::F32, data, nullptr, std::move(owner));
+}
+
+TokenTable TokenTable::view(int64_t rows, int64_t dim, TableDtype dt, const void* data, const float* scales,
+                            std::shared_ptr<const void> owner) {
+  JTOK_CHECK(owner != nullptr && (data != nullptr || rows * dim == 0), "token table view without storage");
+  JTOK_CHECK((dt == TableDtype::I8) == (scales != nullptr) || rows == 0, "token table view: int8 tables (only) need scales");
+  TokenTable t;
+  t.rows = rows;
+  t.dim = dim;
+  t.dtype_ = dt;
   t.view_ = data;
+  t.scale_view_ = scales;
   t.owner_ = std::move(owner);
   return t;
 }
@@ -43,11 +85,113 @@ TokenTable TokenTable::unbound(int64_t rows, int64_t dim) {
   return t;
 }
 
+void TokenTable::not_f32(const char* what) const {
+  fail("token table (", rows, " x ", dim, ") is stored as ", table_dtype_name(dtype_), " (an inference export); ", what,
+       " needs an f32 table: read it with read_row / the gather");
+}
+
 float* TokenTable::mutable_data() {
+  if (dtype_ != TableDtype::F32)
+    fail("token table (", rows, " x ", dim, ") is stored as ", table_dtype_name(dtype_),
+         " (an inference export of jtok export --table-dtype); it cannot be trained or written: use the f32 checkpoint");
   if (!owner_ && static_cast<int64_t>(ram_.size()) != numel() && numel() > 0)
     fail("token table (", rows, " x ", dim, ") has no storage (unbound): load it first");
   if (owner_) fail("token table (", rows, " x ", dim, ") is a read-only view (e.g. a memory-mapped file); it cannot be written");
   return ram_.data();
+}
+
+static inline float bf16_to_f32(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN stays a (quiet) NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float table_element_ref(const TokenTable& t, int64_t r, int64_t j) {
+  switch (t.dtype()) {
+    case TableDtype::F32: {
+      float f;
+      std::memcpy(&f, static_cast<const uint8_t*>(t.raw_row(r)) + j * 4, 4);
+      return f;
+    }
+    case TableDtype::BF16: {
+      uint16_t b;
+      std::memcpy(&b, static_cast<const uint8_t*>(t.raw_row(r)) + j * 2, 2);
+      return bf16_to_f32(b);
+    }
+    case TableDtype::I8:
+      return static_cast<float>(static_cast<const int8_t*>(t.raw_row(r))[j]) * t.scales()[r];
+  }
+  return 0.0f;
+}
+
+void TokenTable::read_row_ref(int64_t r, float* out) const {
+  for (int64_t j = 0; j < dim; ++j) out[j] = table_element_ref(*this, r, j);
+}
+
+void TokenTable::read_row(int64_t r, float* out) const {
+  const int64_t d = dim;
+  switch (dtype_) {
+    case TableDtype::F32:
+      std::memcpy(out, raw_row(r), sizeof(float) * d);
+      return;
+    case TableDtype::BF16: {
+      const uint16_t* src = static_cast<const uint16_t*>(raw_row(r));
+      uint32_t* o = reinterpret_cast<uint32_t*>(out);  // the float's bits: bf16 is its upper half
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) o[j] = static_cast<uint32_t>(src[j]) << 16;
+      return;
+    }
+    case TableDtype::I8: {
+      const int8_t* src = static_cast<const int8_t*>(raw_row(r));
+      const float s = scales()[r];
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) out[j] = static_cast<float>(src[j]) * s;
+      return;
+    }
+  }
+}
+
+std::vector<float> TokenTable::to_vector() const {
+  std::vector<float> v(static_cast<size_t>(numel()));
+  if (numel() == 0) return v;
+  if (raw_data() == nullptr) fail("token table (", rows, " x ", dim, ") has no storage (unbound): load it first");
+  for (int64_t r = 0; r < rows; ++r) read_row(r, v.data() + r * dim);
+  return v;
+}
+
+TokenTable quantize_table(const TokenTable& t, TableDtype dt) {
+  const int64_t R = t.rows, d = t.dim;
+  if (t.dtype() != TableDtype::F32) fail("quantize_table: the table is already ", table_dtype_name(t.dtype()));
+  if (dt == TableDtype::F32) return TokenTable::in_ram(R, d, t.to_vector());
+  std::vector<uint8_t> bytes(static_cast<size_t>(R * d * table_dtype_bytes(dt)));
+  std::vector<float> scales(dt == TableDtype::I8 ? static_cast<size_t>(R) : 0);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; ++r) {
+    const float* x = t.row(r);
+    if (dt == TableDtype::BF16) {
+      uint16_t* q = reinterpret_cast<uint16_t*>(bytes.data()) + r * d;
+      for (int64_t j = 0; j < d; ++j) q[j] = f32_to_bf16(x[j]);
+    } else {
+      float amax = 0.0f;
+      for (int64_t j = 0; j < d; ++j) amax = std::max(amax, std::abs(x[j]));
+      if (!std::isfinite(amax)) fail("quantize_table: row ", r, " holds a NaN or an infinity");
+      const float scale = amax / 127.0f;
+      scales[static_cast<size_t>(r)] = scale;
+      int8_t* q = reinterpret_cast<int8_t*>(bytes.data()) + r * d;
+      for (int64_t j = 0; j < d; ++j)
+        q[j] = scale > 0 ? static_cast<int8_t>(std::clamp(std::nearbyint(x[j] / scale), -127.0f, 127.0f)) : 0;
+    }
+  }
+  return TokenTable::quantized_in_ram(R, d, dt, std::move(bytes), std::move(scales));
 }
 
 RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V) {
@@ -74,14 +218,18 @@ RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V) {
 }
 
 int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n) {
-  if (!t.read_only() || t.data() == nullptr) return 0;
+  if (!t.is_view() || t.rows == 0 || t.raw_row(0) == nullptr) return 0;
   static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t row_bytes = static_cast<uintptr_t>(t.dim) * sizeof(float);
+  const uintptr_t row_bytes = static_cast<uintptr_t>(t.row_stride_bytes());
   for (int64_t i = 0; i < n; ++i) {
     if (ids[i] < 0 || ids[i] >= t.rows) fail("token id ", ids[i], " outside the table's ", t.rows, " rows");
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(t.row(ids[i]));
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(t.raw_row(ids[i]));
     const uintptr_t lo = begin & ~(page - 1), hi = (begin + row_bytes + page - 1) & ~(page - 1);
     madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_WILLNEED);  // a hint: its failure changes nothing
+    if (t.dtype() == TableDtype::I8) {  // and the row's scale
+      const uintptr_t s = reinterpret_cast<uintptr_t>(t.scales() + ids[i]) & ~(page - 1);
+      madvise(reinterpret_cast<void*>(s), page, MADV_WILLNEED);
+    }
   }
   return n;
 }
@@ -91,8 +239,14 @@ void gather_unique_rows(float* out, const TokenTable& t, const RowBatch& rb, con
 #pragma omp parallel for schedule(static)
   for (int64_t u = 0; u < U; ++u) {
     if (sync) sync(table, rb.unique[u]);
-    std::memcpy(out + u * d, t.row(rb.unique[u]), sizeof(float) * d);
+    t.read_row(rb.unique[u], out + u * d);
   }
+}
+
+void gather_unique_rows_ref(float* out, const TokenTable& t, const RowBatch& rb) {
+  const int64_t U = static_cast<int64_t>(rb.unique.size()), d = t.dim;
+  for (int64_t u = 0; u < U; ++u)
+    for (int64_t j = 0; j < d; ++j) out[u * d + j] = table_element_ref(t, rb.unique[u], j);
 }
 
 void SparseRowGrad::init(int64_t vocab_rows, int64_t d) {

@@ -8,17 +8,30 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "ops/adamw.h"
 
 namespace jtok {
 
-// A table is a view of rows x dim floats over its storage: its own RAM (a std::vector, writable:
-// the trainer updates it), or a read-only region owned by something else (a memory-mapped
-// checkpoint file: the rows are read in place, only touched pages become resident). Readers use
-// data() / row() / values(); writers mutable_*(), which fail on a read-only view. Copying a RAM
-// table copies its rows; copying a view shares the owner (it stays read-only).
+// How a table's rows are stored. f32 is the training format (and the default); bf16 (the upper 16
+// bits of the float, rounded to nearest even) and int8 (symmetric, one float scale per row:
+// x ~ scale[r] * q, q in [-127, 127], scale[r] = max_j |x[r][j]| / 127) are inference exports
+// (jtok export --table-dtype): read-only, dequantized to f32 row by row by the gather.
+enum class TableDtype : uint8_t { F32, BF16, I8 };
+const char* table_dtype_name(TableDtype dt);  // "f32", "bf16", "int8"
+// "f32" / "bf16" / "int8"; anything else fails naming `what` and the value.
+TableDtype parse_table_dtype(const std::string& s, const std::string& what);
+int64_t table_dtype_bytes(TableDtype dt);      // bytes per element: 4, 2, 1
+
+// A table is a view of rows x dim values over its storage: its own RAM (a std::vector, writable if
+// f32: the trainer updates it), or a read-only region owned by something else (a memory-mapped
+// checkpoint file: the rows are read in place, only touched pages become resident). Its elements
+// are f32, bf16 or int8 with a per-row scale (TableDtype). Readers of any dtype use read_row() (or
+// the gathers below, which dequantize); data() / row() / values() are the f32 tables' direct view
+// and fail on another dtype. Writers use mutable_*(), which fail on a read-only view and on a
+// quantized table. Copying a RAM table copies its rows; copying a view shares the owner.
 // A rank's shard (issue 11) is a RAM table of the rows that rank holds; mapping a global id to a
 // local row is the caller's business (rows/dim describe what this storage holds).
 class TokenTable {
@@ -29,26 +42,64 @@ class TokenTable {
   // Writable RAM storage of rows x dim zeros, or of `values` (size rows * dim, checked).
   static TokenTable in_ram(int64_t rows, int64_t dim);
   static TokenTable in_ram(int64_t rows, int64_t dim, std::vector<float> values);
+  // RAM storage of a bf16 / int8 table: `bytes` (rows * dim elements of the dtype, little-endian)
+  // and, for int8, `scales` (rows floats; empty for bf16). Checked sizes. Read-only.
+  static TokenTable quantized_in_ram(int64_t rows, int64_t dim, TableDtype dt, std::vector<uint8_t> bytes,
+                                     std::vector<float> scales);
   // Read-only view of rows x dim floats at `data`, kept alive by `owner` (e.g. a MappedFile).
   static TokenTable view(int64_t rows, int64_t dim, const float* data, std::shared_ptr<const void> owner);
+  // The same for any dtype: `data` rows * dim elements of dt, `scales` rows floats (int8 only).
+  static TokenTable view(int64_t rows, int64_t dim, TableDtype dt, const void* data, const float* scales,
+                         std::shared_ptr<const void> owner);
   // A shape without storage, for a loader to replace with a view (data() is null; writes fail).
   static TokenTable unbound(int64_t rows, int64_t dim);
 
-  bool read_only() const { return owner_ != nullptr; }
+  TableDtype dtype() const { return dtype_; }
+  bool read_only() const { return owner_ != nullptr || dtype_ != TableDtype::F32; }
+  bool is_view() const { return owner_ != nullptr; }  // storage owned elsewhere (a mapped file)
   int64_t numel() const { return rows * dim; }
-  const float* data() const { return owner_ ? view_ : ram_.data(); }
+  // Storage bytes: rows * dim elements plus the int8 scales.
+  int64_t storage_bytes() const { return numel() * table_dtype_bytes(dtype_) + (dtype_ == TableDtype::I8 ? rows * 4 : 0); }
+  // f32 tables only (fail otherwise, naming the dtype).
+  const float* data() const {
+    if (dtype_ != TableDtype::F32) not_f32("data()");
+    return owner_ ? static_cast<const float*>(view_) : ram_.data();
+  }
   const float* row(int64_t r) const { return data() + r * dim; }
   std::span<const float> values() const { return {data(), static_cast<size_t>(numel())}; }
-  float* mutable_data();  // fails (naming the table's shape) on a read-only view or an unbound table
+  // Any dtype: the raw elements of row r (row_stride_bytes() each), and an int8 table's scales.
+  const void* raw_row(int64_t r) const { return raw_data() + r * row_stride_bytes(); }
+  int64_t row_stride_bytes() const { return dim * table_dtype_bytes(dtype_); }
+  const float* scales() const { return owner_ ? scale_view_ : scale_ram_.data(); }
+  // out (dim) = row r in f32 (dequantized): the fast path (vectorized), and the plain reference
+  // (one element at a time through table_element_ref). Equal bit for bit (tests/test_jtok.cpp).
+  void read_row(int64_t r, float* out) const;
+  void read_row_ref(int64_t r, float* out) const;
+  float* mutable_data();  // fails (naming the table's shape) on a read-only view, an unbound or a quantized table
   float* mutable_row(int64_t r) { return mutable_data() + r * dim; }
   std::span<float> mutable_values() { return {mutable_data(), static_cast<size_t>(numel())}; }
-  std::vector<float> to_vector() const { return {data(), data() + numel()}; }
+  std::vector<float> to_vector() const;  // every row in f32 (dequantized); tests and exports
 
  private:
-  std::vector<float> ram_;               // RAM storage (empty for a view)
-  const float* view_ = nullptr;          // a view's rows
+  [[noreturn]] void not_f32(const char* what) const;
+  const uint8_t* raw_data() const {
+    if (owner_) return static_cast<const uint8_t*>(view_);
+    return dtype_ == TableDtype::F32 ? reinterpret_cast<const uint8_t*>(ram_.data()) : qram_.data();
+  }
+  TableDtype dtype_ = TableDtype::F32;
+  std::vector<float> ram_;               // f32 RAM storage (empty for a view)
+  std::vector<uint8_t> qram_;            // bf16 / int8 RAM storage
+  std::vector<float> scale_ram_;         // int8 RAM scales
+  const void* view_ = nullptr;           // a view's rows
+  const float* scale_view_ = nullptr;    // a view's int8 scales
   std::shared_ptr<const void> owner_;    // keeps a view's storage alive; null for RAM
 };
+
+// The reference decoding of one element: bf16 bits << 16, or float(q) * scale.
+float table_element_ref(const TokenTable& t, int64_t r, int64_t j);
+// A RAM copy of the f32 table t stored as dt (bf16: round to nearest even; int8: symmetric per-row
+// scale max|x| / 127, q = round(x / scale)). f32 gives a plain copy. t must be f32.
+TokenTable quantize_table(const TokenTable& t, TableDtype dt);
 
 // Brings row `row` of table `table` (an index into Model::tables) up to date before a gather reads
 // it. Set (Activations::row_sync) by a trainer whose optimizer defers the updates of rows without a
@@ -100,10 +151,13 @@ RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V);
 // does nothing. Values are never changed. Returns the number of rows announced (0 for RAM).
 int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n);
 
-// out (U, dim) = table rows of rb.unique. sync (optional): called for (table, each id) before its
+// out (U, dim) = table rows of rb.unique, in f32 whatever the table's dtype (the one gather path:
+// JTok's and, through read_row, JTok-M's). sync (optional): called for (table, each id) before its
 // row is read; `table` is t's index in Model::tables.
 void gather_unique_rows(float* out, const TokenTable& t, const RowBatch& rb, const RowSync& sync = {},
                         int64_t table = 0);
+// The reference: one element at a time (table_element_ref), serial.
+void gather_unique_rows_ref(float* out, const TokenTable& t, const RowBatch& rb);
 
 // Row-sparse gradient of one table, accumulated over micro-batches: rows keyed by id.
 struct SparseRowGrad {

@@ -43,26 +43,15 @@ void read_tensor_f32(const StIndex& f, const std::string& name, const std::vecto
 // Every parameter of m (tables included) through copy(name, shape, dst); then no tensor of the file
 // may be left over.
 template <typename Copy, typename Tensors>
-static void load_each(Model& m, const Tensors& in_file, const std::string& origin, Copy copy,
-                      const StIndex* lowp_from = nullptr, bool tables = true) {
+static void load_each(Model& m, const Tensors& in_file, const std::string& origin, Copy copy) {
   std::set<std::string> expected;
   for (const auto& p : m.layout) {
     expected.insert(p.name);
-    if (lowp_from && take_lowp_matrix(m, *lowp_from, p.name, p.shape, nullptr, expected)) {
-      release_zero_pages(m.params.data() + p.offset, p.numel);  // its fp32 slot stays zero, unused
-      continue;
-    }
     copy(p.name, p.shape, m.params.data() + p.offset);
   }
   for (size_t k = 0; k < m.tables.size(); ++k) {
     auto& t = m.tables[k];
     expected.insert(m.table_names[k]);
-    if (!tables) {
-      auto it = in_file.find(m.table_names[k]);
-      if (it == in_file.end()) fail(origin, ": missing tensor ", m.table_names[k]);
-      check_f32(it->second.dtype, it->second.shape, m.table_names[k], {t.rows, t.dim}, origin);
-      continue;
-    }
     copy(m.table_names[k], {t.rows, t.dim}, t.mutable_data());
   }
   for (const auto& kv : in_file)
@@ -75,10 +64,60 @@ void load_weights(Model& m, const StFile& f, const std::string& origin) {
   });
 }
 
+std::string table_scale_name(const std::string& table) { return table + "_scale"; }
+
+TableDtype table_dtype_in_file(const StIndex& f, const std::string& name, int64_t rows, int64_t dim) {
+  auto it = f.tensors.find(name);
+  if (it == f.tensors.end()) fail(f.path, ": missing tensor ", name);
+  const StEntry& e = it->second;
+  const TableDtype dt = e.dtype == "F32" ? TableDtype::F32 : e.dtype == "BF16" ? TableDtype::BF16 : e.dtype == "I8" ? TableDtype::I8 : [&]() -> TableDtype {
+    fail(f.path, ": token table ", name, " has dtype ", e.dtype, ", expected F32, BF16 or I8");
+  }();
+  if (e.shape != std::vector<int64_t>{rows, dim})
+    fail(f.path, ": tensor ", name, " has shape ", shape_str(e.shape), ", the config needs ", shape_str({rows, dim}));
+  if (dt == TableDtype::I8) {
+    auto sc = f.tensors.find(table_scale_name(name));
+    if (sc == f.tensors.end()) fail(f.path, ": int8 token table ", name, " has no per-row scales (", table_scale_name(name), ")");
+    check_f32(sc->second.dtype, sc->second.shape, sc->first, {rows}, f.path);
+  }
+  return dt;
+}
+
 void load_weights(Model& m, const StIndex& f, bool tables) {
-  load_each(m, f.tensors, f.path, [&](const std::string& name, const std::vector<int64_t>& shape, float* dst) {
-    read_tensor_f32(f, name, shape, dst);
-  }, &f, tables);
+  std::set<std::string> expected;
+  for (const auto& p : m.layout) {
+    expected.insert(p.name);
+    if (take_lowp_matrix(m, f, p.name, p.shape, nullptr, expected)) {  // read into its own buffer
+      release_zero_pages(m.params.data() + p.offset, p.numel);  // its fp32 slot stays zero, unused
+      continue;
+    }
+    read_tensor_f32(f, p.name, p.shape, m.params.data() + p.offset);
+  }
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    auto& t = m.tables[k];
+    const std::string& name = m.table_names[k];
+    expected.insert(name);
+    const TableDtype dt = table_dtype_in_file(f, name, t.rows, t.dim);
+    if (!tables) {  // checked only: each rank of an embedding-parallel run reads its own rows
+      if (dt != TableDtype::F32) fail(f.path, ": token table ", name, " is ", table_dtype_name(dt), "; training needs f32 tables");
+      continue;
+    }
+    if (dt == TableDtype::F32) {
+      read_tensor_bytes(f, name, t.mutable_data());
+      continue;
+    }
+    std::vector<uint8_t> bytes(static_cast<size_t>(t.numel() * table_dtype_bytes(dt)));
+    read_tensor_bytes(f, name, bytes.data());
+    std::vector<float> scales;
+    if (dt == TableDtype::I8) {
+      expected.insert(table_scale_name(name));
+      scales.resize(static_cast<size_t>(t.rows));
+      read_tensor_bytes(f, table_scale_name(name), scales.data());
+    }
+    t = TokenTable::quantized_in_ram(t.rows, t.dim, dt, std::move(bytes), std::move(scales));
+  }
+  for (const auto& kv : f.tensors)
+    if (!expected.count(kv.first)) fail(f.path, ": unexpected tensor ", kv.first, " (config and weights disagree?)");
 }
 
 void load_weights_mapped(Model& m, const std::shared_ptr<const MappedFile>& file) {
@@ -98,13 +137,21 @@ void load_weights_mapped(Model& m, const std::shared_ptr<const MappedFile>& file
     const int64_t rows = m.tables[k].rows, dim = m.tables[k].dim;
     const std::string& name = m.table_names[k];
     expected.insert(name);
-    auto it = idx.tensors.find(name);
-    if (it == idx.tensors.end()) fail(idx.path, ": missing tensor ", name);
-    const StEntry& t = it->second;
-    check_f32(t.dtype, t.shape, name, {rows, dim}, idx.path);
-    if (t.offset % alignof(float) != 0)
-      fail(idx.path, ": tensor ", name, " starts at byte ", t.offset, ", not float-aligned: cannot be read in place");
-    m.tables[k] = TokenTable::view(rows, dim, reinterpret_cast<const float*>(file->data() + t.offset), file);
+    const TableDtype dt = table_dtype_in_file(idx, name, rows, dim);
+    const StEntry& t = idx.tensors.at(name);
+    if (t.offset % static_cast<uint64_t>(table_dtype_bytes(dt)) != 0)
+      fail(idx.path, ": tensor ", name, " starts at byte ", t.offset, ", not aligned to its ", table_dtype_name(dt),
+           " elements: cannot be read in place");
+    const float* scales = nullptr;
+    if (dt == TableDtype::I8) {
+      const std::string sn = table_scale_name(name);
+      expected.insert(sn);
+      const StEntry& se = idx.tensors.at(sn);
+      if (se.offset % alignof(float) != 0)
+        fail(idx.path, ": tensor ", sn, " starts at byte ", se.offset, ", not float-aligned: cannot be read in place");
+      scales = reinterpret_cast<const float*>(file->data() + se.offset);
+    }
+    m.tables[k] = TokenTable::view(rows, dim, dt, file->data() + t.offset, scales, file);
   }
   for (const auto& kv : idx.tensors)
     if (!expected.count(kv.first)) fail(idx.path, ": unexpected tensor ", kv.first, " (config and weights disagree?)");
@@ -125,8 +172,17 @@ StFile tables_to_st(const Model& m, const std::vector<std::vector<float>>& per_t
 
 StFile weights_to_st(const Model& m) {
   StFile f = flat_to_st(m, m.params, "");
-  for (size_t k = 0; k < m.tables.size(); ++k)
-    f.tensors[m.table_names[k]] = st_f32({m.tables[k].rows, m.tables[k].dim}, m.tables[k].data());
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    const TokenTable& t = m.tables[k];
+    if (t.dtype() == TableDtype::F32) {
+      f.tensors[m.table_names[k]] = st_f32({t.rows, t.dim}, t.data());
+      continue;
+    }
+    const char* raw = static_cast<const char*>(t.raw_row(0));
+    f.tensors[m.table_names[k]] = StTensor{t.dtype() == TableDtype::BF16 ? "BF16" : "I8", {t.rows, t.dim},
+                                           std::string(raw, raw + t.numel() * table_dtype_bytes(t.dtype()))};
+    if (t.dtype() == TableDtype::I8) f.tensors[table_scale_name(m.table_names[k])] = st_f32({t.rows}, t.scales());
+  }
   return f;
 }
 

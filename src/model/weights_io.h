@@ -10,20 +10,27 @@
 
 namespace jtok {
 
-// Every parameter: the flat ones and the token-indexed (JTok, JTok-M) tables.
+// Every parameter: the flat ones and the token-indexed (JTok, JTok-M) tables. A table is stored in
+// its dtype: F32, BF16, or I8 with its per-row scales beside it as F32 tensor <name>_scale (rows).
 StFile weights_to_st(const Model& m);
+// The int8 scales' tensor name of table `table`: table + "_scale".
+std::string table_scale_name(const std::string& table);
+// Table `name` of f: its dtype (F32, BF16 or I8; an I8 table needs its F32 (rows) scales), after
+// checking shape (rows, dim); errors name the file and tensor.
+TableDtype table_dtype_in_file(const StIndex& f, const std::string& name, int64_t rows, int64_t dim);
 // Copies every parameter (tables included) from f into m. Errors (naming `origin`) on a missing
 // tensor, a wrong shape or dtype, or a tensor the model does not have.
 void load_weights(Model& m, const StFile& f, const std::string& origin);
 // The same, streamed from the file one tensor at a time into m's buffers (checkpoints: nothing of
-// the file's size is held beside the model).
+// the file's size is held beside the model). bf16 / int8 tables (inference exports) load as
+// read-only quantized RAM tables (the training loader refuses them: load_checkpoint).
 // tables = false: the tables' tensors are checked (present, F32, shape) but not read (a rank of an
 // embedding-parallel run reads only its rows: dist::ShardedTables).
 void load_weights(Model& m, const StIndex& f, bool tables = true);
 // The same from a mapped safetensors file, with the token tables left in it: the flat parameters
 // are copied, every table becomes a read-only view of its rows in the file (TokenTable::view, read
 // in place; resident memory is the pages touched). Same checks and errors as load_weights, plus a
-// table's data offset must be float-aligned (files we write are). Build m with
+// table's data offset must be aligned to its elements (files we write are). Tables of any dtype. Build m with
 // ModelAlloc{.tables = false}: its tables then never had storage of their own.
 void load_weights_mapped(Model& m, const std::shared_ptr<const MappedFile>& file);
 

@@ -6,7 +6,7 @@
 
 namespace jtok {
 
-Engine::Engine(const Model& model, EngineOptions opt) : model_(model), opt_(opt) {
+Engine::Engine(const Model& model, EngineOptions opt) : model_(model), opt_(opt), prefetcher_(model) {
   const int64_t max_ctx = model.cfg.max_position_embeddings;
   if (opt_.ctx <= 0 || opt_.ctx > max_ctx) opt_.ctx = max_ctx;
   if (opt_.max_batch < 1) fail("--max-batch must be at least 1, got ", opt_.max_batch);
@@ -14,6 +14,7 @@ Engine::Engine(const Model& model, EngineOptions opt) : model_(model), opt_(opt)
   if (opt_.kv_budget_tokens < opt_.ctx)
     fail("the KV-cache budget (", opt_.kv_budget_tokens, " tokens) is below one context (", opt_.ctx, ")");
   if (opt_.max_queue < 0) opt_.max_queue = 0;
+  if (opt_.prefill_chunk < 1) fail("--prefill-chunk must be at least 1 token, got ", opt_.prefill_chunk);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -25,6 +26,7 @@ Engine::~Engine() {
   cv_.notify_all();
   thread_.join();
   for (auto& a : waiting_) finish(a, "cancelled");
+  for (auto& a : prefilling_) finish(*a, "cancelled");
   for (auto& a : active_) finish(*a, "cancelled");
 }
 
@@ -58,8 +60,13 @@ std::shared_ptr<Sequence> Engine::submit(GenerationRequest req) {
 }
 
 EngineStats Engine::stats() const {
+  const PrefetchStats p = prefetcher_.stats();
   std::lock_guard<std::mutex> lk(mu_);
-  return stats_;
+  EngineStats s = stats_;
+  s.prefetch_pages = p.pages;
+  s.prefetch_major_faults = p.major_faults;
+  s.prefetch_dropped = p.dropped;
+  return s;
 }
 
 void Engine::pause(bool on) {
@@ -81,11 +88,12 @@ void Engine::finish(Active& a, const std::string& reason, const std::string& err
   a.seq->cv.notify_all();
 }
 
-int64_t Engine::prefetch(const int32_t* ids, int64_t n) const {
-  if (!opt_.prefetch) return 0;
-  int64_t rows = 0;
-  for (const auto& t : model_.tables) rows += prefetch_rows(t, ids, n);
-  return rows;
+int64_t Engine::prefetch(const int32_t* ids, int64_t n) {
+  if (!opt_.prefetch || !prefetcher_.useful()) return 0;
+  std::vector<TableRow> rows = table_rows_needed(model_, ids, n);
+  const int64_t k = static_cast<int64_t>(rows.size());
+  prefetcher_.submit(std::move(rows));
+  return k;
 }
 
 bool Engine::emit(Active& a, const float* logits) {
@@ -112,23 +120,29 @@ bool Engine::emit(Active& a, const float* logits) {
 
 void Engine::loop() {
   std::vector<float> logits;
+  const int64_t B = opt_.prefill_chunk;
   for (;;) {
-    std::vector<std::unique_ptr<Active>> admitted;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || (!paused_ && (!waiting_.empty() || !active_.empty())); });
+      cv_.wait(lk, [&] {
+        return stop_ || (!paused_ && (!waiting_.empty() || !active_.empty() || !prefilling_.empty()));
+      });
       if (stop_) return;
       // Free sequences whose caller left (or saw its stop string) before spending a step on them.
-      for (auto& a : active_)
-        if (a->seq->cancel.load()) {
-          finish(*a, "cancelled");
-          stats_.requests_cancelled++;
-          stats_.kv_tokens_used -= a->need;
-          a.reset();
-        }
+      auto cancelled = [&](std::unique_ptr<Active>& a) {
+        if (!a->seq->cancel.load()) return false;
+        finish(*a, "cancelled");
+        stats_.requests_cancelled++;
+        stats_.kv_tokens_used -= a->need;
+        a.reset();
+        return true;
+      };
+      for (auto& a : active_) cancelled(a);
       std::erase(active_, nullptr);
+      for (auto& a : prefilling_) cancelled(a);
+      std::erase(prefilling_, nullptr);
       // Admission: first come, first served, while the batch and the KV budget allow.
-      while (!waiting_.empty() && static_cast<int64_t>(active_.size() + admitted.size()) < opt_.max_batch &&
+      while (!waiting_.empty() && static_cast<int64_t>(active_.size() + prefilling_.size()) < opt_.max_batch &&
              stats_.kv_tokens_used + waiting_.front().need <= opt_.kv_budget_tokens) {
         auto a = std::make_unique<Active>(std::move(waiting_.front()));
         waiting_.pop_front();
@@ -139,39 +153,71 @@ void Engine::loop() {
         }
         stats_.kv_tokens_used += a->need;
         stats_.requests_admitted++;
-        admitted.push_back(std::move(a));
+        prefilling_.push_back(std::move(a));
       }
       stats_.queue_depth = static_cast<int64_t>(waiting_.size());
     }
-    // Prefill each new prompt alone (all its positions at once), then its first token. Every new
-    // prompt's table rows are announced first, so later prompts' pages load during earlier prefills.
+    // Prefill, first come first served, at most B prompt tokens this step: a prompt of at most B
+    // tokens whole (if it fits what is left of the B), a longer one B tokens at a time from a fresh
+    // budget (so its chunks are always the same: prefill_chunked's). Every piece's table rows go to
+    // the prefetch thread first, so later pieces' pages load during earlier ones.
+    struct Piece {
+      Active* a;
+      int64_t n;
+    };
+    std::vector<Piece> pieces;
+    int64_t left = B;
+    for (auto& a : prefilling_) {
+      const int64_t P = static_cast<int64_t>(a->req.prompt.size());
+      const int64_t n = P <= B ? (P <= left ? P : 0) : (left == B ? std::min(B, P - a->prefilled) : 0);
+      if (n == 0) break;
+      pieces.push_back({a.get(), n});
+      left -= n;
+    }
     int64_t prefetched = 0;
-    for (auto& a : admitted)
-      prefetched += prefetch(a->req.prompt.data(), static_cast<int64_t>(a->req.prompt.size()));
-    std::vector<std::unique_ptr<Active>> joined;
-    for (auto& a : admitted) {
-      bool go_on = false;
+    for (const auto& p : pieces) prefetched += prefetch(p.a->req.prompt.data() + p.a->prefilled, p.n);
+    for (const auto& p : pieces) {
+      Active& a = *p.a;
+      bool go_on = false, complete = false;
       try {
-        std::vector<float> l = prefill(model_, a->cache, a->req.prompt, a->need);
-        go_on = emit(*a, l.data());
+        std::vector<float> l;
+        if (a.prefilled == 0)
+          l = prefill(model_, a.cache, {a.req.prompt.begin(), a.req.prompt.begin() + p.n}, a.need);
+        else
+          l = prefill_chunk(model_, a.cache, a.req.prompt.data() + a.prefilled, p.n);
+        a.prefilled += p.n;
+        complete = a.prefilled == static_cast<int64_t>(a.req.prompt.size());
+        if (complete) go_on = emit(a, l.data());
       } catch (const std::exception& e) {
-        finish(*a, "error", e.what());
+        finish(a, "error", e.what());
+        complete = true;
       }
       std::lock_guard<std::mutex> lk(mu_);
+      stats_.prefill_chunks++;
+      if (!complete) continue;
       stats_.prefills++;
-      stats_.prompt_tokens += static_cast<int64_t>(a->req.prompt.size());
-      stats_.generated_tokens += a->produced;
-      if (go_on) {
-        joined.push_back(std::move(a));
-      } else {
-        stats_.kv_tokens_used -= a->need;
+      stats_.prompt_tokens += static_cast<int64_t>(a.req.prompt.size());
+      stats_.generated_tokens += a.produced;
+      if (!go_on) {
+        stats_.kv_tokens_used -= a.need;
         stats_.requests_finished++;
       }
     }
     std::vector<std::unique_ptr<Active>> running;
+    bool partly_prefilled = false;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      for (auto& a : joined) active_.push_back(std::move(a));
+      // Fully prefilled prompts leave prefilling_: into the decode batch, or gone (finished).
+      for (auto& a : prefilling_) {
+        if (a->prefilled < static_cast<int64_t>(a->req.prompt.size()) && !a->seq->done) {
+          partly_prefilled = partly_prefilled || a->prefilled > 0;
+          continue;
+        }
+        if (!a->seq->done) active_.push_back(std::move(a));
+        else a.reset();
+      }
+      std::erase(prefilling_, nullptr);
+      stats_.prefilling = static_cast<int64_t>(prefilling_.size());
       stats_.active = static_cast<int64_t>(active_.size());
       stats_.table_rows_prefetched += prefetched;
       running.swap(active_);  // the scheduler owns them during the step; submit() only touches waiting_
@@ -187,7 +233,7 @@ void Engine::loop() {
       }
       logits.resize(static_cast<size_t>(M * model_.cfg.vocab_size));
       int64_t rows = 0;
-      const int64_t announced = prefetch(tokens.data(), M);  // read while the first layers compute
+      const int64_t announced = prefetch(tokens.data(), M);  // fetched while the first layers compute
       std::string err;
       try {
         rows = decode_batch(model_, caches.data(), tokens.data(), M, logits.data());
@@ -211,6 +257,7 @@ void Engine::loop() {
       std::erase(running, nullptr);
       std::lock_guard<std::mutex> lk(mu_);
       stats_.decode_steps++;
+      if (partly_prefilled) stats_.decode_steps_during_prefill++;
       stats_.decode_batch_sum += M;
       stats_.batch_hist[M >= 32 ? 5 : M >= 16 ? 4 : M >= 8 ? 3 : M >= 4 ? 2 : M >= 2 ? 1 : 0]++;
       stats_.table_rows_read += rows;

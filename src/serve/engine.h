@@ -1,8 +1,10 @@
 // The serving engine: continuous batching of generation requests over one model.
 //
 // One scheduler thread owns the model's compute. Between decode steps it admits waiting requests
-// (while fewer than max_batch run and their KV caches fit the budget), prefills each new prompt
-// alone, then runs one decode step over every active sequence together (decode_batch: the
+// (while fewer than max_batch run and their KV caches fit the budget), prefills new prompts alone,
+// at most prefill_chunk prompt tokens per step (a longer prompt is prefilled in chunks, one per
+// step, so the running sequences keep decoding meanwhile), then runs one decode step over every
+// active sequence together (decode_batch: the
 // backbone's matrix products take M = active sequences), samples each sequence's next token with
 // its own settings and RNG, and publishes it. Requests beyond the waiting queue's bound are refused
 // (the caller answers 429). Token ids only: text is the HTTP layer's business.
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "infer/generate.h"
+#include "infer/prefetch.h"
 #include "model/transformer.h"
 
 namespace jtok {
@@ -27,8 +30,11 @@ struct EngineOptions {
   int64_t ctx = 0;               // context per sequence (prompt + generated); 0 = the model's
   int64_t kv_budget_tokens = 0;  // KV-cache token slots over all active sequences; 0 = max_batch * ctx
   int64_t max_queue = 64;        // requests waiting for admission at most (beyond: refused)
-  bool prefetch = true;          // memory-mapped tables: announce the rows of every admitted prompt
-                                 // and of every step's tokens before computing (prefetch_rows)
+  bool prefetch = true;          // memory-mapped tables: a helper thread (RowPrefetcher) brings in the
+                                 // rows of every prompt piece and decode step before it computes
+  int64_t prefill_chunk = 512;   // prompt tokens prefilled between two decode steps at most. A prompt
+                                 // of at most this many is prefilled whole (prefill: as jtok generate
+                                 // does); a longer one in chunks of exactly this many (prefill_chunked)
 };
 
 struct GenerationRequest {
@@ -54,8 +60,13 @@ struct Sequence {
 struct EngineStats {
   int64_t requests_admitted = 0, requests_finished = 0, requests_refused = 0, requests_cancelled = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, decode_steps = 0, decode_batch_sum = 0, prefills = 0;
+  int64_t prefill_chunks = 0;    // prompt pieces computed (a whole short prompt is one)
+  int64_t decode_steps_during_prefill = 0;  // decode steps run while a prompt was partly prefilled
+  int64_t prefilling = 0;        // gauge: admitted prompts not fully prefilled yet
   int64_t table_rows_read = 0;   // token-table rows gathered by decode steps, per table
-  int64_t table_rows_prefetched = 0;  // (id, table) rows announced to the kernel (mmap tables only)
+  int64_t table_rows_prefetched = 0;  // (table, id) rows handed to the prefetch thread (mmap tables only)
+  int64_t prefetch_pages = 0, prefetch_major_faults = 0;  // pages it touched; major faults it took
+  int64_t prefetch_dropped = 0;  // prefetch jobs dropped unstarted (the thread fell behind)
   int64_t queue_depth = 0, active = 0, kv_tokens_used = 0;  // gauges
   int64_t batch_hist[6] = {};    // decode steps with M in 1, 2-3, 4-7, 8-15, 16-31, 32+
 };
@@ -86,21 +97,24 @@ class Engine {
     int32_t last = -1;     // the token to decode next
     int64_t produced = 0;  // tokens sampled (the stop token included)
     int64_t need = 0;      // KV slots reserved
+    int64_t prefilled = 0; // prompt tokens in the cache
   };
   void loop();
   void finish(Active& a, const std::string& reason, const std::string& error = {});
   // Samples from logits, publishes, and returns whether the sequence goes on.
   bool emit(Active& a, const float* logits);
-  // prefetch_rows of ids over every table (JTok's, and all n_e of each JTok-M layer: the router has
-  // not chosen yet); returns the rows announced.
-  int64_t prefetch(const int32_t* ids, int64_t n) const;
+  // Hands the prefetch thread the rows ids[0..n) will read (table_rows_needed: JTok's, and all n_e
+  // of each JTok-M layer: the router has not chosen yet); returns their number (0: RAM tables).
+  int64_t prefetch(const int32_t* ids, int64_t n);
 
   const Model& model_;
   EngineOptions opt_;
+  RowPrefetcher prefetcher_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Active> waiting_;
   std::vector<std::unique_ptr<Active>> active_;
+  std::deque<std::unique_ptr<Active>> prefilling_;  // admitted, prompt not fully in the cache; the scheduler's
   EngineStats stats_;
   bool stop_ = false, paused_ = false;
   std::thread thread_;

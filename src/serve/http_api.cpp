@@ -353,6 +353,11 @@ struct HttpApi::Impl {
     counter("jtok_prompt_tokens_total", "prompt tokens prefilled", s.prompt_tokens);
     counter("jtok_generated_tokens_total", "tokens generated", s.generated_tokens);
     counter("jtok_prefills_total", "prompts prefilled", s.prefills);
+    counter("jtok_prefill_chunks_total", "prompt pieces computed (--prefill-chunk tokens at most; a short prompt is one)",
+            s.prefill_chunks);
+    counter("jtok_decode_steps_during_prefill_total", "decode steps run while a long prompt was partly prefilled",
+            s.decode_steps_during_prefill);
+    counter("jtok_prefilling_sequences", "admitted prompts not fully prefilled yet", s.prefilling, "gauge");
     counter("jtok_decode_steps_total", "batched decode steps", s.decode_steps);
     counter("jtok_decode_sequences_total", "sequences over all decode steps (mean batch = this / steps)",
             s.decode_batch_sum);
@@ -362,8 +367,13 @@ struct HttpApi::Impl {
     for (int b = 0; b < 6; ++b) o << "jtok_decode_batch_size_bucket{le=\"" << le[b] << "\"} " << (cum += s.batch_hist[b]) << "\n";
     o << "jtok_decode_batch_size_sum " << s.decode_batch_sum << "\njtok_decode_batch_size_count " << s.decode_steps << "\n";
     counter("jtok_table_rows_read_total", "token-table rows read by decode steps", s.table_rows_read);
-    counter("jtok_table_rows_prefetched_total", "token-table rows announced to the kernel before use (mmap tables)",
+    counter("jtok_table_rows_prefetched_total", "token-table rows handed to the prefetch thread before use (mmap tables)",
             s.table_rows_prefetched);
+    counter("jtok_prefetch_pages_total", "pages of table rows touched by the prefetch thread", s.prefetch_pages);
+    counter("jtok_prefetch_major_faults_total", "major page faults taken by the prefetch thread (off the compute thread)",
+            s.prefetch_major_faults);
+    counter("jtok_prefetch_jobs_dropped_total", "prefetch jobs dropped unstarted (the thread fell behind the steps)",
+            s.prefetch_dropped);
     counter("jtok_queue_depth", "requests waiting for admission", s.queue_depth, "gauge");
     counter("jtok_active_sequences", "sequences in the decode batch", s.active, "gauge");
     counter("jtok_kv_tokens_used", "KV-cache token slots reserved", s.kv_tokens_used, "gauge");
