@@ -2,6 +2,7 @@
 // any batch can be regenerated from the state alone.
 #include "data/loader.h"
 
+#include <type_traits>
 #include <algorithm>
 #include <filesystem>
 #include "core/error.h"
@@ -18,7 +19,11 @@ LoaderState loader_state_from_json(const nlohmann::json& j) {
   LoaderState s;
   auto field = [&](const char* k, auto& v) {
     if (!j.contains(k)) fail("loader state: missing field '", k, "'");
-    try { j.at(k).get_to(v); } catch (const nlohmann::json::exception&) { fail("loader state: field '", k, "' has the wrong type"); }
+    const nlohmann::json& x = j.at(k);
+    // Integer fields take JSON integers only: a float (1e300) would convert with undefined behaviour.
+    if constexpr (std::is_integral_v<std::remove_reference_t<decltype(v)>>)
+      if (!x.is_number_integer()) fail("loader state: field '", k, "' must be an integer, got ", x.dump());
+    try { x.get_to(v); } catch (const nlohmann::json::exception&) { fail("loader state: field '", k, "' has the wrong type"); }
   };
   field("mode", s.mode);
   field("seed", s.seed);

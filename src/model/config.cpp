@@ -79,7 +79,10 @@ Field field_of(Section Config::*section, T Section::*member, const char* type) {
     if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
     else if constexpr (std::is_same_v<T, std::string>) ok = v.is_string();
     else if constexpr (std::is_floating_point_v<T>) ok = v.is_number();
-    else ok = v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
+    else  // an integral float within +-2^53 (exact in a double; beyond, the conversion could overflow)
+      ok = v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+                                     std::fabs(v.get<double>()) <= 9007199254740992.0 &&
+                                     (std::is_signed_v<T> || v.get<double>() >= 0));
     if (!ok) fail(where, ": expected ", type, ", got ", v.dump());
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
       if (v.is_number_float()) (c.*section).*member = static_cast<T>(v.get<double>());

@@ -143,7 +143,7 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
     json j;
     try {
       j = json::parse(body.begin(), body.end());
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e+3080
       bad("", std::string("the request body is not valid JSON: ") + e.what());
     }
     return parse(j, lim, encode);
