@@ -133,7 +133,7 @@ StIndex read_safetensors_index(const std::string& path) {
   nlohmann::json h;
   try {
     h = nlohmann::json::parse(header);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     fail("safetensors file ", path, ": header is not valid JSON: ", e.what());
   }
   if (!h.is_object()) fail("safetensors file ", path, ": header is not a JSON object");

@@ -309,7 +309,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     fail("config file ", path, " is not valid JSON: ", e.what());
   }
   Config cfg = config_from_json(j, path, /*check=*/false);

@@ -42,7 +42,7 @@ nlohmann::json read_json_file(const std::string& path) {
   std::string text = read_file(path);
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     fail(path, ": not valid JSON: ", e.what());
   }
 }

@@ -30,7 +30,7 @@ TrainLogSummary read_train_log(const std::string& path) {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(lines[i]);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
       if (i + 1 == lines.size()) break;  // torn last line of a killed run
       fail(path, ":", i + 1, ": not a JSON line: ", e.what());
     }

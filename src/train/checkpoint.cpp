@@ -336,7 +336,7 @@ nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState
   const std::string sp = (d / "trainer_state.json").string();
   try {
     return nlohmann::json::parse(read_file(sp));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     fail(sp, " is not valid JSON: ", e.what());
   }
 }

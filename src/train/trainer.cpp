@@ -79,7 +79,7 @@ void truncate_log(const std::string& path, int64_t step) {
     try {
       auto j = nlohmann::json::parse(line);
       if (j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() > step) continue;
-    } catch (const nlohmann::json::parse_error&) {
+    } catch (const nlohmann::json::exception&) {
       continue;  // a line cut by the kill
     }
     kept += line + "\n";
