@@ -12,6 +12,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "ops/lowp_linear.h"
 
 namespace jtok {
 
@@ -108,13 +109,8 @@ uint64_t ggml_bytes(GgmlType t, uint64_t n) {
 
 void quantize_q8_0(const float* x, uint64_t n, uint8_t* out) {
   for (uint64_t b = 0; b < n / kQ8Block; ++b, x += kQ8Block, out += 2 + kQ8Block) {
-    float amax = 0.0f;
-    for (int64_t j = 0; j < kQ8Block; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
-    const uint16_t h = f32_to_f16(d);
+    const uint16_t h = f32_to_f16(quantize_int8_span(reinterpret_cast<int8_t*>(out + 2), x, kQ8Block));
     std::memcpy(out, &h, 2);
-    for (int64_t j = 0; j < kQ8Block; ++j)
-      out[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(x[j] * inv), -127.0f, 127.0f)));
   }
 }
 

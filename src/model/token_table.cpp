@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "ops/lowp_linear.h"
 
 namespace jtok {
 
@@ -100,21 +101,6 @@ float* TokenTable::mutable_data() {
   return ram_.data();
 }
 
-static inline float bf16_to_f32(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-static inline uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN stays a (quiet) NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
-  return static_cast<uint16_t>(u >> 16);
-}
-
 float table_element_ref(const TokenTable& t, int64_t r, int64_t j) {
   switch (t.dtype()) {
     case TableDtype::F32: {
@@ -174,23 +160,12 @@ TokenTable quantize_table(const TokenTable& t, TableDtype dt) {
   if (dt == TableDtype::F32) return TokenTable::in_ram(R, d, t.to_vector());
   std::vector<uint8_t> bytes(static_cast<size_t>(R * d * table_dtype_bytes(dt)));
   std::vector<float> scales(dt == TableDtype::I8 ? static_cast<size_t>(R) : 0);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; ++r) {
-    const float* x = t.row(r);
-    if (dt == TableDtype::BF16) {
-      uint16_t* q = reinterpret_cast<uint16_t*>(bytes.data()) + r * d;
-      for (int64_t j = 0; j < d; ++j) q[j] = f32_to_bf16(x[j]);
-    } else {
-      float amax = 0.0f;
-      for (int64_t j = 0; j < d; ++j) amax = std::max(amax, std::abs(x[j]));
-      if (!std::isfinite(amax)) fail("quantize_table: row ", r, " holds a NaN or an infinity");
-      const float scale = amax / 127.0f;
-      scales[static_cast<size_t>(r)] = scale;
-      int8_t* q = reinterpret_cast<int8_t*>(bytes.data()) + r * d;
-      for (int64_t j = 0; j < d; ++j)
-        q[j] = scale > 0 ? static_cast<int8_t>(std::clamp(std::nearbyint(x[j] / scale), -127.0f, 127.0f)) : 0;
-    }
-  }
+  if (t.numel() == 0) return TokenTable::quantized_in_ram(R, d, dt, std::move(bytes), std::move(scales));
+  const float* x = t.row(0);  // f32 rows, contiguous
+  if (dt == TableDtype::BF16)
+    quantize_bf16(reinterpret_cast<uint16_t*>(bytes.data()), x, R * d);
+  else
+    quantize_int8_rows(reinterpret_cast<int8_t*>(bytes.data()), scales.data(), x, R, d);
   return TokenTable::quantized_in_ram(R, d, dt, std::move(bytes), std::move(scales));
 }
 

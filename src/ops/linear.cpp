@@ -47,23 +47,6 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 
 namespace {
 
-// rows x cols of src (row stride ld) to compact bf16 (round to nearest even).
-void to_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
-#pragma omp parallel for schedule(static) if (rows * cols >= (1 << 16))
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* s = src + r * ld;
-    uint16_t* d = dst + r * cols;
-    int64_t c = 0;
-#if defined(__AVX512BF16__)
-    for (; c + 32 <= cols; c += 32) {  // vcvtne2ps2bf16: round to nearest even, as f32_to_bf16
-      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + c + 16), _mm512_loadu_ps(s + c));
-      _mm512_storeu_si512(d + c, reinterpret_cast<const __m512i&>(v));
-    }
-#endif
-    for (; c < cols; ++c) d[c] = f32_to_bf16(s[c]);
-  }
-}
-
 struct Bf16Key {
   bool ta, tb;
   int64_t M, N, K;
@@ -124,10 +107,10 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   thread_local std::vector<float> c32;
   a16.resize(static_cast<size_t>(M * K));
   b16.resize(static_cast<size_t>(K * N));
-  if (trans_a) to_bf16(a16.data(), A, K, M, lda);
-  else to_bf16(a16.data(), A, M, K, lda);
-  if (trans_b) to_bf16(b16.data(), B, N, K, ldb);
-  else to_bf16(b16.data(), B, K, N, ldb);
+  if (trans_a) quantize_bf16_rows(a16.data(), A, K, M, lda);
+  else quantize_bf16_rows(a16.data(), A, M, K, lda);
+  if (trans_b) quantize_bf16_rows(b16.data(), B, N, K, ldb);
+  else quantize_bf16_rows(b16.data(), B, K, N, ldb);
   // C with a row stride wider than N (a column block of a bigger matrix) goes through a compact copy.
   float* c = C;
   if (ldc != N) {

@@ -52,9 +52,36 @@ float bf16_to_f32(uint16_t b) {
   return x;
 }
 
+void quantize_bf16_rows(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+#pragma omp parallel for schedule(static) if (rows * cols >= (1 << 16))
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * ld;
+    uint16_t* d = dst + r * cols;
+    int64_t c = 0;
+#if defined(__AVX512BF16__)
+    for (; c + 32 <= cols; c += 32) {  // vcvtne2ps2bf16: round to nearest even, as f32_to_bf16
+      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + c + 16), _mm512_loadu_ps(s + c));
+      _mm512_storeu_si512(d + c, reinterpret_cast<const __m512i&>(v));
+    }
+#endif
+    for (; c < cols; ++c) d[c] = f32_to_bf16(s[c]);
+  }
+}
+
 void quantize_bf16(uint16_t* out, const float* in, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > (1 << 20))
-  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
+  constexpr int64_t kBlock = 1 << 14;  // blocks as rows: the strided path's threads and vector loop
+  const int64_t full = n / kBlock;
+  quantize_bf16_rows(out, in, full, kBlock, kBlock);
+  quantize_bf16_rows(out + full * kBlock, in + full * kBlock, 1, n - full * kBlock, n - full * kBlock);
+}
+
+float quantize_int8_span(int8_t* q, const float* x, int64_t n) {
+  float amax = 0.0f;
+  for (int64_t c = 0; c < n; ++c) amax = std::max(amax, std::fabs(x[c]));
+  const float s = amax / 127.0f;
+  // A division, not a multiply by 1/s: the value nearest x / s exactly (token tables rely on it).
+  for (int64_t c = 0; c < n; ++c) q[c] = s > 0 ? static_cast<int8_t>(std::clamp(std::nearbyint(x[c] / s), -127.0f, 127.0f)) : 0;
+  return s;
 }
 
 void quantize_int8_rows(int8_t* q, float* scale, const float* W, int64_t rows, int64_t cols) {
@@ -62,21 +89,13 @@ void quantize_int8_rows(int8_t* q, float* scale, const float* W, int64_t rows, i
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 20))
   for (int64_t o = 0; o < rows; ++o) {
     const float* w = W + o * cols;
-    float amax = 0.0f;
     bool finite = true;
-    for (int64_t c = 0; c < cols; ++c) {
-      amax = std::max(amax, std::fabs(w[c]));
-      finite = finite && std::isfinite(w[c]);
-    }
+    for (int64_t c = 0; c < cols; ++c) finite = finite && std::isfinite(w[c]);
     if (!finite) {
 #pragma omp atomic write
       bad_row = o;
     }
-    const float s = amax / 127.0f;
-    scale[o] = s;
-    const float inv = s > 0 ? 1.0f / s : 0.0f;
-    for (int64_t c = 0; c < cols; ++c)
-      q[o * cols + c] = static_cast<int8_t>(std::clamp(std::nearbyint(w[c] * inv), -127.0f, 127.0f));
+    scale[o] = quantize_int8_span(q + o * cols, w, cols);
   }
   JTOK_CHECK(bad_row < 0, "quantize_int8_rows: row ", bad_row, " holds a non-finite value");
 }

@@ -33,7 +33,12 @@ struct WeightMatrix {
 uint16_t f32_to_bf16(float x);
 float bf16_to_f32(uint16_t b);
 void quantize_bf16(uint16_t* out, const float* in, int64_t n);
+// rows x cols of src (row stride ld) to compact bf16 (rows x cols), as f32_to_bf16 (vcvtne2ps2bf16 where
+// the CPU has it: the same rounding).
+void quantize_bf16_rows(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld);
 void quantize_int8_rows(int8_t* q, float* scale, const float* W, int64_t rows, int64_t cols);
+// One span (a row, or a GGUF Q8_0 block) of n values to int8 as above; returns its scale.
+float quantize_int8_span(int8_t* q, const float* x, int64_t n);
 // Rows [r0, r1) of w as fp32 into out ((r1-r0), cols).
 void dequantize_rows(float* out, const WeightMatrix& w, int64_t r0, int64_t r1);
 
