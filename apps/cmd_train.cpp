@@ -27,6 +27,7 @@ struct Args {
   std::string embp = "off", embp_owner = "mod";
   double dist_timeout = 600;
   std::string grad_overlap = "on";
+  std::string embp_overlap = "on";
 } args;
 std::map<std::string, std::string>* fields;
 CLI::App* self;
@@ -86,6 +87,7 @@ void run() {
   opt.embp_owner = args.embp_owner;
   opt.dist_timeout_s = args.dist_timeout;
   opt.grad_overlap = args.grad_overlap == "on";
+  opt.embp_overlap = args.embp_overlap == "on";
   opt.overwrite = args.overwrite;
   opt.no_checkpoints = args.no_checkpoints;
   opt.skip_nonfinite_steps = args.skip_nonfinite_steps;
@@ -127,6 +129,10 @@ void setup(CLI::App* sub) {
   sub->add_option("--grad-overlap", args.grad_overlap,
                   "under mpirun: on (default): backbone gradients summed per layer while the backward runs; off: one "
                   "blocking sum after it (the same bits; docs/distributed.md)")
+      ->check(CLI::IsMember({"on", "off"}));
+  sub->add_option("--embp-overlap", args.embp_overlap,
+                  "with --embp: on (default): JTok-M's exchanges posted after each layer's router and completed at its "
+                  "write-back, table gradients pushed without waiting; off: blocking exchanges (the same bits; docs/distributed.md)")
       ->check(CLI::IsMember({"on", "off"}));
   sub->add_option("--dist-timeout", args.dist_timeout, "under mpirun: seconds a rank may wait in one MPI call before the job ends naming the ranks that stopped (0 = never)");
   fields = &jtok::add_config_field_options(sub);

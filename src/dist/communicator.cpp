@@ -325,7 +325,12 @@ void BucketedSum::wait() {
 
 namespace {
 MPI_Comm g_rr_comm = MPI_COMM_NULL;
-constexpr int kTagCount = 1, kTagReq = 2, kTagReply = 3;
+// Each exchange has three tags (count, requests, reply) from a sequence that every rank advances in
+// the same order, so exchanges in flight at once never match each other's messages. 10,000
+// exchanges' tags before the sequence wraps (tags up to 30,002: the standard guarantees 32,767);
+// far more than are ever in flight.
+int64_t g_rr_seq = 0;
+constexpr int kTagCount = 0, kTagReq = 1, kTagReply = 2;
 }
 
 struct RequestReply::Impl {
@@ -338,10 +343,13 @@ struct RequestReply::Impl {
   std::vector<MPI_Request> other;         // sends and reply receives: waited at the end
 };
 
-RequestReply::RequestReply(std::vector<std::vector<int32_t>> requests, int64_t item, int64_t reply_floats, Serve serve)
-    : impl_(new Impl), req_(std::move(requests)), item_(item), reply_floats_(reply_floats), serve_(std::move(serve)) {
+RequestReply::RequestReply(std::vector<std::vector<int32_t>> requests, int64_t item, int64_t reply_floats, Serve serve,
+                           bool ordered)
+    : impl_(new Impl), req_(std::move(requests)), item_(item), reply_floats_(reply_floats), serve_(std::move(serve)),
+      ordered_(ordered) {
   const int P = g_size;
-  JTOK_CHECK(static_cast<int>(req_.size()) == P && item_ > 0);
+  JTOK_CHECK(static_cast<int>(req_.size()) == P && item_ > 0 && reply_floats_ >= 0);
+  tag_ = static_cast<int>(3 * (g_rr_seq++ % 10000));
   if (P > 1 && g_rr_comm == MPI_COMM_NULL) {
     call("MPI_Comm_dup", [&] { return MPI_Comm_dup(MPI_COMM_WORLD, &g_rr_comm); });
     MPI_Comm_set_errhandler(g_rr_comm, MPI_ERRORS_RETURN);
@@ -362,16 +370,18 @@ RequestReply::RequestReply(std::vector<std::vector<int32_t>> requests, int64_t i
     x.my_count[J] = n;
     reply_[J].resize(static_cast<size_t>(n * reply_floats_));
     if (j == g_rank) continue;
-    call("MPI_Irecv", [&] { return MPI_Irecv(&x.its_count[J], 1, MPI_INT64_T, j, kTagCount, g_rr_comm, &x.count_rq[J]); });
+    call("MPI_Irecv", [&] { return MPI_Irecv(&x.its_count[J], 1, MPI_INT64_T, j, tag_ + kTagCount, g_rr_comm, &x.count_rq[J]); });
     x.other.emplace_back();
-    call("MPI_Isend", [&] { return MPI_Isend(&x.my_count[J], 1, MPI_INT64_T, j, kTagCount, g_rr_comm, &x.other.back()); });
+    call("MPI_Isend", [&] { return MPI_Isend(&x.my_count[J], 1, MPI_INT64_T, j, tag_ + kTagCount, g_rr_comm, &x.other.back()); });
     if (n > 0) {
       x.other.emplace_back();
-      call("MPI_Isend", [&] { return MPI_Isend(req_[J].data(), to_int(n * item_, "request"), MPI_INT32_T, j, kTagReq, g_rr_comm,
-                                               &x.other.back()); });
-      x.other.emplace_back();
-      call("MPI_Irecv", [&] { return MPI_Irecv(reply_[J].data(), to_int(n * reply_floats_, "reply"), MPI_FLOAT, j, kTagReply,
+      call("MPI_Isend", [&] { return MPI_Isend(req_[J].data(), to_int(n * item_, "request"), MPI_INT32_T, j, tag_ + kTagReq,
                                                g_rr_comm, &x.other.back()); });
+      if (reply_floats_ > 0) {
+        x.other.emplace_back();
+        call("MPI_Irecv", [&] { return MPI_Irecv(reply_[J].data(), to_int(n * reply_floats_, "reply"), MPI_FLOAT, j,
+                                                 tag_ + kTagReply, g_rr_comm, &x.other.back()); });
+      }
       sent_ += n * item_ * 4;
       recv_ += n * reply_floats_ * 4;
     }
@@ -396,12 +406,15 @@ void RequestReply::step(bool block) {
       int got = 0;
       if (block) call("MPI_Wait", [&] { got = 1; return MPI_Wait(&x.count_rq[J], MPI_STATUS_IGNORE); });
       else call("MPI_Test", [&] { return MPI_Test(&x.count_rq[J], &got, MPI_STATUS_IGNORE); });
-      if (!got) continue;
+      if (!got) {
+        if (ordered_) return;  // src j first
+        continue;
+      }
       const int64_t n = x.its_count[J];
       x.its_req[J].resize(static_cast<size_t>(n * item_));
       if (n > 0)
-        call("MPI_Irecv", [&] { return MPI_Irecv(x.its_req[J].data(), to_int(n * item_, "request"), MPI_INT32_T, j, kTagReq,
-                                                 g_rr_comm, &x.req_rq[J]); });
+        call("MPI_Irecv", [&] { return MPI_Irecv(x.its_req[J].data(), to_int(n * item_, "request"), MPI_INT32_T, j,
+                                                 tag_ + kTagReq, g_rr_comm, &x.req_rq[J]); });
       x.stage[J] = 1;
     }
     if (x.stage[J] == 1) {
@@ -410,21 +423,33 @@ void RequestReply::step(bool block) {
         if (block) call("MPI_Wait", [&] { return MPI_Wait(&x.req_rq[J], MPI_STATUS_IGNORE); });
         else call("MPI_Test", [&] { return MPI_Test(&x.req_rq[J], &got, MPI_STATUS_IGNORE); });
       }
-      if (!got) continue;
+      if (!got) {
+        if (ordered_) return;
+        continue;
+      }
       const int64_t n = x.its_count[J];
       x.my_reply[J].resize(static_cast<size_t>(n * reply_floats_));
       serve_(j, x.its_req[J].data(), n, x.my_reply[J].data());
       std::vector<int32_t>().swap(x.its_req[J]);
       if (n > 0) {
-        x.other.emplace_back();
-        call("MPI_Isend", [&] { return MPI_Isend(x.my_reply[J].data(), to_int(n * reply_floats_, "reply"), MPI_FLOAT, j, kTagReply,
-                                                 g_rr_comm, &x.other.back()); });
+        if (reply_floats_ > 0) {
+          x.other.emplace_back();
+          call("MPI_Isend", [&] { return MPI_Isend(x.my_reply[J].data(), to_int(n * reply_floats_, "reply"), MPI_FLOAT, j,
+                                                   tag_ + kTagReply, g_rr_comm, &x.other.back()); });
+        }
         sent_ += n * reply_floats_ * 4;
         recv_ += n * item_ * 4;
       }
       x.stage[J] = 2;
     }
   }
+}
+
+bool RequestReply::served() const {
+  if (done_) return true;
+  for (int s : impl_->stage)
+    if (s != 2) return false;
+  return true;
 }
 
 void RequestReply::progress() {

@@ -64,22 +64,30 @@ class BucketedSum {
 };
 
 // A non-blocking request-reply exchange (JTok's rows for a micro-batch, posted once at the start of
-// the forward: dist/sharded_tables.h). Rank r sends requests[j] (int32 words, `item` words per
-// item) to rank j and gets back `reply_floats` floats per item it asked; `serve(src, req, n, out)`
-// is the owner's answer to n items from rank src (out: n * reply_floats floats). The constructor
-// posts everything (point to point, on a communicator of its own); progress() serves the requests
-// that have arrived and moves messages on; wait() serves the rest and completes. A rank's requests
-// to itself are served without MPI. Every rank must construct one, and they must not overlap.
+// the forward; JTok-M's premix and naive exchanges, posted after a layer's router and consumed at
+// its write-back; the backward's gradient pushes: dist/sharded_tables.h). Rank r sends requests[j]
+// (int32 words, `item` words per item) to rank j and gets back `reply_floats` floats per item it
+// asked (0: a one-way push, no reply message at all); `serve(src, req, n, out)` is the owner's answer
+// to n items from rank src (out: n * reply_floats floats). The constructor posts everything (point
+// to point, on a communicator of its own, with tags of its own: several may be in flight at once);
+// progress() serves the requests that have arrived and moves messages on; wait() serves the rest and
+// completes. A rank's requests to itself are served without MPI. Every rank must construct the same
+// exchanges in the same order (the tags are a per-process sequence number).
+// Ordered (for serves that accumulate, e.g. gradients): sources are served strictly in rank order,
+// src 0, 1, ..., P-1 (progress() stops at the first whose requests have not arrived), so the
+// owner's sums are in the order of the blocking MPI_Alltoallv path whatever the timing.
 class RequestReply {
  public:
   using Serve = std::function<void(int src, const int32_t* req, int64_t n, float* out)>;
-  RequestReply(std::vector<std::vector<int32_t>> requests, int64_t item, int64_t reply_floats, Serve serve);
+  RequestReply(std::vector<std::vector<int32_t>> requests, int64_t item, int64_t reply_floats, Serve serve,
+               bool ordered = false);
   ~RequestReply();
   RequestReply(const RequestReply&) = delete;
   RequestReply& operator=(const RequestReply&) = delete;
   void progress();
   void wait();
   bool done() const { return done_; }
+  bool served() const;  // every source's requests served (replies may still be on their way)
   // The reply of rank j to this rank's requests[j], in request order (after wait()).
   const std::vector<float>& reply(int j) const { return reply_[static_cast<size_t>(j)]; }
   int64_t sent_bytes() const { return sent_; }  // to other ranks: requests and replies
@@ -92,6 +100,8 @@ class RequestReply {
   std::vector<std::vector<float>> reply_;
   int64_t item_, reply_floats_;
   Serve serve_;
+  bool ordered_;
+  int tag_ = 0;  // this exchange's three tags: tag_, tag_ + 1, tag_ + 2
   bool done_ = false;
   int64_t sent_ = 0, recv_ = 0;
   void step(bool block);

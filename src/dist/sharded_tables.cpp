@@ -13,6 +13,19 @@
 
 namespace jtok::dist {
 
+namespace {
+uint32_t fbits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float funbits(int32_t w) {
+  float f;
+  std::memcpy(&f, &w, 4);
+  return f;
+}
+}  // namespace
+
 ShardedTables::Mode ShardedTables::parse_mode(const std::string& s) {
   if (s == "premix") return Mode::kPremix;
   if (s == "naive") return Mode::kNaive;
@@ -98,6 +111,7 @@ ShardedTables::ShardedTables(Model& m, AdamWState& st, Mode mode, RowOwner::Kind
   for (const auto& w : where_) JTOK_CHECK(w.first >= 0, "a table belongs to no layer");
   premix_.resize(shards_.size());
   naive_.resize(shards_.size());
+  posted_.resize(shards_.size());
   // Every row is current at the optimizer's step (sync_tables above, or a fresh or loaded state).
   consts_base_ = st.step;
   row_step_.resize(shards_.size());
@@ -154,6 +168,184 @@ void ShardedTables::prefetch(const RowBatch& rb) {
 
 void ShardedTables::poll() {
   if (pre_ && !pre_->done()) pre_->progress();
+  for (Posted& p : posted_) {
+    if (p.fwd && !p.fwd->done()) p.fwd->progress();
+    if (p.bwd && !p.bwd->done()) p.bwd->progress();
+  }
+  progress_pushes();
+}
+
+// One-way pushes of gradient rows to their owners (reply_floats 0), served in order (RequestReply's
+// ordered mode: source 0, 1, ...) and one push after the other (progress_pushes stops at the first
+// not yet served), so each owner adds them in the order of the blocking path.
+void ShardedTables::post_push(std::vector<std::vector<int32_t>> msg, int64_t item, int si, int64_t table, bool pairs) {
+  const int64_t d = shards_[static_cast<size_t>(si)].dim;
+  auto serve = [this, si, table, pairs, item, d](int, const int32_t* req, int64_t n, float*) {
+    TableShard& sh = shards_[static_cast<size_t>(si)];
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t* r = req + i * item;
+      const int32_t id = r[0];
+      const int64_t t = pairs ? r[1] : table;
+      JTOK_CHECK(id >= 0 && id < sh.own.V && sh.own.owner(id) == sh.rank, "rank ", sh.rank, " got a gradient for row ", id,
+                 " it does not own");
+      JTOK_CHECK(t >= 0 && t < sh.n_tables, "gradient push for table ", t);
+      float* g = sh.grads[static_cast<size_t>(t)].row(static_cast<int32_t>(sh.own.local(id)));
+      const int32_t* x = r + (pairs ? 2 : 1);
+      for (int64_t j = 0; j < d; ++j) g[j] += funbits(x[j]);
+    }
+  };
+  pushes_.push_back(std::make_unique<RequestReply>(std::move(msg), item, 0, serve, /*ordered=*/true));
+  progress_pushes();
+}
+
+void ShardedTables::progress_pushes() {
+  for (auto& p : pushes_) {
+    if (p->served()) continue;
+    p->progress();
+    if (!p->served()) return;  // the next pushes only after this one: the owners' order of sums
+  }
+}
+
+void ShardedTables::finish_pushes() {
+  if (pushes_.empty()) return;
+  JTOK_PROFILE("embp_push_wait");
+  for (auto& p : pushes_) {
+    p->wait();
+    bytes_.add({p->sent_bytes(), p->recv_bytes()});
+  }
+  pushes_.clear();
+}
+
+void ShardedTables::mix_post(int64_t table_base, const int32_t* ids, const int32_t* sel, const float* w, int64_t N,
+                             int64_t K) {
+  if (!overlap_) return;
+  JTOK_PROFILE("embp_mix_post");
+  const int si = where_[static_cast<size_t>(table_base)].first;
+  const TableShard& sh = shards_[static_cast<size_t>(si)];
+  Posted& pm = posted_[static_cast<size_t>(si)];
+  JTOK_CHECK(!pm.fwd || pm.fwd->done(), "a JTok-M exchange was posted before the previous one was used");
+  const size_t P = static_cast<size_t>(world_size());
+  const int64_t d = sh.dim;
+  pm.N = N;
+  pm.K = K;
+  pm.where.assign(P, {});
+  pm.bwd.reset();
+  std::vector<std::vector<int32_t>> req(P);
+  if (mode_ == Mode::kPremix) {
+    // Per position: (id, the K tables, the K weights) to the id's owner, which mixes
+    // e = sum_k w_k E_{sel_k}[id] from its rows (e = 0; e += w_k row_k: the local path's order).
+    for (int64_t n = 0; n < N; ++n) {
+      const size_t o = static_cast<size_t>(sh.own.owner(ids[n]));
+      auto& r = req[o];
+      r.push_back(ids[n]);
+      for (int64_t k = 0; k < K; ++k) r.push_back(sel[n * K + k]);
+      for (int64_t k = 0; k < K; ++k) r.push_back(static_cast<int32_t>(fbits(w[n * K + k])));
+      pm.where[o].push_back(static_cast<int32_t>(n));
+    }
+    pm.recv.assign(P, {});
+    const int64_t words = 1 + 2 * K;
+    auto serve = [this, si, K, words, d](int src, const int32_t* q, int64_t n, float* out) {
+      TableShard& s = shards_[static_cast<size_t>(si)];
+      posted_[static_cast<size_t>(si)].recv[static_cast<size_t>(src)].assign(q, q + n * words);  // for the backward
+      for (int64_t i = 0; i < n; ++i) {
+        const int32_t* r = q + i * words;
+        const int32_t id = r[0];
+        JTOK_CHECK(id >= 0 && id < s.own.V && s.own.owner(id) == s.rank, "rank ", s.rank, " asked for row ", id,
+                   " it does not own");
+        float* e = out + i * d;
+        std::fill(e, e + d, 0.0f);
+        for (int64_t k = 0; k < K; ++k) {
+          const int32_t t = r[1 + k];
+          JTOK_CHECK(t >= 0 && t < s.n_tables, "premix request for table ", t);
+          const float wk = funbits(r[1 + K + k]);
+          if (s.sync) s.sync(t, s.own.local(id));
+          const float* row = s.row(t, id);
+#pragma omp simd
+          for (int64_t x = 0; x < d; ++x) e[x] += wk * row[x];
+        }
+      }
+    };
+    pm.fwd = std::make_unique<RequestReply>(std::move(req), words, d, serve);
+    return;
+  }
+  // Naive: the unique (id, table) pairs, in order of first use; the owners return the raw rows.
+  Naive& nv = naive_[static_cast<size_t>(si)];
+  const int64_t ne = sh.n_tables;
+  nv.pair_ids.clear();
+  nv.pair_tables.clear();
+  nv.slot.assign(static_cast<size_t>(N * K), -1);
+  nv.w.assign(w, w + N * K);
+  std::vector<int32_t> first(static_cast<size_t>(sh.own.V * ne), -1);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      int32_t& q = first[static_cast<size_t>(ids[n] * ne + sel[n * K + k])];
+      if (q < 0) {
+        q = static_cast<int32_t>(nv.pair_ids.size());
+        nv.pair_ids.push_back(ids[n]);
+        nv.pair_tables.push_back(sel[n * K + k]);
+        const size_t o = static_cast<size_t>(sh.own.owner(ids[n]));
+        req[o].push_back(ids[n]);
+        req[o].push_back(sel[n * K + k]);
+        pm.where[o].push_back(q);
+      }
+      nv.slot[static_cast<size_t>(n * K + k)] = q;
+    }
+  auto serve = [this, si, d](int, const int32_t* q, int64_t n, float* out) {
+    const TableShard& s = shards_[static_cast<size_t>(si)];
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t id = q[2 * i], t = q[2 * i + 1];
+      JTOK_CHECK(id >= 0 && id < s.own.V && s.own.owner(id) == s.rank, "rank ", s.rank, " asked for row ", id,
+                 " it does not own");
+      JTOK_CHECK(t >= 0 && t < s.n_tables, "naive request for table ", t);
+      if (s.sync) s.sync(t, s.own.local(id));
+      std::memcpy(out + i * d, s.row(t, id), sizeof(float) * d);
+    }
+  };
+  pm.fwd = std::make_unique<RequestReply>(std::move(req), 2, d, serve);
+}
+
+void ShardedTables::mix_backward_post(int64_t table_base, const float* de, int64_t N, int64_t K) {
+  if (!overlap_ || mode_ != Mode::kPremix) return;  // naive: dL/dw is local, its push is one-way
+  JTOK_PROFILE("embp_mix_bwd_post");
+  const int si = where_[static_cast<size_t>(table_base)].first;
+  const int64_t d = shards_[static_cast<size_t>(si)].dim;
+  Posted& pm = posted_[static_cast<size_t>(si)];
+  JTOK_CHECK(pm.fwd && pm.fwd->done() && pm.N == N && pm.K == K, "a JTok-M backward without its posted forward");
+  const size_t P = static_cast<size_t>(world_size());
+  // dL/de (d per position) to the owners, in the forward's request order.
+  std::vector<std::vector<int32_t>> msg(P);
+  for (size_t j = 0; j < P; ++j) {
+    msg[j].resize(pm.where[j].size() * static_cast<size_t>(d));
+    for (size_t i = 0; i < pm.where[j].size(); ++i)
+      std::memcpy(msg[j].data() + i * static_cast<size_t>(d), de + static_cast<int64_t>(pm.where[j][i]) * d, sizeof(float) * d);
+  }
+  // Owner: per request, dL/dw_k = de . row_k and row_k's gradient += w_k de (sources in rank order:
+  // the blocking premix_backward's order of sums).
+  const int64_t words = 1 + 2 * K;
+  auto serve = [this, si, K, words, d](int src, const int32_t* q, int64_t n, float* out) {
+    TableShard& s = shards_[static_cast<size_t>(si)];
+    const std::vector<int32_t>& fw = posted_[static_cast<size_t>(si)].recv[static_cast<size_t>(src)];
+    JTOK_CHECK(static_cast<int64_t>(fw.size()) == n * words, "premix backward: rank ", src, " sent ", n,
+               " gradients for ", fw.size() / static_cast<size_t>(words), " forward requests");
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t* r = fw.data() + i * words;
+      const int32_t id = r[0];
+      const float* g = reinterpret_cast<const float*>(q + i * d);
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t t = r[1 + k];
+        const float wk = funbits(r[1 + K + k]);
+        const float* row = s.row(t, id);
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t x = 0; x < d; ++x) acc += g[x] * row[x];
+        out[i * K + k] = acc;
+        float* gr = s.grads[static_cast<size_t>(t)].row(static_cast<int32_t>(s.own.local(id)));
+#pragma omp simd
+        for (int64_t x = 0; x < d; ++x) gr[x] += wk * g[x];
+      }
+    }
+  };
+  pm.bwd = std::make_unique<RequestReply>(std::move(msg), d, K, serve, /*ordered=*/true);
 }
 
 void ShardedTables::rows(float* out, int64_t table, const RowBatch& rb) {
@@ -182,7 +374,21 @@ void ShardedTables::rows(float* out, int64_t table, const RowBatch& rb) {
 void ShardedTables::row_grads(int64_t table, SparseRowGrad& g) {
   JTOK_PROFILE("embp_row_grads");
   const auto [s, t] = where_[static_cast<size_t>(table)];
-  bytes_.add(push_row_grads(shards_[s], t, g.ids, g.rows.data()));
+  if (overlap_) {  // id + gradient row to the owner; the owner adds it when it arrives
+    const TableShard& sh = shards_[static_cast<size_t>(s)];
+    const int64_t d = sh.dim;
+    std::vector<std::vector<int32_t>> msg(static_cast<size_t>(world_size()));
+    for (size_t u = 0; u < g.ids.size(); ++u) {
+      auto& m = msg[static_cast<size_t>(sh.own.owner(g.ids[u]))];
+      m.push_back(g.ids[u]);
+      const size_t at = m.size();
+      m.resize(at + static_cast<size_t>(d));
+      std::memcpy(m.data() + at, g.rows.data() + u * static_cast<size_t>(d), sizeof(float) * d);
+    }
+    post_push(std::move(msg), 1 + d, s, t, /*pairs=*/false);
+  } else {
+    bytes_.add(push_row_grads(shards_[s], t, g.ids, g.rows.data()));
+  }
   g.clear();
 }
 
@@ -191,13 +397,40 @@ void ShardedTables::mix(float* e, int64_t table_base, const int32_t* ids, const 
   JTOK_PROFILE("embp_mix");
   const int s = where_[static_cast<size_t>(table_base)].first;
   const TableShard& sh = shards_[s];
-  if (mode_ == Mode::kPremix) {
+  if (overlap_) {  // complete the exchange mix_post started (post it now if the caller did not)
+    Posted& pm = posted_[static_cast<size_t>(s)];
+    if (!pm.fwd || pm.fwd->done()) mix_post(table_base, ids, sel, w, N, K);
+    JTOK_CHECK(pm.N == N && pm.K == K, "JTok-M mix of ", N, " x ", K, " after a post of ", pm.N, " x ", pm.K);
+    {
+      JTOK_PROFILE("embp_mix_wait");
+      pm.fwd->wait();
+    }
+    bytes_.add({pm.fwd->sent_bytes(), pm.fwd->recv_bytes()});
+    const int64_t d = sh.dim;
+    if (mode_ == Mode::kPremix) {
+      for (size_t j = 0; j < pm.where.size(); ++j) {
+        const std::vector<float>& rep = pm.fwd->reply(static_cast<int>(j));
+        for (size_t i = 0; i < pm.where[j].size(); ++i)
+          std::memcpy(e + static_cast<int64_t>(pm.where[j][i]) * d, rep.data() + i * static_cast<size_t>(d), sizeof(float) * d);
+      }
+      return;
+    }
+    Naive& nv = naive_[s];
+    nv.rows.resize(nv.pair_ids.size() * static_cast<size_t>(d));
+    for (size_t j = 0; j < pm.where.size(); ++j) {
+      const std::vector<float>& rep = pm.fwd->reply(static_cast<int>(j));
+      for (size_t i = 0; i < pm.where[j].size(); ++i)
+        std::memcpy(nv.rows.data() + static_cast<int64_t>(pm.where[j][i]) * d, rep.data() + i * static_cast<size_t>(d),
+                    sizeof(float) * d);
+    }
+  } else if (mode_ == Mode::kPremix) {
     bytes_.add(premix_forward(e, premix_[s], sh, ids, sel, w, N, K));
     return;
   }
   // Naive: the unique (id, table) pairs, in order of first use, fetched raw and mixed here.
   Naive& nv = naive_[s];
   const int64_t d = sh.dim, ne = sh.n_tables;
+  if (!overlap_) {
   nv.pair_ids.clear();
   nv.pair_tables.clear();
   nv.slot.assign(static_cast<size_t>(N * K), -1);
@@ -215,6 +448,7 @@ void ShardedTables::mix(float* e, int64_t table_base, const int32_t* ids, const 
     }
   nv.rows.resize(nv.pair_ids.size() * static_cast<size_t>(d));
   bytes_.add(naive_fetch(nv.rows.data(), sh, nv.pair_ids, nv.pair_tables));
+  }
   for (int64_t n = 0; n < N; ++n) {  // as the local path mixes: e = 0; e += w_k row_k, k in order
     float* en = e + n * d;
     std::fill(en, en + d, 0.0f);
@@ -231,6 +465,23 @@ void ShardedTables::mix_backward(float* dw, int64_t table_base, const float* de,
   JTOK_PROFILE("embp_mix_bwd");
   const int s = where_[static_cast<size_t>(table_base)].first;
   TableShard& sh = shards_[s];
+  if (mode_ == Mode::kPremix && overlap_) {  // complete the exchange mix_backward_post started
+    Posted& pm = posted_[static_cast<size_t>(s)];
+    if (!pm.bwd) mix_backward_post(table_base, de, N, K);
+    {
+      JTOK_PROFILE("embp_mix_bwd_wait");
+      pm.bwd->wait();
+    }
+    bytes_.add({pm.bwd->sent_bytes(), pm.bwd->recv_bytes()});
+    for (size_t j = 0; j < pm.where.size(); ++j) {
+      const std::vector<float>& rep = pm.bwd->reply(static_cast<int>(j));
+      for (size_t i = 0; i < pm.where[j].size(); ++i)
+        std::memcpy(dw + static_cast<int64_t>(pm.where[j][i]) * K, rep.data() + i * static_cast<size_t>(K), sizeof(float) * K);
+    }
+    pm.bwd.reset();
+    for (auto& r : pm.recv) std::vector<int32_t>().swap(r);
+    return;
+  }
   if (mode_ == Mode::kPremix) {
     bytes_.add(premix_backward(dw, sh, premix_[s], de));
     return;
@@ -253,15 +504,31 @@ void ShardedTables::mix_backward(float* dw, int64_t table_base, const float* de,
       for (int64_t j = 0; j < d; ++j) out[j] += wk * g[j];
     }
   }
-  bytes_.add(push_pair_grads(sh, nv.pair_ids, nv.pair_tables, grows.data()));
+  if (!overlap_) {
+    bytes_.add(push_pair_grads(sh, nv.pair_ids, nv.pair_tables, grows.data()));
+    return;
+  }
+  // (id, table) + gradient row to the owner, pushed without waiting.
+  std::vector<std::vector<int32_t>> msg(static_cast<size_t>(world_size()));
+  for (int64_t q = 0; q < S; ++q) {
+    auto& m = msg[static_cast<size_t>(sh.own.owner(nv.pair_ids[static_cast<size_t>(q)]))];
+    m.push_back(nv.pair_ids[static_cast<size_t>(q)]);
+    m.push_back(nv.pair_tables[static_cast<size_t>(q)]);
+    const size_t at = m.size();
+    m.resize(at + static_cast<size_t>(d));
+    std::memcpy(m.data() + at, grows.data() + q * d, sizeof(float) * d);
+  }
+  post_push(std::move(msg), 2 + d, s, 0, /*pairs=*/true);
 }
 
 void ShardedTables::clear_grads() {
+  finish_pushes();
   for (auto& s : shards_)
     for (auto& g : s.grads) g.clear();
 }
 
-double ShardedTables::grad_sum_squares() const {
+double ShardedTables::grad_sum_squares() {
+  finish_pushes();
   double ss = 0;
   for (const auto& s : shards_)
     for (const auto& g : s.grads) ss += g.sum_squares();
@@ -309,6 +576,7 @@ void ShardedTables::sync_all() {
 
 void ShardedTables::optimizer_step(const TrainConfig& t, const StepStats& st, int64_t step) {
   JTOK_PROFILE("embp_optimizer");
+  finish_pushes();
   const AdamWStepConsts c = adamw_consts(table_adamw_hyper(t, st, step));
   const bool dense = t.table_optimizer != "sparse";
   if (dense) {
@@ -339,6 +607,7 @@ void ShardedTables::optimizer_step(const TrainConfig& t, const StepStats& st, in
 
 void ShardedTables::gather_to_root(Model& m, AdamWState& st) {
   JTOK_PROFILE("embp_gather_to_root");
+  finish_pushes();
   sync_all();  // the rows written must be current
   const int me = rank(), P = world_size();
   for (size_t k = 0; k < m.tables.size(); ++k) {
@@ -376,6 +645,7 @@ void ShardedTables::gather_to_root(Model& m, AdamWState& st) {
 }
 
 std::vector<TableRows> ShardedTables::owned_rows() {
+  finish_pushes();
   sync_all();  // the rows written must be current
   std::vector<TableRows> out(where_.size());
   for (size_t k = 0; k < where_.size(); ++k) {
@@ -394,6 +664,7 @@ std::vector<TableRows> ShardedTables::owned_rows() {
 }
 
 ExchangeBytes2 ShardedTables::take_bytes() {
+  finish_pushes();  // their bytes belong to this step
   const ExchangeBytes2 b = bytes_;
   bytes_ = {};
   return b;

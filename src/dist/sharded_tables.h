@@ -56,6 +56,18 @@ class ShardedTables : public TableProvider {
   void mix(float* e, int64_t table_base, const int32_t* ids, const int32_t* sel, const float* w, int64_t N,
            int64_t K) override;
   void mix_backward(float* dw, int64_t table_base, const float* de, int64_t N, int64_t K) override;
+  // With overlap (the default): JTok-M's exchanges are posted (RequestReply) when the model
+  // announces them, the forward's after the layer's router (before its attention), the backward's
+  // when dL/de is known (before the layer's MLP and attention backward), and mix / mix_backward
+  // complete them; the JTok backward's row gradients and naive's pair gradients are pushed to
+  // their owners without waiting, and the owners add them as they arrive in a fixed order (posting
+  // order, then source rank: the order of the blocking path, so the same bits). Without overlap,
+  // every exchange is a blocking MPI_Alltoallv where the model calls it (embedding_parallel.h).
+  void mix_post(int64_t table_base, const int32_t* ids, const int32_t* sel, const float* w, int64_t N,
+                int64_t K) override;
+  void mix_backward_post(int64_t table_base, const float* de, int64_t N, int64_t K) override;
+  void set_overlap(bool on) { overlap_ = on; }
+  bool overlap() const { return overlap_; }
   // JTok's rows for all JTok tables, one non-blocking exchange per forward (RequestReply): the
   // unique ids go to their owners once (4 B per remote id, not once per layer), the owners answer
   // with the rows of every JTok table (4d B per table); rows() waits for them at the first JTok
@@ -65,7 +77,7 @@ class ShardedTables : public TableProvider {
 
   void clear_grads();
   // Sum of squares of every rank's shard gradients (a collective; the same on every rank).
-  double grad_sum_squares() const;
+  double grad_sum_squares();  // completes the gradient pushes in flight first
   // AdamW on the owned rows with the step optimizer_step just took.
   void optimizer_step(const TrainConfig& t, const StepStats& st, int64_t step);
   // Rank 0 gets the whole tables and moments back into m and st (a collective), e.g. to write a
@@ -93,6 +105,19 @@ class ShardedTables : public TableProvider {
   std::vector<std::pair<int, int>> where_;   // model table -> (shard, table within it)
   std::vector<PremixState> premix_;          // per shard
   std::vector<Naive> naive_;                 // per shard
+  // Overlap: one JTok-M layer's posted exchanges.
+  struct Posted {
+    int64_t N = 0, K = 0;
+    std::vector<std::vector<int32_t>> where;   // per owner: position (premix) or pair (naive) of each request
+    std::vector<std::vector<int32_t>> recv;    // premix, as owner: each source's forward requests (1 + 2K words)
+    std::unique_ptr<RequestReply> fwd, bwd;
+  };
+  std::vector<Posted> posted_;               // per shard
+  std::vector<std::unique_ptr<RequestReply>> pushes_;  // gradient pushes in flight, in posting order
+  bool overlap_ = true;
+  void post_push(std::vector<std::vector<int32_t>> msg, int64_t item, int s, int64_t t, bool pairs);
+  void progress_pushes();
+  void finish_pushes();  // every push completed: the shards' gradients are final
   // Deferred dense AdamW: row r of table t of shard s has had row_step_[s][t][r] steps; the
   // constants of the steps after consts_base_ are kept (step k: consts_[k - consts_base_ - 1]).
   std::vector<std::vector<std::vector<int32_t>>> row_step_;

@@ -65,16 +65,13 @@ static void gather_and_mix(JTokMActs& A, const TokenTable* E, const RowBatch& rb
   }
 }
 
-void jtokm_forward(float* h_next, JTokMActs& A, const float* a, const float* R, const float* s, const TokenTable* E,
-                   const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp, const RowSync& sync,
-                   int64_t table_base, TableProvider* provider) {
+void jtokm_route(JTokMActs& A, const float* a, const float* R, const RowBatch& rb, int64_t N, int64_t d,
+                 const JTokMHyper& hp, int64_t table_base, TableProvider* provider) {
   const int64_t ne = hp.n_e, K = hp.K;
   A.logits.resize(static_cast<size_t>(N * ne));
   A.sig.resize(static_cast<size_t>(N * ne));
   A.sel.resize(static_cast<size_t>(N * K));
   A.w.resize(static_cast<size_t>(N * K));
-  A.e.resize(static_cast<size_t>(N * d));
-  A.inv_norm.resize(static_cast<size_t>(N));
   // Router: g (N, n_e) = a (N,d) @ R^T.
   gemm(false, true, N, ne, d, 1.0f, a, d, R, d, 0.0f, A.logits.data(), ne);
 #pragma omp parallel for schedule(static)
@@ -105,10 +102,20 @@ void jtokm_forward(float* h_next, JTokMActs& A, const float* a, const float* R, 
   double pn = 0;
   for (int64_t i = 0; i < ne; ++i) pn += A.prob_sum[i] * A.load[i];
   A.aux = hp.lambda * static_cast<double>(ne) / (static_cast<double>(N) * N * K) * pn;
+  if (provider) {  // the rows' owners may start mixing now, while attention and the MLP run
+    A.pos_ids.resize(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; ++n) A.pos_ids[n] = rb.unique[rb.inverse[n]];
+    provider->mix_post(table_base, A.pos_ids.data(), A.sel.data(), A.w.data(), N, K);
+  }
+}
+
+void jtokm_mix_inject(float* h_next, JTokMActs& A, const float* s, const TokenTable* E, const RowBatch& rb, int64_t N,
+                      int64_t d, const JTokMHyper& hp, const RowSync& sync, int64_t table_base, TableProvider* provider) {
+  const int64_t K = hp.K;
+  A.e.resize(static_cast<size_t>(N * d));
+  A.inv_norm.resize(static_cast<size_t>(N));
   if (provider) {  // the owners of the rows mix them (embedding parallelism): e comes back whole
-    std::vector<int32_t> ids(static_cast<size_t>(N));
-    for (int64_t n = 0; n < N; ++n) ids[n] = rb.unique[rb.inverse[n]];
-    provider->mix(A.e.data(), table_base, ids.data(), A.sel.data(), A.w.data(), N, K);
+    provider->mix(A.e.data(), table_base, A.pos_ids.data(), A.sel.data(), A.w.data(), N, K);
     A.slot.clear();
     A.slot_u.clear();
     A.slot_table.clear();
@@ -132,18 +139,16 @@ void jtokm_forward(float* h_next, JTokMActs& A, const float* a, const float* R, 
   }
 }
 
-void jtokm_backward(float* da, float* dR, float* ds, SparseRowGrad* gE, JTokMActs& A, const float* dh, const float* a,
-                    const float* R, const float* s, const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp,
-                    float aux_grad, TableProvider* provider, int64_t table_base) {
-  const int64_t ne = hp.n_e, K = hp.K, U = static_cast<int64_t>(rb.unique.size());
-  const int64_t S = static_cast<int64_t>(A.slot_u.size());
+void jtokm_forward(float* h_next, JTokMActs& A, const float* a, const float* R, const float* s, const TokenTable* E,
+                   const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp, const RowSync& sync,
+                   int64_t table_base, TableProvider* provider) {
+  jtokm_route(A, a, R, rb, N, d, hp, table_base, provider);
+  jtokm_mix_inject(h_next, A, s, E, rb, N, d, hp, sync, table_base, provider);
+}
+
+void jtokm_backward_de(float* ds, JTokMActs& A, const float* dh, const float* s, int64_t N, int64_t d,
+                       const JTokMHyper& hp, TableProvider* provider, int64_t table_base) {
   A.de.resize(static_cast<size_t>(N * d));
-  std::vector<float> dg(static_cast<size_t>(N * ne));
-  // dL/dp_t^(i) of the aux loss: the same for every token.
-  std::vector<float> dp(static_cast<size_t>(ne));
-  for (int64_t i = 0; i < ne; ++i)
-    dp[i] = static_cast<float>(aux_grad * hp.lambda * static_cast<double>(ne) * A.load[i] /
-                               (static_cast<double>(N) * N * K));
   const int nt = omp_get_max_threads();
   std::vector<float> ds_part(static_cast<size_t>(nt * d), 0.0f);
   // dL/de per position (and the scaler's gradient).
@@ -172,6 +177,22 @@ void jtokm_backward(float* da, float* dR, float* ds, SparseRowGrad* gE, JTokMAct
       }
     }
   }
+  for (int t = 0; t < nt; ++t)
+    for (int64_t j = 0; j < d; ++j) ds[j] += ds_part[static_cast<size_t>(t * d + j)];
+  if (provider) provider->mix_backward_post(table_base, A.de.data(), N, hp.K);  // the owners may start now
+}
+
+void jtokm_backward_router(float* da, float* dR, SparseRowGrad* gE, JTokMActs& A, const float* a, const float* R,
+                           const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp, float aux_grad,
+                           TableProvider* provider, int64_t table_base) {
+  const int64_t ne = hp.n_e, K = hp.K, U = static_cast<int64_t>(rb.unique.size());
+  const int64_t S = static_cast<int64_t>(A.slot_u.size());
+  std::vector<float> dg(static_cast<size_t>(N * ne));
+  // dL/dp_t^(i) of the aux loss: the same for every token.
+  std::vector<float> dp(static_cast<size_t>(ne));
+  for (int64_t i = 0; i < ne; ++i)
+    dp[i] = static_cast<float>(aux_grad * hp.lambda * static_cast<double>(ne) * A.load[i] /
+                               (static_cast<double>(N) * N * K));
   // Mixing weights: dw_k = de . E_k[x], from the gathered rows or from the rows' owners.
   std::vector<float> dw(static_cast<size_t>(N * K));
   if (provider) {
@@ -214,8 +235,6 @@ void jtokm_backward(float* da, float* dR, float* ds, SparseRowGrad* gE, JTokMAct
       for (int64_t i = 0; i < ne; ++i) dgn[i] = dsig[i] * sg[i] * (1.0f - sg[i]);
     }
   }
-  for (int t = 0; t < nt; ++t)
-    for (int64_t j = 0; j < d; ++j) ds[j] += ds_part[static_cast<size_t>(t * d + j)];
   // Router: dR (n_e,d) += dg^T a; da (N,d) += dg R.
   gemm(true, false, ne, d, N, 1.0f, dg.data(), ne, a, d, 1.0f, dR, d);
   gemm(false, false, N, d, ne, 1.0f, dg.data(), ne, R, d, 1.0f, da, d);
@@ -237,6 +256,13 @@ void jtokm_backward(float* da, float* dR, float* ds, SparseRowGrad* gE, JTokMAct
       }
     }
   }
+}
+
+void jtokm_backward(float* da, float* dR, float* ds, SparseRowGrad* gE, JTokMActs& A, const float* dh, const float* a,
+                    const float* R, const float* s, const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp,
+                    float aux_grad, TableProvider* provider, int64_t table_base) {
+  jtokm_backward_de(ds, A, dh, s, N, d, hp, provider, table_base);
+  jtokm_backward_router(da, dR, gE, A, a, R, rb, N, d, hp, aux_grad, provider, table_base);
 }
 
 // ---- references ----

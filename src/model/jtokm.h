@@ -42,6 +42,7 @@ struct JTokMActs {
   std::vector<double> weight_sum;  // (n_e) sum of w over the tokens that selected table i (telemetry)
   double aux = 0;                // this layer's aux loss, lambda included
   std::vector<float> de;         // (N, d) backward scratch: dL/de
+  std::vector<int32_t> pos_ids;  // (N) each position's id (with a provider)
 };
 
 // Routing, gather, mixing and injection: h_next (N,d) += Delta_r. a (N,d) is the attention input,
@@ -57,6 +58,29 @@ void jtokm_forward(float* h_next, JTokMActs& acts, const float* a, const float* 
 void jtokm_backward(float* da, float* dR, float* ds, SparseRowGrad* gE, JTokMActs& acts, const float* dh, const float* a,
                     const float* R, const float* s, const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp,
                     float aux_grad, TableProvider* provider = nullptr, int64_t table_base = 0);
+
+// The same in two parts (jtokm_forward is route + mix_inject). Routing (logits, top-K, weights,
+// load statistics, aux loss) reads only the attention input a, so the forward runs it right after
+// the layer's input norm, before attention; with a provider it then announces the routing
+// (TableProvider::mix_post), so the rows' owners can mix while attention and the MLP run.
+// jtokm_mix_inject, at the layer's write-back (eq. 10), gathers and mixes (or takes the owners'
+// mixed vectors), normalises and injects. The same float operations in the same order as
+// jtokm_forward: the split changes no bit.
+void jtokm_route(JTokMActs& acts, const float* a, const float* R, const RowBatch& rb, int64_t N, int64_t d,
+                 const JTokMHyper& hp, int64_t table_base = 0, TableProvider* provider = nullptr);
+void jtokm_mix_inject(float* h_next, JTokMActs& acts, const float* s, const TokenTable* E, const RowBatch& rb, int64_t N,
+                      int64_t d, const JTokMHyper& hp, const RowSync& sync = {}, int64_t table_base = 0,
+                      TableProvider* provider = nullptr);
+// The backward in two parts (jtokm_backward is both). jtokm_backward_de: dL/de (acts.de) from
+// dh = dL/dh_next, ds +=; with a provider, dL/de is posted to it (mix_backward_post).
+// jtokm_backward_router: dL/dw (from the gathered rows, or the provider), then dR +=, da +=
+// through the router, and (local path) the tables' row gradients gE +=. Between the two the caller
+// may run anything that leaves acts, a, R and s alone (the layer's MLP and attention backward).
+void jtokm_backward_de(float* ds, JTokMActs& acts, const float* dh, const float* s, int64_t N, int64_t d,
+                       const JTokMHyper& hp, TableProvider* provider = nullptr, int64_t table_base = 0);
+void jtokm_backward_router(float* da, float* dR, SparseRowGrad* gE, JTokMActs& acts, const float* a, const float* R,
+                           const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp, float aux_grad,
+                           TableProvider* provider = nullptr, int64_t table_base = 0);
 
 // References: per position, no deduplication, double accumulation. out (N,d) += Delta_r; returns aux.
 // dE: n_e dense (V,d) gradients, each its own vector.

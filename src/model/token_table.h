@@ -125,11 +125,24 @@ struct TableProvider {
   // Its backward (layers in reverse order of their forwards): de (N, d) = dL/de in, dw (N, K) =
   // dL/dw out; the tables' gradients stay with the provider.
   virtual void mix_backward(float* dw, int64_t table_base, const float* de, int64_t N, int64_t K) = 0;
+  // JTok-M's exchanges, split (optional; default: nothing, mix() and mix_backward() do all). The
+  // router reads the layer's attention input, so the forward knows a layer's routing (ids, sel, w)
+  // before its attention: it announces it with mix_post() there, and the provider may start the
+  // exchange while attention and MLP run; mix() with the same arguments at the layer's write-back
+  // (eq. 10) completes it. Likewise dL/de is known at the start of a layer's backward and dL/dw is
+  // needed only after its attention backward: mix_backward_post(), then mix_backward(). Every
+  // mix_post is followed by its mix (and mix_backward_post by its mix_backward) before the next
+  // layer's; the arrays stay untouched in between.
+  virtual void mix_post(int64_t table_base, const int32_t* ids, const int32_t* sel, const float* w, int64_t N,
+                        int64_t K) {}
+  virtual void mix_backward_post(int64_t table_base, const float* de, int64_t N, int64_t K) {}
   // JTok: every JTok layer of a forward reads the same ids (the micro-batch's unique ids), so the
   // forward announces them once, before its first layer, and the provider may fetch the rows of
   // every JTok table at once (non-blocking) while the backbone runs; rows() then hands them out.
-  // poll() is called at every layer boundary of the forward so such exchanges move on. Both
-  // optional (default: nothing; rows() fetches when called).
+  // poll() is called at every layer boundary of the forward and of the backward, and between a
+  // layer's attention and MLP, so posted exchanges move on (row_grads may post its exchange and
+  // return: the provider completes it before it reads the gradients). Both optional (default:
+  // nothing; rows() fetches when called).
   virtual void prefetch(const RowBatch& rb) {}
   virtual void poll() {}
 };

@@ -270,6 +270,10 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
     float* v_l = a.layers[l].v.data();
     const auto& W = m.w.layers[l];
     { JTOK_PROFILE("rmsnorm_fwd"); rmsnorm_forward(L.a.data(), L.rstd1.data(), L.h_in.data(), W.ln1, N, d, eps); }
+    if (W.jtokm_router) {  // JTok-M's router reads the attention input: route now, mix at the write-back
+      JTOK_PROFILE("jtokm_route");
+      jtokm_route(L.jtokm, L.a.data(), W.jtokm_router, a.ids, N, d, jm, m.jtokm_table[l], a.tables);
+    }
     {
       JTOK_PROFILE("qkv_fwd");
       linear_forward_lowp(L.q.data(), L.a.data(), layer_matrix(m, l, Proj::q), N);
@@ -288,6 +292,7 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
       std::memcpy(L.h_mid.data(), L.h_in.data(), sizeof(float) * N * d);
       linear_forward_lowp(L.h_mid.data(), L.att.data(), layer_matrix(m, l, Proj::o), N, /*accumulate=*/true);
     }
+    if (a.tables) a.tables->poll();
     { JTOK_PROFILE("rmsnorm_fwd"); rmsnorm_forward(L.m.data(), L.rstd2.data(), L.h_mid.data(), W.ln2, N, d, eps); }
     float* h_next = l + 1 < a.layers.size() ? a.layers[shared ? 0 : l + 1].h_in.data() : a.h_out.data();
     // The MLP update goes to h_next on top of h_mid, or, with JTok, to mlp_out before the gate.
@@ -313,10 +318,10 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
                    m.jtok_table[l], a.tables);
       jtok_forward(h_next, L.h_mid.data(), L.jtok, W.jtok_scale, a.ids, N, d);
     }
-    if (W.jtokm_router) {  // h_next += c * s * Norm(sum_G w_i E_i[x]), routed on the attention input
+    if (W.jtokm_router) {  // h_next += c * s * Norm(sum_G w_i E_i[x]), routed above on the attention input
       JTOK_PROFILE("jtokm_fwd");
-      jtokm_forward(h_next, L.jtokm, L.a.data(), W.jtokm_router, W.jtokm_scale, &m.tables[m.jtokm_table[l]], a.ids, N,
-                    d, jm, a.row_sync, m.jtokm_table[l], a.tables);
+      jtokm_mix_inject(h_next, L.jtokm, W.jtokm_scale, &m.tables[m.jtokm_table[l]], a.ids, N, d, jm, a.row_sync,
+                       m.jtokm_table[l], a.tables);
       aux_m += L.jtokm.aux;
     }
   }
@@ -373,12 +378,10 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
     auto& G = m.g.layers[li];
     // h_next = h_mid + act @ Wd^T  (gated by JTok: the MLP update's gradient is dh * p)
     const float* dmlp = dh;
-    if (W.jtokm_router) {  // JTok-M's injection: from dh = dL/dh_next, into the router's input a (used below)
-      JTOK_PROFILE("jtokm_bwd");
-      zero(a.da_jtokm);
-      jtokm_backward(a.da_jtokm.data(), G.jtokm_router, G.jtokm_scale, &m.table_grads[m.jtokm_table[li]], L.jtokm, dh,
-                     L.a.data(), W.jtokm_router, W.jtokm_scale, a.ids, N, d, jm, jtokm_aux_grad, a.tables,
-                     m.jtokm_table[li]);
+    if (a.tables) a.tables->poll();
+    if (W.jtokm_router) {  // JTok-M's injection: dL/de from dh = dL/dh_next now (posted to a provider);
+      JTOK_PROFILE("jtokm_bwd");  // the router's part, into its input a, after the attention backward
+      jtokm_backward_de(G.jtokm_scale, L.jtokm, dh, W.jtokm_scale, N, d, jm, a.tables, m.jtokm_table[li]);
     }
     if (W.jtok_scale) {
       JTOK_PROFILE("jtok_bwd");
@@ -403,6 +406,7 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
       linear_backward(dx, G.wu, a.dup.data(), L.m.data(), W.wu, N, d, F);
     }
     rmsnorm_backward(dh, G.ln2, dx, L.h_mid.data(), W.ln2, L.rstd2.data(), N, d);  // dh: now d h_mid
+    if (a.tables) a.tables->poll();
     // h_mid = h_in + att @ Wo^T
     zero(a.datt);
     linear_backward(a.datt.data(), G.wo, dh, L.att.data(), W.wo, N, qd, d);
@@ -411,8 +415,14 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
                        L.v.data(), B, T, H, KV, hd); }
     rope_backward(a.dq.data(), m.rope, B, T, H, hd);
     rope_backward(a.dk.data(), m.rope, B, T, KV, hd);
-    // d a: JTok-M's router part (computed above) plus the q/k/v projections'.
-    if (W.jtokm_router) std::memcpy(dx, a.da_jtokm.data(), sizeof(float) * N * d);
+    // d a: JTok-M's router part plus the q/k/v projections'.
+    if (W.jtokm_router) {
+      JTOK_PROFILE("jtokm_bwd");
+      zero(a.da_jtokm);
+      jtokm_backward_router(a.da_jtokm.data(), G.jtokm_router, &m.table_grads[m.jtokm_table[li]], L.jtokm, L.a.data(),
+                            W.jtokm_router, a.ids, N, d, jm, jtokm_aux_grad, a.tables, m.jtokm_table[li]);
+      std::memcpy(dx, a.da_jtokm.data(), sizeof(float) * N * d);
+    }
     else zero(a.dx);
     linear_backward(dx, G.wq, a.dq.data(), L.a.data(), W.wq, N, d, qd);
     linear_backward(dx, G.wk, a.dk.data(), L.a.data(), W.wk, N, d, kvd);

@@ -211,6 +211,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     embp = std::make_unique<dist::ShardedTables>(model, adam, dist::ShardedTables::parse_mode(opt.embp),
                                                  dist::ShardedTables::parse_owner(opt.embp_owner),
                                                  shard_init ? &t.seed : nullptr, embp_on && ck ? &*ck : nullptr);
+  if (embp) embp->set_overlap(opt.embp_overlap);
   auto save = [&](int64_t step) {
     const nlohmann::json st = to_json(TrainerState{.step = step, .run_id = run_id, .data = data.state(), .sample_rng = sample_rng,
                                                    .lr = lr_at(t, std::max<int64_t>(0, step - 1)), .max_steps = t.max_steps});

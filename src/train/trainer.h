@@ -34,6 +34,10 @@ struct TrainOptions {
   // Under mpirun: sum the backbone gradients in per-layer buckets started during the backward
   // (dist::GradBuckets, overlapped), or (false) in one blocking allreduce after it. Same bits.
   bool grad_overlap = true;
+  // With embp: JTok-M's exchanges posted after each layer's router and completed at its write-back,
+  // its backward's likewise, and the table gradients pushed without waiting (overlapped), or (false)
+  // every table exchange a blocking MPI_Alltoallv where the model asks for it. Same bits.
+  bool embp_overlap = true;
   bool overwrite = false;
   int64_t skip_nonfinite_steps = 0;  // drop up to this many batches whose loss or gradient is not finite  // a fresh run may delete an old run's checkpoints and log in out_dir (run_dir.h)
   std::string command_line;
