@@ -232,3 +232,60 @@ TEST(DistComm, RequestReplyAnswersEveryRequestInOrder) {
     }
   }
 }
+
+// Several exchanges in flight at once (each has tags of its own: none takes another's messages),
+// completed out of posting order; one-way pushes (no reply) in ordered mode serve their sources
+// strictly in rank order whatever arrives first (the owners' order of sums: dist/sharded_tables.h).
+TEST(DistComm, RequestReplyExchangesInFlightTogetherAndOrderedPushes) {
+  const int P = dist::world_size(), me = dist::rank();
+  std::vector<std::vector<int32_t>> ask(static_cast<size_t>(P)), pushb(static_cast<size_t>(P)), pushc(static_cast<size_t>(P));
+  for (int j = 0; j < P; ++j) {
+    ask[static_cast<size_t>(j)] = {10 * me + j, 20 * me + j};        // 2 items of 1 word
+    for (int i = 0; i < 3 + me; ++i) pushb[static_cast<size_t>(j)].insert(pushb[static_cast<size_t>(j)].end(), {me, i});
+    pushc[static_cast<size_t>(j)] = {me, 1000 + j};
+  }
+  std::vector<int> order_b, order_c;
+  int64_t items_b = 0;
+  dist::RequestReply a(ask, 1, 2, [&](int src, const int32_t* q, int64_t n, float* out) {
+    for (int64_t i = 0; i < n; ++i) out[2 * i] = static_cast<float>(q[i]), out[2 * i + 1] = static_cast<float>(src + 100 * me);
+  });
+  dist::RequestReply b(pushb, 2, 0, [&](int src, const int32_t* q, int64_t n, float*) {
+    order_b.push_back(src);
+    items_b += n;
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(q[2 * i], src);
+  }, /*ordered=*/true);
+  dist::RequestReply c(pushc, 2, 0, [&](int src, const int32_t* q, int64_t n, float*) {
+    order_c.push_back(src);
+    ASSERT_EQ(n, 1);
+    EXPECT_EQ(q[0], src);
+    EXPECT_EQ(q[1], 1000 + me);
+  }, /*ordered=*/true);
+  double x = 1;
+  dist::allreduce_max(&x, 1);
+  b.progress();
+  c.progress();
+  c.wait();
+  b.wait();
+  a.wait();
+  std::vector<int> ranks(static_cast<size_t>(P));
+  for (int j = 0; j < P; ++j) ranks[static_cast<size_t>(j)] = j;
+  EXPECT_EQ(order_b, ranks);
+  EXPECT_EQ(order_c, ranks);
+  EXPECT_TRUE(b.served() && c.served());
+  int64_t want_items = 0;
+  for (int j = 0; j < P; ++j) want_items += 3 + j;
+  EXPECT_EQ(items_b, want_items);
+  for (int j = 0; j < P; ++j) {
+    const auto& rep = a.reply(j);
+    ASSERT_EQ(rep.size(), 4u);
+    EXPECT_EQ(rep[0], static_cast<float>(10 * me + j));
+    EXPECT_EQ(rep[1], static_cast<float>(me + 100 * j));
+    EXPECT_EQ(rep[2], static_cast<float>(20 * me + j));
+    EXPECT_TRUE(b.reply(j).empty() && c.reply(j).empty());  // a push has no reply
+  }
+  // Pushes count their requests only: sent 4 B x 2 words per item to each other rank.
+  int64_t sent_b = 0;
+  for (int j = 0; j < P; ++j)
+    if (j != me) sent_b += static_cast<int64_t>(pushb[static_cast<size_t>(j)].size()) * 4;
+  EXPECT_EQ(b.sent_bytes(), sent_b);
+}

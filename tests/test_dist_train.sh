@@ -10,7 +10,8 @@
 # - resume on 2 ranks from the step-10 checkpoint: steps 11-20 bit for bit as the straight run;
 # - kill -9 of one rank: the job ends non-zero within 60 s; --resume reproduces the losses;
 # - a stopped rank (SIGSTOP): the watchdogs end the job within 60 s naming it;
-# - embedding parallelism (--embp): see its section below.
+# - embedding parallelism (--embp): see its section below (it includes JTok-M's exchanges overlapped
+#   with each layer against blocking ones, --embp-overlap on / off: bit for bit).
 #
 # Why 1e-6: the two runs compute the same gradient of the same loss over the same tokens; only the
 # order of the float sums differs (one process accumulates ((g0 + g1) + g2) + g3 over its micro-
@@ -126,6 +127,21 @@ done
 echo "ok: checkpoints written in place by 2 ranks equal the gathered ones byte for byte"
 two --config "$T/moe.json" --out "$T/embp2n" --embp naive
 cmp_runs "$T/moe1/log.jsonl" "$T/embp2n/log.jsonl" --rtol 1e-6 --rtol-after-flip 1e-3
+# JTok-M's exchanges overlapped with each layer's attention and MLP (posted after the router,
+# completed at the write-back; the backward's likewise; table gradients pushed without waiting: the
+# default) or blocking where the model asks (--embp-overlap off): the same losses and routing bit for
+# bit, premix and naive, and the same exchange bytes every step.
+two --config "$T/moe.json" --out "$T/embp2off" --embp premix --embp-overlap off
+cmp_runs "$T/embp2/log.jsonl" "$T/embp2off/log.jsonl" --bitwise
+two --config "$T/moe.json" --out "$T/embp2noff" --embp naive --embp-overlap off
+cmp_runs "$T/embp2n/log.jsonl" "$T/embp2noff/log.jsonl" --bitwise
+/usr/bin/python3 - "$T/embp2/log.jsonl" "$T/embp2off/log.jsonl" "$T/embp2n/log.jsonl" "$T/embp2noff/log.jsonl" <<'PY'
+import json, sys
+def b(p): return [(l["embp_sent"], l["embp_recv"]) for l in (json.loads(x).get("dist_bytes") for x in open(p) if '"type":"step"' in x)]
+for on, off in ((sys.argv[1], sys.argv[2]), (sys.argv[3], sys.argv[4])):
+    assert b(on) == b(off), f"exchange bytes differ with --embp-overlap on / off: {b(on)[-1]} vs {b(off)[-1]}"
+print("ok: --embp-overlap on and off: the same losses and routing bit for bit, the same bytes (premix, naive)")
+PY
 two --config "$T/dense.json" --out "$T/embp2d" --embp premix --embp-owner contiguous
 cmp_runs "$T/dense1/log.jsonl" "$T/embp2d/log.jsonl" --rtol 1e-6
 /usr/bin/python3 - "$T/embp2/log.jsonl" "$T/embp2n/log.jsonl" "$T/moe2/log.jsonl" <<'PY'
