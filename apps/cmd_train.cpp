@@ -122,8 +122,9 @@ void setup(CLI::App* sub) {
   sub->add_option("--set", args.sets, "override a config field: name=value (repeatable)");
   sub->add_option("--peak-gflops", args.peak_gflops, "fp32 peak for MFU (default: measured at start)");
   sub->add_option("--sample-prompt", args.sample_prompt, "prompt of the periodic samples");
-  sub->add_option("--embp", args.embp, "token-indexed tables under mpirun: off (replicated), premix or naive (sharded by id; docs/distributed.md)")
-      ->check(CLI::IsMember({"off", "premix", "naive"}));
+  sub->add_option("--embp", args.embp, "token-indexed tables under mpirun: off (replicated), or sharded by id: premix (the owner mixes each "
+                  "position), naive (unique (id, table) rows fetched), premix-dedup (per id the cheaper of the two; docs/distributed.md)")
+      ->check(CLI::IsMember({"off", "premix", "naive", "premix-dedup"}));
   sub->add_option("--embp-owner", args.embp_owner, "row ownership with --embp: mod (id mod P) or contiguous")
       ->check(CLI::IsMember({"mod", "contiguous"}));
   sub->add_option("--grad-overlap", args.grad_overlap,

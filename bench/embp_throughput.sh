@@ -10,21 +10,30 @@
 # MoE bench: n_e 8, K 2 on every layer (eta 50, 32 tables of 50,304 x 128, 206M table parameters).
 # Every variant is `mpirun -np 2 build/jtok train --no-checkpoints` (tests/mpi_env.sh's settings,
 # --threads OpenMP threads per rank, default 1: the two ranks take the machine's 2 cores); the
-# step's 16 rows are split 8 / 8 over the ranks (row split, dist/data_parallel.h):
-#   base        the MoE, backbone gradients summed over the ranks in per-layer buckets started
-#               during the backward (dist::GradBuckets, the default --grad-overlap on)
-#   base_blocking  the same, summed in one blocking fixed-order allreduce after the backward
-#               (--grad-overlap off): blocking vs overlapped
-#   replicated  + JTok-M, every table and its AdamW moments on every rank; table gradients
-#               exchanged as (id, row) lists (allgather, summed in rank order), not a dense
-#               V x d allreduce (docs/distributed.md: row lists are the cheaper at P = 2)
-#   embp_naive  + JTok-M, tables sharded by id mod P (--embp naive): requesters fetch the raw rows
-#               of each unique (id, table) pair they selected (deduplicated rows) and mix locally
-#   embp_premix + JTok-M, --embp premix: (id, K tables, K weights) per position to the owner,
-#               which reads each needed row once (dedup at the owner) and returns one mixed
-#               d-vector per position
-#   pytorch     bench/ddp_torch.py: the reference model (tests/reference/model.py), the same MoE
-#               config, DistributedDataParallel over gloo, 2 processes x --threads torch threads
+# step's 16 rows are split 8 / 8 over the ranks (row split, dist/data_parallel.h). The variants, and
+# the row of the issue's list / the paper's Table 2 each stands for:
+#   base          MoE baseline (Table 2: Baseline). Backbone gradients summed over the ranks in
+#                 per-layer buckets started during the backward (dist::GradBuckets, --grad-overlap on)
+#   base_blocking the same, summed in one blocking fixed-order allreduce after the backward
+#                 (--grad-overlap off): blocking vs overlapped
+#   replicated    +JTok-M replicated (Table 2: "JTok-M (naive)"): every table and its AdamW moments
+#                 on every rank; table gradients exchanged as (id, row) lists (allgather, summed in
+#                 rank order), not a dense V x d allreduce (docs/distributed.md: row lists are the
+#                 cheaper at P = 2)
+#   embp_premix   +JTok-M EmbP (Table 2: "JTok-M (EmbP)"): tables sharded by id mod P, owner-rank
+#                 premixing without dedup (--embp premix): (id, K tables, K weights) per position to
+#                 the owner, one mixed d-vector per position back; exchanges posted after each
+#                 layer's router and completed at its write-back (--embp-overlap on)
+#   embp_premix_blocking  the same with every table exchange blocking where the model asks
+#                 (--embp-overlap off): what the overlap buys
+#   embp_dedup    +JTok-M EmbP + dedup (Table 2: "JTok-M (EmbP+Dedup)", --embp premix-dedup): per id
+#                 and micro-batch, premix its positions or fetch its distinct (id, table) rows once,
+#                 whichever moves fewer bytes (frequent ids: rows; rare ids: premix)
+#   embp_naive    +JTok-M EmbP rows, dedup without premix (--embp naive, a comparison the paper
+#                 does not list): each unique (id, table) row fetched once and mixed locally
+#   pytorch       PyTorch DDP (bench/ddp_torch.py): the reference model (tests/reference/model.py),
+#                 the same MoE config, DistributedDataParallel over gloo, 2 processes x --threads
+#                 torch threads
 # Tokens: real text from the shards in --data (default data/train), a new batch every step: ours
 # random windows of the shards (jtok train's loader, seed of the config), PyTorch's consecutive
 # windows (tests/reference/shards.py); the same text distribution, not the same windows.
@@ -32,18 +41,18 @@
 # Timing: each run does --warmup untimed steps, then --steps timed ones; tokens/s = 2,048 / mean
 # step wall time (the step log's "ms": forward, backward, exchanges, clipping, AdamW). --rounds
 # rounds (default 2) run every variant of ours once each, interleaved (base, base_blocking,
-# replicated, naive, premix, base, ...), so drift of a shared machine hits all alike; a variant's cost vs base is the
+# replicated, embp_premix, ..., base, ...), so drift of a shared machine hits all alike; a variant's cost vs base is the
 # median over rounds of 1 - tps_variant / tps_base of the same round. Also printed per variant:
 # the table bytes each rank sent + received per step (the step log's dist_bytes: table_* for
 # replicated, embp_* for sharded), the backbone bytes, and the peak RSS of each rank (the log's
 # dist line). The machine load (/proc/loadavg) is printed before every run: compare only runs made
 # at the same load; the figures worth quoting come from a quiet machine.
-# --quick: 1 round, 3 timed + 1 warm-up step, PyTorch 2 + 1 (about 2 minutes). A full run (2 rounds
-# of 6 + 1 steps, PyTorch 3 + 1) takes about 5-6 minutes on 2 idle cores. Memory: ~3.3 GB per rank
+# --quick: 1 round, 3 timed + 1 warm-up step, PyTorch 2 + 1 (about 3 minutes). A full run (2 rounds
+# of 6 + 1 steps, PyTorch 3 + 1) takes about 7-8 minutes on 2 idle cores. Memory: ~3.3 GB per rank
 # for the replicated tables (JTok-M's 824 MB of tables with their AdamW moments on every rank), about
 # half the table part with --embp; ~7 GB for the two ranks at most.
-# Goals (issue 11): embp_premix costs <= 5 % tokens/s against base; base >= 2x PyTorch DDP.
-# The last line:  embp_premix_cost=<median> base_vs_ddp=<ratio>
+# Goals (issue 11): embp_dedup (EmbP + dedup) costs <= 5 % tokens/s against base; base >= 2x
+# PyTorch DDP. The last line:  embp_dedup_cost=<median> embp_premix_cost=<median> base_vs_ddp=<ratio>
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -80,7 +89,11 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "embp_throughput: $CONFIG ${SETS[*]} | P=2 ranks x $THREADS OpenMP thread(s) | $ROUNDS round(s) of $STEPS timed + $WARMUP warm-up steps | tokens: $DATA"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC') | host: $(getconf _NPROCESSORS_ONLN) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') | load $(load) | commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
-VARIANTS=(base base_blocking replicated embp_naive embp_premix)
+VARIANTS=(base base_blocking replicated embp_premix embp_premix_blocking embp_dedup embp_naive)
+declare -A LABEL=([base]="MoE baseline" [base_blocking]="MoE baseline, blocking grad sum"
+  [replicated]="+JTok-M replicated (paper: naive)" [embp_premix]="+JTok-M EmbP (premix, no dedup)"
+  [embp_premix_blocking]="+JTok-M EmbP, blocking exchanges" [embp_dedup]="+JTok-M EmbP + dedup"
+  [embp_naive]="+JTok-M EmbP rows (dedup, no premix)" [pytorch_ddp]="PyTorch DDP (gloo)")
 variant_args() {
   local kv
   for kv in "${SETS[@]}"; do printf '%s\n' --set "$kv"; done
@@ -90,6 +103,8 @@ variant_args() {
     replicated) printf '%s\n' --set jtokm=true --set jtokm_layers=all ;;
     embp_naive) printf '%s\n' --set jtokm=true --set jtokm_layers=all --embp naive ;;
     embp_premix) printf '%s\n' --set jtokm=true --set jtokm_layers=all --embp premix ;;
+    embp_premix_blocking) printf '%s\n' --set jtokm=true --set jtokm_layers=all --embp premix --embp-overlap off ;;
+    embp_dedup) printf '%s\n' --set jtokm=true --set jtokm_layers=all --embp premix-dedup ;;
   esac
 }
 
@@ -151,20 +166,20 @@ echo "load at the end: $(load)"
 
 median() { tr ' ' '\n' | sort -g | awk '{a[NR] = $1} END {print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2)}'; }
 base_tps=$(for ((r = 1; r <= ROUNDS; r++)); do echo "${TPS[base,$r]}"; done | median)
-printf 'RESULT %-14s %12s %10s %26s %22s %20s\n' variant "tokens/s" "cost" "table bytes/step r0 r1" "backbone bytes/step" "peak RSS MB r0 r1"
+printf 'RESULT %-21s %-38s %12s %10s %26s %22s %20s\n' variant "what (issue 11 / paper Table 2)" "tokens/s" "cost" "table bytes/step r0 r1" "backbone bytes/step" "peak RSS MB r0 r1"
 for v in "${VARIANTS[@]}"; do
   tps=$(for ((r = 1; r <= ROUNDS; r++)); do echo "${TPS[$v,$r]}"; done | median)
   costs=$(for ((r = 1; r <= ROUNDS; r++)); do awk -v a="${TPS[$v,$r]}" -v b="${TPS[base,$r]}" 'BEGIN{printf "%.4f\n", 1 - a / b}'; done)
   cost=$(echo "$costs" | median)
   printf -v "COST_$v" '%s' "$cost"
-  printf 'RESULT %-14s %12.1f %9.1f%% %26s %22s %20s   (cost per round: %s)\n' "$v" "$tps" "$(awk -v c="$cost" 'BEGIN{print 100 * c}')" \
+  printf 'RESULT %-21s %-38s %12.1f %9.1f%% %26s %22s %20s   (cost per round: %s)\n' "$v" "${LABEL[$v]}" "$tps" "$(awk -v c="$cost" 'BEGIN{print 100 * c}')" \
     "$(jget table_bytes <<< "${INFO[$v]}")" "$(jget backbone_bytes <<< "${INFO[$v]}")" "$(jget peak_rss_mb <<< "${INFO[$v]}")" "$(echo $costs)"
 done
 if [ "$DDP" = 1 ]; then
-  printf 'RESULT %-14s %12.1f %10s %26s %22s %20s\n' pytorch_ddp "$PT_TPS" - - - "$PT_RSS"
+  printf 'RESULT %-21s %-38s %12.1f %10s %26s %22s %20s\n' pytorch_ddp "${LABEL[pytorch_ddp]}" "$PT_TPS" - - - "$PT_RSS"
   ratio=$(awk -v a="$base_tps" -v b="$PT_TPS" 'BEGIN{printf "%.2f", a / b}')
 else
   ratio=-
 fi
-echo "goals: embp_premix cost <= 5 %: $(awk -v c="$COST_embp_premix" 'BEGIN{print (c <= 0.05 ? "met" : "not met")}') | base >= 2x PyTorch DDP: $([ "$ratio" = - ] && echo skipped || awk -v x="$ratio" 'BEGIN{print (x >= 2 ? "met" : "not met")}')"
-echo "embp_premix_cost=$COST_embp_premix base_vs_ddp=$ratio"
+echo "goals: EmbP + dedup (embp_dedup) cost <= 5 %: $(awk -v c="$COST_embp_dedup" 'BEGIN{print (c <= 0.05 ? "met" : "not met")}') | base >= 2x PyTorch DDP: $([ "$ratio" = - ] && echo skipped || awk -v x="$ratio" 'BEGIN{print (x >= 2 ? "met" : "not met")}')"
+echo "embp_dedup_cost=$COST_embp_dedup embp_premix_cost=$COST_embp_premix base_vs_ddp=$ratio"

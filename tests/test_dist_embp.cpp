@@ -10,6 +10,9 @@
 #include "dist/communicator.h"
 #include "dist/embedding_parallel.h"
 #include "dist/embp_plan.h"
+#include "dist/sharded_tables.h"
+#include "model/transformer.h"
+#include "train/optimizer.h"
 
 using namespace jtok;
 using dist::RowOwner;
@@ -301,5 +304,98 @@ TEST(DistEmbP, PlannerFormulasEqualMeasured) {
     // Premix with dedup never costs more than either.
     const auto pd = dist::plan_premix_dedup(ids, sel, own, K, d);
     EXPECT_LE(pd[me].sent + pd[me].recv, std::min(pp[me].sent + pp[me].recv, pn[me].sent + pn[me].recv));
+  }
+}
+
+// dist::ShardedTables, the trainer's provider, in each mode, with its exchanges posted (split as the
+// model calls them: mix_post after the router, mix at the write-back, mix_backward_post, then
+// mix_backward) and blocking (--embp-overlap off): the mixed vectors and dL/dw are the whole
+// tables', the owners' gradients sum to the whole tables' gradient, posted equals blocking bit for
+// bit, and the bytes are the planner's formulas, premix-dedup's (the paper's EmbP + Dedup: per id the
+// cheaper of premixing and fetching rows) included; it never moves more than premix or naive.
+TEST(DistEmbP, ShardedTablesModesPostedBlockingAndPlanner) {
+  const int P = dist::world_size(), me = dist::rank();
+  ModelConfig c;
+  c.vocab_size = V;
+  c.hidden_size = d;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 2;
+  c.intermediate_size = 16;
+  c.max_position_embeddings = 16;
+  c.jtokm = true;
+  c.jtokm_n_e = NE;
+  c.jtokm_top_k = K;
+  c.jtokm_init_std = 1.0;
+  const Model ref = make_model(c, 5);
+  const int64_t base = ref.jtokm_table[0];
+  const RowOwner own{c.padded_vocab(), P, RowOwner::kModP};
+  std::vector<std::vector<int32_t>> ids(P), sel(P);
+  for (int r = 0; r < P; ++r) ids[r] = batch_of(r).ids, sel[r] = batch_of(r).sel;
+  const RankBatch b = batch_of(me);
+  // The whole tables' answers: e, dL/dw, and the sum of squares of every rank's row gradients.
+  auto row = [&](int64_t t, int32_t id) { return ref.tables[static_cast<size_t>(base + t)].row(id); };
+  std::vector<double> gsum(static_cast<size_t>(NE * own.V * d), 0.0);
+  for (int r = 0; r < P; ++r) {
+    const RankBatch br = batch_of(r);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < d; ++j)
+          gsum[static_cast<size_t>((br.sel[n * K + k] * own.V + br.ids[n]) * d + j)] += br.w[n * K + k] * br.de[n * d + j];
+  }
+  double want_ss = 0;
+  for (double g : gsum) want_ss += g * g;
+  struct Out {
+    std::vector<float> e, dw;
+    double ss = 0;
+    dist::ExchangeBytes2 bytes;
+  };
+  auto run = [&](const char* mode, bool overlap) {
+    Model m = make_model(c, 5);
+    AdamWState st = make_adamw_state(m);
+    dist::ShardedTables t(m, st, dist::ShardedTables::parse_mode(mode), RowOwner::kModP);
+    t.set_overlap(overlap);
+    Out o;
+    o.e.assign(N * d, -1.0f);
+    o.dw.assign(N * K, -1.0f);
+    t.mix_post(base, b.ids.data(), b.sel.data(), b.w.data(), N, K);
+    t.mix(o.e.data(), base, b.ids.data(), b.sel.data(), b.w.data(), N, K);
+    t.mix_backward_post(base, b.de.data(), N, K);
+    t.mix_backward(o.dw.data(), base, b.de.data(), N, K);
+    o.ss = t.grad_sum_squares();
+    o.bytes = t.take_bytes();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        double want_dw = 0;
+        for (int64_t j = 0; j < d; ++j) want_dw += static_cast<double>(b.de[n * d + j]) * row(b.sel[n * K + k], b.ids[n])[j];
+        EXPECT_NEAR(o.dw[n * K + k], want_dw, 1e-5 * (1 + std::fabs(want_dw))) << mode << " dw " << n << " " << k;
+      }
+    for (int64_t n = 0; n < N; ++n) {
+      std::vector<float> want(d, 0.0f);
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < d; ++j) want[j] += b.w[n * K + k] * row(b.sel[n * K + k], b.ids[n])[j];
+      expect_close(o.e.data() + n * d, want.data(), d, mode);
+    }
+    EXPECT_NEAR(o.ss, want_ss, 1e-5 * want_ss) << mode;
+    return o;
+  };
+  const auto pp = dist::plan_premix(ids, own, K, d), pn = dist::plan_naive(ids, sel, own, K, d);
+  const auto pd = dist::plan_premix_dedup(ids, sel, own, K, d);
+  for (const char* mode : {"premix", "naive", "premix-dedup"}) {
+    const Out on = run(mode, true), off = run(mode, false);
+    EXPECT_EQ(on.e, off.e) << mode << ": posted and blocking mixed vectors differ";
+    EXPECT_EQ(on.dw, off.dw) << mode;
+    EXPECT_EQ(on.ss, off.ss) << mode;
+    EXPECT_EQ(on.bytes.sent, off.bytes.sent) << mode;
+    EXPECT_EQ(on.bytes.recv, off.bytes.recv) << mode;
+    const auto& plan = std::string(mode) == "premix" ? pp : std::string(mode) == "naive" ? pn : pd;
+    EXPECT_EQ(on.bytes.sent, plan[me].sent) << mode;
+    EXPECT_EQ(on.bytes.recv, plan[me].recv) << mode;
+    std::printf("rank %d %s: sent %lld recv %lld bytes\n", me, mode, static_cast<long long>(on.bytes.sent),
+                static_cast<long long>(on.bytes.recv));
+  }
+  if (P > 1) {  // both kinds of ids occur in this batch: dedup strictly below each pure mode
+    EXPECT_LT(pd[me].sent + pd[me].recv, pp[me].sent + pp[me].recv);
+    EXPECT_LT(pd[me].sent + pd[me].recv, pn[me].sent + pn[me].recv);
   }
 }

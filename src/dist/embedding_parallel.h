@@ -98,6 +98,14 @@ ExchangeBytes2 premix_forward(float* e, PremixState& st, const TableShard& s, co
 // Backward: de (N, d) = dL/de. Owners add w_k de into their rows' gradients; dw (N, K) = dL/dw.
 ExchangeBytes2 premix_backward(float* dw, TableShard& s, const PremixState& st, const float* de);
 
+// Premix with deduplication (the paper's EmbP + Dedup; dist::ShardedTables "premix-dedup",
+// plan_premix_dedup): an id with `positions` positions in a micro-batch that select `pairs`
+// distinct (id, table) pairs is premixed if that moves no more bytes, forward + backward, than
+// fetching its pairs' rows: positions x ((4 + 8K) + 4d + 4d + 4K) <= pairs x (8 + 4d + (8 + 4d)).
+inline bool premix_cheaper(int64_t positions, int64_t pairs, int64_t K, int64_t d) {
+  return positions * ((4 + 8 * K + 4 * d) + (4 * d + 4 * K)) <= pairs * ((8 + 8 + 4 * d) + 4 * d);
+}
+
 // JTok-M naive: rows (S, d) of the unique (id, table) pairs (pair_ids[q], pair_tables[q]).
 ExchangeBytes2 naive_fetch(float* rows, const TableShard& s, const std::vector<int32_t>& pair_ids,
                            const std::vector<int32_t>& pair_tables);

@@ -88,7 +88,7 @@ RankBytes plan_premix_dedup(const std::vector<std::vector<int32_t>>& ids, const 
     for (const auto& [id, c] : count) {
       const int o = own.owner(id);
       const int64_t q = pairs[id];
-      if (c * (premix_req + premix_rep) <= q * (naive_req + naive_rep)) add_pair(b, static_cast<int>(r), o, c, premix_req, premix_rep);
+      if (premix_cheaper(c, q, K, d)) add_pair(b, static_cast<int>(r), o, c, premix_req, premix_rep);
       else add_pair(b, static_cast<int>(r), o, q, naive_req, naive_rep);
     }
   }

@@ -29,7 +29,8 @@ float funbits(int32_t w) {
 ShardedTables::Mode ShardedTables::parse_mode(const std::string& s) {
   if (s == "premix") return Mode::kPremix;
   if (s == "naive") return Mode::kNaive;
-  fail("--embp '", s, "': expected off, premix or naive");
+  if (s == "premix-dedup") return Mode::kPremixDedup;
+  fail("--embp '", s, "': expected off, premix, premix-dedup or naive");
 }
 
 RowOwner::Kind ShardedTables::parse_owner(const std::string& s) {
@@ -195,6 +196,7 @@ void ShardedTables::post_push(std::vector<std::vector<int32_t>> msg, int64_t ite
     }
   };
   pushes_.push_back(std::make_unique<RequestReply>(std::move(msg), item, 0, serve, /*ordered=*/true));
+  push_shard_.push_back(si);
   progress_pushes();
 }
 
@@ -214,83 +216,40 @@ void ShardedTables::finish_pushes() {
     bytes_.add({p->sent_bytes(), p->recv_bytes()});
   }
   pushes_.clear();
+  push_shard_.clear();
 }
 
-void ShardedTables::mix_post(int64_t table_base, const int32_t* ids, const int32_t* sel, const float* w, int64_t N,
-                             int64_t K) {
-  if (!overlap_) return;
-  JTOK_PROFILE("embp_mix_post");
-  const int si = where_[static_cast<size_t>(table_base)].first;
-  const TableShard& sh = shards_[static_cast<size_t>(si)];
-  Posted& pm = posted_[static_cast<size_t>(si)];
-  JTOK_CHECK(!pm.fwd || pm.fwd->done(), "a JTok-M exchange was posted before the previous one was used");
-  const size_t P = static_cast<size_t>(world_size());
-  const int64_t d = sh.dim;
-  pm.N = N;
-  pm.K = K;
-  pm.where.assign(P, {});
-  pm.bwd.reset();
-  std::vector<std::vector<int32_t>> req(P);
-  if (mode_ == Mode::kPremix) {
-    // Per position: (id, the K tables, the K weights) to the id's owner, which mixes
-    // e = sum_k w_k E_{sel_k}[id] from its rows (e = 0; e += w_k row_k: the local path's order).
-    for (int64_t n = 0; n < N; ++n) {
-      const size_t o = static_cast<size_t>(sh.own.owner(ids[n]));
-      auto& r = req[o];
-      r.push_back(ids[n]);
-      for (int64_t k = 0; k < K; ++k) r.push_back(sel[n * K + k]);
-      for (int64_t k = 0; k < K; ++k) r.push_back(static_cast<int32_t>(fbits(w[n * K + k])));
-      pm.where[o].push_back(static_cast<int32_t>(n));
-    }
-    pm.recv.assign(P, {});
-    const int64_t words = 1 + 2 * K;
-    auto serve = [this, si, K, words, d](int src, const int32_t* q, int64_t n, float* out) {
-      TableShard& s = shards_[static_cast<size_t>(si)];
-      posted_[static_cast<size_t>(si)].recv[static_cast<size_t>(src)].assign(q, q + n * words);  // for the backward
-      for (int64_t i = 0; i < n; ++i) {
-        const int32_t* r = q + i * words;
-        const int32_t id = r[0];
-        JTOK_CHECK(id >= 0 && id < s.own.V && s.own.owner(id) == s.rank, "rank ", s.rank, " asked for row ", id,
-                   " it does not own");
-        float* e = out + i * d;
-        std::fill(e, e + d, 0.0f);
-        for (int64_t k = 0; k < K; ++k) {
-          const int32_t t = r[1 + k];
-          JTOK_CHECK(t >= 0 && t < s.n_tables, "premix request for table ", t);
-          const float wk = funbits(r[1 + K + k]);
-          if (s.sync) s.sync(t, s.own.local(id));
-          const float* row = s.row(t, id);
+// The owner's answers. Premix: per request (id, K tables, K weights), e = sum_k w_k E_{sel_k}[id] from
+// its rows (e = 0; e += w_k row_k: the local path's order), and the request kept for the backward.
+RequestReply::Serve ShardedTables::premix_serve(int si, int64_t K) {
+  const int64_t words = 1 + 2 * K, d = shards_[static_cast<size_t>(si)].dim;
+  return [this, si, K, words, d](int src, const int32_t* q, int64_t n, float* out) {
+    TableShard& s = shards_[static_cast<size_t>(si)];
+    posted_[static_cast<size_t>(si)].recv[static_cast<size_t>(src)].assign(q, q + n * words);  // for the backward
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t* r = q + i * words;
+      const int32_t id = r[0];
+      JTOK_CHECK(id >= 0 && id < s.own.V && s.own.owner(id) == s.rank, "rank ", s.rank, " asked for row ", id,
+                 " it does not own");
+      float* e = out + i * d;
+      std::fill(e, e + d, 0.0f);
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t t = r[1 + k];
+        JTOK_CHECK(t >= 0 && t < s.n_tables, "premix request for table ", t);
+        const float wk = funbits(r[1 + K + k]);
+        if (s.sync) s.sync(t, s.own.local(id));
+        const float* row = s.row(t, id);
 #pragma omp simd
-          for (int64_t x = 0; x < d; ++x) e[x] += wk * row[x];
-        }
+        for (int64_t x = 0; x < d; ++x) e[x] += wk * row[x];
       }
-    };
-    pm.fwd = std::make_unique<RequestReply>(std::move(req), words, d, serve);
-    return;
-  }
-  // Naive: the unique (id, table) pairs, in order of first use; the owners return the raw rows.
-  Naive& nv = naive_[static_cast<size_t>(si)];
-  const int64_t ne = sh.n_tables;
-  nv.pair_ids.clear();
-  nv.pair_tables.clear();
-  nv.slot.assign(static_cast<size_t>(N * K), -1);
-  nv.w.assign(w, w + N * K);
-  std::vector<int32_t> first(static_cast<size_t>(sh.own.V * ne), -1);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k) {
-      int32_t& q = first[static_cast<size_t>(ids[n] * ne + sel[n * K + k])];
-      if (q < 0) {
-        q = static_cast<int32_t>(nv.pair_ids.size());
-        nv.pair_ids.push_back(ids[n]);
-        nv.pair_tables.push_back(sel[n * K + k]);
-        const size_t o = static_cast<size_t>(sh.own.owner(ids[n]));
-        req[o].push_back(ids[n]);
-        req[o].push_back(sel[n * K + k]);
-        pm.where[o].push_back(q);
-      }
-      nv.slot[static_cast<size_t>(n * K + k)] = q;
     }
-  auto serve = [this, si, d](int, const int32_t* q, int64_t n, float* out) {
+  };
+}
+
+// Naive: per request (id, table), the raw row.
+RequestReply::Serve ShardedTables::naive_serve(int si) {
+  const int64_t d = shards_[static_cast<size_t>(si)].dim;
+  return [this, si, d](int, const int32_t* q, int64_t n, float* out) {
     const TableShard& s = shards_[static_cast<size_t>(si)];
     for (int64_t i = 0; i < n; ++i) {
       const int32_t id = q[2 * i], t = q[2 * i + 1];
@@ -301,18 +260,107 @@ void ShardedTables::mix_post(int64_t table_base, const int32_t* ids, const int32
       std::memcpy(out + i * d, s.row(t, id), sizeof(float) * d);
     }
   };
-  pm.fwd = std::make_unique<RequestReply>(std::move(req), 2, d, serve);
+}
+
+void ShardedTables::mix_post(int64_t table_base, const int32_t* ids, const int32_t* sel, const float* w, int64_t N,
+                             int64_t K) {
+  if (overlap_) post_mix(table_base, ids, sel, w, N, K);
+}
+
+void ShardedTables::post_mix(int64_t table_base, const int32_t* ids, const int32_t* sel, const float* w, int64_t N,
+                             int64_t K) {
+  JTOK_PROFILE("embp_mix_post");
+  const int si = where_[static_cast<size_t>(table_base)].first;
+  const TableShard& sh = shards_[static_cast<size_t>(si)];
+  Posted& pm = posted_[static_cast<size_t>(si)];
+  JTOK_CHECK(!pm.fwd || pm.fwd->done(), "a JTok-M exchange was posted before the previous one was used");
+  const size_t P = static_cast<size_t>(world_size());
+  const int64_t d = sh.dim, ne = sh.n_tables;
+  pm.N = N;
+  pm.K = K;
+  pm.where.assign(P, {});
+  pm.where2.assign(P, {});
+  pm.recv.assign(P, {});
+  pm.bwd.reset();
+  pm.fwd2.reset();
+  // Which positions are premixed: every one (premix), none (naive), or (premix + dedup) those of
+  // the ids for which premixing their positions moves fewer bytes than fetching their distinct
+  // (id, table) rows (dist::premix_cheaper, the planner's rule), decided per id and micro-batch.
+  std::vector<char> premixed(static_cast<size_t>(N), mode_ == Mode::kPremix ? 1 : 0);
+  std::vector<int32_t> first;  // (V, n_e): pair index of (id, table), or -1
+  if (mode_ == Mode::kPremixDedup) {
+    std::vector<int32_t> count(static_cast<size_t>(sh.own.V), 0), pairs(static_cast<size_t>(sh.own.V), 0);
+    first.assign(static_cast<size_t>(sh.own.V * ne), -1);
+    for (int64_t n = 0; n < N; ++n) {
+      ++count[static_cast<size_t>(ids[n])];
+      for (int64_t k = 0; k < K; ++k) {
+        int32_t& f = first[static_cast<size_t>(ids[n] * ne + sel[n * K + k])];
+        if (f < 0) f = 0, ++pairs[static_cast<size_t>(ids[n])];
+      }
+    }
+    for (int64_t n = 0; n < N; ++n)
+      premixed[static_cast<size_t>(n)] =
+          premix_cheaper(count[static_cast<size_t>(ids[n])], pairs[static_cast<size_t>(ids[n])], K, d) ? 1 : 0;
+  }
+  // Premixed positions: (id, the K tables, the K weights) to the id's owner.
+  std::vector<std::vector<int32_t>> req(P);
+  for (int64_t n = 0; n < N; ++n) {
+    if (!premixed[static_cast<size_t>(n)]) continue;
+    const size_t o = static_cast<size_t>(sh.own.owner(ids[n]));
+    auto& r = req[o];
+    r.push_back(ids[n]);
+    for (int64_t k = 0; k < K; ++k) r.push_back(sel[n * K + k]);
+    for (int64_t k = 0; k < K; ++k) r.push_back(static_cast<int32_t>(fbits(w[n * K + k])));
+    pm.where[o].push_back(static_cast<int32_t>(n));
+  }
+  if (mode_ != Mode::kNaive) pm.fwd = std::make_unique<RequestReply>(std::move(req), 1 + 2 * K, d, premix_serve(si, K));
+  if (mode_ == Mode::kPremix) return;
+  // The other positions: the unique (id, table) pairs, in order of first use; the owners return the
+  // raw rows, mixed here.
+  Naive& nv = naive_[static_cast<size_t>(si)];
+  nv.pair_ids.clear();
+  nv.pair_tables.clear();
+  nv.slot.assign(static_cast<size_t>(N * K), -1);
+  nv.w.assign(w, w + N * K);
+  first.assign(static_cast<size_t>(sh.own.V * ne), -1);
+  std::vector<std::vector<int32_t>> rq(P);
+  std::vector<std::vector<int32_t>>& where = mode_ == Mode::kNaive ? pm.where : pm.where2;
+  for (int64_t n = 0; n < N; ++n) {
+    if (premixed[static_cast<size_t>(n)]) continue;
+    for (int64_t k = 0; k < K; ++k) {
+      int32_t& q = first[static_cast<size_t>(ids[n] * ne + sel[n * K + k])];
+      if (q < 0) {
+        q = static_cast<int32_t>(nv.pair_ids.size());
+        nv.pair_ids.push_back(ids[n]);
+        nv.pair_tables.push_back(sel[n * K + k]);
+        const size_t o = static_cast<size_t>(sh.own.owner(ids[n]));
+        rq[o].push_back(ids[n]);
+        rq[o].push_back(sel[n * K + k]);
+        where[o].push_back(q);
+      }
+      nv.slot[static_cast<size_t>(n * K + k)] = q;
+    }
+  }
+  auto rr = std::make_unique<RequestReply>(std::move(rq), 2, d, naive_serve(si));
+  (mode_ == Mode::kNaive ? pm.fwd : pm.fwd2) = std::move(rr);
 }
 
 void ShardedTables::mix_backward_post(int64_t table_base, const float* de, int64_t N, int64_t K) {
-  if (!overlap_ || mode_ != Mode::kPremix) return;  // naive: dL/dw is local, its push is one-way
+  if (overlap_) post_mix_backward(table_base, de, N, K);
+}
+
+void ShardedTables::post_mix_backward(int64_t table_base, const float* de, int64_t N, int64_t K) {
+  if (mode_ == Mode::kNaive) return;  // naive: dL/dw is local, its gradient push one-way (mix_backward)
   JTOK_PROFILE("embp_mix_bwd_post");
   const int si = where_[static_cast<size_t>(table_base)].first;
   const int64_t d = shards_[static_cast<size_t>(si)].dim;
   Posted& pm = posted_[static_cast<size_t>(si)];
   JTOK_CHECK(pm.fwd && pm.fwd->done() && pm.N == N && pm.K == K, "a JTok-M backward without its posted forward");
+  // Premix + dedup: this shard's gradient pushes of earlier micro-batches are added first, so each
+  // row's sum keeps the order of the posts (this exchange's serves add to the same rows).
+  if (std::find(push_shard_.begin(), push_shard_.end(), si) != push_shard_.end()) finish_pushes();
   const size_t P = static_cast<size_t>(world_size());
-  // dL/de (d per position) to the owners, in the forward's request order.
+  // dL/de (d per premixed position) to the owners, in the forward's request order.
   std::vector<std::vector<int32_t>> msg(P);
   for (size_t j = 0; j < P; ++j) {
     msg[j].resize(pm.where[j].size() * static_cast<size_t>(d));
@@ -397,59 +445,66 @@ void ShardedTables::mix(float* e, int64_t table_base, const int32_t* ids, const 
   JTOK_PROFILE("embp_mix");
   const int s = where_[static_cast<size_t>(table_base)].first;
   const TableShard& sh = shards_[s];
-  if (overlap_) {  // complete the exchange mix_post started (post it now if the caller did not)
-    Posted& pm = posted_[static_cast<size_t>(s)];
-    if (!pm.fwd || pm.fwd->done()) mix_post(table_base, ids, sel, w, N, K);
-    JTOK_CHECK(pm.N == N && pm.K == K, "JTok-M mix of ", N, " x ", K, " after a post of ", pm.N, " x ", pm.K);
-    {
-      JTOK_PROFILE("embp_mix_wait");
-      pm.fwd->wait();
-    }
-    bytes_.add({pm.fwd->sent_bytes(), pm.fwd->recv_bytes()});
-    const int64_t d = sh.dim;
+  const int64_t d = sh.dim;
+  if (!overlap_ && mode_ != Mode::kPremixDedup) {  // the blocking exchanges (embedding_parallel.h)
     if (mode_ == Mode::kPremix) {
-      for (size_t j = 0; j < pm.where.size(); ++j) {
-        const std::vector<float>& rep = pm.fwd->reply(static_cast<int>(j));
-        for (size_t i = 0; i < pm.where[j].size(); ++i)
-          std::memcpy(e + static_cast<int64_t>(pm.where[j][i]) * d, rep.data() + i * static_cast<size_t>(d), sizeof(float) * d);
-      }
+      bytes_.add(premix_forward(e, premix_[s], sh, ids, sel, w, N, K));
       return;
     }
     Naive& nv = naive_[s];
+    const int64_t ne = sh.n_tables;
+    nv.pair_ids.clear();
+    nv.pair_tables.clear();
+    nv.slot.assign(static_cast<size_t>(N * K), -1);
+    nv.w.assign(w, w + N * K);
+    std::vector<int32_t> first(static_cast<size_t>(sh.own.V * ne), -1);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        int32_t& q = first[static_cast<size_t>(ids[n] * ne + sel[n * K + k])];
+        if (q < 0) {
+          q = static_cast<int32_t>(nv.pair_ids.size());
+          nv.pair_ids.push_back(ids[n]);
+          nv.pair_tables.push_back(sel[n * K + k]);
+        }
+        nv.slot[static_cast<size_t>(n * K + k)] = q;
+      }
     nv.rows.resize(nv.pair_ids.size() * static_cast<size_t>(d));
-    for (size_t j = 0; j < pm.where.size(); ++j) {
-      const std::vector<float>& rep = pm.fwd->reply(static_cast<int>(j));
-      for (size_t i = 0; i < pm.where[j].size(); ++i)
-        std::memcpy(nv.rows.data() + static_cast<int64_t>(pm.where[j][i]) * d, rep.data() + i * static_cast<size_t>(d),
+    bytes_.add(naive_fetch(nv.rows.data(), sh, nv.pair_ids, nv.pair_tables));
+  } else {  // complete the exchanges mix_post started (post them now if it did not)
+    Posted& pm = posted_[static_cast<size_t>(s)];
+    if (!pm.fwd || pm.fwd->done()) post_mix(table_base, ids, sel, w, N, K);
+    JTOK_CHECK(pm.N == N && pm.K == K, "JTok-M mix of ", N, " x ", K, " after a post of ", pm.N, " x ", pm.K);
+    RequestReply* premix = mode_ == Mode::kNaive ? nullptr : pm.fwd.get();
+    RequestReply* rows = mode_ == Mode::kNaive ? pm.fwd.get() : pm.fwd2.get();
+    const auto& row_where = mode_ == Mode::kNaive ? pm.where : pm.where2;
+    {
+      JTOK_PROFILE("embp_mix_wait");
+      for (RequestReply* rr : {premix, rows})
+        if (rr) {
+          rr->wait();
+          bytes_.add({rr->sent_bytes(), rr->recv_bytes()});
+        }
+    }
+    if (premix)
+      for (size_t j = 0; j < pm.where.size(); ++j) {
+        const std::vector<float>& rep = premix->reply(static_cast<int>(j));
+        for (size_t i = 0; i < pm.where[j].size(); ++i)
+          std::memcpy(e + static_cast<int64_t>(pm.where[j][i]) * d, rep.data() + i * static_cast<size_t>(d), sizeof(float) * d);
+      }
+    if (!rows) return;
+    Naive& nv = naive_[s];
+    nv.rows.resize(nv.pair_ids.size() * static_cast<size_t>(d));
+    for (size_t j = 0; j < row_where.size(); ++j) {
+      const std::vector<float>& rep = rows->reply(static_cast<int>(j));
+      for (size_t i = 0; i < row_where[j].size(); ++i)
+        std::memcpy(nv.rows.data() + static_cast<int64_t>(row_where[j][i]) * d, rep.data() + i * static_cast<size_t>(d),
                     sizeof(float) * d);
     }
-  } else if (mode_ == Mode::kPremix) {
-    bytes_.add(premix_forward(e, premix_[s], sh, ids, sel, w, N, K));
-    return;
   }
-  // Naive: the unique (id, table) pairs, in order of first use, fetched raw and mixed here.
-  Naive& nv = naive_[s];
-  const int64_t d = sh.dim, ne = sh.n_tables;
-  if (!overlap_) {
-  nv.pair_ids.clear();
-  nv.pair_tables.clear();
-  nv.slot.assign(static_cast<size_t>(N * K), -1);
-  nv.w.assign(w, w + N * K);
-  std::vector<int32_t> first(static_cast<size_t>(sh.own.V * ne), -1);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k) {
-      int32_t& q = first[static_cast<size_t>(ids[n] * ne + sel[n * K + k])];
-      if (q < 0) {
-        q = static_cast<int32_t>(nv.pair_ids.size());
-        nv.pair_ids.push_back(ids[n]);
-        nv.pair_tables.push_back(sel[n * K + k]);
-      }
-      nv.slot[static_cast<size_t>(n * K + k)] = q;
-    }
-  nv.rows.resize(nv.pair_ids.size() * static_cast<size_t>(d));
-  bytes_.add(naive_fetch(nv.rows.data(), sh, nv.pair_ids, nv.pair_tables));
-  }
-  for (int64_t n = 0; n < N; ++n) {  // as the local path mixes: e = 0; e += w_k row_k, k in order
+  // The fetched rows mixed here, as the local path mixes: e = 0; e += w_k row_k, k in order.
+  const Naive& nv = naive_[s];
+  for (int64_t n = 0; n < N; ++n) {
+    if (nv.slot[static_cast<size_t>(n * K)] < 0) continue;  // premixed by the owner
     float* en = e + n * d;
     std::fill(en, en + d, 0.0f);
     for (int64_t k = 0; k < K; ++k) {
@@ -465,9 +520,14 @@ void ShardedTables::mix_backward(float* dw, int64_t table_base, const float* de,
   JTOK_PROFILE("embp_mix_bwd");
   const int s = where_[static_cast<size_t>(table_base)].first;
   TableShard& sh = shards_[s];
-  if (mode_ == Mode::kPremix && overlap_) {  // complete the exchange mix_backward_post started
+  const bool posted = overlap_ || mode_ == Mode::kPremixDedup;
+  if (mode_ == Mode::kPremix && !posted) {
+    bytes_.add(premix_backward(dw, sh, premix_[s], de));
+    return;
+  }
+  if (mode_ != Mode::kNaive) {  // complete the exchange mix_backward_post started (post it now if it did not)
     Posted& pm = posted_[static_cast<size_t>(s)];
-    if (!pm.bwd) mix_backward_post(table_base, de, N, K);
+    if (!pm.bwd) post_mix_backward(table_base, de, N, K);
     {
       JTOK_PROFILE("embp_mix_bwd_wait");
       pm.bwd->wait();
@@ -480,16 +540,15 @@ void ShardedTables::mix_backward(float* dw, int64_t table_base, const float* de,
     }
     pm.bwd.reset();
     for (auto& r : pm.recv) std::vector<int32_t>().swap(r);
-    return;
+    if (mode_ == Mode::kPremix) return;
   }
-  if (mode_ == Mode::kPremix) {
-    bytes_.add(premix_backward(dw, sh, premix_[s], de));
-    return;
-  }
+  // Fetched rows (naive, and premix + dedup's other ids): dL/dw here, and each pair's gradient row
+  // (w_k de summed over its positions) to the owner.
   Naive& nv = naive_[s];
   const int64_t d = sh.dim, S = static_cast<int64_t>(nv.pair_ids.size());
   std::vector<float> grows(static_cast<size_t>(S * d), 0.0f);
   for (int64_t n = 0; n < N; ++n) {
+    if (nv.slot[static_cast<size_t>(n * K)] < 0) continue;  // premixed: dL/dw came from the owner
     const float* g = de + n * d;
     for (int64_t k = 0; k < K; ++k) {
       const int64_t q = nv.slot[static_cast<size_t>(n * K + k)];
@@ -504,7 +563,7 @@ void ShardedTables::mix_backward(float* dw, int64_t table_base, const float* de,
       for (int64_t j = 0; j < d; ++j) out[j] += wk * g[j];
     }
   }
-  if (!overlap_) {
+  if (!posted) {
     bytes_.add(push_pair_grads(sh, nv.pair_ids, nv.pair_tables, grows.data()));
     return;
   }
@@ -519,6 +578,7 @@ void ShardedTables::mix_backward(float* dw, int64_t table_base, const float* de,
     std::memcpy(m.data() + at, grows.data() + q * d, sizeof(float) * d);
   }
   post_push(std::move(msg), 2 + d, s, 0, /*pairs=*/true);
+  if (!overlap_) finish_pushes();  // blocking: complete where the model asks
 }
 
 void ShardedTables::clear_grads() {

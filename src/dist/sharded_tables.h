@@ -8,7 +8,9 @@
 //   JTok-M   "premix": (id, K tables, K weights) per position to the owner, which returns the mixed
 //            d-vector; backward: dL/de to the owner, K weight gradients back. "naive": the unique
 //            (id, table) pairs' raw rows come back and are mixed here; backward: the pairs'
-//            gradient rows go to the owners.
+//            gradient rows go to the owners. "premix-dedup" (the paper's EmbP + Dedup): per id and
+//            micro-batch, premix its positions or fetch its distinct rows, whichever moves fewer
+//            bytes (dist::premix_cheaper, the rule `jtok embp-plan` evaluates).
 // The owners accumulate the tables' gradients (in a fixed order) and update their rows with AdamW:
 // table_optimizer "dense" keeps torch's semantics (every row moves every step) deferred and exact,
 // as train/optimizer.h does for local tables: only rows with a gradient are updated, after
@@ -36,8 +38,11 @@ namespace jtok::dist {
 
 class ShardedTables : public TableProvider {
  public:
-  enum class Mode { kPremix, kNaive };
-  static Mode parse_mode(const std::string& s);            // "premix" | "naive"
+  // premix: every position premixed by the owner (d per position each way); naive: the unique
+  // (id, table) pairs' raw rows fetched and mixed here; premix-dedup: per id and micro-batch,
+  // whichever of the two moves fewer bytes (dist::premix_cheaper), the paper's EmbP + Dedup.
+  enum class Mode { kPremix, kNaive, kPremixDedup };
+  static Mode parse_mode(const std::string& s);            // "premix" | "naive" | "premix-dedup"
   static RowOwner::Kind parse_owner(const std::string& s);  // "mod" | "contiguous"
 
   // Takes this rank's rows (values and AdamW moments, brought current first) out of m and st and
@@ -109,11 +114,18 @@ class ShardedTables : public TableProvider {
   struct Posted {
     int64_t N = 0, K = 0;
     std::vector<std::vector<int32_t>> where;   // per owner: position (premix) or pair (naive) of each request
+    std::vector<std::vector<int32_t>> where2;  // premix-dedup: per owner, the pair of each row request
     std::vector<std::vector<int32_t>> recv;    // premix, as owner: each source's forward requests (1 + 2K words)
-    std::unique_ptr<RequestReply> fwd, bwd;
+    std::unique_ptr<RequestReply> fwd, bwd;    // fwd: premix requests (naive: row requests)
+    std::unique_ptr<RequestReply> fwd2;        // premix-dedup: the row requests
   };
   std::vector<Posted> posted_;               // per shard
   std::vector<std::unique_ptr<RequestReply>> pushes_;  // gradient pushes in flight, in posting order
+  std::vector<int> push_shard_;                        // the shard of each
+  RequestReply::Serve premix_serve(int si, int64_t K);
+  RequestReply::Serve naive_serve(int si);
+  void post_mix(int64_t table_base, const int32_t* ids, const int32_t* sel, const float* w, int64_t N, int64_t K);
+  void post_mix_backward(int64_t table_base, const float* de, int64_t N, int64_t K);
   bool overlap_ = true;
   void post_push(std::vector<std::vector<int32_t>> msg, int64_t item, int s, int64_t t, bool pairs);
   void progress_pushes();
