@@ -65,15 +65,15 @@ void run() {
   const char* names[][2] = {{"replicated_dense", "replicated tables, dense gradient allreduce"},
                             {"replicated_rows", "replicated tables, row-list gradients"},
                             {"naive_nodedup", "EmbP naive, K rows per token"},
-                            {"naive", "EmbP naive, unique (id, table) rows"},
-                            {"premix", "EmbP premix, d per token"},
-                            {"premix_dedup", "EmbP premix + dedup"},
+                            {"naive", "EmbP naive, unique (id, table) rows (--embp naive)"},
+                            {"premix", "EmbP premix, d per token (--embp premix)"},
+                            {"premix_dedup", "EmbP premix + dedup (--embp premix-dedup)"},
                             {"jtok_nodedup", "JTok EmbP, d per token"},
                             {"jtok", "JTok EmbP, unique ids"}};
   for (auto& n : names) {
     const auto& b = r["bytes_per_rank_per_step"][n[0]];
     if (b["max"].get<double>() == 0) continue;
-    std::printf("  %-46s max %12s | mean %12s\n", n[1], gb(b["max"].get<double>()).c_str(), gb(b["mean"].get<double>()).c_str());
+    std::printf("  %-52s max %12s | mean %12s\n", n[1], gb(b["max"].get<double>()).c_str(), gb(b["mean"].get<double>()).c_str());
   }
   const auto& li = r["load_imbalance"];
   std::printf("owner load imbalance (max / mean rows served): id mod P: unique ids %.3f, positions %.3f | contiguous: unique ids %.3f, positions %.3f\n",

@@ -26,7 +26,8 @@ struct TrainOptions {
   std::string out_dir;
   bool resume = false;
   // Embedding parallelism under mpirun (dist/sharded_tables.h): "off" (tables replicated on every
-  // rank), "premix" or "naive" (JTok-M's exchange); embp_owner "mod" (id mod P) or "contiguous".
+  // rank), "premix", "premix-dedup" or "naive" (JTok-M's exchange); embp_owner "mod" (id mod P) or
+  // "contiguous".
   std::string embp = "off", embp_owner = "mod";
   // Under mpirun: a rank blocked this long in one MPI call ends the job naming the ranks that stopped
   // (dist/watchdog.h); <= 0: never.
