@@ -3,7 +3,9 @@
 # replicated tables and against our MoE baseline, and PyTorch DDP as the peer, in one run.
 #
 #   bench/embp_throughput.sh [--quick] [--steps N] [--warmup N] [--rounds N] [--threads N]
-#                            [--data DIR] [--no-ddp] [--set NAME=VALUE ...]
+#                            [--data DIR] [--no-ddp] [--variants LIST] [--set NAME=VALUE ...]
+# --variants: a comma-separated subset of the variants below (base always runs: the costs are
+# against it), e.g. --variants embp_premix,embp_premix_blocking for a paired overlap comparison.
 #
 # Model: configs/bench_moe.json (d=128, 4 layers: 1 dense + 3 MoE of 16 routed experts top-2 + 1
 # shared, GQA 4/2, seq 128 x 16 rows = 2,048 tokens a step); JTok-M as in docs/benchmarks.md's
@@ -58,7 +60,7 @@ cd "$(dirname "$0")/.."
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
-STEPS=6; WARMUP=1; ROUNDS=2; THREADS=1; DATA=data/train; DDP=1; PT_STEPS=3; SETS=()
+STEPS=6; WARMUP=1; ROUNDS=2; THREADS=1; DATA=data/train; DDP=1; PT_STEPS=3; SETS=(); ONLY=
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) STEPS=3; WARMUP=1; ROUNDS=1; PT_STEPS=2; shift ;;
@@ -68,6 +70,7 @@ while [ $# -gt 0 ]; do
     --threads) THREADS=${2:-}; shift 2 ;;
     --data) DATA=${2:-}; shift 2 ;;
     --no-ddp) DDP=0; shift ;;
+    --variants) ONLY=${2:-}; shift 2 ;;
     --set) [[ "${2:-}" == *=* ]] || { echo "--set needs NAME=VALUE" >&2; exit 2; }; SETS+=("$2"); shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown argument: $1" >&2; usage >&2; exit 2 ;;
@@ -94,6 +97,14 @@ declare -A LABEL=([base]="MoE baseline" [base_blocking]="MoE baseline, blocking 
   [replicated]="+JTok-M replicated (paper: naive)" [embp_premix]="+JTok-M EmbP (premix, no dedup)"
   [embp_premix_blocking]="+JTok-M EmbP, blocking exchanges" [embp_dedup]="+JTok-M EmbP + dedup"
   [embp_naive]="+JTok-M EmbP rows (dedup, no premix)" [pytorch_ddp]="PyTorch DDP (gloo)")
+if [ -n "$ONLY" ]; then
+  keep=(base)
+  for v in ${ONLY//,/ }; do
+    [ -n "${LABEL[$v]:-}" ] && [ "$v" != pytorch_ddp ] || { echo "--variants: unknown variant '$v' (one of: ${VARIANTS[*]})" >&2; exit 2; }
+    [ "$v" = base ] || keep+=("$v")
+  done
+  VARIANTS=("${keep[@]}")
+fi
 variant_args() {
   local kv
   for kv in "${SETS[@]}"; do printf '%s\n' --set "$kv"; done
@@ -181,5 +192,6 @@ if [ "$DDP" = 1 ]; then
 else
   ratio=-
 fi
-echo "goals: EmbP + dedup (embp_dedup) cost <= 5 %: $(awk -v c="$COST_embp_dedup" 'BEGIN{print (c <= 0.05 ? "met" : "not met")}') | base >= 2x PyTorch DDP: $([ "$ratio" = - ] && echo skipped || awk -v x="$ratio" 'BEGIN{print (x >= 2 ? "met" : "not met")}')"
+COST_embp_dedup=${COST_embp_dedup:--}; COST_embp_premix=${COST_embp_premix:--}
+echo "goals: EmbP + dedup (embp_dedup) cost <= 5 %: $([ "$COST_embp_dedup" = - ] && echo skipped || awk -v c="$COST_embp_dedup" 'BEGIN{print (c <= 0.05 ? "met" : "not met")}') | base >= 2x PyTorch DDP: $([ "$ratio" = - ] && echo skipped || awk -v x="$ratio" 'BEGIN{print (x >= 2 ? "met" : "not met")}')"
 echo "embp_dedup_cost=$COST_embp_dedup embp_premix_cost=$COST_embp_premix base_vs_ddp=$ratio"
