@@ -139,8 +139,8 @@ struct TableProvider {
   // JTok: every JTok layer of a forward reads the same ids (the micro-batch's unique ids), so the
   // forward announces them once, before its first layer, and the provider may fetch the rows of
   // every JTok table at once (non-blocking) while the backbone runs; rows() then hands them out.
-  // poll() is called at every layer boundary of the forward and of the backward, and between a
-  // layer's attention and MLP, so posted exchanges move on (row_grads may post its exchange and
+  // poll() is called at every layer boundary of the forward and of the backward, and around each
+  // layer's attention (forward and backward), so posted exchanges move on (row_grads may post its exchange and
   // return: the provider completes it before it reads the gradients). Both optional (default:
   // nothing; rows() fetches when called).
   virtual void prefetch(const RowBatch& rb) {}

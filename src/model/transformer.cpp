@@ -285,6 +285,7 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
       rope_forward(L.q.data(), m.rope, B, T, H, hd);
       rope_forward(k_l, m.rope, B, T, KV, hd);
     }
+    if (a.tables) a.tables->poll();
     { JTOK_PROFILE("attn_fwd"); attention_forward(L.att.data(), L.lse.data(), L.q.data(), k_l, v_l, B, T, H, KV, hd); }
     // h_mid = h_in + att @ Wo^T  (gemm accumulates onto the copied residual)
     {
@@ -410,9 +411,11 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
     // h_mid = h_in + att @ Wo^T
     zero(a.datt);
     linear_backward(a.datt.data(), G.wo, dh, L.att.data(), W.wo, N, qd, d);
+    if (a.tables) a.tables->poll();
     zero(a.dq); zero(a.dk); zero(a.dv);
     { JTOK_PROFILE("attn_bwd"); attention_backward(a.dq.data(), a.dk.data(), a.dv.data(), a.datt.data(), L.att.data(), L.lse.data(), L.q.data(), L.k.data(),
                        L.v.data(), B, T, H, KV, hd); }
+    if (a.tables) a.tables->poll();
     rope_backward(a.dq.data(), m.rope, B, T, H, hd);
     rope_backward(a.dk.data(), m.rope, B, T, KV, hd);
     // d a: JTok-M's router part plus the q/k/v projections'.
