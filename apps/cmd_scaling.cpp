@@ -122,6 +122,10 @@ void setup_fit(CLI::App* sub) {
   sub->add_option("--eta", in.eta_file, "CSV with columns eta,loss (loss against log2 eta)");
   sub->add_option("--window", in.window, "isoFLOP quadratic: the k runs nearest the lowest loss (default 0: all)");
   sub->add_option("--svg-dir", in.svg_dir, "write SVG pictures (profiles, frontiers, eta) into this directory");
+  sub->add_option("--bootstrap", in.bootstrap,
+                  "resample the runs this many times for intervals of the savings and slopes (default 0: off; needs >= 2 --isoflops)");
+  sub->add_option("--bootstrap-seed", in.bootstrap_seed, "seed of the bootstrap (default 1)");
+  sub->add_option("--bootstrap-method", in.bootstrap_method, "cases (runs drawn with replacement, default) | residuals");
   sub->add_flag("--json", json, "print one JSON object");
   sub->callback([] {
     nlohmann::json j = jtok::run_fits(in);

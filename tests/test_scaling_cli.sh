@@ -123,6 +123,29 @@ $PY -c "
 import json; j=json.load(open('$T/eta.json'))['eta']
 assert abs(j['slope_per_doubling'] + 0.0118) < 1e-5 and abs(j['intercept'] - 2.40) < 1e-4, j" && ok "eta fit" || bad "eta fit"
 
+# --- bootstrap of the saving over runs: exact profiles give a zero-width interval at the truth ---
+for v in base other; do
+  $PY -c "
+import math
+b = 5.0 if '$v' == 'base' else 4.97
+print('budget,n_c,loss')
+for lc in (11.0, 11.5, 12.0):
+    u0, l0 = 0.5 * lc - 1.2, 2 ** (-0.2 * lc + b)
+    for i in range(5):
+        du = 0.3 * (i - 2) + 0.1
+        print(f'{10 ** lc:g},{10 ** (u0 + du):.9g},{l0 + 0.3 * du * du:.12g}')" > "$T/boot_$v.csv"
+done
+"$JTOK" scaling fit --isoflops "$T/boot_base.csv" --isoflops "$T/boot_other.csv" --bootstrap 100 --bootstrap-seed 3 --json > "$T/boot.json"
+$PY -c "
+import json; j = json.load(open('$T/boot.json')); b = j['bootstrap']; want = 1 - 10 ** (0.03 / -0.2)
+assert b['method'] == 'cases' and b['replicates'] == 100 and b['seed'] == 3, b
+s = b['frontiers'][1]['saving_shared_slope']
+assert abs(s['lo'] - want) < 1e-6 and abs(s['hi'] - want) < 1e-6 and abs(j['saving_shared_slope'] - want) < 1e-6, (s, want)
+assert all(not m['extrapolated'] and m['method'] == 'quadratic' for m in j['isoflops'][0]['minima'])" \
+  && ok "bootstrap: zero-width interval at the true saving" || bad "bootstrap: zero-width interval"
+"$JTOK" scaling fit --isoflops "$T/boot_base.csv" --isoflops "$T/boot_other.csv" --bootstrap 50 --bootstrap-method residuals \
+  | grep -q "bootstrap over runs (residuals, 50 replicates" && ok "bootstrap: text report" || bad "bootstrap: text report"
+
 # --- bad input: clear error naming file/line/column, exit status 1 ---
 expect_error() {  # expect_error NAME PATTERN ARGS...
   local name=$1 pat=$2; shift 2
@@ -143,6 +166,8 @@ expect_error "short row" "$T/short.csv:3: expected 2 fields" scaling fit --front
 expect_error "non-positive" "$T/neg.csv:3: column 'compute': must be positive" scaling fit --frontier "$T/neg.csv"
 expect_error "bad base frontier in a pair" "$T/nan.csv:3" scaling fit --frontier "$T/good.csv" --frontier "$T/nan.csv"
 expect_error "nothing to fit" "nothing to fit" scaling fit
+expect_error "bootstrap needs isoflops files" "give at least 2 --isoflops files" scaling fit --frontier "$T/good.csv" --frontier "$T/good.csv" --bootstrap 10
+expect_error "bootstrap bad method" "method must be 'cases' or 'residuals', got 'jack'" scaling fit --isoflops "$T/boot_base.csv" --isoflops "$T/boot_other.csv" --bootstrap 10 --bootstrap-method jack
 expect_error "isoflops missing n_c" "$T/good.csv: missing column 'n_c'" scaling fit --isoflops "$T/good.csv"
 printf 'eta,loss\n30,2.30\n50,2.29\n' > "$T/few_eta.csv"
 expect_error "eta too few points" "$T/few_eta.csv: eta fit needs at least 3 points, got 2" scaling fit --eta "$T/few_eta.csv"

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "scaling/bootstrap.h"
 #include "scaling/frontier.h"
 #include "scaling/isoflops.h"
 #include "scaling/kaplan.h"
@@ -126,6 +127,10 @@ nlohmann::json run_fits(const FitInputs& in) {
     curves.push_back(c);
   }
 
+  if (in.bootstrap < 0) fail("scaling fit: --bootstrap must be >= 0, got ", in.bootstrap);
+  if (in.bootstrap > 0 && (!in.frontier_files.empty() || in.isoflops_files.size() < 2))
+    fail("scaling fit: --bootstrap resamples runs: give at least 2 --isoflops files (the first is the base) and no --frontier");
+  std::vector<std::vector<IsoPoint>> iso_points;  // per isoflops file, for the bootstrap
   nlohmann::json isos = nlohmann::json::array();
   for (auto& f : in.isoflops_files) {
     CsvTable t = read_csv(f);
@@ -137,6 +142,7 @@ nlohmann::json run_fits(const FitInputs& in) {
     std::vector<IsoPoint> pts;
     for (size_t i = 0; i < budget.size(); ++i) pts.push_back({budget[i], n_c[i], loss[i]});
     auto mins = with_file(f, [&] { return fit_isoflops(pts, in.window); });
+    iso_points.push_back(pts);
     nlohmann::json j = {{"file", f}, {"budget_column", bcol}, {"n", pts.size()}};
     nlohmann::json jm = nlohmann::json::array();
     Curve c{f, stem(f), "isoflops", {}, {}};
@@ -170,6 +176,10 @@ nlohmann::json run_fits(const FitInputs& in) {
     isos.push_back(j);
   }
   if (!isos.empty()) out["isoflops"] = isos;
+  if (in.bootstrap > 0)
+    for (size_t k = 0; k < isos.size(); ++k)
+      if (isos[k].contains("frontier_skipped"))
+        fail(in.isoflops_files[k], ": --bootstrap needs at least 3 budgets per --isoflops file, got ", isos[k]["minima"].size());
 
   if (!curves.empty()) {
     std::vector<std::vector<double>> cs, ls;
@@ -193,6 +203,21 @@ nlohmann::json run_fits(const FitInputs& in) {
       out["saving_separate"] = cmp.saving_separate[1];
       out["saving_shared_slope"] = cmp.saving_shared_slope[1];
       out["shared_slope"] = {{"alpha", cmp.shared.slope}, {"betas", cmp.shared.intercepts}, {"r2", cmp.shared.r2}};
+    }
+    if (in.bootstrap > 0) {
+      BootstrapOptions bo;
+      bo.replicates = in.bootstrap, bo.seed = in.bootstrap_seed, bo.method = in.bootstrap_method, bo.window = in.window;
+      SavingBootstrap b = bootstrap_saving(iso_points, bo);
+      auto pj = [](const Percentiles& p) { return nlohmann::json{{"lo", p.lo}, {"median", p.median}, {"hi", p.hi}}; };
+      nlohmann::json per = nlohmann::json::array();
+      for (size_t k = 0; k < curves.size(); ++k) {
+        nlohmann::json j = {{"file", curves[k].file}, {"alpha", pj(b.alpha_pct[k])}};
+        if (k > 0) j["saving_separate"] = pj(b.separate[k]), j["saving_shared_slope"] = pj(b.shared_slope[k]);
+        per.push_back(j);
+      }
+      out["bootstrap"] = {{"method", bo.method}, {"replicates", b.replicates}, {"seed", bo.seed}, {"level", bo.level},
+                          {"redraws", b.redraws}, {"lowest_run_replicates", b.lowest_run_replicates},
+                          {"extrapolated_replicates", b.extrapolated_replicates}, {"frontiers", per}};
     }
     if (!in.svg_dir.empty()) {
       std::string path = in.svg_dir + "/frontiers.svg";
@@ -272,6 +297,30 @@ std::string fit_report_text(const nlohmann::json& j) {
       std::snprintf(b, sizeof b, "  shared slope alpha %.4f (R^2 %.4f)\n", j["shared_slope"]["alpha"].get<double>(),
                     j["shared_slope"]["r2"].get<double>());
       s += b;
+    }
+  }
+  if (j.contains("bootstrap")) {
+    auto& bs = j["bootstrap"];
+    std::snprintf(b, sizeof b, "bootstrap over runs (%s, %d replicates, seed %llu; %d with a lowest-run fallback, %d with an extrapolated minimum):\n",
+                  bs["method"].get<std::string>().c_str(), bs["replicates"].get<int>(),
+                  static_cast<unsigned long long>(bs["seed"].get<uint64_t>()), bs["lowest_run_replicates"].get<int>(),
+                  bs["extrapolated_replicates"].get<int>());
+    s += b;
+    const double lvl = 100 * bs["level"].get<double>();
+    for (auto& f : bs["frontiers"]) {
+      auto& a = f["alpha"];
+      std::snprintf(b, sizeof b, "  %-28s alpha %.0f%% [%.4f, %.4f]", stem(f["file"].get<std::string>()).c_str(), lvl,
+                    a["lo"].get<double>(), a["hi"].get<double>());
+      s += b;
+      if (f.contains("saving_separate")) {
+        auto& p = f["saving_separate"];
+        auto& q = f["saving_shared_slope"];
+        std::snprintf(b, sizeof b, "  saving separate [%.1f%%, %.1f%%] (median %.1f%%), shared slope [%.1f%%, %.1f%%] (median %.1f%%)",
+                      100 * p["lo"].get<double>(), 100 * p["hi"].get<double>(), 100 * p["median"].get<double>(),
+                      100 * q["lo"].get<double>(), 100 * q["hi"].get<double>(), 100 * q["median"].get<double>());
+        s += b;
+      }
+      s += "\n";
     }
   }
   if (j.contains("eta")) {

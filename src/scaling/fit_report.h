@@ -1,6 +1,7 @@
 // `jtok scaling fit`: reads result tables (CSV), runs the fits, and reports them as JSON
 // (layout in docs/scaling.md) and optionally as SVG pictures.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,11 @@ struct FitInputs {
   std::string eta_file;                     // columns eta,loss
   int window = 0;                           // isoFLOP quadratic window (0 = all points)
   std::string svg_dir;                      // "" = no pictures
+  // Bootstrap of the compute savings over runs (bootstrap.h): with bootstrap > 0 replicates,
+  // needs only --isoflops files (at least 2; the first is the base), each with >= 3 budgets.
+  int bootstrap = 0;
+  uint64_t bootstrap_seed = 1;
+  std::string bootstrap_method = "cases";
 };
 
 // Frontiers come first from frontier_files, then one per isoflops file (its fitted minima), in
