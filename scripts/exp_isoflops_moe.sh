@@ -2,13 +2,15 @@
 # isoFLOPs on the CPU, MoE vs MoE+JTok-M (issue 15 item 1; the paper's Figure 6a and Appendix C).
 # docs/results.md, "isoFLOPs on the CPU: MoE vs MoE+JTok-M", has the design and the results.
 #   scripts/exp_isoflops_moe.sh [--out DIR] [--budgets LIST] [--max-tokens N] [--min-steps N]
-#                               [--workers N] [--bootstrap N] [--data-dir D] [--fig-dir F] [--fit-only]
+#                               [--workers N] [--bootstrap N] [--data-dir D] [--fig-dir F] [--fit-only|--status]
+# --status: plan, restore committed rows, rewrite the CSVs and list the runs still to do; trains nothing.
 # - Data: our own 5,184-token BPE (data_bpe5k/, made here by scripts/prepare_data.sh when missing;
 #   deterministic), so that JTok-M's n_e = d/8 tables give eta = 49.8 on every shape.
 # - Plan: configs/isoflops_moe.json (MoE) and configs/isoflops_jtokm.json (+JTok-M, n_e = d/8,
 #   K = d/32 on every layer: eta 49.8, rho 0.25), shapes configs/isoflops_moe_shapes.json; a shape
 #   is left out of a budget when it would train fewer than --min-steps steps or on more than
-#   --max-tokens tokens (one epoch of the 5.57M training tokens).
+#   --max-tokens tokens (default 2.23e7: 4 passes over the 5.57M training tokens; docs/results.md
+#   says why the study cannot stay within one epoch). Defaults: budgets 3e11,1e12,3e12, min 400 steps.
 # - Runs: one queue of single runs, both variants interleaved in budget order (smallest first),
 #   served by --workers processes of one thread each (`nice -n 19`). Resumable: a run with a
 #   result.json in OUT is done; a stopped run resumes from its checkpoint; a run whose row is
@@ -21,7 +23,7 @@
 #   bootstrap interval over runs, the best-run frontier, SVGs under docs/figures/isoflops_moe*/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=runs/isoflops_moe; BUDGETS=1e11,3e11,1e12; MAX_TOKENS=5.5e6; MIN_STEPS=100; WORKERS=2; BOOT=1000; FIT_ONLY=0
+OUT=runs/isoflops_moe; BUDGETS=3e11,1e12,3e12; MAX_TOKENS=2.23e7; MIN_STEPS=400; WORKERS=2; BOOT=1000; FIT_ONLY=0; STATUS=0
 DATA=docs/data; FIG=docs/figures
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -34,7 +36,8 @@ while [ $# -gt 0 ]; do
     --data-dir) DATA=$2; shift 2 ;;
     --fig-dir) FIG=$2; shift 2 ;;
     --fit-only) FIT_ONLY=1; shift ;;
-    *) echo "usage: $0 [--out DIR] [--budgets LIST] [--max-tokens N] [--min-steps N] [--workers N] [--bootstrap N] [--data-dir D] [--fig-dir F] [--fit-only]" >&2; exit 2 ;;
+    --status) STATUS=1; shift ;;
+    *) echo "usage: $0 [--out DIR] [--budgets LIST] [--max-tokens N] [--min-steps N] [--workers N] [--bootstrap N] [--data-dir D] [--fig-dir F] [--fit-only|--status]" >&2; exit 2 ;;
   esac
 done
 PY=/usr/bin/python3
@@ -113,16 +116,24 @@ for r in plan["rows"]:
         print(f"restored {r['run_id']} from {path}")
 PY
   done
-  # The queue: both variants' runs interleaved, smallest budget first, in plan order within it.
+  # The queue: both variants' runs interleaved, smallest budget first.
   "$PY" - "$OUT" "${VARIANTS[@]}" > "$OUT/queue.txt" <<'PY'
 import json, sys
 out, vs = sys.argv[1], sys.argv[2:]
 plans = {v: json.load(open(f"{out}/{v}/plan.json"))["rows"] for v in vs}
-keys = sorted({(r["budget"], i) for v in vs for i, r in enumerate(plans[v])})
-for b, i in keys:
+# Within a budget the longest runs first, so that two workers end close together.
+keys = sorted({(r["budget"], -r["tokens"], i) for v in vs for i, r in enumerate(plans[v])})
+for b, _, i in keys:
     for v in vs:
         if i < len(plans[v]) and plans[v][i]["budget"] == b: print(v, plans[v][i]["run_id"])
 PY
+  if [ $STATUS = 1 ]; then
+    for v in "${VARIANTS[@]}"; do merge_csv "$v"; done
+    todo=0
+    while read -r v id; do [ -f "$OUT/$v/$id/result.json" ] || { echo "to do: $v $id"; todo=$((todo + 1)); }; done < "$OUT/queue.txt"
+    echo "exp_isoflops_moe: $todo of $(wc -l < "$OUT/queue.txt") runs still to do; rows in ${CSV[moe]}, ${CSV[jtokm]}"
+    exit 0
+  fi
   echo 0 > "$OUT/queue.next"
   NJOBS=$(wc -l < "$OUT/queue.txt")
   echo "exp_isoflops_moe: $NJOBS runs in the queue ($OUT/queue.txt), $WORKERS worker(s) of one thread; load $(cut -d' ' -f1-3 /proc/loadavg)"
