@@ -85,9 +85,7 @@ if [ $FIT_ONLY = 0 ]; then
   if [ -z "$(ls data_bpe5k/train/*.bin 2>/dev/null)" ]; then
     bash scripts/prepare_data.sh --tokenizer-dir data_bpe5k/tokenizer --vocab-size 5184 --out data_bpe5k
   fi
-  # The binary is copied so that a rebuild during the study does not change the trainer under it.
-  cp "$JTOK" "$OUT/jtok.bin.tmp" && mv "$OUT/jtok.bin.tmp" "$OUT/jtok.bin"
-  RUNJ=$OUT/jtok.bin
+  RUNJ=$JTOK
   for v in "${VARIANTS[@]}"; do
     mkdir -p "$OUT/$v/plans"
     "$RUNJ" scaling plan --config "${CFG[$v]}" --shapes configs/isoflops_moe_shapes.json --budgets "$BUDGETS" \
@@ -100,7 +98,9 @@ plan = json.load(open(f"{d}/plan.json"))
 done = {r["run_id"]: r for r in csv.DictReader(open(path))} if os.path.exists(path) else {}
 for r in plan["rows"]:
     p = dict(plan, rows=[r], budgets=[r["budget"]])
-    json.dump(p, open(f"{d}/plans/{r['run_id']}.json", "w"), indent=1)
+    f = f"{d}/plans/{r['run_id']}.json"
+    with open(f + ".tmp", "w") as fh: json.dump(p, fh, indent=1)
+    os.replace(f + ".tmp", f)  # atomic: a worker of a running study may be reading it
     res = f"{d}/{r['run_id']}/result.json"
     c = done.get(r["run_id"])
     if c and not os.path.exists(res):
@@ -134,6 +134,9 @@ PY
     echo "exp_isoflops_moe: $todo of $(wc -l < "$OUT/queue.txt") runs still to do; rows in ${CSV[moe]}, ${CSV[jtokm]}"
     exit 0
   fi
+  # The binary is copied so that a rebuild during the study does not change the trainer under it.
+  cp "$JTOK" "$OUT/jtok.bin.tmp" && mv "$OUT/jtok.bin.tmp" "$OUT/jtok.bin"
+  RUNJ=$OUT/jtok.bin
   echo 0 > "$OUT/queue.next"
   NJOBS=$(wc -l < "$OUT/queue.txt")
   echo "exp_isoflops_moe: $NJOBS runs in the queue ($OUT/queue.txt), $WORKERS worker(s) of one thread; load $(cut -d' ' -f1-3 /proc/loadavg)"

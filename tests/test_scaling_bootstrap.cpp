@@ -127,3 +127,24 @@ TEST(Bootstrap, BadInputFails) {
   for (size_t i = 0; i < 6; ++i) same_nc[i].n_c = i < 3 ? 1e4 : 2e4;
   EXPECT_THROW(bootstrap_saving({same_nc, other}, o), Error);
 }
+
+TEST(Bootstrap, ResamplesWhoseMinimumFallsBelowZeroAreDrawnAgain) {
+  // Per budget 4 runs at u = 0..3 whose 3-run subsets {0,1,2} put the quadratic's minimum at a
+  // negative loss (log2 L undefined); the full profile's minimum is positive. Such resamples are
+  // counted and drawn again; every kept replicate is finite.
+  std::vector<IsoPoint> base, other;
+  const double l[4] = {1.0, 0.05, 0.06, 2.0};
+  for (double lc : {11.0, 11.5, 12.0})
+    for (int i = 0; i < 4; ++i) {
+      double scale = std::pow(2.0, -0.2 * (lc - 11));
+      base.push_back({std::pow(10.0, lc), 1e4 * std::pow(10.0, i), 0.3 + scale * l[i]});
+      other.push_back({std::pow(10.0, lc), 1e4 * std::pow(10.0, i), 0.28 + scale * l[i]});
+    }
+  for (auto& p : fit_isoflops(base)) ASSERT_GT(p.loss_opt, 0.0);
+  BootstrapOptions o;
+  o.replicates = 300;
+  SavingBootstrap b = bootstrap_saving({base, other}, o);
+  EXPECT_GT(b.failed_resamples, 0);
+  EXPECT_EQ(b.saving_shared_slope[1].size(), 300u);
+  for (double v : b.saving_shared_slope[1]) EXPECT_TRUE(std::isfinite(v));
+}

@@ -87,6 +87,8 @@ SavingBootstrap bootstrap_saving(const std::vector<std::vector<IsoPoint>>& varia
   std::mt19937_64 rng(opt.seed);
   const int64_t max_redraws = int64_t(opt.replicates) * 1000;
   for (int r = 0; r < opt.replicates; ++r) {
+    if (out.failed_resamples > int64_t(opt.replicates) * 10)
+      fail("bootstrap: ", out.failed_resamples, " resamples could not be refitted (", r, " good ones); the profiles are too noisy or too short");
     std::vector<std::vector<IsoPoint>> sample(K);
     for (size_t k = 0; k < K; ++k)
       for (auto& [b, pts] : profiles[k]) {
@@ -112,7 +114,14 @@ SavingBootstrap bootstrap_saving(const std::vector<std::vector<IsoPoint>>& varia
           }
         }
       }
-    Fitted f = fit_all(sample, opt.window);
+    Fitted f;
+    try {
+      f = fit_all(sample, opt.window);
+    } catch (const Error&) {
+      ++out.failed_resamples;
+      --r;  // draw this replicate again
+      continue;
+    }
     out.lowest_run_replicates += f.lowest_run;
     out.extrapolated_replicates += f.extrapolated;
     for (size_t k = 0; k < K; ++k) {

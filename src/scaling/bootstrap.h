@@ -38,6 +38,9 @@ struct SavingBootstrap {
   int64_t redraws = 0;             // "cases": draws rejected for fewer than 3 distinct N_c
   int lowest_run_replicates = 0;   // replicates in which some profile fell back to its lowest run
   int extrapolated_replicates = 0; // replicates in which some minimum lay outside its profile's N_c range
+  // Resamples whose refit failed (a quadratic's minimum at a non-positive loss, far outside the
+  // data, cannot go on a log axis): dropped and drawn again; more than 10 x replicates fail.
+  int64_t failed_resamples = 0;
   // Per variant k (index 0 is the base; its savings are 0): every replicate's value, and percentiles.
   std::vector<std::vector<double>> saving_separate, saving_shared_slope, alpha;
   std::vector<Percentiles> separate, shared_slope, alpha_pct;

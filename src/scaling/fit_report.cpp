@@ -217,7 +217,8 @@ nlohmann::json run_fits(const FitInputs& in) {
       }
       out["bootstrap"] = {{"method", bo.method}, {"replicates", b.replicates}, {"seed", bo.seed}, {"level", bo.level},
                           {"redraws", b.redraws}, {"lowest_run_replicates", b.lowest_run_replicates},
-                          {"extrapolated_replicates", b.extrapolated_replicates}, {"frontiers", per}};
+                          {"extrapolated_replicates", b.extrapolated_replicates}, {"failed_resamples", b.failed_resamples},
+                          {"frontiers", per}};
     }
     if (!in.svg_dir.empty()) {
       std::string path = in.svg_dir + "/frontiers.svg";
@@ -301,10 +302,12 @@ std::string fit_report_text(const nlohmann::json& j) {
   }
   if (j.contains("bootstrap")) {
     auto& bs = j["bootstrap"];
-    std::snprintf(b, sizeof b, "bootstrap over runs (%s, %d replicates, seed %llu; %d with a lowest-run fallback, %d with an extrapolated minimum):\n",
+    std::snprintf(b, sizeof b,
+                  "bootstrap over runs (%s, %d replicates, seed %llu; %d with a lowest-run fallback, %d with an extrapolated minimum, "
+                  "%lld resamples not refittable and drawn again):\n",
                   bs["method"].get<std::string>().c_str(), bs["replicates"].get<int>(),
                   static_cast<unsigned long long>(bs["seed"].get<uint64_t>()), bs["lowest_run_replicates"].get<int>(),
-                  bs["extrapolated_replicates"].get<int>());
+                  bs["extrapolated_replicates"].get<int>(), static_cast<long long>(bs["failed_resamples"].get<int64_t>()));
     s += b;
     const double lvl = 100 * bs["level"].get<double>();
     for (auto& f : bs["frontiers"]) {
