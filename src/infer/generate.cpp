@@ -10,6 +10,7 @@
 #include "model/jtok.h"
 #include "ops/attention.h"
 #include "ops/linear.h"
+#include "ops/lowp_linear.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
@@ -84,9 +85,10 @@ static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_
                     jmh);
       rows_read += static_cast<int64_t>(jm.slot_u.size());
     }
-    linear_forward_lowp(q.data(), x.data(), layer_matrix(m, l, Proj::q), M);
-    linear_forward_lowp(kn.data(), x.data(), layer_matrix(m, l, Proj::k), M);
-    linear_forward_lowp(vn.data(), x.data(), layer_matrix(m, l, Proj::v), M);
+    const LinearOut qkv[3] = {{q.data(), layer_matrix(m, l, Proj::q)},
+                              {kn.data(), layer_matrix(m, l, Proj::k)},
+                              {vn.data(), layer_matrix(m, l, Proj::v)}};
+    linear_forward_lowp_multi(qkv, 3, x.data(), M);  // one pass (one parallel region) for the three
 #pragma omp parallel for schedule(static) if (M > 1)
     for (int64_t i = 0; i < M; ++i) {  // every row's key and value into its cache first (a chunk's later rows read them)
       KVCache& kv = *caches[i];
@@ -110,8 +112,8 @@ static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_
       MoeActs ma;
       moe_forward(jt.mlp_out.data(), ma, x.data(), W.moe, moe_dims(c), M);
     } else {
-      linear_forward_lowp(gate.data(), x.data(), layer_matrix(m, l, Proj::gate), M);
-      linear_forward_lowp(up.data(), x.data(), layer_matrix(m, l, Proj::up), M);
+      const LinearOut gu[2] = {{gate.data(), layer_matrix(m, l, Proj::gate)}, {up.data(), layer_matrix(m, l, Proj::up)}};
+      linear_forward_lowp_multi(gu, 2, x.data(), M);
       swiglu_forward(act.data(), gate.data(), up.data(), M * F);
       linear_forward_lowp(jt.mlp_out.data(), act.data(), layer_matrix(m, l, Proj::down), M);
     }
