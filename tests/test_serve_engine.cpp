@@ -230,7 +230,12 @@ TEST(ServeEngine, LongPromptIsPrefilledInChunksWhileOthersDecode) {
     if (i < 5) l = decode_step(m, cache, expect.back());
   }
   EXPECT_EQ(s2->tokens, expect);
-  const EngineStats st = e.stats();
+  // The engine books a step's statistics after marking its sequences done (see above): let it settle.
+  EngineStats st = e.stats();
+  for (int i = 0; i < 1000 && (st.requests_finished < 2 || st.kv_tokens_used != 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    st = e.stats();
+  }
   EXPECT_EQ(st.prefill_chunks, 1 + 5);
   EXPECT_EQ(st.prefills, 2);
   EXPECT_EQ(st.decode_steps_during_prefill, 4);  // after each of the long prompt's first 4 chunks
