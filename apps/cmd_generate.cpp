@@ -19,7 +19,7 @@ namespace {
 
 struct Args {
   std::string checkpoint, prompt, ids_out;
-  std::string tables = "ram";
+  std::string tables = "ram", kv_dtype = "f32";
   int64_t max_new_tokens = 64, top_k = 40;
   double temperature = 0.8, top_p = 0.95;
   uint64_t seed = 1;
@@ -39,6 +39,7 @@ double top2_margin(const std::vector<float>& logits) {
 void run() {
   using namespace jtok;
   if (args.tables != "ram" && args.tables != "mmap") fail("--tables must be ram or mmap, got '", args.tables, "'");
+  parse_kv_dtype(args.kv_dtype);  // a bad value fails before the checkpoint loads
   LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.tables == "mmap");
   const Config& cfg = ck.cfg;
   const Model& m = ck.model;
@@ -53,6 +54,7 @@ void run() {
   std::fflush(stdout);
   auto t0 = std::chrono::steady_clock::now();
   KVCache cache;
+  cache.bf16 = parse_kv_dtype(args.kv_dtype) == KvDType::bf16;
   std::vector<float> logits = prefill(m, cache, prompt, capacity);
   const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   auto t1 = std::chrono::steady_clock::now();
@@ -101,6 +103,8 @@ void setup(CLI::App* sub) {
   sub->add_option("--checkpoint", args.checkpoint, "checkpoint directory, or a run directory (its newest)")->required();
   sub->add_option("--tables", args.tables, "token tables: ram (copied in) or mmap (read in place from the file)");
   sub->add_option("--prompt", args.prompt, "prompt text")->required();
+  sub->add_option("--kv-dtype", args.kv_dtype,
+                  "KV cache: f32 (exact) or bf16 (half the bytes a decoding step reads; values rounded to bf16)");
   sub->add_option("--max-new-tokens", args.max_new_tokens, "tokens to generate");
   sub->add_option("--temperature", args.temperature, "0 = greedy");
   sub->add_option("--top-k", args.top_k, "keep the k most likely tokens (0 = all)");

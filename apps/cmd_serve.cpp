@@ -17,7 +17,7 @@
 namespace {
 
 struct Args {
-  std::string checkpoint, host = "127.0.0.1", tables = "ram", api_key, model_name = "jtok";
+  std::string checkpoint, host = "127.0.0.1", tables = "ram", api_key, model_name = "jtok", kv_dtype = "f32";
   int port = 8080;
   bool prefetch = true;
   int64_t max_batch = 16, prefill_chunk = 512, ctx = 0, kv_budget_tokens = 0, max_queue = 64, max_body_kb = 1024;
@@ -42,6 +42,7 @@ void run() {
   eo.max_queue = args.max_queue;
   eo.prefetch = args.prefetch;
   eo.prefill_chunk = args.prefill_chunk;
+  eo.kv_bf16 = parse_kv_dtype(args.kv_dtype) == KvDType::bf16;
   Engine engine(ck.model, eo);
   ServeOptions so;
   so.host = args.host;
@@ -92,6 +93,7 @@ void setup(CLI::App* sub) {
   sub->add_option("--ctx", args.ctx, "context per sequence, prompt + completion (0: the model's)");
   sub->add_option("--kv-budget-tokens", args.kv_budget_tokens,
                   "KV-cache token slots over all sequences (0: max-batch x ctx)");
+  sub->add_option("--kv-dtype", args.kv_dtype, "KV caches: f32 (exact) or bf16 (half the bytes a decoding step reads)");
   sub->add_option("--max-queue", args.max_queue, "requests waiting for a batch slot at most; beyond: 429");
   sub->add_option("--max-body-kb", args.max_body_kb, "largest request body in KiB; beyond: 413");
   sub->add_flag("!--no-prefetch", args.prefetch, "mmap tables: no prefetch thread (rows are faulted in by the gathers)");

@@ -4,6 +4,7 @@
 #include "op_test_util.h"
 #include "ops/adamw.h"
 #include "ops/attention.h"
+#include "ops/lowp_linear.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
@@ -200,12 +201,42 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionBlocked,
 TEST(Attention, DecodeMatchesFullForward) {
   const int64_t T = 6, H = 4, KV = 2, hd = 8;
   auto q = randn(T * H * hd, 16), k = randn(T * KV * hd, 17), v = randn(T * KV * hd, 18);
-  std::vector<float> y(q.size()), lse(H * T), o(H * hd), scratch(T);
+  std::vector<float> y(q.size()), lse(H * T), o(H * hd), scratch(H * T);
   attention_forward(y.data(), lse.data(), q.data(), k.data(), v.data(), 1, T, H, KV, hd);
   for (int64_t t = 0; t < T; ++t) {
     attention_decode(o.data(), q.data() + t * H * hd, k.data(), v.data(), t, H, KV, hd, scratch.data());
     std::vector<float> row(y.begin() + t * H * hd, y.begin() + (t + 1) * H * hd);
     EXPECT_LT(rel_err(o, row), kFastTol) << "t=" << t;
+  }
+}
+
+// A long cache (its heads split among the threads), GQA, against the double-precision reference.
+TEST(Attention, DecodeOfALongCacheMatchesTheReference) {
+  const int64_t T = 300, H = 6, KV = 3, hd = 64;
+  auto q = randn(T * H * hd, 26), k = randn(T * KV * hd, 27), v = randn(T * KV * hd, 28);
+  std::vector<float> y(q.size()), probs(H * T * T), o(H * hd), scratch(H * T);
+  attention_forward_ref(y.data(), probs.data(), q.data(), k.data(), v.data(), 1, T, H, KV, hd);
+  for (int64_t t : {0L, 1L, 150L, T - 1}) {
+    attention_decode(o.data(), q.data() + t * H * hd, k.data(), v.data(), t, H, KV, hd, scratch.data());
+    std::vector<float> row(y.begin() + t * H * hd, y.begin() + (t + 1) * H * hd);
+    EXPECT_LT(rel_err(o, row), kFastTol) << "t=" << t;
+  }
+}
+
+// The bf16 cache's kernel: the fp32 kernel's arithmetic on the same (widened) values, up to the order
+// the compiler's vector code sums in (last bits).
+TEST(Attention, DecodeFromABf16CacheEqualsTheF32KernelOnItsValues) {
+  const int64_t T = 200, H = 4, KV = 2, hd = 64;
+  auto q = randn(T * H * hd, 36), k = randn(T * KV * hd, 37), v = randn(T * KV * hd, 38);
+  std::vector<uint16_t> k16(k.size()), v16(v.size());
+  quantize_bf16(k16.data(), k.data(), static_cast<int64_t>(k.size()));
+  quantize_bf16(v16.data(), v.data(), static_cast<int64_t>(v.size()));
+  for (size_t i = 0; i < k.size(); ++i) k[i] = bf16_to_f32(k16[i]), v[i] = bf16_to_f32(v16[i]);
+  std::vector<float> o(H * hd), o16(H * hd), scratch(H * T);
+  for (int64_t t : {0L, 77L, T - 1}) {
+    attention_decode(o.data(), q.data() + t * H * hd, k.data(), v.data(), t, H, KV, hd, scratch.data());
+    attention_decode_bf16(o16.data(), q.data() + t * H * hd, k16.data(), v16.data(), t, H, KV, hd, scratch.data());
+    EXPECT_LT(rel_err(o16, o), 1e-6) << "t=" << t;
   }
 }
 

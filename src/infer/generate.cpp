@@ -10,6 +10,7 @@
 #include "model/jtok.h"
 #include "ops/attention.h"
 #include "ops/linear.h"
+#include "ops/lowp_linear.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
@@ -28,16 +29,36 @@ std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int
   const int64_t kvd = c.kv_dim();
   cache.len = T;
   cache.capacity = capacity;
-  cache.k.assign(a.layers.size(), std::vector<float>(static_cast<size_t>(capacity * kvd)));
-  cache.v.assign(a.layers.size(), std::vector<float>(static_cast<size_t>(capacity * kvd)));
-  for (size_t l = 0; l < a.layers.size(); ++l) {
-    std::memcpy(cache.k[l].data(), a.layers[l].k.data(), sizeof(float) * T * kvd);
-    std::memcpy(cache.v[l].data(), a.layers[l].v.data(), sizeof(float) * T * kvd);
+  const size_t L = a.layers.size(), cap = static_cast<size_t>(capacity * kvd);
+  if (cache.bf16) {
+    cache.k.clear();
+    cache.v.clear();
+    cache.k16.assign(L, std::vector<uint16_t>(cap));
+    cache.v16.assign(L, std::vector<uint16_t>(cap));
+    for (size_t l = 0; l < L; ++l) {
+      quantize_bf16(cache.k16[l].data(), a.layers[l].k.data(), T * kvd);
+      quantize_bf16(cache.v16[l].data(), a.layers[l].v.data(), T * kvd);
+    }
+  } else {
+    cache.k16.clear();
+    cache.v16.clear();
+    cache.k.assign(L, std::vector<float>(cap));
+    cache.v.assign(L, std::vector<float>(cap));
+    for (size_t l = 0; l < L; ++l) {
+      std::memcpy(cache.k[l].data(), a.layers[l].k.data(), sizeof(float) * T * kvd);
+      std::memcpy(cache.v[l].data(), a.layers[l].v.data(), sizeof(float) * T * kvd);
+    }
   }
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));
   linear_forward_lowp(logits.data(), a.lnf.data() + (T - 1) * c.hidden_size, head_matrix(m, c.vocab_size),
                       1);  // real rows only, as decode_step
   return logits;
+}
+
+KvDType parse_kv_dtype(const std::string& s) {
+  if (s == "f32") return KvDType::f32;
+  if (s == "bf16") return KvDType::bf16;
+  fail("unknown KV cache dtype '", s, "' (expected f32 or bf16)");
 }
 
 std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
@@ -67,7 +88,7 @@ static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_
   const size_t Md = static_cast<size_t>(M * d);
   std::vector<float> h(Md), x(Md), q(static_cast<size_t>(M * qd)), att(q.size()), kn(static_cast<size_t>(M * kvd)),
       vn(kn.size()), gate(static_cast<size_t>(M * F)), up(gate.size()), act(gate.size()), rstd(static_cast<size_t>(M)),
-      scratch(static_cast<size_t>(M * (tmax + 1)));
+      scratch(static_cast<size_t>(M * H * (tmax + 1)));
   embed_rows(m, h.data(), tokens, M);
   JTokActs jt;      // JTok layers: the step's gathered rows and ungated MLP update
   JTokMActs jm;     // JTok-M layers: the step's routing
@@ -84,23 +105,40 @@ static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_
                     jmh);
       rows_read += static_cast<int64_t>(jm.slot_u.size());
     }
-    linear_forward_lowp(q.data(), x.data(), layer_matrix(m, l, Proj::q), M);
-    linear_forward_lowp(kn.data(), x.data(), layer_matrix(m, l, Proj::k), M);
-    linear_forward_lowp(vn.data(), x.data(), layer_matrix(m, l, Proj::v), M);
+    const LinearOut qkv[3] = {{q.data(), layer_matrix(m, l, Proj::q)},
+                              {kn.data(), layer_matrix(m, l, Proj::k)},
+                              {vn.data(), layer_matrix(m, l, Proj::v)}};
+    linear_forward_lowp_multi(qkv, 3, x.data(), M);  // one pass (one parallel region) for the three
 #pragma omp parallel for schedule(static) if (M > 1)
     for (int64_t i = 0; i < M; ++i) {  // every row's key and value into its cache first (a chunk's later rows read them)
       KVCache& kv = *caches[i];
       const int64_t t = pos[i];
       rope_forward(q.data() + i * qd, m.rope, 1, 1, H, hd, t);
       rope_forward(kn.data() + i * kvd, m.rope, 1, 1, KV, hd, t);
-      std::memcpy(kv.k[l].data() + t * kvd, kn.data() + i * kvd, sizeof(float) * kvd);
-      std::memcpy(kv.v[l].data() + t * kvd, vn.data() + i * kvd, sizeof(float) * kvd);
+      if (kv.bf16) {
+        quantize_bf16(kv.k16[l].data() + t * kvd, kn.data() + i * kvd, kvd);
+        quantize_bf16(kv.v16[l].data() + t * kvd, vn.data() + i * kvd, kvd);
+      } else {
+        std::memcpy(kv.k[l].data() + t * kvd, kn.data() + i * kvd, sizeof(float) * kvd);
+        std::memcpy(kv.v[l].data() + t * kvd, vn.data() + i * kvd, sizeof(float) * kvd);
+      }
     }
-#pragma omp parallel for schedule(static) if (M > 1)
-    for (int64_t i = 0; i < M; ++i) {  // each row at its own position, against its own cache
+    // Each row at its own position, against its own cache: a row per thread, or one row's heads split
+    // among the threads (attention_decode; outside any parallel region, so its own can run).
+    auto attend = [&](int64_t i) {
       const KVCache& kv = *caches[i];
-      attention_decode(att.data() + i * qd, q.data() + i * qd, kv.k[l].data(), kv.v[l].data(), pos[i], H, KV, hd,
-                       scratch.data() + i * (tmax + 1));
+      float* sc = scratch.data() + i * H * (tmax + 1);
+      if (kv.bf16)
+        attention_decode_bf16(att.data() + i * qd, q.data() + i * qd, kv.k16[l].data(), kv.v16[l].data(), pos[i], H, KV,
+                              hd, sc);
+      else
+        attention_decode(att.data() + i * qd, q.data() + i * qd, kv.k[l].data(), kv.v[l].data(), pos[i], H, KV, hd, sc);
+    };
+    if (M == 1) {
+      attend(0);
+    } else {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < M; ++i) attend(i);
     }
     linear_forward_lowp(h.data(), att.data(), layer_matrix(m, l, Proj::o), M, /*accumulate=*/true);
     rmsnorm_forward(x.data(), rstd.data(), h.data(), W.ln2, M, d, eps);
@@ -110,8 +148,8 @@ static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_
       MoeActs ma;
       moe_forward(jt.mlp_out.data(), ma, x.data(), W.moe, moe_dims(c), M);
     } else {
-      linear_forward_lowp(gate.data(), x.data(), layer_matrix(m, l, Proj::gate), M);
-      linear_forward_lowp(up.data(), x.data(), layer_matrix(m, l, Proj::up), M);
+      const LinearOut gu[2] = {{gate.data(), layer_matrix(m, l, Proj::gate)}, {up.data(), layer_matrix(m, l, Proj::up)}};
+      linear_forward_lowp_multi(gu, 2, x.data(), M);
       swiglu_forward(act.data(), gate.data(), up.data(), M * F);
       linear_forward_lowp(jt.mlp_out.data(), act.data(), layer_matrix(m, l, Proj::down), M);
     }
@@ -149,7 +187,7 @@ int64_t decode_batch(const Model& m, KVCache* const* caches, const int32_t* toke
 
 std::vector<float> prefill_chunk(const Model& m, KVCache& cache, const int32_t* tokens, int64_t n, int64_t* rows_read) {
   if (n <= 0) fail("prefill_chunk: empty chunk");
-  if (cache.len == 0 || cache.k.empty()) fail("prefill_chunk: the cache holds no prompt yet (start with prefill)");
+  if (cache.len == 0 || cache.layers() == 0) fail("prefill_chunk: the cache holds no prompt yet (start with prefill)");
   if (cache.len + n > cache.capacity)
     fail("prompt chunk of ", n, " tokens at position ", cache.len, " is beyond the context (", cache.capacity, ")");
   JTOK_PROFILE("prefill chunk");

@@ -3,17 +3,26 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "model/transformer.h"
 
 namespace jtok {
 
-// Keys (after RoPE) and values of every layer for one sequence: (Tmax, KV, hd) each.
+// Keys (after RoPE) and values of every layer for one sequence: (Tmax, KV, hd) each, in fp32 or,
+// with bf16 set before prefill, rounded to bf16 (nearest even): half the bytes a decoding step reads
+// from the cache (llama.cpp keeps its cache in f16 by default), at a relative error <= 2^-9 per
+// stored value. The f32 cache is exact: the decode equals the full forward up to fp32 summation order.
 struct KVCache {
   int64_t len = 0, capacity = 0;
-  std::vector<std::vector<float>> k, v;  // per layer
+  bool bf16 = false;
+  std::vector<std::vector<float>> k, v;        // per layer (f32 cache)
+  std::vector<std::vector<uint16_t>> k16, v16;  // per layer (bf16 cache)
+  size_t layers() const { return bf16 ? k16.size() : k.size(); }
 };
+enum class KvDType { f32, bf16 };
+KvDType parse_kv_dtype(const std::string& s);  // "f32" | "bf16", else a jtok::Error naming it
 
 // Runs the prompt (all positions at once) and fills the cache; returns the last position's
 // logits over the real vocabulary.

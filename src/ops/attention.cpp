@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include <omp.h>
 
+#include "core/parallel.h"
 #include "ops/fast_exp.h"
 #include "ops/linear.h"
 
@@ -308,33 +310,69 @@ void attention_backward_ref(float* dq, float* dk, float* dv, const float* dout, 
     }
 }
 
-void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t t, int64_t H,
+// A cached key or value as fp32 (bf16: its 16 bits are the top of the float's).
+static inline float kv_value(float x) { return x; }
+static inline float kv_value(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+template <typename KVT>
+static void attention_decode_t(float* out, const float* q, const KVT* k_cache, const KVT* v_cache, int64_t t, int64_t H,
                       int64_t KV, int64_t hd, float* scratch) {
-  const int64_t kvd = KV * hd, group = H / KV;
+  const int64_t kvd = KV * hd, group = H / KV, n = t + 1;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (int64_t h = 0; h < H; ++h) {
-    const int64_t g = h / group;
-    const float* qh = q + h * hd;
-    float mx = -INFINITY;
-    for (int64_t j = 0; j <= t; ++j) {
-      const float* kj = k_cache + j * kvd + g * hd;
-      float acc = 0.0f;
+  // Position-major: each cached row of keys (then of values) is read once, front to back, for all of
+  // this thread's heads (a head-major walk strides kvd floats per key, and its prefetches miss).
+  // The heads are split among the threads (a decoding step's one query row has no other parallelism);
+  // per head the operations and their order are those of a head at a time.
+#pragma omp parallel if (n * kvd >= kParallelMin && !omp_in_parallel())
+  {
+    const int64_t nt = omp_get_num_threads(), th = omp_get_thread_num();
+    const int64_t h0 = H * th / nt, h1 = H * (th + 1) / nt;
+    for (int64_t j = 0; j < n; ++j) {
+      const KVT* kr = k_cache + j * kvd;
+      for (int64_t h = h0; h < h1; ++h) {
+        const float* qh = q + h * hd;
+        const KVT* kj = kr + (h / group) * hd;
+        float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-      for (int64_t i = 0; i < hd; ++i) acc += qh[i] * kj[i];
-      scratch[j] = acc * scale;
-      mx = std::max(mx, scratch[j]);
+        for (int64_t i = 0; i < hd; ++i) acc += qh[i] * kv_value(kj[i]);
+        scratch[h * n + j] = acc * scale;
+      }
     }
-    float sum = 0.0f;
-    for (int64_t j = 0; j <= t; ++j) sum += (scratch[j] = fast_expf(scratch[j] - mx));
-    float* oh = out + h * hd;
-    for (int64_t i = 0; i < hd; ++i) oh[i] = 0.0f;
-    for (int64_t j = 0; j <= t; ++j) {
-      const float w = scratch[j] / sum;
-      const float* vj = v_cache + j * kvd + g * hd;
+    for (int64_t h = h0; h < h1; ++h) {
+      float* sh = scratch + h * n;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sh[j]);
+      float sum = 0.0f;
+      for (int64_t j = 0; j < n; ++j) sum += (sh[j] = fast_expf(sh[j] - mx));
+      for (int64_t j = 0; j < n; ++j) sh[j] /= sum;
+      for (int64_t i = 0; i < hd; ++i) out[h * hd + i] = 0.0f;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const KVT* vr = v_cache + j * kvd;
+      for (int64_t h = h0; h < h1; ++h) {
+        const float w = scratch[h * n + j];
+        const KVT* vj = vr + (h / group) * hd;
+        float* oh = out + h * hd;
 #pragma omp simd
-      for (int64_t i = 0; i < hd; ++i) oh[i] += w * vj[i];
+        for (int64_t i = 0; i < hd; ++i) oh[i] += w * kv_value(vj[i]);
+      }
     }
   }
+}
+
+void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t t, int64_t H,
+                      int64_t KV, int64_t hd, float* scratch) {
+  attention_decode_t(out, q, k_cache, v_cache, t, H, KV, hd, scratch);
+}
+
+void attention_decode_bf16(float* out, const float* q, const uint16_t* k_cache, const uint16_t* v_cache, int64_t t,
+                           int64_t H, int64_t KV, int64_t hd, float* scratch) {
+  attention_decode_t(out, q, k_cache, v_cache, t, H, KV, hd, scratch);
 }
 
 }  // namespace jtok

@@ -41,8 +41,12 @@ void attention_backward_ref(float* dq, float* dk, float* dv, const float* dout, 
                             const float* k, const float* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd);
 
 // One query row against a cache (decoding): q (H,hd) at position t sees cached k, v (0..t) laid
-// out (Tmax,KV,hd); out (H,hd). scratch holds t+1 floats.
+// out (Tmax,KV,hd); out (H,hd). scratch holds H * (t+1) floats. The heads are split among the OpenMP
+// threads unless called inside a parallel region (a batch of rows runs a row per thread instead).
 void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t t, int64_t H,
                       int64_t KV, int64_t hd, float* scratch);
+// The same with the cache held as bf16 (KVCache::bf16): each value widened to fp32 as it is read.
+void attention_decode_bf16(float* out, const float* q, const uint16_t* k_cache, const uint16_t* v_cache, int64_t t,
+                           int64_t H, int64_t KV, int64_t hd, float* scratch);
 
 }  // namespace jtok

@@ -137,10 +137,66 @@ static void check_shape(const WeightMatrix& w) {
   JTOK_CHECK(w.dtype != WeightDType::int8 || w.scale != nullptr, "linear_forward_lowp: int8 weights without scales");
 }
 
+void quantize_act_q8(int8_t* q, float* scale, const float* x, int64_t n) {
+  int64_t b = 0;
+  for (int64_t c = 0; c < n; c += kActBlock, ++b) {
+    const int64_t len = std::min(kActBlock, n - c);
+#if defined(__AVX512F__)
+    if (len == kActBlock) {  // the same operations as quantize_int8_span, 16 lanes at a time: the same bits
+      const __m512 v0 = _mm512_loadu_ps(x + c), v1 = _mm512_loadu_ps(x + c + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+      const float s = amax / 127.0f;
+      scale[b] = s;
+      if (!(s > 0)) {
+        std::memset(q + c, 0, kActBlock);
+        continue;
+      }
+      const __m512 sv = _mm512_set1_ps(s), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+      // vcvtps2dq rounds to nearest even, as nearbyint in the default rounding mode.
+      const __m512i i0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_div_ps(v0, sv), lo), hi));
+      const __m512i i1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_div_ps(v1, sv), lo), hi));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + c), _mm512_cvtepi32_epi8(i0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + c + 16), _mm512_cvtepi32_epi8(i1));
+      continue;
+    }
+#endif
+    scale[b] = quantize_int8_span(q + c, x + c, len);
+  }
+}
+
+// The activation rows of an int8 product, quantised (N rows of C values, nb = ceil(C/32) scales each).
+struct ActQ8 {
+  std::vector<int8_t> q;
+  std::vector<float> s;
+  int64_t C = 0, nb = 0;
+  void quantize(const float* x, int64_t N, int64_t C_) {
+    C = C_;
+    nb = (C + kActBlock - 1) / kActBlock;
+    q.resize(static_cast<size_t>(N * C));
+    s.resize(static_cast<size_t>(N * nb));
+    for (int64_t n = 0; n < N; ++n) quantize_act_q8(q.data() + n * C, s.data() + n * nb, x + n * C, C);
+  }
+};
+
+// inp with every row replaced by its quantised values q * scale (as floats): what the int8 product
+// multiplies, for the reference and the converted-panel path.
+static void fake_quantize_act(float* out, const float* inp, int64_t N, int64_t C) {
+  ActQ8 a;
+  a.quantize(inp, N, C);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) out[n * C + c] = static_cast<float>(a.q[n * C + c]) * a.s[n * a.nb + c / kActBlock];
+}
+
 void linear_forward_lowp_ref(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate) {
   check_shape(w);
   std::vector<float> W(static_cast<size_t>(w.rows * w.cols)), y(static_cast<size_t>(N * w.rows));
   dequantize_rows(W.data(), w, 0, w.rows);
+  std::vector<float> xq;
+  if (w.dtype == WeightDType::int8) {
+    xq.resize(static_cast<size_t>(N * w.cols));
+    fake_quantize_act(xq.data(), inp, N, w.cols);
+    inp = xq.data();
+  }
   linear_forward_ref(y.data(), inp, W.data(), N, w.cols, w.rows);
   for (size_t i = 0; i < y.size(); ++i) out[i] = accumulate ? out[i] + y[i] : y[i];
 }
@@ -158,11 +214,43 @@ static inline void dot_rows(float* out4, const float* x, const float* wb, int64_
   }
 }
 
+// The portable int8 x int8 product of weight rows [o0, o0+nr) with the quantised input rows: exact
+// int32 sums per block of 32, scaled by the block's activation scale, summed, times the row's scale.
+static inline void q8_dot_rows(float* out, int64_t ldo, const ActQ8& a, int64_t N, const WeightMatrix& w, int64_t o0,
+                               int64_t nr, bool acc) {
+  const int64_t C = w.cols;
+  for (int64_t r = 0; r < nr; ++r) {
+    const int8_t* wr = static_cast<const int8_t*>(w.data) + (o0 + r) * C;
+    for (int64_t n = 0; n < N; ++n) {
+      const int8_t* xr = a.q.data() + n * C;
+      float sum = 0.0f;
+      for (int64_t b = 0; b < a.nb; ++b) {
+        const int64_t c0 = b * kActBlock, c1 = std::min(C, c0 + kActBlock);
+        int32_t isum = 0;
+        for (int64_t c = c0; c < c1; ++c) isum += static_cast<int32_t>(xr[c]) * wr[c];
+        sum += static_cast<float>(isum) * a.s[n * a.nb + b];
+      }
+      float& o = out[n * ldo + r];
+      o = (acc ? o : 0.0f) + sum * w.scale[o0 + r];
+    }
+  }
+}
+
 #if defined(__AVX512F__)
+#ifndef JTOK_PREFETCH_BLOCKS  // only for a sweep (bench/decode_gemv.cpp)
+#define JTOK_PREFETCH_BLOCKS 1
+#endif
+// The register tiles prefetch the weights of the row block this many blocks ahead, a line at a
+// time: a block's four rows are four short streams (768 B to 3 KB at d 768) that the hardware's
+// prefetchers do not run far enough ahead of. bench/decode_gemv, config b's step, 1 thread, loaded
+// machine: f32 14.0 -> 15.1, bf16 8.6 -> 12.4, int8 9.2 -> 12.5 GB/s of weights (2 and 4 blocks: no better).
+constexpr int64_t kPrefetchBlocks = JTOK_PREFETCH_BLOCKS;
 // 16 weights from p, converted to fp32 in registers (int8 without its scale).
 template <WeightDType DT>
 static inline __m512 load16(const void* p) {
-  if constexpr (DT == WeightDType::int8) {
+  if constexpr (DT == WeightDType::f32) {
+    return _mm512_loadu_ps(p);
+  } else if constexpr (DT == WeightDType::int8) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
   } else {
     const __m256i h = _mm256_loadu_si256(static_cast<const __m256i*>(p));
@@ -170,19 +258,11 @@ static inline __m512 load16(const void* p) {
   }
 }
 
-static inline float hsum(__m512 v) {
-  alignas(64) float t[16];
-  _mm512_store_ps(t, v);
-  float s = 0.0f;
-  for (float x : t) s += x;
-  return s;
-}
-
 // A register tile: kRowBlock weight rows (from o0) times MT input rows (from x, row stride C),
 // weights converted once per 16 columns and used MT times. out[n * ldo + r] (+)= the dot product.
 template <WeightDType DT, int MT>
 static inline void tile_kernel(float* out, int64_t ldo, const float* x, const WeightMatrix& w, int64_t o0, bool acc) {
-  using Elem = std::conditional_t<DT == WeightDType::int8, int8_t, uint16_t>;
+  using Elem = std::conditional_t<DT == WeightDType::f32, float, std::conditional_t<DT == WeightDType::int8, int8_t, uint16_t>>;
   const int64_t C = w.cols;
   const Elem* row[kRowBlock];
   for (int r = 0; r < kRowBlock; ++r) row[r] = static_cast<const Elem*>(w.data) + (o0 + r) * C;
@@ -191,6 +271,8 @@ static inline void tile_kernel(float* out, int64_t ldo, const float* x, const We
     for (auto& v : rr) v = _mm512_setzero_ps();
   for (int64_t c = 0; c < C; c += 16) {
     __m512 wv[kRowBlock];
+    if ((c * static_cast<int64_t>(sizeof(Elem))) % 64 == 0)  // once per cache line
+      for (int r = 0; r < kRowBlock; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + kPrefetchBlocks * kRowBlock * C + c), _MM_HINT_T0);
     for (int r = 0; r < kRowBlock; ++r) wv[r] = load16<DT>(row[r] + c);
     for (int n = 0; n < MT; ++n) {
       const __m512 xv = _mm512_loadu_ps(x + n * C + c);
@@ -201,7 +283,7 @@ static inline void tile_kernel(float* out, int64_t ldo, const float* x, const We
     const float s = DT == WeightDType::int8 ? w.scale[o0 + r] : 1.0f;
     for (int n = 0; n < MT; ++n) {
       float& o = out[n * ldo + r];
-      o = (acc ? o : 0.0f) + hsum(a[r][n]) * s;
+      o = (acc ? o : 0.0f) + _mm512_reduce_add_ps(a[r][n]) * s;
     }
   }
 }
@@ -222,31 +304,147 @@ static inline void block_kernel(float* out, int64_t OC, const float* inp, int64_
 }
 #endif
 
-// Few input rows: every thread walks its share of weight rows in blocks of kRowBlock; each block
-// meets the input rows four at a time in registers.
-static void gemv_lowp(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool acc) {
-  const int64_t OC = w.rows, C = w.cols;
-  const int64_t nblocks = (OC + kRowBlock - 1) / kRowBlock;
-#pragma omp parallel if (OC * C >= (1 << 16))
-  {
-    std::vector<float> wb(static_cast<size_t>(kRowBlock * C));
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < nblocks; ++b) {
-      const int64_t o0 = b * kRowBlock, nr = std::min(kRowBlock, OC - o0);
-#if defined(__AVX512F__)
-      if (nr == kRowBlock && C % 16 == 0) {
-        if (w.dtype == WeightDType::int8) block_kernel<WeightDType::int8>(out, OC, inp, N, w, o0, acc);
-        else block_kernel<WeightDType::bf16>(out, OC, inp, N, w, o0, acc);
-        continue;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define JTOK_HAVE_VNNI 1
+// int8 x int8 register tile (vpdpbusd, unsigned x signed bytes): |x| as the unsigned operand, the
+// sign of x moved onto the weights (w and x both in [-127, 127], so -w never overflows). Per 64
+// columns, lanes 0-7 hold block 2k's four-product sums and lanes 8-15 block 2k+1's: exact int32,
+// converted and multiplied by that block's activation scale (sv: xs16, 16 lanes per 64 columns).
+template <int MT>
+static inline void tile_q8(float* out, int64_t ldo, const int8_t* xq, const float* xs16, const WeightMatrix& w,
+                           int64_t o0, bool acc) {
+  const int64_t C = w.cols;
+  const int8_t* row[kRowBlock];
+  for (int r = 0; r < kRowBlock; ++r) row[r] = static_cast<const int8_t*>(w.data) + (o0 + r) * C;
+  __m512 a[kRowBlock][MT];
+  for (auto& rr : a)
+    for (auto& v : rr) v = _mm512_setzero_ps();
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t c = 0, k = 0; c < C; c += 64, ++k) {
+    __m512i wv[kRowBlock];
+    for (int r = 0; r < kRowBlock; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + kPrefetchBlocks * kRowBlock * C + c), _MM_HINT_T0);
+    for (int r = 0; r < kRowBlock; ++r) wv[r] = _mm512_loadu_si512(row[r] + c);
+    for (int n = 0; n < MT; ++n) {
+      const __m512i qx = _mm512_loadu_si512(xq + n * C + c);
+      const __m512i ax = _mm512_abs_epi8(qx);
+      const __mmask64 neg = _mm512_movepi8_mask(qx);
+      const __m512 sv = _mm512_loadu_ps(xs16 + n * (C / 4) + k * 16);
+      for (int r = 0; r < kRowBlock; ++r) {
+        const __m512i ws = _mm512_mask_sub_epi8(wv[r], neg, zero, wv[r]);
+        const __m512i d = _mm512_dpbusd_epi32(zero, ax, ws);
+        a[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv, a[r][n]);
       }
+    }
+  }
+  for (int r = 0; r < kRowBlock; ++r) {
+    const float s = w.scale[o0 + r];
+    for (int n = 0; n < MT; ++n) {
+      float& o = out[n * ldo + r];
+      o = (acc ? o : 0.0f) + _mm512_reduce_add_ps(a[r][n]) * s;
+    }
+  }
+}
+
+static inline void block_q8(float* out, int64_t OC, const int8_t* xq, const float* xs16, int64_t N, const WeightMatrix& w,
+                            int64_t o0, bool acc) {
+  const int64_t C = w.cols, C4 = C / 4;
+  int64_t n = 0;
+  for (; n + 4 <= N; n += 4) tile_q8<4>(out + n * OC + o0, OC, xq + n * C, xs16 + n * C4, w, o0, acc);
+  switch (N - n) {
+    case 3: tile_q8<3>(out + n * OC + o0, OC, xq + n * C, xs16 + n * C4, w, o0, acc); break;
+    case 2: tile_q8<2>(out + n * OC + o0, OC, xq + n * C, xs16 + n * C4, w, o0, acc); break;
+    case 1: tile_q8<1>(out + n * OC + o0, OC, xq + n * C, xs16 + n * C4, w, o0, acc); break;
+    default: break;
+  }
+}
 #endif
-      float r4[kRowBlock];
-      dequantize_rows(wb.data(), w, o0, o0 + nr);
-      for (int64_t n = 0; n < N; ++n) {
-        dot_rows(r4, inp + n * C, wb.data(), C, nr);
-        float* o = out + n * OC + o0;
-        for (int64_t r = 0; r < nr; ++r) o[r] = acc ? o[r] + r4[r] : r4[r];
-      }
+
+// One product of a gemv batch: out (N, w.rows) (+)= inp (N, w.cols) @ w^T.
+struct GemvJob {
+  float* out;
+  WeightMatrix w;
+  bool acc;
+  const ActQ8* q8 = nullptr;   // int8: the quantised input
+  const float* xs16 = nullptr;  // int8 with the VNNI tile: the block scales, 16 lanes per 64 columns
+};
+
+// Weight rows [o0, o0 + nr) of one job against all N input rows.
+static void gemv_block(const GemvJob& j, const float* inp, int64_t N, int64_t o0, int64_t nr, std::vector<float>& wb) {
+  const WeightMatrix& w = j.w;
+  const int64_t OC = w.rows, C = w.cols;
+  if (w.dtype == WeightDType::int8) {
+#if defined(JTOK_HAVE_VNNI)
+    if (j.xs16 && nr == kRowBlock) {
+      block_q8(j.out, OC, j.q8->q.data(), j.xs16, N, w, o0, j.acc);
+      return;
+    }
+#endif
+    q8_dot_rows(j.out + o0, OC, *j.q8, N, w, o0, nr, j.acc);
+    return;
+  }
+#if defined(__AVX512F__)
+  if (nr == kRowBlock && C % 16 == 0) {
+    if (w.dtype == WeightDType::f32) block_kernel<WeightDType::f32>(j.out, OC, inp, N, w, o0, j.acc);
+    else block_kernel<WeightDType::bf16>(j.out, OC, inp, N, w, o0, j.acc);
+    return;
+  }
+#endif
+  float r4[kRowBlock];
+  wb.resize(static_cast<size_t>(kRowBlock * C));
+  dequantize_rows(wb.data(), w, o0, o0 + nr);
+  for (int64_t n = 0; n < N; ++n) {
+    dot_rows(r4, inp + n * C, wb.data(), C, nr);
+    float* o = j.out + n * OC + o0;
+    for (int64_t r = 0; r < nr; ++r) o[r] = j.acc ? o[r] + r4[r] : r4[r];
+  }
+}
+
+// Few input rows, one or more matrices of the same input: one parallel region; the blocks of
+// kRowBlock weight rows of all jobs, in order, are split into one contiguous range per thread
+// (each thread streams its own stretch of weights), each block meeting the input rows four at a time.
+static void gemv_jobs(GemvJob* jobs, int njobs, const float* inp, int64_t N) {
+  const int64_t C = jobs[0].w.cols;
+  // int8: the input quantised once for all jobs (and its block scales spread to 16 lanes per 64 columns).
+  thread_local ActQ8 q8;
+  thread_local std::vector<float> xs16;
+  bool any_int8 = false;
+  for (int i = 0; i < njobs; ++i) any_int8 = any_int8 || jobs[i].w.dtype == WeightDType::int8;
+  if (any_int8) {
+    q8.quantize(inp, N, C);
+    bool vnni = false;
+#if defined(JTOK_HAVE_VNNI)
+    vnni = C % 64 == 0;
+    if (vnni) {
+      const int64_t C4 = C / 4;
+      xs16.resize(static_cast<size_t>(N * C4));
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < C4; ++i) xs16[n * C4 + i] = q8.s[n * q8.nb + (i / 8)];  // lane i of 64-col chunk k: block 2k + (i%16)/8
+    }
+#endif
+    for (int i = 0; i < njobs; ++i) {
+      jobs[i].q8 = &q8;
+      jobs[i].xs16 = vnni ? xs16.data() : nullptr;
+    }
+  }
+  int64_t total = 0, work = 0;
+  std::vector<int64_t> first(static_cast<size_t>(njobs) + 1);
+  for (int i = 0; i < njobs; ++i) {
+    first[i] = total;
+    total += (jobs[i].w.rows + kRowBlock - 1) / kRowBlock;
+    work += jobs[i].w.rows * C;
+  }
+  first[njobs] = total;
+  const GemvJob* J = jobs;
+#pragma omp parallel if (work >= (1 << 16))
+  {
+    std::vector<float> wb;  // the dequantised block of the portable path (left empty on the fast ones)
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t b0 = total * t / nt, b1 = total * (t + 1) / nt;
+    int i = 0;
+    for (int64_t b = b0; b < b1; ++b) {
+      while (b >= first[i + 1]) ++i;
+      const int64_t o0 = (b - first[i]) * kRowBlock, nr = std::min(kRowBlock, J[i].w.rows - o0);
+      gemv_block(J[i], inp, N, o0, nr, wb);
     }
   }
 }
@@ -256,6 +454,12 @@ constexpr int64_t kPanelRows = 256;
 
 static void gemm_lowp(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool acc) {
   const int64_t OC = w.rows, C = w.cols;
+  std::vector<float> xq;
+  if (w.dtype == WeightDType::int8) {  // the int8 product's input: quantised per block of 32, as the gemv
+    xq.resize(static_cast<size_t>(N * C));
+    fake_quantize_act(xq.data(), inp, N, C);
+    inp = xq.data();
+  }
   std::vector<float> panel(static_cast<size_t>(std::min(kPanelRows, OC) * C));
   for (int64_t r0 = 0; r0 < OC; r0 += kPanelRows) {
     const int64_t r1 = std::min(OC, r0 + kPanelRows);
@@ -265,16 +469,45 @@ static void gemm_lowp(float* out, const float* inp, const WeightMatrix& w, int64
   }
 }
 
+// f32 weights take the register tile for N <= kF32GemvRows (sgemm's N = 1..4 paths read the weights
+// no faster, and cost a call and its own parallel region per matrix); not under bf16 matmul
+// precision, where gemm() rounds to bf16.
+constexpr int64_t kF32GemvRows = 4;
+static bool f32_gemv(const WeightMatrix& w, int64_t N) {
+#if defined(__AVX512F__)
+  return N <= kF32GemvRows && w.cols % 16 == 0 && matmul_precision() == MatmulPrecision::fp32;
+#else
+  (void)w, (void)N;
+  return false;
+#endif
+}
+
 void linear_forward_lowp(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate) {
-  check_shape(w);
-  if (N <= 0) return;
-  if (w.dtype == WeightDType::f32)
-    gemm(false, true, N, w.rows, w.cols, 1.0f, inp, w.cols, static_cast<const float*>(w.data), w.cols,
-         accumulate ? 1.0f : 0.0f, out, w.rows);
-  else if (N <= kLowpGemvRows)
-    gemv_lowp(out, inp, w, N, accumulate);
-  else
-    gemm_lowp(out, inp, w, N, accumulate);
+  LinearOut o{out, w, accumulate};
+  linear_forward_lowp_multi(&o, 1, inp, N);
+}
+
+void linear_forward_lowp_multi(const LinearOut* outs, int n, const float* inp, int64_t N) {
+  if (N <= 0 || n <= 0) return;
+  for (int i = 0; i < n; ++i) {
+    check_shape(outs[i].w);
+    JTOK_CHECK(outs[i].w.cols == outs[0].w.cols, "linear_forward_lowp_multi: matrix ", i, " has ", outs[i].w.cols,
+               " columns, matrix 0 ", outs[0].w.cols);
+  }
+  std::vector<GemvJob> jobs;
+  for (int i = 0; i < n; ++i) {
+    const LinearOut& o = outs[i];
+    const WeightMatrix& w = o.w;
+    if (w.dtype == WeightDType::f32 ? f32_gemv(w, N) : N <= kLowpGemvRows) {
+      jobs.push_back({o.out, w, o.accumulate});
+    } else if (w.dtype == WeightDType::f32) {
+      gemm(false, true, N, w.rows, w.cols, 1.0f, inp, w.cols, static_cast<const float*>(w.data), w.cols,
+           o.accumulate ? 1.0f : 0.0f, o.out, w.rows);
+    } else {
+      gemm_lowp(o.out, inp, w, N, o.accumulate);
+    }
+  }
+  if (!jobs.empty()) gemv_jobs(jobs.data(), static_cast<int>(jobs.size()), inp, N);
 }
 
 }  // namespace jtok

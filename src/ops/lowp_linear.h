@@ -1,13 +1,21 @@
 // Inference-only linear layers with low-precision weights: y = x W^T with W stored as bf16 or as
 // int8 with one fp32 scale per output row (symmetric: W[o,c] ~ scale[o] * q[o,c], q in [-127,127]).
-// Activations, accumulation and outputs stay fp32 (weight-only quantisation): only the bytes of
-// weights read per token shrink, which is what bounds decoding.
+// Accumulation and outputs stay fp32.
+//   bf16: weight-only (activations fp32).
+//   int8: W8A8, as llama.cpp's Q8_0 x Q8_0 dot product: each input row is quantised per block of
+//         kActBlock = 32 values (scale amax/127, round to nearest, quantize_act_q8) and the product is
+//         sum over blocks of (exact int32 dot of the int8 values) * activation scale, times the
+//         weight row's scale. Every path (gemv, panels + sgemm, reference) multiplies these same
+//         quantised inputs, so they differ only in fp32 summation order.
 //
-// The fast path: for a few rows (decoding, N <= kLowpGemvRows) each thread converts a block of
-// weight rows to fp32 once in L1 and takes every input row's dot product with it; for more rows
-// (prefill) it converts a panel of weight rows to fp32 and hands it to sgemm, the conversion being
-// O(OC*C) against the product's O(N*OC*C). The reference converts the whole matrix and runs the
-// double-accumulating linear_forward_ref.
+// The fast path: for a few rows (decoding, N <= kLowpGemvRows; f32 weights N <= 4) each thread
+// streams its own contiguous stretch of weight rows through a register tile (4 weight rows x up to 4
+// inputs; bf16 converted in registers, int8 by vpdpbusd where the CPU has AVX-512 VNNI, C % 64 == 0),
+// several matrices of one input in one parallel region (linear_forward_lowp_multi: q/k/v, gate/up).
+// For more rows (prefill) it converts a panel of weight rows to fp32 and hands it to sgemm (f32:
+// sgemm directly), the conversion being O(OC*C) against the product's O(N*OC*C). The reference
+// converts the whole matrix (and, for int8, the quantised input) and runs the double-accumulating
+// linear_forward_ref.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -43,10 +51,24 @@ float quantize_int8_span(int8_t* q, const float* x, int64_t n);
 void dequantize_rows(float* out, const WeightMatrix& w, int64_t r0, int64_t r1);
 
 constexpr int64_t kLowpGemvRows = 16;
+constexpr int64_t kActBlock = 32;  // int8 products: activation values per scale
+
+// x (n values) to int8 per block of kActBlock (the last may be shorter): scale[b] = max|x in block| / 127,
+// q = round-to-nearest-even(x / scale[b]), as quantize_int8_span, which is its reference.
+void quantize_act_q8(int8_t* q, float* scale, const float* x, int64_t n);
 
 // out (N, OC) = inp (N, C) @ W^T for W (OC, C) = w (w.rows == OC, w.cols == C); with accumulate,
 // out += instead of =.
 void linear_forward_lowp(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate = false);
+// Several products of the same input (q, k, v; gate, up): outs[i].out (N, outs[i].w.rows) (+)=
+// inp @ outs[i].w^T, all matrices with the same number of columns. With few rows, one parallel
+// region for all of them (the int8 input quantised once); the same values as one call each.
+struct LinearOut {
+  float* out;
+  WeightMatrix w;
+  bool accumulate = false;
+};
+void linear_forward_lowp_multi(const LinearOut* outs, int n, const float* inp, int64_t N);
 void linear_forward_lowp_ref(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate = false);
 
 }  // namespace jtok

@@ -181,10 +181,12 @@ void Engine::loop() {
       bool go_on = false, complete = false;
       try {
         std::vector<float> l;
-        if (a.prefilled == 0)
+        if (a.prefilled == 0) {
+          a.cache.bf16 = opt_.kv_bf16;
           l = prefill(model_, a.cache, {a.req.prompt.begin(), a.req.prompt.begin() + p.n}, a.need);
-        else
+        } else {
           l = prefill_chunk(model_, a.cache, a.req.prompt.data() + a.prefilled, p.n);
+        }
         a.prefilled += p.n;
         complete = a.prefilled == static_cast<int64_t>(a.req.prompt.size());
         if (complete) go_on = emit(a, l.data());

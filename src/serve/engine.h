@@ -35,6 +35,7 @@ struct EngineOptions {
   int64_t prefill_chunk = 512;   // prompt tokens prefilled between two decode steps at most. A prompt
                                  // of at most this many is prefilled whole (prefill: as jtok generate
                                  // does); a longer one in chunks of exactly this many (prefill_chunked)
+  bool kv_bf16 = false;          // KV caches in bf16 (KVCache::bf16): half the bytes a step reads
 };
 
 struct GenerationRequest {

@@ -1,0 +1,95 @@
+// A decoding step's matrix products alone (batch 1 by default), at config b's shapes: 12 layers of
+// q, k, v (one linear_forward_lowp_multi), o, gate and up (one multi), down, then the LM head
+// (50257 x 768), every matrix distinct in memory (as in a model: ~610 MB in f32, so the weights
+// stream from DRAM or L3 as they do in `jtok generate`), in f32, bf16 and int8, interleaved rounds so
+// load drifts hit all three. Prints the median ms per step and the weight bytes read per second.
+// Not built by CMake; run by hand:
+//   g++ -O3 -march=native -std=c++20 -fopenmp -Isrc bench/decode_gemv.cpp build/libjtok_lib.a -ldnnl -o build/decode_gemv
+//   OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1 build/decode_gemv [N] [rounds]
+// With one thread the time is the process's CPU time (robust to other jobs taking the core, not to
+// their memory traffic); with more, wall time.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <random>
+#include <vector>
+
+#include "ops/lowp_linear.h"
+
+using namespace jtok;
+
+static double now(bool cpu) {
+  if (!cpu) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+struct Mat {
+  std::vector<float> f32, scale;
+  std::vector<uint16_t> bf16;
+  std::vector<int8_t> q;
+  int64_t R, C;
+  Mat(int64_t R_, int64_t C_, std::mt19937& rng) : f32(R_ * C_), scale(R_), bf16(R_ * C_), q(R_ * C_), R(R_), C(C_) {
+    std::normal_distribution<float> nd(0.0f, 0.02f);
+    for (auto& v : f32) v = nd(rng);
+    quantize_bf16(bf16.data(), f32.data(), R * C);
+    quantize_int8_rows(q.data(), scale.data(), f32.data(), R, C);
+  }
+  WeightMatrix view(WeightDType t) const {
+    if (t == WeightDType::f32) return {t, f32.data(), nullptr, R, C};
+    if (t == WeightDType::bf16) return {t, bf16.data(), nullptr, R, C};
+    return {t, q.data(), scale.data(), R, C};
+  }
+};
+
+int main(int argc, char** argv) {
+  const int64_t N = argc > 1 ? std::atoll(argv[1]) : 1;
+  const int rounds = argc > 2 ? std::atoi(argv[2]) : 9;
+  const int64_t d = 768, F = 3072, V = 50257, L = 12;
+  const bool cpu = omp_get_max_threads() == 1;
+  std::mt19937 rng(1);
+  std::vector<Mat> m;
+  m.reserve(7 * L + 1);
+  for (int64_t l = 0; l < L; ++l) {
+    for (int i = 0; i < 4; ++i) m.emplace_back(d, d, rng);  // q k v o
+    m.emplace_back(F, d, rng);                              // gate
+    m.emplace_back(F, d, rng);                              // up
+    m.emplace_back(d, F, rng);                              // down
+  }
+  m.emplace_back(V, d, rng);
+  double params = 0;
+  for (auto& x : m) params += static_cast<double>(x.R) * x.C;
+  std::vector<float> x(N * F, 0.1f), q(N * d), k(N * d), v(N * d), h(N * d), g(N * F), u(N * F), y(N * V);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37 * i);
+  const WeightDType dts[3] = {WeightDType::f32, WeightDType::bf16, WeightDType::int8};
+  std::vector<double> t[3];
+  for (int r = 0; r <= rounds; ++r)
+    for (int k3 = 0; k3 < 3; ++k3) {
+      const WeightDType dt = dts[k3];
+      const double t0 = now(cpu);
+      for (int64_t l = 0; l < L; ++l) {
+        const Mat* w = &m[7 * l];
+        const LinearOut qkv[3] = {{q.data(), w[0].view(dt)}, {k.data(), w[1].view(dt)}, {v.data(), w[2].view(dt)}};
+        linear_forward_lowp_multi(qkv, 3, x.data(), N);
+        linear_forward_lowp(h.data(), q.data(), w[3].view(dt), N, true);
+        const LinearOut gu[2] = {{g.data(), w[4].view(dt)}, {u.data(), w[5].view(dt)}};
+        linear_forward_lowp_multi(gu, 2, x.data(), N);
+        linear_forward_lowp(h.data(), g.data(), w[6].view(dt), N, true);
+      }
+      linear_forward_lowp(y.data(), x.data(), m.back().view(dt), N);
+      if (r > 0) t[k3].push_back(now(cpu) - t0);  // round 0 warms up
+    }
+  std::printf("decode_gemv: N %ld, %d threads (%s time), %.1f M weights per step\n", static_cast<long>(N),
+              omp_get_max_threads(), cpu ? "CPU" : "wall", params / 1e6);
+  for (int k3 = 0; k3 < 3; ++k3) {
+    std::sort(t[k3].begin(), t[k3].end());
+    const double med = t[k3][t[k3].size() / 2];
+    std::printf("  %-5s %8.2f ms/step (min %.2f)  %6.1f GB/s of weights\n", weight_dtype_name(dts[k3]), med * 1e3,
+                t[k3][0] * 1e3, params * weight_dtype_bytes(dts[k3]) / med / 1e9);
+  }
+}
