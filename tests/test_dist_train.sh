@@ -28,6 +28,16 @@
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 source "$ROOT/tests/mpi_env.sh"
+# S steps a run, a checkpoint every C (resume from C), the kill / stop after the step-K checkpoint.
+# Under the sanitizer build (scripts/test_asan.sh) a step of these models costs ~25x (the loss over
+# 50257 logits, the dense table AdamW, all instrumented): 8 steps instead of 20, so every run, rank
+# count, split, exchange, checkpoint, resume and failure case below still runs, on fewer steps.
+S=20 C=10 K=5
+if [ -n "${JTOK_SANITIZER_BUILD:-}" ]; then
+  S=8 C=4 K=4
+  echo "NOTE: sanitizer build: $S steps a run (checkpoints every $C, faults after step $K) instead of 20 (10, 5)"
+fi
+ck() { printf 'step_%08d' "$1"; }
 T=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$T"' EXIT
 mkdir -p "$T/data"
 "$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "$ROOT"/docs/*.md "$ROOT"/tests/reference/README.md > /dev/null
@@ -35,13 +45,13 @@ mkdir -p "$T/data"
 cat > "$T/dense.json" <<JSON
 { "vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
   "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64,
-  "seq_len": 32, "micro_batch_size": 4, "gradient_accumulation_steps": 2, "max_steps": 20,
+  "seq_len": 32, "micro_batch_size": 4, "gradient_accumulation_steps": 2, "max_steps": $S,
   "learning_rate": 3e-3, "min_lr": 3e-4, "warmup_steps": 4, "jtok": true, "jtok_layers": "all",
-  "eval_interval": 20, "eval_batches": 2, "checkpoint_interval": 10, "keep_checkpoints": 2,
+  "eval_interval": $S, "eval_batches": 2, "checkpoint_interval": $C, "keep_checkpoints": 2,
   "train_data": "$T/data/train", "val_data": "$T/data/val" }
 JSON
 sed -e 's/"jtok_layers": "all",/"jtok_layers": "1", "model_type": "jtok_moe", "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "first_k_dense_replace": 1, "jtokm": true, "jtokm_layers": "all", "jtokm_n_e": 3, "jtokm_top_k": 2,/' "$T/dense.json" > "$T/moe.json"
-cmp_runs() { /usr/bin/python3 "$ROOT/tests/dist_compare.py" --steps 20 "$@"; }
+cmp_runs() { /usr/bin/python3 "$ROOT/tests/dist_compare.py" --steps $S "$@"; }
 one() { "$JTOK" train --peak-gflops 1 "$@" > "$T/last.out" || { cat "$T/last.out"; exit 1; }; }
 two() { "${MPIRUN[@]}" -np 2 "$JTOK" train --peak-gflops 1 "$@" > "$T/last.out" || { cat "$T/last.out"; exit 1; }; }
 
@@ -67,10 +77,10 @@ cmp_runs "$T/moe2/log.jsonl" "$T/moe2b/log.jsonl" --bitwise
 echo "ok: P=2 MoE run reproduces bit for bit"
 
 # Only rank 0 writes: one log, one set of checkpoints; the log carries each rank's exchange bytes.
-/usr/bin/python3 - "$T/moe2/log.jsonl" <<'PY'
+/usr/bin/python3 - "$T/moe2/log.jsonl" $S <<'PY'
 import json, sys
 steps = [json.loads(l) for l in open(sys.argv[1]) if '"type":"step"' in l]
-assert len(steps) == 20, len(steps)
+assert len(steps) == int(sys.argv[2]), len(steps)
 b = steps[-1]["dist_bytes"]
 assert all(len(v) == 2 for v in b.values()), b
 assert b["table_sent"][0] == b["table_recv"][1] and b["table_sent"][1] == b["table_recv"][0], b
@@ -78,7 +88,7 @@ assert min(b["backbone_sent"]) > 0 and min(b["table_sent"]) > 0, b
 print("ok: per-rank exchange bytes logged", b)
 PY
 
-# The P=2 checkpoint on one process: the validation loss rank 0 logged at step 20, and the
+# The P=2 checkpoint on one process: the validation loss rank 0 logged at step S, and the
 # single-process run's within 1e-6.
 "$JTOK" eval --checkpoint "$T/moe2" --no-blimp --json --val-batches 2 > "$T/eval.json"
 /usr/bin/python3 - "$T/eval.json" "$T/moe2/log.jsonl" "$T/moe1/log.jsonl" <<'PY'
@@ -91,9 +101,9 @@ assert abs(v1 - v2) / v1 <= 1e-6, f"FAIL: val loss P=1 {v1!r} vs P=2 {v2!r}"
 print(f"ok: P=2 checkpoint evaluates on P=1 to {ev!r} (as logged; P=1 run {v1!r})")
 PY
 
-# Resume on 2 ranks from the step-10 checkpoint: steps 11..20 as the straight P=2 run, bit for bit.
+# Resume on 2 ranks from the step-C checkpoint: steps C+1..S as the straight P=2 run, bit for bit.
 cp -r "$T/moe2" "$T/moe2r"
-rm -rf "$T/moe2r/checkpoints/step_00000020"
+rm -rf "$T/moe2r/checkpoints/$(ck $S)"
 two --config "$T/moe.json" --out "$T/moe2r" --resume
 grep -q "resume: from" "$T/last.out" || { echo "FAIL: did not resume"; cat "$T/last.out"; exit 1; }
 cmp_runs "$T/moe2/log.jsonl" "$T/moe2r/log.jsonl" --bitwise
@@ -119,7 +129,7 @@ cmp_runs "$T/moe1/log.jsonl" "$T/embp2/log.jsonl" --rtol 1e-6 --rtol-after-flip 
 # ranks wrote in place (each its own rows at their offsets).
 "${MPIRUN[@]}" -x JTOK_TEST_GATHER_CHECKPOINT=1 -np 2 "$JTOK" train --peak-gflops 1 --config "$T/moe.json" --out "$T/embp2b" --embp premix > "$T/last.out" || { cat "$T/last.out"; exit 1; }
 cmp_runs "$T/embp2/log.jsonl" "$T/embp2b/log.jsonl" --bitwise
-for s in step_00000010 step_00000020; do
+for s in $(ck $C) $(ck $S); do
   for f in model.safetensors optimizer.safetensors; do
     cmp "$T/embp2/checkpoints/$s/$f" "$T/embp2b/checkpoints/$s/$f" || { echo "FAIL: $s/$f written in place differs from the gathered one"; exit 1; }
   done
@@ -175,7 +185,7 @@ for name, L in (("premix", pm), ("naive", nv)):
     assert min(b["embp_sent"]) > 0 and b["table_sent"] == [0, 0], b
 rss = [j for j in pm if j["type"] == "dist"][0]["peak_rss_kb"]
 rss_rep = [j for j in rep if j["type"] == "dist"][0]["peak_rss_kb"]
-print("ok: exchange bytes per rank at step 20: premix", steps(pm)[-1]["dist_bytes"]["embp_sent"],
+print("ok: exchange bytes per rank at the last step: premix", steps(pm)[-1]["dist_bytes"]["embp_sent"],
       "naive", steps(nv)[-1]["dist_bytes"]["embp_sent"], "| peak RSS kB per rank", rss, "replicated", rss_rep)
 # No rank ever holds a whole table (per-rank init; checkpoints written in place), so each peaks
 # below the replicated run by about half the tables and their moments (~68 MB here); a rank that
@@ -193,7 +203,7 @@ assert ev == v2, f"FAIL: eval of the EmbP checkpoint on P=1 gives {ev!r}, the ra
 print(f"ok: the EmbP P=2 checkpoint evaluates on P=1 to {ev!r}, as logged")
 PY
 cp -r "$T/embp2" "$T/embp2r"
-rm -rf "$T/embp2r/checkpoints/step_00000020"
+rm -rf "$T/embp2r/checkpoints/$(ck $S)"
 two --config "$T/moe.json" --out "$T/embp2r" --resume --embp premix
 cmp_runs "$T/embp2/log.jsonl" "$T/embp2r/log.jsonl" --bitwise
 # Each rank read only its rows from the checkpoint: the resumed run peaks below the replicated one too.
@@ -207,11 +217,11 @@ print("ok: resumed ranks peak", [(a - b) // 1024 for a, b in zip(rep, r)], "MB b
 PY
 echo "ok: EmbP resume on 2 ranks reproduces the straight run"
 
-# Kill -9 of one rank mid-run (after the step-5 checkpoint): mpirun ends the job non-zero within
+# Kill -9 of one rank mid-run (after the step-K checkpoint): mpirun ends the job non-zero within
 # 60 s naming the rank; --resume on 2 ranks then gives the uninterrupted run's losses bit for bit.
-"${MPIRUN[@]}" -np 2 "$JTOK" train --peak-gflops 1 --config "$T/moe.json" --out "$T/killed" --checkpoint_interval 5 > "$T/killed.out" 2>&1 &
+"${MPIRUN[@]}" -np 2 "$JTOK" train --peak-gflops 1 --config "$T/moe.json" --out "$T/killed" --checkpoint_interval $K > "$T/killed.out" 2>&1 &
 mp=$!
-while [ ! -f "$T/killed/checkpoints/step_00000005/COMPLETE" ]; do
+while [ ! -f "$T/killed/checkpoints/$(ck $K)/COMPLETE" ]; do
   kill -0 $mp 2>/dev/null || { echo "FAIL: the run ended before its first checkpoint"; cat "$T/killed.out"; exit 1; }
   sleep 0.05
 done
@@ -228,11 +238,11 @@ grep -q "resume: from" "$T/last.out" || { echo "FAIL: did not resume"; cat "$T/l
 cmp_runs "$T/moe2/log.jsonl" "$T/killed/log.jsonl" --bitwise
 echo "ok: --resume on 2 ranks after the kill reproduces the uninterrupted run"
 
-# A rank that hangs (SIGSTOP) after the step-5 checkpoint: the others' watchdogs (--dist-timeout 4)
+# A rank that hangs (SIGSTOP) after the step-K checkpoint: the others' watchdogs (--dist-timeout 4)
 # end the job non-zero, naming it, instead of waiting forever in a collective.
-"${MPIRUN[@]}" -np 2 "$JTOK" train --peak-gflops 1 --config "$T/moe.json" --out "$T/hung" --checkpoint_interval 5 --dist-timeout 4 > "$T/hung.out" 2>&1 &
+"${MPIRUN[@]}" -np 2 "$JTOK" train --peak-gflops 1 --config "$T/moe.json" --out "$T/hung" --checkpoint_interval $K --dist-timeout 4 > "$T/hung.out" 2>&1 &
 mp=$!
-while [ ! -f "$T/hung/checkpoints/step_00000005/COMPLETE" ]; do
+while [ ! -f "$T/hung/checkpoints/$(ck $K)/COMPLETE" ]; do
   kill -0 $mp 2>/dev/null || { echo "FAIL: the run ended before its first checkpoint"; cat "$T/hung.out"; exit 1; }
   sleep 0.05
 done
