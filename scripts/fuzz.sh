@@ -27,7 +27,10 @@ for t in "${TARGETS[@]}"; do
   mkdir -p "$work/$t/new" "$work/$t/artifacts"
   if build-fuzz/"$t" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
        -artifact_prefix="$work/$t/artifacts/" "$work/$t/new" "tests/fuzz/corpus/$t" > "$work/$t/log" 2>&1; then
-    echo "fuzz $t: ok ($(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$work/$t/log" | grep -o '[0-9]*$') runs in ${SECS}s)"
+    runs=$(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$work/$t/log" | grep -o '[0-9]*$')
+    # libFuzzer's INITED / DONE lines: coverage and corpus (inputs/bytes) before and after.
+    grow() { grep -m1 -E "^#[0-9]+[[:space:]]+$1 " "$work/$t/log" | grep -oE 'cov: [0-9]+|corp: [0-9]+/[0-9]+[a-zA-Z]*' | tr '\n' ' '; }
+    echo "fuzz $t: ok ($runs runs in ${SECS}s; start: $(grow INITED)-> end: $(grow DONE))"
   else
     failed=1
     echo "fuzz $t: FAILED"
