@@ -14,9 +14,9 @@ export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 MPIRUN=(mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -x OMP_WAIT_POLICY)
-# Under scripts/test_asan.sh: the ranks preload tests/sanitizer/keep_dsos_shim.cpp (after the ASan
-# runtime, which must come first), whose dlclose() does nothing, so Open MPI's components stay mapped
-# until exit and LeakSanitizer's default (frame-pointer) stacks name the library that leaked
+# Under scripts/test_asan.sh: the ranks preload tests/sanitizer/keep_dsos_shim.cpp (after the
+# ASan runtime, which must come first), whose dlclose() does nothing, so Open MPI's components stay
+# mapped until exit and LeakSanitizer's default (frame-pointer) stacks name the library that leaked
 # (tests/sanitizer/lsan.supp). Before it, a full unwind of every malloc (fast_unwind_on_malloc=0)
 # was needed to reach a named frame: 2.7x the CPU of a 2-rank run, sh_test_dist_train 669 s.
 if [ -n "${JTOK_SANITIZER_BUILD:-}" ]; then

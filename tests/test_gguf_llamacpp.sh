@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 13: llama.cpp as an independent oracle. A tiny baseline trained here is exported with
-# `jtok export --format gguf` and loaded by llama.cpp (node-llama-cpp@3.22.1, CPU, 2 threads, 1 under ASan;
-# scripts/setup.d/30-npm-llamacpp.sh), which must
+# `jtok export --format gguf` and loaded by llama.cpp (node-llama-cpp@3.22.1, CPU, 2 threads (1 under
+# the sanitizer build, see below); scripts/setup.d/30-npm-llamacpp.sh), which must
 #   (a) tokenize 300 lines of validation text (and the 300 lines as one text) exactly as we do,
 #   (b) continue 4 prompts greedily with our tokens for 40 tokens (a divergence is accepted only at a
 #       near-tie, a top-2 logit margin < 1e-3 on either side, and at least 3 prompts must agree fully),
@@ -17,11 +17,11 @@ NLC="$ROOT/.cache/npm/llamacpp/node_modules/node-llama-cpp"
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 PY=/usr/bin/python3
 export OMP_NUM_THREADS=2
-# Under the sanitizer build (scripts/test_asan.sh, ctest -j2 beside another test): 12 training steps
-# instead of 24 (each ~10x slower instrumented), and llama.cpp on 1 thread instead of 2. llama.cpp is
-# not instrumented; its 2 threads wait for each other by spinning, which on 2 shared, busy cores
-# took 88 s of the test's 160 (measured at load 10). Same export, tokenizer, decode and log-prob
-# checks, with the same tolerances.
+# Under the sanitizer build (scripts/test_asan.sh, ctest -j2 beside another test): 12 training
+# steps instead of 24 (each ~10x slower instrumented), and llama.cpp on 1 thread instead of 2.
+# llama.cpp is not instrumented; its 2 threads wait for each other by spinning, which on 2 shared,
+# busy cores took 88 s of the test's 160 (measured at load 10). Same export, tokenizer, decode and
+# log-prob checks, with the same tolerances.
 STEPS=24 LLAMA_THREADS=2
 if [ -n "${JTOK_SANITIZER_BUILD:-}" ]; then
   STEPS=12 LLAMA_THREADS=1
