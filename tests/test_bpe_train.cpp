@@ -30,13 +30,14 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
-// Training text: some of the repository's docs; held-out text: another doc.
+// Training text: two of the frozen docs in tests/data/corpus; held-out text: a third.
 const std::string& train_text() {
-  static std::string t = slurp(fs::path(root()) / "docs" / "model.md") + slurp(fs::path(root()) / "docs" / "jtok.md");
+  const fs::path corpus = fs::path(root()) / "tests/data/corpus";
+  static std::string t = slurp(corpus / "model.md") + slurp(corpus / "jtok.md");
   return t;
 }
 const std::string& heldout_text() {
-  static std::string t = slurp(fs::path(root()) / "docs" / "data.md");
+  static std::string t = slurp(fs::path(root()) / "tests/data/corpus/data.md");
   return t;
 }
 
@@ -60,7 +61,7 @@ double bytes_per_token(const Tokenizer& t, const std::string& text) {
 }  // namespace
 
 TEST(BpeTrain, InputsArePresent) {
-  ASSERT_GT(train_text().size(), 10000u) << "docs/model.md + docs/jtok.md under JTOK_ROOT=" << root();
+  ASSERT_GT(train_text().size(), 10000u) << "tests/data/corpus/model.md + jtok.md under JTOK_ROOT=" << root();
   ASSERT_GT(heldout_text().size(), 2000u);
 }
 

@@ -7,7 +7,7 @@
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-"$JTOK" prepare --tokenizer gpt2 --out "$T/train" "$ROOT"/docs/*.md > /dev/null
+"$JTOK" prepare --tokenizer gpt2 --out "$T/train" "$ROOT"/tests/data/corpus/*.md > /dev/null
 cat > "$T/cfg.json" <<JSON
 { "vocab_size": 50257, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
   "intermediate_size": 128, "jtok": true, "jtok_layers": "0", "jtokm": true, "jtokm_n_e": 4, "jtokm_top_k": 2 }

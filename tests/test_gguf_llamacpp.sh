@@ -31,8 +31,8 @@ export LLAMA_THREADS
 
 # Tiny baseline on a tiny corpus (the repository's docs), as tests/test_resume.sh does.
 mkdir -p "$T/data"
-"$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "$ROOT"/docs/*.md "$ROOT"/tests/reference/README.md > /dev/null
-"$JTOK" prepare --tokenizer gpt2 --out "$T/data/val" "$ROOT"/docs/model.md > /dev/null
+"$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "$ROOT"/tests/data/corpus/*.md "$ROOT"/tests/reference/README.md > /dev/null
+"$JTOK" prepare --tokenizer gpt2 --out "$T/data/val" "$ROOT"/tests/data/corpus/model.md > /dev/null
 cat > "$T/cfg.json" <<JSON
 { "vocab_size": 50257, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
   "num_key_value_heads": 2, "intermediate_size": 128, "max_position_embeddings": 256,
@@ -90,7 +90,7 @@ for p in "The model" "Training a" "In this section we" "A checkpoint directory h
   i=$((i + 1))
 done
 # (c) A validation passage's per-token log-probabilities (the start of docs/model.md, ~180 tokens).
-head -c 420 "$ROOT/docs/model.md" > "$T/passage.txt"
+head -c 420 "$ROOT/tests/data/corpus/model.md" > "$T/passage.txt"
 "$JTOK" generate --checkpoint "$T/run" --prompt "$(cat "$T/passage.txt")" --temperature 0 --max-new-tokens 1 \
   --prompt-logprobs --ids-out "$T/passage.json" > /dev/null 2>&1
 

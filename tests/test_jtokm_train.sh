@@ -6,7 +6,7 @@ set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 mkdir -p "$T/data"
-"$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "$ROOT"/docs/*.md > /dev/null
+"$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "$ROOT"/tests/data/corpus/*.md > /dev/null
 "$JTOK" prepare --tokenizer gpt2 --out "$T/data/val" "$ROOT"/tests/reference/README.md > /dev/null
 cat > "$T/cfg.json" <<JSON
 { "model_type": "jtok_moe", "vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 3,

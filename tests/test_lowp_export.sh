@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Issue 21: `jtok export --weight-dtype bf16|int8` on a trained checkpoint (tiny JTok + JTok-M
 # model, 60 steps on the docs): the copies load in eval and generate with --tables ram and mmap
-# (identical results), the validation loss moves by less than 0.005 (bf16) and 0.02 (int8) (measured:
-# ~1e-4 and ~4e-4; tests/test_lowp_model.cpp bounds the logits themselves), the files shrink, and
-# a copy cannot be exported again or trained from.
+# (identical results), the validation loss moves by less than 0.005 (bf16) and 0.05 (int8), the
+# files shrink, and a copy cannot be exported again or trained from. The loss change is a property
+# of this barely trained d=64 model, not of the kernels (tests/test_lowp.cpp and
+# test_lowp_model.cpp check those): over eight versions of the training text it ranged 2e-5..1.5e-3
+# (bf16) and 1e-4..2.2e-2 (int8), the largest on this corpus, where a numpy copy of the weights
+# rounded the same way gives the engine's weight-only loss to the last digit.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 PY=/usr/bin/python3
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 export OMP_NUM_THREADS=1
 mkdir -p "$T/data"
-"$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "$ROOT"/docs/*.md > /dev/null
-"$JTOK" prepare --tokenizer gpt2 --out "$T/data/val" "$ROOT"/docs/model.md > /dev/null
+"$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "$ROOT"/tests/data/corpus/*.md > /dev/null
+"$JTOK" prepare --tokenizer gpt2 --out "$T/data/val" "$ROOT"/tests/data/corpus/model.md > /dev/null
 cat > "$T/cfg.json" <<JSON
 { "vocab_size": 50257, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
   "num_key_value_heads": 2, "intermediate_size": 128, "max_position_embeddings": 64, "tie_word_embeddings": true,
@@ -46,7 +49,7 @@ size = {c: os.path.getsize(f"{t}/{c}/model.safetensors") if c != "run" else
 for c in ("bf16", "int8"):
     print(f"{c}: val loss {loss[c]:.6f} vs fp32 {loss['run']:.6f} (change {loss[c] - loss['run']:+.2e}), file {size[c] / 1e6:.1f} MB vs {size['run'] / 1e6:.1f} MB")
 assert abs(loss["bf16"] - loss["run"]) < 0.005, loss
-assert abs(loss["int8"] - loss["run"]) < 0.02, loss
+assert abs(loss["int8"] - loss["run"]) < 0.05, loss
 assert loss["bf16"] != loss["run"] and loss["int8"] != loss["run"], "the copies compute in fp32?"
 assert size["int8"] < size["bf16"] < size["run"], size
 PY

@@ -8,8 +8,8 @@ JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 cd "$T"
 mkdir -p data
-"$JTOK" prepare --tokenizer gpt2 --out data/train "$ROOT"/docs/model.md "$ROOT"/docs/jtok.md > /dev/null
-"$JTOK" prepare --tokenizer gpt2 --out data/val "$ROOT"/docs/data.md > /dev/null
+"$JTOK" prepare --tokenizer gpt2 --out data/train "$ROOT"/tests/data/corpus/model.md "$ROOT"/tests/data/corpus/jtok.md > /dev/null
+"$JTOK" prepare --tokenizer gpt2 --out data/val "$ROOT"/tests/data/corpus/data.md > /dev/null
 cat > cfg.json <<JSON
 { "vocab_size": 50257, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
   "num_key_value_heads": 1, "intermediate_size": 32, "max_position_embeddings": 32,

@@ -7,7 +7,7 @@ JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 cd "$T"
 fail() { echo "FAIL: $*"; exit 1; }
-TRAIN=("$ROOT"/docs/model.md "$ROOT"/docs/jtok.md "$ROOT"/docs/scaling.md)
+TRAIN=("$ROOT"/tests/data/corpus/model.md "$ROOT"/tests/data/corpus/jtok.md "$ROOT"/tests/data/corpus/scaling.md)
 "$JTOK" tokenizer train --vocab-size 600 --out tok600 "${TRAIN[@]}" > train1.out
 "$JTOK" tokenizer train --vocab-size 600 --out tok600b "${TRAIN[@]}" > train2.out
 cmp tok600/encoder.json tok600b/encoder.json || fail "encoder.json differs between two runs"
@@ -18,7 +18,7 @@ cmp tok600/vocab.bpe tok600b/vocab.bpe || fail "vocab.bpe differs between two ru
 # Held-out text: shards of docs/data.md with each tokenizer; fewer tokens with the larger vocabulary.
 ntok() { "$JTOK" shard-info "$1" | /usr/bin/python3 -c 'import json, sys; print(sum(json.loads(l)["n_tokens"] for l in sys.stdin if l.startswith("{")))'; }
 for v in 600 1200; do
-  "$JTOK" prepare --tokenizer gpt2 --tokenizer-dir tok$v --out val$v "$ROOT"/docs/data.md > /dev/null
+  "$JTOK" prepare --tokenizer gpt2 --tokenizer-dir tok$v --out val$v "$ROOT"/tests/data/corpus/data.md > /dev/null
   "$JTOK" prepare --tokenizer gpt2 --tokenizer-dir tok$v --out train$v "${TRAIN[@]}" > /dev/null
 done
 n600=$(ntok val600); n1200=$(ntok val1200)

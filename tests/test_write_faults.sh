@@ -13,8 +13,8 @@ JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 mkdir -p "$T/data"
-"$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "$ROOT"/docs/*.md > /dev/null
-"$JTOK" prepare --tokenizer gpt2 --out "$T/data/val" "$ROOT"/docs/model.md > /dev/null
+"$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "$ROOT"/tests/data/corpus/*.md > /dev/null
+"$JTOK" prepare --tokenizer gpt2 --out "$T/data/val" "$ROOT"/tests/data/corpus/model.md > /dev/null
 cat > "$T/cfg.json" <<JSON
 { "vocab_size": 50257, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
   "num_key_value_heads": 1, "intermediate_size": 32, "max_position_embeddings": 16, "jtok": true,
@@ -55,7 +55,7 @@ echo "ok: a checkpoint write that fails loses nothing; the run resumes"
 
 # prepare: the first shard (about 40 kB: 2 bytes a token) cannot be written under a 20 kB limit.
 if ( trap '' XFSZ; ulimit -f 20; exec "$JTOK" prepare --tokenizer gpt2 --out "$T/p" --shard-tokens 20000 \
-       "$ROOT"/docs/*.md ) > "$T/prep.out" 2>&1; then fail "a failed shard write did not fail prepare"; fi
+       "$ROOT"/tests/data/corpus/*.md ) > "$T/prep.out" 2>&1; then fail "a failed shard write did not fail prepare"; fi
 tail -n 1 "$T/prep.out"
 grep -q "shard .*\.bin" "$T/prep.out" || fail "the error does not name the shard"
 [ -z "$(find "$T/p" -name '*.bin' 2>/dev/null)" ] || fail "a shard was left: $(find "$T/p" -name '*.bin')"
@@ -114,10 +114,10 @@ done
 echo "ok: checkpoint written 1000 bytes per write() call equals the straight run's"
 
 # prepare, each fault on the first shard: fails naming the shard, leaves no shard and no temp file.
-"$JTOK" prepare --tokenizer gpt2 --out "$T/p_ref" --shard-tokens 20000 "$ROOT"/docs/*.md > /dev/null
+"$JTOK" prepare --tokenizer gpt2 --out "$T/p_ref" --shard-tokens 20000 "$ROOT"/tests/data/corpus/*.md > /dev/null
 prep_case() {  # KIND SUBSTR AFTER_BYTES EXPECTED_MESSAGE_REGEX
   local kind=$1 sub=$2 after=$3 want=$4 d="$T/p_$1_$RANDOM"
-  if with_fault "$kind" "$sub" "$after" "$JTOK" prepare --tokenizer gpt2 --out "$d" --shard-tokens 20000 "$ROOT"/docs/*.md \
+  if with_fault "$kind" "$sub" "$after" "$JTOK" prepare --tokenizer gpt2 --out "$d" --shard-tokens 20000 "$ROOT"/tests/data/corpus/*.md \
        > "$d.out" 2>&1; then fail "prepare, $kind: did not fail"; fi
   grep -q "write_fault_shim: $kind on" "$d.out" || { tail -n 3 "$d.out"; fail "prepare, $kind: the fault never happened"; }
   grep -Eq "$want" "$d.out" || { tail -n 3 "$d.out"; fail "prepare, $kind: the error does not name the shard ($want)"; }
@@ -130,7 +130,7 @@ prep_case eio_write .bin 0 "cannot write shard .*\.bin.*Input/output error"
 prep_case fsync_eio .bin 0 "cannot fsync shard .*\.bin.*Input/output error"
 prep_case rename_fail .bin 0 "shard .*\.bin: cannot rename .*Input/output error"
 d="$T/p_partial"
-with_fault partial .bin 0 "$JTOK" prepare --tokenizer gpt2 --out "$d" --shard-tokens 20000 "$ROOT"/docs/*.md > "$d.out" 2>&1 ||
+with_fault partial .bin 0 "$JTOK" prepare --tokenizer gpt2 --out "$d" --shard-tokens 20000 "$ROOT"/tests/data/corpus/*.md > "$d.out" 2>&1 ||
   { tail -n 3 "$d.out"; fail "prepare with short writes that succeed failed"; }
 grep -q "write_fault_shim: partial on" "$d.out" || fail "prepare, partial: the shim did not act"
 (cd "$T/p_ref" && md5sum *.bin) | (cd "$d" && md5sum -c --quiet) || fail "prepare, partial: shards differ"
