@@ -1,15 +1,19 @@
-// `jtok eval`: validation loss and perplexity on shards, and BLiMP accuracy, of a checkpoint.
+// `jtok eval`: validation loss and perplexity on shards, and BLiMP accuracy, of a checkpoint;
+// with --reference, how far its next-token distributions are from another checkpoint's on the
+// same validation positions (KL, top-1 agreement: a low-precision export against its fp32 source).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "commands.h"
 #include "core/error.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "infer/blimp.h"
+#include "infer/logit_compare.h"
 #include "model/transformer.h"
 #include "model/weights_io.h"
 #include "run_setup.h"
@@ -18,7 +22,7 @@
 namespace {
 
 struct Args {
-  std::string checkpoint, val_data, blimp_dir = "../shared/data/blimp";
+  std::string checkpoint, val_data, reference, blimp_dir = "../shared/data/blimp";
   std::string tables = "ram";
   int64_t val_batches = 0, blimp_limit = 0, batch_size = 64;
   bool json = false, no_blimp = false;
@@ -83,12 +87,28 @@ void run() {
   int64_t nb = static_cast<int64_t>(val.num_batches());
   if (args.val_batches > 0) nb = std::min(nb, args.val_batches);
   if (nb == 0) fail("validation data ", val_path, " is shorter than one batch");
-  Activations acts;
-  double sum = 0;
+  std::optional<LoadedCheckpoint> ref;
+  if (!args.reference.empty()) {
+    ref.emplace(load_for_inference(args.reference, args.tables == "mmap"));
+    const ModelConfig &a = cfg.model, &r = ref->cfg.model;
+    if (a.vocab_size != r.vocab_size || a.padded_vocab() != r.padded_vocab() ||
+        tok.fingerprint() != ref->tokenizer.fingerprint())
+      fail("--reference ", ref->dir, ": vocabulary ", r.vocab_size, " (tokenizer ", ref->tokenizer.name(),
+           ") does not match ", dir, "'s ", a.vocab_size, " (", tok.name(), ")");
+  }
+  Activations acts, ref_acts;
+  LogitComparison cmp;
+  double sum = 0, ref_sum = 0;
   for (int64_t i = 0; i < nb; ++i) {
     Batch b = val.batch(static_cast<size_t>(i));
     forward(m, acts, b.inputs.data(), b.B, b.T);
     sum += loss_of_logits(m, acts, b.targets.data());
+    if (ref) {
+      forward(ref->model, ref_acts, b.inputs.data(), b.B, b.T);
+      ref_sum += loss_of_logits(ref->model, ref_acts, b.targets.data());
+      compare_logits(cmp, acts.logits.data(), ref_acts.logits.data(), b.targets.data(), b.B * b.T,
+                     cfg.model.vocab_size, cfg.model.padded_vocab());
+    }
   }
   const double vl = sum / static_cast<double>(nb);
   out["val_loss"] = vl;
@@ -97,6 +117,24 @@ void run() {
   if (!args.json)
     std::printf("validation: loss %.4f | ppl %.2f | %lld tokens of %s\n", vl, std::exp(vl),
                 static_cast<long long>(out["val_tokens"].get<int64_t>()), val_path.c_str());
+  if (ref) {
+    const double n = static_cast<double>(cmp.positions);
+    out["reference"] = {{"checkpoint", ref->dir},
+                        {"val_loss", ref_sum / static_cast<double>(nb)},
+                        {"positions", cmp.positions},
+                        {"kl_mean", cmp.kl_sum / n},
+                        {"kl_max", cmp.kl_max},
+                        {"top1_agreement", static_cast<double>(cmp.top1_same) / n},
+                        {"dlogp_mean", cmp.dlogp_sum / n},
+                        {"dlogp_abs_mean", cmp.dlogp_abs_sum / n},
+                        {"dlogp_abs_max", cmp.dlogp_abs_max}};
+    if (!args.json)
+      std::printf("against %s (loss %.4f): KL mean %.3e max %.3e | top-1 agreement %.2f %% | "
+                  "log p(target) change mean %+.3e, |mean| %.3e, |max| %.3e over %lld positions\n",
+                  ref->dir.c_str(), ref_sum / static_cast<double>(nb), cmp.kl_sum / n, cmp.kl_max,
+                  100.0 * static_cast<double>(cmp.top1_same) / n, cmp.dlogp_sum / n, cmp.dlogp_abs_sum / n,
+                  cmp.dlogp_abs_max, static_cast<long long>(cmp.positions));
+  }
 
   if (!args.no_blimp) {
     auto pairs = load_blimp(args.blimp_dir, args.blimp_limit);
@@ -135,11 +173,14 @@ void setup(CLI::App* sub) {
   sub->add_option("--tables", args.tables, "token tables: ram (copied in) or mmap (read in place from the file)");
   sub->add_option("--val-data", args.val_data, "validation shards (default: the config's val_data)");
   sub->add_option("--val-batches", args.val_batches, "at most this many validation batches (0 = all)");
+  sub->add_option("--reference", args.reference,
+                  "a second checkpoint (e.g. the fp32 source of an export): KL, top-1 agreement and log-prob "
+                  "change of this checkpoint's next-token distributions against it, on the validation positions");
   sub->add_option("--blimp", args.blimp_dir, "BLiMP data directory");
   sub->add_option("--blimp-limit", args.blimp_limit, "at most this many pairs per paradigm (0 = all 1,000)");
   sub->add_option("--batch-size", args.batch_size, "sentences per forward pass for BLiMP");
   sub->add_flag("--no-blimp", args.no_blimp, "validation loss only");
-  sub->add_flag("--json", args.json, "print one JSON object (val_loss, val_ppl, blimp)");
+  sub->add_flag("--json", args.json, "print one JSON object (val_loss, val_ppl, blimp, reference)");
   sub->callback(run);
 }
 
