@@ -9,7 +9,12 @@
 #     new tokens on 4 validation prompts; rows in docs/data/lowp_export.csv.
 # Rows already in a CSV are skipped (scripts/study_lib.sh), so a stopped study continues.
 #   scripts/study_lowp.sh [--seeds 1,2,3] [--steps 200] [--export-seeds 1] [--out runs/study_lowp] [--csv-dir docs/data] [--report-only]
+#  3. With --kl: the same exports, each against its fp32 source on the first --kl-batches validation
+#     batches (`jtok eval --reference`: mean / largest KL of the next-token distribution, top-1
+#     agreement, log p(target) change); rows in docs/data/lowp_export_kl.csv. Needs the fp32
+#     checkpoints of the export seeds (runs/study_lowp, or trains them as step 1 does).
 # One process, one run at a time; set OMP_NUM_THREADS (and nice) from outside.
+KL_COLUMNS="config,variant,seed,steps,weight_dtype,table_dtype,val_batches,positions,top1_agreement,kl_mean,kl_max,dlogp_mean,dlogp_abs_mean,dlogp_abs_max,commit"
 EXPORT_COLUMNS="config,variant,seed,steps,weight_dtype,table_dtype,val_loss,val_loss_f32,delta,greedy_same,greedy_total,file_mb,file_mb_f32,commit"
 
 # export_row SRC_DIR VARIANT SEED STEPS WEIGHT_DT TABLE_DT OUT_DIR: exports, evaluates, compares
@@ -65,11 +70,40 @@ PY
   rm -rf "$out"  # the numbers are kept; the copy is cheap to make again
 }
 
+# kl_row SRC_DIR VARIANT SEED STEPS WEIGHT_DT TABLE_DT OUT_DIR BATCHES: exports, compares with the
+# fp32 source (`eval --reference`) and appends a row to $KL_CSV unless it is there.
+kl_row() {
+  local src=$1 variant=$2 seed=$3 steps=$4 wdt=$5 tdt=$6 out=$7 nb=$8
+  local key="configs/exp_jtok.json,$variant,$seed,$steps,$wdt,$tdt,$nb"
+  if [ -f "$KL_CSV" ] && cut -d, -f1-7 "$KL_CSV" | grep -qxF -- "$key"; then
+    echo "study_lowp: kl $key is in $KL_CSV, skipping"; return 0
+  fi
+  rm -rf "$out"
+  "$JTOK" export --checkpoint "$src" --weight-dtype "$wdt" --table-dtype "$tdt" --out "$out" > "$out.export.out" 2>&1 ||
+    { echo "study_lowp: export failed, see $out.export.out" >&2; return 1; }
+  "$JTOK" eval --checkpoint "$out" --reference "$src" --val-batches "$nb" --json --no-blimp > "$out.kl.json" || return 1
+  local row
+  row=$("$PY" - "$out.kl.json" "$key" "$STUDY_COMMIT" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["reference"]
+print(f"{sys.argv[2]},{r['positions']},{r['top1_agreement']:.6f},{r['kl_mean']:.4e},{r['kl_max']:.4e},"
+      f"{r['dlogp_mean']:+.4e},{r['dlogp_abs_mean']:.4e},{r['dlogp_abs_max']:.4e},{sys.argv[3]}")
+PY
+) || return 1
+  (
+    flock 9
+    [ -f "$KL_CSV" ] || echo "$KL_COLUMNS" > "$KL_CSV"
+    cp "$KL_CSV" "$KL_CSV.tmp" && echo "$row" >> "$KL_CSV.tmp" && sync "$KL_CSV.tmp" && mv "$KL_CSV.tmp" "$KL_CSV"
+  ) 9> runs/.study.lock
+  echo "study_lowp: row -> $KL_CSV: $row"
+  rm -rf "$out"
+}
+
 main() {
   set -euo pipefail
   cd "$(dirname "$0")/.."
   . scripts/study_lib.sh
-  local seeds=1,2,3 steps=200 export_seeds=1 csv_dir=docs/data out=runs/study_lowp report_only=0
+  local seeds=1,2,3 steps=200 export_seeds=1 csv_dir=docs/data out=runs/study_lowp report_only=0 kl=0 kl_batches=46
   while [ $# -gt 0 ]; do
     case "$1" in
       --seeds) seeds=$2; shift 2 ;;
@@ -78,11 +112,35 @@ main() {
       --out) out=$2; shift 2 ;;
       --csv-dir) csv_dir=$2; shift 2 ;;
       --report-only) report_only=1; shift ;;
-      *) echo "usage: $0 [--seeds LIST] [--steps N] [--export-seeds LIST] [--out DIR] [--csv-dir DIR] [--report-only]" >&2; exit 2 ;;
+      --kl) kl=1; shift ;;
+      --kl-batches) kl_batches=$2; shift 2 ;;
+      *) echo "usage: $0 [--seeds LIST] [--steps N] [--export-seeds LIST] [--out DIR] [--csv-dir DIR] [--kl [--kl-batches N]] [--report-only]" >&2; exit 2 ;;
     esac
   done
   local csv=$csv_dir/lowp.csv
   EXPORT_CSV=$csv_dir/lowp_export.csv
+  KL_CSV=$csv_dir/lowp_export_kl.csv
+  PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
+  if [ $kl = 1 ] && [ $report_only = 0 ]; then
+    study_setup
+    mkdir -p "$out"
+    local s v
+    for s in ${export_seeds//,/ }; do
+      for v in base jtok; do
+        local jt=false; [ $v = jtok ] && jt=true
+        local src="$out/${v}_f32_s${s}_n$steps"
+        study_run "$csv" lowp configs/exp_jtok.json "$v" "$s" "$steps" 0 "$src" --jtok $jt
+        kl_row "$src" "$v" "$s" "$steps" bf16 f32 "$out/k_${v}_s${s}_wbf16" "$kl_batches"
+        kl_row "$src" "$v" "$s" "$steps" int8 f32 "$out/k_${v}_s${s}_wint8" "$kl_batches"
+        if [ $v = jtok ]; then
+          kl_row "$src" "$v" "$s" "$steps" f32 bf16 "$out/k_${v}_s${s}_tbf16" "$kl_batches"
+          kl_row "$src" "$v" "$s" "$steps" f32 int8 "$out/k_${v}_s${s}_tint8" "$kl_batches"
+          kl_row "$src" "$v" "$s" "$steps" int8 int8 "$out/k_${v}_s${s}_wint8_tint8" "$kl_batches"
+        fi
+      done
+    done
+    report_only=1
+  fi
   if [ $report_only = 0 ]; then
     study_setup
     mkdir -p "$out"
@@ -107,8 +165,7 @@ main() {
       done
     done
   fi
-  PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
-  "$PY" scripts/study_lowp_report.py "$csv" "$EXPORT_CSV"
+  "$PY" scripts/study_lowp_report.py "$csv" "$EXPORT_CSV" "$KL_CSV"
 }
 # The whole script is read before it runs (main at the end), so editing it while a study runs is safe.
 main "$@"; exit

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Report of the low-precision study (scripts/study_lowp.sh), from its CSVs alone.
 
-  study_lowp_report.py LOWP_CSV EXPORT_CSV
+  study_lowp_report.py LOWP_CSV EXPORT_CSV [KL_CSV]
 
 Training precision: per variant (base, jtok) and seed, the bf16-trained validation loss against the
 fp32-trained one (same seed, steps, tokens); the mean and sample sd of the differences over seeds
-and a paired t statistic. Exports: each row's validation-loss change and greedy agreement.
+and a paired t statistic. Exports: each row's validation-loss change and greedy agreement, and
+(KL_CSV) each export's next-token distributions against its fp32 source.
 """
 import csv
 import math
@@ -21,9 +22,10 @@ def read(path):
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         sys.exit(__doc__)
     rows, exports = read(sys.argv[1]), read(sys.argv[2])
+    kls = read(sys.argv[3]) if len(sys.argv) == 4 else []
     loss = {(r["variant"], int(r["seed"]), int(r["steps"])): float(r["val_loss"]) for r in rows}
     print("training precision (exp_jtok): validation loss, bf16-trained minus fp32-trained")
     for v in ("base", "jtok"):
@@ -50,6 +52,15 @@ def main():
         print(f"  {r['variant']:5s} seed {r['seed']} weights {r['weight_dtype']:4s} tables {r['table_dtype']:4s}: "
               f"val loss {r['val_loss']} (fp32 {r['val_loss_f32']}, {r['delta']}), greedy same prefix "
               f"{r['greedy_same']}/{r['greedy_total']}, {r['file_mb']} MB vs {r['file_mb_f32']} MB")
+
+    if kls:
+        print("exports against their fp32 source on the same validation positions (jtok eval --reference)")
+        print("| variant | seed | weights | tables | positions | top-1 agreement | KL mean | KL max | log p(target) change, mean | mean abs |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for r in kls:
+            print(f"| {r['variant']} | {r['seed']} | {r['weight_dtype']} | {r['table_dtype']} | {int(r['positions']):,} | "
+                  f"{100 * float(r['top1_agreement']):.2f} % | {float(r['kl_mean']):.2e} | {float(r['kl_max']):.2e} | "
+                  f"{float(r['dlogp_mean']):+.2e} | {float(r['dlogp_abs_mean']):.2e} |")
 
 
 if __name__ == "__main__":
