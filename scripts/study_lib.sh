@@ -8,6 +8,20 @@
 # that is still there, else it starts again. Pictures are drawn from the CSVs alone.
 
 STUDY_COLUMNS="study,config,variant,seed,steps,tokens,n_c,n_n,eta,rho,flops_6nd,val_loss,val_tokens,blimp,wall_s,commit"
+# A study may add columns after these (the ablations: study_ablate.sh) by setting, before
+# study_run, STUDY_EXTRA_COLUMNS to a comma list of these names, filled for each row:
+#   knob, knob_value   the ablated config key and its value (STUDY_KNOB, STUDY_KNOB_VALUE of the call)
+#   jtokm_aux          JTok-M's load-balancing loss (lambda included, as logged) averaged over the
+#                      step lines of the last STUDY_ROUTING_STEPS steps (default 50)
+#   load               per JTok-M table (index i of every JTok-M layer's router), its load fraction
+#                      averaged over the "routing" records of the last STUDY_ROUTING_STEPS steps and
+#                      over the layers, ';'-separated (sums to 1); empty without JTok-M
+#   load_min           the smallest such window-averaged load of any table in any one layer
+#                      (0 = a table no token chose in the window)
+STUDY_EXTRA_COLUMNS=${STUDY_EXTRA_COLUMNS:-}
+
+# study_columns: the header of this study's CSV.
+study_columns() { echo "$STUDY_COLUMNS${STUDY_EXTRA_COLUMNS:+,$STUDY_EXTRA_COLUMNS}"; }
 
 # study_setup: sets JTOK (a private copy of the binary, so that rebuilding the tree while a long
 # study runs changes nothing under it), STUDY_COMMIT (the tree's commit; "+dirty" when src/, apps/
@@ -45,10 +59,10 @@ study_append() {
     flock 9
     if [ -f "$csv" ]; then
       local head; head=$(head -n 1 "$csv")
-      [ "$head" = "$STUDY_COLUMNS" ] || { echo "study: $csv: header is '$head', expected '$STUDY_COLUMNS'" >&2; exit 1; }
+      [ "$head" = "$(study_columns)" ] || { echo "study: $csv: header is '$head', expected '$(study_columns)'" >&2; exit 1; }
       cp "$csv" "$csv.tmp"
     else
-      echo "$STUDY_COLUMNS" > "$csv.tmp"
+      study_columns > "$csv.tmp"
     fi
     echo "$row" >> "$csv.tmp"
     sync "$csv.tmp"
@@ -64,7 +78,7 @@ study_append() {
 study_run() {
   local csv=$1 study=$2 config=$3 variant=$4 seed=$5 steps=$6 blimp=$7 dir=$8
   shift 8
-  case "$study$config$variant$seed$steps" in *,*) echo "study: fields must not contain commas" >&2; return 1 ;; esac
+  case "$study$config$variant$seed$steps${STUDY_KNOB:-}${STUDY_KNOB_VALUE:-}" in *,*) echo "study: fields must not contain commas" >&2; return 1 ;; esac
   if study_has_row "$csv" "$study" "$config" "$variant" "$seed" "$steps"; then
     echo "study: $study $variant seed $seed ($steps steps) is in $csv, skipping"
     return 0
@@ -81,24 +95,44 @@ study_run() {
   "$JTOK" eval --checkpoint "$dir" --json "${blimp_args[@]}" > "$dir.eval.json.tmp" || { echo "study: eval of $dir failed" >&2; return 1; }
   mv "$dir.eval.json.tmp" "$dir.eval.json" || return 1
   local wall=$(( $(date +%s) - t0 )) row
-  row=$("$PY" - "$dir" "$study" "$config" "$variant" "$seed" "$steps" "$wall" "$STUDY_COMMIT" <<'PY'
-import json, sys
+  row=$(STUDY_EXTRA_COLUMNS=$STUDY_EXTRA_COLUMNS STUDY_KNOB=${STUDY_KNOB:-} STUDY_KNOB_VALUE=${STUDY_KNOB_VALUE:-} \
+        STUDY_ROUTING_STEPS=${STUDY_ROUTING_STEPS:-50} "$PY" - "$dir" "$study" "$config" "$variant" "$seed" "$steps" "$wall" "$STUDY_COMMIT" <<'PY'
+import json, os, sys
 d, study, config, variant, seed, steps, wall, commit = sys.argv[1:]
 e = json.load(open(d + ".eval.json"))
 start, last = None, None
+step_lines, routing = {}, {}  # by step: a resumed run may log a step twice, the last one counts
 for line in open(d + "/log.jsonl"):
     j = json.loads(line)
     if j.get("type") == "start" and start is None: start = j
-    if j.get("type") == "step": last = j
+    if j.get("type") == "step": last = j; step_lines[j["step"]] = j
+    if j.get("type") == "routing": routing[j["step"]] = j
 if start is None or last is None: sys.exit(f"study: {d}/log.jsonl has no start or step line")
 if last["step"] != int(steps): sys.exit(f"study: {d} ended at step {last['step']}, not {steps}")
 if start["config"]["seed"] != int(seed): sys.exit(f"study: {d} was trained with seed {start['config']['seed']}, not {seed}")
 f = start["flops"]
 tokens = int(last["tokens"])
 blimp = e.get("blimp", {}).get("accuracy", "")
-print(",".join(str(x) for x in (study, config, variant, seed, steps, tokens, f["n_c"], f["n_n"], f"{f['eta']:.4g}",
-      f"{f['rho']:.4g}", f"{6 * f['n_c'] * tokens:.6g}", f"{e['val_loss']:.6f}", e["val_tokens"],
-      f"{blimp:.4f}" if blimp != "" else "", wall, commit)))
+cells = [study, config, variant, seed, steps, tokens, f["n_c"], f["n_n"], f"{f['eta']:.4g}",
+         f"{f['rho']:.4g}", f"{6 * f['n_c'] * tokens:.6g}", f"{e['val_loss']:.6f}", e["val_tokens"],
+         f"{blimp:.4f}" if blimp != "" else "", wall, commit]
+extra = [c for c in os.environ["STUDY_EXTRA_COLUMNS"].split(",") if c]
+if extra:
+    first = int(steps) - int(os.environ["STUDY_ROUTING_STEPS"])  # the window: steps first+1 .. steps
+    win = [routing[s]["layers"] for s in sorted(routing) if s > first]
+    aux = [step_lines[s]["jtokm_aux_loss"] for s in sorted(step_lines) if s > first and "jtokm_aux_loss" in step_lines[s]]
+    load, load_min = "", ""
+    if win and win[0]:
+        nl, ne = len(win[0]), len(win[0][0]["load"])
+        per = [[sum(w[l]["load"][i] for w in win) / len(win) for i in range(ne)] for l in range(nl)]  # layer x table
+        load = ";".join(f"{sum(p[i] for p in per) / nl:.4f}" for i in range(ne))
+        load_min = f"{min(min(p) for p in per):.4f}"
+    known = {"knob": os.environ["STUDY_KNOB"], "knob_value": os.environ["STUDY_KNOB_VALUE"],
+             "jtokm_aux": f"{sum(aux) / len(aux):.6g}" if aux else "", "load": load, "load_min": load_min}
+    for c in extra:
+        if c not in known: sys.exit(f"study: STUDY_EXTRA_COLUMNS: unknown column '{c}' (known: {', '.join(known)})")
+        cells.append(known[c])
+print(",".join(str(x) for x in cells))
 PY
 ) || return 1
   study_append "$csv" "$row" || return 1

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""The ablation tables (issue 15, item 4) from the CSVs alone (scripts/study_ablate.sh).
+
+norm: per (config, steps) of the jtok_nonorm rows, per seed the validation loss of the baseline
+CSV's `base` and `jtok` rows (same config, seed, steps; "-" when missing) beside jtok_nonorm's,
+and the gap jtok_nonorm - jtok with mean and sd (n - 1) when >= 2 seeds have it.
+lambda: per (config, steps) of the jtokm_lambda<L> rows, one line per (lambda, seed): validation
+loss, the gap to the baseline CSV's `moe` row, the load fraction per table, the smallest load of
+any table in any layer, JTok-M's aux loss (lambda included, as logged) and aux / lambda (the
+balance term alone: 1 when the router's probabilities and loads are uniform). lambda
+--default-lambda (the configs' 1e-4) is the baseline CSV's `jtokm` row unless the ablation CSV has
+its own row for it; the baseline CSV has no load columns, so that line has none.
+  study_ablate_report.py ABLATIONS_CSV [--baseline docs/data/seeds.csv] [--default-lambda 1e-4]
+"""
+import argparse
+import csv
+import math
+import os
+import sys
+
+
+def mean_sd(xs):
+    m = sum(xs) / len(xs)
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else float("nan")
+    return m, sd
+
+
+def read(path, need):
+    if not os.path.exists(path):
+        sys.exit(f"study_ablate_report: {path}: no such file")
+    with open(path) as f:
+        rd = csv.DictReader(f)
+        rows = list(rd)
+        cols = rd.fieldnames or []
+    for c in need:
+        if c not in cols:
+            sys.exit(f"study_ablate_report: {path}: no column '{c}'")
+    return rows
+
+
+def fmt(x, spec=".4f"):
+    return "-" if x is None else format(x, spec)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv")
+    ap.add_argument("--baseline", default="docs/data/seeds.csv")
+    ap.add_argument("--default-lambda", default="1e-4")
+    a = ap.parse_args()
+    key = ["config", "variant", "seed", "steps", "val_loss"]
+    rows = read(a.csv, key + ["knob", "knob_value", "jtokm_aux", "load", "load_min"])
+    base = read(a.baseline, key) if os.path.exists(a.baseline) else []
+    if not rows:
+        sys.exit(f"study_ablate_report: {a.csv}: no rows")
+    loss = {}
+    for r in base:
+        loss[(r["config"], r["steps"], r["variant"], r["seed"])] = float(r["val_loss"])
+
+    norm = [r for r in rows if r["knob"] == "jtok_norm"]
+    if norm:
+        print("| config | steps | seed | base | jtok | jtok_nonorm | nonorm - jtok | nonorm - base |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for cfg, steps in sorted({(r["config"], r["steps"]) for r in norm}):
+            gaps = []
+            for r in sorted((r for r in norm if (r["config"], r["steps"]) == (cfg, steps)), key=lambda r: int(r["seed"])):
+                b = loss.get((cfg, steps, "base", r["seed"]))
+                j = loss.get((cfg, steps, "jtok", r["seed"]))
+                x = float(r["val_loss"])
+                g = x - j if j is not None else None
+                if g is not None:
+                    gaps.append(g)
+                print(f"| {cfg} | {steps} | {r['seed']} | {fmt(b)} | {fmt(j)} | {x:.4f} | {fmt(g, '+.4f')} | "
+                      f"{fmt(x - b if b is not None else None, '+.4f')} |")
+            if len(gaps) >= 2:
+                m, sd = mean_sd(gaps)
+                print(f"| {cfg} | {steps} | mean +- sd ({len(gaps)} seeds) | | | | **{m:+.4f} +- {sd:.4f}** | |")
+        print()
+
+    lam = [r for r in rows if r["knob"] == "jtokm_aux_loss_coef"]
+    if lam:
+        print("| config | steps | lambda | seed | val loss | - MoE | load per table (last 50 steps, mean over layers) | min load | aux loss | aux / lambda |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        dl = float(a.default_lambda)
+        for cfg, steps in sorted({(r["config"], r["steps"]) for r in lam}):
+            lines = {}
+            for r in lam:
+                if (r["config"], r["steps"]) == (cfg, steps):
+                    lines[(float(r["knob_value"]), int(r["seed"]))] = r
+            for (cfg2, st, v, s), x in loss.items():  # the default lambda: the seeds study's jtokm row
+                if (cfg2, st, v) == (cfg, steps, "jtokm") and (dl, int(s)) not in lines:
+                    lines[(dl, int(s))] = {"seed": s, "val_loss": str(x), "load": "", "load_min": "", "jtokm_aux": "",
+                                           "from": "baseline"}
+            for (l, s) in sorted(lines):
+                r = lines[(l, s)]
+                x = float(r["val_loss"])
+                moe = loss.get((cfg, steps, "moe", str(s)))
+                aux = float(r["jtokm_aux"]) if r["jtokm_aux"] else None
+                load = " ".join(r["load"].split(";")) if r["load"] else "- (not recorded)"
+                src = " (seeds row)" if r.get("from") == "baseline" else ""
+                print(f"| {cfg} | {steps} | {l:g}{src} | {s} | {x:.4f} | {fmt(x - moe if moe is not None else None, '+.4f')} | "
+                      f"{load} | {r['load_min'] or '-'} | {fmt(aux, '.3g')} | {fmt(aux / l if aux is not None and l > 0 else None, '.3f')} |")
+        print()
+
+
+if __name__ == "__main__":
+    main()
