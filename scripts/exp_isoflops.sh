@@ -47,17 +47,7 @@ cp "$OUT/dense/cpu_dense.csv" "$OUT/jtok/cpu_jtok.csv" docs/data/
 # Second view of the frontier that needs no quadratic: per budget the run with the lowest loss
 # (an upper bound on L*(C); the same as the minimum wherever a profile has no U shape).
 for v in dense jtok; do
-  /usr/bin/python3 - "docs/data/cpu_$v.csv" "docs/data/cpu_${v}_best.csv" <<'PY'
-import csv, os, sys
-best = {}
-for r in csv.DictReader(open(sys.argv[1])):
-    b = float(r["budget"])
-    if b not in best or float(r["loss"]) < float(best[b]["loss"]): best[b] = r
-with open(sys.argv[2] + ".tmp", "w") as f:
-    f.write("compute,loss,n_c,shape\n")
-    for b in sorted(best): f.write(f"{b:g},{best[b]['loss']},{best[b]['n_c']},{best[b]['shape']}\n")
-os.replace(sys.argv[2] + ".tmp", sys.argv[2])
-PY
+  /usr/bin/python3 scripts/isoflops_best.py "docs/data/cpu_$v.csv" "docs/data/cpu_${v}_best.csv"
 done
 "$JTOK" scaling fit --isoflops docs/data/cpu_dense.csv --isoflops docs/data/cpu_jtok.csv \
   --svg-dir docs/figures/isoflops_cpu --json > "$OUT/fit.json.tmp"

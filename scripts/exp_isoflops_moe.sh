@@ -203,17 +203,7 @@ print(f"interior minima: {n - bad} of {n} profiles")
 PY
 # Second view of the frontier that needs no quadratic: the best run per budget.
 for v in "${VARIANTS[@]}"; do
-  "$PY" - "${CSV[$v]}" "${CSV[$v]%.csv}_best.csv" <<'PY'
-import csv, os, sys
-best = {}
-for r in csv.DictReader(open(sys.argv[1])):
-    b = float(r["budget"])
-    if b not in best or float(r["loss"]) < float(best[b]["loss"]): best[b] = r
-with open(sys.argv[2] + ".tmp", "w") as f:
-    f.write("compute,loss,n_c,shape\n")
-    for b in sorted(best): f.write(f"{b:g},{best[b]['loss']},{best[b]['n_c']},{best[b]['shape']}\n")
-os.replace(sys.argv[2] + ".tmp", sys.argv[2])
-PY
+  "$PY" scripts/isoflops_best.py "${CSV[$v]}" "${CSV[$v]%.csv}_best.csv"
 done
 "$FIT" scaling fit --frontier "${CSV[moe]%.csv}_best.csv" --frontier "${CSV[jtokm]%.csv}_best.csv" \
   --svg-dir "$FIG/isoflops_moe_best" --json > "$DATA/isoflops_moe_best_fit.json.tmp"
