@@ -39,9 +39,8 @@ if [ -n "${JTOK_SANITIZER_BUILD:-}" ]; then
 fi
 ck() { printf 'step_%08d' "$1"; }
 T=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$T"' EXIT
-mkdir -p "$T/data"
-"$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "$ROOT"/tests/data/corpus/*.md "$ROOT"/tests/reference/README.md > /dev/null
-"$JTOK" prepare --tokenizer gpt2 --out "$T/data/val" "$ROOT"/tests/data/corpus/model.md > /dev/null
+source "$ROOT/tests/lib/tiny_run.sh"
+prepare_tiny_corpus "$T/data" "$ROOT"/tests/reference/README.md
 cat > "$T/dense.json" <<JSON
 { "vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
   "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64,

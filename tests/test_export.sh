@@ -9,9 +9,8 @@ JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 PY=/usr/bin/python3
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 export OMP_NUM_THREADS=1
-mkdir -p "$T/data"
-"$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "$ROOT"/tests/data/corpus/*.md > /dev/null
-"$JTOK" prepare --tokenizer gpt2 --out "$T/data/val" "$ROOT"/tests/data/corpus/model.md > /dev/null
+source "$ROOT/tests/lib/tiny_run.sh"
+prepare_tiny_corpus "$T/data"
 cat > "$T/cfg.json" <<JSON
 { "vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
   "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64,

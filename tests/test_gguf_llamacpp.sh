@@ -30,9 +30,8 @@ fi
 export LLAMA_THREADS
 
 # Tiny baseline on a tiny corpus (the repository's docs), as tests/test_resume.sh does.
-mkdir -p "$T/data"
-"$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "$ROOT"/tests/data/corpus/*.md "$ROOT"/tests/reference/README.md > /dev/null
-"$JTOK" prepare --tokenizer gpt2 --out "$T/data/val" "$ROOT"/tests/data/corpus/model.md > /dev/null
+source "$ROOT/tests/lib/tiny_run.sh"
+prepare_tiny_corpus "$T/data" "$ROOT"/tests/reference/README.md
 cat > "$T/cfg.json" <<JSON
 { "vocab_size": 50257, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
   "num_key_value_heads": 2, "intermediate_size": 128, "max_position_embeddings": 256,

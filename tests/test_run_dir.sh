@@ -8,9 +8,8 @@ set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 T=$(mktemp -d); trap 'kill $bg 2>/dev/null || true; rm -rf "$T"' EXIT
 bg=""
-mkdir -p "$T/data"
-"$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "$ROOT"/tests/data/corpus/*.md > /dev/null
-"$JTOK" prepare --tokenizer gpt2 --out "$T/data/val" "$ROOT"/tests/data/corpus/model.md > /dev/null
+source "$ROOT/tests/lib/tiny_run.sh"
+prepare_tiny_corpus "$T/data"
 cat > "$T/cfg.json" <<JSON
 { "vocab_size": 50257, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
   "num_key_value_heads": 1, "intermediate_size": 32, "max_position_embeddings": 16,

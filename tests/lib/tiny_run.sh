@@ -1,0 +1,13 @@
+# Sourced by the shell tests that train a tiny model (tests/test_*.sh): the data they train on.
+# Needs JTOK (the jtok binary) and ROOT (the repository root), as every test sets them from
+# JTOK_BIN / JTOK_ROOT.
+
+# prepare_tiny_corpus DIR [EXTRA_TRAIN_FILE...]: GPT-2 token shards DIR/train (the frozen docs
+# tests/data/corpus/*.md, then any extra files, in that order) and DIR/val (tests/data/corpus/model.md,
+# which is also in the training text: these tests check the engine, not generalisation).
+prepare_tiny_corpus() {
+  local dir=${1:?prepare_tiny_corpus: no output directory}; shift
+  mkdir -p "$dir"
+  "${JTOK:?}" prepare --tokenizer gpt2 --out "$dir/train" "${ROOT:?}"/tests/data/corpus/*.md "$@" > /dev/null
+  "$JTOK" prepare --tokenizer gpt2 --out "$dir/val" "$ROOT"/tests/data/corpus/model.md > /dev/null
+}
