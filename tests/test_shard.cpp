@@ -6,9 +6,11 @@
 #include <fstream>
 #include "core/error.h"
 #include "data/shard.h"
+#include "error_test_util.h"
 
 namespace fs = std::filesystem;
 using namespace jtok;
+using jtok::testing::expect_error;
 
 namespace {
 fs::path tmpdir() {
@@ -23,16 +25,6 @@ ShardInfo info(uint32_t vocab) {
   i.tokenizer_fingerprint = 0x1234;
   i.n_documents = 1;
   return i;
-}
-// Expects f() to throw jtok::Error whose message contains every needle.
-template <typename F>
-void expect_error(F f, std::vector<std::string> needles) {
-  try {
-    f();
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what() << " lacks " << n;
-  }
 }
 }  // namespace
 

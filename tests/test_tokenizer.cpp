@@ -9,9 +9,11 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "data/unicode.h"
+#include "error_test_util.h"
 
 namespace fs = std::filesystem;
 using namespace jtok;
+using jtok::testing::expect_error;
 
 namespace {
 const Tokenizer& gpt2() { static Tokenizer t = Tokenizer::load("gpt2"); return t; }
@@ -21,15 +23,6 @@ fs::path tmpdir(const char* name) {
   fs::path d = fs::temp_directory_path() / (std::string("jtok_test_tok_") + name + std::to_string(::getpid()));
   fs::create_directories(d);
   return d;
-}
-template <typename F>
-void expect_error(F f, std::vector<std::string> needles) {
-  try {
-    f();
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what() << " lacks " << n;
-  }
 }
 }  // namespace
 
