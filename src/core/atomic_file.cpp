@@ -39,12 +39,17 @@ void write_all(int fd, std::string_view bytes, const std::string& what) {
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const std::string what = path + " (temporary " + tmp + ")";
+  write_file_atomic(path, path + ".tmp." + std::to_string(::getpid()), {bytes}, path);
+}
+
+void write_file_atomic(const std::string& path, const std::string& tmp, std::initializer_list<std::string_view> pieces,
+                       const std::string& label) {
+  const std::string what = label + " (temporary " + tmp + ")";
+  const std::string prefix = label == path ? "" : label + ": ";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot create ", tmp, ": ", std::strerror(errno));
+  if (fd < 0) fail(prefix, "cannot create ", tmp, ": ", std::strerror(errno));
   try {
-    write_all(fd, bytes, what);
+    for (std::string_view bytes : pieces) write_all(fd, bytes, what);
     if (::fsync(fd) != 0) fail("cannot fsync ", what, ": ", std::strerror(errno));
   } catch (...) {
     ::close(fd);
@@ -59,7 +64,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
     ::unlink(tmp.c_str());
-    fail("cannot rename ", tmp, " to ", path, ": ", std::strerror(e));
+    fail(prefix, "cannot rename ", tmp, " to ", path, ": ", std::strerror(e));
   }
   fsync_dir(std::filesystem::path(path).parent_path().string());
 }

@@ -58,30 +58,10 @@ void write_shard(const std::string& path, ShardInfo info, const std::vector<int3
   std::string tmp_name = p.filename().string();
   tmp_name.insert(tmp_name.begin(), '.');
   tmp_name += ".tmp-" + std::to_string(::getpid());
-  std::string tmp = (dir / tmp_name).string();
-  const std::string what = "shard " + path + " (temporary " + tmp + ")";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("shard ", path, ": cannot create ", tmp, ": ", std::strerror(errno));
-  try {
-    write_all(fd, std::string_view(reinterpret_cast<const char*>(h), sizeof h), what);
-    write_all(fd, std::string_view(reinterpret_cast<const char*>(body.data()), body.size()), what);
-    if (::fsync(fd) != 0) fail("cannot fsync ", what, ": ", std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  if (::close(fd) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    fail("cannot close ", what, ": ", std::strerror(e));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    fail("shard ", path, ": cannot rename ", tmp, " to it: ", std::strerror(e));
-  }
-  fsync_dir(dir.string());
+  write_file_atomic(path, (dir / tmp_name).string(),
+                    {std::string_view(reinterpret_cast<const char*>(h), sizeof h),
+                     std::string_view(reinterpret_cast<const char*>(body.data()), body.size())},
+                    "shard " + path);
 }
 
 Shard::Shard(const std::string& path, bool verify_checksum) : path_(path) {
