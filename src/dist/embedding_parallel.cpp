@@ -1,5 +1,6 @@
 #include "dist/embedding_parallel.h"
 
+#include <bit>
 #include <cstring>
 
 #include "core/error.h"
@@ -34,17 +35,6 @@ std::vector<W> exchange(const std::vector<std::vector<W>>& per_dest, std::vector
     bytes.recv += rc[j];
   }
   return recv;
-}
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float unbits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 void check_owner(const TableShard& s, int64_t id) {
@@ -121,7 +111,7 @@ ExchangeBytes2 push_row_grads(TableShard& s, int64_t table, const std::vector<in
   for (int64_t u = 0; u < U; ++u) {
     auto& m = msg[s.own.owner(ids[u])];
     m.push_back(static_cast<uint32_t>(ids[u]));
-    for (int64_t j = 0; j < d; ++j) m.push_back(bits(grows[u * d + j]));
+    for (int64_t j = 0; j < d; ++j) m.push_back(std::bit_cast<uint32_t>(grows[u * d + j]));
   }
   std::vector<int64_t> from;
   const std::vector<uint32_t> got = exchange(msg, from, b);
@@ -129,7 +119,7 @@ ExchangeBytes2 push_row_grads(TableShard& s, int64_t table, const std::vector<in
     const int32_t id = static_cast<int32_t>(got[i]);
     check_owner(s, id);
     float* g = s.grads[table].row(static_cast<int32_t>(s.own.local(id)));
-    for (int64_t j = 0; j < d; ++j) g[j] += unbits(got[i + 1 + j]);
+    for (int64_t j = 0; j < d; ++j) g[j] += std::bit_cast<float>(got[i + 1 + j]);
   }
   return b;
 }
@@ -148,7 +138,7 @@ ExchangeBytes2 premix_forward(float* e, PremixState& st, const TableShard& s, co
     auto& r = req[o];
     r.push_back(static_cast<uint32_t>(ids[n]));
     for (int64_t k = 0; k < K; ++k) r.push_back(static_cast<uint32_t>(sel[n * K + k]));
-    for (int64_t k = 0; k < K; ++k) r.push_back(bits(w[n * K + k]));
+    for (int64_t k = 0; k < K; ++k) r.push_back(std::bit_cast<uint32_t>(w[n * K + k]));
     pos[o].push_back(static_cast<int32_t>(n));
   }
   st.send_counts.assign(P, 0);
@@ -175,7 +165,7 @@ ExchangeBytes2 premix_forward(float* e, PremixState& st, const TableShard& s, co
       for (int64_t k = 0; k < K; ++k) {
         const int32_t t = static_cast<int32_t>(got[off + 1 + k]);
         JTOK_CHECK(t >= 0 && t < s.n_tables, "premix request for table ", t);
-        const float wk = unbits(got[off + 1 + K + k]);
+        const float wk = std::bit_cast<float>(got[off + 1 + K + k]);
         if (s.sync) s.sync(t, s.own.local(id));
         const float* r = s.row(t, id);
 #pragma omp simd
@@ -212,7 +202,7 @@ ExchangeBytes2 premix_backward(float* dw, TableShard& s, const PremixState& st, 
       const float* g = got.data() + q * d;
       for (int64_t k = 0; k < K; ++k) {
         const int32_t t = static_cast<int32_t>(r[1 + k]);
-        const float wk = unbits(r[1 + K + k]);
+        const float wk = std::bit_cast<float>(r[1 + K + k]);
         const float* row = s.row(t, id);
         float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
@@ -274,7 +264,7 @@ ExchangeBytes2 push_pair_grads(TableShard& s, const std::vector<int32_t>& pair_i
     auto& m = msg[s.own.owner(pair_ids[q])];
     m.push_back(static_cast<uint32_t>(pair_ids[q]));
     m.push_back(static_cast<uint32_t>(pair_tables[q]));
-    for (int64_t j = 0; j < d; ++j) m.push_back(bits(grows[static_cast<int64_t>(q) * d + j]));
+    for (int64_t j = 0; j < d; ++j) m.push_back(std::bit_cast<uint32_t>(grows[static_cast<int64_t>(q) * d + j]));
   }
   std::vector<int64_t> from;
   const std::vector<uint32_t> got = exchange(msg, from, b);
@@ -282,7 +272,7 @@ ExchangeBytes2 push_pair_grads(TableShard& s, const std::vector<int32_t>& pair_i
     const int32_t id = static_cast<int32_t>(got[i]), t = static_cast<int32_t>(got[i + 1]);
     check_owner(s, id);
     float* g = s.grads[t].row(static_cast<int32_t>(s.own.local(id)));
-    for (int64_t j = 0; j < d; ++j) g[j] += unbits(got[i + 2 + j]);
+    for (int64_t j = 0; j < d; ++j) g[j] += std::bit_cast<float>(got[i + 2 + j]);
   }
   return b;
 }

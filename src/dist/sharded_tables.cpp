@@ -1,6 +1,7 @@
 #include "dist/sharded_tables.h"
 
 #include <algorithm>
+#include <bit>
 #include <filesystem>
 #include <optional>
 #include <cstring>
@@ -12,19 +13,6 @@
 #include "ops/adamw.h"
 
 namespace jtok::dist {
-
-namespace {
-uint32_t fbits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float funbits(int32_t w) {
-  float f;
-  std::memcpy(&f, &w, 4);
-  return f;
-}
-}  // namespace
 
 ShardedTables::Mode ShardedTables::parse_mode(const std::string& s) {
   if (s == "premix") return Mode::kPremix;
@@ -192,7 +180,7 @@ void ShardedTables::post_push(std::vector<std::vector<int32_t>> msg, int64_t ite
       JTOK_CHECK(t >= 0 && t < sh.n_tables, "gradient push for table ", t);
       float* g = sh.grads[static_cast<size_t>(t)].row(static_cast<int32_t>(sh.own.local(id)));
       const int32_t* x = r + (pairs ? 2 : 1);
-      for (int64_t j = 0; j < d; ++j) g[j] += funbits(x[j]);
+      for (int64_t j = 0; j < d; ++j) g[j] += std::bit_cast<float>(x[j]);
     }
   };
   pushes_.push_back(std::make_unique<RequestReply>(std::move(msg), item, 0, serve, /*ordered=*/true));
@@ -236,7 +224,7 @@ RequestReply::Serve ShardedTables::premix_serve(int si, int64_t K) {
       for (int64_t k = 0; k < K; ++k) {
         const int32_t t = r[1 + k];
         JTOK_CHECK(t >= 0 && t < s.n_tables, "premix request for table ", t);
-        const float wk = funbits(r[1 + K + k]);
+        const float wk = std::bit_cast<float>(r[1 + K + k]);
         if (s.sync) s.sync(t, s.own.local(id));
         const float* row = s.row(t, id);
 #pragma omp simd
@@ -310,7 +298,7 @@ void ShardedTables::post_mix(int64_t table_base, const int32_t* ids, const int32
     auto& r = req[o];
     r.push_back(ids[n]);
     for (int64_t k = 0; k < K; ++k) r.push_back(sel[n * K + k]);
-    for (int64_t k = 0; k < K; ++k) r.push_back(static_cast<int32_t>(fbits(w[n * K + k])));
+    for (int64_t k = 0; k < K; ++k) r.push_back(std::bit_cast<int32_t>(w[n * K + k]));
     pm.where[o].push_back(static_cast<int32_t>(n));
   }
   if (mode_ != Mode::kNaive) pm.fwd = std::make_unique<RequestReply>(std::move(req), 1 + 2 * K, d, premix_serve(si, K));
@@ -381,7 +369,7 @@ void ShardedTables::post_mix_backward(int64_t table_base, const float* de, int64
       const float* g = reinterpret_cast<const float*>(q + i * d);
       for (int64_t k = 0; k < K; ++k) {
         const int32_t t = r[1 + k];
-        const float wk = funbits(r[1 + K + k]);
+        const float wk = std::bit_cast<float>(r[1 + K + k]);
         const float* row = s.row(t, id);
         float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
