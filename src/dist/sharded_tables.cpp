@@ -14,6 +14,31 @@
 
 namespace jtok::dist {
 
+namespace {
+// Numbers the distinct (id, table) pairs of the choices sel (N, K) of the positions ids (rows < V, tables
+// < ne) in order of first use, leaving out the positions n with skip[n] set (skip nullptr: none):
+// pair_ids / pair_tables get one entry a pair, slot (N, K) the pair of each choice (-1 where skipped).
+void number_pairs(const int32_t* ids, const int32_t* sel, int64_t N, int64_t K, int64_t V, int64_t ne, const char* skip,
+                  std::vector<int32_t>& pair_ids, std::vector<int32_t>& pair_tables, std::vector<int32_t>& slot) {
+  pair_ids.clear();
+  pair_tables.clear();
+  slot.assign(static_cast<size_t>(N * K), -1);
+  std::vector<int32_t> first(static_cast<size_t>(V * ne), -1);  // (V, ne): pair of (id, table), or -1
+  for (int64_t n = 0; n < N; ++n) {
+    if (skip && skip[n]) continue;
+    for (int64_t k = 0; k < K; ++k) {
+      int32_t& q = first[static_cast<size_t>(ids[n] * ne + sel[n * K + k])];
+      if (q < 0) {
+        q = static_cast<int32_t>(pair_ids.size());
+        pair_ids.push_back(ids[n]);
+        pair_tables.push_back(sel[n * K + k]);
+      }
+      slot[static_cast<size_t>(n * K + k)] = q;
+    }
+  }
+}
+}  // namespace
+
 ShardedTables::Mode ShardedTables::parse_mode(const std::string& s) {
   if (s == "premix") return Mode::kPremix;
   if (s == "naive") return Mode::kNaive;
@@ -275,10 +300,9 @@ void ShardedTables::post_mix(int64_t table_base, const int32_t* ids, const int32
   // the ids for which premixing their positions moves fewer bytes than fetching their distinct
   // (id, table) rows (dist::premix_cheaper, the planner's rule), decided per id and micro-batch.
   std::vector<char> premixed(static_cast<size_t>(N), mode_ == Mode::kPremix ? 1 : 0);
-  std::vector<int32_t> first;  // (V, n_e): pair index of (id, table), or -1
   if (mode_ == Mode::kPremixDedup) {
     std::vector<int32_t> count(static_cast<size_t>(sh.own.V), 0), pairs(static_cast<size_t>(sh.own.V), 0);
-    first.assign(static_cast<size_t>(sh.own.V * ne), -1);
+    std::vector<int32_t> first(static_cast<size_t>(sh.own.V * ne), -1);  // (V, n_e): (id, table) seen
     for (int64_t n = 0; n < N; ++n) {
       ++count[static_cast<size_t>(ids[n])];
       for (int64_t k = 0; k < K; ++k) {
@@ -306,28 +330,15 @@ void ShardedTables::post_mix(int64_t table_base, const int32_t* ids, const int32
   // The other positions: the unique (id, table) pairs, in order of first use; the owners return the
   // raw rows, mixed here.
   Naive& nv = naive_[static_cast<size_t>(si)];
-  nv.pair_ids.clear();
-  nv.pair_tables.clear();
-  nv.slot.assign(static_cast<size_t>(N * K), -1);
+  number_pairs(ids, sel, N, K, sh.own.V, ne, premixed.data(), nv.pair_ids, nv.pair_tables, nv.slot);
   nv.w.assign(w, w + N * K);
-  first.assign(static_cast<size_t>(sh.own.V * ne), -1);
   std::vector<std::vector<int32_t>> rq(P);
   std::vector<std::vector<int32_t>>& where = mode_ == Mode::kNaive ? pm.where : pm.where2;
-  for (int64_t n = 0; n < N; ++n) {
-    if (premixed[static_cast<size_t>(n)]) continue;
-    for (int64_t k = 0; k < K; ++k) {
-      int32_t& q = first[static_cast<size_t>(ids[n] * ne + sel[n * K + k])];
-      if (q < 0) {
-        q = static_cast<int32_t>(nv.pair_ids.size());
-        nv.pair_ids.push_back(ids[n]);
-        nv.pair_tables.push_back(sel[n * K + k]);
-        const size_t o = static_cast<size_t>(sh.own.owner(ids[n]));
-        rq[o].push_back(ids[n]);
-        rq[o].push_back(sel[n * K + k]);
-        where[o].push_back(q);
-      }
-      nv.slot[static_cast<size_t>(n * K + k)] = q;
-    }
+  for (size_t q = 0; q < nv.pair_ids.size(); ++q) {  // each owner's requests in order of first use
+    const size_t o = static_cast<size_t>(sh.own.owner(nv.pair_ids[q]));
+    rq[o].push_back(nv.pair_ids[q]);
+    rq[o].push_back(nv.pair_tables[q]);
+    where[o].push_back(static_cast<int32_t>(q));
   }
   auto rr = std::make_unique<RequestReply>(std::move(rq), 2, d, naive_serve(si));
   (mode_ == Mode::kNaive ? pm.fwd : pm.fwd2) = std::move(rr);
@@ -440,22 +451,8 @@ void ShardedTables::mix(float* e, int64_t table_base, const int32_t* ids, const 
       return;
     }
     Naive& nv = naive_[s];
-    const int64_t ne = sh.n_tables;
-    nv.pair_ids.clear();
-    nv.pair_tables.clear();
-    nv.slot.assign(static_cast<size_t>(N * K), -1);
+    number_pairs(ids, sel, N, K, sh.own.V, sh.n_tables, nullptr, nv.pair_ids, nv.pair_tables, nv.slot);
     nv.w.assign(w, w + N * K);
-    std::vector<int32_t> first(static_cast<size_t>(sh.own.V * ne), -1);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k) {
-        int32_t& q = first[static_cast<size_t>(ids[n] * ne + sel[n * K + k])];
-        if (q < 0) {
-          q = static_cast<int32_t>(nv.pair_ids.size());
-          nv.pair_ids.push_back(ids[n]);
-          nv.pair_tables.push_back(sel[n * K + k]);
-        }
-        nv.slot[static_cast<size_t>(n * K + k)] = q;
-      }
     nv.rows.resize(nv.pair_ids.size() * static_cast<size_t>(d));
     bytes_.add(naive_fetch(nv.rows.data(), sh, nv.pair_ids, nv.pair_tables));
   } else {  // complete the exchanges mix_post started (post them now if it did not)
