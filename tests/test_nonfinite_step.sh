@@ -19,11 +19,6 @@ cat > "$T/cfg.json" <<JSON
 JSON
 export OMP_NUM_THREADS=1
 fail() { echo "FAIL: $*"; exit 1; }
-losses() { /usr/bin/python3 -c '
-import json, sys
-for line in open(sys.argv[1]):
-    j = json.loads(line)
-    if j.get("type") == "step": print(j["step"], j["loss"].hex())' "$1"; }
 
 "$JTOK" train --config "$T/cfg.json" --out "$T/straight" --peak-gflops 1 > /dev/null
 "$JTOK" train --config "$T/cfg.json" --out "$T/x" --max-steps 10 --peak-gflops 1 > /dev/null
@@ -45,8 +40,8 @@ echo "ok: the NaN step stopped the run, nothing saved, step 10 intact"
 # The previous checkpoint resumes, and the run continues as if the NaN step had never happened.
 "$JTOK" train --config "$T/cfg.json" --out "$T/x" --resume --peak-gflops 1 > "$T/resume.out"
 grep -q "resume: from $ck" "$T/resume.out" || fail "did not resume from step 10"
-losses "$T/straight/log.jsonl" > "$T/straight.losses"
-losses "$T/x/log.jsonl" > "$T/x.losses"
+step_losses "$T/straight/log.jsonl" > "$T/straight.losses"
+step_losses "$T/x/log.jsonl" > "$T/x.losses"
 cmp -s "$T/straight.losses" "$T/x.losses" || { diff "$T/straight.losses" "$T/x.losses" | head; fail "losses differ from a straight run"; }
 echo "ok: resumed from step 10; all 20 losses equal a straight run bit for bit"
 
@@ -57,7 +52,7 @@ JTOK_TEST_NAN_GRAD_AT_STEP=15 "$JTOK" train --config "$T/cfg.json" --out "$T/ski
 grep -q "step 15 skipped (1 of 1 allowed)" "$T/skip.out" || fail "the skipped step was not reported"
 grep -q '"type":"skipped_step"' "$T/skip/log.jsonl" || fail "log.jsonl has no skipped_step line"
 [ "$(ls "$T/skip/checkpoints")" = step_00000020 ] || fail "after skipping: $(ls "$T/skip/checkpoints")"
-losses "$T/skip/log.jsonl" > "$T/skip.losses"
+step_losses "$T/skip/log.jsonl" > "$T/skip.losses"
 [ "$(wc -l < "$T/skip.losses")" = 20 ] || fail "not 20 steps logged"
 head -n 14 "$T/skip.losses" | cmp -s - <(head -n 14 "$T/straight.losses") || fail "steps before the skip differ"
 echo "ok: --skip-nonfinite-steps dropped the NaN batch and finished"

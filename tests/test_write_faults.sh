@@ -22,13 +22,8 @@ cat > "$T/cfg.json" <<JSON
   "train_data": "$T/data/train", "val_data": "$T/data/val" }
 JSON
 export OMP_NUM_THREADS=1
-losses() { /usr/bin/python3 -c '
-import json, sys
-for line in open(sys.argv[1]):
-    j = json.loads(line)
-    if j.get("type") == "step": print(j["step"], j["loss"].hex())' "$1"; }
 "$JTOK" train --config "$T/cfg.json" --out "$T/straight" --peak-gflops 1 > /dev/null  # 8 steps, no fault
-losses "$T/straight/log.jsonl" > "$T/straight.losses"
+step_losses "$T/straight/log.jsonl" > "$T/straight.losses"
 "$JTOK" train --config "$T/cfg.json" --out "$T/x" --max-steps 4 --peak-gflops 1 > /dev/null
 cp -a "$T/x" "$T/x4"  # the run after step 4, for the shim's cases
 ck="$T/x/checkpoints/step_00000004"
@@ -90,7 +85,7 @@ ckpt_case() {  # KIND SUBSTR AFTER_BYTES EXPECTED_MESSAGE_REGEX
   "$JTOK" train --config "$T/cfg.json" --out "$d" --resume --peak-gflops 1 > "$d.resume" 2>&1 ||
     { tail -n 3 "$d.resume"; fail "$kind on $sub: --resume failed"; }
   grep -q "resume: from $d/$ck4" "$d.resume" || fail "$kind on $sub: did not resume from step 4"
-  losses "$d/log.jsonl" | cmp -s - "$T/straight.losses" || fail "$kind on $sub: losses after resume differ from a straight run"
+  step_losses "$d/log.jsonl" | cmp -s - "$T/straight.losses" || fail "$kind on $sub: losses after resume differ from a straight run"
   echo "ok: checkpoint, $kind on $sub: $(grep -m1 -Eo "$want" "$d.out"); resumed, 8 losses = straight run"
   rm -rf "$d" "$d".*
 }

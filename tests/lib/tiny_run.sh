@@ -11,3 +11,11 @@ prepare_tiny_corpus() {
   "${JTOK:?}" prepare --tokenizer gpt2 --out "$dir/train" "${ROOT:?}"/tests/data/corpus/*.md "$@" > /dev/null
   "$JTOK" prepare --tokenizer gpt2 --out "$dir/val" "$ROOT"/tests/data/corpus/model.md > /dev/null
 }
+
+# step_losses LOG: one line per "step" row of a run's log.jsonl, in log order: the step and its
+# loss exactly (float.hex), so two runs compare bit for bit with cmp.
+step_losses() { /usr/bin/python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    if j.get("type") == "step": print(j["step"], j["loss"].hex())' "$1"; }
