@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <algorithm>
 #include <filesystem>
+#include <utility>
 #include "core/error.h"
 #include "core/splitmix.h"
 
@@ -91,19 +92,30 @@ void DataLoader::restore(const LoaderState& s) {
   st_ = s;
 }
 
+namespace {
+// A (B, T) batch whose rows BatchRows::fill sets.
+struct BatchRows {
+  Batch b;
+  std::vector<int32_t> row;  // T + 1 tokens
+  BatchRows(int B, int T) : row(size_t(T) + 1) {
+    b.B = B;
+    b.T = T;
+    b.inputs.resize(size_t(B) * T);
+    b.targets.resize(size_t(B) * T);
+  }
+  // Row r: the T + 1 tokens of shard s from offset off; the inputs are its first T, the targets its last T.
+  void fill(const ShardSet& set, int r, size_t s, uint64_t off) {
+    set.read(s, off, row.size(), row.data());
+    std::copy(row.begin(), row.end() - 1, b.inputs.begin() + size_t(r) * b.T);
+    std::copy(row.begin() + 1, row.end(), b.targets.begin() + size_t(r) * b.T);
+  }
+};
+}  // namespace
+
 Batch DataLoader::next_batch(int B, int T) {
   if (B <= 0 || T <= 0) fail("data loader: batch shape (", B, ", ", T, ") must be positive");
-  Batch b;
-  b.B = B;
-  b.T = T;
-  b.inputs.resize(size_t(B) * T);
-  b.targets.resize(size_t(B) * T);
-  std::vector<int32_t> row(size_t(T) + 1);
-  auto emit = [&](int r, size_t s, uint64_t off) {
-    set_.read(s, off, size_t(T) + 1, row.data());
-    std::copy(row.begin(), row.end() - 1, b.inputs.begin() + size_t(r) * T);
-    std::copy(row.begin() + 1, row.end(), b.targets.begin() + size_t(r) * T);
-  };
+  BatchRows out(B, T);
+  auto emit = [&](int r, size_t s, uint64_t off) { out.fill(set_, r, s, off); };
   if (st_.mode == "random") {
     if (cum_T_ != T) {  // window starts per shard: n - T (a window needs T + 1 tokens)
       windows_cum_.assign(set_.count() + 1, 0);
@@ -135,7 +147,7 @@ Batch DataLoader::next_batch(int B, int T) {
     }
   }
   ++st_.step;
-  return b;
+  return std::move(out.b);
 }
 
 ValidationSet::ValidationSet(const std::vector<std::string>& paths, const LoaderOptions& opt, int B, int T)
@@ -147,19 +159,12 @@ ValidationSet::ValidationSet(const std::vector<std::string>& paths, const Loader
 
 Batch ValidationSet::batch(size_t i) const {
   if (i >= num_batches()) fail("validation set: batch ", i, " of ", num_batches());
-  Batch b;
-  b.B = B_;
-  b.T = T_;
-  b.inputs.resize(size_t(B_) * T_);
-  b.targets.resize(size_t(B_) * T_);
-  std::vector<int32_t> row(size_t(T_) + 1);
+  BatchRows out(B_, T_);
   for (int r = 0; r < B_; ++r) {
     auto [s, off] = windows_[i * B_ + r];
-    set_.read(s, off, size_t(T_) + 1, row.data());
-    std::copy(row.begin(), row.end() - 1, b.inputs.begin() + size_t(r) * T_);
-    std::copy(row.begin() + 1, row.end(), b.targets.begin() + size_t(r) * T_);
+    out.fill(set_, r, s, off);
   }
-  return b;
+  return std::move(out.b);
 }
 
 }  // namespace jtok
