@@ -5,12 +5,16 @@
 //    kernel) at every step: the low-precision paths agree with each other;
 //  - logits stay within the stated error of the fp32 model's, and the greedy choice agrees at
 //    nearly every step of a teacher-forced continuation;
-//  - a low-precision model refuses backward.
+//  - a low-precision model refuses backward;
+//  - MoE: the shared and routed experts are low precision in the file (routers F32), the file shrinks
+//    by exactly what its converted matrices save, and the experts alone (every other matrix fp32)
+//    move the logits, within the bound, with decode still equal to the full forward.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "infer/generate.h"
@@ -46,6 +50,7 @@ ModelConfig lowp_config(bool moe) {
     c.n_routed_experts = 4;
     c.num_experts_per_tok = 2;
     c.moe_intermediate_size = 32;
+    c.n_shared_experts = 1;
   }
   return c;
 }
@@ -70,6 +75,51 @@ std::vector<float> last_logits(const Model& m, const std::vector<int32_t>& seq) 
 
 int32_t argmax(const std::vector<float>& v) { return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin()); }
 
+// Every projection (attention, dense MLP, shared and routed experts), the embedding and the LM head
+// are in dtype t in the file; routers, norms, scalers and tables are F32. The file is the fp32 one
+// less 4 - bytes(t) per converted weight, plus int8's per-row scales (header changes aside).
+void check_moe_file(const Model& m, const Model& q, WeightDType t, const fs::path& dir) {
+  const StIndex lp = read_safetensors_index((dir / "a.safetensors").string());
+  write_safetensors((dir / "f32.safetensors").string(), weights_to_st(m));
+  const uint64_t f32_size = fs::file_size(dir / "f32.safetensors"), size = fs::file_size(dir / "a.safetensors");
+  const std::string want = t == WeightDType::bf16 ? "BF16" : "I8";
+  int64_t converted = 0, numel = 0, rows = 0, experts = 0;
+  for (const auto& p : m.layout) {
+    const bool matrix = p.name.find("_proj.weight") != std::string::npos || p.name == "model.embed_tokens.weight" ||
+                        p.name == "lm_head.weight";
+    const StEntry& e = lp.tensors.at(p.name);
+    EXPECT_EQ(e.dtype, matrix ? want : "F32") << p.name;
+    if (!matrix) continue;
+    ++converted, numel += p.numel, rows += p.shape[0];
+    experts += p.name.find("experts.") != std::string::npos;
+    if (t == WeightDType::int8) EXPECT_EQ(lp.tensors.at(lowp_scale_name(p.name)).dtype, "F32") << p.name;
+  }
+  // 2 MoE layers: 1 shared + 4 routed experts, 3 matrices each; every one loaded as low precision.
+  EXPECT_EQ(experts, 2 * 5 * 3);
+  for (size_t l = 0; l < 3; ++l) {
+    EXPECT_EQ(moe_lowp(m, l), nullptr) << "the fp32 model has no low-precision experts";
+    const MoeLowp* ml = moe_lowp(q, l);
+    if (l == 0) {  // the dense layer
+      EXPECT_EQ(ml, nullptr);
+      continue;
+    }
+    ASSERT_NE(ml, nullptr);
+    ASSERT_EQ(ml->routed.size(), 4u);
+    for (int p = 0; p < 3; ++p) {
+      EXPECT_EQ(ml->shared[p].dtype, t);
+      EXPECT_NE(ml->shared[p].data, nullptr);
+      for (const auto& e : ml->routed) EXPECT_TRUE(e[p].data && e[p].dtype == t && (t != WeightDType::int8 || e[p].scale));
+    }
+  }
+  const int64_t saved = numel * (4 - weight_dtype_bytes(t)) - (t == WeightDType::int8 ? 4 * rows : 0);
+  const int64_t header_slack = 160 * converted;  // dtype names, offsets, the scales' entries
+  std::printf("moe %s: file %llu bytes against fp32 %llu (%lld matrices, %lld experts', expected %lld fewer bytes)\n",
+              weight_dtype_name(t), static_cast<unsigned long long>(size), static_cast<unsigned long long>(f32_size),
+              static_cast<long long>(converted), static_cast<long long>(experts), static_cast<long long>(saved));
+  EXPECT_LE(static_cast<int64_t>(size), static_cast<int64_t>(f32_size) - saved + header_slack);
+  EXPECT_GE(static_cast<int64_t>(size), static_cast<int64_t>(f32_size) - saved - header_slack);
+}
+
 void check_lowp_model(bool moe, WeightDType t, double max_rel_err, int max_flips) {
   const ModelConfig c = lowp_config(moe);
   Model m = make_model(c, 7);
@@ -79,6 +129,7 @@ void check_lowp_model(bool moe, WeightDType t, double max_rel_err, int max_flips
   Model qm = export_and_load(m, t, dir / "b.safetensors", true);
   ASSERT_EQ(q.lowp.dtype, t);
   ASSERT_EQ(qm.lowp.dtype, t);
+  if (moe) check_moe_file(m, q, t, dir);
 
   // Teacher-forced along the fp32 model's greedy continuation of a prompt.
   std::vector<int32_t> seq = {3, 141, 59, 26, 53};
@@ -124,6 +175,50 @@ void check_lowp_model(bool moe, WeightDType t, double max_rel_err, int max_flips
 TEST(LowpModel, Bf16Dense) { check_lowp_model(false, WeightDType::bf16, 1.5e-2, 1); }
 TEST(LowpModel, Int8Dense) { check_lowp_model(false, WeightDType::int8, 5e-2, 3); }
 TEST(LowpModel, Int8MoeWithJTokM) { check_lowp_model(true, WeightDType::int8, 5e-2, 3); }
+TEST(LowpModel, Bf16MoeWithJTokM) { check_lowp_model(true, WeightDType::bf16, 1.5e-2, 1); }
+
+// Only the MoE experts in int8 (every other matrix put back in fp32): the logits move, so the
+// experts' low-precision kernels really run, within int8's bound; the KV-cache decode (one row per
+// expert: gemv) equals the full forward (panels + sgemm, or gemv for an expert with <= 16 rows).
+TEST(LowpModel, MoeExpertsAloneInInt8) {
+  const ModelConfig c = lowp_config(true);
+  Model m = make_model(c, 7);
+  const fs::path f = fs::temp_directory_path() / ("jtok_lowp_experts_" + std::to_string(::getpid()) + ".safetensors");
+  const StFile st = weights_to_st(m);
+  StFile st8 = st;
+  convert_to_lowp(st8, c, WeightDType::int8);
+  int experts = 0;
+  for (const std::string& name : lowp_matrix_names(c)) {
+    if (name.find("experts") != std::string::npos) {
+      ++experts;
+      continue;
+    }
+    st8.tensors[name] = st.tensors.at(name);
+    st8.tensors.erase(lowp_scale_name(name));
+  }
+  EXPECT_EQ(experts, 2 * 5 * 3);
+  write_safetensors(f.string(), st8);
+  Model q = make_model(c, 0, ModelAlloc{.init = false, .grads = false});
+  load_weights(q, read_safetensors_index(f.string()));
+  fs::remove(f);
+  ASSERT_EQ(q.lowp.dtype, WeightDType::int8);
+  for (size_t l = 0; l < 3; ++l) EXPECT_EQ(layer_matrix(q, l, Proj::q).dtype, WeightDType::f32);
+  EXPECT_EQ(head_matrix(q, c.vocab_size).dtype, WeightDType::f32);
+
+  std::vector<int32_t> seq = {3, 141, 59, 26, 53, 8, 97, 200, 11, 5, 64, 250, 7, 19, 42, 101, 33, 2, 180, 77};
+  const std::vector<float> lf = last_logits(m, seq);
+  KVCache cq;
+  std::vector<float> lq = prefill(q, cq, seq, 48);
+  const double err = rel_err(lq, lf);
+  std::printf("moe experts alone in int8: logits relative error %.2e against fp32\n", err);
+  EXPECT_GT(err, 1e-6);
+  EXPECT_LT(err, 5e-2);
+  for (int step = 0; step < 8; ++step) {
+    EXPECT_LT(rel_err(lq, last_logits(q, seq)), 1e-5) << "step " << step;
+    seq.push_back(argmax(lq));
+    lq = decode_step(q, cq, seq.back());
+  }
+}
 
 TEST(LowpModel, LoadRefusesMixedOrMisshapenMatrices) {
   const ModelConfig c = lowp_config(false);
@@ -150,5 +245,24 @@ TEST(LowpModel, LoadRefusesMixedOrMisshapenMatrices) {
   write_safetensors(f.string(), st2);
   Model q2 = make_model(c, 0, ModelAlloc{.init = false, .grads = false});
   EXPECT_THROW(load_weights(q2, read_safetensors_index(f.string())), Error);
+
+  // A MoE router stays fp32: a BF16 one is refused, by name.
+  const ModelConfig cm = lowp_config(true);
+  Model mm = make_model(cm, 3);
+  StFile st3 = weights_to_st(mm);
+  convert_to_lowp(st3, cm, WeightDType::bf16);
+  const std::string router = "model.layers.1.mlp.gate.weight";
+  const std::vector<float> rw = st3.tensors.at(router).as_f32();
+  StTensor r16{"BF16", st3.tensors.at(router).shape, std::string(rw.size() * 2, '\0')};
+  quantize_bf16(reinterpret_cast<uint16_t*>(r16.bytes.data()), rw.data(), static_cast<int64_t>(rw.size()));
+  st3.tensors[router] = r16;
+  write_safetensors(f.string(), st3);
+  Model q3 = make_model(cm, 0, ModelAlloc{.init = false, .grads = false});
+  try {
+    load_weights(q3, read_safetensors_index(f.string()));
+    ADD_FAILURE() << "a BF16 MoE router was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(router), std::string::npos) << e.what();
+  }
   fs::remove(f);
 }

@@ -146,7 +146,7 @@ static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_
     jt.mlp_out.assign(Md, 0.0f);
     if (W.moe.router) {  // MoE block (its aux loss is unused here)
       MoeActs ma;
-      moe_forward(jt.mlp_out.data(), ma, x.data(), W.moe, moe_dims(c), M);
+      moe_forward(jt.mlp_out.data(), ma, x.data(), W.moe, moe_dims(c), M, moe_lowp(m, l));
     } else {
       const LinearOut gu[2] = {{gate.data(), layer_matrix(m, l, Proj::gate)}, {up.data(), layer_matrix(m, l, Proj::up)}};
       linear_forward_lowp_multi(gu, 2, x.data(), M);

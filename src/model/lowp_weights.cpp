@@ -11,8 +11,15 @@ static const char* const kProjName[kNumProj] = {"self_attn.q_proj", "self_attn.k
                                                 "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
                                                 "mlp.down_proj"};
 
+static const char* const kExpertProjName[3] = {"gate_proj", "up_proj", "down_proj"};
+
 static std::string proj_param(int64_t layer, int p) {
   return "model.layers." + std::to_string(layer) + "." + kProjName[p] + ".weight";
+}
+// A MoE layer's expert matrix: e = -1 the shared experts, else routed expert e.
+static std::string expert_param(int64_t layer, int64_t e, int p) {
+  const std::string l = "model.layers." + std::to_string(layer) + ".mlp.";
+  return (e < 0 ? l + "shared_experts." : l + "experts." + std::to_string(e) + ".") + kExpertProjName[p] + ".weight";
 }
 
 WeightMatrix layer_matrix(const Model& m, size_t l, Proj p) {
@@ -31,6 +38,10 @@ WeightMatrix layer_matrix(const Model& m, size_t l, Proj p) {
     case Proj::down: return {WeightDType::f32, W.wd, nullptr, d, F};
   }
   return {};
+}
+
+const MoeLowp* moe_lowp(const Model& m, size_t l) {
+  return l < m.lowp.moe.size() && m.cfg.moe_on_layer(static_cast<int64_t>(l)) ? &m.lowp.moe[l] : nullptr;
 }
 
 WeightMatrix head_matrix(const Model& m, int64_t rows) {
@@ -53,23 +64,59 @@ void embed_rows(const Model& m, float* out, const int32_t* ids, int64_t N) {
 std::set<std::string> lowp_matrix_names(const ModelConfig& c) {
   std::set<std::string> names = {"model.embed_tokens.weight"};
   if (!c.tie_word_embeddings) names.insert("lm_head.weight");
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     for (int p = 0; p < kNumProj; ++p)
       if (p < 4 || !c.moe_on_layer(l)) names.insert(proj_param(l, p));
+    if (!c.moe_on_layer(l)) continue;
+    for (int64_t e = c.shared_intermediate() > 0 ? -1 : 0; e < c.n_routed_experts; ++e)
+      for (int p = 0; p < 3; ++p) names.insert(expert_param(l, e, p));
+  }
   return names;
 }
 
 std::string lowp_scale_name(const std::string& name) { return name + "_scale"; }
 
-// The matrix `name` is: which slot of m.lowp it fills.
+// The slot of m.lowp that matrix `name` fills, or null when `name` is not one of
+// lowp_matrix_names(m.cfg) (parsed, not looked up: a MoE model has thousands of expert matrices).
 static WeightMatrix* lowp_slot(Model& m, const std::string& name) {
   auto& lw = m.lowp;
-  if (lw.layers.empty()) lw.layers.resize(static_cast<size_t>(m.cfg.num_hidden_layers));
+  const ModelConfig& c = m.cfg;
+  const size_t L = static_cast<size_t>(c.num_hidden_layers);
+  if (lw.layers.empty()) lw.layers.resize(L);
+  if (lw.moe.empty()) lw.moe.resize(L);
   if (name == "model.embed_tokens.weight") return &lw.embed;
-  if (name == "lm_head.weight") return &lw.lm_head;
-  for (int64_t l = 0; l < m.cfg.num_hidden_layers; ++l)
-    for (int p = 0; p < kNumProj; ++p)
-      if (name == proj_param(l, p)) return &lw.layers[static_cast<size_t>(l)][p];
+  if (name == "lm_head.weight") return c.tie_word_embeddings ? nullptr : &lw.lm_head;
+  // "model.layers.<l>.<rest>": the digits, then rebuilt and compared, so "01" or "+1" match nothing.
+  auto number = [&](size_t& pos, int64_t& v) {
+    size_t end = pos;
+    while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+    if (end == pos || end - pos > 9 || name.size() <= end || name[end] != '.') return false;
+    v = std::stoll(name.substr(pos, end - pos));
+    pos = end + 1;
+    return true;
+  };
+  const std::string pre = "model.layers.";
+  size_t pos = pre.size();
+  int64_t l = 0;
+  if (name.compare(0, pre.size(), pre) != 0 || !number(pos, l) || l >= c.num_hidden_layers) return nullptr;
+  for (int p = 0; p < kNumProj; ++p)
+    if ((p < 4 || !c.moe_on_layer(l)) && name == proj_param(l, p)) return &lw.layers[static_cast<size_t>(l)][p];
+  if (!c.moe_on_layer(l)) return nullptr;
+  MoeLowp& ml = lw.moe[static_cast<size_t>(l)];
+  int64_t e = -1;
+  const std::string routed = pre + std::to_string(l) + ".mlp.experts.";
+  if (name.compare(0, routed.size(), routed) == 0) {
+    pos = routed.size();
+    if (!number(pos, e) || e >= c.n_routed_experts) return nullptr;
+  } else if (c.shared_intermediate() == 0) {
+    return nullptr;
+  }
+  for (int p = 0; p < 3; ++p) {
+    if (name != expert_param(l, e, p)) continue;
+    if (e < 0) return &ml.shared[p];
+    if (ml.routed.empty()) ml.routed.resize(static_cast<size_t>(c.n_routed_experts));
+    return &ml.routed[static_cast<size_t>(e)][p];
+  }
   return nullptr;
 }
 
@@ -82,8 +129,10 @@ bool take_lowp_matrix(Model& m, const StIndex& idx, const std::string& name, con
   if (t.dtype == "BF16") dt = WeightDType::bf16;
   else if (t.dtype == "I8") dt = WeightDType::int8;
   else return false;  // the caller's F32 check names the dtype
-  WeightMatrix* slot = lowp_matrix_names(m.cfg).count(name) ? lowp_slot(m, name) : nullptr;
-  if (!slot) fail(idx.path, ": tensor ", name, " is ", t.dtype, "; only the attention / MLP projections, embedding and LM head may be low precision");
+  WeightMatrix* slot = lowp_slot(m, name);
+  if (!slot)
+    fail(idx.path, ": tensor ", name, " is ", t.dtype,
+         "; only the attention / MLP projections, MoE experts, embedding and LM head may be low precision");
   if (t.shape != shape || shape.size() != 2)
     fail(idx.path, ": tensor ", name, " has the wrong shape for the config");
   if (m.lowp.any() && m.lowp.dtype != dt)

@@ -1,10 +1,12 @@
 // Low-precision (bf16 / int8) backbone matrices for inference (ops/lowp_linear.h), as written by
 // `jtok export --weight-dtype` (docs/formats.md "Low-precision weights"): the attention and dense
-// MLP projections, the embedding and the LM head. Norms, scalers, routers, MoE experts and the token
-// tables keep their own dtype. A model holding them is forward-only: training refuses it.
+// MLP projections, the MoE layers' shared and routed experts, the embedding and the LM head. Norms,
+// scalers, routers (JTok-M's and MoE's) and the token tables keep their own dtype. A model holding
+// them is forward-only: training refuses it.
 //
-// The forward reads every matrix through layer_matrix / head_matrix / embed_rows, which return
-// the low-precision matrix where the model has one and a view of the fp32 parameter otherwise.
+// The forward reads every matrix through layer_matrix / moe_lowp (model/moe.h's moe_matrix) /
+// head_matrix / embed_rows, which return the low-precision matrix where the model has one and a view
+// of the fp32 parameter otherwise.
 #pragma once
 #include <array>
 #include <memory>
@@ -14,6 +16,7 @@
 
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
+#include "model/moe.h"
 #include "ops/lowp_linear.h"
 
 namespace jtok {
@@ -27,12 +30,15 @@ constexpr int kNumProj = 7;
 struct LowpWeights {
   WeightDType dtype = WeightDType::f32;  // f32: none (the forward reads m.w)
   std::vector<std::array<WeightMatrix, kNumProj>> layers;  // data null: that matrix is fp32
+  std::vector<MoeLowp> moe;  // per layer: MoE layers' experts (dense layers' stay empty)
   WeightMatrix embed, lm_head;
   std::vector<std::shared_ptr<const void>> keep;  // owners of the bytes (buffers, or the mapped file)
   bool any() const { return dtype != WeightDType::f32; }
 };
 
 WeightMatrix layer_matrix(const Model& m, size_t layer, Proj p);
+// MoE layer `layer`'s low-precision experts for moe_forward, or null (none: all fp32).
+const MoeLowp* moe_lowp(const Model& m, size_t layer);
 // The LM head's first `rows` rows (the real vocabulary, or all padded_vocab rows).
 WeightMatrix head_matrix(const Model& m, int64_t rows);
 // out (N, d) = the embedding rows of ids (dequantised where low precision).

@@ -37,7 +37,44 @@ void resize(std::vector<float>& v, int64_t n) { v.resize(static_cast<size_t>(n))
 
 }  // namespace
 
-void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, const MoeDims& m, int64_t N) {
+WeightMatrix moe_matrix(const MoeWeights& w, const MoeDims& m, const MoeLowp* lp, int64_t e, ExpertProj p) {
+  const int i = static_cast<int>(p);
+  if (lp) {
+    const WeightMatrix* q = e < 0 ? &lp->shared[i] : e < static_cast<int64_t>(lp->routed.size()) ? &lp->routed[e][i] : nullptr;
+    if (q && q->data) return *q;
+  }
+  const int64_t d = m.d, F = e < 0 ? m.S : m.F;
+  const float* W = e < 0 ? (p == ExpertProj::gate ? w.sg : p == ExpertProj::up ? w.su : w.sd)
+                         : (p == ExpertProj::gate ? expert_gate(w, m, e) : p == ExpertProj::up ? expert_up(w, m, e) : expert_down(w, m, e));
+  return p == ExpertProj::down ? WeightMatrix{WeightDType::f32, W, nullptr, d, F} : WeightMatrix{WeightDType::f32, W, nullptr, F, d};
+}
+
+namespace {
+
+// out (N, w.rows) (+)= inp @ w^T. fp32: the training path's own calls (linear_forward; gemm to
+// accumulate), so its numerics do not depend on the low-precision kernels.
+void expert_linear(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate) {
+  if (w.dtype != WeightDType::f32) return linear_forward_lowp(out, inp, w, N, accumulate);
+  const float* W = static_cast<const float*>(w.data);
+  if (accumulate) gemm(false, true, N, w.rows, w.cols, 1.0f, inp, w.cols, W, w.cols, 1.0f, out, w.rows);
+  else linear_forward(out, inp, W, N, w.cols, w.rows);
+}
+
+// Gate and up of one input block: one pass of the low-precision kernels when both are (the input
+// quantised once), else one call each.
+void expert_gate_up(float* g, float* u, const float* inp, const WeightMatrix& wg, const WeightMatrix& wu, int64_t N) {
+  if (wg.dtype != WeightDType::f32 && wu.dtype != WeightDType::f32) {
+    const LinearOut gu[2] = {{g, wg}, {u, wu}};
+    return linear_forward_lowp_multi(gu, 2, inp, N);
+  }
+  expert_linear(g, inp, wg, N, false);
+  expert_linear(u, inp, wu, N, false);
+}
+
+}  // namespace
+
+void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, const MoeDims& m, int64_t N,
+                 const MoeLowp* lp) {
   const int64_t d = m.d, E = m.E, K = m.K, F = m.F, S = m.S, NK = N * K;
   resize(a.probs, N * E);
   a.topi.resize(static_cast<size_t>(NK));
@@ -74,25 +111,24 @@ void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, co
   resize(a.xg, NK * d); resize(a.g, NK * F); resize(a.u, NK * F); resize(a.act, NK * F); resize(a.eo, NK * d);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < NK; ++r) std::memcpy(&a.xg[r * d], x + (a.slot_of[r] / K) * d, sizeof(float) * d);
+  auto mat = [&](int64_t e, ExpertProj p) { return moe_matrix(w, m, lp, e, p); };
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], ne = a.offsets[e + 1] - r0;
     if (ne == 0) continue;
-    linear_forward(&a.g[r0 * F], &a.xg[r0 * d], expert_gate(w, m, e), ne, d, F);
-    linear_forward(&a.u[r0 * F], &a.xg[r0 * d], expert_up(w, m, e), ne, d, F);
+    expert_gate_up(&a.g[r0 * F], &a.u[r0 * F], &a.xg[r0 * d], mat(e, ExpertProj::gate), mat(e, ExpertProj::up), ne);
   }
   swiglu_forward(a.act.data(), a.g.data(), a.u.data(), NK * F);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], ne = a.offsets[e + 1] - r0;
     if (ne == 0) continue;
-    linear_forward(&a.eo[r0 * d], &a.act[r0 * F], expert_down(w, m, e), ne, F, d);
+    expert_linear(&a.eo[r0 * d], &a.act[r0 * F], mat(e, ExpertProj::down), ne, false);
   }
   // Shared experts: one SwiGLU of width S over every position, accumulated onto out.
   if (S > 0) {
     resize(a.sg, N * S); resize(a.su, N * S); resize(a.sact, N * S);
-    linear_forward(a.sg.data(), x, w.sg, N, d, S);
-    linear_forward(a.su.data(), x, w.su, N, d, S);
+    expert_gate_up(a.sg.data(), a.su.data(), x, mat(-1, ExpertProj::gate), mat(-1, ExpertProj::up), N);
     swiglu_forward(a.sact.data(), a.sg.data(), a.su.data(), N * S);
-    gemm(false, true, N, d, S, 1.0f, a.sact.data(), S, w.sd, S, 1.0f, out, d);
+    expert_linear(out, a.sact.data(), mat(-1, ExpertProj::down), N, /*accumulate=*/true);
   }
   // Scatter back, weighted; per position, so no two threads write one row.
 #pragma omp parallel for schedule(static)

@@ -6,11 +6,17 @@
 // The fast path groups the routed slots by expert (counting sort), gathers each expert's tokens
 // into one contiguous block and runs one GEMM per expert and projection; the reference works
 // token by token in double.
+//
+// Inference copies (`jtok export --weight-dtype`) may hold the experts in bf16 / int8 (MoeLowp):
+// moe_forward reads every expert matrix through moe_matrix and multiplies low-precision ones with
+// linear_forward_lowp; fp32 matrices take the very calls of the training path (linear_forward, gemm).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <vector>
 
 #include "model/config.h"
+#include "ops/lowp_linear.h"
 
 namespace jtok {
 
@@ -33,6 +39,17 @@ inline float* expert_gate(const MoeWeights& w, const MoeDims& m, int64_t e) { re
 inline float* expert_up(const MoeWeights& w, const MoeDims& m, int64_t e) { return expert_gate(w, m, e) + m.F * m.d; }
 inline float* expert_down(const MoeWeights& w, const MoeDims& m, int64_t e) { return expert_gate(w, m, e) + 2 * m.F * m.d; }
 
+// Inference-only low-precision experts of one MoE block (model/lowp_weights.h); a matrix whose data
+// is null is read from the fp32 MoeWeights. The router is never low precision.
+enum class ExpertProj { gate, up, down };
+struct MoeLowp {
+  std::array<WeightMatrix, 3> shared;              // gate (S,d), up (S,d), down (d,S)
+  std::vector<std::array<WeightMatrix, 3>> routed;  // per routed expert (empty: all fp32)
+};
+// The matrix the forward multiplies for expert e (-1: the shared experts) and projection p: lp's
+// where it has one, else a view of w's fp32 tensor.
+WeightMatrix moe_matrix(const MoeWeights& w, const MoeDims& m, const MoeLowp* lp, int64_t e, ExpertProj p);
+
 // What the backward needs, for N positions. A "slot" is (position n, choice j), index n*K + j;
 // a "row" is a slot's place in the expert-grouped block.
 struct MoeActs {
@@ -51,8 +68,10 @@ struct MoeScratch {
   std::vector<float> deo, dact, dg, du, dxg, dprobs, dsact, dsg, dsu;
 };
 
-// out (N,d) += shared(x) + sum_j topw[n,j] * expert_{topi[n,j]}(x_n); x (N,d). Sets a.aux.
-void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, const MoeDims& m, int64_t N);
+// out (N,d) += shared(x) + sum_j topw[n,j] * expert_{topi[n,j]}(x_n); x (N,d). Sets a.aux. lp: the
+// block's low-precision experts (inference only; null, as in training: all fp32).
+void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, const MoeDims& m, int64_t N,
+                 const MoeLowp* lp = nullptr);
 // From dout = dL/d(block output) (N,d): dx (N,d) += dL/dx, g += weight gradients. aux_grad is
 // dL/d(a.aux) (the loss's weight on this block's aux term; 0 ignores the aux loss).
 void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* dout, const float* x, const MoeActs& a,

@@ -302,7 +302,7 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
     else std::memcpy(h_next, L.h_mid.data(), sizeof(float) * N * d);
     if (W.moe.router) {
       JTOK_PROFILE("moe_fwd");
-      moe_forward(upd, L.moe, L.m.data(), W.moe, md, N);
+      moe_forward(upd, L.moe, L.m.data(), W.moe, md, N, moe_lowp(m, l));
       aux += L.moe.aux;
     } else {
       {
