@@ -105,7 +105,7 @@ void setup(CLI::App* sub) {
   sub->add_option("--table-dtype", args.table_dtype, "jtok: token-table storage: f32, bf16, or int8 (per-row scale)")
       ->check(CLI::IsMember({"f32", "bf16", "int8"}));
   sub->add_option("--weight-dtype", args.weight_dtype,
-                  "jtok: dtype of the attention / MLP projections, embedding and LM head: f32, bf16, or int8 "
+                  "jtok: dtype of the attention / MLP projections, MoE experts, embedding and LM head: f32, bf16, or int8 "
                   "(symmetric, one scale per output row); inference only")
       ->check(CLI::IsMember({"f32", "bf16", "int8"}));
   sub->add_option("--dtype", args.dtype, "gguf: type of the 2-D weights (norms stay f32): f32, f16, or q8_0 (llama.cpp's 8-bit blocks of 32)")
