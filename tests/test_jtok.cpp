@@ -1,6 +1,7 @@
 // JTok: deduplication, the gate's fast path against its per-position reference, finite
 // differences through the gate, and the table AdamW's dense semantics.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +13,7 @@
 
 #include "op_test_util.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "model/jtok.h"
 #include "model/token_table.h"
 
@@ -50,6 +52,39 @@ TEST(Dedup, UniqueSortedInverseAndPositions) {
     for (int32_t i = rb.offsets[u]; i < rb.offsets[u + 1]; ++i) EXPECT_EQ(ids[rb.order[i]], rb.unique[u]);
   EXPECT_EQ(rb.offsets[2] - rb.offsets[1], 3);  // id 3 at three positions
   EXPECT_THROW(dedup_ids(ids.data(), 7, 9), std::exception);  // id 9 outside 9 rows
+}
+
+// A decoding step gathers one row per sequence: an OpenMP fork/join per JTok layer cost far more
+// than the rows (11 % of batch-1 decode on 2 threads). Below kParallelMin elements the gather runs
+// on the calling thread; a training micro-batch's stays parallel. Either way the rows are the
+// reference's.
+TEST(TokenTableGather, DecodingStepIsSerialTrainingBatchIsParallel) {
+  const int64_t V = 300, d = 768;
+  TokenTable E = TokenTable::in_ram(V, d, randn(V * d, 11, 0.5f));
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  for (int64_t N : {int64_t{1}, int64_t{16}, int64_t{64}}) {
+    std::vector<int32_t> ids(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; ++n) ids[n] = static_cast<int32_t>((n * 37) % V);
+    RowBatch rb = dedup_ids(ids.data(), N, V);
+    const int64_t U = static_cast<int64_t>(rb.unique.size());
+    ASSERT_EQ(U, N);
+    std::vector<int> in_parallel(static_cast<size_t>(U), -1);
+    RowSync sync = [&](int64_t, int64_t row) {
+      for (int64_t u = 0; u < U; ++u)
+        if (rb.unique[u] == row) in_parallel[u] = omp_in_parallel() ? 1 : 0;
+    };
+    JTokActs a;
+    jtok_prepare(a, E, rb, 1e-6f, true, sync, 0);
+    std::vector<float> ref(static_cast<size_t>(U * d));
+    gather_unique_rows_ref(ref.data(), E, rb);
+    EXPECT_EQ(a.rows, ref) << "N " << N;
+    const int expect = U * d >= kParallelMin ? 1 : 0;
+    for (int64_t u = 0; u < U; ++u) EXPECT_EQ(in_parallel[u], expect) << "N " << N << " row " << u;
+  }
+  EXPECT_LT(16 * d, kParallelMin);  // batch-16 decoding at config b's width stays serial
+  EXPECT_GE(64 * d, kParallelMin);
+  omp_set_num_threads(saved);
 }
 
 TEST(TokenTableView, ReadOnlyViewGathersLikeRamAndRefusesWrites) {

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "core/parallel.h"
+
 namespace jtok {
 
 void jtok_prepare(JTokActs& a, const TokenTable& E, const RowBatch& rb, float eps, bool norm, const RowSync& sync,
@@ -14,7 +16,9 @@ void jtok_prepare(JTokActs& a, const TokenTable& E, const RowBatch& rb, float ep
   a.inv_norm.resize(static_cast<size_t>(U));
   if (provider) provider->rows(a.rows.data(), table, rb);
   else gather_unique_rows(a.rows.data(), E, rb, sync, table);
-#pragma omp parallel for schedule(static)
+  // A decoding step has one row per sequence: serial (kParallelMin), as each element's value does
+  // not depend on the thread that computes it.
+#pragma omp parallel for schedule(static) if (U * d >= kParallelMin)
   for (int64_t u = 0; u < U; ++u) {
     const float* e = a.rows.data() + u * d;
     float ss = 0.0f;
@@ -30,7 +34,7 @@ void jtok_prepare(JTokActs& a, const TokenTable& E, const RowBatch& rb, float ep
 
 void jtok_forward(float* h_next, const float* h_mid, const JTokActs& a, const float* s, const RowBatch& rb, int64_t N,
                   int64_t d) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * d >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float* ne = a.nrows.data() + static_cast<int64_t>(rb.inverse[n]) * d;
     const float* mo = a.mlp_out.data() + n * d;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/parallel.h"
 #include "model/top_k.h"
 #include "ops/linear.h"
 
@@ -44,14 +45,14 @@ static void gather_and_mix(JTokMActs& A, const TokenTable* E, const RowBatch& rb
   }
   const int64_t S = static_cast<int64_t>(A.slot_u.size());
   A.rows.resize(static_cast<size_t>(S * d));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (S * d >= kParallelMin)  // a decoding step's few rows: serial
   for (int64_t q = 0; q < S; ++q) {
     const TokenTable& t = E[A.slot_table[q]];
     if (sync) sync(table_base + A.slot_table[q], rb.unique[A.slot_u[q]]);
     t.read_row(rb.unique[A.slot_u[q]], A.rows.data() + q * d);  // f32, whatever the table's dtype
   }
   // Mix.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * d >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const int64_t u = rb.inverse[n];
     float* e = A.e.data() + n * d;
@@ -74,7 +75,7 @@ void jtokm_route(JTokMActs& A, const float* a, const float* R, const RowBatch& r
   A.w.resize(static_cast<size_t>(N * K));
   // Router: g (N, n_e) = a (N,d) @ R^T.
   gemm(false, true, N, ne, d, 1.0f, a, d, R, d, 0.0f, A.logits.data(), ne);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * d >= kParallelMin)  // as the gemm's rows: serial when decoding
   for (int64_t n = 0; n < N; ++n) {
     const float* g = A.logits.data() + n * ne;
     float* sg = A.sig.data() + n * ne;
@@ -124,7 +125,7 @@ void jtokm_mix_inject(float* h_next, JTokMActs& A, const float* s, const TokenTa
     gather_and_mix(A, E, rb, N, d, hp, sync, table_base);
   }
   // Normalise, inject.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * d >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float* e = A.e.data() + n * d;
     float ss = 0.0f;

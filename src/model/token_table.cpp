@@ -211,7 +211,7 @@ int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n) {
 
 void gather_unique_rows(float* out, const TokenTable& t, const RowBatch& rb, const RowSync& sync, int64_t table) {
   const int64_t U = static_cast<int64_t>(rb.unique.size()), d = t.dim;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (U * d >= kParallelMin)  // a decoding step's few rows: serial
   for (int64_t u = 0; u < U; ++u) {
     if (sync) sync(table, rb.unique[u]);
     t.read_row(rb.unique[u], out + u * d);
