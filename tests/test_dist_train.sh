@@ -248,11 +248,21 @@ done
 # The victim is rank 1: rank 0 writes COMPLETE and only then returns from the checkpoint, so rank 1
 # has been waiting for it since the checkpoint's last barrier; stopping rank 0 there could leave its
 # heartbeat fresh when rank 1's timeout fires on a loaded machine (it was seen once: "busy outside MPI").
+# Look for up to 10 s (a loaded machine can be slow to show the children); if it fails, say what
+# mpirun and its children were doing (a helper saw this fail twice under load 8-10, not since).
 victim=""
-for c in $(ps -o pid= --ppid $mp); do
-  if [ "$(tr '\0' '\n' < /proc/$c/environ | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')" = 1 ]; then victim=$c; fi
+for _ in $(seq 100); do
+  for c in $(ps -o pid= --ppid $mp); do
+    if [ "$(tr '\0' '\n' < /proc/$c/environ 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')" = 1 ]; then victim=$c; fi
+  done
+  [ -z "$victim" ] || break
+  kill -0 $mp 2>/dev/null || break
+  sleep 0.1
 done
-[ -n "$victim" ] || { echo "FAIL: no rank 1 process under mpirun $mp"; exit 1; }
+if [ -z "$victim" ]; then
+  echo "FAIL: no rank 1 process under mpirun $mp (mpirun $(kill -0 $mp 2>/dev/null && echo alive || echo gone)); processes:"
+  ps -eo pid,ppid,stat,args | grep -E "mpirun|jtok" | grep -v grep; cat "$T/hung.out"; exit 1
+fi
 vrank=1
 kill -STOP $victim
 start=$SECONDS
