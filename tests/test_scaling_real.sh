@@ -56,7 +56,10 @@ for r in rows:
     assert vals and vals[-1]["step"] == p["steps"] == res["val_step"] == res["last_step"], (r, vals[-1:], res)
     assert float(r["loss"]) == vals[-1]["val_loss"] == res["loss"], (r, vals[-1])
     loss = float(r["loss"])
-    assert math.isfinite(loss) and 0 < loss < math.log(50257), r  # below the uniform guess of an untrained model
+    # Below the uniform guess of an untrained model; a run of 1-3 steps (the smallest budget under
+    # the sanitizer build) has barely moved from its initialisation and may sit a hair above it
+    # (10.8263 against ln 50257 = 10.8249 on the frozen corpus), so it only has to be near it.
+    assert math.isfinite(loss) and 0 < loss < math.log(50257) + (0.1 if p["steps"] < 4 else 0), r
     # N_n of +JTok: one (Vp, d) table per layer, Vp = 50304.
     cfg = json.load(open(f"runs/{r['run_id']}/config.json"))
     assert int(r["n_n"]) == cfg["num_hidden_layers"] * 50304 * cfg["hidden_size"], r
