@@ -17,17 +17,26 @@
 KL_COLUMNS="config,variant,seed,steps,weight_dtype,table_dtype,val_batches,positions,top1_agreement,kl_mean,kl_max,dlogp_mean,dlogp_abs_mean,dlogp_abs_max,commit"
 EXPORT_COLUMNS="config,variant,seed,steps,weight_dtype,table_dtype,val_loss,val_loss_f32,delta,greedy_same,greedy_total,file_mb,file_mb_f32,commit"
 
+# has_row CSV KEY NFIELDS: true when the CSV has a row whose first NFIELDS fields are KEY.
+has_row() { [ -f "$1" ] && cut -d, -f1-"$3" "$1" | grep -qxF -- "$2"; }
+
+# make_export SRC_DIR WEIGHT_DT TABLE_DT OUT_DIR: `jtok export` of SRC_DIR into OUT_DIR.
+make_export() {
+  local src=$1 wdt=$2 tdt=$3 out=$4
+  rm -rf "$out"
+  "$JTOK" export --checkpoint "$src" --weight-dtype "$wdt" --table-dtype "$tdt" --out "$out" > "$out.export.out" 2>&1 ||
+    { echo "study_lowp: export failed, see $out.export.out" >&2; return 1; }
+}
+
 # export_row SRC_DIR VARIANT SEED STEPS WEIGHT_DT TABLE_DT OUT_DIR: exports, evaluates, compares
 # greedy tokens with the fp32 source and appends a row to $EXPORT_CSV unless it is there.
 export_row() {
   local src=$1 variant=$2 seed=$3 steps=$4 wdt=$5 tdt=$6 out=$7
   local key="configs/exp_jtok.json,$variant,$seed,$steps,$wdt,$tdt"
-  if [ -f "$EXPORT_CSV" ] && cut -d, -f1-6 "$EXPORT_CSV" | grep -qxF -- "$key"; then
+  if has_row "$EXPORT_CSV" "$key" 6; then
     echo "study_lowp: export $key is in $EXPORT_CSV, skipping"; return 0
   fi
-  rm -rf "$out"
-  "$JTOK" export --checkpoint "$src" --weight-dtype "$wdt" --table-dtype "$tdt" --out "$out" > "$out.export.out" 2>&1 ||
-    { echo "study_lowp: export failed, see $out.export.out" >&2; return 1; }
+  make_export "$src" "$wdt" "$tdt" "$out" || return 1
   [ -f "$src.eval.json" ] || "$JTOK" eval --checkpoint "$src" --json --no-blimp > "$src.eval.json"
   "$JTOK" eval --checkpoint "$out" --json --no-blimp > "$out.eval.json" || return 1
   local same=0 total=0 p out_dir; out_dir=$(dirname "$out")
@@ -61,11 +70,7 @@ l = json.load(open(out + ".eval.json"))["val_loss"]
 print(f"{key},{l:.6f},{l32:.6f},{l - l32:+.2e},{same},{total},{mb(out):.1f},{mb(ckpt(src)):.1f},{commit}")
 PY
 ) || return 1
-  (
-    flock 9
-    [ -f "$EXPORT_CSV" ] || echo "$EXPORT_COLUMNS" > "$EXPORT_CSV"
-    cp "$EXPORT_CSV" "$EXPORT_CSV.tmp" && echo "$row" >> "$EXPORT_CSV.tmp" && sync "$EXPORT_CSV.tmp" && mv "$EXPORT_CSV.tmp" "$EXPORT_CSV"
-  ) 9> runs/.study.lock
+  STUDY_COLUMNS=$EXPORT_COLUMNS STUDY_EXTRA_COLUMNS="" study_append "$EXPORT_CSV" "$row"
   echo "study_lowp: row -> $EXPORT_CSV: $row"
   rm -rf "$out"  # the numbers are kept; the copy is cheap to make again
 }
@@ -75,12 +80,10 @@ PY
 kl_row() {
   local src=$1 variant=$2 seed=$3 steps=$4 wdt=$5 tdt=$6 out=$7 nb=$8
   local key="configs/exp_jtok.json,$variant,$seed,$steps,$wdt,$tdt,$nb"
-  if [ -f "$KL_CSV" ] && cut -d, -f1-7 "$KL_CSV" | grep -qxF -- "$key"; then
+  if has_row "$KL_CSV" "$key" 7; then
     echo "study_lowp: kl $key is in $KL_CSV, skipping"; return 0
   fi
-  rm -rf "$out"
-  "$JTOK" export --checkpoint "$src" --weight-dtype "$wdt" --table-dtype "$tdt" --out "$out" > "$out.export.out" 2>&1 ||
-    { echo "study_lowp: export failed, see $out.export.out" >&2; return 1; }
+  make_export "$src" "$wdt" "$tdt" "$out" || return 1
   "$JTOK" eval --checkpoint "$out" --reference "$src" --val-batches "$nb" --json --no-blimp > "$out.kl.json" || return 1
   local row
   row=$("$PY" - "$out.kl.json" "$key" "$STUDY_COMMIT" <<'PY'
@@ -90,11 +93,7 @@ print(f"{sys.argv[2]},{r['positions']},{r['top1_agreement']:.6f},{r['kl_mean']:.
       f"{r['dlogp_mean']:+.4e},{r['dlogp_abs_mean']:.4e},{r['dlogp_abs_max']:.4e},{sys.argv[3]}")
 PY
 ) || return 1
-  (
-    flock 9
-    [ -f "$KL_CSV" ] || echo "$KL_COLUMNS" > "$KL_CSV"
-    cp "$KL_CSV" "$KL_CSV.tmp" && echo "$row" >> "$KL_CSV.tmp" && sync "$KL_CSV.tmp" && mv "$KL_CSV.tmp" "$KL_CSV"
-  ) 9> runs/.study.lock
+  STUDY_COLUMNS=$KL_COLUMNS STUDY_EXTRA_COLUMNS="" study_append "$KL_CSV" "$row"
   echo "study_lowp: row -> $KL_CSV: $row"
   rm -rf "$out"
 }
