@@ -6,9 +6,8 @@ set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 cd "$T"
-mkdir -p data
-"$JTOK" prepare --tokenizer gpt2 --out data/train "$ROOT"/tests/data/corpus/model.md "$ROOT"/tests/data/corpus/jtok.md > /dev/null
-"$JTOK" prepare --tokenizer gpt2 --out data/val "$ROOT"/tests/data/corpus/data.md > /dev/null
+source "$ROOT/tests/lib/tiny_run.sh"
+prepare_heldout_corpus data
 common='"vocab_size": 50257, "hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1,
   "intermediate_size": 32, "max_position_embeddings": 32, "seq_len": 32, "micro_batch_size": 2, "max_steps": 100,
   "learning_rate": 3e-3, "eval_interval": 100, "eval_batches": 1, "checkpoint_interval": 100, "keep_checkpoints": 1,

@@ -7,9 +7,8 @@ set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 cd "$T"
-mkdir -p data
-"$JTOK" prepare --tokenizer gpt2 --out data/train "$ROOT"/tests/data/corpus/model.md "$ROOT"/tests/data/corpus/jtok.md > /dev/null
-"$JTOK" prepare --tokenizer gpt2 --out data/val "$ROOT"/tests/data/corpus/data.md > /dev/null
+source "$ROOT/tests/lib/tiny_run.sh"
+prepare_heldout_corpus data
 cat > cfg.json <<JSON
 { "vocab_size": 50257, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
   "num_key_value_heads": 1, "intermediate_size": 32, "max_position_embeddings": 32,

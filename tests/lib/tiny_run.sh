@@ -12,6 +12,16 @@ prepare_tiny_corpus() {
   "$JTOK" prepare --tokenizer gpt2 --out "$dir/val" "$ROOT"/tests/data/corpus/model.md > /dev/null
 }
 
+# prepare_heldout_corpus DIR: shards DIR/train (tests/data/corpus/model.md and jtok.md) and DIR/val
+# (tests/data/corpus/data.md, held out): the smaller corpus of the study-script tests.
+prepare_heldout_corpus() {
+  local dir=${1:?prepare_heldout_corpus: no output directory}
+  mkdir -p "$dir"
+  "${JTOK:?}" prepare --tokenizer gpt2 --out "$dir/train" "${ROOT:?}"/tests/data/corpus/model.md \
+    "$ROOT"/tests/data/corpus/jtok.md > /dev/null
+  "$JTOK" prepare --tokenizer gpt2 --out "$dir/val" "$ROOT"/tests/data/corpus/data.md > /dev/null
+}
+
 # step_losses LOG: one line per "step" row of a run's log.jsonl, in log order: the step and its
 # loss exactly (float.hex), so two runs compare bit for bit with cmp.
 step_losses() { /usr/bin/python3 -c '
