@@ -5,6 +5,9 @@
 # copies the input that caused it into tests/fuzz/corpus/<target>/ as a regression input: commit it
 # with the fix, and the normal test suite (ctest: fuzz_<target>_corpus) runs it from then on.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
+# JTOK_FUZZ_SEED=N fixes libFuzzer's seed (scripts/test.sh, i.e. CI, uses 1, so a CI run explores the
+# inputs it explored before rather than failing on a fresh discovery unrelated to the change under
+# test); unset, each run draws a new seed: use that, for minutes, to look for new bugs.
 # Needs clang-14 and libfuzzer-14-dev (scripts/setup.sh installs them). Build: build-fuzz/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +28,7 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 failed=0
 for t in "${TARGETS[@]}"; do
   mkdir -p "$work/$t/new" "$work/$t/artifacts"
-  if build-fuzz/"$t" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+  if build-fuzz/"$t" -max_total_time="$SECS" -seed="${JTOK_FUZZ_SEED:-0}" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
        -artifact_prefix="$work/$t/artifacts/" "$work/$t/new" "tests/fuzz/corpus/$t" > "$work/$t/log" 2>&1; then
     runs=$(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$work/$t/log" | grep -o '[0-9]*$')
     # libFuzzer's INITED / DONE lines: coverage and corpus (inputs/bytes) before and after.

@@ -64,6 +64,15 @@ TEST(Plan, GridRowsFollowDEqualsCOver6Nc) {
   EXPECT_EQ(q.rows[5].run_id, p.rows[5].run_id);
   EXPECT_EQ(q.rows[5].steps, p.rows[5].steps);
   EXPECT_EQ(q.rows[5].overrides, p.rows[5].overrides);
+  // An integer field given as a float is named, not converted (1e300 -> int64 is undefined).
+  nlohmann::json bad = to_json(p);
+  bad["rows"][3]["steps"] = 1e300;
+  try {
+    plan_from_json(bad, "plan.json");
+    FAIL() << "a float step count was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("plan.json: field 'steps' must be an integer"), std::string::npos) << e.what();
+  }
 }
 
 // MoE family: N_c counts the activated experts only (as `jtok flops` does), so D = C / (6 N_c)
@@ -163,6 +172,8 @@ TEST(TrainLog, LastValLossAndTornLine) {
   EXPECT_EQ(s.val_step, 20);
   EXPECT_DOUBLE_EQ(s.train_loss, 4.1);
   EXPECT_EQ(s.last_step, 20);
+  write_file_atomic(p, "{\"step\": 3, \"loss\": 5.0}\n{\"step\": 1e300, \"loss\": 4.0}\n");  // a float step is not a step
+  EXPECT_EQ(read_train_log(p).last_step, 3);
   write_file_atomic(p, "{\"step\": 0, \"loss\": 5.0}\nnot json\n{\"step\": 1, \"val_loss\": 4.0}\n");
   try {
     read_train_log(p);

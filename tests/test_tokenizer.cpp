@@ -87,3 +87,24 @@ TEST(Tokenizer, MissingOrCorruptFilesNameTheFile) {
   expect_error([&] { Tokenizer::load("bert"); }, {"bert"});
   fs::remove_all(d);
 }
+
+// A Qwen3 tokenizer.json whose token ids are floats, negative or huge: each named in a clear error
+// (the fuzzer found a float id 5.6e101 converted to size_t, undefined behaviour).
+TEST(Tokenizer, Qwen3BadTokenIdsAreNamed) {
+  const char* root = std::getenv("JTOK_ROOT");
+  ASSERT_NE(root, nullptr) << "JTOK_ROOT (set by ctest) names the source tree";
+  const fs::path seed = fs::path(root) / "tests/fuzz/corpus/fuzz_qwen_tokenizer_json/small.json";
+  std::ifstream in(seed);
+  std::string good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_NE(good.find("\"\\u0101\": 1,"), std::string::npos) << seed;
+  fs::path d = tmpdir("qwen_ids");
+  std::ofstream(d / "tokenizer.json") << good;
+  EXPECT_NO_THROW(Tokenizer::load(TokenizerKind::Qwen3, d.string()));
+  for (const char* bad : {"5.55556e+101", "1.5", "-3", "18446744073709551615", "20000000", "\"7\""}) {
+    std::string s = good;
+    s.replace(s.find("\"\\u0101\": 1,"), std::string("\"\\u0101\": 1,").size(), std::string("\"\\u0101\": ") + bad + ",");
+    std::ofstream(d / "tokenizer.json", std::ios::trunc) << s;
+    expect_error([&] { Tokenizer::load(TokenizerKind::Qwen3, d.string()); }, {(d / "tokenizer.json").string()});
+  }
+  fs::remove_all(d);
+}

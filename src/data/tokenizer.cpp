@@ -48,6 +48,16 @@ const char* kQwenPattern =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+// A token id in a tokenizer file: an integer in [0, 10M] (no real vocabulary is larger). A float,
+// negative or huge id is named in the error rather than converted (a float past size_t is UB).
+int64_t checked_token_id(const json& idj, const std::string& path, const std::string& tok) {
+  constexpr int64_t kMaxTokenId = 10'000'000;
+  if (!idj.is_number_integer() || (idj.is_number_unsigned() && idj.get<uint64_t>() > uint64_t(kMaxTokenId)) ||
+      idj.get<int64_t>() < 0 || idj.get<int64_t>() > kMaxTokenId)
+    fail("Qwen3 tokenizer ", path, ": id of '", tok, "' is ", idj.dump(), " (expected an integer in [0, ", kMaxTokenId, "])");
+  return idj.get<int64_t>();
+}
+
 // Scratch buffers reused by each thread.
 struct Scratch {
   CodePoints cps;
@@ -123,14 +133,14 @@ Tokenizer Tokenizer::load(TokenizerKind kind, const std::string& dir) {
       if (model.at("type") != "BPE") fail("Qwen3 tokenizer ", path, ": model.type must be BPE");
       const json& v = model.at("vocab");
       size_t max_id = 0;
-      for (auto& [tok, idj] : v.items()) max_id = std::max<size_t>(max_id, idj.get<size_t>());
-      for (auto& at : j.at("added_tokens")) max_id = std::max<size_t>(max_id, at.at("id").get<size_t>());
-      if (max_id > 10'000'000) fail("Qwen3 tokenizer ", path, ": implausible token id ", max_id);
+      if (!v.is_object()) fail("Qwen3 tokenizer ", path, ": model.vocab must be an object of token -> id");
+      for (auto& [tok, idj] : v.items()) max_id = std::max<size_t>(max_id, checked_token_id(idj, path, tok));
+      for (auto& at : j.at("added_tokens")) max_id = std::max<size_t>(max_id, checked_token_id(at.at("id"), path, at.dump()));
       vocab.resize(max_id + 1);
       for (auto& [tok, idj] : v.items()) {
         std::string bytes;
         if (!unicode_token_to_bytes(tok, bytes)) fail("Qwen3 tokenizer ", path, ": token '", tok, "' is not byte-level");
-        vocab[idj.get<size_t>()] = bytes;
+        vocab[size_t(checked_token_id(idj, path, tok))] = bytes;
       }
       for (auto& m : model.at("merges")) {
         std::string a, b, sa, sb;
@@ -146,7 +156,7 @@ Tokenizer Tokenizer::load(TokenizerKind kind, const std::string& dir) {
         merges.emplace_back(a, b);
       }
       for (auto& at : j.at("added_tokens")) {
-        t.added_.push_back({at.at("content").get<std::string>(), at.at("id").get<int32_t>(), at.value("special", false)});
+        t.added_.push_back({at.at("content").get<std::string>(), int32_t(checked_token_id(at.at("id"), path, at.dump())), at.value("special", false)});
         if (t.added_.back().content.empty()) fail("Qwen3 tokenizer ", path, ": an added token is empty");
       }
     } catch (const json::exception& e) {

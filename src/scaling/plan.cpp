@@ -169,6 +169,13 @@ nlohmann::json to_json(const Plan& p) {
 
 Plan plan_from_json(const nlohmann::json& j, const std::string& origin) {
   Plan p;
+  // Integer fields take JSON integers only (a float like 1e300 would convert with undefined behaviour).
+  auto int_at = [&](const nlohmann::json& r, const char* k) -> int64_t {
+    const nlohmann::json& v = r.at(k);
+    if (!v.is_number_integer()) fail(origin, ": field '", k, "' must be an integer, not ", v.dump());
+    return v.get<int64_t>();
+  };
+  auto int_or = [&](const nlohmann::json& r, const char* k) -> int64_t { return r.contains(k) ? int_at(r, k) : 0; };
   try {
     p.base_config = j.at("base_config").get<std::string>();
     p.budgets = j.at("budgets").get<std::vector<double>>();
@@ -178,15 +185,15 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& origin) {
       x.budget = r.at("budget").get<double>();
       x.shape = r.at("shape").get<std::string>();
       x.overrides = r.at("overrides");
-      x.n_c = r.at("n_c").get<int64_t>();
-      x.n_n = r.value("n_n", int64_t(0));
-      x.n_total = r.value("n_total", int64_t(0));
-      x.n_experts_inactive = r.value("n_experts_inactive", int64_t(0));
+      x.n_c = int_at(r, "n_c");
+      x.n_n = int_or(r, "n_n");
+      x.n_total = int_or(r, "n_total");
+      x.n_experts_inactive = int_or(r, "n_experts_inactive");
       x.flops_per_token = r.value("flops_per_token", 0.0);
       x.tokens_target = r.value("tokens_target", 0.0);
-      x.tokens_per_step = r.at("tokens_per_step").get<int64_t>();
-      x.steps = r.at("steps").get<int64_t>();
-      x.tokens = r.at("tokens").get<int64_t>();
+      x.tokens_per_step = int_at(r, "tokens_per_step");
+      x.steps = int_at(r, "steps");
+      x.tokens = int_at(r, "tokens");
       x.compute = r.at("compute").get<double>();
       x.compute_exact = r.value("compute_exact", 0.0);
       if (x.run_id.empty() || x.run_id.find('/') != std::string::npos || x.run_id[0] == '.')

@@ -35,7 +35,8 @@ TrainLogSummary read_train_log(const std::string& path) {
       fail(path, ":", i + 1, ": not a JSON line: ", e.what());
     }
     if (!j.is_object()) fail(path, ":", i + 1, ": expected a JSON object per line");
-    int64_t step = j.contains("step") && j["step"].is_number() ? j["step"].get<int64_t>() : -1;
+    // An integer step only: a float (1e300) would convert to int64 with undefined behaviour.
+    int64_t step = j.contains("step") && j["step"].is_number_integer() ? j["step"].get<int64_t>() : -1;
     s.last_step = std::max(s.last_step, step);
     if (j.contains("val_loss")) {
       if (!j["val_loss"].is_number()) fail(path, ":", i + 1, ": \"val_loss\" is not a number");
