@@ -5,7 +5,10 @@ Per (steps, seed): the JTok-M rows (variant jtokm_*) and the MoE row (variant mo
 of --baseline CSV: the seeds study's row of configs/exp_moe.json at that seed and steps). Fits ordinary
 least squares val_loss = a + b log2(eta) over all JTok-M rows of a step count (seeds pooled), and
 prints b (the loss change per doubling of eta) with its standard error and 95 % Student-t interval
-(n - 2 degrees of freedom), beside the paper's -0.0118 per doubling (Figure 7b). Prints markdown.
+(n - 2 degrees of freedom), beside the paper's -0.0118 per doubling (Figure 7b). Where a step count
+has runs of several seeds, also with seed as a fixed effect (fixed_effect_slope: each seed's runs
+centred, so a seed that trains worse at every eta shifts its level, not the slope) and per seed.
+Prints markdown.
   study_eta_report.py CSV [--baseline docs/data/seeds.csv]
 """
 import csv
@@ -15,6 +18,33 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from study_seeds_report import t_quantile  # noqa: E402
+
+
+def fixed_effect_slope(groups):
+    """groups: {seed: [(x, y), ...]}. OLS slope of y on x with one intercept per seed: x and y centred
+    within each seed, b = sum(xc yc) / sum(xc^2), residual df = n - seeds - 1. Returns (b, se, df),
+    or None when there are no residual degrees of freedom or x does not vary within any seed."""
+    xc, yc = [], []
+    for pts in groups.values():
+        mx = sum(x for x, _ in pts) / len(pts)
+        my = sum(y for _, y in pts) / len(pts)
+        xc += [x - mx for x, _ in pts]
+        yc += [y - my for _, y in pts]
+    sxx = sum(x * x for x in xc)
+    df = len(xc) - len(groups) - 1
+    if sxx == 0 or df < 1:
+        return None
+    b = sum(x * y for x, y in zip(xc, yc)) / sxx
+    sse = sum((y - b * x) ** 2 for x, y in zip(xc, yc))
+    return b, math.sqrt(sse / df / sxx), df
+
+
+def ols_slope(pts):
+    n = len(pts)
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx > 0 else None
 
 
 def main():
@@ -65,6 +95,31 @@ def main():
         lo, hi = min(x for x, _ in pts), max(x for x, _ in pts)
         print(f"| {steps} | {n} | {2 ** lo:.1f} - {2 ** hi:.1f} | **{b:+.4f}** | {se:.4f} | "
               f"[{b - q * se:+.4f}, {b + q * se:+.4f}] | {r2:.3f} | -0.0118 |")
+    fe_lines = []
+    for steps in sorted({r["steps"] for r in rows}, key=int):
+        groups = {}
+        for r in rows:
+            if r["steps"] == steps and r["variant"].startswith("jtokm") and float(r["eta"]) > 0:
+                groups.setdefault(r["seed"], []).append((math.log2(float(r["eta"])), float(r["val_loss"])))
+        groups = {k: v for k, v in groups.items() if len(v) >= 2}
+        fe = fixed_effect_slope(groups) if len(groups) >= 2 else None
+        if fe is None:
+            continue
+        b, se, df = fe
+        q = t_quantile(0.975, df)
+        seeds = sorted(groups, key=int)
+        per = [ols_slope(groups[k]) for k in seeds]
+        m = sum(per) / len(per)
+        sd = math.sqrt(sum((x - m) ** 2 for x in per) / (len(per) - 1))
+        qs = t_quantile(0.975, len(per) - 1)
+        hs = qs * sd / math.sqrt(len(per))
+        fe_lines.append(f"| {steps} | {','.join(seeds)} | **{b:+.4f}** | {se:.4f} | [{b - q * se:+.4f}, {b + q * se:+.4f}] | {df} | "
+                        f"{' '.join(f'{x:+.4f}' for x in per)} | {m:+.4f} +- {sd:.4f}, [{m - hs:+.4f}, {m + hs:+.4f}] | -0.0118 |")
+    if fe_lines:
+        print()
+        print("| steps | seeds | slope, seed as fixed effect | s.e. | 95 % CI (t) | df | slope per seed | mean of per-seed slopes +- sd, 95 % CI (t, seeds-1) | paper |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        print("\n".join(fe_lines))
 
 
 if __name__ == "__main__":
