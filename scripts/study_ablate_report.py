@@ -18,6 +18,9 @@ import math
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from study_seeds_report import t_two_sided_p  # noqa: E402
+
 
 def mean_sd(xs):
     m = sum(xs) / len(xs)
@@ -100,6 +103,27 @@ def main():
                 src = " (seeds row)" if r.get("from") == "baseline" else ""
                 print(f"| {cfg} | {steps} | {l:g}{src} | {s} | {x:.4f} | {fmt(x - moe if moe is not None else None, '+.4f')} | "
                       f"{load} | {r['load_min'] or '-'} | {fmt(aux, '.3g')} | {fmt(aux / l if aux is not None and l > 0 else None, '.3f')} |")
+            # Each lambda against the default at the same seed (paired): the seeds both have.
+            pairs = []
+            for l in sorted({l for l, _ in lines if l != dl}):
+                seeds = sorted(s for l2, s in lines if l2 == l and (dl, s) in lines)
+                gaps = [float(lines[(l, s)]["val_loss"]) - float(lines[(dl, s)]["val_loss"]) for s in seeds]
+                if gaps:
+                    pairs.append((l, seeds, gaps))
+            if pairs:
+                print()
+                print(f"| config | steps | lambda | seeds | minus lambda {dl:g}, per seed | mean +- sd | t (df) | p, paired t |")
+                print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+                for l, seeds, gaps in pairs:
+                    per = " ".join(f"{g:+.4f}" for g in gaps)
+                    if len(gaps) >= 2:
+                        m, sd = mean_sd(gaps)
+                        t = m / (sd / math.sqrt(len(gaps))) if sd > 0 else float("inf")
+                        p_t = t_two_sided_p(t, len(gaps) - 1) if sd > 0 else 0.0
+                        stats = f"**{m:+.4f} +- {sd:.4f}** | {t:.2f} ({len(gaps) - 1}) | {p_t:.2g}"
+                    else:
+                        stats = f"**{gaps[0]:+.4f}** | - | -"
+                    print(f"| {cfg} | {steps} | {l:g} | {','.join(map(str, seeds))} | {per} | {stats} |")
         print()
 
 

@@ -92,6 +92,10 @@ assert f"**{m:+.4f} +- {sd:.4f}**" in rep, (m, sd)
 assert f"| moe.json | 4 | 0.0001 (seeds row) | 1 | {s[('jtokm', '1')]:.4f} | {s[('jtokm', '1')] - s[('moe', '1')]:+.4f} | - (not recorded) |" in rep
 assert f"| moe.json | 4 | 0.001 | 1 | {a[('jtokm_lambda1e-3', '1')]:.4f} |" in rep
 assert f"| moe.json | 4 | 1 | 1 | {a[('jtokm_lambda1', '1')]:.4f} |" in rep
+# Paired against lambda 1e-4 (the seeds row) at the same seed: one seed, so the gap alone.
+for v, l in (("jtokm_lambda1e-3", "0.001"), ("jtokm_lambda1", "1")):
+    line = f"| moe.json | 4 | {l} | 1 | {a[(v, '1')] - s[('jtokm', '1')]:+.4f} | **{a[(v, '1')] - s[('jtokm', '1')]:+.4f}** | - | - |"
+    assert line in rep, line
 PY
 grep -q "| dense.json | 4 | 1 |" log1 || fail "the study does not print its report: $(cat log1)"
 echo "PASS: ablation rows appended with knob and loads, skipped on rerun, reported beside the baselines"
