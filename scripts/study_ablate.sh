@@ -5,14 +5,17 @@
 #   seeds study's `base` and `jtok` rows of the same config, seed and steps (docs/data/seeds.csv),
 #   reused, not rerun.
 # - lambda: JTok-M's load-balancing coefficient (Appendix D) on configs/exp_moe.json at 250 steps:
-#   variants jtokm_lambda<L> for L in --lambdas (default 1e-3,1e-2). lambda 1e-4 (the config's
+#   variants jtokm_lambda<L> for L in --lambdas (default 1e-3,1e-2).
+# - depth (only with --only depth): JTok-M without the 1/sqrt(2 N_layers) factor (Appendix E.1),
+#   variant jtokm_noscale (--jtokm_depth_scaling false) on the lambda config at its steps, beside the
+#   seeds study's `jtokm` row of the same seed; --seeds defaults to 1,2,3. lambda 1e-4 (the config's
 #   default) is the seeds study's `jtokm` row, reused; that row has no load fractions (give
 #   --lambdas 1e-4,1e-3,1e-2 to train it here too, with them).
 # Every finished run appends its row to docs/data/ablations.csv (scripts/study_lib.sh: rows already
 # there are skipped, so rerunning continues a stopped study): the seeds-study columns plus knob,
 # knob_value, jtokm_aux, load, load_min (the load fractions per table over the last 50 steps; see
 # study_lib.sh). Then prints the tables, from the CSVs alone (scripts/study_ablate_report.py).
-#   scripts/study_ablate.sh [--seeds LIST] [--only norm|lambda] [--lambdas 1e-3,1e-2]
+#   scripts/study_ablate.sh [--seeds LIST] [--only norm|lambda|depth] [--lambdas 1e-3,1e-2]
 #                           [--norm-steps 200] [--lambda-steps 250] [--csv docs/data/ablations.csv]
 #                           [--baseline-csv docs/data/seeds.csv] [--out runs/study_ablate]
 #                           [--norm-config C] [--lambda-config C] [--workdir DIR] [--report-only]
@@ -40,23 +43,30 @@ main() {
       --lambda-config) lambda_cfg=$2; shift 2 ;;
       --workdir) workdir=$2; shift 2 ;;
       --report-only) report_only=1; shift ;;
-      *) echo "usage: $0 [--seeds LIST] [--only norm|lambda] [--lambdas LIST] [--norm-steps N] [--lambda-steps N] [--csv F] [--baseline-csv F] [--out DIR] [--norm-config C] [--lambda-config C] [--workdir DIR] [--report-only]" >&2; exit 2 ;;
+      *) echo "usage: $0 [--seeds LIST] [--only norm|lambda|depth] [--lambdas LIST] [--norm-steps N] [--lambda-steps N] [--csv F] [--baseline-csv F] [--out DIR] [--norm-config C] [--lambda-config C] [--workdir DIR] [--report-only]" >&2; exit 2 ;;
     esac
   done
-  case "$only" in ""|norm|lambda) ;; *) echo "study_ablate: --only must be norm or lambda, not '$only'" >&2; exit 2 ;; esac
+  case "$only" in ""|norm|lambda|depth) ;; *) echo "study_ablate: --only must be norm, lambda or depth, not '$only'" >&2; exit 2 ;; esac
   cd "$workdir"
   STUDY_EXTRA_COLUMNS=knob,knob_value,jtokm_aux,load,load_min
   if [ $report_only = 0 ]; then
     study_setup
     local s l
-    if [ "$only" != lambda ]; then
+    if [ "$only" = depth ]; then
+      for s in $(echo "${seeds:-1,2,3}" | tr , ' '); do
+        STUDY_KNOB=jtokm_depth_scaling STUDY_KNOB_VALUE=false \
+          study_run "$csv" ablate "$lambda_cfg" jtokm_noscale "$s" "$lambda_steps" "$blimp" \
+          "$out/depth/jtokm_noscale_s${s}_n$lambda_steps" --jtok false --jtokm true --jtokm_depth_scaling false
+      done
+    fi
+    if [ "$only" != lambda ] && [ "$only" != depth ]; then
       for s in $(echo "${seeds:-1,2,3}" | tr , ' '); do
         STUDY_KNOB=jtok_norm STUDY_KNOB_VALUE=false \
           study_run "$csv" ablate "$norm_cfg" jtok_nonorm "$s" "$norm_steps" "$blimp" "$out/norm/jtok_nonorm_s${s}_n$norm_steps" \
           --jtok true --jtok_norm false
       done
     fi
-    if [ "$only" != norm ]; then
+    if [ "$only" != norm ] && [ "$only" != depth ]; then
       for s in $(echo "${seeds:-1}" | tr , ' '); do
         for l in $(echo "$lambdas" | tr , ' '); do
           STUDY_KNOB=jtokm_aux_loss_coef STUDY_KNOB_VALUE=$l \
