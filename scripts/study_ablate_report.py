@@ -80,6 +80,27 @@ def main():
                 print(f"| {cfg} | {steps} | mean +- sd ({len(gaps)} seeds) | | | | **{m:+.4f} +- {sd:.4f}** | |")
         print()
 
+    depth = [r for r in rows if r["knob"] == "jtokm_depth_scaling"]
+    if depth:
+        print("| config | steps | seed | MoE | jtokm | jtokm_noscale | noscale - jtokm | noscale - MoE |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for cfg, steps in sorted({(r["config"], r["steps"]) for r in depth}):
+            gaps = []
+            for r in sorted((r for r in depth if (r["config"], r["steps"]) == (cfg, steps)), key=lambda r: int(r["seed"])):
+                m = loss.get((cfg, steps, "moe", r["seed"]))
+                j = loss.get((cfg, steps, "jtokm", r["seed"]))
+                x = float(r["val_loss"])
+                if j is not None:
+                    gaps.append(x - j)
+                print(f"| {cfg} | {steps} | {r['seed']} | {fmt(m)} | {fmt(j)} | {x:.4f} | "
+                      f"{fmt(x - j if j is not None else None, '+.4f')} | {fmt(x - m if m is not None else None, '+.4f')} |")
+            if len(gaps) >= 2:
+                mg, sd = mean_sd(gaps)
+                t = mg / (sd / math.sqrt(len(gaps))) if sd > 0 else float("inf")
+                p_t = t_two_sided_p(t, len(gaps) - 1) if sd > 0 else 0.0
+                print(f"| {cfg} | {steps} | mean +- sd ({len(gaps)} seeds), paired t p {p_t:.2g} | | | | **{mg:+.4f} +- {sd:.4f}** | |")
+        print()
+
     lam = [r for r in rows if r["knob"] == "jtokm_aux_loss_coef"]
     if lam:
         print("| config | steps | lambda | seed | val loss | - MoE | load per table (last 50 steps, mean over layers) | min load | aux loss | aux / lambda |")

@@ -98,4 +98,19 @@ for v, l in (("jtokm_lambda1e-3", "0.001"), ("jtokm_lambda1", "1")):
     assert line in rep, line
 PY
 grep -q "| dense.json | 4 | 1 |" log1 || fail "the study does not print its report: $(cat log1)"
+
+# --only depth: JTok-M without the 1/sqrt(2N) factor, one row, beside the jtokm row of its seed.
+"${A[@]}" --only depth --seeds 1 > log4
+[ "$(wc -l < out/abl.csv)" = 6 ] || fail "expected one depth row"
+/usr/bin/python3 - out/abl.csv out/seeds.csv log4 runs/a <<'PY' || { cat log4; exit 1; }
+import csv, json, sys
+r = [r for r in csv.DictReader(open(sys.argv[1])) if r["variant"] == "jtokm_noscale"]
+assert len(r) == 1 and (r[0]["knob"], r[0]["knob_value"], r[0]["seed"]) == ("jtokm_depth_scaling", "false", "1"), r
+start = next(json.loads(l) for l in open(sys.argv[4] + "/depth/jtokm_noscale_s1_n4/log.jsonl") if '"start"' in l)
+assert start["config"]["jtokm_depth_scaling"] is False and start["config"]["jtokm"] is True, start["config"]
+s = {(x["variant"], x["seed"]): float(x["val_loss"]) for x in csv.DictReader(open(sys.argv[2]))}
+x = float(r[0]["val_loss"])
+line = f"| moe.json | 4 | 1 | {s[('moe', '1')]:.4f} | {s[('jtokm', '1')]:.4f} | {x:.4f} | {x - s[('jtokm', '1')]:+.4f} | {x - s[('moe', '1')]:+.4f} |"
+assert line in open(sys.argv[3]).read(), line
+PY
 echo "PASS: ablation rows appended with knob and loads, skipped on rerun, reported beside the baselines"
