@@ -14,18 +14,11 @@ its own row for it; the baseline CSV has no load columns, so that line has none.
 """
 import argparse
 import csv
-import math
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from study_seeds_report import t_two_sided_p  # noqa: E402
-
-
-def mean_sd(xs):
-    m = sum(xs) / len(xs)
-    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else float("nan")
-    return m, sd
+from study_seeds_report import paired_t  # noqa: E402
 
 
 def read(path, need):
@@ -60,46 +53,34 @@ def main():
     for r in base:
         loss[(r["config"], r["steps"], r["variant"], r["seed"])] = float(r["val_loss"])
 
-    norm = [r for r in rows if r["knob"] == "jtok_norm"]
-    if norm:
-        print("| config | steps | seed | base | jtok | jtok_nonorm | nonorm - jtok | nonorm - base |")
+    # An ablated variant per seed beside the baseline CSV's two rows of that seed: `ref` (the same
+    # model with the knob on) and `plain` (without tables, headed plain_label); the gap to ref, mean
+    # +- sd over seeds.
+    def beside_baselines(abl, plain, plain_label, ref, name, short, with_p):
+        print(f"| config | steps | seed | {plain_label} | {ref} | {name} | {short} - {ref} | {short} - {plain_label} |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-        for cfg, steps in sorted({(r["config"], r["steps"]) for r in norm}):
+        for cfg, steps in sorted({(r["config"], r["steps"]) for r in abl}):
             gaps = []
-            for r in sorted((r for r in norm if (r["config"], r["steps"]) == (cfg, steps)), key=lambda r: int(r["seed"])):
-                b = loss.get((cfg, steps, "base", r["seed"]))
-                j = loss.get((cfg, steps, "jtok", r["seed"]))
-                x = float(r["val_loss"])
-                g = x - j if j is not None else None
-                if g is not None:
-                    gaps.append(g)
-                print(f"| {cfg} | {steps} | {r['seed']} | {fmt(b)} | {fmt(j)} | {x:.4f} | {fmt(g, '+.4f')} | "
-                      f"{fmt(x - b if b is not None else None, '+.4f')} |")
-            if len(gaps) >= 2:
-                m, sd = mean_sd(gaps)
-                print(f"| {cfg} | {steps} | mean +- sd ({len(gaps)} seeds) | | | | **{m:+.4f} +- {sd:.4f}** | |")
-        print()
-
-    depth = [r for r in rows if r["knob"] == "jtokm_depth_scaling"]
-    if depth:
-        print("| config | steps | seed | MoE | jtokm | jtokm_noscale | noscale - jtokm | noscale - MoE |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-        for cfg, steps in sorted({(r["config"], r["steps"]) for r in depth}):
-            gaps = []
-            for r in sorted((r for r in depth if (r["config"], r["steps"]) == (cfg, steps)), key=lambda r: int(r["seed"])):
-                m = loss.get((cfg, steps, "moe", r["seed"]))
-                j = loss.get((cfg, steps, "jtokm", r["seed"]))
+            for r in sorted((r for r in abl if (r["config"], r["steps"]) == (cfg, steps)), key=lambda r: int(r["seed"])):
+                b = loss.get((cfg, steps, plain, r["seed"]))
+                j = loss.get((cfg, steps, ref, r["seed"]))
                 x = float(r["val_loss"])
                 if j is not None:
                     gaps.append(x - j)
-                print(f"| {cfg} | {steps} | {r['seed']} | {fmt(m)} | {fmt(j)} | {x:.4f} | "
-                      f"{fmt(x - j if j is not None else None, '+.4f')} | {fmt(x - m if m is not None else None, '+.4f')} |")
+                print(f"| {cfg} | {steps} | {r['seed']} | {fmt(b)} | {fmt(j)} | {x:.4f} | "
+                      f"{fmt(x - j if j is not None else None, '+.4f')} | {fmt(x - b if b is not None else None, '+.4f')} |")
             if len(gaps) >= 2:
-                mg, sd = mean_sd(gaps)
-                t = mg / (sd / math.sqrt(len(gaps))) if sd > 0 else float("inf")
-                p_t = t_two_sided_p(t, len(gaps) - 1) if sd > 0 else 0.0
-                print(f"| {cfg} | {steps} | mean +- sd ({len(gaps)} seeds), paired t p {p_t:.2g} | | | | **{mg:+.4f} +- {sd:.4f}** | |")
+                m, sd, _, _, p = paired_t(gaps)
+                ps = f", paired t p {p:.2g}" if with_p and p is not None else ""
+                print(f"| {cfg} | {steps} | mean +- sd ({len(gaps)} seeds){ps} | | | | **{m:+.4f} +- {sd:.4f}** | |")
         print()
+
+    norm = [r for r in rows if r["knob"] == "jtok_norm"]
+    if norm:
+        beside_baselines(norm, "base", "base", "jtok", "jtok_nonorm", "nonorm", with_p=False)
+    depth = [r for r in rows if r["knob"] == "jtokm_depth_scaling"]
+    if depth:
+        beside_baselines(depth, "moe", "MoE", "jtokm", "jtokm_noscale", "noscale", with_p=True)
 
     lam = [r for r in rows if r["knob"] == "jtokm_aux_loss_coef"]
     if lam:
@@ -137,10 +118,8 @@ def main():
                 print("| --- | --- | --- | --- | --- | --- | --- | --- |")
                 for l, seeds, gaps in pairs:
                     per = " ".join(f"{g:+.4f}" for g in gaps)
-                    if len(gaps) >= 2:
-                        m, sd = mean_sd(gaps)
-                        t = m / (sd / math.sqrt(len(gaps))) if sd > 0 else float("inf")
-                        p_t = t_two_sided_p(t, len(gaps) - 1) if sd > 0 else 0.0
+                    m, sd, _, t, p_t = paired_t(gaps)
+                    if t is not None:
                         stats = f"**{m:+.4f} +- {sd:.4f}** | {t:.2f} ({len(gaps) - 1}) | {p_t:.2g}"
                     else:
                         stats = f"**{gaps[0]:+.4f}** | - | -"

@@ -17,7 +17,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from study_seeds_report import t_quantile  # noqa: E402
+from study_seeds_report import mean_sd, t_quantile  # noqa: E402
 
 
 def fixed_effect_slope(groups):
@@ -39,12 +39,16 @@ def fixed_effect_slope(groups):
     return b, math.sqrt(sse / df / sxx), df
 
 
-def ols_slope(pts):
+def ols(pts):
+    """Least squares y = a + b x over pts [(x, y), ...]: (a, b, sxx), or None when x does not vary."""
     n = len(pts)
     mx = sum(x for x, _ in pts) / n
     my = sum(y for _, y in pts) / n
     sxx = sum((x - mx) ** 2 for x, _ in pts)
-    return sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx > 0 else None
+    if sxx == 0:
+        return None
+    b = sum((x - mx) * (y - my) for x, y in pts) / sxx
+    return my - b * mx, b, sxx
 
 
 def main():
@@ -79,14 +83,12 @@ def main():
         if n < 3:
             print(f"| {steps} | {n} | | (needs 3 runs) | | | | -0.0118 |")
             continue
-        mx = sum(x for x, _ in pts) / n
-        my = sum(y for _, y in pts) / n
-        sxx = sum((x - mx) ** 2 for x, _ in pts)
-        if sxx == 0:
+        fit = ols(pts)
+        if fit is None:
             print(f"| {steps} | {n} | one eta | | | | | -0.0118 |")
             continue
-        b = sum((x - mx) * (y - my) for x, y in pts) / sxx
-        a = my - b * mx
+        a, b, sxx = fit
+        my = sum(y for _, y in pts) / n
         sse = sum((y - a - b * x) ** 2 for x, y in pts)
         syy = sum((y - my) ** 2 for _, y in pts)
         se = math.sqrt(sse / (n - 2) / sxx)
@@ -108,9 +110,8 @@ def main():
         b, se, df = fe
         q = t_quantile(0.975, df)
         seeds = sorted(groups, key=int)
-        per = [ols_slope(groups[k]) for k in seeds]
-        m = sum(per) / len(per)
-        sd = math.sqrt(sum((x - m) ** 2 for x in per) / (len(per) - 1))
+        per = [ols(groups[k])[1] for k in seeds]
+        m, sd = mean_sd(per)
         qs = t_quantile(0.975, len(per) - 1)
         hs = qs * sd / math.sqrt(len(per))
         fe_lines.append(f"| {steps} | {','.join(seeds)} | **{b:+.4f}** | {se:.4f} | [{b - q * se:+.4f}, {b + q * se:+.4f}] | {df} | "

@@ -74,6 +74,17 @@ def mean_sd(xs):
     return m, sd
 
 
+def paired_t(gaps):
+    """Paired differences: (mean, sd, se, t, p), p the two-sided Student-t p on n - 1 df; se, t and p
+    are None unless there are at least 2 differences with sd > 0."""
+    m, sd = mean_sd(gaps)
+    n = len(gaps)
+    if n < 2 or not sd > 0:
+        return m, sd, None, None, None
+    se = sd / math.sqrt(n)
+    return m, sd, se, m / se, t_two_sided_p(m / se, n - 1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
@@ -105,12 +116,9 @@ def main():
             if not seeds:
                 continue
             gaps = [float(by[(cfg, steps, v, s)]["val_loss"]) - float(by[(cfg, steps, b, s)]["val_loss"]) for s in seeds]
-            m, sd = mean_sd(gaps)
+            m, sd, se, t, p = paired_t(gaps)
             n = len(gaps)
-            if n >= 2 and sd > 0:
-                se = sd / math.sqrt(n)
-                t = m / se
-                p = t_two_sided_p(abs(t), n - 1)
+            if t is not None:
                 q = t_quantile(0.975, n - 1)
                 ci = f"[{m - q * se:+.4f}, {m + q * se:+.4f}]"
                 tt = f"{t:.2f} ({n - 1})"

@@ -35,7 +35,7 @@ check(abs(b - B) < 1e-12 and se < 1e-9 and df == 9 - 3 - 1, f"exact data: b {b},
 # Seed 2 (the highest level) sampled only at the largest etas: pooled OLS is pulled upwards, the
 # fixed-effect fit is not.
 groups["2"] = [(x, LEVEL["2"] + B * x) for x in (7.0, 8.0)]
-pooled = rep.ols_slope([p for pts in groups.values() for p in pts])
+pooled = rep.ols([p for pts in groups.values() for p in pts])[1]
 b, se, _ = rep.fixed_effect_slope(groups)
 check(pooled > 0 and abs(b - B) < 1e-12, f"confounded design: pooled {pooled}, fixed effect {b}")
 
