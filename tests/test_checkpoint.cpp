@@ -6,12 +6,16 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <random>
+#include <sstream>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/weights_io.h"
 #include "train/checkpoint.h"
+#include "train/trainer_state.h"
+#include "error_test_util.h"
 
 using namespace jtok;
 namespace fs = std::filesystem;
@@ -247,6 +251,27 @@ TEST(Checkpoint, RetentionDeletesOnlyItsOwnRunAndNeverReplacesAnother) {
   const std::string e = error_of([&] { save_checkpoint(run, 20, cfg, m, opt, {{"step", 20}, {"run_id", "new"}}, 2); });
   EXPECT_NE(e.find("belongs to another run"), std::string::npos) << e;
   EXPECT_EQ(read_file((ck / "step_00000020" / "trainer_state.json").string()).find("\"new\""), std::string::npos);
+}
+
+// trainer_state.json's integers: step is a non-negative int64, max_steps an int64; a value past
+// int64 (2^64 - 1, once read as -1) or a float is an error naming the field and the value.
+TEST(Checkpoint, TrainerStateIntegersAreCheckedNotWrapped) {
+  const std::string rest = R"("data": {}, "sample_rng": ")" + [] {
+    std::ostringstream os;
+    os << std::mt19937_64(1);
+    return os.str();
+  }() + "\"";
+  auto parse = [&](const std::string& fields) { return parse_trainer_state_text("{" + fields + ", " + rest + "}", "ts.json"); };
+  EXPECT_EQ(parse(R"("step": 9223372036854775807, "max_steps": -1)").step, INT64_MAX);
+  EXPECT_EQ(parse(R"("step": 7, "max_steps": -1)").max_steps, -1);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> bad = {
+      {R"("step": -1)", {"ts.json", "'step'", "-1"}},
+      {R"("step": 9223372036854775808)", {"'step'", "9223372036854775808"}},
+      {R"("step": 3.0)", {"'step'", "3.0"}},
+      {R"("step": 1, "max_steps": 18446744073709551615)", {"'max_steps'", "18446744073709551615"}},
+      {R"("step": 1, "max_steps": 1e300)", {"'max_steps'", "1e+300"}},
+  };
+  for (const auto& [fields, needles] : bad) jtok::testing::expect_error([&] { parse(fields); }, needles);
 }
 
 TEST(Checkpoint, NonFiniteStateIsNeverWritten) {

@@ -43,12 +43,25 @@ TEST(Config, DefaultsAndOverridesLoad) {
   EXPECT_EQ(c.model.padded_vocab(), 50304);  // 50257 padded to a multiple of 64
 }
 
+// Integer fields take an integral float (1e3) and the whole range of their type: the seed is
+// unsigned, so 2^64 - 1 is a seed (and -1 is not, above).
+TEST(Config, IntegerFieldsTakeIntegralFloatsAndTheirWholeRange) {
+  Config c = load_config(write_tmp(R"({"hidden_size": 128.0, "max_steps": 1e3, "seed": 18446744073709551615})"));
+  EXPECT_EQ(c.model.hidden_size, 128);
+  EXPECT_EQ(c.train.max_steps, 1000);
+  EXPECT_EQ(c.train.seed, UINT64_MAX);
+  EXPECT_EQ(load_config(write_tmp(to_json(c).dump())).train.seed, UINT64_MAX);  // and it round-trips
+}
+
 TEST(Config, ErrorsNameTheFieldOrFile) {
   struct Case { std::string text; std::vector<std::string> ov; std::string must_contain; };
   std::vector<Case> cases = {
       {R"({"hiden_size": 128})", {}, "unknown field 'hiden_size'"},
       {R"({"hidden_size": "big"})", {}, "field hidden_size: expected integer"},
       {R"({"hidden_size": 1.5})", {}, "field hidden_size: expected integer"},
+      {R"({"hidden_size": 1e300})", {}, "field hidden_size: expected integer, got 1e+300"},
+      {R"({"hidden_size": 18446744073709551615})", {}, "field hidden_size: expected integer, got 18446744073709551615"},
+      {R"({"seed": -1})", {}, "field seed: expected integer, got -1"},  // unsigned: not wrapped to 2^64 - 1
       {R"({"tie_word_embeddings": 1})", {}, "field tie_word_embeddings: expected boolean"},
       {R"({"hidden_size": 100, "num_attention_heads": 3})", {}, "num_attention_heads (3) must divide hidden_size"},
       {R"({"num_attention_heads": 4, "num_key_value_heads": 3})", {}, "num_key_value_heads (3) must divide"},

@@ -162,4 +162,19 @@ TEST(Loader, StateJsonErrors) {
   EXPECT_THROW(loader_state_from_json(nlohmann::json::parse(R"({"mode":"random"})")), Error);
   EXPECT_THROW(loader_state_from_json(nlohmann::json::parse(
                    R"({"mode":"x","seed":0,"step":0,"shard":0,"offset":0,"epoch":0})")), Error);
+  // The counters are unsigned: 2^64 - 1 is a value, -1 is an error (not wrapped to 2^64 - 1), and so
+  // is a float.
+  const LoaderState top = loader_state_from_json(nlohmann::json::parse(
+      R"({"mode":"random","seed":18446744073709551615,"step":0,"shard":0,"offset":0,"epoch":0})"));
+  EXPECT_EQ(top.seed, UINT64_MAX);
+  EXPECT_EQ(loader_state_from_json(to_json(top)), top);
+  for (const char* bad : {R"({"mode":"random","seed":-1,"step":0,"shard":0,"offset":0,"epoch":0})",
+                          R"({"mode":"random","seed":0,"step":1.0,"shard":0,"offset":0,"epoch":0})"}) {
+    try {
+      loader_state_from_json(nlohmann::json::parse(bad));
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("must be a non-negative integer"), std::string::npos) << e.what();
+    }
+  }
 }

@@ -88,6 +88,24 @@ TEST(Tokenizer, MissingOrCorruptFilesNameTheFile) {
   fs::remove_all(d);
 }
 
+// A GPT-2 encoder.json whose token id is a float, negative or past int64 (2^64 - 1 once read as -1):
+// each named in a clear error with the token.
+TEST(Tokenizer, Gpt2BadTokenIdsAreNamed) {
+  std::ifstream in(fs::path(default_tokenizer_dir("gpt2")) / "encoder.json");
+  std::string good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(good.rfind("{\"!\": 0,", 0), 0u) << "the GPT-2 encoder starts with '!' = 0";
+  fs::path d = tmpdir("gpt2_ids");
+  const fs::path enc = d / "encoder.json";
+  struct Case { const char* id; const char* says; };
+  for (const Case& c : {Case{"18446744073709551615", "id 18446744073709551615 of '!' is out of range [0, 50257)"},
+                        Case{"-3", "id -3 of '!' is out of range"}, Case{"50257", "id 50257 of '!' is out of range"},
+                        Case{"1.0", "id of '!' is not an integer"}, Case{"\"0\"", "id of '!' is not an integer"}}) {
+    std::ofstream(enc, std::ios::trunc) << "{\"!\": " << c.id << good.substr(good.find(','));
+    expect_error([&] { Tokenizer::load(TokenizerKind::Gpt2, d.string()); }, {enc.string(), c.says});
+  }
+  fs::remove_all(d);
+}
+
 // A Qwen3 tokenizer.json whose token ids are floats, negative or huge: each named in a clear error
 // (the fuzzer found a float id 5.6e101 converted to size_t, undefined behaviour).
 TEST(Tokenizer, Qwen3BadTokenIdsAreNamed) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <utility>
 #include "core/error.h"
+#include "core/json_int.h"
 #include "core/splitmix.h"
 
 namespace jtok {
@@ -21,10 +22,14 @@ LoaderState loader_state_from_json(const nlohmann::json& j) {
   auto field = [&](const char* k, auto& v) {
     if (!j.contains(k)) fail("loader state: missing field '", k, "'");
     const nlohmann::json& x = j.at(k);
-    // Integer fields take JSON integers only: a float (1e300) would convert with undefined behaviour.
-    if constexpr (std::is_integral_v<std::remove_reference_t<decltype(v)>>)
-      if (!x.is_number_integer()) fail("loader state: field '", k, "' must be an integer, got ", x.dump());
-    try { x.get_to(v); } catch (const nlohmann::json::exception&) { fail("loader state: field '", k, "' has the wrong type"); }
+    if constexpr (std::is_integral_v<std::remove_reference_t<decltype(v)>>) {
+      static_assert(std::is_same_v<std::remove_reference_t<decltype(v)>, uint64_t>);
+      const auto u = json_uint64(x);  // not a float (1e300), not a negative wrapped to 2^64 - 1
+      if (!u) fail("loader state: field '", k, "' must be a non-negative integer, got ", x.dump());
+      v = *u;
+    } else {
+      try { x.get_to(v); } catch (const nlohmann::json::exception&) { fail("loader state: field '", k, "' has the wrong type"); }
+    }
   };
   field("mode", s.mode);
   field("seed", s.seed);

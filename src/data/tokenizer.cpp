@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include "core/error.h"
+#include "core/json_int.h"
 #include "data/pretokenize.h"
 #include "data/unicode.h"
 
@@ -52,10 +53,10 @@ const char* kQwenPattern =
 // negative or huge id is named in the error rather than converted (a float past size_t is UB).
 int64_t checked_token_id(const json& idj, const std::string& path, const std::string& tok) {
   constexpr int64_t kMaxTokenId = 10'000'000;
-  if (!idj.is_number_integer() || (idj.is_number_unsigned() && idj.get<uint64_t>() > uint64_t(kMaxTokenId)) ||
-      idj.get<int64_t>() < 0 || idj.get<int64_t>() > kMaxTokenId)
+  const auto id = json_int64(idj);
+  if (!id || *id < 0 || *id > kMaxTokenId)
     fail("Qwen3 tokenizer ", path, ": id of '", tok, "' is ", idj.dump(), " (expected an integer in [0, ", kMaxTokenId, "])");
-  return idj.get<int64_t>();
+  return *id;
 }
 
 // Scratch buffers reused by each thread.
@@ -89,8 +90,10 @@ Tokenizer Tokenizer::load(TokenizerKind kind, const std::string& dir) {
     vocab.resize(enc.size());
     for (auto& [tok, idj] : enc.items()) {
       if (!idj.is_number_integer()) fail("GPT-2 encoder ", enc_path, ": id of '", tok, "' is not an integer");
-      int64_t id = idj.get<int64_t>();
-      if (id < 0 || id >= (int64_t)vocab.size()) fail("GPT-2 encoder ", enc_path, ": id ", id, " out of range");
+      const auto idv = json_int64(idj);
+      if (!idv || *idv < 0 || *idv >= (int64_t)vocab.size())
+        fail("GPT-2 encoder ", enc_path, ": id ", idj.dump(), " of '", tok, "' is out of range [0, ", vocab.size(), ")");
+      const int64_t id = *idv;
       if (tok == "<|endoftext|>") { t.added_.push_back({tok, int32_t(id), true}); continue; }
       std::string bytes;
       if (!unicode_token_to_bytes(tok, bytes)) fail("GPT-2 encoder ", enc_path, ": token '", tok, "' is not byte-level");

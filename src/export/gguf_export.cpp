@@ -7,6 +7,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_int.h"
 #include "data/tokenizer.h"
 
 namespace jtok {
@@ -62,7 +63,7 @@ GgufVocab gpt2_vocab(const std::string& dir) {
   v.types.assign(enc.size(), 1);  // LLAMA_TOKEN_TYPE_NORMAL
   std::vector<bool> seen(enc.size(), false);
   for (auto& [tok, idj] : enc.items()) {
-    const int64_t id = idj.is_number_integer() ? idj.get<int64_t>() : -1;
+    const int64_t id = json_int64(idj).value_or(-1);
     if (id < 0 || id >= static_cast<int64_t>(enc.size()) || seen[id])
       fail("GPT-2 encoder ", enc_path, ": token '", tok, "' has a bad or repeated id");
     seen[id] = true;

@@ -11,6 +11,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_int.h"
 
 namespace jtok {
 
@@ -96,9 +97,10 @@ StEntry parse_entry(const nlohmann::json& e, const std::string& where, uint64_t 
   // The element count, checked for overflow: a shape like [2^62, 4] must not wrap to a small span.
   uint64_t numel = 1;
   for (auto& s : e["shape"]) {
-    if (!s.is_number_integer() || s.get<int64_t>() < 0) fail(where, ": bad shape ", e["shape"].dump());
-    t.shape.push_back(s.get<int64_t>());
-    if (__builtin_mul_overflow(numel, static_cast<uint64_t>(s.get<int64_t>()), &numel) || numel > (1ULL << 62))
+    const auto dim = json_int64(s);
+    if (!dim || *dim < 0) fail(where, ": bad shape ", e["shape"].dump());
+    t.shape.push_back(*dim);
+    if (__builtin_mul_overflow(numel, static_cast<uint64_t>(*dim), &numel) || numel > (1ULL << 62))
       fail(where, ": shape ", e["shape"].dump(), " has more elements than any file can hold");
   }
   const auto& off = e["data_offsets"];

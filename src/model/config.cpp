@@ -4,9 +4,11 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_int.h"
 
 namespace jtok {
 
@@ -75,19 +77,20 @@ Field field_of(Section Config::*section, T Section::*member, const char* type) {
   f.type = type;
   f.is_model = std::is_same_v<Section, ModelConfig>;
   f.read = [=](Config& c, const nlohmann::json& v, const std::string& where) {
-    bool ok;
-    if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
-    else if constexpr (std::is_same_v<T, std::string>) ok = v.is_string();
-    else if constexpr (std::is_floating_point_v<T>) ok = v.is_number();
-    else  // an integral float within +-2^53 (exact in a double; beyond, the conversion could overflow)
-      ok = v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
-                                     std::fabs(v.get<double>()) <= 9007199254740992.0 &&
-                                     (std::is_signed_v<T> || v.get<double>() >= 0));
-    if (!ok) fail(where, ": expected ", type, ", got ", v.dump());
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      if (v.is_number_float()) (c.*section).*member = static_cast<T>(v.get<double>());
-      else (c.*section).*member = v.get<T>();
+      static_assert(std::is_same_v<T, int64_t> || std::is_same_v<T, uint64_t>, "integer fields are 64-bit");
+      // A JSON integer in T's range, or an integral float within +-2^53 (a config may say 1e6).
+      std::optional<T> x;
+      if constexpr (std::is_signed_v<T>) x = json_int64(v, /*integral_floats=*/true);
+      else x = json_uint64(v, /*integral_floats=*/true);
+      if (!x) fail(where, ": expected ", type, ", got ", v.dump());
+      (c.*section).*member = *x;
     } else {
+      bool ok;
+      if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
+      else if constexpr (std::is_same_v<T, std::string>) ok = v.is_string();
+      else ok = v.is_number();
+      if (!ok) fail(where, ": expected ", type, ", got ", v.dump());
       (c.*section).*member = v.get<T>();
     }
   };

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/json_int.h"
 #include "model/config.h"
 #include "core/atomic_file.h"
 #include "scaling/flops.h"
@@ -172,8 +173,9 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& origin) {
   // Integer fields take JSON integers only (a float like 1e300 would convert with undefined behaviour).
   auto int_at = [&](const nlohmann::json& r, const char* k) -> int64_t {
     const nlohmann::json& v = r.at(k);
-    if (!v.is_number_integer()) fail(origin, ": field '", k, "' must be an integer, not ", v.dump());
-    return v.get<int64_t>();
+    const auto x = json_int64(v);
+    if (!x) fail(origin, ": field '", k, "' must be an integer, not ", v.dump());
+    return *x;
   };
   auto int_or = [&](const nlohmann::json& r, const char* k) -> int64_t { return r.contains(k) ? int_at(r, k) : 0; };
   try {

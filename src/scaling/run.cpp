@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_int.h"
 #include "core/atomic_file.h"
 #include "scaling/table.h"
 #include "train/checkpoint.h"
@@ -36,7 +37,7 @@ TrainLogSummary read_train_log(const std::string& path) {
     }
     if (!j.is_object()) fail(path, ":", i + 1, ": expected a JSON object per line");
     // An integer step only: a float (1e300) would convert to int64 with undefined behaviour.
-    int64_t step = j.contains("step") && j["step"].is_number_integer() ? j["step"].get<int64_t>() : -1;
+    int64_t step = j.contains("step") ? json_int64(j["step"]).value_or(-1) : -1;
     s.last_step = std::max(s.last_step, step);
     if (j.contains("val_loss")) {
       if (!j["val_loss"].is_number()) fail(path, ":", i + 1, ": \"val_loss\" is not a number");

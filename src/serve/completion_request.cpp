@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_int.h"
+
 namespace jtok {
 
 namespace {
@@ -27,19 +29,13 @@ std::string type_name(const json& v) {
   throw ApiError{status, msg, "invalid_request_error", param, code};
 }
 
-// An integer field; a float with an integral value in the int64 range is taken too (JSON clients
-// may send 16.0).
+// An integer field; a float with an integral value within +-2^53 is taken too (JSON clients may
+// send 16.0).
 int64_t get_int(const json& body, const char* name, int64_t dflt) {
   if (!body.contains(name) || body[name].is_null()) return dflt;
   const json& v = body[name];
-  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
-    bad(name, std::string(name) + " " + v.dump() + " is too large");
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    // [-2^63, 2^63): the doubles whose conversion to int64 is defined.
-    if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 && d == std::trunc(d)) return static_cast<int64_t>(d);
-  }
+  if (const auto x = json_int64(v, /*integral_floats=*/true)) return *x;
+  if (v.is_number_unsigned()) bad(name, std::string(name) + " " + v.dump() + " is too large");
   bad(name, std::string(name) + " must be an integer, got " + type_name(v) + " (" + v.dump() + ")");
 }
 
@@ -77,8 +73,7 @@ CompletionRequest parse(const json& body, const CompletionLimits& lim, const Pro
     for (const auto& v : prompt) {
       if (v.is_string() || v.is_array()) bad("prompt", "one prompt per request: give a string or one list of token ids");
       if (!v.is_number_integer()) bad("prompt", "prompt token ids must be integers, got " + type_name(v));
-      const bool too_large = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX);
-      const int64_t id = too_large ? INT64_MAX : v.get<int64_t>();
+      const int64_t id = json_int64(v).value_or(INT64_MAX);  // past int64: outside the vocabulary too
       if (id < 0 || id >= lim.vocab_size)
         bad("prompt", "prompt token id " + v.dump() + " is outside the vocabulary [0, " + std::to_string(lim.vocab_size) + ")");
       p.prompt.push_back(static_cast<int32_t>(id));

@@ -18,6 +18,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_int.h"
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
 #include "dist/sharded_tables.h"
@@ -78,7 +79,7 @@ void truncate_log(const std::string& path, int64_t step) {
     if (line.empty()) continue;
     try {
       auto j = nlohmann::json::parse(line);
-      if (j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() > step) continue;
+      if (j.contains("step") && json_int64(j["step"]).value_or(-1) > step) continue;
     } catch (const nlohmann::json::exception&) {
       continue;  // a line cut by the kill
     }

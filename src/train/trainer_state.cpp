@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_int.h"
 
 namespace jtok {
 
@@ -21,10 +22,9 @@ TrainerState parse_trainer_state(const nlohmann::json& j, const std::string& whe
     return j[k];
   };
   const auto& step = need("step");
-  const bool step_ok = step.is_number_unsigned() ? step.get<uint64_t>() <= uint64_t(INT64_MAX)
-                                                 : step.is_number_integer() && step.get<int64_t>() >= 0;
-  if (!step_ok) fail(where, ": field 'step' must be a non-negative 64-bit integer, not ", step.dump());
-  s.step = step.get<int64_t>();
+  const auto step_value = json_int64(step);
+  if (!step_value || *step_value < 0) fail(where, ": field 'step' must be a non-negative 64-bit integer, not ", step.dump());
+  s.step = *step_value;
   s.data = need("data");
   if (!s.data.is_object()) fail(where, ": field 'data' (the data loader's state) must be an object, not ", s.data.type_name());
   const auto& rng = need("sample_rng");
@@ -43,8 +43,9 @@ TrainerState parse_trainer_state(const nlohmann::json& j, const std::string& whe
     s.lr = j["lr"].get<double>();
   }
   if (j.contains("max_steps")) {
-    if (!j["max_steps"].is_number_integer()) fail(where, ": field 'max_steps' must be an integer, not ", j["max_steps"].type_name());
-    s.max_steps = j["max_steps"].get<int64_t>();
+    const auto max_steps = json_int64(j["max_steps"]);
+    if (!max_steps) fail(where, ": field 'max_steps' must be a 64-bit integer, not ", j["max_steps"].dump());
+    s.max_steps = *max_steps;
   }
   return s;
 }
