@@ -18,7 +18,7 @@ inline std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
 }
 
 // ||a - b|| / max(||b||, tiny): the normalised error of ggml's test-backend-ops.
-inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+inline double rel_err(std::span<const float> a, std::span<const float> b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);

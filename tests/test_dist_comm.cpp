@@ -186,7 +186,7 @@ TEST(DistComm, GradBucketsDuringBackwardEqualBlockingSum) {
     dist::sum_gradients(m, false, overlap ? &buckets : nullptr);
     return m.grads;
   };
-  const std::vector<float> blocking = run(false), overlapped = run(true);
+  const FloatBuffer blocking = run(false), overlapped = run(true);
   ASSERT_EQ(blocking.size(), overlapped.size());
   ASSERT_EQ(0, std::memcmp(blocking.data(), overlapped.data(), sizeof(float) * blocking.size()));
 }

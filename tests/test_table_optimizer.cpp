@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <span>
 #include <limits>
 #include <random>
 
@@ -50,7 +51,7 @@ void set_table_grads(Model& m, int64_t s) {
   }
 }
 
-bool bits_equal(const std::vector<float>& a, const std::vector<float>& b) {
+bool bits_equal(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
 }
 

@@ -104,10 +104,10 @@ Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc) {
   m.cfg = cfg;
   m.layout = param_layout(cfg);
   int64_t total = m.layout.back().offset + m.layout.back().numel;
-  m.params.assign(static_cast<size_t>(total), 0.0f);
+  m.params = FloatBuffer(static_cast<size_t>(total));
   m.w = bind_view(m.params.data(), m.layout, cfg);
   if (alloc.grads) {
-    m.grads.assign(static_cast<size_t>(total), 0.0f);
+    m.grads = FloatBuffer(static_cast<size_t>(total));
     m.g = bind_view(m.grads.data(), m.layout, cfg);
   }
   m.rope = make_rope_table(cfg.max_position_embeddings, cfg.hd(), cfg.rope_theta);

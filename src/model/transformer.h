@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/float_buffer.h"
 #include "model/config.h"
 #include "model/jtok.h"
 #include "model/jtokm.h"
@@ -47,7 +48,7 @@ ModelView bind_view(float* base, const std::vector<ParamInfo>& layout, const Mod
 struct Model {
   ModelConfig cfg;
   std::vector<ParamInfo> layout;
-  std::vector<float> params, grads;  // same layout
+  FloatBuffer params, grads;  // same layout (zeroed without writing: core/float_buffer.h)
   ModelView w, g;                    // views into params and grads
   RopeTable rope;
   // Token-indexed tables (their own storage, row-sparse gradients): JTok's and JTok-M's, in layer

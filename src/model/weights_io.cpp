@@ -5,7 +5,6 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "core/release_pages.h"
 
 namespace jtok {
 
@@ -87,10 +86,8 @@ void load_weights(Model& m, const StIndex& f, bool tables) {
   std::set<std::string> expected;
   for (const auto& p : m.layout) {
     expected.insert(p.name);
-    if (take_lowp_matrix(m, f, p.name, p.shape, nullptr, expected)) {  // read into its own buffer
-      release_zero_pages(m.params.data() + p.offset, p.numel);  // its fp32 slot stays zero, unused
-      continue;
-    }
+    // Read into its own buffer; its fp32 slot stays zero and unwritten (so never resident).
+    if (take_lowp_matrix(m, f, p.name, p.shape, nullptr, expected)) continue;
     read_tensor_f32(f, p.name, p.shape, m.params.data() + p.offset);
   }
   for (size_t k = 0; k < m.tables.size(); ++k) {
@@ -127,10 +124,7 @@ void load_weights_mapped(Model& m, const std::shared_ptr<const MappedFile>& file
   std::set<std::string> expected;
   for (const auto& p : m.layout) {  // the backbone: read into RAM (not through the mapping)
     expected.insert(p.name);
-    if (take_lowp_matrix(m, idx, p.name, p.shape, file, expected)) {  // viewed in the mapping
-      release_zero_pages(m.params.data() + p.offset, p.numel);
-      continue;
-    }
+    if (take_lowp_matrix(m, idx, p.name, p.shape, file, expected)) continue;  // viewed in the mapping
     read_tensor_f32(idx, p.name, p.shape, m.params.data() + p.offset);
   }
   for (size_t k = 0; k < m.tables.size(); ++k) {
@@ -157,7 +151,7 @@ void load_weights_mapped(Model& m, const std::shared_ptr<const MappedFile>& file
     if (!expected.count(kv.first)) fail(idx.path, ": unexpected tensor ", kv.first, " (config and weights disagree?)");
 }
 
-StFile flat_to_st(const Model& m, const std::vector<float>& buffer, const std::string& prefix) {
+StFile flat_to_st(const Model& m, std::span<const float> buffer, const std::string& prefix) {
   StFile f;
   for (const auto& p : m.layout) f.tensors[prefix + p.name] = st_f32(p.shape, buffer.data() + p.offset);
   return f;

@@ -1,6 +1,7 @@
 // Model weights <-> safetensors with Hugging Face Qwen-style names (docs/model.md).
 #pragma once
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,7 @@ void load_weights_mapped(Model& m, const std::shared_ptr<const MappedFile>& file
 // Gradients under prefix + name; the tables' row-sparse gradients written dense (tests only).
 StFile grads_to_st(const Model& m, const std::string& prefix);
 // A buffer in the flat parameter layout (e.g. AdamW moments) under prefix + name.
-StFile flat_to_st(const Model& m, const std::vector<float>& buffer, const std::string& prefix);
+StFile flat_to_st(const Model& m, std::span<const float> buffer, const std::string& prefix);
 // Buffers shaped like m.tables (e.g. the tables' AdamW moments), one per table, under prefix + table name.
 StFile tables_to_st(const Model& m, const std::vector<std::vector<float>>& per_table, const std::string& prefix);
 
