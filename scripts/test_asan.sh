@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite once more, with every C++ file of jtok and of its tests built with
-# AddressSanitizer + UndefinedBehaviorSanitizer (GCC, -O1 -g, asserts on; build-asan/,
+# AddressSanitizer + UndefinedBehaviorSanitizer (GCC, -O1 -g1, asserts on; build-asan/,
 # -DJTOK_SANITIZE=ON): every ctest test (gtests, shell, Python and node tests all run the
 # instrumented binaries, and the fuzz targets replay their corpora). Any report fails the test that
 # made it: ASan and LeakSanitizer exit non-zero, UBSan aborts on the first report. The only
