@@ -2,6 +2,8 @@
 // differences through routing, mixing, norm and the aux loss, and the sparse gather.
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include <cmath>
 #include <random>
 #include <set>
@@ -46,6 +48,10 @@ TEST(JTokMRouting, TopKDescendingTiesToTheLowerIndex) {
 }
 
 struct JmCase { bool norm; bool depth; int64_t n_e, K; };
+// Test names show the case, not its raw bytes (padding made them differ from build to build).
+void PrintTo(const JmCase& c, std::ostream* os) {
+  *os << "norm=" << c.norm << " depth=" << c.depth << " n_e=" << c.n_e << " K=" << c.K;
+}
 class JTokMLayer : public ::testing::TestWithParam<JmCase> {};
 
 TEST_P(JTokMLayer, FastMatchesReferenceAndFiniteDifferences) {

@@ -2,6 +2,8 @@
 // gradient accumulation, padded vocabulary rows, tied embeddings.
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include <random>
 
 #include "model_test_util.h"
@@ -35,6 +37,10 @@ static ModelConfig tiny(bool tied, bool jtok = false, bool jtok_norm = true) {
 
 // jtokm: 0 off, 1 on (norm, depth scaling), 2 on without norm and depth scaling (the ablations).
 struct GradCase { bool tied, jtok, jtok_norm; int jtokm = 0; };
+// Test names show the case, not its raw bytes (padding made them differ from build to build).
+void PrintTo(const GradCase& c, std::ostream* os) {
+  *os << "tied=" << c.tied << " jtok=" << c.jtok << " jtok_norm=" << c.jtok_norm << " jtokm=" << c.jtokm;
+}
 class ModelGrad : public ::testing::TestWithParam<GradCase> {};
 
 TEST_P(ModelGrad, BackwardMatchesFiniteDifferencesOnEveryTensor) {

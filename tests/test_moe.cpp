@@ -3,6 +3,8 @@
 // the routing rule (ties to the lower index), and whole-model finite differences.
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include <algorithm>
 #include <random>
 
@@ -60,6 +62,8 @@ double routing_margin(const Block& b, const std::vector<float>& x, int64_t N) {
 }
 
 struct Case { int64_t S; bool norm; };
+// Test names show the case, not its raw bytes (padding made them differ from build to build).
+void PrintTo(const Case& c, std::ostream* os) { *os << "S=" << c.S << " norm=" << c.norm; }
 class MoeBlock : public ::testing::TestWithParam<Case> {};
 
 }  // namespace
@@ -190,6 +194,9 @@ static std::vector<int32_t> routing(const Activations& a) {
 }
 
 struct ModelCase { bool tied, norm; int64_t shared; bool jtok; };
+void PrintTo(const ModelCase& c, std::ostream* os) {
+  *os << "tied=" << c.tied << " norm=" << c.norm << " shared=" << c.shared << " jtok=" << c.jtok;
+}
 class MoeModelGrad : public ::testing::TestWithParam<ModelCase> {};
 
 TEST_P(MoeModelGrad, BackwardMatchesFiniteDifferencesOfLmPlusAuxLoss) {

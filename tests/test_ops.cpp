@@ -1,6 +1,8 @@
 // Every fast op against its reference, and every reference backward against finite differences.
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include "op_test_util.h"
 #include "ops/adamw.h"
 #include "ops/attention.h"
@@ -84,6 +86,10 @@ TEST(RoPE, FastMatchesReferenceAndBackwardIsTranspose) {
 }
 
 struct AttnCase { int64_t B, T, H, KV, hd; };
+// Test names show the case, not its raw bytes.
+void PrintTo(const AttnCase& c, std::ostream* os) {
+  *os << "B=" << c.B << " T=" << c.T << " H=" << c.H << " KV=" << c.KV << " hd=" << c.hd;
+}
 class Attention : public ::testing::TestWithParam<AttnCase> {};
 
 // One attention forward and backward: output y, probabilities P (the probs kernels and the
