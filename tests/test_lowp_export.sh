@@ -26,9 +26,7 @@ cat > "$T/cfg.json" <<JSON
   "sample_interval": 0, "train_data": "$T/data/train", "val_data": "$T/data/val" }
 JSON
 "$JTOK" train --config "$T/cfg.json" --out "$T/run" --peak-gflops 1 > /dev/null
-for dt in bf16 int8; do
-  "$JTOK" export --checkpoint "$T/run" --out "$T/$dt" --weight-dtype "$dt" | grep -q "weights $dt" || { echo "FAIL: export $dt"; exit 1; }
-done
+export_lowp_copies "$T/run" "$T"
 for c in run bf16 int8; do
   for tb in ram mmap; do
     "$JTOK" eval --checkpoint "$T/$c" --tables "$tb" --no-blimp --json > "$T/eval_${c}_$tb.json"

@@ -30,24 +30,20 @@ cat > "$T/cfg.json" <<JSON
   "sample_interval": 0, "train_data": "$T/data/train", "val_data": "$T/data/val" }
 JSON
 "$JTOK" train --config "$T/cfg.json" --out "$T/run" --peak-gflops 1 > /dev/null
-for dt in bf16 int8; do
-  "$JTOK" export --checkpoint "$T/run" --out "$T/$dt" --weight-dtype "$dt" | grep -q "weights $dt" || { echo "FAIL: export $dt"; exit 1; }
-done
+export_lowp_copies "$T/run" "$T"
 "$PY" - "$JTOK" "$T" <<'PY'
-import json, resource, subprocess, sys
+import json, os, subprocess, sys
 jtok, t = sys.argv[1], sys.argv[2]
 
 def peak_mb(ckpt):
-    # Each eval in a child of its own, so RUSAGE_CHILDREN's maximum is that child's peak.
-    out = subprocess.run([sys.executable, "-c", """
-import resource, subprocess, sys
-r = subprocess.run(sys.argv[1:], capture_output=True, text=True)
-if r.returncode: sys.exit(r.stderr)
-print(r.stdout.strip().splitlines()[-1]); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
-""", jtok, "eval", "--checkpoint", ckpt, "--val-batches", "1", "--no-blimp", "--json"], capture_output=True, text=True)
-    if out.returncode: sys.exit(f"FAIL: eval {ckpt}: {out.stderr}")
-    line, mb = out.stdout.strip().splitlines()[-2:]
-    return json.loads(line)["val_loss"], float(mb)
+    # os.wait4 gives this child's own resource usage, so its maximum RSS is this eval's peak alone.
+    with open(f"{t}/eval.out", "w") as out, open(f"{t}/eval.err", "w") as err:
+        p = subprocess.Popen([jtok, "eval", "--checkpoint", ckpt, "--val-batches", "1", "--no-blimp", "--json"],
+                             stdout=out, stderr=err)
+        _, status, usage = os.wait4(p.pid, 0)
+    if os.waitstatus_to_exitcode(status):
+        sys.exit(f"FAIL: eval {ckpt}: {open(f'{t}/eval.err').read()}")
+    return json.loads(open(f"{t}/eval.out").read().strip().splitlines()[-1])["val_loss"], usage.ru_maxrss / 1024
 
 c = json.load(open(f"{t}/cfg.json"))
 d, L, I, Vp = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"], (c["vocab_size"] + 63) // 64 * 64

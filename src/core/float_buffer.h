@@ -7,7 +7,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <span>
 
 namespace jtok {
 
@@ -34,8 +33,6 @@ class FloatBuffer {
   float* end() { return p_ + n_; }
   const float* begin() const { return p_; }
   const float* end() const { return p_ + n_; }
-  operator std::span<float>() { return {p_, n_}; }
-  operator std::span<const float>() const { return {p_, n_}; }
 
   friend bool operator==(const FloatBuffer& a, const FloatBuffer& b);
   friend void swap(FloatBuffer& a, FloatBuffer& b) noexcept;

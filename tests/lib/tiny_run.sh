@@ -29,3 +29,13 @@ import json, sys
 for line in open(sys.argv[1]):
     j = json.loads(line)
     if j.get("type") == "step": print(j["step"], j["loss"].hex())' "$1"; }
+
+# export_lowp_copies RUN DIR: `jtok export --weight-dtype bf16|int8` of RUN's newest checkpoint into
+# DIR/bf16 and DIR/int8; fails if an export does not say it wrote that dtype.
+export_lowp_copies() {
+  local run=${1:?export_lowp_copies: no run} dir=${2:?export_lowp_copies: no output directory} dt
+  for dt in bf16 int8; do
+    "${JTOK:?}" export --checkpoint "$run" --out "$dir/$dt" --weight-dtype "$dt" | grep -q "weights $dt" ||
+      { echo "FAIL: export $dt"; return 1; }
+  done
+}
