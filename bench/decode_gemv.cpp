@@ -1,8 +1,9 @@
 // A decoding step's matrix products alone (batch 1 by default), at config b's shapes: 12 layers of
 // q, k, v (one linear_forward_lowp_multi), o, gate and up (one multi), down, then the LM head
 // (50257 x 768), every matrix distinct in memory (as in a model: ~610 MB in f32, so the weights
-// stream from DRAM or L3 as they do in `jtok generate`), in f32, bf16 and int8, interleaved rounds so
-// load drifts hit all three. Prints the median ms per step and the weight bytes read per second.
+// stream from DRAM or L3 as they do in `jtok generate`), in f32, bf16 and int8, each by the fastest
+// kernels and by the per-row ones that decoding uses (RowKernel::per_row: batch-invariant), interleaved
+// rounds so load drifts hit all six. Prints the median ms per step and the weight bytes read per second.
 // Not built by CMake; run by hand:
 //   g++ -O3 -march=native -std=c++20 -fopenmp -Isrc bench/decode_gemv.cpp build/libjtok_lib.a -ldnnl -o build/decode_gemv
 //   OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1 build/decode_gemv [N] [rounds]
@@ -67,29 +68,32 @@ int main(int argc, char** argv) {
   std::vector<float> x(N * F, 0.1f), q(N * d), k(N * d), v(N * d), h(N * d), g(N * F), u(N * F), y(N * V);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37 * i);
   const WeightDType dts[3] = {WeightDType::f32, WeightDType::bf16, WeightDType::int8};
-  std::vector<double> t[3];
+  const RowKernel rks[2] = {RowKernel::fastest, RowKernel::per_row};
+  std::vector<double> t[6];
   for (int r = 0; r <= rounds; ++r)
-    for (int k3 = 0; k3 < 3; ++k3) {
-      const WeightDType dt = dts[k3];
+    for (int k6 = 0; k6 < 6; ++k6) {
+      const WeightDType dt = dts[k6 % 3];
+      const RowKernel rk = rks[k6 / 3];
       const double t0 = now(cpu);
       for (int64_t l = 0; l < L; ++l) {
         const Mat* w = &m[7 * l];
         const LinearOut qkv[3] = {{q.data(), w[0].view(dt)}, {k.data(), w[1].view(dt)}, {v.data(), w[2].view(dt)}};
-        linear_forward_lowp_multi(qkv, 3, x.data(), N);
-        linear_forward_lowp(h.data(), q.data(), w[3].view(dt), N, true);
+        linear_forward_lowp_multi(qkv, 3, x.data(), N, rk);
+        linear_forward_lowp(h.data(), q.data(), w[3].view(dt), N, true, rk);
         const LinearOut gu[2] = {{g.data(), w[4].view(dt)}, {u.data(), w[5].view(dt)}};
-        linear_forward_lowp_multi(gu, 2, x.data(), N);
-        linear_forward_lowp(h.data(), g.data(), w[6].view(dt), N, true);
+        linear_forward_lowp_multi(gu, 2, x.data(), N, rk);
+        linear_forward_lowp(h.data(), g.data(), w[6].view(dt), N, true, rk);
       }
-      linear_forward_lowp(y.data(), x.data(), m.back().view(dt), N);
-      if (r > 0) t[k3].push_back(now(cpu) - t0);  // round 0 warms up
+      linear_forward_lowp(y.data(), x.data(), m.back().view(dt), N, false, rk);
+      if (r > 0) t[k6].push_back(now(cpu) - t0);  // round 0 warms up
     }
   std::printf("decode_gemv: N %ld, %d threads (%s time), %.1f M weights per step\n", static_cast<long>(N),
               omp_get_max_threads(), cpu ? "CPU" : "wall", params / 1e6);
-  for (int k3 = 0; k3 < 3; ++k3) {
-    std::sort(t[k3].begin(), t[k3].end());
-    const double med = t[k3][t[k3].size() / 2];
-    std::printf("  %-5s %8.2f ms/step (min %.2f)  %6.1f GB/s of weights\n", weight_dtype_name(dts[k3]), med * 1e3,
-                t[k3][0] * 1e3, params * weight_dtype_bytes(dts[k3]) / med / 1e9);
+  for (int k6 = 0; k6 < 6; ++k6) {
+    std::sort(t[k6].begin(), t[k6].end());
+    const double med = t[k6][t[k6].size() / 2];
+    std::printf("  %-5s %-7s %8.2f ms/step (min %.2f)  %6.1f GB/s of weights\n", weight_dtype_name(dts[k6 % 3]),
+                k6 < 3 ? "fastest" : "per_row", med * 1e3, t[k6][0] * 1e3,
+                params * weight_dtype_bytes(dts[k6 % 3]) / med / 1e9);
   }
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "op_test_util.h"
+#include "decode_test_util.h"
 #include "core/error.h"
 #include "infer/generate.h"
 #include "ops/lowp_linear.h"
@@ -178,6 +179,32 @@ void check_batched_equals_alone(const ModelConfig& c) {
 }  // namespace
 
 TEST(Generate, BatchedDecodeEqualsAlone) { check_batched_equals_alone(small_config()); }
+
+// Each decode step's logits have the bits of the sequence decoded alone, for every batch size: a
+// greedy reply does not depend on which requests share the server's steps. Dense; JTok + JTok-M;
+// MoE (router and experts, whose row counts depend on the batch's routing) with both.
+TEST(Generate, DecodeStepIsBatchInvariant) {
+  ModelConfig c = small_config();
+  c.vocab_size = 211;  // the LM head's rows: not a multiple of the kernels' 4-row blocks
+  expect_decode_batch_invariant(make_model(c, 3));
+  c.jtok = true;
+  c.jtok_layers = "0,2";
+  c.jtok_scale_init = 0.8;
+  c.jtokm = true;
+  c.jtokm_layers = "1-2";
+  c.jtokm_n_e = 4;
+  c.jtokm_top_k = 2;
+  c.jtokm_init_std = 0.3;
+  c.jtokm_scale_init = 3.0;
+  expect_decode_batch_invariant(make_model(c, 4));
+  c.model_type = "jtok_moe";
+  c.first_k_dense_replace = 1;
+  c.n_routed_experts = 6;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 16;
+  c.n_shared_experts = 1;
+  expect_decode_batch_invariant(make_model(c, 5));
+}
 
 TEST(Generate, BatchedDecodeEqualsAloneJTokAndJTokMOnMoe) {
   ModelConfig c = small_config();

@@ -119,6 +119,29 @@ TEST(LowpLinear, FastMatchesReference) {
       }
 }
 
+// RowKernel::per_row (decoding): each output row has the bits it gets alone (N = 1), whatever N, for
+// every dtype: full 4-row blocks and the last rows, C a multiple of 16 / 64 (the vector tiles) or not.
+// The fastest kernels do not promise it (f32: the tile up to 4 rows, sgemm beyond).
+TEST(LowpLinear, PerRowKernelGivesEachRowItsBitsAloneWhateverN) {
+  for (int64_t C : {32, 40, 64, 96})
+    for (int64_t OC : {3, 37, 211}) {
+      Weights3 w(OC, C, 7 + C + OC);
+      const int64_t Nmax = 40;
+      auto x = randn(Nmax * C, 19 + C);
+      for (auto t : {WeightDType::f32, WeightDType::bf16, WeightDType::int8}) {
+        std::vector<float> alone(Nmax * OC);
+        for (int64_t n = 0; n < Nmax; ++n)
+          linear_forward_lowp(alone.data() + n * OC, x.data() + n * C, w.view(t), 1, false, RowKernel::per_row);
+        for (int64_t N : {2, 4, 5, 8, 16, 17, 33, 40}) {
+          std::vector<float> y(N * OC);
+          linear_forward_lowp(y.data(), x.data(), w.view(t), N, false, RowKernel::per_row);
+          EXPECT_EQ(std::memcmp(y.data(), alone.data(), y.size() * sizeof(float)), 0)
+              << weight_dtype_name(t) << " N " << N << " C " << C << " OC " << OC;
+        }
+      }
+    }
+}
+
 // Several matrices of one input in one call give the bits of one call each (int8: one quantised input).
 TEST(LowpLinear, MultiEqualsOneCallEach) {
   const int64_t C = 768;

@@ -22,6 +22,7 @@
 #include "model/weights_io.h"
 #include "error_test_util.h"
 #include "op_test_util.h"
+#include "decode_test_util.h"
 
 using namespace jtok;
 using namespace jtok::testing;
@@ -175,6 +176,20 @@ void check_lowp_model(bool moe, WeightDType t, double max_rel_err, int max_flips
 // and ~1.7x that. (With init std 0.2 the random network amplifies every error ~4x.) A greedy flip
 // needs a top-2 margin below twice the logits' error; measured none (bf16) and at most one (int8)
 // in 32 steps: allowed at most once (bf16) and three times (int8).
+// A bf16 / int8 copy decodes batch-invariantly too: each sequence's logits have the bits it gets
+// decoded alone (dense with JTok and JTok-M; MoE, its experts in low precision, its router fp32).
+TEST(LowpModel, DecodeStepIsBatchInvariant) {
+  const fs::path dir = fs::temp_directory_path() / ("jtok_lowp_inv_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (bool moe : {false, true})
+    for (auto t : {WeightDType::bf16, WeightDType::int8}) {
+      SCOPED_TRACE(std::string(moe ? "moe " : "dense ") + weight_dtype_name(t));
+      const Model m = make_model(lowp_config(moe), 21);
+      expect_decode_batch_invariant(export_and_load(m, t, dir / "a.safetensors", false));
+    }
+  fs::remove_all(dir);
+}
+
 TEST(LowpModel, Bf16Dense) { check_lowp_model(false, WeightDType::bf16, 1.5e-2, 1); }
 TEST(LowpModel, Int8Dense) { check_lowp_model(false, WeightDType::int8, 5e-2, 3); }
 TEST(LowpModel, Int8MoeWithJTokM) { check_lowp_model(true, WeightDType::int8, 5e-2, 3); }

@@ -71,9 +71,10 @@ std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
 // Rows i = 0..M-1: token tokens[i] at position pos[i] of *caches[i] (a cache may appear in several
 // rows, at distinct positions: a prompt chunk). Each layer writes every row's K/V first, then row i
 // attends over its cache's [0, pos[i]]. logits (n_head, vocab) gets the rows head_rows[0..n_head).
-// Returns the token-table rows read.
+// rk: per_row when the rows are distinct sequences (a decode step: each row's bits then do not depend
+// on the others), fastest for one sequence's prompt chunk. Returns the token-table rows read.
 static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_t* pos, const int32_t* tokens, int64_t M,
-                            const int64_t* head_rows, int64_t n_head, float* logits) {
+                            const int64_t* head_rows, int64_t n_head, float* logits, RowKernel rk) {
   const auto& c = m.cfg;
   int64_t rows_read = 0;
   int64_t tmax = 0;
@@ -92,6 +93,7 @@ static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_
   embed_rows(m, h.data(), tokens, M);
   JTokActs jt;      // JTok layers: the step's gathered rows and ungated MLP update
   JTokMActs jm;     // JTok-M layers: the step's routing
+  jm.router_rows = rk;
   std::vector<float> inject;  // JTok-M's Delta_r, routed on the attention input
   const JTokMHyper jmh = jtokm_hyper(c);
   RowBatch rb;
@@ -108,7 +110,7 @@ static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_
     const LinearOut qkv[3] = {{q.data(), layer_matrix(m, l, Proj::q)},
                               {kn.data(), layer_matrix(m, l, Proj::k)},
                               {vn.data(), layer_matrix(m, l, Proj::v)}};
-    linear_forward_lowp_multi(qkv, 3, x.data(), M);  // one pass (one parallel region) for the three
+    linear_forward_lowp_multi(qkv, 3, x.data(), M, rk);  // one pass (one parallel region) for the three
 #pragma omp parallel for schedule(static) if (M > 1)
     for (int64_t i = 0; i < M; ++i) {  // every row's key and value into its cache first (a chunk's later rows read them)
       KVCache& kv = *caches[i];
@@ -140,18 +142,18 @@ static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < M; ++i) attend(i);
     }
-    linear_forward_lowp(h.data(), att.data(), layer_matrix(m, l, Proj::o), M, /*accumulate=*/true);
+    linear_forward_lowp(h.data(), att.data(), layer_matrix(m, l, Proj::o), M, /*accumulate=*/true, rk);
     rmsnorm_forward(x.data(), rstd.data(), h.data(), W.ln2, M, d, eps);
     // The MLP (or MoE) update of these positions, then its write-back, gated by JTok where on.
     jt.mlp_out.assign(Md, 0.0f);
     if (W.moe.router) {  // MoE block (its aux loss is unused here)
       MoeActs ma;
-      moe_forward(jt.mlp_out.data(), ma, x.data(), W.moe, moe_dims(c), M, moe_lowp(m, l));
+      moe_forward(jt.mlp_out.data(), ma, x.data(), W.moe, moe_dims(c), M, moe_lowp(m, l), rk);
     } else {
       const LinearOut gu[2] = {{gate.data(), layer_matrix(m, l, Proj::gate)}, {up.data(), layer_matrix(m, l, Proj::up)}};
-      linear_forward_lowp_multi(gu, 2, x.data(), M);
+      linear_forward_lowp_multi(gu, 2, x.data(), M, rk);
       swiglu_forward(act.data(), gate.data(), up.data(), M * F);
-      linear_forward_lowp(jt.mlp_out.data(), act.data(), layer_matrix(m, l, Proj::down), M);
+      linear_forward_lowp(jt.mlp_out.data(), act.data(), layer_matrix(m, l, Proj::down), M, false, rk);
     }
     if (W.jtok_scale) {  // h += Delta_m * (1 + s * Norm(E[token])), as forward() does
       jtok_prepare(jt, m.tables[m.jtok_table[l]], rb, static_cast<float>(c.jtok_eps), c.jtok_norm);
@@ -167,7 +169,7 @@ static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_
   std::vector<float> hs(static_cast<size_t>(n_head * d));
   for (int64_t r = 0; r < n_head; ++r) std::memcpy(hs.data() + r * d, h.data() + head_rows[r] * d, sizeof(float) * d);
   rmsnorm_forward(x.data(), rstd.data(), hs.data(), m.w.norm, n_head, d, eps);
-  linear_forward_lowp(logits, x.data(), head_matrix(m, c.vocab_size), n_head);  // real rows only
+  linear_forward_lowp(logits, x.data(), head_matrix(m, c.vocab_size), n_head, false, rk);  // real rows only
   return rows_read;
 }
 
@@ -180,7 +182,7 @@ int64_t decode_batch(const Model& m, KVCache* const* caches, const int32_t* toke
     for (int64_t j = 0; j < i; ++j)
       if (caches[j] == caches[i]) fail("decode_batch: sequence ", i, " repeats the cache of sequence ", j);
   }
-  const int64_t rows = forward_rows(m, caches, pos.data(), tokens, M, head.data(), M, logits);
+  const int64_t rows = forward_rows(m, caches, pos.data(), tokens, M, head.data(), M, logits, RowKernel::per_row);
   for (int64_t i = 0; i < M; ++i) caches[i]->len += 1;
   return rows;
 }
@@ -196,7 +198,7 @@ std::vector<float> prefill_chunk(const Model& m, KVCache& cache, const int32_t* 
   for (int64_t i = 0; i < n; ++i) pos[i] = cache.len + i;
   const int64_t last = n - 1;
   std::vector<float> logits(static_cast<size_t>(m.cfg.vocab_size));
-  const int64_t rows = forward_rows(m, caches.data(), pos.data(), tokens, n, &last, 1, logits.data());
+  const int64_t rows = forward_rows(m, caches.data(), pos.data(), tokens, n, &last, 1, logits.data(), RowKernel::fastest);
   if (rows_read) *rows_read = rows;
   cache.len += n;
   return logits;

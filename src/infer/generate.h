@@ -47,7 +47,9 @@ std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token);
 // caches[i]->len of sequence i, and logits (M, vocab_size) gets each one's next-token logits over the
 // real vocabulary. Every matrix product of the backbone (attention projections, MLP / MoE, LM head)
 // takes the M rows at once; attention reads each sequence's own cache; JTok / JTok-M rows are
-// gathered once per distinct id of the step. Sequences may sit at different positions.
+// gathered once per distinct id of the step. Sequences may sit at different positions. Batch
+// invariant: each sequence's logits have the same bits as when it is decoded alone (decode_step),
+// whatever M and the other sequences (every product by the per-row kernels, RowKernel::per_row).
 // Returns the token-table rows read (JTok: one per distinct id and layer; JTok-M: one per distinct
 // (id, selected table) pair and layer).
 int64_t decode_batch(const Model& m, KVCache* const* caches, const int32_t* tokens, int64_t M, float* logits);

@@ -74,7 +74,10 @@ void jtokm_route(JTokMActs& A, const float* a, const float* R, const RowBatch& r
   A.sel.resize(static_cast<size_t>(N * K));
   A.w.resize(static_cast<size_t>(N * K));
   // Router: g (N, n_e) = a (N,d) @ R^T.
-  gemm(false, true, N, ne, d, 1.0f, a, d, R, d, 0.0f, A.logits.data(), ne);
+  if (A.router_rows == RowKernel::per_row)
+    linear_forward_lowp(A.logits.data(), a, {WeightDType::f32, R, nullptr, ne, d}, N, false, RowKernel::per_row);
+  else
+    gemm(false, true, N, ne, d, 1.0f, a, d, R, d, 0.0f, A.logits.data(), ne);
 #pragma omp parallel for schedule(static) if (N * d >= kParallelMin)  // as the gemm's rows: serial when decoding
   for (int64_t n = 0; n < N; ++n) {
     const float* g = A.logits.data() + n * ne;

@@ -14,6 +14,7 @@
 
 #include "model/config.h"
 #include "model/token_table.h"
+#include "ops/lowp_linear.h"
 
 namespace jtok {
 
@@ -28,6 +29,9 @@ JTokMHyper jtokm_hyper(const ModelConfig& c);
 
 // What the backward (and the telemetry) needs for one layer and micro-batch.
 struct JTokMActs {
+  // Set by the caller: per_row when decoding (the router's product by the per-row kernel, so a row's
+  // routing does not depend on the other rows); fastest (sgemm) otherwise.
+  RowKernel router_rows = RowKernel::fastest;
   std::vector<float> logits;     // (N, n_e) router logits g
   std::vector<float> sig;        // (N, n_e) sigmoid(g)
   std::vector<int32_t> sel;      // (N, K) selected tables, by descending logit

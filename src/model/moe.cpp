@@ -52,9 +52,10 @@ WeightMatrix moe_matrix(const MoeWeights& w, const MoeDims& m, const MoeLowp* lp
 namespace {
 
 // out (N, w.rows) (+)= inp @ w^T. fp32: the training path's own calls (linear_forward; gemm to
-// accumulate), so its numerics do not depend on the low-precision kernels.
-void expert_linear(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate) {
-  if (w.dtype != WeightDType::f32) return linear_forward_lowp(out, inp, w, N, accumulate);
+// accumulate), so its numerics do not depend on the low-precision kernels; per_row (decoding): the
+// per-row kernels, whatever the dtype.
+void expert_linear(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate, RowKernel rk) {
+  if (w.dtype != WeightDType::f32 || rk == RowKernel::per_row) return linear_forward_lowp(out, inp, w, N, accumulate, rk);
   const float* W = static_cast<const float*>(w.data);
   if (accumulate) gemm(false, true, N, w.rows, w.cols, 1.0f, inp, w.cols, W, w.cols, 1.0f, out, w.rows);
   else linear_forward(out, inp, W, N, w.cols, w.rows);
@@ -62,25 +63,27 @@ void expert_linear(float* out, const float* inp, const WeightMatrix& w, int64_t 
 
 // Gate and up of one input block: one pass of the low-precision kernels when both are (the input
 // quantised once), else one call each.
-void expert_gate_up(float* g, float* u, const float* inp, const WeightMatrix& wg, const WeightMatrix& wu, int64_t N) {
-  if (wg.dtype != WeightDType::f32 && wu.dtype != WeightDType::f32) {
+void expert_gate_up(float* g, float* u, const float* inp, const WeightMatrix& wg, const WeightMatrix& wu, int64_t N,
+                    RowKernel rk) {
+  if ((wg.dtype != WeightDType::f32 && wu.dtype != WeightDType::f32) || rk == RowKernel::per_row) {
     const LinearOut gu[2] = {{g, wg}, {u, wu}};
-    return linear_forward_lowp_multi(gu, 2, inp, N);
+    return linear_forward_lowp_multi(gu, 2, inp, N, rk);
   }
-  expert_linear(g, inp, wg, N, false);
-  expert_linear(u, inp, wu, N, false);
+  expert_linear(g, inp, wg, N, false, rk);
+  expert_linear(u, inp, wu, N, false, rk);
 }
 
 }  // namespace
 
 void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, const MoeDims& m, int64_t N,
-                 const MoeLowp* lp) {
+                 const MoeLowp* lp, RowKernel rk) {
   const int64_t d = m.d, E = m.E, K = m.K, F = m.F, S = m.S, NK = N * K;
   resize(a.probs, N * E);
   a.topi.resize(static_cast<size_t>(NK));
   resize(a.topw, NK);
   // Router: softmax over all routed experts, then top-k and the weights.
-  linear_forward(a.probs.data(), x, w.router, N, d, E);
+  if (rk == RowKernel::per_row) linear_forward_lowp(a.probs.data(), x, {WeightDType::f32, w.router, nullptr, E, d}, N, false, rk);
+  else linear_forward(a.probs.data(), x, w.router, N, d, E);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float* p = a.probs.data() + n * E;
@@ -115,20 +118,20 @@ void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, co
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], ne = a.offsets[e + 1] - r0;
     if (ne == 0) continue;
-    expert_gate_up(&a.g[r0 * F], &a.u[r0 * F], &a.xg[r0 * d], mat(e, ExpertProj::gate), mat(e, ExpertProj::up), ne);
+    expert_gate_up(&a.g[r0 * F], &a.u[r0 * F], &a.xg[r0 * d], mat(e, ExpertProj::gate), mat(e, ExpertProj::up), ne, rk);
   }
   swiglu_forward(a.act.data(), a.g.data(), a.u.data(), NK * F);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], ne = a.offsets[e + 1] - r0;
     if (ne == 0) continue;
-    expert_linear(&a.eo[r0 * d], &a.act[r0 * F], mat(e, ExpertProj::down), ne, false);
+    expert_linear(&a.eo[r0 * d], &a.act[r0 * F], mat(e, ExpertProj::down), ne, false, rk);
   }
   // Shared experts: one SwiGLU of width S over every position, accumulated onto out.
   if (S > 0) {
     resize(a.sg, N * S); resize(a.su, N * S); resize(a.sact, N * S);
-    expert_gate_up(a.sg.data(), a.su.data(), x, mat(-1, ExpertProj::gate), mat(-1, ExpertProj::up), N);
+    expert_gate_up(a.sg.data(), a.su.data(), x, mat(-1, ExpertProj::gate), mat(-1, ExpertProj::up), N, rk);
     swiglu_forward(a.sact.data(), a.sg.data(), a.su.data(), N * S);
-    expert_linear(out, a.sact.data(), mat(-1, ExpertProj::down), N, /*accumulate=*/true);
+    expert_linear(out, a.sact.data(), mat(-1, ExpertProj::down), N, /*accumulate=*/true, rk);
   }
   // Scatter back, weighted; per position, so no two threads write one row.
 #pragma omp parallel for schedule(static)

@@ -69,9 +69,11 @@ struct MoeScratch {
 };
 
 // out (N,d) += shared(x) + sum_j topw[n,j] * expert_{topi[n,j]}(x_n); x (N,d). Sets a.aux. lp: the
-// block's low-precision experts (inference only; null, as in training: all fp32).
+// block's low-precision experts (inference only; null, as in training: all fp32). rk per_row
+// (decoding): the router and every expert by the per-row kernels, so a row's output does not depend
+// on the other rows (nor on how many share its experts).
 void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, const MoeDims& m, int64_t N,
-                 const MoeLowp* lp = nullptr);
+                 const MoeLowp* lp = nullptr, RowKernel rk = RowKernel::fastest);
 // From dout = dL/d(block output) (N,d): dx (N,d) += dL/dx, g += weight gradients. aux_grad is
 // dL/d(a.aux) (the loss's weight on this block's aux term; 0 ignores the aux loss).
 void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* dout, const float* x, const MoeActs& a,

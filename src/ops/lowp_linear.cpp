@@ -12,6 +12,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define JTOK_AVX2_TILE 1
 #endif
 
 #include "core/error.h"
@@ -304,6 +307,62 @@ static inline void block_kernel(float* out, int64_t OC, const float* inp, int64_
 }
 #endif
 
+#if defined(JTOK_AVX2_TILE)
+// Hosts without AVX-512: the same register tile on 8 lanes, f32 and bf16 weights, two input rows at
+// a time (4 x 2 accumulators, 4 weight vectors and an input: 13 of the 16 ymm registers). Each
+// (weight row, input row) pair has its own accumulator, so a row's sum does not depend on N.
+template <WeightDType DT>
+static inline __m256 load8(const void* p) {
+  if constexpr (DT == WeightDType::f32) {
+    return _mm256_loadu_ps(static_cast<const float*>(p));
+  } else {
+    const __m128i h = _mm_loadu_si128(static_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+static inline float hsum8(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+template <WeightDType DT, int MT>
+static inline void tile_kernel8(float* out, int64_t ldo, const float* x, const WeightMatrix& w, int64_t o0, bool acc) {
+  using Elem = std::conditional_t<DT == WeightDType::f32, float, uint16_t>;
+  const int64_t C = w.cols;
+  const Elem* row[kRowBlock];
+  for (int r = 0; r < kRowBlock; ++r) row[r] = static_cast<const Elem*>(w.data) + (o0 + r) * C;
+  __m256 a[kRowBlock][MT];
+  for (auto& rr : a)
+    for (auto& v : rr) v = _mm256_setzero_ps();
+  for (int64_t c = 0; c < C; c += 8) {
+    __m256 wv[kRowBlock];
+    if ((c * static_cast<int64_t>(sizeof(Elem))) % 64 == 0)  // the next block's rows, a line at a time
+      for (int r = 0; r < kRowBlock; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + kRowBlock * C + c), _MM_HINT_T0);
+    for (int r = 0; r < kRowBlock; ++r) wv[r] = load8<DT>(row[r] + c);
+    for (int n = 0; n < MT; ++n) {
+      const __m256 xv = _mm256_loadu_ps(x + n * C + c);
+      for (int r = 0; r < kRowBlock; ++r) a[r][n] = _mm256_fmadd_ps(xv, wv[r], a[r][n]);
+    }
+  }
+  for (int r = 0; r < kRowBlock; ++r)
+    for (int n = 0; n < MT; ++n) {
+      float& o = out[n * ldo + r];
+      o = (acc ? o : 0.0f) + hsum8(a[r][n]);
+    }
+}
+
+template <WeightDType DT>
+static inline void block_kernel8(float* out, int64_t OC, const float* inp, int64_t N, const WeightMatrix& w, int64_t o0,
+                                 bool acc) {
+  const int64_t C = w.cols;
+  int64_t n = 0;
+  for (; n + 2 <= N; n += 2) tile_kernel8<DT, 2>(out + n * OC + o0, OC, inp + n * C, w, o0, acc);
+  if (n < N) tile_kernel8<DT, 1>(out + n * OC + o0, OC, inp + n * C, w, o0, acc);
+}
+#endif
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define JTOK_HAVE_VNNI 1
 // int8 x int8 register tile (vpdpbusd, unsigned x signed bytes): |x| as the unsigned operand, the
@@ -388,12 +447,22 @@ static void gemv_block(const GemvJob& j, const float* inp, int64_t N, int64_t o0
     else block_kernel<WeightDType::bf16>(j.out, OC, inp, N, w, o0, j.acc);
     return;
   }
+#elif defined(JTOK_AVX2_TILE)
+  if (nr == kRowBlock && C % 8 == 0) {
+    if (w.dtype == WeightDType::f32) block_kernel8<WeightDType::f32>(j.out, OC, inp, N, w, o0, j.acc);
+    else block_kernel8<WeightDType::bf16>(j.out, OC, inp, N, w, o0, j.acc);
+    return;
+  }
 #endif
   float r4[kRowBlock];
-  wb.resize(static_cast<size_t>(kRowBlock * C));
-  dequantize_rows(wb.data(), w, o0, o0 + nr);
+  const float* rows = static_cast<const float*>(w.data) + o0 * C;  // f32: the rows in place
+  if (w.dtype != WeightDType::f32) {
+    wb.resize(static_cast<size_t>(kRowBlock * C));
+    dequantize_rows(wb.data(), w, o0, o0 + nr);
+    rows = wb.data();
+  }
   for (int64_t n = 0; n < N; ++n) {
-    dot_rows(r4, inp + n * C, wb.data(), C, nr);
+    dot_rows(r4, inp + n * C, rows, C, nr);
     float* o = j.out + n * OC + o0;
     for (int64_t r = 0; r < nr; ++r) o[r] = j.acc ? o[r] + r4[r] : r4[r];
   }
@@ -476,18 +545,20 @@ constexpr int64_t kF32GemvRows = 4;
 static bool f32_gemv(const WeightMatrix& w, int64_t N) {
 #if defined(__AVX512F__)
   return N <= kF32GemvRows && w.cols % 16 == 0 && matmul_precision() == MatmulPrecision::fp32;
+#elif defined(JTOK_AVX2_TILE)
+  return N <= kF32GemvRows && w.cols % 8 == 0 && matmul_precision() == MatmulPrecision::fp32;
 #else
   (void)w, (void)N;
   return false;
 #endif
 }
 
-void linear_forward_lowp(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate) {
+void linear_forward_lowp(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate, RowKernel rk) {
   LinearOut o{out, w, accumulate};
-  linear_forward_lowp_multi(&o, 1, inp, N);
+  linear_forward_lowp_multi(&o, 1, inp, N, rk);
 }
 
-void linear_forward_lowp_multi(const LinearOut* outs, int n, const float* inp, int64_t N) {
+void linear_forward_lowp_multi(const LinearOut* outs, int n, const float* inp, int64_t N, RowKernel rk) {
   if (N <= 0 || n <= 0) return;
   for (int i = 0; i < n; ++i) {
     check_shape(outs[i].w);
@@ -498,7 +569,7 @@ void linear_forward_lowp_multi(const LinearOut* outs, int n, const float* inp, i
   for (int i = 0; i < n; ++i) {
     const LinearOut& o = outs[i];
     const WeightMatrix& w = o.w;
-    if (w.dtype == WeightDType::f32 ? f32_gemv(w, N) : N <= kLowpGemvRows) {
+    if (rk == RowKernel::per_row || (w.dtype == WeightDType::f32 ? f32_gemv(w, N) : N <= kLowpGemvRows)) {
       jobs.push_back({o.out, w, o.accumulate});
     } else if (w.dtype == WeightDType::f32) {
       gemm(false, true, N, w.rows, w.cols, 1.0f, inp, w.cols, static_cast<const float*>(w.data), w.cols,

@@ -57,9 +57,17 @@ constexpr int64_t kActBlock = 32;  // int8 products: activation values per scale
 // q = round-to-nearest-even(x / scale[b]), as quantize_int8_span, which is its reference.
 void quantize_act_q8(int8_t* q, float* scale, const float* x, int64_t n);
 
+// Which kernels may compute N input rows. fastest: the register tile for few rows, sgemm for many,
+// so a row's bits may depend on N (the kernels sum in different orders). per_row: every row by the
+// register tile (or, without AVX-512, the portable dot products) whatever N, each row's sums in one
+// order: decoding, whose rows are independent sequences, so that a sequence's logits have the same
+// bits whichever other sequences share the step (a greedy reply does not depend on the server's load).
+enum class RowKernel { fastest, per_row };
+
 // out (N, OC) = inp (N, C) @ W^T for W (OC, C) = w (w.rows == OC, w.cols == C); with accumulate,
 // out += instead of =.
-void linear_forward_lowp(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate = false);
+void linear_forward_lowp(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate = false,
+                         RowKernel rk = RowKernel::fastest);
 // Several products of the same input (q, k, v; gate, up): outs[i].out (N, outs[i].w.rows) (+)=
 // inp @ outs[i].w^T, all matrices with the same number of columns. With few rows, one parallel
 // region for all of them (the int8 input quantised once); the same values as one call each.
@@ -68,7 +76,8 @@ struct LinearOut {
   WeightMatrix w;
   bool accumulate = false;
 };
-void linear_forward_lowp_multi(const LinearOut* outs, int n, const float* inp, int64_t N);
+void linear_forward_lowp_multi(const LinearOut* outs, int n, const float* inp, int64_t N,
+                               RowKernel rk = RowKernel::fastest);
 void linear_forward_lowp_ref(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate = false);
 
 }  // namespace jtok
