@@ -10,7 +10,8 @@
 //
 // The fast path: for a few rows (decoding, N <= kLowpGemvRows; f32 weights N <= 4) each thread
 // streams its own contiguous stretch of weight rows through a register tile (4 weight rows x up to 4
-// inputs; bf16 converted in registers, int8 by vpdpbusd where the CPU has AVX-512 VNNI, C % 64 == 0),
+// inputs; bf16 converted in registers, int8 by vpdpbusd where the CPU has AVX-512 VNNI, C % 64 == 0;
+// without AVX-512, an AVX2 tile of 4 weight rows x 2 inputs for f32 and bf16, C % 8 == 0),
 // several matrices of one input in one parallel region (linear_forward_lowp_multi: q/k/v, gate/up).
 // For more rows (prefill) it converts a panel of weight rows to fp32 and hands it to sgemm (f32:
 // sgemm directly), the conversion being O(OC*C) against the product's O(N*OC*C). The reference
