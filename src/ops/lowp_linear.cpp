@@ -239,7 +239,8 @@ static inline void q8_dot_rows(float* out, int64_t ldo, const ActQ8& a, int64_t 
   }
 }
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(JTOK_AVX2_TILE)
+#define JTOK_TILE 1
 #ifndef JTOK_PREFETCH_BLOCKS  // only for a sweep (bench/decode_gemv.cpp)
 #define JTOK_PREFETCH_BLOCKS 1
 #endif
@@ -248,118 +249,92 @@ static inline void q8_dot_rows(float* out, int64_t ldo, const ActQ8& a, int64_t 
 // prefetchers do not run far enough ahead of. bench/decode_gemv, config b's step, 1 thread, loaded
 // machine: f32 14.0 -> 15.1, bf16 8.6 -> 12.4, int8 9.2 -> 12.5 GB/s of weights (2 and 4 blocks: no better).
 constexpr int64_t kPrefetchBlocks = JTOK_PREFETCH_BLOCKS;
-// 16 weights from p, converted to fp32 in registers (int8 without its scale).
-template <WeightDType DT>
-static inline __m512 load16(const void* p) {
-  if constexpr (DT == WeightDType::f32) {
-    return _mm512_loadu_ps(p);
-  } else if constexpr (DT == WeightDType::int8) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
-  } else {
-    const __m256i h = _mm256_loadu_si256(static_cast<const __m256i*>(p));
+
+// The f32 / bf16 register tile's vector. AVX-512: 16 lanes, up to 4 input rows (16 accumulators).
+// AVX2 + FMA (hosts without AVX-512): 8 lanes, up to 2 input rows (4 x 2 accumulators, 4 weight
+// vectors and an input: 13 of the 16 ymm registers).
+#if defined(__AVX512F__)
+struct Lanes {
+  using V = __m512;
+  static constexpr int64_t n = 16;
+  static constexpr int max_inputs = 4;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load(const uint16_t* p) {  // bf16, converted in registers
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
-}
-
-// A register tile: kRowBlock weight rows (from o0) times MT input rows (from x, row stride C),
-// weights converted once per 16 columns and used MT times. out[n * ldo + r] (+)= the dot product.
-template <WeightDType DT, int MT>
-static inline void tile_kernel(float* out, int64_t ldo, const float* x, const WeightMatrix& w, int64_t o0, bool acc) {
-  using Elem = std::conditional_t<DT == WeightDType::f32, float, std::conditional_t<DT == WeightDType::int8, int8_t, uint16_t>>;
-  const int64_t C = w.cols;
-  const Elem* row[kRowBlock];
-  for (int r = 0; r < kRowBlock; ++r) row[r] = static_cast<const Elem*>(w.data) + (o0 + r) * C;
-  __m512 a[kRowBlock][MT];
-  for (auto& rr : a)
-    for (auto& v : rr) v = _mm512_setzero_ps();
-  for (int64_t c = 0; c < C; c += 16) {
-    __m512 wv[kRowBlock];
-    if ((c * static_cast<int64_t>(sizeof(Elem))) % 64 == 0)  // once per cache line
-      for (int r = 0; r < kRowBlock; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + kPrefetchBlocks * kRowBlock * C + c), _MM_HINT_T0);
-    for (int r = 0; r < kRowBlock; ++r) wv[r] = load16<DT>(row[r] + c);
-    for (int n = 0; n < MT; ++n) {
-      const __m512 xv = _mm512_loadu_ps(x + n * C + c);
-      for (int r = 0; r < kRowBlock; ++r) a[r][n] = _mm512_fmadd_ps(xv, wv[r], a[r][n]);
-    }
-  }
-  for (int r = 0; r < kRowBlock; ++r) {
-    const float s = DT == WeightDType::int8 ? w.scale[o0 + r] : 1.0f;
-    for (int n = 0; n < MT; ++n) {
-      float& o = out[n * ldo + r];
-      o = (acc ? o : 0.0f) + _mm512_reduce_add_ps(a[r][n]) * s;
-    }
-  }
-}
-
-// All N input rows against one block of weight rows, four input rows at a time.
-template <WeightDType DT>
-static inline void block_kernel(float* out, int64_t OC, const float* inp, int64_t N, const WeightMatrix& w, int64_t o0,
-                                bool acc) {
-  const int64_t C = w.cols;
-  int64_t n = 0;
-  for (; n + 4 <= N; n += 4) tile_kernel<DT, 4>(out + n * OC + o0, OC, inp + n * C, w, o0, acc);
-  switch (N - n) {
-    case 3: tile_kernel<DT, 3>(out + n * OC + o0, OC, inp + n * C, w, o0, acc); break;
-    case 2: tile_kernel<DT, 2>(out + n * OC + o0, OC, inp + n * C, w, o0, acc); break;
-    case 1: tile_kernel<DT, 1>(out + n * OC + o0, OC, inp + n * C, w, o0, acc); break;
-    default: break;
-  }
-}
-#endif
-
-#if defined(JTOK_AVX2_TILE)
-// Hosts without AVX-512: the same register tile on 8 lanes, f32 and bf16 weights, two input rows at
-// a time (4 x 2 accumulators, 4 weight vectors and an input: 13 of the 16 ymm registers). Each
-// (weight row, input row) pair has its own accumulator, so a row's sum does not depend on N.
-template <WeightDType DT>
-static inline __m256 load8(const void* p) {
-  if constexpr (DT == WeightDType::f32) {
-    return _mm256_loadu_ps(static_cast<const float*>(p));
-  } else {
-    const __m128i h = _mm_loadu_si128(static_cast<const __m128i*>(p));
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static float sum(V v) { return _mm512_reduce_add_ps(v); }
+};
+#else
+struct Lanes {
+  using V = __m256;
+  static constexpr int64_t n = 8;
+  static constexpr int max_inputs = 2;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V load(const uint16_t* p) {  // bf16, converted in registers
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
-}
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static float sum(V v) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+  }
+};
+#endif
 
-static inline float hsum8(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
-
+// A register tile: kRowBlock f32 or bf16 weight rows (from o0) times MT input rows (from x, row
+// stride C), weights converted once per Lanes::n columns and used MT times. out[n * ldo + r] (+)= the
+// dot product. Each (weight row, input row) pair has its own accumulator, so a row's sum does not
+// depend on MT or N.
 template <WeightDType DT, int MT>
-static inline void tile_kernel8(float* out, int64_t ldo, const float* x, const WeightMatrix& w, int64_t o0, bool acc) {
+static inline void tile_kernel(float* out, int64_t ldo, const float* x, const WeightMatrix& w, int64_t o0, bool acc) {
   using Elem = std::conditional_t<DT == WeightDType::f32, float, uint16_t>;
   const int64_t C = w.cols;
   const Elem* row[kRowBlock];
   for (int r = 0; r < kRowBlock; ++r) row[r] = static_cast<const Elem*>(w.data) + (o0 + r) * C;
-  __m256 a[kRowBlock][MT];
+  Lanes::V a[kRowBlock][MT];
   for (auto& rr : a)
-    for (auto& v : rr) v = _mm256_setzero_ps();
-  for (int64_t c = 0; c < C; c += 8) {
-    __m256 wv[kRowBlock];
-    if ((c * static_cast<int64_t>(sizeof(Elem))) % 64 == 0)  // the next block's rows, a line at a time
-      for (int r = 0; r < kRowBlock; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + kRowBlock * C + c), _MM_HINT_T0);
-    for (int r = 0; r < kRowBlock; ++r) wv[r] = load8<DT>(row[r] + c);
+    for (auto& v : rr) v = Lanes::zero();
+  for (int64_t c = 0; c < C; c += Lanes::n) {
+    Lanes::V wv[kRowBlock];
+    if ((c * static_cast<int64_t>(sizeof(Elem))) % 64 == 0)  // once per cache line
+      for (int r = 0; r < kRowBlock; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + kPrefetchBlocks * kRowBlock * C + c), _MM_HINT_T0);
+    for (int r = 0; r < kRowBlock; ++r) wv[r] = Lanes::load(row[r] + c);
     for (int n = 0; n < MT; ++n) {
-      const __m256 xv = _mm256_loadu_ps(x + n * C + c);
-      for (int r = 0; r < kRowBlock; ++r) a[r][n] = _mm256_fmadd_ps(xv, wv[r], a[r][n]);
+      const Lanes::V xv = Lanes::load(x + n * C + c);
+      for (int r = 0; r < kRowBlock; ++r) a[r][n] = Lanes::fma(xv, wv[r], a[r][n]);
     }
   }
   for (int r = 0; r < kRowBlock; ++r)
     for (int n = 0; n < MT; ++n) {
       float& o = out[n * ldo + r];
-      o = (acc ? o : 0.0f) + hsum8(a[r][n]);
+      o = (acc ? o : 0.0f) + Lanes::sum(a[r][n]);
     }
 }
 
+// The last left (< Lanes::max_inputs) input rows: one tile of exactly that many.
+template <WeightDType DT, int MT>
+static inline void tile_rest(float* out, int64_t OC, const float* x, int64_t left, const WeightMatrix& w, int64_t o0,
+                             bool acc) {
+  if (left == MT) tile_kernel<DT, MT>(out, OC, x, w, o0, acc);
+  else if constexpr (MT > 1) tile_rest<DT, MT - 1>(out, OC, x, left, w, o0, acc);
+}
+
+// All N input rows against one block of weight rows, Lanes::max_inputs input rows at a time.
 template <WeightDType DT>
-static inline void block_kernel8(float* out, int64_t OC, const float* inp, int64_t N, const WeightMatrix& w, int64_t o0,
-                                 bool acc) {
+static inline void block_kernel(float* out, int64_t OC, const float* inp, int64_t N, const WeightMatrix& w, int64_t o0,
+                                bool acc) {
+  constexpr int M = Lanes::max_inputs;
   const int64_t C = w.cols;
   int64_t n = 0;
-  for (; n + 2 <= N; n += 2) tile_kernel8<DT, 2>(out + n * OC + o0, OC, inp + n * C, w, o0, acc);
-  if (n < N) tile_kernel8<DT, 1>(out + n * OC + o0, OC, inp + n * C, w, o0, acc);
+  for (; n + M <= N; n += M) tile_kernel<DT, M>(out + n * OC + o0, OC, inp + n * C, w, o0, acc);
+  if constexpr (M > 1)
+    if (n < N) tile_rest<DT, M - 1>(out + n * OC + o0, OC, inp + n * C, N - n, w, o0, acc);
 }
 #endif
 
@@ -441,16 +416,10 @@ static void gemv_block(const GemvJob& j, const float* inp, int64_t N, int64_t o0
     q8_dot_rows(j.out + o0, OC, *j.q8, N, w, o0, nr, j.acc);
     return;
   }
-#if defined(__AVX512F__)
-  if (nr == kRowBlock && C % 16 == 0) {
+#if defined(JTOK_TILE)
+  if (nr == kRowBlock && C % Lanes::n == 0) {
     if (w.dtype == WeightDType::f32) block_kernel<WeightDType::f32>(j.out, OC, inp, N, w, o0, j.acc);
     else block_kernel<WeightDType::bf16>(j.out, OC, inp, N, w, o0, j.acc);
-    return;
-  }
-#elif defined(JTOK_AVX2_TILE)
-  if (nr == kRowBlock && C % 8 == 0) {
-    if (w.dtype == WeightDType::f32) block_kernel8<WeightDType::f32>(j.out, OC, inp, N, w, o0, j.acc);
-    else block_kernel8<WeightDType::bf16>(j.out, OC, inp, N, w, o0, j.acc);
     return;
   }
 #endif
@@ -543,10 +512,8 @@ static void gemm_lowp(float* out, const float* inp, const WeightMatrix& w, int64
 // precision, where gemm() rounds to bf16.
 constexpr int64_t kF32GemvRows = 4;
 static bool f32_gemv(const WeightMatrix& w, int64_t N) {
-#if defined(__AVX512F__)
-  return N <= kF32GemvRows && w.cols % 16 == 0 && matmul_precision() == MatmulPrecision::fp32;
-#elif defined(JTOK_AVX2_TILE)
-  return N <= kF32GemvRows && w.cols % 8 == 0 && matmul_precision() == MatmulPrecision::fp32;
+#if defined(JTOK_TILE)
+  return N <= kF32GemvRows && w.cols % Lanes::n == 0 && matmul_precision() == MatmulPrecision::fp32;
 #else
   (void)w, (void)N;
   return false;
