@@ -50,6 +50,31 @@ ModelConfig small_config() {
   c.initializer_range = 0.2;
   return c;
 }
+
+// small_config with JTok on layers 0 and 2 and JTok-M (4 tables, top 2, a large injection) on 1-2.
+ModelConfig jtok_jtokm_config() {
+  ModelConfig c = small_config();
+  c.jtok = true;
+  c.jtok_layers = "0,2";
+  c.jtok_scale_init = 0.8;
+  c.jtokm = true;
+  c.jtokm_layers = "1-2";
+  c.jtokm_n_e = 4;
+  c.jtokm_top_k = 2;
+  c.jtokm_init_std = 0.3;
+  c.jtokm_scale_init = 3.0;
+  return c;
+}
+
+// c on the MoE backbone: layer 0 dense, then 6 routed experts of width 16, top 2.
+ModelConfig on_moe(ModelConfig c) {
+  c.model_type = "jtok_moe";
+  c.first_k_dense_replace = 1;
+  c.n_routed_experts = 6;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 16;
+  return c;
+}
 }  // namespace
 
 TEST(Generate, KVCacheGreedyEqualsFullRecompute) { check_cache_equals_recompute(small_config()); }
@@ -187,66 +212,24 @@ TEST(Generate, DecodeStepIsBatchInvariant) {
   ModelConfig c = small_config();
   c.vocab_size = 211;  // the LM head's rows: not a multiple of the kernels' 4-row blocks
   expect_decode_batch_invariant(make_model(c, 3));
-  c.jtok = true;
-  c.jtok_layers = "0,2";
-  c.jtok_scale_init = 0.8;
-  c.jtokm = true;
-  c.jtokm_layers = "1-2";
-  c.jtokm_n_e = 4;
-  c.jtokm_top_k = 2;
-  c.jtokm_init_std = 0.3;
-  c.jtokm_scale_init = 3.0;
+  c = jtok_jtokm_config();
+  c.vocab_size = 211;
   expect_decode_batch_invariant(make_model(c, 4));
-  c.model_type = "jtok_moe";
-  c.first_k_dense_replace = 1;
-  c.n_routed_experts = 6;
-  c.num_experts_per_tok = 2;
-  c.moe_intermediate_size = 16;
+  c = on_moe(c);
   c.n_shared_experts = 1;
   expect_decode_batch_invariant(make_model(c, 5));
 }
 
 TEST(Generate, BatchedDecodeEqualsAloneJTokAndJTokMOnMoe) {
-  ModelConfig c = small_config();
-  c.jtok = true;
-  c.jtok_layers = "0,2";
-  c.jtok_scale_init = 0.8;
-  c.jtokm = true;
-  c.jtokm_layers = "1-2";
-  c.jtokm_n_e = 4;
-  c.jtokm_top_k = 2;
-  c.jtokm_init_std = 0.3;
-  c.jtokm_scale_init = 3.0;
-  check_batched_equals_alone(c);
-  c.model_type = "jtok_moe";
-  c.first_k_dense_replace = 1;
-  c.n_routed_experts = 6;
-  c.num_experts_per_tok = 2;
-  c.moe_intermediate_size = 16;
-  check_batched_equals_alone(c);
+  check_batched_equals_alone(jtok_jtokm_config());
+  check_batched_equals_alone(on_moe(jtok_jtokm_config()));
 }
 
 // Chunked prefill (the server's --prefill-chunk): a prompt prefilled in chunks of 1, 3, 7 tokens
 // gives the one-shot prefill's logits and KV cache within 1e-4 relative (another attention kernel
 // and summation order), and greedy decoding from it the same tokens. Dense, JTok + JTok-M, MoE.
 TEST(Generate, ChunkedPrefillEqualsOneShot) {
-  ModelConfig base = small_config();
-  ModelConfig tok = base;
-  tok.jtok = true;
-  tok.jtok_layers = "0,2";
-  tok.jtok_scale_init = 0.8;
-  tok.jtokm = true;
-  tok.jtokm_layers = "1-2";
-  tok.jtokm_n_e = 4;
-  tok.jtokm_top_k = 2;
-  tok.jtokm_init_std = 0.3;
-  tok.jtokm_scale_init = 3.0;
-  ModelConfig moe = tok;
-  moe.model_type = "jtok_moe";
-  moe.first_k_dense_replace = 1;
-  moe.n_routed_experts = 6;
-  moe.num_experts_per_tok = 2;
-  moe.moe_intermediate_size = 16;
+  const ModelConfig base = small_config(), tok = jtok_jtokm_config(), moe = on_moe(tok);
   std::vector<int32_t> prompt;
   for (int j = 0; j < 17; ++j) prompt.push_back(static_cast<int32_t>((j * 37 + 11) % 97));
   prompt[9] = prompt[2];  // a repeated id inside a chunk
