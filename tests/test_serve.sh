@@ -19,6 +19,14 @@ trap cleanup EXIT
 # One thread: a tiny model's decode step is microseconds, and with two OpenMP threads on a loaded
 # 2-core machine every parallel region waits for a time slice (100x slower, measured).
 export OMP_NUM_THREADS=1
+# Under ASan (scripts/test_asan.sh) freed memory waits in a quarantine before reuse: 256 MiB by
+# default plus 1 MiB per thread, and 1/8 of it again in poisoned shadow pages. Section 6's load
+# fills it, so with the defaults the resident growth was 286 MiB of the 288 allowed (session 11,
+# measured): CI failed on it twice. The quarantine is set small here and counted in the allowance.
+ASAN_Q_MB=16
+if [ -n "${JTOK_SANITIZER_BUILD:-}" ]; then
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=$ASAN_Q_MB:thread_local_quarantine_size_kb=256"
+fi
 fail() { echo "FAIL: $*"; for f in "$T"/serve_*.err; do echo "--- $f"; tail -5 "$f"; done; exit 1; }
 
 # A tiny JTok + JTok-M model, trained a few steps on the repository's docs.
@@ -214,11 +222,12 @@ idle=$(rss)
 node "$ROOT/tests/serve_load_client.mjs" "$MMAP" sekrit 64 1000 16 "$cases" || fail "64 x 1000 load"
 after=$(rss)
 echo "resident memory: idle $((idle >> 20)) MiB, after the load $((after >> 20)) MiB"
-# Under ASan (scripts/test_asan.sh) freed memory is held in its quarantine (256 MiB by default)
-# before reuse: the allowance grows by that much there, and says so.
+# Under ASan the allowance adds the quarantine set above with its shadow (9/8 of it) and 32 MiB for
+# ASan's own per-thread caches (measured there: growth 31 MiB with a 16 MiB quarantine, 97 with 64).
 allow=$((32 << 20))
 if [ -n "${JTOK_SANITIZER_BUILD:-}" ]; then
-  allow=$(((32 + 256) << 20)); echo "NOTE: sanitizer build: resident growth allowed 32 + 256 MiB (ASan's quarantine)"
+  allow=$(((32 + ASAN_Q_MB * 9 / 8 + 32) << 20))
+  echo "NOTE: sanitizer build: resident growth allowed $((allow >> 20)) MiB (32 + ASan: quarantine $ASAN_Q_MB MiB and its shadow, 32 MiB of caches)"
 fi
 [ "$after" -le $((idle + allow)) ] || fail "resident memory grew by $(((after - idle) >> 20)) MiB under load"
 
