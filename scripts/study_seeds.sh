@@ -3,7 +3,7 @@
 # configs/exp_moe.json, at several seeds (the seed sets the initialisation and the data order); a
 # pair shares seed, steps and tokens. Every finished run appends its row to docs/data/seeds.csv
 # (scripts/study_lib.sh: rows already there are skipped, so rerunning continues a stopped study).
-# Then prints the paired gaps with mean, sd and a paired t-test and draws docs/figures/seeds_*.svg,
+# Then prints the paired gaps with mean, sd and a paired t-test and draws docs/figures/seeds_{dense,moe}_nSTEPS.svg (one per step count),
 # both from the CSV alone (scripts/study_seeds_report.py).
 #   scripts/study_seeds.sh [--seeds 1,2,3] [--dense-steps 200] [--moe-steps 250] [--only dense|moe]
 #                          [--csv docs/data/seeds.csv] [--out runs/study_seeds] [--blimp-limit 0] [--report-only]
@@ -46,9 +46,9 @@ main() {
   local jt=${JTOK_BIN:-build/jtok}
   mkdir -p docs/figures
   "$jt" plot-csv --csv "$csv" --x seed --y val_loss --group variant --where config=configs/exp_jtok.json \
-    --where steps="$dense_steps" --title "validation loss per seed: baseline vs +JTok (exp_jtok, $dense_steps steps)" --out docs/figures/seeds_dense.svg || true
+    --where steps="$dense_steps" --title "validation loss per seed: baseline vs +JTok (exp_jtok, $dense_steps steps)" --out "docs/figures/seeds_dense_n$dense_steps.svg" || true
   "$jt" plot-csv --csv "$csv" --x seed --y val_loss --group variant --where config=configs/exp_moe.json \
-    --where steps="$moe_steps" --title "validation loss per seed: MoE vs +JTok-M (exp_moe, $moe_steps steps)" --out docs/figures/seeds_moe.svg || true
+    --where steps="$moe_steps" --title "validation loss per seed: MoE vs +JTok-M (exp_moe, $moe_steps steps)" --out "docs/figures/seeds_moe_n$moe_steps.svg" || true
 }
 # The whole script is read before it runs (main at the end), so editing or checking out this file
 # while a long study runs does not change the running study.
