@@ -520,6 +520,22 @@ static bool f32_gemv(const WeightMatrix& w, int64_t N) {
 #endif
 }
 
+// bf16 / int8 weights take the per-row kernels for N <= this under RowKernel::fastest, panels + sgemm
+// above. Measured (bench/decode_gemv.cpp, config b, 1 thread, AVX-512 with VNNI; docs/benchmarks.md)
+// the per-row kernels stay ahead up to N 24 for bf16 (1.21x at 17, 1.05x at 24, 0.93x at 32) and
+// up to N 48 for int8 with the VNNI tile (1.78x at 17, 1.26x at 32, 1.07x at 48, 0.96x at 64).
+// Other hosts keep kLowpGemvRows (not measured there).
+static int64_t lowp_gemv_max_rows(const WeightMatrix& w) {
+#if defined(__AVX512F__)
+  if (w.dtype == WeightDType::bf16 && w.cols % Lanes::n == 0) return 24;
+#endif
+#if defined(JTOK_HAVE_VNNI)
+  if (w.dtype == WeightDType::int8 && w.cols % 64 == 0) return 48;
+#endif
+  (void)w;
+  return kLowpGemvRows;
+}
+
 void linear_forward_lowp(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate, RowKernel rk) {
   LinearOut o{out, w, accumulate};
   linear_forward_lowp_multi(&o, 1, inp, N, rk);
@@ -536,7 +552,7 @@ void linear_forward_lowp_multi(const LinearOut* outs, int n, const float* inp, i
   for (int i = 0; i < n; ++i) {
     const LinearOut& o = outs[i];
     const WeightMatrix& w = o.w;
-    if (rk == RowKernel::per_row || (w.dtype == WeightDType::f32 ? f32_gemv(w, N) : N <= kLowpGemvRows)) {
+    if (rk == RowKernel::per_row || (w.dtype == WeightDType::f32 ? f32_gemv(w, N) : N <= lowp_gemv_max_rows(w))) {
       jobs.push_back({o.out, w, o.accumulate});
     } else if (w.dtype == WeightDType::f32) {
       gemm(false, true, N, w.rows, w.cols, 1.0f, inp, w.cols, static_cast<const float*>(w.data), w.cols,

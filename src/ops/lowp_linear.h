@@ -8,7 +8,8 @@
 //         weight row's scale. Every path (gemv, panels + sgemm, reference) multiplies these same
 //         quantised inputs, so they differ only in fp32 summation order.
 //
-// The fast path: for a few rows (decoding, N <= kLowpGemvRows; f32 weights N <= 4) each thread
+// The fast path: for a few rows (decoding, N <= kLowpGemvRows; with AVX-512 bf16 N <= 24 and int8
+// with VNNI N <= 48, the measured crossovers; f32 weights N <= 4) each thread
 // streams its own contiguous stretch of weight rows through a register tile (4 weight rows x up to 4
 // inputs; bf16 converted in registers, int8 by vpdpbusd where the CPU has AVX-512 VNNI, C % 64 == 0;
 // without AVX-512, an AVX2 tile of 4 weight rows x 2 inputs for f32 and bf16, C % 8 == 0),
