@@ -522,9 +522,10 @@ static bool f32_gemv(const WeightMatrix& w, int64_t N) {
 
 // bf16 / int8 weights take the per-row kernels for N <= this under RowKernel::fastest, panels + sgemm
 // above. Measured (bench/decode_gemv.cpp, config b, 1 thread, AVX-512 with VNNI; docs/benchmarks.md)
-// the per-row kernels stay ahead up to N 24 for bf16 (1.21x at 17, 1.05x at 24, 0.93x at 32) and
-// up to N 48 for int8 with the VNNI tile (1.78x at 17, 1.26x at 32, 1.07x at 48, 0.96x at 64).
-// Other hosts keep kLowpGemvRows (not measured there).
+// the per-row kernels stay ahead up to N 24 for bf16 (1.21x at 17, 1.05x at 24, 0.93x at 32); for
+// int8 with the VNNI tile they lead by 1.78x at 17, 1.26x at 32, 1.07x at 48 and 1.05x at 64, and
+// the switch is kept at 48, past which the gain is within the noise. Other hosts keep
+// kLowpGemvRows (not measured there).
 static int64_t lowp_gemv_max_rows(const WeightMatrix& w) {
 #if defined(__AVX512F__)
   if (w.dtype == WeightDType::bf16 && w.cols % Lanes::n == 0) return 24;
