@@ -17,10 +17,7 @@ JTOK_FUZZ_SEED=${JTOK_FUZZ_SEED:-1} bash scripts/fuzz.sh "${JTOK_FUZZ_SECONDS:-2
 # whole output last in the log, so that a failure that does not come back (a flake: timing, load)
 # is told apart from one that does, and the cause is readable at the end of CI's output.
 if ! ctest --test-dir build --output-on-failure -j2; then
-  echo "== ctest failed; the failing tests once more, one at a time (their output follows):"
-  if ctest --test-dir build --rerun-failed --output-on-failure -j1 -V; then
-    echo "== they passed alone: a flake under load; CI still fails on it"
-  fi
+  bash scripts/rerun_failed.sh build
   exit 8
 fi
 # The whole suite again with ASan + UBSan (build-asan/): fails on any sanitizer report. Every test

@@ -29,11 +29,6 @@ export JTOK_SANITIZER_BUILD=1
 status=0
 ctest --test-dir build-asan --output-on-failure -j"${JTOK_JOBS:-2}" --timeout 1500 "$@" || status=$?
 t2=$(date +%s)
-if [ $status -ne 0 ]; then  # as scripts/test.sh does: the failing tests alone, their output last
-  echo "== asan: ctest failed; the failing tests once more, one at a time (their output follows):"
-  if ctest --test-dir build-asan --rerun-failed --output-on-failure -j1 -V --timeout 1500; then
-    echo "== asan: they passed alone: a flake under load; CI still fails on it"
-  fi
-fi
+[ $status -eq 0 ] || bash scripts/rerun_failed.sh build-asan --timeout 1500
 echo "asan: suite took $((t2 - t1)) s (load average $(cut -d' ' -f1-3 /proc/loadavg)); build + suite $((t2 - t0)) s"
 exit $status
