@@ -11,6 +11,30 @@
 
 namespace jtok::testing {
 
+// c with every backbone variant of imported models on (docs/model.md "Variants"): Qwen3's q/k norm,
+// Qwen2's q/k/v biases, Llama 3's rope scaling with an original context of 8 (so that short test
+// sequences reach both its scaled and blended bands), and a head_dim apart from hidden/heads.
+inline ModelConfig with_variants(ModelConfig c) {
+  c.qk_norm = c.attention_bias = true;
+  c.rope_scaling_type = "llama3";
+  c.rope_scaling_original_max_position_embeddings = 8;
+  c.head_dim = c.hidden_size / c.num_attention_heads + 2;
+  return c;
+}
+
+// The variants' vectors drawn at random (biases N(0, 0.3), q/k norm gains 1 + N(0, 0.3)): at their
+// init (0 and 1) a bias or gain left out of a forward path would change nothing.
+inline void randomize_variant_params(Model& m, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.3f);
+  for (const ParamInfo& p : m.layout) {
+    const bool bias = p.name.ends_with("_proj.bias"), gain = p.name.ends_with("_norm.weight") &&
+                                                            p.name.find("self_attn.") != std::string::npos;
+    if (!bias && !gain) continue;
+    for (int64_t i = 0; i < p.numel; ++i) m.params[p.offset + i] = (gain ? 1.0f : 0.0f) + dist(rng);
+  }
+}
+
 inline std::vector<int32_t> tokens(int64_t n, int64_t V, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> t(static_cast<size_t>(n));

@@ -97,6 +97,12 @@ TEST(Config, ErrorsNameTheFieldOrFile) {
       {R"({"jtokm": true, "jtokm_layers": "0-9"})", {}, "field jtokm_layers"},
       {R"({"jtokm": "yes"})", {}, "field jtokm: expected boolean"},
       {R"({"table_optimizer": "lazy"})", {}, "field table_optimizer: unknown value 'lazy' (known: dense, sparse)"},
+      {R"({"rope_scaling_type": "yarn"})", {}, "field rope_scaling_type: unknown value 'yarn' (known: none, llama3)"},
+      {R"({"rope_scaling_type": "llama3", "rope_scaling_factor": 0.5})", {}, "rope_scaling_factor must be >= 1"},
+      {R"({"rope_scaling_type": "llama3", "rope_scaling_high_freq_factor": 1})", {}, "must satisfy 0 < low < high"},
+      {R"({"qk_norm": 1})", {}, "field qk_norm: expected boolean"},
+      {R"({"model_type": "jtok_moe", "decoder_sparse_step": 0})", {}, "decoder_sparse_step must be positive"},
+      {R"({"num_hidden_layers": 2, "mlp_only_layers": "0,5"})", {}, "field mlp_only_layers"},
   };
   for (auto& c : cases) {
     std::string e = error_of(c.text, c.ov);
@@ -122,6 +128,39 @@ TEST(Config, MoeLayers) {
   Config d = load_config(write_tmp(R"({"num_hidden_layers": 1, "first_k_dense_replace": 3})"));
   EXPECT_FALSE(d.model.moe_on_layer(0));
   EXPECT_EQ(d.model.moe_num_layers(), 0);
+}
+
+// Qwen3-MoE's layer choice: mlp_only_layers keep the dense MLP, and decoder_sparse_step puts MoE
+// on every step-th layer (l + 1 divisible by it).
+TEST(Config, MoeLayersOfQwen3Moe) {
+  Config c = load_config(write_tmp(R"({"model_type": "jtok_moe", "num_hidden_layers": 6, "first_k_dense_replace": 0,
+                                      "mlp_only_layers": "3", "decoder_sparse_step": 2})"));
+  std::vector<bool> on;
+  for (int64_t l = 0; l < 6; ++l) on.push_back(c.model.moe_on_layer(l));
+  EXPECT_EQ(on, (std::vector<bool>{false, true, false, false, false, true}));
+  EXPECT_EQ(c.model.moe_num_layers(), 2);
+}
+
+// A plain model's config.json has no variant field (it reads as it did before they existed); a
+// model with one has it, and reads back equal.
+TEST(Config, VariantFieldsWrittenOnlyWhenSet) {
+  Config plain;
+  const nlohmann::json j = to_json(plain);
+  for (const char* k : {"qk_norm", "attention_bias", "rope_scaling_type", "rope_scaling_factor", "mlp_only_layers",
+                        "decoder_sparse_step"})
+    EXPECT_FALSE(j.contains(k)) << k;
+  Config v;
+  v.model.qk_norm = true;
+  v.model.rope_scaling_type = "llama3";
+  v.model.rope_scaling_factor = 32;
+  const nlohmann::json jv = to_json(v);
+  EXPECT_TRUE(jv.at("qk_norm").get<bool>());
+  EXPECT_EQ(jv.at("rope_scaling_factor").get<double>(), 32.0);
+  EXPECT_FALSE(jv.contains("attention_bias"));
+  const Config back = config_from_json(jv, "test");
+  EXPECT_TRUE(back.model.qk_norm);
+  EXPECT_EQ(back.model.rope_scaling_type, "llama3");
+  EXPECT_EQ(back.model.rope_scaling_factor, 32.0);
 }
 
 TEST(Config, OverrideCanRepairAFileValue) {

@@ -4,6 +4,7 @@
 
 #include "op_test_util.h"
 #include "decode_test_util.h"
+#include "model_test_util.h"
 #include "core/error.h"
 #include "infer/generate.h"
 #include "ops/lowp_linear.h"
@@ -14,8 +15,8 @@ using namespace jtok::testing;
 namespace {
 // Greedy decoding of model c from a fixed prompt: the cached logits of every step equal the
 // last-position logits of a full forward over the whole sequence.
-void check_cache_equals_recompute(const ModelConfig& c) {
-  Model m = make_model(c, 5);
+void check_cache_equals_recompute(const Model& m) {
+  const ModelConfig& c = m.cfg;
   std::vector<int32_t> seq = {3, 14, 15, 92, 65};
   KVCache cache;
   std::vector<float> logits = prefill(m, cache, seq, 40);
@@ -37,6 +38,8 @@ void check_cache_equals_recompute(const ModelConfig& c) {
   }
   EXPECT_GT(distinct, 0);
 }
+
+void check_cache_equals_recompute(const ModelConfig& c) { check_cache_equals_recompute(make_model(c, 5)); }
 
 ModelConfig small_config() {
   ModelConfig c;
@@ -202,6 +205,24 @@ void check_batched_equals_alone(const ModelConfig& c) {
   EXPECT_NE(alone[0], alone[1]);
 }
 }  // namespace
+
+// The backbone variants (q/k norm, q/k/v biases, llama3 rope scaling, head_dim apart): the cache
+// and the batched decode step apply them as the full forward does.
+TEST(Generate, KVCacheGreedyEqualsFullRecomputeWithVariants) {
+  ModelConfig c = with_variants(small_config());
+  Model m = make_model(c, 5);
+  randomize_variant_params(m, 6);
+  check_cache_equals_recompute(m);
+  c = with_variants(on_moe(jtok_jtokm_config()));
+  c.n_shared_experts = 0;
+  c.norm_topk_prob = true;
+  c.first_k_dense_replace = 0;
+  c.mlp_only_layers = "1";
+  Model moe = make_model(c, 7);
+  randomize_variant_params(moe, 8);
+  check_cache_equals_recompute(moe);
+  expect_decode_batch_invariant(moe);
+}
 
 TEST(Generate, BatchedDecodeEqualsAlone) { check_batched_equals_alone(small_config()); }
 

@@ -36,10 +36,12 @@ static ModelConfig tiny(bool tied, bool jtok = false, bool jtok_norm = true) {
 }
 
 // jtokm: 0 off, 1 on (norm, depth scaling), 2 on without norm and depth scaling (the ablations).
-struct GradCase { bool tied, jtok, jtok_norm; int jtokm = 0; };
+// variants: the backbone variants of imported models on (with_variants), their vectors random.
+struct GradCase { bool tied, jtok, jtok_norm; int jtokm = 0; bool variants = false; };
 // Test names show the case, not its raw bytes (padding made them differ from build to build).
 void PrintTo(const GradCase& c, std::ostream* os) {
-  *os << "tied=" << c.tied << " jtok=" << c.jtok << " jtok_norm=" << c.jtok_norm << " jtokm=" << c.jtokm;
+  *os << "tied=" << c.tied << " jtok=" << c.jtok << " jtok_norm=" << c.jtok_norm << " jtokm=" << c.jtokm
+      << " variants=" << c.variants;
 }
 class ModelGrad : public ::testing::TestWithParam<GradCase> {};
 
@@ -55,7 +57,9 @@ TEST_P(ModelGrad, BackwardMatchesFiniteDifferencesOnEveryTensor) {
     c.jtokm_aux_loss_coef = 0.5;  // large: the aux gradient is measurable
     c.jtokm_norm = c.jtokm_depth_scaling = GetParam().jtokm == 1;
   }
+  if (GetParam().variants) c = with_variants(c);
   Model m = make_model(c, 7);
+  if (GetParam().variants) randomize_variant_params(m, 8);
   const int64_t B = 2, T = 6;
   auto x = tokens(B * T, c.vocab_size, 1), y = tokens(B * T, c.vocab_size, 2);
   Activations a;
@@ -105,7 +109,8 @@ INSTANTIATE_TEST_SUITE_P(Variants, ModelGrad,
                          ::testing::Values(GradCase{false, false, true}, GradCase{true, false, true},
                                            GradCase{false, true, true}, GradCase{true, true, false},
                                            GradCase{false, false, true, 1}, GradCase{true, true, true, 1},
-                                           GradCase{false, false, true, 2}));
+                                           GradCase{false, false, true, 2}, GradCase{false, false, true, 0, true},
+                                           GradCase{true, true, true, 1, true}));
 
 TEST(Model, GradientAccumulationEqualsOneBigBatch) {
   ModelConfig c = tiny(false);

@@ -85,6 +85,30 @@ TEST(RoPE, FastMatchesReferenceAndBackwardIsTranspose) {
   EXPECT_LT(rel_err(dr, numeric_grad(x, f)), kFdTol);
 }
 
+// Llama 3's scaling: frequencies of wavelengths past original / low_freq_factor divided by the
+// factor, those under original / high_freq_factor kept, the band between strictly between the two;
+// the scaled table rotates as the plain reference does with those frequencies.
+TEST(RoPE, Llama3ScalingBandsAndTable) {
+  const int64_t T = 9, H = 2, hd = 16;
+  const RopeScaling s{8.0, 1.0, 4.0, 32};  // bands: wavelength < 8 kept, > 32 divided
+  const std::vector<float> plain = rope_inv_freq(hd, 10000.0), scaled = rope_inv_freq(hd, 10000.0, &s);
+  int kept = 0, divided = 0, blended = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const double wavelen = 2 * M_PI / plain[i];
+    if (wavelen < 32.0 / 4.0) kept += scaled[i] == plain[i];
+    else if (wavelen > 32.0) divided += std::abs(scaled[i] - plain[i] / 8.0f) <= 1e-7f * plain[i];
+    else blended += scaled[i] < plain[i] && scaled[i] > plain[i] / 8.0f;
+  }
+  EXPECT_EQ(kept, 1);     // wavelength 6.3 (i = 0)
+  EXPECT_EQ(blended, 1);  // wavelength 19.9 (i = 1); i >= 2 (62.8 and up) divided
+  EXPECT_EQ(kept + divided + blended, static_cast<int>(plain.size()));
+  auto x = randn(T * H * hd, 12);
+  auto xf = x, xr = x;
+  rope_forward(xf.data(), make_rope_table(T, hd, 10000.0, &s), 1, T, H, hd);
+  rope_forward_ref(xr.data(), 1, T, H, hd, scaled);
+  EXPECT_LT(rel_err(xf, xr), kFastTol);
+}
+
 struct AttnCase { int64_t B, T, H, KV, hd; };
 // Test names show the case, not its raw bytes.
 void PrintTo(const AttnCase& c, std::ostream* os) {

@@ -23,6 +23,9 @@ std::string gguf_unsupported_reason(const ModelConfig& c) {
            "`llama` architecture expresses only Mixtral-style MoE (no shared experts, every layer MoE), so "
            "it is not exported; serve it with `jtok serve` (or `jtok generate`) instead";
   if (c.hd() % 2 != 0) return "head_dim is odd: RoPE needs pairs";
+  if (c.qk_norm || c.attention_bias || c.rope_scaling_type != "none")
+    return "the model uses a backbone variant (qk_norm, attention_bias or rope_scaling_type) that the GGUF "
+           "export does not write yet; serve it with `jtok serve` (or `jtok generate`) instead";
   return "";
 }
 

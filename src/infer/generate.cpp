@@ -93,6 +93,7 @@ static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_
   embed_rows(m, h.data(), tokens, M);
   JTokActs jt;      // JTok layers: the step's gathered rows and ungated MLP update
   JTokMActs jm;     // JTok-M layers: the step's routing
+  QkNormActs qk;    // qk_norm: scratch (the decode step has no backward)
   jm.router_rows = rk;
   std::vector<float> inject;  // JTok-M's Delta_r, routed on the attention input
   const JTokMHyper jmh = jtokm_hyper(c);
@@ -111,6 +112,7 @@ static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_
                               {kn.data(), layer_matrix(m, l, Proj::k)},
                               {vn.data(), layer_matrix(m, l, Proj::v)}};
     linear_forward_lowp_multi(qkv, 3, x.data(), M, rk);  // one pass (one parallel region) for the three
+    qkv_variants_forward(W, q.data(), kn.data(), vn.data(), M, H, KV, hd, eps, qk);
 #pragma omp parallel for schedule(static) if (M > 1)
     for (int64_t i = 0; i < M; ++i) {  // every row's key and value into its cache first (a chunk's later rows read them)
       KVCache& kv = *caches[i];

@@ -54,6 +54,17 @@ bool ModelConfig::jtokm_on_layer(int64_t l) const {
 
 int64_t ModelConfig::jtokm_num_layers() const { return count_layers(jtokm, jtokm_layers, num_hidden_layers); }
 
+bool ModelConfig::moe_on_layer(int64_t l) const {
+  if (!is_moe() || l < first_k_dense_replace || (l + 1) % decoder_sparse_step != 0) return false;
+  return mlp_only_layers.empty() || !parse_layer_set(mlp_only_layers, num_hidden_layers)[static_cast<size_t>(l)];
+}
+
+int64_t ModelConfig::moe_num_layers() const {
+  int64_t k = 0;
+  for (int64_t l = 0; l < num_hidden_layers; ++l) k += moe_on_layer(l);
+  return k;
+}
+
 int64_t TrainConfig::resolved_warmup_steps() const {
   if (warmup_steps >= 0) return warmup_steps;
   return static_cast<int64_t>(std::llround(warmup_ratio * static_cast<double>(max_steps)));
@@ -69,6 +80,8 @@ struct Field {
   std::function<nlohmann::json(const Config&)> write;
   const char* type;
   bool is_model = false;  // a model field (goes to config.json) rather than a training one
+  bool variant = false;   // a backbone variant's field: written only when it differs from the default,
+                          // so a plain model's config.json is what it was before the variants existed
 };
 
 template <typename Section, typename T>
@@ -134,6 +147,16 @@ const std::map<std::string, Field>& schema() {
     mf("rms_norm_eps", &M::rms_norm_eps, "number");
     mf("tie_word_embeddings", &M::tie_word_embeddings, "boolean");
     mf("initializer_range", &M::initializer_range, "number");
+    auto vf = [&](const char* n, auto M::*p, const char* ty) { mf(n, p, ty); m[n].variant = true; };
+    vf("qk_norm", &M::qk_norm, "boolean");
+    vf("attention_bias", &M::attention_bias, "boolean");
+    vf("rope_scaling_type", &M::rope_scaling_type, "string");
+    vf("rope_scaling_factor", &M::rope_scaling_factor, "number");
+    vf("rope_scaling_low_freq_factor", &M::rope_scaling_low_freq_factor, "number");
+    vf("rope_scaling_high_freq_factor", &M::rope_scaling_high_freq_factor, "number");
+    vf("rope_scaling_original_max_position_embeddings", &M::rope_scaling_original_max_position_embeddings, "integer");
+    vf("mlp_only_layers", &M::mlp_only_layers, "string");
+    vf("decoder_sparse_step", &M::decoder_sparse_step, "integer");
     mf("jtok", &M::jtok, "boolean");
     mf("jtok_layers", &M::jtok_layers, "string");
     mf("jtok_eps", &M::jtok_eps, "number");
@@ -198,6 +221,27 @@ std::vector<std::string> config_field_names() {
   return names;
 }
 
+// The backbone variants' fields (qk_norm and attention_bias need no check).
+static void validate_variants(const ModelConfig& m, const std::string& origin) {
+  if (m.rope_scaling_type != "none" && m.rope_scaling_type != "llama3")
+    fail(origin, ": field rope_scaling_type: unknown value '", m.rope_scaling_type, "' (known: none, llama3)");
+  if (m.rope_scaling_type == "llama3") {
+    if (!(m.rope_scaling_factor >= 1)) fail(origin, ": field rope_scaling_factor must be >= 1, got ", m.rope_scaling_factor);
+    if (!(m.rope_scaling_low_freq_factor > 0 && m.rope_scaling_high_freq_factor > m.rope_scaling_low_freq_factor))
+      fail(origin, ": fields rope_scaling_low_freq_factor (", m.rope_scaling_low_freq_factor,
+           ") and rope_scaling_high_freq_factor (", m.rope_scaling_high_freq_factor, ") must satisfy 0 < low < high");
+    if (m.rope_scaling_original_max_position_embeddings <= 0)
+      fail(origin, ": field rope_scaling_original_max_position_embeddings must be positive, got ",
+           m.rope_scaling_original_max_position_embeddings);
+  }
+  if (m.decoder_sparse_step <= 0) fail(origin, ": field decoder_sparse_step must be positive, got ", m.decoder_sparse_step);
+  try {
+    parse_layer_set(m.mlp_only_layers, m.num_hidden_layers);
+  } catch (const Error& e) {
+    fail(origin, ": field mlp_only_layers: ", e.what());
+  }
+}
+
 void validate(const Config& cfg, const std::string& origin) {
   const auto& m = cfg.model;
   const auto& t = cfg.train;
@@ -228,6 +272,7 @@ void validate(const Config& cfg, const std::string& origin) {
     fail(origin, ": field num_key_value_heads (", m.num_key_value_heads,
          ") must divide num_attention_heads (", m.num_attention_heads, ")");
   if (m.hd() % 2 != 0) fail(origin, ": head dimension ", m.hd(), " must be even for RoPE");
+  validate_variants(m, origin);
   try {
     parse_layer_set(m.jtok_layers, m.num_hidden_layers);
   } catch (const Error& e) {
@@ -332,9 +377,16 @@ void apply_override(Config& cfg, const std::string& name, const std::string& val
   f->second.parse(cfg, value, "command line --" + name);
 }
 
+// Whether field f of cfg is written: every field but a variant's at its default.
+static bool written(const Field& f, const Config& cfg) {
+  static const Config defaults;
+  return !f.variant || f.write(cfg) != f.write(defaults);
+}
+
 nlohmann::json to_json(const Config& cfg) {
   nlohmann::json j;
-  for (auto& [k, f] : schema()) j[k] = f.write(cfg);
+  for (auto& [k, f] : schema())
+    if (written(f, cfg)) j[k] = f.write(cfg);
   return j;
 }
 
@@ -343,7 +395,7 @@ nlohmann::json to_json(const ModelConfig& m) {
   c.model = m;
   nlohmann::json out;
   for (auto& [k, f] : schema())
-    if (f.is_model) out[k] = f.write(c);
+    if (f.is_model && written(f, c)) out[k] = f.write(c);
   return out;
 }
 

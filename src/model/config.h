@@ -24,6 +24,14 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
   double initializer_range = 0.02;          // std of normal init of weights
+  // Backbone variants of imported models (docs/model.md "Variants"; all off: the Qwen-style default).
+  bool qk_norm = false;                     // Qwen3: RMSNorm over each head's head_dim of q and k before RoPE
+  bool attention_bias = false;              // Qwen2: q/k/v projections carry biases (o_proj none)
+  std::string rope_scaling_type = "none";   // "none" | "llama3" (Llama 3.1's frequency-dependent scaling)
+  double rope_scaling_factor = 8.0;         // llama3: long wavelengths' frequencies divided by this
+  double rope_scaling_low_freq_factor = 1.0;
+  double rope_scaling_high_freq_factor = 4.0;
+  int64_t rope_scaling_original_max_position_embeddings = 8192;
   // JTok (paper section 3.2): per selected layer a token-indexed table E (Vp x d) and a scaler s (d);
   // the MLP update becomes Delta_m * (1 + s * E[x] / (||E[x]||_2 + eps)). docs/jtok.md has the choices.
   bool jtok = false;
@@ -55,6 +63,8 @@ struct ModelConfig {
   int64_t moe_intermediate_size = 256;      // each expert's SwiGLU inner size
   double router_aux_loss_coef = 0.001;      // switch-style load-balancing loss coefficient (0 = off)
   bool norm_topk_prob = false;              // renormalise the top-k softmax probabilities to sum 1
+  std::string mlp_only_layers;              // Qwen3-MoE: layers that keep the dense MLP ("" = none; jtok_layers syntax)
+  int64_t decoder_sparse_step = 1;          // Qwen3-MoE: MoE only on layers l with (l + 1) % step == 0
 
   int64_t padded_vocab() const { return (vocab_size + vocab_pad_multiple - 1) / vocab_pad_multiple * vocab_pad_multiple; }
   int64_t hd() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
@@ -67,8 +77,8 @@ struct ModelConfig {
   int64_t kv_dim() const { return num_key_value_heads * hd(); }
   bool is_moe() const { return model_type == "jtok_moe"; }
   // Whether layer l has an MoE block instead of the dense MLP.
-  bool moe_on_layer(int64_t l) const { return is_moe() && l >= first_k_dense_replace; }
-  int64_t moe_num_layers() const { return is_moe() ? num_hidden_layers - first_k_dense_replace : 0; }
+  bool moe_on_layer(int64_t l) const;
+  int64_t moe_num_layers() const;
   int64_t shared_intermediate() const { return n_shared_experts * moe_intermediate_size; }
 };
 

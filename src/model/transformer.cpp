@@ -33,6 +33,15 @@ std::vector<ParamInfo> param_layout(const ModelConfig& c) {
     add(p + "self_attn.k_proj.weight", {c.kv_dim(), d});
     add(p + "self_attn.v_proj.weight", {c.kv_dim(), d});
     add(p + "self_attn.o_proj.weight", {d, c.q_dim()});
+    if (c.attention_bias) {
+      add(p + "self_attn.q_proj.bias", {c.q_dim()});
+      add(p + "self_attn.k_proj.bias", {c.kv_dim()});
+      add(p + "self_attn.v_proj.bias", {c.kv_dim()});
+    }
+    if (c.qk_norm) {
+      add(p + "self_attn.q_norm.weight", {c.hd()});
+      add(p + "self_attn.k_norm.weight", {c.hd()});
+    }
     add(p + "post_attention_layernorm.weight", {d});
     if (c.moe_on_layer(l)) {
       // Router, shared experts (one SwiGLU of n_shared * moe_intermediate_size), routed experts.
@@ -74,6 +83,8 @@ ModelView bind_view(float* base, const std::vector<ParamInfo>& layout, const Mod
   for (size_t l = 0; l < v.layers.size(); ++l) {
     auto& lv = v.layers[l];
     lv.ln1 = next(); lv.wq = next(); lv.wk = next(); lv.wv = next(); lv.wo = next();
+    if (c.attention_bias) { lv.bq = next(); lv.bk = next(); lv.bv = next(); }
+    if (c.qk_norm) { lv.q_norm = next(); lv.k_norm = next(); }
     lv.ln2 = next();
     if (c.moe_on_layer(static_cast<int64_t>(l))) {
       lv.moe.router = next();
@@ -99,6 +110,13 @@ std::string jtokm_table_name(int64_t layer, int64_t i) {
   return "model.layers." + std::to_string(layer) + ".jtokm.embed." + std::to_string(i) + ".weight";
 }
 
+RopeTable make_model_rope_table(const ModelConfig& c) {
+  RopeScaling llama3{c.rope_scaling_factor, c.rope_scaling_low_freq_factor, c.rope_scaling_high_freq_factor,
+                     c.rope_scaling_original_max_position_embeddings};
+  return make_rope_table(c.max_position_embeddings, c.hd(), c.rope_theta,
+                         c.rope_scaling_type == "llama3" ? &llama3 : nullptr);
+}
+
 Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc) {
   Model m;
   m.cfg = cfg;
@@ -110,13 +128,13 @@ Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc) {
     m.grads = FloatBuffer(static_cast<size_t>(total));
     m.g = bind_view(m.grads.data(), m.layout, cfg);
   }
-  m.rope = make_rope_table(cfg.max_position_embeddings, cfg.hd(), cfg.rope_theta);
+  m.rope = make_model_rope_table(cfg);
   const double resid_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(cfg.num_hidden_layers));
   for (size_t i = 0; alloc.init && i < m.layout.size(); ++i) {
     const auto& p = m.layout[i];
     float* x = m.params.data() + p.offset;
-    if (p.shape.size() == 1) {  // RMSNorm gain, or a JTok / JTok-M scaler
-      float v = 1.0f;
+    if (p.shape.size() == 1) {  // RMSNorm gain, a JTok / JTok-M scaler, or a bias (0)
+      float v = p.name.ends_with(".bias") ? 0.0f : 1.0f;
       if (p.name.find("jtok.scale") != std::string::npos) v = static_cast<float>(cfg.jtok_scale_init);
       if (p.name.find("jtokm.scale") != std::string::npos) v = static_cast<float>(cfg.jtokm_scale_init);
       std::fill(x, x + p.numel, v);
@@ -279,6 +297,7 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
       linear_forward_lowp(L.q.data(), L.a.data(), layer_matrix(m, l, Proj::q), N);
       linear_forward_lowp(k_l, L.a.data(), layer_matrix(m, l, Proj::k), N);
       linear_forward_lowp(v_l, L.a.data(), layer_matrix(m, l, Proj::v), N);
+      qkv_variants_forward(W, L.q.data(), k_l, v_l, N, H, KV, hd, eps, L.qk);
     }
     {
       JTOK_PROFILE("rope_fwd");
@@ -418,6 +437,7 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
     if (a.tables) a.tables->poll();
     rope_backward(a.dq.data(), m.rope, B, T, H, hd);
     rope_backward(a.dk.data(), m.rope, B, T, KV, hd);
+    qkv_variants_backward(W, G, a.dq.data(), a.dk.data(), a.dv.data(), L.qk, N, H, KV, hd);
     // d a: JTok-M's router part plus the q/k/v projections'.
     if (W.jtokm_router) {
       JTOK_PROFILE("jtokm_bwd");

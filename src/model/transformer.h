@@ -13,6 +13,7 @@
 #include "model/jtokm.h"
 #include "model/lowp_weights.h"
 #include "model/moe.h"
+#include "model/qkv_variants.h"
 #include "model/token_table.h"
 #include "ops/rope.h"
 
@@ -29,6 +30,8 @@ struct ParamInfo {
 // Views of one layer's tensors inside a flat buffer (weights or their gradients alike).
 struct LayerView {
   float *ln1, *wq, *wk, *wv, *wo, *ln2;
+  float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // attention_bias: q/k/v biases (qkv_variants.h)
+  float *q_norm = nullptr, *k_norm = nullptr;         // qk_norm: per-head RMSNorm gains (hd)
   float *wg = nullptr, *wu = nullptr, *wd = nullptr;  // dense MLP; null on MoE layers
   MoeWeights moe;                // MoE layers only (moe.router null elsewhere)
   float* jtok_scale = nullptr;   // (d) JTok scaler s, on JTok layers only
@@ -75,6 +78,8 @@ struct ModelAlloc {
   bool tables = true; // false: token tables get their shape but no storage (TokenTable::unbound), for a
                       // loader that attaches views (load_weights_mapped)
 };
+// The model's RoPE table: max_position_embeddings positions, scaled as rope_scaling_type says.
+RopeTable make_model_rope_table(const ModelConfig& c);
 // Allocates and initialises (docs/model.md "Initialisation") from seed.
 Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc = {});
 // The random init of token table k of make_model(m.cfg, seed): row(r, values) for every row r in
@@ -89,6 +94,7 @@ const ParamInfo& find_param(const Model& m, const std::string& name);
 // Saved activations for one micro-batch of shape (B,T).
 struct LayerActs {
   std::vector<float> h_in, rstd1, a, q, k, v, lse, att, h_mid, rstd2, m, gate, up, act;  // lse (B,H,T): attention_forward
+  QkNormActs qk;  // qk_norm only
   JTokActs jtok;  // JTok layers only
   JTokMActs jtokm;  // JTok-M layers only
   MoeActs moe;    // MoE layers only

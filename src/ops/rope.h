@@ -11,7 +11,17 @@ struct RopeTable {
   int64_t T = 0, half = 0;
   std::vector<float> cos, sin;
 };
-RopeTable make_rope_table(int64_t T, int64_t hd, double theta);
+// Llama 3.1's frequency scaling ("rope_type": "llama3"): wavelengths beyond original_max / low_freq_factor
+// have their frequency divided by factor, those below original_max / high_freq_factor kept, and the
+// band between interpolated smoothly (Hugging Face's _compute_llama3_parameters).
+struct RopeScaling {
+  double factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+// The hd/2 inverse frequencies theta^(-2i/hd), in float32 as torch computes them; scaled when
+// llama3 is given.
+std::vector<float> rope_inv_freq(int64_t hd, double theta, const RopeScaling* llama3 = nullptr);
+RopeTable make_rope_table(int64_t T, int64_t hd, double theta, const RopeScaling* llama3 = nullptr);
 
 // x (B,T,H,hd), rotated in place; position of row t is t (each sequence starts at 0),
 // or pos0 + t when decoding with a cache.
@@ -20,6 +30,8 @@ void rope_forward(float* x, const RopeTable& tab, int64_t B, int64_t T, int64_t 
 void rope_backward(float* dx, const RopeTable& tab, int64_t B, int64_t T, int64_t H, int64_t hd);
 
 void rope_forward_ref(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, double theta);
+// The same from explicit inverse frequencies (hd/2 of them: rope_inv_freq).
+void rope_forward_ref(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, const std::vector<float>& inv_freq);
 void rope_backward_ref(float* dx, int64_t B, int64_t T, int64_t H, int64_t hd, double theta);
 
 }  // namespace jtok

@@ -54,7 +54,7 @@ class Generator:
         self.m = model
         self.cfg = model.cfg
         dtype = model.model.embed_tokens.weight.dtype
-        self.cos, self.sin = rope_cos_sin(capacity, self.cfg.head_dim, self.cfg.rope_theta, dtype)
+        self.cos, self.sin = rope_cos_sin(capacity, self.cfg.head_dim, self.cfg.rope_theta, dtype, cfg=self.cfg)
         self.cache = KVCache(self.cfg, capacity, dtype)
         V = self.cfg.vocab_size
         self.head = model.head_weight()[:V]  # real rows only: padded logits never win
@@ -66,6 +66,8 @@ class Generator:
         q = attn.q_proj(x).view(n, H, hd).transpose(0, 1)    # (H, n, hd)
         k = attn.k_proj(x).view(n, KV, hd).transpose(0, 1)   # (KV, n, hd)
         v = attn.v_proj(x).view(n, KV, hd).transpose(0, 1)
+        if attn.q_norm is not None:  # Qwen3: each head normed before RoPE
+            q, k = attn.q_norm(q), attn.k_norm(k)
         q = q * cos + torch.cat([-q[..., hd // 2:], q[..., :hd // 2]], dim=-1) * sin
         k = k * cos + torch.cat([-k[..., hd // 2:], k[..., :hd // 2]], dim=-1) * sin
         kc, vc = cache.k[layer_idx], cache.v[layer_idx]

@@ -64,6 +64,16 @@ class JTokConfig(FlatConfig):
         "rms_norm_eps": 1e-6,
         "tie_word_embeddings": False,
         "initializer_range": 0.02,
+        # Backbone variants of imported models (docs/model.md "Variants")
+        "qk_norm": False,          # Qwen3: RMSNorm over each head of q and k before RoPE
+        "attention_bias": False,   # Qwen2: q/k/v projection biases
+        "rope_scaling_type": "none",  # "none" | "llama3"
+        "rope_scaling_factor": 8.0,
+        "rope_scaling_low_freq_factor": 1.0,
+        "rope_scaling_high_freq_factor": 4.0,
+        "rope_scaling_original_max_position_embeddings": 8192,
+        "mlp_only_layers": "",     # Qwen3-MoE: layers keeping the dense MLP
+        "decoder_sparse_step": 1,  # Qwen3-MoE: MoE on layers l with (l + 1) % step == 0
         # JTok (docs/model.md, last section)
         "jtok": False,
         "jtok_layers": "all",     # "all", or indices / ranges like "0,2,5-7"
@@ -132,7 +142,11 @@ class JTokConfig(FlatConfig):
         return len(self.jtokm_layer_set)
 
     def moe_on_layer(self, layer):
-        return self.model_type == "jtok_moe" and layer >= self.first_k_dense_replace
+        if self.model_type != "jtok_moe" or layer < self.first_k_dense_replace:
+            return False
+        dense = parse_layers(self.mlp_only_layers, self.num_hidden_layers, "mlp_only_layers") \
+            if self.mlp_only_layers else set()
+        return (layer + 1) % self.decoder_sparse_step == 0 and layer not in dense
 
     @property
     def moe_num_layers(self):
@@ -178,12 +192,26 @@ class RMSNorm(nn.Module):
         return x / rms * self.weight
 
 
-def rope_cos_sin(seq_len, head_dim, theta, dtype, device=None):
+def llama3_inv_freq(inv_freq, cfg):
+    """Llama 3.1's rope scaling (Hugging Face's _compute_llama3_parameters), in float64."""
+    factor, lo, hi = cfg.rope_scaling_factor, cfg.rope_scaling_low_freq_factor, cfg.rope_scaling_high_freq_factor
+    orig = cfg.rope_scaling_original_max_position_embeddings
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (orig / wavelen - lo) / (hi - lo)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    out = torch.where(wavelen > orig / lo, inv_freq / factor, inv_freq)
+    return torch.where((wavelen <= orig / lo) & (wavelen >= orig / hi), blended, out)
+
+
+def rope_cos_sin(seq_len, head_dim, theta, dtype, device=None, cfg=None):
     """cos, sin of shape (seq_len, head_dim), HF layout: the angles repeated twice.
 
     Computed in float64 and then cast, so both precisions see the most accurate table.
+    cfg (optional): its rope_scaling_type "llama3" scales the frequencies.
     """
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (hd/2)
+    if cfg is not None and cfg.rope_scaling_type == "llama3":
+        inv_freq = llama3_inv_freq(inv_freq, cfg)
     t = torch.arange(seq_len, dtype=torch.float64)
     angles = torch.outer(t, inv_freq)                    # (T, hd/2)
     emb = torch.cat([angles, angles], dim=-1)            # (T, hd)
@@ -208,10 +236,13 @@ class Attention(nn.Module):
         self.n_heads = cfg.num_attention_heads
         self.n_kv_heads = cfg.num_key_value_heads
         self.head_dim = hd
-        self.q_proj = nn.Linear(d, self.n_heads * hd, bias=False)
-        self.k_proj = nn.Linear(d, self.n_kv_heads * hd, bias=False)
-        self.v_proj = nn.Linear(d, self.n_kv_heads * hd, bias=False)
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(d, self.n_heads * hd, bias=bias)
+        self.k_proj = nn.Linear(d, self.n_kv_heads * hd, bias=bias)
+        self.v_proj = nn.Linear(d, self.n_kv_heads * hd, bias=bias)
         self.o_proj = nn.Linear(self.n_heads * hd, d, bias=False)
+        self.q_norm = RMSNorm(hd, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(hd, cfg.rms_norm_eps) if cfg.qk_norm else None
 
     def forward(self, x, cos, sin):
         B, T, _ = x.shape
@@ -220,6 +251,8 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(B, T, self.n_heads, hd).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, hd).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, hd).transpose(1, 2)
+        if self.q_norm is not None:  # Qwen3: each head normed before RoPE
+            q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
         # GQA: q head h reads kv head h // group, so repeat each kv head `group` times in place.
@@ -452,6 +485,8 @@ class Transformer(nn.Module):
             elif ".jtokm.embed." in name:
                 p.normal_(0.0, cfg.jtokm_init_std, generator=generator)
                 p[cfg.vocab_size:].zero_()
+            elif name.endswith(".bias"):
+                p.zero_()
             elif p.dim() == 1:
                 p.fill_(1.0)
             elif name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
@@ -465,7 +500,7 @@ class Transformer(nn.Module):
         """input_ids (B, T) int -> final normed hidden states (B, T, d)."""
         T = input_ids.shape[1]
         h = self.model.embed_tokens(input_ids)
-        cos, sin = rope_cos_sin(T, self.cfg.head_dim, self.cfg.rope_theta, h.dtype, h.device)
+        cos, sin = rope_cos_sin(T, self.cfg.head_dim, self.cfg.rope_theta, h.dtype, h.device, self.cfg)
         moe_aux, jtokm_aux = [], []
         for layer in self.model.layers:
             h = layer(h, cos, sin, input_ids)

@@ -62,6 +62,14 @@ CASES = {
                              lr_scheduler_type="wsd", decay_ratio=0.3, max_grad_norm=10.0, seed=7),
     "gqa_clipped": dict(BASE, num_key_value_heads=1, max_grad_norm=0.05, lr_scheduler_type="constant",
                         warmup_steps=-1, warmup_ratio=0.25, seed=99),
+    # The backbone variants of imported models (docs/model.md "Variants"): Qwen3's per-head q/k
+    # RMSNorm with a head_dim apart from hidden/heads; Qwen2's q/k/v biases with Llama 3's rope
+    # scaling, its original context set to 16 so that the scaled and blended bands both fall
+    # inside the 16 positions of a sequence.
+    "qwen3_qknorm_headdim": dict(BASE, qk_norm=True, head_dim=24, tie_word_embeddings=True, seed=13),
+    "qwen2_bias_llama3_rope": dict(BASE, attention_bias=True, rope_scaling_type="llama3", rope_scaling_factor=8.0,
+                                   rope_scaling_low_freq_factor=1.0, rope_scaling_high_freq_factor=4.0,
+                                   rope_scaling_original_max_position_embeddings=16, seed=17),
 }
 # JTok cases (docs/model.md, "JTok"): tables on all layers of the GQA untied model, the batch
 # drawn from 20 distinct ids so that each id repeats ~5 times (the engine deduplicates its
@@ -91,6 +99,10 @@ MOE_CASES = {
     "moe_noshared_top3_clipped": dict(MOE_BASE, n_shared_experts=0, num_experts_per_tok=3, first_k_dense_replace=0,
                                       num_key_value_heads=1, max_grad_norm=0.05, lr_scheduler_type="constant",
                                       seed=41),
+    # Qwen3-MoE's layout: no shared experts, normalised top-k, q/k norm, layer 1 kept dense by
+    # mlp_only_layers (MoE on layers 0 and 2).
+    "qwen3moe_mlp_only": dict(MOE_BASE, n_shared_experts=0, norm_topk_prob=True, first_k_dense_replace=0,
+                              mlp_only_layers="1", qk_norm=True, seed=47),
     # JTok on an MoE backbone (the paper's JTok-on-MoE runs): the gate multiplies the MoE update.
     "moe_jtok": dict(MOE_BASE, jtok=True, jtok_layers="all", jtok_init_std=0.1, seed=43),
 }
