@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/json_int.h"
 #include "data/tokenizer.h"
+#include "ops/rope.h"
 
 namespace jtok {
 
@@ -23,10 +24,19 @@ std::string gguf_unsupported_reason(const ModelConfig& c) {
            "`llama` architecture expresses only Mixtral-style MoE (no shared experts, every layer MoE), so "
            "it is not exported; serve it with `jtok serve` (or `jtok generate`) instead";
   if (c.hd() % 2 != 0) return "head_dim is odd: RoPE needs pairs";
-  if (c.qk_norm || c.attention_bias || c.rope_scaling_type != "none")
-    return "the model uses a backbone variant (qk_norm, attention_bias or rope_scaling_type) that the GGUF "
-           "export does not write yet; serve it with `jtok serve` (or `jtok generate`) instead";
+  if (c.qk_norm && c.attention_bias)
+    return "the model has both qk_norm and attention_bias: no llama.cpp architecture has both (qwen3 has the "
+           "q/k norm, qwen2 the biases); serve it with `jtok serve` (or `jtok generate`) instead";
+  if (c.rope_scaling_type != "none" && (c.qk_norm || c.attention_bias))
+    return "the model has llama3 rope scaling with qk_norm or attention_bias: llama.cpp's qwen2 / qwen3 "
+           "architectures take no per-frequency rope factors; serve it with `jtok serve` instead";
   return "";
+}
+
+std::string gguf_architecture(const ModelConfig& c) {
+  if (c.qk_norm) return "qwen3";
+  if (c.attention_bias) return "qwen2";
+  return "llama";
 }
 
 std::vector<float> permute_rope_rows(const float* w, int64_t n_heads, int64_t hd, int64_t cols) {
@@ -89,6 +99,79 @@ GgufVocab gpt2_vocab(const std::string& dir) {
 
 }  // namespace
 
+namespace {
+
+// The architecture's hyper-parameters under "<arch>." and the GPT-2 tokenizer.
+void add_gguf_metadata(const ModelConfig& c, const std::string& arch, const GgufVocab& voc, const GgufExportOptions& opt,
+                       GgufWriter& w) {
+  const std::string a = arch + ".";
+  const auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
+  w.add_string("general.architecture", arch);
+  w.add_string("general.name", opt.name.empty() ? "jtok" : opt.name);
+  // llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7.
+  w.add_u32("general.file_type", opt.dtype == GgmlType::F32 ? 0 : opt.dtype == GgmlType::F16 ? 1 : 7);
+  w.add_u32(a + "context_length", u32(c.max_position_embeddings));
+  w.add_u32(a + "embedding_length", u32(c.hidden_size));
+  w.add_u32(a + "block_count", u32(c.num_hidden_layers));
+  w.add_u32(a + "feed_forward_length", u32(c.intermediate_size));
+  w.add_u32(a + "attention.head_count", u32(c.num_attention_heads));
+  w.add_u32(a + "attention.head_count_kv", u32(c.num_key_value_heads));
+  w.add_u32(a + "attention.key_length", u32(c.hd()));
+  w.add_u32(a + "attention.value_length", u32(c.hd()));
+  w.add_f32(a + "rope.freq_base", static_cast<float>(c.rope_theta));
+  w.add_u32(a + "rope.dimension_count", u32(c.hd()));
+  w.add_f32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+  w.add_u32(a + "vocab_size", u32(static_cast<int64_t>(voc.tokens.size())));
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", "gpt-2");
+  w.add_string_array("tokenizer.ggml.tokens", voc.tokens);
+  w.add_i32_array("tokenizer.ggml.token_type", voc.types);
+  w.add_string_array("tokenizer.ggml.merges", voc.merges);
+  w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(voc.eot));
+  w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(voc.eot));
+  w.add_bool("tokenizer.ggml.add_bos_token", false);
+  w.add_bool("tokenizer.ggml.add_eos_token", false);
+}
+
+// llama.cpp's freq_factors for Llama 3's scaling: it divides each unscaled frequency by factor i.
+std::vector<float> llama3_rope_factors(const ModelConfig& c) {
+  const std::vector<float> plain = rope_inv_freq(c.hd(), c.rope_theta);
+  RopeScaling s{c.rope_scaling_factor, c.rope_scaling_low_freq_factor, c.rope_scaling_high_freq_factor,
+                c.rope_scaling_original_max_position_embeddings};
+  const std::vector<float> scaled = rope_inv_freq(c.hd(), c.rope_theta, &s);
+  std::vector<float> f(plain.size());
+  for (size_t i = 0; i < f.size(); ++i) f[i] = plain[i] / scaled[i];
+  return f;
+}
+
+// One layer's attention tensors. llama: q / k rows in llama.cpp's pair order; qwen2 / qwen3 use
+// rotate_half RoPE (NEOX) as we do, so rows stay, with the biases (qwen2) or q/k norms (qwen3).
+void add_gguf_attention(const LayerView& L, const ModelConfig& c, const std::string& arch, const std::string& p,
+                        GgmlType wt, GgufWriter& w) {
+  const int64_t d = c.hidden_size, hd = c.hd(), H = c.num_attention_heads, KV = c.num_key_value_heads;
+  const GgmlType f32 = GgmlType::F32;
+  if (arch == "llama") {
+    w.add_tensor(p + "attn_q.weight", {H * hd, d}, wt, permute_rope_rows(L.wq, H, hd, d));
+    w.add_tensor(p + "attn_k.weight", {KV * hd, d}, wt, permute_rope_rows(L.wk, KV, hd, d));
+  } else {
+    w.add_tensor(p + "attn_q.weight", {H * hd, d}, wt, L.wq);
+    w.add_tensor(p + "attn_k.weight", {KV * hd, d}, wt, L.wk);
+  }
+  w.add_tensor(p + "attn_v.weight", {KV * hd, d}, wt, L.wv);
+  w.add_tensor(p + "attn_output.weight", {d, H * hd}, wt, L.wo);
+  if (L.bq) {
+    w.add_tensor(p + "attn_q.bias", {H * hd}, f32, L.bq);
+    w.add_tensor(p + "attn_k.bias", {KV * hd}, f32, L.bk);
+    w.add_tensor(p + "attn_v.bias", {KV * hd}, f32, L.bv);
+  }
+  if (L.q_norm) {
+    w.add_tensor(p + "attn_q_norm.weight", {hd}, f32, L.q_norm);
+    w.add_tensor(p + "attn_k_norm.weight", {hd}, f32, L.k_norm);
+  }
+}
+
+}  // namespace
+
 void build_gguf(const Model& m, const GgufExportOptions& opt, GgufWriter& w) {
   const ModelConfig& c = m.cfg;
   if (std::string why = gguf_unsupported_reason(c); !why.empty()) fail("export gguf: ", why);
@@ -99,47 +182,19 @@ void build_gguf(const Model& m, const GgufExportOptions& opt, GgufWriter& w) {
   if (c.vocab_size != V)
     fail("export gguf: the model's vocab_size ", c.vocab_size, " differs from the gpt2 tokenizer's ", V,
          " tokens; llama.cpp needs one row per token");
-  const int64_t d = c.hidden_size, hd = c.hd(), H = c.num_attention_heads, KV = c.num_key_value_heads;
-  const int64_t I = c.intermediate_size;
-
-  w.add_string("general.architecture", "llama");
-  w.add_string("general.name", opt.name.empty() ? "jtok" : opt.name);
-  // llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7.
-  w.add_u32("general.file_type", opt.dtype == GgmlType::F32 ? 0 : opt.dtype == GgmlType::F16 ? 1 : 7);
-  w.add_u32("llama.context_length", static_cast<uint32_t>(c.max_position_embeddings));
-  w.add_u32("llama.embedding_length", static_cast<uint32_t>(d));
-  w.add_u32("llama.block_count", static_cast<uint32_t>(c.num_hidden_layers));
-  w.add_u32("llama.feed_forward_length", static_cast<uint32_t>(I));
-  w.add_u32("llama.attention.head_count", static_cast<uint32_t>(H));
-  w.add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(KV));
-  w.add_u32("llama.attention.key_length", static_cast<uint32_t>(hd));
-  w.add_u32("llama.attention.value_length", static_cast<uint32_t>(hd));
-  w.add_f32("llama.rope.freq_base", static_cast<float>(c.rope_theta));
-  w.add_u32("llama.rope.dimension_count", static_cast<uint32_t>(hd));
-  w.add_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
-  w.add_u32("llama.vocab_size", static_cast<uint32_t>(V));
-  w.add_string("tokenizer.ggml.model", "gpt2");
-  w.add_string("tokenizer.ggml.pre", "gpt-2");
-  w.add_string_array("tokenizer.ggml.tokens", voc.tokens);
-  w.add_i32_array("tokenizer.ggml.token_type", voc.types);
-  w.add_string_array("tokenizer.ggml.merges", voc.merges);
-  w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(voc.eot));
-  w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(voc.eot));
-  w.add_bool("tokenizer.ggml.add_bos_token", false);
-  w.add_bool("tokenizer.ggml.add_eos_token", false);
-
+  const std::string arch = gguf_architecture(c);
+  add_gguf_metadata(c, arch, voc, opt, w);
   // Tensors: llama.cpp's names; 2-D weights (out, in) as stored; the padded vocabulary rows
   // (>= vocab_size, never looked up and excluded from our softmax) are dropped.
+  const int64_t d = c.hidden_size, I = c.intermediate_size;
   const GgmlType wt = opt.dtype, f32 = GgmlType::F32;
   w.add_tensor("token_embd.weight", {V, d}, wt, m.w.embed);
+  if (c.rope_scaling_type == "llama3") w.add_tensor("rope_freqs.weight", {c.hd() / 2}, f32, llama3_rope_factors(c));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerView& L = m.w.layers[l];
     const std::string p = "blk." + std::to_string(l) + ".";
     w.add_tensor(p + "attn_norm.weight", {d}, f32, L.ln1);
-    w.add_tensor(p + "attn_q.weight", {H * hd, d}, wt, permute_rope_rows(L.wq, H, hd, d));
-    w.add_tensor(p + "attn_k.weight", {KV * hd, d}, wt, permute_rope_rows(L.wk, KV, hd, d));
-    w.add_tensor(p + "attn_v.weight", {KV * hd, d}, wt, L.wv);
-    w.add_tensor(p + "attn_output.weight", {d, H * hd}, wt, L.wo);
+    add_gguf_attention(L, c, arch, p, wt, w);
     w.add_tensor(p + "ffn_norm.weight", {d}, f32, L.ln2);
     w.add_tensor(p + "ffn_gate.weight", {I, d}, wt, L.wg);
     w.add_tensor(p + "ffn_up.weight", {I, d}, wt, L.wu);

@@ -1,5 +1,6 @@
-// A dense jtok model as a GGUF file for llama.cpp's `llama` architecture (docs/formats.md
-// "GGUF export"): RMSNorm, RoPE, GQA, SwiGLU, no biases, and the GPT-2 BPE tokenizer.
+// A dense jtok model as a GGUF file for llama.cpp (docs/formats.md "GGUF export"): RMSNorm, RoPE,
+// GQA, SwiGLU and the GPT-2 BPE tokenizer, as llama.cpp's `llama` architecture (with Llama 3's rope
+// scaling as its rope_freqs factors), `qwen2` (q/k/v biases) or `qwen3` (q/k norm).
 #pragma once
 #include <string>
 
@@ -8,8 +9,11 @@
 
 namespace jtok {
 
-// Why `m` cannot be exported to llama.cpp's `llama` architecture, or "" when it can.
+// Why `m` cannot be exported to llama.cpp, or "" when it can.
 std::string gguf_unsupported_reason(const ModelConfig& c);
+// The llama.cpp architecture a model is written as: "qwen3" (qk_norm), "qwen2" (attention_bias),
+// else "llama".
+std::string gguf_architecture(const ModelConfig& c);
 
 // The llama.cpp row order of a q or k projection (rows = n_heads * hd, cols): within each head,
 // row 2j+s of the result is row s*hd/2 + j of w (s = 0, 1; j < hd/2). Our RoPE rotates the pair
