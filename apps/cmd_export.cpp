@@ -48,12 +48,13 @@ void export_gguf() {
   GgufExportOptions opt;
   opt.dtype = args.dtype == "f16" ? GgmlType::F16 : args.dtype == "q8_0" ? GgmlType::Q8_0 : GgmlType::F32;
   opt.tokenizer = ck.cfg.train.tokenizer;
+  opt.tokenizer_dir = ck.cfg.train.tokenizer_dir;
   opt.name = args.name;
   GgufWriter w;
   build_gguf(ck.model, opt, w);
   w.write(args.out);
-  std::printf("export: %s -> %s (gguf v%u, llama, %s, %llu bytes)\n", ck.dir.c_str(), args.out.c_str(), kGgufVersion,
-              args.dtype.c_str(), static_cast<unsigned long long>(w.file_size()));
+  std::printf("export: %s -> %s (gguf v%u, %s, %s, %llu bytes)\n", ck.dir.c_str(), args.out.c_str(), kGgufVersion,
+              gguf_architecture(ck.cfg.model).c_str(), args.dtype.c_str(), static_cast<unsigned long long>(w.file_size()));
 }
 
 void export_jtok() {

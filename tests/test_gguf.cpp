@@ -14,6 +14,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "export/gguf_export.h"
 #include "export/gguf_writer.h"
 #include "ops/rope.h"
@@ -410,6 +411,54 @@ TEST(Gguf, TinyModelHasLlamaNamesShapesAndMetadata) {
   Parsed p = parse(w.header_bytes());
   EXPECT_EQ(p.tensors.count("output.weight"), 0u);
   EXPECT_EQ(p.tensors.count("output_norm.weight"), 1u);
+}
+
+// The Qwen tokenizer (tokenizer.json) for a qwen3-architecture model with 3 embedding rows past the
+// tokenizer's ids: its tokens in id order, added special tokens as control, the padding rows as
+// "[PAD<id>]" of type unused, the merges, pre-tokenizer "qwen2", <|endoftext|> as bos and eos; and
+// the q/k norm tensors with q / k rows as stored (NEOX RoPE).
+TEST(Gguf, Qwen3ModelCarriesQwenTokenizerAndQkNorm) {
+  const Tokenizer tok = Tokenizer::load("qwen3");
+  ModelConfig c = tiny_config();
+  c.vocab_size = static_cast<int64_t>(tok.vocab_size()) + 3;
+  c.qk_norm = true;
+  const Model m = make_model(c, 3, {.init = true, .grads = false});
+  GgufWriter w;
+  GgufExportOptions opt;
+  opt.tokenizer = "qwen3";
+  build_gguf(m, opt, w);
+  Parsed p = parse(w.header_bytes());
+  EXPECT_EQ(p.kv.at("general.architecture").s, "qwen3");
+  EXPECT_EQ(p.kv.at("qwen3.vocab_size").u, static_cast<uint64_t>(c.vocab_size));
+  EXPECT_EQ(p.kv.at("tokenizer.ggml.pre").s, "qwen2");
+  const auto& toks = p.kv.at("tokenizer.ggml.tokens").strs;
+  const auto& types = p.kv.at("tokenizer.ggml.token_type").ints;
+  ASSERT_EQ(toks.size(), static_cast<size_t>(c.vocab_size));
+  ASSERT_EQ(types.size(), toks.size());
+  const int32_t eot = tok.eot_id(), im_end = tok.token_id("<|im_end|>");
+  EXPECT_EQ(toks[eot], "<|endoftext|>");
+  EXPECT_EQ(types[eot], 3);
+  ASSERT_GE(im_end, 0);
+  EXPECT_EQ(types[im_end], 3);
+  EXPECT_EQ(toks[c.vocab_size - 1], "[PAD" + std::to_string(c.vocab_size - 1) + "]");
+  EXPECT_EQ(types[c.vocab_size - 1], 5);
+  EXPECT_EQ(types[100], 1);
+  EXPECT_EQ(p.kv.at("tokenizer.ggml.bos_token_id").u, static_cast<uint64_t>(eot));
+  EXPECT_GT(p.kv.at("tokenizer.ggml.merges").strs.size(), 100000u);
+  EXPECT_NE(p.kv.at("tokenizer.ggml.merges").strs[0].find(' '), std::string::npos);
+  EXPECT_EQ(p.tensors.at("blk.1.attn_q_norm.weight").ne, (std::vector<uint64_t>{4}));
+  EXPECT_EQ(p.tensors.count("blk.1.attn_k_norm.weight"), 1u);
+  EXPECT_EQ(p.tensors.at("token_embd.weight").ne, (std::vector<uint64_t>{16, static_cast<uint64_t>(c.vocab_size)}));
+  // GPT-2 with 2 rows past its 50257 ids: padded the same way.
+  ModelConfig g = tiny_config();
+  g.vocab_size = 50259;
+  const Model mg = make_model(g, 3, {.init = true, .grads = false});
+  GgufWriter wg;
+  build_gguf(mg, {}, wg);
+  Parsed pg = parse(wg.header_bytes());
+  ASSERT_EQ(pg.kv.at("tokenizer.ggml.tokens").strs.size(), 50259u);
+  EXPECT_EQ(pg.kv.at("tokenizer.ggml.tokens").strs[50258], "[PAD50258]");
+  EXPECT_EQ(pg.kv.at("tokenizer.ggml.token_type").ints[50257], 5);
 }
 
 TEST(Gguf, RefusesTokenIndexedTablesAndMoe) {

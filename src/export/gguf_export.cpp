@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/json_int.h"
 #include "data/tokenizer.h"
+#include "export/gguf_vocab.h"
 #include "ops/rope.h"
 
 namespace jtok {
@@ -53,55 +54,7 @@ std::vector<float> permute_rope_rows(const float* w, int64_t n_heads, int64_t hd
 
 namespace {
 
-// The GPT-2 vocabulary as llama.cpp wants it: token strings in id order (byte-level unicode, as
-// encoder.json spells them), their types, and the merges "a b" in rank order (vocab.bpe).
-struct GgufVocab {
-  std::vector<std::string> tokens, merges;
-  std::vector<int32_t> types;
-  int32_t eot = -1;
-};
-
-GgufVocab gpt2_vocab(const std::string& dir) {
-  GgufVocab v;
-  const std::string enc_path = (fs::path(dir) / "encoder.json").string();
-  const std::string bpe_path = (fs::path(dir) / "vocab.bpe").string();
-  nlohmann::json enc;
-  try {
-    enc = nlohmann::json::parse(read_file(enc_path));
-  } catch (const nlohmann::json::exception& e) {
-    fail("GPT-2 encoder ", enc_path, ": ", e.what());
-  }
-  if (!enc.is_object()) fail("GPT-2 encoder ", enc_path, ": expected an object of token -> id");
-  v.tokens.assign(enc.size(), std::string());
-  v.types.assign(enc.size(), 1);  // LLAMA_TOKEN_TYPE_NORMAL
-  std::vector<bool> seen(enc.size(), false);
-  for (auto& [tok, idj] : enc.items()) {
-    const int64_t id = json_int64(idj).value_or(-1);
-    if (id < 0 || id >= static_cast<int64_t>(enc.size()) || seen[id])
-      fail("GPT-2 encoder ", enc_path, ": token '", tok, "' has a bad or repeated id");
-    seen[id] = true;
-    v.tokens[id] = tok;
-    if (tok == "<|endoftext|>") {
-      v.types[id] = 3;  // LLAMA_TOKEN_TYPE_CONTROL
-      v.eot = static_cast<int32_t>(id);
-    }
-  }
-  if (v.eot < 0) fail("GPT-2 encoder ", enc_path, ": no <|endoftext|> token");
-  std::istringstream in(read_file(bpe_path));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line.rfind("#version", 0) == 0) continue;
-    if (line.find(' ') == std::string::npos) fail("GPT-2 merges ", bpe_path, ": line '", line, "' is not 'a b'");
-    v.merges.push_back(line);
-  }
-  return v;
-}
-
-}  // namespace
-
-namespace {
-
-// The architecture's hyper-parameters under "<arch>." and the GPT-2 tokenizer.
+// The architecture's hyper-parameters under "<arch>." and the tokenizer.
 void add_gguf_metadata(const ModelConfig& c, const std::string& arch, const GgufVocab& voc, const GgufExportOptions& opt,
                        GgufWriter& w) {
   const std::string a = arch + ".";
@@ -123,7 +76,7 @@ void add_gguf_metadata(const ModelConfig& c, const std::string& arch, const Gguf
   w.add_f32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
   w.add_u32(a + "vocab_size", u32(static_cast<int64_t>(voc.tokens.size())));
   w.add_string("tokenizer.ggml.model", "gpt2");
-  w.add_string("tokenizer.ggml.pre", "gpt-2");
+  w.add_string("tokenizer.ggml.pre", voc.pre);
   w.add_string_array("tokenizer.ggml.tokens", voc.tokens);
   w.add_i32_array("tokenizer.ggml.token_type", voc.types);
   w.add_string_array("tokenizer.ggml.merges", voc.merges);
@@ -175,13 +128,8 @@ void add_gguf_attention(const LayerView& L, const ModelConfig& c, const std::str
 void build_gguf(const Model& m, const GgufExportOptions& opt, GgufWriter& w) {
   const ModelConfig& c = m.cfg;
   if (std::string why = gguf_unsupported_reason(c); !why.empty()) fail("export gguf: ", why);
-  if (opt.tokenizer != "gpt2")
-    fail("export gguf: tokenizer '", opt.tokenizer, "' is not supported yet (only gpt2)");
-  const GgufVocab voc = gpt2_vocab(opt.tokenizer_dir.empty() ? default_tokenizer_dir("gpt2") : opt.tokenizer_dir);
-  const int64_t V = static_cast<int64_t>(voc.tokens.size());
-  if (c.vocab_size != V)
-    fail("export gguf: the model's vocab_size ", c.vocab_size, " differs from the gpt2 tokenizer's ", V,
-         " tokens; llama.cpp needs one row per token");
+  const GgufVocab voc = gguf_vocab(opt.tokenizer, opt.tokenizer_dir, c.vocab_size);
+  const int64_t V = c.vocab_size;
   const std::string arch = gguf_architecture(c);
   add_gguf_metadata(c, arch, voc, opt, w);
   // Tensors: llama.cpp's names; 2-D weights (out, in) as stored; the padded vocabulary rows
