@@ -172,7 +172,7 @@ TEST(Config, ShippedConfigsLoad) {
   const char* root = std::getenv("JTOK_ROOT");
   ASSERT_NE(root, nullptr);
   for (const char* name : {"bench_a", "bench_b", "dense_S", "dense_M", "dense_L", "dense_XL", "cpu_tiny", "cpu_small",
-                           "moe_1.5B-A250M", "moe_3.2B-A0.5B", "moe_17B-A2B", "cpu_moe"}) {
+                           "moe_1.5B-A250M", "moe_3.2B-A0.5B", "moe_17B-A2B", "cpu_moe", "qwen3_0.6b"}) {
     std::string p = std::string(root) + "/configs/" + name + ".json";
     EXPECT_NO_THROW(load_config(p)) << p;
   }
