@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "model/jtokm_mix.h"
 
 namespace jtok::dist {
 
@@ -168,8 +169,7 @@ ExchangeBytes2 premix_forward(float* e, PremixState& st, const TableShard& s, co
         const float wk = std::bit_cast<float>(got[off + 1 + K + k]);
         if (s.sync) s.sync(t, s.own.local(id));
         const float* r = s.row(t, id);
-#pragma omp simd
-        for (int64_t x = 0; x < d; ++x) out[x] += wk * r[x];
+        mix_term(out, wk, r, d);
       }
     }
   }
@@ -204,13 +204,10 @@ ExchangeBytes2 premix_backward(float* dw, TableShard& s, const PremixState& st, 
         const int32_t t = static_cast<int32_t>(r[1 + k]);
         const float wk = std::bit_cast<float>(r[1 + K + k]);
         const float* row = s.row(t, id);
-        float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t x = 0; x < d; ++x) acc += g[x] * row[x];
+        const float acc = mix_term_dw(g, row, d);
         reply[j][static_cast<size_t>(i * K + k)] = acc;
         float* gr = s.grads[t].row(static_cast<int32_t>(s.own.local(id)));
-#pragma omp simd
-        for (int64_t x = 0; x < d; ++x) gr[x] += wk * g[x];
+        mix_term_grad(gr, wk, g, d);
       }
     }
   }

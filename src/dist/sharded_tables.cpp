@@ -10,6 +10,7 @@
 #include "core/profile.h"
 #include "dist/communicator.h"
 #include "io/safetensors.h"
+#include "model/jtokm_mix.h"
 #include "ops/adamw.h"
 
 namespace jtok::dist {
@@ -252,8 +253,7 @@ RequestReply::Serve ShardedTables::premix_serve(int si, int64_t K) {
         const float wk = std::bit_cast<float>(r[1 + K + k]);
         if (s.sync) s.sync(t, s.own.local(id));
         const float* row = s.row(t, id);
-#pragma omp simd
-        for (int64_t x = 0; x < d; ++x) e[x] += wk * row[x];
+        mix_term(e, wk, row, d);
       }
     }
   };
@@ -382,13 +382,10 @@ void ShardedTables::post_mix_backward(int64_t table_base, const float* de, int64
         const int32_t t = r[1 + k];
         const float wk = std::bit_cast<float>(r[1 + K + k]);
         const float* row = s.row(t, id);
-        float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t x = 0; x < d; ++x) acc += g[x] * row[x];
+        const float acc = mix_term_dw(g, row, d);
         out[i * K + k] = acc;
         float* gr = s.grads[static_cast<size_t>(t)].row(static_cast<int32_t>(s.own.local(id)));
-#pragma omp simd
-        for (int64_t x = 0; x < d; ++x) gr[x] += wk * g[x];
+        mix_term_grad(gr, wk, g, d);
       }
     }
   };
@@ -495,8 +492,7 @@ void ShardedTables::mix(float* e, int64_t table_base, const int32_t* ids, const 
     for (int64_t k = 0; k < K; ++k) {
       const float wk = w[n * K + k];
       const float* r = nv.rows.data() + static_cast<int64_t>(nv.slot[n * K + k]) * d;
-#pragma omp simd
-      for (int64_t j = 0; j < d; ++j) en[j] += wk * r[j];
+      mix_term(en, wk, r, d);
     }
   }
 }
@@ -538,14 +534,11 @@ void ShardedTables::mix_backward(float* dw, int64_t table_base, const float* de,
     for (int64_t k = 0; k < K; ++k) {
       const int64_t q = nv.slot[static_cast<size_t>(n * K + k)];
       const float* r = nv.rows.data() + q * d;
-      float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t j = 0; j < d; ++j) acc += g[j] * r[j];
+      const float acc = mix_term_dw(g, r, d);
       dw[n * K + k] = acc;
       const float wk = nv.w[static_cast<size_t>(n * K + k)];
       float* out = grows.data() + q * d;
-#pragma omp simd
-      for (int64_t j = 0; j < d; ++j) out[j] += wk * g[j];
+      mix_term_grad(out, wk, g, d);
     }
   }
   if (!posted) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/parallel.h"
+#include "model/jtokm_mix.h"
 #include "model/top_k.h"
 #include "ops/linear.h"
 
@@ -60,8 +61,7 @@ static void gather_and_mix(JTokMActs& A, const TokenTable* E, const RowBatch& rb
     for (int64_t k = 0; k < K; ++k) {
       const float wk = A.w[n * K + k];
       const float* r = A.rows.data() + static_cast<int64_t>(A.slot[u * ne + A.sel[n * K + k]]) * d;
-#pragma omp simd
-      for (int64_t j = 0; j < d; ++j) e[j] += wk * r[j];
+      mix_term(e, wk, r, d);
     }
   }
 }
@@ -208,9 +208,7 @@ void jtokm_backward_router(float* da, float* dR, SparseRowGrad* gE, JTokMActs& A
       const float* de = A.de.data() + n * d;
       for (int64_t k = 0; k < K; ++k) {
         const float* r = A.rows.data() + static_cast<int64_t>(A.slot[u * ne + A.sel[n * K + k]]) * d;
-        float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t j = 0; j < d; ++j) acc += de[j] * r[j];
+        const float acc = mix_term_dw(de, r, d);
         dw[static_cast<size_t>(n * K + k)] = acc;
       }
     }
@@ -255,8 +253,7 @@ void jtokm_backward_router(float* da, float* dR, SparseRowGrad* gE, JTokMActs& A
       for (int64_t k = 0; k < K; ++k) {
         float* out = grow[A.slot[u * ne + A.sel[n * K + k]]];
         const float wk = A.w[n * K + k];
-#pragma omp simd
-        for (int64_t j = 0; j < d; ++j) out[j] += wk * de[j];
+        mix_term_grad(out, wk, de, d);
       }
     }
   }
