@@ -11,26 +11,10 @@
 # RoPE pairing, GQA mapping or RMSNorm epsilon mistake moves log-probs by >0.1: measured 5.5e-5 with
 # the q/k reordering of docs/formats.md, 0.10 with the rows left in our rotate_half order).
 set -euo pipefail
-JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
-NLC="$ROOT/.cache/npm/llamacpp/node_modules/node-llama-cpp"
-[ -d "$NLC" ] || { echo "FAIL: $NLC missing; run scripts/setup.sh"; exit 1; }
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-PY=/usr/bin/python3
-export OMP_NUM_THREADS=2
-# Under the sanitizer build (scripts/test_asan.sh, ctest -j2 beside another test): 12 training
-# steps instead of 24 (each ~10x slower instrumented), and llama.cpp on 1 thread instead of 2.
-# llama.cpp is not instrumented; its 2 threads wait for each other by spinning, which on 2 shared,
-# busy cores took 88 s of the test's 160 (measured at load 10). Same export, tokenizer, decode and
-# log-prob checks, with the same tolerances.
-STEPS=24 LLAMA_THREADS=2
-if [ -n "${JTOK_SANITIZER_BUILD:-}" ]; then
-  STEPS=12 LLAMA_THREADS=1
-  echo "NOTE: sanitizer build: $STEPS training steps instead of 24, llama.cpp on $LLAMA_THREADS thread instead of 2"
-fi
-export LLAMA_THREADS
+FULL_STEPS=24
+source "${JTOK_ROOT:?}/tests/lib/llamacpp_env.sh"
 
 # Tiny baseline on a tiny corpus (the repository's docs), as tests/test_resume.sh does.
-source "$ROOT/tests/lib/tiny_run.sh"
 prepare_tiny_corpus "$T/data" "$ROOT"/tests/reference/README.md
 cat > "$T/cfg.json" <<JSON
 { "vocab_size": 50257, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -15,19 +15,8 @@
 # Training moves the biases off 0 and the q/k norm gains off 1, so a variant left out or misplaced
 # on either side shows in (b) and (c).
 set -euo pipefail
-JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
-NLC="$ROOT/.cache/npm/llamacpp/node_modules/node-llama-cpp"
-[ -d "$NLC" ] || { echo "FAIL: $NLC missing; run scripts/setup.sh"; exit 1; }
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-PY=/usr/bin/python3
-export OMP_NUM_THREADS=2
-STEPS=16 LLAMA_THREADS=2
-if [ -n "${JTOK_SANITIZER_BUILD:-}" ]; then
-  STEPS=8 LLAMA_THREADS=1
-  echo "NOTE: sanitizer build: $STEPS training steps instead of 16, llama.cpp on $LLAMA_THREADS thread instead of 2"
-fi
-export LLAMA_THREADS
-source "$ROOT/tests/lib/tiny_run.sh"
+FULL_STEPS=16
+source "${JTOK_ROOT:?}/tests/lib/llamacpp_env.sh"
 prepare_tiny_corpus "$T/data" "$ROOT"/tests/reference/README.md
 mkdir -p "$T/qdata"  # the same text in Qwen3 tokens
 "$JTOK" prepare --tokenizer qwen3 --out "$T/qdata/train" "$ROOT"/tests/data/corpus/*.md "$ROOT"/tests/reference/README.md > /dev/null

@@ -69,41 +69,37 @@ void rope_backward(float* dx, const RopeTable& tab, int64_t B, int64_t T, int64_
   rotate(dx, tab, B, T, H, hd, 0, -1.0f);
 }
 
-static void rotate_ref(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, double theta, double sign) {
+// The reference rotation in double: angle t * freq[i] for the hd/2 frequencies freq.
+static void rotate_ref(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, const std::vector<double>& freq,
+                       double sign) {
   const int64_t half = hd / 2;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t h = 0; h < H; ++h) {
         float* v = x + ((b * T + t) * H + h) * hd;
         for (int64_t i = 0; i < half; ++i) {
-          double ang = t * std::pow(theta, -2.0 * i / hd);
-          double c = std::cos(ang), s = sign * std::sin(ang);
-          double x1 = v[i], x2 = v[i + half];
+          const double ang = static_cast<double>(t) * freq[static_cast<size_t>(i)];
+          const double c = std::cos(ang), s = sign * std::sin(ang), x1 = v[i], x2 = v[i + half];
           v[i] = static_cast<float>(x1 * c - x2 * s);
           v[i + half] = static_cast<float>(x2 * c + x1 * s);
         }
       }
 }
 
+static std::vector<double> theta_freq(int64_t hd, double theta) {
+  std::vector<double> f(static_cast<size_t>(hd / 2));
+  for (int64_t i = 0; i < hd / 2; ++i) f[static_cast<size_t>(i)] = std::pow(theta, -2.0 * i / hd);
+  return f;
+}
+
 void rope_forward_ref(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, double theta) {
-  rotate_ref(x, B, T, H, hd, theta, 1.0);
+  rotate_ref(x, B, T, H, hd, theta_freq(hd, theta), 1.0);
 }
 void rope_forward_ref(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, const std::vector<float>& inv_freq) {
-  const int64_t half = hd / 2;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t h = 0; h < H; ++h) {
-        float* v = x + ((b * T + t) * H + h) * hd;
-        for (int64_t i = 0; i < half; ++i) {
-          const double ang = static_cast<double>(t) * inv_freq[static_cast<size_t>(i)];
-          const double c = std::cos(ang), s = std::sin(ang), x1 = v[i], x2 = v[i + half];
-          v[i] = static_cast<float>(x1 * c - x2 * s);
-          v[i + half] = static_cast<float>(x2 * c + x1 * s);
-        }
-      }
+  rotate_ref(x, B, T, H, hd, std::vector<double>(inv_freq.begin(), inv_freq.end()), 1.0);
 }
 void rope_backward_ref(float* dx, int64_t B, int64_t T, int64_t H, int64_t hd, double theta) {
-  rotate_ref(dx, B, T, H, hd, theta, -1.0);
+  rotate_ref(dx, B, T, H, hd, theta_freq(hd, theta), -1.0);
 }
 
 }  // namespace jtok
