@@ -20,7 +20,7 @@ struct Args {
   std::string checkpoint, host = "127.0.0.1", tables = "ram", api_key, model_name = "jtok", kv_dtype = "f32";
   int port = 8080;
   bool prefetch = true;
-  int64_t max_batch = 16, prefill_chunk = 512, ctx = 0, kv_budget_tokens = 0, max_queue = 64, max_body_kb = 1024;
+  int64_t max_batch = 16, prefill_chunk = 512, ctx = 0, kv_budget_tokens = 0, max_queue = 64, max_body_kb = 1024, max_n = 8;
 } args;
 
 void run() {
@@ -51,6 +51,8 @@ void run() {
   so.model_id = args.model_name;
   so.max_body_bytes = static_cast<size_t>(args.max_body_kb) * 1024;
   so.tables = args.tables;
+  if (args.max_n < 1) fail("--max-n must be at least 1, got ", args.max_n);
+  so.max_n = args.max_n;
   HttpApi api(engine, ck.tokenizer, so);
   std::atomic<bool> returned{false};  // api.run has returned
   std::thread waiter([&] {
@@ -95,6 +97,8 @@ void setup(CLI::App* sub) {
                   "KV-cache token slots over all sequences (0: max-batch x ctx)");
   sub->add_option("--kv-dtype", args.kv_dtype, "KV caches: f32 (exact) or bf16 (half the bytes a decoding step reads)");
   sub->add_option("--max-queue", args.max_queue, "requests waiting for a batch slot at most; beyond: 429");
+  sub->add_option("--max-n", args.max_n,
+                  "n and best_of of a completion at most (each choice takes a batch slot: at most --max-batch); beyond: 400");
   sub->add_option("--max-body-kb", args.max_body_kb, "largest request body in KiB; beyond: 413");
   sub->add_flag("!--no-prefetch", args.prefetch, "mmap tables: no prefetch thread (rows are faulted in by the gathers)");
   sub->add_option("--api-key", args.api_key, "require 'Authorization: Bearer KEY' on /v1/*");

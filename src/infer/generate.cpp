@@ -17,7 +17,21 @@
 
 namespace jtok {
 
-std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int32_t>& prompt, int64_t capacity) {
+// Logits of n final-normed hidden rows (n, d) in blocks of kHeadBlock rows, each handed to `each`
+// with its position (the first row's is pos): a long prompt never holds (n, vocab) floats at once.
+static void head_blocks(const Model& m, const float* normed, int64_t n, int64_t pos, const PositionLogits& each) {
+  constexpr int64_t kHeadBlock = 32;
+  const int64_t V = m.cfg.vocab_size, d = m.cfg.hidden_size;
+  std::vector<float> block(static_cast<size_t>(std::min(n, kHeadBlock) * V));
+  for (int64_t r = 0; r < n; r += kHeadBlock) {
+    const int64_t nb = std::min(kHeadBlock, n - r);
+    linear_forward_lowp(block.data(), normed + r * d, head_matrix(m, V), nb, false, RowKernel::per_row);
+    each(pos + r, nb, block.data());
+  }
+}
+
+std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int32_t>& prompt, int64_t capacity,
+                           const PositionLogits& each) {
   const auto& c = m.cfg;
   if (prompt.empty()) fail("empty prompt: give at least one token");
   if (capacity > c.max_position_embeddings) capacity = c.max_position_embeddings;
@@ -52,6 +66,7 @@ std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));
   linear_forward_lowp(logits.data(), a.lnf.data() + (T - 1) * c.hidden_size, head_matrix(m, c.vocab_size),
                       1);  // real rows only, as decode_step
+  if (each) head_blocks(m, a.lnf.data(), T, 0, each);
   return logits;
 }
 
@@ -74,7 +89,8 @@ std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
 // rk: per_row when the rows are distinct sequences (a decode step: each row's bits then do not depend
 // on the others), fastest for one sequence's prompt chunk. Returns the token-table rows read.
 static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_t* pos, const int32_t* tokens, int64_t M,
-                            const int64_t* head_rows, int64_t n_head, float* logits, RowKernel rk) {
+                            const int64_t* head_rows, int64_t n_head, float* logits, RowKernel rk,
+                            const PositionLogits* each = nullptr) {
   const auto& c = m.cfg;
   int64_t rows_read = 0;
   int64_t tmax = 0;
@@ -167,6 +183,10 @@ static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_
     if (W.jtokm_router)
       for (size_t j = 0; j < Md; ++j) h[j] += inject[j];
   }
+  if (each && *each) {  // every row's logits (one sequence's consecutive positions: a prompt chunk)
+    rmsnorm_forward(x.data(), rstd.data(), h.data(), m.w.norm, M, d, eps);
+    head_blocks(m, x.data(), M, pos[0], *each);
+  }
   // The final norm and LM head of the rows asked for only (a chunk needs its last row's).
   std::vector<float> hs(static_cast<size_t>(n_head * d));
   for (int64_t r = 0; r < n_head; ++r) std::memcpy(hs.data() + r * d, h.data() + head_rows[r] * d, sizeof(float) * d);
@@ -189,7 +209,8 @@ int64_t decode_batch(const Model& m, KVCache* const* caches, const int32_t* toke
   return rows;
 }
 
-std::vector<float> prefill_chunk(const Model& m, KVCache& cache, const int32_t* tokens, int64_t n, int64_t* rows_read) {
+std::vector<float> prefill_chunk(const Model& m, KVCache& cache, const int32_t* tokens, int64_t n, int64_t* rows_read,
+                                 const PositionLogits& each) {
   if (n <= 0) fail("prefill_chunk: empty chunk");
   if (cache.len == 0 || cache.layers() == 0) fail("prefill_chunk: the cache holds no prompt yet (start with prefill)");
   if (cache.len + n > cache.capacity)
@@ -200,7 +221,8 @@ std::vector<float> prefill_chunk(const Model& m, KVCache& cache, const int32_t* 
   for (int64_t i = 0; i < n; ++i) pos[i] = cache.len + i;
   const int64_t last = n - 1;
   std::vector<float> logits(static_cast<size_t>(m.cfg.vocab_size));
-  const int64_t rows = forward_rows(m, caches.data(), pos.data(), tokens, n, &last, 1, logits.data(), RowKernel::fastest);
+  const int64_t rows = forward_rows(m, caches.data(), pos.data(), tokens, n, &last, 1, logits.data(), RowKernel::fastest,
+                                   &each);
   if (rows_read) *rows_read = rows;
   cache.len += n;
   return logits;

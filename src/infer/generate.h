@@ -24,9 +24,16 @@ struct KVCache {
 enum class KvDType { f32, bf16 };
 KvDType parse_kv_dtype(const std::string& s);  // "f32" | "bf16", else a jtok::Error naming it
 
+// The logits (n, vocab_size) of prompt positions pos..pos+n-1 (row r predicts the token after
+// position pos + r), handed over in blocks by prefill / prefill_chunk when asked: the log-probs of a
+// prompt's own tokens (/v1/completions echo). Each row by the per-row kernels (its bits do not
+// depend on the block), from the same final hidden states as the returned last-position logits.
+using PositionLogits = std::function<void(int64_t pos, int64_t n, const float* logits)>;
+
 // Runs the prompt (all positions at once) and fills the cache; returns the last position's
-// logits over the real vocabulary.
-std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int32_t>& prompt, int64_t capacity);
+// logits over the real vocabulary. each (optional): every position's logits, as above.
+std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int32_t>& prompt, int64_t capacity,
+                           const PositionLogits& each = {});
 // Continues a prefill: appends tokens[0..n) at positions cache.len.. (the cache already holds the
 // prompt's start, from prefill; capacity as prefill gave it). Every matrix product takes the n rows
 // at once; each row attends over the cache up to itself. Returns the last token's logits; rows_read
@@ -34,7 +41,7 @@ std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int
 // prompt up to float rounding (another attention kernel, another summation order; tested within
 // 1e-4 of the largest logit, tests/test_generate.cpp).
 std::vector<float> prefill_chunk(const Model& m, KVCache& cache, const int32_t* tokens, int64_t n,
-                                 int64_t* rows_read = nullptr);
+                                 int64_t* rows_read = nullptr, const PositionLogits& each = {});
 // prefill of the first `chunk` tokens, then prefill_chunk of at most `chunk` tokens at a time: what
 // the server does with --prefill-chunk (there with decode steps of other sequences in between).
 // chunk >= prompt size is prefill itself.

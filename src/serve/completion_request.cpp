@@ -51,6 +51,27 @@ bool get_bool(const json& obj, const char* name, bool dflt) {
   return obj[name].get<bool>();
 }
 
+// max_tokens, echo, logprobs, n, best_of: how many tokens, how many choices, which log-probs.
+void parse_choices(CompletionRequest& p, const json& body, const CompletionLimits& lim) {
+  p.echo = get_bool(body, "echo", false);
+  p.max_tokens = get_int(body, "max_tokens", 16);
+  if (p.max_tokens < 0) bad("max_tokens", "max_tokens must be at least 1 (0 with echo), got " + std::to_string(p.max_tokens));
+  if (p.max_tokens == 0 && !p.echo)
+    bad("max_tokens", "max_tokens 0 is allowed only with echo: true (the prompt's log-probs, nothing generated)");
+  const int64_t lp = get_int(body, "logprobs", -1);
+  if (body.contains("logprobs") && !body["logprobs"].is_null() && (lp < 0 || lp > kMaxTopLogprobs))
+    bad("logprobs", "logprobs must be an integer in [0, " + std::to_string(kMaxTopLogprobs) + "], got " +
+                        body["logprobs"].dump());
+  p.logprobs = static_cast<int>(lp);
+  p.n = get_int(body, "n", 1);
+  if (p.n < 1 || p.n > lim.max_n)
+    bad("n", "n must be in [1, " + std::to_string(lim.max_n) + "] (this server's --max-n), got " + std::to_string(p.n));
+  p.best_of = get_int(body, "best_of", p.n);
+  if (p.best_of < p.n || p.best_of > lim.max_n)
+    bad("best_of", "best_of must be in [n, " + std::to_string(lim.max_n) + "] (n = " + std::to_string(p.n) +
+                       ", --max-n), got " + std::to_string(p.best_of));
+}
+
 CompletionRequest parse(const json& body, const CompletionLimits& lim, const PromptEncoder& encode) {
   if (!body.is_object()) bad("", "the request body must be a JSON object, got " + type_name(body));
   CompletionRequest p;
@@ -80,10 +101,7 @@ CompletionRequest parse(const json& body, const CompletionLimits& lim, const Pro
   } else {
     bad("prompt", "prompt must be a string or a list of token ids, got " + type_name(prompt));
   }
-  p.max_tokens = get_int(body, "max_tokens", 16);
-  if (p.max_tokens < 1) bad("max_tokens", "max_tokens must be at least 1, got " + std::to_string(p.max_tokens));
-  if (get_int(body, "n", 1) != 1) bad("n", "n must be 1: this server returns one choice per request");
-  if (get_int(body, "best_of", 1) != 1) bad("best_of", "best_of must be 1");
+  parse_choices(p, body, lim);
   p.sampling.temperature = get_number(body, "temperature", 1.0);
   if (p.sampling.temperature < 0 || p.sampling.temperature > 2)
     bad("temperature", "temperature must be in [0, 2], got " + std::to_string(p.sampling.temperature));
@@ -122,10 +140,8 @@ CompletionRequest parse(const json& body, const CompletionLimits& lim, const Pro
       if (s2.empty()) bad("stop", "stop sequences must not be empty");
   }
   p.ignore_eos = get_bool(body, "ignore_eos", false);  // vLLM's extension
-  if (body.contains("logprobs") && !body["logprobs"].is_null())
-    bad("logprobs", "logprobs is not supported by this server");
-  if (body.contains("echo") && body["echo"].is_boolean() && body["echo"].get<bool>())
-    bad("echo", "echo is not supported by this server");
+  if (p.best_of > p.n && p.stream)
+    bad("best_of", "best_of > n cannot be streamed: the best choices are known only when all have finished");
   return p;
 }
 

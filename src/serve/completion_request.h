@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "infer/generate.h"
+#include "infer/logprobs.h"
 
 namespace jtok {
 
@@ -22,17 +23,23 @@ struct ApiError {
 // What a completion request asks for, checked.
 struct CompletionRequest {
   std::vector<int32_t> prompt;   // 1 <= size, every id in [0, vocab_size)
-  int64_t max_tokens = 16;       // >= 1
+  int64_t max_tokens = 16;       // >= 1; 0 allowed with echo (the prompt scored, nothing generated)
   SamplingParams sampling{1.0, 0, 1.0};
   uint64_t seed = 0;             // the request's, or one from the clock
   bool stream = false, include_usage = false, ignore_eos = false;
   std::vector<std::string> stop; // at most 4, none empty
+  int logprobs = -1;             // -1: none; 0..20: each token's log-prob and the top that many
+  bool echo = false;             // the prompt's tokens come back first, in text and logprobs
+  int64_t n = 1;                 // choices returned, 1..max_n
+  int64_t best_of = 1;           // choices generated, n..max_n; the n of highest total log-prob are returned
+                                 // (best_of > n is refused with stream)
 };
 
 struct CompletionLimits {
   std::string model_id;  // a request naming another model gets 404
   int64_t vocab_size = 0;
   int32_t eot_id = 0;    // the prompt of an empty text
+  int64_t max_n = 8;      // n and best_of at most
 };
 
 using PromptEncoder = std::function<std::vector<int32_t>(const std::string&)>;

@@ -25,38 +25,58 @@ Engine::~Engine() {
   }
   cv_.notify_all();
   thread_.join();
-  for (auto& a : waiting_) finish(a, "cancelled");
-  for (auto& a : prefilling_) finish(*a, "cancelled");
+  for (auto& a : waiting_) finish_all(a, "cancelled");
+  for (auto& a : prefilling_) finish_all(*a, "cancelled");
   for (auto& a : active_) finish(*a, "cancelled");
 }
 
-std::shared_ptr<Sequence> Engine::submit(GenerationRequest req) {
+std::vector<std::shared_ptr<Sequence>> Engine::submit_choices(GenerationRequest req) {
   const int64_t P = static_cast<int64_t>(req.prompt.size());
   if (P == 0) fail("the prompt is empty: give at least one token");
   for (int32_t id : req.prompt)
     if (id < 0 || id >= model_.cfg.vocab_size)
       fail("prompt token id ", id, " is outside the vocabulary [0, ", model_.cfg.vocab_size, ")");
-  if (req.max_tokens < 1) fail("max_tokens must be at least 1, got ", req.max_tokens);
+  if (req.max_tokens < 0) fail("max_tokens must be at least 0, got ", req.max_tokens);
   if (req.max_tokens > opt_.ctx - P)  // not P + max_tokens: a client's max_tokens near 2^63 would overflow
     fail("the prompt (", P, " tokens) plus max_tokens (", req.max_tokens, ") is longer than the context (",
          opt_.ctx, " tokens)");
+  if (req.n < 1 || req.n > opt_.max_batch)
+    fail("n (", req.n, " choices) must be in [1, ", opt_.max_batch, "] (the decode batch, --max-batch)");
+  if (req.n * (P + req.max_tokens) > opt_.kv_budget_tokens)
+    fail(req.n, " choices of ", P + req.max_tokens, " tokens (prompt + max_tokens) each do not fit the KV-cache budget (",
+         opt_.kv_budget_tokens, " tokens)");
+  if (req.top_logprobs < -1 || req.top_logprobs > kMaxTopLogprobs)
+    fail("top_logprobs must be in [-1, ", kMaxTopLogprobs, "], got ", req.top_logprobs);
+  if (req.prompt_logprobs && req.top_logprobs < 0) fail("prompt_logprobs needs top_logprobs >= 0");
   Active a;
   a.seq = std::make_shared<Sequence>();
+  a.seq->seed = req.seed;
   a.rng.seed(req.seed);
-  a.need = P + req.max_tokens;
+  std::vector<std::shared_ptr<Sequence>> out{a.seq};
+  for (int64_t i = 1; i < req.n; ++i) {
+    a.others.push_back(std::make_shared<Sequence>());
+    a.others.back()->seed = req.seed + static_cast<uint64_t>(i);
+    out.push_back(a.others.back());
+  }
+  a.need = req.n * (P + req.max_tokens);
   a.req = std::move(req);
-  auto seq = a.seq;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (static_cast<int64_t>(waiting_.size()) >= opt_.max_queue) {
       stats_.requests_refused++;
-      return nullptr;
+      return {};
     }
     waiting_.push_back(std::move(a));
     stats_.queue_depth = static_cast<int64_t>(waiting_.size());
   }
   cv_.notify_all();
-  return seq;
+  return out;
+}
+
+std::shared_ptr<Sequence> Engine::submit(GenerationRequest req) {
+  if (req.n != 1) fail("Engine::submit takes one choice (n = 1), got ", req.n, ": use submit_choices");
+  auto s = submit_choices(std::move(req));
+  return s.empty() ? nullptr : s[0];
 }
 
 EngineStats Engine::stats() const {
@@ -88,6 +108,20 @@ void Engine::finish(Active& a, const std::string& reason, const std::string& err
   a.seq->cv.notify_all();
 }
 
+void Engine::finish_all(Active& a, const std::string& reason, const std::string& error) {
+  finish(a, reason, error);
+  for (auto& o : a.others) {
+    {
+      std::lock_guard<std::mutex> lk(o->mu);
+      if (o->done) continue;
+      o->done = true;
+      o->finish_reason = reason;
+      o->error = error;
+    }
+    o->cv.notify_all();
+  }
+}
+
 int64_t Engine::prefetch(const int32_t* ids, int64_t n) {
   if (!opt_.prefetch || !prefetcher_.useful()) return 0;
   std::vector<TableRow> rows = table_rows_needed(model_, ids, n);
@@ -102,9 +136,12 @@ bool Engine::emit(Active& a, const float* logits) {
   a.produced++;
   a.last = next;
   const bool stop = next == a.req.stop_token;
+  TokenLogprob lp;
+  if (!stop && a.req.top_logprobs >= 0) lp = token_logprob(l.data(), model_.cfg.vocab_size, next, a.req.top_logprobs);
   {
     std::lock_guard<std::mutex> lk(a.seq->mu);
     if (!stop) a.seq->tokens.push_back(next);
+    if (!stop && a.req.top_logprobs >= 0) a.seq->logprobs.push_back(std::move(lp));
   }
   a.seq->cv.notify_all();
   if (stop) {
@@ -118,6 +155,74 @@ bool Engine::emit(Active& a, const float* logits) {
   return true;
 }
 
+void Engine::prefill_piece(Active& a, int64_t p, std::vector<std::unique_ptr<Active>>& forked) {
+  const int64_t P = static_cast<int64_t>(a.req.prompt.size());
+  const int64_t V = model_.cfg.vocab_size;
+  // Prompt log-probs: position t's logits give token t + 1's.
+  PositionLogits each;
+  if (a.req.prompt_logprobs) {
+    a.prompt_lp.resize(static_cast<size_t>(P - 1));
+    each = [&](int64_t pos, int64_t n, const float* logits) {
+      for (int64_t r = 0; r < n && pos + r + 1 < P; ++r)
+        a.prompt_lp[pos + r] = token_logprob(logits + r * V, V, a.req.prompt[pos + r + 1], a.req.top_logprobs);
+    };
+  }
+  std::vector<Active*> group{&a};  // the choices that finished or go on from this prompt
+  bool complete = false;
+  try {
+    std::vector<float> l;
+    if (a.prefilled == 0) {
+      a.cache.bf16 = opt_.kv_bf16;
+      l = prefill(model_, a.cache, {a.req.prompt.begin(), a.req.prompt.begin() + p}, P + a.req.max_tokens, each);
+    } else {
+      l = prefill_chunk(model_, a.cache, a.req.prompt.data() + a.prefilled, p, nullptr, each);
+    }
+    a.prefilled += p;
+    complete = a.prefilled == P;
+    if (complete) {
+      const int64_t per = a.need / (1 + static_cast<int64_t>(a.others.size()));
+      for (size_t i = 0; i < a.others.size(); ++i) {  // each its own copy of the prompt's cache and its own RNG
+        auto b = std::make_unique<Active>();
+        b->req = a.req;
+        b->seq = a.others[i];
+        b->cache = a.cache;
+        b->rng.seed(b->seq->seed);
+        b->need = per;
+        b->prefilled = P;
+        group.push_back(b.get());
+        forked.push_back(std::move(b));
+      }
+      a.others.clear();
+      a.need = per;
+      for (Active* c : group) {
+        {
+          std::lock_guard<std::mutex> lk(c->seq->mu);
+          c->seq->prompt_logprobs = a.prompt_lp;
+        }
+        if (a.req.max_tokens == 0) finish(*c, "length");
+        else emit(*c, l.data());
+      }
+    }
+  } catch (const std::exception& e) {
+    finish_all(a, "error", e.what());
+    complete = true;
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.prefill_chunks++;
+  if (!complete) return;
+  stats_.prefills++;
+  stats_.prompt_tokens += P;
+  stats_.choices_forked += static_cast<int64_t>(group.size()) - 1;
+  if (a.req.prompt_logprobs) stats_.prompt_logprob_tokens += P - 1;
+  for (Active* c : group) {
+    stats_.generated_tokens += c->produced;
+    if (!c->seq->done) continue;
+    stats_.kv_tokens_used -= c->need;  // a's whole reservation when the prefill failed before the split
+    stats_.requests_finished += c == &a && !a.others.empty() ? 1 + static_cast<int64_t>(a.others.size()) : 1;
+  }
+  std::erase_if(forked, [](const std::unique_ptr<Active>& b) { return b->seq->done; });
+}
+
 void Engine::loop() {
   std::vector<float> logits;
   const int64_t B = opt_.prefill_chunk;
@@ -129,10 +234,11 @@ void Engine::loop() {
       });
       if (stop_) return;
       // Free sequences whose caller left (or saw its stop string) before spending a step on them.
+      // A request whose choices are not split yet goes as a whole (the caller cancels them together).
       auto cancelled = [&](std::unique_ptr<Active>& a) {
         if (!a->seq->cancel.load()) return false;
-        finish(*a, "cancelled");
-        stats_.requests_cancelled++;
+        finish_all(*a, "cancelled");
+        stats_.requests_cancelled += 1 + static_cast<int64_t>(a->others.size());
         stats_.kv_tokens_used -= a->need;
         a.reset();
         return true;
@@ -141,18 +247,23 @@ void Engine::loop() {
       std::erase(active_, nullptr);
       for (auto& a : prefilling_) cancelled(a);
       std::erase(prefilling_, nullptr);
-      // Admission: first come, first served, while the batch and the KV budget allow.
-      while (!waiting_.empty() && static_cast<int64_t>(active_.size() + prefilling_.size()) < opt_.max_batch &&
+      // Admission: first come, first served, while the batch (a request takes one slot per choice)
+      // and the KV budget allow.
+      auto choices = [](const Active& a) { return 1 + static_cast<int64_t>(a.others.size()); };
+      int64_t slots = static_cast<int64_t>(active_.size());
+      for (const auto& a : prefilling_) slots += choices(*a);
+      while (!waiting_.empty() && slots + choices(waiting_.front()) <= opt_.max_batch &&
              stats_.kv_tokens_used + waiting_.front().need <= opt_.kv_budget_tokens) {
         auto a = std::make_unique<Active>(std::move(waiting_.front()));
         waiting_.pop_front();
         if (a->seq->cancel.load()) {
-          finish(*a, "cancelled");
-          stats_.requests_cancelled++;
+          finish_all(*a, "cancelled");
+          stats_.requests_cancelled += choices(*a);
           continue;
         }
+        slots += choices(*a);
         stats_.kv_tokens_used += a->need;
-        stats_.requests_admitted++;
+        stats_.requests_admitted += choices(*a);
         prefilling_.push_back(std::move(a));
       }
       stats_.queue_depth = static_cast<int64_t>(waiting_.size());
@@ -176,35 +287,8 @@ void Engine::loop() {
     }
     int64_t prefetched = 0;
     for (const auto& p : pieces) prefetched += prefetch(p.a->req.prompt.data() + p.a->prefilled, p.n);
-    for (const auto& p : pieces) {
-      Active& a = *p.a;
-      bool go_on = false, complete = false;
-      try {
-        std::vector<float> l;
-        if (a.prefilled == 0) {
-          a.cache.bf16 = opt_.kv_bf16;
-          l = prefill(model_, a.cache, {a.req.prompt.begin(), a.req.prompt.begin() + p.n}, a.need);
-        } else {
-          l = prefill_chunk(model_, a.cache, a.req.prompt.data() + a.prefilled, p.n);
-        }
-        a.prefilled += p.n;
-        complete = a.prefilled == static_cast<int64_t>(a.req.prompt.size());
-        if (complete) go_on = emit(a, l.data());
-      } catch (const std::exception& e) {
-        finish(a, "error", e.what());
-        complete = true;
-      }
-      std::lock_guard<std::mutex> lk(mu_);
-      stats_.prefill_chunks++;
-      if (!complete) continue;
-      stats_.prefills++;
-      stats_.prompt_tokens += static_cast<int64_t>(a.req.prompt.size());
-      stats_.generated_tokens += a.produced;
-      if (!go_on) {
-        stats_.kv_tokens_used -= a.need;
-        stats_.requests_finished++;
-      }
-    }
+    std::vector<std::unique_ptr<Active>> forked;  // choices 2..n of prompts completed this step
+    for (const auto& p : pieces) prefill_piece(*p.a, p.n, forked);
     std::vector<std::unique_ptr<Active>> running;
     bool partly_prefilled = false;
     {
@@ -219,6 +303,7 @@ void Engine::loop() {
         else a.reset();
       }
       std::erase(prefilling_, nullptr);
+      for (auto& a : forked) active_.push_back(std::move(a));
       stats_.prefilling = static_cast<int64_t>(prefilling_.size());
       stats_.active = static_cast<int64_t>(active_.size());
       stats_.table_rows_prefetched += prefetched;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "infer/generate.h"
+#include "infer/logprobs.h"
 #include "infer/prefetch.h"
 #include "model/transformer.h"
 
@@ -40,10 +41,17 @@ struct EngineOptions {
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;   // token ids, 1 <= size, size + max_tokens <= ctx (checked by submit)
-  int64_t max_tokens = 16;
+  int64_t max_tokens = 16;       // 0: the prompt is only prefilled (for its log-probs), finish "length"
   SamplingParams sampling;
   uint64_t seed = 0;
   int32_t stop_token = -1;       // ends the sequence (finish "stop"), not part of the output; -1 none
+  int64_t n = 1;                 // choices: the prompt is prefilled once, each choice decodes its own copy
+                                 // of its KV cache; choice i samples with seed + i (mod 2^64), so it is
+                                 // what a request of n = 1 with that seed gives
+  int top_logprobs = -1;         // -1: none; 0..kMaxTopLogprobs: each sampled token's log-prob and the
+                                 // top that many (Sequence::logprobs)
+  bool prompt_logprobs = false;  // the log-prob of every prompt token after the first, with the same
+                                 // top_logprobs (>= 0), from the prefill (Sequence::prompt_logprobs)
 };
 
 // A request's progress, shared by the scheduler (writer) and the caller (reader).
@@ -51,6 +59,9 @@ struct Sequence {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<int32_t> tokens;   // generated so far (the stop token excluded)
+  std::vector<TokenLogprob> logprobs;         // one per token of `tokens` (top_logprobs >= 0)
+  std::vector<TokenLogprob> prompt_logprobs;  // prompt tokens 1..P-1 (prompt_logprobs), set before the first token
+  uint64_t seed = 0;             // the seed this choice samples with
   bool done = false;
   std::string finish_reason;     // "length", "stop" (stop token, or the caller's stop), "error", "cancelled"
   std::string error;             // when finish_reason == "error"
@@ -59,11 +70,14 @@ struct Sequence {
 
 // Counters for /metrics (monotonic unless named as a gauge).
 struct EngineStats {
+  // Requests admitted / finished / cancelled count choices: a request of n choices counts n.
   int64_t requests_admitted = 0, requests_finished = 0, requests_refused = 0, requests_cancelled = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, decode_steps = 0, decode_batch_sum = 0, prefills = 0;
   int64_t prefill_chunks = 0;    // prompt pieces computed (a whole short prompt is one)
   int64_t decode_steps_during_prefill = 0;  // decode steps run while a prompt was partly prefilled
   int64_t prefilling = 0;        // gauge: admitted prompts not fully prefilled yet
+  int64_t choices_forked = 0;    // choices 2..n of requests, started from a copy of the prompt's KV cache
+  int64_t prompt_logprob_tokens = 0;  // prompt tokens whose log-prob was computed (echo with logprobs)
   int64_t table_rows_read = 0;   // token-table rows gathered by decode steps, per table
   int64_t table_rows_prefetched = 0;  // (table, id) rows handed to the prefetch thread (mmap tables only)
   int64_t prefetch_pages = 0, prefetch_major_faults = 0;  // pages it touched; major faults it took
@@ -80,9 +94,13 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   const EngineOptions& options() const { return opt_; }
-  // Checks the request (empty prompt, ids outside the vocabulary, max_tokens < 1, prompt + max_tokens
-  // beyond the context: throws jtok::Error with a message for the client) and queues it. Returns null
-  // when the waiting queue is full (the caller refuses with 429).
+  // Checks the request (empty prompt, ids outside the vocabulary, max_tokens < 0, prompt + max_tokens
+  // beyond the context, n outside [1, max_batch] or n x (prompt + max_tokens) beyond the KV budget,
+  // top_logprobs outside [-1, 20]: throws jtok::Error with a message for the client) and queues it.
+  // Returns its n sequences (choice i samples with seed + i), or none when the waiting queue is full
+  // (the caller refuses with 429). The n choices are admitted together.
+  std::vector<std::shared_ptr<Sequence>> submit_choices(GenerationRequest req);
+  // submit_choices of a request with n = 1: its sequence, or null when the queue is full.
   std::shared_ptr<Sequence> submit(GenerationRequest req);
   EngineStats stats() const;
   // While paused, the scheduler admits nothing and runs no step (requests still queue). Between
@@ -99,9 +117,17 @@ class Engine {
     int64_t produced = 0;  // tokens sampled (the stop token included)
     int64_t need = 0;      // KV slots reserved
     int64_t prefilled = 0; // prompt tokens in the cache
+    std::vector<std::shared_ptr<Sequence>> others;  // choices 1..n-1, until the prompt is prefilled
+    std::vector<TokenLogprob> prompt_lp;            // prompt tokens 1..P-1 (prompt_logprobs)
   };
   void loop();
   void finish(Active& a, const std::string& reason, const std::string& error = {});
+  // finish, and for the other choices of a request not yet split (waiting or prefilling) too.
+  void finish_all(Active& a, const std::string& reason, const std::string& error = {});
+  // Prefills p tokens of a's prompt. When the prompt is complete: publishes its log-probs, forks the
+  // other choices (their own cache copy and RNG) into `forked`, samples every choice's first token.
+  // Accounts for them in stats_ (takes mu_).
+  void prefill_piece(Active& a, int64_t p, std::vector<std::unique_ptr<Active>>& forked);
   // Samples from logits, publishes, and returns whether the sequence goes on.
   bool emit(Active& a, const float* logits);
   // Hands the prefetch thread the rows ids[0..n) will read (table_rows_needed: JTok's, and all n_e

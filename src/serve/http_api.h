@@ -1,6 +1,7 @@
 // The HTTP face of the engine, with the OpenAI API conventions (cpp-httplib):
 //   POST /v1/completions  prompt (text or token ids), max_tokens, temperature, top_p, top_k, seed,
-//                         stop, stream (server-sent events), usage counts
+//                         stop, stream (server-sent events), logprobs, echo, n, best_of, usage
+//                         counts (src/serve/completions_route.h)
 //   GET  /v1/models, GET /health, GET /metrics (Prometheus text)
 // Bad input is answered 4xx with an OpenAI-style body {"error": {"message", "type", "param", "code"}}
 // and the server goes on. With an API key, /v1/* without "Authorization: Bearer KEY" gets 401.
@@ -23,6 +24,7 @@ struct ServeOptions {
   size_t max_body_bytes = 1 << 20; // larger request bodies get 413
   int http_threads = 96;           // connections served at once
   std::string tables = "ram";      // for /metrics: where the token tables live
+  int64_t max_n = 8;               // n and best_of of /v1/completions at most (and at most the engine's max_batch)
 };
 
 class HttpApi {
