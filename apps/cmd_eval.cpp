@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 
@@ -22,16 +24,15 @@
 namespace {
 
 struct Args {
-  std::string checkpoint, val_data, reference, blimp_dir = "../shared/data/blimp";
+  std::string checkpoint, val_data, reference, blimp_dir = "../shared/data/blimp", token_logprobs_file;
   std::string tables = "ram";
   int64_t val_batches = 0, blimp_limit = 0, batch_size = 64;
   bool json = false, no_blimp = false;
 } args;
 
-// Total log-probability of each sentence as [eot] + tokens, in batches of equal token length.
-std::vector<double> score_sentences(const jtok::Model& m, const jtok::Tokenizer& tok, const std::vector<std::string>& sents,
-                                    int64_t batch) {
-  using namespace jtok;
+// Token ids of each sentence as BLiMP scores it: [eot] + tokens, cut to the context.
+std::vector<std::vector<int32_t>> sentence_ids(const jtok::Model& m, const jtok::Tokenizer& tok,
+                                               const std::vector<std::string>& sents) {
   std::vector<std::vector<int32_t>> ids(sents.size());
   for (size_t i = 0; i < sents.size(); ++i) {
     ids[i].push_back(tok.eot_id());
@@ -39,12 +40,20 @@ std::vector<double> score_sentences(const jtok::Model& m, const jtok::Tokenizer&
     if (static_cast<int64_t>(ids[i].size()) > m.cfg.max_position_embeddings)
       ids[i].resize(static_cast<size_t>(m.cfg.max_position_embeddings));
   }
-  std::map<size_t, std::vector<size_t>> by_len;  // same length: no padding at all
+  return ids;
+}
+
+// log p(ids[t] | ids[0..t)) for t = 1.. of each sequence (size - 1 values), in batches of equal
+// token length (no padding at all).
+std::vector<std::vector<float>> token_logprobs_of(const jtok::Model& m, const std::vector<std::vector<int32_t>>& ids,
+                                                  int64_t batch) {
+  using namespace jtok;
+  std::map<size_t, std::vector<size_t>> by_len;
   for (size_t i = 0; i < ids.size(); ++i) by_len[ids[i].size()].push_back(i);
-  std::vector<double> out(sents.size(), 0.0);
+  std::vector<std::vector<float>> out(ids.size());
   Activations acts;
   for (auto& [len, members] : by_len) {
-    if (len < 2) continue;  // an empty sentence scores 0
+    if (len < 2) continue;  // nothing to score
     const int64_t T = static_cast<int64_t>(len) - 1;
     for (size_t s = 0; s < members.size(); s += static_cast<size_t>(batch)) {
       const int64_t B = std::min<int64_t>(batch, static_cast<int64_t>(members.size() - s));
@@ -57,14 +66,32 @@ std::vector<double> score_sentences(const jtok::Model& m, const jtok::Tokenizer&
       forward(m, acts, x.data(), B, T);
       std::vector<float> lp(B * T);
       token_logprobs(m, acts, y.data(), lp.data());
-      for (int64_t b = 0; b < B; ++b) {
-        double sum = 0;
-        for (int64_t t = 0; t < T; ++t) sum += lp[b * T + t];
-        out[members[s + b]] = sum;
-      }
+      for (int64_t b = 0; b < B; ++b) out[members[s + b]].assign(lp.begin() + b * T, lp.begin() + (b + 1) * T);
     }
   }
   return out;
+}
+
+// Total log-probability of each sentence as [eot] + tokens (an empty sentence scores 0).
+std::vector<double> score_sentences(const jtok::Model& m, const jtok::Tokenizer& tok, const std::vector<std::string>& sents,
+                                    int64_t batch) {
+  const auto lps = token_logprobs_of(m, sentence_ids(m, tok, sents), batch);
+  std::vector<double> out(sents.size(), 0.0);
+  for (size_t i = 0; i < lps.size(); ++i)
+    for (float v : lps[i]) out[i] += v;
+  return out;
+}
+
+// --token-logprobs FILE: the file's text scored as a BLiMP sentence, token by token.
+nlohmann::json text_token_logprobs(const jtok::Model& m, const jtok::Tokenizer& tok, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) jtok::fail("--token-logprobs: cannot read ", path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto ids = sentence_ids(m, tok, {text});
+  const auto lps = token_logprobs_of(m, ids, 1);
+  nlohmann::json lp = nlohmann::json::array({nullptr});
+  for (float v : lps[0]) lp.push_back(v);
+  return {{"file", path}, {"tokens", ids[0]}, {"token_logprobs", lp}};
 }
 
 void run() {
@@ -136,6 +163,15 @@ void run() {
                   cmp.dlogp_abs_max, static_cast<long long>(cmp.positions));
   }
 
+  if (!args.token_logprobs_file.empty()) {
+    out["token_logprobs"] = text_token_logprobs(m, tok, args.token_logprobs_file);
+    if (!args.json) {
+      const auto& tl = out["token_logprobs"];
+      std::printf("token log-probs of %s ([<|endoftext|>] + its tokens):\n", args.token_logprobs_file.c_str());
+      for (size_t t = 0; t < tl["tokens"].size(); ++t)
+        std::printf("  %6d %s\n", tl["tokens"][t].get<int>(), tl["token_logprobs"][t].dump().c_str());
+    }
+  }
   if (!args.no_blimp) {
     auto pairs = load_blimp(args.blimp_dir, args.blimp_limit);
     auto res = evaluate_blimp(
@@ -180,6 +216,9 @@ void setup(CLI::App* sub) {
   sub->add_option("--blimp-limit", args.blimp_limit, "at most this many pairs per paradigm (0 = all 1,000)");
   sub->add_option("--batch-size", args.batch_size, "sentences per forward pass for BLiMP");
   sub->add_flag("--no-blimp", args.no_blimp, "validation loss only");
+  sub->add_option("--token-logprobs", args.token_logprobs_file,
+                  "also score FILE's text as BLiMP scores a sentence ([<|endoftext|>] + its tokens): every token's "
+                  "log p(token | prefix), the first null (JSON: token_logprobs {tokens, token_logprobs})");
   sub->add_flag("--json", args.json, "print one JSON object (val_loss, val_ppl, blimp, reference)");
   sub->callback(run);
 }

@@ -134,7 +134,7 @@ TEST(ServeEngine, RefusesBadRequestsAndBoundsTheQueue) {
   };
   EXPECT_THROW(e.submit(req({}, 4)), Error);
   EXPECT_THROW(e.submit(req({1, 200}, 4)), Error);
-  EXPECT_THROW(e.submit(req({1}, 0)), Error);
+  EXPECT_THROW(e.submit(req({1}, -1)), Error);
   EXPECT_THROW(e.submit(req(std::vector<int32_t>(30, 1), 3)), Error);  // 30 + 3 > 32
   EXPECT_THROW(e.submit(req({1}, INT64_MAX)), Error);  // P + max_tokens overflowed before (UBSan)
   // One long request runs; two wait; the next is refused. Holding the long one's lock stops the
