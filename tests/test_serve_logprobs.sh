@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# `jtok serve`'s /v1/completions with logprobs, echo, n and best_of, driven by the official OpenAI
+# SDK (tests/serve_logprobs_client.mjs) on 127.0.0.1: echo + logprobs + max_tokens 0 equals `jtok
+# eval --token-logprobs` within 1e-5; BLiMP accuracy through the API equals `jtok eval --blimp-limit
+# 3`'s on a fixed subset (tests/data/blimp_subset: 67 paradigms x 3 pairs); n = 4 choices each equal
+# a single request with seed + i; bad input 400s; /metrics counts the forked choices and the scored
+# prompt tokens. A tiny JTok + JTok-M model trained here. The server is killed by the trap.
+set -euo pipefail
+JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
+T=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done; rm -rf "$T"; }
+trap cleanup EXIT
+export OMP_NUM_THREADS=1  # a tiny model: one thread (as tests/test_serve.sh)
+fail() { echo "FAIL: $*"; tail -5 "$T/serve.err" 2>/dev/null; exit 1; }
+[ -f "$ROOT/.cache/npm/openai-7.55.0/package.json" ] || fail "openai SDK missing: run scripts/setup.sh"
+
+source "$ROOT/tests/lib/tiny_run.sh"
+prepare_tiny_corpus "$T/data"
+cat > "$T/cfg.json" <<JSON
+{ "vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64,
+  "seq_len": 32, "micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 4,
+  "learning_rate": 3e-3, "min_lr": 3e-4, "warmup_steps": 2, "jtok": true, "jtok_layers": "1",
+  "jtokm": true, "jtokm_layers": "0", "jtokm_n_e": 3, "jtokm_top_k": 2, "jtokm_scale_init": 2.0,
+  "eval_interval": 100, "eval_batches": 1, "checkpoint_interval": 4, "keep_checkpoints": 1,
+  "sample_interval": 0, "train_data": "$T/data/train", "val_data": "$T/data/val" }
+JSON
+"$JTOK" train --config "$T/cfg.json" --out "$T/run" --peak-gflops 1 > "$T/train.out"
+
+# jtok eval's side: per-token log-probs of a text, BLiMP on the subset's first 3 pairs per paradigm.
+BLIMP="$ROOT/tests/data/blimp_subset"
+printf 'Token tables modulate the MLP of every layer.' > "$T/text.txt"
+"$JTOK" eval --checkpoint "$T/run" --val-batches 1 --no-blimp --token-logprobs "$T/text.txt" --json > "$T/tokens.json"
+"$JTOK" eval --checkpoint "$T/run" --val-batches 1 --blimp "$BLIMP" --blimp-limit 3 --json > "$T/blimp.json"
+
+# --prefill-chunk 4: BLiMP sentences are longer, so their echoed log-probs come from chunked prefills too.
+"$JTOK" serve --checkpoint "$T/run" --port 0 --max-batch 8 --prefill-chunk 4 > "$T/serve.out" 2> "$T/serve.err" &
+PIDS+=($!)
+PORT=
+for _ in $(seq 200); do
+  PORT=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\).*|\1|p' "$T/serve.out"); [ -n "$PORT" ] && break
+  kill -0 "${PIDS[-1]}" 2>/dev/null || fail "server did not start"
+  sleep 0.05
+done
+[ -n "$PORT" ] || fail "server printed no port"
+timeout 300 node "$ROOT/tests/serve_logprobs_client.mjs" "$ROOT" "$PORT" "$T/tokens.json" "$T/blimp.json" "$BLIMP" 3 \
+  || fail "serve_logprobs_client.mjs"
+curl -s "http://127.0.0.1:$PORT/metrics" > "$T/metrics"
+forked=$(sed -n 's/^jtok_choices_forked_total //p' "$T/metrics"); scored=$(sed -n 's/^jtok_prompt_logprob_tokens_total //p' "$T/metrics")
+[ "$forked" -ge 3 ] || fail "jtok_choices_forked_total $forked (n = 4 requests forked no choice?)"
+[ "$scored" -gt 402 ] || fail "jtok_prompt_logprob_tokens_total $scored (402 BLiMP sentences were scored)"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] || fail "server down"
+echo "ok: metrics: $forked choices forked, $scored prompt tokens scored"
+echo "PASS"
