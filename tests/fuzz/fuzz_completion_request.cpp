@@ -1,6 +1,8 @@
 // The body of `jtok serve`'s POST /v1/completions (serve/completion_request.h), with the real GPT-2
 // tokenizer encoding text prompts: every body gives either a request the engine can take (every
-// field within its documented range) or a 4xx error with a message; anything else is a finding.
+// field within its documented range: prompt, max_tokens (0 only with echo), sampling, stop,
+// logprobs in [-1, 20], n in [1, max_n], best_of in [n, max_n], never best_of > n streamed) or a 4xx
+// error with a message; anything else is a finding.
 #include <cstdlib>
 #include <string_view>
 
@@ -17,14 +19,17 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
-  const jtok::CompletionLimits lim{"jtok", static_cast<int64_t>(gpt2->vocab_size()), gpt2->eot_id()};
+  const jtok::CompletionLimits lim{"jtok", static_cast<int64_t>(gpt2->vocab_size()), gpt2->eot_id(), 8};
   const auto r = jtok::parse_completion_request(body, lim, [](const std::string& s) { return gpt2->encode(s); });
   if (const auto* e = std::get_if<jtok::ApiError>(&r)) {
     if (e->status < 400 || e->status > 499 || e->message.empty() || e->type.empty()) std::abort();
     return 0;
   }
   const auto& q = std::get<jtok::CompletionRequest>(r);
-  if (q.prompt.empty() || q.max_tokens < 1 || q.stop.size() > 4) std::abort();
+  if (q.prompt.empty() || q.max_tokens < (q.echo ? 0 : 1) || q.stop.size() > 4) std::abort();
+  if (q.logprobs < -1 || q.logprobs > jtok::kMaxTopLogprobs) std::abort();
+  if (q.n < 1 || q.n > lim.max_n || q.best_of < q.n || q.best_of > lim.max_n) std::abort();
+  if (q.stream && q.best_of > q.n) std::abort();
   for (int32_t id : q.prompt)
     if (id < 0 || id >= lim.vocab_size) std::abort();
   for (const auto& s : q.stop)

@@ -67,6 +67,12 @@ def main():
         "bad_types": {"prompt": "hi", "max_tokens": "8", "temperature": None, "stop": [1]},
         "bad_range": {"prompt": [50257, -1], "max_tokens": 0, "top_p": 0, "top_k": -2},
         "float_ints": {"prompt": "x", "max_tokens": 16.0, "seed": 1e300, "top_k": -1.0},
+        "echo_score": {"prompt": [50256, 464, 3139, 286], "max_tokens": 0, "echo": True, "logprobs": 0},
+        "choices": {"prompt": "The", "max_tokens": 4, "logprobs": 20, "n": 4, "best_of": 8, "seed": 3,
+                    "temperature": 0.9},
+        "choices_stream": {"prompt": "The", "n": 2, "stream": True, "echo": True, "logprobs": 5.0},
+        "bad_choices": {"prompt": "x", "logprobs": 21, "n": 9, "best_of": 1, "echo": 1},
+        "bad_echo": {"prompt": "x", "max_tokens": 0, "echo": False, "logprobs": -1},
     }
     for name, b in bodies.items():
         with open(f"tests/fuzz/corpus/fuzz_completion_request/{name}.json", "w") as f:
