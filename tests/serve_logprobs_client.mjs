@@ -115,7 +115,34 @@ const best = await client.completions.create({ ...base, n: 2, best_of: 4, logpro
 const ranked = singles.map((c, i) => [total(c), i]).sort((a, b) => b[0] - a[0] || a[1] - b[1]);
 assert.deepEqual(best.choices.map((c) => c.text), [singles[ranked[0][1]].text, singles[ranked[1][1]].text]);
 assert.equal(best.choices[0].logprobs, null);
-console.log('ok: n = 4 choices equal single requests with seed + i (whole and streamed); best_of 4, n 2: the two of highest total log-prob');
+// A stop sequence: whole and streamed agree, and the listed tokens are those whose text begins
+// before the cut.
+async function streamed(req) {
+  const s = await client.completions.create({ ...req, stream: true });
+  const a = { text: '', tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [], finish: null };
+  for await (const ch of s) for (const c of ch.choices) {
+    a.text += c.text;
+    if (c.logprobs) for (const k of ['tokens', 'token_logprobs', 'top_logprobs', 'text_offset']) a[k].push(...c.logprobs[k]);
+    a.finish = c.finish_reason ?? a.finish;
+  }
+  return a;
+}
+const greedy = (await client.completions.create({ model: 'jtok', prompt: 'The model', max_tokens: 10, temperature: 0, logprobs: 1 })).choices[0];
+const k = greedy.logprobs.tokens.findIndex((t, i) => i >= 2 && t.length > 0);
+const stop = greedy.logprobs.tokens[k];
+const cut = greedy.text.indexOf(stop);
+const stopReq = { model: 'jtok', prompt: 'The model', max_tokens: 10, temperature: 0, logprobs: 1, stop: [stop], echo: true };
+const ws = (await client.completions.create(stopReq)).choices[0];
+assert.equal(ws.finish_reason, 'stop');
+assert.equal(ws.text, 'The model' + greedy.text.slice(0, cut));
+const shown = greedy.logprobs.text_offset.filter((o) => o < cut).length;
+assert.deepEqual(ws.logprobs.tokens.slice(2), greedy.logprobs.tokens.slice(0, shown), 'tokens up to the stop');
+const ss = await streamed(stopReq);
+const { text: sText, finish: sFinish, ...sLps } = ss;
+assert.equal(sText, ws.text);
+assert.equal(sFinish, 'stop');
+assert.deepEqual(sLps, ws.logprobs, 'streamed log-probs with a stop sequence and echo');
+console.log(`ok: n = 4 choices equal single requests with seed + i (whole and streamed); best_of 4, n 2: the two of highest total log-prob; stop ${JSON.stringify(stop)} with echo: ${shown} tokens listed, whole = streamed`);
 
 // 4. Bad input: a 400 with the error body each, and the server still serving.
 async function expect400(body, param) {

@@ -269,3 +269,44 @@ TEST(CompletionRequest, LogprobsEchoAndChoicesAreChecked) {
   EXPECT_EQ(error_of(R"({"prompt": "a", "n": 2, "best_of": 3, "stream": true})"), "400 best_of");
   EXPECT_EQ(error_of(R"({"prompt": "a", "n": 2, "stream": true})"), "ok");
 }
+
+// The per-position logits hook of prefill / prefill_chunk: every prompt position once, in order,
+// each row equal to the training forward's logits within 1e-5 of their largest, and the prefill's
+// own result (returned logits, cache) bit for bit what it is without the hook.
+TEST(Generate, PositionLogitsCoverThePromptAndLeaveThePrefillAlone) {
+  Model m = make_model(tiny(), 4);
+  const int64_t V = m.cfg.vocab_size, Vp = m.cfg.padded_vocab();
+  std::vector<int32_t> prompt;
+  for (int j = 0; j < 37; ++j) prompt.push_back(static_cast<int32_t>((j * 13 + 1) % 97));  // > one 32-row block
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  Activations acts;
+  forward(m, acts, prompt.data(), 1, P);
+  float scale = 0;
+  for (int64_t i = 0; i < P * Vp; ++i) scale = std::max(scale, std::fabs(acts.logits[i]));
+  for (int64_t first : {P, int64_t{10}}) {  // whole, then 10 + chunks of 9
+    std::vector<int64_t> seen;
+    float worst = 0;
+    PositionLogits each = [&](int64_t pos, int64_t n, const float* l) {
+      for (int64_t r = 0; r < n; ++r) {
+        seen.push_back(pos + r);
+        for (int64_t v = 0; v < V; ++v)
+          worst = std::max(worst, std::fabs(l[r * V + v] - acts.logits[(pos + r) * Vp + v]));
+      }
+    };
+    KVCache with, without;
+    std::vector<float> lw = prefill(m, with, {prompt.begin(), prompt.begin() + first}, P, each);
+    std::vector<float> lo = prefill(m, without, {prompt.begin(), prompt.begin() + first}, P);
+    for (int64_t at = first; at < P; at += 9) {
+      const int64_t n = std::min<int64_t>(9, P - at);
+      lw = prefill_chunk(m, with, prompt.data() + at, n, nullptr, each);
+      lo = prefill_chunk(m, without, prompt.data() + at, n);
+    }
+    EXPECT_EQ(lw, lo) << "first " << first;
+    EXPECT_EQ(with.k, without.k);
+    EXPECT_EQ(with.v, without.v);
+    std::vector<int64_t> all(static_cast<size_t>(P));
+    std::iota(all.begin(), all.end(), 0);
+    EXPECT_EQ(seen, all) << "first " << first;
+    EXPECT_LE(worst, 1e-5f * scale) << "first " << first;
+  }
+}

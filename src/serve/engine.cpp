@@ -162,8 +162,10 @@ void Engine::prefill_piece(Active& a, int64_t p, std::vector<std::unique_ptr<Act
   PositionLogits each;
   if (a.req.prompt_logprobs) {
     a.prompt_lp.resize(static_cast<size_t>(P - 1));
-    each = [&](int64_t pos, int64_t n, const float* logits) {
-      for (int64_t r = 0; r < n && pos + r + 1 < P; ++r)
+    each = [&](int64_t pos, int64_t n, const float* logits) {  // a pass over the vocabulary per row: rows in parallel
+      const int64_t rows = std::min(n, P - 1 - pos);
+#pragma omp parallel for schedule(static) if (rows > 1)
+      for (int64_t r = 0; r < rows; ++r)
         a.prompt_lp[pos + r] = token_logprob(logits + r * V, V, a.req.prompt[pos + r + 1], a.req.top_logprobs);
     };
   }
