@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <numeric>
 
@@ -173,75 +174,90 @@ struct StreamState {
   int64_t completion_tokens = 0;
 };
 
+// What a choice has new, taken under its lock. False when nothing is new (or its prompt is not
+// through yet).
+struct Snapshot {
+  std::vector<int32_t> tokens;
+  bool done = false;
+  std::string reason, error;
+  std::vector<TokenLogprob> prompt_lps;  // until the choice has started
+};
+
+bool take_snapshot(StreamChoice& c, Snapshot& s) {
+  std::lock_guard<std::mutex> lk(c.seq->mu);
+  if (c.seq->tokens.size() == c.tokens_seen && !c.seq->done && c.started) return false;
+  if (!c.seq->done && c.seq->tokens.empty()) return false;
+  s.tokens = c.seq->tokens;
+  s.done = c.seq->done;
+  s.reason = c.seq->finish_reason;
+  s.error = c.seq->error;
+  for (; c.lp_seen < std::min(c.seq->logprobs.size(), s.tokens.size()); ++c.lp_seen)
+    c.pending.push_back(c.seq->logprobs[c.lp_seen]);
+  if (!c.started) s.prompt_lps = c.seq->prompt_logprobs;
+  c.tokens_seen = s.tokens.size();
+  return true;
+}
+
+using Send = std::function<bool(const json&)>;
+
+// Sends choice i's news: the echoed prompt first, then the new text with the log-probs of the tokens
+// it begins, then its finish (with usage when it is the last to finish). False when the client is gone.
+bool send_choice(CompletionsRoute& r, StreamState& st, const Reply& rep, size_t i, Snapshot& s, const Send& send) {
+  const CompletionRequest& p = st.p;
+  StreamChoice& c = st.ch[i];
+  auto event = [&](const std::string& text, const json& finish) {
+    return send(chunk(r, rep, json::array({choice_json(text, i, p.logprobs >= 0 && finish.is_null() ? c.lb.take() : json(nullptr), finish)})));
+  };
+  if (!c.started) {
+    c.started = true;
+    if (p.echo) {
+      if (p.logprobs >= 0) {
+        c.lb.add_unscored(p.prompt[0]);
+        for (const auto& e : s.prompt_lps) c.lb.add(e);
+      }
+      c.base = st.prompt_text.size();
+      if (!event(st.prompt_text, nullptr)) return false;
+    }
+  }
+  const std::string piece = c.tt.advance(s.tokens, s.done);
+  if (c.tt.stopped) {
+    c.seq->cancel = true;
+    s.done = true;
+    s.reason = "stop";
+  }
+  while (!c.pending.empty() && (c.lb.offset() < c.base + c.tt.sent || (s.done && !c.tt.stopped))) {
+    c.lb.add(c.pending.front());
+    c.pending.pop_front();
+  }
+  if ((!piece.empty() || !c.lb.empty()) && !event(piece, nullptr)) return false;
+  if (!s.done) return true;
+  c.finished = true;
+  st.completion_tokens += static_cast<int64_t>(s.tokens.size());
+  json fin = chunk(r, rep, json::array({choice_json("", i, nullptr, s.reason)}));
+  bool last = true;
+  for (const auto& o : st.ch) last = last && o.finished;
+  if (last && p.include_usage) fin["usage"] = usage(static_cast<int64_t>(p.prompt.size()), st.completion_tokens);
+  return send(fin);
+}
+
 // One pass over the choices: sends what each has new. Returns false when the client is gone;
-// sets progressed when something was sent.
+// progressed: something was new; failed: generation failed (its error event sent).
 bool stream_pass(CompletionsRoute& r, StreamState& st, const Reply& rep, httplib::DataSink& sink, bool& progressed,
                  bool& failed) {
-  auto send = [&](const json& j) {
+  const Send send = [&](const json& j) {
     const std::string ev = "data: " + dump_json(j) + "\n\n";
     return sink.write(ev.data(), ev.size());
   };
-  const CompletionRequest& p = st.p;
   for (size_t i = 0; i < st.ch.size(); ++i) {
-    StreamChoice& c = st.ch[i];
-    if (c.finished) continue;
-    std::vector<int32_t> tokens;
-    bool done;
-    std::string reason, error;
-    std::vector<TokenLogprob> prompt_lps;
-    {
-      std::lock_guard<std::mutex> lk(c.seq->mu);
-      if (c.seq->tokens.size() == c.tokens_seen && !c.seq->done && c.started) continue;
-      if (!c.seq->done && c.seq->tokens.empty()) continue;  // the prompt is not through yet
-      tokens = c.seq->tokens;
-      done = c.seq->done;
-      reason = c.seq->finish_reason;
-      error = c.seq->error;
-      for (; c.lp_seen < std::min(c.seq->logprobs.size(), tokens.size()); ++c.lp_seen)
-        c.pending.push_back(c.seq->logprobs[c.lp_seen]);
-      if (!c.started) prompt_lps = c.seq->prompt_logprobs;
-    }
-    c.tokens_seen = tokens.size();
+    Snapshot s;
+    if (st.ch[i].finished || !take_snapshot(st.ch[i], s)) continue;
     progressed = true;
-    if (reason == "error") {
-      send(error_body(ApiError{500, "generation failed: " + error, "server_error", "", ""}));
+    if (s.reason == "error") {
+      send(error_body(ApiError{500, "generation failed: " + s.error, "server_error", "", ""}));
       failed = true;
       return true;
     }
-    if (!c.started) {  // the echoed prompt first
-      c.started = true;
-      if (p.echo) {
-        if (p.logprobs >= 0) {
-          c.lb.add_unscored(p.prompt[0]);
-          for (const auto& e : prompt_lps) c.lb.add(e);
-        }
-        c.base = st.prompt_text.size();
-        if (!send(chunk(r, rep, json::array({choice_json(st.prompt_text, i, p.logprobs >= 0 ? c.lb.take() : json(nullptr),
-                                                                   nullptr)}))))
-          return false;
-      }
-    }
-    const std::string piece = c.tt.advance(tokens, done);
-    if (c.tt.stopped) {
-      c.seq->cancel = true;
-      done = true;
-      reason = "stop";
-    }
-    while (!c.pending.empty() && (c.lb.offset() < c.base + c.tt.sent || (done && !c.tt.stopped))) {
-      c.lb.add(c.pending.front());
-      c.pending.pop_front();
-    }
-    if ((!piece.empty() || !c.lb.empty()) &&
-        !send(chunk(r, rep, json::array({choice_json(piece, i, p.logprobs >= 0 ? c.lb.take() : json(nullptr), nullptr)}))))
-      return false;
-    if (!done) continue;
-    c.finished = true;
-    st.completion_tokens += static_cast<int64_t>(tokens.size());
-    json fin = chunk(r, rep, json::array({choice_json("", i, nullptr, reason)}));
-    bool last = true;
-    for (const auto& o : st.ch) last = last && o.finished;
-    if (last && p.include_usage) fin["usage"] = usage(static_cast<int64_t>(p.prompt.size()), st.completion_tokens);
-    if (!send(fin)) return false;
+    if (!send_choice(r, st, rep, i, s, send)) return false;
   }
   return true;
 }
