@@ -50,6 +50,7 @@ for (const f of files) {
 }
 const sentences = pairs.flatMap((p) => [p.sentence_good, p.sentence_bad]);
 const sums = new Array(sentences.length);
+const t0 = performance.now();
 let next = 0;
 async function worker() {  // 8 requests in flight
   while (next < sentences.length) {
@@ -59,6 +60,7 @@ async function worker() {  // 8 requests in flight
   }
 }
 await Promise.all(Array.from({ length: 8 }, worker));
+const blimpSeconds = (performance.now() - t0) / 1000;
 const byUid = {};
 let right = 0, minMargin = Infinity;
 pairs.forEach((p, i) => {
@@ -74,7 +76,7 @@ assert.equal(right / pairs.length, ev.accuracy, 'BLiMP accuracy through the API'
 for (const [uid, [r, n]] of Object.entries(byUid)) assert.equal(r / n, ev.by_paradigm[uid], `paradigm ${uid}`);
 assert.equal(Object.keys(byUid).length, Object.keys(ev.by_paradigm).length);
 console.log(`ok: BLiMP through the API ${(100 * right / pairs.length).toFixed(2)} % of ${pairs.length} pairs (${sentences.length} ` +
-            `requests) = jtok eval's ${(100 * ev.accuracy).toFixed(2)} %, every paradigm equal; smallest |margin| ${minMargin.toExponential(2)}`);
+            `requests, ${blimpSeconds.toFixed(1)} s) = jtok eval's ${(100 * ev.accuracy).toFixed(2)} %, every paradigm equal; smallest |margin| ${minMargin.toExponential(2)}`);
 
 // 3. n choices: each what a single request with its derived seed gives.
 const base = { model: 'jtok', prompt: 'The model', max_tokens: 8, temperature: 0.9, logprobs: 2, seed: 1234 };
