@@ -6,7 +6,9 @@
 // step, so the running sequences keep decoding meanwhile), then runs one decode step over every
 // active sequence together (decode_batch: the
 // backbone's matrix products take M = active sequences), samples each sequence's next token with
-// its own settings and RNG, and publishes it. Requests beyond the waiting queue's bound are refused
+// its own settings and RNG, and publishes it (with its log-probs when asked). A request of n choices
+// is admitted as a whole, its prompt prefilled once, then each further choice decodes its own copy of
+// the prompt's KV cache with its own RNG. Requests beyond the waiting queue's bound are refused
 // (the caller answers 429). Token ids only: text is the HTTP layer's business.
 #pragma once
 #include <atomic>
