@@ -343,8 +343,8 @@ void CompletionsRoute::handle(const httplib::Request& req, httplib::Response& re
       seqs = engine.submit_choices(generation_request(p, tok.eot_id()));
     } catch (const Error& e) {
       const bool ctx = p.max_tokens > engine.options().ctx - P;
-      throw ApiError{400, e.what(), "invalid_request_error", ctx ? "max_tokens" : p.best_of > 1 ? "best_of" : "prompt",
-                     ctx || p.best_of == 1 ? "context_length_exceeded" : ""};
+      const char* param = ctx ? "max_tokens" : p.best_of > p.n ? "best_of" : p.n > 1 ? "n" : "prompt";
+      throw ApiError{400, e.what(), "invalid_request_error", param, ctx || p.best_of == 1 ? "context_length_exceeded" : ""};
     }
     if (seqs.empty()) {
       res.set_header("Retry-After", "1");
