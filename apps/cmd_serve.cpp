@@ -6,10 +6,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "commands.h"
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "run_setup.h"
 #include "serve/engine.h"
 #include "serve/http_api.h"
@@ -18,10 +21,26 @@ namespace {
 
 struct Args {
   std::string checkpoint, host = "127.0.0.1", tables = "ram", api_key, model_name = "jtok", kv_dtype = "f32";
+  std::string chat_template;
   int port = 8080;
   bool prefetch = true;
   int64_t max_batch = 16, prefill_chunk = 512, ctx = 0, kv_budget_tokens = 0, max_queue = 64, max_body_kb = 1024, max_n = 8;
 } args;
+
+// Where the model's tokenizer_config.json (its chat template) is: beside the checkpoint (an
+// imported model), in its tokenizer directory, or in the default files of its tokenizer; "" none.
+std::string chat_template_dir(const jtok::LoadedCheckpoint& ck) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> dirs = {ck.dir};
+  if (!ck.cfg.train.tokenizer_dir.empty()) dirs.push_back(ck.cfg.train.tokenizer_dir);
+  try {
+    dirs.push_back(jtok::default_tokenizer_dir(ck.cfg.train.tokenizer));
+  } catch (const jtok::Error&) {  // no default files on this machine: only the other places
+  }
+  for (const auto& d : dirs)
+    if (fs::exists(fs::path(d) / "tokenizer_config.json")) return d;
+  return "";
+}
 
 void run() {
   using namespace jtok;
@@ -53,6 +72,8 @@ void run() {
   so.tables = args.tables;
   if (args.max_n < 1) fail("--max-n must be at least 1, got ", args.max_n);
   so.max_n = args.max_n;
+  so.chat_template = args.chat_template;
+  so.chat_template_dir = chat_template_dir(ck);
   HttpApi api(engine, ck.tokenizer, so);
   std::atomic<bool> returned{false};  // api.run has returned
   std::thread waiter([&] {
@@ -103,6 +124,10 @@ void setup(CLI::App* sub) {
   sub->add_flag("!--no-prefetch", args.prefetch, "mmap tables: no prefetch thread (rows are faulted in by the gathers)");
   sub->add_option("--api-key", args.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
   sub->add_option("--model-name", args.model_name, "the model's name in the API");
+  sub->add_option("--chat-template", args.chat_template,
+                  "chat template family for /v1/chat/completions (chatml, qwen3, llama3) instead of the one "
+                  "recognised in the model's tokenizer_config.json")
+      ->check(CLI::IsMember({"chatml", "qwen3", "llama3"}));
   sub->callback(run);
 }
 

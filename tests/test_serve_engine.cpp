@@ -3,6 +3,7 @@
 // message, and a cancelled sequence is freed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -42,7 +43,7 @@ std::vector<int32_t> alone(const Model& m, const GenerationRequest& r, bool kv_b
   std::vector<int32_t> out;
   for (int64_t i = 0; i < r.max_tokens; ++i) {
     const int32_t t = sample_token(l, r.sampling, rng);
-    if (t == r.stop_token) break;
+    if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), t) != r.stop_tokens.end()) break;
     out.push_back(t);
     if (i + 1 < r.max_tokens) l = decode_step(m, cache, t);
   }
@@ -90,7 +91,7 @@ TEST(ServeEngine, BatchedRequestsGiveTheTokensEachGivesAlone) {
     if (i % 2) r.sampling = {0.9, 20, 0.9};  // seeded sampling: the same stream of draws as alone
     else r.sampling = {0.0, 0, 1.0};
     r.seed = 100 + static_cast<uint64_t>(i);
-    r.stop_token = i == 3 ? 5 : -1;
+    if (i == 3) r.stop_tokens = {5};
     reqs.push_back(r);
   }
   EngineOptions o;

@@ -54,7 +54,7 @@ Alone alone(const Model& m, const GenerationRequest& r) {
   Alone out;
   for (int64_t i = 0; i < r.max_tokens; ++i) {
     const int32_t t = sample_token(l, r.sampling, rng);
-    if (t == r.stop_token) break;
+    if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), t) != r.stop_tokens.end()) break;
     out.tokens.push_back(t);
     out.lps.push_back(token_logprob(l.data(), m.cfg.vocab_size, t, std::max(r.top_logprobs, 0)));
     if (i + 1 < r.max_tokens) l = decode_step(m, cache, t);

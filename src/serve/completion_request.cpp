@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "core/json_int.h"
 
 namespace jtok {
@@ -72,9 +73,8 @@ void parse_choices(CompletionRequest& p, const json& body, const CompletionLimit
                        ", --max-n), got " + std::to_string(p.best_of));
 }
 
-CompletionRequest parse(const json& body, const CompletionLimits& lim, const PromptEncoder& encode) {
+void check_model(const json& body, const CompletionLimits& lim) {
   if (!body.is_object()) bad("", "the request body must be a JSON object, got " + type_name(body));
-  CompletionRequest p;
   if (body.contains("model") && !body["model"].is_null()) {
     if (!body["model"].is_string()) bad("model", "model must be a string, got " + type_name(body["model"]));
     if (body["model"].get<std::string>() != lim.model_id)
@@ -82,26 +82,53 @@ CompletionRequest parse(const json& body, const CompletionLimits& lim, const Pro
                        lim.model_id + "'",
           404, "model_not_found");
   }
+}
+
+std::vector<int32_t> parse_prompt(const json& body, const CompletionLimits& lim, const PromptEncoder& encode) {
   if (!body.contains("prompt")) bad("prompt", "prompt is required (text, or a list of token ids)");
   json prompt = body["prompt"];
   if (prompt.is_array() && prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array())) prompt = prompt[0];
+  std::vector<int32_t> ids;
   if (prompt.is_string()) {
-    p.prompt = encode(prompt.get<std::string>());
-    if (p.prompt.empty()) p.prompt.push_back(lim.eot_id);  // unconditional, as `jtok generate` does
-  } else if (prompt.is_array()) {
-    if (prompt.empty()) bad("prompt", "prompt is an empty list");
-    for (const auto& v : prompt) {
-      if (v.is_string() || v.is_array()) bad("prompt", "one prompt per request: give a string or one list of token ids");
-      if (!v.is_number_integer()) bad("prompt", "prompt token ids must be integers, got " + type_name(v));
-      const int64_t id = json_int64(v).value_or(INT64_MAX);  // past int64: outside the vocabulary too
-      if (id < 0 || id >= lim.vocab_size)
-        bad("prompt", "prompt token id " + v.dump() + " is outside the vocabulary [0, " + std::to_string(lim.vocab_size) + ")");
-      p.prompt.push_back(static_cast<int32_t>(id));
+    ids = encode(prompt.get<std::string>());
+    if (ids.empty()) ids.push_back(lim.eot_id);  // unconditional, as `jtok generate` does
+    return ids;
+  }
+  if (!prompt.is_array()) bad("prompt", "prompt must be a string or a list of token ids, got " + type_name(prompt));
+  if (prompt.empty()) bad("prompt", "prompt is an empty list");
+  for (const auto& v : prompt) {
+    if (v.is_string() || v.is_array()) bad("prompt", "one prompt per request: give a string or one list of token ids");
+    if (!v.is_number_integer()) bad("prompt", "prompt token ids must be integers, got " + type_name(v));
+    const int64_t id = json_int64(v).value_or(INT64_MAX);  // past int64: outside the vocabulary too
+    if (id < 0 || id >= lim.vocab_size)
+      bad("prompt", "prompt token id " + v.dump() + " is outside the vocabulary [0, " + std::to_string(lim.vocab_size) + ")");
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+std::vector<std::string> parse_stop(const json& body) {
+  std::vector<std::string> stop;
+  if (!body.contains("stop") || body["stop"].is_null()) return stop;
+  const json& s = body["stop"];
+  if (s.is_string()) {
+    stop.push_back(s.get<std::string>());
+  } else if (s.is_array()) {
+    if (s.size() > 4) bad("stop", "stop takes at most 4 sequences");
+    for (const auto& e : s) {
+      if (!e.is_string()) bad("stop", "stop sequences must be strings, got " + type_name(e));
+      stop.push_back(e.get<std::string>());
     }
   } else {
-    bad("prompt", "prompt must be a string or a list of token ids, got " + type_name(prompt));
+    bad("stop", "stop must be a string or a list of strings, got " + type_name(s));
   }
-  parse_choices(p, body, lim);
+  for (const auto& s2 : stop)
+    if (s2.empty()) bad("stop", "stop sequences must not be empty");
+  return stop;
+}
+
+// The fields completions and chat completions share: sampling, seed, streaming, stop.
+void parse_sampling(CompletionRequest& p, const json& body) {
   p.sampling.temperature = get_number(body, "temperature", 1.0);
   if (p.sampling.temperature < 0 || p.sampling.temperature > 2)
     bad("temperature", "temperature must be in [0, 2], got " + std::to_string(p.sampling.temperature));
@@ -123,40 +150,76 @@ CompletionRequest parse(const json& body, const CompletionLimits& lim, const Pro
     if (!so.is_object()) bad("stream_options", "stream_options must be an object, got " + type_name(so));
     p.include_usage = get_bool(so, "include_usage", false);
   }
-  if (body.contains("stop") && !body["stop"].is_null()) {
-    const json& s = body["stop"];
-    if (s.is_string()) {
-      p.stop.push_back(s.get<std::string>());
-    } else if (s.is_array()) {
-      if (s.size() > 4) bad("stop", "stop takes at most 4 sequences");
-      for (const auto& e : s) {
-        if (!e.is_string()) bad("stop", "stop sequences must be strings, got " + type_name(e));
-        p.stop.push_back(e.get<std::string>());
-      }
-    } else {
-      bad("stop", "stop must be a string or a list of strings, got " + type_name(s));
-    }
-    for (const auto& s2 : p.stop)
-      if (s2.empty()) bad("stop", "stop sequences must not be empty");
-  }
+  p.stop = parse_stop(body);
   p.ignore_eos = get_bool(body, "ignore_eos", false);  // vLLM's extension
+}
+
+CompletionRequest parse(const json& body, const CompletionLimits& lim, const PromptEncoder& encode) {
+  check_model(body, lim);
+  CompletionRequest p;
+  p.prompt = parse_prompt(body, lim, encode);
+  parse_choices(p, body, lim);
+  parse_sampling(p, body);
   if (p.best_of > p.n && p.stream)
     bad("best_of", "best_of > n cannot be streamed: the best choices are known only when all have finished");
   return p;
 }
 
+// Chat completions: messages rendered by the model's chat template into the prompt; max_tokens (or
+// max_completion_tokens) defaults to the rest of the context (-1 here); n choices; no echo, best_of
+// or logprobs.
+CompletionRequest parse_chat(const json& body, const CompletionLimits& lim, const ChatRenderer& render) {
+  check_model(body, lim);
+  CompletionRequest p;
+  p.chat = true;
+  if (!body.contains("messages")) bad("messages", "messages is required (a list of {role, content})");
+  try {
+    p.prompt = render(body["messages"]);
+  } catch (const Error& e) {
+    bad("messages", e.what());
+  }
+  for (const char* f : {"echo", "best_of", "suffix"})
+    if (body.contains(f) && !body[f].is_null()) bad(f, std::string(f) + " is not a field of chat completions");
+  if (body.contains("logprobs") && !body["logprobs"].is_null() && !(body["logprobs"].is_boolean() && !body["logprobs"].get<bool>()))
+    bad("logprobs", "logprobs on chat completions is not supported yet (use /v1/completions with logprobs)");
+  const char* mt = body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null()
+                       ? "max_completion_tokens" : "max_tokens";
+  p.max_tokens = get_int(body, mt, -1);
+  if (body.contains(mt) && !body[mt].is_null() && p.max_tokens < 1)
+    bad(mt, std::string(mt) + " must be at least 1, got " + std::to_string(p.max_tokens));
+  p.n = get_int(body, "n", 1);
+  if (p.n < 1 || p.n > lim.max_n)
+    bad("n", "n must be in [1, " + std::to_string(lim.max_n) + "] (this server's --max-n), got " + std::to_string(p.n));
+  p.best_of = p.n;
+  parse_sampling(p, body);
+  return p;
+}
+
+}  // namespace
+
+namespace {
+json parse_body(std::string_view body) {
+  try {
+    return json::parse(body.begin(), body.end());
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e+3080
+    bad("", std::string("the request body is not valid JSON: ") + e.what());
+  }
+}
 }  // namespace
 
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body, const CompletionLimits& lim,
                                                                    const PromptEncoder& encode) {
   try {
-    json j;
-    try {
-      j = json::parse(body.begin(), body.end());
-    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e+3080
-      bad("", std::string("the request body is not valid JSON: ") + e.what());
-    }
-    return parse(j, lim, encode);
+    return parse(parse_body(body), lim, encode);
+  } catch (const ApiError& e) {
+    return e;
+  }
+}
+
+std::variant<CompletionRequest, ApiError> parse_chat_request(std::string_view body, const CompletionLimits& lim,
+                                                             const ChatRenderer& render) {
+  try {
+    return parse_chat(parse_body(body), lim, render);
   } catch (const ApiError& e) {
     return e;
   }

@@ -9,6 +9,8 @@
 #include <variant>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "infer/generate.h"
 #include "infer/logprobs.h"
 
@@ -33,6 +35,8 @@ struct CompletionRequest {
   int64_t n = 1;                 // choices returned, 1..max_n
   int64_t best_of = 1;           // choices generated, n..max_n; the n of highest total log-prob are returned
                                  // (best_of > n is refused with stream)
+  bool chat = false;             // a chat completion: the prompt is the rendered messages; max_tokens -1:
+                                 // the rest of the context
 };
 
 struct CompletionLimits {
@@ -48,5 +52,12 @@ using PromptEncoder = std::function<std::vector<int32_t>(const std::string&)>;
 // encode throws.
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body, const CompletionLimits& lim,
                                                                    const PromptEncoder& encode);
+
+// The body of POST /v1/chat/completions: render turns its messages into the prompt's ids with the
+// model's chat template (a jtok::Error it throws, naming the message and field, becomes a 400 on
+// `messages`). Shares sampling, seed, stop and streaming with completions.
+using ChatRenderer = std::function<std::vector<int32_t>(const nlohmann::json& messages)>;
+std::variant<CompletionRequest, ApiError> parse_chat_request(std::string_view body, const CompletionLimits& lim,
+                                                             const ChatRenderer& render);
 
 }  // namespace jtok

@@ -37,6 +37,14 @@ json choice_json(const std::string& text, size_t index, json logprobs, const jso
   return {{"text", text}, {"index", index}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
 }
 
+// Chat's choice: the whole message, or (streamed) a delta of its content.
+json chat_choice_json(const std::string& text, size_t index, const json& finish, bool stream, bool first) {
+  json msg = json::object();
+  if (!stream || first) msg["role"] = "assistant";
+  if (!stream || !text.empty() || first) msg["content"] = text;
+  return {{"index", index}, {stream ? "delta" : "message", std::move(msg)}, {"logprobs", nullptr}, {"finish_reason", finish}};
+}
+
 json usage(int64_t prompt, int64_t completion) {
   return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
 }
@@ -111,8 +119,9 @@ struct Reply {
   std::chrono::steady_clock::time_point t0;
 };
 
-json chunk(const CompletionsRoute& r, const Reply& rep, json choices) {
-  return {{"id", rep.id}, {"object", "text_completion"}, {"created", rep.created}, {"model", r.model_id},
+json chunk(const CompletionsRoute& r, const Reply& rep, json choices, bool stream = false) {
+  const char* object = !r.chat ? "text_completion" : stream ? "chat.completion.chunk" : "chat.completion";
+  return {{"id", rep.id}, {"object", object}, {"created", rep.created}, {"model", r.model_id},
           {"choices", std::move(choices)}};
 }
 
@@ -146,8 +155,9 @@ void reply_whole(CompletionsRoute& r, const CompletionRequest& p, const std::vec
   json choices = json::array();
   for (size_t k = 0; k < order.size(); ++k) {
     const ChoiceOut& c = outs[order[k]];
-    choices.push_back(choice_json(echo + c.text, k, p.logprobs >= 0 ? choice_logprobs(r.tok, p, c) : json(nullptr),
-                                  c.reason));
+    if (p.chat) choices.push_back(chat_choice_json(c.text, k, c.reason, false, false));
+    else choices.push_back(choice_json(echo + c.text, k, p.logprobs >= 0 ? choice_logprobs(r.tok, p, c) : json(nullptr),
+                                       c.reason));
   }
   json out = chunk(r, rep, std::move(choices));
   out["usage"] = usage(static_cast<int64_t>(p.prompt.size()), completion_tokens);
@@ -206,9 +216,11 @@ bool send_choice(CompletionsRoute& r, StreamState& st, const Reply& rep, size_t 
   const CompletionRequest& p = st.p;
   StreamChoice& c = st.ch[i];
   auto event = [&](const std::string& text, const json& finish) {
+    if (p.chat) return send(chunk(r, rep, json::array({chat_choice_json(text, i, finish, true, !c.started)}), true));
     return send(chunk(r, rep, json::array({choice_json(text, i, p.logprobs >= 0 && finish.is_null() ? c.lb.take() : json(nullptr), finish)})));
   };
   if (!c.started) {
+    if (p.chat && !event("", nullptr)) return false;  // the role first, as OpenAI's streams begin
     c.started = true;
     if (p.echo) {
       if (p.logprobs >= 0) {
@@ -233,11 +245,19 @@ bool send_choice(CompletionsRoute& r, StreamState& st, const Reply& rep, size_t 
   if (!s.done) return true;
   c.finished = true;
   st.completion_tokens += static_cast<int64_t>(s.tokens.size());
-  json fin = chunk(r, rep, json::array({choice_json("", i, nullptr, s.reason)}));
+  json fin = p.chat ? chunk(r, rep, json::array({chat_choice_json("", i, s.reason, true, false)}), true)
+                    : chunk(r, rep, json::array({choice_json("", i, nullptr, s.reason)}));
   bool last = true;
   for (const auto& o : st.ch) last = last && o.finished;
-  if (last && p.include_usage) fin["usage"] = usage(static_cast<int64_t>(p.prompt.size()), st.completion_tokens);
-  return send(fin);
+  if (!(last && p.include_usage)) return send(fin);
+  const json u = usage(static_cast<int64_t>(p.prompt.size()), st.completion_tokens);
+  if (!p.chat) {
+    fin["usage"] = u;
+    return send(fin);
+  }
+  json tail = chunk(r, rep, json::array(), true);  // chat: usage in a last chunk of no choices, as OpenAI's
+  tail["usage"] = u;
+  return send(fin) && send(tail);
 }
 
 // One pass over the choices: sends what each has new. Returns false when the client is gone;
@@ -314,13 +334,14 @@ void reply_stream(CompletionsRoute& r, const CompletionRequest& p, const std::ve
 }
 
 // The engine's request for a parsed one: best_of choices, log-probs for the client or for ranking.
-GenerationRequest generation_request(const CompletionRequest& p, int32_t eot) {
+GenerationRequest generation_request(const CompletionRequest& p, int32_t eot, const std::vector<int32_t>& end_of_turn) {
   GenerationRequest g;
   g.prompt = p.prompt;
   g.max_tokens = p.max_tokens;
   g.sampling = p.sampling;
   g.seed = p.seed;
-  g.stop_token = p.ignore_eos ? -1 : eot;
+  if (!p.ignore_eos) g.stop_tokens = {eot};
+  if (p.chat) g.stop_tokens.insert(g.stop_tokens.end(), end_of_turn.begin(), end_of_turn.end());
   g.n = p.best_of;
   g.top_logprobs = p.logprobs >= 0 ? p.logprobs : p.best_of > p.n ? 0 : -1;
   g.prompt_logprobs = p.echo && p.logprobs >= 0;
@@ -330,17 +351,19 @@ GenerationRequest generation_request(const CompletionRequest& p, int32_t eot) {
 }  // namespace
 
 void CompletionsRoute::handle(const httplib::Request& req, httplib::Response& res) {
-  const Reply rep{"cmpl-" + std::to_string(next_id++), unix_time(), std::chrono::steady_clock::now()};
+  const Reply rep{(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++), unix_time(), std::chrono::steady_clock::now()};
   CompletionRequest p;
   std::vector<std::shared_ptr<Sequence>> seqs;
   try {
+    if (chat && !render) throw ApiError{400, no_template_reason, "invalid_request_error", "messages", "no_chat_template"};
     const CompletionLimits lim{model_id, static_cast<int64_t>(tok.vocab_size()), tok.eot_id(), max_n};
-    auto parsed = parse_completion_request(req.body, lim, encode);
+    auto parsed = chat ? parse_chat_request(req.body, lim, render) : parse_completion_request(req.body, lim, encode);
     if (auto* e = std::get_if<ApiError>(&parsed)) throw *e;
     p = std::get<CompletionRequest>(std::move(parsed));
     const int64_t P = static_cast<int64_t>(p.prompt.size());
+    if (p.max_tokens < 0) p.max_tokens = std::max<int64_t>(1, engine.options().ctx - P);  // chat: to the context's end
     try {
-      seqs = engine.submit_choices(generation_request(p, tok.eot_id()));
+      seqs = engine.submit_choices(generation_request(p, tok.eot_id(), end_of_turn));
     } catch (const Error& e) {
       const bool ctx = p.max_tokens > engine.options().ctx - P;
       const char* param = ctx ? "max_tokens" : p.best_of > p.n ? "best_of" : p.n > 1 ? "n" : "prompt";

@@ -135,7 +135,7 @@ bool Engine::emit(Active& a, const float* logits) {
   const int32_t next = sample_token(l, a.req.sampling, a.rng);
   a.produced++;
   a.last = next;
-  const bool stop = next == a.req.stop_token;
+  const bool stop = std::find(a.req.stop_tokens.begin(), a.req.stop_tokens.end(), next) != a.req.stop_tokens.end();
   TokenLogprob lp;
   if (!stop && a.req.top_logprobs >= 0) lp = token_logprob(l.data(), model_.cfg.vocab_size, next, a.req.top_logprobs);
   {

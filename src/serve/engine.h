@@ -46,7 +46,8 @@ struct GenerationRequest {
   int64_t max_tokens = 16;       // 0: the prompt is only prefilled (for its log-probs), finish "length"
   SamplingParams sampling;
   uint64_t seed = 0;
-  int32_t stop_token = -1;       // ends the sequence (finish "stop"), not part of the output; -1 none
+  std::vector<int32_t> stop_tokens;  // each ends the sequence (finish "stop"), not part of the output
+                                     // (eos; a chat model's end of turn too)
   int64_t n = 1;                 // choices: the prompt is prefilled once, each choice decodes its own copy
                                  // of its KV cache; choice i samples with seed + i (mod 2^64), so it is
                                  // what a request of n = 1 with that seed gives

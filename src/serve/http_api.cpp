@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "serve/api_json.h"
+#include "serve/chat_template.h"
 #include "serve/completion_request.h"
 #include "serve/completions_route.h"
 #include "serve/encode_thread.h"
@@ -51,9 +52,45 @@ struct HttpApi::Impl {
                                [this](int status) { count("/v1/completions", status); },
                                [this](double s) { observe_latency(s); },
                                streams_open,
-                               next_id};
+                               next_id,
+                               /*chat=*/false,
+                               {},
+                               {},
+                               {}};
 
-  Impl(Engine& e, const Tokenizer& t, ServeOptions o) : engine(e), tok(t), opt(std::move(o)) {}
+  CompletionsRoute chat{engine,
+                        tok,
+                        opt.model_id,
+                        std::min<int64_t>(opt.max_n, engine.options().max_batch),
+                        [this](const std::string& s) { return encoder.encode(s); },
+                        [this](int status) { count("/v1/chat/completions", status); },
+                        [this](double s) { observe_latency(s); },
+                        streams_open,
+                        next_id,
+                        /*chat=*/true,
+                        {},  // render, no_template_reason, end_of_turn: set_up_chat
+                        {},
+                        {}};
+
+  Impl(Engine& e, const Tokenizer& t, ServeOptions o) : engine(e), tok(t), opt(std::move(o)) { set_up_chat(); }
+
+  // The chat route's template: loaded once; without one, chat requests get a 400 saying why.
+  void set_up_chat() {
+    try {
+      if (opt.chat_template_dir.empty() && opt.chat_template.empty())
+        fail("this model has no chat template (no tokenizer_config.json with one); start the server with "
+             "--chat-template chatml|qwen3|llama3");
+      const ChatTemplate t = load_chat_template(opt.chat_template_dir, opt.chat_template);
+      chat.render = [this, t](const nlohmann::json& messages) {
+        return encoder.encode(render_chat(t, parse_chat_messages(messages)));
+      };
+      if (const int32_t id = tok.token_id(t.end_of_turn()); id >= 0) chat.end_of_turn = {id};
+      std::printf("serve: chat template %s\n", chat_family_name(t.family));
+    } catch (const Error& e) {
+      chat.no_template_reason = e.what();
+      std::printf("serve: no chat template (/v1/chat/completions answers 400): %s\n", e.what());
+    }
+  }
 
   void count(const std::string& route, int status) {
     std::lock_guard<std::mutex> lk(metrics_mu);
@@ -70,7 +107,7 @@ struct HttpApi::Impl {
 
   // Metrics label of a path: the routes we serve, everything else "other" (bounded label values).
   static std::string route_label(const std::string& path) {
-    for (const char* r : {"/v1/completions", "/v1/models", "/health", "/metrics"})
+    for (const char* r : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"})
       if (path == r) return r;
     return "other";
   }
@@ -169,6 +206,10 @@ struct HttpApi::Impl {
     svr.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) {
       if (authorized(q, r)) completions.handle(q, r);
       else count("/v1/completions", r.status);
+    });
+    svr.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) {
+      if (authorized(q, r)) chat.handle(q, r);
+      else count("/v1/chat/completions", r.status);
     });
     svr.Get("/v1/models", [this](const httplib::Request& q, httplib::Response& r) {
       if (authorized(q, r))

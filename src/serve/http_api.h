@@ -2,6 +2,8 @@
 //   POST /v1/completions  prompt (text or token ids), max_tokens, temperature, top_p, top_k, seed,
 //                         stop, stream (server-sent events), logprobs, echo, n, best_of, usage
 //                         counts (src/serve/completions_route.h)
+//   POST /v1/chat/completions  messages rendered by the model's chat template (chat_template.h),
+//                         the same sampling, stop, stream and n; replies in the chat format
 //   GET  /v1/models, GET /health, GET /metrics (Prometheus text)
 // Bad input is answered 4xx with an OpenAI-style body {"error": {"message", "type", "param", "code"}}
 // and the server goes on. With an API key, /v1/* without "Authorization: Bearer KEY" gets 401.
@@ -25,6 +27,8 @@ struct ServeOptions {
   int http_threads = 96;           // connections served at once
   std::string tables = "ram";      // for /metrics: where the token tables live
   int64_t max_n = 8;               // n and best_of of /v1/completions at most (and at most the engine's max_batch)
+  std::string chat_template_dir;   // where tokenizer_config.json (its chat_template) is; "" none
+  std::string chat_template;       // "chatml" | "qwen3" | "llama3": the family, instead of detecting it
 };
 
 class HttpApi {
