@@ -32,6 +32,12 @@ void jtok_prepare(JTokActs& a, const TokenTable& E, const RowBatch& rb, float ep
   }
 }
 
+bool jtok_gate_is_one(const float* s, int64_t d) {
+  for (int64_t j = 0; j < d; ++j)
+    if (s[j] != 0.0f) return false;
+  return true;
+}
+
 void jtok_forward(float* h_next, const float* h_mid, const JTokActs& a, const float* s, const RowBatch& rb, int64_t N,
                   int64_t d) {
 #pragma omp parallel for schedule(static) if (N * d >= kParallelMin)

@@ -24,6 +24,8 @@ struct JTokActs {
 // provider (optional): the rows come from it instead of E (embedding parallelism).
 void jtok_prepare(JTokActs& a, const TokenTable& E, const RowBatch& rb, float eps, bool norm, const RowSync& sync = {},
                   int64_t table = 0, TableProvider* provider = nullptr);
+// Whether every s[j] (d) is 0: then p = 1 exactly and the gate can be skipped (forward_hidden).
+bool jtok_gate_is_one(const float* s, int64_t d);
 // h_next (N,d) = h_mid + mlp_out * (1 + s * nrows[inverse[n]]).
 void jtok_forward(float* h_next, const float* h_mid, const JTokActs& a, const float* s, const RowBatch& rb, int64_t N,
                   int64_t d);

@@ -203,18 +203,19 @@ void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* do
   }
   }
   linear_backward(dx, g.router, s.dprobs.data(), x, w.router, N, d, E);
-  // Routed experts, grouped as in the forward.
+  // Routed experts, grouped as in the forward. A frozen block (g.experts null) gets no weight gradient.
+  auto gw = [&](float* (*at)(const MoeWeights&, const MoeDims&, int64_t), int64_t e) { return g.experts ? at(g, m, e) : nullptr; };
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], ne = a.offsets[e + 1] - r0;
     if (ne == 0) continue;
-    linear_backward(&s.dact[r0 * F], expert_down(g, m, e), &s.deo[r0 * d], &a.act[r0 * F], expert_down(w, m, e), ne, F, d);
+    linear_backward(&s.dact[r0 * F], gw(expert_down, e), &s.deo[r0 * d], &a.act[r0 * F], expert_down(w, m, e), ne, F, d);
   }
   swiglu_backward(s.dg.data(), s.du.data(), s.dact.data(), a.g.data(), a.u.data(), NK * F);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], ne = a.offsets[e + 1] - r0;
     if (ne == 0) continue;
-    linear_backward(&s.dxg[r0 * d], expert_gate(g, m, e), &s.dg[r0 * F], &a.xg[r0 * d], expert_gate(w, m, e), ne, d, F);
-    linear_backward(&s.dxg[r0 * d], expert_up(g, m, e), &s.du[r0 * F], &a.xg[r0 * d], expert_up(w, m, e), ne, d, F);
+    linear_backward(&s.dxg[r0 * d], gw(expert_gate, e), &s.dg[r0 * F], &a.xg[r0 * d], expert_gate(w, m, e), ne, d, F);
+    linear_backward(&s.dxg[r0 * d], gw(expert_up, e), &s.du[r0 * F], &a.xg[r0 * d], expert_up(w, m, e), ne, d, F);
   }
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {

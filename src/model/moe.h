@@ -74,7 +74,8 @@ struct MoeScratch {
 // on the other rows (nor on how many share its experts).
 void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, const MoeDims& m, int64_t N,
                  const MoeLowp* lp = nullptr, RowKernel rk = RowKernel::fastest);
-// From dout = dL/d(block output) (N,d): dx (N,d) += dL/dx, g += weight gradients. aux_grad is
+// From dout = dL/d(block output) (N,d): dx (N,d) += dL/dx, g += weight gradients (g's pointers null:
+// none, a frozen block whose weight-gradient GEMMs are skipped). aux_grad is
 // dL/d(a.aux) (the loss's weight on this block's aux term; 0 ignores the aux loss).
 void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* dout, const float* x, const MoeActs& a,
                   const MoeWeights& w, const MoeDims& m, int64_t N, float aux_grad);

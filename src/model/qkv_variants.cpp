@@ -21,6 +21,7 @@ void add_bias(float* x, const float* b, int64_t N, int64_t C) {
 
 // db (C) += sum over the N rows of dx (N, C), rows in order (the same bits at any thread count).
 void bias_grad(float* db, const float* dx, int64_t N, int64_t C) {
+  if (!db) return;  // a frozen bias
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
   for (int64_t c = 0; c < C; ++c) {
     float s = 0.0f;

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
+#include "model/trainable.h"
 #include "ops/attention.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
@@ -315,28 +316,43 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
     if (a.tables) a.tables->poll();
     { JTOK_PROFILE("rmsnorm_fwd"); rmsnorm_forward(L.m.data(), L.rstd2.data(), L.h_mid.data(), W.ln2, N, d, eps); }
     float* h_next = l + 1 < a.layers.size() ? a.layers[shared ? 0 : l + 1].h_in.data() : a.h_out.data();
-    // The MLP update goes to h_next on top of h_mid, or, with JTok, to mlp_out before the gate.
-    float* upd = W.jtok_scale ? L.jtok.mlp_out.data() : h_next;
-    if (W.jtok_scale) std::fill(L.jtok.mlp_out.begin(), L.jtok.mlp_out.end(), 0.0f);
-    else std::memcpy(h_next, L.h_mid.data(), sizeof(float) * N * d);
-    if (W.moe.router) {
-      JTOK_PROFILE("moe_fwd");
-      moe_forward(upd, L.moe, L.m.data(), W.moe, md, N, moe_lowp(m, l));
-      aux += L.moe.aux;
-    } else {
+    // The MLP update accumulated onto out (h_mid's copy, or zeros for JTok's gate).
+    auto mlp_update = [&](float* out) {
+      if (W.moe.router) {
+        JTOK_PROFILE("moe_fwd");
+        moe_forward(out, L.moe, L.m.data(), W.moe, md, N, moe_lowp(m, l));
+        return;
+      }
       {
         JTOK_PROFILE("gate_up_fwd");
         linear_forward_lowp(L.gate.data(), L.m.data(), layer_matrix(m, l, Proj::gate), N);
         linear_forward_lowp(L.up.data(), L.m.data(), layer_matrix(m, l, Proj::up), N);
       }
       { JTOK_PROFILE("swiglu_fwd"); swiglu_forward(L.act.data(), L.gate.data(), L.up.data(), N * F); }
-      { JTOK_PROFILE("down_fwd"); linear_forward_lowp(upd, L.act.data(), layer_matrix(m, l, Proj::down), N, true); }
+      { JTOK_PROFILE("down_fwd"); linear_forward_lowp(out, L.act.data(), layer_matrix(m, l, Proj::down), N, true); }
+    };
+    // The MLP update goes to h_next on top of h_mid, or, with JTok, to mlp_out before the gate. A JTok
+    // layer whose s is all 0 has p = 1: it takes the ungated path, the plain model's bits (docs/jtok.md
+    // "Attaching tables"), and a training forward computes mlp_out apart for the backward.
+    const bool gated = W.jtok_scale && !jtok_gate_is_one(W.jtok_scale, d);
+    if (gated) {
+      std::fill(L.jtok.mlp_out.begin(), L.jtok.mlp_out.end(), 0.0f);
+      mlp_update(L.jtok.mlp_out.data());
+    } else {
+      std::memcpy(h_next, L.h_mid.data(), sizeof(float) * N * d);
+      mlp_update(h_next);
     }
+    if (W.moe.router) aux += L.moe.aux;
     if (W.jtok_scale) {  // h_next = h_mid + Delta_m * (1 + s * Norm(E[x]))
       JTOK_PROFILE("jtok_fwd");
       jtok_prepare(L.jtok, m.tables[m.jtok_table[l]], a.ids, static_cast<float>(c.jtok_eps), c.jtok_norm, a.row_sync,
                    m.jtok_table[l], a.tables);
-      jtok_forward(h_next, L.h_mid.data(), L.jtok, W.jtok_scale, a.ids, N, d);
+      if (gated) {
+        jtok_forward(h_next, L.h_mid.data(), L.jtok, W.jtok_scale, a.ids, N, d);
+      } else if (!shared) {
+        std::fill(L.jtok.mlp_out.begin(), L.jtok.mlp_out.end(), 0.0f);
+        mlp_update(L.jtok.mlp_out.data());  // the same values again (MoE: its activations too)
+      }
     }
     if (W.jtokm_router) {  // h_next += c * s * Norm(sum_G w_i E_i[x]), routed above on the attention input
       JTOK_PROFILE("jtokm_fwd");
@@ -369,6 +385,7 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
   if (a.inference) fail("backward after a forward in ForwardMode::Inference (its activations are not kept)");
   if (m.lowp.any()) fail("backward on a model with ", weight_dtype_name(m.lowp.dtype), " weights: they are for inference only");
   ensure_backward_scratch(a, c);
+  ModelView gv = trainable_grad_view(m);  // m.g, or with a frozen backbone the token-indexed modules' only
   const int64_t B = a.B, T = a.T, N = B * T, d = c.hidden_size, F = c.intermediate_size;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), H = c.num_attention_heads, KV = c.num_key_value_heads;
   const int64_t hd = c.hd(), Vp = c.padded_vocab();
@@ -389,13 +406,13 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
   auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
   // Head: dlnf -> dx; final norm -> dh.
   zero(a.dx);
-  { JTOK_PROFILE("lm_head_bwd"); linear_backward(dx, m.g.lm_head, dlogits, a.lnf.data(), m.w.lm_head, N, d, Vp); }
+  { JTOK_PROFILE("lm_head_bwd"); linear_backward(dx, gv.lm_head, dlogits, a.lnf.data(), m.w.lm_head, N, d, Vp); }
   zero(a.dh);
-  rmsnorm_backward(dh, m.g.norm, dx, a.h_out.data(), m.w.norm, a.rstdf.data(), N, d);
+  rmsnorm_backward(dh, gv.norm, dx, a.h_out.data(), m.w.norm, a.rstdf.data(), N, d);
   for (size_t li = a.layers.size(); li-- > 0;) {
     auto& L = a.layers[li];
     const auto& W = m.w.layers[li];
-    auto& G = m.g.layers[li];
+    auto& G = gv.layers[li];
     // h_next = h_mid + act @ Wd^T  (gated by JTok: the MLP update's gradient is dh * p)
     const float* dmlp = dh;
     if (a.tables) a.tables->poll();
@@ -453,7 +470,7 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
     rmsnorm_backward(dh, G.ln1, dx, L.h_in.data(), W.ln1, L.rstd1.data(), N, d);  // dh: now d h_in
     if (a.on_layer_grads_ready) a.on_layer_grads_ready(static_cast<int64_t>(li));
   }
-  { JTOK_PROFILE("embed_bwd"); embedding_backward(m.g.embed, dh, ids, N, d); }
+  { JTOK_PROFILE("embed_bwd"); if (gv.embed) embedding_backward(gv.embed, dh, ids, N, d); }
   return loss;
 }
 

@@ -65,6 +65,9 @@ struct Model {
   // Per table: the N(0, std) of its random init and its random stream (for_each_table_init_row).
   struct TableInit { double std = 0; uint64_t stream = 0; };
   std::vector<TableInit> table_init;
+  // Only the token-indexed modules train (model/trainable.h): backward() computes no weight gradient
+  // of the backbone's tensors (embedding, attention, MLP / MoE, norms, lm_head).
+  bool backbone_frozen = false;
 };
 // Safetensors names of layer l's JTok table and of its i-th JTok-M table.
 std::string jtok_table_name(int64_t layer);

@@ -136,7 +136,7 @@ void linear_forward(float* out, const float* inp, const float* weight, int64_t N
 void linear_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                      int64_t N, int64_t C, int64_t OC) {
   if (dinp) gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
-  gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  if (dweight) gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
 }
 
 void linear_forward_ref(float* out, const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC) {

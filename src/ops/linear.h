@@ -27,7 +27,8 @@ bool bf16_matmul_supported();  // the CPU has AVX-512 BF16 (oneDNN's bf16 kernel
 
 // out (N,OC) = inp (N,C) @ weight (OC,C)^T
 void linear_forward(float* out, const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC);
-// dinp (N,C) += dout (N,OC) @ weight (OC,C);  dweight (OC,C) += dout^T @ inp. dinp may be null.
+// dinp (N,C) += dout (N,OC) @ weight (OC,C);  dweight (OC,C) += dout^T @ inp. dinp may be null; dweight
+// null (a frozen weight: Model::backbone_frozen) skips its GEMM.
 void linear_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                      int64_t N, int64_t C, int64_t OC);
 

@@ -50,7 +50,7 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
       }
     }
   }
-  for (int t = 0; t < nt; ++t)
+  for (int t = 0; dweight && t < nt; ++t)  // null: a frozen gain
     for (int64_t c = 0; c < C; ++c) dweight[c] += dw_part[static_cast<size_t>(t) * C + c];
 }
 
