@@ -5,6 +5,7 @@
 #include "model/activation_bytes.h"
 #include "model/config.h"
 #include "scaling/flops.h"
+#include "scaling/memory_plan.h"
 
 namespace {
 void setup(CLI::App* sub) {
@@ -23,14 +24,15 @@ void setup(CLI::App* sub) {
     const int64_t B = micro_batch > 0 ? micro_batch : cfg.train.micro_batch_size;
     jtok::FlopsReport r = jtok::flops_report(cfg.model, T);
     const jtok::ActivationBytes ab = jtok::activation_bytes(cfg.model, B, T);
-    const int64_t state = 4 * 4 * r.n_total;  // weights, gradients, two AdamW moments in fp32
+    const int64_t state = 4 * 4 * r.n_total;  // weights, gradients, two AdamW moments in fp32 (dense: an upper bound)
+    const jtok::MemoryPlan plan = jtok::memory_plan(cfg, B, T);  // what train holds (train_only, sparse table grads)
     if (json) {
       nlohmann::json j = jtok::to_json(r);
       j["memory_bytes"] = {{"micro_batch", B}, {"seq_len", T}, {"state_fp32", state},
                            {"activations", {{"residual", ab.residual}, {"attention", ab.attention}, {"mlp", ab.mlp},
                                             {"token_tables_worst_case", ab.tables}, {"logits", ab.logits},
                                             {"total", ab.total()}}},
-                           {"txt_attention_probs_not_kept", ab.attention_probs_txt}};
+                           {"txt_attention_probs_not_kept", ab.attention_probs_txt}, {"plan", jtok::to_json(plan)}};
       std::printf("%s\n", j.dump(2).c_str());
       return;
     }
@@ -62,7 +64,7 @@ void setup(CLI::App* sub) {
                 r.flops_per_token * double(cfg.train.tokens_per_step()));
     auto gib = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0); };
     std::printf("training memory (fp32; micro-batch %lld x %lld tokens)\n", (long long)B, (long long)T);
-    std::printf("  weights + grads + AdamW     %14.3f GiB\n", gib(state));
+    std::printf("  weights + grads + AdamW     %14.3f GiB  (dense upper bound)\n", gib(state));
     std::printf("  activations                 %14.3f GiB\n", gib(ab.total()));
     std::printf("    residual stream + norms   %14.3f GiB\n", gib(ab.residual));
     std::printf("    attention (O(T) state)    %14.3f GiB  (T x T probabilities, not kept: %.3f GiB)\n", gib(ab.attention),
@@ -71,6 +73,9 @@ void setup(CLI::App* sub) {
     std::printf("    JTok / JTok-M rows        %14.3f GiB  (every id distinct: an upper bound)\n", gib(ab.tables));
     std::printf("    logits (N x Vp)           %14.3f GiB\n", gib(ab.logits));
     std::printf("  total                       %14.3f GiB\n", gib(state + ab.total()));
+    std::printf("memory plan of `jtok train` (train_only %s; what it checks against MemAvailable)\n",
+                cfg.train.train_only.c_str());
+    std::printf("%s", jtok::memory_plan_text(plan, "  ").c_str());
   });
 }
 const bool registered = jtok::register_command({"flops", "parameter counts (N_c, N_n, eta, rho) and FLOPs per token", setup});

@@ -1,6 +1,7 @@
 // `jtok train`: trains a model on token shards (README "Commands").
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "commands.h"
 #include "core/error.h"
@@ -11,6 +12,8 @@
 #include "model/config.h"
 #include "run_setup.h"
 #include "scaling/flops.h"
+#include "scaling/memory_plan.h"
+#include "train/init_from.h"
 #include "train/precision.h"
 #include "train/trainer.h"
 
@@ -28,16 +31,71 @@ struct Args {
   double dist_timeout = 600;
   std::string grad_overlap = "on";
   std::string embp_overlap = "on";
+  std::string init_from, train_only;
+  double table_lr = -1;
+  bool no_memory_check = false;
 } args;
 std::map<std::string, std::string>* fields;
 CLI::App* self;
+
+// Whether the config file or an override sets `field` (explicitly, not by default).
+bool field_set(const std::string& path, const std::vector<std::string>& overrides, const std::string& field) {
+  for (const auto& o : overrides)
+    if (o.rfind(field + "=", 0) == 0) return true;
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains(field);
+}
+
+// --init-from: the checkpoint resolved (a run directory: its newest complete one), cfg checked
+// against it and its attached modules' scalers set to 0 (train/init_from.h).
+std::string prepare_init_from(jtok::Config& cfg, const std::vector<std::string>& overrides) {
+  using namespace jtok;
+  if (args.init_from.empty()) return "";
+  std::string dir;
+  try {
+    dir = resolve_checkpoint(args.init_from);
+  } catch (const Error& e) {
+    fail("--init-from: ", e.what());
+  }
+  namespace fs = std::filesystem;
+  const std::string out = fs::weakly_canonical(args.out).string() + "/";
+  if (args.overwrite && fs::weakly_canonical(dir).string().rfind(out, 0) == 0)
+    fail("--init-from ", dir, " lies inside --out ", args.out, ", which --overwrite would delete: pick another --out");
+  const InitFromPlan plan = plan_init_from(dir, cfg.model, field_set(args.config, overrides, "jtok_scale_init"),
+                                           field_set(args.config, overrides, "jtokm_scale_init"));
+  std::printf("%s\n", plan.describe().c_str());
+  return dir;
+}
+
+// The plan's memory, printed; a plan beyond MemAvailable is refused naming what to shrink.
+void check_memory_plan(const jtok::Config& cfg) {
+  using namespace jtok;
+  const int64_t ranks = args.embp != "off" ? dist::world_size() : 1;
+  const MemoryPlan plan = memory_plan(cfg, cfg.train.micro_batch_size, cfg.train.seq_len, ranks);
+  std::printf("memory plan (per process):\n%s", memory_plan_text(plan, "  ").c_str());
+  const int64_t avail = mem_available_bytes();
+  // Under mpirun every rank of this machine needs its share: compare a rank's plan with 1/P of it.
+  const int64_t share = avail < 0 ? -1 : avail / std::max(1, dist::world_size());
+  const std::string why = memory_plan_refusal(plan, cfg, share);
+  if (why.empty()) return;
+  if (args.no_memory_check) std::printf("memory: %s (--no-memory-check: going on)\n", why.c_str());
+  else fail(why, " (--no-memory-check to try anyway)");
+}
 
 void run() {
   using namespace jtok;
   if (dist::world_size() > 1) std::printf("ranks: %d (data parallel, dist/data_parallel.h)\n", dist::world_size());
   auto overrides = collect_overrides(self, *fields, args.sets);
   if (args.max_steps > 0) overrides.push_back("max_steps=" + std::to_string(args.max_steps));
+  if (!args.train_only.empty()) overrides.push_back("train_only=" + args.train_only);
+  if (args.table_lr >= 0) {
+    char lr[32];
+    std::snprintf(lr, sizeof lr, "%.17g", args.table_lr);
+    overrides.push_back(std::string("table_learning_rate=") + lr);
+  }
   Config cfg = load_config(args.config, overrides);
+  const std::string init_from = prepare_init_from(cfg, overrides);
   const auto& t = cfg.train;
   std::printf("command: %s\n", command_line_string().c_str());
   std::printf("config: %s\n", to_json(cfg).dump().c_str());
@@ -47,6 +105,10 @@ void run() {
   std::printf("flops/token: 6N_c %.3g | exact %.3g (lm_head %.3g, attention %.3g, JTok %.3g) | tokens/step %lld\n",
               fr.flops_6nc, fr.flops_per_token, fr.flops_lm_head, fr.flops_attention, fr.flops_token_indexed,
               static_cast<long long>(t.tokens_per_step()));
+  if (t.train_only == "tables")
+    std::printf("train-only tables: the backbone is frozen (no weight gradients, no AdamW moments); tables, scalers "
+                "and routers train at lr %g\n", t.table_learning_rate >= 0 ? t.table_learning_rate : t.learning_rate);
+  check_memory_plan(cfg);
 
   Tokenizer tok = Tokenizer::load(t.tokenizer, t.tokenizer_dir);
   if (tok.vocab_size() > static_cast<uint32_t>(cfg.model.vocab_size))
@@ -89,12 +151,15 @@ void run() {
   opt.grad_overlap = args.grad_overlap == "on";
   opt.embp_overlap = args.embp_overlap == "on";
   opt.overwrite = args.overwrite;
+  opt.init_from = init_from;
   opt.no_checkpoints = args.no_checkpoints;
   opt.skip_nonfinite_steps = args.skip_nonfinite_steps;
   opt.command_line = command_line_string();
   const PrecisionReport precision = apply_training_precision(t.precision);
   if (!precision.line.empty()) std::printf("%s\n", precision.line.c_str());
-  opt.extra_report = {{"flops", to_json(fr)}, {"precision", precision.to_json()}};
+  opt.extra_report = {{"flops", to_json(fr)}, {"precision", precision.to_json()},
+                      {"memory_plan", to_json(memory_plan(cfg, t.micro_batch_size, t.seq_len))}};
+  if (!init_from.empty()) opt.extra_report["init_from"] = init_from;
   opt.flops_per_token = fr.flops_per_token_full_square;  // what the kernels compute
   opt.peak_gflops = args.peak_gflops >= 0 ? args.peak_gflops : measure_peak_gflops(0.2);
   std::printf("machine: fp32 peak %.0f GFLOP/s (%s, measured; --peak-gflops to set)\n", opt.peak_gflops, simd_isa());
@@ -119,6 +184,13 @@ void setup(CLI::App* sub) {
   sub->add_option("--skip-nonfinite-steps", args.skip_nonfinite_steps,
                   "drop up to N batches whose loss or gradient norm is not finite (default 0: stop at the first)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--init-from", args.init_from,
+                  "a new run from this checkpoint's weights (a checkpoint or run directory: its newest complete one); "
+                  "--jtok / --jtokm attach tables with s = 0 (docs/jtok.md \"Attaching tables\")");
+  sub->add_option("--train-only", args.train_only, "what trains: all (default) or tables (the backbone frozen; sets train_only)")
+      ->check(CLI::IsMember({"all", "tables"}));
+  sub->add_option("--table-lr", args.table_lr, "peak learning rate of the tables, scalers and routers (sets table_learning_rate)");
+  sub->add_flag("--no-memory-check", args.no_memory_check, "start even if the memory plan exceeds MemAvailable");
   sub->add_option("--set", args.sets, "override a config field: name=value (repeatable)");
   sub->add_option("--peak-gflops", args.peak_gflops, "fp32 peak for MFU (default: measured at start)");
   sub->add_option("--sample-prompt", args.sample_prompt, "prompt of the periodic samples");

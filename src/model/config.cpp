@@ -80,8 +80,8 @@ struct Field {
   std::function<nlohmann::json(const Config&)> write;
   const char* type;
   bool is_model = false;  // a model field (goes to config.json) rather than a training one
-  bool variant = false;   // a backbone variant's field: written only when it differs from the default,
-                          // so a plain model's config.json is what it was before the variants existed
+  bool variant = false;   // a backbone variant's (or a newer training option's) field: written only when it
+                          // differs from the default, so a plain model's config.json is what it was before
 };
 
 template <typename Section, typename T>
@@ -198,6 +198,9 @@ const std::map<std::string, Field>& schema() {
     tf("adam_epsilon", &T::adam_epsilon, "number");
     tf("max_grad_norm", &T::max_grad_norm, "number");
     tf("seed", &T::seed, "integer");
+    auto tvf = [&](const char* n, auto T::*p, const char* ty) { tf(n, p, ty); m[n].variant = true; };
+    tvf("train_only", &T::train_only, "string");
+    tvf("table_learning_rate", &T::table_learning_rate, "number");
     tf("eval_interval", &T::eval_interval, "integer");
     tf("eval_batches", &T::eval_batches, "integer");
     tf("checkpoint_interval", &T::checkpoint_interval, "integer");
@@ -311,6 +314,14 @@ void validate(const Config& cfg, const std::string& origin) {
   nonneg("jtok_init_std", m.jtok_init_std);
   if (t.precision != "fp32" && t.precision != "bf16")
     fail(origin, ": field precision: unknown value '", t.precision, "' (known: fp32, bf16)");
+  if (t.train_only != "all" && t.train_only != "tables")
+    fail(origin, ": field train_only: unknown value '", t.train_only, "' (known: all, tables)");
+  if (t.train_only == "tables" && !m.jtok && !m.jtokm)
+    fail(origin, ": field train_only is 'tables' but the model has no token-indexed tables (jtok and jtokm are "
+         "false): attach some with --jtok true or --jtokm true");
+  if (t.table_learning_rate >= 0 && !(t.learning_rate > 0))
+    fail(origin, ": field table_learning_rate (", t.table_learning_rate, ") needs a positive learning_rate (it scales "
+         "learning_rate's schedule), got ", t.learning_rate);
   if (t.table_optimizer != "dense" && t.table_optimizer != "sparse")
     fail(origin, ": field table_optimizer: unknown value '", t.table_optimizer, "' (known: dense, sparse)");
   positive("seq_len", t.seq_len);
@@ -388,6 +399,16 @@ nlohmann::json to_json(const Config& cfg) {
   for (auto& [k, f] : schema())
     if (written(f, cfg)) j[k] = f.write(cfg);
   return j;
+}
+
+std::vector<FieldDiff> model_fields_differing(const ModelConfig& a, const ModelConfig& b) {
+  Config ca, cb;
+  ca.model = a;
+  cb.model = b;
+  std::vector<FieldDiff> out;
+  for (auto& [k, f] : schema())
+    if (f.is_model && f.write(ca) != f.write(cb)) out.push_back({k, f.write(ca).dump(), f.write(cb).dump()});
+  return out;
 }
 
 nlohmann::json to_json(const ModelConfig& m) {

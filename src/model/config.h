@@ -102,6 +102,12 @@ struct TrainConfig {
                                             // ops/linear.h set_matmul_precision)
   std::string table_optimizer = "dense";    // token-indexed tables: "dense" (torch AdamW semantics: every row,
                                             // every step) | "sparse" (lazy: rows with a gradient only)
+  // What trains: "all", or "tables" (the JTok / JTok-M tables, scalers and routers; the backbone is
+  // frozen: model/trainable.h). table_learning_rate: the peak lr of the token-indexed modules (their
+  // lr follows the same schedule, scaled by table_learning_rate / learning_rate); < 0 = learning_rate.
+  // Both are written to config.json only when set (a plain run's config.json is unchanged).
+  std::string train_only = "all";
+  double table_learning_rate = -1;
   uint64_t seed = 1234;
   // Run management (used by `jtok train`).
   int64_t eval_interval = 100;
@@ -135,6 +141,12 @@ void apply_override(Config& cfg, const std::string& name, const std::string& val
 void validate(const Config& cfg, const std::string& origin);
 nlohmann::json to_json(const Config& cfg);
 nlohmann::json to_json(const ModelConfig& m);
+// The model fields whose values differ between a and b (every field compared, written or not), each
+// with its two values as JSON text.
+struct FieldDiff {
+  std::string name, a, b;
+};
+std::vector<FieldDiff> model_fields_differing(const ModelConfig& a, const ModelConfig& b);
 // All known field names (for --help and command-line overrides).
 std::vector<std::string> config_field_names();
 

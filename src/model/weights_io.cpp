@@ -157,6 +157,14 @@ StFile flat_to_st(const Model& m, std::span<const float> buffer, const std::stri
   return f;
 }
 
+StFile flat_to_st(const Model& m, std::span<const float> buffer, const std::string& prefix,
+                  const std::vector<int64_t>& offsets) {
+  StFile f;
+  for (size_t i = 0; i < m.layout.size(); ++i)
+    if (offsets.at(i) >= 0) f.tensors[prefix + m.layout[i].name] = st_f32(m.layout[i].shape, buffer.data() + offsets[i]);
+  return f;
+}
+
 StFile tables_to_st(const Model& m, const std::vector<std::vector<float>>& per_table, const std::string& prefix) {
   StFile f;
   for (size_t k = 0; k < m.tables.size(); ++k)

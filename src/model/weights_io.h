@@ -39,6 +39,10 @@ void load_weights_mapped(Model& m, const std::shared_ptr<const MappedFile>& file
 StFile grads_to_st(const Model& m, const std::string& prefix);
 // A buffer in the flat parameter layout (e.g. AdamW moments) under prefix + name.
 StFile flat_to_st(const Model& m, std::span<const float> buffer, const std::string& prefix);
+// A buffer holding some of the flat parameters: parameter i at buffer[offsets[i]], or absent (offsets[i]
+// < 0; the AdamW moments of a run with frozen tensors: AdamWState::moment_offset).
+StFile flat_to_st(const Model& m, std::span<const float> buffer, const std::string& prefix,
+                  const std::vector<int64_t>& offsets);
 // Buffers shaped like m.tables (e.g. the tables' AdamW moments), one per table, under prefix + table name.
 StFile tables_to_st(const Model& m, const std::vector<std::vector<float>>& per_table, const std::string& prefix);
 

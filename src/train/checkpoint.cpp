@@ -63,10 +63,12 @@ static std::string first_nonfinite(const Model& m, const AdamWState& opt) {
     for (size_t i = 0; i < n; ++i) any |= !std::isfinite(x[i]);
     return any != 0;
   };
-  for (const auto& p : m.layout) {
-    const size_t o = static_cast<size_t>(p.offset), n = static_cast<size_t>(p.numel);
-    if (bad(m.params.data() + o, n)) return p.name;
-    if (bad(opt.m.data() + o, n) || bad(opt.v.data() + o, n)) return "the AdamW moments of " + p.name;
+  for (size_t i = 0; i < m.layout.size(); ++i) {
+    const ParamInfo& p = m.layout[i];
+    const size_t n = static_cast<size_t>(p.numel);
+    if (bad(m.params.data() + p.offset, n)) return p.name;
+    const int64_t mo = opt.moment_offset.at(i);  // < 0: frozen, no moments
+    if (mo >= 0 && (bad(opt.m.data() + mo, n) || bad(opt.v.data() + mo, n))) return "the AdamW moments of " + p.name;
   }
   for (size_t k = 0; k < m.tables.size(); ++k) {
     if (bad(m.tables[k].data(), static_cast<size_t>(m.tables[k].numel()))) return m.table_names[k];
@@ -100,12 +102,13 @@ void make_tmp(const CkptPaths& p) {
   fs::create_directories(p.tmp);
 }
 
-// The optimizer file's backbone part: exp_avg.* and exp_avg_sq.* of the flat buffer.
+// The optimizer file's backbone part: exp_avg.* and exp_avg_sq.* of the flat parameters that train
+// (a frozen tensor has none: --train-only tables).
 StFile backbone_moments_st(const Model& m, const AdamWState& opt) {
   StFile f;
   for (auto* part : {&opt.m, &opt.v}) {
     const char* prefix = part == &opt.m ? "exp_avg." : "exp_avg_sq.";
-    for (auto& [k, t] : flat_to_st(m, *part, prefix).tensors) f.tensors[k] = t;
+    for (auto& [k, t] : flat_to_st(m, *part, prefix, opt.moment_offset).tensors) f.tensors[k] = t;
   }
   f.metadata["step"] = std::to_string(opt.step);
   return f;
@@ -219,8 +222,10 @@ std::string save_checkpoint_sharded(const std::string& run_dir, int64_t step, co
   // flat_to_st's and backbone_moments_st's tensors; their bytes only on rank 0, which writes them).
   const std::map<std::string, std::string> model_meta = {{"format", "pt"}}, opt_meta = {{"step", std::to_string(opt.step)}};
   std::map<std::string, StShape> model_shapes, opt_shapes;
-  for (const ParamInfo& p : m.layout) {
+  for (size_t i = 0; i < m.layout.size(); ++i) {
+    const ParamInfo& p = m.layout[i];
     model_shapes[p.name] = {"F32", p.shape};
+    if (opt.moment_offset.at(i) < 0) continue;  // frozen: no moments
     opt_shapes["exp_avg." + p.name] = {"F32", p.shape};
     opt_shapes["exp_avg_sq." + p.name] = {"F32", p.shape};
   }
@@ -315,9 +320,12 @@ nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState
     const std::string op = (d / "optimizer.safetensors").string();
     const StIndex f = read_safetensors_index(op);
     *opt = make_adamw_state(m, tables);
-    for (const auto& p : m.layout) {
-      read_tensor_f32(f, "exp_avg." + p.name, p.shape, opt->m.data() + p.offset);
-      read_tensor_f32(f, "exp_avg_sq." + p.name, p.shape, opt->v.data() + p.offset);
+    for (size_t i = 0; i < m.layout.size(); ++i) {  // the trainable tensors' (m.backbone_frozen: the modules')
+      const ParamInfo& p = m.layout[i];
+      const int64_t mo = opt->moment_offset[i];
+      if (mo < 0) continue;
+      read_tensor_f32(f, "exp_avg." + p.name, p.shape, opt->m.data() + mo);
+      read_tensor_f32(f, "exp_avg_sq." + p.name, p.shape, opt->v.data() + mo);
     }
     for (size_t k = 0; tables && k < m.tables.size(); ++k) {
       const auto& t = m.tables[k];

@@ -9,6 +9,7 @@
 #include "core/parallel.h"
 
 #include "core/profile.h"
+#include "model/trainable.h"
 #include "ops/adamw.h"
 #include "train/schedule.h"
 
@@ -16,8 +17,13 @@ namespace jtok {
 
 AdamWState make_adamw_state(const Model& model, bool tables) {
   AdamWState s;
-  s.m.assign(model.params.size(), 0.0f);
-  s.v.assign(model.params.size(), 0.0f);
+  int64_t n = 0;
+  for (const auto& p : model.layout) {
+    s.moment_offset.push_back(param_trainable(model, p) ? n : -1);
+    if (param_trainable(model, p)) n += p.numel;
+  }
+  s.m.assign(static_cast<size_t>(n), 0.0f);
+  s.v.assign(static_cast<size_t>(n), 0.0f);
   s.table_m.resize(model.tables.size());
   s.table_v.resize(model.tables.size());
   for (size_t k = 0; tables && k < model.tables.size(); ++k) {
@@ -152,7 +158,7 @@ static std::string first_nonfinite_grad(const Model& model) {
 }
 
 AdamWHyper table_adamw_hyper(const TrainConfig& t, const StepStats& st, int64_t step) {
-  return {static_cast<float>(st.lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
+  return {static_cast<float>(st.table_lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
           static_cast<float>(t.adam_epsilon), static_cast<float>(t.weight_decay), step, static_cast<float>(st.clip_coef)};
 }
 
@@ -172,13 +178,19 @@ StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t, 
     if (coef < 1.0f) st.clip_coef = coef;
   }
   st.lr = lr_at(t, state.step);
+  st.table_lr = t.table_learning_rate < 0 ? st.lr : st.lr * (t.table_learning_rate / t.learning_rate);
   state.step += 1;
-  for (const auto& p : model.layout) {
-    AdamWHyper h{static_cast<float>(st.lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
+  JTOK_CHECK(state.moment_offset.size() == model.layout.size(), "optimizer state does not fit the model's layout");
+  for (size_t i = 0; i < model.layout.size(); ++i) {
+    const ParamInfo& p = model.layout[i];
+    const int64_t mo = state.moment_offset[i];
+    if (mo < 0) continue;  // frozen: no update, no moments
+    const double lr = is_token_indexed_param(p.name) ? st.table_lr : st.lr;
+    AdamWHyper h{static_cast<float>(lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
                  static_cast<float>(t.adam_epsilon), p.decay ? static_cast<float>(t.weight_decay) : 0.0f, state.step,
                  static_cast<float>(st.clip_coef)};
-    adamw_update(model.params.data() + p.offset, model.grads.data() + p.offset, state.m.data() + p.offset,
-                 state.v.data() + p.offset, p.numel, h);
+    adamw_update(model.params.data() + p.offset, model.grads.data() + p.offset, state.m.data() + mo,
+                 state.v.data() + mo, p.numel, h);
   }
   // Token-indexed tables: 2-D weights, so weight decay applies, as in the reference's decay group.
   if (model.tables.empty()) return st;

@@ -10,7 +10,11 @@
 namespace jtok {
 
 struct AdamWState {
-  std::vector<float> m, v;  // same layout as the parameters
+  // The moments of the trainable flat parameters: parameter i of model.layout (model/trainable.h) has
+  // its moments at m[moment_offset[i]] (its numel of them), or none (-1: frozen, --train-only tables).
+  // With nothing frozen the layout of the parameters itself (moment_offset[i] = layout[i].offset).
+  std::vector<float> m, v;
+  std::vector<int64_t> moment_offset;
   std::vector<std::vector<float>> table_m, table_v;  // per table of model.tables, its AdamW moments
   int64_t step = 0;         // optimizer steps taken
   // table_optimizer "dense" defers the zero-gradient updates of table rows without a gradient (see
@@ -55,10 +59,12 @@ double grad_global_norm(const Model& model, double extra_sum_squares = 0);
 
 struct StepStats {
   double grad_norm, lr, clip_coef;
+  double table_lr = 0;  // the token-indexed modules' lr: lr * table_learning_rate / learning_rate
 };
 
-// Clips (if t.max_grad_norm > 0), updates parameters with AdamW at lr_at(t, state.step),
-// increments state.step. Gradients are left as they were (caller zeroes them).
+// Clips (if t.max_grad_norm > 0), updates the trainable parameters with AdamW at lr_at(t, state.step)
+// (the token-indexed modules: tables, scalers, routers at that times table_learning_rate /
+// learning_rate), increments state.step. Gradients are left as they were (caller zeroes them).
 StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t, double extra_sum_squares = 0);
 // The AdamW hyperparameters of the token-indexed tables at the step optimizer_step just took
 // (state.step after it), for tables updated outside it (dist::ShardedTables).

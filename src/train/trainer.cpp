@@ -26,6 +26,7 @@
 #include "infer/generate.h"
 #include "model/transformer.h"
 #include "train/checkpoint.h"
+#include "train/init_from.h"
 #include "train/optimizer.h"
 #include "train/run_dir.h"
 #include "train/schedule.h"
@@ -154,6 +155,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
   const bool embp_on = opt.embp != "off" && (cfg.model.jtok || cfg.model.jtokm);
   const bool shard_init = embp_on && !ck;
   Model model = make_model(cfg.model, t.seed, {.init = !ck, .grads = true, .tables = !embp_on});
+  model.backbone_frozen = t.train_only == "tables";  // before any optimizer state: frozen tensors get no moments
   AdamWState adam;
   std::mt19937_64 sample_rng(t.seed ^ 0x5eedULL);
   int64_t start_step = 0;
@@ -163,6 +165,9 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     Config saved = load_checkpoint_config(*ck);
     if (to_json(saved.model) != to_json(cfg.model))
       fail("--resume: the model config differs from checkpoint ", *ck, "/config.json");
+    if (saved.train.train_only != t.train_only)  // a frozen backbone stays frozen (its moments do not exist)
+      fail("--resume: field train_only is '", saved.train.train_only, "' in checkpoint ", *ck, "/config.json but '",
+           t.train_only, "' now: resume with --train-only ", saved.train.train_only);
     const TrainerState st =
         parse_trainer_state(load_checkpoint(*ck, model, &adam, /*tables=*/!embp_on), *ck + "/trainer_state.json");
     start_step = st.step;
@@ -173,6 +178,10 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     if (lead) truncate_log(log_path, start_step);
     std::printf("resume: from %s (step %lld)\n", ck->c_str(), static_cast<long long>(start_step));
   } else {
+    if (!opt.init_from.empty()) {  // tensors the checkpoint lacks (attached modules) keep their fresh init
+      const std::vector<std::string> fresh = load_init_weights(model, opt.init_from, !embp_on);
+      std::printf("init-from: %s loaded, %zu tensors kept fresh\n", opt.init_from.c_str(), fresh.size());
+    }
     adam = make_adamw_state(model, !shard_init);
     if (lead && fs::exists(log_path)) truncate_log(log_path, 0);  // --resume with nothing to resume: no step is kept
   }

@@ -40,6 +40,9 @@ struct TrainOptions {
   // every table exchange a blocking MPI_Alltoallv where the model asks for it. Same bits.
   bool embp_overlap = true;
   bool overwrite = false;
+  // A fresh run's weights from this checkpoint directory (train/init_from.h; the config already
+  // checked and adjusted by plan_init_from); ignored when --resume finds a checkpoint of the run.
+  std::string init_from;
   int64_t skip_nonfinite_steps = 0;  // drop up to this many batches whose loss or gradient is not finite  // a fresh run may delete an old run's checkpoints and log in out_dir (run_dir.h)
   std::string command_line;
   // Text for a periodic sample: given a generate function (max_new_tokens -> text); optional.

@@ -1,0 +1,36 @@
+// The memory a training run holds, by part, from its config alone (`jtok flops`, and `jtok train`
+// at start-up, which refuses a plan larger than the machine's available memory). All fp32:
+//   weights      the flat parameters (backbone, JTok scalers, JTok-M routers)
+//   tables       the token-indexed tables (JTok: one Vp x d per layer; JTok-M: n_e per layer)
+//   moments      AdamW's m and v: of the trainable flat parameters (none for a frozen backbone,
+//                train_only "tables") and of the tables (dense, every row)
+//   gradients    the flat gradient buffer (every flat parameter, frozen ones included) and the
+//                tables' row-sparse gradients (an upper bound: every id of a step distinct)
+//   activations  one micro-batch's (model/activation_bytes.h, every id distinct)
+// With embedding parallelism over P ranks each rank holds 1/P of the tables and their moments.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+
+namespace jtok {
+
+struct MemoryPlan {
+  int64_t weights = 0, tables = 0, moments_backbone = 0, moments_tables = 0, gradients = 0, activations = 0;
+  int64_t total() const { return weights + tables + moments_backbone + moments_tables + gradients + activations; }
+};
+
+// B, T: the micro-batch; table_ranks: ranks the tables are sharded over (1 = not sharded).
+MemoryPlan memory_plan(const Config& cfg, int64_t B, int64_t T, int64_t table_ranks = 1);
+nlohmann::json to_json(const MemoryPlan& p);
+// The plan, one line per part, each line starting with indent.
+std::string memory_plan_text(const MemoryPlan& p, const std::string& indent);
+// MemAvailable of /proc/meminfo in bytes, or -1 where it cannot be read.
+int64_t mem_available_bytes();
+// "" if the plan fits in `available` bytes, else a message naming the parts to shrink.
+std::string memory_plan_refusal(const MemoryPlan& p, const Config& cfg, int64_t available);
+
+}  // namespace jtok
