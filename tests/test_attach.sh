@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The upgrade recipe through the CLI (docs/jtok.md "Attaching tables"): train a tiny base, then
+# `train --init-from` it as it is and with JTok + JTok-M attached: the first step's loss (the forward
+# of the loaded weights) is bit-identical. `--train-only tables` leaves every backbone tensor of the
+# checkpoint bit-identical while the validation loss falls, stores no backbone moments, and resumes
+# exactly (and only as a train-only run). Errors: a missing --init-from, a backbone field that
+# differs, --train-only tables without tables.
+set -euo pipefail
+JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+source "$ROOT/tests/lib/tiny_run.sh"
+prepare_tiny_corpus "$T/data"
+cat > "$T/cfg.json" <<JSON
+{ "vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "intermediate_size": 96, "max_position_embeddings": 32,
+  "seq_len": 32, "micro_batch_size": 4, "max_steps": 6, "learning_rate": 3e-3, "warmup_steps": 0,
+  "lr_scheduler_type": "constant", "eval_interval": 1000, "eval_batches": 2, "checkpoint_interval": 1000,
+  "sample_interval": 0, "train_data": "$T/data/train", "val_data": "$T/data/val" }
+JSON
+export OMP_NUM_THREADS=2
+fail() { echo "FAIL: $*"; exit 1; }
+train() { "$JTOK" train --config "$T/cfg.json" --peak-gflops 1 "$@"; }
+ATTACH=(--jtok true --jtokm true --jtokm_n_e 3 --jtokm_top_k 2)
+
+train --out "$T/base" > "$T/base.out"
+base_ck=$(ls -d "$T"/base/checkpoints/step_* | tail -n1)
+
+# As it is, and upgraded: the same batches (same seed), the loaded weights' forward at step 1.
+train --out "$T/plain" --init-from "$T/base" --max-steps 2 > "$T/plain.out"
+train --out "$T/up" --init-from "$T/base" "${ATTACH[@]}" --max-steps 2 > "$T/up.out"
+grep -q "JTok attached on layers 0,1 with s = 0" "$T/up.out" || { cat "$T/up.out"; fail "no attach line"; }
+grep -q "JTok-M attached on layers 0,1 with s = 0" "$T/up.out" || fail "no JTok-M attach line"
+step_losses "$T/plain/log.jsonl" > "$T/plain.losses"
+step_losses "$T/up/log.jsonl" > "$T/up.losses"
+[ "$(head -n1 "$T/plain.losses")" = "$(head -n1 "$T/up.losses")" ] ||
+  fail "step-1 loss differs: plain $(head -n1 "$T/plain.losses"), upgraded $(head -n1 "$T/up.losses")"
+# After one update the scalers have moved off 0: the tables now act.
+[ "$(sed -n 2p "$T/plain.losses")" != "$(sed -n 2p "$T/up.losses")" ] || fail "step-2 loss equal: the tables do nothing"
+echo "ok: step-1 loss bit-identical with JTok + JTok-M attached ($(head -n1 "$T/up.losses"))"
+
+# Train only the tables: 8 steps, validation every step.
+train --out "$T/frozen" --init-from "$T/base" "${ATTACH[@]}" --train-only tables --table-lr 3e-2 --max-steps 8 \
+  --eval_interval 1 --checkpoint_interval 4 > "$T/frozen.out"
+grep -q "train-only tables: the backbone is frozen" "$T/frozen.out" || fail "no train-only line"
+grep -q '"train_only": "tables"' "$T/frozen/checkpoints/step_00000008/config.json" || fail "config.json lacks train_only"
+/usr/bin/python3 - "$base_ck" "$T/frozen/checkpoints/step_00000008" "$T/frozen/log.jsonl" <<'PY' || fail "frozen backbone check"
+import json, sys
+sys.path.insert(0, __import__("os").environ["JTOK_ROOT"] + "/tests/reference")
+import safetensors_np as st
+base = st.load(sys.argv[1] + "/model.safetensors")
+after = st.load(sys.argv[2] + "/model.safetensors")
+opt = st.load(sys.argv[2] + "/optimizer.safetensors")
+for name, t in base.items():
+    assert after[name].tobytes() == t.tobytes(), name + " moved"
+new = [n for n in after if n not in base]
+assert new and all(".jtok." in n or ".jtokm." in n for n in new), new
+assert any(after[n].any() for n in new if n.endswith("scale")), "scalers still 0"
+backbone_moments = [n for n in opt if n.split(".", 1)[1] in base]
+assert not backbone_moments, backbone_moments[:3]
+val = [json.loads(l)["val_loss"] for l in open(sys.argv[3]) if '"val"' in l]
+assert len(val) == 8 and val[-1] < val[0] - 0.01, val
+print("ok: %d backbone tensors bit-identical after 8 steps, %d new; no backbone moments; val loss %.4f -> %.4f"
+      % (len(base), len(new), val[0], val[-1]))
+PY
+
+# Resume of a train-only run: 4 steps, then --resume to 8, equals the straight run; without
+# --train-only tables it is refused.
+train --out "$T/frozen2" --init-from "$T/base" "${ATTACH[@]}" --train-only tables --table-lr 3e-2 --max-steps 4 \
+  --eval_interval 1 --checkpoint_interval 4 > /dev/null
+if train --out "$T/frozen2" --init-from "$T/base" "${ATTACH[@]}" --max-steps 8 --resume > "$T/bad_resume.out" 2>&1; then
+  fail "resumed a train-only run with the backbone trainable"
+fi
+grep -q "field train_only is 'tables'" "$T/bad_resume.out" || { cat "$T/bad_resume.out"; fail "resume error does not name train_only"; }
+train --out "$T/frozen2" --init-from "$T/base" "${ATTACH[@]}" --train-only tables --table-lr 3e-2 --max-steps 8 \
+  --eval_interval 1 --checkpoint_interval 4 --resume > "$T/resume.out"
+grep -q "resume: from" "$T/resume.out" || fail "did not resume"
+cmp -s <(step_losses "$T/frozen/log.jsonl") <(step_losses "$T/frozen2/log.jsonl") || fail "resumed losses differ"
+cmp -s "$T/frozen/checkpoints/step_00000008/model.safetensors" "$T/frozen2/checkpoints/step_00000008/model.safetensors" ||
+  fail "resumed weights differ"
+echo "ok: train-only resume is exact"
+
+# Errors, each naming what is wrong.
+expect_error() {  # expect_error PATTERN ARGS...: train fails, printing PATTERN
+  local pat=$1; shift
+  if train "$@" > "$T/err.out" 2>&1; then fail "accepted: $*"; fi
+  grep -q -- "$pat" "$T/err.out" || { cat "$T/err.out"; fail "error lacks '$pat'"; }
+}
+expect_error "--init-from: checkpoint $T/nope does not exist" --out "$T/e1" --init-from "$T/nope"
+expect_error "field intermediate_size is 96 in the checkpoint's config.json but 64" --out "$T/e2" --init-from "$T/base" \
+  --intermediate_size 64 --jtok true
+expect_error "field train_only is 'tables' but the model has no token-indexed tables" --out "$T/e3" --train-only tables
+echo "ok: errors"
