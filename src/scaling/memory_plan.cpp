@@ -31,13 +31,14 @@ MemoryPlan memory_plan(const Config& cfg, int64_t B, int64_t T, int64_t table_ra
   const int64_t ids = std::min(Vp, B * T * cfg.train.gradient_accumulation_steps);
   p.gradients = f * flat + n_tables * (4 * Vp + f * ids * d);
   p.activations = activation_bytes(c, B, T).total();
+  p.checkpoint = p.weights + p.tables + 2 * (p.moments_backbone + p.moments_tables);
   return p;
 }
 
 nlohmann::json to_json(const MemoryPlan& p) {
   return {{"weights", p.weights},   {"tables", p.tables},       {"moments_backbone", p.moments_backbone},
           {"moments_tables", p.moments_tables}, {"gradients", p.gradients}, {"activations", p.activations},
-          {"total", p.total()}};
+          {"steady", p.steady()}, {"checkpoint_write", p.checkpoint}, {"total", p.total()}};
 }
 
 std::string memory_plan_text(const MemoryPlan& p, const std::string& indent) {
@@ -46,7 +47,8 @@ std::string memory_plan_text(const MemoryPlan& p, const std::string& indent) {
       {"weights (flat parameters)  ", p.weights},   {"token-indexed tables       ", p.tables},
       {"AdamW moments, flat        ", p.moments_backbone}, {"AdamW moments, tables      ", p.moments_tables},
       {"gradients                  ", p.gradients}, {"activations (micro-batch)  ", p.activations},
-      {"total                      ", p.total()}};
+      {"= while training           ", p.steady()}, {"+ checkpoint write copies  ", p.checkpoint},
+      {"= peak                     ", p.total()}};
   std::ostringstream os;
   char buf[128];
   for (const auto& [name, b] : rows) {

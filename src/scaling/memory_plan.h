@@ -7,6 +7,9 @@
 //   gradients    the flat gradient buffer (every flat parameter, frozen ones included) and the
 //                tables' row-sparse gradients (an upper bound: every id of a step distinct)
 //   activations  one micro-batch's (model/activation_bytes.h, every id distinct)
+//   checkpoint   what writing a checkpoint adds at its peak: save_checkpoint holds a copy of the
+//                weights and tables while it builds the optimizer file in memory (a copy of the
+//                moments) and serializes it (another): weights + tables + 2 x moments
 // With embedding parallelism over P ranks each rank holds 1/P of the tables and their moments.
 #pragma once
 #include <cstdint>
@@ -20,7 +23,9 @@ namespace jtok {
 
 struct MemoryPlan {
   int64_t weights = 0, tables = 0, moments_backbone = 0, moments_tables = 0, gradients = 0, activations = 0;
-  int64_t total() const { return weights + tables + moments_backbone + moments_tables + gradients + activations; }
+  int64_t checkpoint = 0;
+  int64_t steady() const { return weights + tables + moments_backbone + moments_tables + gradients + activations; }
+  int64_t total() const { return steady() + checkpoint; }
 };
 
 // B, T: the micro-batch; table_ranks: ranks the tables are sharded over (1 = not sharded).
