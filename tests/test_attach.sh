@@ -4,7 +4,7 @@
 # of the loaded weights) is bit-identical. `--train-only tables` leaves every backbone tensor of the
 # checkpoint bit-identical while the validation loss falls, stores no backbone moments, and resumes
 # exactly (and only as a train-only run). Errors: a missing --init-from, a backbone field that
-# differs, --train-only tables without tables.
+# differs, --train-only tables without tables, a memory plan beyond MemAvailable.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -89,4 +89,10 @@ expect_error "--init-from: checkpoint $T/nope does not exist" --out "$T/e1" --in
 expect_error "field intermediate_size is 96 in the checkpoint's config.json but 64" --out "$T/e2" --init-from "$T/base" \
   --intermediate_size 64 --jtok true
 expect_error "field train_only is 'tables' but the model has no token-indexed tables" --out "$T/e3" --train-only tables
+# A plan no machine here holds (64 layers of 64 JTok-M tables of 50304 x 8192: ~6.8 TB) is refused
+# before anything is allocated, naming what to shrink.
+expect_error "the training plan needs" --out "$T/e4" --hidden_size 8192 --num_hidden_layers 64 --num_attention_heads 64 \
+  --num_key_value_heads 64 --jtokm true --jtokm_n_e 64
+grep -q "put tables on fewer layers" "$T/err.out" || { cat "$T/err.out"; fail "refusal does not say what to shrink"; }
+[ ! -e "$T/e4" ] || fail "a refused plan created its run directory"
 echo "ok: errors"

@@ -79,7 +79,7 @@ std::string memory_plan_refusal(const MemoryPlan& p, const Config& cfg, int64_t 
   if (table_part > 0) {
     std::snprintf(buf, sizeof buf, "; the tables and their AdamW moments take %.2f GiB: put tables on fewer layers "
                   "(jtok_layers, jtokm_layers, jtokm_n_e) or shard them over ranks (mpirun -np P jtok train --embp "
-                  "premix-dedup)", gib(table_part));
+                  "premix-dedup; no bf16 table moments exist yet)", gib(table_part));
     msg += buf;
   }
   if (cfg.train.train_only != "tables" && p.moments_backbone > 0 && (cfg.model.jtok || cfg.model.jtokm)) {
@@ -87,7 +87,9 @@ std::string memory_plan_refusal(const MemoryPlan& p, const Config& cfg, int64_t 
     msg += buf;
   }
   std::snprintf(buf, sizeof buf, "; activations take %.2f GiB: a smaller micro_batch_size (with "
-                "gradient_accumulation_steps) or seq_len shrinks them", gib(p.activations));
+                "gradient_accumulation_steps) or seq_len shrinks them; writing a checkpoint adds %.2f GiB of "
+                "in-memory copies (weights, tables, twice the moments), which shrink with them", gib(p.activations),
+                gib(p.checkpoint));
   return msg + buf;
 }
 
