@@ -190,6 +190,40 @@ TEST_P(Attach, FrozenBackboneStaysBitIdenticalWhileTheLossFalls) {
   EXPECT_LT(last, first - 0.05) << "the tables, scalers and routers should fit the batch";
 }
 
+TEST(AttachTableLr, TableLearningRateScalesOnlyTheTokenIndexedModules) {
+  // table_learning_rate 0: the backbone trains at learning_rate, the tables, scalers and routers do
+  // not move at all (lr 0 also leaves the weight decay factor at exactly 1).
+  Config cfg = base_config(false);
+  cfg.model.jtok = cfg.model.jtokm = true;
+  cfg.model.jtokm_n_e = 2; cfg.model.jtokm_top_k = 1;
+  cfg.train.learning_rate = 1e-2;
+  cfg.train.table_learning_rate = 0;
+  cfg.train.warmup_steps = 0;
+  Model m = make_model(cfg.model, 3);
+  AdamWState opt = make_adamw_state(m);
+  const std::vector<float> before(m.params.begin(), m.params.end());
+  std::vector<std::vector<float>> tables_before;
+  for (const TokenTable& t : m.tables) tables_before.emplace_back(t.data(), t.data() + t.numel());
+  auto x = tokens(32, cfg.model.vocab_size, 3), y = tokens(32, cfg.model.vocab_size, 4);
+  Activations a;
+  for (int s = 0; s < 3; ++s) {
+    zero_grads(m);
+    forward(m, a, x.data(), 2, 16);
+    backward(m, a, x.data(), y.data());
+    const StepStats st = optimizer_step(m, opt, cfg.train);
+    EXPECT_EQ(st.table_lr, 0.0);
+    EXPECT_GT(st.lr, 0.0);
+  }
+  sync_tables(m, opt);
+  for (const ParamInfo& p : m.layout) {
+    const bool same = std::memcmp(m.params.data() + p.offset, before.data() + p.offset, sizeof(float) * p.numel) == 0;
+    EXPECT_EQ(same, is_token_indexed_param(p.name)) << p.name;
+  }
+  for (size_t k = 0; k < m.tables.size(); ++k)
+    EXPECT_EQ(std::memcmp(m.tables[k].data(), tables_before[k].data(), sizeof(float) * tables_before[k].size()), 0)
+        << m.table_names[k];
+}
+
 INSTANTIATE_TEST_SUITE_P(Backbones, Attach, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "moe" : "dense"; });
 
