@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "infer/generate.h"
 #include "model/trainable.h"
 #include "model/transformer.h"
 #include "model_test_util.h"
@@ -97,6 +98,16 @@ TEST_P(Attach, UpgradedModelWithZeroScalersGivesTheOriginalLogitsBitForBit) {
   forward_hidden(base, ai, x.data(), B, T, ForwardMode::Inference);
   forward_hidden(up, bi, x.data(), B, T, ForwardMode::Inference);
   EXPECT_EQ(differing(ai.lnf, bi.lnf), 0) << "inference forward";
+  // KV-cache generation: prefill, then decoding steps (their own write-back, generate.cpp).
+  KVCache ca, cb;
+  const std::vector<int32_t> prompt(x.begin(), x.begin() + 8);
+  std::vector<float> la = prefill(base, ca, prompt, 16), lb = prefill(up, cb, prompt, 16);
+  EXPECT_EQ(differing(la, lb), 0) << "prefill";
+  for (int i = 0; i < 4; ++i) {
+    la = decode_step(base, ca, x[8 + i]);
+    lb = decode_step(up, cb, x[8 + i]);
+    EXPECT_EQ(differing(la, lb), 0) << "decode step " << i;
+  }
 
   // Measured, not assumed: the gated path with p == 1 exactly (s = 1e-30 on one dimension: 1 + s n
   // rounds to 1) does not reproduce the plain bits, which is why a layer whose s is all 0 skips it.
