@@ -8,6 +8,7 @@
 #include "core/profile.h"
 #include "core/splitmix.h"
 #include "dist/communicator.h"
+#include "model/trainable.h"
 
 namespace jtok::dist {
 
@@ -85,10 +86,10 @@ void merge_table_grads(Model& m, const std::vector<char>& packed, const std::vec
 GradBuckets::GradBuckets(const Model& m) {
   const int64_t L = m.cfg.num_hidden_layers, n = static_cast<int64_t>(m.grads.size());
   layer_.assign(static_cast<size_t>(L), {n, 0});
-  int64_t lo = n, hi = 0;  // the span of all layers
+  int64_t lo = n, hi = 0, numel = 0;  // the span of all layers, and what it holds
   for (const ParamInfo& p : m.layout) {
     const std::string pre = "model.layers.";
-    if (p.name.compare(0, pre.size(), pre) != 0) continue;
+    if (p.name.compare(0, pre.size(), pre) != 0 || !param_trainable(m, p)) continue;  // frozen: never summed
     const int64_t l = std::stoll(p.name.substr(pre.size()));
     JTOK_CHECK(l >= 0 && l < L, "parameter ", p.name, " of a layer outside [0, ", L, ")");
     auto& r = layer_[static_cast<size_t>(l)];
@@ -96,12 +97,21 @@ GradBuckets::GradBuckets(const Model& m) {
     r.second = std::max(r.second, p.offset + p.numel);
     lo = std::min(lo, p.offset);
     hi = std::max(hi, p.offset + p.numel);
+    numel += p.numel;
   }
   int64_t total = 0;
-  for (const auto& r : layer_) total += r.second - r.first;
-  JTOK_CHECK(total == hi - lo, "the layers' parameters are not contiguous in the gradient buffer");
-  if (lo > 0) rest_.push_back({0, lo});
-  if (hi < n) rest_.push_back({hi, n});
+  for (auto& r : layer_) {
+    if (r.second <= r.first) r = {0, 0};  // nothing of this layer trains: no bucket
+    total += r.second - r.first;
+  }
+  // A layer's trainable tensors are contiguous: all of them, or (frozen backbone) its JTok / JTok-M
+  // ones, which close the layer's block (model/transformer.cpp param_layout).
+  JTOK_CHECK(total == numel && (m.backbone_frozen || total == hi - lo),
+             "the layers' trainable parameters are not contiguous in the gradient buffer");
+  if (!m.backbone_frozen) {
+    if (lo > 0) rest_.push_back({0, lo});
+    if (hi < n) rest_.push_back({hi, n});
+  }
   done_.assign(layer_.size(), false);
 }
 
@@ -109,7 +119,7 @@ void GradBuckets::layer_ready(Model& m, int64_t layer) {
   auto& r = layer_.at(static_cast<size_t>(layer));
   JTOK_CHECK(!done_[static_cast<size_t>(layer)], "layer ", layer, "'s gradient bucket started twice in one step");
   done_[static_cast<size_t>(layer)] = true;
-  sum_.start(m.grads.data() + r.first, r.second - r.first);
+  if (r.second > r.first) sum_.start(m.grads.data() + r.first, r.second - r.first);
 }
 
 void GradBuckets::finish(Model& m) {
@@ -130,11 +140,19 @@ ExchangeBytes sum_gradients(Model& m, bool tables, GradBuckets* buckets) {
     buckets->finish(m);
     b.backbone_sent = buckets->sum_.take_sent();
     b.backbone_recv = buckets->sum_.take_recv();
-  } else {
+  } else if (!m.backbone_frozen) {
     allreduce_sum(m.grads.data(), n);
     // Reduce-scatter + allgather: each rank sends (P-1)/P of the buffer twice, and receives as much.
     const int64_t chunk = (n + P - 1) / P * static_cast<int64_t>(sizeof(float));
     b.backbone_sent = b.backbone_recv = 2 * (P - 1) * chunk;
+  } else {  // only the trainable tensors (JTok scalers, JTok-M routers): the frozen gradients are 0
+    for (const ParamInfo& p : m.layout) {
+      if (!param_trainable(m, p)) continue;
+      allreduce_sum(m.grads.data() + p.offset, p.numel);
+      const int64_t chunk = (p.numel + P - 1) / P * static_cast<int64_t>(sizeof(float));
+      b.backbone_sent += 2 * (P - 1) * chunk;
+    }
+    b.backbone_recv = b.backbone_sent;
   }
   if (tables && !m.table_grads.empty()) {
     const std::vector<char> mine = pack_table_grads(m);

@@ -50,7 +50,9 @@ struct ExchangeBytes {
 // Activations::on_layer_grads_ready of the last micro-batch this rank runs in the step, last layer
 // first, every rank in the same order; the parameters outside the layers (embedding, final norm,
 // lm_head) are the last buckets, started by sum_gradients after the backward, which then waits for
-// all. The sums are the blocking allreduce_sum's, bit for bit.
+// all. The sums are the blocking allreduce_sum's, bit for bit. With a frozen backbone
+// (Model::backbone_frozen) only the trainable tensors are summed (each layer's JTok / JTok-M
+// scalers and routers); the frozen ones' gradients are 0 on every rank and are not sent.
 class GradBuckets {
  public:
   explicit GradBuckets(const Model& m);
