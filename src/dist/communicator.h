@@ -1,4 +1,4 @@
-// The one door to MPI (issue 11): process-group setup and the few collectives the distributed
+// The one door to MPI: process-group setup and the few collectives the distributed
 // trainer needs. Only src/dist, src/train and apps include this; the model knows no MPI.
 //
 // World of one: a process not started by an MPI launcher (mpirun / mpiexec) never calls MPI at
@@ -31,7 +31,7 @@ int world_size();  // 1 without a launcher
 void allreduce_sum(float* buf, int64_t n);
 void allreduce_sum(double* buf, int64_t n);
 void allreduce_sum(int64_t* buf, int64_t n);
-// Non-blocking fixed-order sum of a buffer in buckets (issue 11: backbone gradients summed while
+// Non-blocking fixed-order sum of a buffer in buckets (the backbone gradients, summed while
 // the backward still runs). start(p, n) posts the sum of bucket [p, p + n) over the ranks;
 // progress() moves posted buckets on (call it often: MPI moves data only inside MPI calls, there is
 // no progress thread); wait() completes them all. Every bucket ends as allreduce_sum would leave

@@ -1,4 +1,4 @@
-// Data parallelism for `mpirun -np P jtok train` (issue 11, first slice): every rank holds the
+// Data parallelism for `mpirun -np P jtok train`: every rank holds the
 // whole model (backbone and token-indexed tables replicated), trains on its share of each global
 // step's batch, and the gradients are summed over ranks before one identical optimizer step on
 // every rank, so the replicas stay equal bit for bit.

@@ -1,4 +1,4 @@
-// Embedding parallelism (paper 3.5.3, issue 11): the rows of the token-indexed tables are sharded
+// Embedding parallelism (paper 3.5.3): the rows of the token-indexed tables are sharded
 // over the ranks by token id, and a rank reaches the rows it does not own through exchanges with
 // their owners. This file holds the shard (its rows and AdamW moments only) and the exchanges:
 //   - JTok: fetch_rows / push_row_grads. A rank sends the micro-batch's unique ids (deduplicated)

@@ -1,4 +1,4 @@
-// `jtok embp-plan` (issue 11): the exchange volume of embedding parallelism at scales this machine
+// `jtok embp-plan`: the exchange volume of embedding parallelism at scales this machine
 // cannot run, from real token ids. No MPI: the formulas of dist/embedding_parallel.h evaluated on
 // the batches each rank would see (tests/test_dist_embp.cpp checks that they equal what the
 // exchanges measure on 1 and 2 ranks).

@@ -1,4 +1,4 @@
-// Embedding parallelism in training (issue 11): the model's token-indexed tables sharded over the
+// Embedding parallelism in training: the model's token-indexed tables sharded over the
 // ranks by token id (dist/embedding_parallel.h), behind the model's TableProvider hook.
 //
 // Each rank keeps only the rows it owns of every table, with their AdamW moments; Model::tables

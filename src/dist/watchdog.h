@@ -1,4 +1,4 @@
-// A rank that hangs must not hang the job (issue 11). MPI collectives wait forever for a rank that
+// A rank that hangs must not hang the job. MPI collectives wait forever for a rank that
 // is stopped or stuck, and mpirun only notices ranks that exit. So each rank of a multi-rank run has
 // a watchdog thread (no MPI calls: the main thread alone talks MPI) that
 //   - writes a heartbeat file DIR/.ranks/rank_R once a second: its step and whether it is blocked

@@ -32,7 +32,7 @@ int64_t table_dtype_bytes(TableDtype dt);      // bytes per element: 4, 2, 1
 // the gathers below, which dequantize); data() / row() / values() are the f32 tables' direct view
 // and fail on another dtype. Writers use mutable_*(), which fail on a read-only view and on a
 // quantized table. Copying a RAM table copies its rows; copying a view shares the owner.
-// A rank's shard (issue 11) is a RAM table of the rows that rank holds; mapping a global id to a
+// A rank's shard (embedding parallelism) is a RAM table of the rows that rank holds; mapping a global id to a
 // local row is the caller's business (rows/dim describe what this storage holds).
 class TokenTable {
  public:

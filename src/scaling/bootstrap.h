@@ -1,4 +1,4 @@
-// Bootstrap interval of the isoFLOPs compute saving over runs (issue 15, the paper's Figure 6a /
+// Bootstrap interval of the isoFLOPs compute saving over runs (the paper's Figure 6a /
 // Appendix C): each replicate resamples the runs of every budget's profile of every variant,
 // refits the profiles' minima (fit_isoflops), both frontiers and the savings (compare_frontiers),
 // exactly as the point estimate does; the interval is the percentiles of the replicates.

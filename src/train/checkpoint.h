@@ -31,7 +31,7 @@ struct TableRows {
   std::function<int64_t(int64_t r)> global;
   const float *w = nullptr, *m = nullptr, *v = nullptr;  // values and AdamW moments, (rows, dim)
 };
-// save_checkpoint for a run whose tables are sharded over the ranks (issue 11): the same files,
+// save_checkpoint for a run whose tables are sharded over the ranks (embedding parallelism): the same files,
 // byte for byte, as save_checkpoint of the gathered model, and no rank ever holds a whole table.
 // Every rank calls it with its rows of every table (m.tables without rows, opt without table
 // moments). Rank 0 creates the temp directory and the two safetensors files pre-sized, header and
