@@ -33,7 +33,7 @@ Best setting for PyTorch 1.13 (Debian) on these machines -- give the peer this w
         /usr/bin/python3 tests/reference/train_bench.py --config b --threads 2
 
 Debian's torch does its GEMMs through the system BLAS (libblas.so.3), so the BLAS and its
-threading decide the speed. Why this setting (docs/engineering.md section 1 measured it on an idle
+threading decide the speed. Why this setting (../shared/docs/engineering.md section 1 measured it on an idle
 2-core Zen 5 machine: GPT-2 small at 111-136 tokens/s): OPENBLAS_CORETYPE=Haswell, set by the
 environment, limits OpenBLAS to AVX2 kernels on an AVX-512 CPU, so unset it; the openmp flavour
 of OpenBLAS (package libopenblas0-openmp) shares torch's OpenMP threads instead of starting a
