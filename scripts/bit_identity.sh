@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Bit identity of training and decoding: 20 steps of a tiny MoE + JTok + JTok-M model at P = 1 and
-# P = 2, with the tables replicated (--embp off) and sharded (naive, premix, premix-dedup), under
-# the exact (dense) and the lazy (sparse) table optimizer, then greedy decodes (f32 from RAM and memory-mapped, bf16 weights).
+# Bit identity of training and decoding: 20 steps of a tiny MoE + JTok + JTok-M model at P = 1
+# (one and two OpenMP threads) and P = 2 (one a rank), with the tables replicated (--embp off) and
+# sharded (naive, premix, premix-dedup), under the exact (dense) and the lazy (sparse) table
+# optimizer, then 5 greedy decodes (f32 from RAM and memory-mapped, a P = 2 checkpoint, bf16 weights,
+# two threads).
 # The sha256 of each checkpoint's weights, optimizer state and trainer state (its run id left out)
 # and of each decode's token ids and top-2 logit margins are compared with the ones recorded in
 # tests/data/bit_identity/hashes.txt for this host (a refactoring must leave them all unchanged).
@@ -16,7 +18,8 @@
 # memory-mapped tables give the same bits); on a host without a record it checks only those and
 # prints a NOTE naming the signature and the record command.
 # The vocabulary is a 512-token BPE (tests/data/bit_identity/, trained once on tests/data/corpus by
-# `jtok tokenizer train`) so that a run costs ~0.2 s: the whole script took 15-19 s on 2 shared cores (load 6).
+# `jtok tokenizer train`) so that a run costs ~0.2 s: the whole script took 15-19 s on 2 shared
+# cores at load 6, 32-87 s with builds running beside it.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 JTOK=${JTOK_BIN:-$ROOT/build/jtok}
