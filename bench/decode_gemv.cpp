@@ -2,8 +2,10 @@
 // q, k, v (one linear_forward_lowp_multi), o, gate and up (one multi), down, then the LM head
 // (50257 x 768), every matrix distinct in memory (as in a model: ~610 MB in f32, so the weights
 // stream from DRAM or L3 as they do in `jtok generate`), in f32, bf16 and int8, each by the fastest
-// kernels and by the per-row ones that decoding uses (RowKernel::per_row: batch-invariant), interleaved
-// rounds so load drifts hit all six. Prints the median ms per step and the weight bytes read per second.
+// kernels and by the per-row ones that decoding uses (RowKernel::per_row: batch-invariant), and bf16 and
+// int8 also by the many-row products alone (lowp_gemm, where the CPU has them: the crossover against
+// per_row), interleaved rounds so load drifts hit all eight. Prints the median ms per step and the
+// weight bytes read per second.
 // Not built by CMake; run by hand:
 //   g++ -O3 -march=native -std=c++20 -fopenmp -Isrc bench/decode_gemv.cpp build/libjtok_lib.a -ldnnl -o build/decode_gemv
 //   OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1 build/decode_gemv [N] [rounds]
@@ -19,6 +21,7 @@
 #include <random>
 #include <vector>
 
+#include "ops/lowp_gemm.h"
 #include "ops/lowp_linear.h"
 
 using namespace jtok;
@@ -69,12 +72,29 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37 * i);
   const WeightDType dts[3] = {WeightDType::f32, WeightDType::bf16, WeightDType::int8};
   const RowKernel rks[2] = {RowKernel::fastest, RowKernel::per_row};
-  std::vector<double> t[6];
+  constexpr int K = 8;  // f32, bf16, int8 fastest; the same per_row; bf16, int8 by lowp_gemm
+  std::vector<double> t[K];
   for (int r = 0; r <= rounds; ++r)
-    for (int k6 = 0; k6 < 6; ++k6) {
-      const WeightDType dt = dts[k6 % 3];
-      const RowKernel rk = rks[k6 / 3];
+    for (int k6 = 0; k6 < K; ++k6) {
+      const WeightDType dt = k6 < 6 ? dts[k6 % 3] : dts[k6 - 5];
+      const RowKernel rk = rks[(k6 / 3) % 2];
+      if (k6 >= 6 && !lowp_gemm_native(dt)) continue;
       const double t0 = now(cpu);
+      if (k6 >= 6) {  // every matrix by lowp_gemm (q, k, v one call each)
+        for (int64_t l = 0; l < L; ++l) {
+          const Mat* w = &m[7 * l];
+          lowp_gemm(q.data(), x.data(), w[0].view(dt), N, false);
+          lowp_gemm(k.data(), x.data(), w[1].view(dt), N, false);
+          lowp_gemm(v.data(), x.data(), w[2].view(dt), N, false);
+          lowp_gemm(h.data(), q.data(), w[3].view(dt), N, true);
+          lowp_gemm(g.data(), x.data(), w[4].view(dt), N, false);
+          lowp_gemm(u.data(), x.data(), w[5].view(dt), N, false);
+          lowp_gemm(h.data(), g.data(), w[6].view(dt), N, true);
+        }
+        lowp_gemm(y.data(), x.data(), m.back().view(dt), N, false);
+        if (r > 0) t[k6].push_back(now(cpu) - t0);
+        continue;
+      }
       for (int64_t l = 0; l < L; ++l) {
         const Mat* w = &m[7 * l];
         const LinearOut qkv[3] = {{q.data(), w[0].view(dt)}, {k.data(), w[1].view(dt)}, {v.data(), w[2].view(dt)}};
@@ -89,11 +109,13 @@ int main(int argc, char** argv) {
     }
   std::printf("decode_gemv: N %ld, %d threads (%s time), %.1f M weights per step\n", static_cast<long>(N),
               omp_get_max_threads(), cpu ? "CPU" : "wall", params / 1e6);
-  for (int k6 = 0; k6 < 6; ++k6) {
+  for (int k6 = 0; k6 < K; ++k6) {
+    if (t[k6].empty()) continue;
     std::sort(t[k6].begin(), t[k6].end());
     const double med = t[k6][t[k6].size() / 2];
-    std::printf("  %-5s %-7s %8.2f ms/step (min %.2f)  %6.1f GB/s of weights\n", weight_dtype_name(dts[k6 % 3]),
-                k6 < 3 ? "fastest" : "per_row", med * 1e3, t[k6][0] * 1e3,
-                params * weight_dtype_bytes(dts[k6 % 3]) / med / 1e9);
+    const WeightDType dt = k6 < 6 ? dts[k6 % 3] : dts[k6 - 5];
+    std::printf("  %-5s %-9s %8.2f ms/step (min %.2f)  %6.1f GB/s of weights\n", weight_dtype_name(dt),
+                k6 < 3 ? "fastest" : k6 < 6 ? "per_row" : "lowp_gemm", med * 1e3, t[k6][0] * 1e3,
+                params * weight_dtype_bytes(dt) / med / 1e9);
   }
 }

@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "ops/linear.h"
+#include "ops/lowp_gemm.h"
 
 namespace jtok {
 
@@ -190,14 +191,27 @@ static void fake_quantize_act(float* out, const float* inp, int64_t N, int64_t C
     for (int64_t c = 0; c < C; ++c) out[n * C + c] = static_cast<float>(a.q[n * C + c]) * a.s[n * a.nb + c / kActBlock];
 }
 
-void linear_forward_lowp_ref(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate) {
+static bool uses_lowp_gemm(const WeightMatrix& w, int64_t N, RowKernel rk);
+
+void linear_forward_lowp_ref(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate,
+                             RowKernel rk) {
   check_shape(w);
-  std::vector<float> W(static_cast<size_t>(w.rows * w.cols)), y(static_cast<size_t>(N * w.rows));
+  const int64_t C = w.cols;
+  std::vector<float> W(static_cast<size_t>(w.rows * C)), y(static_cast<size_t>(N * w.rows));
   dequantize_rows(W.data(), w, 0, w.rows);
-  std::vector<float> xq;
-  if (w.dtype == WeightDType::int8) {
-    xq.resize(static_cast<size_t>(N * w.cols));
-    fake_quantize_act(xq.data(), inp, N, w.cols);
+  std::vector<float> xq(static_cast<size_t>(N * C));
+  if (uses_lowp_gemm(w, N, rk) && w.dtype == WeightDType::bf16) {  // the input rounded to bf16
+    for (int64_t i = 0; i < N * C; ++i) xq[i] = bf16_to_f32(f32_to_bf16(inp[i]));
+    inp = xq.data();
+  } else if (uses_lowp_gemm(w, N, rk)) {  // int8, one scale per input row
+    std::vector<int8_t> q(static_cast<size_t>(C));
+    for (int64_t n = 0; n < N; ++n) {
+      const float s = quantize_int8_span(q.data(), inp + n * C, C);
+      for (int64_t c = 0; c < C; ++c) xq[n * C + c] = static_cast<float>(q[c]) * s;
+    }
+    inp = xq.data();
+  } else if (w.dtype == WeightDType::int8) {  // the per-row kernels': one scale per block of 32
+    fake_quantize_act(xq.data(), inp, N, C);
     inp = xq.data();
   }
   linear_forward_ref(y.data(), inp, W.data(), N, w.cols, w.rows);
@@ -520,13 +534,19 @@ static bool f32_gemv(const WeightMatrix& w, int64_t N) {
 #endif
 }
 
-// bf16 / int8 weights take the per-row kernels for N <= this under RowKernel::fastest, panels + sgemm
-// above. Measured (bench/decode_gemv.cpp, config b, 1 thread, AVX-512 with VNNI; docs/benchmarks.md)
-// the per-row kernels stay ahead up to N 24 for bf16 (1.21x at 17, 1.05x at 24, 0.93x at 32); for
-// int8 with the VNNI tile they lead by 1.78x at 17, 1.26x at 32, 1.07x at 48 and 1.05x at 64, and
-// the switch is kept at 48, past which the gain is within the noise. Other hosts keep
-// kLowpGemvRows (not measured there).
+// bf16 / int8 weights take the per-row kernels for N <= this under RowKernel::fastest, above it
+// the bf16 / int8 products (lowp_gemm) where the CPU has them, else panels + sgemm.
+// lowp_gemm: measured (bench/decode_gemv.cpp, config b's step, 1 thread, Zen 4, load ~11 on 2
+// cores) against the per-row kernels, bf16 / int8: N 6 0.96x / 0.91x, N 8 0.95x / 1.02x, N 10
+// 1.17x / 1.17x, N 12 1.41x / 1.26x, N 16 1.70x / 1.53x: the switch at 8 for both.
+constexpr int64_t kLowpGemmMinRows = 9;
+// Panels + sgemm: measured (the same bench, AVX-512 with VNNI; docs/benchmarks.md) the per-row
+// kernels stay ahead up to N 24 for bf16 (1.21x at 17, 1.05x at 24, 0.93x at 32); for int8 with
+// the VNNI tile they lead by 1.78x at 17, 1.26x at 32, 1.07x at 48 and 1.05x at 64, and the switch
+// is kept at 48, past which the gain is within the noise. Other hosts keep kLowpGemvRows (not
+// measured there).
 static int64_t lowp_gemv_max_rows(const WeightMatrix& w) {
+  if (w.dtype != WeightDType::f32 && lowp_gemm_native(w.dtype)) return kLowpGemmMinRows - 1;
 #if defined(__AVX512F__)
   if (w.dtype == WeightDType::bf16 && w.cols % Lanes::n == 0) return 24;
 #endif
@@ -535,6 +555,12 @@ static int64_t lowp_gemv_max_rows(const WeightMatrix& w) {
 #endif
   (void)w;
   return kLowpGemvRows;
+}
+
+// bf16 / int8 weights, many rows, a CPU with the instructions: the product in bf16 / int8 (ops/lowp_gemm.h).
+static bool uses_lowp_gemm(const WeightMatrix& w, int64_t N, RowKernel rk) {
+  return w.dtype != WeightDType::f32 && rk == RowKernel::fastest && N > lowp_gemv_max_rows(w) &&
+         lowp_gemm_native(w.dtype);
 }
 
 void linear_forward_lowp(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate, RowKernel rk) {
@@ -558,6 +584,8 @@ void linear_forward_lowp_multi(const LinearOut* outs, int n, const float* inp, i
     } else if (w.dtype == WeightDType::f32) {
       gemm(false, true, N, w.rows, w.cols, 1.0f, inp, w.cols, static_cast<const float*>(w.data), w.cols,
            o.accumulate ? 1.0f : 0.0f, o.out, w.rows);
+    } else if (uses_lowp_gemm(w, N, rk)) {
+      lowp_gemm(o.out, inp, w, N, o.accumulate);
     } else {
       gemm_lowp(o.out, inp, w, N, o.accumulate);
     }

@@ -1,21 +1,24 @@
 // Inference-only linear layers with low-precision weights: y = x W^T with W stored as bf16 or as
 // int8 with one fp32 scale per output row (symmetric: W[o,c] ~ scale[o] * q[o,c], q in [-127,127]).
 // Accumulation and outputs stay fp32.
-//   bf16: weight-only (activations fp32).
-//   int8: W8A8, as llama.cpp's Q8_0 x Q8_0 dot product: each input row is quantised per block of
-//         kActBlock = 32 values (scale amax/127, round to nearest, quantize_act_q8) and the product is
+//   bf16: weight-only (activations fp32) in the per-row kernels; bf16 x bf16 in lowp_gemm.
+//   int8: W8A8. The per-row kernels, as llama.cpp's Q8_0 x Q8_0 dot product: each input row is
+//         quantised per block of kActBlock = 32 values (scale amax/127, round to nearest, quantize_act_q8) and the product is
 //         sum over blocks of (exact int32 dot of the int8 values) * activation scale, times the
-//         weight row's scale. Every path (gemv, panels + sgemm, reference) multiplies these same
-//         quantised inputs, so they differ only in fp32 summation order.
+//         weight row's scale. The per-row kernels and panels + sgemm multiply these same quantised
+//         inputs, so they differ only in fp32 summation order; lowp_gemm quantises per row.
 //
-// The fast path: for a few rows (decoding, N <= kLowpGemvRows; with AVX-512 bf16 N <= 24 and int8
-// with VNNI N <= 48, the measured crossovers; f32 weights N <= 4) each thread
+// The fast path: for a few rows (decoding, N <= kLowpGemvRows; N <= 8 where lowp_gemm runs; with
+// AVX-512 but not it, bf16 N <= 24 and int8 N <= 48: the measured crossovers; f32 N <= 4) each thread
 // streams its own contiguous stretch of weight rows through a register tile (4 weight rows x up to 4
 // inputs; bf16 converted in registers, int8 by vpdpbusd where the CPU has AVX-512 VNNI, C % 64 == 0;
 // without AVX-512, an AVX2 tile of 4 weight rows x 2 inputs for f32 and bf16, C % 8 == 0),
 // several matrices of one input in one parallel region (linear_forward_lowp_multi: q/k/v, gate/up).
-// For more rows (prefill) it converts a panel of weight rows to fp32 and hands it to sgemm (f32:
-// sgemm directly), the conversion being O(OC*C) against the product's O(N*OC*C). The reference
+// For more rows (prefill; N > 8 here) on a CPU with AVX-512 BF16 / VNNI, the products of
+// ops/lowp_gemm.h: bf16 x bf16 (the input rounded to bf16) and int8 x int8 (the input quantised
+// with one scale per row), on the stored weights. Elsewhere it converts a panel of weight rows to
+// fp32 and hands it to sgemm (f32: sgemm directly), the conversion being O(OC*C) against the
+// product's O(N*OC*C). The reference
 // converts the whole matrix (and, for int8, the quantised input) and runs the double-accumulating
 // linear_forward_ref.
 #pragma once
@@ -80,6 +83,10 @@ struct LinearOut {
 };
 void linear_forward_lowp_multi(const LinearOut* outs, int n, const float* inp, int64_t N,
                                RowKernel rk = RowKernel::fastest);
-void linear_forward_lowp_ref(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate = false);
+// The reference: the whole matrix converted to fp32, the double-accumulating linear_forward_ref, on
+// the input the fast path multiplies for this N and rk (fp32; int8: quantised per block of 32, or,
+// where many rows run lowp_gemm, per row; bf16 there: rounded to bf16).
+void linear_forward_lowp_ref(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate = false,
+                             RowKernel rk = RowKernel::per_row);
 
 }  // namespace jtok
