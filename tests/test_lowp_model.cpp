@@ -1,8 +1,8 @@
 // Whole models with bf16 / int8 inference weights (model/lowp_weights.h, `jtok export
 // --weight-dtype`): exported through the checkpoint format and loaded back (read into buffers, and
 // viewed in a mapping), then
-//  - the KV-cache decode (gemv kernels, M = 1) gives the logits of the full forward (panel + sgemm
-//    kernel) at every step: the low-precision paths agree with each other;
+//  - the KV-cache decode (gemv kernels, M = 1) agrees with the full forward (lowp_gemm, or panel +
+//    sgemm) at every step within paths_bound: the low-precision paths agree with each other;
 //  - logits stay within the stated error of the fp32 model's, and the greedy choice agrees at
 //    nearly every step of a teacher-forced continuation;
 //  - a low-precision model refuses backward;
@@ -20,6 +20,7 @@
 #include "infer/generate.h"
 #include "io/mapped_file.h"
 #include "model/weights_io.h"
+#include "ops/lowp_gemm.h"
 #include "error_test_util.h"
 #include "op_test_util.h"
 #include "decode_test_util.h"
@@ -124,6 +125,17 @@ void check_moe_file(const Model& m, const Model& q, WeightDType t, const fs::pat
   EXPECT_GE(static_cast<int64_t>(size), static_cast<int64_t>(f32_size) - saved - header_slack);
 }
 
+// How far the KV-cache decode (per-row kernels: fp32 input for bf16, int8 input per block of 32)
+// may be from the full forward. Where the CPU has lowp_gemm, a forward of more than 8 rows runs it:
+// the input rounded to bf16, or quantised per row, so the two paths round differently. Measured
+// (32 steps, 3 random layers, dense and MoE): bf16 up to 5.0e-3, int8 up to 2.7e-2; the bounds are
+// 2x and 1.5x that (a wrong row, scale or block gives errors of order 1). Elsewhere both paths
+// multiply the same rounded values and differ only in fp32 summation order.
+double paths_bound(WeightDType t) {
+  if (!lowp_gemm_native(t)) return 1e-5;
+  return t == WeightDType::bf16 ? 1e-2 : 4e-2;
+}
+
 void check_lowp_model(bool moe, WeightDType t, double max_rel_err, int max_flips) {
   const ModelConfig c = lowp_config(moe);
   Model m = make_model(c, 7);
@@ -140,11 +152,12 @@ void check_lowp_model(bool moe, WeightDType t, double max_rel_err, int max_flips
   KVCache cf, cq;
   std::vector<float> lf = prefill(m, cf, seq, 48), lq = prefill(q, cq, seq, 48);
   int flips = 0, distinct = 0;
-  double worst = 0;
+  double worst = 0, worst_paths = 0;
   for (int step = 0; step < 32; ++step) {
-    // The low-precision decode equals its own full forward (and the mapped model's, exactly).
+    // The low-precision decode agrees with its own full forward (and the mapped model's, exactly).
     std::vector<float> full = last_logits(q, seq);
-    EXPECT_LT(rel_err(lq, full), 1e-5) << weight_dtype_name(t) << " step " << step;
+    worst_paths = std::max(worst_paths, rel_err(lq, full));
+    EXPECT_LT(rel_err(lq, full), paths_bound(t)) << weight_dtype_name(t) << " step " << step;
     EXPECT_EQ(last_logits(qm, seq), full) << "mapped differs at step " << step;
     worst = std::max(worst, rel_err(lq, lf));
     const int32_t next = argmax(lf);
@@ -154,8 +167,8 @@ void check_lowp_model(bool moe, WeightDType t, double max_rel_err, int max_flips
     lf = decode_step(m, cf, next);
     lq = decode_step(q, cq, next);
   }
-  std::printf("%s %s: logits relative error up to %.2e against fp32, greedy flips %d of 32\n", moe ? "moe" : "dense",
-              weight_dtype_name(t), worst, flips);
+  std::printf("%s %s: logits relative error up to %.2e against fp32, greedy flips %d of 32; decode against the full forward %.2e\n",
+              moe ? "moe" : "dense", weight_dtype_name(t), worst, flips, worst_paths);
   EXPECT_GT(distinct, 4);  // a real continuation, not one repeated token
   EXPECT_LT(worst, max_rel_err);
   EXPECT_GT(worst, 1e-6);  // the weights really are low precision
@@ -197,7 +210,8 @@ TEST(LowpModel, Bf16MoeWithJTokM) { check_lowp_model(true, WeightDType::bf16, 1.
 
 // Only the MoE experts in int8 (every other matrix put back in fp32): the logits move, so the
 // experts' low-precision kernels really run, within int8's bound; the KV-cache decode (one row per
-// expert: gemv) equals the full forward (panels + sgemm, or gemv for an expert with <= 16 rows).
+// expert: gemv) agrees with the full forward (lowp_gemm or panels + sgemm, or gemv for an expert
+// with few rows) within paths_bound.
 TEST(LowpModel, MoeExpertsAloneInInt8) {
   const ModelConfig c = lowp_config(true);
   Model m = make_model(c, 7);
@@ -232,7 +246,7 @@ TEST(LowpModel, MoeExpertsAloneInInt8) {
   EXPECT_GT(err, 1e-6);
   EXPECT_LT(err, 5e-2);
   for (int step = 0; step < 8; ++step) {
-    EXPECT_LT(rel_err(lq, last_logits(q, seq)), 1e-5) << "step " << step;
+    EXPECT_LT(rel_err(lq, last_logits(q, seq)), paths_bound(WeightDType::int8)) << "step " << step;
     seq.push_back(argmax(lq));
     lq = decode_step(q, cq, seq.back());
   }
