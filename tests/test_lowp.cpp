@@ -111,7 +111,7 @@ TEST(Int8, ActivationBlocksQuantiseAsTheSpanQuantiser) {
 TEST(LowpLinear, FastMatchesReference) {
   for (int64_t C : {48, 40, 96, 64, 768})
     for (int64_t OC : {5, 37, 300})
-      for (int64_t N : {1, 3, 16, 17, 24, 25, 48, 49, 70}) {  // both sides of each gemv / sgemm switch
+      for (int64_t N : {1, 3, 8, 9, 16, 17, 24, 25, 48, 49, 70}) {  // both sides of each switch
         Weights3 w(OC, C, 100 + C + OC);
         auto x = randn(N * C, 13 + N);
         for (auto t : {WeightDType::f32, WeightDType::bf16, WeightDType::int8})
