@@ -29,6 +29,8 @@ void quantize_act_rows_q8(int8_t* q, float* scale, const float* x, int64_t N, in
 
 namespace {
 
+using Int32Alias = int32_t __attribute__((may_alias));  // int32 sums written over the float output
+
 struct Key {
   WeightDType dt;
   int64_t N, OC, C;
@@ -109,17 +111,22 @@ void lowp_gemm(float* out, const float* inp, const WeightMatrix& w, int64_t N, b
   thread_local std::vector<int32_t> acc32;
   xq.resize(static_cast<size_t>(N * C));
   xs.resize(static_cast<size_t>(N));
-  acc32.resize(static_cast<size_t>(N * OC));
   quantize_act_rows_q8(xq.data(), xs.data(), inp, N, C);
-  run({w.dtype, N, OC, C, false}, xq.data(), w.data, acc32.data());
+  // The int32 sums go to out itself unless out is accumulated into (an LM head's N x V sums would
+  // otherwise need a second buffer of that size), then are scaled in place, element by element.
+  Int32Alias* a = reinterpret_cast<Int32Alias*>(out);
+  if (accumulate) {
+    acc32.resize(static_cast<size_t>(N * OC));
+    a = reinterpret_cast<Int32Alias*>(acc32.data());
+  }
+  run({w.dtype, N, OC, C, false}, xq.data(), w.data, a);
   // out[n, o] (+)= sum * x scale[n] * w scale[o]: exact int32 sums, scaled once.
-  const int32_t* a = acc32.data();
   const float* ws = w.scale;
   const float* xsp = xs.data();
 #pragma omp parallel for schedule(static) if (N * OC >= (1 << 15))
   for (int64_t n = 0; n < N; ++n) {
     float* o = out + n * OC;
-    const int32_t* an = a + n * OC;
+    const Int32Alias* an = a + n * OC;
     const float s = xsp[n];
     if (accumulate) {
 #pragma omp simd
