@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
     for (int k6 = 0; k6 < K; ++k6) {
       const WeightDType dt = k6 < 6 ? dts[k6 % 3] : dts[k6 - 5];
       const RowKernel rk = rks[(k6 / 3) % 2];
-      if (k6 >= 6 && !lowp_gemm_native(dt)) continue;
+      if (k6 >= 6 && !lowp_gemm_enabled(dt)) continue;
       const double t0 = now(cpu);
       if (k6 >= 6) {  // every matrix by lowp_gemm (q, k, v one call each)
         for (int64_t l = 0; l < L; ++l) {

@@ -132,7 +132,7 @@ void check_moe_file(const Model& m, const Model& q, WeightDType t, const fs::pat
 // 2x and 1.5x that (a wrong row, scale or block gives errors of order 1). Elsewhere both paths
 // multiply the same rounded values and differ only in fp32 summation order.
 double paths_bound(WeightDType t) {
-  if (!lowp_gemm_native(t)) return 1e-5;
+  if (!lowp_gemm_enabled(t)) return 1e-5;
   return t == WeightDType::bf16 ? 1e-2 : 4e-2;
 }
 

@@ -1,24 +1,51 @@
 #include "ops/lowp_gemm.h"
 
+#include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
+#include "ops/linear.h"
 
 namespace jtok {
 
-bool lowp_gemm_native(WeightDType t) {
-  // oneDNN picks its kernels from the running CPU; without these instructions it would emulate them
-  // (slower than converting weight panels for sgemm).
-  if (t == WeightDType::bf16) return __builtin_cpu_supports("avx512bf16");
-  if (t == WeightDType::int8) return __builtin_cpu_supports("avx512vnni");
-  return false;
+// lowp_gemm of dtype t against sgemm on one (256 x 768) x (768 x 768) product: the best of 3
+// interleaved runs each (after one that builds the primitives), as a speed ratio.
+static double probe_speedup(WeightDType t) {
+  const int64_t N = 256, C = 768, OC = 768;
+  std::vector<float> x(N * C, 0.01f), W(OC * C, 0.02f), y(N * OC), scale(OC, 1e-3f);
+  std::vector<uint16_t> w16(OC * C, 0x3c00);  // bf16 0.0078
+  std::vector<int8_t> w8(OC * C, 3);
+  const WeightMatrix w = t == WeightDType::bf16 ? WeightMatrix{t, w16.data(), nullptr, OC, C}
+                                                : WeightMatrix{t, w8.data(), scale.data(), OC, C};
+  double best_lowp = 1e30, best_f32 = 1e30;
+  for (int r = 0; r < 4; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    lowp_gemm(y.data(), x.data(), w, N, false);
+    auto t1 = std::chrono::steady_clock::now();
+    gemm_f32(false, true, N, OC, C, 1.0f, x.data(), C, W.data(), C, 0.0f, y.data(), OC);
+    auto t2 = std::chrono::steady_clock::now();
+    if (r == 0) continue;
+    best_lowp = std::min(best_lowp, std::chrono::duration<double>(t1 - t0).count());
+    best_f32 = std::min(best_f32, std::chrono::duration<double>(t2 - t1).count());
+  }
+  return best_f32 / best_lowp;
+}
+
+bool lowp_gemm_enabled(WeightDType t) {
+  // oneDNN picks its kernels from the running CPU: without these instructions it would emulate
+  // them, and some CPUs with AVX-512 BF16 (no AMX) multiply bf16 no faster than fp32; there
+  // converting weight panels for sgemm is as fast or faster. Measured once per process.
+  static const bool bf16 = __builtin_cpu_supports("avx512bf16") && probe_speedup(WeightDType::bf16) > 1.1;
+  static const bool int8 = __builtin_cpu_supports("avx512vnni") && probe_speedup(WeightDType::int8) > 1.1;
+  return t == WeightDType::bf16 ? bf16 : t == WeightDType::int8 ? int8 : false;
 }
 
 const char* lowp_gemm_kernel_name(WeightDType t) {
-  if (!lowp_gemm_native(t)) return "fp32 panels + sgemm";
+  if (!lowp_gemm_enabled(t)) return "fp32 panels + sgemm";
   return t == WeightDType::bf16 ? "oneDNN bf16 matmul (avx512_bf16)" : "oneDNN s8 matmul, int32 sums (avx512_vnni)";
 }
 

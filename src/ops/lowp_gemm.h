@@ -9,8 +9,9 @@
 //                 kernels: a plain int8 GEMM (per-block scales need a partial sum per block, out of
 //                 the library's reach); its error on model activations is measured in
 //                 tests/test_lowp.cpp (LowpGemm.Int8ErrorAgainstFp32) and docs/benchmarks.md.
-// Only on CPUs with AVX-512 BF16 (bf16) or AVX-512 VNNI (int8): lowp_gemm_native; elsewhere
-// linear_forward_lowp keeps converting panels of weights to fp32 for sgemm.
+// Only on CPUs with AVX-512 BF16 (bf16) or AVX-512 VNNI (int8) where it also measures faster than
+// sgemm: lowp_gemm_enabled; elsewhere linear_forward_lowp keeps converting panels of weights to fp32
+// for sgemm.
 #pragma once
 #include <cstdint>
 
@@ -18,8 +19,10 @@
 
 namespace jtok {
 
-// The CPU runs the product for weights of dtype t natively (bf16: AVX-512 BF16; int8: AVX-512 VNNI).
-bool lowp_gemm_native(WeightDType t);
+// linear_forward_lowp runs lowp_gemm for many rows of dtype t: the CPU has the instructions (bf16:
+// AVX-512 BF16; int8: AVX-512 VNNI) and a one-time probe (the first call, ~10 ms) finds the product
+// at least 1.1x sgemm's rate on a (256 x 768) x (768 x 768) product.
+bool lowp_gemm_enabled(WeightDType t);
 
 // out (N, OC) (+)= inp (N, C) @ W^T for W = w (OC, C), bf16 or int8; with accumulate, out +=.
 void lowp_gemm(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate);

@@ -546,7 +546,7 @@ constexpr int64_t kLowpGemmMinRows = 9;
 // is kept at 48, past which the gain is within the noise. Other hosts keep kLowpGemvRows (not
 // measured there).
 static int64_t lowp_gemv_max_rows(const WeightMatrix& w) {
-  if (w.dtype != WeightDType::f32 && lowp_gemm_native(w.dtype)) return kLowpGemmMinRows - 1;
+  if (w.dtype != WeightDType::f32 && lowp_gemm_enabled(w.dtype)) return kLowpGemmMinRows - 1;
 #if defined(__AVX512F__)
   if (w.dtype == WeightDType::bf16 && w.cols % Lanes::n == 0) return 24;
 #endif
@@ -560,7 +560,7 @@ static int64_t lowp_gemv_max_rows(const WeightMatrix& w) {
 // bf16 / int8 weights, many rows, a CPU with the instructions: the product in bf16 / int8 (ops/lowp_gemm.h).
 static bool uses_lowp_gemm(const WeightMatrix& w, int64_t N, RowKernel rk) {
   return w.dtype != WeightDType::f32 && rk == RowKernel::fastest && N > lowp_gemv_max_rows(w) &&
-         lowp_gemm_native(w.dtype);
+         lowp_gemm_enabled(w.dtype);
 }
 
 void linear_forward_lowp(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate, RowKernel rk) {
