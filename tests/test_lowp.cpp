@@ -216,14 +216,7 @@ TEST(LowpGemm, MatchesReference) {
             Weights3 w(OC, C, 200 + C + OC);
             const auto x = randn(N * C, 17 + N + C);
             std::vector<float> xr(N * C), y(N * OC, 0.5f), yr(N * OC, 0.5f), W(OC * C);
-            if (t == WeightDType::bf16) {
-              for (int64_t i = 0; i < N * C; ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
-            } else {
-              std::vector<int8_t> q(N * C);
-              std::vector<float> s(N);
-              quantize_act_rows_q8(q.data(), s.data(), x.data(), N, C);
-              for (int64_t i = 0; i < N * C; ++i) xr[i] = q[i] * s[i / C];
-            }
+            lowp_gemm_input_ref(xr.data(), x.data(), t, N, C);
             dequantize_rows(W.data(), w.view(t), 0, OC);
             linear_forward_ref(yr.data(), xr.data(), W.data(), N, C, OC);
             if (acc)

@@ -54,6 +54,18 @@ void quantize_act_rows_q8(int8_t* q, float* scale, const float* x, int64_t N, in
   for (int64_t n = 0; n < N; ++n) scale[n] = quantize_int8_span(q + n * C, x + n * C, C);
 }
 
+void lowp_gemm_input_ref(float* out, const float* x, WeightDType t, int64_t N, int64_t C) {
+  if (t == WeightDType::bf16) {
+    for (int64_t i = 0; i < N * C; ++i) out[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    return;
+  }
+  std::vector<int8_t> q(static_cast<size_t>(C));
+  for (int64_t n = 0; n < N; ++n) {
+    const float s = quantize_int8_span(q.data(), x + n * C, C);
+    for (int64_t c = 0; c < C; ++c) out[n * C + c] = static_cast<float>(q[c]) * s;
+  }
+}
+
 namespace {
 
 using Int32Alias = int32_t __attribute__((may_alias));  // int32 sums written over the float output

@@ -30,6 +30,10 @@ void lowp_gemm(float* out, const float* inp, const WeightMatrix& w, int64_t N, b
 // x (N, C) to int8 with one scale per row: scale[n] = max|x[n,:]| / 127, as quantize_int8_span.
 void quantize_act_rows_q8(int8_t* q, float* scale, const float* x, int64_t N, int64_t C);
 
+// x (N, C) as lowp_gemm multiplies it for weights of dtype t, in fp32 (the reference's input):
+// rounded to bf16, or quantised per row and multiplied back by the row's scale.
+void lowp_gemm_input_ref(float* out, const float* x, WeightDType t, int64_t N, int64_t C);
+
 // Which kernels compute the product: for the start-up line and the benches.
 const char* lowp_gemm_kernel_name(WeightDType t);
 

@@ -200,15 +200,8 @@ void linear_forward_lowp_ref(float* out, const float* inp, const WeightMatrix& w
   std::vector<float> W(static_cast<size_t>(w.rows * C)), y(static_cast<size_t>(N * w.rows));
   dequantize_rows(W.data(), w, 0, w.rows);
   std::vector<float> xq(static_cast<size_t>(N * C));
-  if (uses_lowp_gemm(w, N, rk) && w.dtype == WeightDType::bf16) {  // the input rounded to bf16
-    for (int64_t i = 0; i < N * C; ++i) xq[i] = bf16_to_f32(f32_to_bf16(inp[i]));
-    inp = xq.data();
-  } else if (uses_lowp_gemm(w, N, rk)) {  // int8, one scale per input row
-    std::vector<int8_t> q(static_cast<size_t>(C));
-    for (int64_t n = 0; n < N; ++n) {
-      const float s = quantize_int8_span(q.data(), inp + n * C, C);
-      for (int64_t c = 0; c < C; ++c) xq[n * C + c] = static_cast<float>(q[c]) * s;
-    }
+  if (uses_lowp_gemm(w, N, rk)) {
+    lowp_gemm_input_ref(xq.data(), inp, w.dtype, N, C);
     inp = xq.data();
   } else if (w.dtype == WeightDType::int8) {  // the per-row kernels': one scale per block of 32
     fake_quantize_act(xq.data(), inp, N, C);
