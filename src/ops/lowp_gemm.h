@@ -20,7 +20,7 @@
 namespace jtok {
 
 // linear_forward_lowp runs lowp_gemm for many rows of dtype t: the CPU has the instructions (bf16:
-// AVX-512 BF16; int8: AVX-512 VNNI) and a one-time probe (the first call, ~10 ms) finds the product
+// AVX-512 BF16; int8: AVX-512 VNNI) and a one-time probe (the first call, ~40 ms, one thread) finds the product
 // at least 1.1x sgemm's rate on a (256 x 768) x (768 x 768) product.
 bool lowp_gemm_enabled(WeightDType t);
 
