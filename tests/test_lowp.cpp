@@ -235,7 +235,7 @@ TEST(LowpGemm, MatchesReference) {
 // scale per row costs up to ~2x the error where a row's largest values stand out. The bounds are
 // ~1.6x those; a wrong scale or a lost block would give errors of order 1.
 TEST(LowpGemm, Int8ErrorAgainstFp32) {
-  if (!lowp_gemm_enabled(WeightDType::int8)) GTEST_SKIP() << "no int8 product on this CPU";
+  // lowp_gemm runs on any CPU (oneDNN emulates what it lacks), so the error is measured everywhere.
   const int64_t N = 64, OC = 512;
   struct Case { const char* name; int64_t C; double max_row; } cases[] = {
       {"normal", 768, 1.8e-2}, {"outlier channels", 768, 4e-2}, {"swiglu", 3072, 4e-2}};

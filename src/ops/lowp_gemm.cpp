@@ -1,9 +1,8 @@
 #include "ops/lowp_gemm.h"
 
-#include <omp.h>
-
 #include <algorithm>
-#include <ctime>
+#include <cstdlib>
+#include <string>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
@@ -14,46 +13,17 @@
 
 namespace jtok {
 
-// The process's CPU seconds: robust to other jobs taking the cores, as a shared machine's are.
-static double cpu_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-// lowp_gemm of dtype t against sgemm on one (256 x 768) x (768 x 768) product on one thread (no
-// waits on a descheduled partner): the best of 5 interleaved runs each (after one that builds the
-// primitives), in CPU time, as a speed ratio.
-static double probe_speedup(WeightDType t) {
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const int64_t N = 256, C = 768, OC = 768;
-  std::vector<float> x(N * C, 0.01f), W(OC * C, 0.02f), y(N * OC), scale(OC, 1e-3f);
-  std::vector<uint16_t> w16(OC * C, 0x3c00);  // bf16 0.0078
-  std::vector<int8_t> w8(OC * C, 3);
-  const WeightMatrix w = t == WeightDType::bf16 ? WeightMatrix{t, w16.data(), nullptr, OC, C}
-                                                : WeightMatrix{t, w8.data(), scale.data(), OC, C};
-  double best_lowp = 1e30, best_f32 = 1e30;
-  for (int r = 0; r < 6; ++r) {
-    const double t0 = cpu_seconds();
-    lowp_gemm(y.data(), x.data(), w, N, false);
-    const double t1 = cpu_seconds();
-    gemm_f32(false, true, N, OC, C, 1.0f, x.data(), C, W.data(), C, 0.0f, y.data(), OC);
-    const double t2 = cpu_seconds();
-    if (r == 0) continue;
-    best_lowp = std::min(best_lowp, t1 - t0);
-    best_f32 = std::min(best_f32, t2 - t1);
-  }
-  omp_set_num_threads(threads);
-  return best_f32 / best_lowp;
-}
-
 bool lowp_gemm_enabled(WeightDType t) {
   // oneDNN picks its kernels from the running CPU: without these instructions it would emulate
-  // them, and some CPUs with AVX-512 BF16 (no AMX) multiply bf16 no faster than fp32; there
-  // converting weight panels for sgemm is as fast or faster. Measured once per process.
-  static const bool bf16 = __builtin_cpu_supports("avx512bf16") && probe_speedup(WeightDType::bf16) > 1.1;
-  static const bool int8 = __builtin_cpu_supports("avx512vnni") && probe_speedup(WeightDType::int8) > 1.1;
+  // them, slower than converting weight panels for sgemm. Decided from the CPU's flags, not timed,
+  // so a given host always runs the same kernels (the same bits); JTOK_LOWP_GEMM=off keeps panels +
+  // sgemm (a host whose bf16 arithmetic is no faster than fp32: measure with bench/prefill_ratio.sh).
+  static const bool off = [] {
+    const char* e = std::getenv("JTOK_LOWP_GEMM");
+    return e != nullptr && std::string(e) == "off";
+  }();
+  static const bool bf16 = !off && __builtin_cpu_supports("avx512bf16");
+  static const bool int8 = !off && __builtin_cpu_supports("avx512vnni");
   return t == WeightDType::bf16 ? bf16 : t == WeightDType::int8 ? int8 : false;
 }
 

@@ -9,9 +9,9 @@
 //                 kernels: a plain int8 GEMM (per-block scales need a partial sum per block, out of
 //                 the library's reach); its error on model activations is measured in
 //                 tests/test_lowp.cpp (LowpGemm.Int8ErrorAgainstFp32) and docs/benchmarks.md.
-// Only on CPUs with AVX-512 BF16 (bf16) or AVX-512 VNNI (int8) where it also measures faster than
-// sgemm: lowp_gemm_enabled; elsewhere linear_forward_lowp keeps converting panels of weights to fp32
-// for sgemm.
+// Only on CPUs with AVX-512 BF16 (bf16) or AVX-512 VNNI (int8), unless JTOK_LOWP_GEMM=off:
+// lowp_gemm_enabled; elsewhere linear_forward_lowp keeps converting panels of weights to fp32 for
+// sgemm.
 #pragma once
 #include <cstdint>
 
@@ -20,8 +20,8 @@
 namespace jtok {
 
 // linear_forward_lowp runs lowp_gemm for many rows of dtype t: the CPU has the instructions (bf16:
-// AVX-512 BF16; int8: AVX-512 VNNI) and a one-time probe (the first call, ~40 ms, one thread) finds the product
-// at least 1.1x sgemm's rate on a (256 x 768) x (768 x 768) product.
+// AVX-512 BF16; int8: AVX-512 VNNI) and JTOK_LOWP_GEMM is not "off". From the flags alone, never
+// timed: a host always runs the same kernels.
 bool lowp_gemm_enabled(WeightDType t);
 
 // out (N, OC) (+)= inp (N, C) @ W^T for W = w (OC, C), bf16 or int8; with accumulate, out +=.
