@@ -85,6 +85,11 @@ def load(path, with_metadata=False):
     metadata = header.pop("__metadata__", None) or {}
     out = {}
     for name, info in header.items():
+        if info["dtype"] == "BF16":  # read as float32 (exact: bf16 is float32's upper half)
+            begin, end = info["data_offsets"]
+            bits = np.frombuffer(data[begin:end], dtype="<u2").astype(np.uint32) << 16
+            out[name] = bits.view(np.float32).reshape(tuple(info["shape"])).copy()
+            continue
         dtype = DTYPES.get(info["dtype"])
         if dtype is None:
             raise ValueError(f"{path}: tensor {name}: unsupported dtype {info['dtype']}")

@@ -1,0 +1,63 @@
+#include "hf/hf_tokenizer.h"
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "data/tokenizer.h"
+
+namespace jtok {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Llama 3's split pattern: Qwen2's with \p{N}{1,3} (digits in groups of up to three) for \p{N}.
+const char* kLlama3Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+// What the pre_tokenizer object says, in a few words for an error message.
+std::string describe_pre_tokenizer(const json& pre) {
+  if (!pre.is_object()) return pre.dump();
+  const std::string type = pre.value("type", std::string("?"));
+  if (type != "Sequence") return "type " + type;
+  std::string out = "Sequence [";
+  for (const json& p : pre.value("pretokenizers", json::array())) {
+    out += p.value("type", std::string("?"));
+    if (p.contains("pattern") && p.at("pattern").is_object() && p.at("pattern").contains("Regex"))
+      out += " /" + p.at("pattern").at("Regex").get<std::string>() + "/";
+    out += ", ";
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+std::string hf_tokenizer_kind(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "tokenizer.json").string();
+  json j;
+  try {
+    j = json::parse(read_file(path));
+  } catch (const json::exception& e) {
+    fail("tokenizer ", path, " does not parse: ", e.what());
+  }
+  if (!j.is_object()) fail("tokenizer ", path, ": expected a JSON object");
+  const json model = j.value("model", json::object());
+  if (model.value("type", std::string()) != "BPE")
+    fail("tokenizer ", path, ": model type '", model.value("type", std::string("?")), "' is not implemented (byte-level BPE only)");
+  const json pre = j.value("pre_tokenizer", json());
+  const std::string said = describe_pre_tokenizer(pre);
+  if (said.find(kLlama3Pattern) != std::string::npos)
+    fail("tokenizer ", path, ": Llama 3's pre-tokenizer (digits split in groups of up to three, \\p{N}{1,3}) is not implemented");
+  try {
+    Tokenizer::load(TokenizerKind::Qwen3, dir);  // every check of the loader (pattern, NFC, vocab, merges)
+  } catch (const Error& e) {
+    fail(e.what(), " (its pre_tokenizer: ", said, ")");
+  }
+  return "qwen3";
+}
+
+}  // namespace jtok

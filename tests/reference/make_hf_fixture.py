@@ -1,0 +1,185 @@
+"""A tiny random model written in Hugging Face's layout, with the reference's logits.
+
+The model is built with model.py (the PyTorch reference of jtok), its weights rounded to bf16
+(or f16, or kept f32) and written as Hugging Face writes a checkpoint directory:
+
+    config.json                    HF field names, model_type llama (the only one this makes yet)
+    model.safetensors              HF tensor names (the reference's names are HF's), bf16
+      or model-0000k-of-0000N.safetensors + model.safetensors.index.json (--shards N > 1)
+    tokenizer.json                 a small byte-level BPE in Qwen2's format (256 byte tokens, a few
+                                   merges, <|endoftext|>, <|im_start|>, <|im_end|>)
+    generation_config.json         eos ids
+    reference_logits.safetensors   input_ids int32 (1, T) and logits float64 (1, T, vocab) of the
+                                   reference in float64 on the rounded weights
+
+Usage: python3 make_hf_fixture.py --out DIR [--tied] [--shards N] [--dtype bf16|f16|f32] [--seed S]
+(or make_fixture(...) from a test). Needs torch and numpy only.
+"""
+import argparse
+import json
+import os
+import struct
+
+import numpy as np
+import torch
+
+from model import JTokConfig, Transformer
+
+# Qwen2's pre-tokenizer pattern, exactly as its tokenizer.json writes it.
+QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_PATTERN = QWEN_PATTERN.replace(r"|\p{N}|", r"|\p{N}{1,3}|")
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+DTYPE_NAME = {"bf16": "BF16", "f16": "F16", "f32": "F32"}
+TORCH_DTYPE = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+
+
+def byte_chars():
+    """GPT-2's byte -> printable character map (byte-level BPE)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def tokenizer_json(pattern=QWEN_PATTERN):
+    chars = byte_chars()
+    vocab = {chars[b]: b for b in range(256)}
+    merges = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e", "r")]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    added = [{"id": len(vocab) + i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, s in enumerate(SPECIAL)]
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "NFC"},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": [f"{a} {b}" for a, b in merges]},
+    }
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> (dtype name, shape, raw bytes); HF's layout (sorted names, 8-byte aligned header)."""
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name in sorted(tensors):
+        dt, shape, data = tensors[name]
+        header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(data)]}
+        blobs.append(data)
+        off += len(data)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for b in blobs:
+            f.write(b)
+
+
+def raw_bytes(t, dtype):
+    """Little-endian bytes of a float tensor in dtype (bf16 via its int16 bit pattern)."""
+    t = t.detach().to(TORCH_DTYPE[dtype]).contiguous()
+    if dtype == "bf16":
+        return t.view(torch.int16).numpy().tobytes()
+    return t.numpy().tobytes()
+
+
+def hf_config(cfg, arch):
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": arch,
+        "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": cfg.num_hidden_layers, "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_key_value_heads, "head_dim": cfg.head_dim, "hidden_act": "silu",
+        "max_position_embeddings": cfg.max_position_embeddings, "rms_norm_eps": cfg.rms_norm_eps,
+        "rope_theta": cfg.rope_theta, "rope_scaling": None, "tie_word_embeddings": cfg.tie_word_embeddings,
+        "attention_bias": False, "mlp_bias": False, "initializer_range": cfg.initializer_range,
+        "torch_dtype": "bfloat16", "bos_token_id": None, "eos_token_id": 262 + 2,
+    }
+
+
+def build_model(tied, seed, **overrides):
+    fields = dict(vocab_size=320, vocab_pad_multiple=1, hidden_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=160,
+                  max_position_embeddings=64, rope_theta=500000.0, rms_norm_eps=1e-5,
+                  tie_word_embeddings=tied, initializer_range=0.1)
+    fields.update(overrides)
+    cfg = JTokConfig(**fields)
+    torch.manual_seed(seed)
+    model = Transformer(cfg)
+    with torch.no_grad():  # gains away from 1, so that a gain read wrongly shows
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+    return cfg, model
+
+
+def write_weights(out, tensors, shards):
+    """HF's file(s): one model.safetensors, or `shards` files and model.safetensors.index.json."""
+    if shards <= 1:
+        write_safetensors(os.path.join(out, "model.safetensors"), tensors)
+        return
+    names = sorted(tensors)
+    weight_map, total = {}, 0
+    for k in range(shards):
+        file = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: tensors[n] for n in names[k::shards]}
+        write_safetensors(os.path.join(out, file), part)
+        for n in part:
+            weight_map[n] = file
+            total += len(part[n][2])
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+
+
+def make_fixture(out, arch="llama", tied=False, shards=1, dtype="bf16", seed=0, seq=24, **overrides):
+    """Writes the fixture directory (see the module's docstring); returns the reference logits."""
+    os.makedirs(out, exist_ok=True)
+    cfg, model = build_model(tied, seed, **overrides)
+    tensors = {}
+    with torch.no_grad():
+        for name, p in model.state_dict().items():
+            tensors[name] = (DTYPE_NAME[dtype], tuple(p.shape), raw_bytes(p, dtype))
+            p.copy_(p.to(TORCH_DTYPE[dtype]).to(torch.float32))  # the reference runs on the rounded values
+    write_weights(out, tensors, shards)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(hf_config(cfg, arch), f, indent=2)
+    with open(os.path.join(out, "tokenizer.json"), "w") as f:
+        json.dump(tokenizer_json(), f, ensure_ascii=False)
+    with open(os.path.join(out, "generation_config.json"), "w") as f:
+        json.dump({"eos_token_id": [262, 264]}, f)
+    gen = torch.Generator().manual_seed(seed + 1)
+    ids = torch.randint(0, cfg.vocab_size, (1, seq), generator=gen)
+    with torch.no_grad():
+        logits = model.double()(ids).numpy()
+    ref = {"input_ids": (ids.numpy().astype(np.int32)), "logits": logits}
+    write_safetensors(os.path.join(out, "reference_logits.safetensors"),
+                      {"input_ids": ("I32", ref["input_ids"].shape, ref["input_ids"].tobytes()),
+                       "logits": ("F64", logits.shape, logits.astype("<f8").tobytes())})
+    return ref
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--arch", default="llama")
+    ap.add_argument("--tied", action="store_true")
+    ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPE_NAME))
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    make_fixture(a.out, a.arch, a.tied, a.shards, a.dtype, a.seed)
+    print(f"make_hf_fixture: {a.arch} ({'tied' if a.tied else 'untied'}, {a.dtype}, {a.shards} file(s)) -> {a.out}")
+
+
+if __name__ == "__main__":
+    main()

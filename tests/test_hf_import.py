@@ -1,0 +1,179 @@
+"""`jtok import` of Hugging Face model directories made by the PyTorch reference.
+
+make_hf_fixture.py builds a tiny random model with the reference (model.py), rounds its weights
+to bf16 (or f16), writes it in HF's layout (HF names, config.json, tokenizer.json, one file or a
+sharded index) and the reference's float64 logits on the rounded weights. Each case imports it and
+checks:
+- every imported tensor is the file's value converted to f32 exactly (bit for bit);
+- jtok's logits (`jtok parity`, float32) match the reference's within 5e-6 relative error (the
+  threshold of the dense parity tests, parity.TOL["logits"]: the same maths in float32 lands near
+  1e-7..1e-6, a wrong tensor or layout at 1e-2 or more);
+- the checkpoint carries the model's own tokenizer and the eos ids of generation_config.json.
+Then bad inputs, each refused with a message naming the file and the tensor or field, and nothing
+left under the output name (nor its temp name).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+import parity
+import safetensors_np
+from make_hf_fixture import make_fixture
+
+JTOK = os.environ.get("JTOK_BIN", "build/jtok")
+TOL_LOGITS = parity.TOL["logits"]
+
+CASES = {
+    # name: make_fixture arguments
+    "llama_untied_sharded_headdim": dict(tied=False, shards=2, dtype="bf16", seed=1, head_dim=32),
+    "llama_tied_v300": dict(tied=True, shards=1, dtype="bf16", seed=2, vocab_size=300),
+    "llama_f16_one_kv_head": dict(tied=False, shards=3, dtype="f16", seed=3, num_key_value_heads=1),
+}
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def run(*args):
+    return subprocess.run([JTOK, *args], capture_output=True, text=True)
+
+
+def jtok_logits(ck, ids, work):
+    """jtok's float32 logits of ids (1, T) on the checkpoint's weights (`jtok parity`, one step)."""
+    batch = os.path.join(work, "batch.safetensors")
+    x = ids.reshape(1, 1, -1).astype(np.int32)
+    safetensors_np.save(batch, {"input_ids": x, "labels": x})
+    out = os.path.join(work, "parity_out.safetensors")
+    r = run("parity", "--config", os.path.join(ck, "config.json"), "--weights", os.path.join(ck, "model.safetensors"),
+            "--batch", batch, "--steps", "1", "--out", out)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr)
+    return safetensors_np.load(out)["logits"]
+
+
+def hf_tensors(src):
+    """The fixture's tensors as float32 (all of its files)."""
+    out = {}
+    for f in sorted(os.listdir(src)):
+        if f.startswith("model") and f.endswith(".safetensors"):
+            out.update({k: v.astype(np.float32) for k, v in safetensors_np.load(os.path.join(src, f)).items()})
+    return out
+
+
+def check_case(name, kw, work):
+    src, ck = os.path.join(work, name), os.path.join(work, name + "_ck")
+    ref = make_fixture(src, **kw)
+    r = run("import", "--from", src, "--out", ck)
+    check(r.returncode == 0, f"{name}: import ({r.stdout.strip() or r.stderr.strip()})")
+    if r.returncode != 0:
+        return
+    got, want = safetensors_np.load(os.path.join(ck, "model.safetensors")), hf_tensors(src)
+    check(sorted(got) == sorted(want), f"{name}: the checkpoint has the file's {len(want)} tensors")
+    exact = all(got[k].dtype == np.float32 and np.array_equal(got[k].view(np.uint32), want[k].view(np.uint32))
+                for k in want if k in got)
+    check(exact, f"{name}: every tensor is the file's value in f32, bit for bit")
+    err = parity.rel_err(jtok_logits(ck, ref["input_ids"], work), ref["logits"])
+    check(err < TOL_LOGITS, f"{name}: logits rel err {err:.2e} < {TOL_LOGITS:.0e} against the reference (float64)")
+    cfg = json.load(open(os.path.join(ck, "config.json")))
+    check(cfg["tokenizer"] == "qwen3" and os.path.samefile(cfg["tokenizer_dir"], ck)
+          and os.path.exists(os.path.join(ck, "tokenizer.json")), f"{name}: the checkpoint's tokenizer is its own copy")
+    state = json.load(open(os.path.join(ck, "trainer_state.json")))
+    check(state["step"] == 0 and state["eos_token_ids"] == [262, 264], f"{name}: step 0, eos ids of generation_config.json")
+    return src
+
+
+def expect_refused(label, src, out, *needles, args=()):
+    """jtok import of src must fail naming every needle, leaving nothing at out or out.tmp."""
+    existed = os.path.exists(out)
+    r = run("import", "--from", src, "--out", out, *args)
+    msg = r.stderr.strip()
+    named = all(n in msg for n in needles)
+    clean = (existed or not os.path.exists(out)) and not os.path.exists(out + ".tmp")
+    check(r.returncode != 0 and named and clean, f"refused: {label}: {msg}")
+
+
+def variant(base, work, name, edit):
+    """A copy of the fixture directory `base`, changed by edit(dir)."""
+    d = os.path.join(work, "bad_" + name)
+    shutil.copytree(base, d)
+    edit(d)
+    return d
+
+
+def edit_json(path, change):
+    j = json.load(open(path))
+    change(j)
+    json.dump(j, open(path, "w"))
+
+
+def bad_inputs(single, sharded, work):
+    out = os.path.join(work, "bad_out")
+    cfg = lambda d: os.path.join(d, "config.json")
+    d = variant(single, work, "type", lambda d: edit_json(cfg(d), lambda j: j.update(model_type="gpt_neox")))
+    expect_refused("unknown model_type", d, out, "config.json", "model_type", "gpt_neox")
+    d = variant(single, work, "act", lambda d: edit_json(cfg(d), lambda j: j.update(hidden_act="gelu")))
+    expect_refused("hidden_act gelu", d, out, "config.json", "hidden_act", "gelu")
+    d = variant(single, work, "rope", lambda d: edit_json(cfg(d), lambda j: j.update(rope_scaling={"rope_type": "yarn", "factor": 4.0})))
+    expect_refused("rope_scaling yarn", d, out, "config.json", "rope_scaling", "yarn")
+    d = variant(single, work, "obias", lambda d: edit_json(cfg(d), lambda j: j.update(attention_bias=True)))
+    expect_refused("llama attention_bias (o_proj bias)", d, out, "config.json", "attention_bias", "o_proj")
+    d = variant(single, work, "shape", lambda d: edit_json(cfg(d), lambda j: j.update(intermediate_size=170)))
+    expect_refused("wrong shape", d, out, "model.safetensors", "model.layers.0.mlp.gate_proj.weight", "(160, 64)", "(170, 64)")
+    idx = lambda d: os.path.join(d, "model.safetensors.index.json")
+    shard2 = "model-00002-of-00002.safetensors"
+    d = variant(sharded, work, "noshard", lambda d: os.remove(os.path.join(d, shard2)))
+    expect_refused("missing shard", d, out, "model.safetensors.index.json", shard2)
+    d = variant(sharded, work, "badname", lambda d: edit_json(idx(d), lambda j: j["weight_map"].update(
+        {"model.norm.weight": "model-00009-of-00002.safetensors"})))
+    expect_refused("index names a file that is not there", d, out, "model-00009-of-00002.safetensors", "model.norm.weight")
+    d = variant(sharded, work, "notensor", lambda d: edit_json(idx(d), lambda j: j["weight_map"].pop("model.layers.1.self_attn.k_proj.weight")))
+    expect_refused("tensor missing", d, out, "model.safetensors.index.json", "model.layers.1.self_attn.k_proj.weight")
+
+    def retype(d):  # one tensor stored as I16 (same bytes, wrong dtype)
+        p = os.path.join(d, "model.safetensors")
+        raw = open(p, "rb").read()
+        n = int.from_bytes(raw[:8], "little")
+        h = json.loads(raw[8:8 + n])
+        h["model.norm.weight"]["dtype"] = "I16"
+        head = json.dumps(h, separators=(",", ":")).encode()
+        head += b" " * (n - len(head))
+        open(p, "wb").write(raw[:8] + head + raw[8 + n:])
+    d = variant(single, work, "dtype", retype)
+    expect_refused("wrong dtype", d, out, "model.safetensors", "model.norm.weight", "I16")
+
+    def truncate(d):
+        p = os.path.join(d, "model.safetensors")
+        os.truncate(p, os.path.getsize(p) - 100)
+    d = variant(single, work, "trunc", truncate)
+    expect_refused("truncated safetensors", d, out, "model.safetensors", "truncated")
+    d = variant(single, work, "tok", lambda d: open(os.path.join(d, "tokenizer.json"), "w").write("{\"model\": [1, 2"))
+    expect_refused("tokenizer.json that does not parse", d, out, "tokenizer.json", "does not parse")
+    d = variant(single, work, "llama3tok", lambda d: edit_json(os.path.join(d, "tokenizer.json"), lambda j: j["pre_tokenizer"]["pretokenizers"][0]["pattern"].update(
+        Regex=j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"].replace(r"|\p{N}|", r"|\p{N}{1,2}|"))))
+    expect_refused("a pre_tokenizer we do not implement", d, out, "tokenizer.json", "pre_tokenizer", r"\p{N}{1,2}")
+    os.makedirs(out)
+    open(os.path.join(out, "keep"), "w").write("x")
+    expect_refused("output directory exists", single, out, "bad_out", "exists")
+    check(os.listdir(out) == ["keep"], "the existing output directory is left as it was")
+
+
+def main():
+    with tempfile.TemporaryDirectory(prefix="jtok_hf_import_") as work:
+        srcs = {name: check_case(name, kw, work) for name, kw in CASES.items()}
+        bad_inputs(srcs["llama_tied_v300"], srcs["llama_untied_sharded_headdim"], work)
+    print(f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
