@@ -5,6 +5,7 @@
 //     --table-dtype bf16 | int8 stores every token table so (quantize_table, src/model/token_table.h).
 //   --format gguf: one GGUF file for llama.cpp's `llama` architecture (docs/formats.md "GGUF
 //     export"); models with token-indexed tables or MoE are refused before any weight is read.
+//   --format hf: a Hugging Face model directory (src/hf/hf_export.h, docs/import.md), bf16 or f32.
 #include <cstdio>
 #include <filesystem>
 
@@ -15,6 +16,8 @@
 #include "core/error.h"
 #include "export/fold.h"
 #include "export/gguf_export.h"
+#include "hf/hf_config.h"
+#include "hf/hf_export.h"
 #include "io/safetensors.h"
 #include "model/weights_io.h"
 #include "run_setup.h"
@@ -37,6 +40,7 @@ void refuse_lowp_source(const jtok::LoadedCheckpoint& ck) {
 
 void export_gguf() {
   using namespace jtok;
+  if (args.dtype == "bf16") fail("export --format gguf: --dtype bf16 (known: f32, f16, q8_0)");
   if (args.fold || self->count("--table-dtype") || self->count("--weight-dtype"))
     fail("export: --fold-jtok, --table-dtype and --weight-dtype are for --format jtok");
   const std::string dir = resolve_checkpoint(args.checkpoint);
@@ -55,6 +59,35 @@ void export_gguf() {
   w.write(args.out);
   std::printf("export: %s -> %s (gguf v%u, %s, %s, %llu bytes)\n", ck.dir.c_str(), args.out.c_str(), kGgufVersion,
               gguf_architecture(ck.cfg.model).c_str(), args.dtype.c_str(), static_cast<unsigned long long>(w.file_size()));
+}
+
+// The directory whose tokenizer.json an HF export copies: the checkpoint's own (an import), else a
+// Qwen3-kind tokenizer's directory; "" for GPT-2's files (no tokenizer.json).
+std::string tokenizer_json_dir(const jtok::LoadedCheckpoint& ck) {
+  namespace fs = std::filesystem;
+  if (fs::exists(fs::path(ck.dir) / "tokenizer.json")) return ck.dir;
+  if (ck.cfg.train.tokenizer != "qwen3") return "";
+  return ck.cfg.train.tokenizer_dir.empty() ? jtok::default_tokenizer_dir("qwen3") : ck.cfg.train.tokenizer_dir;
+}
+
+void export_hf() {
+  using namespace jtok;
+  if (args.fold || self->count("--table-dtype") || self->count("--weight-dtype") || self->count("--name"))
+    fail("export: --fold-jtok, --table-dtype, --weight-dtype and --name are not for --format hf");
+  HfExportOptions opt;
+  opt.dtype = self->count("--dtype") ? args.dtype : "bf16";
+  if (opt.dtype != "bf16" && opt.dtype != "f32") fail("export --format hf: --dtype ", opt.dtype, " (known: bf16, f32)");
+  if (std::filesystem::exists(args.out)) fail("--out ", args.out, " exists; give a new directory");
+  const std::string dir = resolve_checkpoint(args.checkpoint);
+  hf_config_from_model(load_checkpoint_config(dir).model, dir);  // refuse before reading any weights
+  LoadedCheckpoint ck = load_for_inference(dir);
+  refuse_lowp_source(ck);
+  opt.tokenizer_dir = tokenizer_json_dir(ck);
+  opt.eos_token_id = ck.tokenizer.eot_id();
+  const uint64_t bytes = export_hf(ck.model, ck.dir, args.out, opt);
+  std::printf("export: %s -> %s (Hugging Face %s, %s, %.1f MB, tokenizer %s)\n", ck.dir.c_str(), args.out.c_str(),
+              hf_config_from_model(ck.model.cfg, ck.dir).value("model_type", "").c_str(), opt.dtype.c_str(),
+              static_cast<double>(bytes) / 1e6, opt.tokenizer_dir.empty() ? "not copied (no tokenizer.json)" : "copied");
 }
 
 void export_jtok() {
@@ -99,8 +132,9 @@ void export_jtok() {
 void setup(CLI::App* sub) {
   self = sub;
   sub->add_option("--checkpoint", args.checkpoint, "checkpoint directory, or a run directory (its newest)")->required();
-  sub->add_option("--format", args.format, "jtok: an inference checkpoint directory; gguf: a file for llama.cpp")
-      ->check(CLI::IsMember({"jtok", "gguf"}));
+  sub->add_option("--format", args.format,
+                  "jtok: an inference checkpoint directory; gguf: a file for llama.cpp; hf: a Hugging Face model directory")
+      ->check(CLI::IsMember({"jtok", "gguf", "hf"}));
   sub->add_option("--out", args.out, "output: a new directory (jtok) or file (gguf), written under a temp name")->required();
   sub->add_flag("--fold-jtok", args.fold, "jtok: store JTok's gate table G = s * Norm(E) (inference: 1 + G[x])");
   sub->add_option("--table-dtype", args.table_dtype, "jtok: token-table storage: f32, bf16, or int8 (per-row scale)")
@@ -109,13 +143,15 @@ void setup(CLI::App* sub) {
                   "jtok: dtype of the attention / MLP projections, MoE experts, embedding and LM head: f32, bf16, or int8 "
                   "(symmetric, one scale per output row); inference only")
       ->check(CLI::IsMember({"f32", "bf16", "int8"}));
-  sub->add_option("--dtype", args.dtype, "gguf: type of the 2-D weights (norms stay f32): f32, f16, or q8_0 (llama.cpp's 8-bit blocks of 32)")
-      ->check(CLI::IsMember({"f32", "f16", "q8_0"}));
+  sub->add_option("--dtype", args.dtype,
+                  "gguf: type of the 2-D weights (norms stay f32): f32, f16, or q8_0 (llama.cpp's 8-bit blocks of 32); "
+                  "hf: every tensor's dtype: bf16 (default) or f32 (exact)")
+      ->check(CLI::IsMember({"f32", "f16", "q8_0", "bf16"}));
   sub->add_option("--name", args.name, "gguf: general.name in the file (default: jtok)");
-  sub->callback([] { args.format == "gguf" ? export_gguf() : export_jtok(); });
+  sub->callback([] { args.format == "gguf" ? export_gguf() : args.format == "hf" ? export_hf() : export_jtok(); });
 }
 
 const bool registered = jtok::register_command(
-    {"export", "export a checkpoint for inference: an inference copy (--fold-jtok) or GGUF for llama.cpp", setup});
+    {"export", "export a checkpoint for inference: an inference copy (--fold-jtok), GGUF for llama.cpp, or a Hugging Face directory", setup});
 
 }  // namespace

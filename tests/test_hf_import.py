@@ -9,6 +9,10 @@ checks:
   threshold of the dense parity tests, parity.TOL["logits"]: the same maths in float32 lands near
   1e-7..1e-6, a wrong tensor or layout at 1e-2 or more);
 - the checkpoint carries the model's own tokenizer and the eos ids of generation_config.json.
+`jtok export --format hf` then `jtok import` round-trips: an imported model's model.safetensors comes
+back byte for byte (f32 export); a jtok model with a padded vocabulary (300 rows padded to 320)
+comes back with its 300 real rows bit for bit and the same logits, and its bf16 export holds the
+round-to-nearest-even bf16 of every value; a model with JTok tables is refused (no HF architecture).
 Then bad inputs, each refused with a message naming the file and the tensor or field, and nothing
 left under the output name (nor its temp name).
 """
@@ -167,9 +171,67 @@ def bad_inputs(single, sharded, work):
     check(os.listdir(out) == ["keep"], "the existing output directory is left as it was")
 
 
+def jtok_checkpoint(ck, seed, **fields):
+    """A jtok checkpoint directory made by hand from the reference's random weights (f32)."""
+    import torch
+    from model import JTokConfig, Transformer
+    cfg = dict(vocab_size=300, vocab_pad_multiple=64, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, intermediate_size=160, max_position_embeddings=64, initializer_range=0.1,
+               seq_len=32, **fields)
+    torch.manual_seed(seed)
+    os.makedirs(ck)
+    safetensors_np.save(os.path.join(ck, "model.safetensors"), Transformer(JTokConfig(**cfg)).numpy_state())
+    json.dump(cfg, open(os.path.join(ck, "config.json"), "w"))
+    json.dump({"step": 0}, open(os.path.join(ck, "trainer_state.json"), "w"))
+    open(os.path.join(ck, "COMPLETE"), "w").write("0\n")
+    return cfg
+
+
+def round_trips(imported_ck, work):
+    e32, back = os.path.join(work, "rt_e32"), os.path.join(work, "rt_back")
+    r = run("export", "--checkpoint", imported_ck, "--format", "hf", "--dtype", "f32", "--out", e32)
+    check(r.returncode == 0, f"export --format hf --dtype f32 of an imported model ({r.stdout.strip() or r.stderr.strip()})")
+    r = run("import", "--from", e32, "--out", back)
+    same = r.returncode == 0 and open(os.path.join(back, "model.safetensors"), "rb").read() == \
+        open(os.path.join(imported_ck, "model.safetensors"), "rb").read()
+    check(same, "import of the f32 export: model.safetensors byte for byte the imported one")
+    check(os.path.exists(os.path.join(e32, "tokenizer.json")), "the export carries the checkpoint's tokenizer.json")
+
+    ck = os.path.join(work, "native_ck")
+    jtok_checkpoint(ck, seed=5)
+    orig = safetensors_np.load(os.path.join(ck, "model.safetensors"))
+    for dtype in ("f32", "bf16"):
+        out, back = os.path.join(work, "native_" + dtype), os.path.join(work, "native_back_" + dtype)
+        r = run("export", "--checkpoint", ck, "--format", "hf", "--dtype", dtype, "--out", out)
+        check(r.returncode == 0, f"export --format hf --dtype {dtype} of a padded-vocabulary model ({r.stdout.strip() or r.stderr.strip()})")
+        hf_cfg = json.load(open(os.path.join(out, "config.json")))
+        check(hf_cfg["model_type"] == "llama" and hf_cfg["vocab_size"] == 300, f"{dtype}: config.json says llama, vocab_size 300")
+        r = run("import", "--from", out, "--out", back, "--no-tokenizer")
+        check(r.returncode == 0, f"{dtype}: import of the export ({r.stdout.strip() or r.stderr.strip()})")
+        got = safetensors_np.load(os.path.join(back, "model.safetensors"))
+        want = {k: v[:300] if k in ("model.embed_tokens.weight", "lm_head.weight") else v for k, v in orig.items()}
+        if dtype == "bf16":
+            import torch
+            want = {k: torch.from_numpy(v).to(torch.bfloat16).to(torch.float32).numpy() for k, v in want.items()}
+        exact = sorted(got) == sorted(want) and all(np.array_equal(got[k].view(np.uint32), want[k].view(np.uint32)) for k in want)
+        check(exact, f"{dtype}: every tensor back bit for bit ({'rounded to nearest even bf16' if dtype == 'bf16' else 'the 300 real rows'})")
+        if dtype == "f32":
+            ids = np.arange(24, dtype=np.int32) * 11 % 300
+            a, b = jtok_logits(ck, ids, work)[..., :300], jtok_logits(back, ids, work)
+            check(parity.rel_err(b, a) <= 1e-7, f"f32: logits of the round-tripped model within 1e-7 of the original's ({parity.rel_err(b, a):.1e})")
+
+    ck = os.path.join(work, "jtok_tables_ck")
+    jtok_checkpoint(ck, seed=6, jtok=True)
+    out = os.path.join(work, "jtok_tables_hf")
+    r = run("export", "--checkpoint", ck, "--format", "hf", "--out", out)
+    check(r.returncode != 0 and "JTok tables" in r.stderr and not os.path.exists(out) and not os.path.exists(out + ".tmp"),
+          f"export --format hf of a model with JTok tables refused: {r.stderr.strip()}")
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="jtok_hf_import_") as work:
         srcs = {name: check_case(name, kw, work) for name, kw in CASES.items()}
+        round_trips(os.path.join(work, "llama_untied_sharded_headdim_ck"), work)
         bad_inputs(srcs["llama_tied_v300"], srcs["llama_untied_sharded_headdim"], work)
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0

@@ -1,11 +1,5 @@
 #include "hf/hf_import.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -17,6 +11,7 @@
 #include "hf/hf_config.h"
 #include "hf/hf_tokenizer.h"
 #include "hf/hf_weights.h"
+#include "hf/st_stream.h"
 #include "model/transformer.h"
 
 namespace jtok {
@@ -63,29 +58,11 @@ std::vector<ParamInfo> checked_layout(const HfWeights& w, const ModelConfig& m, 
 uint64_t write_weights(const HfWeights& w, const std::vector<ParamInfo>& layout, const std::string& path) {
   std::map<std::string, StShape> shapes;
   for (const ParamInfo& p : layout) shapes[p.name] = {"F32", p.shape};
-  const StLayout L = safetensors_layout(shapes, {{"format", "pt"}});
-  std::map<uint64_t, std::string> in_order;
-  for (const auto& [name, off] : L.offset) in_order[off] = name;
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) fail("cannot create ", path, ": ", std::strerror(errno));
-  try {
-    write_all(fd, L.head, path);
-    uint64_t at = L.head.size();
-    for (const auto& [off, name] : in_order) {
-      JTOK_CHECK(off == at, "tensor ", name, " at ", off, ", file at ", at);
-      stream_tensor_f32(w, name, [&](const float* v, int64_t n) {
-        write_all(fd, std::string_view(reinterpret_cast<const char*>(v), static_cast<size_t>(n) * 4), path);
-        at += static_cast<uint64_t>(n) * 4;
-      });
-    }
-    JTOK_CHECK(at == L.size, "wrote ", at, " bytes of ", L.size);
-    if (::fsync(fd) != 0) fail("fsync ", path, ": ", std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  if (::close(fd) != 0) fail("close ", path, ": ", std::strerror(errno));
-  return L.size;
+  return write_safetensors_streamed(path, shapes, {{"format", "pt"}}, [&](const std::string& name, const auto& put) {
+    stream_tensor_f32(w, name, [&](const float* v, int64_t n) {
+      put(std::string_view(reinterpret_cast<const char*>(v), static_cast<size_t>(n) * sizeof(float)));
+    });
+  });
 }
 
 json read_json(const std::string& path) {
