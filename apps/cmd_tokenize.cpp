@@ -44,7 +44,7 @@ void setup(CLI::App* sub) {
   static std::vector<std::string> files;
   static bool decode = false, roundtrip = false;
   static int threads = 0, bench = 0;
-  sub->add_option("--tokenizer", name, "gpt2 or qwen3")->check(CLI::IsMember({"gpt2", "qwen3"}));
+  sub->add_option("--tokenizer", name, "gpt2, qwen3 or llama3 (llama3 needs --tokenizer-dir)")->check(CLI::IsMember({"gpt2", "qwen3", "llama3"}));
   sub->add_option("--tokenizer-dir", dir,
                   "directory with encoder.json+vocab.bpe (gpt2) or tokenizer.json (qwen3); "
                   "default: .cache/npm/... found from $JTOK_ROOT, the cwd or the binary");

@@ -27,7 +27,13 @@ import numpy as np
 
 import parity
 import safetensors_np
-from make_hf_fixture import make_fixture
+from make_hf_fixture import EOS_IDS, make_fixture
+
+# "abc 12345" in the fixture's tokenizers: Qwen's splits digits one by one (no digit merge applies);
+# Llama 3's splits "123" "45" (merged to their tokens) and takes "abc", a token no merge reaches,
+# whole (ignore_merges). Ids: bytes are 0..255 in byte order, merges 256.., "abc" 265 (llama3).
+TOKENIZE_TEXT = "abc 12345"
+TOKENIZE_IDS = {"qwen3": [97, 98, 99, 32, 49, 50, 51, 52, 53], "llama3": [265, 32, 263, 264]}
 
 JTOK = os.environ.get("JTOK_BIN", "build/jtok")
 TOL_LOGITS = parity.TOL["logits"]
@@ -37,6 +43,7 @@ CASES = {
     "llama_untied_sharded_headdim": dict(tied=False, shards=2, dtype="bf16", seed=1, head_dim=32),
     "llama_tied_v300": dict(tied=True, shards=1, dtype="bf16", seed=2, vocab_size=300),
     "llama_f16_one_kv_head": dict(tied=False, shards=3, dtype="f16", seed=3, num_key_value_heads=1),
+    "llama_llama3_tokenizer": dict(tied=True, shards=1, dtype="bf16", seed=4, tokenizer="llama3"),
 }
 
 failures = []
@@ -89,10 +96,16 @@ def check_case(name, kw, work):
     err = parity.rel_err(jtok_logits(ck, ref["input_ids"], work), ref["logits"])
     check(err < TOL_LOGITS, f"{name}: logits rel err {err:.2e} < {TOL_LOGITS:.0e} against the reference (float64)")
     cfg = json.load(open(os.path.join(ck, "config.json")))
-    check(cfg["tokenizer"] == "qwen3" and os.path.samefile(cfg["tokenizer_dir"], ck)
-          and os.path.exists(os.path.join(ck, "tokenizer.json")), f"{name}: the checkpoint's tokenizer is its own copy")
+    kind = "llama3" if kw.get("tokenizer") == "llama3" else "qwen3"
+    check(cfg["tokenizer"] == kind and os.path.samefile(cfg["tokenizer_dir"], ck)
+          and os.path.exists(os.path.join(ck, "tokenizer.json")), f"{name}: the checkpoint's tokenizer is its own copy ({kind})")
+    text = os.path.join(work, "text.txt")
+    open(text, "w").write(TOKENIZE_TEXT)
+    r = run("tokenize", "--tokenizer", kind, "--tokenizer-dir", ck, text)
+    ids = [int(x) for x in r.stdout.split()] if r.returncode == 0 else r.stderr
+    check(ids == TOKENIZE_IDS[kind], f"{name}: '{TOKENIZE_TEXT}' -> {ids} with the {kind} pre-tokenizer")
     state = json.load(open(os.path.join(ck, "trainer_state.json")))
-    check(state["step"] == 0 and state["eos_token_ids"] == [262, 264], f"{name}: step 0, eos ids of generation_config.json")
+    check(state["step"] == 0 and state["eos_token_ids"] == EOS_IDS, f"{name}: step 0, eos ids of generation_config.json")
     return src
 
 

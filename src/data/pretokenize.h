@@ -22,6 +22,7 @@ void to_code_points(std::string_view text, CodePoints& out);
 void gpt2_pretokenize(const CodePoints& text, std::vector<uint32_t>& ends);
 // Qwen2/3 (tokenizer.json Split pattern, with (?i:...) for contractions as ASCII case folding):
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-void qwen_pretokenize(const CodePoints& text, std::vector<uint32_t>& ends);
+// max_digits 3: Llama 3's pattern, the same with \p{N}{1,3} for \p{N}.
+void qwen_pretokenize(const CodePoints& text, std::vector<uint32_t>& ends, size_t max_digits = 1);
 
 }  // namespace jtok

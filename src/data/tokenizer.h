@@ -9,12 +9,16 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 #include "data/bpe.h"
 
 namespace jtok {
 
-enum class TokenizerKind { Gpt2, Qwen3 };
+// Llama3: a Hugging Face tokenizer.json with Llama 3's split pattern (Qwen's with \p{N}{1,3}), no
+// normalizer, whole pieces found in the vocabulary taken as they are (ignore_merges), end of text
+// "<|end_of_text|>"; it has no default files (tokenizer_dir names them: an imported checkpoint).
+enum class TokenizerKind { Gpt2, Qwen3, Llama3 };
 
 struct AddedToken {
   std::string content;
@@ -26,7 +30,7 @@ class Tokenizer {
  public:
   // Loads from dir (gpt2: encoder.json + vocab.bpe; qwen3: tokenizer.json). Errors name the file.
   static Tokenizer load(TokenizerKind kind, const std::string& dir);
-  // kind by name ("gpt2", "qwen3"); dir empty -> default_tokenizer_dir(name).
+  // kind by name ("gpt2", "qwen3", "llama3"); dir empty -> default_tokenizer_dir(name).
   static Tokenizer load(const std::string& name, const std::string& dir = "");
 
   void encode(std::string_view text, std::vector<int32_t>& out) const;
@@ -43,7 +47,7 @@ class Tokenizer {
   const std::string& name() const { return name_; }
   uint64_t fingerprint() const { return fingerprint_; }  // FNV-1a of vocab, merges and added tokens
   uint32_t vocab_size() const { return vocab_size_; }    // max id + 1
-  int32_t eot_id() const { return eot_id_; }              // "<|endoftext|>"
+  int32_t eot_id() const { return eot_id_; }              // "<|endoftext|>" (Llama 3: "<|end_of_text|>")
   int32_t token_id(const std::string& added_token) const;  // -1 if unknown
   const std::vector<AddedToken>& added_tokens() const { return added_; }
 
@@ -55,7 +59,8 @@ class Tokenizer {
   int32_t eot_id_ = -1;
   Bpe bpe_;
   std::vector<AddedToken> added_;    // sorted by length, longest first
-  std::vector<AddedToken> split_on_; // the ones matched in text (Qwen3: all added tokens)
+  std::vector<AddedToken> split_on_; // the ones matched in text (Qwen3, Llama 3: all added tokens)
+  std::unordered_map<std::string, int32_t> whole_;  // Llama 3 (ignore_merges): piece bytes -> id
   void encode_section(std::string_view text, std::vector<int32_t>& out) const;
 };
 

@@ -50,14 +50,13 @@ std::string hf_tokenizer_kind(const std::string& dir) {
     fail("tokenizer ", path, ": model type '", model.value("type", std::string("?")), "' is not implemented (byte-level BPE only)");
   const json pre = j.value("pre_tokenizer", json());
   const std::string said = describe_pre_tokenizer(pre);
-  if (said.find(kLlama3Pattern) != std::string::npos)
-    fail("tokenizer ", path, ": Llama 3's pre-tokenizer (digits split in groups of up to three, \\p{N}{1,3}) is not implemented");
-  try {
-    Tokenizer::load(TokenizerKind::Qwen3, dir);  // every check of the loader (pattern, NFC, vocab, merges)
+  const bool llama3 = said.find(kLlama3Pattern) != std::string::npos;
+  try {  // every check of the loader (pattern, normalizer, vocabulary, merges, end-of-text token)
+    Tokenizer::load(llama3 ? TokenizerKind::Llama3 : TokenizerKind::Qwen3, dir);
   } catch (const Error& e) {
     fail(e.what(), " (its pre_tokenizer: ", said, ")");
   }
-  return "qwen3";
+  return llama3 ? "llama3" : "qwen3";
 }
 
 }  // namespace jtok

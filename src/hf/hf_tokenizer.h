@@ -5,9 +5,10 @@
 
 namespace jtok {
 
-// The TrainConfig.tokenizer kind that reads `dir`/tokenizer.json exactly ("qwen3": byte-level BPE
-// with Qwen2's split pattern, NFC), after loading it with that kind; errors name the file and what
-// it says that jtok does not implement (another pre_tokenizer, normalizer or model type).
+// The TrainConfig.tokenizer kind that reads `dir`/tokenizer.json exactly, after loading it with that
+// kind: "qwen3" (byte-level BPE, Qwen2's split pattern, NFC: Qwen2 and Qwen3) or "llama3" (Llama 3's
+// pattern, no normalizer). Errors name the file and what it says that jtok does not implement
+// (another pre_tokenizer, normalizer or model type, no end-of-text token).
 std::string hf_tokenizer_kind(const std::string& dir);
 
 }  // namespace jtok

@@ -7,7 +7,7 @@ The model is built with model.py (the PyTorch reference of jtok), its weights ro
     model.safetensors              HF tensor names (the reference's names are HF's), bf16
       or model-0000k-of-0000N.safetensors + model.safetensors.index.json (--shards N > 1)
     tokenizer.json                 a small byte-level BPE in Qwen2's format (256 byte tokens, a few
-                                   merges, <|endoftext|>, <|im_start|>, <|im_end|>)
+                                   merges, <|endoftext|>, <|im_start|>, <|im_end|>), or Llama 3's
     generation_config.json         eos ids
     reference_logits.safetensors   input_ids int32 (1, T) and logits float64 (1, T, vocab) of the
                                    reference in float64 on the rounded weights
@@ -29,7 +29,10 @@ from model import JTokConfig, Transformer
 QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_PATTERN = QWEN_PATTERN.replace(r"|\p{N}|", r"|\p{N}{1,3}|")
-SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+SPECIAL = {"qwen": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+           "llama3": ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"]}
+
+EOS_IDS = [265, 267]  # the first and last added token (after 256 bytes and 9 merges)
 
 DTYPE_NAME = {"bf16": "BF16", "f16": "F16", "f32": "F32"}
 TORCH_DTYPE = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
@@ -48,24 +51,30 @@ def byte_chars():
     return {b: chr(c) for b, c in zip(bs, cs)}
 
 
-def tokenizer_json(pattern=QWEN_PATTERN):
+def tokenizer_json(kind="qwen"):
+    """kind "qwen": Qwen2's format (NFC, Qwen's pattern); "llama3": Llama 3's (no normalizer, digits
+    in runs of up to three, ignore_merges, with a token "abc" that no merge reaches)."""
     chars = byte_chars()
     vocab = {chars[b]: b for b in range(256)}
-    merges = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e", "r")]
+    merges = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e", "r"), ("1", "2"), ("12", "3"), ("4", "5")]
     for a, b in merges:
         vocab[a + b] = len(vocab)
+    if kind == "llama3":
+        vocab["abc"] = len(vocab)
     added = [{"id": len(vocab) + i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for i, s in enumerate(SPECIAL)]
+              "normalized": False, "special": True} for i, s in enumerate(SPECIAL[kind])]
+    pattern = LLAMA3_PATTERN if kind == "llama3" else QWEN_PATTERN
     return {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": {"type": "NFC"},
+        "normalizer": None if kind == "llama3" else {"type": "NFC"},
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
         "post_processor": None,
         "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False,
+                  "ignore_merges": kind == "llama3",
                   "vocab": vocab, "merges": [f"{a} {b}" for a, b in merges]},
     }
 
@@ -103,7 +112,7 @@ def hf_config(cfg, arch):
         "max_position_embeddings": cfg.max_position_embeddings, "rms_norm_eps": cfg.rms_norm_eps,
         "rope_theta": cfg.rope_theta, "rope_scaling": None, "tie_word_embeddings": cfg.tie_word_embeddings,
         "attention_bias": False, "mlp_bias": False, "initializer_range": cfg.initializer_range,
-        "torch_dtype": "bfloat16", "bos_token_id": None, "eos_token_id": 262 + 2,
+        "torch_dtype": "bfloat16", "bos_token_id": None, "eos_token_id": 265 + 2,
     }
 
 
@@ -141,7 +150,7 @@ def write_weights(out, tensors, shards):
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
-def make_fixture(out, arch="llama", tied=False, shards=1, dtype="bf16", seed=0, seq=24, **overrides):
+def make_fixture(out, arch="llama", tied=False, shards=1, dtype="bf16", seed=0, seq=24, tokenizer="qwen", **overrides):
     """Writes the fixture directory (see the module's docstring); returns the reference logits."""
     os.makedirs(out, exist_ok=True)
     cfg, model = build_model(tied, seed, **overrides)
@@ -154,9 +163,9 @@ def make_fixture(out, arch="llama", tied=False, shards=1, dtype="bf16", seed=0, 
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(hf_config(cfg, arch), f, indent=2)
     with open(os.path.join(out, "tokenizer.json"), "w") as f:
-        json.dump(tokenizer_json(), f, ensure_ascii=False)
+        json.dump(tokenizer_json(tokenizer), f, ensure_ascii=False)
     with open(os.path.join(out, "generation_config.json"), "w") as f:
-        json.dump({"eos_token_id": [262, 264]}, f)
+        json.dump({"eos_token_id": EOS_IDS}, f)
     gen = torch.Generator().manual_seed(seed + 1)
     ids = torch.randint(0, cfg.vocab_size, (1, seq), generator=gen)
     with torch.no_grad():
@@ -176,8 +185,9 @@ def main():
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPE_NAME))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tokenizer", default="qwen", choices=["qwen", "llama3"])
     a = ap.parse_args()
-    make_fixture(a.out, a.arch, a.tied, a.shards, a.dtype, a.seed)
+    make_fixture(a.out, a.arch, a.tied, a.shards, a.dtype, a.seed, tokenizer=a.tokenizer)
     print(f"make_hf_fixture: {a.arch} ({'tied' if a.tied else 'untied'}, {a.dtype}, {a.shards} file(s)) -> {a.out}")
 
 
