@@ -3,7 +3,7 @@
 The model is built with model.py (the PyTorch reference of jtok), its weights rounded to bf16
 (or f16, or kept f32) and written as Hugging Face writes a checkpoint directory:
 
-    config.json                    HF field names, model_type llama (the only one this makes yet)
+    config.json                    HF field names, model_type llama, qwen2, qwen3 or qwen3_moe
     model.safetensors              HF tensor names (the reference's names are HF's), bf16
       or model-0000k-of-0000N.safetensors + model.safetensors.index.json (--shards N > 1)
     tokenizer.json                 a small byte-level BPE in Qwen2's format (256 byte tokens, a few
@@ -23,7 +23,7 @@ import struct
 import numpy as np
 import torch
 
-from model import JTokConfig, Transformer
+from model import JTokConfig, Transformer, parse_layers
 
 # Qwen2's pre-tokenizer pattern, exactly as its tokenizer.json writes it.
 QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
@@ -103,21 +103,55 @@ def raw_bytes(t, dtype):
     return t.numpy().tobytes()
 
 
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                 "qwen3_moe": "Qwen3MoeForCausalLM"}
+# Reference (model.py) fields each architecture implies.
+ARCH_FIELDS = {
+    "llama": {},
+    "qwen2": {"attention_bias": True},
+    "qwen3": {"qk_norm": True},
+    "qwen3_moe": {"qk_norm": True, "model_type": "jtok_moe", "first_k_dense_replace": 0, "n_shared_experts": 0,
+                  "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
+                  "norm_topk_prob": True, "router_aux_loss_coef": 0.001},
+}
+
+
 def hf_config(cfg, arch):
-    return {
-        "architectures": ["LlamaForCausalLM"], "model_type": arch,
+    """config.json as Hugging Face writes it for `arch`, from the reference's config."""
+    j = {
+        "architectures": [ARCHITECTURES[arch]], "model_type": arch,
         "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
         "num_hidden_layers": cfg.num_hidden_layers, "num_attention_heads": cfg.num_attention_heads,
         "num_key_value_heads": cfg.num_key_value_heads, "head_dim": cfg.head_dim, "hidden_act": "silu",
         "max_position_embeddings": cfg.max_position_embeddings, "rms_norm_eps": cfg.rms_norm_eps,
         "rope_theta": cfg.rope_theta, "rope_scaling": None, "tie_word_embeddings": cfg.tie_word_embeddings,
-        "attention_bias": False, "mlp_bias": False, "initializer_range": cfg.initializer_range,
+        "attention_bias": False, "initializer_range": cfg.initializer_range,
         "torch_dtype": "bfloat16", "bos_token_id": None, "eos_token_id": 265 + 2,
     }
+    if getattr(cfg, "rope_scaling_type", "none") == "llama3":
+        j["rope_scaling"] = {"rope_type": "llama3", "factor": cfg.rope_scaling_factor,
+                             "low_freq_factor": cfg.rope_scaling_low_freq_factor,
+                             "high_freq_factor": cfg.rope_scaling_high_freq_factor,
+                             "original_max_position_embeddings": cfg.rope_scaling_original_max_position_embeddings}
+    if arch == "llama":
+        j["mlp_bias"] = False
+    if arch == "qwen2":  # no head_dim (hidden / heads), no attention_bias field: q/k/v always biased
+        assert cfg.head_dim * cfg.num_attention_heads == cfg.hidden_size, "qwen2 has no head_dim field"
+        del j["head_dim"], j["attention_bias"]
+    if arch != "llama":
+        j.update(use_sliding_window=False, sliding_window=4096, max_window_layers=cfg.num_hidden_layers)
+    if arch == "qwen3_moe":
+        dense = sorted(parse_layers(cfg.mlp_only_layers, cfg.num_hidden_layers, "mlp_only_layers")) \
+            if cfg.mlp_only_layers else []
+        j.update(num_experts=cfg.n_routed_experts, num_experts_per_tok=cfg.num_experts_per_tok,
+                 moe_intermediate_size=cfg.moe_intermediate_size, norm_topk_prob=cfg.norm_topk_prob,
+                 router_aux_loss_coef=cfg.router_aux_loss_coef, decoder_sparse_step=cfg.decoder_sparse_step,
+                 mlp_only_layers=dense, output_router_logits=False)
+    return j
 
 
-def build_model(tied, seed, **overrides):
-    fields = dict(vocab_size=320, vocab_pad_multiple=1, hidden_size=64, num_hidden_layers=2,
+def build_model(arch, tied, seed, **overrides):
+    fields = dict(ARCH_FIELDS[arch], vocab_size=320, vocab_pad_multiple=1, hidden_size=64, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=160,
                   max_position_embeddings=64, rope_theta=500000.0, rms_norm_eps=1e-5,
                   tie_word_embeddings=tied, initializer_range=0.1)
@@ -125,9 +159,11 @@ def build_model(tied, seed, **overrides):
     cfg = JTokConfig(**fields)
     torch.manual_seed(seed)
     model = Transformer(cfg)
-    with torch.no_grad():  # gains away from 1, so that a gain read wrongly shows
+    with torch.no_grad():  # gains away from 1 and biases away from 0, so that one read wrongly shows
         for name, p in model.named_parameters():
-            if p.dim() == 1:
+            if name.endswith(".bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+            elif p.dim() == 1:
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
     return cfg, model
 
@@ -153,7 +189,7 @@ def write_weights(out, tensors, shards):
 def make_fixture(out, arch="llama", tied=False, shards=1, dtype="bf16", seed=0, seq=24, tokenizer="qwen", **overrides):
     """Writes the fixture directory (see the module's docstring); returns the reference logits."""
     os.makedirs(out, exist_ok=True)
-    cfg, model = build_model(tied, seed, **overrides)
+    cfg, model = build_model(arch, tied, seed, **overrides)
     tensors = {}
     with torch.no_grad():
         for name, p in model.state_dict().items():
@@ -180,7 +216,7 @@ def make_fixture(out, arch="llama", tied=False, shards=1, dtype="bf16", seed=0, 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--arch", default="llama")
+    ap.add_argument("--arch", default="llama", choices=sorted(ARCHITECTURES))
     ap.add_argument("--tied", action="store_true")
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPE_NAME))
