@@ -44,6 +44,13 @@ CASES = {
     "llama_tied_v300": dict(tied=True, shards=1, dtype="bf16", seed=2, vocab_size=300),
     "llama_f16_one_kv_head": dict(tied=False, shards=3, dtype="f16", seed=3, num_key_value_heads=1),
     "llama_llama3_tokenizer": dict(tied=True, shards=1, dtype="bf16", seed=4, tokenizer="llama3"),
+    "llama_rope_llama3": dict(tied=False, shards=2, dtype="bf16", seed=5, tokenizer="llama3", rope_scaling_type="llama3",
+                              rope_scaling_factor=8.0, rope_scaling_low_freq_factor=1.0, rope_scaling_high_freq_factor=4.0,
+                              rope_scaling_original_max_position_embeddings=16),
+    "qwen2_bias_tied": dict(arch="qwen2", tied=True, shards=1, dtype="bf16", seed=6),
+    "qwen3_qknorm_headdim": dict(arch="qwen3", tied=True, shards=2, dtype="bf16", seed=7, head_dim=32),
+    "qwen3_moe_mlp_only": dict(arch="qwen3_moe", tied=False, shards=3, dtype="bf16", seed=8, num_hidden_layers=3,
+                               mlp_only_layers="1"),
 }
 
 failures = []
@@ -106,7 +113,26 @@ def check_case(name, kw, work):
     check(ids == TOKENIZE_IDS[kind], f"{name}: '{TOKENIZE_TEXT}' -> {ids} with the {kind} pre-tokenizer")
     state = json.load(open(os.path.join(ck, "trainer_state.json")))
     check(state["step"] == 0 and state["eos_token_ids"] == EOS_IDS, f"{name}: step 0, eos ids of generation_config.json")
+    export_round_trip(name, kw.get("arch", "llama"), src, ck, work)
     return src
+
+
+def export_round_trip(name, arch, src, ck, work):
+    """export --format hf --dtype f32, then import: model.safetensors byte for byte, same architecture."""
+    e32, back = os.path.join(work, name + "_e32"), os.path.join(work, name + "_back")
+    r = run("export", "--checkpoint", ck, "--format", "hf", "--dtype", "f32", "--out", e32)
+    if r.returncode != 0:
+        check(False, f"{name}: export --format hf: {r.stderr.strip()}")
+        return
+    hf_in, hf_out = json.load(open(os.path.join(src, "config.json"))), json.load(open(os.path.join(e32, "config.json")))
+    keys = ["model_type", "architectures", "vocab_size", "head_dim", "rope_scaling", "tie_word_embeddings",
+            "mlp_only_layers", "decoder_sparse_step", "num_experts", "norm_topk_prob"]
+    diff = {k: (hf_in.get(k), hf_out.get(k)) for k in keys if hf_in.get(k) != hf_out.get(k)}
+    check(not diff, f"{name}: the export's config.json says what the source's did ({arch}){': ' + str(diff) if diff else ''}")
+    r = run("import", "--from", e32, "--out", back)
+    same = r.returncode == 0 and open(os.path.join(back, "model.safetensors"), "rb").read() == \
+        open(os.path.join(ck, "model.safetensors"), "rb").read()
+    check(same, f"{name}: import of its f32 export gives model.safetensors byte for byte{'' if r.returncode == 0 else ': ' + r.stderr.strip()}")
 
 
 def expect_refused(label, src, out, *needles, args=()):
@@ -144,6 +170,12 @@ def bad_inputs(single, sharded, work):
     expect_refused("rope_scaling yarn", d, out, "config.json", "rope_scaling", "yarn")
     d = variant(single, work, "obias", lambda d: edit_json(cfg(d), lambda j: j.update(attention_bias=True)))
     expect_refused("llama attention_bias (o_proj bias)", d, out, "config.json", "attention_bias", "o_proj")
+    d = variant(single, work, "rope3", lambda d: edit_json(cfg(d), lambda j: j.update(
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 16})))
+    expect_refused("llama3 rope scaling without high_freq_factor", d, out, "config.json", "rope_scaling", "high_freq_factor")
+    d = variant(single, work, "mlponly", lambda d: edit_json(cfg(d), lambda j: j.update(model_type="qwen3_moe", num_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=48, mlp_only_layers=[0, 7])))
+    expect_refused("mlp_only_layers out of range", d, out, "config.json", "mlp_only_layers", "[0,7]")
     d = variant(single, work, "shape", lambda d: edit_json(cfg(d), lambda j: j.update(intermediate_size=170)))
     expect_refused("wrong shape", d, out, "model.safetensors", "model.layers.0.mlp.gate_proj.weight", "(160, 64)", "(170, 64)")
     idx = lambda d: os.path.join(d, "model.safetensors.index.json")
@@ -200,16 +232,7 @@ def jtok_checkpoint(ck, seed, **fields):
     return cfg
 
 
-def round_trips(imported_ck, work):
-    e32, back = os.path.join(work, "rt_e32"), os.path.join(work, "rt_back")
-    r = run("export", "--checkpoint", imported_ck, "--format", "hf", "--dtype", "f32", "--out", e32)
-    check(r.returncode == 0, f"export --format hf --dtype f32 of an imported model ({r.stdout.strip() or r.stderr.strip()})")
-    r = run("import", "--from", e32, "--out", back)
-    same = r.returncode == 0 and open(os.path.join(back, "model.safetensors"), "rb").read() == \
-        open(os.path.join(imported_ck, "model.safetensors"), "rb").read()
-    check(same, "import of the f32 export: model.safetensors byte for byte the imported one")
-    check(os.path.exists(os.path.join(e32, "tokenizer.json")), "the export carries the checkpoint's tokenizer.json")
-
+def round_trips(work):
     ck = os.path.join(work, "native_ck")
     jtok_checkpoint(ck, seed=5)
     orig = safetensors_np.load(os.path.join(ck, "model.safetensors"))
@@ -244,7 +267,7 @@ def round_trips(imported_ck, work):
 def main():
     with tempfile.TemporaryDirectory(prefix="jtok_hf_import_") as work:
         srcs = {name: check_case(name, kw, work) for name, kw in CASES.items()}
-        round_trips(os.path.join(work, "llama_untied_sharded_headdim_ck"), work)
+        round_trips(work)
         bad_inputs(srcs["llama_tied_v300"], srcs["llama_untied_sharded_headdim"], work)
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0

@@ -1,6 +1,8 @@
 #include "hf/hf_config.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <optional>
 
 #include "core/error.h"
@@ -59,14 +61,41 @@ void check_common(const Fields& f, const std::string& type) {
   if (type != "qwen2" && f.boolean("attention_bias", false))
     unsupported(f.path, "attention_bias", f.j.at("attention_bias"),
                 "an " + type + " model with attention_bias also biases o_proj, which jtok does not have");
-  if (f.has("rope_scaling")) {
-    const json& rs = f.j.at("rope_scaling");
-    const std::string kind = rs.is_object() ? rs.value("rope_type", rs.value("type", std::string("?"))) : "?";
-    if (kind == "llama3")
-      unsupported(f.path, "rope_scaling", rs, "Llama 3 rope scaling is not in this build's model yet");
-    if (kind != "default")
-      unsupported(f.path, "rope_scaling", rs, "rope scaling type '" + kind + "' is not implemented (known: llama3)");
+}
+
+// rope_scaling: null, type "default", or Llama 3's (rope_type, or the legacy "type", "llama3"),
+// whose four parameters HF requires too.
+void apply_rope_scaling(const Fields& f, ModelConfig& m) {
+  if (!f.has("rope_scaling")) return;
+  const json& rs = f.j.at("rope_scaling");
+  const std::string kind = rs.is_object() ? rs.value("rope_type", rs.value("type", std::string("?"))) : "?";
+  if (kind == "default") return;
+  if (kind != "llama3")
+    unsupported(f.path, "rope_scaling", rs, "rope scaling type '" + kind + "' is not implemented (known: llama3)");
+  const std::string where = f.path + ": field rope_scaling";
+  const Fields r{rs, where};
+  m.rope_scaling_type = "llama3";
+  m.rope_scaling_factor = r.number("factor", std::nan(""));
+  m.rope_scaling_low_freq_factor = r.number("low_freq_factor", std::nan(""));
+  m.rope_scaling_high_freq_factor = r.number("high_freq_factor", std::nan(""));
+  m.rope_scaling_original_max_position_embeddings = r.integer("original_max_position_embeddings");
+  for (const char* k : {"factor", "low_freq_factor", "high_freq_factor"})
+    if (!r.has(k)) fail(where, ": field ", k, " is missing (llama3 rope scaling needs it)");
+}
+
+// Qwen3-MoE's mlp_only_layers (a list of layer indices) in jtok's layer-list syntax ("0,3").
+std::string mlp_only_layers_of(const Fields& f, int64_t layers) {
+  if (!f.has("mlp_only_layers")) return "";
+  const json& v = f.j.at("mlp_only_layers");
+  if (!v.is_array()) unsupported(f.path, "mlp_only_layers", v, "expected a list of layer indices");
+  std::string out;
+  for (const json& x : v) {
+    const auto l = json_int64(x);
+    if (!l || *l < 0 || *l >= layers) unsupported(f.path, "mlp_only_layers", v, "expected layer indices in [0, num_hidden_layers)");
+    if (!out.empty()) out += ',';
+    out += std::to_string(*l);
   }
+  return out;
 }
 
 // The dense shape (every architecture).
@@ -98,10 +127,8 @@ void apply_moe(const Fields& f, ModelConfig& m) {
   m.n_shared_experts = 0;
   m.norm_topk_prob = f.boolean("norm_topk_prob", false);
   m.router_aux_loss_coef = f.number("router_aux_loss_coef", 0.001);
-  if (f.integer("decoder_sparse_step", 1) != 1)
-    unsupported(f.path, "decoder_sparse_step", f.j.at("decoder_sparse_step"), "MoE on every k-th layer is not in this build's model yet");
-  if (f.has("mlp_only_layers") && !f.j.at("mlp_only_layers").empty())
-    unsupported(f.path, "mlp_only_layers", f.j.at("mlp_only_layers"), "dense layers among MoE ones are not in this build's model yet");
+  m.decoder_sparse_step = f.integer("decoder_sparse_step", 1);
+  m.mlp_only_layers = mlp_only_layers_of(f, m.num_hidden_layers);
 }
 
 }  // namespace
@@ -122,9 +149,9 @@ HfModelInfo model_config_from_hf(const json& j, const std::string& path, int64_t
     fail(path, ": model_type '", type, "' is not supported (known: llama, qwen2, qwen3, qwen3_moe)");
   check_common(f, type);
   info.model = dense_shape(f);
-  if (type == "qwen3" || type == "qwen3_moe")
-    fail(path, ": model_type ", type, " has QK-norm (self_attn.q_norm / k_norm), which this build's model does not have yet");
-  if (type == "qwen2") fail(path, ": model_type qwen2 has q/k/v projection biases, which this build's model does not have yet");
+  info.model.qk_norm = type == "qwen3" || type == "qwen3_moe";  // self_attn.q_norm / k_norm
+  info.model.attention_bias = type == "qwen2";                  // q/k/v biases, always in Qwen2
+  apply_rope_scaling(f, info.model);
   if (type == "qwen3_moe") apply_moe(f, info.model);
   info.hf_max_position_embeddings = info.model.max_position_embeddings;
   const int64_t cap = max_positions > 0 ? max_positions : kImportPositionCap;
@@ -149,31 +176,74 @@ std::vector<int64_t> eos_ids_of(const json& j, const std::string& path) {
   return ids;
 }
 
-json hf_config_from_model(const ModelConfig& m, const std::string& origin) {
+namespace {
+
+// The HF architecture of a jtok model, or fails naming what none has.
+std::string hf_type_of(const ModelConfig& m, const std::string& origin) {
   if (m.jtok || m.jtokm)
     fail(origin, ": the model has ", m.jtok ? "JTok" : "JTok-M", " tables (token-indexed parameters), which no Hugging Face ",
          "architecture holds; export it with --format jtok (or gguf for a model without tables)");
-  if (m.is_moe())
-    fail(origin, ": a jtok_moe model maps to Hugging Face's qwen3_moe only with QK-norm and no shared experts, ",
-         "which this build's model does not have yet");
+  if (m.is_moe()) {
+    if (!m.qk_norm || m.attention_bias || m.n_shared_experts > 0)
+      fail(origin, ": a jtok_moe model is Hugging Face's qwen3_moe only with qk_norm, no attention_bias and no shared ",
+           "experts (this one: qk_norm ", m.qk_norm, ", attention_bias ", m.attention_bias, ", n_shared_experts ",
+           m.n_shared_experts, ")");
+    return "qwen3_moe";
+  }
+  if (m.qk_norm && m.attention_bias)
+    fail(origin, ": qk_norm with attention_bias has no Hugging Face architecture (qwen3's attention_bias also biases o_proj)");
+  if (m.qk_norm) return "qwen3";
+  if (m.attention_bias) {
+    if (m.hd() * m.num_attention_heads != m.hidden_size)
+      fail(origin, ": attention_bias with head_dim ", m.hd(), " != hidden_size / num_attention_heads: qwen2 has no head_dim field");
+    return "qwen2";
+  }
+  return "llama";
+}
+
+// Qwen3-MoE's layer choice: decoder_sparse_step as it is, and as mlp_only_layers every layer the
+// step would make MoE that jtok keeps dense (first_k_dense_replace, mlp_only_layers).
+json qwen3_moe_fields(const ModelConfig& m) {
+  json dense = json::array();
+  for (int64_t l = 0; l < m.num_hidden_layers; ++l)
+    if ((l + 1) % m.decoder_sparse_step == 0 && !m.moe_on_layer(l)) dense.push_back(l);
+  return {{"num_experts", m.n_routed_experts}, {"num_experts_per_tok", m.num_experts_per_tok},
+          {"moe_intermediate_size", m.moe_intermediate_size}, {"norm_topk_prob", m.norm_topk_prob},
+          {"router_aux_loss_coef", m.router_aux_loss_coef}, {"decoder_sparse_step", m.decoder_sparse_step},
+          {"mlp_only_layers", dense}, {"output_router_logits", false}};
+}
+
+}  // namespace
+
+json hf_config_from_model(const ModelConfig& m, const std::string& origin) {
+  const std::string type = hf_type_of(m, origin);
+  static const std::map<std::string, std::string> arch = {{"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
+                                                          {"qwen3", "Qwen3ForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"}};
   json j;
-  j["architectures"] = json::array({"LlamaForCausalLM"});
-  j["model_type"] = "llama";
+  j["architectures"] = json::array({arch.at(type)});
+  j["model_type"] = type;
   j["vocab_size"] = m.vocab_size;
   j["hidden_size"] = m.hidden_size;
   j["intermediate_size"] = m.intermediate_size;
   j["num_hidden_layers"] = m.num_hidden_layers;
   j["num_attention_heads"] = m.num_attention_heads;
   j["num_key_value_heads"] = m.num_key_value_heads;
-  j["head_dim"] = m.hd();
+  if (type != "qwen2") j["head_dim"] = m.hd();
   j["hidden_act"] = "silu";
   j["max_position_embeddings"] = m.max_position_embeddings;
   j["rms_norm_eps"] = m.rms_norm_eps;
   j["rope_theta"] = m.rope_theta;
   j["rope_scaling"] = nullptr;
+  if (m.rope_scaling_type == "llama3")
+    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", m.rope_scaling_factor},
+                         {"low_freq_factor", m.rope_scaling_low_freq_factor},
+                         {"high_freq_factor", m.rope_scaling_high_freq_factor},
+                         {"original_max_position_embeddings", m.rope_scaling_original_max_position_embeddings}};
   j["tie_word_embeddings"] = m.tie_word_embeddings;
-  j["attention_bias"] = false;
-  j["mlp_bias"] = false;
+  if (type != "qwen2") j["attention_bias"] = false;  // qwen2: q/k/v biases always, no field
+  if (type == "llama") j["mlp_bias"] = false;
+  if (type != "llama") j["use_sliding_window"] = false;
+  if (type == "qwen3_moe") j.update(qwen3_moe_fields(m));
   j["initializer_range"] = m.initializer_range;
   return j;
 }
