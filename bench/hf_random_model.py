@@ -3,7 +3,7 @@
 151936, hidden 1024, 28 layers, 16 heads, 8 kv heads, head_dim 128, intermediate 3072, tied),
 for `jtok import` memory and speed measurements (bench/import_memory.sh).
 
-    /usr/bin/python3 bench/hf_random_model.py --out DIR [--arch llama|qwen3] [--layers N] [--shards K]
+    /usr/bin/python3 bench/hf_random_model.py --out DIR [--arch qwen3|llama] [--layers N] [--shards K]
 
 --arch llama writes the same shape as a llama config (no q_norm / k_norm); qwen3 adds them. Tensors
 are generated and written one at a time (memory: the largest tensor), weights ~ N(0, 0.02) rounded
@@ -18,7 +18,7 @@ import numpy as np
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True)
-ap.add_argument("--arch", default="llama", choices=["llama", "qwen3"])
+ap.add_argument("--arch", default="qwen3", choices=["llama", "qwen3"])
 ap.add_argument("--layers", type=int, default=28)
 ap.add_argument("--shards", type=int, default=2)
 args = ap.parse_args()

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Peak resident memory of `jtok import` on a model of Qwen3-0.6B's shape with random bf16 weights
 # (bench/hf_random_model.py), against the size of the converted (f32) model; and the import's time.
-#   bash bench/import_memory.sh [--arch llama|qwen3] [--layers N]      (from the repository root)
+#   bash bench/import_memory.sh [--arch qwen3|llama] [--layers N]      (from the repository root)
 # Writes ~1.2 GB (bf16 source) + ~2.4 GB (f32 checkpoint) under ${TMPDIR:-/tmp}; removes them at exit.
 set -euo pipefail
 source bench/bench_lib.sh
-ARCH=llama LAYERS=28
+ARCH=qwen3 LAYERS=28
 while [ $# -gt 0 ]; do
   case $1 in --arch) ARCH=$2; shift 2;; --layers) LAYERS=$2; shift 2;; *) echo "unknown option $1" >&2; exit 2;; esac
 done
