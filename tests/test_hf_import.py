@@ -195,6 +195,9 @@ def bad_inputs(single, sharded, work):
     d = variant(single, work, "mlponly", lambda d: edit_json(cfg(d), lambda j: j.update(model_type="qwen3_moe", num_experts=4,
         num_experts_per_tok=2, moe_intermediate_size=48, mlp_only_layers=[0, 7])))
     expect_refused("mlp_only_layers out of range", d, out, "config.json", "mlp_only_layers", "[0,7]")
+    small = os.path.join(work, "bad_smallvocab")
+    make_fixture(small, vocab_size=200, seed=9)
+    expect_refused("a tokenizer larger than the vocabulary", small, out, "tokenizer.json", "268 token ids", "200 embedding rows")
     d = variant(single, work, "shape", lambda d: edit_json(cfg(d), lambda j: j.update(intermediate_size=170)))
     expect_refused("wrong shape", d, out, "model.safetensors", "model.layers.0.mlp.gate_proj.weight", "(160, 64)", "(170, 64)")
     idx = lambda d: os.path.join(d, "model.safetensors.index.json")

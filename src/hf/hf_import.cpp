@@ -124,7 +124,7 @@ ImportReport import_hf(const ImportOptions& opt_in) {
   const std::vector<ParamInfo> layout = checked_layout(w, info.model, config_path);
   ImportReport rep;
   rep.hf_model_type = info.hf_model_type;
-  if (fs::exists(from / "tokenizer.json")) rep.tokenizer = hf_tokenizer_kind(opt.from);
+  if (fs::exists(from / "tokenizer.json")) rep.tokenizer = hf_tokenizer_kind(opt.from, info.model.vocab_size);
   else if (opt.require_tokenizer) fail(opt.from, ": no tokenizer.json (pass --no-tokenizer to import the weights alone)");
   std::vector<int64_t> eos = info.eos_token_ids;
   if (const fs::path g = from / "generation_config.json"; fs::exists(g))

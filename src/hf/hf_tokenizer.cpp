@@ -36,7 +36,7 @@ std::string describe_pre_tokenizer(const json& pre) {
 
 }  // namespace
 
-std::string hf_tokenizer_kind(const std::string& dir) {
+std::string hf_tokenizer_kind(const std::string& dir, int64_t model_vocab) {
   const std::string path = (std::filesystem::path(dir) / "tokenizer.json").string();
   json j;
   try {
@@ -51,11 +51,14 @@ std::string hf_tokenizer_kind(const std::string& dir) {
   const json pre = j.value("pre_tokenizer", json());
   const std::string said = describe_pre_tokenizer(pre);
   const bool llama3 = said.find(kLlama3Pattern) != std::string::npos;
+  uint32_t ids = 0;
   try {  // every check of the loader (pattern, normalizer, vocabulary, merges, end-of-text token)
-    Tokenizer::load(llama3 ? TokenizerKind::Llama3 : TokenizerKind::Qwen3, dir);
+    ids = Tokenizer::load(llama3 ? TokenizerKind::Llama3 : TokenizerKind::Qwen3, dir).vocab_size();
   } catch (const Error& e) {
     fail(e.what(), " (its pre_tokenizer: ", said, ")");
   }
+  if (model_vocab > 0 && static_cast<int64_t>(ids) > model_vocab)
+    fail("tokenizer ", path, " has ", ids, " token ids, more than the model's ", model_vocab, " embedding rows (vocab_size)");
   return llama3 ? "llama3" : "qwen3";
 }
 

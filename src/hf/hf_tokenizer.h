@@ -1,6 +1,7 @@
 // A Hugging Face tokenizer.json checked against what jtok's tokenizer implements, before an import
 // copies it into the checkpoint (the checkpoint's tokenizer is then the model's own).
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace jtok {
@@ -9,6 +10,7 @@ namespace jtok {
 // kind: "qwen3" (byte-level BPE, Qwen2's split pattern, NFC: Qwen2 and Qwen3) or "llama3" (Llama 3's
 // pattern, no normalizer). Errors name the file and what it says that jtok does not implement
 // (another pre_tokenizer, normalizer or model type, no end-of-text token).
-std::string hf_tokenizer_kind(const std::string& dir);
+// model_vocab > 0: a tokenizer with more ids than that (the model's embedding rows) is refused too.
+std::string hf_tokenizer_kind(const std::string& dir, int64_t model_vocab = 0);
 
 }  // namespace jtok
