@@ -131,16 +131,9 @@ void apply_moe(const Fields& f, ModelConfig& m) {
   m.mlp_only_layers = mlp_only_layers_of(f, m.num_hidden_layers);
 }
 
-}  // namespace
-
-int64_t pad_multiple_for(int64_t v) {
-  for (int64_t m = 64; m > 1; m /= 2)
-    if (v % m == 0) return m;
-  return 1;
-}
-
-HfModelInfo model_config_from_hf(const json& j, const std::string& path, int64_t max_positions) {
-  if (!j.is_object()) fail(path, ": expected a JSON object");
+// The mapping of an HF config object (errors name the file, field and value; json::exception
+// escapes for a nested field of an unexpected type, caught by the caller).
+HfModelInfo model_config_from_object(const json& j, const std::string& path, int64_t max_positions) {
   const Fields f{j, path};
   HfModelInfo info;
   info.hf_model_type = f.string("model_type", "");
@@ -163,6 +156,24 @@ HfModelInfo model_config_from_hf(const json& j, const std::string& path, int64_t
   validate(c, path + " (as a jtok config)");
   return info;
 }
+
+}  // namespace
+
+int64_t pad_multiple_for(int64_t v) {
+  for (int64_t m = 64; m > 1; m /= 2)
+    if (v % m == 0) return m;
+  return 1;
+}
+
+HfModelInfo model_config_from_hf(const json& j, const std::string& path, int64_t max_positions) {
+  if (!j.is_object()) fail(path, ": expected a JSON object");
+  try {
+    return model_config_from_object(j, path, max_positions);
+  } catch (const json::exception& e) {  // a field of an unexpected type inside an object (rope_scaling's)
+    fail(path, ": malformed field (", e.what(), ")");
+  }
+}
+
 
 std::vector<int64_t> eos_ids_of(const json& j, const std::string& path) {
   std::vector<int64_t> ids;

@@ -34,9 +34,9 @@ std::string describe_pre_tokenizer(const json& pre) {
   return out + "]";
 }
 
-}  // namespace
-
-std::string hf_tokenizer_kind(const std::string& dir, int64_t model_vocab) {
+// The kind of dir/tokenizer.json (see hf_tokenizer_kind); json::exception escapes for a field of
+// an unexpected type.
+std::string kind_of(const std::string& dir, int64_t model_vocab) {
   const std::string path = (std::filesystem::path(dir) / "tokenizer.json").string();
   json j;
   try {
@@ -60,6 +60,16 @@ std::string hf_tokenizer_kind(const std::string& dir, int64_t model_vocab) {
   if (model_vocab > 0 && static_cast<int64_t>(ids) > model_vocab)
     fail("tokenizer ", path, " has ", ids, " token ids, more than the model's ", model_vocab, " embedding rows (vocab_size)");
   return llama3 ? "llama3" : "qwen3";
+}
+
+}  // namespace
+
+std::string hf_tokenizer_kind(const std::string& dir, int64_t model_vocab) {
+  try {
+    return kind_of(dir, model_vocab);
+  } catch (const json::exception& e) {  // a field of an unexpected type
+    fail("tokenizer ", (std::filesystem::path(dir) / "tokenizer.json").string(), ": malformed field (", e.what(), ")");
+  }
 }
 
 }  // namespace jtok
