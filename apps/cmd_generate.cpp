@@ -1,4 +1,5 @@
 // `jtok generate`: KV-cache decoding from a checkpoint, tokens streamed as they come.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -66,7 +67,7 @@ void run() {
     margins.push_back(top2_margin(logits));
     ++produced;
     generated.push_back(next);
-    if (args.stop_at_eot && next == tok.eot_id()) break;
+    if (args.stop_at_eot && std::find(ck.eos_ids.begin(), ck.eos_ids.end(), next) != ck.eos_ids.end()) break;
     std::string piece = tok.decode({next});  // raw bytes: a split UTF-8 character completes on the next token
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
@@ -113,7 +114,8 @@ void setup(CLI::App* sub) {
   sub->add_option("--ids-out", args.ids_out, "write the prompt and generated token ids and the tok/s as JSON here");
   sub->add_flag("--prompt-logprobs", args.prompt_logprobs,
                 "with --ids-out: also write log p(prompt[t] | prompt[<t]) of every prompt token after the first");
-  sub->add_flag("!--no-stop", args.stop_at_eot, "do not stop at <|endoftext|>");
+  sub->add_flag("!--no-stop", args.stop_at_eot,
+                "do not stop at an end-of-sequence token (<|endoftext|>, or an imported model's eos ids)");
   sub->callback(run);
 }
 

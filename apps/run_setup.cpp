@@ -2,6 +2,9 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
 
@@ -33,6 +36,20 @@ std::string resolve_checkpoint(const std::string& path) {
   fail(path, " is neither a checkpoint directory (no config.json) nor a run directory with a complete checkpoint");
 }
 
+// trainer_state.json's eos_token_ids (written by `jtok import`), those within the vocabulary; empty
+// when it has none (a trained checkpoint) or cannot be read.
+static std::vector<int32_t> checkpoint_eos_ids(const std::string& dir, int64_t vocab) {
+  std::vector<int32_t> ids;
+  try {
+    const auto j = nlohmann::json::parse(read_file((std::filesystem::path(dir) / "trainer_state.json").string()));
+    if (j.is_object() && j.contains("eos_token_ids") && j["eos_token_ids"].is_array())
+      for (const auto& v : j["eos_token_ids"])
+        if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < vocab) ids.push_back(v.get<int32_t>());
+  } catch (const std::exception&) {
+  }
+  return ids;
+}
+
 LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, bool map_tables) {
   const std::string dir = resolve_checkpoint(checkpoint_or_run);
   Config cfg = load_checkpoint_config(dir);
@@ -41,7 +58,9 @@ LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, bool m
   if (map_tables) load_checkpoint_mapped(dir, m);
   else load_checkpoint(dir, m, nullptr);
   Tokenizer tok = Tokenizer::load(cfg.train.tokenizer, cfg.train.tokenizer_dir);
-  return {dir, cfg, std::move(m), std::move(tok)};
+  std::vector<int32_t> eos = checkpoint_eos_ids(dir, cfg.model.vocab_size);
+  if (eos.empty()) eos.push_back(tok.eot_id());
+  return {dir, cfg, std::move(m), std::move(tok), std::move(eos)};
 }
 
 }  // namespace jtok

@@ -26,6 +26,9 @@ struct LoadedCheckpoint {
   Config cfg;
   Model model;
   Tokenizer tokenizer;
+  // Where generation stops: trainer_state.json's eos_token_ids (an imported model's, from its
+  // generation_config.json), else the tokenizer's end of text.
+  std::vector<int32_t> eos_ids;
 };
 // map_tables: the token tables stay in the checkpoint's model.safetensors, mapped read-only and read
 // in place (--tables mmap); otherwise everything is copied into RAM.

@@ -117,6 +117,13 @@ def check_case(name, kw, work):
     export_round_trip(name, kw.get("arch", "llama"), src, ck, work)
     if kw.get("vocab_size") == 268:
         used_like_any_checkpoint(name, ck, work)
+        stops_at_eos(name, ck, work)
+        capped = os.path.join(work, name + "_capped")
+        r = run("import", "--from", src, "--out", capped, "--max-positions", "32")
+        got = (json.load(open(os.path.join(capped, "config.json")))["max_position_embeddings"],
+               json.load(open(os.path.join(capped, "trainer_state.json")))["hf_max_position_embeddings"]) \
+            if r.returncode == 0 else r.stderr
+        check(got == (32, 64), f"{name}: --max-positions 32 sizes the checkpoint (32), the HF value is kept (64): {got}")
     return src
 
 
@@ -134,6 +141,27 @@ def used_like_any_checkpoint(name, ck, work):
         check(r.returncode == 0 and n == 6 and got["prompt_ids"] == [116, 257, 32, 99, 97, 116],
               f"{name}: generate from the {what}: prompt 'the cat' -> {got.get('prompt_ids')}, {n} tokens "
               f"({r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''})")
+
+
+def stops_at_eos(name, ck, work):
+    """generate stops at the checkpoint's eos ids (trainer_state.json, from generation_config.json):
+    the first greedy token that did not occur before made an eos id, greedy generation ends there."""
+    ids = os.path.join(work, name + "_eos.json")
+    gen = lambda *extra: run("generate", "--checkpoint", ck, "--prompt", "the cat", "--max-new-tokens", "6",
+                             "--temperature", "0", "--ids-out", ids, *extra)
+    r = gen("--no-stop")
+    free = json.load(open(ids))["generated_ids"] if r.returncode == 0 else []
+    state_path = os.path.join(ck, "trainer_state.json")
+    state = json.load(open(state_path))
+    k = next((i for i in range(1, len(free)) if free[i] not in free[:i]), None)
+    if len(free) == 6 and k is not None:
+        json.dump(dict(state, eos_token_ids=[free[k]]), open(state_path, "w"))
+        r = gen()
+        stopped = json.load(open(ids))["generated_ids"] if r.returncode == 0 else None
+        json.dump(state, open(state_path, "w"))
+        check(stopped == free[:k + 1], f"{name}: generate stops at the checkpoint's eos id {free[k]}: {stopped} (free: {free})")
+    else:
+        check(False, f"{name}: greedy tokens usable for the eos check: {free}")
 
 
 def export_round_trip(name, arch, src, ck, work):
