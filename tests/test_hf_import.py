@@ -206,8 +206,8 @@ def edit_json(path, change):
     json.dump(j, open(path, "w"))
 
 
-def bad_inputs(single, sharded, work):
-    out = os.path.join(work, "bad_out")
+def bad_configs(single, work, out):
+    """config.json settings refused naming the file, the field and its value."""
     cfg = lambda d: os.path.join(d, "config.json")
     d = variant(single, work, "type", lambda d: edit_json(cfg(d), lambda j: j.update(model_type="gpt_neox")))
     expect_refused("unknown model_type", d, out, "config.json", "model_type", "gpt_neox")
@@ -223,11 +223,15 @@ def bad_inputs(single, sharded, work):
     d = variant(single, work, "mlponly", lambda d: edit_json(cfg(d), lambda j: j.update(model_type="qwen3_moe", num_experts=4,
         num_experts_per_tok=2, moe_intermediate_size=48, mlp_only_layers=[0, 7])))
     expect_refused("mlp_only_layers out of range", d, out, "config.json", "mlp_only_layers", "[0,7]")
+    d = variant(single, work, "shape", lambda d: edit_json(cfg(d), lambda j: j.update(intermediate_size=170)))
+    expect_refused("wrong shape", d, out, "model.safetensors", "model.layers.0.mlp.gate_proj.weight", "(160, 64)", "(170, 64)")
+
+
+def bad_files(single, sharded, work, out):
+    """Weights, index and tokenizer files refused naming the file and the tensor."""
     small = os.path.join(work, "bad_smallvocab")
     make_fixture(small, vocab_size=200, seed=9)
     expect_refused("a tokenizer larger than the vocabulary", small, out, "tokenizer.json", "268 token ids", "200 embedding rows")
-    d = variant(single, work, "shape", lambda d: edit_json(cfg(d), lambda j: j.update(intermediate_size=170)))
-    expect_refused("wrong shape", d, out, "model.safetensors", "model.layers.0.mlp.gate_proj.weight", "(160, 64)", "(170, 64)")
     idx = lambda d: os.path.join(d, "model.safetensors.index.json")
     shard2 = "model-00002-of-00002.safetensors"
     d = variant(sharded, work, "noshard", lambda d: os.remove(os.path.join(d, shard2)))
@@ -260,6 +264,12 @@ def bad_inputs(single, sharded, work):
     d = variant(single, work, "llama3tok", lambda d: edit_json(os.path.join(d, "tokenizer.json"), lambda j: j["pre_tokenizer"]["pretokenizers"][0]["pattern"].update(
         Regex=j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"].replace(r"|\p{N}|", r"|\p{N}{1,2}|"))))
     expect_refused("a pre_tokenizer we do not implement", d, out, "tokenizer.json", "pre_tokenizer", r"\p{N}{1,2}")
+
+
+def bad_inputs(single, sharded, work):
+    out = os.path.join(work, "bad_out")
+    bad_configs(single, work, out)
+    bad_files(single, sharded, work, out)
     os.makedirs(out)
     open(os.path.join(out, "keep"), "w").write("x")
     expect_refused("output directory exists", single, out, "bad_out", "exists")
