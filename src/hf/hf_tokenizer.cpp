@@ -38,18 +38,19 @@ std::string describe_pre_tokenizer(const json& pre) {
 // an unexpected type.
 std::string kind_of(const std::string& dir, int64_t model_vocab) {
   const std::string path = (std::filesystem::path(dir) / "tokenizer.json").string();
-  json j;
-  try {
-    j = json::parse(read_file(path));
-  } catch (const json::exception& e) {
-    fail("tokenizer ", path, " does not parse: ", e.what());
+  std::string said;
+  {  // the parsed file is freed before the loader parses it again (a 150k-token file is ~100 MB parsed)
+    json j;
+    try {
+      j = json::parse(read_file(path));
+    } catch (const json::exception& e) {
+      fail("tokenizer ", path, " does not parse: ", e.what());
+    }
+    if (!j.is_object()) fail("tokenizer ", path, ": expected a JSON object");
+    const std::string type = j.contains("model") ? j.at("model").value("type", std::string("?")) : "?";
+    if (type != "BPE") fail("tokenizer ", path, ": model type '", type, "' is not implemented (byte-level BPE only)");
+    said = describe_pre_tokenizer(j.value("pre_tokenizer", json()));
   }
-  if (!j.is_object()) fail("tokenizer ", path, ": expected a JSON object");
-  const json model = j.value("model", json::object());
-  if (model.value("type", std::string()) != "BPE")
-    fail("tokenizer ", path, ": model type '", model.value("type", std::string("?")), "' is not implemented (byte-level BPE only)");
-  const json pre = j.value("pre_tokenizer", json());
-  const std::string said = describe_pre_tokenizer(pre);
   const bool llama3 = said.find(kLlama3Pattern) != std::string::npos;
   uint32_t ids = 0;
   try {  // every check of the loader (pattern, normalizer, vocabulary, merges, end-of-text token)
