@@ -280,9 +280,9 @@ def jtok_checkpoint(ck, seed, **fields):
     """A jtok checkpoint directory made by hand from the reference's random weights (f32)."""
     import torch
     from model import JTokConfig, Transformer
-    cfg = dict(vocab_size=300, vocab_pad_multiple=64, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-               num_key_value_heads=2, intermediate_size=160, max_position_embeddings=64, initializer_range=0.1,
-               seq_len=32, **fields)
+    cfg = dict(dict(vocab_size=300, vocab_pad_multiple=64, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, intermediate_size=160, max_position_embeddings=64, initializer_range=0.1,
+                    seq_len=32), **fields)
     torch.manual_seed(seed)
     os.makedirs(ck)
     safetensors_np.save(os.path.join(ck, "model.safetensors"), Transformer(JTokConfig(**cfg)).numpy_state())
@@ -315,6 +315,23 @@ def round_trips(work):
             ids = np.arange(24, dtype=np.int32) * 11 % 300
             a, b = jtok_logits(ck, ids, work)[..., :300], jtok_logits(back, ids, work)
             check(parity.rel_err(b, a) <= 1e-7, f"f32: logits of the round-tripped model within 1e-7 of the original's ({parity.rel_err(b, a):.1e})")
+
+    # a jtok MoE with its first layer dense (first_k_dense_replace 1) and layer 2 in mlp_only_layers:
+    # qwen3_moe with mlp_only_layers [0, 2], back as first_k_dense_replace 0, "0,2": the same logits
+    ck, hf, back = (os.path.join(work, "native_moe" + x) for x in ("_ck", "_hf", "_back"))
+    jtok_checkpoint(ck, seed=3, model_type="jtok_moe", qk_norm=True, n_shared_experts=0, first_k_dense_replace=1,
+                    num_hidden_layers=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                    mlp_only_layers="2")
+    r = run("export", "--checkpoint", ck, "--format", "hf", "--dtype", "f32", "--out", hf)
+    layers = json.load(open(os.path.join(hf, "config.json"))).get("mlp_only_layers") if r.returncode == 0 else r.stderr
+    check(layers == [0, 2], f"jtok MoE (first_k_dense_replace 1, mlp_only_layers 2) -> qwen3_moe mlp_only_layers {layers}")
+    r = run("import", "--from", hf, "--out", back, "--no-tokenizer")
+    if r.returncode == 0:
+        ids = np.arange(24, dtype=np.int32) * 7 % 300
+        err = parity.rel_err(jtok_logits(back, ids, work), jtok_logits(ck, ids, work)[..., :300])
+        check(err == 0, f"jtok MoE: the re-imported model's logits equal the original's (rel err {err:.1e})")
+    else:
+        check(False, f"jtok MoE: import of its export: {r.stderr.strip()}")
 
     ck = os.path.join(work, "jtok_tables_ck")
     jtok_checkpoint(ck, seed=6, jtok=True)
