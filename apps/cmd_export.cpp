@@ -120,6 +120,12 @@ void export_jtok() {
   write_file_atomic((tmp / "config.json").string(), to_json(ck.cfg).dump(2) + "\n");
   nlohmann::json state = {{"exported_from", ck.dir}, {"fold_jtok", args.fold}, {"table_dtype", args.table_dtype},
                           {"weight_dtype", args.weight_dtype}};
+  if (fs::exists(fs::path(ck.dir) / "tokenizer.json")) {  // an imported model's own tokenizer and eos ids go along
+    state["eos_token_ids"] = ck.eos_ids;
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"})
+      if (fs::exists(fs::path(ck.dir) / name))
+        write_file_atomic((tmp / name).string(), read_file((fs::path(ck.dir) / name).string()));
+  }
   write_file_atomic((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
   fsync_dir(tmp.string());
   fs::rename(tmp, out);

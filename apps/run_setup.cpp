@@ -57,7 +57,10 @@ LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, bool m
   Model m = make_model(cfg.model, 0, {.init = false, .grads = false, .tables = !map_tables});
   if (map_tables) load_checkpoint_mapped(dir, m);
   else load_checkpoint(dir, m, nullptr);
-  Tokenizer tok = Tokenizer::load(cfg.train.tokenizer, cfg.train.tokenizer_dir);
+  // A checkpoint holding its own tokenizer.json (an import) reads it there, wherever the checkpoint
+  // has been moved since (its config's tokenizer_dir names where it was written).
+  const bool own = cfg.train.tokenizer != "gpt2" && std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json");
+  Tokenizer tok = Tokenizer::load(cfg.train.tokenizer, own ? dir : cfg.train.tokenizer_dir);
   std::vector<int32_t> eos = checkpoint_eos_ids(dir, cfg.model.vocab_size);
   if (eos.empty()) eos.push_back(tok.eot_id());
   return {dir, cfg, std::move(m), std::move(tok), std::move(eos)};

@@ -132,7 +132,12 @@ def used_like_any_checkpoint(name, ck, work):
     i8 = os.path.join(work, name + "_int8")
     r = run("export", "--checkpoint", ck, "--weight-dtype", "int8", "--out", i8)
     check(r.returncode == 0, f"{name}: export --weight-dtype int8 ({r.stdout.strip() or r.stderr.strip()})")
-    for what, path in (("checkpoint", ck), ("int8 export", i8)):
+    moved = os.path.join(work, name + "_moved")
+    shutil.copytree(ck, moved)  # its config's tokenizer_dir names ck, absent below: its own tokenizer.json is read
+    for what, path in (("checkpoint", ck), ("int8 export", i8), ("checkpoint moved elsewhere", moved),
+                       ("int8 export, checkpoint moved", i8)):
+        if what == "checkpoint moved elsewhere":
+            os.rename(ck, ck + "_away")
         ids = os.path.join(work, name + "_ids.json")
         r = run("generate", "--checkpoint", path, "--prompt", "the cat", "--max-new-tokens", "6", "--temperature", "0",
                 "--no-stop", "--ids-out", ids)
@@ -141,6 +146,7 @@ def used_like_any_checkpoint(name, ck, work):
         check(r.returncode == 0 and n == 6 and got["prompt_ids"] == [116, 257, 32, 99, 97, 116],
               f"{name}: generate from the {what}: prompt 'the cat' -> {got.get('prompt_ids')}, {n} tokens "
               f"({r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''})")
+    os.rename(ck + "_away", ck)
 
 
 def stops_at_eos(name, ck, work):
