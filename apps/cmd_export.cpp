@@ -52,7 +52,10 @@ void export_gguf() {
   GgufExportOptions opt;
   opt.dtype = args.dtype == "f16" ? GgmlType::F16 : args.dtype == "q8_0" ? GgmlType::Q8_0 : GgmlType::F32;
   opt.tokenizer = ck.cfg.train.tokenizer;
-  opt.tokenizer_dir = ck.cfg.train.tokenizer_dir;
+  // An imported checkpoint's own tokenizer.json, wherever the checkpoint is now.
+  opt.tokenizer_dir = std::filesystem::exists(std::filesystem::path(ck.dir) / "tokenizer.json") && opt.tokenizer != "gpt2"
+                          ? ck.dir
+                          : ck.cfg.train.tokenizer_dir;
   opt.name = args.name;
   GgufWriter w;
   build_gguf(ck.model, opt, w);

@@ -146,6 +146,10 @@ def used_like_any_checkpoint(name, ck, work):
         check(r.returncode == 0 and n == 6 and got["prompt_ids"] == [116, 257, 32, 99, 97, 116],
               f"{name}: generate from the {what}: prompt 'the cat' -> {got.get('prompt_ids')}, {n} tokens "
               f"({r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''})")
+    gguf = os.path.join(work, name + ".gguf")
+    r = run("export", "--checkpoint", moved, "--format", "gguf", "--out", gguf)
+    check(r.returncode == 0 and os.path.getsize(gguf) > 0,
+          f"{name}: export --format gguf of the moved checkpoint, with its own tokenizer ({r.stdout.strip() or r.stderr.strip()})")
     os.rename(ck + "_away", ck)
 
 
