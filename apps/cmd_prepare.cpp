@@ -32,7 +32,8 @@ void setup(CLI::App* sub) {
   static std::vector<std::string> files;
   static uint64_t shard_tokens = 1ull << 24;
   static int threads = 0;
-  sub->add_option("--tokenizer", name, "gpt2 or qwen3")->check(CLI::IsMember({"gpt2", "qwen3"}));
+  sub->add_option("--tokenizer", name, "gpt2, qwen3 or llama3 (llama3: --tokenizer-dir, e.g. an imported checkpoint)")
+      ->check(CLI::IsMember({"gpt2", "qwen3", "llama3"}));
   sub->add_option("--tokenizer-dir", dir, "tokenizer files (default: see jtok tokenize)");
   sub->add_option("--out", out, "output directory")->required();
   sub->add_option("--prefix", prefix, "shard file name prefix");

@@ -36,6 +36,7 @@ TOKENIZE_TEXT = "abc 12345"
 TOKENIZE_IDS = {"qwen3": [97, 98, 99, 32, 49, 50, 51, 52, 53], "llama3": [265, 32, 263, 264]}
 
 JTOK = os.environ.get("JTOK_BIN", "build/jtok")
+ROOT = os.environ.get("JTOK_ROOT", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 TOL_LOGITS = parity.TOL["logits"]
 
 CASES = {
@@ -146,6 +147,12 @@ def used_like_any_checkpoint(name, ck, work):
         check(r.returncode == 0 and n == 6 and got["prompt_ids"] == [116, 257, 32, 99, 97, 116],
               f"{name}: generate from the {what}: prompt 'the cat' -> {got.get('prompt_ids')}, {n} tokens "
               f"({r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''})")
+    val = os.path.join(work, name + "_val")  # eval on text prepared with the checkpoint's own tokenizer
+    r = run("prepare", "--tokenizer", "qwen3", "--tokenizer-dir", moved, "--out", val, os.path.join(ROOT, "docs", "import.md"))
+    r = run("eval", "--checkpoint", moved, "--val-data", val, "--val-batches", "2", "--no-blimp", "--json") if r.returncode == 0 else r
+    ev = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {}
+    check(ev.get("val_tokens", 0) > 0 and 0 < ev.get("val_loss", 0) < 20,
+          f"{name}: eval on docs/import.md prepared with its tokenizer: {ev or r.stderr.strip()}")
     gguf = os.path.join(work, name + ".gguf")
     r = run("export", "--checkpoint", moved, "--format", "gguf", "--out", gguf)
     check(r.returncode == 0 and os.path.getsize(gguf) > 0,
