@@ -14,6 +14,13 @@ struct Args {
 
 void run() {
   args.opt.require_tokenizer = !args.no_tokenizer;
+  int reported = 0;  // tenths of the weights written, printed as they pass
+  args.opt.progress = [&](uint64_t done, uint64_t total) {
+    const int tenth = total ? static_cast<int>(10 * done / total) : 10;
+    if (tenth <= reported || total < (1ull << 28)) return;  // models under 256 MB: no progress lines
+    reported = tenth;
+    std::fprintf(stderr, "import: %d%% of the weights (%.2f of %.2f GB)\n", 10 * tenth, done / 1e9, total / 1e9);
+  };
   const jtok::ImportReport r = jtok::import_hf(args.opt);
   std::printf("import: %s (%s) -> %s: %lld tensors, %lld parameters, %.1f MB f32, tokenizer %s\n", args.opt.from.c_str(),
               r.hf_model_type.c_str(), args.opt.out.c_str(), static_cast<long long>(r.tensors),

@@ -55,13 +55,20 @@ std::vector<ParamInfo> checked_layout(const HfWeights& w, const ModelConfig& m, 
 
 // model.safetensors of the checkpoint, tensor by tensor in file order, converted to f32 as it is
 // read: the bytes write_safetensors would give the same f32 tensors. Returns the file's size.
-uint64_t write_weights(const HfWeights& w, const std::vector<ParamInfo>& layout, const std::string& path) {
+uint64_t write_weights(const HfWeights& w, const std::vector<ParamInfo>& layout, const std::string& path,
+                       const std::function<void(uint64_t, uint64_t)>& progress) {
   std::map<std::string, StShape> shapes;
-  for (const ParamInfo& p : layout) shapes[p.name] = {"F32", p.shape};
+  uint64_t total = 0, done = 0;
+  for (const ParamInfo& p : layout) {
+    shapes[p.name] = {"F32", p.shape};
+    total += static_cast<uint64_t>(p.numel) * sizeof(float);
+  }
   return write_safetensors_streamed(path, shapes, {{"format", "pt"}}, [&](const std::string& name, const auto& put) {
     stream_tensor_f32(w, name, [&](const float* v, int64_t n) {
       put(std::string_view(reinterpret_cast<const char*>(v), static_cast<size_t>(n) * sizeof(float)));
+      done += static_cast<uint64_t>(n) * sizeof(float);
     });
+    if (progress) progress(done, total);
   });
 }
 
@@ -134,7 +141,7 @@ ImportReport import_hf(const ImportOptions& opt_in) {
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   try {
-    rep.bytes = write_weights(w, layout, (tmp / "model.safetensors").string());
+    rep.bytes = write_weights(w, layout, (tmp / "model.safetensors").string(), opt.progress);
     write_checkpoint_files(opt, info, cfg, eos, tmp);
     fsync_dir(tmp.string());
     fs::rename(tmp, out);

@@ -2,6 +2,7 @@
 // tokenizer.json, generation_config.json) -> an ordinary jtok checkpoint at step 0 (docs/import.md).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace jtok {
@@ -10,6 +11,8 @@ struct ImportOptions {
   std::string from, out;
   int64_t max_positions = 0;   // > 0: max_position_embeddings of the checkpoint (default: the HF value, capped)
   bool require_tokenizer = true;
+  // Called after each tensor is written: bytes of model.safetensors written so far, and its size.
+  std::function<void(uint64_t done, uint64_t total)> progress;
 };
 struct ImportReport {
   std::string hf_model_type;
