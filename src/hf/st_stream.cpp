@@ -22,7 +22,8 @@ uint64_t write_safetensors_streamed(const std::string& path, const std::map<std:
     write_all(fd, L.head, path);
     uint64_t at = L.head.size();
     for (auto it = in_order.begin(); it != in_order.end(); ++it) {
-      const auto& [off, name] = *it;
+      const uint64_t off = it->first;
+      const std::string& name = it->second;  // not a structured binding: the lambda below captures it
       const uint64_t end = std::next(it) == in_order.end() ? L.size : std::next(it)->first;
       JTOK_CHECK(off == at, "tensor ", name, " at byte ", off, ", file at ", at);
       produce(name, [&](std::string_view bytes) {
