@@ -33,6 +33,10 @@ HfModelInfo model_config_from_hf(const nlohmann::json& j, const std::string& pat
 nlohmann::json hf_config_from_model(const ModelConfig& m, const std::string& origin);
 // The eos ids of generation_config.json (an id or a list; empty when absent).
 std::vector<int64_t> eos_ids_of(const nlohmann::json& j, const std::string& path);
+// Files of an HF directory that travel beside the weights when present (the tokenizer's, and the
+// generation defaults: eos ids, sampling settings): import copies them in, export --format hf out.
+inline constexpr const char* kHfSideFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                               "generation_config.json"};
 // The largest of 64, 32, ..., 1 dividing v: the vocab_pad_multiple under which v rows need no padding.
 int64_t pad_multiple_for(int64_t v);
 

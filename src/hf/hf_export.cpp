@@ -76,7 +76,7 @@ uint64_t export_hf(const Model& m, const std::string& origin, const std::string&
                                          put_values(m.params.data() + p.offset, n, opt.dtype, put);
                                        });
     write_file_atomic((tmp / "config.json").string(), config.dump(2) + "\n");
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"})
+    for (const char* name : kHfSideFiles)
       if (const fs::path src = fs::path(opt.tokenizer_dir) / name; !opt.tokenizer_dir.empty() && fs::exists(src))
         write_file_atomic((tmp / name).string(), read_file(src.string()));
     fsync_dir(tmp.string());

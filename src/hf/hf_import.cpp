@@ -94,11 +94,6 @@ Config checkpoint_config(const HfModelInfo& info, const std::string& tokenizer, 
   return c;
 }
 
-// Files of the HF directory copied beside the weights when present (the tokenizer's and the
-// generation defaults: eos ids, sampling settings).
-constexpr const char* kSideFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                      "generation_config.json"};
-
 void write_checkpoint_files(const ImportOptions& opt, const HfModelInfo& info, const Config& cfg,
                             const std::vector<int64_t>& eos, const fs::path& tmp) {
   write_file_atomic((tmp / "config.json").string(), to_json(cfg).dump(2) + "\n");
@@ -108,7 +103,7 @@ void write_checkpoint_files(const ImportOptions& opt, const HfModelInfo& info, c
                       {"hf_max_position_embeddings", info.hf_max_position_embeddings},
                       {"eos_token_ids", eos}};
   write_file_atomic((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
-  for (const char* name : kSideFiles) {
+  for (const char* name : kHfSideFiles) {
     const fs::path src = fs::path(opt.from) / name;
     if (fs::exists(src) && (cfg.train.tokenizer_dir.size() || std::string(name) == "generation_config.json"))
       write_file_atomic((tmp / name).string(), read_file(src.string()));
