@@ -10,56 +10,15 @@
 #include "core/error.h"
 #include "serve/completion_request.h"
 #include "serve/engine.h"
+#include "serve_test_util.h"
 
 using namespace jtok;
-
-namespace {
-ModelConfig tiny() {
-  ModelConfig c;
-  c.vocab_size = 97;
-  c.hidden_size = 32;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.intermediate_size = 48;
-  c.max_position_embeddings = 48;
-  c.initializer_range = 0.2;
-  c.jtok = true;
-  c.jtok_layers = "1";
-  c.jtokm = true;
-  c.jtokm_layers = "0";
-  c.jtokm_n_e = 3;
-  c.jtokm_top_k = 2;
-  c.jtokm_scale_init = 2.0;
-  return c;
-}
-
-// What `jtok generate` does for one request: prefill, then sample / decode_step.
-std::vector<int32_t> alone(const Model& m, const GenerationRequest& r, bool kv_bf16 = false) {
-  KVCache cache;
-  cache.bf16 = kv_bf16;
-  std::mt19937_64 rng(r.seed);
-  std::vector<float> l = prefill(m, cache, r.prompt, static_cast<int64_t>(r.prompt.size()) + r.max_tokens);
-  std::vector<int32_t> out;
-  for (int64_t i = 0; i < r.max_tokens; ++i) {
-    const int32_t t = sample_token(l, r.sampling, rng);
-    if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), t) != r.stop_tokens.end()) break;
-    out.push_back(t);
-    if (i + 1 < r.max_tokens) l = decode_step(m, cache, t);
-  }
-  return out;
-}
-
-void wait_done(Sequence& s) {
-  std::unique_lock<std::mutex> lk(s.mu);
-  s.cv.wait(lk, [&] { return s.done; });
-}
-}  // namespace
+using namespace jtok::testing;
 
 // --kv-dtype bf16: batched requests give what each gives alone with a bf16 cache (that a bf16 cache
 // is really bf16 and how far it moves the logits: test_generate's Bf16KVCacheStaysCloseToF32).
 TEST(ServeEngine, Bf16KVCachesGiveWhatEachGivesAloneWithOne) {
-  Model m = make_model(tiny(), 4);
+  Model m = make_model(tiny_serve_config(), 4);
   EngineOptions o;
   o.kv_bf16 = true;
   Engine e(m, o);
@@ -77,12 +36,12 @@ TEST(ServeEngine, Bf16KVCachesGiveWhatEachGivesAloneWithOne) {
   for (size_t i = 0; i < reqs.size(); ++i) {
     ASSERT_TRUE(seqs[i]);
     wait_done(*seqs[i]);
-    EXPECT_EQ(seqs[i]->tokens, alone(m, reqs[i], true)) << "request " << i;
+    EXPECT_EQ(seqs[i]->tokens, alone(m, reqs[i], true).tokens) << "request " << i;
   }
 }
 
 TEST(ServeEngine, BatchedRequestsGiveTheTokensEachGivesAlone) {
-  Model m = make_model(tiny(), 4);
+  Model m = make_model(tiny_serve_config(), 4);
   std::vector<GenerationRequest> reqs;
   for (int i = 0; i < 10; ++i) {
     GenerationRequest r;
@@ -102,7 +61,7 @@ TEST(ServeEngine, BatchedRequestsGiveTheTokensEachGivesAlone) {
   for (size_t i = 0; i < reqs.size(); ++i) {
     ASSERT_TRUE(seqs[i]);
     wait_done(*seqs[i]);
-    EXPECT_EQ(seqs[i]->tokens, alone(m, reqs[i])) << "request " << i;
+    EXPECT_EQ(seqs[i]->tokens, alone(m, reqs[i]).tokens) << "request " << i;
     const bool full = static_cast<int64_t>(seqs[i]->tokens.size()) == reqs[i].max_tokens;
     EXPECT_EQ(seqs[i]->finish_reason, full ? "length" : "stop") << "request " << i;
   }
@@ -121,7 +80,7 @@ TEST(ServeEngine, BatchedRequestsGiveTheTokensEachGivesAlone) {
 }
 
 TEST(ServeEngine, RefusesBadRequestsAndBoundsTheQueue) {
-  Model m = make_model(tiny(), 4);
+  Model m = make_model(tiny_serve_config(), 4);
   EngineOptions o;
   o.max_batch = 1;
   o.max_queue = 2;
@@ -203,7 +162,7 @@ TEST(CompletionRequest, ParsesOrAnswers4xx) {
 // request gives exactly what prefill_chunked + decode_step give alone, the short one what it gives
 // alone.
 TEST(ServeEngine, LongPromptIsPrefilledInChunksWhileOthersDecode) {
-  Model m = make_model(tiny(), 4);
+  Model m = make_model(tiny_serve_config(), 4);
   EngineOptions o;
   o.prefill_chunk = 4;
   Engine e(m, o);
@@ -221,7 +180,7 @@ TEST(ServeEngine, LongPromptIsPrefilledInChunksWhileOthersDecode) {
   e.pause(false);
   wait_done(*s1);
   wait_done(*s2);
-  EXPECT_EQ(s1->tokens, alone(m, shortr));
+  EXPECT_EQ(s1->tokens, alone(m, shortr).tokens);
   KVCache cache;
   std::mt19937_64 rng(longr.seed);
   std::vector<float> l = prefill_chunked(m, cache, longr.prompt, 24, 4);

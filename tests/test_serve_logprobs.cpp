@@ -16,56 +16,12 @@
 #include "infer/logprobs.h"
 #include "serve/completion_request.h"
 #include "serve/engine.h"
+#include "serve_test_util.h"
 
 using namespace jtok;
+using namespace jtok::testing;
 
 namespace {
-ModelConfig tiny() {
-  ModelConfig c;
-  c.vocab_size = 97;
-  c.hidden_size = 32;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.intermediate_size = 48;
-  c.max_position_embeddings = 48;
-  c.initializer_range = 0.2;
-  c.jtok = true;
-  c.jtok_layers = "1";
-  c.jtokm = true;
-  c.jtokm_layers = "0";
-  c.jtokm_n_e = 3;
-  c.jtokm_top_k = 2;
-  c.jtokm_scale_init = 2.0;
-  return c;
-}
-
-struct Alone {
-  std::vector<int32_t> tokens;
-  std::vector<TokenLogprob> lps;
-};
-
-// What `jtok generate` does for one request (prefill, then sample / decode_step), with the
-// log-prob of each sampled token from the logits it was sampled from.
-Alone alone(const Model& m, const GenerationRequest& r) {
-  KVCache cache;
-  std::mt19937_64 rng(r.seed);
-  std::vector<float> l = prefill(m, cache, r.prompt, static_cast<int64_t>(r.prompt.size()) + r.max_tokens);
-  Alone out;
-  for (int64_t i = 0; i < r.max_tokens; ++i) {
-    const int32_t t = sample_token(l, r.sampling, rng);
-    if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), t) != r.stop_tokens.end()) break;
-    out.tokens.push_back(t);
-    out.lps.push_back(token_logprob(l.data(), m.cfg.vocab_size, t, std::max(r.top_logprobs, 0)));
-    if (i + 1 < r.max_tokens) l = decode_step(m, cache, t);
-  }
-  return out;
-}
-
-void wait_done(Sequence& s) {
-  std::unique_lock<std::mutex> lk(s.mu);
-  s.cv.wait(lk, [&] { return s.done; });
-}
 
 void expect_same(const TokenLogprob& a, const TokenLogprob& b, const std::string& where) {
   EXPECT_EQ(a.token, b.token) << where;
@@ -120,7 +76,7 @@ TEST(Logprobs, TokenLogprobIsTheLogSoftmaxWithItsTopN) {
 // n = 4: the prompt is prefilled once, and choice i is, token for token and log-prob for log-prob,
 // what a single request with seed + i gives (alone, and through the engine), beside other traffic.
 TEST(ServeEngine, NChoicesEachEqualASingleRequestWithItsSeed) {
-  Model m = make_model(tiny(), 4);
+  Model m = make_model(tiny_serve_config(), 4);
   EngineOptions o;
   o.max_batch = 8;
   Engine e(m, o);
@@ -190,7 +146,7 @@ TEST(ServeEngine, NChoicesEachEqualASingleRequestWithItsSeed) {
 // training forward's (token_logprobs, what jtok eval sums for BLiMP) within 1e-5; max_tokens 0
 // generates nothing.
 TEST(ServeEngine, EchoLogprobsEqualTheFullForward) {
-  Model m = make_model(tiny(), 4);
+  Model m = make_model(tiny_serve_config(), 4);
   std::vector<int32_t> prompt;
   for (int j = 0; j < 11; ++j) prompt.push_back(static_cast<int32_t>((j * 31 + 3) % 97));
   const int64_t T = static_cast<int64_t>(prompt.size()) - 1;
@@ -274,7 +230,7 @@ TEST(CompletionRequest, LogprobsEchoAndChoicesAreChecked) {
 // each row equal to the training forward's logits within 1e-5 of their largest, and the prefill's
 // own result (returned logits, cache) bit for bit what it is without the hook.
 TEST(Generate, PositionLogitsCoverThePromptAndLeaveThePrefillAlone) {
-  Model m = make_model(tiny(), 4);
+  Model m = make_model(tiny_serve_config(), 4);
   const int64_t V = m.cfg.vocab_size, Vp = m.cfg.padded_vocab();
   std::vector<int32_t> prompt;
   for (int j = 0; j < 37; ++j) prompt.push_back(static_cast<int32_t>((j * 13 + 1) % 97));  // > one 32-row block
