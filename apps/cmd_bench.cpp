@@ -152,7 +152,7 @@ void train_step(Bench& b, const StepTokens& tokens, bool timed) {
   using namespace jtok;
   const auto& t = b.cfg.train;
   const int64_t B = t.micro_batch_size, T = t.seq_len;
-  const int64_t r0 = b.opt.replayed_rows, w0 = b.opt.replayed_warm_rows, s0 = b.opt.replayed_warm_steps;
+  const int64_t r0 = b.opt.tables.replayed_rows, w0 = b.opt.tables.replayed_warm_rows, s0 = b.opt.tables.replayed_warm_steps;
   auto t0 = std::chrono::steady_clock::now();
   const std::clock_t c0 = std::clock();  // CPU seconds of all threads
   // Each model's own precision (a variant may be precision=bf16); where bf16 cannot run, fp32 (the
@@ -170,9 +170,9 @@ void train_step(Bench& b, const StepTokens& tokens, bool timed) {
   if (timed) {
     b.step_ms.push_back(1e3 * dt);
     b.cpu_s.push_back(static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC);
-    b.caught_up.push_back(b.opt.replayed_rows - r0);
-    b.warm_rows.push_back(b.opt.replayed_warm_rows - w0);
-    b.warm_steps.push_back(b.opt.replayed_warm_steps - s0);
+    b.caught_up.push_back(b.opt.tables.replayed_rows - r0);
+    b.warm_rows.push_back(b.opt.tables.replayed_warm_rows - w0);
+    b.warm_steps.push_back(b.opt.tables.replayed_warm_steps - s0);
   }
 }
 
@@ -258,13 +258,13 @@ void run() {
     for (auto& b : benches) train_step(*b, tokens, s >= args.warmup);
   }
   for (auto& b : benches) {
-    const int64_t r0 = b->opt.replayed_rows;
+    const int64_t r0 = b->opt.tables.replayed_rows;
     const auto t0 = std::chrono::steady_clock::now();
     const std::clock_t c0 = std::clock();
     sync_tables(b->model, b->opt);
     b->sync_ms = 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     b->sync_cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
-    b->sync_caught_up = b->opt.replayed_rows - r0;
+    b->sync_caught_up = b->opt.tables.replayed_rows - r0;
   }
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);  // peak RSS of the process: meaningful only without variants

@@ -139,15 +139,15 @@ TEST(Checkpoint, JTokTablesAndTheirMomentsRoundTrip) {
   ASSERT_EQ(m.jtok_table[0], 0);
   ASSERT_EQ(m.jtok_table[1], -1);
   ASSERT_EQ(m.tables[0].rows, cfg.model.padded_vocab());
-  for (size_t i = 0; i < opt.table_m[0].size(); ++i) { opt.table_m[0][i] = 1e-3f * i; opt.table_v[0][i] = 2e-3f * i; }
+  for (size_t i = 0; i < opt.tables.m[0].size(); ++i) { opt.tables.m[0][i] = 1e-3f * i; opt.tables.v[0][i] = 2e-3f * i; }
   std::string run = fresh_dir("ckpt_jtok");
   std::string dir = save_checkpoint(run, 4, cfg, m, opt, {{"step", 4}, {"run_id", "r1"}}, 2);
   Model m2 = make_model(load_checkpoint_config(dir).model, 8);
   AdamWState o2;
   load_checkpoint(dir, m2, &o2);
   EXPECT_EQ(m2.tables[0].to_vector(), m.tables[0].to_vector());
-  EXPECT_EQ(o2.table_m[0], opt.table_m[0]);
-  EXPECT_EQ(o2.table_v[0], opt.table_v[0]);
+  EXPECT_EQ(o2.tables.m[0], opt.tables.m[0]);
+  EXPECT_EQ(o2.tables.v[0], opt.tables.v[0]);
   EXPECT_EQ(m2.params, m.params);
   // The same weights into a model without JTok: the table is an unexpected tensor.
   Model plain = make_model(small().model, 1);
@@ -171,7 +171,7 @@ TEST(Checkpoint, JTokMTablesAndTheirMomentsRoundTrip) {
   EXPECT_EQ(m.jtokm_table[0], -1);
   EXPECT_EQ(m.table_names[3], "model.layers.1.jtokm.embed.2.weight");
   for (size_t k = 0; k < m.tables.size(); ++k)
-    for (size_t i = 0; i < opt.table_m[k].size(); i += 7) { opt.table_m[k][i] = 1e-3f * (i + k); opt.table_v[k][i] = 2e-3f * i; }
+    for (size_t i = 0; i < opt.tables.m[k].size(); i += 7) { opt.tables.m[k][i] = 1e-3f * (i + k); opt.tables.v[k][i] = 2e-3f * i; }
   std::string run = fresh_dir("ckpt_jtokm");
   std::string dir = save_checkpoint(run, 4, cfg, m, opt, {{"step", 4}, {"run_id", "r1"}}, 2);
   Model m2 = make_model(load_checkpoint_config(dir).model, 8);
@@ -179,8 +179,8 @@ TEST(Checkpoint, JTokMTablesAndTheirMomentsRoundTrip) {
   load_checkpoint(dir, m2, &o2);
   for (size_t k = 0; k < m.tables.size(); ++k) {
     EXPECT_EQ(m2.tables[k].to_vector(), m.tables[k].to_vector()) << m.table_names[k];
-    EXPECT_EQ(o2.table_m[k], opt.table_m[k]) << m.table_names[k];
-    EXPECT_EQ(o2.table_v[k], opt.table_v[k]) << m.table_names[k];
+    EXPECT_EQ(o2.tables.m[k], opt.tables.m[k]) << m.table_names[k];
+    EXPECT_EQ(o2.tables.v[k], opt.tables.v[k]) << m.table_names[k];
   }
   EXPECT_EQ(m2.params, m.params);
   // A config with fewer tables per layer does not silently load it.

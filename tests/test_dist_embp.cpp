@@ -95,16 +95,14 @@ TEST(DistEmbP, OwnershipAndShardBytes) {
     }
   const int P = dist::world_size(), me = dist::rank();
   dist::TableShard s = dist::make_shard({V, P}, me, NE, d);
-  const int64_t single = NE * V * d * 4;  // one process's tables (bytes); moments are twice that
+  const int64_t single = NE * V * d * 4;  // one process's tables (bytes)
   EXPECT_EQ(s.table_bytes(), NE * (RowOwner{V, P}.rows_on(me)) * d * 4);
-  EXPECT_EQ(s.moment_bytes(), 2 * s.table_bytes());
   EXPECT_LE(s.table_bytes() * V, single * ((V + P - 1) / P));  // <= ceil(V/P)/V of the whole
   if (me == 0) {
     EXPECT_EQ(s.table_bytes() * V, single * ((V + P - 1) / P));
   }
-  std::printf("rank %d of %d: shard %lld table bytes + %lld moment bytes (single process: %lld + %lld)\n", me, P,
-              static_cast<long long>(s.table_bytes()), static_cast<long long>(s.moment_bytes()),
-              static_cast<long long>(single), static_cast<long long>(2 * single));
+  std::printf("rank %d of %d: shard %lld table bytes (single process: %lld)\n", me, P,
+              static_cast<long long>(s.table_bytes()), static_cast<long long>(single));
 }
 
 TEST(DistEmbP, FetchRowsAndPushGrads) {
@@ -117,7 +115,7 @@ TEST(DistEmbP, FetchRowsAndPushGrads) {
     const RowBatch rb = dedup_ids(b.ids.data(), N, V);
     const int64_t U = static_cast<int64_t>(rb.unique.size());
     std::vector<float> rows(U * d, -1.0f);
-    dist::ExchangeBytes2 fb = dist::fetch_rows(rows.data(), s, 1, rb);
+    dist::TableBytes fb = dist::fetch_rows(rows.data(), s, 1, rb);
     for (int64_t u = 0; u < U; ++u) expect_close(rows.data() + u * d, full[1].data() + rb.unique[u] * d, d, "fetched row");
     // Gradient rows: row u of rank r is (r + 1) * (id + 1) * 0.01 + j.
     auto grows_of = [&](int r, const RowBatch& rbr) {
@@ -126,7 +124,7 @@ TEST(DistEmbP, FetchRowsAndPushGrads) {
         for (int64_t j = 0; j < d; ++j) g[u * d + j] = (r + 1) * (rbr.unique[u] + 1) * 0.01f + static_cast<float>(j);
       return g;
     };
-    dist::ExchangeBytes2 gb = dist::push_row_grads(s, 1, rb, grows_of(me, rb).data());
+    dist::TableBytes gb = dist::push_row_grads(s, 1, rb, grows_of(me, rb).data());
     // Expected: every rank's contributions to my rows, in rank order.
     std::vector<float> want(V * d, 0.0f);
     std::vector<char> has(V, 0);
@@ -176,14 +174,14 @@ TEST(DistEmbP, PremixAndNaive) {
   const RankBatch b = batch_of(me);
   std::vector<float> e(N * d, -1.0f), dw(N * K, -1.0f);
   dist::PremixState st;
-  const dist::ExchangeBytes2 fwd = dist::premix_forward(e.data(), st, s, b.ids.data(), b.sel.data(), b.w.data(), N, K);
+  const dist::TableBytes fwd = dist::premix_forward(e.data(), st, s, b.ids.data(), b.sel.data(), b.w.data(), N, K);
   for (int64_t n = 0; n < N; ++n) {
     std::vector<float> want(d, 0.0f);
     for (int64_t k = 0; k < K; ++k)
       for (int64_t j = 0; j < d; ++j) want[j] += b.w[n * K + k] * full[b.sel[n * K + k]][b.ids[n] * d + j];
     expect_close(e.data() + n * d, want.data(), d, "premixed vector");
   }
-  const dist::ExchangeBytes2 bwd = dist::premix_backward(dw.data(), s, st, b.de.data());
+  const dist::TableBytes bwd = dist::premix_backward(dw.data(), s, st, b.de.data());
   for (int64_t n = 0; n < N; ++n)
     for (int64_t k = 0; k < K; ++k) {
       double want = 0;
@@ -234,7 +232,7 @@ TEST(DistEmbP, PremixAndNaive) {
   std::vector<int32_t> pid, ptab;
   pairs_of(b, pid, ptab);
   std::vector<float> rows(pid.size() * d);
-  const dist::ExchangeBytes2 nb = dist::naive_fetch(rows.data(), s, pid, ptab);
+  const dist::TableBytes nb = dist::naive_fetch(rows.data(), s, pid, ptab);
   int64_t remote_pairs = 0, remote_pairs_in = 0;
   for (size_t q = 0; q < pid.size(); ++q) {
     expect_close(rows.data() + q * d, full[ptab[q]].data() + pid[q] * d, d, "naive row");
@@ -251,7 +249,7 @@ TEST(DistEmbP, PremixAndNaive) {
   EXPECT_EQ(nb.recv, remote_pairs_in * 8 + remote_pairs * 4 * d);
   // Gradients of the pairs back to the owners: (8 + 4d) B per remote pair.
   std::vector<float> pg(pid.size() * d, 0.5f);
-  const dist::ExchangeBytes2 pb = dist::push_pair_grads(s, pid, ptab, pg.data());
+  const dist::TableBytes pb = dist::push_pair_grads(s, pid, ptab, pg.data());
   EXPECT_EQ(pb.sent, remote_pairs * (8 + 4 * d));
   EXPECT_EQ(pb.recv, remote_pairs_in * (8 + 4 * d));
   std::printf("rank %d: premix fwd %lld/%lld B, bwd %lld/%lld B; naive %lld/%lld B (%lld remote pairs)\n", me,
@@ -276,7 +274,7 @@ TEST(DistEmbP, PlannerFormulasEqualMeasured) {
     // JTok: fetch + push.
     const RowBatch rb = dedup_ids(b.ids.data(), N, V);
     std::vector<float> rows(rb.unique.size() * d), g(rb.unique.size() * d, 1.0f);
-    dist::ExchangeBytes2 j = dist::fetch_rows(rows.data(), s, 0, rb);
+    dist::TableBytes j = dist::fetch_rows(rows.data(), s, 0, rb);
     j.add(dist::push_row_grads(s, 0, rb, g.data()));
     const auto pj = dist::plan_jtok(ids, own, d);
     EXPECT_EQ(j.sent, pj[me].sent);
@@ -284,7 +282,7 @@ TEST(DistEmbP, PlannerFormulasEqualMeasured) {
     // Premix: forward + backward.
     std::vector<float> e(N * d), dw(N * K);
     dist::PremixState st;
-    dist::ExchangeBytes2 pm = dist::premix_forward(e.data(), st, s, b.ids.data(), b.sel.data(), b.w.data(), N, K);
+    dist::TableBytes pm = dist::premix_forward(e.data(), st, s, b.ids.data(), b.sel.data(), b.w.data(), N, K);
     pm.add(dist::premix_backward(dw.data(), s, st, b.de.data()));
     const auto pp = dist::plan_premix(ids, own, K, d);
     EXPECT_EQ(pm.sent, pp[me].sent);
@@ -296,7 +294,7 @@ TEST(DistEmbP, PlannerFormulasEqualMeasured) {
       for (int64_t k = 0; k < K; ++k)
         if (!seen[b.ids[n] * NE + b.sel[n * K + k]]++) pid.push_back(b.ids[n]), ptab.push_back(b.sel[n * K + k]);
     std::vector<float> prow(pid.size() * d), pg(pid.size() * d, 1.0f);
-    dist::ExchangeBytes2 nv = dist::naive_fetch(prow.data(), s, pid, ptab);
+    dist::TableBytes nv = dist::naive_fetch(prow.data(), s, pid, ptab);
     nv.add(dist::push_pair_grads(s, pid, ptab, pg.data()));
     const auto pn = dist::plan_naive(ids, sel, own, K, d);
     EXPECT_EQ(nv.sent, pn[me].sent);
@@ -348,12 +346,11 @@ TEST(DistEmbP, ShardedTablesModesPostedBlockingAndPlanner) {
   struct Out {
     std::vector<float> e, dw;
     double ss = 0;
-    dist::ExchangeBytes2 bytes;
+    dist::TableBytes bytes;
   };
   auto run = [&](const char* mode, bool overlap) {
     Model m = make_model(c, 5);
-    AdamWState st = make_adamw_state(m);
-    dist::ShardedTables t(m, st, dist::ShardedTables::parse_mode(mode), RowOwner::kModP);
+    dist::ShardedTables t(m, dist::ShardedTables::parse_mode(mode), RowOwner::kModP);
     t.set_overlap(overlap);
     Out o;
     o.e.assign(N * d, -1.0f);

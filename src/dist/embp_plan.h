@@ -22,7 +22,7 @@ namespace jtok::dist {
 
 // Bytes of one exchange scheme summed over forward and backward, per rank: what it sends and what
 // it receives (requests to itself are not counted).
-using RankBytes = std::vector<ExchangeBytes2>;
+using RankBytes = std::vector<TableBytes>;
 // JTok (per table): unique ids to their owners, rows back; gradient rows back to the owners.
 RankBytes plan_jtok(const std::vector<std::vector<int32_t>>& ids, const RowOwner& own, int64_t d);
 // JTok-M premix (per layer): (id, K tables, K weights) and a d-vector per position each way, K back.

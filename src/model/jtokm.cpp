@@ -48,21 +48,16 @@ static void gather_and_mix(JTokMActs& A, const TokenTable* E, const RowBatch& rb
   A.rows.resize(static_cast<size_t>(S * d));
 #pragma omp parallel for schedule(static) if (S * d >= kParallelMin)  // a decoding step's few rows: serial
   for (int64_t q = 0; q < S; ++q) {
-    const TokenTable& t = E[A.slot_table[q]];
-    if (sync) sync(table_base + A.slot_table[q], rb.unique[A.slot_u[q]]);
-    t.read_row(rb.unique[A.slot_u[q]], A.rows.data() + q * d);  // f32, whatever the table's dtype
+    const int32_t t = A.slot_table[q];  // f32, whatever the table's dtype
+    gather_rows(A.rows.data() + q * d, E[t], &rb.unique[static_cast<size_t>(A.slot_u[q])], 1, sync, table_base + t);
   }
   // Mix.
 #pragma omp parallel for schedule(static) if (N * d >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const int64_t u = rb.inverse[n];
-    float* e = A.e.data() + n * d;
-    std::fill(e, e + d, 0.0f);
-    for (int64_t k = 0; k < K; ++k) {
-      const float wk = A.w[n * K + k];
-      const float* r = A.rows.data() + static_cast<int64_t>(A.slot[u * ne + A.sel[n * K + k]]) * d;
-      mix_term(e, wk, r, d);
-    }
+    const int32_t* sel = A.sel.data() + n * K;
+    mix_position(A.e.data() + n * d, [&](int64_t k) { return A.rows.data() + static_cast<int64_t>(A.slot[u * ne + sel[k]]) * d; },
+                 A.w.data() + n * K, K, d);
   }
 }
 
@@ -205,12 +200,9 @@ void jtokm_backward_router(float* da, float* dR, SparseRowGrad* gE, JTokMActs& A
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
       const int64_t u = rb.inverse[n];
-      const float* de = A.de.data() + n * d;
-      for (int64_t k = 0; k < K; ++k) {
-        const float* r = A.rows.data() + static_cast<int64_t>(A.slot[u * ne + A.sel[n * K + k]]) * d;
-        const float acc = mix_term_dw(de, r, d);
-        dw[static_cast<size_t>(n * K + k)] = acc;
-      }
+      const int32_t* sel = A.sel.data() + n * K;
+      mix_position_dw(dw.data() + n * K, A.de.data() + n * d,
+                      [&](int64_t k) { return A.rows.data() + static_cast<int64_t>(A.slot[u * ne + sel[k]]) * d; }, K, d);
     }
   }
   // Router logits: w_k = sig_k / sum_G sig, and the aux loss's p_i = sig_i / sum_all sig.

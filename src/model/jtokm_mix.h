@@ -24,4 +24,17 @@ inline float mix_term_dw(const float* de, const float* row, int64_t d) {
 // g (d) += w * de: one term's contribution to its row's gradient (the same arithmetic as mix_term).
 inline void mix_term_grad(float* g, float w, const float* de, int64_t d) { mix_term(g, w, de, d); }
 
+// One position's mix, e (d) = sum_k w[k] row(k), k in order from e = 0; row(k) gives the k-th
+// selected row (the gathered rows wherever the caller keeps them).
+template <typename RowOf>
+inline void mix_position(float* e, RowOf row, const float* w, int64_t K, int64_t d) {
+  for (int64_t j = 0; j < d; ++j) e[j] = 0.0f;
+  for (int64_t k = 0; k < K; ++k) mix_term(e, w[k], row(k), d);
+}
+// Its weights' gradients: dw (K), dw[k] = de . row(k).
+template <typename RowOf>
+inline void mix_position_dw(float* dw, const float* de, RowOf row, int64_t K, int64_t d) {
+  for (int64_t k = 0; k < K; ++k) dw[k] = mix_term_dw(de, row(k), d);
+}
+
 }  // namespace jtok

@@ -39,7 +39,7 @@ TokenTable TokenTable::in_ram(int64_t rows, int64_t dim, std::vector<float> valu
   JTOK_CHECK(rows >= 0 && dim >= 0 && static_cast<int64_t>(values.size()) == rows * dim, "token table of ", rows,
              " x ", dim, " given ", values.size(), " values");
   TokenTable t;
-  t.rows = rows;
+  t.rows = t.id_count = rows;
   t.dim = dim;
   t.ram_ = std::move(values);
   return t;
@@ -53,7 +53,7 @@ TokenTable TokenTable::quantized_in_ram(int64_t rows, int64_t dim, TableDtype dt
   JTOK_CHECK(static_cast<int64_t>(scales.size()) == (dt == TableDtype::I8 ? rows : 0), table_dtype_name(dt),
              " token table of ", rows, " rows given ", scales.size(), " scales");
   TokenTable t;
-  t.rows = rows;
+  t.rows = t.id_count = rows;
   t.dim = dim;
   t.dtype_ = dt;
   t.qram_ = std::move(bytes);
@@ -70,7 +70,7 @@ TokenTable TokenTable::view(int64_t rows, int64_t dim, TableDtype dt, const void
   JTOK_CHECK(owner != nullptr && (data != nullptr || rows * dim == 0), "token table view without storage");
   JTOK_CHECK((dt == TableDtype::I8) == (scales != nullptr) || rows == 0, "token table view: int8 tables (only) need scales");
   TokenTable t;
-  t.rows = rows;
+  t.rows = t.id_count = rows;
   t.dim = dim;
   t.dtype_ = dt;
   t.view_ = data;
@@ -81,8 +81,18 @@ TokenTable TokenTable::view(int64_t rows, int64_t dim, TableDtype dt, const void
 
 TokenTable TokenTable::unbound(int64_t rows, int64_t dim) {
   TokenTable t;
-  t.rows = rows;
+  t.rows = t.id_count = rows;
   t.dim = dim;
+  return t;
+}
+
+TokenTable TokenTable::shard_in_ram(int64_t id_count, int64_t id_first, int64_t id_stride, int64_t rows, int64_t dim) {
+  JTOK_CHECK(id_stride >= 1 && id_first >= 0 && rows >= 0 && (rows == 0 || id_first + (rows - 1) * id_stride < id_count),
+             "shard of ", rows, " rows from id ", id_first, " every ", id_stride, " in a table of ", id_count, " ids");
+  TokenTable t = in_ram(rows, dim);
+  t.id_count = id_count;
+  t.id_first = id_first;
+  t.id_stride = id_stride;
   return t;
 }
 
@@ -209,19 +219,50 @@ int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n) {
   return n;
 }
 
-void gather_unique_rows(float* out, const TokenTable& t, const RowBatch& rb, const RowSync& sync, int64_t table) {
-  const int64_t U = static_cast<int64_t>(rb.unique.size()), d = t.dim;
-#pragma omp parallel for schedule(static) if (U * d >= kParallelMin)  // a decoding step's few rows: serial
-  for (int64_t u = 0; u < U; ++u) {
-    if (sync) sync(table, rb.unique[u]);
-    t.read_row(rb.unique[u], out + u * d);
+namespace {
+// Every id held by t, checked before a parallel loop reads them (an exception cannot leave one).
+void check_held(const TokenTable& t, const int32_t* ids, int64_t n, const char* what) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!t.holds(ids[i]))
+      fail(what, ": id ", ids[i], " is not held by this table (", t.rows, " rows of ", t.id_count, " ids, from id ",
+           t.id_first, " every ", t.id_stride, ")");
+}
+}  // namespace
+
+void gather_rows(float* out, const TokenTable& t, const int32_t* ids, int64_t n, const RowSync& sync, int64_t table) {
+  check_held(t, ids, n, "token table gather");
+  const int64_t d = t.dim;
+  auto one = [&](int64_t i) {
+    const int64_t r = t.row_of(ids[i]);
+    if (sync) sync(table, r);
+    t.read_row(r, out + i * d);
+  };
+  if (n * d < kParallelMin) {  // a decoding step's few rows, or one row of a caller's parallel loop
+    for (int64_t i = 0; i < n; ++i) one(i);
+    return;
   }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) one(i);
 }
 
-void gather_unique_rows_ref(float* out, const TokenTable& t, const RowBatch& rb) {
-  const int64_t U = static_cast<int64_t>(rb.unique.size()), d = t.dim;
-  for (int64_t u = 0; u < U; ++u)
-    for (int64_t j = 0; j < d; ++j) out[u * d + j] = table_element_ref(t, rb.unique[u], j);
+void gather_rows_ref(float* out, const TokenTable& t, const int32_t* ids, int64_t n) {
+  check_held(t, ids, n, "token table gather");
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < t.dim; ++j) out[i * t.dim + j] = table_element_ref(t, t.row_of(ids[i]), j);
+}
+
+void scatter_rows(TokenTable& t, const int32_t* ids, const float* rows, int64_t n) {
+  check_held(t, ids, n, "token table scatter");
+  float* w = t.mutable_data();
+  const int64_t d = t.dim;
+#pragma omp parallel for schedule(static) if (n * d >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) std::memcpy(w + t.row_of(ids[i]) * d, rows + i * d, sizeof(float) * d);
+}
+
+void scatter_rows_ref(TokenTable& t, const int32_t* ids, const float* rows, int64_t n) {
+  check_held(t, ids, n, "token table scatter");
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < t.dim; ++j) t.mutable_row(t.row_of(ids[i]))[j] = rows[i * t.dim + j];
 }
 
 void SparseRowGrad::init(int64_t vocab_rows, int64_t d) {
@@ -258,39 +299,12 @@ double SparseRowGrad::sum_squares() const {
   });
 }
 
-void table_adamw_dense_semantics(TokenTable& t, float* tm, float* tv, const SparseRowGrad& g, const AdamWHyper& h) {
-  const AdamWStepConsts c = adamw_consts(h);
-  const int64_t d = t.dim;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < t.rows; ++r) {
-    const int32_t s = g.slot[static_cast<size_t>(r)];
-    // A row without gradient: (1 - b1) * 0 and (1 - b2) * 0 vanish, the moments only decay.
-    const float* gr = s >= 0 ? g.rows.data() + static_cast<int64_t>(s) * d : nullptr;
-    adamw_elements(t.mutable_row(r), gr, tm + r * d, tv + r * d, d, c);
-  }
-}
-
-void table_adamw_sparse_rows(TokenTable& t, float* tm, float* tv, const SparseRowGrad& g, const AdamWHyper& h) {
-  const AdamWStepConsts c = adamw_consts(h);
-  const int64_t d = t.dim, R = static_cast<int64_t>(g.ids.size());
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < R; ++i) {
-    const int64_t r = g.ids[i];
-    adamw_elements(t.mutable_row(r), g.rows.data() + i * d, tm + r * d, tv + r * d, d, c);
-  }
-}
-
 std::vector<float> densify(const SparseRowGrad& g, int64_t rows) {
   std::vector<float> dense(static_cast<size_t>(rows * g.dim), 0.0f);
   for (size_t i = 0; i < g.ids.size(); ++i)
     std::memcpy(dense.data() + static_cast<int64_t>(g.ids[i]) * g.dim, g.rows.data() + static_cast<int64_t>(i) * g.dim,
                 sizeof(float) * g.dim);
   return dense;
-}
-
-void table_adamw_ref(TokenTable& t, float* m, float* v, const SparseRowGrad& g, const AdamWHyper& h) {
-  std::vector<float> dense = densify(g, t.rows);
-  adamw_update_ref(t.mutable_data(), dense.data(), m, v, t.numel(), h);
 }
 
 }  // namespace jtok

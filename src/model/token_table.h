@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "ops/adamw.h"
 
 namespace jtok {
 
@@ -32,11 +31,14 @@ int64_t table_dtype_bytes(TableDtype dt);      // bytes per element: 4, 2, 1
 // the gathers below, which dequantize); data() / row() / values() are the f32 tables' direct view
 // and fail on another dtype. Writers use mutable_*(), which fail on a read-only view and on a
 // quantized table. Copying a RAM table copies its rows; copying a view shares the owner.
-// A rank's shard (embedding parallelism) is a RAM table of the rows that rank holds; mapping a global id to a
-// local row is the caller's business (rows/dim describe what this storage holds).
+// A rank's shard (embedding parallelism) is a RAM table of the rows that rank holds, with its
+// id-to-row map: row r holds id id_first + r * id_stride of a table of id_count ids (every P-th id
+// from the rank's, or a contiguous range); a whole table holds ids 0..rows-1 (0, 1, rows). Readers
+// and writers name ids, never rows: gather_rows and scatter_rows below are the one way in and out.
 class TokenTable {
  public:
   int64_t rows = 0, dim = 0;  // set by the factories; read freely, never reassign
+  int64_t id_count = 0, id_first = 0, id_stride = 1;  // the id-to-row map (whole table: rows, 0, 1)
 
   TokenTable() = default;
   // Writable RAM storage of rows x dim zeros, or of `values` (size rows * dim, checked).
@@ -53,6 +55,14 @@ class TokenTable {
                          std::shared_ptr<const void> owner);
   // A shape without storage, for a loader to replace with a view (data() is null; writes fail).
   static TokenTable unbound(int64_t rows, int64_t dim);
+  // Writable RAM zeros for `rows` ids of a table of id_count: id_first, id_first + id_stride, ...
+  static TokenTable shard_in_ram(int64_t id_count, int64_t id_first, int64_t id_stride, int64_t rows, int64_t dim);
+
+  bool holds(int64_t id) const {
+    return id >= id_first && id < id_count && (id - id_first) % id_stride == 0 && (id - id_first) / id_stride < rows;
+  }
+  int64_t row_of(int64_t id) const { return (id - id_first) / id_stride; }  // id must be held
+  int64_t id_of(int64_t row) const { return id_first + row * id_stride; }
 
   TableDtype dtype() const { return dtype_; }
   bool read_only() const { return owner_ != nullptr || dtype_ != TableDtype::F32; }
@@ -164,13 +174,24 @@ RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V);
 // does nothing. Values are never changed. Returns the number of rows announced (0 for RAM).
 int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n);
 
-// out (U, dim) = table rows of rb.unique, in f32 whatever the table's dtype (the one gather path:
-// JTok's and, through read_row, JTok-M's). sync (optional): called for (table, each id) before its
-// row is read; `table` is t's index in Model::tables.
-void gather_unique_rows(float* out, const TokenTable& t, const RowBatch& rb, const RowSync& sync = {},
-                        int64_t table = 0);
-// The reference: one element at a time (table_element_ref), serial.
-void gather_unique_rows_ref(float* out, const TokenTable& t, const RowBatch& rb);
+// The one gather: out (n, dim) = the rows of ids (each held by t, else it fails naming the id), in
+// f32 whatever the storage (RAM, view, bf16, int8, a rank's shard). sync (optional): called with
+// (table, the id's row in t) before the row is read; `table` is the caller's index of t (Model::tables).
+void gather_rows(float* out, const TokenTable& t, const int32_t* ids, int64_t n, const RowSync& sync = {},
+                 int64_t table = 0);
+// The plain reference: one element at a time (table_element_ref), serial.
+void gather_rows_ref(float* out, const TokenTable& t, const int32_t* ids, int64_t n);
+// The one scatter: the rows of ids (each held by t) = rows (n, dim). f32 writable storage only.
+void scatter_rows(TokenTable& t, const int32_t* ids, const float* rows, int64_t n);
+void scatter_rows_ref(TokenTable& t, const int32_t* ids, const float* rows, int64_t n);
+// JTok: out (U, dim) = the rows of rb.unique (gather_rows).
+inline void gather_unique_rows(float* out, const TokenTable& t, const RowBatch& rb, const RowSync& sync = {},
+                               int64_t table = 0) {
+  gather_rows(out, t, rb.unique.data(), static_cast<int64_t>(rb.unique.size()), sync, table);
+}
+inline void gather_unique_rows_ref(float* out, const TokenTable& t, const RowBatch& rb) {
+  gather_rows_ref(out, t, rb.unique.data(), static_cast<int64_t>(rb.unique.size()));
+}
 
 // Row-sparse gradient of one table, accumulated over micro-batches: rows keyed by id.
 struct SparseRowGrad {
@@ -184,18 +205,6 @@ struct SparseRowGrad {
   double sum_squares() const;
 };
 
-// AdamW over a whole table with exact dense semantics: rows without a gradient still have their
-// moments decayed and receive the update from those moments and the weight decay, exactly as
-// torch.optim.AdamW over a dense table with zero gradient rows. One pass over the table.
-// m, v: the table's AdamW moments, (rows, dim).
-void table_adamw_dense_semantics(TokenTable& t, float* m, float* v, const SparseRowGrad& g, const AdamWHyper& h);
-// Lazy ("sparse") AdamW: only the rows with a gradient this step are touched (their moments, their
-// bias-corrected update at the global step, their weight decay); the other rows keep their values
-// and moments exactly. Not torch.optim.AdamW's semantics (table_optimizer = "sparse", docs/jtok.md):
-// the price of a dense pass over V x d per table every step is gone.
-void table_adamw_sparse_rows(TokenTable& t, float* m, float* v, const SparseRowGrad& g, const AdamWHyper& h);
-// The reference: materialises the dense gradient and runs the dense AdamW.
-void table_adamw_ref(TokenTable& t, float* m, float* v, const SparseRowGrad& g, const AdamWHyper& h);
 // The dense (rows, dim) gradient a sparse one stands for (tests and parity dumps only).
 std::vector<float> densify(const SparseRowGrad& g, int64_t rows);
 

@@ -72,7 +72,7 @@ static std::string first_nonfinite(const Model& m, const AdamWState& opt) {
   }
   for (size_t k = 0; k < m.tables.size(); ++k) {
     if (bad(m.tables[k].data(), static_cast<size_t>(m.tables[k].numel()))) return m.table_names[k];
-    if (bad(opt.table_m[k].data(), opt.table_m[k].size()) || bad(opt.table_v[k].data(), opt.table_v[k].size()))
+    if (bad(opt.tables.m[k].data(), opt.tables.m[k].size()) || bad(opt.tables.v[k].data(), opt.tables.v[k].size()))
       return "the AdamW moments of " + m.table_names[k];
   }
   return "";
@@ -175,7 +175,7 @@ void fsync_close(int fd, const fs::path& path) {
 
 std::string save_checkpoint(const std::string& run_dir, int64_t step, const Config& cfg, const Model& m,
                             const AdamWState& opt, const nlohmann::json& trainer_state, int64_t keep_last) {
-  JTOK_CHECK(opt.table_consts.empty(), "save_checkpoint: table rows have deferred AdamW steps; call sync_tables first");
+  JTOK_CHECK(opt.tables.consts.empty(), "save_checkpoint: table rows have deferred AdamW steps; call sync_tables first");
   const std::string run_id = trainer_state.value("run_id", std::string());
   JTOK_CHECK(!run_id.empty(), "save_checkpoint: trainer_state has no run_id");
   const CkptPaths p = checkpoint_paths(run_dir, step, run_id);
@@ -187,8 +187,8 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const Conf
   model_st.metadata["format"] = "pt";  // as Hugging Face writes it
   write_safetensors((p.tmp / "model.safetensors").string(), model_st);
   StFile opt_st = backbone_moments_st(m, opt);
-  for (auto& [k, t] : tables_to_st(m, opt.table_m, "exp_avg.").tensors) opt_st.tensors[k] = t;
-  for (auto& [k, t] : tables_to_st(m, opt.table_v, "exp_avg_sq.").tensors) opt_st.tensors[k] = t;
+  for (auto& [k, t] : tables_to_st(m, opt.tables.m, "exp_avg.").tensors) opt_st.tensors[k] = t;
+  for (auto& [k, t] : tables_to_st(m, opt.tables.v, "exp_avg_sq.").tensors) opt_st.tensors[k] = t;
   write_safetensors((p.tmp / "optimizer.safetensors").string(), opt_st);
   return commit_checkpoint(p, step, cfg, trainer_state, run_id, keep_last);
 }
@@ -196,7 +196,7 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const Conf
 std::string save_checkpoint_sharded(const std::string& run_dir, int64_t step, const Config& cfg, const Model& m,
                                     const AdamWState& opt, const nlohmann::json& trainer_state, int64_t keep_last,
                                     const std::vector<TableRows>& mine) {
-  JTOK_CHECK(opt.table_consts.empty(), "save_checkpoint_sharded: deferred AdamW steps pending");
+  JTOK_CHECK(opt.tables.consts.empty(), "save_checkpoint_sharded: deferred AdamW steps pending");
   JTOK_CHECK(mine.size() == m.tables.size(), "save_checkpoint_sharded: ", mine.size(), " shards for ", m.tables.size(), " tables");
   const std::string run_id = trainer_state.value("run_id", std::string());
   JTOK_CHECK(!run_id.empty(), "save_checkpoint_sharded: trainer_state has no run_id");
@@ -329,8 +329,8 @@ nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState
     }
     for (size_t k = 0; tables && k < m.tables.size(); ++k) {
       const auto& t = m.tables[k];
-      read_tensor_f32(f, "exp_avg." + m.table_names[k], {t.rows, t.dim}, opt->table_m[k].data());
-      read_tensor_f32(f, "exp_avg_sq." + m.table_names[k], {t.rows, t.dim}, opt->table_v[k].data());
+      read_tensor_f32(f, "exp_avg." + m.table_names[k], {t.rows, t.dim}, opt->tables.m[k].data());
+      read_tensor_f32(f, "exp_avg_sq." + m.table_names[k], {t.rows, t.dim}, opt->tables.v[k].data());
     }
     auto st = f.metadata.find("step");
     if (st == f.metadata.end()) fail(op, ": no optimizer step in the metadata");

@@ -28,6 +28,7 @@
 #include "train/checkpoint.h"
 #include "train/init_from.h"
 #include "train/optimizer.h"
+#include "train/shard_optimizer.h"
 #include "train/run_dir.h"
 #include "train/schedule.h"
 #include "train/telemetry.h"
@@ -217,24 +218,27 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
 
   // Embedding parallelism: from here on this rank holds only its rows of the tables.
   std::unique_ptr<dist::ShardedTables> embp;
-  if (embp_on)
-    embp = std::make_unique<dist::ShardedTables>(model, adam, dist::ShardedTables::parse_mode(opt.embp),
+  std::unique_ptr<ShardOptimizer> embp_opt;  // the owned rows' moments and their table optimizer
+  if (embp_on) {
+    embp = std::make_unique<dist::ShardedTables>(model, dist::ShardedTables::parse_mode(opt.embp),
                                                  dist::ShardedTables::parse_owner(opt.embp_owner),
-                                                 shard_init ? &t.seed : nullptr, embp_on && ck ? &*ck : nullptr);
-  if (embp) embp->set_overlap(opt.embp_overlap);
+                                                 shard_init ? &t.seed : nullptr, ck ? &*ck : nullptr);
+    embp_opt = std::make_unique<ShardOptimizer>(*embp, model, adam, ck ? &*ck : nullptr);
+    embp->set_overlap(opt.embp_overlap);
+  }
   auto save = [&](int64_t step) {
     const nlohmann::json st = to_json(TrainerState{.step = step, .run_id = run_id, .data = data.state(), .sample_rng = sample_rng,
                                                    .lr = lr_at(t, std::max<int64_t>(0, step - 1)), .max_steps = t.max_steps});
     sync_tables(model, adam);
     std::string dir;
     if (embp && !gather_checkpoints) {  // every rank writes its own rows in place
-      dir = save_checkpoint_sharded(opt.out_dir, step, cfg, model, adam, st, t.keep_checkpoints, embp->owned_rows());
+      dir = save_checkpoint_sharded(opt.out_dir, step, cfg, model, adam, st, t.keep_checkpoints, embp_opt->owned_rows());
       if (!lead) return;
     } else {
-      if (embp) embp->gather_to_root(model, adam);  // rank 0 holds the whole tables while it writes
+      if (embp) embp_opt->gather_to_root(model, adam);  // rank 0 holds the whole tables while it writes
       if (!lead) return;
       dir = save_checkpoint(opt.out_dir, step, cfg, model, adam, st, t.keep_checkpoints);
-      if (embp) embp->release(model, adam);
+      if (embp) embp_opt->release(model, adam);
     }
     log.write({{"type", "checkpoint"}, {"step", step}, {"path", dir}});
     std::printf("checkpoint: %s\n", dir.c_str());
@@ -247,7 +251,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
   acts.row_sync = table_row_sync(model, adam);  // table rows behind deferred steps catch up as read
   if (embp) {
     acts.tables = embp.get();
-    const int64_t mine[2] = {embp->table_bytes(), embp->moment_bytes()};
+    const int64_t mine[2] = {embp->table_bytes(), embp_opt->moment_bytes()};
     std::vector<int64_t> all(static_cast<size_t>(2 * share.ranks), 0);
     all[static_cast<size_t>(2 * share.rank)] = mine[0];
     all[static_cast<size_t>(2 * share.rank + 1)] = mine[1];
@@ -321,7 +325,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
       }
       dist_bytes = dist::gather_bytes_json(xb);
       if (embp) {  // the table exchanges of this step's forwards and backwards, per rank
-        const dist::ExchangeBytes2 eb = embp->take_bytes();
+        const dist::TableBytes eb = embp->take_bytes();
         std::vector<int64_t> v(static_cast<size_t>(2 * share.ranks), 0);
         v[static_cast<size_t>(2 * share.rank)] = eb.sent;
         v[static_cast<size_t>(2 * share.rank + 1)] = eb.recv;
@@ -352,7 +356,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
         // With sharded tables the norm takes every rank's shard gradients (a collective: every rank
         // has the same loss here), and the owners update their rows.
         st = optimizer_step(model, adam, t, embp ? embp->grad_sum_squares() : 0.0);  // refuses a non-finite norm first
-        if (embp) embp->optimizer_step(t, st, adam.step);
+        if (embp) embp_opt->step(t, st, adam.step);
       } catch (const Error& e) {
         nonfinite = e.what();
       }
