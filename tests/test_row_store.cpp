@@ -1,7 +1,8 @@
 // The one row store (model/token_table.h), in the manner of ggml's test-backend-ops: one case
 // struct, run over every storage a token table has (RAM, a read-only view, bf16, int8, a one-rank
-// shard, each rank's shard of a two-rank split by id mod P and by contiguous ranges), gather and
-// scatter against their plain references:
+// shard, each rank's shard of a two-rank split by id mod P and by contiguous ranges, the token-major
+// disk store in f32 / bf16 / int8 with a cache smaller than the table), gather and scatter against
+// their plain references:
 //   - gather_rows equals gather_rows_ref bit for bit, and the whole f32 table's rows within the
 //     storage's quantisation bound; the sync hook sees (table, the id's row) once per id;
 //   - scatter_rows equals scatter_rows_ref bit for bit and gathers back exactly on writable
@@ -19,9 +20,12 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "op_test_util.h"
 #include "core/error.h"
 #include "dist/embedding_parallel.h"
+#include "model/table_store.h"
 #include "model/token_table.h"
 
 using namespace jtok;
@@ -45,6 +49,16 @@ TokenTable shard_of(const std::vector<float>& whole, const dist::RowOwner& own, 
   return t;
 }
 
+// A store of the one table (quantized to dt) in a fresh directory, with a cache of two pages: the
+// gathers below read every id, so blocks are evicted and read again.
+TokenTable on_disk(const std::vector<float>& whole, TableDtype dt) {
+  static int n = 0;
+  const std::string dir = ::testing::TempDir() + "row_store_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
+  const TokenTable ram = TokenTable::in_ram(V, d, whole);
+  write_table_store(dir, {dt == TableDtype::F32 ? ram : quantize_table(ram, dt)}, {"t"});
+  return TokenTable::on_disk(TableStore::open(dir, 2 * 4096), 0);
+}
+
 std::vector<StorageCase> storages() {
   auto exact = [](double) { return 0.0; };
   std::vector<StorageCase> c = {
@@ -60,6 +74,11 @@ std::vector<StorageCase> storages() {
       {"int8", [](const std::vector<float>& w) { return quantize_table(TokenTable::in_ram(V, d, w), TableDtype::I8); },
        false, [](double m) { return m / 127.0 * 0.5 + 1e-6 * m; }},
       {"shard P=1", [](const std::vector<float>& w) { return shard_of(w, {V, 1}, 0); }, true, exact},
+      {"disk f32", [](const std::vector<float>& w) { return on_disk(w, TableDtype::F32); }, false, exact},
+      {"disk bf16", [](const std::vector<float>& w) { return on_disk(w, TableDtype::BF16); }, false,
+       [](double m) { return m * std::ldexp(1.0, -8); }},
+      {"disk int8", [](const std::vector<float>& w) { return on_disk(w, TableDtype::I8); }, false,
+       [](double m) { return m / 127.0 * 0.5 + 1e-6 * m; }},
   };
   for (auto kind : {dist::RowOwner::kModP, dist::RowOwner::kContiguous})
     for (int r = 0; r < 2; ++r)

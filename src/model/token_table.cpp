@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "model/table_store.h"
 #include "ops/lowp_linear.h"
 
 namespace jtok {
@@ -96,6 +97,22 @@ TokenTable TokenTable::shard_in_ram(int64_t id_count, int64_t id_first, int64_t 
   return t;
 }
 
+TokenTable TokenTable::on_disk(std::shared_ptr<const TableStore> store, int64_t k) {
+  JTOK_CHECK(store && k >= 0 && k < static_cast<int64_t>(store->tables().size()), "on_disk: no table ", k);
+  TokenTable t;
+  t.rows = t.id_count = store->ids();
+  t.dim = store->tables()[static_cast<size_t>(k)].dim;
+  t.dtype_ = store->tables()[static_cast<size_t>(k)].dtype;
+  t.store_ = std::move(store);
+  t.store_table_ = k;
+  return t;
+}
+
+void TokenTable::not_in_memory(const char* what) const {
+  fail("token table (", rows, " x ", dim, ") is in the disk store ", store_->dir(), "; ", what,
+       " needs a table in memory: read it with read_row / the gather");
+}
+
 void TokenTable::not_f32(const char* what) const {
   fail("token table (", rows, " x ", dim, ") is stored as ", table_dtype_name(dtype_), " (an inference export); ", what,
        " needs an f32 table: read it with read_row / the gather");
@@ -112,19 +129,30 @@ float* TokenTable::mutable_data() {
 }
 
 float table_element_ref(const TokenTable& t, int64_t r, int64_t j) {
+  std::vector<uint8_t> disk;  // a disk table: the row's raw elements read from the store
+  float scale = 0.0f;
+  const uint8_t* raw = nullptr;
+  if (t.store()) {
+    disk.resize(static_cast<size_t>(t.row_stride_bytes()));
+    t.store()->read_raw(t.store_table(), t.id_of(r), disk.data(), &scale);
+    raw = disk.data();
+  } else {
+    raw = static_cast<const uint8_t*>(t.raw_row(r));
+    if (t.dtype() == TableDtype::I8) scale = t.scales()[r];
+  }
   switch (t.dtype()) {
     case TableDtype::F32: {
       float f;
-      std::memcpy(&f, static_cast<const uint8_t*>(t.raw_row(r)) + j * 4, 4);
+      std::memcpy(&f, raw + j * 4, 4);
       return f;
     }
     case TableDtype::BF16: {
       uint16_t b;
-      std::memcpy(&b, static_cast<const uint8_t*>(t.raw_row(r)) + j * 2, 2);
+      std::memcpy(&b, raw + j * 2, 2);
       return bf16_to_f32(b);
     }
     case TableDtype::I8:
-      return static_cast<float>(static_cast<const int8_t*>(t.raw_row(r))[j]) * t.scales()[r];
+      return static_cast<float>(reinterpret_cast<const int8_t*>(raw)[j]) * scale;
   }
   return 0.0f;
 }
@@ -133,33 +161,46 @@ void TokenTable::read_row_ref(int64_t r, float* out) const {
   for (int64_t j = 0; j < dim; ++j) out[j] = table_element_ref(*this, r, j);
 }
 
-void TokenTable::read_row(int64_t r, float* out) const {
-  const int64_t d = dim;
-  switch (dtype_) {
+namespace {
+// out (d) = one row's raw elements of dtype dt in f32 (int8: times the row's scale).
+void dequantize_row(TableDtype dt, const void* raw, float scale, int64_t d, float* out) {
+  switch (dt) {
     case TableDtype::F32:
-      std::memcpy(out, raw_row(r), sizeof(float) * d);
+      std::memcpy(out, raw, sizeof(float) * d);
       return;
     case TableDtype::BF16: {
-      const uint16_t* src = static_cast<const uint16_t*>(raw_row(r));
+      const uint16_t* src = static_cast<const uint16_t*>(raw);
       uint32_t* o = reinterpret_cast<uint32_t*>(out);  // the float's bits: bf16 is its upper half
 #pragma omp simd
       for (int64_t j = 0; j < d; ++j) o[j] = static_cast<uint32_t>(src[j]) << 16;
       return;
     }
     case TableDtype::I8: {
-      const int8_t* src = static_cast<const int8_t*>(raw_row(r));
-      const float s = scales()[r];
+      const int8_t* src = static_cast<const int8_t*>(raw);
 #pragma omp simd
-      for (int64_t j = 0; j < d; ++j) out[j] = static_cast<float>(src[j]) * s;
+      for (int64_t j = 0; j < d; ++j) out[j] = static_cast<float>(src[j]) * scale;
       return;
     }
   }
+}
+}  // namespace
+
+void TokenTable::read_row(int64_t r, float* out) const {
+  if (store_) {  // the store's cached block: raw elements, then the same decoding
+    thread_local std::vector<uint8_t> raw;
+    raw.resize(static_cast<size_t>(row_stride_bytes()));
+    float scale = 0.0f;
+    store_->read_raw(store_table_, id_of(r), raw.data(), &scale);
+    dequantize_row(dtype_, raw.data(), scale, dim, out);
+    return;
+  }
+  dequantize_row(dtype_, raw_row(r), dtype_ == TableDtype::I8 ? scales()[r] : 0.0f, dim, out);
 }
 
 std::vector<float> TokenTable::to_vector() const {
   std::vector<float> v(static_cast<size_t>(numel()));
   if (numel() == 0) return v;
-  if (raw_data() == nullptr) fail("token table (", rows, " x ", dim, ") has no storage (unbound): load it first");
+  if (raw_data() == nullptr && !store_) fail("token table (", rows, " x ", dim, ") has no storage (unbound): load it first");
   for (int64_t r = 0; r < rows; ++r) read_row(r, v.data() + r * dim);
   return v;
 }

@@ -14,6 +14,8 @@
 
 namespace jtok {
 
+class TableStore;
+
 // How a table's rows are stored. f32 is the training format (and the default); bf16 (the upper 16
 // bits of the float, rounded to nearest even) and int8 (symmetric, one float scale per row:
 // x ~ scale[r] * q, q in [-127, 127], scale[r] = max_j |x[r][j]| / 127) are inference exports
@@ -55,6 +57,9 @@ class TokenTable {
                          std::shared_ptr<const void> owner);
   // A shape without storage, for a loader to replace with a view (data() is null; writes fail).
   static TokenTable unbound(int64_t rows, int64_t dim);
+  // Table k of a token-major store on disk (model/table_store.h): read-only, rows read through the
+  // store's DRAM cache.
+  static TokenTable on_disk(std::shared_ptr<const TableStore> store, int64_t k);
   // Writable RAM zeros for `rows` ids of a table of id_count: id_first, id_first + id_stride, ...
   static TokenTable shard_in_ram(int64_t id_count, int64_t id_first, int64_t id_stride, int64_t rows, int64_t dim);
 
@@ -65,7 +70,9 @@ class TokenTable {
   int64_t id_of(int64_t row) const { return id_first + row * id_stride; }
 
   TableDtype dtype() const { return dtype_; }
-  bool read_only() const { return owner_ != nullptr || dtype_ != TableDtype::F32; }
+  bool read_only() const { return owner_ != nullptr || store_ != nullptr || dtype_ != TableDtype::F32; }
+  const TableStore* store() const { return store_.get(); }  // a disk table's store, else null
+  int64_t store_table() const { return store_table_; }     // its index in the store
   bool is_view() const { return owner_ != nullptr; }  // storage owned elsewhere (a mapped file)
   int64_t numel() const { return rows * dim; }
   // Storage bytes: rows * dim elements plus the int8 scales.
@@ -73,6 +80,7 @@ class TokenTable {
   // f32 tables only (fail otherwise, naming the dtype).
   const float* data() const {
     if (dtype_ != TableDtype::F32) not_f32("data()");
+    if (store_) not_in_memory("data()");
     return owner_ ? static_cast<const float*>(view_) : ram_.data();
   }
   const float* row(int64_t r) const { return data() + r * dim; }
@@ -92,7 +100,9 @@ class TokenTable {
 
  private:
   [[noreturn]] void not_f32(const char* what) const;
+  [[noreturn]] void not_in_memory(const char* what) const;
   const uint8_t* raw_data() const {
+    if (store_) not_in_memory("raw rows");
     if (owner_) return static_cast<const uint8_t*>(view_);
     return dtype_ == TableDtype::F32 ? reinterpret_cast<const uint8_t*>(ram_.data()) : qram_.data();
   }
@@ -103,6 +113,8 @@ class TokenTable {
   const void* view_ = nullptr;           // a view's rows
   const float* scale_view_ = nullptr;    // a view's int8 scales
   std::shared_ptr<const void> owner_;    // keeps a view's storage alive; null for RAM
+  std::shared_ptr<const TableStore> store_;  // a disk table's store (its table store_table_)
+  int64_t store_table_ = -1;
 };
 
 // The reference decoding of one element: bf16 bits << 16, or float(q) * scale.

@@ -1,0 +1,207 @@
+#include "model/table_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+
+namespace jtok {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kPage = 4096;
+constexpr const char* kFormat = "jtok-table-store-1";
+
+uint64_t fnv1a(uint64_t h, const uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ULL;
+  return h;
+}
+constexpr uint64_t kFnvSeed = 14695981039346656037ULL;
+
+int64_t align4(int64_t x) { return (x + 3) / 4 * 4; }
+
+// The block geometry of a store whose blocks are block_bytes: (per_page, stride).
+std::pair<int64_t, int64_t> geometry(int64_t block_bytes) {
+  if (block_bytes <= kPage) return {kPage / block_bytes, block_bytes};
+  return {1, (block_bytes + kPage - 1) / kPage * kPage};
+}
+
+int64_t data_bytes(int64_t ids, int64_t per_page, int64_t stride) {
+  return per_page > 1 ? (ids + per_page - 1) / per_page * kPage : ids * stride;
+}
+
+}  // namespace
+
+void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names) {
+  JTOK_CHECK(!tables.empty() && tables.size() == names.size(), "table store: ", tables.size(), " tables, ", names.size(), " names");
+  if (fs::exists(dir)) fail("table store ", dir, " exists: choose a new directory");
+  const int64_t V = tables[0].rows;
+  nlohmann::json jt = nlohmann::json::array();
+  std::vector<int64_t> offset;
+  int64_t block = 0;
+  for (size_t k = 0; k < tables.size(); ++k) {
+    const TokenTable& t = tables[k];
+    JTOK_CHECK(t.rows == V && t.id_count == V && t.id_first == 0, "table store: table ", names[k], " has ", t.rows,
+               " rows of ", t.id_count, ", the first ", V);
+    offset.push_back(block);
+    jt.push_back({{"name", names[k]}, {"dim", t.dim}, {"dtype", table_dtype_name(t.dtype())}, {"offset", block}});
+    block = align4(block + t.row_stride_bytes() + (t.dtype() == TableDtype::I8 ? 4 : 0));
+  }
+  const auto [per_page, stride] = geometry(block);
+  const int64_t total = data_bytes(V, per_page, stride);
+  const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  const std::string data = (fs::path(tmp) / "tables.bin").string();
+  const int fd = ::open(data.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) fail("cannot create ", data, ": ", std::strerror(errno));
+  uint64_t sum = kFnvSeed;
+  std::vector<uint8_t> page(static_cast<size_t>(std::max(kPage, stride)));
+  const int64_t unit = per_page > 1 ? kPage : stride, tokens = per_page > 1 ? per_page : 1;
+  try {
+    for (int64_t first = 0; first < V; first += tokens) {  // one page (or one token's pages) a write
+      std::fill(page.begin(), page.end(), 0);
+      for (int64_t id = first; id < std::min(V, first + tokens); ++id) {
+        uint8_t* b = page.data() + (id - first) * (per_page > 1 ? block : 0);
+        for (size_t k = 0; k < tables.size(); ++k) {
+          const TokenTable& t = tables[k];
+          std::memcpy(b + offset[k], t.raw_row(id), static_cast<size_t>(t.row_stride_bytes()));
+          if (t.dtype() == TableDtype::I8) std::memcpy(b + offset[k] + t.row_stride_bytes(), t.scales() + id, 4);
+        }
+      }
+      sum = fnv1a(sum, page.data(), static_cast<size_t>(unit));
+      write_all(fd, std::string_view(reinterpret_cast<const char*>(page.data()), static_cast<size_t>(unit)), data);
+    }
+    if (::fsync(fd) != 0) fail("cannot fsync ", data, ": ", std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    fs::remove_all(tmp);
+    throw;
+  }
+  ::close(fd);
+  const nlohmann::json manifest = {{"format", kFormat}, {"ids", V}, {"block_bytes", block}, {"per_page", per_page},
+                                   {"stride", stride}, {"page_bytes", kPage}, {"tables", jt},
+                                   {"data_file", "tables.bin"}, {"data_bytes", total}, {"fnv1a64", std::to_string(sum)}};
+  write_file_atomic((fs::path(tmp) / "manifest.json").string(), manifest.dump(1) + "\n");
+  fsync_dir(tmp);
+  fs::rename(tmp, dir);
+  fsync_dir(fs::path(dir).parent_path().empty() ? "." : fs::path(dir).parent_path().string());
+}
+
+std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cache_bytes) {
+  const std::string mpath = (fs::path(dir) / "manifest.json").string();
+  if (!fs::exists(mpath)) fail("table store ", dir, ": no manifest.json (not a store, or an interrupted write)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(mpath));
+  } catch (const std::exception& e) {
+    fail(mpath, ": not valid JSON (", e.what(), ")");
+  }
+  std::shared_ptr<TableStore> s(new TableStore());
+  s->dir_ = dir;
+  try {
+    if (j.at("format").get<std::string>() != kFormat) fail(mpath, ": format '", j.at("format").get<std::string>(), "', expected ", kFormat);
+    s->ids_ = j.at("ids").get<int64_t>();
+    s->block_bytes_ = j.at("block_bytes").get<int64_t>();
+    s->per_page_ = j.at("per_page").get<int64_t>();
+    s->stride_ = j.at("stride").get<int64_t>();
+    for (const auto& t : j.at("tables"))
+      s->tables_.push_back({t.at("name").get<std::string>(), t.at("dim").get<int64_t>(),
+                            parse_table_dtype(t.at("dtype").get<std::string>(), mpath + " field dtype"),
+                            t.at("offset").get<int64_t>()});
+    s->data_path_ = (fs::path(dir) / j.at("data_file").get<std::string>()).string();
+    const auto [pp, st] = s->block_bytes_ > 0 ? geometry(s->block_bytes_) : std::pair<int64_t, int64_t>{0, 0};
+    if (s->ids_ <= 0 || s->block_bytes_ <= 0 || pp != s->per_page_ || st != s->stride_ || s->tables_.empty())
+      fail(mpath, ": inconsistent block geometry (ids ", s->ids_, ", block_bytes ", s->block_bytes_, ", per_page ",
+           s->per_page_, ", stride ", s->stride_, ")");
+    for (const auto& t : s->tables_)
+      if (t.dim <= 0 || t.offset < 0 || t.offset + t.dim * table_dtype_bytes(t.dtype) > s->block_bytes_)
+        fail(mpath, ": table ", t.name, " (dim ", t.dim, " at offset ", t.offset, ") does not fit the ", s->block_bytes_,
+             "-byte block");
+    const int64_t want = data_bytes(s->ids_, s->per_page_, s->stride_);
+    if (j.at("data_bytes").get<int64_t>() != want) fail(mpath, ": data_bytes ", j.at("data_bytes").get<int64_t>(), ", expected ", want);
+    if (!fs::exists(s->data_path_) || static_cast<int64_t>(fs::file_size(s->data_path_)) != want)
+      fail(s->data_path_, ": ", fs::exists(s->data_path_) ? std::to_string(fs::file_size(s->data_path_)) : "no", " bytes, the manifest says ",
+           want, " (a torn or truncated store)");
+    s->fd_ = ::open(s->data_path_.c_str(), O_RDONLY);
+    if (s->fd_ < 0) fail("cannot open ", s->data_path_, ": ", std::strerror(errno));
+    uint64_t sum = kFnvSeed;  // the whole file, 1 MiB a read
+    std::vector<uint8_t> buf(1 << 20);
+    for (int64_t at = 0; at < want;) {
+      const ssize_t n = ::pread(s->fd_, buf.data(), std::min<int64_t>(want - at, static_cast<int64_t>(buf.size())), at);
+      if (n <= 0) fail("cannot read ", s->data_path_, " at byte ", at);
+      sum = fnv1a(sum, buf.data(), static_cast<size_t>(n));
+      at += n;
+    }
+    if (std::to_string(sum) != j.at("fnv1a64").get<std::string>())
+      fail(s->data_path_, ": checksum ", sum, " differs from the manifest's ", j.at("fnv1a64").get<std::string>(),
+           " (the store was altered or torn)");
+  } catch (const nlohmann::json::exception& e) {
+    fail(mpath, ": missing or mistyped field (", e.what(), ")");
+  }
+  const int64_t n_slots = std::max<int64_t>(s->per_page_, cache_bytes / s->block_bytes_);
+  s->slots_.assign(static_cast<size_t>(std::min(n_slots, s->ids_) * s->block_bytes_), 0);
+  s->slot_id_.assign(static_cast<size_t>(std::min(n_slots, s->ids_)), -1);
+  s->referenced_.assign(s->slot_id_.size(), 0);
+  s->id_slot_.assign(static_cast<size_t>(s->ids_), -1);
+  return s;
+}
+
+TableStore::~TableStore() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int64_t TableStore::block_offset(int64_t id) const {
+  return per_page_ > 1 ? id / per_page_ * kPage + id % per_page_ * block_bytes_ : id * stride_;
+}
+
+// CLOCK: a hit sets the slot's reference bit; a miss sweeps the hand past referenced slots
+// (clearing their bit) to the first unreferenced one and reads the block into it.
+const uint8_t* TableStore::block(int64_t id) const {
+  int32_t& slot = id_slot_[static_cast<size_t>(id)];
+  if (slot >= 0) {
+    ++stats_.hits;
+    referenced_[static_cast<size_t>(slot)] = 1;
+    return slots_.data() + slot * block_bytes_;
+  }
+  const int64_t n = static_cast<int64_t>(slot_id_.size());
+  while (referenced_[static_cast<size_t>(hand_)]) referenced_[static_cast<size_t>(hand_)] = 0, hand_ = (hand_ + 1) % n;
+  const int64_t victim = hand_;
+  hand_ = (hand_ + 1) % n;
+  if (slot_id_[static_cast<size_t>(victim)] >= 0) id_slot_[static_cast<size_t>(slot_id_[static_cast<size_t>(victim)])] = -1;
+  uint8_t* dst = slots_.data() + victim * block_bytes_;
+  const ssize_t got = ::pread(fd_, dst, static_cast<size_t>(block_bytes_), block_offset(id));
+  if (got != block_bytes_) fail("cannot read token ", id, " of ", data_path_, " (", got, " of ", block_bytes_, " bytes)");
+  ++stats_.misses;
+  stats_.bytes_read += block_bytes_;
+  slot_id_[static_cast<size_t>(victim)] = id;
+  referenced_[static_cast<size_t>(victim)] = 1;
+  slot = static_cast<int32_t>(victim);
+  return dst;
+}
+
+void TableStore::read_raw(int64_t k, int64_t id, void* raw, float* scale) const {
+  const TableStoreTable& t = tables_[static_cast<size_t>(k)];
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint8_t* b = block(id) + t.offset;
+  const int64_t bytes = t.dim * table_dtype_bytes(t.dtype);
+  std::memcpy(raw, b, static_cast<size_t>(bytes));
+  if (t.dtype == TableDtype::I8) std::memcpy(scale, b + bytes, sizeof(float));
+}
+
+TableStore::Stats TableStore::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace jtok
