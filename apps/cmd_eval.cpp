@@ -25,7 +25,7 @@ namespace {
 
 struct Args {
   std::string checkpoint, val_data, reference, blimp_dir = "../shared/data/blimp", token_logprobs_file;
-  std::string tables = "ram";
+  jtok::TableSource table_src;
   int64_t val_batches = 0, blimp_limit = 0, batch_size = 64;
   bool json = false, no_blimp = false;
 } args;
@@ -96,8 +96,7 @@ nlohmann::json text_token_logprobs(const jtok::Model& m, const jtok::Tokenizer& 
 
 void run() {
   using namespace jtok;
-  if (args.tables != "ram" && args.tables != "mmap") fail("--tables must be ram or mmap, got '", args.tables, "'");
-  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.tables == "mmap");
+  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src);
   const std::string& dir = ck.dir;
   const Config& cfg = ck.cfg;
   const Model& m = ck.model;
@@ -116,7 +115,7 @@ void run() {
   if (nb == 0) fail("validation data ", val_path, " is shorter than one batch");
   std::optional<LoadedCheckpoint> ref;
   if (!args.reference.empty()) {
-    ref.emplace(load_for_inference(args.reference, args.tables == "mmap"));
+    ref.emplace(load_for_inference(args.reference, args.table_src.kind == "mmap"));
     const ModelConfig &a = cfg.model, &r = ref->cfg.model;
     if (a.vocab_size != r.vocab_size || a.padded_vocab() != r.padded_vocab() ||
         tok.fingerprint() != ref->tokenizer.fingerprint())
@@ -206,7 +205,7 @@ void run() {
 
 void setup(CLI::App* sub) {
   sub->add_option("--checkpoint", args.checkpoint, "checkpoint directory, or a run directory (its newest)")->required();
-  sub->add_option("--tables", args.tables, "token tables: ram (copied in) or mmap (read in place from the file)");
+  add_table_source_options(sub, args.table_src);
   sub->add_option("--val-data", args.val_data, "validation shards (default: the config's val_data)");
   sub->add_option("--val-batches", args.val_batches, "at most this many validation batches (0 = all)");
   sub->add_option("--reference", args.reference,

@@ -19,6 +19,7 @@
 #include "hf/hf_config.h"
 #include "hf/hf_export.h"
 #include "io/safetensors.h"
+#include "model/table_store.h"
 #include "model/weights_io.h"
 #include "run_setup.h"
 #include "train/checkpoint.h"
@@ -26,7 +27,7 @@
 namespace {
 
 struct Args {
-  std::string checkpoint, format = "jtok", out, dtype = "f32", name, table_dtype = "f32", weight_dtype = "f32";
+  std::string checkpoint, format = "jtok", out, dtype = "f32", name, table_dtype = "f32", weight_dtype = "f32", table_store;
   bool fold = false;
 } args;
 CLI::App* self;
@@ -39,6 +40,7 @@ void refuse_lowp_source(const jtok::LoadedCheckpoint& ck) {
 }
 
 void export_gguf() {
+  if (args.out.empty() || !args.table_store.empty()) jtok::fail("export --format gguf: give --out (--table-store is for --format jtok)");
   using namespace jtok;
   if (args.dtype == "bf16") fail("export --format gguf: --dtype bf16 (known: f32, f16, q8_0)");
   if (args.fold || self->count("--table-dtype") || self->count("--weight-dtype"))
@@ -74,6 +76,7 @@ std::string tokenizer_json_dir(const jtok::LoadedCheckpoint& ck) {
 }
 
 void export_hf() {
+  if (args.out.empty() || !args.table_store.empty()) jtok::fail("export --format hf: give --out (--table-store is for --format jtok)");
   using namespace jtok;
   if (args.fold || self->count("--table-dtype") || self->count("--weight-dtype") || self->count("--name"))
     fail("export: --fold-jtok, --table-dtype, --weight-dtype and --name are not for --format hf");
@@ -98,7 +101,10 @@ void export_jtok() {
   namespace fs = std::filesystem;
   if (self->count("--dtype") || self->count("--name")) fail("export: --dtype and --name are for --format gguf");
   const TableDtype tdt = parse_table_dtype(args.table_dtype, "--table-dtype");
-  if (fs::exists(args.out)) fail("--out ", args.out, " exists; give a new directory");
+  if (args.table_store.empty() == args.out.empty()) fail("export: give --out DIR, or --table-store DIR (not both)");
+  if (!args.out.empty() && fs::exists(args.out)) fail("--out ", args.out, " exists; give a new directory");
+  if (!args.table_store.empty() && fs::exists(args.table_store))
+    fail("--table-store ", args.table_store, " exists; give a new directory");
   LoadedCheckpoint ck = load_for_inference(args.checkpoint);
   refuse_lowp_source(ck);
   for (const auto& t : ck.model.tables)
@@ -113,6 +119,15 @@ void export_jtok() {
   // bf16 / int8 (symmetric, per-row scale) tables, JTok's (folded or not) and JTok-M's alike.
   if (tdt != TableDtype::F32)
     for (auto& t : ck.model.tables) t = quantize_table(t, tdt);
+  if (!args.table_store.empty()) {  // the tables alone, token-major, for --tables disk
+    if (ck.model.tables.empty()) fail("--table-store: the model in ", ck.dir, " has no token tables");
+    if (args.fold) fail("--table-store: --fold-jtok changes the backbone; export the folded checkpoint first");
+    write_table_store(args.table_store, ck.model.tables, ck.model.table_names);
+    std::printf("export: %s -> %s (token-major table store, %zu tables, %s, %.1f MB)\n", ck.dir.c_str(),
+                args.table_store.c_str(), ck.model.tables.size(), args.table_dtype.c_str(),
+                static_cast<double>(fs::file_size(fs::path(args.table_store) / "tables.bin")) / 1e6);
+    return;
+  }
   const fs::path out(args.out), tmp = out.string() + ".tmp";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
@@ -144,7 +159,10 @@ void setup(CLI::App* sub) {
   sub->add_option("--format", args.format,
                   "jtok: an inference checkpoint directory; gguf: a file for llama.cpp; hf: a Hugging Face model directory")
       ->check(CLI::IsMember({"jtok", "gguf", "hf"}));
-  sub->add_option("--out", args.out, "output: a new directory (jtok) or file (gguf), written under a temp name")->required();
+  sub->add_option("--out", args.out, "output: a new directory (jtok) or file (gguf), written under a temp name");
+  sub->add_option("--table-store", args.table_store,
+                  "jtok: instead of --out, write the token tables alone as a token-major store for --tables disk "
+                  "(a new directory; --table-dtype applies)");
   sub->add_flag("--fold-jtok", args.fold, "jtok: store JTok's gate table G = s * Norm(E) (inference: 1 + G[x])");
   sub->add_option("--table-dtype", args.table_dtype, "jtok: token-table storage: f32, bf16, or int8 (per-row scale)")
       ->check(CLI::IsMember({"f32", "bf16", "int8"}));

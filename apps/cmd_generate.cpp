@@ -20,7 +20,8 @@ namespace {
 
 struct Args {
   std::string checkpoint, prompt, ids_out;
-  std::string tables = "ram", kv_dtype = "f32";
+  std::string kv_dtype = "f32";
+  jtok::TableSource table_src;
   int64_t max_new_tokens = 64, top_k = 40;
   double temperature = 0.8, top_p = 0.95;
   uint64_t seed = 1;
@@ -39,9 +40,8 @@ double top2_margin(const std::vector<float>& logits) {
 
 void run() {
   using namespace jtok;
-  if (args.tables != "ram" && args.tables != "mmap") fail("--tables must be ram or mmap, got '", args.tables, "'");
   parse_kv_dtype(args.kv_dtype);  // a bad value fails before the checkpoint loads
-  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.tables == "mmap");
+  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src);
   const Config& cfg = ck.cfg;
   const Model& m = ck.model;
   const Tokenizer& tok = ck.tokenizer;
@@ -102,7 +102,7 @@ void run() {
 
 void setup(CLI::App* sub) {
   sub->add_option("--checkpoint", args.checkpoint, "checkpoint directory, or a run directory (its newest)")->required();
-  sub->add_option("--tables", args.tables, "token tables: ram (copied in) or mmap (read in place from the file)");
+  add_table_source_options(sub, args.table_src);
   sub->add_option("--prompt", args.prompt, "prompt text")->required();
   sub->add_option("--kv-dtype", args.kv_dtype,
                   "KV cache: f32 (exact) or bf16 (half the bytes a decoding step reads; values rounded to bf16)");

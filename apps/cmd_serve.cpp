@@ -20,8 +20,9 @@
 namespace {
 
 struct Args {
-  std::string checkpoint, host = "127.0.0.1", tables = "ram", api_key, model_name = "jtok", kv_dtype = "f32";
+  std::string checkpoint, host = "127.0.0.1", api_key, model_name = "jtok", kv_dtype = "f32";
   std::string chat_template;
+  jtok::TableSource table_src;
   int port = 8080;
   bool prefetch = true;
   int64_t max_batch = 16, prefill_chunk = 512, ctx = 0, kv_budget_tokens = 0, max_queue = 64, max_body_kb = 1024, max_n = 8;
@@ -44,7 +45,6 @@ std::string chat_template_dir(const jtok::LoadedCheckpoint& ck) {
 
 void run() {
   using namespace jtok;
-  if (args.tables != "ram" && args.tables != "mmap") fail("--tables must be ram or mmap, got '", args.tables, "'");
   // SIGINT / SIGTERM are taken by one thread (sigwait) that stops the server: blocked here, before
   // any thread exists, so every thread inherits the mask.
   sigset_t sigs;
@@ -53,7 +53,7 @@ void run() {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::fprintf(stderr, "%s\n", command_line_string().c_str());
-  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.tables == "mmap");
+  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src);
   EngineOptions eo;
   eo.max_batch = args.max_batch;
   eo.ctx = args.ctx;
@@ -69,7 +69,7 @@ void run() {
   so.api_key = args.api_key;
   so.model_id = args.model_name;
   so.max_body_bytes = static_cast<size_t>(args.max_body_kb) * 1024;
-  so.tables = args.tables;
+  so.tables = args.table_src.kind;
   if (args.max_n < 1) fail("--max-n must be at least 1, got ", args.max_n);
   so.max_n = args.max_n;
   so.chat_template = args.chat_template;
@@ -90,7 +90,7 @@ void run() {
   try {
     api.run([&](int port) {
       std::printf("serve: %s on http://%s:%d (tables %s, max batch %lld, context %lld, KV budget %lld tokens)\n",
-                  ck.dir.c_str(), args.host.c_str(), port, args.tables.c_str(),
+                  ck.dir.c_str(), args.host.c_str(), port, args.table_src.kind.c_str(),
                   static_cast<long long>(engine.options().max_batch), static_cast<long long>(engine.options().ctx),
                   static_cast<long long>(engine.options().kv_budget_tokens));
       std::fflush(stdout);
@@ -109,7 +109,7 @@ void setup(CLI::App* sub) {
   sub->add_option("--checkpoint", args.checkpoint, "checkpoint directory, or a run directory (its newest)")->required();
   sub->add_option("--host", args.host, "address to bind (loopback unless told)");
   sub->add_option("--port", args.port, "port (0: any free port, printed at start)");
-  sub->add_option("--tables", args.tables, "token tables: ram (copied in) or mmap (read in place from the file)");
+  add_table_source_options(sub, args.table_src);
   sub->add_option("--max-batch", args.max_batch, "sequences decoded together at most");
   sub->add_option("--prefill-chunk", args.prefill_chunk,
                   "prompt tokens prefilled between two decode steps at most (longer prompts: in chunks)");

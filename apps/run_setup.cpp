@@ -1,11 +1,13 @@
 #include "run_setup.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "model/table_store.h"
 #include "train/checkpoint.h"
 
 namespace jtok {
@@ -50,13 +52,14 @@ static std::vector<int32_t> checkpoint_eos_ids(const std::string& dir, int64_t v
   return ids;
 }
 
-LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, bool map_tables) {
-  const std::string dir = resolve_checkpoint(checkpoint_or_run);
+// The checkpoint's config, tokenizer and eos ids, and its model with the tables' shapes; tables
+// (RAM), mapped, or left without storage (`none`) for the caller to attach.
+static LoadedCheckpoint load_checkpoint_for_inference(const std::string& dir, const std::string& tables) {
   Config cfg = load_checkpoint_config(dir);
-  // Every value comes from the file; with map_tables the tables get no storage of their own.
-  Model m = make_model(cfg.model, 0, {.init = false, .grads = false, .tables = !map_tables});
-  if (map_tables) load_checkpoint_mapped(dir, m);
-  else load_checkpoint(dir, m, nullptr);
+  // Every value comes from the file; mapped or disk tables get no storage of their own.
+  Model m = make_model(cfg.model, 0, {.init = false, .grads = false, .tables = tables == "ram"});
+  if (tables == "mmap") load_checkpoint_mapped(dir, m);
+  else load_checkpoint(dir, m, nullptr, /*tables=*/tables == "ram");
   // A checkpoint holding its own tokenizer.json (an import) reads it there, wherever the checkpoint
   // has been moved since (its config's tokenizer_dir names where it was written).
   const bool own = cfg.train.tokenizer != "gpt2" && std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json");
@@ -64,6 +67,48 @@ LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, bool m
   std::vector<int32_t> eos = checkpoint_eos_ids(dir, cfg.model.vocab_size);
   if (eos.empty()) eos.push_back(tok.eot_id());
   return {dir, cfg, std::move(m), std::move(tok), std::move(eos)};
+}
+
+static LoadedCheckpoint load_for_inference_without_tables(const std::string& dir) {
+  return load_checkpoint_for_inference(dir, "none");
+}
+
+LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, bool map_tables) {
+  return load_checkpoint_for_inference(resolve_checkpoint(checkpoint_or_run), map_tables ? "mmap" : "ram");
+}
+
+void add_table_source_options(CLI::App* sub, TableSource& src) {
+  sub->add_option("--tables", src.kind,
+                  "token tables: ram (copied in), mmap (read in place from the checkpoint file) or disk (a token-major "
+                  "store, --table-store)");
+  sub->add_option("--table-store", src.store, "--tables disk: the store directory (jtok export --table-store)");
+  sub->add_option("--table-cache-mb", src.cache_mb, "--tables disk: DRAM cache of token rows, MB (default 256)");
+}
+
+LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const TableSource& src) {
+  if (src.kind != "ram" && src.kind != "mmap" && src.kind != "disk")
+    fail("--tables must be ram, mmap or disk, got '", src.kind, "'");
+  if ((src.kind == "disk") != !src.store.empty())
+    fail(src.kind == "disk" ? "--tables disk needs --table-store DIR" : "--table-store is for --tables disk");
+  if (src.cache_mb < 1) fail("--table-cache-mb must be at least 1, got ", src.cache_mb);
+  if (src.kind != "disk") return load_for_inference(checkpoint_or_run, src.kind == "mmap");
+  const std::string dir = resolve_checkpoint(checkpoint_or_run);
+  LoadedCheckpoint ck = load_for_inference_without_tables(dir);
+  auto store = TableStore::open(src.store, src.cache_mb << 20);
+  const std::string manifest = (std::filesystem::path(src.store) / "manifest.json").string();
+  Model& m = ck.model;
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    const auto& st = store->tables();
+    const auto it = std::find_if(st.begin(), st.end(), [&](const TableStoreTable& t) { return t.name == m.table_names[k]; });
+    if (it == st.end()) fail(manifest, ": no table ", m.table_names[k], " (the checkpoint ", dir, " has it)");
+    if (store->ids() != m.tables[k].rows || it->dim != m.tables[k].dim)
+      fail(manifest, ": table ", it->name, " is ", store->ids(), " x ", it->dim, ", the checkpoint's ", m.tables[k].rows,
+           " x ", m.tables[k].dim);
+    m.tables[k] = TokenTable::on_disk(store, it - st.begin());
+  }
+  if (store->tables().size() != m.tables.size())
+    fail(manifest, ": ", store->tables().size(), " tables, the checkpoint ", dir, " has ", m.tables.size());
+  return ck;
 }
 
 }  // namespace jtok

@@ -34,4 +34,15 @@ struct LoadedCheckpoint {
 // in place (--tables mmap); otherwise everything is copied into RAM.
 LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, bool map_tables = false);
 
+// Where an inference command's token tables come from: --tables ram | mmap | disk, with disk's
+// --table-store DIR (a token-major store, `jtok export --table-store`) and --table-cache-mb.
+struct TableSource {
+  std::string kind = "ram", store;
+  int64_t cache_mb = 256;
+};
+void add_table_source_options(CLI::App* sub, TableSource& src);
+// Checks the options (naming the flag and value) and loads: disk tables are the store's (its
+// table names and shapes checked against the checkpoint's, naming the manifest).
+LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const TableSource& src);
+
 }  // namespace jtok

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# --tables disk: `jtok export --table-store` writes the token tables of a dense + JTok + JTok-M
+# model as a token-major store (f32, bf16, int8), and generate and eval reading them from the store
+# (through a cache far smaller than the tables) give the tokens and the validation loss of the same
+# tables in RAM, bit for bit. Refused, naming the flag or the manifest: --tables disk without a
+# store, a store with --tables ram, a store over an existing directory, a store of another model.
+set -euo pipefail
+JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+export OMP_NUM_THREADS=1
+source "$ROOT/tests/lib/tiny_run.sh"
+prepare_tiny_corpus "$T/data"
+cat > "$T/cfg.json" <<JSON
+{ "vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64,
+  "seq_len": 32, "micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 4,
+  "learning_rate": 3e-3, "min_lr": 3e-4, "warmup_steps": 2, "jtok": true, "jtok_layers": "all",
+  "jtok_scale_init": 0.7, "jtokm": true, "jtokm_layers": "0", "jtokm_n_e": 3, "jtokm_top_k": 2,
+  "jtokm_scale_init": 0.5,
+  "eval_interval": 100, "eval_batches": 2, "checkpoint_interval": 4, "keep_checkpoints": 1,
+  "sample_interval": 0, "train_data": "$T/data/train", "val_data": "$T/data/val" }
+JSON
+"$JTOK" train --config "$T/cfg.json" --out "$T/run" --peak-gflops 1 > /dev/null
+gen() { "$JTOK" generate --prompt "The model of the" --temperature 0 --max-new-tokens 24 "$@" 2> /dev/null; }
+loss() { "$JTOK" eval --no-blimp --json "$@" | /usr/bin/python3 -c 'import json,sys; print(repr(json.load(sys.stdin)["val_loss"]))'; }
+for dt in f32 bf16 int8; do
+  "$JTOK" export --checkpoint "$T/run" --table-store "$T/store_$dt" --table-dtype $dt | grep -q "token-major table store, 5 tables, $dt" ||
+    { echo "FAIL: export --table-store $dt"; exit 1; }
+  ram_ck="$T/run"
+  if [ $dt != f32 ]; then "$JTOK" export --checkpoint "$T/run" --out "$T/ck_$dt" --table-dtype $dt > /dev/null; ram_ck="$T/ck_$dt"; fi
+  gen --checkpoint "$ram_ck" > "$T/ram_$dt.txt"
+  # 1 MB of cache: the store holds 50,304 tokens x 5 rows of 32 (f32: 32 MB).
+  gen --checkpoint "$T/run" --tables disk --table-store "$T/store_$dt" --table-cache-mb 1 > "$T/disk_$dt.txt"
+  cmp -s "$T/ram_$dt.txt" "$T/disk_$dt.txt" || { echo "FAIL: $dt: disk generation differs"; cat "$T/ram_$dt.txt" "$T/disk_$dt.txt"; exit 1; }
+  a=$(loss --checkpoint "$ram_ck"); b=$(loss --checkpoint "$T/run" --tables disk --table-store "$T/store_$dt" --table-cache-mb 1)
+  [ "$a" = "$b" ] || { echo "FAIL: $dt: val loss $b from the store, $a in RAM"; exit 1; }
+  echo "$dt: greedy tokens and val loss $a identical from the store"
+done
+expect_fail() {  # expect_fail NEEDLE CMD...: the command fails and says NEEDLE
+  local needle=$1; shift
+  if "$@" > "$T/out.txt" 2>&1; then echo "FAIL: accepted: $*"; exit 1; fi
+  grep -q -- "$needle" "$T/out.txt" || { echo "FAIL: '$*' did not say '$needle':"; cat "$T/out.txt"; exit 1; }
+}
+expect_fail "needs --table-store" "$JTOK" generate --prompt x --checkpoint "$T/run" --tables disk
+expect_fail "is for --tables disk" "$JTOK" generate --prompt x --checkpoint "$T/run" --table-store "$T/store_f32"
+expect_fail "exists" "$JTOK" export --checkpoint "$T/run" --table-store "$T/store_f32"
+sed -e 's/"jtokm_n_e": 3/"jtokm_n_e": 2/' -e 's/"max_steps": 4/"max_steps": 1/' -e 's/"checkpoint_interval": 4/"checkpoint_interval": 1/' "$T/cfg.json" > "$T/cfg2.json"
+"$JTOK" train --config "$T/cfg2.json" --out "$T/run2" --peak-gflops 1 > /dev/null
+expect_fail "manifest.json" "$JTOK" generate --prompt x --checkpoint "$T/run2" --tables disk --table-store "$T/store_f32"
+echo "PASS"
