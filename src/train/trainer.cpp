@@ -26,6 +26,7 @@
 #include "infer/generate.h"
 #include "model/transformer.h"
 #include "train/checkpoint.h"
+#include "train/fault_injection.h"
 #include "train/init_from.h"
 #include "train/optimizer.h"
 #include "train/shard_optimizer.h"
@@ -194,17 +195,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     if (lead) std::ofstream(log_path, std::ios::app) << nlohmann::json{{"type", "error"}, {"step", step}, {"message", msg}}.dump() << "\n";
     fail(msg, "; lower learning_rate or check the data, then --resume");
   };
-  // Test-only: with --embp, rank 0 gathers the whole tables and writes the checkpoint alone (the
-  // reference the in-place files are compared with, byte for byte: tests/test_dist_train.sh).
-  const bool gather_checkpoints = std::getenv("JTOK_TEST_GATHER_CHECKPOINT") != nullptr;
-  // Test-only fault: a NaN in one gradient at this step (tests/test_nonfinite_step.sh).
-  const char* nan_env = std::getenv("JTOK_TEST_NAN_GRAD_AT_STEP");
-  const int64_t nan_at_step = nan_env ? std::atoll(nan_env) : -1;
-  bool nan_injected = false;
-  // Test-only fault: a NaN in one row of the first token table, read by this step's first batch.
-  const char* nan_row_env = std::getenv("JTOK_TEST_NAN_TABLE_ROW_AT_STEP");
-  const int64_t nan_row_at_step = nan_row_env ? std::atoll(nan_row_env) : -1;
-  bool nan_row_injected = false;
+  FaultInjection faults = fault_injection_from_env();  // test-only hooks (train/fault_injection.h)
   int64_t skipped_steps = 0;
   JsonlLog log;  // other ranks: never opened, writes go nowhere
   if (lead) log.out.open(log_path, std::ios::app);
@@ -231,7 +222,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
                                                    .lr = lr_at(t, std::max<int64_t>(0, step - 1)), .max_steps = t.max_steps});
     sync_tables(model, adam);
     std::string dir;
-    if (embp && !gather_checkpoints) {  // every rank writes its own rows in place
+    if (embp && !faults.gather_checkpoints) {  // every rank writes its own rows in place
       dir = save_checkpoint_sharded(opt.out_dir, step, cfg, model, adam, st, t.keep_checkpoints, embp_opt->owned_rows());
       if (!lead) return;
     } else {
@@ -288,10 +279,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     const double mb_weight = share.by_micro_batch ? inv_acc : inv_acc / static_cast<double>(share.ranks);
     for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
       data.next(x.data(), y.data(), B, T);  // every rank reads every micro-batch: one loader state
-      if (step + 1 == nan_row_at_step && !nan_row_injected && !embp && !model.tables.empty()) {
-        model.tables[0].mutable_row(x[0])[0] = std::nanf("");  // the row of this batch's first token
-        nan_row_injected = true;
-      }
+      inject_nan_table_row(faults, model, step + 1, x[0], embp != nullptr);
       if (!share.runs(mb)) continue;
       // The last micro-batch this rank runs: its backward starts summing each layer's gradients.
       if (buckets && mb == last_mb)
@@ -339,10 +327,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
       dist::allreduce_sum(dg, 2);
       digest = dg[0] & ((int64_t{1} << 56) - 1);
     }
-    if (step + 1 == nan_at_step && !nan_injected && !model.grads.empty()) {
-      model.grads[model.grads.size() / 2] = std::nanf("");
-      nan_injected = true;
-    }
+    inject_nan_grad(faults, model, step + 1);
     // A step whose loss or gradient is not finite is never applied: the run stops, or with
     // --skip-nonfinite-steps N the batch is dropped (up to N times) and the step retried on the next.
     std::string nonfinite;
