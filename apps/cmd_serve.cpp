@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -24,8 +25,9 @@ struct Args {
   std::string chat_template;
   jtok::TableSource table_src;
   int port = 8080;
-  bool prefetch = true;
+  bool prefetch = true, prefix_cache = true;
   int64_t max_batch = 16, prefill_chunk = 512, ctx = 0, kv_budget_tokens = 0, max_queue = 64, max_body_kb = 1024, max_n = 8;
+  int64_t prefix_block = 0;
 } args;
 
 // Where the model's tokenizer_config.json (its chat template) is: beside the checkpoint (an
@@ -62,6 +64,8 @@ void run() {
   eo.prefetch = args.prefetch;
   eo.prefill_chunk = args.prefill_chunk;
   eo.kv_bf16 = parse_kv_dtype(args.kv_dtype) == KvDType::bf16;
+  eo.prefix_cache = args.prefix_cache;
+  eo.prefix_block = args.prefix_block > 0 ? args.prefix_block : std::min<int64_t>(32, args.prefill_chunk);
   Engine engine(ck.model, eo);
   ServeOptions so;
   so.host = args.host;
@@ -89,10 +93,12 @@ void run() {
   });
   try {
     api.run([&](int port) {
-      std::printf("serve: %s on http://%s:%d (tables %s, max batch %lld, context %lld, KV budget %lld tokens)\n",
+      std::printf("serve: %s on http://%s:%d (tables %s, max batch %lld, context %lld, KV budget %lld tokens, "
+                  "prefix reuse %s)\n",
                   ck.dir.c_str(), args.host.c_str(), port, args.table_src.kind.c_str(),
                   static_cast<long long>(engine.options().max_batch), static_cast<long long>(engine.options().ctx),
-                  static_cast<long long>(engine.options().kv_budget_tokens));
+                  static_cast<long long>(engine.options().kv_budget_tokens),
+                  args.prefix_cache ? ("blocks of " + std::to_string(engine.options().prefix_block)).c_str() : "off");
       std::fflush(stdout);
     });
   } catch (...) {
@@ -115,7 +121,14 @@ void setup(CLI::App* sub) {
                   "prompt tokens prefilled between two decode steps at most (longer prompts: in chunks)");
   sub->add_option("--ctx", args.ctx, "context per sequence, prompt + completion (0: the model's)");
   sub->add_option("--kv-budget-tokens", args.kv_budget_tokens,
-                  "KV-cache token slots over all sequences (0: max-batch x ctx)");
+                  "KV-cache token slots over all sequences and the stored prefix blocks, which are evicted least "
+                  "recently used to make room (0: max-batch x ctx)");
+  sub->add_option("--prefix-block", args.prefix_block,
+                  "prefix reuse: tokens a block (prompts are prefilled in pieces of this many, whole blocks are kept "
+                  "for later prompts that begin with the same tokens); at most --prefill-chunk (0: 32, or --prefill-chunk "
+                  "if smaller)");
+  sub->add_flag("!--no-prefix-cache", args.prefix_cache,
+                "no prefix reuse: every prompt prefilled from its start (whole, or in --prefill-chunk pieces)");
   sub->add_option("--kv-dtype", args.kv_dtype, "KV caches: f32 (exact) or bf16 (half the bytes a decoding step reads)");
   sub->add_option("--max-queue", args.max_queue, "requests waiting for a batch slot at most; beyond: 429");
   sub->add_option("--max-n", args.max_n,

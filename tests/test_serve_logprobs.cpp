@@ -21,24 +21,6 @@
 using namespace jtok;
 using namespace jtok::testing;
 
-namespace {
-
-void expect_same(const TokenLogprob& a, const TokenLogprob& b, const std::string& where) {
-  EXPECT_EQ(a.token, b.token) << where;
-  EXPECT_EQ(a.logprob, b.logprob) << where;  // the same bits: same logits, same arithmetic
-  EXPECT_EQ(a.top, b.top) << where;
-}
-
-EngineStats settled(Engine& e, int64_t finished) {
-  EngineStats s = e.stats();
-  for (int i = 0; i < 1000 && (s.requests_finished < finished || s.kv_tokens_used != 0); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    s = e.stats();
-  }
-  return s;
-}
-}  // namespace
-
 TEST(Logprobs, TokenLogprobIsTheLogSoftmaxWithItsTopN) {
   const int64_t V = 1000;
   std::mt19937 rng(3);

@@ -41,23 +41,15 @@ std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int
   Activations a;
   forward_hidden(m, a, prompt.data(), 1, T, ForwardMode::Inference);  // the head only for the last position, below
   const int64_t kvd = c.kv_dim();
+  const size_t L = a.layers.size();
+  kv_allocate(cache, L, kvd, capacity);
   cache.len = T;
-  cache.capacity = capacity;
-  const size_t L = a.layers.size(), cap = static_cast<size_t>(capacity * kvd);
   if (cache.bf16) {
-    cache.k.clear();
-    cache.v.clear();
-    cache.k16.assign(L, std::vector<uint16_t>(cap));
-    cache.v16.assign(L, std::vector<uint16_t>(cap));
     for (size_t l = 0; l < L; ++l) {
       quantize_bf16(cache.k16[l].data(), a.layers[l].k.data(), T * kvd);
       quantize_bf16(cache.v16[l].data(), a.layers[l].v.data(), T * kvd);
     }
   } else {
-    cache.k16.clear();
-    cache.v16.clear();
-    cache.k.assign(L, std::vector<float>(cap));
-    cache.v.assign(L, std::vector<float>(cap));
     for (size_t l = 0; l < L; ++l) {
       std::memcpy(cache.k[l].data(), a.layers[l].k.data(), sizeof(float) * T * kvd);
       std::memcpy(cache.v[l].data(), a.layers[l].v.data(), sizeof(float) * T * kvd);
@@ -68,6 +60,23 @@ std::vector<float> prefill(const Model& m, KVCache& cache, const std::vector<int
                       1);  // real rows only, as decode_step
   if (each) head_blocks(m, a.lnf.data(), T, 0, each);
   return logits;
+}
+
+void kv_allocate(KVCache& cache, size_t layers, int64_t kv_dim, int64_t capacity) {
+  const size_t cap = static_cast<size_t>(capacity * kv_dim);
+  cache.len = 0;
+  cache.capacity = capacity;
+  if (cache.bf16) {
+    cache.k.clear();
+    cache.v.clear();
+    cache.k16.assign(layers, std::vector<uint16_t>(cap));
+    cache.v16.assign(layers, std::vector<uint16_t>(cap));
+  } else {
+    cache.k16.clear();
+    cache.v16.clear();
+    cache.k.assign(layers, std::vector<float>(cap));
+    cache.v.assign(layers, std::vector<float>(cap));
+  }
 }
 
 KvDType parse_kv_dtype(const std::string& s) {

@@ -21,6 +21,9 @@ struct KVCache {
   std::vector<std::vector<uint16_t>> k16, v16;  // per layer (bf16 cache)
   size_t layers() const { return bf16 ? k16.size() : k.size(); }
 };
+// Sizes cache for `capacity` positions of `layers` layers of kv_dim values each (zeroed, in the dtype
+// cache.bf16 says); len = 0. What prefill does first; the serving engine's prefix reuse too.
+void kv_allocate(KVCache& cache, size_t layers, int64_t kv_dim, int64_t capacity);
 enum class KvDType { f32, bf16 };
 KvDType parse_kv_dtype(const std::string& s);  // "f32" | "bf16", else a jtok::Error naming it
 

@@ -45,8 +45,29 @@ json chat_choice_json(const std::string& text, size_t index, const json& finish,
   return {{"index", index}, {stream ? "delta" : "message", std::move(msg)}, {"logprobs", nullptr}, {"finish_reason", finish}};
 }
 
-json usage(int64_t prompt, int64_t completion) {
-  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+// The prompt's cost as the engine measured it (set with the first choice's first token, shared by
+// the choices): OpenAI's usage with prompt_tokens_details.cached_tokens (the tokens taken from stored
+// prefix blocks), and llama.cpp's timings names: cache_n, prompt_n (tokens computed), prompt_ms
+// (the scheduler's time on this prompt: copying the blocks in, prefilling the rest).
+struct PromptCost {
+  int64_t tokens = 0, cached = 0;
+  double ms = 0;
+};
+
+PromptCost prompt_cost(Sequence& s, int64_t prompt_tokens) {
+  std::lock_guard<std::mutex> lk(s.mu);
+  return {prompt_tokens, s.cached_tokens, s.prefill_ms};
+}
+
+json usage(const PromptCost& p, int64_t completion) {
+  return {{"prompt_tokens", p.tokens},
+          {"completion_tokens", completion},
+          {"total_tokens", p.tokens + completion},
+          {"prompt_tokens_details", {{"cached_tokens", p.cached}}}};
+}
+
+json timings(const PromptCost& p) {
+  return {{"cache_n", p.cached}, {"prompt_n", p.tokens - p.cached}, {"prompt_ms", p.ms}};
 }
 
 // One choice once it has ended (or seen a stop sequence, which cancels it).
@@ -160,7 +181,9 @@ void reply_whole(CompletionsRoute& r, const CompletionRequest& p, const std::vec
                                        c.reason));
   }
   json out = chunk(r, rep, std::move(choices));
-  out["usage"] = usage(static_cast<int64_t>(p.prompt.size()), completion_tokens);
+  const PromptCost cost = prompt_cost(*seqs[0], static_cast<int64_t>(p.prompt.size()));
+  out["usage"] = usage(cost, completion_tokens);
+  out["timings"] = timings(cost);
   res.set_content(dump_json(out), "application/json");
   r.count(200);
   r.observe_latency(seconds_since(rep.t0));
@@ -250,13 +273,15 @@ bool send_choice(CompletionsRoute& r, StreamState& st, const Reply& rep, size_t 
   bool last = true;
   for (const auto& o : st.ch) last = last && o.finished;
   if (!(last && p.include_usage)) return send(fin);
-  const json u = usage(static_cast<int64_t>(p.prompt.size()), st.completion_tokens);
+  const PromptCost cost = prompt_cost(*st.ch[0].seq, static_cast<int64_t>(p.prompt.size()));
   if (!p.chat) {
-    fin["usage"] = u;
+    fin["usage"] = usage(cost, st.completion_tokens);
+    fin["timings"] = timings(cost);
     return send(fin);
   }
   json tail = chunk(r, rep, json::array(), true);  // chat: usage in a last chunk of no choices, as OpenAI's
-  tail["usage"] = u;
+  tail["usage"] = usage(cost, st.completion_tokens);
+  tail["timings"] = timings(cost);
   return send(fin) && send(tail);
 }
 

@@ -1,6 +1,7 @@
 #include "serve/engine.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.h"
 
@@ -15,6 +16,12 @@ Engine::Engine(const Model& model, EngineOptions opt) : model_(model), opt_(opt)
     fail("the KV-cache budget (", opt_.kv_budget_tokens, " tokens) is below one context (", opt_.ctx, ")");
   if (opt_.max_queue < 0) opt_.max_queue = 0;
   if (opt_.prefill_chunk < 1) fail("--prefill-chunk must be at least 1 token, got ", opt_.prefill_chunk);
+  if (opt_.prefix_cache) {
+    if (opt_.prefix_block < 1 || opt_.prefix_block > opt_.prefill_chunk)
+      fail("--prefix-block must be in [1, ", opt_.prefill_chunk, "] (at most --prefill-chunk), got ", opt_.prefix_block);
+    prefix_ = std::make_unique<PrefixCache>(opt_.prefix_block, static_cast<int64_t>(model.w.layers.size()),
+                                            model.cfg.kv_dim(), opt_.kv_bf16);
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -86,6 +93,15 @@ EngineStats Engine::stats() const {
   s.prefetch_pages = p.pages;
   s.prefetch_major_faults = p.major_faults;
   s.prefetch_dropped = p.dropped;
+  if (prefix_) {
+    const PrefixCacheStats q = prefix_->stats();
+    s.prefix_tokens_reused = q.tokens_reused;
+    s.prefix_hits = q.hits;
+    s.prefix_blocks_stored = q.stored;
+    s.prefix_blocks_evicted = q.evicted;
+    s.prefix_blocks_cached = q.blocks;
+    s.prefix_blocks_held = q.held;
+  }
   return s;
 }
 
@@ -171,6 +187,7 @@ void Engine::prefill_piece(Active& a, int64_t p, std::vector<std::unique_ptr<Act
   }
   std::vector<Active*> group{&a};  // the choices that finished or go on from this prompt
   bool complete = false;
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     std::vector<float> l;
     if (a.prefilled == 0) {
@@ -180,6 +197,8 @@ void Engine::prefill_piece(Active& a, int64_t p, std::vector<std::unique_ptr<Act
       l = prefill_chunk(model_, a.cache, a.req.prompt.data() + a.prefilled, p, nullptr, each);
     }
     a.prefilled += p;
+    if (prefix_) store_blocks(a);
+    a.prefill_sec += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     complete = a.prefilled == P;
     if (complete) {
       const int64_t per = a.need / (1 + static_cast<int64_t>(a.others.size()));
@@ -200,6 +219,8 @@ void Engine::prefill_piece(Active& a, int64_t p, std::vector<std::unique_ptr<Act
         {
           std::lock_guard<std::mutex> lk(c->seq->mu);
           c->seq->prompt_logprobs = a.prompt_lp;
+          c->seq->cached_tokens = a.cached;
+          c->seq->prefill_ms = a.prefill_sec * 1e3;
         }
         if (a.req.max_tokens == 0) finish(*c, "length");
         else emit(*c, l.data());
@@ -225,9 +246,94 @@ void Engine::prefill_piece(Active& a, int64_t p, std::vector<std::unique_ptr<Act
   std::erase_if(forked, [](const std::unique_ptr<Active>& b) { return b->seq->done; });
 }
 
+int64_t Engine::prefill_step(std::vector<std::unique_ptr<Active>>& forked) {
+  if (prefix_) return prefill_step_blocks(forked);
+  const int64_t B = opt_.prefill_chunk;
+  // Prefill, first come first served, at most B prompt tokens this step: a prompt of at most B
+  // tokens whole (if it fits what is left of the B), a longer one B tokens at a time from a fresh
+  // budget (so its chunks are always the same: prefill_chunked's). Every piece's table rows go to
+  // the prefetch thread first, so later pieces' pages load during earlier ones.
+  struct Piece {
+    Active* a;
+    int64_t n;
+  };
+  std::vector<Piece> pieces;
+  int64_t left = B;
+  for (auto& a : prefilling_) {
+    const int64_t P = static_cast<int64_t>(a->req.prompt.size());
+    const int64_t n = P <= B ? (P <= left ? P : 0) : (left == B ? std::min(B, P - a->prefilled) : 0);
+    if (n == 0) break;
+    pieces.push_back({a.get(), n});
+    left -= n;
+  }
+  int64_t prefetched = 0;
+  for (const auto& p : pieces) prefetched += prefetch(p.a->req.prompt.data() + p.a->prefilled, p.n);
+  for (const auto& p : pieces) prefill_piece(*p.a, p.n, forked);
+  return prefetched;
+}
+
+// Pieces of prefix_block tokens at positions that are multiples of it (the last of a prompt shorter),
+// as many as fit in prefill_chunk tokens; a prompt looks its stored blocks up at its first piece,
+// after the pieces before it this step were stored.
+int64_t Engine::prefill_step_blocks(std::vector<std::unique_ptr<Active>>& forked) {
+  const int64_t b = opt_.prefix_block;
+  int64_t left = opt_.prefill_chunk, prefetched = 0;
+  for (auto& ap : prefilling_) {
+    Active& a = *ap;
+    const int64_t P = static_cast<int64_t>(a.req.prompt.size());
+    if (!a.started) {
+      if (left < std::min(b, P)) break;
+      start_from_prefix(a);
+    }
+    while (a.prefilled < P && !a.seq->done) {
+      const int64_t n = std::min(b, P - a.prefilled);
+      if (n > left) return prefetched;
+      prefetched += prefetch(a.req.prompt.data() + a.prefilled, n);
+      prefill_piece(a, n, forked);
+      left -= n;
+    }
+  }
+  return prefetched;
+}
+
+void Engine::start_from_prefix(Active& a) {
+  a.started = true;
+  if (a.req.prompt_logprobs) return;  // every position's logits are asked for: all computed
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t P = static_cast<int64_t>(a.req.prompt.size());
+  for (int64_t id : prefix_->match_acquire(a.req.prompt.data(), P - 1)) a.blocks.hold(prefix_.get(), id);
+  if (a.blocks.ids().empty()) return;
+  prefix_->load(a.cache, a.blocks.ids(), P + a.req.max_tokens);
+  a.prefilled = a.cached = static_cast<int64_t>(a.blocks.ids().size()) * prefix_->block();
+  a.prefill_sec += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Engine::store_blocks(Active& a) {
+  const int64_t b = prefix_->block();
+  auto j = static_cast<int64_t>(a.blocks.ids().size());
+  if (!a.storing || (j + 1) * b > a.prefilled) return;
+  int64_t room;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    room = (opt_.kv_budget_tokens - stats_.kv_tokens_used) / b;
+  }
+  for (; a.storing && (j + 1) * b <= a.prefilled; ++j) {
+    const int64_t parent = j == 0 ? -1 : a.blocks.ids().back();
+    const int64_t id = prefix_->store_acquire(parent, a.req.prompt.data() + j * b, a.cache, j, room);
+    if (id < 0) a.storing = false;  // no room: its later blocks would have no parent
+    else a.blocks.hold(prefix_.get(), id);
+  }
+}
+
+bool Engine::kv_fits(int64_t need) {
+  const int64_t room = opt_.kv_budget_tokens - stats_.kv_tokens_used - need;
+  if (room < 0) return false;
+  if (!prefix_) return true;
+  return prefix_->evict_to(room / prefix_->block()) * prefix_->block() <= room;
+}
+
 void Engine::loop() {
   std::vector<float> logits;
-  const int64_t B = opt_.prefill_chunk;
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(mu_);
@@ -255,7 +361,7 @@ void Engine::loop() {
       int64_t slots = static_cast<int64_t>(active_.size());
       for (const auto& a : prefilling_) slots += choices(*a);
       while (!waiting_.empty() && slots + choices(waiting_.front()) <= opt_.max_batch &&
-             stats_.kv_tokens_used + waiting_.front().need <= opt_.kv_budget_tokens) {
+             kv_fits(waiting_.front().need)) {
         auto a = std::make_unique<Active>(std::move(waiting_.front()));
         waiting_.pop_front();
         if (a->seq->cancel.load()) {
@@ -270,27 +376,8 @@ void Engine::loop() {
       }
       stats_.queue_depth = static_cast<int64_t>(waiting_.size());
     }
-    // Prefill, first come first served, at most B prompt tokens this step: a prompt of at most B
-    // tokens whole (if it fits what is left of the B), a longer one B tokens at a time from a fresh
-    // budget (so its chunks are always the same: prefill_chunked's). Every piece's table rows go to
-    // the prefetch thread first, so later pieces' pages load during earlier ones.
-    struct Piece {
-      Active* a;
-      int64_t n;
-    };
-    std::vector<Piece> pieces;
-    int64_t left = B;
-    for (auto& a : prefilling_) {
-      const int64_t P = static_cast<int64_t>(a->req.prompt.size());
-      const int64_t n = P <= B ? (P <= left ? P : 0) : (left == B ? std::min(B, P - a->prefilled) : 0);
-      if (n == 0) break;
-      pieces.push_back({a.get(), n});
-      left -= n;
-    }
-    int64_t prefetched = 0;
-    for (const auto& p : pieces) prefetched += prefetch(p.a->req.prompt.data() + p.a->prefilled, p.n);
     std::vector<std::unique_ptr<Active>> forked;  // choices 2..n of prompts completed this step
-    for (const auto& p : pieces) prefill_piece(*p.a, p.n, forked);
+    const int64_t prefetched = prefill_step(forked);
     std::vector<std::unique_ptr<Active>> running;
     bool partly_prefilled = false;
     {

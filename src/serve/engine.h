@@ -10,6 +10,12 @@
 // is admitted as a whole, its prompt prefilled once, then each further choice decodes its own copy of
 // the prompt's KV cache with its own RNG. Requests beyond the waiting queue's bound are refused
 // (the caller answers 429). Token ids only: text is the HTTP layer's business.
+//
+// With prefix reuse on (EngineOptions::prefix_cache), every prompt is prefilled in pieces of
+// prefix_block tokens at positions that are multiples of it (prefill_chunked's pieces with chunk =
+// prefix_block; several pieces a step within prefill_chunk tokens), each whole block kept in a
+// PrefixCache, and a prompt that begins with stored blocks starts from a copy of them: its tokens
+// and log-probs are the bits of a cold prefill in the same pieces.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -25,6 +31,7 @@
 #include "infer/logprobs.h"
 #include "infer/prefetch.h"
 #include "model/transformer.h"
+#include "serve/prefix_cache.h"
 
 namespace jtok {
 
@@ -39,6 +46,8 @@ struct EngineOptions {
                                  // of at most this many is prefilled whole (prefill: as jtok generate
                                  // does); a longer one in chunks of exactly this many (prefill_chunked)
   bool kv_bf16 = false;          // KV caches in bf16 (KVCache::bf16): half the bytes a step reads
+  bool prefix_cache = false;     // prefix reuse (above); its blocks share kv_budget_tokens with the sequences
+  int64_t prefix_block = 32;     // tokens a block (at most prefill_chunk)
 };
 
 struct GenerationRequest {
@@ -69,6 +78,10 @@ struct Sequence {
   std::string finish_reason;     // "length", "stop" (stop token, or the caller's stop), "error", "cancelled"
   std::string error;             // when finish_reason == "error"
   std::atomic<bool> cancel{false};  // set by the caller (client gone, stop string seen): freed before the next step
+  // Set with the first token (or the finish of max_tokens 0): the prompt tokens taken from stored
+  // blocks, and the time the scheduler spent on this prompt (copying them in, prefilling the rest).
+  int64_t cached_tokens = 0;
+  double prefill_ms = 0;
 };
 
 // Counters for /metrics (monotonic unless named as a gauge).
@@ -86,6 +99,10 @@ struct EngineStats {
   int64_t prefetch_pages = 0, prefetch_major_faults = 0;  // pages it touched; major faults it took
   int64_t prefetch_dropped = 0;  // prefetch jobs dropped unstarted (the thread fell behind)
   int64_t queue_depth = 0, active = 0, kv_tokens_used = 0;  // gauges
+  // Prefix reuse (PrefixCacheStats): tokens reused, prompts that reused any, blocks stored / evicted,
+  // and the gauges blocks cached / held by running sequences.
+  int64_t prefix_tokens_reused = 0, prefix_hits = 0, prefix_blocks_stored = 0, prefix_blocks_evicted = 0;
+  int64_t prefix_blocks_cached = 0, prefix_blocks_held = 0;
   int64_t batch_hist[6] = {};    // decode steps with M in 1, 2-3, 4-7, 8-15, 16-31, 32+
 };
 
@@ -122,6 +139,11 @@ class Engine {
     int64_t prefilled = 0; // prompt tokens in the cache
     std::vector<std::shared_ptr<Sequence>> others;  // choices 1..n-1, until the prompt is prefilled
     std::vector<TokenLogprob> prompt_lp;            // prompt tokens 1..P-1 (prompt_logprobs)
+    bool started = false;  // prefix reuse: stored blocks looked up (at its first piece)
+    bool storing = true;   // prefix reuse: its blocks go on being stored (false once one found no room)
+    BlockHold blocks;      // prefix reuse: the chain of its prompt's stored blocks
+    int64_t cached = 0;    // prompt tokens from stored blocks
+    double prefill_sec = 0;
   };
   void loop();
   void finish(Active& a, const std::string& reason, const std::string& error = {});
@@ -131,6 +153,17 @@ class Engine {
   // other choices (their own cache copy and RNG) into `forked`, samples every choice's first token.
   // Accounts for them in stats_ (takes mu_).
   void prefill_piece(Active& a, int64_t p, std::vector<std::unique_ptr<Active>>& forked);
+  // The prompt pieces of this step (at most prefill_chunk tokens, first come first served), their
+  // rows prefetched first; returns the rows handed to the prefetch thread.
+  int64_t prefill_step(std::vector<std::unique_ptr<Active>>& forked);
+  int64_t prefill_step_blocks(std::vector<std::unique_ptr<Active>>& forked);  // with prefix reuse
+  // Prefix reuse, at a prompt's first piece: the stored blocks it begins with, copied into its cache
+  // (at least one prompt token is left to compute: the logits of the last).
+  void start_from_prefix(Active& a);
+  // Prefix reuse, after a piece: the prompt's blocks now whole in its cache stored (within the budget).
+  void store_blocks(Active& a);
+  // Whether `need` more KV slots fit the budget (mu_ held), evicting stored blocks nobody holds.
+  bool kv_fits(int64_t need);
   // Samples from logits, publishes, and returns whether the sequence goes on.
   bool emit(Active& a, const float* logits);
   // Hands the prefetch thread the rows ids[0..n) will read (table_rows_needed: JTok's, and all n_e
@@ -140,6 +173,7 @@ class Engine {
   const Model& model_;
   EngineOptions opt_;
   RowPrefetcher prefetcher_;
+  std::unique_ptr<PrefixCache> prefix_;  // before the sequences: they release their blocks into it
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Active> waiting_;

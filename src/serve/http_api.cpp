@@ -179,6 +179,16 @@ struct HttpApi::Impl {
             s.prefetch_major_faults);
     counter("jtok_prefetch_jobs_dropped_total", "prefetch jobs dropped unstarted (the thread fell behind the steps)",
             s.prefetch_dropped);
+    counter("jtok_prefix_tokens_reused_total", "prompt tokens taken from stored prefix blocks instead of prefilled",
+            s.prefix_tokens_reused);
+    counter("jtok_prefix_hits_total", "prompts that reused at least one stored prefix block", s.prefix_hits);
+    counter("jtok_prefix_blocks_stored_total", "prefix blocks stored", s.prefix_blocks_stored);
+    counter("jtok_prefix_blocks_evicted_total", "prefix blocks evicted (least recently used first) to make room",
+            s.prefix_blocks_evicted);
+    counter("jtok_prefix_blocks_cached", "prefix blocks stored now (each takes --prefix-block KV slots)",
+            s.prefix_blocks_cached, "gauge");
+    counter("jtok_prefix_blocks_held", "stored prefix blocks held by running sequences (not evictable)",
+            s.prefix_blocks_held, "gauge");
     counter("jtok_queue_depth", "requests waiting for admission", s.queue_depth, "gauge");
     counter("jtok_active_sequences", "sequences in the decode batch", s.active, "gauge");
     counter("jtok_kv_tokens_used", "KV-cache token slots reserved", s.kv_tokens_used, "gauge");
