@@ -43,20 +43,9 @@ cat > "$T/cfg.json" <<JSON
 JSON
 "$JTOK" train --config "$T/cfg.json" --out "$T/run" --peak-gflops 1 > "$T/train.out"
 
-# Start a server on a free port (--port 0; the port is printed); sets PORT.
-start() {  # name, extra args...
-  local name=$1; shift
-  "$JTOK" serve --checkpoint "$T/run" --port 0 --max-batch 8 --max-body-kb 64 "$@" \
-    > "$T/serve_$name.out" 2> "$T/serve_$name.err" &
-  PIDS+=($!)
-  for _ in $(seq 200); do
-    PORT=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\).*|\1|p' "$T/serve_$name.out")
-    [ -n "$PORT" ] && return 0
-    kill -0 "${PIDS[-1]}" 2>/dev/null || fail "server $name did not start"
-    sleep 0.05
-  done
-  fail "server $name printed no port"
-}
+# Start a server on a free port (tests/lib/serve_start.sh); sets PORT.
+source "$ROOT/tests/lib/serve_start.sh"
+start() { local name=$1; shift; start_serve "$name" --checkpoint "$T/run" --max-batch 8 --max-body-kb 64 "$@"; }
 start ram --tables ram --max-queue 64; RAM=$PORT
 start mmap --tables mmap --api-key sekrit --max-queue 64; MMAP=$PORT
 start full --max-queue 0; FULL=$PORT  # admits nothing: every completion is refused with 429

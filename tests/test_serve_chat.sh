@@ -26,24 +26,12 @@ cat > "$T/cfg.json" <<JSON
 JSON
 "$JTOK" train --config "$T/cfg.json" --out "$T/run" --peak-gflops 1 > "$T/train.out"
 
-# start_server NAME ARGS...: the server's port in PORT.
-start_server() {
-  local name=$1; shift
-  : > "$T/$name.out"  # exists before the background server opens it: the loop below reads it at once
-  "$JTOK" serve --port 0 --max-batch 4 "$@" > "$T/$name.out" 2> "$T/$name.err" &
-  PIDS+=($!)
-  PORT=
-  for _ in $(seq 300); do
-    PORT=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\).*|\1|p' "$T/$name.out"); [ -n "$PORT" ] && return 0
-    kill -0 "${PIDS[-1]}" 2>/dev/null || fail "server $name did not start"
-    sleep 0.05
-  done
-  fail "server $name printed no port"
-}
-start_server serve_chatml --checkpoint "$T/run" --chat-template chatml
+# start_serve NAME ARGS... (tests/lib/serve_start.sh): the server's port in PORT.
+source "$ROOT/tests/lib/serve_start.sh"
+start_serve chatml --max-batch 4 --checkpoint "$T/run" --chat-template chatml
 P1=$PORT
 grep -q "chat template chatml" "$T/serve_chatml.out" || fail "the server does not say its chat template"
-start_server serve_none --checkpoint "$T/run"
+start_serve none --max-batch 4 --checkpoint "$T/run"
 P2=$PORT
 grep -q "no chat template" "$T/serve_none.out" || fail "the template-less server does not say so"
 
@@ -64,7 +52,7 @@ cat > "$T/qcfg.json" <<'JSON'
   "tokenizer": "qwen3" }
 JSON
 /usr/bin/python3 "$ROOT/bench/random_checkpoint.py" --config "$T/qcfg.json" --out "$T/qwen" > /dev/null
-start_server serve_qwen --checkpoint "$T/qwen"
+start_serve qwen --max-batch 4 --checkpoint "$T/qwen"
 grep -q "chat template qwen3" "$T/serve_qwen.out" || fail "Qwen3's template not found: $(cat "$T/serve_qwen.out")"
 want=$("$JTOK" chat-template --messages "$T/messages.json" --ids |
   /usr/bin/python3 -c 'import json, sys; print(len(json.load(sys.stdin)["ids"]))')

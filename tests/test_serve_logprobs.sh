@@ -12,7 +12,7 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done; rm -rf "$T"; }
 trap cleanup EXIT
 export OMP_NUM_THREADS=1  # a tiny model: one thread (as tests/test_serve.sh)
-fail() { echo "FAIL: $*"; tail -5 "$T/serve.err" 2>/dev/null; exit 1; }
+fail() { echo "FAIL: $*"; tail -5 "$T"/serve_*.err 2>/dev/null; exit 1; }
 [ -f "$ROOT/.cache/npm/openai-7.55.0/package.json" ] || fail "openai SDK missing: run scripts/setup.sh"
 
 source "$ROOT/tests/lib/tiny_run.sh"
@@ -35,15 +35,8 @@ printf 'Token tables modulate the MLP of every layer.' > "$T/text.txt"
 "$JTOK" eval --checkpoint "$T/run" --val-batches 1 --blimp "$BLIMP" --blimp-limit 3 --json > "$T/blimp.json"
 
 # --prefill-chunk 4: BLiMP sentences are longer, so their echoed log-probs come from chunked prefills too.
-"$JTOK" serve --checkpoint "$T/run" --port 0 --max-batch 8 --prefill-chunk 4 > "$T/serve.out" 2> "$T/serve.err" &
-PIDS+=($!)
-PORT=
-for _ in $(seq 200); do
-  PORT=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\).*|\1|p' "$T/serve.out"); [ -n "$PORT" ] && break
-  kill -0 "${PIDS[-1]}" 2>/dev/null || fail "server did not start"
-  sleep 0.05
-done
-[ -n "$PORT" ] || fail "server printed no port"
+source "$ROOT/tests/lib/serve_start.sh"
+start_serve main --checkpoint "$T/run" --max-batch 8 --prefill-chunk 4
 timeout 300 node "$ROOT/tests/serve_logprobs_client.mjs" "$ROOT" "$PORT" "$T/tokens.json" "$T/blimp.json" "$BLIMP" 3 \
   || fail "serve_logprobs_client.mjs"
 curl -s "http://127.0.0.1:$PORT/metrics" > "$T/metrics"
