@@ -122,7 +122,7 @@ void setup(CLI::App* sub) {
   sub->add_option("--ctx", args.ctx, "context per sequence, prompt + completion (0: the model's)");
   sub->add_option("--kv-budget-tokens", args.kv_budget_tokens,
                   "KV-cache token slots over all sequences and the stored prefix blocks, which are evicted least "
-                  "recently used to make room (0: max-batch x ctx)");
+                  "recently used to make room (0: max-batch x ctx, plus one ctx for the prefix blocks unless --no-prefix-cache)");
   sub->add_option("--prefix-block", args.prefix_block,
                   "prefix reuse: tokens a block (prompts are prefilled in pieces of this many, whole blocks are kept "
                   "for later prompts that begin with the same tokens); at most --prefill-chunk (0: 32, or --prefill-chunk "

@@ -11,7 +11,8 @@ Engine::Engine(const Model& model, EngineOptions opt) : model_(model), opt_(opt)
   const int64_t max_ctx = model.cfg.max_position_embeddings;
   if (opt_.ctx <= 0 || opt_.ctx > max_ctx) opt_.ctx = max_ctx;
   if (opt_.max_batch < 1) fail("--max-batch must be at least 1, got ", opt_.max_batch);
-  if (opt_.kv_budget_tokens <= 0) opt_.kv_budget_tokens = opt_.max_batch * opt_.ctx;
+  // Stored prefix blocks are copies beside the sequences' caches: one context more for them by default.
+  if (opt_.kv_budget_tokens <= 0) opt_.kv_budget_tokens = (opt_.max_batch + (opt_.prefix_cache ? 1 : 0)) * opt_.ctx;
   if (opt_.kv_budget_tokens < opt_.ctx)
     fail("the KV-cache budget (", opt_.kv_budget_tokens, " tokens) is below one context (", opt_.ctx, ")");
   if (opt_.max_queue < 0) opt_.max_queue = 0;

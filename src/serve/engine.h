@@ -38,7 +38,8 @@ namespace jtok {
 struct EngineOptions {
   int64_t max_batch = 16;        // sequences decoded together at most
   int64_t ctx = 0;               // context per sequence (prompt + generated); 0 = the model's
-  int64_t kv_budget_tokens = 0;  // KV-cache token slots over all active sequences; 0 = max_batch * ctx
+  int64_t kv_budget_tokens = 0;  // KV-cache token slots over all active sequences and stored prefix blocks;
+                                 // 0 = max_batch * ctx (+ ctx with prefix_cache)
   int64_t max_queue = 64;        // requests waiting for admission at most (beyond: refused)
   bool prefetch = true;          // memory-mapped tables: a helper thread (RowPrefetcher) brings in the
                                  // rows of every prompt piece and decode step before it computes
