@@ -4,6 +4,9 @@
 //  2. streamed: the first delta carries the role, the deltas make up the whole reply, the last
 //     choice chunk its finish_reason, and with include_usage a final chunk of no choices the usage;
 //  3. n = 3 with a seed: choice i equals a single request with seed + i; max_completion_tokens holds;
+//  3b. logprobs: true with top_logprobs 3, whole and streamed: choices[0].logprobs.content equals
+//     /v1/completions' logprobs (logprobs 3) of the rendered prompt token by token (text, log-prob,
+//     bytes, the top 3 with theirs), streamed equals whole;
 //  4. bad input: each a 400 with the OpenAI error body naming the field, and the server still serves;
 //  5. a server without a chat template answers 400 (code no_chat_template) naming --chat-template.
 // Usage: node serve_chat_client.mjs ROOT PORT PORT_NO_TEMPLATE MESSAGES_JSON RENDERED_TXT
@@ -66,6 +69,39 @@ const short = await client.chat.completions.create({ model: 'jtok', messages, te
 assert.ok(short.usage.completion_tokens <= 3, `max_completion_tokens 3 gave ${short.usage.completion_tokens}`);
 console.log('ok: n = 3 with seed 7 = single requests with seeds 7, 8, 9; max_completion_tokens holds');
 
+// 3b. Chat log-probs against the completions endpoint's of the same rendered prompt.
+const lpChat = await client.chat.completions.create({ model: 'jtok', messages, temperature: 0, max_tokens: 12,
+                                                      logprobs: true, top_logprobs: 3 });
+const lpComp = await client.completions.create({ model: 'jtok', prompt: rendered, temperature: 0, max_tokens: 12, logprobs: 3 });
+const content = lpChat.choices[0].logprobs.content, legacy = lpComp.choices[0].logprobs;
+assert.equal(lpChat.choices[0].message.content, lpComp.choices[0].text);
+assert.equal(content.length, legacy.tokens.length, 'one entry per token');
+assert.ok(content.length > 0);
+const utf8 = (s) => [...Buffer.from(s, 'utf8')];
+for (let k = 0; k < content.length; k++) {
+  const e = content[k];
+  assert.equal(e.token, legacy.tokens[k], `token ${k}`);
+  assert.equal(e.logprob, legacy.token_logprobs[k], `token ${k}: log-prob`);
+  if (!e.token.includes('\ufffd')) assert.deepEqual(e.bytes, utf8(e.token), `token ${k}: bytes`);
+  assert.equal(e.top_logprobs.length, 3, `token ${k}: top 3`);
+  for (let j = 0; j < 3; j++) {
+    const t = e.top_logprobs[j];
+    if (j > 0) assert.ok(t.logprob <= e.top_logprobs[j - 1].logprob, `token ${k}: most likely first`);
+    if (!t.token.includes('\ufffd')) assert.deepEqual(t.bytes, utf8(t.token));
+    if (t.token in legacy.top_logprobs[k] && !t.token.includes('\ufffd'))  // the legacy map keeps the likelier of equal texts
+      assert.ok(legacy.top_logprobs[k][t.token] >= t.logprob, `token ${k}: top ${j}`);
+  }
+  assert.equal(e.top_logprobs[0].logprob, Math.max(...Object.values(legacy.top_logprobs[k])), `token ${k}: the most likely`);
+}
+const lpStream = await client.chat.completions.create({ model: 'jtok', messages, temperature: 0, max_tokens: 12,
+                                                        logprobs: true, top_logprobs: 3, stream: true });
+const streamed = [];
+for await (const ch of lpStream) if (ch.choices[0]?.logprobs) streamed.push(...ch.choices[0].logprobs.content);
+assert.deepEqual(streamed, content, 'streamed log-probs = whole');
+const noLp = await client.chat.completions.create({ model: 'jtok', messages, temperature: 0, max_tokens: 4, logprobs: false });
+assert.equal(noLp.choices[0].logprobs, null);
+console.log(`ok: chat logprobs (${content.length} tokens, top 3) = /v1/completions logprobs 3 of the rendered prompt; streamed = whole`);
+
 // 4. Bad input: 400 naming the field, and still serving.
 async function expect400(body, param, what, base = client) {
   try {
@@ -83,7 +119,9 @@ const bad = [
   [{ messages: [{ role: 'user', content: 5 }] }, 'messages', 'content of the wrong type'],
   [{ messages: [] }, 'messages', 'no messages'],
   [{ messages, echo: true }, 'echo', 'echo with a chat request'],
-  [{ messages, logprobs: true }, 'logprobs', 'logprobs on chat (not yet)'],
+  [{ messages, logprobs: 'yes' }, 'logprobs', 'logprobs not a boolean'],
+  [{ messages, logprobs: true, top_logprobs: 21 }, 'top_logprobs', 'top_logprobs 21'],
+  [{ messages, top_logprobs: 2 }, 'top_logprobs', 'top_logprobs without logprobs'],
   [{ messages, n: 9 }, 'n', 'n above --max-n'],
   [{ messages, max_tokens: 0 }, 'max_tokens', 'max_tokens 0'],
 ];

@@ -14,6 +14,14 @@ void LogprobsBuilder::clear() {
   token_logprobs_ = json::array();
   top_logprobs_ = json::array();
   text_offset_ = json::array();
+  content_ = json::array();
+}
+
+json LogprobsBuilder::chat_entry(int32_t id, float logprob) const {
+  const std::string text = tok_.decode({id});
+  json bytes = json::array();
+  for (unsigned char ch : text) bytes.push_back(static_cast<int>(ch));
+  return {{"token", valid_utf8(text)}, {"logprob", logprob}, {"bytes", std::move(bytes)}};
 }
 
 size_t LogprobsBuilder::push_text(int32_t id) {
@@ -31,6 +39,14 @@ void LogprobsBuilder::add_unscored(int32_t id) {
 }
 
 void LogprobsBuilder::add(const TokenLogprob& lp) {
+  if (chat_) {
+    offset_ += tok_.decode({lp.token}).size();
+    json e = chat_entry(lp.token, lp.logprob), top = json::array();
+    for (const auto& [id, v] : lp.top) top.push_back(chat_entry(id, v));
+    e["top_logprobs"] = std::move(top);
+    content_.push_back(std::move(e));
+    return;
+  }
   push_text(lp.token);
   token_logprobs_.push_back(lp.logprob);
   json top = json::object();
@@ -40,6 +56,11 @@ void LogprobsBuilder::add(const TokenLogprob& lp) {
 }
 
 json LogprobsBuilder::take() {
+  if (chat_) {
+    json out = {{"content", std::move(content_)}, {"refusal", nullptr}};
+    clear();
+    return out;
+  }
   json out = {{"tokens", std::move(tokens_)},
               {"token_logprobs", std::move(token_logprobs_)},
               {"top_logprobs", std::move(top_logprobs_)},

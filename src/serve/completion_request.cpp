@@ -166,8 +166,8 @@ CompletionRequest parse(const json& body, const CompletionLimits& lim, const Pro
 }
 
 // Chat completions: messages rendered by the model's chat template into the prompt; max_tokens (or
-// max_completion_tokens) defaults to the rest of the context (-1 here); n choices; no echo, best_of
-// or logprobs.
+// max_completion_tokens) defaults to the rest of the context (-1 here); n choices; logprobs (a
+// boolean) with top_logprobs 0..20; no echo or best_of.
 CompletionRequest parse_chat(const json& body, const CompletionLimits& lim, const ChatRenderer& render) {
   check_model(body, lim);
   CompletionRequest p;
@@ -180,8 +180,14 @@ CompletionRequest parse_chat(const json& body, const CompletionLimits& lim, cons
   }
   for (const char* f : {"echo", "best_of", "suffix"})
     if (body.contains(f) && !body[f].is_null()) bad(f, std::string(f) + " is not a field of chat completions");
-  if (body.contains("logprobs") && !body["logprobs"].is_null() && !(body["logprobs"].is_boolean() && !body["logprobs"].get<bool>()))
-    bad("logprobs", "logprobs on chat completions is not supported yet (use /v1/completions with logprobs)");
+  const bool lp = get_bool(body, "logprobs", false);
+  const int64_t top = get_int(body, "top_logprobs", 0);
+  const bool top_given = body.contains("top_logprobs") && !body["top_logprobs"].is_null();
+  if (top_given && (top < 0 || top > kMaxTopLogprobs))
+    bad("top_logprobs", "top_logprobs must be an integer in [0, " + std::to_string(kMaxTopLogprobs) + "], got " +
+                            body["top_logprobs"].dump());
+  if (top_given && !lp) bad("top_logprobs", "top_logprobs needs logprobs: true");
+  p.logprobs = lp ? static_cast<int>(top) : -1;
   const char* mt = body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null()
                        ? "max_completion_tokens" : "max_tokens";
   p.max_tokens = get_int(body, mt, -1);

@@ -30,7 +30,8 @@ struct CompletionRequest {
   uint64_t seed = 0;             // the request's, or one from the clock
   bool stream = false, include_usage = false, ignore_eos = false;
   std::vector<std::string> stop; // at most 4, none empty
-  int logprobs = -1;             // -1: none; 0..20: each token's log-prob and the top that many
+  int logprobs = -1;             // -1: none; 0..20: each token's log-prob and the top that many (chat:
+                                 // logprobs true with top_logprobs, default 0)
   bool echo = false;             // the prompt's tokens come back first, in text and logprobs
   int64_t n = 1;                 // choices returned, 1..max_n
   int64_t best_of = 1;           // choices generated, n..max_n; the n of highest total log-prob are returned

@@ -38,11 +38,13 @@ json choice_json(const std::string& text, size_t index, json logprobs, const jso
 }
 
 // Chat's choice: the whole message, or (streamed) a delta of its content.
-json chat_choice_json(const std::string& text, size_t index, const json& finish, bool stream, bool first) {
+json chat_choice_json(const std::string& text, size_t index, const json& finish, bool stream, bool first,
+                      json logprobs = nullptr) {
   json msg = json::object();
   if (!stream || first) msg["role"] = "assistant";
   if (!stream || !text.empty() || first) msg["content"] = text;
-  return {{"index", index}, {stream ? "delta" : "message", std::move(msg)}, {"logprobs", nullptr}, {"finish_reason", finish}};
+  return {{"index", index}, {stream ? "delta" : "message", std::move(msg)}, {"logprobs", std::move(logprobs)},
+          {"finish_reason", finish}};
 }
 
 // The prompt's cost as the engine measured it (set with the first choice's first token, shared by
@@ -120,7 +122,7 @@ size_t shown_tokens(const Tokenizer& tok, const ChoiceOut& c) {
 }
 
 json choice_logprobs(const Tokenizer& tok, const CompletionRequest& p, const ChoiceOut& c) {
-  LogprobsBuilder b(tok);
+  LogprobsBuilder b(tok, p.chat);
   if (p.echo) {
     b.add_unscored(p.prompt[0]);
     for (const auto& e : c.prompt_lps) b.add(e);
@@ -176,7 +178,9 @@ void reply_whole(CompletionsRoute& r, const CompletionRequest& p, const std::vec
   json choices = json::array();
   for (size_t k = 0; k < order.size(); ++k) {
     const ChoiceOut& c = outs[order[k]];
-    if (p.chat) choices.push_back(chat_choice_json(c.text, k, c.reason, false, false));
+    if (p.chat)
+      choices.push_back(chat_choice_json(c.text, k, c.reason, false, false,
+                                         p.logprobs >= 0 ? choice_logprobs(r.tok, p, c) : json(nullptr)));
     else choices.push_back(choice_json(echo + c.text, k, p.logprobs >= 0 ? choice_logprobs(r.tok, p, c) : json(nullptr),
                                        c.reason));
   }
@@ -239,7 +243,10 @@ bool send_choice(CompletionsRoute& r, StreamState& st, const Reply& rep, size_t 
   const CompletionRequest& p = st.p;
   StreamChoice& c = st.ch[i];
   auto event = [&](const std::string& text, const json& finish) {
-    if (p.chat) return send(chunk(r, rep, json::array({chat_choice_json(text, i, finish, true, !c.started)}), true));
+    if (p.chat) {
+      json lp = p.logprobs >= 0 && finish.is_null() && !c.lb.empty() ? c.lb.take() : json(nullptr);
+      return send(chunk(r, rep, json::array({chat_choice_json(text, i, finish, true, !c.started, std::move(lp))}), true));
+    }
     return send(chunk(r, rep, json::array({choice_json(text, i, p.logprobs >= 0 && finish.is_null() ? c.lb.take() : json(nullptr), finish)})));
   };
   if (!c.started) {
@@ -314,7 +321,7 @@ void reply_stream(CompletionsRoute& r, const CompletionRequest& p, const std::ve
   auto st = std::make_shared<StreamState>();
   st->p = p;
   st->prompt_text = p.echo ? r.tok.decode(p.prompt) : std::string();
-  for (const auto& s : seqs) st->ch.push_back(StreamChoice{s, TextTracker{r.tok, st->p.stop}, LogprobsBuilder(r.tok), 0, 0, 0, {}});
+  for (const auto& s : seqs) st->ch.push_back(StreamChoice{s, TextTracker{r.tok, st->p.stop}, LogprobsBuilder(r.tok, p.chat), 0, 0, 0, {}});
   res.set_header("Cache-Control", "no-cache");
   auto cancel_all = [st] {
     for (auto& c : st->ch) c.seq->cancel = true;

@@ -5,7 +5,7 @@
 // error with a message; anything else is a finding. The same body is also parsed as a chat
 // completion (POST /v1/chat/completions: messages rendered with the qwen3 family's rules, the
 // parsing and rendering of any messages value reached), which must give a request (max_tokens -1:
-// the rest of the context, or >= 1; n in [1, max_n]; no echo, logprobs or best_of) or a 4xx.
+// the rest of the context, or >= 1; n in [1, max_n]; logprobs in [-1, 20]; no echo or best_of) or a 4xx.
 #include <cstdlib>
 #include <string_view>
 
@@ -33,7 +33,7 @@ static void check_chat(std::string_view body, const jtok::CompletionLimits& lim)
     return;
   }
   const auto& q = std::get<jtok::CompletionRequest>(r);
-  if (!q.chat || q.prompt.empty() || q.echo || q.logprobs != -1 || q.best_of != q.n) std::abort();
+  if (!q.chat || q.prompt.empty() || q.echo || q.logprobs < -1 || q.logprobs > 20 || q.best_of != q.n) std::abort();
   if (q.max_tokens == 0 || q.max_tokens < -1 || q.n < 1 || q.n > lim.max_n) std::abort();
 }
 
