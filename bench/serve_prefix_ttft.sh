@@ -9,11 +9,12 @@
 # GPT-2-small-sized backbone by default (configs/bench_b.json: d 768, 12 layers, context 1,024).
 # Prompts: the first P GPT-2 tokens of austen-emma.txt, then a tail of N (default 12) tokens of its
 # own per client; 4 greedy tokens each (ignore_eos). Client: bench/serve_prefix_client.mjs (node),
-# all C requests at once. Each server (one with prefix reuse, --prefix-block B, default 32; one
-# without) gets two rounds of C clients with different tails: round 1 on a fresh server (nothing
-# stored: the first request computes the prefix, the others reuse it as its blocks are stored), round
-# 2 after it (the prefix stored by round 1). Prints TTFT mean / median / max per round, the prompt
-# tokens the server reused and its prefill time (its own timings), and the ratios of the means.
+# all C requests at once. The server with prefix reuse (--prefix-block B, default 32) gets two rounds
+# of C clients with different tails: round 1 on a fresh server (nothing stored: the first request
+# computes the prefix, the others reuse it as its blocks are stored), round 2 after it (the prefix
+# stored by round 1). The server without (--no-prefix-cache) gets one round (it stores nothing, so
+# a second would be the same). Prints TTFT mean / median / max per round, the prompt tokens the
+# server reused and its prefill time (its own timings, summed over the clients), and the ratios.
 # The machine's load average is printed beside each round: quote ratios, not times, on a busy host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,8 +57,8 @@ serve() {
   echo "server $name printed no port" >&2; exit 1
 }
 for mode in reuse off; do
-  if [ $mode = reuse ]; then serve $mode --prefix-block "$BLOCK"; else serve $mode --no-prefix-cache; fi
-  for round in 1 2; do
+  if [ $mode = reuse ]; then serve $mode --prefix-block "$BLOCK"; rounds="1 2"; else serve $mode --no-prefix-cache; rounds=1; fi
+  for round in $rounds; do
     load=$(cut -d' ' -f1 /proc/loadavg)
     # Round 2's tails differ from round 1's (shifted by a prime): only the prefix is shared.
     tails=$("$PY" -c 'import json, sys; print(json.dumps([(x + 7 * int(sys.argv[2])) % 50000 for x in json.loads(sys.argv[1])]))' "$TAILS" "$round")
@@ -69,9 +70,9 @@ done
 "$PY" - "$WORK" <<'PY'
 import json, sys
 w = sys.argv[1]
-r = {(m, k): json.load(open(f"{w}/{m}.{k}.json")) for m in ("reuse", "off") for k in (1, 2)}
+r = {(m, k): json.load(open(f"{w}/{m}.{k}.json")) for m, k in (("reuse", 1), ("reuse", 2), ("off", 1))}
 for k, what in ((1, "fresh server"), (2, "prefix stored")):
-    a, b = r[("reuse", k)], r[("off", k)]
+    a, b = r[("reuse", k)], r[("off", 1)]
     print(f"round {k} ({what}): TTFT mean {a['ttft_mean_ms']:.0f} ms with reuse vs {b['ttft_mean_ms']:.0f} ms without: "
           f"{b['ttft_mean_ms'] / a['ttft_mean_ms']:.1f}x (median {b['ttft_median_ms'] / a['ttft_median_ms']:.1f}x, "
           f"max {b['ttft_max_ms'] / a['ttft_max_ms']:.1f}x); server prefill {a['server_prompt_ms']:.0f} vs "

@@ -333,6 +333,90 @@ bool Engine::kv_fits(int64_t need) {
   return prefix_->evict_to(room / prefix_->block()) * prefix_->block() <= room;
 }
 
+// Frees sequences whose caller left (or saw its stop string) before spending a step on them, then
+// admits waiting requests (mu_ held).
+void Engine::admit() {
+  // A request whose choices are not split yet goes as a whole (the caller cancels them together).
+  auto cancelled = [&](std::unique_ptr<Active>& a) {
+    if (!a->seq->cancel.load()) return false;
+    finish_all(*a, "cancelled");
+    stats_.requests_cancelled += 1 + static_cast<int64_t>(a->others.size());
+    stats_.kv_tokens_used -= a->need;
+    a.reset();
+    return true;
+  };
+  for (auto& a : active_) cancelled(a);
+  std::erase(active_, nullptr);
+  for (auto& a : prefilling_) cancelled(a);
+  std::erase(prefilling_, nullptr);
+  // Admission: first come, first served, while the batch (a request takes one slot per choice)
+  // and the KV budget allow.
+  auto choices = [](const Active& a) { return 1 + static_cast<int64_t>(a.others.size()); };
+  int64_t slots = static_cast<int64_t>(active_.size());
+  for (const auto& a : prefilling_) slots += choices(*a);
+  while (!waiting_.empty() && slots + choices(waiting_.front()) <= opt_.max_batch &&
+         kv_fits(waiting_.front().need)) {
+    auto a = std::make_unique<Active>(std::move(waiting_.front()));
+    waiting_.pop_front();
+    if (a->seq->cancel.load()) {
+      finish_all(*a, "cancelled");
+      stats_.requests_cancelled += choices(*a);
+      continue;
+    }
+    slots += choices(*a);
+    stats_.kv_tokens_used += a->need;
+    stats_.requests_admitted += choices(*a);
+    prefilling_.push_back(std::move(a));
+  }
+  stats_.queue_depth = static_cast<int64_t>(waiting_.size());
+}
+
+void Engine::decode_running(std::vector<std::unique_ptr<Active>>& running, bool partly_prefilled,
+                            std::vector<float>& logits) {
+  const int64_t M = static_cast<int64_t>(running.size());
+  if (M == 0) return;
+  std::vector<KVCache*> caches;
+  std::vector<int32_t> tokens;
+  for (auto& a : running) {
+    caches.push_back(&a->cache);
+    tokens.push_back(a->last);
+  }
+  logits.resize(static_cast<size_t>(M * model_.cfg.vocab_size));
+  int64_t rows = 0;
+  const int64_t announced = prefetch(tokens.data(), M);  // fetched while the first layers compute
+  std::string err;
+  try {
+    rows = decode_batch(model_, caches.data(), tokens.data(), M, logits.data());
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  int64_t produced = 0, finished = 0, freed = 0;
+  for (int64_t i = 0; i < M; ++i) {
+    Active& a = *running[i];
+    const int64_t before = a.produced;
+    bool go_on = false;
+    if (err.empty()) go_on = emit(a, logits.data() + i * model_.cfg.vocab_size);
+    else finish(a, "error", err);
+    produced += a.produced - before;
+    if (!go_on) {
+      finished++;
+      freed += a.need;
+      running[i].reset();
+    }
+  }
+  std::erase(running, nullptr);
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.decode_steps++;
+  if (partly_prefilled) stats_.decode_steps_during_prefill++;
+  stats_.decode_batch_sum += M;
+  stats_.batch_hist[M >= 32 ? 5 : M >= 16 ? 4 : M >= 8 ? 3 : M >= 4 ? 2 : M >= 2 ? 1 : 0]++;
+  stats_.table_rows_read += rows;
+  stats_.table_rows_prefetched += announced;
+  stats_.generated_tokens += produced;
+  stats_.requests_finished += finished;
+  stats_.kv_tokens_used -= freed;
+}
+
 void Engine::loop() {
   std::vector<float> logits;
   for (;;) {
@@ -342,40 +426,7 @@ void Engine::loop() {
         return stop_ || (!paused_ && (!waiting_.empty() || !active_.empty() || !prefilling_.empty()));
       });
       if (stop_) return;
-      // Free sequences whose caller left (or saw its stop string) before spending a step on them.
-      // A request whose choices are not split yet goes as a whole (the caller cancels them together).
-      auto cancelled = [&](std::unique_ptr<Active>& a) {
-        if (!a->seq->cancel.load()) return false;
-        finish_all(*a, "cancelled");
-        stats_.requests_cancelled += 1 + static_cast<int64_t>(a->others.size());
-        stats_.kv_tokens_used -= a->need;
-        a.reset();
-        return true;
-      };
-      for (auto& a : active_) cancelled(a);
-      std::erase(active_, nullptr);
-      for (auto& a : prefilling_) cancelled(a);
-      std::erase(prefilling_, nullptr);
-      // Admission: first come, first served, while the batch (a request takes one slot per choice)
-      // and the KV budget allow.
-      auto choices = [](const Active& a) { return 1 + static_cast<int64_t>(a.others.size()); };
-      int64_t slots = static_cast<int64_t>(active_.size());
-      for (const auto& a : prefilling_) slots += choices(*a);
-      while (!waiting_.empty() && slots + choices(waiting_.front()) <= opt_.max_batch &&
-             kv_fits(waiting_.front().need)) {
-        auto a = std::make_unique<Active>(std::move(waiting_.front()));
-        waiting_.pop_front();
-        if (a->seq->cancel.load()) {
-          finish_all(*a, "cancelled");
-          stats_.requests_cancelled += choices(*a);
-          continue;
-        }
-        slots += choices(*a);
-        stats_.kv_tokens_used += a->need;
-        stats_.requests_admitted += choices(*a);
-        prefilling_.push_back(std::move(a));
-      }
-      stats_.queue_depth = static_cast<int64_t>(waiting_.size());
+      admit();
     }
     std::vector<std::unique_ptr<Active>> forked;  // choices 2..n of prompts completed this step
     const int64_t prefetched = prefill_step(forked);
@@ -399,50 +450,7 @@ void Engine::loop() {
       stats_.table_rows_prefetched += prefetched;
       running.swap(active_);  // the scheduler owns them during the step; submit() only touches waiting_
     }
-    // One decode step over every active sequence together.
-    const int64_t M = static_cast<int64_t>(running.size());
-    if (M > 0) {
-      std::vector<KVCache*> caches;
-      std::vector<int32_t> tokens;
-      for (auto& a : running) {
-        caches.push_back(&a->cache);
-        tokens.push_back(a->last);
-      }
-      logits.resize(static_cast<size_t>(M * model_.cfg.vocab_size));
-      int64_t rows = 0;
-      const int64_t announced = prefetch(tokens.data(), M);  // fetched while the first layers compute
-      std::string err;
-      try {
-        rows = decode_batch(model_, caches.data(), tokens.data(), M, logits.data());
-      } catch (const std::exception& e) {
-        err = e.what();
-      }
-      int64_t produced = 0, finished = 0, freed = 0;
-      for (int64_t i = 0; i < M; ++i) {
-        Active& a = *running[i];
-        const int64_t before = a.produced;
-        bool go_on = false;
-        if (err.empty()) go_on = emit(a, logits.data() + i * model_.cfg.vocab_size);
-        else finish(a, "error", err);
-        produced += a.produced - before;
-        if (!go_on) {
-          finished++;
-          freed += a.need;
-          running[i].reset();
-        }
-      }
-      std::erase(running, nullptr);
-      std::lock_guard<std::mutex> lk(mu_);
-      stats_.decode_steps++;
-      if (partly_prefilled) stats_.decode_steps_during_prefill++;
-      stats_.decode_batch_sum += M;
-      stats_.batch_hist[M >= 32 ? 5 : M >= 16 ? 4 : M >= 8 ? 3 : M >= 4 ? 2 : M >= 2 ? 1 : 0]++;
-      stats_.table_rows_read += rows;
-      stats_.table_rows_prefetched += announced;
-      stats_.generated_tokens += produced;
-      stats_.requests_finished += finished;
-      stats_.kv_tokens_used -= freed;
-    }
+    decode_running(running, partly_prefilled, logits);
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& a : running) active_.push_back(std::move(a));
     stats_.active = static_cast<int64_t>(active_.size());

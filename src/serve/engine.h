@@ -147,6 +147,9 @@ class Engine {
     double prefill_sec = 0;
   };
   void loop();
+  void admit();  // (mu_ held) frees cancelled sequences, admits waiting requests while slots and KV allow
+  // One decode step over every running sequence together: samples, publishes, frees the finished.
+  void decode_running(std::vector<std::unique_ptr<Active>>& running, bool partly_prefilled, std::vector<float>& logits);
   void finish(Active& a, const std::string& reason, const std::string& error = {});
   // finish, and for the other choices of a request not yet split (waiting or prefilling) too.
   void finish_all(Active& a, const std::string& reason, const std::string& error = {});
