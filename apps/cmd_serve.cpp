@@ -65,7 +65,7 @@ void run() {
   eo.prefill_chunk = args.prefill_chunk;
   eo.kv_bf16 = parse_kv_dtype(args.kv_dtype) == KvDType::bf16;
   eo.prefix_cache = args.prefix_cache;
-  eo.prefix_block = args.prefix_block > 0 ? args.prefix_block : std::min<int64_t>(32, args.prefill_chunk);
+  eo.prefix_block = args.prefix_block > 0 ? args.prefix_block : std::min<int64_t>(64, args.prefill_chunk);
   Engine engine(ck.model, eo);
   ServeOptions so;
   so.host = args.host;
@@ -125,7 +125,7 @@ void setup(CLI::App* sub) {
                   "recently used to make room (0: max-batch x ctx, plus one ctx for the prefix blocks unless --no-prefix-cache)");
   sub->add_option("--prefix-block", args.prefix_block,
                   "prefix reuse: tokens a block (prompts are prefilled in pieces of this many, whole blocks are kept "
-                  "for later prompts that begin with the same tokens); at most --prefill-chunk (0: 32, or --prefill-chunk "
+                  "for later prompts that begin with the same tokens); at most --prefill-chunk (0: 64, or --prefill-chunk "
                   "if smaller)");
   sub->add_flag("!--no-prefix-cache", args.prefix_cache,
                 "no prefix reuse: every prompt prefilled from its start (whole, or in --prefill-chunk pieces)");

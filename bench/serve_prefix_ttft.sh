@@ -9,7 +9,7 @@
 # GPT-2-small-sized backbone by default (configs/bench_b.json: d 768, 12 layers, context 1,024).
 # Prompts: the first P GPT-2 tokens of austen-emma.txt, then a tail of N (default 12) tokens of its
 # own per client; 4 greedy tokens each (ignore_eos). Client: bench/serve_prefix_client.mjs (node),
-# all C requests at once. The server with prefix reuse (--prefix-block B, default 32) gets two rounds
+# all C requests at once. The server with prefix reuse (--prefix-block B, default 64) gets two rounds
 # of C clients with different tails: round 1 on a fresh server (nothing stored: the first request
 # computes the prefix, the others reuse it as its blocks are stored), round 2 after it (the prefix
 # stored by round 1). The server without (--no-prefix-cache) gets one round (it stores nothing, so
@@ -18,7 +18,7 @@
 # The machine's load average is printed beside each round: quote ratios, not times, on a busy host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONFIG=configs/bench_b.json; C=16; P=1000; TAIL=12; BLOCK=32; THREADS=2
+CONFIG=configs/bench_b.json; C=16; P=1000; TAIL=12; BLOCK=64; THREADS=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --config) CONFIG=$2; shift 2 ;;

@@ -36,7 +36,8 @@ assert.equal(r1.choices[0].finish_reason, c1.choices[0].finish_reason);
 const counts = (u) => ({ prompt: u.prompt_tokens, completion: u.completion_tokens, total: u.total_tokens });
 assert.deepEqual(counts(r1.usage), counts(c1.usage));
 assert.equal(r1.usage.prompt_tokens_details.cached_tokens, 0, 'the first request reuses nothing');
-assert.equal(c1.usage.prompt_tokens_details.cached_tokens, 32 * Math.floor((r1.usage.prompt_tokens - 1) / 32));
+const block = 64;  // the server's default --prefix-block
+assert.equal(c1.usage.prompt_tokens_details.cached_tokens, block * Math.floor((r1.usage.prompt_tokens - 1) / block));
 console.log(`ok: chat reply = completion of the rendered prompt (${r1.usage.prompt_tokens} prompt tokens): ${JSON.stringify(r1.choices[0].message.content)}`);
 
 // 2. Streamed.

@@ -48,7 +48,7 @@ struct EngineOptions {
                                  // does); a longer one in chunks of exactly this many (prefill_chunked)
   bool kv_bf16 = false;          // KV caches in bf16 (KVCache::bf16): half the bytes a step reads
   bool prefix_cache = false;     // prefix reuse (above); its blocks share kv_budget_tokens with the sequences
-  int64_t prefix_block = 32;     // tokens a block (at most prefill_chunk)
+  int64_t prefix_block = 64;     // tokens a block (at most prefill_chunk)
 };
 
 struct GenerationRequest {
