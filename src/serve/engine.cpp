@@ -304,7 +304,13 @@ void Engine::start_from_prefix(Active& a) {
   const int64_t P = static_cast<int64_t>(a.req.prompt.size());
   for (int64_t id : prefix_->match_acquire(a.req.prompt.data(), P - 1)) a.blocks.hold(prefix_.get(), id);
   if (a.blocks.ids().empty()) return;
-  prefix_->load(a.cache, a.blocks.ids(), P + a.req.max_tokens);
+  try {
+    prefix_->load(a.cache, a.blocks.ids(), P + a.req.max_tokens);
+  } catch (const std::exception&) {  // no memory for the cache: prefilled from the start (which reports it)
+    a.blocks.reset();
+    a.cache = KVCache{};
+    return;
+  }
   a.prefilled = a.cached = static_cast<int64_t>(a.blocks.ids().size()) * prefix_->block();
   a.prefill_sec += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
