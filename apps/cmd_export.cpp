@@ -35,7 +35,7 @@ CLI::App* self;
 // An export reads the fp32 weights; a low-precision copy has only its bf16 / int8 matrices.
 void refuse_lowp_source(const jtok::LoadedCheckpoint& ck) {
   if (ck.model.lowp.any())
-    jtok::fail("export: ", ck.dir, " holds ", jtok::weight_dtype_name(ck.model.lowp.dtype),
+    jtok::fail("export: ", ck.dir, " holds ", jtok::dtype_name(ck.model.lowp.dtype),
                " weights (itself an export); export from the fp32 checkpoint it came from");
 }
 
@@ -100,7 +100,7 @@ void export_jtok() {
   using namespace jtok;
   namespace fs = std::filesystem;
   if (self->count("--dtype") || self->count("--name")) fail("export: --dtype and --name are for --format gguf");
-  const TableDtype tdt = parse_table_dtype(args.table_dtype, "--table-dtype");
+  const Dtype tdt = parse_dtype(args.table_dtype, "--table-dtype");
   if (args.table_store.empty() == args.out.empty()) fail("export: give --out DIR, or --table-store DIR (not both)");
   if (!args.out.empty() && fs::exists(args.out)) fail("--out ", args.out, " exists; give a new directory");
   if (!args.table_store.empty() && fs::exists(args.table_store))
@@ -108,8 +108,8 @@ void export_jtok() {
   LoadedCheckpoint ck = load_for_inference(args.checkpoint);
   refuse_lowp_source(ck);
   for (const auto& t : ck.model.tables)
-    if (t.dtype() != TableDtype::F32)
-      fail("export: ", ck.dir, " already has ", table_dtype_name(t.dtype()), " tables; export from the f32 checkpoint");
+    if (t.dtype() != Dtype::f32)
+      fail("export: ", ck.dir, " already has ", dtype_name(t.dtype()), " tables; export from the f32 checkpoint");
   int64_t folded = 0;
   if (args.fold) {
     if (!ck.cfg.model.jtok) fail("--fold-jtok: the model in ", ck.dir, " has no JTok layers");
@@ -117,7 +117,7 @@ void export_jtok() {
     ck.cfg.model = ck.model.cfg;  // jtok_norm = false now
   }
   // bf16 / int8 (symmetric, per-row scale) tables, JTok's (folded or not) and JTok-M's alike.
-  if (tdt != TableDtype::F32)
+  if (tdt != Dtype::f32)
     for (auto& t : ck.model.tables) t = quantize_table(t, tdt);
   if (!args.table_store.empty()) {  // the tables alone, token-major, for --tables disk
     if (ck.model.tables.empty()) fail("--table-store: the model in ", ck.dir, " has no token tables");
@@ -132,7 +132,7 @@ void export_jtok() {
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   StFile st = weights_to_st(ck.model);
-  convert_to_lowp(st, ck.cfg.model, parse_weight_dtype(args.weight_dtype));  // f32: unchanged
+  convert_to_lowp(st, ck.cfg.model, parse_dtype(args.weight_dtype, "--weight-dtype"));  // f32: unchanged
   st.metadata["format"] = "pt";
   write_safetensors((tmp / "model.safetensors").string(), st);
   write_file_atomic((tmp / "config.json").string(), to_json(ck.cfg).dump(2) + "\n");

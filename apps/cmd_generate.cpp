@@ -40,7 +40,7 @@ double top2_margin(const std::vector<float>& logits) {
 
 void run() {
   using namespace jtok;
-  parse_kv_dtype(args.kv_dtype);  // a bad value fails before the checkpoint loads
+  parse_dtype(args.kv_dtype, "--kv-dtype", kKvDtypes);  // a bad value fails before the checkpoint loads
   LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src);
   const Config& cfg = ck.cfg;
   const Model& m = ck.model;
@@ -55,7 +55,7 @@ void run() {
   std::fflush(stdout);
   auto t0 = std::chrono::steady_clock::now();
   KVCache cache;
-  cache.bf16 = parse_kv_dtype(args.kv_dtype) == KvDType::bf16;
+  cache.bf16 = parse_dtype(args.kv_dtype, "--kv-dtype", kKvDtypes) == Dtype::bf16;
   std::vector<float> logits = prefill(m, cache, prompt, capacity);
   const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   auto t1 = std::chrono::steady_clock::now();

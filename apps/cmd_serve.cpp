@@ -63,7 +63,7 @@ void run() {
   eo.max_queue = args.max_queue;
   eo.prefetch = args.prefetch;
   eo.prefill_chunk = args.prefill_chunk;
-  eo.kv_bf16 = parse_kv_dtype(args.kv_dtype) == KvDType::bf16;
+  eo.kv_bf16 = parse_dtype(args.kv_dtype, "--kv-dtype", kKvDtypes) == Dtype::bf16;
   eo.prefix_cache = args.prefix_cache;
   eo.prefix_block = args.prefix_block > 0 ? args.prefix_block : std::min<int64_t>(64, args.prefill_chunk);
   Engine engine(ck.model, eo);

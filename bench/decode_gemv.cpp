@@ -44,9 +44,9 @@ struct Mat {
     quantize_bf16(bf16.data(), f32.data(), R * C);
     quantize_int8_rows(q.data(), scale.data(), f32.data(), R, C);
   }
-  WeightMatrix view(WeightDType t) const {
-    if (t == WeightDType::f32) return {t, f32.data(), nullptr, R, C};
-    if (t == WeightDType::bf16) return {t, bf16.data(), nullptr, R, C};
+  WeightMatrix view(Dtype t) const {
+    if (t == Dtype::f32) return {t, f32.data(), nullptr, R, C};
+    if (t == Dtype::bf16) return {t, bf16.data(), nullptr, R, C};
     return {t, q.data(), scale.data(), R, C};
   }
 };
@@ -70,13 +70,13 @@ int main(int argc, char** argv) {
   for (auto& x : m) params += static_cast<double>(x.R) * x.C;
   std::vector<float> x(N * F, 0.1f), q(N * d), k(N * d), v(N * d), h(N * d), g(N * F), u(N * F), y(N * V);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37 * i);
-  const WeightDType dts[3] = {WeightDType::f32, WeightDType::bf16, WeightDType::int8};
+  const Dtype dts[3] = {Dtype::f32, Dtype::bf16, Dtype::int8};
   const RowKernel rks[2] = {RowKernel::fastest, RowKernel::per_row};
   constexpr int K = 8;  // f32, bf16, int8 fastest; the same per_row; bf16, int8 by lowp_gemm
   std::vector<double> t[K];
   for (int r = 0; r <= rounds; ++r)
     for (int k6 = 0; k6 < K; ++k6) {
-      const WeightDType dt = k6 < 6 ? dts[k6 % 3] : dts[k6 - 5];
+      const Dtype dt = k6 < 6 ? dts[k6 % 3] : dts[k6 - 5];
       const RowKernel rk = rks[(k6 / 3) % 2];
       if (k6 >= 6 && !lowp_gemm_enabled(dt)) continue;
       const double t0 = now(cpu);
@@ -113,9 +113,9 @@ int main(int argc, char** argv) {
     if (t[k6].empty()) continue;
     std::sort(t[k6].begin(), t[k6].end());
     const double med = t[k6][t[k6].size() / 2];
-    const WeightDType dt = k6 < 6 ? dts[k6 % 3] : dts[k6 - 5];
-    std::printf("  %-5s %-9s %8.2f ms/step (min %.2f)  %6.1f GB/s of weights\n", weight_dtype_name(dt),
+    const Dtype dt = k6 < 6 ? dts[k6 % 3] : dts[k6 - 5];
+    std::printf("  %-5s %-9s %8.2f ms/step (min %.2f)  %6.1f GB/s of weights\n", dtype_name(dt),
                 k6 < 3 ? "fastest" : k6 < 6 ? "per_row" : "lowp_gemm", med * 1e3, t[k6][0] * 1e3,
-                params * weight_dtype_bytes(dt) / med / 1e9);
+                params * dtype_bytes(dt) / med / 1e9);
   }
 }

@@ -47,9 +47,9 @@ int main(int argc, char** argv) {
       std::vector<int8_t> q(OC * C);
       quantize_bf16(b.data(), W.data(), OC * C);
       quantize_int8_rows(q.data(), scale.data(), W.data(), OC, C);
-      const WeightMatrix ws[3] = {{WeightDType::f32, W.data(), nullptr, OC, C},
-                                  {WeightDType::bf16, b.data(), nullptr, OC, C},
-                                  {WeightDType::int8, q.data(), scale.data(), OC, C}};
+      const WeightMatrix ws[3] = {{Dtype::f32, W.data(), nullptr, OC, C},
+                                  {Dtype::bf16, b.data(), nullptr, OC, C},
+                                  {Dtype::int8, q.data(), scale.data(), OC, C}};
       std::vector<double> t[3];
       for (int r = 0; r <= reps; ++r)
         for (int k = 0; k < 3; ++k) {

@@ -367,10 +367,10 @@ TEST(Checkpoint, QuantizedTablesLoadForInferenceOnlyRamAndMappedAlike) {
   cfg.model.jtokm_n_e = 3;
   cfg.model.jtokm_top_k = 2;
   cfg.model.jtokm_scale_init = 2.0;
-  for (TableDtype dt : {TableDtype::BF16, TableDtype::I8}) {
-    SCOPED_TRACE(table_dtype_name(dt));
+  for (Dtype dt : {Dtype::bf16, Dtype::int8}) {
+    SCOPED_TRACE(dtype_name(dt));
     Model m = make_model(cfg.model, 3);
-    std::string dir = save_checkpoint(fresh_dir((std::string("ckpt_q_") + table_dtype_name(dt)).c_str()), 2, cfg, m,
+    std::string dir = save_checkpoint(fresh_dir((std::string("ckpt_q_") + dtype_name(dt)).c_str()), 2, cfg, m,
                                       make_adamw_state(m), {{"step", 2}, {"run_id", "q"}}, 1);
     Model q = m;
     q.w = bind_view(q.params.data(), q.layout, q.cfg);
@@ -378,8 +378,8 @@ TEST(Checkpoint, QuantizedTablesLoadForInferenceOnlyRamAndMappedAlike) {
     StFile st = weights_to_st(q);
     write_safetensors((fs::path(dir) / "model.safetensors").string(), st);
     for (size_t k = 0; k < q.tables.size(); ++k) {
-      EXPECT_EQ(st.tensors.at(q.table_names[k]).dtype, dt == TableDtype::BF16 ? "BF16" : "I8");
-      EXPECT_EQ(st.tensors.count(q.table_names[k] + "_scale"), dt == TableDtype::I8 ? 1u : 0u);
+      EXPECT_EQ(st.tensors.at(q.table_names[k]).dtype, dt == Dtype::bf16 ? "BF16" : "I8");
+      EXPECT_EQ(st.tensors.count(q.table_names[k] + "_scale"), dt == Dtype::int8 ? 1u : 0u);
     }
     Model ram = make_model(cfg.model, 9, {.init = false, .grads = false});
     Model mapped = make_model(cfg.model, 9, {.init = false, .grads = false, .tables = false});
@@ -402,10 +402,10 @@ TEST(Checkpoint, QuantizedTablesLoadForInferenceOnlyRamAndMappedAlike) {
     Model train = make_model(cfg.model, 9);
     AdamWState opt;
     const std::string e = error_of([&] { load_checkpoint(dir, train, &opt); });
-    EXPECT_NE(e.find(std::string("is stored as ") + table_dtype_name(dt)), std::string::npos) << e;
+    EXPECT_NE(e.find(std::string("is stored as ") + dtype_name(dt)), std::string::npos) << e;
     EXPECT_NE(e.find("training needs f32 tables"), std::string::npos) << e;
     // An int8 table without its scales is named.
-    if (dt == TableDtype::I8) {
+    if (dt == Dtype::int8) {
       st.tensors.erase(q.table_names[0] + "_scale");
       write_safetensors((fs::path(dir) / "model.safetensors").string(), st);
       EXPECT_NE(error_of([&] { load_checkpoint(dir, ram, nullptr); }).find("has no per-row scales"), std::string::npos);

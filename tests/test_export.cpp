@@ -82,8 +82,8 @@ TEST(Export, QuantizedTablesStayCloseToF32AndDecodeTheSameGreedyTokens) {
   };
   const std::vector<int32_t> ref_tokens = greedy(m);
   EXPECT_GT(std::set<int32_t>(ref_tokens.begin(), ref_tokens.end()).size(), 3u);  // not one token repeated
-  for (TableDtype dt : {TableDtype::BF16, TableDtype::I8}) {
-    SCOPED_TRACE(table_dtype_name(dt));
+  for (Dtype dt : {Dtype::bf16, Dtype::int8}) {
+    SCOPED_TRACE(dtype_name(dt));
     Model q = m;
     q.w = bind_view(q.params.data(), q.layout, q.cfg);
     for (auto& t : q.tables) t = quantize_table(t, dt);
@@ -94,9 +94,9 @@ TEST(Export, QuantizedTablesStayCloseToF32AndDecodeTheSameGreedyTokens) {
       max_diff = std::max(max_diff, std::abs(static_cast<double>(a.logits[i]) - b.logits[i]));
       max_abs = std::max(max_abs, std::abs(static_cast<double>(a.logits[i])));
     }
-    std::printf("%s tables: max |logit - f32| %.3g (largest logit %.3g)\n", table_dtype_name(dt), max_diff, max_abs);
+    std::printf("%s tables: max |logit - f32| %.3g (largest logit %.3g)\n", dtype_name(dt), max_diff, max_abs);
     EXPECT_GT(max_diff, 0.0);  // the tables really changed
-    EXPECT_LT(max_diff, (dt == TableDtype::BF16 ? 2e-3 : 2e-2) * max_abs);
+    EXPECT_LT(max_diff, (dt == Dtype::bf16 ? 2e-3 : 2e-2) * max_abs);
     EXPECT_EQ(greedy(q), ref_tokens);
   }
 }

@@ -331,6 +331,12 @@ TEST(Generate, Bf16KVCacheStaysCloseToF32) {
     EXPECT_GT(worst, 1e-5);  // the cache really is bf16
     EXPECT_EQ(flips, 0);
   }
-  EXPECT_EQ(parse_kv_dtype("bf16"), KvDType::bf16);
-  EXPECT_THROW(parse_kv_dtype("f16"), Error);
+  EXPECT_EQ(parse_dtype("bf16", "--kv-dtype", kKvDtypes), Dtype::bf16);
+  EXPECT_THROW(parse_dtype("f16", "--kv-dtype", kKvDtypes), Error);
+  try {  // int8 is a dtype, but not one a KV cache holds
+    parse_dtype("int8", "--kv-dtype", kKvDtypes);
+    ADD_FAILURE() << "int8 KV cache accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "--kv-dtype: dtype 'int8' is not one of f32, bf16");
+  }
 }

@@ -136,18 +136,18 @@ TEST(TokenTableDtype, DequantizingGatherMatchesReferenceWithinQuantizationBounds
   for (int32_t i = 0; i < V; i += 3) ids.push_back(i);
   const RowBatch rb = dedup_ids(ids.data(), static_cast<int64_t>(ids.size()), V);
   const int64_t U = static_cast<int64_t>(rb.unique.size());
-  for (TableDtype dt : {TableDtype::F32, TableDtype::BF16, TableDtype::I8}) {
-    SCOPED_TRACE(table_dtype_name(dt));
+  for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::int8}) {
+    SCOPED_TRACE(dtype_name(dt));
     const TokenTable q = quantize_table(f32, dt);
     EXPECT_EQ(q.dtype(), dt);
-    EXPECT_EQ(q.storage_bytes(), V * d * table_dtype_bytes(dt) + (dt == TableDtype::I8 ? V * 4 : 0));
+    EXPECT_EQ(q.storage_bytes(), V * d * dtype_bytes(dt) + (dt == Dtype::int8 ? V * 4 : 0));
     // A view over a copy of the same bytes (as a mapped file holds them).
     auto owner = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(q.raw_row(0)),
                                                          static_cast<const uint8_t*>(q.raw_row(0)) + V * q.row_stride_bytes());
-    auto sowner = std::make_shared<std::vector<float>>(dt == TableDtype::I8 ? std::vector<float>(q.scales(), q.scales() + V)
+    auto sowner = std::make_shared<std::vector<float>>(dt == Dtype::int8 ? std::vector<float>(q.scales(), q.scales() + V)
                                                                              : std::vector<float>{});
     auto both = std::make_shared<std::pair<decltype(owner), decltype(sowner)>>(owner, sowner);
-    const TokenTable v = TokenTable::view(V, d, dt, owner->data(), dt == TableDtype::I8 ? sowner->data() : nullptr, both);
+    const TokenTable v = TokenTable::view(V, d, dt, owner->data(), dt == Dtype::int8 ? sowner->data() : nullptr, both);
     std::vector<float> fast(static_cast<size_t>(U * d)), ref(fast.size()), viewed(fast.size());
     gather_unique_rows(fast.data(), q, rb);
     gather_unique_rows_ref(ref.data(), q, rb);
@@ -164,33 +164,33 @@ TEST(TokenTableDtype, DequantizingGatherMatchesReferenceWithinQuantizationBounds
       for (int64_t j = 0; j < d; ++j) amax = std::max(amax, std::abs(x[r * d + j]));
       for (int64_t j = 0; j < d; ++j) {
         const double e = std::abs(static_cast<double>(row[j]) - x[r * d + j]);
-        const double bound = dt == TableDtype::F32 ? 0.0 : dt == TableDtype::BF16 ? std::ldexp(std::abs(x[r * d + j]), -8)
+        const double bound = dt == Dtype::f32 ? 0.0 : dt == Dtype::bf16 ? std::ldexp(std::abs(x[r * d + j]), -8)
                                                                                  : amax / 127.0 / 2.0 * (1 + 1e-6);
         ASSERT_LE(e, bound) << "row " << r << " col " << j;
         if (bound > 0) worst = std::max(worst, e / bound);
       }
     }
-    if (dt != TableDtype::F32) EXPECT_GT(worst, 0.5);  // the bound is tight: quantization did round
+    if (dt != Dtype::f32) EXPECT_GT(worst, 0.5);  // the bound is tight: quantization did round
     for (int64_t j = 0; j < d; ++j) EXPECT_EQ(q.to_vector()[7 * d + j], 0.0f);
-    if (dt == TableDtype::BF16) {
+    if (dt == Dtype::bf16) {
       EXPECT_EQ(q.to_vector()[3 * d], 1.0f);
       EXPECT_EQ(q.to_vector()[3 * d + 1], 1.015625f);
     }
-    if (dt == TableDtype::I8) {
+    if (dt == Dtype::int8) {
       EXPECT_EQ(q.scales()[7], 0.0f);
       EXPECT_EQ(q.scales()[3], [&] { float a = 0; for (int64_t j = 0; j < d; ++j) a = std::max(a, std::abs(x[3 * d + j])); return a / 127.0f; }());
     }
-    if (dt == TableDtype::F32) continue;
+    if (dt == Dtype::f32) continue;
     EXPECT_TRUE(q.read_only());
     EXPECT_NE(error_of([&] { TokenTable c = q; c.mutable_data(); }).find("cannot be trained"), std::string::npos);
-    EXPECT_NE(error_of([&] { (void)q.data(); }).find(table_dtype_name(dt)), std::string::npos);
-    EXPECT_THROW(quantize_table(q, TableDtype::I8), Error);  // already quantized
+    EXPECT_NE(error_of([&] { (void)q.data(); }).find(dtype_name(dt)), std::string::npos);
+    EXPECT_THROW(quantize_table(q, Dtype::int8), Error);  // already quantized
     EXPECT_EQ(prefetch_rows(q, ids.data(), 4), 0);  // RAM: nothing to announce
     EXPECT_EQ(prefetch_rows(v, ids.data(), 4), 4);
   }
-  EXPECT_EQ(parse_table_dtype("int8", "--x"), TableDtype::I8);
-  EXPECT_NE(error_of([] { parse_table_dtype("fp8", "--table-dtype"); }).find("'fp8'"), std::string::npos);
-  EXPECT_THROW(TokenTable::quantized_in_ram(V, d, TableDtype::I8, std::vector<uint8_t>(V * d), {}), Error);  // no scales
+  EXPECT_EQ(parse_dtype("int8", "--x"), Dtype::int8);
+  EXPECT_NE(error_of([] { parse_dtype("fp8", "--table-dtype"); }).find("'fp8'"), std::string::npos);
+  EXPECT_THROW(TokenTable::quantized_in_ram(V, d, Dtype::int8, std::vector<uint8_t>(V * d), {}), Error);  // no scales
 }
 
 class JTokGate : public ::testing::TestWithParam<bool> {};

@@ -46,7 +46,7 @@ TEST(Int8, PerRowQuantisation) {
   std::vector<int8_t> q(R * C);
   std::vector<float> s(R), back(R * C);
   quantize_int8_rows(q.data(), s.data(), W.data(), R, C);
-  WeightMatrix w{WeightDType::int8, q.data(), s.data(), R, C};
+  WeightMatrix w{Dtype::int8, q.data(), s.data(), R, C};
   dequantize_rows(back.data(), w, 0, R);
   for (int64_t o = 0; o < R; ++o) {
     int maxq = 0;
@@ -72,9 +72,9 @@ struct Weights3 {
     quantize_bf16(bf16.data(), f32.data(), R * C);
     quantize_int8_rows(q.data(), scale.data(), f32.data(), R, C);
   }
-  WeightMatrix view(WeightDType t) const {
-    if (t == WeightDType::f32) return {t, f32.data(), nullptr, R, C};
-    if (t == WeightDType::bf16) return {t, bf16.data(), nullptr, R, C};
+  WeightMatrix view(Dtype t) const {
+    if (t == Dtype::f32) return {t, f32.data(), nullptr, R, C};
+    if (t == Dtype::bf16) return {t, bf16.data(), nullptr, R, C};
     return {t, q.data(), scale.data(), R, C};
   }
 };
@@ -114,12 +114,12 @@ TEST(LowpLinear, FastMatchesReference) {
       for (int64_t N : {1, 3, 8, 9, 16, 17, 24, 25, 48, 49, 70}) {  // both sides of each switch
         Weights3 w(OC, C, 100 + C + OC);
         auto x = randn(N * C, 13 + N);
-        for (auto t : {WeightDType::f32, WeightDType::bf16, WeightDType::int8})
+        for (auto t : {Dtype::f32, Dtype::bf16, Dtype::int8})
           for (bool acc : {false, true}) {
             std::vector<float> y(N * OC, 0.5f), yr(N * OC, 0.5f);
             linear_forward_lowp(y.data(), x.data(), w.view(t), N, acc);
             linear_forward_lowp_ref(yr.data(), x.data(), w.view(t), N, acc, RowKernel::fastest);
-            EXPECT_LT(rel_err(y, yr), 2e-5) << weight_dtype_name(t) << " N " << N << " C " << C << " OC " << OC << " acc " << acc;
+            EXPECT_LT(rel_err(y, yr), 2e-5) << dtype_name(t) << " N " << N << " C " << C << " OC " << OC << " acc " << acc;
           }
       }
 }
@@ -133,7 +133,7 @@ TEST(LowpLinear, PerRowKernelGivesEachRowItsBitsAloneWhateverN) {
       Weights3 w(OC, C, 7 + C + OC);
       const int64_t Nmax = 40;
       auto x = randn(Nmax * C, 19 + C);
-      for (auto t : {WeightDType::f32, WeightDType::bf16, WeightDType::int8}) {
+      for (auto t : {Dtype::f32, Dtype::bf16, Dtype::int8}) {
         std::vector<float> alone(Nmax * OC);
         for (int64_t n = 0; n < Nmax; ++n)
           linear_forward_lowp(alone.data() + n * OC, x.data() + n * C, w.view(t), 1, false, RowKernel::per_row);
@@ -141,7 +141,7 @@ TEST(LowpLinear, PerRowKernelGivesEachRowItsBitsAloneWhateverN) {
           std::vector<float> y(N * OC);
           linear_forward_lowp(y.data(), x.data(), w.view(t), N, false, RowKernel::per_row);
           EXPECT_EQ(std::memcmp(y.data(), alone.data(), y.size() * sizeof(float)), 0)
-              << weight_dtype_name(t) << " N " << N << " C " << C << " OC " << OC;
+              << dtype_name(t) << " N " << N << " C " << C << " OC " << OC;
         }
       }
     }
@@ -152,7 +152,7 @@ TEST(LowpLinear, MultiEqualsOneCallEach) {
   const int64_t C = 768;
   Weights3 a(300, C, 40), b(64, C, 41), c(37, C, 42);
   for (int64_t N : {1, 3, 16, 20})
-    for (auto t : {WeightDType::f32, WeightDType::bf16, WeightDType::int8}) {
+    for (auto t : {Dtype::f32, Dtype::bf16, Dtype::int8}) {
       auto x = randn(N * C, 43 + N);
       std::vector<float> ya(N * 300, 1.0f), yb(N * 64, 1.0f), yc(N * 37, 1.0f);
       auto ya1 = ya, yb1 = yb, yc1 = yc;
@@ -161,14 +161,14 @@ TEST(LowpLinear, MultiEqualsOneCallEach) {
       linear_forward_lowp(ya1.data(), x.data(), a.view(t), N);
       linear_forward_lowp(yb1.data(), x.data(), b.view(t), N, true);
       linear_forward_lowp(yc1.data(), x.data(), c.view(t), N);
-      EXPECT_EQ(ya, ya1) << weight_dtype_name(t) << " N " << N;
-      EXPECT_EQ(yb, yb1) << weight_dtype_name(t) << " N " << N;
-      EXPECT_EQ(yc, yc1) << weight_dtype_name(t) << " N " << N;
+      EXPECT_EQ(ya, ya1) << dtype_name(t) << " N " << N;
+      EXPECT_EQ(yb, yb1) << dtype_name(t) << " N " << N;
+      EXPECT_EQ(yc, yc1) << dtype_name(t) << " N " << N;
     }
   Weights3 d(8, 96, 44);
   auto x = randn(C, 45);
   std::vector<float> y1(300), y2(8);
-  const LinearOut bad[2] = {{y1.data(), a.view(WeightDType::f32)}, {y2.data(), d.view(WeightDType::f32)}};
+  const LinearOut bad[2] = {{y1.data(), a.view(Dtype::f32)}, {y2.data(), d.view(Dtype::f32)}};
   EXPECT_THROW(linear_forward_lowp_multi(bad, 2, x.data(), 1), Error);  // the matrices' columns differ
 }
 
@@ -184,8 +184,8 @@ TEST(LowpLinear, ErrorAgainstFp32IsBounded) {
   auto x = randn(N * C, 22);
   std::vector<float> y32(N * OC), y16(N * OC), y8(N * OC);
   linear_forward(y32.data(), x.data(), w.f32.data(), N, C, OC);
-  linear_forward_lowp(y16.data(), x.data(), w.view(WeightDType::bf16), N);
-  linear_forward_lowp(y8.data(), x.data(), w.view(WeightDType::int8), N);
+  linear_forward_lowp(y16.data(), x.data(), w.view(Dtype::bf16), N);
+  linear_forward_lowp(y8.data(), x.data(), w.view(Dtype::int8), N);
   const double e16 = rel_err(y16, y32), e8 = rel_err(y8, y32);
   EXPECT_LT(e16, 3e-3);
   EXPECT_GT(e16, 1e-5);  // it really ran in bf16
@@ -195,18 +195,22 @@ TEST(LowpLinear, ErrorAgainstFp32IsBounded) {
 }
 
 TEST(LowpLinear, ParsesDtypeNames) {
-  EXPECT_EQ(parse_weight_dtype("int8"), WeightDType::int8);
-  EXPECT_EQ(parse_weight_dtype("bf16"), WeightDType::bf16);
-  EXPECT_EQ(parse_weight_dtype("f32"), WeightDType::f32);
-  EXPECT_THROW(parse_weight_dtype("q4_0"), Error);
+  for (Dtype t : {Dtype::f32, Dtype::bf16, Dtype::int8}) EXPECT_EQ(parse_dtype(dtype_name(t), "--weight-dtype"), t);
+  EXPECT_EQ(dtype_bytes(Dtype::f32) + dtype_bytes(Dtype::bf16) + dtype_bytes(Dtype::int8), 7);
+  try {
+    parse_dtype("q4_0", "--weight-dtype");
+    ADD_FAILURE() << "q4_0 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "--weight-dtype: dtype 'q4_0' is not one of f32, bf16, int8");
+  }
 }
 
 // The many-row products alone (ops/lowp_gemm.h, where the CPU has them) against the reference on
 // the input they multiply, at shapes past every tile edge (C, OC not multiples of 16 / 64).
 TEST(LowpGemm, MatchesReference) {
-  for (auto t : {WeightDType::bf16, WeightDType::int8}) {
+  for (auto t : {Dtype::bf16, Dtype::int8}) {
     if (!lowp_gemm_enabled(t)) {
-      std::printf("%s: no native product on this CPU (%s)\n", weight_dtype_name(t), lowp_gemm_kernel_name(t));
+      std::printf("%s: no native product on this CPU (%s)\n", dtype_name(t), lowp_gemm_kernel_name(t));
       continue;
     }
     for (int64_t C : {40, 100, 768})
@@ -222,7 +226,7 @@ TEST(LowpGemm, MatchesReference) {
             if (acc)
               for (auto& v : yr) v += 0.5f;
             lowp_gemm(y.data(), x.data(), w.view(t), N, acc);
-            EXPECT_LT(rel_err(y, yr), 2e-5) << weight_dtype_name(t) << " N " << N << " C " << C << " OC " << OC << " acc " << acc;
+            EXPECT_LT(rel_err(y, yr), 2e-5) << dtype_name(t) << " N " << N << " C " << C << " OC " << OC << " acc " << acc;
           }
   }
 }
@@ -252,8 +256,8 @@ TEST(LowpGemm, Int8ErrorAgainstFp32) {
     }
     std::vector<float> y32(N * OC), yb(N * OC), yr(N * OC);
     linear_forward(y32.data(), x.data(), w.f32.data(), N, C, OC);
-    linear_forward_lowp(yb.data(), x.data(), w.view(WeightDType::int8), N, false, RowKernel::per_row);
-    lowp_gemm(yr.data(), x.data(), w.view(WeightDType::int8), N, false);
+    linear_forward_lowp(yb.data(), x.data(), w.view(Dtype::int8), N, false, RowKernel::per_row);
+    lowp_gemm(yr.data(), x.data(), w.view(Dtype::int8), N, false);
     const double eb = rel_err(yb, y32), er = rel_err(yr, y32);
     std::printf("int8 %-16s C %4ld: relative error against fp32, input per block of 32 %.2e, per row %.2e\n", k.name,
                 static_cast<long>(C), eb, er);

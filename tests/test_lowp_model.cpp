@@ -59,7 +59,7 @@ ModelConfig lowp_config(bool moe) {
 }
 
 // m's weights written with dtype t and loaded back into a fresh forward-only model.
-Model export_and_load(const Model& m, WeightDType t, const fs::path& file, bool mapped) {
+Model export_and_load(const Model& m, Dtype t, const fs::path& file, bool mapped) {
   StFile st = weights_to_st(m);
   convert_to_lowp(st, m.cfg, t);
   write_safetensors(file.string(), st);
@@ -81,11 +81,11 @@ int32_t argmax(const std::vector<float>& v) { return static_cast<int32_t>(std::m
 // Every projection (attention, dense MLP, shared and routed experts), the embedding and the LM head
 // are in dtype t in the file; routers, norms, scalers and tables are F32. The file is the fp32 one
 // less 4 - bytes(t) per converted weight, plus int8's per-row scales (header changes aside).
-void check_moe_file(const Model& m, const Model& q, WeightDType t, const fs::path& dir) {
+void check_moe_file(const Model& m, const Model& q, Dtype t, const fs::path& dir) {
   const StIndex lp = read_safetensors_index((dir / "a.safetensors").string());
   write_safetensors((dir / "f32.safetensors").string(), weights_to_st(m));
   const uint64_t f32_size = fs::file_size(dir / "f32.safetensors"), size = fs::file_size(dir / "a.safetensors");
-  const std::string want = t == WeightDType::bf16 ? "BF16" : "I8";
+  const std::string want = t == Dtype::bf16 ? "BF16" : "I8";
   int64_t converted = 0, numel = 0, rows = 0, experts = 0;
   for (const auto& p : m.layout) {
     const bool matrix = p.name.find("_proj.weight") != std::string::npos || p.name == "model.embed_tokens.weight" ||
@@ -95,7 +95,7 @@ void check_moe_file(const Model& m, const Model& q, WeightDType t, const fs::pat
     if (!matrix) continue;
     ++converted, numel += p.numel, rows += p.shape[0];
     experts += p.name.find("experts.") != std::string::npos;
-    if (t == WeightDType::int8) {
+    if (t == Dtype::int8) {
       EXPECT_EQ(lp.tensors.at(lowp_scale_name(p.name)).dtype, "F32") << p.name;
     }
   }
@@ -113,13 +113,13 @@ void check_moe_file(const Model& m, const Model& q, WeightDType t, const fs::pat
     for (int p = 0; p < 3; ++p) {
       EXPECT_EQ(ml->shared[p].dtype, t);
       EXPECT_NE(ml->shared[p].data, nullptr);
-      for (const auto& e : ml->routed) EXPECT_TRUE(e[p].data && e[p].dtype == t && (t != WeightDType::int8 || e[p].scale));
+      for (const auto& e : ml->routed) EXPECT_TRUE(e[p].data && e[p].dtype == t && (t != Dtype::int8 || e[p].scale));
     }
   }
-  const int64_t saved = numel * (4 - weight_dtype_bytes(t)) - (t == WeightDType::int8 ? 4 * rows : 0);
+  const int64_t saved = numel * (4 - dtype_bytes(t)) - (t == Dtype::int8 ? 4 * rows : 0);
   const int64_t header_slack = 160 * converted;  // dtype names, offsets, the scales' entries
   std::printf("moe %s: file %llu bytes against fp32 %llu (%lld matrices, %lld experts', expected %lld fewer bytes)\n",
-              weight_dtype_name(t), static_cast<unsigned long long>(size), static_cast<unsigned long long>(f32_size),
+              dtype_name(t), static_cast<unsigned long long>(size), static_cast<unsigned long long>(f32_size),
               static_cast<long long>(converted), static_cast<long long>(experts), static_cast<long long>(saved));
   EXPECT_LE(static_cast<int64_t>(size), static_cast<int64_t>(f32_size) - saved + header_slack);
   EXPECT_GE(static_cast<int64_t>(size), static_cast<int64_t>(f32_size) - saved - header_slack);
@@ -131,12 +131,12 @@ void check_moe_file(const Model& m, const Model& q, WeightDType t, const fs::pat
 // (32 steps, 3 random layers, dense and MoE): bf16 up to 5.0e-3, int8 up to 2.7e-2; the bounds are
 // 2x and 1.5x that (a wrong row, scale or block gives errors of order 1). Elsewhere both paths
 // multiply the same rounded values and differ only in fp32 summation order.
-double paths_bound(WeightDType t) {
+double paths_bound(Dtype t) {
   if (!lowp_gemm_enabled(t)) return 1e-5;
-  return t == WeightDType::bf16 ? 1e-2 : 4e-2;
+  return t == Dtype::bf16 ? 1e-2 : 4e-2;
 }
 
-void check_lowp_model(bool moe, WeightDType t, double max_rel_err, int max_flips) {
+void check_lowp_model(bool moe, Dtype t, double max_rel_err, int max_flips) {
   const ModelConfig c = lowp_config(moe);
   Model m = make_model(c, 7);
   const fs::path dir = fs::temp_directory_path() / ("jtok_lowp_" + std::to_string(::getpid()));
@@ -157,7 +157,7 @@ void check_lowp_model(bool moe, WeightDType t, double max_rel_err, int max_flips
     // The low-precision decode agrees with its own full forward (and the mapped model's, exactly).
     std::vector<float> full = last_logits(q, seq);
     worst_paths = std::max(worst_paths, rel_err(lq, full));
-    EXPECT_LT(rel_err(lq, full), paths_bound(t)) << weight_dtype_name(t) << " step " << step;
+    EXPECT_LT(rel_err(lq, full), paths_bound(t)) << dtype_name(t) << " step " << step;
     EXPECT_EQ(last_logits(qm, seq), full) << "mapped differs at step " << step;
     worst = std::max(worst, rel_err(lq, lf));
     const int32_t next = argmax(lf);
@@ -168,7 +168,7 @@ void check_lowp_model(bool moe, WeightDType t, double max_rel_err, int max_flips
     lq = decode_step(q, cq, next);
   }
   std::printf("%s %s: logits relative error up to %.2e against fp32, greedy flips %d of 32; decode against the full forward %.2e\n",
-              moe ? "moe" : "dense", weight_dtype_name(t), worst, flips, worst_paths);
+              moe ? "moe" : "dense", dtype_name(t), worst, flips, worst_paths);
   EXPECT_GT(distinct, 4);  // a real continuation, not one repeated token
   EXPECT_LT(worst, max_rel_err);
   EXPECT_GT(worst, 1e-6);  // the weights really are low precision
@@ -195,18 +195,18 @@ TEST(LowpModel, DecodeStepIsBatchInvariant) {
   const fs::path dir = fs::temp_directory_path() / ("jtok_lowp_inv_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   for (bool moe : {false, true})
-    for (auto t : {WeightDType::bf16, WeightDType::int8}) {
-      SCOPED_TRACE(std::string(moe ? "moe " : "dense ") + weight_dtype_name(t));
+    for (auto t : {Dtype::bf16, Dtype::int8}) {
+      SCOPED_TRACE(std::string(moe ? "moe " : "dense ") + dtype_name(t));
       const Model m = make_model(lowp_config(moe), 21);
       expect_decode_batch_invariant(export_and_load(m, t, dir / "a.safetensors", false));
     }
   fs::remove_all(dir);
 }
 
-TEST(LowpModel, Bf16Dense) { check_lowp_model(false, WeightDType::bf16, 1.5e-2, 1); }
-TEST(LowpModel, Int8Dense) { check_lowp_model(false, WeightDType::int8, 5e-2, 3); }
-TEST(LowpModel, Int8MoeWithJTokM) { check_lowp_model(true, WeightDType::int8, 5e-2, 3); }
-TEST(LowpModel, Bf16MoeWithJTokM) { check_lowp_model(true, WeightDType::bf16, 1.5e-2, 1); }
+TEST(LowpModel, Bf16Dense) { check_lowp_model(false, Dtype::bf16, 1.5e-2, 1); }
+TEST(LowpModel, Int8Dense) { check_lowp_model(false, Dtype::int8, 5e-2, 3); }
+TEST(LowpModel, Int8MoeWithJTokM) { check_lowp_model(true, Dtype::int8, 5e-2, 3); }
+TEST(LowpModel, Bf16MoeWithJTokM) { check_lowp_model(true, Dtype::bf16, 1.5e-2, 1); }
 
 // Only the MoE experts in int8 (every other matrix put back in fp32): the logits move, so the
 // experts' low-precision kernels really run, within int8's bound; the KV-cache decode (one row per
@@ -218,7 +218,7 @@ TEST(LowpModel, MoeExpertsAloneInInt8) {
   const fs::path f = fs::temp_directory_path() / ("jtok_lowp_experts_" + std::to_string(::getpid()) + ".safetensors");
   const StFile st = weights_to_st(m);
   StFile st8 = st;
-  convert_to_lowp(st8, c, WeightDType::int8);
+  convert_to_lowp(st8, c, Dtype::int8);
   int experts = 0;
   for (const std::string& name : lowp_matrix_names(c)) {
     if (name.find("experts") != std::string::npos) {
@@ -233,9 +233,9 @@ TEST(LowpModel, MoeExpertsAloneInInt8) {
   Model q = make_model(c, 0, ModelAlloc{.init = false, .grads = false});
   load_weights(q, read_safetensors_index(f.string()));
   fs::remove(f);
-  ASSERT_EQ(q.lowp.dtype, WeightDType::int8);
-  for (size_t l = 0; l < 3; ++l) EXPECT_EQ(layer_matrix(q, l, Proj::q).dtype, WeightDType::f32);
-  EXPECT_EQ(head_matrix(q, c.vocab_size).dtype, WeightDType::f32);
+  ASSERT_EQ(q.lowp.dtype, Dtype::int8);
+  for (size_t l = 0; l < 3; ++l) EXPECT_EQ(layer_matrix(q, l, Proj::q).dtype, Dtype::f32);
+  EXPECT_EQ(head_matrix(q, c.vocab_size).dtype, Dtype::f32);
 
   std::vector<int32_t> seq = {3, 141, 59, 26, 53, 8, 97, 200, 11, 5, 64, 250, 7, 19, 42, 101, 33, 2, 180, 77};
   const std::vector<float> lf = last_logits(m, seq);
@@ -246,7 +246,7 @@ TEST(LowpModel, MoeExpertsAloneInInt8) {
   EXPECT_GT(err, 1e-6);
   EXPECT_LT(err, 5e-2);
   for (int step = 0; step < 8; ++step) {
-    EXPECT_LT(rel_err(lq, last_logits(q, seq)), paths_bound(WeightDType::int8)) << "step " << step;
+    EXPECT_LT(rel_err(lq, last_logits(q, seq)), paths_bound(Dtype::int8)) << "step " << step;
     seq.push_back(argmax(lq));
     lq = decode_step(q, cq, seq.back());
   }
@@ -257,16 +257,16 @@ TEST(LowpModel, LoadRefusesMixedOrMisshapenMatrices) {
   Model m = make_model(c, 3);
   const fs::path f = fs::temp_directory_path() / ("jtok_lowp_bad_" + std::to_string(::getpid()) + ".safetensors");
   StFile st = weights_to_st(m);
-  convert_to_lowp(st, c, WeightDType::int8);
+  convert_to_lowp(st, c, Dtype::int8);
   st.tensors.erase(lowp_scale_name("model.layers.0.self_attn.q_proj.weight"));
   write_safetensors(f.string(), st);
   Model q = make_model(c, 0, ModelAlloc{.init = false, .grads = false});
   // An int8 matrix without its scales is refused, naming the missing tensor.
   expect_error([&] { load_weights(q, read_safetensors_index(f.string())); }, {"q_proj.weight_scale"});
   StFile st2 = weights_to_st(m);
-  convert_to_lowp(st2, c, WeightDType::bf16);
+  convert_to_lowp(st2, c, Dtype::bf16);
   StFile st8 = weights_to_st(m);
-  convert_to_lowp(st8, c, WeightDType::int8);
+  convert_to_lowp(st8, c, Dtype::int8);
   const std::string k = "model.layers.1.mlp.up_proj.weight";
   st2.tensors[k] = st8.tensors[k];
   st2.tensors[lowp_scale_name(k)] = st8.tensors[lowp_scale_name(k)];
@@ -278,7 +278,7 @@ TEST(LowpModel, LoadRefusesMixedOrMisshapenMatrices) {
   const ModelConfig cm = lowp_config(true);
   Model mm = make_model(cm, 3);
   StFile st3 = weights_to_st(mm);
-  convert_to_lowp(st3, cm, WeightDType::bf16);
+  convert_to_lowp(st3, cm, Dtype::bf16);
   const std::string router = "model.layers.1.mlp.gate.weight";
   const std::vector<float> rw = st3.tensors.at(router).as_f32();
   StTensor r16{"BF16", st3.tensors.at(router).shape, std::string(rw.size() * 2, '\0')};

@@ -51,11 +51,11 @@ TokenTable shard_of(const std::vector<float>& whole, const dist::RowOwner& own, 
 
 // A store of the one table (quantized to dt) in a fresh directory, with a cache of two pages: the
 // gathers below read every id, so blocks are evicted and read again.
-TokenTable on_disk(const std::vector<float>& whole, TableDtype dt) {
+TokenTable on_disk(const std::vector<float>& whole, Dtype dt) {
   static int n = 0;
   const std::string dir = ::testing::TempDir() + "row_store_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
   const TokenTable ram = TokenTable::in_ram(V, d, whole);
-  write_table_store(dir, {dt == TableDtype::F32 ? ram : quantize_table(ram, dt)}, {"t"});
+  write_table_store(dir, {dt == Dtype::f32 ? ram : quantize_table(ram, dt)}, {"t"});
   return TokenTable::on_disk(TableStore::open(dir, 2 * 4096), 0);
 }
 
@@ -69,15 +69,15 @@ std::vector<StorageCase> storages() {
          return TokenTable::view(V, d, owner->data(), owner);
        },
        false, exact},
-      {"bf16", [](const std::vector<float>& w) { return quantize_table(TokenTable::in_ram(V, d, w), TableDtype::BF16); },
+      {"bf16", [](const std::vector<float>& w) { return quantize_table(TokenTable::in_ram(V, d, w), Dtype::bf16); },
        false, [](double m) { return m * std::ldexp(1.0, -8); }},
-      {"int8", [](const std::vector<float>& w) { return quantize_table(TokenTable::in_ram(V, d, w), TableDtype::I8); },
+      {"int8", [](const std::vector<float>& w) { return quantize_table(TokenTable::in_ram(V, d, w), Dtype::int8); },
        false, [](double m) { return m / 127.0 * 0.5 + 1e-6 * m; }},
       {"shard P=1", [](const std::vector<float>& w) { return shard_of(w, {V, 1}, 0); }, true, exact},
-      {"disk f32", [](const std::vector<float>& w) { return on_disk(w, TableDtype::F32); }, false, exact},
-      {"disk bf16", [](const std::vector<float>& w) { return on_disk(w, TableDtype::BF16); }, false,
+      {"disk f32", [](const std::vector<float>& w) { return on_disk(w, Dtype::f32); }, false, exact},
+      {"disk bf16", [](const std::vector<float>& w) { return on_disk(w, Dtype::bf16); }, false,
        [](double m) { return m * std::ldexp(1.0, -8); }},
-      {"disk int8", [](const std::vector<float>& w) { return on_disk(w, TableDtype::I8); }, false,
+      {"disk int8", [](const std::vector<float>& w) { return on_disk(w, Dtype::int8); }, false,
        [](double m) { return m / 127.0 * 0.5 + 1e-6 * m; }},
   };
   for (auto kind : {dist::RowOwner::kModP, dist::RowOwner::kContiguous})

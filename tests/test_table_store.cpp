@@ -33,8 +33,8 @@ std::string fresh_dir(const std::string& tag) {
 
 // Three tables of one vocabulary: f32 (dim d0), bf16 (dim 5), int8 (dim 7).
 std::vector<TokenTable> mixed_tables(int64_t V, int64_t d0) {
-  return {TokenTable::in_ram(V, d0, randn(V * d0, 1)), quantize_table(TokenTable::in_ram(V, 5, randn(V * 5, 2)), TableDtype::BF16),
-          quantize_table(TokenTable::in_ram(V, 7, randn(V * 7, 3)), TableDtype::I8)};
+  return {TokenTable::in_ram(V, d0, randn(V * d0, 1)), quantize_table(TokenTable::in_ram(V, 5, randn(V * 5, 2)), Dtype::bf16),
+          quantize_table(TokenTable::in_ram(V, 7, randn(V * 7, 3)), Dtype::int8)};
 }
 
 void expect_error_naming(const std::string& dir, const std::string& needle) {

@@ -79,12 +79,6 @@ void kv_allocate(KVCache& cache, size_t layers, int64_t kv_dim, int64_t capacity
   }
 }
 
-KvDType parse_kv_dtype(const std::string& s) {
-  if (s == "f32") return KvDType::f32;
-  if (s == "bf16") return KvDType::bf16;
-  fail("unknown KV cache dtype '", s, "' (expected f32 or bf16)");
-}
-
 std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
   std::vector<float> logits(static_cast<size_t>(m.cfg.vocab_size));
   KVCache* c = &cache;

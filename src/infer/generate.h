@@ -2,10 +2,12 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "model/transformer.h"
 
 namespace jtok {
@@ -24,8 +26,8 @@ struct KVCache {
 // Sizes cache for `capacity` positions of `layers` layers of kv_dim values each (zeroed, in the dtype
 // cache.bf16 says); len = 0. What prefill does first; the serving engine's prefix reuse too.
 void kv_allocate(KVCache& cache, size_t layers, int64_t kv_dim, int64_t capacity);
-enum class KvDType { f32, bf16 };
-KvDType parse_kv_dtype(const std::string& s);  // "f32" | "bf16", else a jtok::Error naming it
+// The dtypes a KV cache can hold (parse_dtype's `allowed` for --kv-dtype).
+inline constexpr std::initializer_list<Dtype> kKvDtypes = {Dtype::f32, Dtype::bf16};
 
 // The logits (n, vocab_size) of prompt positions pos..pos+n-1 (row r predicts the token after
 // position pos + r), handed over in blocks by prefill / prefill_chunk when asked: the log-probs of a

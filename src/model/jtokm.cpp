@@ -70,7 +70,7 @@ void jtokm_route(JTokMActs& A, const float* a, const float* R, const RowBatch& r
   A.w.resize(static_cast<size_t>(N * K));
   // Router: g (N, n_e) = a (N,d) @ R^T.
   if (A.router_rows == RowKernel::per_row)
-    linear_forward_lowp(A.logits.data(), a, {WeightDType::f32, R, nullptr, ne, d}, N, false, RowKernel::per_row);
+    linear_forward_lowp(A.logits.data(), a, {Dtype::f32, R, nullptr, ne, d}, N, false, RowKernel::per_row);
   else
     gemm(false, true, N, ne, d, 1.0f, a, d, R, d, 0.0f, A.logits.data(), ne);
 #pragma omp parallel for schedule(static) if (N * d >= kParallelMin)  // as the gemm's rows: serial when decoding

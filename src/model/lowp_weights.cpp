@@ -29,13 +29,13 @@ WeightMatrix layer_matrix(const Model& m, size_t l, Proj p) {
   const auto& W = m.w.layers[l];
   const int64_t d = c.hidden_size, F = c.intermediate_size;
   switch (p) {
-    case Proj::q: return {WeightDType::f32, W.wq, nullptr, c.q_dim(), d};
-    case Proj::k: return {WeightDType::f32, W.wk, nullptr, c.kv_dim(), d};
-    case Proj::v: return {WeightDType::f32, W.wv, nullptr, c.kv_dim(), d};
-    case Proj::o: return {WeightDType::f32, W.wo, nullptr, d, c.q_dim()};
-    case Proj::gate: return {WeightDType::f32, W.wg, nullptr, F, d};
-    case Proj::up: return {WeightDType::f32, W.wu, nullptr, F, d};
-    case Proj::down: return {WeightDType::f32, W.wd, nullptr, d, F};
+    case Proj::q: return {Dtype::f32, W.wq, nullptr, c.q_dim(), d};
+    case Proj::k: return {Dtype::f32, W.wk, nullptr, c.kv_dim(), d};
+    case Proj::v: return {Dtype::f32, W.wv, nullptr, c.kv_dim(), d};
+    case Proj::o: return {Dtype::f32, W.wo, nullptr, d, c.q_dim()};
+    case Proj::gate: return {Dtype::f32, W.wg, nullptr, F, d};
+    case Proj::up: return {Dtype::f32, W.wu, nullptr, F, d};
+    case Proj::down: return {Dtype::f32, W.wd, nullptr, d, F};
   }
   return {};
 }
@@ -46,7 +46,7 @@ const MoeLowp* moe_lowp(const Model& m, size_t l) {
 
 WeightMatrix head_matrix(const Model& m, int64_t rows) {
   const WeightMatrix& lp = m.cfg.tie_word_embeddings ? m.lowp.embed : m.lowp.lm_head;  // tied: one matrix
-  WeightMatrix w = lp.data ? lp : WeightMatrix{WeightDType::f32, m.w.lm_head, nullptr, m.cfg.padded_vocab(), m.cfg.hidden_size};
+  WeightMatrix w = lp.data ? lp : WeightMatrix{Dtype::f32, m.w.lm_head, nullptr, m.cfg.padded_vocab(), m.cfg.hidden_size};
   JTOK_CHECK(rows <= w.rows, "head_matrix: ", rows, " rows of ", w.rows);
   w.rows = rows;
   return w;
@@ -125,9 +125,9 @@ bool take_lowp_matrix(Model& m, const StIndex& idx, const std::string& name, con
   auto it = idx.tensors.find(name);
   if (it == idx.tensors.end() || it->second.dtype == "F32") return false;
   const StEntry& t = it->second;
-  WeightDType dt;
-  if (t.dtype == "BF16") dt = WeightDType::bf16;
-  else if (t.dtype == "I8") dt = WeightDType::int8;
+  Dtype dt;
+  if (t.dtype == "BF16") dt = Dtype::bf16;
+  else if (t.dtype == "I8") dt = Dtype::int8;
   else return false;  // the caller's F32 check names the dtype
   WeightMatrix* slot = lowp_slot(m, name);
   if (!slot)
@@ -136,7 +136,7 @@ bool take_lowp_matrix(Model& m, const StIndex& idx, const std::string& name, con
   if (t.shape != shape || shape.size() != 2)
     fail(idx.path, ": tensor ", name, " has the wrong shape for the config");
   if (m.lowp.any() && m.lowp.dtype != dt)
-    fail(idx.path, ": tensor ", name, " is ", t.dtype, " but another matrix is ", weight_dtype_name(m.lowp.dtype));
+    fail(idx.path, ": tensor ", name, " is ", t.dtype, " but another matrix is ", dtype_name(m.lowp.dtype));
   m.lowp.dtype = dt;
   used.insert(name);
   const int64_t rows = shape[0], cols = shape[1];
@@ -152,7 +152,7 @@ bool take_lowp_matrix(Model& m, const StIndex& idx, const std::string& name, con
     return buf->data();
   };
   *slot = {dt, bytes_of(name, t), nullptr, rows, cols};
-  if (dt == WeightDType::int8) {
+  if (dt == Dtype::int8) {
     const std::string sn = lowp_scale_name(name);
     auto s = idx.tensors.find(sn);
     if (s == idx.tensors.end()) fail(idx.path, ": int8 tensor ", name, " has no scales (", sn, ")");
@@ -164,8 +164,8 @@ bool take_lowp_matrix(Model& m, const StIndex& idx, const std::string& name, con
   return true;
 }
 
-void convert_to_lowp(StFile& st, const ModelConfig& c, WeightDType t) {
-  if (t == WeightDType::f32) return;
+void convert_to_lowp(StFile& st, const ModelConfig& c, Dtype t) {
+  if (t == Dtype::f32) return;
   for (const std::string& name : lowp_matrix_names(c)) {
     auto it = st.tensors.find(name);
     JTOK_CHECK(it != st.tensors.end() && it->second.dtype == "F32", "convert_to_lowp: ", name);
@@ -174,7 +174,7 @@ void convert_to_lowp(StFile& st, const ModelConfig& c, WeightDType t) {
     const int64_t rows = shape[0], cols = shape[1];
     StTensor out;
     out.shape = shape;
-    if (t == WeightDType::bf16) {
+    if (t == Dtype::bf16) {
       out.dtype = "BF16";
       out.bytes.resize(static_cast<size_t>(rows * cols * 2));
       quantize_bf16(reinterpret_cast<uint16_t*>(out.bytes.data()), w.data(), rows * cols);

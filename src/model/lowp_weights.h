@@ -28,12 +28,12 @@ enum class Proj { q, k, v, o, gate, up, down };
 constexpr int kNumProj = 7;
 
 struct LowpWeights {
-  WeightDType dtype = WeightDType::f32;  // f32: none (the forward reads m.w)
+  Dtype dtype = Dtype::f32;  // f32: none (the forward reads m.w)
   std::vector<std::array<WeightMatrix, kNumProj>> layers;  // data null: that matrix is fp32
   std::vector<MoeLowp> moe;  // per layer: MoE layers' experts (dense layers' stay empty)
   WeightMatrix embed, lm_head;
   std::vector<std::shared_ptr<const void>> keep;  // owners of the bytes (buffers, or the mapped file)
-  bool any() const { return dtype != WeightDType::f32; }
+  bool any() const { return dtype != Dtype::f32; }
 };
 
 WeightMatrix layer_matrix(const Model& m, size_t layer, Proj p);
@@ -57,6 +57,6 @@ bool take_lowp_matrix(Model& m, const StIndex& idx, const std::string& name, con
                       const std::shared_ptr<const MappedFile>& file, std::set<std::string>& used);
 
 // Exporting: replaces every lowp_matrix_names tensor of st (F32) by its bf16 or int8 (+ scale) form.
-void convert_to_lowp(StFile& st, const ModelConfig& c, WeightDType t);
+void convert_to_lowp(StFile& st, const ModelConfig& c, Dtype t);
 
 }  // namespace jtok

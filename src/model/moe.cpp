@@ -46,7 +46,7 @@ WeightMatrix moe_matrix(const MoeWeights& w, const MoeDims& m, const MoeLowp* lp
   const int64_t d = m.d, F = e < 0 ? m.S : m.F;
   const float* W = e < 0 ? (p == ExpertProj::gate ? w.sg : p == ExpertProj::up ? w.su : w.sd)
                          : (p == ExpertProj::gate ? expert_gate(w, m, e) : p == ExpertProj::up ? expert_up(w, m, e) : expert_down(w, m, e));
-  return p == ExpertProj::down ? WeightMatrix{WeightDType::f32, W, nullptr, d, F} : WeightMatrix{WeightDType::f32, W, nullptr, F, d};
+  return p == ExpertProj::down ? WeightMatrix{Dtype::f32, W, nullptr, d, F} : WeightMatrix{Dtype::f32, W, nullptr, F, d};
 }
 
 namespace {
@@ -55,7 +55,7 @@ namespace {
 // accumulate), so its numerics do not depend on the low-precision kernels; per_row (decoding): the
 // per-row kernels, whatever the dtype.
 void expert_linear(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate, RowKernel rk) {
-  if (w.dtype != WeightDType::f32 || rk == RowKernel::per_row) return linear_forward_lowp(out, inp, w, N, accumulate, rk);
+  if (w.dtype != Dtype::f32 || rk == RowKernel::per_row) return linear_forward_lowp(out, inp, w, N, accumulate, rk);
   const float* W = static_cast<const float*>(w.data);
   if (accumulate) gemm(false, true, N, w.rows, w.cols, 1.0f, inp, w.cols, W, w.cols, 1.0f, out, w.rows);
   else linear_forward(out, inp, W, N, w.cols, w.rows);
@@ -65,7 +65,7 @@ void expert_linear(float* out, const float* inp, const WeightMatrix& w, int64_t 
 // quantised once), else one call each.
 void expert_gate_up(float* g, float* u, const float* inp, const WeightMatrix& wg, const WeightMatrix& wu, int64_t N,
                     RowKernel rk) {
-  if ((wg.dtype != WeightDType::f32 && wu.dtype != WeightDType::f32) || rk == RowKernel::per_row) {
+  if ((wg.dtype != Dtype::f32 && wu.dtype != Dtype::f32) || rk == RowKernel::per_row) {
     const LinearOut gu[2] = {{g, wg}, {u, wu}};
     return linear_forward_lowp_multi(gu, 2, inp, N, rk);
   }
@@ -82,7 +82,7 @@ void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, co
   a.topi.resize(static_cast<size_t>(NK));
   resize(a.topw, NK);
   // Router: softmax over all routed experts, then top-k and the weights.
-  if (rk == RowKernel::per_row) linear_forward_lowp(a.probs.data(), x, {WeightDType::f32, w.router, nullptr, E, d}, N, false, rk);
+  if (rk == RowKernel::per_row) linear_forward_lowp(a.probs.data(), x, {Dtype::f32, w.router, nullptr, E, d}, N, false, rk);
   else linear_forward(a.probs.data(), x, w.router, N, d, E);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {

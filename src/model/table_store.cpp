@@ -54,8 +54,8 @@ void write_table_store(const std::string& dir, const std::vector<TokenTable>& ta
     JTOK_CHECK(t.rows == V && t.id_count == V && t.id_first == 0, "table store: table ", names[k], " has ", t.rows,
                " rows of ", t.id_count, ", the first ", V);
     offset.push_back(block);
-    jt.push_back({{"name", names[k]}, {"dim", t.dim}, {"dtype", table_dtype_name(t.dtype())}, {"offset", block}});
-    block = align4(block + t.row_stride_bytes() + (t.dtype() == TableDtype::I8 ? 4 : 0));
+    jt.push_back({{"name", names[k]}, {"dim", t.dim}, {"dtype", dtype_name(t.dtype())}, {"offset", block}});
+    block = align4(block + t.row_stride_bytes() + (t.dtype() == Dtype::int8 ? 4 : 0));
   }
   const auto [per_page, stride] = geometry(block);
   const int64_t total = data_bytes(V, per_page, stride);
@@ -76,7 +76,7 @@ void write_table_store(const std::string& dir, const std::vector<TokenTable>& ta
         for (size_t k = 0; k < tables.size(); ++k) {
           const TokenTable& t = tables[k];
           std::memcpy(b + offset[k], t.raw_row(id), static_cast<size_t>(t.row_stride_bytes()));
-          if (t.dtype() == TableDtype::I8) std::memcpy(b + offset[k] + t.row_stride_bytes(), t.scales() + id, 4);
+          if (t.dtype() == Dtype::int8) std::memcpy(b + offset[k] + t.row_stride_bytes(), t.scales() + id, 4);
         }
       }
       sum = fnv1a(sum, page.data(), static_cast<size_t>(unit));
@@ -117,7 +117,7 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
     s->stride_ = j.at("stride").get<int64_t>();
     for (const auto& t : j.at("tables"))
       s->tables_.push_back({t.at("name").get<std::string>(), t.at("dim").get<int64_t>(),
-                            parse_table_dtype(t.at("dtype").get<std::string>(), mpath + " field dtype"),
+                            parse_dtype(t.at("dtype").get<std::string>(), mpath + " field dtype"),
                             t.at("offset").get<int64_t>()});
     s->data_path_ = (fs::path(dir) / j.at("data_file").get<std::string>()).string();
     const auto [pp, st] = s->block_bytes_ > 0 ? geometry(s->block_bytes_) : std::pair<int64_t, int64_t>{0, 0};
@@ -125,7 +125,7 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
       fail(mpath, ": inconsistent block geometry (ids ", s->ids_, ", block_bytes ", s->block_bytes_, ", per_page ",
            s->per_page_, ", stride ", s->stride_, ")");
     for (const auto& t : s->tables_)
-      if (t.dim <= 0 || t.offset < 0 || t.offset + t.dim * table_dtype_bytes(t.dtype) > s->block_bytes_)
+      if (t.dim <= 0 || t.offset < 0 || t.offset + t.dim * dtype_bytes(t.dtype) > s->block_bytes_)
         fail(mpath, ": table ", t.name, " (dim ", t.dim, " at offset ", t.offset, ") does not fit the ", s->block_bytes_,
              "-byte block");
     const int64_t want = data_bytes(s->ids_, s->per_page_, s->stride_);
@@ -194,9 +194,9 @@ void TableStore::read_raw(int64_t k, int64_t id, void* raw, float* scale) const 
   const TableStoreTable& t = tables_[static_cast<size_t>(k)];
   std::lock_guard<std::mutex> lock(mu_);
   const uint8_t* b = block(id) + t.offset;
-  const int64_t bytes = t.dim * table_dtype_bytes(t.dtype);
+  const int64_t bytes = t.dim * dtype_bytes(t.dtype);
   std::memcpy(raw, b, static_cast<size_t>(bytes));
-  if (t.dtype == TableDtype::I8) std::memcpy(scale, b + bytes, sizeof(float));
+  if (t.dtype == Dtype::int8) std::memcpy(scale, b + bytes, sizeof(float));
 }
 
 TableStore::Stats TableStore::stats() const {

@@ -25,7 +25,7 @@ namespace jtok {
 struct TableStoreTable {
   std::string name;
   int64_t dim = 0;
-  TableDtype dtype = TableDtype::F32;
+  Dtype dtype = Dtype::f32;
   int64_t offset = 0;  // bytes into the token's block
 };
 

@@ -14,24 +14,6 @@
 
 namespace jtok {
 
-const char* table_dtype_name(TableDtype dt) {
-  switch (dt) {
-    case TableDtype::F32: return "f32";
-    case TableDtype::BF16: return "bf16";
-    case TableDtype::I8: return "int8";
-  }
-  return "?";
-}
-
-TableDtype parse_table_dtype(const std::string& s, const std::string& what) {
-  if (s == "f32") return TableDtype::F32;
-  if (s == "bf16") return TableDtype::BF16;
-  if (s == "int8") return TableDtype::I8;
-  fail(what, ": table dtype '", s, "' is not one of f32, bf16, int8");
-}
-
-int64_t table_dtype_bytes(TableDtype dt) { return dt == TableDtype::F32 ? 4 : dt == TableDtype::BF16 ? 2 : 1; }
-
 TokenTable TokenTable::in_ram(int64_t rows, int64_t dim) {
   return in_ram(rows, dim, std::vector<float>(static_cast<size_t>(rows * dim), 0.0f));
 }
@@ -46,12 +28,12 @@ TokenTable TokenTable::in_ram(int64_t rows, int64_t dim, std::vector<float> valu
   return t;
 }
 
-TokenTable TokenTable::quantized_in_ram(int64_t rows, int64_t dim, TableDtype dt, std::vector<uint8_t> bytes,
+TokenTable TokenTable::quantized_in_ram(int64_t rows, int64_t dim, Dtype dt, std::vector<uint8_t> bytes,
                                         std::vector<float> scales) {
-  JTOK_CHECK(dt != TableDtype::F32, "quantized_in_ram: f32 tables use in_ram");
-  JTOK_CHECK(rows >= 0 && dim >= 0 && static_cast<int64_t>(bytes.size()) == rows * dim * table_dtype_bytes(dt),
-             table_dtype_name(dt), " token table of ", rows, " x ", dim, " given ", bytes.size(), " bytes");
-  JTOK_CHECK(static_cast<int64_t>(scales.size()) == (dt == TableDtype::I8 ? rows : 0), table_dtype_name(dt),
+  JTOK_CHECK(dt != Dtype::f32, "quantized_in_ram: f32 tables use in_ram");
+  JTOK_CHECK(rows >= 0 && dim >= 0 && static_cast<int64_t>(bytes.size()) == rows * dim * dtype_bytes(dt),
+             dtype_name(dt), " token table of ", rows, " x ", dim, " given ", bytes.size(), " bytes");
+  JTOK_CHECK(static_cast<int64_t>(scales.size()) == (dt == Dtype::int8 ? rows : 0), dtype_name(dt),
              " token table of ", rows, " rows given ", scales.size(), " scales");
   TokenTable t;
   t.rows = t.id_count = rows;
@@ -63,13 +45,13 @@ TokenTable TokenTable::quantized_in_ram(int64_t rows, int64_t dim, TableDtype dt
 }
 
 TokenTable TokenTable::view(int64_t rows, int64_t dim, const float* data, std::shared_ptr<const void> owner) {
-  return view(rows, dim, TableDtype::F32, data, nullptr, std::move(owner));
+  return view(rows, dim, Dtype::f32, data, nullptr, std::move(owner));
 }
 
-TokenTable TokenTable::view(int64_t rows, int64_t dim, TableDtype dt, const void* data, const float* scales,
+TokenTable TokenTable::view(int64_t rows, int64_t dim, Dtype dt, const void* data, const float* scales,
                             std::shared_ptr<const void> owner) {
   JTOK_CHECK(owner != nullptr && (data != nullptr || rows * dim == 0), "token table view without storage");
-  JTOK_CHECK((dt == TableDtype::I8) == (scales != nullptr) || rows == 0, "token table view: int8 tables (only) need scales");
+  JTOK_CHECK((dt == Dtype::int8) == (scales != nullptr) || rows == 0, "token table view: int8 tables (only) need scales");
   TokenTable t;
   t.rows = t.id_count = rows;
   t.dim = dim;
@@ -114,13 +96,13 @@ void TokenTable::not_in_memory(const char* what) const {
 }
 
 void TokenTable::not_f32(const char* what) const {
-  fail("token table (", rows, " x ", dim, ") is stored as ", table_dtype_name(dtype_), " (an inference export); ", what,
+  fail("token table (", rows, " x ", dim, ") is stored as ", dtype_name(dtype_), " (an inference export); ", what,
        " needs an f32 table: read it with read_row / the gather");
 }
 
 float* TokenTable::mutable_data() {
-  if (dtype_ != TableDtype::F32)
-    fail("token table (", rows, " x ", dim, ") is stored as ", table_dtype_name(dtype_),
+  if (dtype_ != Dtype::f32)
+    fail("token table (", rows, " x ", dim, ") is stored as ", dtype_name(dtype_),
          " (an inference export of jtok export --table-dtype); it cannot be trained or written: use the f32 checkpoint");
   if (!owner_ && static_cast<int64_t>(ram_.size()) != numel() && numel() > 0)
     fail("token table (", rows, " x ", dim, ") has no storage (unbound): load it first");
@@ -138,20 +120,20 @@ float table_element_ref(const TokenTable& t, int64_t r, int64_t j) {
     raw = disk.data();
   } else {
     raw = static_cast<const uint8_t*>(t.raw_row(r));
-    if (t.dtype() == TableDtype::I8) scale = t.scales()[r];
+    if (t.dtype() == Dtype::int8) scale = t.scales()[r];
   }
   switch (t.dtype()) {
-    case TableDtype::F32: {
+    case Dtype::f32: {
       float f;
       std::memcpy(&f, raw + j * 4, 4);
       return f;
     }
-    case TableDtype::BF16: {
+    case Dtype::bf16: {
       uint16_t b;
       std::memcpy(&b, raw + j * 2, 2);
       return bf16_to_f32(b);
     }
-    case TableDtype::I8:
+    case Dtype::int8:
       return static_cast<float>(reinterpret_cast<const int8_t*>(raw)[j]) * scale;
   }
   return 0.0f;
@@ -163,19 +145,19 @@ void TokenTable::read_row_ref(int64_t r, float* out) const {
 
 namespace {
 // out (d) = one row's raw elements of dtype dt in f32 (int8: times the row's scale).
-void dequantize_row(TableDtype dt, const void* raw, float scale, int64_t d, float* out) {
+void dequantize_row(Dtype dt, const void* raw, float scale, int64_t d, float* out) {
   switch (dt) {
-    case TableDtype::F32:
+    case Dtype::f32:
       std::memcpy(out, raw, sizeof(float) * d);
       return;
-    case TableDtype::BF16: {
+    case Dtype::bf16: {
       const uint16_t* src = static_cast<const uint16_t*>(raw);
       uint32_t* o = reinterpret_cast<uint32_t*>(out);  // the float's bits: bf16 is its upper half
 #pragma omp simd
       for (int64_t j = 0; j < d; ++j) o[j] = static_cast<uint32_t>(src[j]) << 16;
       return;
     }
-    case TableDtype::I8: {
+    case Dtype::int8: {
       const int8_t* src = static_cast<const int8_t*>(raw);
 #pragma omp simd
       for (int64_t j = 0; j < d; ++j) out[j] = static_cast<float>(src[j]) * scale;
@@ -194,7 +176,7 @@ void TokenTable::read_row(int64_t r, float* out) const {
     dequantize_row(dtype_, raw.data(), scale, dim, out);
     return;
   }
-  dequantize_row(dtype_, raw_row(r), dtype_ == TableDtype::I8 ? scales()[r] : 0.0f, dim, out);
+  dequantize_row(dtype_, raw_row(r), dtype_ == Dtype::int8 ? scales()[r] : 0.0f, dim, out);
 }
 
 std::vector<float> TokenTable::to_vector() const {
@@ -205,15 +187,15 @@ std::vector<float> TokenTable::to_vector() const {
   return v;
 }
 
-TokenTable quantize_table(const TokenTable& t, TableDtype dt) {
+TokenTable quantize_table(const TokenTable& t, Dtype dt) {
   const int64_t R = t.rows, d = t.dim;
-  if (t.dtype() != TableDtype::F32) fail("quantize_table: the table is already ", table_dtype_name(t.dtype()));
-  if (dt == TableDtype::F32) return TokenTable::in_ram(R, d, t.to_vector());
-  std::vector<uint8_t> bytes(static_cast<size_t>(R * d * table_dtype_bytes(dt)));
-  std::vector<float> scales(dt == TableDtype::I8 ? static_cast<size_t>(R) : 0);
+  if (t.dtype() != Dtype::f32) fail("quantize_table: the table is already ", dtype_name(t.dtype()));
+  if (dt == Dtype::f32) return TokenTable::in_ram(R, d, t.to_vector());
+  std::vector<uint8_t> bytes(static_cast<size_t>(R * d * dtype_bytes(dt)));
+  std::vector<float> scales(dt == Dtype::int8 ? static_cast<size_t>(R) : 0);
   if (t.numel() == 0) return TokenTable::quantized_in_ram(R, d, dt, std::move(bytes), std::move(scales));
   const float* x = t.row(0);  // f32 rows, contiguous
-  if (dt == TableDtype::BF16)
+  if (dt == Dtype::bf16)
     quantize_bf16(reinterpret_cast<uint16_t*>(bytes.data()), x, R * d);
   else
     quantize_int8_rows(reinterpret_cast<int8_t*>(bytes.data()), scales.data(), x, R, d);
@@ -252,7 +234,7 @@ int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n) {
     const uintptr_t begin = reinterpret_cast<uintptr_t>(t.raw_row(ids[i]));
     const uintptr_t lo = begin & ~(page - 1), hi = (begin + row_bytes + page - 1) & ~(page - 1);
     madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_WILLNEED);  // a hint: its failure changes nothing
-    if (t.dtype() == TableDtype::I8) {  // and the row's scale
+    if (t.dtype() == Dtype::int8) {  // and the row's scale
       const uintptr_t s = reinterpret_cast<uintptr_t>(t.scales() + ids[i]) & ~(page - 1);
       madvise(reinterpret_cast<void*>(s), page, MADV_WILLNEED);
     }

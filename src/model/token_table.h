@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 
 namespace jtok {
 
@@ -19,17 +20,13 @@ class TableStore;
 // How a table's rows are stored. f32 is the training format (and the default); bf16 (the upper 16
 // bits of the float, rounded to nearest even) and int8 (symmetric, one float scale per row:
 // x ~ scale[r] * q, q in [-127, 127], scale[r] = max_j |x[r][j]| / 127) are inference exports
-// (jtok export --table-dtype): read-only, dequantized to f32 row by row by the gather.
-enum class TableDtype : uint8_t { F32, BF16, I8 };
-const char* table_dtype_name(TableDtype dt);  // "f32", "bf16", "int8"
-// "f32" / "bf16" / "int8"; anything else fails naming `what` and the value.
-TableDtype parse_table_dtype(const std::string& s, const std::string& what);
-int64_t table_dtype_bytes(TableDtype dt);      // bytes per element: 4, 2, 1
+// (jtok export --table-dtype): read-only, dequantized to f32 row by row by the gather (Dtype,
+// core/dtype.h).
 
 // A table is a view of rows x dim values over its storage: its own RAM (a std::vector, writable if
 // f32: the trainer updates it), or a read-only region owned by something else (a memory-mapped
 // checkpoint file: the rows are read in place, only touched pages become resident). Its elements
-// are f32, bf16 or int8 with a per-row scale (TableDtype). Readers of any dtype use read_row() (or
+// are f32, bf16 or int8 with a per-row scale (Dtype). Readers of any dtype use read_row() (or
 // the gathers below, which dequantize); data() / row() / values() are the f32 tables' direct view
 // and fail on another dtype. Writers use mutable_*(), which fail on a read-only view and on a
 // quantized table. Copying a RAM table copies its rows; copying a view shares the owner.
@@ -48,12 +45,12 @@ class TokenTable {
   static TokenTable in_ram(int64_t rows, int64_t dim, std::vector<float> values);
   // RAM storage of a bf16 / int8 table: `bytes` (rows * dim elements of the dtype, little-endian)
   // and, for int8, `scales` (rows floats; empty for bf16). Checked sizes. Read-only.
-  static TokenTable quantized_in_ram(int64_t rows, int64_t dim, TableDtype dt, std::vector<uint8_t> bytes,
+  static TokenTable quantized_in_ram(int64_t rows, int64_t dim, Dtype dt, std::vector<uint8_t> bytes,
                                      std::vector<float> scales);
   // Read-only view of rows x dim floats at `data`, kept alive by `owner` (e.g. a MappedFile).
   static TokenTable view(int64_t rows, int64_t dim, const float* data, std::shared_ptr<const void> owner);
   // The same for any dtype: `data` rows * dim elements of dt, `scales` rows floats (int8 only).
-  static TokenTable view(int64_t rows, int64_t dim, TableDtype dt, const void* data, const float* scales,
+  static TokenTable view(int64_t rows, int64_t dim, Dtype dt, const void* data, const float* scales,
                          std::shared_ptr<const void> owner);
   // A shape without storage, for a loader to replace with a view (data() is null; writes fail).
   static TokenTable unbound(int64_t rows, int64_t dim);
@@ -69,17 +66,17 @@ class TokenTable {
   int64_t row_of(int64_t id) const { return (id - id_first) / id_stride; }  // id must be held
   int64_t id_of(int64_t row) const { return id_first + row * id_stride; }
 
-  TableDtype dtype() const { return dtype_; }
-  bool read_only() const { return owner_ != nullptr || store_ != nullptr || dtype_ != TableDtype::F32; }
+  Dtype dtype() const { return dtype_; }
+  bool read_only() const { return owner_ != nullptr || store_ != nullptr || dtype_ != Dtype::f32; }
   const TableStore* store() const { return store_.get(); }  // a disk table's store, else null
   int64_t store_table() const { return store_table_; }     // its index in the store
   bool is_view() const { return owner_ != nullptr; }  // storage owned elsewhere (a mapped file)
   int64_t numel() const { return rows * dim; }
   // Storage bytes: rows * dim elements plus the int8 scales.
-  int64_t storage_bytes() const { return numel() * table_dtype_bytes(dtype_) + (dtype_ == TableDtype::I8 ? rows * 4 : 0); }
+  int64_t storage_bytes() const { return numel() * dtype_bytes(dtype_) + (dtype_ == Dtype::int8 ? rows * 4 : 0); }
   // f32 tables only (fail otherwise, naming the dtype).
   const float* data() const {
-    if (dtype_ != TableDtype::F32) not_f32("data()");
+    if (dtype_ != Dtype::f32) not_f32("data()");
     if (store_) not_in_memory("data()");
     return owner_ ? static_cast<const float*>(view_) : ram_.data();
   }
@@ -87,7 +84,7 @@ class TokenTable {
   std::span<const float> values() const { return {data(), static_cast<size_t>(numel())}; }
   // Any dtype: the raw elements of row r (row_stride_bytes() each), and an int8 table's scales.
   const void* raw_row(int64_t r) const { return raw_data() + r * row_stride_bytes(); }
-  int64_t row_stride_bytes() const { return dim * table_dtype_bytes(dtype_); }
+  int64_t row_stride_bytes() const { return dim * dtype_bytes(dtype_); }
   const float* scales() const { return owner_ ? scale_view_ : scale_ram_.data(); }
   // out (dim) = row r in f32 (dequantized): the fast path (vectorized), and the plain reference
   // (one element at a time through table_element_ref). Equal bit for bit (tests/test_jtok.cpp).
@@ -104,9 +101,9 @@ class TokenTable {
   const uint8_t* raw_data() const {
     if (store_) not_in_memory("raw rows");
     if (owner_) return static_cast<const uint8_t*>(view_);
-    return dtype_ == TableDtype::F32 ? reinterpret_cast<const uint8_t*>(ram_.data()) : qram_.data();
+    return dtype_ == Dtype::f32 ? reinterpret_cast<const uint8_t*>(ram_.data()) : qram_.data();
   }
-  TableDtype dtype_ = TableDtype::F32;
+  Dtype dtype_ = Dtype::f32;
   std::vector<float> ram_;               // f32 RAM storage (empty for a view)
   std::vector<uint8_t> qram_;            // bf16 / int8 RAM storage
   std::vector<float> scale_ram_;         // int8 RAM scales
@@ -121,7 +118,7 @@ class TokenTable {
 float table_element_ref(const TokenTable& t, int64_t r, int64_t j);
 // A RAM copy of the f32 table t stored as dt (bf16: round to nearest even; int8: symmetric per-row
 // scale max|x| / 127, q = round(x / scale)). f32 gives a plain copy. t must be f32.
-TokenTable quantize_table(const TokenTable& t, TableDtype dt);
+TokenTable quantize_table(const TokenTable& t, Dtype dt);
 
 // Brings row `row` of table `table` (an index into Model::tables) up to date before a gather reads
 // it. Set (Activations::row_sync) by a trainer whose optimizer defers the updates of rows without a

@@ -383,7 +383,7 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
   JTOK_PROFILE("backward (total)");
   const auto& c = m.cfg;
   if (a.inference) fail("backward after a forward in ForwardMode::Inference (its activations are not kept)");
-  if (m.lowp.any()) fail("backward on a model with ", weight_dtype_name(m.lowp.dtype), " weights: they are for inference only");
+  if (m.lowp.any()) fail("backward on a model with ", dtype_name(m.lowp.dtype), " weights: they are for inference only");
   ensure_backward_scratch(a, c);
   ModelView gv = trainable_grad_view(m);  // m.g, or with a frozen backbone the token-indexed modules' only
   const int64_t B = a.B, T = a.T, N = B * T, d = c.hidden_size, F = c.intermediate_size;

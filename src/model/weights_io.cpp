@@ -65,16 +65,16 @@ void load_weights(Model& m, const StFile& f, const std::string& origin) {
 
 std::string table_scale_name(const std::string& table) { return table + "_scale"; }
 
-TableDtype table_dtype_in_file(const StIndex& f, const std::string& name, int64_t rows, int64_t dim) {
+Dtype table_dtype_in_file(const StIndex& f, const std::string& name, int64_t rows, int64_t dim) {
   auto it = f.tensors.find(name);
   if (it == f.tensors.end()) fail(f.path, ": missing tensor ", name);
   const StEntry& e = it->second;
-  const TableDtype dt = e.dtype == "F32" ? TableDtype::F32 : e.dtype == "BF16" ? TableDtype::BF16 : e.dtype == "I8" ? TableDtype::I8 : [&]() -> TableDtype {
+  const Dtype dt = e.dtype == "F32" ? Dtype::f32 : e.dtype == "BF16" ? Dtype::bf16 : e.dtype == "I8" ? Dtype::int8 : [&]() -> Dtype {
     fail(f.path, ": token table ", name, " has dtype ", e.dtype, ", expected F32, BF16 or I8");
   }();
   if (e.shape != std::vector<int64_t>{rows, dim})
     fail(f.path, ": tensor ", name, " has shape ", shape_str(e.shape), ", the config needs ", shape_str({rows, dim}));
-  if (dt == TableDtype::I8) {
+  if (dt == Dtype::int8) {
     auto sc = f.tensors.find(table_scale_name(name));
     if (sc == f.tensors.end()) fail(f.path, ": int8 token table ", name, " has no per-row scales (", table_scale_name(name), ")");
     check_f32(sc->second.dtype, sc->second.shape, sc->first, {rows}, f.path);
@@ -94,19 +94,19 @@ void load_weights(Model& m, const StIndex& f, bool tables) {
     auto& t = m.tables[k];
     const std::string& name = m.table_names[k];
     expected.insert(name);
-    const TableDtype dt = table_dtype_in_file(f, name, t.rows, t.dim);
+    const Dtype dt = table_dtype_in_file(f, name, t.rows, t.dim);
     if (!tables) {  // checked only: each rank of an embedding-parallel run reads its own rows
-      if (dt != TableDtype::F32) fail(f.path, ": token table ", name, " is ", table_dtype_name(dt), "; training needs f32 tables");
+      if (dt != Dtype::f32) fail(f.path, ": token table ", name, " is ", dtype_name(dt), "; training needs f32 tables");
       continue;
     }
-    if (dt == TableDtype::F32) {
+    if (dt == Dtype::f32) {
       read_tensor_bytes(f, name, t.mutable_data());
       continue;
     }
-    std::vector<uint8_t> bytes(static_cast<size_t>(t.numel() * table_dtype_bytes(dt)));
+    std::vector<uint8_t> bytes(static_cast<size_t>(t.numel() * dtype_bytes(dt)));
     read_tensor_bytes(f, name, bytes.data());
     std::vector<float> scales;
-    if (dt == TableDtype::I8) {
+    if (dt == Dtype::int8) {
       expected.insert(table_scale_name(name));
       scales.resize(static_cast<size_t>(t.rows));
       read_tensor_bytes(f, table_scale_name(name), scales.data());
@@ -131,13 +131,13 @@ void load_weights_mapped(Model& m, const std::shared_ptr<const MappedFile>& file
     const int64_t rows = m.tables[k].rows, dim = m.tables[k].dim;
     const std::string& name = m.table_names[k];
     expected.insert(name);
-    const TableDtype dt = table_dtype_in_file(idx, name, rows, dim);
+    const Dtype dt = table_dtype_in_file(idx, name, rows, dim);
     const StEntry& t = idx.tensors.at(name);
-    if (t.offset % static_cast<uint64_t>(table_dtype_bytes(dt)) != 0)
-      fail(idx.path, ": tensor ", name, " starts at byte ", t.offset, ", not aligned to its ", table_dtype_name(dt),
+    if (t.offset % static_cast<uint64_t>(dtype_bytes(dt)) != 0)
+      fail(idx.path, ": tensor ", name, " starts at byte ", t.offset, ", not aligned to its ", dtype_name(dt),
            " elements: cannot be read in place");
     const float* scales = nullptr;
-    if (dt == TableDtype::I8) {
+    if (dt == Dtype::int8) {
       const std::string sn = table_scale_name(name);
       expected.insert(sn);
       const StEntry& se = idx.tensors.at(sn);
@@ -176,14 +176,14 @@ StFile weights_to_st(const Model& m) {
   StFile f = flat_to_st(m, m.params, "");
   for (size_t k = 0; k < m.tables.size(); ++k) {
     const TokenTable& t = m.tables[k];
-    if (t.dtype() == TableDtype::F32) {
+    if (t.dtype() == Dtype::f32) {
       f.tensors[m.table_names[k]] = st_f32({t.rows, t.dim}, t.data());
       continue;
     }
     const char* raw = static_cast<const char*>(t.raw_row(0));
-    f.tensors[m.table_names[k]] = StTensor{t.dtype() == TableDtype::BF16 ? "BF16" : "I8", {t.rows, t.dim},
-                                           std::string(raw, raw + t.numel() * table_dtype_bytes(t.dtype()))};
-    if (t.dtype() == TableDtype::I8) f.tensors[table_scale_name(m.table_names[k])] = st_f32({t.rows}, t.scales());
+    f.tensors[m.table_names[k]] = StTensor{t.dtype() == Dtype::bf16 ? "BF16" : "I8", {t.rows, t.dim},
+                                           std::string(raw, raw + t.numel() * dtype_bytes(t.dtype()))};
+    if (t.dtype() == Dtype::int8) f.tensors[table_scale_name(m.table_names[k])] = st_f32({t.rows}, t.scales());
   }
   return f;
 }

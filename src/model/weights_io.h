@@ -18,7 +18,7 @@ StFile weights_to_st(const Model& m);
 std::string table_scale_name(const std::string& table);
 // Table `name` of f: its dtype (F32, BF16 or I8; an I8 table needs its F32 (rows) scales), after
 // checking shape (rows, dim); errors name the file and tensor.
-TableDtype table_dtype_in_file(const StIndex& f, const std::string& name, int64_t rows, int64_t dim);
+Dtype table_dtype_in_file(const StIndex& f, const std::string& name, int64_t rows, int64_t dim);
 // Copies every parameter (tables included) from f into m. Errors (naming `origin`) on a missing
 // tensor, a wrong shape or dtype, or a tensor the model does not have.
 void load_weights(Model& m, const StFile& f, const std::string& origin);

@@ -13,7 +13,7 @@
 
 namespace jtok {
 
-bool lowp_gemm_enabled(WeightDType t) {
+bool lowp_gemm_enabled(Dtype t) {
   // oneDNN picks its kernels from the running CPU: without these instructions it would emulate
   // them, slower than converting weight panels for sgemm. Decided from the CPU's flags, not timed,
   // so a given host always runs the same kernels (the same bits); JTOK_LOWP_GEMM=off keeps panels +
@@ -24,12 +24,12 @@ bool lowp_gemm_enabled(WeightDType t) {
   }();
   static const bool bf16 = !off && __builtin_cpu_supports("avx512bf16");
   static const bool int8 = !off && __builtin_cpu_supports("avx512vnni");
-  return t == WeightDType::bf16 ? bf16 : t == WeightDType::int8 ? int8 : false;
+  return t == Dtype::bf16 ? bf16 : t == Dtype::int8 ? int8 : false;
 }
 
-const char* lowp_gemm_kernel_name(WeightDType t) {
+const char* lowp_gemm_kernel_name(Dtype t) {
   if (!lowp_gemm_enabled(t)) return "fp32 panels + sgemm";
-  return t == WeightDType::bf16 ? "oneDNN bf16 matmul (avx512_bf16)" : "oneDNN s8 matmul, int32 sums (avx512_vnni)";
+  return t == Dtype::bf16 ? "oneDNN bf16 matmul (avx512_bf16)" : "oneDNN s8 matmul, int32 sums (avx512_vnni)";
 }
 
 void quantize_act_rows_q8(int8_t* q, float* scale, const float* x, int64_t N, int64_t C) {
@@ -37,8 +37,8 @@ void quantize_act_rows_q8(int8_t* q, float* scale, const float* x, int64_t N, in
   for (int64_t n = 0; n < N; ++n) scale[n] = quantize_int8_span(q + n * C, x + n * C, C);
 }
 
-void lowp_gemm_input_ref(float* out, const float* x, WeightDType t, int64_t N, int64_t C) {
-  if (t == WeightDType::bf16) {
+void lowp_gemm_input_ref(float* out, const float* x, Dtype t, int64_t N, int64_t C) {
+  if (t == Dtype::bf16) {
     for (int64_t i = 0; i < N * C; ++i) out[i] = bf16_to_f32(f32_to_bf16(x[i]));
     return;
   }
@@ -54,7 +54,7 @@ namespace {
 using Int32Alias = int32_t __attribute__((may_alias));  // int32 sums written over the float output
 
 struct Key {
-  WeightDType dt;
+  Dtype dt;
   int64_t N, OC, C;
   bool acc;
   bool operator==(const Key&) const = default;
@@ -86,7 +86,7 @@ struct Prims {
     if (prims.size() >= 4096) prims.clear();  // a server's every prefill length: bounded
     using dt = dnnl::memory::data_type;
     using dims = dnnl::memory::dims;
-    const bool b16 = k.dt == WeightDType::bf16;
+    const bool b16 = k.dt == Dtype::bf16;
     const dnnl::memory::desc src(dims{k.N, k.C}, b16 ? dt::bf16 : dt::s8, dims{k.C, 1});
     const dnnl::memory::desc wei(dims{k.C, k.OC}, b16 ? dt::bf16 : dt::s8, dims{1, k.C});
     const dnnl::memory::desc dst(dims{k.N, k.OC}, b16 ? dt::f32 : dt::s32, dims{k.OC, 1});
@@ -118,10 +118,10 @@ void run(const Key& k, void* src, const void* wei, void* dst) {
 }  // namespace
 
 void lowp_gemm(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate) {
-  JTOK_CHECK(w.dtype == WeightDType::bf16 || w.dtype == WeightDType::int8, "lowp_gemm: bf16 or int8 weights only");
+  JTOK_CHECK(w.dtype == Dtype::bf16 || w.dtype == Dtype::int8, "lowp_gemm: bf16 or int8 weights only");
   if (N <= 0) return;
   const int64_t OC = w.rows, C = w.cols;
-  if (w.dtype == WeightDType::bf16) {
+  if (w.dtype == Dtype::bf16) {
     thread_local std::vector<uint16_t> x16;
     x16.resize(static_cast<size_t>(N * C));
     quantize_bf16_rows(x16.data(), inp, N, C, C);

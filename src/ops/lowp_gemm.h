@@ -22,7 +22,7 @@ namespace jtok {
 // linear_forward_lowp runs lowp_gemm for many rows of dtype t: the CPU has the instructions (bf16:
 // AVX-512 BF16; int8: AVX-512 VNNI) and JTOK_LOWP_GEMM is not "off". From the flags alone, never
 // timed: a host always runs the same kernels.
-bool lowp_gemm_enabled(WeightDType t);
+bool lowp_gemm_enabled(Dtype t);
 
 // out (N, OC) (+)= inp (N, C) @ W^T for W = w (OC, C), bf16 or int8; with accumulate, out +=.
 void lowp_gemm(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate);
@@ -32,9 +32,9 @@ void quantize_act_rows_q8(int8_t* q, float* scale, const float* x, int64_t N, in
 
 // x (N, C) as lowp_gemm multiplies it for weights of dtype t, in fp32 (the reference's input):
 // rounded to bf16, or quantised per row and multiplied back by the row's scale.
-void lowp_gemm_input_ref(float* out, const float* x, WeightDType t, int64_t N, int64_t C);
+void lowp_gemm_input_ref(float* out, const float* x, Dtype t, int64_t N, int64_t C);
 
 // Which kernels compute the product: for the start-up line and the benches.
-const char* lowp_gemm_kernel_name(WeightDType t);
+const char* lowp_gemm_kernel_name(Dtype t);
 
 }  // namespace jtok

@@ -23,24 +23,6 @@
 
 namespace jtok {
 
-const char* weight_dtype_name(WeightDType t) {
-  switch (t) {
-    case WeightDType::f32: return "f32";
-    case WeightDType::bf16: return "bf16";
-    case WeightDType::int8: return "int8";
-  }
-  return "?";
-}
-
-WeightDType parse_weight_dtype(const std::string& s) {
-  if (s == "f32") return WeightDType::f32;
-  if (s == "bf16") return WeightDType::bf16;
-  if (s == "int8") return WeightDType::int8;
-  fail("unknown weight dtype '", s, "' (expected f32, bf16 or int8)");
-}
-
-int64_t weight_dtype_bytes(WeightDType t) { return t == WeightDType::f32 ? 4 : t == WeightDType::bf16 ? 2 : 1; }
-
 uint16_t f32_to_bf16(float x) {
   uint32_t u;
   std::memcpy(&u, &x, 4);
@@ -108,10 +90,10 @@ void quantize_int8_rows(int8_t* q, float* scale, const float* W, int64_t rows, i
 static inline void dequantize_row(float* out, const WeightMatrix& w, int64_t o) {
   const int64_t C = w.cols;
   switch (w.dtype) {
-    case WeightDType::f32:
+    case Dtype::f32:
       std::memcpy(out, static_cast<const float*>(w.data) + o * C, sizeof(float) * C);
       break;
-    case WeightDType::bf16: {
+    case Dtype::bf16: {
       const uint16_t* b = static_cast<const uint16_t*>(w.data) + o * C;
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
@@ -122,7 +104,7 @@ static inline void dequantize_row(float* out, const WeightMatrix& w, int64_t o) 
       }
       break;
     }
-    case WeightDType::int8: {
+    case Dtype::int8: {
       const int8_t* q = static_cast<const int8_t*>(w.data) + o * C;
       const float s = w.scale[o];
 #pragma omp simd
@@ -138,7 +120,7 @@ void dequantize_rows(float* out, const WeightMatrix& w, int64_t r0, int64_t r1) 
 
 static void check_shape(const WeightMatrix& w) {
   JTOK_CHECK(w.data != nullptr && w.rows > 0 && w.cols > 0, "linear_forward_lowp: unbound weight matrix");
-  JTOK_CHECK(w.dtype != WeightDType::int8 || w.scale != nullptr, "linear_forward_lowp: int8 weights without scales");
+  JTOK_CHECK(w.dtype != Dtype::int8 || w.scale != nullptr, "linear_forward_lowp: int8 weights without scales");
 }
 
 void quantize_act_q8(int8_t* q, float* scale, const float* x, int64_t n) {
@@ -203,7 +185,7 @@ void linear_forward_lowp_ref(float* out, const float* inp, const WeightMatrix& w
   if (uses_lowp_gemm(w, N, rk)) {
     lowp_gemm_input_ref(xq.data(), inp, w.dtype, N, C);
     inp = xq.data();
-  } else if (w.dtype == WeightDType::int8) {  // the per-row kernels': one scale per block of 32
+  } else if (w.dtype == Dtype::int8) {  // the per-row kernels': one scale per block of 32
     fake_quantize_act(xq.data(), inp, N, C);
     inp = xq.data();
   }
@@ -298,9 +280,9 @@ struct Lanes {
 // stride C), weights converted once per Lanes::n columns and used MT times. out[n * ldo + r] (+)= the
 // dot product. Each (weight row, input row) pair has its own accumulator, so a row's sum does not
 // depend on MT or N.
-template <WeightDType DT, int MT>
+template <Dtype DT, int MT>
 static inline void tile_kernel(float* out, int64_t ldo, const float* x, const WeightMatrix& w, int64_t o0, bool acc) {
-  using Elem = std::conditional_t<DT == WeightDType::f32, float, uint16_t>;
+  using Elem = std::conditional_t<DT == Dtype::f32, float, uint16_t>;
   const int64_t C = w.cols;
   const Elem* row[kRowBlock];
   for (int r = 0; r < kRowBlock; ++r) row[r] = static_cast<const Elem*>(w.data) + (o0 + r) * C;
@@ -325,7 +307,7 @@ static inline void tile_kernel(float* out, int64_t ldo, const float* x, const We
 }
 
 // The last left (< Lanes::max_inputs) input rows: one tile of exactly that many.
-template <WeightDType DT, int MT>
+template <Dtype DT, int MT>
 static inline void tile_rest(float* out, int64_t OC, const float* x, int64_t left, const WeightMatrix& w, int64_t o0,
                              bool acc) {
   if (left == MT) tile_kernel<DT, MT>(out, OC, x, w, o0, acc);
@@ -333,7 +315,7 @@ static inline void tile_rest(float* out, int64_t OC, const float* x, int64_t lef
 }
 
 // All N input rows against one block of weight rows, Lanes::max_inputs input rows at a time.
-template <WeightDType DT>
+template <Dtype DT>
 static inline void block_kernel(float* out, int64_t OC, const float* inp, int64_t N, const WeightMatrix& w, int64_t o0,
                                 bool acc) {
   constexpr int M = Lanes::max_inputs;
@@ -413,7 +395,7 @@ struct GemvJob {
 static void gemv_block(const GemvJob& j, const float* inp, int64_t N, int64_t o0, int64_t nr, std::vector<float>& wb) {
   const WeightMatrix& w = j.w;
   const int64_t OC = w.rows, C = w.cols;
-  if (w.dtype == WeightDType::int8) {
+  if (w.dtype == Dtype::int8) {
 #if defined(JTOK_HAVE_VNNI)
     if (j.xs16 && nr == kRowBlock) {
       block_q8(j.out, OC, j.q8->q.data(), j.xs16, N, w, o0, j.acc);
@@ -425,14 +407,14 @@ static void gemv_block(const GemvJob& j, const float* inp, int64_t N, int64_t o0
   }
 #if defined(JTOK_TILE)
   if (nr == kRowBlock && C % Lanes::n == 0) {
-    if (w.dtype == WeightDType::f32) block_kernel<WeightDType::f32>(j.out, OC, inp, N, w, o0, j.acc);
-    else block_kernel<WeightDType::bf16>(j.out, OC, inp, N, w, o0, j.acc);
+    if (w.dtype == Dtype::f32) block_kernel<Dtype::f32>(j.out, OC, inp, N, w, o0, j.acc);
+    else block_kernel<Dtype::bf16>(j.out, OC, inp, N, w, o0, j.acc);
     return;
   }
 #endif
   float r4[kRowBlock];
   const float* rows = static_cast<const float*>(w.data) + o0 * C;  // f32: the rows in place
-  if (w.dtype != WeightDType::f32) {
+  if (w.dtype != Dtype::f32) {
     wb.resize(static_cast<size_t>(kRowBlock * C));
     dequantize_rows(wb.data(), w, o0, o0 + nr);
     rows = wb.data();
@@ -453,7 +435,7 @@ static void gemv_jobs(GemvJob* jobs, int njobs, const float* inp, int64_t N) {
   thread_local ActQ8 q8;
   thread_local std::vector<float> xs16;
   bool any_int8 = false;
-  for (int i = 0; i < njobs; ++i) any_int8 = any_int8 || jobs[i].w.dtype == WeightDType::int8;
+  for (int i = 0; i < njobs; ++i) any_int8 = any_int8 || jobs[i].w.dtype == Dtype::int8;
   if (any_int8) {
     q8.quantize(inp, N, C);
     bool vnni = false;
@@ -500,7 +482,7 @@ constexpr int64_t kPanelRows = 256;
 static void gemm_lowp(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool acc) {
   const int64_t OC = w.rows, C = w.cols;
   std::vector<float> xq;
-  if (w.dtype == WeightDType::int8) {  // the int8 product's input: quantised per block of 32, as the gemv
+  if (w.dtype == Dtype::int8) {  // the int8 product's input: quantised per block of 32, as the gemv
     xq.resize(static_cast<size_t>(N * C));
     fake_quantize_act(xq.data(), inp, N, C);
     inp = xq.data();
@@ -539,12 +521,12 @@ constexpr int64_t kLowpGemmMinRows = 9;
 // is kept at 48, past which the gain is within the noise. Other hosts keep kLowpGemvRows (not
 // measured there).
 static int64_t lowp_gemv_max_rows(const WeightMatrix& w) {
-  if (w.dtype != WeightDType::f32 && lowp_gemm_enabled(w.dtype)) return kLowpGemmMinRows - 1;
+  if (w.dtype != Dtype::f32 && lowp_gemm_enabled(w.dtype)) return kLowpGemmMinRows - 1;
 #if defined(__AVX512F__)
-  if (w.dtype == WeightDType::bf16 && w.cols % Lanes::n == 0) return 24;
+  if (w.dtype == Dtype::bf16 && w.cols % Lanes::n == 0) return 24;
 #endif
 #if defined(JTOK_HAVE_VNNI)
-  if (w.dtype == WeightDType::int8 && w.cols % 64 == 0) return 48;
+  if (w.dtype == Dtype::int8 && w.cols % 64 == 0) return 48;
 #endif
   (void)w;
   return kLowpGemvRows;
@@ -552,7 +534,7 @@ static int64_t lowp_gemv_max_rows(const WeightMatrix& w) {
 
 // bf16 / int8 weights, many rows, a CPU with the instructions: the product in bf16 / int8 (ops/lowp_gemm.h).
 static bool uses_lowp_gemm(const WeightMatrix& w, int64_t N, RowKernel rk) {
-  return w.dtype != WeightDType::f32 && rk == RowKernel::fastest && N > lowp_gemv_max_rows(w) &&
+  return w.dtype != Dtype::f32 && rk == RowKernel::fastest && N > lowp_gemv_max_rows(w) &&
          lowp_gemm_enabled(w.dtype);
 }
 
@@ -572,9 +554,9 @@ void linear_forward_lowp_multi(const LinearOut* outs, int n, const float* inp, i
   for (int i = 0; i < n; ++i) {
     const LinearOut& o = outs[i];
     const WeightMatrix& w = o.w;
-    if (rk == RowKernel::per_row || (w.dtype == WeightDType::f32 ? f32_gemv(w, N) : N <= lowp_gemv_max_rows(w))) {
+    if (rk == RowKernel::per_row || (w.dtype == Dtype::f32 ? f32_gemv(w, N) : N <= lowp_gemv_max_rows(w))) {
       jobs.push_back({o.out, w, o.accumulate});
-    } else if (w.dtype == WeightDType::f32) {
+    } else if (w.dtype == Dtype::f32) {
       gemm(false, true, N, w.rows, w.cols, 1.0f, inp, w.cols, static_cast<const float*>(w.data), w.cols,
            o.accumulate ? 1.0f : 0.0f, o.out, w.rows);
     } else if (uses_lowp_gemm(w, N, rk)) {

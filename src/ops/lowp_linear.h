@@ -26,16 +26,13 @@
 #include <string>
 #include <vector>
 
-namespace jtok {
+#include "core/dtype.h"
 
-enum class WeightDType { f32, bf16, int8 };
-const char* weight_dtype_name(WeightDType t);
-WeightDType parse_weight_dtype(const std::string& s);  // "f32" | "bf16" | "int8", else a jtok::Error naming it
-int64_t weight_dtype_bytes(WeightDType t);             // bytes per element: 4, 2, 1
+namespace jtok {
 
 // A (rows, cols) row-major weight matrix in one of the dtypes; scale is (rows) for int8, else null.
 struct WeightMatrix {
-  WeightDType dtype = WeightDType::f32;
+  Dtype dtype = Dtype::f32;
   const void* data = nullptr;
   const float* scale = nullptr;
   int64_t rows = 0, cols = 0;

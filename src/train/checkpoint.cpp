@@ -309,12 +309,12 @@ nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState
   const StIndex mi = read_safetensors_index(mp);
   if (opt)  // training: every table must be f32 (bf16 / int8 ones are inference exports)
     for (size_t k = 0; k < m.tables.size(); ++k)
-      if (TableDtype dt = table_dtype_in_file(mi, m.table_names[k], m.tables[k].rows, m.tables[k].dim); dt != TableDtype::F32)
-        fail(mp, ": token table ", m.table_names[k], " is stored as ", table_dtype_name(dt),
+      if (Dtype dt = table_dtype_in_file(mi, m.table_names[k], m.tables[k].rows, m.tables[k].dim); dt != Dtype::f32)
+        fail(mp, ": token table ", m.table_names[k], " is stored as ", dtype_name(dt),
              " (an inference export, jtok export --table-dtype); training needs f32 tables: train from the f32 checkpoint it was exported from");
   load_weights(m, mi, tables);  // streamed: one tensor at a time into m
   if (opt && m.lowp.any())
-    fail(mp, " holds ", weight_dtype_name(m.lowp.dtype), " weights (a `jtok export --weight-dtype` inference copy): ",
+    fail(mp, " holds ", dtype_name(m.lowp.dtype), " weights (a `jtok export --weight-dtype` inference copy): ",
          "it can be evaluated, generated from and served, not trained or resumed");
   if (opt) {
     const std::string op = (d / "optimizer.safetensors").string();

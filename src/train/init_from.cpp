@@ -106,9 +106,9 @@ std::vector<std::string> load_init_weights(Model& m, const std::string& ckpt_dir
     }
     if (!tables) fail(path, ": holds token table ", name, "; --init-from with --embp attaches new tables only");
     TokenTable& t = m.tables[k];
-    const TableDtype dt = table_dtype_in_file(f, name, t.rows, t.dim);
-    if (dt != TableDtype::F32)
-      fail(path, ": token table ", name, " is ", table_dtype_name(dt), " (an inference export); training needs f32 tables");
+    const Dtype dt = table_dtype_in_file(f, name, t.rows, t.dim);
+    if (dt != Dtype::f32)
+      fail(path, ": token table ", name, " is ", dtype_name(dt), " (an inference export); training needs f32 tables");
     read_tensor_bytes(f, name, t.mutable_data());
   }
   for (const auto& [name, e] : f.tensors)
