@@ -8,12 +8,11 @@
 #include "core/error.h"
 #include "core/profile.h"
 #include "model/jtok.h"
+#include "model/layer_block.h"
 #include "ops/attention.h"
 #include "ops/linear.h"
 #include "ops/lowp_linear.h"
 #include "ops/rmsnorm.h"
-#include "ops/rope.h"
-#include "ops/swiglu.h"
 
 namespace jtok {
 
@@ -86,6 +85,41 @@ std::vector<float> decode_step(const Model& m, KVCache& cache, int32_t token) {
   return logits;
 }
 
+// The decode's attention step of layer l: every row's key and value k, v (M, kvd) into its cache first
+// (a chunk's later rows read them), then row i's q (M, qd) attends over its cache's [0, pos[i]]:
+// a row per thread, or one row's heads split among the threads (attention_decode, outside any
+// parallel region, so its own can run). scratch: M * H * (tmax + 1).
+static void attend_cached(float* att, const float* q, const float* k, const float* v, KVCache* const* caches,
+                          const int64_t* pos, int64_t M, int64_t l, const ModelConfig& c, float* scratch, int64_t tmax) {
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim(), H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
+#pragma omp parallel for schedule(static) if (M > 1)
+  for (int64_t i = 0; i < M; ++i) {
+    KVCache& kv = *caches[i];
+    const int64_t t = pos[i];
+    if (kv.bf16) {
+      quantize_bf16(kv.k16[l].data() + t * kvd, k + i * kvd, kvd);
+      quantize_bf16(kv.v16[l].data() + t * kvd, v + i * kvd, kvd);
+    } else {
+      std::memcpy(kv.k[l].data() + t * kvd, k + i * kvd, sizeof(float) * kvd);
+      std::memcpy(kv.v[l].data() + t * kvd, v + i * kvd, sizeof(float) * kvd);
+    }
+  }
+  auto attend = [&](int64_t i) {
+    const KVCache& kv = *caches[i];
+    float* sc = scratch + i * H * (tmax + 1);
+    if (kv.bf16)
+      attention_decode_bf16(att + i * qd, q + i * qd, kv.k16[l].data(), kv.v16[l].data(), pos[i], H, KV, hd, sc);
+    else
+      attention_decode(att + i * qd, q + i * qd, kv.k[l].data(), kv.v[l].data(), pos[i], H, KV, hd, sc);
+  };
+  if (M == 1) {
+    attend(0);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < M; ++i) attend(i);
+  }
+}
+
 // Rows i = 0..M-1: token tokens[i] at position pos[i] of *caches[i] (a cache may appear in several
 // rows, at distinct positions: a prompt chunk). Each layer writes every row's K/V first, then row i
 // attends over its cache's [0, pos[i]]. logits (n_head, vocab) gets the rows head_rows[0..n_head).
@@ -103,7 +137,7 @@ static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_
     tmax = std::max(tmax, pos[i]);
   }
   const int64_t d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
-  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
+  const int64_t H = c.num_attention_heads;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const size_t Md = static_cast<size_t>(M * d);
   std::vector<float> h(Md), x(Md), q(static_cast<size_t>(M * qd)), att(q.size()), kn(static_cast<size_t>(M * kvd)),
@@ -113,78 +147,25 @@ static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_
   JTokActs jt;      // JTok layers: the step's gathered rows and ungated MLP update
   JTokMActs jm;     // JTok-M layers: the step's routing
   QkNormActs qk;    // qk_norm: scratch (the decode step has no backward)
-  jm.router_rows = rk;
-  std::vector<float> inject;  // JTok-M's Delta_r, routed on the attention input
-  const JTokMHyper jmh = jtokm_hyper(c);
+  MoeActs ma;       // MoE layers (their aux loss is unused here)
   RowBatch rb;
   if (c.jtok || c.jtokm) rb = dedup_ids(tokens, M, c.padded_vocab());
+  // The layer block runs in place on h (h_in = h_mid = h_out; x serves both norms' outputs), every
+  // product by rk's kernels, each row at its own position.
+  std::vector<float> delta_r(c.jtokm ? Md : 0);
+  const LayerBuffers buf{h.data(), h.data(), h.data(),   x.data(),   rstd.data(), q.data(), kn.data(),
+                         vn.data(), att.data(), x.data(), rstd.data(), gate.data(), up.data(), act.data(),
+                         &qk,      &jt,      &jm,      &ma,        c.jtokm ? delta_r.data() : nullptr};
+  LayerKernels lk;
+  lk.rows = rk;
+  lk.pos = pos;
   for (size_t l = 0; l < m.w.layers.size(); ++l) {
-    const auto& W = m.w.layers[l];
-    rmsnorm_forward(x.data(), rstd.data(), h.data(), W.ln1, M, d, eps);
-    if (W.jtokm_router) {
-      inject.assign(Md, 0.0f);
-      jtokm_forward(inject.data(), jm, x.data(), W.jtokm_router, W.jtokm_scale, &m.tables[m.jtokm_table[l]], rb, M, d,
-                    jmh);
-      rows_read += static_cast<int64_t>(jm.slot_u.size());
-    }
-    const LinearOut qkv[3] = {{q.data(), layer_matrix(m, l, Proj::q)},
-                              {kn.data(), layer_matrix(m, l, Proj::k)},
-                              {vn.data(), layer_matrix(m, l, Proj::v)}};
-    linear_forward_lowp_multi(qkv, 3, x.data(), M, rk);  // one pass (one parallel region) for the three
-    qkv_variants_forward(W, q.data(), kn.data(), vn.data(), M, H, KV, hd, eps, qk);
-#pragma omp parallel for schedule(static) if (M > 1)
-    for (int64_t i = 0; i < M; ++i) {  // every row's key and value into its cache first (a chunk's later rows read them)
-      KVCache& kv = *caches[i];
-      const int64_t t = pos[i];
-      rope_forward(q.data() + i * qd, m.rope, 1, 1, H, hd, t);
-      rope_forward(kn.data() + i * kvd, m.rope, 1, 1, KV, hd, t);
-      if (kv.bf16) {
-        quantize_bf16(kv.k16[l].data() + t * kvd, kn.data() + i * kvd, kvd);
-        quantize_bf16(kv.v16[l].data() + t * kvd, vn.data() + i * kvd, kvd);
-      } else {
-        std::memcpy(kv.k[l].data() + t * kvd, kn.data() + i * kvd, sizeof(float) * kvd);
-        std::memcpy(kv.v[l].data() + t * kvd, vn.data() + i * kvd, sizeof(float) * kvd);
-      }
-    }
-    // Each row at its own position, against its own cache: a row per thread, or one row's heads split
-    // among the threads (attention_decode; outside any parallel region, so its own can run).
-    auto attend = [&](int64_t i) {
-      const KVCache& kv = *caches[i];
-      float* sc = scratch.data() + i * H * (tmax + 1);
-      if (kv.bf16)
-        attention_decode_bf16(att.data() + i * qd, q.data() + i * qd, kv.k16[l].data(), kv.v16[l].data(), pos[i], H, KV,
-                              hd, sc);
-      else
-        attention_decode(att.data() + i * qd, q.data() + i * qd, kv.k[l].data(), kv.v[l].data(), pos[i], H, KV, hd, sc);
+    auto attend = [&](float* o, const float* qr, const float* kr, const float* vr) {
+      attend_cached(o, qr, kr, vr, caches, pos, M, static_cast<int64_t>(l), c, scratch.data(), tmax);
     };
-    if (M == 1) {
-      attend(0);
-    } else {
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < M; ++i) attend(i);
-    }
-    linear_forward_lowp(h.data(), att.data(), layer_matrix(m, l, Proj::o), M, /*accumulate=*/true, rk);
-    rmsnorm_forward(x.data(), rstd.data(), h.data(), W.ln2, M, d, eps);
-    // The MLP (or MoE) update of these positions, then its write-back, gated by JTok where on.
-    jt.mlp_out.assign(Md, 0.0f);
-    if (W.moe.router) {  // MoE block (its aux loss is unused here)
-      MoeActs ma;
-      moe_forward(jt.mlp_out.data(), ma, x.data(), W.moe, moe_dims(c), M, moe_lowp(m, l), rk);
-    } else {
-      const LinearOut gu[2] = {{gate.data(), layer_matrix(m, l, Proj::gate)}, {up.data(), layer_matrix(m, l, Proj::up)}};
-      linear_forward_lowp_multi(gu, 2, x.data(), M, rk);
-      swiglu_forward(act.data(), gate.data(), up.data(), M * F);
-      linear_forward_lowp(jt.mlp_out.data(), act.data(), layer_matrix(m, l, Proj::down), M, false, rk);
-    }
-    if (W.jtok_scale) {  // h += Delta_m * (1 + s * Norm(E[token])), as forward() does
-      jtok_prepare(jt, m.tables[m.jtok_table[l]], rb, static_cast<float>(c.jtok_eps), c.jtok_norm);
-      jtok_forward(h.data(), h.data(), jt, W.jtok_scale, rb, M, d);
-      rows_read += static_cast<int64_t>(rb.unique.size());
-    } else {
-      for (size_t j = 0; j < Md; ++j) h[j] += jt.mlp_out[j];
-    }
-    if (W.jtokm_router)
-      for (size_t j = 0; j < Md; ++j) h[j] += inject[j];
+    layer_forward(m, static_cast<int64_t>(l), buf, rb, M, lk, attend);
+    if (m.w.layers[l].jtokm_router) rows_read += static_cast<int64_t>(jm.slot_u.size());
+    if (m.w.layers[l].jtok_scale) rows_read += static_cast<int64_t>(rb.unique.size());
   }
   if (each && *each) {  // every row's logits (one sequence's consecutive positions: a prompt chunk)
     rmsnorm_forward(x.data(), rstd.data(), h.data(), m.w.norm, M, d, eps);

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
+#include "model/layer_block.h"
 #include "model/trainable.h"
 #include "ops/attention.h"
 #include "ops/cross_entropy.h"
@@ -269,7 +270,7 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
   JTOK_CHECK(T <= c.max_position_embeddings, "sequence length ", T, " > max_position_embeddings");
   { JTOK_PROFILE("activations_alloc"); ensure_activations(a, c, B, T, mode); }
   const bool shared = mode == ForwardMode::Inference;
-  const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size;
+  const int64_t N = B * T, d = c.hidden_size;
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
   const float eps = static_cast<float>(c.rms_norm_eps);
   for (int64_t n = 0; n < N; ++n)
@@ -277,89 +278,28 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
   embed_rows(m, a.layers[0].h_in.data(), ids, N);
   if (c.jtok || c.jtokm) { JTOK_PROFILE("jtok_dedup"); a.ids = dedup_ids(ids, N, c.padded_vocab()); }
   if (a.tables && c.jtok) a.tables->prefetch(a.ids);  // every JTok layer's rows, fetched during the backbone
-  const MoeDims md = moe_dims(c);
-  const JTokMHyper jm = jtokm_hyper(c);
+  LayerKernels kn;  // the fastest kernels; RoPE at 0..T-1 in each of the B sequences
+  kn.B = B;
+  kn.T = T;
+  kn.keep_for_backward = !shared;
+  kn.row_sync = a.row_sync;
+  kn.tables = a.tables;
   double aux = 0, aux_m = 0;
   for (size_t l = 0; l < a.layers.size(); ++l) {
     // Inference: layer 0's buffers serve every layer (its input h_in is read before the layer
     // writes its output there) except k and v, kept per layer for the KV cache.
     auto& L = a.layers[shared ? 0 : l];
     if (a.tables) a.tables->poll();
-    float* k_l = a.layers[l].k.data();
-    float* v_l = a.layers[l].v.data();
-    const auto& W = m.w.layers[l];
-    { JTOK_PROFILE("rmsnorm_fwd"); rmsnorm_forward(L.a.data(), L.rstd1.data(), L.h_in.data(), W.ln1, N, d, eps); }
-    if (W.jtokm_router) {  // JTok-M's router reads the attention input: route now, mix at the write-back
-      JTOK_PROFILE("jtokm_route");
-      jtokm_route(L.jtokm, L.a.data(), W.jtokm_router, a.ids, N, d, jm, m.jtokm_table[l], a.tables);
-    }
-    {
-      JTOK_PROFILE("qkv_fwd");
-      linear_forward_lowp(L.q.data(), L.a.data(), layer_matrix(m, l, Proj::q), N);
-      linear_forward_lowp(k_l, L.a.data(), layer_matrix(m, l, Proj::k), N);
-      linear_forward_lowp(v_l, L.a.data(), layer_matrix(m, l, Proj::v), N);
-      qkv_variants_forward(W, L.q.data(), k_l, v_l, N, H, KV, hd, eps, L.qk);
-    }
-    {
-      JTOK_PROFILE("rope_fwd");
-      rope_forward(L.q.data(), m.rope, B, T, H, hd);
-      rope_forward(k_l, m.rope, B, T, KV, hd);
-    }
-    if (a.tables) a.tables->poll();
-    { JTOK_PROFILE("attn_fwd"); attention_forward(L.att.data(), L.lse.data(), L.q.data(), k_l, v_l, B, T, H, KV, hd); }
-    // h_mid = h_in + att @ Wo^T  (gemm accumulates onto the copied residual)
-    {
-      JTOK_PROFILE("o_proj_fwd");
-      std::memcpy(L.h_mid.data(), L.h_in.data(), sizeof(float) * N * d);
-      linear_forward_lowp(L.h_mid.data(), L.att.data(), layer_matrix(m, l, Proj::o), N, /*accumulate=*/true);
-    }
-    if (a.tables) a.tables->poll();
-    { JTOK_PROFILE("rmsnorm_fwd"); rmsnorm_forward(L.m.data(), L.rstd2.data(), L.h_mid.data(), W.ln2, N, d, eps); }
     float* h_next = l + 1 < a.layers.size() ? a.layers[shared ? 0 : l + 1].h_in.data() : a.h_out.data();
-    // The MLP update accumulated onto out (h_mid's copy, or zeros for JTok's gate).
-    auto mlp_update = [&](float* out) {
-      if (W.moe.router) {
-        JTOK_PROFILE("moe_fwd");
-        moe_forward(out, L.moe, L.m.data(), W.moe, md, N, moe_lowp(m, l));
-        return;
-      }
-      {
-        JTOK_PROFILE("gate_up_fwd");
-        linear_forward_lowp(L.gate.data(), L.m.data(), layer_matrix(m, l, Proj::gate), N);
-        linear_forward_lowp(L.up.data(), L.m.data(), layer_matrix(m, l, Proj::up), N);
-      }
-      { JTOK_PROFILE("swiglu_fwd"); swiglu_forward(L.act.data(), L.gate.data(), L.up.data(), N * F); }
-      { JTOK_PROFILE("down_fwd"); linear_forward_lowp(out, L.act.data(), layer_matrix(m, l, Proj::down), N, true); }
+    const LayerBuffers buf{L.h_in.data(), L.h_mid.data(), h_next, L.a.data(), L.rstd1.data(), L.q.data(),
+                           a.layers[l].k.data(), a.layers[l].v.data(), L.att.data(), L.m.data(), L.rstd2.data(),
+                           L.gate.data(), L.up.data(), L.act.data(), &L.qk, &L.jtok, &L.jtokm, &L.moe, nullptr};
+    auto attend = [&](float* att, const float* q, const float* k, const float* v) {
+      attention_forward(att, L.lse.data(), q, k, v, B, T, H, KV, hd);
     };
-    // The MLP update goes to h_next on top of h_mid, or, with JTok, to mlp_out before the gate. A JTok
-    // layer whose s is all 0 has p = 1: it takes the ungated path, the plain model's bits (docs/jtok.md
-    // "Attaching tables"), and a training forward computes mlp_out apart for the backward.
-    const bool gated = W.jtok_scale && !jtok_gate_is_one(W.jtok_scale, d);
-    if (gated) {
-      std::fill(L.jtok.mlp_out.begin(), L.jtok.mlp_out.end(), 0.0f);
-      mlp_update(L.jtok.mlp_out.data());
-    } else {
-      std::memcpy(h_next, L.h_mid.data(), sizeof(float) * N * d);
-      mlp_update(h_next);
-    }
-    if (W.moe.router) aux += L.moe.aux;
-    if (W.jtok_scale) {  // h_next = h_mid + Delta_m * (1 + s * Norm(E[x]))
-      JTOK_PROFILE("jtok_fwd");
-      jtok_prepare(L.jtok, m.tables[m.jtok_table[l]], a.ids, static_cast<float>(c.jtok_eps), c.jtok_norm, a.row_sync,
-                   m.jtok_table[l], a.tables);
-      if (gated) {
-        jtok_forward(h_next, L.h_mid.data(), L.jtok, W.jtok_scale, a.ids, N, d);
-      } else if (!shared) {
-        std::fill(L.jtok.mlp_out.begin(), L.jtok.mlp_out.end(), 0.0f);
-        mlp_update(L.jtok.mlp_out.data());  // the same values again (MoE: its activations too)
-      }
-    }
-    if (W.jtokm_router) {  // h_next += c * s * Norm(sum_G w_i E_i[x]), routed above on the attention input
-      JTOK_PROFILE("jtokm_fwd");
-      jtokm_mix_inject(h_next, L.jtokm, W.jtokm_scale, &m.tables[m.jtokm_table[l]], a.ids, N, d, jm, a.row_sync,
-                       m.jtokm_table[l], a.tables);
-      aux_m += L.jtokm.aux;
-    }
+    layer_forward(m, static_cast<int64_t>(l), buf, a.ids, N, kn, attend);
+    if (m.w.layers[l].moe.router) aux += L.moe.aux;
+    if (m.w.layers[l].jtokm_router) aux_m += L.jtokm.aux;
   }
   a.moe_aux_loss = c.moe_num_layers() > 0 ? aux / static_cast<double>(c.moe_num_layers()) : 0.0;
   a.jtokm_aux_loss = c.jtokm_num_layers() > 0 ? aux_m / static_cast<double>(c.jtokm_num_layers()) : 0.0;
