@@ -18,7 +18,12 @@ STUDY_COLUMNS="study,config,variant,seed,steps,tokens,n_c,n_n,eta,rho,flops_6nd,
 #                      over the layers, ';'-separated (sums to 1); empty without JTok-M
 #   load_min           the smallest such window-averaged load of any table in any one layer
 #                      (0 = a table no token chose in the window)
+#   tok_s              the median training tokens/s over the run's step lines (step 1 excluded: warm-up)
+#   init_from          the checkpoint the run started from (`train --init-from`), relative to the tree
 STUDY_EXTRA_COLUMNS=${STUDY_EXTRA_COLUMNS:-}
+# STUDY_EVAL_ARGS: extra `jtok eval` arguments of every run (e.g. "--val-batches 64": the first 64
+# validation batches, the same for every run; default: the whole validation set).
+STUDY_EVAL_ARGS=${STUDY_EVAL_ARGS:-}
 
 # study_columns: the header of this study's CSV.
 study_columns() { echo "$STUDY_COLUMNS${STUDY_EXTRA_COLUMNS:+,$STUDY_EXTRA_COLUMNS}"; }
@@ -92,7 +97,8 @@ study_run() {
     "${resume[@]}" > "$dir.train.out" 2>&1 || { echo "study: training failed, see $dir.train.out" >&2; tail -n 5 "$dir.train.out" >&2; return 1; }
   local blimp_args=(--no-blimp)
   [ "$blimp" -gt 0 ] && blimp_args=(--blimp-limit "$blimp")
-  "$JTOK" eval --checkpoint "$dir" --json "${blimp_args[@]}" > "$dir.eval.json.tmp" || { echo "study: eval of $dir failed" >&2; return 1; }
+  # shellcheck disable=SC2086
+  "$JTOK" eval --checkpoint "$dir" --json "${blimp_args[@]}" $STUDY_EVAL_ARGS > "$dir.eval.json.tmp" || { echo "study: eval of $dir failed" >&2; return 1; }
   mv "$dir.eval.json.tmp" "$dir.eval.json" || return 1
   local wall=$(( $(date +%s) - t0 )) row
   row=$(STUDY_EXTRA_COLUMNS=$STUDY_EXTRA_COLUMNS STUDY_KNOB=${STUDY_KNOB:-} STUDY_KNOB_VALUE=${STUDY_KNOB_VALUE:-} \
@@ -127,8 +133,12 @@ if extra:
         per = [[sum(w[l]["load"][i] for w in win) / len(win) for i in range(ne)] for l in range(nl)]  # layer x table
         load = ";".join(f"{sum(p[i] for p in per) / nl:.4f}" for i in range(ne))
         load_min = f"{min(min(p) for p in per):.4f}"
+    tps = sorted(step_lines[s]["tokens_per_s"] for s in step_lines if s > 1)
+    init = start.get("init_from", "")
+    init = os.path.relpath(init) if init else ""
     known = {"knob": os.environ["STUDY_KNOB"], "knob_value": os.environ["STUDY_KNOB_VALUE"],
-             "jtokm_aux": f"{sum(aux) / len(aux):.6g}" if aux else "", "load": load, "load_min": load_min}
+             "jtokm_aux": f"{sum(aux) / len(aux):.6g}" if aux else "", "load": load, "load_min": load_min,
+             "tok_s": f"{tps[len(tps) // 2]:.0f}" if tps else "", "init_from": init}
     for c in extra:
         if c not in known: sys.exit(f"study: STUDY_EXTRA_COLUMNS: unknown column '{c}' (known: {', '.join(known)})")
         cells.append(known[c])

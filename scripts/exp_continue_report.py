@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""The continued-pretraining study's tables (scripts/exp_continue.sh), from its CSV alone.
+
+Per arm: held-out loss per seed, mean, sd, median training tokens/s. Then, per treated arm, the paired
+gap against `cont` over the continuation seeds that have both rows, with the paired t-test and the
+exact sign-flip p of scripts/study_seeds_report.py (the same statistics as docs/data/seeds.csv's).
+  exp_continue_report.py CSV
+"""
+import csv
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from study_seeds_report import mean_sd, paired_t, signflip_p, t_quantile  # noqa: E402
+
+ARMS = ("base", "cont", "cont_jtok", "cont_tabl")
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: exp_continue_report.py CSV")
+    rows = list(csv.DictReader(open(sys.argv[1])))
+    if not rows:
+        sys.exit(f"{sys.argv[1]}: no rows")
+    by = {(r["variant"], r["seed"]): r for r in rows}
+    print("| arm | steps | seeds | held-out loss per seed | mean | sd | train tokens/s (median per run) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for arm in ARMS:
+        rs = sorted((r for r in rows if r["variant"] == arm), key=lambda r: int(r["seed"]))
+        if not rs:
+            continue
+        xs = [float(r["val_loss"]) for r in rs]
+        m, sd = mean_sd(xs)
+        tps = [int(r["tok_s"]) for r in rs if r["tok_s"]]
+        print(f"| {arm} | {rs[0]['steps']} | {','.join(r['seed'] for r in rs)} | {' '.join(f'{x:.4f}' for x in xs)} | "
+              f"{m:.4f} | {f'{sd:.4f}' if len(xs) > 1 else '-'} | {' '.join(str(t) for t in tps)} |")
+    print()
+    print("| gap | seeds | gap per seed | mean gap | sd | 95 % CI (t) | t (df) | p, paired t | p, sign-flip (exact) | tokens/s ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for arm in ARMS[2:]:
+        seeds = sorted({s for (v, s) in by if v == arm and ("cont", s) in by}, key=int)
+        if not seeds:
+            continue
+        gaps = [float(by[(arm, s)]["val_loss"]) - float(by[("cont", s)]["val_loss"]) for s in seeds]
+        ratios = [int(by[(arm, s)]["tok_s"]) / int(by[("cont", s)]["tok_s"]) for s in seeds]
+        m, sd, se, t, p = paired_t(gaps)
+        n = len(gaps)
+        if t is not None:
+            q = t_quantile(0.975, n - 1)
+            stats = f"{sd:.4f} | [{m - q * se:+.4f}, {m + q * se:+.4f}] | {t:.2f} ({n - 1}) | {p:.2g} | {signflip_p(gaps):.3g}"
+        else:
+            stats = "- | - | - | - | -"
+        print(f"| {arm} - cont | {','.join(seeds)} | {' '.join(f'{g:+.4f}' for g in gaps)} | **{m:+.4f}** | {stats} | "
+              f"{sum(ratios) / n:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
