@@ -30,12 +30,13 @@ struct Args {
   bool json = false, no_blimp = false;
 } args;
 
-// Token ids of each sentence as BLiMP scores it: [eot] + tokens, cut to the context.
+// Token ids of each sentence as BLiMP scores it: [eot] + tokens, or [bos] + tokens with a tokenizer
+// that puts one before every text (Llama 3: as Hugging Face's encode does), cut to the context.
 std::vector<std::vector<int32_t>> sentence_ids(const jtok::Model& m, const jtok::Tokenizer& tok,
                                                const std::vector<std::string>& sents) {
   std::vector<std::vector<int32_t>> ids(sents.size());
   for (size_t i = 0; i < sents.size(); ++i) {
-    ids[i].push_back(tok.eot_id());
+    ids[i].push_back(tok.bos_id() >= 0 ? tok.bos_id() : tok.eot_id());
     tok.encode(sents[i], ids[i]);
     if (static_cast<int64_t>(ids[i].size()) > m.cfg.max_position_embeddings)
       ids[i].resize(static_cast<size_t>(m.cfg.max_position_embeddings));

@@ -45,7 +45,7 @@ void run() {
   const Config& cfg = ck.cfg;
   const Model& m = ck.model;
   const Tokenizer& tok = ck.tokenizer;
-  std::vector<int32_t> prompt = tok.encode(args.prompt);
+  std::vector<int32_t> prompt = tok.encode_with_bos(args.prompt);  // Llama 3: <|begin_of_text|> first, as HF
   if (prompt.empty()) prompt.push_back(tok.eot_id());  // unconditional: start after a document break
   const int64_t capacity = std::min<int64_t>(cfg.model.max_position_embeddings,
                                              static_cast<int64_t>(prompt.size()) + args.max_new_tokens);

@@ -73,7 +73,10 @@ void setup(CLI::App* sub) {
     size_t bytes = 0;
     for (const auto& t : texts) bytes += t.size();
     for (size_t i = 0; i < items.size(); ++i) {
-      if (items[i].begin == 0) stream.push_back(tok.eot_id());
+      if (items[i].begin == 0) {  // a document break; a tokenizer with a bos token starts the document with it
+        stream.push_back(tok.eot_id());
+        if (tok.bos_id() >= 0) stream.push_back(tok.bos_id());
+      }
       stream.insert(stream.end(), parts[i].begin(), parts[i].end());
     }
     fs::create_directories(out);

@@ -1,5 +1,6 @@
 // `jtok tokenize`: encode a file (or stdin, "-") and print its token ids on one line,
-// space-separated, with no special tokens added (several FILEs: one line each). Other modes:
+// space-separated, with no special tokens added (several FILEs: one line each); --with-bos puts
+// the tokenizer's bos token first when it has one (Hugging Face's encode). Other modes:
 //   --decode      FILE holds ids (whitespace-separated); print their text.
 //   --roundtrip   check decode(encode(x)) == x for each FILE (Qwen3: == NFC(x)); print a summary.
 //   --bench N     encode FILE N times and print MB/s (tokenizer loading not counted) to stdout.
@@ -42,7 +43,7 @@ void print_ids(const std::vector<int32_t>& ids) {
 void setup(CLI::App* sub) {
   static std::string name = "gpt2", dir;
   static std::vector<std::string> files;
-  static bool decode = false, roundtrip = false;
+  static bool decode = false, roundtrip = false, with_bos = false;
   static int threads = 0, bench = 0;
   sub->add_option("--tokenizer", name, "gpt2, qwen3 or llama3 (llama3 needs --tokenizer-dir)")->check(CLI::IsMember({"gpt2", "qwen3", "llama3"}));
   sub->add_option("--tokenizer-dir", dir,
@@ -50,6 +51,8 @@ void setup(CLI::App* sub) {
                   "default: .cache/npm/... found from $JTOK_ROOT, the cwd or the binary");
   sub->add_option("--threads", threads, "encoding threads (default: OpenMP's)");
   sub->add_flag("--decode", decode, "FILE holds token ids; print the text");
+  sub->add_flag("--with-bos", with_bos,
+                "put the bos token that tokenizer.json's post_processor adds (Llama 3) first, as HF's encode does");
   sub->add_flag("--roundtrip", roundtrip, "check decode(encode(x)) == x for every FILE");
   sub->add_option("--bench", bench, "encode FILE this many times and report MB/s");
   sub->add_option("files", files, "input file(s), - for stdin")->required();
@@ -71,8 +74,13 @@ void setup(CLI::App* sub) {
       if (bad) jtok::fail("roundtrip failed for ", bad, " file(s)");
       return;
     }
+    const auto ids_of = [&](const std::string& text) {
+      std::vector<int32_t> ids = tok.encode_parallel(text, threads);
+      if (with_bos && tok.bos_id() >= 0) ids.insert(ids.begin(), tok.bos_id());
+      return ids;
+    };
     if (files.size() > 1 && !decode && bench == 0) {  // one line of ids per file
-      for (const auto& f : files) print_ids(tok.encode_parallel(slurp(f), threads));
+      for (const auto& f : files) print_ids(ids_of(slurp(f)));
       return;
     }
     if (files.size() != 1) jtok::fail("tokenize: give one FILE with --decode or --bench");
@@ -95,7 +103,7 @@ void setup(CLI::App* sub) {
                   text.size(), bench, s, n);
       return;
     }
-    print_ids(tok.encode_parallel(text, threads));
+    print_ids(ids_of(text));
   });
 }
 const bool registered = jtok::register_command({"tokenize", "print the token ids of a file (gpt2 or qwen3)", setup});

@@ -163,7 +163,7 @@ void run() {
   opt.flops_per_token = fr.flops_per_token_full_square;  // what the kernels compute
   opt.peak_gflops = args.peak_gflops >= 0 ? args.peak_gflops : measure_peak_gflops(0.2);
   std::printf("machine: fp32 peak %.0f GFLOP/s (%s, measured; --peak-gflops to set)\n", opt.peak_gflops, simd_isa());
-  const std::vector<int32_t> prompt = tok.encode(args.sample_prompt);
+  const std::vector<int32_t> prompt = tok.encode_with_bos(args.sample_prompt);
   opt.sample = [&](const auto& generate) { return args.sample_prompt + tok.decode(generate(prompt, 32)); };
   install_stop_handler();
   TrainResult r = train(cfg, opt, src, &val);

@@ -63,6 +63,21 @@ int64_t checked_token_id(const json& idj, const std::string& path, const std::st
   return *id;
 }
 
+// The special token a tokenizer.json's post_processor puts before every text (Hugging Face's
+// encode with add_special_tokens, as Llama 3's "<|begin_of_text|>"): the first item of a
+// TemplateProcessing's "single" template, alone or inside a Sequence; "" when there is none.
+std::string template_prefix_token(const json& pp) {
+  if (!pp.is_object()) return "";
+  if (pp.value("type", "") == "Sequence" && pp.contains("processors")) {
+    for (const auto& p : pp.at("processors"))
+      if (std::string t = template_prefix_token(p); !t.empty()) return t;
+    return "";
+  }
+  if (pp.value("type", "") != "TemplateProcessing" || !pp.contains("single") || pp.at("single").empty()) return "";
+  const json& first = pp.at("single").at(0);
+  return first.contains("SpecialToken") ? first.at("SpecialToken").at("id").get<std::string>() : "";
+}
+
 // Scratch buffers reused by each thread.
 struct Scratch {
   CodePoints cps;
@@ -85,7 +100,7 @@ Tokenizer Tokenizer::load(TokenizerKind kind, const std::string& dir) {
   std::vector<std::string> vocab;
   std::vector<std::pair<std::string, std::string>> merges;
   Fnv fp;
-  std::string where;
+  std::string where, bos_text;
   if (kind == TokenizerKind::Gpt2) {
     t.name_ = "gpt2";
     std::string enc_path = (fs::path(dir) / "encoder.json").string();
@@ -172,6 +187,7 @@ Tokenizer Tokenizer::load(TokenizerKind kind, const std::string& dir) {
         t.added_.push_back({at.at("content").get<std::string>(), int32_t(checked_token_id(at.at("id"), path, at.dump())), at.value("special", false)});
         if (t.added_.back().content.empty()) fail("Qwen3 tokenizer ", path, ": an added token is empty");
       }
+      if (j.contains("post_processor")) bos_text = template_prefix_token(j.at("post_processor"));
     } catch (const json::exception& e) {
       fail("Qwen3 tokenizer ", path, ": missing or malformed field (", e.what(), ")");
     }
@@ -191,6 +207,13 @@ Tokenizer Tokenizer::load(TokenizerKind kind, const std::string& dir) {
   const char* eot = kind == TokenizerKind::Llama3 ? "<|end_of_text|>" : "<|endoftext|>";
   t.eot_id_ = t.token_id(eot);
   if (t.eot_id_ < 0) fail("tokenizer ", where, ": no ", eot, " token");
+  if (!bos_text.empty()) {
+    t.bos_id_ = t.token_id(bos_text);
+    if (t.bos_id_ < 0) fail("tokenizer ", where, ": post_processor adds '", bos_text, "', which is not an added token");
+    // Shards prepared with it differ (every document starts with it): not the same tokenizer.
+    fp.add("bos " + bos_text);
+    t.fingerprint_ = fp.h;
+  }
   return t;
 }
 

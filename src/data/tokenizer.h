@@ -48,6 +48,17 @@ class Tokenizer {
   uint64_t fingerprint() const { return fingerprint_; }  // FNV-1a of vocab, merges and added tokens
   uint32_t vocab_size() const { return vocab_size_; }    // max id + 1
   int32_t eot_id() const { return eot_id_; }              // "<|endoftext|>" (Llama 3: "<|end_of_text|>")
+  // The token tokenizer.json's post_processor puts before a text (Llama 3's "<|begin_of_text|>",
+  // as Hugging Face's encode adds it); -1 when it adds none (GPT-2, Qwen). encode() never adds it:
+  // prepare starts every document with it, generate a prompt, eval a scored sentence.
+  int32_t bos_id() const { return bos_id_; }
+  // ids with the bos token first, when the tokenizer has one.
+  std::vector<int32_t> encode_with_bos(std::string_view text) const {
+    std::vector<int32_t> v;
+    if (bos_id_ >= 0) v.push_back(bos_id_);
+    encode(text, v);
+    return v;
+  }
   int32_t token_id(const std::string& added_token) const;  // -1 if unknown
   const std::vector<AddedToken>& added_tokens() const { return added_; }
 
@@ -56,7 +67,7 @@ class Tokenizer {
   std::string name_;
   uint64_t fingerprint_ = 0;
   uint32_t vocab_size_ = 0;
-  int32_t eot_id_ = -1;
+  int32_t eot_id_ = -1, bos_id_ = -1;
   Bpe bpe_;
   std::vector<AddedToken> added_;    // sorted by length, longest first
   std::vector<AddedToken> split_on_; // the ones matched in text (Qwen3, Llama 3: all added tokens)
