@@ -3,7 +3,9 @@
 //   {"gguf": PATH, "threads": N, "tie_margin": X, "logprob_tol": Y, "min_tokens": 32,
 //    "lines": [{"text": S, "ids": [..]}, ..],                       (a) tokenization
 //    "prompts": [{"prompt_ids": [..], "generated_ids": [..], "top2_margins": [..]}, ..],  (b) greedy
-//    "passage": {"ids": [..], "logprobs": [..]}}                    (c) log p(ids[t] | ids[<t]), t >= 1
+//    "passage": {"ids": [..], "logprobs": [..]},                   (c) log p(ids[t] | ids[<t]), t >= 1
+//    "with_special": [{"text": S, "ids": [..]}, ..]}   optional (d): tokenized with the special tokens
+//                                                      the file says to add (add_bos_token: Llama 3's BOS)
 // Prints one line per check and exits 1 on any failure.
 //   node tests/test_gguf_llamacpp.mjs SPEC.json
 import { readFileSync } from 'node:fs';
@@ -36,6 +38,15 @@ for (const [i, l] of spec.lines.entries()) {
 }
 if (lineDiffs > 3) fail(`${lineDiffs} lines tokenized differently in all`);
 if (lineDiffs === 0) console.log(`ok: ${spec.lines.length} lines (${nTokens} tokens) tokenized identically`);
+// (d) With special tokens: the BOS llama.cpp puts first by itself (llama_vocab_get_add_bos, from
+// tokenizer.ggml.add_bos_token) against ours.
+const bos = model.tokens.shouldPrependBosToken ? [model.tokens.bos] : [];
+for (const [i, l] of (spec.with_special || []).entries()) {
+  const theirs = bos.concat(Array.from(model.tokenize(l.text, false)));
+  if (theirs.length !== l.ids.length || theirs.some((t, k) => t !== l.ids[k]))
+    fail(`tokenization with special tokens of text ${i} differs:\n  ours   ${l.ids.join(' ')}\n  llama  ${theirs.join(' ')}`);
+  else console.log(`ok: text ${i} with special tokens: ${theirs.slice(0, 4).join(' ')} ... (${theirs.length} tokens) identical`);
+}
 
 // log-softmax of llama.cpp's logits (a Map token -> logit over the whole vocabulary).
 function logSoftmax(logits) {

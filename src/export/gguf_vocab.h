@@ -11,11 +11,13 @@ namespace jtok {
 struct GgufVocab {
   std::vector<std::string> tokens, merges;
   std::vector<int32_t> types;  // llama_token_type: 1 normal, 3 control, 4 user-defined, 5 unused
-  std::string pre;             // tokenizer.ggml.pre: "gpt-2" or "qwen2"
-  int32_t eot = -1;            // <|endoftext|>: bos and eos
+  std::string pre;             // tokenizer.ggml.pre: "gpt-2", "qwen2" or "llama-bpe" (Llama 3)
+  int32_t bos = -1, eos = -1;  // GPT-2, Qwen: both <|endoftext|>; Llama 3: <|begin_of_text|>, <|end_of_text|>
+  int32_t eot = -1;            // Llama 3's end of turn <|eot_id|> (-1: none)
+  bool add_bos = false;        // the tokenizer puts bos before a text (tokenizer.json's post_processor)
 };
 
-// The tokenizer `name` ("gpt2" or "qwen3") of dir (empty: default_tokenizer_dir(name)), with exactly
+// The tokenizer `name` ("gpt2", "qwen3" or "llama3") of dir (empty: default_tokenizer_dir(name)), with exactly
 // `rows` tokens, one per row of the model's embedding: ids the tokenizer does not use (a gap, or past
 // its last id) become "[PAD<id>]" of type unused, as llama.cpp's converter writes them. A model with
 // fewer rows than the tokenizer has ids is refused. Errors name the file.

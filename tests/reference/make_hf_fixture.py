@@ -51,9 +51,22 @@ def byte_chars():
     return {b: chr(c) for b, c in zip(bs, cs)}
 
 
-def tokenizer_json(kind="qwen"):
+def bos_post_processor(bos, bos_id):
+    """The post_processor of Meta's Llama 3 / 3.1 tokenizer.json: byte-level offsets, then a template
+    that puts `bos` before every text (Hugging Face's encode adds it)."""
+    special = {"SpecialToken": {"id": bos, "type_id": 0}}
+    return {"type": "Sequence", "processors": [
+        {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        {"type": "TemplateProcessing", "single": [special, {"Sequence": {"id": "A", "type_id": 0}}],
+         "pair": [special, {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": bos, "type_id": 1}},
+                  {"Sequence": {"id": "B", "type_id": 1}}],
+         "special_tokens": {bos: {"id": bos, "ids": [bos_id], "tokens": [bos]}}}]}
+
+
+def tokenizer_json(kind="qwen", bos=False):
     """kind "qwen": Qwen2's format (NFC, Qwen's pattern); "llama3": Llama 3's (no normalizer, digits
-    in runs of up to three, ignore_merges, with a token "abc" that no merge reaches)."""
+    in runs of up to three, ignore_merges, with a token "abc" that no merge reaches). bos (llama3):
+    the post_processor puts <|begin_of_text|> before every text, as Meta's current files do."""
     chars = byte_chars()
     vocab = {chars[b]: b for b in range(256)}
     merges = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e", "r"), ("1", "2"), ("12", "3"), ("4", "5")]
@@ -70,7 +83,7 @@ def tokenizer_json(kind="qwen"):
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
-        "post_processor": None,
+        "post_processor": bos_post_processor(added[0]["content"], added[0]["id"]) if bos else None,
         "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
                   "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False,
@@ -186,7 +199,8 @@ def write_weights(out, tensors, shards):
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
-def make_fixture(out, arch="llama", tied=False, shards=1, dtype="bf16", seed=0, seq=24, tokenizer="qwen", **overrides):
+def make_fixture(out, arch="llama", tied=False, shards=1, dtype="bf16", seed=0, seq=24, tokenizer="qwen", bos=False,
+                 **overrides):
     """Writes the fixture directory (see the module's docstring); returns the reference logits."""
     os.makedirs(out, exist_ok=True)
     cfg, model = build_model(arch, tied, seed, **overrides)
@@ -199,7 +213,7 @@ def make_fixture(out, arch="llama", tied=False, shards=1, dtype="bf16", seed=0, 
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(hf_config(cfg, arch), f, indent=2)
     with open(os.path.join(out, "tokenizer.json"), "w") as f:
-        json.dump(tokenizer_json(tokenizer), f, ensure_ascii=False)
+        json.dump(tokenizer_json(tokenizer, bos), f, ensure_ascii=False)
     with open(os.path.join(out, "generation_config.json"), "w") as f:
         json.dump({"eos_token_id": EOS_IDS}, f)
     gen = torch.Generator().manual_seed(seed + 1)
