@@ -10,14 +10,19 @@
 # loss on the first VAL_BATCHES validation batches, the same for every run; median training
 # tokens/s; the checkpoint it started from); rows present are skipped, so a stopped study continues.
 # Then prints the paired gaps across seeds (cont_jtok - cont, cont_tabl - cont; scripts/exp_continue_report.py).
+# The continuations also log the validation loss on the first 16 batches every 50 steps (the same
+# batches for the three arms: a paired look before the end) and checkpoint every 50 steps.
 #   scripts/exp_continue.sh [--seeds 1,2,3] [--base-steps 400] [--cont-steps 200] [--val-batches 64]
-#                           [--csv docs/data/continue_jtok.csv] [--out runs/exp_continue] [--report-only]
-# One process, one run at a time; set OMP_NUM_THREADS (and nice) from outside.
+#                           [--parallel-arms] [--csv docs/data/continue_jtok.csv] [--out runs/exp_continue]
+#                           [--report-only]
+# One run at a time, or with --parallel-arms the three continuations of a seed at once (three
+# processes: on a machine shared with other work each gets its own share); set OMP_NUM_THREADS (and
+# nice) from outside.
 main() {
   set -euo pipefail
   cd "$(dirname "$0")/.."
   local seeds=1,2,3 base_steps=400 cont_steps=200 val_batches=64 csv=docs/data/continue_jtok.csv
-  local out=runs/exp_continue report_only=0 cfg=configs/exp_jtok.json
+  local out=runs/exp_continue report_only=0 cfg=configs/exp_jtok.json par=0
   while [ $# -gt 0 ]; do
     case "$1" in
       --seeds) seeds=$2; shift 2 ;;
@@ -27,7 +32,8 @@ main() {
       --csv) csv=$2; shift 2 ;;
       --out) out=$2; shift 2 ;;
       --report-only) report_only=1; shift ;;
-      *) echo "usage: $0 [--seeds LIST] [--base-steps N] [--cont-steps N] [--val-batches N] [--csv F] [--out DIR] [--report-only]" >&2; exit 2 ;;
+      --parallel-arms) par=1; shift ;;
+      *) echo "usage: $0 [--seeds LIST] [--base-steps N] [--cont-steps N] [--val-batches N] [--parallel-arms] [--csv F] [--out DIR] [--report-only]" >&2; exit 2 ;;
     esac
   done
   STUDY_EXTRA_COLUMNS=tok_s,init_from
@@ -37,17 +43,24 @@ main() {
     study_setup
     # Validation during training only at the end (the row's loss comes from `jtok eval`).
     local quiet=(--set eval_interval=100000 --set eval_batches=8 --set checkpoint_interval=100)
-    local s base
+    local cont=(--set eval_interval=50 --set eval_batches=16 --set checkpoint_interval=50)
+    local s base arm
     for s in ${seeds//,/ }; do
       base=$out/base_s${s}_n$base_steps
       study_run "$csv" continue "$cfg" base "$s" "$base_steps" 0 "$base" --jtok false "${quiet[@]}"
       local c=$((100 + s)) at=$out/from_s${s}_n$base_steps
-      study_run "$csv" continue "$cfg" cont "$c" "$cont_steps" 0 "$at/cont_n$cont_steps" \
-        --init-from "$base" --jtok false "${quiet[@]}"
-      study_run "$csv" continue "$cfg" cont_jtok "$c" "$cont_steps" 0 "$at/cont_jtok_n$cont_steps" \
-        --init-from "$base" --jtok true "${quiet[@]}"
-      study_run "$csv" continue "$cfg" cont_tabl "$c" "$cont_steps" 0 "$at/cont_tabl_n$cont_steps" \
-        --init-from "$base" --jtok true --train-only tables "${quiet[@]}"
+      for arm in "cont --jtok false" "cont_jtok --jtok true" "cont_tabl --jtok true --train-only tables"; do
+        set -- $arm
+        local name=$1; shift
+        if [ $par = 1 ]; then
+          study_run "$csv" continue "$cfg" "$name" "$c" "$cont_steps" 0 "$at/${name}_n$cont_steps" \
+            --init-from "$base" "$@" "${cont[@]}" &
+        else
+          study_run "$csv" continue "$cfg" "$name" "$c" "$cont_steps" 0 "$at/${name}_n$cont_steps" \
+            --init-from "$base" "$@" "${cont[@]}"
+        fi
+      done
+      wait
     done
   fi
   PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
