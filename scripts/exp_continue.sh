@@ -64,7 +64,7 @@ main() {
     done
   fi
   PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
-  "$PY" scripts/exp_continue_report.py "$csv"
+  "$PY" scripts/exp_continue_report.py "$csv" --runs "$out"
 }
 # The whole script is read before it runs (main at the end), so editing this file while the study
 # runs does not change the running study.

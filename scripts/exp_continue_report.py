@@ -4,9 +4,14 @@
 Per arm: held-out loss per seed, mean, sd, median training tokens/s. Then, per treated arm, the paired
 gap against `cont` over the continuation seeds that have both rows, with the paired t-test and the
 exact sign-flip p of scripts/study_seeds_report.py (the same statistics as docs/data/seeds.csv's).
-  exp_continue_report.py CSV
+With --runs DIR (the study's run directory) also the validation loss the continuations log during
+training (the first 16 validation batches every 50 steps, the same for the three arms), paired per
+seed and step: a look at runs that have not finished.
+  exp_continue_report.py CSV [--runs runs/exp_continue]
 """
 import csv
+import glob
+import json
 import os
 import sys
 
@@ -16,9 +21,50 @@ from study_seeds_report import mean_sd, paired_t, signflip_p, t_quantile  # noqa
 ARMS = ("base", "cont", "cont_jtok", "cont_tabl")
 
 
+def logged_val(run_dir):
+    """step -> val_loss of a run's log.jsonl (a resumed run may log a step twice: the last counts)."""
+    out = {}
+    path = os.path.join(run_dir, "log.jsonl")
+    if os.path.exists(path):
+        for line in open(path):
+            j = json.loads(line)
+            if j.get("type") == "val":
+                out[j["step"]] = j["val_loss"]
+    return out
+
+
+def during_training(runs):
+    """Paired gaps of the logged validation losses, per step, over the seeds that have both."""
+    vals = {}  # (arm, base seed) -> {step: loss}
+    for d in glob.glob(os.path.join(runs, "from_s*_n*", "*_n*")):
+        if not os.path.isdir(d):
+            continue
+        seed = os.path.basename(os.path.dirname(d)).split("_")[1][1:]
+        vals[(os.path.basename(d).rsplit("_n", 1)[0], seed)] = logged_val(d)
+    print()
+    print("| step | gap | base seeds | gap per seed (logged val loss, 16 batches) | mean gap | p, paired t |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    steps = sorted({s for v in vals.values() for s in v})
+    for step in steps:
+        for arm in ARMS[2:]:
+            seeds = sorted((s for (a, s) in vals if a == arm and step in vals[(a, s)] and step in vals.get(("cont", s), {})), key=int)
+            if not seeds:
+                continue
+            gaps = [vals[(arm, s)][step] - vals[("cont", s)][step] for s in seeds]
+            m, _, _, t, p = paired_t(gaps)
+            print(f"| {step} | {arm} - cont | {','.join(seeds)} | {' '.join(f'{g:+.4f}' for g in gaps)} | {m:+.4f} | "
+                  f"{f'{p:.2g}' if p is not None else '-'} |")
+
+
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: exp_continue_report.py CSV")
+    args = sys.argv[1:]
+    runs = None
+    if len(args) == 3 and args[1] == "--runs":
+        runs = args[2]
+        args = args[:1]
+    if len(args) != 1:
+        sys.exit("usage: exp_continue_report.py CSV [--runs DIR]")
+    sys.argv = [sys.argv[0]] + args
     rows = list(csv.DictReader(open(sys.argv[1])))
     if not rows:
         sys.exit(f"{sys.argv[1]}: no rows")
@@ -52,6 +98,8 @@ def main():
             stats = "- | - | - | - | -"
         print(f"| {arm} - cont | {','.join(seeds)} | {' '.join(f'{g:+.4f}' for g in gaps)} | **{m:+.4f}** | {stats} | "
               f"{sum(ratios) / n:.2f} |")
+    if runs:
+        during_training(runs)
 
 
 if __name__ == "__main__":
