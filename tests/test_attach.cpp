@@ -5,6 +5,9 @@
 
 #include <cstring>
 #include <filesystem>
+#include <string>
+
+#include <unistd.h>
 
 #include "core/error.h"
 #include "infer/generate.h"
@@ -39,7 +42,8 @@ Config base_config(bool moe) {
 // The base trained a little (random weights alone would do, but moved norms and residual scales are
 // the realistic case) and saved as a checkpoint; returns its directory.
 std::string save_base(const Config& cfg, Model& base, const char* name) {
-  const std::string run = (fs::path(::testing::TempDir()) / name).string();
+  // Per process: suites of several checkouts may run at once on one machine.
+  const std::string run = (fs::path(::testing::TempDir()) / (std::string(name) + "_" + std::to_string(::getpid()))).string();
   fs::remove_all(run);
   AdamWState opt = make_adamw_state(base);
   Config c = cfg;
