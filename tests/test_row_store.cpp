@@ -166,7 +166,9 @@ TEST(RowStore, AnIdTheStorageDoesNotHoldIsRefusedByName) {
       } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("id " + std::to_string(bad)), std::string::npos) << e.what();
       }
-      if (c.writable) EXPECT_THROW(scatter_rows(t, &bad, out.data(), 1), Error) << c.name;
+      if (c.writable) {
+        EXPECT_THROW(scatter_rows(t, &bad, out.data(), 1), Error) << c.name;
+      }
     }
   }
 }
