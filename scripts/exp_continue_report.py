@@ -18,7 +18,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from study_seeds_report import mean_sd, paired_t, signflip_p, t_quantile  # noqa: E402
 
-ARMS = ("base", "cont", "cont_jtok", "cont_tabl")
+ARMS = ("base", "cont", "cont_jtok", "cont_tabl", "cont_c", "cont_jtok_c")
+# The arm each treated arm is paired with.
+CONTROL = {"cont_jtok": "cont", "cont_tabl": "cont", "cont_jtok_c": "cont_c"}
 
 
 def logged_val(run_dir):
@@ -46,13 +48,13 @@ def during_training(runs):
     print("| --- | --- | --- | --- | --- | --- |")
     steps = sorted({s for v in vals.values() for s in v})
     for step in steps:
-        for arm in ARMS[2:]:
-            seeds = sorted((s for (a, s) in vals if a == arm and step in vals[(a, s)] and step in vals.get(("cont", s), {})), key=int)
+        for arm, ctl in CONTROL.items():
+            seeds = sorted((s for (a, s) in vals if a == arm and step in vals[(a, s)] and step in vals.get((ctl, s), {})), key=int)
             if not seeds:
                 continue
-            gaps = [vals[(arm, s)][step] - vals[("cont", s)][step] for s in seeds]
+            gaps = [vals[(arm, s)][step] - vals[(ctl, s)][step] for s in seeds]
             m, _, _, t, p = paired_t(gaps)
-            print(f"| {step} | {arm} - cont | {','.join(seeds)} | {' '.join(f'{g:+.4f}' for g in gaps)} | {m:+.4f} | "
+            print(f"| {step} | {arm} - {ctl} | {','.join(seeds)} | {' '.join(f'{g:+.4f}' for g in gaps)} | {m:+.4f} | "
                   f"{f'{p:.2g}' if p is not None else '-'} |")
 
 
@@ -83,12 +85,12 @@ def main():
     print()
     print("| gap | seeds | gap per seed | mean gap | sd | 95 % CI (t) | t (df) | p, paired t | p, sign-flip (exact) | tokens/s ratio |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for arm in ARMS[2:]:
-        seeds = sorted({s for (v, s) in by if v == arm and ("cont", s) in by}, key=int)
+    for arm, ctl in CONTROL.items():
+        seeds = sorted({s for (v, s) in by if v == arm and (ctl, s) in by}, key=int)
         if not seeds:
             continue
-        gaps = [float(by[(arm, s)]["val_loss"]) - float(by[("cont", s)]["val_loss"]) for s in seeds]
-        ratios = [int(by[(arm, s)]["tok_s"]) / int(by[("cont", s)]["tok_s"]) for s in seeds]
+        gaps = [float(by[(arm, s)]["val_loss"]) - float(by[(ctl, s)]["val_loss"]) for s in seeds]
+        ratios = [int(by[(arm, s)]["tok_s"]) / int(by[(ctl, s)]["tok_s"]) for s in seeds]
         m, sd, se, t, p = paired_t(gaps)
         n = len(gaps)
         if t is not None:
@@ -96,7 +98,7 @@ def main():
             stats = f"{sd:.4f} | [{m - q * se:+.4f}, {m + q * se:+.4f}] | {t:.2f} ({n - 1}) | {p:.2g} | {signflip_p(gaps):.3g}"
         else:
             stats = "- | - | - | - | -"
-        print(f"| {arm} - cont | {','.join(seeds)} | {' '.join(f'{g:+.4f}' for g in gaps)} | **{m:+.4f}** | {stats} | "
+        print(f"| {arm} - {ctl} | {','.join(seeds)} | {' '.join(f'{g:+.4f}' for g in gaps)} | **{m:+.4f}** | {stats} | "
               f"{sum(ratios) / n:.2f} |")
     if runs:
         during_training(runs)
