@@ -121,6 +121,19 @@ void add_pushed_grads(TableShard& s, const int32_t* msg, int64_t n, bool pairs, 
   }
 }
 
+OwnerRequests route_to_owners(const RowOwner& own, const int32_t* ids, const int32_t* tables, size_t n) {
+  OwnerRequests r;
+  r.req.assign(static_cast<size_t>(own.P), {});
+  r.where.assign(r.req.size(), {});
+  for (size_t i = 0; i < n; ++i) {
+    const size_t o = static_cast<size_t>(own.owner(ids[i]));
+    r.req[o].push_back(ids[i]);
+    if (tables) r.req[o].push_back(tables[i]);
+    r.where[o].push_back(static_cast<int32_t>(i));
+  }
+  return r;
+}
+
 std::vector<std::vector<int32_t>> premix_requests(PremixState& st, const RowOwner& own, const int32_t* ids,
                                                   const int32_t* sel, const float* w, int64_t N, int64_t K,
                                                   const char* premixed) {
@@ -158,6 +171,16 @@ RequestReply::Serve premix_backward_serve(TableShard& s, PremixState& st) {
   };
 }
 
+std::vector<std::vector<int32_t>> premix_backward_messages(const PremixState& st, const float* de, int64_t d) {
+  std::vector<std::vector<int32_t>> msg(st.where.size());
+  for (size_t j = 0; j < st.where.size(); ++j) {
+    msg[j].resize(st.where[j].size() * static_cast<size_t>(d));
+    for (size_t i = 0; i < st.where[j].size(); ++i)
+      std::memcpy(msg[j].data() + i * static_cast<size_t>(d), de + static_cast<int64_t>(st.where[j][i]) * d, sizeof(float) * d);
+  }
+  return msg;
+}
+
 void place_replies(float* out, const std::vector<std::vector<int32_t>>& where, const RequestReply& rr, int64_t width) {
   for (size_t j = 0; j < where.size(); ++j) {
     const std::vector<float>& rep = rr.reply(static_cast<int>(j));
@@ -168,17 +191,12 @@ void place_replies(float* out, const std::vector<std::vector<int32_t>>& where, c
 }
 
 TableBytes fetch_rows(float* out, const TableShard& s, int64_t table, const RowBatch& rb) {
-  std::vector<std::vector<int32_t>> req(static_cast<size_t>(s.own.P)), where(req.size());
-  for (size_t u = 0; u < rb.unique.size(); ++u) {
-    const size_t o = static_cast<size_t>(s.own.owner(rb.unique[u]));
-    req[o].push_back(rb.unique[u]);
-    where[o].push_back(static_cast<int32_t>(u));
-  }
+  OwnerRequests r = route_to_owners(s.own, rb.unique.data(), nullptr, rb.unique.size());
   TableBytes b;
   std::unique_ptr<RequestReply> rr;
-  post_and_wait(b, std::move(req), 1, s.dim,
+  post_and_wait(b, std::move(r.req), 1, s.dim,
                 [&s, table](int, const int32_t* ids, int64_t n, float* o) { serve_rows(s, table, ids, n, o); }, &rr);
-  place_replies(out, where, *rr, s.dim);
+  place_replies(out, r.where, *rr, s.dim);
   return b;
 }
 
@@ -213,34 +231,21 @@ TableBytes premix_forward(float* e, PremixState& st, TableShard& s, const int32_
 }
 
 TableBytes premix_backward(float* dw, TableShard& s, PremixState& st, const float* de) {
-  const int64_t d = s.dim;
-  std::vector<std::vector<int32_t>> msg(st.where.size());
-  for (size_t j = 0; j < st.where.size(); ++j) {
-    msg[j].resize(st.where[j].size() * static_cast<size_t>(d));
-    for (size_t i = 0; i < st.where[j].size(); ++i)
-      std::memcpy(msg[j].data() + i * static_cast<size_t>(d), de + static_cast<int64_t>(st.where[j][i]) * d, sizeof(float) * d);
-  }
   TableBytes b;
   std::unique_ptr<RequestReply> rr;
-  post_and_wait(b, std::move(msg), d, st.K, premix_backward_serve(s, st), &rr);
+  post_and_wait(b, premix_backward_messages(st, de, s.dim), s.dim, st.K, premix_backward_serve(s, st), &rr);
   place_replies(dw, st.where, *rr, st.K);
   return b;
 }
 
 TableBytes naive_fetch(float* rows, const TableShard& s, const std::vector<int32_t>& pair_ids,
                        const std::vector<int32_t>& pair_tables) {
-  std::vector<std::vector<int32_t>> req(static_cast<size_t>(s.own.P)), where(req.size());
-  for (size_t q = 0; q < pair_ids.size(); ++q) {
-    const size_t o = static_cast<size_t>(s.own.owner(pair_ids[q]));
-    req[o].push_back(pair_ids[q]);
-    req[o].push_back(pair_tables[q]);
-    where[o].push_back(static_cast<int32_t>(q));
-  }
+  OwnerRequests r = route_to_owners(s.own, pair_ids.data(), pair_tables.data(), pair_ids.size());
   TableBytes b;
   std::unique_ptr<RequestReply> rr;
-  post_and_wait(b, std::move(req), 2, s.dim, [&s](int, const int32_t* q, int64_t n, float* o) { serve_pairs(s, q, n, o); },
+  post_and_wait(b, std::move(r.req), 2, s.dim, [&s](int, const int32_t* q, int64_t n, float* o) { serve_pairs(s, q, n, o); },
                 &rr);
-  place_replies(rows, where, *rr, s.dim);
+  place_replies(rows, r.where, *rr, s.dim);
   return b;
 }
 

@@ -109,6 +109,14 @@ inline TableBytes push_row_grads(TableShard& s, int64_t table, const RowBatch& r
 std::vector<std::vector<int32_t>> grad_messages(const RowOwner& own, int64_t d, const std::vector<int32_t>& ids,
                                                 const std::vector<int32_t>* tables, const float* grows);
 
+// Requests routed to each id's owner: for i < n, owner(ids[i])'s message gets ids[i] (then
+// tables[i] when tables is given: (id, table) pairs), and where[owner] records i, so replies land
+// with place_replies(out, where, ...).
+struct OwnerRequests {
+  std::vector<std::vector<int32_t>> req, where;  // per owner
+};
+OwnerRequests route_to_owners(const RowOwner& own, const int32_t* ids, const int32_t* tables, size_t n);
+
 // A JTok-M layer's premix exchange, as the requester sent it and the owner received it (what the
 // backward needs of the forward).
 struct PremixState {
@@ -125,6 +133,9 @@ std::vector<std::vector<int32_t>> premix_requests(PremixState& st, const RowOwne
 // serve_premix_backward on st.recv.
 RequestReply::Serve premix_serve(TableShard& s, PremixState& st);
 RequestReply::Serve premix_backward_serve(TableShard& s, PremixState& st);
+// The premix backward's messages: per owner, dL/de (d floats) of each position sent there in the
+// forward, in the forward's request order (st.where); de (N, d).
+std::vector<std::vector<int32_t>> premix_backward_messages(const PremixState& st, const float* de, int64_t d);
 // The d-float (or K-float) replies of an exchange copied to the positions they answer: out row
 // where[j][i] = rank j's reply i (`width` floats each).
 void place_replies(float* out, const std::vector<std::vector<int32_t>>& where, const RequestReply& rr, int64_t width);

@@ -109,13 +109,9 @@ void ShardedTables::prefetch(const RowBatch& rb) {
   JTOK_CHECK(!pre_ || pre_->done(), "a JTok row prefetch was posted before the previous one was used");
   const int64_t U = static_cast<int64_t>(rb.unique.size());
   const RowOwner& own = shards_[where_[static_cast<size_t>(jtok_tables_[0])].first].own;
-  std::vector<std::vector<int32_t>> req(static_cast<size_t>(own.P));
-  pre_where_.assign(static_cast<size_t>(own.P), {});
-  for (int64_t u = 0; u < U; ++u) {
-    const size_t o = static_cast<size_t>(own.owner(rb.unique[u]));
-    req[o].push_back(rb.unique[u]);
-    pre_where_[o].push_back(static_cast<int32_t>(u));
-  }
+  OwnerRequests routed = route_to_owners(own, rb.unique.data(), nullptr, static_cast<size_t>(U));
+  std::vector<std::vector<int32_t>>& req = routed.req;
+  pre_where_ = std::move(routed.where);
   pre_ids_ = rb.unique;
   const int64_t d = shards_[where_[static_cast<size_t>(jtok_tables_[0])].first].dim;
   const int64_t nj = static_cast<int64_t>(jtok_tables_.size());
@@ -222,15 +218,10 @@ void ShardedTables::post_mix(int64_t table_base, const int32_t* ids, const int32
   Naive& nv = naive_[static_cast<size_t>(si)];
   number_pairs(ids, sel, N, K, sh.own.V, sh.n_tables, premixed.data(), nv.pair_ids, nv.pair_tables, nv.slot);
   nv.w.assign(w, w + N * K);
-  std::vector<std::vector<int32_t>> rq(static_cast<size_t>(sh.own.P));
-  pm.pair_where.assign(rq.size(), {});
-  for (size_t q = 0; q < nv.pair_ids.size(); ++q) {  // each owner's requests in order of first use
-    const size_t o = static_cast<size_t>(sh.own.owner(nv.pair_ids[q]));
-    rq[o].push_back(nv.pair_ids[q]);
-    rq[o].push_back(nv.pair_tables[q]);
-    pm.pair_where[o].push_back(static_cast<int32_t>(q));
-  }
-  pm.pairs_fwd = std::make_unique<RequestReply>(std::move(rq), 2, sh.dim, [&sh](int, const int32_t* q, int64_t n, float* o) {
+  // each owner's requests in order of first use
+  OwnerRequests rq = route_to_owners(sh.own, nv.pair_ids.data(), nv.pair_tables.data(), nv.pair_ids.size());
+  pm.pair_where = std::move(rq.where);
+  pm.pairs_fwd = std::make_unique<RequestReply>(std::move(rq.req), 2, sh.dim, [&sh](int, const int32_t* q, int64_t n, float* o) {
     serve_pairs(sh, q, n, o);
   });
 }
@@ -253,14 +244,7 @@ void ShardedTables::post_mix_backward(int64_t table_base, const float* de, int64
   if (std::find(push_shard_.begin(), push_shard_.end(), si) != push_shard_.end()) finish_grads();
   // dL/de (d per premixed position) to the owners, in the forward's request order; the owners
   // answer dL/dw and add the rows' gradients (sources in rank order: the blocking order of sums).
-  const auto& where = pm.premix.where;
-  std::vector<std::vector<int32_t>> msg(where.size());
-  for (size_t j = 0; j < where.size(); ++j) {
-    msg[j].resize(where[j].size() * static_cast<size_t>(d));
-    for (size_t i = 0; i < where[j].size(); ++i)
-      std::memcpy(msg[j].data() + i * static_cast<size_t>(d), de + static_cast<int64_t>(where[j][i]) * d, sizeof(float) * d);
-  }
-  pm.premix_bwd = std::make_unique<RequestReply>(std::move(msg), d, K, premix_backward_serve(sh, pm.premix), /*ordered=*/true);
+  pm.premix_bwd = std::make_unique<RequestReply>(premix_backward_messages(pm.premix, de, d), d, K, premix_backward_serve(sh, pm.premix), /*ordered=*/true);
 }
 
 void ShardedTables::rows(float* out, int64_t table, const RowBatch& rb) {

@@ -193,17 +193,10 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const Conf
   return commit_checkpoint(p, step, cfg, trainer_state, run_id, keep_last);
 }
 
-std::string save_checkpoint_sharded(const std::string& run_dir, int64_t step, const Config& cfg, const Model& m,
-                                    const AdamWState& opt, const nlohmann::json& trainer_state, int64_t keep_last,
-                                    const std::vector<TableRows>& mine) {
-  JTOK_CHECK(opt.tables.consts.empty(), "save_checkpoint_sharded: deferred AdamW steps pending");
-  JTOK_CHECK(mine.size() == m.tables.size(), "save_checkpoint_sharded: ", mine.size(), " shards for ", m.tables.size(), " tables");
-  const std::string run_id = trainer_state.value("run_id", std::string());
-  JTOK_CHECK(!run_id.empty(), "save_checkpoint_sharded: trainer_state has no run_id");
-  const bool lead = dist::rank() == 0;
-  const CkptPaths paths = lead ? checkpoint_paths(run_dir, step, run_id) : CkptPaths{};
-  const fs::path dir = fs::path(run_dir) / "checkpoints" / checkpoint_dir_name(step);
-  // Non-finite values anywhere (backbone, or any rank's rows) stop every rank before a byte is written.
+namespace {
+
+// Non-finite values anywhere (backbone, or any rank's rows) stop every rank before a byte is written.
+void check_sharded_finite(const Model& m, const AdamWState& opt, const std::vector<TableRows>& mine, const fs::path& dir) {
   std::string bad = first_nonfinite(m, opt);
   for (size_t k = 0; bad.empty() && k < mine.size(); ++k) {
     const TableRows& t = mine[k];
@@ -217,10 +210,18 @@ std::string save_checkpoint_sharded(const std::string& run_dir, int64_t step, co
   if (any_bad > 0)
     fail("not writing checkpoint ", dir.string(), ": ", bad.empty() ? std::string("another rank's rows") : bad,
          " hold a NaN or an infinity");
+}
 
-  // Both files' layouts, the very ones write_safetensors gives the gathered tensors (the shapes of
-  // flat_to_st's and backbone_moments_st's tensors; their bytes only on rank 0, which writes them).
-  const std::map<std::string, std::string> model_meta = {{"format", "pt"}}, opt_meta = {{"step", std::to_string(opt.step)}};
+// Both files' layouts, the very ones write_safetensors gives the gathered tensors (the shapes of
+// flat_to_st's and backbone_moments_st's tensors).
+struct ShardedLayouts {
+  std::map<std::string, std::string> model_meta, opt_meta;
+  StLayout model, opt;
+};
+ShardedLayouts sharded_layouts(const Model& m, const AdamWState& opt, const std::vector<TableRows>& mine) {
+  ShardedLayouts L;
+  L.model_meta = {{"format", "pt"}};
+  L.opt_meta = {{"step", std::to_string(opt.step)}};
   std::map<std::string, StShape> model_shapes, opt_shapes;
   for (size_t i = 0; i < m.layout.size(); ++i) {
     const ParamInfo& p = m.layout[i];
@@ -235,49 +236,70 @@ std::string save_checkpoint_sharded(const std::string& run_dir, int64_t step, co
     opt_shapes["exp_avg." + m.table_names[k]] = {"F32", shape};
     opt_shapes["exp_avg_sq." + m.table_names[k]] = {"F32", shape};
   }
-  const StLayout model_L = safetensors_layout(model_shapes, model_meta);
-  const StLayout opt_L = safetensors_layout(opt_shapes, opt_meta);
+  L.model = safetensors_layout(model_shapes, L.model_meta);
+  L.opt = safetensors_layout(opt_shapes, L.opt_meta);
+  return L;
+}
 
-  const fs::path tmp = fs::path(run_dir) / "checkpoints" / (checkpoint_dir_name(step) + ".tmp");
-  if (lead) {  // the files pre-sized (ftruncate: holes until the ranks write), header and backbone in place
-    make_tmp(paths);
-    StFile model_bb = flat_to_st(m, m.params, "");
-    model_bb.metadata = model_meta;
-    StFile opt_bb = backbone_moments_st(m, opt);
-    JTOK_CHECK(opt_bb.metadata == opt_meta && model_bb.tensors.size() + 0 == m.layout.size(), "checkpoint layout");
-    for (auto [name, L, st] : {std::tuple{"model.safetensors", &model_L, &model_bb}, std::tuple{"optimizer.safetensors", &opt_L, &opt_bb}}) {
-      const fs::path f = tmp / name;
-      const int fd = open_or_fail(f, O_WRONLY | O_CREAT | O_TRUNC);
-      if (::ftruncate(fd, static_cast<off_t>(L->size)) != 0) fail("ftruncate ", f.string(), ": ", std::strerror(errno));
-      pwrite_all(fd, f, L->head.data(), L->head.size(), 0);
-      for (auto& [k, t] : st->tensors) pwrite_all(fd, f, t.bytes.data(), t.bytes.size(), L->offset.at(k));
-      fsync_close(fd, f);
+// Rank 0: both files pre-sized (ftruncate: holes until the ranks write), header and backbone in place.
+void write_sharded_heads(const CkptPaths& paths, const Model& m, const AdamWState& opt, const ShardedLayouts& L) {
+  make_tmp(paths);
+  StFile model_bb = flat_to_st(m, m.params, "");
+  model_bb.metadata = L.model_meta;
+  StFile opt_bb = backbone_moments_st(m, opt);
+  JTOK_CHECK(opt_bb.metadata == L.opt_meta && model_bb.tensors.size() == m.layout.size(), "checkpoint layout");
+  for (auto [name, lay, st] : {std::tuple{"model.safetensors", &L.model, &model_bb}, std::tuple{"optimizer.safetensors", &L.opt, &opt_bb}}) {
+    const fs::path f = paths.tmp / name;
+    const int fd = open_or_fail(f, O_WRONLY | O_CREAT | O_TRUNC);
+    if (::ftruncate(fd, static_cast<off_t>(lay->size)) != 0) fail("ftruncate ", f.string(), ": ", std::strerror(errno));
+    pwrite_all(fd, f, lay->head.data(), lay->head.size(), 0);
+    for (auto& [k, t] : st->tensors) pwrite_all(fd, f, t.bytes.data(), t.bytes.size(), lay->offset.at(k));
+    fsync_close(fd, f);
+  }
+}
+
+// Every rank: its rows (values and moments) at their offsets, runs of consecutive global rows in one write.
+void write_owned_rows(const fs::path& tmp, const Model& m, const std::vector<TableRows>& mine, const ShardedLayouts& L) {
+  const fs::path mf = tmp / "model.safetensors", of = tmp / "optimizer.safetensors";
+  const int mfd = open_or_fail(mf, O_WRONLY), ofd = open_or_fail(of, O_WRONLY);
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const TableRows& t = mine[k];
+    const uint64_t row_bytes = static_cast<uint64_t>(t.dim) * sizeof(float);
+    const std::string& name = m.table_names[k];
+    const struct { int fd; const fs::path* path; uint64_t base; const float* src; } parts[3] = {
+        {mfd, &mf, L.model.offset.at(name), t.w},
+        {ofd, &of, L.opt.offset.at("exp_avg." + name), t.m},
+        {ofd, &of, L.opt.offset.at("exp_avg_sq." + name), t.v}};
+    for (int64_t r = 0; r < t.rows;) {
+      const int64_t g = t.global(r);
+      int64_t n = 1;
+      while (r + n < t.rows && t.global(r + n) == g + n) ++n;
+      for (const auto& part : parts)
+        pwrite_all(part.fd, *part.path, part.src + r * t.dim, n * row_bytes, part.base + static_cast<uint64_t>(g) * row_bytes);
+      r += n;
     }
   }
+  fsync_close(mfd, mf);
+  fsync_close(ofd, of);
+}
+
+}  // namespace
+
+std::string save_checkpoint_sharded(const std::string& run_dir, int64_t step, const Config& cfg, const Model& m,
+                                    const AdamWState& opt, const nlohmann::json& trainer_state, int64_t keep_last,
+                                    const std::vector<TableRows>& mine) {
+  JTOK_CHECK(opt.tables.consts.empty(), "save_checkpoint_sharded: deferred AdamW steps pending");
+  JTOK_CHECK(mine.size() == m.tables.size(), "save_checkpoint_sharded: ", mine.size(), " shards for ", m.tables.size(), " tables");
+  const std::string run_id = trainer_state.value("run_id", std::string());
+  JTOK_CHECK(!run_id.empty(), "save_checkpoint_sharded: trainer_state has no run_id");
+  const bool lead = dist::rank() == 0;
+  const CkptPaths paths = lead ? checkpoint_paths(run_dir, step, run_id) : CkptPaths{};
+  const fs::path dir = fs::path(run_dir) / "checkpoints" / checkpoint_dir_name(step);
+  check_sharded_finite(m, opt, mine, dir);
+  const ShardedLayouts L = sharded_layouts(m, opt, mine);
+  if (lead) write_sharded_heads(paths, m, opt, L);
   dist::barrier();
-  {  // every rank: its rows at their offsets (runs of consecutive global rows in one write)
-    const fs::path mf = tmp / "model.safetensors", of = tmp / "optimizer.safetensors";
-    const int mfd = open_or_fail(mf, O_WRONLY), ofd = open_or_fail(of, O_WRONLY);
-    for (size_t k = 0; k < mine.size(); ++k) {
-      const TableRows& t = mine[k];
-      const uint64_t row_bytes = static_cast<uint64_t>(t.dim) * sizeof(float);
-      const std::string& name = m.table_names[k];
-      const struct { int fd; const fs::path* path; uint64_t base; const float* src; } parts[3] = {
-          {mfd, &mf, model_L.offset.at(name), t.w},
-          {ofd, &of, opt_L.offset.at("exp_avg." + name), t.m},
-          {ofd, &of, opt_L.offset.at("exp_avg_sq." + name), t.v}};
-      for (int64_t r = 0; r < t.rows;) {
-        const int64_t g = t.global(r);
-        int64_t n = 1;
-        while (r + n < t.rows && t.global(r + n) == g + n) ++n;
-        for (const auto& part : parts)
-          pwrite_all(part.fd, *part.path, part.src + r * t.dim, n * row_bytes, part.base + static_cast<uint64_t>(g) * row_bytes);
-        r += n;
-      }
-    }
-    fsync_close(mfd, mf);
-    fsync_close(ofd, of);
-  }
+  write_owned_rows(fs::path(run_dir) / "checkpoints" / (checkpoint_dir_name(step) + ".tmp"), m, mine, L);
   dist::barrier();  // every rank's rows are on disk
   std::string out = dir.string();
   if (lead) out = commit_checkpoint(paths, step, cfg, trainer_state, run_id, keep_last);
