@@ -31,17 +31,7 @@ fail() { echo "FAIL: $*"; for f in "$T"/serve_*.err; do echo "--- $f"; tail -5 "
 
 # A tiny JTok + JTok-M model, trained a few steps on the repository's docs.
 source "$ROOT/tests/lib/tiny_run.sh"
-prepare_tiny_corpus "$T/data"
-cat > "$T/cfg.json" <<JSON
-{ "vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-  "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64,
-  "seq_len": 32, "micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 4,
-  "learning_rate": 3e-3, "min_lr": 3e-4, "warmup_steps": 2, "jtok": true, "jtok_layers": "1",
-  "jtokm": true, "jtokm_layers": "0", "jtokm_n_e": 3, "jtokm_top_k": 2, "jtokm_scale_init": 2.0,
-  "eval_interval": 100, "eval_batches": 1, "checkpoint_interval": 4, "keep_checkpoints": 1,
-  "sample_interval": 0, "train_data": "$T/data/train", "val_data": "$T/data/val" }
-JSON
-"$JTOK" train --config "$T/cfg.json" --out "$T/run" --peak-gflops 1 > "$T/train.out"
+train_tiny_jtok_model "$T"
 
 # Start a server on a free port (tests/lib/serve_start.sh); sets PORT.
 source "$ROOT/tests/lib/serve_start.sh"

@@ -39,3 +39,22 @@ export_lowp_copies() {
       { echo "FAIL: export $dt"; return 1; }
   done
 }
+
+# train_tiny_jtok_model DIR [--set KEY=VALUE ...]: a tiny JTok (layer 1) + JTok-M (layer 0, n_e 3,
+# K 2) model (d 32, 2 layers, GQA 4/2, context 64) trained 4 steps on prepare_tiny_corpus's shards
+# in DIR/data: config DIR/cfg.json, checkpoint in DIR/run, the run's output in DIR/train.out. The
+# --set arguments (jtok train's) change the model or run, e.g. --set jtok_layers=all.
+train_tiny_jtok_model() {
+  local dir=${1:?train_tiny_jtok_model: no directory}; shift
+  prepare_tiny_corpus "$dir/data"
+  cat > "$dir/cfg.json" <<JSON
+{ "vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64,
+  "seq_len": 32, "micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 4,
+  "learning_rate": 3e-3, "min_lr": 3e-4, "warmup_steps": 2, "jtok": true, "jtok_layers": "1",
+  "jtokm": true, "jtokm_layers": "0", "jtokm_n_e": 3, "jtokm_top_k": 2, "jtokm_scale_init": 2.0,
+  "eval_interval": 100, "eval_batches": 1, "checkpoint_interval": 4, "keep_checkpoints": 1,
+  "sample_interval": 0, "train_data": "$dir/data/train", "val_data": "$dir/data/val" }
+JSON
+  "${JTOK:?}" train --config "$dir/cfg.json" --out "$dir/run" --peak-gflops 1 "$@" > "$dir/train.out"
+}
