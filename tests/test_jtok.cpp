@@ -170,7 +170,9 @@ TEST(TokenTableDtype, DequantizingGatherMatchesReferenceWithinQuantizationBounds
         if (bound > 0) worst = std::max(worst, e / bound);
       }
     }
-    if (dt != Dtype::f32) EXPECT_GT(worst, 0.5);  // the bound is tight: quantization did round
+    if (dt != Dtype::f32) {
+      EXPECT_GT(worst, 0.5);  // the bound is tight: quantization did round
+    }
     for (int64_t j = 0; j < d; ++j) EXPECT_EQ(q.to_vector()[7 * d + j], 0.0f);
     if (dt == Dtype::bf16) {
       EXPECT_EQ(q.to_vector()[3 * d], 1.0f);

@@ -97,7 +97,9 @@ TEST(Int8, ActivationBlocksQuantiseAsTheSpanQuantiser) {
       EXPECT_EQ(q[5], 64);   // 63.5 -> even
       EXPECT_EQ(q[7], -32);  // -31.5 -> even
     }
-    if (n == 64) EXPECT_EQ(s[0], 0.0f);
+    if (n == 64) {
+      EXPECT_EQ(s[0], 0.0f);
+    }
   }
 }
 

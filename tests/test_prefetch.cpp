@@ -54,7 +54,9 @@ TEST(Prefetch, RowListIsExactlyWhatTheForwardMayRead) {
   for (const auto& r : read) EXPECT_TRUE(needed.count(r)) << "read table " << r.first << " row " << r.second << ", not prefetched";
   std::set<int64_t> jtok_tables = {m.jtok_table[0], m.jtok_table[2]};
   for (const auto& r : needed) {  // JTok: every row prefetched is read; JTok-M: the router reads a subset
-    if (jtok_tables.count(r.first)) EXPECT_TRUE(read.count(r)) << "table " << r.first << " row " << r.second;
+    if (jtok_tables.count(r.first)) {
+      EXPECT_TRUE(read.count(r)) << "table " << r.first << " row " << r.second;
+    }
   }
   int64_t jtokm_read = 0;
   for (const auto& r : read) jtokm_read += !jtok_tables.count(r.first);
