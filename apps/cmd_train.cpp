@@ -68,11 +68,18 @@ std::string prepare_init_from(jtok::Config& cfg, const std::vector<std::string>&
   return dir;
 }
 
+// What this run holds per process; with --no-checkpoints nothing is written, so no write copies.
+jtok::MemoryPlan train_memory_plan(const jtok::Config& cfg) {
+  const int64_t ranks = args.embp != "off" ? jtok::dist::world_size() : 1;
+  jtok::MemoryPlan plan = jtok::memory_plan(cfg, cfg.train.micro_batch_size, cfg.train.seq_len, ranks);
+  if (args.no_checkpoints) plan.checkpoint = 0;
+  return plan;
+}
+
 // The plan's memory, printed; a plan beyond MemAvailable is refused naming what to shrink.
 void check_memory_plan(const jtok::Config& cfg) {
   using namespace jtok;
-  const int64_t ranks = args.embp != "off" ? dist::world_size() : 1;
-  const MemoryPlan plan = memory_plan(cfg, cfg.train.micro_batch_size, cfg.train.seq_len, ranks);
+  const MemoryPlan plan = train_memory_plan(cfg);
   std::printf("memory plan (per process):\n%s", memory_plan_text(plan, "  ").c_str());
   const int64_t avail = mem_available_bytes();
   // Under mpirun every rank of this machine needs its share: compare a rank's plan with 1/P of it.
@@ -158,7 +165,7 @@ void run() {
   const PrecisionReport precision = apply_training_precision(t.precision);
   if (!precision.line.empty()) std::printf("%s\n", precision.line.c_str());
   opt.extra_report = {{"flops", to_json(fr)}, {"precision", precision.to_json()},
-                      {"memory_plan", to_json(memory_plan(cfg, t.micro_batch_size, t.seq_len))}};
+                      {"memory_plan", to_json(train_memory_plan(cfg))}};
   if (!init_from.empty()) opt.extra_report["init_from"] = init_from;
   opt.flops_per_token = fr.flops_per_token_full_square;  // what the kernels compute
   opt.peak_gflops = args.peak_gflops >= 0 ? args.peak_gflops : measure_peak_gflops(0.2);

@@ -119,5 +119,11 @@ expect_error "field train_only is 'tables' but the model has no token-indexed ta
 expect_error "the training plan needs" --out "$T/e4" --hidden_size 8192 --num_hidden_layers 64 --num_attention_heads 64 \
   --num_key_value_heads 64 --jtokm true --jtokm_n_e 64
 grep -q "put tables on fewer layers" "$T/err.out" || { cat "$T/err.out"; fail "refusal does not say what to shrink"; }
+grep -q "writing a checkpoint adds" "$T/err.out" || { cat "$T/err.out"; fail "refusal does not count the checkpoint copies"; }
 [ ! -e "$T/e4" ] || fail "a refused plan created its run directory"
+# --no-checkpoints writes none: the plan holds no checkpoint copies.
+expect_error "the training plan needs" --out "$T/e5" --no-checkpoints --hidden_size 8192 --num_hidden_layers 64 \
+  --num_attention_heads 64 --num_key_value_heads 64 --jtokm true --jtokm_n_e 64
+grep -q "writing a checkpoint adds" "$T/err.out" && { cat "$T/err.out"; fail "--no-checkpoints: the refusal counts checkpoint copies"; }
+grep -Eq "checkpoint write copies +0.000 GiB" "$T/err.out" || { cat "$T/err.out"; fail "--no-checkpoints: the plan shows checkpoint copies"; }
 echo "ok: errors"

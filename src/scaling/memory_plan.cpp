@@ -87,10 +87,14 @@ std::string memory_plan_refusal(const MemoryPlan& p, const Config& cfg, int64_t 
     msg += buf;
   }
   std::snprintf(buf, sizeof buf, "; activations take %.2f GiB: a smaller micro_batch_size (with "
-                "gradient_accumulation_steps) or seq_len shrinks them; writing a checkpoint adds %.2f GiB of "
-                "in-memory copies (weights, tables, twice the moments), which shrink with them", gib(p.activations),
-                gib(p.checkpoint));
-  return msg + buf;
+                "gradient_accumulation_steps) or seq_len shrinks them", gib(p.activations));
+  msg += buf;
+  if (p.checkpoint > 0) {  // none with --no-checkpoints
+    std::snprintf(buf, sizeof buf, "; writing a checkpoint adds %.2f GiB of in-memory copies (weights, tables, "
+                  "twice the moments), which shrink with them", gib(p.checkpoint));
+    msg += buf;
+  }
+  return msg;
 }
 
 }  // namespace jtok
