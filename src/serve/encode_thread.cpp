@@ -13,8 +13,9 @@ EncodeThread::~EncodeThread() {
   thread_.join();
 }
 
-std::vector<int32_t> EncodeThread::encode(const std::string& text) {
-  std::packaged_task<std::vector<int32_t>()> task([&] { return tok_.encode(text); });
+std::vector<int32_t> EncodeThread::encode(const std::string& text, bool with_bos) {
+  std::packaged_task<std::vector<int32_t>()> task(
+      [&] { return with_bos ? tok_.encode_with_bos(text) : tok_.encode(text); });
   auto result = task.get_future();
   {
     std::lock_guard<std::mutex> lk(mu_);

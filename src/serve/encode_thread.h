@@ -21,8 +21,9 @@ class EncodeThread {
   ~EncodeThread();
   EncodeThread(const EncodeThread&) = delete;
   EncodeThread& operator=(const EncodeThread&) = delete;
-  // tok.encode(text) on the thread; rethrows what encode threw.
-  std::vector<int32_t> encode(const std::string& text);
+  // tok.encode(text) on the thread (with_bos: tok.encode_with_bos, the tokenizer's BOS first when
+  // it has one); rethrows what encode threw.
+  std::vector<int32_t> encode(const std::string& text, bool with_bos = false);
 
  private:
   void loop();

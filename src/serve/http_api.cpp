@@ -48,7 +48,9 @@ struct HttpApi::Impl {
                                tok,
                                opt.model_id,
                                std::min<int64_t>(opt.max_n, engine.options().max_batch),
-                               [this](const std::string& s) { return encoder.encode(s); },
+                               // a text prompt as Hugging Face's tokenizer(text) and `jtok generate`
+                               // encode it: Llama 3's <|begin_of_text|> first (a list of ids is taken as is)
+                               [this](const std::string& s) { return encoder.encode(s, /*with_bos=*/true); },
                                [this](int status) { count("/v1/completions", status); },
                                [this](double s) { observe_latency(s); },
                                streams_open,
@@ -80,7 +82,11 @@ struct HttpApi::Impl {
       if (opt.chat_template_dir.empty() && opt.chat_template.empty())
         fail("this model has no chat template (no tokenizer_config.json with one); start the server with "
              "--chat-template chatml|qwen3|llama3");
-      const ChatTemplate t = load_chat_template(opt.chat_template_dir, opt.chat_template);
+      ChatTemplate t = load_chat_template(opt.chat_template_dir, opt.chat_template);
+      // Llama 3's templates write bos_token as text (it encodes to the BOS id), so the rendered
+      // prompt is encoded without adding another; a named family without tokenizer_config.json
+      // takes the tokenizer's own BOS.
+      if (t.bos.empty() && tok.bos_id() >= 0) t.bos = tok.decode({tok.bos_id()});
       chat.render = [this, t](const nlohmann::json& messages) {
         return encoder.encode(render_chat(t, parse_chat_messages(messages)));
       };
