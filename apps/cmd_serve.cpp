@@ -138,9 +138,9 @@ void setup(CLI::App* sub) {
   sub->add_option("--api-key", args.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
   sub->add_option("--model-name", args.model_name, "the model's name in the API");
   sub->add_option("--chat-template", args.chat_template,
-                  "chat template family for /v1/chat/completions (chatml, qwen3, llama3) instead of the one "
-                  "recognised in the model's tokenizer_config.json")
-      ->check(CLI::IsMember({"chatml", "qwen3", "llama3"}));
+                  "chat template family for /v1/chat/completions (chatml, qwen3, llama3, llama3.1) instead of "
+                  "the one recognised in the model's tokenizer_config.json")
+      ->check(CLI::IsMember({"chatml", "qwen3", "llama3", "llama3.1"}));
   sub->callback(run);
 }
 

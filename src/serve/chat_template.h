@@ -8,6 +8,9 @@
 //           enable_thinking false an empty <think>\n\n</think>\n\n after the generation prompt
 //   llama3  BOS<|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT(trimmed)<|eot_id|> ...
 //           <|start_header_id|>assistant<|end_header_id|>\n\n   (Llama 3 Instruct)
+//   llama3.1  BOS, a system turn always, headed "Cutting Knowledge Date: December 2023\nToday Date:
+//           DATE\n\n" before the system message (trimmed; none: empty), then Llama 3's turns
+//           (Llama 3.1 / 3.3 Instruct: the template's fixed date; 3.2: today's, strftime_now)
 #pragma once
 #include <optional>
 #include <string>
@@ -17,9 +20,9 @@
 
 namespace jtok {
 
-enum class ChatFamily { chatml, qwen3, llama3 };
+enum class ChatFamily { chatml, qwen3, llama3, llama31 };
 const char* chat_family_name(ChatFamily f);
-// "chatml" | "qwen3" | "llama3", else a jtok::Error naming the value and the known ones.
+// "chatml" | "qwen3" | "llama3" | "llama3.1", else a jtok::Error naming the value and the known ones.
 ChatFamily parse_chat_family(const std::string& name);
 
 struct ChatMessage {
@@ -29,7 +32,10 @@ struct ChatMessage {
 
 struct ChatTemplate {
   ChatFamily family = ChatFamily::chatml;
-  std::string bos;      // llama3: the text of the BOS token (tokenizer_config.json's bos_token)
+  std::string bos;      // llama3, llama3.1: the text of the BOS token (tokenizer_config.json's bos_token)
+  // llama3.1: the system header's "Today Date" (the template's date_string, "26 Jul 2024" in 3.1's);
+  // empty: today's date at each rendering ("%d %b %Y", local time), as 3.2's strftime_now
+  std::string date = "26 Jul 2024";
   std::string end_of_turn() const;  // "<|im_end|>" or "<|eot_id|>": generation stops there too
 };
 
@@ -46,7 +52,7 @@ ChatTemplate load_chat_template(const std::string& tokenizer_dir, const std::str
 std::vector<ChatMessage> parse_chat_messages(const nlohmann::json& messages);
 
 // The prompt text of messages (roles checked: system, user, assistant; a system message only
-// first, except in qwen3). add_generation_prompt: end with the assistant's header; enable_thinking
+// first, except in qwen3 and llama3.1). add_generation_prompt: end with the assistant's header; enable_thinking
 // (qwen3 only): false adds the empty think block.
 std::string render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages, bool add_generation_prompt = true,
                         bool enable_thinking = true);

@@ -81,7 +81,7 @@ struct HttpApi::Impl {
     try {
       if (opt.chat_template_dir.empty() && opt.chat_template.empty())
         fail("this model has no chat template (no tokenizer_config.json with one); start the server with "
-             "--chat-template chatml|qwen3|llama3");
+             "--chat-template chatml|qwen3|llama3|llama3.1");
       ChatTemplate t = load_chat_template(opt.chat_template_dir, opt.chat_template);
       // Llama 3's templates write bos_token as text (it encodes to the BOS id), so the rendered
       // prompt is encoded without adding another; a named family without tokenizer_config.json
