@@ -2,12 +2,15 @@
 // metadata type, tensor infos, offsets aligned to general.alignment, data); f32 -> f16 rounding
 // against the compiler's _Float16; the q/k row permutation turns our rotate_half RoPE into
 // llama.cpp's interleaved one; a tiny model's file has llama.cpp's names, shapes and metadata;
-// JTok / JTok-M / MoE models are refused naming `jtok serve`.
+// JTok / JTok-M models and MoEs that llama.cpp's qwen3moe cannot express are refused naming `jtok
+// serve`; a Qwen3-MoE-shaped one is written as qwen3moe with its experts stacked.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <random>
 #include <variant>
@@ -17,6 +20,7 @@
 #include "data/tokenizer.h"
 #include "export/gguf_export.h"
 #include "export/gguf_writer.h"
+#include "model/moe.h"
 #include "ops/rope.h"
 
 using namespace jtok;
@@ -481,6 +485,69 @@ TEST(Gguf, RefusesTokenIndexedTablesAndMoe) {
     FAIL() << "a vocab_size unlike the tokenizer's was exported";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("vocab_size 1000"), std::string::npos) << e.what();
+  }
+}
+
+// A Qwen3-MoE-shaped jtok MoE (every layer MoE, no shared experts, q/k norms, renormalised top-k)
+// as llama.cpp's qwen3moe: the expert hyper-parameters, the router as ffn_gate_inp (E, d), each
+// projection of the E experts stacked into one 3-D tensor with its values expert by expert; and
+// each MoE that qwen3moe cannot express refused naming why.
+TEST(Gguf, Qwen3MoeStacksTheExperts) {
+  ModelConfig c = tiny_config();
+  c.model_type = "jtok_moe";
+  c.qk_norm = true;
+  c.n_shared_experts = 0;
+  c.first_k_dense_replace = 0;
+  c.n_routed_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 8;
+  c.norm_topk_prob = true;
+  ASSERT_EQ(gguf_unsupported_reason(c), "");
+  const std::vector<std::pair<std::function<void(ModelConfig&)>, std::string>> refused = {
+      {[](ModelConfig& x) { x.n_shared_experts = 1; }, "shared experts"},
+      {[](ModelConfig& x) { x.norm_topk_prob = false; }, "norm_topk_prob is false"},
+      {[](ModelConfig& x) { x.first_k_dense_replace = 1; }, "layer 0 keeps a dense MLP"},
+      {[](ModelConfig& x) { x.mlp_only_layers = "1"; }, "layer 1 keeps a dense MLP"},
+      {[](ModelConfig& x) { x.qk_norm = false; }, "no qk_norm"}};
+  for (const auto& [edit, part] : refused) {
+    ModelConfig x = c;
+    edit(x);
+    const std::string why = gguf_unsupported_reason(x);
+    EXPECT_NE(why.find(part), std::string::npos) << why;
+    EXPECT_NE(why.find("qwen3moe"), std::string::npos) << why;
+  }
+  const Model m = make_model(c, 3, {.init = true, .grads = false});
+  GgufWriter w;
+  build_gguf(m, {}, w);
+  const std::string path = tmp_path("jtok_qwen3moe.gguf");
+  w.write(path);
+  Parsed p = parse(read_file(path));
+  fs::remove(path);
+  EXPECT_EQ(p.kv.at("general.architecture").s, "qwen3moe");
+  EXPECT_EQ(p.kv.at("qwen3moe.expert_count").u, 4u);
+  EXPECT_EQ(p.kv.at("qwen3moe.expert_used_count").u, 2u);
+  EXPECT_EQ(p.kv.at("qwen3moe.expert_feed_forward_length").u, 8u);
+  // 2 + 12 per layer (norms, q k v o, q/k norms, router, 3 expert stacks) + output (untied).
+  EXPECT_EQ(p.tensor_order.size(), 2u + 12u * 2u + 1u);
+  EXPECT_EQ(p.tensors.count("blk.0.ffn_gate.weight"), 0u);
+  EXPECT_EQ(p.tensors.at("blk.1.ffn_gate_inp.weight").ne, (std::vector<uint64_t>{16, 4}));
+  EXPECT_EQ(p.tensors.at("blk.1.ffn_gate_exps.weight").ne, (std::vector<uint64_t>{16, 8, 4}));
+  EXPECT_EQ(p.tensors.at("blk.1.ffn_up_exps.weight").ne, (std::vector<uint64_t>{16, 8, 4}));
+  EXPECT_EQ(p.tensors.at("blk.1.ffn_down_exps.weight").ne, (std::vector<uint64_t>{8, 16, 4}));
+  const MoeDims md = moe_dims(c);
+  const LayerView& L = m.w.layers[1];
+  const auto router = tensor_values(p, "blk.1.ffn_gate_inp.weight");
+  EXPECT_TRUE(std::equal(router.begin(), router.end(), L.moe.router));
+  const std::vector<std::pair<std::string, float* (*)(const MoeWeights&, const MoeDims&, int64_t)>> stacks = {
+      {"gate", expert_gate}, {"up", expert_up}, {"down", expert_down}};
+  for (const auto& [name, at] : stacks) {
+    const auto v = tensor_values(p, "blk.1.ffn_" + name + "_exps.weight");
+    const size_t n = static_cast<size_t>(md.F * md.d);
+    ASSERT_EQ(v.size(), 4 * n);
+    for (int64_t e = 0; e < 4; ++e)
+      EXPECT_TRUE(std::equal(v.begin() + static_cast<std::ptrdiff_t>(e * md.F * md.d),
+                             v.begin() + static_cast<std::ptrdiff_t>((e + 1) * md.F * md.d), at(L.moe, md, e)))
+          << name << " expert " << e;
   }
 }
 

@@ -8,6 +8,8 @@
 #   qwen2  q/k/v biases, tied; Qwen's tokenizer                                 arch qwen2, pre qwen2
 #   llama  Llama 3 rope scaling (original context 16), untied; Llama 3's tokenizer whose post_processor
 #          puts <|begin_of_text|> first                       arch llama + rope_freqs, pre llama-bpe
+#   qwen3_moe  4 experts, top 2, norm_topk_prob, every layer MoE, q/k norms, head_dim 32, untied;
+#          Qwen's tokenizer                                   arch qwen3moe (stacked experts), pre qwen2
 # Checks (tests/test_gguf_llamacpp.mjs, the tolerances of test_gguf_llamacpp.sh): (a) 32 lines of
 # text tokenized by llama.cpp as by us (the tokenizer's pieces: byte-level, Llama 3's digit runs and
 # ignore_merges); (b) 3 prompts continued greedily for 32 tokens; (c) a passage's per-token log-probs
@@ -79,6 +81,7 @@ PY
 
 check_arch qwen3 qwen3 qwen3 "arch='qwen3', tied=True, seed=7, head_dim=32, vocab_size=268"
 check_arch qwen2 qwen2 qwen3 "arch='qwen2', tied=True, seed=6, vocab_size=268"
+check_arch qwen3_moe qwen3moe qwen3 "arch='qwen3_moe', tied=False, seed=9, head_dim=32, vocab_size=268"
 check_arch llama llama llama3 "arch='llama', tied=False, seed=5, vocab_size=269, tokenizer='llama3', bos=True, rope_scaling_type='llama3', \
 rope_scaling_factor=8.0, rope_scaling_low_freq_factor=1.0, rope_scaling_high_freq_factor=4.0, \
 rope_scaling_original_max_position_embeddings=16"

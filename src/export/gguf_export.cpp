@@ -10,20 +10,37 @@
 #include "core/json_int.h"
 #include "data/tokenizer.h"
 #include "export/gguf_vocab.h"
+#include "model/moe.h"
 #include "ops/rope.h"
 
 namespace jtok {
 
 namespace fs = std::filesystem;
 
+// llama.cpp's qwen3moe: every layer MoE, softmax router, top-k weights always renormalised
+// (norm_w hard-wired true), no shared experts, q/k norms, no biases, plain RoPE.
+std::string qwen3moe_unsupported_reason(const ModelConfig& c) {
+  if (!c.qk_norm) return "it has no qk_norm (qwen3moe has q/k norms)";
+  if (c.attention_bias) return "it has attention_bias";
+  if (c.n_shared_experts != 0) return "it has shared experts (n_shared_experts " + std::to_string(c.n_shared_experts) + ")";
+  if (!c.norm_topk_prob) return "norm_topk_prob is false (llama.cpp always renormalises the top-k weights)";
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    if (!c.moe_on_layer(l))
+      return "layer " + std::to_string(l) + " keeps a dense MLP (first_k_dense_replace, mlp_only_layers or "
+             "decoder_sparse_step; qwen3moe makes every layer MoE)";
+  if (c.rope_scaling_type != "none") return "it has llama3 rope scaling";
+  return "";
+}
+
 std::string gguf_unsupported_reason(const ModelConfig& c) {
   if (c.jtok || c.jtokm)
     return "the model has token-indexed tables (JTok / JTok-M): llama.cpp has no such module, so a GGUF "
            "file could not run it; serve it with `jtok serve` (or `jtok generate`) instead";
-  if (c.is_moe())
-    return "the model is an MoE (shared experts, dense first layers, DeepSeek-style routing): llama.cpp's "
-           "`llama` architecture expresses only Mixtral-style MoE (no shared experts, every layer MoE), so "
-           "it is not exported; serve it with `jtok serve` (or `jtok generate`) instead";
+  if (c.is_moe()) {
+    if (std::string why = qwen3moe_unsupported_reason(c); !why.empty())
+      return "the model is an MoE that llama.cpp's `qwen3moe` architecture (the only one written here for an "
+             "MoE) cannot express: " + why + "; serve it with `jtok serve` (or `jtok generate`) instead";
+  }
   if (c.hd() % 2 != 0) return "head_dim is odd: RoPE needs pairs";
   if (c.qk_norm && c.attention_bias)
     return "the model has both qk_norm and attention_bias: no llama.cpp architecture has both (qwen3 has the "
@@ -35,6 +52,7 @@ std::string gguf_unsupported_reason(const ModelConfig& c) {
 }
 
 std::string gguf_architecture(const ModelConfig& c) {
+  if (c.is_moe()) return "qwen3moe";
   if (c.qk_norm) return "qwen3";
   if (c.attention_bias) return "qwen2";
   return "llama";
@@ -75,6 +93,11 @@ void add_gguf_metadata(const ModelConfig& c, const std::string& arch, const Gguf
   w.add_u32(a + "rope.dimension_count", u32(c.hd()));
   w.add_f32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
   w.add_u32(a + "vocab_size", u32(static_cast<int64_t>(voc.tokens.size())));
+  if (c.is_moe()) {  // qwen3moe: the routed experts (their SwiGLU size; top-k renormalised by llama.cpp itself)
+    w.add_u32(a + "expert_count", u32(c.n_routed_experts));
+    w.add_u32(a + "expert_used_count", u32(c.num_experts_per_tok));
+    w.add_u32(a + "expert_feed_forward_length", u32(c.moe_intermediate_size));
+  }
   w.add_string("tokenizer.ggml.model", "gpt2");
   w.add_string("tokenizer.ggml.pre", voc.pre);
   w.add_string_array("tokenizer.ggml.tokens", voc.tokens);
@@ -125,6 +148,24 @@ void add_gguf_attention(const LayerView& L, const ModelConfig& c, const std::str
   }
 }
 
+// One MoE layer as llama.cpp's qwen3moe holds it: the router (E, d) kept f32 (ours is never low
+// precision), and each projection of the E experts stacked into one 3-D tensor, (E, F, d) for gate
+// and up, (E, d, F) for down (ours are stored expert by expert: gate, up, down).
+void add_gguf_experts(const LayerView& L, const ModelConfig& c, const std::string& p, GgmlType wt, GgufWriter& w) {
+  const MoeDims m = moe_dims(c);
+  const size_t n = static_cast<size_t>(m.F * m.d);
+  std::vector<float> gate(n * m.E), up(n * m.E), down(n * m.E);
+  for (int64_t e = 0; e < m.E; ++e) {
+    std::copy(expert_gate(L.moe, m, e), expert_gate(L.moe, m, e) + n, gate.begin() + e * n);
+    std::copy(expert_up(L.moe, m, e), expert_up(L.moe, m, e) + n, up.begin() + e * n);
+    std::copy(expert_down(L.moe, m, e), expert_down(L.moe, m, e) + n, down.begin() + e * n);
+  }
+  w.add_tensor(p + "ffn_gate_inp.weight", {m.E, m.d}, GgmlType::F32, L.moe.router);
+  w.add_tensor(p + "ffn_gate_exps.weight", {m.E, m.F, m.d}, wt, std::move(gate));
+  w.add_tensor(p + "ffn_up_exps.weight", {m.E, m.F, m.d}, wt, std::move(up));
+  w.add_tensor(p + "ffn_down_exps.weight", {m.E, m.d, m.F}, wt, std::move(down));
+}
+
 }  // namespace
 
 void build_gguf(const Model& m, const GgufExportOptions& opt, GgufWriter& w) {
@@ -146,6 +187,10 @@ void build_gguf(const Model& m, const GgufExportOptions& opt, GgufWriter& w) {
     w.add_tensor(p + "attn_norm.weight", {d}, f32, L.ln1);
     add_gguf_attention(L, c, arch, p, wt, w);
     w.add_tensor(p + "ffn_norm.weight", {d}, f32, L.ln2);
+    if (c.is_moe()) {
+      add_gguf_experts(L, c, p, wt, w);
+      continue;
+    }
     w.add_tensor(p + "ffn_gate.weight", {I, d}, wt, L.wg);
     w.add_tensor(p + "ffn_up.weight", {I, d}, wt, L.wu);
     w.add_tensor(p + "ffn_down.weight", {d, I}, wt, L.wd);

@@ -1,6 +1,6 @@
 // A dense jtok model as a GGUF file for llama.cpp (docs/formats.md "GGUF export"): RMSNorm, RoPE,
 // GQA, SwiGLU and the GPT-2 BPE tokenizer, as llama.cpp's `llama` architecture (with Llama 3's rope
-// scaling as its rope_freqs factors), `qwen2` (q/k/v biases) or `qwen3` (q/k norm).
+// scaling as its rope_freqs factors), `qwen2` (q/k/v biases), `qwen3` (q/k norm) or `qwen3moe`.
 #pragma once
 #include <string>
 
@@ -11,8 +11,8 @@ namespace jtok {
 
 // Why `m` cannot be exported to llama.cpp, or "" when it can.
 std::string gguf_unsupported_reason(const ModelConfig& c);
-// The llama.cpp architecture a model is written as: "qwen3" (qk_norm), "qwen2" (attention_bias),
-// else "llama".
+// The llama.cpp architecture a model is written as: "qwen3moe" (an MoE: Qwen3-MoE's layout, every
+// layer MoE without shared experts), "qwen3" (qk_norm), "qwen2" (attention_bias), else "llama".
 std::string gguf_architecture(const ModelConfig& c);
 
 // The llama.cpp row order of a q or k projection (rows = n_heads * hd, cols): within each head,
