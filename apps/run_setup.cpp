@@ -1,6 +1,7 @@
 #include "run_setup.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -8,6 +9,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "model/table_store.h"
+#include "ops/lowp_gemm.h"
 #include "train/checkpoint.h"
 
 namespace jtok {
@@ -85,13 +87,20 @@ void add_table_source_options(CLI::App* sub, TableSource& src) {
   sub->add_option("--table-cache-mb", src.cache_mb, "--tables disk: DRAM cache of token rows, MB (default 256)");
 }
 
+// A low-precision copy says on stderr which kernels multiply its matrices on this host.
+static LoadedCheckpoint with_kernels_line(LoadedCheckpoint ck) {
+  if (ck.model.lowp.any())
+    std::fprintf(stderr, "%s\n", lowp_kernels_line(ck.model.lowp.dtype, ck.cfg.model.hidden_size).c_str());
+  return ck;
+}
+
 LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const TableSource& src) {
   if (src.kind != "ram" && src.kind != "mmap" && src.kind != "disk")
     fail("--tables must be ram, mmap or disk, got '", src.kind, "'");
   if ((src.kind == "disk") != !src.store.empty())
     fail(src.kind == "disk" ? "--tables disk needs --table-store DIR" : "--table-store is for --tables disk");
   if (src.cache_mb < 1) fail("--table-cache-mb must be at least 1, got ", src.cache_mb);
-  if (src.kind != "disk") return load_for_inference(checkpoint_or_run, src.kind == "mmap");
+  if (src.kind != "disk") return with_kernels_line(load_for_inference(checkpoint_or_run, src.kind == "mmap"));
   const std::string dir = resolve_checkpoint(checkpoint_or_run);
   LoadedCheckpoint ck = load_for_inference_without_tables(dir);
   auto store = TableStore::open(src.store, src.cache_mb << 20);
@@ -108,7 +117,7 @@ LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const 
   }
   if (store->tables().size() != m.tables.size())
     fail(manifest, ": ", store->tables().size(), " tables, the checkpoint ", dir, " has ", m.tables.size());
-  return ck;
+  return with_kernels_line(std::move(ck));
 }
 
 }  // namespace jtok

@@ -47,7 +47,7 @@ echo "lscpu: $(lscpu | grep -m1 'Model name' | cut -d: -f2 | xargs), family $(ls
 # Our many-row bf16 / int8 products (src/ops/lowp_gemm.h) run only with these flags (and without
 # JTOK_LOWP_GEMM=off).
 flag() { grep -qw "$1" /proc/cpuinfo && echo "$2" || echo "$3"; }
-echo "our prefill kernels: bf16 $(flag avx512_bf16 'oneDNN bf16 matmul' 'fp32 panels + sgemm'), int8 $(flag avx512_vnni 'oneDNN s8 matmul (int32 sums, per-row input scales)' 'fp32 panels + sgemm')"
+echo "our prefill kernels: bf16 $(flag avx512_bf16 'oneDNN bf16 matmul' 'fp32 panels + sgemm'), int8 $(flag avx512_vnni 'int8 x int8 tiles, input per block of 32 (vpdpbusd)' 'fp32 panels + sgemm')"
 "$PY" bench/random_checkpoint.py --config "$CONFIG" --out "$WORK/ckpt_f32" > /dev/null
 # format -> (ours' weight dtype, llama.cpp's gguf dtype)
 ours_dt() { case $1 in f32) echo f32 ;; 16) echo bf16 ;; 8) echo int8 ;; esac; }

@@ -173,6 +173,7 @@ static void fake_quantize_act(float* out, const float* inp, int64_t N, int64_t C
     for (int64_t c = 0; c < C; ++c) out[n * C + c] = static_cast<float>(a.q[n * C + c]) * a.s[n * a.nb + c / kActBlock];
 }
 
+
 static bool uses_lowp_gemm(const WeightMatrix& w, int64_t N, RowKernel rk);
 
 void linear_forward_lowp_ref(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate,
@@ -549,15 +550,16 @@ static bool f32_gemv(const WeightMatrix& w, int64_t N) {
 // bf16 / int8 weights take the per-row kernels for N <= this under RowKernel::fastest, above it
 // the bf16 / int8 products (lowp_gemm) where the CPU has them, else panels + sgemm.
 // lowp_gemm: measured (bench/decode_gemv.cpp, config b's step, 1 thread, Zen 4, load ~11 on 2
-// cores) against the per-row kernels, bf16 / int8: N 6 0.96x / 0.91x, N 8 0.95x / 1.02x, N 10
-// 1.17x / 1.17x, N 12 1.41x / 1.26x, N 16 1.70x / 1.53x: the switch at 8 for both.
+// cores) against the per-row kernels, bf16: N 6 0.96x, N 8 0.95x, N 10 1.17x, N 12 1.41x, N 16
+// 1.70x; int8 (ops/q8_gemm.h, load ~12): N 4 0.62x, N 8 0.91x, N 10 1.06x, N 12 1.18x, N 16 1.36x:
+// the switch at 8 for both.
 constexpr int64_t kLowpGemmMinRows = 9;
 // Panels + sgemm: measured (the same bench, AVX-512 with VNNI; docs/benchmarks.md) the per-row
 // kernels stay ahead up to N 24 for bf16 (1.21x at 17, 1.05x at 24, 0.93x at 32); for int8 with
 // the VNNI tile they lead by 1.78x at 17, 1.26x at 32, 1.07x at 48 and 1.05x at 64, and the switch
 // is kept at 48, past which the gain is within the noise. Other hosts keep kLowpGemvRows (not
 // measured there).
-static int64_t lowp_gemv_max_rows(const WeightMatrix& w) {
+int64_t lowp_gemv_max_rows(const WeightMatrix& w) {
   if (w.dtype != Dtype::f32 && lowp_gemm_enabled(w.dtype)) return kLowpGemmMinRows - 1;
 #if defined(__AVX512F__)
   if (w.dtype == Dtype::bf16 && w.cols % Lanes::n == 0) return 24;
@@ -567,6 +569,18 @@ static int64_t lowp_gemv_max_rows(const WeightMatrix& w) {
 #endif
   (void)w;
   return kLowpGemvRows;
+}
+
+const char* lowp_per_row_kernel_name(Dtype t, int64_t cols) {
+#if defined(JTOK_HAVE_VNNI)
+  if (t == Dtype::int8 && cols % 64 == 0) return "4-row register tiles, int8 x int8 (avx512_vnni vpdpbusd)";
+#endif
+#if defined(JTOK_TILE)
+  if (t != Dtype::int8 && cols % Lanes::n == 0)
+    return Lanes::n == 16 ? "4-row register tiles (avx512)" : "4-row register tiles (avx2)";
+#endif
+  (void)t, (void)cols;
+  return "portable dot products";
 }
 
 // bf16 / int8 weights, many rows, a CPU with the instructions: the product in bf16 / int8 (ops/lowp_gemm.h).

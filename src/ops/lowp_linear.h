@@ -5,8 +5,8 @@
 //   int8: W8A8. The per-row kernels, as llama.cpp's Q8_0 x Q8_0 dot product: each input row is
 //         quantised per block of kActBlock = 32 values (scale amax/127, round to nearest, quantize_act_q8) and the product is
 //         sum over blocks of (exact int32 dot of the int8 values) * activation scale, times the
-//         weight row's scale. The per-row kernels and panels + sgemm multiply these same quantised
-//         inputs, so they differ only in fp32 summation order; lowp_gemm quantises per row.
+//         weight row's scale. The per-row kernels, lowp_gemm and panels + sgemm multiply these same
+//         quantised inputs, so they differ only in fp32 summation order.
 //
 // The fast path: for a few rows (decoding, N <= kLowpGemvRows; N <= 8 where lowp_gemm runs; with
 // AVX-512 but not it, bf16 N <= 24 and int8 N <= 48: the measured crossovers; f32 N <= 4) each thread
@@ -17,7 +17,7 @@
 // several matrices of one input in one parallel region (linear_forward_lowp_multi: q/k/v, gate/up).
 // For more rows (prefill; N > 8 here) on a CPU with AVX-512 BF16 / VNNI, the products of
 // ops/lowp_gemm.h: bf16 x bf16 (the input rounded to bf16) and int8 x int8 (the input quantised
-// with one scale per row), on the stored weights. Elsewhere it converts a panel of weight rows to
+// per block of 32, as here), on the stored weights. Elsewhere it converts a panel of weight rows to
 // fp32 and hands it to sgemm (f32: sgemm directly), the conversion being O(OC*C) against the
 // product's O(N*OC*C). The reference
 // converts the whole matrix (and, for int8, the quantised input) and runs the double-accumulating
@@ -81,9 +81,14 @@ struct LinearOut {
 };
 void linear_forward_lowp_multi(const LinearOut* outs, int n, const float* inp, int64_t N,
                                RowKernel rk = RowKernel::fastest);
+// Under RowKernel::fastest, products of at most this many rows with w take the per-row kernels
+// (decoding always does), more rows the many-row products; the kernels' names, for the start-up
+// line (lowp_kernels_line in ops/lowp_gemm.h).
+int64_t lowp_gemv_max_rows(const WeightMatrix& w);
+const char* lowp_per_row_kernel_name(Dtype t, int64_t cols);
 // The reference: the whole matrix converted to fp32, the double-accumulating linear_forward_ref, on
-// the input the fast path multiplies for this N and rk (fp32; int8: quantised per block of 32, or,
-// where many rows run lowp_gemm, per row; bf16 there: rounded to bf16).
+// the input the fast path multiplies for this N and rk (fp32; int8: quantised per block of 32;
+// bf16 where many rows run lowp_gemm: rounded to bf16).
 void linear_forward_lowp_ref(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate = false,
                              RowKernel rk = RowKernel::per_row);
 
