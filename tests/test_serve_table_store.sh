@@ -18,18 +18,7 @@ export OMP_NUM_THREADS=1
 fail() { echo "FAIL: $*"; for f in "$T"/serve_*.err; do [ -e "$f" ] && { echo "--- $f"; tail -5 "$f"; }; done; exit 1; }
 
 source "$ROOT/tests/lib/tiny_run.sh"
-prepare_tiny_corpus "$T/data"
-cat > "$T/cfg.json" <<JSON
-{ "vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-  "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 128,
-  "seq_len": 32, "micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 4,
-  "learning_rate": 3e-3, "min_lr": 3e-4, "warmup_steps": 2, "jtok": true, "jtok_layers": "all",
-  "jtok_scale_init": 0.7, "jtokm": true, "jtokm_layers": "0", "jtokm_n_e": 3, "jtokm_top_k": 2,
-  "jtokm_scale_init": 0.5,
-  "eval_interval": 100, "eval_batches": 1, "checkpoint_interval": 4, "keep_checkpoints": 1,
-  "sample_interval": 0, "train_data": "$T/data/train", "val_data": "$T/data/val" }
-JSON
-"$JTOK" train --config "$T/cfg.json" --out "$T/run" --peak-gflops 1 > /dev/null
+train_tiny_jtok_model "$T" --set jtok_layers=all
 source "$ROOT/tests/lib/serve_start.sh"
 
 for dt in bf16 int8; do
