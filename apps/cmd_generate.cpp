@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "infer/generate.h"
+#include "infer/prefetch.h"
 #include "model/transformer.h"
 #include "run_setup.h"
 #include "train/checkpoint.h"
@@ -38,6 +39,18 @@ double top2_margin(const std::vector<float>& logits) {
   return static_cast<double>(a) - b;
 }
 
+// Disk tables: " | table store: ..." (the store's cache and reads) for the summary line; "" otherwise.
+std::string store_summary(const jtok::Model& m) {
+  const auto st = jtok::disk_table_stats(m);
+  if (!st) return "";
+  char b[256];
+  std::snprintf(b, sizeof b, " | table store: %lld hits, %lld waits, %lld misses, %lld reads (%lld read ahead), %.2f MB, mean read %.1f us",
+                static_cast<long long>(st->hits), static_cast<long long>(st->waits), static_cast<long long>(st->misses),
+                static_cast<long long>(st->reads), static_cast<long long>(st->prefetch_reads),
+                static_cast<double>(st->bytes_read) / 1e6, st->reads ? static_cast<double>(st->read_ns) / st->reads / 1e3 : 0.0);
+  return b;
+}
+
 void run() {
   using namespace jtok;
   parse_dtype(args.kv_dtype, "--kv-dtype", kKvDtypes);  // a bad value fails before the checkpoint loads
@@ -56,6 +69,7 @@ void run() {
   auto t0 = std::chrono::steady_clock::now();
   KVCache cache;
   cache.bf16 = parse_dtype(args.kv_dtype, "--kv-dtype", kKvDtypes) == Dtype::bf16;
+  prefetch_disk_rows(m, prompt.data(), static_cast<int64_t>(prompt.size()));  // disk tables: read from now on
   std::vector<float> logits = prefill(m, cache, prompt, capacity);
   const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   auto t1 = std::chrono::steady_clock::now();
@@ -64,6 +78,7 @@ void run() {
   std::vector<double> margins;
   while (produced < args.max_new_tokens) {
     int32_t next = sample_token(logits, sp, rng);
+    if (produced + 1 < args.max_new_tokens) prefetch_disk_rows(m, &next, 1);  // read during the output and first layers
     margins.push_back(top2_margin(logits));
     ++produced;
     generated.push_back(next);
@@ -75,8 +90,9 @@ void run() {
     logits = decode_step(m, cache, next);
   }
   const double decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-  std::fprintf(stderr, "\n[prefill %zu tokens: %.1f tok/s | decode %lld tokens: %.1f tok/s]\n", prompt.size(),
-               prompt.size() / prefill_s, static_cast<long long>(produced), produced / decode_s);
+  const std::string store = store_summary(m);
+  std::fprintf(stderr, "\n[prefill %zu tokens: %.1f tok/s | decode %lld tokens: %.1f tok/s%s]\n", prompt.size(),
+               prompt.size() / prefill_s, static_cast<long long>(produced), produced / decode_s, store.c_str());
   if (!args.ids_out.empty()) {
     nlohmann::json j = {{"prompt_ids", prompt},
                         {"generated_ids", generated},

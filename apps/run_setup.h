@@ -35,10 +35,12 @@ struct LoadedCheckpoint {
 LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, bool map_tables = false);
 
 // Where an inference command's token tables come from: --tables ram | mmap | disk, with disk's
-// --table-store DIR (a token-major store, `jtok export --table-store`) and --table-cache-mb.
+// --table-store DIR (a token-major store, `jtok export --table-store`), --table-cache-mb and
+// --table-io-threads (the store's read-ahead threads).
 struct TableSource {
   std::string kind = "ram", store;
   int64_t cache_mb = 256;
+  int io_threads = 8;
 };
 void add_table_source_options(CLI::App* sub, TableSource& src);
 // Checks the options (naming the flag and value) and loads: disk tables are the store's (its

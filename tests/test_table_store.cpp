@@ -1,7 +1,10 @@
 // The token-major table store (model/table_store.h): a store written from RAM tables of every
 // dtype reads back every row bit for bit like the RAM table (several tables of different dims and
 // dtypes in one block; blocks smaller and larger than a page), its CLOCK cache evicts and counts,
-// and a torn, truncated or altered store, or a bad manifest, is refused naming the file.
+// and a torn, truncated or altered store, or a bad manifest, is refused naming the file. Read-ahead
+// (TableStore::prefetch, its I/O threads): a prefetched id is read once and then hits, the rows equal
+// those read without it, and concurrent prefetches and gathers from several threads read every row
+// right with counters that add up.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -10,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "op_test_util.h"
@@ -109,4 +113,124 @@ TEST(TableStore, TornTruncatedOrAlteredStoresAreRefusedNamingTheFile) {
     expect_error_naming(d, "manifest.json");
   }
   EXPECT_NO_THROW(TableStore::open(good, 1 << 20));
+}
+
+namespace {
+
+// Every row of ids[0..n) of the three disk tables equals the RAM table's, bit for bit.
+void expect_rows_equal(const std::vector<TokenTable>& ram, const std::vector<TokenTable>& disk, const std::vector<int32_t>& ids) {
+  for (size_t k = 0; k < ram.size(); ++k) {
+    std::vector<float> a(ids.size() * ram[k].dim), b(a.size());
+    gather_rows_ref(a.data(), ram[k], ids.data(), static_cast<int64_t>(ids.size()));
+    gather_rows(b.data(), disk[k], ids.data(), static_cast<int64_t>(ids.size()));
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * a.size())) << "table " << k;
+  }
+}
+
+std::vector<TokenTable> disk_tables(const std::shared_ptr<TableStore>& store, size_t k) {
+  std::vector<TokenTable> out;
+  for (size_t i = 0; i < k; ++i) out.push_back(TokenTable::on_disk(store, static_cast<int64_t>(i)));
+  return out;
+}
+
+}  // namespace
+
+TEST(TableStore, PrefetchedIdsAreReadOnceAndThenHit) {
+  const int64_t V = 300;
+  const std::vector<TokenTable> ram = mixed_tables(V, 16);
+  const std::string dir = fresh_dir("prefetch_hit");
+  write_table_store(dir, ram, {"a", "b", "c"});
+  auto store = TableStore::open(dir, 1 << 20, 3);
+  const std::vector<TokenTable> disk = disk_tables(store, ram.size());
+  const std::vector<int32_t> ids = {7, 5, 7, 9, 5, 299};  // 4 distinct
+  EXPECT_EQ(prefetch_rows(disk[1], ids.data(), static_cast<int64_t>(ids.size())), 4);  // any table: the store's blocks
+  store->drain_prefetch();
+  TableStore::Stats st = store->stats();
+  EXPECT_EQ(st.reads, 4);
+  EXPECT_EQ(st.prefetch_reads, 4);
+  EXPECT_EQ(st.prefetch_queued, 4);
+  EXPECT_EQ(st.bytes_read, 4 * store->block_bytes());
+  EXPECT_EQ(st.hits + st.misses + st.waits, 0);  // no lookup yet
+  EXPECT_EQ(prefetch_rows(disk[0], ids.data(), 2), 0);  // cached: nothing queued
+  expect_rows_equal(ram, disk, ids);
+  st = store->stats();
+  EXPECT_EQ(st.hits, 3 * 6);  // every lookup of every table a hit
+  EXPECT_EQ(st.misses, 0);
+  EXPECT_EQ(st.reads, 4);
+  EXPECT_GT(st.read_ns, 0);
+  const int32_t bad = static_cast<int32_t>(V);
+  EXPECT_THROW(store->prefetch(&bad, 1), Error);
+}
+
+TEST(TableStore, PrefetchGivesTheSameRowsAsNoPrefetch) {
+  for (int64_t d0 : {16, 1500}) {  // blocks within a page, and of two pages
+    const int64_t V = 257;
+    const std::vector<TokenTable> ram = mixed_tables(V, d0);
+    const std::string dir = fresh_dir("prefetch_same");
+    write_table_store(dir, ram, {"a", "b", "c"});
+    auto with = TableStore::open(dir, 4 * 4096, 2), without = TableStore::open(dir, 4 * 4096, 2);
+    const std::vector<TokenTable> dw = disk_tables(with, ram.size()), dn = disk_tables(without, ram.size());
+    std::vector<int32_t> ids(24);
+    for (int step = 0; step < 40; ++step) {  // a "decode": announce the next step's ids, read this step's
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((step * 131 + i * i * 17) % V);
+      with->prefetch(ids.data(), static_cast<int64_t>(ids.size()));
+      for (size_t k = 0; k < ram.size(); ++k) {
+        std::vector<float> a(ids.size() * ram[k].dim), b(a.size());
+        gather_rows(a.data(), dw[k], ids.data(), static_cast<int64_t>(ids.size()));
+        gather_rows(b.data(), dn[k], ids.data(), static_cast<int64_t>(ids.size()));
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * a.size())) << "d0 " << d0 << " step " << step;
+      }
+      expect_rows_equal(ram, dw, ids);
+    }
+    const TableStore::Stats s = with->stats();
+    EXPECT_GT(s.prefetch_queued, 0);
+    EXPECT_EQ(without->stats().prefetch_reads, 0);
+    // Each block read once per residency: a lookup either hit, waited for a read, or read it itself.
+    EXPECT_EQ(s.reads, s.misses + s.prefetch_reads);
+    const TableStore::Stats n = without->stats();
+    EXPECT_EQ(s.hits + s.waits + s.misses, 2 * (n.hits + n.misses));  // its rows read twice a step
+  }
+}
+
+// Several threads announce and read overlapping ids through a cache far smaller than the tables
+// (so blocks are evicted, queued, taken over by a reader and waited for); every row read equals the
+// RAM table's, and the counters add up. Run under ASan + UBSan too (scripts/test_asan.sh).
+TEST(TableStore, ConcurrentPrefetchAndGathersFromSeveralThreads) {
+  const int64_t V = 500;
+  const std::vector<TokenTable> ram = mixed_tables(V, 40);
+  const std::string dir = fresh_dir("concurrent");
+  write_table_store(dir, ram, {"a", "b", "c"});
+  auto store = TableStore::open(dir, 3 * 4096, 4);  // 66 slots of 184 bytes for 500 tokens
+  const std::vector<TokenTable> disk = disk_tables(store, ram.size());
+  constexpr int kThreads = 4, kSteps = 150, kIds = 12;
+  std::vector<std::string> errors(kThreads);
+  std::vector<int64_t> lookups(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int th = 0; th < kThreads; ++th)
+    threads.emplace_back([&, th] {
+      std::vector<int32_t> ids(kIds);
+      for (int step = 0; step < kSteps && errors[th].empty(); ++step) {
+        for (int i = 0; i < kIds; ++i) ids[i] = static_cast<int32_t>((step * 37 + i * 53 + th * 11 + i * i) % V);
+        if (step % 3 != 2) store->prefetch(ids.data(), kIds);  // some steps read without announcing
+        for (size_t k = 0; k < ram.size(); ++k) {
+          std::vector<float> a(kIds * ram[k].dim), b(a.size());
+          gather_rows_ref(a.data(), ram[k], ids.data(), kIds);
+          gather_rows(b.data(), disk[k], ids.data(), kIds);
+          lookups[th] += kIds;
+          if (std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) != 0)
+            errors[th] = "thread " + std::to_string(th) + " step " + std::to_string(step) + " table " + std::to_string(k);
+        }
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) EXPECT_TRUE(e.empty()) << e;
+  store->drain_prefetch();
+  const TableStore::Stats s = store->stats();
+  int64_t total = 0;
+  for (int64_t l : lookups) total += l;
+  EXPECT_EQ(s.hits + s.waits + s.misses, total);
+  EXPECT_EQ(s.reads, s.misses + s.prefetch_reads);
+  EXPECT_EQ(s.bytes_read, s.reads * store->block_bytes());
+  EXPECT_GT(s.prefetch_reads, 0);
+  EXPECT_GT(s.reads, 3 * 4096 / store->block_bytes());  // evictions: more reads than slots
 }

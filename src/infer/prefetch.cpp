@@ -135,4 +135,34 @@ void RowPrefetcher::loop() {
   }
 }
 
+namespace {
+// One disk table of each distinct store of m (run_setup's --tables disk gives one store for all).
+std::vector<const TokenTable*> disk_tables(const Model& m) {
+  std::vector<const TokenTable*> out;
+  for (const auto& t : m.tables)
+    if (t.store() && std::none_of(out.begin(), out.end(), [&](const TokenTable* o) { return o->store() == t.store(); }))
+      out.push_back(&t);
+  return out;
+}
+}  // namespace
+
+int64_t prefetch_disk_rows(const Model& m, const int32_t* ids, int64_t n) {
+  int64_t queued = 0;
+  for (const TokenTable* t : disk_tables(m)) queued += prefetch_rows(*t, ids, n);
+  return queued;
+}
+
+std::optional<TableStore::Stats> disk_table_stats(const Model& m) {
+  const std::vector<const TokenTable*> ts = disk_tables(m);
+  if (ts.empty()) return std::nullopt;
+  TableStore::Stats sum;
+  for (const TokenTable* t : ts) {
+    const TableStore::Stats s = t->store()->stats();
+    sum.hits += s.hits, sum.misses += s.misses, sum.bytes_read += s.bytes_read, sum.waits += s.waits;
+    sum.reads += s.reads, sum.read_ns += s.read_ns, sum.prefetch_reads += s.prefetch_reads;
+    sum.prefetch_queued += s.prefetch_queued, sum.prefetch_skipped += s.prefetch_skipped;
+  }
+  return sum;
+}
+
 }  // namespace jtok

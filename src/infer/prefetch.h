@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "model/table_store.h"
 #include "model/transformer.h"
 
 namespace jtok {
@@ -67,5 +69,14 @@ class RowPrefetcher {
 // Touches rows (table, row) of m's view tables on the calling thread (madvise WILLNEED, then one
 // read per page); returns the pages touched. What RowPrefetcher's thread runs.
 int64_t touch_rows(const Model& m, const std::vector<TableRow>& rows);
+
+// Disk tables (--tables disk): a token's rows of every table are one block of the store, so the
+// read-ahead is by id. Hands ids[0..n) to the store of m's disk tables (prefetch_rows: its I/O
+// threads read the blocks not cached while the caller goes on); nothing for RAM or mapped tables.
+// Called the moment ids are known: a prompt at admission, a token right after it is sampled.
+// Returns the blocks queued.
+int64_t prefetch_disk_rows(const Model& m, const int32_t* ids, int64_t n);
+// The counters of the stores of m's disk tables (TableStore::Stats, summed), or none when no table is on disk.
+std::optional<TableStore::Stats> disk_table_stats(const Model& m);
 
 }  // namespace jtok

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -98,7 +99,7 @@ void write_table_store(const std::string& dir, const std::vector<TokenTable>& ta
   fsync_dir(fs::path(dir).parent_path().empty() ? "." : fs::path(dir).parent_path().string());
 }
 
-std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cache_bytes) {
+std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cache_bytes, int io_threads) {
   const std::string mpath = (fs::path(dir) / "manifest.json").string();
   if (!fs::exists(mpath)) fail("table store ", dir, ": no manifest.json (not a store, or an interrupted write)");
   nlohmann::json j;
@@ -154,10 +155,15 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
   s->slot_id_.assign(static_cast<size_t>(std::min(n_slots, s->ids_)), -1);
   s->referenced_.assign(s->slot_id_.size(), 0);
   s->id_slot_.assign(static_cast<size_t>(s->ids_), -1);
+  s->state_.assign(s->slot_id_.size(), kReady);
+  if (io_threads < 1) fail("table store ", dir, ": ", io_threads, " I/O threads (at least 1)");
+  TableStore* raw = s.get();
+  s->pool_ = std::make_unique<ReadPool>(io_threads, [raw](int64_t id) { raw->prefetch_one(id); });
   return s;
 }
 
 TableStore::~TableStore() {
+  pool_.reset();  // its threads read fd_
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -166,38 +172,132 @@ int64_t TableStore::block_offset(int64_t id) const {
 }
 
 // CLOCK: a hit sets the slot's reference bit; a miss sweeps the hand past referenced slots
-// (clearing their bit) to the first unreferenced one and reads the block into it.
-const uint8_t* TableStore::block(int64_t id) const {
-  int32_t& slot = id_slot_[static_cast<size_t>(id)];
-  if (slot >= 0) {
-    ++stats_.hits;
-    referenced_[static_cast<size_t>(slot)] = 1;
+// (clearing their bit) to the first unreferenced one that is not being read.
+int64_t TableStore::claim_slot() const {
+  const int64_t n = static_cast<int64_t>(slot_id_.size());
+  for (int64_t step = 0; step < 2 * n + 1; ++step) {  // two sweeps clear every bit: none left means all are being read
+    const size_t h = static_cast<size_t>(hand_);
+    hand_ = (hand_ + 1) % n;
+    if (state_[h] != kReady) continue;
+    if (referenced_[h]) {
+      referenced_[h] = 0;
+      continue;
+    }
+    if (slot_id_[h] >= 0) id_slot_[static_cast<size_t>(slot_id_[h])] = -1;
+    slot_id_[h] = -1;
+    return static_cast<int64_t>(h);
+  }
+  return -1;
+}
+
+bool TableStore::read_block(int64_t id, int64_t slot, int64_t* ns) const {
+  const auto t0 = std::chrono::steady_clock::now();
+  const ssize_t got = ::pread(fd_, slots_.data() + slot * block_bytes_, static_cast<size_t>(block_bytes_), block_offset(id));
+  *ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  return got == block_bytes_;
+}
+
+void TableStore::finish_read(int64_t id, int64_t slot, bool ok, int64_t ns, bool prefetched) const {
+  const size_t s = static_cast<size_t>(slot);
+  state_[s] = kReady;
+  if (ok) {
+    referenced_[s] = 1;
+    stats_.reads++;
+    stats_.read_ns += ns;
+    stats_.bytes_read += block_bytes_;
+    if (prefetched) stats_.prefetch_reads++;
+  } else {  // freed: the next reader reads it again (and reports the error)
+    slot_id_[s] = -1;
+    id_slot_[static_cast<size_t>(id)] = -1;
+  }
+  read_done_.notify_all();
+}
+
+const uint8_t* TableStore::block(int64_t id, std::unique_lock<std::mutex>& lock) const {
+  bool waited = false;
+  for (;;) {
+    int64_t slot = id_slot_[static_cast<size_t>(id)];
+    if (slot >= 0 && state_[static_cast<size_t>(slot)] == kReady) {
+      ++(waited ? stats_.waits : stats_.hits);
+      referenced_[static_cast<size_t>(slot)] = 1;
+      return slots_.data() + slot * block_bytes_;
+    }
+    if (slot >= 0 && state_[static_cast<size_t>(slot)] == kReading) {  // one read per block: wait for it
+      waited = true;
+      read_done_.wait(lock);
+      continue;
+    }
+    if (slot < 0) {  // not cached: a slot of our own
+      slot = claim_slot();
+      if (slot < 0) {
+        read_done_.wait(lock);
+        continue;
+      }
+      slot_id_[static_cast<size_t>(slot)] = id;
+      id_slot_[static_cast<size_t>(id)] = static_cast<int32_t>(slot);
+    }  // else queued for an I/O thread that has not started: read it here (the thread skips it)
+    state_[static_cast<size_t>(slot)] = kReading;
+    lock.unlock();
+    int64_t ns = 0;
+    const bool ok = read_block(id, slot, &ns);
+    lock.lock();
+    finish_read(id, slot, ok, ns, false);
+    if (!ok) fail("cannot read token ", id, " of ", data_path_, " (a short read of its ", block_bytes_, "-byte block)");
+    ++stats_.misses;
     return slots_.data() + slot * block_bytes_;
   }
-  const int64_t n = static_cast<int64_t>(slot_id_.size());
-  while (referenced_[static_cast<size_t>(hand_)]) referenced_[static_cast<size_t>(hand_)] = 0, hand_ = (hand_ + 1) % n;
-  const int64_t victim = hand_;
-  hand_ = (hand_ + 1) % n;
-  if (slot_id_[static_cast<size_t>(victim)] >= 0) id_slot_[static_cast<size_t>(slot_id_[static_cast<size_t>(victim)])] = -1;
-  uint8_t* dst = slots_.data() + victim * block_bytes_;
-  const ssize_t got = ::pread(fd_, dst, static_cast<size_t>(block_bytes_), block_offset(id));
-  if (got != block_bytes_) fail("cannot read token ", id, " of ", data_path_, " (", got, " of ", block_bytes_, " bytes)");
-  ++stats_.misses;
-  stats_.bytes_read += block_bytes_;
-  slot_id_[static_cast<size_t>(victim)] = id;
-  referenced_[static_cast<size_t>(victim)] = 1;
-  slot = static_cast<int32_t>(victim);
-  return dst;
 }
 
 void TableStore::read_raw(int64_t k, int64_t id, void* raw, float* scale) const {
   const TableStoreTable& t = tables_[static_cast<size_t>(k)];
-  std::lock_guard<std::mutex> lock(mu_);
-  const uint8_t* b = block(id) + t.offset;
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint8_t* b = block(id, lock) + t.offset;  // copied under the lock: the slot cannot be reused meanwhile
   const int64_t bytes = t.dim * dtype_bytes(t.dtype);
   std::memcpy(raw, b, static_cast<size_t>(bytes));
   if (t.dtype == Dtype::int8) std::memcpy(scale, b + bytes, sizeof(float));
 }
+
+int64_t TableStore::prefetch(const int32_t* ids, int64_t n) const {
+  std::vector<int32_t> u(ids, ids + n);
+  for (int32_t id : u)
+    if (id < 0 || id >= ids_) fail("table store ", dir_, ": prefetch of token id ", id, " outside [0, ", ids_, ")");
+  std::sort(u.begin(), u.end());
+  u.erase(std::unique(u.begin(), u.end()), u.end());
+  std::vector<int64_t> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t budget = std::max<int64_t>(1, static_cast<int64_t>(slot_id_.size()) / 2);
+    for (int32_t id : u) {
+      if (id_slot_[static_cast<size_t>(id)] >= 0) continue;  // cached, queued or being read
+      const int64_t slot = static_cast<int64_t>(queued.size()) < budget ? claim_slot() : -1;
+      if (slot < 0) {
+        stats_.prefetch_skipped++;
+        continue;
+      }
+      slot_id_[static_cast<size_t>(slot)] = id;
+      id_slot_[static_cast<size_t>(id)] = static_cast<int32_t>(slot);
+      state_[static_cast<size_t>(slot)] = kQueued;
+      queued.push_back(id);
+    }
+    stats_.prefetch_queued += static_cast<int64_t>(queued.size());
+  }
+  pool_->submit(queued);
+  return static_cast<int64_t>(queued.size());
+}
+
+void TableStore::prefetch_one(int64_t id) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  const int64_t slot = id_slot_[static_cast<size_t>(id)];
+  if (slot < 0 || state_[static_cast<size_t>(slot)] != kQueued) return;  // a reader took it over
+  state_[static_cast<size_t>(slot)] = kReading;
+  lock.unlock();
+  int64_t ns = 0;
+  const bool ok = read_block(id, slot, &ns);
+  lock.lock();
+  finish_read(id, slot, ok, ns, true);
+}
+
+void TableStore::drain_prefetch() const { pool_->drain(); }
 
 TableStore::Stats TableStore::stats() const {
   std::lock_guard<std::mutex> lock(mu_);

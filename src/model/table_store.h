@@ -9,15 +9,19 @@
 //   manifest.json  format, ids, the block geometry, per table its name, dim, dtype and offset in
 //                  the block, and the data file's size and FNV-1a 64 checksum.
 // A table of the store is a TokenTable like any other (TokenTable::on_disk): read through the one
-// gather, its token blocks held in a bounded DRAM cache (CLOCK) filled by pread.
+// gather, its token blocks held in a bounded DRAM cache (CLOCK) filled by pread. Reads ahead of
+// need (prefetch) run on a small pool of I/O threads (model/table_prefetch.h); no thread holds the
+// cache's lock during a pread, and a block being read is read once: a reader that needs it waits.
 #pragma once
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "model/table_prefetch.h"
 #include "model/token_table.h"
 
 namespace jtok {
@@ -37,25 +41,52 @@ class TableStore {
  public:
   // Opens dir, checking the manifest, the data file's size and its checksum (a torn, truncated or
   // altered store is refused naming the file). cache_bytes: the DRAM row cache's budget (at least
-  // one page of blocks).
-  static std::shared_ptr<TableStore> open(const std::string& dir, int64_t cache_bytes);
+  // one page of blocks). io_threads: the read-ahead pool's threads (prefetch).
+  static std::shared_ptr<TableStore> open(const std::string& dir, int64_t cache_bytes, int io_threads = 8);
   ~TableStore();
   TableStore(const TableStore&) = delete;
   TableStore& operator=(const TableStore&) = delete;
 
   const std::vector<TableStoreTable>& tables() const { return tables_; }
   int64_t ids() const { return ids_; }
+  int64_t block_bytes() const { return block_bytes_; }  // one token's block (the bytes of one read)
   // The raw row of table k for `id` (dim elements of its dtype) and its int8 scale, copied to raw /
   // *scale from the cached block (read from the file on a miss). Thread-safe.
   void read_raw(int64_t k, int64_t id, void* raw, float* scale) const;
-  struct Stats { int64_t hits = 0, misses = 0, bytes_read = 0; };
+  // Read-ahead: the blocks of ids[0..n) (each in [0, ids()), else it fails naming the id) not cached
+  // nor being read are reserved in the cache and queued for the I/O threads; returns at once. A
+  // reader that needs a queued block before a thread starts on it reads it itself. At most half the
+  // cache is reserved by one call (the rest of the ids are left to the gathers: prefetch_skipped).
+  // Returns the blocks queued. Thread-safe.
+  int64_t prefetch(const int32_t* ids, int64_t n) const;
+  // Waits until every queued read is done (tests, benchmarks).
+  void drain_prefetch() const;
+  // Lookups (one per table row read): hits found the block cached, waits found it being read and
+  // waited for that read, misses read it. Reads: every pread (a miss's or an I/O thread's), with
+  // their bytes and summed latency; prefetch_reads are the I/O threads'. hits + waits + misses =
+  // rows read.
+  struct Stats {
+    int64_t hits = 0, misses = 0, bytes_read = 0;
+    int64_t waits = 0, reads = 0, read_ns = 0, prefetch_reads = 0;
+    int64_t prefetch_queued = 0, prefetch_skipped = 0;
+  };
   Stats stats() const;
   const std::string& dir() const { return dir_; }
 
  private:
   TableStore() = default;
   int64_t block_offset(int64_t id) const;
-  const uint8_t* block(int64_t id) const;  // the cached block (lock held)
+  // The cached block of id, read first if need be (lock held on entry and return; released during
+  // the read).
+  const uint8_t* block(int64_t id, std::unique_lock<std::mutex>& lock) const;
+  // A slot to reuse (CLOCK, skipping slots being read), its old id unmapped; -1 when every slot is
+  // being read (lock held).
+  int64_t claim_slot() const;
+  // Reads id's block into slot (no lock held); the read's latency goes to *ns. False on a short read.
+  bool read_block(int64_t id, int64_t slot, int64_t* ns) const;
+  // After a read into slot: ready (ok), or freed (failed); wakes the waiters (lock held).
+  void finish_read(int64_t id, int64_t slot, bool ok, int64_t ns, bool prefetched) const;
+  void prefetch_one(int64_t id) const;  // an I/O thread's job
   std::string dir_, data_path_;
   int fd_ = -1;
   int64_t ids_ = 0, block_bytes_ = 0, per_page_ = 1, stride_ = 0;
@@ -68,6 +99,11 @@ class TableStore {
   mutable std::vector<int32_t> id_slot_;    // (ids) slot of each id, or -1
   mutable int64_t hand_ = 0;
   mutable Stats stats_;
+  // Read state of each slot: ready (or empty), queued for an I/O thread, or being read.
+  enum : uint8_t { kReady = 0, kQueued = 1, kReading = 2 };
+  mutable std::vector<uint8_t> state_;
+  mutable std::condition_variable read_done_;
+  std::unique_ptr<ReadPool> pool_;  // after the cache: its threads stop first
 };
 
 }  // namespace jtok

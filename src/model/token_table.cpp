@@ -226,6 +226,7 @@ RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V) {
 }
 
 int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n) {
+  if (t.store()) return t.store()->prefetch(ids, n);
   if (!t.is_view() || t.rows == 0 || t.raw_row(0) == nullptr) return 0;
   static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t row_bytes = static_cast<uintptr_t>(t.row_stride_bytes());

@@ -179,8 +179,10 @@ RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V);
 
 // Announces that rows ids[0..n) of t will be read soon. For a read-only view (a memory-mapped file)
 // the kernel is asked to start reading their pages now (madvise MADV_WILLNEED: asynchronous, all
-// rows at once instead of one page fault at a time when the gather reaches them); for RAM tables it
-// does nothing. Values are never changed. Returns the number of rows announced (0 for RAM).
+// rows at once instead of one page fault at a time when the gather reaches them); for a disk table
+// the store's I/O threads start reading the ids' blocks not cached (TableStore::prefetch: every
+// table of the store at once, one block per token); for RAM tables it does nothing. Values are
+// never changed. Returns the rows announced (a view), the blocks queued (a disk table), or 0 (RAM).
 int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n);
 
 // The one gather: out (n, dim) = the rows of ids (each held by t, else it fails naming the id), in

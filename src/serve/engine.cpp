@@ -94,6 +94,7 @@ EngineStats Engine::stats() const {
   s.prefetch_pages = p.pages;
   s.prefetch_major_faults = p.major_faults;
   s.prefetch_dropped = p.dropped;
+  s.table_store = disk_table_stats(model_);
   if (prefix_) {
     const PrefixCacheStats q = prefix_->stats();
     s.prefix_tokens_reused = q.tokens_reused;
@@ -153,6 +154,8 @@ bool Engine::emit(Active& a, const float* logits) {
   a.produced++;
   a.last = next;
   const bool stop = std::find(a.req.stop_tokens.begin(), a.req.stop_tokens.end(), next) != a.req.stop_tokens.end();
+  // Disk tables: its block read now, while the other sequences sample and the next step's first layers run.
+  if (opt_.prefetch && !stop && a.produced < a.req.max_tokens) prefetch_disk_rows(model_, &next, 1);
   TokenLogprob lp;
   if (!stop && a.req.top_logprobs >= 0) lp = token_logprob(l.data(), model_.cfg.vocab_size, next, a.req.top_logprobs);
   {
@@ -370,6 +373,8 @@ void Engine::admit() {
       continue;
     }
     slots += choices(*a);
+    // Disk tables: the prompt's blocks read from now on, before its prefill.
+    if (opt_.prefetch) prefetch_disk_rows(model_, a->req.prompt.data(), static_cast<int64_t>(a->req.prompt.size()));
     stats_.kv_tokens_used += a->need;
     stats_.requests_admitted += choices(*a);
     prefilling_.push_back(std::move(a));

@@ -23,6 +23,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,7 +43,9 @@ struct EngineOptions {
                                  // 0 = max_batch * ctx (+ ctx with prefix_cache)
   int64_t max_queue = 64;        // requests waiting for admission at most (beyond: refused)
   bool prefetch = true;          // memory-mapped tables: a helper thread (RowPrefetcher) brings in the
-                                 // rows of every prompt piece and decode step before it computes
+                                 // rows of every prompt piece and decode step before it computes; disk
+                                 // tables: the store's I/O threads read a prompt's blocks at admission
+                                 // and a token's right after it is sampled (prefetch_disk_rows)
   int64_t prefill_chunk = 512;   // prompt tokens prefilled between two decode steps at most. A prompt
                                  // of at most this many is prefilled whole (prefill: as jtok generate
                                  // does); a longer one in chunks of exactly this many (prefill_chunked)
@@ -105,6 +108,7 @@ struct EngineStats {
   int64_t prefix_tokens_reused = 0, prefix_hits = 0, prefix_blocks_stored = 0, prefix_blocks_evicted = 0;
   int64_t prefix_blocks_cached = 0, prefix_blocks_held = 0;
   int64_t batch_hist[6] = {};    // decode steps with M in 1, 2-3, 4-7, 8-15, 16-31, 32+
+  std::optional<TableStore::Stats> table_store;  // disk tables: the store's cache and read counters
 };
 
 class Engine {

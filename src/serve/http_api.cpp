@@ -27,6 +27,27 @@ namespace {
 
 using json = nlohmann::json;
 
+// --tables disk: the store's cache and reads (TableStore::Stats) as Prometheus counters.
+void table_store_metrics(std::ostringstream& o, const TableStore::Stats& t) {
+  auto counter = [&](const char* name, const char* help, auto v) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n" << name << " " << v << "\n";
+  };
+  counter("jtok_table_store_hits_total", "table-store row lookups that found the token's block cached", t.hits);
+  counter("jtok_table_store_waits_total", "table-store row lookups that waited for the block's read under way (read-ahead)",
+          t.waits);
+  counter("jtok_table_store_misses_total", "table-store row lookups that read the token's block themselves", t.misses);
+  counter("jtok_table_store_reads_total", "token blocks read from the store file (pread)", t.reads);
+  counter("jtok_table_store_read_bytes_total", "bytes read from the store file", t.bytes_read);
+  counter("jtok_table_store_prefetch_reads_total", "token blocks read by the read-ahead I/O threads", t.prefetch_reads);
+  counter("jtok_table_store_prefetch_queued_total", "token blocks queued for read-ahead (not cached when announced)",
+          t.prefetch_queued);
+  counter("jtok_table_store_prefetch_skipped_total", "token blocks not read ahead (more than half the cache in one call)",
+          t.prefetch_skipped);
+  o << "# HELP jtok_table_store_read_seconds latency of the store's block reads\n# TYPE jtok_table_store_read_seconds summary\n"
+    << "jtok_table_store_read_seconds_sum " << static_cast<double>(t.read_ns) * 1e-9 << "\n"
+    << "jtok_table_store_read_seconds_count " << t.reads << "\n";
+}
+
 }  // namespace
 
 struct HttpApi::Impl {
@@ -185,6 +206,7 @@ struct HttpApi::Impl {
             s.prefetch_major_faults);
     counter("jtok_prefetch_jobs_dropped_total", "prefetch jobs dropped unstarted (the thread fell behind the steps)",
             s.prefetch_dropped);
+    if (s.table_store) table_store_metrics(o, *s.table_store);
     counter("jtok_prefix_tokens_reused_total", "prompt tokens taken from stored prefix blocks instead of prefilled",
             s.prefix_tokens_reused);
     counter("jtok_prefix_hits_total", "prompts that reused at least one stored prefix block", s.prefix_hits);

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Token tables larger than memory (issue 30, serving): decode tokens/s of `jtok serve` at batch 1
+# and 16 concurrent streams with
+#   (a) ram   the tables in RAM, no memory limit;
+#   (b) mmap  --tables mmap (read in place from model.safetensors), under the limit;
+#   (c) disk  --tables disk (the token-major store, its DRAM cache and read-ahead), under the limit;
+# the limit a memory cgroup the script makes (as root) that counts the page cache: cgroup v1's
+# memory.limit_in_bytes when /sys/fs/cgroup/memory is a v1 hierarchy, v2's memory.max when
+# /sys/fs/cgroup is cgroup2 (it prints which), at most 1/4 of the table bytes. Before every run the
+# checkpoint's and the store's files are evicted from the page cache (posix_fadvise DONTNEED) and a
+# fresh server starts. Prints each run's prefill / decode tok/s, resident memory, major faults and
+# the store's counters, then the ratios (c)/(a) and (c)/(b) and the goal checks: (c) >= 90 % of (a)
+# and ahead of (b).
+#
+#   bench/table_store_limit.sh [--quick] [--new-tokens N] [--prompt-tokens P] [--threads N]
+#                              [--limit-frac F] [--cache-mb N] [--table-dtype f32|bf16|int8]
+#
+# Model: random weights (bench/random_checkpoint.py), config b's GPT-2-small-sized backbone
+# (d 768, 12 layers) with JTok on all 12 layers and JTok-M n_e 4 on layers 2, 6, 10: 24 tables of
+# 50,304 x 768 (3.7 GB in f32). --quick: d 256, 6 layers, JTok on all, JTok-M n_e 4 on 1, 3, 5
+# (18 tables, 0.93 GB): a few minutes, to check the script, not for figures.
+# --limit-frac: the limit as a fraction of the table bytes (default 0.25); --cache-mb: the store's
+# DRAM cache (default: a tenth of the limit). Needs root (the cgroup), node (bench/serve_client.mjs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+QUICK=0; NEW=""; PROMPT_TOKENS=""; THREADS=2; FRAC=0.25; CACHE_MB=""; TDTYPE=f32
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK=1; shift ;;
+    --new-tokens) NEW=$2; shift 2 ;;
+    --prompt-tokens) PROMPT_TOKENS=$2; shift 2 ;;
+    --threads) THREADS=$2; shift 2 ;;
+    --limit-frac) FRAC=$2; shift 2 ;;
+    --cache-mb) CACHE_MB=$2; shift 2 ;;
+    --table-dtype) TDTYPE=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+[ "$(id -u)" = 0 ] || { echo "table_store_limit: needs root (it makes a memory cgroup)" >&2; exit 2; }
+. bench/bench_lib.sh
+WORK=$(mktemp -d /tmp/jtok_tslimit_XXXXXX)
+SERVER=""; CG=""
+# On exit: stop the server and clients, remove the cgroup (empty once its process is gone) and WORK.
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; [ -n "$CG" ] && rmdir "$CG" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+if [ $QUICK = 1 ]; then
+  NEW=${NEW:-16}; PROMPT_TOKENS=${PROMPT_TOKENS:-32}
+  BACKBONE='"hidden_size": 256, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 1024, "max_position_embeddings": 512'
+  JTOKM_LAYERS="1,3,5"
+else
+  NEW=${NEW:-64}; PROMPT_TOKENS=${PROMPT_TOKENS:-128}
+  BACKBONE=$($PY -c 'import json; c=json.load(open("configs/bench_b.json")); print(", ".join(f"\"{k}\": {json.dumps(c[k])}" for k in ("hidden_size","num_hidden_layers","num_attention_heads","num_key_value_heads","intermediate_size","max_position_embeddings")))')
+  JTOKM_LAYERS="2,6,10"
+fi
+echo "table_store_limit: prompt $PROMPT_TOKENS tokens, $NEW new tokens per stream (greedy, ignore_eos), $THREADS threads, tables $TDTYPE$([ $QUICK = 1 ] && echo ', QUICK')"
+echo "date: $(date -u '+%Y-%m-%d %H:%M UTC') | host: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB | load $(cut -d' ' -f1-3 /proc/loadavg) | commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+
+# The model (random weights), its tables in the chosen dtype, and the store.
+echo "{ \"vocab_size\": 50257, \"vocab_pad_multiple\": 64, $BACKBONE, \"seq_len\": 64, \"tokenizer\": \"gpt2\", \"jtok\": true, \"jtok_layers\": \"all\", \"jtokm\": true, \"jtokm_layers\": \"$JTOKM_LAYERS\", \"jtokm_n_e\": 4, \"jtokm_top_k\": 2 }" > "$WORK/cfg.json"
+$PY bench/random_checkpoint.py --config "$WORK/cfg.json" --out "$WORK/f32" > /dev/null
+CK=$WORK/f32
+if [ "$TDTYPE" != f32 ]; then "$JTOK" export --checkpoint "$WORK/f32" --out "$WORK/ck" --table-dtype "$TDTYPE" > /dev/null; CK=$WORK/ck; fi
+"$JTOK" export --checkpoint "$WORK/f32" --table-store "$WORK/store" --table-dtype "$TDTYPE" > /dev/null
+TABLE_BYTES=$(stat -c %s "$WORK/store/tables.bin")
+LIMIT=$($PY -c "import sys; print(int(int(sys.argv[1]) * float(sys.argv[2])))" "$TABLE_BYTES" "$FRAC")
+CACHE_MB=${CACHE_MB:-$((LIMIT / 10 / 1048576))}
+[ "$CACHE_MB" -ge 1 ] || CACHE_MB=1
+echo "tables: $(stat -c %s "$CK/model.safetensors" | awk '{printf "%.2f", $1/1e9}') GB checkpoint file, store $(awk -v b="$TABLE_BYTES" 'BEGIN{printf "%.2f", b/1e9}') GB; limit $(awk -v b="$LIMIT" 'BEGIN{printf "%.0f", b/1048576}') MiB ($FRAC of the table bytes); store cache $CACHE_MB MB"
+
+# The memory cgroup.
+if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
+  CG=/sys/fs/cgroup/jtok_tslimit_$$
+  grep -qw memory /sys/fs/cgroup/cgroup.subtree_control || echo +memory > /sys/fs/cgroup/cgroup.subtree_control
+  mkdir "$CG"; echo "$LIMIT" > "$CG/memory.max"; echo 0 > "$CG/memory.swap.max" 2>/dev/null || true
+  echo "cgroup: v2, $CG/memory.max = $(cat "$CG/memory.max") (counts the page cache)"
+elif [ -d /sys/fs/cgroup/memory ]; then
+  CG=/sys/fs/cgroup/memory/jtok_tslimit_$$
+  mkdir "$CG"; echo "$LIMIT" > "$CG/memory.limit_in_bytes"
+  echo "cgroup: v1, $CG/memory.limit_in_bytes = $(cat "$CG/memory.limit_in_bytes") (counts the page cache)"
+else
+  echo "no memory cgroup hierarchy under /sys/fs/cgroup" >&2; exit 2
+fi
+
+IDS=$($PY -c "import json; print(json.dumps([(i * 7919) % 50000 + 100 for i in range($PROMPT_TOKENS)]))")
+evict() { for f in "$@"; do $PY -c "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)" "$f"; done; }
+start_server() {  # limited (0|1), serve args...
+  local limited=$1; shift
+  rm -f "$WORK/serve.out"
+  evict "$CK/model.safetensors" "$WORK/f32/model.safetensors" "$WORK/store/tables.bin"
+  if [ "$limited" = 1 ]; then  # the shell joins the cgroup, then becomes the server
+    OMP_NUM_THREADS=$THREADS sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$CG" "$JTOK" serve --port 0 --max-batch 16 "$@" \
+      > "$WORK/serve.out" 2> "$WORK/serve.err" &
+  else
+    OMP_NUM_THREADS=$THREADS "$JTOK" serve --port 0 --max-batch 16 "$@" > "$WORK/serve.out" 2> "$WORK/serve.err" &
+  fi
+  SERVER=$!
+  PORT=""
+  for _ in $(seq 1200); do
+    PORT=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\).*|\1|p' "$WORK/serve.out" 2>/dev/null); [ -n "$PORT" ] && return 0
+    kill -0 "$SERVER" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$WORK/serve.err" >&2; exit 1
+}
+stop_server() { kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""; }
+run() {  # name, concurrency, limited, serve args...: one run on a fresh server, one row
+  local name=$1 c=$2 limited=$3 r m; shift 3
+  start_server "$limited" "$@"
+  r=$(node bench/serve_client.mjs "$PORT" "$c" "$NEW" "$IDS")
+  m=$(curl -s "http://127.0.0.1:$PORT/metrics")
+  stop_server
+  $PY - "$r" "$name" "$m" "$WORK/rows.jsonl" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1]); m = {}
+for line in sys.argv[3].splitlines():
+    if line and not line.startswith("#") and "{" not in line:
+        k, v = line.split(); m[k] = float(v)
+g = lambda k: m.get("jtok_table_store_" + k, 0)
+row = {"tables": sys.argv[2], "concurrency": r["concurrency"], "prefill_tok_s": r["prefill_tok_s"], "decode_tok_s": r["decode_tok_s"],
+       "rss_mib": m["jtok_resident_bytes"] / 2**20, "major_faults": int(m["jtok_page_faults_major_total"]),
+       "store_reads": int(g("reads_total")), "store_hits": int(g("hits_total")), "store_waits": int(g("waits_total")),
+       "store_misses": int(g("misses_total")), "store_read_ahead": int(g("prefetch_reads_total")),
+       "mean_read_us": 1e6 * g("read_seconds_sum") / max(1, g("read_seconds_count"))}
+open(sys.argv[4], "a").write(json.dumps(row) + "\n")
+store = (f"  store: {row['store_reads']} reads ({row['store_read_ahead']} ahead), {row['store_hits']} hits, {row['store_waits']} waits, "
+         f"{row['store_misses']} misses, mean read {row['mean_read_us']:.0f} us") if row["store_reads"] else ""
+print("%-5s %5d %14.1f %14.1f %9.0f %8d%s" % (row["tables"], row["concurrency"], row["prefill_tok_s"], row["decode_tok_s"],
+      row["rss_mib"], row["major_faults"], store))
+PY
+}
+printf '%-5s %5s %14s %14s %9s %8s\n' tables conc "prefill tok/s" "decode tok/s" "RSS MiB" "maj.flt"
+for c in 1 16; do
+  run ram "$c" 0 --checkpoint "$CK" --tables ram
+  run mmap "$c" 1 --checkpoint "$CK" --tables mmap
+  run disk "$c" 1 --checkpoint "$WORK/f32" --tables disk --table-store "$WORK/store" --table-cache-mb "$CACHE_MB"
+done
+echo "cgroup peak: $(cat "$CG/memory.max_usage_in_bytes" 2>/dev/null || cat "$CG/memory.peak" 2>/dev/null || echo '?') bytes (limit $LIMIT)"
+
+$PY - "$WORK/rows.jsonl" <<'PY'
+import json, sys
+R = {(r["tables"], r["concurrency"]): r for r in map(json.loads, open(sys.argv[1]))}
+met = []
+for c in (1, 16):
+    a, b, d = (R[(t, c)]["decode_tok_s"] for t in ("ram", "mmap", "disk"))
+    print(f"batch {c:2d}: decode (c)/(a) = {d / a:.3f}, (c)/(b) = {d / b:.2f}")
+    for name, ok in ((f"batch {c}: disk >= 90 % of RAM", d >= 0.9 * a), (f"batch {c}: disk ahead of mmap", d > b)):
+        met.append(ok); print(f"{'PASS' if ok else 'MISS'}  {name}")
+print(f"goals met: {sum(met)} of {len(met)}")
+PY
+echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
