@@ -32,6 +32,8 @@ struct Args {
   std::string grad_overlap = "on";
   std::string embp_overlap = "on";
   std::string init_from, train_only;
+  std::string tables = "ram", table_store;
+  int64_t table_cache_mb = 256;
   double table_lr = -1;
   bool no_memory_check = false;
 } args;
@@ -158,6 +160,9 @@ void run() {
   opt.grad_overlap = args.grad_overlap == "on";
   opt.embp_overlap = args.embp_overlap == "on";
   opt.overwrite = args.overwrite;
+  opt.tables = args.tables;
+  opt.table_store = args.table_store;
+  opt.table_cache_mb = args.table_cache_mb;
   opt.init_from = init_from;
   opt.no_checkpoints = args.no_checkpoints;
   opt.skip_nonfinite_steps = args.skip_nonfinite_steps;
@@ -201,6 +206,14 @@ void setup(CLI::App* sub) {
   sub->add_option("--set", args.sets, "override a config field: name=value (repeatable)");
   sub->add_option("--peak-gflops", args.peak_gflops, "fp32 peak for MFU (default: measured at start)");
   sub->add_option("--sample-prompt", args.sample_prompt, "prompt of the periodic samples");
+  sub->add_option("--tables", args.tables,
+                  "token tables: ram, or disk (rows and their AdamW moments in a training table store, --table-store; "
+                  "hot rows in a DRAM cache of --table-cache-mb)")
+      ->check(CLI::IsMember({"ram", "disk"}));
+  sub->add_option("--table-store", args.table_store,
+                  "--tables disk: the store directory (made from the initial tables; --resume reopens it)");
+  sub->add_option("--table-cache-mb", args.table_cache_mb, "--tables disk: DRAM cache of token rows, MB (default 256)")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--embp", args.embp, "token-indexed tables under mpirun: off (replicated), or sharded by id: premix (the owner mixes each "
                   "position), naive (unique (id, table) rows fetched), premix-dedup (per id the cheaper of the two; docs/distributed.md)")
       ->check(CLI::IsMember({"off", "premix", "naive", "premix-dedup"}));

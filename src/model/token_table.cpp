@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "model/table_store.h"
+#include "model/table_store_write.h"
 #include "ops/lowp_linear.h"
 
 namespace jtok {
@@ -90,8 +91,18 @@ TokenTable TokenTable::on_disk(std::shared_ptr<const TableStore> store, int64_t 
   return t;
 }
 
+TokenTable TokenTable::on_disk(std::shared_ptr<TrainTableStore> store, int64_t k) {
+  JTOK_CHECK(store && k >= 0 && k < static_cast<int64_t>(store->tables().size()), "on_disk: no table ", k);
+  TokenTable t;
+  t.rows = t.id_count = store->ids();
+  t.dim = store->tables()[static_cast<size_t>(k)].dim;
+  t.train_store_ = std::move(store);
+  t.store_table_ = k;
+  return t;
+}
+
 void TokenTable::not_in_memory(const char* what) const {
-  fail("token table (", rows, " x ", dim, ") is in the disk store ", store_->dir(), "; ", what,
+  fail("token table (", rows, " x ", dim, ") is in the disk store ", store_ ? store_->dir() : train_store_->dir(), "; ", what,
        " needs a table in memory: read it with read_row / the gather");
 }
 
@@ -104,6 +115,7 @@ float* TokenTable::mutable_data() {
   if (dtype_ != Dtype::f32)
     fail("token table (", rows, " x ", dim, ") is stored as ", dtype_name(dtype_),
          " (an inference export of jtok export --table-dtype); it cannot be trained or written: use the f32 checkpoint");
+  if (in_store()) not_in_memory("writing rows in place");
   if (!owner_ && static_cast<int64_t>(ram_.size()) != numel() && numel() > 0)
     fail("token table (", rows, " x ", dim, ") has no storage (unbound): load it first");
   if (owner_) fail("token table (", rows, " x ", dim, ") is a read-only view (e.g. a memory-mapped file); it cannot be written");
@@ -114,7 +126,11 @@ float table_element_ref(const TokenTable& t, int64_t r, int64_t j) {
   std::vector<uint8_t> disk;  // a disk table: the row's raw elements read from the store
   float scale = 0.0f;
   const uint8_t* raw = nullptr;
-  if (t.store()) {
+  if (t.train_store()) {  // f32 values
+    disk.resize(static_cast<size_t>(t.row_stride_bytes()));
+    t.train_store()->read_value(t.store_table(), t.id_of(r), reinterpret_cast<float*>(disk.data()));
+    raw = disk.data();
+  } else if (t.store()) {
     disk.resize(static_cast<size_t>(t.row_stride_bytes()));
     t.store()->read_raw(t.store_table(), t.id_of(r), disk.data(), &scale);
     raw = disk.data();
@@ -168,6 +184,10 @@ void dequantize_row(Dtype dt, const void* raw, float scale, int64_t d, float* ou
 }  // namespace
 
 void TokenTable::read_row(int64_t r, float* out) const {
+  if (train_store_) {
+    train_store_->read_value(store_table_, id_of(r), out);
+    return;
+  }
   if (store_) {  // the store's cached block: raw elements, then the same decoding
     thread_local std::vector<uint8_t> raw;
     raw.resize(static_cast<size_t>(row_stride_bytes()));
@@ -182,7 +202,7 @@ void TokenTable::read_row(int64_t r, float* out) const {
 std::vector<float> TokenTable::to_vector() const {
   std::vector<float> v(static_cast<size_t>(numel()));
   if (numel() == 0) return v;
-  if (raw_data() == nullptr && !store_) fail("token table (", rows, " x ", dim, ") has no storage (unbound): load it first");
+  if (!in_store() && raw_data() == nullptr) fail("token table (", rows, " x ", dim, ") has no storage (unbound): load it first");
   for (int64_t r = 0; r < rows; ++r) read_row(r, v.data() + r * dim);
   return v;
 }

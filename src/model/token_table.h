@@ -16,6 +16,7 @@
 namespace jtok {
 
 class TableStore;
+class TrainTableStore;
 
 // How a table's rows are stored. f32 is the training format (and the default); bf16 (the upper 16
 // bits of the float, rounded to nearest even) and int8 (symmetric, one float scale per row:
@@ -57,6 +58,9 @@ class TokenTable {
   // Table k of a token-major store on disk (model/table_store.h): read-only, rows read through the
   // store's DRAM cache.
   static TokenTable on_disk(std::shared_ptr<const TableStore> store, int64_t k);
+  // Table k of a training store on disk (model/table_store_write.h): rows, moments and row steps in
+  // the store. Read through the one gather; the table optimizer writes rows through the store.
+  static TokenTable on_disk(std::shared_ptr<TrainTableStore> store, int64_t k);
   // Writable RAM zeros for `rows` ids of a table of id_count: id_first, id_first + id_stride, ...
   static TokenTable shard_in_ram(int64_t id_count, int64_t id_first, int64_t id_stride, int64_t rows, int64_t dim);
 
@@ -67,8 +71,10 @@ class TokenTable {
   int64_t id_of(int64_t row) const { return id_first + row * id_stride; }
 
   Dtype dtype() const { return dtype_; }
-  bool read_only() const { return owner_ != nullptr || store_ != nullptr || dtype_ != Dtype::f32; }
+  bool read_only() const { return owner_ != nullptr || store_ != nullptr || train_store_ != nullptr || dtype_ != Dtype::f32; }
   const TableStore* store() const { return store_.get(); }  // a disk table's store, else null
+  TrainTableStore* train_store() const { return train_store_.get(); }  // a training store's table, else null
+  bool in_store() const { return store_ != nullptr || train_store_ != nullptr; }
   int64_t store_table() const { return store_table_; }     // its index in the store
   bool is_view() const { return owner_ != nullptr; }  // storage owned elsewhere (a mapped file)
   int64_t numel() const { return rows * dim; }
@@ -77,7 +83,7 @@ class TokenTable {
   // f32 tables only (fail otherwise, naming the dtype).
   const float* data() const {
     if (dtype_ != Dtype::f32) not_f32("data()");
-    if (store_) not_in_memory("data()");
+    if (in_store()) not_in_memory("data()");
     return owner_ ? static_cast<const float*>(view_) : ram_.data();
   }
   const float* row(int64_t r) const { return data() + r * dim; }
@@ -99,7 +105,7 @@ class TokenTable {
   [[noreturn]] void not_f32(const char* what) const;
   [[noreturn]] void not_in_memory(const char* what) const;
   const uint8_t* raw_data() const {
-    if (store_) not_in_memory("raw rows");
+    if (in_store()) not_in_memory("raw rows");
     if (owner_) return static_cast<const uint8_t*>(view_);
     return dtype_ == Dtype::f32 ? reinterpret_cast<const uint8_t*>(ram_.data()) : qram_.data();
   }
@@ -111,6 +117,7 @@ class TokenTable {
   const float* scale_view_ = nullptr;    // a view's int8 scales
   std::shared_ptr<const void> owner_;    // keeps a view's storage alive; null for RAM
   std::shared_ptr<const TableStore> store_;  // a disk table's store (its table store_table_)
+  std::shared_ptr<TrainTableStore> train_store_;  // a training store's table (its table store_table_)
   int64_t store_table_ = -1;
 };
 

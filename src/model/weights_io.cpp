@@ -82,7 +82,8 @@ Dtype table_dtype_in_file(const StIndex& f, const std::string& name, int64_t row
   return dt;
 }
 
-void load_weights(Model& m, const StIndex& f, bool tables) {
+void load_weights(Model& m, const StIndex& f, bool tables, bool tables_in_file) {
+  JTOK_CHECK(tables_in_file || !tables, "load_weights: tables to read from a file without tables");
   std::set<std::string> expected;
   for (const auto& p : m.layout) {
     expected.insert(p.name);
@@ -93,6 +94,7 @@ void load_weights(Model& m, const StIndex& f, bool tables) {
   for (size_t k = 0; k < m.tables.size(); ++k) {
     auto& t = m.tables[k];
     const std::string& name = m.table_names[k];
+    if (!tables_in_file) continue;
     expected.insert(name);
     const Dtype dt = table_dtype_in_file(f, name, t.rows, t.dim);
     if (!tables) {  // checked only: each rank of an embedding-parallel run reads its own rows
@@ -176,6 +178,7 @@ StFile weights_to_st(const Model& m) {
   StFile f = flat_to_st(m, m.params, "");
   for (size_t k = 0; k < m.tables.size(); ++k) {
     const TokenTable& t = m.tables[k];
+    if (t.train_store()) continue;  // its rows are in the training store, not copied into the checkpoint
     if (t.dtype() == Dtype::f32) {
       f.tensors[m.table_names[k]] = st_f32({t.rows, t.dim}, t.data());
       continue;

@@ -13,7 +13,7 @@ namespace jtok {
 
 // Every parameter: the flat ones and the token-indexed (JTok, JTok-M) tables. A table is stored in
 // its dtype: F32, BF16, or I8 with its per-row scales beside it as F32 tensor <name>_scale (rows).
-StFile weights_to_st(const Model& m);
+StFile weights_to_st(const Model& m);  // tables on disk (TokenTable::on_disk) left out
 // The int8 scales' tensor name of table `table`: table + "_scale".
 std::string table_scale_name(const std::string& table);
 // Table `name` of f: its dtype (F32, BF16 or I8; an I8 table needs its F32 (rows) scales), after
@@ -26,8 +26,10 @@ void load_weights(Model& m, const StFile& f, const std::string& origin);
 // the file's size is held beside the model). bf16 / int8 tables (inference exports) load as
 // read-only quantized RAM tables (the training loader refuses them: load_checkpoint).
 // tables = false: the tables' tensors are checked (present, F32, shape) but not read (a rank of an
-// embedding-parallel run reads only its rows: dist::ShardedTables).
-void load_weights(Model& m, const StIndex& f, bool tables = true);
+// embedding-parallel run reads only its rows: dist::ShardedTables). tables_in_file = false (with
+// tables = false): the file has no tables at all (a run whose tables are in a training store on
+// disk, model/table_store_write.h); a table tensor in it is then unexpected.
+void load_weights(Model& m, const StIndex& f, bool tables = true, bool tables_in_file = true);
 // The same from a mapped safetensors file, with the token tables left in it: the flat parameters
 // are copied, every table becomes a read-only view of its rows in the file (TokenTable::view, read
 // in place; resident memory is the pages touched). Same checks and errors as load_weights, plus a

@@ -19,6 +19,7 @@
 #include "dist/communicator.h"
 #include "io/safetensors.h"
 #include "model/weights_io.h"
+#include "train/disk_tables.h"
 
 namespace fs = std::filesystem;
 
@@ -71,6 +72,7 @@ static std::string first_nonfinite(const Model& m, const AdamWState& opt) {
     if (mo >= 0 && (bad(opt.m.data() + mo, n) || bad(opt.v.data() + mo, n))) return "the AdamW moments of " + p.name;
   }
   for (size_t k = 0; k < m.tables.size(); ++k) {
+    if (m.tables[k].train_store()) continue;  // rows on disk are not scanned (a non-finite step is never applied)
     if (bad(m.tables[k].data(), static_cast<size_t>(m.tables[k].numel()))) return m.table_names[k];
     if (bad(opt.tables.m[k].data(), opt.tables.m[k].size()) || bad(opt.tables.v[k].data(), opt.tables.v[k].size()))
       return "the AdamW moments of " + m.table_names[k];
@@ -175,7 +177,8 @@ void fsync_close(int fd, const fs::path& path) {
 
 std::string save_checkpoint(const std::string& run_dir, int64_t step, const Config& cfg, const Model& m,
                             const AdamWState& opt, const nlohmann::json& trainer_state, int64_t keep_last) {
-  JTOK_CHECK(opt.tables.consts.empty(), "save_checkpoint: table rows have deferred AdamW steps; call sync_tables first");
+  const TrainTableStore* store = m.tables.empty() ? nullptr : m.tables[0].train_store();
+  JTOK_CHECK(store || opt.tables.consts.empty(), "save_checkpoint: table rows have deferred AdamW steps; call sync_tables first");
   const std::string run_id = trainer_state.value("run_id", std::string());
   JTOK_CHECK(!run_id.empty(), "save_checkpoint: trainer_state has no run_id");
   const CkptPaths p = checkpoint_paths(run_dir, step, run_id);
@@ -187,8 +190,12 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const Conf
   model_st.metadata["format"] = "pt";  // as Hugging Face writes it
   write_safetensors((p.tmp / "model.safetensors").string(), model_st);
   StFile opt_st = backbone_moments_st(m, opt);
-  for (auto& [k, t] : tables_to_st(m, opt.tables.m, "exp_avg.").tensors) opt_st.tensors[k] = t;
-  for (auto& [k, t] : tables_to_st(m, opt.tables.v, "exp_avg_sq.").tensors) opt_st.tensors[k] = t;
+  if (store) {  // the tables, their moments and steps are in the store (flushed by the caller)
+    write_file_atomic((p.tmp / "table_store.json").string(), kept_steps_json(store->dir(), opt.tables).dump(1) + "\n");
+  } else {
+    for (auto& [k, t] : tables_to_st(m, opt.tables.m, "exp_avg.").tensors) opt_st.tensors[k] = t;
+    for (auto& [k, t] : tables_to_st(m, opt.tables.v, "exp_avg_sq.").tensors) opt_st.tensors[k] = t;
+  }
   write_safetensors((p.tmp / "optimizer.safetensors").string(), opt_st);
   return commit_checkpoint(p, step, cfg, trainer_state, run_id, keep_last);
 }
@@ -329,12 +336,16 @@ nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState
   if (!is_complete(d)) fail("checkpoint ", ckpt_dir, " is incomplete (no COMPLETE marker): it was interrupted while being written");
   const std::string mp = (d / "model.safetensors").string();
   const StIndex mi = read_safetensors_index(mp);
-  if (opt)  // training: every table must be f32 (bf16 / int8 ones are inference exports)
+  const bool in_store = fs::exists(d / "table_store.json");  // tables in a training store (disk_tables.h)
+  if (in_store && tables)
+    fail("checkpoint ", ckpt_dir, " keeps its token tables in a training table store (table_store.json names it), not in ",
+         "model.safetensors: resume it with --tables disk --table-store DIR");
+  if (opt && !in_store)  // training: every table must be f32 (bf16 / int8 ones are inference exports)
     for (size_t k = 0; k < m.tables.size(); ++k)
       if (Dtype dt = table_dtype_in_file(mi, m.table_names[k], m.tables[k].rows, m.tables[k].dim); dt != Dtype::f32)
         fail(mp, ": token table ", m.table_names[k], " is stored as ", dtype_name(dt),
              " (an inference export, jtok export --table-dtype); training needs f32 tables: train from the f32 checkpoint it was exported from");
-  load_weights(m, mi, tables);  // streamed: one tensor at a time into m
+  load_weights(m, mi, tables, !in_store);  // streamed: one tensor at a time into m
   if (opt && m.lowp.any())
     fail(mp, " holds ", dtype_name(m.lowp.dtype), " weights (a `jtok export --weight-dtype` inference copy): ",
          "it can be evaluated, generated from and served, not trained or resumed");

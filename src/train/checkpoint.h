@@ -1,6 +1,9 @@
 // Training checkpoints: one directory per step under the run directory,
 //   <run>/checkpoints/step_00001200/{model.safetensors, optimizer.safetensors, trainer_state.json,
 //                                     config.json, COMPLETE}
+// A run whose tables are in a training table store (--tables disk, train/disk_tables.h) has no
+// tables in either safetensors file and a table_store.json in their place (the store is flushed by
+// the trainer before the checkpoint is written).
 // Written into "<name>.tmp", each file fsynced, the directory renamed, and the COMPLETE marker
 // written last: a checkpoint without COMPLETE is never loaded, so a crash mid-write leaves the
 // previous checkpoint as the newest complete one.

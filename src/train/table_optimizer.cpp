@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
+#include "model/table_store_write.h"
 
 namespace jtok {
 
@@ -14,6 +15,7 @@ TableMoments make_table_moments(const std::vector<TokenTable>& tables, bool mome
   s.m.resize(tables.size());
   s.v.resize(tables.size());
   for (size_t k = 0; moments && k < tables.size(); ++k) {
+    if (tables[k].train_store()) continue;  // its moments are in the store
     s.m[k].assign(static_cast<size_t>(tables[k].numel()), 0.0f);
     s.v[k].assign(static_cast<size_t>(tables[k].numel()), 0.0f);
   }
@@ -24,42 +26,80 @@ TableMoments make_table_moments(const std::vector<TokenTable>& tables, bool mome
 void mark_rows_current(TableMoments& s, const std::vector<TokenTable>& tables, int64_t step) {
   s.row_step.resize(tables.size());
   for (size_t k = 0; k < tables.size(); ++k)
-    s.row_step[k].assign(static_cast<size_t>(tables[k].rows), static_cast<int32_t>(step));
+    s.row_step[k].assign(tables[k].train_store() ? 0 : static_cast<size_t>(tables[k].rows), static_cast<int32_t>(step));
   s.consts.clear();
   s.consts_base = step;
 }
+
+namespace {
+
+// Row r of table k for one update: its values, moments and step in place (tables in memory), or
+// (a training store's table, model/table_store_write.h) copied into this thread's scratch and
+// written back by commit().
+struct RowAccess {
+  float *p = nullptr, *m = nullptr, *v = nullptr;
+  int32_t* step = nullptr;
+  int64_t d = 0;
+  bool ok = true;  // false: the store failed (its check() reports it); nothing to update
+  RowAccess(std::vector<TokenTable>& tables, TableMoments& st, int64_t k, int64_t r) {
+    TokenTable& t = tables[static_cast<size_t>(k)];
+    d = t.dim;
+    store_ = t.train_store();
+    if (!store_) {
+      p = t.mutable_row(r);
+      m = st.m[static_cast<size_t>(k)].data() + r * d;
+      v = st.v[static_cast<size_t>(k)].data() + r * d;
+      step = &st.row_step[static_cast<size_t>(k)][static_cast<size_t>(r)];
+      return;
+    }
+    thread_local std::vector<float> scratch;  // one RowAccess at a time per thread
+    scratch.resize(static_cast<size_t>(3 * d));
+    p = scratch.data(), m = p + d, v = m + d, step = &disk_step_;
+    table_ = t.store_table(), id_ = t.id_of(r);
+    ok = store_->load_row(table_, id_, p, m, v, step);
+  }
+  void commit() {
+    if (store_ && ok) store_->store_row(table_, id_, p, m, v, disk_step_);
+  }
+
+ private:
+  TrainTableStore* store_ = nullptr;
+  int64_t table_ = 0, id_ = 0;
+  int32_t disk_step_ = 0;
+};
+
+}  // namespace
 
 // Brings row r of table k from the steps it has to `to`, replaying the missed steps with a zero
 // gradient: adamw_elements(nullptr) per step, exactly what the eager dense pass computes. A row
 // whose moments are all zero (never had a gradient) stays at zero moments, and its update
 // p * decay - step_size * 0 / (0 + eps) is p * decay: the same floats by a multiply per step.
-void TableOptimizer::replay_row(int64_t k, int64_t r, int64_t to) {
-  int32_t& have = st_.row_step[static_cast<size_t>(k)][static_cast<size_t>(r)];
-  if (have >= to || st_.consts.empty()) return;  // current, or nothing deferred (sparse)
+// Returns whether the row changed.
+static bool replay(RowAccess& a, TableMoments& st, int64_t k, int64_t r, int64_t to) {
+  int32_t& have = *a.step;
+  if (!a.ok || have >= to || st.consts.empty()) return false;  // current, or nothing deferred (sparse)
   // The constants of steps have+1 .. to must be kept: a row behind the oldest kept step, or a target
   // past the newest, would read outside consts. A bug, not bad input; called inside OpenMP loops,
   // where an exception cannot propagate, so it aborts with the values.
-  if (have < st_.consts_base || to > st_.current_step()) {
+  if (have < st.consts_base || to > st.current_step()) {
     std::fprintf(stderr, "jtok: internal error: table %lld row %lld is at step %d, asked for step %lld, but the kept "
                  "AdamW constants cover steps %lld..%lld\n", static_cast<long long>(k), static_cast<long long>(r), have,
-                 static_cast<long long>(to), static_cast<long long>(st_.consts_base + 1),
-                 static_cast<long long>(st_.current_step()));
+                 static_cast<long long>(to), static_cast<long long>(st.consts_base + 1),
+                 static_cast<long long>(st.current_step()));
     std::abort();
   }
-  const int64_t d = tables_[static_cast<size_t>(k)].dim;
-  float* p = tables_[static_cast<size_t>(k)].mutable_row(r);
-  float* m = st_.m[static_cast<size_t>(k)].data() + r * d;
-  float* v = st_.v[static_cast<size_t>(k)].data() + r * d;
+  const int64_t d = a.d;
+  float *p = a.p, *m = a.m, *v = a.v;
   bool cold = true;
   for (int64_t i = 0; i < d; ++i) cold = cold && m[i] == 0.0f && v[i] == 0.0f;
-  const AdamWStepConsts* c = st_.consts.data() - st_.consts_base - 1;  // c[s]: step s
+  const AdamWStepConsts* c = st.consts.data() - st.consts_base - 1;  // c[s]: step s
 #pragma omp atomic
-  st_.replayed_rows += 1;
+  st.replayed_rows += 1;
   if (!cold) {
 #pragma omp atomic
-    st_.replayed_warm_rows += 1;
+    st.replayed_warm_rows += 1;
 #pragma omp atomic
-    st_.replayed_warm_steps += to - have;
+    st.replayed_warm_steps += to - have;
   }
   for (int64_t s = have + 1; s <= to; ++s) {
     if (cold) {
@@ -71,6 +111,15 @@ void TableOptimizer::replay_row(int64_t k, int64_t r, int64_t to) {
     }
   }
   have = static_cast<int32_t>(to);
+  return true;
+}
+
+void TableOptimizer::replay_row(int64_t k, int64_t r, int64_t to) {
+  if (st_.consts.empty()) return;  // nothing deferred
+  const TokenTable& t = tables_[static_cast<size_t>(k)];
+  if (!t.train_store() && st_.row_step[static_cast<size_t>(k)][static_cast<size_t>(r)] >= to) return;  // current
+  RowAccess a(tables_, st_, k, r);
+  if (replay(a, st_, k, r, to)) a.commit();
 }
 
 void TableOptimizer::step(const AdamWHyper& h, bool dense) {
@@ -93,10 +142,12 @@ void TableOptimizer::step(const AdamWHyper& h, bool dense) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < R; ++i) {
       const int64_t r = g.ids[static_cast<size_t>(i)];
-      if (dense) replay_row(static_cast<int64_t>(k), r, h.step - 1);
-      adamw_elements(tables_[k].mutable_row(r), g.rows.data() + i * d, st_.m[k].data() + r * d,
-                     st_.v[k].data() + r * d, d, c);
-      st_.row_step[k][static_cast<size_t>(r)] = static_cast<int32_t>(h.step);
+      RowAccess a(tables_, st_, static_cast<int64_t>(k), r);
+      if (!a.ok) continue;
+      if (dense) replay(a, st_, static_cast<int64_t>(k), r, h.step - 1);
+      adamw_elements(a.p, g.rows.data() + i * d, a.m, a.v, d, c);
+      *a.step = static_cast<int32_t>(h.step);
+      a.commit();
     }
   }
 }

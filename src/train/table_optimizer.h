@@ -23,8 +23,10 @@ namespace jtok {
 
 // The AdamW state of a set of tables: per table, its rows' moments and the step each row has had.
 struct TableMoments {
-  std::vector<std::vector<float>> m, v;        // per table: (rows, dim), or empty (moments elsewhere)
-  std::vector<std::vector<int32_t>> row_step;  // per table: (rows) optimizer steps applied to the row
+  // Per table: (rows, dim), or empty (moments elsewhere: a shard's, or a training store's table,
+  // whose rows' moments and steps are in its blocks: model/table_store_write.h).
+  std::vector<std::vector<float>> m, v;
+  std::vector<std::vector<int32_t>> row_step;  // per table: (rows) optimizer steps applied to the row, or empty
   // The constants of the steps after consts_base (step s: consts[s - consts_base - 1]), kept to
   // replay the steps rows missed; empty when every row is current (and always under "sparse").
   std::vector<AdamWStepConsts> consts;
@@ -43,7 +45,9 @@ TableMoments make_table_moments(const std::vector<TokenTable>& tables, bool mome
 void mark_rows_current(TableMoments& s, const std::vector<TokenTable>& tables, int64_t step);
 
 // A view over writable f32 tables, their row-sparse gradients (keyed by row of the storage) and
-// their moments; holds nothing itself.
+// their moments; holds nothing itself. A table in a training store on disk (TokenTable::on_disk)
+// is updated row by row through the store: each row, its moments and step read into scratch,
+// updated by the same code, written back.
 class TableOptimizer {
  public:
   TableOptimizer(std::vector<TokenTable>& tables, const std::vector<SparseRowGrad>& grads, TableMoments& st)

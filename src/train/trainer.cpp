@@ -91,9 +91,19 @@ void resume_from_checkpoint(TrainRun& r) {
   if (saved.train.train_only != r.t.train_only)  // a frozen backbone stays frozen (its moments do not exist)
     fail("--resume: field train_only is '", saved.train.train_only, "' in checkpoint ", ck, "/config.json but '",
          r.t.train_only, "' now: resume with --train-only ", saved.train.train_only);
+  const bool disk = r.opt.tables == "disk";
+  if (disk != fs::exists(fs::path(ck) / "table_store.json"))
+    fail("--resume: checkpoint ", ck, disk ? " holds its token tables (no table_store.json): resume with --tables ram"
+                                           : " keeps its token tables in a table store (table_store.json): resume with --tables disk --table-store DIR");
   const TrainerState st =
-      parse_trainer_state(load_checkpoint(ck, r.model, &r.adam, /*tables=*/!r.embp_on), ck + "/trainer_state.json");
+      parse_trainer_state(load_checkpoint(ck, r.model, &r.adam, /*tables=*/!r.embp_on && !disk), ck + "/trainer_state.json");
   r.start_step = st.step;
+  if (disk) {  // the store rolled back to this checkpoint, and the steps its rows may still owe
+    r.store = attach_disk_tables(r.model, r.opt.table_store, r.opt.table_cache_mb << 20, st.step, false);
+    r.adam.tables = make_table_moments(r.model.tables, true, r.adam.step);
+    const std::string where = ck + "/table_store.json";
+    restore_kept_steps(r.adam.tables, nlohmann::json::parse(read_file(where), nullptr, false), where);
+  }
   r.data.restore(st.data);
   r.sample_rng = st.sample_rng;
   if (!st.run_id.empty()) r.run_id = st.run_id;
@@ -139,7 +149,11 @@ void make_or_resume_model(TrainRun& r) {
   }
   r.embp_on = r.opt.embp != "off" && (r.cfg.model.jtok || r.cfg.model.jtokm);
   r.shard_init = r.embp_on && !r.ck;
-  r.model = make_model(r.cfg.model, t.seed, {.init = !r.ck, .grads = true, .tables = !r.embp_on});
+  const bool disk = r.opt.tables == "disk";
+  if (r.opt.tables != "ram" && !disk) fail("--tables must be ram or disk for training, got '", r.opt.tables, "'");
+  if (disk && (r.opt.table_store.empty() || r.embp_on || r.share.ranks > 1 || !(r.cfg.model.jtok || r.cfg.model.jtokm)))
+    fail("--tables disk needs --table-store DIR, a model with token tables (jtok or jtokm), and one process (no --embp, no mpirun)");
+  r.model = make_model(r.cfg.model, t.seed, {.init = !r.ck, .grads = true, .tables = !r.embp_on && !(disk && r.ck)});
   r.model.backbone_frozen = t.train_only == "tables";  // before any optimizer state: frozen tensors get no moments
   r.sample_rng = std::mt19937_64(t.seed ^ 0x5eedULL);
   r.run_id = new_run_id();
@@ -151,6 +165,7 @@ void make_or_resume_model(TrainRun& r) {
     const std::vector<std::string> fresh = load_init_weights(r.model, r.opt.init_from, !r.embp_on);
     std::printf("init-from: %s loaded, %zu tensors kept fresh\n", r.opt.init_from.c_str(), fresh.size());
   }
+  if (disk) r.store = attach_disk_tables(r.model, r.opt.table_store, r.opt.table_cache_mb << 20, std::nullopt, r.opt.resume);
   r.adam = make_adamw_state(r.model, !r.shard_init);
   if (r.lead && fs::exists(r.log_path)) truncate_log(r.log_path, 0);  // --resume with nothing to resume: no step is kept
 }

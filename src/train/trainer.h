@@ -40,6 +40,11 @@ struct TrainOptions {
   // every table exchange a blocking MPI_Alltoallv where the model asks for it. Same bits.
   bool embp_overlap = true;
   bool overwrite = false;
+  // Token tables: "ram", or "disk": rows, moments and row steps in a training store at table_store
+  // (train/disk_tables.h) with a DRAM cache of table_cache_mb; made from the initial tables, reopened
+  // (rolled back to the checkpoint) on resume.
+  std::string tables = "ram", table_store;
+  int64_t table_cache_mb = 256;
   // A fresh run's weights from this checkpoint directory (train/init_from.h; the config already
   // checked and adjusted by plan_init_from); ignored when --resume finds a checkpoint of the run.
   std::string init_from;

@@ -45,6 +45,14 @@ void write_step_json(TrainRun& r, int64_t done, const StepSums& s, const StepSta
   if (mc.is_moe()) line["aux_loss"] = s.aux;
   if (mc.jtokm) line["jtokm_aux_loss"] = s.jaux;
   line["hidden_std"] = s.hstd;
+  if (r.store) {  // this step's (and its validation's) cache traffic
+    const TrainTableStore::Stats now = r.store->stats();
+    const TrainTableStore::Stats& was = r.store_seen;
+    line["table_store"] = {{"hits", now.hits - was.hits}, {"misses", now.misses - was.misses},
+                           {"bytes_read", now.bytes_read - was.bytes_read}, {"bytes_written", now.bytes_written - was.bytes_written},
+                           {"units_logged", now.units_logged - was.units_logged}};
+    r.store_seen = now;
+  }
   r.log.write(line);
   if (mc.jtokm && (done % r.t.log_interval == 0 || done == r.t.max_steps)) r.log.write(s.routing.to_json(done));
 }
@@ -113,7 +121,7 @@ void log_step(TrainRun& r, int64_t done, const StepSums& s, const StepStats& st,
 
 void maybe_validate(TrainRun& r, int64_t done) {
   if (!r.val || r.opt.no_checkpoints || (done % r.t.eval_interval != 0 && done != r.t.max_steps)) return;
-  sync_tables(r.model, r.adam);  // evaluation reads any row
+  if (!r.store) sync_tables(r.model, r.adam);  // evaluation reads any row (disk tables: synced as read)
   double vl = r.lead || r.embp ? mean_val_loss(r.model, r.acts, *r.val, r.t) : 0.0;  // sharded: every rank serves rows
   if (r.embp) r.embp->take_bytes();  // not a training step's exchange
   r.res.last_val_loss = vl;
@@ -122,7 +130,7 @@ void maybe_validate(TrainRun& r, int64_t done) {
 }
 
 void maybe_sample(TrainRun& r, int64_t done) {
-  if (!r.lead || r.embp || !r.opt.sample || r.t.sample_interval <= 0 || done % r.t.sample_interval != 0) return;
+  if (!r.lead || r.embp || r.store || !r.opt.sample || r.t.sample_interval <= 0 || done % r.t.sample_interval != 0) return;
   sync_tables(r.model, r.adam);  // generation reads any row
   auto gen = [&r](const std::vector<int32_t>& prompt, int64_t n) {
     KVCache cache;
@@ -145,9 +153,15 @@ void save_checkpoint_at(TrainRun& r, int64_t step) {
   const TrainConfig& t = r.t;
   const nlohmann::json st = to_json(TrainerState{.step = step, .run_id = r.run_id, .data = r.data.state(), .sample_rng = r.sample_rng,
                                                  .lr = lr_at(t, std::max<int64_t>(0, step - 1)), .max_steps = t.max_steps});
-  sync_tables(r.model, r.adam);
+  // Disk tables: the store flushed (not synced: the checkpoint keeps the steps rows owe), except at
+  // the run's end, where every row is brought current so the store holds the trained tables.
+  if (!r.store || step == t.max_steps) sync_tables(r.model, r.adam);
+  if (r.store) r.store->flush(step);
   std::string dir;
-  if (r.embp && !r.faults.gather_checkpoints) {  // every rank writes its own rows in place
+  if (r.store) {
+    dir = save_checkpoint(r.opt.out_dir, step, r.cfg, r.model, r.adam, st, t.keep_checkpoints);
+    r.store->seal(step);  // after the checkpoint is complete: the undo log starts over from it
+  } else if (r.embp && !r.faults.gather_checkpoints) {  // every rank writes its own rows in place
     dir = save_checkpoint_sharded(r.opt.out_dir, step, r.cfg, r.model, r.adam, st, t.keep_checkpoints, r.embp_opt->owned_rows());
     if (!r.lead) return;
   } else {

@@ -17,6 +17,7 @@
 #include "dist/sharded_tables.h"
 #include "dist/watchdog.h"
 #include "model/transformer.h"
+#include "train/disk_tables.h"
 #include "train/fault_injection.h"
 #include "train/optimizer.h"
 #include "train/run_dir.h"
@@ -66,6 +67,8 @@ struct TrainRun {
   JsonlLog log;  // other ranks: never opened, writes go nowhere
   std::unique_ptr<dist::ShardedTables> embp;
   std::unique_ptr<ShardOptimizer> embp_opt;  // the owned rows' moments and their table optimizer
+  std::shared_ptr<TrainTableStore> store;     // --tables disk: the model's tables' store
+  TrainTableStore::Stats store_seen;          // its counters at the last step line
   bool tty = false;
   std::vector<int32_t> x, y;  // one micro-batch's inputs and targets, (B,T) each
   Activations acts;

@@ -24,7 +24,7 @@ void run_micro_batches(TrainRun& r, int64_t step, StepSums& s) {
   const double mb_weight = share.by_micro_batch ? inv_acc : inv_acc / static_cast<double>(share.ranks);
   for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
     r.data.next(r.x.data(), r.y.data(), B, T);  // every rank reads every micro-batch: one loader state
-    inject_nan_table_row(r.faults, r.model, step + 1, r.x[0], r.embp != nullptr);
+    inject_nan_table_row(r.faults, r.model, step + 1, r.x[0], r.embp != nullptr || r.store != nullptr);
     if (!share.runs(mb)) continue;
     // The last micro-batch this rank runs: its backward starts summing each layer's gradients.
     if (r.buckets && mb == r.last_mb)
@@ -81,7 +81,7 @@ std::string first_nonfinite_weight(const Model& m) {
       if (!std::isfinite(m.params[static_cast<size_t>(p.offset + i)])) return p.name;
   for (size_t k = 0; k < m.tables.size(); ++k) {
     const TokenTable& t = m.tables[k];
-    if (!t.data()) continue;  // sharded away (embedding parallelism)
+    if (t.in_store() || !t.data()) continue;  // on disk (not scanned), or sharded away (embedding parallelism)
     for (int64_t r = 0; r < t.rows; ++r)
       for (int64_t c = 0; c < t.dim; ++c)
         if (!std::isfinite(t.row(r)[c])) return "table " + m.table_names[k] + " row " + std::to_string(r);
@@ -124,6 +124,7 @@ StepSums forward_backward(TrainRun& r, int64_t step) {
   r.watchdog->set_step(step + 1);
   StepSums s(*r.no_routing);
   run_micro_batches(r, step, s);
+  if (r.store) r.store->check();  // a read error in the gathers stops the run here, naming the file
   if (r.share.ranks > 1) sum_over_ranks(r, s);
   return s;
 }
@@ -134,6 +135,7 @@ StepSums forward_backward(TrainRun& r, int64_t step) {
 bool apply_or_skip(TrainRun& r, int64_t step, const StepSums& s, StepStats& st) {
   inject_nan_grad(r.faults, r.model, step + 1);
   const std::string nonfinite = try_optimizer_step(r, s.loss, st);
+  if (r.store) r.store->check();  // a write-back that failed (a full disk) stops the run, naming the file
   if (nonfinite.empty()) return true;
   if (r.skipped_steps >= r.opt.skip_nonfinite_steps) fail_step(r, step + 1, nonfinite);
   ++r.skipped_steps;

@@ -1,0 +1,58 @@
+#include "train/disk_tables.h"
+
+#include <bit>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace jtok {
+
+namespace fs = std::filesystem;
+
+std::shared_ptr<TrainTableStore> attach_disk_tables(Model& m, const std::string& dir, int64_t cache_bytes,
+                                                    std::optional<int64_t> resume_step, bool reuse) {
+  JTOK_CHECK(!m.tables.empty(), "--tables disk: the model has no token tables");
+  int64_t step = resume_step.value_or(0);
+  if (!resume_step && !(reuse && fs::exists(dir))) {
+    TrainTableStore::create(dir, m.tables, m.table_names, 0);
+    std::printf("table store: %s made from the initial tables\n", dir.c_str());
+  }
+  std::shared_ptr<TrainTableStore> s = TrainTableStore::open(dir, cache_bytes, step);
+  const std::string manifest = (fs::path(dir) / "manifest.json").string();
+  if (s->tables().size() != m.tables.size())
+    fail(manifest, ": ", s->tables().size(), " tables, the model has ", m.tables.size());
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    const TrainStoreTable& t = s->tables()[k];
+    if (t.name != m.table_names[k] || t.dim != m.tables[k].dim || s->ids() != m.tables[k].rows)
+      fail(manifest, ": table ", k, " is ", t.name, " (", s->ids(), " x ", t.dim, "), the model's ", m.table_names[k], " (",
+           m.tables[k].rows, " x ", m.tables[k].dim, ")");
+    m.tables[k] = TokenTable::on_disk(s, static_cast<int64_t>(k));  // the RAM rows are freed
+  }
+  return s;
+}
+
+nlohmann::json kept_steps_json(const std::string& store_dir, const TableMoments& st) {
+  nlohmann::json consts = nlohmann::json::array();
+  for (const AdamWStepConsts& c : st.consts)
+    consts.push_back({std::bit_cast<uint32_t>(c.b1), std::bit_cast<uint32_t>(c.b2), std::bit_cast<uint32_t>(c.eps),
+                      std::bit_cast<uint32_t>(c.step_size), std::bit_cast<uint32_t>(c.inv_sqrt_bc2),
+                      std::bit_cast<uint32_t>(c.decay), std::bit_cast<uint32_t>(c.grad_scale)});
+  return {{"store", fs::absolute(store_dir).string()}, {"consts_base", st.consts_base}, {"consts_f32_bits", consts}};
+}
+
+void restore_kept_steps(TableMoments& st, const nlohmann::json& j, const std::string& where) {
+  try {
+    st.consts_base = j.at("consts_base").get<int64_t>();
+    st.consts.clear();
+    for (const auto& c : j.at("consts_f32_bits")) {
+      if (!c.is_array() || c.size() != 7) fail(where, ": field consts_f32_bits: each entry must be 7 integers");
+      auto f = [&](int i) { return std::bit_cast<float>(c.at(i).get<uint32_t>()); };
+      st.consts.push_back({f(0), f(1), f(2), f(3), f(4), f(5), f(6)});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail(where, ": missing or mistyped field (", e.what(), ")");
+  }
+}
+
+}  // namespace jtok

@@ -1,0 +1,330 @@
+// The training table store (model/table_store_write.h) under the one table optimizer
+// (train/table_optimizer.h), against the same tables in RAM:
+//   - steps of the deferred exact ("dense") and the lazy optimizer, with reads (gathers with the
+//     row-sync hook) between them, through a cache of two units (so units are evicted and written
+//     back), leave values, moments and row steps bit for bit equal to RAM's, in two geometries
+//     (many tokens to a 4 KiB unit, and one token over two pages);
+//   - a crash after a checkpoint (the store dropped without a flush, units already written back, a
+//     torn record at the log's end) reopens at the checkpoint and continues bit for bit; a crash
+//     between flush and seal reopens at either step; any other step is refused naming the log;
+//   - a truncated data file, an altered unit, a bad manifest, a torn or missing log are refused
+//     naming the file;
+//   - a full disk (RLIMIT_FSIZE: the undo log cannot grow) stops the run with an error naming the
+//     log, and the reopened store continues from the checkpoint bit for bit.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/table_store_write.h"
+#include "model/token_table.h"
+#include "train/table_optimizer.h"
+
+using namespace jtok;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t V = 61;
+
+std::string fresh_dir() {
+  static int n = 0;
+  return ::testing::TempDir() + "train_store_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
+}
+
+std::vector<TokenTable> initial_tables(const std::vector<int64_t>& dims) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 0.5f);
+  std::vector<TokenTable> t;
+  for (int64_t d : dims) {
+    std::vector<float> w(static_cast<size_t>(V * d));
+    for (auto& x : w) x = nd(rng);
+    t.push_back(TokenTable::in_ram(V, d, std::move(w)));
+  }
+  return t;
+}
+
+// Tables, their gradients and AdamW state: in RAM, or in a training store (cache of two units).
+struct TableRun {
+  std::vector<TokenTable> tables;
+  std::vector<SparseRowGrad> grads;
+  TableMoments st;
+  std::shared_ptr<TrainTableStore> store;
+  bool dense = true;
+
+  void grads_for(int64_t step) {  // a few ids (repeats of small ids) with random rows, by step
+    std::mt19937 rng(static_cast<uint32_t>(1000 + step));
+    std::uniform_int_distribution<int> id(0, V - 1), small(0, 5);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& g : grads) {
+      g.clear();
+      for (int i = 0; i < 7; ++i) {
+        float* row = g.row(i % 2 ? small(rng) : id(rng));
+        for (int64_t j = 0; j < g.dim; ++j) row[j] += nd(rng);
+      }
+    }
+  }
+  // Step `step` (from 1), then a read of a few rows through the gather with the sync hook.
+  std::vector<float> step(int64_t step) {
+    grads_for(step);
+    AdamWHyper h{0.02f * (1.0f + 0.1f * static_cast<float>(step % 5)), 0.9f, 0.95f, 1e-8f, 0.1f, step};
+    TableOptimizer opt(tables, grads, st);
+    opt.step(h, dense);
+    std::mt19937 rng(static_cast<uint32_t>(2000 + step));
+    std::uniform_int_distribution<int32_t> id(0, V - 1);
+    std::vector<int32_t> ids = {id(rng), id(rng), id(rng), static_cast<int32_t>(V - 1)};
+    std::vector<float> out;
+    for (size_t k = 0; k < tables.size(); ++k) {
+      std::vector<float> rows(ids.size() * static_cast<size_t>(tables[k].dim));
+      gather_rows(rows.data(), tables[k], ids.data(), static_cast<int64_t>(ids.size()), opt.row_sync(), static_cast<int64_t>(k));
+      out.insert(out.end(), rows.begin(), rows.end());
+    }
+    if (store) store->check();
+    return out;
+  }
+  // Every row brought current, then (values, m, v, step) of every row of every table.
+  std::vector<float> state() {
+    TableOptimizer(tables, grads, st).sync_all();
+    std::vector<float> out;
+    for (size_t k = 0; k < tables.size(); ++k) {
+      const int64_t d = tables[k].dim;
+      std::vector<float> p(d), m(d), v(d);
+      for (int64_t r = 0; r < V; ++r) {
+        int32_t s;
+        if (store) {
+          EXPECT_TRUE(store->load_row(tables[k].store_table(), r, p.data(), m.data(), v.data(), &s));
+        } else {
+          std::memcpy(p.data(), tables[k].row(r), 4 * d);
+          std::memcpy(m.data(), st.m[k].data() + r * d, 4 * d);
+          std::memcpy(v.data(), st.v[k].data() + r * d, 4 * d);
+          s = st.row_step[k][r];
+        }
+        for (auto* a : {&p, &m, &v}) out.insert(out.end(), a->begin(), a->end());
+        out.push_back(static_cast<float>(s));
+      }
+    }
+    if (store) store->check();
+    return out;
+  }
+};
+
+TableRun ram_run(const std::vector<int64_t>& dims, bool dense) {
+  TableRun r;
+  r.tables = initial_tables(dims);
+  for (auto& t : r.tables) r.grads.emplace_back().init(V, t.dim);
+  r.st = make_table_moments(r.tables, true, 0);
+  r.dense = dense;
+  return r;
+}
+
+// The store at dir opened at `step` (kept constants from `kept`, a checkpoint's).
+TableRun disk_run(const std::string& dir, const std::vector<int64_t>& dims, bool dense, int64_t step, const TableMoments* kept) {
+  TableRun r;
+  r.store = TrainTableStore::open(dir, 0, step);  // the smallest cache: two units
+  for (size_t k = 0; k < dims.size(); ++k) r.tables.push_back(TokenTable::on_disk(r.store, static_cast<int64_t>(k)));
+  for (auto& t : r.tables) r.grads.emplace_back().init(V, t.dim);
+  r.st = make_table_moments(r.tables, true, step);
+  if (kept) r.st.consts = kept->consts, r.st.consts_base = kept->consts_base;
+  r.dense = dense;
+  return r;
+}
+
+std::string make_store(const std::vector<int64_t>& dims) {
+  const std::string dir = fresh_dir();
+  TrainTableStore::create(dir, initial_tables(dims), std::vector<std::string>(dims.size(), "t"), 0);
+  return dir;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
+}
+
+void expect_error(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one naming " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+struct Geometry {
+  std::vector<int64_t> dims;
+};
+const Geometry kSmall{{8, 12, 5}};  // 3 tables, 312-byte blocks: 13 tokens a 4 KiB unit, 5 units
+const Geometry kLarge{{8, 400}};    // a 4,904-byte block: one token over two pages
+
+}  // namespace
+
+class TrainStoreSteps : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(TrainStoreSteps, MatchesRamBitForBit) {
+  const auto& dims = std::get<0>(GetParam()) == 0 ? kSmall.dims : kLarge.dims;
+  const bool dense = std::get<1>(GetParam());
+  TableRun ram = ram_run(dims, dense), disk = disk_run(make_store(dims), dims, dense, 0, nullptr);
+  for (int64_t s = 1; s <= 12; ++s) ASSERT_TRUE(same_bits(ram.step(s), disk.step(s))) << "gathered rows differ after step " << s;
+  EXPECT_GT(disk.store->stats().bytes_written, 0) << "the cache of two units must have written units back";
+  EXPECT_TRUE(same_bits(ram.state(), disk.state()));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, TrainStoreSteps, ::testing::Combine(::testing::Values(0, 1), ::testing::Bool()));
+
+TEST(TrainStore, CrashAfterCheckpointRollsBack) {
+  for (bool dense : {true, false}) {
+    const auto& dims = kSmall.dims;
+    TableRun ram = ram_run(dims, dense);
+    for (int64_t s = 1; s <= 12; ++s) ram.step(s);
+    const std::string dir = make_store(dims);
+    TableMoments kept;
+    {
+      TableRun a = disk_run(dir, dims, dense, 0, nullptr);
+      for (int64_t s = 1; s <= 4; ++s) a.step(s);
+      a.store->flush(4);
+      kept = a.st;  // the checkpoint's kept constants
+      a.store->seal(4);
+      const int64_t before = a.store->stats().bytes_written;
+      for (int64_t s = 5; s <= 8; ++s) a.step(s);
+      ASSERT_GT(a.store->stats().bytes_written, before) << "units must reach the file before the crash";
+    }  // the crash: dropped without a flush
+    {
+      // A whole record's length of garbage (a torn record), then a record cut short.
+      std::ofstream(dir + "/undo.log", std::ios::app | std::ios::binary) << std::string(16 + 4096, 'x') << "cut";
+    }
+    expect_error([&] { TrainTableStore::open(dir, 0, 8); }, "undo.log");
+    TableRun b = disk_run(dir, dims, dense, 4, &kept);
+    for (int64_t s = 5; s <= 12; ++s) b.step(s);
+    EXPECT_TRUE(same_bits(ram.state(), b.state())) << (dense ? "dense" : "lazy");
+  }
+}
+
+TEST(TrainStore, CrashBetweenFlushAndSeal) {
+  const auto& dims = kSmall.dims;
+  TableRun ram = ram_run(dims, true);
+  for (int64_t s = 1; s <= 10; ++s) ram.step(s);
+  for (int64_t resume_at : {4, 8}) {
+    const std::string dir = make_store(dims);
+    TableMoments kept4, kept8;
+    {
+      TableRun a = disk_run(dir, dims, true, 0, nullptr);
+      for (int64_t s = 1; s <= 4; ++s) a.step(s);
+      a.store->flush(4);
+      kept4 = a.st;
+      a.store->seal(4);
+      for (int64_t s = 5; s <= 8; ++s) a.step(s);
+      a.store->flush(8);  // then the crash: the trainer's checkpoint 8 may or may not be complete
+      kept8 = a.st;
+    }
+    expect_error([&] { TrainTableStore::open(dir, 0, 6); }, "undo.log");
+    TableRun b = disk_run(dir, dims, true, resume_at, resume_at == 4 ? &kept4 : &kept8);
+    for (int64_t s = resume_at + 1; s <= 10; ++s) b.step(s);
+    EXPECT_TRUE(same_bits(ram.state(), b.state())) << "resumed at " << resume_at;
+  }
+}
+
+TEST(TrainStore, TornOrAlteredStoreRefused) {
+  const auto& dims = kSmall.dims;
+  {
+    const std::string dir = make_store(dims);
+    fs::resize_file(dir + "/tables.bin", fs::file_size(dir + "/tables.bin") - 100);
+    expect_error([&] { TrainTableStore::open(dir, 0, 0); }, "tables.bin");
+  }
+  {
+    const std::string dir = make_store(dims);
+    {
+      std::fstream f(dir + "/tables.bin", std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(4096 + 17);  // unit 1: tokens 13..25
+      f.put('\x5a');
+    }
+    TableRun r = disk_run(dir, dims, true, 0, nullptr);
+    std::vector<float> row(8);
+    r.tables[0].read_row(3, row.data());  // unit 0: fine
+    EXPECT_NO_THROW(r.store->check());
+    r.tables[0].read_row(20, row.data());
+    expect_error([&] { r.store->check(); }, "tables.bin: unit 1");
+  }
+}
+
+TEST(TrainStore, BadManifestOrLogRefused) {
+  const auto& dims = kSmall.dims;
+  auto edit = [](const std::string& path, const std::string& from, const std::string& to) {
+    std::ifstream in(path);
+    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = s.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    s.replace(at, from.size(), to);
+    std::ofstream(path, std::ios::trunc) << s;
+  };
+  {
+    const std::string dir = make_store(dims);
+    edit(dir + "/manifest.json", "\"per_page\": 13", "\"per_page\": 12");
+    expect_error([&] { TrainTableStore::open(dir, 0, 0); }, "manifest.json");
+  }
+  {
+    const std::string dir = make_store(dims);
+    edit(dir + "/manifest.json", "jtok-table-store-train-1", "jtok-table-store-1");
+    expect_error([&] { TrainTableStore::open(dir, 0, 0); }, "manifest.json");
+  }
+  {
+    const std::string dir = make_store(dims);
+    edit(dir + "/undo.log", "JTOKUNDO", "JTOKUNDX");
+    expect_error([&] { TrainTableStore::open(dir, 0, 0); }, "undo.log");
+  }
+  {
+    const std::string dir = make_store(dims);
+    fs::resize_file(dir + "/undo.log", 20);
+    expect_error([&] { TrainTableStore::open(dir, 0, 0); }, "undo.log");
+  }
+  {
+    const std::string dir = make_store(dims);
+    fs::remove(dir + "/undo.log");
+    expect_error([&] { TrainTableStore::open(dir, 0, 0); }, "undo.log");
+  }
+}
+
+TEST(TrainStore, FullDiskLosesNothing) {
+  const auto& dims = kSmall.dims;
+  TableRun ram = ram_run(dims, true);
+  for (int64_t s = 1; s <= 10; ++s) ram.step(s);
+  const std::string dir = make_store(dims);
+  TableMoments kept;
+  {
+    TableRun a = disk_run(dir, dims, true, 0, nullptr);
+    for (int64_t s = 1; s <= 4; ++s) a.step(s);
+    a.store->flush(4);
+    kept = a.st;
+    a.store->seal(4);
+    // The disk is full: no write may go past byte 32 of any file (the empty log is 32 bytes).
+    struct rlimit old {};
+    getrlimit(RLIMIT_FSIZE, &old);
+    auto* prev = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = old;
+    lim.rlim_cur = 32;
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    bool failed = false;
+    for (int64_t s = 5; s <= 10 && !failed; ++s) {
+      try {
+        a.step(s);
+      } catch (const Error& e) {
+        failed = true;
+        EXPECT_NE(std::string(e.what()).find("undo.log"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("rolls back to its checkpoint at step 4"), std::string::npos) << e.what();
+      }
+    }
+    if (!failed) expect_error([&] { a.store->flush(10); }, "undo.log");
+    setrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, prev);
+  }
+  TableRun b = disk_run(dir, dims, true, 4, &kept);
+  for (int64_t s = 5; s <= 10; ++s) b.step(s);
+  EXPECT_TRUE(same_bits(ram.state(), b.state()));
+}
