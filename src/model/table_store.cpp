@@ -99,15 +99,20 @@ void write_table_store(const std::string& dir, const std::vector<TokenTable>& ta
   fsync_dir(fs::path(dir).parent_path().empty() ? "." : fs::path(dir).parent_path().string());
 }
 
-std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cache_bytes, int io_threads) {
+nlohmann::json read_store_manifest(const std::string& dir, std::string* path) {
   const std::string mpath = (fs::path(dir) / "manifest.json").string();
   if (!fs::exists(mpath)) fail("table store ", dir, ": no manifest.json (not a store, or an interrupted write)");
-  nlohmann::json j;
+  *path = mpath;
   try {
-    j = nlohmann::json::parse(read_file(mpath));
+    return nlohmann::json::parse(read_file(mpath));
   } catch (const std::exception& e) {
     fail(mpath, ": not valid JSON (", e.what(), ")");
   }
+}
+
+std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cache_bytes, int io_threads) {
+  std::string mpath;
+  const nlohmann::json j = read_store_manifest(dir, &mpath);
   std::shared_ptr<TableStore> s(new TableStore());
   s->dir_ = dir;
   try {

@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "model/table_prefetch.h"
+#include <nlohmann/json_fwd.hpp>
+
 #include "model/token_table.h"
 
 namespace jtok {
@@ -36,6 +38,10 @@ struct TableStoreTable {
 // Writes tables (all of the same rows, any dtype or storage) as a store at dir: a temp directory,
 // every file fsynced, renamed to dir; dir must not exist.
 void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names);
+
+// dir's manifest.json parsed (a missing or unparsable manifest refused naming it); *path: its path.
+// Both the read-only store and the training store (model/table_store_write.h) open through it.
+nlohmann::json read_store_manifest(const std::string& dir, std::string* path);
 
 class TableStore {
  public:

@@ -14,6 +14,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "model/table_store.h"
 
 namespace jtok {
 
@@ -180,14 +181,8 @@ void read_manifest(const std::string& mpath, const nlohmann::json& j, int64_t& i
 }  // namespace
 
 std::shared_ptr<TrainTableStore> TrainTableStore::open(const std::string& dir, int64_t cache_bytes, int64_t step) {
-  const std::string mpath = (fs::path(dir) / "manifest.json").string();
-  if (!fs::exists(mpath)) fail("table store ", dir, ": no manifest.json (not a store, or an interrupted write)");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_file(mpath));
-  } catch (const std::exception& e) {
-    fail(mpath, ": not valid JSON (", e.what(), ")");
-  }
+  std::string mpath;
+  const nlohmann::json j = read_store_manifest(dir, &mpath);
   std::shared_ptr<TrainTableStore> s(new TrainTableStore());
   s->dir_ = dir;
   std::string data_file;
