@@ -90,8 +90,10 @@ for n in 150 600; do
 done
 
 # A full disk while the undo log grows: an error naming it; then --resume finishes the run.
+. "$(dirname "$0")/lib/fault_shim.sh"
+PRE=$(fault_preload_list "$JTOK")
 set +e
-LD_PRELOAD=${JTOK_FAULT_SHIM:?} JTOK_FAULT_PATH_SUBSTR='undo.log$' JTOK_FAULT_KIND=short_write JTOK_FAULT_AFTER_BYTES=300000 \
+LD_PRELOAD=$PRE JTOK_FAULT_PATH_SUBSTR='undo.log$' JTOK_FAULT_KIND=short_write JTOK_FAULT_AFTER_BYTES=300000 \
   train --config "$T/cfg.json" --out "$T/full" $(disk "$T/fstore") > "$T/full.out" 2>&1
 rc=$?
 set -e

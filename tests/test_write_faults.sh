@@ -57,12 +57,8 @@ grep -q "shard .*\.bin" "$T/prep.out" || fail "the error does not name the shard
 echo "ok: a shard write that fails leaves no shard"
 
 # ---- The LD_PRELOAD shim ----
-SHIM=${JTOK_FAULT_SHIM:?}
-[ -f "$SHIM" ] || fail "no fault shim at $SHIM"
-# A sanitizer build's runtime must come first in the preload list.
-PRE=$SHIM
-asan=$(ldd "$JTOK" | awk '/libasan/ {print $3}')
-[ -z "$asan" ] || PRE="$asan:$SHIM"
+. "$(dirname "$0")/lib/fault_shim.sh"
+PRE=$(fault_preload_list "$JTOK") || fail "no fault shim"
 with_fault() {  # KIND SUBSTR AFTER_BYTES COMMAND...: runs COMMAND with the fault
   local kind=$1 sub=$2 after=$3; shift 3
   LD_PRELOAD=$PRE JTOK_FAULT_KIND=$kind JTOK_FAULT_PATH_SUBSTR=$sub JTOK_FAULT_AFTER_BYTES=$after "$@"
