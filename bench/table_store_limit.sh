@@ -14,24 +14,27 @@
 # and ahead of (b), and the decode change of (a) and (c) against the backbone alone beside the
 # paper's CPU-offload figure (-4.5 % JTok, -7.3 % JTok-M decode, SGLang on 8 H800s, batch 16).
 #
-#   bench/table_store_limit.sh [--quick] [--new-tokens N] [--prompt-tokens P] [--threads N]
+#   bench/table_store_limit.sh [--quick] [--new-tokens N] [--prompt-tokens P] [--threads N] [--rounds R]
 #                              [--limit-frac F] [--cache-mb N] [--table-dtype f32|bf16|int8]
 #
 # Model: random weights (bench/random_checkpoint.py), config b's GPT-2-small-sized backbone
-# (d 768, 12 layers) with JTok on all 12 layers and JTok-M n_e 4 on layers 2, 6, 10: 24 tables of
-# 50,304 x 768 (3.7 GB in f32). --quick: d 256, 6 layers, JTok on all, JTok-M n_e 4 on 1, 3, 5
+# (d 768, 12 layers) with JTok and JTok-M n_e 4 on all 12 layers: 60 tables of 50,304 x 768 (9.3 GB
+# in f32), so that a quarter of them (2.3 GB) holds the backbone's own memory at 16 streams (~1.1 GB)
+# with room for cached rows. --quick: d 256, 6 layers, JTok on all, JTok-M n_e 4 on 1, 3, 5
 # (18 tables, 0.93 GB): a few minutes, to check the script, not for figures.
 # --limit-frac: the limit as a fraction of the table bytes (default 0.25); --cache-mb: the store's
-# DRAM cache (default: a tenth of the limit). Needs root (the cgroup), node (bench/serve_client.mjs).
+# DRAM cache (default: a tenth of the limit); --rounds: every run R times, interleaved (base, ram,
+# mmap, disk, then again), the checks on the medians (default 1). Needs root (the cgroup), node (bench/serve_client.mjs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-QUICK=0; NEW=""; PROMPT_TOKENS=""; THREADS=2; FRAC=0.25; CACHE_MB=""; TDTYPE=f32
+QUICK=0; NEW=""; PROMPT_TOKENS=""; THREADS=2; ROUNDS=1; FRAC=0.25; CACHE_MB=""; TDTYPE=f32
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1; shift ;;
     --new-tokens) NEW=$2; shift 2 ;;
     --prompt-tokens) PROMPT_TOKENS=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
     --limit-frac) FRAC=$2; shift 2 ;;
     --cache-mb) CACHE_MB=$2; shift 2 ;;
     --table-dtype) TDTYPE=$2; shift 2 ;;
@@ -53,7 +56,7 @@ if [ $QUICK = 1 ]; then
 else
   NEW=${NEW:-64}; PROMPT_TOKENS=${PROMPT_TOKENS:-128}
   BACKBONE=$($PY -c 'import json; c=json.load(open("configs/bench_b.json")); print(", ".join(f"\"{k}\": {json.dumps(c[k])}" for k in ("hidden_size","num_hidden_layers","num_attention_heads","num_key_value_heads","intermediate_size","max_position_embeddings")))')
-  JTOKM_LAYERS="2,6,10"
+  JTOKM_LAYERS="all"
 fi
 echo "table_store_limit: prompt $PROMPT_TOKENS tokens, $NEW new tokens per stream (greedy, ignore_eos), $THREADS threads, tables $TDTYPE$([ $QUICK = 1 ] && echo ', QUICK')"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC') | host: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB | load $(cut -d' ' -f1-3 /proc/loadavg) | commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -107,11 +110,16 @@ start_server() {  # limited (0|1), serve args...
   done
   cat "$WORK/serve.err" >&2; exit 1
 }
-stop_server() { kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""; }
+stop_server() { kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; SERVER=""; }
 run() {  # name, concurrency, limited, serve args...: one run on a fresh server, one row
   local name=$1 c=$2 limited=$3 r m; shift 3
   start_server "$limited" "$@"
-  r=$(node bench/serve_client.mjs "$PORT" "$c" "$NEW" "$IDS")
+  if ! r=$(node bench/serve_client.mjs "$PORT" "$c" "$NEW" "$IDS" 2> "$WORK/client.err"); then
+    # The server died (the cgroup's OOM killer when its own memory outgrows the limit): a row of zeros.
+    printf '%-5s %5d   failed: the server exited (%s)\n' "$name" "$c" "$(dmesg 2>/dev/null | grep -c 'Memory cgroup out of memory') cgroup OOM kills so far"
+    echo "{\"tables\": \"$name\", \"concurrency\": $c, \"decode_tok_s\": 0}" >> "$WORK/rows.jsonl"
+    stop_server; return 0
+  fi
   m=$(curl -s "http://127.0.0.1:$PORT/metrics")
   stop_server
   $PY - "$r" "$name" "$m" "$WORK/rows.jsonl" <<'PY'
@@ -134,21 +142,29 @@ print("%-5s %5d %14.1f %14.1f %9.0f %8d%s" % (row["tables"], row["concurrency"],
 PY
 }
 printf '%-5s %5s %14s %14s %9s %8s\n' tables conc "prefill tok/s" "decode tok/s" "RSS MiB" "maj.flt"
-for c in 1 16; do
-  run base "$c" 0 --checkpoint "$WORK/base"
-  run ram "$c" 0 --checkpoint "$CK" --tables ram
-  run mmap "$c" 1 --checkpoint "$CK" --tables mmap
-  run disk "$c" 1 --checkpoint "$WORK/f32" --tables disk --table-store "$WORK/store" --table-cache-mb "$CACHE_MB"
+for _ in $(seq "$ROUNDS"); do
+  for c in 1 16; do
+    run base "$c" 0 --checkpoint "$WORK/base"
+    run ram "$c" 0 --checkpoint "$CK" --tables ram
+    run mmap "$c" 1 --checkpoint "$CK" --tables mmap
+    run disk "$c" 1 --checkpoint "$WORK/f32" --tables disk --table-store "$WORK/store" --table-cache-mb "$CACHE_MB"
+  done
 done
 echo "cgroup peak: $(cat "$CG/memory.max_usage_in_bytes" 2>/dev/null || cat "$CG/memory.peak" 2>/dev/null || echo '?') bytes (limit $LIMIT)"
 
 $PY - "$WORK/rows.jsonl" <<'PY'
 import json, sys
-R = {(r["tables"], r["concurrency"]): r for r in map(json.loads, open(sys.argv[1]))}
+import statistics
+runs = {}
+for r in map(json.loads, open(sys.argv[1])):
+    runs.setdefault((r["tables"], r["concurrency"]), []).append(r["decode_tok_s"])
+R = {k: {"decode_tok_s": statistics.median(v)} for k, v in runs.items()}
+print("median decode tok/s of %d round(s): " % len(runs[("ram", 1)]) +
+      ", ".join(f"{t} c{c} {R[(t, c)]['decode_tok_s']:.1f}" for c in (1, 16) for t in ("base", "ram", "mmap", "disk")))
 met = []
 for c in (1, 16):
     a, b, d = (R[(t, c)]["decode_tok_s"] for t in ("ram", "mmap", "disk"))
-    print(f"batch {c:2d}: decode (c)/(a) = {d / a:.3f}, (c)/(b) = {d / b:.2f}")
+    print(f"batch {c:2d}: decode (c)/(a) = {d / a:.3f}, (c)/(b) = {d / b:.2f}" if a and b else f"batch {c:2d}: a run failed")
     for name, ok in ((f"batch {c}: disk >= 90 % of RAM", d >= 0.9 * a), (f"batch {c}: disk ahead of mmap", d > b)):
         met.append(ok); print(f"{'PASS' if ok else 'MISS'}  {name}")
 print(f"goals met: {sum(met)} of {len(met)}")
