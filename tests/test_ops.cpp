@@ -3,6 +3,8 @@
 
 #include <ostream>
 
+#include <omp.h>
+
 #include "op_test_util.h"
 #include "ops/adamw.h"
 #include "ops/attention.h"
@@ -253,8 +255,7 @@ TEST(Attention, DecodeOfALongCacheMatchesTheReference) {
   }
 }
 
-// The bf16 cache's kernel: the fp32 kernel's arithmetic on the same (widened) values, up to the order
-// the compiler's vector code sums in (last bits).
+// The bf16 cache's kernel: the fp32 kernel's arithmetic on the same (widened) values, bit for bit.
 TEST(Attention, DecodeFromABf16CacheEqualsTheF32KernelOnItsValues) {
   const int64_t T = 200, H = 4, KV = 2, hd = 64;
   auto q = randn(T * H * hd, 36), k = randn(T * KV * hd, 37), v = randn(T * KV * hd, 38);
@@ -266,8 +267,29 @@ TEST(Attention, DecodeFromABf16CacheEqualsTheF32KernelOnItsValues) {
   for (int64_t t : {0L, 77L, T - 1}) {
     attention_decode(o.data(), q.data() + t * H * hd, k.data(), v.data(), t, H, KV, hd, scratch.data());
     attention_decode_bf16(o16.data(), q.data() + t * H * hd, k16.data(), v16.data(), t, H, KV, hd, scratch.data());
-    EXPECT_LT(rel_err(o16, o), 1e-6) << "t=" << t;
+    EXPECT_EQ(o16, o) << "t=" << t;
   }
+}
+
+// Head sizes with and without the vector scores (a multiple of 16 up to 256, or not), MHA and GQA,
+// positions on both sides of each block of 16, one and two threads: against the double reference.
+TEST(Attention, DecodeEveryHeadSizeAndBlockTailMatchesTheReference) {
+  struct Case { int64_t T, H, KV, hd; };
+  const int saved_threads = omp_get_max_threads();
+  for (const Case c : {Case{40, 12, 12, 64}, Case{35, 16, 8, 128}, Case{20, 2, 1, 256}, Case{33, 4, 2, 8},
+                       Case{18, 3, 3, 24}, Case{17, 4, 4, 320}}) {
+    auto q = randn(c.T * c.H * c.hd, 46), k = randn(c.T * c.KV * c.hd, 47), v = randn(c.T * c.KV * c.hd, 48);
+    std::vector<float> y(q.size()), probs(c.H * c.T * c.T), o(c.H * c.hd), scratch(c.H * c.T);
+    attention_forward_ref(y.data(), probs.data(), q.data(), k.data(), v.data(), 1, c.T, c.H, c.KV, c.hd);
+    for (int threads : {1, 2})
+      for (int64_t t = 0; t < c.T; ++t) {
+        omp_set_num_threads(threads);
+        attention_decode(o.data(), q.data() + t * c.H * c.hd, k.data(), v.data(), t, c.H, c.KV, c.hd, scratch.data());
+        std::vector<float> row(y.begin() + t * c.H * c.hd, y.begin() + (t + 1) * c.H * c.hd);
+        EXPECT_LT(rel_err(o, row), kFastTol) << "hd " << c.hd << " H " << c.H << " KV " << c.KV << " t " << t;
+      }
+  }
+  omp_set_num_threads(saved_threads);
 }
 
 TEST(SwiGLU, FastMatchesReferenceAndFiniteDifferences) {
