@@ -35,6 +35,7 @@ struct Args {
   std::string tables = "ram", table_store;
   int64_t table_cache_mb = 256;
   int table_io_threads = 4;
+  bool table_direct_io = false;
   double table_lr = -1;
   bool no_memory_check = false;
 } args;
@@ -169,6 +170,7 @@ void run() {
   opt.table_store = args.table_store;
   opt.table_cache_mb = args.table_cache_mb;
   opt.table_io_threads = args.table_io_threads;
+  opt.table_direct_io = args.table_direct_io;
   opt.init_from = init_from;
   opt.no_checkpoints = args.no_checkpoints;
   opt.skip_nonfinite_steps = args.skip_nonfinite_steps;
@@ -224,6 +226,8 @@ void setup(CLI::App* sub) {
                   "--tables disk: I/O threads reading the next step's rows ahead while a step computes (default 4; 0: no "
                   "read-ahead)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--table-direct-io", args.table_direct_io,
+                "--tables disk: read the store with O_DIRECT (past the page cache; default: pread through it)");
   sub->add_option("--embp", args.embp, "token-indexed tables under mpirun: off (replicated), or sharded by id: premix (the owner mixes each "
                   "position), naive (unique (id, table) rows fetched), premix-dedup (per id the cheaper of the two; docs/distributed.md)")
       ->check(CLI::IsMember({"off", "premix", "naive", "premix-dedup"}));

@@ -19,7 +19,7 @@
 # peak; then (c)/(a) of tokens/s past the first step and the goal check (within 15 %).
 #
 #   bench/table_store_train_limit.sh [--quick] [--steps N] [--threads N] [--limit-frac F] [--cache-mb N]
-#                                    [--io-threads N] [--jtokm-layers L] [--data DIR]
+#                                    [--io-threads N] [--jtokm-layers L] [--data DIR] [--compare-direct-io]
 #
 # Model: config b's backbone (d 768, 12 layers, seq 1024; micro-batches of 1 x 1024, 4 a step: config
 # b's 4,096 tokens a step with a quarter of its activations) with JTok on all 12 layers and JTok-M
@@ -27,11 +27,13 @@
 # moments (the RAM run holds them all; the limit is then 3.2 GB). --quick: d 256, 6 layers, seq 256,
 # 4 x 256 tokens a step, JTok on all, JTok-M n_e 8 on 1,3,5: 30 tables of 50,304 x 256 (1.5 GB of
 # rows, 4.6 GB with moments), 4 steps: a few minutes, to check the script, not for figures.
+# --compare-direct-io: (c) once more with --table-direct-io (units read with O_DIRECT, past the page
+# cache), reopened at the same checkpoint (the store rolls back to it), row "dio".
 # --cache-mb: the store's DRAM cache (default: a quarter of the limit). Needs root (the cgroup) and
 # token shards in DIR/train and DIR/val (default data/, made by scripts/prepare_data.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-QUICK=0; STEPS=""; THREADS=2; FRAC=0.25; CACHE_MB=""; IO_THREADS=4; JTOKM_LAYERS=""; DATA=data
+QUICK=0; STEPS=""; THREADS=2; FRAC=0.25; CACHE_MB=""; IO_THREADS=4; JTOKM_LAYERS=""; DATA=data; DIO=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1; shift ;;
@@ -42,6 +44,7 @@ while [ $# -gt 0 ]; do
     --io-threads) IO_THREADS=$2; shift 2 ;;
     --jtokm-layers) JTOKM_LAYERS=$2; shift 2 ;;
     --data) DATA=$2; shift 2 ;;
+    --compare-direct-io) DIO=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -121,19 +124,27 @@ printf '%-5s %6s %10s %12s %14s %9s\n' tables steps "tok/s" "tok/s (+1..)" "1st 
 # (a) trains steps 1..LAST; only FIRST.. are counted, as for (c).
 "${TRAIN[@]}" --out "$WORK/ram" --max-steps $LAST --no-checkpoints > "$WORK/ram.out" 2>&1 || { tail "$WORK/ram.out" >&2; exit 1; }
 summarize ram "$WORK/ram/log.jsonl"
-evict_page_cache "$WORK/store/tables.bin"
-( memcg_exec "${TRAIN[@]}" --out "$WORK/disk" --resume --max-steps $LAST --no-checkpoints --no-memory-check --tables disk \
-    --table-store "$WORK/store" --table-cache-mb "$CACHE_MB" --table-io-threads "$IO_THREADS" ) > "$WORK/disk.out" 2>&1 ||
-  { tail "$WORK/disk.out" >&2; echo "(the disk run failed under the limit: an OOM kill shows in dmesg)" >&2; exit 1; }
-summarize disk "$WORK/disk/log.jsonl"
-echo "cgroup peak: $(memcg_peak) bytes (limit $LIMIT)"
-
+# disk_run NAME [ARGS...]: (c) under the limit from checkpoint S, its row; then the cgroup's peak.
+disk_run() {
+  local name=$1; shift
+  evict_page_cache "$WORK/store/tables.bin"
+  memcg_reset_peak
+  ( memcg_exec "${TRAIN[@]}" --out "$WORK/disk" --resume --max-steps $LAST --no-checkpoints --no-memory-check --tables disk \
+      --table-store "$WORK/store" --table-cache-mb "$CACHE_MB" --table-io-threads "$IO_THREADS" "$@" ) > "$WORK/$name.out" 2>&1 ||
+    { tail "$WORK/$name.out" >&2; echo "(the $name run failed under the limit: an OOM kill shows in dmesg)" >&2; exit 1; }
+  summarize "$name" "$WORK/disk/log.jsonl"
+  echo "      cgroup peak: $(memcg_peak) bytes (limit $LIMIT)"
+}
+disk_run disk
+[ $DIO = 1 ] && disk_run dio --table-direct-io
 $PY - "$WORK/rows.jsonl" <<'PY'
 import json, sys
 R = {r["tables"]: r for r in map(json.loads, open(sys.argv[1]))}
-a, c = R["ram"]["tok_s_steady"], R["disk"]["tok_s_steady"]
-print(f"(c)/(a) tokens/s (all but the first measured step): {c / a:.3f}")
-ok = c >= 0.85 * a
-print(f"{'PASS' if ok else 'MISS'}  disk tables under the limit within 15 % of RAM tables")
+a = R["ram"]["tok_s_steady"]
+for name in ("disk", "dio"):
+    if name not in R: continue
+    c = R[name]["tok_s_steady"]
+    print(f"({name})/(ram) tokens/s (all but the first measured step): {c / a:.3f}")
+    print(f"{'PASS' if c >= 0.85 * a else 'MISS'}  {name}: under the limit within 15 % of RAM tables")
 PY
 echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

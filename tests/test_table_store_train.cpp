@@ -131,9 +131,9 @@ TableRun ram_run(const std::vector<int64_t>& dims, bool dense) {
 
 // The store at dir opened at `step` (kept constants from `kept`, a checkpoint's).
 TableRun disk_run(const std::string& dir, const std::vector<int64_t>& dims, bool dense, int64_t step, const TableMoments* kept,
-                  int64_t cache_bytes = 0) {
+                  int64_t cache_bytes = 0, bool direct_io = false) {
   TableRun r;
-  r.store = TrainTableStore::open(dir, cache_bytes, step);  // default: the smallest cache, two units
+  r.store = TrainTableStore::open(dir, cache_bytes, step, 4, direct_io);  // default: the smallest cache, two units
   for (size_t k = 0; k < dims.size(); ++k) r.tables.push_back(TokenTable::on_disk(r.store, static_cast<int64_t>(k)));
   for (auto& t : r.tables) r.grads.emplace_back().init(V, t.dim);
   r.st = make_table_moments(r.tables, true, step);
@@ -181,14 +181,16 @@ TEST_P(TrainStoreSteps, MatchesRamBitForBit) {
 }
 
 // Read-ahead racing the steps: before each step, random ids (some of this step's, some of the
-// next's) queued for the I/O threads and not waited for, through caches of 2 and 3 units: values,
-// moments and steps still equal RAM's bit for bit.
+// next's) queued for the I/O threads and not waited for, through caches of 2 units and of 3 units
+// read with O_DIRECT: values, moments and steps still equal RAM's bit for bit.
 TEST_P(TrainStoreSteps, WithReadAheadMatchesRamBitForBit) {
   const auto& dims = std::get<0>(GetParam()) == 0 ? kSmall.dims : kLarge.dims;
   const bool dense = std::get<1>(GetParam());
   for (int64_t cache_units : {2, 3}) {
     const int64_t unit_bytes = std::get<0>(GetParam()) == 0 ? 4096 : 8192;
-    TableRun ram = ram_run(dims, dense), disk = disk_run(make_store(dims), dims, dense, 0, nullptr, cache_units * unit_bytes);
+    const bool direct = cache_units == 3;  // and units read with O_DIRECT
+    TableRun ram = ram_run(dims, dense),
+             disk = disk_run(make_store(dims), dims, dense, 0, nullptr, cache_units * unit_bytes, direct);
     disk.before_step = [&](int64_t step) {
       std::mt19937 rng(static_cast<uint32_t>(3000 + step));
       std::uniform_int_distribution<int32_t> id(0, V - 1);
@@ -203,7 +205,7 @@ TEST_P(TrainStoreSteps, WithReadAheadMatchesRamBitForBit) {
     const TrainTableStore::Stats st = disk.store->stats();
     EXPECT_GT(st.read_ahead, 0) << "the I/O threads read nothing";
     EXPECT_GT(st.units_written, 0);
-    EXPECT_TRUE(same_bits(ram.state(), disk.state())) << cache_units << " units of cache";
+    EXPECT_TRUE(same_bits(ram.state(), disk.state())) << cache_units << " units of cache" << (direct ? ", O_DIRECT" : "");
   }
 }
 

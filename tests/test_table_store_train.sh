@@ -5,7 +5,8 @@
 #   - the deferred exact ("dense") and the lazy ("sparse") table optimizer: every step's loss, the
 #     final backbone and its moments, and the store's tables and moments equal RAM's bit for bit,
 #     with the next step's rows read ahead by the store's I/O threads (the log's counters show
-#     units read ahead) and without (--table-io-threads 0: none read ahead);
+#     units read ahead) and without (--table-io-threads 0: none read ahead), and with units read by
+#     O_DIRECT (--table-direct-io);
 #   - kill -9 in the middle of a unit's write-back (a torn unit on disk; the test hook
 #     JTOK_TEST_STORE_KILL_AT_WRITE), before and after the first checkpoint, then --resume: bit for
 #     bit the uninterrupted run;
@@ -77,6 +78,8 @@ for opt in dense sparse; do
 done
 train --config "$T/cfg.json" --out "$T/disk_sync" $(disk "$T/store_sync") --table-io-threads 0 > /dev/null
 same "$T/ram_dense" "$T/disk_sync" "$T/store_sync"
+train --config "$T/cfg.json" --out "$T/disk_direct" $(disk "$T/store_direct") --table-direct-io > /dev/null
+same "$T/ram_dense" "$T/disk_direct" "$T/store_direct"
 # counter LOG NAME: the sum over the step lines of table_store.NAME.
 counter() {
   /usr/bin/python3 -c '

@@ -42,7 +42,7 @@ int64_t TrainTableStore::claim_slot(int64_t keep_from) {
 
 void TrainTableStore::copy_out(size_t sl) {
   const int64_t u = slot_unit_[sl];
-  const uint8_t* src = slots_.data() + static_cast<int64_t>(sl) * unit_bytes_;
+  const uint8_t* src = slot_data(static_cast<int64_t>(sl));
   pending_.push_back({u, std::vector<uint8_t>(src, src + unit_bytes_)});
   ++writing_[static_cast<size_t>(u)];
   dirty_[sl] = 0;
@@ -68,9 +68,9 @@ bool TrainTableStore::evict(int64_t s) {
 }
 
 std::string TrainTableStore::read_unit(int64_t u, int64_t s) {
-  uint8_t* dst = slots_.data() + s * unit_bytes_;
+  uint8_t* dst = slot_data(s);
   try {
-    pread_all(fd_, dst, unit_bytes_, u * unit_bytes_, data_path_);
+    pread_all(direct_fd_ >= 0 ? direct_fd_ : fd_, dst, unit_bytes_, u * unit_bytes_, data_path_);
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -91,7 +91,7 @@ uint8_t* TrainTableStore::unit(int64_t u, std::unique_lock<std::mutex>& lock) {
     if (slot >= 0 && !reading_[static_cast<size_t>(slot)]) {
       ++(waited ? stats_.waits : stats_.hits);
       referenced_[static_cast<size_t>(slot)] = 1;
-      return slots_.data() + slot * unit_bytes_;
+      return slot_data(slot);
     }
     waited = waited || slot >= 0 || writing_[static_cast<size_t>(u)] > 0;
     if (slot >= 0) {
@@ -128,7 +128,7 @@ uint8_t* TrainTableStore::unit(int64_t u, std::unique_lock<std::mutex>& lock) {
     ++stats_.misses;
     ++stats_.units_read;
     stats_.bytes_read += unit_bytes_;
-    return slots_.data() + s * unit_bytes_;
+    return slot_data(s);
   }
 }
 

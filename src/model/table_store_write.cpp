@@ -132,7 +132,7 @@ void read_manifest(const std::string& mpath, const nlohmann::json& j, int64_t& i
 }  // namespace
 
 std::shared_ptr<TrainTableStore> TrainTableStore::open(const std::string& dir, int64_t cache_bytes, int64_t step,
-                                                       int io_threads) {
+                                                       int io_threads, bool direct_io) {
   std::string mpath;
   const nlohmann::json j = read_store_manifest(dir, &mpath);
   std::shared_ptr<TrainTableStore> s(new TrainTableStore());
@@ -150,7 +150,15 @@ std::shared_ptr<TrainTableStore> TrainTableStore::open(const std::string& dir, i
   if (s->fd_ < 0) fail("cannot open ", s->data_path_, ": ", std::strerror(errno));
   s->roll_back_or_drop_log(step);
   const int64_t n_slots = std::min(s->units_, std::max<int64_t>(2, cache_bytes / s->unit_bytes_));
-  s->slots_.assign(static_cast<size_t>(n_slots * s->unit_bytes_), 0);
+  s->slots_.assign(static_cast<size_t>(n_slots * s->unit_bytes_ + kPage), 0);  // O_DIRECT wants aligned buffers
+  const auto at = reinterpret_cast<uintptr_t>(s->slots_.data());
+  s->slots_base_ = s->slots_.data() + (kPage - at % kPage) % kPage;
+  if (direct_io) {
+    s->direct_fd_ = ::open(s->data_path_.c_str(), O_RDONLY | O_DIRECT);
+    if (s->direct_fd_ < 0)
+      fail("cannot open ", s->data_path_, " for direct I/O (--table-direct-io): ", std::strerror(errno),
+           errno == EINVAL ? " (its file system has no O_DIRECT)" : "");
+  }
   s->slot_unit_.assign(static_cast<size_t>(n_slots), -1);
   s->referenced_.assign(static_cast<size_t>(n_slots), 0);
   s->dirty_.assign(static_cast<size_t>(n_slots), 0);
@@ -225,6 +233,7 @@ TrainTableStore::~TrainTableStore() {
   pool_.reset();  // its threads use the files and the cache
   if (fd_ >= 0) ::close(fd_);
   if (log_fd_ >= 0) ::close(log_fd_);
+  if (direct_fd_ >= 0) ::close(direct_fd_);
 }
 
 }  // namespace jtok

@@ -57,9 +57,11 @@ class TrainTableStore {
   // Opens dir for training resumed at checkpoint step `step`, rolling back what the undo log holds
   // (see above); a bad manifest, a data file of the wrong size, a torn log header or a log of
   // another step is refused naming the file. cache_bytes: the DRAM cache (at least two units);
-  // io_threads: the read-ahead's I/O threads.
+  // io_threads: the read-ahead's I/O threads; direct_io: units read with O_DIRECT (past the page
+  // cache, into page-aligned slots; writes stay buffered, and Linux writes a range's dirty pages
+  // back before a direct read of it), refused naming the file where the file system has no O_DIRECT.
   static std::shared_ptr<TrainTableStore> open(const std::string& dir, int64_t cache_bytes, int64_t step,
-                                               int io_threads = 4);
+                                               int io_threads = 4, bool direct_io = false);
   ~TrainTableStore();  // closes; never writes back (a crash and a clean exit after seal look alike)
   TrainTableStore(const TrainTableStore&) = delete;
   TrainTableStore& operator=(const TrainTableStore&) = delete;
@@ -131,13 +133,15 @@ class TrainTableStore {
   uint8_t* row_bytes(int64_t k, int64_t id, bool dirty, std::unique_lock<std::mutex>& lock);  // null after an error
   void keep_error(const std::string& what);  // lock held
   std::string dir_, data_path_, log_path_;
-  int fd_ = -1, log_fd_ = -1;
+  int fd_ = -1, log_fd_ = -1, direct_fd_ = -1;  // direct_fd_: O_DIRECT reads (direct_io), else -1
   int64_t ids_ = 0, block_bytes_ = 0, per_page_ = 1, unit_bytes_ = 0, units_ = 0;
   std::vector<TrainStoreTable> tables_;
   // The cache (mu_).
   mutable std::mutex mu_;
   std::condition_variable done_;    // a read or a write finished, or an error
-  std::vector<uint8_t> slots_;      // (n_slots, unit_bytes)
+  std::vector<uint8_t> slots_;      // (n_slots, unit_bytes) from slots_base_, 4 KiB aligned
+  uint8_t* slots_base_ = nullptr;
+  uint8_t* slot_data(int64_t s) const { return slots_base_ + s * unit_bytes_; }
   std::vector<int64_t> slot_unit_;  // unit in each slot, or -1
   std::vector<uint8_t> referenced_, dirty_, reading_;
   std::vector<int32_t> unit_slot_;  // (units) slot of each unit, or -1
