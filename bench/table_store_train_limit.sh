@@ -7,8 +7,11 @@
 # cache: cgroup v1's memory.limit_in_bytes when /sys/fs/cgroup/memory is a v1 hierarchy, v2's
 # memory.max when /sys/fs/cgroup is cgroup2 (it prints which), --limit-frac (default 1/4) of the
 # table bytes: the training store's tables.bin, i.e. the rows with their two AdamW moments, which is
-# what the RAM run holds. The store's file is evicted from the page cache (posix_fadvise DONTNEED)
-# before the limited run.
+# what the RAM run holds; plus the backbone's own training memory from `jtok flops`'s memory plan
+# (weights, their AdamW moments, gradients, activations: 4.3 GiB for config b, more than 1/4 of any
+# store whose RAM run fits this 24 GiB host), so the tables get at most 1/4 of their bytes
+# (--tables-only-limit: the limit is that 1/4 alone). The store's file is evicted from the page
+# cache (posix_fadvise DONTNEED) before each limited run.
 # The disk run resumes from a checkpoint S made without the limit (a fresh run builds its tables in
 # RAM before it writes the store; SIGINT stops it after step 1 or 2, and its checkpoint copies
 # nothing), so the limited process never holds a whole table. Both runs are measured over steps
@@ -20,20 +23,21 @@
 #
 #   bench/table_store_train_limit.sh [--quick] [--steps N] [--threads N] [--limit-frac F] [--cache-mb N]
 #                                    [--io-threads N] [--jtokm-layers L] [--data DIR] [--compare-direct-io]
+#                                    [--tables-only-limit]
 #
 # Model: config b's backbone (d 768, 12 layers, seq 1024; micro-batches of 1 x 1024, 4 a step: config
 # b's 4,096 tokens a step with a quarter of its activations) with JTok on all 12 layers and JTok-M
 # n_e 4 on layers 2,5,8,11 (--jtokm-layers): 28 tables of 50,304 x 768, 4.3 GB of rows, 13 GB with
-# moments (the RAM run holds them all; the limit is then 3.2 GB). --quick: d 256, 6 layers, seq 256,
+# moments (the RAM run holds them all; the limit is then 3.0 GiB + the backbone's 4.3 GiB). --quick: d 256, 6 layers, seq 256,
 # 4 x 256 tokens a step, JTok on all, JTok-M n_e 8 on 1,3,5: 30 tables of 50,304 x 256 (1.5 GB of
 # rows, 4.6 GB with moments), 4 steps: a few minutes, to check the script, not for figures.
 # --compare-direct-io: (c) once more with --table-direct-io (units read with O_DIRECT, past the page
 # cache), reopened at the same checkpoint (the store rolls back to it), row "dio".
-# --cache-mb: the store's DRAM cache (default: a quarter of the limit). Needs root (the cgroup) and
+# --cache-mb: the store's DRAM cache (default: a quarter of the tables' share of the limit). Needs root (the cgroup) and
 # token shards in DIR/train and DIR/val (default data/, made by scripts/prepare_data.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-QUICK=0; STEPS=""; THREADS=2; FRAC=0.25; CACHE_MB=""; IO_THREADS=4; JTOKM_LAYERS=""; DATA=data; DIO=0
+QUICK=0; STEPS=""; THREADS=2; FRAC=0.25; CACHE_MB=""; IO_THREADS=4; JTOKM_LAYERS=""; DATA=data; DIO=0; ALLOW=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1; shift ;;
@@ -45,6 +49,7 @@ while [ $# -gt 0 ]; do
     --jtokm-layers) JTOKM_LAYERS=$2; shift 2 ;;
     --data) DATA=$2; shift 2 ;;
     --compare-direct-io) DIO=1; shift ;;
+    --tables-only-limit) ALLOW=0; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -93,9 +98,17 @@ S=$((10#${CK##*step_}))
 FIRST=$((S + 1)); LAST=$((S + STEPS))
 echo "the disk run resumes from step $S; both runs are measured over steps $FIRST..$LAST"
 STORE_BYTES=$(stat -c %s "$WORK/store/tables.bin")
-LIMIT=$($PY -c "import sys; print(int(int(sys.argv[1]) * float(sys.argv[2])))" "$STORE_BYTES" "$FRAC")
-CACHE_MB=${CACHE_MB:-$((LIMIT / 4 / 1048576))}
-echo "tables: $(grep -c '"name"' "$WORK/store/manifest.json") in the store, $(awk -v b="$STORE_BYTES" 'BEGIN{printf "%.2f", b/1e9}') GB (rows, moments, row steps; rows alone $(awk -v b="$STORE_BYTES" 'BEGIN{printf "%.2f", b/3e9}') GB); limit $(awk -v b="$LIMIT" 'BEGIN{printf "%.0f", b/1048576}') MiB ($FRAC of it); store cache $CACHE_MB MB"
+TABLE_LIMIT=$($PY -c "import sys; print(int(int(sys.argv[1]) * float(sys.argv[2])))" "$STORE_BYTES" "$FRAC")
+# The backbone's training memory: the memory plan's rows other than the tables and their moments.
+BACKBONE=$("$JTOK" flops --config "$WORK/cfg.json" | $PY -c '
+import re, sys
+rows = dict((m.group(1).strip(), float(m.group(2))) for m in (re.match(r"\s+(.*?)\s+([0-9.]+) GiB", l) for l in sys.stdin) if m)
+print(int(2**30 * sum(rows[k] for k in ("weights (flat parameters)", "AdamW moments, flat", "gradients", "activations (micro-batch)"))))')
+LIMIT=$((TABLE_LIMIT + ALLOW * BACKBONE))
+CACHE_MB=${CACHE_MB:-$((TABLE_LIMIT / 4 / 1048576))}
+mib() { awk -v b="$1" 'BEGIN{printf "%.0f MiB", b/1048576}'; }
+echo "tables: $(grep -c '"name"' "$WORK/store/manifest.json") in the store, $(awk -v b="$STORE_BYTES" 'BEGIN{printf "%.2f", b/1e9}') GB (rows, moments, row steps; rows alone $(awk -v b="$STORE_BYTES" 'BEGIN{printf "%.2f", b/3e9}') GB)"
+echo "limit: $(mib "$LIMIT") = $FRAC of the store, $(mib "$TABLE_LIMIT")$([ $ALLOW = 1 ] && echo " + the backbone's training memory (memory plan), $(mib "$BACKBONE")" || echo " (the backbone's own $(mib "$BACKBONE") inside it)"); store cache $CACHE_MB MB"
 memcg_make "jtok_tstrain_$$" "$LIMIT"
 
 # summarize NAME LOG: one row (and rows.jsonl) from a run's log.jsonl: tokens/s over steps FIRST..
