@@ -34,6 +34,8 @@ struct Args {
   std::string init_from, train_only;
   std::string tables = "ram", table_store;
   int64_t table_cache_mb = 256;
+  int table_io_threads = 4;
+  bool table_direct_io = false;
   double table_lr = -1;
   bool no_memory_check = false;
 } args;
@@ -140,6 +142,10 @@ void run() {
     std::copy(b.inputs.begin(), b.inputs.end(), x);
     std::copy(b.targets.begin(), b.targets.end(), y);
   };
+  src.peek = [&](int64_t n, int32_t* x, int64_t B, int64_t T) {
+    const std::vector<int32_t> ids = loader.peek_inputs(static_cast<int>(n), static_cast<int>(B), static_cast<int>(T));
+    std::copy(ids.begin(), ids.end(), x);
+  };
   src.state = [&] { return to_json(loader.state()); };
   src.restore = [&](const nlohmann::json& j) { loader.restore(loader_state_from_json(j)); };
   size_t val_i = 0;
@@ -163,6 +169,8 @@ void run() {
   opt.tables = args.tables;
   opt.table_store = args.table_store;
   opt.table_cache_mb = args.table_cache_mb;
+  opt.table_io_threads = args.table_io_threads;
+  opt.table_direct_io = args.table_direct_io;
   opt.init_from = init_from;
   opt.no_checkpoints = args.no_checkpoints;
   opt.skip_nonfinite_steps = args.skip_nonfinite_steps;
@@ -214,6 +222,12 @@ void setup(CLI::App* sub) {
                   "--tables disk: the store directory (made from the initial tables; --resume reopens it)");
   sub->add_option("--table-cache-mb", args.table_cache_mb, "--tables disk: DRAM cache of token rows, MB (default 256)")
       ->check(CLI::PositiveNumber);
+  sub->add_option("--table-io-threads", args.table_io_threads,
+                  "--tables disk: I/O threads reading the next step's rows ahead while a step computes (default 4; 0: no "
+                  "read-ahead)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--table-direct-io", args.table_direct_io,
+                "--tables disk: read the store with O_DIRECT (past the page cache; default: pread through it)");
   sub->add_option("--embp", args.embp, "token-indexed tables under mpirun: off (replicated), or sharded by id: premix (the owner mixes each "
                   "position), naive (unique (id, table) rows fetched), premix-dedup (per id the cheaper of the two; docs/distributed.md)")
       ->check(CLI::IsMember({"off", "premix", "naive", "premix-dedup"}));

@@ -44,10 +44,11 @@ while [ $# -gt 0 ]; do
 done
 [ "$(id -u)" = 0 ] || { echo "table_store_limit: needs root (it makes a memory cgroup)" >&2; exit 2; }
 . bench/bench_lib.sh
+. bench/lib/memcg.sh
 WORK=$(mktemp -d /tmp/jtok_tslimit_XXXXXX)
-SERVER=""; CG=""
+SERVER=""
 # On exit: stop the server and clients, remove the cgroup (empty once its process is gone) and WORK.
-trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; [ -n "$CG" ] && rmdir "$CG" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; memcg_remove; rm -rf "$WORK"' EXIT
 
 if [ $QUICK = 1 ]; then
   NEW=${NEW:-16}; PROMPT_TOKENS=${PROMPT_TOKENS:-32}
@@ -76,28 +77,15 @@ CACHE_MB=${CACHE_MB:-$((LIMIT / 10 / 1048576))}
 echo "tables: $(stat -c %s "$CK/model.safetensors" | awk '{printf "%.2f", $1/1e9}') GB checkpoint file, store $(awk -v b="$TABLE_BYTES" 'BEGIN{printf "%.2f", b/1e9}') GB; limit $(awk -v b="$LIMIT" 'BEGIN{printf "%.0f", b/1048576}') MiB ($FRAC of the table bytes); store cache $CACHE_MB MB"
 
 # The memory cgroup.
-if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
-  CG=/sys/fs/cgroup/jtok_tslimit_$$
-  grep -qw memory /sys/fs/cgroup/cgroup.subtree_control || echo +memory > /sys/fs/cgroup/cgroup.subtree_control
-  mkdir "$CG"; echo "$LIMIT" > "$CG/memory.max"; echo 0 > "$CG/memory.swap.max" 2>/dev/null || true
-  echo "cgroup: v2, $CG/memory.max = $(cat "$CG/memory.max") (counts the page cache)"
-elif [ -d /sys/fs/cgroup/memory ]; then
-  CG=/sys/fs/cgroup/memory/jtok_tslimit_$$
-  mkdir "$CG"; echo "$LIMIT" > "$CG/memory.limit_in_bytes"
-  echo "cgroup: v1, $CG/memory.limit_in_bytes = $(cat "$CG/memory.limit_in_bytes") (counts the page cache)"
-else
-  echo "no memory cgroup hierarchy under /sys/fs/cgroup" >&2; exit 2
-fi
+memcg_make "jtok_tslimit_$$" "$LIMIT"
 
 IDS=$($PY -c "import json; print(json.dumps([(i * 7919) % 50000 + 100 for i in range($PROMPT_TOKENS)]))")
-evict() { for f in "$@"; do $PY -c "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)" "$f"; done; }
 start_server() {  # limited (0|1), serve args...
   local limited=$1; shift
   rm -f "$WORK/serve.out"
-  evict "$CK/model.safetensors" "$WORK/f32/model.safetensors" "$WORK/base/model.safetensors" "$WORK/store/tables.bin"
+  evict_page_cache "$CK/model.safetensors" "$WORK/f32/model.safetensors" "$WORK/base/model.safetensors" "$WORK/store/tables.bin"
   if [ "$limited" = 1 ]; then  # the shell joins the cgroup, then becomes the server
-    OMP_NUM_THREADS=$THREADS sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$CG" "$JTOK" serve --port 0 --max-batch 16 "$@" \
-      > "$WORK/serve.out" 2> "$WORK/serve.err" &
+    OMP_NUM_THREADS=$THREADS memcg_exec "$JTOK" serve --port 0 --max-batch 16 "$@" > "$WORK/serve.out" 2> "$WORK/serve.err" &
   else
     OMP_NUM_THREADS=$THREADS "$JTOK" serve --port 0 --max-batch 16 "$@" > "$WORK/serve.out" 2> "$WORK/serve.err" &
   fi
@@ -150,7 +138,7 @@ for _ in $(seq "$ROUNDS"); do
     run disk "$c" 1 --checkpoint "$WORK/f32" --tables disk --table-store "$WORK/store" --table-cache-mb "$CACHE_MB"
   done
 done
-echo "cgroup peak: $(cat "$CG/memory.max_usage_in_bytes" 2>/dev/null || cat "$CG/memory.peak" 2>/dev/null || echo '?') bytes (limit $LIMIT)"
+echo "cgroup peak: $(memcg_peak) bytes (limit $LIMIT)"
 
 $PY - "$WORK/rows.jsonl" <<'PY'
 import json, sys

@@ -3,6 +3,8 @@
 // error naming the shard for a token id >= the model's vocab size.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <filesystem>
 #include <fstream>
 #include "core/error.h"
@@ -65,6 +67,27 @@ TEST(Loader, RandomDeterministicAndResumable) {
   o.seed = 43;
   DataLoader d(f.paths, o);
   EXPECT_NE(d.next_batch(4, 64).inputs, first[0].inputs);
+}
+
+// peek_inputs gives the inputs the next batches will have and leaves the position alone (random and
+// sequential modes; the sequential one crosses a shard boundary).
+TEST(Loader, PeekGivesTheNextBatchesWithoutConsumingThem) {
+  Fixture f({5000, 300, 100});
+  for (const char* mode : {"random", "sequential"}) {
+    LoaderOptions o;
+    o.seed = 7;
+    o.mode = mode;
+    DataLoader a(f.paths, o);
+    a.next_batch(2, 64);
+    const LoaderState before = a.state();
+    const std::vector<int32_t> peeked = a.peek_inputs(40, 2, 64);
+    EXPECT_EQ(a.state(), before) << mode;
+    ASSERT_EQ(peeked.size(), 40u * 2 * 64);
+    for (int i = 0; i < 40; ++i) {
+      const Batch b = a.next_batch(2, 64);
+      EXPECT_TRUE(std::equal(b.inputs.begin(), b.inputs.end(), peeked.begin() + i * 2 * 64)) << mode << " batch " << i;
+    }
+  }
 }
 
 TEST(Loader, SequentialWrapsAndResumes) {

@@ -74,8 +74,10 @@ struct TableRun {
       }
     }
   }
+  std::function<void(int64_t step)> before_step;  // e.g. the read-ahead of a trainer
   // Step `step` (from 1), then a read of a few rows through the gather with the sync hook.
   std::vector<float> step(int64_t step) {
+    if (before_step) before_step(step);
     grads_for(step);
     AdamWHyper h{0.02f * (1.0f + 0.1f * static_cast<float>(step % 5)), 0.9f, 0.95f, 1e-8f, 0.1f, step};
     TableOptimizer opt(tables, grads, st);
@@ -128,9 +130,10 @@ TableRun ram_run(const std::vector<int64_t>& dims, bool dense) {
 }
 
 // The store at dir opened at `step` (kept constants from `kept`, a checkpoint's).
-TableRun disk_run(const std::string& dir, const std::vector<int64_t>& dims, bool dense, int64_t step, const TableMoments* kept) {
+TableRun disk_run(const std::string& dir, const std::vector<int64_t>& dims, bool dense, int64_t step, const TableMoments* kept,
+                  int64_t cache_bytes = 0, bool direct_io = false) {
   TableRun r;
-  r.store = TrainTableStore::open(dir, 0, step);  // the smallest cache: two units
+  r.store = TrainTableStore::open(dir, cache_bytes, step, 4, direct_io);  // default: the smallest cache, two units
   for (size_t k = 0; k < dims.size(); ++k) r.tables.push_back(TokenTable::on_disk(r.store, static_cast<int64_t>(k)));
   for (auto& t : r.tables) r.grads.emplace_back().init(V, t.dim);
   r.st = make_table_moments(r.tables, true, step);
@@ -177,7 +180,99 @@ TEST_P(TrainStoreSteps, MatchesRamBitForBit) {
   EXPECT_TRUE(same_bits(ram.state(), disk.state()));
 }
 
+// Read-ahead racing the steps: before each step, random ids (some of this step's, some of the
+// next's) queued for the I/O threads and not waited for, through caches of 2 units and of 3 units
+// read with O_DIRECT: values, moments and steps still equal RAM's bit for bit.
+TEST_P(TrainStoreSteps, WithReadAheadMatchesRamBitForBit) {
+  const auto& dims = std::get<0>(GetParam()) == 0 ? kSmall.dims : kLarge.dims;
+  const bool dense = std::get<1>(GetParam());
+  for (int64_t cache_units : {2, 3}) {
+    const int64_t unit_bytes = std::get<0>(GetParam()) == 0 ? 4096 : 8192;
+    const bool direct = cache_units == 3;  // and units read with O_DIRECT
+    TableRun ram = ram_run(dims, dense),
+             disk = disk_run(make_store(dims), dims, dense, 0, nullptr, cache_units * unit_bytes, direct);
+    disk.before_step = [&](int64_t step) {
+      std::mt19937 rng(static_cast<uint32_t>(3000 + step));
+      std::uniform_int_distribution<int32_t> id(0, V - 1);
+      std::vector<int32_t> ids(12);
+      for (auto& x : ids) x = id(rng);
+      disk.store->begin_step(step);
+      disk.store->prefetch(ids.data(), 6, step);
+      disk.store->prefetch(ids.data() + 6, 6, step + 1);
+    };
+    for (int64_t s = 1; s <= 12; ++s) ASSERT_TRUE(same_bits(ram.step(s), disk.step(s))) << "rows differ after step " << s;
+    disk.store->drain_prefetch();
+    const TrainTableStore::Stats st = disk.store->stats();
+    EXPECT_GT(st.read_ahead, 0) << "the I/O threads read nothing";
+    EXPECT_GT(st.units_written, 0);
+    EXPECT_TRUE(same_bits(ram.state(), disk.state())) << cache_units << " units of cache" << (direct ? ", O_DIRECT" : "");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(All, TrainStoreSteps, ::testing::Combine(::testing::Values(0, 1), ::testing::Bool()));
+
+// The read-ahead reads the units it is given: read afterwards, they are all hits.
+TEST(TrainStoreReadAhead, ReadsWhatItIsGiven) {
+  const auto& dims = kSmall.dims;  // 13 tokens a unit, 5 units
+  const std::string dir = make_store(dims);
+  auto store = TrainTableStore::open(dir, 5 * 4096, 0);
+  std::vector<int32_t> ids(V);
+  for (int32_t i = 0; i < V; ++i) ids[i] = i;
+  store->begin_step(0);
+  EXPECT_EQ(store->prefetch(ids.data(), V, 0), 5);
+  store->drain_prefetch();
+  std::vector<float> row(8);
+  for (int32_t i = 0; i < V; ++i) store->read_value(0, i, row.data());
+  const TrainTableStore::Stats st = store->stats();
+  EXPECT_EQ(st.read_ahead, 5);
+  EXPECT_EQ(st.units_read, 5);
+  EXPECT_EQ(st.misses, 0);
+  EXPECT_EQ(st.hits + st.waits, V);
+  EXPECT_EQ(st.rows_read, V);
+  EXPECT_EQ(store->prefetch(ids.data(), V, 0), 0) << "everything is cached: nothing to queue";
+  std::vector<int32_t> bad = {static_cast<int32_t>(V)};
+  expect_error([&] { store->prefetch(bad.data(), 1, 0); }, "outside");
+  store->check();
+}
+
+// A cache of 3 units: the units marked for the current step are never evicted by the read-ahead
+// (it skips what has no free slot), and a dirty unit it does evict (a past step's) is written back
+// first, so its rows read later are the ones stored.
+TEST(TrainStoreReadAhead, KeepsTheCurrentStepAndWritesBackWhatItEvicts) {
+  const auto& dims = kSmall.dims;
+  const std::string dir = make_store(dims);
+  auto store = TrainTableStore::open(dir, 3 * 4096, 0);
+  auto ids_of_units = [](std::vector<int32_t> units) {
+    std::vector<int32_t> ids;
+    for (int32_t u : units) ids.push_back(u * 13 + 1);  // token 13u + 1 is in unit u
+    return ids;
+  };
+  std::vector<float> p(8, 0.25f), m(8, 0.5f), v(8, 0.75f), row(8);
+  store->begin_step(1);
+  std::vector<int32_t> cur = ids_of_units({0, 1});
+  store->prefetch(cur.data(), 2, 1);
+  store->drain_prefetch();
+  store->store_row(0, cur[0], p.data(), m.data(), v.data(), 1);  // unit 0 dirty
+  std::vector<int32_t> next = ids_of_units({2, 3, 4});
+  store->prefetch(next.data(), 3, 2);
+  store->drain_prefetch();
+  TrainTableStore::Stats st = store->stats();
+  EXPECT_EQ(st.read_ahead, 3) << "units 0, 1 and one of the next step's";
+  EXPECT_EQ(st.prefetch_skipped, 2) << "no slot for the other two: units 0 and 1 are the current step's";
+  EXPECT_EQ(st.units_written, 0);
+  for (int32_t id : cur) store->read_value(0, id, row.data());
+  EXPECT_EQ(store->stats().misses, 0) << "the current step's units were evicted";
+  store->begin_step(2);  // units 0 and 1 are a past step's now: the read-ahead may take their slots
+  store->prefetch(next.data(), 3, 2);
+  store->drain_prefetch();
+  st = store->stats();
+  EXPECT_EQ(st.read_ahead, 5);
+  EXPECT_EQ(st.units_written, 1) << "the dirty unit 0 written back when evicted";
+  store->read_value(0, cur[0], row.data());  // a miss: read back from the file
+  EXPECT_EQ(std::memcmp(row.data(), p.data(), 4 * p.size()), 0);
+  EXPECT_EQ(store->stats().misses, 1);
+  store->check();
+}
 
 TEST(TrainStore, CrashAfterCheckpointRollsBack) {
   for (bool dense : {true, false}) {

@@ -3,7 +3,10 @@
 # in a training table store read through a 1 MB cache (the store is ~69 MB: units are evicted and
 # written back every step), against the same run with the tables in RAM:
 #   - the deferred exact ("dense") and the lazy ("sparse") table optimizer: every step's loss, the
-#     final backbone and its moments, and the store's tables and moments equal RAM's bit for bit;
+#     final backbone and its moments, and the store's tables and moments equal RAM's bit for bit,
+#     with the next step's rows read ahead by the store's I/O threads (the log's counters show
+#     units read ahead) and without (--table-io-threads 0: none read ahead), and with units read by
+#     O_DIRECT (--table-direct-io);
 #   - kill -9 in the middle of a unit's write-back (a torn unit on disk; the test hook
 #     JTOK_TEST_STORE_KILL_AT_WRITE), before and after the first checkpoint, then --resume: bit for
 #     bit the uninterrupted run;
@@ -73,13 +76,29 @@ for opt in dense sparse; do
   grep -q '"table_store"' "$T/disk_$opt/log.jsonl" || { echo "FAIL: no table_store counters in the log"; exit 1; }
   same "$T/ram_$opt" "$T/disk_$opt" "$T/store_$opt"
 done
-written=$(/usr/bin/python3 -c '
+train --config "$T/cfg.json" --out "$T/disk_sync" $(disk "$T/store_sync") --table-io-threads 0 > /dev/null
+same "$T/ram_dense" "$T/disk_sync" "$T/store_sync"
+train --config "$T/cfg.json" --out "$T/disk_direct" $(disk "$T/store_direct") --table-direct-io > /dev/null
+same "$T/ram_dense" "$T/disk_direct" "$T/store_direct"
+# counter LOG NAME: the sum over the step lines of table_store.NAME.
+counter() {
+  /usr/bin/python3 -c '
 import json, sys
-print(sum(j["table_store"]["bytes_written"] for j in map(json.loads, open(sys.argv[1])) if j.get("type") == "step"))' "$T/disk_dense/log.jsonl")
-[ "$written" -gt 0 ] || { echo "FAIL: nothing written back through the 1 MB cache"; exit 1; }
+print(sum(j["table_store"][sys.argv[2]] for j in map(json.loads, open(sys.argv[1])) if j.get("type") == "step"))' "$1" "$2"
+}
+[ "$(counter "$T/disk_dense/log.jsonl" bytes_written)" -gt 0 ] || { echo "FAIL: nothing written back through the 1 MB cache"; exit 1; }
+ahead=$(counter "$T/disk_dense/log.jsonl" read_ahead) units=$(counter "$T/disk_dense/log.jsonl" units_read)
+[ "$ahead" -gt 0 ] || { echo "FAIL: no unit was read ahead"; exit 1; }
+[ "$(counter "$T/disk_sync/log.jsonl" read_ahead)" = 0 ] || { echo "FAIL: --table-io-threads 0 read ahead"; exit 1; }
+echo "read-ahead: $ahead of $units units read by the I/O threads, $(counter "$T/disk_dense/log.jsonl" waits) lookups waited for one"
 
-# kill -9 in the middle of the n-th unit write-back (n=150: before the first checkpoint; 600: after).
-for n in 150 600; do
+# kill -9 in the middle of the n-th unit write-back: n1 well before the first checkpoint (step 4;
+# its flush is counted in step 5's line), n2 after it; from the uninterrupted run's counts.
+read -r n1 n2 < <(/usr/bin/python3 -c '
+import json, sys
+w = [j["table_store"]["units_written"] for j in map(json.loads, open(sys.argv[1])) if j.get("type") == "step"]
+print(max(1, sum(w[:3]) // 2), (sum(w[:6]) + sum(w)) // 2)' "$T/disk_dense/log.jsonl")
+for n in $n1 $n2; do
   set +e
   JTOK_TEST_STORE_KILL_AT_WRITE=$n train --config "$T/cfg.json" --out "$T/kill_$n" $(disk "$T/kstore_$n") > "$T/kill_$n.out" 2>&1
   rc=$?

@@ -155,6 +155,23 @@ Batch DataLoader::next_batch(int B, int T) {
   return std::move(out.b);
 }
 
+std::vector<int32_t> DataLoader::peek_inputs(int n, int B, int T) {
+  const LoaderState at = st_;
+  std::vector<int32_t> out;
+  out.reserve(static_cast<size_t>(n) * B * T);
+  try {
+    for (int i = 0; i < n; ++i) {
+      const Batch b = next_batch(B, T);
+      out.insert(out.end(), b.inputs.begin(), b.inputs.end());
+    }
+  } catch (...) {
+    st_ = at;
+    throw;
+  }
+  st_ = at;
+  return out;
+}
+
 ValidationSet::ValidationSet(const std::vector<std::string>& paths, const LoaderOptions& opt, int B, int T)
     : set_(paths, opt), B_(B), T_(T) {
   if (B <= 0 || T <= 0) fail("validation set: batch shape (", B, ", ", T, ") must be positive");

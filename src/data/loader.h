@@ -64,6 +64,8 @@ class DataLoader {
  public:
   DataLoader(const std::vector<std::string>& paths, const LoaderOptions& opt);
   Batch next_batch(int B, int T);
+  // The inputs of the next n batches next_batch would give, (n,B,T); the position is unchanged.
+  std::vector<int32_t> peek_inputs(int n, int B, int T);
   LoaderState state() const { return st_; }
   void restore(const LoaderState& s);  // fails if mode differs or the position is outside the data
   const ShardSet& shards() const { return set_; }

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -15,70 +14,22 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "model/table_store.h"
+#include "model/train_store_io.h"
 
 namespace jtok {
 
 namespace fs = std::filesystem;
 
+using namespace train_store;
+
 namespace {
 
-constexpr int64_t kPage = 4096, kSum = 8, kHeader = 32, kRecordHead = 16;
 constexpr const char* kFormat = "jtok-table-store-train-1";
-constexpr char kMagic[8] = {'J', 'T', 'O', 'K', 'U', 'N', 'D', 'O'};
-constexpr uint64_t kFnvSeed = 14695981039346656037ULL;
-
-uint64_t fnv1a(uint64_t h, const uint8_t* p, size_t n) {
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ULL;
-  return h;
-}
 
 // (per_page, unit_bytes) of blocks of block_bytes: a unit keeps its last 8 bytes for its checksum.
 std::pair<int64_t, int64_t> geometry(int64_t block_bytes) {
   if (block_bytes + kSum <= kPage) return {(kPage - kSum) / block_bytes, kPage};
   return {1, (block_bytes + kSum + kPage - 1) / kPage * kPage};
-}
-
-void seal_unit(uint8_t* u, int64_t unit_bytes) {
-  const uint64_t s = fnv1a(kFnvSeed, u, static_cast<size_t>(unit_bytes - kSum));
-  std::memcpy(u + unit_bytes - kSum, &s, kSum);
-}
-bool unit_ok(const uint8_t* u, int64_t unit_bytes) {
-  uint64_t s;
-  std::memcpy(&s, u + unit_bytes - kSum, kSum);
-  return s == fnv1a(kFnvSeed, u, static_cast<size_t>(unit_bytes - kSum));
-}
-
-void pread_all(int fd, void* dst, int64_t n, int64_t at, const std::string& path) {
-  auto* p = static_cast<uint8_t*>(dst);
-  while (n > 0) {
-    const ssize_t got = ::pread(fd, p, static_cast<size_t>(n), at);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) fail("cannot read ", path, " at byte ", at, ": ", got < 0 ? std::strerror(errno) : "end of file (truncated)");
-    p += got, n -= got, at += got;
-  }
-}
-void pwrite_all(int fd, const void* src, int64_t n, int64_t at, const std::string& path) {
-  const auto* p = static_cast<const uint8_t*>(src);
-  while (n > 0) {
-    const ssize_t w = ::pwrite(fd, p, static_cast<size_t>(n), at);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail("cannot write ", path, " at byte ", at, ": ", w < 0 ? std::strerror(errno) : "no progress");
-    p += w, n -= w, at += w;
-  }
-}
-void fsync_or_fail(int fd, const std::string& path) {
-  if (::fsync(fd) != 0) fail("cannot fsync ", path, ": ", std::strerror(errno));
-}
-
-// The log header: magic, base step, target step (-1: none), checksum of the 24 bytes before it.
-std::string log_header(int64_t base, int64_t target) {
-  uint8_t h[kHeader];
-  std::memcpy(h, kMagic, 8);
-  std::memcpy(h + 8, &base, 8);
-  std::memcpy(h + 16, &target, 8);
-  const uint64_t s = fnv1a(kFnvSeed, h, 24);
-  std::memcpy(h + 24, &s, 8);
-  return std::string(reinterpret_cast<const char*>(h), kHeader);
 }
 
 // A fresh log based at `step` replaces the old one atomically.
@@ -180,7 +131,8 @@ void read_manifest(const std::string& mpath, const nlohmann::json& j, int64_t& i
 
 }  // namespace
 
-std::shared_ptr<TrainTableStore> TrainTableStore::open(const std::string& dir, int64_t cache_bytes, int64_t step) {
+std::shared_ptr<TrainTableStore> TrainTableStore::open(const std::string& dir, int64_t cache_bytes, int64_t step,
+                                                       int io_threads, bool direct_io) {
   std::string mpath;
   const nlohmann::json j = read_store_manifest(dir, &mpath);
   std::shared_ptr<TrainTableStore> s(new TrainTableStore());
@@ -198,15 +150,29 @@ std::shared_ptr<TrainTableStore> TrainTableStore::open(const std::string& dir, i
   if (s->fd_ < 0) fail("cannot open ", s->data_path_, ": ", std::strerror(errno));
   s->roll_back_or_drop_log(step);
   const int64_t n_slots = std::min(s->units_, std::max<int64_t>(2, cache_bytes / s->unit_bytes_));
-  s->slots_.assign(static_cast<size_t>(n_slots * s->unit_bytes_), 0);
+  s->slots_.assign(static_cast<size_t>(n_slots * s->unit_bytes_ + kPage), 0);  // O_DIRECT wants aligned buffers
+  const auto at = reinterpret_cast<uintptr_t>(s->slots_.data());
+  s->slots_base_ = s->slots_.data() + (kPage - at % kPage) % kPage;
+  if (direct_io) {
+    s->direct_fd_ = ::open(s->data_path_.c_str(), O_RDONLY | O_DIRECT);
+    if (s->direct_fd_ < 0)
+      fail("cannot open ", s->data_path_, " for direct I/O (--table-direct-io): ", std::strerror(errno),
+           errno == EINVAL ? " (its file system has no O_DIRECT)" : "");
+  }
   s->slot_unit_.assign(static_cast<size_t>(n_slots), -1);
   s->referenced_.assign(static_cast<size_t>(n_slots), 0);
   s->dirty_.assign(static_cast<size_t>(n_slots), 0);
+  s->reading_.assign(static_cast<size_t>(n_slots), 0);
   s->unit_slot_.assign(static_cast<size_t>(s->units_), -1);
+  s->need_.assign(static_cast<size_t>(s->units_), -1);
+  s->writing_.assign(static_cast<size_t>(s->units_), 0);
   s->logged_.assign(static_cast<size_t>(s->units_), 0);
   // Test hook: JTOK_TEST_STORE_KILL_AT_WRITE=n kills the process (SIGKILL) in the middle of the
   // n-th unit write-back (half its bytes written): the torn page a crash leaves.
   if (const char* k = std::getenv("JTOK_TEST_STORE_KILL_AT_WRITE")) s->kill_at_write_ = std::atoll(k);
+  if (io_threads < 1) fail("table store ", dir, ": ", io_threads, " I/O threads (at least 1)");
+  TrainTableStore* raw = s.get();
+  s->pool_ = std::make_unique<ReadPool>(io_threads, [raw](int64_t u) { raw->read_ahead_one(u); });
   return s;
 }
 
@@ -264,166 +230,10 @@ void TrainTableStore::roll_back_or_drop_log(int64_t step) {
 }
 
 TrainTableStore::~TrainTableStore() {
+  pool_.reset();  // its threads use the files and the cache
   if (fd_ >= 0) ::close(fd_);
   if (log_fd_ >= 0) ::close(log_fd_);
-}
-
-// The dirty slots' units to tables.bin. Each unit not yet in the log since the base step first has
-// its old bytes appended there; one fsync of the log, then the units.
-void TrainTableStore::write_back(const std::vector<int64_t>& slots) {
-  std::vector<uint8_t> rec(static_cast<size_t>(kRecordHead + unit_bytes_));
-  bool appended = false;
-  for (int64_t sl : slots) {
-    const int64_t u = slot_unit_[static_cast<size_t>(sl)], off = u * unit_bytes_;
-    if (logged_[static_cast<size_t>(u)]) continue;
-    pread_all(fd_, rec.data() + kRecordHead, unit_bytes_, off, data_path_);
-    stats_.bytes_read += unit_bytes_;
-    std::memcpy(rec.data(), &off, 8);
-    const uint64_t rsum = fnv1a(fnv1a(kFnvSeed, rec.data(), 8), rec.data() + kRecordHead, static_cast<size_t>(unit_bytes_));
-    std::memcpy(rec.data() + 8, &rsum, 8);
-    pwrite_all(log_fd_, rec.data(), static_cast<int64_t>(rec.size()), log_end_, log_path_);
-    log_end_ += static_cast<int64_t>(rec.size());
-    logged_[static_cast<size_t>(u)] = 1;
-    ++stats_.units_logged;
-    appended = true;
-  }
-  if (appended) fsync_or_fail(log_fd_, log_path_);
-  for (int64_t sl : slots) {
-    uint8_t* src = slots_.data() + sl * unit_bytes_;
-    seal_unit(src, unit_bytes_);
-    const int64_t off = slot_unit_[static_cast<size_t>(sl)] * unit_bytes_;
-    if (kill_at_write_ > 0 && --kill_at_write_ == 0) {  // the test hook: a torn unit, then SIGKILL
-      pwrite_all(fd_, src, unit_bytes_ / 2, off, data_path_);
-      ::fsync(fd_);
-      std::raise(SIGKILL);
-    }
-    pwrite_all(fd_, src, unit_bytes_, off, data_path_);
-    stats_.bytes_written += unit_bytes_;
-    dirty_[static_cast<size_t>(sl)] = 0;
-  }
-}
-
-// CLOCK over units: a hit sets the slot's reference bit; a miss sweeps the hand past referenced
-// slots to an unreferenced one and reads the unit into it (checked). A dirty victim is written back
-// together with every other dirty slot, so the log is fsynced once per batch, not once per unit.
-uint8_t* TrainTableStore::unit(int64_t u) {
-  int32_t& slot = unit_slot_[static_cast<size_t>(u)];
-  if (slot >= 0) {
-    ++stats_.hits;
-    referenced_[static_cast<size_t>(slot)] = 1;
-    return slots_.data() + slot * unit_bytes_;
-  }
-  const int64_t n = static_cast<int64_t>(slot_unit_.size());
-  while (referenced_[static_cast<size_t>(hand_)]) referenced_[static_cast<size_t>(hand_)] = 0, hand_ = (hand_ + 1) % n;
-  const int64_t victim = hand_;
-  hand_ = (hand_ + 1) % n;
-  if (dirty_[static_cast<size_t>(victim)]) {  // every dirty unit goes with it: one log fsync for all
-    std::vector<int64_t> dirty;
-    for (size_t sl = 0; sl < dirty_.size(); ++sl)
-      if (dirty_[sl]) dirty.push_back(static_cast<int64_t>(sl));
-    write_back(dirty);
-  }
-  if (slot_unit_[static_cast<size_t>(victim)] >= 0) unit_slot_[static_cast<size_t>(slot_unit_[static_cast<size_t>(victim)])] = -1;
-  slot_unit_[static_cast<size_t>(victim)] = -1;
-  uint8_t* dst = slots_.data() + victim * unit_bytes_;
-  pread_all(fd_, dst, unit_bytes_, u * unit_bytes_, data_path_);
-  if (!unit_ok(dst, unit_bytes_))
-    fail(data_path_, ": unit ", u, " (bytes ", u * unit_bytes_, "..", (u + 1) * unit_bytes_, ") fails its checksum (a torn or altered store)");
-  ++stats_.misses;
-  stats_.bytes_read += unit_bytes_;
-  slot_unit_[static_cast<size_t>(victim)] = u;
-  referenced_[static_cast<size_t>(victim)] = 1;
-  slot = static_cast<int32_t>(victim);
-  return dst;
-}
-
-void TrainTableStore::keep_error(const std::exception& e) {
-  if (error_.empty()) error_ = e.what();
-}
-
-uint8_t* TrainTableStore::row_bytes(int64_t k, int64_t id, bool dirty) {
-  if (!error_.empty()) return nullptr;
-  try {
-    if (id < 0 || id >= ids_) fail("table store ", dir_, ": token id ", id, " outside its ", ids_, " ids");
-    uint8_t* u = unit(id / per_page_);
-    if (dirty) dirty_[static_cast<size_t>(unit_slot_[static_cast<size_t>(id / per_page_)])] = 1;
-    return u + (id % per_page_) * block_bytes_ + tables_[static_cast<size_t>(k)].offset;
-  } catch (const std::exception& e) {
-    keep_error(e);
-    return nullptr;
-  }
-}
-
-void TrainTableStore::read_value(int64_t k, int64_t id, float* out) {
-  const int64_t d = tables_[static_cast<size_t>(k)].dim;
-  std::lock_guard<std::mutex> lock(mu_);
-  const uint8_t* b = row_bytes(k, id, false);
-  if (b) std::memcpy(out, b, static_cast<size_t>(4 * d));
-  else std::fill(out, out + d, 0.0f);
-}
-
-bool TrainTableStore::load_row(int64_t k, int64_t id, float* p, float* m, float* v, int32_t* step) {
-  const int64_t d = tables_[static_cast<size_t>(k)].dim;
-  std::lock_guard<std::mutex> lock(mu_);
-  const uint8_t* b = row_bytes(k, id, false);
-  if (!b) return false;
-  std::memcpy(p, b, static_cast<size_t>(4 * d));
-  std::memcpy(m, b + 4 * d, static_cast<size_t>(4 * d));
-  std::memcpy(v, b + 8 * d, static_cast<size_t>(4 * d));
-  std::memcpy(step, b + 12 * d, 4);
-  return true;
-}
-
-void TrainTableStore::store_row(int64_t k, int64_t id, const float* p, const float* m, const float* v, int32_t step) {
-  const int64_t d = tables_[static_cast<size_t>(k)].dim;
-  std::lock_guard<std::mutex> lock(mu_);
-  uint8_t* b = row_bytes(k, id, true);
-  if (!b) return;
-  std::memcpy(b, p, static_cast<size_t>(4 * d));
-  std::memcpy(b + 4 * d, m, static_cast<size_t>(4 * d));
-  std::memcpy(b + 8 * d, v, static_cast<size_t>(4 * d));
-  std::memcpy(b + 12 * d, &step, 4);
-}
-
-void TrainTableStore::check() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!error_.empty())
-    fail(error_, "; table store ", dir_, " stopped: reopened (--resume) it rolls back to its checkpoint at step ", base_step_);
-}
-
-void TrainTableStore::flush(int64_t step) {
-  check();
-  std::lock_guard<std::mutex> lock(mu_);
-  try {
-    std::vector<int64_t> dirty;
-    for (size_t sl = 0; sl < dirty_.size(); ++sl)
-      if (dirty_[sl]) dirty.push_back(static_cast<int64_t>(sl));
-    write_back(dirty);
-    fsync_or_fail(fd_, data_path_);
-    const std::string h = log_header(base_step_, step);  // the store now holds step: say so
-    pwrite_all(log_fd_, h.data(), kHeader, 0, log_path_);
-    fsync_or_fail(log_fd_, log_path_);
-  } catch (const std::exception& e) {
-    keep_error(e);
-    fail(error_, "; table store ", dir_, " not flushed: reopened (--resume) it rolls back to its checkpoint at step ", base_step_);
-  }
-}
-
-void TrainTableStore::seal(int64_t step) {
-  std::lock_guard<std::mutex> lock(mu_);
-  JTOK_CHECK(error_.empty(), "table store seal after an error");
-  write_empty_log(log_path_, step);
-  if (log_fd_ >= 0) ::close(log_fd_);
-  log_fd_ = ::open(log_path_.c_str(), O_RDWR);
-  if (log_fd_ < 0) fail("cannot open the undo log ", log_path_, ": ", std::strerror(errno));
-  log_end_ = kHeader;
-  base_step_ = step;
-  std::fill(logged_.begin(), logged_.end(), 0);
-}
-
-TrainTableStore::Stats TrainTableStore::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  if (direct_fd_ >= 0) ::close(direct_fd_);
 }
 
 }  // namespace jtok

@@ -17,13 +17,26 @@
 // one based at N. Opening for step S: a log based at S is rolled back (its records written back:
 // the store returns to step S); a log whose target is S (the crash came after the flush) is
 // dropped; anything else is refused. So a kill at any moment resumes from the last checkpoint.
+//
+// Read-ahead (the trainer knows the next batch's ids a step early): prefetch() queues units for a
+// pool of I/O threads (model/table_prefetch.h, the read-only store's), which read them into slots
+// while the current step computes. Who owns what: mu_ guards the cache's maps, bits and counters
+// and is never held during I/O; a slot being read (reading_) belongs to its reader until it is
+// marked ready; an evicted dirty unit's bytes are copied out under mu_ (the slot is free at once)
+// and written by write_pending(), one writer at a time (write_mu_, which also guards the log, its
+// offset and logged_), so log records stay in order and each is fsynced before its unit is
+// written; a unit whose copy is not yet on file is read by nobody until it is (writing_). The
+// units marked for the current step or the next (begin_step, prefetch) are never chosen by the
+// read-ahead, and by a miss only when every other slot is taken.
 #pragma once
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "model/table_prefetch.h"
 #include "model/token_table.h"
 
 namespace jtok {
@@ -43,8 +56,12 @@ class TrainTableStore {
                      int64_t step);
   // Opens dir for training resumed at checkpoint step `step`, rolling back what the undo log holds
   // (see above); a bad manifest, a data file of the wrong size, a torn log header or a log of
-  // another step is refused naming the file. cache_bytes: the DRAM cache (at least two units).
-  static std::shared_ptr<TrainTableStore> open(const std::string& dir, int64_t cache_bytes, int64_t step);
+  // another step is refused naming the file. cache_bytes: the DRAM cache (at least two units);
+  // io_threads: the read-ahead's I/O threads; direct_io: units read with O_DIRECT (past the page
+  // cache, into page-aligned slots; writes stay buffered, and Linux writes a range's dirty pages
+  // back before a direct read of it), refused naming the file where the file system has no O_DIRECT.
+  static std::shared_ptr<TrainTableStore> open(const std::string& dir, int64_t cache_bytes, int64_t step,
+                                               int io_threads = 4, bool direct_io = false);
   ~TrainTableStore();  // closes; never writes back (a crash and a clean exit after seal look alike)
   TrainTableStore(const TrainTableStore&) = delete;
   TrainTableStore& operator=(const TrainTableStore&) = delete;
@@ -63,37 +80,83 @@ class TrainTableStore {
   void store_row(int64_t k, int64_t id, const float* p, const float* m, const float* v, int32_t step);
   void check() const;
 
+  // Read-ahead. begin_step(g): step g's batches are the ones being computed now (g counts up from
+  // 0). prefetch(ids, n, g): the units of ids (each in [0, ids()), else it fails naming the id) are
+  // marked as needed by step g (the current one or the next) and those not cached are queued for
+  // the I/O threads, which read each into a slot whose unit no step from the current one on needs
+  // (a dirty one's bytes written back by that thread), or skip it when there is none (the gather
+  // then reads it). Returns the units queued; thread-safe. drain_prefetch() waits for them.
+  void begin_step(int64_t g);
+  int64_t prefetch(const int32_t* ids, int64_t n, int64_t g);
+  void drain_prefetch();
+
   // The checkpoint protocol (not thread-safe; between steps): flush before the trainer's checkpoint
   // of step `step` is complete, seal after. Both throw on failure (the store then still rolls back
   // to the previous checkpoint when reopened).
   void flush(int64_t step);
   void seal(int64_t step);
 
-  struct Stats { int64_t hits = 0, misses = 0, bytes_read = 0, bytes_written = 0, units_logged = 0; };
+  // Row lookups: rows_read (read_value, load_row) and rows_written (store_row); each found its unit
+  // cached (hits), being read or written and waited (waits), or read it itself (misses). Units:
+  // units_read (every pread of a unit into the cache: the misses' and the I/O threads'), read_ahead
+  // (the I/O threads' of them), units_written (to tables.bin), units_logged (old bytes to the log);
+  // bytes_read also counts the log's reads of old bytes. prefetch_queued / prefetch_skipped: units
+  // handed to the I/O threads, and those they found no free slot for.
+  struct Stats {
+    int64_t hits = 0, misses = 0, waits = 0, bytes_read = 0, bytes_written = 0, units_logged = 0;
+    int64_t rows_read = 0, rows_written = 0, units_read = 0, units_written = 0, read_ahead = 0;
+    int64_t prefetch_queued = 0, prefetch_skipped = 0;
+  };
   Stats stats() const;
 
  private:
+  struct Copy {  // an evicted dirty unit's bytes, on their way to the file
+    int64_t unit = 0;
+    std::vector<uint8_t> bytes;
+  };
   TrainTableStore() = default;
-  void roll_back_or_drop_log(int64_t step);       // at open (throws)
-  uint8_t* unit(int64_t u);                       // the cached unit (lock held; throws)
-  void write_back(const std::vector<int64_t>& slots);  // dirty slots to the file, logged first (throws)
-  uint8_t* row_bytes(int64_t k, int64_t id, bool dirty);  // lock held; null after an error
-  void keep_error(const std::exception& e);
+  void roll_back_or_drop_log(int64_t step);  // at open (throws)
+  // The cached unit u (lock held on entry and return, released while it reads; throws); null after
+  // an error.
+  uint8_t* unit(int64_t u, std::unique_lock<std::mutex>& lock);
+  // CLOCK: a ready slot, unreferenced, whose unit no step from keep_from on needs; -1 if none (lock held).
+  int64_t claim_slot(int64_t keep_from);
+  // Empties slot s for reuse, a dirty unit's bytes copied to pending_ (lock held); true if copied.
+  bool evict(int64_t s);
+  void copy_out(size_t sl);  // slot sl's dirty unit to pending_, the slot clean (lock held)
+  // Reads unit u into slot s and checks its checksum (no lock held): "" or what went wrong.
+  std::string read_unit(int64_t u, int64_t s);
+  void read_ahead_one(int64_t u);  // an I/O thread's job
+  // Writes the pending copies, logged first (takes write_mu_, then mu_ briefly); an error is kept.
+  void write_pending();
+  void write_units(const std::vector<Copy>& batch, Stats& st);  // write_mu_ held (throws)
+  uint8_t* row_bytes(int64_t k, int64_t id, bool dirty, std::unique_lock<std::mutex>& lock);  // null after an error
+  void keep_error(const std::string& what);  // lock held
   std::string dir_, data_path_, log_path_;
-  int fd_ = -1, log_fd_ = -1;
-  int64_t ids_ = 0, block_bytes_ = 0, per_page_ = 1, unit_bytes_ = 0, units_ = 0, log_end_ = 0;
-  int64_t base_step_ = 0;
+  int fd_ = -1, log_fd_ = -1, direct_fd_ = -1;  // direct_fd_: O_DIRECT reads (direct_io), else -1
+  int64_t ids_ = 0, block_bytes_ = 0, per_page_ = 1, unit_bytes_ = 0, units_ = 0;
   std::vector<TrainStoreTable> tables_;
+  // The cache (mu_).
   mutable std::mutex mu_;
-  std::vector<uint8_t> slots_;      // (n_slots, unit_bytes)
+  std::condition_variable done_;    // a read or a write finished, or an error
+  std::vector<uint8_t> slots_;      // (n_slots, unit_bytes) from slots_base_, 4 KiB aligned
+  uint8_t* slots_base_ = nullptr;
+  uint8_t* slot_data(int64_t s) const { return slots_base_ + s * unit_bytes_; }
   std::vector<int64_t> slot_unit_;  // unit in each slot, or -1
-  std::vector<uint8_t> referenced_, dirty_;
+  std::vector<uint8_t> referenced_, dirty_, reading_;
   std::vector<int32_t> unit_slot_;  // (units) slot of each unit, or -1
-  std::vector<uint8_t> logged_;     // (units) old bytes in the log since the base step
-  int64_t hand_ = 0;
-  int64_t kill_at_write_ = -1;      // test hook JTOK_TEST_STORE_KILL_AT_WRITE (see the .cpp)
+  std::vector<int64_t> need_;       // (units) the last step that marked the unit (prefetch), or -1
+  std::vector<int32_t> writing_;    // (units) copies of the unit in pending_ or being written
+  std::vector<Copy> pending_;
+  int64_t hand_ = 0, cur_ = 0;
   Stats stats_;
   std::string error_;
+  // The writer's (write_mu_).
+  std::mutex write_mu_;
+  std::vector<uint8_t> logged_;     // (units) old bytes in the log since the base step
+  int64_t log_end_ = 0, base_step_ = 0;
+  int64_t kill_at_write_ = -1;      // test hook JTOK_TEST_STORE_KILL_AT_WRITE (see the .cpp)
+  std::unique_ptr<ReadPool> pool_;  // last: its threads stop first
 };
 
 }  // namespace jtok

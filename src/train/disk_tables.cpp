@@ -1,5 +1,6 @@
 #include "train/disk_tables.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <filesystem>
@@ -11,14 +12,15 @@ namespace jtok {
 namespace fs = std::filesystem;
 
 std::shared_ptr<TrainTableStore> attach_disk_tables(Model& m, const std::string& dir, int64_t cache_bytes,
-                                                    std::optional<int64_t> resume_step, bool reuse) {
+                                                    std::optional<int64_t> resume_step, bool reuse, int io_threads,
+                                                    bool direct_io) {
   JTOK_CHECK(!m.tables.empty(), "--tables disk: the model has no token tables");
   int64_t step = resume_step.value_or(0);
   if (!resume_step && !(reuse && fs::exists(dir))) {
     TrainTableStore::create(dir, m.tables, m.table_names, 0);
     std::printf("table store: %s made from the initial tables\n", dir.c_str());
   }
-  std::shared_ptr<TrainTableStore> s = TrainTableStore::open(dir, cache_bytes, step);
+  std::shared_ptr<TrainTableStore> s = TrainTableStore::open(dir, cache_bytes, step, std::max(1, io_threads), direct_io);
   const std::string manifest = (fs::path(dir) / "manifest.json").string();
   if (s->tables().size() != m.tables.size())
     fail(manifest, ": ", s->tables().size(), " tables, the model has ", m.tables.size());

@@ -99,7 +99,8 @@ void resume_from_checkpoint(TrainRun& r) {
       parse_trainer_state(load_checkpoint(ck, r.model, &r.adam, /*tables=*/!r.embp_on && !disk), ck + "/trainer_state.json");
   r.start_step = st.step;
   if (disk) {  // the store rolled back to this checkpoint, and the steps its rows may still owe
-    r.store = attach_disk_tables(r.model, r.opt.table_store, r.opt.table_cache_mb << 20, st.step, false);
+    r.store = attach_disk_tables(r.model, r.opt.table_store, r.opt.table_cache_mb << 20, st.step, false, r.opt.table_io_threads,
+                                 r.opt.table_direct_io);
     r.adam.tables = make_table_moments(r.model.tables, true, r.adam.step);
     const std::string where = ck + "/table_store.json";
     restore_kept_steps(r.adam.tables, nlohmann::json::parse(read_file(where), nullptr, false), where);
@@ -165,7 +166,9 @@ void make_or_resume_model(TrainRun& r) {
     const std::vector<std::string> fresh = load_init_weights(r.model, r.opt.init_from, !r.embp_on);
     std::printf("init-from: %s loaded, %zu tensors kept fresh\n", r.opt.init_from.c_str(), fresh.size());
   }
-  if (disk) r.store = attach_disk_tables(r.model, r.opt.table_store, r.opt.table_cache_mb << 20, std::nullopt, r.opt.resume);
+  if (disk)
+    r.store = attach_disk_tables(r.model, r.opt.table_store, r.opt.table_cache_mb << 20, std::nullopt, r.opt.resume,
+                                 r.opt.table_io_threads, r.opt.table_direct_io);
   r.adam = make_adamw_state(r.model, !r.shard_init);
   if (r.lead && fs::exists(r.log_path)) truncate_log(r.log_path, 0);  // --resume with nothing to resume: no step is kept
 }
@@ -234,16 +237,17 @@ void gather_pairs(const dist::BatchShare& share, int64_t a, int64_t b, std::vect
 }
 
 void finish_run(TrainRun& r) {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
   if (r.share.ranks > 1) {  // each rank's peak resident memory
-    struct rusage ru {};
-    getrusage(RUSAGE_SELF, &ru);
     std::vector<int64_t> rss(static_cast<size_t>(r.share.ranks), 0);
     rss[static_cast<size_t>(r.share.rank)] = ru.ru_maxrss;
     dist::allreduce_sum(rss.data(), r.share.ranks);
     r.log.write({{"type", "dist"}, {"step", r.res.steps_done}, {"ranks", r.share.ranks}, {"peak_rss_kb", rss}});
     std::printf("peak RSS per rank (kB): %s\n", nlohmann::json(rss).dump().c_str());
   }
-  r.log.write({{"type", "end"}, {"step", r.res.steps_done}, {"loss", r.res.last_loss}, {"interrupted", r.res.interrupted}});
+  r.log.write({{"type", "end"}, {"step", r.res.steps_done}, {"loss", r.res.last_loss}, {"interrupted", r.res.interrupted},
+               {"peak_rss_kb", ru.ru_maxrss}});
 }
 
 }  // namespace jtok

@@ -13,6 +13,9 @@ namespace jtok {
 // Where training batches come from; its state is saved in checkpoints for exact resume.
 struct BatchSource {
   std::function<void(int32_t* inputs, int32_t* targets, int64_t B, int64_t T)> next;  // (B,T) each
+  // Optional: the inputs of the next n batches next() will give, (n,B,T), without consuming them
+  // (--tables disk reads their rows ahead).
+  std::function<void(int64_t n, int32_t* inputs, int64_t B, int64_t T)> peek;
   std::function<nlohmann::json()> state;
   std::function<void(const nlohmann::json&)> restore;
 };
@@ -45,6 +48,10 @@ struct TrainOptions {
   // (rolled back to the checkpoint) on resume.
   std::string tables = "ram", table_store;
   int64_t table_cache_mb = 256;
+  // --tables disk: the next step's rows read ahead by this many I/O threads while a step computes
+  // (0: no read-ahead; the gathers read what they miss).
+  int table_io_threads = 4;
+  bool table_direct_io = false;  // --tables disk: units read with O_DIRECT, past the page cache
   // A fresh run's weights from this checkpoint directory (train/init_from.h; the config already
   // checked and adjusted by plan_init_from); ignored when --resume finds a checkpoint of the run.
   std::string init_from;

@@ -45,12 +45,23 @@ void write_step_json(TrainRun& r, int64_t done, const StepSums& s, const StepSta
   if (mc.is_moe()) line["aux_loss"] = s.aux;
   if (mc.jtokm) line["jtokm_aux_loss"] = s.jaux;
   line["hidden_std"] = s.hstd;
-  if (r.store) {  // this step's (and its validation's) cache traffic
-    const TrainTableStore::Stats now = r.store->stats();
-    const TrainTableStore::Stats& was = r.store_seen;
-    line["table_store"] = {{"hits", now.hits - was.hits}, {"misses", now.misses - was.misses},
-                           {"bytes_read", now.bytes_read - was.bytes_read}, {"bytes_written", now.bytes_written - was.bytes_written},
-                           {"units_logged", now.units_logged - was.units_logged}};
+  if (r.store) {  // this step's (and its validation's) table traffic: rows, units, read-ahead
+    const TrainTableStore::Stats now = r.store->stats(), &was = r.store_seen;
+    nlohmann::json ts;
+    auto put = [&](const char* name, int64_t TrainTableStore::Stats::*f) { ts[name] = now.*f - was.*f; };
+    put("rows_read", &TrainTableStore::Stats::rows_read);
+    put("rows_written", &TrainTableStore::Stats::rows_written);
+    put("hits", &TrainTableStore::Stats::hits);
+    put("waits", &TrainTableStore::Stats::waits);
+    put("misses", &TrainTableStore::Stats::misses);
+    put("units_read", &TrainTableStore::Stats::units_read);
+    put("read_ahead", &TrainTableStore::Stats::read_ahead);
+    put("prefetch_skipped", &TrainTableStore::Stats::prefetch_skipped);
+    put("units_written", &TrainTableStore::Stats::units_written);
+    put("units_logged", &TrainTableStore::Stats::units_logged);
+    put("bytes_read", &TrainTableStore::Stats::bytes_read);
+    put("bytes_written", &TrainTableStore::Stats::bytes_written);
+    line["table_store"] = ts;
     r.store_seen = now;
   }
   r.log.write(line);

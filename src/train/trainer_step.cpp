@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <vector>
 
 #include "core/error.h"
 #include "dist/communicator.h"
@@ -116,9 +117,24 @@ std::string try_optimizer_step(TrainRun& r, double loss, StepStats& st) {
   fail(msg, "; lower learning_rate or check the data, then --resume");
 }
 
+// --tables disk: the rows of this step's micro-batches and of the next step's (the loader knows
+// them a step early) marked in the store, and their units not cached queued for its I/O threads,
+// which read them while this step computes: this step's first (its misses read in parallel), then
+// the next step's, into slots neither step needs.
+void read_ahead(TrainRun& r, int64_t step) {
+  if (!r.store || r.opt.table_io_threads < 1 || !r.data.peek) return;
+  const int64_t G = r.t.gradient_accumulation_steps, N = r.t.micro_batch_size * r.t.seq_len;
+  std::vector<int32_t> ids(static_cast<size_t>(2 * G * N));
+  r.data.peek(2 * G, ids.data(), r.t.micro_batch_size, r.t.seq_len);
+  r.store->begin_step(step);
+  r.store->prefetch(ids.data(), G * N, step);
+  r.store->prefetch(ids.data() + G * N, G * N, step + 1);
+}
+
 }  // namespace
 
 StepSums forward_backward(TrainRun& r, int64_t step) {
+  read_ahead(r, step);
   zero_grads(r.model);
   if (r.embp) r.embp->clear_grads();
   r.watchdog->set_step(step + 1);
