@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "ops/linear.h"
 #include "ops/lowp_gemm.h"
+#include "ops/q8_gemm.h"
 
 namespace jtok {
 
@@ -355,7 +356,7 @@ static void gemv_jobs(GemvJob* jobs, int njobs, const float* inp, int64_t N) {
     q8.quantize(inp, N, C);
     bool vnni = false;
 #if defined(JTOK_HAVE_VNNI)
-    vnni = C % 64 == 0;
+    vnni = C % 64 == 0 && q8_kernels() == Q8Kernels::vnni;
     if (vnni) {
       const int64_t C4 = C / 4;
       xs16.resize(static_cast<size_t>(N * C4));
@@ -442,7 +443,7 @@ int64_t lowp_gemv_max_rows(const WeightMatrix& w) {
   if (w.dtype == Dtype::bf16 && w.cols % Lanes::n == 0) return 24;
 #endif
 #if defined(JTOK_HAVE_VNNI)
-  if (w.dtype == Dtype::int8 && w.cols % 64 == 0) return 48;
+  if (w.dtype == Dtype::int8 && w.cols % 64 == 0 && q8_kernels() == Q8Kernels::vnni) return 48;
 #endif
   (void)w;
   return kLowpGemvRows;
@@ -450,7 +451,8 @@ int64_t lowp_gemv_max_rows(const WeightMatrix& w) {
 
 const char* lowp_per_row_kernel_name(Dtype t, int64_t cols) {
 #if defined(JTOK_HAVE_VNNI)
-  if (t == Dtype::int8 && cols % 64 == 0) return "4-row register tiles, int8 x int8 (avx512_vnni vpdpbusd)";
+  if (t == Dtype::int8 && cols % 64 == 0 && q8_kernels() == Q8Kernels::vnni)
+    return "4-row register tiles, int8 x int8 (avx512_vnni vpdpbusd)";
 #endif
 #if defined(JTOK_TILE)
   if (t != Dtype::int8 && cols % Lanes::n == 0)

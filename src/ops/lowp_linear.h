@@ -10,15 +10,15 @@
 //         quantised inputs, so they differ only in fp32 summation order.
 //
 // The fast path: for a few rows (decoding, N <= kLowpGemvRows; N <= 8 where lowp_gemm runs; with
-// AVX-512 but not it, bf16 N <= 24 and int8 N <= 48: the measured crossovers; f32 N <= 4) each thread
+// AVX-512 but not it, bf16 N <= 24 and int8 N <= 48 (vnni): the measured crossovers; f32 N <= 4) each thread
 // streams its own contiguous stretch of weight rows through a register tile (4 weight rows x up to 4
 // inputs, the rows read one after the other up to 2 inputs (int8: 3), interleaved beyond: the same
-// bits either way; bf16 converted in registers, int8 by vpdpbusd where the CPU has AVX-512 VNNI, C % 64 == 0;
+// bits either way; bf16 converted in registers, int8 by vpdpbusd where the int8 kernels are vnni (ops/q8_gemm.h), C % 64 == 0;
 // without AVX-512, an AVX2 tile of 4 weight rows x 2 inputs for f32 and bf16, C % 8 == 0),
 // several matrices of one input in one parallel region (linear_forward_lowp_multi: q/k/v, gate/up).
-// For more rows (prefill; N > 8 here) on a CPU with AVX-512 BF16 / VNNI, the products of
-// ops/lowp_gemm.h: bf16 x bf16 (the input rounded to bf16) and int8 x int8 (the input quantised
-// per block of 32, as here), on the stored weights. Elsewhere it converts a panel of weight rows to
+// For more rows (prefill; N > 8 here) on a CPU with AVX-512 BF16 (bf16) or AVX-512 VNNI or AVX2
+// (int8: q8_kernels()), the products of ops/lowp_gemm.h: bf16 x bf16 (the input rounded to bf16)
+// and int8 x int8 (the input quantised per block of 32, as here), on the stored weights. Elsewhere it converts a panel of weight rows to
 // fp32 and hands it to sgemm (f32: sgemm directly), the conversion being O(OC*C) against the
 // product's O(N*OC*C). The reference
 // converts the whole matrix (and, for int8, the quantised input) and runs the double-accumulating
