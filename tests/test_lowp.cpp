@@ -248,7 +248,7 @@ TEST(LowpLinear, ParsesDtypeNames) {
 
 // The many-row products alone (ops/lowp_gemm.h, where the CPU has them; int8: q8_gemm under each
 // kernel set of the host, the plain loops too) against the reference on the input they multiply, at
-// shapes past every tile edge: C not a multiple of 32 or 64, OC not of 16 or 32 (the avx2 / vnni
+// shapes past every tile edge: C not a multiple of 32 or 64, OC not of 8 or 32 (the avx2 / vnni
 // panels), N leaving every remainder of 4 and of 6 (their tiles' input rows).
 TEST(LowpGemm, MatchesReference) {
   struct Case { Dtype t; Q8Kernels k; };

@@ -10,8 +10,9 @@
 //         taken back by starting each block's int32 sums at -128 * the block's weight sum). The
 //         weights are packed per panel of 32 rows on the fly (vpdpbusd's layout: 16 rows x 4
 //         columns per vector), O(OC*C) against the product's O(N*OC*C).
-//   avx2: a tile of 4 input rows x 16 output rows (ops/q8_gemm_avx2.h), vpmaddubsw on |w| and the
-//         input with w's sign, vpmaddwd into int32; panels of 16 rows packed as 8 rows x 4 columns.
+//   avx2: a tile of 4 input rows x 8 output rows (ops/q8_gemm_avx2.h), vpmaddubsw on |w| and the
+//         input with w's sign, vpmaddwd into int32; the weights packed per panel of 8 rows (8 rows
+//         x 4 columns per vector).
 //   fallback: plain loops (for tests; linear_forward_lowp converts weight panels for sgemm instead).
 #pragma once
 #include <cstdint>

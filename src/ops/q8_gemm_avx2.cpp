@@ -12,8 +12,12 @@
 namespace jtok {
 namespace {
 
+// Tile shapes tried (bench/lowp_linear_op, N 512 and 16, 1 thread, on the Zen 4 host running this
+// AVX2 code, load ~10): 8 or 16 weight rows by 2, 3, 4 or 6 inputs all within the noise of each
+// other (~59 G products/s at N 512, 768 x 768: the two multiply uops per 32 products, vpmaddubsw
+// and vpmaddwd, bound it); 8 x 4 keeps every accumulator in a register.
 #ifndef JTOK_Q8A_NJ  // only for a sweep
-#define JTOK_Q8A_NJ 2
+#define JTOK_Q8A_NJ 1
 #define JTOK_Q8A_MR 4
 #endif
 constexpr int64_t kBlk = kActBlock;                 // 32 columns: one input scale
@@ -92,7 +96,7 @@ JTOK_AVX2_FN inline void tile(float* out, int64_t ldo, const int8_t* xq, int64_t
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
       for (int j = 0; j < kNJ; ++j) s[i][j] = _mm256_setzero_si256();
-#pragma GCC unroll 8
+#pragma GCC unroll 1  // unrolled, GCC summed the steps' products in a tree and spilled them
     for (int64_t st = 0; st < kSteps; ++st) {
       __m256i wv[kNJ], aw[kNJ];
 #pragma GCC unroll 8
