@@ -430,7 +430,8 @@ static bool f32_gemv(const WeightMatrix& w, int64_t N) {
 // lowp_gemm: measured (bench/decode_gemv.cpp, config b's step, 1 thread, Zen 4, load ~11 on 2
 // cores) against the per-row kernels, bf16: N 6 0.96x, N 8 0.95x, N 10 1.17x, N 12 1.41x, N 16
 // 1.70x; int8 (ops/q8_gemm.h, load ~12): N 4 0.62x, N 8 0.91x, N 10 1.06x, N 12 1.18x, N 16 1.36x:
-// the switch at 8 for both.
+// the switch at 8 for both. The avx2 int8 tiles (ops/q8_gemm.h) take the same switch: at 16 rows
+// they ran 5-7x the portable per-row loops they replace (docs/benchmarks.md; not measured below 16).
 constexpr int64_t kLowpGemmMinRows = 9;
 // Panels + sgemm: measured (the same bench, AVX-512 with VNNI; docs/benchmarks.md) the per-row
 // kernels stay ahead up to N 24 for bf16 (1.21x at 17, 1.05x at 24, 0.93x at 32); for int8 with
