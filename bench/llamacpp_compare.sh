@@ -45,9 +45,10 @@ echo "llamacpp_compare: $CONFIG, random weights, prompt $P tokens, $NEW new toke
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC') | host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) | load $(cut -d' ' -f1-3 /proc/loadavg) | commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo "lscpu: $(lscpu | grep -m1 'Model name' | cut -d: -f2 | xargs), family $(lscpu | grep -m1 'CPU family' | cut -d: -f2 | xargs) model $(lscpu | grep -m1 '^Model:' | cut -d: -f2 | xargs)"
 # Our many-row bf16 / int8 products (src/ops/lowp_gemm.h) run only with these flags (and without
-# JTOK_LOWP_GEMM=off).
+# JTOK_LOWP_GEMM=off; JTOK_LOWP_KERNELS=avx2|fallback picks the int8 ones: src/ops/q8_gemm.h).
 flag() { grep -qw "$1" /proc/cpuinfo && echo "$2" || echo "$3"; }
-echo "our prefill kernels: bf16 $(flag avx512_bf16 'oneDNN bf16 matmul' 'fp32 panels + sgemm'), int8 $(flag avx512_vnni 'int8 x int8 tiles, input per block of 32 (vpdpbusd)' 'fp32 panels + sgemm')"
+int8_avx2=$(flag avx2 'int8 x int8 tiles, input per block of 32 (avx2 vpmaddubsw)' 'fp32 panels + sgemm')
+echo "our prefill kernels: bf16 $(flag avx512_bf16 'oneDNN bf16 matmul' 'fp32 panels + sgemm'), int8 $(flag avx512_vnni 'int8 x int8 tiles, input per block of 32 (vpdpbusd)' "$int8_avx2")${JTOK_LOWP_KERNELS:+ (JTOK_LOWP_KERNELS=$JTOK_LOWP_KERNELS)}"
 "$PY" bench/random_checkpoint.py --config "$CONFIG" --out "$WORK/ckpt_f32" > /dev/null
 # format -> (ours' weight dtype, llama.cpp's gguf dtype)
 ours_dt() { case $1 in f32) echo f32 ;; 16) echo bf16 ;; 8) echo int8 ;; esac; }

@@ -1,17 +1,21 @@
 // Low-precision inference weights (ops/lowp_linear.h): conversions, fast kernels against the
 // reference on the same dequantised weights, and the error of bf16 / int8 weights against fp32.
+// The int8 cases run under every int8 kernel set the host has (ops/q8_gemm.h: vnni, avx2, fallback).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "op_test_util.h"
 #include "ops/linear.h"
 #include "ops/lowp_gemm.h"
 #include "ops/lowp_linear.h"
+#include "ops/q8_gemm.h"
 
 using namespace jtok;
 using namespace jtok::testing;
@@ -79,6 +83,34 @@ struct Weights3 {
   }
 };
 
+// The int8 kernels this host can run: on an AVX-512 VNNI host all three (vnni, avx2, fallback), so
+// CI checks every path there.
+static std::vector<Q8Kernels> q8_kernel_sets() {
+  std::vector<Q8Kernels> ks;
+  for (Q8Kernels k : {Q8Kernels::vnni, Q8Kernels::avx2, Q8Kernels::fallback})
+    if (q8_kernels_available(k)) ks.push_back(k);
+  return ks;
+}
+
+// The int8 kernels set to k for a scope, the process's own restored after it.
+struct ScopedQ8Kernels {
+  Q8Kernels keep = q8_kernels();
+  explicit ScopedQ8Kernels(Q8Kernels k) { set_q8_kernels(k); }
+  ~ScopedQ8Kernels() { set_q8_kernels(keep); }
+};
+
+// One case of the linear tests: a dtype, and for int8 the kernels it runs under.
+struct LowpPath {
+  Dtype t;
+  Q8Kernels k;
+  std::string name() const { return std::string(dtype_name(t)) + (t == Dtype::int8 ? std::string(" ") + q8_kernels_name(k) : ""); }
+};
+static std::vector<LowpPath> lowp_paths() {
+  std::vector<LowpPath> ps = {{Dtype::f32, q8_kernels()}, {Dtype::bf16, q8_kernels()}};
+  for (Q8Kernels k : q8_kernel_sets()) ps.push_back({Dtype::int8, k});
+  return ps;
+}
+
 // int8 products quantise their input per block of 32 (quantize_act_q8): the vector path gives the
 // very bits of quantize_int8_span on each block (a short last block, an all-zero block, ties).
 TEST(Int8, ActivationBlocksQuantiseAsTheSpanQuantiser) {
@@ -109,52 +141,58 @@ TEST(Int8, ActivationBlocksQuantiseAsTheSpanQuantiser) {
 // int8 vector tile, 96 (blocks of 32, not of 64) and 40 / 48 (a short block) the portable one.
 // Many rows (past lowp_gemv_max_rows) run the bf16 / int8 products of ops/lowp_gemm.h where the CPU
 // has them: the reference then rounds the input as they do (bf16; int8 per block of 32, as the
-// per-row kernels), and the int8 sums are exact int32 either way, so the same 2e-5 holds.
+// per-row kernels), and the int8 sums are exact int32 either way, so the same 2e-5 holds. int8 runs
+// under each kernel set of the host (vnni, avx2: switch at 8 rows; fallback: 16, then panels + sgemm).
 TEST(LowpLinear, FastMatchesReference) {
-  for (int64_t C : {48, 40, 96, 64, 768})
-    for (int64_t OC : {5, 37, 300})
-      for (int64_t N : {1, 3, 8, 9, 11, 16, 17, 24, 25, 48, 49, 70}) {  // both sides of each switch
-        Weights3 w(OC, C, 100 + C + OC);
-        auto x = randn(N * C, 13 + N);
-        for (auto t : {Dtype::f32, Dtype::bf16, Dtype::int8})
+  for (const LowpPath& p : lowp_paths()) {
+    ScopedQ8Kernels ks(p.k);
+    for (int64_t C : {48, 40, 96, 64, 768})
+      for (int64_t OC : {5, 37, 300})
+        for (int64_t N : {1, 3, 8, 9, 11, 16, 17, 24, 25, 48, 49, 70}) {  // both sides of each switch
+          Weights3 w(OC, C, 100 + C + OC);
+          auto x = randn(N * C, 13 + N);
           for (bool acc : {false, true}) {
             std::vector<float> y(N * OC, 0.5f), yr(N * OC, 0.5f);
-            linear_forward_lowp(y.data(), x.data(), w.view(t), N, acc);
-            linear_forward_lowp_ref(yr.data(), x.data(), w.view(t), N, acc, RowKernel::fastest);
-            EXPECT_LT(rel_err(y, yr), 2e-5) << dtype_name(t) << " N " << N << " C " << C << " OC " << OC << " acc " << acc;
+            linear_forward_lowp(y.data(), x.data(), w.view(p.t), N, acc);
+            linear_forward_lowp_ref(yr.data(), x.data(), w.view(p.t), N, acc, RowKernel::fastest);
+            EXPECT_LT(rel_err(y, yr), 2e-5) << p.name() << " N " << N << " C " << C << " OC " << OC << " acc " << acc;
           }
-      }
+        }
+  }
 }
 
 // RowKernel::per_row (decoding): each output row has the bits it gets alone (N = 1), whatever N, for
 // every dtype: full 4-row blocks and the last rows, C a multiple of 16 / 64 (the vector tiles) or not.
 // The fastest kernels do not promise it (f32: the tile up to 4 rows, sgemm beyond).
 TEST(LowpLinear, PerRowKernelGivesEachRowItsBitsAloneWhateverN) {
-  for (int64_t C : {32, 40, 64, 96})
-    for (int64_t OC : {3, 37, 211}) {
-      Weights3 w(OC, C, 7 + C + OC);
-      const int64_t Nmax = 40;
-      auto x = randn(Nmax * C, 19 + C);
-      for (auto t : {Dtype::f32, Dtype::bf16, Dtype::int8}) {
+  for (const LowpPath& p : lowp_paths()) {
+    ScopedQ8Kernels ks(p.k);
+    for (int64_t C : {32, 40, 64, 96})
+      for (int64_t OC : {3, 37, 211}) {
+        Weights3 w(OC, C, 7 + C + OC);
+        const int64_t Nmax = 40;
+        auto x = randn(Nmax * C, 19 + C);
         std::vector<float> alone(Nmax * OC);
         for (int64_t n = 0; n < Nmax; ++n)
-          linear_forward_lowp(alone.data() + n * OC, x.data() + n * C, w.view(t), 1, false, RowKernel::per_row);
+          linear_forward_lowp(alone.data() + n * OC, x.data() + n * C, w.view(p.t), 1, false, RowKernel::per_row);
         for (int64_t N : {2, 4, 5, 8, 16, 17, 33, 40}) {
           std::vector<float> y(N * OC);
-          linear_forward_lowp(y.data(), x.data(), w.view(t), N, false, RowKernel::per_row);
+          linear_forward_lowp(y.data(), x.data(), w.view(p.t), N, false, RowKernel::per_row);
           EXPECT_EQ(std::memcmp(y.data(), alone.data(), y.size() * sizeof(float)), 0)
-              << dtype_name(t) << " N " << N << " C " << C << " OC " << OC;
+              << p.name() << " N " << N << " C " << C << " OC " << OC;
         }
       }
-    }
+  }
 }
 
 // Several matrices of one input in one call give the bits of one call each (int8: one quantised input).
 TEST(LowpLinear, MultiEqualsOneCallEach) {
   const int64_t C = 768;
   Weights3 a(300, C, 40), b(64, C, 41), c(37, C, 42);
-  for (int64_t N : {1, 3, 16, 20})
-    for (auto t : {Dtype::f32, Dtype::bf16, Dtype::int8}) {
+  for (const LowpPath& p : lowp_paths()) {
+    ScopedQ8Kernels ks(p.k);
+    const Dtype t = p.t;
+    for (int64_t N : {1, 3, 16, 20}) {
       auto x = randn(N * C, 43 + N);
       std::vector<float> ya(N * 300, 1.0f), yb(N * 64, 1.0f), yc(N * 37, 1.0f);
       auto ya1 = ya, yb1 = yb, yc1 = yc;
@@ -163,10 +201,11 @@ TEST(LowpLinear, MultiEqualsOneCallEach) {
       linear_forward_lowp(ya1.data(), x.data(), a.view(t), N);
       linear_forward_lowp(yb1.data(), x.data(), b.view(t), N, true);
       linear_forward_lowp(yc1.data(), x.data(), c.view(t), N);
-      EXPECT_EQ(ya, ya1) << dtype_name(t) << " N " << N;
-      EXPECT_EQ(yb, yb1) << dtype_name(t) << " N " << N;
-      EXPECT_EQ(yc, yc1) << dtype_name(t) << " N " << N;
+      EXPECT_EQ(ya, ya1) << p.name() << " N " << N;
+      EXPECT_EQ(yb, yb1) << p.name() << " N " << N;
+      EXPECT_EQ(yc, yc1) << p.name() << " N " << N;
     }
+  }
   Weights3 d(8, 96, 44);
   auto x = randn(C, 45);
   std::vector<float> y1(300), y2(8);
@@ -207,31 +246,117 @@ TEST(LowpLinear, ParsesDtypeNames) {
   }
 }
 
-// The many-row products alone (ops/lowp_gemm.h, where the CPU has them) against the reference on
-// the input they multiply, at shapes past every tile edge (C not a multiple of 32 or 64, OC not of
-// 16 or 32, N not of 6: the int8 tile's 6 input rows x 32 output rows).
+// The many-row products alone (ops/lowp_gemm.h, where the CPU has them; int8: q8_gemm under each
+// kernel set of the host, the plain loops too) against the reference on the input they multiply, at
+// shapes past every tile edge: C not a multiple of 32 or 64, OC not of 8 or 32 (the avx2 / vnni
+// panels), N leaving every remainder of 4 and of 6 (their tiles' input rows).
 TEST(LowpGemm, MatchesReference) {
-  for (auto t : {Dtype::bf16, Dtype::int8}) {
-    if (!lowp_gemm_enabled(t)) {
-      std::printf("%s: no native product on this CPU (%s)\n", dtype_name(t), lowp_gemm_kernel_name(t));
-      continue;
-    }
+  struct Case { Dtype t; Q8Kernels k; };
+  std::vector<Case> cases;
+  if (lowp_gemm_enabled(Dtype::bf16)) cases.push_back({Dtype::bf16, q8_kernels()});
+  else std::printf("bf16: no native product on this CPU (%s)\n", lowp_gemm_kernel_name(Dtype::bf16));
+  for (Q8Kernels k : q8_kernel_sets()) cases.push_back({Dtype::int8, k});
+  for (const Case& cs : cases)
     for (int64_t C : {40, 100, 768})
       for (int64_t OC : {5, 67, 96, 300})
-        for (int64_t N : {1, 7, 33, 130})
+        for (int64_t N : {1, 4, 7, 33, 130})
           for (bool acc : {false, true}) {
             Weights3 w(OC, C, 200 + C + OC);
             const auto x = randn(N * C, 17 + N + C);
             std::vector<float> xr(N * C), y(N * OC, 0.5f), yr(N * OC, 0.5f), W(OC * C);
-            lowp_gemm_input_ref(xr.data(), x.data(), t, N, C);
-            dequantize_rows(W.data(), w.view(t), 0, OC);
+            lowp_gemm_input_ref(xr.data(), x.data(), cs.t, N, C);
+            dequantize_rows(W.data(), w.view(cs.t), 0, OC);
             linear_forward_ref(yr.data(), xr.data(), W.data(), N, C, OC);
             if (acc)
               for (auto& v : yr) v += 0.5f;
-            lowp_gemm(y.data(), x.data(), w.view(t), N, acc);
-            EXPECT_LT(rel_err(y, yr), 2e-5) << dtype_name(t) << " N " << N << " C " << C << " OC " << OC << " acc " << acc;
+            if (cs.t == Dtype::int8) q8_gemm(y.data(), x.data(), w.view(cs.t), N, acc, cs.k);
+            else lowp_gemm(y.data(), x.data(), w.view(cs.t), N, acc);
+            EXPECT_LT(rel_err(y, yr), 2e-5) << dtype_name(cs.t) << " " << (cs.t == Dtype::int8 ? q8_kernels_name(cs.k) : "")
+                                            << " N " << N << " C " << C << " OC " << OC << " acc " << acc;
           }
+}
+
+// The avx2 and vnni tiles sum each block exactly in int32 and apply the same fp32 operations in the
+// same order (ops/q8_gemm.h): the same bits, at every tile edge, with and without accumulate, for
+// weights of -128 too (stored files may hold them; quantize_int8_rows never makes them).
+TEST(Q8Gemm, Avx2GivesTheBitsOfVnni) {
+  if (!q8_kernels_available(Q8Kernels::vnni) || !q8_kernels_available(Q8Kernels::avx2)) {
+    std::printf("skipped: this CPU or build lacks vnni or avx2\n");
+    return;
   }
+  for (int64_t C : {32, 40, 100, 768})
+    for (int64_t OC : {1, 5, 17, 67, 300})
+      for (int64_t N : {1, 4, 7, 33, 130}) {
+        Weights3 w(OC, C, 300 + C + OC);
+        for (int64_t c = 0; c < C; c += 3) w.q[c] = -128;  // row 0
+        auto x = randn(N * C, 31 + N + C, 2.0f);
+        for (int64_t c = 0; c < std::min<int64_t>(C, 32); ++c) x[c] = 0.0f;  // row 0's first block all zero
+        for (bool acc : {false, true}) {
+          std::vector<float> yv(N * OC, 0.25f), ya(N * OC, 0.25f);
+          q8_gemm(yv.data(), x.data(), w.view(Dtype::int8), N, acc, Q8Kernels::vnni);
+          q8_gemm(ya.data(), x.data(), w.view(Dtype::int8), N, acc, Q8Kernels::avx2);
+          EXPECT_EQ(std::memcmp(yv.data(), ya.data(), yv.size() * sizeof(float)), 0)
+              << "N " << N << " C " << C << " OC " << OC << " acc " << acc << " rel " << rel_err(ya, yv);
+        }
+      }
+}
+
+// The int32 sums at their extremes: every input value +-127 after quantisation (|x| all equal) and
+// weights of 127, -128 and +-127 with the input's sign (every product +127 * 127: a vpmaddubsw pair
+// of 32,258, or 32,512 with -128, just under its int16 saturation at 32,767). Each kernel set against
+// the exact value, computed in double: a saturated pair would lose at least 254 of a block's ~516,000.
+TEST(Q8Gemm, ExtremeProductsDoNotSaturate) {
+  const int64_t N = 3, C = 96, OC = 5;
+  std::vector<float> x(N * C);
+  for (int64_t i = 0; i < N * C; ++i) x[i] = (i % 3 == 0 ? -1.0f : 1.0f) * static_cast<float>(1 + i / C);
+  std::vector<int8_t> q(OC * C);
+  std::vector<float> scale = {1.0f, 0.5f, 2.0f, 1.0f, 0.25f};
+  for (int64_t c = 0; c < C; ++c) {
+    const bool neg = c % 3 == 0;  // x's sign in every row
+    q[0 * C + c] = 127;
+    q[1 * C + c] = -128;
+    q[2 * C + c] = neg ? -127 : 127;
+    q[3 * C + c] = neg ? -128 : 127;
+    q[4 * C + c] = neg ? 127 : -127;
+  }
+  const WeightMatrix w{Dtype::int8, q.data(), scale.data(), OC, C};
+  for (Q8Kernels k : q8_kernel_sets()) {
+    std::vector<float> y(N * OC);
+    q8_gemm(y.data(), x.data(), w, N, false, k);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < OC; ++o) {
+        double sum = 0;  // every block's scale is (1 + n) / 127 and every quantised value +-127
+        for (int64_t c = 0; c < C; ++c) sum += (c % 3 == 0 ? -127.0 : 127.0) * q[o * C + c];
+        const double want = sum * (1 + n) / 127.0 * scale[o];
+        EXPECT_NEAR(y[n * OC + o], want, 1e-6 * std::fabs(want)) << q8_kernels_name(k) << " n " << n << " o " << o;
+      }
+  }
+}
+
+// The kernels named on the start-up line, and JTOK_LOWP_KERNELS's values checked.
+TEST(Q8Gemm, KernelSetsAreNamedAndChecked) {
+  for (Q8Kernels k : q8_kernel_sets()) {
+    ScopedQ8Kernels ks(k);
+    EXPECT_EQ(q8_kernels(), k);
+    EXPECT_EQ(parse_q8_kernels(q8_kernels_name(k), "JTOK_LOWP_KERNELS"), k);
+    const std::string line = lowp_kernels_line(Dtype::int8, 768);
+    const char* want = k == Q8Kernels::vnni   ? "more rows int8 x int8 tiles, input per block of 32 (avx512_vnni vpdpbusd)"
+                       : k == Q8Kernels::avx2 ? "more rows int8 x int8 tiles, input per block of 32 (avx2 vpmaddubsw)"
+                                              : "more rows fp32 panels + sgemm";
+    EXPECT_NE(line.find(want), std::string::npos) << line;
+    EXPECT_EQ(line.find(k == Q8Kernels::vnni ? "portable" : "vpdpbusd"), std::string::npos) << line;
+  }
+  try {
+    parse_q8_kernels("avx512", "JTOK_LOWP_KERNELS");
+    ADD_FAILURE() << "avx512 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("JTOK_LOWP_KERNELS=avx512: not one of vnni, avx2, fallback"), std::string::npos) << e.what();
+  }
+  for (Q8Kernels k : {Q8Kernels::vnni, Q8Kernels::avx2})
+    if (!q8_kernels_available(k)) {
+      EXPECT_THROW(parse_q8_kernels(q8_kernels_name(k), "JTOK_LOWP_KERNELS"), Error);
+      EXPECT_THROW(set_q8_kernels(k), Error);
+    }
 }
 
 // Activations shaped like a model's: an RMSNorm output (normal, a few channels with 8x the gain),

@@ -21,6 +21,7 @@
 #include "io/mapped_file.h"
 #include "model/weights_io.h"
 #include "ops/lowp_gemm.h"
+#include "ops/q8_gemm.h"
 #include "error_test_util.h"
 #include "op_test_util.h"
 #include "decode_test_util.h"
@@ -206,6 +207,23 @@ TEST(LowpModel, Bf16Dense) { check_lowp_model(false, Dtype::bf16, 1.5e-2, 1); }
 TEST(LowpModel, Int8Dense) { check_lowp_model(false, Dtype::int8, 5e-2, 3); }
 TEST(LowpModel, Int8MoeWithJTokM) { check_lowp_model(true, Dtype::int8, 5e-2, 3); }
 TEST(LowpModel, Bf16MoeWithJTokM) { check_lowp_model(true, Dtype::bf16, 1.5e-2, 1); }
+
+// int8 under every other kernel set this host has (ops/q8_gemm.h; avx2 and fallback on an AVX-512
+// VNNI host): the same bounds, and the decode step still batch-invariant.
+TEST(LowpModel, Int8DenseUnderEveryKernelSet) {
+  const Q8Kernels keep = q8_kernels();
+  const fs::path dir = fs::temp_directory_path() / ("jtok_lowp_ks_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (Q8Kernels k : {Q8Kernels::vnni, Q8Kernels::avx2, Q8Kernels::fallback}) {
+    if (!q8_kernels_available(k) || k == keep) continue;
+    SCOPED_TRACE(q8_kernels_name(k));
+    set_q8_kernels(k);
+    check_lowp_model(false, Dtype::int8, 5e-2, 3);
+    expect_decode_batch_invariant(export_and_load(make_model(lowp_config(false), 21), Dtype::int8, dir / "a.safetensors", false));
+  }
+  set_q8_kernels(keep);
+  fs::remove_all(dir);
+}
 
 // Only the MoE experts in int8 (every other matrix put back in fp32): the logits move, so the
 // experts' low-precision kernels really run, within int8's bound; the KV-cache decode (one row per

@@ -16,23 +16,24 @@ namespace jtok {
 
 bool lowp_gemm_enabled(Dtype t) {
   // oneDNN picks its bf16 kernels from the running CPU: without AVX-512 BF16 it would emulate them,
-  // slower than converting weight panels for sgemm; q8_gemm's tiles need VNNI in the build and the
-  // CPU (its plain loops are for tests). Decided from the CPU's flags, not timed,
-  // so a given host always runs the same kernels (the same bits); JTOK_LOWP_GEMM=off keeps panels +
+  // slower than converting weight panels for sgemm. int8: q8_gemm's vnni or avx2 tiles, as
+  // q8_kernels() says (fallback: panels + sgemm). Decided from the CPU's flags, not timed, so a
+  // given host always runs the same kernels (the same bits); JTOK_LOWP_GEMM=off keeps panels +
   // sgemm (a host whose bf16 arithmetic is no faster than fp32: measure with bench/prefill_ratio.sh).
   static const bool off = [] {
     const char* e = std::getenv("JTOK_LOWP_GEMM");
     return e != nullptr && std::string(e) == "off";
   }();
   static const bool bf16 = !off && __builtin_cpu_supports("avx512bf16");
-  static const bool int8 = !off && q8_gemm_vnni() && __builtin_cpu_supports("avx512vnni");
-  return t == Dtype::bf16 ? bf16 : t == Dtype::int8 ? int8 : false;
+  if (t == Dtype::bf16) return bf16;
+  return t == Dtype::int8 && !off && q8_kernels() != Q8Kernels::fallback;
 }
 
 const char* lowp_gemm_kernel_name(Dtype t) {
   if (!lowp_gemm_enabled(t)) return "fp32 panels + sgemm";
-  return t == Dtype::bf16 ? "oneDNN bf16 matmul (avx512_bf16)"
-                          : "int8 x int8 tiles, input per block of 32 (avx512_vnni vpdpbusd)";
+  if (t == Dtype::bf16) return "oneDNN bf16 matmul (avx512_bf16)";
+  return q8_kernels() == Q8Kernels::vnni ? "int8 x int8 tiles, input per block of 32 (avx512_vnni vpdpbusd)"
+                                         : "int8 x int8 tiles, input per block of 32 (avx2 vpmaddubsw)";
 }
 
 std::string lowp_kernels_line(Dtype t, int64_t cols) {

@@ -5,13 +5,14 @@
 //                 products summed in fp32 (vdpbf16ps).
 //   int8 weights: the input quantised per block of 32 values (quantize_act_q8, as the per-row
 //                 decode kernels and llama.cpp's Q8_0), int8 x int8 products summed exactly in
-//                 int32 per block (vpdpbusd), times the block's input scale, summed in fp32, times
-//                 the weight row's scale: ops/q8_gemm.h, tiles of our own (a library int8 GEMM has
-//                 one input scale per row, which doubles the product's error on model
-//                 activations: tests/test_lowp.cpp, LowpGemm.Int8ErrorAgainstFp32).
-// bf16 only on CPUs with AVX-512 BF16, int8 only with AVX-512 VNNI (in the build and the CPU),
-// unless JTOK_LOWP_GEMM=off: lowp_gemm_enabled; elsewhere linear_forward_lowp keeps converting
-// panels of weights to fp32 for sgemm.
+//                 int32 per block (vpdpbusd with AVX-512 VNNI; vpmaddubsw + vpmaddwd with AVX2),
+//                 times the block's input scale, summed in fp32, times the weight row's scale:
+//                 ops/q8_gemm.h, tiles of our own (a library int8 GEMM has one input scale per row,
+//                 which doubles the product's error on model activations: tests/test_lowp.cpp,
+//                 LowpGemm.Int8ErrorAgainstFp32).
+// bf16 only on CPUs with AVX-512 BF16, int8 on CPUs with AVX-512 VNNI or AVX2 (q8_kernels(),
+// JTOK_LOWP_KERNELS), unless JTOK_LOWP_GEMM=off: lowp_gemm_enabled; elsewhere linear_forward_lowp
+// keeps converting panels of weights to fp32 for sgemm.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,8 +22,8 @@
 namespace jtok {
 
 // linear_forward_lowp runs lowp_gemm for many rows of dtype t: the CPU has the instructions (bf16:
-// AVX-512 BF16; int8: AVX-512 VNNI) and JTOK_LOWP_GEMM is not "off". From the flags alone, never
-// timed: a host always runs the same kernels.
+// AVX-512 BF16; int8: q8_kernels() is vnni or avx2) and JTOK_LOWP_GEMM is not "off". From the flags
+// alone (or JTOK_LOWP_KERNELS), never timed: a host always runs the same kernels.
 bool lowp_gemm_enabled(Dtype t);
 
 // out (N, OC) (+)= inp (N, C) @ W^T for W = w (OC, C), bf16 or int8; with accumulate, out +=.

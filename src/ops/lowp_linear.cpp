@@ -3,7 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -20,134 +19,13 @@
 #include "core/error.h"
 #include "ops/linear.h"
 #include "ops/lowp_gemm.h"
+#include "ops/q8_gemm.h"
 
 namespace jtok {
-
-uint16_t f32_to_bf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN stays a (quiet) NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float bf16_to_f32(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-
-void quantize_bf16_rows(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
-#pragma omp parallel for schedule(static) if (rows * cols >= (1 << 16))
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* s = src + r * ld;
-    uint16_t* d = dst + r * cols;
-    int64_t c = 0;
-#if defined(__AVX512BF16__)
-    for (; c + 32 <= cols; c += 32) {  // vcvtne2ps2bf16: round to nearest even, as f32_to_bf16
-      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + c + 16), _mm512_loadu_ps(s + c));
-      _mm512_storeu_si512(d + c, reinterpret_cast<const __m512i&>(v));
-    }
-#endif
-    for (; c < cols; ++c) d[c] = f32_to_bf16(s[c]);
-  }
-}
-
-void quantize_bf16(uint16_t* out, const float* in, int64_t n) {
-  constexpr int64_t kBlock = 1 << 14;  // blocks as rows: the strided path's threads and vector loop
-  const int64_t full = n / kBlock;
-  quantize_bf16_rows(out, in, full, kBlock, kBlock);
-  quantize_bf16_rows(out + full * kBlock, in + full * kBlock, 1, n - full * kBlock, n - full * kBlock);
-}
-
-float quantize_int8_span(int8_t* q, const float* x, int64_t n) {
-  float amax = 0.0f;
-  for (int64_t c = 0; c < n; ++c) amax = std::max(amax, std::fabs(x[c]));
-  const float s = amax / 127.0f;
-  // A division, not a multiply by 1/s: the value nearest x / s exactly (token tables rely on it).
-  for (int64_t c = 0; c < n; ++c) q[c] = s > 0 ? static_cast<int8_t>(std::clamp(std::nearbyint(x[c] / s), -127.0f, 127.0f)) : 0;
-  return s;
-}
-
-void quantize_int8_rows(int8_t* q, float* scale, const float* W, int64_t rows, int64_t cols) {
-  int64_t bad_row = -1;  // an exception must not leave an OpenMP region: the check is after it
-#pragma omp parallel for schedule(static) if (rows * cols > (1 << 20))
-  for (int64_t o = 0; o < rows; ++o) {
-    const float* w = W + o * cols;
-    bool finite = true;
-    for (int64_t c = 0; c < cols; ++c) finite = finite && std::isfinite(w[c]);
-    if (!finite) {
-#pragma omp atomic write
-      bad_row = o;
-    }
-    scale[o] = quantize_int8_span(q + o * cols, w, cols);
-  }
-  JTOK_CHECK(bad_row < 0, "quantize_int8_rows: row ", bad_row, " holds a non-finite value");
-}
-
-// One row of w as fp32: the conversion every path below shares.
-static inline void dequantize_row(float* out, const WeightMatrix& w, int64_t o) {
-  const int64_t C = w.cols;
-  switch (w.dtype) {
-    case Dtype::f32:
-      std::memcpy(out, static_cast<const float*>(w.data) + o * C, sizeof(float) * C);
-      break;
-    case Dtype::bf16: {
-      const uint16_t* b = static_cast<const uint16_t*>(w.data) + o * C;
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) {
-        const uint32_t u = static_cast<uint32_t>(b[c]) << 16;
-        float x;
-        std::memcpy(&x, &u, 4);
-        out[c] = x;
-      }
-      break;
-    }
-    case Dtype::int8: {
-      const int8_t* q = static_cast<const int8_t*>(w.data) + o * C;
-      const float s = w.scale[o];
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) out[c] = static_cast<float>(q[c]) * s;
-      break;
-    }
-  }
-}
-
-void dequantize_rows(float* out, const WeightMatrix& w, int64_t r0, int64_t r1) {
-  for (int64_t o = r0; o < r1; ++o) dequantize_row(out + (o - r0) * w.cols, w, o);
-}
 
 static void check_shape(const WeightMatrix& w) {
   JTOK_CHECK(w.data != nullptr && w.rows > 0 && w.cols > 0, "linear_forward_lowp: unbound weight matrix");
   JTOK_CHECK(w.dtype != Dtype::int8 || w.scale != nullptr, "linear_forward_lowp: int8 weights without scales");
-}
-
-void quantize_act_q8(int8_t* q, float* scale, const float* x, int64_t n) {
-  int64_t b = 0;
-  for (int64_t c = 0; c < n; c += kActBlock, ++b) {
-    const int64_t len = std::min(kActBlock, n - c);
-#if defined(__AVX512F__)
-    if (len == kActBlock) {  // the same operations as quantize_int8_span, 16 lanes at a time: the same bits
-      const __m512 v0 = _mm512_loadu_ps(x + c), v1 = _mm512_loadu_ps(x + c + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-      const float s = amax / 127.0f;
-      scale[b] = s;
-      if (!(s > 0)) {
-        std::memset(q + c, 0, kActBlock);
-        continue;
-      }
-      const __m512 sv = _mm512_set1_ps(s), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-      // vcvtps2dq rounds to nearest even, as nearbyint in the default rounding mode.
-      const __m512i i0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_div_ps(v0, sv), lo), hi));
-      const __m512i i1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_div_ps(v1, sv), lo), hi));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + c), _mm512_cvtepi32_epi8(i0));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + c + 16), _mm512_cvtepi32_epi8(i1));
-      continue;
-    }
-#endif
-    scale[b] = quantize_int8_span(q + c, x + c, len);
-  }
 }
 
 // The activation rows of an int8 product, quantised (N rows of C values, nb = ceil(C/32) scales each).
@@ -478,7 +356,7 @@ static void gemv_jobs(GemvJob* jobs, int njobs, const float* inp, int64_t N) {
     q8.quantize(inp, N, C);
     bool vnni = false;
 #if defined(JTOK_HAVE_VNNI)
-    vnni = C % 64 == 0;
+    vnni = C % 64 == 0 && q8_kernels() == Q8Kernels::vnni;
     if (vnni) {
       const int64_t C4 = C / 4;
       xs16.resize(static_cast<size_t>(N * C4));
@@ -529,7 +407,7 @@ static void gemm_lowp(float* out, const float* inp, const WeightMatrix& w, int64
   for (int64_t r0 = 0; r0 < OC; r0 += kPanelRows) {
     const int64_t r1 = std::min(OC, r0 + kPanelRows);
 #pragma omp parallel for schedule(static)
-    for (int64_t o = r0; o < r1; ++o) dequantize_row(panel.data() + (o - r0) * C, w, o);
+    for (int64_t o = r0; o < r1; ++o) dequantize_rows(panel.data() + (o - r0) * C, w, o, o + 1);
     gemm(false, true, N, r1 - r0, C, 1.0f, inp, C, panel.data(), C, acc ? 1.0f : 0.0f, out + r0, OC);
   }
 }
@@ -552,7 +430,8 @@ static bool f32_gemv(const WeightMatrix& w, int64_t N) {
 // lowp_gemm: measured (bench/decode_gemv.cpp, config b's step, 1 thread, Zen 4, load ~11 on 2
 // cores) against the per-row kernels, bf16: N 6 0.96x, N 8 0.95x, N 10 1.17x, N 12 1.41x, N 16
 // 1.70x; int8 (ops/q8_gemm.h, load ~12): N 4 0.62x, N 8 0.91x, N 10 1.06x, N 12 1.18x, N 16 1.36x:
-// the switch at 8 for both.
+// the switch at 8 for both. The avx2 int8 tiles (ops/q8_gemm.h) take the same switch: at 16 rows
+// they ran 5-7x the portable per-row loops they replace (docs/benchmarks.md; not measured below 16).
 constexpr int64_t kLowpGemmMinRows = 9;
 // Panels + sgemm: measured (the same bench, AVX-512 with VNNI; docs/benchmarks.md) the per-row
 // kernels stay ahead up to N 24 for bf16 (1.21x at 17, 1.05x at 24, 0.93x at 32); for int8 with
@@ -565,7 +444,7 @@ int64_t lowp_gemv_max_rows(const WeightMatrix& w) {
   if (w.dtype == Dtype::bf16 && w.cols % Lanes::n == 0) return 24;
 #endif
 #if defined(JTOK_HAVE_VNNI)
-  if (w.dtype == Dtype::int8 && w.cols % 64 == 0) return 48;
+  if (w.dtype == Dtype::int8 && w.cols % 64 == 0 && q8_kernels() == Q8Kernels::vnni) return 48;
 #endif
   (void)w;
   return kLowpGemvRows;
@@ -573,7 +452,8 @@ int64_t lowp_gemv_max_rows(const WeightMatrix& w) {
 
 const char* lowp_per_row_kernel_name(Dtype t, int64_t cols) {
 #if defined(JTOK_HAVE_VNNI)
-  if (t == Dtype::int8 && cols % 64 == 0) return "4-row register tiles, int8 x int8 (avx512_vnni vpdpbusd)";
+  if (t == Dtype::int8 && cols % 64 == 0 && q8_kernels() == Q8Kernels::vnni)
+    return "4-row register tiles, int8 x int8 (avx512_vnni vpdpbusd)";
 #endif
 #if defined(JTOK_TILE)
   if (t != Dtype::int8 && cols % Lanes::n == 0)

@@ -1,5 +1,6 @@
 // Inference-only linear layers with low-precision weights: y = x W^T with W stored as bf16 or as
-// int8 with one fp32 scale per output row (symmetric: W[o,c] ~ scale[o] * q[o,c], q in [-127,127]).
+// int8 with one fp32 scale per output row (symmetric: W[o,c] ~ scale[o] * q[o,c], q in [-127,127];
+// the matrix and its conversions: ops/lowp_convert.h).
 // Accumulation and outputs stay fp32.
 //   bf16: weight-only (activations fp32) in the per-row kernels; bf16 x bf16 in lowp_gemm.
 //   int8: W8A8. The per-row kernels, as llama.cpp's Q8_0 x Q8_0 dot product: each input row is
@@ -9,15 +10,15 @@
 //         quantised inputs, so they differ only in fp32 summation order.
 //
 // The fast path: for a few rows (decoding, N <= kLowpGemvRows; N <= 8 where lowp_gemm runs; with
-// AVX-512 but not it, bf16 N <= 24 and int8 N <= 48: the measured crossovers; f32 N <= 4) each thread
+// AVX-512 but not it, bf16 N <= 24 and int8 N <= 48 (vnni): the measured crossovers; f32 N <= 4) each thread
 // streams its own contiguous stretch of weight rows through a register tile (4 weight rows x up to 4
 // inputs, the rows read one after the other up to 2 inputs (int8: 3), interleaved beyond: the same
-// bits either way; bf16 converted in registers, int8 by vpdpbusd where the CPU has AVX-512 VNNI, C % 64 == 0;
+// bits either way; bf16 converted in registers, int8 by vpdpbusd where the int8 kernels are vnni (ops/q8_gemm.h), C % 64 == 0;
 // without AVX-512, an AVX2 tile of 4 weight rows x 2 inputs for f32 and bf16, C % 8 == 0),
 // several matrices of one input in one parallel region (linear_forward_lowp_multi: q/k/v, gate/up).
-// For more rows (prefill; N > 8 here) on a CPU with AVX-512 BF16 / VNNI, the products of
-// ops/lowp_gemm.h: bf16 x bf16 (the input rounded to bf16) and int8 x int8 (the input quantised
-// per block of 32, as here), on the stored weights. Elsewhere it converts a panel of weight rows to
+// For more rows (prefill; N > 8 here) on a CPU with AVX-512 BF16 (bf16) or AVX-512 VNNI or AVX2
+// (int8: q8_kernels()), the products of ops/lowp_gemm.h: bf16 x bf16 (the input rounded to bf16)
+// and int8 x int8 (the input quantised per block of 32, as here), on the stored weights. Elsewhere it converts a panel of weight rows to
 // fp32 and hands it to sgemm (f32: sgemm directly), the conversion being O(OC*C) against the
 // product's O(N*OC*C). The reference
 // converts the whole matrix (and, for int8, the quantised input) and runs the double-accumulating
@@ -28,37 +29,11 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "ops/lowp_convert.h"
 
 namespace jtok {
 
-// A (rows, cols) row-major weight matrix in one of the dtypes; scale is (rows) for int8, else null.
-struct WeightMatrix {
-  Dtype dtype = Dtype::f32;
-  const void* data = nullptr;
-  const float* scale = nullptr;
-  int64_t rows = 0, cols = 0;
-};
-
-// Conversions. bf16: round to nearest even (NaN stays NaN). int8: scale[o] = max|W[o,:]| / 127
-// (0 for an all-zero row), q = round(W / scale) clamped to [-127, 127].
-uint16_t f32_to_bf16(float x);
-float bf16_to_f32(uint16_t b);
-void quantize_bf16(uint16_t* out, const float* in, int64_t n);
-// rows x cols of src (row stride ld) to compact bf16 (rows x cols), as f32_to_bf16 (vcvtne2ps2bf16 where
-// the CPU has it: the same rounding).
-void quantize_bf16_rows(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld);
-void quantize_int8_rows(int8_t* q, float* scale, const float* W, int64_t rows, int64_t cols);
-// One span (a row, or a GGUF Q8_0 block) of n values to int8 as above; returns its scale.
-float quantize_int8_span(int8_t* q, const float* x, int64_t n);
-// Rows [r0, r1) of w as fp32 into out ((r1-r0), cols).
-void dequantize_rows(float* out, const WeightMatrix& w, int64_t r0, int64_t r1);
-
 constexpr int64_t kLowpGemvRows = 16;
-constexpr int64_t kActBlock = 32;  // int8 products: activation values per scale
-
-// x (n values) to int8 per block of kActBlock (the last may be shorter): scale[b] = max|x in block| / 127,
-// q = round-to-nearest-even(x / scale[b]), as quantize_int8_span, which is its reference.
-void quantize_act_q8(int8_t* q, float* scale, const float* x, int64_t n);
 
 // Which kernels may compute N input rows. fastest: the register tile for few rows, sgemm for many,
 // so a row's bits may depend on N (the kernels sum in different orders). per_row: every row by the

@@ -1,7 +1,10 @@
 #include "ops/q8_gemm.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
@@ -13,6 +16,7 @@
 #endif
 
 #include "core/error.h"
+#include "ops/q8_gemm_avx2.h"
 
 namespace jtok {
 
@@ -24,28 +28,89 @@ bool q8_gemm_vnni() {
 #endif
 }
 
+const char* q8_kernels_name(Q8Kernels k) {
+  switch (k) {
+    case Q8Kernels::vnni: return "vnni";
+    case Q8Kernels::avx2: return "avx2";
+    case Q8Kernels::fallback: return "fallback";
+  }
+  return "?";
+}
+
+// From the CPU's flags, never timed: a host always runs the same kernels (the same bits).
+bool q8_kernels_available(Q8Kernels k) {
+  switch (k) {
+    case Q8Kernels::vnni: return q8_gemm_vnni() && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+    case Q8Kernels::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Q8Kernels::fallback: return true;
+  }
+  return false;
+}
+
+namespace {
+
+std::atomic<int> g_kernels{-1};  // the Q8Kernels in use; -1 until first asked
+
+Q8Kernels default_kernels() {
+  const char* e = std::getenv("JTOK_LOWP_KERNELS");
+  if (e != nullptr && *e != '\0') return parse_q8_kernels(e, "JTOK_LOWP_KERNELS");
+  for (Q8Kernels k : {Q8Kernels::vnni, Q8Kernels::avx2})
+    if (q8_kernels_available(k)) return k;
+  return Q8Kernels::fallback;
+}
+
+}  // namespace
+
+Q8Kernels q8_kernels() {
+  int k = g_kernels.load(std::memory_order_relaxed);
+  if (k < 0) {  // callers racing here compute the same value
+    k = static_cast<int>(default_kernels());
+    g_kernels.store(k, std::memory_order_relaxed);
+  }
+  return static_cast<Q8Kernels>(k);
+}
+
+Q8Kernels parse_q8_kernels(const char* value, const char* what) {
+  for (Q8Kernels k : {Q8Kernels::vnni, Q8Kernels::avx2, Q8Kernels::fallback})
+    if (std::string(value) == q8_kernels_name(k)) {
+      JTOK_CHECK(q8_kernels_available(k), what, "=", value, ": this CPU or build has no ",
+                 k == Q8Kernels::vnni ? "AVX-512 VNNI" : "AVX2 + FMA", " (fallback runs anywhere)");
+      return k;
+    }
+  fail(what, "=", value, ": not one of vnni, avx2, fallback");
+}
+
+void set_q8_kernels(Q8Kernels k) {
+  JTOK_CHECK(q8_kernels_available(k), "set_q8_kernels: the ", q8_kernels_name(k), " kernels need ",
+             k == Q8Kernels::vnni ? "AVX-512 VNNI" : "AVX2 + FMA", ", which this CPU or build lacks");
+  g_kernels.store(static_cast<int>(k), std::memory_order_relaxed);
+}
+
 namespace {
 
 constexpr int64_t kBlk = kActBlock;  // 32 columns: one input scale
 
-// inp (N, C) quantised per block of 32 (quantize_act_q8) into xu (N, Cp) bytes, each q + 128 (the
-// unsigned operand of vpdpbusd; the padding past C holds 128, i.e. 0), scales into xs (N, nb).
-void quantize_input(uint8_t* xu, float* xs, const float* inp, int64_t N, int64_t C, int64_t Cp, int64_t nb) {
+// inp (N, C) quantised per block of 32 (quantize_act_q8) into xq (N, Cp) bytes (the padding past C
+// 0), scales into xs (N, nb). With offset, each byte is q + 128 (the unsigned operand of vpdpbusd;
+// the padding then holds 128, i.e. 0).
+void quantize_input(uint8_t* xq, float* xs, const float* inp, int64_t N, int64_t C, int64_t Cp, int64_t nb,
+                    bool offset) {
 #pragma omp parallel for schedule(static) if (N * C >= (1 << 16))
   for (int64_t n = 0; n < N; ++n) {
-    int8_t* q = reinterpret_cast<int8_t*>(xu + n * Cp);
+    int8_t* q = reinterpret_cast<int8_t*>(xq + n * Cp);
     quantize_act_q8(q, xs + n * nb, inp + n * C, C);
     std::memset(q + C, 0, static_cast<size_t>(Cp - C));
-    uint8_t* u = xu + n * Cp;
+    if (!offset) continue;
+    uint8_t* u = xq + n * Cp;
 #pragma omp simd
     for (int64_t c = 0; c < Cp; ++c) u[c] ^= 0x80;  // two's complement q -> q + 128
   }
 }
 
-// The plain product on the quantised input: per (row, output) the blocks' exact int32 sums, each
-// times its input scale, summed in block order, times the weight row's scale.
-[[maybe_unused]] void q8_gemm_plain(float* out, const uint8_t* xu, const float* xs, const WeightMatrix& w, int64_t N,
-                                    int64_t Cp, int64_t nb, bool acc) {
+// The plain product on the quantised input (xq signed): per (row, output) the blocks' exact int32
+// sums, each times its input scale, summed in block order, times the weight row's scale.
+void q8_gemm_plain(float* out, const int8_t* xq, const float* xs, const WeightMatrix& w, int64_t N, int64_t Cp,
+                   int64_t nb, bool acc) {
   const int64_t OC = w.rows, C = w.cols;
   const int8_t* W = static_cast<const int8_t*>(w.data);
 #pragma omp parallel for schedule(static) if (N * OC * C >= (1 << 18))
@@ -55,7 +120,7 @@ void quantize_input(uint8_t* xu, float* xs, const float* inp, int64_t N, int64_t
       for (int64_t b = 0; b < nb; ++b) {
         int32_t isum = 0;
         for (int64_t c = b * kBlk; c < std::min(C, (b + 1) * kBlk); ++c)
-          isum += (static_cast<int32_t>(xu[n * Cp + c]) - 128) * W[o * C + c];
+          isum += static_cast<int32_t>(xq[n * Cp + c]) * W[o * C + c];
         sum += static_cast<float>(isum) * xs[n * nb + b];
       }
       float& y = out[n * OC + o];
@@ -189,8 +254,8 @@ inline void tile(float* out, int64_t ldo, const uint8_t* xu, int64_t ldx, const 
     const __m512 wsv = _mm512_maskz_loadu_ps(m, ws + 16 * j);
     for (int i = 0; i < MR; ++i) {
       float* o = out + i * ldo + 16 * j;
-      __m512 v = _mm512_mul_ps(f[i][j], wsv);
-      if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), v);
+      // f * ws, or out + f * ws with one rounding (what GCC made of a multiply and an add anyway).
+      const __m512 v = acc ? _mm512_fmadd_ps(f[i][j], wsv, _mm512_maskz_loadu_ps(m, o)) : _mm512_mul_ps(f[i][j], wsv);
       _mm512_mask_storeu_ps(o, m, v);
     }
   }
@@ -230,19 +295,29 @@ void q8_gemm_vnni_tiles(float* out, const uint8_t* xu, const float* xs, const We
 }  // namespace
 
 void q8_gemm(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate) {
+  q8_gemm(out, inp, w, N, accumulate, q8_kernels());
+}
+
+void q8_gemm(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate, Q8Kernels k) {
   JTOK_CHECK(w.dtype == Dtype::int8 && w.scale != nullptr, "q8_gemm: int8 weights with scales only");
+  JTOK_CHECK(q8_kernels_available(k), "q8_gemm: the ", q8_kernels_name(k), " kernels are not available here");
   if (N <= 0) return;
   const int64_t C = w.cols, nb = (C + kBlk - 1) / kBlk, Cp = nb * kBlk;
-  thread_local std::vector<uint8_t> xu;
+  thread_local std::vector<uint8_t> xq;
   thread_local std::vector<float> xs;
-  xu.resize(static_cast<size_t>(N * Cp));
+  xq.resize(static_cast<size_t>(N * Cp));
   xs.resize(static_cast<size_t>(N * nb));
-  quantize_input(xu.data(), xs.data(), inp, N, C, Cp, nb);
+  quantize_input(xq.data(), xs.data(), inp, N, C, Cp, nb, k == Q8Kernels::vnni);
+  const int8_t* xq8 = reinterpret_cast<const int8_t*>(xq.data());
+  switch (k) {
+    case Q8Kernels::vnni:
 #if defined(JTOK_Q8_VNNI)
-  q8_gemm_vnni_tiles(out, xu.data(), xs.data(), w, N, Cp, nb, accumulate);
-#else
-  q8_gemm_plain(out, xu.data(), xs.data(), w, N, Cp, nb, accumulate);
+      q8_gemm_vnni_tiles(out, xq.data(), xs.data(), w, N, Cp, nb, accumulate);
 #endif
+      break;
+    case Q8Kernels::avx2: q8_gemm_avx2_tiles(out, xq8, xs.data(), w, N, Cp, nb, accumulate); break;
+    case Q8Kernels::fallback: q8_gemm_plain(out, xq8, xs.data(), w, N, Cp, nb, accumulate); break;
+  }
 }
 
 }  // namespace jtok
