@@ -43,20 +43,16 @@ int64_t data_bytes(int64_t ids, int64_t per_page, int64_t stride) {
 
 }  // namespace
 
-void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names) {
-  JTOK_CHECK(!tables.empty() && tables.size() == names.size(), "table store: ", tables.size(), " tables, ", names.size(), " names");
+void write_table_store(const std::string& dir, int64_t V, const std::vector<TableStoreSpec>& tables, const StoreRowSource& row) {
+  JTOK_CHECK(!tables.empty() && V > 0, "table store: ", tables.size(), " tables of ", V, " ids");
   if (fs::exists(dir)) fail("table store ", dir, " exists: choose a new directory");
-  const int64_t V = tables[0].rows;
   nlohmann::json jt = nlohmann::json::array();
   std::vector<int64_t> offset;
   int64_t block = 0;
-  for (size_t k = 0; k < tables.size(); ++k) {
-    const TokenTable& t = tables[k];
-    JTOK_CHECK(t.rows == V && t.id_count == V && t.id_first == 0, "table store: table ", names[k], " has ", t.rows,
-               " rows of ", t.id_count, ", the first ", V);
+  for (const TableStoreSpec& t : tables) {
     offset.push_back(block);
-    jt.push_back({{"name", names[k]}, {"dim", t.dim}, {"dtype", dtype_name(t.dtype())}, {"offset", block}});
-    block = align4(block + t.row_stride_bytes() + (t.dtype() == Dtype::int8 ? 4 : 0));
+    jt.push_back({{"name", t.name}, {"dim", t.dim}, {"dtype", dtype_name(t.dtype)}, {"offset", block}});
+    block = align4(block + t.dim * dtype_bytes(t.dtype) + (t.dtype == Dtype::int8 ? 4 : 0));
   }
   const auto [per_page, stride] = geometry(block);
   const int64_t total = data_bytes(V, per_page, stride);
@@ -75,9 +71,10 @@ void write_table_store(const std::string& dir, const std::vector<TokenTable>& ta
       for (int64_t id = first; id < std::min(V, first + tokens); ++id) {
         uint8_t* b = page.data() + (id - first) * (per_page > 1 ? block : 0);
         for (size_t k = 0; k < tables.size(); ++k) {
-          const TokenTable& t = tables[k];
-          std::memcpy(b + offset[k], t.raw_row(id), static_cast<size_t>(t.row_stride_bytes()));
-          if (t.dtype() == Dtype::int8) std::memcpy(b + offset[k] + t.row_stride_bytes(), t.scales() + id, 4);
+          const int64_t bytes = tables[k].dim * dtype_bytes(tables[k].dtype);
+          float scale = 0.0f;
+          row(id, static_cast<int64_t>(k), b + offset[k], &scale);
+          if (tables[k].dtype == Dtype::int8) std::memcpy(b + offset[k] + bytes, &scale, 4);
         }
       }
       sum = fnv1a(sum, page.data(), static_cast<size_t>(unit));
@@ -99,6 +96,23 @@ void write_table_store(const std::string& dir, const std::vector<TokenTable>& ta
   fsync_dir(fs::path(dir).parent_path().empty() ? "." : fs::path(dir).parent_path().string());
 }
 
+void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names) {
+  JTOK_CHECK(!tables.empty() && tables.size() == names.size(), "table store: ", tables.size(), " tables, ", names.size(), " names");
+  const int64_t V = tables[0].rows;
+  std::vector<TableStoreSpec> specs;
+  for (size_t k = 0; k < tables.size(); ++k) {
+    const TokenTable& t = tables[k];
+    JTOK_CHECK(t.rows == V && t.id_count == V && t.id_first == 0, "table store: table ", names[k], " has ", t.rows,
+               " rows of ", t.id_count, ", the first ", V);
+    specs.push_back({names[k], t.dim, t.dtype()});
+  }
+  write_table_store(dir, V, specs, [&](int64_t id, int64_t k, void* raw, float* scale) {
+    const TokenTable& t = tables[static_cast<size_t>(k)];
+    std::memcpy(raw, t.raw_row(id), static_cast<size_t>(t.row_stride_bytes()));
+    if (t.dtype() == Dtype::int8) *scale = t.scales()[id];
+  });
+}
+
 nlohmann::json read_store_manifest(const std::string& dir, std::string* path) {
   const std::string mpath = (fs::path(dir) / "manifest.json").string();
   if (!fs::exists(mpath)) fail("table store ", dir, ": no manifest.json (not a store, or an interrupted write)");
@@ -116,7 +130,12 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
   std::shared_ptr<TableStore> s(new TableStore());
   s->dir_ = dir;
   try {
-    if (j.at("format").get<std::string>() != kFormat) fail(mpath, ": format '", j.at("format").get<std::string>(), "', expected ", kFormat);
+    const std::string format = j.at("format").get<std::string>();
+    if (format == "jtok-table-store-train-1")  // model/table_store_write.h: rows with moments, maybe owing steps
+      fail("table store ", dir, " is a training store (jtok train --tables disk, ", mpath, "): convert it for --tables disk with "
+           "`jtok export --checkpoint CK --table-store OUT [--table-dtype bf16|int8]` (CK: the run's checkpoint at the store's step) "
+           "and pass --table-store OUT");
+    if (format != kFormat) fail(mpath, ": format '", format, "', expected ", kFormat);
     s->ids_ = j.at("ids").get<int64_t>();
     s->block_bytes_ = j.at("block_bytes").get<int64_t>();
     s->per_page_ = j.at("per_page").get<int64_t>();

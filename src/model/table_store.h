@@ -16,6 +16,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,6 +39,18 @@ struct TableStoreTable {
 // Writes tables (all of the same rows, any dtype or storage) as a store at dir: a temp directory,
 // every file fsynced, renamed to dir; dir must not exist.
 void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names);
+
+// A table of a store to write, and where its rows come from: row(id, k, raw, scale) puts table k's
+// row of `id` in raw (dim elements of its dtype) and an int8 row's scale in *scale. Called in token
+// order (id ascending, then k), one page of blocks held at a time: a source on disk is read
+// sequentially and no whole table ever exists (an export of a training store, train/store_export.h).
+struct TableStoreSpec {
+  std::string name;
+  int64_t dim = 0;
+  Dtype dtype = Dtype::f32;
+};
+using StoreRowSource = std::function<void(int64_t id, int64_t k, void* raw, float* scale)>;
+void write_table_store(const std::string& dir, int64_t ids, const std::vector<TableStoreSpec>& tables, const StoreRowSource& row);
 
 // dir's manifest.json parsed (a missing or unparsable manifest refused naming it); *path: its path.
 // Both the read-only store and the training store (model/table_store_write.h) open through it.
