@@ -3,7 +3,8 @@
 # against the same run with RAM tables (tests/lib/tiny_run.sh's model, JTok on every layer):
 #   - eval, generate, serve, export without the store, with --tables mmap, or with the training store
 #     itself are refused, each saying what to run (export --table-store, then --tables disk);
-#     --format gguf / hf, an inference copy (--out) and --init-from are refused;
+#     --format gguf / hf, an inference copy (--out) and --init-from are refused; training with
+#     --tables disk and --embp is refused saying what to run instead;
 #   - `jtok export --table-store` of the disk-trained checkpoint writes the very store (tables.bin and
 #     manifest, f32 and int8) that the RAM-trained checkpoint exports, and eval, generate and serve
 #     through it give the RAM run's validation loss and tokens;
@@ -43,6 +44,7 @@ expect_fail "would hold them whole in memory" "$JTOK" export --checkpoint "$CK" 
 expect_fail "token-indexed tables" "$JTOK" export --checkpoint "$CK" --format gguf --out "$T/m.gguf"
 expect_fail "JTok tables" "$JTOK" export --checkpoint "$CK" --format hf --out "$T/hf"
 expect_fail "continue that run with --resume --tables disk" "$JTOK" train --config "$T/disk/cfg.json" --out "$T/up" --init-from "$CK"
+expect_fail "jtok embp-plan" "$JTOK" train --config "$T/disk/cfg.json" --out "$T/embp" --embp premix "${DISK[@]}" --table-store "$T/s"
 
 # The exported stores: byte for byte the RAM run's.
 for dt in f32 int8; do
