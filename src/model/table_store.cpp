@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -214,11 +215,21 @@ int64_t TableStore::claim_slot() const {
   return -1;
 }
 
-bool TableStore::read_block(int64_t id, int64_t slot, int64_t* ns) const {
+bool TableStore::read_block(int64_t id, int64_t slot, int64_t* ns, std::string* why) const {
   const auto t0 = std::chrono::steady_clock::now();
-  const ssize_t got = ::pread(fd_, slots_.data() + slot * block_bytes_, static_cast<size_t>(block_bytes_), block_offset(id));
+  ssize_t got;
+  do {
+    got = ::pread(fd_, slots_.data() + slot * block_bytes_, static_cast<size_t>(block_bytes_), block_offset(id));
+  } while (got < 0 && errno == EINTR);
+  const int err = errno;
   *ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-  return got == block_bytes_;
+  if (got == block_bytes_) return true;
+  if (why)
+    *why = "cannot read token " + std::to_string(id) + " of " + data_path_ + " at byte " + std::to_string(block_offset(id)) +
+           " (its " + std::to_string(block_bytes_) + "-byte block): " +
+           (got < 0 ? std::string(std::strerror(err))
+                    : "only " + std::to_string(got) + " bytes (the file is shorter than when it was opened: truncated?)");
+  return false;
 }
 
 void TableStore::finish_read(int64_t id, int64_t slot, bool ok, int64_t ns, bool prefetched) const {
@@ -263,10 +274,14 @@ const uint8_t* TableStore::block(int64_t id, std::unique_lock<std::mutex>& lock)
     state_[static_cast<size_t>(slot)] = kReading;
     lock.unlock();
     int64_t ns = 0;
-    const bool ok = read_block(id, slot, &ns);
+    std::string why;
+    const bool ok = read_block(id, slot, &ns, &why);
     lock.lock();
     finish_read(id, slot, ok, ns, false);
-    if (!ok) fail("cannot read token ", id, " of ", data_path_, " (a short read of its ", block_bytes_, "-byte block)");
+    if (!ok) {  // kept for take_error(): the gathers run in parallel loops, which an exception cannot leave
+      if (error_.empty()) error_ = why;
+      return nullptr;
+    }
     ++stats_.misses;
     return slots_.data() + slot * block_bytes_;
   }
@@ -275,10 +290,20 @@ const uint8_t* TableStore::block(int64_t id, std::unique_lock<std::mutex>& lock)
 void TableStore::read_raw(int64_t k, int64_t id, void* raw, float* scale) const {
   const TableStoreTable& t = tables_[static_cast<size_t>(k)];
   std::unique_lock<std::mutex> lock(mu_);
-  const uint8_t* b = block(id, lock) + t.offset;  // copied under the lock: the slot cannot be reused meanwhile
+  const uint8_t* b = block(id, lock);  // copied under the lock: the slot cannot be reused meanwhile
   const int64_t bytes = t.dim * dtype_bytes(t.dtype);
-  std::memcpy(raw, b, static_cast<size_t>(bytes));
-  if (t.dtype == Dtype::int8) std::memcpy(scale, b + bytes, sizeof(float));
+  if (!b) {  // a failed read: zeros (the caller's take_error() reports it)
+    std::memset(raw, 0, static_cast<size_t>(bytes));
+    *scale = 0.0f;
+    return;
+  }
+  std::memcpy(raw, b + t.offset, static_cast<size_t>(bytes));
+  if (t.dtype == Dtype::int8) std::memcpy(scale, b + t.offset + bytes, sizeof(float));
+}
+
+std::string TableStore::take_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(error_, std::string());
 }
 
 int64_t TableStore::prefetch(const int32_t* ids, int64_t n) const {
@@ -316,7 +341,7 @@ void TableStore::prefetch_one(int64_t id) const {
   state_[static_cast<size_t>(slot)] = kReading;
   lock.unlock();
   int64_t ns = 0;
-  const bool ok = read_block(id, slot, &ns);
+  const bool ok = read_block(id, slot, &ns, nullptr);  // a failure frees the slot: a reader reads it again, and reports
   lock.lock();
   finish_read(id, slot, ok, ns, true);
 }

@@ -314,6 +314,7 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
   a.moe_aux_loss = c.moe_num_layers() > 0 ? aux / static_cast<double>(c.moe_num_layers()) : 0.0;
   a.jtokm_aux_loss = c.jtokm_num_layers() > 0 ? aux_m / static_cast<double>(c.jtokm_num_layers()) : 0.0;
   a.aux_loss = a.moe_aux_loss + a.jtokm_aux_loss;
+  check_table_reads(m.tables);  // a disk table's failed read ends this forward, naming the file
   rmsnorm_forward(a.lnf.data(), a.rstdf.data(), a.h_out.data(), m.w.norm, N, d, eps);
 }
 
