@@ -3,6 +3,8 @@
 //     config.json, trainer_state.json naming the source, COMPLETE last) that generate / eval / serve
 //     load as usual; --fold-jtok stores JTok's gate table G = s * Norm(E) (src/export/fold.h);
 //     --table-dtype bf16 | int8 stores every token table so (quantize_table, src/model/token_table.h).
+//     --table-store DIR instead writes the tables alone as a token-major store (model/table_store.h);
+//     of a checkpoint trained with --tables disk, streamed from its training store (train/store_export.h).
 //   --format gguf: one GGUF file for llama.cpp's `llama` architecture (docs/formats.md "GGUF
 //     export"); models with token-indexed tables or MoE are refused before any weight is read.
 //   --format hf: a Hugging Face model directory (src/hf/hf_export.h, docs/import.md), bf16 or f32.
@@ -23,6 +25,7 @@
 #include "model/weights_io.h"
 #include "run_setup.h"
 #include "train/checkpoint.h"
+#include "train/store_export.h"
 
 namespace {
 
@@ -96,6 +99,28 @@ void export_hf() {
               static_cast<double>(bytes) / 1e6, opt.tokenizer_dir.empty() ? "not copied (no tokenizer.json)" : "copied");
 }
 
+// A checkpoint trained with --tables disk: its tables are in a training store, never whole in memory.
+// --table-store streams them into a read-only store (train/store_export.h); an inference copy
+// (--out) would hold them whole in model.safetensors, so it is refused, saying what to run.
+void export_disk_trained(const std::string& dir, jtok::Dtype tdt) {
+  using namespace jtok;
+  const std::string store = *disk_tables_store(dir);
+  if (args.table_store.empty() || args.fold || self->count("--weight-dtype"))
+    fail("export: checkpoint ", dir, " keeps its token tables in the training table store ", store,
+         " (trained with --tables disk), not in model.safetensors; an inference copy (--out, --fold-jtok, --weight-dtype) ",
+         "would hold them whole in memory. Export the tables with `jtok export --checkpoint ", dir,
+         " --table-store OUT [--table-dtype bf16|int8]` and run eval / generate / serve --checkpoint ", dir,
+         " --tables disk --table-store OUT");
+  const Config cfg = load_checkpoint_config(dir);  // the tables' names and shapes; no weight is read
+  const Model m = make_model(cfg.model, 0, {.init = false, .grads = false, .tables = false});
+  const StoreExportStats s = export_disk_tables(dir, m, args.table_store, tdt);
+  std::printf("export: %s -> %s (token-major table store, %lld tables, %s, %.1f MB; from the training store %s at its "
+              "step: %lld units from its undo log, %lld rows brought current)\n",
+              dir.c_str(), args.table_store.c_str(), static_cast<long long>(s.tables), args.table_dtype.c_str(),
+              static_cast<double>(std::filesystem::file_size(std::filesystem::path(args.table_store) / "tables.bin")) / 1e6,
+              store.c_str(), static_cast<long long>(s.units_from_log), static_cast<long long>(s.rows_replayed));
+}
+
 void export_jtok() {
   using namespace jtok;
   namespace fs = std::filesystem;
@@ -105,6 +130,10 @@ void export_jtok() {
   if (!args.out.empty() && fs::exists(args.out)) fail("--out ", args.out, " exists; give a new directory");
   if (!args.table_store.empty() && fs::exists(args.table_store))
     fail("--table-store ", args.table_store, " exists; give a new directory");
+  if (const std::string dir = resolve_checkpoint(args.checkpoint); disk_tables_store(dir)) {
+    export_disk_trained(dir, tdt);
+    return;
+  }
   LoadedCheckpoint ck = load_for_inference(args.checkpoint);
   refuse_lowp_source(ck);
   for (const auto& t : ck.model.tables)
@@ -162,7 +191,8 @@ void setup(CLI::App* sub) {
   sub->add_option("--out", args.out, "output: a new directory (jtok) or file (gguf), written under a temp name");
   sub->add_option("--table-store", args.table_store,
                   "jtok: instead of --out, write the token tables alone as a token-major store for --tables disk "
-                  "(a new directory; --table-dtype applies)");
+                  "(a new directory; --table-dtype applies); of a checkpoint trained with --tables disk, streamed from "
+                  "its training store");
   sub->add_flag("--fold-jtok", args.fold, "jtok: store JTok's gate table G = s * Norm(E) (inference: 1 + G[x])");
   sub->add_option("--table-dtype", args.table_dtype, "jtok: token-table storage: f32, bf16, or int8 (per-row scale)")
       ->check(CLI::IsMember({"f32", "bf16", "int8"}));

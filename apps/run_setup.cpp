@@ -11,6 +11,7 @@
 #include "model/table_store.h"
 #include "ops/lowp_gemm.h"
 #include "train/checkpoint.h"
+#include "train/store_export.h"
 
 namespace jtok {
 
@@ -57,6 +58,11 @@ static std::vector<int32_t> checkpoint_eos_ids(const std::string& dir, int64_t v
 // The checkpoint's config, tokenizer and eos ids, and its model with the tables' shapes; tables
 // (RAM), mapped, or left without storage (`none`) for the caller to attach.
 static LoadedCheckpoint load_checkpoint_for_inference(const std::string& dir, const std::string& tables) {
+  if (tables != "none")
+    if (const auto store = disk_tables_store(dir))
+      fail("checkpoint ", dir, " keeps its token tables in the training table store ", *store,
+           " (trained with --tables disk), not in model.safetensors: export them once with `jtok export --checkpoint ", dir,
+           " --table-store OUT [--table-dtype bf16|int8]`, then pass --tables disk --table-store OUT");
   Config cfg = load_checkpoint_config(dir);
   // Every value comes from the file; mapped or disk tables get no storage of their own.
   Model m = make_model(cfg.model, 0, {.init = false, .grads = false, .tables = tables == "ram"});

@@ -4,7 +4,8 @@
 // and a torn, truncated or altered store, or a bad manifest, is refused naming the file. Read-ahead
 // (TableStore::prefetch, its I/O threads): a prefetched id is read once and then hits, the rows equal
 // those read without it, and concurrent prefetches and gathers from several threads read every row
-// right with counters that add up.
+// right with counters that add up. A read that fails after open (a truncated file) is kept and
+// reported once by check_table_reads, naming the file and the offset.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -239,4 +240,37 @@ TEST(TableStore, ConcurrentPrefetchAndGathersFromSeveralThreads) {
   EXPECT_EQ(s.bytes_read, s.reads * store->block_bytes());
   EXPECT_GT(s.prefetch_reads, 0);
   EXPECT_GT(s.reads, 3 * 4096 / store->block_bytes());  // evictions: more reads than slots
+}
+
+// A file truncated after the store was opened: the gathers (in parallel loops: nothing may throw)
+// give zeros for the rows they cannot read and go on; check_table_reads then fails once, naming the
+// file, the token, the byte offset and the cause, and the rows still in the file read right after.
+TEST(TableStore, AFailedReadIsKeptAndReportedOnceNamingTheFileAndOffset) {
+  const int64_t V = 2000;
+  const std::vector<TokenTable> ram = mixed_tables(V, 16);
+  const std::string dir = fresh_dir("read_error");
+  write_table_store(dir, ram, {"a", "b", "c"});
+  auto store = TableStore::open(dir, 8 * 4096, 2);
+  const std::vector<TokenTable> disk = {TokenTable::on_disk(store, 0), TokenTable::on_disk(store, 1), TokenTable::on_disk(store, 2)};
+  fs::resize_file(dir + "/tables.bin", 4096 * 20);  // 20 pages remain: tokens 0..599 are in them, 1500.. are not
+  const int64_t n = 1100;  // 17,600 values: the parallel gather (kParallelMin)
+  std::vector<int32_t> low(n), high(n);
+  for (int64_t i = 0; i < n; ++i) low[i] = static_cast<int32_t>(i % 600), high[i] = static_cast<int32_t>(1500 + i % 500);
+  std::vector<float> got(n * 16, 1.0f), want(n * 16);
+  gather_rows(got.data(), disk[0], high.data(), n);
+  for (float x : got) ASSERT_EQ(x, 0.0f);
+  try {
+    check_table_reads(disk);
+    ADD_FAILURE() << "a failed read was not reported";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(dir + "/tables.bin at byte "), std::string::npos) << m;
+    EXPECT_NE(m.find("cannot read token 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("truncated"), std::string::npos) << m;
+  }
+  EXPECT_NO_THROW(check_table_reads(disk));  // reported once
+  gather_rows(got.data(), disk[0], low.data(), n);
+  gather_rows(want.data(), ram[0], low.data(), n);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * got.size()));
+  EXPECT_NO_THROW(check_table_reads(disk));
 }

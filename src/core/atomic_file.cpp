@@ -38,6 +38,16 @@ void write_all(int fd, std::string_view bytes, const std::string& what) {
   }
 }
 
+void read_all_at(int fd, void* dst, int64_t n, int64_t at, const std::string& path) {
+  auto* p = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, p, static_cast<size_t>(n), at);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) fail("cannot read ", path, " at byte ", at, ": ", got < 0 ? std::strerror(errno) : "end of file (truncated)");
+    p += got, n -= got, at += got;
+  }
+}
+
 void write_file_atomic(const std::string& path, std::string_view bytes) {
   write_file_atomic(path, path + ".tmp." + std::to_string(::getpid()), {bytes}, path);
 }

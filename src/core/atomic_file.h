@@ -1,6 +1,7 @@
 // Files that never exist half-written: write to "<path>.tmp.<pid>", fsync, rename over path,
 // fsync the directory. A crash leaves either the old file or the new one.
 #pragma once
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -20,5 +21,8 @@ void write_all(int fd, std::string_view bytes, const std::string& what);
 // fsyncs a directory (after renames inside it); fails naming it if that fails.
 void fsync_dir(const std::string& dir);
 std::string read_file(const std::string& path);
+// n bytes of fd at byte `at` into dst, looping on short reads; an error or the end of the file fails
+// naming path and the byte.
+void read_all_at(int fd, void* dst, int64_t n, int64_t at, const std::string& path);
 
 }  // namespace jtok

@@ -167,6 +167,7 @@ static int64_t forward_rows(const Model& m, KVCache* const* caches, const int64_
     if (m.w.layers[l].jtokm_router) rows_read += static_cast<int64_t>(jm.slot_u.size());
     if (m.w.layers[l].jtok_scale) rows_read += static_cast<int64_t>(rb.unique.size());
   }
+  check_table_reads(m.tables);  // a disk table's failed read ends this step, naming the file
   if (each && *each) {  // every row's logits (one sequence's consecutive positions: a prompt chunk)
     rmsnorm_forward(x.data(), rstd.data(), h.data(), m.w.norm, M, d, eps);
     head_blocks(m, x.data(), M, pos[0], *each);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -43,20 +44,16 @@ int64_t data_bytes(int64_t ids, int64_t per_page, int64_t stride) {
 
 }  // namespace
 
-void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names) {
-  JTOK_CHECK(!tables.empty() && tables.size() == names.size(), "table store: ", tables.size(), " tables, ", names.size(), " names");
+void write_table_store(const std::string& dir, int64_t V, const std::vector<TableStoreSpec>& tables, const StoreRowSource& row) {
+  JTOK_CHECK(!tables.empty() && V > 0, "table store: ", tables.size(), " tables of ", V, " ids");
   if (fs::exists(dir)) fail("table store ", dir, " exists: choose a new directory");
-  const int64_t V = tables[0].rows;
   nlohmann::json jt = nlohmann::json::array();
   std::vector<int64_t> offset;
   int64_t block = 0;
-  for (size_t k = 0; k < tables.size(); ++k) {
-    const TokenTable& t = tables[k];
-    JTOK_CHECK(t.rows == V && t.id_count == V && t.id_first == 0, "table store: table ", names[k], " has ", t.rows,
-               " rows of ", t.id_count, ", the first ", V);
+  for (const TableStoreSpec& t : tables) {
     offset.push_back(block);
-    jt.push_back({{"name", names[k]}, {"dim", t.dim}, {"dtype", dtype_name(t.dtype())}, {"offset", block}});
-    block = align4(block + t.row_stride_bytes() + (t.dtype() == Dtype::int8 ? 4 : 0));
+    jt.push_back({{"name", t.name}, {"dim", t.dim}, {"dtype", dtype_name(t.dtype)}, {"offset", block}});
+    block = align4(block + t.dim * dtype_bytes(t.dtype) + (t.dtype == Dtype::int8 ? 4 : 0));
   }
   const auto [per_page, stride] = geometry(block);
   const int64_t total = data_bytes(V, per_page, stride);
@@ -75,9 +72,10 @@ void write_table_store(const std::string& dir, const std::vector<TokenTable>& ta
       for (int64_t id = first; id < std::min(V, first + tokens); ++id) {
         uint8_t* b = page.data() + (id - first) * (per_page > 1 ? block : 0);
         for (size_t k = 0; k < tables.size(); ++k) {
-          const TokenTable& t = tables[k];
-          std::memcpy(b + offset[k], t.raw_row(id), static_cast<size_t>(t.row_stride_bytes()));
-          if (t.dtype() == Dtype::int8) std::memcpy(b + offset[k] + t.row_stride_bytes(), t.scales() + id, 4);
+          const int64_t bytes = tables[k].dim * dtype_bytes(tables[k].dtype);
+          float scale = 0.0f;
+          row(id, static_cast<int64_t>(k), b + offset[k], &scale);
+          if (tables[k].dtype == Dtype::int8) std::memcpy(b + offset[k] + bytes, &scale, 4);
         }
       }
       sum = fnv1a(sum, page.data(), static_cast<size_t>(unit));
@@ -99,6 +97,23 @@ void write_table_store(const std::string& dir, const std::vector<TokenTable>& ta
   fsync_dir(fs::path(dir).parent_path().empty() ? "." : fs::path(dir).parent_path().string());
 }
 
+void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names) {
+  JTOK_CHECK(!tables.empty() && tables.size() == names.size(), "table store: ", tables.size(), " tables, ", names.size(), " names");
+  const int64_t V = tables[0].rows;
+  std::vector<TableStoreSpec> specs;
+  for (size_t k = 0; k < tables.size(); ++k) {
+    const TokenTable& t = tables[k];
+    JTOK_CHECK(t.rows == V && t.id_count == V && t.id_first == 0, "table store: table ", names[k], " has ", t.rows,
+               " rows of ", t.id_count, ", the first ", V);
+    specs.push_back({names[k], t.dim, t.dtype()});
+  }
+  write_table_store(dir, V, specs, [&](int64_t id, int64_t k, void* raw, float* scale) {
+    const TokenTable& t = tables[static_cast<size_t>(k)];
+    std::memcpy(raw, t.raw_row(id), static_cast<size_t>(t.row_stride_bytes()));
+    if (t.dtype() == Dtype::int8) *scale = t.scales()[id];
+  });
+}
+
 nlohmann::json read_store_manifest(const std::string& dir, std::string* path) {
   const std::string mpath = (fs::path(dir) / "manifest.json").string();
   if (!fs::exists(mpath)) fail("table store ", dir, ": no manifest.json (not a store, or an interrupted write)");
@@ -116,7 +131,12 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
   std::shared_ptr<TableStore> s(new TableStore());
   s->dir_ = dir;
   try {
-    if (j.at("format").get<std::string>() != kFormat) fail(mpath, ": format '", j.at("format").get<std::string>(), "', expected ", kFormat);
+    const std::string format = j.at("format").get<std::string>();
+    if (format == "jtok-table-store-train-1")  // model/table_store_write.h: rows with moments, maybe owing steps
+      fail("table store ", dir, " is a training store (jtok train --tables disk, ", mpath, "): convert it for --tables disk with "
+           "`jtok export --checkpoint CK --table-store OUT [--table-dtype bf16|int8]` (CK: the run's checkpoint at the store's step) "
+           "and pass --table-store OUT");
+    if (format != kFormat) fail(mpath, ": format '", format, "', expected ", kFormat);
     s->ids_ = j.at("ids").get<int64_t>();
     s->block_bytes_ = j.at("block_bytes").get<int64_t>();
     s->per_page_ = j.at("per_page").get<int64_t>();
@@ -195,11 +215,21 @@ int64_t TableStore::claim_slot() const {
   return -1;
 }
 
-bool TableStore::read_block(int64_t id, int64_t slot, int64_t* ns) const {
+bool TableStore::read_block(int64_t id, int64_t slot, int64_t* ns, std::string* why) const {
   const auto t0 = std::chrono::steady_clock::now();
-  const ssize_t got = ::pread(fd_, slots_.data() + slot * block_bytes_, static_cast<size_t>(block_bytes_), block_offset(id));
+  ssize_t got;
+  do {
+    got = ::pread(fd_, slots_.data() + slot * block_bytes_, static_cast<size_t>(block_bytes_), block_offset(id));
+  } while (got < 0 && errno == EINTR);
+  const int err = errno;
   *ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-  return got == block_bytes_;
+  if (got == block_bytes_) return true;
+  if (why)
+    *why = "cannot read token " + std::to_string(id) + " of " + data_path_ + " at byte " + std::to_string(block_offset(id)) +
+           " (its " + std::to_string(block_bytes_) + "-byte block): " +
+           (got < 0 ? std::string(std::strerror(err))
+                    : "only " + std::to_string(got) + " bytes (the file is shorter than when it was opened: truncated?)");
+  return false;
 }
 
 void TableStore::finish_read(int64_t id, int64_t slot, bool ok, int64_t ns, bool prefetched) const {
@@ -244,10 +274,14 @@ const uint8_t* TableStore::block(int64_t id, std::unique_lock<std::mutex>& lock)
     state_[static_cast<size_t>(slot)] = kReading;
     lock.unlock();
     int64_t ns = 0;
-    const bool ok = read_block(id, slot, &ns);
+    std::string why;
+    const bool ok = read_block(id, slot, &ns, &why);
     lock.lock();
     finish_read(id, slot, ok, ns, false);
-    if (!ok) fail("cannot read token ", id, " of ", data_path_, " (a short read of its ", block_bytes_, "-byte block)");
+    if (!ok) {  // kept for take_error(): the gathers run in parallel loops, which an exception cannot leave
+      if (error_.empty()) error_ = why;
+      return nullptr;
+    }
     ++stats_.misses;
     return slots_.data() + slot * block_bytes_;
   }
@@ -256,10 +290,20 @@ const uint8_t* TableStore::block(int64_t id, std::unique_lock<std::mutex>& lock)
 void TableStore::read_raw(int64_t k, int64_t id, void* raw, float* scale) const {
   const TableStoreTable& t = tables_[static_cast<size_t>(k)];
   std::unique_lock<std::mutex> lock(mu_);
-  const uint8_t* b = block(id, lock) + t.offset;  // copied under the lock: the slot cannot be reused meanwhile
+  const uint8_t* b = block(id, lock);  // copied under the lock: the slot cannot be reused meanwhile
   const int64_t bytes = t.dim * dtype_bytes(t.dtype);
-  std::memcpy(raw, b, static_cast<size_t>(bytes));
-  if (t.dtype == Dtype::int8) std::memcpy(scale, b + bytes, sizeof(float));
+  if (!b) {  // a failed read: zeros (the caller's take_error() reports it)
+    std::memset(raw, 0, static_cast<size_t>(bytes));
+    *scale = 0.0f;
+    return;
+  }
+  std::memcpy(raw, b + t.offset, static_cast<size_t>(bytes));
+  if (t.dtype == Dtype::int8) std::memcpy(scale, b + t.offset + bytes, sizeof(float));
+}
+
+std::string TableStore::take_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(error_, std::string());
 }
 
 int64_t TableStore::prefetch(const int32_t* ids, int64_t n) const {
@@ -297,7 +341,7 @@ void TableStore::prefetch_one(int64_t id) const {
   state_[static_cast<size_t>(slot)] = kReading;
   lock.unlock();
   int64_t ns = 0;
-  const bool ok = read_block(id, slot, &ns);
+  const bool ok = read_block(id, slot, &ns, nullptr);  // a failure frees the slot: a reader reads it again, and reports
   lock.lock();
   finish_read(id, slot, ok, ns, true);
 }

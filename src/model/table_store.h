@@ -16,6 +16,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,6 +40,18 @@ struct TableStoreTable {
 // every file fsynced, renamed to dir; dir must not exist.
 void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names);
 
+// A table of a store to write, and where its rows come from: row(id, k, raw, scale) puts table k's
+// row of `id` in raw (dim elements of its dtype) and an int8 row's scale in *scale. Called in token
+// order (id ascending, then k), one page of blocks held at a time: a source on disk is read
+// sequentially and no whole table ever exists (an export of a training store, train/store_export.h).
+struct TableStoreSpec {
+  std::string name;
+  int64_t dim = 0;
+  Dtype dtype = Dtype::f32;
+};
+using StoreRowSource = std::function<void(int64_t id, int64_t k, void* raw, float* scale)>;
+void write_table_store(const std::string& dir, int64_t ids, const std::vector<TableStoreSpec>& tables, const StoreRowSource& row);
+
 // dir's manifest.json parsed (a missing or unparsable manifest refused naming it); *path: its path.
 // Both the read-only store and the training store (model/table_store_write.h) open through it.
 nlohmann::json read_store_manifest(const std::string& dir, std::string* path);
@@ -57,8 +70,13 @@ class TableStore {
   int64_t ids() const { return ids_; }
   int64_t block_bytes() const { return block_bytes_; }  // one token's block (the bytes of one read)
   // The raw row of table k for `id` (dim elements of its dtype) and its int8 scale, copied to raw /
-  // *scale from the cached block (read from the file on a miss). Thread-safe.
+  // *scale from the cached block (read from the file on a miss). Thread-safe; never throws (the
+  // gathers call it in parallel loops): a failed read (EIO, a short read) gives zeros and is kept
+  // for take_error().
   void read_raw(int64_t k, int64_t id, void* raw, float* scale) const;
+  // The first failed read since the last call, naming the file, the token, the byte offset and the
+  // cause; "" when none. Cleared: the next reads try the file again (check_table_reads).
+  std::string take_error() const;
   // Read-ahead: the blocks of ids[0..n) (each in [0, ids()), else it fails naming the id) not cached
   // nor being read are reserved in the cache and queued for the I/O threads; returns at once. A
   // reader that needs a queued block before a thread starts on it reads it itself. At most half the
@@ -83,13 +101,14 @@ class TableStore {
   TableStore() = default;
   int64_t block_offset(int64_t id) const;
   // The cached block of id, read first if need be (lock held on entry and return; released during
-  // the read).
+  // the read); null when the read failed (kept in error_).
   const uint8_t* block(int64_t id, std::unique_lock<std::mutex>& lock) const;
   // A slot to reuse (CLOCK, skipping slots being read), its old id unmapped; -1 when every slot is
   // being read (lock held).
   int64_t claim_slot() const;
-  // Reads id's block into slot (no lock held); the read's latency goes to *ns. False on a short read.
-  bool read_block(int64_t id, int64_t slot, int64_t* ns) const;
+  // Reads id's block into slot (no lock held); the read's latency goes to *ns. False on an error or
+  // a short read, with *why (if given) naming the file, the offset and the cause.
+  bool read_block(int64_t id, int64_t slot, int64_t* ns, std::string* why) const;
   // After a read into slot: ready (ok), or freed (failed); wakes the waiters (lock held).
   void finish_read(int64_t id, int64_t slot, bool ok, int64_t ns, bool prefetched) const;
   void prefetch_one(int64_t id) const;  // an I/O thread's job
@@ -105,6 +124,7 @@ class TableStore {
   mutable std::vector<int32_t> id_slot_;    // (ids) slot of each id, or -1
   mutable int64_t hand_ = 0;
   mutable Stats stats_;
+  mutable std::string error_;  // the first failed read since take_error()
   // Read state of each slot: ready (or empty), queued for an I/O thread, or being read.
   enum : uint8_t { kReady = 0, kQueued = 1, kReading = 2 };
   mutable std::vector<uint8_t> state_;

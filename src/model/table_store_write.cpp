@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -41,17 +42,27 @@ void TrainTableStore::create(const std::string& dir, const std::vector<TokenTabl
                              const std::vector<std::string>& names, int64_t step) {
   JTOK_CHECK(!tables.empty() && tables.size() == names.size(), "training table store: ", tables.size(), " tables, ",
              names.size(), " names");
-  if (fs::exists(dir)) fail("table store ", dir, " exists: choose a new directory (or --resume a run that made it)");
   const int64_t V = tables[0].rows;
-  nlohmann::json jt = nlohmann::json::array();
-  std::vector<int64_t> offset;
-  int64_t block = 0;
+  std::vector<TrainStoreTable> specs;
   for (size_t k = 0; k < tables.size(); ++k) {
     const TokenTable& t = tables[k];
     JTOK_CHECK(t.rows == V && t.id_count == V && t.id_first == 0 && t.dtype() == Dtype::f32, "training table store: table ",
                names[k], " is ", t.rows, " rows of ", t.id_count, " (", dtype_name(t.dtype()), "), expected ", V, " f32 rows");
+    specs.push_back({names[k], t.dim, 0});
+  }
+  create(dir, specs, V, step, [&](int64_t id, int64_t k, float* values) { tables[static_cast<size_t>(k)].read_row(id, values); });
+}
+
+void TrainTableStore::create(const std::string& dir, const std::vector<TrainStoreTable>& tables, int64_t V, int64_t step,
+                             const RowSource& row) {
+  JTOK_CHECK(!tables.empty() && V > 0, "training table store: ", tables.size(), " tables of ", V, " ids");
+  if (fs::exists(dir)) fail("table store ", dir, " exists: choose a new directory (or --resume a run that made it)");
+  nlohmann::json jt = nlohmann::json::array();
+  std::vector<int64_t> offset;
+  int64_t block = 0;
+  for (const TrainStoreTable& t : tables) {
     offset.push_back(block);
-    jt.push_back({{"name", names[k]}, {"dim", t.dim}, {"offset", block}});
+    jt.push_back({{"name", t.name}, {"dim", t.dim}, {"offset", block}});
     block += 12 * t.dim + 4;
   }
   const auto [per_page, unit_bytes] = geometry(block);
@@ -70,9 +81,8 @@ void TrainTableStore::create(const std::string& dir, const std::vector<TokenTabl
       for (int64_t id = n * per_page; id < std::min(V, (n + 1) * per_page); ++id) {
         uint8_t* b = u.data() + (id - n * per_page) * block;
         for (size_t k = 0; k < tables.size(); ++k) {
-          const int64_t d = tables[k].dim;
-          tables[k].read_row(id, reinterpret_cast<float*>(b + offset[k]));
-          std::memcpy(b + offset[k] + 12 * d, &row_step, 4);
+          row(id, static_cast<int64_t>(k), reinterpret_cast<float*>(b + offset[k]));
+          std::memcpy(b + offset[k] + 12 * tables[k].dim, &row_step, 4);
         }
       }
       seal_unit(u.data(), unit_bytes);
@@ -176,52 +186,73 @@ std::shared_ptr<TrainTableStore> TrainTableStore::open(const std::string& dir, i
   return s;
 }
 
+UndoLogHeader read_undo_log_header(const std::string& path) {
+  const int lfd = ::open(path.c_str(), O_RDONLY);
+  if (lfd < 0) fail("cannot open the undo log ", path, ": ", std::strerror(errno), " (a store must have one)");
+  const int64_t size = static_cast<int64_t>(fs::file_size(path));
+  uint8_t h[kHeader];
+  if (size < kHeader) {
+    ::close(lfd);
+    fail(path, ": ", size, " bytes, shorter than its ", kHeader, "-byte header (a torn log)");
+  }
+  try {
+    pread_all(lfd, h, kHeader, 0, path);
+  } catch (...) {
+    ::close(lfd);
+    throw;
+  }
+  ::close(lfd);
+  UndoLogHeader out;
+  uint64_t sum;
+  std::memcpy(&out.base, h + 8, 8);
+  std::memcpy(&out.target, h + 16, 8);
+  std::memcpy(&sum, h + 24, 8);
+  if (std::memcmp(h, kMagic, 8) != 0 || sum != fnv1a(kFnvSeed, h, 24)) fail(path, ": bad header (magic or checksum): not an undo log, or torn");
+  return out;
+}
+
+void for_each_undo_record(const std::string& path, int64_t unit_bytes, int64_t units,
+                          const std::function<void(int64_t unit_offset, int64_t log_offset, const uint8_t* bytes)>& each) {
+  const int lfd = ::open(path.c_str(), O_RDONLY);
+  if (lfd < 0) fail("cannot open the undo log ", path, ": ", std::strerror(errno));
+  const int64_t size = static_cast<int64_t>(fs::file_size(path));
+  std::vector<uint8_t> rec(static_cast<size_t>(kRecordHead + unit_bytes));
+  try {
+    for (int64_t at = kHeader; at + kRecordHead + unit_bytes <= size; at += kRecordHead + unit_bytes) {
+      pread_all(lfd, rec.data(), static_cast<int64_t>(rec.size()), at, path);
+      int64_t off;
+      uint64_t rsum;
+      std::memcpy(&off, rec.data(), 8);
+      std::memcpy(&rsum, rec.data() + 8, 8);
+      if (rsum != fnv1a(fnv1a(kFnvSeed, rec.data(), 8), rec.data() + kRecordHead, static_cast<size_t>(unit_bytes)) ||
+          off < 0 || off % unit_bytes != 0 || off >= units * unit_bytes)
+        break;  // the torn last record
+      each(off, at + kRecordHead, rec.data() + kRecordHead);
+    }
+  } catch (...) {
+    ::close(lfd);
+    throw;
+  }
+  ::close(lfd);
+}
+
 // The log at open for checkpoint step `step`: based at step -> its records written back (the store
 // returns to step), stopping at the first torn record (its unit was never overwritten: the record
 // is fsynced before the unit is written); target step -> the flush completed, nothing to undo.
 // Then an empty log based at step.
 void TrainTableStore::roll_back_or_drop_log(int64_t step) {
-  const int lfd = ::open(log_path_.c_str(), O_RDONLY);
-  if (lfd < 0) fail("cannot open the undo log ", log_path_, ": ", std::strerror(errno), " (a store must have one)");
-  const int64_t size = static_cast<int64_t>(fs::file_size(log_path_));
-  uint8_t h[kHeader];
-  if (size < kHeader) {
-    ::close(lfd);
-    fail(log_path_, ": ", size, " bytes, shorter than its ", kHeader, "-byte header (a torn log)");
-  }
-  pread_all(lfd, h, kHeader, 0, log_path_);
-  int64_t base, target;
-  uint64_t sum;
-  std::memcpy(&base, h + 8, 8);
-  std::memcpy(&target, h + 16, 8);
-  std::memcpy(&sum, h + 24, 8);
-  if (std::memcmp(h, kMagic, 8) != 0 || sum != fnv1a(kFnvSeed, h, 24)) {
-    ::close(lfd);
-    fail(log_path_, ": bad header (magic or checksum): not an undo log, or torn");
-  }
-  if (base != step && target != step) {
-    ::close(lfd);
-    fail("table store ", dir_, " is at step ", base, target >= 0 ? " (committing step " + std::to_string(target) + ")" : "",
+  const UndoLogHeader h = read_undo_log_header(log_path_);
+  if (h.base != step && h.target != step)
+    fail("table store ", dir_, " is at step ", h.base, h.target >= 0 ? " (committing step " + std::to_string(h.target) + ")" : "",
          " but the checkpoint resumed is at step ", step, " (", log_path_, "): resume the checkpoint the store belongs to");
-  }
-  if (base == step) {
-    std::vector<uint8_t> rec(static_cast<size_t>(kRecordHead + unit_bytes_));
+  if (h.base == step) {
     int64_t restored = 0;
-    for (int64_t at = kHeader; at + kRecordHead + unit_bytes_ <= size; at += kRecordHead + unit_bytes_) {
-      pread_all(lfd, rec.data(), static_cast<int64_t>(rec.size()), at, log_path_);
-      int64_t off;
-      uint64_t rsum;
-      std::memcpy(&off, rec.data(), 8);
-      std::memcpy(&rsum, rec.data() + 8, 8);
-      if (rsum != fnv1a(fnv1a(kFnvSeed, rec.data(), 8), rec.data() + kRecordHead, static_cast<size_t>(unit_bytes_)) ||
-          off < 0 || off % unit_bytes_ != 0 || off >= units_ * unit_bytes_)
-        break;  // the torn last record
-      pwrite_all(fd_, rec.data() + kRecordHead, unit_bytes_, off, data_path_);
+    for_each_undo_record(log_path_, unit_bytes_, units_, [&](int64_t off, int64_t, const uint8_t* bytes) {
+      pwrite_all(fd_, bytes, unit_bytes_, off, data_path_);
       ++restored;
-    }
+    });
     if (restored > 0) fsync_or_fail(fd_, data_path_);
   }
-  ::close(lfd);
   write_empty_log(log_path_, step);
   base_step_ = step;
   log_end_ = kHeader;
@@ -235,5 +266,18 @@ TrainTableStore::~TrainTableStore() {
   if (log_fd_ >= 0) ::close(log_fd_);
   if (direct_fd_ >= 0) ::close(direct_fd_);
 }
+
+TrainStoreLayout read_train_store_layout(const std::string& dir) {
+  TrainStoreLayout l;
+  const nlohmann::json j = read_store_manifest(dir, &l.manifest);
+  std::string data_file;
+  read_manifest(l.manifest, j, l.ids, l.block_bytes, l.per_page, l.unit_bytes, l.tables, data_file);
+  l.units = (l.ids + l.per_page - 1) / l.per_page;
+  l.data_path = (fs::path(dir) / data_file).string();
+  l.log_path = (fs::path(dir) / "undo.log").string();
+  return l;
+}
+
+bool train_store_unit_ok(const uint8_t* unit, int64_t unit_bytes) { return unit_ok(unit, unit_bytes); }
 
 }  // namespace jtok

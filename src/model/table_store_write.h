@@ -31,6 +31,7 @@
 #pragma once
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -54,6 +55,13 @@ class TrainTableStore {
   // exist.
   static void create(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names,
                      int64_t step);
+  // The same from a row source, for tables that never exist whole (a fresh run's random init,
+  // train/disk_tables.h): row(id, k, values) writes table k's row of id (its dim floats), called in
+  // token order (id ascending, then k), one unit held at a time. tables: names and dims (offsets
+  // are computed).
+  using RowSource = std::function<void(int64_t id, int64_t k, float* values)>;
+  static void create(const std::string& dir, const std::vector<TrainStoreTable>& tables, int64_t ids, int64_t step,
+                     const RowSource& row);
   // Opens dir for training resumed at checkpoint step `step`, rolling back what the undo log holds
   // (see above); a bad manifest, a data file of the wrong size, a torn log header or a log of
   // another step is refused naming the file. cache_bytes: the DRAM cache (at least two units);
@@ -158,5 +166,23 @@ class TrainTableStore {
   int64_t kill_at_write_ = -1;      // test hook JTOK_TEST_STORE_KILL_AT_WRITE (see the .cpp)
   std::unique_ptr<ReadPool> pool_;  // last: its threads stop first
 };
+
+// The format, for a reader that does not train with the store (model/table_store_snapshot.h): the
+// manifest checked as open() checks it, a unit's checksum, the undo log's header (a torn header or
+// a bad magic refused naming the file) and its whole records in order (a torn last record ends
+// them): each(the unit's byte offset in tables.bin, where its old bytes start in the log, the bytes).
+struct TrainStoreLayout {
+  std::string manifest, data_path, log_path;
+  int64_t ids = 0, block_bytes = 0, per_page = 1, unit_bytes = 0, units = 0;
+  std::vector<TrainStoreTable> tables;
+};
+TrainStoreLayout read_train_store_layout(const std::string& dir);
+bool train_store_unit_ok(const uint8_t* unit, int64_t unit_bytes);
+struct UndoLogHeader {
+  int64_t base = 0, target = -1;  // target -1: no flush recorded since the base
+};
+UndoLogHeader read_undo_log_header(const std::string& path);
+void for_each_undo_record(const std::string& path, int64_t unit_bytes, int64_t units,
+                          const std::function<void(int64_t unit_offset, int64_t log_offset, const uint8_t* bytes)>& each);
 
 }  // namespace jtok

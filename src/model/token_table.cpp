@@ -263,6 +263,12 @@ int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n) {
   return n;
 }
 
+void check_table_reads(const std::vector<TokenTable>& tables) {
+  for (const TokenTable& t : tables)
+    if (t.store())
+      if (std::string e = t.store()->take_error(); !e.empty()) fail(e);
+}
+
 namespace {
 // Every id held by t, checked before a parallel loop reads them (an exception cannot leave one).
 void check_held(const TokenTable& t, const int32_t* ids, int64_t n, const char* what) {

@@ -192,6 +192,12 @@ RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V);
 // never changed. Returns the rows announced (a view), the blocks queued (a disk table), or 0 (RAM).
 int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n);
 
+// Fails with the first read that failed (EIO, a short read) in a disk table's store since the last
+// call, naming the file, the token and the byte offset (TableStore::take_error: the gathers, which
+// run in parallel loops, give zeros for such a row and go on). Called after each forward; the error
+// is then cleared, so a server answers that request with it and goes on serving.
+void check_table_reads(const std::vector<TokenTable>& tables);
+
 // The one gather: out (n, dim) = the rows of ids (each held by t, else it fails naming the id), in
 // f32 whatever the storage (RAM, view, bf16, int8, a rank's shard). sync (optional): called with
 // (table, the id's row in t) before the row is read; `table` is the caller's index of t (Model::tables).

@@ -181,16 +181,26 @@ Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc) {
   return m;
 }
 
+TableInitStream::TableInitStream(const Model& m, uint64_t seed, int64_t k)
+    // One stream per table, its values in row-major order over the real rows (as before this was
+    // row by row: the same sequence, the same bits).
+    : rng_(seed * 1000003ULL + m.table_init.at(static_cast<size_t>(k)).stream),
+      dist_(0.0f, static_cast<float>(m.table_init.at(static_cast<size_t>(k)).std)),
+      d_(m.cfg.hidden_size),
+      real_rows_(m.cfg.vocab_size),
+      rows_(m.cfg.padded_vocab()) {}
+
+void TableInitStream::next(float* values) {
+  JTOK_CHECK(row_ < rows_, "TableInitStream: all ", rows_, " rows made");
+  for (int64_t c = 0; c < d_; ++c) values[c] = row_ < real_rows_ ? dist_(rng_) : 0.0f;
+  ++row_;
+}
+
 void for_each_table_init_row(const Model& m, uint64_t seed, int64_t k, const std::function<void(int64_t, const float*)>& row) {
-  const Model::TableInit& ti = m.table_init.at(static_cast<size_t>(k));
-  // One stream per table, its values in row-major order over the real rows (as before this was
-  // row by row: the same sequence, the same bits).
-  std::mt19937_64 rng(seed * 1000003ULL + ti.stream);
-  std::normal_distribution<float> dist(0.0f, static_cast<float>(ti.std));
-  const int64_t d = m.cfg.hidden_size, V = m.cfg.vocab_size, Vp = m.cfg.padded_vocab();
-  std::vector<float> v(static_cast<size_t>(d));
-  for (int64_t r = 0; r < Vp; ++r) {
-    for (int64_t c = 0; c < d; ++c) v[static_cast<size_t>(c)] = r < V ? dist(rng) : 0.0f;
+  TableInitStream init(m, seed, k);
+  std::vector<float> v(static_cast<size_t>(m.cfg.hidden_size));
+  for (int64_t r = 0; r < m.cfg.padded_vocab(); ++r) {
+    init.next(v.data());
     row(r, v.data());
   }
 }
@@ -304,6 +314,7 @@ void forward_hidden(const Model& m, Activations& a, const int32_t* ids, int64_t 
   a.moe_aux_loss = c.moe_num_layers() > 0 ? aux / static_cast<double>(c.moe_num_layers()) : 0.0;
   a.jtokm_aux_loss = c.jtokm_num_layers() > 0 ? aux_m / static_cast<double>(c.jtokm_num_layers()) : 0.0;
   a.aux_loss = a.moe_aux_loss + a.jtokm_aux_loss;
+  check_table_reads(m.tables);  // a disk table's failed read ends this forward, naming the file
   rmsnorm_forward(a.lnf.data(), a.rstdf.data(), a.h_out.data(), m.w.norm, N, d, eps);
 }
 

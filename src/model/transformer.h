@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,18 @@ Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc = {});
 // one row at a time, so a caller can keep some rows without the whole table ever existing (a rank's
 // shard: dist::ShardedTables). make_model itself initialises the tables through it.
 void for_each_table_init_row(const Model& m, uint64_t seed, int64_t k, const std::function<void(int64_t row, const float* values)>& row);
+// The same values as a stream: next() writes row 0, then row 1, ... (d values each). Several
+// tables' streams advance side by side, so a token-major writer makes the init token block by
+// token block (a training store, train/disk_tables.h) with no table ever whole in memory.
+class TableInitStream {
+ public:
+  TableInitStream(const Model& m, uint64_t seed, int64_t k);
+  void next(float* values);  // values (d): the next row
+ private:
+  std::mt19937_64 rng_;
+  std::normal_distribution<float> dist_;
+  int64_t d_, real_rows_, rows_, row_ = 0;
+};
 void zero_grads(Model& m);
 int64_t num_params(const Model& m);
 const ParamInfo& find_param(const Model& m, const std::string& name);

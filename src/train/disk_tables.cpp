@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstdio>
 #include <filesystem>
+#include <vector>
 
 #include "core/error.h"
 
@@ -11,14 +12,28 @@ namespace jtok {
 
 namespace fs = std::filesystem;
 
+// A fresh run's store made from the random init of seed (make_model's values): every table's
+// stream advances side by side, one token block after another, so no table is ever whole in memory.
+static void create_from_init(const Model& m, const std::string& dir, uint64_t seed) {
+  std::vector<TableInitStream> init;
+  std::vector<TrainStoreTable> specs;
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    init.emplace_back(m, seed, static_cast<int64_t>(k));
+    specs.push_back({m.table_names[k], m.tables[k].dim, 0});
+  }
+  TrainTableStore::create(dir, specs, m.tables[0].rows, 0,
+                          [&](int64_t, int64_t k, float* values) { init[static_cast<size_t>(k)].next(values); });
+}
+
 std::shared_ptr<TrainTableStore> attach_disk_tables(Model& m, const std::string& dir, int64_t cache_bytes,
                                                     std::optional<int64_t> resume_step, bool reuse, int io_threads,
-                                                    bool direct_io) {
+                                                    bool direct_io, const uint64_t* init_seed) {
   JTOK_CHECK(!m.tables.empty(), "--tables disk: the model has no token tables");
   int64_t step = resume_step.value_or(0);
   if (!resume_step && !(reuse && fs::exists(dir))) {
-    TrainTableStore::create(dir, m.tables, m.table_names, 0);
-    std::printf("table store: %s made from the initial tables\n", dir.c_str());
+    if (init_seed) create_from_init(m, dir, *init_seed);
+    else TrainTableStore::create(dir, m.tables, m.table_names, 0);
+    std::printf("table store: %s made from the %s tables\n", dir.c_str(), init_seed ? "random init of the" : "initial");
   }
   std::shared_ptr<TrainTableStore> s = TrainTableStore::open(dir, cache_bytes, step, std::max(1, io_threads), direct_io);
   const std::string manifest = (fs::path(dir) / "manifest.json").string();

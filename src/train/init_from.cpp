@@ -58,6 +58,10 @@ InitFromPlan plan_init_from(const std::string& ckpt_dir, ModelConfig& cfg, bool 
   plan.checkpoint = ckpt_dir;
   if (!fs::exists(fs::path(ckpt_dir) / "COMPLETE"))
     fail("--init-from ", ckpt_dir, ": the checkpoint is incomplete (no COMPLETE marker)");
+  if (fs::exists(fs::path(ckpt_dir) / "table_store.json"))  // its tables would silently start from random values
+    fail("--init-from ", ckpt_dir, ": the checkpoint keeps its token tables in a training table store (trained with --tables ",
+         "disk; table_store.json names it), not in model.safetensors; continue that run with --resume --tables disk ",
+         "--table-store DIR instead");
   const Config ck = load_checkpoint_config(ckpt_dir);
   try {  // informative only: an imported model's checkpoint is at step 0
     const auto st = nlohmann::json::parse(read_file((fs::path(ckpt_dir) / "trainer_state.json").string()));

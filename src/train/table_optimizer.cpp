@@ -70,11 +70,24 @@ struct RowAccess {
 
 }  // namespace
 
-// Brings row r of table k from the steps it has to `to`, replaying the missed steps with a zero
-// gradient: adamw_elements(nullptr) per step, exactly what the eager dense pass computes. A row
-// whose moments are all zero (never had a gradient) stays at zero moments, and its update
-// p * decay - step_size * 0 / (0 + eps) is p * decay: the same floats by a multiply per step.
-// Returns whether the row changed.
+bool replay_steps(float* p, float* m, float* v, int64_t d, int64_t from, int64_t to, const TableMoments& st) {
+  bool cold = true;
+  for (int64_t i = 0; i < d; ++i) cold = cold && m[i] == 0.0f && v[i] == 0.0f;
+  const AdamWStepConsts* c = st.consts.data() - st.consts_base - 1;  // c[s]: step s
+  for (int64_t s = from + 1; s <= to; ++s) {
+    if (cold) {
+      const float decay = c[s].decay;
+#pragma omp simd
+      for (int64_t i = 0; i < d; ++i) p[i] *= decay;
+    } else {
+      adamw_elements(p, nullptr, m, v, d, c[s]);
+    }
+  }
+  return !cold;
+}
+
+// Brings row r of table k from the steps it has to `to` (replay_steps). Returns whether the row
+// changed.
 static bool replay(RowAccess& a, TableMoments& st, int64_t k, int64_t r, int64_t to) {
   int32_t& have = *a.step;
   if (!a.ok || have >= to || st.consts.empty()) return false;  // current, or nothing deferred (sparse)
@@ -88,27 +101,14 @@ static bool replay(RowAccess& a, TableMoments& st, int64_t k, int64_t r, int64_t
                  static_cast<long long>(st.current_step()));
     std::abort();
   }
-  const int64_t d = a.d;
-  float *p = a.p, *m = a.m, *v = a.v;
-  bool cold = true;
-  for (int64_t i = 0; i < d; ++i) cold = cold && m[i] == 0.0f && v[i] == 0.0f;
-  const AdamWStepConsts* c = st.consts.data() - st.consts_base - 1;  // c[s]: step s
+  const bool warm = replay_steps(a.p, a.m, a.v, a.d, have, to, st);
 #pragma omp atomic
   st.replayed_rows += 1;
-  if (!cold) {
+  if (warm) {
 #pragma omp atomic
     st.replayed_warm_rows += 1;
 #pragma omp atomic
     st.replayed_warm_steps += to - have;
-  }
-  for (int64_t s = have + 1; s <= to; ++s) {
-    if (cold) {
-      const float decay = c[s].decay;
-#pragma omp simd
-      for (int64_t i = 0; i < d; ++i) p[i] *= decay;
-    } else {
-      adamw_elements(p, nullptr, m, v, d, c[s]);
-    }
   }
   have = static_cast<int32_t>(to);
   return true;

@@ -44,6 +44,14 @@ TableMoments make_table_moments(const std::vector<TokenTable>& tables, bool mome
 // Every row current at `step` (after loading tables that are): no step kept.
 void mark_rows_current(TableMoments& s, const std::vector<TokenTable>& tables, int64_t step);
 
+// One row's replay, the deferred optimizer's own arithmetic: p, m, v (d) of a row at step `from`
+// brought to step `to` (from < to; st keeps the constants of steps from+1..to, checked by the
+// caller) by the zero-gradient steps in between: adamw_elements(nullptr) per step, exactly what the
+// eager dense pass computes; a row whose moments are all zero (never had a gradient) stays at zero
+// moments, and its update p * decay - step_size * 0 / (0 + eps) is p * decay: the same floats by a
+// multiply per step. Returns whether the row was warm (non-zero moments).
+bool replay_steps(float* p, float* m, float* v, int64_t d, int64_t from, int64_t to, const TableMoments& st);
+
 // A view over writable f32 tables, their row-sparse gradients (keyed by row of the storage) and
 // their moments; holds nothing itself. A table in a training store on disk (TokenTable::on_disk)
 // is updated row by row through the store: each row, its moments and step read into scratch,

@@ -138,6 +138,20 @@ void claim_run_directory(TrainRun& r) {
   r.log_path = (fs::path(r.opt.out_dir) / "log.jsonl").string();
 }
 
+// --tables disk: one process's store, for a model with tables; what to run instead otherwise.
+static void check_disk_tables_options(const TrainRun& r) {
+  if (r.opt.table_store.empty()) fail("--tables disk needs --table-store DIR (the training store: made by a fresh run, reopened by --resume)");
+  if (!(r.cfg.model.jtok || r.cfg.model.jtokm)) fail("--tables disk: the model has no token tables (set jtok or jtokm)");
+  if (r.embp_on)
+    fail("--tables disk with --embp ", r.opt.embp, ": embedding parallelism shards the tables over the ranks' memory, while a ",
+         "training store holds them on one process's disk, and the two do not combine yet. Tables larger than one machine's ",
+         "memory: --embp with --tables ram over enough ranks that each rank's shard and its AdamW moments fit (`jtok embp-plan` ",
+         "prints the bytes per rank); on one machine: drop --embp and mpirun and train with --tables disk");
+  if (r.share.ranks > 1)
+    fail("--tables disk runs on one process (", r.share.ranks, " ranks here): data-parallel ranks would all update the one ",
+         "store; with mpirun, shard the tables in RAM with --embp (--tables ram), or train on one process with --tables disk");
+}
+
 // A resumed model takes every value from its checkpoint: no random init to overwrite. With
 // embedding parallelism a fresh run allocates no table: each rank initialises its own rows
 // (dist::ShardedTables, the same values as one process); a resumed one reads each rank's rows
@@ -152,9 +166,10 @@ void make_or_resume_model(TrainRun& r) {
   r.shard_init = r.embp_on && !r.ck;
   const bool disk = r.opt.tables == "disk";
   if (r.opt.tables != "ram" && !disk) fail("--tables must be ram or disk for training, got '", r.opt.tables, "'");
-  if (disk && (r.opt.table_store.empty() || r.embp_on || r.share.ranks > 1 || !(r.cfg.model.jtok || r.cfg.model.jtokm)))
-    fail("--tables disk needs --table-store DIR, a model with token tables (jtok or jtokm), and one process (no --embp, no mpirun)");
-  r.model = make_model(r.cfg.model, t.seed, {.init = !r.ck, .grads = true, .tables = !r.embp_on && !(disk && r.ck)});
+  if (disk) check_disk_tables_options(r);
+  // Disk tables live in the store: made there from the random init (or --init-from's tables, in RAM first).
+  const bool tables_in_ram = !r.embp_on && (!disk || (!r.ck && !r.opt.init_from.empty()));
+  r.model = make_model(r.cfg.model, t.seed, {.init = !r.ck, .grads = true, .tables = tables_in_ram});
   r.model.backbone_frozen = t.train_only == "tables";  // before any optimizer state: frozen tensors get no moments
   r.sample_rng = std::mt19937_64(t.seed ^ 0x5eedULL);
   r.run_id = new_run_id();
@@ -168,7 +183,7 @@ void make_or_resume_model(TrainRun& r) {
   }
   if (disk)
     r.store = attach_disk_tables(r.model, r.opt.table_store, r.opt.table_cache_mb << 20, std::nullopt, r.opt.resume,
-                                 r.opt.table_io_threads, r.opt.table_direct_io);
+                                 r.opt.table_io_threads, r.opt.table_direct_io, tables_in_ram ? nullptr : &t.seed);
   r.adam = make_adamw_state(r.model, !r.shard_init);
   if (r.lead && fs::exists(r.log_path)) truncate_log(r.log_path, 0);  // --resume with nothing to resume: no step is kept
 }

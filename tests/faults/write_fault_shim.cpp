@@ -15,6 +15,9 @@
 //                           rename_fail  rename() / renameat() / renameat2() fail with EIO
 //                           partial      every write to a matching file writes at most 1000 bytes
 //                                        and succeeds: legal short counts that a writer must loop on
+//                           eio_read     once JTOK_FAULT_AFTER_BYTES bytes have been read from
+//                                        matching files, pread() / pread64() of them fail with EIO
+//                                        (a disk's bad sector; reads, not writes, despite the name)
 //   JTOK_FAULT_AFTER_BYTES  see above (default 0)
 // Each kind prints one line "write_fault_shim: KIND on PATH" to stderr the first time it acts, so a
 // test can check that the fault it asked for happened.
@@ -32,7 +35,7 @@
 
 namespace {
 
-enum class Kind { none, short_write, eio_write, fsync_eio, rename_fail, partial };
+enum class Kind { none, short_write, eio_write, fsync_eio, rename_fail, partial, eio_read };
 
 struct Config {
   Kind kind = Kind::none;
@@ -54,6 +57,7 @@ const Config& config() {
              : kind == "fsync_eio" ? Kind::fsync_eio
              : kind == "rename_fail" ? Kind::rename_fail
              : kind == "partial" ? Kind::partial
+             : kind == "eio_read" ? Kind::eio_read
                                  : Kind::none;
     if (c.kind == Kind::none) {
       std::fprintf(stderr, "write_fault_shim: unknown JTOK_FAULT_KIND '%s'\n", k);
@@ -94,9 +98,9 @@ std::string fd_path(int fd) {
 }
 
 void announce(Kind k, const std::string& path) {
-  static std::atomic<bool> said[6];
+  static std::atomic<bool> said[7];
   if (said[static_cast<int>(k)].exchange(true)) return;
-  static const char* names[] = {"none", "short_write", "eio_write", "fsync_eio", "rename_fail", "partial"};
+  static const char* names[] = {"none", "short_write", "eio_write", "fsync_eio", "rename_fail", "partial", "eio_read"};
   const std::string line = std::string("write_fault_shim: ") + names[static_cast<int>(k)] + " on " + path + "\n";
   static auto real_write = next<ssize_t (*)(int, const void*, size_t)>("write");
   (void)!real_write(2, line.data(), line.size());
@@ -134,9 +138,36 @@ ssize_t allowed(int fd, size_t n) {
   return static_cast<ssize_t>(c.after - done);  // short, > 0
 }
 
+std::atomic<unsigned long long> read_bytes{0};  // bytes read from matching files (eio_read)
+
+// eio_read: whether a read of n bytes from fd fails (errno set).
+bool read_fails(int fd, size_t n) {
+  const Config& c = config();
+  if (c.kind != Kind::eio_read) return false;
+  const std::string path = fd_path(fd);
+  if (!matches(path.c_str())) return false;
+  if (read_bytes.load() + n <= c.after) {
+    read_bytes += n;
+    return false;
+  }
+  announce(c.kind, path);
+  errno = EIO;
+  return true;
+}
+
 }  // namespace
 
 extern "C" {
+
+ssize_t pread(int fd, void* buf, size_t n, off_t off) {
+  static auto real = next<ssize_t (*)(int, void*, size_t, off_t)>("pread");
+  return read_fails(fd, n) ? -1 : real(fd, buf, n, off);
+}
+
+ssize_t pread64(int fd, void* buf, size_t n, off64_t off) {
+  static auto real = next<ssize_t (*)(int, void*, size_t, off64_t)>("pread64");
+  return read_fails(fd, n) ? -1 : real(fd, buf, n, off);
+}
 
 ssize_t write(int fd, const void* buf, size_t n) {
   static auto real = next<ssize_t (*)(int, const void*, size_t)>("write");
