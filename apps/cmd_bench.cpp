@@ -45,8 +45,10 @@
 #include "model/config.h"
 #include "scaling/flops.h"
 #include "model/transformer.h"
+#include "ops/bf16_weights.h"
 #include "ops/linear.h"
 #include "train/optimizer.h"
+#include "train/precision.h"
 
 namespace {
 
@@ -160,7 +162,7 @@ void train_step(Bench& b, const StepTokens& tokens, bool timed) {
   set_matmul_precision(b.cfg.train.precision == "bf16" && bf16_matmul_supported() ? MatmulPrecision::bf16
                                                                                   : MatmulPrecision::fp32);
   zero_grads(b.model);
-  for (const Batch& mb : tokens) {
+  for (const Bf16WeightScope bf16_weights; const Batch& mb : tokens) {  // as trainer_step.cpp
     forward(b.model, b.acts, mb.inputs.data(), B, T);
     b.loss = backward(b.model, b.acts, mb.inputs.data(), mb.targets.data(),
                       1.0f / static_cast<float>(t.gradient_accumulation_steps));
@@ -252,6 +254,12 @@ void run() {
         benches.back()->cfg.model.vocab_size != benches[0]->cfg.model.vocab_size)
       fail("--variant ", v, ": changes the batch shape or vocab_size; every variant must train on the base's tokens");
   }
+  // The bf16 / fp32 matmul rates `train --precision bf16` measures at start (train/precision.h): the
+  // ceiling of a bf16 step's speedup, reported beside it.
+  PrecisionReport probe;
+  for (auto& b : benches)
+    if (b->cfg.train.precision == "bf16" && bf16_matmul_supported() && probe.bf16_gflops == 0)
+      probe = apply_training_precision("bf16");
   TokenStream ts = make_stream(benches[0]->cfg);
   for (int64_t s = 0; s < args.warmup + args.steps; ++s) {
     const StepTokens tokens = ts.next(s >= args.warmup);  // the same batches for every model
@@ -271,6 +279,10 @@ void run() {
   for (size_t i = 0; i < benches.size(); ++i) {
     nlohmann::json j = report(*benches[i], ts);
     if (args.variants.empty()) j["peak_rss_mb"] = ru.ru_maxrss / 1024.0;
+    if (j["precision"] == "bf16") {
+      j["bf16_matmul_gflops"] = probe.bf16_gflops;
+      j["fp32_matmul_gflops"] = probe.fp32_gflops;
+    }
     if (i > 0) {  // the cost of round r: 1 - base step time / variant step time, same round
       std::vector<double> cost;
       const Bench &b0 = *benches[0], &bi = *benches[i];

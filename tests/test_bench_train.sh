@@ -3,7 +3,7 @@
 # fields; with --variant, one line per model (base first), the variant's config really applied (its
 # parameter count includes the JTok-M tables), steps interleaved (as many timed steps for each), a
 # cost per round (charged its share of the final table sync) and its median, in wall and in CPU
-# seconds; a malformed --variant or an unknown field in it gives an error naming it.
+# seconds (a bf16 variant with the start-up probe's matmul rates); a malformed --variant or an unknown field in it gives an error naming it.
 #
 # Tokens (issue 19): on small Zipfian shards written here (two shards, so the stream crosses from
 # one to the next and, with gradient accumulation, wraps around), the ids served are the loader's
@@ -121,6 +121,19 @@ assert pe["tokens_fnv1a"] == p["tokens_fnv1a"] and pe["tokens"] == f"{d}/train",
 for k in ("mean", "min", "max"):
     assert abs(pe[f"unique_id_frac_{k}"] - p[f"unique_id_frac_{k}"]) < 1e-12, k
 print("bench-train OK")
+PY
+# A bf16 variant (on a CPU with AVX-512 BF16) carries the start-up probe's matmul rates, the ceiling
+# bench/train_throughput.sh --bf16 compares its speedup with; elsewhere it ran fp32 and has none.
+"$JTOK" bench-train "${B[@]}" --steps 2 --variant "b16:precision=bf16" > "$T/bf16.out"
+/usr/bin/python3 - "$T" "$(grep -c avx512_bf16 /proc/cpuinfo || true)" <<'PY'
+import json, sys
+base, v = [json.loads(l) for l in open(f"{sys.argv[1]}/bf16.out")]
+assert base["precision"] == "fp32" and "bf16_matmul_gflops" not in base, base
+if int(sys.argv[2]) > 0:
+    assert v["precision"] == "bf16" and v["bf16_matmul_gflops"] > 0 and v["fp32_matmul_gflops"] > 0, v
+else:
+    assert v["precision"] == "fp32" and "bf16_matmul_gflops" not in v, v
+print("bf16 variant OK")
 PY
 expect_error() {  # expect_error PATTERN ARGS...: bench-train fails and says PATTERN
   local pat=$1; shift

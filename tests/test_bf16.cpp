@@ -2,12 +2,20 @@
 // AVX-512 BF16 the product equals the double-accumulated product of the bf16-rounded inputs (fp32
 // accumulation error only) and stays within bf16's rounding of the fp32 product; gemm() follows the
 // process precision. Without AVX-512 BF16 the training precision falls back to fp32 and says so.
+// Operands rounded once and reused (ops/bf16_weights.h's weight copies, linear_forward_many /
+// linear_backward_many's shared inputs) give the bits of rounding them per product, and a
+// training run with the trainer's per-step weight scope the bits of one without it.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <optional>
+
 #include "core/error.h"
-#include "op_test_util.h"
+#include "model_test_util.h"
+#include "ops/bf16_weights.h"
 #include "ops/linear.h"
 #include "ops/lowp_linear.h"
+#include "train/optimizer.h"
 #include "train/precision.h"
 
 using namespace jtok;
@@ -84,4 +92,178 @@ TEST(Bf16Matmul, ProcessPrecisionSwitchesGemm) {
   gemm(false, true, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, sw.data(), N);
   EXPECT_EQ(sw, f32);
   EXPECT_THROW(apply_training_precision("fp16"), Error);
+}
+
+namespace {
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
+}
+
+// Sets the process precision for one test and puts fp32 back after it.
+struct PrecisionGuard {
+  explicit PrecisionGuard(MatmulPrecision p) { set_matmul_precision(p); }
+  ~PrecisionGuard() { set_matmul_precision(MatmulPrecision::fp32); }
+};
+
+// Three weights (rows 24, 8, 8) of one input (N, C), as q / k / v; outputs and gradients of
+// linear_forward_many / linear_backward_many, or of one gemm_bf16 per product (per_call).
+struct Three {
+  int64_t N = 33, C = 40;
+  int64_t rows[3] = {24, 8, 8};
+  std::vector<float> x = randn(33 * 40, 11), w[3], dout[3];
+  Three() {
+    for (int i = 0; i < 3; ++i) {
+      w[i] = randn(static_cast<size_t>(rows[i] * C), 20 + i, 0.5f);
+      dout[i] = randn(static_cast<size_t>(N * rows[i]), 30 + i);
+    }
+  }
+  // out[0..2], then dx, then dw[0..2]: every value the products wrote.
+  std::vector<std::vector<float>> run(bool per_call) const {
+    std::vector<std::vector<float>> r(7);
+    for (int i = 0; i < 3; ++i) r[i] = randn(static_cast<size_t>(N * rows[i]), 40 + i);  // k accumulates onto it
+    r[3] = randn(static_cast<size_t>(N * C), 50);
+    for (int i = 0; i < 3; ++i) r[4 + i] = randn(static_cast<size_t>(rows[i] * C), 60 + i);
+    if (per_call) {
+      for (int i = 0; i < 3; ++i) {
+        gemm_bf16(false, true, N, rows[i], C, 1.0f, x.data(), C, w[i].data(), C, i == 1 ? 1.0f : 0.0f, r[i].data(), rows[i]);
+        gemm_bf16(false, false, N, C, rows[i], 1.0f, dout[i].data(), rows[i], w[i].data(), C, 1.0f, r[3].data(), C);
+        gemm_bf16(true, false, rows[i], C, N, 1.0f, dout[i].data(), rows[i], x.data(), C, 1.0f, r[4 + i].data(), C);
+      }
+      return r;
+    }
+    LinearProduct p[3];
+    LinearGrad g[3];
+    for (int i = 0; i < 3; ++i) {
+      p[i] = {r[i].data(), w[i].data(), rows[i], i == 1};
+      g[i] = {r[4 + i].data(), dout[i].data(), w[i].data(), rows[i]};
+    }
+    linear_forward_many(p, 3, x.data(), N, C);
+    linear_backward_many(r[3].data(), g, 3, x.data(), N, C);
+    return r;
+  }
+};
+
+}  // namespace
+
+TEST(Bf16Matmul, RoundedOnceGivesThePerCallBits) {
+  if (!bf16_matmul_supported()) GTEST_SKIP() << "no AVX-512 BF16";
+  PrecisionGuard guard(MatmulPrecision::bf16);
+  Three t;
+  const auto want = t.run(true);
+  const auto plain = t.run(false);  // no scope: weights rounded per call, inputs once per call of _many
+  const int64_t before = bf16_weight_conversions();
+  std::vector<std::vector<float>> scoped, again;
+  {
+    const Bf16WeightScope scope;
+    EXPECT_TRUE(bf16_weight_scope_open());
+    scoped = t.run(false);
+    again = t.run(false);  // the copies reused
+  }
+  EXPECT_FALSE(bf16_weight_scope_open());
+  EXPECT_EQ(bf16_weight_conversions() - before, 3);  // each weight once for six products (twice)
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(same_bits(plain[i], want[i])) << "output " << i;
+    EXPECT_TRUE(same_bits(scoped[i], want[i])) << "output " << i;
+    EXPECT_TRUE(same_bits(again[i], want[i])) << "output " << i;
+  }
+  // A weight changed between scopes (the optimizer step): the next scope rounds it afresh.
+  for (auto& v : t.w[0]) v *= 1.5f;
+  const auto want2 = t.run(true);
+  EXPECT_FALSE(same_bits(want2[0], want[0]));
+  const Bf16WeightScope scope;
+  EXPECT_TRUE(same_bits(t.run(false)[0], want2[0]));
+  EXPECT_TRUE(same_bits(t.run(false)[3], want2[3]));
+}
+
+TEST(Bf16Matmul, ManyProductsInFp32AreOneGemmEach) {
+  PrecisionGuard guard(MatmulPrecision::fp32);
+  Three t;
+  const auto got = t.run(false);
+  std::vector<std::vector<float>> want(7);
+  for (int i = 0; i < 3; ++i) want[i] = randn(static_cast<size_t>(t.N * t.rows[i]), 40 + i);
+  want[3] = randn(static_cast<size_t>(t.N * t.C), 50);
+  for (int i = 0; i < 3; ++i) want[4 + i] = randn(static_cast<size_t>(t.rows[i] * t.C), 60 + i);
+  for (int i = 0; i < 3; ++i) {
+    gemm_f32(false, true, t.N, t.rows[i], t.C, 1.0f, t.x.data(), t.C, t.w[i].data(), t.C, i == 1 ? 1.0f : 0.0f,
+             want[i].data(), t.rows[i]);
+    linear_backward(want[3].data(), want[4 + i].data(), t.dout[i].data(), t.x.data(), t.w[i].data(), t.N, t.C, t.rows[i]);
+  }
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(same_bits(got[i], want[i])) << "output " << i;
+}
+
+namespace {
+
+// Three bf16 training steps of a model made from c: its parameters after them, with the
+// trainer's weight scope around each step's forward and backward, or without.
+std::vector<float> train3(const ModelConfig& c, bool scoped) {
+  Model m = make_model(c, 7);
+  AdamWState st = make_adamw_state(m);
+  Activations a;
+  a.row_sync = table_row_sync(m, st);
+  TrainConfig t;
+  t.learning_rate = 1e-2;
+  t.warmup_steps = 0;
+  const int64_t B = 2, T = 8;
+  for (int step = 0; step < 3; ++step) {
+    const auto x = tokens(B * T, c.vocab_size, 100 + step), y = tokens(B * T, c.vocab_size, 200 + step);
+    zero_grads(m);
+    {
+      std::optional<Bf16WeightScope> scope;
+      if (scoped) scope.emplace();
+      forward(m, a, x.data(), B, T);
+      backward(m, a, x.data(), y.data());
+    }
+    optimizer_step(m, st, t);
+  }
+  sync_tables(m, st);
+  std::vector<float> p(m.params.begin(), m.params.end());
+  for (const TokenTable& tb : m.tables) p.insert(p.end(), tb.data(), tb.data() + tb.numel());
+  return p;
+}
+
+ModelConfig small(bool moe) {
+  ModelConfig c;
+  c.vocab_size = 50;
+  c.vocab_pad_multiple = 16;
+  c.hidden_size = 32;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.intermediate_size = 48;
+  c.max_position_embeddings = 16;
+  c.jtok = true;
+  c.jtok_layers = "1";
+  c.jtokm = true;
+  c.jtokm_layers = "0";
+  c.jtokm_n_e = 3;
+  c.jtokm_top_k = 2;
+  if (moe) {
+    c.model_type = "jtok_moe";
+    c.first_k_dense_replace = 1;
+    c.n_routed_experts = 4;
+    c.n_shared_experts = 1;
+    c.num_experts_per_tok = 2;
+    c.moe_intermediate_size = 16;
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST(Bf16Matmul, WeightScopeTrainsTheSameBits) {
+  if (!bf16_matmul_supported()) GTEST_SKIP() << "no AVX-512 BF16";
+  for (bool moe : {false, true}) {
+    const ModelConfig c = small(moe);
+    std::vector<float> fp32, plain, scoped;
+    {
+      PrecisionGuard guard(MatmulPrecision::fp32);
+      fp32 = train3(c, true);
+    }
+    PrecisionGuard guard(MatmulPrecision::bf16);
+    plain = train3(c, false);
+    scoped = train3(c, true);  // a copy kept past an optimizer step would change the next steps
+    EXPECT_TRUE(same_bits(scoped, plain)) << (moe ? "moe" : "dense");
+    EXPECT_FALSE(same_bits(plain, fp32)) << "bf16 did not run";
+  }
 }

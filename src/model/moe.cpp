@@ -51,14 +51,13 @@ WeightMatrix moe_matrix(const MoeWeights& w, const MoeDims& m, const MoeLowp* lp
 
 namespace {
 
-// out (N, w.rows) (+)= inp @ w^T. fp32: the training path's own calls (linear_forward; gemm to
-// accumulate), so its numerics do not depend on the low-precision kernels; per_row (decoding): the
-// per-row kernels, whatever the dtype.
+// out (N, w.rows) (+)= inp @ w^T. fp32: the training path's own calls (linear_forward_many), so its
+// numerics do not depend on the low-precision kernels; per_row (decoding): the per-row kernels,
+// whatever the dtype.
 void expert_linear(float* out, const float* inp, const WeightMatrix& w, int64_t N, bool accumulate, RowKernel rk) {
   if (w.dtype != Dtype::f32 || rk == RowKernel::per_row) return linear_forward_lowp(out, inp, w, N, accumulate, rk);
-  const float* W = static_cast<const float*>(w.data);
-  if (accumulate) gemm(false, true, N, w.rows, w.cols, 1.0f, inp, w.cols, W, w.cols, 1.0f, out, w.rows);
-  else linear_forward(out, inp, W, N, w.cols, w.rows);
+  const LinearProduct p{out, static_cast<const float*>(w.data), w.rows, accumulate};
+  linear_forward_many(&p, 1, inp, N, w.cols);
 }
 
 // Gate and up of one input block: one pass of the low-precision kernels when both are (the input
@@ -69,8 +68,14 @@ void expert_gate_up(float* g, float* u, const float* inp, const WeightMatrix& wg
     const LinearOut gu[2] = {{g, wg}, {u, wu}};
     return linear_forward_lowp_multi(gu, 2, inp, N, rk);
   }
-  expert_linear(g, inp, wg, N, false, rk);
-  expert_linear(u, inp, wu, N, false, rk);
+  if (wg.dtype != Dtype::f32 || wu.dtype != Dtype::f32) {
+    expert_linear(g, inp, wg, N, false, rk);
+    expert_linear(u, inp, wu, N, false, rk);
+    return;
+  }
+  const LinearProduct gu[2] = {{g, static_cast<const float*>(wg.data), wg.rows, false},
+                               {u, static_cast<const float*>(wu.data), wu.rows, false}};
+  linear_forward_many(gu, 2, inp, N, wg.cols);  // at bf16 precision the input rounded once
 }
 
 }  // namespace
@@ -214,8 +219,9 @@ void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* do
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], ne = a.offsets[e + 1] - r0;
     if (ne == 0) continue;
-    linear_backward(&s.dxg[r0 * d], gw(expert_gate, e), &s.dg[r0 * F], &a.xg[r0 * d], expert_gate(w, m, e), ne, d, F);
-    linear_backward(&s.dxg[r0 * d], gw(expert_up, e), &s.du[r0 * F], &a.xg[r0 * d], expert_up(w, m, e), ne, d, F);
+    const LinearGrad gu[2] = {{gw(expert_gate, e), &s.dg[r0 * F], expert_gate(w, m, e), F},
+                              {gw(expert_up, e), &s.du[r0 * F], expert_up(w, m, e), F}};
+    linear_backward_many(&s.dxg[r0 * d], gu, 2, &a.xg[r0 * d], ne, d);
   }
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
@@ -231,8 +237,8 @@ void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* do
     resize(s.dsg, N * S); resize(s.dsu, N * S);
     linear_backward(s.dsact.data(), g.sd, dout, a.sact.data(), w.sd, N, S, d);
     swiglu_backward(s.dsg.data(), s.dsu.data(), s.dsact.data(), a.sg.data(), a.su.data(), N * S);
-    linear_backward(dx, g.sg, s.dsg.data(), x, w.sg, N, d, S);
-    linear_backward(dx, g.su, s.dsu.data(), x, w.su, N, d, S);
+    const LinearGrad gu[2] = {{g.sg, s.dsg.data(), w.sg, S}, {g.su, s.dsu.data(), w.su, S}};
+    linear_backward_many(dx, gu, 2, x, N, d);
   }
 }
 

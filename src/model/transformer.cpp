@@ -390,10 +390,10 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
       zero(a.dact);
       linear_backward(a.dact.data(), G.wd, dmlp, L.act.data(), W.wd, N, F, d);
       { JTOK_PROFILE("swiglu_bwd"); swiglu_backward(a.dgate.data(), a.dup.data(), a.dact.data(), L.gate.data(), L.up.data(), N * F); }
-      linear_backward(dx, G.wg, a.dgate.data(), L.m.data(), W.wg, N, d, F);
-      linear_backward(dx, G.wu, a.dup.data(), L.m.data(), W.wu, N, d, F);
+      const LinearGrad gu[2] = {{G.wg, a.dgate.data(), W.wg, F}, {G.wu, a.dup.data(), W.wu, F}};
+      linear_backward_many(dx, gu, 2, L.m.data(), N, d);  // the same values as one call each
     }
-    rmsnorm_backward(dh, G.ln2, dx, L.h_mid.data(), W.ln2, L.rstd2.data(), N, d);  // dh: now d h_mid
+    { JTOK_PROFILE("rmsnorm_bwd"); rmsnorm_backward(dh, G.ln2, dx, L.h_mid.data(), W.ln2, L.rstd2.data(), N, d); }  // dh: d h_mid
     if (a.tables) a.tables->poll();
     // h_mid = h_in + att @ Wo^T
     zero(a.datt);
@@ -403,8 +403,11 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
     { JTOK_PROFILE("attn_bwd"); attention_backward(a.dq.data(), a.dk.data(), a.dv.data(), a.datt.data(), L.att.data(), L.lse.data(), L.q.data(), L.k.data(),
                        L.v.data(), B, T, H, KV, hd); }
     if (a.tables) a.tables->poll();
-    rope_backward(a.dq.data(), m.rope, B, T, H, hd);
-    rope_backward(a.dk.data(), m.rope, B, T, KV, hd);
+    {
+      JTOK_PROFILE("rope_bwd");
+      rope_backward(a.dq.data(), m.rope, B, T, H, hd);
+      rope_backward(a.dk.data(), m.rope, B, T, KV, hd);
+    }
     qkv_variants_backward(W, G, a.dq.data(), a.dk.data(), a.dv.data(), L.qk, N, H, KV, hd);
     // d a: JTok-M's router part plus the q/k/v projections'.
     if (W.jtokm_router) {
@@ -415,10 +418,9 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
       std::memcpy(dx, a.da_jtokm.data(), sizeof(float) * N * d);
     }
     else zero(a.dx);
-    linear_backward(dx, G.wq, a.dq.data(), L.a.data(), W.wq, N, d, qd);
-    linear_backward(dx, G.wk, a.dk.data(), L.a.data(), W.wk, N, d, kvd);
-    linear_backward(dx, G.wv, a.dv.data(), L.a.data(), W.wv, N, d, kvd);
-    rmsnorm_backward(dh, G.ln1, dx, L.h_in.data(), W.ln1, L.rstd1.data(), N, d);  // dh: now d h_in
+    const LinearGrad qkv[3] = {{G.wq, a.dq.data(), W.wq, qd}, {G.wk, a.dk.data(), W.wk, kvd}, {G.wv, a.dv.data(), W.wv, kvd}};
+    linear_backward_many(dx, qkv, 3, L.a.data(), N, d);
+    { JTOK_PROFILE("rmsnorm_bwd"); rmsnorm_backward(dh, G.ln1, dx, L.h_in.data(), W.ln1, L.rstd1.data(), N, d); }  // dh: d h_in
     if (a.on_layer_grads_ready) a.on_layer_grads_ready(static_cast<int64_t>(li));
   }
   { JTOK_PROFILE("embed_bwd"); if (gv.embed) embedding_backward(gv.embed, dh, ids, N, d); }

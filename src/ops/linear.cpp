@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/profile.h"
+#include "ops/bf16_weights.h"
 #include "ops/lowp_linear.h"
 
 namespace jtok {
@@ -98,19 +100,36 @@ Bf16Prims& bf16_prims() {
   return p;
 }
 
+// rows x cols of src (row stride ld) in bf16, compact, in dst.
+const uint16_t* round_bf16(std::vector<uint16_t>& dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+  JTOK_PROFILE("bf16_convert_act");
+  dst.resize(static_cast<size_t>(rows * cols));
+  quantize_bf16_rows(dst.data(), src, rows, cols, ld);
+  return dst.data();
+}
+
+// Scratch for the rounded operands of this thread's products.
+struct Bf16Scratch {
+  std::vector<uint16_t> a, b, x, w;
+};
+thread_local Bf16Scratch t_scratch;
+
+bool bf16_now() { return g_precision.load(std::memory_order_relaxed) == MatmulPrecision::bf16; }
+
 }  // namespace
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  thread_local std::vector<uint16_t> a16, b16;
+  const uint16_t* a16 = trans_a ? round_bf16(t_scratch.a, A, K, M, lda) : round_bf16(t_scratch.a, A, M, K, lda);
+  const uint16_t* b16 = trans_b ? round_bf16(t_scratch.b, B, N, K, ldb) : round_bf16(t_scratch.b, B, K, N, ldb);
+  gemm_bf16_rounded(trans_a, trans_b, M, N, K, alpha, a16, b16, beta, C, ldc);
+}
+
+void gemm_bf16_rounded(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A16,
+                       const uint16_t* B16, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
   thread_local std::vector<float> c32;
-  a16.resize(static_cast<size_t>(M * K));
-  b16.resize(static_cast<size_t>(K * N));
-  if (trans_a) quantize_bf16_rows(a16.data(), A, K, M, lda);
-  else quantize_bf16_rows(a16.data(), A, M, K, lda);
-  if (trans_b) quantize_bf16_rows(b16.data(), B, N, K, ldb);
-  else quantize_bf16_rows(b16.data(), B, K, N, ldb);
   // C with a row stride wider than N (a column block of a bigger matrix) goes through a compact copy.
   float* c = C;
   if (ldc != N) {
@@ -122,7 +141,9 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   Bf16Prims& P = bf16_prims();
   const Bf16Prims::Prim p = P.get({trans_a, trans_b, M, N, K, alpha, beta});
   dnnl::stream strm(P.eng);
-  dnnl::memory am(p.a, P.eng, a16.data()), bm(p.b, P.eng, b16.data()), cm(p.c, P.eng, c);
+  // oneDNN reads the inputs only; its memory objects take non-const handles.
+  dnnl::memory am(p.a, P.eng, const_cast<uint16_t*>(A16)), bm(p.b, P.eng, const_cast<uint16_t*>(B16)),
+      cm(p.c, P.eng, c);
   p.prim.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   strm.wait();
   if (ldc != N)
@@ -130,13 +151,57 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 }
 
 void linear_forward(float* out, const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC) {
-  gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
+  const LinearProduct p{out, weight, OC, false};
+  linear_forward_many(&p, 1, inp, N, C);
 }
 
 void linear_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                      int64_t N, int64_t C, int64_t OC) {
-  if (dinp) gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
-  if (dweight) gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  const LinearGrad p{dweight, dout, weight, OC};
+  linear_backward_many(dinp, &p, 1, inp, N, C);
+}
+
+// The layers' products are timed by kind under JTOK_PROFILE (the bf16 roundings apart), so a
+// training step's profile shows where fp32 and bf16 differ.
+void linear_forward_many(const LinearProduct* p, int n, const float* inp, int64_t N, int64_t C) {
+  if (N == 0) return;
+  const bool bf16 = bf16_now();
+  const uint16_t* x16 = bf16 ? round_bf16(t_scratch.x, inp, N, C, C) : nullptr;
+  for (int i = 0; i < n; ++i) {
+    const float beta = p[i].accumulate ? 1.0f : 0.0f;
+    if (!bf16) {
+      JTOK_PROFILE("linear fwd");
+      gemm_f32(false, true, N, p[i].rows, C, 1.0f, inp, C, p[i].w, C, beta, p[i].out, p[i].rows);
+      continue;
+    }
+    const uint16_t* w16 = bf16_weight(p[i].w, p[i].rows, C, t_scratch.w);
+    JTOK_PROFILE("linear fwd");
+    gemm_bf16_rounded(false, true, N, p[i].rows, C, 1.0f, x16, w16, beta, p[i].out, p[i].rows);
+  }
+}
+
+void linear_backward_many(float* dinp, const LinearGrad* p, int n, const float* inp, int64_t N, int64_t C) {
+  const bool bf16 = bf16_now() && N > 0;
+  const uint16_t* x16 = nullptr;  // inp rounded once, on the first weight gradient
+  for (int i = 0; i < n; ++i) {
+    const int64_t OC = p[i].rows;
+    const float* d = p[i].dout;
+    if (!bf16) {
+      if (dinp) { JTOK_PROFILE("linear bwd dinp"); gemm_f32(false, false, N, C, OC, 1.0f, d, OC, p[i].w, C, 1.0f, dinp, C); }
+      if (p[i].dweight) { JTOK_PROFILE("linear bwd dweight"); gemm_f32(true, false, OC, C, N, 1.0f, d, OC, inp, C, 1.0f, p[i].dweight, C); }
+      continue;
+    }
+    const uint16_t* d16 = round_bf16(t_scratch.a, d, N, OC, OC);  // for both products
+    if (dinp) {
+      const uint16_t* w16 = bf16_weight(p[i].w, OC, C, t_scratch.w);
+      JTOK_PROFILE("linear bwd dinp");
+      gemm_bf16_rounded(false, false, N, C, OC, 1.0f, d16, w16, 1.0f, dinp, C);
+    }
+    if (!p[i].dweight) continue;
+    if (!x16) x16 = round_bf16(t_scratch.x, inp, N, C, C);
+    JTOK_PROFILE("linear bwd dweight");
+    gemm_bf16_rounded(true, false, OC, C, N, 1.0f, d16, x16, 1.0f, p[i].dweight, C);
+  }
 }
 
 void linear_forward_ref(float* out, const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC) {

@@ -482,20 +482,21 @@ void linear_forward_lowp_multi(const LinearOut* outs, int n, const float* inp, i
                " columns, matrix 0 ", outs[0].w.cols);
   }
   std::vector<GemvJob> jobs;
+  std::vector<LinearProduct> f32;  // one call: at bf16 matmul precision the input is rounded once
   for (int i = 0; i < n; ++i) {
     const LinearOut& o = outs[i];
     const WeightMatrix& w = o.w;
     if (rk == RowKernel::per_row || (w.dtype == Dtype::f32 ? f32_gemv(w, N) : N <= lowp_gemv_max_rows(w))) {
       jobs.push_back({o.out, w, o.accumulate});
     } else if (w.dtype == Dtype::f32) {
-      gemm(false, true, N, w.rows, w.cols, 1.0f, inp, w.cols, static_cast<const float*>(w.data), w.cols,
-           o.accumulate ? 1.0f : 0.0f, o.out, w.rows);
+      f32.push_back({o.out, static_cast<const float*>(w.data), w.rows, o.accumulate});
     } else if (uses_lowp_gemm(w, N, rk)) {
       lowp_gemm(o.out, inp, w, N, o.accumulate);
     } else {
       gemm_lowp(o.out, inp, w, N, o.accumulate);
     }
   }
+  if (!f32.empty()) linear_forward_many(f32.data(), static_cast<int>(f32.size()), inp, N, outs[0].w.cols);
   if (!jobs.empty()) gemv_jobs(jobs.data(), static_cast<int>(jobs.size()), inp, N);
 }
 

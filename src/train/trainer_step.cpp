@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "ops/bf16_weights.h"
 #include "train/checkpoint.h"
 #include "train/trainer_run.h"
 
@@ -23,6 +24,7 @@ void run_micro_batches(TrainRun& r, int64_t step, StepSums& s) {
   const int64_t B = t.micro_batch_size, T = t.seq_len;
   const double inv_acc = 1.0 / static_cast<double>(t.gradient_accumulation_steps);
   const double mb_weight = share.by_micro_batch ? inv_acc : inv_acc / static_cast<double>(share.ranks);
+  const Bf16WeightScope bf16_weights;  // weights are fixed until the optimizer step: rounded to bf16 once
   for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
     r.data.next(r.x.data(), r.y.data(), B, T);  // every rank reads every micro-batch: one loader state
     inject_nan_table_row(r.faults, r.model, step + 1, r.x[0], r.embp != nullptr || r.store != nullptr);
