@@ -226,11 +226,7 @@ done
 sed -e 's/"max_position_embeddings": 64/"max_position_embeddings": 1024/' -e 's/"max_steps": 4/"max_steps": 1/' \
   -e 's/"checkpoint_interval": 4/"checkpoint_interval": 1/' "$T/cfg.json" > "$T/cfg_long.json"
 "$JTOK" train --config "$T/cfg_long.json" --out "$T/run_long" --peak-gflops 1 > /dev/null
-"$JTOK" serve --checkpoint "$T/run_long" --port 0 --max-batch 4 > "$T/serve_long.out" 2> "$T/serve_long.err" &
-PIDS+=($!)
-for _ in $(seq 200); do
-  LONG=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\).*|\1|p' "$T/serve_long.out"); [ -n "$LONG" ] && break; sleep 0.05
-done
-[ -n "$LONG" ] || fail "long-context server did not start"
+start_serve long --checkpoint "$T/run_long" --max-batch 4  # its output file exists before sed reads it
+LONG=$PORT
 node "$ROOT/tests/serve_disconnect_client.mjs" "$LONG" 1000 || fail "client disconnecting mid-stream"
 echo "PASS"
