@@ -106,6 +106,16 @@ TEST(TableStoreInit, StreamGivesMakeModelsValues) {
   }
 }
 
+// The peak growth allowed while a store is made or exported. Under ASan freed memory waits in its
+// quarantine (256 MB by default) instead of being reused, so code that frees and allocates per row
+// raises the peak by up to that much plus its shadow: there the bound only catches a whole table
+// kept in memory many times over; the release suite checks the real 4 MB.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr int64_t kPeakBound = (4 << 20) + (256 << 20) + (96 << 20);
+#else
+constexpr int64_t kPeakBound = 4 << 20;
+#endif
+
 TEST(TableStoreInit, FreshStoreStreamsTheInitAndExportStreamsTheStore) {
   if (!std::ofstream("/proc/self/clear_refs")) GTEST_SKIP() << "/proc/self/clear_refs is not writable here";
   const ModelConfig c = big_tables();
@@ -119,7 +129,7 @@ TEST(TableStoreInit, FreshStoreStreamsTheInitAndExportStreamsTheStore) {
   Model disk = make_model(c, kSeed, {.grads = false, .tables = false});
   std::shared_ptr<TrainTableStore> s;
   const int64_t growth = peak_growth([&] { s = attach_disk_tables(disk, store, 1 << 20, std::nullopt, false, 1, false, &kSeed); });
-  EXPECT_LT(growth, 4 << 20) << "making " << bytes << " bytes of tables in the store";
+  EXPECT_LT(growth, kPeakBound) << "making " << bytes << " bytes of tables in the store";
   std::vector<float> p(64), mo(64), v(64), want(64);
   for (size_t k = 0; k < ram.tables.size(); ++k)
     for (int64_t id = 0; id < ram.tables[k].rows; ++id) {
@@ -140,7 +150,7 @@ TEST(TableStoreInit, FreshStoreStreamsTheInitAndExportStreamsTheStore) {
     const std::string out = fresh_dir(std::string("init_export_") + dtype_name(dt));
     StoreExportStats st;
     const int64_t eg = peak_growth([&] { st = export_disk_tables(ck, disk, out, dt); });
-    EXPECT_LT(eg, 4 << 20) << "exporting " << bytes << " bytes of tables as " << dtype_name(dt);
+    EXPECT_LT(eg, kPeakBound) << "exporting " << bytes << " bytes of tables as " << dtype_name(dt);
     EXPECT_EQ(st.tables, 5);
     EXPECT_EQ(st.rows_replayed, 0);
     auto ro = TableStore::open(out, 1 << 20, 1);
