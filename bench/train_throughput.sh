@@ -222,13 +222,13 @@ if [ "$BF16_TOO" = 1 ]; then
   echo "$paired_out" | sed "s/^/[paired bf16] ours -> /"
   line=$(grep '"variant":"bf16"' <<< "$paired_out")
   cost=$(json cost_median <<< "$line"); ran=$(json precision <<< "$line")
-  speedup=$(awk -v c="$cost" 'BEGIN{printf "%.3f", 1 / (1 - c)}')
+  speedup=$(awk -v c="$cost" 'BEGIN{printf "%.3f", 1 - c}')
   probe="no probe (bf16 did not run)"
   if [ "$ran" = bf16 ]; then
     p16=$(json bf16_matmul_gflops <<< "$line"); p32=$(json fp32_matmul_gflops <<< "$line")
     probe=$(awk -v s="$speedup" -v a="$p16" -v b="$p32" 'BEGIN{printf "start-up probe %.0f / %.0f GFLOP/s = x%.2f; the speedup is %.0f %% of it", a, b, a / b, 100 * s / (a / b)}')
   fi
-  echo "BF16 ours bf16 ($ran ran) vs fp32: speedup ${speedup}x (median of $ROUNDS paired rounds; in CPU seconds $(awk -v c="$(json cost_cpu_median <<< "$line")" 'BEGIN{printf "%.3f", 1 / (1 - c)}')x) | $(grep -o -m1 'avx512_bf16' /proc/cpuinfo || echo 'no avx512_bf16') | $probe | goal >= 90 %"
+  echo "BF16 ours bf16 ($ran ran) vs fp32: speedup ${speedup}x (median of $ROUNDS paired rounds; in CPU seconds $(awk -v c="$(json cost_cpu_median <<< "$line")" 'BEGIN{printf "%.3f", 1 - c}')x) | $(grep -o -m1 'avx512_bf16' /proc/cpuinfo || echo 'no avx512_bf16') | $probe | goal >= 90 %"
 fi
 for v in "${VARIANTS[@]}"; do
   pt=PT_TPS_$v; oc=OURS_COST_$v
