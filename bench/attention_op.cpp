@@ -1,9 +1,11 @@
 // Times one attention layer's forward and backward alone: the O(T) kernels (attention_forward /
-// attention_backward, the default) and the T x T probs kernels they replaced (skipped with
+// attention_backward, the default), their mixed-precision twins (attention_forward_bf16 / _backward_bf16,
+// what --precision bf16 trains with) and the T x T probs kernels they replaced (skipped with
 // --no-probs, or when B H T^2 floats would not fit). Not built by CMake; bench/attention_long.sh
 // builds and runs it, or by hand:
 //   g++ -O3 -march=native -std=c++20 -fopenmp -fno-math-errno -fno-trapping-math -Isrc \
-//       bench/attention_op.cpp src/ops/attention.cpp src/ops/linear.cpp -ldnnl -o build/attention_op
+//       bench/attention_op.cpp src/ops/attention.cpp src/ops/attention_bf16.cpp \
+//       src/ops/bf16_pairs.cpp src/ops/lowp_convert.cpp src/ops/linear.cpp -ldnnl -o build/attention_op
 //   OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=2 build/attention_op B T H KV hd [reps] [--no-probs]
 // (-DJTOK_ATTN_KEY_BLOCK=N compiles another key block size, for the sweep in docs/benchmarks.md.)
 // Prints one JSON line: the minimum over reps (after one warm-up) of process CPU seconds and of
@@ -77,6 +79,14 @@ int main(int argc, char** argv) {
               static_cast<long>(B), static_cast<long>(T), static_cast<long>(H), static_cast<long>(KV),
               static_cast<long>(hd), static_cast<long>(jtok::kAttnKeyBlock), reps, flash.fc, flash.fw, flash.bc, flash.bw,
               static_cast<long>(lse.size() * 4));
+  const Times bf = time_kernel(
+      reps, [&] { jtok::attention_forward_bf16(y.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd); },
+      [&] {
+        jtok::attention_backward_bf16(dq.data(), dk.data(), dv.data(), dy.data(), y.data(), lse.data(), q.data(),
+                                      k.data(), v.data(), B, T, H, KV, hd);
+      });
+  std::printf(",\"bf16\":{\"fwd_cpu_s\":%.5f,\"fwd_s\":%.5f,\"bwd_cpu_s\":%.5f,\"bwd_s\":%.5f}", bf.fc, bf.fw, bf.bc,
+              bf.bw);
   if (probs_too) {
     std::vector<float> P(static_cast<size_t>(B * H * T * T));
     const Times pr = time_kernel(

@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include "core/parallel.h"
+#include "ops/attention_blocks.h"
 #include "ops/fast_exp.h"
 #include "ops/linear.h"
 
@@ -112,22 +113,10 @@ void attention_backward_probs(float* dq, float* dk, float* dv, const float* dout
 // the block of keys [c0, c1) with c0 <= r0, so every row sees at least one key of every block.
 static_assert(kAttnKeyBlock % kAttnRowBlock == 0, "key blocks must be whole multiples of row blocks");
 
-// Row t of a score block: exponentiate the first `valid` entries against m_new (0 after), return the
-// sum of the exponentials.
-static inline float exp_row(float* row, int64_t valid, int64_t w, float m_new) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < valid; ++j) {
-    const float e = fast_expf(row[j] - m_new);
-    row[j] = e;
-    sum += e;
-  }
-  for (int64_t j = valid; j < w; ++j) row[j] = 0.0f;
-  return sum;
-}
-
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B, int64_t T,
                        int64_t H, int64_t KV, int64_t hd) {
+  if (matmul_precision() == MatmulPrecision::bf16 && hd % 2 == 0)
+    return attention_forward_bf16(out, lse, q, k, v, B, T, H, KV, hd);
   const int64_t qd = H * hd, kvd = KV * hd, group = H / KV;
   const int64_t nblocks = (T + kAttnRowBlock - 1) / kAttnRowBlock;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -146,43 +135,17 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
         const float* kg = k + b * T * kvd + g * hd;
         const float* vg = v + b * T * kvd + g * hd;
         float* oh = out + b * T * qd + h * hd;
-        for (int64_t t = 0; t < n; ++t) {
-          mrow[t] = -INFINITY;
-          lrow[t] = 0.0f;
-        }
+        std::fill_n(mrow.begin(), n, -INFINITY);
+        std::fill_n(lrow.begin(), n, 0.0f);
         for (int64_t c0 = 0; c0 < r1; c0 += kAttnKeyBlock) {
           const int64_t c1 = std::min(c0 + kAttnKeyBlock, r1), w = c1 - c0;
           // S (n,w) = scale Q[r0:r1] (n,hd) K[c0:c1]^T (hd,w)
           gemm_f32(false, true, n, w, hd, scale, qh + r0 * qd, qd, kg + c0 * kvd, kvd, 0.0f, S.data(), w);
-          for (int64_t t = r0; t < r1; ++t) {
-            float* row = S.data() + (t - r0) * w;
-            const int64_t valid = std::min(c1, t + 1) - c0;  // >= 1: c0 <= r0 <= t
-            float mx = row[0];
-#pragma omp simd reduction(max : mx)
-            for (int64_t j = 1; j < valid; ++j) mx = row[j] > mx ? row[j] : mx;
-            const float m_old = mrow[t - r0], m_new = std::max(m_old, mx);
-            const float sum = exp_row(row, valid, w, m_new);
-            if (c0 == 0) {
-              lrow[t - r0] = sum;
-            } else {  // rescale what the earlier key blocks gave this row to the new maximum
-              const float alpha = std::exp(m_old - m_new);
-              lrow[t - r0] = lrow[t - r0] * alpha + sum;
-              float* o = oh + t * qd;
-#pragma omp simd
-              for (int64_t i = 0; i < hd; ++i) o[i] *= alpha;
-            }
-            mrow[t - r0] = m_new;
-          }
+          attn::online_softmax_block(S.data(), r0, r1, c0, c1, mrow.data(), lrow.data(), oh, qd, hd);
           // out[r0:r1] (n,hd) (+)= exp(S) (n,w) V[c0:c1] (w,hd)
           gemm_f32(false, false, n, hd, w, 1.0f, S.data(), w, vg + c0 * kvd, kvd, c0 == 0 ? 0.0f : 1.0f, oh + r0 * qd, qd);
         }
-        for (int64_t t = r0; t < r1; ++t) {
-          const float inv = 1.0f / lrow[t - r0];
-          float* o = oh + t * qd;
-#pragma omp simd
-          for (int64_t i = 0; i < hd; ++i) o[i] *= inv;
-          lse[bh * T + t] = mrow[t - r0] + std::log(lrow[t - r0]);
-        }
+        attn::finish_rows(oh, lse + bh * T, r0, r1, mrow.data(), lrow.data(), qd, hd);
       }
   }
 }
@@ -190,6 +153,8 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                         const float* q, const float* k, const float* v, int64_t B, int64_t T, int64_t H, int64_t KV,
                         int64_t hd) {
+  if (matmul_precision() == MatmulPrecision::bf16 && hd % 2 == 0)
+    return attention_backward_bf16(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd);
   const int64_t qd = H * hd, kvd = KV * hd, group = H / KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   // Parallel over (batch, kv head): the q heads of one group write the same dk/dv rows, so one
@@ -207,36 +172,21 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         float* dvg = dv + b * T * kvd + g * hd;
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
           const float* dOh = dout + b * T * qd + h * hd;
-          const float* Oh = out + b * T * qd + h * hd;
           const float* qh = q + b * T * qd + h * hd;
-          const float* L = lse + (b * H + h) * T;
           float* dqh = dq + b * T * qd + h * hd;
           for (int64_t r0 = 0; r0 < T; r0 += kAttnRowBlock) {
             const int64_t r1 = std::min(r0 + kAttnRowBlock, T), n = r1 - r0;
-            // D_t = sum_i dO_ti O_ti = sum_j P_tj dP_tj (the softmax backward's row term)
-            for (int64_t t = r0; t < r1; ++t) {
-              float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-              for (int64_t i = 0; i < hd; ++i) acc += dOh[t * qd + i] * Oh[t * qd + i];
-              D[t - r0] = acc;
-            }
+            attn::softmax_row_terms(D.data(), dOh, out + b * T * qd + h * hd, r0, r1, qd, hd);
             for (int64_t c0 = 0; c0 < r1; c0 += kAttnKeyBlock) {
               const int64_t c1 = std::min(c0 + kAttnKeyBlock, r1), w = c1 - c0;
               // P (n,w) = exp(scale Q K^T - lse), recomputed; zero past the diagonal.
               gemm_f32(false, true, n, w, hd, scale, qh + r0 * qd, qd, kg + c0 * kvd, kvd, 0.0f, P.data(), w);
-              for (int64_t t = r0; t < r1; ++t) exp_row(P.data() + (t - r0) * w, std::min(c1, t + 1) - c0, w, L[t]);
+              attn::recompute_probs(P.data(), r0, r1, c0, c1, lse + (b * H + h) * T);
               // dV[c0:c1] (w,hd) += P^T (w,n) dO[r0:r1] (n,hd)
               gemm_f32(true, false, w, hd, n, 1.0f, P.data(), w, dOh + r0 * qd, qd, 1.0f, dvg + c0 * kvd, kvd);
               // dP (n,w) = dO[r0:r1] (n,hd) V[c0:c1]^T (hd,w)
               gemm_f32(false, true, n, w, hd, 1.0f, dOh + r0 * qd, qd, vg + c0 * kvd, kvd, 0.0f, dS.data(), w);
-              // dS = P * (dP - D): zero where P is (past the diagonal).
-              for (int64_t t = 0; t < n; ++t) {
-                const float* p = P.data() + t * w;
-                float* d = dS.data() + t * w;
-                const float Dt = D[t];
-#pragma omp simd
-                for (int64_t j = 0; j < w; ++j) d[j] = p[j] * (d[j] - Dt);
-              }
+              attn::softmax_grad(dS.data(), P.data(), D.data(), n, w);
               // dQ[r0:r1] (n,hd) += scale dS (n,w) K[c0:c1] (w,hd)
               gemm_f32(false, false, n, hd, w, scale, dS.data(), w, kg + c0 * kvd, kvd, 1.0f, dqh + r0 * qd, qd);
               // dK[c0:c1] (w,hd) += scale dS^T (w,n) Q[r0:r1] (n,hd)

@@ -26,6 +26,15 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* q, const float* k, const float* v, int64_t B, int64_t T, int64_t H, int64_t KV,
                         int64_t hd);
 
+// At bf16 matmul precision (ops/linear.h: jtok train --precision bf16) the two above run these for
+// even hd: the same algorithm with every block product bf16 x bf16 summed in fp32, as the layers'
+// products at that precision (ops/attention_bf16.cpp). Callable directly at any precision.
+void attention_forward_bf16(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
+                            int64_t T, int64_t H, int64_t KV, int64_t hd);
+void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                             const float* q, const float* k, const float* v, int64_t B, int64_t T, int64_t H,
+                             int64_t KV, int64_t hd);
+
 // The previous fast kernels, kept as a reference and a peer in tests and benchmarks: probs
 // (B,H,T,T) = causal softmax(q k^T / sqrt(hd)) kept for the backward (entries above the diagonal 0).
 void attention_forward_probs(float* out, float* probs, const float* q, const float* k, const float* v, int64_t B,
