@@ -27,11 +27,11 @@ while [ $# -gt 0 ]; do
 done
 . bench/bench_lib.sh
 OP=build/attention_op
-ATTN_SRC="src/ops/attention.cpp src/ops/attention_bf16.cpp src/ops/bf16_pairs.cpp src/ops/lowp_convert.cpp src/ops/linear.cpp"
-if [ ! -x "$OP" ] || [ bench/attention_op.cpp -nt "$OP" ] || [ -n "$(find $ATTN_SRC src/ops/attention_blocks.h -newer "$OP")" ]; then
-  # shellcheck disable=SC2086
-  g++ -O3 -march=native -std=c++20 -fopenmp -fno-math-errno -fno-trapping-math -Isrc bench/attention_op.cpp \
-    $ATTN_SRC -ldnnl -o "$OP"
+LIB=build/libjtok_lib.a  # made by the project's build (scripts/setup.sh, or cmake --build build)
+if [ ! -f "$LIB" ]; then echo "attention_long: $LIB is missing: build the project first" >&2; exit 1; fi
+if [ ! -x "$OP" ] || [ bench/attention_op.cpp -nt "$OP" ] || [ "$LIB" -nt "$OP" ]; then
+  g++ -O3 -march=native -std=c++20 -fopenmp -fno-math-errno -fno-trapping-math -Isrc bench/attention_op.cpp "$LIB" \
+    -ldnnl -o "$OP"
 fi
 echo "attention_long: config b shape, micro-batch 1, $THREADS threads | $(date -u '+%Y-%m-%d %H:%M UTC') | load $(cut -d' ' -f1-3 /proc/loadavg) | commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 field() { "$PY" -c 'import json,sys; d=json.loads(sys.stdin.read())

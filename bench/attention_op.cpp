@@ -4,10 +4,9 @@
 // --no-probs, or when B H T^2 floats would not fit). Not built by CMake; bench/attention_long.sh
 // builds and runs it, or by hand:
 //   g++ -O3 -march=native -std=c++20 -fopenmp -fno-math-errno -fno-trapping-math -Isrc \
-//       bench/attention_op.cpp src/ops/attention.cpp src/ops/attention_bf16.cpp \
-//       src/ops/bf16_pairs.cpp src/ops/lowp_convert.cpp src/ops/linear.cpp -ldnnl -o build/attention_op
+//       bench/attention_op.cpp build/libjtok_lib.a -ldnnl -o build/attention_op
 //   OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=2 build/attention_op B T H KV hd [reps] [--no-probs]
-// (-DJTOK_ATTN_KEY_BLOCK=N compiles another key block size, for the sweep in docs/benchmarks.md.)
+// (The key block sweep in docs/benchmarks.md compiled src/ops/attention*.cpp with -DJTOK_ATTN_KEY_BLOCK=N.)
 // Prints one JSON line: the minimum over reps (after one warm-up) of process CPU seconds and of
 // wall seconds for each kernel's forward and backward, and the bytes each keeps for the backward.
 #include <algorithm>
