@@ -3,11 +3,16 @@
 // blocks give the tokens and log-probs of a cold prefill in the same pieces (prefill_chunked), bit
 // for bit, for dense, JTok and JTok-M models with f32 and bf16 caches, n choices included; prompts
 // asking for their own log-probs reuse nothing; a small KV budget evicts blocks to admit requests.
+// With disk tables a prompt reusing stored blocks reads ahead, and reads, only its prefilled tokens' rows.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <string>
 
 #include "core/error.h"
+#include "model/table_store.h"
 #include "serve/engine.h"
 #include "serve/prefix_cache.h"
 #include "serve_test_util.h"
@@ -240,6 +245,47 @@ TEST(ServePrefix, TheKvBudgetEvictsStoredBlocksToAdmit) {
   EXPECT_EQ(s3->tokens, alone(m, a, false, 4).tokens);
   st = settled(e, 3);
   EXPECT_LE(st.prefix_blocks_cached * 4 + st.kv_tokens_used, 48);
+}
+
+// Disk tables: the second prompt reuses 3 stored blocks (12 tokens) and prefills 4. A reused
+// position's rows are never gathered (its keys and values are the block's), so admission reads
+// ahead only the 4 prefilled tokens' blocks, and those are the only blocks the store reads.
+TEST(ServePrefix, DiskTablesReadAheadOnlyThePrefilledTokens) {
+  Model m = make_model(tiny_serve_config(), 5);
+  const std::string dir = ::testing::TempDir() + "serve_prefix_store_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  write_table_store(dir, m.tables, m.table_names);
+  auto fresh_store = [&] {  // m's tables read from the store through a cold cache
+    auto s = TableStore::open(dir, 1 << 20, 2);
+    for (size_t k = 0; k < m.tables.size(); ++k) m.tables[k] = TokenTable::on_disk(s, static_cast<int64_t>(k));
+    return s;
+  };
+  auto store = fresh_store();
+  EngineOptions o;
+  o.prefix_cache = true;
+  o.prefix_block = 4;
+  o.prefill_chunk = 8;
+  Engine e(m, o);
+  GenerationRequest a, b;
+  for (int32_t j = 0; j < 12; ++j) a.prompt.push_back(10 + j);
+  b.prompt = a.prompt;
+  for (int32_t j = 0; j < 4; ++j) a.prompt.push_back(30 + j), b.prompt.push_back(40 + j);
+  a.max_tokens = b.max_tokens = 1;  // no sampled token is read ahead
+  auto sa = e.submit(a);
+  wait_done(*sa);
+  EXPECT_EQ(settled(e, 1).prefix_blocks_cached, 4);
+  EXPECT_EQ(store->stats().prefetch_queued, 16);  // a reused nothing: all its tokens read ahead
+  store = fresh_store();  // the engine is idle: b's reads start from a cold cache
+  auto sb = e.submit(b);
+  wait_done(*sb);
+  settled(e, 2);
+  store->drain_prefetch();
+  EXPECT_EQ(sb->cached_tokens, 12);
+  const TableStore::Stats st = store->stats();
+  EXPECT_EQ(st.prefetch_queued, 4);  // 40..43, not the reused 10..21
+  EXPECT_EQ(st.reads, 4) << "a reused position's rows were read";
+  EXPECT_EQ(st.misses + st.prefetch_reads, st.reads);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ServePrefix, RefusesABlockLongerThanThePrefillChunk) {

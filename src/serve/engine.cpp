@@ -302,7 +302,12 @@ int64_t Engine::prefill_step_blocks(std::vector<std::unique_ptr<Active>>& forked
 
 void Engine::start_from_prefix(Active& a) {
   a.started = true;
-  if (a.req.prompt_logprobs) return;  // every position's logits are asked for: all computed
+  if (!a.req.prompt_logprobs) load_prefix(a);  // else every position's logits are asked for: all computed
+  if (opt_.prefetch && a.prefilled < a.announced_from)
+    prefetch_disk_rows(model_, a.req.prompt.data() + a.prefilled, a.announced_from - a.prefilled);
+}
+
+void Engine::load_prefix(Active& a) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t P = static_cast<int64_t>(a.req.prompt.size());
   for (int64_t id : prefix_->match_acquire(a.req.prompt.data(), P - 1)) a.blocks.hold(prefix_.get(), id);
@@ -373,8 +378,14 @@ void Engine::admit() {
       continue;
     }
     slots += choices(*a);
-    // Disk tables: the prompt's blocks read from now on, before its prefill.
-    if (opt_.prefetch) prefetch_disk_rows(model_, a->req.prompt.data(), static_cast<int64_t>(a->req.prompt.size()));
+    // Disk tables: the prompt's blocks read from now on, before its prefill. With prefix reuse only
+    // the tokens it will prefill: a reused position's rows are never gathered (its keys and values
+    // come from the stored block, and its logits are not asked for).
+    if (opt_.prefetch) {
+      const int64_t P = static_cast<int64_t>(a->req.prompt.size());
+      a->announced_from = prefix_ && !a->req.prompt_logprobs ? prefix_->match_tokens(a->req.prompt.data(), P - 1) : 0;
+      prefetch_disk_rows(model_, a->req.prompt.data() + a->announced_from, P - a->announced_from);
+    }
     stats_.kv_tokens_used += a->need;
     stats_.requests_admitted += choices(*a);
     prefilling_.push_back(std::move(a));

@@ -148,6 +148,7 @@ class Engine {
     bool storing = true;   // prefix reuse: its blocks go on being stored (false once one found no room)
     BlockHold blocks;      // prefix reuse: the chain of its prompt's stored blocks
     int64_t cached = 0;    // prompt tokens from stored blocks
+    int64_t announced_from = 0;  // disk tables: prompt tokens from here on handed to the read-ahead at admission
     double prefill_sec = 0;
   };
   void loop();
@@ -167,7 +168,10 @@ class Engine {
   int64_t prefill_step_blocks(std::vector<std::unique_ptr<Active>>& forked);  // with prefix reuse
   // Prefix reuse, at a prompt's first piece: the stored blocks it begins with, copied into its cache
   // (at least one prompt token is left to compute: the logits of the last).
+  // Tokens read ahead at admission but prefilled after all (their blocks were evicted since) are
+  // read ahead then.
   void start_from_prefix(Active& a);
+  void load_prefix(Active& a);  // start_from_prefix's lookup and copy
   // Prefix reuse, after a piece: the prompt's blocks now whole in its cache stored (within the budget).
   void store_blocks(Active& a);
   // Whether `need` more KV slots fit the budget (mu_ held), evicting stored blocks nobody holds.

@@ -30,6 +30,17 @@ std::vector<int64_t> PrefixCache::match_acquire(const int32_t* prompt, int64_t l
   return ids;
 }
 
+int64_t PrefixCache::match_tokens(const int32_t* prompt, int64_t limit) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  int64_t parent = -1, j = 0;
+  for (; (j + 1) * block_ <= limit; ++j) {
+    auto it = index_.find(Key{parent, std::vector<int32_t>(prompt + j * block_, prompt + (j + 1) * block_)});
+    if (it == index_.end()) break;
+    parent = it->second;
+  }
+  return j * block_;
+}
+
 void PrefixCache::load(KVCache& cache, const std::vector<int64_t>& ids, int64_t capacity) const {
   cache.bf16 = bf16_;
   kv_allocate(cache, static_cast<size_t>(layers_), kvd_, capacity);

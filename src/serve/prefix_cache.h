@@ -42,6 +42,9 @@ class PrefixCache {
   // The longest chain of stored blocks that prompt[0..limit) begins with (whole blocks only), each
   // acquired for the caller (release them when done); empty when the first block is not stored.
   std::vector<int64_t> match_acquire(const int32_t* prompt, int64_t limit);
+  // The tokens match_acquire would reuse now (whole blocks), acquiring nothing and leaving the
+  // recency order as it is: what an admitted prompt will most likely not prefill.
+  int64_t match_tokens(const int32_t* prompt, int64_t limit) const;
   // Allocates cache for `capacity` positions and copies blocks ids (a chain from match_acquire) into
   // positions [0, ids.size() * block); cache.len = that.
   void load(KVCache& cache, const std::vector<int64_t>& ids, int64_t capacity) const;
