@@ -42,6 +42,19 @@ void refuse_lowp_source(const jtok::LoadedCheckpoint& ck) {
                " weights (itself an export); export from the fp32 checkpoint it came from");
 }
 
+// A table store's source (its manifest names it): the checkpoint directory's name and its step
+// (trainer_state.json's; an inference copy has none).
+jtok::TableStoreSource checkpoint_source(const std::string& dir) {
+  jtok::TableStoreSource s;
+  s.checkpoint = jtok::dir_basename(dir);
+  const std::filesystem::path state = std::filesystem::path(dir) / "trainer_state.json";
+  if (std::filesystem::exists(state)) {
+    const nlohmann::json j = nlohmann::json::parse(jtok::read_file(state.string()), nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) s.step = j["step"].get<int64_t>();
+  }
+  return s;
+}
+
 void export_gguf() {
   if (args.out.empty() || !args.table_store.empty()) jtok::fail("export --format gguf: give --out (--table-store is for --format jtok)");
   using namespace jtok;
@@ -151,10 +164,12 @@ void export_jtok() {
   if (!args.table_store.empty()) {  // the tables alone, token-major, for --tables disk
     if (ck.model.tables.empty()) fail("--table-store: the model in ", ck.dir, " has no token tables");
     if (args.fold) fail("--table-store: --fold-jtok changes the backbone; export the folded checkpoint first");
-    write_table_store(args.table_store, ck.model.tables, ck.model.table_names);
-    std::printf("export: %s -> %s (token-major table store, %zu tables, %s, %.1f MB)\n", ck.dir.c_str(),
+    const TableStoreSource source = checkpoint_source(ck.dir);
+    write_table_store(args.table_store, ck.model.tables, ck.model.table_names, source);
+    std::printf("export: %s -> %s (token-major table store, %zu tables, %s, %.1f MB; %s)\n", ck.dir.c_str(),
                 args.table_store.c_str(), ck.model.tables.size(), args.table_dtype.c_str(),
-                static_cast<double>(fs::file_size(fs::path(args.table_store) / "tables.bin")) / 1e6);
+                static_cast<double>(fs::file_size(fs::path(args.table_store) / "tables.bin")) / 1e6,
+                describe_source(source).c_str());
     return;
   }
   const fs::path out(args.out), tmp = out.string() + ".tmp";

@@ -36,15 +36,17 @@ LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, bool m
 
 // Where an inference command's token tables come from: --tables ram | mmap | disk, with disk's
 // --table-store DIR (a token-major store, `jtok export --table-store`), --table-cache-mb and
-// --table-io-threads (the store's read-ahead threads).
+// --table-io-threads (the store's read-ahead threads) and --table-direct-io (reads with O_DIRECT).
 struct TableSource {
   std::string kind = "ram", store;
   int64_t cache_mb = 256;
   int io_threads = 8;
+  bool direct_io = false;
 };
 void add_table_source_options(CLI::App* sub, TableSource& src);
 // Checks the options (naming the flag and value) and loads: disk tables are the store's (its
-// table names and shapes checked against the checkpoint's, naming the manifest).
+// table names and shapes checked against the checkpoint's, naming the manifest; its source, the
+// checkpoint it was exported from, printed on stderr).
 LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const TableSource& src);
 
 }  // namespace jtok

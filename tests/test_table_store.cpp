@@ -5,11 +5,14 @@
 // (TableStore::prefetch, its I/O threads): a prefetched id is read once and then hits, the rows equal
 // those read without it, and concurrent prefetches and gathers from several threads read every row
 // right with counters that add up. A read that fails after open (a truncated file) is kept and
-// reported once by check_table_reads, naming the file and the offset.
+// reported once by check_table_reads, naming the file and the offset. The manifest records the
+// store's source (older ones without it open); O_DIRECT reads give the pread rows, page by page.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -273,4 +276,69 @@ TEST(TableStore, AFailedReadIsKeptAndReportedOnceNamingTheFileAndOffset) {
   gather_rows(want.data(), ram[0], low.data(), n);
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * got.size()));
   EXPECT_NO_THROW(check_table_reads(disk));
+}
+
+// The manifest's source: written when given, read back, described; a store without one (written
+// before manifests recorded it) opens with an empty source; a mistyped source field is refused.
+TEST(TableStore, TheManifestRecordsItsSourceAndAStoreWithoutOneOpens) {
+  const std::vector<TokenTable> ram = mixed_tables(40, 8);
+  const std::string plain = fresh_dir("src_ram"), trained = fresh_dir("src_disk"), old = fresh_dir("src_old");
+  write_table_store(plain, ram, {"a", "b", "c"}, {dir_basename("runs/main/ckpt_000004/"), 4, "", -1});
+  write_table_store(trained, ram, {"a", "b", "c"}, {"ckpt_000006", 6, "store", 6});
+  write_table_store(old, ram, {"a", "b", "c"});
+  TableStoreSource s = TableStore::open(plain, 1 << 20)->source();
+  EXPECT_EQ(s.checkpoint, "ckpt_000004");
+  EXPECT_EQ(s.step, 4);
+  EXPECT_EQ(s.train_store, "");
+  EXPECT_NE(describe_source(s).find("checkpoint ckpt_000004, step 4"), std::string::npos) << describe_source(s);
+  s = TableStore::open(trained, 1 << 20)->source();
+  EXPECT_EQ(s.train_store, "store");
+  EXPECT_EQ(s.train_store_step, 6);
+  const std::string om = read_file(old + "/manifest.json");
+  EXPECT_EQ(om.find("source"), std::string::npos) << om;
+  s = TableStore::open(old, 1 << 20)->source();
+  EXPECT_EQ(s.checkpoint, "");
+  EXPECT_NE(describe_source(s).find("not recorded"), std::string::npos);
+  std::string bad = read_file(plain + "/manifest.json");
+  const size_t at = bad.find("\"step\": 4");
+  ASSERT_NE(at, std::string::npos) << bad;
+  bad.replace(at, 9, "\"step\": \"4\"");
+  write_file_atomic(plain + "/manifest.json", bad);
+  expect_error_naming(plain, "manifest.json");
+}
+
+// O_DIRECT reads (--table-direct-io) give every row of the pread store, for blocks packed to a page
+// and blocks of two pages, by lookups and by read-ahead, with the same lookups and reads; each read
+// is the block's whole aligned page(s), so its bytes are 4096 (or the stride), not the block's.
+TEST(TableStore, DirectReadsGiveThePreadRowsReadingWholePages) {
+  for (int64_t d0 : {16, 1500}) {
+    const int64_t V = 301;
+    const std::vector<TokenTable> ram = mixed_tables(V, d0);
+    const std::string dir = fresh_dir("direct");
+    write_table_store(dir, ram, {"a", "b", "c"});
+    const int probe = ::open((dir + "/tables.bin").c_str(), O_RDONLY | O_DIRECT);
+    if (probe < 0) GTEST_SKIP() << "the test directory's file system has no O_DIRECT: " << std::strerror(errno);
+    ::close(probe);
+    auto plain = TableStore::open(dir, 4 << 20, 2), direct = TableStore::open(dir, 4 << 20, 2, true);  // no eviction
+    ASSERT_TRUE(direct->direct_io());
+    const int64_t page_bytes = plain->block_bytes() <= 4096 ? 4096 : (plain->block_bytes() + 4095) / 4096 * 4096;
+    EXPECT_EQ(plain->read_bytes(), plain->block_bytes());
+    EXPECT_EQ(direct->read_bytes(), page_bytes);
+    std::vector<int32_t> ids;
+    for (int64_t id = V - 1; id >= 0; id -= 2) ids.push_back(static_cast<int32_t>(id));
+    for (const auto& s : {plain, direct}) {
+      const std::vector<int32_t> ahead(ids.begin(), ids.begin() + 8);
+      s->prefetch(ahead.data(), static_cast<int64_t>(ahead.size()));
+      s->drain_prefetch();
+      expect_rows_equal(ram, disk_tables(s, ram.size()), ids);
+    }
+    const TableStore::Stats p = plain->stats(), d = direct->stats();
+    EXPECT_EQ(d.prefetch_reads, 8);
+    EXPECT_EQ(d.reads, static_cast<int64_t>(ids.size()));  // each block once
+    EXPECT_EQ(d.reads, p.reads);
+    EXPECT_EQ(d.hits + d.waits + d.misses, p.hits + p.waits + p.misses);
+    EXPECT_GT(d.misses, 0);
+    EXPECT_EQ(p.bytes_read, p.reads * plain->block_bytes());
+    EXPECT_EQ(d.bytes_read, d.reads * page_bytes) << "block " << plain->block_bytes();
+  }
 }

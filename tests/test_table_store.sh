@@ -2,8 +2,10 @@
 # --tables disk: `jtok export --table-store` writes the token tables of a dense + JTok + JTok-M
 # model as a token-major store (f32, bf16, int8), and generate and eval reading them from the store
 # (through a cache far smaller than the tables) give the tokens and the validation loss of the same
-# tables in RAM, bit for bit. Refused, naming the flag or the manifest: --tables disk without a
-# store, a store with --tables ram, a store over an existing directory, a store of another model.
+# tables in RAM, bit for bit, and so do O_DIRECT reads (--table-direct-io); opening a store prints
+# its source (the checkpoint and step it was exported from). Refused, naming the flag or the
+# manifest: --tables disk without a store, a store with --tables ram, --table-direct-io without
+# --tables disk, a store over an existing directory, a store of another model.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -25,6 +27,21 @@ for dt in f32 bf16 int8; do
   [ "$a" = "$b" ] || { echo "FAIL: $dt: val loss $b from the store, $a in RAM"; exit 1; }
   echo "$dt: greedy tokens and val loss $a identical from the store"
 done
+# --table-direct-io: O_DIRECT reads of whole pages give the same tokens and loss (where the file
+# system of the test's directory allows O_DIRECT; tmpfs before Linux 6.6 refuses it, and so does jtok).
+if /usr/bin/python3 -c 'import os,sys; os.close(os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT))' "$T/store_f32/tables.bin" 2> /dev/null; then
+  gen --checkpoint "$T/run" --tables disk --table-store "$T/store_f32" --table-cache-mb 1 --table-direct-io > "$T/direct.txt"
+  cmp -s "$T/ram_f32.txt" "$T/direct.txt" || { echo "FAIL: --table-direct-io generation differs"; cat "$T/ram_f32.txt" "$T/direct.txt"; exit 1; }
+  a=$(loss --checkpoint "$T/run"); b=$(loss --checkpoint "$T/run" --tables disk --table-store "$T/store_f32" --table-cache-mb 1 --table-direct-io)
+  [ "$a" = "$b" ] || { echo "FAIL: --table-direct-io: val loss $b, $a in RAM"; exit 1; }
+  echo "--table-direct-io: greedy tokens and val loss $a identical"
+else
+  echo "--table-direct-io: not checked (no O_DIRECT on the file system of $T)"
+fi
+# The store names its source on open: the checkpoint's directory and step.
+"$JTOK" generate --prompt x --max-new-tokens 1 --checkpoint "$T/run" --tables disk --table-store "$T/store_f32" > /dev/null 2> "$T/src.err"
+grep -q "table store $T/store_f32: exported from checkpoint step_00000004, step 4" "$T/src.err" ||
+  { echo "FAIL: generate --tables disk does not print the store's source: $(cat "$T/src.err")"; exit 1; }
 expect_fail() {  # expect_fail NEEDLE CMD...: the command fails and says NEEDLE
   local needle=$1; shift
   if "$@" > "$T/out.txt" 2>&1; then echo "FAIL: accepted: $*"; exit 1; fi
@@ -32,6 +49,7 @@ expect_fail() {  # expect_fail NEEDLE CMD...: the command fails and says NEEDLE
 }
 expect_fail "needs --table-store" "$JTOK" generate --prompt x --checkpoint "$T/run" --tables disk
 expect_fail "is for --tables disk" "$JTOK" generate --prompt x --checkpoint "$T/run" --table-store "$T/store_f32"
+expect_fail "--table-direct-io is for --tables disk" "$JTOK" generate --prompt x --checkpoint "$T/run" --table-direct-io
 expect_fail "exists" "$JTOK" export --checkpoint "$T/run" --table-store "$T/store_f32"
 sed -e 's/"jtokm_n_e": 3/"jtokm_n_e": 2/' -e 's/"max_steps": 4/"max_steps": 1/' -e 's/"checkpoint_interval": 4/"checkpoint_interval": 1/' "$T/cfg.json" > "$T/cfg2.json"
 "$JTOK" train --config "$T/cfg2.json" --out "$T/run2" --peak-gflops 1 > /dev/null

@@ -6,7 +6,8 @@
 #     --format gguf / hf, an inference copy (--out) and --init-from are refused; training with
 #     --tables disk and --embp is refused saying what to run instead;
 #   - `jtok export --table-store` of the disk-trained checkpoint writes the very store (tables.bin and
-#     manifest, f32 and int8) that the RAM-trained checkpoint exports, and eval, generate and serve
+#     manifest, f32 and int8; the manifest's source also names the training store and its step) that
+#     the RAM-trained checkpoint exports, and eval, generate and serve
 #     through it give the RAM run's validation loss and tokens;
 #   - the step-2 checkpoint of a run killed during step 4 (its store then holds step 2 through the
 #     undo log, its rows owing the dense optimizer's deferred steps) exports the RAM run's step-2
@@ -51,9 +52,16 @@ for dt in f32 int8; do
   "$JTOK" export --checkpoint "$T/ram/run" --table-store "$T/ram_$dt" --table-dtype $dt > /dev/null
   "$JTOK" export --checkpoint "$CK" --table-store "$T/disk_$dt" --table-dtype $dt > "$T/export_$dt.out"
   grep -q "token-major table store, 5 tables, $dt" "$T/export_$dt.out" || fail "export $dt: $(cat "$T/export_$dt.out")"
-  for f in tables.bin manifest.json; do
-    cmp -s "$T/ram_$dt/$f" "$T/disk_$dt/$f" || fail "$dt: $f exported from the disk-trained checkpoint differs from the RAM run's"
-  done
+  cmp -s "$T/ram_$dt/tables.bin" "$T/disk_$dt/tables.bin" || fail "$dt: tables.bin exported from the disk-trained checkpoint differs from the RAM run's"
+  # The manifests are equal but for their source: both step_00000004 at step 4, the disk-trained one
+  # also naming its training store, read at step 4.
+  $PY - "$T/ram_$dt/manifest.json" "$T/disk_$dt/manifest.json" <<'PYEOF' || fail "$dt: the manifests differ beyond their source"
+import json, sys
+ram, disk = (json.load(open(p)) for p in sys.argv[1:])
+assert ram.pop("source") == {"checkpoint": "step_00000004", "step": 4}, sys.argv[1]
+assert disk.pop("source") == {"checkpoint": "step_00000004", "step": 4, "train_store": "tstore", "train_store_step": 4}, sys.argv[2]
+assert ram == disk
+PYEOF
 done
 echo "exported stores (f32, int8) identical to the RAM run's: $(cat "$T/export_f32.out")"
 

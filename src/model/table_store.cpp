@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -42,9 +43,59 @@ int64_t data_bytes(int64_t ids, int64_t per_page, int64_t stride) {
   return per_page > 1 ? (ids + per_page - 1) / per_page * kPage : ids * stride;
 }
 
+// A page-aligned buffer of at least `bytes` for this thread's O_DIRECT reads, kept between reads
+// (the gathers and the I/O threads read in parallel); null when no memory can be had.
+uint8_t* direct_buffer(int64_t bytes) {
+  struct Buffer {
+    void* p = nullptr;
+    int64_t n = 0;
+    ~Buffer() { std::free(p); }
+  };
+  thread_local Buffer b;
+  if (b.n < bytes) {
+    std::free(b.p);
+    b.p = nullptr;
+    b.n = 0;
+    if (::posix_memalign(&b.p, kPage, static_cast<size_t>(bytes)) != 0) return nullptr;  // b.p untouched: null
+    b.n = bytes;
+  }
+  return static_cast<uint8_t*>(b.p);
+}
+
+nlohmann::json source_json(const TableStoreSource& s) {
+  nlohmann::json j = {{"checkpoint", s.checkpoint}};
+  if (s.step >= 0) j["step"] = s.step;
+  if (!s.train_store.empty()) j["train_store"] = s.train_store, j["train_store_step"] = s.train_store_step;
+  return j;
+}
+
+TableStoreSource parse_source(const nlohmann::json& j) {  // a mistyped field throws (open names the manifest)
+  TableStoreSource s;
+  s.checkpoint = j.at("checkpoint").get<std::string>();
+  if (j.contains("step")) s.step = j.at("step").get<int64_t>();
+  if (j.contains("train_store")) s.train_store = j.at("train_store").get<std::string>();
+  if (j.contains("train_store_step")) s.train_store_step = j.at("train_store_step").get<int64_t>();
+  return s;
+}
+
 }  // namespace
 
-void write_table_store(const std::string& dir, int64_t V, const std::vector<TableStoreSpec>& tables, const StoreRowSource& row) {
+std::string dir_basename(const std::string& dir) {
+  fs::path p = fs::absolute(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+std::string describe_source(const TableStoreSource& s) {
+  if (s.checkpoint.empty()) return "source not recorded (a store written before manifests named their checkpoint)";
+  std::string out = "exported from checkpoint " + s.checkpoint + (s.step >= 0 ? ", step " + std::to_string(s.step) : ", step not recorded");
+  if (!s.train_store.empty())
+    out += " (trained with --tables disk: training store " + s.train_store + " read at step " + std::to_string(s.train_store_step) + ")";
+  return out;
+}
+
+void write_table_store(const std::string& dir, int64_t V, const std::vector<TableStoreSpec>& tables, const StoreRowSource& row,
+                       const TableStoreSource& source) {
   JTOK_CHECK(!tables.empty() && V > 0, "table store: ", tables.size(), " tables of ", V, " ids");
   if (fs::exists(dir)) fail("table store ", dir, " exists: choose a new directory");
   nlohmann::json jt = nlohmann::json::array();
@@ -88,16 +139,18 @@ void write_table_store(const std::string& dir, int64_t V, const std::vector<Tabl
     throw;
   }
   ::close(fd);
-  const nlohmann::json manifest = {{"format", kFormat}, {"ids", V}, {"block_bytes", block}, {"per_page", per_page},
-                                   {"stride", stride}, {"page_bytes", kPage}, {"tables", jt},
-                                   {"data_file", "tables.bin"}, {"data_bytes", total}, {"fnv1a64", std::to_string(sum)}};
+  nlohmann::json manifest = {{"format", kFormat}, {"ids", V}, {"block_bytes", block}, {"per_page", per_page},
+                             {"stride", stride}, {"page_bytes", kPage}, {"tables", jt},
+                             {"data_file", "tables.bin"}, {"data_bytes", total}, {"fnv1a64", std::to_string(sum)}};
+  if (!source.checkpoint.empty()) manifest["source"] = source_json(source);
   write_file_atomic((fs::path(tmp) / "manifest.json").string(), manifest.dump(1) + "\n");
   fsync_dir(tmp);
   fs::rename(tmp, dir);
   fsync_dir(fs::path(dir).parent_path().empty() ? "." : fs::path(dir).parent_path().string());
 }
 
-void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names) {
+void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names,
+                       const TableStoreSource& source) {
   JTOK_CHECK(!tables.empty() && tables.size() == names.size(), "table store: ", tables.size(), " tables, ", names.size(), " names");
   const int64_t V = tables[0].rows;
   std::vector<TableStoreSpec> specs;
@@ -111,7 +164,7 @@ void write_table_store(const std::string& dir, const std::vector<TokenTable>& ta
     const TokenTable& t = tables[static_cast<size_t>(k)];
     std::memcpy(raw, t.raw_row(id), static_cast<size_t>(t.row_stride_bytes()));
     if (t.dtype() == Dtype::int8) *scale = t.scales()[id];
-  });
+  }, source);
 }
 
 nlohmann::json read_store_manifest(const std::string& dir, std::string* path) {
@@ -125,7 +178,7 @@ nlohmann::json read_store_manifest(const std::string& dir, std::string* path) {
   }
 }
 
-std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cache_bytes, int io_threads) {
+std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cache_bytes, int io_threads, bool direct_io) {
   std::string mpath;
   const nlohmann::json j = read_store_manifest(dir, &mpath);
   std::shared_ptr<TableStore> s(new TableStore());
@@ -146,6 +199,7 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
                             parse_dtype(t.at("dtype").get<std::string>(), mpath + " field dtype"),
                             t.at("offset").get<int64_t>()});
     s->data_path_ = (fs::path(dir) / j.at("data_file").get<std::string>()).string();
+    if (j.contains("source")) s->source_ = parse_source(j.at("source"));  // older stores have none
     const auto [pp, st] = s->block_bytes_ > 0 ? geometry(s->block_bytes_) : std::pair<int64_t, int64_t>{0, 0};
     if (s->ids_ <= 0 || s->block_bytes_ <= 0 || pp != s->per_page_ || st != s->stride_ || s->tables_.empty())
       fail(mpath, ": inconsistent block geometry (ids ", s->ids_, ", block_bytes ", s->block_bytes_, ", per_page ",
@@ -159,19 +213,14 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
     if (!fs::exists(s->data_path_) || static_cast<int64_t>(fs::file_size(s->data_path_)) != want)
       fail(s->data_path_, ": ", fs::exists(s->data_path_) ? std::to_string(fs::file_size(s->data_path_)) : "no", " bytes, the manifest says ",
            want, " (a torn or truncated store)");
-    s->fd_ = ::open(s->data_path_.c_str(), O_RDONLY);
-    if (s->fd_ < 0) fail("cannot open ", s->data_path_, ": ", std::strerror(errno));
-    uint64_t sum = kFnvSeed;  // the whole file, 1 MiB a read
-    std::vector<uint8_t> buf(1 << 20);
-    for (int64_t at = 0; at < want;) {
-      const ssize_t n = ::pread(s->fd_, buf.data(), std::min<int64_t>(want - at, static_cast<int64_t>(buf.size())), at);
-      if (n <= 0) fail("cannot read ", s->data_path_, " at byte ", at);
-      sum = fnv1a(sum, buf.data(), static_cast<size_t>(n));
-      at += n;
-    }
-    if (std::to_string(sum) != j.at("fnv1a64").get<std::string>())
-      fail(s->data_path_, ": checksum ", sum, " differs from the manifest's ", j.at("fnv1a64").get<std::string>(),
-           " (the store was altered or torn)");
+    s->direct_ = direct_io;
+    s->read_bytes_ = !direct_io ? s->block_bytes_ : s->per_page_ > 1 ? kPage : s->stride_;
+    s->fd_ = ::open(s->data_path_.c_str(), O_RDONLY | (direct_io ? O_DIRECT : 0));
+    if (s->fd_ < 0)
+      fail("cannot open ", s->data_path_, direct_io ? " for direct I/O (--table-direct-io)" : "", ": ", std::strerror(errno),
+           direct_io && errno == EINVAL ? " (its file system has no O_DIRECT: run without --table-direct-io, which reads "
+                                          "through the page cache)" : "");
+    s->verify_checksum(j, want);
   } catch (const nlohmann::json::exception& e) {
     fail(mpath, ": missing or mistyped field (", e.what(), ")");
   }
@@ -187,6 +236,29 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
   return s;
 }
 
+// The whole file, 1 MiB a read (page-aligned: with O_DIRECT this is also the probe of direct reads).
+void TableStore::verify_checksum(const nlohmann::json& j, int64_t want) {
+  constexpr int64_t kChunk = 1 << 20;
+  void* p = nullptr;
+  if (::posix_memalign(&p, kPage, kChunk) != 0) fail("table store ", dir_, ": no memory for the checksum's buffer");
+  std::unique_ptr<uint8_t, decltype(&std::free)> buf(static_cast<uint8_t*>(p), &std::free);
+  uint64_t sum = kFnvSeed;
+  for (int64_t at = 0; at < want;) {
+    ssize_t n;
+    do {
+      n = ::pread(fd_, buf.get(), static_cast<size_t>(std::min(want - at, kChunk)), at);
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0)
+      fail("cannot read ", data_path_, " at byte ", at, ": ", n < 0 ? std::strerror(errno) : "end of file",
+           direct_ && n < 0 && errno == EINVAL ? " (its file system refuses direct reads: run without --table-direct-io)" : "");
+    sum = fnv1a(sum, buf.get(), static_cast<size_t>(n));
+    at += n;
+  }
+  if (std::to_string(sum) != j.at("fnv1a64").get<std::string>())
+    fail(data_path_, ": checksum ", sum, " differs from the manifest's ", j.at("fnv1a64").get<std::string>(),
+         " (the store was altered or torn)");
+}
+
 TableStore::~TableStore() {
   pool_.reset();  // its threads read fd_
   if (fd_ >= 0) ::close(fd_);
@@ -194,6 +266,10 @@ TableStore::~TableStore() {
 
 int64_t TableStore::block_offset(int64_t id) const {
   return per_page_ > 1 ? id / per_page_ * kPage + id % per_page_ * block_bytes_ : id * stride_;
+}
+
+int64_t TableStore::read_offset(int64_t id) const {
+  return !direct_ ? block_offset(id) : per_page_ > 1 ? id / per_page_ * kPage : id * stride_;
 }
 
 // CLOCK: a hit sets the slot's reference bit; a miss sweeps the hand past referenced slots
@@ -215,18 +291,27 @@ int64_t TableStore::claim_slot() const {
   return -1;
 }
 
+// With O_DIRECT the block's whole aligned page(s) come into this thread's aligned buffer and the
+// block is copied out of it; otherwise the block is read straight into its slot.
 bool TableStore::read_block(int64_t id, int64_t slot, int64_t* ns, std::string* why) const {
   const auto t0 = std::chrono::steady_clock::now();
-  ssize_t got;
-  do {
-    got = ::pread(fd_, slots_.data() + slot * block_bytes_, static_cast<size_t>(block_bytes_), block_offset(id));
-  } while (got < 0 && errno == EINTR);
-  const int err = errno;
+  uint8_t* dst = slots_.data() + slot * block_bytes_;
+  uint8_t* buf = direct_ ? direct_buffer(read_bytes_) : dst;
+  ssize_t got = -1;
+  int err = ENOMEM;
+  if (buf) {
+    do {
+      got = ::pread(fd_, buf, static_cast<size_t>(read_bytes_), read_offset(id));
+    } while (got < 0 && errno == EINTR);
+    err = errno;
+  }
+  if (got == read_bytes_ && direct_) std::memcpy(dst, buf + (block_offset(id) - read_offset(id)), static_cast<size_t>(block_bytes_));
   *ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-  if (got == block_bytes_) return true;
+  if (got == read_bytes_) return true;
   if (why)
-    *why = "cannot read token " + std::to_string(id) + " of " + data_path_ + " at byte " + std::to_string(block_offset(id)) +
-           " (its " + std::to_string(block_bytes_) + "-byte block): " +
+    *why = "cannot read token " + std::to_string(id) + " of " + data_path_ + " at byte " + std::to_string(read_offset(id)) +
+           " (its " + std::to_string(block_bytes_) + "-byte block" +
+           (direct_ ? ", the " + std::to_string(read_bytes_) + " bytes of its pages with O_DIRECT" : std::string()) + "): " +
            (got < 0 ? std::string(std::strerror(err))
                     : "only " + std::to_string(got) + " bytes (the file is shorter than when it was opened: truncated?)");
   return false;
@@ -239,7 +324,7 @@ void TableStore::finish_read(int64_t id, int64_t slot, bool ok, int64_t ns, bool
     referenced_[s] = 1;
     stats_.reads++;
     stats_.read_ns += ns;
-    stats_.bytes_read += block_bytes_;
+    stats_.bytes_read += read_bytes_;
     if (prefetched) stats_.prefetch_reads++;
   } else {  // freed: the next reader reads it again (and reports the error)
     slot_id_[s] = -1;

@@ -7,7 +7,8 @@
 //                  table's row in the manifest's order (dim elements of its dtype, then an int8
 //                  row's float scale), each part 4-byte aligned.
 //   manifest.json  format, ids, the block geometry, per table its name, dim, dtype and offset in
-//                  the block, and the data file's size and FNV-1a 64 checksum.
+//                  the block, the data file's size and FNV-1a 64 checksum, and (optional: older
+//                  stores lack it) the source: the checkpoint's directory name and step.
 // A table of the store is a TokenTable like any other (TokenTable::on_disk): read through the one
 // gather, its token blocks held in a bounded DRAM cache (CLOCK) filled by pread. Reads ahead of
 // need (prefetch) run on a small pool of I/O threads (model/table_prefetch.h); no thread holds the
@@ -36,9 +37,25 @@ struct TableStoreTable {
   int64_t offset = 0;  // bytes into the token's block
 };
 
+// Where a store's tables came from (the manifest's "source"): the checkpoint directory's name (its
+// basename; "" when not recorded), its step, and for a checkpoint trained with --tables disk the
+// training store's name and the step its rows were read at (-1 / "": not known or not disk-trained).
+struct TableStoreSource {
+  std::string checkpoint;
+  int64_t step = -1;
+  std::string train_store;
+  int64_t train_store_step = -1;
+};
+// The basename of a directory path (trailing slashes ignored): what a source records.
+std::string dir_basename(const std::string& dir);
+// One line for people: "checkpoint ckpt_000004, step 4" (and the training store), or that the
+// manifest does not say (a store written before manifests recorded it).
+std::string describe_source(const TableStoreSource& s);
+
 // Writes tables (all of the same rows, any dtype or storage) as a store at dir: a temp directory,
 // every file fsynced, renamed to dir; dir must not exist.
-void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names);
+void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names,
+                       const TableStoreSource& source = {});
 
 // A table of a store to write, and where its rows come from: row(id, k, raw, scale) puts table k's
 // row of `id` in raw (dim elements of its dtype) and an int8 row's scale in *scale. Called in token
@@ -50,7 +67,8 @@ struct TableStoreSpec {
   Dtype dtype = Dtype::f32;
 };
 using StoreRowSource = std::function<void(int64_t id, int64_t k, void* raw, float* scale)>;
-void write_table_store(const std::string& dir, int64_t ids, const std::vector<TableStoreSpec>& tables, const StoreRowSource& row);
+void write_table_store(const std::string& dir, int64_t ids, const std::vector<TableStoreSpec>& tables, const StoreRowSource& row,
+                       const TableStoreSource& source = {});
 
 // dir's manifest.json parsed (a missing or unparsable manifest refused naming it); *path: its path.
 // Both the read-only store and the training store (model/table_store_write.h) open through it.
@@ -60,8 +78,12 @@ class TableStore {
  public:
   // Opens dir, checking the manifest, the data file's size and its checksum (a torn, truncated or
   // altered store is refused naming the file). cache_bytes: the DRAM row cache's budget (at least
-  // one page of blocks). io_threads: the read-ahead pool's threads (prefetch).
-  static std::shared_ptr<TableStore> open(const std::string& dir, int64_t cache_bytes, int io_threads = 8);
+  // one page of blocks). io_threads: the read-ahead pool's threads (prefetch). direct_io: every read
+  // (the checksum's too) with O_DIRECT, past the page cache: a block's whole aligned page (or a
+  // larger block's whole pages) into a page-aligned buffer, then the block copied to its slot; a
+  // file system that refuses O_DIRECT is refused naming the file and the flag (--table-direct-io).
+  static std::shared_ptr<TableStore> open(const std::string& dir, int64_t cache_bytes, int io_threads = 8,
+                                          bool direct_io = false);
   ~TableStore();
   TableStore(const TableStore&) = delete;
   TableStore& operator=(const TableStore&) = delete;
@@ -87,7 +109,7 @@ class TableStore {
   void drain_prefetch() const;
   // Lookups (one per table row read): hits found the block cached, waits found it being read and
   // waited for that read, misses read it. Reads: every pread (a miss's or an I/O thread's), with
-  // their bytes and summed latency; prefetch_reads are the I/O threads'. hits + waits + misses =
+  // their bytes (read_bytes() each) and summed latency; prefetch_reads are the I/O threads'. hits + waits + misses =
   // rows read.
   struct Stats {
     int64_t hits = 0, misses = 0, bytes_read = 0;
@@ -96,6 +118,9 @@ class TableStore {
   };
   Stats stats() const;
   const std::string& dir() const { return dir_; }
+  const TableStoreSource& source() const { return source_; }
+  bool direct_io() const { return direct_; }
+  int64_t read_bytes() const { return read_bytes_; }  // the bytes of one read: a block, or its whole pages (direct_io)
 
  private:
   TableStore() = default;
@@ -112,9 +137,14 @@ class TableStore {
   // After a read into slot: ready (ok), or freed (failed); wakes the waiters (lock held).
   void finish_read(int64_t id, int64_t slot, bool ok, int64_t ns, bool prefetched) const;
   void prefetch_one(int64_t id) const;  // an I/O thread's job
+  // The data file's offset of id's read (its block, or with direct_io the block's first page).
+  int64_t read_offset(int64_t id) const;
+  void verify_checksum(const nlohmann::json& manifest, int64_t bytes);  // open's whole-file pass
   std::string dir_, data_path_;
   int fd_ = -1;
-  int64_t ids_ = 0, block_bytes_ = 0, per_page_ = 1, stride_ = 0;
+  bool direct_ = false;
+  int64_t ids_ = 0, block_bytes_ = 0, per_page_ = 1, stride_ = 0, read_bytes_ = 0;
+  TableStoreSource source_;
   std::vector<TableStoreTable> tables_;
   // The CLOCK cache of token blocks.
   mutable std::mutex mu_;
