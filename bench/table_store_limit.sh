@@ -15,19 +15,32 @@
 # paper's CPU-offload figure (-4.5 % JTok, -7.3 % JTok-M decode, SGLang on 8 H800s, batch 16).
 #
 #   bench/table_store_limit.sh [--quick] [--new-tokens N] [--prompt-tokens P] [--threads N] [--rounds R]
-#                              [--limit-frac F] [--cache-mb N] [--table-dtype f32|bf16|int8]
+#                              [--limit-frac F] [--cache-mb N] [--table-dtype f32|bf16|int8] [--spread]
+#                              [--compare-direct-io]
 #
 # Model: random weights (bench/random_checkpoint.py), config b's GPT-2-small-sized backbone
 # (d 768, 12 layers) with JTok and JTok-M n_e 4 on all 12 layers: 60 tables of 50,304 x 768 (9.3 GB
 # in f32), so that a quarter of them (2.3 GB) holds the backbone's own memory at 16 streams (~1.1 GB)
 # with room for cached rows. --quick: d 256, 6 layers, JTok on all, JTok-M n_e 4 on 1, 3, 5
 # (18 tables, 0.93 GB): a few minutes, to check the script, not for figures.
-# --limit-frac: the limit as a fraction of the table bytes (default 0.25); --cache-mb: the store's
+# --limit-frac: the limit as a fraction of the table bytes (default 0.25; --quick --spread: 0.4); --cache-mb: the store's
 # DRAM cache (default: a tenth of the limit); --rounds: every run R times, interleaved (base, ram,
-# mmap, disk, then again), the checks on the medians (default 1). Needs root (the cgroup), node (bench/serve_client.mjs).
+# mmap, disk, then again), the checks on the medians (default 1). --spread: a working set past the
+# limit. Every stream's prompt is its own ids drawn uniformly from the whole vocabulary, and its tokens
+# are sampled at temperature 1 (no top-k / top-p, seeded by round and stream: every variant of a round
+# gets the same requests), so with random weights nearly every token is a new id and the rows touched
+# grow with every token (default greedy prompts shifted per stream touch a few hundred ids). Prompt
+# 256 and 256 new tokens unless given: 16 x 512 ids x 184 KB = 1,440 MiB of rows at 16 streams, over
+# the ~500 MiB the 2,211 MiB limit leaves beside the server's own ~1.7 GiB (backbone, KV of 16 x 512
+# positions, store cache); longer streams would need KV past the limit. --quick: prompt 256, 240 new
+# tokens and a limit of 0.4 of the table bytes unless --limit-frac (a quarter is below the small
+# server's own memory at 16 such streams: the cgroup killed it). The script prints the bounds.
+# --compare-direct-io: (c) once more with --table-direct-io (row "dio": O_DIRECT reads of whole
+# pages, no page cache charged to the cgroup), its ratio to (c) printed.
+# Needs root (the cgroup), node (bench/serve_client.mjs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-QUICK=0; NEW=""; PROMPT_TOKENS=""; THREADS=2; ROUNDS=1; FRAC=0.25; CACHE_MB=""; TDTYPE=f32
+QUICK=0; NEW=""; PROMPT_TOKENS=""; THREADS=2; ROUNDS=1; FRAC=""; CACHE_MB=""; TDTYPE=f32; SPREAD=0; DIO=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1; shift ;;
@@ -38,6 +51,8 @@ while [ $# -gt 0 ]; do
     --limit-frac) FRAC=$2; shift 2 ;;
     --cache-mb) CACHE_MB=$2; shift 2 ;;
     --table-dtype) TDTYPE=$2; shift 2 ;;
+    --spread) SPREAD=1; shift ;;
+    --compare-direct-io) DIO=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -50,6 +65,11 @@ SERVER=""
 # On exit: stop the server and clients, remove the cgroup (empty once its process is gone) and WORK.
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; memcg_remove; rm -rf "$WORK"' EXIT
 
+if [ $SPREAD = 1 ]; then  # long enough for 16 streams to touch more rows than the limit holds
+  if [ $QUICK = 1 ]; then NEW=${NEW:-240}; FRAC=${FRAC:-0.4}; else NEW=${NEW:-256}; fi
+  PROMPT_TOKENS=${PROMPT_TOKENS:-256}
+fi
+FRAC=${FRAC:-0.25}
 if [ $QUICK = 1 ]; then
   NEW=${NEW:-16}; PROMPT_TOKENS=${PROMPT_TOKENS:-32}
   BACKBONE='"hidden_size": 256, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 1024, "max_position_embeddings": 512'
@@ -59,7 +79,8 @@ else
   BACKBONE=$($PY -c 'import json; c=json.load(open("configs/bench_b.json")); print(", ".join(f"\"{k}\": {json.dumps(c[k])}" for k in ("hidden_size","num_hidden_layers","num_attention_heads","num_key_value_heads","intermediate_size","max_position_embeddings")))')
   JTOKM_LAYERS="all"
 fi
-echo "table_store_limit: prompt $PROMPT_TOKENS tokens, $NEW new tokens per stream (greedy, ignore_eos), $THREADS threads, tables $TDTYPE$([ $QUICK = 1 ] && echo ', QUICK')"
+SAMPLING="greedy"; [ $SPREAD = 1 ] && SAMPLING="SPREAD: prompts of uniform ids, sampled at temperature 1"
+echo "table_store_limit: prompt $PROMPT_TOKENS tokens, $NEW new tokens per stream ($SAMPLING, ignore_eos), $THREADS threads, tables $TDTYPE$([ $QUICK = 1 ] && echo ', QUICK')"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC') | host: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB | load $(cut -d' ' -f1-3 /proc/loadavg) | commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
 # The model (random weights), its tables in the chosen dtype, and the store.
@@ -75,6 +96,18 @@ LIMIT=$($PY -c "import sys; print(int(int(sys.argv[1]) * float(sys.argv[2])))" "
 CACHE_MB=${CACHE_MB:-$((LIMIT / 10 / 1048576))}
 [ "$CACHE_MB" -ge 1 ] || CACHE_MB=1
 echo "tables: $(stat -c %s "$CK/model.safetensors" | awk '{printf "%.2f", $1/1e9}') GB checkpoint file, store $(awk -v b="$TABLE_BYTES" 'BEGIN{printf "%.2f", b/1e9}') GB; limit $(awk -v b="$LIMIT" 'BEGIN{printf "%.0f", b/1048576}') MiB ($FRAC of the table bytes); store cache $CACHE_MB MB"
+
+# A token's store block, and the 4 KiB file pages mmap touches for it (each table's row lies apart).
+read -r BLOCK PAGES < <($PY -c "
+import json, sys
+m = json.load(open(sys.argv[1])); size = {'f32': 4, 'bf16': 2, 'int8': 1}
+print(m['block_bytes'], sum(-(-t['dim'] * size[t['dtype']] // 4096) for t in m['tables']))" "$WORK/store/manifest.json")
+if [ $SPREAD = 1 ]; then  # at most (prompt + new) new ids a stream: the rows a run touches, against the limit
+  for c in 1 16; do
+    n=$((c * (PROMPT_TOKENS + NEW)))
+    echo "spread, $c stream(s): at most $n ids: $((n * BLOCK / 1048576)) MiB of store blocks, $((n * PAGES * 4096 / 1048576)) MiB of mmap pages (limit $((LIMIT / 1048576)) MiB, the server's own memory included)"
+  done
+fi
 
 # The memory cgroup.
 memcg_make "jtok_tslimit_$$" "$LIMIT"
@@ -99,10 +132,12 @@ start_server() {  # limited (0|1), serve args...
   cat "$WORK/serve.err" >&2; exit 1
 }
 stop_server() { kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; SERVER=""; }
+ROUND=0
 run() {  # name, concurrency, limited, serve args...: one run on a fresh server, one row
-  local name=$1 c=$2 limited=$3 r m; shift 3
+  local name=$1 c=$2 limited=$3 r m spread=""; shift 3
+  [ $SPREAD = 1 ] && spread="{\"vocab\":50257,\"seed\":$ROUND}"  # one word: passed unquoted
   start_server "$limited" "$@"
-  if ! r=$(node bench/serve_client.mjs "$PORT" "$c" "$NEW" "$IDS" 2> "$WORK/client.err"); then
+  if ! r=$(node bench/serve_client.mjs "$PORT" "$c" "$NEW" "$IDS" $spread 2> "$WORK/client.err"); then
     # The server died (the cgroup's OOM killer when its own memory outgrows the limit): a row of zeros.
     printf '%-5s %5d   failed: the server exited (%s)\n' "$name" "$c" "$(dmesg 2>/dev/null | grep -c 'Memory cgroup out of memory') cgroup OOM kills so far"
     echo "{\"tables\": \"$name\", \"concurrency\": $c, \"decode_tok_s\": 0}" >> "$WORK/rows.jsonl"
@@ -130,12 +165,15 @@ print("%-5s %5d %14.1f %14.1f %9.0f %8d%s" % (row["tables"], row["concurrency"],
 PY
 }
 printf '%-5s %5s %14s %14s %9s %8s\n' tables conc "prefill tok/s" "decode tok/s" "RSS MiB" "maj.flt"
-for _ in $(seq "$ROUNDS"); do
+for ROUND in $(seq "$ROUNDS"); do
   for c in 1 16; do
     run base "$c" 0 --checkpoint "$WORK/base"
     run ram "$c" 0 --checkpoint "$CK" --tables ram
     run mmap "$c" 1 --checkpoint "$CK" --tables mmap
     run disk "$c" 1 --checkpoint "$WORK/f32" --tables disk --table-store "$WORK/store" --table-cache-mb "$CACHE_MB"
+    if [ $DIO = 1 ]; then
+      run dio "$c" 1 --checkpoint "$WORK/f32" --tables disk --table-store "$WORK/store" --table-cache-mb "$CACHE_MB" --table-direct-io
+    fi
   done
 done
 echo "cgroup peak: $(memcg_peak) bytes (limit $LIMIT)"
@@ -156,6 +194,9 @@ for c in (1, 16):
     for name, ok in ((f"batch {c}: disk >= 90 % of RAM", d >= 0.9 * a), (f"batch {c}: disk ahead of mmap", d > b)):
         met.append(ok); print(f"{'PASS' if ok else 'MISS'}  {name}")
 print(f"goals met: {sum(met)} of {len(met)}")
+for c in (1, 16):
+    if ("dio", c) in R and R[("disk", c)]["decode_tok_s"]:
+        print(f"batch {c:2d}: --table-direct-io against pread: decode {R[('dio', c)]['decode_tok_s'] / R[('disk', c)]['decode_tok_s']:.3f}")
 for c in (1, 16):
     base = R[("base", c)]["decode_tok_s"]
     print(f"batch {c:2d}: decode against the backbone alone: RAM tables {R[('ram', c)]['decode_tok_s'] / base - 1:+.1%}, "
