@@ -12,13 +12,8 @@
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 PY=/usr/bin/python3
-T=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done; rm -rf "$T"; }
-trap cleanup EXIT
-# One thread: a tiny model's decode step is microseconds, and with two OpenMP threads on a loaded
-# 2-core machine every parallel region waits for a time slice (100x slower, measured).
-export OMP_NUM_THREADS=1
+source "$ROOT/tests/lib/serve_start.sh"
+serve_test_env  # T, PIDS (killed by the EXIT trap), fail, one OpenMP thread
 # Under ASan (scripts/test_asan.sh) freed memory waits in a quarantine before reuse: 256 MiB by
 # default plus 1 MiB per thread, and 1/8 of it again in poisoned shadow pages. Section 6's load
 # fills it, so with the defaults the resident growth was 286 MiB of the 288 allowed (session 11,
@@ -27,14 +22,12 @@ ASAN_Q_MB=16
 if [ -n "${JTOK_SANITIZER_BUILD:-}" ]; then
   export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=$ASAN_Q_MB:thread_local_quarantine_size_kb=256"
 fi
-fail() { echo "FAIL: $*"; for f in "$T"/serve_*.err; do echo "--- $f"; tail -5 "$f"; done; exit 1; }
 
 # A tiny JTok + JTok-M model, trained a few steps on the repository's docs.
 source "$ROOT/tests/lib/tiny_run.sh"
 train_tiny_jtok_model "$T"
 
 # Start a server on a free port (tests/lib/serve_start.sh); sets PORT.
-source "$ROOT/tests/lib/serve_start.sh"
 start() { local name=$1; shift; start_serve "$name" --checkpoint "$T/run" --max-batch 8 --max-body-kb 64 "$@"; }
 start ram --tables ram --max-queue 64; RAM=$PORT
 start mmap --tables mmap --api-key sekrit --max-queue 64; MMAP=$PORT

@@ -10,12 +10,8 @@
 # killed by the trap.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
-T=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done; rm -rf "$T"; }
-trap cleanup EXIT
-export OMP_NUM_THREADS=1
-fail() { echo "FAIL: $*"; tail -5 "$T"/serve*.err 2>/dev/null; exit 1; }
+source "$ROOT/tests/lib/serve_start.sh"
+serve_test_env  # T, PIDS (killed by the EXIT trap), fail, one OpenMP thread
 [ -f "$ROOT/.cache/npm/openai-7.55.0/package.json" ] || fail "openai SDK missing: run scripts/setup.sh"
 
 source "$ROOT/tests/lib/tiny_run.sh"
@@ -30,7 +26,6 @@ JSON
 "$JTOK" train --config "$T/cfg.json" --out "$T/run" --peak-gflops 1 > "$T/train.out"
 
 # start_serve NAME ARGS... (tests/lib/serve_start.sh): the server's port in PORT.
-source "$ROOT/tests/lib/serve_start.sh"
 start_serve chatml --max-batch 4 --checkpoint "$T/run" --chat-template chatml
 P1=$PORT
 grep -q "chat template chatml" "$T/serve_chatml.out" || fail "the server does not say its chat template"

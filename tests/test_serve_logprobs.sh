@@ -7,12 +7,8 @@
 # prompt tokens. A tiny JTok + JTok-M model trained here. The server is killed by the trap.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
-T=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done; rm -rf "$T"; }
-trap cleanup EXIT
-export OMP_NUM_THREADS=1  # a tiny model: one thread (as tests/test_serve.sh)
-fail() { echo "FAIL: $*"; tail -5 "$T"/serve_*.err 2>/dev/null; exit 1; }
+source "$ROOT/tests/lib/serve_start.sh"
+serve_test_env  # T, PIDS (killed by the EXIT trap), fail, one OpenMP thread
 [ -f "$ROOT/.cache/npm/openai-7.55.0/package.json" ] || fail "openai SDK missing: run scripts/setup.sh"
 
 source "$ROOT/tests/lib/tiny_run.sh"
@@ -25,7 +21,6 @@ printf 'Token tables modulate the MLP of every layer.' > "$T/text.txt"
 "$JTOK" eval --checkpoint "$T/run" --val-batches 1 --blimp "$BLIMP" --blimp-limit 3 --json > "$T/blimp.json"
 
 # --prefill-chunk 4: BLiMP sentences are longer, so their echoed log-probs come from chunked prefills too.
-source "$ROOT/tests/lib/serve_start.sh"
 start_serve main --checkpoint "$T/run" --max-batch 8 --prefill-chunk 4
 timeout 300 node "$ROOT/tests/serve_logprobs_client.mjs" "$ROOT" "$PORT" "$T/tokens.json" "$T/blimp.json" "$BLIMP" 3 \
   || fail "serve_logprobs_client.mjs"

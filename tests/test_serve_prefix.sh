@@ -9,18 +9,13 @@
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 PY=/usr/bin/python3
-T=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done; rm -rf "$T"; }
-trap cleanup EXIT
-export OMP_NUM_THREADS=1
-fail() { echo "FAIL: $*"; for f in "$T"/serve_*.err; do echo "--- $f"; tail -5 "$f"; done; exit 1; }
+source "$ROOT/tests/lib/serve_start.sh"
+serve_test_env  # T, PIDS (killed by the EXIT trap), fail, one OpenMP thread
 
 # A tiny JTok + JTok-M model with a context of 1,152 tokens, trained a few steps on the docs.
 source "$ROOT/tests/lib/tiny_run.sh"
 train_tiny_jtok_model "$T" --set hidden_size=64 --set intermediate_size=128 --set max_position_embeddings=1152
 
-source "$ROOT/tests/lib/serve_start.sh"
 start_serve warm --checkpoint "$T/run" --max-batch 4; WARM=$PORT
 start_serve cold --checkpoint "$T/run" --max-batch 4; COLD=$PORT
 start_serve off --checkpoint "$T/run" --max-batch 4 --no-prefix-cache; OFF=$PORT

@@ -10,16 +10,11 @@
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 PY=/usr/bin/python3
-T=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done; rm -rf "$T"; }
-trap cleanup EXIT
-export OMP_NUM_THREADS=1
-fail() { echo "FAIL: $*"; for f in "$T"/serve_*.err; do [ -e "$f" ] && { echo "--- $f"; tail -5 "$f"; }; done; exit 1; }
+source "$ROOT/tests/lib/serve_start.sh"
+serve_test_env  # T, PIDS (killed by the EXIT trap), fail, one OpenMP thread
 
 source "$ROOT/tests/lib/tiny_run.sh"
 train_tiny_jtok_model "$T" --set jtok_layers=all
-source "$ROOT/tests/lib/serve_start.sh"
 
 for dt in bf16 int8; do
   "$JTOK" export --checkpoint "$T/run" --out "$T/ck_$dt" --table-dtype $dt > /dev/null

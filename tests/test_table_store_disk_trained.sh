@@ -15,12 +15,8 @@
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 PY=/usr/bin/python3
-T=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done; rm -rf "$T"; }
-trap cleanup EXIT
-export OMP_NUM_THREADS=1
-fail() { echo "FAIL: $*"; exit 1; }
+source "$ROOT/tests/lib/serve_start.sh"
+serve_test_env  # T, PIDS (killed by the EXIT trap), fail, one OpenMP thread
 source "$ROOT/tests/lib/tiny_run.sh"
 SETS=(--set jtok_layers=all --set checkpoint_interval=2 --set keep_checkpoints=2 --set eval_batches=2)
 DISK=(--tables disk --table-cache-mb 1)
@@ -78,7 +74,6 @@ for dt in f32 int8; do
   cmp -s "$T/ram_$dt.txt" "$T/disk_$dt.txt" || fail "$dt: greedy tokens differ: $(cat "$T/ram_$dt.txt" "$T/disk_$dt.txt")"
   echo "$dt: val loss $a and greedy tokens of the RAM run"
 done
-source "$ROOT/tests/lib/serve_start.sh"
 start_serve ram --checkpoint "$T/ram/run"; RAM=$PORT
 start_serve disk --checkpoint "$T/disk/run" --tables disk --table-store "$T/disk_f32" --table-cache-mb 1; DSK=$PORT
 $PY - "$RAM" "$DSK" <<'PYEOF' || fail "serve: the disk-trained checkpoint's replies differ"

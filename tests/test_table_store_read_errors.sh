@@ -9,12 +9,8 @@
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 PY=/usr/bin/python3
-T=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done; rm -rf "$T"; }
-trap cleanup EXIT
-export OMP_NUM_THREADS=1
-fail() { echo "FAIL: $*"; for f in "$T"/serve_*.err; do [ -e "$f" ] && { echo "--- $f"; tail -5 "$f"; }; done; exit 1; }
+source "$ROOT/tests/lib/serve_start.sh"
+serve_test_env  # T, PIDS (killed by the EXIT trap), fail, one OpenMP thread
 source "$ROOT/tests/lib/tiny_run.sh"
 train_tiny_jtok_model "$T" --set jtok_layers=all
 "$JTOK" export --checkpoint "$T/run" --table-store "$T/store" > /dev/null
@@ -38,7 +34,6 @@ fails_naming_the_read generate --prompt "The model of the" --max-new-tokens 4
 fails_naming_the_read eval --no-blimp
 
 # serve: the file truncated to half after the server opened it.
-source "$ROOT/tests/lib/serve_start.sh"
 start_serve disk --checkpoint "$T/run" "${DISK[@]}"
 truncate -s $((BYTES / 2)) "$T/store/tables.bin"
 $PY - "$PORT" "$T/store/tables.bin" <<'PYEOF' || fail "serve after a failed read"
