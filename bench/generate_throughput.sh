@@ -46,7 +46,7 @@ WORK=$(mktemp -d /tmp/jtok_genbench_XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
 echo "generate_throughput: $NEW new tokens, greedy | $THREADS threads each"
-echo "date: $(date -u '+%Y-%m-%d %H:%M UTC') | host: $(nproc) cores | load $(cut -d' ' -f1-3 /proc/loadavg) | OMP_WAIT_POLICY=$OMP_WAIT_POLICY | commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+bench_stamp --wait-policy
 
 if [ -z "$CKPT" ]; then
   echo "training a throwaway checkpoint: $CONFIG, 2 steps ..."

@@ -50,15 +50,14 @@ trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WO
 : > "$OUTJ"
 if [ $QUICK = 1 ]; then
   NEW=${NEW:-16}; PROMPT_TOKENS=${PROMPT_TOKENS:-32}
-  BACKBONE='"hidden_size": 256, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 1024, "max_position_embeddings": 512'
   JTOKM_LAYERS="1,3,5"
 else
   NEW=${NEW:-64}; PROMPT_TOKENS=${PROMPT_TOKENS:-128}
-  BACKBONE=$($PY -c 'import json; c=json.load(open("configs/bench_b.json")); print(", ".join(f"\"{k}\": {json.dumps(c[k])}" for k in ("hidden_size","num_hidden_layers","num_attention_heads","num_key_value_heads","intermediate_size","max_position_embeddings")))')
   JTOKM_LAYERS="2,6,10"
 fi
+BACKBONE=$(bench_backbone $QUICK)  # config b's, or the quick d=256 one
 echo "serve_throughput: prompt $PROMPT_TOKENS tokens, $NEW new tokens per sequence (greedy, ignore_eos), concurrency $CONC, best of $REPEAT runs, $THREADS threads$([ $QUICK = 1 ] && echo ', QUICK')"
-echo "date: $(date -u '+%Y-%m-%d %H:%M UTC') | host: $(nproc) cores | load $(cut -d' ' -f1-3 /proc/loadavg) | OMP_WAIT_POLICY=$OMP_WAIT_POLICY | commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+bench_stamp --wait-policy
 PEAK=$(OMP_NUM_THREADS=$THREADS "$JTOK" bench-peak)
 echo "machine: $PEAK"
 

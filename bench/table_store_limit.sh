@@ -72,16 +72,15 @@ fi
 FRAC=${FRAC:-0.25}
 if [ $QUICK = 1 ]; then
   NEW=${NEW:-16}; PROMPT_TOKENS=${PROMPT_TOKENS:-32}
-  BACKBONE='"hidden_size": 256, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 1024, "max_position_embeddings": 512'
   JTOKM_LAYERS="1,3,5"
 else
   NEW=${NEW:-64}; PROMPT_TOKENS=${PROMPT_TOKENS:-128}
-  BACKBONE=$($PY -c 'import json; c=json.load(open("configs/bench_b.json")); print(", ".join(f"\"{k}\": {json.dumps(c[k])}" for k in ("hidden_size","num_hidden_layers","num_attention_heads","num_key_value_heads","intermediate_size","max_position_embeddings")))')
   JTOKM_LAYERS="all"
 fi
+BACKBONE=$(bench_backbone $QUICK)  # config b's, or the quick d=256 one
 SAMPLING="greedy"; [ $SPREAD = 1 ] && SAMPLING="SPREAD: prompts of uniform ids, sampled at temperature 1"
 echo "table_store_limit: prompt $PROMPT_TOKENS tokens, $NEW new tokens per stream ($SAMPLING, ignore_eos), $THREADS threads, tables $TDTYPE$([ $QUICK = 1 ] && echo ', QUICK')"
-echo "date: $(date -u '+%Y-%m-%d %H:%M UTC') | host: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB | load $(cut -d' ' -f1-3 /proc/loadavg) | commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+bench_stamp --mem
 
 # The model (random weights), its tables in the chosen dtype, and the store.
 echo "{ \"vocab_size\": 50257, \"vocab_pad_multiple\": 64, $BACKBONE, \"seq_len\": 64, \"tokenizer\": \"gpt2\", \"jtok\": true, \"jtok_layers\": \"all\", \"jtokm\": true, \"jtokm_layers\": \"$JTOKM_LAYERS\", \"jtokm_n_e\": 4, \"jtokm_top_k\": 2 }" > "$WORK/cfg.json"

@@ -66,7 +66,7 @@ if [ $QUICK = 1 ]; then
   MODEL='"hidden_size": 256, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 1024, "max_position_embeddings": 256, "seq_len": 256'
 else
   STEPS=${STEPS:-6}; JTOKM_LAYERS=${JTOKM_LAYERS:-2,5,8,11}; NE=4
-  MODEL=$($PY -c 'import json; c=json.load(open("configs/bench_b.json")); print(", ".join(f"\"{k}\": {json.dumps(c[k])}" for k in ("hidden_size","num_hidden_layers","num_attention_heads","num_key_value_heads","intermediate_size","max_position_embeddings","seq_len")))')
+  MODEL=$(bench_b_fields seq_len)
 fi
 cat > "$WORK/cfg.json" <<JSON
 { "vocab_size": 50257, "vocab_pad_multiple": 64, $MODEL, "micro_batch_size": $([ $QUICK = 1 ] && echo 4 || echo 1),
@@ -76,7 +76,7 @@ cat > "$WORK/cfg.json" <<JSON
   "train_data": "$DATA/train", "val_data": "$DATA/val" }
 JSON
 echo "table_store_train_limit: $STEPS steps, $THREADS threads, $IO_THREADS I/O threads$([ $QUICK = 1 ] && echo ', QUICK')"
-echo "date: $(date -u '+%Y-%m-%d %H:%M UTC') | host: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB | load $(cut -d' ' -f1-3 /proc/loadavg) | commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+bench_stamp --mem
 TRAIN=("$JTOK" train --config "$WORK/cfg.json" --peak-gflops 1)
 export OMP_NUM_THREADS=$THREADS
 
