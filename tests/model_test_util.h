@@ -4,12 +4,49 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "model/transformer.h"
 #include "op_test_util.h"
 
 namespace jtok::testing {
+
+// A small JTok + JTok-M model for whole-model tests: 4 query and 2 KV heads, JTok on jtok_layers,
+// JTok-M (n_e 3, top-2) on jtokm_layers, every other field its default.
+struct TinyJtokShape {
+  int64_t vocab = 97, hidden = 32, layers = 2, intermediate = 48, context = 48;
+  std::string jtok_layers = "1", jtokm_layers = "0";
+};
+
+inline ModelConfig tiny_jtok_config(const TinyJtokShape& s) {
+  ModelConfig c;
+  c.vocab_size = s.vocab;
+  c.hidden_size = s.hidden;
+  c.num_hidden_layers = s.layers;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.intermediate_size = s.intermediate;
+  c.max_position_embeddings = s.context;
+  c.jtok = true;
+  c.jtok_layers = s.jtok_layers;
+  c.jtokm = true;
+  c.jtokm_layers = s.jtokm_layers;
+  c.jtokm_n_e = 3;
+  c.jtokm_top_k = 2;
+  return c;
+}
+
+// c on the MoE backbone: layer 0 dense, then 4 routed experts (top-2) and one shared, moe_width wide.
+inline ModelConfig with_small_moe(ModelConfig c, int64_t moe_width) {
+  c.model_type = "jtok_moe";
+  c.first_k_dense_replace = 1;
+  c.n_routed_experts = 4;
+  c.n_shared_experts = 1;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = moe_width;
+  return c;
+}
 
 // c with every backbone variant of imported models on (docs/model.md "Variants"): Qwen3's q/k norm,
 // Qwen2's q/k/v biases, Llama 3's rope scaling with an original context of 8 (so that short test

@@ -15,25 +15,13 @@
 #include "infer/generate.h"
 #include "infer/logprobs.h"
 #include "serve/engine.h"
+#include "model_test_util.h"
 
 namespace jtok::testing {
 
 inline ModelConfig tiny_serve_config() {
-  ModelConfig c;
-  c.vocab_size = 97;
-  c.hidden_size = 32;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.intermediate_size = 48;
-  c.max_position_embeddings = 48;
+  ModelConfig c = tiny_jtok_config({});
   c.initializer_range = 0.2;
-  c.jtok = true;
-  c.jtok_layers = "1";
-  c.jtokm = true;
-  c.jtokm_layers = "0";
-  c.jtokm_n_e = 3;
-  c.jtokm_top_k = 2;
   c.jtokm_scale_init = 2.0;
   return c;
 }

@@ -222,31 +222,11 @@ std::vector<float> train3(const ModelConfig& c, bool scoped) {
   return p;
 }
 
+// JTok on layer 1, JTok-M on layer 0, a vocabulary of 50 padded to 64; moe: MoE from layer 1.
 ModelConfig small(bool moe) {
-  ModelConfig c;
-  c.vocab_size = 50;
+  ModelConfig c = tiny_jtok_config({.vocab = 50, .context = 16});
   c.vocab_pad_multiple = 16;
-  c.hidden_size = 32;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.intermediate_size = 48;
-  c.max_position_embeddings = 16;
-  c.jtok = true;
-  c.jtok_layers = "1";
-  c.jtokm = true;
-  c.jtokm_layers = "0";
-  c.jtokm_n_e = 3;
-  c.jtokm_top_k = 2;
-  if (moe) {
-    c.model_type = "jtok_moe";
-    c.first_k_dense_replace = 1;
-    c.n_routed_experts = 4;
-    c.n_shared_experts = 1;
-    c.num_experts_per_tok = 2;
-    c.moe_intermediate_size = 16;
-  }
-  return c;
+  return moe ? with_small_moe(c, 16) : c;
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "error_test_util.h"
 #include "op_test_util.h"
 #include "decode_test_util.h"
+#include "model_test_util.h"
 
 using namespace jtok;
 using namespace jtok::testing;
@@ -33,30 +34,11 @@ namespace fs = std::filesystem;
 namespace {
 
 ModelConfig lowp_config(bool moe) {
-  ModelConfig c;
-  c.vocab_size = 301;
-  c.hidden_size = 64;  // a multiple of 16: the AVX-512 tiles run (the edges are covered by test_lowp)
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.intermediate_size = 96;
-  c.max_position_embeddings = 64;
+  // hidden a multiple of 16: the AVX-512 tiles run (the edges are covered by test_lowp)
+  ModelConfig c = tiny_jtok_config({.vocab = 301, .hidden = 64, .layers = 3, .intermediate = 96, .context = 64,
+                                    .jtok_layers = "0,2", .jtokm_layers = "1"});
   c.initializer_range = 0.1;
-  c.jtok = true;
-  c.jtok_layers = "0,2";
-  c.jtokm = true;
-  c.jtokm_layers = "1";
-  c.jtokm_n_e = 3;
-  c.jtokm_top_k = 2;
-  if (moe) {
-    c.model_type = "jtok_moe";
-    c.first_k_dense_replace = 1;
-    c.n_routed_experts = 4;
-    c.num_experts_per_tok = 2;
-    c.moe_intermediate_size = 32;
-    c.n_shared_experts = 1;
-  }
-  return c;
+  return moe ? with_small_moe(c, 32) : c;
 }
 
 // m's weights written with dtype t and loaded back into a fresh forward-only model.
