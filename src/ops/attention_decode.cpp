@@ -133,7 +133,10 @@ static void scores_avx512(float* scratch, const float* q, const KVT* k_cache, in
                           int64_t kvd, int64_t group, int64_t hd, float scale) {
   const int64_t nc = hd / 16, nh = h1 - h0;
   const __m512 vscale = _mm512_set1_ps(scale);
-  std::vector<float> part(static_cast<size_t>(nh * 16 * 16));  // [head][position in block][lane]
+  // [head][position in block][lane]; one per thread, kept between calls (a decoding step calls this
+  // once a layer) and grown as needed. Every entry read was written in the same block first.
+  thread_local std::vector<float> part;
+  if (part.size() < static_cast<size_t>(nh * 256)) part.resize(static_cast<size_t>(nh * 256));
   for (int64_t j0 = 0; j0 < n; j0 += 16) {
     const int64_t m = std::min<int64_t>(16, n - j0);
     for (int64_t jj = 0; jj < 16; ++jj) {
