@@ -94,10 +94,9 @@ void check_memory_plan(const jtok::Config& cfg) {
   else fail(why, " (--no-memory-check to try anyway)");
 }
 
-void run() {
-  using namespace jtok;
-  if (dist::world_size() > 1) std::printf("ranks: %d (data parallel, dist/data_parallel.h)\n", dist::world_size());
-  auto overrides = collect_overrides(self, *fields, args.sets);
+// The config file with the --set / option overrides, and the overrides themselves.
+jtok::Config load_train_config(std::vector<std::string>& overrides) {
+  overrides = jtok::collect_overrides(self, *fields, args.sets);
   if (args.max_steps > 0) overrides.push_back("max_steps=" + std::to_string(args.max_steps));
   if (!args.train_only.empty()) overrides.push_back("train_only=" + args.train_only);
   if (args.table_lr >= 0) {
@@ -105,12 +104,14 @@ void run() {
     std::snprintf(lr, sizeof lr, "%.17g", args.table_lr);
     overrides.push_back(std::string("table_learning_rate=") + lr);
   }
-  Config cfg = load_config(args.config, overrides);
-  const std::string init_from = prepare_init_from(cfg, overrides);
+  return jtok::load_config(args.config, overrides);
+}
+
+// The log's header: the command, the resolved config, the parameter and FLOP counts.
+void print_run_header(const jtok::Config& cfg, const jtok::FlopsReport& fr) {
   const auto& t = cfg.train;
-  std::printf("command: %s\n", command_line_string().c_str());
-  std::printf("config: %s\n", to_json(cfg).dump().c_str());
-  FlopsReport fr = flops_report(cfg.model, t.seq_len);
+  std::printf("command: %s\n", jtok::command_line_string().c_str());
+  std::printf("config: %s\n", jtok::to_json(cfg).dump().c_str());
   std::printf("params: total %.2fM | N_c %.2fM (attention %.2fM, MLP %.2fM) | N_n %.2fM (token-indexed tables) | eta %.3f | rho %.3f\n",
               fr.n_total / 1e6, fr.n_c / 1e6, fr.n_c_attention / 1e6, fr.n_c_mlp / 1e6, fr.n_n / 1e6, fr.eta, fr.rho);
   std::printf("flops/token: 6N_c %.3g | exact %.3g (lm_head %.3g, attention %.3g, JTok %.3g) | tokens/step %lld\n",
@@ -119,44 +120,52 @@ void run() {
   if (t.train_only == "tables")
     std::printf("train-only tables: the backbone is frozen (no weight gradients, no AdamW moments); tables, scalers "
                 "and routers train at lr %g\n", t.table_learning_rate >= 0 ? t.table_learning_rate : t.learning_rate);
-  check_memory_plan(cfg);
+}
 
-  Tokenizer tok = Tokenizer::load(t.tokenizer, t.tokenizer_dir);
-  if (tok.vocab_size() > static_cast<uint32_t>(cfg.model.vocab_size))
-    fail("tokenizer ", t.tokenizer, " has ", tok.vocab_size(), " ids but vocab_size is ", cfg.model.vocab_size);
-  LoaderOptions lo;
+// The loader's options: random batches of the config's seed, ids checked against the tokenizer.
+jtok::LoaderOptions loader_options(const jtok::Config& cfg, const jtok::Tokenizer& tok) {
+  jtok::LoaderOptions lo;
   lo.mode = "random";
-  lo.seed = t.seed;
+  lo.seed = cfg.train.seed;
   lo.vocab_size = static_cast<uint32_t>(cfg.model.vocab_size);
   lo.tokenizer = tok.name();
   lo.tokenizer_fingerprint = tok.fingerprint();
-  DataLoader loader(list_shards(t.train_data), lo);
-  ValidationSet valset(list_shards(t.val_data), lo, static_cast<int>(t.micro_batch_size), static_cast<int>(t.seq_len));
-  if (valset.num_batches() == 0) fail("validation data ", t.val_data, " is shorter than one batch of ", t.micro_batch_size, " x ", t.seq_len);
-  std::printf("data: train %s (%.2fM tokens), val %s (%zu batches)\n", t.train_data.c_str(),
-              loader.shards().total_tokens() / 1e6, t.val_data.c_str(), valset.num_batches());
+  return lo;
+}
 
+// Training batches from the loader (with peek for --tables disk's read-ahead, and its resumable state).
+jtok::BatchSource batch_source(jtok::DataLoader& loader) {
+  using namespace jtok;
   BatchSource src;
-  src.next = [&](int32_t* x, int32_t* y, int64_t B, int64_t T) {
+  src.next = [&loader](int32_t* x, int32_t* y, int64_t B, int64_t T) {
     Batch b = loader.next_batch(static_cast<int>(B), static_cast<int>(T));
     std::copy(b.inputs.begin(), b.inputs.end(), x);
     std::copy(b.targets.begin(), b.targets.end(), y);
   };
-  src.peek = [&](int64_t n, int32_t* x, int64_t B, int64_t T) {
+  src.peek = [&loader](int64_t n, int32_t* x, int64_t B, int64_t T) {
     const std::vector<int32_t> ids = loader.peek_inputs(static_cast<int>(n), static_cast<int>(B), static_cast<int>(T));
     std::copy(ids.begin(), ids.end(), x);
   };
-  src.state = [&] { return to_json(loader.state()); };
-  src.restore = [&](const nlohmann::json& j) { loader.restore(loader_state_from_json(j)); };
-  size_t val_i = 0;
-  ValSource val;
-  val.reset = [&] { val_i = 0; };
-  val.next = [&](int32_t* x, int32_t* y, int64_t, int64_t) {
-    Batch b = valset.batch(val_i++ % valset.num_batches());
+  src.state = [&loader] { return to_json(loader.state()); };
+  src.restore = [&loader](const nlohmann::json& j) { loader.restore(loader_state_from_json(j)); };
+  return src;
+}
+
+// The validation batches in order from the first, from reset() on; val_i is the next one's index.
+jtok::ValSource val_source(const jtok::ValidationSet& valset, size_t& val_i) {
+  jtok::ValSource val;
+  val.reset = [&val_i] { val_i = 0; };
+  val.next = [&valset, &val_i](int32_t* x, int32_t* y, int64_t, int64_t) {
+    jtok::Batch b = valset.batch(val_i++ % valset.num_batches());
     std::copy(b.inputs.begin(), b.inputs.end(), x);
     std::copy(b.targets.begin(), b.targets.end(), y);
   };
+  return val;
+}
 
+// The trainer's options from the command line, the precision set up (and printed) and the peak measured.
+jtok::TrainOptions train_options(const jtok::Config& cfg, const jtok::FlopsReport& fr, const std::string& init_from) {
+  using namespace jtok;
   TrainOptions opt;
   opt.out_dir = args.out;
   opt.resume = args.resume;
@@ -175,7 +184,7 @@ void run() {
   opt.no_checkpoints = args.no_checkpoints;
   opt.skip_nonfinite_steps = args.skip_nonfinite_steps;
   opt.command_line = command_line_string();
-  const PrecisionReport precision = apply_training_precision(t.precision);
+  const PrecisionReport precision = apply_training_precision(cfg.train.precision);
   if (!precision.line.empty()) std::printf("%s\n", precision.line.c_str());
   opt.extra_report = {{"flops", to_json(fr)}, {"precision", precision.to_json()},
                       {"memory_plan", to_json(train_memory_plan(cfg))}};
@@ -183,6 +192,34 @@ void run() {
   opt.flops_per_token = fr.flops_per_token_full_square;  // what the kernels compute
   opt.peak_gflops = args.peak_gflops >= 0 ? args.peak_gflops : measure_peak_gflops(0.2);
   std::printf("machine: fp32 peak %.0f GFLOP/s (%s, measured; --peak-gflops to set)\n", opt.peak_gflops, simd_isa());
+  return opt;
+}
+
+void run() {
+  using namespace jtok;
+  if (dist::world_size() > 1) std::printf("ranks: %d (data parallel, dist/data_parallel.h)\n", dist::world_size());
+  std::vector<std::string> overrides;
+  Config cfg = load_train_config(overrides);
+  const std::string init_from = prepare_init_from(cfg, overrides);
+  const auto& t = cfg.train;
+  const FlopsReport fr = flops_report(cfg.model, t.seq_len);
+  print_run_header(cfg, fr);
+  check_memory_plan(cfg);
+
+  Tokenizer tok = Tokenizer::load(t.tokenizer, t.tokenizer_dir);
+  if (tok.vocab_size() > static_cast<uint32_t>(cfg.model.vocab_size))
+    fail("tokenizer ", t.tokenizer, " has ", tok.vocab_size(), " ids but vocab_size is ", cfg.model.vocab_size);
+  const LoaderOptions lo = loader_options(cfg, tok);
+  DataLoader loader(list_shards(t.train_data), lo);
+  ValidationSet valset(list_shards(t.val_data), lo, static_cast<int>(t.micro_batch_size), static_cast<int>(t.seq_len));
+  if (valset.num_batches() == 0) fail("validation data ", t.val_data, " is shorter than one batch of ", t.micro_batch_size, " x ", t.seq_len);
+  std::printf("data: train %s (%.2fM tokens), val %s (%zu batches)\n", t.train_data.c_str(),
+              loader.shards().total_tokens() / 1e6, t.val_data.c_str(), valset.num_batches());
+  BatchSource src = batch_source(loader);
+  size_t val_i = 0;
+  ValSource val = val_source(valset, val_i);
+
+  TrainOptions opt = train_options(cfg, fr, init_from);
   const std::vector<int32_t> prompt = tok.encode_with_bos(args.sample_prompt);
   opt.sample = [&](const auto& generate) { return args.sample_prompt + tok.decode(generate(prompt, 32)); };
   install_stop_handler();

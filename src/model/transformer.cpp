@@ -330,20 +330,14 @@ void token_logprobs(const Model& m, const Activations& a, const int32_t* targets
   for (int64_t n = 0; n < N; ++n) out[n] = -out[n];
 }
 
-double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* targets, float grad_scale) {
-  JTOK_PROFILE("backward (total)");
+namespace {
+void zero(std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); }
+
+// The step's mean cross-entropy, and its gradient (times grad_scale) back through the LM head and
+// the final norm into a.dh = dL/dh_out; the logits become dlogits.
+double head_backward(const Model& m, Activations& a, ModelView& gv, const int32_t* targets, float grad_scale) {
   const auto& c = m.cfg;
-  if (a.inference) fail("backward after a forward in ForwardMode::Inference (its activations are not kept)");
-  if (m.lowp.any()) fail("backward on a model with ", dtype_name(m.lowp.dtype), " weights: they are for inference only");
-  ensure_backward_scratch(a, c);
-  ModelView gv = trainable_grad_view(m);  // m.g, or with a frozen backbone the token-indexed modules' only
-  const int64_t B = a.B, T = a.T, N = B * T, d = c.hidden_size, F = c.intermediate_size;
-  const int64_t qd = c.q_dim(), kvd = c.kv_dim(), H = c.num_attention_heads, KV = c.num_key_value_heads;
-  const int64_t hd = c.hd(), Vp = c.padded_vocab();
-  const MoeDims md = moe_dims(c);
-  const JTokMHyper jm = jtokm_hyper(c);
-  // The step loss has the mean of the JTok-M layers' aux losses: each layer's weight is 1/#layers.
-  const float jtokm_aux_grad = c.jtokm ? grad_scale / static_cast<float>(c.jtokm_num_layers()) : 0.0f;
+  const int64_t N = a.B * a.T, d = c.hidden_size, Vp = c.padded_vocab();
   for (int64_t n = 0; n < N; ++n)
     if (targets[n] < 0 || targets[n] >= c.vocab_size)
       fail("target id ", targets[n], " outside the vocabulary [0, ", c.vocab_size, ")");
@@ -351,79 +345,109 @@ double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* tar
   double loss;
   { JTOK_PROFILE("cross_entropy"); loss = cross_entropy(a.logits.data(), a.logits.data(), targets, N, c.vocab_size, Vp,
                               grad_scale / static_cast<float>(N)) / static_cast<double>(N); }
-  const float* dlogits = a.logits.data();
-  float* dh = a.dh.data();
-  float* dx = a.dx.data();
-  auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
   // Head: dlnf -> dx; final norm -> dh.
   zero(a.dx);
-  { JTOK_PROFILE("lm_head_bwd"); linear_backward(dx, gv.lm_head, dlogits, a.lnf.data(), m.w.lm_head, N, d, Vp); }
+  { JTOK_PROFILE("lm_head_bwd"); linear_backward(a.dx.data(), gv.lm_head, a.logits.data(), a.lnf.data(), m.w.lm_head, N, d, Vp); }
   zero(a.dh);
-  rmsnorm_backward(dh, gv.norm, dx, a.h_out.data(), m.w.norm, a.rstdf.data(), N, d);
+  rmsnorm_backward(a.dh.data(), gv.norm, a.dx.data(), a.h_out.data(), m.w.norm, a.rstdf.data(), N, d);
+  return loss;
+}
+
+// Layer li's MLP half: a.dh = dL/dh_next in, dL/dh_mid out, where h_next = h_mid + the MLP (or MoE)
+// update of norm2(h_mid), gated by JTok (the update's gradient is dh * p), JTok-M's injection beside it.
+void mlp_half_backward(Model& m, Activations& a, LayerView& G, size_t li, float grad_scale) {
+  const auto& c = m.cfg;
+  auto& L = a.layers[li];
+  const auto& W = m.w.layers[li];
+  const int64_t N = a.B * a.T, d = c.hidden_size, F = c.intermediate_size;
+  float* dh = a.dh.data();
+  float* dx = a.dx.data();
+  const float* dmlp = dh;
+  if (a.tables) a.tables->poll();
+  if (W.jtokm_router) {  // JTok-M's injection: dL/de from dh = dL/dh_next now (posted to a provider);
+    JTOK_PROFILE("jtokm_bwd");  // the router's part, into its input a, after the attention backward
+    jtokm_backward_de(G.jtokm_scale, L.jtokm, dh, W.jtokm_scale, N, d, jtokm_hyper(c), a.tables, m.jtokm_table[li]);
+  }
+  if (W.jtok_scale) {
+    JTOK_PROFILE("jtok_bwd");
+    // With a table provider the micro-batch's row gradient goes to it (the rows' owners) at once.
+    SparseRowGrad& gE = a.tables ? a.table_grad_scratch : m.table_grads[m.jtok_table[li]];
+    if (a.tables && static_cast<int64_t>(gE.slot.size()) != c.padded_vocab()) gE.init(c.padded_vocab(), d);
+    jtok_backward(a.dmlp.data(), G.jtok_scale, gE, dh, L.jtok, W.jtok_scale, a.ids, N, d, c.jtok_norm);
+    if (a.tables) a.tables->row_grads(m.jtok_table[li], gE);
+    dmlp = a.dmlp.data();
+  }
+  zero(a.dx);
+  if (W.moe.router) {
+    // The step loss is LM + mean over MoE layers of aux, so each layer's aux has weight 1/L_moe.
+    JTOK_PROFILE("moe_bwd");
+    moe_backward(dx, G.moe, a.moe_scratch, dmlp, L.m.data(), L.moe, W.moe, moe_dims(c), N,
+                 grad_scale / static_cast<float>(c.moe_num_layers()));
+  } else {
+    zero(a.dact);
+    linear_backward(a.dact.data(), G.wd, dmlp, L.act.data(), W.wd, N, F, d);
+    { JTOK_PROFILE("swiglu_bwd"); swiglu_backward(a.dgate.data(), a.dup.data(), a.dact.data(), L.gate.data(), L.up.data(), N * F); }
+    const LinearGrad gu[2] = {{G.wg, a.dgate.data(), W.wg, F}, {G.wu, a.dup.data(), W.wu, F}};
+    linear_backward_many(dx, gu, 2, L.m.data(), N, d);  // the same values as one call each
+  }
+  { JTOK_PROFILE("rmsnorm_bwd"); rmsnorm_backward(dh, G.ln2, dx, L.h_mid.data(), W.ln2, L.rstd2.data(), N, d); }  // dh: d h_mid
+}
+
+// Layer li's attention half: a.dh = dL/dh_mid in, dL/dh_in out, where h_mid = h_in + att @ Wo^T and
+// the attention input a = norm1(h_in) also feeds JTok-M's router.
+void attention_half_backward(Model& m, Activations& a, LayerView& G, size_t li, float jtokm_aux_grad) {
+  const auto& c = m.cfg;
+  auto& L = a.layers[li];
+  const auto& W = m.w.layers[li];
+  const int64_t B = a.B, T = a.T, N = B * T, d = c.hidden_size;
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim(), H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
+  float* dh = a.dh.data();
+  float* dx = a.dx.data();
+  if (a.tables) a.tables->poll();
+  zero(a.datt);
+  linear_backward(a.datt.data(), G.wo, dh, L.att.data(), W.wo, N, qd, d);
+  if (a.tables) a.tables->poll();
+  zero(a.dq); zero(a.dk); zero(a.dv);
+  { JTOK_PROFILE("attn_bwd"); attention_backward(a.dq.data(), a.dk.data(), a.dv.data(), a.datt.data(), L.att.data(), L.lse.data(), L.q.data(), L.k.data(),
+                     L.v.data(), B, T, H, KV, hd); }
+  if (a.tables) a.tables->poll();
+  {
+    JTOK_PROFILE("rope_bwd");
+    rope_backward(a.dq.data(), m.rope, B, T, H, hd);
+    rope_backward(a.dk.data(), m.rope, B, T, KV, hd);
+  }
+  qkv_variants_backward(W, G, a.dq.data(), a.dk.data(), a.dv.data(), L.qk, N, H, KV, hd);
+  // d a: JTok-M's router part plus the q/k/v projections'.
+  if (W.jtokm_router) {
+    JTOK_PROFILE("jtokm_bwd");
+    zero(a.da_jtokm);
+    jtokm_backward_router(a.da_jtokm.data(), G.jtokm_router, &m.table_grads[m.jtokm_table[li]], L.jtokm, L.a.data(),
+                          W.jtokm_router, a.ids, N, d, jtokm_hyper(c), jtokm_aux_grad, a.tables, m.jtokm_table[li]);
+    std::memcpy(dx, a.da_jtokm.data(), sizeof(float) * N * d);
+  }
+  else zero(a.dx);
+  const LinearGrad qkv[3] = {{G.wq, a.dq.data(), W.wq, qd}, {G.wk, a.dk.data(), W.wk, kvd}, {G.wv, a.dv.data(), W.wv, kvd}};
+  linear_backward_many(dx, qkv, 3, L.a.data(), N, d);
+  { JTOK_PROFILE("rmsnorm_bwd"); rmsnorm_backward(dh, G.ln1, dx, L.h_in.data(), W.ln1, L.rstd1.data(), N, d); }  // dh: d h_in
+}
+}  // namespace
+
+double backward(Model& m, Activations& a, const int32_t* ids, const int32_t* targets, float grad_scale) {
+  JTOK_PROFILE("backward (total)");
+  const auto& c = m.cfg;
+  if (a.inference) fail("backward after a forward in ForwardMode::Inference (its activations are not kept)");
+  if (m.lowp.any()) fail("backward on a model with ", dtype_name(m.lowp.dtype), " weights: they are for inference only");
+  ensure_backward_scratch(a, c);
+  ModelView gv = trainable_grad_view(m);  // m.g, or with a frozen backbone the token-indexed modules' only
+  // The step loss has the mean of the JTok-M layers' aux losses: each layer's weight is 1/#layers.
+  const float jtokm_aux_grad = c.jtokm ? grad_scale / static_cast<float>(c.jtokm_num_layers()) : 0.0f;
+  const double loss = head_backward(m, a, gv, targets, grad_scale);
   for (size_t li = a.layers.size(); li-- > 0;) {
-    auto& L = a.layers[li];
-    const auto& W = m.w.layers[li];
-    auto& G = gv.layers[li];
-    // h_next = h_mid + act @ Wd^T  (gated by JTok: the MLP update's gradient is dh * p)
-    const float* dmlp = dh;
-    if (a.tables) a.tables->poll();
-    if (W.jtokm_router) {  // JTok-M's injection: dL/de from dh = dL/dh_next now (posted to a provider);
-      JTOK_PROFILE("jtokm_bwd");  // the router's part, into its input a, after the attention backward
-      jtokm_backward_de(G.jtokm_scale, L.jtokm, dh, W.jtokm_scale, N, d, jm, a.tables, m.jtokm_table[li]);
-    }
-    if (W.jtok_scale) {
-      JTOK_PROFILE("jtok_bwd");
-      // With a table provider the micro-batch's row gradient goes to it (the rows' owners) at once.
-      SparseRowGrad& gE = a.tables ? a.table_grad_scratch : m.table_grads[m.jtok_table[li]];
-      if (a.tables && static_cast<int64_t>(gE.slot.size()) != c.padded_vocab()) gE.init(c.padded_vocab(), d);
-      jtok_backward(a.dmlp.data(), G.jtok_scale, gE, dh, L.jtok, W.jtok_scale, a.ids, N, d, c.jtok_norm);
-      if (a.tables) a.tables->row_grads(m.jtok_table[li], gE);
-      dmlp = a.dmlp.data();
-    }
-    zero(a.dx);
-    if (W.moe.router) {
-      // The step loss is LM + mean over MoE layers of aux, so each layer's aux has weight 1/L_moe.
-      JTOK_PROFILE("moe_bwd");
-      moe_backward(dx, G.moe, a.moe_scratch, dmlp, L.m.data(), L.moe, W.moe, md, N,
-                   grad_scale / static_cast<float>(c.moe_num_layers()));
-    } else {
-      zero(a.dact);
-      linear_backward(a.dact.data(), G.wd, dmlp, L.act.data(), W.wd, N, F, d);
-      { JTOK_PROFILE("swiglu_bwd"); swiglu_backward(a.dgate.data(), a.dup.data(), a.dact.data(), L.gate.data(), L.up.data(), N * F); }
-      const LinearGrad gu[2] = {{G.wg, a.dgate.data(), W.wg, F}, {G.wu, a.dup.data(), W.wu, F}};
-      linear_backward_many(dx, gu, 2, L.m.data(), N, d);  // the same values as one call each
-    }
-    { JTOK_PROFILE("rmsnorm_bwd"); rmsnorm_backward(dh, G.ln2, dx, L.h_mid.data(), W.ln2, L.rstd2.data(), N, d); }  // dh: d h_mid
-    if (a.tables) a.tables->poll();
-    // h_mid = h_in + att @ Wo^T
-    zero(a.datt);
-    linear_backward(a.datt.data(), G.wo, dh, L.att.data(), W.wo, N, qd, d);
-    if (a.tables) a.tables->poll();
-    zero(a.dq); zero(a.dk); zero(a.dv);
-    { JTOK_PROFILE("attn_bwd"); attention_backward(a.dq.data(), a.dk.data(), a.dv.data(), a.datt.data(), L.att.data(), L.lse.data(), L.q.data(), L.k.data(),
-                       L.v.data(), B, T, H, KV, hd); }
-    if (a.tables) a.tables->poll();
-    {
-      JTOK_PROFILE("rope_bwd");
-      rope_backward(a.dq.data(), m.rope, B, T, H, hd);
-      rope_backward(a.dk.data(), m.rope, B, T, KV, hd);
-    }
-    qkv_variants_backward(W, G, a.dq.data(), a.dk.data(), a.dv.data(), L.qk, N, H, KV, hd);
-    // d a: JTok-M's router part plus the q/k/v projections'.
-    if (W.jtokm_router) {
-      JTOK_PROFILE("jtokm_bwd");
-      zero(a.da_jtokm);
-      jtokm_backward_router(a.da_jtokm.data(), G.jtokm_router, &m.table_grads[m.jtokm_table[li]], L.jtokm, L.a.data(),
-                            W.jtokm_router, a.ids, N, d, jm, jtokm_aux_grad, a.tables, m.jtokm_table[li]);
-      std::memcpy(dx, a.da_jtokm.data(), sizeof(float) * N * d);
-    }
-    else zero(a.dx);
-    const LinearGrad qkv[3] = {{G.wq, a.dq.data(), W.wq, qd}, {G.wk, a.dk.data(), W.wk, kvd}, {G.wv, a.dv.data(), W.wv, kvd}};
-    linear_backward_many(dx, qkv, 3, L.a.data(), N, d);
-    { JTOK_PROFILE("rmsnorm_bwd"); rmsnorm_backward(dh, G.ln1, dx, L.h_in.data(), W.ln1, L.rstd1.data(), N, d); }  // dh: d h_in
+    mlp_half_backward(m, a, gv.layers[li], li, grad_scale);
+    attention_half_backward(m, a, gv.layers[li], li, jtokm_aux_grad);
     if (a.on_layer_grads_ready) a.on_layer_grads_ready(static_cast<int64_t>(li));
   }
-  { JTOK_PROFILE("embed_bwd"); if (gv.embed) embedding_backward(gv.embed, dh, ids, N, d); }
+  { JTOK_PROFILE("embed_bwd"); if (gv.embed) embedding_backward(gv.embed, a.dh.data(), ids, a.B * a.T, c.hidden_size); }
   return loss;
 }
 
