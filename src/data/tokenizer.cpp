@@ -94,124 +94,155 @@ Tokenizer Tokenizer::load(const std::string& name, const std::string& dir) {
   return load(kind, dir.empty() ? default_tokenizer_dir(name) : dir);
 }
 
+namespace {
+// What a tokenizer's files hold: the byte-level vocabulary (index = id), the merges, the added
+// tokens and (Llama 3's ignore_merges) the whole pieces, in file order; the token the
+// post_processor puts first ("" if none), and the file errors name.
+struct TokenizerFiles {
+  std::vector<std::string> vocab;
+  std::vector<std::pair<std::string, std::string>> merges;
+  std::vector<AddedToken> added;
+  std::unordered_map<std::string, int32_t> whole;
+  std::string bos_text, where;
+};
+
+// GPT-2's encoder.json (token -> id; "<|endoftext|>" an added token) and vocab.bpe (one merge a line).
+TokenizerFiles read_gpt2_files(const std::string& dir) {
+  TokenizerFiles tf;
+  std::string enc_path = (fs::path(dir) / "encoder.json").string();
+  std::string bpe_path = (fs::path(dir) / "vocab.bpe").string();
+  json enc = parse_json(enc_path, "GPT-2 encoder");
+  if (!enc.is_object() || enc.size() < 256) fail("GPT-2 encoder ", enc_path, ": expected an object of token -> id");
+  tf.vocab.resize(enc.size());
+  for (auto& [tok, idj] : enc.items()) {
+    if (!idj.is_number_integer()) fail("GPT-2 encoder ", enc_path, ": id of '", tok, "' is not an integer");
+    const auto idv = json_int64(idj);
+    if (!idv || *idv < 0 || *idv >= (int64_t)tf.vocab.size())
+      fail("GPT-2 encoder ", enc_path, ": id ", idj.dump(), " of '", tok, "' is out of range [0, ", tf.vocab.size(), ")");
+    const int64_t id = *idv;
+    if (tok == "<|endoftext|>") { tf.added.push_back({tok, int32_t(id), true}); continue; }
+    std::string bytes;
+    if (!unicode_token_to_bytes(tok, bytes)) fail("GPT-2 encoder ", enc_path, ": token '", tok, "' is not byte-level");
+    tf.vocab[id] = bytes;
+  }
+  std::string text = read_file(bpe_path, "GPT-2 merges");
+  std::istringstream in(text);
+  std::string line;
+  size_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (lineno == 1 && line.rfind("#version", 0) == 0) continue;
+    if (line.empty()) continue;
+    size_t sp = line.find(' ');
+    if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size() || line.find(' ', sp + 1) != std::string::npos)
+      fail("GPT-2 merges ", bpe_path, ": line ", lineno, " is not 'a b'");
+    std::string a, b;
+    if (!unicode_token_to_bytes(line.substr(0, sp), a) || !unicode_token_to_bytes(line.substr(sp + 1), b))
+      fail("GPT-2 merges ", bpe_path, ": line ", lineno, " is not byte-level");
+    tf.merges.emplace_back(a, b);
+  }
+  if (tf.merges.empty()) fail("GPT-2 merges ", bpe_path, ": no merges");
+  tf.where = bpe_path;
+  return tf;
+}
+
+// A tokenizer.json's normalizer (Qwen3: NFC; Llama 3: none) and pre_tokenizer (the model's Split
+// pattern, then ByteLevel) are the ones this tokenizer implements.
+void check_hf_pipeline(const json& j, const std::string& path, const char* label, bool llama3) {
+  const json& norm = j.at("normalizer");
+  if (llama3 && !norm.is_null()) fail(label, " ", path, ": normalizer must be null, found ", norm.dump());
+  if (!llama3 && (norm.is_null() || norm.at("type") != "NFC"))
+    fail(label, " ", path, ": normalizer must be NFC, found ", norm.dump());
+  const json& pre = j.at("pre_tokenizer");
+  bool ok = pre.at("type") == "Sequence" && pre.at("pretokenizers").size() == 2 &&
+            pre["pretokenizers"][0].at("type") == "Split" &&
+            pre["pretokenizers"][0].at("pattern").at("Regex") == (llama3 ? kLlama3Pattern : kQwenPattern) &&
+            pre["pretokenizers"][0].at("behavior") == "Isolated" &&
+            pre["pretokenizers"][1].at("type") == "ByteLevel";
+  if (!ok)
+    fail(label, " ", path, ": unsupported pre_tokenizer (expected ", llama3 ? "Llama 3's" : "Qwen's", " Split pattern + ByteLevel)");
+}
+
+// A merge of tokenizer.json's model.merges: ["a", "b"] or "a b", as bytes.
+std::pair<std::string, std::string> hf_merge(const json& m, const std::string& path) {
+  std::string a, b, sa, sb;
+  if (m.is_array()) { sa = m.at(0).get<std::string>(); sb = m.at(1).get<std::string>(); }
+  else {
+    std::string s = m.get<std::string>();
+    size_t sp = s.find(' ');
+    if (sp == std::string::npos) fail("Qwen3 tokenizer ", path, ": merge '", s, "' is not 'a b'");
+    sa = s.substr(0, sp); sb = s.substr(sp + 1);
+  }
+  if (!unicode_token_to_bytes(sa, a) || !unicode_token_to_bytes(sb, b))
+    fail("Qwen3 tokenizer ", path, ": merge '", sa, " ", sb, "' is not byte-level");
+  return {a, b};
+}
+
+// A Hugging Face tokenizer.json's BPE model (Qwen3, Llama 3): vocab, merges, added tokens and the
+// post_processor's first token. A missing or malformed field is an error naming the file.
+TokenizerFiles read_hf_tokenizer_json(const std::string& dir, bool llama3) {
+  TokenizerFiles tf;
+  const char* label = llama3 ? "Llama 3 tokenizer" : "Qwen3 tokenizer";
+  std::string path = (fs::path(dir) / "tokenizer.json").string();
+  json j = parse_json(path, label);
+  try {
+    check_hf_pipeline(j, path, label, llama3);
+    const json& model = j.at("model");
+    if (model.at("type") != "BPE") fail("Qwen3 tokenizer ", path, ": model.type must be BPE");
+    const json& v = model.at("vocab");
+    size_t max_id = 0;
+    if (!v.is_object()) fail("Qwen3 tokenizer ", path, ": model.vocab must be an object of token -> id");
+    for (auto& [tok, idj] : v.items()) max_id = std::max<size_t>(max_id, checked_token_id(idj, path, tok));
+    for (auto& at : j.at("added_tokens")) max_id = std::max<size_t>(max_id, checked_token_id(at.at("id"), path, at.dump()));
+    tf.vocab.resize(max_id + 1);
+    for (auto& [tok, idj] : v.items()) {
+      std::string bytes;
+      if (!unicode_token_to_bytes(tok, bytes)) fail("Qwen3 tokenizer ", path, ": token '", tok, "' is not byte-level");
+      tf.vocab[size_t(checked_token_id(idj, path, tok))] = bytes;
+      if (llama3 && model.value("ignore_merges", false)) tf.whole[bytes] = int32_t(checked_token_id(idj, path, tok));
+    }
+    for (auto& m : model.at("merges")) tf.merges.push_back(hf_merge(m, path));
+    for (auto& at : j.at("added_tokens")) {
+      tf.added.push_back({at.at("content").get<std::string>(), int32_t(checked_token_id(at.at("id"), path, at.dump())), at.value("special", false)});
+      if (tf.added.back().content.empty()) fail("Qwen3 tokenizer ", path, ": an added token is empty");
+    }
+    if (j.contains("post_processor")) tf.bos_text = template_prefix_token(j.at("post_processor"));
+  } catch (const json::exception& e) {
+    fail("Qwen3 tokenizer ", path, ": missing or malformed field (", e.what(), ")");
+  }
+  tf.where = path;
+  return tf;
+}
+}  // namespace
+
 Tokenizer Tokenizer::load(TokenizerKind kind, const std::string& dir) {
   Tokenizer t;
   t.kind_ = kind;
-  std::vector<std::string> vocab;
-  std::vector<std::pair<std::string, std::string>> merges;
+  t.name_ = kind == TokenizerKind::Gpt2 ? "gpt2" : kind == TokenizerKind::Llama3 ? "llama3" : "qwen3";
+  TokenizerFiles tf = kind == TokenizerKind::Gpt2 ? read_gpt2_files(dir) : read_hf_tokenizer_json(dir, kind == TokenizerKind::Llama3);
+  t.added_ = std::move(tf.added);
+  t.whole_ = std::move(tf.whole);
+  const std::string& where = tf.where;
   Fnv fp;
-  std::string where, bos_text;
-  if (kind == TokenizerKind::Gpt2) {
-    t.name_ = "gpt2";
-    std::string enc_path = (fs::path(dir) / "encoder.json").string();
-    std::string bpe_path = (fs::path(dir) / "vocab.bpe").string();
-    json enc = parse_json(enc_path, "GPT-2 encoder");
-    if (!enc.is_object() || enc.size() < 256) fail("GPT-2 encoder ", enc_path, ": expected an object of token -> id");
-    vocab.resize(enc.size());
-    for (auto& [tok, idj] : enc.items()) {
-      if (!idj.is_number_integer()) fail("GPT-2 encoder ", enc_path, ": id of '", tok, "' is not an integer");
-      const auto idv = json_int64(idj);
-      if (!idv || *idv < 0 || *idv >= (int64_t)vocab.size())
-        fail("GPT-2 encoder ", enc_path, ": id ", idj.dump(), " of '", tok, "' is out of range [0, ", vocab.size(), ")");
-      const int64_t id = *idv;
-      if (tok == "<|endoftext|>") { t.added_.push_back({tok, int32_t(id), true}); continue; }
-      std::string bytes;
-      if (!unicode_token_to_bytes(tok, bytes)) fail("GPT-2 encoder ", enc_path, ": token '", tok, "' is not byte-level");
-      vocab[id] = bytes;
-    }
-    std::string text = read_file(bpe_path, "GPT-2 merges");
-    std::istringstream in(text);
-    std::string line;
-    size_t lineno = 0;
-    while (std::getline(in, line)) {
-      ++lineno;
-      if (lineno == 1 && line.rfind("#version", 0) == 0) continue;
-      if (line.empty()) continue;
-      size_t sp = line.find(' ');
-      if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size() || line.find(' ', sp + 1) != std::string::npos)
-        fail("GPT-2 merges ", bpe_path, ": line ", lineno, " is not 'a b'");
-      std::string a, b;
-      if (!unicode_token_to_bytes(line.substr(0, sp), a) || !unicode_token_to_bytes(line.substr(sp + 1), b))
-        fail("GPT-2 merges ", bpe_path, ": line ", lineno, " is not byte-level");
-      merges.emplace_back(a, b);
-    }
-    if (merges.empty()) fail("GPT-2 merges ", bpe_path, ": no merges");
-    where = bpe_path;
-  } else {
-    const bool llama3 = kind == TokenizerKind::Llama3;
-    t.name_ = llama3 ? "llama3" : "qwen3";
-    const char* label = llama3 ? "Llama 3 tokenizer" : "Qwen3 tokenizer";
-    std::string path = (fs::path(dir) / "tokenizer.json").string();
-    json j = parse_json(path, label);
-    try {
-      const json& norm = j.at("normalizer");
-      if (llama3 && !norm.is_null()) fail(label, " ", path, ": normalizer must be null, found ", norm.dump());
-      if (!llama3 && (norm.is_null() || norm.at("type") != "NFC"))
-        fail(label, " ", path, ": normalizer must be NFC, found ", norm.dump());
-      const json& pre = j.at("pre_tokenizer");
-      bool ok = pre.at("type") == "Sequence" && pre.at("pretokenizers").size() == 2 &&
-                pre["pretokenizers"][0].at("type") == "Split" &&
-                pre["pretokenizers"][0].at("pattern").at("Regex") == (llama3 ? kLlama3Pattern : kQwenPattern) &&
-                pre["pretokenizers"][0].at("behavior") == "Isolated" &&
-                pre["pretokenizers"][1].at("type") == "ByteLevel";
-      if (!ok)
-        fail(label, " ", path, ": unsupported pre_tokenizer (expected ", llama3 ? "Llama 3's" : "Qwen's", " Split pattern + ByteLevel)");
-      const json& model = j.at("model");
-      if (model.at("type") != "BPE") fail("Qwen3 tokenizer ", path, ": model.type must be BPE");
-      const json& v = model.at("vocab");
-      size_t max_id = 0;
-      if (!v.is_object()) fail("Qwen3 tokenizer ", path, ": model.vocab must be an object of token -> id");
-      for (auto& [tok, idj] : v.items()) max_id = std::max<size_t>(max_id, checked_token_id(idj, path, tok));
-      for (auto& at : j.at("added_tokens")) max_id = std::max<size_t>(max_id, checked_token_id(at.at("id"), path, at.dump()));
-      vocab.resize(max_id + 1);
-      for (auto& [tok, idj] : v.items()) {
-        std::string bytes;
-        if (!unicode_token_to_bytes(tok, bytes)) fail("Qwen3 tokenizer ", path, ": token '", tok, "' is not byte-level");
-        vocab[size_t(checked_token_id(idj, path, tok))] = bytes;
-        if (llama3 && model.value("ignore_merges", false)) t.whole_[bytes] = int32_t(checked_token_id(idj, path, tok));
-      }
-      for (auto& m : model.at("merges")) {
-        std::string a, b, sa, sb;
-        if (m.is_array()) { sa = m.at(0).get<std::string>(); sb = m.at(1).get<std::string>(); }
-        else {
-          std::string s = m.get<std::string>();
-          size_t sp = s.find(' ');
-          if (sp == std::string::npos) fail("Qwen3 tokenizer ", path, ": merge '", s, "' is not 'a b'");
-          sa = s.substr(0, sp); sb = s.substr(sp + 1);
-        }
-        if (!unicode_token_to_bytes(sa, a) || !unicode_token_to_bytes(sb, b))
-          fail("Qwen3 tokenizer ", path, ": merge '", sa, " ", sb, "' is not byte-level");
-        merges.emplace_back(a, b);
-      }
-      for (auto& at : j.at("added_tokens")) {
-        t.added_.push_back({at.at("content").get<std::string>(), int32_t(checked_token_id(at.at("id"), path, at.dump())), at.value("special", false)});
-        if (t.added_.back().content.empty()) fail("Qwen3 tokenizer ", path, ": an added token is empty");
-      }
-      if (j.contains("post_processor")) bos_text = template_prefix_token(j.at("post_processor"));
-    } catch (const json::exception& e) {
-      fail("Qwen3 tokenizer ", path, ": missing or malformed field (", e.what(), ")");
-    }
-    where = path;
-  }
-  for (const auto& s : vocab) fp.add(s);
-  for (const auto& [a, b] : merges) { fp.add(a); fp.add(b); }
+  for (const auto& s : tf.vocab) fp.add(s);
+  for (const auto& [a, b] : tf.merges) { fp.add(a); fp.add(b); }
   for (const auto& a : t.added_) { fp.add(a.content); fp.add(std::to_string(a.id)); }
   if (kind == TokenizerKind::Llama3) fp.add("llama3");  // its pieces differ from Qwen's on the same vocabulary
   t.fingerprint_ = fp.h;
-  t.vocab_size_ = uint32_t(vocab.size());
+  t.vocab_size_ = uint32_t(tf.vocab.size());
   for (const auto& a : t.added_) t.vocab_size_ = std::max<uint32_t>(t.vocab_size_, uint32_t(a.id) + 1);
-  t.bpe_.build(std::move(vocab), merges, where);
+  t.bpe_.build(std::move(tf.vocab), tf.merges, where);
   std::stable_sort(t.added_.begin(), t.added_.end(),
                    [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
   if (kind != TokenizerKind::Gpt2) t.split_on_ = t.added_;
   const char* eot = kind == TokenizerKind::Llama3 ? "<|end_of_text|>" : "<|endoftext|>";
   t.eot_id_ = t.token_id(eot);
   if (t.eot_id_ < 0) fail("tokenizer ", where, ": no ", eot, " token");
-  if (!bos_text.empty()) {
-    t.bos_id_ = t.token_id(bos_text);
-    if (t.bos_id_ < 0) fail("tokenizer ", where, ": post_processor adds '", bos_text, "', which is not an added token");
+  if (!tf.bos_text.empty()) {
+    t.bos_id_ = t.token_id(tf.bos_text);
+    if (t.bos_id_ < 0) fail("tokenizer ", where, ": post_processor adds '", tf.bos_text, "', which is not an added token");
     // Shards prepared with it differ (every document starts with it): not the same tokenizer.
-    fp.add("bos " + bos_text);
+    fp.add("bos " + tf.bos_text);
     t.fingerprint_ = fp.h;
   }
   return t;

@@ -245,29 +245,30 @@ static void validate_variants(const ModelConfig& m, const std::string& origin) {
   }
 }
 
-void validate(const Config& cfg, const std::string& origin) {
-  const auto& m = cfg.model;
-  const auto& t = cfg.train;
-  auto positive = [&](const char* name, double v) {
-    if (!(v > 0)) fail(origin, ": field ", name, " must be positive, got ", v);
-  };
-  auto nonneg = [&](const char* name, double v) {
-    if (!(v >= 0)) fail(origin, ": field ", name, " must be >= 0, got ", v);
-  };
+// A field that must be positive (or >= 0), as the config's origin names it.
+static void positive(const std::string& origin, const char* name, double v) {
+  if (!(v > 0)) fail(origin, ": field ", name, " must be positive, got ", v);
+}
+static void nonneg(const std::string& origin, const char* name, double v) {
+  if (!(v >= 0)) fail(origin, ": field ", name, " must be >= 0, got ", v);
+}
+
+// The backbone: its type, sizes, head layout and the variants of imported models.
+static void validate_backbone(const ModelConfig& m, const std::string& origin) {
   if (m.model_type != "jtok_dense" && m.model_type != "jtok_moe")
     fail(origin, ": field model_type: unknown model type '", m.model_type, "' (known: jtok_dense, jtok_moe)");
-  positive("vocab_size", m.vocab_size);
-  positive("vocab_pad_multiple", m.vocab_pad_multiple);
-  positive("hidden_size", m.hidden_size);
-  positive("num_hidden_layers", m.num_hidden_layers);
-  positive("num_attention_heads", m.num_attention_heads);
-  positive("num_key_value_heads", m.num_key_value_heads);
-  nonneg("head_dim", m.head_dim);
-  positive("intermediate_size", m.intermediate_size);
-  positive("max_position_embeddings", m.max_position_embeddings);
-  positive("rope_theta", m.rope_theta);
-  positive("rms_norm_eps", m.rms_norm_eps);
-  nonneg("initializer_range", m.initializer_range);
+  positive(origin, "vocab_size", m.vocab_size);
+  positive(origin, "vocab_pad_multiple", m.vocab_pad_multiple);
+  positive(origin, "hidden_size", m.hidden_size);
+  positive(origin, "num_hidden_layers", m.num_hidden_layers);
+  positive(origin, "num_attention_heads", m.num_attention_heads);
+  positive(origin, "num_key_value_heads", m.num_key_value_heads);
+  nonneg(origin, "head_dim", m.head_dim);
+  positive(origin, "intermediate_size", m.intermediate_size);
+  positive(origin, "max_position_embeddings", m.max_position_embeddings);
+  positive(origin, "rope_theta", m.rope_theta);
+  positive(origin, "rms_norm_eps", m.rms_norm_eps);
+  nonneg(origin, "initializer_range", m.initializer_range);
   if (m.head_dim == 0 && m.hidden_size % m.num_attention_heads != 0)
     fail(origin, ": field num_attention_heads (", m.num_attention_heads, ") must divide hidden_size (",
          m.hidden_size, ")");
@@ -276,34 +277,38 @@ void validate(const Config& cfg, const std::string& origin) {
          ") must divide num_attention_heads (", m.num_attention_heads, ")");
   if (m.hd() % 2 != 0) fail(origin, ": head dimension ", m.hd(), " must be even for RoPE");
   validate_variants(m, origin);
+}
+
+// The token-indexed modules (JTok, JTok-M) and the MoE layers.
+static void validate_token_modules_and_moe(const ModelConfig& m, const std::string& origin) {
   try {
     parse_layer_set(m.jtok_layers, m.num_hidden_layers);
   } catch (const Error& e) {
     fail(origin, ": field jtok_layers: ", e.what());
   }
-  positive("jtok_eps", m.jtok_eps);
+  positive(origin, "jtok_eps", m.jtok_eps);
   try {
     parse_layer_set(m.jtokm_layers, m.num_hidden_layers);
   } catch (const Error& e) {
     fail(origin, ": field jtokm_layers: ", e.what());
   }
   if (m.jtokm) {
-    positive("jtokm_n_e", m.jtokm_n_e);
-    positive("jtokm_top_k", m.jtokm_top_k);
+    positive(origin, "jtokm_n_e", m.jtokm_n_e);
+    positive(origin, "jtokm_top_k", m.jtokm_top_k);
     if (m.jtokm_top_k > m.jtokm_n_e)
       fail(origin, ": field jtokm_top_k (", m.jtokm_top_k, ") exceeds jtokm_n_e (", m.jtokm_n_e, ")");
     if (m.jtokm_n_e > 64) fail(origin, ": field jtokm_n_e (", m.jtokm_n_e, ") exceeds 64 (larger pools are untested)");
-    positive("jtokm_eps", m.jtokm_eps);
-    nonneg("jtokm_aux_loss_coef", m.jtokm_aux_loss_coef);
-    nonneg("jtokm_init_std", m.jtokm_init_std);
+    positive(origin, "jtokm_eps", m.jtokm_eps);
+    nonneg(origin, "jtokm_aux_loss_coef", m.jtokm_aux_loss_coef);
+    nonneg(origin, "jtokm_init_std", m.jtokm_init_std);
   }
   if (m.is_moe()) {
-    positive("n_routed_experts", m.n_routed_experts);
-    nonneg("n_shared_experts", m.n_shared_experts);
-    positive("num_experts_per_tok", m.num_experts_per_tok);
-    positive("moe_intermediate_size", m.moe_intermediate_size);
-    nonneg("router_aux_loss_coef", m.router_aux_loss_coef);
-    nonneg("first_k_dense_replace", m.first_k_dense_replace);
+    positive(origin, "n_routed_experts", m.n_routed_experts);
+    nonneg(origin, "n_shared_experts", m.n_shared_experts);
+    positive(origin, "num_experts_per_tok", m.num_experts_per_tok);
+    positive(origin, "moe_intermediate_size", m.moe_intermediate_size);
+    nonneg(origin, "router_aux_loss_coef", m.router_aux_loss_coef);
+    nonneg(origin, "first_k_dense_replace", m.first_k_dense_replace);
     if (m.num_experts_per_tok > m.n_routed_experts)
       fail(origin, ": field num_experts_per_tok (", m.num_experts_per_tok, ") exceeds n_routed_experts (",
            m.n_routed_experts, ")");
@@ -311,7 +316,13 @@ void validate(const Config& cfg, const std::string& origin) {
       fail(origin, ": field first_k_dense_replace (", m.first_k_dense_replace, ") exceeds num_hidden_layers (",
            m.num_hidden_layers, ")");
   }
-  nonneg("jtok_init_std", m.jtok_init_std);
+  nonneg(origin, "jtok_init_std", m.jtok_init_std);
+}
+
+// The training fields (and how they fit the model: seq_len, tables to train).
+static void validate_training(const Config& cfg, const std::string& origin) {
+  const auto& m = cfg.model;
+  const auto& t = cfg.train;
   if (t.precision != "fp32" && t.precision != "bf16")
     fail(origin, ": field precision: unknown value '", t.precision, "' (known: fp32, bf16)");
   if (t.train_only != "all" && t.train_only != "tables")
@@ -324,28 +335,34 @@ void validate(const Config& cfg, const std::string& origin) {
          "learning_rate's schedule), got ", t.learning_rate);
   if (t.table_optimizer != "dense" && t.table_optimizer != "sparse")
     fail(origin, ": field table_optimizer: unknown value '", t.table_optimizer, "' (known: dense, sparse)");
-  positive("seq_len", t.seq_len);
+  positive(origin, "seq_len", t.seq_len);
   if (t.seq_len > m.max_position_embeddings)
     fail(origin, ": field seq_len (", t.seq_len, ") exceeds max_position_embeddings (", m.max_position_embeddings, ")");
-  positive("micro_batch_size", t.micro_batch_size);
-  positive("gradient_accumulation_steps", t.gradient_accumulation_steps);
-  positive("max_steps", t.max_steps);
-  nonneg("learning_rate", t.learning_rate);
-  nonneg("min_lr", t.min_lr);
+  positive(origin, "micro_batch_size", t.micro_batch_size);
+  positive(origin, "gradient_accumulation_steps", t.gradient_accumulation_steps);
+  positive(origin, "max_steps", t.max_steps);
+  nonneg(origin, "learning_rate", t.learning_rate);
+  nonneg(origin, "min_lr", t.min_lr);
   if (t.lr_scheduler_type != "cosine" && t.lr_scheduler_type != "wsd" && t.lr_scheduler_type != "constant")
     fail(origin, ": field lr_scheduler_type: expected cosine, wsd or constant, got '", t.lr_scheduler_type, "'");
   if (!(t.warmup_ratio >= 0 && t.warmup_ratio <= 1)) fail(origin, ": field warmup_ratio must be in [0, 1], got ", t.warmup_ratio);
   if (!(t.decay_ratio >= 0 && t.decay_ratio <= 1)) fail(origin, ": field decay_ratio must be in [0, 1], got ", t.decay_ratio);
-  nonneg("weight_decay", t.weight_decay);
+  nonneg(origin, "weight_decay", t.weight_decay);
   if (!(t.adam_beta1 >= 0 && t.adam_beta1 < 1)) fail(origin, ": field adam_beta1 must be in [0, 1), got ", t.adam_beta1);
   if (!(t.adam_beta2 >= 0 && t.adam_beta2 < 1)) fail(origin, ": field adam_beta2 must be in [0, 1), got ", t.adam_beta2);
-  positive("adam_epsilon", t.adam_epsilon);
-  positive("eval_interval", t.eval_interval);
-  positive("eval_batches", t.eval_batches);
-  positive("checkpoint_interval", t.checkpoint_interval);
-  positive("keep_checkpoints", t.keep_checkpoints);
-  nonneg("sample_interval", t.sample_interval);
-  positive("log_interval", t.log_interval);
+  positive(origin, "adam_epsilon", t.adam_epsilon);
+  positive(origin, "eval_interval", t.eval_interval);
+  positive(origin, "eval_batches", t.eval_batches);
+  positive(origin, "checkpoint_interval", t.checkpoint_interval);
+  positive(origin, "keep_checkpoints", t.keep_checkpoints);
+  nonneg(origin, "sample_interval", t.sample_interval);
+  positive(origin, "log_interval", t.log_interval);
+}
+
+void validate(const Config& cfg, const std::string& origin) {
+  validate_backbone(cfg.model, origin);
+  validate_token_modules_and_moe(cfg.model, origin);
+  validate_training(cfg, origin);
 }
 
 Config config_from_json(const nlohmann::json& j, const std::string& origin, bool check) {

@@ -106,6 +106,141 @@ Plot isoflops_plot(const std::string& file, const std::vector<IsoPoint>& pts, co
   return p;
 }
 
+// Kaplan eq. 1 over every run of an isoFLOP file (D = tokens, or C / (6 N_c) without a tokens
+// column), into j["kaplan"]; skipped (said in j) with fewer than 6 runs or 2 budgets.
+void add_kaplan_fit(nlohmann::json& j, const std::string& f, const std::vector<double>& budget, const std::vector<double>& n_c,
+                    const std::vector<double>& loss, const std::vector<double>& tokens) {
+  std::set<double> budgets(budget.begin(), budget.end());
+  if (budget.size() >= 6 && budgets.size() >= 2) {
+    std::vector<double> d(budget.size());
+    for (size_t i = 0; i < budget.size(); ++i) d[i] = tokens.empty() ? budget[i] / (6 * n_c[i]) : tokens[i];
+    KaplanFit k = with_file(f, [&] { return fit_kaplan(n_c, d, loss); });
+    j["kaplan"] = {{"A", k.p.A}, {"B", k.p.B}, {"alpha", k.p.alpha}, {"beta", k.p.beta},
+                   {"frontier_exponent", k.p.frontier_exponent()}, {"rmse_log", k.rmse_log}, {"r2_log", k.r2},
+                   {"n", k.n}, {"tokens_from", tokens.empty() ? "budget/(6 n_c)" : "tokens"}};
+  } else {
+    j["kaplan"] = nullptr;
+    j["kaplan_skipped"] = "needs at least 6 runs over at least 2 budgets";
+  }
+}
+
+// One --isoflops file: the minimum of each budget, Kaplan's fit, its picture. pts gets its runs
+// (for the bootstrap), curve its minima (a frontier).
+nlohmann::json fit_isoflops_file(const std::string& f, const FitInputs& in, std::vector<IsoPoint>& pts, Curve& curve) {
+  CsvTable t = read_csv(f);
+  const std::string bcol = t.has("budget") ? "budget" : "compute";
+  auto budget = t.numbers(bcol), n_c = t.numbers("n_c"), loss = t.numbers("loss");
+  require_positive(t, bcol), require_positive(t, "n_c"), require_positive(t, "loss");
+  std::vector<double> tokens = t.has("tokens") ? t.numbers("tokens") : std::vector<double>{};
+  if (!tokens.empty()) require_positive(t, "tokens");
+  for (size_t i = 0; i < budget.size(); ++i) pts.push_back({budget[i], n_c[i], loss[i]});
+  auto mins = with_file(f, [&] { return fit_isoflops(pts, in.window); });
+  nlohmann::json j = {{"file", f}, {"budget_column", bcol}, {"n", pts.size()}};
+  nlohmann::json jm = nlohmann::json::array();
+  curve = Curve{f, stem(f), "isoflops", {}, {}};
+  for (auto& m : mins) {
+    jm.push_back({{"budget", m.budget}, {"n_c_opt", m.n_c_opt}, {"tokens_opt", m.tokens_opt}, {"loss_opt", m.loss_opt},
+                  {"n_points", m.n_points}, {"extrapolated", m.extrapolated}, {"method", m.method}, {"curvature", m.quad.a},
+                  {"r2", m.quad.r2}});
+    curve.compute.push_back(m.budget), curve.loss.push_back(m.loss_opt);
+  }
+  j["minima"] = jm;
+  add_kaplan_fit(j, f, budget, n_c, loss, tokens);
+  if (!in.svg_dir.empty()) {
+    std::string path = in.svg_dir + "/isoflops_" + stem(f) + ".svg";
+    write_svg(path, isoflops_plot(f, pts, mins));
+    j["svg"] = path;
+  }
+  if (mins.size() < 3) j["frontier_skipped"] = "fewer than 3 budgets";
+  return j;
+}
+
+// The bootstrap of the savings over the isoFLOP files' runs: percentiles per frontier.
+nlohmann::json bootstrap_json(const FitInputs& in, const std::vector<Curve>& curves,
+                              const std::vector<std::vector<IsoPoint>>& iso_points) {
+  BootstrapOptions bo;
+  bo.replicates = in.bootstrap, bo.seed = in.bootstrap_seed, bo.method = in.bootstrap_method, bo.window = in.window;
+  SavingBootstrap b = bootstrap_saving(iso_points, bo);
+  auto pj = [](const Percentiles& p) { return nlohmann::json{{"lo", p.lo}, {"median", p.median}, {"hi", p.hi}}; };
+  nlohmann::json per = nlohmann::json::array();
+  for (size_t k = 0; k < curves.size(); ++k) {
+    nlohmann::json j = {{"file", curves[k].file}, {"alpha", pj(b.alpha_pct[k])}};
+    if (k > 0) j["saving_separate"] = pj(b.separate[k]), j["saving_shared_slope"] = pj(b.shared_slope[k]);
+    per.push_back(j);
+  }
+  return {{"method", bo.method}, {"replicates", b.replicates}, {"seed", bo.seed}, {"level", bo.level},
+          {"redraws", b.redraws}, {"lowest_run_replicates", b.lowest_run_replicates},
+          {"extrapolated_replicates", b.extrapolated_replicates}, {"failed_resamples", b.failed_resamples},
+          {"frontiers", per}};
+}
+
+// The frontiers compared (the first is the base of the savings), into out: each one's fit and
+// savings, the shared-slope fit, the bootstrap, the picture.
+void add_frontiers(nlohmann::json& out, const FitInputs& in, const std::vector<Curve>& curves,
+                   const std::vector<std::vector<IsoPoint>>& iso_points) {
+  std::vector<std::vector<double>> cs, ls;
+  for (auto& c : curves) cs.push_back(c.compute), ls.push_back(c.loss);
+  FrontierComparison cmp = with_file(curves[0].file, [&] { return compare_frontiers(cs, ls); });
+  nlohmann::json fr = nlohmann::json::array();
+  for (size_t k = 0; k < curves.size(); ++k) {
+    const auto& s = cmp.separate[k];
+    nlohmann::json j = {{"file", curves[k].file}, {"label", curves[k].label}, {"source", curves[k].source},
+                        {"n", s.n}, {"alpha", s.alpha}, {"beta", s.beta}, {"r2", s.r2}};
+    if (k > 0) {
+      j["delta_beta_separate"] = cmp.separate[0].beta - s.beta;
+      j["delta_beta_shared"] = cmp.shared.intercepts[0] - cmp.shared.intercepts[k];
+      j["saving_separate"] = cmp.saving_separate[k];
+      j["saving_shared_slope"] = cmp.saving_shared_slope[k];
+    }
+    fr.push_back(j);
+  }
+  out["frontiers"] = fr;
+  if (curves.size() >= 2) {
+    out["saving_separate"] = cmp.saving_separate[1];
+    out["saving_shared_slope"] = cmp.saving_shared_slope[1];
+    out["shared_slope"] = {{"alpha", cmp.shared.slope}, {"betas", cmp.shared.intercepts}, {"r2", cmp.shared.r2}};
+  }
+  if (in.bootstrap > 0) out["bootstrap"] = bootstrap_json(in, curves, iso_points);
+  if (!in.svg_dir.empty()) {
+    std::string path = in.svg_dir + "/frontiers.svg";
+    write_svg(path, frontier_plot(curves, cmp));
+    out["frontiers_svg"] = path;
+  }
+}
+
+Plot eta_plot(const std::string& file, const std::vector<double>& eta, const std::vector<double>& loss, const LineFit& f) {
+  Plot p;
+  p.title = "Loss against eta = N_n / N_c";
+  p.x_label = "eta";
+  p.y_label = "loss";
+  p.log_x = true;
+  p.series.push_back({stem(file), eta, loss, false, true, false, ""});
+  PlotSeries line;
+  char lab[64];
+  std::snprintf(lab, sizeof lab, "%.4f per doubling", f.slope);
+  line.label = lab, line.markers = false, line.dashed = true;
+  double lo = *std::min_element(eta.begin(), eta.end()), hi = *std::max_element(eta.begin(), eta.end());
+  line.x = {lo, hi}, line.y = {f.slope * std::log2(lo) + f.intercept, f.slope * std::log2(hi) + f.intercept};
+  p.series.push_back(line);
+  return p;
+}
+
+// The --eta file: loss against log2 eta, a line; its picture.
+nlohmann::json fit_eta_file(const FitInputs& in) {
+  CsvTable t = read_csv(in.eta_file);
+  auto eta = t.numbers("eta"), loss = t.numbers("loss");
+  require_positive(t, "eta");
+  if (eta.size() < 3) fail(in.eta_file, ": eta fit needs at least 3 points, got ", eta.size());
+  LineFit f = with_file(in.eta_file, [&] { return fit_eta(eta, loss); });
+  nlohmann::json j = {{"file", in.eta_file}, {"slope_per_doubling", f.slope}, {"intercept", f.intercept}, {"r2", f.r2}, {"n", f.n}};
+  if (!in.svg_dir.empty()) {
+    std::string path = in.svg_dir + "/eta.svg";
+    write_svg(path, eta_plot(in.eta_file, eta, loss, f));
+    j["svg"] = path;
+  }
+  return j;
+}
+
 }  // namespace
 
 nlohmann::json run_fits(const FitInputs& in) {
@@ -133,126 +268,19 @@ nlohmann::json run_fits(const FitInputs& in) {
   std::vector<std::vector<IsoPoint>> iso_points;  // per isoflops file, for the bootstrap
   nlohmann::json isos = nlohmann::json::array();
   for (auto& f : in.isoflops_files) {
-    CsvTable t = read_csv(f);
-    const std::string bcol = t.has("budget") ? "budget" : "compute";
-    auto budget = t.numbers(bcol), n_c = t.numbers("n_c"), loss = t.numbers("loss");
-    require_positive(t, bcol), require_positive(t, "n_c"), require_positive(t, "loss");
-    std::vector<double> tokens = t.has("tokens") ? t.numbers("tokens") : std::vector<double>{};
-    if (!tokens.empty()) require_positive(t, "tokens");
     std::vector<IsoPoint> pts;
-    for (size_t i = 0; i < budget.size(); ++i) pts.push_back({budget[i], n_c[i], loss[i]});
-    auto mins = with_file(f, [&] { return fit_isoflops(pts, in.window); });
+    Curve c;
+    isos.push_back(fit_isoflops_file(f, in, pts, c));
     iso_points.push_back(pts);
-    nlohmann::json j = {{"file", f}, {"budget_column", bcol}, {"n", pts.size()}};
-    nlohmann::json jm = nlohmann::json::array();
-    Curve c{f, stem(f), "isoflops", {}, {}};
-    for (auto& m : mins) {
-      jm.push_back({{"budget", m.budget}, {"n_c_opt", m.n_c_opt}, {"tokens_opt", m.tokens_opt}, {"loss_opt", m.loss_opt},
-                    {"n_points", m.n_points}, {"extrapolated", m.extrapolated}, {"method", m.method}, {"curvature", m.quad.a},
-                    {"r2", m.quad.r2}});
-      c.compute.push_back(m.budget), c.loss.push_back(m.loss_opt);
-    }
-    j["minima"] = jm;
-    // Kaplan eq. 1 over every run (D = tokens, or C / (6 N_c) without a tokens column).
-    std::set<double> budgets(budget.begin(), budget.end());
-    if (pts.size() >= 6 && budgets.size() >= 2) {
-      std::vector<double> d(pts.size());
-      for (size_t i = 0; i < pts.size(); ++i) d[i] = tokens.empty() ? budget[i] / (6 * n_c[i]) : tokens[i];
-      KaplanFit k = with_file(f, [&] { return fit_kaplan(n_c, d, loss); });
-      j["kaplan"] = {{"A", k.p.A}, {"B", k.p.B}, {"alpha", k.p.alpha}, {"beta", k.p.beta},
-                     {"frontier_exponent", k.p.frontier_exponent()}, {"rmse_log", k.rmse_log}, {"r2_log", k.r2},
-                     {"n", k.n}, {"tokens_from", tokens.empty() ? "budget/(6 n_c)" : "tokens"}};
-    } else {
-      j["kaplan"] = nullptr;
-      j["kaplan_skipped"] = "needs at least 6 runs over at least 2 budgets";
-    }
-    if (!in.svg_dir.empty()) {
-      std::string path = in.svg_dir + "/isoflops_" + stem(f) + ".svg";
-      write_svg(path, isoflops_plot(f, pts, mins));
-      j["svg"] = path;
-    }
-    if (mins.size() >= 3) curves.push_back(c);
-    else j["frontier_skipped"] = "fewer than 3 budgets";
-    isos.push_back(j);
+    if (!isos.back().contains("frontier_skipped")) curves.push_back(c);
   }
   if (!isos.empty()) out["isoflops"] = isos;
   if (in.bootstrap > 0)
     for (size_t k = 0; k < isos.size(); ++k)
       if (isos[k].contains("frontier_skipped"))
         fail(in.isoflops_files[k], ": --bootstrap needs at least 3 budgets per --isoflops file, got ", isos[k]["minima"].size());
-
-  if (!curves.empty()) {
-    std::vector<std::vector<double>> cs, ls;
-    for (auto& c : curves) cs.push_back(c.compute), ls.push_back(c.loss);
-    FrontierComparison cmp = with_file(curves[0].file, [&] { return compare_frontiers(cs, ls); });
-    nlohmann::json fr = nlohmann::json::array();
-    for (size_t k = 0; k < curves.size(); ++k) {
-      const auto& s = cmp.separate[k];
-      nlohmann::json j = {{"file", curves[k].file}, {"label", curves[k].label}, {"source", curves[k].source},
-                          {"n", s.n}, {"alpha", s.alpha}, {"beta", s.beta}, {"r2", s.r2}};
-      if (k > 0) {
-        j["delta_beta_separate"] = cmp.separate[0].beta - s.beta;
-        j["delta_beta_shared"] = cmp.shared.intercepts[0] - cmp.shared.intercepts[k];
-        j["saving_separate"] = cmp.saving_separate[k];
-        j["saving_shared_slope"] = cmp.saving_shared_slope[k];
-      }
-      fr.push_back(j);
-    }
-    out["frontiers"] = fr;
-    if (curves.size() >= 2) {
-      out["saving_separate"] = cmp.saving_separate[1];
-      out["saving_shared_slope"] = cmp.saving_shared_slope[1];
-      out["shared_slope"] = {{"alpha", cmp.shared.slope}, {"betas", cmp.shared.intercepts}, {"r2", cmp.shared.r2}};
-    }
-    if (in.bootstrap > 0) {
-      BootstrapOptions bo;
-      bo.replicates = in.bootstrap, bo.seed = in.bootstrap_seed, bo.method = in.bootstrap_method, bo.window = in.window;
-      SavingBootstrap b = bootstrap_saving(iso_points, bo);
-      auto pj = [](const Percentiles& p) { return nlohmann::json{{"lo", p.lo}, {"median", p.median}, {"hi", p.hi}}; };
-      nlohmann::json per = nlohmann::json::array();
-      for (size_t k = 0; k < curves.size(); ++k) {
-        nlohmann::json j = {{"file", curves[k].file}, {"alpha", pj(b.alpha_pct[k])}};
-        if (k > 0) j["saving_separate"] = pj(b.separate[k]), j["saving_shared_slope"] = pj(b.shared_slope[k]);
-        per.push_back(j);
-      }
-      out["bootstrap"] = {{"method", bo.method}, {"replicates", b.replicates}, {"seed", bo.seed}, {"level", bo.level},
-                          {"redraws", b.redraws}, {"lowest_run_replicates", b.lowest_run_replicates},
-                          {"extrapolated_replicates", b.extrapolated_replicates}, {"failed_resamples", b.failed_resamples},
-                          {"frontiers", per}};
-    }
-    if (!in.svg_dir.empty()) {
-      std::string path = in.svg_dir + "/frontiers.svg";
-      write_svg(path, frontier_plot(curves, cmp));
-      out["frontiers_svg"] = path;
-    }
-  }
-
-  if (!in.eta_file.empty()) {
-    CsvTable t = read_csv(in.eta_file);
-    auto eta = t.numbers("eta"), loss = t.numbers("loss");
-    require_positive(t, "eta");
-    if (eta.size() < 3) fail(in.eta_file, ": eta fit needs at least 3 points, got ", eta.size());
-    LineFit f = with_file(in.eta_file, [&] { return fit_eta(eta, loss); });
-    out["eta"] = {{"file", in.eta_file}, {"slope_per_doubling", f.slope}, {"intercept", f.intercept}, {"r2", f.r2}, {"n", f.n}};
-    if (!in.svg_dir.empty()) {
-      Plot p;
-      p.title = "Loss against eta = N_n / N_c";
-      p.x_label = "eta";
-      p.y_label = "loss";
-      p.log_x = true;
-      p.series.push_back({stem(in.eta_file), eta, loss, false, true, false, ""});
-      PlotSeries line;
-      char lab[64];
-      std::snprintf(lab, sizeof lab, "%.4f per doubling", f.slope);
-      line.label = lab, line.markers = false, line.dashed = true;
-      double lo = *std::min_element(eta.begin(), eta.end()), hi = *std::max_element(eta.begin(), eta.end());
-      line.x = {lo, hi}, line.y = {f.slope * std::log2(lo) + f.intercept, f.slope * std::log2(hi) + f.intercept};
-      p.series.push_back(line);
-      std::string path = in.svg_dir + "/eta.svg";
-      write_svg(path, p);
-      out["eta"]["svg"] = path;
-    }
-  }
+  if (!curves.empty()) add_frontiers(out, in, curves, iso_points);
+  if (!in.eta_file.empty()) out["eta"] = fit_eta_file(in);
   return out;
 }
 
