@@ -2,7 +2,7 @@
 //   --format jtok (default): an inference copy, a checkpoint directory (model.safetensors,
 //     config.json, trainer_state.json naming the source, COMPLETE last) that generate / eval / serve
 //     load as usual; --fold-jtok stores JTok's gate table G = s * Norm(E) (src/export/fold.h);
-//     --table-dtype bf16 | int8 stores every token table so (quantize_table, src/model/token_table.h).
+//     --table-dtype bf16 | int8 | int4 stores every token table so (quantize_table, src/model/token_table.h).
 //     --table-store DIR instead writes the tables alone as a token-major store (model/table_store.h);
 //     of a checkpoint trained with --tables disk, streamed from its training store (train/store_export.h).
 //   --format gguf: one GGUF file for llama.cpp's `llama` architecture (docs/formats.md "GGUF
@@ -122,7 +122,7 @@ void export_disk_trained(const std::string& dir, jtok::Dtype tdt) {
     fail("export: checkpoint ", dir, " keeps its token tables in the training table store ", store,
          " (trained with --tables disk), not in model.safetensors; an inference copy (--out, --fold-jtok, --weight-dtype) ",
          "would hold them whole in memory. Export the tables with `jtok export --checkpoint ", dir,
-         " --table-store OUT [--table-dtype bf16|int8]` and run eval / generate / serve --checkpoint ", dir,
+         " --table-store OUT [--table-dtype bf16|int8|int4]` and run eval / generate / serve --checkpoint ", dir,
          " --tables disk --table-store OUT");
   const Config cfg = load_checkpoint_config(dir);  // the tables' names and shapes; no weight is read
   const Model m = make_model(cfg.model, 0, {.init = false, .grads = false, .tables = false});
@@ -138,7 +138,7 @@ void export_jtok() {
   using namespace jtok;
   namespace fs = std::filesystem;
   if (self->count("--dtype") || self->count("--name")) fail("export: --dtype and --name are for --format gguf");
-  const Dtype tdt = parse_dtype(args.table_dtype, "--table-dtype");
+  const Dtype tdt = parse_dtype(args.table_dtype, "--table-dtype", {Dtype::f32, Dtype::bf16, Dtype::int8, Dtype::int4});
   if (args.table_store.empty() == args.out.empty()) fail("export: give --out DIR, or --table-store DIR (not both)");
   if (!args.out.empty() && fs::exists(args.out)) fail("--out ", args.out, " exists; give a new directory");
   if (!args.table_store.empty() && fs::exists(args.table_store))
@@ -158,7 +158,7 @@ void export_jtok() {
     folded = fold_jtok(ck.model);
     ck.cfg.model = ck.model.cfg;  // jtok_norm = false now
   }
-  // bf16 / int8 (symmetric, per-row scale) tables, JTok's (folded or not) and JTok-M's alike.
+  // bf16 / int8 / int4 (symmetric, per-row scale) tables, JTok's (folded or not) and JTok-M's alike.
   if (tdt != Dtype::f32)
     for (auto& t : ck.model.tables) t = quantize_table(t, tdt);
   if (!args.table_store.empty()) {  // the tables alone, token-major, for --tables disk
@@ -209,8 +209,10 @@ void setup(CLI::App* sub) {
                   "(a new directory; --table-dtype applies); of a checkpoint trained with --tables disk, streamed from "
                   "its training store");
   sub->add_flag("--fold-jtok", args.fold, "jtok: store JTok's gate table G = s * Norm(E) (inference: 1 + G[x])");
-  sub->add_option("--table-dtype", args.table_dtype, "jtok: token-table storage: f32, bf16, or int8 (per-row scale)")
-      ->check(CLI::IsMember({"f32", "bf16", "int8"}));
+  sub->add_option("--table-dtype", args.table_dtype,
+                  "jtok: token-table storage: f32, bf16, int8 or int4 (symmetric, one scale a row; int4: two values a "
+                  "byte, levels -7..7); inference only")
+      ->check(CLI::IsMember({"f32", "bf16", "int8", "int4"}));
   sub->add_option("--weight-dtype", args.weight_dtype,
                   "jtok: dtype of the attention / MLP projections, MoE experts, embedding and LM head: f32, bf16, or int8 "
                   "(symmetric, one scale per output row); inference only")

@@ -62,7 +62,7 @@ static LoadedCheckpoint load_checkpoint_for_inference(const std::string& dir, co
     if (const auto store = disk_tables_store(dir))
       fail("checkpoint ", dir, " keeps its token tables in the training table store ", *store,
            " (trained with --tables disk), not in model.safetensors: export them once with `jtok export --checkpoint ", dir,
-           " --table-store OUT [--table-dtype bf16|int8]`, then pass --tables disk --table-store OUT");
+           " --table-store OUT [--table-dtype bf16|int8|int4]`, then pass --tables disk --table-store OUT");
   Config cfg = load_checkpoint_config(dir);
   // Every value comes from the file; mapped or disk tables get no storage of their own.
   Model m = make_model(cfg.model, 0, {.init = false, .grads = false, .tables = tables == "ram"});

@@ -15,8 +15,8 @@
 # paper's CPU-offload figure (-4.5 % JTok, -7.3 % JTok-M decode, SGLang on 8 H800s, batch 16).
 #
 #   bench/table_store_limit.sh [--quick] [--new-tokens N] [--prompt-tokens P] [--threads N] [--rounds R]
-#                              [--limit-frac F] [--cache-mb N] [--table-dtype f32|bf16|int8] [--spread]
-#                              [--compare-direct-io]
+#                              [--limit-frac F] [--cache-mb N] [--table-dtype f32|bf16|int8|int4]
+#                              [--spread] [--compare-direct-io]
 #
 # Model: random weights (bench/random_checkpoint.py), config b's GPT-2-small-sized backbone
 # (d 768, 12 layers) with JTok and JTok-M n_e 4 on all 12 layers: 60 tables of 50,304 x 768 (9.3 GB

@@ -1,8 +1,8 @@
 // The one row store (model/token_table.h), in the manner of ggml's test-backend-ops: one case
-// struct, run over every storage a token table has (RAM, a read-only view, bf16, int8, a one-rank
-// shard, each rank's shard of a two-rank split by id mod P and by contiguous ranges, the token-major
-// disk store in f32 / bf16 / int8 with a cache smaller than the table), gather and scatter against
-// their plain references:
+// struct, run over every storage a token table has (RAM, a read-only view, bf16, int8, int4, a
+// one-rank shard, each rank's shard of a two-rank split by id mod P and by contiguous ranges, the
+// token-major disk store in f32 / bf16 / int8 / int4 with a cache smaller than the table), gather
+// and scatter against their plain references:
 //   - gather_rows equals gather_rows_ref bit for bit, and the whole f32 table's rows within the
 //     storage's quantisation bound; the sync hook sees (table, the id's row) once per id;
 //   - scatter_rows equals scatter_rows_ref bit for bit and gathers back exactly on writable
@@ -73,12 +73,16 @@ std::vector<StorageCase> storages() {
        false, [](double m) { return m * std::ldexp(1.0, -8); }},
       {"int8", [](const std::vector<float>& w) { return quantize_table(TokenTable::in_ram(V, d, w), Dtype::int8); },
        false, [](double m) { return m / 127.0 * 0.5 + 1e-6 * m; }},
+      {"int4", [](const std::vector<float>& w) { return quantize_table(TokenTable::in_ram(V, d, w), Dtype::int4); },
+       false, [](double m) { return m / 7.0 * 0.5 + 1e-6 * m; }},
       {"shard P=1", [](const std::vector<float>& w) { return shard_of(w, {V, 1}, 0); }, true, exact},
       {"disk f32", [](const std::vector<float>& w) { return on_disk(w, Dtype::f32); }, false, exact},
       {"disk bf16", [](const std::vector<float>& w) { return on_disk(w, Dtype::bf16); }, false,
        [](double m) { return m * std::ldexp(1.0, -8); }},
       {"disk int8", [](const std::vector<float>& w) { return on_disk(w, Dtype::int8); }, false,
        [](double m) { return m / 127.0 * 0.5 + 1e-6 * m; }},
+      {"disk int4", [](const std::vector<float>& w) { return on_disk(w, Dtype::int4); }, false,
+       [](double m) { return m / 7.0 * 0.5 + 1e-6 * m; }},
   };
   for (auto kind : {dist::RowOwner::kModP, dist::RowOwner::kContiguous})
     for (int r = 0; r < 2; ++r)

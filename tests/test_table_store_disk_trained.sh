@@ -31,7 +31,7 @@ expect_fail() {  # expect_fail NEEDLE CMD...: the command fails (exit 1, not a c
   [ $rc = 1 ] || { echo "FAIL: exit $rc (not 1): $*"; cat "$T/out.txt"; exit 1; }
   grep -q -- "$needle" "$T/out.txt" || { echo "FAIL: '$*' did not say '$needle':"; cat "$T/out.txt"; exit 1; }
 }
-ADVICE="--table-store OUT \[--table-dtype bf16|int8\]\`, then pass --tables disk --table-store OUT"
+ADVICE="--table-store OUT \[--table-dtype bf16|int8|int4\]\`, then pass --tables disk --table-store OUT"
 expect_fail "$ADVICE" "$JTOK" eval --checkpoint "$T/disk/run" --no-blimp
 expect_fail "$ADVICE" "$JTOK" generate --checkpoint "$CK" --prompt x
 expect_fail "$ADVICE" "$JTOK" generate --checkpoint "$CK" --prompt x --tables mmap

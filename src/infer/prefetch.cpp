@@ -43,7 +43,7 @@ int64_t touch_rows(const Model& m, const std::vector<TableRow>& rows) {
       const uintptr_t begin = reinterpret_cast<uintptr_t>(t.raw_row(r.row));
       const uintptr_t lo = begin & ~(page - 1), hi = (begin + static_cast<uintptr_t>(t.row_stride_bytes()) + page - 1) & ~(page - 1);
       uintptr_t spans[2][2] = {{lo, hi}, {0, 0}};
-      if (t.dtype() == Dtype::int8) {
+      if (dtype_scaled(t.dtype())) {
         const uintptr_t s = reinterpret_cast<uintptr_t>(t.scales() + r.row) & ~(page - 1);
         spans[1][0] = s;
         spans[1][1] = s + page;

@@ -104,7 +104,7 @@ void write_table_store(const std::string& dir, int64_t V, const std::vector<Tabl
   for (const TableStoreSpec& t : tables) {
     offset.push_back(block);
     jt.push_back({{"name", t.name}, {"dim", t.dim}, {"dtype", dtype_name(t.dtype)}, {"offset", block}});
-    block = align4(block + t.dim * dtype_bytes(t.dtype) + (t.dtype == Dtype::int8 ? 4 : 0));
+    block = align4(block + dtype_row_bytes(t.dtype, t.dim) + (dtype_scaled(t.dtype) ? 4 : 0));
   }
   const auto [per_page, stride] = geometry(block);
   const int64_t total = data_bytes(V, per_page, stride);
@@ -123,10 +123,10 @@ void write_table_store(const std::string& dir, int64_t V, const std::vector<Tabl
       for (int64_t id = first; id < std::min(V, first + tokens); ++id) {
         uint8_t* b = page.data() + (id - first) * (per_page > 1 ? block : 0);
         for (size_t k = 0; k < tables.size(); ++k) {
-          const int64_t bytes = tables[k].dim * dtype_bytes(tables[k].dtype);
+          const int64_t bytes = dtype_row_bytes(tables[k].dtype, tables[k].dim);
           float scale = 0.0f;
           row(id, static_cast<int64_t>(k), b + offset[k], &scale);
-          if (tables[k].dtype == Dtype::int8) std::memcpy(b + offset[k] + bytes, &scale, 4);
+          if (dtype_scaled(tables[k].dtype)) std::memcpy(b + offset[k] + bytes, &scale, 4);
         }
       }
       sum = fnv1a(sum, page.data(), static_cast<size_t>(unit));
@@ -163,7 +163,7 @@ void write_table_store(const std::string& dir, const std::vector<TokenTable>& ta
   write_table_store(dir, V, specs, [&](int64_t id, int64_t k, void* raw, float* scale) {
     const TokenTable& t = tables[static_cast<size_t>(k)];
     std::memcpy(raw, t.raw_row(id), static_cast<size_t>(t.row_stride_bytes()));
-    if (t.dtype() == Dtype::int8) *scale = t.scales()[id];
+    if (dtype_scaled(t.dtype())) *scale = t.scales()[id];
   }, source);
 }
 
@@ -187,7 +187,7 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
     const std::string format = j.at("format").get<std::string>();
     if (format == "jtok-table-store-train-1")  // model/table_store_write.h: rows with moments, maybe owing steps
       fail("table store ", dir, " is a training store (jtok train --tables disk, ", mpath, "): convert it for --tables disk with "
-           "`jtok export --checkpoint CK --table-store OUT [--table-dtype bf16|int8]` (CK: the run's checkpoint at the store's step) "
+           "`jtok export --checkpoint CK --table-store OUT [--table-dtype bf16|int8|int4]` (CK: the run's checkpoint at the store's step) "
            "and pass --table-store OUT");
     if (format != kFormat) fail(mpath, ": format '", format, "', expected ", kFormat);
     s->ids_ = j.at("ids").get<int64_t>();
@@ -196,7 +196,8 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
     s->stride_ = j.at("stride").get<int64_t>();
     for (const auto& t : j.at("tables"))
       s->tables_.push_back({t.at("name").get<std::string>(), t.at("dim").get<int64_t>(),
-                            parse_dtype(t.at("dtype").get<std::string>(), mpath + " field dtype"),
+                            parse_dtype(t.at("dtype").get<std::string>(), mpath + " field dtype",
+                                        {Dtype::f32, Dtype::bf16, Dtype::int8, Dtype::int4}),
                             t.at("offset").get<int64_t>()});
     s->data_path_ = (fs::path(dir) / j.at("data_file").get<std::string>()).string();
     if (j.contains("source")) s->source_ = parse_source(j.at("source"));  // older stores have none
@@ -205,7 +206,8 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
       fail(mpath, ": inconsistent block geometry (ids ", s->ids_, ", block_bytes ", s->block_bytes_, ", per_page ",
            s->per_page_, ", stride ", s->stride_, ")");
     for (const auto& t : s->tables_)
-      if (t.dim <= 0 || t.offset < 0 || t.offset + t.dim * dtype_bytes(t.dtype) > s->block_bytes_)
+      if (t.dim <= 0 || t.offset < 0 ||
+          t.offset + dtype_row_bytes(t.dtype, t.dim) + (dtype_scaled(t.dtype) ? 4 : 0) > s->block_bytes_)
         fail(mpath, ": table ", t.name, " (dim ", t.dim, " at offset ", t.offset, ") does not fit the ", s->block_bytes_,
              "-byte block");
     const int64_t want = data_bytes(s->ids_, s->per_page_, s->stride_);
@@ -376,14 +378,14 @@ void TableStore::read_raw(int64_t k, int64_t id, void* raw, float* scale) const 
   const TableStoreTable& t = tables_[static_cast<size_t>(k)];
   std::unique_lock<std::mutex> lock(mu_);
   const uint8_t* b = block(id, lock);  // copied under the lock: the slot cannot be reused meanwhile
-  const int64_t bytes = t.dim * dtype_bytes(t.dtype);
+  const int64_t bytes = dtype_row_bytes(t.dtype, t.dim);
   if (!b) {  // a failed read: zeros (the caller's take_error() reports it)
     std::memset(raw, 0, static_cast<size_t>(bytes));
     *scale = 0.0f;
     return;
   }
   std::memcpy(raw, b + t.offset, static_cast<size_t>(bytes));
-  if (t.dtype == Dtype::int8) std::memcpy(scale, b + t.offset + bytes, sizeof(float));
+  if (dtype_scaled(t.dtype)) std::memcpy(scale, b + t.offset + bytes, sizeof(float));
 }
 
 std::string TableStore::take_error() const {

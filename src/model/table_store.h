@@ -4,8 +4,9 @@
 //   tables.bin     token t's block at (t / per_page) * 4096 + (t % per_page) * block_bytes when a
 //                  block fits a 4 KiB page (per_page blocks a page, none straddling two), else at
 //                  t * stride (stride = block_bytes rounded up to 4 KiB); the block holds each
-//                  table's row in the manifest's order (dim elements of its dtype, then an int8
-//                  row's float scale), each part 4-byte aligned.
+//                  table's row in the manifest's order (dim elements of its dtype, int4 two a
+//                  byte in (dim + 1) / 2 bytes, then an int8 / int4 row's float scale), each
+//                  part starting 4-byte aligned.
 //   manifest.json  format, ids, the block geometry, per table its name, dim, dtype and offset in
 //                  the block, the data file's size and FNV-1a 64 checksum, and (optional: older
 //                  stores lack it) the source: the checkpoint's directory name and step.
@@ -58,7 +59,7 @@ void write_table_store(const std::string& dir, const std::vector<TokenTable>& ta
                        const TableStoreSource& source = {});
 
 // A table of a store to write, and where its rows come from: row(id, k, raw, scale) puts table k's
-// row of `id` in raw (dim elements of its dtype) and an int8 row's scale in *scale. Called in token
+// row of `id` in raw (dim elements of its dtype) and an int8 / int4 row's scale in *scale. Called in token
 // order (id ascending, then k), one page of blocks held at a time: a source on disk is read
 // sequentially and no whole table ever exists (an export of a training store, train/store_export.h).
 struct TableStoreSpec {
@@ -91,7 +92,7 @@ class TableStore {
   const std::vector<TableStoreTable>& tables() const { return tables_; }
   int64_t ids() const { return ids_; }
   int64_t block_bytes() const { return block_bytes_; }  // one token's block (the bytes of one read)
-  // The raw row of table k for `id` (dim elements of its dtype) and its int8 scale, copied to raw /
+  // The raw row of table k for `id` (dim elements of its dtype) and its int8 / int4 scale, copied to raw /
   // *scale from the cached block (read from the file on a miss). Thread-safe; never throws (the
   // gathers call it in parallel loops): a failed read (EIO, a short read) gives zeros and is kept
   // for take_error().

@@ -11,6 +11,7 @@
 #include "core/parallel.h"
 #include "model/table_store.h"
 #include "model/table_store_write.h"
+#include "ops/int4_rows.h"
 #include "ops/lowp_linear.h"
 
 namespace jtok {
@@ -32,9 +33,9 @@ TokenTable TokenTable::in_ram(int64_t rows, int64_t dim, std::vector<float> valu
 TokenTable TokenTable::quantized_in_ram(int64_t rows, int64_t dim, Dtype dt, std::vector<uint8_t> bytes,
                                         std::vector<float> scales) {
   JTOK_CHECK(dt != Dtype::f32, "quantized_in_ram: f32 tables use in_ram");
-  JTOK_CHECK(rows >= 0 && dim >= 0 && static_cast<int64_t>(bytes.size()) == rows * dim * dtype_bytes(dt),
+  JTOK_CHECK(rows >= 0 && dim >= 0 && static_cast<int64_t>(bytes.size()) == rows * dtype_row_bytes(dt, dim),
              dtype_name(dt), " token table of ", rows, " x ", dim, " given ", bytes.size(), " bytes");
-  JTOK_CHECK(static_cast<int64_t>(scales.size()) == (dt == Dtype::int8 ? rows : 0), dtype_name(dt),
+  JTOK_CHECK(static_cast<int64_t>(scales.size()) == (dtype_scaled(dt) ? rows : 0), dtype_name(dt),
              " token table of ", rows, " rows given ", scales.size(), " scales");
   TokenTable t;
   t.rows = t.id_count = rows;
@@ -52,7 +53,7 @@ TokenTable TokenTable::view(int64_t rows, int64_t dim, const float* data, std::s
 TokenTable TokenTable::view(int64_t rows, int64_t dim, Dtype dt, const void* data, const float* scales,
                             std::shared_ptr<const void> owner) {
   JTOK_CHECK(owner != nullptr && (data != nullptr || rows * dim == 0), "token table view without storage");
-  JTOK_CHECK((dt == Dtype::int8) == (scales != nullptr) || rows == 0, "token table view: int8 tables (only) need scales");
+  JTOK_CHECK(dtype_scaled(dt) == (scales != nullptr) || rows == 0, "token table view: int8 / int4 tables (only) need scales");
   TokenTable t;
   t.rows = t.id_count = rows;
   t.dim = dim;
@@ -136,7 +137,7 @@ float table_element_ref(const TokenTable& t, int64_t r, int64_t j) {
     raw = disk.data();
   } else {
     raw = static_cast<const uint8_t*>(t.raw_row(r));
-    if (t.dtype() == Dtype::int8) scale = t.scales()[r];
+    if (dtype_scaled(t.dtype())) scale = t.scales()[r];
   }
   switch (t.dtype()) {
     case Dtype::f32: {
@@ -151,6 +152,8 @@ float table_element_ref(const TokenTable& t, int64_t r, int64_t j) {
     }
     case Dtype::int8:
       return static_cast<float>(reinterpret_cast<const int8_t*>(raw)[j]) * scale;
+    case Dtype::int4:
+      return int4_element(raw, scale, j);
   }
   return 0.0f;
 }
@@ -160,7 +163,7 @@ void TokenTable::read_row_ref(int64_t r, float* out) const {
 }
 
 namespace {
-// out (d) = one row's raw elements of dtype dt in f32 (int8: times the row's scale).
+// out (d) = one row's raw elements of dtype dt in f32 (int8 / int4: times the row's scale).
 void dequantize_row(Dtype dt, const void* raw, float scale, int64_t d, float* out) {
   switch (dt) {
     case Dtype::f32:
@@ -179,6 +182,9 @@ void dequantize_row(Dtype dt, const void* raw, float scale, int64_t d, float* ou
       for (int64_t j = 0; j < d; ++j) out[j] = static_cast<float>(src[j]) * scale;
       return;
     }
+    case Dtype::int4:
+      dequantize_int4_row(out, static_cast<const uint8_t*>(raw), scale, d);
+      return;
   }
 }
 }  // namespace
@@ -196,7 +202,7 @@ void TokenTable::read_row(int64_t r, float* out) const {
     dequantize_row(dtype_, raw.data(), scale, dim, out);
     return;
   }
-  dequantize_row(dtype_, raw_row(r), dtype_ == Dtype::int8 ? scales()[r] : 0.0f, dim, out);
+  dequantize_row(dtype_, raw_row(r), dtype_scaled(dtype_) ? scales()[r] : 0.0f, dim, out);
 }
 
 std::vector<float> TokenTable::to_vector() const {
@@ -211,14 +217,16 @@ TokenTable quantize_table(const TokenTable& t, Dtype dt) {
   const int64_t R = t.rows, d = t.dim;
   if (t.dtype() != Dtype::f32) fail("quantize_table: the table is already ", dtype_name(t.dtype()));
   if (dt == Dtype::f32) return TokenTable::in_ram(R, d, t.to_vector());
-  std::vector<uint8_t> bytes(static_cast<size_t>(R * d * dtype_bytes(dt)));
-  std::vector<float> scales(dt == Dtype::int8 ? static_cast<size_t>(R) : 0);
+  std::vector<uint8_t> bytes(static_cast<size_t>(R * dtype_row_bytes(dt, d)));
+  std::vector<float> scales(dtype_scaled(dt) ? static_cast<size_t>(R) : 0);
   if (t.numel() == 0) return TokenTable::quantized_in_ram(R, d, dt, std::move(bytes), std::move(scales));
   const float* x = t.row(0);  // f32 rows, contiguous
   if (dt == Dtype::bf16)
     quantize_bf16(reinterpret_cast<uint16_t*>(bytes.data()), x, R * d);
-  else
+  else if (dt == Dtype::int8)
     quantize_int8_rows(reinterpret_cast<int8_t*>(bytes.data()), scales.data(), x, R, d);
+  else
+    quantize_int4_rows(bytes.data(), scales.data(), x, R, d);
   return TokenTable::quantized_in_ram(R, d, dt, std::move(bytes), std::move(scales));
 }
 
@@ -255,7 +263,7 @@ int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n) {
     const uintptr_t begin = reinterpret_cast<uintptr_t>(t.raw_row(ids[i]));
     const uintptr_t lo = begin & ~(page - 1), hi = (begin + row_bytes + page - 1) & ~(page - 1);
     madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_WILLNEED);  // a hint: its failure changes nothing
-    if (t.dtype() == Dtype::int8) {  // and the row's scale
+    if (dtype_scaled(t.dtype())) {  // and the row's scale
       const uintptr_t s = reinterpret_cast<uintptr_t>(t.scales() + ids[i]) & ~(page - 1);
       madvise(reinterpret_cast<void*>(s), page, MADV_WILLNEED);
     }

@@ -19,15 +19,16 @@ class TableStore;
 class TrainTableStore;
 
 // How a table's rows are stored. f32 is the training format (and the default); bf16 (the upper 16
-// bits of the float, rounded to nearest even) and int8 (symmetric, one float scale per row:
-// x ~ scale[r] * q, q in [-127, 127], scale[r] = max_j |x[r][j]| / 127) are inference exports
-// (jtok export --table-dtype): read-only, dequantized to f32 row by row by the gather (Dtype,
-// core/dtype.h).
+// bits of the float, rounded to nearest even), int8 (symmetric, one float scale per row:
+// x ~ scale[r] * q, q in [-127, 127], scale[r] = max_j |x[r][j]| / 127) and int4 (the same with
+// q in [-7, 7], scale[r] = max_j |x[r][j]| / 7, two values a byte: ops/int4_rows.h) are inference
+// exports (jtok export --table-dtype): read-only, dequantized to f32 row by row by the gather
+// (Dtype, core/dtype.h).
 
 // A table is a view of rows x dim values over its storage: its own RAM (a std::vector, writable if
 // f32: the trainer updates it), or a read-only region owned by something else (a memory-mapped
 // checkpoint file: the rows are read in place, only touched pages become resident). Its elements
-// are f32, bf16 or int8 with a per-row scale (Dtype). Readers of any dtype use read_row() (or
+// are f32, bf16, or int8 / int4 with a per-row scale (Dtype). Readers of any dtype use read_row() (or
 // the gathers below, which dequantize); data() / row() / values() are the f32 tables' direct view
 // and fail on another dtype. Writers use mutable_*(), which fail on a read-only view and on a
 // quantized table. Copying a RAM table copies its rows; copying a view shares the owner.
@@ -44,13 +45,14 @@ class TokenTable {
   // Writable RAM storage of rows x dim zeros, or of `values` (size rows * dim, checked).
   static TokenTable in_ram(int64_t rows, int64_t dim);
   static TokenTable in_ram(int64_t rows, int64_t dim, std::vector<float> values);
-  // RAM storage of a bf16 / int8 table: `bytes` (rows * dim elements of the dtype, little-endian)
-  // and, for int8, `scales` (rows floats; empty for bf16). Checked sizes. Read-only.
+  // RAM storage of a bf16 / int8 / int4 table: `bytes` (rows rows of dtype_row_bytes(dt, dim),
+  // little-endian) and, for int8 / int4, `scales` (rows floats; empty for bf16). Checked sizes.
+  // Read-only.
   static TokenTable quantized_in_ram(int64_t rows, int64_t dim, Dtype dt, std::vector<uint8_t> bytes,
                                      std::vector<float> scales);
   // Read-only view of rows x dim floats at `data`, kept alive by `owner` (e.g. a MappedFile).
   static TokenTable view(int64_t rows, int64_t dim, const float* data, std::shared_ptr<const void> owner);
-  // The same for any dtype: `data` rows * dim elements of dt, `scales` rows floats (int8 only).
+  // The same for any dtype: `data` rows rows of dt, `scales` rows floats (int8 / int4 only).
   static TokenTable view(int64_t rows, int64_t dim, Dtype dt, const void* data, const float* scales,
                          std::shared_ptr<const void> owner);
   // A shape without storage, for a loader to replace with a view (data() is null; writes fail).
@@ -78,8 +80,8 @@ class TokenTable {
   int64_t store_table() const { return store_table_; }     // its index in the store
   bool is_view() const { return owner_ != nullptr; }  // storage owned elsewhere (a mapped file)
   int64_t numel() const { return rows * dim; }
-  // Storage bytes: rows * dim elements plus the int8 scales.
-  int64_t storage_bytes() const { return numel() * dtype_bytes(dtype_) + (dtype_ == Dtype::int8 ? rows * 4 : 0); }
+  // Storage bytes: the rows plus the int8 / int4 scales.
+  int64_t storage_bytes() const { return rows * row_stride_bytes() + (dtype_scaled(dtype_) ? rows * 4 : 0); }
   // f32 tables only (fail otherwise, naming the dtype).
   const float* data() const {
     if (dtype_ != Dtype::f32) not_f32("data()");
@@ -88,9 +90,9 @@ class TokenTable {
   }
   const float* row(int64_t r) const { return data() + r * dim; }
   std::span<const float> values() const { return {data(), static_cast<size_t>(numel())}; }
-  // Any dtype: the raw elements of row r (row_stride_bytes() each), and an int8 table's scales.
+  // Any dtype: the raw elements of row r (row_stride_bytes() each), and an int8 / int4 table's scales.
   const void* raw_row(int64_t r) const { return raw_data() + r * row_stride_bytes(); }
-  int64_t row_stride_bytes() const { return dim * dtype_bytes(dtype_); }
+  int64_t row_stride_bytes() const { return dtype_row_bytes(dtype_, dim); }
   const float* scales() const { return owner_ ? scale_view_ : scale_ram_.data(); }
   // out (dim) = row r in f32 (dequantized): the fast path (vectorized), and the plain reference
   // (one element at a time through table_element_ref). Equal bit for bit (tests/test_jtok.cpp).
@@ -111,20 +113,20 @@ class TokenTable {
   }
   Dtype dtype_ = Dtype::f32;
   std::vector<float> ram_;               // f32 RAM storage (empty for a view)
-  std::vector<uint8_t> qram_;            // bf16 / int8 RAM storage
-  std::vector<float> scale_ram_;         // int8 RAM scales
+  std::vector<uint8_t> qram_;            // bf16 / int8 / int4 RAM storage
+  std::vector<float> scale_ram_;         // int8 / int4 RAM scales
   const void* view_ = nullptr;           // a view's rows
-  const float* scale_view_ = nullptr;    // a view's int8 scales
+  const float* scale_view_ = nullptr;    // a view's int8 / int4 scales
   std::shared_ptr<const void> owner_;    // keeps a view's storage alive; null for RAM
   std::shared_ptr<const TableStore> store_;  // a disk table's store (its table store_table_)
   std::shared_ptr<TrainTableStore> train_store_;  // a training store's table (its table store_table_)
   int64_t store_table_ = -1;
 };
 
-// The reference decoding of one element: bf16 bits << 16, or float(q) * scale.
+// The reference decoding of one element: bf16 bits << 16, or float(q) * scale (int4: its nibble).
 float table_element_ref(const TokenTable& t, int64_t r, int64_t j);
-// A RAM copy of the f32 table t stored as dt (bf16: round to nearest even; int8: symmetric per-row
-// scale max|x| / 127, q = round(x / scale)). f32 gives a plain copy. t must be f32.
+// A RAM copy of the f32 table t stored as dt (bf16: round to nearest even; int8 / int4: symmetric
+// per-row scale max|x| / 127 (/ 7), q = round(x / scale)). f32 gives a plain copy. t must be f32.
 TokenTable quantize_table(const TokenTable& t, Dtype dt);
 
 // Brings row `row` of table `table` (an index into Model::tables) up to date before a gather reads
@@ -199,7 +201,7 @@ int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n);
 void check_table_reads(const std::vector<TokenTable>& tables);
 
 // The one gather: out (n, dim) = the rows of ids (each held by t, else it fails naming the id), in
-// f32 whatever the storage (RAM, view, bf16, int8, a rank's shard). sync (optional): called with
+// f32 whatever the storage (RAM, view, bf16, int8, int4, a rank's shard). sync (optional): called with
 // (table, the id's row in t) before the row is read; `table` is the caller's index of t (Model::tables).
 void gather_rows(float* out, const TokenTable& t, const int32_t* ids, int64_t n, const RowSync& sync = {},
                  int64_t table = 0);

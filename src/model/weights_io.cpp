@@ -65,18 +65,29 @@ void load_weights(Model& m, const StFile& f, const std::string& origin) {
 
 std::string table_scale_name(const std::string& table) { return table + "_scale"; }
 
+// A token table's safetensors dtype: int4 rows are stored as U8 (two values a byte, rows of
+// (dim + 1) / 2 bytes: safetensors has no 4-bit type).
+static const char* table_st_dtype(Dtype dt) {
+  return dt == Dtype::f32 ? "F32" : dt == Dtype::bf16 ? "BF16" : dt == Dtype::int8 ? "I8" : "U8";
+}
+
 Dtype table_dtype_in_file(const StIndex& f, const std::string& name, int64_t rows, int64_t dim) {
   auto it = f.tensors.find(name);
   if (it == f.tensors.end()) fail(f.path, ": missing tensor ", name);
   const StEntry& e = it->second;
-  const Dtype dt = e.dtype == "F32" ? Dtype::f32 : e.dtype == "BF16" ? Dtype::bf16 : e.dtype == "I8" ? Dtype::int8 : [&]() -> Dtype {
-    fail(f.path, ": token table ", name, " has dtype ", e.dtype, ", expected F32, BF16 or I8");
-  }();
-  if (e.shape != std::vector<int64_t>{rows, dim})
-    fail(f.path, ": tensor ", name, " has shape ", shape_str(e.shape), ", the config needs ", shape_str({rows, dim}));
-  if (dt == Dtype::int8) {
+  Dtype dt = Dtype::f32;
+  for (Dtype t : {Dtype::f32, Dtype::bf16, Dtype::int8, Dtype::int4})
+    if (e.dtype == table_st_dtype(t)) dt = t;
+  if (e.dtype != table_st_dtype(dt))
+    fail(f.path, ": token table ", name, " has dtype ", e.dtype, ", expected F32, BF16, I8 or U8 (int4, two values a byte)");
+  const std::vector<int64_t> want{rows, dt == Dtype::int4 ? dtype_row_bytes(dt, dim) : dim};
+  if (e.shape != want)
+    fail(f.path, ": tensor ", name, " has shape ", shape_str(e.shape), ", the config needs ", shape_str(want),
+         dt == Dtype::int4 ? " (int4: (dim + 1) / 2 bytes a row)" : "");
+  if (dtype_scaled(dt)) {
     auto sc = f.tensors.find(table_scale_name(name));
-    if (sc == f.tensors.end()) fail(f.path, ": int8 token table ", name, " has no per-row scales (", table_scale_name(name), ")");
+    if (sc == f.tensors.end())
+      fail(f.path, ": ", dtype_name(dt), " token table ", name, " has no per-row scales (", table_scale_name(name), ")");
     check_f32(sc->second.dtype, sc->second.shape, sc->first, {rows}, f.path);
   }
   return dt;
@@ -105,10 +116,10 @@ void load_weights(Model& m, const StIndex& f, bool tables, bool tables_in_file) 
       read_tensor_bytes(f, name, t.mutable_data());
       continue;
     }
-    std::vector<uint8_t> bytes(static_cast<size_t>(t.numel() * dtype_bytes(dt)));
+    std::vector<uint8_t> bytes(static_cast<size_t>(t.rows * dtype_row_bytes(dt, t.dim)));
     read_tensor_bytes(f, name, bytes.data());
     std::vector<float> scales;
-    if (dt == Dtype::int8) {
+    if (dtype_scaled(dt)) {
       expected.insert(table_scale_name(name));
       scales.resize(static_cast<size_t>(t.rows));
       read_tensor_bytes(f, table_scale_name(name), scales.data());
@@ -135,11 +146,11 @@ void load_weights_mapped(Model& m, const std::shared_ptr<const MappedFile>& file
     expected.insert(name);
     const Dtype dt = table_dtype_in_file(idx, name, rows, dim);
     const StEntry& t = idx.tensors.at(name);
-    if (t.offset % static_cast<uint64_t>(dtype_bytes(dt)) != 0)
+    if (t.offset % static_cast<uint64_t>(dt == Dtype::int4 ? 1 : dtype_bytes(dt)) != 0)
       fail(idx.path, ": tensor ", name, " starts at byte ", t.offset, ", not aligned to its ", dtype_name(dt),
            " elements: cannot be read in place");
     const float* scales = nullptr;
-    if (dt == Dtype::int8) {
+    if (dtype_scaled(dt)) {
       const std::string sn = table_scale_name(name);
       expected.insert(sn);
       const StEntry& se = idx.tensors.at(sn);
@@ -184,9 +195,10 @@ StFile weights_to_st(const Model& m) {
       continue;
     }
     const char* raw = static_cast<const char*>(t.raw_row(0));
-    f.tensors[m.table_names[k]] = StTensor{t.dtype() == Dtype::bf16 ? "BF16" : "I8", {t.rows, t.dim},
-                                           std::string(raw, raw + t.numel() * dtype_bytes(t.dtype()))};
-    if (t.dtype() == Dtype::int8) f.tensors[table_scale_name(m.table_names[k])] = st_f32({t.rows}, t.scales());
+    const int64_t cols = t.dtype() == Dtype::int4 ? t.row_stride_bytes() : t.dim;  // int4: U8 bytes, two values each
+    f.tensors[m.table_names[k]] = StTensor{table_st_dtype(t.dtype()), {t.rows, cols},
+                                           std::string(raw, raw + t.rows * t.row_stride_bytes())};
+    if (dtype_scaled(t.dtype())) f.tensors[table_scale_name(m.table_names[k])] = st_f32({t.rows}, t.scales());
   }
   return f;
 }

@@ -12,18 +12,19 @@
 namespace jtok {
 
 // Every parameter: the flat ones and the token-indexed (JTok, JTok-M) tables. A table is stored in
-// its dtype: F32, BF16, or I8 with its per-row scales beside it as F32 tensor <name>_scale (rows).
+// its dtype: F32, BF16, I8 or (int4) U8 of shape (rows, (dim + 1) / 2), two values a byte
+// (ops/int4_rows.h); I8 and U8 with their per-row scales beside them as F32 tensor <name>_scale (rows).
 StFile weights_to_st(const Model& m);  // tables on disk (TokenTable::on_disk) left out
-// The int8 scales' tensor name of table `table`: table + "_scale".
+// The int8 / int4 scales' tensor name of table `table`: table + "_scale".
 std::string table_scale_name(const std::string& table);
-// Table `name` of f: its dtype (F32, BF16 or I8; an I8 table needs its F32 (rows) scales), after
-// checking shape (rows, dim); errors name the file and tensor.
+// Table `name` of f: its dtype (F32, BF16, I8 or U8 = int4; I8 and U8 tables need their F32 (rows)
+// scales), after checking shape (rows, dim), (rows, (dim + 1) / 2) for U8; errors name the file and tensor.
 Dtype table_dtype_in_file(const StIndex& f, const std::string& name, int64_t rows, int64_t dim);
 // Copies every parameter (tables included) from f into m. Errors (naming `origin`) on a missing
 // tensor, a wrong shape or dtype, or a tensor the model does not have.
 void load_weights(Model& m, const StFile& f, const std::string& origin);
 // The same, streamed from the file one tensor at a time into m's buffers (checkpoints: nothing of
-// the file's size is held beside the model). bf16 / int8 tables (inference exports) load as
+// the file's size is held beside the model). bf16 / int8 / int4 tables (inference exports) load as
 // read-only quantized RAM tables (the training loader refuses them: load_checkpoint).
 // tables = false: the tables' tensors are checked (present, F32, shape) but not read (a rank of an
 // embedding-parallel run reads only its rows: dist::ShardedTables). tables_in_file = false (with

@@ -103,6 +103,8 @@ static inline void dequantize_row(float* out, const WeightMatrix& w, int64_t o) 
       for (int64_t c = 0; c < C; ++c) out[c] = static_cast<float>(q[c]) * s;
       break;
     }
+    case Dtype::int4:  // token tables only: parse_dtype never lets --weight-dtype take it
+      fail("dequantize_rows: int4 weights are not a format");
   }
 }
 

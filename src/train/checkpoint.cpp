@@ -340,7 +340,7 @@ nlohmann::json load_checkpoint(const std::string& ckpt_dir, Model& m, AdamWState
   if (in_store && tables)
     fail("checkpoint ", ckpt_dir, " keeps its token tables in a training table store (table_store.json names it), not in ",
          "model.safetensors: resume it with --tables disk --table-store DIR");
-  if (opt && !in_store)  // training: every table must be f32 (bf16 / int8 ones are inference exports)
+  if (opt && !in_store)  // training: every table must be f32 (bf16 / int8 / int4 ones are inference exports)
     for (size_t k = 0; k < m.tables.size(); ++k)
       if (Dtype dt = table_dtype_in_file(mi, m.table_names[k], m.tables[k].rows, m.tables[k].dim); dt != Dtype::f32)
         fail(mp, ": token table ", m.table_names[k], " is stored as ", dtype_name(dt),

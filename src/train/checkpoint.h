@@ -53,7 +53,7 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 // The config stored with a checkpoint (config.json), validated.
 Config load_checkpoint_config(const std::string& ckpt_dir);
 // Loads the weights into m (built from the checkpoint's config); with opt, the optimizer state too
-// (training: a checkpoint with bf16 / int8 tables, an inference export, is refused).
+// (training: a checkpoint with bf16 / int8 / int4 tables, an inference export, is refused).
 // Returns trainer_state.json. Errors name the file on anything missing, truncated or mismatched.
 // tables = false: the tables and their moments are checked but not read (m built with
 // ModelAlloc{.tables = false}; opt gets no table moments): each rank of an embedding-parallel run

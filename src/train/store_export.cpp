@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "model/table_store.h"
 #include "model/table_store_snapshot.h"
+#include "ops/int4_rows.h"
 #include "ops/lowp_linear.h"
 #include "train/disk_tables.h"
 #include "train/table_optimizer.h"
@@ -44,11 +45,12 @@ std::vector<size_t> match_tables(const Model& m, const TrainStoreLayout& l) {
   return src;
 }
 
-// out (d elements of dt, and *scale for int8) = row p (d floats).
+// out (d elements of dt, and *scale for int8 / int4) = row p (d floats).
 void store_row_as(Dtype dt, const float* p, int64_t d, void* out, float* scale) {
   if (dt == Dtype::f32) std::memcpy(out, p, static_cast<size_t>(4 * d));
   else if (dt == Dtype::bf16) quantize_bf16(static_cast<uint16_t*>(out), p, d);
-  else quantize_int8_rows(static_cast<int8_t*>(out), scale, p, 1, d);
+  else if (dt == Dtype::int8) quantize_int8_rows(static_cast<int8_t*>(out), scale, p, 1, d);
+  else quantize_int4_rows(static_cast<uint8_t*>(out), scale, p, 1, d);
 }
 
 }  // namespace
