@@ -122,7 +122,7 @@ S = [j for j in L if j.get("type") == "step" and j["step"] >= first]
 end = [j for j in L if j.get("type") == "end"][-1]
 tok = lambda ss: sum(j["tokens_per_s"] * j["ms"] for j in ss) / sum(j["ms"] for j in ss)  # tokens / time
 row = {"tables": name, "steps": len(S), "tok_s": tok(S), "tok_s_steady": tok(S[1:]) if len(S) > 1 else tok(S),
-       "first_step_ms": S[0]["ms"], "peak_rss_mib": end.get("peak_rss_kb", 0) / 1024}
+       "first_step_ms": S[0]["ms"], "peak_rss_mib": end.get("peak_rss_kb", 0) / 1024, "step_ms": [round(j["ms"]) for j in S]}
 if "table_store" in S[0]:
     for k in ("rows_read", "rows_written", "units_read", "read_ahead", "waits", "misses", "units_written"):
         row[k] = sum(j["table_store"][k] for j in S) / len(S)
@@ -131,6 +131,7 @@ store = ("  per step: rows read %(rows_read).0f, written %(rows_written).0f | un
          "lookups waited %(waits).0f, missed %(misses).0f | units written %(units_written).0f" % row) if "rows_read" in row else ""
 print("%-5s %6d %10.1f %12.1f %14.0f %9.0f%s" % (name, row["steps"], row["tok_s"], row["tok_s_steady"], row["first_step_ms"],
       row["peak_rss_mib"], store))
+print("      step ms: " + " ".join(map(str, row["step_ms"])))
 PY
 }
 printf '%-5s %6s %10s %12s %14s %9s\n' tables steps "tok/s" "tok/s (+1..)" "1st step ms" "RSS MiB"

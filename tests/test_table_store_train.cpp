@@ -27,6 +27,7 @@
 
 #include "core/error.h"
 #include "model/table_store_write.h"
+#include "model/train_store_io.h"
 #include "model/token_table.h"
 #include "train/table_optimizer.h"
 
@@ -349,6 +350,35 @@ TEST(TrainStore, TornOrAlteredStoreRefused) {
   }
 }
 
+// The unit checksum (train_store_io.h store_sum) changes under every single-bit flip of a 4 KiB
+// unit's bytes and under a torn write (the first half of one unit, the rest of another), at every
+// length's tail.
+TEST(TrainStore, TheUnitSumCatchesEveryBitFlipAndATornUnit) {
+  std::mt19937_64 rng(7);
+  std::vector<uint8_t> a(4088), b(4088);
+  for (auto& x : a) x = static_cast<uint8_t>(rng());
+  for (auto& x : b) x = static_cast<uint8_t>(rng());
+  const uint64_t base = train_store::store_sum(1, a.data(), a.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    for (int bit = 0; bit < 8; ++bit) {
+      a[i] ^= static_cast<uint8_t>(1 << bit);
+      ASSERT_NE(train_store::store_sum(1, a.data(), a.size()), base) << "byte " << i << " bit " << bit;
+      a[i] ^= static_cast<uint8_t>(1 << bit);
+    }
+  for (size_t cut = 512; cut < a.size(); cut += 512) {
+    std::vector<uint8_t> torn(a.begin(), a.begin() + static_cast<int64_t>(cut));
+    torn.insert(torn.end(), b.begin() + static_cast<int64_t>(cut), b.end());
+    EXPECT_NE(train_store::store_sum(1, torn.data(), torn.size()), base) << "cut " << cut;
+  }
+  for (size_t n = 1; n < 70; ++n) {  // every tail length: the length and the last byte count
+    EXPECT_NE(train_store::store_sum(1, a.data(), n), train_store::store_sum(1, a.data(), n - 1)) << n;
+    std::vector<uint8_t> c(a.begin(), a.begin() + static_cast<int64_t>(n));
+    c.back() ^= 0x80;
+    EXPECT_NE(train_store::store_sum(1, c.data(), n), train_store::store_sum(1, a.data(), n)) << n;
+  }
+  EXPECT_NE(train_store::store_sum(1, a.data(), a.size()), train_store::store_sum(2, a.data(), a.size()));
+}
+
 TEST(TrainStore, BadManifestOrLogRefused) {
   const auto& dims = kSmall.dims;
   auto edit = [](const std::string& path, const std::string& from, const std::string& to) {
@@ -366,8 +396,13 @@ TEST(TrainStore, BadManifestOrLogRefused) {
   }
   {
     const std::string dir = make_store(dims);
-    edit(dir + "/manifest.json", "jtok-table-store-train-1", "jtok-table-store-1");
+    edit(dir + "/manifest.json", "jtok-table-store-train-2", "jtok-table-store-1");
     expect_error([&] { TrainTableStore::open(dir, 0, 0); }, "manifest.json");
+  }
+  {  // an older jtok's store (FNV-1a unit sums) is refused, naming the format
+    const std::string dir = make_store(dims);
+    edit(dir + "/manifest.json", "jtok-table-store-train-2", "jtok-table-store-train-1");
+    expect_error([&] { TrainTableStore::open(dir, 0, 0); }, "an older jtok's");
   }
   {
     const std::string dir = make_store(dims);

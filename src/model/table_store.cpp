@@ -185,7 +185,7 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
   s->dir_ = dir;
   try {
     const std::string format = j.at("format").get<std::string>();
-    if (format == "jtok-table-store-train-1")  // model/table_store_write.h: rows with moments, maybe owing steps
+    if (format.rfind("jtok-table-store-train-", 0) == 0)  // model/table_store_write.h: rows with moments, maybe owing steps
       fail("table store ", dir, " is a training store (jtok train --tables disk, ", mpath, "): convert it for --tables disk with "
            "`jtok export --checkpoint CK --table-store OUT [--table-dtype bf16|int8|int4]` (CK: the run's checkpoint at the store's step) "
            "and pass --table-store OUT");

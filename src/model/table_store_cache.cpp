@@ -174,7 +174,7 @@ void TrainTableStore::write_units(const std::vector<Copy>& batch, Stats& st) {
     pread_all(fd_, rec.data() + kRecordHead, unit_bytes_, off, data_path_);
     st.bytes_read += unit_bytes_;
     std::memcpy(rec.data(), &off, 8);
-    const uint64_t rsum = fnv1a(fnv1a(kFnvSeed, rec.data(), 8), rec.data() + kRecordHead, static_cast<size_t>(unit_bytes_));
+    const uint64_t rsum = record_sum(rec.data(), rec.data() + kRecordHead, unit_bytes_);
     std::memcpy(rec.data() + 8, &rsum, 8);
     pwrite_all(log_fd_, rec.data(), static_cast<int64_t>(rec.size()), log_end_, log_path_);
     log_end_ += static_cast<int64_t>(rec.size());

@@ -25,7 +25,7 @@ using namespace train_store;
 
 namespace {
 
-constexpr const char* kFormat = "jtok-table-store-train-1";
+constexpr const char* kFormat = "jtok-table-store-train-2";  // -1: units summed by FNV-1a 64
 
 // (per_page, unit_bytes) of blocks of block_bytes: a unit keeps its last 8 bytes for its checksum.
 std::pair<int64_t, int64_t> geometry(int64_t block_bytes) {
@@ -111,6 +111,9 @@ namespace {
 void read_manifest(const std::string& mpath, const nlohmann::json& j, int64_t& ids, int64_t& block,
                    int64_t& per_page, int64_t& unit_bytes, std::vector<TrainStoreTable>& tables, std::string& data_file) {
   try {
+    if (j.at("format").get<std::string>() == "jtok-table-store-train-1")
+      fail(mpath, ": format jtok-table-store-train-1 (an older jtok's, its units summed by FNV-1a 64); this jtok reads ",
+           kFormat, ": finish or export that run with the jtok that made it, or start a new store");
     if (j.at("format").get<std::string>() != kFormat)
       fail(mpath, ": format '", j.at("format").get<std::string>(), "', expected ", kFormat, " (a training store)");
     ids = j.at("ids").get<int64_t>();
@@ -224,7 +227,7 @@ void for_each_undo_record(const std::string& path, int64_t unit_bytes, int64_t u
       uint64_t rsum;
       std::memcpy(&off, rec.data(), 8);
       std::memcpy(&rsum, rec.data() + 8, 8);
-      if (rsum != fnv1a(fnv1a(kFnvSeed, rec.data(), 8), rec.data() + kRecordHead, static_cast<size_t>(unit_bytes)) ||
+      if (rsum != record_sum(rec.data(), rec.data() + kRecordHead, unit_bytes) ||
           off < 0 || off % unit_bytes != 0 || off >= units * unit_bytes)
         break;  // the torn last record
       each(off, at + kRecordHead, rec.data() + kRecordHead);
