@@ -36,6 +36,7 @@ struct Args {
   int64_t table_cache_mb = 256;
   int table_io_threads = 4;
   bool table_direct_io = false;
+  std::string table_io = "auto";
   double table_lr = -1;
   bool no_memory_check = false;
 } args;
@@ -179,7 +180,9 @@ jtok::TrainOptions train_options(const jtok::Config& cfg, const jtok::FlopsRepor
   opt.table_store = args.table_store;
   opt.table_cache_mb = args.table_cache_mb;
   opt.table_io_threads = args.table_io_threads;
-  opt.table_direct_io = args.table_direct_io;
+  opt.table_io = table_io_option(args.table_io, args.table_direct_io);
+  if ((args.table_direct_io || args.table_io != "auto") && args.tables != "disk")
+    fail(args.table_direct_io ? "--table-direct-io" : "--table-io", " is for --tables disk");
   opt.init_from = init_from;
   opt.no_checkpoints = args.no_checkpoints;
   opt.skip_nonfinite_steps = args.skip_nonfinite_steps;
@@ -263,8 +266,10 @@ void setup(CLI::App* sub) {
                   "--tables disk: I/O threads reading the next step's rows ahead while a step computes (default 4; 0: no "
                   "read-ahead)")
       ->check(CLI::NonNegativeNumber);
-  sub->add_flag("--table-direct-io", args.table_direct_io,
-                "--tables disk: read the store with O_DIRECT (past the page cache; default: pread through it)");
+  sub->add_option("--table-io", args.table_io,
+                  "--tables disk: how the store is read: auto (default: O_DIRECT, past the page cache, where the file "
+                  "system takes it, else pread), direct or pread (through the page cache)");
+  sub->add_flag("--table-direct-io", args.table_direct_io, "--tables disk: the same as --table-io direct");
   sub->add_option("--embp", args.embp, "token-indexed tables under mpirun: off (replicated), or sharded by id: premix (the owner mixes each "
                   "position), naive (unique (id, table) rows fetched), premix-dedup (per id the cheaper of the two; docs/distributed.md)")
       ->check(CLI::IsMember({"off", "premix", "naive", "premix-dedup"}));

@@ -93,9 +93,16 @@ void add_table_source_options(CLI::App* sub, TableSource& src) {
   sub->add_option("--table-cache-mb", src.cache_mb, "--tables disk: DRAM cache of token rows, MB (default 256)");
   sub->add_option("--table-io-threads", src.io_threads,
                   "--tables disk: threads reading token blocks ahead of need (prompts at admission, tokens as sampled; default 8)");
-  sub->add_flag("--table-direct-io", src.direct_io,
-                "--tables disk: read the store with O_DIRECT (whole aligned pages, past the page cache; default: pread "
-                "through it)");
+  sub->add_option("--table-io", src.io,
+                  "--tables disk: how the store is read: auto (default: O_DIRECT, whole aligned pages past the page "
+                  "cache, where the file system takes it, else pread), direct or pread (through the page cache)");
+  sub->add_flag("--table-direct-io", src.direct_io, "--tables disk: the same as --table-io direct");
+}
+
+TableIo table_io_option(const std::string& table_io, bool direct_flag) {
+  const TableIo io = parse_table_io(table_io, "--table-io");
+  if (direct_flag && io == TableIo::pread) fail("--table-direct-io and --table-io pread disagree: give one");
+  return direct_flag ? TableIo::direct : io;
 }
 
 // A low-precision copy says on stderr which kernels multiply its matrices on this host.
@@ -112,13 +119,15 @@ LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const 
     fail(src.kind == "disk" ? "--tables disk needs --table-store DIR" : "--table-store is for --tables disk");
   if (src.cache_mb < 1) fail("--table-cache-mb must be at least 1, got ", src.cache_mb);
   if (src.io_threads < 1 || src.io_threads > 256) fail("--table-io-threads must be in [1, 256], got ", src.io_threads);
+  const TableIo io = table_io_option(src.io, src.direct_io);
   if (src.direct_io && src.kind != "disk") fail("--table-direct-io is for --tables disk");
+  if (src.io != "auto" && src.kind != "disk") fail("--table-io is for --tables disk");
   if (src.kind != "disk") return with_kernels_line(load_for_inference(checkpoint_or_run, src.kind == "mmap"));
   const std::string dir = resolve_checkpoint(checkpoint_or_run);
   LoadedCheckpoint ck = load_for_inference_without_tables(dir);
-  auto store = TableStore::open(src.store, src.cache_mb << 20, src.io_threads, src.direct_io);
-  std::fprintf(stderr, "table store %s: %s%s\n", src.store.c_str(), describe_source(store->source()).c_str(),
-               src.direct_io ? "; reads with O_DIRECT" : "");
+  auto store = TableStore::open(src.store, src.cache_mb << 20, src.io_threads, io);
+  std::fprintf(stderr, "table store %s: %s; reads with %s\n", src.store.c_str(), describe_source(store->source()).c_str(),
+               store->direct_io() ? "O_DIRECT" : io == TableIo::automatic ? "pread (its file system has no O_DIRECT)" : "pread");
   const std::string manifest = (std::filesystem::path(src.store) / "manifest.json").string();
   Model& m = ck.model;
   for (size_t k = 0; k < m.tables.size(); ++k) {

@@ -7,6 +7,7 @@
 
 #include "data/tokenizer.h"
 #include "model/config.h"
+#include "model/table_io.h"
 #include "model/transformer.h"
 
 namespace jtok {
@@ -36,14 +37,17 @@ LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, bool m
 
 // Where an inference command's token tables come from: --tables ram | mmap | disk, with disk's
 // --table-store DIR (a token-major store, `jtok export --table-store`), --table-cache-mb and
-// --table-io-threads (the store's read-ahead threads) and --table-direct-io (reads with O_DIRECT).
+// --table-io-threads (the store's read-ahead threads) and --table-io (auto | direct | pread;
+// --table-direct-io: direct).
 struct TableSource {
-  std::string kind = "ram", store;
+  std::string kind = "ram", store, io = "auto";
   int64_t cache_mb = 256;
   int io_threads = 8;
   bool direct_io = false;
 };
 void add_table_source_options(CLI::App* sub, TableSource& src);
+// --table-io's value with --table-direct-io (the same as direct): a conflict fails naming both.
+TableIo table_io_option(const std::string& table_io, bool direct_flag);
 // Checks the options (naming the flag and value) and loads: disk tables are the store's (its
 // table names and shapes checked against the checkpoint's, naming the manifest; its source, the
 // checkpoint it was exported from, printed on stderr).

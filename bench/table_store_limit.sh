@@ -3,7 +3,8 @@
 # and 16 concurrent streams with
 #   (a) ram   the tables in RAM, no memory limit;
 #   (b) mmap  --tables mmap (read in place from model.safetensors), under the limit;
-#   (c) disk  --tables disk (the token-major store, its DRAM cache and read-ahead), under the limit;
+#   (c) disk  --tables disk (the token-major store, its DRAM cache and read-ahead), under the limit,
+#             reading with pread through the page cache (--table-io pread);
 #   base  the backbone alone (no tables), no limit: the paper's baseline for its offload figure;
 # the limit a memory cgroup the script makes (as root) that counts the page cache: cgroup v1's
 # memory.limit_in_bytes when /sys/fs/cgroup/memory is a v1 hierarchy, v2's memory.max when
@@ -35,8 +36,9 @@
 # positions, store cache); longer streams would need KV past the limit. --quick: prompt 256, 240 new
 # tokens and a limit of 0.4 of the table bytes unless --limit-frac (a quarter is below the small
 # server's own memory at 16 such streams: the cgroup killed it). The script prints the bounds.
-# --compare-direct-io: (c) once more with --table-direct-io (row "dio": O_DIRECT reads of whole
-# pages, no page cache charged to the cgroup), its ratio to (c) printed.
+# --compare-direct-io: (c) once more with --table-io direct (row "dio": O_DIRECT reads of whole
+# pages, no page cache charged to the cgroup; what the default, auto, reads with where the file
+# system takes it), its ratio to (c) printed.
 # Needs root (the cgroup), node (bench/serve_client.mjs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -169,9 +171,9 @@ for ROUND in $(seq "$ROUNDS"); do
     run base "$c" 0 --checkpoint "$WORK/base"
     run ram "$c" 0 --checkpoint "$CK" --tables ram
     run mmap "$c" 1 --checkpoint "$CK" --tables mmap
-    run disk "$c" 1 --checkpoint "$WORK/f32" --tables disk --table-store "$WORK/store" --table-cache-mb "$CACHE_MB"
+    run disk "$c" 1 --checkpoint "$WORK/f32" --tables disk --table-store "$WORK/store" --table-cache-mb "$CACHE_MB" --table-io pread
     if [ $DIO = 1 ]; then
-      run dio "$c" 1 --checkpoint "$WORK/f32" --tables disk --table-store "$WORK/store" --table-cache-mb "$CACHE_MB" --table-direct-io
+      run dio "$c" 1 --checkpoint "$WORK/f32" --tables disk --table-store "$WORK/store" --table-cache-mb "$CACHE_MB" --table-io direct
     fi
   done
 done
@@ -195,7 +197,7 @@ for c in (1, 16):
 print(f"goals met: {sum(met)} of {len(met)}")
 for c in (1, 16):
     if ("dio", c) in R and R[("disk", c)]["decode_tok_s"]:
-        print(f"batch {c:2d}: --table-direct-io against pread: decode {R[('dio', c)]['decode_tok_s'] / R[('disk', c)]['decode_tok_s']:.3f}")
+        print(f"batch {c:2d}: --table-io direct against pread: decode {R[('dio', c)]['decode_tok_s'] / R[('disk', c)]['decode_tok_s']:.3f}")
 for c in (1, 16):
     base = R[("base", c)]["decode_tok_s"]
     print(f"batch {c:2d}: decode against the backbone alone: RAM tables {R[('ram', c)]['decode_tok_s'] / base - 1:+.1%}, "

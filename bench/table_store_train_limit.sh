@@ -2,7 +2,8 @@
 # Token tables larger than memory (issue 30, training): `jtok train` tokens/s with
 #   (a) ram   the tables and their AdamW moments in RAM, no memory limit;
 #   (c) disk  --tables disk (the training store: rows, moments and row steps on disk, a DRAM cache,
-#             the next step's rows read ahead by --table-io-threads I/O threads), under the limit;
+#             the next step's rows read ahead by --table-io-threads I/O threads), under the limit,
+#             reading with pread through the page cache (--table-io pread);
 # the limit a memory cgroup the script makes (as root; bench/lib/memcg.sh) that counts the page
 # cache: cgroup v1's memory.limit_in_bytes when /sys/fs/cgroup/memory is a v1 hierarchy, v2's
 # memory.max when /sys/fs/cgroup is cgroup2 (it prints which), --limit-frac (default 1/4) of the
@@ -31,8 +32,9 @@
 # moments (the RAM run holds them all; the limit is then 3.0 GiB + the backbone's 4.3 GiB). --quick: d 256, 6 layers, seq 256,
 # 4 x 256 tokens a step, JTok on all, JTok-M n_e 8 on 1,3,5: 30 tables of 50,304 x 256 (1.5 GB of
 # rows, 4.6 GB with moments), 4 steps: a few minutes, to check the script, not for figures.
-# --compare-direct-io: (c) once more with --table-direct-io (units read with O_DIRECT, past the page
-# cache), reopened at the same checkpoint (the store rolls back to it), row "dio".
+# --compare-direct-io: (c) once more with --table-io direct (units read with O_DIRECT, past the page
+# cache; what the default, auto, reads with where the file system takes it), reopened at the same
+# checkpoint (the store rolls back to it), row "dio".
 # --cache-mb: the store's DRAM cache (default: a quarter of the tables' share of the limit). Needs root (the cgroup) and
 # token shards in DIR/train and DIR/val (default data/, made by scripts/prepare_data.sh).
 set -euo pipefail
@@ -149,8 +151,8 @@ disk_run() {
   summarize "$name" "$WORK/disk/log.jsonl"
   echo "      cgroup peak: $(memcg_peak) bytes (limit $LIMIT)"
 }
-disk_run disk
-[ $DIO = 1 ] && disk_run dio --table-direct-io
+disk_run disk --table-io pread
+[ $DIO = 1 ] && disk_run dio --table-io direct
 $PY - "$WORK/rows.jsonl" <<'PY'
 import json, sys
 R = {r["tables"]: r for r in map(json.loads, open(sys.argv[1]))}

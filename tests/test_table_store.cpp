@@ -319,7 +319,7 @@ TEST(TableStore, DirectReadsGiveThePreadRowsReadingWholePages) {
     const int probe = ::open((dir + "/tables.bin").c_str(), O_RDONLY | O_DIRECT);
     if (probe < 0) GTEST_SKIP() << "the test directory's file system has no O_DIRECT: " << std::strerror(errno);
     ::close(probe);
-    auto plain = TableStore::open(dir, 4 << 20, 2), direct = TableStore::open(dir, 4 << 20, 2, true);  // no eviction
+    auto plain = TableStore::open(dir, 4 << 20, 2), direct = TableStore::open(dir, 4 << 20, 2, TableIo::direct);  // no eviction
     ASSERT_TRUE(direct->direct_io());
     const int64_t page_bytes = plain->block_bytes() <= 4096 ? 4096 : (plain->block_bytes() + 4095) / 4096 * 4096;
     EXPECT_EQ(plain->read_bytes(), plain->block_bytes());

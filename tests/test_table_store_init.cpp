@@ -128,7 +128,7 @@ TEST(TableStoreInit, FreshStoreStreamsTheInitAndExportStreamsTheStore) {
   const std::string store = fresh_dir("init_store");
   Model disk = make_model(c, kSeed, {.grads = false, .tables = false});
   std::shared_ptr<TrainTableStore> s;
-  const int64_t growth = peak_growth([&] { s = attach_disk_tables(disk, store, 1 << 20, std::nullopt, false, 1, false, &kSeed); });
+  const int64_t growth = peak_growth([&] { s = attach_disk_tables(disk, store, 1 << 20, std::nullopt, false, 1, TableIo::pread, &kSeed); });
   EXPECT_LT(growth, kPeakBound) << "making " << bytes << " bytes of tables in the store";
   std::vector<float> p(64), mo(64), v(64), want(64);
   for (size_t k = 0; k < ram.tables.size(); ++k)

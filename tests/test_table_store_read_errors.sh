@@ -15,7 +15,7 @@ source "$ROOT/tests/lib/tiny_run.sh"
 train_tiny_jtok_model "$T" --set jtok_layers=all
 "$JTOK" export --checkpoint "$T/run" --table-store "$T/store" > /dev/null
 BYTES=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["data_bytes"])' "$T/store/manifest.json")
-DISK=(--tables disk --table-store "$T/store" --table-cache-mb 1)
+DISK=(--tables disk --table-store "$T/store" --table-cache-mb 1 --table-io pread)  # reads of exactly the checksum's bytes
 
 # EIO once the store's checksum pass at open has read the file: every later read fails.
 source "$ROOT/tests/lib/fault_shim.sh"

@@ -134,7 +134,7 @@ TableRun ram_run(const std::vector<int64_t>& dims, bool dense) {
 TableRun disk_run(const std::string& dir, const std::vector<int64_t>& dims, bool dense, int64_t step, const TableMoments* kept,
                   int64_t cache_bytes = 0, bool direct_io = false) {
   TableRun r;
-  r.store = TrainTableStore::open(dir, cache_bytes, step, 4, direct_io);  // default: the smallest cache, two units
+  r.store = TrainTableStore::open(dir, cache_bytes, step, 4, direct_io ? TableIo::direct : TableIo::pread);  // default: the smallest cache, two units
   for (size_t k = 0; k < dims.size(); ++k) r.tables.push_back(TokenTable::on_disk(r.store, static_cast<int64_t>(k)));
   for (auto& t : r.tables) r.grads.emplace_back().init(V, t.dim);
   r.st = make_table_moments(r.tables, true, step);

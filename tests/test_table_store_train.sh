@@ -5,8 +5,9 @@
 #   - the deferred exact ("dense") and the lazy ("sparse") table optimizer: every step's loss, the
 #     final backbone and its moments, and the store's tables and moments equal RAM's bit for bit,
 #     with the next step's rows read ahead by the store's I/O threads (the log's counters show
-#     units read ahead) and without (--table-io-threads 0: none read ahead), and with units read by
-#     O_DIRECT (--table-direct-io);
+#     units read ahead) and without (--table-io-threads 0: none read ahead), with units read the
+#     default way (--table-io auto: O_DIRECT where the file system takes it, which the run says) and
+#     through the page cache (--table-io pread);
 #   - kill -9 in the middle of a unit's write-back (a torn unit on disk; the test hook
 #     JTOK_TEST_STORE_KILL_AT_WRITE), before and after the first checkpoint, then --resume: bit for
 #     bit the uninterrupted run;
@@ -78,8 +79,13 @@ for opt in dense sparse; do
 done
 train --config "$T/cfg.json" --out "$T/disk_sync" $(disk "$T/store_sync") --table-io-threads 0 > /dev/null
 same "$T/ram_dense" "$T/disk_sync" "$T/store_sync"
-train --config "$T/cfg.json" --out "$T/disk_direct" $(disk "$T/store_direct") --table-direct-io > /dev/null
-same "$T/ram_dense" "$T/disk_direct" "$T/store_direct"
+train --config "$T/cfg.json" --out "$T/disk_pread" $(disk "$T/store_pread") --table-io pread > "$T/disk_pread.out"
+same "$T/ram_dense" "$T/disk_pread" "$T/store_pread"
+DIRECT=pread; /usr/bin/python3 -c 'import os,sys; os.close(os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT))' \
+  "$T/store_pread/tables.bin" 2> /dev/null && DIRECT=O_DIRECT
+grep -q "table store: $T/store_dense read with $DIRECT" "$T/disk_dense.out" &&
+  grep -q "table store: $T/store_pread read with pread" "$T/disk_pread.out" ||
+  { echo "FAIL: the runs do not say how the store is read ($DIRECT by default)"; exit 1; }
 # counter LOG NAME: the sum over the step lines of table_store.NAME.
 counter() {
   /usr/bin/python3 -c '

@@ -178,7 +178,7 @@ nlohmann::json read_store_manifest(const std::string& dir, std::string* path) {
   }
 }
 
-std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cache_bytes, int io_threads, bool direct_io) {
+std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cache_bytes, int io_threads, TableIo io) {
   std::string mpath;
   const nlohmann::json j = read_store_manifest(dir, &mpath);
   std::shared_ptr<TableStore> s(new TableStore());
@@ -215,12 +215,13 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
     if (!fs::exists(s->data_path_) || static_cast<int64_t>(fs::file_size(s->data_path_)) != want)
       fail(s->data_path_, ": ", fs::exists(s->data_path_) ? std::to_string(fs::file_size(s->data_path_)) : "no", " bytes, the manifest says ",
            want, " (a torn or truncated store)");
+    const bool direct_io = use_direct_reads(io, s->data_path_);
     s->direct_ = direct_io;
     s->read_bytes_ = !direct_io ? s->block_bytes_ : s->per_page_ > 1 ? kPage : s->stride_;
     s->fd_ = ::open(s->data_path_.c_str(), O_RDONLY | (direct_io ? O_DIRECT : 0));
     if (s->fd_ < 0)
-      fail("cannot open ", s->data_path_, direct_io ? " for direct I/O (--table-direct-io)" : "", ": ", std::strerror(errno),
-           direct_io && errno == EINVAL ? " (its file system has no O_DIRECT: run without --table-direct-io, which reads "
+      fail("cannot open ", s->data_path_, direct_io ? " for direct I/O (--table-io direct)" : "", ": ", std::strerror(errno),
+           direct_io && errno == EINVAL ? " (its file system has no O_DIRECT: run with --table-io pread or auto, which read "
                                           "through the page cache)" : "");
     s->verify_checksum(j, want);
   } catch (const nlohmann::json::exception& e) {
@@ -252,7 +253,7 @@ void TableStore::verify_checksum(const nlohmann::json& j, int64_t want) {
     } while (n < 0 && errno == EINTR);
     if (n <= 0)
       fail("cannot read ", data_path_, " at byte ", at, ": ", n < 0 ? std::strerror(errno) : "end of file",
-           direct_ && n < 0 && errno == EINVAL ? " (its file system refuses direct reads: run without --table-direct-io)" : "");
+           direct_ && n < 0 && errno == EINVAL ? " (its file system refuses direct reads: run with --table-io pread)" : "");
     sum = fnv1a(sum, buf.get(), static_cast<size_t>(n));
     at += n;
   }

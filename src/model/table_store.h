@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "model/table_io.h"
 #include "model/table_prefetch.h"
 #include <nlohmann/json_fwd.hpp>
 
@@ -79,12 +80,13 @@ class TableStore {
  public:
   // Opens dir, checking the manifest, the data file's size and its checksum (a torn, truncated or
   // altered store is refused naming the file). cache_bytes: the DRAM row cache's budget (at least
-  // one page of blocks). io_threads: the read-ahead pool's threads (prefetch). direct_io: every read
-  // (the checksum's too) with O_DIRECT, past the page cache: a block's whole aligned page (or a
-  // larger block's whole pages) into a page-aligned buffer, then the block copied to its slot; a
-  // file system that refuses O_DIRECT is refused naming the file and the flag (--table-direct-io).
+  // one page of blocks). io_threads: the read-ahead pool's threads (prefetch). io (model/table_io.h):
+  // direct (or automatic where the file system takes it) makes every read, the checksum's too, an
+  // O_DIRECT read past the page cache: a block's whole aligned page (or a larger block's whole pages)
+  // into a page-aligned buffer, then the block copied to its slot; with direct, a file system that
+  // refuses O_DIRECT is refused naming the file and the flag (--table-io direct).
   static std::shared_ptr<TableStore> open(const std::string& dir, int64_t cache_bytes, int io_threads = 8,
-                                          bool direct_io = false);
+                                          TableIo io = TableIo::pread);
   ~TableStore();
   TableStore(const TableStore&) = delete;
   TableStore& operator=(const TableStore&) = delete;

@@ -145,7 +145,7 @@ void read_manifest(const std::string& mpath, const nlohmann::json& j, int64_t& i
 }  // namespace
 
 std::shared_ptr<TrainTableStore> TrainTableStore::open(const std::string& dir, int64_t cache_bytes, int64_t step,
-                                                       int io_threads, bool direct_io) {
+                                                       int io_threads, TableIo io) {
   std::string mpath;
   const nlohmann::json j = read_store_manifest(dir, &mpath);
   std::shared_ptr<TrainTableStore> s(new TrainTableStore());
@@ -166,10 +166,10 @@ std::shared_ptr<TrainTableStore> TrainTableStore::open(const std::string& dir, i
   s->slots_.assign(static_cast<size_t>(n_slots * s->unit_bytes_ + kPage), 0);  // O_DIRECT wants aligned buffers
   const auto at = reinterpret_cast<uintptr_t>(s->slots_.data());
   s->slots_base_ = s->slots_.data() + (kPage - at % kPage) % kPage;
-  if (direct_io) {
+  if (use_direct_reads(io, s->data_path_)) {
     s->direct_fd_ = ::open(s->data_path_.c_str(), O_RDONLY | O_DIRECT);
     if (s->direct_fd_ < 0)
-      fail("cannot open ", s->data_path_, " for direct I/O (--table-direct-io): ", std::strerror(errno),
+      fail("cannot open ", s->data_path_, " for direct I/O (--table-io direct): ", std::strerror(errno),
            errno == EINVAL ? " (its file system has no O_DIRECT)" : "");
   }
   s->slot_unit_.assign(static_cast<size_t>(n_slots), -1);

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "model/table_io.h"
 #include "model/table_prefetch.h"
 #include "model/token_table.h"
 
@@ -65,11 +66,12 @@ class TrainTableStore {
   // Opens dir for training resumed at checkpoint step `step`, rolling back what the undo log holds
   // (see above); a bad manifest, a data file of the wrong size, a torn log header or a log of
   // another step is refused naming the file. cache_bytes: the DRAM cache (at least two units);
-  // io_threads: the read-ahead's I/O threads; direct_io: units read with O_DIRECT (past the page
-  // cache, into page-aligned slots; writes stay buffered, and Linux writes a range's dirty pages
-  // back before a direct read of it), refused naming the file where the file system has no O_DIRECT.
+  // io_threads: the read-ahead's I/O threads; io (model/table_io.h): direct (or automatic where the
+  // file system takes it) reads units with O_DIRECT (past the page cache, into page-aligned slots;
+  // writes stay buffered, and Linux writes a range's dirty pages back before a direct read of it);
+  // with direct, a file system without O_DIRECT is refused naming the file.
   static std::shared_ptr<TrainTableStore> open(const std::string& dir, int64_t cache_bytes, int64_t step,
-                                               int io_threads = 4, bool direct_io = false);
+                                               int io_threads = 4, TableIo io = TableIo::pread);
   ~TrainTableStore();  // closes; never writes back (a crash and a clean exit after seal look alike)
   TrainTableStore(const TrainTableStore&) = delete;
   TrainTableStore& operator=(const TrainTableStore&) = delete;
@@ -77,6 +79,7 @@ class TrainTableStore {
   const std::vector<TrainStoreTable>& tables() const { return tables_; }
   int64_t ids() const { return ids_; }
   const std::string& dir() const { return dir_; }
+  bool direct_io() const { return direct_fd_ >= 0; }  // units read with O_DIRECT (open's io resolved)
 
   // Row access, thread-safe, called from parallel loops: they never throw. A failure (a read or
   // write error, a full disk, a unit whose checksum fails) is kept, later calls do nothing (reads

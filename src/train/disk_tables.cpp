@@ -27,7 +27,7 @@ static void create_from_init(const Model& m, const std::string& dir, uint64_t se
 
 std::shared_ptr<TrainTableStore> attach_disk_tables(Model& m, const std::string& dir, int64_t cache_bytes,
                                                     std::optional<int64_t> resume_step, bool reuse, int io_threads,
-                                                    bool direct_io, const uint64_t* init_seed) {
+                                                    TableIo io, const uint64_t* init_seed) {
   JTOK_CHECK(!m.tables.empty(), "--tables disk: the model has no token tables");
   int64_t step = resume_step.value_or(0);
   if (!resume_step && !(reuse && fs::exists(dir))) {
@@ -35,7 +35,9 @@ std::shared_ptr<TrainTableStore> attach_disk_tables(Model& m, const std::string&
     else TrainTableStore::create(dir, m.tables, m.table_names, 0);
     std::printf("table store: %s made from the %s tables\n", dir.c_str(), init_seed ? "random init of the" : "initial");
   }
-  std::shared_ptr<TrainTableStore> s = TrainTableStore::open(dir, cache_bytes, step, std::max(1, io_threads), direct_io);
+  std::shared_ptr<TrainTableStore> s = TrainTableStore::open(dir, cache_bytes, step, std::max(1, io_threads), io);
+  std::printf("table store: %s read with %s\n", dir.c_str(),
+              s->direct_io() ? "O_DIRECT" : io == TableIo::automatic ? "pread (its file system has no O_DIRECT)" : "pread");
   const std::string manifest = (fs::path(dir) / "manifest.json").string();
   if (s->tables().size() != m.tables.size())
     fail(manifest, ": ", s->tables().size(), " tables, the model has ", m.tables.size());

@@ -24,11 +24,11 @@ namespace jtok {
 // tables need no storage, the peak memory is one unit, not a table), or without init_seed from m's
 // tables in RAM (--init-from). A fresh run whose store already exists reopens it at step 0 when
 // `reuse` (a --resume that found no checkpoint), else is refused. Names and shapes are checked
-// against m's. io_threads: the store's read-ahead threads; direct_io: its reads with O_DIRECT
+// against m's. io_threads: the store's read-ahead threads; io: how it reads its file
 // (TrainTableStore::open).
 std::shared_ptr<TrainTableStore> attach_disk_tables(Model& m, const std::string& dir, int64_t cache_bytes,
                                                     std::optional<int64_t> resume_step, bool reuse, int io_threads = 4,
-                                                    bool direct_io = false, const uint64_t* init_seed = nullptr);
+                                                    TableIo io = TableIo::pread, const uint64_t* init_seed = nullptr);
 
 // table_store.json of a checkpoint: the store's directory and the kept constants (as float bits).
 nlohmann::json kept_steps_json(const std::string& store_dir, const TableMoments& st);

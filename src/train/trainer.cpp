@@ -100,7 +100,7 @@ void resume_from_checkpoint(TrainRun& r) {
   r.start_step = st.step;
   if (disk) {  // the store rolled back to this checkpoint, and the steps its rows may still owe
     r.store = attach_disk_tables(r.model, r.opt.table_store, r.opt.table_cache_mb << 20, st.step, false, r.opt.table_io_threads,
-                                 r.opt.table_direct_io);
+                                 r.opt.table_io);
     r.adam.tables = make_table_moments(r.model.tables, true, r.adam.step);
     const std::string where = ck + "/table_store.json";
     restore_kept_steps(r.adam.tables, nlohmann::json::parse(read_file(where), nullptr, false), where);
@@ -183,7 +183,7 @@ void make_or_resume_model(TrainRun& r) {
   }
   if (disk)
     r.store = attach_disk_tables(r.model, r.opt.table_store, r.opt.table_cache_mb << 20, std::nullopt, r.opt.resume,
-                                 r.opt.table_io_threads, r.opt.table_direct_io, tables_in_ram ? nullptr : &t.seed);
+                                 r.opt.table_io_threads, r.opt.table_io, tables_in_ram ? nullptr : &t.seed);
   r.adam = make_adamw_state(r.model, !r.shard_init);
   if (r.lead && fs::exists(r.log_path)) truncate_log(r.log_path, 0);  // --resume with nothing to resume: no step is kept
 }

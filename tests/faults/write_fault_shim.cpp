@@ -18,6 +18,8 @@
 //                           eio_read     once JTOK_FAULT_AFTER_BYTES bytes have been read from
 //                                        matching files, pread() / pread64() of them fail with EIO
 //                                        (a disk's bad sector; reads, not writes, despite the name)
+//                           no_direct    open() / openat() of a matching file with O_DIRECT fail with
+//                                        EINVAL, as on a file system without direct I/O
 //   JTOK_FAULT_AFTER_BYTES  see above (default 0)
 // Each kind prints one line "write_fault_shim: KIND on PATH" to stderr the first time it acts, so a
 // test can check that the fault it asked for happened.
@@ -28,6 +30,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdarg>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -35,7 +38,7 @@
 
 namespace {
 
-enum class Kind { none, short_write, eio_write, fsync_eio, rename_fail, partial, eio_read };
+enum class Kind { none, short_write, eio_write, fsync_eio, rename_fail, partial, eio_read, no_direct };
 
 struct Config {
   Kind kind = Kind::none;
@@ -58,6 +61,7 @@ const Config& config() {
              : kind == "rename_fail" ? Kind::rename_fail
              : kind == "partial" ? Kind::partial
              : kind == "eio_read" ? Kind::eio_read
+             : kind == "no_direct" ? Kind::no_direct
                                  : Kind::none;
     if (c.kind == Kind::none) {
       std::fprintf(stderr, "write_fault_shim: unknown JTOK_FAULT_KIND '%s'\n", k);
@@ -98,9 +102,9 @@ std::string fd_path(int fd) {
 }
 
 void announce(Kind k, const std::string& path) {
-  static std::atomic<bool> said[7];
+  static std::atomic<bool> said[8];
   if (said[static_cast<int>(k)].exchange(true)) return;
-  static const char* names[] = {"none", "short_write", "eio_write", "fsync_eio", "rename_fail", "partial", "eio_read"};
+  static const char* names[] = {"none", "short_write", "eio_write", "fsync_eio", "rename_fail", "partial", "eio_read", "no_direct"};
   const std::string line = std::string("write_fault_shim: ") + names[static_cast<int>(k)] + " on " + path + "\n";
   static auto real_write = next<ssize_t (*)(int, const void*, size_t)>("write");
   (void)!real_write(2, line.data(), line.size());
@@ -155,9 +159,45 @@ bool read_fails(int fd, size_t n) {
   return true;
 }
 
+// no_direct: whether an open of path with flags fails (errno set).
+bool direct_refused(const char* path, int flags) {
+  if (config().kind != Kind::no_direct || !(flags & O_DIRECT) || !matches(path)) return false;
+  announce(Kind::no_direct, path);
+  errno = EINVAL;
+  return true;
+}
+
 }  // namespace
 
 extern "C" {
+
+// The mode argument is read only when the flags say it is there (O_CREAT, O_TMPFILE).
+#define JTOK_SHIM_MODE(flags)                           \
+  mode_t mode = 0;                                      \
+  if ((flags) & (O_CREAT | O_TMPFILE)) {                \
+    va_list ap;                                         \
+    va_start(ap, flags);                                \
+    mode = static_cast<mode_t>(va_arg(ap, int));        \
+    va_end(ap);                                         \
+  }
+
+int open(const char* path, int flags, ...) {
+  static auto real = next<int (*)(const char*, int, ...)>("open");
+  JTOK_SHIM_MODE(flags)
+  return direct_refused(path, flags) ? -1 : real(path, flags, mode);
+}
+
+int open64(const char* path, int flags, ...) {
+  static auto real = next<int (*)(const char*, int, ...)>("open64");
+  JTOK_SHIM_MODE(flags)
+  return direct_refused(path, flags) ? -1 : real(path, flags, mode);
+}
+
+int openat(int dir, const char* path, int flags, ...) {
+  static auto real = next<int (*)(int, const char*, int, ...)>("openat");
+  JTOK_SHIM_MODE(flags)
+  return direct_refused(path, flags) ? -1 : real(dir, path, flags, mode);
+}
 
 ssize_t pread(int fd, void* buf, size_t n, off_t off) {
   static auto real = next<ssize_t (*)(int, void*, size_t, off_t)>("pread");

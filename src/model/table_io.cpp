@@ -1,0 +1,47 @@
+#include "model/table_io.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <memory>
+
+#include "core/error.h"
+
+namespace jtok {
+
+TableIo parse_table_io(const std::string& s, const std::string& flag) {
+  if (s == "auto") return TableIo::automatic;
+  if (s == "direct") return TableIo::direct;
+  if (s == "pread") return TableIo::pread;
+  fail(flag, " must be auto, direct or pread, got '", s, "'");
+}
+
+const char* table_io_name(TableIo io) {
+  return io == TableIo::direct ? "direct" : io == TableIo::pread ? "pread" : "auto";
+}
+
+bool direct_reads_work(const std::string& path) {
+  constexpr size_t kPage = 4096;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT);
+  if (fd < 0) return false;
+  void* p = nullptr;
+  if (::posix_memalign(&p, kPage, kPage) != 0) {
+    ::close(fd);
+    return false;
+  }
+  std::unique_ptr<void, decltype(&std::free)> buf(p, &std::free);
+  ssize_t n;
+  do {
+    n = ::pread(fd, buf.get(), kPage, 0);
+  } while (n < 0 && errno == EINTR);
+  ::close(fd);
+  return n >= 0;
+}
+
+bool use_direct_reads(TableIo io, const std::string& path) {
+  return io == TableIo::direct || (io == TableIo::automatic && direct_reads_work(path));
+}
+
+}  // namespace jtok
