@@ -342,3 +342,36 @@ TEST(TableStore, DirectReadsGiveThePreadRowsReadingWholePages) {
     EXPECT_EQ(d.bytes_read, d.reads * page_bytes) << "block " << plain->block_bytes();
   }
 }
+
+// --table-io: auto reads with O_DIRECT exactly where the probe (an O_DIRECT open and one aligned
+// page read) succeeds, with the rows of pread; a missing file probes false; pread never goes direct;
+// a bad value fails naming the flag.
+TEST(TableStore, AutoReadsDirectWhereTheProbeSucceeds) {
+  const int64_t V = 77;
+  const std::vector<TokenTable> ram = mixed_tables(V, 16);
+  const std::string dir = fresh_dir("auto");
+  write_table_store(dir, ram, {"a", "b", "c"});
+  const std::string data = dir + "/tables.bin";
+  const int probe = ::open(data.c_str(), O_RDONLY | O_DIRECT);
+  const bool direct_here = probe >= 0;
+  if (probe >= 0) ::close(probe);
+  EXPECT_EQ(direct_reads_work(data), direct_here);
+  EXPECT_FALSE(direct_reads_work(dir + "/no_such_file"));
+  auto s = TableStore::open(dir, 1 << 20, 2, TableIo::automatic);
+  EXPECT_EQ(s->direct_io(), direct_here);
+  EXPECT_FALSE(TableStore::open(dir, 1 << 20, 2, TableIo::pread)->direct_io());
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < V; id += 3) ids.push_back(id);
+  expect_rows_equal(ram, disk_tables(s, ram.size()), ids);
+  EXPECT_FALSE(use_direct_reads(TableIo::pread, data));
+  EXPECT_TRUE(use_direct_reads(TableIo::direct, dir + "/no_such_file"));  // direct insists: the open then fails
+  EXPECT_EQ(parse_table_io("auto", "--table-io"), TableIo::automatic);
+  EXPECT_EQ(parse_table_io("pread", "--table-io"), TableIo::pread);
+  EXPECT_EQ(parse_table_io("direct", "--table-io"), TableIo::direct);
+  try {
+    parse_table_io("o_direct", "--table-io");
+    FAIL() << "accepted o_direct";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--table-io must be auto, direct or pread, got 'o_direct'"), std::string::npos) << e.what();
+  }
+}
