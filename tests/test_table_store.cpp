@@ -22,6 +22,7 @@
 
 #include "op_test_util.h"
 #include "core/atomic_file.h"
+#include "core/checksum.h"
 #include "core/error.h"
 #include "model/table_store.h"
 #include "model/token_table.h"
@@ -373,5 +374,38 @@ TEST(TableStore, AutoReadsDirectWhereTheProbeSucceeds) {
     FAIL() << "accepted o_direct";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--table-io must be auto, direct or pread, got 'o_direct'"), std::string::npos) << e.what();
+  }
+}
+
+// A store of the older format (jtok-table-store-1: the file summed by FNV-1a 64, field fnv1a64)
+// still opens, with the same rows, and a wrong fnv1a64 is refused naming the file and the field;
+// the current format's sum64 is sum64_pages over the file.
+TEST(TableStore, TheOlderFnvFormatStillOpens) {
+  const int64_t V = 90;
+  const std::vector<TokenTable> ram = mixed_tables(V, 24);
+  const std::string dir = fresh_dir("fnv");
+  write_table_store(dir, ram, {"a", "b", "c"});
+  const std::string bin = read_file(dir + "/tables.bin"), m = read_file(dir + "/manifest.json");
+  const auto* p = reinterpret_cast<const uint8_t*>(bin.data());
+  const std::string sum = std::to_string(sum64_pages(kFnvOffset, p, bin.size()));
+  const std::string fnv = std::to_string(fnv1a_bytes(kFnvOffset, p, bin.size()));
+  ASSERT_NE(m.find("\"sum64\": \"" + sum + "\""), std::string::npos) << m;
+  auto older = [&](const std::string& value) {
+    std::string o = m;
+    o.replace(o.find("jtok-table-store-2"), 18, "jtok-table-store-1");
+    o.replace(o.find("\"sum64\": \"" + sum + "\""), 10 + sum.size() + 1, "\"fnv1a64\": \"" + value + "\"");
+    write_file_atomic(dir + "/manifest.json", o);
+  };
+  older(fnv);
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < V; ++id) ids.push_back(id);
+  expect_rows_equal(ram, disk_tables(TableStore::open(dir, 1 << 20, 2), ram.size()), ids);
+  older("12345");
+  try {
+    TableStore::open(dir, 1 << 20);
+    FAIL() << "a wrong fnv1a64 was accepted";
+  } catch (const Error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("tables.bin: checksum " + fnv + " differs from the manifest's fnv1a64 12345"), std::string::npos) << w;
   }
 }

@@ -27,7 +27,7 @@
 
 #include "core/error.h"
 #include "model/table_store_write.h"
-#include "model/train_store_io.h"
+#include "core/checksum.h"
 #include "model/token_table.h"
 #include "train/table_optimizer.h"
 
@@ -350,7 +350,7 @@ TEST(TrainStore, TornOrAlteredStoreRefused) {
   }
 }
 
-// The unit checksum (train_store_io.h store_sum) changes under every single-bit flip of a 4 KiB
+// The unit checksum (core/checksum.h sum64) changes under every single-bit flip of a 4 KiB
 // unit's bytes and under a torn write (the first half of one unit, the rest of another), at every
 // length's tail.
 TEST(TrainStore, TheUnitSumCatchesEveryBitFlipAndATornUnit) {
@@ -358,25 +358,25 @@ TEST(TrainStore, TheUnitSumCatchesEveryBitFlipAndATornUnit) {
   std::vector<uint8_t> a(4088), b(4088);
   for (auto& x : a) x = static_cast<uint8_t>(rng());
   for (auto& x : b) x = static_cast<uint8_t>(rng());
-  const uint64_t base = train_store::store_sum(1, a.data(), a.size());
+  const uint64_t base = sum64(1, a.data(), a.size());
   for (size_t i = 0; i < a.size(); ++i)
     for (int bit = 0; bit < 8; ++bit) {
       a[i] ^= static_cast<uint8_t>(1 << bit);
-      ASSERT_NE(train_store::store_sum(1, a.data(), a.size()), base) << "byte " << i << " bit " << bit;
+      ASSERT_NE(sum64(1, a.data(), a.size()), base) << "byte " << i << " bit " << bit;
       a[i] ^= static_cast<uint8_t>(1 << bit);
     }
   for (size_t cut = 512; cut < a.size(); cut += 512) {
     std::vector<uint8_t> torn(a.begin(), a.begin() + static_cast<int64_t>(cut));
     torn.insert(torn.end(), b.begin() + static_cast<int64_t>(cut), b.end());
-    EXPECT_NE(train_store::store_sum(1, torn.data(), torn.size()), base) << "cut " << cut;
+    EXPECT_NE(sum64(1, torn.data(), torn.size()), base) << "cut " << cut;
   }
   for (size_t n = 1; n < 70; ++n) {  // every tail length: the length and the last byte count
-    EXPECT_NE(train_store::store_sum(1, a.data(), n), train_store::store_sum(1, a.data(), n - 1)) << n;
+    EXPECT_NE(sum64(1, a.data(), n), sum64(1, a.data(), n - 1)) << n;
     std::vector<uint8_t> c(a.begin(), a.begin() + static_cast<int64_t>(n));
     c.back() ^= 0x80;
-    EXPECT_NE(train_store::store_sum(1, c.data(), n), train_store::store_sum(1, a.data(), n)) << n;
+    EXPECT_NE(sum64(1, c.data(), n), sum64(1, a.data(), n)) << n;
   }
-  EXPECT_NE(train_store::store_sum(1, a.data(), a.size()), train_store::store_sum(2, a.data(), a.size()));
+  EXPECT_NE(sum64(1, a.data(), a.size()), sum64(2, a.data(), a.size()));
 }
 
 TEST(TrainStore, BadManifestOrLogRefused) {

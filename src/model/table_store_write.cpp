@@ -210,7 +210,7 @@ UndoLogHeader read_undo_log_header(const std::string& path) {
   std::memcpy(&out.base, h + 8, 8);
   std::memcpy(&out.target, h + 16, 8);
   std::memcpy(&sum, h + 24, 8);
-  if (std::memcmp(h, kMagic, 8) != 0 || sum != fnv1a(kFnvSeed, h, 24)) fail(path, ": bad header (magic or checksum): not an undo log, or torn");
+  if (std::memcmp(h, kMagic, 8) != 0 || sum != fnv1a_bytes(kFnvOffset, h, 24)) fail(path, ": bad header (magic or checksum): not an undo log, or torn");
   return out;
 }
 

@@ -3,13 +3,13 @@
 // step the row has had, so a trainer can keep tables larger than memory on disk. A directory of:
 //   tables.bin    units of 4 KiB (or, for a block larger than a page, whole pages): a unit holds
 //                 per_page token blocks (token t in unit t / per_page at (t % per_page) *
-//                 block_bytes) and ends with the store_sum (train_store_io.h) of its other bytes, so a torn or altered
+//                 block_bytes) and ends with the sum64 (core/checksum.h) of its other bytes, so a torn or altered
 //                 unit is caught when it is read. A block holds, per table in the manifest's order,
 //                 value (dim f32), exp_avg (dim f32), exp_avg_sq (dim f32), row_step (int32).
 //   manifest.json format, ids, the geometry, per table its name, dim and offset in the block.
 //   undo.log      the undo log: a 32-byte header (magic, base step, target step, FNV-1a 64 of the
 //                 rest), then one record per unit overwritten since the base step: its byte offset,
-//                 the store_sum of offset and bytes, and the unit's bytes as they were at the base.
+//                 the sum64 of offset and bytes, and the unit's bytes as they were at the base.
 // Units are cached in DRAM (CLOCK, dirty bits) and written back on eviction; before a unit is first
 // overwritten after the base step its old bytes are appended to the log and the log fsynced. A
 // checkpoint at step N: flush(N) writes back every dirty unit, fsyncs tables.bin and records N as

@@ -9,57 +9,28 @@
 #include <cstring>
 #include <string>
 
+#include "core/checksum.h"
 #include "core/error.h"
 
 namespace jtok::train_store {
 
 constexpr int64_t kPage = 4096, kSum = 8, kHeader = 32, kRecordHead = 16;
 constexpr char kMagic[8] = {'J', 'T', 'O', 'K', 'U', 'N', 'D', 'O'};
-constexpr uint64_t kFnvSeed = 14695981039346656037ULL;
 
-inline uint64_t fnv1a(uint64_t h, const uint8_t* p, size_t n) {
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ULL;
-  return h;
-}
-
-inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-
-// The checksum of units and log records: four 64-bit lanes over the little-endian words (lane l
-// takes words l, l + 4, ...), each word mixed in as lane = rotl(lane + w * K2, 31) * K1, so a
-// difference in any bit reaches every bit of its lane; then the lanes, the tail bytes (FNV-1a) and
-// the length folded and avalanched. Four independent multiply chains: about 10x FNV-1a's
-// byte-serial rate, which the I/O threads spent on every unit they read (a training step reads
-// tens of MB of units).
-inline uint64_t store_sum(uint64_t seed, const uint8_t* p, size_t n) {
-  constexpr uint64_t K1 = 0x9E3779B185EBCA87ULL, K2 = 0xC2B2AE3D27D4EB4FULL;
-  uint64_t lane[4] = {seed + K1, seed + K2, seed, seed - K1};
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32)
-    for (int l = 0; l < 4; ++l) {
-      uint64_t w;
-      std::memcpy(&w, p + i + 8 * l, 8);
-      lane[l] = rotl64(lane[l] + w * K2, 31) * K1;
-    }
-  uint64_t h = fnv1a(seed ^ static_cast<uint64_t>(n), p + i, n - i);
-  for (int l = 0; l < 4; ++l) h = rotl64(h ^ (rotl64(lane[l] * K2, 31) * K1), 27) * K1 + K2;
-  h ^= h >> 33, h *= K2, h ^= h >> 29, h *= K1, h ^= h >> 32;
-  return h;
-}
-
-// A unit keeps its last 8 bytes for the store_sum of the others.
+// A unit keeps its last 8 bytes for the sum64 (core/checksum.h) of the others.
 inline void seal_unit(uint8_t* u, int64_t unit_bytes) {
-  const uint64_t s = store_sum(kFnvSeed, u, static_cast<size_t>(unit_bytes - kSum));
+  const uint64_t s = sum64(kFnvOffset, u, static_cast<size_t>(unit_bytes - kSum));
   std::memcpy(u + unit_bytes - kSum, &s, kSum);
 }
 inline bool unit_ok(const uint8_t* u, int64_t unit_bytes) {
   uint64_t s;
   std::memcpy(&s, u + unit_bytes - kSum, kSum);
-  return s == store_sum(kFnvSeed, u, static_cast<size_t>(unit_bytes - kSum));
+  return s == sum64(kFnvOffset, u, static_cast<size_t>(unit_bytes - kSum));
 }
 
 // A log record's checksum: of its unit's byte offset (8 bytes) and the unit's old bytes.
 inline uint64_t record_sum(const uint8_t* offset8, const uint8_t* bytes, int64_t unit_bytes) {
-  return store_sum(fnv1a(kFnvSeed, offset8, 8), bytes, static_cast<size_t>(unit_bytes));
+  return sum64(fnv1a_bytes(kFnvOffset, offset8, 8), bytes, static_cast<size_t>(unit_bytes));
 }
 
 inline void pread_all(int fd, void* dst, int64_t n, int64_t at, const std::string& path) {
@@ -90,7 +61,7 @@ inline std::string log_header(int64_t base, int64_t target) {
   std::memcpy(h, kMagic, 8);
   std::memcpy(h + 8, &base, 8);
   std::memcpy(h + 16, &target, 8);
-  const uint64_t s = fnv1a(kFnvSeed, h, 24);
+  const uint64_t s = fnv1a_bytes(kFnvOffset, h, 24);
   std::memcpy(h + 24, &s, 8);
   return std::string(reinterpret_cast<const char*>(h), kHeader);
 }
