@@ -93,6 +93,16 @@ import json, sys
 print(sum(j["table_store"][sys.argv[2]] for j in map(json.loads, open(sys.argv[1])) if j.get("type") == "step"))' "$1" "$2"
 }
 [ "$(counter "$T/disk_dense/log.jsonl" bytes_written)" -gt 0 ] || { echo "FAIL: nothing written back through the 1 MB cache"; exit 1; }
+# The progress line shows the step's store traffic, the log's counters.
+/usr/bin/python3 - "$T/disk_dense/log.jsonl" "$T/disk_dense.out" <<'PY' || { echo "FAIL: the progress lines do not show the store's traffic"; exit 1; }
+import json, re, sys
+steps = {j["step"]: j["table_store"] for j in map(json.loads, open(sys.argv[1])) if j.get("type") == "step"}
+shown = {int(m.group(1)): tuple(map(int, m.group(2, 3, 4))) for m in
+         (re.match(r"step (\d+)/\d+ .*\| store (\d+) read \((\d+) ahead\), (\d+) written", l) for l in open(sys.argv[2])) if m}
+assert len(shown) == 12, shown
+for s, t in shown.items():
+    assert t == (steps[s]["units_read"], steps[s]["read_ahead"], steps[s]["units_written"]), (s, t, steps[s])
+PY
 ahead=$(counter "$T/disk_dense/log.jsonl" read_ahead) units=$(counter "$T/disk_dense/log.jsonl" units_read)
 [ "$ahead" -gt 0 ] || { echo "FAIL: no unit was read ahead"; exit 1; }
 [ "$(counter "$T/disk_sync/log.jsonl" read_ahead)" = 0 ] || { echo "FAIL: --table-io-threads 0 read ahead"; exit 1; }

@@ -48,7 +48,8 @@ void write_step_json(TrainRun& r, int64_t done, const StepSums& s, const StepSta
   if (r.store) {  // this step's (and its validation's) table traffic: rows, units, read-ahead
     const TrainTableStore::Stats now = r.store->stats(), &was = r.store_seen;
     nlohmann::json ts;
-    auto put = [&](const char* name, int64_t TrainTableStore::Stats::*f) { ts[name] = now.*f - was.*f; };
+    TrainTableStore::Stats& d = r.store_step;
+    auto put = [&](const char* name, int64_t TrainTableStore::Stats::*f) { ts[name] = d.*f = now.*f - was.*f; };
     put("rows_read", &TrainTableStore::Stats::rows_read);
     put("rows_written", &TrainTableStore::Stats::rows_written);
     put("hits", &TrainTableStore::Stats::hits);
@@ -82,6 +83,12 @@ void print_progress(const TrainRun& r, int64_t done, const StepSums& s, const St
   }
   if (r.model.cfg.jtokm) {
     std::snprintf(buf, sizeof buf, " | jtokm aux %.2e | load max %.2f", s.jaux, s.routing.max_load_fraction());
+    line += buf;
+  }
+  if (r.store) {  // --tables disk: the step's units read (how many ahead of need) and written back
+    const TrainTableStore::Stats& d = r.store_step;
+    std::snprintf(buf, sizeof buf, " | store %lld read (%lld ahead), %lld written", static_cast<long long>(d.units_read),
+                  static_cast<long long>(d.read_ahead), static_cast<long long>(d.units_written));
     line += buf;
   }
   if (mfu > 0) {

@@ -69,6 +69,7 @@ struct TrainRun {
   std::unique_ptr<ShardOptimizer> embp_opt;  // the owned rows' moments and their table optimizer
   std::shared_ptr<TrainTableStore> store;     // --tables disk: the model's tables' store
   TrainTableStore::Stats store_seen;          // its counters at the last step line
+  TrainTableStore::Stats store_step;          // the last step line's traffic (counters' differences)
   bool tty = false;
   std::vector<int32_t> x, y;  // one micro-batch's inputs and targets, (B,T) each
   Activations acts;
