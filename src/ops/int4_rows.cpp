@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/lowp_convert.h"
 
 namespace jtok {
 
@@ -32,9 +33,7 @@ void quantize_int4_rows(uint8_t* q, float* scale, const float* x, int64_t rows, 
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 20))
   for (int64_t r = 0; r < rows; ++r) {
     const float* w = x + r * cols;
-    bool finite = true;
-    for (int64_t j = 0; j < cols; ++j) finite = finite && std::isfinite(w[j]);
-    if (!finite) {
+    if (!all_finite(w, cols)) {
 #pragma omp critical(int4_bad_row)
       bad_row = bad_row < 0 ? r : std::min(bad_row, r);
     }

@@ -53,6 +53,12 @@ void quantize_bf16(uint16_t* out, const float* in, int64_t n) {
   quantize_bf16_rows(out + full * kBlock, in + full * kBlock, 1, n - full * kBlock, n - full * kBlock);
 }
 
+bool all_finite(const float* x, int64_t n) {
+  bool finite = true;
+  for (int64_t c = 0; c < n; ++c) finite = finite && std::isfinite(x[c]);
+  return finite;
+}
+
 float quantize_int8_span(int8_t* q, const float* x, int64_t n) {
   float amax = 0.0f;
   for (int64_t c = 0; c < n; ++c) amax = std::max(amax, std::fabs(x[c]));
@@ -67,9 +73,7 @@ void quantize_int8_rows(int8_t* q, float* scale, const float* W, int64_t rows, i
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 20))
   for (int64_t o = 0; o < rows; ++o) {
     const float* w = W + o * cols;
-    bool finite = true;
-    for (int64_t c = 0; c < cols; ++c) finite = finite && std::isfinite(w[c]);
-    if (!finite) {
+    if (!all_finite(w, cols)) {
 #pragma omp atomic write
       bad_row = o;
     }

@@ -26,6 +26,8 @@ void quantize_bf16(uint16_t* out, const float* in, int64_t n);
 // the CPU has it: the same rounding).
 void quantize_bf16_rows(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld);
 void quantize_int8_rows(int8_t* q, float* scale, const float* W, int64_t rows, int64_t cols);
+// Whether all n values of x are finite: the row checks before int8 and int4 quantisation.
+bool all_finite(const float* x, int64_t n);
 // One span (a row, or a GGUF Q8_0 block) of n values to int8 as above; returns its scale.
 float quantize_int8_span(int8_t* q, const float* x, int64_t n);
 // Rows [r0, r1) of w as fp32 into out ((r1-r0), cols).
