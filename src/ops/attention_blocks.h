@@ -1,6 +1,7 @@
 // The row work of one score block of O(T) attention (FlashAttention-2's algorithm), shared by the
 // fp32 kernels (ops/attention.cpp) and the mixed-precision ones (ops/attention_bf16.cpp), which
-// differ only in how the blocks' matrix products are computed. Internal to ops/.
+// differ only in how the blocks' matrix products are computed; the decoder's softmax
+// (ops/attention_decode.cpp) uses its exp row too. Internal to ops/.
 #pragma once
 #include <algorithm>
 #include <cmath>

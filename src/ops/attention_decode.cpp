@@ -15,7 +15,7 @@
 
 #include "core/parallel.h"
 #include "ops/attention.h"
-#include "ops/fast_exp.h"
+#include "ops/attention_blocks.h"
 
 namespace jtok {
 
@@ -46,13 +46,7 @@ static void softmax_in_place(float* sh, int64_t n) {
   float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
   for (int64_t j = 0; j < n; ++j) mx = sh[j] > mx ? sh[j] : mx;
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < n; ++j) {
-    const float e = fast_expf(sh[j] - mx);
-    sh[j] = e;
-    sum += e;
-  }
+  const float sum = attn::exp_row(sh, n, n, mx);
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j) sh[j] /= sum;
 }
