@@ -8,16 +8,16 @@
 
 #include "export/fold.h"
 #include "infer/generate.h"
+#include "model_test_util.h"
 
 using namespace jtok;
 
 static ModelConfig cfg() {
-  ModelConfig c;
-  c.vocab_size = 97; c.hidden_size = 32; c.num_hidden_layers = 3; c.num_attention_heads = 4;
-  c.num_key_value_heads = 2; c.intermediate_size = 48; c.max_position_embeddings = 32;
+  ModelConfig c =
+      jtok::testing::tiny_jtok_config({.layers = 3, .context = 32, .jtok_layers = "0,2", .jtokm_layers = "1"});
   c.initializer_range = 0.2;
-  c.jtok = true; c.jtok_layers = "0,2"; c.jtok_scale_init = 0.8;
-  c.jtokm = true; c.jtokm_layers = "1"; c.jtokm_n_e = 3; c.jtokm_top_k = 2; c.jtokm_scale_init = 2.0;
+  c.jtok_scale_init = 0.8;
+  c.jtokm_scale_init = 2.0;
   return c;
 }
 

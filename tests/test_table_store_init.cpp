@@ -22,6 +22,7 @@
 
 #include "core/atomic_file.h"
 #include "error_test_util.h"
+#include "model_test_util.h"
 #include "model/table_store.h"
 #include "model/transformer.h"
 #include "train/disk_tables.h"
@@ -38,17 +39,8 @@ constexpr uint64_t kSeed = 17;
 
 // One layer, JTok and JTok-M (n_e 4): 5 tables of 32,768 x 64 (42 MB of f32 values).
 ModelConfig big_tables() {
-  ModelConfig c;
-  c.vocab_size = 32768;
-  c.vocab_pad_multiple = 64;
-  c.hidden_size = 64;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.intermediate_size = 64;
-  c.max_position_embeddings = 16;
-  c.jtok = c.jtokm = true;
-  c.jtok_layers = c.jtokm_layers = "0";
+  ModelConfig c = jtok::testing::tiny_jtok_config({.vocab = 32768, .hidden = 64, .layers = 1, .intermediate = 64,
+                                                   .context = 16, .jtok_layers = "0", .jtokm_layers = "0"});
   c.jtokm_n_e = 4;
   return c;
 }
