@@ -95,14 +95,107 @@ nlohmann::json text_token_logprobs(const jtok::Model& m, const jtok::Tokenizer& 
   return {{"file", path}, {"tokens", ids[0]}, {"token_logprobs", lp}};
 }
 
+// --reference: the second checkpoint, refused unless its vocabulary and tokenizer are ck's.
+std::optional<jtok::LoadedCheckpoint> load_reference(const jtok::LoadedCheckpoint& ck) {
+  using namespace jtok;
+  std::optional<LoadedCheckpoint> ref;
+  if (args.reference.empty()) return ref;
+  ref.emplace(load_for_inference(args.reference, args.table_src.kind == "mmap"));
+  const ModelConfig &a = ck.cfg.model, &r = ref->cfg.model;
+  if (a.vocab_size != r.vocab_size || a.padded_vocab() != r.padded_vocab() ||
+      ck.tokenizer.fingerprint() != ref->tokenizer.fingerprint())
+    fail("--reference ", ref->dir, ": vocabulary ", r.vocab_size, " (tokenizer ", ref->tokenizer.name(),
+         ") does not match ", ck.dir, "'s ", a.vocab_size, " (", ck.tokenizer.name(), ")");
+  return ref;
+}
+
+// The summed losses of the first nb validation batches, of m and (when given) of ref, and how far
+// m's next-token distributions are from ref's.
+struct ValSums {
+  double sum = 0, ref_sum = 0;
+  jtok::LogitComparison cmp;
+};
+
+ValSums validate(const jtok::Model& m, const jtok::Model* ref, const jtok::ModelConfig& mc,
+                 const jtok::ValidationSet& val, int64_t nb) {
+  using namespace jtok;
+  Activations acts, ref_acts;
+  ValSums s;
+  for (int64_t i = 0; i < nb; ++i) {
+    Batch b = val.batch(static_cast<size_t>(i));
+    forward(m, acts, b.inputs.data(), b.B, b.T);
+    s.sum += loss_of_logits(m, acts, b.targets.data());
+    if (ref) {
+      forward(*ref, ref_acts, b.inputs.data(), b.B, b.T);
+      s.ref_sum += loss_of_logits(*ref, ref_acts, b.targets.data());
+      compare_logits(s.cmp, acts.logits.data(), ref_acts.logits.data(), b.targets.data(), b.B * b.T,
+                     mc.vocab_size, mc.padded_vocab());
+    }
+  }
+  return s;
+}
+
+// out["reference"], printed unless --json.
+void report_reference(nlohmann::json& out, const ValSums& s, const std::string& ref_dir, int64_t nb) {
+  const jtok::LogitComparison& cmp = s.cmp;
+  const double n = static_cast<double>(cmp.positions);
+  out["reference"] = {{"checkpoint", ref_dir},
+                      {"val_loss", s.ref_sum / static_cast<double>(nb)},
+                      {"positions", cmp.positions},
+                      {"kl_mean", cmp.kl_sum / n},
+                      {"kl_max", cmp.kl_max},
+                      {"top1_agreement", static_cast<double>(cmp.top1_same) / n},
+                      {"dlogp_mean", cmp.dlogp_sum / n},
+                      {"dlogp_abs_mean", cmp.dlogp_abs_sum / n},
+                      {"dlogp_abs_max", cmp.dlogp_abs_max}};
+  if (!args.json)
+    std::printf("against %s (loss %.4f): KL mean %.3e max %.3e | top-1 agreement %.2f %% | "
+                "log p(target) change mean %+.3e, |mean| %.3e, |max| %.3e over %lld positions\n",
+                ref_dir.c_str(), s.ref_sum / static_cast<double>(nb), cmp.kl_sum / n, cmp.kl_max,
+                100.0 * static_cast<double>(cmp.top1_same) / n, cmp.dlogp_sum / n, cmp.dlogp_abs_sum / n,
+                cmp.dlogp_abs_max, static_cast<long long>(cmp.positions));
+}
+
+// out["token_logprobs"] for --token-logprobs, printed unless --json.
+void report_token_logprobs(nlohmann::json& out, const jtok::Model& m, const jtok::Tokenizer& tok) {
+  out["token_logprobs"] = text_token_logprobs(m, tok, args.token_logprobs_file);
+  if (args.json) return;
+  const auto& tl = out["token_logprobs"];
+  std::printf("token log-probs of %s ([<|endoftext|>] + its tokens):\n", args.token_logprobs_file.c_str());
+  for (size_t t = 0; t < tl["tokens"].size(); ++t)
+    std::printf("  %6d %s\n", tl["tokens"][t].get<int>(), tl["token_logprobs"][t].dump().c_str());
+}
+
+// The BLiMP table: ours beside the published models' accuracies (blank where res has none).
+void print_blimp(const nlohmann::json& res) {
+  auto ref = [&](const char* model, const std::string& key, const std::string& name) -> std::string {
+    if (!res.contains("reference") || !res["reference"].contains(model)) return "";
+    auto& r = res["reference"][model];
+    const nlohmann::json* v = key.empty() ? (r.contains("accuracy") ? &r["accuracy"] : nullptr)
+                                          : (r.contains(key) && r[key].contains(name) ? &r[key][name] : nullptr);
+    char b[16];
+    std::snprintf(b, sizeof b, "%6.1f", v ? 100 * v->get<double>() : NAN);
+    return b;
+  };
+  std::printf("BLiMP (%lld pairs; simple LM method)       ours  5-gram   LSTM  TrXL  GPT-2\n",
+              static_cast<long long>(res["pairs"].get<int64_t>()));
+  std::printf("  %-38s %6.1f %s %s %s %s\n", "overall (mean over paradigms)", 100 * res["accuracy_paradigm_mean"].get<double>(),
+              ref("ngram", "", "").c_str(), ref("lstm", "", "").c_str(), ref("txl", "", "").c_str(), ref("gpt2", "", "").c_str());
+  for (auto& [term, a] : res["by_term"].items())
+    std::printf("  %-38s %6.1f %s %s %s %s\n", term.c_str(), 100 * a.get<double>(), ref("ngram", "by_term", term).c_str(),
+                ref("lstm", "by_term", term).c_str(), ref("txl", "by_term", term).c_str(), ref("gpt2", "by_term", term).c_str());
+  for (auto& [field, a] : res["by_field"].items())
+    std::printf("  field %-32s %6.1f\n", field.c_str(), 100 * a.get<double>());
+  std::printf("  (per-paradigm figures: --json)\n");
+}
+
 void run() {
   using namespace jtok;
   LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src);
-  const std::string& dir = ck.dir;
   const Config& cfg = ck.cfg;
   const Model& m = ck.model;
   const Tokenizer& tok = ck.tokenizer;
-  nlohmann::json out = {{"checkpoint", dir}};
+  nlohmann::json out = {{"checkpoint", ck.dir}};
   auto t0 = std::chrono::steady_clock::now();
 
   const std::string val_path = args.val_data.empty() ? cfg.train.val_data : args.val_data;
@@ -114,91 +207,23 @@ void run() {
   int64_t nb = static_cast<int64_t>(val.num_batches());
   if (args.val_batches > 0) nb = std::min(nb, args.val_batches);
   if (nb == 0) fail("validation data ", val_path, " is shorter than one batch");
-  std::optional<LoadedCheckpoint> ref;
-  if (!args.reference.empty()) {
-    ref.emplace(load_for_inference(args.reference, args.table_src.kind == "mmap"));
-    const ModelConfig &a = cfg.model, &r = ref->cfg.model;
-    if (a.vocab_size != r.vocab_size || a.padded_vocab() != r.padded_vocab() ||
-        tok.fingerprint() != ref->tokenizer.fingerprint())
-      fail("--reference ", ref->dir, ": vocabulary ", r.vocab_size, " (tokenizer ", ref->tokenizer.name(),
-           ") does not match ", dir, "'s ", a.vocab_size, " (", tok.name(), ")");
-  }
-  Activations acts, ref_acts;
-  LogitComparison cmp;
-  double sum = 0, ref_sum = 0;
-  for (int64_t i = 0; i < nb; ++i) {
-    Batch b = val.batch(static_cast<size_t>(i));
-    forward(m, acts, b.inputs.data(), b.B, b.T);
-    sum += loss_of_logits(m, acts, b.targets.data());
-    if (ref) {
-      forward(ref->model, ref_acts, b.inputs.data(), b.B, b.T);
-      ref_sum += loss_of_logits(ref->model, ref_acts, b.targets.data());
-      compare_logits(cmp, acts.logits.data(), ref_acts.logits.data(), b.targets.data(), b.B * b.T,
-                     cfg.model.vocab_size, cfg.model.padded_vocab());
-    }
-  }
-  const double vl = sum / static_cast<double>(nb);
+  const std::optional<LoadedCheckpoint> ref = load_reference(ck);
+  const ValSums s = validate(m, ref ? &ref->model : nullptr, cfg.model, val, nb);
+  const double vl = s.sum / static_cast<double>(nb);
   out["val_loss"] = vl;
   out["val_ppl"] = std::exp(vl);
   out["val_tokens"] = nb * cfg.train.micro_batch_size * cfg.train.seq_len;
   if (!args.json)
     std::printf("validation: loss %.4f | ppl %.2f | %lld tokens of %s\n", vl, std::exp(vl),
                 static_cast<long long>(out["val_tokens"].get<int64_t>()), val_path.c_str());
-  if (ref) {
-    const double n = static_cast<double>(cmp.positions);
-    out["reference"] = {{"checkpoint", ref->dir},
-                        {"val_loss", ref_sum / static_cast<double>(nb)},
-                        {"positions", cmp.positions},
-                        {"kl_mean", cmp.kl_sum / n},
-                        {"kl_max", cmp.kl_max},
-                        {"top1_agreement", static_cast<double>(cmp.top1_same) / n},
-                        {"dlogp_mean", cmp.dlogp_sum / n},
-                        {"dlogp_abs_mean", cmp.dlogp_abs_sum / n},
-                        {"dlogp_abs_max", cmp.dlogp_abs_max}};
-    if (!args.json)
-      std::printf("against %s (loss %.4f): KL mean %.3e max %.3e | top-1 agreement %.2f %% | "
-                  "log p(target) change mean %+.3e, |mean| %.3e, |max| %.3e over %lld positions\n",
-                  ref->dir.c_str(), ref_sum / static_cast<double>(nb), cmp.kl_sum / n, cmp.kl_max,
-                  100.0 * static_cast<double>(cmp.top1_same) / n, cmp.dlogp_sum / n, cmp.dlogp_abs_sum / n,
-                  cmp.dlogp_abs_max, static_cast<long long>(cmp.positions));
-  }
-
-  if (!args.token_logprobs_file.empty()) {
-    out["token_logprobs"] = text_token_logprobs(m, tok, args.token_logprobs_file);
-    if (!args.json) {
-      const auto& tl = out["token_logprobs"];
-      std::printf("token log-probs of %s ([<|endoftext|>] + its tokens):\n", args.token_logprobs_file.c_str());
-      for (size_t t = 0; t < tl["tokens"].size(); ++t)
-        std::printf("  %6d %s\n", tl["tokens"][t].get<int>(), tl["token_logprobs"][t].dump().c_str());
-    }
-  }
+  if (ref) report_reference(out, s, ref->dir, nb);
+  if (!args.token_logprobs_file.empty()) report_token_logprobs(out, m, tok);
   if (!args.no_blimp) {
-    auto pairs = load_blimp(args.blimp_dir, args.blimp_limit);
     auto res = evaluate_blimp(
-        pairs, [&](const std::vector<std::string>& s) { return score_sentences(m, tok, s, args.batch_size); },
-        args.blimp_dir);
+        load_blimp(args.blimp_dir, args.blimp_limit),
+        [&](const std::vector<std::string>& ss) { return score_sentences(m, tok, ss, args.batch_size); }, args.blimp_dir);
     out["blimp"] = res;
-    if (!args.json) {
-      auto ref = [&](const char* model, const std::string& key, const std::string& name) -> std::string {
-        if (!res.contains("reference") || !res["reference"].contains(model)) return "";
-        auto& r = res["reference"][model];
-        const nlohmann::json* v = key.empty() ? (r.contains("accuracy") ? &r["accuracy"] : nullptr)
-                                              : (r.contains(key) && r[key].contains(name) ? &r[key][name] : nullptr);
-        char b[16];
-        std::snprintf(b, sizeof b, "%6.1f", v ? 100 * v->get<double>() : NAN);
-        return b;
-      };
-      std::printf("BLiMP (%lld pairs; simple LM method)       ours  5-gram   LSTM  TrXL  GPT-2\n",
-                  static_cast<long long>(res["pairs"].get<int64_t>()));
-      std::printf("  %-38s %6.1f %s %s %s %s\n", "overall (mean over paradigms)", 100 * res["accuracy_paradigm_mean"].get<double>(),
-                  ref("ngram", "", "").c_str(), ref("lstm", "", "").c_str(), ref("txl", "", "").c_str(), ref("gpt2", "", "").c_str());
-      for (auto& [term, a] : res["by_term"].items())
-        std::printf("  %-38s %6.1f %s %s %s %s\n", term.c_str(), 100 * a.get<double>(), ref("ngram", "by_term", term).c_str(),
-                    ref("lstm", "by_term", term).c_str(), ref("txl", "by_term", term).c_str(), ref("gpt2", "by_term", term).c_str());
-      for (auto& [field, a] : res["by_field"].items())
-        std::printf("  field %-32s %6.1f\n", field.c_str(), 100 * a.get<double>());
-      std::printf("  (per-paradigm figures: --json)\n");
-    }
+    if (!args.json) print_blimp(res);
   }
   out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (args.json) std::printf("%s\n", out.dump().c_str());
