@@ -77,6 +77,56 @@ int run_subprocess(const std::vector<std::string>& argv, const std::string& log_
   return 255;
 }
 
+namespace {
+
+// A run stopped part way (killed, or the trainer's clean stop on SIGINT/SIGTERM) continues from
+// its newest complete checkpoint instead of starting over; one stopped before its first checkpoint
+// left a log, and `train` refuses a fresh run there, so it too is resumed (from scratch).
+bool resumable(const std::string& dir) {
+  return (fs::exists(dir + "/checkpoints") && latest_checkpoint(dir).has_value()) || fs::exists(dir + "/log.jsonl");
+}
+
+// Row r's config (the plan's base with the row's overrides and steps) written to cfg_path in dir.
+void write_row_config(const nlohmann::json& base, const Plan& plan, const PlanRow& r, const std::string& dir,
+                      const std::string& cfg_path) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail(dir, ": cannot create directory: ", ec.message());
+  nlohmann::json cfg = merged_config(base, r.overrides, plan.base_config + " with shape " + r.shape);
+  cfg["max_steps"] = r.steps;
+  write_file_atomic(cfg_path, cfg.dump(2) + "\n");
+}
+
+// Why the training of row r in dir (exit status rc) gives no result ("" when it does; log then
+// holds its log's summary).
+std::string training_failure(int rc, const std::string& dir, const PlanRow& r, TrainLogSummary& log) {
+  if (rc != 0) return "trainer exited with status " + std::to_string(rc) + " (see " + dir + "/train.log)";
+  if (!fs::exists(dir + "/log.jsonl")) return "trainer wrote no " + dir + "/log.jsonl";
+  try {
+    log = read_train_log(dir + "/log.jsonl");
+    if (!log.has_val) return dir + "/log.jsonl has no \"val_loss\" line";
+    // The trainer exits 0 after a clean stop on a signal; its last val_loss is then from an
+    // earlier step and must not be taken as the run's result.
+    if (log.val_step != r.steps)
+      return dir + "/log.jsonl: last \"val_loss\" is at step " + std::to_string(log.val_step) + ", not at the planned " +
+             std::to_string(r.steps) + " (stopped early? a rerun resumes it)";
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Row r's result.json.
+nlohmann::json row_result(const PlanRow& r, const TrainLogSummary& log, double seconds, bool resume) {
+  return {{"run_id", r.run_id}, {"budget", r.budget}, {"shape", r.shape}, {"n_c", r.n_c},
+          {"n_n", r.n_n}, {"tokens", r.tokens}, {"steps", r.steps}, {"compute", r.compute},
+          {"loss", log.val_loss}, {"val_step", log.val_step}, {"last_step", log.last_step},
+          {"train_loss", log.has_train ? nlohmann::json(log.train_loss) : nlohmann::json(nullptr)},
+          {"seconds", seconds}, {"resumed", resume}};
+}
+
+}  // namespace
+
 RunSummary run_plan(const Plan& plan, const RunOptions& opt) {
   if (opt.out_dir.empty()) fail("scaling run: no output directory");
   std::error_code ec;
@@ -101,11 +151,7 @@ RunSummary run_plan(const Plan& plan, const RunOptions& opt) {
     const std::string cfg_path = dir + "/config.json";
     std::vector<std::string> argv = {opt.trainer, "train", "--config", cfg_path, "--out", dir, "--max-steps",
                                      std::to_string(r.steps)};
-    // A run stopped part way (killed, or the trainer's clean stop on SIGINT/SIGTERM) continues
-    // from its newest complete checkpoint instead of starting over; one stopped before its first
-    // checkpoint left a log, and `train` refuses a fresh run there, so it too is resumed (from scratch).
-    const bool resume = (fs::exists(dir + "/checkpoints") && latest_checkpoint(dir).has_value()) ||
-                        fs::exists(dir + "/log.jsonl");
+    const bool resume = resumable(dir);
     if (resume) argv.push_back("--resume");
     if (opt.dry_run) {
       std::string cmd;
@@ -114,46 +160,21 @@ RunSummary run_plan(const Plan& plan, const RunOptions& opt) {
       ++sum.pending;
       continue;
     }
-    fs::create_directories(dir, ec);
-    if (ec) fail(dir, ": cannot create directory: ", ec.message());
-    nlohmann::json cfg = merged_config(base, r.overrides, plan.base_config + " with shape " + r.shape);
-    cfg["max_steps"] = r.steps;
-    write_file_atomic(cfg_path, cfg.dump(2) + "\n");
+    write_row_config(base, plan, r, dir, cfg_path);
     say(tag + ": training " + std::to_string(r.steps) + " steps (N_c " + std::to_string(r.n_c) + ", " +
         std::to_string(r.tokens) + " tokens)");
     const auto t0 = std::chrono::steady_clock::now();
     int rc = opt.runner(argv, dir + "/train.log");
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::string why;
     TrainLogSummary log;
-    if (rc != 0) {
-      why = "trainer exited with status " + std::to_string(rc) + " (see " + dir + "/train.log)";
-    } else if (!fs::exists(dir + "/log.jsonl")) {
-      why = "trainer wrote no " + dir + "/log.jsonl";
-    } else {
-      try {
-        log = read_train_log(dir + "/log.jsonl");
-        if (!log.has_val) why = dir + "/log.jsonl has no \"val_loss\" line";
-        // The trainer exits 0 after a clean stop on a signal; its last val_loss is then from an
-        // earlier step and must not be taken as the run's result.
-        else if (log.val_step != r.steps)
-          why = dir + "/log.jsonl: last \"val_loss\" is at step " + std::to_string(log.val_step) + ", not at the planned " +
-                std::to_string(r.steps) + " (stopped early? a rerun resumes it)";
-      } catch (const Error& e) {
-        why = e.what();
-      }
-    }
+    const std::string why = training_failure(rc, dir, r, log);
     if (!why.empty()) {
       ++sum.failed;
       sum.failures.push_back(r.run_id + ": " + why);
       say(tag + ": FAILED: " + why);
       continue;
     }
-    nlohmann::json res = {{"run_id", r.run_id}, {"budget", r.budget}, {"shape", r.shape}, {"n_c", r.n_c},
-                          {"n_n", r.n_n}, {"tokens", r.tokens}, {"steps", r.steps}, {"compute", r.compute},
-                          {"loss", log.val_loss}, {"val_step", log.val_step}, {"last_step", log.last_step},
-                          {"train_loss", log.has_train ? nlohmann::json(log.train_loss) : nlohmann::json(nullptr)},
-                          {"seconds", seconds}, {"resumed", resume}};
+    const nlohmann::json res = row_result(r, log, seconds, resume);
     write_file_atomic(result_path, res.dump(2) + "\n");
     if (opt.remove_checkpoints) fs::remove_all(dir + "/checkpoints", ec);  // result.json now stands for the run
     sum.results.push_back(res);
