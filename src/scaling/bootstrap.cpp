@@ -55,17 +55,18 @@ Fitted fit_all(const std::vector<std::vector<IsoPoint>>& variants, int window) {
   return f;
 }
 
-}  // namespace
-
-SavingBootstrap bootstrap_saving(const std::vector<std::vector<IsoPoint>>& variants, const BootstrapOptions& opt) {
+// The options and every variant's profiles checked once (the point estimate's checks, >= 3
+// budgets per variant, >= 3 distinct N_c per profile); the runs grouped by budget into profiles and,
+// for "residuals", each profile's quadratic in quads.
+void check_and_group(const std::vector<std::vector<IsoPoint>>& variants, const BootstrapOptions& opt,
+                     std::vector<Profiles>& profiles, std::vector<std::map<double, QuadFit>>& quads) {
   if (variants.size() < 2) fail("bootstrap: needs a base and at least one other variant, got ", variants.size());
   if (opt.replicates < 1) fail("bootstrap: replicates must be >= 1, got ", opt.replicates);
   if (opt.method != "cases" && opt.method != "residuals")
     fail("bootstrap: method must be 'cases' or 'residuals', got '", opt.method, "'");
   if (!(opt.level > 0 && opt.level < 1)) fail("bootstrap: level must be in (0, 1), got ", opt.level);
-  // Group by budget; validate once (the point estimate's checks, and >= 3 budgets per variant).
-  std::vector<Profiles> profiles(variants.size());
-  std::vector<std::map<double, QuadFit>> quads(variants.size());
+  profiles.assign(variants.size(), {});
+  quads.assign(variants.size(), {});
   for (size_t k = 0; k < variants.size(); ++k) {
     fit_isoflops(variants[k], opt.window);  // fails on bad points or a profile of < 3 runs
     for (auto& p : variants[k]) profiles[k][p.budget].push_back(p);
@@ -81,6 +82,54 @@ SavingBootstrap bootstrap_saving(const std::vector<std::vector<IsoPoint>>& varia
       }
     }
   }
+}
+
+// "cases": n runs drawn with replacement from pts, drawn again until they hold 3 distinct N_c.
+void draw_cases(std::vector<IsoPoint>& into, const std::vector<IsoPoint>& pts, std::mt19937_64& rng,
+                SavingBootstrap& out, int64_t max_redraws) {
+  const size_t n = pts.size();
+  std::vector<IsoPoint> draw(n);
+  for (;;) {
+    for (size_t i = 0; i < n; ++i) draw[i] = pts[rng() % n];
+    if (distinct_n_c(draw) >= 3) break;
+    if (++out.redraws > max_redraws) fail("bootstrap: over ", max_redraws, " redraws (profiles too small for the cases method)");
+  }
+  into.insert(into.end(), draw.begin(), draw.end());
+}
+
+// "residuals": pts' runs at the quadratic q plus residuals (rescaled for the 3 fitted
+// coefficients) drawn with replacement.
+void draw_residuals(std::vector<IsoPoint>& into, const std::vector<IsoPoint>& pts, const QuadFit& q,
+                    std::mt19937_64& rng) {
+  const size_t n = pts.size();
+  const double scale = std::sqrt(double(n) / double(n - 3));
+  std::vector<double> res(n);
+  for (size_t i = 0; i < n; ++i) res[i] = (pts[i].loss - q.at(std::log10(pts[i].n_c))) * scale;
+  for (size_t i = 0; i < n; ++i) {
+    IsoPoint p = pts[i];
+    p.loss = q.at(std::log10(p.n_c)) + res[rng() % n];
+    if (!(p.loss > 0)) fail("bootstrap: residuals: a resampled loss is not positive (", p.loss, ")");
+    into.push_back(p);
+  }
+}
+
+// The percentiles of every variant's replicates at opt.level.
+void add_percentiles(SavingBootstrap& out, const BootstrapOptions& opt) {
+  const double lo = (1 - opt.level) / 2, hi = (1 + opt.level) / 2;
+  auto pct = [&](const std::vector<double>& v) { return Percentiles{quantile(v, lo), quantile(v, 0.5), quantile(v, hi)}; };
+  for (size_t k = 0; k < out.saving_separate.size(); ++k) {
+    out.separate.push_back(pct(out.saving_separate[k]));
+    out.shared_slope.push_back(pct(out.saving_shared_slope[k]));
+    out.alpha_pct.push_back(pct(out.alpha[k]));
+  }
+}
+
+}  // namespace
+
+SavingBootstrap bootstrap_saving(const std::vector<std::vector<IsoPoint>>& variants, const BootstrapOptions& opt) {
+  std::vector<Profiles> profiles;
+  std::vector<std::map<double, QuadFit>> quads;
+  check_and_group(variants, opt, profiles, quads);
   SavingBootstrap out;
   const size_t K = variants.size();
   out.saving_separate.assign(K, {}), out.saving_shared_slope.assign(K, {}), out.alpha.assign(K, {});
@@ -92,27 +141,8 @@ SavingBootstrap bootstrap_saving(const std::vector<std::vector<IsoPoint>>& varia
     std::vector<std::vector<IsoPoint>> sample(K);
     for (size_t k = 0; k < K; ++k)
       for (auto& [b, pts] : profiles[k]) {
-        const size_t n = pts.size();
-        if (opt.method == "cases") {
-          std::vector<IsoPoint> draw(n);
-          for (;;) {
-            for (size_t i = 0; i < n; ++i) draw[i] = pts[rng() % n];
-            if (distinct_n_c(draw) >= 3) break;
-            if (++out.redraws > max_redraws) fail("bootstrap: over ", max_redraws, " redraws (profiles too small for the cases method)");
-          }
-          sample[k].insert(sample[k].end(), draw.begin(), draw.end());
-        } else {
-          const QuadFit& q = quads[k].at(b);
-          const double scale = std::sqrt(double(n) / double(n - 3));
-          std::vector<double> res(n);
-          for (size_t i = 0; i < n; ++i) res[i] = (pts[i].loss - q.at(std::log10(pts[i].n_c))) * scale;
-          for (size_t i = 0; i < n; ++i) {
-            IsoPoint p = pts[i];
-            p.loss = q.at(std::log10(p.n_c)) + res[rng() % n];
-            if (!(p.loss > 0)) fail("bootstrap: residuals: a resampled loss is not positive (", p.loss, ")");
-            sample[k].push_back(p);
-          }
-        }
+        if (opt.method == "cases") draw_cases(sample[k], pts, rng, out, max_redraws);
+        else draw_residuals(sample[k], pts, quads[k].at(b), rng);
       }
     Fitted f;
     try {
@@ -131,13 +161,7 @@ SavingBootstrap bootstrap_saving(const std::vector<std::vector<IsoPoint>>& varia
     }
   }
   out.replicates = opt.replicates;
-  const double lo = (1 - opt.level) / 2, hi = (1 + opt.level) / 2;
-  auto pct = [&](const std::vector<double>& v) { return Percentiles{quantile(v, lo), quantile(v, 0.5), quantile(v, hi)}; };
-  for (size_t k = 0; k < K; ++k) {
-    out.separate.push_back(pct(out.saving_separate[k]));
-    out.shared_slope.push_back(pct(out.saving_shared_slope[k]));
-    out.alpha_pct.push_back(pct(out.alpha[k]));
-  }
+  add_percentiles(out, opt);
   return out;
 }
 
