@@ -284,76 +284,99 @@ nlohmann::json run_fits(const FitInputs& in) {
   return out;
 }
 
+namespace {
+
+// The isoFLOP minima (and Kaplan fit) of each file in j["isoflops"].
+std::string isoflops_text(const nlohmann::json& j) {
+  std::string s;
+  char b[512];
+  for (auto& iso : j["isoflops"]) {
+    s += "isoFLOP profiles of " + iso["file"].get<std::string>() + ":\n";
+    for (auto& m : iso["minima"]) {
+      std::snprintf(b, sizeof b, "  C %-10.4g N_c* %-10.4g D* %-10.4g L* %.4f  (%d points%s)\n", m["budget"].get<double>(),
+                    m["n_c_opt"].get<double>(), m["tokens_opt"].get<double>(), m["loss_opt"].get<double>(),
+                    m["n_points"].get<int>(),
+                    m.value("method", "quadratic") == "lowest_run"
+                        ? (m["extrapolated"].get<bool>() ? ", not U-shaped: lowest run, at an end of the range"
+                                                         : ", not U-shaped: lowest run")
+                        : (m["extrapolated"].get<bool>() ? ", minimum extrapolated" : ""));
+      s += b;
+    }
+    if (!iso["kaplan"].is_null()) {
+      auto& k = iso["kaplan"];
+      std::snprintf(b, sizeof b, "  Kaplan: L = [(A/N)^(alpha/beta) + B/D]^beta, A %.4g B %.4g alpha %.4f beta %.4f (rmse of ln L %.3g)\n",
+                    k["A"].get<double>(), k["B"].get<double>(), k["alpha"].get<double>(), k["beta"].get<double>(),
+                    k["rmse_log"].get<double>());
+      s += b;
+    }
+  }
+  return s;
+}
+
+// The frontiers of j["frontiers"], their savings and the shared slope.
+std::string frontiers_text(const nlohmann::json& j) {
+  std::string s;
+  char b[512];
+  s += "frontiers: log2 L = alpha log10 C + beta\n";
+  for (auto& f : j["frontiers"]) {
+    std::snprintf(b, sizeof b, "  %-28s alpha %.4f  beta %.4f  R^2 %.4f  (%d points)", f["label"].get<std::string>().c_str(),
+                  f["alpha"].get<double>(), f["beta"].get<double>(), f["r2"].get<double>(), f["n"].get<int>());
+    s += b;
+    if (f.contains("saving_separate")) {
+      std::snprintf(b, sizeof b, "  saving: %.1f%% separate (delta beta %.4f), %.1f%% shared slope (delta beta %.4f)",
+                    100 * f["saving_separate"].get<double>(), f["delta_beta_separate"].get<double>(),
+                    100 * f["saving_shared_slope"].get<double>(), f["delta_beta_shared"].get<double>());
+      s += b;
+    }
+    s += "\n";
+  }
+  if (j.contains("shared_slope")) {
+    std::snprintf(b, sizeof b, "  shared slope alpha %.4f (R^2 %.4f)\n", j["shared_slope"]["alpha"].get<double>(),
+                  j["shared_slope"]["r2"].get<double>());
+    s += b;
+  }
+  return s;
+}
+
+// The bootstrap intervals of j["bootstrap"].
+std::string bootstrap_text(const nlohmann::json& j) {
+  std::string s;
+  char b[512];
+  auto& bs = j["bootstrap"];
+  std::snprintf(b, sizeof b,
+                "bootstrap over runs (%s, %d replicates, seed %llu; %d with a lowest-run fallback, %d with an extrapolated minimum, "
+                "%lld resamples not refittable and drawn again):\n",
+                bs["method"].get<std::string>().c_str(), bs["replicates"].get<int>(),
+                static_cast<unsigned long long>(bs["seed"].get<uint64_t>()), bs["lowest_run_replicates"].get<int>(),
+                bs["extrapolated_replicates"].get<int>(), static_cast<long long>(bs["failed_resamples"].get<int64_t>()));
+  s += b;
+  const double lvl = 100 * bs["level"].get<double>();
+  for (auto& f : bs["frontiers"]) {
+    auto& a = f["alpha"];
+    std::snprintf(b, sizeof b, "  %-28s alpha %.0f%% [%.4f, %.4f]", stem(f["file"].get<std::string>()).c_str(), lvl,
+                  a["lo"].get<double>(), a["hi"].get<double>());
+    s += b;
+    if (f.contains("saving_separate")) {
+      auto& p = f["saving_separate"];
+      auto& q = f["saving_shared_slope"];
+      std::snprintf(b, sizeof b, "  saving separate [%.1f%%, %.1f%%] (median %.1f%%), shared slope [%.1f%%, %.1f%%] (median %.1f%%)",
+                    100 * p["lo"].get<double>(), 100 * p["hi"].get<double>(), 100 * p["median"].get<double>(),
+                    100 * q["lo"].get<double>(), 100 * q["hi"].get<double>(), 100 * q["median"].get<double>());
+      s += b;
+    }
+    s += "\n";
+  }
+  return s;
+}
+
+}  // namespace
+
 std::string fit_report_text(const nlohmann::json& j) {
   std::string s;
   char b[512];
-  if (j.contains("isoflops"))
-    for (auto& iso : j["isoflops"]) {
-      s += "isoFLOP profiles of " + iso["file"].get<std::string>() + ":\n";
-      for (auto& m : iso["minima"]) {
-        std::snprintf(b, sizeof b, "  C %-10.4g N_c* %-10.4g D* %-10.4g L* %.4f  (%d points%s)\n", m["budget"].get<double>(),
-                      m["n_c_opt"].get<double>(), m["tokens_opt"].get<double>(), m["loss_opt"].get<double>(),
-                      m["n_points"].get<int>(),
-                      m.value("method", "quadratic") == "lowest_run"
-                          ? (m["extrapolated"].get<bool>() ? ", not U-shaped: lowest run, at an end of the range"
-                                                           : ", not U-shaped: lowest run")
-                          : (m["extrapolated"].get<bool>() ? ", minimum extrapolated" : ""));
-        s += b;
-      }
-      if (!iso["kaplan"].is_null()) {
-        auto& k = iso["kaplan"];
-        std::snprintf(b, sizeof b, "  Kaplan: L = [(A/N)^(alpha/beta) + B/D]^beta, A %.4g B %.4g alpha %.4f beta %.4f (rmse of ln L %.3g)\n",
-                      k["A"].get<double>(), k["B"].get<double>(), k["alpha"].get<double>(), k["beta"].get<double>(),
-                      k["rmse_log"].get<double>());
-        s += b;
-      }
-    }
-  if (j.contains("frontiers")) {
-    s += "frontiers: log2 L = alpha log10 C + beta\n";
-    for (auto& f : j["frontiers"]) {
-      std::snprintf(b, sizeof b, "  %-28s alpha %.4f  beta %.4f  R^2 %.4f  (%d points)", f["label"].get<std::string>().c_str(),
-                    f["alpha"].get<double>(), f["beta"].get<double>(), f["r2"].get<double>(), f["n"].get<int>());
-      s += b;
-      if (f.contains("saving_separate")) {
-        std::snprintf(b, sizeof b, "  saving: %.1f%% separate (delta beta %.4f), %.1f%% shared slope (delta beta %.4f)",
-                      100 * f["saving_separate"].get<double>(), f["delta_beta_separate"].get<double>(),
-                      100 * f["saving_shared_slope"].get<double>(), f["delta_beta_shared"].get<double>());
-        s += b;
-      }
-      s += "\n";
-    }
-    if (j.contains("shared_slope")) {
-      std::snprintf(b, sizeof b, "  shared slope alpha %.4f (R^2 %.4f)\n", j["shared_slope"]["alpha"].get<double>(),
-                    j["shared_slope"]["r2"].get<double>());
-      s += b;
-    }
-  }
-  if (j.contains("bootstrap")) {
-    auto& bs = j["bootstrap"];
-    std::snprintf(b, sizeof b,
-                  "bootstrap over runs (%s, %d replicates, seed %llu; %d with a lowest-run fallback, %d with an extrapolated minimum, "
-                  "%lld resamples not refittable and drawn again):\n",
-                  bs["method"].get<std::string>().c_str(), bs["replicates"].get<int>(),
-                  static_cast<unsigned long long>(bs["seed"].get<uint64_t>()), bs["lowest_run_replicates"].get<int>(),
-                  bs["extrapolated_replicates"].get<int>(), static_cast<long long>(bs["failed_resamples"].get<int64_t>()));
-    s += b;
-    const double lvl = 100 * bs["level"].get<double>();
-    for (auto& f : bs["frontiers"]) {
-      auto& a = f["alpha"];
-      std::snprintf(b, sizeof b, "  %-28s alpha %.0f%% [%.4f, %.4f]", stem(f["file"].get<std::string>()).c_str(), lvl,
-                    a["lo"].get<double>(), a["hi"].get<double>());
-      s += b;
-      if (f.contains("saving_separate")) {
-        auto& p = f["saving_separate"];
-        auto& q = f["saving_shared_slope"];
-        std::snprintf(b, sizeof b, "  saving separate [%.1f%%, %.1f%%] (median %.1f%%), shared slope [%.1f%%, %.1f%%] (median %.1f%%)",
-                      100 * p["lo"].get<double>(), 100 * p["hi"].get<double>(), 100 * p["median"].get<double>(),
-                      100 * q["lo"].get<double>(), 100 * q["hi"].get<double>(), 100 * q["median"].get<double>());
-        s += b;
-      }
-      s += "\n";
-    }
-  }
+  if (j.contains("isoflops")) s += isoflops_text(j);
+  if (j.contains("frontiers")) s += frontiers_text(j);
+  if (j.contains("bootstrap")) s += bootstrap_text(j);
   if (j.contains("eta")) {
     auto& e = j["eta"];
     std::snprintf(b, sizeof b, "eta: loss = %.5f log2(eta) + %.4f  R^2 %.4f  (%d points)\n", e["slope_per_doubling"].get<double>(),
