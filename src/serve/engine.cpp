@@ -175,19 +175,24 @@ bool Engine::emit(Active& a, const float* logits) {
   return true;
 }
 
+// Prompt log-probs into out (tokens 1..P-1 of req's prompt): position t's logits give token t + 1's.
+static PositionLogits prompt_logprob_sink(std::vector<TokenLogprob>& out, const GenerationRequest& req, int64_t V) {
+  const int64_t P = static_cast<int64_t>(req.prompt.size());
+  // A pass over the vocabulary per row: rows in parallel.
+  return [&out, &req, P, V](int64_t pos, int64_t n, const float* logits) {
+    const int64_t rows = std::min(n, P - 1 - pos);
+#pragma omp parallel for schedule(static) if (rows > 1)
+    for (int64_t r = 0; r < rows; ++r)
+      out[pos + r] = token_logprob(logits + r * V, V, req.prompt[pos + r + 1], req.top_logprobs);
+  };
+}
+
 void Engine::prefill_piece(Active& a, int64_t p, std::vector<std::unique_ptr<Active>>& forked) {
   const int64_t P = static_cast<int64_t>(a.req.prompt.size());
-  const int64_t V = model_.cfg.vocab_size;
-  // Prompt log-probs: position t's logits give token t + 1's.
   PositionLogits each;
   if (a.req.prompt_logprobs) {
     a.prompt_lp.resize(static_cast<size_t>(P - 1));
-    each = [&](int64_t pos, int64_t n, const float* logits) {  // a pass over the vocabulary per row: rows in parallel
-      const int64_t rows = std::min(n, P - 1 - pos);
-#pragma omp parallel for schedule(static) if (rows > 1)
-      for (int64_t r = 0; r < rows; ++r)
-        a.prompt_lp[pos + r] = token_logprob(logits + r * V, V, a.req.prompt[pos + r + 1], a.req.top_logprobs);
-    };
+    each = prompt_logprob_sink(a.prompt_lp, a.req, model_.cfg.vocab_size);
   }
   std::vector<Active*> group{&a};  // the choices that finished or go on from this prompt
   bool complete = false;
@@ -204,36 +209,46 @@ void Engine::prefill_piece(Active& a, int64_t p, std::vector<std::unique_ptr<Act
     if (prefix_) store_blocks(a);
     a.prefill_sec += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     complete = a.prefilled == P;
-    if (complete) {
-      const int64_t per = a.need / (1 + static_cast<int64_t>(a.others.size()));
-      for (size_t i = 0; i < a.others.size(); ++i) {  // each its own copy of the prompt's cache and its own RNG
-        auto b = std::make_unique<Active>();
-        b->req = a.req;
-        b->seq = a.others[i];
-        b->cache = a.cache;
-        b->rng.seed(b->seq->seed);
-        b->need = per;
-        b->prefilled = P;
-        group.push_back(b.get());
-        forked.push_back(std::move(b));
-      }
-      a.others.clear();
-      a.need = per;
-      for (Active* c : group) {
-        {
-          std::lock_guard<std::mutex> lk(c->seq->mu);
-          c->seq->prompt_logprobs = a.prompt_lp;
-          c->seq->cached_tokens = a.cached;
-          c->seq->prefill_ms = a.prefill_sec * 1e3;
-        }
-        if (a.req.max_tokens == 0) finish(*c, "length");
-        else emit(*c, l.data());
-      }
-    }
+    if (complete) complete_prompt(a, l, group, forked);
   } catch (const std::exception& e) {
     finish_all(a, "error", e.what());
     complete = true;
   }
+  count_prefill(a, complete, group, forked);
+}
+
+void Engine::complete_prompt(Active& a, const std::vector<float>& l, std::vector<Active*>& group,
+                             std::vector<std::unique_ptr<Active>>& forked) {
+  const int64_t P = static_cast<int64_t>(a.req.prompt.size());
+  const int64_t per = a.need / (1 + static_cast<int64_t>(a.others.size()));
+  for (size_t i = 0; i < a.others.size(); ++i) {  // each its own copy of the prompt's cache and its own RNG
+    auto b = std::make_unique<Active>();
+    b->req = a.req;
+    b->seq = a.others[i];
+    b->cache = a.cache;
+    b->rng.seed(b->seq->seed);
+    b->need = per;
+    b->prefilled = P;
+    group.push_back(b.get());
+    forked.push_back(std::move(b));
+  }
+  a.others.clear();
+  a.need = per;
+  for (Active* c : group) {
+    {
+      std::lock_guard<std::mutex> lk(c->seq->mu);
+      c->seq->prompt_logprobs = a.prompt_lp;
+      c->seq->cached_tokens = a.cached;
+      c->seq->prefill_ms = a.prefill_sec * 1e3;
+    }
+    if (a.req.max_tokens == 0) finish(*c, "length");
+    else emit(*c, l.data());
+  }
+}
+
+void Engine::count_prefill(Active& a, bool complete, const std::vector<Active*>& group,
+                           std::vector<std::unique_ptr<Active>>& forked) {
+  const int64_t P = static_cast<int64_t>(a.req.prompt.size());
   std::lock_guard<std::mutex> lk(mu_);
   stats_.prefill_chunks++;
   if (!complete) return;

@@ -162,6 +162,12 @@ class Engine {
   // other choices (their own cache copy and RNG) into `forked`, samples every choice's first token.
   // Accounts for them in stats_ (takes mu_).
   void prefill_piece(Active& a, int64_t p, std::vector<std::unique_ptr<Active>>& forked);
+  // prefill_piece's steps: at the prompt's end, the fork and every choice's first token (group: the
+  // choices); then the piece counted in stats_ (takes mu_), the finished choices dropped from forked.
+  void complete_prompt(Active& a, const std::vector<float>& l, std::vector<Active*>& group,
+                       std::vector<std::unique_ptr<Active>>& forked);
+  void count_prefill(Active& a, bool complete, const std::vector<Active*>& group,
+                     std::vector<std::unique_ptr<Active>>& forked);
   // The prompt pieces of this step (at most prefill_chunk tokens, first come first served), their
   // rows prefetched first; returns the rows handed to the prefetch thread.
   int64_t prefill_step(std::vector<std::unique_ptr<Active>>& forked);
