@@ -105,6 +105,59 @@ struct HeapEntry {
   bool operator<(const HeapEntry& o) const { return count != o.count ? count < o.count : key > o.key; }
 };
 
+using PairCounts = std::unordered_map<uint64_t, int64_t>;           // pair -> weighted count
+using PairWords = std::unordered_map<uint64_t, std::vector<uint32_t>>;  // pair -> words that (may) hold it
+
+// Every adjacent pair of every word, counted and indexed.
+void count_pairs(const Words& w, PairCounts& pc, PairWords& where) {
+  for (uint32_t i = 0; i < w.syms.size(); ++i) {
+    const auto& s = w.syms[i];
+    for (size_t j = 0; j + 1 < s.size(); ++j) {
+      uint64_t k = pair_key(s[j], s[j + 1]);
+      pc[k] += w.count[i];
+      auto& v = where[k];
+      if (v.empty() || v.back() != i) v.push_back(i);
+    }
+  }
+}
+
+// Merges (a, b) into m in the words ws (sorted, unique): their pairs' counts and index updated,
+// every pair whose count changed appended to changed; ns is scratch.
+void merge_in_words(Words& w, const std::vector<uint32_t>& ws, int32_t a, int32_t b, int32_t m, PairCounts& pc,
+                    PairWords& where, std::vector<int32_t>& ns, std::vector<uint64_t>& changed) {
+  for (uint32_t i : ws) {
+    auto& s = w.syms[i];
+    if (!merge_word(s, a, b, m, ns)) continue;
+    const int64_t c = w.count[i];
+    for (size_t j = 0; j + 1 < s.size(); ++j) {
+      uint64_t k = pair_key(s[j], s[j + 1]);
+      pc[k] -= c;
+      changed.push_back(k);
+    }
+    for (size_t j = 0; j + 1 < ns.size(); ++j) {
+      uint64_t k = pair_key(ns[j], ns[j + 1]);
+      pc[k] += c;
+      changed.push_back(k);
+      if (ns[j] == m || ns[j + 1] == m) {
+        auto& v = where[k];
+        if (v.empty() || v.back() != i) v.push_back(i);
+      }
+    }
+    s.swap(ns);
+  }
+}
+
+// The changed pairs (each once) back on the heap at their new counts; pairs gone to 0 dropped.
+void requeue(std::vector<uint64_t>& changed, PairCounts& pc, std::priority_queue<HeapEntry>& heap) {
+  std::sort(changed.begin(), changed.end());
+  changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
+  for (uint64_t k : changed) {
+    auto p = pc.find(k);
+    if (p->second > 0) heap.push({p->second, k});
+    else pc.erase(p);
+  }
+}
+
 }  // namespace
 
 void PieceCounter::add_text(std::string_view text) {
@@ -128,17 +181,9 @@ void PieceCounter::add_text(std::string_view text) {
 
 BpeModel train_bpe(const std::unordered_map<std::string, int64_t>& word_counts, int64_t vocab_size) {
   Words w(word_counts, vocab_size);
-  std::unordered_map<uint64_t, int64_t> pc;                // pair -> weighted count
-  std::unordered_map<uint64_t, std::vector<uint32_t>> where;  // pair -> words that (may) hold it
-  for (uint32_t i = 0; i < w.syms.size(); ++i) {
-    const auto& s = w.syms[i];
-    for (size_t j = 0; j + 1 < s.size(); ++j) {
-      uint64_t k = pair_key(s[j], s[j + 1]);
-      pc[k] += w.count[i];
-      auto& v = where[k];
-      if (v.empty() || v.back() != i) v.push_back(i);
-    }
-  }
+  PairCounts pc;
+  PairWords where;
+  count_pairs(w, pc, where);
   std::priority_queue<HeapEntry> heap;
   {
     std::vector<HeapEntry> init;
@@ -163,33 +208,8 @@ BpeModel train_bpe(const std::unordered_map<std::string, int64_t>& word_counts, 
     std::sort(ws.begin(), ws.end());
     ws.erase(std::unique(ws.begin(), ws.end()), ws.end());
     changed.clear();
-    for (uint32_t i : ws) {
-      auto& s = w.syms[i];
-      if (!merge_word(s, a, b, m, ns)) continue;
-      const int64_t c = w.count[i];
-      for (size_t j = 0; j + 1 < s.size(); ++j) {
-        uint64_t k = pair_key(s[j], s[j + 1]);
-        pc[k] -= c;
-        changed.push_back(k);
-      }
-      for (size_t j = 0; j + 1 < ns.size(); ++j) {
-        uint64_t k = pair_key(ns[j], ns[j + 1]);
-        pc[k] += c;
-        changed.push_back(k);
-        if (ns[j] == m || ns[j + 1] == m) {
-          auto& v = where[k];
-          if (v.empty() || v.back() != i) v.push_back(i);
-        }
-      }
-      s.swap(ns);
-    }
-    std::sort(changed.begin(), changed.end());
-    changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
-    for (uint64_t k : changed) {
-      auto p = pc.find(k);
-      if (p->second > 0) heap.push({p->second, k});
-      else pc.erase(p);
-    }
+    merge_in_words(w, ws, a, b, m, pc, where, ns, changed);
+    requeue(changed, pc, heap);
   }
   w.finish();
   return std::move(w.model);
