@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <fcntl.h>
 #include <filesystem>
 #include <unistd.h>
@@ -179,16 +180,75 @@ std::string GgufWriter::header_bytes() const {
 
 uint64_t GgufWriter::file_size() const { return header_bytes().size() + data_bytes(); }
 
+namespace {
+
+// n values of src as type (F16 or Q8_0) through out, converted kChunk values at a time into conv.
+void write_converted(const float* src, uint64_t n, GgmlType type, std::vector<uint8_t>& conv,
+                     const std::function<void(const char*, size_t)>& out) {
+  const size_t kChunk = 1 << 20;  // values converted at a time (f16, Q8_0: a multiple of the block)
+  for (uint64_t i = 0; i < n; i += kChunk) {
+    const size_t m = static_cast<size_t>(std::min<uint64_t>(kChunk, n - i));
+    conv.resize(ggml_bytes(type, m));
+    if (type == GgmlType::F16) {
+      for (size_t j = 0; j < m; ++j) {
+        const uint16_t h = f32_to_f16(src[i + j]);
+        std::memcpy(conv.data() + 2 * j, &h, 2);
+      }
+    } else {
+      quantize_q8_0(src + i, m, conv.data());
+    }
+    out(reinterpret_cast<const char*>(conv.data()), conv.size());
+  }
+}
+
+// The written temp file fd (named tmp) made durable and renamed to path; on failure tmp is removed.
+void commit_temp(int fd, const std::string& tmp, const std::string& path) {
+  if (::fsync(fd) != 0) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail("cannot fsync ", tmp, ": ", std::strerror(e));
+  }
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    fail("cannot close ", tmp, ": ", std::strerror(errno));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    fail("cannot rename ", tmp, " to ", path, ": ", std::strerror(e));
+  }
+  fsync_dir(std::filesystem::path(path).parent_path().string());
+}
+
+}  // namespace
+
+void GgufWriter::write_data(const std::function<void(const char*, size_t)>& out) const {
+  uint64_t pos = 0;  // within the data section
+  std::vector<uint8_t> conv;
+  for (const Tensor& t : tensors_) {
+    if (pos < t.offset) {
+      const std::string pad(t.offset - pos, '\0');
+      out(pad.data(), pad.size());
+      pos = t.offset;
+    }
+    const float* src = t.owned.empty() ? t.data : t.owned.data();
+    const uint64_t n = numel_of(t.shape);
+    if (t.type == GgmlType::F32) out(reinterpret_cast<const char*>(src), n * 4);
+    else write_converted(src, n, t.type, conv, out);
+    pos += t.nbytes();
+  }
+  const uint64_t end = data_bytes();
+  if (pos < end) {
+    const std::string pad(end - pos, '\0');
+    out(pad.data(), pad.size());
+  }
+}
+
 void GgufWriter::write(const std::string& path) const {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) fail("cannot create ", tmp, ": ", std::strerror(errno));
-  auto give_up = [&](const char* what) {
-    const int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    fail("cannot ", what, " ", tmp, ": ", std::strerror(e));
-  };
   auto write_all = [&](const char* p, size_t n) {  // loops on short writes (core/atomic_file.h)
     try {
       jtok::write_all(fd, std::string_view(p, n), path + " (temporary " + tmp + ")");
@@ -200,52 +260,8 @@ void GgufWriter::write(const std::string& path) const {
   };
   const std::string head = header_bytes();
   write_all(head.data(), head.size());
-  uint64_t pos = 0;  // within the data section
-  std::vector<uint8_t> conv;
-  const size_t kChunk = 1 << 20;  // values converted at a time (f16, Q8_0: a multiple of the block)
-  for (const Tensor& t : tensors_) {
-    if (pos < t.offset) {
-      const std::string pad(t.offset - pos, '\0');
-      write_all(pad.data(), pad.size());
-      pos = t.offset;
-    }
-    const float* src = t.owned.empty() ? t.data : t.owned.data();
-    const uint64_t n = numel_of(t.shape);
-    if (t.type == GgmlType::F32) {
-      write_all(reinterpret_cast<const char*>(src), n * 4);
-    } else {
-      for (uint64_t i = 0; i < n; i += kChunk) {
-        const size_t m = static_cast<size_t>(std::min<uint64_t>(kChunk, n - i));
-        conv.resize(ggml_bytes(t.type, m));
-        if (t.type == GgmlType::F16) {
-          for (size_t j = 0; j < m; ++j) {
-            const uint16_t h = f32_to_f16(src[i + j]);
-            std::memcpy(conv.data() + 2 * j, &h, 2);
-          }
-        } else {
-          quantize_q8_0(src + i, m, conv.data());
-        }
-        write_all(reinterpret_cast<const char*>(conv.data()), conv.size());
-      }
-    }
-    pos += t.nbytes();
-  }
-  const uint64_t end = data_bytes();
-  if (pos < end) {
-    const std::string pad(end - pos, '\0');
-    write_all(pad.data(), pad.size());
-  }
-  if (::fsync(fd) != 0) give_up("fsync");
-  if (::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    fail("cannot close ", tmp, ": ", std::strerror(errno));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    fail("cannot rename ", tmp, " to ", path, ": ", std::strerror(e));
-  }
-  fsync_dir(std::filesystem::path(path).parent_path().string());
+  write_data(write_all);
+  commit_temp(fd, tmp, path);
 }
 
 }  // namespace jtok

@@ -4,6 +4,7 @@
 // fsyncs and renames it (nothing of the file's size is held in memory beyond the tensors given).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,8 @@ class GgufWriter {
     uint64_t offset = 0;  // from the start of the data section
     uint64_t nbytes() const;
   };
+  // The data section (tensors at their offsets, padded to its aligned size) through out.
+  void write_data(const std::function<void(const char*, size_t)>& out) const;
   std::string kv_;             // encoded key-values
   uint64_t n_kv_ = 0;
   std::vector<std::string> keys_;
