@@ -119,20 +119,13 @@ RopeTable make_model_rope_table(const ModelConfig& c) {
                          c.rope_scaling_type == "llama3" ? &llama3 : nullptr);
 }
 
-Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc) {
-  Model m;
-  m.cfg = cfg;
-  m.layout = param_layout(cfg);
-  int64_t total = m.layout.back().offset + m.layout.back().numel;
-  m.params = FloatBuffer(static_cast<size_t>(total));
-  m.w = bind_view(m.params.data(), m.layout, cfg);
-  if (alloc.grads) {
-    m.grads = FloatBuffer(static_cast<size_t>(total));
-    m.g = bind_view(m.grads.data(), m.layout, cfg);
-  }
-  m.rope = make_model_rope_table(cfg);
+// The random init of m's parameters (not its tables): gains and scalers constant, biases 0,
+// matrices N(0, initializer_range) (o_proj / down_proj scaled by 1/sqrt(2 N_layers)), padded
+// vocabulary rows 0.
+static void init_dense_params(Model& m, uint64_t seed) {
+  const ModelConfig& cfg = m.cfg;
   const double resid_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(cfg.num_hidden_layers));
-  for (size_t i = 0; alloc.init && i < m.layout.size(); ++i) {
+  for (size_t i = 0; i < m.layout.size(); ++i) {
     const auto& p = m.layout[i];
     float* x = m.params.data() + p.offset;
     if (p.shape.size() == 1) {  // RMSNorm gain, a JTok / JTok-M scaler, or a bias (0)
@@ -151,6 +144,21 @@ Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) x[r * cols + c] = (vocab && r >= cfg.vocab_size) ? 0.0f : dist(rng);
   }
+}
+
+Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc) {
+  Model m;
+  m.cfg = cfg;
+  m.layout = param_layout(cfg);
+  int64_t total = m.layout.back().offset + m.layout.back().numel;
+  m.params = FloatBuffer(static_cast<size_t>(total));
+  m.w = bind_view(m.params.data(), m.layout, cfg);
+  if (alloc.grads) {
+    m.grads = FloatBuffer(static_cast<size_t>(total));
+    m.g = bind_view(m.grads.data(), m.layout, cfg);
+  }
+  m.rope = make_model_rope_table(cfg);
+  if (alloc.init) init_dense_params(m, seed);
   // Token-indexed tables: N(0, init_std) on real rows, padded rows 0 (never looked up). Each table
   // its own stream (JTok's numbering kept from before JTok-M existed).
   const int64_t Vp = cfg.padded_vocab(), d = cfg.hidden_size;
