@@ -188,19 +188,25 @@ for r in map(json.loads, open(sys.argv[1])):
 R = {k: {"decode_tok_s": statistics.median(v)} for k, v in runs.items()}
 print("median decode tok/s of %d round(s): " % len(runs[("ram", 1)]) +
       ", ".join(f"{t} c{c} {R[(t, c)]['decode_tok_s']:.1f}" for c in (1, 16) for t in ("base", "ram", "mmap", "disk")))
-met = []
-for c in (1, 16):
-    a, b, d = (R[(t, c)]["decode_tok_s"] for t in ("ram", "mmap", "disk"))
-    print(f"batch {c:2d}: decode (c)/(a) = {d / a:.3f}, (c)/(b) = {d / b:.2f}" if a and b else f"batch {c:2d}: a run failed")
-    for name, ok in ((f"batch {c}: disk >= 90 % of RAM", d >= 0.9 * a), (f"batch {c}: disk ahead of mmap", d > b)):
-        met.append(ok); print(f"{'PASS' if ok else 'MISS'}  {name}")
-print(f"goals met: {sum(met)} of {len(met)}")
+# (c) is checked as each disk row reads: "disk" with pread, "dio" with O_DIRECT (what --table-io
+# auto, the default, reads with on a file system that takes it).
+for row, how in (("disk", "pread"), ("dio", "O_DIRECT")):
+    if (row, 1) not in R: continue
+    met = []
+    for c in (1, 16):
+        a, b, d = (R[(t, c)]["decode_tok_s"] for t in ("ram", "mmap", row))
+        print(f"batch {c:2d}, {how}: decode (c)/(a) = {d / a:.3f}, (c)/(b) = {d / b:.2f}" if a and b else f"batch {c:2d}: a run failed")
+        for name, ok in ((f"batch {c}: disk ({how}) >= 90 % of RAM", d >= 0.9 * a), (f"batch {c}: disk ({how}) ahead of mmap", d > b)):
+            met.append(ok); print(f"{'PASS' if ok else 'MISS'}  {name}")
+    print(f"goals met with {how}: {sum(met)} of {len(met)}")
 for c in (1, 16):
     if ("dio", c) in R and R[("disk", c)]["decode_tok_s"]:
         print(f"batch {c:2d}: --table-io direct against pread: decode {R[('dio', c)]['decode_tok_s'] / R[('disk', c)]['decode_tok_s']:.3f}")
 for c in (1, 16):
     base = R[("base", c)]["decode_tok_s"]
+    store = ", ".join(f"disk store ({how}) {R[(row, c)]['decode_tok_s'] / base - 1:+.1%}"
+                      for row, how in (("disk", "pread"), ("dio", "O_DIRECT")) if (row, c) in R)
     print(f"batch {c:2d}: decode against the backbone alone: RAM tables {R[('ram', c)]['decode_tok_s'] / base - 1:+.1%}, "
-          f"disk store {R[('disk', c)]['decode_tok_s'] / base - 1:+.1%} (paper, tables offloaded to CPU: JTok -4.5 %, JTok-M -7.3 %)")
+          f"{store} (paper, tables offloaded to CPU: JTok -4.5 %, JTok-M -7.3 %)")
 PY
 echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
