@@ -19,6 +19,10 @@ BLIMP="$ROOT/tests/data/blimp_subset"
 printf 'Token tables modulate the MLP of every layer.' > "$T/text.txt"
 "$JTOK" eval --checkpoint "$T/run" --val-batches 1 --no-blimp --token-logprobs "$T/text.txt" --json > "$T/tokens.json"
 "$JTOK" eval --checkpoint "$T/run" --val-batches 1 --blimp "$BLIMP" --blimp-limit 3 --json > "$T/blimp.json"
+# The text report of a BLiMP directory without the published models' summary: ours alone.
+"$JTOK" eval --checkpoint "$T/run" --val-batches 1 --blimp "$BLIMP" --blimp-limit 1 > "$T/blimp.txt" 2>&1 ||
+  fail "eval's text report without models_summary.jsonl: $(tail -3 "$T/blimp.txt")"
+grep -q "overall (mean over paradigms)" "$T/blimp.txt" || fail "eval's text report has no BLiMP overall line: $(cat "$T/blimp.txt")"
 
 # --prefill-chunk 4: BLiMP sentences are longer, so their echoed log-probs come from chunked prefills too.
 start_serve main --checkpoint "$T/run" --max-batch 8 --prefill-chunk 4

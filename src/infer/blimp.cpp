@@ -96,11 +96,11 @@ nlohmann::json evaluate_blimp(const std::vector<BlimpPair>& pairs,
       if (n) out["reference"][model]["accuracy"] = sum / static_cast<double>(n);
       for (auto& [term, ts] : term_sum) out["reference"][model]["by_term"][term] = ts.first / static_cast<double>(ts.second);
     }
-    // Our own paradigm mean, comparable with the references' paradigm means.
-    double s = 0;
-    for (auto& [k, a] : by_uid) s += acc(a);
-    out["accuracy_paradigm_mean"] = by_uid.empty() ? 0.0 : s / static_cast<double>(by_uid.size());
   }
+  // Our own paradigm mean, comparable with the references' paradigm means (with or without them).
+  double s = 0;
+  for (auto& [k, a] : by_uid) s += acc(a);
+  out["accuracy_paradigm_mean"] = by_uid.empty() ? 0.0 : s / static_cast<double>(by_uid.size());
   return out;
 }
 
