@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "op_test_util.h"
+#include "temp_dir.h"
 #include "core/error.h"
 #include "dist/embedding_parallel.h"
 #include "model/table_store.h"
@@ -52,8 +53,7 @@ TokenTable shard_of(const std::vector<float>& whole, const dist::RowOwner& own, 
 // A store of the one table (quantized to dt) in a fresh directory, with a cache of two pages: the
 // gathers below read every id, so blocks are evicted and read again.
 TokenTable on_disk(const std::vector<float>& whole, Dtype dt) {
-  static int n = 0;
-  const std::string dir = ::testing::TempDir() + "row_store_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
+  const std::string dir = jtok::testing::fresh_temp_dir("row_store");
   const TokenTable ram = TokenTable::in_ram(V, d, whole);
   write_table_store(dir, {dt == Dtype::f32 ? ram : quantize_table(ram, dt)}, {"t"});
   return TokenTable::on_disk(TableStore::open(dir, 2 * 4096), 0);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "op_test_util.h"
+#include "temp_dir.h"
 #include "core/atomic_file.h"
 #include "core/checksum.h"
 #include "core/error.h"
@@ -33,12 +34,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string fresh_dir(const std::string& tag) {
-  static int n = 0;
-  const std::string d = ::testing::TempDir() + "table_store_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
-  fs::remove_all(d);
-  return d;
-}
+std::string fresh_dir(const std::string& tag) { return jtok::testing::fresh_temp_dir("table_store_" + tag); }
 
 // Three tables of one vocabulary: f32 (dim d0), bf16 (dim 5), int8 (dim 7).
 std::vector<TokenTable> mixed_tables(int64_t V, int64_t d0) {

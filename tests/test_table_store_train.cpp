@@ -29,6 +29,7 @@
 #include "model/table_store_write.h"
 #include "core/checksum.h"
 #include "model/token_table.h"
+#include "temp_dir.h"
 #include "train/table_optimizer.h"
 
 using namespace jtok;
@@ -38,22 +39,7 @@ namespace {
 
 constexpr int64_t V = 61;
 
-// A directory name of this process's, emptied first (a process of an earlier run with the same pid
-// may have left one) and removed at exit.
-std::string fresh_dir() {
-  struct Made {
-    std::vector<std::string> dirs;
-    ~Made() {
-      for (const auto& d : dirs) fs::remove_all(d);
-    }
-  };
-  static Made made;
-  static int n = 0;
-  const std::string d = ::testing::TempDir() + "train_store_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
-  fs::remove_all(d);
-  made.dirs.push_back(d);
-  return d;
-}
+std::string fresh_dir() { return jtok::testing::fresh_temp_dir("train_store"); }
 
 std::vector<TokenTable> initial_tables(const std::vector<int64_t>& dims) {
   std::mt19937 rng(7);
