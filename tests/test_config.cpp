@@ -2,21 +2,27 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include <unistd.h>
 
 #include "core/error.h"
 #include "model/config.h"
+#include "temp_dir.h"
 
 using namespace jtok;
 
-// ctest runs each test in its own process, two at a time: the name carries the pid and test name so
-// concurrent tests never write each other's files.
+// ctest runs each test in its own process, two at a time: each process writes in a directory of its
+// own (named by its pid, removed at exit), the file named by the test.
 static std::string write_tmp(const std::string& text) {
+  static const std::string dir = [] {
+    const std::string d = jtok::testing::fresh_temp_dir("jtok_cfg");
+    std::filesystem::create_directories(d);
+    return d;
+  }();
   static int k = 0;
-  std::string p = ::testing::TempDir() + "/jtok_cfg_" + std::to_string(::getpid()) + "_" +
-                  ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" + std::to_string(k++) + ".json";
+  std::string p = dir + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" + std::to_string(k++) + ".json";
   std::ofstream(p) << text;
   return p;
 }
