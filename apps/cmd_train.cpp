@@ -180,9 +180,7 @@ jtok::TrainOptions train_options(const jtok::Config& cfg, const jtok::FlopsRepor
   opt.table_store = args.table_store;
   opt.table_cache_mb = args.table_cache_mb;
   opt.table_io_threads = args.table_io_threads;
-  opt.table_io = table_io_option(args.table_io, args.table_direct_io);
-  if ((args.table_direct_io || args.table_io != "auto") && args.tables != "disk")
-    fail(args.table_direct_io ? "--table-direct-io" : "--table-io", " is for --tables disk");
+  opt.table_io = table_io_option(args.table_io, args.table_direct_io, args.tables);
   opt.init_from = init_from;
   opt.no_checkpoints = args.no_checkpoints;
   opt.skip_nonfinite_steps = args.skip_nonfinite_steps;

@@ -99,9 +99,11 @@ void add_table_source_options(CLI::App* sub, TableSource& src) {
   sub->add_flag("--table-direct-io", src.direct_io, "--tables disk: the same as --table-io direct");
 }
 
-TableIo table_io_option(const std::string& table_io, bool direct_flag) {
+TableIo table_io_option(const std::string& table_io, bool direct_flag, const std::string& tables) {
   const TableIo io = parse_table_io(table_io, "--table-io");
   if (direct_flag && io == TableIo::pread) fail("--table-direct-io and --table-io pread disagree: give one");
+  if (direct_flag && tables != "disk") fail("--table-direct-io is for --tables disk");
+  if (table_io != "auto" && tables != "disk") fail("--table-io is for --tables disk");
   return direct_flag ? TableIo::direct : io;
 }
 
@@ -119,15 +121,13 @@ LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const 
     fail(src.kind == "disk" ? "--tables disk needs --table-store DIR" : "--table-store is for --tables disk");
   if (src.cache_mb < 1) fail("--table-cache-mb must be at least 1, got ", src.cache_mb);
   if (src.io_threads < 1 || src.io_threads > 256) fail("--table-io-threads must be in [1, 256], got ", src.io_threads);
-  const TableIo io = table_io_option(src.io, src.direct_io);
-  if (src.direct_io && src.kind != "disk") fail("--table-direct-io is for --tables disk");
-  if (src.io != "auto" && src.kind != "disk") fail("--table-io is for --tables disk");
+  const TableIo io = table_io_option(src.io, src.direct_io, src.kind);
   if (src.kind != "disk") return with_kernels_line(load_for_inference(checkpoint_or_run, src.kind == "mmap"));
   const std::string dir = resolve_checkpoint(checkpoint_or_run);
   LoadedCheckpoint ck = load_for_inference_without_tables(dir);
   auto store = TableStore::open(src.store, src.cache_mb << 20, src.io_threads, io);
   std::fprintf(stderr, "table store %s: %s; reads with %s\n", src.store.c_str(), describe_source(store->source()).c_str(),
-               store->direct_io() ? "O_DIRECT" : io == TableIo::automatic ? "pread (its file system has no O_DIRECT)" : "pread");
+               describe_table_reads(store->direct_io(), io));
   const std::string manifest = (std::filesystem::path(src.store) / "manifest.json").string();
   Model& m = ck.model;
   for (size_t k = 0; k < m.tables.size(); ++k) {

@@ -46,8 +46,9 @@ struct TableSource {
   bool direct_io = false;
 };
 void add_table_source_options(CLI::App* sub, TableSource& src);
-// --table-io's value with --table-direct-io (the same as direct): a conflict fails naming both.
-TableIo table_io_option(const std::string& table_io, bool direct_flag);
+// --table-io's value with --table-direct-io (the same as direct), for --tables `tables`: a conflict
+// fails naming both, either flag without --tables disk naming the flag.
+TableIo table_io_option(const std::string& table_io, bool direct_flag, const std::string& tables);
 // Checks the options (naming the flag and value) and loads: disk tables are the store's (its
 // table names and shapes checked against the checkpoint's, naming the manifest; its source, the
 // checkpoint it was exported from, printed on stderr).

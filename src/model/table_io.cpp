@@ -18,8 +18,8 @@ TableIo parse_table_io(const std::string& s, const std::string& flag) {
   fail(flag, " must be auto, direct or pread, got '", s, "'");
 }
 
-const char* table_io_name(TableIo io) {
-  return io == TableIo::direct ? "direct" : io == TableIo::pread ? "pread" : "auto";
+const char* describe_table_reads(bool direct, TableIo io) {
+  return direct ? "O_DIRECT" : io == TableIo::automatic ? "pread (its file system has no O_DIRECT)" : "pread";
 }
 
 bool direct_reads_work(const std::string& path) {

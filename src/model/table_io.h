@@ -15,7 +15,9 @@ enum class TableIo { pread, direct, automatic };
 
 // "auto" | "direct" | "pread"; anything else fails naming `flag` and the value.
 TableIo parse_table_io(const std::string& s, const std::string& flag);
-const char* table_io_name(TableIo io);
+// What a store opened with io reads with, for start-up lines: "O_DIRECT", "pread", or (auto on a
+// file system without O_DIRECT) "pread (its file system has no O_DIRECT)".
+const char* describe_table_reads(bool direct, TableIo io);
 // True when path opens with O_DIRECT and its first page (or all of a shorter file) reads into an
 // aligned buffer.
 bool direct_reads_work(const std::string& path);

@@ -36,8 +36,7 @@ std::shared_ptr<TrainTableStore> attach_disk_tables(Model& m, const std::string&
     std::printf("table store: %s made from the %s tables\n", dir.c_str(), init_seed ? "random init of the" : "initial");
   }
   std::shared_ptr<TrainTableStore> s = TrainTableStore::open(dir, cache_bytes, step, std::max(1, io_threads), io);
-  std::printf("table store: %s read with %s\n", dir.c_str(),
-              s->direct_io() ? "O_DIRECT" : io == TableIo::automatic ? "pread (its file system has no O_DIRECT)" : "pread");
+  std::printf("table store: %s read with %s\n", dir.c_str(), describe_table_reads(s->direct_io(), io));
   const std::string manifest = (fs::path(dir) / "manifest.json").string();
   if (s->tables().size() != m.tables.size())
     fail(manifest, ": ", s->tables().size(), " tables, the model has ", m.tables.size());
