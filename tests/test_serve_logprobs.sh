@@ -2,9 +2,10 @@
 # `jtok serve`'s /v1/completions with logprobs, echo, n and best_of, driven by the official OpenAI
 # SDK (tests/serve_logprobs_client.mjs) on 127.0.0.1: echo + logprobs + max_tokens 0 equals `jtok
 # eval --token-logprobs` within 1e-5; BLiMP accuracy through the API equals `jtok eval --blimp-limit
-# 3`'s on a fixed subset (tests/data/blimp_subset: 67 paradigms x 3 pairs); n = 4 choices each equal
-# a single request with seed + i; bad input 400s; /metrics counts the forked choices and the scored
-# prompt tokens. A tiny JTok + JTok-M model trained here. The server is killed by the trap.
+# 3`'s on a fixed subset (tests/data/blimp_subset: 67 paradigms x 3 pairs), whose report has one
+# syntax/semantics field; n = 4 choices each equal a single request with seed + i; bad input 400s;
+# /metrics counts the forked choices and the scored prompt tokens. A tiny JTok + JTok-M model
+# trained here. The server is killed by the trap.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 source "$ROOT/tests/lib/serve_start.sh"
@@ -23,6 +24,11 @@ printf 'Token tables modulate the MLP of every layer.' > "$T/text.txt"
 "$JTOK" eval --checkpoint "$T/run" --val-batches 1 --blimp "$BLIMP" --blimp-limit 1 > "$T/blimp.txt" 2>&1 ||
   fail "eval's text report without models_summary.jsonl: $(tail -3 "$T/blimp.txt")"
 grep -q "overall (mean over paradigms)" "$T/blimp.txt" || fail "eval's text report has no BLiMP overall line: $(cat "$T/blimp.txt")"
+# BLiMP's data spells one field "syntax_semantics" (13 paradigms) and "syntax/semantics" (one): one field.
+python3 -c 'import json,sys; f=json.load(open(sys.argv[1]))["blimp"]["by_field"]; sys.exit(0 if "syntax/semantics" in f and "syntax_semantics" not in f else 1)' \
+  "$T/blimp.json" || fail "eval --json by_field is not one syntax/semantics field: $(cat "$T/blimp.json")"
+grep -q "field syntax/semantics" "$T/blimp.txt" || fail "eval's text report has no syntax/semantics field: $(cat "$T/blimp.txt")"
+! grep -q "syntax_semantics" "$T/blimp.txt" || fail "eval's text report still has syntax_semantics: $(cat "$T/blimp.txt")"
 
 # --prefill-chunk 4: BLiMP sentences are longer, so their echoed log-probs come from chunked prefills too.
 start_serve main --checkpoint "$T/run" --max-batch 8 --prefill-chunk 4

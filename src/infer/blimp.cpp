@@ -11,6 +11,12 @@ namespace fs = std::filesystem;
 
 namespace jtok {
 
+// BLiMP's data spells one field two ways: 13 paradigms say "syntax_semantics", principle_A_case_2
+// says "syntax/semantics". It is one field, reported once, as "syntax/semantics".
+static std::string blimp_field(const std::string& field) {
+  return field == "syntax_semantics" ? "syntax/semantics" : field;
+}
+
 std::vector<BlimpPair> load_blimp(const std::string& dir, int64_t limit) {
   if (!fs::is_directory(dir)) fail("BLiMP directory ", dir, " not found");
   std::vector<fs::path> files;
@@ -28,7 +34,8 @@ std::vector<BlimpPair> load_blimp(const std::string& dir, int64_t limit) {
       if (line.empty()) continue;
       try {
         auto j = nlohmann::json::parse(line);
-        pairs.push_back({j.at("sentence_good"), j.at("sentence_bad"), j.at("field"), j.at("linguistics_term"), j.at("UID")});
+        pairs.push_back({j.at("sentence_good"), j.at("sentence_bad"), blimp_field(j.at("field")), j.at("linguistics_term"),
+                         j.at("UID")});
       } catch (const std::exception& e) {
         fail(f.string(), ":", lineno, ": bad BLiMP line: ", e.what());
       }
@@ -36,6 +43,42 @@ std::vector<BlimpPair> load_blimp(const std::string& dir, int64_t limit) {
     }
   }
   return pairs;
+}
+
+// The published models' accuracy (models_summary.jsonl in dir, when there) on the paradigms we
+// evaluated: per paradigm from the summary; per term and overall, the mean over those paradigms
+// (the BLiMP paper averages paradigms the same way). term_of_uid: paradigm -> linguistics term.
+static void add_reference_models(nlohmann::json& out, const std::string& dir,
+                                 const std::map<std::string, std::string>& term_of_uid) {
+  const fs::path summary = fs::path(dir) / "models_summary.jsonl";
+  if (!fs::exists(summary)) return;
+  std::ifstream in(summary);
+  std::string line;
+  std::map<std::string, std::map<std::string, double>> ref;  // model -> uid -> acc
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("UID")) continue;
+    for (const char* model : {"ngram", "lstm", "txl", "gpt2"})
+      if (j.contains(model) && j[model].is_number()) ref[model][j["UID"]] = j[model].get<double>();
+  }
+  for (auto& [model, per_uid] : ref) {
+    double sum = 0;
+    int64_t n = 0;
+    std::map<std::string, std::pair<double, int64_t>> term_sum;
+    for (auto& [uid, term] : term_of_uid) {
+      auto it = per_uid.find(uid);
+      if (it == per_uid.end()) continue;
+      sum += it->second;
+      ++n;
+      auto& ts = term_sum[term];
+      ts.first += it->second;
+      ts.second += 1;
+      out["reference"][model]["by_paradigm"][uid] = it->second;
+    }
+    if (n) out["reference"][model]["accuracy"] = sum / static_cast<double>(n);
+    for (auto& [term, ts] : term_sum) out["reference"][model]["by_term"][term] = ts.first / static_cast<double>(ts.second);
+  }
 }
 
 nlohmann::json evaluate_blimp(const std::vector<BlimpPair>& pairs,
@@ -51,7 +94,7 @@ nlohmann::json evaluate_blimp(const std::vector<BlimpPair>& pairs,
   struct Acc { int64_t right = 0, total = 0; };
   Acc all;
   std::map<std::string, Acc> by_field, by_term, by_uid;
-  std::map<std::string, std::string> term_of_uid, field_of_term;
+  std::map<std::string, std::string> term_of_uid;
   for (size_t i = 0; i < pairs.size(); ++i) {
     const bool ok = lp[2 * i] > lp[2 * i + 1];
     for (Acc* a : {&all, &by_field[pairs[i].field], &by_term[pairs[i].term], &by_uid[pairs[i].uid]}) {
@@ -65,38 +108,7 @@ nlohmann::json evaluate_blimp(const std::vector<BlimpPair>& pairs,
   for (auto& [k, a] : by_field) out["by_field"][k] = acc(a);
   for (auto& [k, a] : by_term) out["by_term"][k] = acc(a);
   for (auto& [k, a] : by_uid) out["by_paradigm"][k] = acc(a);
-  // Reference models: per paradigm from the summary; per term and overall, the mean over the
-  // paradigms we evaluated (the BLiMP paper averages paradigms the same way).
-  const fs::path summary = fs::path(dir) / "models_summary.jsonl";
-  if (fs::exists(summary)) {
-    std::ifstream in(summary);
-    std::string line;
-    std::map<std::string, std::map<std::string, double>> ref;  // model -> uid -> acc
-    while (std::getline(in, line)) {
-      if (line.empty()) continue;
-      auto j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.contains("UID")) continue;
-      for (const char* model : {"ngram", "lstm", "txl", "gpt2"})
-        if (j.contains(model) && j[model].is_number()) ref[model][j["UID"]] = j[model].get<double>();
-    }
-    for (auto& [model, per_uid] : ref) {
-      double sum = 0;
-      int64_t n = 0;
-      std::map<std::string, std::pair<double, int64_t>> term_sum;
-      for (auto& [uid, a] : by_uid) {
-        auto it = per_uid.find(uid);
-        if (it == per_uid.end()) continue;
-        sum += it->second;
-        ++n;
-        auto& ts = term_sum[term_of_uid[uid]];
-        ts.first += it->second;
-        ts.second += 1;
-        out["reference"][model]["by_paradigm"][uid] = it->second;
-      }
-      if (n) out["reference"][model]["accuracy"] = sum / static_cast<double>(n);
-      for (auto& [term, ts] : term_sum) out["reference"][model]["by_term"][term] = ts.first / static_cast<double>(ts.second);
-    }
-  }
+  add_reference_models(out, dir, term_of_uid);
   // Our own paradigm mean, comparable with the references' paradigm means (with or without them).
   double s = 0;
   for (auto& [k, a] : by_uid) s += acc(a);
