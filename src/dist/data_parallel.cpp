@@ -34,6 +34,14 @@ BatchShare batch_share(const TrainConfig& t, int64_t rank, int64_t ranks) {
   return s;
 }
 
+void gather_pairs(const BatchShare& share, int64_t a, int64_t b, std::vector<int64_t>& as, std::vector<int64_t>& bs) {
+  std::vector<int64_t> all(static_cast<size_t>(2 * share.ranks), 0);
+  all[static_cast<size_t>(2 * share.rank)] = a;
+  all[static_cast<size_t>(2 * share.rank + 1)] = b;
+  allreduce_sum(all.data(), static_cast<int64_t>(all.size()));
+  for (int64_t k = 0; k < share.ranks; ++k) as.push_back(all[2 * k]), bs.push_back(all[2 * k + 1]);
+}
+
 std::vector<char> pack_table_grads(const Model& m) {
   // Per table: int64 R, then R int32 ids, then R x d floats.
   size_t bytes = 0;

@@ -21,6 +21,7 @@
 // AdamW run identically everywhere.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -40,6 +41,8 @@ struct BatchShare {
 // This rank's share under `t` with the world's P ranks; fails naming the fields when P divides
 // neither gradient_accumulation_steps nor micro_batch_size.
 BatchShare batch_share(const TrainConfig& t, int64_t rank, int64_t ranks);
+// This rank's pair (a, b) next to every other rank's, in rank order (a collective).
+void gather_pairs(const BatchShare& share, int64_t a, int64_t b, std::vector<int64_t>& as, std::vector<int64_t>& bs);
 
 // Bytes this rank sent and received in one step's gradient exchange.
 struct ExchangeBytes {

@@ -28,11 +28,10 @@ namespace jtok {
 TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data, ValSource* val) {
   TrainRun r(cfg, opt, data, val);
   claim_run_directory(r);   // rank 0 locks and claims out_dir; every rank starts its watchdog
-  make_or_resume_model(r);  // fresh, --init-from, or the newest checkpoint (weights, loader, RNG)
+  make_or_resume_model(r);  // the tables placed; fresh, --init-from, or the newest checkpoint (weights, loader, RNG)
   open_run_log(r);          // log.jsonl; a fresh run's "start" line
-  shard_tables(r);          // --embp: from here on this rank holds only its rows of the tables
-  prepare_step_buffers(r);  // batch buffers, activations, gradient buckets
-  for (int64_t step = r.start_step; step < r.t.max_steps; ++step) {
+  prepare_step_buffers(r);  // batch buffers, activations, gradient buckets; the placement's report
+  for (int64_t step = r.start_step; step < r.train_cfg.max_steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const StepSums s = forward_backward(r, step);  // every micro-batch, summed over the ranks
     StepStats st;
@@ -46,16 +45,16 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     maybe_validate(r, done);
     maybe_sample(r, done);
     const bool stop = stop_requested_on_any_rank();
-    if (!opt.no_checkpoints && (done % r.t.checkpoint_interval == 0 || done == r.t.max_steps || stop))
+    if (!opt.no_checkpoints && (done % r.train_cfg.checkpoint_interval == 0 || done == r.train_cfg.max_steps || stop))
       save_checkpoint_at(r, done);
     if (stop) {
       std::printf("stopped by signal after step %lld; resume with --resume\n", static_cast<long long>(done));
-      r.res.interrupted = true;
+      r.result.interrupted = true;
       break;
     }
   }
   finish_run(r);  // peak memory per rank, the "end" line
-  return r.res;
+  return r.result;
 }
 
 namespace {
@@ -82,29 +81,20 @@ void truncate_log(const std::string& path, int64_t step) {
   write_file_atomic(path, kept);
 }
 
-// Model, optimizer state, loader position and sample RNG from checkpoint r.ck, after checking
-// that it is this run's model.
+// Model, optimizer state, loader position and sample RNG from checkpoint r.resumed_from, after
+// checking that it is this run's model.
 void resume_from_checkpoint(TrainRun& r) {
-  const std::string& ck = *r.ck;
+  const std::string& ck = *r.resumed_from;
   Config saved = load_checkpoint_config(ck);
   if (to_json(saved.model) != to_json(r.cfg.model)) fail("--resume: the model config differs from checkpoint ", ck, "/config.json");
-  if (saved.train.train_only != r.t.train_only)  // a frozen backbone stays frozen (its moments do not exist)
+  if (saved.train.train_only != r.train_cfg.train_only)  // a frozen backbone stays frozen (its moments do not exist)
     fail("--resume: field train_only is '", saved.train.train_only, "' in checkpoint ", ck, "/config.json but '",
-         r.t.train_only, "' now: resume with --train-only ", saved.train.train_only);
-  const bool disk = r.opt.tables == "disk";
-  if (disk != fs::exists(fs::path(ck) / "table_store.json"))
-    fail("--resume: checkpoint ", ck, disk ? " holds its token tables (no table_store.json): resume with --tables ram"
-                                           : " keeps its token tables in a table store (table_store.json): resume with --tables disk --table-store DIR");
+         r.train_cfg.train_only, "' now: resume with --train-only ", saved.train.train_only);
+  r.tables->check_resumable(ck);
   const TrainerState st =
-      parse_trainer_state(load_checkpoint(ck, r.model, &r.adam, /*tables=*/!r.embp_on && !disk), ck + "/trainer_state.json");
+      parse_trainer_state(load_checkpoint(ck, r.model, &r.adam, r.tables->model_loads_tables()), ck + "/trainer_state.json");
   r.start_step = st.step;
-  if (disk) {  // the store rolled back to this checkpoint, and the steps its rows may still owe
-    r.store = attach_disk_tables(r.model, r.opt.table_store, r.opt.table_cache_mb << 20, st.step, false, r.opt.table_io_threads,
-                                 r.opt.table_io);
-    r.adam.tables = make_table_moments(r.model.tables, true, r.adam.step);
-    const std::string where = ck + "/table_store.json";
-    restore_kept_steps(r.adam.tables, nlohmann::json::parse(read_file(where), nullptr, false), where);
-  }
+  r.tables->resume(ck, st.step);
   r.data.restore(st.data);
   r.sample_rng = st.sample_rng;
   if (!st.run_id.empty()) r.run_id = st.run_id;
@@ -121,7 +111,7 @@ void install_stop_handler() {
 }
 
 TrainRun::TrainRun(const Config& c, const TrainOptions& o, BatchSource& d, ValSource* v)
-    : cfg(c), t(c.train), opt(o), data(d), val(v), lead(dist::rank() == 0),
+    : cfg(c), train_cfg(c.train), opt(o), data(d), val(v), lead(dist::rank() == 0),
       share(dist::batch_share(c.train, dist::rank(), dist::world_size())), faults(fault_injection_from_env()) {}
 
 void claim_run_directory(TrainRun& r) {
@@ -138,53 +128,30 @@ void claim_run_directory(TrainRun& r) {
   r.log_path = (fs::path(r.opt.out_dir) / "log.jsonl").string();
 }
 
-// --tables disk: one process's store, for a model with tables; what to run instead otherwise.
-static void check_disk_tables_options(const TrainRun& r) {
-  if (r.opt.table_store.empty()) fail("--tables disk needs --table-store DIR (the training store: made by a fresh run, reopened by --resume)");
-  if (!(r.cfg.model.jtok || r.cfg.model.jtokm)) fail("--tables disk: the model has no token tables (set jtok or jtokm)");
-  if (r.embp_on)
-    fail("--tables disk with --embp ", r.opt.embp, ": embedding parallelism shards the tables over the ranks' memory, while a ",
-         "training store holds them on one process's disk, and the two do not combine yet. Tables larger than one machine's ",
-         "memory: --embp with --tables ram over enough ranks that each rank's shard and its AdamW moments fit (`jtok embp-plan` ",
-         "prints the bytes per rank); on one machine: drop --embp and mpirun and train with --tables disk");
-  if (r.share.ranks > 1)
-    fail("--tables disk runs on one process (", r.share.ranks, " ranks here): data-parallel ranks would all update the one ",
-         "store; with mpirun, shard the tables in RAM with --embp (--tables ram), or train on one process with --tables disk");
-}
-
-// A resumed model takes every value from its checkpoint: no random init to overwrite. With
-// embedding parallelism a fresh run allocates no table: each rank initialises its own rows
-// (dist::ShardedTables, the same values as one process); a resumed one reads each rank's rows
-// from the checkpoint (no rank loads a whole table).
+// The tables placed (train/table_placement.h), then the model made: a resumed one takes every value
+// from its checkpoint (no random init to overwrite), a fresh one its init or --init-from's weights.
 void make_or_resume_model(TrainRun& r) {
-  const TrainConfig& t = r.t;
+  const TrainConfig& t = r.train_cfg;
   if (r.opt.resume) {
-    r.ck = latest_checkpoint(r.opt.out_dir);
-    if (!r.ck) std::printf("resume: no complete checkpoint in %s, starting from scratch\n", r.opt.out_dir.c_str());
+    r.resumed_from = latest_checkpoint(r.opt.out_dir);
+    if (!r.resumed_from) std::printf("resume: no complete checkpoint in %s, starting from scratch\n", r.opt.out_dir.c_str());
   }
-  r.embp_on = r.opt.embp != "off" && (r.cfg.model.jtok || r.cfg.model.jtokm);
-  r.shard_init = r.embp_on && !r.ck;
-  const bool disk = r.opt.tables == "disk";
-  if (r.opt.tables != "ram" && !disk) fail("--tables must be ram or disk for training, got '", r.opt.tables, "'");
-  if (disk) check_disk_tables_options(r);
-  // Disk tables live in the store: made there from the random init (or --init-from's tables, in RAM first).
-  const bool tables_in_ram = !r.embp_on && (!disk || (!r.ck && !r.opt.init_from.empty()));
-  r.model = make_model(r.cfg.model, t.seed, {.init = !r.ck, .grads = true, .tables = tables_in_ram});
+  r.tables = choose_table_placement({r.cfg, r.opt, r.share, r.lead, r.model, r.adam, r.faults});
+  const bool resuming = r.resumed_from.has_value(), init_from = !r.opt.init_from.empty();
+  const bool tables_in_model = r.tables->model_allocates_tables(resuming, init_from);
+  r.model = make_model(r.cfg.model, t.seed, {.init = !resuming, .grads = true, .tables = tables_in_model});
   r.model.backbone_frozen = t.train_only == "tables";  // before any optimizer state: frozen tensors get no moments
   r.sample_rng = std::mt19937_64(t.seed ^ 0x5eedULL);
   r.run_id = new_run_id();
-  if (r.ck) {
+  if (resuming) {
     resume_from_checkpoint(r);
     return;
   }
-  if (!r.opt.init_from.empty()) {  // tensors the checkpoint lacks (attached modules) keep their fresh init
-    const std::vector<std::string> fresh = load_init_weights(r.model, r.opt.init_from, !r.embp_on);
+  if (init_from) {  // tensors the checkpoint lacks (attached modules) keep their fresh init
+    const std::vector<std::string> fresh = load_init_weights(r.model, r.opt.init_from, tables_in_model);
     std::printf("init-from: %s loaded, %zu tensors kept fresh\n", r.opt.init_from.c_str(), fresh.size());
   }
-  if (disk)
-    r.store = attach_disk_tables(r.model, r.opt.table_store, r.opt.table_cache_mb << 20, std::nullopt, r.opt.resume,
-                                 r.opt.table_io_threads, r.opt.table_io, tables_in_ram ? nullptr : &t.seed);
-  r.adam = make_adamw_state(r.model, !r.shard_init);
+  r.tables->start_fresh();
   if (r.lead && fs::exists(r.log_path)) truncate_log(r.log_path, 0);  // --resume with nothing to resume: no step is kept
 }
 
@@ -198,41 +165,16 @@ void open_run_log(TrainRun& r) {
   r.log.write(start);
 }
 
-void shard_tables(TrainRun& r) {
-  if (!r.embp_on) return;
-  r.embp = std::make_unique<dist::ShardedTables>(r.model, dist::ShardedTables::parse_mode(r.opt.embp),
-                                                 dist::ShardedTables::parse_owner(r.opt.embp_owner),
-                                                 r.shard_init ? &r.t.seed : nullptr, r.ck ? &*r.ck : nullptr);
-  r.embp_opt = std::make_unique<ShardOptimizer>(*r.embp, r.model, r.adam, r.ck ? &*r.ck : nullptr);
-  r.embp->set_overlap(r.opt.embp_overlap);
-}
-
-// The embp report: each rank's table and moment bytes (a collective), logged and printed.
-static void report_sharded_tables(TrainRun& r) {
-  dist::ShardedTables& embp = *r.embp;
-  std::vector<int64_t> tb, mb;
-  gather_pairs(r.share, embp.table_bytes(), r.embp_opt->moment_bytes(), tb, mb);
-  r.log.write({{"type", "embp"}, {"step", r.start_step}, {"mode", r.opt.embp}, {"owner", r.opt.embp_owner},
-               {"table_bytes", tb}, {"moment_bytes", mb}, {"single_process_table_bytes", embp.single_process_table_bytes()}});
-  std::printf("embp: %s, rows by %s over %lld ranks | table bytes per rank %s of %lld (+ AdamW moments x2)\n",
-              r.opt.embp.c_str(), r.opt.embp_owner.c_str(), static_cast<long long>(r.share.ranks), nlohmann::json(tb).dump().c_str(),
-              static_cast<long long>(embp.single_process_table_bytes()));
-  if (r.t.sample_interval > 0) std::printf("embp: periodic samples are off (generation does not reach sharded tables yet)\n");
-}
-
 void prepare_step_buffers(TrainRun& r) {
   r.tty = ::isatty(STDOUT_FILENO);
-  const int64_t N = r.t.micro_batch_size * r.t.seq_len;
-  r.x.resize(N);
-  r.y.resize(N);
+  const int64_t N = r.train_cfg.micro_batch_size * r.train_cfg.seq_len;
+  r.inputs.resize(N);
+  r.targets.resize(N);
   r.acts.row_sync = table_row_sync(r.model, r.adam);  // table rows behind deferred steps catch up as read
-  if (r.embp) {
-    r.acts.tables = r.embp.get();
-    report_sharded_tables(r);
-  }
+  r.tables->attach(r.acts, r.log, r.start_step);
   if (r.share.ranks > 1 && r.opt.grad_overlap) r.buckets = std::make_unique<dist::GradBuckets>(r.model);
-  for (int64_t mb = 0; mb < r.t.gradient_accumulation_steps; ++mb)
-    if (r.share.runs(mb)) r.last_mb = mb;
+  for (int64_t mb = 0; mb < r.train_cfg.gradient_accumulation_steps; ++mb)
+    if (r.share.runs(mb)) r.last_micro_batch = mb;
   r.no_routing.emplace(r.model);
 }
 
@@ -243,14 +185,6 @@ bool stop_requested_on_any_rank() {
   return stop_any > 0;
 }
 
-void gather_pairs(const dist::BatchShare& share, int64_t a, int64_t b, std::vector<int64_t>& as, std::vector<int64_t>& bs) {
-  std::vector<int64_t> all(static_cast<size_t>(2 * share.ranks), 0);
-  all[static_cast<size_t>(2 * share.rank)] = a;
-  all[static_cast<size_t>(2 * share.rank + 1)] = b;
-  dist::allreduce_sum(all.data(), static_cast<int64_t>(all.size()));
-  for (int64_t k = 0; k < share.ranks; ++k) as.push_back(all[2 * k]), bs.push_back(all[2 * k + 1]);
-}
-
 void finish_run(TrainRun& r) {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
@@ -258,10 +192,10 @@ void finish_run(TrainRun& r) {
     std::vector<int64_t> rss(static_cast<size_t>(r.share.ranks), 0);
     rss[static_cast<size_t>(r.share.rank)] = ru.ru_maxrss;
     dist::allreduce_sum(rss.data(), r.share.ranks);
-    r.log.write({{"type", "dist"}, {"step", r.res.steps_done}, {"ranks", r.share.ranks}, {"peak_rss_kb", rss}});
+    r.log.write({{"type", "dist"}, {"step", r.result.steps_done}, {"ranks", r.share.ranks}, {"peak_rss_kb", rss}});
     std::printf("peak RSS per rank (kB): %s\n", nlohmann::json(rss).dump().c_str());
   }
-  r.log.write({{"type", "end"}, {"step", r.res.steps_done}, {"loss", r.res.last_loss}, {"interrupted", r.res.interrupted},
+  r.log.write({{"type", "end"}, {"step", r.result.steps_done}, {"loss", r.result.last_loss}, {"interrupted", r.result.interrupted},
                {"peak_rss_kb", ru.ru_maxrss}});
 }
 

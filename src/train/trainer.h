@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -43,7 +44,7 @@ struct TrainOptions {
   // its backward's likewise, and the table gradients pushed without waiting (overlapped), or (false)
   // every table exchange a blocking MPI_Alltoallv where the model asks for it. Same bits.
   bool embp_overlap = true;
-  bool overwrite = false;
+  bool overwrite = false;  // a fresh run may delete an old run's checkpoints and log in out_dir (run_dir.h)
   // Token tables: "ram", or "disk": rows, moments and row steps in a training store at table_store
   // (train/disk_tables.h) with a DRAM cache of table_cache_mb; made from the initial tables, reopened
   // (rolled back to the checkpoint) on resume.
@@ -56,7 +57,7 @@ struct TrainOptions {
   // A fresh run's weights from this checkpoint directory (train/init_from.h; the config already
   // checked and adjusted by plan_init_from); ignored when --resume finds a checkpoint of the run.
   std::string init_from;
-  int64_t skip_nonfinite_steps = 0;  // drop up to this many batches whose loss or gradient is not finite  // a fresh run may delete an old run's checkpoints and log in out_dir (run_dir.h)
+  int64_t skip_nonfinite_steps = 0;  // drop up to this many batches whose loss or gradient is not finite
   std::string command_line;
   // Text for a periodic sample: given a generate function (max_new_tokens -> text); optional.
   std::function<std::string(const std::function<std::vector<int32_t>(const std::vector<int32_t>&, int64_t)>&)> sample;
@@ -75,6 +76,30 @@ struct TrainResult {
 };
 
 TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data, ValSource* val);
+
+struct Model;
+struct AdamWState;
+struct TrainRun;
+
+// A run's steps without its run directory, log, validation or checkpoints (`jtok bench-train`):
+// the model, its tables and optimizer state made as a fresh `train` makes them (opt.tables and
+// opt.embp place the tables), and each step the trainer's own (train/trainer_step.cpp).
+class TrainSteps {
+ public:
+  TrainSteps(const Config& cfg, const TrainOptions& opt, BatchSource& data);
+  ~TrainSteps();
+  TrainSteps(const TrainSteps&) = delete;
+  TrainSteps& operator=(const TrainSteps&) = delete;
+  // The next step: forward and backward of every micro-batch data gives, then the optimizer. Its
+  // loss (the mean over the micro-batches); a step whose loss or gradient is not finite throws.
+  double step();
+  Model& model();
+  AdamWState& optimizer_state();
+
+ private:
+  std::unique_ptr<TrainRun> run_;
+  int64_t steps_ = 0;
+};
 
 // Installs a SIGINT/SIGTERM handler that asks the loop to stop after the current step.
 void install_stop_handler();

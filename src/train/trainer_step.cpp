@@ -2,7 +2,6 @@
 // the ranks, and the non-finite policy in front of the optimizer.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <vector>
 
 #include "core/error.h"
@@ -19,58 +18,52 @@ constexpr int64_t kDigestMask = (int64_t{1} << 56) - 1;  // digests stay exact w
 
 // Forward and backward of every micro-batch this rank runs; the gradients accumulate in the model.
 void run_micro_batches(TrainRun& r, int64_t step, StepSums& s) {
-  const TrainConfig& t = r.t;
+  const TrainConfig& t = r.train_cfg;
   const dist::BatchShare& share = r.share;
   const int64_t B = t.micro_batch_size, T = t.seq_len;
   const double inv_acc = 1.0 / static_cast<double>(t.gradient_accumulation_steps);
   const double mb_weight = share.by_micro_batch ? inv_acc : inv_acc / static_cast<double>(share.ranks);
   const Bf16WeightScope bf16_weights;  // weights are fixed until the optimizer step: rounded to bf16 once
   for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
-    r.data.next(r.x.data(), r.y.data(), B, T);  // every rank reads every micro-batch: one loader state
-    inject_nan_table_row(r.faults, r.model, step + 1, r.x[0], r.embp != nullptr || r.store != nullptr);
+    r.data.next(r.inputs.data(), r.targets.data(), B, T);  // every rank reads every micro-batch: one loader state
+    inject_nan_table_row(r.faults, r.model, step + 1, r.inputs[0], !r.tables->rows_in_model());
     if (!share.runs(mb)) continue;
     // The last micro-batch this rank runs: its backward starts summing each layer's gradients.
-    if (r.buckets && mb == r.last_mb)
+    if (r.buckets && mb == r.last_micro_batch)
       r.acts.on_layer_grads_ready = [&r](int64_t layer) { r.buckets->layer_ready(r.model, layer); };
     else
       r.acts.on_layer_grads_ready = nullptr;
-    const int32_t* xs = r.x.data() + share.row_lo * T;
-    const int32_t* ys = r.y.data() + share.row_lo * T;
+    const int32_t* xs = r.inputs.data() + share.row_lo * T;
+    const int32_t* ys = r.targets.data() + share.row_lo * T;
     forward(r.model, r.acts, xs, share.row_hi - share.row_lo, T);
-    if (mb == share.rank * share.by_micro_batch) s.hstd = hidden_state_std(r.acts);
+    if (mb == share.rank * share.by_micro_batch) s.hidden_std = hidden_state_std(r.acts);
     s.routing.add(r.acts);
     s.digest = (s.digest + dist::routing_digest(r.acts, mb, share.row_lo)) & kDigestMask;
     s.loss += backward(r.model, r.acts, xs, ys, share.grad_scale) * mb_weight;
-    s.aux += r.acts.moe_aux_loss * mb_weight;
-    s.jaux += r.acts.jtokm_aux_loss * mb_weight;
+    s.moe_aux += r.acts.moe_aux_loss * mb_weight;
+    s.jtokm_aux += r.acts.jtokm_aux_loss * mb_weight;
   }
 }
 
 // Under mpirun: gradients, losses and routing counts summed over the ranks, and the bytes each
-// rank exchanged (backbone and, with --embp, the tables) in s.dist_bytes.
+// rank exchanged (backbone and the tables held elsewhere) in s.dist_bytes.
 void sum_over_ranks(TrainRun& r, StepSums& s) {
   r.acts.on_layer_grads_ready = nullptr;
-  const dist::ExchangeBytes xb = dist::sum_gradients(r.model, !r.embp, r.buckets.get());
+  const dist::ExchangeBytes xb = dist::sum_gradients(r.model, r.tables->rows_in_model(), r.buckets.get());
   RoutingStats& routing = s.routing;
-  std::vector<double> sums = {s.loss, s.aux, s.jaux};
+  std::vector<double> sums = {s.loss, s.moe_aux, s.jtokm_aux};
   for (size_t k = 0; k < routing.load.size(); ++k) {
     sums.insert(sums.end(), routing.load[k].begin(), routing.load[k].end());
     sums.insert(sums.end(), routing.wsum[k].begin(), routing.wsum[k].end());
   }
   dist::allreduce_sum(sums.data(), static_cast<int64_t>(sums.size()));
-  s.loss = sums[0], s.aux = sums[1], s.jaux = sums[2];
+  s.loss = sums[0], s.moe_aux = sums[1], s.jtokm_aux = sums[2];
   for (size_t k = 0, o = 3; k < routing.load.size(); ++k) {
     for (auto& v : routing.load[k]) v = sums[o++];
     for (auto& v : routing.wsum[k]) v = sums[o++];
   }
   s.dist_bytes = dist::gather_bytes_json(xb);
-  if (r.embp) {  // the table exchanges of this step's forwards and backwards, per rank
-    const dist::TableBytes eb = r.embp->take_bytes();
-    std::vector<int64_t> sent, recv;
-    gather_pairs(r.share, eb.sent, eb.recv, sent, recv);
-    s.dist_bytes["embp_sent"] = sent;
-    s.dist_bytes["embp_recv"] = recv;
-  }
+  r.tables->add_exchange_bytes(s.dist_bytes);
   int64_t dg[2] = {s.digest, 0};
   dist::allreduce_sum(dg, 2);
   s.digest = dg[0] & kDigestMask;
@@ -100,10 +93,10 @@ std::string try_optimizer_step(TrainRun& r, double loss, StepStats& st) {
            (where.empty() ? "every weight and table row is finite: an activation overflowed" : "first non-finite weight: " + where) + ")";
   }
   try {
-    // With sharded tables the norm takes every rank's shard gradients (a collective: every rank
-    // has the same loss here), and the owners update their rows.
-    st = optimizer_step(r.model, r.adam, r.t, r.embp ? r.embp->grad_sum_squares() : 0.0);  // refuses a non-finite norm first
-    if (r.embp) r.embp_opt->step(r.t, st, r.adam.step);
+    // The norm takes the table gradients the model does not hold (a collective with sharded
+    // tables: every rank has the same loss here), and their owners update those rows.
+    st = optimizer_step(r.model, r.adam, r.train_cfg, r.tables->grad_sum_squares_elsewhere());  // refuses a non-finite norm first
+    r.tables->step_tables(st);
   } catch (const Error& e) {
     return e.what();
   }
@@ -115,34 +108,19 @@ std::string try_optimizer_step(TrainRun& r, double loss, StepStats& st) {
   const auto newest = latest_checkpoint(r.opt.out_dir);
   const std::string msg = "step " + std::to_string(step) + ": " + why + "; nothing was saved (newest checkpoint: " +
                           (newest ? *newest : std::string("none")) + ")";
-  if (r.lead) std::ofstream(r.log_path, std::ios::app) << nlohmann::json{{"type", "error"}, {"step", step}, {"message", msg}}.dump() << "\n";
+  r.log.write({{"type", "error"}, {"step", step}, {"message", msg}});
   fail(msg, "; lower learning_rate or check the data, then --resume");
-}
-
-// --tables disk: the rows of this step's micro-batches and of the next step's (the loader knows
-// them a step early) marked in the store, and their units not cached queued for its I/O threads,
-// which read them while this step computes: this step's first (its misses read in parallel), then
-// the next step's, into slots neither step needs.
-void read_ahead(TrainRun& r, int64_t step) {
-  if (!r.store || r.opt.table_io_threads < 1 || !r.data.peek) return;
-  const int64_t G = r.t.gradient_accumulation_steps, N = r.t.micro_batch_size * r.t.seq_len;
-  std::vector<int32_t> ids(static_cast<size_t>(2 * G * N));
-  r.data.peek(2 * G, ids.data(), r.t.micro_batch_size, r.t.seq_len);
-  r.store->begin_step(step);
-  r.store->prefetch(ids.data(), G * N, step);
-  r.store->prefetch(ids.data() + G * N, G * N, step + 1);
 }
 
 }  // namespace
 
 StepSums forward_backward(TrainRun& r, int64_t step) {
-  read_ahead(r, step);
+  r.tables->begin_step(step, r.data);  // read-ahead, gradients held elsewhere cleared
   zero_grads(r.model);
-  if (r.embp) r.embp->clear_grads();
   r.watchdog->set_step(step + 1);
   StepSums s(*r.no_routing);
   run_micro_batches(r, step, s);
-  if (r.store) r.store->check();  // a read error in the gathers stops the run here, naming the file
+  r.tables->check();  // a read error in the gathers stops the run here, naming the file
   if (r.share.ranks > 1) sum_over_ranks(r, s);
   return s;
 }
@@ -153,7 +131,7 @@ StepSums forward_backward(TrainRun& r, int64_t step) {
 bool apply_or_skip(TrainRun& r, int64_t step, const StepSums& s, StepStats& st) {
   inject_nan_grad(r.faults, r.model, step + 1);
   const std::string nonfinite = try_optimizer_step(r, s.loss, st);
-  if (r.store) r.store->check();  // a write-back that failed (a full disk) stops the run, naming the file
+  r.tables->check();  // a write-back that failed (a full disk) stops the run, naming the file
   if (nonfinite.empty()) return true;
   if (r.skipped_steps >= r.opt.skip_nonfinite_steps) fail_step(r, step + 1, nonfinite);
   ++r.skipped_steps;
