@@ -49,6 +49,7 @@
 #include "ops/linear.h"
 #include "train/optimizer.h"
 #include "train/precision.h"
+#include "train/trainer.h"
 
 namespace {
 
@@ -61,19 +62,26 @@ struct Args {
   bool random_ids = false;
 } args;
 
-// One model under test: its config, weights, optimizer state and timings.
+// The micro-batches of one step: gradient_accumulation_steps (inputs, targets) pairs of B*T ids.
+using StepTokens = std::vector<jtok::Batch>;
+
+// One model under test: its config, the trainer's steps over it (train/trainer.h TrainSteps: the
+// same set-up and step as `jtok train`), the batches of the step it runs, and its timings.
 struct Bench {
   std::string label;
   jtok::Config cfg;
-  jtok::Model model;
-  jtok::AdamWState opt;
-  jtok::Activations acts;
+  jtok::TrainOptions opt;
+  jtok::BatchSource source;  // the micro-batches of *tokens, in order
+  const StepTokens* tokens = nullptr;
+  size_t next_micro_batch = 0;
+  std::unique_ptr<jtok::TrainSteps> steps;
   std::vector<double> step_ms, cpu_s;
   std::vector<int64_t> caught_up, warm_rows, warm_steps;  // per timed step: AdamWState's replay counters
   int64_t sync_caught_up = 0;  // rows the final sync_tables brought current
   double sync_ms = 0;  // the final sync_tables: the deferred table updates of the timed steps
   double sync_cpu_s = 0;  // its CPU seconds (all threads)
   double loss = 0;
+  jtok::AdamWState& adam() { return steps->optimizer_state(); }
 };
 
 std::unique_ptr<Bench> make_bench(const std::string& label, const std::vector<std::string>& sets) {
@@ -81,14 +89,15 @@ std::unique_ptr<Bench> make_bench(const std::string& label, const std::vector<st
   auto b = std::make_unique<Bench>();
   b->label = label;
   b->cfg = load_config(args.config, sets);
-  b->model = make_model(b->cfg.model, b->cfg.train.seed);
-  b->opt = make_adamw_state(b->model);
-  b->acts.row_sync = jtok::table_row_sync(b->model, b->opt);  // b is heap-allocated: the refs stay valid
+  Bench* self = b.get();  // heap-allocated: the source's pointer stays valid
+  b->source.next = [self](int32_t* x, int32_t* y, int64_t, int64_t) {
+    const Batch& mb = (*self->tokens)[self->next_micro_batch++];
+    std::copy(mb.inputs.begin(), mb.inputs.end(), x);
+    std::copy(mb.targets.begin(), mb.targets.end(), y);
+  };
+  b->steps = std::make_unique<TrainSteps>(b->cfg, b->opt, b->source);
   return b;
 }
-
-// The micro-batches of one step: gradient_accumulation_steps (inputs, targets) pairs of B*T ids.
-using StepTokens = std::vector<jtok::Batch>;
 
 // Where every model's tokens come from: consecutive shard batches, or one reused random batch.
 struct TokenStream {
@@ -152,29 +161,24 @@ TokenStream make_stream(const jtok::Config& cfg) {
 
 void train_step(Bench& b, const StepTokens& tokens, bool timed) {
   using namespace jtok;
-  const auto& t = b.cfg.train;
-  const int64_t B = t.micro_batch_size, T = t.seq_len;
-  const int64_t r0 = b.opt.tables.replayed_rows, w0 = b.opt.tables.replayed_warm_rows, s0 = b.opt.tables.replayed_warm_steps;
+  const TableMoments& tm = b.adam().tables;
+  const int64_t r0 = tm.replayed_rows, w0 = tm.replayed_warm_rows, s0 = tm.replayed_warm_steps;
   auto t0 = std::chrono::steady_clock::now();
   const std::clock_t c0 = std::clock();  // CPU seconds of all threads
   // Each model's own precision (a variant may be precision=bf16); where bf16 cannot run, fp32 (the
   // report's "precision" says which ran).
   set_matmul_precision(b.cfg.train.precision == "bf16" && bf16_matmul_supported() ? MatmulPrecision::bf16
                                                                                   : MatmulPrecision::fp32);
-  zero_grads(b.model);
-  for (const Bf16WeightScope bf16_weights; const Batch& mb : tokens) {  // as trainer_step.cpp
-    forward(b.model, b.acts, mb.inputs.data(), B, T);
-    b.loss = backward(b.model, b.acts, mb.inputs.data(), mb.targets.data(),
-                      1.0f / static_cast<float>(t.gradient_accumulation_steps));
-  }
-  optimizer_step(b.model, b.opt, t);
+  b.tokens = &tokens;
+  b.next_micro_batch = 0;
+  b.loss = b.steps->step();
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (timed) {
     b.step_ms.push_back(1e3 * dt);
     b.cpu_s.push_back(static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC);
-    b.caught_up.push_back(b.opt.tables.replayed_rows - r0);
-    b.warm_rows.push_back(b.opt.tables.replayed_warm_rows - w0);
-    b.warm_steps.push_back(b.opt.tables.replayed_warm_steps - s0);
+    b.caught_up.push_back(tm.replayed_rows - r0);
+    b.warm_rows.push_back(tm.replayed_warm_rows - w0);
+    b.warm_steps.push_back(tm.replayed_warm_steps - s0);
   }
 }
 
@@ -215,7 +219,7 @@ nlohmann::json report(const Bench& b, const TokenStream& ts) {
                       {"gflops", gflops},
                       {"cpu_s_per_step", cpu / steps},
                       {"cpu_s_each", b.cpu_s},
-                      {"params", num_params(b.model)},
+                      {"params", num_params(b.steps->model())},
                       {"loss", b.loss},
                       {"unique_id_frac_mean", mean(ts.unique_frac)},
                       {"unique_id_frac_min", *std::min_element(ts.unique_frac.begin(), ts.unique_frac.end())},
@@ -266,13 +270,13 @@ void run() {
     for (auto& b : benches) train_step(*b, tokens, s >= args.warmup);
   }
   for (auto& b : benches) {
-    const int64_t r0 = b->opt.tables.replayed_rows;
+    const int64_t r0 = b->adam().tables.replayed_rows;
     const auto t0 = std::chrono::steady_clock::now();
     const std::clock_t c0 = std::clock();
-    sync_tables(b->model, b->opt);
+    sync_tables(b->steps->model(), b->adam());
     b->sync_ms = 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     b->sync_cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
-    b->sync_caught_up = b->opt.tables.replayed_rows - r0;
+    b->sync_caught_up = b->adam().tables.replayed_rows - r0;
   }
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);  // peak RSS of the process: meaningful only without variants
