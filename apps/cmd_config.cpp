@@ -1,7 +1,7 @@
 // `jtok config`: prints the resolved configuration (file + overrides) as JSON.
 #include <cstdio>
 #include "commands.h"
-#include "model/config.h"
+#include "train/config.h"
 
 namespace {
 void setup(CLI::App* sub) {

@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "data/loader.h"
 #include "dist/embp_plan.h"
-#include "model/config.h"
+#include "train/config.h"
 
 namespace {
 

@@ -3,9 +3,9 @@
 #include <cstdio>
 #include "commands.h"
 #include "model/activation_bytes.h"
-#include "model/config.h"
 #include "scaling/flops.h"
 #include "scaling/memory_plan.h"
+#include "train/config.h"
 
 namespace {
 void setup(CLI::App* sub) {

@@ -6,9 +6,9 @@
 #include "commands.h"
 #include "core/error.h"
 #include "io/safetensors.h"
-#include "model/config.h"
 #include "model/transformer.h"
 #include "model/weights_io.h"
+#include "train/config.h"
 #include "train/optimizer.h"
 
 namespace {

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "data/tokenizer.h"
-#include "model/config.h"
 #include "model/table_io.h"
 #include "model/transformer.h"
+#include "train/config.h"
 
 namespace jtok {
 

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "model/config.h"
 #include "temp_dir.h"
+#include "train/config.h"
 
 using namespace jtok;
 

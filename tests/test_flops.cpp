@@ -2,9 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "model/config.h"
 #include "model/transformer.h"
 #include "scaling/flops.h"
+#include "train/config.h"
 
 using namespace jtok;
 

@@ -11,6 +11,7 @@
 #include "scaling/plan.h"
 #include "scaling/run.h"
 #include "scaling/table.h"
+#include "train/config.h"
 
 namespace fs = std::filesystem;
 using namespace jtok;

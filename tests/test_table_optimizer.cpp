@@ -12,11 +12,11 @@
 #include <limits>
 #include <random>
 
-#include "op_test_util.h"
 #include "core/error.h"
-#include "model/config.h"
 #include "model/transformer.h"
+#include "op_test_util.h"
 #include "train/checkpoint.h"
+#include "train/config.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 #include "train/table_optimizer.h"

@@ -12,11 +12,11 @@
 
 namespace jtok::dist {
 
-BatchShare batch_share(const TrainConfig& t, int64_t rank, int64_t ranks) {
+BatchShare batch_share(int64_t micro_batch_size, int64_t accumulation_steps, int64_t rank, int64_t ranks) {
   BatchShare s;
   s.rank = rank;
   s.ranks = ranks;
-  const int64_t acc = t.gradient_accumulation_steps, B = t.micro_batch_size;
+  const int64_t acc = accumulation_steps, B = micro_batch_size;
   if (acc % ranks == 0) {
     s.by_micro_batch = true;
     s.row_lo = 0;

@@ -38,9 +38,9 @@ struct BatchShare {
   float grad_scale = 1.0f;          // the backward's grad_scale for one micro-batch of this rank
   bool runs(int64_t micro_batch) const { return !by_micro_batch || micro_batch % ranks == rank; }
 };
-// This rank's share under `t` with the world's P ranks; fails naming the fields when P divides
-// neither gradient_accumulation_steps nor micro_batch_size.
-BatchShare batch_share(const TrainConfig& t, int64_t rank, int64_t ranks);
+// This rank's share of a step of `accumulation_steps` micro-batches of `micro_batch_size` rows with
+// the world's P ranks; fails naming the fields when P divides neither.
+BatchShare batch_share(int64_t micro_batch_size, int64_t accumulation_steps, int64_t rank, int64_t ranks);
 // This rank's pair (a, b) next to every other rank's, in rank order (a collective).
 void gather_pairs(const BatchShare& share, int64_t a, int64_t b, std::vector<int64_t>& as, std::vector<int64_t>& bs);
 

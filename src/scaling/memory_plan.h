@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/config.h"
+#include "train/config.h"
 
 namespace jtok {
 

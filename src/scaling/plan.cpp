@@ -3,12 +3,12 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_int.h"
-#include "model/config.h"
-#include "core/atomic_file.h"
 #include "scaling/flops.h"
 #include "scaling/table.h"
+#include "train/config.h"
 
 namespace jtok {
 

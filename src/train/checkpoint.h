@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/config.h"
 #include "model/transformer.h"
+#include "train/config.h"
 #include "train/optimizer.h"
 
 namespace jtok {

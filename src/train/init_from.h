@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
 #include "model/transformer.h"
+#include "train/config.h"
 
 namespace jtok {
 

@@ -3,9 +3,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/config.h"
 #include "model/transformer.h"
 #include "ops/adamw.h"
+#include "train/config.h"
 #include "train/table_optimizer.h"
 
 namespace jtok {

@@ -1,7 +1,7 @@
 // Learning-rate schedules of docs/model.md: linear warmup, then cosine, WSD or constant.
 #pragma once
 #include <cstdint>
-#include "model/config.h"
+#include "train/config.h"
 
 namespace jtok {
 

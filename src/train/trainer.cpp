@@ -112,7 +112,7 @@ void install_stop_handler() {
 
 TrainRun::TrainRun(const Config& c, const TrainOptions& o, BatchSource& d, ValSource* v)
     : cfg(c), train_cfg(c.train), opt(o), data(d), val(v), lead(dist::rank() == 0),
-      share(dist::batch_share(c.train, dist::rank(), dist::world_size())), faults(fault_injection_from_env()) {}
+      share(dist::batch_share(c.train.micro_batch_size, c.train.gradient_accumulation_steps, dist::rank(), dist::world_size())), faults(fault_injection_from_env()) {}
 
 void claim_run_directory(TrainRun& r) {
   if (r.lead) {

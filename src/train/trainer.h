@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/config.h"
 #include "model/table_io.h"
+#include "train/config.h"
 
 namespace jtok {
 

@@ -2,7 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz_util.h"
-#include "model/config.h"
+#include "train/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = jtok::fuzz::write_input(data, size, "config.json");
