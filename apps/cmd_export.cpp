@@ -1,7 +1,8 @@
-// `jtok export`: a checkpoint for inference, in one of two formats:
-//   --format jtok (default): an inference copy, a checkpoint directory (model.safetensors,
-//     config.json, trainer_state.json naming the source, COMPLETE last) that generate / eval / serve
-//     load as usual; --fold-jtok stores JTok's gate table G = s * Norm(E) (src/export/fold.h);
+// `jtok export`: a checkpoint for inference, in one of three formats (the flags parsed and checked
+// here, the work in src/):
+//   --format jtok (default): an inference copy (src/export/inference_copy.h), a checkpoint directory
+//     (model.safetensors, config.json, trainer_state.json naming the source, COMPLETE) published whole
+//     (publish_dir_atomic) that generate / eval / serve load as usual; --fold-jtok stores JTok's gate table G = s * Norm(E) (src/export/fold.h);
 //     --table-dtype bf16 | int8 | int4 stores every token table so (quantize_table, src/model/token_table.h).
 //     --table-store DIR instead writes the tables alone as a token-major store (model/table_store.h);
 //     of a checkpoint trained with --tables disk, streamed from its training store (train/store_export.h).
@@ -11,18 +12,13 @@
 #include <cstdio>
 #include <filesystem>
 
-#include <nlohmann/json.hpp>
-
 #include "commands.h"
-#include "core/atomic_file.h"
 #include "core/error.h"
-#include "export/fold.h"
 #include "export/gguf_export.h"
+#include "export/inference_copy.h"
 #include "hf/hf_config.h"
 #include "hf/hf_export.h"
-#include "io/safetensors.h"
 #include "model/table_store.h"
-#include "model/weights_io.h"
 #include "run_setup.h"
 #include "train/checkpoint.h"
 #include "train/store_export.h"
@@ -35,26 +31,6 @@ struct Args {
 } args;
 CLI::App* self;
 
-// An export reads the fp32 weights; a low-precision copy has only its bf16 / int8 matrices.
-void refuse_lowp_source(const jtok::LoadedCheckpoint& ck) {
-  if (ck.model.lowp.any())
-    jtok::fail("export: ", ck.dir, " holds ", jtok::dtype_name(ck.model.lowp.dtype),
-               " weights (itself an export); export from the fp32 checkpoint it came from");
-}
-
-// A table store's source (its manifest names it): the checkpoint directory's name and its step
-// (trainer_state.json's; an inference copy has none).
-jtok::TableStoreSource checkpoint_source(const std::string& dir) {
-  jtok::TableStoreSource s;
-  s.checkpoint = jtok::dir_basename(dir);
-  const std::filesystem::path state = std::filesystem::path(dir) / "trainer_state.json";
-  if (std::filesystem::exists(state)) {
-    const nlohmann::json j = nlohmann::json::parse(jtok::read_file(state.string()), nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) s.step = j["step"].get<int64_t>();
-  }
-  return s;
-}
-
 void export_gguf() {
   if (args.out.empty() || !args.table_store.empty()) jtok::fail("export --format gguf: give --out (--table-store is for --format jtok)");
   using namespace jtok;
@@ -66,7 +42,7 @@ void export_gguf() {
   if (std::string why = gguf_unsupported_reason(cfg.model); !why.empty())
     fail("export: ", dir, " cannot be exported as GGUF: ", why);
   LoadedCheckpoint ck = load_for_inference(dir);
-  refuse_lowp_source(ck);
+  refuse_lowp_source(ck.model, ck.dir);
   GgufExportOptions opt;
   opt.dtype = args.dtype == "f16" ? GgmlType::F16 : args.dtype == "q8_0" ? GgmlType::Q8_0 : GgmlType::F32;
   opt.tokenizer = ck.cfg.train.tokenizer;
@@ -103,7 +79,7 @@ void export_hf() {
   const std::string dir = resolve_checkpoint(args.checkpoint);
   hf_config_from_model(load_checkpoint_config(dir).model, dir);  // refuse before reading any weights
   LoadedCheckpoint ck = load_for_inference(dir);
-  refuse_lowp_source(ck);
+  refuse_lowp_source(ck.model, ck.dir);
   opt.tokenizer_dir = tokenizer_json_dir(ck);
   opt.eos_token_id = ck.tokenizer.eot_id();
   const uint64_t bytes = export_hf(ck.model, ck.dir, args.out, opt);
@@ -134,67 +110,50 @@ void export_disk_trained(const std::string& dir, jtok::Dtype tdt) {
               store.c_str(), static_cast<long long>(s.units_from_log), static_cast<long long>(s.rows_replayed));
 }
 
+// --format jtok's options, checked; the flags of other formats refused.
+jtok::InferenceCopyOptions inference_copy_options() {
+  using namespace jtok;
+  if (self->count("--dtype") || self->count("--name")) fail("export: --dtype and --name are for --format gguf");
+  if (args.table_store.empty() == args.out.empty()) fail("export: give --out DIR, or --table-store DIR (not both)");
+  if (!args.out.empty() && std::filesystem::exists(args.out)) fail("--out ", args.out, " exists; give a new directory");
+  if (!args.table_store.empty() && std::filesystem::exists(args.table_store))
+    fail("--table-store ", args.table_store, " exists; give a new directory");
+  InferenceCopyOptions opt;
+  opt.fold_jtok = args.fold;
+  opt.table_dtype = parse_dtype(args.table_dtype, "--table-dtype", {Dtype::f32, Dtype::bf16, Dtype::int8, Dtype::int4});
+  opt.weight_dtype = parse_dtype(args.weight_dtype, "--weight-dtype");
+  return opt;
+}
+
+// --table-store: the tables alone, token-major, for --tables disk.
+void export_table_store(const jtok::LoadedCheckpoint& ck) {
+  using namespace jtok;
+  if (ck.model.tables.empty()) fail("--table-store: the model in ", ck.dir, " has no token tables");
+  const TableStoreSource source = checkpoint_source(ck.dir);
+  write_table_store(args.table_store, ck.model.tables, ck.model.table_names, source);
+  std::printf("export: %s -> %s (token-major table store, %zu tables, %s, %.1f MB; %s)\n", ck.dir.c_str(),
+              args.table_store.c_str(), ck.model.tables.size(), args.table_dtype.c_str(),
+              static_cast<double>(std::filesystem::file_size(std::filesystem::path(args.table_store) / "tables.bin")) / 1e6,
+              describe_source(source).c_str());
+}
+
 void export_jtok() {
   using namespace jtok;
-  namespace fs = std::filesystem;
-  if (self->count("--dtype") || self->count("--name")) fail("export: --dtype and --name are for --format gguf");
-  const Dtype tdt = parse_dtype(args.table_dtype, "--table-dtype", {Dtype::f32, Dtype::bf16, Dtype::int8, Dtype::int4});
-  if (args.table_store.empty() == args.out.empty()) fail("export: give --out DIR, or --table-store DIR (not both)");
-  if (!args.out.empty() && fs::exists(args.out)) fail("--out ", args.out, " exists; give a new directory");
-  if (!args.table_store.empty() && fs::exists(args.table_store))
-    fail("--table-store ", args.table_store, " exists; give a new directory");
+  const InferenceCopyOptions opt = inference_copy_options();
   if (const std::string dir = resolve_checkpoint(args.checkpoint); disk_tables_store(dir)) {
-    export_disk_trained(dir, tdt);
+    export_disk_trained(dir, opt.table_dtype);
     return;
   }
+  if (!args.table_store.empty() && args.fold)
+    fail("--table-store: --fold-jtok changes the backbone; export the folded checkpoint first");
   LoadedCheckpoint ck = load_for_inference(args.checkpoint);
-  refuse_lowp_source(ck);
-  for (const auto& t : ck.model.tables)
-    if (t.dtype() != Dtype::f32)
-      fail("export: ", ck.dir, " already has ", dtype_name(t.dtype()), " tables; export from the f32 checkpoint");
-  int64_t folded = 0;
-  if (args.fold) {
-    if (!ck.cfg.model.jtok) fail("--fold-jtok: the model in ", ck.dir, " has no JTok layers");
-    folded = fold_jtok(ck.model);
-    ck.cfg.model = ck.model.cfg;  // jtok_norm = false now
-  }
-  // bf16 / int8 / int4 (symmetric, per-row scale) tables, JTok's (folded or not) and JTok-M's alike.
-  if (tdt != Dtype::f32)
-    for (auto& t : ck.model.tables) t = quantize_table(t, tdt);
-  if (!args.table_store.empty()) {  // the tables alone, token-major, for --tables disk
-    if (ck.model.tables.empty()) fail("--table-store: the model in ", ck.dir, " has no token tables");
-    if (args.fold) fail("--table-store: --fold-jtok changes the backbone; export the folded checkpoint first");
-    const TableStoreSource source = checkpoint_source(ck.dir);
-    write_table_store(args.table_store, ck.model.tables, ck.model.table_names, source);
-    std::printf("export: %s -> %s (token-major table store, %zu tables, %s, %.1f MB; %s)\n", ck.dir.c_str(),
-                args.table_store.c_str(), ck.model.tables.size(), args.table_dtype.c_str(),
-                static_cast<double>(fs::file_size(fs::path(args.table_store) / "tables.bin")) / 1e6,
-                describe_source(source).c_str());
-    return;
-  }
-  const fs::path out(args.out), tmp = out.string() + ".tmp";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  StFile st = weights_to_st(ck.model);
-  convert_to_lowp(st, ck.cfg.model, parse_dtype(args.weight_dtype, "--weight-dtype"));  // f32: unchanged
-  st.metadata["format"] = "pt";
-  write_safetensors((tmp / "model.safetensors").string(), st);
-  write_file_atomic((tmp / "config.json").string(), to_json(ck.cfg).dump(2) + "\n");
-  nlohmann::json state = {{"exported_from", ck.dir}, {"fold_jtok", args.fold}, {"table_dtype", args.table_dtype},
-                          {"weight_dtype", args.weight_dtype}};
-  if (fs::exists(fs::path(ck.dir) / "tokenizer.json")) {  // an imported model's own tokenizer and eos ids go along
-    state["eos_token_ids"] = ck.eos_ids;
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"})
-      if (fs::exists(fs::path(ck.dir) / name))
-        write_file_atomic((tmp / name).string(), read_file((fs::path(ck.dir) / name).string()));
-  }
-  write_file_atomic((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
-  fsync_dir(tmp.string());
-  fs::rename(tmp, out);
-  write_file_atomic((out / "COMPLETE").string(), "export\n");
+  refuse_lowp_source(ck.model, ck.dir);
+  const int64_t folded = prepare_export_model(ck.model, ck.cfg.model, ck.dir, opt);
+  if (!args.table_store.empty()) return export_table_store(ck);
+  write_inference_copy(ck.model, ck.cfg, ck.dir, ck.eos_ids, args.out, opt);
   std::printf("export: %s -> %s (%lld JTok tables folded, weights %s, tables %s, %.1f MB)\n", ck.dir.c_str(),
               args.out.c_str(), static_cast<long long>(folded), args.weight_dtype.c_str(), args.table_dtype.c_str(),
-              static_cast<double>(fs::file_size(out / "model.safetensors")) / 1e6);
+              static_cast<double>(std::filesystem::file_size(std::filesystem::path(args.out) / "model.safetensors")) / 1e6);
 }
 
 void setup(CLI::App* sub) {

@@ -52,9 +52,8 @@ bool field_set(const std::string& path, const std::vector<std::string>& override
   return j.is_object() && j.contains(field);
 }
 
-// --init-from: the checkpoint resolved (a run directory: its newest complete one), cfg checked
-// against it and its attached modules' scalers set to 0 (train/init_from.h).
-std::string prepare_init_from(jtok::Config& cfg, const std::vector<std::string>& overrides) {
+// --init-from's checkpoint resolved (a run directory: its newest complete one); "" without it.
+std::string resolve_init_from() {
   using namespace jtok;
   if (args.init_from.empty()) return "";
   std::string dir;
@@ -67,10 +66,18 @@ std::string prepare_init_from(jtok::Config& cfg, const std::vector<std::string>&
   const std::string out = fs::weakly_canonical(args.out).string() + "/";
   if (args.overwrite && fs::weakly_canonical(dir).string().rfind(out, 0) == 0)
     fail("--init-from ", dir, " lies inside --out ", args.out, ", which --overwrite would delete: pick another --out");
+  return dir;
+}
+
+// --init-from: cfg checked against the checkpoint and its attached modules' scalers set to 0
+// (train/init_from.h). A scaler init counts as set only in --config or an override: the
+// checkpoint's own config.json (the default config) writes every field.
+void prepare_init_from(jtok::Config& cfg, const std::vector<std::string>& overrides, const std::string& dir) {
+  using namespace jtok;
+  if (dir.empty()) return;
   const InitFromPlan plan = plan_init_from(dir, cfg.model, field_set(args.config, overrides, "jtok_scale_init"),
                                            field_set(args.config, overrides, "jtokm_scale_init"));
   std::printf("%s\n", plan.describe().c_str());
-  return dir;
 }
 
 // What this run holds per process; with --no-checkpoints nothing is written, so no write copies.
@@ -95,8 +102,9 @@ void check_memory_plan(const jtok::Config& cfg) {
   else fail(why, " (--no-memory-check to try anyway)");
 }
 
-// The config file with the --set / option overrides, and the overrides themselves.
-jtok::Config load_train_config(std::vector<std::string>& overrides) {
+// The config file (default with --init-from: the checkpoint's config.json) with the --set / option
+// overrides, and the overrides themselves.
+jtok::Config load_train_config(std::vector<std::string>& overrides, const std::string& init_dir) {
   overrides = jtok::collect_overrides(self, *fields, args.sets);
   if (args.max_steps > 0) overrides.push_back("max_steps=" + std::to_string(args.max_steps));
   if (!args.train_only.empty()) overrides.push_back("train_only=" + args.train_only);
@@ -105,7 +113,10 @@ jtok::Config load_train_config(std::vector<std::string>& overrides) {
     std::snprintf(lr, sizeof lr, "%.17g", args.table_lr);
     overrides.push_back(std::string("table_learning_rate=") + lr);
   }
-  return jtok::load_config(args.config, overrides);
+  if (!args.config.empty()) return jtok::load_config(args.config, overrides);
+  if (init_dir.empty()) jtok::fail("train: --config is required (or --init-from CKPT: its config.json is then the default)");
+  std::printf("init-from: the run's config is %s/config.json (no --config) with the command's overrides\n", init_dir.c_str());
+  return jtok::init_from_config(init_dir, overrides);
 }
 
 // The log's header: the command, the resolved config, the parameter and FLOP counts.
@@ -200,8 +211,9 @@ void run() {
   using namespace jtok;
   if (dist::world_size() > 1) std::printf("ranks: %d (data parallel, dist/data_parallel.h)\n", dist::world_size());
   std::vector<std::string> overrides;
-  Config cfg = load_train_config(overrides);
-  const std::string init_from = prepare_init_from(cfg, overrides);
+  const std::string init_from = resolve_init_from();
+  Config cfg = load_train_config(overrides, init_from);
+  prepare_init_from(cfg, overrides, init_from);
   const auto& t = cfg.train;
   const FlopsReport fr = flops_report(cfg.model, t.seq_len);
   print_run_header(cfg, fr);
@@ -231,7 +243,9 @@ void run() {
 
 void setup(CLI::App* sub) {
   self = sub;
-  sub->add_option("--config", args.config, "config JSON (model and training fields)")->required();
+  sub->add_option("--config", args.config,
+                  "config JSON (model and training fields); required unless --init-from, whose checkpoint's "
+                  "config.json is then the default");
   sub->add_option("--out", args.out, "run directory: log.jsonl, checkpoints/")->required();
   sub->add_option("--max-steps", args.max_steps, "optimizer steps (overrides max_steps)");
   sub->add_flag("--resume", args.resume, "continue from the newest complete checkpoint in --out");
@@ -244,7 +258,8 @@ void setup(CLI::App* sub) {
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--init-from", args.init_from,
                   "a new run from this checkpoint's weights (a checkpoint or run directory: its newest complete one); "
-                  "--jtok / --jtokm attach tables with s = 0 (docs/jtok.md \"Attaching tables\")");
+                  "without --config its config.json is the run's, flags overriding fields; --jtok / --jtokm attach "
+                  "tables with s = 0 (docs/jtok.md \"Attaching tables\")");
   sub->add_option("--train-only", args.train_only, "what trains: all (default) or tables (the backbone frozen; sets train_only)")
       ->check(CLI::IsMember({"all", "tables"}));
   sub->add_option("--table-lr", args.table_lr, "peak learning rate of the tables, scalers and routers (sets table_learning_rate)");

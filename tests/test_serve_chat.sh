@@ -4,7 +4,9 @@
 # a template (a GPT-2-tokenized model has none). The reply to a conversation equals /v1/completions
 # on what `jtok chat-template` renders for it; streaming, n with seeds, and the 400s. Then a random
 # Qwen3-tokenizer model: the server finds Qwen3's template beside its tokenizer (tokenizer_config.json)
-# and its prompt is exactly `jtok chat-template --ids`'s token count. Then imported Llama 3 models
+# and its prompt is exactly `jtok chat-template --ids`'s token count; with chat_template_kwargs
+# enable_thinking true and false, exactly the ids of Qwen3's own template rendered by Jinja with it
+# (tests/serve_chat_kwargs_client.mjs). Then imported Llama 3 models
 # (HF fixtures, with and without the BOS template): /v1/completions puts <|begin_of_text|> first as
 # HF's tokenizer(text) and `jtok generate` do, chat has the one BOS its template writes. Servers are
 # killed by the trap.
@@ -59,6 +61,11 @@ got=$(curl -s "http://127.0.0.1:$PORT/v1/chat/completions" -H 'Content-Type: app
   /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["usage"]["prompt_tokens"])')
 [ "$got" = "$want" ] || fail "qwen3 chat prompt has $got tokens, jtok chat-template --ids $want"
 echo "ok: Qwen3 model: template qwen3 found beside its tokenizer, prompt of $got tokens as jtok chat-template --ids"
+# chat_template_kwargs enable_thinking true and false: the prompt ids of Qwen3's real template
+# rendered by Hugging Face's Jinja with that argument (prefix blocks of 4: the ids checked block by block).
+start_serve qwen_kwargs --max-batch 4 --checkpoint "$T/qwen" --prefix-block 4
+timeout 120 node "$ROOT/tests/serve_chat_kwargs_client.mjs" "$ROOT" "$PORT" 4 "$T/messages.json" ||
+  fail "serve_chat_kwargs_client.mjs"
 
 # Imported Llama 3 models (tests/reference/make_hf_fixture.py, Llama 3's tokenizer and Llama 3
 # Instruct's tokenizer_config.json): /v1/completions encodes a text prompt as HF's tokenizer(text)

@@ -7,7 +7,10 @@
 #include <chrono>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
+#include "serve/chat_template.h"
 #include "serve/completion_request.h"
 #include "serve/engine.h"
 #include "serve_test_util.h"
@@ -155,6 +158,47 @@ TEST(CompletionRequest, ParsesOrAnswers4xx) {
   // Numbers above int64: named as they were sent (a token id 2^64 - 1 was reported as -1).
   EXPECT_EQ(error_of(R"({"prompt": [18446744073709551615]})"), "400 prompt");
   EXPECT_EQ(error_of(R"({"prompt": [5], "max_tokens": 18446744073709551615})"), "400 max_tokens");
+}
+
+// /v1/chat/completions' chat_template_kwargs reach the renderer (vLLM's and SGLang's field): Qwen3's
+// enable_thinking false renders the empty think block; a variable no template reads is ignored, as
+// Jinja ignores it; absent or null is the defaults; a non-object, or enable_thinking of another
+// type, is a 400 naming chat_template_kwargs (the template is never rendered).
+TEST(ChatRequest, ChatTemplateKwargsReachTheTemplate) {
+  const CompletionLimits lim{"jtok", 100000, 0};
+  const ChatTemplate qwen3{ChatFamily::qwen3, ""};
+  std::string rendered;
+  int renders = 0;
+  auto render = [&](const nlohmann::json& messages, const ChatTemplateArgs& args) {
+    ++renders;
+    rendered = render_chat(qwen3, parse_chat_messages(messages), true, args);
+    return std::vector<int32_t>(rendered.begin(), rendered.end());
+  };
+  auto parse = [&](const std::string& kwargs) {
+    return parse_chat_request(R"({"messages": [{"role": "user", "content": "hi"}])" + kwargs + "}", lim, render);
+  };
+  const std::string plain = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
+  for (const std::string kw : {"", R"(, "chat_template_kwargs": null)", R"(, "chat_template_kwargs": {"enable_thinking": true})"}) {
+    ASSERT_TRUE(std::holds_alternative<CompletionRequest>(parse(kw))) << kw;
+    EXPECT_EQ(rendered, plain) << kw;
+  }
+  for (const std::string kw : {R"(, "chat_template_kwargs": {"enable_thinking": false})",
+                               R"(, "chat_template_kwargs": {"enable_thinking": false, "tools_hint": [1], "x": null})"}) {
+    ASSERT_TRUE(std::holds_alternative<CompletionRequest>(parse(kw))) << kw;
+    EXPECT_EQ(rendered, plain + "<think>\n\n</think>\n\n") << kw;
+  }
+  renders = 0;
+  for (const std::string kw : {R"(, "chat_template_kwargs": [])", R"(, "chat_template_kwargs": "enable_thinking")",
+                               R"(, "chat_template_kwargs": {"enable_thinking": "false"})",
+                               R"(, "chat_template_kwargs": {"enable_thinking": 0})"}) {
+    auto r = parse(kw);
+    const ApiError* e = std::get_if<ApiError>(&r);
+    ASSERT_NE(e, nullptr) << kw;
+    EXPECT_EQ(e->status, 400);
+    EXPECT_EQ(e->param, "chat_template_kwargs") << e->message;
+    EXPECT_NE(e->message.find("chat_template_kwargs"), std::string::npos) << e->message;
+  }
+  EXPECT_EQ(renders, 0);
 }
 
 // --prefill-chunk: a prompt longer than the chunk is prefilled a chunk per step, and the running

@@ -7,7 +7,7 @@
 # Then the same with the LD_PRELOAD shim tests/faults/write_fault_shim.cpp, one fault kind at a time:
 # a short write followed by ENOSPC, EIO on write, EIO on fsync, a failing rename (of a file, of the
 # checkpoint directory, of COMPLETE); and legal short writes (at most 1000 bytes a call) that must
-# give byte-identical files.
+# give byte-identical files. `export --out` under the shim: nothing left but what was published.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -102,6 +102,26 @@ for f in model.safetensors optimizer.safetensors; do
   cmp -s "$d/checkpoints/step_00000008/$f" "$T/straight/checkpoints/step_00000008/$f" || fail "partial: $f differs from a straight run's"
 done
 echo "ok: checkpoint written 1000 bytes per write() call equals the straight run's"
+
+# export --out (publish_dir_atomic), each fault: fails naming the file, and leaves neither the
+# directory nor its temporary one; a failing fsync of the parent after the rename is reported too
+# (the copy is there, its rename not known to be durable).
+exp_case() {  # N KIND SUBSTR AFTER_BYTES EXPECTED_MESSAGE_REGEX LEFT: exports into $T/exp_N/copy
+  local kind=$2 sub=$3 after=$4 want=$5 left=$6 e="$T/exp_$1"
+  mkdir -p "$e"
+  if with_fault "$kind" "$sub" "$after" "$JTOK" export --checkpoint "$T/straight" --out "$e/copy" > "$e.out" 2>&1; then
+    fail "export, $kind: did not fail"
+  fi
+  grep -q "write_fault_shim: $kind on" "$e.out" || { tail -n 3 "$e.out"; fail "export, $kind: the fault never happened"; }
+  grep -Eq "$want" "$e.out" || { tail -n 3 "$e.out"; fail "export, $kind: the error does not say what failed ($want)"; }
+  [ "$(ls -A "$e" | tr '\n' ' ')" = "$left" ] || fail "export, $kind: left '$(ls -A "$e" | tr '\n' ' ')', want '$left'"
+  echo "ok: export, $kind on $sub: $(grep -m1 -Eo "$want" "$e.out"); left '$left'"
+}
+exp_case 1 eio_write copy.tmp/model.safetensors 0 "cannot write .*copy\.tmp/model\.safetensors.*Input/output error" ""
+exp_case 2 fsync_eio trainer_state.json 0 "cannot fsync .*copy\.tmp/trainer_state\.json.*Input/output error" ""
+exp_case 3 fsync_eio 'copy.tmp$' 0 "cannot fsync directory .*copy\.tmp: Input/output error" ""
+exp_case 4 rename_fail 'copy$' 0 "cannot rename .*copy\.tmp to .*copy: Input/output error" ""
+exp_case 5 fsync_eio "$T/exp_5\$" 0 "cannot fsync directory .*exp_5: Input/output error" "copy "
 
 # prepare, each fault on the first shard: fails naming the shard, leaves no shard and no temp file.
 "$JTOK" prepare --tokenizer gpt2 --out "$T/p_ref" --shard-tokens 20000 "$ROOT"/tests/data/corpus/*.md > /dev/null

@@ -25,6 +25,54 @@ void fsync_dir(const std::string& dir) {
   ::close(fd);
 }
 
+namespace {
+
+// fsyncs one file the caller wrote (already synced by write_file_atomic: then nearly free).
+void fsync_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open ", path, " to fsync it: ", std::strerror(errno));
+  if (::fsync(fd) != 0) {
+    const int e = errno;
+    ::close(fd);
+    fail("cannot fsync ", path, ": ", std::strerror(e));
+  }
+  ::close(fd);
+}
+
+// Every regular file under dir, then each directory, deepest first (a rename inside is durable).
+void fsync_tree(const std::filesystem::path& dir, const std::function<void(const std::string&)>& sync_dir) {
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.is_directory() && !e.is_symlink()) fsync_tree(e.path(), sync_dir);
+    else if (e.is_regular_file()) fsync_file(e.path().string());
+  }
+  sync_dir(dir.string());
+}
+
+}  // namespace
+
+void publish_dir_atomic(const std::string& dir, const std::function<void(const std::string& tmp)>& fill,
+                        const std::function<void(const std::string&)>& sync_dir) {
+  namespace fs = std::filesystem;
+  if (fs::exists(dir)) fail("cannot publish ", dir, ": it exists; give a new directory");
+  fs::path out = fs::absolute(dir).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();  // "out/": the temporary name beside out, not in it
+  const fs::path tmp = out.string() + ".tmp";
+  fs::remove_all(tmp);
+  try {
+    fs::create_directories(tmp);
+    fill(tmp.string());
+    fsync_tree(tmp, sync_dir);
+    std::error_code ec;
+    fs::rename(tmp, out, ec);
+    if (ec) fail("cannot rename ", tmp.string(), " to ", dir, ": ", ec.message());
+    sync_dir(out.parent_path().string());
+  } catch (...) {
+    std::error_code ec;  // after the rename tmp is gone: a failed fsync of the parent leaves dir, reported
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
 void write_all(int fd, std::string_view bytes, const std::string& what) {
   size_t done = 0;
   while (done < bytes.size()) {

@@ -63,11 +63,9 @@ uint64_t export_hf(const Model& m, const std::string& origin, const std::string&
     shapes[p.name] = {opt.dtype == "f32" ? "F32" : "BF16", hf_shape(p, c)};
     by_name[p.name] = &p;
   }
-  const fs::path tmp = out + ".tmp";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
   uint64_t bytes = 0;
-  try {
+  publish_dir_atomic(out, [&](const std::string& tmp_dir) {
+    const fs::path tmp(tmp_dir);
     bytes = write_safetensors_streamed((tmp / "model.safetensors").string(), shapes, {{"format", "pt"}},
                                        [&](const std::string& name, const auto& put) {
                                          const ParamInfo& p = *by_name.at(name);
@@ -79,14 +77,7 @@ uint64_t export_hf(const Model& m, const std::string& origin, const std::string&
     for (const char* name : kHfSideFiles)
       if (const fs::path src = fs::path(opt.tokenizer_dir) / name; !opt.tokenizer_dir.empty() && fs::exists(src))
         write_file_atomic((tmp / name).string(), read_file(src.string()));
-    fsync_dir(tmp.string());
-    fs::rename(tmp, out);
-    fsync_dir(fs::absolute(out).parent_path().string());
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    throw;
-  }
+  });
   return bytes;
 }
 

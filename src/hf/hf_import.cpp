@@ -116,7 +116,7 @@ ImportReport import_hf(const ImportOptions& opt_in) {
   ImportOptions opt = opt_in;
   while (opt.out.size() > 1 && opt.out.back() == '/') opt.out.pop_back();
   if (opt.out.empty()) fail("--out is empty");
-  const fs::path from(opt.from), out(opt.out), tmp = opt.out + ".tmp";
+  const fs::path from(opt.from), out(opt.out);
   if (fs::exists(out)) fail("--out ", opt.out, " exists; give a new directory");
   if (!fs::is_directory(from)) fail("--from ", opt.from, " is not a directory");
   const std::string config_path = (from / "config.json").string();
@@ -133,20 +133,12 @@ ImportReport import_hf(const ImportOptions& opt_in) {
     if (auto ids = eos_ids_of(read_json(g.string()), g.string()); !ids.empty()) eos = ids;
   const Config cfg = checkpoint_config(info, rep.tokenizer, out);
 
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  try {
+  publish_dir_atomic(out.string(), [&](const std::string& tmp_dir) {
+    const fs::path tmp(tmp_dir);
     rep.bytes = write_weights(w, layout, (tmp / "model.safetensors").string(), opt.progress);
     write_checkpoint_files(opt, info, cfg, eos, tmp);
-    fsync_dir(tmp.string());
-    fs::rename(tmp, out);
-    fsync_dir(fs::absolute(out).parent_path().string());
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    throw;
-  }
-  write_file_atomic((out / "COMPLETE").string(), "import\n");
+    write_file_atomic((tmp / "COMPLETE").string(), "import\n");  // inside: the directory appears complete
+  });
   rep.tensors = static_cast<int64_t>(layout.size());
   for (const ParamInfo& p : layout) rep.params += p.numel;
   return rep;

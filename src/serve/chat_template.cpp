@@ -206,12 +206,23 @@ std::string render_llama31(const std::vector<ChatMessage>& msgs, const ChatTempl
 
 }  // namespace
 
+ChatTemplateArgs parse_chat_template_args(const nlohmann::json& kwargs, const std::string& what) {
+  ChatTemplateArgs a;
+  if (kwargs.is_null()) return a;
+  if (!kwargs.is_object()) fail(what, " must be an object of template variables, got ", kwargs.dump());
+  if (const auto it = kwargs.find("enable_thinking"); it != kwargs.end() && !it->is_null()) {
+    if (!it->is_boolean()) fail(what, ".enable_thinking must be a boolean, got ", it->dump());
+    a.enable_thinking = it->get<bool>();
+  }
+  return a;
+}
+
 std::string render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                        bool enable_thinking) {
+                        const ChatTemplateArgs& args) {
   check_roles(messages, t.family == ChatFamily::qwen3 || t.family == ChatFamily::llama31);
   switch (t.family) {
     case ChatFamily::chatml: return render_chatml(messages, add_generation_prompt);
-    case ChatFamily::qwen3: return render_qwen3(messages, add_generation_prompt, enable_thinking);
+    case ChatFamily::qwen3: return render_qwen3(messages, add_generation_prompt, args.enable_thinking);
     case ChatFamily::llama3: return render_llama3(messages, t.bos);
     case ChatFamily::llama31: return render_llama31(messages, t, add_generation_prompt);
   }

@@ -51,10 +51,20 @@ ChatTemplate load_chat_template(const std::string& tokenizer_dir, const std::str
 // ("messages[2].content: ..."); roles are checked by render_chat.
 std::vector<ChatMessage> parse_chat_messages(const nlohmann::json& messages);
 
+// The template variables a caller may set beside the messages (a request's chat_template_kwargs,
+// `jtok chat-template --template-kwargs`). enable_thinking (qwen3 only): false adds the empty think
+// block, as Qwen3's `enable_thinking is false` test.
+struct ChatTemplateArgs {
+  bool enable_thinking = true;
+};
+// The arguments of a JSON object of template variables (null: the defaults). Variables no family
+// reads are ignored, as Jinja ignores variables a template does not use. Errors name the field
+// `what` (e.g. "chat_template_kwargs"): not an object, enable_thinking not a boolean.
+ChatTemplateArgs parse_chat_template_args(const nlohmann::json& kwargs, const std::string& what);
+
 // The prompt text of messages (roles checked: system, user, assistant; a system message only
-// first, except in qwen3 and llama3.1). add_generation_prompt: end with the assistant's header; enable_thinking
-// (qwen3 only): false adds the empty think block.
+// first, except in qwen3 and llama3.1). add_generation_prompt: end with the assistant's header.
 std::string render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages, bool add_generation_prompt = true,
-                        bool enable_thinking = true);
+                        const ChatTemplateArgs& args = {});
 
 }  // namespace jtok

@@ -173,8 +173,14 @@ CompletionRequest parse_chat(const json& body, const CompletionLimits& lim, cons
   CompletionRequest p;
   p.chat = true;
   if (!body.contains("messages")) bad("messages", "messages is required (a list of {role, content})");
+  ChatTemplateArgs args;
   try {
-    p.prompt = render(body["messages"]);
+    args = parse_chat_template_args(body.value("chat_template_kwargs", json()), "chat_template_kwargs");
+  } catch (const Error& e) {
+    bad("chat_template_kwargs", e.what());
+  }
+  try {
+    p.prompt = render(body["messages"], args);
   } catch (const Error& e) {
     bad("messages", e.what());
   }

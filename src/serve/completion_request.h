@@ -13,6 +13,7 @@
 
 #include "infer/generate.h"
 #include "infer/logprobs.h"
+#include "serve/chat_template.h"
 
 namespace jtok {
 
@@ -55,9 +56,11 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
                                                                    const PromptEncoder& encode);
 
 // The body of POST /v1/chat/completions: render turns its messages into the prompt's ids with the
-// model's chat template (a jtok::Error it throws, naming the message and field, becomes a 400 on
-// `messages`). Shares sampling, seed, stop and streaming with completions.
-using ChatRenderer = std::function<std::vector<int32_t>(const nlohmann::json& messages)>;
+// model's chat template and the request's chat_template_kwargs (vLLM's and SGLang's field: a
+// non-object is a 400 on it; variables no template reads are ignored); a jtok::Error render throws,
+// naming the message and field, becomes a 400 on `messages`. Shares sampling, seed, stop and
+// streaming with completions.
+using ChatRenderer = std::function<std::vector<int32_t>(const nlohmann::json& messages, const ChatTemplateArgs& args)>;
 std::variant<CompletionRequest, ApiError> parse_chat_request(std::string_view body, const CompletionLimits& lim,
                                                              const ChatRenderer& render);
 

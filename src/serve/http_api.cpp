@@ -108,8 +108,8 @@ struct HttpApi::Impl {
       // prompt is encoded without adding another; a named family without tokenizer_config.json
       // takes the tokenizer's own BOS.
       if (t.bos.empty() && tok.bos_id() >= 0) t.bos = tok.decode({tok.bos_id()});
-      chat.render = [this, t](const nlohmann::json& messages) {
-        return encoder.encode(render_chat(t, parse_chat_messages(messages)));
+      chat.render = [this, t](const nlohmann::json& messages, const ChatTemplateArgs& args) {
+        return encoder.encode(render_chat(t, parse_chat_messages(messages), /*add_generation_prompt=*/true, args));
       };
       if (const int32_t id = tok.token_id(t.end_of_turn()); id >= 0) chat.end_of_turn = {id};
       std::printf("serve: chat template %s\n", chat_family_name(t.family));

@@ -52,6 +52,12 @@ std::string InitFromPlan::describe() const {
   return os.str();
 }
 
+Config init_from_config(const std::string& ckpt_dir, const std::vector<std::string>& overrides) {
+  const std::string path = (fs::path(ckpt_dir) / "config.json").string();
+  if (!fs::exists(path)) fail("--init-from ", ckpt_dir, ": no config.json to start the run's config from; give --config");
+  return load_config(path, overrides);
+}
+
 InitFromPlan plan_init_from(const std::string& ckpt_dir, ModelConfig& cfg, bool jtok_scale_explicit,
                             bool jtokm_scale_explicit) {
   InitFromPlan plan;

@@ -23,6 +23,12 @@ struct InitFromPlan {
   std::string describe() const;              // one line for the start-up output
 };
 
+// The config of an --init-from run given no --config: the checkpoint's own config.json (its model
+// and training fields) with the overrides (--set, field flags such as --jtok true, --max-steps)
+// applied, so a backbone is never restated by hand. An error names the checkpoint when it has no
+// config.json.
+Config init_from_config(const std::string& ckpt_dir, const std::vector<std::string>& overrides);
+
 // Checks cfg against the checkpoint's config.json: every backbone field (all but jtok* and
 // initializer_range) equal, and for a module the checkpoint already has, the fields that change its
 // output (eps, norm, n_e, K, depth scaling) equal; an error names the field and both values. Then

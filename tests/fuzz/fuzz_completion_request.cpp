@@ -25,8 +25,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 static void check_chat(std::string_view body, const jtok::CompletionLimits& lim) {
   const jtok::ChatTemplate t{jtok::ChatFamily::qwen3, ""};
-  const auto r = jtok::parse_chat_request(body, lim, [&](const nlohmann::json& m) {
-    return gpt2->encode(jtok::render_chat(t, jtok::parse_chat_messages(m)));
+  const auto r = jtok::parse_chat_request(body, lim, [&](const nlohmann::json& m, const jtok::ChatTemplateArgs& a) {
+    return gpt2->encode(jtok::render_chat(t, jtok::parse_chat_messages(m), true, a));
   });
   if (const auto* e = std::get_if<jtok::ApiError>(&r)) {
     if (e->status < 400 || e->status > 499 || e->message.empty()) std::abort();
