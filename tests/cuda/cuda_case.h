@@ -16,10 +16,13 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -122,12 +125,30 @@ struct Tolerance {
 };
 
 struct CudaCase {
-  std::string name;   // "rmsnorm fwd+bwd"
-  std::string shape;  // "B*T 37, C 96"
+  CudaCase(std::string n, std::string s, Tolerance t) : name(std::move(n)), shape(std::move(s)), tol(t) {}
+  std::string name;   // "rmsnorm"
+  std::string shape;  // "N 37, C 200"
   Tolerance tol;
   std::function<Outputs(DType)> cpu;  // the CPU engine's op on inputs as the dtype holds them
   std::function<Outputs(DType)> gpu;  // the CUDA op on device copies of the same inputs
 };
+
+// Calls f(float{}) or f(__nv_bfloat16{}) (a generic lambda over the storage type) for the run's dtype.
+template <typename F>
+Outputs by_dtype(DType t, F&& f) {
+  return t == DType::f32 ? f(float{}) : f(__nv_bfloat16{});
+}
+
+// Zipfian-like ids in [0, V) (u^3 scaled): hot ids at many positions, and singletons.
+inline std::vector<int32_t> skewed_ids(int64_t N, int64_t V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(N));
+  for (auto& id : ids) {
+    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+    id = static_cast<int32_t>(std::min<double>(static_cast<double>(V - 1), std::floor(std::pow(u, 3.0) * V)));
+  }
+  return ids;
+}
 
 inline const std::vector<float>* find_output(const Outputs& o, const std::string& name) {
   for (const auto& [n, v] : o)
