@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "cuda/attention_mma.h"
 #include "cuda/check.h"
+#include "cuda/common.cuh"
 
 namespace jtok::cuda {
 namespace {
@@ -28,22 +29,9 @@ struct Dims {
   int B, T, H, KV;
 };
 
-__device__ inline float to_float(float x) { return x; }
-__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename E>
-__device__ inline E from_float(float x);
-template <>
-__device__ inline float from_float<float>(float x) { return x; }
-template <>
-__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
-// Butterfly reductions: every lane ends with the same value, summed in the same order each run.
+// Butterfly maximum: every lane ends with the same value (warp_sum: cuda/common.cuh).
 __device__ inline float warp_max(float x) {
   for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-__device__ inline float warp_sum(float x) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
 }
 
@@ -52,7 +40,7 @@ template <int HD, typename E>
 __device__ void load_tile(float* dst, int sld, const E* src, int64_t ld, int r0, int T) {
   for (int idx = threadIdx.x; idx < kTile * HD; idx += kThreads) {
     const int r = idx / HD, d = idx % HD;
-    dst[r * sld + d] = r0 + r < T ? to_float(src[static_cast<int64_t>(r0 + r) * ld + d]) : 0.0f;
+    dst[r * sld + d] = r0 + r < T ? to_f32(src[static_cast<int64_t>(r0 + r) * ld + d]) : 0.0f;
   }
 }
 
@@ -137,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd(E* out, float* lse, const E
     const float inv = 1.0f / l[ii];
     E* orow = out + (static_cast<int64_t>(b) * n.T + t) * qd + h * HD;
 #pragma unroll
-    for (int dd = 0; dd < HD / 32; ++dd) orow[lane + 32 * dd] = from_float<E>(o[ii][dd] * inv);
+    for (int dd = 0; dd < HD / 32; ++dd) orow[lane + 32 * dd] = from_f32<E>(o[ii][dd] * inv);
     if (lane == 0) lse[(static_cast<int64_t>(b) * n.H + h) * n.T + t] = m[ii] + logf(l[ii]);
   }
 }
@@ -152,7 +140,7 @@ __global__ void __launch_bounds__(kThreads) attn_row_terms(float* D, const E* do
   float acc = 0.0f;
 #pragma unroll
   for (int dd = 0; dd < HD / 32; ++dd)
-    acc = fmaf(to_float(dout[row * HD + lane + 32 * dd]), to_float(out[row * HD + lane + 32 * dd]), acc);
+    acc = fmaf(to_f32(dout[row * HD + lane + 32 * dd]), to_f32(out[row * HD + lane + 32 * dd]), acc);
   acc = warp_sum(acc);
   if (lane == 0) D[(b * n.H + h) * n.T + t] = acc;
 }
@@ -221,7 +209,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq(E* dq, const E* dout, co
     if (t >= n.T) continue;
     E* row = dq + q_off + static_cast<int64_t>(t) * qd;
 #pragma unroll
-    for (int dd = 0; dd < HD / 32; ++dd) row[lane + 32 * dd] = from_float<E>(to_float(row[lane + 32 * dd]) + scale * acc[ii][dd]);
+    for (int dd = 0; dd < HD / 32; ++dd) row[lane + 32 * dd] = from_f32<E>(to_f32(row[lane + 32 * dd]) + scale * acc[ii][dd]);
   }
 }
 
@@ -270,8 +258,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv(E* dk, E* dv, const E*
 #pragma unroll
     for (int dd = 0; dd < HD / 32; ++dd) {
       const int d = lane + 32 * dd;
-      krow[d] = from_float<E>(to_float(krow[d]) + scale * acc_k[jj][dd]);
-      vrow[d] = from_float<E>(to_float(vrow[d]) + acc_v[jj][dd]);
+      krow[d] = from_f32<E>(to_f32(krow[d]) + scale * acc_k[jj][dd]);
+      vrow[d] = from_f32<E>(to_f32(vrow[d]) + acc_v[jj][dd]);
     }
   }
 }
@@ -296,14 +284,14 @@ void launch_forward(E* out, float* lse, const E* q, const E* k, const E* v, Dims
   allow_smem(attn_fwd<HD, E>, smem);
   const dim3 grid((n.T + kTile - 1) / kTile, n.H, n.B);
   attn_fwd<HD, E><<<grid, kThreads, smem, stream>>>(out, lse, q, k, v, n, 1.0f / std::sqrt(static_cast<float>(HD)));
-  JTOK_CUDA_CHECK(cudaGetLastError());
+  JTOK_CUDA_CHECK_LAUNCH();
 }
 
 template <int HD, typename E>
 void launch_row_terms(float* D, const E* dout, const E* out, Dims n, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(n.B) * n.T * n.H;
   attn_row_terms<HD, E><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(D, dout, out, n);
-  JTOK_CUDA_CHECK(cudaGetLastError());
+  JTOK_CUDA_CHECK_LAUNCH();
 }
 
 template <int HD, typename E>
@@ -314,10 +302,10 @@ void launch_backward(E* dq, E* dk, E* dv, const float* D, const E* dout, const f
   const unsigned tiles = static_cast<unsigned>((n.T + kTile - 1) / kTile);
   allow_smem(attn_bwd_dq<HD, E>, smem);
   attn_bwd_dq<HD, E><<<dim3(tiles, n.H, n.B), kThreads, smem, stream>>>(dq, dout, lse, D, q, k, v, n, scale);
-  JTOK_CUDA_CHECK(cudaGetLastError());
+  JTOK_CUDA_CHECK_LAUNCH();
   allow_smem(attn_bwd_dkdv<HD, E>, smem);
   attn_bwd_dkdv<HD, E><<<dim3(tiles, n.KV, n.B), kThreads, smem, stream>>>(dk, dv, dout, lse, D, q, k, v, n, scale);
-  JTOK_CUDA_CHECK(cudaGetLastError());
+  JTOK_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

@@ -143,7 +143,7 @@ void launch(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, 
   const dim3 grid((T + kRows - 1) / kRows, H, B);
   attn_fwd_mma<HD><<<grid, kThreads, smem, stream>>>(out, lse, q, k, v, T, H, KV,
                                                      1.0f / std::sqrt(static_cast<float>(HD)));
-  JTOK_CUDA_CHECK(cudaGetLastError());
+  JTOK_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

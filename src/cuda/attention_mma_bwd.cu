@@ -183,13 +183,13 @@ void launch(bf16* dq, bf16* dk, bf16* dv, const float* D, const bf16* dout, cons
                                        static_cast<int>(smem_dq)));
   attn_bwd_dq_mma<HD><<<dim3((T + kQBlock - 1) / kQBlock, H, B), kThreads, smem_dq, stream>>>(dq, dout, lse, D, q, k,
                                                                                              v, T, H, KV, scale);
-  JTOK_CUDA_CHECK(cudaGetLastError());
+  JTOK_CUDA_CHECK_LAUNCH();
   const size_t smem_kv = (2 * kKeyBlock + 2 * kQTile) * row_bytes + 2 * kQTile * sizeof(float);
   JTOK_CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkdv_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem_kv)));
   attn_bwd_dkdv_mma<HD><<<dim3((T + kKeyBlock - 1) / kKeyBlock, KV, B), kThreads, smem_kv, stream>>>(
       dk, dv, dout, lse, D, q, k, v, T, H, KV, scale);
-  JTOK_CUDA_CHECK(cudaGetLastError());
+  JTOK_CUDA_CHECK_LAUNCH();
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
