@@ -27,22 +27,36 @@ __device__ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two adjacent bf16 of shared memory (the lower index in the lower half).
-__device__ inline uint32_t load_pair(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 // Two bf16 from anywhere, lo in the lower half.
 __device__ inline uint32_t pack(bf16 lo, bf16 hi) {
   return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) | (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
 }
 __device__ inline uint32_t pack(float lo, float hi) { return pack(__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)); }
 
-// The A fragment of rows [row0, row0 + 16) x cols [col0, col0 + 16) of a row-major tile (row stride ld).
+// ldmatrix (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): lanes 8i .. 8i+7 give the
+// row addresses of 8 x 8 matrix i (16 bytes a row, 16-byte aligned; .x2 reads lanes 0-15 only);
+// lane 4g + t receives in register i row g's elements 2t, 2t+1 of matrix i, or with .trans column
+// g's elements 2t, 2t+1: the mma fragment layouts above, one instruction for 2 or 4 registers.
+__device__ inline uint32_t smem_address(const bf16* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(p)));
+}
+__device__ inline void ldmatrix_x2(uint32_t& r0, uint32_t& r1, const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(smem_address(p)));
+}
+__device__ inline void ldmatrix_x2_trans(uint32_t& r0, uint32_t& r1, const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r0), "=r"(r1)
+               : "r"(smem_address(p)));
+}
+
+// The A fragment of rows [row0, row0 + 16) x cols [col0, col0 + 16) of a row-major shared tile (row
+// stride ld): matrices (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (0-7, 8-15), (8-15, 8-15) = a0..a3.
 __device__ inline void load_a(uint32_t (&a)[4], const bf16* tile, int ld, int row0, int col0) {
-  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-  const bf16* p = tile + (row0 + g) * ld + col0 + 2 * t;
-  a[0] = load_pair(p);
-  a[1] = load_pair(p + 8 * ld);
-  a[2] = load_pair(p + 8);
-  a[3] = load_pair(p + 8 * ld + 8);
+  const int lane = threadIdx.x % 32, i = lane / 8;
+  ldmatrix_x4(a, tile + (row0 + lane % 8 + 8 * (i & 1)) * ld + col0 + 8 * (i >> 1));
 }
 
 // C fragments c0 (cols 0-7) and c1 (cols 8-15) of a 16 x 16 block as an A fragment, rounded to bf16.
@@ -54,19 +68,23 @@ __device__ inline void a_from_c(uint32_t (&a)[4], const float (&c0)[4], const fl
 }
 
 // c += A . M[rows n0 .. n0+8)^T over k [k0, k0 + 16): the B operand is the transpose of a row-major
-// tile M (row stride ld) whose rows are the output columns (keys for q k^T): adjacent pairs.
+// shared tile M (row stride ld) whose rows are the output columns (keys for q k^T): b0, b1 are
+// matrices (rows n0.., cols k0..) and (rows n0.., cols k0+8..).
 __device__ inline void mma_rows_t(float (&c)[4], const uint32_t (&a)[4], const bf16* M, int ld, int n0, int k0) {
-  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-  const bf16* p = M + (n0 + g) * ld + k0 + 2 * t;
-  mma_bf16(c, a, load_pair(p), load_pair(p + 8));
+  const int lane = threadIdx.x % 32;
+  uint32_t b0, b1;
+  ldmatrix_x2(b0, b1, M + (n0 + lane % 8) * ld + k0 + 8 * ((lane / 8) & 1));
+  mma_bf16(c, a, b0, b1);
 }
 
-// c += A . M[k0 .. k0+16, n0 .. n0+8): the B operand is a row-major tile M (row stride ld) whose rows
-// are the sum's index (keys for P v): pairs gathered from two rows.
+// c += A . M[k0 .. k0+16, n0 .. n0+8): the B operand is a row-major shared tile M (row stride ld)
+// whose rows are the sum's index (keys for P v): b0, b1 are matrices (rows k0.., cols n0..) and
+// (rows k0+8.., cols n0..), transposed.
 __device__ inline void mma_rows(float (&c)[4], const uint32_t (&a)[4], const bf16* M, int ld, int k0, int n0) {
-  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-  const bf16* p = M + (k0 + 2 * t) * ld + n0 + g;
-  mma_bf16(c, a, pack(p[0], p[ld]), pack(p[8 * ld], p[9 * ld]));
+  const int lane = threadIdx.x % 32;
+  uint32_t b0, b1;
+  ldmatrix_x2_trans(b0, b1, M + (k0 + lane % 8 + 8 * ((lane / 8) & 1)) * ld + n0);
+  mma_bf16(c, a, b0, b1);
 }
 
 // dst (rows, HD), row stride kRowStride<HD> = rows [r0, r0 + rows) of src (row stride ld elements;
