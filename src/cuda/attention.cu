@@ -25,10 +25,6 @@ constexpr int kWarps = 8;                     // threads per block: kWarps * 32
 constexpr int kThreads = kWarps * 32;
 constexpr int kRowsPerWarp = kTile / kWarps;  // score-tile rows (or accumulated keys) per warp
 
-struct Dims {
-  int B, T, H, KV;
-};
-
 // Butterfly maximum: every lane ends with the same value (warp_sum: cuda/common.cuh).
 __device__ inline float warp_max(float x) {
   for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
@@ -85,16 +81,16 @@ __device__ void online_softmax_step(float (&o)[kRowsPerWarp][HD / 32], float (&m
 
 // One block per (query tile, head, batch); the costly late tiles are scheduled first.
 template <int HD, typename E>
-__global__ void __launch_bounds__(kThreads) attn_fwd(E* out, float* lse, const E* q, const E* k, const E* v, Dims n,
+__global__ void __launch_bounds__(kThreads) attn_fwd(E* out, float* lse, const E* q, const E* k, const E* v, AttnDims n,
                                                      float scale) {
   extern __shared__ float smem[];
   float *Qs = smem, *Ks = Qs + kTile * HD, *Vs = Ks + kTile * (HD + 1), *Ps = Vs + kTile * HD;
   const int r0 = (gridDim.x - 1 - blockIdx.x) * kTile, h = blockIdx.y, b = blockIdx.z, g = h / (n.H / n.KV);
   const int row0 = (threadIdx.x / 32) * kRowsPerWarp, lane = threadIdx.x % 32;
-  const int64_t qd = static_cast<int64_t>(n.H) * HD, kvd = static_cast<int64_t>(n.KV) * HD;
+  const int64_t od = static_cast<int64_t>(n.H) * HD, kvd = n.kvs;  // out packed; k, v rows kvd apart
   const E* kg = k + static_cast<int64_t>(b) * n.T * kvd + g * HD;
   const E* vg = v + static_cast<int64_t>(b) * n.T * kvd + g * HD;
-  load_tile<HD>(Qs, HD, q + static_cast<int64_t>(b) * n.T * qd + h * HD, qd, r0, n.T);
+  load_tile<HD>(Qs, HD, q + static_cast<int64_t>(b) * n.T * n.qs + h * HD, n.qs, r0, n.T);
   float o[kRowsPerWarp][HD / 32] = {}, m[kRowsPerWarp], l[kRowsPerWarp] = {};
 #pragma unroll
   for (int ii = 0; ii < kRowsPerWarp; ++ii) m[ii] = -INFINITY;
@@ -123,7 +119,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd(E* out, float* lse, const E
     const int t = r0 + row0 + ii;
     if (t >= n.T) continue;
     const float inv = 1.0f / l[ii];
-    E* orow = out + (static_cast<int64_t>(b) * n.T + t) * qd + h * HD;
+    E* orow = out + (static_cast<int64_t>(b) * n.T + t) * od + h * HD;
 #pragma unroll
     for (int dd = 0; dd < HD / 32; ++dd) orow[lane + 32 * dd] = from_f32<E>(o[ii][dd] * inv);
     if (lane == 0) lse[(static_cast<int64_t>(b) * n.H + h) * n.T + t] = m[ii] + logf(l[ii]);
@@ -132,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd(E* out, float* lse, const E
 
 // row_terms (B,H,T): D = sum_i dout_i out_i per row; one warp per (b, t, h) row.
 template <int HD, typename E>
-__global__ void __launch_bounds__(kThreads) attn_row_terms(float* D, const E* dout, const E* out, Dims n) {
+__global__ void __launch_bounds__(kThreads) attn_row_terms(float* D, const E* dout, const E* out, AttnDims n) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;  // (b * T + t) * H + h
   if (row >= static_cast<int64_t>(n.B) * n.T * n.H) return;
   const int lane = threadIdx.x % 32, h = static_cast<int>(row % n.H);
@@ -175,17 +171,17 @@ __device__ void backward_scores(float* Ps, float* dSs, const float* Qs, const fl
 // owns kRowsPerWarp rows x HD / 32 dims of the tile's dq.
 template <int HD, typename E>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dq(E* dq, const E* dout, const float* lse, const float* D,
-                                                        const E* q, const E* k, const E* v, Dims n, float scale) {
+                                                        const E* q, const E* k, const E* v, AttnDims n, float scale) {
   extern __shared__ float smem[];
   float *Ks = smem, *Vs = Ks + kTile * (HD + 1), *Qs = Vs + kTile * (HD + 1), *dOs = Qs + kTile * HD;
   float *Ps = dOs + kTile * HD, *dSs = Ps + kTile * kTile;
   const int r0 = (gridDim.x - 1 - blockIdx.x) * kTile, h = blockIdx.y, b = blockIdx.z, g = h / (n.H / n.KV);
   const int row0 = (threadIdx.x / 32) * kRowsPerWarp, lane = threadIdx.x % 32;
-  const int64_t qd = static_cast<int64_t>(n.H) * HD, kvd = static_cast<int64_t>(n.KV) * HD;
+  const int64_t od = static_cast<int64_t>(n.H) * HD, qd = n.qs, kvd = n.kvs;  // dout packed, q / dq, k / v strided
   const int64_t q_off = static_cast<int64_t>(b) * n.T * qd + h * HD, kv_off = static_cast<int64_t>(b) * n.T * kvd + g * HD;
   const int64_t row_off = (static_cast<int64_t>(b) * n.H + h) * n.T;
   load_tile<HD>(Qs, HD, q + q_off, qd, r0, n.T);
-  load_tile<HD>(dOs, HD, dout + q_off, qd, r0, n.T);
+  load_tile<HD>(dOs, HD, dout + static_cast<int64_t>(b) * n.T * od + h * HD, od, r0, n.T);
   float acc[kRowsPerWarp][HD / 32] = {};
   const int last_row = min(r0 + kTile, n.T) - 1;
   for (int c0 = 0; c0 <= last_row; c0 += kTile) {
@@ -217,24 +213,25 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq(E* dq, const E* dout, co
 // tiles from the diagonal on. Each thread owns kRowsPerWarp keys x HD / 32 dims of dk and dv.
 template <int HD, typename E>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv(E* dk, E* dv, const E* dout, const float* lse,
-                                                          const float* D, const E* q, const E* k, const E* v, Dims n,
+                                                          const float* D, const E* q, const E* k, const E* v, AttnDims n,
                                                           float scale) {
   extern __shared__ float smem[];
   float *Ks = smem, *Vs = Ks + kTile * (HD + 1), *Qs = Vs + kTile * (HD + 1), *dOs = Qs + kTile * HD;
   float *Ps = dOs + kTile * HD, *dSs = Ps + kTile * kTile;
   const int c0 = blockIdx.x * kTile, g = blockIdx.y, b = blockIdx.z, group = n.H / n.KV;
   const int key0 = (threadIdx.x / 32) * kRowsPerWarp, lane = threadIdx.x % 32;
-  const int64_t qd = static_cast<int64_t>(n.H) * HD, kvd = static_cast<int64_t>(n.KV) * HD;
+  const int64_t od = static_cast<int64_t>(n.H) * HD, qd = n.qs, kvd = n.kvs;  // dout packed, q, k / v / dk / dv strided
   const int64_t kv_off = static_cast<int64_t>(b) * n.T * kvd + g * HD;
   load_tile<HD>(Ks, HD + 1, k + kv_off, kvd, c0, n.T);
   load_tile<HD>(Vs, HD + 1, v + kv_off, kvd, c0, n.T);
   float acc_k[kRowsPerWarp][HD / 32] = {}, acc_v[kRowsPerWarp][HD / 32] = {};
   for (int h = g * group; h < (g + 1) * group; ++h) {
     const int64_t q_off = static_cast<int64_t>(b) * n.T * qd + h * HD, row_off = (static_cast<int64_t>(b) * n.H + h) * n.T;
+    const int64_t o_off = static_cast<int64_t>(b) * n.T * od + h * HD;
     for (int r0 = c0; r0 < n.T; r0 += kTile) {  // c0 is a multiple of kTile: the diagonal tile first
       __syncthreads();  // the previous tile's Q, dO, P, dS are read
       load_tile<HD>(Qs, HD, q + q_off, qd, r0, n.T);
-      load_tile<HD>(dOs, HD, dout + q_off, qd, r0, n.T);
+      load_tile<HD>(dOs, HD, dout + o_off, od, r0, n.T);
       __syncthreads();
       backward_scores<HD>(Ps, dSs, Qs, dOs, Ks, Vs, lse + row_off, D + row_off, r0, c0, n.T, scale);
       __syncthreads();  // every warp reads every row of P and dS
@@ -264,13 +261,16 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv(E* dk, E* dv, const E*
   }
 }
 
-Dims check_dims(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd) {
+AttnDims check_dims(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd, AttnStrides st) {
   if (hd != 64 && hd != 128) fail("cuda attention: head dim ", hd, " is not supported (64 or 128)");
   if (B < 0 || T < 0 || H <= 0 || KV <= 0 || H % KV != 0)
     fail("cuda attention: bad shape B ", B, " T ", T, " H ", H, " KV ", KV, " (KV must divide H)");
   if (B > 65535 || H > 65535 || T > (int64_t{1} << 30))
     fail("cuda attention: shape too large for the grid: B ", B, " T ", T, " H ", H);
-  return Dims{static_cast<int>(B), static_cast<int>(T), static_cast<int>(H), static_cast<int>(KV)};
+  const int64_t qs = st.q ? st.q : H * hd, kvs = st.kv ? st.kv : KV * hd;
+  if (qs < H * hd || kvs < KV * hd)
+    fail("cuda attention: token strides q ", qs, " kv ", kvs, " are shorter than the rows (", H * hd, ", ", KV * hd, ")");
+  return AttnDims{static_cast<int>(B), static_cast<int>(T), static_cast<int>(H), static_cast<int>(KV), qs, kvs};
 }
 
 template <typename Kernel>
@@ -279,7 +279,7 @@ void allow_smem(Kernel kernel, size_t bytes) {
 }
 
 template <int HD, typename E>
-void launch_forward(E* out, float* lse, const E* q, const E* k, const E* v, Dims n, cudaStream_t stream) {
+void launch_forward(E* out, float* lse, const E* q, const E* k, const E* v, AttnDims n, cudaStream_t stream) {
   const size_t smem = fwd_smem_floats<HD>() * sizeof(float);
   allow_smem(attn_fwd<HD, E>, smem);
   const dim3 grid((n.T + kTile - 1) / kTile, n.H, n.B);
@@ -288,7 +288,7 @@ void launch_forward(E* out, float* lse, const E* q, const E* k, const E* v, Dims
 }
 
 template <int HD, typename E>
-void launch_row_terms(float* D, const E* dout, const E* out, Dims n, cudaStream_t stream) {
+void launch_row_terms(float* D, const E* dout, const E* out, AttnDims n, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(n.B) * n.T * n.H;
   attn_row_terms<HD, E><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(D, dout, out, n);
   JTOK_CUDA_CHECK_LAUNCH();
@@ -296,7 +296,7 @@ void launch_row_terms(float* D, const E* dout, const E* out, Dims n, cudaStream_
 
 template <int HD, typename E>
 void launch_backward(E* dq, E* dk, E* dv, const float* D, const E* dout, const float* lse, const E* q, const E* k,
-                     const E* v, Dims n, cudaStream_t stream) {
+                     const E* v, AttnDims n, cudaStream_t stream) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
   const size_t smem = bwd_smem_floats<HD>() * sizeof(float);
   const unsigned tiles = static_cast<unsigned>((n.T + kTile - 1) / kTile);
@@ -312,19 +312,19 @@ void launch_backward(E* dq, E* dk, E* dv, const float* D, const E* dout, const f
 
 template <typename E>
 void attention_forward(E* out, float* lse, const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H,
-                       int64_t KV, int64_t hd, cudaStream_t stream) {
+                       int64_t KV, int64_t hd, cudaStream_t stream, AttnStrides strides) {
   if constexpr (std::is_same_v<E, __nv_bfloat16>) {
-    const Dims n = check_dims(B, T, H, KV, hd);
-    if (n.B > 0 && n.T > 0) attention_forward_mma(out, lse, q, k, v, n.B, n.T, n.H, n.KV, static_cast<int>(hd), stream);
+    const AttnDims n = check_dims(B, T, H, KV, hd, strides);
+    if (n.B > 0 && n.T > 0) attention_forward_mma(out, lse, q, k, v, n, static_cast<int>(hd), stream);
   } else {
-    attention_forward_tiles(out, lse, q, k, v, B, T, H, KV, hd, stream);
+    attention_forward_tiles(out, lse, q, k, v, B, T, H, KV, hd, stream, strides);
   }
 }
 
 template <typename E>
 void attention_forward_tiles(E* out, float* lse, const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H,
-                             int64_t KV, int64_t hd, cudaStream_t stream) {
-  const Dims n = check_dims(B, T, H, KV, hd);
+                             int64_t KV, int64_t hd, cudaStream_t stream, AttnStrides strides) {
+  const AttnDims n = check_dims(B, T, H, KV, hd, strides);
   if (n.B == 0 || n.T == 0) return;
   if (hd == 64)
     launch_forward<64>(out, lse, q, k, v, n, stream);
@@ -335,26 +335,25 @@ void attention_forward_tiles(E* out, float* lse, const E* q, const E* k, const E
 template <typename E>
 void attention_backward(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
                         const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, AttnStrides strides) {
   if constexpr (std::is_same_v<E, __nv_bfloat16>) {
-    const Dims n = check_dims(B, T, H, KV, hd);
+    const AttnDims n = check_dims(B, T, H, KV, hd, strides);
     if (n.B == 0 || n.T == 0) return;
     if (hd == 64)
       launch_row_terms<64>(row_terms, dout, out, n, stream);
     else
       launch_row_terms<128>(row_terms, dout, out, n, stream);
-    attention_backward_mma(dq, dk, dv, row_terms, dout, lse, q, k, v, n.B, n.T, n.H, n.KV, static_cast<int>(hd),
-                           stream);
+    attention_backward_mma(dq, dk, dv, row_terms, dout, lse, q, k, v, n, static_cast<int>(hd), stream);
   } else {
-    attention_backward_tiles(dq, dk, dv, row_terms, dout, out, lse, q, k, v, B, T, H, KV, hd, stream);
+    attention_backward_tiles(dq, dk, dv, row_terms, dout, out, lse, q, k, v, B, T, H, KV, hd, stream, strides);
   }
 }
 
 template <typename E>
 void attention_backward_tiles(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
                               const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H, int64_t KV,
-                              int64_t hd, cudaStream_t stream) {
-  const Dims n = check_dims(B, T, H, KV, hd);
+                              int64_t hd, cudaStream_t stream, AttnStrides strides) {
+  const AttnDims n = check_dims(B, T, H, KV, hd, strides);
   if (n.B == 0 || n.T == 0) return;
   if (hd == 64) {
     launch_row_terms<64>(row_terms, dout, out, n, stream);
@@ -366,30 +365,30 @@ void attention_backward_tiles(E* dq, E* dk, E* dv, float* row_terms, const E* do
 }
 
 template void attention_forward<float>(float*, float*, const float*, const float*, const float*, int64_t, int64_t,
-                                       int64_t, int64_t, int64_t, cudaStream_t);
+                                       int64_t, int64_t, int64_t, cudaStream_t, AttnStrides);
 template void attention_forward<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, const __nv_bfloat16*,
                                                const __nv_bfloat16*, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                               cudaStream_t);
+                                               cudaStream_t, AttnStrides);
 template void attention_forward_tiles<float>(float*, float*, const float*, const float*, const float*, int64_t,
-                                             int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+                                             int64_t, int64_t, int64_t, int64_t, cudaStream_t, AttnStrides);
 template void attention_forward_tiles<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*,
                                                      const __nv_bfloat16*, const __nv_bfloat16*, int64_t, int64_t,
-                                                     int64_t, int64_t, int64_t, cudaStream_t);
+                                                     int64_t, int64_t, int64_t, cudaStream_t, AttnStrides);
 template void attention_backward<float>(float*, float*, float*, float*, const float*, const float*, const float*,
                                         const float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t,
-                                        int64_t, cudaStream_t);
+                                        int64_t, cudaStream_t, AttnStrides);
 template void attention_backward<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, float*,
                                                 const __nv_bfloat16*, const __nv_bfloat16*, const float*,
                                                 const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
-                                                int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+                                                int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t, AttnStrides);
 
 template void attention_backward_tiles<float>(float*, float*, float*, float*, const float*, const float*,
                                               const float*, const float*, const float*, const float*, int64_t,
-                                              int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+                                              int64_t, int64_t, int64_t, int64_t, cudaStream_t, AttnStrides);
 template void attention_backward_tiles<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, float*,
                                                       const __nv_bfloat16*, const __nv_bfloat16*, const float*,
                                                       const __nv_bfloat16*, const __nv_bfloat16*,
                                                       const __nv_bfloat16*, int64_t, int64_t, int64_t, int64_t,
-                                                      int64_t, cudaStream_t);
+                                                      int64_t, cudaStream_t, AttnStrides);
 
 }  // namespace jtok::cuda

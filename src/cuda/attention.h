@@ -15,17 +15,25 @@
 
 namespace jtok::cuda {
 
+// Token row strides in elements (0: packed): q and dq q, k, v, dk and dv kv; out and dout are always
+// packed (B,T,H,hd). Packed tensors are q H*hd, kv KV*hd; q, k and v inside one fused qkv row
+// (B,T,(H+2KV)*hd) are q = kv = (H+2KV)*hd with k = q + H*hd, v = k + KV*hd (cuda/rope.h's
+// `stride`). The bf16 kernels need multiples of 8 (16-byte rows).
+struct AttnStrides {
+  int64_t q = 0, kv = 0;
+};
+
 // out (B,T,H,hd), lse (B,H,T) = log sum_j<=t exp(q_t . k_j / sqrt(hd)) per row, both overwritten.
 // bf16 runs on the tensor cores (cuda/attention_mma.cu; q, k, v, out 16-byte aligned); fp32 on the
 // scalar tiles below.
 template <typename E>
 void attention_forward(E* out, float* lse, const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H,
-                       int64_t KV, int64_t hd, cudaStream_t stream);
+                       int64_t KV, int64_t hd, cudaStream_t stream, AttnStrides strides = {});
 
 // The same on scalar fp32 tiles for either type: the tensor-core forward's peer in the tests.
 template <typename E>
 void attention_forward_tiles(E* out, float* lse, const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H,
-                             int64_t KV, int64_t hd, cudaStream_t stream);
+                             int64_t KV, int64_t hd, cudaStream_t stream, AttnStrides strides = {});
 
 // dq (B,T,H,hd), dk, dv (B,T,KV,hd) are accumulated into (+=), as the CPU's attention_backward;
 // out and lse are the forward's. row_terms (B,H,T) fp32 is scratch: D_t = sum_i dout_ti out_ti.
@@ -35,11 +43,11 @@ void attention_forward_tiles(E* out, float* lse, const E* q, const E* k, const E
 template <typename E>
 void attention_backward(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
                         const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
-                        cudaStream_t stream);
+                        cudaStream_t stream, AttnStrides strides = {});
 // The same on scalar fp32 tiles for either type: the tensor-core backward's peer in the tests.
 template <typename E>
 void attention_backward_tiles(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
                               const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H, int64_t KV,
-                              int64_t hd, cudaStream_t stream);
+                              int64_t hd, cudaStream_t stream, AttnStrides strides = {});
 
 }  // namespace jtok::cuda

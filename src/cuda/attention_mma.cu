@@ -89,15 +89,16 @@ __device__ void accumulate_pv(float (&o)[HD / 8][4], const float (&p)[kKeys / 8]
 
 template <int HD>
 __global__ void __launch_bounds__(kThreads) attn_fwd_mma(bf16* out, float* lse, const bf16* q, const bf16* k,
-                                                         const bf16* v, int T, int H, int KV, float scale) {
+                                                         const bf16* v, AttnDims n, float scale) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int ld = kRowStride<HD>;
   bf16 *Qs = reinterpret_cast<bf16*>(smem_raw), *Ks = Qs + kRows * ld, *Vs = Ks + kKeys * ld;
-  const int r0 = (gridDim.x - 1 - blockIdx.x) * kRows, h = blockIdx.y, b = blockIdx.z, kvh = h / (H / KV);
+  const int T = n.T, H = n.H;
+  const int r0 = (gridDim.x - 1 - blockIdx.x) * kRows, h = blockIdx.y, b = blockIdx.z, kvh = h / (H / n.KV);
   const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-  const int64_t qd = static_cast<int64_t>(H) * HD, kvd = static_cast<int64_t>(KV) * HD;
-  const int64_t q_off = static_cast<int64_t>(b) * T * qd + h * HD, kv_off = static_cast<int64_t>(b) * T * kvd + kvh * HD;
-  mma::load_tile<HD, kThreads>(Qs, q + q_off, qd, r0, kRows, T);
+  const int64_t od = static_cast<int64_t>(H) * HD, kvd = n.kvs;  // out packed; q rows n.qs apart, k / v kvd
+  const int64_t kv_off = static_cast<int64_t>(b) * T * kvd + kvh * HD;
+  mma::load_tile<HD, kThreads>(Qs, q + static_cast<int64_t>(b) * T * n.qs + h * HD, n.qs, r0, kRows, T);
   __syncthreads();
   uint32_t qf[HD / 16][4];
 #pragma unroll
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma(bf16* out, float* lse, 
     const int row = row_a + 8 * i;
     if (row >= T) continue;
     const float inv = 1.0f / l[i];
-    bf16* orow = out + q_off + static_cast<int64_t>(row) * qd + 2 * t;
+    bf16* orow = out + (static_cast<int64_t>(b) * T + row) * od + h * HD + 2 * t;
 #pragma unroll
     for (int nt = 0; nt < HD / 8; ++nt)
       *reinterpret_cast<uint32_t*>(orow + 8 * nt) = mma::pack(o[nt][2 * i] * inv, o[nt][2 * i + 1] * inv);
@@ -135,27 +136,27 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma(bf16* out, float* lse, 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <int HD>
-void launch(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV,
+void launch(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnDims& n,
             cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(kRows + 2 * kKeys) * kRowStride<HD> * sizeof(bf16);
   JTOK_CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-  const dim3 grid((T + kRows - 1) / kRows, H, B);
-  attn_fwd_mma<HD><<<grid, kThreads, smem, stream>>>(out, lse, q, k, v, T, H, KV,
-                                                     1.0f / std::sqrt(static_cast<float>(HD)));
+  const dim3 grid((n.T + kRows - 1) / kRows, n.H, n.B);
+  attn_fwd_mma<HD><<<grid, kThreads, smem, stream>>>(out, lse, q, k, v, n, 1.0f / std::sqrt(static_cast<float>(HD)));
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void attention_forward_mma(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T, int H,
-                           int KV, int hd, cudaStream_t stream) {
-  if (!aligned16(out) || !aligned16(q) || !aligned16(k) || !aligned16(v))
-    fail("cuda attention: bf16 q, k, v and out must be 16-byte aligned (tensor-core tile loads)");
+void attention_forward_mma(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnDims& n,
+                           int hd, cudaStream_t stream) {
+  if (!aligned16(out) || !aligned16(q) || !aligned16(k) || !aligned16(v) || n.qs % 8 != 0 || n.kvs % 8 != 0)
+    fail("cuda attention: bf16 q, k, v and out must be 16-byte aligned with token strides a multiple of 8 (q ", n.qs,
+         ", kv ", n.kvs, ")");
   if (hd == 64)
-    launch<64>(out, lse, q, k, v, B, T, H, KV, stream);
+    launch<64>(out, lse, q, k, v, n, stream);
   else
-    launch<128>(out, lse, q, k, v, B, T, H, KV, stream);
+    launch<128>(out, lse, q, k, v, n, stream);
 }
 
 }  // namespace jtok::cuda

@@ -87,15 +87,16 @@ __device__ void add_rows(bf16* base, int64_t ld, int row_a, int T, float scale, 
 template <int HD>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const float* lse,
                                                               const float* D, const bf16* q, const bf16* k,
-                                                              const bf16* v, int T, int H, int KV, float scale) {
+                                                              const bf16* v, AttnDims n, float scale) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int ld = kRowStride<HD>;
   bf16 *Ks = reinterpret_cast<bf16*>(smem_raw), *Vs = Ks + kKeyBlock * ld, *Qs = Vs + kKeyBlock * ld;
   bf16* dOs = Qs + kQTile * ld;
   float *lse_s = reinterpret_cast<float*>(dOs + kQTile * ld), *D_s = lse_s + kQTile;
-  const int c0 = blockIdx.x * kKeyBlock, kvh = blockIdx.y, b = blockIdx.z, group = H / KV;
+  const int T = n.T, H = n.H;
+  const int c0 = blockIdx.x * kKeyBlock, kvh = blockIdx.y, b = blockIdx.z, group = H / n.KV;
   const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-  const int64_t qd = static_cast<int64_t>(H) * HD, kvd = static_cast<int64_t>(KV) * HD;
+  const int64_t od = static_cast<int64_t>(H) * HD, qd = n.qs, kvd = n.kvs;  // dout packed; q, k / v / dk / dv strided
   const int64_t kv_off = static_cast<int64_t>(b) * T * kvd + kvh * HD;
   mma::load_tile<HD, kThreads>(Ks, k + kv_off, kvd, c0, kKeyBlock, T);
   mma::load_tile<HD, kThreads>(Vs, v + kv_off, kvd, c0, kKeyBlock, T);
@@ -103,10 +104,11 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma(bf16* dk, bf16* dv
   const int key_a = c0 + warp * 16 + g;  // this thread's keys: key_a and key_a + 8
   for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
     const int64_t q_off = static_cast<int64_t>(b) * T * qd + h * HD, row_off = (static_cast<int64_t>(b) * H + h) * T;
+    const int64_t o_off = static_cast<int64_t>(b) * T * od + h * HD;
     for (int r0 = c0; r0 < T; r0 += kQTile) {  // queries before c0 see none of these keys
       __syncthreads();                          // the previous step's Q, dO, lse, D are read
       mma::load_tile<HD, kThreads>(Qs, q + q_off, qd, r0, kQTile, T);
-      mma::load_tile<HD, kThreads>(dOs, dout + q_off, qd, r0, kQTile, T);
+      mma::load_tile<HD, kThreads>(dOs, dout + o_off, od, r0, kQTile, T);
       if (threadIdx.x < kQTile) {
         const int r = r0 + threadIdx.x;
         lse_s[threadIdx.x] = r < T ? lse[row_off + r] : 0.0f;
@@ -133,18 +135,19 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma(bf16* dk, bf16* dv
 template <int HD>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma(bf16* dq, const bf16* dout, const float* lse,
                                                             const float* D, const bf16* q, const bf16* k,
-                                                            const bf16* v, int T, int H, int KV, float scale) {
+                                                            const bf16* v, AttnDims n, float scale) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int ld = kRowStride<HD>;
   bf16 *Qs = reinterpret_cast<bf16*>(smem_raw), *dOs = Qs + kQBlock * ld, *Ks = dOs + kQBlock * ld;
   bf16* Vs = Ks + kKeyTile * ld;
-  const int r0 = (gridDim.x - 1 - blockIdx.x) * kQBlock, h = blockIdx.y, b = blockIdx.z, kvh = h / (H / KV);
+  const int T = n.T, H = n.H;
+  const int r0 = (gridDim.x - 1 - blockIdx.x) * kQBlock, h = blockIdx.y, b = blockIdx.z, kvh = h / (H / n.KV);
   const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-  const int64_t qd = static_cast<int64_t>(H) * HD, kvd = static_cast<int64_t>(KV) * HD;
+  const int64_t od = static_cast<int64_t>(H) * HD, qd = n.qs, kvd = n.kvs;  // dout packed; q / dq, k / v strided
   const int64_t q_off = static_cast<int64_t>(b) * T * qd + h * HD, kv_off = static_cast<int64_t>(b) * T * kvd + kvh * HD;
   const int64_t row_off = (static_cast<int64_t>(b) * H + h) * T;
   mma::load_tile<HD, kThreads>(Qs, q + q_off, qd, r0, kQBlock, T);
-  mma::load_tile<HD, kThreads>(dOs, dout + q_off, qd, r0, kQBlock, T);
+  mma::load_tile<HD, kThreads>(dOs, dout + static_cast<int64_t>(b) * T * od + h * HD, od, r0, kQBlock, T);
   const int row_a = r0 + warp * 16 + g;  // this thread's rows: row_a and row_a + 8
   float lse_r[2], D_r[2];
 #pragma unroll
@@ -175,20 +178,20 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma(bf16* dq, const bf16
 
 template <int HD>
 void launch(bf16* dq, bf16* dk, bf16* dv, const float* D, const bf16* dout, const float* lse, const bf16* q,
-            const bf16* k, const bf16* v, int B, int T, int H, int KV, cudaStream_t stream) {
+            const bf16* k, const bf16* v, const AttnDims& n, cudaStream_t stream) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
   const size_t row_bytes = kRowStride<HD> * sizeof(bf16);
   const size_t smem_dq = (2 * kQBlock + 2 * kKeyTile) * row_bytes;
   JTOK_CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dq_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem_dq)));
-  attn_bwd_dq_mma<HD><<<dim3((T + kQBlock - 1) / kQBlock, H, B), kThreads, smem_dq, stream>>>(dq, dout, lse, D, q, k,
-                                                                                             v, T, H, KV, scale);
+  attn_bwd_dq_mma<HD><<<dim3((n.T + kQBlock - 1) / kQBlock, n.H, n.B), kThreads, smem_dq, stream>>>(
+      dq, dout, lse, D, q, k, v, n, scale);
   JTOK_CUDA_CHECK_LAUNCH();
   const size_t smem_kv = (2 * kKeyBlock + 2 * kQTile) * row_bytes + 2 * kQTile * sizeof(float);
   JTOK_CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkdv_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem_kv)));
-  attn_bwd_dkdv_mma<HD><<<dim3((T + kKeyBlock - 1) / kKeyBlock, KV, B), kThreads, smem_kv, stream>>>(
-      dk, dv, dout, lse, D, q, k, v, T, H, KV, scale);
+  attn_bwd_dkdv_mma<HD><<<dim3((n.T + kKeyBlock - 1) / kKeyBlock, n.KV, n.B), kThreads, smem_kv, stream>>>(
+      dk, dv, dout, lse, D, q, k, v, n, scale);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -197,14 +200,15 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 void attention_backward_mma(bf16* dq, bf16* dk, bf16* dv, const float* row_terms, const bf16* dout, const float* lse,
-                            const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd,
+                            const bf16* q, const bf16* k, const bf16* v, const AttnDims& n, int hd,
                             cudaStream_t stream) {
-  if (!aligned16(dout) || !aligned16(q) || !aligned16(k) || !aligned16(v))
-    fail("cuda attention backward: bf16 q, k, v and dout must be 16-byte aligned (tensor-core tile loads)");
+  if (!aligned16(dout) || !aligned16(q) || !aligned16(k) || !aligned16(v) || n.qs % 8 != 0 || n.kvs % 8 != 0)
+    fail("cuda attention backward: bf16 q, k, v and dout must be 16-byte aligned with token strides a multiple of 8 (q ",
+         n.qs, ", kv ", n.kvs, ")");
   if (hd == 64)
-    launch<64>(dq, dk, dv, row_terms, dout, lse, q, k, v, B, T, H, KV, stream);
+    launch<64>(dq, dk, dv, row_terms, dout, lse, q, k, v, n, stream);
   else
-    launch<128>(dq, dk, dv, row_terms, dout, lse, q, k, v, B, T, H, KV, stream);
+    launch<128>(dq, dk, dv, row_terms, dout, lse, q, k, v, n, stream);
 }
 
 }  // namespace jtok::cuda

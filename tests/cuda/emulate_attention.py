@@ -4,7 +4,7 @@
 # line by line in fp64 without bf16 rounding, against a plain attention: their indexing, masks, loops
 # and block bookkeeping give the reference to ~1e-15 (a race or a wrong barrier is not modelled:
 # compute-sanitizer racecheck on the GPU checks those). Keep in step with the kernels.
-#   python3 tests/cuda/emulate_attention.py     (a few minutes; prints one line per shape)
+#   python3 tests/cuda/emulate_attention.py     (about half a minute; one line per shape)
 import numpy as np
 lane = np.arange(32); G = lane // 4; Tq = lane % 4
 
@@ -63,10 +63,10 @@ def add_rows(dst, base, ld, row_a, T, scale, acc, HD):
                 idx = base + row[L]*ld + 2*Tq[L] + 8*nt
                 dst[idx] += scale * acc[nt][L, 2*i]; dst[idx+1] += scale * acc[nt][L, 2*i+1]
 
-def fwd(q, k, v, B, T, H, KV, HD):
+def fwd(q, k, v, B, T, H, KV, HD, qs=None, kvs=None):
     LD = HD + 8; kRows = 64; kKeys = 64; scale = 1/np.sqrt(HD)
     out = np.full(B*T*H*HD, np.nan); lse = np.full(B*H*T, np.nan)
-    qd, kvd = H*HD, KV*HD
+    od = H*HD; qd = qs or H*HD; kvd = kvs or KV*HD  # token strides: out packed, q and k / v as given
     nbx = (T + kRows - 1) // kRows
     for b in range(B):
       for h in range(H):
@@ -120,7 +120,7 @@ def fwd(q, k, v, B, T, H, KV, HD):
                 if row[L] >= T: continue
                 inv = 1/w['l'][i][L]
                 for nt in range(HD//8):
-                  idx = q_off + row[L]*qd + 2*Tq[L] + 8*nt
+                  idx = (b*T + row[L])*od + h*HD + 2*Tq[L] + 8*nt
                   out[idx] = w['o'][nt][L, 2*i]*inv; out[idx+1] = w['o'][nt][L, 2*i+1]*inv
                 if Tq[L] == 0: lse[(b*H + h)*T + row[L]] = w['m'][i][L] + np.log(w['l'][i][L])
     return out, lse
@@ -145,8 +145,8 @@ def probs_and_grad(s, dp, valid, scale, lse, D):
         dpn = np.where(valid, p*(dp - D), 0.0)
     return p, dpn
 
-def bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, HD):
-    scale = 1/np.sqrt(HD); qd, kvd = H*HD, KV*HD
+def bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, HD, qs=None, kvs=None):
+    scale = 1/np.sqrt(HD); od = H*HD; qd = qs or H*HD; kvd = kvs or KV*HD
     D = np.zeros(B*H*T)
     for b in range(B):
         for t in range(T):
@@ -161,7 +161,7 @@ def bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, HD):
         for bx in range(nbx):
           r0 = (nbx - 1 - bx)*kQBlock; kvh = h // (H//KV)
           q_off = b*T*qd + h*HD; kv_off = b*T*kvd + kvh*HD; row_off = (b*H + h)*T
-          Qs = load_tile(q, q_off, qd, r0, kQBlock, T, HD); dOs = load_tile(dout, q_off, qd, r0, kQBlock, T, HD)
+          Qs = load_tile(q, q_off, qd, r0, kQBlock, T, HD); dOs = load_tile(dout, b*T*od + h*HD, od, r0, kQBlock, T, HD)
           accs = [[np.zeros((32, 4)) for _ in range(HD//8)] for _ in range(4)]
           last_row = min(r0 + kQBlock, T) - 1
           c0 = 0
@@ -192,7 +192,7 @@ def bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, HD):
             q_off = b*T*qd + h*HD; row_off = (b*H + h)*T
             r0 = c0
             while r0 < T:
-              Qs = load_tile(q, q_off, qd, r0, kQTile, T, HD); dOs = load_tile(dout, q_off, qd, r0, kQTile, T, HD)
+              Qs = load_tile(q, q_off, qd, r0, kQTile, T, HD); dOs = load_tile(dout, b*T*od + h*HD, od, r0, kQTile, T, HD)
               lse_s = np.array([lse[row_off + r0 + i] if r0 + i < T else 0 for i in range(kQTile)])
               D_s = np.array([D[row_off + r0 + i] if r0 + i < T else 0 for i in range(kQTile)])
               for warp in range(4):
@@ -246,8 +246,8 @@ def tiles_warp_dots(A, Bm, warp, HD):
     row0 = warp * RPW
     return [sum(A[(row0+ii)*HD + d] * Bm[lane*(HD+1) + d] for d in range(HD)) for ii in range(RPW)]
 
-def tiles_fwd(q, k, v, B, T, H, KV, HD):
-    scale = 1/np.sqrt(HD); qd, kvd = H*HD, KV*HD
+def tiles_fwd(q, k, v, B, T, H, KV, HD, qs=None, kvs=None):
+    scale = 1/np.sqrt(HD); od = H*HD; qd = qs or H*HD; kvd = kvs or KV*HD
     out = np.full(B*T*H*HD, np.nan); lse = np.full(B*H*T, np.nan)
     nbx = (T + kTile - 1)//kTile
     for b in range(B):
@@ -281,7 +281,7 @@ def tiles_fwd(q, k, v, B, T, H, KV, HD):
             for ii in range(RPW):
               t = r0 + w*RPW + ii
               if t >= T: continue
-              base = (b*T + t)*qd + h*HD
+              base = (b*T + t)*od + h*HD
               for dd in range(HD//32): out[base + lane + 32*dd] = S['o'][ii][dd] / S['l'][ii]
               lse[(b*H + h)*T + t] = S['m'][ii] + np.log(S['l'][ii])
     return out, lse
@@ -297,8 +297,8 @@ def tiles_backward_scores(Qs, dOs, Ks, Vs, lse_h, D_h, r0, c0, T, scale, w, HD, 
             Ps[(row0+ii)*kTile + lane] = p
             dSs[(row0+ii)*kTile + lane] = np.where(valid, p*(dp[ii] - (D_h[t] if t < T else np.nan)), 0.0)
 
-def tiles_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, HD):
-    scale = 1/np.sqrt(HD); qd, kvd = H*HD, KV*HD
+def tiles_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, HD, qs=None, kvs=None):
+    scale = 1/np.sqrt(HD); od = H*HD; qd = qs or H*HD; kvd = kvs or KV*HD
     D = np.zeros(B*H*T)
     for b in range(B):
         for t in range(T):
@@ -311,7 +311,7 @@ def tiles_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, HD):
         for bx in range(nb):
           r0 = (nb-1-bx)*kTile; g = h // (H//KV)
           q_off = b*T*qd + h*HD; kv_off = b*T*kvd + g*HD; row_off = (b*H + h)*T
-          Qs = tiles_load_tile(q, q_off, qd, r0, T, HD, HD); dOs = tiles_load_tile(dout, q_off, qd, r0, T, HD, HD)
+          Qs = tiles_load_tile(q, q_off, qd, r0, T, HD, HD); dOs = tiles_load_tile(dout, b*T*od + h*HD, od, r0, T, HD, HD)
           acc = np.zeros((kWarps, RPW, HD//32, 32))
           last_row = min(r0 + kTile, T) - 1; c0 = 0
           while c0 <= last_row:
@@ -339,7 +339,7 @@ def tiles_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, HD):
             q_off = b*T*qd + h*HD; row_off = (b*H + h)*T
             r0 = c0
             while r0 < T:
-              Qs = tiles_load_tile(q, q_off, qd, r0, T, HD, HD); dOs = tiles_load_tile(dout, q_off, qd, r0, T, HD, HD)
+              Qs = tiles_load_tile(q, q_off, qd, r0, T, HD, HD); dOs = tiles_load_tile(dout, b*T*od + h*HD, od, r0, T, HD, HD)
               Ps = np.full(kTile*kTile, np.nan); dSs = np.full(kTile*kTile, np.nan)
               for w in range(kWarps):
                 tiles_backward_scores(Qs, dOs, Ks, Vs, lse[row_off:row_off+T], D[row_off:row_off+T], r0, c0, T, scale, w, HD, Ps, dSs)
@@ -361,37 +361,42 @@ def tiles_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, HD):
                 dv[kv_off + j*kvd + lane + 32*dd] += av[w, jj, dd]
 
 
-def check_mma():
-    import sys
-    rng = np.random.default_rng(0)
-    for (B, T, H, KV, HD) in [(2, 1, 4, 2, 64), (1, 33, 4, 1, 64), (1, 70, 4, 2, 64), (1, 130, 2, 2, 64), (1, 65, 4, 4, 128)]:
+# Packed q (B,T,H,HD), k, v (B,T,KV,HD) as the rows of one fused qkv buffer (B,T,(H+2KV)HD), and the
+# views the kernels get: q, k, v at offsets 0, H HD, (H+KV) HD of each token row, stride the row.
+def fuse(q, k, v, B, T, H, KV, HD):
+    W = (H + 2*KV)*HD
+    f = np.concatenate([q.reshape(B*T, H*HD), k.reshape(B*T, KV*HD), v.reshape(B*T, KV*HD)], axis=1).ravel()
+    return f, (f[0:], f[H*HD:], f[(H+KV)*HD:]), W
+
+def unfuse(f, B, T, H, KV, HD):
+    r = f.reshape(B*T, (H + 2*KV)*HD)
+    return r[:, :H*HD].ravel(), r[:, H*HD:(H+KV)*HD].ravel(), r[:, (H+KV)*HD:].ravel()
+
+def check(name, fwd_fn, bwd_fn, shapes, seed):
+    rng = np.random.default_rng(seed)
+    for (B, T, H, KV, HD, fused) in shapes:
         q = rng.standard_normal(B*T*H*HD); k = rng.standard_normal(B*T*KV*HD); v = rng.standard_normal(B*T*KV*HD)
         dout = rng.standard_normal(B*T*H*HD)
-        ro, rl, rdq, rdk, rdv = reference(q, k, v, dout, B, T, H, KV, HD)
-        o, l = fwd(q, k, v, B, T, H, KV, HD)
         dq0 = rng.standard_normal(q.size); dk0 = rng.standard_normal(k.size); dv0 = rng.standard_normal(v.size)
-        dq, dk, dv = dq0.copy(), dk0.copy(), dv0.copy()
-        bwd(dq, dk, dv, dout, o, l, q, k, v, B, T, H, KV, HD)
-        errs = [rel(o, ro), rel(l, rl), rel(dq - dq0, rdq), rel(dk - dk0, rdk), rel(dv - dv0, rdv)]
-        print('tensor cores', (B, T, H, KV, HD), 'out %.1e lse %.1e dq %.1e dk %.1e dv %.1e' % tuple(errs), flush=True)
-        assert max(errs) < 1e-12, errs
-
-
-def check_tiles():
-    rng = np.random.default_rng(1)
-    for (B, T, H, KV, HD) in [(1, 1, 2, 1, 64), (2, 33, 4, 2, 64), (1, 70, 4, 1, 64), (1, 40, 2, 2, 128)]:
-        q = rng.standard_normal(B*T*H*HD); k = rng.standard_normal(B*T*KV*HD); v = rng.standard_normal(B*T*KV*HD)
-        dout = rng.standard_normal(B*T*H*HD)
         ro, rl, rdq, rdk, rdv = reference(q, k, v, dout, B, T, H, KV, HD)
-        o, l = tiles_fwd(q, k, v, B, T, H, KV, HD)
-        dq = np.zeros(q.size); dk = np.zeros(k.size); dv = np.zeros(v.size)
-        tiles_bwd(dq, dk, dv, dout, o, l, q, k, v, B, T, H, KV, HD)
-        errs = [rel(o, ro), rel(l, rl), rel(dq, rdq), rel(dk, rdk), rel(dv, rdv)]
-        print('scalar tiles', (B, T, H, KV, HD), 'out %.1e lse %.1e dq %.1e dk %.1e dv %.1e' % tuple(errs), flush=True)
+        if fused:  # q, k, v and their gradients inside fused rows
+            _, (fq, fk, fv), W = fuse(q, k, v, B, T, H, KV, HD)
+            g, (gq, gk, gv), _ = fuse(dq0, dk0, dv0, B, T, H, KV, HD)
+            o, l = fwd_fn(fq, fk, fv, B, T, H, KV, HD, W, W)
+            bwd_fn(gq, gk, gv, dout, o, l, fq, fk, fv, B, T, H, KV, HD, W, W)
+            dq, dk, dv = unfuse(g, B, T, H, KV, HD)
+        else:
+            o, l = fwd_fn(q, k, v, B, T, H, KV, HD)
+            dq, dk, dv = dq0.copy(), dk0.copy(), dv0.copy()
+            bwd_fn(dq, dk, dv, dout, o, l, q, k, v, B, T, H, KV, HD)
+        errs = [rel(o, ro), rel(l, rl), rel(dq - dq0, rdq), rel(dk - dk0, rdk), rel(dv - dv0, rdv)]
+        print(name, (B, T, H, KV, HD), 'fused qkv' if fused else 'packed', 'out %.1e lse %.1e dq %.1e dk %.1e dv %.1e' % tuple(errs), flush=True)
         assert max(errs) < 1e-12, errs
 
 
 if __name__ == '__main__':
-    check_mma()
-    check_tiles()
+    check('tensor cores', fwd, bwd, [(2, 1, 4, 2, 64, False), (1, 33, 4, 1, 64, False), (1, 70, 4, 2, 64, False),
+                                     (1, 130, 2, 2, 64, False), (1, 65, 4, 4, 128, False), (2, 70, 4, 2, 64, True)], 0)
+    check('scalar tiles', tiles_fwd, tiles_bwd, [(1, 1, 2, 1, 64, False), (2, 33, 4, 2, 64, False), (1, 70, 4, 1, 64, False),
+                                                 (1, 40, 2, 2, 128, False), (1, 45, 4, 2, 64, True)], 1)
     print('emulate_attention: every kernel agrees with the reference')

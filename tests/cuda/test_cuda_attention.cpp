@@ -89,11 +89,62 @@ Outputs gpu_attention(const AttnInputs& in) {
           {"dv", download(dv)}};
 }
 
-CudaCase attention_case(const AttnShape& s) {
+// Packed q (B,T,H,hd), k, v (B,T,KV,hd) as one fused row per token (B,T,(H+2KV)hd): q | k | v.
+std::vector<float> fuse_rows(const AttnShape& s, const std::vector<float>& q, const std::vector<float>& k,
+                             const std::vector<float>& v) {
+  const int64_t qw = s.H * s.hd, kw = s.KV * s.hd;
+  std::vector<float> f;
+  f.reserve(q.size() + k.size() + v.size());
+  for (int64_t r = 0; r < s.B * s.T; ++r) {
+    f.insert(f.end(), q.begin() + r * qw, q.begin() + (r + 1) * qw);
+    f.insert(f.end(), k.begin() + r * kw, k.begin() + (r + 1) * kw);
+    f.insert(f.end(), v.begin() + r * kw, v.begin() + (r + 1) * kw);
+  }
+  return f;
+}
+
+// The q, k or v part (offset, width) of every fused row.
+std::vector<float> rows_part(const std::vector<float>& f, int64_t rows, int64_t width, int64_t offset, int64_t part) {
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(rows * part));
+  for (int64_t r = 0; r < rows; ++r) out.insert(out.end(), f.begin() + r * width + offset, f.begin() + r * width + offset + part);
+  return out;
+}
+
+// The same op with q, k, v and their gradients inside fused qkv rows (AttnStrides): the layout of a
+// fused qkv projection (cuda/rope.h's stride).
+template <typename E>
+Outputs gpu_attention_fused(const AttnInputs& in) {
+  const auto [B, T, H, KV, hd] = in.s;
+  const int64_t W = (H + 2 * KV) * hd, qw = H * hd, kw = KV * hd;
+  const jtok::cuda::AttnStrides strides{W, W};
+  auto qkv = upload<E>(fuse_rows(in.s, in.q, in.k, in.v)), dqkv = upload<E>(fuse_rows(in.s, in.dq0, in.dk0, in.dv0));
+  auto dout = upload<E>(in.dout);
+  DeviceBuffer<E> out(in.q.size());
+  DeviceBuffer<float> lse(static_cast<size_t>(B * H * T)), row_terms(static_cast<size_t>(B * H * T));
+  poison(out);
+  poison(lse);
+  const E *q = qkv.get(), *k = q + qw, *v = k + kw;
+  E *dq = dqkv.get(), *dk = dq + qw, *dv = dk + kw;
+  jtok::cuda::attention_forward<E>(out.get(), lse.get(), q, k, v, B, T, H, KV, hd, nullptr, strides);
+  jtok::cuda::attention_backward<E>(dq, dk, dv, row_terms.get(), dout.get(), out.get(), lse.get(), q, k, v, B, T, H, KV,
+                                    hd, nullptr, strides);
+  const auto g = download(dqkv);
+  return {{"out", download(out)},
+          {"lse", download(lse)},
+          {"dq", rows_part(g, B * T, W, 0, qw)},
+          {"dk", rows_part(g, B * T, W, qw, kw)},
+          {"dv", rows_part(g, B * T, W, qw + kw, kw)}};
+}
+
+CudaCase attention_case(const AttnShape& s, bool fused = false) {
   const auto in = make_inputs(s, 100 + static_cast<uint64_t>(s.T * 7 + s.KV * 3 + s.hd));
-  CudaCase c{"attention fwd+bwd", describe(s), {1e-5, 2e-2}};
+  CudaCase c{fused ? "attention fused qkv" : "attention fwd+bwd", describe(s), {1e-5, 2e-2}};
   c.cpu = [in](DType t) { return cpu_attention(*in, t); };
-  c.gpu = [in](DType t) { return t == DType::f32 ? gpu_attention<float>(*in) : gpu_attention<__nv_bfloat16>(*in); };
+  if (fused)
+    c.gpu = [in](DType t) { return by_dtype(t, [&](auto e) { return gpu_attention_fused<decltype(e)>(*in); }); };
+  else
+    c.gpu = [in](DType t) { return by_dtype(t, [&](auto e) { return gpu_attention<decltype(e)>(*in); }); };
   return c;
 }
 
@@ -108,6 +159,12 @@ std::vector<AttnShape> attention_shapes() {
       for (int64_t T : {1, 33, 257}) shapes.push_back({2, T, 4, kv, hd});
   for (int64_t T : {31, 32, 65, 100}) shapes.push_back({2, T, 4, 2, 64});
   return shapes;
+}
+
+// q, k, v read from (and their gradients written into) fused qkv rows give the packed results.
+TEST(CudaAttentionBits, FusedQkvRowsMatchCpu) {
+  for (const AttnShape& s : {AttnShape{2, 70, 4, 2, 64}, AttnShape{2, 33, 4, 1, 128}, AttnShape{1, 257, 4, 4, 64}})
+    run_case(attention_case(s, true));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(attention_shapes()),
@@ -142,10 +199,11 @@ TEST(CudaAttentionBits, FirstRowSeesOnlyTheFirstKey) {
 // backwards on the same out and lse): they differ by P and dS rounded to bf16 as the tensor cores'
 // operands and by the order of the sums. Prints the errors for the record.
 using bf16 = __nv_bfloat16;
+using jtok::cuda::AttnStrides;
 using FwdFn = void (*)(bf16*, float*, const bf16*, const bf16*, const bf16*, int64_t, int64_t, int64_t, int64_t,
-                     int64_t, cudaStream_t);
+                       int64_t, cudaStream_t, AttnStrides);
 using BwdFn = void (*)(bf16*, bf16*, bf16*, float*, const bf16*, const bf16*, const float*, const bf16*,
-                         const bf16*, const bf16*, int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+                       const bf16*, const bf16*, int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t, AttnStrides);
 
 // out, lse of one forward; dq, dk, dv of one backward from the given out and lse.
 Outputs bf16_forward(const AttnInputs& in, FwdFn run) {
@@ -155,7 +213,7 @@ Outputs bf16_forward(const AttnInputs& in, FwdFn run) {
   DeviceBuffer<float> lse(static_cast<size_t>(B * H * T));
   poison(out);
   poison(lse);
-  run(out.get(), lse.get(), q.get(), k.get(), v.get(), B, T, H, KV, hd, nullptr);
+  run(out.get(), lse.get(), q.get(), k.get(), v.get(), B, T, H, KV, hd, nullptr, {});
   return {{"out", download(out)}, {"lse", download(lse)}};
 }
 Outputs bf16_backward(const AttnInputs& in, const Outputs& fwd, BwdFn run) {
@@ -166,7 +224,7 @@ Outputs bf16_backward(const AttnInputs& in, const Outputs& fwd, BwdFn run) {
   auto dq = upload<bf16>(in.dq0), dk = upload<bf16>(in.dk0), dv = upload<bf16>(in.dv0);
   DeviceBuffer<float> row_terms(static_cast<size_t>(B * H * T));
   run(dq.get(), dk.get(), dv.get(), row_terms.get(), dout.get(), out.get(), lse.get(), q.get(), k.get(), v.get(), B, T,
-      H, KV, hd, nullptr);
+      H, KV, hd, nullptr, {});
   return {{"dq", download(dq)}, {"dk", download(dk)}, {"dv", download(dv)}};
 }
 
@@ -225,12 +283,12 @@ TEST(CudaAttentionBits, ConfigBTimings) {
   dk.zero();
   dv.zero();
   auto fwd = [&](FwdFn run) {
-    return time_ms([&] { run(out.get(), lse.get(), q.get(), k.get(), v.get(), s.B, s.T, s.H, s.KV, s.hd, nullptr); });
+    return time_ms([&] { run(out.get(), lse.get(), q.get(), k.get(), v.get(), s.B, s.T, s.H, s.KV, s.hd, nullptr, {}); });
   };
   auto bwd = [&](BwdFn run) {
     return time_ms([&] {
       run(dq.get(), dk.get(), dv.get(), row_terms.get(), dout.get(), out.get(), lse.get(), q.get(), k.get(), v.get(), s.B,
-          s.T, s.H, s.KV, s.hd, nullptr);
+          s.T, s.H, s.KV, s.hd, nullptr, {});
     });
   };
   const double f_tc = fwd(jtok::cuda::attention_forward<bf16>), f_tiles = fwd(jtok::cuda::attention_forward_tiles<bf16>);
