@@ -36,11 +36,11 @@ __device__ void score_fragments(float (&s)[kKeys / 8][4], const uint32_t (&qf)[H
   }
 }
 
-// Masks (key past the row or past T), scales, and turns s into P = exp(s - m_new) with the online
-// softmax's running max m and sum l of this thread's two rows (row g: i = 0, row g + 8: i = 1); the
+// Masks (key past the row or past T), scales by scale_log2 = scale log2(e), and turns s into P =
+// 2^(s - m_new) with the online softmax's running max m (base 2) and sum l of this thread's two rows (row g: i = 0, row g + 8: i = 1); the
 // four lanes of a row group (same g) hold one row between them. Returns the rescale factors in alpha.
 __device__ void softmax_fragments(float (&s)[kKeys / 8][4], float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                  int row_a, int c0, int T, float scale) {
+                                  int row_a, int c0, int T, float scale_log2) {
   const int t = threadIdx.x % 4;
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -48,7 +48,7 @@ __device__ void softmax_fragments(float (&s)[kKeys / 8][4], float (&m)[2], float
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = c0 + 8 * nt + 2 * t + (e & 1), row = row_a + 8 * (e >> 1);
-      s[nt][e] = key <= row && key < T ? s[nt][e] * scale : -INFINITY;
+      s[nt][e] = key <= row && key < T ? s[nt][e] * scale_log2 : -INFINITY;
       mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
     }
   float sum[2] = {0.0f, 0.0f}, m_new[2];
@@ -57,13 +57,13 @@ __device__ void softmax_fragments(float (&s)[kKeys / 8][4], float (&m)[2], float
     mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
     mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
     m_new[i] = fmaxf(m[i], mx[i]);  // finite: key 0 is in every row's first tile
-    alpha[i] = expf(m[i] - m_new[i]);
+    alpha[i] = exp2f(m[i] - m_new[i]);
   }
 #pragma unroll
   for (int nt = 0; nt < kKeys / 8; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[nt][e] = expf(s[nt][e] - m_new[e >> 1]);
+      s[nt][e] = exp2f(s[nt][e] - m_new[e >> 1]);
       sum[e >> 1] += s[nt][e];
     }
 #pragma unroll
@@ -89,7 +89,7 @@ __device__ void accumulate_pv(float (&o)[HD / 8][4], const float (&p)[kKeys / 8]
 
 template <int HD>
 __global__ void __launch_bounds__(kThreads) attn_fwd_mma(bf16* out, float* lse, const bf16* q, const bf16* k,
-                                                         const bf16* v, AttnDims n, float scale) {
+                                                         const bf16* v, AttnDims n, float scale_log2) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int ld = kRowStride<HD>;
   bf16 *Qs = reinterpret_cast<bf16*>(smem_raw), *Ks = Qs + kRows * ld, *Vs = Ks + kKeys * ld;
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma(bf16* out, float* lse, 
     __syncthreads();
     float s[kKeys / 8][4], alpha[2];
     score_fragments<HD>(s, qf, Ks);
-    softmax_fragments(s, m, l, alpha, row_a, c0, T, scale);
+    softmax_fragments(s, m, l, alpha, row_a, c0, T, scale_log2);
 #pragma unroll
     for (int nt = 0; nt < HD / 8; ++nt) {
       o[nt][0] *= alpha[0], o[nt][1] *= alpha[0];
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma(bf16* out, float* lse, 
 #pragma unroll
     for (int nt = 0; nt < HD / 8; ++nt)
       *reinterpret_cast<uint32_t*>(orow + 8 * nt) = mma::pack(o[nt][2 * i] * inv, o[nt][2 * i + 1] * inv);
-    if (t == 0) lse[(static_cast<int64_t>(b) * H + h) * T + row] = m[i] + logf(l[i]);
+    if (t == 0) lse[(static_cast<int64_t>(b) * H + h) * T + row] = m[i] * mma::kLn2 + logf(l[i]);
   }
 }
 
@@ -142,7 +142,8 @@ void launch(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, 
   JTOK_CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
   const dim3 grid((n.T + kRows - 1) / kRows, n.H, n.B);
-  attn_fwd_mma<HD><<<grid, kThreads, smem, stream>>>(out, lse, q, k, v, n, 1.0f / std::sqrt(static_cast<float>(HD)));
+  const float scale_log2 = mma::kLog2e / std::sqrt(static_cast<float>(HD));
+  attn_fwd_mma<HD><<<grid, kThreads, smem, stream>>>(out, lse, q, k, v, n, scale_log2);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

@@ -62,10 +62,11 @@ __device__ void accumulate(float (&acc)[HD / 8][4], const float (&x)[N / 8][4], 
   }
 }
 
-// One score: s becomes P = exp(scale s - lse), dp becomes dS = P (dp - D); both 0 unless valid
-// (causal and inside T; lse and D are not read then).
-__device__ inline void probs_and_grad(float& s, float& dp, bool valid, float scale, const float& lse, const float& D) {
-  const float p = valid ? expf(s * scale - lse) : 0.0f;
+// One score: s becomes P = exp(scale s - lse) = 2^(scale_log2 s - lse2) (lse2 = lse log2(e), mma_bf16.cuh),
+// dp becomes dS = P (dp - D); both 0 unless valid (causal and inside T; lse2 and D are not read then).
+__device__ inline void probs_and_grad(float& s, float& dp, bool valid, float scale_log2, const float& lse2,
+                                      const float& D) {
+  const float p = valid ? exp2f(s * scale_log2 - lse2) : 0.0f;
   dp = valid ? p * (dp - D) : 0.0f;
   s = p;
 }
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma(bf16* dk, bf16* dv
       mma::load_tile<HD, kThreads>(dOs, dout + o_off, od, r0, kQTile, T);
       if (threadIdx.x < kQTile) {
         const int r = r0 + threadIdx.x;
-        lse_s[threadIdx.x] = r < T ? lse[row_off + r] : 0.0f;
+        lse_s[threadIdx.x] = r < T ? lse[row_off + r] * mma::kLog2e : 0.0f;
         D_s[threadIdx.x] = r < T ? D[row_off + r] : 0.0f;
       }
       __syncthreads();
@@ -122,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma(bf16* dk, bf16* dv
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int ql = 8 * nt + 2 * t + (e & 1), query = r0 + ql, key = key_a + 8 * (e >> 1);
-          probs_and_grad(st[nt][e], dpt[nt][e], query >= key && query < T, scale, lse_s[ql], D_s[ql]);
+          probs_and_grad(st[nt][e], dpt[nt][e], query >= key && query < T, scale * mma::kLog2e, lse_s[ql], D_s[ql]);
         }
       accumulate<HD, kQTile>(acc_v, st, dOs);
       accumulate<HD, kQTile>(acc_k, dpt, Qs);
@@ -149,10 +150,10 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma(bf16* dq, const bf16
   mma::load_tile<HD, kThreads>(Qs, q + q_off, qd, r0, kQBlock, T);
   mma::load_tile<HD, kThreads>(dOs, dout + static_cast<int64_t>(b) * T * od + h * HD, od, r0, kQBlock, T);
   const int row_a = r0 + warp * 16 + g;  // this thread's rows: row_a and row_a + 8
-  float lse_r[2], D_r[2];
+  float lse_r[2], D_r[2];  // lse in base 2
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    lse_r[i] = row_a + 8 * i < T ? lse[row_off + row_a + 8 * i] : 0.0f;
+    lse_r[i] = row_a + 8 * i < T ? lse[row_off + row_a + 8 * i] * mma::kLog2e : 0.0f;
     D_r[i] = row_a + 8 * i < T ? D[row_off + row_a + 8 * i] : 0.0f;
   }
   float acc[HD / 8][4] = {};
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma(bf16* dq, const bf16
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = c0 + 8 * nt + 2 * t + (e & 1), row = row_a + 8 * (e >> 1);
-        probs_and_grad(s[nt][e], dp[nt][e], key <= row && row < T, scale, lse_r[e >> 1], D_r[e >> 1]);
+        probs_and_grad(s[nt][e], dp[nt][e], key <= row && row < T, scale * mma::kLog2e, lse_r[e >> 1], D_r[e >> 1]);
       }
     accumulate<HD, kKeyTile>(acc, dp, Ks);
   }

@@ -17,7 +17,11 @@ namespace jtok::cuda::mma {
 using bf16 = __nv_bfloat16;
 
 template <int HD>
-constexpr int kRowStride = HD + 8;  // padded shared-memory row, in elements (a 16-byte multiple)
+constexpr int kRowStride = HD + 8;
+
+// The softmax runs in base 2 (exp2f is one special-function instruction; expf is several): scores
+// scaled by scale * log2(e), lse converted at the boundary, where it is natural as on the CPU.
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;  // padded shared-memory row, in elements (a 16-byte multiple)
 
 __device__ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(

@@ -7,6 +7,7 @@
 #   python3 tests/cuda/emulate_attention.py     (about half a minute; one line per shape)
 import numpy as np
 lane = np.arange(32); G = lane // 4; Tq = lane % 4
+LOG2E, LN2 = 1.4426950408889634, 0.6931471805599453  # the tensor-core kernels' softmax runs in base 2
 
 def mma(c, a, b0, b1):
     A = np.zeros((16, 16)); B = np.zeros((16, 8))
@@ -91,16 +92,16 @@ def fwd(q, k, v, B, T, H, KV, HD, qs=None, kvs=None):
               for nt in range(kKeys//8):
                 for e in range(4):
                   key = c0 + 8*nt + 2*Tq + (e & 1); row = row_a + 8*(e >> 1)
-                  s[nt][:, e] = np.where((key <= row) & (key < T), s[nt][:, e]*scale, -np.inf)
+                  s[nt][:, e] = np.where((key <= row) & (key < T), s[nt][:, e]*scale*LOG2E, -np.inf)
                   mx[e >> 1] = np.maximum(mx[e >> 1], s[nt][:, e])
               m_new = []; alpha = []
               for i in range(2):
                 x = mx[i]; x = np.maximum(x, x[lane ^ 1]); x = np.maximum(x, x[lane ^ 2])
-                m_new.append(np.maximum(w['m'][i], x)); alpha.append(np.exp(w['m'][i] - m_new[i]))
+                m_new.append(np.maximum(w['m'][i], x)); alpha.append(np.exp2(w['m'][i] - m_new[i]))
               sm = [np.zeros(32), np.zeros(32)]
               for nt in range(kKeys//8):
                 for e in range(4):
-                  s[nt][:, e] = np.exp(s[nt][:, e] - m_new[e >> 1]); sm[e >> 1] = sm[e >> 1] + s[nt][:, e]
+                  s[nt][:, e] = np.exp2(s[nt][:, e] - m_new[e >> 1]); sm[e >> 1] = sm[e >> 1] + s[nt][:, e]
               l = []; 
               for i in range(2):
                 x = sm[i]; x = x + x[lane ^ 1]; x = x + x[lane ^ 2]
@@ -122,7 +123,7 @@ def fwd(q, k, v, B, T, H, KV, HD, qs=None, kvs=None):
                 for nt in range(HD//8):
                   idx = (b*T + row[L])*od + h*HD + 2*Tq[L] + 8*nt
                   out[idx] = w['o'][nt][L, 2*i]*inv; out[idx+1] = w['o'][nt][L, 2*i+1]*inv
-                if Tq[L] == 0: lse[(b*H + h)*T + row[L]] = w['m'][i][L] + np.log(w['l'][i][L])
+                if Tq[L] == 0: lse[(b*H + h)*T + row[L]] = w['m'][i][L]*LN2 + np.log(w['l'][i][L])
     return out, lse
 
 def score_pair(Ax, Ay, Bx, By, row0, N, HD):
@@ -139,9 +140,9 @@ def accumulate(acc, x, M, N, HD):
         a = a_from_c(x[2*kk], x[2*kk+1])
         for nt in range(HD//8): mma_rows(acc[nt], a, M, HD + 8, 16*kk, 8*nt)
 
-def probs_and_grad(s, dp, valid, scale, lse, D):
+def probs_and_grad(s, dp, valid, scale_log2, lse2, D):
     with np.errstate(invalid='ignore', over='ignore'):
-        p = np.where(valid, np.exp(s*scale - lse), 0.0)
+        p = np.where(valid, np.exp2(s*scale_log2 - lse2), 0.0)
         dpn = np.where(valid, p*(dp - D), 0.0)
     return p, dpn
 
@@ -169,13 +170,13 @@ def bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, HD, qs=None, kvs=None)
             Ks = load_tile(k, kv_off, kvd, c0, kKeyTile, T, HD); Vs = load_tile(v, kv_off, kvd, c0, kKeyTile, T, HD)
             for warp in range(4):
               row_a = r0 + warp*16 + G
-              lse_r = [np.where(row_a + 8*i < T, lse[np.minimum(row_off + row_a + 8*i, len(lse)-1)], 0) for i in range(2)]
+              lse_r = [np.where(row_a + 8*i < T, lse[np.minimum(row_off + row_a + 8*i, len(lse)-1)]*LOG2E, 0) for i in range(2)]
               D_r = [np.where(row_a + 8*i < T, D[np.minimum(row_off + row_a + 8*i, len(D)-1)], 0) for i in range(2)]
               s, dp = score_pair(Qs, dOs, Ks, Vs, warp*16, kKeyTile, HD)
               for nt in range(kKeyTile//8):
                 for e in range(4):
                   key = c0 + 8*nt + 2*Tq + (e & 1); row = row_a + 8*(e >> 1)
-                  s[nt][:, e], dp[nt][:, e] = probs_and_grad(s[nt][:, e], dp[nt][:, e], (key <= row) & (row < T), scale, lse_r[e >> 1], D_r[e >> 1])
+                  s[nt][:, e], dp[nt][:, e] = probs_and_grad(s[nt][:, e], dp[nt][:, e], (key <= row) & (row < T), scale*LOG2E, lse_r[e >> 1], D_r[e >> 1])
               accumulate(accs[warp], dp, Ks, kKeyTile, HD)
             c0 += kKeyTile
           for warp in range(4): add_rows(dq, q_off, qd, r0 + warp*16 + G, T, scale, accs[warp], HD)
@@ -193,7 +194,7 @@ def bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, HD, qs=None, kvs=None)
             r0 = c0
             while r0 < T:
               Qs = load_tile(q, q_off, qd, r0, kQTile, T, HD); dOs = load_tile(dout, b*T*od + h*HD, od, r0, kQTile, T, HD)
-              lse_s = np.array([lse[row_off + r0 + i] if r0 + i < T else 0 for i in range(kQTile)])
+              lse_s = np.array([lse[row_off + r0 + i]*LOG2E if r0 + i < T else 0 for i in range(kQTile)])
               D_s = np.array([D[row_off + r0 + i] if r0 + i < T else 0 for i in range(kQTile)])
               for warp in range(4):
                 key_a = c0 + warp*16 + G
@@ -201,7 +202,7 @@ def bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, HD, qs=None, kvs=None)
                 for nt in range(kQTile//8):
                   for e in range(4):
                     ql = 8*nt + 2*Tq + (e & 1); query = r0 + ql; key = key_a + 8*(e >> 1)
-                    st[nt][:, e], dpt[nt][:, e] = probs_and_grad(st[nt][:, e], dpt[nt][:, e], (query >= key) & (query < T), scale, lse_s[ql], D_s[ql])
+                    st[nt][:, e], dpt[nt][:, e] = probs_and_grad(st[nt][:, e], dpt[nt][:, e], (query >= key) & (query < T), scale*LOG2E, lse_s[ql], D_s[ql])
                 accumulate(acc_v[warp], st, dOs, kQTile, HD); accumulate(acc_k[warp], dpt, Qs, kQTile, HD)
               r0 += kQTile
           for warp in range(4):
