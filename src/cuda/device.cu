@@ -48,7 +48,7 @@ DeviceInfo device_info() {
   if (e != cudaSuccess) {
     d.count = 0;
     d.error = cudaGetErrorName(e);
-    cudaGetLastError();  // clear the sticky-free error so later calls do not report it
+    cudaGetLastError();  // clear it: later calls would report it again
     return d;
   }
   if (d.count == 0) return d;

@@ -1,5 +1,6 @@
 // `--device cuda`'s gate, compiled in every build: with CUDA it probes the devices
-// (device.cu), without it says so. JTOK_HAVE_CUDA is set for this file by CMakeLists.txt.
+// (device.cu), without it says so and why. CMakeLists.txt sets JTOK_HAVE_CUDA for this file, or
+// JTOK_NO_CUDA_REASON (1: JTOK_CUDA=OFF, 2: a sanitizer / fuzz build, 3: no nvcc found).
 #include <cstdio>
 
 #include "core/error.h"
@@ -47,8 +48,14 @@ DeviceInfo require_cuda_device() {
 bool built_with_cuda() { return false; }
 
 DeviceInfo require_cuda_device() {
-  fail("--device cuda: this jtok was built without CUDA (no nvcc was found at configure time; install the CUDA "
-       "toolkit and reconfigure with -DJTOK_CUDA=ON)");
+#if JTOK_NO_CUDA_REASON == 1
+  const char* why = "configured with -DJTOK_CUDA=OFF";
+#elif JTOK_NO_CUDA_REASON == 2
+  const char* why = "the sanitizer and fuzz builds leave the CUDA kernels out";
+#else
+  const char* why = "no nvcc was found at configure time; install the CUDA toolkit and reconfigure";
+#endif
+  fail("--device cuda: this jtok was built without CUDA (", why, "; docs/cuda.md)");
 }
 #endif
 
