@@ -308,6 +308,10 @@ TEST(CudaAttentionBits, RefusesUnsupportedShapes) {
                jtok::Error);
   EXPECT_THROW(jtok::cuda::attention_forward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 4, 3, 64, nullptr),
                jtok::Error);
+  const AttnStrides short_q{3 * 64, 0};  // q rows narrower than its 4 heads
+  EXPECT_THROW(
+      jtok::cuda::attention_forward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 4, 4, 64, nullptr, short_q),
+      jtok::Error);
 }
 
 }  // namespace
