@@ -250,58 +250,6 @@ TEST(CudaAttentionBits, TensorCoresMatchScalarTiles) {
     }
 }
 
-// Milliseconds per call of f on the stream (cudaEvent timing, after warm-up runs).
-template <typename F>
-double time_ms(F&& f, int reps = 10) {
-  for (int i = 0; i < 2; ++i) f();
-  cudaEvent_t a, b;
-  JTOK_CUDA_CHECK(cudaEventCreate(&a));
-  JTOK_CUDA_CHECK(cudaEventCreate(&b));
-  JTOK_CUDA_CHECK(cudaEventRecord(a));
-  for (int i = 0; i < reps; ++i) f();
-  JTOK_CUDA_CHECK(cudaEventRecord(b));
-  JTOK_CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  JTOK_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms / reps;
-}
-
-// The bench config b's attention (B 16, T 1024, 12 heads of 64) in bf16: times of the tensor-core
-// and scalar-tile kernels, printed for the record with TFLOP/s by the causal product count (forward
-// 2 B H T^2 hd, backward 2.5 times that; the dq / dk-dv split recomputes the scores on top). The
-// tensor cores must beat the scalar tiles, or they are not worth their code.
-TEST(CudaAttentionBits, ConfigBTimings) {
-  const AttnShape s{16, 1024, 12, 12, 64};
-  const size_t n = static_cast<size_t>(s.B * s.T * s.H * s.hd), rows = static_cast<size_t>(s.B * s.H * s.T);
-  auto q = upload<bf16>(randn(n, 1)), k = upload<bf16>(randn(n, 2)), v = upload<bf16>(randn(n, 3));
-  auto dout = upload<bf16>(randn(n, 4));
-  DeviceBuffer<bf16> out(n), dq(n), dk(n), dv(n);
-  DeviceBuffer<float> lse(rows), row_terms(rows);
-  dq.zero();
-  dk.zero();
-  dv.zero();
-  auto fwd = [&](FwdFn run) {
-    return time_ms([&] { run(out.get(), lse.get(), q.get(), k.get(), v.get(), s.B, s.T, s.H, s.KV, s.hd, nullptr, {}); });
-  };
-  auto bwd = [&](BwdFn run) {
-    return time_ms([&] {
-      run(dq.get(), dk.get(), dv.get(), row_terms.get(), dout.get(), out.get(), lse.get(), q.get(), k.get(), v.get(), s.B,
-          s.T, s.H, s.KV, s.hd, nullptr, {});
-    });
-  };
-  const double f_tc = fwd(jtok::cuda::attention_forward<bf16>), f_tiles = fwd(jtok::cuda::attention_forward_tiles<bf16>);
-  const double b_tc = bwd(jtok::cuda::attention_backward<bf16>), b_tiles = bwd(jtok::cuda::attention_backward_tiles<bf16>);
-  const double fwd_tflop = 2.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.hd / 1e12;
-  std::printf("attention config b bf16: forward %.3f ms (%.1f TFLOP/s) tensor cores, %.3f ms scalar tiles; backward "
-              "%.3f ms (%.1f TFLOP/s) tensor cores, %.3f ms scalar tiles\n",
-              f_tc, fwd_tflop / (f_tc / 1e3), f_tiles, b_tc, 2.5 * fwd_tflop / (b_tc / 1e3), b_tiles);
-  for (float x : download(out)) ASSERT_TRUE(std::isfinite(x));
-  EXPECT_LT(f_tc, f_tiles);
-  EXPECT_LT(b_tc, b_tiles);
-}
-
 // Bad shapes are refused with a message naming the value.
 TEST(CudaAttentionBits, RefusesUnsupportedShapes) {
   EXPECT_THROW(jtok::cuda::attention_forward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 4, 4, 96, nullptr),
