@@ -7,6 +7,8 @@
 // diagonal. Backward: one pass for dq (one block per query tile, looping over key tiles) and one
 // for dk, dv (one block per (key tile, kv head), looping over its group's query heads and the query
 // tiles from the diagonal on): each gradient element is written by one thread, in a fixed order.
+// These are the fp32 path and the bf16 peer; bf16 calls run the tensor-core kernels
+// (attention_mma.cu, attention_mma_bwd.cu), which share this file's shape checks and row terms.
 #include "cuda/attention.h"
 
 #include <cmath>

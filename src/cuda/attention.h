@@ -4,9 +4,9 @@
 //   q (B,T,H,hd), k and v (B,T,KV,hd), out (B,T,H,hd); lse (B,H,T) fp32.
 // hd is 64 or 128. Elements are float (the checking instantiation) or __nv_bfloat16 (the fast path);
 // every sum is fp32. No T x T buffer; no atomics (a run is bitwise reproducible).
-// RoPE and QK-norm are separate ops; fusing them into the q/k tile loads of the forward (and the
-// inverse rotation into the dq/dk writes of the backward) would save one read and write of q and k
-// per layer, which pays at hd 64 where this op is memory-bound.
+// RoPE and QK-norm are separate ops (cuda/rope.h, cuda/rmsnorm.h); fusing them into the q / k tile
+// loads of the forward and the backward (and their backward into the dq / dk writes) would save the
+// separate kernels' read and write of q and k per layer: worth it once timings show those kernels.
 #pragma once
 #include <cstdint>
 
