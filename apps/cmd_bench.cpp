@@ -40,6 +40,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "cuda/device.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "model/transformer.h"
@@ -59,6 +60,7 @@ struct Args {
   int64_t steps = 5, warmup = 1;
   double peak_gflops = 0;
   std::string data = "data/train";
+  std::string device = "cpu";
   bool random_ids = false;
 } args;
 
@@ -235,8 +237,17 @@ nlohmann::json report(const Bench& b, const TokenStream& ts) {
   return j;
 }
 
+// --device cuda: a device must be present (or an error naming the driver / runtime seen); the
+// CUDA trainer itself is not built yet (issue 39), so even then this stops here, saying so.
+void check_cuda_device() {
+  const jtok::cuda::DeviceInfo d = jtok::cuda::require_cuda_device();
+  jtok::fail("--device cuda: found ", jtok::cuda::describe(d),
+             ", but the CUDA trainer is not built yet (--device cpu trains on the CPU)");
+}
+
 void run() {
   using namespace jtok;
+  if (args.device == "cuda") check_cuda_device();
   std::vector<std::unique_ptr<Bench>> benches;
   benches.push_back(make_bench("base", args.sets));
   for (const std::string& v : args.variants) {
@@ -320,6 +331,8 @@ void setup(CLI::App* sub) {
   sub->add_option("--data", args.data, "token shards: a directory of *.bin or one shard (default data/train)");
   sub->add_flag("--random-ids", args.random_ids,
                 "one batch of uniform random ids reused every step instead of the shards (shape-only studies)");
+  sub->add_option("--device", args.device, "where the model trains: cpu (default) or cuda (an NVIDIA GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->callback(run);
 }
 

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "cuda/device.h"
 #include "core/peak_flops.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
@@ -39,6 +40,7 @@ struct Args {
   std::string table_io = "auto";
   double table_lr = -1;
   bool no_memory_check = false;
+  std::string device = "cpu";
 } args;
 std::map<std::string, std::string>* fields;
 CLI::App* self;
@@ -207,8 +209,17 @@ jtok::TrainOptions train_options(const jtok::Config& cfg, const jtok::FlopsRepor
   return opt;
 }
 
+// --device cuda: a device must be present (or an error naming the driver / runtime seen); the
+// CUDA trainer itself is not built yet (issue 39), so even then this stops here, saying so.
+void check_cuda_device() {
+  const jtok::cuda::DeviceInfo d = jtok::cuda::require_cuda_device();
+  jtok::fail("--device cuda: found ", jtok::cuda::describe(d),
+             ", but the CUDA trainer is not built yet (--device cpu trains on the CPU)");
+}
+
 void run() {
   using namespace jtok;
+  if (args.device == "cuda") check_cuda_device();
   if (dist::world_size() > 1) std::printf("ranks: %d (data parallel, dist/data_parallel.h)\n", dist::world_size());
   std::vector<std::string> overrides;
   const std::string init_from = resolve_init_from();
@@ -298,6 +309,8 @@ void setup(CLI::App* sub) {
       ->check(CLI::IsMember({"on", "off"}));
   sub->add_option("--dist-timeout", args.dist_timeout, "under mpirun: seconds a rank may wait in one MPI call before the job ends naming the ranks that stopped (0 = never)");
   fields = &jtok::add_config_field_options(sub);
+  sub->add_option("--device", args.device, "where the model trains: cpu (default) or cuda (an NVIDIA GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->callback(run);
 }
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Packs what a GPU host needs to run the CUDA tests without building there (its minutes are few):
+# the jtok binary, test_cuda_ops, and the shared libraries they load that such a host lacks: every
+# one ldd resolves but glibc's, the compiler runtime's and CUDA's, which the host has (docs/cuda.md).
+# Build first (cmake --build build --target jtok test_cuda_ops).
+#   bash scripts/cuda_bundle.sh [BUILD_DIR]    -> BUILD_DIR/cuda-bundle.tar.gz (default build/; ~19 MB)
+# On the GPU host: JTOK_CUDA_BUNDLE=build/cuda-bundle.tar.gz bash scripts/test_cuda.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${1:-build}
+for f in jtok test_cuda_ops; do
+  [ -x "$B/$f" ] || { echo "cuda_bundle.sh: $B/$f not built (cmake --build $B --target jtok test_cuda_ops)" >&2; exit 1; }
+done
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+mkdir -p "$T/bundle/bin" "$T/bundle/lib"
+cp "$B/jtok" "$B/test_cuda_ops" "$T/bundle/bin/"
+if [ -x "$B/bench_cuda_attention" ]; then cp "$B/bench_cuda_attention" "$T/bundle/bin/"; fi  # attention timings
+ldd "$B/jtok" "$B/test_cuda_ops" | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libresolv.so*) ;;  # glibc
+    libstdc++.so*|libgcc_s.so*|libgomp.so*) ;;  # the compiler runtime: the host has it (and compute-sanitizer needs its own)
+    libcuda.so*|libcublas*|libcudart*) ;;  # the host's CUDA
+    *) cp -L "$lib" "$T/bundle/lib/" ;;
+  esac
+done
+git rev-parse HEAD > "$T/bundle/commit" 2>/dev/null || true
+tar czf "$B/cuda-bundle.tar.gz" -C "$T" bundle
+echo "cuda_bundle.sh: $B/cuda-bundle.tar.gz ($(du -h "$B/cuda-bundle.tar.gz" | cut -f1); $(ls "$T/bundle/lib" | wc -l) libraries)"

@@ -1,0 +1,53 @@
+// Causal grouped-query flash attention on the GPU (FlashAttention-2's algorithm): the layouts, the
+// scale 1/sqrt(hd) and the saved row log-sum-exp of the CPU engine's ops/attention.h, so a (B,T,...)
+// buffer means the same thing on both devices. q head h reads kv head h / (H / KV).
+//   q (B,T,H,hd), k and v (B,T,KV,hd), out (B,T,H,hd); lse (B,H,T) fp32.
+// hd is 64 or 128. Elements are float (the checking instantiation) or __nv_bfloat16 (the fast path);
+// every sum is fp32. No T x T buffer; no atomics (a run is bitwise reproducible).
+// RoPE and QK-norm are separate ops (cuda/rope.h, cuda/rmsnorm.h); fusing them into the q / k tile
+// loads of the forward and the backward (and their backward into the dq / dk writes) would save the
+// separate kernels' read and write of q and k per layer: worth it once timings show those kernels.
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+namespace jtok::cuda {
+
+// Token row strides in elements (0: packed): q and dq q, k, v, dk and dv kv; out and dout are always
+// packed (B,T,H,hd). Packed tensors are q H*hd, kv KV*hd; q, k and v inside one fused qkv row
+// (B,T,(H+2KV)*hd) are q = kv = (H+2KV)*hd with k = q + H*hd, v = k + KV*hd (cuda/rope.h's
+// `stride`). The bf16 kernels need multiples of 8 (16-byte rows).
+struct AttnStrides {
+  int64_t q = 0, kv = 0;
+};
+
+// out (B,T,H,hd), lse (B,H,T) = log sum_j<=t exp(q_t . k_j / sqrt(hd)) per row, both overwritten.
+// bf16 runs on the tensor cores (cuda/attention_mma.cu; q, k, v, out 16-byte aligned); fp32 on the
+// scalar tiles below.
+template <typename E>
+void attention_forward(E* out, float* lse, const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H,
+                       int64_t KV, int64_t hd, cudaStream_t stream, AttnStrides strides = {});
+
+// The same on scalar fp32 tiles for either type: the tensor-core forward's peer in the tests.
+template <typename E>
+void attention_forward_tiles(E* out, float* lse, const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H,
+                             int64_t KV, int64_t hd, cudaStream_t stream, AttnStrides strides = {});
+
+// dq (B,T,H,hd), dk, dv (B,T,KV,hd) are accumulated into (+=), as the CPU's attention_backward;
+// out and lse are the forward's. row_terms (B,H,T) fp32 is scratch: D_t = sum_i dout_ti out_ti.
+// dk and dv of a kv head sum over its group's query heads in a fixed order (one block per key tile).
+// bf16 runs on the tensor cores (cuda/attention_mma_bwd.cu; q, k, v, dout 16-byte aligned); fp32 on
+// the scalar tiles below.
+template <typename E>
+void attention_backward(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
+                        const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
+                        cudaStream_t stream, AttnStrides strides = {});
+// The same on scalar fp32 tiles for either type: the tensor-core backward's peer in the tests.
+template <typename E>
+void attention_backward_tiles(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
+                              const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H, int64_t KV,
+                              int64_t hd, cudaStream_t stream, AttnStrides strides = {});
+
+}  // namespace jtok::cuda

@@ -1,0 +1,163 @@
+// The bf16 attention forward on the tensor cores (FlashAttention-2's algorithm).
+//   q (B,T,H,hd), k, v (B,T,KV,hd), out (B,T,H,hd) bf16; lse (B,H,T) fp32.
+// One block of kWarps warps per (tile of kRows query rows, head, batch); each warp owns 16 query
+// rows and keeps their q, scores, running max / sum and output in registers, as the fragments of
+// mma.sync.m16n8k16 (bf16 x bf16, fp32 accumulate). K and V tiles of kKeys keys are staged in
+// shared memory (rows padded by 8 elements: the fragment loads fall in distinct banks).
+// Fragment layouts: cuda/mma_bf16.cuh; a C fragment of scores is already the A fragment of P for
+// the product P V (FlashAttention-2).
+#include "cuda/attention_mma.h"
+
+#include <cmath>
+
+#include "cuda/check.h"
+#include "cuda/mma_bf16.cuh"
+
+namespace jtok::cuda {
+namespace {
+
+using mma::bf16;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRows = 16 * kWarps;  // query rows per block
+constexpr int kKeys = 64;           // keys per tile
+
+using mma::kRowStride;
+using mma::mma_bf16;
+
+// s (16 x kKeys, as kKeys / 8 C fragments) = this warp's q rows . the tile's keys.
+template <int HD>
+__device__ void score_fragments(float (&s)[kKeys / 8][4], const uint32_t (&qf)[HD / 16][4], const bf16* Ks) {
+#pragma unroll
+  for (int nt = 0; nt < kKeys / 8; ++nt) {
+    s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) mma::mma_rows_t(s[nt], qf[kk], Ks, kRowStride<HD>, 8 * nt, 16 * kk);
+  }
+}
+
+// Masks (key past the row or past T), scales by scale_log2 = scale log2(e), and turns s into P =
+// 2^(s - m_new) with the online softmax's running max m (base 2) and sum l of this thread's two rows (row g: i = 0, row g + 8: i = 1); the
+// four lanes of a row group (same g) hold one row between them. Returns the rescale factors in alpha.
+__device__ void softmax_fragments(float (&s)[kKeys / 8][4], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                  int row_a, int c0, int T, float scale_log2) {
+  const int t = threadIdx.x % 4;
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int nt = 0; nt < kKeys / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = c0 + 8 * nt + 2 * t + (e & 1), row = row_a + 8 * (e >> 1);
+      s[nt][e] = key <= row && key < T ? s[nt][e] * scale_log2 : -INFINITY;
+      mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
+    }
+  float sum[2] = {0.0f, 0.0f}, m_new[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+    m_new[i] = fmaxf(m[i], mx[i]);  // finite: key 0 is in every row's first tile
+    alpha[i] = exp2f(m[i] - m_new[i]);
+  }
+#pragma unroll
+  for (int nt = 0; nt < kKeys / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[nt][e] = exp2f(s[nt][e] - m_new[e >> 1]);
+      sum[e >> 1] += s[nt][e];
+    }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 1);
+    sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
+    l[i] = l[i] * alpha[i] + sum[i];
+    m[i] = m_new[i];
+  }
+}
+
+// o (16 x HD, as HD / 8 C fragments) += P (16 x kKeys, rounded to bf16) V (kKeys x HD).
+template <int HD>
+__device__ void accumulate_pv(float (&o)[HD / 8][4], const float (&p)[kKeys / 8][4], const bf16* Vs) {
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    uint32_t pa[4];
+    mma::a_from_c(pa, p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+    for (int nt = 0; nt < HD / 8; ++nt) mma::mma_rows(o[nt], pa, Vs, kRowStride<HD>, 16 * kk, 8 * nt);
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) attn_fwd_mma(bf16* out, float* lse, const bf16* q, const bf16* k,
+                                                         const bf16* v, AttnDims n, float scale_log2) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int ld = kRowStride<HD>;
+  bf16 *Qs = reinterpret_cast<bf16*>(smem_raw), *Ks = Qs + kRows * ld, *Vs = Ks + kKeys * ld;
+  const int T = n.T, H = n.H;
+  const int r0 = (gridDim.x - 1 - blockIdx.x) * kRows, h = blockIdx.y, b = blockIdx.z, kvh = h / (H / n.KV);
+  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int64_t od = static_cast<int64_t>(H) * HD, kvd = n.kvs;  // out packed; q rows n.qs apart, k / v kvd
+  const int64_t kv_off = static_cast<int64_t>(b) * T * kvd + kvh * HD;
+  mma::load_tile<HD, kThreads>(Qs, q + static_cast<int64_t>(b) * T * n.qs + h * HD, n.qs, r0, kRows, T);
+  __syncthreads();
+  uint32_t qf[HD / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) mma::load_a(qf[kk], Qs, ld, warp * 16, 16 * kk);
+  float o[HD / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int row_a = r0 + warp * 16 + g, last_row = min(r0 + kRows, T) - 1;
+  for (int c0 = 0; c0 <= last_row; c0 += kKeys) {
+    __syncthreads();  // every warp is done with the previous K, V tile
+    mma::load_tile<HD, kThreads>(Ks, k + kv_off, kvd, c0, kKeys, T);
+    mma::load_tile<HD, kThreads>(Vs, v + kv_off, kvd, c0, kKeys, T);
+    __syncthreads();
+    float s[kKeys / 8][4], alpha[2];
+    score_fragments<HD>(s, qf, Ks);
+    softmax_fragments(s, m, l, alpha, row_a, c0, T, scale_log2);
+#pragma unroll
+    for (int nt = 0; nt < HD / 8; ++nt) {
+      o[nt][0] *= alpha[0], o[nt][1] *= alpha[0];
+      o[nt][2] *= alpha[1], o[nt][3] *= alpha[1];
+    }
+    accumulate_pv<HD>(o, s, Vs);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = row_a + 8 * i;
+    if (row >= T) continue;
+    const float inv = 1.0f / l[i];
+    bf16* orow = out + (static_cast<int64_t>(b) * T + row) * od + h * HD + 2 * t;
+#pragma unroll
+    for (int nt = 0; nt < HD / 8; ++nt)
+      *reinterpret_cast<uint32_t*>(orow + 8 * nt) = mma::pack(o[nt][2 * i] * inv, o[nt][2 * i + 1] * inv);
+    if (t == 0) lse[(static_cast<int64_t>(b) * H + h) * T + row] = m[i] * mma::kLn2 + logf(l[i]);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <int HD>
+void launch(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnDims& n,
+            cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(kRows + 2 * kKeys) * kRowStride<HD> * sizeof(bf16);
+  JTOK_CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  const dim3 grid((n.T + kRows - 1) / kRows, n.H, n.B);
+  const float scale_log2 = mma::kLog2e / std::sqrt(static_cast<float>(HD));
+  attn_fwd_mma<HD><<<grid, kThreads, smem, stream>>>(out, lse, q, k, v, n, scale_log2);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void attention_forward_mma(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnDims& n,
+                           int hd, cudaStream_t stream) {
+  if (!aligned16(out) || !aligned16(q) || !aligned16(k) || !aligned16(v) || n.qs % 8 != 0 || n.kvs % 8 != 0)
+    fail("cuda attention: bf16 q, k, v and out must be 16-byte aligned with token strides a multiple of 8 (q ", n.qs,
+         ", kv ", n.kvs, ")");
+  if (hd == 64)
+    launch<64>(out, lse, q, k, v, n, stream);
+  else
+    launch<128>(out, lse, q, k, v, n, stream);
+}
+
+}  // namespace jtok::cuda

@@ -1,0 +1,32 @@
+// The bf16 attention on the tensor cores (mma.sync m16n8k16, fp32 accumulation), internal to
+// src/cuda: attention_forward / attention_backward<__nv_bfloat16> (cuda/attention.h) run these; the
+// layouts are that header's.
+//   q (B,T,H,hd), k, v (B,T,KV,hd), out (B,T,H,hd) bf16, 16-byte aligned; lse (B,H,T) fp32.
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+namespace jtok::cuda {
+
+// The checked shape of one attention call (cuda/attention.cu check_dims): KV divides H; qs, kvs the
+// token row strides of q (and dq) and of k, v (and dk, dv), in elements (cuda/attention.h AttnStrides).
+struct AttnDims {
+  int B, T, H, KV;
+  int64_t qs, kvs;
+};
+
+// hd 64 or 128, B, T > 0 (checked by the caller); pointers 16-byte aligned and strides multiples of 8
+// (checked here).
+void attention_forward_mma(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                           const __nv_bfloat16* v, const AttnDims& n, int hd, cudaStream_t stream);
+
+// dq (B,T,H,hd), dk, dv (B,T,KV,hd) += the gradients (cuda/attention_mma_bwd.cu); row_terms (B,H,T)
+// = sum_i dout_ti out_ti, already computed.
+void attention_backward_mma(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const float* row_terms,
+                            const __nv_bfloat16* dout, const float* lse, const __nv_bfloat16* q,
+                            const __nv_bfloat16* k, const __nv_bfloat16* v, const AttnDims& n, int hd,
+                            cudaStream_t stream);
+
+}  // namespace jtok::cuda

@@ -1,0 +1,215 @@
+// The bf16 attention backward on the tensor cores (FlashAttention-2's algorithm, no atomics).
+//   q, dout, dq (B,T,H,hd), k, v, dk, dv (B,T,KV,hd) bf16; lse, row_terms D (B,H,T) fp32.
+// Two kernels; each gradient element is written by one thread, summed in a fixed order:
+//  dk, dv: one block per (kKeyBlock keys, kv head, batch), a warp per 16 keys, its dk and dv in
+//    registers. For each query head of the group and each tile of kQTile queries from the diagonal
+//    on: S^T = K Q^T and dP^T = V dO^T (keys x queries), P^T = exp(scale S^T - lse), dS^T =
+//    P^T (dP^T - D), then dV += P^T dO and dK += dS^T Q (P^T and dS^T rounded to bf16 as operands).
+//  dq: one block per (kQBlock query rows, head, batch), a warp per 16 rows; for each key tile up to
+//    the diagonal: S = Q K^T, dP = dO V^T, dS as above, dQ += dS K.
+// Both recompute the scores (the price of no atomics: ~1.4x the flops of FlashAttention-2's single
+// pass with an atomic dq).
+#include <cmath>
+
+#include "cuda/attention_mma.h"
+#include "cuda/check.h"
+#include "cuda/mma_bf16.cuh"
+
+namespace jtok::cuda {
+namespace {
+
+using mma::bf16;
+using mma::kRowStride;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kKeyBlock = 16 * kWarps;  // keys per dk/dv block
+constexpr int kQTile = 32;              // queries per step of the dk/dv loop (divides kKeyBlock)
+constexpr int kQBlock = 16 * kWarps;    // query rows per dq block
+constexpr int kKeyTile = 32;            // keys per step of the dq loop
+
+// x = A[row0 .. row0+16) . Bx^T and y = Ay[rows] . By^T, as N / 8 C fragments (16 x N): the score and
+// its gradient's tile for this warp; Bx, By are row-major (N, HD) tiles (rows are the columns of x).
+template <int HD, int N>
+__device__ void score_pair(float (&x)[N / 8][4], float (&y)[N / 8][4], const bf16* Ax, const bf16* Ay, const bf16* Bx,
+                           const bf16* By, int row0) {
+  constexpr int ld = kRowStride<HD>;
+#pragma unroll
+  for (int nt = 0; nt < N / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[nt][e] = y[nt][e] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    uint32_t ax[4], ay[4];
+    mma::load_a(ax, Ax, ld, row0, 16 * kk);
+    mma::load_a(ay, Ay, ld, row0, 16 * kk);
+#pragma unroll
+    for (int nt = 0; nt < N / 8; ++nt) {
+      mma::mma_rows_t(x[nt], ax, Bx, ld, 8 * nt, 16 * kk);
+      mma::mma_rows_t(y[nt], ay, By, ld, 8 * nt, 16 * kk);
+    }
+  }
+}
+
+// acc (16 x HD, as HD / 8 C fragments) += X (16 x N, C fragments, rounded to bf16) M (N x HD, row-major).
+template <int HD, int N>
+__device__ void accumulate(float (&acc)[HD / 8][4], const float (&x)[N / 8][4], const bf16* M) {
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk) {
+    uint32_t a[4];
+    mma::a_from_c(a, x[2 * kk], x[2 * kk + 1]);
+#pragma unroll
+    for (int nt = 0; nt < HD / 8; ++nt) mma::mma_rows(acc[nt], a, M, kRowStride<HD>, 16 * kk, 8 * nt);
+  }
+}
+
+// One score: s becomes P = exp(scale s - lse) = 2^(scale_log2 s - lse2) (lse2 = lse log2(e), mma_bf16.cuh),
+// dp becomes dS = P (dp - D); both 0 unless valid (causal and inside T; lse2 and D are not read then).
+__device__ inline void probs_and_grad(float& s, float& dp, bool valid, float scale_log2, const float& lse2,
+                                      const float& D) {
+  const float p = valid ? exp2f(s * scale_log2 - lse2) : 0.0f;
+  dp = valid ? p * (dp - D) : 0.0f;
+  s = p;
+}
+
+// rows (bf16, row stride ld) r and r + 8 of a warp's 16-row C fragments += scale acc, rows < T only.
+template <int HD>
+__device__ void add_rows(bf16* base, int64_t ld, int row_a, int T, float scale, const float (&acc)[HD / 8][4]) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = row_a + 8 * i;
+    if (row >= T) continue;
+    bf16* r = base + static_cast<int64_t>(row) * ld + 2 * t;
+#pragma unroll
+    for (int nt = 0; nt < HD / 8; ++nt) mma::add_pair(r + 8 * nt, scale, acc[nt][2 * i], acc[nt][2 * i + 1]);
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const float* lse,
+                                                              const float* D, const bf16* q, const bf16* k,
+                                                              const bf16* v, AttnDims n, float scale) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int ld = kRowStride<HD>;
+  bf16 *Ks = reinterpret_cast<bf16*>(smem_raw), *Vs = Ks + kKeyBlock * ld, *Qs = Vs + kKeyBlock * ld;
+  bf16* dOs = Qs + kQTile * ld;
+  float *lse_s = reinterpret_cast<float*>(dOs + kQTile * ld), *D_s = lse_s + kQTile;
+  const int T = n.T, H = n.H;
+  const int c0 = blockIdx.x * kKeyBlock, kvh = blockIdx.y, b = blockIdx.z, group = H / n.KV;
+  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int64_t od = static_cast<int64_t>(H) * HD, qd = n.qs, kvd = n.kvs;  // dout packed; q, k / v / dk / dv strided
+  const int64_t kv_off = static_cast<int64_t>(b) * T * kvd + kvh * HD;
+  mma::load_tile<HD, kThreads>(Ks, k + kv_off, kvd, c0, kKeyBlock, T);
+  mma::load_tile<HD, kThreads>(Vs, v + kv_off, kvd, c0, kKeyBlock, T);
+  float acc_k[HD / 8][4] = {}, acc_v[HD / 8][4] = {};
+  const int key_a = c0 + warp * 16 + g;  // this thread's keys: key_a and key_a + 8
+  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+    const int64_t q_off = static_cast<int64_t>(b) * T * qd + h * HD, row_off = (static_cast<int64_t>(b) * H + h) * T;
+    const int64_t o_off = static_cast<int64_t>(b) * T * od + h * HD;
+    for (int r0 = c0; r0 < T; r0 += kQTile) {  // queries before c0 see none of these keys
+      __syncthreads();                          // the previous step's Q, dO, lse, D are read
+      mma::load_tile<HD, kThreads>(Qs, q + q_off, qd, r0, kQTile, T);
+      mma::load_tile<HD, kThreads>(dOs, dout + o_off, od, r0, kQTile, T);
+      if (threadIdx.x < kQTile) {
+        const int r = r0 + threadIdx.x;
+        lse_s[threadIdx.x] = r < T ? lse[row_off + r] * mma::kLog2e : 0.0f;
+        D_s[threadIdx.x] = r < T ? D[row_off + r] : 0.0f;
+      }
+      __syncthreads();
+      float st[kQTile / 8][4], dpt[kQTile / 8][4];  // keys x queries
+      score_pair<HD, kQTile>(st, dpt, Ks, Vs, Qs, dOs, warp * 16);
+#pragma unroll
+      for (int nt = 0; nt < kQTile / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int ql = 8 * nt + 2 * t + (e & 1), query = r0 + ql, key = key_a + 8 * (e >> 1);
+          probs_and_grad(st[nt][e], dpt[nt][e], query >= key && query < T, scale * mma::kLog2e, lse_s[ql], D_s[ql]);
+        }
+      accumulate<HD, kQTile>(acc_v, st, dOs);
+      accumulate<HD, kQTile>(acc_k, dpt, Qs);
+    }
+  }
+  add_rows<HD>(dk + kv_off, kvd, key_a, T, scale, acc_k);
+  add_rows<HD>(dv + kv_off, kvd, key_a, T, 1.0f, acc_v);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma(bf16* dq, const bf16* dout, const float* lse,
+                                                            const float* D, const bf16* q, const bf16* k,
+                                                            const bf16* v, AttnDims n, float scale) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int ld = kRowStride<HD>;
+  bf16 *Qs = reinterpret_cast<bf16*>(smem_raw), *dOs = Qs + kQBlock * ld, *Ks = dOs + kQBlock * ld;
+  bf16* Vs = Ks + kKeyTile * ld;
+  const int T = n.T, H = n.H;
+  const int r0 = (gridDim.x - 1 - blockIdx.x) * kQBlock, h = blockIdx.y, b = blockIdx.z, kvh = h / (H / n.KV);
+  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int64_t od = static_cast<int64_t>(H) * HD, qd = n.qs, kvd = n.kvs;  // dout packed; q / dq, k / v strided
+  const int64_t q_off = static_cast<int64_t>(b) * T * qd + h * HD, kv_off = static_cast<int64_t>(b) * T * kvd + kvh * HD;
+  const int64_t row_off = (static_cast<int64_t>(b) * H + h) * T;
+  mma::load_tile<HD, kThreads>(Qs, q + q_off, qd, r0, kQBlock, T);
+  mma::load_tile<HD, kThreads>(dOs, dout + static_cast<int64_t>(b) * T * od + h * HD, od, r0, kQBlock, T);
+  const int row_a = r0 + warp * 16 + g;  // this thread's rows: row_a and row_a + 8
+  float lse_r[2], D_r[2];  // lse in base 2
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    lse_r[i] = row_a + 8 * i < T ? lse[row_off + row_a + 8 * i] * mma::kLog2e : 0.0f;
+    D_r[i] = row_a + 8 * i < T ? D[row_off + row_a + 8 * i] : 0.0f;
+  }
+  float acc[HD / 8][4] = {};
+  const int last_row = min(r0 + kQBlock, T) - 1;
+  for (int c0 = 0; c0 <= last_row; c0 += kKeyTile) {
+    __syncthreads();  // Q, dO are written (first step) and the previous K, V are read
+    mma::load_tile<HD, kThreads>(Ks, k + kv_off, kvd, c0, kKeyTile, T);
+    mma::load_tile<HD, kThreads>(Vs, v + kv_off, kvd, c0, kKeyTile, T);
+    __syncthreads();
+    float s[kKeyTile / 8][4], dp[kKeyTile / 8][4];  // rows x keys
+    score_pair<HD, kKeyTile>(s, dp, Qs, dOs, Ks, Vs, warp * 16);
+#pragma unroll
+    for (int nt = 0; nt < kKeyTile / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = c0 + 8 * nt + 2 * t + (e & 1), row = row_a + 8 * (e >> 1);
+        probs_and_grad(s[nt][e], dp[nt][e], key <= row && row < T, scale * mma::kLog2e, lse_r[e >> 1], D_r[e >> 1]);
+      }
+    accumulate<HD, kKeyTile>(acc, dp, Ks);
+  }
+  add_rows<HD>(dq + q_off, qd, row_a, T, scale, acc);
+}
+
+template <int HD>
+void launch(bf16* dq, bf16* dk, bf16* dv, const float* D, const bf16* dout, const float* lse, const bf16* q,
+            const bf16* k, const bf16* v, const AttnDims& n, cudaStream_t stream) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  const size_t row_bytes = kRowStride<HD> * sizeof(bf16);
+  const size_t smem_dq = (2 * kQBlock + 2 * kKeyTile) * row_bytes;
+  JTOK_CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dq_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem_dq)));
+  attn_bwd_dq_mma<HD><<<dim3((n.T + kQBlock - 1) / kQBlock, n.H, n.B), kThreads, smem_dq, stream>>>(
+      dq, dout, lse, D, q, k, v, n, scale);
+  JTOK_CUDA_CHECK_LAUNCH();
+  const size_t smem_kv = (2 * kKeyBlock + 2 * kQTile) * row_bytes + 2 * kQTile * sizeof(float);
+  JTOK_CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkdv_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem_kv)));
+  attn_bwd_dkdv_mma<HD><<<dim3((n.T + kKeyBlock - 1) / kKeyBlock, n.KV, n.B), kThreads, smem_kv, stream>>>(
+      dk, dv, dout, lse, D, q, k, v, n, scale);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void attention_backward_mma(bf16* dq, bf16* dk, bf16* dv, const float* row_terms, const bf16* dout, const float* lse,
+                            const bf16* q, const bf16* k, const bf16* v, const AttnDims& n, int hd,
+                            cudaStream_t stream) {
+  if (!aligned16(dout) || !aligned16(q) || !aligned16(k) || !aligned16(v) || n.qs % 8 != 0 || n.kvs % 8 != 0)
+    fail("cuda attention backward: bf16 q, k, v and dout must be 16-byte aligned with token strides a multiple of 8 (q ",
+         n.qs, ", kv ", n.kvs, ")");
+  if (hd == 64)
+    launch<64>(dq, dk, dv, row_terms, dout, lse, q, k, v, n, stream);
+  else
+    launch<128>(dq, dk, dv, row_terms, dout, lse, q, k, v, n, stream);
+}
+
+}  // namespace jtok::cuda

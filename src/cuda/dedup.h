@@ -1,0 +1,32 @@
+// Token-id deduplication on the GPU, src/model/token_table.h's dedup_ids (RowBatch) exactly: the
+// positions sorted by id, stably (cub's radix sort), the runs of equal ids found (run-length
+// encode) and their offsets (exclusive scan). The token embedding's backward and JTok's gather and
+// row-sparse gradients all walk it; every walk goes in position order within an id, so the sums it
+// drives add in the CPU's order.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace jtok::cuda {
+
+// Device arrays of one micro-batch's ids (N). Sizes are N bounds: only the first U entries (U+1
+// for offsets) hold the result, U = *num_unique (on the device; copy it back only if the host needs
+// it). Unused unique / offsets entries: N-valued offsets, unique entries unset.
+struct DeviceRowBatch {
+  int32_t* unique = nullptr;      // (N) sorted distinct ids, first U
+  int32_t* inverse = nullptr;     // (N) position -> index into unique
+  int32_t* offsets = nullptr;     // (N+1) positions of unique[u] are order[offsets[u]..offsets[u+1])
+  int32_t* order = nullptr;       // (N) positions grouped by id, increasing within an id
+  int32_t* num_unique = nullptr;  // (1) U
+};
+
+// Bytes of scratch dedup_ids needs for N ids below V (cub's temporary storage and the sorted keys).
+size_t dedup_scratch_bytes(int64_t N, int64_t V);
+
+// ids (N) in [0, V) (checked on the host, where the batch was read) -> rb. scratch: dedup_scratch_bytes.
+void dedup_ids(const DeviceRowBatch& rb, const int32_t* ids, int64_t N, int64_t V, void* scratch, size_t scratch_bytes,
+               cudaStream_t stream);
+
+}  // namespace jtok::cuda

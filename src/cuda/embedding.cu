@@ -1,0 +1,76 @@
+// Token embedding forward (one thread an element) and backward (one block a unique id: each thread
+// a column, the id's positions in order) (src/cuda/embedding.h).
+#include "cuda/check.h"
+#include "cuda/common.cuh"
+#include "cuda/embedding.h"
+
+namespace jtok::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__global__ void embedding_forward_kernel(T* out, const int32_t* ids, const T* weight, int64_t N, int64_t C) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= N * C) return;
+  const int64_t n = i / C, c = i % C;
+  out[i] = weight[static_cast<int64_t>(ids[n]) * C + c];
+}
+
+// Block u < U: dst row (by_id: dweight + unique[u]*C, accumulating onto it; else rows + u*C from 0)
+// plus the dout rows of order[offsets[u] .. offsets[u+1]), in that order.
+template <typename T>
+__global__ void embedding_backward_kernel(float* dst, bool by_id, const T* dout, DeviceRowBatch rb, int64_t C) {
+  const int u = blockIdx.x;
+  if (u >= *rb.num_unique) return;
+  float* row = dst + (by_id ? static_cast<int64_t>(rb.unique[u]) : static_cast<int64_t>(u)) * C;
+  const int lo = rb.offsets[u], hi = rb.offsets[u + 1];
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float acc = by_id ? row[c] : 0.0f;
+    for (int i = lo; i < hi; ++i) acc += to_f32(dout[static_cast<int64_t>(rb.order[i]) * C + c]);
+    row[c] = acc;
+  }
+}
+
+template <typename T>
+void launch_backward(float* dst, bool by_id, const T* dout, const DeviceRowBatch& rb, int64_t N, int64_t C,
+                     cudaStream_t stream) {
+  if (N == 0) return;
+  embedding_backward_kernel<T><<<static_cast<int>(N), kThreads, 0, stream>>>(dst, by_id, dout, rb, C);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+template <typename T>
+void embedding_forward(T* out, const int32_t* ids, const T* weight, int64_t N, int64_t C, cudaStream_t stream) {
+  if (N * C == 0) return;
+  embedding_forward_kernel<T><<<ceil_div(N * C, kThreads), kThreads, 0, stream>>>(out, ids, weight, N, C);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void embedding_backward(float* dweight, const T* dout, const DeviceRowBatch& rb, int64_t N, int64_t C,
+                        cudaStream_t stream) {
+  launch_backward(dweight, true, dout, rb, N, C, stream);
+}
+
+template <typename T>
+void embedding_backward_rows(float* grad_rows, const T* dout, const DeviceRowBatch& rb, int64_t N, int64_t C,
+                             cudaStream_t stream) {
+  launch_backward(grad_rows, false, dout, rb, N, C, stream);
+}
+
+template void embedding_forward<float>(float*, const int32_t*, const float*, int64_t, int64_t, cudaStream_t);
+template void embedding_forward<__nv_bfloat16>(__nv_bfloat16*, const int32_t*, const __nv_bfloat16*, int64_t, int64_t,
+                                               cudaStream_t);
+template void embedding_backward<float>(float*, const float*, const DeviceRowBatch&, int64_t, int64_t, cudaStream_t);
+template void embedding_backward<__nv_bfloat16>(float*, const __nv_bfloat16*, const DeviceRowBatch&, int64_t, int64_t,
+                                                cudaStream_t);
+template void embedding_backward_rows<float>(float*, const float*, const DeviceRowBatch&, int64_t, int64_t,
+                                             cudaStream_t);
+template void embedding_backward_rows<__nv_bfloat16>(float*, const __nv_bfloat16*, const DeviceRowBatch&, int64_t,
+                                                     int64_t, cudaStream_t);
+
+}  // namespace jtok::cuda

@@ -1,0 +1,144 @@
+// JTok (src/cuda/jtok.h). Prepare: one block a unique id (gather, block sum of squares, scale).
+// Forward and dmlp: one thread an element. Table gradient: one block a unique id, each thread its
+// columns, the id's positions in order; the row's dot and norm by block sums; ds per id into
+// scratch, summed over ids in id order by a second kernel.
+#include "cuda/check.h"
+#include "cuda/common.cuh"
+#include "cuda/jtok.h"
+
+namespace jtok::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__global__ void jtok_prepare_kernel(T* nrows, float* inv_norm, const T* E, DeviceRowBatch rb, int64_t d, float eps,
+                                    bool norm) {
+  __shared__ float red[32];
+  const int u = blockIdx.x;
+  if (u >= *rb.num_unique) return;
+  const T* e = E + static_cast<int64_t>(rb.unique[u]) * d;
+  float ss = 0.0f;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) ss += to_f32(e[j]) * to_f32(e[j]);
+  ss = block_sum(ss, red);
+  const float inv = norm ? 1.0f / (sqrtf(ss) + eps) : 1.0f;
+  if (threadIdx.x == 0) inv_norm[u] = inv;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) nrows[u * d + j] = from_f32<T>(to_f32(e[j]) * inv);
+}
+
+// out (N,d) = a + b * (1 + s * nrows[inverse[n]]) (forward: a = h_mid, b = mlp_out); with a null,
+// out = b * p (the backward's dmlp = dh * p).
+template <typename T>
+__global__ void jtok_gate_kernel(T* out, const T* a, const T* b, const T* s, const T* nrows, const int32_t* inverse,
+                                 int64_t N, int64_t d) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= N * d) return;
+  const int64_t n = i / d, j = i % d;
+  const float p = 1.0f + to_f32(s[j]) * to_f32(nrows[static_cast<int64_t>(inverse[n]) * d + j]);
+  const float v = to_f32(b[i]) * p;
+  out[i] = from_f32<T>(a ? to_f32(a[i]) + v : v);
+}
+
+// Block u < U. Dynamic shared memory: d floats of dL/dNorm(E).
+template <typename T>
+__global__ void jtok_table_grad_kernel(float* gE, uint8_t* touched, float* ds_part, const T* dh, const T* mlp_out,
+                                       const T* s, const T* E, const T* nrows, const float* inv_norm,
+                                       DeviceRowBatch rb, int64_t d, bool norm) {
+  extern __shared__ float dnorm[];
+  __shared__ float red[32];
+  const int u = blockIdx.x;
+  if (u >= *rb.num_unique) return;
+  const int64_t id = rb.unique[u];
+  const T* e = E + id * d;
+  const int lo = rb.offsets[u], hi = rb.offsets[u + 1];
+  float dot = 0.0f, ss = 0.0f;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    float sdp = 0.0f;  // sum over the id's positions of dh * mlp_out = dL/dp
+    for (int i = lo; i < hi; ++i) {
+      const int64_t at = static_cast<int64_t>(rb.order[i]) * d + j;
+      sdp += to_f32(dh[at]) * to_f32(mlp_out[at]);
+    }
+    ds_part[u * d + j] = sdp * to_f32(nrows[u * d + j]);
+    sdp *= to_f32(s[j]);  // now dL/dNorm(E)
+    dnorm[j] = sdp;
+    const float ej = to_f32(e[j]);
+    dot += ej * sdp;
+    ss += ej * ej;
+  }
+  dot = block_sum(dot, red);
+  ss = block_sum(ss, red);
+  const float inv = inv_norm[u];
+  // Through the norm: dE = dNorm / (r + eps) - E (E . dNorm) / (r (r + eps)^2),  r = ||E||.
+  const float r = sqrtf(ss);
+  const float c = r > 0.0f ? dot * inv * inv / r : 0.0f;
+  float* out = gE + id * d;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+    out[j] += norm ? dnorm[j] * inv - to_f32(e[j]) * c : dnorm[j];
+  if (threadIdx.x == 0) touched[id] = 1;
+}
+
+// ds (d) += sum over u < U of ds_part (U, d), in u order.
+__global__ void jtok_ds_kernel(float* ds, const float* ds_part, const int32_t* num_unique, int64_t d) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= d) return;
+  const int U = *num_unique;
+  float acc = 0.0f;
+  for (int u = 0; u < U; ++u) acc += ds_part[u * d + j];
+  ds[j] += acc;
+}
+
+}  // namespace
+
+template <typename T>
+void jtok_prepare(T* nrows, float* inv_norm, const T* E, const DeviceRowBatch& rb, int64_t N, int64_t d, float eps,
+                  bool norm, cudaStream_t stream) {
+  if (N == 0) return;
+  jtok_prepare_kernel<T><<<static_cast<int>(N), kThreads, 0, stream>>>(nrows, inv_norm, E, rb, d, eps, norm);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void jtok_forward(T* h_next, const T* h_mid, const T* mlp_out, const T* s, const T* nrows, const DeviceRowBatch& rb,
+                  int64_t N, int64_t d, cudaStream_t stream) {
+  if (N * d == 0) return;
+  jtok_gate_kernel<T><<<ceil_div(N * d, kThreads), kThreads, 0, stream>>>(h_next, h_mid, mlp_out, s, nrows, rb.inverse,
+                                                                          N, d);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void jtok_backward(T* dmlp, float* ds, float* gE, uint8_t* touched, float* scratch, const T* dh, const T* mlp_out,
+                   const T* s, const T* E, const T* nrows, const float* inv_norm, const DeviceRowBatch& rb, int64_t N,
+                   int64_t d, bool norm, cudaStream_t stream) {
+  if (N * d == 0) return;
+  const size_t shared = static_cast<size_t>(d) * sizeof(float);
+  JTOK_CHECK(shared <= 48 * 1024, "jtok_backward: d = ", d, " exceeds the 12288 columns of its shared row");
+  jtok_table_grad_kernel<T><<<static_cast<int>(N), kThreads, shared, stream>>>(gE, touched, scratch, dh, mlp_out, s, E,
+                                                                                nrows, inv_norm, rb, d, norm);
+  JTOK_CUDA_CHECK_LAUNCH();
+  jtok_ds_kernel<<<ceil_div(d, kThreads), kThreads, 0, stream>>>(ds, scratch, rb.num_unique, d);
+  JTOK_CUDA_CHECK_LAUNCH();
+  jtok_gate_kernel<T><<<ceil_div(N * d, kThreads), kThreads, 0, stream>>>(dmlp, nullptr, dh, s, nrows, rb.inverse, N,
+                                                                          d);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+template void jtok_prepare<float>(float*, float*, const float*, const DeviceRowBatch&, int64_t, int64_t, float, bool,
+                                  cudaStream_t);
+template void jtok_prepare<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, const DeviceRowBatch&, int64_t,
+                                          int64_t, float, bool, cudaStream_t);
+template void jtok_forward<float>(float*, const float*, const float*, const float*, const float*,
+                                  const DeviceRowBatch&, int64_t, int64_t, cudaStream_t);
+template void jtok_forward<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                                          const __nv_bfloat16*, const __nv_bfloat16*, const DeviceRowBatch&, int64_t,
+                                          int64_t, cudaStream_t);
+template void jtok_backward<float>(float*, float*, float*, uint8_t*, float*, const float*, const float*, const float*,
+                                   const float*, const float*, const float*, const DeviceRowBatch&, int64_t, int64_t,
+                                   bool, cudaStream_t);
+template void jtok_backward<__nv_bfloat16>(__nv_bfloat16*, float*, float*, uint8_t*, float*, const __nv_bfloat16*,
+                                           const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                                           const __nv_bfloat16*, const float*, const DeviceRowBatch&, int64_t, int64_t,
+                                           bool, cudaStream_t);
+
+}  // namespace jtok::cuda

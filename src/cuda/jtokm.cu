@@ -1,0 +1,228 @@
+// JTok-M (src/cuda/jtokm.h). Routing: one thread a position (n_e and K are small); its statistics
+// and aux loss: one block, double sums in a fixed tree. Mix + norm + inject and dw: one block a
+// position. dL/de: a block a range of positions, ds per column in shared memory, then the blocks'
+// partials in block order. Table gradients: one block a unique id, table by table, positions in order.
+#include "cuda/check.h"
+#include "cuda/common.cuh"
+#include "cuda/jtokm.h"
+
+namespace jtok::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxDeBlocks = 512;
+
+__global__ void route_kernel(float* sig, int32_t* sel, float* w, const float* logits, int64_t N, int ne, int K) {
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const float* g = logits + n * ne;
+  float* sg = sig + n * ne;
+  for (int i = 0; i < ne; ++i) sg[i] = 1.0f / (1.0f + expf(-g[i]));
+  int32_t* s = sel + n * K;
+  for (int j = 0; j < K; ++j) {  // top_k_lower_index: the first maximum among the unchosen
+    int best = -1;
+    for (int e = 0; e < ne; ++e) {
+      bool taken = false;
+      for (int i = 0; i < j; ++i) taken |= s[i] == e;
+      if (!taken && (best < 0 || g[e] > g[best])) best = e;
+    }
+    s[j] = best;
+  }
+  float sum = 0.0f;
+  for (int k = 0; k < K; ++k) sum += sg[s[k]];
+  for (int k = 0; k < K; ++k) w[n * K + k] = sg[s[k]] / sum;
+}
+
+// One block: load (n_e), prob_sum (n_e), aux (1).
+__global__ void route_stats_kernel(JTokMDeviceActs acts, int64_t N, int ne, int K, double lambda) {
+  __shared__ double red[32];
+  double P[kJTokMMaxTables], L[kJTokMMaxTables];
+  for (int i = 0; i < ne; ++i) P[i] = 0.0, L[i] = 0.0;
+  for (int64_t n = threadIdx.x; n < N; n += blockDim.x) {
+    const float* sg = acts.sig + n * ne;
+    double all = 0.0;
+    for (int i = 0; i < ne; ++i) all += sg[i];
+    for (int i = 0; i < ne; ++i) P[i] += sg[i] / all;
+    for (int k = 0; k < K; ++k) L[acts.sel[n * K + k]] += 1.0;
+  }
+  double pn = 0.0;
+  for (int i = 0; i < ne; ++i) {
+    const double p = block_sum(P[i], red), l = block_sum(L[i], red);
+    pn += p * l;
+    if (threadIdx.x == 0) acts.prob_sum[i] = p, acts.load[i] = static_cast<int32_t>(l);
+  }
+  if (threadIdx.x == 0) *acts.aux = lambda * static_cast<double>(ne) / (static_cast<double>(N) * N * K) * pn;
+}
+
+// Block n: e (d) = sum_k w_k E_{sel_k}[ids[n]], its norm, h_next += c inv s e.
+__global__ void mix_inject_kernel(float* h_next, JTokMDeviceActs acts, const int32_t* ids, const float* E,
+                                  const float* s, JTokMDims dm) {
+  __shared__ float red[32];
+  const int64_t n = blockIdx.x, d = dm.d;
+  const int32_t* sel = acts.sel + n * dm.K;
+  const float* w = acts.w + n * dm.K;
+  float* e = acts.e + n * d;
+  float ss = 0.0f;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    float v = 0.0f;
+    for (int64_t k = 0; k < dm.K; ++k) v += w[k] * E[(sel[k] * dm.V + ids[n]) * d + j];
+    e[j] = v;
+    ss += v * v;
+  }
+  ss = block_sum(ss, red);
+  const float inv = dm.norm ? 1.0f / (sqrtf(ss) + dm.eps) : 1.0f;
+  if (threadIdx.x == 0) acts.inv_norm[n] = inv;
+  const float ci = dm.c * inv;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) h_next[n * d + j] += ci * s[j] * e[j];
+}
+
+// Rows [b*rows, (b+1)*rows): de, and the block's ds partial (d) into ds_part. Shared: d floats.
+__global__ void backward_de_kernel(float* de, float* ds_part, JTokMDeviceActs acts, const float* dh, const float* s,
+                                   JTokMDims dm, int64_t rows) {
+  extern __shared__ float dsp[];
+  __shared__ float red[32];
+  const int64_t d = dm.d;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) dsp[j] = 0.0f;
+  const int64_t lo = blockIdx.x * rows, hi = min(dm.N, lo + rows);
+  for (int64_t n = lo; n < hi; ++n) {
+    const float* e = acts.e + n * d;
+    const float* g = dh + n * d;
+    float* dn = de + n * d;
+    const float inv = acts.inv_norm[n];
+    float dot = 0.0f, ss = 0.0f;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      dsp[j] += dm.c * inv * g[j] * e[j];  // column j is this thread's alone
+      dn[j] = dm.c * s[j] * g[j];          // dL/dNorm(e)
+      dot += e[j] * dn[j];
+      ss += e[j] * e[j];
+    }
+    dot = block_sum(dot, red);
+    ss = block_sum(ss, red);
+    if (!dm.norm) continue;
+    // Through Norm: de = dn / (r + eps) - e (e . dn) / (r (r + eps)^2).
+    const float r = sqrtf(ss);
+    const float cf = r > 0.0f ? dot * inv * inv / r : 0.0f;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) dn[j] = dn[j] * inv - e[j] * cf;
+  }
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) ds_part[blockIdx.x * d + j] = dsp[j];
+}
+
+__global__ void sum_blocks_kernel(float* ds, const float* ds_part, int64_t blocks, int64_t d) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= d) return;
+  float acc = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) acc += ds_part[b * d + j];
+  ds[j] += acc;
+}
+
+// Block n: dw_k = de . E_{sel_k}[x], then dg (n_e) through the weights and the aux loss's p.
+__global__ void backward_router_kernel(float* dg, JTokMDeviceActs acts, const float* de, const int32_t* ids,
+                                       const float* E, float aux_grad, JTokMDims dm) {
+  __shared__ float red[32];
+  __shared__ float dw[kJTokMMaxTables];
+  const int64_t n = blockIdx.x, d = dm.d;
+  const int ne = static_cast<int>(dm.n_e), K = static_cast<int>(dm.K);
+  const int32_t* sel = acts.sel + n * K;
+  for (int k = 0; k < K; ++k) {
+    const float* row = E + (sel[k] * dm.V + ids[n]) * d;
+    float acc = 0.0f;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) acc += de[n * d + j] * row[j];
+    acc = block_sum(acc, red);
+    if (threadIdx.x == 0) dw[k] = acc;
+  }
+  if (threadIdx.x != 0) return;
+  const float* wk = acts.w + n * K;
+  const float* sg = acts.sig + n * ne;
+  float ssel = 0.0f, wdw = 0.0f, sall = 0.0f, pdp = 0.0f;
+  float dp[kJTokMMaxTables], dsig[kJTokMMaxTables];
+  for (int i = 0; i < ne; ++i)  // dL/dp_t^(i) of the aux loss: the same for every position
+    dp[i] = static_cast<float>(aux_grad * dm.lambda * static_cast<double>(ne) * acts.load[i] /
+                               (static_cast<double>(dm.N) * dm.N * K));
+  for (int k = 0; k < K; ++k) ssel += sg[sel[k]], wdw += wk[k] * dw[k];
+  for (int i = 0; i < ne; ++i) sall += sg[i];
+  for (int i = 0; i < ne; ++i) pdp += sg[i] / sall * dp[i];
+  for (int i = 0; i < ne; ++i) dsig[i] = (dp[i] - pdp) / sall;
+  for (int k = 0; k < K; ++k) dsig[sel[k]] += (dw[k] - wdw) / ssel;
+  for (int i = 0; i < ne; ++i) dg[n * ne + i] = dsig[i] * sg[i] * (1.0f - sg[i]);
+}
+
+// Block u < U: for each table i some position of u selected, row (i, unique[u]) += w * de over
+// those positions in order.
+__global__ void backward_tables_kernel(float* gE, uint8_t* touched, JTokMDeviceActs acts, const float* de,
+                                       DeviceRowBatch rb, JTokMDims dm) {
+  const int u = blockIdx.x;
+  if (u >= *rb.num_unique) return;
+  const int64_t id = rb.unique[u], d = dm.d;
+  const int lo = rb.offsets[u], hi = rb.offsets[u + 1];
+  for (int64_t i = 0; i < dm.n_e; ++i) {
+    bool any = false;
+    for (int p = lo; p < hi && !any; ++p)
+      for (int64_t k = 0; k < dm.K; ++k) any |= acts.sel[rb.order[p] * dm.K + k] == i;
+    if (!any) continue;  // the same answer in every thread
+    float* out = gE + (i * dm.V + id) * d;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      float acc = out[j];
+      for (int p = lo; p < hi; ++p) {
+        const int64_t n = rb.order[p];
+        for (int64_t k = 0; k < dm.K; ++k)
+          if (acts.sel[n * dm.K + k] == i) acc += acts.w[n * dm.K + k] * de[n * d + j];
+      }
+      out[j] = acc;
+    }
+    if (threadIdx.x == 0) touched[i * dm.V + id] = 1;
+  }
+}
+
+int64_t de_blocks(int64_t N) { return N < kMaxDeBlocks ? N : kMaxDeBlocks; }
+
+}  // namespace
+
+void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDims& dm, cudaStream_t stream) {
+  JTOK_CHECK(dm.n_e >= 1 && dm.n_e <= kJTokMMaxTables && dm.K >= 1 && dm.K <= dm.n_e, "jtokm_route: n_e ", dm.n_e,
+             ", K ", dm.K, " (n_e at most ", kJTokMMaxTables, ")");
+  if (dm.N == 0) return;
+  route_kernel<<<ceil_div(dm.N, kThreads), kThreads, 0, stream>>>(acts.sig, acts.sel, acts.w, logits, dm.N,
+                                                                  static_cast<int>(dm.n_e), static_cast<int>(dm.K));
+  JTOK_CUDA_CHECK_LAUNCH();
+  route_stats_kernel<<<1, kThreads, 0, stream>>>(acts, dm.N, static_cast<int>(dm.n_e), static_cast<int>(dm.K),
+                                                 dm.lambda);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+void jtokm_mix_inject(float* h_next, const JTokMDeviceActs& acts, const int32_t* ids, const float* E, const float* s,
+                      const JTokMDims& dm, cudaStream_t stream) {
+  if (dm.N == 0) return;
+  mix_inject_kernel<<<static_cast<int>(dm.N), kThreads, 0, stream>>>(h_next, acts, ids, E, s, dm);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+int64_t jtokm_backward_de_scratch(const JTokMDims& dm) { return de_blocks(dm.N) * dm.d; }
+
+void jtokm_backward_de(float* de, float* ds, float* scratch, const JTokMDeviceActs& acts, const float* dh,
+                       const float* s, const JTokMDims& dm, cudaStream_t stream) {
+  if (dm.N == 0) return;
+  const int64_t blocks = de_blocks(dm.N), rows = (dm.N + blocks - 1) / blocks;
+  const size_t shared = static_cast<size_t>(dm.d) * sizeof(float);
+  JTOK_CHECK(shared <= 48 * 1024, "jtokm_backward_de: d = ", dm.d, " exceeds the 12288 columns of its shared ds");
+  backward_de_kernel<<<static_cast<int>(blocks), kThreads, shared, stream>>>(de, scratch, acts, dh, s, dm, rows);
+  JTOK_CUDA_CHECK_LAUNCH();
+  sum_blocks_kernel<<<ceil_div(dm.d, kThreads), kThreads, 0, stream>>>(ds, scratch, blocks, dm.d);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+void jtokm_backward_router(float* dg, const JTokMDeviceActs& acts, const float* de, const int32_t* ids, const float* E,
+                           float aux_grad, const JTokMDims& dm, cudaStream_t stream) {
+  if (dm.N == 0) return;
+  backward_router_kernel<<<static_cast<int>(dm.N), kThreads, 0, stream>>>(dg, acts, de, ids, E, aux_grad, dm);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+void jtokm_backward_tables(float* gE, uint8_t* touched, const JTokMDeviceActs& acts, const float* de,
+                           const DeviceRowBatch& rb, const JTokMDims& dm, cudaStream_t stream) {
+  if (dm.N == 0) return;
+  backward_tables_kernel<<<static_cast<int>(dm.N), kThreads, 0, stream>>>(gE, touched, acts, de, rb, dm);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace jtok::cuda

@@ -1,0 +1,66 @@
+// JTok-M on the GPU (paper section 3.3, App. D), src/model/jtokm.cpp's arithmetic: per layer n_e
+// tables E_i (V x d, stored consecutively: E (n_e, V, d)), a router on the attention input a:
+//   g = R a (the caller's product: gemm_ref or cuBLASLt),  G = TopK(g, K) (ties to the lower index)
+//   w_i = sigmoid(g_i) / sum_{j in G} sigmoid(g_j),  e = sum_{k} w_k E_{sel_k}[x]  (k in order from 0)
+//   h_next += c * s * e / (||e|| + eps)
+// and the load-balancing aux loss lambda * n_e / (N^2 K) * sum_i P_i n_i. Table gradients go into
+// table-shaped fp32 gradients gE (n_e, V, d) with touched flags (n_e, V) for table_adamw.h, each
+// (id, table) row summed over the id's positions in position order (dedup.h): no atomics.
+// Activations and weights are fp32 here: the router and the mix are a small share of a step, and the
+// tables' master copies are fp32 (a bf16 path can follow the measurements).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda/dedup.h"
+
+namespace jtok::cuda {
+
+constexpr int kJTokMMaxTables = 32;  // n_e bound of the per-position kernels
+
+struct JTokMDims {
+  int64_t N = 0, d = 0, V = 0, n_e = 5, K = 2;
+  float c = 1.0f, eps = 1e-6f;
+  bool norm = true;
+  double lambda = 1e-4;
+};
+
+// What the forward keeps for the backward (device arrays, sized by the caller).
+struct JTokMDeviceActs {
+  float* sig = nullptr;       // (N, n_e) sigmoid(g)
+  int32_t* sel = nullptr;     // (N, K) selected tables, by descending logit
+  float* w = nullptr;         // (N, K) mixing weights
+  float* e = nullptr;         // (N, d) mixed vectors
+  float* inv_norm = nullptr;  // (N) 1 / (||e|| + eps), or 1 without the norm
+  int32_t* load = nullptr;    // (n_e) n_i, positions that selected table i
+  double* prob_sum = nullptr; // (n_e) P_i
+  double* aux = nullptr;      // (1) this layer's aux loss, lambda included
+};
+
+// logits (N, n_e) -> acts.sig, sel, w, load, prob_sum, aux.
+void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDims& dm, cudaStream_t stream);
+
+// ids (N), E (n_e, V, d), s (d) -> acts.e, inv_norm; h_next (N, d) += c * inv * s * e.
+void jtokm_mix_inject(float* h_next, const JTokMDeviceActs& acts, const int32_t* ids, const float* E, const float* s,
+                      const JTokMDims& dm, cudaStream_t stream);
+
+// Floats of scratch jtokm_backward_de needs: ds's per-block partials.
+int64_t jtokm_backward_de_scratch(const JTokMDims& dm);
+
+// dh = dL/dh_next (N, d) -> de (N, d) = dL/de; ds (d) += (per-block partials summed in block order).
+void jtokm_backward_de(float* de, float* ds, float* scratch, const JTokMDeviceActs& acts, const float* dh,
+                       const float* s, const JTokMDims& dm, cudaStream_t stream);
+
+// de, ids, E -> dg (N, n_e) = dL/dg (the mixing weights' and the aux loss's gradients through the
+// sigmoids); the caller then adds dR (n_e, d) += dg^T a and da (N, d) += dg R (two products).
+// aux_grad: dL/d(this layer's aux).
+void jtokm_backward_router(float* dg, const JTokMDeviceActs& acts, const float* de, const int32_t* ids, const float* E,
+                           float aux_grad, const JTokMDims& dm, cudaStream_t stream);
+
+// de, rb = dedup_ids(ids) -> gE (n_e, V, d) fp32: row (i, unique[u]) += sum over u's positions that
+// selected i, in position order, of w * de; touched (n_e, V) = 1 there.
+void jtokm_backward_tables(float* gE, uint8_t* touched, const JTokMDeviceActs& acts, const float* de,
+                           const DeviceRowBatch& rb, const JTokMDims& dm, cudaStream_t stream);
+
+}  // namespace jtok::cuda

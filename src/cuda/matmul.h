@@ -1,0 +1,60 @@
+// Matrix products on the GPU by cuBLASLt, in the row-major convention of ops/linear.h (jtok::gemm
+// and the linear layers: weights stored (out, in) as in PyTorch). Every product sums in fp32
+// (CUBLAS_COMPUTE_32F: no TF32 for fp32 operands, so the fp32 instantiation checks against the
+// CPU); bf16 operands use the tensor cores. Instantiated for (In, Out) = (float, float),
+// (__nv_bfloat16, __nv_bfloat16) and (__nv_bfloat16, float) (bf16 products into fp32 gradients).
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+namespace jtok::cuda {
+
+// A cuBLASLt handle, its workspace and, per product shape (and operand alignment), the descriptors
+// and the algorithm its heuristic chose, made once and reused: the same algorithm for a shape on
+// every call, so a run is bitwise reproducible. Not thread-safe, and its workspace serves one
+// stream at a time: one Matmul per stream.
+class Matmul {
+ public:
+  Matmul();
+  ~Matmul();
+  Matmul(const Matmul&) = delete;
+  Matmul& operator=(const Matmul&) = delete;
+
+  // Row-major C (M,N) = alpha op(A) op(B) + beta C (+ bias (N) on every row when bias is not null),
+  // op = transpose when trans_* is set, as jtok::gemm: A (M,K), or (K,M) if trans_a; B (K,N), or
+  // (N,K) if trans_b; lda, ldb, ldc are row strides. beta 1 accumulates (gradients).
+  template <typename In, typename Out>
+  void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const In* A, int64_t lda,
+            const In* B, int64_t ldb, float beta, Out* C, int64_t ldc, const Out* bias, cudaStream_t stream);
+
+  size_t cached_plans() const;  // distinct shapes seen so far (the heuristic ran once for each)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The GemmFn of cuda/gemm_ref.h (the fused ops' matrix product, e.g. the LM head's) by cuBLASLt:
+// the product above without bias, on this thread's Matmul (made on first use; one stream at a time
+// per thread, as a Matmul).
+template <typename In, typename Out>
+void gemm_lt(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const In* A, int64_t lda,
+             const In* B, int64_t ldb, float beta, Out* C, int64_t ldc, cudaStream_t stream);
+
+// Linear layer forward: out (N,OC) (+)= inp (N,C) weight (OC,C)^T (+ bias (OC); null: none);
+// accumulate adds to out instead of overwriting it.
+template <typename In, typename Out>
+void linear_forward(Matmul& mm, Out* out, const In* inp, const In* weight, const Out* bias, int64_t N, int64_t C,
+                    int64_t OC, bool accumulate, cudaStream_t stream);
+
+// Its backward, accumulating as the CPU's linear_backward: dinp (N,C) += dout (N,OC) weight (OC,C)
+// (null: skipped) and dweight (OC,C) += dout^T (OC,N) inp (N,C) (null: a frozen weight, skipped).
+// dinp has the activations' type; dweight is E or fp32 (master gradients).
+template <typename E, typename DW>
+void linear_backward(Matmul& mm, E* dinp, DW* dweight, const E* dout, const E* inp, const E* weight, int64_t N,
+                     int64_t C, int64_t OC, cudaStream_t stream);
+
+}  // namespace jtok::cuda

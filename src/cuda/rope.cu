@@ -1,0 +1,59 @@
+// RoPE forward and backward (src/cuda/rope.h): one thread a rotated pair (x_i, x_{i+hd/2}).
+#include "cuda/check.h"
+#include "cuda/common.cuh"
+#include "cuda/rope.h"
+
+namespace jtok::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// Pair p of B*T*H*half: token bt = p / (H*half), head h, index i; sign +1 forward, -1 backward.
+template <typename S>
+__global__ void rope_kernel(S* x, const float* cos, const float* sin, int64_t B, int64_t T, int64_t H, int64_t hd,
+                            int64_t stride, int64_t pos0, float sign) {
+  const int64_t half = hd / 2;
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p >= B * T * H * half) return;
+  const int64_t i = p % half, h = (p / half) % H, bt = p / (half * H), t = bt % T;
+  S* v = x + bt * stride + h * hd;
+  const float c = cos[(pos0 + t) * half + i], s = sign * sin[(pos0 + t) * half + i];
+  const float x1 = to_f32(v[i]), x2 = to_f32(v[i + half]);
+  v[i] = from_f32<S>(x1 * c - x2 * s);
+  v[i + half] = from_f32<S>(x2 * c + x1 * s);
+}
+
+template <typename S>
+void launch(S* x, const float* cos, const float* sin, int64_t B, int64_t T, int64_t H, int64_t hd, int64_t stride,
+            int64_t pos0, float sign, cudaStream_t stream) {
+  const int64_t pairs = B * T * H * (hd / 2);
+  if (pairs == 0) return;
+  rope_kernel<S><<<ceil_div(pairs, kThreads), kThreads, 0, stream>>>(x, cos, sin, B, T, H, hd, stride, pos0, sign);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+template <typename S>
+void rope_forward(S* x, const float* cos, const float* sin, int64_t B, int64_t T, int64_t H, int64_t hd,
+                  int64_t stride, int64_t pos0, cudaStream_t stream) {
+  launch(x, cos, sin, B, T, H, hd, stride, pos0, 1.0f, stream);
+}
+
+template <typename S>
+void rope_backward(S* dx, const float* cos, const float* sin, int64_t B, int64_t T, int64_t H, int64_t hd,
+                   int64_t stride, cudaStream_t stream) {
+  launch(dx, cos, sin, B, T, H, hd, stride, 0, -1.0f, stream);
+}
+
+template void rope_forward<float>(float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                  int64_t, cudaStream_t);
+template void rope_forward<__nv_bfloat16>(__nv_bfloat16*, const float*, const float*, int64_t, int64_t, int64_t,
+                                          int64_t, int64_t, int64_t, cudaStream_t);
+template void rope_backward<float>(float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                   cudaStream_t);
+template void rope_backward<__nv_bfloat16>(__nv_bfloat16*, const float*, const float*, int64_t, int64_t, int64_t,
+                                           int64_t, int64_t, cudaStream_t);
+
+}  // namespace jtok::cuda

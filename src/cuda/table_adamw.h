@@ -1,0 +1,59 @@
+// The exact deferred table AdamW of src/train/table_optimizer.h on the GPU ("dense" semantics:
+// torch.optim.AdamW over a dense table whose rows without a gradient have a zero one, run
+// deferred): a step updates only the rows with a gradient, after replaying the zero-gradient steps
+// each missed with that step's kept constants; every other row is brought current when read
+// (table_sync_rows, before a gather) or all at once (table_sync_all, before the whole table is read
+// or written). A row never trained (zero moments) replays as one multiply a step. Each row keeps
+// its step count. "sparse" (lazy) semantics: the rows with a gradient only, nothing replayed.
+// Element for element the CPU's arithmetic (adamw_element.cuh); one block a row, no atomics but the
+// integer statistics.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda/adamw.h"
+
+namespace jtok::cuda {
+
+// One table's optimizer state on the device, rows x d.
+struct DeviceTable {
+  float* p = nullptr;               // (rows, d) fp32 master values
+  __nv_bfloat16* p_bf16 = nullptr;  // (rows, d) the forward's bf16 copy, rewritten with p (null: none)
+  float* m = nullptr;               // (rows, d) moments
+  float* v = nullptr;
+  int32_t* row_step = nullptr;      // (rows) optimizer steps applied to the row
+  int64_t rows = 0, d = 0;
+};
+
+// The constants of the kept steps: consts[s - base - 1] is step s's, for s in base+1 .. current.
+// current == base: nothing deferred (every row current, or lazy semantics).
+struct KeptConsts {
+  const AdamWConsts* consts = nullptr;  // device array
+  int64_t base = 0, current = 0;
+};
+
+// Statistics (device, 4 x unsigned long long, null: none): rows replayed, of them warm (non-zero
+// moments), the steps the warm ones replayed, and rows asked outside the kept steps (a bug: the
+// caller checks it is 0, as the CPU aborts on it).
+struct TableStats {
+  unsigned long long* counters = nullptr;
+};
+
+// Step `step` (1-based) with the gradient gE (rows, d) fp32 at the rows with touched[r] != 0: dense:
+// each such row replayed to step - 1 (kept.current must be step: this step's constants pushed),
+// then updated; lazy: updated only. row_step = step. grad_scale: the clip coefficient on the device
+// (null: 1). The used gradient rows and flags are zeroed (ready for the next step's accumulation).
+void table_adamw_step(const DeviceTable& t, float* gE, uint8_t* touched, const KeptConsts& kept, int64_t step,
+                      bool dense, const float* grad_scale, TableStats stats, cudaStream_t stream);
+
+// The rows ids[0 .. *count) (distinct: a DeviceRowBatch's unique and num_unique; count null: n)
+// brought current to kept.current: the readers' hook before a gather.
+void table_sync_rows(const DeviceTable& t, const int32_t* ids, const int32_t* count, int64_t n, const KeptConsts& kept,
+                     TableStats stats, cudaStream_t stream);
+
+// Every row current to kept.current (then the caller drops the kept constants: base = current).
+void table_sync_all(const DeviceTable& t, const KeptConsts& kept, TableStats stats, cudaStream_t stream);
+
+}  // namespace jtok::cuda

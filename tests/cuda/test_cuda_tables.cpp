@@ -1,0 +1,372 @@
+// The token-table CUDA ops against the CPU engine's (tests/cuda/cuda_case.h): deduplication, the
+// token embedding, JTok's gather / norm / gate and their backward, and the deferred table AdamW.
+// JTok-M's routing, mix and their backward. Part of test_cuda_ops (test_cuda_ops.cpp has the dense ops).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+
+#include "cuda/dedup.h"
+#include "cuda/embedding.h"
+#include "cuda/gemm_ref.h"
+#include "cuda/jtok.h"
+#include "cuda/jtokm.h"
+#include "cuda/table_adamw.h"
+#include "cuda_case.h"
+#include "model/jtok.h"
+#include "model/jtokm.h"
+#include "model/token_table.h"
+#include "ops/adamw.h"
+#include "ops/embedding.h"
+#include "ops/linear.h"
+#include "train/table_optimizer.h"
+
+namespace {
+
+using namespace jtok::cuda_test;
+using jtok::testing::randn;
+using bf16 = __nv_bfloat16;
+
+// The device RowBatch of ids (N) below V: its arrays and dedup_ids run on them.
+struct DeviceDedup {
+  DeviceBuffer<int32_t> unique, inverse, offsets, order, count;
+  DeviceBuffer<char> scratch;
+  jtok::cuda::DeviceRowBatch rb;
+  DeviceDedup(const DeviceBuffer<int32_t>& ids, int64_t N, int64_t V)
+      : unique(N), inverse(N), offsets(N + 1), order(N), count(1), scratch(jtok::cuda::dedup_scratch_bytes(N, V)),
+        rb{unique.get(), inverse.get(), offsets.get(), order.get(), count.get()} {
+    jtok::cuda::dedup_ids(rb, ids.get(), N, V, scratch.get(), scratch.n, nullptr);
+  }
+};
+
+// Deduplication: the device RowBatch equals the CPU's dedup_ids exactly (sorted unique ids, their
+// offsets, the positions in increasing order within an id, the inverse map).
+TEST(CudaOps, DedupIds) {
+  const int64_t N = 3000, V = 50304;
+  const auto ids = skewed_ids(N, V, 81);
+  const jtok::RowBatch want = jtok::dedup_ids(ids.data(), N, V);
+  const int64_t U = static_cast<int64_t>(want.unique.size());
+  ASSERT_LT(U, N / 2) << "the ids should repeat";
+  auto did = upload_exact(ids);
+  DeviceBuffer<int32_t> unique(N), inverse(N), offsets(N + 1), order(N), count(1);
+  DeviceBuffer<char> scratch(jtok::cuda::dedup_scratch_bytes(N, V));
+  const jtok::cuda::DeviceRowBatch rb{unique.get(), inverse.get(), offsets.get(), order.get(), count.get()};
+  jtok::cuda::dedup_ids(rb, did.get(), N, V, scratch.get(), scratch.n, nullptr);
+  ASSERT_EQ(download_exact(count)[0], U);
+  auto head = [](std::vector<int32_t> v, int64_t n) { v.resize(static_cast<size_t>(n)); return v; };
+  EXPECT_EQ(head(download_exact(unique), U), want.unique);
+  EXPECT_EQ(head(download_exact(offsets), U + 1), want.offsets);
+  EXPECT_EQ(download_exact(order), want.order);
+  EXPECT_EQ(download_exact(inverse), want.inverse);
+}
+
+// Token embedding: the gather, and the backward both into the dense table gradient (accumulating
+// onto a nonzero start) and as rows keyed by the unique ids, against the CPU's embedding ops.
+TEST(CudaOps, Embedding) {
+  const int64_t N = 500, V = 700, C = 40;
+  const auto ids = skewed_ids(N, V, 91);
+  const auto w = randn(V * C, 92), dy = randn(N * C, 93), dw0 = randn(V * C, 94, 0.1f);
+  const jtok::RowBatch cpu_rb = jtok::dedup_ids(ids.data(), N, V);
+  const int64_t U = static_cast<int64_t>(cpu_rb.unique.size());
+  CudaCase c{"embedding", "N 500, V 700, C 40", {0, 1e-2}};  // fp32: the CPU's order of adds, bit for bit
+  c.cpu = [&](DType t) {
+    const auto wt = to_dtype(w, t), dyt = to_dtype(dy, t);
+    std::vector<float> out(N * C), dw = dw0, rows(U * C, 0.0f);
+    jtok::embedding_forward(out.data(), ids.data(), wt.data(), N, C);
+    jtok::embedding_backward(dw.data(), dyt.data(), ids.data(), N, C);
+    std::vector<float> zero(V * C, 0.0f);
+    jtok::embedding_backward(zero.data(), dyt.data(), ids.data(), N, C);
+    for (int64_t u = 0; u < U; ++u)
+      std::copy_n(zero.begin() + cpu_rb.unique[u] * C, C, rows.begin() + u * C);
+    return Outputs{{"out", out}, {"dweight", dw}, {"rows", rows}};
+  };
+  c.gpu = [&](DType t) {
+    return by_dtype(t, [&]<typename T>(T) {
+      auto did = upload_exact(ids);
+      auto dw_ = upload<T>(w), ddy = upload<T>(dy);
+      auto ddw = upload<float>(dw0);
+      DeviceBuffer<T> out(N * C);
+      DeviceBuffer<float> rows(N * C);
+      DeviceBuffer<int32_t> unique(N), inverse(N), offsets(N + 1), order(N), count(1);
+      DeviceBuffer<char> scratch(jtok::cuda::dedup_scratch_bytes(N, V));
+      const jtok::cuda::DeviceRowBatch rb{unique.get(), inverse.get(), offsets.get(), order.get(), count.get()};
+      jtok::cuda::dedup_ids(rb, did.get(), N, V, scratch.get(), scratch.n, nullptr);
+      jtok::cuda::embedding_forward(out.get(), did.get(), dw_.get(), N, C, nullptr);
+      jtok::cuda::embedding_backward(ddw.get(), ddy.get(), rb, N, C, nullptr);
+      jtok::cuda::embedding_backward_rows(rows.get(), ddy.get(), rb, N, C, nullptr);
+      auto r = download(rows);
+      r.resize(static_cast<size_t>(U * C));
+      return Outputs{{"out", download(out)}, {"dweight", download(ddw)}, {"rows", r}};
+    });
+  };
+  run_case(c);
+}
+
+// JTok with and without the norm: prepare (normalised unique rows, 1/(||E||+eps)), the gate on the
+// MLP update, and the backward (dmlp, ds accumulated, the table gradient accumulated onto a
+// nonzero start at the touched rows, the touched flags), against src/model/jtok.cpp.
+TEST(CudaOps, Jtok) {
+  const int64_t N = 300, V = 400, d = 48;
+  const float eps = 1e-6f;
+  const auto ids = skewed_ids(N, V, 101);
+  const auto e = randn(V * d, 102, 0.5f), hm = randn(N * d, 103), mo = randn(N * d, 104), sc = randn(d, 105, 0.3f),
+             dh = randn(N * d, 106), ds0 = randn(d, 107, 0.1f), gE0 = randn(V * d, 108, 0.01f);
+  const jtok::RowBatch rb = jtok::dedup_ids(ids.data(), N, V);
+  const int64_t U = static_cast<int64_t>(rb.unique.size());
+  for (bool norm : {true, false}) {
+    CudaCase c{norm ? "jtok" : "jtok no-norm", "N 300, V 400, d 48", {2e-6, 2e-2}};
+    c.cpu = [&](DType t) {
+      const jtok::TokenTable E = jtok::TokenTable::in_ram(V, d, to_dtype(e, t));
+      const auto hmt = to_dtype(hm, t), st = to_dtype(sc, t), dht = to_dtype(dh, t);
+      jtok::JTokActs a;
+      jtok::jtok_prepare(a, E, rb, eps, norm);
+      a.mlp_out = to_dtype(mo, t);
+      std::vector<float> hn(N * d), dmlp(N * d), ds = ds0;
+      jtok::jtok_forward(hn.data(), hmt.data(), a, st.data(), rb, N, d);
+      jtok::SparseRowGrad g;
+      g.init(V, d);
+      jtok::jtok_backward(dmlp.data(), ds.data(), g, dht.data(), a, st.data(), rb, N, d, norm);
+      std::vector<float> gE = jtok::densify(g, V), touched(V, 0.0f);
+      for (int64_t i = 0; i < V * d; ++i) gE[i] += gE0[i];
+      for (int32_t id : g.ids) touched[id] = 1.0f;
+      return Outputs{{"nrows", a.nrows}, {"inv_norm", a.inv_norm}, {"h_next", hn}, {"dmlp", dmlp}, {"ds", ds},
+                     {"gE", gE}, {"touched", touched}};
+    };
+    c.gpu = [&](DType t) {
+      return by_dtype(t, [&]<typename T>(T) {
+        auto did = upload_exact(ids);
+        DeviceDedup dd(did, N, V);
+        auto dE = upload<T>(e), dhm = upload<T>(hm), dmo = upload<T>(mo), ds_ = upload<T>(sc), ddh = upload<T>(dh);
+        auto dds = upload<float>(ds0), dgE = upload<float>(gE0);
+        DeviceBuffer<T> nrows(N * d), hn(N * d), dmlp(N * d);
+        DeviceBuffer<float> inv(N), scratch(jtok::cuda::jtok_backward_scratch(N, d));
+        DeviceBuffer<uint8_t> touched(V);
+        touched.zero();
+        jtok::cuda::jtok_prepare(nrows.get(), inv.get(), dE.get(), dd.rb, N, d, eps, norm, nullptr);
+        jtok::cuda::jtok_forward(hn.get(), dhm.get(), dmo.get(), ds_.get(), nrows.get(), dd.rb, N, d, nullptr);
+        jtok::cuda::jtok_backward(dmlp.get(), dds.get(), dgE.get(), touched.get(), scratch.get(), ddh.get(), dmo.get(),
+                                  ds_.get(), dE.get(), nrows.get(), inv.get(), dd.rb, N, d, norm, nullptr);
+        auto nr = download(nrows);
+        nr.resize(static_cast<size_t>(U * d));
+        auto iv = download(inv);
+        iv.resize(static_cast<size_t>(U));
+        const auto tb = download_exact(touched);
+        return Outputs{{"nrows", nr}, {"inv_norm", iv}, {"h_next", download(hn)}, {"dmlp", download(dmlp)},
+                       {"ds", download(dds)}, {"gE", download(dgE)}, {"touched", std::vector<float>(tb.begin(), tb.end())}};
+      });
+    };
+    run_case(c);
+    expect_deterministic(c, DType::bf16);
+  }
+}
+
+// The deferred table AdamW's run: five steps, each with gradients at a different third of the
+// rows (some rows wait several steps; row 0 never gets one), a reader's sync of a few rows after
+// step 3, then sync_all. Outputs: values, moments, row steps and the catch-up statistics after step
+// 5 and after the sync, and the bf16 copy.
+struct TableAdamwRun {
+  static constexpr int64_t V = 64, d = 40, steps = 5;
+  std::vector<float> p0 = randn(V * d, 111, 0.5f), grads = randn(steps * V * d, 113);
+  std::vector<std::vector<int32_t>> touched_ids;
+  std::vector<int32_t> read_ids = {1, 2, 5, 7, 11};
+
+  TableAdamwRun() : touched_ids(steps) {
+    std::mt19937_64 rng(112);
+    for (int64_t k = 0; k < steps; ++k)
+      for (int32_t r = 1; r < V; ++r)
+        if (rng() % 3 == 0) touched_ids[k].push_back(r);
+  }
+  static jtok::AdamWHyper hyper(int64_t step) { return {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.8f}; }
+  static Outputs state(const std::string& at, std::vector<float> p, std::vector<float> m, std::vector<float> v,
+                       const std::vector<int32_t>& row_step, const std::vector<double>& stats) {
+    return Outputs{{"p " + at, std::move(p)}, {"m " + at, std::move(m)}, {"v " + at, std::move(v)},
+                   {"row_step " + at, std::vector<float>(row_step.begin(), row_step.end())},
+                   {"stats " + at, std::vector<float>(stats.begin(), stats.end())}};
+  }
+
+  // src/train/table_optimizer.cpp's TableOptimizer, dense semantics.
+  Outputs cpu(DType t) const {
+    const auto gt = to_dtype(grads, t);
+    std::vector<jtok::TokenTable> tables = {jtok::TokenTable::in_ram(V, d, p0)};
+    std::vector<jtok::SparseRowGrad> g(1);
+    g[0].init(V, d);
+    jtok::TableMoments st = jtok::make_table_moments(tables, true, 0);
+    jtok::TableOptimizer opt(tables, g, st);
+    auto snapshot = [&](const std::string& at) {
+      const float* p = tables[0].mutable_row(0);
+      return state(at, std::vector<float>(p, p + V * d), st.m[0], st.v[0], st.row_step[0],
+                   {double(st.replayed_rows), double(st.replayed_warm_rows), double(st.replayed_warm_steps), 0.0});
+    };
+    for (int64_t k = 0; k < steps; ++k) {
+      for (int32_t r : touched_ids[k]) std::copy_n(gt.begin() + (k * V + r) * d, d, g[0].row(r));
+      opt.step(hyper(k + 1), true);
+      g[0].clear();
+      if (k == 2)
+        for (int32_t r : read_ids) opt.sync_row(0, r);
+    }
+    Outputs o = snapshot("after step 5");
+    opt.sync_all();
+    for (auto& x : snapshot("after sync")) o.push_back(std::move(x));
+    o.push_back({"p_bf16", to_dtype(o[o.size() - 5].second, DType::bf16)});
+    return o;
+  }
+
+  // Step k's gradient as the device takes it: a table-shaped gradient and the touched flags.
+  void upload_step(int64_t k, const std::vector<float>& gt, float* dg, uint8_t* touched) const {
+    std::vector<float> gk(V * d, 0.0f);
+    std::vector<uint8_t> flags(V, 0);
+    for (int32_t r : touched_ids[k]) {
+      std::copy_n(gt.begin() + (k * V + r) * d, d, gk.begin() + r * d);
+      flags[r] = 1;
+    }
+    JTOK_CUDA_CHECK(cudaMemcpy(dg, gk.data(), gk.size() * 4, cudaMemcpyHostToDevice));
+    JTOK_CUDA_CHECK(cudaMemcpy(touched, flags.data(), V, cudaMemcpyHostToDevice));
+  }
+
+  Outputs gpu(DType t) const {
+    const auto gt = to_dtype(grads, t);
+    auto dp = upload<float>(p0), dm = upload<float>(std::vector<float>(V * d)), dv = upload<float>(std::vector<float>(V * d));
+    auto steps_d = upload_exact(std::vector<int32_t>(V, 0));
+    auto dg = upload<float>(std::vector<float>(V * d)), scale = upload<float>({0.8f});
+    auto dids = upload_exact(read_ids);
+    DeviceBuffer<__nv_bfloat16> pb(V * d);
+    DeviceBuffer<uint8_t> touched(V);
+    DeviceBuffer<jtok::cuda::AdamWConsts> consts(steps);
+    DeviceBuffer<unsigned long long> counters(4);
+    counters.zero();
+    const jtok::cuda::DeviceTable tab{dp.get(), pb.get(), dm.get(), dv.get(), steps_d.get(), V, d};
+    const jtok::cuda::TableStats stats{counters.get()};
+    auto snapshot = [&](const std::string& at) {
+      const auto cnt = download_exact(counters);
+      return state(at, download(dp), download(dm), download(dv), download_exact(steps_d),
+                   {double(cnt[0]), double(cnt[1]), double(cnt[2]), double(cnt[3])});
+    };
+    std::vector<jtok::cuda::AdamWConsts> kept;
+    for (int64_t k = 0; k < steps; ++k) {
+      upload_step(k, gt, dg.get(), touched.get());
+      const jtok::AdamWStepConsts h = jtok::adamw_consts(hyper(k + 1));
+      kept.push_back({h.b1, h.b2, h.eps, h.step_size, h.inv_sqrt_bc2, h.decay});
+      JTOK_CUDA_CHECK(cudaMemcpy(consts.get(), kept.data(), kept.size() * sizeof(kept[0]), cudaMemcpyHostToDevice));
+      const jtok::cuda::KeptConsts kc{consts.get(), 0, k + 1};
+      jtok::cuda::table_adamw_step(tab, dg.get(), touched.get(), kc, k + 1, true, scale.get(), stats, nullptr);
+      if (k == 2)
+        jtok::cuda::table_sync_rows(tab, dids.get(), nullptr, static_cast<int64_t>(read_ids.size()), kc, stats, nullptr);
+    }
+    Outputs o = snapshot("after step 5");
+    jtok::cuda::table_sync_all(tab, jtok::cuda::KeptConsts{consts.get(), 0, steps}, stats, nullptr);
+    for (auto& x : snapshot("after sync")) o.push_back(std::move(x));
+    o.push_back({"p_bf16", download(pb)});
+    const auto g_after = download(dg);
+    EXPECT_EQ(std::count(g_after.begin(), g_after.end(), 0.0f), V * d) << "the used gradient rows are zeroed";
+    return o;
+  }
+};
+
+// The deferred table AdamW against the CPU's TableOptimizer (TableAdamwRun): every output within
+// fp32 rounding (the same arithmetic; GCC may fuse the CPU's), the statistics exactly.
+TEST(CudaOps, TableAdamw) {
+  const TableAdamwRun run;
+  CudaCase c{"table_adamw", "V 64, d 40, 5 steps, sync", {1e-6, 1e-6}};
+  c.cpu = [&](DType t) { return run.cpu(t); };
+  c.gpu = [&](DType t) { return run.gpu(t); };
+  run_case(c);
+  expect_deterministic(c, DType::f32);
+}
+
+// JTok-M over n_e 5 tables, K 2, with and without the norm: routing (from the CPU's router logits:
+// the product is the caller's, and near-ties must not flip the top-K), load statistics and aux
+// loss, mix + norm + injection, dL/de, ds, dL/dg through the router products (gemm_ref), the
+// tables' gradients and touched flags; against src/model/jtokm.cpp's forward and backward.
+struct JTokMRun {
+  static constexpr int64_t N = 200, V = 150, d = 32, ne = 5, K = 2;
+  bool norm = true;
+  std::vector<int32_t> ids = skewed_ids(N, V, 121);
+  std::vector<float> tables = randn(ne * V * d, 122, 0.5f), a = randn(N * d, 123), R = randn(ne * d, 124, 0.3f),
+                     s = randn(d, 125, 0.3f), h0 = randn(N * d, 126), dh = randn(N * d, 127),
+                     ds0 = randn(d, 128, 0.1f), da0 = randn(N * d, 129, 0.1f), dR0 = randn(ne * d, 130, 0.1f),
+                     gE0 = randn(ne * V * d, 131, 0.01f);
+  static constexpr float aux_grad = 3.0f;
+
+  jtok::JTokMHyper hyper() const { return {ne, K, 0.25f, 1e-6f, norm, 1e-2}; }
+  jtok::cuda::JTokMDims dims() const { return {N, d, V, ne, K, 0.25f, 1e-6f, norm, 1e-2}; }
+  // The router's product as the CPU forward computes it (the same call, the same bits).
+  std::vector<float> logits(const std::vector<float>& at, const std::vector<float>& Rt) const {
+    std::vector<float> g(N * ne);
+    jtok::gemm(false, true, N, ne, d, 1.0f, at.data(), d, Rt.data(), d, 0.0f, g.data(), ne);
+    return g;
+  }
+
+  Outputs cpu(DType t) const {
+    const auto at = to_dtype(a, t), Rt = to_dtype(R, t), tt = to_dtype(tables, t);
+    std::vector<jtok::TokenTable> E;
+    for (int64_t i = 0; i < ne; ++i)
+      E.push_back(jtok::TokenTable::in_ram(V, d, std::vector<float>(tt.begin() + i * V * d, tt.begin() + (i + 1) * V * d)));
+    const jtok::RowBatch rb = jtok::dedup_ids(ids.data(), N, V);
+    jtok::JTokMActs A;
+    std::vector<float> h = h0, da = da0, dR = dR0, ds = ds0;
+    jtok::jtokm_forward(h.data(), A, at.data(), Rt.data(), s.data(), E.data(), rb, N, d, hyper());
+    std::vector<jtok::SparseRowGrad> g(ne);
+    for (auto& gi : g) gi.init(V, d);
+    jtok::jtokm_backward(da.data(), dR.data(), ds.data(), g.data(), A, dh.data(), at.data(), Rt.data(), s.data(), rb, N,
+                         d, hyper(), aux_grad);
+    std::vector<float> gE = gE0, touched(ne * V, 0.0f);
+    for (int64_t i = 0; i < ne; ++i) {
+      const auto gi = jtok::densify(g[i], V);
+      for (int64_t x = 0; x < V * d; ++x) gE[i * V * d + x] += gi[x];
+      for (int32_t id : g[i].ids) touched[i * V + id] = 1.0f;
+    }
+    return Outputs{{"sel", std::vector<float>(A.sel.begin(), A.sel.end())}, {"w", A.w}, {"e", A.e},
+                   {"inv_norm", A.inv_norm}, {"h_next", h}, {"aux", {static_cast<float>(A.aux)}},
+                   {"load", std::vector<float>(A.load.begin(), A.load.end())},
+                   {"prob_sum", std::vector<float>(A.prob_sum.begin(), A.prob_sum.end())}, {"ds", ds}, {"dR", dR},
+                   {"da", da}, {"gE", gE}, {"touched", touched}};
+  }
+
+  Outputs gpu(DType t) const {
+    const auto at = to_dtype(a, t), Rt = to_dtype(R, t);
+    const jtok::cuda::JTokMDims dm = dims();
+    auto dids = upload_exact(ids);
+    auto dE = upload<float>(to_dtype(tables, t)), dlog = upload<float>(logits(at, Rt)), da_in = upload<float>(at),
+         dR_in = upload<float>(Rt), ds_ = upload<float>(s), dhn = upload<float>(h0), ddh = upload<float>(dh),
+         dds = upload<float>(ds0), dda = upload<float>(da0), ddR = upload<float>(dR0), dgE = upload<float>(gE0);
+    DeviceBuffer<float> sig(N * ne), w(N * K), e(N * d), inv(N), prob(ne), de(N * d), dg(N * ne),
+        scratch(jtok::cuda::jtokm_backward_de_scratch(dm));
+    DeviceBuffer<int32_t> sel(N * K), load(ne);
+    DeviceBuffer<double> prob_sum(ne), aux(1);
+    DeviceBuffer<uint8_t> touched(ne * V);
+    touched.zero();
+    const jtok::cuda::JTokMDeviceActs acts{sig.get(), sel.get(), w.get(), e.get(), inv.get(), load.get(),
+                                           prob_sum.get(), aux.get()};
+    DeviceDedup dd(dids, N, V);
+    jtok::cuda::jtokm_route(acts, dlog.get(), dm, nullptr);
+    jtok::cuda::jtokm_mix_inject(dhn.get(), acts, dids.get(), dE.get(), ds_.get(), dm, nullptr);
+    jtok::cuda::jtokm_backward_de(de.get(), dds.get(), scratch.get(), acts, ddh.get(), ds_.get(), dm, nullptr);
+    jtok::cuda::jtokm_backward_router(dg.get(), acts, de.get(), dids.get(), dE.get(), aux_grad, dm, nullptr);
+    jtok::cuda::gemm_ref<float, float>(true, false, ne, d, N, 1.0f, dg.get(), ne, da_in.get(), d, 1.0f, ddR.get(), d, nullptr);
+    jtok::cuda::gemm_ref<float, float>(false, false, N, d, ne, 1.0f, dg.get(), ne, dR_in.get(), d, 1.0f, dda.get(), d, nullptr);
+    jtok::cuda::jtokm_backward_tables(dgE.get(), touched.get(), acts, de.get(), dd.rb, dm, nullptr);
+    const auto sl = download_exact(sel), ld = download_exact(load);
+    const auto tb = download_exact(touched);
+    const auto ps = download_exact(prob_sum);
+    return Outputs{{"sel", std::vector<float>(sl.begin(), sl.end())}, {"w", download(w)}, {"e", download(e)},
+                   {"inv_norm", download(inv)}, {"h_next", download(dhn)},
+                   {"aux", {static_cast<float>(download_exact(aux)[0])}}, {"load", std::vector<float>(ld.begin(), ld.end())},
+                   {"prob_sum", std::vector<float>(ps.begin(), ps.end())}, {"ds", download(dds)}, {"dR", download(ddR)},
+                   {"da", download(dda)}, {"gE", download(dgE)}, {"touched", std::vector<float>(tb.begin(), tb.end())}};
+  }
+};
+
+TEST(CudaOps, Jtokm) {
+  for (bool norm : {true, false}) {
+    JTokMRun run;
+    run.norm = norm;
+    CudaCase c{norm ? "jtokm" : "jtokm no-norm", "N 200, V 150, d 32, n_e 5, K 2", {2e-6, 2e-6}};
+    c.cpu = [&](DType t) { return run.cpu(t); };
+    c.gpu = [&](DType t) { return run.gpu(t); };
+    run_case(c);
+    expect_deterministic(c, DType::f32);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# `train --device cuda` and `bench-train --device cuda` (issue 39) stop before reading anything, with
+# one error line that says why: a build without nvcc says it was built without CUDA (the sanitizer
+# build is one); a CUDA build on a machine without a GPU (CI, the development machines) names the
+# driver and runtime versions it saw (driver 0 = none installed); with a GPU, that the CUDA trainer
+# is not built yet. CMake passes JTOK_CUDA_BUILT and JTOK_GPU_FOUND (what it found at configure).
+# --device other than cpu / cuda is refused by the option check.
+set -euo pipefail
+JTOK=${JTOK_BIN:?}
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+case "${JTOK_CUDA_BUILT:-OFF}" in
+  ON) if [ "${JTOK_GPU_FOUND:-OFF}" = ON ]; then
+        want='--device cuda: found .*, but the CUDA trainer is not built yet'
+      else
+        want='--device cuda: no CUDA device was found \(driver version [0-9]+, runtime version [1-9][0-9]*'
+      fi ;;
+  *) want='--device cuda: this jtok was built without CUDA' ;;
+esac
+for cmd in "train --out $T/run" bench-train; do
+  # shellcheck disable=SC2086  # cmd is two words for train
+  if $JTOK $cmd --config "$T/none.json" --device cuda > "$T/out" 2>&1; then
+    fail "$cmd --device cuda succeeded: $(cat "$T/out")"
+  fi
+  grep -Eq "^jtok: error: $want" "$T/out" || fail "$cmd --device cuda: expected /$want/, got: $(cat "$T/out")"
+  [ ! -e "$T/run" ] || fail "$cmd --device cuda made its run directory"
+  echo "$cmd: $(cat "$T/out")"
+done
+if $JTOK train --config "$T/none.json" --out "$T/run" --device tpu > "$T/out" 2>&1; then fail "--device tpu accepted"; fi
+grep -q -- "--device" "$T/out" || fail "--device tpu: the error does not name the option: $(cat "$T/out")"
+echo "test_device_cuda: ok"
