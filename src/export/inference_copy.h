@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "model/config.h"
 #include "model/table_store.h"
 #include "model/transformer.h"
+#include "train/config.h"
 
 namespace jtok {
 
