@@ -252,6 +252,9 @@ void run() {
               r.interrupted ? " (interrupted; --resume continues)" : "");
 }
 
+void add_table_options(CLI::App* sub);
+void add_dist_options(CLI::App* sub);
+
 void setup(CLI::App* sub) {
   self = sub;
   sub->add_option("--config", args.config,
@@ -278,6 +281,16 @@ void setup(CLI::App* sub) {
   sub->add_option("--set", args.sets, "override a config field: name=value (repeatable)");
   sub->add_option("--peak-gflops", args.peak_gflops, "fp32 peak for MFU (default: measured at start)");
   sub->add_option("--sample-prompt", args.sample_prompt, "prompt of the periodic samples");
+  add_table_options(sub);
+  add_dist_options(sub);
+  fields = &jtok::add_config_field_options(sub);
+  sub->add_option("--device", args.device, "where the model trains: cpu (default) or cuda (an NVIDIA GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->callback(run);
+}
+
+// Where the token tables live: --tables and the disk store's options.
+void add_table_options(CLI::App* sub) {
   sub->add_option("--tables", args.tables,
                   "token tables: ram, or disk (rows and their AdamW moments in a training table store, --table-store; "
                   "hot rows in a DRAM cache of --table-cache-mb)")
@@ -294,6 +307,10 @@ void setup(CLI::App* sub) {
                   "--tables disk: how the store is read: auto (default: O_DIRECT, past the page cache, where the file "
                   "system takes it, else pread), direct or pread (through the page cache)");
   sub->add_flag("--table-direct-io", args.table_direct_io, "--tables disk: the same as --table-io direct");
+}
+
+// Under mpirun: embedding parallelism, overlaps and the watchdog.
+void add_dist_options(CLI::App* sub) {
   sub->add_option("--embp", args.embp, "token-indexed tables under mpirun: off (replicated), or sharded by id: premix (the owner mixes each "
                   "position), naive (unique (id, table) rows fetched), premix-dedup (per id the cheaper of the two; docs/distributed.md)")
       ->check(CLI::IsMember({"off", "premix", "naive", "premix-dedup"}));
@@ -308,10 +325,6 @@ void setup(CLI::App* sub) {
                   "write-back, table gradients pushed without waiting; off: blocking exchanges (the same bits; docs/distributed.md)")
       ->check(CLI::IsMember({"on", "off"}));
   sub->add_option("--dist-timeout", args.dist_timeout, "under mpirun: seconds a rank may wait in one MPI call before the job ends naming the ranks that stopped (0 = never)");
-  fields = &jtok::add_config_field_options(sub);
-  sub->add_option("--device", args.device, "where the model trains: cpu (default) or cuda (an NVIDIA GPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  sub->callback(run);
 }
 
 const bool registered = jtok::register_command({"train", "train a model on token shards", setup});
