@@ -194,15 +194,13 @@ void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, co
   load_balance_aux(a, m, N);
 }
 
-void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* dout, const float* x, const MoeActs& a,
-                  const MoeWeights& w, const MoeDims& m, int64_t N, float aux_grad) {
-  const int64_t d = m.d, E = m.E, K = m.K, F = m.F, S = m.S, NK = N * K;
-  resize(s.deo, NK * d); resize(s.dprobs, N * E);
-  s.dact.assign(static_cast<size_t>(NK * F), 0.0f);
-  resize(s.dg, NK * F); resize(s.du, NK * F);
-  s.dxg.assign(static_cast<size_t>(NK * d), 0.0f);
-  // Combine step: d(expert output row) = w * dout; dL/dw = dout . eo. Then through the weights
-  // (the top-k choice is fixed) and the aux loss to dL/dprobs.
+namespace {
+
+// Combine step: d(expert output row) = w * dout (s.deo); dL/dw = dout . eo. Then through the
+// weights (the top-k choice is fixed) and the aux loss to dL/dprobs, and through the softmax to
+// the router logits' gradient (s.dprobs, in place).
+void combine_backward(MoeScratch& s, const float* dout, const MoeActs& a, const MoeDims& m, int64_t N, float aux_grad) {
+  const int64_t d = m.d, E = m.E, K = m.K;
   const float aux_scale = static_cast<float>(aux_grad * m.aux_coef * static_cast<double>(E) / static_cast<double>(N));
 #pragma omp parallel
   {
@@ -240,8 +238,13 @@ void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* do
     for (int64_t e = 0; e < E; ++e) dp[e] = p[e] * (dp[e] - pd);
   }
   }
-  linear_backward(dx, g.router, s.dprobs.data(), x, w.router, N, d, E);
-  // Routed experts, grouped as in the forward. A frozen block (g.experts null) gets no weight gradient.
+}
+
+// Routed experts, grouped as in the forward: s.deo -> s.dact -> s.dg, s.du -> s.dxg (N K, d). A
+// frozen block (g.experts null) gets no weight gradient.
+void routed_experts_backward(const MoeWeights& g, MoeScratch& s, const MoeActs& a, const MoeWeights& w,
+                             const MoeDims& m, int64_t N) {
+  const int64_t d = m.d, E = m.E, F = m.F, NK = N * m.K;
   auto gw = [&](float* (*at)(const MoeWeights&, const MoeDims&, int64_t), int64_t e) { return g.experts ? at(g, m, e) : nullptr; };
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], ne = a.offsets[e + 1] - r0;
@@ -256,6 +259,10 @@ void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* do
                               {gw(expert_up, e), &s.du[r0 * F], expert_up(w, m, e), F}};
     linear_backward_many(&s.dxg[r0 * d], gu, 2, &a.xg[r0 * d], ne, d);
   }
+}
+
+// dx (N, d) += the expert rows' input gradients (s.dxg), per position.
+void gather_expert_dx(float* dx, const MoeScratch& s, const MoeActs& a, int64_t d, int64_t K, int64_t N) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float* o = dx + n * d;
@@ -265,14 +272,34 @@ void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* do
       for (int64_t i = 0; i < d; ++i) o[i] += r[i];
     }
   }
-  if (S > 0) {
-    s.dsact.assign(static_cast<size_t>(N * S), 0.0f);
-    resize(s.dsg, N * S); resize(s.dsu, N * S);
-    linear_backward(s.dsact.data(), g.sd, dout, a.sact.data(), w.sd, N, S, d);
-    swiglu_backward(s.dsg.data(), s.dsu.data(), s.dsact.data(), a.sg.data(), a.su.data(), N * S);
-    const LinearGrad gu[2] = {{g.sg, s.dsg.data(), w.sg, S}, {g.su, s.dsu.data(), w.su, S}};
-    linear_backward_many(dx, gu, 2, x, N, d);
-  }
+}
+
+// Shared experts: dout -> dx (+=) and their weights' gradients.
+void shared_experts_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* dout, const float* x,
+                             const MoeActs& a, const MoeWeights& w, const MoeDims& m, int64_t N) {
+  const int64_t d = m.d, S = m.S;
+  s.dsact.assign(static_cast<size_t>(N * S), 0.0f);
+  resize(s.dsg, N * S); resize(s.dsu, N * S);
+  linear_backward(s.dsact.data(), g.sd, dout, a.sact.data(), w.sd, N, S, d);
+  swiglu_backward(s.dsg.data(), s.dsu.data(), s.dsact.data(), a.sg.data(), a.su.data(), N * S);
+  const LinearGrad gu[2] = {{g.sg, s.dsg.data(), w.sg, S}, {g.su, s.dsu.data(), w.su, S}};
+  linear_backward_many(dx, gu, 2, x, N, d);
+}
+
+}  // namespace
+
+void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* dout, const float* x, const MoeActs& a,
+                  const MoeWeights& w, const MoeDims& m, int64_t N, float aux_grad) {
+  const int64_t d = m.d, E = m.E, K = m.K, F = m.F, NK = N * K;
+  resize(s.deo, NK * d); resize(s.dprobs, N * E);
+  s.dact.assign(static_cast<size_t>(NK * F), 0.0f);
+  resize(s.dg, NK * F); resize(s.du, NK * F);
+  s.dxg.assign(static_cast<size_t>(NK * d), 0.0f);
+  combine_backward(s, dout, a, m, N, aux_grad);
+  linear_backward(dx, g.router, s.dprobs.data(), x, w.router, N, d, E);
+  routed_experts_backward(g, s, a, w, m, N);
+  gather_expert_dx(dx, s, a, d, K, N);
+  if (m.S > 0) shared_experts_backward(dx, g, s, dout, x, a, w, m, N);
 }
 
 // ---- reference ---------------------------------------------------------------------------------
