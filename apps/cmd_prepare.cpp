@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "data/loader.h"
 #include "data/prepare.h"
+#include "data/text_inputs.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 
@@ -32,7 +33,7 @@ void setup(CLI::App* sub) {
   sub->callback([] {
     auto t0 = std::chrono::steady_clock::now();
     if (!list.empty())
-      for (auto& path : jtok::read_path_list(list)) files.push_back(std::move(path));
+      for (auto& path : jtok::read_path_list(list, "prepare")) files.push_back(std::move(path));
     if (files.empty()) jtok::fail("prepare: no input files");
     if (shard_tokens == 0) jtok::fail("prepare: --shard-tokens must be > 0");
     jtok::Tokenizer tok = jtok::Tokenizer::load(name, dir);

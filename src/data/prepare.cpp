@@ -3,25 +3,15 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string_view>
 
-#include "core/error.h"
 #include "data/shard.h"
+#include "data/text_inputs.h"
 
 namespace jtok {
 namespace fs = std::filesystem;
 
 namespace {
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("prepare: cannot open input ", path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 std::string shard_name(const std::string& prefix, size_t k) {
   char fname[64];
   std::snprintf(fname, sizeof fname, "%s_%06zu.bin", prefix.c_str(), k);
@@ -42,13 +32,6 @@ void remove_shards_from(const std::string& out, const std::string& prefix, size_
     if (!fs::remove(fs::path(out) / shard_name(prefix, k))) break;
 }
 }  // namespace
-
-std::vector<std::string> read_path_list(const std::string& list_file) {
-  std::vector<std::string> paths;
-  std::istringstream in(slurp(list_file));
-  for (std::string line; std::getline(in, line);) if (!line.empty()) paths.push_back(line);
-  return paths;
-}
 
 std::vector<int32_t> tokenize_documents(const Tokenizer& tok, const std::vector<std::string>& documents) {
   struct Item { size_t doc, begin, end; };
@@ -98,7 +81,7 @@ size_t write_token_shards(const Tokenizer& tok, const std::vector<int32_t>& stre
 PrepareReport prepare_shards(const Tokenizer& tok, const std::vector<std::string>& files, const std::string& out,
                              const std::string& prefix, uint64_t shard_tokens) {
   std::vector<std::string> texts(files.size());
-  for (size_t d = 0; d < files.size(); ++d) texts[d] = slurp(files[d]);
+  for (size_t d = 0; d < files.size(); ++d) texts[d] = read_input_file(files[d], "prepare");
   PrepareReport r;
   for (const auto& t : texts) r.bytes += t.size();
   const std::vector<int32_t> stream = tokenize_documents(tok, texts);

@@ -13,9 +13,6 @@
 
 namespace jtok {
 
-// The non-empty lines of a file: one input path each (--list).
-std::vector<std::string> read_path_list(const std::string& list_file);
-
 // The token stream of documents[]: eot (+ bos) before each, each encoded on the OpenMP threads in
 // chunks cut at safe points (safe_chunk_bounds), so one big book does not serialise.
 std::vector<int32_t> tokenize_documents(const Tokenizer& tok, const std::vector<std::string>& documents);
