@@ -24,37 +24,11 @@ std::string gb(double bytes) {
   return buf;
 }
 
-void run() {
-  using namespace jtok;
-  Config cfg = load_config(args.config, args.sets);
-  const ModelConfig& m = cfg.model;
-  dist::PlanOptions o = args.o;
-  o.vocab = m.padded_vocab();
-  o.d = m.hidden_size;
-  o.n_e = m.jtokm_n_e;
-  o.K = m.jtokm_top_k;
-  o.jtokm_layers = m.jtokm ? m.jtokm_num_layers() : 0;
-  o.jtok_layers = m.jtok ? m.jtok_num_layers() : 0;
-  if (o.jtokm_layers == 0 && o.jtok_layers == 0) fail("embp-plan: config ", args.config, " has neither JTok nor JTok-M (--set jtokm=true)");
-  LoaderOptions lo;
-  lo.vocab_size = static_cast<uint32_t>(m.vocab_size);
-  ShardSet set(list_shards(args.data), lo);
-  std::vector<int32_t> tokens(set.total_tokens());
-  size_t at = 0;
-  for (size_t s = 0; s < set.count(); ++s) {
-    set.read(s, 0, set.shard(s).size(), tokens.data() + at);
-    at += set.shard(s).size();
-  }
-  nlohmann::json r = dist::embp_plan(tokens, o);
-  r["data"] = args.data;
-  r["data_tokens"] = tokens.size();
-  if (args.json) {
-    std::printf("%s\n", r.dump().c_str());
-    return;
-  }
+// The text report of plan r for options o over `tokens` data tokens.
+void print_plan(const nlohmann::json& r, const jtok::dist::PlanOptions& o, size_t tokens) {
   std::printf("embp-plan: %lld ranks | batch %lld x %lld (%.2fM tokens a step; data %s, %.2fM tokens%s) | micro-batch %lld row(s)\n",
               (long long)o.ranks, (long long)o.batch, (long long)o.seq, o.batch * o.seq / 1e6, args.data.c_str(),
-              tokens.size() / 1e6, tokens.size() < static_cast<size_t>(o.batch * o.seq * o.steps) ? ", reused" : "",
+              tokens / 1e6, tokens < static_cast<size_t>(o.batch * o.seq * o.steps) ? ", reused" : "",
               (long long)o.micro_batch);
   std::printf("model: d %lld | V %lld | JTok-M %lld layers, n_e %lld, top-%lld | JTok %lld layers | routing %s\n", (long long)o.d,
               (long long)o.vocab, (long long)o.jtokm_layers, (long long)o.n_e, (long long)o.K, (long long)o.jtok_layers,
@@ -79,6 +53,24 @@ void run() {
   std::printf("owner load imbalance (max / mean rows served): id mod P: unique ids %.3f, positions %.3f | contiguous: unique ids %.3f, positions %.3f\n",
               li["mod"]["unique_ids"].get<double>(), li["mod"]["positions"].get<double>(),
               li["contiguous"]["unique_ids"].get<double>(), li["contiguous"]["positions"].get<double>());
+}
+
+void run() {
+  using namespace jtok;
+  Config cfg = load_config(args.config, args.sets);
+  const dist::PlanOptions o = dist::plan_options_for_model(cfg.model, args.o);
+  if (o.jtokm_layers == 0 && o.jtok_layers == 0) fail("embp-plan: config ", args.config, " has neither JTok nor JTok-M (--set jtokm=true)");
+  LoaderOptions lo;
+  lo.vocab_size = static_cast<uint32_t>(cfg.model.vocab_size);
+  const std::vector<int32_t> tokens = read_all_tokens(ShardSet(list_shards(args.data), lo));
+  nlohmann::json r = dist::embp_plan(tokens, o);
+  r["data"] = args.data;
+  r["data_tokens"] = tokens.size();
+  if (args.json) {
+    std::printf("%s\n", r.dump().c_str());
+    return;
+  }
+  print_plan(r, o, tokens.size());
 }
 
 void setup(CLI::App* sub) {

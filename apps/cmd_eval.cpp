@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
-#include <map>
 #include <optional>
 
 #include "commands.h"
@@ -16,6 +15,8 @@
 #include "data/tokenizer.h"
 #include "infer/blimp.h"
 #include "infer/logit_compare.h"
+#include "infer/text_scores.h"
+#include "infer/validation.h"
 #include "model/transformer.h"
 #include "model/weights_io.h"
 #include "run_setup.h"
@@ -30,66 +31,13 @@ struct Args {
   bool json = false, no_blimp = false;
 } args;
 
-// Token ids of each sentence as BLiMP scores it: [eot] + tokens, or [bos] + tokens with a tokenizer
-// that puts one before every text (Llama 3: as Hugging Face's encode does), cut to the context.
-std::vector<std::vector<int32_t>> sentence_ids(const jtok::Model& m, const jtok::Tokenizer& tok,
-                                               const std::vector<std::string>& sents) {
-  std::vector<std::vector<int32_t>> ids(sents.size());
-  for (size_t i = 0; i < sents.size(); ++i) {
-    ids[i].push_back(tok.bos_id() >= 0 ? tok.bos_id() : tok.eot_id());
-    tok.encode(sents[i], ids[i]);
-    if (static_cast<int64_t>(ids[i].size()) > m.cfg.max_position_embeddings)
-      ids[i].resize(static_cast<size_t>(m.cfg.max_position_embeddings));
-  }
-  return ids;
-}
-
-// log p(ids[t] | ids[0..t)) for t = 1.. of each sequence (size - 1 values), in batches of equal
-// token length (no padding at all).
-std::vector<std::vector<float>> token_logprobs_of(const jtok::Model& m, const std::vector<std::vector<int32_t>>& ids,
-                                                  int64_t batch) {
-  using namespace jtok;
-  std::map<size_t, std::vector<size_t>> by_len;
-  for (size_t i = 0; i < ids.size(); ++i) by_len[ids[i].size()].push_back(i);
-  std::vector<std::vector<float>> out(ids.size());
-  Activations acts;
-  for (auto& [len, members] : by_len) {
-    if (len < 2) continue;  // nothing to score
-    const int64_t T = static_cast<int64_t>(len) - 1;
-    for (size_t s = 0; s < members.size(); s += static_cast<size_t>(batch)) {
-      const int64_t B = std::min<int64_t>(batch, static_cast<int64_t>(members.size() - s));
-      std::vector<int32_t> x(B * T), y(B * T);
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t t = 0; t < T; ++t) {
-          x[b * T + t] = ids[members[s + b]][t];
-          y[b * T + t] = ids[members[s + b]][t + 1];
-        }
-      forward(m, acts, x.data(), B, T);
-      std::vector<float> lp(B * T);
-      token_logprobs(m, acts, y.data(), lp.data());
-      for (int64_t b = 0; b < B; ++b) out[members[s + b]].assign(lp.begin() + b * T, lp.begin() + (b + 1) * T);
-    }
-  }
-  return out;
-}
-
-// Total log-probability of each sentence as [eot] + tokens (an empty sentence scores 0).
-std::vector<double> score_sentences(const jtok::Model& m, const jtok::Tokenizer& tok, const std::vector<std::string>& sents,
-                                    int64_t batch) {
-  const auto lps = token_logprobs_of(m, sentence_ids(m, tok, sents), batch);
-  std::vector<double> out(sents.size(), 0.0);
-  for (size_t i = 0; i < lps.size(); ++i)
-    for (float v : lps[i]) out[i] += v;
-  return out;
-}
-
 // --token-logprobs FILE: the file's text scored as a BLiMP sentence, token by token.
 nlohmann::json text_token_logprobs(const jtok::Model& m, const jtok::Tokenizer& tok, const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) jtok::fail("--token-logprobs: cannot read ", path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto ids = sentence_ids(m, tok, {text});
-  const auto lps = token_logprobs_of(m, ids, 1);
+  const auto ids = jtok::scored_text_ids(tok, {text}, m.cfg.max_position_embeddings);
+  const auto lps = jtok::sequence_token_logprobs(m, ids, 1);
   nlohmann::json lp = nlohmann::json::array({nullptr});
   for (float v : lps[0]) lp.push_back(v);
   return {{"file", path}, {"tokens", ids[0]}, {"token_logprobs", lp}};
@@ -109,38 +57,12 @@ std::optional<jtok::LoadedCheckpoint> load_reference(const jtok::LoadedCheckpoin
   return ref;
 }
 
-// The summed losses of the first nb validation batches, of m and (when given) of ref, and how far
-// m's next-token distributions are from ref's.
-struct ValSums {
-  double sum = 0, ref_sum = 0;
-  jtok::LogitComparison cmp;
-};
-
-ValSums validate(const jtok::Model& m, const jtok::Model* ref, const jtok::ModelConfig& mc,
-                 const jtok::ValidationSet& val, int64_t nb) {
-  using namespace jtok;
-  Activations acts, ref_acts;
-  ValSums s;
-  for (int64_t i = 0; i < nb; ++i) {
-    Batch b = val.batch(static_cast<size_t>(i));
-    forward(m, acts, b.inputs.data(), b.B, b.T);
-    s.sum += loss_of_logits(m, acts, b.targets.data());
-    if (ref) {
-      forward(*ref, ref_acts, b.inputs.data(), b.B, b.T);
-      s.ref_sum += loss_of_logits(*ref, ref_acts, b.targets.data());
-      compare_logits(s.cmp, acts.logits.data(), ref_acts.logits.data(), b.targets.data(), b.B * b.T,
-                     mc.vocab_size, mc.padded_vocab());
-    }
-  }
-  return s;
-}
-
 // out["reference"], printed unless --json.
-void report_reference(nlohmann::json& out, const ValSums& s, const std::string& ref_dir, int64_t nb) {
+void report_reference(nlohmann::json& out, const jtok::ValidationSums& s, const std::string& ref_dir, int64_t nb) {
   const jtok::LogitComparison& cmp = s.cmp;
   const double n = static_cast<double>(cmp.positions);
   out["reference"] = {{"checkpoint", ref_dir},
-                      {"val_loss", s.ref_sum / static_cast<double>(nb)},
+                      {"val_loss", s.ref_loss_sum / static_cast<double>(nb)},
                       {"positions", cmp.positions},
                       {"kl_mean", cmp.kl_sum / n},
                       {"kl_max", cmp.kl_max},
@@ -151,7 +73,7 @@ void report_reference(nlohmann::json& out, const ValSums& s, const std::string& 
   if (!args.json)
     std::printf("against %s (loss %.4f): KL mean %.3e max %.3e | top-1 agreement %.2f %% | "
                 "log p(target) change mean %+.3e, |mean| %.3e, |max| %.3e over %lld positions\n",
-                ref_dir.c_str(), s.ref_sum / static_cast<double>(nb), cmp.kl_sum / n, cmp.kl_max,
+                ref_dir.c_str(), s.ref_loss_sum / static_cast<double>(nb), cmp.kl_sum / n, cmp.kl_max,
                 100.0 * static_cast<double>(cmp.top1_same) / n, cmp.dlogp_sum / n, cmp.dlogp_abs_sum / n,
                 cmp.dlogp_abs_max, static_cast<long long>(cmp.positions));
 }
@@ -208,8 +130,8 @@ void run() {
   if (args.val_batches > 0) nb = std::min(nb, args.val_batches);
   if (nb == 0) fail("validation data ", val_path, " is shorter than one batch");
   const std::optional<LoadedCheckpoint> ref = load_reference(ck);
-  const ValSums s = validate(m, ref ? &ref->model : nullptr, cfg.model, val, nb);
-  const double vl = s.sum / static_cast<double>(nb);
+  const ValidationSums s = validation_sums(m, ref ? &ref->model : nullptr, val, nb);
+  const double vl = s.loss_sum / static_cast<double>(nb);
   out["val_loss"] = vl;
   out["val_ppl"] = std::exp(vl);
   out["val_tokens"] = nb * cfg.train.micro_batch_size * cfg.train.seq_len;
@@ -221,7 +143,7 @@ void run() {
   if (!args.no_blimp) {
     auto res = evaluate_blimp(
         load_blimp(args.blimp_dir, args.blimp_limit),
-        [&](const std::vector<std::string>& ss) { return score_sentences(m, tok, ss, args.batch_size); }, args.blimp_dir);
+        [&](const std::vector<std::string>& ss) { return score_texts(m, tok, ss, args.batch_size); }, args.blimp_dir);
     out["blimp"] = res;
     if (!args.json) print_blimp(res);
   }

@@ -1,10 +1,7 @@
 // `jtok generate`: KV-cache decoding from a checkpoint, tokens streamed as they come.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <limits>
-#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +9,7 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "infer/generate.h"
+#include "infer/generate_run.h"
 #include "infer/prefetch.h"
 #include "model/transformer.h"
 #include "run_setup.h"
@@ -29,16 +27,6 @@ struct Args {
   bool stop_at_eot = true, prompt_logprobs = false;
 } args;
 
-// Logit of the best token minus that of the second best: how close greedy decoding was to a tie.
-double top2_margin(const std::vector<float>& logits) {
-  float a = -std::numeric_limits<float>::infinity(), b = a;
-  for (float x : logits) {
-    if (x > a) { b = a; a = x; }
-    else if (x > b) b = x;
-  }
-  return static_cast<double>(a) - b;
-}
-
 // Disk tables: " | table store: ..." (the store's cache and reads) for the summary line; "" otherwise.
 std::string store_summary(const jtok::Model& m) {
   const auto st = jtok::disk_table_stats(m);
@@ -51,69 +39,53 @@ std::string store_summary(const jtok::Model& m) {
   return b;
 }
 
+// The prompt's ids: Llama 3's <|begin_of_text|> first, as HF; an empty prompt starts after a document break.
+std::vector<int32_t> prompt_ids(const jtok::Tokenizer& tok, const std::string& text) {
+  std::vector<int32_t> prompt = tok.encode_with_bos(text);
+  if (prompt.empty()) prompt.push_back(tok.eot_id());
+  return prompt;
+}
+
+// --ids-out: the prompt and generated ids, the speeds, the margins (and the prompt's log-probs).
+void write_ids(const jtok::Model& m, const std::vector<int32_t>& prompt, const jtok::GenerateResult& r) {
+  const double n = static_cast<double>(r.generated.size());
+  nlohmann::json j = {{"prompt_ids", prompt},
+                      {"generated_ids", r.generated},
+                      {"prefill_tok_s", prompt.size() / r.prefill_s},
+                      {"decode_tok_s", n / r.decode_s},
+                      {"top2_margins", r.top2_margins}};
+  if (args.prompt_logprobs) j["prompt_logprobs"] = jtok::prompt_logprobs(m, prompt);
+  std::ofstream f(args.ids_out);
+  if (!(f << j.dump() << "\n")) jtok::fail("cannot write ", args.ids_out);
+}
+
 void run() {
   using namespace jtok;
   parse_dtype(args.kv_dtype, "--kv-dtype", kKvDtypes);  // a bad value fails before the checkpoint loads
   LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src);
-  const Config& cfg = ck.cfg;
   const Model& m = ck.model;
   const Tokenizer& tok = ck.tokenizer;
-  std::vector<int32_t> prompt = tok.encode_with_bos(args.prompt);  // Llama 3: <|begin_of_text|> first, as HF
-  if (prompt.empty()) prompt.push_back(tok.eot_id());  // unconditional: start after a document break
-  const int64_t capacity = std::min<int64_t>(cfg.model.max_position_embeddings,
+  const std::vector<int32_t> prompt = prompt_ids(tok, args.prompt);
+  const int64_t capacity = std::min<int64_t>(ck.cfg.model.max_position_embeddings,
                                              static_cast<int64_t>(prompt.size()) + args.max_new_tokens);
-  std::mt19937_64 rng(args.seed);
-  SamplingParams sp{args.temperature, args.top_k, args.top_p};
+  GenerateOptions opt;
+  opt.max_new_tokens = args.max_new_tokens;
+  opt.sampling = SamplingParams{args.temperature, args.top_k, args.top_p};
+  opt.seed = args.seed;
+  opt.kv_bf16 = parse_dtype(args.kv_dtype, "--kv-dtype", kKvDtypes) == Dtype::bf16;
+  if (args.stop_at_eot) opt.stop_ids = ck.eos_ids;
   std::printf("%s", args.prompt.c_str());
   std::fflush(stdout);
-  auto t0 = std::chrono::steady_clock::now();
-  KVCache cache;
-  cache.bf16 = parse_dtype(args.kv_dtype, "--kv-dtype", kKvDtypes) == Dtype::bf16;
-  prefetch_disk_rows(m, prompt.data(), static_cast<int64_t>(prompt.size()));  // disk tables: read from now on
-  std::vector<float> logits = prefill(m, cache, prompt, capacity);
-  const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  auto t1 = std::chrono::steady_clock::now();
-  int64_t produced = 0;
-  std::vector<int32_t> generated;
-  std::vector<double> margins;
-  while (produced < args.max_new_tokens) {
-    int32_t next = sample_token(logits, sp, rng);
-    if (produced + 1 < args.max_new_tokens) prefetch_disk_rows(m, &next, 1);  // read during the output and first layers
-    margins.push_back(top2_margin(logits));
-    ++produced;
-    generated.push_back(next);
-    if (args.stop_at_eot && std::find(ck.eos_ids.begin(), ck.eos_ids.end(), next) != ck.eos_ids.end()) break;
+  const GenerateResult r = generate_tokens(m, prompt, capacity, opt, [&](int32_t next) {
     std::string piece = tok.decode({next});  // raw bytes: a split UTF-8 character completes on the next token
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
-    if (cache.len >= cache.capacity) break;
-    logits = decode_step(m, cache, next);
-  }
-  const double decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  });
+  const int64_t produced = static_cast<int64_t>(r.generated.size());
   const std::string store = store_summary(m);
   std::fprintf(stderr, "\n[prefill %zu tokens: %.1f tok/s | decode %lld tokens: %.1f tok/s%s]\n", prompt.size(),
-               prompt.size() / prefill_s, static_cast<long long>(produced), produced / decode_s, store.c_str());
-  if (!args.ids_out.empty()) {
-    nlohmann::json j = {{"prompt_ids", prompt},
-                        {"generated_ids", generated},
-                        {"prefill_tok_s", prompt.size() / prefill_s},
-                        {"decode_tok_s", produced / decode_s},
-                        {"top2_margins", margins}};
-    if (args.prompt_logprobs) {
-      // log p(prompt[t] | prompt[<t]) for t >= 1, from one full forward over the prompt.
-      const int64_t T = static_cast<int64_t>(prompt.size());
-      Activations acts;
-      forward(m, acts, prompt.data(), 1, T);
-      std::vector<int32_t> targets(prompt.begin() + 1, prompt.end());
-      targets.push_back(0);  // the last position's target is not reported
-      std::vector<float> lp(static_cast<size_t>(T));
-      token_logprobs(m, acts, targets.data(), lp.data());
-      lp.pop_back();
-      j["prompt_logprobs"] = lp;
-    }
-    std::ofstream f(args.ids_out);
-    if (!(f << j.dump() << "\n")) fail("cannot write ", args.ids_out);
-  }
+               prompt.size() / r.prefill_s, static_cast<long long>(produced), produced / r.decode_s, store.c_str());
+  if (!args.ids_out.empty()) write_ids(m, prompt, r);
 }
 
 void setup(CLI::App* sub) {

@@ -18,67 +18,95 @@ struct Args {
   int64_t steps = 10;
 } args;
 
+// The --batch file's input_ids and labels: (M, B, T), the same M micro-batches at every step, or
+// (S, M, B, T), step s using batch s % S.
+struct ParityBatch {
+  std::vector<int32_t> x, y;
+  int64_t S = 1, M = 0, B = 0, T = 0;
+  const int32_t* inputs(int64_t step, int64_t mb) const { return x.data() + offset(step, mb); }
+  const int32_t* labels(int64_t step, int64_t mb) const { return y.data() + offset(step, mb); }
+  int64_t offset(int64_t step, int64_t mb) const { return ((step % S) * M + mb) * B * T; }
+};
+
+ParityBatch read_parity_batch(const std::string& path) {
+  using namespace jtok;
+  StFile batch = read_safetensors(path);
+  for (const char* k : {"input_ids", "labels"})
+    if (!batch.tensors.count(k)) fail(path, ": missing tensor ", k);
+  const StTensor& xt = batch.tensors.at("input_ids");
+  const StTensor& yt = batch.tensors.at("labels");
+  if (xt.dtype != "I32" || yt.dtype != "I32" || (xt.shape.size() != 3 && xt.shape.size() != 4) ||
+      xt.shape != yt.shape)
+    fail(path, ": input_ids and labels must be int32 (M, B, T) or (S, M, B, T) of the same shape");
+  const size_t r = xt.shape.size();
+  ParityBatch pb;
+  pb.S = r == 4 ? xt.shape[0] : 1;
+  pb.M = xt.shape[r - 3], pb.B = xt.shape[r - 2], pb.T = xt.shape[r - 1];
+  pb.x = xt.as_i32(), pb.y = yt.as_i32();
+  return pb;
+}
+
+// The per-step series parity writes (each one value a step).
+struct ParitySeries {
+  std::vector<float> losses, auxes, jauxes, norms, lrs;
+};
+
+// The first micro-batch's logits over the real vocabulary, (B, T, V) from acts.logits (N, Vp).
+jtok::StTensor real_logits(const jtok::Activations& acts, const jtok::ModelConfig& mc, int64_t B, int64_t T) {
+  const int64_t N = B * T, V = mc.vocab_size, Vp = mc.padded_vocab();
+  std::vector<float> logits(static_cast<size_t>(N * V));
+  for (int64_t n = 0; n < N; ++n) std::memcpy(&logits[n * V], &acts.logits[n * Vp], sizeof(float) * V);
+  return jtok::st_f32({B, T, V}, logits.data());
+}
+
+// One optimizer step over the M micro-batches; step 0 also puts its logits and gradients into out.
+void parity_step(jtok::Model& m, jtok::AdamWState& opt, jtok::Activations& acts, const jtok::Config& cfg,
+                 const ParityBatch& pb, int64_t s, jtok::StFile& out, ParitySeries& series) {
+  using namespace jtok;
+  zero_grads(m);
+  double loss = 0, aux = 0, jaux = 0;
+  const int64_t M = pb.M;
+  for (int64_t mb = 0; mb < M; ++mb) {
+    const int32_t* xs = pb.inputs(s, mb);
+    forward(m, acts, xs, pb.B, pb.T);
+    if (s == 0 && mb == 0) out.tensors["logits"] = real_logits(acts, cfg.model, pb.B, pb.T);
+    loss += backward(m, acts, xs, pb.labels(s, mb), 1.0f / static_cast<float>(M)) / M;
+    aux += acts.moe_aux_loss / M;
+    jaux += acts.jtokm_aux_loss / M;
+  }
+  if (s == 0)
+    for (auto& [k, t] : grads_to_st(m, "grad.").tensors) out.tensors[k] = t;
+  StepStats st = optimizer_step(m, opt, cfg.train);
+  series.losses.push_back(static_cast<float>(loss));
+  series.auxes.push_back(static_cast<float>(aux));
+  series.jauxes.push_back(static_cast<float>(jaux));
+  series.norms.push_back(static_cast<float>(st.grad_norm));
+  series.lrs.push_back(static_cast<float>(st.lr));
+}
+
 void run() {
   using namespace jtok;
   Config cfg = load_config(args.config);
   Model m = make_model(cfg.model, cfg.train.seed);
   load_weights(m, read_safetensors(args.weights), args.weights);
-  StFile batch = read_safetensors(args.batch);
-  for (const char* k : {"input_ids", "labels"})
-    if (!batch.tensors.count(k)) fail(args.batch, ": missing tensor ", k);
-  const StTensor& xt = batch.tensors.at("input_ids");
-  const StTensor& yt = batch.tensors.at("labels");
-  // (M, B, T): the same M micro-batches at every step; (S, M, B, T): step s uses batch s % S.
-  if (xt.dtype != "I32" || yt.dtype != "I32" || (xt.shape.size() != 3 && xt.shape.size() != 4) ||
-      xt.shape != yt.shape)
-    fail(args.batch, ": input_ids and labels must be int32 (M, B, T) or (S, M, B, T) of the same shape");
-  const size_t r = xt.shape.size();
-  const int64_t S_batches = r == 4 ? xt.shape[0] : 1;
-  const int64_t M = xt.shape[r - 3], B = xt.shape[r - 2], T = xt.shape[r - 1], N = B * T;
-  auto x = xt.as_i32(), y = yt.as_i32();
-  const int64_t V = cfg.model.vocab_size, Vp = cfg.model.padded_vocab();
-
+  const ParityBatch pb = read_parity_batch(args.batch);
   AdamWState opt = make_adamw_state(m);
   Activations acts;
   acts.row_sync = table_row_sync(m, opt);
-  std::vector<float> losses, auxes, jauxes, norms, lrs;
+  ParitySeries series;
   StFile out;
-  for (int64_t s = 0; s < args.steps; ++s) {
-    zero_grads(m);
-    double loss = 0, aux = 0, jaux = 0;
-    const int64_t step_off = (s % S_batches) * M * N;
-    for (int64_t mb = 0; mb < M; ++mb) {
-      const int32_t* xs = x.data() + step_off + mb * N;
-      forward(m, acts, xs, B, T);
-      if (s == 0 && mb == 0) {
-        std::vector<float> logits(static_cast<size_t>(N * V));
-        for (int64_t n = 0; n < N; ++n) std::memcpy(&logits[n * V], &acts.logits[n * Vp], sizeof(float) * V);
-        out.tensors["logits"] = st_f32({B, T, V}, logits.data());
-      }
-      loss += backward(m, acts, xs, y.data() + step_off + mb * N, 1.0f / static_cast<float>(M)) / M;
-      aux += acts.moe_aux_loss / M;
-      jaux += acts.jtokm_aux_loss / M;
-    }
-    if (s == 0)
-      for (auto& [k, t] : grads_to_st(m, "grad.").tensors) out.tensors[k] = t;
-    StepStats st = optimizer_step(m, opt, cfg.train);
-    losses.push_back(static_cast<float>(loss));
-    auxes.push_back(static_cast<float>(aux));
-    jauxes.push_back(static_cast<float>(jaux));
-    norms.push_back(static_cast<float>(st.grad_norm));
-    lrs.push_back(static_cast<float>(st.lr));
-  }
+  for (int64_t s = 0; s < args.steps; ++s) parity_step(m, opt, acts, cfg, pb, s, out, series);
   const int64_t S = args.steps;
-  out.tensors["loss"] = st_f32({S}, losses.data());
-  out.tensors["aux_loss"] = st_f32({S}, auxes.data());  // MoE load-balancing loss (0 for dense)
-  out.tensors["jtokm_aux_loss"] = st_f32({S}, jauxes.data());  // JTok-M load-balancing loss (0 without it)
-  out.tensors["grad_norm"] = st_f32({S}, norms.data());
-  out.tensors["lr"] = st_f32({S}, lrs.data());
+  out.tensors["loss"] = st_f32({S}, series.losses.data());
+  out.tensors["aux_loss"] = st_f32({S}, series.auxes.data());  // MoE load-balancing loss (0 for dense)
+  out.tensors["jtokm_aux_loss"] = st_f32({S}, series.jauxes.data());  // JTok-M load-balancing loss (0 without it)
+  out.tensors["grad_norm"] = st_f32({S}, series.norms.data());
+  out.tensors["lr"] = st_f32({S}, series.lrs.data());
   sync_tables(m, opt);
   for (auto& [k, t] : weights_to_st(m).tensors) out.tensors["final." + k] = t;
   write_safetensors(args.out, out);
-  std::printf("parity: %lld steps, loss %.6f -> %.6f, wrote %s\n", static_cast<long long>(S), losses.front(),
-              losses.back(), args.out.c_str());
+  std::printf("parity: %lld steps, loss %.6f -> %.6f, wrote %s\n", static_cast<long long>(S), series.losses.front(),
+              series.losses.back(), args.out.c_str());
 }
 
 void setup(CLI::App* sub) {

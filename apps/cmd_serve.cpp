@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -45,40 +46,48 @@ std::string chat_template_dir(const jtok::LoadedCheckpoint& ck) {
   return "";
 }
 
-void run() {
-  using namespace jtok;
-  // SIGINT / SIGTERM are taken by one thread (sigwait) that stops the server: blocked here, before
-  // any thread exists, so every thread inherits the mask.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  std::fprintf(stderr, "%s\n", command_line_string().c_str());
-  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src);
-  EngineOptions eo;
+jtok::EngineOptions engine_options() {
+  jtok::EngineOptions eo;
   eo.max_batch = args.max_batch;
   eo.ctx = args.ctx;
   eo.kv_budget_tokens = args.kv_budget_tokens;
   eo.max_queue = args.max_queue;
   eo.prefetch = args.prefetch;
   eo.prefill_chunk = args.prefill_chunk;
-  eo.kv_bf16 = parse_dtype(args.kv_dtype, "--kv-dtype", kKvDtypes) == Dtype::bf16;
+  eo.kv_bf16 = jtok::parse_dtype(args.kv_dtype, "--kv-dtype", jtok::kKvDtypes) == jtok::Dtype::bf16;
   eo.prefix_cache = args.prefix_cache;
   eo.prefix_block = args.prefix_block > 0 ? args.prefix_block : std::min<int64_t>(64, args.prefill_chunk);
-  Engine engine(ck.model, eo);
-  ServeOptions so;
+  return eo;
+}
+
+jtok::ServeOptions serve_options(const jtok::LoadedCheckpoint& ck) {
+  jtok::ServeOptions so;
   so.host = args.host;
   so.port = args.port;
   so.api_key = args.api_key;
   so.model_id = args.model_name;
   so.max_body_bytes = static_cast<size_t>(args.max_body_kb) * 1024;
   so.tables = args.table_src.kind;
-  if (args.max_n < 1) fail("--max-n must be at least 1, got ", args.max_n);
+  if (args.max_n < 1) jtok::fail("--max-n must be at least 1, got ", args.max_n);
   so.max_n = args.max_n;
   so.chat_template = args.chat_template;
   so.chat_template_dir = chat_template_dir(ck);
-  HttpApi api(engine, ck.tokenizer, so);
+  return so;
+}
+
+// The start-up line, once the server listens on `port`.
+void print_listening(const jtok::LoadedCheckpoint& ck, const jtok::Engine& engine, int port) {
+  std::printf("serve: %s on http://%s:%d (tables %s, max batch %lld, context %lld, KV budget %lld tokens, "
+              "prefix reuse %s)\n",
+              ck.dir.c_str(), args.host.c_str(), port, args.table_src.kind.c_str(),
+              static_cast<long long>(engine.options().max_batch), static_cast<long long>(engine.options().ctx),
+              static_cast<long long>(engine.options().kv_budget_tokens),
+              args.prefix_cache ? ("blocks of " + std::to_string(engine.options().prefix_block)).c_str() : "off");
+  std::fflush(stdout);
+}
+
+// Runs api until it returns; a thread waiting on `sigs` (SIGINT / SIGTERM) stops it.
+void run_until_signal(jtok::HttpApi& api, const sigset_t& sigs, const std::function<void(int)>& on_listening) {
   std::atomic<bool> returned{false};  // api.run has returned
   std::thread waiter([&] {
     int sig = 0;
@@ -92,15 +101,7 @@ void run() {
     }
   });
   try {
-    api.run([&](int port) {
-      std::printf("serve: %s on http://%s:%d (tables %s, max batch %lld, context %lld, KV budget %lld tokens, "
-                  "prefix reuse %s)\n",
-                  ck.dir.c_str(), args.host.c_str(), port, args.table_src.kind.c_str(),
-                  static_cast<long long>(engine.options().max_batch), static_cast<long long>(engine.options().ctx),
-                  static_cast<long long>(engine.options().kv_budget_tokens),
-                  args.prefix_cache ? ("blocks of " + std::to_string(engine.options().prefix_block)).c_str() : "off");
-      std::fflush(stdout);
-    });
+    api.run(on_listening);
   } catch (...) {
     returned = true;
     pthread_kill(waiter.native_handle(), SIGTERM);
@@ -109,6 +110,22 @@ void run() {
   }
   returned = true;
   waiter.join();
+}
+
+void run() {
+  using namespace jtok;
+  // SIGINT / SIGTERM are taken by one thread (sigwait) that stops the server: blocked here, before
+  // any thread exists, so every thread inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::fprintf(stderr, "%s\n", command_line_string().c_str());
+  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src);
+  Engine engine(ck.model, engine_options());
+  HttpApi api(engine, ck.tokenizer, serve_options(ck));
+  run_until_signal(api, sigs, [&](int port) { print_listening(ck, engine, port); });
 }
 
 void setup(CLI::App* sub) {

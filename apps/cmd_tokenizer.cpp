@@ -3,12 +3,12 @@
 // `--tokenizer gpt2 --tokenizer-dir DIR` reads like GPT-2's own files.
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "commands.h"
 #include "core/error.h"
+#include "data/text_inputs.h"
 #include "data/tokenizer.h"
+#include "tokenizer/bpe_files.h"
 #include "tokenizer/bpe_train.h"
 
 namespace {
@@ -20,26 +20,14 @@ struct Args {
   bool no_check = false;
 } args;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) jtok::fail("tokenizer train: cannot open input ", path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 void train() {
   using namespace jtok;
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
-  if (!args.list.empty()) {
-    std::istringstream in(slurp(args.list));
-    for (std::string line; std::getline(in, line);)
-      if (!line.empty()) args.files.push_back(line);
-  }
+  if (!args.list.empty())
+    for (auto& path : read_path_list(args.list, "tokenizer train")) args.files.push_back(std::move(path));
   if (args.files.empty()) fail("tokenizer train: no input files");
-  PieceCounter counter;
-  for (const auto& f : args.files) counter.add_text(slurp(f));
+  const PieceCounter counter = count_file_pieces(args.files);
   auto t1 = clock::now();
   std::printf("tokenizer train: %zu files, %lld bytes, %lld pieces, %zu distinct (%.1f s)\n", args.files.size(),
               static_cast<long long>(counter.bytes()), static_cast<long long>(counter.pieces()), counter.counts().size(),
@@ -54,19 +42,11 @@ void train() {
   if (args.no_check) return;
   // Reads the files back the way training and prepare do, and measures compression on the input.
   Tokenizer tok = Tokenizer::load(TokenizerKind::Gpt2, args.out);
-  int64_t tokens = 0, bytes = 0;
-  for (const auto& f : args.files) {
-    std::string text = slurp(f);
-    std::vector<int32_t> ids = tok.encode_parallel(text);
-    if (tok.decode(ids) != text && text.find('\0') == std::string::npos) {
-      // decode gives bytes; invalid UTF-8 in the input is replaced by U+FFFD before encoding.
-      std::printf("tokenizer train: note: %s does not round-trip byte for byte (invalid UTF-8?)\n", f.c_str());
-    }
-    tokens += int64_t(ids.size());
-    bytes += int64_t(text.size());
-  }
+  const TokenizerCheck c = check_tokenizer_on_files(tok, args.files, [](const std::string& f) {
+    std::printf("tokenizer train: note: %s does not round-trip byte for byte (invalid UTF-8?)\n", f.c_str());
+  });
   std::printf("tokenizer train: %.3f bytes per token on the input (%lld tokens), vocab_size %u (%.1f s in all)\n",
-              tokens ? double(bytes) / double(tokens) : 0.0, static_cast<long long>(tokens), tok.vocab_size(),
+              c.tokens ? double(c.bytes) / double(c.tokens) : 0.0, static_cast<long long>(c.tokens), tok.vocab_size(),
               std::chrono::duration<double>(clock::now() - t0).count());
 }
 

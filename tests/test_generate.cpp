@@ -2,11 +2,15 @@
 // forward over the whole sequence at every step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "op_test_util.h"
 #include "decode_test_util.h"
 #include "model_test_util.h"
 #include "core/error.h"
 #include "infer/generate.h"
+#include "infer/generate_run.h"
 #include "ops/lowp_linear.h"
 
 using namespace jtok;
@@ -338,5 +342,64 @@ TEST(Generate, Bf16KVCacheStaysCloseToF32) {
     ADD_FAILURE() << "int8 KV cache accepted";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "--kv-dtype: dtype 'int8' is not one of f32, bf16");
+  }
+}
+
+// generate_tokens (`jtok generate`'s loop): greedy, it samples what prefill + decode_step give, hands
+// each token over as it comes, keeps a stop token without handing it over, and stops when the cache is full.
+TEST(Generate, GenerateTokensStreamsUntilStopOrFullCache) {
+  const Model m = make_model(jtok_jtokm_config(), 5);
+  const std::vector<int32_t> prompt = {3, 14, 15};
+  GenerateOptions opt;
+  opt.max_new_tokens = 12;
+  opt.sampling = SamplingParams{0.0, 0, 1.0};
+  std::vector<int32_t> want;
+  std::vector<double> margins;
+  KVCache cache;
+  std::vector<float> logits = prefill(m, cache, prompt, 40);
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 12; ++i) {
+    want.push_back(sample_token(logits, opt.sampling, rng));
+    margins.push_back(top2_margin(logits));
+    logits = decode_step(m, cache, want.back());
+  }
+  std::vector<int32_t> streamed;
+  const auto stream = [&](int32_t t) { streamed.push_back(t); };
+  GenerateResult r = generate_tokens(m, prompt, 40, opt, stream);
+  EXPECT_EQ(r.generated, want);
+  EXPECT_EQ(streamed, want);
+  EXPECT_EQ(r.top2_margins, margins);
+  // A stop token: the first that did not come before.
+  size_t k = 1;
+  while (k < want.size() && std::find(want.begin(), want.begin() + k, want[k]) != want.begin() + k) ++k;
+  ASSERT_LT(k, want.size());
+  opt.stop_ids = {want[k]};
+  streamed.clear();
+  r = generate_tokens(m, prompt, 40, opt, stream);
+  EXPECT_EQ(r.generated, std::vector<int32_t>(want.begin(), want.begin() + k + 1));
+  EXPECT_EQ(streamed, std::vector<int32_t>(want.begin(), want.begin() + k));
+  // A cache of the prompt + 3 positions: 4 tokens (the last one sampled from the full cache).
+  opt.stop_ids.clear();
+  streamed.clear();
+  r = generate_tokens(m, prompt, 6, opt, stream);
+  EXPECT_EQ(r.generated, std::vector<int32_t>(want.begin(), want.begin() + 4));
+  EXPECT_EQ(streamed, r.generated);
+}
+
+// prompt_logprobs: log p(prompt[t] | prompt[<t]) from one forward, one value per token after the first.
+TEST(Generate, PromptLogprobsAreTheForwardsTokenLogprobs) {
+  const Model m = make_model(small_config(), 5);
+  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65};
+  const std::vector<float> lp = prompt_logprobs(m, prompt);
+  ASSERT_EQ(lp.size(), prompt.size() - 1);
+  Activations a;
+  forward(m, a, prompt.data(), 1, 5);
+  const int64_t Vp = m.cfg.padded_vocab(), V = m.cfg.vocab_size;
+  for (int64_t t = 0; t + 1 < 5; ++t) {
+    const float* row = a.logits.data() + t * Vp;
+    double mx = row[0], sum = 0;
+    for (int64_t v = 1; v < V; ++v) mx = std::max<double>(mx, row[v]);
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
+    EXPECT_NEAR(lp[t], row[prompt[t + 1]] - mx - std::log(sum), 1e-4) << "position " << t;
   }
 }

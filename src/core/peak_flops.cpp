@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <vector>
 
 namespace jtok {
 
@@ -53,6 +55,28 @@ double measure_peak_gflops(double seconds) {
     best = std::max(best, flops / s / 1e9);
   }
   return best * omp_get_max_threads();
+}
+
+TriadRate measure_triad() {
+  const int64_t n = int64_t{1} << 25;
+  std::vector<float> a(n), b(n), c(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {  // first touch by the threads that stream them below
+    a[i] = 0.0f;
+    b[i] = 1.0f;
+    c[i] = 2.0f;
+  }
+  TriadRate r;
+  for (int k = 0; k < 5; ++k) {
+    const float sc = 0.5f + static_cast<float>(k);
+    auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) a[i] = b[i] + sc * c[i];
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.gbs = std::max(r.gbs, 3.0 * 4.0 * static_cast<double>(n) / s / 1e9);
+  }
+  r.checked = a[n / 2] == 1.0f + 4.5f * 2.0f;
+  return r;
 }
 
 const char* simd_isa() {

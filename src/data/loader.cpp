@@ -189,4 +189,14 @@ Batch ValidationSet::batch(size_t i) const {
   return std::move(out.b);
 }
 
+std::vector<int32_t> read_all_tokens(const ShardSet& set) {
+  std::vector<int32_t> tokens(set.total_tokens());
+  size_t at = 0;
+  for (size_t s = 0; s < set.count(); ++s) {
+    set.read(s, 0, set.shard(s).size(), tokens.data() + at);
+    at += set.shard(s).size();
+  }
+  return tokens;
+}
+
 }  // namespace jtok

@@ -44,6 +44,10 @@ struct LoaderOptions {
 // Shard paths matching DIR/*.bin (sorted), or the file itself if a file is given.
 std::vector<std::string> list_shards(const std::string& dir_or_file);
 
+class ShardSet;
+// Every token of the set, shard after shard (each checked against the vocabulary as read() does).
+std::vector<int32_t> read_all_tokens(const ShardSet& set);
+
 class ShardSet {
  public:
   ShardSet(const std::vector<std::string>& paths, const LoaderOptions& opt);

@@ -260,4 +260,14 @@ nlohmann::json embp_plan(const std::vector<int32_t>& tokens, const PlanOptions& 
   return plan_report(t, o);
 }
 
+PlanOptions plan_options_for_model(const ModelConfig& m, PlanOptions o) {
+  o.vocab = m.padded_vocab();
+  o.d = m.hidden_size;
+  o.n_e = m.jtokm_n_e;
+  o.K = m.jtokm_top_k;
+  o.jtokm_layers = m.jtokm ? m.jtokm_num_layers() : 0;
+  o.jtok_layers = m.jtok ? m.jtok_num_layers() : 0;
+  return o;
+}
+
 }  // namespace jtok::dist

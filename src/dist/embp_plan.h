@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/embedding_parallel.h"
+#include "model/config.h"
 
 namespace jtok::dist {
 
@@ -43,6 +44,8 @@ struct PlanOptions {
   std::string routing = "random";  // "random" | "per-id"
   uint64_t seed = 1;
 };
+// o with m's table shape: padded vocabulary, d, n_e, K, and the JTok-M and JTok layers (0 where off).
+PlanOptions plan_options_for_model(const ModelConfig& m, PlanOptions o);
 // Whole-step figures (bytes per rank per step, summed over layers, averaged over steps; max and
 // mean over ranks), dedup ratios, and the owners' load imbalance for id-mod-P and contiguous ranges.
 nlohmann::json embp_plan(const std::vector<int32_t>& tokens, const PlanOptions& o);

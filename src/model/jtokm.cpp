@@ -181,31 +181,42 @@ void jtokm_backward_de(float* ds, JTokMActs& A, const float* dh, const float* s,
   if (provider) provider->mix_backward_post(table_base, A.de.data(), N, hp.K);  // the owners may start now
 }
 
-void jtokm_backward_router(float* da, float* dR, SparseRowGrad* gE, JTokMActs& A, const float* a, const float* R,
-                           const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp, float aux_grad,
-                           TableProvider* provider, int64_t table_base) {
-  const int64_t ne = hp.n_e, K = hp.K, U = static_cast<int64_t>(rb.unique.size());
-  const int64_t S = static_cast<int64_t>(A.slot_u.size());
-  std::vector<float> dg(static_cast<size_t>(N * ne));
-  // dL/dp_t^(i) of the aux loss: the same for every token.
+namespace {
+
+// dL/dp_t^(i) of the aux loss: the same for every token. (n_e)
+std::vector<float> aux_prob_grad(const JTokMActs& A, int64_t N, const JTokMHyper& hp, float aux_grad) {
+  const int64_t ne = hp.n_e, K = hp.K;
   std::vector<float> dp(static_cast<size_t>(ne));
   for (int64_t i = 0; i < ne; ++i)
     dp[i] = static_cast<float>(aux_grad * hp.lambda * static_cast<double>(ne) * A.load[i] /
                                (static_cast<double>(N) * N * K));
-  // Mixing weights: dw_k = de . E_k[x], from the gathered rows or from the rows' owners.
+  return dp;
+}
+
+// Mixing weights: dw_k = de . E_k[x] (N, K), from the gathered rows or from the rows' owners.
+std::vector<float> mixing_weight_grad(const JTokMActs& A, const RowBatch& rb, int64_t N, int64_t d,
+                                      const JTokMHyper& hp, TableProvider* provider, int64_t table_base) {
+  const int64_t ne = hp.n_e, K = hp.K;
   std::vector<float> dw(static_cast<size_t>(N * K));
   if (provider) {
     provider->mix_backward(dw.data(), table_base, A.de.data(), N, K);
-  } else {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t u = rb.inverse[n];
-      const int32_t* sel = A.sel.data() + n * K;
-      mix_position_dw(dw.data() + n * K, A.de.data() + n * d,
-                      [&](int64_t k) { return A.rows.data() + static_cast<int64_t>(A.slot[u * ne + sel[k]]) * d; }, K, d);
-    }
+    return dw;
   }
-  // Router logits: w_k = sig_k / sum_G sig, and the aux loss's p_i = sig_i / sum_all sig.
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t u = rb.inverse[n];
+    const int32_t* sel = A.sel.data() + n * K;
+    mix_position_dw(dw.data() + n * K, A.de.data() + n * d,
+                    [&](int64_t k) { return A.rows.data() + static_cast<int64_t>(A.slot[u * ne + sel[k]]) * d; }, K, d);
+  }
+  return dw;
+}
+
+// Router logits' gradient dg (N, n_e): w_k = sig_k / sum_G sig, and the aux loss's p_i = sig_i / sum_all sig.
+std::vector<float> router_logit_grad(const JTokMActs& A, const std::vector<float>& dw, const std::vector<float>& dp,
+                                     int64_t N, const JTokMHyper& hp) {
+  const int64_t ne = hp.n_e, K = hp.K;
+  std::vector<float> dg(static_cast<size_t>(N * ne));
 #pragma omp parallel
   {
     std::vector<float> dsig(static_cast<size_t>(ne));
@@ -229,11 +240,13 @@ void jtokm_backward_router(float* da, float* dR, SparseRowGrad* gE, JTokMActs& A
       for (int64_t i = 0; i < ne; ++i) dgn[i] = dsig[i] * sg[i] * (1.0f - sg[i]);
     }
   }
-  // Router: dR (n_e,d) += dg^T a; da (N,d) += dg R.
-  gemm(true, false, ne, d, N, 1.0f, dg.data(), ne, a, d, 1.0f, dR, d);
-  gemm(false, false, N, d, ne, 1.0f, dg.data(), ne, R, d, 1.0f, da, d);
-  if (provider) return;  // the owners accumulated the tables' gradients
-  // Tables: each gathered (u, i) row collects w * de over the positions of u that selected i.
+  return dg;
+}
+
+// Tables: each gathered (u, i) row collects w * de over the positions of u that selected i.
+void table_row_grads(SparseRowGrad* gE, const JTokMActs& A, const RowBatch& rb, int64_t d, const JTokMHyper& hp) {
+  const int64_t ne = hp.n_e, K = hp.K, U = static_cast<int64_t>(rb.unique.size());
+  const int64_t S = static_cast<int64_t>(A.slot_u.size());
   std::vector<float*> grow(static_cast<size_t>(S));
   for (int64_t q = 0; q < S; ++q) gE[A.slot_table[q]].row(rb.unique[A.slot_u[q]]);  // create first (may reallocate)
   for (int64_t q = 0; q < S; ++q) grow[q] = gE[A.slot_table[q]].row(rb.unique[A.slot_u[q]]);
@@ -249,6 +262,22 @@ void jtokm_backward_router(float* da, float* dR, SparseRowGrad* gE, JTokMActs& A
       }
     }
   }
+}
+
+}  // namespace
+
+void jtokm_backward_router(float* da, float* dR, SparseRowGrad* gE, JTokMActs& A, const float* a, const float* R,
+                           const RowBatch& rb, int64_t N, int64_t d, const JTokMHyper& hp, float aux_grad,
+                           TableProvider* provider, int64_t table_base) {
+  const int64_t ne = hp.n_e;
+  const std::vector<float> dp = aux_prob_grad(A, N, hp, aux_grad);
+  const std::vector<float> dw = mixing_weight_grad(A, rb, N, d, hp, provider, table_base);
+  const std::vector<float> dg = router_logit_grad(A, dw, dp, N, hp);
+  // Router: dR (n_e,d) += dg^T a; da (N,d) += dg R.
+  gemm(true, false, ne, d, N, 1.0f, dg.data(), ne, a, d, 1.0f, dR, d);
+  gemm(false, false, N, d, ne, 1.0f, dg.data(), ne, R, d, 1.0f, da, d);
+  if (provider) return;  // the owners accumulated the tables' gradients
+  table_row_grads(gE, A, rb, d, hp);
 }
 
 void jtokm_backward(float* da, float* dR, float* ds, SparseRowGrad* gE, JTokMActs& A, const float* dh, const float* a,

@@ -80,13 +80,15 @@ void expert_gate_up(float* g, float* u, const float* inp, const WeightMatrix& wg
 
 }  // namespace
 
-void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, const MoeDims& m, int64_t N,
-                 const MoeLowp* lp, RowKernel rk) {
-  const int64_t d = m.d, E = m.E, K = m.K, F = m.F, S = m.S, NK = N * K;
+namespace {
+
+// Router: softmax over all routed experts, then top-k and the weights. a.probs (N, E), a.topi and
+// a.topw (N, K).
+void route_tokens(MoeActs& a, const float* x, const MoeWeights& w, const MoeDims& m, int64_t N, RowKernel rk) {
+  const int64_t d = m.d, E = m.E, K = m.K, NK = N * K;
   resize(a.probs, N * E);
   a.topi.resize(static_cast<size_t>(NK));
   resize(a.topw, NK);
-  // Router: softmax over all routed experts, then top-k and the weights.
   if (rk == RowKernel::per_row) linear_forward_lowp(a.probs.data(), x, {Dtype::f32, w.router, nullptr, E, d}, N, false, rk);
   else linear_forward(a.probs.data(), x, w.router, N, d, E);
 #pragma omp parallel for schedule(static)
@@ -101,21 +103,29 @@ void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, co
     if (m.norm_topk)
       for (int64_t j = 0; j < K; ++j) tw[j] /= sum;
   }
-  // Counting sort of the slots by expert (stable: rows of an expert in position order).
+}
+
+// Counting sort of the N K slots by expert (stable: rows of an expert in position order):
+// a.offsets (E + 1), a.slot_of (row -> slot), a.row_of (slot -> row).
+void sort_slots_by_expert(MoeActs& a, int64_t E, int64_t NK) {
   a.offsets.assign(static_cast<size_t>(E + 1), 0);
   for (int64_t s = 0; s < NK; ++s) a.offsets[a.topi[s] + 1]++;
   for (int64_t e = 0; e < E; ++e) a.offsets[e + 1] += a.offsets[e];
   a.slot_of.resize(static_cast<size_t>(NK));
   a.row_of.resize(static_cast<size_t>(NK));
-  {
-    std::vector<int32_t> next(a.offsets.begin(), a.offsets.end() - 1);
-    for (int64_t s = 0; s < NK; ++s) {
-      const int32_t r = next[a.topi[s]]++;
-      a.slot_of[r] = static_cast<int32_t>(s);
-      a.row_of[s] = r;
-    }
+  std::vector<int32_t> next(a.offsets.begin(), a.offsets.end() - 1);
+  for (int64_t s = 0; s < NK; ++s) {
+    const int32_t r = next[a.topi[s]]++;
+    a.slot_of[r] = static_cast<int32_t>(s);
+    a.row_of[s] = r;
   }
-  // Gather each expert's tokens into one block, then one GEMM per expert and projection.
+}
+
+// Gathers each expert's tokens into one block (a.xg), then one GEMM per expert and projection:
+// a.g, a.u, a.act (N K, F), a.eo (N K, d).
+void routed_experts_forward(MoeActs& a, const float* x, const MoeWeights& w, const MoeDims& m, int64_t N,
+                            const MoeLowp* lp, RowKernel rk) {
+  const int64_t d = m.d, E = m.E, K = m.K, F = m.F, NK = N * K;
   resize(a.xg, NK * d); resize(a.g, NK * F); resize(a.u, NK * F); resize(a.act, NK * F); resize(a.eo, NK * d);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < NK; ++r) std::memcpy(&a.xg[r * d], x + (a.slot_of[r] / K) * d, sizeof(float) * d);
@@ -131,14 +141,21 @@ void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, co
     if (ne == 0) continue;
     expert_linear(&a.eo[r0 * d], &a.act[r0 * F], mat(e, ExpertProj::down), ne, false, rk);
   }
-  // Shared experts: one SwiGLU of width S over every position, accumulated onto out.
-  if (S > 0) {
-    resize(a.sg, N * S); resize(a.su, N * S); resize(a.sact, N * S);
-    expert_gate_up(a.sg.data(), a.su.data(), x, mat(-1, ExpertProj::gate), mat(-1, ExpertProj::up), N, rk);
-    swiglu_forward(a.sact.data(), a.sg.data(), a.su.data(), N * S);
-    expert_linear(out, a.sact.data(), mat(-1, ExpertProj::down), N, /*accumulate=*/true, rk);
-  }
-  // Scatter back, weighted; per position, so no two threads write one row.
+}
+
+// Shared experts: one SwiGLU of width S over every position, accumulated onto out (N, d).
+void shared_experts_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, const MoeDims& m, int64_t N,
+                            const MoeLowp* lp, RowKernel rk) {
+  const int64_t S = m.S;
+  auto mat = [&](ExpertProj p) { return moe_matrix(w, m, lp, -1, p); };
+  resize(a.sg, N * S); resize(a.su, N * S); resize(a.sact, N * S);
+  expert_gate_up(a.sg.data(), a.su.data(), x, mat(ExpertProj::gate), mat(ExpertProj::up), N, rk);
+  swiglu_forward(a.sact.data(), a.sg.data(), a.su.data(), N * S);
+  expert_linear(out, a.sact.data(), mat(ExpertProj::down), N, /*accumulate=*/true, rk);
+}
+
+// Scatter back onto out (N, d), each expert row weighted; per position, so no two threads write one row.
+void combine_expert_outputs(float* out, const MoeActs& a, int64_t d, int64_t K, int64_t N) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float* o = out + n * d;
@@ -149,7 +166,11 @@ void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, co
       for (int64_t i = 0; i < d; ++i) o[i] += wj * eo[i];
     }
   }
-  // Load balance: f_i = count_i / (N K), P_i = mean_n probs[n,i]; aux = coef E sum_i f_i P_i.
+}
+
+// Load balance: f_i = count_i / (N K), P_i = mean_n probs[n,i]; aux = coef E sum_i f_i P_i.
+void load_balance_aux(MoeActs& a, const MoeDims& m, int64_t N) {
+  const int64_t E = m.E, NK = N * m.K;
   resize(a.frac, E);
   double aux = 0;
   for (int64_t e = 0; e < E; ++e) {
@@ -161,15 +182,25 @@ void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, co
   a.aux = m.aux_coef * static_cast<double>(E) * aux;
 }
 
-void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* dout, const float* x, const MoeActs& a,
-                  const MoeWeights& w, const MoeDims& m, int64_t N, float aux_grad) {
-  const int64_t d = m.d, E = m.E, K = m.K, F = m.F, S = m.S, NK = N * K;
-  resize(s.deo, NK * d); resize(s.dprobs, N * E);
-  s.dact.assign(static_cast<size_t>(NK * F), 0.0f);
-  resize(s.dg, NK * F); resize(s.du, NK * F);
-  s.dxg.assign(static_cast<size_t>(NK * d), 0.0f);
-  // Combine step: d(expert output row) = w * dout; dL/dw = dout . eo. Then through the weights
-  // (the top-k choice is fixed) and the aux loss to dL/dprobs.
+}  // namespace
+
+void moe_forward(float* out, MoeActs& a, const float* x, const MoeWeights& w, const MoeDims& m, int64_t N,
+                 const MoeLowp* lp, RowKernel rk) {
+  route_tokens(a, x, w, m, N, rk);
+  sort_slots_by_expert(a, m.E, N * m.K);
+  routed_experts_forward(a, x, w, m, N, lp, rk);
+  if (m.S > 0) shared_experts_forward(out, a, x, w, m, N, lp, rk);
+  combine_expert_outputs(out, a, m.d, m.K, N);
+  load_balance_aux(a, m, N);
+}
+
+namespace {
+
+// Combine step: d(expert output row) = w * dout (s.deo); dL/dw = dout . eo. Then through the
+// weights (the top-k choice is fixed) and the aux loss to dL/dprobs, and through the softmax to
+// the router logits' gradient (s.dprobs, in place).
+void combine_backward(MoeScratch& s, const float* dout, const MoeActs& a, const MoeDims& m, int64_t N, float aux_grad) {
+  const int64_t d = m.d, E = m.E, K = m.K;
   const float aux_scale = static_cast<float>(aux_grad * m.aux_coef * static_cast<double>(E) / static_cast<double>(N));
 #pragma omp parallel
   {
@@ -207,8 +238,13 @@ void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* do
     for (int64_t e = 0; e < E; ++e) dp[e] = p[e] * (dp[e] - pd);
   }
   }
-  linear_backward(dx, g.router, s.dprobs.data(), x, w.router, N, d, E);
-  // Routed experts, grouped as in the forward. A frozen block (g.experts null) gets no weight gradient.
+}
+
+// Routed experts, grouped as in the forward: s.deo -> s.dact -> s.dg, s.du -> s.dxg (N K, d). A
+// frozen block (g.experts null) gets no weight gradient.
+void routed_experts_backward(const MoeWeights& g, MoeScratch& s, const MoeActs& a, const MoeWeights& w,
+                             const MoeDims& m, int64_t N) {
+  const int64_t d = m.d, E = m.E, F = m.F, NK = N * m.K;
   auto gw = [&](float* (*at)(const MoeWeights&, const MoeDims&, int64_t), int64_t e) { return g.experts ? at(g, m, e) : nullptr; };
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], ne = a.offsets[e + 1] - r0;
@@ -223,6 +259,10 @@ void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* do
                               {gw(expert_up, e), &s.du[r0 * F], expert_up(w, m, e), F}};
     linear_backward_many(&s.dxg[r0 * d], gu, 2, &a.xg[r0 * d], ne, d);
   }
+}
+
+// dx (N, d) += the expert rows' input gradients (s.dxg), per position.
+void gather_expert_dx(float* dx, const MoeScratch& s, const MoeActs& a, int64_t d, int64_t K, int64_t N) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float* o = dx + n * d;
@@ -232,14 +272,34 @@ void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* do
       for (int64_t i = 0; i < d; ++i) o[i] += r[i];
     }
   }
-  if (S > 0) {
-    s.dsact.assign(static_cast<size_t>(N * S), 0.0f);
-    resize(s.dsg, N * S); resize(s.dsu, N * S);
-    linear_backward(s.dsact.data(), g.sd, dout, a.sact.data(), w.sd, N, S, d);
-    swiglu_backward(s.dsg.data(), s.dsu.data(), s.dsact.data(), a.sg.data(), a.su.data(), N * S);
-    const LinearGrad gu[2] = {{g.sg, s.dsg.data(), w.sg, S}, {g.su, s.dsu.data(), w.su, S}};
-    linear_backward_many(dx, gu, 2, x, N, d);
-  }
+}
+
+// Shared experts: dout -> dx (+=) and their weights' gradients.
+void shared_experts_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* dout, const float* x,
+                             const MoeActs& a, const MoeWeights& w, const MoeDims& m, int64_t N) {
+  const int64_t d = m.d, S = m.S;
+  s.dsact.assign(static_cast<size_t>(N * S), 0.0f);
+  resize(s.dsg, N * S); resize(s.dsu, N * S);
+  linear_backward(s.dsact.data(), g.sd, dout, a.sact.data(), w.sd, N, S, d);
+  swiglu_backward(s.dsg.data(), s.dsu.data(), s.dsact.data(), a.sg.data(), a.su.data(), N * S);
+  const LinearGrad gu[2] = {{g.sg, s.dsg.data(), w.sg, S}, {g.su, s.dsu.data(), w.su, S}};
+  linear_backward_many(dx, gu, 2, x, N, d);
+}
+
+}  // namespace
+
+void moe_backward(float* dx, const MoeWeights& g, MoeScratch& s, const float* dout, const float* x, const MoeActs& a,
+                  const MoeWeights& w, const MoeDims& m, int64_t N, float aux_grad) {
+  const int64_t d = m.d, E = m.E, K = m.K, F = m.F, NK = N * K;
+  resize(s.deo, NK * d); resize(s.dprobs, N * E);
+  s.dact.assign(static_cast<size_t>(NK * F), 0.0f);
+  resize(s.dg, NK * F); resize(s.du, NK * F);
+  s.dxg.assign(static_cast<size_t>(NK * d), 0.0f);
+  combine_backward(s, dout, a, m, N, aux_grad);
+  linear_backward(dx, g.router, s.dprobs.data(), x, w.router, N, d, E);
+  routed_experts_backward(g, s, a, w, m, N);
+  gather_expert_dx(dx, s, a, d, K, N);
+  if (m.S > 0) shared_experts_backward(dx, g, s, dout, x, a, w, m, N);
 }
 
 // ---- reference ---------------------------------------------------------------------------------

@@ -48,6 +48,79 @@ void table_store_metrics(std::ostringstream& o, const TableStore::Stats& t) {
     << "jtok_table_store_read_seconds_count " << t.reads << "\n";
 }
 
+// One Prometheus metric: its HELP and TYPE lines and its value.
+void metric(std::ostringstream& o, const char* name, const char* help, int64_t v, const char* type = "counter") {
+  o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << v << "\n";
+}
+
+// The engine's requests and prefills.
+void request_metrics(std::ostringstream& o, const EngineStats& s) {
+  metric(o, "jtok_requests_admitted_total", "requests admitted to a batch", s.requests_admitted);
+  metric(o, "jtok_requests_finished_total", "requests finished (length, stop or error)", s.requests_finished);
+  metric(o, "jtok_requests_refused_total", "requests refused with 429 (queue full)", s.requests_refused);
+  metric(o, "jtok_requests_cancelled_total", "requests cancelled (client gone, stop sequence)", s.requests_cancelled);
+  metric(o, "jtok_prompt_tokens_total", "prompt tokens prefilled", s.prompt_tokens);
+  metric(o, "jtok_generated_tokens_total", "tokens generated", s.generated_tokens);
+  metric(o, "jtok_prefills_total", "prompts prefilled", s.prefills);
+  metric(o, "jtok_prefill_chunks_total", "prompt pieces computed (--prefill-chunk tokens at most; a short prompt is one)",
+         s.prefill_chunks);
+  metric(o, "jtok_decode_steps_during_prefill_total", "decode steps run while a long prompt was partly prefilled",
+         s.decode_steps_during_prefill);
+  metric(o, "jtok_choices_forked_total", "choices 2..n of requests, started from a copy of their prompt's KV cache",
+         s.choices_forked);
+  metric(o, "jtok_prompt_logprob_tokens_total", "prompt tokens scored for echo with logprobs", s.prompt_logprob_tokens);
+  metric(o, "jtok_prefilling_sequences", "admitted prompts not fully prefilled yet", s.prefilling, "gauge");
+}
+
+// The decode steps (their batch sizes) and the table rows they read or had prefetched.
+void decode_metrics(std::ostringstream& o, const EngineStats& s) {
+  metric(o, "jtok_decode_steps_total", "batched decode steps", s.decode_steps);
+  metric(o, "jtok_decode_sequences_total", "sequences over all decode steps (mean batch = this / steps)",
+         s.decode_batch_sum);
+  o << "# HELP jtok_decode_batch_size decode steps by batch size M\n# TYPE jtok_decode_batch_size histogram\n";
+  const char* le[] = {"1", "3", "7", "15", "31", "+Inf"};
+  int64_t cum = 0;
+  for (int b = 0; b < 6; ++b) o << "jtok_decode_batch_size_bucket{le=\"" << le[b] << "\"} " << (cum += s.batch_hist[b]) << "\n";
+  o << "jtok_decode_batch_size_sum " << s.decode_batch_sum << "\njtok_decode_batch_size_count " << s.decode_steps << "\n";
+  metric(o, "jtok_table_rows_read_total", "token-table rows read by decode steps", s.table_rows_read);
+  metric(o, "jtok_table_rows_prefetched_total", "token-table rows handed to the prefetch thread before use (mmap tables)",
+         s.table_rows_prefetched);
+  metric(o, "jtok_prefetch_pages_total", "pages of table rows touched by the prefetch thread", s.prefetch_pages);
+  metric(o, "jtok_prefetch_major_faults_total", "major page faults taken by the prefetch thread (off the compute thread)",
+         s.prefetch_major_faults);
+  metric(o, "jtok_prefetch_jobs_dropped_total", "prefetch jobs dropped unstarted (the thread fell behind the steps)",
+         s.prefetch_dropped);
+}
+
+// Prefix reuse: tokens reused, blocks stored, evicted, held.
+void prefix_cache_metrics(std::ostringstream& o, const EngineStats& s) {
+  metric(o, "jtok_prefix_tokens_reused_total", "prompt tokens taken from stored prefix blocks instead of prefilled",
+         s.prefix_tokens_reused);
+  metric(o, "jtok_prefix_hits_total", "prompts that reused at least one stored prefix block", s.prefix_hits);
+  metric(o, "jtok_prefix_blocks_stored_total", "prefix blocks stored", s.prefix_blocks_stored);
+  metric(o, "jtok_prefix_blocks_evicted_total", "prefix blocks evicted (least recently used first) to make room",
+         s.prefix_blocks_evicted);
+  metric(o, "jtok_prefix_blocks_cached", "prefix blocks stored now (each takes --prefix-block KV slots)",
+         s.prefix_blocks_cached, "gauge");
+  metric(o, "jtok_prefix_blocks_held", "stored prefix blocks held by running sequences (not evictable)",
+         s.prefix_blocks_held, "gauge");
+}
+
+// The process: page faults and resident memory.
+void process_metrics(std::ostringstream& o) {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  metric(o, "jtok_page_faults_major_total", "major page faults of the process (pages read from disk)", ru.ru_majflt);
+  metric(o, "jtok_page_faults_minor_total", "minor page faults of the process", ru.ru_minflt);
+  long pages = 0, resident = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  metric(o, "jtok_resident_bytes", "resident memory of the process", static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE),
+         "gauge");
+}
+
 }  // namespace
 
 struct HttpApi::Impl {
@@ -155,84 +228,36 @@ struct HttpApi::Impl {
     return false;
   }
 
+  // The HTTP side: responses by route and status, the completion latency histogram.
+  void http_metrics(std::ostringstream& o) {
+    std::lock_guard<std::mutex> lk(metrics_mu);
+    o << "# HELP jtok_http_responses_total HTTP responses by route and status\n# TYPE jtok_http_responses_total counter\n";
+    for (const auto& [k, v] : responses)
+      o << "jtok_http_responses_total{route=\"" << k.first << "\",status=\"" << k.second << "\"} " << v << "\n";
+    o << "# HELP jtok_request_seconds completion latency (whole request)\n# TYPE jtok_request_seconds histogram\n";
+    int64_t cum = 0;
+    for (size_t b = 0; b < latency_bounds.size(); ++b) {
+      cum += latency_counts[b];
+      o << "jtok_request_seconds_bucket{le=\"" << latency_bounds[b] << "\"} " << cum << "\n";
+    }
+    o << "jtok_request_seconds_bucket{le=\"+Inf\"} " << latency_n << "\n";
+    o << "jtok_request_seconds_sum " << latency_sum << "\njtok_request_seconds_count " << latency_n << "\n";
+  }
+
   std::string metrics_text() {
     const EngineStats s = engine.stats();
     std::ostringstream o;
-    auto counter = [&](const char* name, const char* help, int64_t v, const char* type = "counter") {
-      o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << v << "\n";
-    };
-    {
-      std::lock_guard<std::mutex> lk(metrics_mu);
-      o << "# HELP jtok_http_responses_total HTTP responses by route and status\n# TYPE jtok_http_responses_total counter\n";
-      for (const auto& [k, v] : responses)
-        o << "jtok_http_responses_total{route=\"" << k.first << "\",status=\"" << k.second << "\"} " << v << "\n";
-      o << "# HELP jtok_request_seconds completion latency (whole request)\n# TYPE jtok_request_seconds histogram\n";
-      int64_t cum = 0;
-      for (size_t b = 0; b < latency_bounds.size(); ++b) {
-        cum += latency_counts[b];
-        o << "jtok_request_seconds_bucket{le=\"" << latency_bounds[b] << "\"} " << cum << "\n";
-      }
-      o << "jtok_request_seconds_bucket{le=\"+Inf\"} " << latency_n << "\n";
-      o << "jtok_request_seconds_sum " << latency_sum << "\njtok_request_seconds_count " << latency_n << "\n";
-    }
-    counter("jtok_requests_admitted_total", "requests admitted to a batch", s.requests_admitted);
-    counter("jtok_requests_finished_total", "requests finished (length, stop or error)", s.requests_finished);
-    counter("jtok_requests_refused_total", "requests refused with 429 (queue full)", s.requests_refused);
-    counter("jtok_requests_cancelled_total", "requests cancelled (client gone, stop sequence)", s.requests_cancelled);
-    counter("jtok_prompt_tokens_total", "prompt tokens prefilled", s.prompt_tokens);
-    counter("jtok_generated_tokens_total", "tokens generated", s.generated_tokens);
-    counter("jtok_prefills_total", "prompts prefilled", s.prefills);
-    counter("jtok_prefill_chunks_total", "prompt pieces computed (--prefill-chunk tokens at most; a short prompt is one)",
-            s.prefill_chunks);
-    counter("jtok_decode_steps_during_prefill_total", "decode steps run while a long prompt was partly prefilled",
-            s.decode_steps_during_prefill);
-    counter("jtok_choices_forked_total", "choices 2..n of requests, started from a copy of their prompt's KV cache",
-            s.choices_forked);
-    counter("jtok_prompt_logprob_tokens_total", "prompt tokens scored for echo with logprobs", s.prompt_logprob_tokens);
-    counter("jtok_prefilling_sequences", "admitted prompts not fully prefilled yet", s.prefilling, "gauge");
-    counter("jtok_decode_steps_total", "batched decode steps", s.decode_steps);
-    counter("jtok_decode_sequences_total", "sequences over all decode steps (mean batch = this / steps)",
-            s.decode_batch_sum);
-    o << "# HELP jtok_decode_batch_size decode steps by batch size M\n# TYPE jtok_decode_batch_size histogram\n";
-    const char* le[] = {"1", "3", "7", "15", "31", "+Inf"};
-    int64_t cum = 0;
-    for (int b = 0; b < 6; ++b) o << "jtok_decode_batch_size_bucket{le=\"" << le[b] << "\"} " << (cum += s.batch_hist[b]) << "\n";
-    o << "jtok_decode_batch_size_sum " << s.decode_batch_sum << "\njtok_decode_batch_size_count " << s.decode_steps << "\n";
-    counter("jtok_table_rows_read_total", "token-table rows read by decode steps", s.table_rows_read);
-    counter("jtok_table_rows_prefetched_total", "token-table rows handed to the prefetch thread before use (mmap tables)",
-            s.table_rows_prefetched);
-    counter("jtok_prefetch_pages_total", "pages of table rows touched by the prefetch thread", s.prefetch_pages);
-    counter("jtok_prefetch_major_faults_total", "major page faults taken by the prefetch thread (off the compute thread)",
-            s.prefetch_major_faults);
-    counter("jtok_prefetch_jobs_dropped_total", "prefetch jobs dropped unstarted (the thread fell behind the steps)",
-            s.prefetch_dropped);
+    http_metrics(o);
+    request_metrics(o, s);
+    decode_metrics(o, s);
     if (s.table_store) table_store_metrics(o, *s.table_store);
-    counter("jtok_prefix_tokens_reused_total", "prompt tokens taken from stored prefix blocks instead of prefilled",
-            s.prefix_tokens_reused);
-    counter("jtok_prefix_hits_total", "prompts that reused at least one stored prefix block", s.prefix_hits);
-    counter("jtok_prefix_blocks_stored_total", "prefix blocks stored", s.prefix_blocks_stored);
-    counter("jtok_prefix_blocks_evicted_total", "prefix blocks evicted (least recently used first) to make room",
-            s.prefix_blocks_evicted);
-    counter("jtok_prefix_blocks_cached", "prefix blocks stored now (each takes --prefix-block KV slots)",
-            s.prefix_blocks_cached, "gauge");
-    counter("jtok_prefix_blocks_held", "stored prefix blocks held by running sequences (not evictable)",
-            s.prefix_blocks_held, "gauge");
-    counter("jtok_queue_depth", "requests waiting for admission", s.queue_depth, "gauge");
-    counter("jtok_active_sequences", "sequences in the decode batch", s.active, "gauge");
-    counter("jtok_kv_tokens_used", "KV-cache token slots reserved", s.kv_tokens_used, "gauge");
-    counter("jtok_kv_tokens_budget", "KV-cache token slots available", engine.options().kv_budget_tokens, "gauge");
-    counter("jtok_streams_open", "server-sent event streams open", streams_open.load(), "gauge");
-    struct rusage ru {};
-    getrusage(RUSAGE_SELF, &ru);
-    counter("jtok_page_faults_major_total", "major page faults of the process (pages read from disk)", ru.ru_majflt);
-    counter("jtok_page_faults_minor_total", "minor page faults of the process", ru.ru_minflt);
-    long pages = 0, resident = 0;
-    if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
-      if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-      std::fclose(f);
-    }
-    counter("jtok_resident_bytes", "resident memory of the process", static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE),
-            "gauge");
+    prefix_cache_metrics(o, s);
+    metric(o, "jtok_queue_depth", "requests waiting for admission", s.queue_depth, "gauge");
+    metric(o, "jtok_active_sequences", "sequences in the decode batch", s.active, "gauge");
+    metric(o, "jtok_kv_tokens_used", "KV-cache token slots reserved", s.kv_tokens_used, "gauge");
+    metric(o, "jtok_kv_tokens_budget", "KV-cache token slots available", engine.options().kv_budget_tokens, "gauge");
+    metric(o, "jtok_streams_open", "server-sent event streams open", streams_open.load(), "gauge");
+    process_metrics(o);
     o << "# HELP jtok_tables_info where the token tables live\n# TYPE jtok_tables_info gauge\njtok_tables_info{tables=\""
       << opt.tables << "\"} 1\n";
     return o.str();

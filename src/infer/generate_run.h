@@ -1,0 +1,39 @@
+// One prompt decoded token by token from a KV cache (`jtok generate`): prefill, then sample, hand
+// each token to the caller as it comes, decode the next; the disk tables' rows read ahead by id.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "infer/generate.h"
+#include "model/transformer.h"
+
+namespace jtok {
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 64;
+  SamplingParams sampling;
+  uint64_t seed = 1;
+  bool kv_bf16 = false;
+  std::vector<int32_t> stop_ids;  // generation ends at one of these (kept in `generated`, not handed over); empty: none
+};
+
+struct GenerateResult {
+  std::vector<int32_t> generated;     // every sampled token, a final stop token included
+  std::vector<double> top2_margins;   // per sampled token: how close greedy decoding was to a tie
+  double prefill_s = 0, decode_s = 0;  // wall-clock seconds of the prefill and of the decode loop
+};
+
+// Prefills prompt into a cache of `capacity` positions, then samples up to max_new_tokens tokens;
+// on_token gets each one that is not a stop token, in order, before the next is decoded. Stops at a
+// stop token or when the cache is full.
+GenerateResult generate_tokens(const Model& m, const std::vector<int32_t>& prompt, int64_t capacity,
+                               const GenerateOptions& opt, const std::function<void(int32_t)>& on_token);
+
+// Logit of the best token minus that of the second best: how close greedy decoding was to a tie.
+double top2_margin(const std::vector<float>& logits);
+
+// log p(prompt[t] | prompt[<t]) for t >= 1 (prompt.size() - 1 values), from one full forward over the prompt.
+std::vector<float> prompt_logprobs(const Model& m, const std::vector<int32_t>& prompt);
+
+}  // namespace jtok
