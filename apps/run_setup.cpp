@@ -8,7 +8,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "model/table_store.h"
+#include "store/table_store.h"
 #include "ops/lowp_gemm.h"
 #include "train/checkpoint.h"
 #include "train/store_export.h"

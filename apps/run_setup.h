@@ -7,7 +7,7 @@
 
 #include "data/tokenizer.h"
 #include "model/config.h"
-#include "model/table_io.h"
+#include "store/table_io.h"
 #include "model/transformer.h"
 
 namespace jtok {

@@ -19,7 +19,7 @@
 
 #include "op_test_util.h"
 #include "core/error.h"
-#include "model/table_store.h"
+#include "store/table_store.h"
 #include "model/token_table.h"
 #include "ops/int4_rows.h"
 

@@ -26,7 +26,7 @@
 #include "temp_dir.h"
 #include "core/error.h"
 #include "dist/embedding_parallel.h"
-#include "model/table_store.h"
+#include "store/table_store.h"
 #include "model/token_table.h"
 
 using namespace jtok;

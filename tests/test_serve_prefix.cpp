@@ -12,7 +12,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "model/table_store.h"
+#include "store/table_store.h"
 #include "serve/engine.h"
 #include "serve/prefix_cache.h"
 #include "serve_test_util.h"

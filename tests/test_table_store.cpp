@@ -1,4 +1,4 @@
-// The token-major table store (model/table_store.h): a store written from RAM tables of every
+// The token-major table store (store/table_store.h): a store written from RAM tables of every
 // dtype reads back every row bit for bit like the RAM table (several tables of different dims and
 // dtypes in one block; blocks smaller and larger than a page), its CLOCK cache evicts and counts,
 // and a torn, truncated or altered store, or a bad manifest, is refused naming the file. Read-ahead
@@ -25,7 +25,7 @@
 #include "core/atomic_file.h"
 #include "core/checksum.h"
 #include "core/error.h"
-#include "model/table_store.h"
+#include "store/table_store.h"
 #include "model/token_table.h"
 
 using namespace jtok;

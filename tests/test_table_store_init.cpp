@@ -23,7 +23,7 @@
 #include "core/atomic_file.h"
 #include "error_test_util.h"
 #include "model_test_util.h"
-#include "model/table_store.h"
+#include "store/table_store.h"
 #include "model/transformer.h"
 #include "train/disk_tables.h"
 #include "train/store_export.h"

@@ -1,4 +1,4 @@
-// The training table store (model/table_store_write.h) under the one table optimizer
+// The training table store (store/train_table_store.h) under the one table optimizer
 // (train/table_optimizer.h), against the same tables in RAM:
 //   - steps of the deferred exact ("dense") and the lazy optimizer, with reads (gathers with the
 //     row-sync hook) between them, through a cache of two units (so units are evicted and written
@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/table_store_write.h"
+#include "store/train_table_store.h"
 #include "core/checksum.h"
 #include "model/token_table.h"
 #include "temp_dir.h"

@@ -9,8 +9,8 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "model/table_store.h"
-#include "model/table_store_write.h"
+#include "store/table_store.h"
+#include "store/train_table_store.h"
 #include "ops/int4_rows.h"
 #include "ops/lowp_linear.h"
 

@@ -57,10 +57,10 @@ class TokenTable {
                          std::shared_ptr<const void> owner);
   // A shape without storage, for a loader to replace with a view (data() is null; writes fail).
   static TokenTable unbound(int64_t rows, int64_t dim);
-  // Table k of a token-major store on disk (model/table_store.h): read-only, rows read through the
+  // Table k of a token-major store on disk (store/table_store.h): read-only, rows read through the
   // store's DRAM cache.
   static TokenTable on_disk(std::shared_ptr<const TableStore> store, int64_t k);
-  // Table k of a training store on disk (model/table_store_write.h): rows, moments and row steps in
+  // Table k of a training store on disk (store/train_table_store.h): rows, moments and row steps in
   // the store. Read through the one gather; the table optimizer writes rows through the store.
   static TokenTable on_disk(std::shared_ptr<TrainTableStore> store, int64_t k);
   // Writable RAM zeros for `rows` ids of a table of id_count: id_first, id_first + id_stride, ...

@@ -1,5 +1,5 @@
 // Training with the token tables in a training store on disk (`jtok train --tables disk
-// --table-store DIR`, model/table_store_write.h): the model's tables become the store's, the one
+// --table-store DIR`, store/train_table_store.h): the model's tables become the store's, the one
 // table optimizer updates their rows through it, and a checkpoint neither copies nor syncs the
 // tables: the store is flushed (its undo log then says so) before the checkpoint is complete and
 // sealed after, and the checkpoint keeps, in table_store.json, the AdamW constants of the steps
@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/table_store_write.h"
+#include "store/train_table_store.h"
 #include "model/transformer.h"
 #include "train/table_optimizer.h"
 

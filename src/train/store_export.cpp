@@ -9,8 +9,8 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "model/table_store.h"
-#include "model/table_store_snapshot.h"
+#include "store/table_store.h"
+#include "store/train_store_snapshot.h"
 #include "ops/int4_rows.h"
 #include "ops/lowp_linear.h"
 #include "train/disk_tables.h"

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
-#include "model/table_store_write.h"
+#include "store/train_table_store.h"
 
 namespace jtok {
 
@@ -34,7 +34,7 @@ void mark_rows_current(TableMoments& s, const std::vector<TokenTable>& tables, i
 namespace {
 
 // Row r of table k for one update: its values, moments and step in place (tables in memory), or
-// (a training store's table, model/table_store_write.h) copied into this thread's scratch and
+// (a training store's table, store/train_table_store.h) copied into this thread's scratch and
 // written back by commit().
 struct RowAccess {
   float *p = nullptr, *m = nullptr, *v = nullptr;

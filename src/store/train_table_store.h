@@ -19,7 +19,7 @@
 // dropped; anything else is refused. So a kill at any moment resumes from the last checkpoint.
 //
 // Read-ahead (the trainer knows the next batch's ids a step early): prefetch() queues units for a
-// pool of I/O threads (model/table_prefetch.h, the read-only store's), which read them into slots
+// pool of I/O threads (store/read_pool.h, the read-only store's), which read them into slots
 // while the current step computes. Who owns what: mu_ guards the cache's maps, bits and counters
 // and is never held during I/O; a slot being read (reading_) belongs to its reader until it is
 // marked ready; an evicted dirty unit's bytes are copied out under mu_ (the slot is free at once)
@@ -37,8 +37,8 @@
 #include <string>
 #include <vector>
 
-#include "model/table_io.h"
-#include "model/table_prefetch.h"
+#include "store/table_io.h"
+#include "store/read_pool.h"
 #include "model/token_table.h"
 
 namespace jtok {
@@ -66,7 +66,7 @@ class TrainTableStore {
   // Opens dir for training resumed at checkpoint step `step`, rolling back what the undo log holds
   // (see above); a bad manifest, a data file of the wrong size, a torn log header or a log of
   // another step is refused naming the file. cache_bytes: the DRAM cache (at least two units);
-  // io_threads: the read-ahead's I/O threads; io (model/table_io.h): direct (or automatic where the
+  // io_threads: the read-ahead's I/O threads; io (store/table_io.h): direct (or automatic where the
   // file system takes it) reads units with O_DIRECT (past the page cache, into page-aligned slots;
   // writes stay buffered, and Linux writes a range's dirty pages back before a direct read of it);
   // with direct, a file system without O_DIRECT is refused naming the file.
@@ -170,7 +170,7 @@ class TrainTableStore {
   std::unique_ptr<ReadPool> pool_;  // last: its threads stop first
 };
 
-// The format, for a reader that does not train with the store (model/table_store_snapshot.h): the
+// The format, for a reader that does not train with the store (store/train_store_snapshot.h): the
 // manifest checked as open() checks it, a unit's checksum, the undo log's header (a torn header or
 // a bad magic refused naming the file) and its whole records in order (a torn last record ends
 // them): each(the unit's byte offset in tables.bin, where its old bytes start in the log, the bytes).

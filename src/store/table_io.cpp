@@ -1,4 +1,4 @@
-#include "model/table_io.h"
+#include "store/table_io.h"
 
 #include <fcntl.h>
 #include <unistd.h>

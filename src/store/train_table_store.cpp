@@ -1,4 +1,4 @@
-#include "model/table_store_write.h"
+#include "store/train_table_store.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -14,8 +14,8 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "model/table_store.h"
-#include "model/train_store_io.h"
+#include "store/table_store.h"
+#include "store/train_store_io.h"
 
 namespace jtok {
 

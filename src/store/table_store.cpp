@@ -1,4 +1,4 @@
-#include "model/table_store.h"
+#include "store/table_store.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -183,7 +183,7 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
   s->dir_ = dir;
   try {
     const std::string format = j.at("format").get<std::string>();
-    if (format.rfind("jtok-table-store-train-", 0) == 0)  // model/table_store_write.h: rows with moments, maybe owing steps
+    if (format.rfind("jtok-table-store-train-", 0) == 0)  // store/train_table_store.h: rows with moments, maybe owing steps
       fail("table store ", dir, " is a training store (jtok train --tables disk, ", mpath, "): convert it for --tables disk with "
            "`jtok export --checkpoint CK --table-store OUT [--table-dtype bf16|int8|int4]` (CK: the run's checkpoint at the store's step) "
            "and pass --table-store OUT");

@@ -1,6 +1,6 @@
-// The training table store's DRAM cache of units (model/table_store_write.h): row access, CLOCK
+// The training table store's DRAM cache of units (store/train_table_store.h): row access, CLOCK
 // replacement, the read-ahead's I/O-thread jobs, write-back through the undo log, flush and seal.
-// The file side (create, open, roll-back) is in table_store_write.cpp.
+// The file side (create, open, roll-back) is in train_table_store.cpp.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -11,8 +11,8 @@
 #include <limits>
 
 #include "core/atomic_file.h"
-#include "model/table_store_write.h"
-#include "model/train_store_io.h"
+#include "store/train_table_store.h"
+#include "store/train_store_io.h"
 
 namespace jtok {
 

@@ -1,4 +1,4 @@
-// How a disk table store (model/table_store.h, model/table_store_write.h) reads its file:
+// How a disk table store (store/table_store.h, store/train_table_store.h) reads its file:
 //   pread      through the page cache;
 //   direct     O_DIRECT, past it (whole aligned pages into aligned buffers); a file system without
 //              O_DIRECT is refused naming the file;

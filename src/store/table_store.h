@@ -12,7 +12,7 @@
 //                  stores lack it) the source: the checkpoint's directory name and step.
 // A table of the store is a TokenTable like any other (TokenTable::on_disk): read through the one
 // gather, its token blocks held in a bounded DRAM cache (CLOCK) filled by pread. Reads ahead of
-// need (prefetch) run on a small pool of I/O threads (model/table_prefetch.h); no thread holds the
+// need (prefetch) run on a small pool of I/O threads (store/read_pool.h); no thread holds the
 // cache's lock during a pread, and a block being read is read once: a reader that needs it waits.
 #pragma once
 #include <atomic>
@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "model/table_io.h"
-#include "model/table_prefetch.h"
+#include "store/table_io.h"
+#include "store/read_pool.h"
 #include <nlohmann/json_fwd.hpp>
 
 #include "model/token_table.h"
@@ -73,14 +73,14 @@ void write_table_store(const std::string& dir, int64_t ids, const std::vector<Ta
                        const TableStoreSource& source = {});
 
 // dir's manifest.json parsed (a missing or unparsable manifest refused naming it); *path: its path.
-// Both the read-only store and the training store (model/table_store_write.h) open through it.
+// Both the read-only store and the training store (store/train_table_store.h) open through it.
 nlohmann::json read_store_manifest(const std::string& dir, std::string* path);
 
 class TableStore {
  public:
   // Opens dir, checking the manifest, the data file's size and its checksum (a torn, truncated or
   // altered store is refused naming the file). cache_bytes: the DRAM row cache's budget (at least
-  // one page of blocks). io_threads: the read-ahead pool's threads (prefetch). io (model/table_io.h):
+  // one page of blocks). io_threads: the read-ahead pool's threads (prefetch). io (store/table_io.h):
   // direct (or automatic where the file system takes it) makes every read, the checksum's too, an
   // O_DIRECT read past the page cache: a block's whole aligned page (or a larger block's whole pages)
   // into a page-aligned buffer, then the block copied to its slot; with direct, a file system that
