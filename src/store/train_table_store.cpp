@@ -63,7 +63,7 @@ void TrainTableStore::create(const std::string& dir, const std::vector<TrainStor
   for (const TrainStoreTable& t : tables) {
     offset.push_back(block);
     jt.push_back({{"name", t.name}, {"dim", t.dim}, {"offset", block}});
-    block += 12 * t.dim + 4;
+    block += t.layout().bytes();
   }
   const auto [per_page, unit_bytes] = geometry(block);
   const int64_t units = (V + per_page - 1) / per_page;
@@ -81,8 +81,9 @@ void TrainTableStore::create(const std::string& dir, const std::vector<TrainStor
       for (int64_t id = n * per_page; id < std::min(V, (n + 1) * per_page); ++id) {
         uint8_t* b = u.data() + (id - n * per_page) * block;
         for (size_t k = 0; k < tables.size(); ++k) {
-          row(id, static_cast<int64_t>(k), reinterpret_cast<float*>(b + offset[k]));
-          std::memcpy(b + offset[k] + 12 * tables[k].dim, &row_step, 4);
+          const TrainRowLayout l = tables[k].layout();
+          row(id, static_cast<int64_t>(k), l.value_at(b + offset[k]));
+          l.write_step(b + offset[k], row_step);
         }
       }
       seal_unit(u.data(), unit_bytes);
@@ -126,7 +127,7 @@ void read_manifest(const std::string& mpath, const nlohmann::json& j, int64_t& i
       if (tables.back().dim <= 0 || tables.back().offset != at)
         fail(mpath, ": table ", tables.back().name, " (dim ", tables.back().dim, " at offset ", tables.back().offset,
              ") does not follow the block's layout (offset ", at, " expected)");
-      at += 12 * tables.back().dim + 4;
+      at += tables.back().layout().bytes();
     }
     const auto [pp, ub] = block > 0 ? geometry(block) : std::pair<int64_t, int64_t>{0, 0};
     if (ids <= 0 || block <= 0 || at != block || pp != per_page || ub != unit_bytes || tables.empty())

@@ -5,7 +5,8 @@
 //                 per_page token blocks (token t in unit t / per_page at (t % per_page) *
 //                 block_bytes) and ends with the sum64 (core/checksum.h) of its other bytes, so a torn or altered
 //                 unit is caught when it is read. A block holds, per table in the manifest's order,
-//                 value (dim f32), exp_avg (dim f32), exp_avg_sq (dim f32), row_step (int32).
+//                 its row: value, exp_avg, exp_avg_sq (dim f32 each), row_step (int32), as
+//                 TrainRowLayout (store/train_block.h) defines it.
 //   manifest.json format, ids, the geometry, per table its name, dim and offset in the block.
 //   undo.log      the undo log: a 32-byte header (magic, base step, target step, FNV-1a 64 of the
 //                 rest), then one record per unit overwritten since the base step: its byte offset,
@@ -38,6 +39,7 @@
 #include <vector>
 
 #include "store/table_io.h"
+#include "store/train_block.h"
 #include "store/read_pool.h"
 #include "model/token_table.h"
 
@@ -46,7 +48,8 @@ namespace jtok {
 struct TrainStoreTable {
   std::string name;
   int64_t dim = 0;
-  int64_t offset = 0;  // bytes into the token's block: value, exp_avg, exp_avg_sq, row_step
+  int64_t offset = 0;  // bytes into the token's block, where its row (TrainRowLayout) starts
+  TrainRowLayout layout() const { return {dim}; }
 };
 
 class TrainTableStore {

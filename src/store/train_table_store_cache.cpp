@@ -243,37 +243,31 @@ uint8_t* TrainTableStore::row_bytes(int64_t k, int64_t id, bool dirty, std::uniq
 }
 
 void TrainTableStore::read_value(int64_t k, int64_t id, float* out) {
-  const int64_t d = tables_[static_cast<size_t>(k)].dim;
+  const TrainRowLayout l = tables_[static_cast<size_t>(k)].layout();
   std::unique_lock<std::mutex> lock(mu_);
   ++stats_.rows_read;
   const uint8_t* b = row_bytes(k, id, false, lock);
-  if (b) std::memcpy(out, b, static_cast<size_t>(4 * d));
-  else std::fill(out, out + d, 0.0f);
+  if (b) l.read_value(b, out);
+  else std::fill(out, out + l.dim, 0.0f);
 }
 
 bool TrainTableStore::load_row(int64_t k, int64_t id, float* p, float* m, float* v, int32_t* step) {
-  const int64_t d = tables_[static_cast<size_t>(k)].dim;
+  const TrainRowLayout l = tables_[static_cast<size_t>(k)].layout();
   std::unique_lock<std::mutex> lock(mu_);
   ++stats_.rows_read;
   const uint8_t* b = row_bytes(k, id, false, lock);
   if (!b) return false;
-  std::memcpy(p, b, static_cast<size_t>(4 * d));
-  std::memcpy(m, b + 4 * d, static_cast<size_t>(4 * d));
-  std::memcpy(v, b + 8 * d, static_cast<size_t>(4 * d));
-  std::memcpy(step, b + 12 * d, 4);
+  l.read(b, p, m, v, step);
   return true;
 }
 
 void TrainTableStore::store_row(int64_t k, int64_t id, const float* p, const float* m, const float* v, int32_t step) {
-  const int64_t d = tables_[static_cast<size_t>(k)].dim;
+  const TrainRowLayout l = tables_[static_cast<size_t>(k)].layout();
   std::unique_lock<std::mutex> lock(mu_);
   ++stats_.rows_written;
   uint8_t* b = row_bytes(k, id, true, lock);
   if (!b) return;
-  std::memcpy(b, p, static_cast<size_t>(4 * d));
-  std::memcpy(b + 4 * d, m, static_cast<size_t>(4 * d));
-  std::memcpy(b + 8 * d, v, static_cast<size_t>(4 * d));
-  std::memcpy(b + 12 * d, &step, 4);
+  l.write(b, p, m, v, step);
 }
 
 void TrainTableStore::begin_step(int64_t g) {

@@ -90,9 +90,8 @@ StoreExportStats export_disk_tables(const std::string& ck, const Model& m, const
     const int64_t d = t.dim;
     const uint8_t* b = unit.data() + (id % l.per_page) * l.block_bytes + t.offset;
     row.resize(static_cast<size_t>(3 * d));  // value, exp_avg, exp_avg_sq
-    std::memcpy(row.data(), b, static_cast<size_t>(12 * d));
     int32_t have;
-    std::memcpy(&have, b + 12 * d, 4);
+    t.layout().read(b, row.data(), row.data() + d, row.data() + 2 * d, &have);
     if (have > step || (!st.consts.empty() && have < st.consts_base))
       fail(l.data_path, ": token ", id, " of ", t.name, " is at step ", have, "; the checkpoint ", ck, " (step ", step,
            ") keeps the AdamW steps ", st.consts_base + 1, "..", step, " (the store is not this checkpoint's)");
