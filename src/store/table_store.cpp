@@ -147,24 +147,6 @@ void write_table_store(const std::string& dir, int64_t V, const std::vector<Tabl
   fsync_dir(fs::path(dir).parent_path().empty() ? "." : fs::path(dir).parent_path().string());
 }
 
-void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names,
-                       const TableStoreSource& source) {
-  JTOK_CHECK(!tables.empty() && tables.size() == names.size(), "table store: ", tables.size(), " tables, ", names.size(), " names");
-  const int64_t V = tables[0].rows;
-  std::vector<TableStoreSpec> specs;
-  for (size_t k = 0; k < tables.size(); ++k) {
-    const TokenTable& t = tables[k];
-    JTOK_CHECK(t.rows == V && t.id_count == V && t.id_first == 0, "table store: table ", names[k], " has ", t.rows,
-               " rows of ", t.id_count, ", the first ", V);
-    specs.push_back({names[k], t.dim, t.dtype()});
-  }
-  write_table_store(dir, V, specs, [&](int64_t id, int64_t k, void* raw, float* scale) {
-    const TokenTable& t = tables[static_cast<size_t>(k)];
-    std::memcpy(raw, t.raw_row(id), static_cast<size_t>(t.row_stride_bytes()));
-    if (dtype_scaled(t.dtype())) *scale = t.scales()[id];
-  }, source);
-}
-
 nlohmann::json read_store_manifest(const std::string& dir, std::string* path) {
   const std::string mpath = (fs::path(dir) / "manifest.json").string();
   if (!fs::exists(mpath)) fail("table store ", dir, ": no manifest.json (not a store, or an interrupted write)");

@@ -10,8 +10,8 @@
 //   manifest.json  format, ids, the block geometry, per table its name, dim, dtype and offset in
 //                  the block, the data file's size and FNV-1a 64 checksum, and (optional: older
 //                  stores lack it) the source: the checkpoint's directory name and step.
-// A table of the store is a TokenTable like any other (TokenTable::on_disk): read through the one
-// gather, its token blocks held in a bounded DRAM cache (CLOCK) filled by pread. Reads ahead of
+// The model reads a table of the store through DiskRows (store/disk_rows.h, disk_rows() below;
+// TokenTable::on_disk): through the one gather, its token blocks held in a bounded DRAM cache (CLOCK) filled by pread. Reads ahead of
 // need (prefetch) run on a small pool of I/O threads (store/read_pool.h); no thread holds the
 // cache's lock during a pread, and a block being read is read once: a reader that needs it waits.
 #pragma once
@@ -28,7 +28,8 @@
 #include "store/read_pool.h"
 #include <nlohmann/json_fwd.hpp>
 
-#include "model/token_table.h"
+#include "core/dtype.h"
+#include "store/disk_rows.h"
 
 namespace jtok {
 
@@ -54,12 +55,8 @@ std::string dir_basename(const std::string& dir);
 // manifest does not say (a store written before manifests recorded it).
 std::string describe_source(const TableStoreSource& s);
 
-// Writes tables (all of the same rows, any dtype or storage) as a store at dir: a temp directory,
-// every file fsynced, renamed to dir; dir must not exist.
-void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names,
-                       const TableStoreSource& source = {});
-
-// A table of a store to write, and where its rows come from: row(id, k, raw, scale) puts table k's
+// Writes a store at dir (a temp directory, every file fsynced, renamed to dir; dir must not exist)
+// of `ids` rows of the tables, from a row source (a model's tables: train/store_export.h). A table of a store to write, and where its rows come from: row(id, k, raw, scale) puts table k's
 // row of `id` in raw (dim elements of its dtype) and an int8 / int4 row's scale in *scale. Called in token
 // order (id ascending, then k), one page of blocks held at a time: a source on disk is read
 // sequentially and no whole table ever exists (an export of a training store, train/store_export.h).
@@ -164,5 +161,12 @@ class TableStore {
   mutable std::condition_variable read_done_;
   std::unique_ptr<ReadPool> pool_;  // after the cache: its threads stop first
 };
+
+// Table k of the store as the model reads it (TokenTable::on_disk), and every table in the
+// manifest's order (store/disk_rows.cpp).
+std::shared_ptr<const DiskRows> disk_rows(std::shared_ptr<const TableStore> store, int64_t k);
+std::vector<std::shared_ptr<const DiskRows>> disk_rows(const std::shared_ptr<const TableStore>& store);
+// The serving store whose table `rows` is, or null (another store's rows, or none).
+const TableStore* table_store_of(const DiskRows* rows);
 
 }  // namespace jtok

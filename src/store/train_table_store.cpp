@@ -38,21 +38,6 @@ void write_empty_log(const std::string& path, int64_t step) { write_file_atomic(
 
 }  // namespace
 
-void TrainTableStore::create(const std::string& dir, const std::vector<TokenTable>& tables,
-                             const std::vector<std::string>& names, int64_t step) {
-  JTOK_CHECK(!tables.empty() && tables.size() == names.size(), "training table store: ", tables.size(), " tables, ",
-             names.size(), " names");
-  const int64_t V = tables[0].rows;
-  std::vector<TrainStoreTable> specs;
-  for (size_t k = 0; k < tables.size(); ++k) {
-    const TokenTable& t = tables[k];
-    JTOK_CHECK(t.rows == V && t.id_count == V && t.id_first == 0 && t.dtype() == Dtype::f32, "training table store: table ",
-               names[k], " is ", t.rows, " rows of ", t.id_count, " (", dtype_name(t.dtype()), "), expected ", V, " f32 rows");
-    specs.push_back({names[k], t.dim, 0});
-  }
-  create(dir, specs, V, step, [&](int64_t id, int64_t k, float* values) { tables[static_cast<size_t>(k)].read_row(id, values); });
-}
-
 void TrainTableStore::create(const std::string& dir, const std::vector<TrainStoreTable>& tables, int64_t V, int64_t step,
                              const RowSource& row) {
   JTOK_CHECK(!tables.empty() && V > 0, "training table store: ", tables.size(), " tables of ", V, " ids");

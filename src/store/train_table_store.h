@@ -41,7 +41,7 @@
 #include "store/table_io.h"
 #include "store/train_block.h"
 #include "store/read_pool.h"
-#include "model/token_table.h"
+#include "store/disk_rows.h"
 
 namespace jtok {
 
@@ -54,15 +54,11 @@ struct TrainStoreTable {
 
 class TrainTableStore {
  public:
-  // Writes f32 tables (whole tables of the same ids, any in-memory storage) as a training store at
-  // dir with zero moments and every row at `step`; a temp directory, fsynced, renamed; dir must not
-  // exist.
-  static void create(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names,
-                     int64_t step);
-  // The same from a row source, for tables that never exist whole (a fresh run's random init,
-  // train/disk_tables.h): row(id, k, values) writes table k's row of id (its dim floats), called in
-  // token order (id ascending, then k), one unit held at a time. tables: names and dims (offsets
-  // are computed).
+  // Writes a training store at dir of `ids` rows of the tables with zero moments and every row at
+  // `step`; a temp directory, fsynced, renamed; dir must not exist. From a row source, for tables
+  // that never exist whole (a fresh run's random init, or a model's tables: train/disk_tables.h):
+  // row(id, k, values) writes table k's row of id (its dim floats), called in token order (id
+  // ascending, then k), one unit held at a time. tables: names and dims (offsets are computed).
   using RowSource = std::function<void(int64_t id, int64_t k, float* values)>;
   static void create(const std::string& dir, const std::vector<TrainStoreTable>& tables, int64_t ids, int64_t step,
                      const RowSource& row);
@@ -172,6 +168,18 @@ class TrainTableStore {
   int64_t kill_at_write_ = -1;      // test hook JTOK_TEST_STORE_KILL_AT_WRITE (see the .cpp)
   std::unique_ptr<ReadPool> pool_;  // last: its threads stop first
 };
+
+// Table k of the store as the model reads it (TokenTable::on_disk: its values), and every table in
+// the manifest's order (store/disk_rows.cpp).
+std::shared_ptr<const DiskRows> disk_rows(std::shared_ptr<TrainTableStore> store, int64_t k);
+std::vector<std::shared_ptr<const DiskRows>> disk_rows(const std::shared_ptr<TrainTableStore>& store);
+// The training store whose table `rows` is, and its index there, for the table optimizer's
+// load_row / store_row ({null, -1}: not a training store's rows).
+struct TrainStoreTableRef {
+  TrainTableStore* store = nullptr;
+  int64_t table = -1;
+};
+TrainStoreTableRef train_store_of(const DiskRows* rows);
 
 // The format, for a reader that does not train with the store (store/train_store_snapshot.h): the
 // manifest checked as open() checks it, a unit's checksum, the undo log's header (a torn header or

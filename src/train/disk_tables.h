@@ -30,6 +30,11 @@ std::shared_ptr<TrainTableStore> attach_disk_tables(Model& m, const std::string&
                                                     std::optional<int64_t> resume_step, bool reuse, int io_threads = 4,
                                                     TableIo io = TableIo::pread, const uint64_t* init_seed = nullptr);
 
+// Writes f32 tables (whole tables of the same ids, in memory) as a training store at dir with zero
+// moments and every row at `step` (TrainTableStore::create from their rows); dir must not exist.
+void create_train_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names,
+                        int64_t step);
+
 // table_store.json of a checkpoint: the store's directory and the kept constants (as float bits).
 nlohmann::json kept_steps_json(const std::string& store_dir, const TableMoments& st);
 // Restores them into st (whose rows' steps are in the store); where: the file, for errors.

@@ -13,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "model/transformer.h"
+#include "store/table_store.h"
 
 namespace jtok {
 
@@ -27,5 +28,11 @@ struct StoreExportStats {
 };
 // m: the checkpoint's model (names and shapes; its tables need no storage). out must not exist.
 StoreExportStats export_disk_tables(const std::string& ckpt_dir, const Model& m, const std::string& out, Dtype dt);
+
+// Writes tables (all of the same rows, any dtype, in memory) as a token-major store at dir (`jtok
+// export --table-store` of a checkpoint whose tables are in model.safetensors): a temp directory,
+// every file fsynced, renamed to dir; dir must not exist.
+void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names,
+                       const TableStoreSource& source = {});
 
 }  // namespace jtok
