@@ -13,7 +13,8 @@ namespace {
 // Table k of a serving store: its cached blocks' raw elements.
 class TableStoreDiskRows final : public DiskRows {
  public:
-  TableStoreDiskRows(std::shared_ptr<const TableStore> s, int64_t k) : s_(std::move(s)), k_(k), t_(s_->tables()[static_cast<size_t>(k)]) {}
+  TableStoreDiskRows(std::shared_ptr<const TableStore> s, int64_t k)
+      : s_(std::move(s)), k_(k), t_(s_->tables()[static_cast<size_t>(k)]) {}
   const std::string& name() const override { return t_.name; }
   int64_t ids() const override { return s_->ids(); }
   int64_t dim() const override { return t_.dim; }
@@ -34,7 +35,8 @@ class TableStoreDiskRows final : public DiskRows {
 // steps through the store itself (train_store_of).
 class TrainStoreDiskRows final : public DiskRows {
  public:
-  TrainStoreDiskRows(std::shared_ptr<TrainTableStore> s, int64_t k) : s_(std::move(s)), k_(k), t_(s_->tables()[static_cast<size_t>(k)]) {}
+  TrainStoreDiskRows(std::shared_ptr<TrainTableStore> s, int64_t k)
+      : s_(std::move(s)), k_(k), t_(s_->tables()[static_cast<size_t>(k)]) {}
   const std::string& name() const override { return t_.name; }
   int64_t ids() const override { return s_->ids(); }
   int64_t dim() const override { return t_.dim; }

@@ -11,9 +11,11 @@
 //                  the block, the data file's size and FNV-1a 64 checksum, and (optional: older
 //                  stores lack it) the source: the checkpoint's directory name and step.
 // The model reads a table of the store through DiskRows (store/disk_rows.h, disk_rows() below;
-// TokenTable::on_disk): through the one gather, its token blocks held in a bounded DRAM cache (CLOCK) filled by pread. Reads ahead of
-// need (prefetch) run on a small pool of I/O threads (store/read_pool.h); no thread holds the
-// cache's lock during a pread, and a block being read is read once: a reader that needs it waits.
+// TokenTable::on_disk): through the one gather, its token blocks held in a bounded DRAM cache
+// (CLOCK, store/clock_slots.h, the training store's too) filled by pread. Reads ahead of need
+// (prefetch) run on a small pool of I/O threads (store/read_pool.h, the training store's too); no
+// thread holds the cache's lock during a pread, and a block being read is read once: a reader that
+// needs it waits.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "store/table_io.h"
+#include "store/clock_slots.h"
 #include "store/read_pool.h"
 #include <nlohmann/json_fwd.hpp>
 
@@ -128,8 +131,8 @@ class TableStore {
   // The cached block of id, read first if need be (lock held on entry and return; released during
   // the read); null when the read failed (kept in error_).
   const uint8_t* block(int64_t id, std::unique_lock<std::mutex>& lock) const;
-  // A slot to reuse (CLOCK, skipping slots being read), its old id unmapped; -1 when every slot is
-  // being read (lock held).
+  // A slot to reuse (CLOCK, store/clock_slots.h, skipping slots being read), its old id unmapped;
+  // -1 when every slot is being read (lock held).
   int64_t claim_slot() const;
   // Reads id's block into slot (no lock held); the read's latency goes to *ns. False on an error or
   // a short read, with *why (if given) naming the file, the offset and the cause.
@@ -149,10 +152,7 @@ class TableStore {
   // The CLOCK cache of token blocks.
   mutable std::mutex mu_;
   mutable std::vector<uint8_t> slots_;      // (n_slots, block_bytes)
-  mutable std::vector<int64_t> slot_id_;    // id in each slot, or -1
-  mutable std::vector<uint8_t> referenced_;
-  mutable std::vector<int32_t> id_slot_;    // (ids) slot of each id, or -1
-  mutable int64_t hand_ = 0;
+  mutable ClockSlots index_;                // the token id each slot holds
   mutable Stats stats_;
   mutable std::string error_;  // the first failed read since take_error()
   // Read state of each slot: ready (or empty), queued for an I/O thread, or being read.

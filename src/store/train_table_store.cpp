@@ -152,17 +152,10 @@ std::shared_ptr<TrainTableStore> TrainTableStore::open(const std::string& dir, i
   s->slots_.assign(static_cast<size_t>(n_slots * s->unit_bytes_ + kPage), 0);  // O_DIRECT wants aligned buffers
   const auto at = reinterpret_cast<uintptr_t>(s->slots_.data());
   s->slots_base_ = s->slots_.data() + (kPage - at % kPage) % kPage;
-  if (use_direct_reads(io, s->data_path_)) {
-    s->direct_fd_ = ::open(s->data_path_.c_str(), O_RDONLY | O_DIRECT);
-    if (s->direct_fd_ < 0)
-      fail("cannot open ", s->data_path_, " for direct I/O (--table-io direct): ", std::strerror(errno),
-           errno == EINVAL ? " (its file system has no O_DIRECT)" : "");
-  }
-  s->slot_unit_.assign(static_cast<size_t>(n_slots), -1);
-  s->referenced_.assign(static_cast<size_t>(n_slots), 0);
+  if (use_direct_reads(io, s->data_path_)) s->direct_fd_ = open_for_reads(s->data_path_, true);
+  s->index_.init(n_slots, s->units_);
   s->dirty_.assign(static_cast<size_t>(n_slots), 0);
   s->reading_.assign(static_cast<size_t>(n_slots), 0);
-  s->unit_slot_.assign(static_cast<size_t>(s->units_), -1);
   s->need_.assign(static_cast<size_t>(s->units_), -1);
   s->writing_.assign(static_cast<size_t>(s->units_), 0);
   s->logged_.assign(static_cast<size_t>(s->units_), 0);

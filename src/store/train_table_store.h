@@ -40,6 +40,7 @@
 
 #include "store/table_io.h"
 #include "store/train_block.h"
+#include "store/clock_slots.h"
 #include "store/read_pool.h"
 #include "store/disk_rows.h"
 
@@ -152,13 +153,12 @@ class TrainTableStore {
   std::vector<uint8_t> slots_;      // (n_slots, unit_bytes) from slots_base_, 4 KiB aligned
   uint8_t* slots_base_ = nullptr;
   uint8_t* slot_data(int64_t s) const { return slots_base_ + s * unit_bytes_; }
-  std::vector<int64_t> slot_unit_;  // unit in each slot, or -1
-  std::vector<uint8_t> referenced_, dirty_, reading_;
-  std::vector<int32_t> unit_slot_;  // (units) slot of each unit, or -1
+  ClockSlots index_;                // the unit each slot holds (CLOCK, store/clock_slots.h)
+  std::vector<uint8_t> dirty_, reading_;
   std::vector<int64_t> need_;       // (units) the last step that marked the unit (prefetch), or -1
   std::vector<int32_t> writing_;    // (units) copies of the unit in pending_ or being written
   std::vector<Copy> pending_;
-  int64_t hand_ = 0, cur_ = 0;
+  int64_t cur_ = 0;
   Stats stats_;
   std::string error_;
   // The writer's (write_mu_).
