@@ -4,7 +4,7 @@
 //     (model.safetensors, config.json, trainer_state.json naming the source, COMPLETE) published whole
 //     (publish_dir_atomic) that generate / eval / serve load as usual; --fold-jtok stores JTok's gate table G = s * Norm(E) (src/export/fold.h);
 //     --table-dtype bf16 | int8 | int4 stores every token table so (quantize_table, src/model/token_table.h).
-//     --table-store DIR instead writes the tables alone as a token-major store (model/table_store.h);
+//     --table-store DIR instead writes the tables alone as a token-major store (store/table_store.h);
 //     of a checkpoint trained with --tables disk, streamed from its training store (train/store_export.h).
 //   --format gguf: one GGUF file for llama.cpp's `llama` architecture (docs/formats.md "GGUF
 //     export"); models with token-indexed tables or MoE are refused before any weight is read.
@@ -18,8 +18,8 @@
 #include "export/inference_copy.h"
 #include "hf/hf_config.h"
 #include "hf/hf_export.h"
-#include "model/table_store.h"
 #include "run_setup.h"
+#include "store/table_store.h"
 #include "train/checkpoint.h"
 #include "train/store_export.h"
 

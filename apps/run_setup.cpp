@@ -8,7 +8,8 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "model/table_store.h"
+#include "model/table_attach.h"
+#include "store/table_store.h"
 #include "ops/lowp_gemm.h"
 #include "train/checkpoint.h"
 #include "train/store_export.h"
@@ -129,18 +130,7 @@ LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const 
   std::fprintf(stderr, "table store %s: %s; reads with %s\n", src.store.c_str(), describe_source(store->source()).c_str(),
                describe_table_reads(store->direct_io(), io));
   const std::string manifest = (std::filesystem::path(src.store) / "manifest.json").string();
-  Model& m = ck.model;
-  for (size_t k = 0; k < m.tables.size(); ++k) {
-    const auto& st = store->tables();
-    const auto it = std::find_if(st.begin(), st.end(), [&](const TableStoreTable& t) { return t.name == m.table_names[k]; });
-    if (it == st.end()) fail(manifest, ": no table ", m.table_names[k], " (the checkpoint ", dir, " has it)");
-    if (store->ids() != m.tables[k].rows || it->dim != m.tables[k].dim)
-      fail(manifest, ": table ", it->name, " is ", store->ids(), " x ", it->dim, ", the checkpoint's ", m.tables[k].rows,
-           " x ", m.tables[k].dim);
-    m.tables[k] = TokenTable::on_disk(store, it - st.begin());
-  }
-  if (store->tables().size() != m.tables.size())
-    fail(manifest, ": ", store->tables().size(), " tables, the checkpoint ", dir, " has ", m.tables.size());
+  attach_disk_rows(ck.model, disk_rows(store), manifest, "the checkpoint " + dir);
   return with_kernels_line(std::move(ck));
 }
 

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "data/tokenizer.h"
-#include "model/table_io.h"
 #include "model/transformer.h"
+#include "store/table_io.h"
 #include "train/config.h"
 
 namespace jtok {

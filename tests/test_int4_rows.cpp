@@ -19,7 +19,8 @@
 
 #include "op_test_util.h"
 #include "core/error.h"
-#include "model/table_store.h"
+#include "store/table_store.h"
+#include "train/store_export.h"
 #include "model/token_table.h"
 #include "ops/int4_rows.h"
 
@@ -100,7 +101,7 @@ TEST(Int4Rows, OddDimensionTableReadsAlikeFromRamViewAndDisk) {
   write_table_store(dir, {q, q}, {"a", "b"});  // two tables: the second starts past an odd-length row and its scale
   const auto store = TableStore::open(dir, 4096);
   EXPECT_EQ(store->tables()[1].offset, 24);  // 19 bytes + 4 of scale, 4-byte aligned
-  const TokenTable disk = TokenTable::on_disk(store, 1);
+  const TokenTable disk = TokenTable::on_disk(disk_rows(store, 1));
   std::vector<int32_t> ids;
   for (int32_t i = V - 1; i >= 0; i -= 3) ids.push_back(i);
   const int64_t n = static_cast<int64_t>(ids.size());

@@ -26,7 +26,8 @@
 #include "temp_dir.h"
 #include "core/error.h"
 #include "dist/embedding_parallel.h"
-#include "model/table_store.h"
+#include "store/table_store.h"
+#include "train/store_export.h"
 #include "model/token_table.h"
 
 using namespace jtok;
@@ -56,7 +57,7 @@ TokenTable on_disk(const std::vector<float>& whole, Dtype dt) {
   const std::string dir = jtok::testing::fresh_temp_dir("row_store");
   const TokenTable ram = TokenTable::in_ram(V, d, whole);
   write_table_store(dir, {dt == Dtype::f32 ? ram : quantize_table(ram, dt)}, {"t"});
-  return TokenTable::on_disk(TableStore::open(dir, 2 * 4096), 0);
+  return TokenTable::on_disk(disk_rows(TableStore::open(dir, 2 * 4096), 0));
 }
 
 std::vector<StorageCase> storages() {

@@ -12,7 +12,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "model/table_store.h"
+#include "store/table_store.h"
+#include "train/store_export.h"
 #include "serve/engine.h"
 #include "serve/prefix_cache.h"
 #include "serve_test_util.h"
@@ -257,7 +258,7 @@ TEST(ServePrefix, DiskTablesReadAheadOnlyThePrefilledTokens) {
   write_table_store(dir, m.tables, m.table_names);
   auto fresh_store = [&] {  // m's tables read from the store through a cold cache
     auto s = TableStore::open(dir, 1 << 20, 2);
-    for (size_t k = 0; k < m.tables.size(); ++k) m.tables[k] = TokenTable::on_disk(s, static_cast<int64_t>(k));
+    for (size_t k = 0; k < m.tables.size(); ++k) m.tables[k] = TokenTable::on_disk(disk_rows(s, static_cast<int64_t>(k)));
     return s;
   };
   auto store = fresh_store();

@@ -1,4 +1,4 @@
-// The token-major table store (model/table_store.h): a store written from RAM tables of every
+// The token-major table store (store/table_store.h): a store written from RAM tables of every
 // dtype reads back every row bit for bit like the RAM table (several tables of different dims and
 // dtypes in one block; blocks smaller and larger than a page), its CLOCK cache evicts and counts,
 // and a torn, truncated or altered store, or a bad manifest, is refused naming the file. Read-ahead
@@ -25,7 +25,8 @@
 #include "core/atomic_file.h"
 #include "core/checksum.h"
 #include "core/error.h"
-#include "model/table_store.h"
+#include "store/table_store.h"
+#include "train/store_export.h"
 #include "model/token_table.h"
 
 using namespace jtok;
@@ -61,7 +62,7 @@ TEST(TableStore, EveryRowReadsBackLikeTheRamTable) {
     write_table_store(dir, ram, {"a", "b", "c"});
     auto store = TableStore::open(dir, 3 * 4096);
     for (size_t k = 0; k < ram.size(); ++k) {
-      const TokenTable disk = TokenTable::on_disk(store, static_cast<int64_t>(k));
+      const TokenTable disk = TokenTable::on_disk(disk_rows(store, static_cast<int64_t>(k)));
       ASSERT_EQ(disk.dtype(), ram[k].dtype());
       std::vector<float> a(ram[k].dim), b(ram[k].dim);
       for (int64_t id = V - 1; id >= 0; --id) {
@@ -130,7 +131,7 @@ void expect_rows_equal(const std::vector<TokenTable>& ram, const std::vector<Tok
 
 std::vector<TokenTable> disk_tables(const std::shared_ptr<TableStore>& store, size_t k) {
   std::vector<TokenTable> out;
-  for (size_t i = 0; i < k; ++i) out.push_back(TokenTable::on_disk(store, static_cast<int64_t>(i)));
+  for (size_t i = 0; i < k; ++i) out.push_back(TokenTable::on_disk(disk_rows(store, static_cast<int64_t>(i))));
   return out;
 }
 
@@ -251,7 +252,7 @@ TEST(TableStore, AFailedReadIsKeptAndReportedOnceNamingTheFileAndOffset) {
   const std::string dir = fresh_dir("read_error");
   write_table_store(dir, ram, {"a", "b", "c"});
   auto store = TableStore::open(dir, 8 * 4096, 2);
-  const std::vector<TokenTable> disk = {TokenTable::on_disk(store, 0), TokenTable::on_disk(store, 1), TokenTable::on_disk(store, 2)};
+  const std::vector<TokenTable> disk = {TokenTable::on_disk(disk_rows(store, 0)), TokenTable::on_disk(disk_rows(store, 1)), TokenTable::on_disk(disk_rows(store, 2))};
   fs::resize_file(dir + "/tables.bin", 4096 * 20);  // 20 pages remain: tokens 0..599 are in them, 1500.. are not
   const int64_t n = 1100;  // 17,600 values: the parallel gather (kParallelMin)
   std::vector<int32_t> low(n), high(n);

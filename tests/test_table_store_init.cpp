@@ -23,7 +23,7 @@
 #include "core/atomic_file.h"
 #include "error_test_util.h"
 #include "model_test_util.h"
-#include "model/table_store.h"
+#include "store/table_store.h"
 #include "model/transformer.h"
 #include "train/disk_tables.h"
 #include "train/store_export.h"
@@ -149,7 +149,7 @@ TEST(TableStoreInit, FreshStoreStreamsTheInitAndExportStreamsTheStore) {
     std::vector<float> got(64);
     for (size_t k = 0; k < ram.tables.size(); ++k) {
       const TokenTable want_t = quantize_table(ram.tables[k], dt);
-      const TokenTable t = TokenTable::on_disk(ro, static_cast<int64_t>(k));
+      const TokenTable t = TokenTable::on_disk(disk_rows(ro, static_cast<int64_t>(k)));
       for (int64_t id = 0; id < want_t.rows; id += 7) {
         t.read_row(id, got.data());
         want_t.read_row(id, want.data());

@@ -1,4 +1,4 @@
-// The training table store (model/table_store_write.h) under the one table optimizer
+// The training table store (store/train_table_store.h) under the one table optimizer
 // (train/table_optimizer.h), against the same tables in RAM:
 //   - steps of the deferred exact ("dense") and the lazy optimizer, with reads (gathers with the
 //     row-sync hook) between them, through a cache of two units (so units are evicted and written
@@ -26,10 +26,11 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/table_store_write.h"
+#include "store/train_table_store.h"
 #include "core/checksum.h"
 #include "model/token_table.h"
 #include "temp_dir.h"
+#include "train/disk_tables.h"
 #include "train/table_optimizer.h"
 
 using namespace jtok;
@@ -103,7 +104,7 @@ struct TableRun {
       for (int64_t r = 0; r < V; ++r) {
         int32_t s;
         if (store) {
-          EXPECT_TRUE(store->load_row(tables[k].store_table(), r, p.data(), m.data(), v.data(), &s));
+          EXPECT_TRUE(store->load_row(static_cast<int64_t>(k), r, p.data(), m.data(), v.data(), &s));
         } else {
           std::memcpy(p.data(), tables[k].row(r), 4 * d);
           std::memcpy(m.data(), st.m[k].data() + r * d, 4 * d);
@@ -133,7 +134,7 @@ TableRun disk_run(const std::string& dir, const std::vector<int64_t>& dims, bool
                   int64_t cache_bytes = 0, bool direct_io = false) {
   TableRun r;
   r.store = TrainTableStore::open(dir, cache_bytes, step, 4, direct_io ? TableIo::direct : TableIo::pread);  // default: the smallest cache, two units
-  for (size_t k = 0; k < dims.size(); ++k) r.tables.push_back(TokenTable::on_disk(r.store, static_cast<int64_t>(k)));
+  for (size_t k = 0; k < dims.size(); ++k) r.tables.push_back(TokenTable::on_disk(disk_rows(r.store, static_cast<int64_t>(k))));
   for (auto& t : r.tables) r.grads.emplace_back().init(V, t.dim);
   r.st = make_table_moments(r.tables, true, step);
   if (kept) r.st.consts = kept->consts, r.st.consts_base = kept->consts_base;
@@ -143,7 +144,7 @@ TableRun disk_run(const std::string& dir, const std::vector<int64_t>& dims, bool
 
 std::string make_store(const std::vector<int64_t>& dims) {
   const std::string dir = fresh_dir();
-  TrainTableStore::create(dir, initial_tables(dims), std::vector<std::string>(dims.size(), "t"), 0);
+  create_train_store(dir, initial_tables(dims), std::vector<std::string>(dims.size(), "t"), 0);
   return dir;
 }
 

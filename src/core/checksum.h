@@ -1,4 +1,4 @@
-// Checksums of the table stores' files (model/table_store.h, model/table_store_write.h):
+// Checksums of the table stores' files (store/table_store.h, store/train_table_store.h):
 //   fnv1a_bytes  FNV-1a 64, byte by byte (~0.6 GB/s: one multiply chain a byte), for short headers
 //                and older files;
 //   sum64        four 64-bit lanes over the little-endian words (lane l takes words l, l + 4, ...),

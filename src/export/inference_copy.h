@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "model/table_store.h"
 #include "model/transformer.h"
+#include "store/table_store.h"
 #include "train/config.h"
 
 namespace jtok {

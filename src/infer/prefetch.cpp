@@ -140,7 +140,8 @@ namespace {
 std::vector<const TokenTable*> disk_tables(const Model& m) {
   std::vector<const TokenTable*> out;
   for (const auto& t : m.tables)
-    if (t.store() && std::none_of(out.begin(), out.end(), [&](const TokenTable* o) { return o->store() == t.store(); }))
+    if (const TableStore* s = table_store_of(t.disk_rows());
+        s && std::none_of(out.begin(), out.end(), [&](const TokenTable* o) { return table_store_of(o->disk_rows()) == s; }))
       out.push_back(&t);
   return out;
 }
@@ -157,7 +158,7 @@ std::optional<TableStore::Stats> disk_table_stats(const Model& m) {
   if (ts.empty()) return std::nullopt;
   TableStore::Stats sum;
   for (const TokenTable* t : ts) {
-    const TableStore::Stats s = t->store()->stats();
+    const TableStore::Stats s = table_store_of(t->disk_rows())->stats();
     sum.hits += s.hits, sum.misses += s.misses, sum.bytes_read += s.bytes_read, sum.waits += s.waits;
     sum.reads += s.reads, sum.read_ns += s.read_ns, sum.prefetch_reads += s.prefetch_reads;
     sum.prefetch_queued += s.prefetch_queued, sum.prefetch_skipped += s.prefetch_skipped;

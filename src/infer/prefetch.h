@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "model/table_store.h"
+#include "store/table_store.h"
 #include "model/transformer.h"
 
 namespace jtok {

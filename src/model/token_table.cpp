@@ -9,8 +9,6 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "model/table_store.h"
-#include "model/table_store_write.h"
 #include "ops/int4_rows.h"
 #include "ops/lowp_linear.h"
 
@@ -81,29 +79,18 @@ TokenTable TokenTable::shard_in_ram(int64_t id_count, int64_t id_first, int64_t 
   return t;
 }
 
-TokenTable TokenTable::on_disk(std::shared_ptr<const TableStore> store, int64_t k) {
-  JTOK_CHECK(store && k >= 0 && k < static_cast<int64_t>(store->tables().size()), "on_disk: no table ", k);
+TokenTable TokenTable::on_disk(std::shared_ptr<const DiskRows> rows) {
+  JTOK_CHECK(rows, "on_disk: no rows");
   TokenTable t;
-  t.rows = t.id_count = store->ids();
-  t.dim = store->tables()[static_cast<size_t>(k)].dim;
-  t.dtype_ = store->tables()[static_cast<size_t>(k)].dtype;
-  t.store_ = std::move(store);
-  t.store_table_ = k;
-  return t;
-}
-
-TokenTable TokenTable::on_disk(std::shared_ptr<TrainTableStore> store, int64_t k) {
-  JTOK_CHECK(store && k >= 0 && k < static_cast<int64_t>(store->tables().size()), "on_disk: no table ", k);
-  TokenTable t;
-  t.rows = t.id_count = store->ids();
-  t.dim = store->tables()[static_cast<size_t>(k)].dim;
-  t.train_store_ = std::move(store);
-  t.store_table_ = k;
+  t.rows = t.id_count = rows->ids();
+  t.dim = rows->dim();
+  t.dtype_ = rows->dtype();
+  t.disk_ = std::move(rows);
   return t;
 }
 
 void TokenTable::not_in_memory(const char* what) const {
-  fail("token table (", rows, " x ", dim, ") is in the disk store ", store_ ? store_->dir() : train_store_->dir(), "; ", what,
+  fail("token table (", rows, " x ", dim, ") is in the disk store ", disk_->dir(), "; ", what,
        " needs a table in memory: read it with read_row / the gather");
 }
 
@@ -127,13 +114,9 @@ float table_element_ref(const TokenTable& t, int64_t r, int64_t j) {
   std::vector<uint8_t> disk;  // a disk table: the row's raw elements read from the store
   float scale = 0.0f;
   const uint8_t* raw = nullptr;
-  if (t.train_store()) {  // f32 values
+  if (t.in_store()) {
     disk.resize(static_cast<size_t>(t.row_stride_bytes()));
-    t.train_store()->read_value(t.store_table(), t.id_of(r), reinterpret_cast<float*>(disk.data()));
-    raw = disk.data();
-  } else if (t.store()) {
-    disk.resize(static_cast<size_t>(t.row_stride_bytes()));
-    t.store()->read_raw(t.store_table(), t.id_of(r), disk.data(), &scale);
+    t.disk_rows()->read_row(t.id_of(r), disk.data(), &scale);
     raw = disk.data();
   } else {
     raw = static_cast<const uint8_t*>(t.raw_row(r));
@@ -190,15 +173,15 @@ void dequantize_row(Dtype dt, const void* raw, float scale, int64_t d, float* ou
 }  // namespace
 
 void TokenTable::read_row(int64_t r, float* out) const {
-  if (train_store_) {
-    train_store_->read_value(store_table_, id_of(r), out);
-    return;
-  }
-  if (store_) {  // the store's cached block: raw elements, then the same decoding
+  if (disk_) {  // the store's raw elements (f32: straight into out), then the same decoding
+    float scale = 0.0f;
+    if (dtype_ == Dtype::f32) {
+      disk_->read_row(id_of(r), out, &scale);
+      return;
+    }
     thread_local std::vector<uint8_t> raw;
     raw.resize(static_cast<size_t>(row_stride_bytes()));
-    float scale = 0.0f;
-    store_->read_raw(store_table_, id_of(r), raw.data(), &scale);
+    disk_->read_row(id_of(r), raw.data(), &scale);
     dequantize_row(dtype_, raw.data(), scale, dim, out);
     return;
   }
@@ -254,7 +237,7 @@ RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V) {
 }
 
 int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n) {
-  if (t.store()) return t.store()->prefetch(ids, n);
+  if (t.in_store()) return t.disk_rows()->prefetch(ids, n);
   if (!t.is_view() || t.rows == 0 || t.raw_row(0) == nullptr) return 0;
   static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t row_bytes = static_cast<uintptr_t>(t.row_stride_bytes());
@@ -273,8 +256,8 @@ int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n) {
 
 void check_table_reads(const std::vector<TokenTable>& tables) {
   for (const TokenTable& t : tables)
-    if (t.store())
-      if (std::string e = t.store()->take_error(); !e.empty()) fail(e);
+    if (t.in_store())
+      if (std::string e = t.disk_rows()->take_error(); !e.empty()) fail(e);
 }
 
 namespace {

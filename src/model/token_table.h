@@ -12,11 +12,9 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "store/disk_rows.h"
 
 namespace jtok {
-
-class TableStore;
-class TrainTableStore;
 
 // How a table's rows are stored. f32 is the training format (and the default); bf16 (the upper 16
 // bits of the float, rounded to nearest even), int8 (symmetric, one float scale per row:
@@ -57,12 +55,10 @@ class TokenTable {
                          std::shared_ptr<const void> owner);
   // A shape without storage, for a loader to replace with a view (data() is null; writes fail).
   static TokenTable unbound(int64_t rows, int64_t dim);
-  // Table k of a token-major store on disk (model/table_store.h): read-only, rows read through the
-  // store's DRAM cache.
-  static TokenTable on_disk(std::shared_ptr<const TableStore> store, int64_t k);
-  // Table k of a training store on disk (model/table_store_write.h): rows, moments and row steps in
-  // the store. Read through the one gather; the table optimizer writes rows through the store.
-  static TokenTable on_disk(std::shared_ptr<TrainTableStore> store, int64_t k);
+  // A table whose rows a disk store keeps (store/disk_rows.h: a token-major store's table, read-only,
+  // or a training store's, whose rows the table optimizer writes through the store), read through
+  // the one gather.
+  static TokenTable on_disk(std::shared_ptr<const DiskRows> rows);
   // Writable RAM zeros for `rows` ids of a table of id_count: id_first, id_first + id_stride, ...
   static TokenTable shard_in_ram(int64_t id_count, int64_t id_first, int64_t id_stride, int64_t rows, int64_t dim);
 
@@ -73,12 +69,14 @@ class TokenTable {
   int64_t id_of(int64_t row) const { return id_first + row * id_stride; }
 
   Dtype dtype() const { return dtype_; }
-  bool read_only() const { return owner_ != nullptr || store_ != nullptr || train_store_ != nullptr || dtype_ != Dtype::f32; }
-  const TableStore* store() const { return store_.get(); }  // a disk table's store, else null
-  TrainTableStore* train_store() const { return train_store_.get(); }  // a training store's table, else null
-  bool in_store() const { return store_ != nullptr || train_store_ != nullptr; }
-  int64_t store_table() const { return store_table_; }     // its index in the store
+  bool read_only() const { return owner_ != nullptr || disk_ != nullptr || dtype_ != Dtype::f32; }
+  const DiskRows* disk_rows() const { return disk_.get(); }  // a disk table's rows, else null
+  bool in_store() const { return disk_ != nullptr; }
+  // Rows a trainer updates in a training store: a checkpoint neither copies nor scans them.
+  bool trained_in_store() const { return disk_ && disk_->trained_in_store(); }
   bool is_view() const { return owner_ != nullptr; }  // storage owned elsewhere (a mapped file)
+  // f32 rows this process holds in memory (not a disk table's, not rows sharded to other ranks).
+  bool f32_rows_in_memory() const { return dtype_ == Dtype::f32 && !in_store() && (owner_ ? view_ != nullptr : !ram_.empty()); }
   int64_t numel() const { return rows * dim; }
   // Storage bytes: the rows plus the int8 / int4 scales.
   int64_t storage_bytes() const { return rows * row_stride_bytes() + (dtype_scaled(dtype_) ? rows * 4 : 0); }
@@ -118,9 +116,7 @@ class TokenTable {
   const void* view_ = nullptr;           // a view's rows
   const float* scale_view_ = nullptr;    // a view's int8 / int4 scales
   std::shared_ptr<const void> owner_;    // keeps a view's storage alive; null for RAM
-  std::shared_ptr<const TableStore> store_;  // a disk table's store (its table store_table_)
-  std::shared_ptr<TrainTableStore> train_store_;  // a training store's table (its table store_table_)
-  int64_t store_table_ = -1;
+  std::shared_ptr<const DiskRows> disk_;  // a disk table's rows (its store's)
 };
 
 // The reference decoding of one element: bf16 bits << 16, or float(q) * scale (int4: its nibble).
@@ -189,13 +185,13 @@ RowBatch dedup_ids(const int32_t* ids, int64_t N, int64_t V);
 // Announces that rows ids[0..n) of t will be read soon. For a read-only view (a memory-mapped file)
 // the kernel is asked to start reading their pages now (madvise MADV_WILLNEED: asynchronous, all
 // rows at once instead of one page fault at a time when the gather reaches them); for a disk table
-// the store's I/O threads start reading the ids' blocks not cached (TableStore::prefetch: every
-// table of the store at once, one block per token); for RAM tables it does nothing. Values are
+// the store's I/O threads start reading the ids' rows not cached (DiskRows::prefetch: every table
+// of the store at once, one block per token); for RAM tables it does nothing. Values are
 // never changed. Returns the rows announced (a view), the blocks queued (a disk table), or 0 (RAM).
 int64_t prefetch_rows(const TokenTable& t, const int32_t* ids, int64_t n);
 
 // Fails with the first read that failed (EIO, a short read) in a disk table's store since the last
-// call, naming the file, the token and the byte offset (TableStore::take_error: the gathers, which
+// call, naming the file, the token and the byte offset (DiskRows::take_error: the gathers, which
 // run in parallel loops, give zeros for such a row and go on). Called after each forward; the error
 // is then cleared, so a server answers that request with it and goes on serving.
 void check_table_reads(const std::vector<TokenTable>& tables);

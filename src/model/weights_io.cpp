@@ -189,7 +189,7 @@ StFile weights_to_st(const Model& m) {
   StFile f = flat_to_st(m, m.params, "");
   for (size_t k = 0; k < m.tables.size(); ++k) {
     const TokenTable& t = m.tables[k];
-    if (t.train_store()) continue;  // its rows are in the training store, not copied into the checkpoint
+    if (t.trained_in_store()) continue;  // its rows are in the training store, not copied into the checkpoint
     if (t.dtype() == Dtype::f32) {
       f.tensors[m.table_names[k]] = st_f32({t.rows, t.dim}, t.data());
       continue;

@@ -29,7 +29,7 @@ void load_weights(Model& m, const StFile& f, const std::string& origin);
 // tables = false: the tables' tensors are checked (present, F32, shape) but not read (a rank of an
 // embedding-parallel run reads only its rows: dist::ShardedTables). tables_in_file = false (with
 // tables = false): the file has no tables at all (a run whose tables are in a training store on
-// disk, model/table_store_write.h); a table tensor in it is then unexpected.
+// disk, store/train_table_store.h); a table tensor in it is then unexpected.
 void load_weights(Model& m, const StIndex& f, bool tables = true, bool tables_in_file = true);
 // The same from a mapped safetensors file, with the token tables left in it: the flat parameters
 // are copied, every table becomes a read-only view of its rows in the file (TokenTable::view, read

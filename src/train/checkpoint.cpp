@@ -72,7 +72,7 @@ static std::string first_nonfinite(const Model& m, const AdamWState& opt) {
     if (mo >= 0 && (bad(opt.m.data() + mo, n) || bad(opt.v.data() + mo, n))) return "the AdamW moments of " + p.name;
   }
   for (size_t k = 0; k < m.tables.size(); ++k) {
-    if (m.tables[k].train_store()) continue;  // rows on disk are not scanned (a non-finite step is never applied)
+    if (m.tables[k].trained_in_store()) continue;  // rows on disk are not scanned (a non-finite step is never applied)
     if (bad(m.tables[k].data(), static_cast<size_t>(m.tables[k].numel()))) return m.table_names[k];
     if (bad(opt.tables.m[k].data(), opt.tables.m[k].size()) || bad(opt.tables.v[k].data(), opt.tables.v[k].size()))
       return "the AdamW moments of " + m.table_names[k];
@@ -177,7 +177,7 @@ void fsync_close(int fd, const fs::path& path) {
 
 std::string save_checkpoint(const std::string& run_dir, int64_t step, const Config& cfg, const Model& m,
                             const AdamWState& opt, const nlohmann::json& trainer_state, int64_t keep_last) {
-  const TrainTableStore* store = m.tables.empty() ? nullptr : m.tables[0].train_store();
+  const TrainTableStore* store = m.tables.empty() ? nullptr : train_store_of(m.tables[0].disk_rows()).store;
   JTOK_CHECK(store || opt.tables.consts.empty(), "save_checkpoint: table rows have deferred AdamW steps; call sync_tables first");
   const std::string run_id = trainer_state.value("run_id", std::string());
   JTOK_CHECK(!run_id.empty(), "save_checkpoint: trainer_state has no run_id");

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/table_attach.h"
 
 namespace jtok {
 
@@ -25,6 +26,22 @@ static void create_from_init(const Model& m, const std::string& dir, uint64_t se
                           [&](int64_t, int64_t k, float* values) { init[static_cast<size_t>(k)].next(values); });
 }
 
+void create_train_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names,
+                        int64_t step) {
+  JTOK_CHECK(!tables.empty() && tables.size() == names.size(), "training table store: ", tables.size(), " tables, ",
+             names.size(), " names");
+  const int64_t V = tables[0].rows;
+  std::vector<TrainStoreTable> specs;
+  for (size_t k = 0; k < tables.size(); ++k) {
+    const TokenTable& t = tables[k];
+    JTOK_CHECK(t.rows == V && t.id_count == V && t.id_first == 0 && t.dtype() == Dtype::f32, "training table store: table ",
+               names[k], " is ", t.rows, " rows of ", t.id_count, " (", dtype_name(t.dtype()), "), expected ", V, " f32 rows");
+    specs.push_back({names[k], t.dim, 0});
+  }
+  TrainTableStore::create(dir, specs, V, step,
+                          [&](int64_t id, int64_t k, float* values) { tables[static_cast<size_t>(k)].read_row(id, values); });
+}
+
 std::shared_ptr<TrainTableStore> attach_disk_tables(Model& m, const std::string& dir, int64_t cache_bytes,
                                                     std::optional<int64_t> resume_step, bool reuse, int io_threads,
                                                     TableIo io, const uint64_t* init_seed) {
@@ -32,21 +49,12 @@ std::shared_ptr<TrainTableStore> attach_disk_tables(Model& m, const std::string&
   int64_t step = resume_step.value_or(0);
   if (!resume_step && !(reuse && fs::exists(dir))) {
     if (init_seed) create_from_init(m, dir, *init_seed);
-    else TrainTableStore::create(dir, m.tables, m.table_names, 0);
+    else create_train_store(dir, m.tables, m.table_names, 0);
     std::printf("table store: %s made from the %s tables\n", dir.c_str(), init_seed ? "random init of the" : "initial");
   }
   std::shared_ptr<TrainTableStore> s = TrainTableStore::open(dir, cache_bytes, step, std::max(1, io_threads), io);
   std::printf("table store: %s read with %s\n", dir.c_str(), describe_table_reads(s->direct_io(), io));
-  const std::string manifest = (fs::path(dir) / "manifest.json").string();
-  if (s->tables().size() != m.tables.size())
-    fail(manifest, ": ", s->tables().size(), " tables, the model has ", m.tables.size());
-  for (size_t k = 0; k < m.tables.size(); ++k) {
-    const TrainStoreTable& t = s->tables()[k];
-    if (t.name != m.table_names[k] || t.dim != m.tables[k].dim || s->ids() != m.tables[k].rows)
-      fail(manifest, ": table ", k, " is ", t.name, " (", s->ids(), " x ", t.dim, "), the model's ", m.table_names[k], " (",
-           m.tables[k].rows, " x ", m.tables[k].dim, ")");
-    m.tables[k] = TokenTable::on_disk(s, static_cast<int64_t>(k));  // the RAM rows are freed
-  }
+  attach_disk_rows(m, disk_rows(s), (fs::path(dir) / "manifest.json").string(), "the model");  // the RAM rows are freed
   return s;
 }
 

@@ -1,5 +1,5 @@
 // Training with the token tables in a training store on disk (`jtok train --tables disk
-// --table-store DIR`, model/table_store_write.h): the model's tables become the store's, the one
+// --table-store DIR`, store/train_table_store.h): the model's tables become the store's, the one
 // table optimizer updates their rows through it, and a checkpoint neither copies nor syncs the
 // tables: the store is flushed (its undo log then says so) before the checkpoint is complete and
 // sealed after, and the checkpoint keeps, in table_store.json, the AdamW constants of the steps
@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/table_store_write.h"
+#include "store/train_table_store.h"
 #include "model/transformer.h"
 #include "train/table_optimizer.h"
 
@@ -29,6 +29,11 @@ namespace jtok {
 std::shared_ptr<TrainTableStore> attach_disk_tables(Model& m, const std::string& dir, int64_t cache_bytes,
                                                     std::optional<int64_t> resume_step, bool reuse, int io_threads = 4,
                                                     TableIo io = TableIo::pread, const uint64_t* init_seed = nullptr);
+
+// Writes f32 tables (whole tables of the same ids, in memory) as a training store at dir with zero
+// moments and every row at `step` (TrainTableStore::create from their rows); dir must not exist.
+void create_train_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names,
+                        int64_t step);
 
 // table_store.json of a checkpoint: the store's directory and the kept constants (as float bits).
 nlohmann::json kept_steps_json(const std::string& store_dir, const TableMoments& st);

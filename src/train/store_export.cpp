@@ -9,8 +9,8 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "model/table_store.h"
-#include "model/table_store_snapshot.h"
+#include "store/table_store.h"
+#include "store/train_store_snapshot.h"
 #include "ops/int4_rows.h"
 #include "ops/lowp_linear.h"
 #include "train/disk_tables.h"
@@ -90,9 +90,8 @@ StoreExportStats export_disk_tables(const std::string& ck, const Model& m, const
     const int64_t d = t.dim;
     const uint8_t* b = unit.data() + (id % l.per_page) * l.block_bytes + t.offset;
     row.resize(static_cast<size_t>(3 * d));  // value, exp_avg, exp_avg_sq
-    std::memcpy(row.data(), b, static_cast<size_t>(12 * d));
     int32_t have;
-    std::memcpy(&have, b + 12 * d, 4);
+    t.layout().read(b, row.data(), row.data() + d, row.data() + 2 * d, &have);
     if (have > step || (!st.consts.empty() && have < st.consts_base))
       fail(l.data_path, ": token ", id, " of ", t.name, " is at step ", have, "; the checkpoint ", ck, " (step ", step,
            ") keeps the AdamW steps ", st.consts_base + 1, "..", step, " (the store is not this checkpoint's)");
@@ -109,6 +108,24 @@ StoreExportStats export_disk_tables(const std::string& ck, const Model& m, const
     throw;
   }
   return s;
+}
+
+void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names,
+                       const TableStoreSource& source) {
+  JTOK_CHECK(!tables.empty() && tables.size() == names.size(), "table store: ", tables.size(), " tables, ", names.size(), " names");
+  const int64_t V = tables[0].rows;
+  std::vector<TableStoreSpec> specs;
+  for (size_t k = 0; k < tables.size(); ++k) {
+    const TokenTable& t = tables[k];
+    JTOK_CHECK(t.rows == V && t.id_count == V && t.id_first == 0, "table store: table ", names[k], " has ", t.rows,
+               " rows of ", t.id_count, ", the first ", V);
+    specs.push_back({names[k], t.dim, t.dtype()});
+  }
+  write_table_store(dir, V, specs, [&](int64_t id, int64_t k, void* raw, float* scale) {
+    const TokenTable& t = tables[static_cast<size_t>(k)];
+    std::memcpy(raw, t.raw_row(id), static_cast<size_t>(t.row_stride_bytes()));
+    if (dtype_scaled(t.dtype())) *scale = t.scales()[id];
+  }, source);
 }
 
 }  // namespace jtok

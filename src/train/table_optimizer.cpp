@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
-#include "model/table_store_write.h"
+#include "store/train_table_store.h"
 
 namespace jtok {
 
@@ -15,7 +15,7 @@ TableMoments make_table_moments(const std::vector<TokenTable>& tables, bool mome
   s.m.resize(tables.size());
   s.v.resize(tables.size());
   for (size_t k = 0; moments && k < tables.size(); ++k) {
-    if (tables[k].train_store()) continue;  // its moments are in the store
+    if (tables[k].trained_in_store()) continue;  // its moments are in the store
     s.m[k].assign(static_cast<size_t>(tables[k].numel()), 0.0f);
     s.v[k].assign(static_cast<size_t>(tables[k].numel()), 0.0f);
   }
@@ -26,7 +26,7 @@ TableMoments make_table_moments(const std::vector<TokenTable>& tables, bool mome
 void mark_rows_current(TableMoments& s, const std::vector<TokenTable>& tables, int64_t step) {
   s.row_step.resize(tables.size());
   for (size_t k = 0; k < tables.size(); ++k)
-    s.row_step[k].assign(tables[k].train_store() ? 0 : static_cast<size_t>(tables[k].rows), static_cast<int32_t>(step));
+    s.row_step[k].assign(tables[k].trained_in_store() ? 0 : static_cast<size_t>(tables[k].rows), static_cast<int32_t>(step));
   s.consts.clear();
   s.consts_base = step;
 }
@@ -34,7 +34,7 @@ void mark_rows_current(TableMoments& s, const std::vector<TokenTable>& tables, i
 namespace {
 
 // Row r of table k for one update: its values, moments and step in place (tables in memory), or
-// (a training store's table, model/table_store_write.h) copied into this thread's scratch and
+// (a training store's table, store/train_table_store.h) copied into this thread's scratch and
 // written back by commit().
 struct RowAccess {
   float *p = nullptr, *m = nullptr, *v = nullptr;
@@ -44,7 +44,8 @@ struct RowAccess {
   RowAccess(std::vector<TokenTable>& tables, TableMoments& st, int64_t k, int64_t r) {
     TokenTable& t = tables[static_cast<size_t>(k)];
     d = t.dim;
-    store_ = t.train_store();
+    const TrainStoreTableRef ref = train_store_of(t.disk_rows());
+    store_ = ref.store;
     if (!store_) {
       p = t.mutable_row(r);
       m = st.m[static_cast<size_t>(k)].data() + r * d;
@@ -55,7 +56,7 @@ struct RowAccess {
     thread_local std::vector<float> scratch;  // one RowAccess at a time per thread
     scratch.resize(static_cast<size_t>(3 * d));
     p = scratch.data(), m = p + d, v = m + d, step = &disk_step_;
-    table_ = t.store_table(), id_ = t.id_of(r);
+    table_ = ref.table, id_ = t.id_of(r);
     ok = store_->load_row(table_, id_, p, m, v, step);
   }
   void commit() {
@@ -117,7 +118,7 @@ static bool replay(RowAccess& a, TableMoments& st, int64_t k, int64_t r, int64_t
 void TableOptimizer::replay_row(int64_t k, int64_t r, int64_t to) {
   if (st_.consts.empty()) return;  // nothing deferred
   const TokenTable& t = tables_[static_cast<size_t>(k)];
-  if (!t.train_store() && st_.row_step[static_cast<size_t>(k)][static_cast<size_t>(r)] >= to) return;  // current
+  if (!t.trained_in_store() && st_.row_step[static_cast<size_t>(k)][static_cast<size_t>(r)] >= to) return;  // current
   RowAccess a(tables_, st_, k, r);
   if (replay(a, st_, k, r, to)) a.commit();
 }

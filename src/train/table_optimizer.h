@@ -24,7 +24,7 @@ namespace jtok {
 // The AdamW state of a set of tables: per table, its rows' moments and the step each row has had.
 struct TableMoments {
   // Per table: (rows, dim), or empty (moments elsewhere: a shard's, or a training store's table,
-  // whose rows' moments and steps are in its blocks: model/table_store_write.h).
+  // whose rows' moments and steps are in its blocks: store/train_table_store.h).
   std::vector<std::vector<float>> m, v;
   std::vector<std::vector<int32_t>> row_step;  // per table: (rows) optimizer steps applied to the row, or empty
   // The constants of the steps after consts_base (step s: consts[s - consts_base - 1]), kept to

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/table_io.h"
+#include "store/table_io.h"
 #include "train/config.h"
 
 namespace jtok {
@@ -53,7 +53,7 @@ struct TrainOptions {
   // --tables disk: the next step's rows read ahead by this many I/O threads while a step computes
   // (0: no read-ahead; the gathers read what they miss).
   int table_io_threads = 4;
-  TableIo table_io = TableIo::automatic;  // --tables disk: how units are read (model/table_io.h)
+  TableIo table_io = TableIo::automatic;  // --tables disk: how units are read (store/table_io.h)
   // A fresh run's weights from this checkpoint directory (train/init_from.h; the config already
   // checked and adjusted by plan_init_from); ignored when --resume finds a checkpoint of the run.
   std::string init_from;

@@ -77,7 +77,7 @@ std::string first_nonfinite_weight(const Model& m) {
       if (!std::isfinite(m.params[static_cast<size_t>(p.offset + i)])) return p.name;
   for (size_t k = 0; k < m.tables.size(); ++k) {
     const TokenTable& t = m.tables[k];
-    if (t.in_store() || !t.data()) continue;  // on disk (not scanned), or sharded away (embedding parallelism)
+    if (!t.f32_rows_in_memory()) continue;  // rows elsewhere are not scanned
     for (int64_t r = 0; r < t.rows; ++r)
       for (int64_t c = 0; c < t.dim; ++c)
         if (!std::isfinite(t.row(r)[c])) return "table " + m.table_names[k] + " row " + std::to_string(r);
@@ -131,7 +131,7 @@ StepSums forward_backward(TrainRun& r, int64_t step) {
 bool apply_or_skip(TrainRun& r, int64_t step, const StepSums& s, StepStats& st) {
   inject_nan_grad(r.faults, r.model, step + 1);
   const std::string nonfinite = try_optimizer_step(r, s.loss, st);
-  r.tables->check();  // a write-back that failed (a full disk) stops the run, naming the file
+  r.tables->check();  // a table write that failed (no space left) stops the run, naming the file
   if (nonfinite.empty()) return true;
   if (r.skipped_steps >= r.opt.skip_nonfinite_steps) fail_step(r, step + 1, nonfinite);
   ++r.skipped_steps;

@@ -1,4 +1,4 @@
-// How a disk table store (model/table_store.h, model/table_store_write.h) reads its file:
+// How a disk table store (store/table_store.h, store/train_table_store.h) reads its file:
 //   pread      through the page cache;
 //   direct     O_DIRECT, past it (whole aligned pages into aligned buffers); a file system without
 //              O_DIRECT is refused naming the file;
@@ -23,5 +23,8 @@ const char* describe_table_reads(bool direct, TableIo io);
 bool direct_reads_work(const std::string& path);
 // io resolved for the file at path: true for direct reads.
 bool use_direct_reads(TableIo io, const std::string& path);
+// A descriptor of the store's data file at path for reads, with O_DIRECT when direct; a failure
+// names the file (and, direct, the flag and a file system without O_DIRECT).
+int open_for_reads(const std::string& path, bool direct);
 
 }  // namespace jtok

@@ -1,4 +1,4 @@
-#include "model/table_store_write.h"
+#include "store/train_table_store.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -14,8 +14,8 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "model/table_store.h"
-#include "model/train_store_io.h"
+#include "store/table_store.h"
+#include "store/train_store_io.h"
 
 namespace jtok {
 
@@ -38,21 +38,6 @@ void write_empty_log(const std::string& path, int64_t step) { write_file_atomic(
 
 }  // namespace
 
-void TrainTableStore::create(const std::string& dir, const std::vector<TokenTable>& tables,
-                             const std::vector<std::string>& names, int64_t step) {
-  JTOK_CHECK(!tables.empty() && tables.size() == names.size(), "training table store: ", tables.size(), " tables, ",
-             names.size(), " names");
-  const int64_t V = tables[0].rows;
-  std::vector<TrainStoreTable> specs;
-  for (size_t k = 0; k < tables.size(); ++k) {
-    const TokenTable& t = tables[k];
-    JTOK_CHECK(t.rows == V && t.id_count == V && t.id_first == 0 && t.dtype() == Dtype::f32, "training table store: table ",
-               names[k], " is ", t.rows, " rows of ", t.id_count, " (", dtype_name(t.dtype()), "), expected ", V, " f32 rows");
-    specs.push_back({names[k], t.dim, 0});
-  }
-  create(dir, specs, V, step, [&](int64_t id, int64_t k, float* values) { tables[static_cast<size_t>(k)].read_row(id, values); });
-}
-
 void TrainTableStore::create(const std::string& dir, const std::vector<TrainStoreTable>& tables, int64_t V, int64_t step,
                              const RowSource& row) {
   JTOK_CHECK(!tables.empty() && V > 0, "training table store: ", tables.size(), " tables of ", V, " ids");
@@ -63,7 +48,7 @@ void TrainTableStore::create(const std::string& dir, const std::vector<TrainStor
   for (const TrainStoreTable& t : tables) {
     offset.push_back(block);
     jt.push_back({{"name", t.name}, {"dim", t.dim}, {"offset", block}});
-    block += 12 * t.dim + 4;
+    block += t.layout().bytes();
   }
   const auto [per_page, unit_bytes] = geometry(block);
   const int64_t units = (V + per_page - 1) / per_page;
@@ -81,8 +66,9 @@ void TrainTableStore::create(const std::string& dir, const std::vector<TrainStor
       for (int64_t id = n * per_page; id < std::min(V, (n + 1) * per_page); ++id) {
         uint8_t* b = u.data() + (id - n * per_page) * block;
         for (size_t k = 0; k < tables.size(); ++k) {
-          row(id, static_cast<int64_t>(k), reinterpret_cast<float*>(b + offset[k]));
-          std::memcpy(b + offset[k] + 12 * tables[k].dim, &row_step, 4);
+          const TrainRowLayout l = tables[k].layout();
+          row(id, static_cast<int64_t>(k), l.value_at(b + offset[k]));
+          l.write_step(b + offset[k], row_step);
         }
       }
       seal_unit(u.data(), unit_bytes);
@@ -126,7 +112,7 @@ void read_manifest(const std::string& mpath, const nlohmann::json& j, int64_t& i
       if (tables.back().dim <= 0 || tables.back().offset != at)
         fail(mpath, ": table ", tables.back().name, " (dim ", tables.back().dim, " at offset ", tables.back().offset,
              ") does not follow the block's layout (offset ", at, " expected)");
-      at += 12 * tables.back().dim + 4;
+      at += tables.back().layout().bytes();
     }
     const auto [pp, ub] = block > 0 ? geometry(block) : std::pair<int64_t, int64_t>{0, 0};
     if (ids <= 0 || block <= 0 || at != block || pp != per_page || ub != unit_bytes || tables.empty())
@@ -166,17 +152,10 @@ std::shared_ptr<TrainTableStore> TrainTableStore::open(const std::string& dir, i
   s->slots_.assign(static_cast<size_t>(n_slots * s->unit_bytes_ + kPage), 0);  // O_DIRECT wants aligned buffers
   const auto at = reinterpret_cast<uintptr_t>(s->slots_.data());
   s->slots_base_ = s->slots_.data() + (kPage - at % kPage) % kPage;
-  if (use_direct_reads(io, s->data_path_)) {
-    s->direct_fd_ = ::open(s->data_path_.c_str(), O_RDONLY | O_DIRECT);
-    if (s->direct_fd_ < 0)
-      fail("cannot open ", s->data_path_, " for direct I/O (--table-io direct): ", std::strerror(errno),
-           errno == EINVAL ? " (its file system has no O_DIRECT)" : "");
-  }
-  s->slot_unit_.assign(static_cast<size_t>(n_slots), -1);
-  s->referenced_.assign(static_cast<size_t>(n_slots), 0);
+  if (use_direct_reads(io, s->data_path_)) s->direct_fd_ = open_for_reads(s->data_path_, true);
+  s->index_.init(n_slots, s->units_);
   s->dirty_.assign(static_cast<size_t>(n_slots), 0);
   s->reading_.assign(static_cast<size_t>(n_slots), 0);
-  s->unit_slot_.assign(static_cast<size_t>(s->units_), -1);
   s->need_.assign(static_cast<size_t>(s->units_), -1);
   s->writing_.assign(static_cast<size_t>(s->units_), 0);
   s->logged_.assign(static_cast<size_t>(s->units_), 0);

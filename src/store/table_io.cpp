@@ -1,10 +1,11 @@
-#include "model/table_io.h"
+#include "store/table_io.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "core/error.h"
@@ -42,6 +43,15 @@ bool direct_reads_work(const std::string& path) {
 
 bool use_direct_reads(TableIo io, const std::string& path) {
   return io == TableIo::direct || (io == TableIo::automatic && direct_reads_work(path));
+}
+
+int open_for_reads(const std::string& path, bool direct) {
+  const int fd = ::open(path.c_str(), O_RDONLY | (direct ? O_DIRECT : 0));
+  if (fd < 0)
+    fail("cannot open ", path, direct ? " for direct I/O (--table-io direct)" : "", ": ", std::strerror(errno),
+         direct && errno == EINVAL ? " (its file system has no O_DIRECT: run with --table-io pread or auto, which read "
+                                     "through the page cache)" : "");
+  return fd;
 }
 
 }  // namespace jtok

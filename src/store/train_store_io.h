@@ -1,5 +1,5 @@
-// The byte-level pieces of the training table store (model/table_store_write.h) shared by its
-// file side (table_store_write.cpp: create, open, roll-back) and its cache (table_store_cache.cpp):
+// The byte-level pieces of the training table store (store/train_table_store.h) shared by its
+// file side (train_table_store.cpp: create, open, roll-back) and its cache (train_table_store_cache.cpp):
 // unit checksums, whole preads / pwrites that fail naming the file, and the undo log's header.
 #pragma once
 #include <unistd.h>

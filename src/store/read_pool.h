@@ -1,4 +1,4 @@
-// The I/O threads of the disk table store's read-ahead (model/table_store.h, TableStore::prefetch):
+// The I/O threads of the disk table store's read-ahead (store/table_store.h, TableStore::prefetch):
 // a small pool that runs one job per item (a token id whose block the store has already reserved
 // in its cache) on whichever thread is free. The store does the reserving and the reading; the
 // pool only hands items out, so a pread on one thread never waits for another's.

@@ -1,6 +1,6 @@
-// The training table store's DRAM cache of units (model/table_store_write.h): row access, CLOCK
+// The training table store's DRAM cache of units (store/train_table_store.h): row access, CLOCK
 // replacement, the read-ahead's I/O-thread jobs, write-back through the undo log, flush and seal.
-// The file side (create, open, roll-back) is in table_store_write.cpp.
+// The file side (create, open, roll-back) is in train_table_store.cpp.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -11,8 +11,8 @@
 #include <limits>
 
 #include "core/atomic_file.h"
-#include "model/table_store_write.h"
-#include "model/train_store_io.h"
+#include "store/train_table_store.h"
+#include "store/train_store_io.h"
 
 namespace jtok {
 
@@ -24,24 +24,14 @@ void TrainTableStore::keep_error(const std::string& what) {
 }
 
 int64_t TrainTableStore::claim_slot(int64_t keep_from) {
-  const int64_t n = static_cast<int64_t>(slot_unit_.size());
-  for (int64_t i = 0; i < 2 * n + 1; ++i) {  // two sweeps clear every bit a candidate holds
-    const size_t h = static_cast<size_t>(hand_);
-    hand_ = (hand_ + 1) % n;
-    if (reading_[h]) continue;
-    const int64_t u = slot_unit_[h];
-    if (u >= 0 && need_[static_cast<size_t>(u)] >= keep_from) continue;
-    if (referenced_[h]) {
-      referenced_[h] = 0;
-      continue;
-    }
-    return static_cast<int64_t>(h);
-  }
-  return -1;
+  return index_.claim([&](int64_t s) {
+    const int64_t u = index_.key_of(s);
+    return reading_[static_cast<size_t>(s)] || (u >= 0 && need_[static_cast<size_t>(u)] >= keep_from);
+  });
 }
 
 void TrainTableStore::copy_out(size_t sl) {
-  const int64_t u = slot_unit_[sl];
+  const int64_t u = index_.key_of(static_cast<int64_t>(sl));
   const uint8_t* src = slot_data(static_cast<int64_t>(sl));
   pending_.push_back({u, std::vector<uint8_t>(src, src + unit_bytes_)});
   ++writing_[static_cast<size_t>(u)];
@@ -53,17 +43,16 @@ void TrainTableStore::copy_out(size_t sl) {
 bool TrainTableStore::evict(int64_t s) {
   constexpr int64_t kWriteBatch = 64;
   const size_t h = static_cast<size_t>(s);
-  const int64_t u = slot_unit_[h];
+  const int64_t u = index_.key_of(s);
   const bool copied = u >= 0 && dirty_[h];
   if (copied) {
     copy_out(h);
     int64_t n = 1;
     for (size_t sl = 0; sl < dirty_.size() && n < kWriteBatch; ++sl)
-      if (dirty_[sl] && !reading_[sl] && need_[static_cast<size_t>(slot_unit_[sl])] < cur_) copy_out(sl), ++n;
+      if (dirty_[sl] && !reading_[sl] && need_[static_cast<size_t>(index_.key_of(static_cast<int64_t>(sl)))] < cur_)
+        copy_out(sl), ++n;
   }
-  if (u >= 0) unit_slot_[static_cast<size_t>(u)] = -1;
-  slot_unit_[h] = -1;
-  referenced_[h] = 0;
+  index_.unbind(s);
   return copied;
 }
 
@@ -87,10 +76,10 @@ uint8_t* TrainTableStore::unit(int64_t u, std::unique_lock<std::mutex>& lock) {
   bool waited = false;
   for (;;) {
     if (!error_.empty()) return nullptr;
-    const int32_t slot = unit_slot_[static_cast<size_t>(u)];
+    const int32_t slot = index_.slot_of(u);
     if (slot >= 0 && !reading_[static_cast<size_t>(slot)]) {
       ++(waited ? stats_.waits : stats_.hits);
-      referenced_[static_cast<size_t>(slot)] = 1;
+      index_.touch(slot);
       return slot_data(slot);
     }
     waited = waited || slot >= 0 || writing_[static_cast<size_t>(u)] > 0;
@@ -111,8 +100,7 @@ uint8_t* TrainTableStore::unit(int64_t u, std::unique_lock<std::mutex>& lock) {
       continue;
     }
     const bool copied = evict(s);
-    slot_unit_[static_cast<size_t>(s)] = u;
-    unit_slot_[static_cast<size_t>(u)] = static_cast<int32_t>(s);
+    index_.bind(s, u);
     reading_[static_cast<size_t>(s)] = 1;
     lock.unlock();
     const std::string err = read_unit(u, s);
@@ -124,7 +112,7 @@ uint8_t* TrainTableStore::unit(int64_t u, std::unique_lock<std::mutex>& lock) {
       evict(s);  // clean: nothing copied
       fail(err);
     }
-    referenced_[static_cast<size_t>(s)] = 1;
+    index_.touch(s);
     ++stats_.misses;
     ++stats_.units_read;
     stats_.bytes_read += unit_bytes_;
@@ -136,22 +124,21 @@ uint8_t* TrainTableStore::unit(int64_t u, std::unique_lock<std::mutex>& lock) {
 // A failed read leaves the slot empty; the gather that needs the unit reads it and reports.
 void TrainTableStore::read_ahead_one(int64_t u) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!error_.empty() || unit_slot_[static_cast<size_t>(u)] >= 0 || writing_[static_cast<size_t>(u)] > 0) return;
+  if (!error_.empty() || index_.slot_of(u) >= 0 || writing_[static_cast<size_t>(u)] > 0) return;
   const int64_t s = claim_slot(cur_);
   if (s < 0) {
     ++stats_.prefetch_skipped;
     return;
   }
   const bool copied = evict(s);
-  slot_unit_[static_cast<size_t>(s)] = u;
-  unit_slot_[static_cast<size_t>(u)] = static_cast<int32_t>(s);
+  index_.bind(s, u);
   reading_[static_cast<size_t>(s)] = 1;
   lock.unlock();
   const std::string err = read_unit(u, s);
   lock.lock();
   reading_[static_cast<size_t>(s)] = 0;
   if (err.empty()) {
-    referenced_[static_cast<size_t>(s)] = 1;
+    index_.touch(s);
     ++stats_.units_read;
     ++stats_.read_ahead;
     stats_.bytes_read += unit_bytes_;
@@ -234,7 +221,7 @@ uint8_t* TrainTableStore::row_bytes(int64_t k, int64_t id, bool dirty, std::uniq
     if (id < 0 || id >= ids_) fail("table store ", dir_, ": token id ", id, " outside its ", ids_, " ids");
     uint8_t* u = unit(id / per_page_, lock);
     if (!u) return nullptr;
-    if (dirty) dirty_[static_cast<size_t>(unit_slot_[static_cast<size_t>(id / per_page_)])] = 1;
+    if (dirty) dirty_[static_cast<size_t>(index_.slot_of(id / per_page_))] = 1;
     return u + (id % per_page_) * block_bytes_ + tables_[static_cast<size_t>(k)].offset;
   } catch (const std::exception& e) {
     keep_error(e.what());
@@ -243,37 +230,31 @@ uint8_t* TrainTableStore::row_bytes(int64_t k, int64_t id, bool dirty, std::uniq
 }
 
 void TrainTableStore::read_value(int64_t k, int64_t id, float* out) {
-  const int64_t d = tables_[static_cast<size_t>(k)].dim;
+  const TrainRowLayout l = tables_[static_cast<size_t>(k)].layout();
   std::unique_lock<std::mutex> lock(mu_);
   ++stats_.rows_read;
   const uint8_t* b = row_bytes(k, id, false, lock);
-  if (b) std::memcpy(out, b, static_cast<size_t>(4 * d));
-  else std::fill(out, out + d, 0.0f);
+  if (b) l.read_value(b, out);
+  else std::fill(out, out + l.dim, 0.0f);
 }
 
 bool TrainTableStore::load_row(int64_t k, int64_t id, float* p, float* m, float* v, int32_t* step) {
-  const int64_t d = tables_[static_cast<size_t>(k)].dim;
+  const TrainRowLayout l = tables_[static_cast<size_t>(k)].layout();
   std::unique_lock<std::mutex> lock(mu_);
   ++stats_.rows_read;
   const uint8_t* b = row_bytes(k, id, false, lock);
   if (!b) return false;
-  std::memcpy(p, b, static_cast<size_t>(4 * d));
-  std::memcpy(m, b + 4 * d, static_cast<size_t>(4 * d));
-  std::memcpy(v, b + 8 * d, static_cast<size_t>(4 * d));
-  std::memcpy(step, b + 12 * d, 4);
+  l.read(b, p, m, v, step);
   return true;
 }
 
 void TrainTableStore::store_row(int64_t k, int64_t id, const float* p, const float* m, const float* v, int32_t step) {
-  const int64_t d = tables_[static_cast<size_t>(k)].dim;
+  const TrainRowLayout l = tables_[static_cast<size_t>(k)].layout();
   std::unique_lock<std::mutex> lock(mu_);
   ++stats_.rows_written;
   uint8_t* b = row_bytes(k, id, true, lock);
   if (!b) return;
-  std::memcpy(b, p, static_cast<size_t>(4 * d));
-  std::memcpy(b + 4 * d, m, static_cast<size_t>(4 * d));
-  std::memcpy(b + 8 * d, v, static_cast<size_t>(4 * d));
-  std::memcpy(b + 12 * d, &step, 4);
+  l.write(b, p, m, v, step);
 }
 
 void TrainTableStore::begin_step(int64_t g) {
@@ -295,7 +276,7 @@ int64_t TrainTableStore::prefetch(const int32_t* ids, int64_t n, int64_t g) {
     for (int64_t u : units) {
       int64_t& need = need_[static_cast<size_t>(u)];
       need = std::max(need, g);
-      if (unit_slot_[static_cast<size_t>(u)] < 0 && writing_[static_cast<size_t>(u)] == 0) queued.push_back(u);
+      if (index_.slot_of(u) < 0 && writing_[static_cast<size_t>(u)] == 0) queued.push_back(u);
     }
     stats_.prefetch_queued += static_cast<int64_t>(queued.size());
   }

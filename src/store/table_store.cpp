@@ -1,4 +1,4 @@
-#include "model/table_store.h"
+#include "store/table_store.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -147,24 +147,6 @@ void write_table_store(const std::string& dir, int64_t V, const std::vector<Tabl
   fsync_dir(fs::path(dir).parent_path().empty() ? "." : fs::path(dir).parent_path().string());
 }
 
-void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names,
-                       const TableStoreSource& source) {
-  JTOK_CHECK(!tables.empty() && tables.size() == names.size(), "table store: ", tables.size(), " tables, ", names.size(), " names");
-  const int64_t V = tables[0].rows;
-  std::vector<TableStoreSpec> specs;
-  for (size_t k = 0; k < tables.size(); ++k) {
-    const TokenTable& t = tables[k];
-    JTOK_CHECK(t.rows == V && t.id_count == V && t.id_first == 0, "table store: table ", names[k], " has ", t.rows,
-               " rows of ", t.id_count, ", the first ", V);
-    specs.push_back({names[k], t.dim, t.dtype()});
-  }
-  write_table_store(dir, V, specs, [&](int64_t id, int64_t k, void* raw, float* scale) {
-    const TokenTable& t = tables[static_cast<size_t>(k)];
-    std::memcpy(raw, t.raw_row(id), static_cast<size_t>(t.row_stride_bytes()));
-    if (dtype_scaled(t.dtype())) *scale = t.scales()[id];
-  }, source);
-}
-
 nlohmann::json read_store_manifest(const std::string& dir, std::string* path) {
   const std::string mpath = (fs::path(dir) / "manifest.json").string();
   if (!fs::exists(mpath)) fail("table store ", dir, ": no manifest.json (not a store, or an interrupted write)");
@@ -183,7 +165,7 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
   s->dir_ = dir;
   try {
     const std::string format = j.at("format").get<std::string>();
-    if (format.rfind("jtok-table-store-train-", 0) == 0)  // model/table_store_write.h: rows with moments, maybe owing steps
+    if (format.rfind("jtok-table-store-train-", 0) == 0)  // store/train_table_store.h: rows with moments, maybe owing steps
       fail("table store ", dir, " is a training store (jtok train --tables disk, ", mpath, "): convert it for --tables disk with "
            "`jtok export --checkpoint CK --table-store OUT [--table-dtype bf16|int8|int4]` (CK: the run's checkpoint at the store's step) "
            "and pass --table-store OUT");
@@ -216,21 +198,15 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
     const bool direct_io = use_direct_reads(io, s->data_path_);
     s->direct_ = direct_io;
     s->read_bytes_ = !direct_io ? s->block_bytes_ : s->per_page_ > 1 ? kPage : s->stride_;
-    s->fd_ = ::open(s->data_path_.c_str(), O_RDONLY | (direct_io ? O_DIRECT : 0));
-    if (s->fd_ < 0)
-      fail("cannot open ", s->data_path_, direct_io ? " for direct I/O (--table-io direct)" : "", ": ", std::strerror(errno),
-           direct_io && errno == EINVAL ? " (its file system has no O_DIRECT: run with --table-io pread or auto, which read "
-                                          "through the page cache)" : "");
+    s->fd_ = open_for_reads(s->data_path_, direct_io);
     s->verify_checksum(j, want);
   } catch (const nlohmann::json::exception& e) {
     fail(mpath, ": missing or mistyped field (", e.what(), ")");
   }
   const int64_t n_slots = std::max<int64_t>(s->per_page_, cache_bytes / s->block_bytes_);
   s->slots_.assign(static_cast<size_t>(std::min(n_slots, s->ids_) * s->block_bytes_), 0);
-  s->slot_id_.assign(static_cast<size_t>(std::min(n_slots, s->ids_)), -1);
-  s->referenced_.assign(s->slot_id_.size(), 0);
-  s->id_slot_.assign(static_cast<size_t>(s->ids_), -1);
-  s->state_.assign(s->slot_id_.size(), kReady);
+  s->index_.init(std::min(n_slots, s->ids_), s->ids_);
+  s->state_.assign(static_cast<size_t>(s->index_.slots()), kReady);
   if (io_threads < 1) fail("table store ", dir, ": ", io_threads, " I/O threads (at least 1)");
   TableStore* raw = s.get();
   s->pool_ = std::make_unique<ReadPool>(io_threads, [raw](int64_t id) { raw->prefetch_one(id); });
@@ -278,20 +254,9 @@ int64_t TableStore::read_offset(int64_t id) const {
 // CLOCK: a hit sets the slot's reference bit; a miss sweeps the hand past referenced slots
 // (clearing their bit) to the first unreferenced one that is not being read.
 int64_t TableStore::claim_slot() const {
-  const int64_t n = static_cast<int64_t>(slot_id_.size());
-  for (int64_t step = 0; step < 2 * n + 1; ++step) {  // two sweeps clear every bit: none left means all are being read
-    const size_t h = static_cast<size_t>(hand_);
-    hand_ = (hand_ + 1) % n;
-    if (state_[h] != kReady) continue;
-    if (referenced_[h]) {
-      referenced_[h] = 0;
-      continue;
-    }
-    if (slot_id_[h] >= 0) id_slot_[static_cast<size_t>(slot_id_[h])] = -1;
-    slot_id_[h] = -1;
-    return static_cast<int64_t>(h);
-  }
-  return -1;
+  const int64_t h = index_.claim([&](int64_t s) { return state_[static_cast<size_t>(s)] != kReady; });
+  if (h >= 0) index_.unbind(h);
+  return h;
 }
 
 // With O_DIRECT the block's whole aligned page(s) come into this thread's aligned buffer and the
@@ -324,14 +289,13 @@ void TableStore::finish_read(int64_t id, int64_t slot, bool ok, int64_t ns, bool
   const size_t s = static_cast<size_t>(slot);
   state_[s] = kReady;
   if (ok) {
-    referenced_[s] = 1;
+    index_.touch(slot);
     stats_.reads++;
     stats_.read_ns += ns;
     stats_.bytes_read += read_bytes_;
     if (prefetched) stats_.prefetch_reads++;
   } else {  // freed: the next reader reads it again (and reports the error)
-    slot_id_[s] = -1;
-    id_slot_[static_cast<size_t>(id)] = -1;
+    index_.unbind(slot);
   }
   read_done_.notify_all();
 }
@@ -339,10 +303,10 @@ void TableStore::finish_read(int64_t id, int64_t slot, bool ok, int64_t ns, bool
 const uint8_t* TableStore::block(int64_t id, std::unique_lock<std::mutex>& lock) const {
   bool waited = false;
   for (;;) {
-    int64_t slot = id_slot_[static_cast<size_t>(id)];
+    int64_t slot = index_.slot_of(id);
     if (slot >= 0 && state_[static_cast<size_t>(slot)] == kReady) {
       ++(waited ? stats_.waits : stats_.hits);
-      referenced_[static_cast<size_t>(slot)] = 1;
+      index_.touch(slot);
       return slots_.data() + slot * block_bytes_;
     }
     if (slot >= 0 && state_[static_cast<size_t>(slot)] == kReading) {  // one read per block: wait for it
@@ -356,8 +320,7 @@ const uint8_t* TableStore::block(int64_t id, std::unique_lock<std::mutex>& lock)
         read_done_.wait(lock);
         continue;
       }
-      slot_id_[static_cast<size_t>(slot)] = id;
-      id_slot_[static_cast<size_t>(id)] = static_cast<int32_t>(slot);
+      index_.bind(slot, id);
     }  // else queued for an I/O thread that has not started: read it here (the thread skips it)
     state_[static_cast<size_t>(slot)] = kReading;
     lock.unlock();
@@ -403,16 +366,15 @@ int64_t TableStore::prefetch(const int32_t* ids, int64_t n) const {
   std::vector<int64_t> queued;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const int64_t budget = std::max<int64_t>(1, static_cast<int64_t>(slot_id_.size()) / 2);
+    const int64_t budget = std::max<int64_t>(1, index_.slots() / 2);
     for (int32_t id : u) {
-      if (id_slot_[static_cast<size_t>(id)] >= 0) continue;  // cached, queued or being read
+      if (index_.slot_of(id) >= 0) continue;  // cached, queued or being read
       const int64_t slot = static_cast<int64_t>(queued.size()) < budget ? claim_slot() : -1;
       if (slot < 0) {
         stats_.prefetch_skipped++;
         continue;
       }
-      slot_id_[static_cast<size_t>(slot)] = id;
-      id_slot_[static_cast<size_t>(id)] = static_cast<int32_t>(slot);
+      index_.bind(slot, id);
       state_[static_cast<size_t>(slot)] = kQueued;
       queued.push_back(id);
     }
@@ -424,7 +386,7 @@ int64_t TableStore::prefetch(const int32_t* ids, int64_t n) const {
 
 void TableStore::prefetch_one(int64_t id) const {
   std::unique_lock<std::mutex> lock(mu_);
-  const int64_t slot = id_slot_[static_cast<size_t>(id)];
+  const int64_t slot = index_.slot_of(id);
   if (slot < 0 || state_[static_cast<size_t>(slot)] != kQueued) return;  // a reader took it over
   state_[static_cast<size_t>(slot)] = kReading;
   lock.unlock();

@@ -10,10 +10,12 @@
 //   manifest.json  format, ids, the block geometry, per table its name, dim, dtype and offset in
 //                  the block, the data file's size and FNV-1a 64 checksum, and (optional: older
 //                  stores lack it) the source: the checkpoint's directory name and step.
-// A table of the store is a TokenTable like any other (TokenTable::on_disk): read through the one
-// gather, its token blocks held in a bounded DRAM cache (CLOCK) filled by pread. Reads ahead of
-// need (prefetch) run on a small pool of I/O threads (model/table_prefetch.h); no thread holds the
-// cache's lock during a pread, and a block being read is read once: a reader that needs it waits.
+// The model reads a table of the store through DiskRows (store/disk_rows.h, disk_rows() below;
+// TokenTable::on_disk): through the one gather, its token blocks held in a bounded DRAM cache
+// (CLOCK, store/clock_slots.h, the training store's too) filled by pread. Reads ahead of need
+// (prefetch) run on a small pool of I/O threads (store/read_pool.h, the training store's too); no
+// thread holds the cache's lock during a pread, and a block being read is read once: a reader that
+// needs it waits.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -24,11 +26,13 @@
 #include <string>
 #include <vector>
 
-#include "model/table_io.h"
-#include "model/table_prefetch.h"
+#include "store/table_io.h"
+#include "store/clock_slots.h"
+#include "store/read_pool.h"
 #include <nlohmann/json_fwd.hpp>
 
-#include "model/token_table.h"
+#include "core/dtype.h"
+#include "store/disk_rows.h"
 
 namespace jtok {
 
@@ -54,12 +58,8 @@ std::string dir_basename(const std::string& dir);
 // manifest does not say (a store written before manifests recorded it).
 std::string describe_source(const TableStoreSource& s);
 
-// Writes tables (all of the same rows, any dtype or storage) as a store at dir: a temp directory,
-// every file fsynced, renamed to dir; dir must not exist.
-void write_table_store(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names,
-                       const TableStoreSource& source = {});
-
-// A table of a store to write, and where its rows come from: row(id, k, raw, scale) puts table k's
+// Writes a store at dir (a temp directory, every file fsynced, renamed to dir; dir must not exist)
+// of `ids` rows of the tables, from a row source (a model's tables: train/store_export.h). A table of a store to write, and where its rows come from: row(id, k, raw, scale) puts table k's
 // row of `id` in raw (dim elements of its dtype) and an int8 / int4 row's scale in *scale. Called in token
 // order (id ascending, then k), one page of blocks held at a time: a source on disk is read
 // sequentially and no whole table ever exists (an export of a training store, train/store_export.h).
@@ -73,14 +73,14 @@ void write_table_store(const std::string& dir, int64_t ids, const std::vector<Ta
                        const TableStoreSource& source = {});
 
 // dir's manifest.json parsed (a missing or unparsable manifest refused naming it); *path: its path.
-// Both the read-only store and the training store (model/table_store_write.h) open through it.
+// Both the read-only store and the training store (store/train_table_store.h) open through it.
 nlohmann::json read_store_manifest(const std::string& dir, std::string* path);
 
 class TableStore {
  public:
   // Opens dir, checking the manifest, the data file's size and its checksum (a torn, truncated or
   // altered store is refused naming the file). cache_bytes: the DRAM row cache's budget (at least
-  // one page of blocks). io_threads: the read-ahead pool's threads (prefetch). io (model/table_io.h):
+  // one page of blocks). io_threads: the read-ahead pool's threads (prefetch). io (store/table_io.h):
   // direct (or automatic where the file system takes it) makes every read, the checksum's too, an
   // O_DIRECT read past the page cache: a block's whole aligned page (or a larger block's whole pages)
   // into a page-aligned buffer, then the block copied to its slot; with direct, a file system that
@@ -131,8 +131,8 @@ class TableStore {
   // The cached block of id, read first if need be (lock held on entry and return; released during
   // the read); null when the read failed (kept in error_).
   const uint8_t* block(int64_t id, std::unique_lock<std::mutex>& lock) const;
-  // A slot to reuse (CLOCK, skipping slots being read), its old id unmapped; -1 when every slot is
-  // being read (lock held).
+  // A slot to reuse (CLOCK, store/clock_slots.h, skipping slots being read), its old id unmapped;
+  // -1 when every slot is being read (lock held).
   int64_t claim_slot() const;
   // Reads id's block into slot (no lock held); the read's latency goes to *ns. False on an error or
   // a short read, with *why (if given) naming the file, the offset and the cause.
@@ -152,10 +152,7 @@ class TableStore {
   // The CLOCK cache of token blocks.
   mutable std::mutex mu_;
   mutable std::vector<uint8_t> slots_;      // (n_slots, block_bytes)
-  mutable std::vector<int64_t> slot_id_;    // id in each slot, or -1
-  mutable std::vector<uint8_t> referenced_;
-  mutable std::vector<int32_t> id_slot_;    // (ids) slot of each id, or -1
-  mutable int64_t hand_ = 0;
+  mutable ClockSlots index_;                // the token id each slot holds
   mutable Stats stats_;
   mutable std::string error_;  // the first failed read since take_error()
   // Read state of each slot: ready (or empty), queued for an I/O thread, or being read.
@@ -164,5 +161,12 @@ class TableStore {
   mutable std::condition_variable read_done_;
   std::unique_ptr<ReadPool> pool_;  // after the cache: its threads stop first
 };
+
+// Table k of the store as the model reads it (TokenTable::on_disk), and every table in the
+// manifest's order (store/disk_rows.cpp).
+std::shared_ptr<const DiskRows> disk_rows(std::shared_ptr<const TableStore> store, int64_t k);
+std::vector<std::shared_ptr<const DiskRows>> disk_rows(const std::shared_ptr<const TableStore>& store);
+// The serving store whose table `rows` is, or null (another store's rows, or none).
+const TableStore* table_store_of(const DiskRows* rows);
 
 }  // namespace jtok

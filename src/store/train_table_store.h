@@ -5,7 +5,8 @@
 //                 per_page token blocks (token t in unit t / per_page at (t % per_page) *
 //                 block_bytes) and ends with the sum64 (core/checksum.h) of its other bytes, so a torn or altered
 //                 unit is caught when it is read. A block holds, per table in the manifest's order,
-//                 value (dim f32), exp_avg (dim f32), exp_avg_sq (dim f32), row_step (int32).
+//                 its row: value, exp_avg, exp_avg_sq (dim f32 each), row_step (int32), as
+//                 TrainRowLayout (store/train_block.h) defines it.
 //   manifest.json format, ids, the geometry, per table its name, dim and offset in the block.
 //   undo.log      the undo log: a 32-byte header (magic, base step, target step, FNV-1a 64 of the
 //                 rest), then one record per unit overwritten since the base step: its byte offset,
@@ -19,7 +20,7 @@
 // dropped; anything else is refused. So a kill at any moment resumes from the last checkpoint.
 //
 // Read-ahead (the trainer knows the next batch's ids a step early): prefetch() queues units for a
-// pool of I/O threads (model/table_prefetch.h, the read-only store's), which read them into slots
+// pool of I/O threads (store/read_pool.h, the read-only store's), which read them into slots
 // while the current step computes. Who owns what: mu_ guards the cache's maps, bits and counters
 // and is never held during I/O; a slot being read (reading_) belongs to its reader until it is
 // marked ready; an evicted dirty unit's bytes are copied out under mu_ (the slot is free at once)
@@ -37,36 +38,35 @@
 #include <string>
 #include <vector>
 
-#include "model/table_io.h"
-#include "model/table_prefetch.h"
-#include "model/token_table.h"
+#include "store/table_io.h"
+#include "store/train_block.h"
+#include "store/clock_slots.h"
+#include "store/read_pool.h"
+#include "store/disk_rows.h"
 
 namespace jtok {
 
 struct TrainStoreTable {
   std::string name;
   int64_t dim = 0;
-  int64_t offset = 0;  // bytes into the token's block: value, exp_avg, exp_avg_sq, row_step
+  int64_t offset = 0;  // bytes into the token's block, where its row (TrainRowLayout) starts
+  TrainRowLayout layout() const { return {dim}; }
 };
 
 class TrainTableStore {
  public:
-  // Writes f32 tables (whole tables of the same ids, any in-memory storage) as a training store at
-  // dir with zero moments and every row at `step`; a temp directory, fsynced, renamed; dir must not
-  // exist.
-  static void create(const std::string& dir, const std::vector<TokenTable>& tables, const std::vector<std::string>& names,
-                     int64_t step);
-  // The same from a row source, for tables that never exist whole (a fresh run's random init,
-  // train/disk_tables.h): row(id, k, values) writes table k's row of id (its dim floats), called in
-  // token order (id ascending, then k), one unit held at a time. tables: names and dims (offsets
-  // are computed).
+  // Writes a training store at dir of `ids` rows of the tables with zero moments and every row at
+  // `step`; a temp directory, fsynced, renamed; dir must not exist. From a row source, for tables
+  // that never exist whole (a fresh run's random init, or a model's tables: train/disk_tables.h):
+  // row(id, k, values) writes table k's row of id (its dim floats), called in token order (id
+  // ascending, then k), one unit held at a time. tables: names and dims (offsets are computed).
   using RowSource = std::function<void(int64_t id, int64_t k, float* values)>;
   static void create(const std::string& dir, const std::vector<TrainStoreTable>& tables, int64_t ids, int64_t step,
                      const RowSource& row);
   // Opens dir for training resumed at checkpoint step `step`, rolling back what the undo log holds
   // (see above); a bad manifest, a data file of the wrong size, a torn log header or a log of
   // another step is refused naming the file. cache_bytes: the DRAM cache (at least two units);
-  // io_threads: the read-ahead's I/O threads; io (model/table_io.h): direct (or automatic where the
+  // io_threads: the read-ahead's I/O threads; io (store/table_io.h): direct (or automatic where the
   // file system takes it) reads units with O_DIRECT (past the page cache, into page-aligned slots;
   // writes stay buffered, and Linux writes a range's dirty pages back before a direct read of it);
   // with direct, a file system without O_DIRECT is refused naming the file.
@@ -153,13 +153,12 @@ class TrainTableStore {
   std::vector<uint8_t> slots_;      // (n_slots, unit_bytes) from slots_base_, 4 KiB aligned
   uint8_t* slots_base_ = nullptr;
   uint8_t* slot_data(int64_t s) const { return slots_base_ + s * unit_bytes_; }
-  std::vector<int64_t> slot_unit_;  // unit in each slot, or -1
-  std::vector<uint8_t> referenced_, dirty_, reading_;
-  std::vector<int32_t> unit_slot_;  // (units) slot of each unit, or -1
+  ClockSlots index_;                // the unit each slot holds (CLOCK, store/clock_slots.h)
+  std::vector<uint8_t> dirty_, reading_;
   std::vector<int64_t> need_;       // (units) the last step that marked the unit (prefetch), or -1
   std::vector<int32_t> writing_;    // (units) copies of the unit in pending_ or being written
   std::vector<Copy> pending_;
-  int64_t hand_ = 0, cur_ = 0;
+  int64_t cur_ = 0;
   Stats stats_;
   std::string error_;
   // The writer's (write_mu_).
@@ -170,7 +169,19 @@ class TrainTableStore {
   std::unique_ptr<ReadPool> pool_;  // last: its threads stop first
 };
 
-// The format, for a reader that does not train with the store (model/table_store_snapshot.h): the
+// Table k of the store as the model reads it (TokenTable::on_disk: its values), and every table in
+// the manifest's order (store/disk_rows.cpp).
+std::shared_ptr<const DiskRows> disk_rows(std::shared_ptr<TrainTableStore> store, int64_t k);
+std::vector<std::shared_ptr<const DiskRows>> disk_rows(const std::shared_ptr<TrainTableStore>& store);
+// The training store whose table `rows` is, and its index there, for the table optimizer's
+// load_row / store_row ({null, -1}: not a training store's rows).
+struct TrainStoreTableRef {
+  TrainTableStore* store = nullptr;
+  int64_t table = -1;
+};
+TrainStoreTableRef train_store_of(const DiskRows* rows);
+
+// The format, for a reader that does not train with the store (store/train_store_snapshot.h): the
 // manifest checked as open() checks it, a unit's checksum, the undo log's header (a torn header or
 // a bad magic refused naming the file) and its whole records in order (a torn last record ends
 // them): each(the unit's byte offset in tables.bin, where its old bytes start in the log, the bytes).

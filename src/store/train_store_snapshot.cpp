@@ -1,4 +1,4 @@
-#include "model/table_store_snapshot.h"
+#include "store/train_store_snapshot.h"
 
 #include <fcntl.h>
 #include <unistd.h>

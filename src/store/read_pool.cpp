@@ -1,4 +1,4 @@
-#include "model/table_prefetch.h"
+#include "store/read_pool.h"
 
 #include "core/error.h"
 

@@ -1,4 +1,4 @@
-// A training table store (model/table_store_write.h) read as it was at a checkpoint's step, without
+// A training table store (store/train_table_store.h) read as it was at a checkpoint's step, without
 // writing to it: what an export of a disk-trained checkpoint's tables reads (train/store_export.h).
 // The store must be at that step: its undo log based there (a unit overwritten since is read from
 // the log, which holds its bytes as they were at the step; the others from tables.bin), or the
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/table_store_write.h"
+#include "store/train_table_store.h"
 
 namespace jtok {
 
