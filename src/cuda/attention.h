@@ -38,8 +38,8 @@ void attention_forward_tiles(E* out, float* lse, const E* q, const E* k, const E
 // dq (B,T,H,hd), dk, dv (B,T,KV,hd) are accumulated into (+=), as the CPU's attention_backward;
 // out and lse are the forward's. row_terms (B,H,T) fp32 is scratch: D_t = sum_i dout_ti out_ti.
 // dk and dv of a kv head sum over its group's query heads in a fixed order (one block per key tile).
-// bf16 runs on the tensor cores (cuda/attention_mma_bwd.cu; q, k, v, dout 16-byte aligned); fp32 on
-// the scalar tiles below.
+// bf16 runs on the tensor cores (cuda/attention_mma_bwd.cu; q, k, v, dout and the gradients 16-byte
+// aligned); fp32 on the scalar tiles below.
 template <typename E>
 void attention_backward(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
                         const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,

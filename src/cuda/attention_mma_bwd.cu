@@ -203,9 +203,11 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 void attention_backward_mma(bf16* dq, bf16* dk, bf16* dv, const float* row_terms, const bf16* dout, const float* lse,
                             const bf16* q, const bf16* k, const bf16* v, const AttnDims& n, int hd,
                             cudaStream_t stream) {
-  if (!aligned16(dout) || !aligned16(q) || !aligned16(k) || !aligned16(v) || n.qs % 8 != 0 || n.kvs % 8 != 0)
-    fail("cuda attention backward: bf16 q, k, v and dout must be 16-byte aligned with token strides a multiple of 8 (q ",
-         n.qs, ", kv ", n.kvs, ")");
+  // dq, dk, dv too: add_pair reads and writes them two elements (4 bytes) at a time.
+  if (!aligned16(dout) || !aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(dq) || !aligned16(dk) ||
+      !aligned16(dv) || n.qs % 8 != 0 || n.kvs % 8 != 0)
+    fail("cuda attention backward: bf16 q, k, v, dout, dq, dk and dv must be 16-byte aligned with token strides a "
+         "multiple of 8 (q ", n.qs, ", kv ", n.kvs, ")");
   if (hd == 64)
     launch<64>(dq, dk, dv, row_terms, dout, lse, q, k, v, n, stream);
   else

@@ -37,6 +37,7 @@ template <typename T, typename TC>
 void gemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const T* A, int64_t lda,
               const T* B, int64_t ldb, float beta, TC* C, int64_t ldc, cudaStream_t stream) {
   if (M == 0 || N == 0) return;
+  JTOK_CHECK(M <= int64_t{65535} * kTile, "gemm_ref: M = ", M, " rows exceed the grid's 65535 tiles of ", kTile);
   const dim3 grid(ceil_div(N, kTile), ceil_div(M, kTile)), block(kTile, kTile);
   gemm_ref_kernel<T, TC><<<grid, block, 0, stream>>>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   JTOK_CUDA_CHECK_LAUNCH();

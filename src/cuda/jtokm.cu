@@ -213,6 +213,8 @@ void jtokm_backward_de(float* de, float* ds, float* scratch, const JTokMDeviceAc
 
 void jtokm_backward_router(float* dg, const JTokMDeviceActs& acts, const float* de, const int32_t* ids, const float* E,
                            float aux_grad, const JTokMDims& dm, cudaStream_t stream) {
+  JTOK_CHECK(dm.n_e >= 1 && dm.n_e <= kJTokMMaxTables && dm.K >= 1 && dm.K <= dm.n_e, "jtokm_backward_router: n_e ",
+             dm.n_e, ", K ", dm.K, " (n_e at most ", kJTokMMaxTables, ")");
   if (dm.N == 0) return;
   backward_router_kernel<<<static_cast<int>(dm.N), kThreads, 0, stream>>>(dg, acts, de, ids, E, aux_grad, dm);
   JTOK_CUDA_CHECK_LAUNCH();

@@ -207,6 +207,7 @@ void moe_combine(T* out, const T* eo, const MoeDeviceRoute& r, const MoeRouteDim
 template <typename T>
 void moe_combine_backward(T* deo, float* dlogits, const T* dout, const T* eo, const MoeDeviceRoute& r,
                           const MoeRouteDims& m, int64_t d, float aux_grad, cudaStream_t stream) {
+  JTOK_CHECK(m.K >= 1 && m.K <= m.E && m.K <= kMaxK, "moe_combine_backward: K ", m.K, ", E ", m.E);
   if (m.N == 0) return;
   const float aux_scale = static_cast<float>(aux_grad * m.aux_coef * static_cast<double>(m.E) / static_cast<double>(m.N));
   combine_backward_kernel<T><<<static_cast<int>(m.N), kThreads, 0, stream>>>(deo, dlogits, dout, eo, r, m, d, aux_scale);

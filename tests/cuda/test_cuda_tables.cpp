@@ -161,12 +161,15 @@ TEST(CudaOps, Jtok) {
   }
 }
 
-// The deferred table AdamW's run: five steps, each with gradients at a different third of the
-// rows (some rows wait several steps; row 0 never gets one), a reader's sync of a few rows after
-// step 3, then sync_all. Outputs: values, moments, row steps and the catch-up statistics after step
-// 5 and after the sync, and the bf16 copy.
+// The table AdamW's run: five steps, each with gradients at a different third of the rows (some
+// rows wait several steps; row 0 never gets one), a reader's sync of a few rows after step 3, then
+// sync_all. Dense (deferred, exact) semantics, or lazy (the rows with a gradient only, nothing
+// replayed: the syncs change nothing). Outputs: values, moments, row steps and the catch-up
+// statistics after step 5 and after the sync; the bf16 copy equals the GPU's own values rounded
+// (expect_bf16_copy).
 struct TableAdamwRun {
   static constexpr int64_t V = 64, d = 40, steps = 5;
+  bool dense = true;
   std::vector<float> p0 = randn(V * d, 111, 0.5f), grads = randn(steps * V * d, 113);
   std::vector<std::vector<int32_t>> touched_ids;
   std::vector<int32_t> read_ids = {1, 2, 5, 7, 11};
@@ -185,7 +188,7 @@ struct TableAdamwRun {
                    {"stats " + at, std::vector<float>(stats.begin(), stats.end())}};
   }
 
-  // src/train/table_optimizer.cpp's TableOptimizer, dense semantics.
+  // src/train/table_optimizer.cpp's TableOptimizer.
   Outputs cpu(DType t) const {
     const auto gt = to_dtype(grads, t);
     std::vector<jtok::TokenTable> tables = {jtok::TokenTable::in_ram(V, d, p0)};
@@ -200,7 +203,7 @@ struct TableAdamwRun {
     };
     for (int64_t k = 0; k < steps; ++k) {
       for (int32_t r : touched_ids[k]) std::copy_n(gt.begin() + (k * V + r) * d, d, g[0].row(r));
-      opt.step(hyper(k + 1), true);
+      opt.step(hyper(k + 1), dense);
       g[0].clear();
       if (k == 2)
         for (int32_t r : read_ids) opt.sync_row(0, r);
@@ -208,7 +211,6 @@ struct TableAdamwRun {
     Outputs o = snapshot("after step 5");
     opt.sync_all();
     for (auto& x : snapshot("after sync")) o.push_back(std::move(x));
-    o.push_back({"p_bf16", to_dtype(o[o.size() - 5].second, DType::bf16)});
     return o;
   }
 
@@ -230,7 +232,7 @@ struct TableAdamwRun {
     auto steps_d = upload_exact(std::vector<int32_t>(V, 0));
     auto dg = upload<float>(std::vector<float>(V * d)), scale = upload<float>({0.8f});
     auto dids = upload_exact(read_ids);
-    DeviceBuffer<__nv_bfloat16> pb(V * d);
+    auto pb = upload<__nv_bfloat16>(p0);  // the copy starts as the values rounded (lazy: row 0 never written)
     DeviceBuffer<uint8_t> touched(V);
     DeviceBuffer<jtok::cuda::AdamWConsts> consts(steps);
     DeviceBuffer<unsigned long long> counters(4);
@@ -248,30 +250,39 @@ struct TableAdamwRun {
       const jtok::AdamWStepConsts h = jtok::adamw_consts(hyper(k + 1));
       kept.push_back({h.b1, h.b2, h.eps, h.step_size, h.inv_sqrt_bc2, h.decay});
       JTOK_CUDA_CHECK(cudaMemcpy(consts.get(), kept.data(), kept.size() * sizeof(kept[0]), cudaMemcpyHostToDevice));
-      const jtok::cuda::KeptConsts kc{consts.get(), 0, k + 1};
-      jtok::cuda::table_adamw_step(tab, dg.get(), touched.get(), kc, k + 1, true, scale.get(), stats, nullptr);
+      // Dense keeps every step's constants from step 1; lazy only this step's, dropped after it.
+      const jtok::cuda::KeptConsts kc = dense ? jtok::cuda::KeptConsts{consts.get(), 0, k + 1}
+                                              : jtok::cuda::KeptConsts{consts.get() + k, k, k + 1};
+      const jtok::cuda::KeptConsts after = dense ? kc : jtok::cuda::KeptConsts{consts.get() + k, k + 1, k + 1};
+      jtok::cuda::table_adamw_step(tab, dg.get(), touched.get(), kc, k + 1, dense, scale.get(), stats, nullptr);
       if (k == 2)
-        jtok::cuda::table_sync_rows(tab, dids.get(), nullptr, static_cast<int64_t>(read_ids.size()), kc, stats, nullptr);
+        jtok::cuda::table_sync_rows(tab, dids.get(), nullptr, static_cast<int64_t>(read_ids.size()), after, stats,
+                                    nullptr);
     }
     Outputs o = snapshot("after step 5");
-    jtok::cuda::table_sync_all(tab, jtok::cuda::KeptConsts{consts.get(), 0, steps}, stats, nullptr);
+    const jtok::cuda::KeptConsts all = dense ? jtok::cuda::KeptConsts{consts.get(), 0, steps}
+                                             : jtok::cuda::KeptConsts{consts.get() + steps, steps, steps};
+    jtok::cuda::table_sync_all(tab, all, stats, nullptr);
     for (auto& x : snapshot("after sync")) o.push_back(std::move(x));
-    o.push_back({"p_bf16", download(pb)});
+    expect_bf16_copy(download(pb), download(dp));
     const auto g_after = download(dg);
     EXPECT_EQ(std::count(g_after.begin(), g_after.end(), 0.0f), V * d) << "the used gradient rows are zeroed";
     return o;
   }
 };
 
-// The deferred table AdamW against the CPU's TableOptimizer (TableAdamwRun): every output within
-// fp32 rounding (the same arithmetic; GCC may fuse the CPU's), the statistics exactly.
+// The table AdamW against the CPU's TableOptimizer (TableAdamwRun), dense and lazy: every output
+// within fp32 rounding (the same arithmetic; GCC may fuse the CPU's), the statistics exactly.
 TEST(CudaOps, TableAdamw) {
-  const TableAdamwRun run;
-  CudaCase c{"table_adamw", "V 64, d 40, 5 steps, sync", {1e-6, 1e-6}};
-  c.cpu = [&](DType t) { return run.cpu(t); };
-  c.gpu = [&](DType t) { return run.gpu(t); };
-  run_case(c);
-  expect_deterministic(c, DType::f32);
+  for (bool dense : {true, false}) {
+    TableAdamwRun run;
+    run.dense = dense;
+    CudaCase c{dense ? "table_adamw" : "table_adamw lazy", "V 64, d 40, 5 steps, sync", {1e-6, 1e-6}};
+    c.cpu = [&](DType t) { return run.cpu(t); };
+    c.gpu = [&](DType t) { return run.gpu(t); };
+    run_case(c);
+    expect_deterministic(c, DType::f32);
+  }
 }
 
 // JTok-M over n_e 5 tables, K 2, with and without the norm: routing (from the CPU's router logits:
