@@ -1,0 +1,115 @@
+// The dense Transformer on the GPU: a device copy of a CPU jtok::Model (model/transformer.h) in the
+// same flat parameter layout, device activations for one (B,T) micro-batch, and the training step's
+// forward and backward in the CPU engine's op order (model/layer_block.cpp, model/transformer.cpp):
+//   h = E[ids]; per layer: a = RMSNorm(h_in); q, k, v = a W^T (+ b) (qk_norm: per-head RMSNorm);
+//   RoPE; att = causal GQA attention; h_mid = h_in + att Wo^T; m = RMSNorm(h_mid);
+//   h_out = h_mid + (silu(m Wg^T) * m Wu^T) Wd^T;  lnf = RMSNorm(h_out); loss = CE(lnf W_head^T)
+// The LM head and the cross-entropy run fused over chunks of rows (cuda/cross_entropy.h), so the
+// (B T, Vp) logits never exist. Gradients accumulate (+=) into one fp32 buffer laid out as the CPU's
+// m.grads. E, the activations' and the forward weights' type: float (the checking instantiation:
+// the forward reads the fp32 master weights) or __nv_bfloat16 (a bf16 copy of the masters, written
+// by the optimizer). Not on the GPU yet: MoE layers, JTok, JTok-M, a frozen backbone (refused).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "cuda/device_array.h"
+#include "cuda/matmul.h"
+#include "model/transformer.h"
+
+namespace jtok::cuda {
+
+// One layer's tensors inside a device flat buffer (P: the forward's weight type, or float gradients);
+// null where the layer has no such tensor (biases without attention_bias, gains without qk_norm).
+template <typename P>
+struct DeviceLayerView {
+  P *ln1 = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr, *ln2 = nullptr;
+  P *bq = nullptr, *bk = nullptr, *bv = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  P *wg = nullptr, *wu = nullptr, *wd = nullptr;
+};
+template <typename P>
+struct DeviceView {
+  P* embed = nullptr;  // (Vp, d)
+  std::vector<DeviceLayerView<P>> layers;
+  P* norm = nullptr;     // (d)
+  P* lm_head = nullptr;  // (Vp, d); == embed when tied
+};
+
+template <typename E>
+struct DeviceModel {
+  // Copies host's parameters (and its RoPE table) to the device; gradients zeroed. Refuses what is
+  // not on the GPU yet, naming it.
+  explicit DeviceModel(const Model& host, cudaStream_t stream = nullptr);
+
+  ModelConfig cfg;
+  std::vector<ParamInfo> layout;  // host's: names, shapes, offsets into master / grads
+  int64_t n_params = 0;
+  DeviceArray<float> master;      // (n_params) fp32 parameters, m.params' layout
+  DeviceArray<E> copy;            // (n_params) E = bf16 only: the forward's weights (empty for fp32)
+  DeviceArray<float> grads;       // (n_params) fp32, m.grads' layout
+  DeviceArray<float> rope_cos, rope_sin;  // (rope_T, hd/2): the CPU's own table
+  int64_t rope_T = 0;
+  DeviceView<E> w;                // views of the forward's weights
+  DeviceView<float> g;            // views of grads
+  Matmul mm;                      // cuBLASLt plans; one stream at a time
+  cudaStream_t stream;
+
+  E* weights() const {
+    if constexpr (std::is_same_v<E, float>) return master.get();
+    else return copy.get();
+  }
+};
+
+// One layer's saved activations (N = B*T rows).
+template <typename E>
+struct DeviceLayerActs {
+  DeviceArray<E> h_in, a, q, k, v, att, h_mid, m, gate, up, act;  // (N,d) (N,d) (N,qd) (N,kvd)x2 (N,qd) (N,d)x2 (N,F)x3
+  DeviceArray<E> q_in, k_in;                  // qk_norm: q, k before their norm (N,qd), (N,kvd)
+  DeviceArray<float> rstd1, rstd2, lse;       // (N), (N), (B,H,T)
+  DeviceArray<float> rstd_q, rstd_k;          // qk_norm: (N*H), (N*KV)
+};
+
+// Activations and backward scratch of one (B,T) micro-batch.
+template <typename E>
+struct DeviceActs {
+  int64_t B = 0, T = 0, chunk_rows = 0;
+  std::vector<DeviceLayerActs<E>> layers;
+  DeviceArray<E> h_out, lnf, logits_chunk;    // (N,d), (N,d), (chunk_rows, Vp)
+  DeviceArray<float> rstdf, losses;           // (N), (N)
+  DeviceArray<double> loss_sum;               // (1)
+  DeviceArray<int32_t> ids, targets;          // (N)
+  // Backward scratch.
+  DeviceArray<E> dh, dx, dq, dk, dv, datt, dgate, dup, dact, dcopy;  // dcopy (N,qd): qk_norm's incoming gradient
+  DeviceArray<float> row_terms, norm_scratch; // (B,H,T); rmsnorm_backward's per-block partials
+  DeviceArray<int32_t> unique, inverse, offsets, order, num_unique;  // dedup of ids (embedding backward)
+  DeviceArray<uint8_t> dedup_scratch;
+};
+
+// Sizes acts for (B,T) (a no-op when already so); chunk_rows: the LM head's rows a chunk (0: all N).
+template <typename E>
+void ensure_device_activations(DeviceActs<E>& acts, const ModelConfig& c, int64_t B, int64_t T, int64_t chunk_rows = 0);
+
+// ids (B,T) on the host (checked against the vocabulary) -> acts.lnf, every layer's activations kept.
+template <typename E>
+void forward(DeviceModel<E>& dm, DeviceActs<E>& acts, const int32_t* ids, int64_t B, int64_t T);
+// The mean cross-entropy of the last forward against targets (B,T), no gradient (evaluation).
+template <typename E>
+double forward_loss(DeviceModel<E>& dm, DeviceActs<E>& acts, const int32_t* targets);
+// After forward: the mean loss, and grad_scale * d(mean loss) accumulated into dm.grads (as the CPU's
+// backward; the LM head's weight gradient chunk by chunk). Returns the mean loss (one sync).
+template <typename E>
+double backward(DeviceModel<E>& dm, DeviceActs<E>& acts, const int32_t* targets, float grad_scale = 1.0f);
+
+template <typename E>
+void zero_grads(DeviceModel<E>& dm);
+// The flat buffers back on the host (m.params' / m.grads' layout), after the queued work.
+template <typename E>
+std::vector<float> download_params(const DeviceModel<E>& dm);
+template <typename E>
+std::vector<float> download_grads(const DeviceModel<E>& dm);
+
+}  // namespace jtok::cuda
