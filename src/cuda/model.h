@@ -3,12 +3,15 @@
 // forward and backward in the CPU engine's op order (model/layer_block.cpp, model/transformer.cpp):
 //   h = E[ids]; per layer: a = RMSNorm(h_in); q, k, v = a W^T (+ b) (qk_norm: per-head RMSNorm);
 //   RoPE; att = causal GQA attention; h_mid = h_in + att Wo^T; m = RMSNorm(h_mid);
-//   h_out = h_mid + (silu(m Wg^T) * m Wu^T) Wd^T;  lnf = RMSNorm(h_out); loss = CE(lnf W_head^T)
+//   h_out = h_mid + Delta_m, Delta_m = (silu(m Wg^T) * m Wu^T) Wd^T (JTok: Delta_m * (1 + s Norm(E[x])));
+//   lnf = RMSNorm(h_out); loss = CE(lnf W_head^T)
 // The LM head and the cross-entropy run fused over chunks of rows (cuda/cross_entropy.h), so the
 // (B T, Vp) logits never exist. Gradients accumulate (+=) into one fp32 buffer laid out as the CPU's
 // m.grads. E, the activations' and the forward weights' type: float (the checking instantiation:
 // the forward reads the fp32 master weights) or __nv_bfloat16 (a bf16 copy of the masters, written
-// by the optimizer). Not on the GPU yet: MoE layers, JTok, JTok-M, a frozen backbone (refused).
+// by the optimizer). JTok layers gate the MLP update by their token table (cuda/jtok.h), the tables
+// held whole on the device with a dense fp32 gradient each and a flag per touched row. Not on the
+// GPU yet: MoE layers, JTok-M, a frozen backbone, the tables' optimizer (refused, by name).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -17,6 +20,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cuda/dedup.h"
 #include "cuda/device_array.h"
 #include "cuda/matmul.h"
 #include "model/transformer.h"
@@ -30,6 +34,7 @@ struct DeviceLayerView {
   P *ln1 = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr, *ln2 = nullptr;
   P *bq = nullptr, *bk = nullptr, *bv = nullptr, *q_norm = nullptr, *k_norm = nullptr;
   P *wg = nullptr, *wu = nullptr, *wd = nullptr;
+  P* jtok_scale = nullptr;  // (d) JTok layers only
 };
 template <typename P>
 struct DeviceView {
@@ -53,6 +58,11 @@ struct DeviceModel {
   DeviceArray<float> grads;       // (n_params) fp32, m.grads' layout
   DeviceArray<float> rope_cos, rope_sin;  // (rope_T, hd/2): the CPU's own table
   int64_t rope_T = 0;
+  std::vector<int> jtok_table;    // per layer: its JTok table (an index into tables), or -1
+  std::vector<DeviceArray<float>> tables;        // (Vp, d) fp32 each, host.tables' order
+  std::vector<DeviceArray<E>> table_copies;      // E = bf16 only: the forward's copies
+  std::vector<DeviceArray<float>> table_grads;   // (Vp, d) fp32 each: dense row gradients
+  std::vector<DeviceArray<uint8_t>> table_touched;  // (Vp) each: 1 where a row got a gradient
   DeviceView<E> w;                // views of the forward's weights
   DeviceView<float> g;            // views of grads
   Matmul mm;                      // cuBLASLt plans; one stream at a time
@@ -61,6 +71,11 @@ struct DeviceModel {
   E* weights() const {
     if constexpr (std::is_same_v<E, float>) return master.get();
     else return copy.get();
+  }
+  void upload_tables(const Model& host);  // the constructor's: tables, copies, gradients, flags
+  const E* table(size_t k) const {
+    if constexpr (std::is_same_v<E, float>) return tables[k].get();
+    else return table_copies[k].get();
   }
 };
 
@@ -71,6 +86,8 @@ struct DeviceLayerActs {
   DeviceArray<E> q_in, k_in;                  // qk_norm: q, k before their norm (N,qd), (N,kvd)
   DeviceArray<float> rstd1, rstd2, lse;       // (N), (N), (B,H,T)
   DeviceArray<float> rstd_q, rstd_k;          // qk_norm: (N*H), (N*KV)
+  DeviceArray<E> mlp_out, nrows;              // JTok: the ungated MLP update (N,d); normed rows (N bound, d)
+  DeviceArray<float> inv_norm;                // JTok: (N bound)
 };
 
 // Activations and backward scratch of one (B,T) micro-batch.
@@ -84,14 +101,22 @@ struct DeviceActs {
   DeviceArray<int32_t> ids, targets;          // (N)
   // Backward scratch.
   DeviceArray<E> dh, dx, dq, dk, dv, datt, dgate, dup, dact, dcopy;  // dcopy (N,qd): qk_norm's incoming gradient
+  DeviceArray<E> dmlp;                        // JTok: (N,d) the gated update's gradient
   DeviceArray<float> row_terms, norm_scratch; // (B,H,T); rmsnorm_backward's per-block partials
-  DeviceArray<int32_t> unique, inverse, offsets, order, num_unique;  // dedup of ids (embedding backward)
+  DeviceArray<float> jtok_scratch;            // JTok: ds's per-id partials
+  // The micro-batch's ids deduplicated by the forward (cuda/dedup.h): JTok's gathers, the
+  // embedding's and the tables' row gradients.
+  DeviceArray<int32_t> unique, inverse, offsets, order, num_unique;
   DeviceArray<uint8_t> dedup_scratch;
+  DeviceRowBatch row_batch() const {
+    return {unique.get(), inverse.get(), offsets.get(), order.get(), num_unique.get()};
+  }
 };
 
 // Sizes acts for (B,T) (a no-op when already so); chunk_rows: the LM head's rows a chunk (0: all N).
 template <typename E>
-void ensure_device_activations(DeviceActs<E>& acts, const ModelConfig& c, int64_t B, int64_t T, int64_t chunk_rows = 0);
+void ensure_device_activations(DeviceActs<E>& acts, const DeviceModel<E>& dm, int64_t B, int64_t T,
+                               int64_t chunk_rows = 0);
 
 // ids (B,T) on the host (checked against the vocabulary) -> acts.lnf, every layer's activations kept.
 template <typename E>
@@ -111,5 +136,10 @@ template <typename E>
 std::vector<float> download_params(const DeviceModel<E>& dm);
 template <typename E>
 std::vector<float> download_grads(const DeviceModel<E>& dm);
+// Table k's dense gradient (Vp, d) and its touched flags (Vp).
+template <typename E>
+std::vector<float> download_table_grad(const DeviceModel<E>& dm, size_t k);
+template <typename E>
+std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, size_t k);
 
 }  // namespace jtok::cuda

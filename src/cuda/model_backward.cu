@@ -1,11 +1,12 @@
 // The device model's backward (src/cuda/model.h), model/transformer.cpp's backward step for step:
 // the fused LM head + cross-entropy and the final norm, per layer (last to first) the MLP half and
-// the attention half, then the embedding's row gradients over the deduplicated ids. Every
-// gradient accumulates (+=) into dm.grads, as on the CPU.
+// the attention half (JTok layers: the gate's backward first), then the embedding's row gradients
+// over the forward's deduplicated ids. Every gradient accumulates (+=) into dm.grads (and the JTok
+// tables' into dm.table_grads), as on the CPU.
 #include "cuda/attention.h"
 #include "cuda/cross_entropy.h"
-#include "cuda/dedup.h"
 #include "cuda/embedding.h"
+#include "cuda/jtok.h"
 #include "cuda/model.h"
 #include "cuda/model_kernels.h"
 #include "cuda/rmsnorm.h"
@@ -32,7 +33,8 @@ void head_backward(DeviceModel<E>& dm, DeviceActs<E>& a, float grad_scale) {
                    d, s);
 }
 
-// Layer li's MLP half: a.dh = dL/dh_next in, dL/dh_mid out.
+// Layer li's MLP half: a.dh = dL/dh_next in, dL/dh_mid out; a JTok layer's scaler and table rows
+// get their gradients first (model/transformer.cpp's mlp_half_backward).
 template <typename E>
 void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
   const auto& c = dm.cfg;
@@ -41,8 +43,16 @@ void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
   const auto& L = a.layers[li];
   const int64_t N = a.B * a.T, d = c.hidden_size, F = c.intermediate_size;
   cudaStream_t s = dm.stream;
+  const E* dmlp = a.dh.get();  // the update's gradient: dh, or on a JTok layer dh * p
+  if (W.jtok_scale) {
+    const auto k = static_cast<size_t>(dm.jtok_table[li]);
+    jtok_backward(a.dmlp.get(), G.jtok_scale, dm.table_grads[k].get(), dm.table_touched[k].get(), a.jtok_scratch.get(),
+                  a.dh.get(), L.mlp_out.get(), W.jtok_scale, dm.table(k), L.nrows.get(), L.inv_norm.get(),
+                  a.row_batch(), N, d, c.jtok_norm, s);
+    dmlp = a.dmlp.get();
+  }
   a.dact.zero(s);
-  linear_backward<E, float>(dm.mm, a.dact.get(), G.wd, a.dh.get(), L.act.get(), W.wd, N, F, d, s);
+  linear_backward<E, float>(dm.mm, a.dact.get(), G.wd, dmlp, L.act.get(), W.wd, N, F, d, s);
   swiglu_backward(a.dgate.get(), a.dup.get(), a.dact.get(), L.gate.get(), L.up.get(), N, F, F, s);
   a.dx.zero(s);
   linear_backward<E, float>(dm.mm, a.dx.get(), G.wg, a.dgate.get(), L.m.get(), W.wg, N, d, F, s);
@@ -107,14 +117,6 @@ void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
   rmsnorm_backward(a.dh.get(), G.ln1, a.norm_scratch.get(), a.dx.get(), L.h_in.get(), W.ln1, L.rstd1.get(), N, d, s);
 }
 
-// dL/dh_in of layer 0 (a.dh) into the embedding's rows, per id in position order (cuda/embedding.h).
-template <typename E>
-void embedding_grads(DeviceModel<E>& dm, DeviceActs<E>& a) {
-  const int64_t N = a.B * a.T;
-  const DeviceRowBatch rb{a.unique.get(), a.inverse.get(), a.offsets.get(), a.order.get(), a.num_unique.get()};
-  dedup_ids(rb, a.ids.get(), N, dm.cfg.padded_vocab(), a.dedup_scratch.get(), a.dedup_scratch.bytes(), dm.stream);
-  embedding_backward(dm.g.embed, a.dh.get(), rb, N, dm.cfg.hidden_size, dm.stream);
-}
 
 }  // namespace
 
@@ -129,7 +131,8 @@ double backward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets, fl
     mlp_half_backward(dm, a, li);
     attention_half_backward(dm, a, li);
   }
-  embedding_grads(dm, a);
+  // dL/dh_in of layer 0 into the embedding's rows, per id in position order (the forward's dedup).
+  embedding_backward(dm.g.embed, a.dh.get(), a.row_batch(), N, dm.cfg.hidden_size, dm.stream);
   return device_mean(a.losses.get(), a.loss_sum.get(), N, dm.stream);
 }
 

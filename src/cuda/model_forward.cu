@@ -5,7 +5,9 @@
 
 #include "cuda/attention.h"
 #include "cuda/cross_entropy.h"
+#include "cuda/dedup.h"
 #include "cuda/embedding.h"
+#include "cuda/jtok.h"
 #include "cuda/model.h"
 #include "cuda/model_kernels.h"
 #include "cuda/rmsnorm.h"
@@ -43,19 +45,30 @@ void attention_half(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int64_t
   linear_forward<E, E>(dm.mm, L.h_mid.get(), L.att.get(), W.wo, nullptr, N, qd, d, true, s);
 }
 
-// h_mid -> h_next = h_mid + down(silu(m Wg^T) * m Wu^T), m = RMSNorm(h_mid).
+// h_mid -> h_next = h_mid + Delta_m, Delta_m = down(silu(m Wg^T) * m Wu^T), m = RMSNorm(h_mid); on a
+// JTok layer h_next = h_mid + Delta_m * (1 + s * Norm(E[x])), Delta_m kept apart for the backward
+// (model/layer_block.cpp's gated path; a scaler of zeros takes it too: p = 1 exactly).
 template <typename E>
-void mlp_half(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, E* h_next, int64_t N) {
+void mlp_half(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
   const auto& c = dm.cfg;
   const auto& W = dm.w.layers[l];
-  const int64_t d = c.hidden_size, F = c.intermediate_size;
+  auto& L = a.layers[l];
+  const int64_t N = a.B * a.T, d = c.hidden_size, F = c.intermediate_size;
   cudaStream_t s = dm.stream;
   rmsnorm_forward(L.m.get(), L.rstd2.get(), L.h_mid.get(), W.ln2, N, d, static_cast<float>(c.rms_norm_eps), s);
   linear_forward<E, E>(dm.mm, L.gate.get(), L.m.get(), W.wg, nullptr, N, d, F, false, s);
   linear_forward<E, E>(dm.mm, L.up.get(), L.m.get(), W.wu, nullptr, N, d, F, false, s);
   swiglu_forward(L.act.get(), L.gate.get(), L.up.get(), N, F, F, s);
-  JTOK_CUDA_CHECK(cudaMemcpyAsync(h_next, L.h_mid.get(), L.h_mid.bytes(), cudaMemcpyDeviceToDevice, s));
-  linear_forward<E, E>(dm.mm, h_next, L.act.get(), W.wd, nullptr, N, F, d, true, s);
+  if (!W.jtok_scale) {
+    JTOK_CUDA_CHECK(cudaMemcpyAsync(h_next, L.h_mid.get(), L.h_mid.bytes(), cudaMemcpyDeviceToDevice, s));
+    linear_forward<E, E>(dm.mm, h_next, L.act.get(), W.wd, nullptr, N, F, d, true, s);
+    return;
+  }
+  linear_forward<E, E>(dm.mm, L.mlp_out.get(), L.act.get(), W.wd, nullptr, N, F, d, false, s);
+  const DeviceRowBatch rb = a.row_batch();
+  const auto k = static_cast<size_t>(dm.jtok_table[l]);
+  jtok_prepare(L.nrows.get(), L.inv_norm.get(), dm.table(k), rb, N, d, static_cast<float>(c.jtok_eps), c.jtok_norm, s);
+  jtok_forward(h_next, L.h_mid.get(), L.mlp_out.get(), W.jtok_scale, L.nrows.get(), rb, N, d, s);
 }
 
 }  // namespace
@@ -66,14 +79,15 @@ void forward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* ids, int64_t B
   const int64_t N = B * T, d = c.hidden_size;
   if (T > dm.rope_T) fail("cuda model: sequence length ", T, " > the RoPE table's ", dm.rope_T, " positions");
   check_ids(ids, N, c.vocab_size, "token");
-  ensure_device_activations(a, c, B, T, a.chunk_rows);
+  ensure_device_activations(a, dm, B, T, a.chunk_rows);
   cudaStream_t s = dm.stream;
   JTOK_CUDA_CHECK(cudaMemcpyAsync(a.ids.get(), ids, a.ids.bytes(), cudaMemcpyHostToDevice, s));
+  dedup_ids(a.row_batch(), a.ids.get(), N, c.padded_vocab(), a.dedup_scratch.get(), a.dedup_scratch.bytes(), s);
   embedding_forward(a.layers[0].h_in.get(), a.ids.get(), dm.w.embed, N, d, s);
   for (size_t l = 0; l < a.layers.size(); ++l) {
     E* h_next = l + 1 < a.layers.size() ? a.layers[l + 1].h_in.get() : a.h_out.get();
     attention_half(dm, a.layers[l], l, B, T);
-    mlp_half(dm, a.layers[l], l, h_next, N);
+    mlp_half(dm, a, l, h_next);
   }
   rmsnorm_forward(a.lnf.get(), a.rstdf.get(), a.h_out.get(), dm.w.norm, N, d, static_cast<float>(c.rms_norm_eps), s);
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cuda/dedup.h"
+#include "cuda/jtok.h"
 #include "cuda/model.h"
 #include "cuda/model_kernels.h"
 #include "cuda/rmsnorm.h"
@@ -20,12 +21,18 @@ void check_supported(const Model& host) {
     const LayerView& W = host.w.layers[l];
     const std::string at = "cuda model: layer " + std::to_string(l) + " ";
     if (W.moe.router) fail(at, "is an MoE layer: MoE is not in the GPU model yet");
-    if (W.jtok_scale) fail(at, "has a JTok table: JTok is not in the GPU model yet");
     if (W.jtokm_router) fail(at, "has JTok-M tables: JTok-M is not in the GPU model yet");
   }
+  if (host.lowp.any()) fail("cuda model: low-precision (exported) weights are for inference only, not the GPU model");
   if (host.backbone_frozen) fail("cuda model: a frozen backbone (--train-only tables) is not in the GPU model yet");
   if (c.hd() != 64 && c.hd() != 128)
     fail("cuda model: head_dim ", c.hd(), " (the GPU attention runs head_dim 64 or 128)");
+  for (size_t k = 0; k < host.tables.size(); ++k) {
+    const TokenTable& t = host.tables[k];
+    if (t.rows != c.padded_vocab() || t.id_first != 0 || t.id_stride != 1 || t.dim != c.hidden_size)
+      fail("cuda model: table ", host.table_names[k], " is not a whole (", c.padded_vocab(), ", ", c.hidden_size,
+           ") table (rows ", t.rows, ", dim ", t.dim, "): a shard is not on the GPU");
+  }
   if (host.rope.half * 2 != c.hd()) fail("cuda model: the RoPE table's half width ", host.rope.half, " != head_dim/2");
 }
 
@@ -42,7 +49,7 @@ DeviceView<P> device_view(P* base, const Model& host) {
     DeviceLayerView<P> d;
     d.ln1 = at(W.ln1), d.wq = at(W.wq), d.wk = at(W.wk), d.wv = at(W.wv), d.wo = at(W.wo), d.ln2 = at(W.ln2);
     d.bq = at(W.bq), d.bk = at(W.bk), d.bv = at(W.bv), d.q_norm = at(W.q_norm), d.k_norm = at(W.k_norm);
-    d.wg = at(W.wg), d.wu = at(W.wu), d.wd = at(W.wd);
+    d.wg = at(W.wg), d.wu = at(W.wu), d.wd = at(W.wd), d.jtok_scale = at(W.jtok_scale);
     v.layers.push_back(d);
   }
   return v;
@@ -68,14 +75,34 @@ DeviceModel<E>::DeviceModel(const Model& host, cudaStream_t s)
   rope_sin.resize(rope_n);
   copy_to_device(rope_cos.get(), host.rope.cos.data(), rope_n);
   copy_to_device(rope_sin.get(), host.rope.sin.data(), rope_n);
+  upload_tables(host);
   w = device_view(weights(), host);
   g = device_view(grads.get(), host);
+}
+
+// The token tables (f32 in memory: TokenTable::data() names the table otherwise), their bf16
+// copies, zeroed gradients and touched flags.
+template <typename E>
+void DeviceModel<E>::upload_tables(const Model& host) {
+  jtok_table = host.jtok_table;
+  for (const TokenTable& t : host.tables) {
+    tables.emplace_back(t.numel());
+    copy_to_device(tables.back().get(), t.data(), t.numel());
+    if constexpr (!std::is_same_v<E, float>) {
+      table_copies.emplace_back(t.numel());
+      convert_from_f32(table_copies.back().get(), tables.back().get(), t.numel(), stream);
+    }
+    table_grads.emplace_back(t.numel());
+    table_grads.back().zero(stream);
+    table_touched.emplace_back(t.rows);
+    table_touched.back().zero(stream);
+  }
 }
 
 namespace {
 
 template <typename E>
-void size_layer(DeviceLayerActs<E>& l, const ModelConfig& c, int64_t B, int64_t T) {
+void size_layer(DeviceLayerActs<E>& l, const ModelConfig& c, bool jtok, int64_t B, int64_t T) {
   const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads;
   l.h_in.resize(N * d), l.a.resize(N * d), l.h_mid.resize(N * d), l.m.resize(N * d);
@@ -84,10 +111,11 @@ void size_layer(DeviceLayerActs<E>& l, const ModelConfig& c, int64_t B, int64_t 
   l.rstd1.resize(N), l.rstd2.resize(N), l.lse.resize(B * H * T);
   l.q_in.resize(c.qk_norm ? N * qd : 0), l.k_in.resize(c.qk_norm ? N * kvd : 0);
   l.rstd_q.resize(c.qk_norm ? N * H : 0), l.rstd_k.resize(c.qk_norm ? N * KV : 0);
+  l.mlp_out.resize(jtok ? N * d : 0), l.nrows.resize(jtok ? N * d : 0), l.inv_norm.resize(jtok ? N : 0);
 }
 
 template <typename E>
-void size_backward(DeviceActs<E>& a, const ModelConfig& c, int64_t B, int64_t T) {
+void size_backward(DeviceActs<E>& a, const ModelConfig& c, bool jtok, int64_t B, int64_t T) {
   const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
   a.dh.resize(N * d), a.dx.resize(N * d), a.dq.resize(N * qd), a.datt.resize(N * qd);
@@ -95,6 +123,7 @@ void size_backward(DeviceActs<E>& a, const ModelConfig& c, int64_t B, int64_t T)
   a.dgate.resize(N * F), a.dup.resize(N * F), a.dact.resize(N * F);
   a.dcopy.resize(c.qk_norm ? N * qd : 0);
   a.row_terms.resize(B * H * T);
+  a.dmlp.resize(jtok ? N * d : 0), a.jtok_scratch.resize(jtok ? jtok_backward_scratch(N, d) : 0);
   int64_t scratch = rmsnorm_backward_scratch(N, d);
   if (c.qk_norm)
     for (int64_t rows : {N * H, N * KV}) scratch = std::max(scratch, rmsnorm_backward_scratch(rows, hd));
@@ -106,21 +135,31 @@ void size_backward(DeviceActs<E>& a, const ModelConfig& c, int64_t B, int64_t T)
 }  // namespace
 
 template <typename E>
-void ensure_device_activations(DeviceActs<E>& a, const ModelConfig& c, int64_t B, int64_t T, int64_t chunk_rows) {
+void ensure_device_activations(DeviceActs<E>& a, const DeviceModel<E>& dm, int64_t B, int64_t T, int64_t chunk_rows) {
+  const ModelConfig& c = dm.cfg;
   const int64_t N = B * T, d = c.hidden_size;
   JTOK_CHECK(N > 0, "cuda model: an empty batch (B ", B, ", T ", T, ")");
   if (chunk_rows <= 0 || chunk_rows > N) chunk_rows = N;
   if (a.B == B && a.T == T && a.chunk_rows == chunk_rows && !a.layers.empty()) return;
   a.layers.resize(static_cast<size_t>(c.num_hidden_layers));
-  for (auto& l : a.layers) size_layer(l, c, B, T);
+  bool any_jtok = false;
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    const bool jtok = dm.w.layers[l].jtok_scale != nullptr;
+    size_layer(a.layers[l], c, jtok, B, T);
+    any_jtok |= jtok;
+  }
   a.h_out.resize(N * d), a.lnf.resize(N * d), a.logits_chunk.resize(chunk_rows * c.padded_vocab());
   a.rstdf.resize(N), a.losses.resize(N), a.loss_sum.resize(1), a.ids.resize(N), a.targets.resize(N);
-  size_backward(a, c, B, T);
+  size_backward(a, c, any_jtok, B, T);
   a.B = B, a.T = T, a.chunk_rows = chunk_rows;
 }
 
 template <typename E>
-void zero_grads(DeviceModel<E>& dm) { dm.grads.zero(dm.stream); }
+void zero_grads(DeviceModel<E>& dm) {
+  dm.grads.zero(dm.stream);
+  for (auto& g : dm.table_grads) g.zero(dm.stream);
+  for (auto& t : dm.table_touched) t.zero(dm.stream);
+}
 
 template <typename E>
 std::vector<float> download_params(const DeviceModel<E>& dm) {
@@ -136,9 +175,27 @@ std::vector<float> download_grads(const DeviceModel<E>& dm) {
   return h;
 }
 
+template <typename E>
+std::vector<float> download_table_grad(const DeviceModel<E>& dm, size_t k) {
+  const DeviceArray<float>& g = dm.table_grads.at(k);
+  std::vector<float> h(static_cast<size_t>(g.size()));
+  copy_to_host(h.data(), g.get(), g.size(), dm.stream);
+  return h;
+}
+
+template <typename E>
+std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, size_t k) {
+  const DeviceArray<uint8_t>& t = dm.table_touched.at(k);
+  std::vector<uint8_t> h(static_cast<size_t>(t.size()));
+  copy_to_host(h.data(), t.get(), t.size(), dm.stream);
+  return h;
+}
+
 #define JTOK_MODEL_SETUP_INSTANTIATE(E)                                                                   \
   template struct DeviceModel<E>;                                                                         \
-  template void ensure_device_activations<E>(DeviceActs<E>&, const ModelConfig&, int64_t, int64_t, int64_t); \
+  template void ensure_device_activations<E>(DeviceActs<E>&, const DeviceModel<E>&, int64_t, int64_t, int64_t); \
+  template std::vector<float> download_table_grad<E>(const DeviceModel<E>&, size_t);                      \
+  template std::vector<uint8_t> download_table_touched<E>(const DeviceModel<E>&, size_t);                 \
   template void zero_grads<E>(DeviceModel<E>&);                                                           \
   template std::vector<float> download_params<E>(const DeviceModel<E>&);                                  \
   template std::vector<float> download_grads<E>(const DeviceModel<E>&);
