@@ -9,9 +9,10 @@
 // (B T, Vp) logits never exist. Gradients accumulate (+=) into one fp32 buffer laid out as the CPU's
 // m.grads. E, the activations' and the forward weights' type: float (the checking instantiation:
 // the forward reads the fp32 master weights) or __nv_bfloat16 (a bf16 copy of the masters, written
-// by the optimizer). JTok layers gate the MLP update by their token table (cuda/jtok.h), the tables
-// held whole on the device with a dense fp32 gradient each and a flag per touched row. Not on the
-// GPU yet: MoE layers, JTok-M, a frozen backbone, the tables' optimizer (refused, by name).
+// by the optimizer). JTok layers gate the MLP update by their token table (cuda/jtok.h); JTok-M
+// layers route on the attention input and inject beside the MLP (cuda/jtokm.h, fp32 only); the
+// tables are held whole on the device with dense fp32 gradients and a flag per touched row. Not on
+// the GPU yet: MoE layers, JTok-M in bf16, a frozen backbone, the tables' optimizer (refused, by name).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -22,6 +23,7 @@
 
 #include "cuda/dedup.h"
 #include "cuda/device_array.h"
+#include "cuda/jtokm.h"
 #include "cuda/matmul.h"
 #include "model/transformer.h"
 
@@ -35,6 +37,7 @@ struct DeviceLayerView {
   P *bq = nullptr, *bk = nullptr, *bv = nullptr, *q_norm = nullptr, *k_norm = nullptr;
   P *wg = nullptr, *wu = nullptr, *wd = nullptr;
   P* jtok_scale = nullptr;  // (d) JTok layers only
+  P *jtokm_router = nullptr, *jtokm_scale = nullptr;  // (n_e, d), (d) JTok-M layers only
 };
 template <typename P>
 struct DeviceView {
@@ -58,11 +61,15 @@ struct DeviceModel {
   DeviceArray<float> grads;       // (n_params) fp32, m.grads' layout
   DeviceArray<float> rope_cos, rope_sin;  // (rope_T, hd/2): the CPU's own table
   int64_t rope_T = 0;
-  std::vector<int> jtok_table;    // per layer: its JTok table (an index into tables), or -1
-  std::vector<DeviceArray<float>> tables;        // (Vp, d) fp32 each, host.tables' order
-  std::vector<DeviceArray<E>> table_copies;      // E = bf16 only: the forward's copies
-  std::vector<DeviceArray<float>> table_grads;   // (Vp, d) fp32 each: dense row gradients
-  std::vector<DeviceArray<uint8_t>> table_touched;  // (Vp) each: 1 where a row got a gradient
+  // The token tables, one (Vp, d) block each in host.tables' order (a JTok-M layer's n_e
+  // consecutive: cuda/jtokm.h's E (n_e, V, d)), with dense fp32 gradients and touched flags.
+  std::vector<int> jtok_table;    // per layer: its JTok table (an index into the tables), or -1
+  std::vector<int> jtokm_table;   // per layer: the first of its n_e JTok-M tables, or -1
+  int64_t n_tables = 0, table_numel = 0;  // table_numel = Vp d
+  DeviceArray<float> tables;        // (n_tables, Vp, d) fp32
+  DeviceArray<E> table_copy;        // E = bf16 only: the forward's copy
+  DeviceArray<float> table_grads;   // (n_tables, Vp, d)
+  DeviceArray<uint8_t> table_touched;  // (n_tables, Vp): 1 where a row got a gradient
   DeviceView<E> w;                // views of the forward's weights
   DeviceView<float> g;            // views of grads
   Matmul mm;                      // cuBLASLt plans; one stream at a time
@@ -73,10 +80,12 @@ struct DeviceModel {
     else return copy.get();
   }
   void upload_tables(const Model& host);  // the constructor's: tables, copies, gradients, flags
-  const E* table(size_t k) const {
-    if constexpr (std::is_same_v<E, float>) return tables[k].get();
-    else return table_copies[k].get();
+  const E* table(int64_t k) const {
+    if constexpr (std::is_same_v<E, float>) return tables.get() + k * table_numel;
+    else return table_copy.get() + k * table_numel;
   }
+  float* table_grad(int64_t k) const { return table_grads.get() + k * table_numel; }
+  uint8_t* touched(int64_t k) const { return table_touched.get() + k * cfg.padded_vocab(); }
 };
 
 // One layer's saved activations (N = B*T rows).
@@ -88,6 +97,14 @@ struct DeviceLayerActs {
   DeviceArray<float> rstd_q, rstd_k;          // qk_norm: (N*H), (N*KV)
   DeviceArray<E> mlp_out, nrows;              // JTok: the ungated MLP update (N,d); normed rows (N bound, d)
   DeviceArray<float> inv_norm;                // JTok: (N bound)
+  // JTok-M (fp32): router logits and cuda/jtokm.h's JTokMDeviceActs arrays.
+  DeviceArray<float> m_logits, m_sig, m_w, m_e, m_inv_norm;  // (N,n_e) (N,n_e) (N,K) (N,d) (N)
+  DeviceArray<int32_t> m_sel, m_load;         // (N,K), (n_e)
+  DeviceArray<double> m_prob_sum, m_aux;      // (n_e), (1)
+  JTokMDeviceActs jtokm() const {
+    return {m_sig.get(), m_sel.get(), m_w.get(), m_e.get(), m_inv_norm.get(), m_load.get(), m_prob_sum.get(),
+            m_aux.get()};
+  }
 };
 
 // Activations and backward scratch of one (B,T) micro-batch.
@@ -104,6 +121,7 @@ struct DeviceActs {
   DeviceArray<E> dmlp;                        // JTok: (N,d) the gated update's gradient
   DeviceArray<float> row_terms, norm_scratch; // (B,H,T); rmsnorm_backward's per-block partials
   DeviceArray<float> jtok_scratch;            // JTok: ds's per-id partials
+  DeviceArray<float> m_de, m_dg, m_scratch;   // JTok-M: dL/de (N,d), dL/dg (N,n_e), ds's partials
   // The micro-batch's ids deduplicated by the forward (cuda/dedup.h): JTok's gathers, the
   // embedding's and the tables' row gradients.
   DeviceArray<int32_t> unique, inverse, offsets, order, num_unique;
@@ -138,8 +156,14 @@ template <typename E>
 std::vector<float> download_grads(const DeviceModel<E>& dm);
 // Table k's dense gradient (Vp, d) and its touched flags (Vp).
 template <typename E>
-std::vector<float> download_table_grad(const DeviceModel<E>& dm, size_t k);
+std::vector<float> download_table_grad(const DeviceModel<E>& dm, int64_t k);
 template <typename E>
-std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, size_t k);
+std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, int64_t k);
+// After forward: the JTok-M layers' aux loss, their mean (lambda included; 0 without JTok-M), as the
+// CPU's Activations::jtokm_aux_loss (one sync).
+template <typename E>
+double jtokm_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& acts);
+// The JTok-M dimensions of dm's layers for N rows (model/jtokm.h's jtokm_hyper).
+JTokMDims jtokm_dims(const ModelConfig& c, int64_t N);
 
 }  // namespace jtok::cuda

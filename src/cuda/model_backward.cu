@@ -1,12 +1,13 @@
 // The device model's backward (src/cuda/model.h), model/transformer.cpp's backward step for step:
 // the fused LM head + cross-entropy and the final norm, per layer (last to first) the MLP half and
-// the attention half (JTok layers: the gate's backward first), then the embedding's row gradients
+// the attention half (JTok-M's dL/de and JTok's gate first, JTok-M's router beside q/k/v), then the embedding's row gradients
 // over the forward's deduplicated ids. Every gradient accumulates (+=) into dm.grads (and the JTok
 // tables' into dm.table_grads), as on the CPU.
 #include "cuda/attention.h"
 #include "cuda/cross_entropy.h"
 #include "cuda/embedding.h"
 #include "cuda/jtok.h"
+#include "cuda/jtokm.h"
 #include "cuda/model.h"
 #include "cuda/model_kernels.h"
 #include "cuda/rmsnorm.h"
@@ -43,10 +44,15 @@ void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
   const auto& L = a.layers[li];
   const int64_t N = a.B * a.T, d = c.hidden_size, F = c.intermediate_size;
   cudaStream_t s = dm.stream;
+  if constexpr (std::is_same_v<E, float>) {  // JTok-M's dL/de from dL/dh_next; its router's part later
+    if (W.jtokm_router)
+      jtokm_backward_de(a.m_de.get(), G.jtokm_scale, a.m_scratch.get(), L.jtokm(), a.dh.get(), W.jtokm_scale,
+                        jtokm_dims(c, N), s);
+  }
   const E* dmlp = a.dh.get();  // the update's gradient: dh, or on a JTok layer dh * p
   if (W.jtok_scale) {
-    const auto k = static_cast<size_t>(dm.jtok_table[li]);
-    jtok_backward(a.dmlp.get(), G.jtok_scale, dm.table_grads[k].get(), dm.table_touched[k].get(), a.jtok_scratch.get(),
+    const int64_t k = dm.jtok_table[li];
+    jtok_backward(a.dmlp.get(), G.jtok_scale, dm.table_grad(k), dm.touched(k), a.jtok_scratch.get(),
                   a.dh.get(), L.mlp_out.get(), W.jtok_scale, dm.table(k), L.nrows.get(), L.inv_norm.get(),
                   a.row_batch(), N, d, c.jtok_norm, s);
     dmlp = a.dmlp.get();
@@ -95,9 +101,22 @@ void qkv_grads_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
   }
 }
 
-// Layer li's attention half: a.dh = dL/dh_mid in, dL/dh_in out.
+// JTok-M's router of layer li (after its dL/de, in a.m_de): dL/dg, then dR += dg^T a and
+// a.dx (zeroed: the attention input's gradient starts here, as the CPU's) += dg R; the tables' rows.
+void jtokm_router_backward(DeviceModel<float>& dm, DeviceActs<float>& a, size_t li, float aux_grad) {
+  const JTokMDims dims = jtokm_dims(dm.cfg, a.B * a.T);
+  const auto& L = a.layers[li];
+  const int64_t k = dm.jtokm_table[li];
+  jtokm_backward_router(a.m_dg.get(), L.jtokm(), a.m_de.get(), a.ids.get(), dm.table(k), aux_grad, dims, dm.stream);
+  linear_backward<float, float>(dm.mm, a.dx.get(), dm.g.layers[li].jtokm_router, a.m_dg.get(), L.a.get(),
+                                dm.w.layers[li].jtokm_router, dims.N, dims.d, dims.n_e, dm.stream);
+  jtokm_backward_tables(dm.table_grad(k), dm.touched(k), L.jtokm(), a.m_de.get(), a.row_batch(), dims, dm.stream);
+}
+
+// Layer li's attention half: a.dh = dL/dh_mid in, dL/dh_in out; JTok-M's router (on the attention
+// input) adds its part of that input's gradient first. jtokm_aux_grad: dL/d(this layer's aux).
 template <typename E>
-void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
+void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float jtokm_aux_grad) {
   const auto& c = dm.cfg;
   const auto& W = dm.w.layers[li];
   const auto& G = dm.g.layers[li];
@@ -111,6 +130,9 @@ void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
                      L.q.get(), L.k.get(), L.v.get(), B, T, c.num_attention_heads, c.num_key_value_heads, c.hd(), s);
   qkv_grads_backward(dm, a, li);
   a.dx.zero(s);
+  if constexpr (std::is_same_v<E, float>) {
+    if (W.jtokm_router) jtokm_router_backward(dm, a, li, jtokm_aux_grad);
+  }
   linear_backward<E, float>(dm.mm, a.dx.get(), G.wq, a.dq.get(), L.a.get(), W.wq, N, d, qd, s);
   linear_backward<E, float>(dm.mm, a.dx.get(), G.wk, a.dk.get(), L.a.get(), W.wk, N, d, kvd, s);
   linear_backward<E, float>(dm.mm, a.dx.get(), G.wv, a.dv.get(), L.a.get(), W.wv, N, d, kvd, s);
@@ -126,10 +148,14 @@ double backward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets, fl
   JTOK_CHECK(N > 0 && !a.layers.empty(), "cuda model: backward before forward");
   check_ids(targets, N, dm.cfg.vocab_size, "target");
   JTOK_CUDA_CHECK(cudaMemcpyAsync(a.targets.get(), targets, a.targets.bytes(), cudaMemcpyHostToDevice, dm.stream));
+  // The step loss holds the mean of the JTok-M layers' aux losses: each layer's weight 1/#layers.
+  int64_t jtokm_layers = 0;
+  for (const auto& W : dm.w.layers) jtokm_layers += W.jtokm_router ? 1 : 0;
+  const float jtokm_aux_grad = jtokm_layers > 0 ? grad_scale / static_cast<float>(jtokm_layers) : 0.0f;
   head_backward(dm, a, grad_scale);
   for (size_t li = a.layers.size(); li-- > 0;) {
     mlp_half_backward(dm, a, li);
-    attention_half_backward(dm, a, li);
+    attention_half_backward(dm, a, li, jtokm_aux_grad);
   }
   // dL/dh_in of layer 0 into the embedding's rows, per id in position order (the forward's dedup).
   embedding_backward(dm.g.embed, a.dh.get(), a.row_batch(), N, dm.cfg.hidden_size, dm.stream);

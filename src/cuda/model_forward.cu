@@ -1,6 +1,7 @@
 // The device model's forward (src/cuda/model.h), model/layer_block.cpp's steps in its order: the
-// embedding gather, per layer the attention half and the MLP half, the final norm; and the loss of
-// the LM head over chunks of rows (evaluation: no gradient).
+// ids' dedup (JTok's gathers, the row gradients), the embedding gather, per layer the attention half
+// and the MLP half (JTok's gate, JTok-M's routing and injection where on), the final norm; and the
+// loss of the LM head over chunks of rows (evaluation: no gradient).
 #include <algorithm>
 
 #include "cuda/attention.h"
@@ -8,6 +9,7 @@
 #include "cuda/dedup.h"
 #include "cuda/embedding.h"
 #include "cuda/jtok.h"
+#include "cuda/jtokm.h"
 #include "cuda/model.h"
 #include "cuda/model_kernels.h"
 #include "cuda/rmsnorm.h"
@@ -18,7 +20,21 @@ namespace jtok::cuda {
 
 namespace {
 
-// h_in -> h_mid: the input norm, q / k / v (+ biases; qk_norm: the projections land in q_in / k_in
+// JTok-M's routing of layer l on its attention input a: logits (N, n_e) = a R^T, then top-K.
+void jtokm_route_layer(DeviceModel<float>& dm, DeviceLayerActs<float>& L, size_t l, int64_t N) {
+  const JTokMDims dims = jtokm_dims(dm.cfg, N);
+  linear_forward<float, float>(dm.mm, L.m_logits.get(), L.a.get(), dm.w.layers[l].jtokm_router, nullptr, N, dims.d,
+                               dims.n_e, false, dm.stream);
+  jtokm_route(L.jtokm(), L.m_logits.get(), dims, dm.stream);
+}
+
+// JTok-M's injection of layer l: h_next += c * s * Norm(sum_k w_k E_{sel_k}[x]).
+void jtokm_inject_layer(DeviceModel<float>& dm, DeviceActs<float>& a, size_t l, float* h_next) {
+  jtokm_mix_inject(h_next, a.layers[l].jtokm(), a.ids.get(), dm.table(dm.jtokm_table[l]), dm.w.layers[l].jtokm_scale,
+                   jtokm_dims(dm.cfg, a.B * a.T), dm.stream);
+}
+
+// h_in -> h_mid: the input norm, JTok-M's routing (it reads the attention input), q / k / v (+ biases; qk_norm: the projections land in q_in / k_in
 // and their per-head norm in q / k), RoPE at 0..T-1, attention, h_mid = h_in + att Wo^T.
 template <typename E>
 void attention_half(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int64_t B, int64_t T) {
@@ -29,6 +45,9 @@ void attention_half(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int64_t
   const float eps = static_cast<float>(c.rms_norm_eps);
   cudaStream_t s = dm.stream;
   rmsnorm_forward(L.a.get(), L.rstd1.get(), L.h_in.get(), W.ln1, N, d, eps, s);
+  if constexpr (std::is_same_v<E, float>) {  // route now, mix at the write-back (bf16 refused at set-up)
+    if (W.jtokm_router) jtokm_route_layer(dm, L, l, N);
+  }
   E* q = c.qk_norm ? L.q_in.get() : L.q.get();
   E* k = c.qk_norm ? L.k_in.get() : L.k.get();
   linear_forward<E, E>(dm.mm, q, L.a.get(), W.wq, W.bq, N, d, qd, false, s);
@@ -45,9 +64,21 @@ void attention_half(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int64_t
   linear_forward<E, E>(dm.mm, L.h_mid.get(), L.att.get(), W.wo, nullptr, N, qd, d, true, s);
 }
 
+// JTok's gate: h_next = h_mid + Delta_m * (1 + s * Norm(E[x])) from Delta_m in mlp_out (layer l).
+template <typename E>
+void jtok_gate(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
+  const auto& c = dm.cfg;
+  auto& L = a.layers[l];
+  const int64_t N = a.B * a.T, d = c.hidden_size;
+  const DeviceRowBatch rb = a.row_batch();
+  jtok_prepare(L.nrows.get(), L.inv_norm.get(), dm.table(dm.jtok_table[l]), rb, N, d, static_cast<float>(c.jtok_eps),
+               c.jtok_norm, dm.stream);
+  jtok_forward(h_next, L.h_mid.get(), L.mlp_out.get(), dm.w.layers[l].jtok_scale, L.nrows.get(), rb, N, d, dm.stream);
+}
+
 // h_mid -> h_next = h_mid + Delta_m, Delta_m = down(silu(m Wg^T) * m Wu^T), m = RMSNorm(h_mid); on a
-// JTok layer h_next = h_mid + Delta_m * (1 + s * Norm(E[x])), Delta_m kept apart for the backward
-// (model/layer_block.cpp's gated path; a scaler of zeros takes it too: p = 1 exactly).
+// JTok layer Delta_m is gated (kept apart for the backward: model/layer_block.cpp's gated path; a
+// scaler of zeros takes it too, p = 1 exactly); JTok-M's injection last.
 template <typename E>
 void mlp_half(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
   const auto& c = dm.cfg;
@@ -59,16 +90,16 @@ void mlp_half(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
   linear_forward<E, E>(dm.mm, L.gate.get(), L.m.get(), W.wg, nullptr, N, d, F, false, s);
   linear_forward<E, E>(dm.mm, L.up.get(), L.m.get(), W.wu, nullptr, N, d, F, false, s);
   swiglu_forward(L.act.get(), L.gate.get(), L.up.get(), N, F, F, s);
-  if (!W.jtok_scale) {
+  if (W.jtok_scale) {
+    linear_forward<E, E>(dm.mm, L.mlp_out.get(), L.act.get(), W.wd, nullptr, N, F, d, false, s);
+    jtok_gate(dm, a, l, h_next);
+  } else {
     JTOK_CUDA_CHECK(cudaMemcpyAsync(h_next, L.h_mid.get(), L.h_mid.bytes(), cudaMemcpyDeviceToDevice, s));
     linear_forward<E, E>(dm.mm, h_next, L.act.get(), W.wd, nullptr, N, F, d, true, s);
-    return;
   }
-  linear_forward<E, E>(dm.mm, L.mlp_out.get(), L.act.get(), W.wd, nullptr, N, F, d, false, s);
-  const DeviceRowBatch rb = a.row_batch();
-  const auto k = static_cast<size_t>(dm.jtok_table[l]);
-  jtok_prepare(L.nrows.get(), L.inv_norm.get(), dm.table(k), rb, N, d, static_cast<float>(c.jtok_eps), c.jtok_norm, s);
-  jtok_forward(h_next, L.h_mid.get(), L.mlp_out.get(), W.jtok_scale, L.nrows.get(), rb, N, d, s);
+  if constexpr (std::is_same_v<E, float>) {
+    if (W.jtokm_router) jtokm_inject_layer(dm, a, l, h_next);
+  }
 }
 
 }  // namespace

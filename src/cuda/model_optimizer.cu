@@ -15,7 +15,7 @@ DeviceAdamW::DeviceAdamW(int64_t n_params, cudaStream_t stream)
 template <typename E>
 double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const AdamWConsts& decay, const AdamWConsts& plain,
                       float max_grad_norm) {
-  if (!dm.tables.empty())
+  if (dm.n_tables > 0)
     fail("cuda model: the token tables' optimizer (cuda/table_adamw.h) is not in the GPU model's step yet");
   cudaStream_t s = dm.stream;
   sumsq_partials(st.partials.get(), dm.grads.get(), dm.n_params, s);

@@ -1,6 +1,6 @@
 // The whole dense model on the GPU (src/cuda/model.h) against the CPU engine's forward and backward
 // (model/transformer.h) on the same weights and batch: the loss, the final normed hidden states and
-// every gradient tensor by name (JTok: the table's gradient and touched rows too), by normalised error ||gpu - cpu|| / ||cpu||; and 10 optimizer
+// every gradient tensor by name (JTok, JTok-M: the tables' gradients and touched rows, the aux loss too), by normalised error ||gpu - cpu|| / ||cpu||; and 10 optimizer
 // steps (src/cuda/model_optimizer.h against train/optimizer.cpp's optimizer_step, clipping on)
 // ending at the same weights. Runs only on a GPU host (in test_cuda_ops; bash scripts/test_cuda.sh).
 //
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "cuda/model.h"
 #include "cuda/model_optimizer.h"
 #include "cuda_case.h"
@@ -72,6 +73,22 @@ jtok::ModelConfig tiny_jtok() {
   return c;
 }
 
+// JTok-M on every layer (3 tables a layer, top 2), and the same beside JTok on layer 1.
+jtok::ModelConfig tiny_jtokm() {
+  jtok::ModelConfig c = tiny_dense();
+  c.jtokm = true;
+  c.jtokm_n_e = 3;
+  c.jtokm_top_k = 2;
+  c.jtokm_aux_loss_coef = 1e-2;  // large enough that its gradient shows in the router's
+  return c;
+}
+jtok::ModelConfig tiny_jtok_jtokm() {
+  jtok::ModelConfig c = tiny_jtokm();
+  c.jtok = true;
+  c.jtok_layers = std::string("1");
+  return c;
+}
+
 // make_model's weights with every 1-D tensor (gains 1, biases 0 at init) moved off its constant, so
 // the gains and biases take part in the forward.
 jtok::Model test_model(const jtok::ModelConfig& c) {
@@ -121,9 +138,9 @@ void expect_table_grads_close(const std::string& name, const jtok::Model& m, con
                               double tol) {
   const int64_t Vp = m.cfg.padded_vocab();
   for (size_t k = 0; k < m.tables.size(); ++k) {
-    expect_close(name + " table grad " + m.table_names[k], jtok::cuda::download_table_grad(dm, k),
+    expect_close(name + " table grad " + m.table_names[k], jtok::cuda::download_table_grad(dm, static_cast<int64_t>(k)),
                  jtok::densify(m.table_grads[k], Vp), tol);
-    const std::vector<uint8_t> touched = jtok::cuda::download_table_touched(dm, k);
+    const std::vector<uint8_t> touched = jtok::cuda::download_table_touched(dm, static_cast<int64_t>(k));
     for (int64_t r = 0; r < Vp; ++r)
       ASSERT_EQ(touched[static_cast<size_t>(r)] != 0, m.table_grads[k].slot[static_cast<size_t>(r)] >= 0)
           << m.table_names[k] << " row " << r;
@@ -152,6 +169,9 @@ void expect_gpu_step_matches(const std::string& name, const jtok::ModelConfig& c
   const double loss = jtok::cuda::backward(dm, da, b.targets.data());
   expect_close(name + " loss", {static_cast<float>(loss)}, {static_cast<float>(cpu_loss)}, tol_loss);
   expect_close(name + " loss (forward_loss)", {static_cast<float>(eval_loss)}, {static_cast<float>(cpu_loss)}, tol_loss);
+  if (acts.jtokm_aux_loss != 0)
+    expect_close(name + " jtokm aux loss", {static_cast<float>(jtok::cuda::jtokm_aux_loss(dm, da))},
+                 {static_cast<float>(acts.jtokm_aux_loss)}, tol_loss);
   std::vector<float> lnf(acts.lnf.size());
   if constexpr (sizeof(E) == 4) {
     jtok::cuda::copy_to_host(lnf.data(), da.lnf.get(), da.lnf.size(), dm.stream);
@@ -161,10 +181,29 @@ void expect_gpu_step_matches(const std::string& name, const jtok::ModelConfig& c
   expect_table_grads_close(name, m, dm, tol);
 }
 
+// The GPU model's refusals name what is missing: JTok-M in bf16, the tables' optimizer step.
+TEST(CudaModel, RefusesWhatIsNotOnTheGpu) {
+  const jtok::Model m = test_model(tiny_jtokm());
+  try {
+    jtok::cuda::DeviceModel<bf16> dm(m);
+    FAIL() << "a bf16 JTok-M model was accepted";
+  } catch (const jtok::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp32 only"), std::string::npos) << e.what();
+  }
+  jtok::cuda::DeviceModel<float> dm(m);
+  jtok::cuda::DeviceAdamW opt(dm.n_params, dm.stream);
+  const jtok::cuda::AdamWConsts k{0.9f, 0.95f, 1e-8f, 1e-3f, 1.0f, 1.0f};
+  EXPECT_THROW(jtok::cuda::optimizer_step(dm, opt, k, k, 1.0f), jtok::Error);
+}
+
 TEST(CudaModel, DenseStepMatchesCpu) { expect_gpu_step_matches<float>("dense fp32", tiny_dense(), 1e-5, 3e-5); }
 TEST(CudaModel, Qwen3StepMatchesCpu) { expect_gpu_step_matches<float>("qwen3 fp32", tiny_qwen3(), 1e-5, 3e-5); }
 TEST(CudaModel, Qwen2BiasStepMatchesCpu) { expect_gpu_step_matches<float>("qwen2 fp32", tiny_qwen2(), 1e-5, 3e-5); }
 TEST(CudaModel, JtokStepMatchesCpu) { expect_gpu_step_matches<float>("jtok fp32", tiny_jtok(), 1e-5, 3e-5); }
+TEST(CudaModel, JtokmStepMatchesCpu) { expect_gpu_step_matches<float>("jtokm fp32", tiny_jtokm(), 1e-5, 3e-5); }
+TEST(CudaModel, JtokAndJtokmStepMatchesCpu) {
+  expect_gpu_step_matches<float>("jtok+jtokm fp32", tiny_jtok_jtokm(), 1e-5, 3e-5);
+}
 TEST(CudaModel, Bf16StepNearCpu) {
   expect_gpu_step_matches<bf16>("dense bf16", tiny_dense(), 1e-2, 1e-1);
   expect_gpu_step_matches<bf16>("qwen3 bf16", tiny_qwen3(), 1e-2, 1e-1);
