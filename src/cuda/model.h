@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <type_traits>
 #include <vector>
 
@@ -88,6 +89,10 @@ struct DeviceModel {
   uint8_t* touched(int64_t k) const { return table_touched.get() + k * cfg.padded_vocab(); }
 };
 
+// Called before a gather reads rows of table `table` (the micro-batch's unique ids, rb): the table
+// optimizer brings them current (cuda/model_optimizer.h's table_row_sync). Empty: nothing deferred.
+using DeviceRowSync = std::function<void(int64_t table, const DeviceRowBatch& rb, int64_t N)>;
+
 // One layer's saved activations (N = B*T rows).
 template <typename E>
 struct DeviceLayerActs {
@@ -126,6 +131,7 @@ struct DeviceActs {
   // embedding's and the tables' row gradients.
   DeviceArray<int32_t> unique, inverse, offsets, order, num_unique;
   DeviceArray<uint8_t> dedup_scratch;
+  DeviceRowSync row_sync;                     // if set, called before a table's rows are gathered
   DeviceRowBatch row_batch() const {
     return {unique.get(), inverse.get(), offsets.get(), order.get(), num_unique.get()};
   }
@@ -159,6 +165,9 @@ template <typename E>
 std::vector<float> download_table_grad(const DeviceModel<E>& dm, int64_t k);
 template <typename E>
 std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, int64_t k);
+// Table k's values (Vp, d) fp32 (current only after sync_tables when the optimizer defers rows).
+template <typename E>
+std::vector<float> download_table(const DeviceModel<E>& dm, int64_t k);
 // After forward: the JTok-M layers' aux loss, their mean (lambda included; 0 without JTok-M), as the
 // CPU's Activations::jtokm_aux_loss (one sync).
 template <typename E>

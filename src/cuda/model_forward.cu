@@ -30,12 +30,15 @@ void jtokm_route_layer(DeviceModel<float>& dm, DeviceLayerActs<float>& L, size_t
 
 // JTok-M's injection of layer l: h_next += c * s * Norm(sum_k w_k E_{sel_k}[x]).
 void jtokm_inject_layer(DeviceModel<float>& dm, DeviceActs<float>& a, size_t l, float* h_next) {
+  if (a.row_sync)  // every unique id's row of the layer's tables (a superset of the chosen: the same values)
+    for (int64_t i = 0; i < dm.cfg.jtokm_n_e; ++i) a.row_sync(dm.jtokm_table[l] + i, a.row_batch(), a.B * a.T);
   jtokm_mix_inject(h_next, a.layers[l].jtokm(), a.ids.get(), dm.table(dm.jtokm_table[l]), dm.w.layers[l].jtokm_scale,
                    jtokm_dims(dm.cfg, a.B * a.T), dm.stream);
 }
 
-// h_in -> h_mid: the input norm, JTok-M's routing (it reads the attention input), q / k / v (+ biases; qk_norm: the projections land in q_in / k_in
-// and their per-head norm in q / k), RoPE at 0..T-1, attention, h_mid = h_in + att Wo^T.
+// h_in -> h_mid: the input norm, JTok-M's routing (it reads the attention input), q / k / v
+// (+ biases; qk_norm: the projections land in q_in / k_in and their per-head norm in q / k), RoPE at
+// 0..T-1, attention, h_mid = h_in + att Wo^T.
 template <typename E>
 void attention_half(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int64_t B, int64_t T) {
   const auto& c = dm.cfg;
@@ -71,6 +74,7 @@ void jtok_gate(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
   auto& L = a.layers[l];
   const int64_t N = a.B * a.T, d = c.hidden_size;
   const DeviceRowBatch rb = a.row_batch();
+  if (a.row_sync) a.row_sync(dm.jtok_table[l], rb, N);
   jtok_prepare(L.nrows.get(), L.inv_norm.get(), dm.table(dm.jtok_table[l]), rb, N, d, static_cast<float>(c.jtok_eps),
                c.jtok_norm, dm.stream);
   jtok_forward(h_next, L.h_mid.get(), L.mlp_out.get(), dm.w.layers[l].jtok_scale, L.nrows.get(), rb, N, d, dm.stream);

@@ -216,6 +216,14 @@ std::vector<float> download_table_grad(const DeviceModel<E>& dm, int64_t k) {
 }
 
 template <typename E>
+std::vector<float> download_table(const DeviceModel<E>& dm, int64_t k) {
+  JTOK_CHECK(k >= 0 && k < dm.n_tables, "cuda model: no table ", k);
+  std::vector<float> h(static_cast<size_t>(dm.table_numel));
+  copy_to_host(h.data(), dm.tables.get() + k * dm.table_numel, dm.table_numel, dm.stream);
+  return h;
+}
+
+template <typename E>
 std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, int64_t k) {
   JTOK_CHECK(k >= 0 && k < dm.n_tables, "cuda model: no table ", k);
   std::vector<uint8_t> h(static_cast<size_t>(dm.cfg.padded_vocab()));
@@ -227,6 +235,7 @@ std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, int64_t k)
   template struct DeviceModel<E>;                                                                         \
   template void ensure_device_activations<E>(DeviceActs<E>&, const DeviceModel<E>&, int64_t, int64_t, int64_t); \
   template std::vector<float> download_table_grad<E>(const DeviceModel<E>&, int64_t);                     \
+  template std::vector<float> download_table<E>(const DeviceModel<E>&, int64_t);                          \
   template std::vector<uint8_t> download_table_touched<E>(const DeviceModel<E>&, int64_t);                \
   template void zero_grads<E>(DeviceModel<E>&);                                                           \
   template double jtokm_aux_loss<E>(const DeviceModel<E>&, const DeviceActs<E>&);                         \

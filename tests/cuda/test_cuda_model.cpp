@@ -1,8 +1,8 @@
 // The whole dense model on the GPU (src/cuda/model.h) against the CPU engine's forward and backward
 // (model/transformer.h) on the same weights and batch: the loss, the final normed hidden states and
 // every gradient tensor by name (JTok, JTok-M: the tables' gradients and touched rows, the aux loss too), by normalised error ||gpu - cpu|| / ||cpu||; and 10 optimizer
-// steps (src/cuda/model_optimizer.h against train/optimizer.cpp's optimizer_step, clipping on)
-// ending at the same weights. Runs only on a GPU host (in test_cuda_ops; bash scripts/test_cuda.sh).
+// steps (src/cuda/model_optimizer.h against train/optimizer.cpp's optimizer_step, clipping on, the
+// tables' deferred AdamW "dense" and "sparse") ending at the same weights and tables. Runs only on a GPU host (in test_cuda_ops; bash scripts/test_cuda.sh).
 //
 // Tolerances (fp32): the GPU sums in other orders (cuBLASLt tiles, the flash attention's online
 // softmax, per-block RMSNorm partials), so each value differs by a few fp32 roundings, compounded
@@ -181,7 +181,7 @@ void expect_gpu_step_matches(const std::string& name, const jtok::ModelConfig& c
   expect_table_grads_close(name, m, dm, tol);
 }
 
-// The GPU model's refusals name what is missing: JTok-M in bf16, the tables' optimizer step.
+// The GPU model's refusals name what is missing: JTok-M in bf16.
 TEST(CudaModel, RefusesWhatIsNotOnTheGpu) {
   const jtok::Model m = test_model(tiny_jtokm());
   try {
@@ -190,10 +190,6 @@ TEST(CudaModel, RefusesWhatIsNotOnTheGpu) {
   } catch (const jtok::Error& e) {
     EXPECT_NE(std::string(e.what()).find("fp32 only"), std::string::npos) << e.what();
   }
-  jtok::cuda::DeviceModel<float> dm(m);
-  jtok::cuda::DeviceAdamW opt(dm.n_params, dm.stream);
-  const jtok::cuda::AdamWConsts k{0.9f, 0.95f, 1e-8f, 1e-3f, 1.0f, 1.0f};
-  EXPECT_THROW(jtok::cuda::optimizer_step(dm, opt, k, k, 1.0f), jtok::Error);
 }
 
 TEST(CudaModel, DenseStepMatchesCpu) { expect_gpu_step_matches<float>("dense fp32", tiny_dense(), 1e-5, 3e-5); }
@@ -231,30 +227,34 @@ TEST(CudaModel, StepIsDeterministic) {
   }
 }
 
-// The step's AdamW constants as the CPU's optimizer_step forms them (lr at the step before it).
-jtok::cuda::AdamWConsts step_consts(const jtok::TrainConfig& t, int64_t step, bool decay) {
-  const jtok::AdamWHyper h{static_cast<float>(jtok::lr_at(t, step)), static_cast<float>(t.adam_beta1),
-                           static_cast<float>(t.adam_beta2), static_cast<float>(t.adam_epsilon),
-                           decay ? static_cast<float>(t.weight_decay) : 0.0f, step + 1, 1.0f};
+// The step's AdamW constants as the CPU's optimizer_step forms them (lr at the step before it; the
+// token-indexed modules at their own lr).
+jtok::cuda::AdamWConsts step_consts(const jtok::TrainConfig& t, double lr, int64_t step, bool decay) {
+  const jtok::AdamWHyper h{static_cast<float>(lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
+                           static_cast<float>(t.adam_epsilon), decay ? static_cast<float>(t.weight_decay) : 0.0f,
+                           step + 1, 1.0f};
   const jtok::AdamWStepConsts k = jtok::adamw_consts(h);
   return {k.b1, k.b2, k.eps, k.step_size, k.inv_sqrt_bc2, k.decay};
 }
+jtok::cuda::StepConsts step_consts(const jtok::TrainConfig& t, int64_t step) {
+  const double lr = jtok::lr_at(t, step);
+  const double table_lr = t.table_learning_rate < 0 ? lr : lr * (t.table_learning_rate / t.learning_rate);
+  return {step_consts(t, lr, step, true), step_consts(t, lr, step, false), step_consts(t, table_lr, step, true),
+          step_consts(t, table_lr, step, false)};
+}
 
 // 10 steps (a new batch each, warmup then cosine, clipping at a norm the gradients exceed) on both
-// devices from the same weights: the losses and norms step by step, the weights at the end.
-TEST(CudaModel, TenAdamWStepsMatchCpu) {
-  const jtok::ModelConfig c = tiny_qwen3();
-  jtok::TrainConfig t;
-  t.max_steps = 10;
-  t.warmup_steps = 3;
-  t.learning_rate = 3e-3;
-  t.max_grad_norm = 0.2;
+// devices from the same weights: the losses and norms step by step, the weights at the end (and the
+// tables, brought current on both sides).
+void expect_ten_steps_match(const std::string& name, const jtok::ModelConfig& c, const jtok::TrainConfig& t) {
   jtok::Model m = test_model(c);
   jtok::cuda::DeviceModel<float> dm(m);
   jtok::cuda::DeviceActs<float> da;
-  jtok::cuda::DeviceAdamW opt(dm.n_params, dm.stream);
+  jtok::cuda::DeviceAdamW opt(dm, t.table_optimizer != "sparse");
+  da.row_sync = jtok::cuda::table_row_sync(dm, opt);
   jtok::AdamWState state = jtok::make_adamw_state(m);
   jtok::Activations acts;
+  acts.row_sync = jtok::table_row_sync(m, state);
   for (int64_t step = 0; step < t.max_steps; ++step) {
     const Batch b = make_batch(c, 1000 + static_cast<uint64_t>(step));
     const double cpu_loss = cpu_step(m, acts, b);
@@ -262,16 +262,42 @@ TEST(CudaModel, TenAdamWStepsMatchCpu) {
     jtok::cuda::zero_grads(dm);
     jtok::cuda::forward(dm, da, b.ids.data(), b.B, b.T);
     const double loss = jtok::cuda::backward(dm, da, b.targets.data());
-    const double norm = jtok::cuda::optimizer_step(dm, opt, step_consts(t, step, true), step_consts(t, step, false),
-                                                   static_cast<float>(t.max_grad_norm));
-    const std::string at = "adamw step " + std::to_string(step + 1);
+    const double norm = jtok::cuda::optimizer_step(dm, opt, step_consts(t, step), static_cast<float>(t.max_grad_norm));
+    const std::string at = name + " step " + std::to_string(step + 1);
     expect_close(at + " loss", {static_cast<float>(loss)}, {static_cast<float>(cpu_loss)}, 1e-4);
     expect_close(at + " grad norm", {static_cast<float>(norm)}, {static_cast<float>(st.grad_norm)}, 1e-4);
     if (step == 0) {
       EXPECT_LT(st.clip_coef, 1.0) << "the test means to exercise clipping";
     }
   }
-  expect_tensors_close("adamw 10 steps param", m, jtok::cuda::download_params(dm), m.params.data(), 1e-4);
+  jtok::sync_tables(m, state);
+  jtok::cuda::sync_tables(dm, opt);
+  expect_tensors_close(name + " 10 steps param", m, jtok::cuda::download_params(dm), m.params.data(), 1e-4);
+  for (size_t k = 0; k < m.tables.size(); ++k)
+    expect_close(name + " 10 steps table " + m.table_names[k], jtok::cuda::download_table(dm, static_cast<int64_t>(k)),
+                 m.tables[k].to_vector(), 1e-4);
+}
+
+jtok::TrainConfig ten_steps() {
+  jtok::TrainConfig t;
+  t.max_steps = 10;
+  t.warmup_steps = 3;
+  t.learning_rate = 3e-3;
+  t.max_grad_norm = 0.2;
+  return t;
+}
+
+TEST(CudaModel, TenAdamWStepsMatchCpu) { expect_ten_steps_match("adamw qwen3", tiny_qwen3(), ten_steps()); }
+
+// With JTok and JTok-M tables: the deferred exact table AdamW ("dense": rows without a gradient
+// replayed when read) and "sparse", the token-indexed modules at their own lr.
+TEST(CudaModel, TenAdamWStepsWithTablesMatchCpu) {
+  for (const char* mode : {"dense", "sparse"}) {
+    jtok::TrainConfig t = ten_steps();
+    t.table_optimizer = mode;
+    t.table_learning_rate = 1e-2;
+    expect_ten_steps_match(std::string("adamw jtok+jtokm ") + mode, tiny_jtok_jtokm(), t);
+  }
 }
 
 }  // namespace
