@@ -1,8 +1,8 @@
 // The device model's backward (src/cuda/model.h), model/transformer.cpp's backward step for step:
 // the fused LM head + cross-entropy and the final norm, per layer (last to first) the MLP half and
-// the attention half (JTok-M's dL/de and JTok's gate first, JTok-M's router beside q/k/v), then the embedding's row gradients
-// over the forward's deduplicated ids. Every gradient accumulates (+=) into dm.grads (and the JTok
-// tables' into dm.table_grads), as on the CPU.
+// the attention half (JTok-M's dL/de and JTok's gate first, JTok-M's router beside q/k/v), then the
+// embedding's row gradients over the forward's deduplicated ids. Every gradient accumulates (+=)
+// into dm.grads (and the tables' into dm.table_grads), as on the CPU.
 #include "cuda/attention.h"
 #include "cuda/cross_entropy.h"
 #include "cuda/embedding.h"

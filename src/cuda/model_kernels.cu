@@ -46,7 +46,8 @@ void bias_grad(float* db, const E* dx, int64_t N, int64_t C, cudaStream_t stream
 
 void check_ids(const int32_t* ids, int64_t N, int64_t V, const char* what) {
   for (int64_t n = 0; n < N; ++n)
-    if (ids[n] < 0 || ids[n] >= V) fail(what, " id ", ids[n], " at position ", n, " outside the vocabulary [0, ", V, ")");
+    if (ids[n] < 0 || ids[n] >= V)
+      fail(what, " id ", ids[n], " at position ", n, " outside the vocabulary [0, ", V, ")");
 }
 
 double device_mean(const float* x, double* sum, int64_t N, cudaStream_t stream) {

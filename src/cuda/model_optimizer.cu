@@ -95,7 +95,8 @@ double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, 
     const ParamInfo& p = dm.layout[i];
     __nv_bfloat16* copy = nullptr;  // the bf16 forward's copy of this tensor, rewritten from the new masters
     if constexpr (!std::is_same_v<E, float>) copy = dm.copy.get() + p.offset;
-    const AdamWConsts& k = st.token_indexed[i] ? (p.decay ? c.table_decay : c.table_plain) : (p.decay ? c.decay : c.plain);
+    const AdamWConsts& k =
+        st.token_indexed[i] ? (p.decay ? c.table_decay : c.table_plain) : (p.decay ? c.decay : c.plain);
     adamw_update<float>(dm.master.get() + p.offset, copy, dm.grads.get() + p.offset, st.m.get() + p.offset,
                         st.v.get() + p.offset, p.numel, k, st.clip.get(), dm.stream);
   }

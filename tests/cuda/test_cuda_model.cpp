@@ -1,8 +1,10 @@
-// The whole dense model on the GPU (src/cuda/model.h) against the CPU engine's forward and backward
+// The whole model on the GPU (src/cuda/model.h) against the CPU engine's forward and backward
 // (model/transformer.h) on the same weights and batch: the loss, the final normed hidden states and
-// every gradient tensor by name (JTok, JTok-M: the tables' gradients and touched rows, the aux loss too), by normalised error ||gpu - cpu|| / ||cpu||; and 10 optimizer
-// steps (src/cuda/model_optimizer.h against train/optimizer.cpp's optimizer_step, clipping on, the
-// tables' deferred AdamW "dense" and "sparse") ending at the same weights and tables. Runs only on a GPU host (in test_cuda_ops; bash scripts/test_cuda.sh).
+// every gradient tensor by name (JTok, JTok-M: the tables' gradients and touched rows, the aux loss
+// too), by normalised error ||gpu - cpu|| / ||cpu||; and 10 optimizer steps
+// (src/cuda/model_optimizer.h against train/optimizer.cpp's optimizer_step, clipping on, the tables'
+// deferred AdamW "dense" and "sparse") ending at the same weights and tables. Runs only on a GPU
+// host (in test_cuda_ops; bash scripts/test_cuda.sh).
 //
 // Tolerances (fp32): the GPU sums in other orders (cuBLASLt tiles, the flash attention's online
 // softmax, per-block RMSNorm partials), so each value differs by a few fp32 roundings, compounded
@@ -168,7 +170,8 @@ void expect_gpu_step_matches(const std::string& name, const jtok::ModelConfig& c
   const double eval_loss = jtok::cuda::forward_loss(dm, da, b.targets.data());
   const double loss = jtok::cuda::backward(dm, da, b.targets.data());
   expect_close(name + " loss", {static_cast<float>(loss)}, {static_cast<float>(cpu_loss)}, tol_loss);
-  expect_close(name + " loss (forward_loss)", {static_cast<float>(eval_loss)}, {static_cast<float>(cpu_loss)}, tol_loss);
+  expect_close(name + " loss (forward_loss)", {static_cast<float>(eval_loss)}, {static_cast<float>(cpu_loss)},
+               tol_loss);
   if (acts.jtokm_aux_loss != 0)
     expect_close(name + " jtokm aux loss", {static_cast<float>(jtok::cuda::jtokm_aux_loss(dm, da))},
                  {static_cast<float>(acts.jtokm_aux_loss)}, tol_loss);
