@@ -1,0 +1,65 @@
+// Device memory of n elements of T owned by one object (freed with it), and the host <-> device
+// copies the model's set-up and its checks use. Host code only; includable from g++ code.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "cuda/check.h"
+
+namespace jtok::cuda {
+
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  explicit DeviceArray(int64_t n) { resize(n); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~DeviceArray() { release(); }
+
+  // n elements, contents undefined (a size of 0 holds no memory).
+  void resize(int64_t n) {
+    if (n == n_) return;
+    release();
+    if (n > 0) JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), static_cast<size_t>(n) * sizeof(T)));
+    n_ = n;
+  }
+  void zero(cudaStream_t stream) {
+    if (n_) JTOK_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes(), stream));
+  }
+  T* get() const { return ptr_; }
+  int64_t size() const { return n_; }
+  size_t bytes() const { return static_cast<size_t>(n_) * sizeof(T); }
+
+ private:
+  void release() {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = nullptr;
+    n_ = 0;
+  }
+  T* ptr_ = nullptr;
+  int64_t n_ = 0;
+};
+
+// host (n) -> device (n), synchronous.
+template <typename T>
+void copy_to_device(T* dst, const T* src, int64_t n) {
+  if (n > 0) JTOK_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(T), cudaMemcpyHostToDevice));
+}
+// device (n) -> host (n), after the work queued on stream has finished.
+template <typename T>
+void copy_to_host(T* dst, const T* src, int64_t n, cudaStream_t stream) {
+  JTOK_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (n > 0) JTOK_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(T), cudaMemcpyDeviceToHost));
+}
+
+}  // namespace jtok::cuda

@@ -1,0 +1,178 @@
+// The dense Transformer on the GPU: a device copy of a CPU jtok::Model (model/transformer.h) in the
+// same flat parameter layout, device activations for one (B,T) micro-batch, and the training step's
+// forward and backward in the CPU engine's op order (model/layer_block.cpp, model/transformer.cpp):
+//   h = E[ids]; per layer: a = RMSNorm(h_in); q, k, v = a W^T (+ b) (qk_norm: per-head RMSNorm);
+//   RoPE; att = causal GQA attention; h_mid = h_in + att Wo^T; m = RMSNorm(h_mid);
+//   h_out = h_mid + Delta_m, Delta_m = (silu(m Wg^T) * m Wu^T) Wd^T (JTok: Delta_m * (1 + s Norm(E[x])));
+//   lnf = RMSNorm(h_out); loss = CE(lnf W_head^T)
+// The LM head and the cross-entropy run fused over chunks of rows (cuda/cross_entropy.h), so the
+// (B T, Vp) logits never exist. Gradients accumulate (+=) into one fp32 buffer laid out as the CPU's
+// m.grads. E, the activations' and the forward weights' type: float (the checking instantiation:
+// the forward reads the fp32 master weights) or __nv_bfloat16 (a bf16 copy of the masters, written
+// by the optimizer). JTok layers gate the MLP update by their token table (cuda/jtok.h); JTok-M
+// layers route on the attention input and inject beside the MLP (cuda/jtokm.h, fp32 only); the
+// tables are held whole on the device with dense fp32 gradients and a flag per touched row. Not on
+// the GPU yet: MoE layers, JTok-M in bf16, a frozen backbone, the tables' optimizer (refused, by name).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <type_traits>
+#include <vector>
+
+#include "cuda/dedup.h"
+#include "cuda/device_array.h"
+#include "cuda/jtokm.h"
+#include "cuda/matmul.h"
+#include "model/transformer.h"
+
+namespace jtok::cuda {
+
+// One layer's tensors inside a device flat buffer (P: the forward's weight type, or float gradients);
+// null where the layer has no such tensor (biases without attention_bias, gains without qk_norm).
+template <typename P>
+struct DeviceLayerView {
+  P *ln1 = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr, *ln2 = nullptr;
+  P *bq = nullptr, *bk = nullptr, *bv = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  P *wg = nullptr, *wu = nullptr, *wd = nullptr;
+  P* jtok_scale = nullptr;  // (d) JTok layers only
+  P *jtokm_router = nullptr, *jtokm_scale = nullptr;  // (n_e, d), (d) JTok-M layers only
+};
+template <typename P>
+struct DeviceView {
+  P* embed = nullptr;  // (Vp, d)
+  std::vector<DeviceLayerView<P>> layers;
+  P* norm = nullptr;     // (d)
+  P* lm_head = nullptr;  // (Vp, d); == embed when tied
+};
+
+template <typename E>
+struct DeviceModel {
+  // Copies host's parameters (and its RoPE table) to the device; gradients zeroed. Refuses what is
+  // not on the GPU yet, naming it.
+  explicit DeviceModel(const Model& host, cudaStream_t stream = nullptr);
+
+  ModelConfig cfg;
+  std::vector<ParamInfo> layout;  // host's: names, shapes, offsets into master / grads
+  int64_t n_params = 0;
+  DeviceArray<float> master;      // (n_params) fp32 parameters, m.params' layout
+  DeviceArray<E> copy;            // (n_params) E = bf16 only: the forward's weights (empty for fp32)
+  DeviceArray<float> grads;       // (n_params) fp32, m.grads' layout
+  DeviceArray<float> rope_cos, rope_sin;  // (rope_T, hd/2): the CPU's own table
+  int64_t rope_T = 0;
+  // The token tables, one (Vp, d) block each in host.tables' order (a JTok-M layer's n_e
+  // consecutive: cuda/jtokm.h's E (n_e, V, d)), with dense fp32 gradients and touched flags.
+  std::vector<int> jtok_table;    // per layer: its JTok table (an index into the tables), or -1
+  std::vector<int> jtokm_table;   // per layer: the first of its n_e JTok-M tables, or -1
+  int64_t n_tables = 0, table_numel = 0;  // table_numel = Vp d
+  DeviceArray<float> tables;        // (n_tables, Vp, d) fp32
+  DeviceArray<E> table_copy;        // E = bf16 only: the forward's copy
+  DeviceArray<float> table_grads;   // (n_tables, Vp, d)
+  DeviceArray<uint8_t> table_touched;  // (n_tables, Vp): 1 where a row got a gradient
+  DeviceView<E> w;                // views of the forward's weights
+  DeviceView<float> g;            // views of grads
+  Matmul mm;                      // cuBLASLt plans; one stream at a time
+  cudaStream_t stream;
+
+  E* weights() const {
+    if constexpr (std::is_same_v<E, float>) return master.get();
+    else return copy.get();
+  }
+  void upload_tables(const Model& host);  // the constructor's: tables, copies, gradients, flags
+  const E* table(int64_t k) const {
+    if constexpr (std::is_same_v<E, float>) return tables.get() + k * table_numel;
+    else return table_copy.get() + k * table_numel;
+  }
+  float* table_grad(int64_t k) const { return table_grads.get() + k * table_numel; }
+  uint8_t* touched(int64_t k) const { return table_touched.get() + k * cfg.padded_vocab(); }
+};
+
+// Called before a gather reads rows of table `table` (the micro-batch's unique ids, rb): the table
+// optimizer brings them current (cuda/model_optimizer.h's table_row_sync). Empty: nothing deferred.
+using DeviceRowSync = std::function<void(int64_t table, const DeviceRowBatch& rb, int64_t N)>;
+
+// One layer's saved activations (N = B*T rows).
+template <typename E>
+struct DeviceLayerActs {
+  DeviceArray<E> h_in, a, q, k, v, att, h_mid, m, gate, up, act;  // (N,d) (N,d) (N,qd) (N,kvd)x2 (N,qd) (N,d)x2 (N,F)x3
+  DeviceArray<E> q_in, k_in;                  // qk_norm: q, k before their norm (N,qd), (N,kvd)
+  DeviceArray<float> rstd1, rstd2, lse;       // (N), (N), (B,H,T)
+  DeviceArray<float> rstd_q, rstd_k;          // qk_norm: (N*H), (N*KV)
+  DeviceArray<E> mlp_out, nrows;              // JTok: the ungated MLP update (N,d); normed rows (N bound, d)
+  DeviceArray<float> inv_norm;                // JTok: (N bound)
+  // JTok-M (fp32): router logits and cuda/jtokm.h's JTokMDeviceActs arrays.
+  DeviceArray<float> m_logits, m_sig, m_w, m_e, m_inv_norm;  // (N,n_e) (N,n_e) (N,K) (N,d) (N)
+  DeviceArray<int32_t> m_sel, m_load;         // (N,K), (n_e)
+  DeviceArray<double> m_prob_sum, m_aux;      // (n_e), (1)
+  JTokMDeviceActs jtokm() const {
+    return {m_sig.get(), m_sel.get(), m_w.get(), m_e.get(), m_inv_norm.get(), m_load.get(), m_prob_sum.get(),
+            m_aux.get()};
+  }
+};
+
+// Activations and backward scratch of one (B,T) micro-batch.
+template <typename E>
+struct DeviceActs {
+  int64_t B = 0, T = 0, chunk_rows = 0;
+  std::vector<DeviceLayerActs<E>> layers;
+  DeviceArray<E> h_out, lnf, logits_chunk;    // (N,d), (N,d), (chunk_rows, Vp)
+  DeviceArray<float> rstdf, losses;           // (N), (N)
+  DeviceArray<double> loss_sum;               // (1)
+  DeviceArray<int32_t> ids, targets;          // (N)
+  // Backward scratch.
+  DeviceArray<E> dh, dx, dq, dk, dv, datt, dgate, dup, dact, dcopy;  // dcopy (N,qd): qk_norm's incoming gradient
+  DeviceArray<E> dmlp;                        // JTok: (N,d) the gated update's gradient
+  DeviceArray<float> row_terms, norm_scratch; // (B,H,T); rmsnorm_backward's per-block partials
+  DeviceArray<float> jtok_scratch;            // JTok: ds's per-id partials
+  DeviceArray<float> m_de, m_dg, m_scratch;   // JTok-M: dL/de (N,d), dL/dg (N,n_e), ds's partials
+  // The micro-batch's ids deduplicated by the forward (cuda/dedup.h): JTok's gathers, the
+  // embedding's and the tables' row gradients.
+  DeviceArray<int32_t> unique, inverse, offsets, order, num_unique;
+  DeviceArray<uint8_t> dedup_scratch;
+  DeviceRowSync row_sync;                     // if set, called before a table's rows are gathered
+  DeviceRowBatch row_batch() const {
+    return {unique.get(), inverse.get(), offsets.get(), order.get(), num_unique.get()};
+  }
+};
+
+// Sizes acts for (B,T) (a no-op when already so); chunk_rows: the LM head's rows a chunk (0: all N).
+template <typename E>
+void ensure_device_activations(DeviceActs<E>& acts, const DeviceModel<E>& dm, int64_t B, int64_t T,
+                               int64_t chunk_rows = 0);
+
+// ids (B,T) on the host (checked against the vocabulary) -> acts.lnf, every layer's activations kept.
+template <typename E>
+void forward(DeviceModel<E>& dm, DeviceActs<E>& acts, const int32_t* ids, int64_t B, int64_t T);
+// The mean cross-entropy of the last forward against targets (B,T), no gradient (evaluation).
+template <typename E>
+double forward_loss(DeviceModel<E>& dm, DeviceActs<E>& acts, const int32_t* targets);
+// After forward: the mean loss, and grad_scale * d(mean loss) accumulated into dm.grads (as the CPU's
+// backward; the LM head's weight gradient chunk by chunk). Returns the mean loss (one sync).
+template <typename E>
+double backward(DeviceModel<E>& dm, DeviceActs<E>& acts, const int32_t* targets, float grad_scale = 1.0f);
+
+template <typename E>
+void zero_grads(DeviceModel<E>& dm);
+// The flat buffers back on the host (m.params' / m.grads' layout), after the queued work.
+template <typename E>
+std::vector<float> download_params(const DeviceModel<E>& dm);
+template <typename E>
+std::vector<float> download_grads(const DeviceModel<E>& dm);
+// Table k's dense gradient (Vp, d) and its touched flags (Vp).
+template <typename E>
+std::vector<float> download_table_grad(const DeviceModel<E>& dm, int64_t k);
+template <typename E>
+std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, int64_t k);
+// Table k's values (Vp, d) fp32 (current only after sync_tables when the optimizer defers rows).
+template <typename E>
+std::vector<float> download_table(const DeviceModel<E>& dm, int64_t k);
+// After forward: the JTok-M layers' aux loss, their mean (lambda included; 0 without JTok-M), as the
+// CPU's Activations::jtokm_aux_loss (one sync).
+template <typename E>
+double jtokm_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& acts);
+// The JTok-M dimensions of dm's layers for N rows (model/jtokm.h's jtokm_hyper).
+JTokMDims jtokm_dims(const ModelConfig& c, int64_t N);
+
+}  // namespace jtok::cuda

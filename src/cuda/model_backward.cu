@@ -1,0 +1,169 @@
+// The device model's backward (src/cuda/model.h), model/transformer.cpp's backward step for step:
+// the fused LM head + cross-entropy and the final norm, per layer (last to first) the MLP half and
+// the attention half (JTok-M's dL/de and JTok's gate first, JTok-M's router beside q/k/v), then the
+// embedding's row gradients over the forward's deduplicated ids. Every gradient accumulates (+=)
+// into dm.grads (and the tables' into dm.table_grads), as on the CPU.
+#include "cuda/attention.h"
+#include "cuda/cross_entropy.h"
+#include "cuda/embedding.h"
+#include "cuda/jtok.h"
+#include "cuda/jtokm.h"
+#include "cuda/model.h"
+#include "cuda/model_kernels.h"
+#include "cuda/rmsnorm.h"
+#include "cuda/rope.h"
+#include "cuda/swiglu.h"
+
+namespace jtok::cuda {
+
+namespace {
+
+// The losses (N), and a.dh = dL/dh_out through the LM head (dlnf in a.dx; dW_head += chunk by chunk)
+// and the final norm; dlogits = grad_scale / N * (softmax - onehot) as the CPU's head_backward.
+template <typename E>
+void head_backward(DeviceModel<E>& dm, DeviceActs<E>& a, float grad_scale) {
+  const auto& c = dm.cfg;
+  const int64_t N = a.B * a.T, d = c.hidden_size;
+  cudaStream_t s = dm.stream;
+  const LmHeadGemms<E> gemms{gemm_lt<E, E>, gemm_lt<E, float>};
+  lm_head_cross_entropy<E>(a.losses.get(), a.dx.get(), dm.g.lm_head, a.lnf.get(), dm.w.lm_head, a.targets.get(), N, d,
+                           c.vocab_size, c.padded_vocab(), grad_scale / static_cast<float>(N), a.logits_chunk.get(),
+                           a.chunk_rows, gemms, s);
+  a.dh.zero(s);
+  rmsnorm_backward(a.dh.get(), dm.g.norm, a.norm_scratch.get(), a.dx.get(), a.h_out.get(), dm.w.norm, a.rstdf.get(), N,
+                   d, s);
+}
+
+// Layer li's MLP half: a.dh = dL/dh_next in, dL/dh_mid out; a JTok layer's scaler and table rows
+// get their gradients first (model/transformer.cpp's mlp_half_backward).
+template <typename E>
+void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
+  const auto& c = dm.cfg;
+  const auto& W = dm.w.layers[li];
+  const auto& G = dm.g.layers[li];
+  const auto& L = a.layers[li];
+  const int64_t N = a.B * a.T, d = c.hidden_size, F = c.intermediate_size;
+  cudaStream_t s = dm.stream;
+  if constexpr (std::is_same_v<E, float>) {  // JTok-M's dL/de from dL/dh_next; its router's part later
+    if (W.jtokm_router)
+      jtokm_backward_de(a.m_de.get(), G.jtokm_scale, a.m_scratch.get(), L.jtokm(), a.dh.get(), W.jtokm_scale,
+                        jtokm_dims(c, N), s);
+  }
+  const E* dmlp = a.dh.get();  // the update's gradient: dh, or on a JTok layer dh * p
+  if (W.jtok_scale) {
+    const int64_t k = dm.jtok_table[li];
+    jtok_backward(a.dmlp.get(), G.jtok_scale, dm.table_grad(k), dm.touched(k), a.jtok_scratch.get(),
+                  a.dh.get(), L.mlp_out.get(), W.jtok_scale, dm.table(k), L.nrows.get(), L.inv_norm.get(),
+                  a.row_batch(), N, d, c.jtok_norm, s);
+    dmlp = a.dmlp.get();
+  }
+  a.dact.zero(s);
+  linear_backward<E, float>(dm.mm, a.dact.get(), G.wd, dmlp, L.act.get(), W.wd, N, F, d, s);
+  swiglu_backward(a.dgate.get(), a.dup.get(), a.dact.get(), L.gate.get(), L.up.get(), N, F, F, s);
+  a.dx.zero(s);
+  linear_backward<E, float>(dm.mm, a.dx.get(), G.wg, a.dgate.get(), L.m.get(), W.wg, N, d, F, s);
+  linear_backward<E, float>(dm.mm, a.dx.get(), G.wu, a.dup.get(), L.m.get(), W.wu, N, d, F, s);
+  rmsnorm_backward(a.dh.get(), G.ln2, a.norm_scratch.get(), a.dx.get(), L.h_mid.get(), W.ln2, L.rstd2.get(), N, d, s);
+}
+
+// qk_norm's backward over rows of hd (qkv_variants.cpp's head_norm_backward): dx, the gradient of
+// the norm's output, becomes the gradient of its input x_in; dgain += .
+template <typename E>
+void head_norm_backward(DeviceActs<E>& a, E* dx, float* dgain, const E* x_in, const E* gain, const float* rstd,
+                        int64_t rows, int64_t hd, cudaStream_t s) {
+  const size_t bytes = static_cast<size_t>(rows * hd) * sizeof(E);
+  JTOK_CUDA_CHECK(cudaMemcpyAsync(a.dcopy.get(), dx, bytes, cudaMemcpyDeviceToDevice, s));
+  JTOK_CUDA_CHECK(cudaMemsetAsync(dx, 0, bytes, s));
+  rmsnorm_backward(dx, dgain, a.norm_scratch.get(), a.dcopy.get(), x_in, gain, rstd, rows, hd, s);
+}
+
+// dq, dk, dv of the projections' outputs from those of the attention's inputs: RoPE's inverse on
+// dq, dk; qk_norm's backward; the biases' gradients.
+template <typename E>
+void qkv_grads_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
+  const auto& c = dm.cfg;
+  const auto& W = dm.w.layers[li];
+  const auto& G = dm.g.layers[li];
+  const auto& L = a.layers[li];
+  const int64_t B = a.B, T = a.T, N = B * T, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
+  cudaStream_t s = dm.stream;
+  rope_backward(a.dq.get(), dm.rope_cos.get(), dm.rope_sin.get(), B, T, H, hd, qd, s);
+  rope_backward(a.dk.get(), dm.rope_cos.get(), dm.rope_sin.get(), B, T, KV, hd, kvd, s);
+  if (c.qk_norm) {
+    head_norm_backward(a, a.dq.get(), G.q_norm, L.q_in.get(), W.q_norm, L.rstd_q.get(), N * H, hd, s);
+    head_norm_backward(a, a.dk.get(), G.k_norm, L.k_in.get(), W.k_norm, L.rstd_k.get(), N * KV, hd, s);
+  }
+  if (W.bq) {
+    bias_grad(G.bq, a.dq.get(), N, qd, s);
+    bias_grad(G.bk, a.dk.get(), N, kvd, s);
+    bias_grad(G.bv, a.dv.get(), N, kvd, s);
+  }
+}
+
+// JTok-M's router of layer li (after its dL/de, in a.m_de): dL/dg, then dR += dg^T a and
+// a.dx (zeroed: the attention input's gradient starts here, as the CPU's) += dg R; the tables' rows.
+void jtokm_router_backward(DeviceModel<float>& dm, DeviceActs<float>& a, size_t li, float aux_grad) {
+  const JTokMDims dims = jtokm_dims(dm.cfg, a.B * a.T);
+  const auto& L = a.layers[li];
+  const int64_t k = dm.jtokm_table[li];
+  jtokm_backward_router(a.m_dg.get(), L.jtokm(), a.m_de.get(), a.ids.get(), dm.table(k), aux_grad, dims, dm.stream);
+  linear_backward<float, float>(dm.mm, a.dx.get(), dm.g.layers[li].jtokm_router, a.m_dg.get(), L.a.get(),
+                                dm.w.layers[li].jtokm_router, dims.N, dims.d, dims.n_e, dm.stream);
+  jtokm_backward_tables(dm.table_grad(k), dm.touched(k), L.jtokm(), a.m_de.get(), a.row_batch(), dims, dm.stream);
+}
+
+// Layer li's attention half: a.dh = dL/dh_mid in, dL/dh_in out; JTok-M's router (on the attention
+// input) adds its part of that input's gradient first. jtokm_aux_grad: dL/d(this layer's aux).
+template <typename E>
+void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float jtokm_aux_grad) {
+  const auto& c = dm.cfg;
+  const auto& W = dm.w.layers[li];
+  const auto& G = dm.g.layers[li];
+  const auto& L = a.layers[li];
+  const int64_t B = a.B, T = a.T, N = B * T, d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
+  cudaStream_t s = dm.stream;
+  a.datt.zero(s);
+  linear_backward<E, float>(dm.mm, a.datt.get(), G.wo, a.dh.get(), L.att.get(), W.wo, N, qd, d, s);
+  a.dq.zero(s), a.dk.zero(s), a.dv.zero(s);
+  attention_backward(a.dq.get(), a.dk.get(), a.dv.get(), a.row_terms.get(), a.datt.get(), L.att.get(), L.lse.get(),
+                     L.q.get(), L.k.get(), L.v.get(), B, T, c.num_attention_heads, c.num_key_value_heads, c.hd(), s);
+  qkv_grads_backward(dm, a, li);
+  a.dx.zero(s);
+  if constexpr (std::is_same_v<E, float>) {
+    if (W.jtokm_router) jtokm_router_backward(dm, a, li, jtokm_aux_grad);
+  }
+  linear_backward<E, float>(dm.mm, a.dx.get(), G.wq, a.dq.get(), L.a.get(), W.wq, N, d, qd, s);
+  linear_backward<E, float>(dm.mm, a.dx.get(), G.wk, a.dk.get(), L.a.get(), W.wk, N, d, kvd, s);
+  linear_backward<E, float>(dm.mm, a.dx.get(), G.wv, a.dv.get(), L.a.get(), W.wv, N, d, kvd, s);
+  rmsnorm_backward(a.dh.get(), G.ln1, a.norm_scratch.get(), a.dx.get(), L.h_in.get(), W.ln1, L.rstd1.get(), N, d, s);
+}
+
+
+}  // namespace
+
+template <typename E>
+double backward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets, float grad_scale) {
+  const int64_t N = a.B * a.T;
+  JTOK_CHECK(N > 0 && !a.layers.empty(), "cuda model: backward before forward");
+  check_ids(targets, N, dm.cfg.vocab_size, "target");
+  JTOK_CUDA_CHECK(cudaMemcpyAsync(a.targets.get(), targets, a.targets.bytes(), cudaMemcpyHostToDevice, dm.stream));
+  // The step loss holds the mean of the JTok-M layers' aux losses: each layer's weight 1/#layers.
+  int64_t jtokm_layers = 0;
+  for (const auto& W : dm.w.layers) jtokm_layers += W.jtokm_router ? 1 : 0;
+  const float jtokm_aux_grad = jtokm_layers > 0 ? grad_scale / static_cast<float>(jtokm_layers) : 0.0f;
+  head_backward(dm, a, grad_scale);
+  for (size_t li = a.layers.size(); li-- > 0;) {
+    mlp_half_backward(dm, a, li);
+    attention_half_backward(dm, a, li, jtokm_aux_grad);
+  }
+  // dL/dh_in of layer 0 into the embedding's rows, per id in position order (the forward's dedup).
+  embedding_backward(dm.g.embed, a.dh.get(), a.row_batch(), N, dm.cfg.hidden_size, dm.stream);
+  return device_mean(a.losses.get(), a.loss_sum.get(), N, dm.stream);
+}
+
+template double backward<float>(DeviceModel<float>&, DeviceActs<float>&, const int32_t*, float);
+template double backward<__nv_bfloat16>(DeviceModel<__nv_bfloat16>&, DeviceActs<__nv_bfloat16>&, const int32_t*,
+                                        float);
+
+}  // namespace jtok::cuda

@@ -1,0 +1,154 @@
+// The device model's forward (src/cuda/model.h), model/layer_block.cpp's steps in its order: the
+// ids' dedup (JTok's gathers, the row gradients), the embedding gather, per layer the attention half
+// and the MLP half (JTok's gate, JTok-M's routing and injection where on), the final norm; and the
+// loss of the LM head over chunks of rows (evaluation: no gradient).
+#include <algorithm>
+
+#include "cuda/attention.h"
+#include "cuda/cross_entropy.h"
+#include "cuda/dedup.h"
+#include "cuda/embedding.h"
+#include "cuda/jtok.h"
+#include "cuda/jtokm.h"
+#include "cuda/model.h"
+#include "cuda/model_kernels.h"
+#include "cuda/rmsnorm.h"
+#include "cuda/rope.h"
+#include "cuda/swiglu.h"
+
+namespace jtok::cuda {
+
+namespace {
+
+// JTok-M's routing of layer l on its attention input a: logits (N, n_e) = a R^T, then top-K.
+void jtokm_route_layer(DeviceModel<float>& dm, DeviceLayerActs<float>& L, size_t l, int64_t N) {
+  const JTokMDims dims = jtokm_dims(dm.cfg, N);
+  linear_forward<float, float>(dm.mm, L.m_logits.get(), L.a.get(), dm.w.layers[l].jtokm_router, nullptr, N, dims.d,
+                               dims.n_e, false, dm.stream);
+  jtokm_route(L.jtokm(), L.m_logits.get(), dims, dm.stream);
+}
+
+// JTok-M's injection of layer l: h_next += c * s * Norm(sum_k w_k E_{sel_k}[x]).
+void jtokm_inject_layer(DeviceModel<float>& dm, DeviceActs<float>& a, size_t l, float* h_next) {
+  if (a.row_sync)  // every unique id's row of the layer's tables (a superset of the chosen: the same values)
+    for (int64_t i = 0; i < dm.cfg.jtokm_n_e; ++i) a.row_sync(dm.jtokm_table[l] + i, a.row_batch(), a.B * a.T);
+  jtokm_mix_inject(h_next, a.layers[l].jtokm(), a.ids.get(), dm.table(dm.jtokm_table[l]), dm.w.layers[l].jtokm_scale,
+                   jtokm_dims(dm.cfg, a.B * a.T), dm.stream);
+}
+
+// h_in -> h_mid: the input norm, JTok-M's routing (it reads the attention input), q / k / v
+// (+ biases; qk_norm: the projections land in q_in / k_in and their per-head norm in q / k), RoPE at
+// 0..T-1, attention, h_mid = h_in + att Wo^T.
+template <typename E>
+void attention_half(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int64_t B, int64_t T) {
+  const auto& c = dm.cfg;
+  const auto& W = dm.w.layers[l];
+  const int64_t N = B * T, d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  cudaStream_t s = dm.stream;
+  rmsnorm_forward(L.a.get(), L.rstd1.get(), L.h_in.get(), W.ln1, N, d, eps, s);
+  if constexpr (std::is_same_v<E, float>) {  // route now, mix at the write-back (bf16 refused at set-up)
+    if (W.jtokm_router) jtokm_route_layer(dm, L, l, N);
+  }
+  E* q = c.qk_norm ? L.q_in.get() : L.q.get();
+  E* k = c.qk_norm ? L.k_in.get() : L.k.get();
+  linear_forward<E, E>(dm.mm, q, L.a.get(), W.wq, W.bq, N, d, qd, false, s);
+  linear_forward<E, E>(dm.mm, k, L.a.get(), W.wk, W.bk, N, d, kvd, false, s);
+  linear_forward<E, E>(dm.mm, L.v.get(), L.a.get(), W.wv, W.bv, N, d, kvd, false, s);
+  if (c.qk_norm) {  // model/qkv_variants.cpp: after the biases, before RoPE
+    rmsnorm_forward(L.q.get(), L.rstd_q.get(), L.q_in.get(), W.q_norm, N * H, hd, eps, s);
+    rmsnorm_forward(L.k.get(), L.rstd_k.get(), L.k_in.get(), W.k_norm, N * KV, hd, eps, s);
+  }
+  rope_forward(L.q.get(), dm.rope_cos.get(), dm.rope_sin.get(), B, T, H, hd, qd, 0, s);
+  rope_forward(L.k.get(), dm.rope_cos.get(), dm.rope_sin.get(), B, T, KV, hd, kvd, 0, s);
+  attention_forward(L.att.get(), L.lse.get(), L.q.get(), L.k.get(), L.v.get(), B, T, H, KV, hd, s);
+  JTOK_CUDA_CHECK(cudaMemcpyAsync(L.h_mid.get(), L.h_in.get(), L.h_mid.bytes(), cudaMemcpyDeviceToDevice, s));
+  linear_forward<E, E>(dm.mm, L.h_mid.get(), L.att.get(), W.wo, nullptr, N, qd, d, true, s);
+}
+
+// JTok's gate: h_next = h_mid + Delta_m * (1 + s * Norm(E[x])) from Delta_m in mlp_out (layer l).
+template <typename E>
+void jtok_gate(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
+  const auto& c = dm.cfg;
+  auto& L = a.layers[l];
+  const int64_t N = a.B * a.T, d = c.hidden_size;
+  const DeviceRowBatch rb = a.row_batch();
+  if (a.row_sync) a.row_sync(dm.jtok_table[l], rb, N);
+  jtok_prepare(L.nrows.get(), L.inv_norm.get(), dm.table(dm.jtok_table[l]), rb, N, d, static_cast<float>(c.jtok_eps),
+               c.jtok_norm, dm.stream);
+  jtok_forward(h_next, L.h_mid.get(), L.mlp_out.get(), dm.w.layers[l].jtok_scale, L.nrows.get(), rb, N, d, dm.stream);
+}
+
+// h_mid -> h_next = h_mid + Delta_m, Delta_m = down(silu(m Wg^T) * m Wu^T), m = RMSNorm(h_mid); on a
+// JTok layer Delta_m is gated (kept apart for the backward: model/layer_block.cpp's gated path; a
+// scaler of zeros takes it too, p = 1 exactly); JTok-M's injection last.
+template <typename E>
+void mlp_half(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
+  const auto& c = dm.cfg;
+  const auto& W = dm.w.layers[l];
+  auto& L = a.layers[l];
+  const int64_t N = a.B * a.T, d = c.hidden_size, F = c.intermediate_size;
+  cudaStream_t s = dm.stream;
+  rmsnorm_forward(L.m.get(), L.rstd2.get(), L.h_mid.get(), W.ln2, N, d, static_cast<float>(c.rms_norm_eps), s);
+  linear_forward<E, E>(dm.mm, L.gate.get(), L.m.get(), W.wg, nullptr, N, d, F, false, s);
+  linear_forward<E, E>(dm.mm, L.up.get(), L.m.get(), W.wu, nullptr, N, d, F, false, s);
+  swiglu_forward(L.act.get(), L.gate.get(), L.up.get(), N, F, F, s);
+  if (W.jtok_scale) {
+    linear_forward<E, E>(dm.mm, L.mlp_out.get(), L.act.get(), W.wd, nullptr, N, F, d, false, s);
+    jtok_gate(dm, a, l, h_next);
+  } else {
+    JTOK_CUDA_CHECK(cudaMemcpyAsync(h_next, L.h_mid.get(), L.h_mid.bytes(), cudaMemcpyDeviceToDevice, s));
+    linear_forward<E, E>(dm.mm, h_next, L.act.get(), W.wd, nullptr, N, F, d, true, s);
+  }
+  if constexpr (std::is_same_v<E, float>) {
+    if (W.jtokm_router) jtokm_inject_layer(dm, a, l, h_next);
+  }
+}
+
+}  // namespace
+
+template <typename E>
+void forward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* ids, int64_t B, int64_t T) {
+  const auto& c = dm.cfg;
+  const int64_t N = B * T, d = c.hidden_size;
+  if (T > dm.rope_T) fail("cuda model: sequence length ", T, " > the RoPE table's ", dm.rope_T, " positions");
+  check_ids(ids, N, c.vocab_size, "token");
+  ensure_device_activations(a, dm, B, T, a.chunk_rows);
+  cudaStream_t s = dm.stream;
+  JTOK_CUDA_CHECK(cudaMemcpyAsync(a.ids.get(), ids, a.ids.bytes(), cudaMemcpyHostToDevice, s));
+  dedup_ids(a.row_batch(), a.ids.get(), N, c.padded_vocab(), a.dedup_scratch.get(), a.dedup_scratch.bytes(), s);
+  embedding_forward(a.layers[0].h_in.get(), a.ids.get(), dm.w.embed, N, d, s);
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    E* h_next = l + 1 < a.layers.size() ? a.layers[l + 1].h_in.get() : a.h_out.get();
+    attention_half(dm, a.layers[l], l, B, T);
+    mlp_half(dm, a, l, h_next);
+  }
+  rmsnorm_forward(a.lnf.get(), a.rstdf.get(), a.h_out.get(), dm.w.norm, N, d, static_cast<float>(c.rms_norm_eps), s);
+}
+
+template <typename E>
+double forward_loss(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets) {
+  const auto& c = dm.cfg;
+  const int64_t N = a.B * a.T, d = c.hidden_size, Vp = c.padded_vocab();
+  JTOK_CHECK(N > 0 && !a.layers.empty(), "cuda model: forward_loss before forward");
+  check_ids(targets, N, c.vocab_size, "target");
+  cudaStream_t s = dm.stream;
+  JTOK_CUDA_CHECK(cudaMemcpyAsync(a.targets.get(), targets, a.targets.bytes(), cudaMemcpyHostToDevice, s));
+  for (int64_t r0 = 0; r0 < N; r0 += a.chunk_rows) {  // logits (rows, Vp) = lnf W_head^T, a chunk at a time
+    const int64_t rows = std::min(a.chunk_rows, N - r0);
+    dm.mm.template gemm<E, E>(false, true, rows, Vp, d, 1.0f, a.lnf.get() + r0 * d, d, dm.w.lm_head, d, 0.0f,
+                              a.logits_chunk.get(), Vp, nullptr, s);
+    cross_entropy<E>(nullptr, a.losses.get() + r0, a.logits_chunk.get(), a.targets.get() + r0, rows, c.vocab_size,
+                     Vp, 0.0f, s);
+  }
+  return device_mean(a.losses.get(), a.loss_sum.get(), N, s);
+}
+
+template void forward<float>(DeviceModel<float>&, DeviceActs<float>&, const int32_t*, int64_t, int64_t);
+template void forward<__nv_bfloat16>(DeviceModel<__nv_bfloat16>&, DeviceActs<__nv_bfloat16>&, const int32_t*, int64_t,
+                                     int64_t);
+template double forward_loss<float>(DeviceModel<float>&, DeviceActs<float>&, const int32_t*);
+template double forward_loss<__nv_bfloat16>(DeviceModel<__nv_bfloat16>&, DeviceActs<__nv_bfloat16>&, const int32_t*);
+
+}  // namespace jtok::cuda

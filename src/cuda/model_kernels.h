@@ -1,0 +1,30 @@
+// The model's small element-wise helpers on the GPU (cuda/model.h): the bf16 copy of the fp32
+// master weights, and the q / k / v biases' gradient (attention_bias, model/qkv_variants.cpp).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace jtok::cuda {
+
+// in (n) fp32 -> out (n) of E (float: a copy; __nv_bfloat16: rounded to nearest even).
+template <typename E>
+void convert_from_f32(E* out, const float* in, int64_t n, cudaStream_t stream);
+
+// dx (N,C) of E -> db (C) fp32 += the column sums, rows added in order from 0 (the CPU's bias_grad:
+// the same order, one thread a column; no atomics).
+template <typename E>
+void bias_grad(float* db, const E* dx, int64_t N, int64_t C, cudaStream_t stream);
+
+}  // namespace jtok::cuda
+
+namespace jtok::cuda {
+
+// Host: every id of ids (N) in [0, V), or an error naming the first that is not ("token" / "target").
+void check_ids(const int32_t* ids, int64_t N, int64_t V, const char* what);
+
+// The mean of x (N) fp32 on the device: summed in double in a fixed order into sum (1, scratch),
+// copied back after the queued work (one sync).
+double device_mean(const float* x, double* sum, int64_t N, cudaStream_t stream);
+
+}  // namespace jtok::cuda

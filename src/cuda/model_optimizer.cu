@@ -1,0 +1,135 @@
+// The device model's optimizer step (src/cuda/model_optimizer.h).
+#include <cmath>
+
+#include "cuda/global_norm.h"
+#include "cuda/model_optimizer.h"
+#include "model/trainable.h"
+
+namespace jtok::cuda {
+
+template <typename E>
+DeviceAdamW::DeviceAdamW(const DeviceModel<E>& dm, bool dense)
+    : m(dm.n_params),
+      v(dm.n_params),
+      table_m(dm.tables.size()),
+      table_v(dm.tables.size()),
+      row_step(dm.table_touched.size()),
+      dense_tables(dense),
+      partials(sumsq_chunks(dm.n_params) + sumsq_chunks(dm.table_grads.size())),
+      sumsq(1),
+      norm(1),
+      clip(1),
+      stats(4) {
+  for (const ParamInfo& p : dm.layout) token_indexed.push_back(is_token_indexed_param(p.name) ? 1 : 0);
+  for (DeviceArray<float>* a : {&m, &v, &table_m, &table_v}) a->zero(dm.stream);
+  row_step.zero(dm.stream);
+  stats.zero(dm.stream);
+}
+
+namespace {
+
+// Table k's optimizer view: its rows, the forward's bf16 copy (bf16 models), moments and row steps.
+template <typename E>
+DeviceTable table_view(const DeviceModel<E>& dm, const DeviceAdamW& st, int64_t k) {
+  const int64_t Vp = dm.cfg.padded_vocab(), at = k * dm.table_numel;
+  DeviceTable t;
+  t.p = dm.tables.get() + at;
+  if constexpr (!std::is_same_v<E, float>) t.p_bf16 = dm.table_copy.get() + at;
+  t.m = st.table_m.get() + at;
+  t.v = st.table_v.get() + at;
+  t.row_step = st.row_step.get() + k * Vp;
+  t.rows = Vp;
+  t.d = dm.cfg.hidden_size;
+  return t;
+}
+
+// The sum of squares of every gradient (flat, then the tables': 4096-element chunks side by side),
+// the norm and the clip coefficient on the device; the norm read back.
+template <typename E>
+double grad_norm(DeviceModel<E>& dm, DeviceAdamW& st, float max_grad_norm) {
+  cudaStream_t s = dm.stream;
+  sumsq_partials(st.partials.get(), dm.grads.get(), dm.n_params, s);
+  sumsq_partials(st.partials.get() + sumsq_chunks(dm.n_params), dm.table_grads.get(), dm.table_grads.size(), s);
+  sum_partials(st.sumsq.get(), st.partials.get(), st.partials.size(), s);
+  clip_coef(st.clip.get(), st.norm.get(), st.sumsq.get(), max_grad_norm, s);
+  double norm = 0;
+  copy_to_host(&norm, st.norm.get(), 1, s);
+  return norm;
+}
+
+// This step's table constants kept (dense: after the steps not yet replayed everywhere; sparse:
+// alone) and uploaded, then every table stepped at its touched rows.
+template <typename E>
+void step_tables(DeviceModel<E>& dm, DeviceAdamW& st, const AdamWConsts& c) {
+  if (!st.dense_tables) {
+    st.kept_host.clear();
+    st.kept_base = st.step - 1;
+  }
+  st.kept_host.push_back(c);
+  st.kept.resize(static_cast<int64_t>(st.kept_host.size()));
+  copy_to_device(st.kept.get(), st.kept_host.data(), st.kept.size());
+  for (int64_t k = 0; k < dm.n_tables; ++k)
+    table_adamw_step(table_view(dm, st, k), dm.table_grad(k), dm.touched(k), st.kept_view(), st.step, st.dense_tables,
+                     st.clip.get(), TableStats{st.stats.get()}, dm.stream);
+}
+
+// The replay statistics' fourth counter: rows asked outside the kept steps (the CPU aborts on one).
+void check_table_stats(const DeviceAdamW& st, cudaStream_t s) {
+  unsigned long long counters[4] = {};
+  copy_to_host(counters, st.stats.get(), 4, s);
+  if (counters[3] != 0)
+    fail("cuda model: ", counters[3], " table rows were asked for steps outside the kept constants (",
+         st.kept_base + 1, "..", st.kept_base + static_cast<int64_t>(st.kept_host.size()), ")");
+}
+
+}  // namespace
+
+template <typename E>
+double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, float max_grad_norm) {
+  const double norm = grad_norm(dm, st, max_grad_norm);
+  if (!std::isfinite(norm))
+    fail("cuda model: the global gradient norm is ", norm, "; the step was not applied (no weight or moment changed)");
+  if (dm.n_tables > 0) check_table_stats(st, dm.stream);  // the forward's row syncs included
+  st.step += 1;
+  for (size_t i = 0; i < dm.layout.size(); ++i) {
+    const ParamInfo& p = dm.layout[i];
+    __nv_bfloat16* copy = nullptr;  // the bf16 forward's copy of this tensor, rewritten from the new masters
+    if constexpr (!std::is_same_v<E, float>) copy = dm.copy.get() + p.offset;
+    const AdamWConsts& k =
+        st.token_indexed[i] ? (p.decay ? c.table_decay : c.table_plain) : (p.decay ? c.decay : c.plain);
+    adamw_update<float>(dm.master.get() + p.offset, copy, dm.grads.get() + p.offset, st.m.get() + p.offset,
+                        st.v.get() + p.offset, p.numel, k, st.clip.get(), dm.stream);
+  }
+  if (dm.n_tables > 0) step_tables(dm, st, c.table_decay);  // tables are 2-D: decay applies
+  return norm;
+}
+
+template <typename E>
+DeviceRowSync table_row_sync(DeviceModel<E>& dm, DeviceAdamW& st) {
+  if (!st.dense_tables) return {};  // sparse: a row moves only when it has a gradient
+  return [&dm, &st](int64_t k, const DeviceRowBatch& rb, int64_t N) {
+    table_sync_rows(table_view(dm, st, k), rb.unique, rb.num_unique, N, st.kept_view(), TableStats{st.stats.get()},
+                    dm.stream);
+  };
+}
+
+template <typename E>
+void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st) {
+  if (!st.dense_tables) return;  // sparse: nothing deferred
+  for (int64_t k = 0; k < dm.n_tables; ++k)
+    table_sync_all(table_view(dm, st, k), st.kept_view(), TableStats{st.stats.get()}, dm.stream);
+  if (dm.n_tables > 0) check_table_stats(st, dm.stream);
+  st.kept_base += static_cast<int64_t>(st.kept_host.size());
+  st.kept_host.clear();
+}
+
+#define JTOK_MODEL_OPTIMIZER_INSTANTIATE(E)                                                 \
+  template DeviceAdamW::DeviceAdamW(const DeviceModel<E>&, bool);                          \
+  template double optimizer_step<E>(DeviceModel<E>&, DeviceAdamW&, const StepConsts&, float); \
+  template DeviceRowSync table_row_sync<E>(DeviceModel<E>&, DeviceAdamW&);                 \
+  template void sync_tables<E>(DeviceModel<E>&, DeviceAdamW&);
+JTOK_MODEL_OPTIMIZER_INSTANTIATE(float)
+JTOK_MODEL_OPTIMIZER_INSTANTIATE(__nv_bfloat16)
+#undef JTOK_MODEL_OPTIMIZER_INSTANTIATE
+
+}  // namespace jtok::cuda

@@ -1,0 +1,71 @@
+// One optimizer step of the device model (cuda/model.h), train/optimizer.cpp's optimizer_step on
+// the GPU: the global gradient norm over the flat fp32 gradients and the tables' (cuda/global_norm.h:
+// the CPU's 4096-element chunks), its clip coefficient (kept on the device), AdamW per parameter
+// tensor (cuda/adamw.h) with the decoupled weight decay on the 2-D weights only (ParamInfo::decay),
+// and the token tables by the exact deferred table AdamW (cuda/table_adamw.h: rows with a gradient
+// updated, the others brought current when read, through DeviceActs::row_sync). The fp32 masters are
+// updated and, for a bf16 model, the forward's bf16 copies rewritten.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/adamw.h"
+#include "cuda/device_array.h"
+#include "cuda/model.h"
+#include "cuda/table_adamw.h"
+
+namespace jtok::cuda {
+
+// A step's AdamW constants (jtok::adamw_consts at the step's lr) by kind of tensor: the backbone's
+// 2-D weights (decay) and the rest (plain: weight decay 0); the token-indexed modules' at their own
+// lr (train/optimizer.cpp's table_lr): 2-D (the tables, JTok-M's routers) and 1-D (the scalers).
+struct StepConsts {
+  AdamWConsts decay, plain, table_decay, table_plain;
+};
+
+// fp32 moments of every flat parameter and table row, the tables' row steps and the kept constants
+// of the steps not yet replayed into every row, and the norm's scratch.
+struct DeviceAdamW {
+  // Moments zero; dense_tables: the tables' "dense" semantics (torch AdamW over the whole table,
+  // deferred and exact), else "sparse" (the rows with a gradient only).
+  template <typename E>
+  explicit DeviceAdamW(const DeviceModel<E>& dm, bool dense_tables = true);
+  DeviceArray<float> m, v;                // (n_params), m.params' layout
+  std::vector<uint8_t> token_indexed;     // per layout entry: a JTok / JTok-M parameter (its lr)
+  DeviceArray<float> table_m, table_v;    // (n_tables, Vp, d)
+  DeviceArray<int32_t> row_step;          // (n_tables, Vp) steps applied to each row
+  std::vector<AdamWConsts> kept_host;     // steps kept_base+1 .. kept_base+size, on the device in kept
+  DeviceArray<AdamWConsts> kept;
+  int64_t kept_base = 0;
+  bool dense_tables = true;
+  DeviceArray<float> partials;            // (sumsq_chunks(n_params) + sumsq_chunks(table elements))
+  DeviceArray<double> sumsq, norm;        // (1), (1)
+  DeviceArray<float> clip;                // (1) the clip coefficient AdamW reads
+  DeviceArray<unsigned long long> stats;  // (4) cuda/table_adamw.h's TableStats
+  int64_t step = 0;                       // steps taken
+
+  KeptConsts kept_view() const {
+    return {kept.get(), kept_base, kept_base + static_cast<int64_t>(kept_host.size())};
+  }
+};
+
+// max_grad_norm <= 0: no clipping. The norm is read back (one sync): a non-finite one fails before any
+// weight or moment moves, as on the CPU. Returns the gradient norm. The flat gradients are left as they
+// are; the tables' used gradient rows and touched flags are cleared (table_adamw_step).
+template <typename E>
+double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, float max_grad_norm);
+
+// The hook a training forward sets as DeviceActs::row_sync: the rows about to be gathered brought
+// current (dense semantics; empty for sparse: nothing is deferred). It refers to dm and st: it must
+// not outlive them.
+template <typename E>
+DeviceRowSync table_row_sync(DeviceModel<E>& dm, DeviceAdamW& st);
+
+// Every table row current (before the whole tables are read: a copy back, a checkpoint); the kept
+// constants dropped. Nothing to do under sparse semantics.
+template <typename E>
+void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st);
+
+}  // namespace jtok::cuda

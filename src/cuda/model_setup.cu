@@ -1,0 +1,248 @@
+// The device model's set-up (src/cuda/model.h): the parameters copied in the host's flat layout,
+// views of the device buffers at the host's offsets, the activations sized for (B,T), and the
+// copies back to the host.
+#include <algorithm>
+#include <string>
+
+#include "cuda/dedup.h"
+#include "cuda/jtok.h"
+#include "cuda/model.h"
+#include "cuda/model_kernels.h"
+#include "cuda/rmsnorm.h"
+
+namespace jtok::cuda {
+
+namespace {
+
+// What the GPU model does not run yet, refused by name before anything is allocated.
+void check_supported(const Model& host, bool fp32) {
+  const auto& c = host.cfg;
+  for (size_t l = 0; l < host.w.layers.size(); ++l) {
+    const LayerView& W = host.w.layers[l];
+    const std::string at = "cuda model: layer " + std::to_string(l) + " ";
+    if (W.moe.router) fail(at, "is an MoE layer: MoE is not in the GPU model yet");
+    if (W.jtokm_router && !fp32) fail(at, "has JTok-M tables: JTok-M's kernels (cuda/jtokm.h) are fp32 only");
+  }
+  if (host.lowp.any()) fail("cuda model: low-precision (exported) weights are for inference only, not the GPU model");
+  if (host.backbone_frozen) fail("cuda model: a frozen backbone (--train-only tables) is not in the GPU model yet");
+  if (c.hd() != 64 && c.hd() != 128)
+    fail("cuda model: head_dim ", c.hd(), " (the GPU attention runs head_dim 64 or 128)");
+  for (size_t k = 0; k < host.tables.size(); ++k) {
+    const TokenTable& t = host.tables[k];
+    if (t.rows != c.padded_vocab() || t.id_first != 0 || t.id_stride != 1 || t.dim != c.hidden_size)
+      fail("cuda model: table ", host.table_names[k], " is not a whole (", c.padded_vocab(), ", ", c.hidden_size,
+           ") table (rows ", t.rows, ", dim ", t.dim, "): a shard is not on the GPU");
+  }
+  if (host.rope.half * 2 != c.hd()) fail("cuda model: the RoPE table's half width ", host.rope.half, " != head_dim/2");
+}
+
+// The device view at the host view's offsets: base + (host pointer - host.params), null kept.
+template <typename P>
+DeviceView<P> device_view(P* base, const Model& host) {
+  const float* hb = host.params.data();
+  auto at = [&](const float* p) -> P* { return p ? base + (p - hb) : nullptr; };
+  DeviceView<P> v;
+  v.embed = at(host.w.embed);
+  v.norm = at(host.w.norm);
+  v.lm_head = at(host.w.lm_head);
+  for (const LayerView& W : host.w.layers) {
+    DeviceLayerView<P> d;
+    d.ln1 = at(W.ln1), d.wq = at(W.wq), d.wk = at(W.wk), d.wv = at(W.wv), d.wo = at(W.wo), d.ln2 = at(W.ln2);
+    d.bq = at(W.bq), d.bk = at(W.bk), d.bv = at(W.bv), d.q_norm = at(W.q_norm), d.k_norm = at(W.k_norm);
+    d.wg = at(W.wg), d.wu = at(W.wu), d.wd = at(W.wd), d.jtok_scale = at(W.jtok_scale);
+    d.jtokm_router = at(W.jtokm_router), d.jtokm_scale = at(W.jtokm_scale);
+    v.layers.push_back(d);
+  }
+  return v;
+}
+
+}  // namespace
+
+template <typename E>
+DeviceModel<E>::DeviceModel(const Model& host, cudaStream_t s)
+    : cfg(host.cfg), layout(host.layout), n_params(static_cast<int64_t>(host.params.size())), stream(s) {
+  check_supported(host, std::is_same_v<E, float>);
+  master.resize(n_params);
+  copy_to_device(master.get(), host.params.data(), n_params);
+  if constexpr (!std::is_same_v<E, float>) {
+    copy.resize(n_params);
+    convert_from_f32(copy.get(), master.get(), n_params, stream);
+  }
+  grads.resize(n_params);
+  grads.zero(stream);
+  rope_T = host.rope.T;
+  const int64_t rope_n = host.rope.T * host.rope.half;
+  rope_cos.resize(rope_n);
+  rope_sin.resize(rope_n);
+  copy_to_device(rope_cos.get(), host.rope.cos.data(), rope_n);
+  copy_to_device(rope_sin.get(), host.rope.sin.data(), rope_n);
+  upload_tables(host);
+  w = device_view(weights(), host);
+  g = device_view(grads.get(), host);
+}
+
+// The token tables (f32 in memory: TokenTable::data() names the table otherwise) side by side,
+// their bf16 copy, zeroed gradients and touched flags.
+template <typename E>
+void DeviceModel<E>::upload_tables(const Model& host) {
+  jtok_table = host.jtok_table;
+  jtokm_table = host.jtokm_table;
+  n_tables = static_cast<int64_t>(host.tables.size());
+  table_numel = cfg.padded_vocab() * cfg.hidden_size;
+  tables.resize(n_tables * table_numel);
+  for (int64_t k = 0; k < n_tables; ++k)
+    copy_to_device(tables.get() + k * table_numel, host.tables[static_cast<size_t>(k)].data(), table_numel);
+  if constexpr (!std::is_same_v<E, float>) {
+    table_copy.resize(tables.size());
+    convert_from_f32(table_copy.get(), tables.get(), tables.size(), stream);
+  }
+  table_grads.resize(tables.size());
+  table_grads.zero(stream);
+  table_touched.resize(n_tables * cfg.padded_vocab());
+  table_touched.zero(stream);
+}
+
+namespace {
+
+template <typename E>
+void size_layer(DeviceLayerActs<E>& l, const ModelConfig& c, bool jtok, bool jtokm, int64_t B, int64_t T) {
+  const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads;
+  l.h_in.resize(N * d), l.a.resize(N * d), l.h_mid.resize(N * d), l.m.resize(N * d);
+  l.q.resize(N * qd), l.att.resize(N * qd), l.k.resize(N * kvd), l.v.resize(N * kvd);
+  l.gate.resize(N * F), l.up.resize(N * F), l.act.resize(N * F);
+  l.rstd1.resize(N), l.rstd2.resize(N), l.lse.resize(B * H * T);
+  l.q_in.resize(c.qk_norm ? N * qd : 0), l.k_in.resize(c.qk_norm ? N * kvd : 0);
+  l.rstd_q.resize(c.qk_norm ? N * H : 0), l.rstd_k.resize(c.qk_norm ? N * KV : 0);
+  l.mlp_out.resize(jtok ? N * d : 0), l.nrows.resize(jtok ? N * d : 0), l.inv_norm.resize(jtok ? N : 0);
+  const int64_t ne = jtokm ? c.jtokm_n_e : 0, K = jtokm ? c.jtokm_top_k : 0;
+  l.m_logits.resize(N * ne), l.m_sig.resize(N * ne), l.m_w.resize(N * K), l.m_sel.resize(N * K);
+  l.m_e.resize(jtokm ? N * d : 0), l.m_inv_norm.resize(jtokm ? N : 0);
+  l.m_load.resize(ne), l.m_prob_sum.resize(ne), l.m_aux.resize(jtokm ? 1 : 0);
+}
+
+template <typename E>
+void size_backward(DeviceActs<E>& a, const ModelConfig& c, bool jtok, bool jtokm, int64_t B, int64_t T) {
+  const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
+  a.dh.resize(N * d), a.dx.resize(N * d), a.dq.resize(N * qd), a.datt.resize(N * qd);
+  a.dk.resize(N * kvd), a.dv.resize(N * kvd);
+  a.dgate.resize(N * F), a.dup.resize(N * F), a.dact.resize(N * F);
+  a.dcopy.resize(c.qk_norm ? N * qd : 0);
+  a.row_terms.resize(B * H * T);
+  a.dmlp.resize(jtok ? N * d : 0), a.jtok_scratch.resize(jtok ? jtok_backward_scratch(N, d) : 0);
+  a.m_de.resize(jtokm ? N * d : 0), a.m_dg.resize(jtokm ? N * c.jtokm_n_e : 0);
+  a.m_scratch.resize(jtokm ? jtokm_backward_de_scratch(jtokm_dims(c, N)) : 0);
+  int64_t scratch = rmsnorm_backward_scratch(N, d);
+  if (c.qk_norm)
+    for (int64_t rows : {N * H, N * KV}) scratch = std::max(scratch, rmsnorm_backward_scratch(rows, hd));
+  a.norm_scratch.resize(scratch);
+  a.unique.resize(N), a.inverse.resize(N), a.order.resize(N), a.offsets.resize(N + 1), a.num_unique.resize(1);
+  a.dedup_scratch.resize(static_cast<int64_t>(dedup_scratch_bytes(N, c.padded_vocab())));
+}
+
+}  // namespace
+
+template <typename E>
+void ensure_device_activations(DeviceActs<E>& a, const DeviceModel<E>& dm, int64_t B, int64_t T, int64_t chunk_rows) {
+  const ModelConfig& c = dm.cfg;
+  const int64_t N = B * T, d = c.hidden_size;
+  JTOK_CHECK(N > 0, "cuda model: an empty batch (B ", B, ", T ", T, ")");
+  if (chunk_rows <= 0 || chunk_rows > N) chunk_rows = N;
+  if (a.B == B && a.T == T && a.chunk_rows == chunk_rows && !a.layers.empty()) return;
+  a.layers.resize(static_cast<size_t>(c.num_hidden_layers));
+  bool any_jtok = false, any_jtokm = false;
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    const bool jtok = dm.w.layers[l].jtok_scale != nullptr, jtokm = dm.w.layers[l].jtokm_router != nullptr;
+    size_layer(a.layers[l], c, jtok, jtokm, B, T);
+    any_jtok |= jtok;
+    any_jtokm |= jtokm;
+  }
+  a.h_out.resize(N * d), a.lnf.resize(N * d), a.logits_chunk.resize(chunk_rows * c.padded_vocab());
+  a.rstdf.resize(N), a.losses.resize(N), a.loss_sum.resize(1), a.ids.resize(N), a.targets.resize(N);
+  size_backward(a, c, any_jtok, any_jtokm, B, T);
+  a.B = B, a.T = T, a.chunk_rows = chunk_rows;
+}
+
+JTokMDims jtokm_dims(const ModelConfig& c, int64_t N) {
+  const JTokMHyper h = jtokm_hyper(c);
+  JTokMDims dims;
+  dims.N = N, dims.d = c.hidden_size, dims.V = c.padded_vocab(), dims.n_e = h.n_e, dims.K = h.K;
+  dims.c = h.c, dims.eps = h.eps, dims.norm = h.norm, dims.lambda = h.lambda;
+  return dims;
+}
+
+template <typename E>
+double jtokm_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& a) {
+  double sum = 0;
+  int64_t layers = 0;
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    if (!dm.w.layers[l].jtokm_router) continue;
+    double aux = 0;
+    copy_to_host(&aux, a.layers[l].m_aux.get(), 1, dm.stream);
+    sum += aux;
+    ++layers;
+  }
+  return layers > 0 ? sum / static_cast<double>(layers) : 0.0;
+}
+
+template <typename E>
+void zero_grads(DeviceModel<E>& dm) {
+  dm.grads.zero(dm.stream);
+  dm.table_grads.zero(dm.stream);
+  dm.table_touched.zero(dm.stream);
+}
+
+template <typename E>
+std::vector<float> download_params(const DeviceModel<E>& dm) {
+  std::vector<float> h(static_cast<size_t>(dm.n_params));
+  copy_to_host(h.data(), dm.master.get(), dm.n_params, dm.stream);
+  return h;
+}
+
+template <typename E>
+std::vector<float> download_grads(const DeviceModel<E>& dm) {
+  std::vector<float> h(static_cast<size_t>(dm.n_params));
+  copy_to_host(h.data(), dm.grads.get(), dm.n_params, dm.stream);
+  return h;
+}
+
+template <typename E>
+std::vector<float> download_table_grad(const DeviceModel<E>& dm, int64_t k) {
+  JTOK_CHECK(k >= 0 && k < dm.n_tables, "cuda model: no table ", k);
+  std::vector<float> h(static_cast<size_t>(dm.table_numel));
+  copy_to_host(h.data(), dm.table_grad(k), dm.table_numel, dm.stream);
+  return h;
+}
+
+template <typename E>
+std::vector<float> download_table(const DeviceModel<E>& dm, int64_t k) {
+  JTOK_CHECK(k >= 0 && k < dm.n_tables, "cuda model: no table ", k);
+  std::vector<float> h(static_cast<size_t>(dm.table_numel));
+  copy_to_host(h.data(), dm.tables.get() + k * dm.table_numel, dm.table_numel, dm.stream);
+  return h;
+}
+
+template <typename E>
+std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, int64_t k) {
+  JTOK_CHECK(k >= 0 && k < dm.n_tables, "cuda model: no table ", k);
+  std::vector<uint8_t> h(static_cast<size_t>(dm.cfg.padded_vocab()));
+  copy_to_host(h.data(), dm.touched(k), dm.cfg.padded_vocab(), dm.stream);
+  return h;
+}
+
+#define JTOK_MODEL_SETUP_INSTANTIATE(E)                                                                   \
+  template struct DeviceModel<E>;                                                                         \
+  template void ensure_device_activations<E>(DeviceActs<E>&, const DeviceModel<E>&, int64_t, int64_t, int64_t); \
+  template std::vector<float> download_table_grad<E>(const DeviceModel<E>&, int64_t);                     \
+  template std::vector<float> download_table<E>(const DeviceModel<E>&, int64_t);                          \
+  template std::vector<uint8_t> download_table_touched<E>(const DeviceModel<E>&, int64_t);                \
+  template void zero_grads<E>(DeviceModel<E>&);                                                           \
+  template double jtokm_aux_loss<E>(const DeviceModel<E>&, const DeviceActs<E>&);                         \
+  template std::vector<float> download_params<E>(const DeviceModel<E>&);                                  \
+  template std::vector<float> download_grads<E>(const DeviceModel<E>&);
+JTOK_MODEL_SETUP_INSTANTIATE(float)
+JTOK_MODEL_SETUP_INSTANTIATE(__nv_bfloat16)
+#undef JTOK_MODEL_SETUP_INSTANTIATE
+
+}  // namespace jtok::cuda

@@ -1,0 +1,306 @@
+// The whole model on the GPU (src/cuda/model.h) against the CPU engine's forward and backward
+// (model/transformer.h) on the same weights and batch: the loss, the final normed hidden states and
+// every gradient tensor by name (JTok, JTok-M: the tables' gradients and touched rows, the aux loss
+// too), by normalised error ||gpu - cpu|| / ||cpu||; and 10 optimizer steps
+// (src/cuda/model_optimizer.h against train/optimizer.cpp's optimizer_step, clipping on, the tables'
+// deferred AdamW "dense" and "sparse") ending at the same weights and tables. Runs only on a GPU
+// host (in test_cuda_ops; bash scripts/test_cuda.sh).
+//
+// Tolerances (fp32): the GPU sums in other orders (cuBLASLt tiles, the flash attention's online
+// softmax, per-block RMSNorm partials), so each value differs by a few fp32 roundings, compounded
+// through 2 layers and the backward: loss 1e-5, hidden states and gradients 3e-5, weights after 10
+// AdamW steps 1e-4 (Adam divides by sqrt(v): a gradient near 0 turns a small difference into a
+// larger step). bf16 (activations and forward weights in bf16, fp32 masters and gradients): loose
+// bounds against the fp32 CPU engine, loss 1e-2 and gradients 1e-1, that only a wrong op would miss.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "cuda/model.h"
+#include "cuda/model_optimizer.h"
+#include "cuda_case.h"
+#include "model/transformer.h"
+#include "ops/adamw.h"
+#include "train/config.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+
+namespace {
+
+using namespace jtok::cuda_test;
+using jtok::testing::rel_err;
+using bf16 = __nv_bfloat16;
+
+// d 256, 2 layers, 4 heads / 2 kv heads (hd 64: the GPU attention's smallest), vocab 250 padded to 256.
+jtok::ModelConfig tiny_dense() {
+  jtok::ModelConfig c;
+  c.vocab_size = 250;
+  c.hidden_size = 256;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.intermediate_size = 320;
+  c.max_position_embeddings = 64;
+  return c;
+}
+
+// Qwen3's shape: head_dim set apart from d (q_dim 256 != d 128), qk_norm, tied embeddings.
+jtok::ModelConfig tiny_qwen3() {
+  jtok::ModelConfig c = tiny_dense();
+  c.hidden_size = 128;
+  c.head_dim = 64;
+  c.qk_norm = true;
+  c.tie_word_embeddings = true;
+  c.rope_theta = 1000000.0;
+  return c;
+}
+
+// Qwen2's: q / k / v biases.
+jtok::ModelConfig tiny_qwen2() {
+  jtok::ModelConfig c = tiny_dense();
+  c.attention_bias = true;
+  return c;
+}
+
+// JTok on layer 1 (layer 0 plain): the gate on the MLP update, its scaler and table gradients.
+jtok::ModelConfig tiny_jtok() {
+  jtok::ModelConfig c = tiny_dense();
+  c.jtok = true;
+  c.jtok_layers = std::string("1");  // (a literal assigned here trips GCC 12's -Wrestrict false positive)
+  return c;
+}
+
+// JTok-M on every layer (3 tables a layer, top 2), and the same beside JTok on layer 1.
+jtok::ModelConfig tiny_jtokm() {
+  jtok::ModelConfig c = tiny_dense();
+  c.jtokm = true;
+  c.jtokm_n_e = 3;
+  c.jtokm_top_k = 2;
+  c.jtokm_aux_loss_coef = 1e-2;  // large enough that its gradient shows in the router's
+  return c;
+}
+jtok::ModelConfig tiny_jtok_jtokm() {
+  jtok::ModelConfig c = tiny_jtokm();
+  c.jtok = true;
+  c.jtok_layers = std::string("1");
+  return c;
+}
+
+// make_model's weights with every 1-D tensor (gains 1, biases 0 at init) moved off its constant, so
+// the gains and biases take part in the forward.
+jtok::Model test_model(const jtok::ModelConfig& c) {
+  jtok::Model m = jtok::make_model(c, 7);
+  uint64_t seed = 100;
+  for (const auto& p : m.layout) {
+    if (p.shape.size() != 1) continue;
+    const auto noise = jtok::testing::randn(static_cast<size_t>(p.numel), seed++, 0.2f);
+    for (int64_t i = 0; i < p.numel; ++i) m.params[static_cast<size_t>(p.offset + i)] += noise[static_cast<size_t>(i)];
+  }
+  return m;
+}
+
+struct Batch {
+  int64_t B = 2, T = 33;
+  std::vector<int32_t> ids, targets;
+};
+Batch make_batch(const jtok::ModelConfig& c, uint64_t seed) {
+  Batch b;
+  b.ids = skewed_ids(b.B * b.T, c.vocab_size, seed);  // repeated ids: the embedding's row sums
+  b.targets = skewed_ids(b.B * b.T, c.vocab_size, seed + 1);
+  return b;
+}
+
+void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(std::isfinite(got[i])) << what << " element " << i;
+  const double err = rel_err(got, want);
+  std::printf("cuda model %-52s err %.3e (tol %.1e)\n", what.c_str(), err, tol);
+  EXPECT_LE(err, tol) << what;
+}
+
+// Every parameter tensor of the flat layout, by name.
+void expect_tensors_close(const std::string& what, const jtok::Model& m, const std::vector<float>& got,
+                          const float* want, double tol) {
+  for (const auto& p : m.layout) {
+    const auto lo = static_cast<size_t>(p.offset), hi = static_cast<size_t>(p.offset + p.numel);
+    expect_close(what + " " + p.name, std::vector<float>(got.begin() + lo, got.begin() + hi),
+                 std::vector<float>(want + lo, want + hi), tol);
+  }
+}
+
+// Every token table's gradient (the CPU's row-sparse one made dense), and the rows flagged touched:
+// exactly those with a CPU gradient row.
+template <typename E>
+void expect_table_grads_close(const std::string& name, const jtok::Model& m, const jtok::cuda::DeviceModel<E>& dm,
+                              double tol) {
+  const int64_t Vp = m.cfg.padded_vocab();
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    expect_close(name + " table grad " + m.table_names[k], jtok::cuda::download_table_grad(dm, static_cast<int64_t>(k)),
+                 jtok::densify(m.table_grads[k], Vp), tol);
+    const std::vector<uint8_t> touched = jtok::cuda::download_table_touched(dm, static_cast<int64_t>(k));
+    for (int64_t r = 0; r < Vp; ++r)
+      ASSERT_EQ(touched[static_cast<size_t>(r)] != 0, m.table_grads[k].slot[static_cast<size_t>(r)] >= 0)
+          << m.table_names[k] << " row " << r;
+  }
+}
+
+// The CPU engine's step on m: the loss; m.grads, acts.lnf hold the rest.
+double cpu_step(jtok::Model& m, jtok::Activations& acts, const Batch& b) {
+  jtok::zero_grads(m);
+  jtok::forward(m, acts, b.ids.data(), b.B, b.T);
+  return jtok::backward(m, acts, b.ids.data(), b.targets.data());
+}
+
+// The GPU's step on a device copy of m (LM head in chunks of 24 rows: 24 + 24 + 18).
+template <typename E>
+void expect_gpu_step_matches(const std::string& name, const jtok::ModelConfig& c, double tol_loss, double tol) {
+  jtok::Model m = test_model(c);
+  const Batch b = make_batch(c, 11);
+  jtok::Activations acts;
+  const double cpu_loss = cpu_step(m, acts, b);
+  jtok::cuda::DeviceModel<E> dm(m);
+  jtok::cuda::DeviceActs<E> da;
+  jtok::cuda::ensure_device_activations(da, dm, b.B, b.T, 24);
+  jtok::cuda::forward(dm, da, b.ids.data(), b.B, b.T);
+  const double eval_loss = jtok::cuda::forward_loss(dm, da, b.targets.data());
+  const double loss = jtok::cuda::backward(dm, da, b.targets.data());
+  expect_close(name + " loss", {static_cast<float>(loss)}, {static_cast<float>(cpu_loss)}, tol_loss);
+  expect_close(name + " loss (forward_loss)", {static_cast<float>(eval_loss)}, {static_cast<float>(cpu_loss)},
+               tol_loss);
+  if (acts.jtokm_aux_loss != 0)
+    expect_close(name + " jtokm aux loss", {static_cast<float>(jtok::cuda::jtokm_aux_loss(dm, da))},
+                 {static_cast<float>(acts.jtokm_aux_loss)}, tol_loss);
+  std::vector<float> lnf(acts.lnf.size());
+  if constexpr (sizeof(E) == 4) {
+    jtok::cuda::copy_to_host(lnf.data(), da.lnf.get(), da.lnf.size(), dm.stream);
+    expect_close(name + " lnf", lnf, acts.lnf, tol);
+  }
+  expect_tensors_close(name + " grad", m, jtok::cuda::download_grads(dm), m.grads.data(), tol);
+  expect_table_grads_close(name, m, dm, tol);
+}
+
+// The GPU model's refusals name what is missing: JTok-M in bf16.
+TEST(CudaModel, RefusesWhatIsNotOnTheGpu) {
+  const jtok::Model m = test_model(tiny_jtokm());
+  try {
+    jtok::cuda::DeviceModel<bf16> dm(m);
+    FAIL() << "a bf16 JTok-M model was accepted";
+  } catch (const jtok::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp32 only"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaModel, DenseStepMatchesCpu) { expect_gpu_step_matches<float>("dense fp32", tiny_dense(), 1e-5, 3e-5); }
+TEST(CudaModel, Qwen3StepMatchesCpu) { expect_gpu_step_matches<float>("qwen3 fp32", tiny_qwen3(), 1e-5, 3e-5); }
+TEST(CudaModel, Qwen2BiasStepMatchesCpu) { expect_gpu_step_matches<float>("qwen2 fp32", tiny_qwen2(), 1e-5, 3e-5); }
+TEST(CudaModel, JtokStepMatchesCpu) { expect_gpu_step_matches<float>("jtok fp32", tiny_jtok(), 1e-5, 3e-5); }
+TEST(CudaModel, JtokmStepMatchesCpu) { expect_gpu_step_matches<float>("jtokm fp32", tiny_jtokm(), 1e-5, 3e-5); }
+TEST(CudaModel, JtokAndJtokmStepMatchesCpu) {
+  expect_gpu_step_matches<float>("jtok+jtokm fp32", tiny_jtok_jtokm(), 1e-5, 3e-5);
+}
+TEST(CudaModel, Bf16StepNearCpu) {
+  expect_gpu_step_matches<bf16>("dense bf16", tiny_dense(), 1e-2, 1e-1);
+  expect_gpu_step_matches<bf16>("qwen3 bf16", tiny_qwen3(), 1e-2, 1e-1);
+  expect_gpu_step_matches<bf16>("jtok bf16", tiny_jtok(), 1e-2, 1e-1);
+}
+
+// Two GPU steps on the same inputs give the same gradient bits (no atomics decide them).
+TEST(CudaModel, StepIsDeterministic) {
+  const jtok::ModelConfig c = tiny_qwen3();
+  const jtok::Model m = test_model(c);
+  const Batch b = make_batch(c, 12);
+  jtok::cuda::DeviceModel<float> dm(m);
+  jtok::cuda::DeviceActs<float> da;
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {
+    jtok::cuda::zero_grads(dm);
+    jtok::cuda::forward(dm, da, b.ids.data(), b.B, b.T);
+    jtok::cuda::backward(dm, da, b.targets.data());
+    const std::vector<float> g = jtok::cuda::download_grads(dm);
+    if (run == 0) {
+      first = g;
+    } else {
+      EXPECT_EQ(0, std::memcmp(first.data(), g.data(), g.size() * sizeof(float)));
+    }
+  }
+}
+
+// The step's AdamW constants as the CPU's optimizer_step forms them (lr at the step before it; the
+// token-indexed modules at their own lr).
+jtok::cuda::AdamWConsts step_consts(const jtok::TrainConfig& t, double lr, int64_t step, bool decay) {
+  const jtok::AdamWHyper h{static_cast<float>(lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
+                           static_cast<float>(t.adam_epsilon), decay ? static_cast<float>(t.weight_decay) : 0.0f,
+                           step + 1, 1.0f};
+  const jtok::AdamWStepConsts k = jtok::adamw_consts(h);
+  return {k.b1, k.b2, k.eps, k.step_size, k.inv_sqrt_bc2, k.decay};
+}
+jtok::cuda::StepConsts step_consts(const jtok::TrainConfig& t, int64_t step) {
+  const double lr = jtok::lr_at(t, step);
+  const double table_lr = t.table_learning_rate < 0 ? lr : lr * (t.table_learning_rate / t.learning_rate);
+  return {step_consts(t, lr, step, true), step_consts(t, lr, step, false), step_consts(t, table_lr, step, true),
+          step_consts(t, table_lr, step, false)};
+}
+
+// 10 steps (a new batch each, warmup then cosine, clipping at a norm the gradients exceed) on both
+// devices from the same weights: the losses and norms step by step, the weights at the end (and the
+// tables, brought current on both sides).
+void expect_ten_steps_match(const std::string& name, const jtok::ModelConfig& c, const jtok::TrainConfig& t) {
+  jtok::Model m = test_model(c);
+  jtok::cuda::DeviceModel<float> dm(m);
+  jtok::cuda::DeviceActs<float> da;
+  jtok::cuda::DeviceAdamW opt(dm, t.table_optimizer != "sparse");
+  da.row_sync = jtok::cuda::table_row_sync(dm, opt);
+  jtok::AdamWState state = jtok::make_adamw_state(m);
+  jtok::Activations acts;
+  acts.row_sync = jtok::table_row_sync(m, state);
+  for (int64_t step = 0; step < t.max_steps; ++step) {
+    const Batch b = make_batch(c, 1000 + static_cast<uint64_t>(step));
+    const double cpu_loss = cpu_step(m, acts, b);
+    const jtok::StepStats st = jtok::optimizer_step(m, state, t);
+    jtok::cuda::zero_grads(dm);
+    jtok::cuda::forward(dm, da, b.ids.data(), b.B, b.T);
+    const double loss = jtok::cuda::backward(dm, da, b.targets.data());
+    const double norm = jtok::cuda::optimizer_step(dm, opt, step_consts(t, step), static_cast<float>(t.max_grad_norm));
+    const std::string at = name + " step " + std::to_string(step + 1);
+    expect_close(at + " loss", {static_cast<float>(loss)}, {static_cast<float>(cpu_loss)}, 1e-4);
+    expect_close(at + " grad norm", {static_cast<float>(norm)}, {static_cast<float>(st.grad_norm)}, 1e-4);
+    if (step == 0) {
+      EXPECT_LT(st.clip_coef, 1.0) << "the test means to exercise clipping";
+    }
+  }
+  jtok::sync_tables(m, state);
+  jtok::cuda::sync_tables(dm, opt);
+  expect_tensors_close(name + " 10 steps param", m, jtok::cuda::download_params(dm), m.params.data(), 1e-4);
+  for (size_t k = 0; k < m.tables.size(); ++k)
+    expect_close(name + " 10 steps table " + m.table_names[k], jtok::cuda::download_table(dm, static_cast<int64_t>(k)),
+                 m.tables[k].to_vector(), 1e-4);
+}
+
+jtok::TrainConfig ten_steps() {
+  jtok::TrainConfig t;
+  t.max_steps = 10;
+  t.warmup_steps = 3;
+  t.learning_rate = 3e-3;
+  t.max_grad_norm = 0.2;
+  return t;
+}
+
+TEST(CudaModel, TenAdamWStepsMatchCpu) { expect_ten_steps_match("adamw qwen3", tiny_qwen3(), ten_steps()); }
+
+// With JTok and JTok-M tables: the deferred exact table AdamW ("dense": rows without a gradient
+// replayed when read) and "sparse", the token-indexed modules at their own lr.
+TEST(CudaModel, TenAdamWStepsWithTablesMatchCpu) {
+  for (const char* mode : {"dense", "sparse"}) {
+    jtok::TrainConfig t = ten_steps();
+    t.table_optimizer = mode;
+    t.table_learning_rate = 1e-2;
+    expect_ten_steps_match(std::string("adamw jtok+jtokm ") + mode, tiny_jtok_jtokm(), t);
+  }
+}
+
+}  // namespace
