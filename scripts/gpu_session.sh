@@ -5,13 +5,13 @@
 #   bash scripts/gpu_session.sh [--dir build/gpu-session] [--steps "tests peer attention"] [--dry-run]
 # Steps, each killed after its time box so one hang does not eat the session:
 #   tests      scripts/test_cuda.sh on the bundle: test_cuda_ops, --device cuda's check,
-#              compute-sanitizer memcheck + racecheck (box 150 s)
+#              compute-sanitizer memcheck + racecheck (box 180 s)
 #   peer       bench/gpu_train_peer.sh: ours (jtok bench-train --device cuda, where built) and the
-#              PyTorch peer, config b, dense / +JTok / +JTok-M, eager and compile (box 330 s; the
-#              script itself starts no run after 300 s and cuts each run to what is left, so its
+#              PyTorch peer, config b, dense / +JTok / +JTok-M, eager and compile (box 270 s; the
+#              script itself starts no run after 240 s and cuts each run to what is left, so its
 #              table comes out)
-#   attention  the bundle's bench_cuda_attention, config b's shape (box 45 s)
-# At most 525 s with every box spent; ~6 min expected (docs/cuda.md).
+#   attention  the bundle's bench_cuda_attention, config b's shape (box 30 s)
+# At most 480 s with every box spent (docs/cuda.md has the estimate).
 # Every log goes under $OUT (the device run brings back what is there; default
 # bench-out/gpu-session here): session.log (all of this output), nvidia-smi.txt, tests/,
 # peer/ (one JSON line and one log per run, table.md), attention.json, summary.txt.
@@ -72,13 +72,13 @@ step() {  # step NAME BOX CMD...: runs CMD killed after BOX seconds, records its
 
 for s in $STEPS; do
   case "$s" in
-    tests) step tests 150 env JTOK_CUDA_BUNDLE="$BUNDLE" JTOK_CUDA_LOGS="$OUT/tests" bash scripts/test_cuda.sh ;;
-    peer) step peer 330 bash bench/gpu_train_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/peer" \
-            --budget 300 --timeout 120 ;;
+    tests) step tests 180 env JTOK_CUDA_BUNDLE="$BUNDLE" JTOK_CUDA_LOGS="$OUT/tests" bash scripts/test_cuda.sh ;;
+    peer) step peer 270 bash bench/gpu_train_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/peer" \
+            --budget 240 --timeout 120 ;;
     attention)
       if [ -x "$U/bundle/bin/bench_cuda_attention" ]; then
         # shellcheck disable=SC2016  # $1.. are the inner shell's arguments
-        step attention 45 sh -c 'LD_LIBRARY_PATH="$1" "$2" > "$3"; rc=$?; cat "$3"; exit $rc' sh \
+        step attention 30 sh -c 'LD_LIBRARY_PATH="$1" "$2" > "$3"; rc=$?; cat "$3"; exit $rc' sh \
           "$LIBS" "$U/bundle/bin/bench_cuda_attention" "$OUT/attention.json"
       else
         echo; echo "== attention: the bundle has no bench_cuda_attention"; RESULT[attention]="not in the bundle"; SECS[attention]=0

@@ -99,7 +99,7 @@ from shards import write_shard
 write_shard(f"{sys.argv[1]}/big.bin", np.random.default_rng(1).integers(0, 50257, 20000), 50257)
 PY
 mkdir -p "$T/corpus" && mv "$T/big.bin" "$T/corpus/train_000000.bin"
-bash scripts/gpu_prepare.sh --build "$T/build" --data "$T/corpus" --steps 1 --out "$T/session" > /dev/null
+bash scripts/gpu_prepare.sh --bundle "$T/build/cuda-bundle.tar.gz" --data "$T/corpus" --steps 1 --out "$T/session" > /dev/null
 "$PY" - "$T" <<'PY'
 import sys, numpy as np
 from shards import SequentialBatches, open_shards
@@ -110,7 +110,7 @@ a, b = SequentialBatches(cut, 16, 1024).next(), SequentialBatches(full, 16, 1024
 assert (a[0] == b[0]).all() and (a[1] == b[1]).all()
 print("gpu_prepare.sh OK")
 PY
-bash scripts/gpu_prepare.sh --build "$T/build" --data "$T/corpus" --steps 2 --out "$T/s2" > /dev/null 2> "$T/err" &&
+bash scripts/gpu_prepare.sh --bundle "$T/build/cuda-bundle.tar.gz" --data "$T/corpus" --steps 2 --out "$T/s2" > /dev/null 2> "$T/err" &&
   { echo "gpu_prepare.sh: 2 steps from 20000 tokens succeeded"; exit 1; }
 grep -q "holds 20000 tokens, 32800 wanted" "$T/err" || { cat "$T/err"; exit 1; }
 OUT=$T/dry bash scripts/gpu_session.sh --dir "$T/session" --dry-run > "$T/dry.out" 2>&1 || { cat "$T/dry.out"; exit 1; }

@@ -263,7 +263,8 @@ class Attention(nn.Module):
         if group > 1:
             k = k.repeat_interleave(group, dim=1)
             v = v.repeat_interleave(group, dim=1)
-        if self.sdpa:
+        if self.sdpa:  # under autocast q, k are float32 after RoPE (its table is) and v is not
+            q, k = q.to(v.dtype), k.to(v.dtype)
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, heads, T, hd)
             return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * hd))
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(hd)              # (B, heads, T, T)

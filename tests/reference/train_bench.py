@@ -179,7 +179,8 @@ def main():
         ap.error(str(e))
     tcfg = TrainConfig.from_dict(fields)
 
-    model = Transformer(mcfg)
+    with dev.construct_on(args):
+        model = Transformer(mcfg)
     B, T, M = tcfg.micro_batch_size, tcfg.seq_len, tcfg.gradient_accumulation_steps
     if device_run:
         dev.prepare_model(model, mcfg, args, attention, T)
