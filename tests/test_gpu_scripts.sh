@@ -6,7 +6,8 @@
 #   off cuda fail naming the option.
 # - bench/gpu_train_peer.sh on a small config on the CPU (--device cpu, bf16 autocast): one JSON
 #   line per run, a jtok that says "not built yet" is reported and the script goes on, and the table
-#   has every row, the dense one at ratio 1.000 ("-" rows for runs that failed).
+#   has every row, the dense one at ratio 1.000 ("-" rows for runs that failed); on made-up lines,
+#   the table's ratios (to dense, ours / compile) and jtok's rows (base = dense, variants by label).
 # - scripts/gpu_prepare.sh cuts the first STEPS x 16 x 1025 tokens into the session directory
 #   (the loader's windows unchanged) and refuses too few tokens; scripts/gpu_session.sh --dry-run
 #   on that directory prints every step, and without a bundle names the file it wants.
@@ -89,6 +90,23 @@ assert rc == (0 if compiled else 1), (rc, rows)   # a failed run (no torch.compi
 assert not any(r.startswith("| jtok") for r in table), table   # no trainer: no rows of ours
 print("gpu_train_peer.sh OK")
 PY
+# The table with ours: jtok's base line is "dense", its variants by label; ours / compile per model.
+mkdir -p "$T/tab"
+echo '{"tokens_per_s": 400000, "mfu": 0.42, "peak_mem_mb": 20480, "device_name": "NVIDIA H200"}' > "$T/tab/peer_compile_dense.json"
+echo '{"tokens_per_s": 200000}' > "$T/tab/peer_compile_jtokm.json"
+: > "$T/tab/peer_compile_jtok.json"   # a run that failed
+printf '%s\n' '{"tokens_per_s": 440000, "mfu": 0.46}' '{"variant": "jtok", "tokens_per_s": 431200}' \
+  '{"variant": "jtokm", "tokens_per_s": 418000}' > "$T/tab/ours.json"
+"$PY" bench/gpu_train_peer_table.py "$T/tab" > "$T/tab.md"
+for row in "| pytorch | compile | dense | 400,000 | 0.420 | 20.0 | 1.000 | - |" \
+           "| pytorch | compile | +JTok | - | - | - | - | - |" \
+           "| pytorch | compile | +JTok-M (n_e 5, K 2) | 200,000 | - | - | 0.500 | - |" \
+           "| jtok | cuda | dense | 440,000 | 0.460 | - | 1.000 | 1.100 |" \
+           "| jtok | cuda | +JTok | 431,200 | - | - | 0.980 | - |" \
+           "| jtok | cuda | +JTok-M (n_e 5, K 2) | 418,000 | - | - | 0.950 | 2.090 |"; do
+  grep -qF -- "$row" "$T/tab.md" || { echo "table: no row '$row'"; cat "$T/tab.md"; exit 1; }
+done
+grep -q "NVIDIA H200" "$T/tab.md"
 
 # 3. gpu_prepare.sh and gpu_session.sh --dry-run.
 mkdir -p "$T/build/x/bundle/bin" && printf "fake\n" > "$T/build/x/bundle/bin/jtok"
