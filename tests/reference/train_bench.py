@@ -204,6 +204,7 @@ def main():
             return [tuple(torch.from_numpy(a) for a in stream.next()) for _ in range(M)]
 
     times, cpu_times, losses, aux, unique, token_hash = [], [], [], [], [], FNV_BASIS
+    warmup_s = 0.0  # the untimed steps' seconds (with --compile, the compilation's)
     for step in range(total_steps):
         batches = next_step()
         token_hash = fnv1a64_int32([a.numpy() for xy in batches for a in xy], token_hash)  # untimed
@@ -226,6 +227,8 @@ def main():
         if step >= args.warmup:
             times.append(dt)
             cpu_times.append(cpu)
+        else:
+            warmup_s += dt
         print(f"step {step + 1}/{total_steps} | loss {loss:.4f} | norm {norm:.3f} | lr {lr:.2e} | "
               f"{dt * 1000:.0f} ms | {tokens_per_step / dt:,.0f} tok/s", file=sys.stderr)
 
@@ -264,6 +267,7 @@ def main():
     }
     if device_run:
         result.update(dev.report(model, mcfg, args, attention, attention_note, T, result["tokens_per_s"]))
+        result["warmup_s"] = round(warmup_s, 2)
     if mcfg.moe_num_layers:
         result["final_aux_loss"] = aux[-1][0]
     if mcfg.jtokm:

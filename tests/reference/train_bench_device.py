@@ -162,6 +162,17 @@ def peak_tflops(args):
     return 0.0, f"unknown GPU {name!r} ({sms} SMs): give --peak-tflops"
 
 
+def compile_counters():
+    """Graph breaks and graphs compiled by torch.compile in this run: breaks mean parts of the
+    step ran eagerly, which a compiled figure should say."""
+    try:
+        from torch._dynamo.utils import counters
+        return {"compile_graph_breaks": sum(counters["graph_break"].values()),
+                "compile_unique_graphs": counters["stats"].get("unique_graphs", 0)}
+    except (ImportError, AttributeError, KeyError):
+        return {"compile_graph_breaks": None}
+
+
 def report(model, cfg, args, attention, note, seq_len, tokens_per_s):
     """The JSON fields of a device run."""
     flops, N = flops_per_token(model, cfg, seq_len)
@@ -183,6 +194,8 @@ def report(model, cfg, args, attention, note, seq_len, tokens_per_s):
     }
     if note:
         out["attention_note"] = note
+    if args.compile:
+        out.update(compile_counters())
     if args.device == "cuda":
         out["peak_mem_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
         out["peak_mem_reserved_mb"] = round(torch.cuda.max_memory_reserved() / 2**20, 1)
