@@ -243,6 +243,9 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.n_heads * hd, d, bias=False)
         self.q_norm = RMSNorm(hd, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(hd, cfg.rms_norm_eps) if cfg.qk_norm else None
+        # True: F.scaled_dot_product_attention (PyTorch >= 2.0; flash kernels on a GPU) instead of
+        # the T x T softmax below; set by train_bench.py's device runs, off everywhere else.
+        self.sdpa = False
 
     def forward(self, x, cos, sin):
         B, T, _ = x.shape
@@ -260,6 +263,10 @@ class Attention(nn.Module):
         if group > 1:
             k = k.repeat_interleave(group, dim=1)
             v = v.repeat_interleave(group, dim=1)
+        if self.sdpa:  # under autocast q, k are float32 after RoPE (its table is) and v is not
+            q, k = q.to(v.dtype), k.to(v.dtype)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, heads, T, hd)
+            return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * hd))
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(hd)              # (B, heads, T, T)
         causal = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)  # True above the diagonal
         scores = scores.masked_fill(causal, float("-inf"))
@@ -510,7 +517,7 @@ class Transformer(nn.Module):
                 jtokm_aux.append(layer.jtokm.aux)
         # Load-balancing losses of this forward: MoE, mean over MoE layers (0 without MoE layers);
         # JTok-M, mean over JTok-M layers (0 without). Training adds both: aux_loss is their sum.
-        zero = torch.zeros((), dtype=h.dtype)
+        zero = torch.zeros((), dtype=h.dtype, device=h.device)
         self.moe_aux_loss = torch.stack(moe_aux).mean() if moe_aux else zero
         self.jtokm_aux_loss = torch.stack(jtokm_aux).mean() if jtokm_aux else zero
         self.aux_loss = self.moe_aux_loss + self.jtokm_aux_loss

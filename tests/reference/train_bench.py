@@ -17,6 +17,15 @@ same tokens), and the unique-id fraction of the timed micro-batches (mean, min, 
     python3 train_bench.py --config ../../configs/cpu_moe.json --jtokm   # MoE + JTok-M
     python3 train_bench.py --config a --set jtokm=true --set jtokm_n_e=4 # any field, as `jtok --set`
 
+On a GPU (issue 39; train_bench_device.py has the details, bench/gpu_train_peer.sh runs the set):
+
+    python3 train_bench.py --config configs/bench_b.json --set micro_batch_size=16 --device cuda \
+        --amp bf16 --fused-adamw [--compile] [--jtok | --jtokm] --data DIR
+
+adds device, amp, compile, fused_adamw, attention (sdpa on cuda), flops_per_token, tflops, mfu
+(6 N + 12 L T d against the bf16 peak) and peak_mem_mb (torch.cuda.max_memory_allocated) to the
+line. Without those options the run is the float32 CPU one below, its line unchanged.
+
 --set NAME=VALUE overrides a model or training field (repeatable, applied last; the value is read
 by the field's type: true/false/1/0, integer, number or string), like `jtok bench-train --set`, so
 both engines can be given the same overrides. MoE, MoE + JTok and MoE + JTok-M run from an MoE
@@ -77,6 +86,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
+import train_bench_device as dev
 from model import JTokConfig, Transformer
 from shards import FNV_BASIS, SequentialBatches, fnv1a64_int32, open_shards
 from train_ref import TrainConfig, make_optimizer, train_step
@@ -143,7 +153,10 @@ def main():
                     help="JTok-M on all layers (the config's or the default n_e, K, ...), overriding jtokm, jtokm_layers")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="override a config field (repeatable, applied after --jtok/--jtokm)")
+    dev.add_arguments(ap)
     args = ap.parse_args()
+    # device_run False: the float32 CPU path below, as before the device options existed.
+    device_run, attention, attention_note = dev.resolve(args, ap.error)
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -166,9 +179,16 @@ def main():
         ap.error(str(e))
     tcfg = TrainConfig.from_dict(fields)
 
-    model = Transformer(mcfg)
-    optimizer = make_optimizer(model, tcfg)
+    with dev.construct_on(args):
+        model = Transformer(mcfg)
     B, T, M = tcfg.micro_batch_size, tcfg.seq_len, tcfg.gradient_accumulation_steps
+    if device_run:
+        dev.prepare_model(model, mcfg, args, attention, T)
+        loss_fn = dev.make_loss_fn(model, args.compile)
+    try:
+        optimizer = dev.make_fused_optimizer(model, tcfg) if args.fused_adamw else make_optimizer(model, tcfg)
+    except ValueError as e:
+        ap.error(str(e))
     tokens_per_step = B * T * M
 
     if args.random_ids:
@@ -184,19 +204,31 @@ def main():
             return [tuple(torch.from_numpy(a) for a in stream.next()) for _ in range(M)]
 
     times, cpu_times, losses, aux, unique, token_hash = [], [], [], [], [], FNV_BASIS
+    warmup_s = 0.0  # the untimed steps' seconds (with --compile, the compilation's)
     for step in range(total_steps):
         batches = next_step()
         token_hash = fnv1a64_int32([a.numpy() for xy in batches for a in xy], token_hash)  # untimed
         if step >= args.warmup:
             unique += [len(torch.unique(x)) / x.numel() for x, _ in batches]
-        t0, c0 = time.perf_counter(), time.process_time()
-        loss, norm, lr = train_step(model, optimizer, batches, tcfg, step)
-        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        if device_run:
+            dev.synchronize(args)
+            t0, c0 = time.perf_counter(), time.process_time()
+            loss, norm, moe_aux, jtokm_aux, lr = dev.device_step(model, loss_fn, optimizer, batches, tcfg, step, args)
+            dev.synchronize(args)
+            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+            loss, norm = loss.item(), norm.item()
+            aux.append((moe_aux.item(), jtokm_aux.item()))
+        else:
+            t0, c0 = time.perf_counter(), time.process_time()
+            loss, norm, lr = train_step(model, optimizer, batches, tcfg, step)
+            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+            aux.append((model.last_aux_loss, model.last_jtokm_aux_loss))
         losses.append(loss)
-        aux.append((model.last_aux_loss, model.last_jtokm_aux_loss))
         if step >= args.warmup:
             times.append(dt)
             cpu_times.append(cpu)
+        else:
+            warmup_s += dt
         print(f"step {step + 1}/{total_steps} | loss {loss:.4f} | norm {norm:.3f} | lr {lr:.2e} | "
               f"{dt * 1000:.0f} ms | {tokens_per_step / dt:,.0f} tok/s", file=sys.stderr)
 
@@ -233,6 +265,9 @@ def main():
         "unique_id_frac_min": min(unique),
         "unique_id_frac_max": max(unique),
     }
+    if device_run:
+        result.update(dev.report(model, mcfg, args, attention, attention_note, T, result["tokens_per_s"]))
+        result["warmup_s"] = round(warmup_s, 2)
     if mcfg.moe_num_layers:
         result["final_aux_loss"] = aux[-1][0]
     if mcfg.jtokm:

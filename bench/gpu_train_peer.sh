@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Issue 39's training bench on a GPU host: config b (configs/bench_b.json: d 768, 12 layers, vocab
+# 50304, T 1024) with 16 x 1024 tokens a step, the PyTorch peer (tests/reference/train_bench.py:
+# bf16 autocast, SDPA attention, fused AdamW; eager, then torch.compile) on dense / +JTok / +JTok-M
+# (n_e 5, K 2, every layer), each one process with one JSON line (tokens/s, MFU, peak memory); then
+# ours (`jtok bench-train --device cuda`, base + the same two variants) where the jtok given
+# supports it (today it stops with "the CUDA trainer is not built yet": that is printed and the
+# script goes on); then bench/gpu_train_peer_table.py's table: ratios JTok/dense and JTok-M/dense
+# per engine and mode, and ours/compile.
+#   bash bench/gpu_train_peer.sh --data DIR [--jtok BIN] [--out DIR] [--steps N] [--warmup N]
+#        [--modes "eager compile"] [--models "dense jtok jtokm"] [--timeout S] [--budget S] [--dry-run]
+#        [--config FILE] [--batch B] [--device cuda|cpu]
+# --data: token shards (scripts/gpu_prepare.sh carries the first 40 steps' worth); --out: logs and
+# JSON lines (default bench-out/gpu_train_peer); defaults 10 timed steps after 3 warm-up steps (the
+# first compiles), each run killed after --timeout seconds (default 150; a killed run is reported
+# and the rest go on); --budget S (default 330): no run starts after S seconds of the script, and a
+# run's limit is cut to what is left, so the table always comes out. --dry-run prints the
+# commands and runs nothing. Ours runs first (it stops at once while jtok has no CUDA trainer).
+# --config / --batch (default configs/bench_b.json, 16) and --device cpu (bf16 autocast without the
+# fused AdamW) are for checking this script on a small config without a GPU (tests/test_gpu_scripts.sh).
+# Time on an H100/H200 (estimate): ~15-20 s a run in eager (start-up, table init, 13 steps), 40-90 s
+# with compile (inductor), ~4-5 min in all.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+DATA=""; JTOK=""; OUT=bench-out/gpu_train_peer; STEPS=10; WARMUP=3; MODES="eager compile"
+MODELS="dense jtok jtokm"; LIMIT=150; BUDGET=330; DRY=0
+CONFIG=configs/bench_b.json; BATCH=16; DEVICE=cuda; PY=${PYTHON:-python3}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --data) DATA=$2; shift 2 ;;
+    --jtok) JTOK=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --warmup) WARMUP=$2; shift 2 ;;
+    --modes) MODES=$2; shift 2 ;;
+    --models) MODELS=$2; shift 2 ;;
+    --timeout) LIMIT=$2; shift 2 ;;
+    --budget) BUDGET=$2; shift 2 ;;
+    --config) CONFIG=$2; shift 2 ;;
+    --batch) BATCH=$2; shift 2 ;;
+    --device) DEVICE=$2; shift 2 ;;
+    --dry-run) DRY=1; shift ;;
+    *) echo "usage: $0 --data DIR [--jtok BIN] [--out DIR] [--steps N] [--warmup N] [--modes M] [--models M] [--timeout S] [--budget S] [--dry-run] [--config F] [--batch B] [--device D]" >&2; exit 2 ;;
+  esac
+done
+[ -n "$DATA" ] || { echo "gpu_train_peer.sh: --data DIR is required (token shards; scripts/gpu_prepare.sh packs some)" >&2; exit 2; }
+[ "$DRY" = 1 ] || [ -d "$DATA" ] || [ -f "$DATA" ] || { echo "gpu_train_peer.sh: no token shards at $DATA" >&2; exit 2; }
+mkdir -p "$OUT"
+BASE=(--config "$CONFIG" --set "micro_batch_size=$BATCH" --data "$DATA" --steps "$STEPS" --warmup "$WARMUP")
+JTOKM_SETS=(--set jtokm_n_e=5 --set jtokm_top_k=2)
+
+run() {  # run NAME CMD...: stdout -> OUT/NAME.json, stderr -> OUT/NAME.log, killed after LIMIT s
+  local name=$1; shift
+  local limit=$LIMIT left=$((BUDGET - SECONDS))
+  [ "$left" -lt "$limit" ] && limit=$left
+  echo "+ timeout $limit $* > $OUT/$name.json"
+  [ "$DRY" = 1 ] && return 0
+  if [ "$limit" -lt 20 ]; then echo "  $name: SKIPPED (the --budget of $BUDGET s is spent)"; return 1; fi
+  local t0=$SECONDS rc=0
+  timeout "$limit" "$@" > "$OUT/$name.json" 2> "$OUT/$name.log" || rc=$?
+  if [ $rc = 0 ]; then echo "  $name: $((SECONDS - t0)) s"
+  elif [ $rc = 124 ]; then echo "  $name: KILLED after $limit s (tail of $OUT/$name.log:)"; tail -n 3 "$OUT/$name.log"
+  else echo "  $name: FAILED rc $rc after $((SECONDS - t0)) s:"; tail -n 2 "$OUT/$name.log"; fi
+  return $rc
+}
+
+status=0
+# Ours: base + the two variants, steps interleaved, one line each (jtok bench-train --variant).
+if [ -n "$JTOK" ]; then
+  run ours "$JTOK" bench-train "${BASE[@]}" --device "$DEVICE" --variant "jtok:jtok=true" \
+      --variant "jtokm:jtokm=true,jtokm_n_e=5,jtokm_top_k=2"
+  rc=$?
+  if [ "$DRY" = 0 ] && [ $rc != 0 ]; then
+    if grep -q "not built yet" "$OUT/ours.log"; then
+      echo "ours: $(grep -m1 'not built yet' "$OUT/ours.log")"
+      echo "ours: jtok has no CUDA trainer yet: no jtok rows; the peer's figures stand alone"
+      : > "$OUT/ours.json"
+    else
+      status=1
+    fi
+  fi
+else
+  echo "ours: no --jtok binary given: the peer alone"
+fi
+
+for mode in $MODES; do
+  flags=(--device "$DEVICE" --amp bf16 --threads 8)
+  [ "$DEVICE" = cuda ] && flags+=(--fused-adamw)
+  [ "$mode" = compile ] && flags+=(--compile)
+  for model in $MODELS; do
+    extra=()
+    case "$model" in
+      dense) ;;
+      jtok) extra=(--jtok) ;;
+      jtokm) extra=(--jtokm "${JTOKM_SETS[@]}") ;;
+      *) echo "gpu_train_peer.sh: unknown model $model (dense, jtok, jtokm)" >&2; exit 2 ;;
+    esac
+    run "peer_${mode}_${model}" "$PY" tests/reference/train_bench.py "${BASE[@]}" "${flags[@]}" "${extra[@]}" || status=1
+  done
+done
+
+[ "$DRY" = 1 ] && exit 0
+"$PY" bench/gpu_train_peer_table.py "$OUT" | tee "$OUT/table.md"
+exit $status

@@ -1,0 +1,81 @@
+"""The table of bench/gpu_train_peer.sh: reads DIR/peer_<mode>_<model>.json (train_bench.py's JSON
+line) and DIR/ours.json (`jtok bench-train --device cuda`: the base line, then one line per variant
+with "variant": "jtok" / "jtokm"; empty when jtok has no CUDA trainer) and prints a markdown table:
+tokens/s, MFU, peak memory, the ratio to the same engine and mode's dense run, and ours over
+torch.compile's for the same model. A missing or empty file is a row of "-" (a run that failed or
+was killed: its log says why).
+
+    python3 bench/gpu_train_peer_table.py bench-out/gpu_train_peer
+"""
+import json
+import os
+import sys
+
+MODELS = ("dense", "jtok", "jtokm")
+LABEL = {"dense": "dense", "jtok": "+JTok", "jtokm": "+JTok-M (n_e 5, K 2)"}
+
+
+def read_lines(path):
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip().startswith("{")]
+    except (OSError, ValueError):
+        return []
+
+
+def runs(directory):
+    """{(engine, mode): {model: json}}: the peer per mode, ours as ("jtok", "cuda")."""
+    out = {}
+    for mode in ("eager", "compile"):
+        for model in MODELS:
+            path = os.path.join(directory, f"peer_{mode}_{model}.json")
+            lines = read_lines(path)
+            if os.path.exists(path):  # run (an empty line: it failed, a row of "-")
+                out.setdefault(("pytorch", mode), {})
+            if lines:
+                out[("pytorch", mode)][model] = lines[-1]
+    for line in read_lines(os.path.join(directory, "ours.json")):
+        out.setdefault(("jtok", "cuda"), {})[line.get("variant", "dense")] = line
+    return out
+
+
+def fmt(x, spec):
+    return "-" if x is None else format(x, spec)
+
+
+def rows(table):
+    compiled = table.get(("pytorch", "compile"), {})
+    for (engine, mode), by_model in table.items():
+        dense = by_model.get("dense", {}).get("tokens_per_s")
+        for model in MODELS:
+            r = by_model.get(model)
+            if r is None:
+                yield [engine, mode, LABEL[model]] + ["-"] * 5
+                continue
+            tps = r.get("tokens_per_s")
+            mem = r.get("peak_mem_mb")
+            vs_dense = tps / dense if tps and dense else None
+            ref = compiled.get(model, {}).get("tokens_per_s")
+            vs_compile = tps / ref if engine == "jtok" and tps and ref else None
+            yield [engine, mode, LABEL[model], fmt(tps, ",.0f"), fmt(r.get("mfu"), ".3f"),
+                   fmt(mem / 1024 if mem else None, ".1f"), fmt(vs_dense, ".3f"), fmt(vs_compile, ".3f")]
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: gpu_train_peer_table.py DIR")
+    table = runs(sys.argv[1])
+    if not table:
+        sys.exit(f"gpu_train_peer_table.py: no results in {sys.argv[1]}")
+    lines = [r for by_model in table.values() for r in by_model.values()]
+    device = lines[0].get("device_name", "?") if lines else "?"
+    print(f"config b, 16 x 1024 tokens a step, {device}\n")
+    print("| engine | mode | model | tokens/s | MFU | peak GiB | / dense | ours / compile |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for row in rows(table):
+        print("| " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

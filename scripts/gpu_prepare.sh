@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Packs what one GPU session needs and the GPU host lacks into one ignored directory that the
+# device run carries (docs/cuda.md, "Running on a GPU host"): the CUDA bundle (scripts/cuda_bundle.sh:
+# jtok, test_cuda_ops, bench_cuda_attention and their shared libraries) and the first tokens of the
+# training shards, enough for STEPS steps of 16 x 1024 (the GPU host has no data/).
+#   bash scripts/gpu_prepare.sh [--build DIR | --bundle FILE] [--data DIR] [--steps N] [--out DIR]
+# Defaults: --build build (a fresh cuda-bundle.tar.gz packed there from its binaries: build them
+# first, `cmake --build build --target jtok test_cuda_ops bench_cuda_attention`; --bundle takes a
+# bundle packed before instead), --data data/train (from
+# scripts/prepare_data.sh), --steps 40, --out build/gpu-session. Writes OUT/cuda-bundle.tar.gz and
+# OUT/shards/: the first STEPS x 16 x 1025 tokens of DATA's shards, in order (its first shards
+# whole, the last one cut), so the loader's stream over them starts with the same windows as over
+# DATA (and tokens_fnv1a equals a run's on DATA for up to STEPS steps). The run tool's carry is limited to 64 MiB: this stops
+# if OUT is over 50 MiB.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=build; BUNDLE=""; DATA=data/train; STEPS=40; OUT=build/gpu-session
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) B=$2; shift 2 ;;
+    --bundle) BUNDLE=$2; shift 2 ;;
+    --data) DATA=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    *) echo "usage: $0 [--build DIR | --bundle FILE] [--data DIR] [--steps N] [--out DIR]" >&2; exit 2 ;;
+  esac
+done
+[ -d "$DATA" ] || { echo "gpu_prepare.sh: no token shards in $DATA (bash scripts/prepare_data.sh writes data/train)" >&2; exit 1; }
+if [ -z "$BUNDLE" ]; then
+  bash scripts/cuda_bundle.sh "$B" || exit 1
+  BUNDLE=$B/cuda-bundle.tar.gz
+fi
+[ -f "$BUNDLE" ] || { echo "gpu_prepare.sh: no bundle $BUNDLE" >&2; exit 1; }
+commit=$(tar xzf "$BUNDLE" -O bundle/commit 2>/dev/null || true)
+[ "$commit" = "$(git rev-parse HEAD 2>/dev/null)" ] ||
+  echo "gpu_prepare.sh: note: the bundle is of commit ${commit:-unknown}, the tree is at $(git rev-parse --short HEAD 2>/dev/null)"
+rm -rf "$OUT"; mkdir -p "$OUT/shards"
+cp "$BUNDLE" "$OUT/cuda-bundle.tar.gz"
+# 16 sequences of 1024 a step; the loader cuts windows of T + 1 tokens (input and shifted labels).
+PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
+PYTHONPATH=tests/reference "$PY" - "$DATA" "$OUT/shards" "$((STEPS * 16 * 1025))" <<'PY'
+import os, sys
+import numpy as np
+from shards import open_shards, write_shard
+data, out, need = sys.argv[1], sys.argv[2], int(sys.argv[3])
+vocab = 50257  # the bench configs' vocabulary; the shard header records it
+left = need
+for i, shard in enumerate(open_shards(data, vocab)):  # every shard of DATA in order, headers checked
+    if left <= 0:
+        break
+    tokens = np.asarray(shard[:left])   # whole shards, the last one cut: the loader's windows are the same
+    write_shard(os.path.join(out, f"train_{i:06d}.bin"), tokens, vocab)
+    left -= len(tokens)
+if left > 0:
+    sys.exit(f"gpu_prepare.sh: {data} holds {need - left} tokens, {need} wanted (fewer --steps?)")
+print(f"gpu_prepare.sh: {out}: {need} tokens from {data}")
+PY
+size=$(du -sm "$OUT" | cut -f1)
+[ "$size" -le 50 ] || { echo "gpu_prepare.sh: $OUT is $size MiB, over the 50 MiB a carry may take" >&2; exit 1; }
+echo "gpu_prepare.sh: $OUT ($(du -sh "$OUT" | cut -f1)); on the device: bash scripts/gpu_session.sh --dir $OUT"

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The one script a GPU session runs (issue 39; docs/cuda.md, "Running on a GPU host"). Prepared
+# here by scripts/gpu_prepare.sh (the CUDA bundle + a few token shards in build/gpu-session, which
+# the device run carries); there, in the repository root:
+#   bash scripts/gpu_session.sh [--dir build/gpu-session] [--steps "tests peer attention"] [--dry-run]
+# Steps, each killed after its time box so one hang does not eat the session:
+#   tests      scripts/test_cuda.sh on the bundle: test_cuda_ops, --device cuda's check,
+#              compute-sanitizer memcheck + racecheck (box 180 s)
+#   peer       bench/gpu_train_peer.sh: ours (jtok bench-train --device cuda, where built) and the
+#              PyTorch peer, config b, dense / +JTok / +JTok-M, eager and compile (box 270 s; the
+#              script itself starts no run after 240 s and cuts each run to what is left, so its
+#              table comes out)
+#   attention  the bundle's bench_cuda_attention, config b's shape (box 30 s)
+# At most 480 s with every box spent (docs/cuda.md has the estimate).
+# Every log goes under $OUT (the device run brings back what is there; default
+# bench-out/gpu-session here): session.log (all of this output), nvidia-smi.txt, tests/,
+# peer/ (one JSON line and one log per run, table.md), attention.json, summary.txt.
+# --dry-run checks the inputs, unpacks the bundle and prints each step's command (the peer's runs
+# too, through its own --dry-run) without running anything.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+DIR=build/gpu-session; STEPS="tests peer attention"; DRY=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dir) DIR=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --dry-run) DRY=1; shift ;;
+    *) echo "usage: $0 [--dir DIR] [--steps \"tests peer attention\"] [--dry-run]" >&2; exit 2 ;;
+  esac
+done
+OUT=${OUT:-bench-out/gpu-session}
+BUNDLE=$DIR/cuda-bundle.tar.gz
+[ -f "$BUNDLE" ] || { echo "gpu_session.sh: no $BUNDLE (bash scripts/gpu_prepare.sh makes it; carry $DIR)" >&2; exit 2; }
+[ -d "$DIR/shards" ] || { echo "gpu_session.sh: no $DIR/shards (bash scripts/gpu_prepare.sh makes them)" >&2; exit 2; }
+mkdir -p "$OUT"
+exec > >(tee "$OUT/session.log") 2>&1
+START=$SECONDS
+
+# The bundle beside the repository; its libraries only for its binaries (not for python3's torch).
+U=$(mktemp -d); trap 'rm -rf "$U"' EXIT
+tar xzf "$BUNDLE" -C "$U"
+LIBS="$U/bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda-13.0/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$LIBS" "$U/bundle/bin/jtok" > "$U/jtok"
+chmod +x "$U/jtok"
+echo "gpu_session.sh: $(date -u '+%F %T') UTC, bundle of commit $(cat "$U/bundle/commit" 2>/dev/null || echo unknown)," \
+     "tree $(git rev-parse --short HEAD 2>/dev/null || echo 'without .git')"
+if [ "$DRY" = 0 ]; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | tee "$OUT/nvidia-smi.txt"
+  nvidia-smi >> "$OUT/nvidia-smi.txt" 2>&1 || true
+  python3 -c 'import torch; print("python3: torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())' 2>&1 | tail -n 1
+fi
+
+declare -A RESULT SECS
+step() {  # step NAME BOX CMD...: runs CMD killed after BOX seconds, records its result
+  local name=$1 box=$2; shift 2
+  echo; echo "== $name (time box $box s): $*"
+  if [ "$DRY" = 1 ]; then
+    RESULT[$name]="dry run"; SECS[$name]=0
+    [ "$name" = peer ] && "$@" --dry-run
+    return
+  fi
+  local t0=$SECONDS rc=0
+  timeout "$box" "$@" || rc=$?
+  SECS[$name]=$((SECONDS - t0))
+  case $rc in
+    0) RESULT[$name]=passed ;;
+    124) RESULT[$name]="KILLED at its $box s box" ;;
+    *) RESULT[$name]="FAILED (rc $rc)" ;;
+  esac
+  echo "== $name: ${RESULT[$name]} in ${SECS[$name]} s"
+}
+
+for s in $STEPS; do
+  case "$s" in
+    tests) step tests 180 env JTOK_CUDA_BUNDLE="$BUNDLE" JTOK_CUDA_LOGS="$OUT/tests" bash scripts/test_cuda.sh ;;
+    peer) step peer 270 bash bench/gpu_train_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/peer" \
+            --budget 240 --timeout 120 ;;
+    attention)
+      if [ -x "$U/bundle/bin/bench_cuda_attention" ]; then
+        # shellcheck disable=SC2016  # $1.. are the inner shell's arguments
+        step attention 30 sh -c 'LD_LIBRARY_PATH="$1" "$2" > "$3"; rc=$?; cat "$3"; exit $rc' sh \
+          "$LIBS" "$U/bundle/bin/bench_cuda_attention" "$OUT/attention.json"
+      else
+        echo; echo "== attention: the bundle has no bench_cuda_attention"; RESULT[attention]="not in the bundle"; SECS[attention]=0
+      fi ;;
+    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention)" >&2; exit 2 ;;
+  esac
+done
+
+{
+  echo "gpu_session.sh summary: $((SECONDS - START)) s in all"
+  for s in $STEPS; do printf '  %-10s %-28s %4s s\n' "$s" "${RESULT[$s]:-not run}" "${SECS[$s]:-0}"; done
+  if [ -f "$OUT/tests/cuda_ops.log" ]; then
+    echo "cuda cases: $(grep -c '^cuda case' "$OUT/tests/cuda_ops.log") lines, $(grep -c 'FAILED\|Failure' "$OUT/tests/cuda_ops.log") failures"
+  fi
+  [ -f "$OUT/peer/table.md" ] && cat "$OUT/peer/table.md"
+} | tee "$OUT/summary.txt"
+for s in $STEPS; do
+  case "${RESULT[$s]:-}" in passed|"dry run"|"not in the bundle") ;; *) exit 1 ;; esac
+done
+exit 0

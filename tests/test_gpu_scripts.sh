@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The GPU session's scripts, checked without a GPU (docs/cuda.md, "Running on a GPU host"):
+# - train_bench.py's device path (device_step: autocast, no read-back until the step is timed) on
+#   the CPU gives the plain path's losses for dense, JTok and JTok-M, and its line has the device
+#   fields (mfu from --peak-tflops); --compile on a torch without torch.compile and --fused-adamw
+#   off cuda fail naming the option.
+# - bench/gpu_train_peer.sh on a small config on the CPU (--device cpu, bf16 autocast): one JSON
+#   line per run, a jtok that says "not built yet" is reported and the script goes on, and the table
+#   has every row, the dense one at ratio 1.000 ("-" rows for runs that failed); on made-up lines,
+#   the table's ratios (to dense, ours / compile) and jtok's rows (base = dense, variants by label).
+# - scripts/gpu_prepare.sh cuts the first STEPS x 16 x 1025 tokens into the session directory
+#   (the loader's windows unchanged) and refuses too few tokens; scripts/gpu_session.sh --dry-run
+#   on that directory prints every step, and without a bundle names the file it wants.
+set -euo pipefail
+ROOT=${JTOK_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$ROOT"
+T=$(mktemp -d)
+if [ -n "${KEEP:-}" ]; then echo "test_gpu_scripts.sh: files kept in $T"; else trap 'rm -rf "$T"' EXIT; fi
+export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE PYTHONPATH="$ROOT/tests/reference"
+PY=/usr/bin/python3
+cat > "$T/cfg.json" <<JSON
+{ "model_type": "jtok_dense", "vocab_size": 500, "hidden_size": 32, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 32,
+  "jtokm_n_e": 4, "jtokm_top_k": 2, "seq_len": 16, "micro_batch_size": 2, "max_steps": 10 }
+JSON
+"$PY" - "$T" <<'PY'
+import sys, numpy as np
+from shards import write_shard
+rng = np.random.default_rng(39)
+write_shard(f"{sys.argv[1]}/train_a.bin", rng.integers(0, 500, 12000), 500)
+write_shard(f"{sys.argv[1]}/train_b.bin", rng.integers(0, 500, 9000), 500)
+PY
+mkdir -p "$T/data" && mv "$T"/train_*.bin "$T/data/"
+
+# 1. The device path against the plain one.
+TB=("$PY" tests/reference/train_bench.py --config "$T/cfg.json" --data "$T/data" --steps 2 --warmup 1)
+for v in dense jtok jtokm; do
+  flag=(); [ $v = dense ] || flag=("--$v")
+  "${TB[@]}" "${flag[@]}" > "$T/plain_$v.json" 2> /dev/null
+  "${TB[@]}" "${flag[@]}" --attention sdpa --peak-tflops 0.001 > "$T/device_$v.json" 2> /dev/null
+done
+"$PY" - "$T" <<'PY'
+import json, sys
+d = sys.argv[1]
+for v in ("dense", "jtok", "jtokm"):
+    plain, dev = (json.load(open(f"{d}/{k}_{v}.json")) for k in ("plain", "device"))
+    assert "device" not in plain and "mfu" not in plain, plain       # the CPU line as before
+    assert abs(plain["final_loss"] - dev["final_loss"]) < 1e-3, (v, plain["final_loss"], dev["final_loss"])
+    assert plain["tokens_fnv1a"] == dev["tokens_fnv1a"]
+    for k in ("device", "amp", "compile", "fused_adamw", "attention", "flops_per_token", "tflops", "mfu", "matmul_params"):
+        assert k in dev, (v, k)
+    # 6 N + 12 L T d; the tables are not in N: JTok's and JTok-M's N exceed dense's by scales / routers only
+    assert dev["flops_per_token"] == 6 * dev["matmul_params"] + 12 * 2 * 16 * 32, dev
+    assert dev["mfu"] > 0 and dev["peak_tflops"] == 0.001
+    if dev["attention"] == "manual":
+        assert "scaled_dot_product_attention" in dev["attention_note"], dev
+dense, jtokm = (json.load(open(f"{d}/device_{v}.json")) for v in ("dense", "jtokm"))
+assert jtokm["matmul_params"] - dense["matmul_params"] == 2 * (4 * 32 + 32), (jtokm["matmul_params"], dense["matmul_params"])
+print("device path OK")
+PY
+if ! "$PY" -c 'import torch, sys; sys.exit(0 if hasattr(torch, "compile") else 1)'; then
+  "${TB[@]}" --compile > /dev/null 2> "$T/err" && { echo "--compile without torch.compile succeeded"; exit 1; }
+  grep -q "has no torch.compile" "$T/err" || { cat "$T/err"; exit 1; }
+fi
+"${TB[@]}" --fused-adamw > /dev/null 2> "$T/err" && { echo "--fused-adamw on the CPU succeeded"; exit 1; }
+grep -q "fused-adamw.*needs --device cuda" "$T/err" || { cat "$T/err"; exit 1; }
+
+# 2. bench/gpu_train_peer.sh on the CPU, with a jtok that has no CUDA trainer.
+printf '#!/bin/sh\necho "jtok: error: --device cuda: found NVIDIA H200, but the CUDA trainer is not built yet" >&2\nexit 1\n' > "$T/jtok"
+chmod +x "$T/jtok"
+rc=0
+PYTHON=$PY bash bench/gpu_train_peer.sh --data "$T/data" --jtok "$T/jtok" --out "$T/peer" --device cpu \
+  --config "$T/cfg.json" --batch 2 --steps 2 --warmup 1 --modes "eager compile" > "$T/peer.out" 2>&1 || rc=$?
+grep -q "ours: jtok: error: .*not built yet" "$T/peer.out" || { cat "$T/peer.out"; exit 1; }
+"$PY" - "$T" "$rc" <<'PY'
+import json, sys
+d, rc = sys.argv[1], int(sys.argv[2])
+for v in ("dense", "jtok", "jtokm"):
+    line = json.load(open(f"{d}/peer/peer_eager_{v}.json"))
+    assert line["amp"] == "bf16" and line["device"] == "cpu" and line["jtokm"] == (v == "jtokm"), line
+    if v == "jtokm":
+        assert line["jtokm_n_e"] == 5 and line["jtokm_top_k"] == 2, line   # the bench's n_e 5, K 2
+table = open(f"{d}/peer/table.md").read().splitlines()
+rows = [r.split(" | ") for r in table if r.startswith("| pytorch")]
+assert [(r[1], r[2]) for r in rows] == [(m, x) for m in ("eager", "compile") for x in ("dense", "+JTok", "+JTok-M (n_e 5, K 2)")], rows
+eager_dense = rows[0]
+assert eager_dense[6] == "1.000" and eager_dense[3] != "-", eager_dense
+compiled = all(r[3] != "-" for r in rows[3:])
+assert rc == (0 if compiled else 1), (rc, rows)   # a failed run (no torch.compile here) fails the script
+assert not any(r.startswith("| jtok") for r in table), table   # no trainer: no rows of ours
+print("gpu_train_peer.sh OK")
+PY
+# The table with ours: jtok's base line is "dense", its variants by label; ours / compile per model.
+mkdir -p "$T/tab"
+echo '{"tokens_per_s": 400000, "mfu": 0.42, "peak_mem_mb": 20480, "device_name": "NVIDIA H200"}' > "$T/tab/peer_compile_dense.json"
+echo '{"tokens_per_s": 200000}' > "$T/tab/peer_compile_jtokm.json"
+: > "$T/tab/peer_compile_jtok.json"   # a run that failed
+printf '%s\n' '{"tokens_per_s": 440000, "mfu": 0.46}' '{"variant": "jtok", "tokens_per_s": 431200}' \
+  '{"variant": "jtokm", "tokens_per_s": 418000}' > "$T/tab/ours.json"
+"$PY" bench/gpu_train_peer_table.py "$T/tab" > "$T/tab.md"
+for row in "| pytorch | compile | dense | 400,000 | 0.420 | 20.0 | 1.000 | - |" \
+           "| pytorch | compile | +JTok | - | - | - | - | - |" \
+           "| pytorch | compile | +JTok-M (n_e 5, K 2) | 200,000 | - | - | 0.500 | - |" \
+           "| jtok | cuda | dense | 440,000 | 0.460 | - | 1.000 | 1.100 |" \
+           "| jtok | cuda | +JTok | 431,200 | - | - | 0.980 | - |" \
+           "| jtok | cuda | +JTok-M (n_e 5, K 2) | 418,000 | - | - | 0.950 | 2.090 |"; do
+  grep -qF -- "$row" "$T/tab.md" || { echo "table: no row '$row'"; cat "$T/tab.md"; exit 1; }
+done
+grep -q "NVIDIA H200" "$T/tab.md"
+
+# 3. gpu_prepare.sh and gpu_session.sh --dry-run.
+mkdir -p "$T/build/x/bundle/bin" && printf "fake\n" > "$T/build/x/bundle/bin/jtok"
+tar czf "$T/build/cuda-bundle.tar.gz" -C "$T/build/x" bundle
+"$PY" - "$T" <<'PY'
+import sys, numpy as np
+from shards import write_shard
+write_shard(f"{sys.argv[1]}/big.bin", np.random.default_rng(1).integers(0, 50257, 20000), 50257)
+PY
+mkdir -p "$T/corpus" && mv "$T/big.bin" "$T/corpus/train_000000.bin"
+bash scripts/gpu_prepare.sh --bundle "$T/build/cuda-bundle.tar.gz" --data "$T/corpus" --steps 1 --out "$T/session" > /dev/null
+"$PY" - "$T" <<'PY'
+import sys, numpy as np
+from shards import SequentialBatches, open_shards
+d = sys.argv[1]
+cut, full = open_shards(f"{d}/session/shards"), open_shards(f"{d}/corpus")
+assert len(cut) == 1 and len(cut[0]) == 16 * 1025 and (np.asarray(cut[0]) == np.asarray(full[0][:16 * 1025])).all()
+a, b = SequentialBatches(cut, 16, 1024).next(), SequentialBatches(full, 16, 1024).next()
+assert (a[0] == b[0]).all() and (a[1] == b[1]).all()
+print("gpu_prepare.sh OK")
+PY
+bash scripts/gpu_prepare.sh --bundle "$T/build/cuda-bundle.tar.gz" --data "$T/corpus" --steps 2 --out "$T/s2" > /dev/null 2> "$T/err" &&
+  { echo "gpu_prepare.sh: 2 steps from 20000 tokens succeeded"; exit 1; }
+grep -q "holds 20000 tokens, 32800 wanted" "$T/err" || { cat "$T/err"; exit 1; }
+OUT=$T/dry bash scripts/gpu_session.sh --dir "$T/session" --dry-run > "$T/dry.out" 2>&1 || { cat "$T/dry.out"; exit 1; }
+for s in "== tests" "JTOK_CUDA_BUNDLE=$T/session/cuda-bundle.tar.gz" "== peer" "--compile --jtokm" "== attention" "summary"; do
+  grep -qF -- "$s" "$T/dry.out" || { echo "gpu_session.sh --dry-run: no '$s'"; cat "$T/dry.out"; exit 1; }
+done
+[ -f "$T/dry/session.log" ] && [ -f "$T/dry/summary.txt" ]
+rc=0; OUT=$T/none bash scripts/gpu_session.sh --dir "$T/nothing" --dry-run 2> "$T/err" || rc=$?
+if [ $rc != 2 ] || ! grep -q "no $T/nothing/cuda-bundle.tar.gz" "$T/err"; then echo "rc $rc"; cat "$T/err"; exit 1; fi
+echo "gpu_session.sh OK"
