@@ -1,5 +1,6 @@
-// `jtok parity`: runs the engine on given weights and batch and writes logits, losses, gradients
-// (LM loss and MoE aux loss apart) and final weights, for comparison with the PyTorch reference (tests/test_parity_dense.py).
+// `jtok parity`: runs the trainer's own steps (TrainSteps) on given weights and batch and writes
+// logits, losses, gradients (LM loss and MoE aux loss apart) and final weights, for comparison with
+// the PyTorch reference (tests/test_parity_dense.py).
 #include <cstdio>
 #include <cstring>
 
@@ -10,6 +11,7 @@
 #include "model/weights_io.h"
 #include "train/config.h"
 #include "train/optimizer.h"
+#include "train/trainer.h"
 
 namespace {
 
@@ -59,51 +61,63 @@ jtok::StTensor real_logits(const jtok::Activations& acts, const jtok::ModelConfi
   return jtok::st_f32({B, T, V}, logits.data());
 }
 
-// One optimizer step over the M micro-batches; step 0 also puts its logits and gradients into out.
-void parity_step(jtok::Model& m, jtok::AdamWState& opt, jtok::Activations& acts, const jtok::Config& cfg,
-                 const ParityBatch& pb, int64_t s, jtok::StFile& out, ParitySeries& series) {
+// The batch's micro-batches in the order the trainer reads them: step s's M of batch s % S.
+jtok::BatchSource parity_source(const ParityBatch& pb, int64_t& served) {
+  jtok::BatchSource source;
+  source.next = [&pb, &served](int32_t* x, int32_t* y, int64_t, int64_t) {
+    const int64_t s = served / pb.M, mb = served % pb.M;
+    const size_t n = static_cast<size_t>(pb.B * pb.T);
+    std::memcpy(x, pb.inputs(s, mb), n * sizeof(int32_t));
+    std::memcpy(y, pb.labels(s, mb), n * sizeof(int32_t));
+    ++served;
+  };
+  return source;
+}
+
+// The trainer's own steps (TrainSteps); step 0's logits (one forward on the first micro-batch)
+// and gradients also go into out.
+void run_parity_steps(jtok::TrainSteps& steps, const ParityBatch& pb, jtok::StFile& out, ParitySeries& series) {
   using namespace jtok;
-  zero_grads(m);
-  double loss = 0, aux = 0, jaux = 0;
-  const int64_t M = pb.M;
-  for (int64_t mb = 0; mb < M; ++mb) {
-    const int32_t* xs = pb.inputs(s, mb);
-    forward(m, acts, xs, pb.B, pb.T);
-    if (s == 0 && mb == 0) out.tensors["logits"] = real_logits(acts, cfg.model, pb.B, pb.T);
-    loss += backward(m, acts, xs, pb.labels(s, mb), 1.0f / static_cast<float>(M)) / M;
-    aux += acts.moe_aux_loss / M;
-    jaux += acts.jtokm_aux_loss / M;
+  for (int64_t s = 0; s < args.steps; ++s) {
+    if (s == 0) {
+      Activations acts;
+      forward(steps.model(), acts, pb.inputs(0, 0), pb.B, pb.T);
+      out.tensors["logits"] = real_logits(acts, steps.model().cfg, pb.B, pb.T);
+    }
+    steps.compute_gradients();
+    if (s == 0)
+      for (auto& [k, t] : grads_to_st(steps.model(), "grad.").tensors) out.tensors[k] = t;
+    const TrainSteps::Result r = steps.apply();
+    series.losses.push_back(static_cast<float>(r.loss));
+    series.auxes.push_back(static_cast<float>(r.moe_aux));
+    series.jauxes.push_back(static_cast<float>(r.jtokm_aux));
+    series.norms.push_back(static_cast<float>(r.grad_norm));
+    series.lrs.push_back(static_cast<float>(r.lr));
   }
-  if (s == 0)
-    for (auto& [k, t] : grads_to_st(m, "grad.").tensors) out.tensors[k] = t;
-  StepStats st = optimizer_step(m, opt, cfg.train);
-  series.losses.push_back(static_cast<float>(loss));
-  series.auxes.push_back(static_cast<float>(aux));
-  series.jauxes.push_back(static_cast<float>(jaux));
-  series.norms.push_back(static_cast<float>(st.grad_norm));
-  series.lrs.push_back(static_cast<float>(st.lr));
 }
 
 void run() {
   using namespace jtok;
-  Config cfg = load_config(args.config);
-  Model m = make_model(cfg.model, cfg.train.seed);
-  load_weights(m, read_safetensors(args.weights), args.weights);
   const ParityBatch pb = read_parity_batch(args.batch);
-  AdamWState opt = make_adamw_state(m);
-  Activations acts;
-  acts.row_sync = table_row_sync(m, opt);
+  Config cfg = load_config(args.config);  // the batch's shape is the step's
+  cfg.train.gradient_accumulation_steps = pb.M, cfg.train.micro_batch_size = pb.B, cfg.train.seq_len = pb.T;
+  validate(cfg, args.config + " with the shape of " + args.batch);
+  int64_t served = 0;
+  BatchSource source = parity_source(pb, served);
+  const TrainOptions opt;
+  TrainSteps steps(cfg, opt, source);
+  load_weights(steps.model(), read_safetensors(args.weights), args.weights);
   ParitySeries series;
   StFile out;
-  for (int64_t s = 0; s < args.steps; ++s) parity_step(m, opt, acts, cfg, pb, s, out, series);
+  run_parity_steps(steps, pb, out, series);
   const int64_t S = args.steps;
   out.tensors["loss"] = st_f32({S}, series.losses.data());
   out.tensors["aux_loss"] = st_f32({S}, series.auxes.data());  // MoE load-balancing loss (0 for dense)
   out.tensors["jtokm_aux_loss"] = st_f32({S}, series.jauxes.data());  // JTok-M load-balancing loss (0 without it)
   out.tensors["grad_norm"] = st_f32({S}, series.norms.data());
   out.tensors["lr"] = st_f32({S}, series.lrs.data());
-  sync_tables(m, opt);
-  for (auto& [k, t] : weights_to_st(m).tensors) out.tensors["final." + k] = t;
+  sync_tables(steps.model(), steps.optimizer_state());
+  for (auto& [k, t] : weights_to_st(steps.model()).tensors) out.tensors["final." + k] = t;
   write_safetensors(args.out, out);
   std::printf("parity: %lld steps, loss %.6f -> %.6f, wrote %s\n", static_cast<long long>(S), series.losses.front(),
               series.losses.back(), args.out.c_str());

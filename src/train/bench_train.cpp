@@ -129,7 +129,7 @@ void train_step(Bench& b, const StepTokens& tokens, bool timed) {
                                                                                   : MatmulPrecision::fp32);
   b.tokens = &tokens;
   b.next_micro_batch = 0;
-  b.loss = b.steps->step();
+  b.loss = b.steps->step().loss;
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (timed) {
     b.step_ms.push_back(1e3 * dt);

@@ -1,5 +1,7 @@
 // TrainSteps: the trainer's set-up and step without a run directory (train/trainer.h).
 #include "train/trainer.h"
+
+#include "core/error.h"
 #include "train/trainer_run.h"
 
 namespace jtok {
@@ -14,12 +16,16 @@ TrainSteps::TrainSteps(const Config& cfg, const TrainOptions& opt, BatchSource& 
 
 TrainSteps::~TrainSteps() = default;
 
-double TrainSteps::step() {
-  const StepSums s = forward_backward(*run_, steps_);
+void TrainSteps::compute_gradients() { sums_ = std::make_unique<StepSums>(forward_backward(*run_, steps_)); }
+
+TrainSteps::Result TrainSteps::apply() {
+  JTOK_CHECK(sums_ != nullptr, "TrainSteps::apply without compute_gradients");
   StepStats st;
-  apply_or_skip(*run_, steps_, s, st);  // not finite: throws (no step may be skipped here)
+  apply_or_skip(*run_, steps_, *sums_, st);  // not finite: throws (no step may be skipped here)
   ++steps_;
-  return s.loss;
+  const StepSums s = *sums_;
+  sums_.reset();
+  return {.loss = s.loss, .moe_aux = s.moe_aux, .jtokm_aux = s.jtokm_aux, .grad_norm = st.grad_norm, .lr = st.lr};
 }
 
 Model& TrainSteps::model() { return run_->model; }

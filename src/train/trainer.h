@@ -80,6 +80,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
 struct Model;
 struct AdamWState;
 struct TrainRun;
+struct StepSums;
 
 // A run's steps without its run directory, log, validation or checkpoints (`jtok bench-train`):
 // the model, its tables and optimizer state made as a fresh `train` makes them (opt.tables and
@@ -90,15 +91,26 @@ class TrainSteps {
   ~TrainSteps();
   TrainSteps(const TrainSteps&) = delete;
   TrainSteps& operator=(const TrainSteps&) = delete;
-  // The next step: forward and backward of every micro-batch data gives, then the optimizer. Its
-  // loss (the mean over the micro-batches); a step whose loss or gradient is not finite throws.
-  double step();
+  // The figures of one step: its loss and aux losses (means over the micro-batches), and the
+  // optimizer's gradient norm and learning rate.
+  struct Result {
+    double loss = 0, moe_aux = 0, jtokm_aux = 0, grad_norm = 0, lr = 0;
+  };
+  // The next step: forward and backward of every micro-batch data gives (the gradients then in the
+  // model), then the optimizer; a step whose loss or gradient is not finite throws.
+  void compute_gradients();
+  Result apply();
+  Result step() {
+    compute_gradients();
+    return apply();
+  }
   Model& model();
   AdamWState& optimizer_state();
 
  private:
   std::unique_ptr<TrainRun> run_;
   int64_t steps_ = 0;
+  std::unique_ptr<StepSums> sums_;  // compute_gradients' sums, until apply
 };
 
 // Installs a SIGINT/SIGTERM handler that asks the loop to stop after the current step.
