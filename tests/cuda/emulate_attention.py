@@ -4,7 +4,7 @@
 # line by line in fp64 without bf16 rounding, against a plain attention: their indexing, masks, loops
 # and block bookkeeping give the reference to ~1e-15 (a race or a wrong barrier is not modelled:
 # compute-sanitizer racecheck on the GPU checks those). Keep in step with the kernels.
-#   python3 tests/cuda/emulate_attention.py     (about half a minute; one line per shape)
+#   /usr/bin/python3 tests/cuda/emulate_attention.py     (about half a minute; one line per shape)
 import numpy as np
 lane = np.arange(32); G = lane // 4; Tq = lane % 4
 LOG2E, LN2 = 1.4426950408889634, 0.6931471805599453  # the tensor-core kernels' softmax runs in base 2
