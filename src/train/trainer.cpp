@@ -28,7 +28,7 @@ namespace jtok {
 TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data, ValSource* val) {
   TrainRun r(cfg, opt, data, val);
   claim_run_directory(r);   // rank 0 locks and claims out_dir; every rank starts its watchdog
-  make_or_resume_model(r);  // the tables placed; fresh, --init-from, or the newest checkpoint (weights, loader, RNG)
+  make_or_resume_model(r);  // tables placed; fresh, --init-from, or the newest checkpoint (weights, loader, RNG)
   open_run_log(r);          // log.jsonl; a fresh run's "start" line
   prepare_step_buffers(r);  // batch buffers, activations, gradient buckets; the placement's report
   for (int64_t step = r.start_step; step < r.train_cfg.max_steps; ++step) {
@@ -112,7 +112,8 @@ void install_stop_handler() {
 
 TrainRun::TrainRun(const Config& c, const TrainOptions& o, BatchSource& d, ValSource* v)
     : cfg(c), train_cfg(c.train), opt(o), data(d), val(v), lead(dist::rank() == 0),
-      share(dist::batch_share(c.train.micro_batch_size, c.train.gradient_accumulation_steps, dist::rank(), dist::world_size())), faults(fault_injection_from_env()) {}
+      share(dist::batch_share(c.train.micro_batch_size, c.train.gradient_accumulation_steps, dist::rank(), dist::world_size())),
+      faults(fault_injection_from_env()) {}
 
 void claim_run_directory(TrainRun& r) {
   if (r.lead) {
