@@ -20,7 +20,11 @@ if command -v ccache > /dev/null; then  # a second run on the same machine rebui
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 fi
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" > /dev/null
+# The CUDA kernels only where a GPU can run them: on a machine without one the main job skips their
+# compile (the test command, scripts/test.sh, builds them wherever nvcc is).
+cuda=OFF
+nvidia-smi -L > /dev/null 2>&1 && cuda=AUTO
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DJTOK_CUDA=$cuda "${launcher[@]}" > /dev/null
 cmake --build build -j2 --target jtok
 [ -n "$(ls data/train/*.bin 2>/dev/null)" ] && [ -n "$(ls data/val/*.bin 2>/dev/null)" ] || bash scripts/prepare_data.sh
 rm -rf "$OUT"

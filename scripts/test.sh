@@ -17,7 +17,9 @@ if command -v ccache > /dev/null; then  # a second run on the same machine rebui
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CMAKE_CXX_COMPILER_LAUNCHER=ccache  # the last for fuzz.sh
 fi
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${launcher[@]}"
+# JTOK_CUDA=AUTO: the CUDA kernels and their tests compiled wherever nvcc is (run_main.sh may have
+# configured this build without them on a machine with no GPU).
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DJTOK_CUDA=${JTOK_CUDA:-AUTO} "${launcher[@]}"
 cmake --build build -j2
 # Every parser fuzzed for a short fixed time under ASan + UBSan (libFuzzer, clang): fails on a crash.
 # A fixed seed: long random-seed campaigns (scripts/fuzz.sh 600) look for new bugs, not CI.
