@@ -13,16 +13,18 @@ namespace {
 jtok::BenchTrainOptions args;
 std::string device = "cpu";
 
-// --device cuda: a device must be present (or an error naming the driver / runtime seen); the
-// CUDA trainer itself is not built yet (issue 39), so even then this stops here, saying so.
-void check_cuda_device() {
+// --device cuda: a device must be present (or an error naming the driver / runtime seen); MFU
+// against its bf16 tensor-core peak unless --peak-gflops says otherwise.
+void use_cuda_device() {
   const jtok::cuda::DeviceInfo d = jtok::cuda::require_cuda_device();
-  jtok::fail("--device cuda: found ", jtok::cuda::describe(d),
-             ", but the CUDA trainer is not built yet (--device cpu trains on the CPU)");
+  std::fprintf(stderr, "device: %s\n", jtok::cuda::describe(d).c_str());
+  if (args.peak_gflops <= 0) args.peak_gflops = d.bf16_peak_tflops * 1e3;
+  args.device = "cuda";
 }
 
 void run() {
-  if (device == "cuda") check_cuda_device();
+  if (device == "cuda") use_cuda_device();
+  else args.device = device;
   // The same count `train` and `jtok flops` use: 6 per weight per token (LM head included, activated
   // experts only), attention as the full causal square our kernels compute, JTok's element-wise work.
   args.flops_per_token = [](const jtok::Config& c) {
@@ -39,12 +41,15 @@ void setup(CLI::App* sub) {
                   "(repeatable)");
   sub->add_option("--steps", args.steps, "timed steps")->check(CLI::PositiveNumber);
   sub->add_option("--warmup", args.warmup, "untimed steps first");
-  sub->add_option("--peak-gflops", args.peak_gflops, "fp32 peak of the machine, for MFU");
+  sub->add_option("--peak-gflops", args.peak_gflops,
+                  "peak of the machine for MFU, GFLOP/s (--device cuda: default the GPU's bf16 tensor-core peak)");
   sub->add_option("--data", args.data, "token shards: a directory of *.bin or one shard (default data/train)");
   sub->add_flag("--random-ids", args.random_ids,
                 "one batch of uniform random ids reused every step instead of the shards (shape-only studies)");
-  sub->add_option("--device", device, "where the model trains: cpu (default) or cuda (an NVIDIA GPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--device", device,
+                  "where the model trains: cpu (default) or cuda (an NVIDIA GPU); loopback (tests): the GPU "
+                  "trainer's path with the CPU engine as its device")
+      ->check(CLI::IsMember({"cpu", "cuda", "loopback"}));
   sub->callback(run);
 }
 

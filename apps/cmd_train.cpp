@@ -177,6 +177,17 @@ jtok::ValSource val_source(const jtok::ValidationSet& valset, size_t& val_i) {
   return val;
 }
 
+// --device cuda: the GPU (or an error naming the driver / runtime seen) and its bf16 tensor-core peak,
+// the MFU denominator (--peak-gflops overrides it).
+void set_gpu_peak(jtok::TrainOptions& opt, const std::string& precision) {
+  const jtok::cuda::DeviceInfo d = jtok::cuda::require_cuda_device();
+  std::printf("device: %s\n", jtok::cuda::describe(d).c_str());
+  std::printf("precision: %s on the GPU (%s)\n", precision.c_str(),
+              precision == "bf16" ? "bf16 copies of the fp32 master weights, fp32 accumulation" : "fp32 throughout");
+  opt.peak_gflops = args.peak_gflops >= 0 ? args.peak_gflops : d.bf16_peak_tflops * 1e3;
+  opt.extra_report["gpu"] = jtok::cuda::describe(d);
+}
+
 // The trainer's options from the command line, the precision set up (and printed) and the peak measured.
 jtok::TrainOptions train_options(const jtok::Config& cfg, const jtok::FlopsReport& fr, const std::string& init_from) {
   using namespace jtok;
@@ -198,28 +209,26 @@ jtok::TrainOptions train_options(const jtok::Config& cfg, const jtok::FlopsRepor
   opt.no_checkpoints = args.no_checkpoints;
   opt.skip_nonfinite_steps = args.skip_nonfinite_steps;
   opt.command_line = command_line_string();
-  const PrecisionReport precision = apply_training_precision(cfg.train.precision);
-  if (!precision.line.empty()) std::printf("%s\n", precision.line.c_str());
-  opt.extra_report = {{"flops", to_json(fr)}, {"precision", precision.to_json()},
-                      {"memory_plan", to_json(train_memory_plan(cfg))}};
+  opt.device = args.device;
+  opt.extra_report = {{"flops", to_json(fr)}, {"memory_plan", to_json(train_memory_plan(cfg))}, {"device", args.device}};
   if (!init_from.empty()) opt.extra_report["init_from"] = init_from;
   opt.flops_per_token = fr.flops_per_token_full_square;  // what the kernels compute
+  if (args.device == "cuda") {
+    set_gpu_peak(opt, cfg.train.precision);
+    return opt;
+  }
+  const PrecisionReport precision = apply_training_precision(cfg.train.precision);
+  if (!precision.line.empty()) std::printf("%s\n", precision.line.c_str());
+  opt.extra_report["precision"] = precision.to_json();
   opt.peak_gflops = args.peak_gflops >= 0 ? args.peak_gflops : measure_peak_gflops(0.2);
   std::printf("machine: fp32 peak %.0f GFLOP/s (%s, measured; --peak-gflops to set)\n", opt.peak_gflops, simd_isa());
   return opt;
 }
 
-// --device cuda: a device must be present (or an error naming the driver / runtime seen); the
-// CUDA trainer itself is not built yet (issue 39), so even then this stops here, saying so.
-void check_cuda_device() {
-  const jtok::cuda::DeviceInfo d = jtok::cuda::require_cuda_device();
-  jtok::fail("--device cuda: found ", jtok::cuda::describe(d),
-             ", but the CUDA trainer is not built yet (--device cpu trains on the CPU)");
-}
 
 void run() {
   using namespace jtok;
-  if (args.device == "cuda") check_cuda_device();
+  if (args.device == "cuda") jtok::cuda::require_cuda_device();  // before anything is read
   if (dist::world_size() > 1) std::printf("ranks: %d (data parallel, dist/data_parallel.h)\n", dist::world_size());
   std::vector<std::string> overrides;
   const std::string init_from = resolve_init_from();
@@ -279,13 +288,17 @@ void setup(CLI::App* sub) {
   sub->add_option("--table-lr", args.table_lr, "peak learning rate of the tables, scalers and routers (sets table_learning_rate)");
   sub->add_flag("--no-memory-check", args.no_memory_check, "start even if the memory plan exceeds MemAvailable");
   sub->add_option("--set", args.sets, "override a config field: name=value (repeatable)");
-  sub->add_option("--peak-gflops", args.peak_gflops, "fp32 peak for MFU (default: measured at start)");
+  sub->add_option("--peak-gflops", args.peak_gflops,
+                  "peak for MFU, GFLOP/s (default: the CPU's fp32 peak measured at start; --device cuda: the GPU's bf16 "
+                  "tensor-core peak)");
   sub->add_option("--sample-prompt", args.sample_prompt, "prompt of the periodic samples");
   add_table_options(sub);
   add_dist_options(sub);
   fields = &jtok::add_config_field_options(sub);
-  sub->add_option("--device", args.device, "where the model trains: cpu (default) or cuda (an NVIDIA GPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--device", args.device,
+                  "where the model trains: cpu (default) or cuda (an NVIDIA GPU; docs/cuda.md); loopback (tests): "
+                  "the GPU trainer's path with the CPU engine as its device")
+      ->check(CLI::IsMember({"cpu", "cuda", "loopback"}));
   sub->callback(run);
 }
 

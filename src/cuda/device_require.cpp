@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "cuda/device.h"
+#include "cuda/training.h"
 
 namespace jtok::cuda {
 
@@ -56,6 +57,11 @@ DeviceInfo require_cuda_device() {
   const char* why = "no nvcc was found at configure time; install the CUDA toolkit and reconfigure";
 #endif
   fail("--device cuda: this jtok was built without CUDA (", why, "; docs/cuda.md)");
+}
+
+std::unique_ptr<DeviceTrainer> make_device_trainer(const Model&, const HostAdamWView&, bool, bool) {
+  require_cuda_device();  // says why there is none
+  return nullptr;
 }
 #endif
 

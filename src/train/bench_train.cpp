@@ -49,6 +49,7 @@ std::unique_ptr<Bench> make_bench(const BenchTrainOptions& args, const std::stri
   auto b = std::make_unique<Bench>();
   b->label = label;
   b->cfg = load_config(args.config, sets);
+  b->opt.device = args.device;
   Bench* self = b.get();  // heap-allocated: the source's pointer stays valid
   b->source.next = [self](int32_t* x, int32_t* y, int64_t, int64_t) {
     const Batch& mb = (*self->tokens)[self->next_micro_batch++];
@@ -184,7 +185,8 @@ nlohmann::json report(const BenchTrainOptions& args, const Bench& b, const Token
                       {"warm_rows_caught_up_per_step", mean(b.warm_rows)},
                       {"warm_steps_replayed_per_step", mean(b.warm_steps)},
                       {"sync_rows_caught_up", b.sync_caught_up},
-                      {"precision", b.cfg.train.precision == "bf16" && bf16_matmul_supported() ? "bf16" : "fp32"}};
+                      {"device", args.device},
+                      {"precision", b.cfg.train.precision == "bf16" && (args.device == "cuda" || bf16_matmul_supported()) ? "bf16" : "fp32"}};
   if (args.peak_gflops > 0) j["mfu"] = gflops / args.peak_gflops;
   if (!args.variants.empty()) j["variant"] = b.label;
   return j;
@@ -215,7 +217,7 @@ void sync_owed_rows(Bench& b) {
   const int64_t r0 = b.adam().tables.replayed_rows;
   const auto t0 = std::chrono::steady_clock::now();
   const std::clock_t c0 = std::clock();
-  sync_tables(b.steps->model(), b.adam());
+  b.steps->finish();
   b.sync_ms = 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   b.sync_cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
   b.sync_caught_up = b.adam().tables.replayed_rows - r0;

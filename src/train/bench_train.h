@@ -47,6 +47,7 @@ struct BenchTrainOptions {
   double peak_gflops = 0;  // the machine's fp32 peak, for MFU; 0 = none
   std::string data = "data/train";
   bool random_ids = false;
+  std::string device = "cpu";  // "cuda": the steps on one GPU (train/tables_cuda.h)
   // Training FLOPs per token of a config (the count `train` and `jtok flops` use), for gflops.
   std::function<double(const Config&)> flops_per_token;
 };

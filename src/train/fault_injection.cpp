@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "cuda/training.h"
+
 namespace jtok {
 
 namespace {
@@ -29,6 +31,18 @@ void inject_nan_table_row(FaultInjection& f, Model& model, int64_t step, int32_t
 void inject_nan_grad(FaultInjection& f, Model& model, int64_t step) {
   if (step != f.nan_grad_at_step || f.nan_grad_done || model.grads.empty()) return;
   model.grads[model.grads.size() / 2] = std::nanf("");
+  f.nan_grad_done = true;
+}
+
+void inject_nan_table_row(FaultInjection& f, cuda::DeviceTrainer& dev, int64_t step, int32_t x0, bool no_tables) {
+  if (step != f.nan_table_row_at_step || f.nan_table_row_done || no_tables) return;
+  dev.poison_table_row(0, x0);
+  f.nan_table_row_done = true;
+}
+
+void inject_nan_grad(FaultInjection& f, cuda::DeviceTrainer& dev, int64_t step) {
+  if (step != f.nan_grad_at_step || f.nan_grad_done) return;
+  dev.poison_gradient();
   f.nan_grad_done = true;
 }
 

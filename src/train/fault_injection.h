@@ -17,6 +17,9 @@
 #include "model/transformer.h"
 
 namespace jtok {
+namespace cuda {
+class DeviceTrainer;
+}
 
 struct FaultInjection {
   int64_t nan_grad_at_step = -1;       // -1: never
@@ -32,5 +35,8 @@ FaultInjection fault_injection_from_env();
 void inject_nan_table_row(FaultInjection& f, Model& model, int64_t step, int32_t x0, bool sharded);
 // At step `step` (from 1): the middle element of model.grads becomes a NaN.
 void inject_nan_grad(FaultInjection& f, Model& model, int64_t step);
+// The same on the GPU (--device cuda): the device's table 0 row x0, its flat gradients' middle.
+void inject_nan_table_row(FaultInjection& f, cuda::DeviceTrainer& dev, int64_t step, int32_t x0, bool no_tables);
+void inject_nan_grad(FaultInjection& f, cuda::DeviceTrainer& dev, int64_t step);
 
 }  // namespace jtok

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "train/checkpoint.h"
+#include "train/tables_cuda.h"
 #include "train/tables_disk.h"
 #include "train/tables_sharded.h"
 
@@ -50,6 +51,7 @@ std::unique_ptr<TablePlacement> choose_table_placement(const TableRunParts& p) {
   const TrainOptions& opt = p.opt;
   const bool has_tables = p.cfg.model.jtok || p.cfg.model.jtokm;
   if (opt.tables != "ram" && opt.tables != "disk") fail("--tables must be ram or disk for training, got '", opt.tables, "'");
+  if (opt.device == "cuda" || opt.device == "loopback") return make_tables_on_gpu(p);
   const bool sharded = opt.embp != "off" && has_tables;
   if (opt.tables == "disk") {
     check_disk_table_options(p, sharded);

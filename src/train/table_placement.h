@@ -5,7 +5,9 @@
 //   sharded  --embp: each rank holds the rows it owns (dist::ShardedTables), their moments and
 //            their optimizer (ShardOptimizer); the model reaches rows through the shards;
 //   disk     --tables disk: rows, moments and row steps in a training store on disk
-//            (train/disk_tables.h), read ahead a step early, flushed and sealed around checkpoints.
+//            (train/disk_tables.h), read ahead a step early, flushed and sealed around checkpoints;
+//   gpu      --device cuda: the model, its tables and its optimizer state on one GPU
+//            (train/tables_cuda.h); every step runs there, through device().
 // A placement holds references to the run's model and optimizer state (TableRunParts), which
 // exist, empty, before it is made; it fills them in at start_fresh or resume.
 #pragma once
@@ -24,6 +26,9 @@
 namespace jtok {
 
 struct JsonlLog;
+namespace cuda {
+class DeviceTrainer;
+}
 
 // What a placement works on: the run's parts, owned by the run (train/trainer_run.h).
 struct TableRunParts {
@@ -81,6 +86,9 @@ class TablePlacement {
   // The step line's table traffic (log.jsonl) and the progress line's note; "" / nothing if none.
   virtual void report_step(nlohmann::json&) {}
   virtual std::string progress_note() const { return ""; }
+  // --device cuda: the trainer that runs each step on the GPU (forward, backward, optimizer); null
+  // where the steps run on the CPU.
+  virtual cuda::DeviceTrainer* device() { return nullptr; }
 
   // The checkpoint of `step` with trainer state `state`: its directory, "" on ranks that wrote none.
   virtual std::string save_checkpoint(int64_t step, const nlohmann::json& state) = 0;

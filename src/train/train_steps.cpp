@@ -2,6 +2,7 @@
 #include "train/trainer.h"
 
 #include "core/error.h"
+#include "cuda/training.h"
 #include "train/trainer_run.h"
 
 namespace jtok {
@@ -26,6 +27,11 @@ TrainSteps::Result TrainSteps::apply() {
   const StepSums s = *sums_;
   sums_.reset();
   return {.loss = s.loss, .moe_aux = s.moe_aux, .jtokm_aux = s.jtokm_aux, .grad_norm = st.grad_norm, .lr = st.lr};
+}
+
+void TrainSteps::finish() {
+  if (cuda::DeviceTrainer* dev = run_->tables->device()) dev->finish();
+  else sync_tables(run_->model, run_->adam);
 }
 
 Model& TrainSteps::model() { return run_->model; }

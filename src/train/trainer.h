@@ -29,6 +29,10 @@ struct ValSource {
 
 struct TrainOptions {
   std::string out_dir;
+  // "cpu", or "cuda": every step on one GPU (train/tables_cuda.h), the model's weights, tables and
+  // optimizer state there; checkpoints, logs and resume as on the CPU. "loopback" (tests): that
+  // path with the CPU engine as the device (train/loopback_trainer.h).
+  std::string device = "cpu";
   bool resume = false;
   // Embedding parallelism under mpirun (dist/sharded_tables.h): "off" (tables replicated on every
   // rank), "premix", "premix-dedup" or "naive" (JTok-M's exchange); embp_owner "mod" (id mod P) or
@@ -104,6 +108,9 @@ class TrainSteps {
     compute_gradients();
     return apply();
   }
+  // Every table row brought current (the deferred updates the steps owe) and, on a GPU, the queued
+  // work finished.
+  void finish();
   Model& model();
   AdamWState& optimizer_state();
 

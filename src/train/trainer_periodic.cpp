@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "cuda/training.h"
 #include "infer/generate.h"
 #include "train/checkpoint.h"
 #include "train/schedule.h"
@@ -44,7 +45,7 @@ void write_step_json(TrainRun& r, int64_t done, const StepSums& s, const StepSta
   if (mc.is_moe() || mc.jtokm) line["routing_digest"] = s.digest;
   if (mc.is_moe()) line["aux_loss"] = s.moe_aux;
   if (mc.jtokm) line["jtokm_aux_loss"] = s.jtokm_aux;
-  line["hidden_std"] = s.hidden_std;
+  if (!r.tables->device()) line["hidden_std"] = s.hidden_std;  // the GPU keeps no such statistic
   r.tables->report_step(line);  // the tables' traffic, where they keep any (a store on disk)
   r.log.write(line);
   if (mc.jtokm && (done % r.train_cfg.log_interval == 0 || done == r.train_cfg.max_steps)) r.log.write(s.routing.to_json(done));
@@ -83,15 +84,22 @@ void print_progress(const TrainRun& r, int64_t done, const StepSums& s, const St
   std::fflush(stdout);
 }
 
-double mean_val_loss(const Model& m, Activations& acts, ValSource& val, const TrainConfig& t) {
+// The mean loss over the validation batches, on the GPU with --device cuda.
+double mean_val_loss(TrainRun& r, ValSource& val) {
+  const TrainConfig& t = r.train_cfg;
   const int64_t B = t.micro_batch_size, T = t.seq_len;
   std::vector<int32_t> x(B * T), y(B * T);
   val.reset();
   double sum = 0;
+  cuda::DeviceTrainer* dev = r.tables->device();
   for (int64_t i = 0; i < t.eval_batches; ++i) {
     val.next(x.data(), y.data(), B, T);
-    forward(m, acts, x.data(), B, T);
-    sum += loss_of_logits(m, acts, y.data());
+    if (dev) {
+      sum += dev->eval_loss(x.data(), y.data(), B, T);
+      continue;
+    }
+    forward(r.model, r.acts, x.data(), B, T);
+    sum += loss_of_logits(r.model, r.acts, y.data());
   }
   return sum / static_cast<double>(t.eval_batches);
 }
@@ -115,9 +123,9 @@ void log_step(TrainRun& r, int64_t done, const StepSums& s, const StepStats& st,
 
 void maybe_validate(TrainRun& r, int64_t done) {
   if (!r.val || r.opt.no_checkpoints || (done % r.train_cfg.eval_interval != 0 && done != r.train_cfg.max_steps)) return;
-  r.tables->prepare_reads();  // evaluation reads any row
+  if (!r.tables->device()) r.tables->prepare_reads();  // evaluation reads any row (on the GPU: as it trains)
   const bool reads = r.lead || r.tables->every_rank_reads();  // sharded: every rank serves rows
-  const double vl = reads ? mean_val_loss(r.model, r.acts, *r.val, r.train_cfg) : 0.0;
+  const double vl = reads ? mean_val_loss(r, *r.val) : 0.0;
   r.tables->after_reads();
   r.result.last_val_loss = vl;
   r.log.write({{"type", "val"}, {"step", done}, {"val_loss", vl}, {"val_ppl", std::exp(vl)}});

@@ -5,9 +5,11 @@
 #include <vector>
 
 #include "core/error.h"
+#include "cuda/training.h"
 #include "dist/communicator.h"
 #include "ops/bf16_weights.h"
 #include "train/checkpoint.h"
+#include "train/tables_cuda.h"
 #include "train/trainer_run.h"
 
 namespace jtok {
@@ -45,6 +47,22 @@ void run_micro_batches(TrainRun& r, int64_t step, StepSums& s) {
   }
 }
 
+// --device cuda: each micro-batch's forward and backward on the GPU, the gradients accumulating there.
+// Routing counts and the hidden-state spread stay on the device (the log has no routing line).
+void run_micro_batches_on_device(TrainRun& r, cuda::DeviceTrainer& dev, int64_t step, StepSums& s) {
+  const TrainConfig& t = r.train_cfg;
+  const int64_t B = t.micro_batch_size, T = t.seq_len;
+  const double inv_acc = 1.0 / static_cast<double>(t.gradient_accumulation_steps);
+  for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
+    r.data.next(r.inputs.data(), r.targets.data(), B, T);
+    inject_nan_table_row(r.faults, dev, step + 1, r.inputs[0], r.model.tables.empty());
+    const cuda::MicroBatchLoss l = dev.forward_backward(r.inputs.data(), r.targets.data(), B, T, r.share.grad_scale);
+    s.loss += l.loss * inv_acc;
+    s.moe_aux += l.moe_aux * inv_acc;
+    s.jtokm_aux += l.jtokm_aux * inv_acc;
+  }
+}
+
 // Under mpirun: gradients, losses and routing counts summed over the ranks, and the bytes each
 // rank exchanged (backbone and the tables held elsewhere) in s.dist_bytes.
 void sum_over_ranks(TrainRun& r, StepSums& s) {
@@ -71,7 +89,9 @@ void sum_over_ranks(TrainRun& r, StepSums& s) {
 
 // Where a non-finite loss came from: the first dense weight or token-table row holding a NaN or an
 // infinity ("" if none). Run only after a non-finite loss, so it costs nothing on the normal path.
-std::string first_nonfinite_weight(const Model& m) {
+std::string first_nonfinite_weight(const TrainRun& r) {
+  if (r.tables->device()) return "the weights are on the GPU, not scanned";
+  const Model& m = r.model;
   for (const auto& p : m.layout)
     for (int64_t i = 0; i < p.numel; ++i)
       if (!std::isfinite(m.params[static_cast<size_t>(p.offset + i)])) return p.name;
@@ -88,13 +108,17 @@ std::string first_nonfinite_weight(const Model& m) {
 // The optimizer step, unless the loss or the gradient norm is not finite: then why ("" if applied).
 std::string try_optimizer_step(TrainRun& r, double loss, StepStats& st) {
   if (!std::isfinite(loss)) {
-    const std::string where = first_nonfinite_weight(r.model);
+    const std::string where = first_nonfinite_weight(r);
     return "the loss is " + std::to_string(loss) + "; the step was not applied (" +
            (where.empty() ? "every weight and table row is finite: an activation overflowed" : "first non-finite weight: " + where) + ")";
   }
   try {
     // The norm takes the table gradients the model does not hold (a collective with sharded
     // tables: every rank has the same loss here), and their owners update those rows.
+    if (cuda::DeviceTrainer* dev = r.tables->device()) {
+      st = device_optimizer_step(*dev, r.adam, r.train_cfg);  // refuses a non-finite norm first
+      return "";
+    }
     st = optimizer_step(r.model, r.adam, r.train_cfg, r.tables->grad_sum_squares_elsewhere());  // refuses a non-finite norm first
     r.tables->step_tables(st);
   } catch (const Error& e) {
@@ -116,10 +140,13 @@ std::string try_optimizer_step(TrainRun& r, double loss, StepStats& st) {
 
 StepSums forward_backward(TrainRun& r, int64_t step) {
   r.tables->begin_step(step, r.data);  // read-ahead, gradients held elsewhere cleared
-  zero_grads(r.model);
+  cuda::DeviceTrainer* dev = r.tables->device();
+  if (dev) dev->zero_grads();
+  else zero_grads(r.model);
   r.watchdog->set_step(step + 1);
   StepSums s(*r.no_routing);
-  run_micro_batches(r, step, s);
+  if (dev) run_micro_batches_on_device(r, *dev, step, s);
+  else run_micro_batches(r, step, s);
   r.tables->check();  // a read error in the gathers stops the run here, naming the file
   if (r.share.ranks > 1) sum_over_ranks(r, s);
   return s;
@@ -129,7 +156,8 @@ StepSums forward_backward(TrainRun& r, int64_t step) {
 // stops (fail_step), or with --skip-nonfinite-steps N the batch is dropped (up to N times) and
 // false returned: the caller retries the step on the next batch.
 bool apply_or_skip(TrainRun& r, int64_t step, const StepSums& s, StepStats& st) {
-  inject_nan_grad(r.faults, r.model, step + 1);
+  if (cuda::DeviceTrainer* dev = r.tables->device()) inject_nan_grad(r.faults, *dev, step + 1);
+  else inject_nan_grad(r.faults, r.model, step + 1);
   const std::string nonfinite = try_optimizer_step(r, s.loss, st);
   r.tables->check();  // a table write that failed (no space left) stops the run, naming the file
   if (nonfinite.empty()) return true;

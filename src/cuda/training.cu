@@ -1,0 +1,157 @@
+// The device trainer (src/cuda/training.h): cuda/model.h's model, activations and optimizer behind
+// the plain interface, with the moments and row steps of a host checkpoint uploaded and written back.
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "cuda/device.h"
+#include "cuda/model.h"
+#include "cuda/model_kernels.h"
+#include "cuda/model_optimizer.h"
+#include "cuda/training.h"
+
+namespace jtok::cuda {
+
+namespace {
+
+AdamWConsts device_consts(const AdamWStepFloats& k) {
+  return {k.b1, k.b2, k.eps, k.step_size, k.inv_sqrt_bc2, k.decay};
+}
+
+// The host moments (every row current at adam.step) into the device optimizer state.
+template <typename E>
+void upload_moments(const DeviceModel<E>& dm, DeviceAdamW& st, const HostAdamWView& adam) {
+  JTOK_CHECK(adam.m && adam.v, "cuda trainer: the host optimizer state has no flat moments");
+  JTOK_CHECK(static_cast<int64_t>(adam.table_m.size()) == dm.n_tables &&
+                 static_cast<int64_t>(adam.table_v.size()) == dm.n_tables,
+             "cuda trainer: the host optimizer state has moments for ", adam.table_m.size(), " tables, the model ",
+             dm.n_tables);
+  copy_to_device(st.m.get(), adam.m, dm.n_params);
+  copy_to_device(st.v.get(), adam.v, dm.n_params);
+  for (int64_t k = 0; k < dm.n_tables; ++k) {
+    copy_to_device(st.table_m.get() + k * dm.table_numel, adam.table_m[static_cast<size_t>(k)], dm.table_numel);
+    copy_to_device(st.table_v.get() + k * dm.table_numel, adam.table_v[static_cast<size_t>(k)], dm.table_numel);
+  }
+  JTOK_CHECK(adam.step >= 0 && adam.step <= std::numeric_limits<int32_t>::max(), "cuda trainer: step ", adam.step);
+  const std::vector<int32_t> steps(static_cast<size_t>(st.row_step.size()), static_cast<int32_t>(adam.step));
+  copy_to_device(st.row_step.get(), steps.data(), st.row_step.size());
+  st.step = adam.step;
+  st.kept_base = adam.step;  // every row current: nothing kept to replay
+  st.kept_host.clear();
+}
+
+template <typename E>
+class Trainer final : public DeviceTrainer {
+ public:
+  Trainer(const Model& host, const HostAdamWView& adam, bool dense_tables)
+      : dm_(host), opt_(dm_, dense_tables), device_(device_info().name) {
+    upload_moments(dm_, opt_, adam);
+    acts_.row_sync = table_row_sync(dm_, opt_);
+  }
+
+  void zero_grads() override { cuda::zero_grads(dm_); }
+
+  MicroBatchLoss forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
+                                  float grad_scale) override {
+    forward(dm_, acts_, inputs, B, T);
+    MicroBatchLoss r;
+    r.loss = backward(dm_, acts_, targets, grad_scale);
+    r.jtokm_aux = jtokm_aux_loss(dm_, acts_);
+    return r;
+  }
+
+  double eval_loss(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) override {
+    forward(dm_, acts_, inputs, B, T);
+    return forward_loss(dm_, acts_, targets);
+  }
+
+  double optimizer_step(const HostStepConsts& c, float max_grad_norm) override {
+    const StepConsts k{device_consts(c.decay), device_consts(c.plain), device_consts(c.table_decay),
+                       device_consts(c.table_plain)};
+    const double norm = cuda::optimizer_step(dm_, opt_, k, max_grad_norm);
+    JTOK_CUDA_CHECK(cudaStreamSynchronize(dm_.stream));  // a step ends with its work done: honest step times
+    return norm;
+  }
+
+  void finish() override {
+    sync_tables(dm_, opt_);
+    JTOK_CUDA_CHECK(cudaStreamSynchronize(dm_.stream));
+  }
+  void download(Model& host, const HostAdamWView* adam) override;
+  void poison_gradient() override;
+  void poison_table_row(int64_t table, int64_t row) override;
+  std::string describe() const override;
+
+ private:
+  DeviceModel<E> dm_;
+  DeviceAdamW opt_;
+  DeviceActs<E> acts_;
+  std::string device_;
+};
+
+template <typename E>
+void Trainer<E>::download(Model& host, const HostAdamWView* adam) {
+  sync_tables(dm_, opt_);  // every row current before whole tables are read
+  JTOK_CHECK(static_cast<int64_t>(host.params.size()) == dm_.n_params, "cuda trainer: the host model has ",
+             host.params.size(), " parameters, the device ", dm_.n_params);
+  copy_to_host(host.params.data(), dm_.master.get(), dm_.n_params, dm_.stream);
+  for (int64_t k = 0; k < dm_.n_tables; ++k)
+    copy_to_host(host.tables[static_cast<size_t>(k)].mutable_data(), dm_.tables.get() + k * dm_.table_numel,
+                 dm_.table_numel, dm_.stream);
+  if (!adam) return;
+  copy_to_host(adam->m, opt_.m.get(), dm_.n_params, dm_.stream);
+  copy_to_host(adam->v, opt_.v.get(), dm_.n_params, dm_.stream);
+  for (int64_t k = 0; k < dm_.n_tables; ++k) {
+    copy_to_host(adam->table_m[static_cast<size_t>(k)], opt_.table_m.get() + k * dm_.table_numel, dm_.table_numel,
+                 dm_.stream);
+    copy_to_host(adam->table_v[static_cast<size_t>(k)], opt_.table_v.get() + k * dm_.table_numel, dm_.table_numel,
+                 dm_.stream);
+  }
+}
+
+// One NaN written at `at` of the fp32 array and, for a bf16 model, of its forward copy.
+template <typename E>
+void write_nan(float* at, E* copy_at, cudaStream_t s) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  JTOK_CUDA_CHECK(cudaStreamSynchronize(s));
+  copy_to_device(at, &nan, 1);
+  if (copy_at) convert_from_f32(copy_at, at, 1, s);
+}
+
+template <typename E>
+void Trainer<E>::poison_gradient() {
+  float* g = dm_.grads.get() + dm_.n_params / 2;
+  write_nan<float>(g, nullptr, dm_.stream);
+}
+
+template <typename E>
+void Trainer<E>::poison_table_row(int64_t table, int64_t row) {
+  JTOK_CHECK(table >= 0 && table < dm_.n_tables && row >= 0 && row < dm_.cfg.padded_vocab(),
+             "cuda trainer: no row ", row, " of table ", table);
+  const int64_t at = table * dm_.table_numel + row * dm_.cfg.hidden_size;
+  E* copy_at = nullptr;
+  if constexpr (!std::is_same_v<E, float>) copy_at = dm_.table_copy.get() + at;
+  write_nan(dm_.tables.get() + at, copy_at, dm_.stream);
+}
+
+template <typename E>
+std::string Trainer<E>::describe() const {
+  size_t bytes = dm_.master.bytes() + dm_.copy.bytes() + dm_.grads.bytes() + dm_.tables.bytes() +
+                 dm_.table_copy.bytes() + dm_.table_grads.bytes() + opt_.m.bytes() + opt_.v.bytes() +
+                 opt_.table_m.bytes() + opt_.table_v.bytes() + opt_.row_step.bytes();
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%s on %s: %.2f GiB of weights, tables, gradients and moments",
+                std::is_same_v<E, float> ? "fp32" : "bf16", device_.c_str(),
+                static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+std::unique_ptr<DeviceTrainer> make_device_trainer(const Model& host, const HostAdamWView& adam, bool bf16,
+                                                   bool dense_tables) {
+  if (bf16) return std::make_unique<Trainer<__nv_bfloat16>>(host, adam, dense_tables);
+  return std::make_unique<Trainer<float>>(host, adam, dense_tables);
+}
+
+}  // namespace jtok::cuda

@@ -1,0 +1,77 @@
+// A training run's model on the GPU (`jtok train --device cuda`): the device model (cuda/model.h) in
+// fp32 or bf16, one micro-batch's activations and the device AdamW with the exact deferred table
+// optimizer (cuda/model_optimizer.h), behind a plain C++ interface the trainer calls from g++ code
+// (train/tables_cuda.cpp). The host's Model and AdamW arrays stay the run's checkpoint form: the
+// device trainer is made from them (a fresh run, --init-from's weights or a resumed checkpoint) and
+// writes them back before a checkpoint or a read on the host (a sample), so a checkpoint is the
+// CPU engine's and resumes on either device.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/transformer.h"
+
+namespace jtok::cuda {
+
+// The host's AdamW state by pointer (train/optimizer.h's AdamWState; the same layouts as the
+// device's): the flat moments (n_params) in m.params' layout, each table's (Vp, d) moments, and the
+// optimizer steps taken (every table row current at that step).
+struct HostAdamWView {
+  float* m = nullptr;
+  float* v = nullptr;
+  std::vector<float*> table_m, table_v;  // per table of Model::tables
+  int64_t step = 0;
+};
+
+// One kind of tensor's AdamW constants at a step: ops/adamw.h's AdamWStepConsts less grad_scale
+// (the clip coefficient stays on the device).
+struct AdamWStepFloats {
+  float b1, b2, eps, step_size, inv_sqrt_bc2, decay;
+};
+// One step's: the backbone's 2-D weights (decay) and the rest (plain); the token-indexed modules' at
+// their own lr, 2-D and 1-D.
+struct HostStepConsts {
+  AdamWStepFloats decay, plain, table_decay, table_plain;
+};
+
+// One micro-batch's mean LM loss and aux losses (lambda / coef included, as the CPU's Activations).
+struct MicroBatchLoss {
+  double loss = 0, moe_aux = 0, jtokm_aux = 0;
+};
+
+class DeviceTrainer {
+ public:
+  virtual ~DeviceTrainer() = default;
+  virtual void zero_grads() = 0;
+  // inputs, targets (B,T) on the host: forward and backward; grad_scale * d(loss) accumulated.
+  virtual MicroBatchLoss forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
+                                          float grad_scale) = 0;
+  // The mean cross-entropy of one batch, no gradient (validation).
+  virtual double eval_loss(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) = 0;
+  // Clips at max_grad_norm (<= 0: never) and steps every parameter and table; returns the gradient
+  // norm once the step's work is done. A non-finite norm throws before any weight or moment moves.
+  virtual double optimizer_step(const HostStepConsts& c, float max_grad_norm) = 0;
+  // Every table row brought current (the deferred updates owed) and the queued work finished.
+  virtual void finish() = 0;
+  // Every table row brought current, then the fp32 weights and tables into host (whose layout they
+  // have) and, unless adam is null, the moments into adam's arrays (the host counts the steps itself).
+  virtual void download(Model& host, const HostAdamWView* adam) = 0;
+  // Fault injection (train/fault_injection.h): a NaN in the middle of the flat gradients, or in row
+  // `row` of table `table`.
+  virtual void poison_gradient() = 0;
+  virtual void poison_table_row(int64_t table, int64_t row) = 0;
+  // "bf16 on NVIDIA H200: 1.52 GiB of weights, tables and moments" (the start-up report).
+  virtual std::string describe() const = 0;
+};
+
+// The device trainer of host's weights and tables with adam's moments (a resumed run's; zeros for a
+// fresh one), every table row current at adam.step. bf16: the forward reads bf16 copies of the fp32
+// masters (else fp32 throughout, the checking instantiation). dense_tables: the tables' "dense"
+// AdamW (deferred, exact), else "sparse". Refuses what the GPU model does not run, by name; in a
+// build without CUDA, says so.
+std::unique_ptr<DeviceTrainer> make_device_trainer(const Model& host, const HostAdamWView& adam, bool bf16,
+                                                   bool dense_tables);
+
+}  // namespace jtok::cuda

@@ -1,0 +1,105 @@
+// The GPU placement (train/tables_cuda.h).
+#include "train/tables_cuda.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "cuda/training.h"
+#include "train/checkpoint.h"
+#include "train/jsonl_log.h"
+#include "train/loopback_trainer.h"
+#include "train/schedule.h"
+
+namespace jtok {
+
+namespace {
+
+// The host AdamW state as the device trainer reads and writes it (moments laid out as the params:
+// nothing frozen, which the GPU model refuses first).
+cuda::HostAdamWView host_view(AdamWState& a) {
+  cuda::HostAdamWView v;
+  v.m = a.m.data();
+  v.v = a.v.data();
+  for (size_t k = 0; k < a.tables.m.size(); ++k) {
+    v.table_m.push_back(a.tables.m[k].data());
+    v.table_v.push_back(a.tables.v[k].data());
+  }
+  v.step = a.step;
+  return v;
+}
+
+class TablesOnGpu final : public TablePlacement {
+ public:
+  using TablePlacement::TablePlacement;
+  bool model_allocates_tables(bool, bool) const override { return true; }
+  bool model_loads_tables() const override { return true; }
+  void start_fresh() override {
+    p_.adam = make_adamw_state(p_.model);
+    make_trainer();
+  }
+  void check_resumable(const std::string& ck) const override { refuse_table_store_checkpoint(ck); }
+  void resume(const std::string&, int64_t) override { make_trainer(); }
+  void attach(Activations&, JsonlLog& log, int64_t) override {
+    const std::string what = trainer_->describe();
+    std::printf("device: %s\n", what.c_str());
+    log.write({{"type", "device"}, {"device", "cuda"}, {"trainer", what}});
+  }
+  void begin_step(int64_t, BatchSource&) override {}
+  bool rows_in_model() const override { return true; }
+  void prepare_reads() override { trainer_->download(p_.model, nullptr); }  // weights and tables, every row current
+  cuda::DeviceTrainer* device() override { return trainer_.get(); }
+  std::string save_checkpoint(int64_t step, const nlohmann::json& state) override {
+    const cuda::HostAdamWView view = host_view(p_.adam);
+    trainer_->download(p_.model, &view);
+    mark_tables_current(p_.model, p_.adam);  // the device brought every row to p_.adam.step
+    return save_on_lead(step, state);
+  }
+
+ private:
+  void make_trainer() {
+    const TrainConfig& t = p_.cfg.train;
+    if (p_.opt.device == "loopback") {
+      trainer_ = make_loopback_trainer(p_.model, host_view(p_.adam), t);
+      return;
+    }
+    trainer_ = cuda::make_device_trainer(p_.model, host_view(p_.adam), t.precision == "bf16", t.table_optimizer != "sparse");
+  }
+  std::unique_ptr<cuda::DeviceTrainer> trainer_;
+};
+
+cuda::HostStepConsts step_consts(const TrainConfig& t, const StepStats& st, int64_t step) {
+  auto at = [&](double lr, bool decay) {
+    const AdamWStepConsts k =
+        adamw_consts(AdamWHyper{static_cast<float>(lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
+                                static_cast<float>(t.adam_epsilon), decay ? static_cast<float>(t.weight_decay) : 0.0f,
+                                step, 1.0f});
+    return cuda::AdamWStepFloats{k.b1, k.b2, k.eps, k.step_size, k.inv_sqrt_bc2, k.decay};
+  };
+  return {at(st.lr, true), at(st.lr, false), at(st.table_lr, true), at(st.table_lr, false)};
+}
+
+}  // namespace
+
+std::unique_ptr<TablePlacement> make_tables_on_gpu(const TableRunParts& p) {
+  if (p.opt.tables != "ram")
+    fail("--device cuda keeps the token tables in GPU memory: --tables ", p.opt.tables, " trains on the CPU only");
+  if (p.opt.embp != "off") fail("--device cuda trains on one GPU: --embp ", p.opt.embp, " is for mpirun on CPUs");
+  if (p.share.ranks > 1) fail("--device cuda trains on one GPU: run it without mpirun (", p.share.ranks, " ranks)");
+  return std::make_unique<TablesOnGpu>(p);
+}
+
+StepStats device_optimizer_step(cuda::DeviceTrainer& dev, AdamWState& state, const TrainConfig& t) {
+  StepStats st;
+  st.lr = lr_at(t, state.step);
+  st.table_lr = t.table_learning_rate < 0 ? st.lr : st.lr * (t.table_learning_rate / t.learning_rate);
+  st.grad_norm = dev.optimizer_step(step_consts(t, st, state.step + 1), static_cast<float>(t.max_grad_norm));
+  st.clip_coef = 1.0;
+  if (t.max_grad_norm > 0) {  // as optimizer_step's: for the log (the device computed its own)
+    const float coef = static_cast<float>(t.max_grad_norm) / (static_cast<float>(st.grad_norm) + 1e-6f);
+    if (coef < 1.0f) st.clip_coef = coef;
+  }
+  state.step += 1;
+  return st;
+}
+
+}  // namespace jtok

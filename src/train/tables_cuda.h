@@ -1,0 +1,20 @@
+// The GPU placement (`train --device cuda`): the whole model, its tables and its optimizer state on
+// one GPU (cuda/training.h's DeviceTrainer, which the placement owns and the step reaches through
+// TablePlacement::device()). The host's model and AdamW state are the checkpoint form: read once at
+// the start (fresh, --init-from or resumed), written back before a checkpoint (then saved as the CPU
+// engine saves them) or a sample.
+#pragma once
+#include <memory>
+
+#include "train/table_placement.h"
+
+namespace jtok {
+
+// Refuses, naming the flag, what the GPU trainer does not run: --tables disk, --embp, mpirun.
+std::unique_ptr<TablePlacement> make_tables_on_gpu(const TableRunParts& p);
+
+// optimizer_step (train/optimizer.h) on the device: the lr of state.step, the clip coefficient of the
+// norm the device returns (the same fp32 formula), state.step advanced.
+StepStats device_optimizer_step(cuda::DeviceTrainer& dev, AdamWState& state, const TrainConfig& t);
+
+}  // namespace jtok

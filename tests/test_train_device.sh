@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The GPU trainer's path (`train --device cuda`: train/tables_cuda.h) checked on every machine with
+# `--device loopback`, the same path with the CPU engine as its device: the placement, the steps,
+# validation, samples, checkpoints written back from the device, resume and the non-finite refusal.
+# - loopback and cpu runs give bitwise-equal step losses, validation losses and final checkpoints
+#   (model and optimizer files);
+# - a loopback run killed after a checkpoint resumes on the cpu, and a cpu one on loopback, to the
+#   same final checkpoint: a checkpoint means the same thing on either device;
+# - a NaN gradient on the device path stops the run naming the step, nothing saved after it.
+set -euo pipefail
+JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+source "$ROOT/tests/lib/tiny_run.sh"
+prepare_tiny_corpus "$T/data" "$ROOT"/tests/reference/README.md
+cat > "$T/cfg.json" <<JSON
+{ "vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64,
+  "seq_len": 32, "micro_batch_size": 4, "gradient_accumulation_steps": 2, "max_steps": 12,
+  "learning_rate": 3e-3, "min_lr": 3e-4, "warmup_steps": 3, "jtok": true, "jtok_layers": "1",
+  "jtokm": true, "jtokm_layers": "0", "jtokm_n_e": 3, "jtokm_top_k": 2, "max_grad_norm": 0.5,
+  "eval_interval": 6, "eval_batches": 2, "checkpoint_interval": 6, "keep_checkpoints": 3,
+  "sample_interval": 12, "train_data": "$T/data/train", "val_data": "$T/data/val" }
+JSON
+export OMP_NUM_THREADS=2
+# Each step's loss and each validation loss, exactly (float.hex).
+losses() { /usr/bin/python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    if j.get("type") in ("step", "val"):
+        v = j.get("loss", j.get("val_loss"))
+        print(j["type"], j["step"], v.hex())' "$1"; }
+final_hash() { cat "$1/checkpoints/step_00000012/model.safetensors" "$1/checkpoints/step_00000012/optimizer.safetensors" | sha256sum | cut -c1-16; }
+train() { "$JTOK" train --config "$T/cfg.json" --peak-gflops 1 "$@"; }
+
+train --out "$T/cpu" > "$T/cpu.out"
+train --out "$T/loop" --device loopback > "$T/loop.out"
+grep -q "device: loopback" "$T/loop.out" || fail "the loopback run did not take the device path: $(head -5 "$T/loop.out")"
+grep -q "sample step 12" "$T/loop.out" || fail "no sample from the device path"
+losses "$T/cpu/log.jsonl" > "$T/cpu.losses"
+losses "$T/loop/log.jsonl" > "$T/loop.losses"
+[ "$(grep -c '^step' "$T/cpu.losses")" = 12 ] && [ "$(grep -c '^val' "$T/cpu.losses")" = 2 ] || fail "cpu run: $(cat "$T/cpu.losses")"
+cmp -s "$T/cpu.losses" "$T/loop.losses" || { diff "$T/cpu.losses" "$T/loop.losses" | head; fail "losses differ, cpu vs loopback"; }
+[ "$(final_hash "$T/cpu")" = "$(final_hash "$T/loop")" ] || fail "final checkpoints differ, cpu vs loopback"
+echo "ok: 12 step losses, 2 validations and the final checkpoint equal, cpu and loopback ($(final_hash "$T/cpu"))"
+
+# Killed after its first checkpoint on one device, resumed on the other.
+kill_after_first_checkpoint() {  # out, device
+  "$JTOK" train --config "$T/cfg.json" --peak-gflops 1 --out "$1" --device "$2" > "$1.out" 2>&1 &
+  local pid=$!
+  while [ ! -f "$1/checkpoints/step_00000006/COMPLETE" ]; do
+    kill -0 $pid 2>/dev/null || fail "$2 run ended before its first checkpoint: $(tail -3 "$1.out")"
+    sleep 0.05
+  done
+  kill -9 $pid 2>/dev/null || true
+  wait $pid 2>/dev/null || true
+}
+for pair in "loopback cpu" "cpu loopback"; do
+  set -- $pair
+  out="$T/from_$1"
+  kill_after_first_checkpoint "$out" "$1"
+  train --out "$out" --resume --device "$2" > "$out.resumed"
+  grep -q "resume: from" "$out.resumed" || fail "$1 -> $2: did not resume: $(tail -3 "$out.resumed")"
+  [ "$(final_hash "$out")" = "$(final_hash "$T/cpu")" ] || fail "killed on $1, resumed on $2: final checkpoint differs"
+  echo "ok: killed on $1 after $(ls "$out/checkpoints" | head -1), resumed on $2: the same final checkpoint"
+done
+
+# The non-finite policy on the device path.
+if JTOK_TEST_NAN_GRAD_AT_STEP=8 train --out "$T/nan" --device loopback > "$T/nan.out" 2>&1; then
+  fail "a NaN gradient on the device path did not stop the run"
+fi
+grep -q "step 8: the global gradient norm is nan" "$T/nan.out" || fail "unclear refusal: $(tail -3 "$T/nan.out")"
+[ ! -e "$T/nan/checkpoints/step_00000012" ] || fail "a checkpoint was saved after the refused step"
+echo "ok: $(grep -o 'step 8: the global gradient norm is nan[^;]*' "$T/nan.out" | head -1)"
+echo "test_train_device: ok"
