@@ -106,10 +106,10 @@ struct DeviceLayerActs {
   DeviceArray<float> rstd_q, rstd_k;          // qk_norm: (N*H), (N*KV)
   DeviceArray<E> mlp_out, nrows;              // JTok: the ungated MLP update (N,d); normed rows (N bound, d)
   DeviceArray<float> inv_norm;                // JTok: (N bound)
+  DeviceMoeActs<E> moe;                       // MoE layers: routing, experts' activations (gate, up, act empty)
   // JTok-M (fp32): router logits and cuda/jtokm.h's JTokMDeviceActs arrays.
   DeviceArray<float> m_logits, m_sig, m_w, m_e, m_inv_norm;  // (N,n_e) (N,n_e) (N,K) (N,d) (N)
   DeviceArray<int32_t> m_sel, m_load;         // (N,K), (n_e)
-  DeviceMoeActs<E> moe;                       // MoE layers: routing, experts' activations (gate, up, act empty)
   DeviceArray<double> m_prob_sum, m_aux;      // (n_e), (1)
   JTokMDeviceActs jtokm() const {
     return {m_sig.get(), m_sel.get(), m_w.get(), m_e.get(), m_inv_norm.get(), m_load.get(), m_prob_sum.get(),
@@ -130,9 +130,9 @@ struct DeviceActs {
   DeviceArray<E> dh, dx, dq, dk, dv, datt, dgate, dup, dact, dcopy;  // dcopy (N,qd): qk_norm's incoming gradient
   DeviceArray<E> dmlp;                        // JTok: (N,d) the gated update's gradient
   DeviceArray<float> row_terms, norm_scratch; // (B,H,T); rmsnorm_backward's per-block partials
+  DeviceMoeScratch<E> moe;                    // MoE layers: logits, grouping and backward scratch
   DeviceArray<float> jtok_scratch;            // JTok: ds's per-id partials
   DeviceArray<float> m_de, m_dg, m_scratch;   // JTok-M: dL/de (N,d), dL/dg (N,n_e), ds's partials
-  DeviceMoeScratch<E> moe;                    // MoE layers: logits, grouping and backward scratch
   // The micro-batch's ids deduplicated by the forward (cuda/dedup.h): JTok's gathers, the
   // embedding's and the tables' row gradients.
   DeviceArray<int32_t> unique, inverse, offsets, order, num_unique;
