@@ -1,9 +1,9 @@
-// The dense Transformer on the GPU: a device copy of a CPU jtok::Model (model/transformer.h) in the
+// The Transformer (dense or MoE) on the GPU: a device copy of a CPU jtok::Model (model/transformer.h) in the
 // same flat parameter layout, device activations for one (B,T) micro-batch, and the training step's
 // forward and backward in the CPU engine's op order (model/layer_block.cpp, model/transformer.cpp):
 //   h = E[ids]; per layer: a = RMSNorm(h_in); q, k, v = a W^T (+ b) (qk_norm: per-head RMSNorm);
 //   RoPE; att = causal GQA attention; h_mid = h_in + att Wo^T; m = RMSNorm(h_mid);
-//   h_out = h_mid + Delta_m, Delta_m = (silu(m Wg^T) * m Wu^T) Wd^T (JTok: Delta_m * (1 + s Norm(E[x])));
+//   h_out = h_mid + Delta_m, Delta_m = (silu(m Wg^T) * m Wu^T) Wd^T or MoE(m) (JTok: Delta_m * (1 + s Norm(E[x])));
 //   lnf = RMSNorm(h_out); loss = CE(lnf W_head^T)
 // The LM head and the cross-entropy run fused over chunks of rows (cuda/cross_entropy.h), so the
 // (B T, Vp) logits never exist. Gradients accumulate (+=) into one fp32 buffer laid out as the CPU's
@@ -11,8 +11,10 @@
 // the forward reads the fp32 master weights) or __nv_bfloat16 (a bf16 copy of the masters, written
 // by the optimizer). JTok layers gate the MLP update by their token table (cuda/jtok.h); JTok-M
 // layers route on the attention input and inject beside the MLP (cuda/jtokm.h, fp32 only); the
-// tables are held whole on the device with dense fp32 gradients and a flag per touched row. Not on
-// the GPU yet: MoE layers, JTok-M in bf16, a frozen backbone, the tables' optimizer (refused, by name).
+// tables are held whole on the device with dense fp32 gradients and a flag per touched row. MoE
+// layers (model/moe.h) replace the dense MLP by the block of cuda/model_moe.h, its aux loss in the
+// step's gradient as on the CPU. Not on the GPU yet: JTok-M in bf16, a frozen backbone, the tables'
+// optimizer (refused, by name).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -26,6 +28,7 @@
 #include "cuda/device_array.h"
 #include "cuda/jtokm.h"
 #include "cuda/matmul.h"
+#include "cuda/model_moe.h"
 #include "model/transformer.h"
 
 namespace jtok::cuda {
@@ -36,7 +39,8 @@ template <typename P>
 struct DeviceLayerView {
   P *ln1 = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr, *ln2 = nullptr;
   P *bq = nullptr, *bk = nullptr, *bv = nullptr, *q_norm = nullptr, *k_norm = nullptr;
-  P *wg = nullptr, *wu = nullptr, *wd = nullptr;
+  P *wg = nullptr, *wu = nullptr, *wd = nullptr;  // the dense MLP; null on MoE layers
+  DeviceMoeView<P> moe;  // MoE layers only (moe.router null elsewhere)
   P* jtok_scale = nullptr;  // (d) JTok layers only
   P *jtokm_router = nullptr, *jtokm_scale = nullptr;  // (n_e, d), (d) JTok-M layers only
 };
@@ -102,6 +106,7 @@ struct DeviceLayerActs {
   DeviceArray<float> rstd_q, rstd_k;          // qk_norm: (N*H), (N*KV)
   DeviceArray<E> mlp_out, nrows;              // JTok: the ungated MLP update (N,d); normed rows (N bound, d)
   DeviceArray<float> inv_norm;                // JTok: (N bound)
+  DeviceMoeActs<E> moe;                       // MoE layers: routing, experts' activations (gate, up, act empty)
   // JTok-M (fp32): router logits and cuda/jtokm.h's JTokMDeviceActs arrays.
   DeviceArray<float> m_logits, m_sig, m_w, m_e, m_inv_norm;  // (N,n_e) (N,n_e) (N,K) (N,d) (N)
   DeviceArray<int32_t> m_sel, m_load;         // (N,K), (n_e)
@@ -125,6 +130,7 @@ struct DeviceActs {
   DeviceArray<E> dh, dx, dq, dk, dv, datt, dgate, dup, dact, dcopy;  // dcopy (N,qd): qk_norm's incoming gradient
   DeviceArray<E> dmlp;                        // JTok: (N,d) the gated update's gradient
   DeviceArray<float> row_terms, norm_scratch; // (B,H,T); rmsnorm_backward's per-block partials
+  DeviceMoeScratch<E> moe;                    // MoE layers: logits, grouping and backward scratch
   DeviceArray<float> jtok_scratch;            // JTok: ds's per-id partials
   DeviceArray<float> m_de, m_dg, m_scratch;   // JTok-M: dL/de (N,d), dL/dg (N,n_e), ds's partials
   // The micro-batch's ids deduplicated by the forward (cuda/dedup.h): JTok's gathers, the
@@ -172,6 +178,10 @@ std::vector<float> download_table(const DeviceModel<E>& dm, int64_t k);
 // CPU's Activations::jtokm_aux_loss (one sync).
 template <typename E>
 double jtokm_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& acts);
+// After forward: the MoE layers' aux loss, their mean (coef included; 0 without MoE), as the CPU's
+// Activations::moe_aux_loss (one sync).
+template <typename E>
+double moe_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& acts);
 // The JTok-M dimensions of dm's layers for N rows (model/jtokm.h's jtokm_hyper).
 JTokMDims jtokm_dims(const ModelConfig& c, int64_t N);
 

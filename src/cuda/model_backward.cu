@@ -2,7 +2,8 @@
 // the fused LM head + cross-entropy and the final norm, per layer (last to first) the MLP half and
 // the attention half (JTok-M's dL/de and JTok's gate first, JTok-M's router beside q/k/v), then the
 // embedding's row gradients over the forward's deduplicated ids. Every gradient accumulates (+=)
-// into dm.grads (and the tables' into dm.table_grads), as on the CPU.
+// into dm.grads (and the tables' into dm.table_grads), as on the CPU. On an MoE layer the MoE
+// block's backward (cuda/model_moe.h) takes the MLP's place.
 #include "cuda/attention.h"
 #include "cuda/cross_entropy.h"
 #include "cuda/embedding.h"
@@ -34,10 +35,11 @@ void head_backward(DeviceModel<E>& dm, DeviceActs<E>& a, float grad_scale) {
                    d, s);
 }
 
-// Layer li's MLP half: a.dh = dL/dh_next in, dL/dh_mid out; a JTok layer's scaler and table rows
-// get their gradients first (model/transformer.cpp's mlp_half_backward).
+// Layer li's MLP half (or MoE block): a.dh = dL/dh_next in, dL/dh_mid out; a JTok layer's scaler and
+// table rows get their gradients first (model/transformer.cpp's mlp_half_backward). moe_aux_grad:
+// dL/d(an MoE layer's aux).
 template <typename E>
-void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
+void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float moe_aux_grad) {
   const auto& c = dm.cfg;
   const auto& W = dm.w.layers[li];
   const auto& G = dm.g.layers[li];
@@ -57,12 +59,17 @@ void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
                   a.row_batch(), N, d, c.jtok_norm, s);
     dmlp = a.dmlp.get();
   }
-  a.dact.zero(s);
-  linear_backward<E, float>(dm.mm, a.dact.get(), G.wd, dmlp, L.act.get(), W.wd, N, F, d, s);
-  swiglu_backward(a.dgate.get(), a.dup.get(), a.dact.get(), L.gate.get(), L.up.get(), N, F, F, s);
-  a.dx.zero(s);
-  linear_backward<E, float>(dm.mm, a.dx.get(), G.wg, a.dgate.get(), L.m.get(), W.wg, N, d, F, s);
-  linear_backward<E, float>(dm.mm, a.dx.get(), G.wu, a.dup.get(), L.m.get(), W.wu, N, d, F, s);
+  if (W.moe.router) {
+    a.dx.zero(s);
+    moe_block_backward(dm.mm, a.dx.get(), G.moe, a.moe, dmlp, L.m.get(), L.moe, W.moe, moe_dims(c), N, moe_aux_grad, s);
+  } else {
+    a.dact.zero(s);
+    linear_backward<E, float>(dm.mm, a.dact.get(), G.wd, dmlp, L.act.get(), W.wd, N, F, d, s);
+    swiglu_backward(a.dgate.get(), a.dup.get(), a.dact.get(), L.gate.get(), L.up.get(), N, F, F, s);
+    a.dx.zero(s);
+    linear_backward<E, float>(dm.mm, a.dx.get(), G.wg, a.dgate.get(), L.m.get(), W.wg, N, d, F, s);
+    linear_backward<E, float>(dm.mm, a.dx.get(), G.wu, a.dup.get(), L.m.get(), W.wu, N, d, F, s);
+  }
   rmsnorm_backward(a.dh.get(), G.ln2, a.norm_scratch.get(), a.dx.get(), L.h_mid.get(), W.ln2, L.rstd2.get(), N, d, s);
 }
 
@@ -152,9 +159,12 @@ double backward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets, fl
   int64_t jtokm_layers = 0;
   for (const auto& W : dm.w.layers) jtokm_layers += W.jtokm_router ? 1 : 0;
   const float jtokm_aux_grad = jtokm_layers > 0 ? grad_scale / static_cast<float>(jtokm_layers) : 0.0f;
+  // And the mean of the MoE layers' (model/transformer.cpp's mlp_half_backward).
+  const int64_t moe_layers = dm.cfg.moe_num_layers();
+  const float moe_aux_grad = moe_layers > 0 ? grad_scale / static_cast<float>(moe_layers) : 0.0f;
   head_backward(dm, a, grad_scale);
   for (size_t li = a.layers.size(); li-- > 0;) {
-    mlp_half_backward(dm, a, li);
+    mlp_half_backward(dm, a, li, moe_aux_grad);
     attention_half_backward(dm, a, li, jtokm_aux_grad);
   }
   // dL/dh_in of layer 0 into the embedding's rows, per id in position order (the forward's dedup).

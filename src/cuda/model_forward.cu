@@ -1,7 +1,7 @@
 // The device model's forward (src/cuda/model.h), model/layer_block.cpp's steps in its order: the
 // ids' dedup (JTok's gathers, the row gradients), the embedding gather, per layer the attention half
-// and the MLP half (JTok's gate, JTok-M's routing and injection where on), the final norm; and the
-// loss of the LM head over chunks of rows (evaluation: no gradient).
+// and the MLP half (or the MoE block; JTok's gate, JTok-M's routing and injection where on), the
+// final norm; and the loss of the LM head over chunks of rows (evaluation: no gradient).
 #include <algorithm>
 
 #include "cuda/attention.h"
@@ -80,26 +80,42 @@ void jtok_gate(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
   jtok_forward(h_next, L.h_mid.get(), L.mlp_out.get(), dm.w.layers[l].jtok_scale, L.nrows.get(), rb, N, d, dm.stream);
 }
 
-// h_mid -> h_next = h_mid + Delta_m, Delta_m = down(silu(m Wg^T) * m Wu^T), m = RMSNorm(h_mid); on a
-// JTok layer Delta_m is gated (kept apart for the backward: model/layer_block.cpp's gated path; a
-// scaler of zeros takes it too, p = 1 exactly); JTok-M's injection last.
+// out (N,d) = (accumulate: +=) Delta_m of layer l's m: down(silu(m Wg^T) * m Wu^T), or the MoE
+// block's output (cuda/model_moe.h; it adds, so out is zeroed first when not accumulating).
+template <typename E>
+void mlp_update(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* out, bool accumulate) {
+  const auto& W = dm.w.layers[l];
+  auto& L = a.layers[l];
+  const int64_t N = a.B * a.T, d = dm.cfg.hidden_size, F = dm.cfg.intermediate_size;
+  cudaStream_t s = dm.stream;
+  if (W.moe.router) {
+    if (!accumulate) JTOK_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(N * d) * sizeof(E), s));
+    moe_block_forward(dm.mm, out, L.moe, a.moe, L.m.get(), W.moe, moe_dims(dm.cfg), N, s);
+    return;
+  }
+  linear_forward<E, E>(dm.mm, L.gate.get(), L.m.get(), W.wg, nullptr, N, d, F, false, s);
+  linear_forward<E, E>(dm.mm, L.up.get(), L.m.get(), W.wu, nullptr, N, d, F, false, s);
+  swiglu_forward(L.act.get(), L.gate.get(), L.up.get(), N, F, F, s);
+  linear_forward<E, E>(dm.mm, out, L.act.get(), W.wd, nullptr, N, F, d, accumulate, s);
+}
+
+// h_mid -> h_next = h_mid + Delta_m, m = RMSNorm(h_mid); on a JTok layer Delta_m is gated (kept
+// apart for the backward: model/layer_block.cpp's gated path; a scaler of zeros takes it too, p = 1
+// exactly); JTok-M's injection last.
 template <typename E>
 void mlp_half(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
   const auto& c = dm.cfg;
   const auto& W = dm.w.layers[l];
   auto& L = a.layers[l];
-  const int64_t N = a.B * a.T, d = c.hidden_size, F = c.intermediate_size;
+  const int64_t N = a.B * a.T, d = c.hidden_size;
   cudaStream_t s = dm.stream;
   rmsnorm_forward(L.m.get(), L.rstd2.get(), L.h_mid.get(), W.ln2, N, d, static_cast<float>(c.rms_norm_eps), s);
-  linear_forward<E, E>(dm.mm, L.gate.get(), L.m.get(), W.wg, nullptr, N, d, F, false, s);
-  linear_forward<E, E>(dm.mm, L.up.get(), L.m.get(), W.wu, nullptr, N, d, F, false, s);
-  swiglu_forward(L.act.get(), L.gate.get(), L.up.get(), N, F, F, s);
   if (W.jtok_scale) {
-    linear_forward<E, E>(dm.mm, L.mlp_out.get(), L.act.get(), W.wd, nullptr, N, F, d, false, s);
+    mlp_update(dm, a, l, L.mlp_out.get(), false);
     jtok_gate(dm, a, l, h_next);
   } else {
     JTOK_CUDA_CHECK(cudaMemcpyAsync(h_next, L.h_mid.get(), L.h_mid.bytes(), cudaMemcpyDeviceToDevice, s));
-    linear_forward<E, E>(dm.mm, h_next, L.act.get(), W.wd, nullptr, N, F, d, true, s);
+    mlp_update(dm, a, l, h_next, true);
   }
   if constexpr (std::is_same_v<E, float>) {
     if (W.jtokm_router) jtokm_inject_layer(dm, a, l, h_next);

@@ -20,7 +20,9 @@ void check_supported(const Model& host, bool fp32) {
   for (size_t l = 0; l < host.w.layers.size(); ++l) {
     const LayerView& W = host.w.layers[l];
     const std::string at = "cuda model: layer " + std::to_string(l) + " ";
-    if (W.moe.router) fail(at, "is an MoE layer: MoE is not in the GPU model yet");
+    if (W.moe.router && c.num_experts_per_tok > kMoeMaxTopK)
+      fail(at, "routes each token to num_experts_per_tok ", c.num_experts_per_tok, " experts: the GPU takes at most ",
+           kMoeMaxTopK);
     if (W.jtokm_router && !fp32) fail(at, "has JTok-M tables: JTok-M's kernels (cuda/jtokm.h) are fp32 only");
   }
   if (host.lowp.any()) fail("cuda model: low-precision (exported) weights are for inference only, not the GPU model");
@@ -51,6 +53,7 @@ DeviceView<P> device_view(P* base, const Model& host) {
     d.bq = at(W.bq), d.bk = at(W.bk), d.bv = at(W.bv), d.q_norm = at(W.q_norm), d.k_norm = at(W.k_norm);
     d.wg = at(W.wg), d.wu = at(W.wu), d.wd = at(W.wd), d.jtok_scale = at(W.jtok_scale);
     d.jtokm_router = at(W.jtokm_router), d.jtokm_scale = at(W.jtokm_scale);
+    d.moe = {at(W.moe.router), at(W.moe.sg), at(W.moe.su), at(W.moe.sd), at(W.moe.experts)};
     v.layers.push_back(d);
   }
   return v;
@@ -121,6 +124,13 @@ void size_layer(DeviceLayerActs<E>& l, const ModelConfig& c, bool jtok, bool jto
   l.m_load.resize(ne), l.m_prob_sum.resize(ne), l.m_aux.resize(jtokm ? 1 : 0);
 }
 
+// An MoE layer: the block's routing and experts' activations in place of the dense MLP's.
+template <typename E>
+void size_moe_layer(DeviceLayerActs<E>& l, const ModelConfig& c, int64_t N) {
+  l.gate.resize(0), l.up.resize(0), l.act.resize(0);
+  size_moe_acts(l.moe, moe_dims(c), N);
+}
+
 template <typename E>
 void size_backward(DeviceActs<E>& a, const ModelConfig& c, bool jtok, bool jtokm, int64_t B, int64_t T) {
   const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
@@ -151,16 +161,19 @@ void ensure_device_activations(DeviceActs<E>& a, const DeviceModel<E>& dm, int64
   if (chunk_rows <= 0 || chunk_rows > N) chunk_rows = N;
   if (a.B == B && a.T == T && a.chunk_rows == chunk_rows && !a.layers.empty()) return;
   a.layers.resize(static_cast<size_t>(c.num_hidden_layers));
-  bool any_jtok = false, any_jtokm = false;
+  bool any_jtok = false, any_jtokm = false, any_moe = false;
   for (size_t l = 0; l < a.layers.size(); ++l) {
     const bool jtok = dm.w.layers[l].jtok_scale != nullptr, jtokm = dm.w.layers[l].jtokm_router != nullptr;
     size_layer(a.layers[l], c, jtok, jtokm, B, T);
+    if (dm.w.layers[l].moe.router) size_moe_layer(a.layers[l], c, N);
+    any_moe |= dm.w.layers[l].moe.router != nullptr;
     any_jtok |= jtok;
     any_jtokm |= jtokm;
   }
   a.h_out.resize(N * d), a.lnf.resize(N * d), a.logits_chunk.resize(chunk_rows * c.padded_vocab());
   a.rstdf.resize(N), a.losses.resize(N), a.loss_sum.resize(1), a.ids.resize(N), a.targets.resize(N);
   size_backward(a, c, any_jtok, any_jtokm, B, T);
+  size_moe_scratch(a.moe, moe_dims(c), any_moe ? N : 0);
   a.B = B, a.T = T, a.chunk_rows = chunk_rows;
 }
 
@@ -191,6 +204,20 @@ void zero_grads(DeviceModel<E>& dm) {
   dm.grads.zero(dm.stream);
   dm.table_grads.zero(dm.stream);
   dm.table_touched.zero(dm.stream);
+}
+
+template <typename E>
+double moe_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& a) {
+  double sum = 0;
+  int64_t layers = 0;
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    if (!dm.w.layers[l].moe.router) continue;
+    double aux = 0;
+    copy_to_host(&aux, a.layers[l].moe.aux.get(), 1, dm.stream);
+    sum += aux;
+    ++layers;
+  }
+  return layers > 0 ? sum / static_cast<double>(layers) : 0.0;
 }
 
 template <typename E>
@@ -238,6 +265,7 @@ std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, int64_t k)
   template std::vector<float> download_table<E>(const DeviceModel<E>&, int64_t);                          \
   template std::vector<uint8_t> download_table_touched<E>(const DeviceModel<E>&, int64_t);                \
   template void zero_grads<E>(DeviceModel<E>&);                                                           \
+  template double moe_aux_loss<E>(const DeviceModel<E>&, const DeviceActs<E>&);                           \
   template double jtokm_aux_loss<E>(const DeviceModel<E>&, const DeviceActs<E>&);                         \
   template std::vector<float> download_params<E>(const DeviceModel<E>&);                                  \
   template std::vector<float> download_grads<E>(const DeviceModel<E>&);

@@ -12,7 +12,7 @@ namespace jtok::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxK = 32;
+constexpr int kMaxK = static_cast<int>(kMoeMaxTopK);
 
 __global__ void route_kernel(float* probs, int32_t* topi, float* topw, const float* logits, MoeRouteDims m) {
   const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -14,6 +14,8 @@
 
 namespace jtok::cuda {
 
+constexpr int64_t kMoeMaxTopK = 32;  // K bound of the kernels (the combine's backward holds K sums in shared memory)
+
 struct MoeRouteDims {
   int64_t N = 0, E = 0, K = 0;
   bool norm_topk = false;

@@ -1,7 +1,7 @@
 // The whole model on the GPU (src/cuda/model.h) against the CPU engine's forward and backward
 // (model/transformer.h) on the same weights and batch: the loss, the final normed hidden states and
-// every gradient tensor by name (JTok, JTok-M: the tables' gradients and touched rows, the aux loss
-// too), by normalised error ||gpu - cpu|| / ||cpu||; and 10 optimizer steps
+// every gradient tensor by name (JTok, JTok-M: the tables' gradients and touched rows; JTok-M, MoE:
+// the aux loss too), by normalised error ||gpu - cpu|| / ||cpu||; and 10 optimizer steps
 // (src/cuda/model_optimizer.h against train/optimizer.cpp's optimizer_step, clipping on, the tables'
 // deferred AdamW "dense" and "sparse") ending at the same weights and tables. Runs only on a GPU
 // host (in test_cuda_ops; bash scripts/test_cuda.sh).
@@ -91,6 +91,49 @@ jtok::ModelConfig tiny_jtok_jtokm() {
   return c;
 }
 
+// MoE (DeepSeekMoE-style, model/moe.h): layer 0 dense, layer 1 the top 2 of 4 routed experts; then
+// a shared expert beside them on every layer with the top-2 weights renormalised; and the latter
+// with JTok-M on every layer and JTok on layer 1 (the MoE output gated). The aux loss coefficient is
+// large enough that its gradient shows in the routers'.
+jtok::ModelConfig tiny_moe() {
+  jtok::ModelConfig c = tiny_dense();
+  c.model_type = "jtok_moe";
+  c.first_k_dense_replace = 1;
+  c.n_routed_experts = 4;
+  c.n_shared_experts = 0;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 96;
+  c.router_aux_loss_coef = 1e-2;
+  return c;
+}
+jtok::ModelConfig tiny_moe_shared() {
+  jtok::ModelConfig c = tiny_moe();
+  c.first_k_dense_replace = 0;
+  c.n_shared_experts = 1;
+  c.norm_topk_prob = true;
+  return c;
+}
+jtok::ModelConfig tiny_moe_jtok_jtokm() {
+  jtok::ModelConfig c = tiny_moe_shared();
+  c.jtokm = true;
+  c.jtokm_n_e = 3;
+  c.jtokm_top_k = 2;
+  c.jtokm_aux_loss_coef = 1e-2;
+  c.jtok = true;
+  c.jtok_layers = std::string("1");
+  return c;
+}
+// For bf16: every token takes all 4 experts (top 4 of 4), so no top-K choice can flip on a
+// near-tie between bf16 and the fp32 CPU (a flipped token moves a row between experts: an O(1)
+// change in their gradients that no tolerance would tell from a bug); the choice itself is checked
+// in fp32.
+jtok::ModelConfig tiny_moe_all_experts() {
+  jtok::ModelConfig c = tiny_moe_shared();
+  c.num_experts_per_tok = 4;
+  c.norm_topk_prob = false;
+  return c;
+}
+
 // make_model's weights with every 1-D tensor (gains 1, biases 0 at init) moved off its constant, so
 // the gains and biases take part in the forward.
 jtok::Model test_model(const jtok::ModelConfig& c) {
@@ -175,6 +218,11 @@ void expect_gpu_step_matches(const std::string& name, const jtok::ModelConfig& c
   if (acts.jtokm_aux_loss != 0)
     expect_close(name + " jtokm aux loss", {static_cast<float>(jtok::cuda::jtokm_aux_loss(dm, da))},
                  {static_cast<float>(acts.jtokm_aux_loss)}, tol_loss);
+  if (c.moe_num_layers() > 0) {
+    EXPECT_GT(acts.moe_aux_loss, 0.0) << name;
+    expect_close(name + " moe aux loss", {static_cast<float>(jtok::cuda::moe_aux_loss(dm, da))},
+                 {static_cast<float>(acts.moe_aux_loss)}, tol_loss);
+  }
   std::vector<float> lnf(acts.lnf.size());
   if constexpr (sizeof(E) == 4) {
     jtok::cuda::copy_to_host(lnf.data(), da.lnf.get(), da.lnf.size(), dm.stream);
@@ -195,6 +243,21 @@ TEST(CudaModel, RefusesWhatIsNotOnTheGpu) {
   }
 }
 
+// And an MoE top-K beyond the kernels' bound, by its field.
+TEST(CudaModel, RefusesMoeTopKPastTheKernelsBound) {
+  jtok::ModelConfig c = tiny_moe();
+  c.n_routed_experts = jtok::cuda::kMoeMaxTopK + 2;
+  c.num_experts_per_tok = jtok::cuda::kMoeMaxTopK + 1;
+  c.moe_intermediate_size = 8;
+  const jtok::Model m = test_model(c);
+  try {
+    jtok::cuda::DeviceModel<float> dm(m);
+    FAIL() << "an MoE model of top " << c.num_experts_per_tok << " was accepted";
+  } catch (const jtok::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("num_experts_per_tok 33"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaModel, DenseStepMatchesCpu) { expect_gpu_step_matches<float>("dense fp32", tiny_dense(), 1e-5, 3e-5); }
 TEST(CudaModel, Qwen3StepMatchesCpu) { expect_gpu_step_matches<float>("qwen3 fp32", tiny_qwen3(), 1e-5, 3e-5); }
 TEST(CudaModel, Qwen2BiasStepMatchesCpu) { expect_gpu_step_matches<float>("qwen2 fp32", tiny_qwen2(), 1e-5, 3e-5); }
@@ -203,15 +266,24 @@ TEST(CudaModel, JtokmStepMatchesCpu) { expect_gpu_step_matches<float>("jtokm fp3
 TEST(CudaModel, JtokAndJtokmStepMatchesCpu) {
   expect_gpu_step_matches<float>("jtok+jtokm fp32", tiny_jtok_jtokm(), 1e-5, 3e-5);
 }
+TEST(CudaModel, MoeStepMatchesCpu) {
+  expect_gpu_step_matches<float>("moe fp32", tiny_moe(), 1e-5, 3e-5);
+  expect_gpu_step_matches<float>("moe shared fp32", tiny_moe_shared(), 1e-5, 3e-5);
+}
+TEST(CudaModel, MoeJtokJtokmStepMatchesCpu) {
+  expect_gpu_step_matches<float>("moe+jtok+jtokm fp32", tiny_moe_jtok_jtokm(), 1e-5, 3e-5);
+}
 TEST(CudaModel, Bf16StepNearCpu) {
   expect_gpu_step_matches<bf16>("dense bf16", tiny_dense(), 1e-2, 1e-1);
   expect_gpu_step_matches<bf16>("qwen3 bf16", tiny_qwen3(), 1e-2, 1e-1);
   expect_gpu_step_matches<bf16>("jtok bf16", tiny_jtok(), 1e-2, 1e-1);
 }
+TEST(CudaModel, MoeBf16StepNearCpu) {
+  expect_gpu_step_matches<bf16>("moe all experts bf16", tiny_moe_all_experts(), 1e-2, 1e-1);
+}
 
 // Two GPU steps on the same inputs give the same gradient bits (no atomics decide them).
-TEST(CudaModel, StepIsDeterministic) {
-  const jtok::ModelConfig c = tiny_qwen3();
+void expect_step_deterministic(const jtok::ModelConfig& c) {
   const jtok::Model m = test_model(c);
   const Batch b = make_batch(c, 12);
   jtok::cuda::DeviceModel<float> dm(m);
@@ -229,6 +301,8 @@ TEST(CudaModel, StepIsDeterministic) {
     }
   }
 }
+TEST(CudaModel, StepIsDeterministic) { expect_step_deterministic(tiny_qwen3()); }
+TEST(CudaModel, MoeStepIsDeterministic) { expect_step_deterministic(tiny_moe_shared()); }
 
 // The step's AdamW constants as the CPU's optimizer_step forms them (lr at the step before it; the
 // token-indexed modules at their own lr).
@@ -301,6 +375,14 @@ TEST(CudaModel, TenAdamWStepsWithTablesMatchCpu) {
     t.table_learning_rate = 1e-2;
     expect_ten_steps_match(std::string("adamw jtok+jtokm ") + mode, tiny_jtok_jtokm(), t);
   }
+}
+
+// MoE (the routers' aux loss in every step's gradient), and MoE beside JTok and JTok-M tables.
+TEST(CudaModel, TenAdamWStepsWithMoeMatchCpu) {
+  expect_ten_steps_match("adamw moe", tiny_moe(), ten_steps());
+  jtok::TrainConfig t = ten_steps();
+  t.table_learning_rate = 1e-2;
+  expect_ten_steps_match("adamw moe+jtok+jtokm dense", tiny_moe_jtok_jtokm(), t);
 }
 
 }  // namespace

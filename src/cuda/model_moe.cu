@@ -1,0 +1,185 @@
+// The GPU model's MoE block (src/cuda/model_moe.h), model/moe.cpp's steps in its order: forward =
+// router product, route, group (offsets to the host), gather, per-expert gate / up, SwiGLU,
+// per-expert down, shared experts onto out, combine onto out; backward = combine's backward (dL/deo
+// and the router logits' gradient, aux loss included), the router's products, per-expert down,
+// SwiGLU, per-expert gate / up, the rows' input gradients back to their positions, shared experts.
+// Every gradient accumulates (+=), as the CPU's.
+#include <type_traits>
+
+#include "cuda/model_kernels.h"
+#include "cuda/model_moe.h"
+#include "cuda/swiglu.h"
+
+namespace jtok::cuda {
+
+namespace {
+
+enum ExpertMatrix : int64_t { kGate = 0, kUp = 1, kDown = 2 };
+
+// Expert e's matrix p in a view (gate (F,d), up (F,d), down (d,F), back to back a expert).
+template <typename P>
+P* expert_at(const DeviceMoeView<P>& w, const MoeDims& m, int64_t e, ExpertMatrix p) {
+  return w.experts + (3 * e + p) * m.F * m.d;
+}
+
+MoeRouteDims route_dims(const MoeDims& m, int64_t N) { return {N, m.E, m.K, m.norm_topk, m.aux_coef}; }
+
+// f(e, r0, ne) for every expert e with rows (ne of them, from r0) in the grouped block.
+template <typename Fn>
+void for_each_expert(const std::vector<int32_t>& offsets, int64_t E, Fn&& f) {
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = offsets[static_cast<size_t>(e)], ne = offsets[static_cast<size_t>(e + 1)] - r0;
+    if (ne > 0) f(e, r0, ne);
+  }
+}
+
+// The router's product and the routing: a's probs, topi, topw, offsets (also on the host), slot_of,
+// row_of, frac, aux.
+template <typename E>
+void route_and_group(Matmul& mm, DeviceMoeActs<E>& a, DeviceMoeScratch<E>& s, const E* x, const DeviceMoeView<E>& w,
+                     const MoeDims& m, int64_t N, cudaStream_t stream) {
+  const MoeRouteDims rd = route_dims(m, N);
+  linear_forward<E, float>(mm, s.logits.get(), x, w.router, nullptr, N, m.d, m.E, false, stream);
+  moe_route(a.route(), s.logits.get(), rd, stream);
+  moe_group(a.route(), s.group.get(), s.group.bytes(), rd, stream);
+  a.host_offsets.resize(static_cast<size_t>(m.E + 1));
+  copy_to_host(a.host_offsets.data(), a.offsets.get(), m.E + 1, stream);
+  JTOK_CHECK(a.host_offsets.front() == 0 && a.host_offsets.back() == N * m.K, "cuda moe: the grouped rows run ",
+             a.host_offsets.front(), "..", a.host_offsets.back(), ", not 0..", N * m.K);
+}
+
+// a.xg (NK,d) -> a.g, a.u, a.act (NK,F) -> a.eo (NK,d), one product per expert and projection.
+template <typename E>
+void routed_experts_forward(Matmul& mm, DeviceMoeActs<E>& a, const DeviceMoeView<E>& w, const MoeDims& m, int64_t N,
+                            cudaStream_t stream) {
+  const int64_t d = m.d, F = m.F;
+  for_each_expert(a.host_offsets, m.E, [&](int64_t e, int64_t r0, int64_t ne) {
+    linear_forward<E, E>(mm, a.g.get() + r0 * F, a.xg.get() + r0 * d, expert_at(w, m, e, kGate), nullptr, ne, d, F,
+                         false, stream);
+    linear_forward<E, E>(mm, a.u.get() + r0 * F, a.xg.get() + r0 * d, expert_at(w, m, e, kUp), nullptr, ne, d, F,
+                         false, stream);
+  });
+  swiglu_forward(a.act.get(), a.g.get(), a.u.get(), N * m.K, F, F, stream);
+  for_each_expert(a.host_offsets, m.E, [&](int64_t e, int64_t r0, int64_t ne) {
+    linear_forward<E, E>(mm, a.eo.get() + r0 * d, a.act.get() + r0 * F, expert_at(w, m, e, kDown), nullptr, ne, F, d,
+                         false, stream);
+  });
+}
+
+// Shared experts: out (N,d) += down(silu(x Wsg^T) * x Wsu^T), width S.
+template <typename E>
+void shared_experts_forward(Matmul& mm, E* out, DeviceMoeActs<E>& a, const E* x, const DeviceMoeView<E>& w,
+                            const MoeDims& m, int64_t N, cudaStream_t stream) {
+  const int64_t d = m.d, S = m.S;
+  linear_forward<E, E>(mm, a.sg.get(), x, w.sg, nullptr, N, d, S, false, stream);
+  linear_forward<E, E>(mm, a.su.get(), x, w.su, nullptr, N, d, S, false, stream);
+  swiglu_forward(a.sact.get(), a.sg.get(), a.su.get(), N, S, S, stream);
+  linear_forward<E, E>(mm, out, a.sact.get(), w.sd, nullptr, N, S, d, true, stream);
+}
+
+// The router's products from s.dlogits (N,E): dx (N,d) += dlogits R, dR (E,d) += dlogits^T x (bf16:
+// dlogits rounded to bf16 first, the products' operand type).
+template <typename E>
+void router_backward(Matmul& mm, E* dx, float* drouter, DeviceMoeScratch<E>& s, const E* x, const E* router,
+                     const MoeDims& m, int64_t N, cudaStream_t stream) {
+  const E* dlogits = nullptr;
+  if constexpr (std::is_same_v<E, float>) {
+    dlogits = s.dlogits.get();
+  } else {
+    convert_from_f32(s.dlogits_e.get(), s.dlogits.get(), N * m.E, stream);
+    dlogits = s.dlogits_e.get();
+  }
+  linear_backward<E, float>(mm, dx, drouter, dlogits, x, router, N, m.d, m.E, stream);
+}
+
+// s.deo (NK,d) -> s.dact -> s.dg, s.du (NK,F) -> s.dxg (NK,d), the experts' weight gradients +=.
+template <typename E>
+void routed_experts_backward(Matmul& mm, const DeviceMoeView<float>& g, DeviceMoeScratch<E>& s,
+                             const DeviceMoeActs<E>& a, const DeviceMoeView<E>& w, const MoeDims& m, int64_t N,
+                             cudaStream_t stream) {
+  const int64_t d = m.d, F = m.F;
+  s.dact.zero(stream);  // the products accumulate
+  for_each_expert(a.host_offsets, m.E, [&](int64_t e, int64_t r0, int64_t ne) {
+    linear_backward<E, float>(mm, s.dact.get() + r0 * F, expert_at(g, m, e, kDown), s.deo.get() + r0 * d,
+                              a.act.get() + r0 * F, expert_at(w, m, e, kDown), ne, F, d, stream);
+  });
+  swiglu_backward(s.dg.get(), s.du.get(), s.dact.get(), a.g.get(), a.u.get(), N * m.K, F, F, stream);
+  s.dxg.zero(stream);
+  for_each_expert(a.host_offsets, m.E, [&](int64_t e, int64_t r0, int64_t ne) {
+    linear_backward<E, float>(mm, s.dxg.get() + r0 * d, expert_at(g, m, e, kGate), s.dg.get() + r0 * F,
+                              a.xg.get() + r0 * d, expert_at(w, m, e, kGate), ne, d, F, stream);
+    linear_backward<E, float>(mm, s.dxg.get() + r0 * d, expert_at(g, m, e, kUp), s.du.get() + r0 * F,
+                              a.xg.get() + r0 * d, expert_at(w, m, e, kUp), ne, d, F, stream);
+  });
+}
+
+// Shared experts: dout (N,d) -> dx (N,d) +=, their weight gradients +=.
+template <typename E>
+void shared_experts_backward(Matmul& mm, E* dx, const DeviceMoeView<float>& g, DeviceMoeScratch<E>& s, const E* dout,
+                             const E* x, const DeviceMoeActs<E>& a, const DeviceMoeView<E>& w, const MoeDims& m,
+                             int64_t N, cudaStream_t stream) {
+  const int64_t d = m.d, S = m.S;
+  s.dsact.zero(stream);
+  linear_backward<E, float>(mm, s.dsact.get(), g.sd, dout, a.sact.get(), w.sd, N, S, d, stream);
+  swiglu_backward(s.dsg.get(), s.dsu.get(), s.dsact.get(), a.sg.get(), a.su.get(), N, S, S, stream);
+  linear_backward<E, float>(mm, dx, g.sg, s.dsg.get(), x, w.sg, N, d, S, stream);
+  linear_backward<E, float>(mm, dx, g.su, s.dsu.get(), x, w.su, N, d, S, stream);
+}
+
+}  // namespace
+
+template <typename E>
+void size_moe_acts(DeviceMoeActs<E>& a, const MoeDims& m, int64_t N) {
+  const int64_t NK = N * m.K;
+  a.probs.resize(N * m.E), a.topw.resize(NK), a.frac.resize(m.E);
+  a.topi.resize(NK), a.offsets.resize(m.E + 1), a.slot_of.resize(NK), a.row_of.resize(NK), a.aux.resize(1);
+  a.xg.resize(NK * m.d), a.g.resize(NK * m.F), a.u.resize(NK * m.F), a.act.resize(NK * m.F), a.eo.resize(NK * m.d);
+  a.sg.resize(N * m.S), a.su.resize(N * m.S), a.sact.resize(N * m.S);
+}
+
+template <typename E>
+void size_moe_scratch(DeviceMoeScratch<E>& s, const MoeDims& m, int64_t N) {
+  const int64_t NK = N * m.K;
+  s.logits.resize(N * m.E), s.dlogits.resize(N * m.E);
+  s.dlogits_e.resize(std::is_same_v<E, float> ? 0 : N * m.E);
+  s.group.resize(N > 0 ? static_cast<int64_t>(moe_group_scratch_bytes(route_dims(m, N))) : 0);
+  s.deo.resize(NK * m.d), s.dact.resize(NK * m.F), s.dg.resize(NK * m.F), s.du.resize(NK * m.F);
+  s.dxg.resize(NK * m.d);
+  s.dsact.resize(N * m.S), s.dsg.resize(N * m.S), s.dsu.resize(N * m.S);
+}
+
+template <typename E>
+void moe_block_forward(Matmul& mm, E* out, DeviceMoeActs<E>& a, DeviceMoeScratch<E>& s, const E* x,
+                       const DeviceMoeView<E>& w, const MoeDims& m, int64_t N, cudaStream_t stream) {
+  route_and_group(mm, a, s, x, w, m, N, stream);
+  moe_gather(a.xg.get(), x, a.route(), route_dims(m, N), m.d, stream);
+  routed_experts_forward(mm, a, w, m, N, stream);
+  if (m.S > 0) shared_experts_forward(mm, out, a, x, w, m, N, stream);
+  moe_combine(out, a.eo.get(), a.route(), route_dims(m, N), m.d, stream);
+}
+
+template <typename E>
+void moe_block_backward(Matmul& mm, E* dx, const DeviceMoeView<float>& g, DeviceMoeScratch<E>& s, const E* dout,
+                        const E* x, const DeviceMoeActs<E>& a, const DeviceMoeView<E>& w, const MoeDims& m, int64_t N,
+                        float aux_grad, cudaStream_t stream) {
+  const MoeRouteDims rd = route_dims(m, N);
+  moe_combine_backward(s.deo.get(), s.dlogits.get(), dout, a.eo.get(), a.route(), rd, m.d, aux_grad, stream);
+  router_backward(mm, dx, g.router, s, x, w.router, m, N, stream);
+  routed_experts_backward(mm, g, s, a, w, m, N, stream);
+  moe_scatter_backward(dx, s.dxg.get(), a.route(), rd, m.d, stream);
+  if (m.S > 0) shared_experts_backward(mm, dx, g, s, dout, x, a, w, m, N, stream);
+}
+
+#define JTOK_MODEL_MOE_INSTANTIATE(E)                                                                               \
+  template void size_moe_acts<E>(DeviceMoeActs<E>&, const MoeDims&, int64_t);                                       \
+  template void size_moe_scratch<E>(DeviceMoeScratch<E>&, const MoeDims&, int64_t);                                 \
+  template void moe_block_forward<E>(Matmul&, E*, DeviceMoeActs<E>&, DeviceMoeScratch<E>&, const E*,                \
+                                     const DeviceMoeView<E>&, const MoeDims&, int64_t, cudaStream_t);               \
+  template void moe_block_backward<E>(Matmul&, E*, const DeviceMoeView<float>&, DeviceMoeScratch<E>&, const E*,     \
+                                      const E*, const DeviceMoeActs<E>&, const DeviceMoeView<E>&, const MoeDims&,   \
+                                      int64_t, float, cudaStream_t);
+JTOK_MODEL_MOE_INSTANTIATE(float)
+JTOK_MODEL_MOE_INSTANTIATE(__nv_bfloat16)
+#undef JTOK_MODEL_MOE_INSTANTIATE
+
+}  // namespace jtok::cuda

@@ -1,0 +1,74 @@
+// The GPU model's MoE block (cuda/model.h), src/model/moe.cpp's moe_forward / moe_backward on device
+// buffers: the router's product, the routing kernels (cuda/moe.h), one cuBLASLt product per expert
+// and projection over the expert's rows (the offsets copied to the host once a layer by the forward,
+// kept for the backward), SwiGLU (cuda/swiglu.h), the shared experts as one SwiGLU of width S:
+//   logits (N,E) = x R^T (fp32 out); probs, topi, topw (N,K); the N K slots grouped by expert;
+//   xg (NK,d) = x[slot's position]; g, u (NK,F) = xg Wg_e^T, xg Wu_e^T on expert e's rows;
+//   act = silu(g) * u; eo (NK,d) = act Wd_e^T; out (N,d) += shared(x), then += sum_j topw eo[row].
+// E: the activations' and forward weights' type (float, the checking instantiation, or
+// __nv_bfloat16); routing in fp32, weight gradients into fp32 buffers (model.h's grads).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/device_array.h"
+#include "cuda/matmul.h"
+#include "cuda/moe.h"
+#include "model/moe.h"
+
+namespace jtok::cuda {
+
+// One MoE block's tensors in a device flat buffer, at the host's offsets (model/moe.h's MoeWeights).
+template <typename P>
+struct DeviceMoeView {
+  P* router = nullptr;                            // (E,d); null: not an MoE layer
+  P *sg = nullptr, *su = nullptr, *sd = nullptr;  // (S,d), (S,d), (d,S); null without shared experts
+  P* experts = nullptr;  // E experts back to back, each gate (F,d), up (F,d), down (d,F)
+};
+
+// What one MoE layer's forward keeps for its backward (N positions, NK = N K slots).
+template <typename E>
+struct DeviceMoeActs {
+  DeviceArray<float> probs, topw, frac;                 // (N,E), (N,K), (E)
+  DeviceArray<int32_t> topi, offsets, slot_of, row_of;  // (N,K), (E+1), (NK), (NK)
+  DeviceArray<double> aux;                              // (1) the block's aux loss, coef included
+  DeviceArray<E> xg, g, u, act, eo;                     // (NK,d), (NK,F) x3, (NK,d)
+  DeviceArray<E> sg, su, sact;                          // shared experts: (N,S) x3
+  std::vector<int32_t> host_offsets;                    // (E+1) offsets, copied back by the forward
+  MoeDeviceRoute route() const {
+    return {probs.get(), topi.get(), topw.get(), offsets.get(), slot_of.get(), row_of.get(), frac.get(), aux.get()};
+  }
+};
+
+// Scratch shared by the MoE layers of one micro-batch (forward: logits, moe_group's; backward: the rest).
+template <typename E>
+struct DeviceMoeScratch {
+  DeviceArray<float> logits, dlogits;     // (N,E) each
+  DeviceArray<E> dlogits_e;               // (N,E) E = bf16 only: dlogits as the router products' operand
+  DeviceArray<uint8_t> group;             // moe_group's scratch
+  DeviceArray<E> deo, dact, dg, du, dxg;  // (NK,d), (NK,F) x3, (NK,d)
+  DeviceArray<E> dsact, dsg, dsu;         // shared experts: (N,S) x3
+};
+
+// Sizes a layer's activations / the shared scratch for N positions (no-ops when already so).
+template <typename E>
+void size_moe_acts(DeviceMoeActs<E>& a, const MoeDims& m, int64_t N);
+template <typename E>
+void size_moe_scratch(DeviceMoeScratch<E>& s, const MoeDims& m, int64_t N);
+
+// x (N,d) -> out (N,d) += the block's output; a keeps routing and activations, a.aux set. One
+// stream sync (the offsets to the host).
+template <typename E>
+void moe_block_forward(Matmul& mm, E* out, DeviceMoeActs<E>& a, DeviceMoeScratch<E>& s, const E* x,
+                       const DeviceMoeView<E>& w, const MoeDims& m, int64_t N, cudaStream_t stream);
+
+// dout = dL/d(block output) (N,d) -> dx (N,d) += dL/dx; g's tensors += their gradients. aux_grad:
+// dL/d(a.aux), the step loss's weight on this block's aux term.
+template <typename E>
+void moe_block_backward(Matmul& mm, E* dx, const DeviceMoeView<float>& g, DeviceMoeScratch<E>& s, const E* dout,
+                        const E* x, const DeviceMoeActs<E>& a, const DeviceMoeView<E>& w, const MoeDims& m, int64_t N,
+                        float aux_grad, cudaStream_t stream);
+
+}  // namespace jtok::cuda
