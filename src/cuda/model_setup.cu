@@ -15,13 +15,12 @@ namespace jtok::cuda {
 namespace {
 
 // What the GPU model does not run yet, refused by name before anything is allocated.
-void check_supported(const Model& host, bool fp32) {
+void check_supported(const Model& host) {
   const auto& c = host.cfg;
   for (size_t l = 0; l < host.w.layers.size(); ++l) {
     const LayerView& W = host.w.layers[l];
     const std::string at = "cuda model: layer " + std::to_string(l) + " ";
     if (W.moe.router) fail(at, "is an MoE layer: MoE is not in the GPU model yet");
-    if (W.jtokm_router && !fp32) fail(at, "has JTok-M tables: JTok-M's kernels (cuda/jtokm.h) are fp32 only");
   }
   if (host.lowp.any()) fail("cuda model: low-precision (exported) weights are for inference only, not the GPU model");
   if (host.backbone_frozen) fail("cuda model: a frozen backbone (--train-only tables) is not in the GPU model yet");
@@ -61,7 +60,7 @@ DeviceView<P> device_view(P* base, const Model& host) {
 template <typename E>
 DeviceModel<E>::DeviceModel(const Model& host, cudaStream_t s)
     : cfg(host.cfg), layout(host.layout), n_params(static_cast<int64_t>(host.params.size())), stream(s) {
-  check_supported(host, std::is_same_v<E, float>);
+  check_supported(host);
   master.resize(n_params);
   copy_to_device(master.get(), host.params.data(), n_params);
   if constexpr (!std::is_same_v<E, float>) {
