@@ -1,8 +1,11 @@
 // JTok-M (src/cuda/jtokm.h). Routing: one thread a position (n_e and K are small); its statistics
 // and aux loss: one block, double sums in a fixed tree. Mix + norm + inject and dw: one block a
 // position. dL/de: a block a range of positions, ds per column in shared memory, then the blocks'
-// partials in block order. Table gradients: one block a unique id, table by table, positions in order.
+// partials in block order. Table gradients: one block a unique id, its rows of a group of tables in
+// shared memory, positions in order.
 // T (float or __nv_bfloat16) is converted to fp32 on every load and rounded once on every store.
+#include <algorithm>
+
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/jtokm.h"
@@ -153,30 +156,40 @@ __global__ void backward_router_kernel(T* dg, JTokMDeviceActs acts, const float*
   for (int i = 0; i < ne; ++i) dg[n * ne + i] = from_f32<T>(dsig[i] * sg[i] * (1.0f - sg[i]));
 }
 
-// Block u < U: for each table i some position of u selected, row (i, unique[u]) += w * de over
-// those positions in order.
-__global__ void backward_tables_kernel(float* gE, uint8_t* touched, JTokMDeviceActs acts, const float* de,
-                                       DeviceRowBatch rb, JTokMDims dm) {
+// Block u < U: row (i, unique[u]) of every table i some position of u selected += w * de over those
+// positions, in position order (k in order within one): the fp32 adds of one element in the same
+// order as a loop per element. The tables go in groups of `group` whose rows sit in shared memory
+// (column j owned by thread j % blockDim.x: no barrier), so a position's K selections are read once
+// a group for all its columns, not once a column and table (a hot id's many positions are the tail).
+__global__ void backward_tables_kernel(float* gE, uint8_t* touched, JTokMDeviceActs acts, const float* __restrict__ de,
+                                       DeviceRowBatch rb, JTokMDims dm, int64_t group) {
+  extern __shared__ float rows[];  // (group, d)
   const int u = blockIdx.x;
   if (u >= *rb.num_unique) return;
-  const int64_t id = rb.unique[u], d = dm.d;
+  const int64_t id = rb.unique[u], d = dm.d, K = dm.K;
   const int lo = rb.offsets[u], hi = rb.offsets[u + 1];
-  for (int64_t i = 0; i < dm.n_e; ++i) {
-    bool any = false;
-    for (int p = lo; p < hi && !any; ++p)
-      for (int64_t k = 0; k < dm.K; ++k) any |= acts.sel[rb.order[p] * dm.K + k] == i;
-    if (!any) continue;  // the same answer in every thread
-    float* out = gE + (i * dm.V + id) * d;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      float acc = out[j];
-      for (int p = lo; p < hi; ++p) {
-        const int64_t n = rb.order[p];
-        for (int64_t k = 0; k < dm.K; ++k)
-          if (acts.sel[n * dm.K + k] == i) acc += acts.w[n * dm.K + k] * de[n * d + j];
+  uint32_t used = 0;  // bit i: some position selected table i (the same in every thread; n_e <= 32)
+  for (int p = lo; p < hi; ++p)
+    for (int64_t k = 0; k < K; ++k) used |= 1u << acts.sel[rb.order[p] * K + k];
+  for (int64_t g0 = 0; g0 < dm.n_e; g0 += group) {
+    const int64_t g1 = min(dm.n_e, g0 + group);
+    for (int64_t i = g0; i < g1; ++i)
+      if (used >> i & 1u)
+        for (int64_t j = threadIdx.x; j < d; j += blockDim.x) rows[(i - g0) * d + j] = gE[(i * dm.V + id) * d + j];
+    for (int p = lo; p < hi; ++p) {
+      const int64_t n = rb.order[p];
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t i = acts.sel[n * K + k];
+        if (i < g0 || i >= g1) continue;
+        const float wk = acts.w[n * K + k];
+        for (int64_t j = threadIdx.x; j < d; j += blockDim.x) rows[(i - g0) * d + j] += wk * de[n * d + j];
       }
-      out[j] = acc;
     }
-    if (threadIdx.x == 0) touched[i * dm.V + id] = 1;
+    for (int64_t i = g0; i < g1; ++i) {
+      if (!(used >> i & 1u)) continue;
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) gE[(i * dm.V + id) * d + j] = rows[(i - g0) * d + j];
+      if (threadIdx.x == 0) touched[i * dm.V + id] = 1;
+    }
   }
 }
 
@@ -231,8 +244,14 @@ void jtokm_backward_router(T* dg, const JTokMDeviceActs& acts, const float* de, 
 
 void jtokm_backward_tables(float* gE, uint8_t* touched, const JTokMDeviceActs& acts, const float* de,
                            const DeviceRowBatch& rb, const JTokMDims& dm, cudaStream_t stream) {
+  JTOK_CHECK(dm.n_e >= 1 && dm.n_e <= kJTokMMaxTables, "jtokm_backward_tables: n_e ", dm.n_e, " (at most ",
+             kJTokMMaxTables, ")");
   if (dm.N == 0) return;
-  backward_tables_kernel<<<static_cast<int>(dm.N), kThreads, 0, stream>>>(gE, touched, acts, de, rb, dm);
+  constexpr int64_t kSharedBytes = 48 * 1024;
+  const int64_t group = std::min<int64_t>(dm.n_e, kSharedBytes / (dm.d * static_cast<int64_t>(sizeof(float))));
+  JTOK_CHECK(group >= 1, "jtokm_backward_tables: d = ", dm.d, " exceeds the 12288 columns of its shared rows");
+  const size_t shared = static_cast<size_t>(group * dm.d) * sizeof(float);
+  backward_tables_kernel<<<static_cast<int>(dm.N), kThreads, shared, stream>>>(gE, touched, acts, de, rb, dm, group);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
