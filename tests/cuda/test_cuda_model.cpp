@@ -11,7 +11,8 @@
 // through 2 layers and the backward: loss 1e-5, hidden states and gradients 3e-5, weights after 10
 // AdamW steps 1e-4 (Adam divides by sqrt(v): a gradient near 0 turns a small difference into a
 // larger step). bf16 (activations and forward weights in bf16, fp32 masters and gradients): loose
-// bounds against the fp32 CPU engine, loss 1e-2 and gradients 1e-1, that only a wrong op would miss.
+// bounds against the fp32 CPU engine, loss 1e-2 and gradients 1e-1, that only a wrong op would miss;
+// JTok-M's gradients with top-K = n_e (every_table_routed), its top-2 routing by the loss alone.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -195,6 +196,23 @@ void expect_gpu_step_matches(const std::string& name, const jtok::ModelConfig& c
   expect_table_grads_close(name, m, dm, tol);
 }
 
+// The forward alone (loss and JTok-M's aux loss), for bf16 runs whose gradients a flipped near-tie
+// may move (top-K < n_e): one position's choice moves the loss by far less than the tolerance.
+template <typename E>
+void expect_gpu_loss_matches(const std::string& name, const jtok::ModelConfig& c, double tol_loss) {
+  jtok::Model m = test_model(c);
+  const Batch b = make_batch(c, 11);
+  jtok::Activations acts;
+  const double cpu_loss = cpu_step(m, acts, b);
+  jtok::cuda::DeviceModel<E> dm(m);
+  jtok::cuda::DeviceActs<E> da;
+  jtok::cuda::forward(dm, da, b.ids.data(), b.B, b.T);
+  const double loss = jtok::cuda::forward_loss(dm, da, b.targets.data());
+  expect_close(name + " loss (forward_loss)", {static_cast<float>(loss)}, {static_cast<float>(cpu_loss)}, tol_loss);
+  expect_close(name + " jtokm aux loss", {static_cast<float>(jtok::cuda::jtokm_aux_loss(dm, da))},
+               {static_cast<float>(acts.jtokm_aux_loss)}, tol_loss);
+}
+
 // The GPU model's refusals name what it does not run: low-precision (exported, inference-only)
 // weights, in either instantiation.
 TEST(CudaModel, RefusesWhatIsNotOnTheGpu) {
@@ -228,6 +246,7 @@ TEST(CudaModel, Bf16StepNearCpu) {
   expect_gpu_step_matches<bf16>("jtok bf16", tiny_jtok(), 1e-2, 1e-1);
   expect_gpu_step_matches<bf16>("jtokm bf16", every_table_routed(tiny_jtokm()), 1e-2, 1e-1);
   expect_gpu_step_matches<bf16>("jtok+jtokm bf16", every_table_routed(tiny_jtok_jtokm()), 1e-2, 1e-1);
+  expect_gpu_loss_matches<bf16>("jtokm top-2 bf16", tiny_jtokm(), 1e-2);
 }
 
 // Two GPU steps on the same inputs give the same gradient bits (no atomics decide them).
