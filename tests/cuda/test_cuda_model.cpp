@@ -93,8 +93,9 @@ jtok::ModelConfig tiny_jtok_jtokm() {
   return c;
 }
 // For the bf16 runs against the fp32 CPU: top-K = n_e, so every position routes to every table. The
-// bf16 router logits differ from the CPU's by ~0.5 % of their spread, enough to flip a near-tie at
-// the K-th place somewhere in 2 x 66 positions now and then, and a flipped choice moves that row's
+// bf16 router logits differ from the CPU's by some tenths of a percent of their spread (by estimate:
+// bf16 inputs through one or two layers), enough to flip a near-tie at the K-th place somewhere in
+// 2 x 66 positions now and then, and a flipped choice moves that row's
 // gradient (and touched flag) to another table: a test failure that is no kernel's fault. The
 // top-K choice itself is dtype-free (fp32 logits, the same routing kernel), checked in fp32 above
 // and in CudaOps.Jtokm; the weights still depend on every logit, so the router's gradient is live.
