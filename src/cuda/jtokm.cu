@@ -1,7 +1,11 @@
 // JTok-M (src/cuda/jtokm.h). Routing: one thread a position (n_e and K are small); its statistics
 // and aux loss: one block, double sums in a fixed tree. Mix + norm + inject and dw: one block a
 // position. dL/de: a block a range of positions, ds per column in shared memory, then the blocks'
-// partials in block order. Table gradients: one block a unique id, table by table, positions in order.
+// partials in block order. Table gradients: one block a unique id, its rows of a group of tables in
+// shared memory, positions in order.
+// T (float or __nv_bfloat16) is converted to fp32 on every load and rounded once on every store.
+#include <algorithm>
+
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/jtokm.h"
@@ -56,8 +60,9 @@ __global__ void route_stats_kernel(JTokMDeviceActs acts, int64_t N, int ne, int 
 }
 
 // Block n: e (d) = sum_k w_k E_{sel_k}[ids[n]], its norm, h_next += c inv s e.
-__global__ void mix_inject_kernel(float* h_next, JTokMDeviceActs acts, const int32_t* ids, const float* E,
-                                  const float* s, JTokMDims dm) {
+template <typename T>
+__global__ void mix_inject_kernel(T* h_next, JTokMDeviceActs acts, const int32_t* ids, const T* E, const T* s,
+                                  JTokMDims dm) {
   __shared__ float red[32];
   const int64_t n = blockIdx.x, d = dm.d;
   const int32_t* sel = acts.sel + n * dm.K;
@@ -66,7 +71,7 @@ __global__ void mix_inject_kernel(float* h_next, JTokMDeviceActs acts, const int
   float ss = 0.0f;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
     float v = 0.0f;
-    for (int64_t k = 0; k < dm.K; ++k) v += w[k] * E[(sel[k] * dm.V + ids[n]) * d + j];
+    for (int64_t k = 0; k < dm.K; ++k) v += w[k] * to_f32(E[(sel[k] * dm.V + ids[n]) * d + j]);
     e[j] = v;
     ss += v * v;
   }
@@ -74,11 +79,13 @@ __global__ void mix_inject_kernel(float* h_next, JTokMDeviceActs acts, const int
   const float inv = dm.norm ? 1.0f / (sqrtf(ss) + dm.eps) : 1.0f;
   if (threadIdx.x == 0) acts.inv_norm[n] = inv;
   const float ci = dm.c * inv;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) h_next[n * d + j] += ci * s[j] * e[j];
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+    h_next[n * d + j] = from_f32<T>(to_f32(h_next[n * d + j]) + ci * to_f32(s[j]) * e[j]);
 }
 
 // Rows [b*rows, (b+1)*rows): de, and the block's ds partial (d) into ds_part. Shared: d floats.
-__global__ void backward_de_kernel(float* de, float* ds_part, JTokMDeviceActs acts, const float* dh, const float* s,
+template <typename T>
+__global__ void backward_de_kernel(float* de, float* ds_part, JTokMDeviceActs acts, const T* dh, const T* s,
                                    JTokMDims dm, int64_t rows) {
   extern __shared__ float dsp[];
   __shared__ float red[32];
@@ -87,13 +94,14 @@ __global__ void backward_de_kernel(float* de, float* ds_part, JTokMDeviceActs ac
   const int64_t lo = blockIdx.x * rows, hi = min(dm.N, lo + rows);
   for (int64_t n = lo; n < hi; ++n) {
     const float* e = acts.e + n * d;
-    const float* g = dh + n * d;
+    const T* g = dh + n * d;
     float* dn = de + n * d;
     const float inv = acts.inv_norm[n];
     float dot = 0.0f, ss = 0.0f;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      dsp[j] += dm.c * inv * g[j] * e[j];  // column j is this thread's alone
-      dn[j] = dm.c * s[j] * g[j];          // dL/dNorm(e)
+      const float gj = to_f32(g[j]);
+      dsp[j] += dm.c * inv * gj * e[j];  // column j is this thread's alone
+      dn[j] = dm.c * to_f32(s[j]) * gj;  // dL/dNorm(e)
       dot += e[j] * dn[j];
       ss += e[j] * e[j];
     }
@@ -117,17 +125,18 @@ __global__ void sum_blocks_kernel(float* ds, const float* ds_part, int64_t block
 }
 
 // Block n: dw_k = de . E_{sel_k}[x], then dg (n_e) through the weights and the aux loss's p.
-__global__ void backward_router_kernel(float* dg, JTokMDeviceActs acts, const float* de, const int32_t* ids,
-                                       const float* E, float aux_grad, JTokMDims dm) {
+template <typename T>
+__global__ void backward_router_kernel(T* dg, JTokMDeviceActs acts, const float* de, const int32_t* ids, const T* E,
+                                       float aux_grad, JTokMDims dm) {
   __shared__ float red[32];
   __shared__ float dw[kJTokMMaxTables];
   const int64_t n = blockIdx.x, d = dm.d;
   const int ne = static_cast<int>(dm.n_e), K = static_cast<int>(dm.K);
   const int32_t* sel = acts.sel + n * K;
   for (int k = 0; k < K; ++k) {
-    const float* row = E + (sel[k] * dm.V + ids[n]) * d;
+    const T* row = E + (sel[k] * dm.V + ids[n]) * d;
     float acc = 0.0f;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) acc += de[n * d + j] * row[j];
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) acc += de[n * d + j] * to_f32(row[j]);
     acc = block_sum(acc, red);
     if (threadIdx.x == 0) dw[k] = acc;
   }
@@ -144,33 +153,43 @@ __global__ void backward_router_kernel(float* dg, JTokMDeviceActs acts, const fl
   for (int i = 0; i < ne; ++i) pdp += sg[i] / sall * dp[i];
   for (int i = 0; i < ne; ++i) dsig[i] = (dp[i] - pdp) / sall;
   for (int k = 0; k < K; ++k) dsig[sel[k]] += (dw[k] - wdw) / ssel;
-  for (int i = 0; i < ne; ++i) dg[n * ne + i] = dsig[i] * sg[i] * (1.0f - sg[i]);
+  for (int i = 0; i < ne; ++i) dg[n * ne + i] = from_f32<T>(dsig[i] * sg[i] * (1.0f - sg[i]));
 }
 
-// Block u < U: for each table i some position of u selected, row (i, unique[u]) += w * de over
-// those positions in order.
-__global__ void backward_tables_kernel(float* gE, uint8_t* touched, JTokMDeviceActs acts, const float* de,
-                                       DeviceRowBatch rb, JTokMDims dm) {
+// Block u < U: row (i, unique[u]) of every table i some position of u selected += w * de over those
+// positions, in position order (k in order within one): the fp32 adds of one element in the same
+// order as a loop per element. The tables go in groups of `group` whose rows sit in shared memory
+// (column j owned by thread j % blockDim.x: no barrier), so a position's K selections are read once
+// a group for all its columns, not once a column and table (a hot id's many positions are the tail).
+__global__ void backward_tables_kernel(float* gE, uint8_t* touched, JTokMDeviceActs acts, const float* __restrict__ de,
+                                       DeviceRowBatch rb, JTokMDims dm, int64_t group) {
+  extern __shared__ float rows[];  // (group, d)
   const int u = blockIdx.x;
   if (u >= *rb.num_unique) return;
-  const int64_t id = rb.unique[u], d = dm.d;
+  const int64_t id = rb.unique[u], d = dm.d, K = dm.K;
   const int lo = rb.offsets[u], hi = rb.offsets[u + 1];
-  for (int64_t i = 0; i < dm.n_e; ++i) {
-    bool any = false;
-    for (int p = lo; p < hi && !any; ++p)
-      for (int64_t k = 0; k < dm.K; ++k) any |= acts.sel[rb.order[p] * dm.K + k] == i;
-    if (!any) continue;  // the same answer in every thread
-    float* out = gE + (i * dm.V + id) * d;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      float acc = out[j];
-      for (int p = lo; p < hi; ++p) {
-        const int64_t n = rb.order[p];
-        for (int64_t k = 0; k < dm.K; ++k)
-          if (acts.sel[n * dm.K + k] == i) acc += acts.w[n * dm.K + k] * de[n * d + j];
+  uint32_t used = 0;  // bit i: some position selected table i (the same in every thread; n_e <= 32)
+  for (int p = lo; p < hi; ++p)
+    for (int64_t k = 0; k < K; ++k) used |= 1u << acts.sel[rb.order[p] * K + k];
+  for (int64_t g0 = 0; g0 < dm.n_e; g0 += group) {
+    const int64_t g1 = min(dm.n_e, g0 + group);
+    for (int64_t i = g0; i < g1; ++i)
+      if (used >> i & 1u)
+        for (int64_t j = threadIdx.x; j < d; j += blockDim.x) rows[(i - g0) * d + j] = gE[(i * dm.V + id) * d + j];
+    for (int p = lo; p < hi; ++p) {
+      const int64_t n = rb.order[p];
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t i = acts.sel[n * K + k];
+        if (i < g0 || i >= g1) continue;
+        const float wk = acts.w[n * K + k];
+        for (int64_t j = threadIdx.x; j < d; j += blockDim.x) rows[(i - g0) * d + j] += wk * de[n * d + j];
       }
-      out[j] = acc;
     }
-    if (threadIdx.x == 0) touched[i * dm.V + id] = 1;
+    for (int64_t i = g0; i < g1; ++i) {
+      if (!(used >> i & 1u)) continue;
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) gE[(i * dm.V + id) * d + j] = rows[(i - g0) * d + j];
+      if (threadIdx.x == 0) touched[i * dm.V + id] = 1;
+    }
   }
 }
 
@@ -190,7 +209,8 @@ void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDi
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
-void jtokm_mix_inject(float* h_next, const JTokMDeviceActs& acts, const int32_t* ids, const float* E, const float* s,
+template <typename T>
+void jtokm_mix_inject(T* h_next, const JTokMDeviceActs& acts, const int32_t* ids, const T* E, const T* s,
                       const JTokMDims& dm, cudaStream_t stream) {
   if (dm.N == 0) return;
   mix_inject_kernel<<<static_cast<int>(dm.N), kThreads, 0, stream>>>(h_next, acts, ids, E, s, dm);
@@ -199,8 +219,9 @@ void jtokm_mix_inject(float* h_next, const JTokMDeviceActs& acts, const int32_t*
 
 int64_t jtokm_backward_de_scratch(const JTokMDims& dm) { return de_blocks(dm.N) * dm.d; }
 
-void jtokm_backward_de(float* de, float* ds, float* scratch, const JTokMDeviceActs& acts, const float* dh,
-                       const float* s, const JTokMDims& dm, cudaStream_t stream) {
+template <typename T>
+void jtokm_backward_de(float* de, float* ds, float* scratch, const JTokMDeviceActs& acts, const T* dh, const T* s,
+                       const JTokMDims& dm, cudaStream_t stream) {
   if (dm.N == 0) return;
   const int64_t blocks = de_blocks(dm.N), rows = (dm.N + blocks - 1) / blocks;
   const size_t shared = static_cast<size_t>(dm.d) * sizeof(float);
@@ -211,7 +232,8 @@ void jtokm_backward_de(float* de, float* ds, float* scratch, const JTokMDeviceAc
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
-void jtokm_backward_router(float* dg, const JTokMDeviceActs& acts, const float* de, const int32_t* ids, const float* E,
+template <typename T>
+void jtokm_backward_router(T* dg, const JTokMDeviceActs& acts, const float* de, const int32_t* ids, const T* E,
                            float aux_grad, const JTokMDims& dm, cudaStream_t stream) {
   JTOK_CHECK(dm.n_e >= 1 && dm.n_e <= kJTokMMaxTables && dm.K >= 1 && dm.K <= dm.n_e, "jtokm_backward_router: n_e ",
              dm.n_e, ", K ", dm.K, " (n_e at most ", kJTokMMaxTables, ")");
@@ -222,9 +244,26 @@ void jtokm_backward_router(float* dg, const JTokMDeviceActs& acts, const float* 
 
 void jtokm_backward_tables(float* gE, uint8_t* touched, const JTokMDeviceActs& acts, const float* de,
                            const DeviceRowBatch& rb, const JTokMDims& dm, cudaStream_t stream) {
+  JTOK_CHECK(dm.n_e >= 1 && dm.n_e <= kJTokMMaxTables, "jtokm_backward_tables: n_e ", dm.n_e, " (at most ",
+             kJTokMMaxTables, ")");
   if (dm.N == 0) return;
-  backward_tables_kernel<<<static_cast<int>(dm.N), kThreads, 0, stream>>>(gE, touched, acts, de, rb, dm);
+  constexpr int64_t kSharedBytes = 48 * 1024;
+  const int64_t group = std::min<int64_t>(dm.n_e, kSharedBytes / (dm.d * static_cast<int64_t>(sizeof(float))));
+  JTOK_CHECK(group >= 1, "jtokm_backward_tables: d = ", dm.d, " exceeds the 12288 columns of its shared rows");
+  const size_t shared = static_cast<size_t>(group * dm.d) * sizeof(float);
+  backward_tables_kernel<<<static_cast<int>(dm.N), kThreads, shared, stream>>>(gE, touched, acts, de, rb, dm, group);
   JTOK_CUDA_CHECK_LAUNCH();
 }
+
+#define JTOK_JTOKM_INSTANTIATE(T)                                                                                   \
+  template void jtokm_mix_inject<T>(T*, const JTokMDeviceActs&, const int32_t*, const T*, const T*, const JTokMDims&, \
+                                    cudaStream_t);                                                                  \
+  template void jtokm_backward_de<T>(float*, float*, float*, const JTokMDeviceActs&, const T*, const T*,            \
+                                     const JTokMDims&, cudaStream_t);                                               \
+  template void jtokm_backward_router<T>(T*, const JTokMDeviceActs&, const float*, const int32_t*, const T*, float,   \
+                                         const JTokMDims&, cudaStream_t);
+JTOK_JTOKM_INSTANTIATE(float)
+JTOK_JTOKM_INSTANTIATE(__nv_bfloat16)
+#undef JTOK_JTOKM_INSTANTIATE
 
 }  // namespace jtok::cuda

@@ -6,8 +6,11 @@
 // and the load-balancing aux loss lambda * n_e / (N^2 K) * sum_i P_i n_i. Table gradients go into
 // table-shaped fp32 gradients gE (n_e, V, d) with touched flags (n_e, V) for table_adamw.h, each
 // (id, table) row summed over the id's positions in position order (dedup.h): no atomics.
-// Activations and weights are fp32 here: the router and the mix are a small share of a step, and the
-// tables' master copies are fp32 (a bf16 path can follow the measurements).
+// T, the activations' type: float (the checking instantiation) or __nv_bfloat16 (the fast path). T is
+// what the kernels read of the model (h_next, dh, the scaler s, the tables' forward copy E) and what
+// they write into it (h_next, dg for the router's two products); the router logits, sigmoids, weights,
+// e, its norm, dL/de and every sum are fp32 (e is kept fp32 so the backward's norm sees the forward's
+// vector), and the tables' gradients go to fp32 gE. Tables are indexed (table * V + id) * d.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -41,24 +44,29 @@ struct JTokMDeviceActs {
 // logits (N, n_e) -> acts.sig, sel, w, load, prob_sum, aux.
 void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDims& dm, cudaStream_t stream);
 
-// ids (N), E (n_e, V, d), s (d) -> acts.e, inv_norm; h_next (N, d) += c * inv * s * e.
-void jtokm_mix_inject(float* h_next, const JTokMDeviceActs& acts, const int32_t* ids, const float* E, const float* s,
+// ids (N), E (n_e, V, d) of T, s (d) of T -> acts.e, inv_norm; h_next (N, d) of T += c * inv * s * e.
+// One block a position: gather, mix, norm and inject in one pass over the K rows.
+template <typename T>
+void jtokm_mix_inject(T* h_next, const JTokMDeviceActs& acts, const int32_t* ids, const T* E, const T* s,
                       const JTokMDims& dm, cudaStream_t stream);
 
 // Floats of scratch jtokm_backward_de needs: ds's per-block partials.
 int64_t jtokm_backward_de_scratch(const JTokMDims& dm);
 
-// dh = dL/dh_next (N, d) -> de (N, d) = dL/de; ds (d) += (per-block partials summed in block order).
-void jtokm_backward_de(float* de, float* ds, float* scratch, const JTokMDeviceActs& acts, const float* dh,
-                       const float* s, const JTokMDims& dm, cudaStream_t stream);
+// dh = dL/dh_next (N, d) of T, s (d) of T -> de (N, d) fp32 = dL/de; ds (d) fp32 += (per-block
+// partials summed in block order).
+template <typename T>
+void jtokm_backward_de(float* de, float* ds, float* scratch, const JTokMDeviceActs& acts, const T* dh, const T* s,
+                       const JTokMDims& dm, cudaStream_t stream);
 
-// de, ids, E -> dg (N, n_e) = dL/dg (the mixing weights' and the aux loss's gradients through the
-// sigmoids); the caller then adds dR (n_e, d) += dg^T a and da (N, d) += dg R (two products).
-// aux_grad: dL/d(this layer's aux).
-void jtokm_backward_router(float* dg, const JTokMDeviceActs& acts, const float* de, const int32_t* ids, const float* E,
+// de (N, d) fp32, ids, E (n_e, V, d) of T -> dg (N, n_e) of T = dL/dg (the mixing weights' and the aux
+// loss's gradients through the sigmoids, in fp32, rounded once on the store); the caller then adds
+// dR (n_e, d) += dg^T a and da (N, d) += dg R (two products). aux_grad: dL/d(this layer's aux).
+template <typename T>
+void jtokm_backward_router(T* dg, const JTokMDeviceActs& acts, const float* de, const int32_t* ids, const T* E,
                            float aux_grad, const JTokMDims& dm, cudaStream_t stream);
 
-// de, rb = dedup_ids(ids) -> gE (n_e, V, d) fp32: row (i, unique[u]) += sum over u's positions that
+// de (N, d) fp32, rb = dedup_ids(ids) -> gE (n_e, V, d) fp32: row (i, unique[u]) += sum over u's positions that
 // selected i, in position order, of w * de; touched (n_e, V) = 1 there.
 void jtokm_backward_tables(float* gE, uint8_t* touched, const JTokMDeviceActs& acts, const float* de,
                            const DeviceRowBatch& rb, const JTokMDims& dm, cudaStream_t stream);

@@ -10,11 +10,12 @@
 // m.grads. E, the activations' and the forward weights' type: float (the checking instantiation:
 // the forward reads the fp32 master weights) or __nv_bfloat16 (a bf16 copy of the masters, written
 // by the optimizer). JTok layers gate the MLP update by their token table (cuda/jtok.h); JTok-M
-// layers route on the attention input and inject beside the MLP (cuda/jtokm.h, fp32 only); the
-// tables are held whole on the device with dense fp32 gradients and a flag per touched row. MoE
-// layers (model/moe.h) replace the dense MLP by the block of cuda/model_moe.h, its aux loss in the
-// step's gradient as on the CPU. Not on the GPU yet: JTok-M in bf16, a frozen backbone, the tables'
-// optimizer (refused, by name).
+// layers route on the attention input and inject beside the MLP (cuda/jtokm.h: activations and the
+// tables' forward copy in E, router logits, weights, norms and sums in fp32); the tables are held
+// whole on the device (fp32 masters, a bf16 copy for the bf16 forward) with dense fp32 gradients and
+// a flag per touched row. MoE layers (model/moe.h) replace the dense MLP by the block of
+// cuda/model_moe.h, its aux loss in the step's gradient as on the CPU. Not on the GPU yet: a frozen
+// backbone, low-precision (exported) weights (refused, by name).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -107,7 +108,7 @@ struct DeviceLayerActs {
   DeviceArray<E> mlp_out, nrows;              // JTok: the ungated MLP update (N,d); normed rows (N bound, d)
   DeviceArray<float> inv_norm;                // JTok: (N bound)
   DeviceMoeActs<E> moe;                       // MoE layers: routing, experts' activations (gate, up, act empty)
-  // JTok-M (fp32): router logits and cuda/jtokm.h's JTokMDeviceActs arrays.
+  // JTok-M (fp32 in both instantiations): router logits and cuda/jtokm.h's JTokMDeviceActs arrays.
   DeviceArray<float> m_logits, m_sig, m_w, m_e, m_inv_norm;  // (N,n_e) (N,n_e) (N,K) (N,d) (N)
   DeviceArray<int32_t> m_sel, m_load;         // (N,K), (n_e)
   DeviceArray<double> m_prob_sum, m_aux;      // (n_e), (1)
@@ -132,7 +133,8 @@ struct DeviceActs {
   DeviceArray<float> row_terms, norm_scratch; // (B,H,T); rmsnorm_backward's per-block partials
   DeviceMoeScratch<E> moe;                    // MoE layers: logits, grouping and backward scratch
   DeviceArray<float> jtok_scratch;            // JTok: ds's per-id partials
-  DeviceArray<float> m_de, m_dg, m_scratch;   // JTok-M: dL/de (N,d), dL/dg (N,n_e), ds's partials
+  DeviceArray<float> m_de, m_scratch;         // JTok-M: dL/de (N,d) fp32, ds's partials
+  DeviceArray<E> m_dg;                        // JTok-M: dL/dg (N,n_e), the router products' operand
   // The micro-batch's ids deduplicated by the forward (cuda/dedup.h): JTok's gathers, the
   // embedding's and the tables' row gradients.
   DeviceArray<int32_t> unique, inverse, offsets, order, num_unique;

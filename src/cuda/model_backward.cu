@@ -46,11 +46,9 @@ void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float mo
   const auto& L = a.layers[li];
   const int64_t N = a.B * a.T, d = c.hidden_size, F = c.intermediate_size;
   cudaStream_t s = dm.stream;
-  if constexpr (std::is_same_v<E, float>) {  // JTok-M's dL/de from dL/dh_next; its router's part later
-    if (W.jtokm_router)
-      jtokm_backward_de(a.m_de.get(), G.jtokm_scale, a.m_scratch.get(), L.jtokm(), a.dh.get(), W.jtokm_scale,
-                        jtokm_dims(c, N), s);
-  }
+  if (W.jtokm_router)  // JTok-M's dL/de from dL/dh_next; its router's part later
+    jtokm_backward_de(a.m_de.get(), G.jtokm_scale, a.m_scratch.get(), L.jtokm(), a.dh.get(), W.jtokm_scale,
+                      jtokm_dims(c, N), s);
   const E* dmlp = a.dh.get();  // the update's gradient: dh, or on a JTok layer dh * p
   if (W.jtok_scale) {
     const int64_t k = dm.jtok_table[li];
@@ -109,14 +107,16 @@ void qkv_grads_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
 }
 
 // JTok-M's router of layer li (after its dL/de, in a.m_de): dL/dg, then dR += dg^T a and
-// a.dx (zeroed: the attention input's gradient starts here, as the CPU's) += dg R; the tables' rows.
-void jtokm_router_backward(DeviceModel<float>& dm, DeviceActs<float>& a, size_t li, float aux_grad) {
+// a.dx (zeroed: the attention input's gradient starts here, as the CPU's) += dg R; the tables' rows
+// (fp32 gradients from the fp32 dL/de).
+template <typename E>
+void jtokm_router_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float aux_grad) {
   const JTokMDims dims = jtokm_dims(dm.cfg, a.B * a.T);
   const auto& L = a.layers[li];
   const int64_t k = dm.jtokm_table[li];
   jtokm_backward_router(a.m_dg.get(), L.jtokm(), a.m_de.get(), a.ids.get(), dm.table(k), aux_grad, dims, dm.stream);
-  linear_backward<float, float>(dm.mm, a.dx.get(), dm.g.layers[li].jtokm_router, a.m_dg.get(), L.a.get(),
-                                dm.w.layers[li].jtokm_router, dims.N, dims.d, dims.n_e, dm.stream);
+  linear_backward<E, float>(dm.mm, a.dx.get(), dm.g.layers[li].jtokm_router, a.m_dg.get(), L.a.get(),
+                            dm.w.layers[li].jtokm_router, dims.N, dims.d, dims.n_e, dm.stream);
   jtokm_backward_tables(dm.table_grad(k), dm.touched(k), L.jtokm(), a.m_de.get(), a.row_batch(), dims, dm.stream);
 }
 
@@ -137,9 +137,7 @@ void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, fl
                      L.q.get(), L.k.get(), L.v.get(), B, T, c.num_attention_heads, c.num_key_value_heads, c.hd(), s);
   qkv_grads_backward(dm, a, li);
   a.dx.zero(s);
-  if constexpr (std::is_same_v<E, float>) {
-    if (W.jtokm_router) jtokm_router_backward(dm, a, li, jtokm_aux_grad);
-  }
+  if (W.jtokm_router) jtokm_router_backward(dm, a, li, jtokm_aux_grad);
   linear_backward<E, float>(dm.mm, a.dx.get(), G.wq, a.dq.get(), L.a.get(), W.wq, N, d, qd, s);
   linear_backward<E, float>(dm.mm, a.dx.get(), G.wk, a.dk.get(), L.a.get(), W.wk, N, d, kvd, s);
   linear_backward<E, float>(dm.mm, a.dx.get(), G.wv, a.dv.get(), L.a.get(), W.wv, N, d, kvd, s);

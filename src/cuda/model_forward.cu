@@ -20,16 +20,20 @@ namespace jtok::cuda {
 
 namespace {
 
-// JTok-M's routing of layer l on its attention input a: logits (N, n_e) = a R^T, then top-K.
-void jtokm_route_layer(DeviceModel<float>& dm, DeviceLayerActs<float>& L, size_t l, int64_t N) {
+// JTok-M's routing of layer l on its attention input a: logits (N, n_e) fp32 = a R^T (E operands,
+// fp32 out), then top-K.
+template <typename E>
+void jtokm_route_layer(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int64_t N) {
   const JTokMDims dims = jtokm_dims(dm.cfg, N);
-  linear_forward<float, float>(dm.mm, L.m_logits.get(), L.a.get(), dm.w.layers[l].jtokm_router, nullptr, N, dims.d,
-                               dims.n_e, false, dm.stream);
+  linear_forward<E, float>(dm.mm, L.m_logits.get(), L.a.get(), dm.w.layers[l].jtokm_router, nullptr, N, dims.d,
+                           dims.n_e, false, dm.stream);
   jtokm_route(L.jtokm(), L.m_logits.get(), dims, dm.stream);
 }
 
-// JTok-M's injection of layer l: h_next += c * s * Norm(sum_k w_k E_{sel_k}[x]).
-void jtokm_inject_layer(DeviceModel<float>& dm, DeviceActs<float>& a, size_t l, float* h_next) {
+// JTok-M's injection of layer l: h_next += c * s * Norm(sum_k w_k E_{sel_k}[x]) (the tables' forward
+// copy: dm.table).
+template <typename E>
+void jtokm_inject_layer(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
   if (a.row_sync)  // every unique id's row of the layer's tables (a superset of the chosen: the same values)
     for (int64_t i = 0; i < dm.cfg.jtokm_n_e; ++i) a.row_sync(dm.jtokm_table[l] + i, a.row_batch(), a.B * a.T);
   jtokm_mix_inject(h_next, a.layers[l].jtokm(), a.ids.get(), dm.table(dm.jtokm_table[l]), dm.w.layers[l].jtokm_scale,
@@ -48,9 +52,7 @@ void attention_half(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int64_t
   const float eps = static_cast<float>(c.rms_norm_eps);
   cudaStream_t s = dm.stream;
   rmsnorm_forward(L.a.get(), L.rstd1.get(), L.h_in.get(), W.ln1, N, d, eps, s);
-  if constexpr (std::is_same_v<E, float>) {  // route now, mix at the write-back (bf16 refused at set-up)
-    if (W.jtokm_router) jtokm_route_layer(dm, L, l, N);
-  }
+  if (W.jtokm_router) jtokm_route_layer(dm, L, l, N);  // route now, mix at the write-back
   E* q = c.qk_norm ? L.q_in.get() : L.q.get();
   E* k = c.qk_norm ? L.k_in.get() : L.k.get();
   linear_forward<E, E>(dm.mm, q, L.a.get(), W.wq, W.bq, N, d, qd, false, s);
@@ -117,9 +119,7 @@ void mlp_half(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
     JTOK_CUDA_CHECK(cudaMemcpyAsync(h_next, L.h_mid.get(), L.h_mid.bytes(), cudaMemcpyDeviceToDevice, s));
     mlp_update(dm, a, l, h_next, true);
   }
-  if constexpr (std::is_same_v<E, float>) {
-    if (W.jtokm_router) jtokm_inject_layer(dm, a, l, h_next);
-  }
+  if (W.jtokm_router) jtokm_inject_layer(dm, a, l, h_next);
 }
 
 }  // namespace

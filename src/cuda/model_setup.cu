@@ -15,7 +15,7 @@ namespace jtok::cuda {
 namespace {
 
 // What the GPU model does not run yet, refused by name before anything is allocated.
-void check_supported(const Model& host, bool fp32) {
+void check_supported(const Model& host) {
   const auto& c = host.cfg;
   for (size_t l = 0; l < host.w.layers.size(); ++l) {
     const LayerView& W = host.w.layers[l];
@@ -23,7 +23,6 @@ void check_supported(const Model& host, bool fp32) {
     if (W.moe.router && c.num_experts_per_tok > kMoeMaxTopK)
       fail(at, "routes each token to num_experts_per_tok ", c.num_experts_per_tok, " experts: the GPU takes at most ",
            kMoeMaxTopK);
-    if (W.jtokm_router && !fp32) fail(at, "has JTok-M tables: JTok-M's kernels (cuda/jtokm.h) are fp32 only");
   }
   if (host.lowp.any()) fail("cuda model: low-precision (exported) weights are for inference only, not the GPU model");
   if (host.backbone_frozen) fail("cuda model: a frozen backbone (--train-only tables) is not in the GPU model yet");
@@ -64,7 +63,7 @@ DeviceView<P> device_view(P* base, const Model& host) {
 template <typename E>
 DeviceModel<E>::DeviceModel(const Model& host, cudaStream_t s)
     : cfg(host.cfg), layout(host.layout), n_params(static_cast<int64_t>(host.params.size())), stream(s) {
-  check_supported(host, std::is_same_v<E, float>);
+  check_supported(host);
   master.resize(n_params);
   copy_to_device(master.get(), host.params.data(), n_params);
   if constexpr (!std::is_same_v<E, float>) {

@@ -56,6 +56,7 @@ class Trainer final : public DeviceTrainer {
     forward(dm_, acts_, inputs, B, T);
     MicroBatchLoss r;
     r.loss = backward(dm_, acts_, targets, grad_scale);
+    r.moe_aux = moe_aux_loss(dm_, acts_);
     r.jtokm_aux = jtokm_aux_loss(dm_, acts_);
     return r;
   }
