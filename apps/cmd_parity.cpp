@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "cuda/device.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
 #include "model/weights_io.h"
@@ -18,6 +19,7 @@ namespace {
 struct Args {
   std::string config, weights, batch, out;
   int64_t steps = 10;
+  std::string device = "cpu";
 } args;
 
 // The --batch file's input_ids and labels: (M, B, T), the same M micro-batches at every step, or
@@ -85,7 +87,7 @@ void run_parity_steps(jtok::TrainSteps& steps, const ParityBatch& pb, jtok::StFi
       out.tensors["logits"] = real_logits(acts, steps.model().cfg, pb.B, pb.T);
     }
     steps.compute_gradients();
-    if (s == 0)
+    if (s == 0 && !steps.on_device())  // a device's gradients stay there: tests/cuda compares them
       for (auto& [k, t] : grads_to_st(steps.model(), "grad.").tensors) out.tensors[k] = t;
     const TrainSteps::Result r = steps.apply();
     series.losses.push_back(static_cast<float>(r.loss));
@@ -104,9 +106,11 @@ void run() {
   validate(cfg, args.config + " with the shape of " + args.batch);
   int64_t served = 0;
   BatchSource source = parity_source(pb, served);
-  const TrainOptions opt;
+  TrainOptions opt;
+  opt.device = args.device;
+  if (args.device == "cuda") cuda::require_cuda_device();
+  opt.init_weights = [](Model& m) { load_weights(m, read_safetensors(args.weights), args.weights); };
   TrainSteps steps(cfg, opt, source);
-  load_weights(steps.model(), read_safetensors(args.weights), args.weights);
   ParitySeries series;
   StFile out;
   run_parity_steps(steps, pb, out, series);
@@ -116,7 +120,8 @@ void run() {
   out.tensors["jtokm_aux_loss"] = st_f32({S}, series.jauxes.data());  // JTok-M load-balancing loss (0 without it)
   out.tensors["grad_norm"] = st_f32({S}, series.norms.data());
   out.tensors["lr"] = st_f32({S}, series.lrs.data());
-  sync_tables(steps.model(), steps.optimizer_state());
+  steps.finish();     // every table row current
+  steps.copy_back();  // a device's weights and tables into the host model
   for (auto& [k, t] : weights_to_st(steps.model()).tensors) out.tensors["final." + k] = t;
   write_safetensors(args.out, out);
   std::printf("parity: %lld steps, loss %.6f -> %.6f, wrote %s\n", static_cast<long long>(S), series.losses.front(),
@@ -129,6 +134,10 @@ void setup(CLI::App* sub) {
   sub->add_option("--batch", args.batch, "safetensors with input_ids and labels, int32 (M,B,T), or (S,M,B,T) for batch s % S at step s")->required();
   sub->add_option("--steps", args.steps, "optimizer steps")->check(CLI::PositiveNumber);
   sub->add_option("--out", args.out, "output safetensors")->required();
+  sub->add_option("--device", args.device,
+                  "where the steps run: cpu (default), cuda (an NVIDIA GPU: no grad.* tensors in the output) or "
+                  "loopback (the GPU path with the CPU engine)")
+      ->check(CLI::IsMember({"cpu", "cuda", "loopback"}));
   sub->callback(run);
 }
 

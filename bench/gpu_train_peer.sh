@@ -3,9 +3,8 @@
 # 50304, T 1024) with 16 x 1024 tokens a step, the PyTorch peer (tests/reference/train_bench.py:
 # bf16 autocast, SDPA attention, fused AdamW; eager, then torch.compile) on dense / +JTok / +JTok-M
 # (n_e 5, K 2, every layer), each one process with one JSON line (tokens/s, MFU, peak memory); then
-# ours (`jtok bench-train --device cuda`, base + the same two variants) where the jtok given
-# supports it (today it stops with "the CUDA trainer is not built yet": that is printed and the
-# script goes on); then bench/gpu_train_peer_table.py's table: ratios JTok/dense and JTok-M/dense
+# ours (`jtok bench-train --device cuda --set precision=bf16`: bf16 copies of fp32 masters, fp32
+# accumulation; base + the same two variants); then bench/gpu_train_peer_table.py's table: ratios JTok/dense and JTok-M/dense
 # per engine and mode, and ours/compile.
 #   bash bench/gpu_train_peer.sh --data DIR [--jtok BIN] [--out DIR] [--steps N] [--warmup N]
 #        [--modes "eager compile"] [--models "dense jtok jtokm"] [--timeout S] [--budget S] [--dry-run]
@@ -15,7 +14,7 @@
 # first compiles), each run killed after --timeout seconds (default 150; a killed run is reported
 # and the rest go on); --budget S (default 330): no run starts after S seconds of the script, and a
 # run's limit is cut to what is left, so the table always comes out. --dry-run prints the
-# commands and runs nothing. Ours runs first (it stops at once while jtok has no CUDA trainer).
+# commands and runs nothing. Ours runs first.
 # --config / --batch (default configs/bench_b.json, 16) and --device cpu (bf16 autocast without the
 # fused AdamW) are for checking this script on a small config without a GPU (tests/test_gpu_scripts.sh).
 # Time on an H100/H200 (estimate): ~15-20 s a run in eager (start-up, table init, 13 steps), 40-90 s
@@ -67,18 +66,8 @@ run() {  # run NAME CMD...: stdout -> OUT/NAME.json, stderr -> OUT/NAME.log, kil
 status=0
 # Ours: base + the two variants, steps interleaved, one line each (jtok bench-train --variant).
 if [ -n "$JTOK" ]; then
-  run ours "$JTOK" bench-train "${BASE[@]}" --device "$DEVICE" --variant "jtok:jtok=true" \
-      --variant "jtokm:jtokm=true,jtokm_n_e=5,jtokm_top_k=2"
-  rc=$?
-  if [ "$DRY" = 0 ] && [ $rc != 0 ]; then
-    if grep -q "not built yet" "$OUT/ours.log"; then
-      echo "ours: $(grep -m1 'not built yet' "$OUT/ours.log")"
-      echo "ours: jtok has no CUDA trainer yet: no jtok rows; the peer's figures stand alone"
-      : > "$OUT/ours.json"
-    else
-      status=1
-    fi
-  fi
+  run ours "$JTOK" bench-train "${BASE[@]}" --device "$DEVICE" --set precision=bf16 --variant "jtok:jtok=true" \
+      --variant "jtokm:jtokm=true,jtokm_n_e=5,jtokm_top_k=2" || status=1
 else
   echo "ours: no --jtok binary given: the peer alone"
 fi

@@ -5,8 +5,8 @@
 #   fields (mfu from --peak-tflops); --compile on a torch without torch.compile and --fused-adamw
 #   off cuda fail naming the option.
 # - bench/gpu_train_peer.sh on a small config on the CPU (--device cpu, bf16 autocast): one JSON
-#   line per run, a jtok that says "not built yet" is reported and the script goes on, and the table
-#   has every row, the dense one at ratio 1.000 ("-" rows for runs that failed); on made-up lines,
+#   line per run, ours (jtok bench-train, here --device cpu) three lines (base, jtok, jtokm) in bf16,
+#   and the table has every row, the dense one at ratio 1.000 ("-" rows for runs that failed); on made-up lines,
 #   the table's ratios (to dense, ours / compile) and jtok's rows (base = dense, variants by label).
 # - scripts/gpu_prepare.sh cuts the first STEPS x 16 x 1025 tokens into the session directory
 #   (the loader's windows unchanged) and refuses too few tokens; scripts/gpu_session.sh --dry-run
@@ -65,13 +65,11 @@ fi
 "${TB[@]}" --fused-adamw > /dev/null 2> "$T/err" && { echo "--fused-adamw on the CPU succeeded"; exit 1; }
 grep -q "fused-adamw.*needs --device cuda" "$T/err" || { cat "$T/err"; exit 1; }
 
-# 2. bench/gpu_train_peer.sh on the CPU, with a jtok that has no CUDA trainer.
-printf '#!/bin/sh\necho "jtok: error: --device cuda: found NVIDIA H200, but the CUDA trainer is not built yet" >&2\nexit 1\n' > "$T/jtok"
-chmod +x "$T/jtok"
+# 2. bench/gpu_train_peer.sh on the CPU, ours included (bench-train --device cpu).
 rc=0
-PYTHON=$PY bash bench/gpu_train_peer.sh --data "$T/data" --jtok "$T/jtok" --out "$T/peer" --device cpu \
+PYTHON=$PY bash bench/gpu_train_peer.sh --data "$T/data" --jtok "${JTOK_BIN:?}" --out "$T/peer" --device cpu \
   --config "$T/cfg.json" --batch 2 --steps 2 --warmup 1 --modes "eager compile" > "$T/peer.out" 2>&1 || rc=$?
-grep -q "ours: jtok: error: .*not built yet" "$T/peer.out" || { cat "$T/peer.out"; exit 1; }
+grep -q "  ours: [0-9]* s" "$T/peer.out" || { cat "$T/peer.out"; exit 1; }
 "$PY" - "$T" "$rc" <<'PY'
 import json, sys
 d, rc = sys.argv[1], int(sys.argv[2])
@@ -87,7 +85,10 @@ eager_dense = rows[0]
 assert eager_dense[6] == "1.000" and eager_dense[3] != "-", eager_dense
 compiled = all(r[3] != "-" for r in rows[3:])
 assert rc == (0 if compiled else 1), (rc, rows)   # a failed run (no torch.compile here) fails the script
-assert not any(r.startswith("| jtok") for r in table), table   # no trainer: no rows of ours
+ours = [json.loads(l) for l in open(f"{d}/peer/ours.json")]
+assert [o.get("variant", "base") for o in ours] == ["base", "jtok", "jtokm"], ours
+assert all(o["device"] == "cpu" for o in ours), ours
+assert sum(r.startswith("| jtok") for r in table) == 3, table   # ours: dense, +JTok, +JTok-M
 print("gpu_train_peer.sh OK")
 PY
 # The table with ours: jtok's base line is "dense", its variants by label; ours / compile per model.

@@ -64,6 +64,32 @@ for pair in "loopback cpu" "cpu loopback"; do
   echo "ok: killed on $1 after $(ls "$out/checkpoints" | head -1), resumed on $2: the same final checkpoint"
 done
 
+# `jtok parity` through the device path: the same losses, norms and final weights as on the CPU.
+PYTHONPATH="$ROOT/tests/reference" /usr/bin/python3 - "$T/batch.safetensors" <<'PY'
+import sys
+import numpy as np
+import safetensors_np
+rng = np.random.default_rng(7)
+ids = rng.integers(0, 50257, size=(3, 2, 4, 33), dtype=np.int32)  # (S, M, B, T + 1)
+safetensors_np.save(sys.argv[1], {"input_ids": np.ascontiguousarray(ids[..., :-1]), "labels": np.ascontiguousarray(ids[..., 1:])})
+PY
+for dev in cpu loopback; do
+  "$JTOK" parity --config "$T/cfg.json" --weights "$T/cpu/checkpoints/step_00000006/model.safetensors" \
+    --batch "$T/batch.safetensors" --steps 4 --device "$dev" --out "$T/parity_$dev.safetensors" > "$T/parity_$dev.out"
+done
+PYTHONPATH="$ROOT/tests/reference" /usr/bin/python3 - "$T/parity_cpu.safetensors" "$T/parity_loopback.safetensors" <<'PY' || fail "parity differs"
+import sys
+import numpy as np
+import safetensors_np
+cpu, dev = safetensors_np.load(sys.argv[1]), safetensors_np.load(sys.argv[2])
+assert not any(k.startswith("grad.") for k in dev), "the device path wrote grad.* tensors"
+keys = [k for k in cpu if not k.startswith("grad.")]
+assert sorted(keys) == sorted(dev), (sorted(set(keys) ^ set(dev)))[:5]
+bad = [k for k in keys if not np.array_equal(cpu[k], dev[k])]
+assert not bad, f"differ: {bad[:5]}"
+print(f"ok: jtok parity --device loopback equals --device cpu: {len(keys)} tensors (losses {cpu['loss'].tolist()})")
+PY
+
 # The non-finite policy on the device path.
 if JTOK_TEST_NAN_GRAD_AT_STEP=8 train --out "$T/nan" --device loopback > "$T/nan.out" 2>&1; then
   fail "a NaN gradient on the device path did not stop the run"

@@ -34,6 +34,12 @@ void TrainSteps::finish() {
   else sync_tables(run_->model, run_->adam);
 }
 
+void TrainSteps::copy_back() {
+  if (cuda::DeviceTrainer* dev = run_->tables->device()) dev->download(run_->model, nullptr);
+}
+
+bool TrainSteps::on_device() const { return run_->tables->device() != nullptr; }
+
 Model& TrainSteps::model() { return run_->model; }
 AdamWState& TrainSteps::optimizer_state() { return run_->adam; }
 

@@ -154,6 +154,7 @@ void make_or_resume_model(TrainRun& r) {
     const std::vector<std::string> fresh = load_init_weights(r.model, r.opt.init_from, tables_in_model);
     std::printf("init-from: %s loaded, %zu tensors kept fresh\n", r.opt.init_from.c_str(), fresh.size());
   }
+  if (r.opt.init_weights) r.opt.init_weights(r.model);
   r.tables->start_fresh();
   if (r.lead && fs::exists(r.log_path)) truncate_log(r.log_path, 0);  // --resume with nothing to resume: no step is kept
 }

@@ -12,6 +12,8 @@
 
 namespace jtok {
 
+struct Model;
+
 // Where training batches come from; its state is saved in checkpoints for exact resume.
 struct BatchSource {
   std::function<void(int32_t* inputs, int32_t* targets, int64_t B, int64_t T)> next;  // (B,T) each
@@ -61,6 +63,9 @@ struct TrainOptions {
   // A fresh run's weights from this checkpoint directory (train/init_from.h; the config already
   // checked and adjusted by plan_init_from); ignored when --resume finds a checkpoint of the run.
   std::string init_from;
+  // A fresh run's weights set by the caller before the optimizer state and the tables' placement
+  // start (`jtok parity`'s --weights); a whole-table placement only.
+  std::function<void(Model&)> init_weights;
   int64_t skip_nonfinite_steps = 0;  // drop up to this many batches whose loss or gradient is not finite
   std::string command_line;
   // Text for a periodic sample: given a generate function (max_new_tokens -> text); optional.
@@ -81,7 +86,6 @@ struct TrainResult {
 
 TrainResult train(const Config& cfg, const TrainOptions& opt, BatchSource& data, ValSource* val);
 
-struct Model;
 struct AdamWState;
 struct TrainRun;
 struct StepSums;
@@ -111,6 +115,10 @@ class TrainSteps {
   // Every table row brought current (the deferred updates the steps owe) and, on a GPU, the queued
   // work finished.
   void finish();
+  // On a GPU (TrainOptions::device): its weights and tables copied into model(), which otherwise
+  // holds the weights the run started from. Nothing to do on the CPU.
+  void copy_back();
+  bool on_device() const;
   Model& model();
   AdamWState& optimizer_state();
 
