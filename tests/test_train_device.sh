@@ -90,6 +90,14 @@ assert not bad, f"differ: {bad[:5]}"
 print(f"ok: jtok parity --device loopback equals --device cpu: {len(keys)} tensors (losses {cpu['loss'].tolist()})")
 PY
 
+# --train-only tables (a frozen backbone) through the device path: the same final checkpoint.
+for dev in cpu loopback; do
+  train --out "$T/frozen_$dev" --device "$dev" --train-only tables --max-steps 4 --set checkpoint_interval=4 > "$T/frozen_$dev.out"
+done
+frozen_hash() { cat "$1/checkpoints/step_00000004/model.safetensors" "$1/checkpoints/step_00000004/optimizer.safetensors" | sha256sum | cut -c1-16; }
+[ "$(frozen_hash "$T/frozen_cpu")" = "$(frozen_hash "$T/frozen_loopback")" ] || fail "--train-only tables: cpu and loopback differ"
+echo "ok: --train-only tables, 4 steps: the same checkpoint on cpu and loopback"
+
 # The non-finite policy on the device path.
 if JTOK_TEST_NAN_GRAD_AT_STEP=8 train --out "$T/nan" --device loopback > "$T/nan.out" 2>&1; then
   fail "a NaN gradient on the device path did not stop the run"

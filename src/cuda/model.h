@@ -14,8 +14,9 @@
 // tables' forward copy in E, router logits, weights, norms and sums in fp32); the tables are held
 // whole on the device (fp32 masters, a bf16 copy for the bf16 forward) with dense fp32 gradients and
 // a flag per touched row. MoE layers (model/moe.h) replace the dense MLP by the block of
-// cuda/model_moe.h, its aux loss in the step's gradient as on the CPU. Not on the GPU yet: a frozen
-// backbone, low-precision (exported) weights (refused, by name).
+// cuda/model_moe.h, its aux loss in the step's gradient as on the CPU. A frozen backbone (--train-only
+// tables) trains only the token-indexed modules, as on the CPU. Not on the GPU: low-precision
+// (exported) weights (refused, by name).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -61,6 +62,9 @@ struct DeviceModel {
 
   ModelConfig cfg;
   std::vector<ParamInfo> layout;  // host's: names, shapes, offsets into master / grads
+  // Per layout entry: whether it trains (model/trainable.h; a frozen backbone's tensors do not: the
+  // backward still computes their gradients, the optimizer zeroes them before the norm and skips them).
+  std::vector<uint8_t> trainable;
   int64_t n_params = 0;
   DeviceArray<float> master;      // (n_params) fp32 parameters, m.params' layout
   DeviceArray<E> copy;            // (n_params) E = bf16 only: the forward's weights (empty for fp32)

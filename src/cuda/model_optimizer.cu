@@ -82,16 +82,27 @@ void check_table_stats(const DeviceAdamW& st, cudaStream_t s) {
          st.kept_base + 1, "..", st.kept_base + static_cast<int64_t>(st.kept_host.size()), ")");
 }
 
+// A frozen backbone's gradients (the backward computes them all) zeroed: neither in the norm nor stepped.
+template <typename E>
+void zero_frozen_grads(DeviceModel<E>& dm) {
+  for (size_t i = 0; i < dm.layout.size(); ++i)
+    if (!dm.trainable[i])
+      JTOK_CUDA_CHECK(cudaMemsetAsync(dm.grads.get() + dm.layout[i].offset, 0,
+                                      static_cast<size_t>(dm.layout[i].numel) * sizeof(float), dm.stream));
+}
+
 }  // namespace
 
 template <typename E>
 double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, float max_grad_norm) {
+  zero_frozen_grads(dm);
   const double norm = grad_norm(dm, st, max_grad_norm);
   if (!std::isfinite(norm))
     fail("cuda model: the global gradient norm is ", norm, "; the step was not applied (no weight or moment changed)");
   if (dm.n_tables > 0) check_table_stats(st, dm.stream);  // the forward's row syncs included
   st.step += 1;
   for (size_t i = 0; i < dm.layout.size(); ++i) {
+    if (!dm.trainable[i]) continue;  // frozen: no update, no moments
     const ParamInfo& p = dm.layout[i];
     __nv_bfloat16* copy = nullptr;  // the bf16 forward's copy of this tensor, rewritten from the new masters
     if constexpr (!std::is_same_v<E, float>) copy = dm.copy.get() + p.offset;

@@ -9,6 +9,7 @@
 #include "cuda/model.h"
 #include "cuda/model_kernels.h"
 #include "cuda/rmsnorm.h"
+#include "model/trainable.h"
 
 namespace jtok::cuda {
 
@@ -25,7 +26,6 @@ void check_supported(const Model& host) {
            kMoeMaxTopK);
   }
   if (host.lowp.any()) fail("cuda model: low-precision (exported) weights are for inference only, not the GPU model");
-  if (host.backbone_frozen) fail("cuda model: a frozen backbone (--train-only tables) is not in the GPU model yet");
   if (c.hd() != 64 && c.hd() != 128)
     fail("cuda model: head_dim ", c.hd(), " (the GPU attention runs head_dim 64 or 128)");
   for (size_t k = 0; k < host.tables.size(); ++k) {
@@ -64,6 +64,7 @@ template <typename E>
 DeviceModel<E>::DeviceModel(const Model& host, cudaStream_t s)
     : cfg(host.cfg), layout(host.layout), n_params(static_cast<int64_t>(host.params.size())), stream(s) {
   check_supported(host);
+  for (const ParamInfo& p : layout) trainable.push_back(param_trainable(host, p) ? 1 : 0);
   master.resize(n_params);
   copy_to_device(master.get(), host.params.data(), n_params);
   if constexpr (!std::is_same_v<E, float>) {

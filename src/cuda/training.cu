@@ -18,6 +18,20 @@ AdamWConsts device_consts(const AdamWStepFloats& k) {
   return {k.b1, k.b2, k.eps, k.step_size, k.inv_sqrt_bc2, k.decay};
 }
 
+// f(device offset, host offset, n) for each tensor with moments: the device keeps every tensor's in
+// the params' layout, the host only the trainable ones' (adam.moment_offset; empty: all, in place).
+template <typename E, typename F>
+void for_each_moment_block(const DeviceModel<E>& dm, const HostAdamWView& adam, F&& f) {
+  if (adam.moment_offset.empty()) {
+    f(0, 0, dm.n_params);
+    return;
+  }
+  JTOK_CHECK(adam.moment_offset.size() == dm.layout.size(), "cuda trainer: moment offsets for ",
+             adam.moment_offset.size(), " tensors, the model has ", dm.layout.size());
+  for (size_t i = 0; i < dm.layout.size(); ++i)
+    if (adam.moment_offset[i] >= 0) f(dm.layout[i].offset, adam.moment_offset[i], dm.layout[i].numel);
+}
+
 // The host moments (every row current at adam.step) into the device optimizer state.
 template <typename E>
 void upload_moments(const DeviceModel<E>& dm, DeviceAdamW& st, const HostAdamWView& adam) {
@@ -26,8 +40,10 @@ void upload_moments(const DeviceModel<E>& dm, DeviceAdamW& st, const HostAdamWVi
                  static_cast<int64_t>(adam.table_v.size()) == dm.n_tables,
              "cuda trainer: the host optimizer state has moments for ", adam.table_m.size(), " tables, the model ",
              dm.n_tables);
-  copy_to_device(st.m.get(), adam.m, dm.n_params);
-  copy_to_device(st.v.get(), adam.v, dm.n_params);
+  for_each_moment_block(dm, adam, [&](int64_t device_at, int64_t host_at, int64_t n) {
+    copy_to_device(st.m.get() + device_at, adam.m + host_at, n);
+    copy_to_device(st.v.get() + device_at, adam.v + host_at, n);
+  });
   for (int64_t k = 0; k < dm.n_tables; ++k) {
     copy_to_device(st.table_m.get() + k * dm.table_numel, adam.table_m[static_cast<size_t>(k)], dm.table_numel);
     copy_to_device(st.table_v.get() + k * dm.table_numel, adam.table_v[static_cast<size_t>(k)], dm.table_numel);
@@ -100,8 +116,10 @@ void Trainer<E>::download(Model& host, const HostAdamWView* adam) {
     copy_to_host(host.tables[static_cast<size_t>(k)].mutable_data(), dm_.tables.get() + k * dm_.table_numel,
                  dm_.table_numel, dm_.stream);
   if (!adam) return;
-  copy_to_host(adam->m, opt_.m.get(), dm_.n_params, dm_.stream);
-  copy_to_host(adam->v, opt_.v.get(), dm_.n_params, dm_.stream);
+  for_each_moment_block(dm_, *adam, [&](int64_t device_at, int64_t host_at, int64_t n) {
+    copy_to_host(adam->m + host_at, opt_.m.get() + device_at, n, dm_.stream);
+    copy_to_host(adam->v + host_at, opt_.v.get() + device_at, n, dm_.stream);
+  });
   for (int64_t k = 0; k < dm_.n_tables; ++k) {
     copy_to_host(adam->table_m[static_cast<size_t>(k)], opt_.table_m.get() + k * dm_.table_numel, dm_.table_numel,
                  dm_.stream);

@@ -15,12 +15,15 @@
 
 namespace jtok::cuda {
 
-// The host's AdamW state by pointer (train/optimizer.h's AdamWState; the same layouts as the
-// device's): the flat moments (n_params) in m.params' layout, each table's (Vp, d) moments, and the
-// optimizer steps taken (every table row current at that step).
+// The host's AdamW state by pointer (train/optimizer.h's AdamWState): the flat moments of the
+// trainable tensors, each table's (Vp, d) moments, and the optimizer steps taken (every table row
+// current at that step).
 struct HostAdamWView {
   float* m = nullptr;
   float* v = nullptr;
+  // Per layout entry: where its moments start in m / v, -1 for a frozen tensor (none kept); empty:
+  // nothing frozen, the moments in m.params' layout.
+  std::vector<int64_t> moment_offset;
   std::vector<float*> table_m, table_v;  // per table of Model::tables
   int64_t step = 0;
 };

@@ -30,7 +30,6 @@ class LoopbackTrainer final : public cuda::DeviceTrainer {
   LoopbackTrainer(const Model& host, const cuda::HostAdamWView& adam, const TrainConfig& t)
       : t_(t), m_(make_model(host.cfg, 0, {.init = false, .grads = true, .tables = true})) {
     m_.backbone_frozen = host.backbone_frozen;
-    JTOK_CHECK(!host.backbone_frozen, "--device loopback: a frozen backbone is not on the device path");
     copy_floats(m_.params.data(), host.params.data(), host.params.size());
     for (size_t k = 0; k < host.tables.size(); ++k)
       copy_floats(m_.tables[k].mutable_data(), host.tables[k].data(), static_cast<size_t>(host.tables[k].numel()));

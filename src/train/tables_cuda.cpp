@@ -14,12 +14,12 @@ namespace jtok {
 
 namespace {
 
-// The host AdamW state as the device trainer reads and writes it (moments laid out as the params:
-// nothing frozen, which the GPU model refuses first).
+// The host AdamW state as the device trainer reads and writes it.
 cuda::HostAdamWView host_view(AdamWState& a) {
   cuda::HostAdamWView v;
   v.m = a.m.data();
   v.v = a.v.data();
+  v.moment_offset = a.moment_offset;
   for (size_t k = 0; k < a.tables.m.size(); ++k) {
     v.table_m.push_back(a.tables.m[k].data());
     v.table_v.push_back(a.tables.v[k].data());

@@ -7,6 +7,7 @@
 # - a GPU checkpoint resumes on the CPU and a CPU one on the GPU, each finishing within 2e-3 of the
 #   loss of the run that stayed on one device;
 # - bf16 on the GPU trains, its losses within 5e-2 of fp32's (printed);
+# - --train-only tables (a frozen backbone) follows the CPU's losses within 2e-3;
 # - a NaN gradient stops the run naming the step, with nothing saved after it.
 # Needs JTOK_BIN, JTOK_GPU_SHARDS (token shards, GPT-2 ids: scripts/gpu_prepare.sh's shards/) and
 # JTOK_GPU_TOKENIZER (the gpt2 tokenizer's files, its tokenizer/).
@@ -77,6 +78,10 @@ compare "$T/c2g/log.jsonl" "$T/cpu/log.jsonl" 2e-3 "CPU checkpoint resumed on th
 
 train --out "$T/bf16" --device cuda --set precision=bf16 > "$T/bf16.out" || { tail -20 "$T/bf16.out"; fail "bf16 run"; }
 compare "$T/bf16/log.jsonl" "$T/a/log.jsonl" 5e-2 "GPU bf16 vs GPU fp32"
+
+train --out "$T/frozen_gpu" --device cuda --train-only tables > "$T/frozen_gpu.out"
+train --out "$T/frozen_cpu" --device cpu --train-only tables > "$T/frozen_cpu.out"
+compare "$T/frozen_gpu/log.jsonl" "$T/frozen_cpu/log.jsonl" 2e-3 "--train-only tables: GPU vs CPU"
 
 if JTOK_TEST_NAN_GRAD_AT_STEP=5 train --out "$T/nan" --device cuda > "$T/nan.out" 2>&1; then
   fail "a NaN gradient on the GPU did not stop the run"
