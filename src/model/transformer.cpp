@@ -146,6 +146,8 @@ static void init_dense_params(Model& m, uint64_t seed) {
   }
 }
 
+static void init_tables(Model& m, uint64_t seed);
+
 Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc) {
   Model m;
   m.cfg = cfg;
@@ -165,11 +167,6 @@ Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc) {
   auto add_table = [&](const std::string& name, double std, uint64_t stream) {
     TokenTable t = alloc.tables ? TokenTable::in_ram(Vp, d) : TokenTable::unbound(Vp, d);
     m.table_init.push_back({std, stream});
-    if (alloc.tables && alloc.init) {
-      float* w = t.mutable_data();
-      for_each_table_init_row(m, seed, static_cast<int64_t>(m.tables.size()),
-                              [&](int64_t r, const float* v) { std::memcpy(w + r * d, v, sizeof(float) * d); });
-    }
     m.tables.push_back(std::move(t));
     m.table_grads.emplace_back();
     m.table_grads.back().init(Vp, d);
@@ -186,7 +183,19 @@ Model make_model(const ModelConfig& cfg, uint64_t seed, ModelAlloc alloc) {
         if (i == 0) m.jtokm_table[l] = k;
       }
   }
+  if (alloc.tables && alloc.init) init_tables(m, seed);
   return m;
+}
+
+// Each table from its own stream, so the tables fill side by side (a config b + JTok-M model's 60
+// tables: seconds instead of a minute) to the same bits as one after another.
+static void init_tables(Model& m, uint64_t seed) {
+  const int64_t d = m.cfg.hidden_size, n = static_cast<int64_t>(m.tables.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t k = 0; k < n; ++k) {
+    float* w = m.tables[static_cast<size_t>(k)].mutable_data();
+    for_each_table_init_row(m, seed, k, [&](int64_t r, const float* v) { std::memcpy(w + r * d, v, sizeof(float) * d); });
+  }
 }
 
 TableInitStream::TableInitStream(const Model& m, uint64_t seed, int64_t k)
