@@ -4,6 +4,8 @@
 // with the CUDA kernels (target bench_cuda_attention; not a test: timings are no check, and the
 // sanitizer runs of test_cuda_ops would take hours over this size):
 //   build/bench_cuda_attention [B T H KV hd [reps]]     (default config b: 16 1024 12 12 64 10)
+//   build/bench_cuda_attention 16 128 4 2 32            (the MoE bench config's layer: hd 32, GQA 4 / 2)
+// hd is 32, 64 or 128 (cuda/attention.h; another is refused by value).
 // Prints one JSON line: milliseconds per call and TFLOP/s by the causal product count (forward
 // 2 B H T^2 hd, backward 2.5 times that; the dq / dk-dv split recomputes the scores on top).
 #include <cuda_bf16.h>

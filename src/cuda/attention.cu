@@ -7,8 +7,10 @@
 // diagonal. Backward: one pass for dq (one block per query tile, looping over key tiles) and one
 // for dk, dv (one block per (key tile, kv head), looping over its group's query heads and the query
 // tiles from the diagonal on): each gradient element is written by one thread, in a fixed order.
-// These are the fp32 path and the bf16 peer; bf16 calls run the tensor-core kernels
-// (attention_mma.cu, attention_mma_bwd.cu), which share this file's shape checks and row terms.
+// A lane owns hd / 32 columns of a row (hd 32: one); the tiles' extent over rows and keys is the
+// warp width whatever hd is (32, 64 or 128). These are the fp32 path and the bf16 peer; bf16 calls
+// run the tensor-core kernels (attention_mma.cu, attention_mma_bwd.cu), which share this file's
+// shape checks and row terms.
 #include "cuda/attention.h"
 
 #include <cmath>
@@ -264,7 +266,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv(E* dk, E* dv, const E*
 }
 
 AttnDims check_dims(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd, AttnStrides st) {
-  if (hd != 64 && hd != 128) fail("cuda attention: head dim ", hd, " is not supported (64 or 128)");
+  if (!attention_head_dim_supported(hd)) fail("cuda attention: head dim ", hd, " is not supported (32, 64 or 128)");
   if (B < 0 || T < 0 || H <= 0 || KV <= 0 || H % KV != 0)
     fail("cuda attention: bad shape B ", B, " T ", T, " H ", H, " KV ", KV, " (KV must divide H)");
   if (B > 65535 || H > 65535 || T > (int64_t{1} << 30))
@@ -282,6 +284,7 @@ void allow_smem(Kernel kernel, size_t bytes) {
 
 template <int HD, typename E>
 void launch_forward(E* out, float* lse, const E* q, const E* k, const E* v, AttnDims n, cudaStream_t stream) {
+  static_assert(HD % 32 == 0, "a lane owns HD / 32 columns of a row");
   const size_t smem = fwd_smem_floats<HD>() * sizeof(float);
   allow_smem(attn_fwd<HD, E>, smem);
   const dim3 grid((n.T + kTile - 1) / kTile, n.H, n.B);
@@ -328,10 +331,7 @@ void attention_forward_tiles(E* out, float* lse, const E* q, const E* k, const E
                              int64_t KV, int64_t hd, cudaStream_t stream, AttnStrides strides) {
   const AttnDims n = check_dims(B, T, H, KV, hd, strides);
   if (n.B == 0 || n.T == 0) return;
-  if (hd == 64)
-    launch_forward<64>(out, lse, q, k, v, n, stream);
-  else
-    launch_forward<128>(out, lse, q, k, v, n, stream);
+  with_head_dim(hd, [&](auto d) { launch_forward<decltype(d)::value>(out, lse, q, k, v, n, stream); });
 }
 
 template <typename E>
@@ -341,10 +341,7 @@ void attention_backward(E* dq, E* dk, E* dv, float* row_terms, const E* dout, co
   if constexpr (std::is_same_v<E, __nv_bfloat16>) {
     const AttnDims n = check_dims(B, T, H, KV, hd, strides);
     if (n.B == 0 || n.T == 0) return;
-    if (hd == 64)
-      launch_row_terms<64>(row_terms, dout, out, n, stream);
-    else
-      launch_row_terms<128>(row_terms, dout, out, n, stream);
+    with_head_dim(hd, [&](auto d) { launch_row_terms<decltype(d)::value>(row_terms, dout, out, n, stream); });
     attention_backward_mma(dq, dk, dv, row_terms, dout, lse, q, k, v, n, static_cast<int>(hd), stream);
   } else {
     attention_backward_tiles(dq, dk, dv, row_terms, dout, out, lse, q, k, v, B, T, H, KV, hd, stream, strides);
@@ -357,13 +354,11 @@ void attention_backward_tiles(E* dq, E* dk, E* dv, float* row_terms, const E* do
                               int64_t hd, cudaStream_t stream, AttnStrides strides) {
   const AttnDims n = check_dims(B, T, H, KV, hd, strides);
   if (n.B == 0 || n.T == 0) return;
-  if (hd == 64) {
-    launch_row_terms<64>(row_terms, dout, out, n, stream);
-    launch_backward<64>(dq, dk, dv, row_terms, dout, lse, q, k, v, n, stream);
-  } else {
-    launch_row_terms<128>(row_terms, dout, out, n, stream);
-    launch_backward<128>(dq, dk, dv, row_terms, dout, lse, q, k, v, n, stream);
-  }
+  with_head_dim(hd, [&](auto d) {
+    constexpr int HD = decltype(d)::value;
+    launch_row_terms<HD>(row_terms, dout, out, n, stream);
+    launch_backward<HD>(dq, dk, dv, row_terms, dout, lse, q, k, v, n, stream);
+  });
 }
 
 template void attention_forward<float>(float*, float*, const float*, const float*, const float*, int64_t, int64_t,

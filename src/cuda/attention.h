@@ -2,7 +2,7 @@
 // scale 1/sqrt(hd) and the saved row log-sum-exp of the CPU engine's ops/attention.h, so a (B,T,...)
 // buffer means the same thing on both devices. q head h reads kv head h / (H / KV).
 //   q (B,T,H,hd), k and v (B,T,KV,hd), out (B,T,H,hd); lse (B,H,T) fp32.
-// hd is 64 or 128. Elements are float (the checking instantiation) or __nv_bfloat16 (the fast path);
+// hd is 32, 64 or 128. Elements are float (the checking instantiation) or __nv_bfloat16 (the fast path);
 // every sum is fp32. No T x T buffer; no atomics (a run is bitwise reproducible).
 // RoPE and QK-norm are separate ops (cuda/rope.h, cuda/rmsnorm.h); fusing them into the q / k tile
 // loads of the forward and the backward (and their backward into the dq / dk writes) would save the

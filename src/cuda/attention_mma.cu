@@ -4,6 +4,9 @@
 // rows and keeps their q, scores, running max / sum and output in registers, as the fragments of
 // mma.sync.m16n8k16 (bf16 x bf16, fp32 accumulate). K and V tiles of kKeys keys are staged in
 // shared memory (rows padded by 8 elements: the fragment loads fall in distinct banks).
+// The tiles' extent over rows and keys does not depend on hd (32, 64 or 128): hd 32 only holds half
+// the q and output fragments and less shared memory, and at short T (the MoE bench: T 128, 4 heads,
+// B 16: 128 blocks) larger row tiles would leave SMs idle (T / kRows x H x B blocks).
 // Fragment layouts: cuda/mma_bf16.cuh; a C fragment of scores is already the A fragment of P for
 // the product P V (FlashAttention-2).
 #include "cuda/attention_mma.h"
@@ -138,6 +141,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 template <int HD>
 void launch(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnDims& n,
             cudaStream_t stream) {
+  static_assert(HD % 16 == 0, "q k^T runs in mma k-steps of 16 head dims");
   const size_t smem = static_cast<size_t>(kRows + 2 * kKeys) * kRowStride<HD> * sizeof(bf16);
   JTOK_CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
@@ -154,10 +158,7 @@ void attention_forward_mma(bf16* out, float* lse, const bf16* q, const bf16* k, 
   if (!aligned16(out) || !aligned16(q) || !aligned16(k) || !aligned16(v) || n.qs % 8 != 0 || n.kvs % 8 != 0)
     fail("cuda attention: bf16 q, k, v and out must be 16-byte aligned with token strides a multiple of 8 (q ", n.qs,
          ", kv ", n.kvs, ")");
-  if (hd == 64)
-    launch<64>(out, lse, q, k, v, n, stream);
-  else
-    launch<128>(out, lse, q, k, v, n, stream);
+  with_head_dim(hd, [&](auto d) { launch<decltype(d)::value>(out, lse, q, k, v, n, stream); });
 }
 
 }  // namespace jtok::cuda

@@ -4,9 +4,12 @@
 //   q (B,T,H,hd), k, v (B,T,KV,hd), out (B,T,H,hd) bf16, 16-byte aligned; lse (B,H,T) fp32.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
+
+#include "core/error.h"
 
 namespace jtok::cuda {
 
@@ -17,8 +20,24 @@ struct AttnDims {
   int64_t qs, kvs;
 };
 
-// hd 64 or 128, B, T > 0 (checked by the caller); pointers 16-byte aligned and strides multiples of 8
-// (checked here).
+// The head dims the kernels are instantiated for: multiples of 32 (the scalar tiles give a lane
+// hd / 32 columns) and so of 16 (an mma k-step) and 8 (a 16-byte bf16 copy).
+constexpr bool attention_head_dim_supported(int64_t hd) { return hd == 32 || hd == 64 || hd == 128; }
+
+// f(std::integral_constant<int, HD>{}) for the head dim hd: the one place a runtime hd becomes a
+// kernel's template parameter.
+template <typename F>
+void with_head_dim(int64_t hd, F&& f) {
+  switch (hd) {
+    case 32: return f(std::integral_constant<int, 32>{});
+    case 64: return f(std::integral_constant<int, 64>{});
+    case 128: return f(std::integral_constant<int, 128>{});
+    default: fail("cuda attention: head dim ", hd, " is not supported (32, 64 or 128)");
+  }
+}
+
+// hd 32, 64 or 128, B, T > 0 (checked by the caller); pointers 16-byte aligned and strides
+// multiples of 8 (checked here).
 void attention_forward_mma(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                            const __nv_bfloat16* v, const AttnDims& n, int hd, cudaStream_t stream);
 

@@ -180,6 +180,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma(bf16* dq, const bf16
 template <int HD>
 void launch(bf16* dq, bf16* dk, bf16* dv, const float* D, const bf16* dout, const float* lse, const bf16* q,
             const bf16* k, const bf16* v, const AttnDims& n, cudaStream_t stream) {
+  static_assert(HD % 16 == 0, "the score products run in mma k-steps of 16 head dims");
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
   const size_t row_bytes = kRowStride<HD> * sizeof(bf16);
   const size_t smem_dq = (2 * kQBlock + 2 * kKeyTile) * row_bytes;
@@ -208,10 +209,9 @@ void attention_backward_mma(bf16* dq, bf16* dk, bf16* dv, const float* row_terms
       !aligned16(dv) || n.qs % 8 != 0 || n.kvs % 8 != 0)
     fail("cuda attention backward: bf16 q, k, v, dout, dq, dk and dv must be 16-byte aligned with token strides a "
          "multiple of 8 (q ", n.qs, ", kv ", n.kvs, ")");
-  if (hd == 64)
-    launch<64>(dq, dk, dv, row_terms, dout, lse, q, k, v, n, stream);
-  else
-    launch<128>(dq, dk, dv, row_terms, dout, lse, q, k, v, n, stream);
+  with_head_dim(hd, [&](auto d) {
+    launch<decltype(d)::value>(dq, dk, dv, row_terms, dout, lse, q, k, v, n, stream);
+  });
 }
 
 }  // namespace jtok::cuda

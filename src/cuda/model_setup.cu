@@ -26,8 +26,8 @@ void check_supported(const Model& host) {
            kMoeMaxTopK);
   }
   if (host.lowp.any()) fail("cuda model: low-precision (exported) weights are for inference only, not the GPU model");
-  if (c.hd() != 64 && c.hd() != 128)
-    fail("cuda model: head_dim ", c.hd(), " (the GPU attention runs head_dim 64 or 128)");
+  if (c.hd() != 32 && c.hd() != 64 && c.hd() != 128)
+    fail("cuda model: head_dim ", c.hd(), " (the GPU attention runs head_dim 32, 64 or 128)");
   for (size_t k = 0; k < host.tables.size(); ++k) {
     const TokenTable& t = host.tables[k];
     if (t.rows != c.padded_vocab() || t.id_first != 0 || t.id_stride != 1 || t.dim != c.hidden_size)

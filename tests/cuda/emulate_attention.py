@@ -397,7 +397,9 @@ def check(name, fwd_fn, bwd_fn, shapes, seed):
 
 if __name__ == '__main__':
     check('tensor cores', fwd, bwd, [(2, 1, 4, 2, 64, False), (1, 33, 4, 1, 64, False), (1, 70, 4, 2, 64, False),
-                                     (1, 130, 2, 2, 64, False), (1, 65, 4, 4, 128, False), (2, 70, 4, 2, 64, True)], 0)
+                                     (1, 130, 2, 2, 64, False), (1, 65, 4, 4, 128, False), (2, 70, 4, 2, 64, True),
+                                     (1, 100, 4, 2, 32, False), (1, 45, 4, 1, 32, True)], 0)
     check('scalar tiles', tiles_fwd, tiles_bwd, [(1, 1, 2, 1, 64, False), (2, 33, 4, 2, 64, False), (1, 70, 4, 1, 64, False),
-                                                 (1, 40, 2, 2, 128, False), (1, 45, 4, 2, 64, True)], 1)
+                                                 (1, 40, 2, 2, 128, False), (1, 45, 4, 2, 64, True),
+                                                 (1, 70, 4, 2, 32, False), (1, 33, 4, 1, 32, True)], 1)
     print('emulate_attention: every kernel agrees with the reference')

@@ -8,7 +8,8 @@
 //   bf16 2e-2: the inputs are bf16 on both sides (cuda_case.h); the GPU stores out and the
 //   gradients in bf16 (2^-9 relative each) and its backward reads its own bf16 out for D.
 // Shapes: B 2, T from 1 to 257 around the 32-row tiles (1, 31, 32, 33, 65, 100, 257), 4 query heads
-// with 4, 2 and 1 kv heads, head dims 64 and 128.
+// with 4, 2 and 1 kv heads, head dims 32, 64 and 128; and the MoE bench's layer (configs/bench_moe.json:
+// d 128 over 4 heads / 2 kv heads, hd 32, T 128).
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -154,16 +155,18 @@ TEST_P(CudaAttention, MatchesCpuForwardAndBackward) { run_case(attention_case(Ge
 
 std::vector<AttnShape> attention_shapes() {
   std::vector<AttnShape> shapes;
-  for (int64_t hd : {64, 128})
+  for (int64_t hd : {32, 64, 128})
     for (int64_t kv : {4, 2, 1})
       for (int64_t T : {1, 33, 257}) shapes.push_back({2, T, 4, kv, hd});
   for (int64_t T : {31, 32, 65, 100}) shapes.push_back({2, T, 4, 2, 64});
+  for (int64_t T : {65, 100, 128}) shapes.push_back({2, T, 4, 2, 32});
   return shapes;
 }
 
 // q, k, v read from (and their gradients written into) fused qkv rows give the packed results.
 TEST(CudaAttentionBits, FusedQkvRowsMatchCpu) {
-  for (const AttnShape& s : {AttnShape{2, 70, 4, 2, 64}, AttnShape{2, 33, 4, 1, 128}, AttnShape{1, 257, 4, 4, 64}})
+  for (const AttnShape& s : {AttnShape{2, 70, 4, 2, 64}, AttnShape{2, 33, 4, 1, 128}, AttnShape{1, 257, 4, 4, 64},
+                            AttnShape{2, 100, 4, 2, 32}})
     run_case(attention_case(s, true));
 }
 
@@ -238,7 +241,7 @@ void expect_close(const Outputs& a, const Outputs& b, double tol, const char* wh
 }
 
 TEST(CudaAttentionBits, TensorCoresMatchScalarTiles) {
-  for (int64_t hd : {64, 128})
+  for (int64_t hd : {32, 64, 128})
     for (int64_t kv : {4, 1}) {
       const auto in = make_inputs({2, 257, 4, kv, hd}, 21);
       const std::string what = "hd " + std::to_string(hd) + " kv " + std::to_string(kv);
@@ -250,10 +253,16 @@ TEST(CudaAttentionBits, TensorCoresMatchScalarTiles) {
     }
 }
 
-// Bad shapes are refused with a message naming the value.
+// Bad shapes are refused with a message naming the value (head dims: 32, 64, 128 only).
 TEST(CudaAttentionBits, RefusesUnsupportedShapes) {
-  EXPECT_THROW(jtok::cuda::attention_forward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 4, 4, 96, nullptr),
-               jtok::Error);
+  for (int64_t hd : {16, 48, 96, 256}) {
+    try {
+      jtok::cuda::attention_forward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 4, 4, hd, nullptr);
+      ADD_FAILURE() << "head dim " << hd << " was accepted";
+    } catch (const jtok::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("head dim " + std::to_string(hd)), std::string::npos) << e.what();
+    }
+  }
   EXPECT_THROW(jtok::cuda::attention_forward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 4, 3, 64, nullptr),
                jtok::Error);
   const AttnStrides short_q{3 * 64, 0};  // q rows narrower than its 4 heads

@@ -38,7 +38,7 @@ using namespace jtok::cuda_test;
 using jtok::testing::rel_err;
 using bf16 = __nv_bfloat16;
 
-// d 256, 2 layers, 4 heads / 2 kv heads (hd 64: the GPU attention's smallest), vocab 250 padded to 256.
+// d 256, 2 layers, 4 heads / 2 kv heads (hd 64), vocab 250 padded to 256.
 jtok::ModelConfig tiny_dense() {
   jtok::ModelConfig c;
   c.vocab_size = 250;
@@ -134,6 +134,22 @@ jtok::ModelConfig tiny_moe_jtok_jtokm() {
   c.jtokm_aux_loss_coef = 1e-2;
   c.jtok = true;
   c.jtok_layers = std::string("1");
+  return c;
+}
+// The MoE bench's attention shape (configs/bench_moe.json: d 128 over 4 heads / 2 kv heads, hd 32,
+// the GPU attention's smallest): dense, and MoE with a shared expert beside JTok-M on every layer.
+jtok::ModelConfig tiny_hd32() {
+  jtok::ModelConfig c = tiny_dense();
+  c.hidden_size = 128;
+  return c;
+}
+jtok::ModelConfig tiny_hd32_moe_jtokm() {
+  jtok::ModelConfig c = tiny_moe_shared();
+  c.hidden_size = 128;
+  c.jtokm = true;
+  c.jtokm_n_e = 3;
+  c.jtokm_top_k = 2;
+  c.jtokm_aux_loss_coef = 1e-2;
   return c;
 }
 // For bf16: every token takes all 4 experts (top 4 of 4), so no top-K choice can flip on a
@@ -310,6 +326,12 @@ TEST(CudaModel, MoeStepMatchesCpu) {
 }
 TEST(CudaModel, MoeJtokJtokmStepMatchesCpu) {
   expect_gpu_step_matches<float>("moe+jtok+jtokm fp32", tiny_moe_jtok_jtokm(), 1e-5, 3e-5);
+}
+TEST(CudaModel, HeadDim32StepMatchesCpu) {
+  ASSERT_EQ(tiny_hd32().hd(), 32);
+  expect_gpu_step_matches<float>("hd32 fp32", tiny_hd32(), 1e-5, 3e-5);
+  expect_gpu_step_matches<float>("hd32 moe+jtokm fp32", tiny_hd32_moe_jtokm(), 1e-5, 3e-5);
+  expect_gpu_step_matches<bf16>("hd32 bf16", tiny_hd32(), 1e-2, 1e-1);
 }
 TEST(CudaModel, Bf16StepNearCpu) {
   expect_gpu_step_matches<bf16>("dense bf16", tiny_dense(), 1e-2, 1e-1);
