@@ -89,5 +89,6 @@ for mode in $MODES; do
 done
 
 [ "$DRY" = 1 ] && exit 0
-"$PY" bench/gpu_train_peer_table.py "$OUT" | tee "$OUT/table.md"
+T_SEQ=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("seq_len", "?"))' "$CONFIG" 2>/dev/null || echo "?")
+"$PY" bench/gpu_train_peer_table.py "$OUT" "$(basename "$CONFIG" .json), $BATCH x $T_SEQ tokens a step" | tee "$OUT/table.md"
 exit $status

@@ -62,14 +62,15 @@ def rows(table):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: gpu_train_peer_table.py DIR")
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: gpu_train_peer_table.py DIR [TITLE]")
+    title = sys.argv[2] if len(sys.argv) == 3 else "config b, 16 x 1024 tokens a step"
     table = runs(sys.argv[1])
     if not table:
         sys.exit(f"gpu_train_peer_table.py: no results in {sys.argv[1]}")
     lines = [r for by_model in table.values() for r in by_model.values()]
     device = lines[0].get("device_name", "?") if lines else "?"
-    print(f"config b, 16 x 1024 tokens a step, {device}\n")
+    print(f"{title}, {device}\n")
     print("| engine | mode | model | tokens/s | MFU | peak GiB | / dense | ours / compile |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in rows(table):

@@ -12,6 +12,8 @@
 #              script itself starts no run after 210 s and cuts each run to what is left, so its
 #              table comes out)
 #   attention  the bundle's bench_cuda_attention, config b's shape (box 30 s)
+#   moe        (not in the default steps: a second device run) bench/gpu_train_peer.sh on
+#              configs/bench_moe.json, ours and the peer, base / +JTok / +JTok-M (box 240 s)
 # At most 510 s with every box spent (docs/cuda.md has the estimate).
 # Every log goes under $OUT (the device run brings back what is there; default
 # bench-out/gpu-session here): session.log (all of this output), nvidia-smi.txt, tests/,
@@ -58,7 +60,7 @@ step() {  # step NAME BOX CMD...: runs CMD killed after BOX seconds, records its
   echo; echo "== $name (time box $box s): $*"
   if [ "$DRY" = 1 ]; then
     RESULT[$name]="dry run"; SECS[$name]=0
-    [ "$name" = peer ] && "$@" --dry-run
+    case "$name" in peer|moe) "$@" --dry-run ;; esac
     return
   fi
   local t0=$SECONDS rc=0
@@ -86,7 +88,9 @@ for s in $STEPS; do
       else
         echo; echo "== attention: the bundle has no bench_cuda_attention"; RESULT[attention]="not in the bundle"; SECS[attention]=0
       fi ;;
-    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention)" >&2; exit 2 ;;
+    moe) step moe 240 bash bench/gpu_train_peer.sh --config configs/bench_moe.json --batch 16 --data "$DIR/shards" \
+           --jtok "$U/jtok" --out "$OUT/moe" --budget 210 --timeout 100 ;;
+    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, moe)" >&2; exit 2 ;;
   esac
 done
 
@@ -97,6 +101,7 @@ done
     echo "cuda cases: $(grep -c '^cuda case' "$OUT/tests/cuda_ops.log") lines, $(grep -c 'FAILED\|Failure' "$OUT/tests/cuda_ops.log") failures"
   fi
   [ -f "$OUT/peer/table.md" ] && cat "$OUT/peer/table.md"
+  [ -f "$OUT/moe/table.md" ] && cat "$OUT/moe/table.md"
 } | tee "$OUT/summary.txt"
 for s in $STEPS; do
   case "${RESULT[$s]:-}" in passed|"dry run"|"not in the bundle") ;; *) exit 1 ;; esac
