@@ -99,7 +99,15 @@ RowSource register_table_rows(const TokenTable& t, const char* what) {
     it = r.ranges.emplace(begin, Registration{bytes, 0}).first;
   }
   void* device = nullptr;
-  JTOK_CUDA_CHECK(cudaHostGetDevicePointer(&device, host, 0));
+  const cudaError_t e = cudaHostGetDevicePointer(&device, host, 0);
+  if (e != cudaSuccess) {  // no reference taken: a registration of its own is undone
+    (void)cudaGetLastError();
+    if (it->second.refs == 0) {
+      r.ranges.erase(it);
+      (void)cudaHostUnregister(host);
+    }
+    fail(name, ": cudaHostGetDevicePointer: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+  }
   ++it->second.refs;
   return RowSource{device, t.rows, t.dim, t.dtype()};
 }

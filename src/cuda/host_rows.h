@@ -30,7 +30,8 @@ struct RowSource {
 // (ids 0..rows-1) of f32 or bf16 rows in memory (RAM or a mapped file); an int8 / int4 table, a disk
 // table, an unbound table or a rank's shard fails naming what it is. `what` names the table in the
 // errors. Registering the same table again adds a reference (no second cudaHostRegister); bytes that
-// overlap another registration without being the same bytes fail.
+// overlap another registration without being the same bytes fail. t's storage must outlive its
+// registration (freeing pinned bytes before cudaHostUnregister is undefined).
 RowSource register_table_rows(const TokenTable& t, const char* what = "token table");
 // Drops one reference to t's registration; the last one unregisters the bytes. Returns false (and
 // does nothing) when t's bytes are not registered here.

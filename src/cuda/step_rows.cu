@@ -43,6 +43,7 @@ template <typename T>
 StepRows<T>::StepRows(std::vector<LayerTables> layers, int64_t max_n, RowPath path)
     : layers_(std::move(layers)), max_n_(max_n), path_(path) {
   check_shapes();
+  registered_.reserve(static_cast<size_t>(slots_));
   if (path_ == RowPath::in_place)
     for (const LayerTables& lt : layers_)
       for (const TokenTable* t : lt.tables)
@@ -140,9 +141,16 @@ void StepRows<T>::request(const int32_t* ids, int64_t N, cudaStream_t consumer) 
   RowBatch host_rb;
   if (path_ == RowPath::staged) host_rb = jtok::dedup_ids(ids, N, V_);
   for (int64_t k = 0; k < static_cast<int64_t>(layers_.size()); ++k) gather_layer(k, host_rb, N);
-  if (path_ == RowPath::in_place) host_rb = jtok::dedup_ids(ids, N, V_);  // U for the byte count, off the GPU's path
   last_unique_ = static_cast<int64_t>(host_rb.unique.size());
-  last_bytes_ = last_unique_ * d_ * slots_ * static_cast<int64_t>(sizeof(T));
+}
+
+template <typename T>
+int64_t StepRows<T>::last_unique() const {
+  if (path_ == RowPath::staged) return last_unique_;
+  int32_t U = 0;
+  JTOK_CUDA_CHECK(cudaStreamSynchronize(side_));
+  JTOK_CUDA_CHECK(cudaMemcpy(&U, rb_.num_unique, sizeof(U), cudaMemcpyDeviceToHost));
+  return U;
 }
 
 template class StepRows<float>;

@@ -60,9 +60,9 @@ class StepRows {
   int64_t vocab() const { return V_; }
   int64_t dim() const { return d_; }
   RowPath path() const { return path_; }
-  // Bytes of rows the last request moved: U (host dedup; in place too) x d x tables x sizeof(T).
-  int64_t last_bytes() const { return last_bytes_; }
-  int64_t last_unique() const { return last_unique_; }
+  // U of the last request: staged, the host's count; in place, *batch().num_unique read back after
+  // the side stream's work (a sync: for checks and benchmarks, not the decoder's path).
+  int64_t last_unique() const;
 
  private:
   void check_shapes();
@@ -84,7 +84,7 @@ class StepRows {
   cudaStream_t side_ = nullptr;
   cudaEvent_t consumer_mark_ = nullptr, ids_copied_ = nullptr;
   std::vector<cudaEvent_t> ready_;  // per layer
-  int64_t last_bytes_ = 0, last_unique_ = 0;
+  int64_t last_unique_ = 0;  // staged: the host's U
 };
 
 }  // namespace jtok::cuda

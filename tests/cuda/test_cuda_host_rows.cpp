@@ -251,7 +251,10 @@ TEST(CudaHostRows, StagedGatherEqualsCpuRows) {
     check_staged<bf16>(t, test_ids(900, V, 63), what);
   }
   const TokenTable t = make_table(V, d, Dtype::f32, 64);
-  expect_error([&] { check_staged<float>(t, {3, static_cast<int32_t>(V)}, "out of range"); }, "id 1531");
+  jtok::cuda::PinnedArray<float> staging(2 * d);
+  const std::vector<int32_t> bad = {3, static_cast<int32_t>(V)};
+  expect_error([&] { jtok::cuda::gather_rows_to_staging(staging.get(), t, bad.data(), 2); },
+               "id 1531 is not held by this table");
 }
 
 // Three layers: JTok (1 table), JTok-M (3 tables), both (4 tables). Every layer's rows after its
