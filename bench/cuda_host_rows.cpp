@@ -75,7 +75,8 @@ std::vector<int32_t> step_ids(const Options& o, int64_t n, bool spread, std::str
   if (s.info().vocab_size > o.vocab) jtok::fail(o.shard, ": vocabulary ", s.info().vocab_size, " > --vocab ", o.vocab);
   source = "shard " + o.shard + " (" + s.info().tokenizer + ")";
   const uint64_t step = spread ? s.size() / static_cast<uint64_t>(n) : 1;
-  for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(s.token(static_cast<uint64_t>(i) * step));
+  for (int64_t i = 0; i < n; ++i)
+    ids[static_cast<size_t>(i)] = static_cast<int32_t>(s.token(static_cast<uint64_t>(i) * step));
   return ids;
 }
 
@@ -132,7 +133,8 @@ struct HbmStep {
   void run(const std::vector<int32_t>& host_ids) {
     const int64_t N = static_cast<int64_t>(host_ids.size());
     std::memcpy(pinned.get(), host_ids.data(), host_ids.size() * sizeof(int32_t));
-    JTOK_CUDA_CHECK(cudaMemcpyAsync(ids.get(), pinned.get(), host_ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice, nullptr));
+    JTOK_CUDA_CHECK(cudaMemcpyAsync(ids.get(), pinned.get(), host_ids.size() * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, nullptr));
     const jtok::cuda::DeviceRowBatch rb{unique.get(), inverse.get(), offsets.get(), order.get(), count.get()};
     jtok::cuda::dedup_ids(rb, ids.get(), N, V, scratch.get(), static_cast<size_t>(scratch.size()), nullptr);
     for (size_t l = 0; l < sources.size(); ++l)

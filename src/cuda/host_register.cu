@@ -94,7 +94,8 @@ RowSource register_table_rows(const TokenTable& t, const char* what) {
     const cudaError_t e = cudaHostRegister(host, bytes, register_flags());
     if (e != cudaSuccess) {
       (void)cudaGetLastError();  // not sticky: clear it so later calls do not report it
-      fail(name, ": cudaHostRegister of its ", bytes, " bytes: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+      fail(name, ": cudaHostRegister of its ", bytes, " bytes: ", cudaGetErrorName(e), " (", cudaGetErrorString(e),
+           ")");
     }
     it = r.ranges.emplace(begin, Registration{bytes, 0}).first;
   }

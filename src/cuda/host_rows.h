@@ -43,7 +43,8 @@ int64_t table_rows_registrations(const TokenTable& t);
 class RegisteredRows {
  public:
   RegisteredRows() = default;
-  RegisteredRows(const TokenTable& t, const char* what = "token table") : table_(&t), source_(register_table_rows(t, what)) {}
+  RegisteredRows(const TokenTable& t, const char* what = "token table")
+      : table_(&t), source_(register_table_rows(t, what)) {}
   RegisteredRows(const RegisteredRows&) = delete;
   RegisteredRows& operator=(const RegisteredRows&) = delete;
   RegisteredRows(RegisteredRows&& o) noexcept : table_(o.table_), source_(o.source_) { o.table_ = nullptr; }

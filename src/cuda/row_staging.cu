@@ -24,7 +24,8 @@ void gather_rows_to_staging(T* staging, const TokenTable& t, const int32_t* ids,
 template <typename T>
 void copy_staged_rows(T* out, const T* staging, int64_t n, int64_t d, cudaStream_t side, cudaEvent_t ready) {
   if (n > 0)
-    JTOK_CUDA_CHECK(cudaMemcpyAsync(out, staging, static_cast<size_t>(n * d) * sizeof(T), cudaMemcpyHostToDevice, side));
+    JTOK_CUDA_CHECK(
+        cudaMemcpyAsync(out, staging, static_cast<size_t>(n * d) * sizeof(T), cudaMemcpyHostToDevice, side));
   if (ready) JTOK_CUDA_CHECK(cudaEventRecord(ready, side));
 }
 

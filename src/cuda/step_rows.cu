@@ -12,13 +12,16 @@ const char* row_path_name(RowPath p) { return p == RowPath::in_place ? "in_place
 
 std::vector<LayerTables> layer_tables(const Model& m) {
   std::vector<LayerTables> out;
-  const int64_t L = static_cast<int64_t>(m.jtok_table.size());
-  for (int64_t l = 0; l < L; ++l) {
+  auto at = [](const std::vector<int>& v, int64_t l) {
+    return l < static_cast<int64_t>(v.size()) ? v[static_cast<size_t>(l)] : -1;
+  };
+  for (int64_t l = 0; l < m.cfg.num_hidden_layers; ++l) {
     LayerTables lt{l, {}};
-    if (m.jtok_table[static_cast<size_t>(l)] >= 0) lt.tables.push_back(&m.tables[static_cast<size_t>(m.jtok_table[static_cast<size_t>(l)])]);
-    if (l < static_cast<int64_t>(m.jtokm_table.size()) && m.jtokm_table[static_cast<size_t>(l)] >= 0)
+    const int jtok_index = at(m.jtok_table, l), jtokm_first = at(m.jtokm_table, l);
+    if (jtok_index >= 0) lt.tables.push_back(&m.tables[static_cast<size_t>(jtok_index)]);
+    if (jtokm_first >= 0)
       for (int64_t i = 0; i < m.cfg.jtokm_n_e; ++i)
-        lt.tables.push_back(&m.tables[static_cast<size_t>(m.jtokm_table[static_cast<size_t>(l)] + i)]);
+        lt.tables.push_back(&m.tables[static_cast<size_t>(jtokm_first + i)]);
     if (!lt.tables.empty()) out.push_back(std::move(lt));
   }
   return out;
@@ -35,7 +38,8 @@ void StepRows<T>::check_shapes() {
     slots_ += static_cast<int64_t>(lt.tables.size());
     for (const TokenTable* t : lt.tables)
       if (t->rows != V_ || t->dim != d_)
-        fail("StepRows: layer ", lt.layer, "'s table is ", t->rows, " x ", t->dim, ", the first layer's ", V_, " x ", d_);
+        fail("StepRows: layer ", lt.layer, "'s table is ", t->rows, " x ", t->dim, ", the first layer's ", V_, " x ",
+             d_);
   }
 }
 
@@ -115,18 +119,17 @@ template <typename T>
 void StepRows<T>::gather_layer(int64_t k, const RowBatch& host_rb, int64_t N) {
   const LayerTables& lt = layers_[static_cast<size_t>(k)];
   cudaEvent_t ready = ready_[static_cast<size_t>(k)];
-  const int64_t n_tables = static_cast<int64_t>(lt.tables.size());
+  const int64_t n_tables = static_cast<int64_t>(lt.tables.size()), first = first_slot_[static_cast<size_t>(k)];
   if (path_ == RowPath::in_place) {
     for (int64_t i = 0; i < n_tables; ++i)
-      gather_rows_device(slot(k, i), registered_[static_cast<size_t>(first_slot_[static_cast<size_t>(k)] + i)].source(), rb_, N, RowErrors{},
-                         side_);
+      gather_rows_device(slot(k, i), registered_[static_cast<size_t>(first + i)].source(), rb_, N, RowErrors{}, side_);
     JTOK_CUDA_CHECK(cudaEventRecord(ready, side_));
     return;
   }
   JTOK_CUDA_CHECK(cudaEventSynchronize(ready));
   const int64_t U = static_cast<int64_t>(host_rb.unique.size());
   for (int64_t i = 0; i < n_tables; ++i) {
-    T* staging = staging_.get() + (first_slot_[static_cast<size_t>(k)] + i) * max_n_ * d_;
+    T* staging = staging_.get() + (first + i) * max_n_ * d_;
     stage_rows(slot(k, i), staging, *lt.tables[static_cast<size_t>(i)], host_rb.unique.data(), U, side_,
                i + 1 == n_tables ? ready : nullptr);
   }

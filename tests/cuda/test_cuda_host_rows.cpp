@@ -31,7 +31,8 @@ struct DeviceDedup {
   jtok::cuda::DeviceRowBatch rb;
   DeviceDedup(const std::vector<int32_t>& host_ids, int64_t V)
       : ids(upload_exact(host_ids)), unique(host_ids.size()), inverse(host_ids.size()), offsets(host_ids.size() + 1),
-        order(host_ids.size()), count(1), scratch(jtok::cuda::dedup_scratch_bytes(static_cast<int64_t>(host_ids.size()), V)),
+        order(host_ids.size()), count(1),
+        scratch(jtok::cuda::dedup_scratch_bytes(static_cast<int64_t>(host_ids.size()), V)),
         rb{unique.get(), inverse.get(), offsets.get(), order.get(), count.get()} {
     jtok::cuda::dedup_ids(rb, ids.get(), static_cast<int64_t>(host_ids.size()), V, scratch.get(), scratch.n, nullptr);
   }
