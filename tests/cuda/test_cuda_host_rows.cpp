@@ -4,7 +4,9 @@
 // memory on a side stream, and every layer's rows of a step requested at once. Part of test_cuda_ops.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "cuda/row_staging.h"
 #include "cuda/step_rows.h"
 #include "cuda_case.h"
+#include "io/mapped_file.h"
 #include "model/token_table.h"
 #include "model/transformer.h"
 
@@ -128,6 +131,31 @@ TEST(CudaHostRows, InPlaceGatherEqualsCpuRows) {
       check_gather<bf16>(t, dev, ids, what + ", device");
     }
   }
+}
+
+// Tables read in place from a memory-mapped file (--tables mmap: read-only pages, registered with
+// cudaHostRegisterReadOnly): two bf16 tables side by side sharing a page, the first 16-byte
+// aligned (vector loads), the second 2 bytes off (one element a thread).
+TEST(CudaHostRows, InPlaceGatherFromMappedFile) {
+  const int64_t V = 301, d = 64;
+  const TokenTable a = make_table(V, d, Dtype::bf16, 91), b = make_table(V, d, Dtype::bf16, 92);
+  const size_t bytes = static_cast<size_t>(a.storage_bytes()), off_a = 64, off_b = off_a + bytes + 2;
+  std::vector<char> file(off_b + bytes, 0);
+  std::memcpy(file.data() + off_a, a.raw_row(0), bytes);
+  std::memcpy(file.data() + off_b, b.raw_row(0), bytes);
+  const std::string path = ::testing::TempDir() + "jtok_host_rows_tables.bin";
+  std::ofstream(path, std::ios::binary).write(file.data(), static_cast<std::streamsize>(file.size()));
+  auto mf = jtok::MappedFile::open(path);
+  const TokenTable va = TokenTable::view(V, d, Dtype::bf16, mf->data() + off_a, nullptr, mf);
+  const TokenTable vb = TokenTable::view(V, d, Dtype::bf16, mf->data() + off_b, nullptr, mf);
+  jtok::cuda::RegisteredRows ra(va, "mapped table a"), rb(vb, "mapped table b");
+  const std::vector<int32_t> ids = test_ids(400, V, 93);
+  check_gather<bf16>(a, ra.source(), ids, "mapped, aligned");
+  check_gather<float>(a, ra.source(), ids, "mapped, aligned");
+  check_gather<bf16>(b, rb.source(), ids, "mapped, 2 bytes off");
+  ra.release();
+  rb.release();
+  std::remove(path.c_str());
 }
 
 // One id per step (decode at batch 1) and a batch of a single repeated id.
