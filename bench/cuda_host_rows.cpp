@@ -7,11 +7,12 @@
 // Each step: the ids uploaded, deduplicated on the device, every layer's gather, then a sync; wall
 // milliseconds per step (mean over reps after two warm-ups) and GB/s of unique rows moved. Built with
 // the CUDA kernels (target bench_cuda_host_rows; not a test: timings are no check):
-//   build/bench_cuda_host_rows [--shard data/val/val_000.bin] [--layers 28] [--d 1024] [--vocab 151936]
-//                              [--decode 16] [--prefill 4096] [--reps 20]
+//   build/bench_cuda_host_rows [--shard data/val/val_000.bin] [--layers 28] [--tables 1] [--d 1024]
+//                              [--vocab 151936] [--decode 16] [--prefill 4096] [--reps 20]
+// --tables n: tables a layer (1: JTok; JTok-M's n_e, e.g. 5: every id's n_e rows, one launch a layer).
 // Ids come from a token shard when one is given (decode: tokens spread through it, one a sequence;
 // prefill: its first tokens), else from a fixed pseudo-random set (uniform, seed 1); the output says
-// which. One JSON line per (step, path). Needs about layers x vocab x d x 2 bytes of RAM and of HBM.
+// which. One JSON line per (step, path). Needs layers x tables x vocab x d x 2 bytes of RAM and of HBM.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -37,7 +38,7 @@ using jtok::cuda::DeviceArray;
 
 struct Options {
   std::string shard;
-  int64_t layers = 28, d = 1024, vocab = 151936, decode = 16, prefill = 4096;
+  int64_t layers = 28, per_layer = 1, d = 1024, vocab = 151936, decode = 16, prefill = 4096;
   int reps = 20;
 };
 
@@ -49,6 +50,7 @@ Options parse(int argc, char** argv) {
     const char* v = argv[++i];
     if (a == "--shard") o.shard = v;
     else if (a == "--layers") o.layers = std::atoll(v);
+    else if (a == "--tables") o.per_layer = std::atoll(v);
     else if (a == "--d") o.d = std::atoll(v);
     else if (a == "--vocab") o.vocab = std::atoll(v);
     else if (a == "--decode") o.decode = std::atoll(v);
@@ -56,7 +58,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--reps") o.reps = std::atoi(v);
     else jtok::fail("unknown option ", a);
   }
-  if (o.layers <= 0 || o.d <= 0 || o.vocab <= 0 || o.decode <= 0 || o.prefill <= 0 || o.reps <= 0)
+  if (o.layers <= 0 || o.per_layer <= 0 || o.d <= 0 || o.vocab <= 0 || o.decode <= 0 || o.prefill <= 0 || o.reps <= 0)
     jtok::fail("every size must be positive");
   return o;
 }
@@ -119,11 +121,13 @@ struct HbmStep {
   jtok::cuda::PinnedArray<int32_t> pinned;
   int64_t max_n, V, d;
 
-  HbmStep(const std::vector<jtok::TokenTable>& tables, int64_t n_max)
+  int64_t per_layer;
+
+  HbmStep(const std::vector<jtok::TokenTable>& tables, int64_t n_max, int64_t tables_per_layer)
       : ids(n_max), unique(n_max), inverse(n_max), offsets(n_max + 1), order(n_max), count(1),
         scratch(static_cast<int64_t>(jtok::cuda::dedup_scratch_bytes(n_max, tables[0].rows))),
         out(static_cast<int64_t>(tables.size()) * n_max * tables[0].dim), pinned(n_max), max_n(n_max),
-        V(tables[0].rows), d(tables[0].dim) {
+        V(tables[0].rows), d(tables[0].dim), per_layer(tables_per_layer) {
     for (const jtok::TokenTable& t : tables) {
       copies.emplace_back(t.storage_bytes());
       jtok::cuda::copy_to_device(copies.back().get(), static_cast<const uint8_t*>(t.raw_row(0)), t.storage_bytes());
@@ -137,9 +141,11 @@ struct HbmStep {
                                     cudaMemcpyHostToDevice, nullptr));
     const jtok::cuda::DeviceRowBatch rb{unique.get(), inverse.get(), offsets.get(), order.get(), count.get()};
     jtok::cuda::dedup_ids(rb, ids.get(), N, V, scratch.get(), static_cast<size_t>(scratch.size()), nullptr);
-    for (size_t l = 0; l < sources.size(); ++l)
-      jtok::cuda::gather_rows_device(out.get() + static_cast<int64_t>(l) * max_n * d, sources[l], rb, N,
-                                     jtok::cuda::RowErrors{}, nullptr);
+    std::vector<bf16*> outs;
+    for (int64_t t = 0; t < static_cast<int64_t>(sources.size()); ++t) outs.push_back(out.get() + t * max_n * d);
+    for (size_t t = 0; t < sources.size(); t += static_cast<size_t>(per_layer))  // one launch a layer
+      jtok::cuda::gather_rows_device_tables(outs.data() + t, sources.data() + t, static_cast<int>(per_layer), rb, N,
+                                            jtok::cuda::RowErrors{}, nullptr);
   }
 };
 
@@ -170,7 +176,7 @@ void bench_step(const Options& o, Paths p, const char* name, int64_t n, bool spr
   std::string source;
   const std::vector<int32_t> ids = step_ids(o, n, spread, source);
   const int64_t unique = static_cast<int64_t>(jtok::dedup_ids(ids.data(), n, o.vocab).unique.size());
-  const int64_t bytes = unique * o.d * o.layers * static_cast<int64_t>(sizeof(bf16));  // the rows written
+  const int64_t bytes = unique * o.d * o.layers * o.per_layer * static_cast<int64_t>(sizeof(bf16));  // rows written
   report(name, source, n, unique, "hbm", time_ms([&] { p.hbm->run(ids); }, o.reps), bytes);
   report(name, source, n, unique, "in_place", time_step_rows(*p.in_place, ids, o.reps), bytes);
   report(name, source, n, unique, "staged", time_step_rows(*p.staged, ids, o.reps), bytes);
@@ -178,16 +184,23 @@ void bench_step(const Options& o, Paths p, const char* name, int64_t n, bool spr
 
 void run(const Options& o) {
   std::vector<jtok::TokenTable> tables;
-  for (int64_t l = 0; l < o.layers; ++l) tables.push_back(filler_table(o.vocab, o.d, static_cast<uint64_t>(l + 1)));
+  const int64_t n_tables = o.layers * o.per_layer;
+  for (int64_t t = 0; t < n_tables; ++t) tables.push_back(filler_table(o.vocab, o.d, static_cast<uint64_t>(t + 1)));
   std::vector<jtok::cuda::LayerTables> layers;
-  for (int64_t l = 0; l < o.layers; ++l) layers.push_back({l, {&tables[static_cast<size_t>(l)]}});
+  for (int64_t l = 0; l < o.layers; ++l) {
+    layers.push_back({l, {}});
+    for (int64_t i = 0; i < o.per_layer; ++i)
+      layers.back().tables.push_back(&tables[static_cast<size_t>(l * o.per_layer + i)]);
+  }
   const int64_t max_n = std::max(o.decode, o.prefill);
-  HbmStep hbm(tables, max_n);
+  HbmStep hbm(tables, max_n, o.per_layer);
   const double t0 = now_s();
   jtok::cuda::StepRows<bf16> in_place(layers, max_n, jtok::cuda::RowPath::in_place);
-  std::printf("{\"register_s\": %.3f, \"table_bytes\": %lld, \"layers\": %lld, \"d\": %lld, \"vocab\": %lld}\n",
-              now_s() - t0, static_cast<long long>(tables[0].storage_bytes() * o.layers),
-              static_cast<long long>(o.layers), static_cast<long long>(o.d), static_cast<long long>(o.vocab));
+  std::printf("{\"register_s\": %.3f, \"table_bytes\": %lld, \"layers\": %lld, \"tables_per_layer\": %lld, "
+              "\"d\": %lld, \"vocab\": %lld}\n",
+              now_s() - t0, static_cast<long long>(tables[0].storage_bytes() * n_tables),
+              static_cast<long long>(o.layers), static_cast<long long>(o.per_layer), static_cast<long long>(o.d),
+              static_cast<long long>(o.vocab));
   jtok::cuda::StepRows<bf16> staged(layers, max_n, jtok::cuda::RowPath::staged);
   const Paths p{&hbm, &in_place, &staged};
   bench_step(o, p, "decode", o.decode, true);

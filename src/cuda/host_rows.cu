@@ -4,6 +4,7 @@
 // the batch's bound N; blocks past U = *num_unique exit.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "cuda/check.h"
@@ -60,12 +61,22 @@ __device__ __forceinline__ void store_chunk(Dst* out, const uint4& bits) {
   *reinterpret_cast<Pack<Dst, K>*>(out) = p;
 }
 
-// src (rows, d), d a multiple of K = 16 / sizeof(Src), src and out aligned (vector_ok) -> out (U, d).
-// Chunk i is row u = i / (d / K), elements (i % (d / K)) * K ..; its output starts at i * K.
+// Up to kMaxGatherTables tables of one shape read in one launch (JTok-M's n_e, beside JTok's): table
+// blockIdx.y reads src[y] into out[y]. Passed by value (kernel parameters).
 template <typename Src, typename Dst>
-__global__ void gather_vec_kernel(Dst* out, const Src* src, int64_t rows, int64_t d, const int32_t* unique,
+struct GatherArgs {
+  const Src* src[kMaxGatherTables];
+  Dst* out[kMaxGatherTables];
+};
+
+// src (rows, d), d a multiple of K = 16 / sizeof(Src), src and out aligned (vector_ok) -> out (U, d).
+// Chunk i is row u = i / (d / K), elements (i % (d / K)) * K ..; its output starts at i * K. Ids out
+// of range are reported by table 0's blocks only (a count of ids, not of tables).
+template <typename Src, typename Dst>
+__global__ void gather_vec_kernel(GatherArgs<Src, Dst> a, int64_t rows, int64_t d, const int32_t* unique,
                                   const int32_t* num_unique, int32_t* errors) {
   constexpr int K = 16 / sizeof(Src);
+  const Src* src = a.src[blockIdx.y];
   const int64_t chunks = d / K, total = static_cast<int64_t>(*num_unique) * chunks;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x * kUnroll + threadIdx.x;
   uint4 v[kUnroll];
@@ -74,61 +85,82 @@ __global__ void gather_vec_kernel(Dst* out, const Src* src, int64_t rows, int64_
     const int64_t i = first + static_cast<int64_t>(k) * blockDim.x;
     v[k] = make_uint4(0, 0, 0, 0);
     if (i >= total) continue;
-    const int64_t c = i % chunks, r = checked_row(unique[i / chunks], rows, errors, c == 0);
+    const int64_t c = i % chunks, r = checked_row(unique[i / chunks], rows, errors, c == 0 && blockIdx.y == 0);
     if (r >= 0) v[k] = *reinterpret_cast<const uint4*>(src + r * d + c * K);
   }
 #pragma unroll
   for (int k = 0; k < kUnroll; ++k) {
     const int64_t i = first + static_cast<int64_t>(k) * blockDim.x;
-    if (i < total) store_chunk<Src, Dst>(out + i * K, v[k]);
+    if (i < total) store_chunk<Src, Dst>(a.out[blockIdx.y] + i * K, v[k]);
   }
 }
 
 // The reference: element i = (u, j) of out (U, d) from src[unique[u]][j], one a thread.
 template <typename Src, typename Dst>
-__global__ void gather_elem_kernel(Dst* out, const Src* src, int64_t rows, int64_t d, const int32_t* unique,
+__global__ void gather_elem_kernel(GatherArgs<Src, Dst> a, int64_t rows, int64_t d, const int32_t* unique,
                                    const int32_t* num_unique, int32_t* errors) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(*num_unique) * d) return;
-  const int64_t j = i % d, r = checked_row(unique[i / d], rows, errors, j == 0);
-  out[i] = r >= 0 ? convert<Dst>(src[r * d + j]) : from_f32<Dst>(0.0f);
+  const int64_t j = i % d, r = checked_row(unique[i / d], rows, errors, j == 0 && blockIdx.y == 0);
+  a.out[blockIdx.y][i] = r >= 0 ? convert<Dst>(a.src[blockIdx.y][r * d + j]) : from_f32<Dst>(0.0f);
 }
 
+// 16-byte loads need every source and output aligned (and d a multiple of a chunk).
 template <typename Src, typename Dst>
-bool vector_ok(const Dst* out, const RowSource& src) {
+bool vector_ok(const GatherArgs<Src, Dst>& a, int n, int64_t d) {
   constexpr int64_t K = 16 / sizeof(Src);
   constexpr uintptr_t out_align = alignof(Pack<Dst, K>);
-  return src.dim % K == 0 && reinterpret_cast<uintptr_t>(src.data) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(out) % out_align == 0;
+  bool ok = d % K == 0;
+  for (int t = 0; t < n; ++t)
+    ok = ok && reinterpret_cast<uintptr_t>(a.src[t]) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(a.out[t]) % out_align == 0;
+  return ok;
 }
 
 template <typename Src, typename Dst>
-void launch_gather(Dst* out, const RowSource& src, const DeviceRowBatch& rb, int64_t N, int32_t* errors, bool vector,
-                   cudaStream_t stream) {
-  const Src* s = static_cast<const Src*>(src.data);
-  if (vector && vector_ok<Src>(out, src)) {
-    const int64_t chunks = N * (src.dim / (16 / static_cast<int64_t>(sizeof(Src))));
-    gather_vec_kernel<Src, Dst><<<ceil_div(chunks, int64_t{kThreads} * kUnroll), kThreads, 0, stream>>>(
-        out, s, src.rows, src.dim, rb.unique, rb.num_unique, errors);
+void launch_gather(Dst* const* outs, const RowSource* srcs, int n, const DeviceRowBatch& rb, int64_t N,
+                   int32_t* errors, bool vector, cudaStream_t stream) {
+  GatherArgs<Src, Dst> a{};
+  for (int t = 0; t < n; ++t) {
+    a.src[t] = static_cast<const Src*>(srcs[t].data);
+    a.out[t] = outs[t];
+  }
+  const int64_t rows = srcs[0].rows, d = srcs[0].dim;
+  if (vector && vector_ok(a, n, d)) {
+    const int64_t chunks = N * (d / (16 / static_cast<int64_t>(sizeof(Src))));
+    const dim3 grid(ceil_div(chunks, int64_t{kThreads} * kUnroll), static_cast<unsigned>(n));
+    gather_vec_kernel<Src, Dst><<<grid, kThreads, 0, stream>>>(a, rows, d, rb.unique, rb.num_unique, errors);
   } else {
-    gather_elem_kernel<Src, Dst><<<ceil_div(N * src.dim, kThreads), kThreads, 0, stream>>>(
-        out, s, src.rows, src.dim, rb.unique, rb.num_unique, errors);
+    const dim3 grid(ceil_div(N * d, kThreads), static_cast<unsigned>(n));
+    gather_elem_kernel<Src, Dst><<<grid, kThreads, 0, stream>>>(a, rows, d, rb.unique, rb.num_unique, errors);
   }
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
+// n sources of one shape and dtype, checked; then one launch per kMaxGatherTables of them.
 template <typename T>
-void gather_any(T* out, const RowSource& src, const DeviceRowBatch& rb, int64_t N, const RowErrors& errors, bool vector,
-                cudaStream_t stream) {
+void gather_any(T* const* outs, const RowSource* srcs, int n, const DeviceRowBatch& rb, int64_t N,
+                const RowErrors& errors, bool vector, cudaStream_t stream) {
   JTOK_CHECK(N > 0 && N < (int64_t{1} << 31), "gather_rows_device: N = ", N);
-  JTOK_CHECK(src.data != nullptr && src.rows > 0 && src.dim > 0, "gather_rows_device: an empty source (", src.rows,
-             " x ", src.dim, ")");
-  if (src.dtype == Dtype::f32)
-    launch_gather<float>(out, src, rb, N, errors.words, vector, stream);
-  else if (src.dtype == Dtype::bf16)
-    launch_gather<uint16_t>(out, src, rb, N, errors.words, vector, stream);
-  else
-    fail("gather_rows_device: rows stored as ", dtype_name(src.dtype), " are not read by the GPU (f32 or bf16 only)");
+  JTOK_CHECK(n > 0, "gather_rows_device: no table");
+  const RowSource& s0 = srcs[0];
+  for (int t = 0; t < n; ++t) {
+    const RowSource& s = srcs[t];
+    JTOK_CHECK(s.data != nullptr && s.rows > 0 && s.dim > 0, "gather_rows_device: table ", t, " is empty (", s.rows,
+               " x ", s.dim, ")");
+    if (s.rows != s0.rows || s.dim != s0.dim || s.dtype != s0.dtype)
+      fail("gather_rows_device: table ", t, " is ", s.rows, " x ", s.dim, " ", dtype_name(s.dtype), ", table 0 ",
+           s0.rows, " x ", s0.dim, " ", dtype_name(s0.dtype));
+  }
+  if (s0.dtype != Dtype::f32 && s0.dtype != Dtype::bf16)
+    fail("gather_rows_device: rows stored as ", dtype_name(s0.dtype), " are not read by the GPU (f32 or bf16 only)");
+  for (int t0 = 0; t0 < n; t0 += kMaxGatherTables) {
+    const int m = std::min(n - t0, kMaxGatherTables);
+    if (s0.dtype == Dtype::f32)
+      launch_gather<float>(outs + t0, srcs + t0, m, rb, N, t0 == 0 ? errors.words : nullptr, vector, stream);
+    else
+      launch_gather<uint16_t>(outs + t0, srcs + t0, m, rb, N, t0 == 0 ? errors.words : nullptr, vector, stream);
+  }
 }
 
 }  // namespace
@@ -136,23 +168,31 @@ void gather_any(T* out, const RowSource& src, const DeviceRowBatch& rb, int64_t 
 template <typename T>
 void gather_rows_device(T* out, const RowSource& src, const DeviceRowBatch& rb, int64_t N, const RowErrors& errors,
                         cudaStream_t stream) {
-  gather_any(out, src, rb, N, errors, true, stream);
+  gather_any(&out, &src, 1, rb, N, errors, true, stream);
 }
 
 template <typename T>
 void gather_rows_device_ref(T* out, const RowSource& src, const DeviceRowBatch& rb, int64_t N, const RowErrors& errors,
                             cudaStream_t stream) {
-  gather_any(out, src, rb, N, errors, false, stream);
+  gather_any(&out, &src, 1, rb, N, errors, false, stream);
 }
 
-template void gather_rows_device<float>(float*, const RowSource&, const DeviceRowBatch&, int64_t, const RowErrors&,
-                                        cudaStream_t);
-template void gather_rows_device<__nv_bfloat16>(__nv_bfloat16*, const RowSource&, const DeviceRowBatch&, int64_t,
-                                                const RowErrors&, cudaStream_t);
-template void gather_rows_device_ref<float>(float*, const RowSource&, const DeviceRowBatch&, int64_t, const RowErrors&,
-                                            cudaStream_t);
-template void gather_rows_device_ref<__nv_bfloat16>(__nv_bfloat16*, const RowSource&, const DeviceRowBatch&, int64_t,
-                                                    const RowErrors&, cudaStream_t);
+template <typename T>
+void gather_rows_device_tables(T* const* outs, const RowSource* srcs, int n, const DeviceRowBatch& rb, int64_t N,
+                               const RowErrors& errors, cudaStream_t stream) {
+  gather_any(outs, srcs, n, rb, N, errors, true, stream);
+}
+
+#define JTOK_HOST_ROWS_INSTANTIATE(T)                                                                               \
+  template void gather_rows_device<T>(T*, const RowSource&, const DeviceRowBatch&, int64_t, const RowErrors&,      \
+                                      cudaStream_t);                                                               \
+  template void gather_rows_device_ref<T>(T*, const RowSource&, const DeviceRowBatch&, int64_t, const RowErrors&,  \
+                                          cudaStream_t);                                                           \
+  template void gather_rows_device_tables<T>(T* const*, const RowSource*, int, const DeviceRowBatch&, int64_t,     \
+                                             const RowErrors&, cudaStream_t);
+JTOK_HOST_ROWS_INSTANTIATE(float)
+JTOK_HOST_ROWS_INSTANTIATE(__nv_bfloat16)
+#undef JTOK_HOST_ROWS_INSTANTIATE
 
 void reset_row_errors(const RowErrors& e, cudaStream_t stream) {
   JTOK_CHECK(e.words != nullptr, "reset_row_errors: no error words");

@@ -81,6 +81,14 @@ template <typename T>
 void gather_rows_device_ref(T* out, const RowSource& src, const DeviceRowBatch& rb, int64_t N, const RowErrors& errors,
                             cudaStream_t stream);
 
+// gather_rows_device for n tables of one shape and dtype (a layer's: JTok's and JTok-M's n_e) in one launch
+// per kMaxGatherTables: outs[t] (N bound, d) = srcs[t]'s rows of rb.unique. An id out of range is
+// counted once, not once a table.
+constexpr int kMaxGatherTables = 16;
+template <typename T>
+void gather_rows_device_tables(T* const* outs, const RowSource* srcs, int n, const DeviceRowBatch& rb, int64_t N,
+                               const RowErrors& errors, cudaStream_t stream);
+
 // Every id of ids (n, host) in [0, rows), else fails naming `what`, the position and the id.
 void check_ids_in_range(const int32_t* ids, int64_t n, int64_t rows, const char* what);
 

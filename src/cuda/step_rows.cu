@@ -120,9 +120,14 @@ void StepRows<T>::gather_layer(int64_t k, const RowBatch& host_rb, int64_t N) {
   const LayerTables& lt = layers_[static_cast<size_t>(k)];
   cudaEvent_t ready = ready_[static_cast<size_t>(k)];
   const int64_t n_tables = static_cast<int64_t>(lt.tables.size()), first = first_slot_[static_cast<size_t>(k)];
-  if (path_ == RowPath::in_place) {
-    for (int64_t i = 0; i < n_tables; ++i)
-      gather_rows_device(slot(k, i), registered_[static_cast<size_t>(first + i)].source(), rb_, N, RowErrors{}, side_);
+  if (path_ == RowPath::in_place) {  // one launch for the layer's tables (ids checked on the host)
+    std::vector<T*> outs;
+    std::vector<RowSource> srcs;
+    for (int64_t i = 0; i < n_tables; ++i) {
+      outs.push_back(slot(k, i));
+      srcs.push_back(registered_[static_cast<size_t>(first + i)].source());
+    }
+    gather_rows_device_tables(outs.data(), srcs.data(), static_cast<int>(n_tables), rb_, N, RowErrors{}, side_);
     JTOK_CUDA_CHECK(cudaEventRecord(ready, side_));
     return;
   }

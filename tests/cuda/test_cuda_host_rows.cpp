@@ -90,6 +90,16 @@ int64_t count_unique(const std::vector<int32_t>& ids, int64_t V) {
   return static_cast<int64_t>(jtok::dedup_ids(ids.data(), static_cast<int64_t>(ids.size()), V).unique.size());
 }
 
+template <typename F>
+void expect_error(F&& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no error (expected one naming \"" << part << "\")";
+  } catch (const jtok::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
 template <typename T>
 void check_gather(const TokenTable& t, const jtok::cuda::RowSource& src, const std::vector<int32_t>& ids,
                   const std::string& what) {
@@ -158,6 +168,43 @@ TEST(CudaHostRows, InPlaceGatherFromMappedFile) {
   std::remove(path.c_str());
 }
 
+// Many tables in one call (18: two launches of at most 16), f32 rows into bf16 and f32; an id out of
+// range counted once whatever the number of tables.
+TEST(CudaHostRows, InPlaceGatherManyTables) {
+  const int64_t V = 120, d = 16, n_tables = 18;
+  std::vector<TokenTable> tables;
+  std::vector<jtok::cuda::RegisteredRows> reg;
+  std::vector<jtok::cuda::RowSource> srcs;
+  reg.reserve(static_cast<size_t>(n_tables));
+  for (int64_t t = 0; t < n_tables; ++t) tables.push_back(make_table(V, d, Dtype::f32, 100 + static_cast<uint64_t>(t)));
+  for (const TokenTable& t : tables) {
+    reg.emplace_back(t);
+    srcs.push_back(reg.back().source());
+  }
+  std::vector<int32_t> ids = test_ids(90, V, 101);
+  ids.push_back(static_cast<int32_t>(V) + 1);
+  DeviceDedup dd(ids, V + 2);
+  const int64_t N = static_cast<int64_t>(ids.size()), U = count_unique(ids, V + 2);
+  std::vector<DeviceBuffer<bf16>> outs;
+  std::vector<bf16*> out_ptrs;
+  for (int64_t t = 0; t < n_tables; ++t) {
+    outs.emplace_back(static_cast<size_t>(N * d));
+    out_ptrs.push_back(outs.back().get());
+  }
+  DeviceBuffer<int32_t> err(3);
+  const jtok::cuda::RowErrors errors{err.get()};
+  jtok::cuda::reset_row_errors(errors, nullptr);
+  jtok::cuda::gather_rows_device_tables(out_ptrs.data(), srcs.data(), static_cast<int>(n_tables), dd.rb, N, errors,
+                                        nullptr);
+  expect_error([&] { jtok::cuda::check_row_errors(errors, V, "many tables", nullptr); }, "1 token id(s) outside");
+  ids.pop_back();  // the good ids' rows: the first U - 1 (the bad id sorts last)
+  for (int64_t t = 0; t < n_tables; ++t) {
+    SCOPED_TRACE("table " + std::to_string(t));
+    EXPECT_EQ(device_bytes(out_ptrs[static_cast<size_t>(t)], (U - 1) * d),
+              expected_bytes<bf16>(cpu_rows(tables[static_cast<size_t>(t)], ids)));
+  }
+}
+
 // One id per step (decode at batch 1) and a batch of a single repeated id.
 TEST(CudaHostRows, InPlaceGatherOneRow) {
   const TokenTable t = make_table(300, 64, Dtype::bf16, 21);
@@ -224,16 +271,6 @@ TEST(CudaHostRows, RegisterTwiceAndUnregister) {
     EXPECT_EQ(jtok::cuda::table_rows_registrations(t), 1);
   }
   EXPECT_EQ(jtok::cuda::table_rows_registrations(t), 0);
-}
-
-template <typename F>
-void expect_error(F&& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error (expected one naming \"" << part << "\")";
-  } catch (const jtok::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
 }
 
 TEST(CudaHostRows, RegisterRefusesOtherTables) {
