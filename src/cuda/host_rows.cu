@@ -154,6 +154,10 @@ void gather_any(T* const* outs, const RowSource* srcs, int n, const DeviceRowBat
   }
   if (s0.dtype != Dtype::f32 && s0.dtype != Dtype::bf16)
     fail("gather_rows_device: rows stored as ", dtype_name(s0.dtype), " are not read by the GPU (f32 or bf16 only)");
+  for (int t = 0; t < n; ++t)  // an element's own alignment at least (a mapped file's tables may be 2 bytes off)
+    if (reinterpret_cast<uintptr_t>(srcs[t].data) % static_cast<uintptr_t>(dtype_bytes(s0.dtype)) != 0)
+      fail("gather_rows_device: table ", t, "'s rows start at ", srcs[t].data, ", not aligned to their ",
+           dtype_bytes(s0.dtype), "-byte ", dtype_name(s0.dtype), " elements");
   for (int t0 = 0; t0 < n; t0 += kMaxGatherTables) {
     const int m = std::min(n - t0, kMaxGatherTables);
     if (s0.dtype == Dtype::f32)

@@ -283,6 +283,54 @@ TEST(CudaHostRows, RegisterRefusesOtherTables) {
   expect_error([&] { jtok::cuda::register_table_rows(unbound); }, "unbound");
 }
 
+// Sources the kernel cannot read are refused before anything is launched (no GPU needed): rows
+// not aligned to their elements, int8 rows, tables of different shapes in one call, no ids.
+TEST(CudaHostRows, GatherRefusesBadSources) {
+  alignas(16) static float rows[64];
+  const jtok::cuda::DeviceRowBatch rb{};
+  float* out = nullptr;
+  const jtok::cuda::RowSource good{rows, 4, 16, Dtype::f32};
+  const jtok::cuda::RowSource off{reinterpret_cast<const char*>(rows) + 2, 4, 16, Dtype::f32};
+  expect_error([&] { jtok::cuda::gather_rows_device(out, off, rb, 8, {}, nullptr); }, "not aligned to their 4-byte f32");
+  const jtok::cuda::RowSource q8{rows, 4, 16, Dtype::int8};
+  expect_error([&] { jtok::cuda::gather_rows_device(out, q8, rb, 8, {}, nullptr); }, "rows stored as int8");
+  const jtok::cuda::RowSource pair[2] = {good, {rows, 4, 8, Dtype::f32}};
+  float* outs[2] = {nullptr, nullptr};
+  expect_error([&] { jtok::cuda::gather_rows_device_tables(outs, pair, 2, rb, 8, {}, nullptr); },
+               "table 1 is 4 x 8 f32, table 0 4 x 16 f32");
+  expect_error([&] { jtok::cuda::gather_rows_device(out, good, rb, 0, {}, nullptr); }, "N = 0");
+  const std::vector<int32_t> ids = {0, 3, 4};
+  expect_error([&] { jtok::cuda::check_ids_in_range(ids.data(), 3, 4, "step"); }, "step: token id 4 at position 2");
+}
+
+// The staged path's host half (no GPU needed: any host buffer stands in for the pinned one): the
+// rows in the activation type, bit for bit the CPU gather's (a bf16 table's stored bits).
+template <typename T>
+void check_staging_host(const TokenTable& t, const std::vector<int32_t>& ids, const std::string& what) {
+  SCOPED_TRACE(what + (sizeof(T) == 4 ? " -> f32" : " -> bf16"));
+  const jtok::RowBatch rb = jtok::dedup_ids(ids.data(), static_cast<int64_t>(ids.size()), t.rows);
+  std::vector<T> staging(rb.unique.size() * static_cast<size_t>(t.dim));
+  jtok::cuda::gather_rows_to_staging(staging.data(), t, rb.unique.data(), static_cast<int64_t>(rb.unique.size()));
+  std::vector<uint8_t> got(staging.size() * sizeof(T));
+  std::memcpy(got.data(), staging.data(), got.size());
+  EXPECT_EQ(got, expected_bytes<T>(cpu_rows(t, ids)));
+}
+
+TEST(CudaHostRows, StagingHostGather) {
+  const int64_t V = 1531, d = 64;
+  for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::int8, Dtype::int4}) {
+    const TokenTable t = make_table(V, d, dt, 65);
+    check_staging_host<float>(t, test_ids(900, V, 66), jtok::dtype_name(dt));
+    check_staging_host<bf16>(t, test_ids(900, V, 67), jtok::dtype_name(dt));
+  }
+  const TokenTable bf = make_table(V, d, Dtype::bf16, 68);  // its stored bits exactly
+  const std::vector<int32_t> ids = {0, static_cast<int32_t>(V - 1)};
+  std::vector<bf16> staging(2 * d);
+  jtok::cuda::gather_rows_to_staging(staging.data(), bf, ids.data(), 2);
+  EXPECT_EQ(0, std::memcmp(staging.data(), bf.raw_row(0), d * 2));
+  EXPECT_EQ(0, std::memcmp(staging.data() + d, bf.raw_row(V - 1), d * 2));
+}
+
 // Staged: host gather into pinned staging, copy on a side stream, the consumer waits on the event;
 // bit for bit the CPU's rows, for f32, bf16 and int8 tables (the CPU's dequantized rows).
 template <typename T>
