@@ -1,0 +1,71 @@
+// Token-table rows staged to the GPU (issue 40; the path of tables the GPU cannot read in place: a
+// disk store, int8 / int4 rows, or a table the measurement says to copy): the CPU table's own gather
+// (gather_rows: any storage, dequantized to f32) writes a batch's rows into pinned staging in the
+// model's activation type, cudaMemcpyAsync copies them on a side stream, and an event recorded
+// after the copy is what the consumer stream waits on (cudaStreamWaitEvent) before the layer that
+// reads them: the consumer never blocks the host.
+//   t (V, d) any dtype, ids (n) host -> staging (n, d) of T pinned -> out (n, d) of T device
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "cuda/check.h"
+#include "model/token_table.h"
+
+namespace jtok::cuda {
+
+// Pinned host memory (cudaHostAlloc) of n elements of T, freed with the object.
+template <typename T>
+class PinnedArray {
+ public:
+  PinnedArray() = default;
+  explicit PinnedArray(int64_t n) : n_(n) {
+    if (n > 0) JTOK_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&ptr_), static_cast<size_t>(n) * sizeof(T), 0));
+  }
+  PinnedArray(const PinnedArray&) = delete;
+  PinnedArray& operator=(const PinnedArray&) = delete;
+  PinnedArray(PinnedArray&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  PinnedArray& operator=(PinnedArray&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~PinnedArray() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  T* get() const { return ptr_; }
+  int64_t size() const { return n_; }
+
+ private:
+  T* ptr_ = nullptr;
+  int64_t n_ = 0;
+};
+
+// staging (n, d) of T (pinned) = the rows of ids (n, host; each held by t, else it fails naming the
+// id) by gather_rows, in f32 or rounded to bf16 (nearest even, quantize_bf16): a bf16 table's rows
+// come back with their stored bits. On the calling thread; staging must not be the source of a copy
+// still in flight (wait for its event first).
+template <typename T>
+void gather_rows_to_staging(T* staging, const TokenTable& t, const int32_t* ids, int64_t n);
+
+// out (n, d) of T (device) <- staging (n, d) on `side`, then `ready` (may be null) recorded on side.
+template <typename T>
+void copy_staged_rows(T* out, const T* staging, int64_t n, int64_t d, cudaStream_t side, cudaEvent_t ready);
+
+// Both: the host gather, then the copy and its event.
+template <typename T>
+void stage_rows(T* out, T* staging, const TokenTable& t, const int32_t* ids, int64_t n, cudaStream_t side,
+                cudaEvent_t ready) {
+  gather_rows_to_staging(staging, t, ids, n);
+  copy_staged_rows(out, staging, n, t.dim, side, ready);
+}
+
+// The consumer's side: the work queued on `consumer` from now on starts after `ready`'s copy.
+inline void wait_rows(cudaStream_t consumer, cudaEvent_t ready) {
+  JTOK_CUDA_CHECK(cudaStreamWaitEvent(consumer, ready, 0));
+}
+
+}  // namespace jtok::cuda

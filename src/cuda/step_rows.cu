@@ -1,0 +1,167 @@
+// Every layer's token-table rows of a step on a side stream, one event per layer
+// (src/cuda/step_rows.h). Host code only: the kernels are host_rows.cu's gather and dedup.cu's.
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "cuda/step_rows.h"
+
+namespace jtok::cuda {
+
+const char* row_path_name(RowPath p) { return p == RowPath::in_place ? "in_place" : "staged"; }
+
+std::vector<LayerTables> layer_tables(const Model& m) {
+  std::vector<LayerTables> out;
+  auto at = [](const std::vector<int>& v, int64_t l) {
+    return l < static_cast<int64_t>(v.size()) ? v[static_cast<size_t>(l)] : -1;
+  };
+  for (int64_t l = 0; l < m.cfg.num_hidden_layers; ++l) {
+    LayerTables lt{l, {}};
+    const int jtok_index = at(m.jtok_table, l), jtokm_first = at(m.jtokm_table, l);
+    if (jtok_index >= 0) lt.tables.push_back(&m.tables[static_cast<size_t>(jtok_index)]);
+    if (jtokm_first >= 0)
+      for (int64_t i = 0; i < m.cfg.jtokm_n_e; ++i)
+        lt.tables.push_back(&m.tables[static_cast<size_t>(jtokm_first + i)]);
+    if (!lt.tables.empty()) out.push_back(std::move(lt));
+  }
+  return out;
+}
+
+template <typename T>
+void StepRows<T>::check_shapes() {
+  JTOK_CHECK(!layers_.empty(), "StepRows: no layer reads a token table");
+  JTOK_CHECK(max_n_ > 0 && max_n_ < (int64_t{1} << 31), "StepRows: max_n = ", max_n_);
+  V_ = layers_[0].tables.at(0)->rows;
+  d_ = layers_[0].tables.at(0)->dim;
+  for (const LayerTables& lt : layers_) {
+    first_slot_.push_back(slots_);
+    slots_ += static_cast<int64_t>(lt.tables.size());
+    for (const TokenTable* t : lt.tables)
+      if (t->rows != V_ || t->dim != d_)
+        fail("StepRows: layer ", lt.layer, "'s table is ", t->rows, " x ", t->dim, ", the first layer's ", V_, " x ",
+             d_);
+  }
+}
+
+template <typename T>
+StepRows<T>::StepRows(std::vector<LayerTables> layers, int64_t max_n, RowPath path)
+    : layers_(std::move(layers)), max_n_(max_n), path_(path) {
+  check_shapes();
+  registered_.reserve(static_cast<size_t>(slots_));
+  if (path_ == RowPath::in_place)
+    for (const LayerTables& lt : layers_)
+      for (const TokenTable* t : lt.tables)
+        registered_.emplace_back(*t, ("layer " + std::to_string(lt.layer) + "'s token table").c_str());
+  else
+    staging_ = PinnedArray<T>(slots_ * max_n_ * d_);
+  out_.resize(slots_ * max_n_ * d_);
+  ids_pinned_ = PinnedArray<int32_t>(max_n_);
+  ids_.resize(max_n_);
+  unique_.resize(max_n_);
+  inverse_.resize(max_n_);
+  offsets_.resize(max_n_ + 1);
+  order_.resize(max_n_);
+  num_unique_.resize(1);
+  scratch_.resize(static_cast<int64_t>(dedup_scratch_bytes(max_n_, V_)));
+  rb_ = DeviceRowBatch{unique_.get(), inverse_.get(), offsets_.get(), order_.get(), num_unique_.get()};
+  JTOK_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+  JTOK_CUDA_CHECK(cudaEventCreateWithFlags(&consumer_mark_, cudaEventDisableTiming));
+  JTOK_CUDA_CHECK(cudaEventCreateWithFlags(&ids_copied_, cudaEventDisableTiming));
+  ready_.resize(layers_.size());
+  for (cudaEvent_t& e : ready_) JTOK_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+}
+
+template <typename T>
+StepRows<T>::~StepRows() {
+  if (side_) cudaStreamSynchronize(side_);  // no copy or gather left reading what is freed below
+  for (cudaEvent_t e : ready_) cudaEventDestroy(e);
+  if (ids_copied_) cudaEventDestroy(ids_copied_);
+  if (consumer_mark_) cudaEventDestroy(consumer_mark_);
+  if (side_) cudaStreamDestroy(side_);
+}
+
+template <typename T>
+T* StepRows<T>::slot(int64_t k, int64_t i) const {
+  return out_.get() + (first_slot_[static_cast<size_t>(k)] + i) * max_n_ * d_;
+}
+
+template <typename T>
+const T* StepRows<T>::rows(int64_t k, int64_t i) const {
+  JTOK_CHECK(k >= 0 && k < static_cast<int64_t>(layers_.size()), "StepRows::rows: layer index ", k);
+  JTOK_CHECK(i >= 0 && i < static_cast<int64_t>(layers_[static_cast<size_t>(k)].tables.size()),
+             "StepRows::rows: table ", i, " of layer index ", k);
+  return slot(k, i);
+}
+
+template <typename T>
+void StepRows<T>::wait(int64_t k, cudaStream_t consumer) const {
+  JTOK_CHECK(k >= 0 && k < static_cast<int64_t>(layers_.size()), "StepRows::wait: layer index ", k);
+  wait_rows(consumer, ready_[static_cast<size_t>(k)]);
+}
+
+// The side stream starts after the consumer's queued work (the previous step's reads of out_), then
+// the ids go up through pinned memory (whose previous copy must be done before it is rewritten).
+template <typename T>
+void StepRows<T>::upload_and_dedup(const int32_t* ids, int64_t N, cudaStream_t consumer) {
+  JTOK_CUDA_CHECK(cudaEventSynchronize(ids_copied_));
+  std::copy(ids, ids + N, ids_pinned_.get());
+  JTOK_CUDA_CHECK(cudaEventRecord(consumer_mark_, consumer));
+  JTOK_CUDA_CHECK(cudaStreamWaitEvent(side_, consumer_mark_, 0));
+  JTOK_CUDA_CHECK(cudaMemcpyAsync(ids_.get(), ids_pinned_.get(), static_cast<size_t>(N) * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, side_));
+  JTOK_CUDA_CHECK(cudaEventRecord(ids_copied_, side_));
+  dedup_ids(rb_, ids_.get(), N, V_, scratch_.get(), static_cast<size_t>(scratch_.size()), side_);
+}
+
+// Layer k's tables on the side stream, then its event. Staged: its staging is rewritten only after
+// the previous request's copy of it (that layer's event) is done.
+template <typename T>
+void StepRows<T>::gather_layer(int64_t k, const RowBatch& host_rb, int64_t N) {
+  const LayerTables& lt = layers_[static_cast<size_t>(k)];
+  cudaEvent_t ready = ready_[static_cast<size_t>(k)];
+  const int64_t n_tables = static_cast<int64_t>(lt.tables.size()), first = first_slot_[static_cast<size_t>(k)];
+  if (path_ == RowPath::in_place) {  // one launch for the layer's tables (ids checked on the host)
+    std::vector<T*> outs;
+    std::vector<RowSource> srcs;
+    for (int64_t i = 0; i < n_tables; ++i) {
+      outs.push_back(slot(k, i));
+      srcs.push_back(registered_[static_cast<size_t>(first + i)].source());
+    }
+    gather_rows_device_tables(outs.data(), srcs.data(), static_cast<int>(n_tables), rb_, N, RowErrors{}, side_);
+    JTOK_CUDA_CHECK(cudaEventRecord(ready, side_));
+    return;
+  }
+  JTOK_CUDA_CHECK(cudaEventSynchronize(ready));
+  const int64_t U = static_cast<int64_t>(host_rb.unique.size());
+  for (int64_t i = 0; i < n_tables; ++i) {
+    T* staging = staging_.get() + (first + i) * max_n_ * d_;
+    stage_rows(slot(k, i), staging, *lt.tables[static_cast<size_t>(i)], host_rb.unique.data(), U, side_,
+               i + 1 == n_tables ? ready : nullptr);
+  }
+}
+
+template <typename T>
+void StepRows<T>::request(const int32_t* ids, int64_t N, cudaStream_t consumer) {
+  JTOK_CHECK(N > 0 && N <= max_n_, "StepRows::request: ", N, " ids, at most ", max_n_);
+  check_ids_in_range(ids, N, V_, "StepRows::request");
+  upload_and_dedup(ids, N, consumer);
+  // Staged: the host's dedup gives the same sorted unique ids as the device's (rows line up with rb_).
+  RowBatch host_rb;
+  if (path_ == RowPath::staged) host_rb = jtok::dedup_ids(ids, N, V_);
+  for (int64_t k = 0; k < static_cast<int64_t>(layers_.size()); ++k) gather_layer(k, host_rb, N);
+  last_unique_ = static_cast<int64_t>(host_rb.unique.size());
+}
+
+template <typename T>
+int64_t StepRows<T>::last_unique() const {
+  if (path_ == RowPath::staged) return last_unique_;
+  int32_t U = 0;
+  JTOK_CUDA_CHECK(cudaStreamSynchronize(side_));
+  JTOK_CUDA_CHECK(cudaMemcpy(&U, rb_.num_unique, sizeof(U), cudaMemcpyDeviceToHost));
+  return U;
+}
+
+template class StepRows<float>;
+template class StepRows<__nv_bfloat16>;
+
+}  // namespace jtok::cuda

@@ -1,0 +1,90 @@
+// A step's token-table rows for every layer, requested as soon as the step's ids are known (issue 40):
+// JTok's rows depend only on the ids and JTok-M's candidates are the n_e rows of each id, so one
+// request issues every layer's gathers on a side stream, in layer order, with one event per layer;
+// the consumer (the decoder's stream) waits for layer l's event just before layer l. No host round
+// trip on the consumer's path, no page fault inside a kernel (the rows are pinned or staged).
+//   ids (N <= max_n, host) -> rb (device dedup of ids), per layer l and table i of l:
+//   rows(l, i) (U, d) of T = table's rows of rb.unique (U = *rb.num_unique)
+// Two paths (issue 40: chosen by measurement): in place (host_rows.h: the tables registered where
+// they lie, read by the gather kernel over UVA; f32 / bf16 tables in memory) and staged
+// (row_staging.h: gathered on the host into pinned staging and copied; any table the CPU reads).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/dedup.h"
+#include "cuda/device_array.h"
+#include "cuda/host_rows.h"
+#include "cuda/row_staging.h"
+#include "model/transformer.h"
+
+namespace jtok::cuda {
+
+enum class RowPath { in_place, staged };
+const char* row_path_name(RowPath p);  // "in_place", "staged"
+
+// The tables one layer reads, in order: its JTok table, then its JTok-M tables (n_e, consecutive).
+struct LayerTables {
+  int64_t layer = 0;
+  std::vector<const TokenTable*> tables;
+};
+// m's layers that read tables, in layer order (layers with none are left out).
+std::vector<LayerTables> layer_tables(const Model& m);
+
+template <typename T>
+class StepRows {
+ public:
+  // Every table: the same rows (V) and dim (d), else it fails naming the layer. max_n: the most ids a
+  // step brings. in_place registers every table (register_table_rows: f32 / bf16 in memory only).
+  StepRows(std::vector<LayerTables> layers, int64_t max_n, RowPath path);
+  ~StepRows();
+  StepRows(const StepRows&) = delete;
+  StepRows& operator=(const StepRows&) = delete;
+
+  // ids (N, host; each in [0, V), else it fails naming the position and id, before anything is
+  // queued): after the work queued on `consumer` so far (the previous step's reads of the rows),
+  // uploads and deduplicates the ids and issues every layer's gathers on the side stream, recording
+  // layer k's event after its last table. Staged: the host gathers run on the calling thread, layer
+  // by layer, each copy queued as soon as its rows are staged.
+  void request(const int32_t* ids, int64_t N, cudaStream_t consumer);
+  // Work queued on `consumer` from now on starts after layer k's rows (k: index into layers()).
+  void wait(int64_t k, cudaStream_t consumer) const;
+  // Layer k's table i: (max_n bound, d), the first U rows the rows of batch().unique.
+  const T* rows(int64_t k, int64_t i) const;
+  // The device dedup of the last request's ids (positions -> unique rows: inverse, offsets, order).
+  const DeviceRowBatch& batch() const { return rb_; }
+  const std::vector<LayerTables>& layers() const { return layers_; }
+  int64_t vocab() const { return V_; }
+  int64_t dim() const { return d_; }
+  RowPath path() const { return path_; }
+  // U of the last request: staged, the host's count; in place, *batch().num_unique read back after
+  // the side stream's work (a sync: for checks and benchmarks, not the decoder's path).
+  int64_t last_unique() const;
+
+ private:
+  void check_shapes();
+  void upload_and_dedup(const int32_t* ids, int64_t N, cudaStream_t consumer);
+  void gather_layer(int64_t k, const RowBatch& host_rb, int64_t N);
+  T* slot(int64_t k, int64_t i) const;
+
+  std::vector<LayerTables> layers_;
+  std::vector<int64_t> first_slot_;  // per layer: index of its first table's slot
+  int64_t max_n_ = 0, V_ = 0, d_ = 0, slots_ = 0;
+  RowPath path_;
+  std::vector<RegisteredRows> registered_;  // in place: one per slot
+  DeviceArray<T> out_;                       // (slots, max_n, d)
+  PinnedArray<T> staging_;                   // staged: (slots, max_n, d)
+  PinnedArray<int32_t> ids_pinned_;          // (max_n)
+  DeviceArray<int32_t> ids_, unique_, inverse_, offsets_, order_, num_unique_;
+  DeviceArray<char> scratch_;
+  DeviceRowBatch rb_;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t consumer_mark_ = nullptr, ids_copied_ = nullptr;
+  std::vector<cudaEvent_t> ready_;  // per layer
+  int64_t last_unique_ = 0;  // staged: the host's U
+};
+
+}  // namespace jtok::cuda
