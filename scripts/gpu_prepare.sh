@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Packs what one GPU session needs and the GPU host lacks into one ignored directory that the
 # device run carries (docs/cuda.md, "Running on a GPU host"): the CUDA bundle (scripts/cuda_bundle.sh:
-# jtok, test_cuda_ops, bench_cuda_attention and their shared libraries) and the first tokens of the
+# jtok, test_cuda_ops, bench_cuda_attention, bench_cuda_host_rows and their shared libraries) and the first tokens of the
 # training shards, enough for STEPS steps of 16 x 1024 (the GPU host has no data/).
 #   bash scripts/gpu_prepare.sh [--build DIR | --bundle FILE] [--data DIR] [--steps N] [--out DIR]
-# Defaults: --build build (a fresh cuda-bundle.tar.gz packed there from its binaries: build them
-# first, `cmake --build build --target jtok test_cuda_ops bench_cuda_attention`; --bundle takes a
-# bundle packed before instead), --data data/train (from
+# Defaults: --build build (its binaries built, `cmake --build build --target jtok test_cuda_ops
+# bench_cuda_attention bench_cuda_host_rows`, then packed into a fresh cuda-bundle.tar.gz; --bundle
+# takes a bundle packed before instead), --data data/train (from
 # scripts/prepare_data.sh), --steps 40, --out build/gpu-session. Writes OUT/cuda-bundle.tar.gz and
 # OUT/tokenizer/ (the gpt2 tokenizer's files) and OUT/shards/: the first STEPS x 16 x 1025 tokens of DATA's shards, in order (its first shards
 # whole, the last one cut), so the loader's stream over them starts with the same windows as over
@@ -27,6 +27,9 @@ while [ $# -gt 0 ]; do
 done
 [ -d "$DATA" ] || { echo "gpu_prepare.sh: no token shards in $DATA (bash scripts/prepare_data.sh writes data/train)" >&2; exit 1; }
 if [ -z "$BUNDLE" ]; then
+  # The bundle's binaries built from this tree first (a stale binary would test old code).
+  cmake --build "$B" -j"$(nproc)" --target jtok test_cuda_ops bench_cuda_attention bench_cuda_host_rows > "$B/gpu_prepare_build.log" 2>&1 ||
+    { tail -n 20 "$B/gpu_prepare_build.log"; echo "gpu_prepare.sh: the build in $B failed (configured with the kernels?)" >&2; exit 1; }
   bash scripts/cuda_bundle.sh "$B" || exit 1
   BUNDLE=$B/cuda-bundle.tar.gz
 fi

@@ -14,6 +14,8 @@
 #   attention  the bundle's bench_cuda_attention, config b's shape (box 30 s)
 #   moe        (not in the default steps: a second device run) bench/gpu_train_peer.sh on
 #              configs/bench_moe.json, ours and the peer, base / +JTok / +JTok-M (box 240 s)
+#   rows       (not default; issue 40) the bundle's bench_cuda_host_rows on a carried shard:
+#              a step's table rows from HBM, in place from pinned host memory, staged (box 90 s)
 # At most 510 s with every box spent (docs/cuda.md has the estimate).
 # Every log goes under $OUT (the device run brings back what is there; default
 # bench-out/gpu-session here): session.log (all of this output), nvidia-smi.txt, tests/,
@@ -90,7 +92,12 @@ for s in $STEPS; do
       fi ;;
     moe) step moe 240 bash bench/gpu_train_peer.sh --config configs/bench_moe.json --batch 16 --data "$DIR/shards" \
            --jtok "$U/jtok" --out "$OUT/moe" --budget 210 --timeout 100 ;;
-    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, moe)" >&2; exit 2 ;;
+    rows)
+      shard=$(ls "$DIR"/shards/*.bin | head -n 1)
+      # shellcheck disable=SC2016  # $1.. are the inner shell's arguments
+      step rows 90 sh -c 'LD_LIBRARY_PATH="$1" "$2" --shard "$3" > "$4"; rc=$?; cat "$4"; exit $rc' sh \
+        "$LIBS" "$U/bundle/bin/bench_cuda_host_rows" "$shard" "$OUT/host_rows.json" ;;
+    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, moe, rows)" >&2; exit 2 ;;
   esac
 done
 
