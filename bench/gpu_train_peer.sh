@@ -4,7 +4,8 @@
 # bf16 autocast, SDPA attention, fused AdamW; eager, then torch.compile) on dense / +JTok / +JTok-M
 # (n_e 5, K 2, every layer), each one process with one JSON line (tokens/s, MFU, peak memory); then
 # ours (`jtok bench-train --device cuda --set precision=bf16`: bf16 copies of fp32 masters, fp32
-# accumulation; base + the same two variants); then bench/gpu_train_peer_table.py's table: ratios JTok/dense and JTok-M/dense
+# accumulation; base + the same two variants, and JTok-M with table_optimizer dense-eager: the
+# table AdamW's naive pass over every row every step, the paper's training table in kind); then bench/gpu_train_peer_table.py's table: ratios JTok/dense and JTok-M/dense
 # per engine and mode, and ours/compile.
 #   bash bench/gpu_train_peer.sh --data DIR [--jtok BIN] [--out DIR] [--steps N] [--warmup N]
 #        [--modes "eager compile"] [--models "dense jtok jtokm"] [--timeout S] [--budget S] [--dry-run]
@@ -67,7 +68,8 @@ status=0
 # Ours: base + the two variants, steps interleaved, one line each (jtok bench-train --variant).
 if [ -n "$JTOK" ]; then
   run ours "$JTOK" bench-train "${BASE[@]}" --device "$DEVICE" --set precision=bf16 --variant "jtok:jtok=true" \
-      --variant "jtokm:jtokm=true,jtokm_n_e=5,jtokm_top_k=2" || status=1
+      --variant "jtokm:jtokm=true,jtokm_n_e=5,jtokm_top_k=2" \
+      --variant "jtokm_eager:jtokm=true,jtokm_n_e=5,jtokm_top_k=2,table_optimizer=dense-eager" || status=1
 else
   echo "ours: no --jtok binary given: the peer alone"
 fi

@@ -1,6 +1,6 @@
 """The table of bench/gpu_train_peer.sh: reads DIR/peer_<mode>_<model>.json (train_bench.py's JSON
-line) and DIR/ours.json (`jtok bench-train --device cuda`: the base line, then one line per variant
-with "variant": "jtok" / "jtokm"; empty when jtok has no CUDA trainer) and prints a markdown table:
+line) and DIR/ours.json (`jtok bench-train --device cuda`: the base line ("variant": "base"), then
+one line per variant: "jtok", "jtokm", "jtokm_eager") and prints a markdown table:
 tokens/s, MFU, peak memory, the ratio to the same engine and mode's dense run, and ours over
 torch.compile's for the same model. A missing or empty file is a row of "-" (a run that failed or
 was killed: its log says why).
@@ -12,7 +12,11 @@ import os
 import sys
 
 MODELS = ("dense", "jtok", "jtokm")
-LABEL = {"dense": "dense", "jtok": "+JTok", "jtokm": "+JTok-M (n_e 5, K 2)"}
+# Ours also runs JTok-M with the table AdamW's naive pass over every row every step
+# (table_optimizer dense-eager: the same bits), the cost the deferred optimizer saves.
+OURS_ONLY = ("jtokm_eager",)
+LABEL = {"dense": "dense", "jtok": "+JTok", "jtokm": "+JTok-M (n_e 5, K 2)",
+         "jtokm_eager": "+JTok-M, eager table AdamW"}
 
 
 def read_lines(path):
@@ -35,7 +39,8 @@ def runs(directory):
             if lines:
                 out[("pytorch", mode)][model] = lines[-1]
     for line in read_lines(os.path.join(directory, "ours.json")):
-        out.setdefault(("jtok", "cuda"), {})[line.get("variant", "dense")] = line
+        variant = line.get("variant", "base")
+        out.setdefault(("jtok", "cuda"), {})["dense" if variant == "base" else variant] = line
     return out
 
 
@@ -47,7 +52,7 @@ def rows(table):
     compiled = table.get(("pytorch", "compile"), {})
     for (engine, mode), by_model in table.items():
         dense = by_model.get("dense", {}).get("tokens_per_s")
-        for model in MODELS:
+        for model in MODELS + (OURS_ONLY if engine == "jtok" else ()):
             r = by_model.get(model)
             if r is None:
                 yield [engine, mode, LABEL[model]] + ["-"] * 5

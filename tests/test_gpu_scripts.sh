@@ -86,9 +86,11 @@ assert eager_dense[6] == "1.000" and eager_dense[3] != "-", eager_dense
 compiled = all(r[3] != "-" for r in rows[3:])
 assert rc == (0 if compiled else 1), (rc, rows)   # a failed run (no torch.compile here) fails the script
 ours = [json.loads(l) for l in open(f"{d}/peer/ours.json")]
-assert [o.get("variant", "base") for o in ours] == ["base", "jtok", "jtokm"], ours
+assert [o.get("variant", "base") for o in ours] == ["base", "jtok", "jtokm", "jtokm_eager"], ours
 assert all(o["device"] == "cpu" for o in ours), ours
-assert sum(r.startswith("| jtok") for r in table) == 3, table   # ours: dense, +JTok, +JTok-M
+jrows = [r.split(" | ") for r in table if r.startswith("| jtok")]
+assert len(jrows) == 4 and all(r[3] != "-" for r in jrows), jrows   # ours: dense, +JTok, +JTok-M, eager
+assert jrows[0][6] == "1.000", jrows[0]
 print("gpu_train_peer.sh OK")
 PY
 # The table with ours: jtok's base line is "dense", its variants by label; ours / compile per model.

@@ -90,6 +90,11 @@ assert not bad, f"differ: {bad[:5]}"
 print(f"ok: jtok parity --device loopback equals --device cpu: {len(keys)} tensors (losses {cpu['loss'].tolist()})")
 PY
 
+# table_optimizer dense-eager (every row stepped every step) ends where the deferred dense one does.
+train --out "$T/eager" --set table_optimizer=dense-eager > "$T/eager.out"
+[ "$(final_hash "$T/eager")" = "$(final_hash "$T/cpu")" ] || fail "dense-eager and dense (deferred) differ"
+echo "ok: table_optimizer dense-eager gives the deferred optimizer's final checkpoint"
+
 # --train-only tables (a frozen backbone) through the device path: the same final checkpoint.
 for dev in cpu loopback; do
   train --out "$T/frozen_$dev" --device "$dev" --train-only tables --max-steps 4 --set checkpoint_interval=4 > "$T/frozen_$dev.out"

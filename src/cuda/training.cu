@@ -59,8 +59,8 @@ void upload_moments(const DeviceModel<E>& dm, DeviceAdamW& st, const HostAdamWVi
 template <typename E>
 class Trainer final : public DeviceTrainer {
  public:
-  Trainer(const Model& host, const HostAdamWView& adam, bool dense_tables)
-      : dm_(host), opt_(dm_, dense_tables), device_(device_info().name) {
+  Trainer(const Model& host, const HostAdamWView& adam, bool dense_tables, bool eager_tables)
+      : dm_(host), opt_(dm_, dense_tables), eager_tables_(eager_tables), device_(device_info().name) {
     upload_moments(dm_, opt_, adam);
     acts_.row_sync = table_row_sync(dm_, opt_);
   }
@@ -86,6 +86,7 @@ class Trainer final : public DeviceTrainer {
     const StepConsts k{device_consts(c.decay), device_consts(c.plain), device_consts(c.table_decay),
                        device_consts(c.table_plain)};
     const double norm = cuda::optimizer_step(dm_, opt_, k, max_grad_norm);
+    if (eager_tables_) sync_tables(dm_, opt_);  // every row now: the naive pass a step
     JTOK_CUDA_CHECK(cudaStreamSynchronize(dm_.stream));  // a step ends with its work done: honest step times
     return norm;
   }
@@ -103,6 +104,7 @@ class Trainer final : public DeviceTrainer {
   DeviceModel<E> dm_;
   DeviceAdamW opt_;
   DeviceActs<E> acts_;
+  bool eager_tables_ = false;
   std::string device_;
 };
 
@@ -168,9 +170,9 @@ std::string Trainer<E>::describe() const {
 }  // namespace
 
 std::unique_ptr<DeviceTrainer> make_device_trainer(const Model& host, const HostAdamWView& adam, bool bf16,
-                                                   bool dense_tables) {
-  if (bf16) return std::make_unique<Trainer<__nv_bfloat16>>(host, adam, dense_tables);
-  return std::make_unique<Trainer<float>>(host, adam, dense_tables);
+                                                   bool dense_tables, bool eager_tables) {
+  if (bf16) return std::make_unique<Trainer<__nv_bfloat16>>(host, adam, dense_tables, eager_tables);
+  return std::make_unique<Trainer<float>>(host, adam, dense_tables, eager_tables);
 }
 
 }  // namespace jtok::cuda

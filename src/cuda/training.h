@@ -72,9 +72,10 @@ class DeviceTrainer {
 // The device trainer of host's weights and tables with adam's moments (a resumed run's; zeros for a
 // fresh one), every table row current at adam.step. bf16: the forward reads bf16 copies of the fp32
 // masters (else fp32 throughout, the checking instantiation). dense_tables: the tables' "dense"
-// AdamW (deferred, exact), else "sparse". Refuses what the GPU model does not run, by name; in a
+// AdamW (deferred, exact), else "sparse"; eager_tables: dense's rows all brought current after
+// every step (the naive cost, for benchmarks). Refuses what the GPU model does not run, by name; in a
 // build without CUDA, says so.
 std::unique_ptr<DeviceTrainer> make_device_trainer(const Model& host, const HostAdamWView& adam, bool bf16,
-                                                   bool dense_tables);
+                                                   bool dense_tables, bool eager_tables = false);
 
 }  // namespace jtok::cuda

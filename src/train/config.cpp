@@ -297,8 +297,8 @@ static void validate_training(const Config& cfg, const std::string& origin) {
   if (t.table_learning_rate >= 0 && !(t.learning_rate > 0))
     fail(origin, ": field table_learning_rate (", t.table_learning_rate, ") needs a positive learning_rate (it scales "
          "learning_rate's schedule), got ", t.learning_rate);
-  if (t.table_optimizer != "dense" && t.table_optimizer != "sparse")
-    fail(origin, ": field table_optimizer: unknown value '", t.table_optimizer, "' (known: dense, sparse)");
+  if (t.table_optimizer != "dense" && t.table_optimizer != "sparse" && t.table_optimizer != "dense-eager")
+    fail(origin, ": field table_optimizer: unknown value '", t.table_optimizer, "' (known: dense, sparse, dense-eager)");
   positive(origin, "seq_len", t.seq_len);
   if (t.seq_len > m.max_position_embeddings)
     fail(origin, ": field seq_len (", t.seq_len, ") exceeds max_position_embeddings (", m.max_position_embeddings, ")");

@@ -32,7 +32,9 @@ struct TrainConfig {
   std::string precision = "fp32";           // matrix products' inputs: "fp32" | "bf16" (fp32 accumulation;
                                             // ops/linear.h set_matmul_precision)
   std::string table_optimizer = "dense";    // token-indexed tables: "dense" (torch AdamW semantics: every row,
-                                            // every step) | "sparse" (lazy: rows with a gradient only)
+                                            // every step; deferred and exact) | "sparse" (lazy: rows with a
+                                            // gradient only) | "dense-eager" (dense's bits by a pass over
+                                            // every row every step: the naive cost, for benchmarks)
   // What trains: "all", or "tables" (the JTok / JTok-M tables, scalers and routers; the backbone is
   // frozen: model/trainable.h). table_learning_rate: the peak lr of the token-indexed modules (their
   // lr follows the same schedule, scaled by table_learning_rate / learning_rate); < 0 = learning_rate.

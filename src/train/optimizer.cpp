@@ -107,8 +107,9 @@ StepStats optimizer_step(Model& model, AdamWState& state, const TrainConfig& t, 
   }
   // Token-indexed tables: 2-D weights, so weight decay applies, as in the reference's decay group.
   if (model.tables.empty()) return st;
-  TableOptimizer(model.tables, model.table_grads, state.tables)
-      .step(table_adamw_hyper(t, st, state.step), t.table_optimizer != "sparse");
+  TableOptimizer tables(model.tables, model.table_grads, state.tables);
+  tables.step(table_adamw_hyper(t, st, state.step), t.table_optimizer != "sparse");
+  if (t.table_optimizer == "dense-eager") tables.sync_all();  // every row now: dense's bits, the naive cost
   return st;
 }
 

@@ -53,6 +53,9 @@ std::unique_ptr<TablePlacement> choose_table_placement(const TableRunParts& p) {
   if (opt.tables != "ram" && opt.tables != "disk") fail("--tables must be ram or disk for training, got '", opt.tables, "'");
   if (opt.device == "cuda" || opt.device == "loopback") return make_tables_on_gpu(p);
   const bool sharded = opt.embp != "off" && has_tables;
+  if ((sharded || opt.tables == "disk") && p.cfg.train.table_optimizer == "dense-eager")
+    fail("table_optimizer dense-eager (a benchmark's naive pass over every row) runs with --tables ram only, not with ",
+         sharded ? "--embp" : "--tables disk");
   if (opt.tables == "disk") {
     check_disk_table_options(p, sharded);
     return make_tables_on_disk(p);

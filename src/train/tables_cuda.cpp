@@ -62,7 +62,8 @@ class TablesOnGpu final : public TablePlacement {
       trainer_ = make_loopback_trainer(p_.model, host_view(p_.adam), t);
       return;
     }
-    trainer_ = cuda::make_device_trainer(p_.model, host_view(p_.adam), t.precision == "bf16", t.table_optimizer != "sparse");
+    trainer_ = cuda::make_device_trainer(p_.model, host_view(p_.adam), t.precision == "bf16", t.table_optimizer != "sparse",
+                                         t.table_optimizer == "dense-eager");
   }
   std::unique_ptr<cuda::DeviceTrainer> trainer_;
 };
