@@ -29,4 +29,13 @@ for cmd in "train --out $T/run" bench-train; do
 done
 if $JTOK train --config "$T/none.json" --out "$T/run" --device tpu > "$T/out" 2>&1; then fail "--device tpu accepted"; fi
 grep -q -- "--device" "$T/out" || fail "--device tpu: the error does not name the option: $(cat "$T/out")"
+# A build with the kernels costs a process that never touches a GPU nothing: cuBLASLt (~0.5 GB) is
+# loaded on first use (src/cuda/cublaslt_api.h), not linked, so `jtok --help` stays small.
+! ldd "$JTOK" 2>/dev/null | grep -q libcublas || fail "jtok links cuBLAS at start-up: $(ldd "$JTOK" | grep cublas)"
+rss=$(/usr/bin/python3 -c '
+import os, subprocess, sys
+p = subprocess.Popen([sys.argv[1], "--help"], stdout=subprocess.DEVNULL)
+print(os.wait4(p.pid, 0)[2].ru_maxrss)' "$JTOK")
+[ "$rss" -lt 65536 ] || fail "jtok --help peaks at $rss kB of resident memory (>= 64 MB)"
+echo "jtok --help: peak RSS $rss kB, no cuBLAS loaded"
 echo "test_device_cuda: ok"

@@ -2,10 +2,10 @@
 // file:line and the library's own error string (the jtok binary prints it and exits non-zero).
 // Host code only; includable from .cu and from .cpp compiled by g++.
 #pragma once
-#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include "core/error.h"
+#include "cuda/cublaslt_api.h"
 
 #define JTOK_CUDA_CHECK(expr)                                                                        \
   do {                                                                                               \
@@ -15,12 +15,13 @@
                    cudaGetErrorString(jtok_cuda_err_), ")");                                         \
   } while (0)
 
-#define JTOK_CUBLAS_CHECK(expr)                                                                         \
-  do {                                                                                                  \
-    const cublasStatus_t jtok_cublas_st_ = (expr);                                                      \
-    if (jtok_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                                       \
-      ::jtok::fail(__FILE__, ":", __LINE__, ": ", #expr, ": cuBLAS status ", static_cast<int>(jtok_cublas_st_), \
-                   " (", cublasLtGetStatusString(jtok_cublas_st_), ")");                                \
+#define JTOK_CUBLAS_CHECK(expr)                                                                  \
+  do {                                                                                           \
+    const cublasStatus_t jtok_cublas_st_ = (expr);                                               \
+    if (jtok_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                                \
+      ::jtok::fail(__FILE__, ":", __LINE__, ": ", #expr, ": cuBLAS status ",                     \
+                   static_cast<int>(jtok_cublas_st_), " (",                                      \
+                   ::jtok::cuda::cublaslt().GetStatusString(jtok_cublas_st_), ")");              \
   } while (0)
 
 // After a kernel launch: a bad launch configuration is reported here, not at the next sync.

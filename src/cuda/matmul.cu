@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "cuda/check.h"
+#include "cuda/cublaslt_api.h"
 
 namespace jtok::cuda {
 namespace {
@@ -47,10 +48,10 @@ struct Plan {
 using PlanKey = std::array<int64_t, 14>;
 
 void destroy(Plan& p) {
-  if (p.a) cublasLtMatrixLayoutDestroy(p.a);
-  if (p.b) cublasLtMatrixLayoutDestroy(p.b);
-  if (p.c) cublasLtMatrixLayoutDestroy(p.c);
-  if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+  if (p.a) cublaslt().MatrixLayoutDestroy(p.a);
+  if (p.b) cublaslt().MatrixLayoutDestroy(p.b);
+  if (p.c) cublaslt().MatrixLayoutDestroy(p.c);
+  if (p.desc) cublaslt().MatmulDescDestroy(p.desc);
 }
 
 }  // namespace
@@ -70,30 +71,30 @@ void Matmul::Impl::make_layouts(Plan& p, const PlanKey& key, cudaDataType_t in, 
   const int64_t M = key[2], N = key[3], K = key[4], lda = key[5], ldb = key[6], ldc = key[7];
   // Stored column-major shapes (rows, cols, ld): our B is (N,K) column-major, or (K,N) if trans_b;
   // our A is (K,M), or (M,K) if trans_a; C is (N,M).
-  JTOK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, in, tb ? K : N, tb ? N : K, ldb));
-  JTOK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, in, ta ? M : K, ta ? K : M, lda));
-  JTOK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out, N, M, ldc));
+  JTOK_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&p.a, in, tb ? K : N, tb ? N : K, ldb));
+  JTOK_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&p.b, in, ta ? M : K, ta ? K : M, lda));
+  JTOK_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&p.c, out, N, M, ldc));
 }
 
 void Matmul::Impl::choose_algorithm(Plan& p, const PlanKey& key) {
   cublasLtMatmulPreference_t pref = nullptr;
-  JTOK_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  JTOK_CUBLAS_CHECK(cublaslt().MatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspaceBytes;
   const uint32_t align_b = static_cast<uint32_t>(key[11]), align_a = static_cast<uint32_t>(key[12]),
                  align_c = static_cast<uint32_t>(key[13]);  // cuBLASLt's A is our B and the reverse
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof align_c);
+  cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a);
+  cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b);
+  cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c);
+  cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof align_c);
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
+      cublaslt().MatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  cublaslt().MatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0)
     fail("cuBLASLt has no algorithm for the product M ", key[2], " N ", key[3], " K ", key[4], " (trans ", key[0],
-         key[1], ", row strides ", key[5], " ", key[6], " ", key[7], "): ", cublasLtGetStatusString(st));
+         key[1], ", row strides ", key[5], " ", key[6], " ", key[7], "): ", cublaslt().GetStatusString(st));
   p.algo = result.algo;
 }
 
@@ -102,13 +103,13 @@ Plan& Matmul::Impl::plan(const PlanKey& key, cudaDataType_t in, cudaDataType_t o
   if (it != plans.end()) return it->second;
   Plan p;
   try {
-    JTOK_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    JTOK_CUBLAS_CHECK(cublaslt().MatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_a = key[1] ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = key[0] ? CUBLAS_OP_T : CUBLAS_OP_N;
-    JTOK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
-    JTOK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    JTOK_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+    JTOK_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
     // The bias is per row of cuBLASLt's D (N,M): per output column of ours, as a linear bias.
     const cublasLtEpilogue_t epi = key[10] ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    JTOK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    JTOK_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     make_layouts(p, key, in, out);
     choose_algorithm(p, key);
   } catch (...) {
@@ -119,14 +120,14 @@ Plan& Matmul::Impl::plan(const PlanKey& key, cudaDataType_t in, cudaDataType_t o
 }
 
 Matmul::Matmul() : impl_(std::make_unique<Impl>()) {
-  JTOK_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
+  JTOK_CUBLAS_CHECK(cublaslt().Create(&impl_->handle));
   JTOK_CUDA_CHECK(cudaMalloc(&impl_->workspace, kWorkspaceBytes));
 }
 
 Matmul::~Matmul() {
   for (auto& [key, p] : impl_->plans) destroy(p);
   cudaFree(impl_->workspace);
-  cublasLtDestroy(impl_->handle);
+  cublaslt().Destroy(impl_->handle);
 }
 
 size_t Matmul::cached_plans() const { return impl_->plans.size(); }
@@ -145,8 +146,8 @@ void Matmul::gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
                     alignment(A), alignment(B), alignment(C)};
   Plan& p = impl_->plan(key, data_type<In>(), data_type<Out>());
   if (bias)
-    JTOK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-  JTOK_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
+    JTOK_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  JTOK_CUBLAS_CHECK(cublaslt().Matmul(impl_->handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
                                    impl_->workspace, kWorkspaceBytes, stream));
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "cuda/cublaslt_api.h"
 #include "cuda/gemm_ref.h"
 #include "cuda/matmul.h"
 #include "cuda_case.h"
@@ -149,3 +150,15 @@ TEST(CudaGemmBits, TwoRunsAreBitwiseEqual) {
 }
 
 }  // namespace
+
+// cuBLASLt is loaded on first use (cuda/cublaslt_api.h), not linked: the library and every function
+// the products call are found (no GPU needed), and statuses read back as cuBLASLt's own strings.
+TEST(CublasLtApi, LoadsOnFirstUse) {
+  const jtok::cuda::CublasLtApi& lt = jtok::cuda::cublaslt();
+  EXPECT_EQ(&lt, &jtok::cuda::cublaslt());  // once per process
+  EXPECT_NE(lt.Matmul, nullptr);
+  EXPECT_NE(lt.MatmulAlgoGetHeuristic, nullptr);
+  const std::string not_init = lt.GetStatusString(CUBLAS_STATUS_NOT_INITIALIZED);  // e.g. "the library was not initialized"
+  EXPECT_FALSE(not_init.empty());
+  EXPECT_NE(not_init, lt.GetStatusString(CUBLAS_STATUS_SUCCESS));
+}
