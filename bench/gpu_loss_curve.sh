@@ -100,7 +100,10 @@ parity() {  # parity NAME DEVICE CONFIG STEPS THREADS LIMIT: one jtok parity run
 }
 
 status=0
-echo "gpu_loss_curve.sh: $(date -u '+%F %T') UTC, $STEPS steps on $DEVICE ($CPU_STEPS on the CPU), work dir $W"
+FS=$(df --output=fstype "$WORK_PARENT" 2>/dev/null | tail -n 1)
+echo "gpu_loss_curve.sh: $(date -u '+%F %T') UTC, $STEPS steps on $DEVICE ($CPU_STEPS on the CPU), work dir $W" \
+     "(${FS:-?}, $(df -h --output=avail "$WORK_PARENT" 2>/dev/null | tail -n 1 | xargs) free)"
+[ "$FS" = tmpfs ] && echo "gpu_loss_curve.sh: note: $WORK_PARENT is a tmpfs: the big files take host memory (--work DIR on a disk)"
 run prepare "$(limit_of 150)" "$PY" bench/gpu_loss_curve.py prepare --base "$CONFIG" --data "$DATA" --steps "$STEPS" \
   --batch "$BATCH" --cpu-steps "$CPU_STEPS" --device "$DEVICE" --work "$W" || { cat "$OUT/prepare.log"; exit 1; }
 [ "$DRY" = 1 ] || cat "$OUT/prepare.log"

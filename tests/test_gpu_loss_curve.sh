@@ -73,7 +73,7 @@ case " \$* " in *" --device cpu "*) exec sleep 60 ;; esac
 exec "$JTOK" "\$@"
 SH
 chmod +x "$T/hang_jtok"
-rc=0; JTOK="$T/hang_jtok" curve --out "$T/hang" --steps 6 --cpu-steps 2 --budget 40 > "$T/hang.log" 2>&1 || rc=$?
+rc=0; JTOK="$T/hang_jtok" curve --out "$T/hang" --steps 6 --cpu-steps 2 --budget 50 > "$T/hang.log" 2>&1 || rc=$?
 [ $rc = 1 ] || { cat "$T/hang.log"; fail "a hung run: status $rc, not 1"; }
 grep -q "ours_cpu: KILLED after" "$T/hang.log" || { cat "$T/hang.log"; fail "the hung run was not killed"; }
 head -1 "$T/hang/curve.csv" | grep -qx "step,ours_loopback_fp32,pytorch_cpu_bf16" || fail "curve after a hang: $(head -2 "$T/hang/curve.csv")"
