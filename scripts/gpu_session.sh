@@ -2,7 +2,7 @@
 # The one script a GPU session runs (issue 39; docs/cuda.md, "Running on a GPU host"). Prepared
 # here by scripts/gpu_prepare.sh (the CUDA bundle + a few token shards in build/gpu-session, which
 # the device run carries); there, in the repository root:
-#   bash scripts/gpu_session.sh [--dir build/gpu-session] [--steps "tests peer attention"|curve] [--dry-run]
+#   bash scripts/gpu_session.sh [--dir build/gpu-session] [--steps "tests peer attention"] [--dry-run]
 # Steps, each killed after its time box so one hang does not eat the session:
 #   tests      scripts/test_cuda.sh on the bundle: test_cuda_ops, --device cuda's check, train
 #              --device cuda (tests/cuda/train_cuda.sh), compute-sanitizer memcheck + racecheck
