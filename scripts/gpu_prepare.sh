@@ -7,14 +7,15 @@
 # Defaults: --build build (its binaries built, `cmake --build build --target jtok test_cuda_ops
 # bench_cuda_attention bench_cuda_host_rows`, then packed into a fresh cuda-bundle.tar.gz; --bundle
 # takes a bundle packed before instead), --data data/train (from
-# scripts/prepare_data.sh), --steps 40, --out build/gpu-session. Writes OUT/cuda-bundle.tar.gz and
+# scripts/prepare_data.sh), --steps 296 (the gpt2 training split's 4,746 windows of 1025 tokens: all
+# of bench/gpu_loss_curve.sh's curve, never wrapped), --out build/gpu-session. Writes OUT/cuda-bundle.tar.gz and
 # OUT/tokenizer/ (the gpt2 tokenizer's files) and OUT/shards/: the first STEPS x 16 x 1025 tokens of DATA's shards, in order (its first shards
 # whole, the last one cut), so the loader's stream over them starts with the same windows as over
 # DATA (and tokens_fnv1a equals a run's on DATA for up to STEPS steps). The run tool's carry is limited to 64 MiB: this stops
 # if OUT is over 50 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=build; BUNDLE=""; DATA=data/train; STEPS=40; OUT=build/gpu-session
+B=build; BUNDLE=""; DATA=data/train; STEPS=296; OUT=build/gpu-session
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) B=$2; shift 2 ;;

@@ -16,12 +16,18 @@
 #              configs/bench_moe.json, ours and the peer, base / +JTok / +JTok-M (box 240 s)
 #   rows       (not default; issue 40) the bundle's bench_cuda_host_rows on a carried shard:
 #              a step's table rows from HBM, in place from pinned host memory, staged (box 90 s)
-# At most 510 s with every box spent (docs/cuda.md has the estimate).
+#   curve      (not default: a session's second run, `--steps curve`) bench/gpu_loss_curve.sh: 296
+#              steps (the carried shards' whole stream) of config b + JTok-M, ours on the GPU in
+#              bf16 beside the PyTorch reference in bf16 autocast and the CPU engine's first 5 steps
+#              in fp32, same weights and batches (curve/: curve.csv, curve.svg, summary.txt; box
+#              510 s, the script's --budget 480)
+# At most 510 s with the default steps' boxes spent (docs/cuda.md has the estimate); a device
+# command runs at most 600 s.
 # Every log goes under $OUT (the device run brings back what is there; default
 # bench-out/gpu-session here): session.log (all of this output), nvidia-smi.txt, tests/,
-# peer/ (one JSON line and one log per run, table.md), attention.json, summary.txt.
-# --dry-run checks the inputs, unpacks the bundle and prints each step's command (the peer's runs
-# too, through its own --dry-run) without running anything.
+# peer/ (one JSON line and one log per run, table.md), attention.json, curve/, summary.txt.
+# --dry-run checks the inputs, unpacks the bundle and prints each step's command (the peer's and the
+# curve's runs too, through their own --dry-run) without running anything.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 DIR=build/gpu-session; STEPS="tests peer attention"; DRY=0
@@ -62,7 +68,7 @@ step() {  # step NAME BOX CMD...: runs CMD killed after BOX seconds, records its
   echo; echo "== $name (time box $box s): $*"
   if [ "$DRY" = 1 ]; then
     RESULT[$name]="dry run"; SECS[$name]=0
-    case "$name" in peer|moe) "$@" --dry-run ;; esac
+    case "$name" in peer|moe|curve) "$@" --dry-run ;; esac
     return
   fi
   local t0=$SECONDS rc=0
@@ -97,7 +103,9 @@ for s in $STEPS; do
       # shellcheck disable=SC2016  # $1.. are the inner shell's arguments
       step rows 90 sh -c 'LD_LIBRARY_PATH="$1" "$2" --shard "$3" > "$4"; rc=$?; cat "$4"; exit $rc' sh \
         "$LIBS" "$U/bundle/bin/bench_cuda_host_rows" "$shard" "$OUT/host_rows.json" ;;
-    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, moe, rows)" >&2; exit 2 ;;
+    curve) step curve 510 bash bench/gpu_loss_curve.sh --jtok "$U/jtok" --data "$DIR/shards" --out "$OUT/curve" \
+             --steps 296 --budget 480 ;;
+    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, moe, rows, curve)" >&2; exit 2 ;;
   esac
 done
 
@@ -109,6 +117,7 @@ done
   fi
   [ -f "$OUT/peer/table.md" ] && cat "$OUT/peer/table.md"
   [ -f "$OUT/moe/table.md" ] && cat "$OUT/moe/table.md"
+  [ -f "$OUT/curve/summary.txt" ] && cat "$OUT/curve/summary.txt"
 } | tee "$OUT/summary.txt"
 for s in $STEPS; do
   case "${RESULT[$s]:-}" in passed|"dry run"|"not in the bundle") ;; *) exit 1 ;; esac

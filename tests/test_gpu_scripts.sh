@@ -10,7 +10,8 @@
 #   the table's ratios (to dense, ours / compile) and jtok's rows (base = dense, variants by label).
 # - scripts/gpu_prepare.sh cuts the first STEPS x 16 x 1025 tokens into the session directory
 #   (the loader's windows unchanged) and refuses too few tokens; scripts/gpu_session.sh --dry-run
-#   on that directory prints every step, and without a bundle names the file it wants.
+#   on that directory prints every step, `--steps curve` bench/gpu_loss_curve.sh's commands (its own
+#   check: tests/test_gpu_loss_curve.sh), and without a bundle names the file it wants.
 set -euo pipefail
 ROOT=${JTOK_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$ROOT"
@@ -139,6 +140,13 @@ for s in "== tests" "JTOK_CUDA_BUNDLE=$T/session/cuda-bundle.tar.gz" "== peer" "
   grep -qF -- "$s" "$T/dry.out" || { echo "gpu_session.sh --dry-run: no '$s'"; cat "$T/dry.out"; exit 1; }
 done
 [ -f "$T/dry/session.log" ] && [ -f "$T/dry/summary.txt" ]
+OUT=$T/drycurve bash scripts/gpu_session.sh --dir "$T/session" --steps curve --dry-run > "$T/drycurve.out" 2>&1 ||
+  { cat "$T/drycurve.out"; exit 1; }
+for s in "== curve (time box 510 s)" "gpu_loss_curve.py prepare --base configs/bench_b.json --data $T/session/shards --steps 296" \
+         "--steps 296 --device cuda" "--steps 5 --device cpu" "gpu_loss_curve.py train" "plot-csv"; do
+  grep -qF -- "$s" "$T/drycurve.out" || { echo "gpu_session.sh --steps curve --dry-run: no '$s'"; cat "$T/drycurve.out"; exit 1; }
+done
+grep -q "== tests" "$T/drycurve.out" && { echo "--steps curve ran the default steps too"; exit 1; }
 rc=0; OUT=$T/none bash scripts/gpu_session.sh --dir "$T/nothing" --dry-run 2> "$T/err" || rc=$?
 if [ $rc != 2 ] || ! grep -q "no $T/nothing/cuda-bundle.tar.gz" "$T/err"; then echo "rc $rc"; cat "$T/err"; exit 1; fi
 echo "gpu_session.sh OK"
