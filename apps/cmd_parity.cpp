@@ -20,6 +20,7 @@ struct Args {
   std::string config, weights, batch, out;
   int64_t steps = 10;
   std::string device = "cpu";
+  bool series_only = false;
 } args;
 
 // The --batch file's input_ids and labels: (M, B, T), the same M micro-batches at every step, or
@@ -81,13 +82,13 @@ jtok::BatchSource parity_source(const ParityBatch& pb, int64_t& served) {
 void run_parity_steps(jtok::TrainSteps& steps, const ParityBatch& pb, jtok::StFile& out, ParitySeries& series) {
   using namespace jtok;
   for (int64_t s = 0; s < args.steps; ++s) {
-    if (s == 0) {
+    if (s == 0 && !args.series_only) {
       Activations acts;
       forward(steps.model(), acts, pb.inputs(0, 0), pb.B, pb.T);
       out.tensors["logits"] = real_logits(acts, steps.model().cfg, pb.B, pb.T);
     }
     steps.compute_gradients();
-    if (s == 0 && !steps.on_device())  // a device's gradients stay there: tests/cuda compares them
+    if (s == 0 && !steps.on_device() && !args.series_only)  // a device's gradients stay there: tests/cuda compares them
       for (auto& [k, t] : grads_to_st(steps.model(), "grad.").tensors) out.tensors[k] = t;
     const TrainSteps::Result r = steps.apply();
     series.losses.push_back(static_cast<float>(r.loss));
@@ -120,9 +121,11 @@ void run() {
   out.tensors["jtokm_aux_loss"] = st_f32({S}, series.jauxes.data());  // JTok-M load-balancing loss (0 without it)
   out.tensors["grad_norm"] = st_f32({S}, series.norms.data());
   out.tensors["lr"] = st_f32({S}, series.lrs.data());
-  steps.finish();     // every table row current
-  steps.copy_back();  // a device's weights and tables into the host model
-  for (auto& [k, t] : weights_to_st(steps.model()).tensors) out.tensors["final." + k] = t;
+  if (!args.series_only) {
+    steps.finish();     // every table row current
+    steps.copy_back();  // a device's weights and tables into the host model
+    for (auto& [k, t] : weights_to_st(steps.model()).tensors) out.tensors["final." + k] = t;
+  }
   write_safetensors(args.out, out);
   std::printf("parity: %lld steps, loss %.6f -> %.6f, wrote %s\n", static_cast<long long>(S), series.losses.front(),
               series.losses.back(), args.out.c_str());
@@ -138,6 +141,9 @@ void setup(CLI::App* sub) {
                   "where the steps run: cpu (default), cuda (an NVIDIA GPU: no grad.* tensors in the output) or "
                   "loopback (the GPU path with the CPU engine)")
       ->check(CLI::IsMember({"cpu", "cuda", "loopback"}));
+  sub->add_flag("--series-only", args.series_only,
+                "write only the per-step series (loss, aux losses, grad_norm, lr): no logits, gradients or final "
+                "weights (long runs of big models: bench/gpu_loss_curve.sh)");
   sub->callback(run);
 }
 

@@ -67,15 +67,13 @@ def read_batches(data, vocab_size, steps, B, T):
 
 
 def check_disk(work, weight_bytes, mcfg, B, T, cpu_steps):
-    """SystemExit when W's file system lacks room for the weights and the larger parity output
-    (the script deletes the device run's before the CPU run starts): the device run writes final.*
-    + step 0's logits, the CPU run also grad.* (all float32)."""
-    logits = B * T * mcfg.vocab_size * 4
-    need = weight_bytes + max(weight_bytes + logits, (2 * weight_bytes + logits) if cpu_steps > 0 else 0)
+    """SystemExit when W's file system lacks room for the weights (the parity runs write their
+    per-step series only: `jtok parity --series-only`, a few kB)."""
+    need = weight_bytes + (1 << 20)
     free = shutil.disk_usage(work).free
     if free < need * 1.05:
         sys.exit(f"gpu_loss_curve: {work} has {free / 1e9:.1f} GB free, the weights and the parity outputs need "
-                 f"{need / 1e9:.1f} GB (--work DIR on a larger disk, or --cpu-steps 0: {weight_bytes / 1e9:.1f} GB less)")
+                 f"{need / 1e9:.1f} GB (--work DIR on a larger disk)")
     return need
 
 

@@ -15,10 +15,9 @@
 # never wrapped (the gpt2 training split holds 296 steps: scripts/gpu_prepare.sh --steps 296).
 # bench/gpu_loss_curve.py writes the run's config, the reference's seeded init as jtok's float32
 # safetensors and the batches (int32 (STEPS, 1, 16, 1024)) into a temp dir under --work (default
-# $TMPDIR or /tmp), deleted at the end: config b + JTok-M is 2.51 G weights, 10.0 GB; a parity output
-# holds every final weight and step 0's logits (3.3 GB), the CPU run's every gradient too (23.4 GB);
-# out of each only loss, grad_norm and lr are kept, and it is deleted before the next run starts:
-# 33.4 GB at most (the script checks the free space first; --cpu-steps 0 needs 10 GB less).
+# $TMPDIR or /tmp), deleted at the end: config b + JTok-M is 2.51 G weights, 10.0 GB; the parity
+# runs write their per-step series only (`jtok parity --series-only`: loss, aux, grad_norm, lr),
+# so ~10 GB in all (the script checks the free space first).
 # In DIR: curve.csv (step, ours_gpu_bf16, pytorch_gpu_bf16, ours_cpu_fp32; empty cells where a run
 # has no step), curve_long.csv + curve.svg (`jtok plot-csv`), summary.txt (status, wall seconds,
 # loss at step 1 / last / mean of the last 50 steps a run; max |diff|, its step and the max relative
@@ -28,10 +27,9 @@
 # prepare 150 s, ours 210 s, pytorch 180 s; the CPU run whatever is left when it starts less 20 s.
 # A killed or failed run leaves its column empty and the script's status 1.
 # Time on an H200 (an estimate, not measured yet): prepare ~1 min (2.51 G weights drawn on the GPU,
-# 10 GB written); ours ~1-3 min (10 GB read, 300 steps, step 0's logits on the host, 13.3 GB
-# written); pytorch ~1-1.5 min (issue 39's eager JTok-M rate, 0.571 x 229,155 tokens/s, is ~0.13 s a
+# 10 GB written); ours ~1-3 min (10 GB read, 300 steps); pytorch ~1-1.5 min (issue 39's eager JTok-M rate, 0.571 x 229,155 tokens/s, is ~0.13 s a
 # step); the CPU run beside it ~3-4 min (issue 39's 909 tokens/s dense on 16 cores is ~18 s a step
-# before JTok-M, and 23.4 GB written). About 6-8 min in all; the CPU run is the one the box may cut.
+# before JTok-M). About 6-8 min in all; the CPU run is the one the box may cut.
 # --device cpu with a tiny --config checks it all without a GPU: the reference on the CPU under bf16
 # autocast and `jtok parity --device loopback` (fp32) standing in for the GPU run
 # (tests/test_gpu_loss_curve.sh). --dry-run prints the commands and runs nothing.
@@ -92,7 +90,7 @@ parity() {  # parity NAME DEVICE CONFIG STEPS THREADS LIMIT: one jtok parity run
   local name=$1 dev=$2 cfg=$3 steps=$4 threads=$5 limit=$6 rc=0
   run "$name" "$limit" env OMP_NUM_THREADS="$threads" "$JTOK" parity --config "$W/$cfg" \
     --weights "$W/weights.safetensors" --batch "$W/batch.safetensors" --steps "$steps" --device "$dev" \
-    --out "$W/$name.safetensors" || rc=$?
+    --series-only --out "$W/$name.safetensors" || rc=$?
   [ "$DRY" = 1 ] && return 0
   if [ $rc = 0 ]; then "$PY" bench/gpu_loss_curve_report.py series "$W/$name.safetensors" "$OUT/$name.json" || rc=1; fi
   rm -f "$W/$name.safetensors"

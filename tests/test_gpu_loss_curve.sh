@@ -83,7 +83,7 @@ grep -q "^ours_cpu_fp32 *KILLED after" "$T/hang/summary.txt" || fail "summary af
 # 4. --dry-run: every command, nothing run (no work dir, no jtok needed).
 bash bench/gpu_loss_curve.sh --jtok /nonexistent/jtok --data /nonexistent --out "$T/dry" --dry-run > "$T/dry.log"
 for s in "gpu_loss_curve.py prepare --base configs/bench_b.json --data /nonexistent --steps 300 --batch 16 --cpu-steps 5 --device cuda" \
-         "parity --config" "--steps 300 --device cuda --out" "--steps 5 --device cpu --out" \
+         "parity --config" "--steps 300 --device cuda --series-only --out" "--steps 5 --device cpu --series-only --out" \
          "gpu_loss_curve.py train" "gpu_loss_curve_report.py report $T/dry cuda" "plot-csv --csv $T/dry/curve_long.csv"; do
   grep -qF -- "$s" "$T/dry.log" || { cat "$T/dry.log"; fail "--dry-run: no '$s'"; }
 done
