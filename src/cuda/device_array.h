@@ -1,5 +1,6 @@
-// Device memory of n elements of T owned by one object (freed with it), and the host <-> device
-// copies the model's set-up and its checks use. Host code only; includable from g++ code.
+// Device memory of n elements of T owned by one object (freed with it), pinned host memory likewise,
+// and the host <-> device copies the model's set-up and its checks use. Host code only; includable
+// from g++ code.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -46,6 +47,33 @@ class DeviceArray {
     ptr_ = nullptr;
     n_ = 0;
   }
+  T* ptr_ = nullptr;
+  int64_t n_ = 0;
+};
+
+// Pinned host memory (cudaHostAlloc) of n elements of T, freed with the object.
+template <typename T>
+class PinnedArray {
+ public:
+  PinnedArray() = default;
+  explicit PinnedArray(int64_t n) : n_(n) {
+    if (n > 0) JTOK_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&ptr_), static_cast<size_t>(n) * sizeof(T), 0));
+  }
+  PinnedArray(const PinnedArray&) = delete;
+  PinnedArray& operator=(const PinnedArray&) = delete;
+  PinnedArray(PinnedArray&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  PinnedArray& operator=(PinnedArray&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~PinnedArray() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  T* get() const { return ptr_; }
+  int64_t size() const { return n_; }
+
+ private:
   T* ptr_ = nullptr;
   int64_t n_ = 0;
 };

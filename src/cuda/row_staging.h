@@ -13,36 +13,10 @@
 #include <utility>
 
 #include "cuda/check.h"
+#include "cuda/device_array.h"
 #include "model/token_table.h"
 
 namespace jtok::cuda {
-
-// Pinned host memory (cudaHostAlloc) of n elements of T, freed with the object.
-template <typename T>
-class PinnedArray {
- public:
-  PinnedArray() = default;
-  explicit PinnedArray(int64_t n) : n_(n) {
-    if (n > 0) JTOK_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&ptr_), static_cast<size_t>(n) * sizeof(T), 0));
-  }
-  PinnedArray(const PinnedArray&) = delete;
-  PinnedArray& operator=(const PinnedArray&) = delete;
-  PinnedArray(PinnedArray&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-  PinnedArray& operator=(PinnedArray&& o) noexcept {
-    std::swap(ptr_, o.ptr_);
-    std::swap(n_, o.n_);
-    return *this;
-  }
-  ~PinnedArray() {
-    if (ptr_) cudaFreeHost(ptr_);
-  }
-  T* get() const { return ptr_; }
-  int64_t size() const { return n_; }
-
- private:
-  T* ptr_ = nullptr;
-  int64_t n_ = 0;
-};
 
 // staging (n, d) of T (pinned) = the rows of ids (n, host; each held by t, else it fails naming the
 // id) by gather_rows, in f32 or rounded to bf16 (nearest even, quantize_bf16): a bf16 table's rows

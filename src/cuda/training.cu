@@ -2,6 +2,7 @@
 // the plain interface, with the moments and row steps of a host checkpoint uploaded and written back.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include "cuda/device.h"
@@ -69,17 +70,19 @@ class Trainer final : public DeviceTrainer {
 
   MicroBatchLoss forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
                                   float grad_scale) override {
-    forward(dm_, acts_, inputs, B, T);
+    stage(inputs, targets, B * T);
+    forward(dm_, acts_, staged_ids_.get(), B, T);
     MicroBatchLoss r;
-    r.loss = backward(dm_, acts_, targets, grad_scale);
+    r.loss = backward(dm_, acts_, staged_targets_.get(), grad_scale);
     r.moe_aux = moe_aux_loss(dm_, acts_);
     r.jtokm_aux = jtokm_aux_loss(dm_, acts_);
     return r;
   }
 
   double eval_loss(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) override {
-    forward(dm_, acts_, inputs, B, T);
-    return forward_loss(dm_, acts_, targets);
+    stage(inputs, targets, B * T);
+    forward(dm_, acts_, staged_ids_.get(), B, T);
+    return forward_loss(dm_, acts_, staged_targets_.get());
   }
 
   double optimizer_step(const HostStepConsts& c, float max_grad_norm) override {
@@ -97,6 +100,14 @@ class Trainer final : public DeviceTrainer {
   }
   void download(Model& host, const HostAdamWView* adam) override;
   void poison_gradient() override;
+  // The batch into pinned host buffers, so its copies to the device are DMA transfers queued on the
+  // stream (from pageable memory the runtime stages them itself, synchronously). The previous batch's
+  // copies are done: its backward read its loss back.
+  void stage(const int32_t* inputs, const int32_t* targets, int64_t n) {
+    if (staged_ids_.size() < n) staged_ids_ = PinnedArray<int32_t>(n), staged_targets_ = PinnedArray<int32_t>(n);
+    std::memcpy(staged_ids_.get(), inputs, static_cast<size_t>(n) * sizeof(int32_t));
+    std::memcpy(staged_targets_.get(), targets, static_cast<size_t>(n) * sizeof(int32_t));
+  }
   void poison_table_row(int64_t table, int64_t row) override;
   std::string describe() const override;
 
@@ -104,6 +115,7 @@ class Trainer final : public DeviceTrainer {
   DeviceModel<E> dm_;
   DeviceAdamW opt_;
   DeviceActs<E> acts_;
+  PinnedArray<int32_t> staged_ids_, staged_targets_;  // (B*T) each
   bool eager_tables_ = false;
   std::string device_;
 };
