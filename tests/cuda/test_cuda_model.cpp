@@ -3,7 +3,8 @@
 // every gradient tensor by name (JTok, JTok-M: the tables' gradients and touched rows; JTok-M, MoE:
 // the aux loss too), by normalised error ||gpu - cpu|| / ||cpu||; and 10 optimizer steps
 // (src/cuda/model_optimizer.h against train/optimizer.cpp's optimizer_step, clipping on, the tables'
-// deferred AdamW "dense" and "sparse") ending at the same weights and tables. Runs only on a GPU
+// deferred AdamW "dense" and "sparse") ending at the same weights and tables, also with two
+// micro-batches a step and after a refused (non-finite) step. Runs only on a GPU
 // host (in test_cuda_ops; bash scripts/test_cuda.sh).
 //
 // Tolerances (fp32): the GPU sums in other orders (cuBLASLt tiles, the flash attention's online
@@ -15,10 +16,13 @@
 // JTok-M's gradients with top-K = n_e (every_table_routed), its top-2 routing by the loss alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -383,13 +387,55 @@ jtok::cuda::StepConsts step_consts(const jtok::TrainConfig& t, int64_t step) {
           step_consts(t, table_lr, step, false)};
 }
 
+// How the steps run: micro-batches a step (each its own batch, grad_scale 1/micro: the trainer's
+// accumulation), and a refused step: a NaN written into a touched gradient row of table 0 on both
+// devices after the backward, both optimizers refuse the step (nothing moves), the next step starts
+// from zero_grads (the GPU: the flagged rows cleared, no whole-table memset) and its table gradients
+// must equal the CPU's, which zeroes everything: no row of the refused step leaks into them.
+struct StepPlan {
+  int micro = 1;
+  int64_t refuse_at = -1;  // the loop step (0-based) that is poisoned and refused; -1: none
+  bool frozen_backbone = false;  // --train-only tables
+};
+
+// One step's micro-batches on both devices from zeroed gradients; the mean losses (CPU, GPU).
+std::pair<double, double> run_micro_batches(jtok::Model& m, jtok::Activations& acts, jtok::cuda::DeviceModel<float>& dm,
+                                            jtok::cuda::DeviceActs<float>& da, const std::vector<Batch>& bs) {
+  jtok::zero_grads(m);
+  jtok::cuda::zero_grads(dm);
+  const float scale = 1.0f / static_cast<float>(bs.size());
+  double cpu = 0, gpu = 0;
+  for (const Batch& b : bs) {
+    jtok::forward(m, acts, b.ids.data(), b.B, b.T);
+    cpu += jtok::backward(m, acts, b.ids.data(), b.targets.data(), scale) * scale;
+    jtok::cuda::forward(dm, da, b.ids.data(), b.B, b.T);
+    gpu += jtok::cuda::backward(dm, da, b.targets.data(), scale) * scale;
+  }
+  return {cpu, gpu};
+}
+
+// A NaN in table 0's first touched gradient row on both devices; then both optimizers refuse the step.
+void expect_refused(jtok::Model& m, jtok::AdamWState& state, const jtok::TrainConfig& t,
+                    jtok::cuda::DeviceModel<float>& dm, jtok::cuda::DeviceAdamW& opt, const jtok::cuda::StepConsts& k) {
+  ASSERT_GT(m.tables.size(), 0u) << "a refused table row needs a table";
+  const auto& slot = m.table_grads[0].slot;
+  const auto r = std::find_if(slot.begin(), slot.end(), [](int32_t s) { return s >= 0; }) - slot.begin();
+  ASSERT_LT(r, static_cast<int64_t>(slot.size())) << "table 0 has no touched row";
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  m.table_grads[0].row(static_cast<int32_t>(r))[0] = nan;
+  JTOK_CUDA_CHECK(cudaStreamSynchronize(dm.stream));
+  jtok::cuda::copy_to_device(dm.table_grad(0) + r * dm.cfg.hidden_size, &nan, 1);
+  EXPECT_THROW(jtok::optimizer_step(m, state, t), jtok::Error);
+  EXPECT_THROW(jtok::cuda::optimizer_step(dm, opt, k, static_cast<float>(t.max_grad_norm)), jtok::Error);
+}
+
 // 10 steps (a new batch each, warmup then cosine, clipping at a norm the gradients exceed) on both
 // devices from the same weights: the losses and norms step by step, the weights at the end (and the
 // tables, brought current on both sides).
 void expect_ten_steps_match(const std::string& name, const jtok::ModelConfig& c, const jtok::TrainConfig& t,
-                            bool frozen_backbone = false) {
+                            StepPlan plan = {}) {
   jtok::Model m = test_model(c);
-  m.backbone_frozen = frozen_backbone;  // before the optimizer states: frozen tensors get no moments
+  m.backbone_frozen = plan.frozen_backbone;  // before the optimizer states: frozen tensors get no moments
   jtok::cuda::DeviceModel<float> dm(m);
   jtok::cuda::DeviceActs<float> da;
   jtok::cuda::DeviceAdamW opt(dm, t.table_optimizer != "sparse");
@@ -398,17 +444,21 @@ void expect_ten_steps_match(const std::string& name, const jtok::ModelConfig& c,
   jtok::Activations acts;
   acts.row_sync = jtok::table_row_sync(m, state);
   for (int64_t step = 0; step < t.max_steps; ++step) {
-    const Batch b = make_batch(c, 1000 + static_cast<uint64_t>(step));
-    const double cpu_loss = cpu_step(m, acts, b);
-    const jtok::StepStats st = jtok::optimizer_step(m, state, t);
-    jtok::cuda::zero_grads(dm);
-    jtok::cuda::forward(dm, da, b.ids.data(), b.B, b.T);
-    const double loss = jtok::cuda::backward(dm, da, b.targets.data());
-    const double norm = jtok::cuda::optimizer_step(dm, opt, step_consts(t, step), static_cast<float>(t.max_grad_norm));
+    std::vector<Batch> bs;
+    for (int i = 0; i < plan.micro; ++i) bs.push_back(make_batch(c, 1000 + static_cast<uint64_t>(step * plan.micro + i)));
+    const auto [cpu_loss, loss] = run_micro_batches(m, acts, dm, da, bs);
     const std::string at = name + " step " + std::to_string(step + 1);
+    if (plan.refuse_at >= 0 && step == plan.refuse_at + 1) expect_table_grads_close(at + " after a refused step", m, dm, 3e-5);
+    if (step == plan.refuse_at) {
+      expect_refused(m, state, t, dm, opt, step_consts(t, state.step));
+      continue;
+    }
+    const jtok::StepStats st = jtok::optimizer_step(m, state, t);
+    const double norm = jtok::cuda::optimizer_step(dm, opt, step_consts(t, state.step - 1),
+                                                   static_cast<float>(t.max_grad_norm));
     expect_close(at + " loss", {static_cast<float>(loss)}, {static_cast<float>(cpu_loss)}, 1e-4);
     expect_close(at + " grad norm", {static_cast<float>(norm)}, {static_cast<float>(st.grad_norm)}, 1e-4);
-    if (step == 0) {
+    if (state.step == 1) {
       EXPECT_LT(st.clip_coef, 1.0) << "the test means to exercise clipping";
     }
   }
@@ -435,20 +485,40 @@ TEST(CudaModel, TenAdamWStepsFrozenBackboneMatchCpu) {
   jtok::TrainConfig t = ten_steps();
   t.table_learning_rate = 1e-2;
   t.max_grad_norm = 1e-3;  // the tables' and scalers' gradients alone: still clipped
-  expect_ten_steps_match("adamw frozen backbone jtok+jtokm", tiny_jtok_jtokm(), t, true);
+  expect_ten_steps_match("adamw frozen backbone jtok+jtokm", tiny_jtok_jtokm(), t, StepPlan{1, -1, true});
 }
 
 TEST(CudaModel, TenAdamWStepsMatchCpu) { expect_ten_steps_match("adamw qwen3", tiny_qwen3(), ten_steps()); }
 
-// With JTok and JTok-M tables: the deferred exact table AdamW ("dense": rows without a gradient
-// replayed when read) and "sparse", the token-indexed modules at their own lr.
-TEST(CudaModel, TenAdamWStepsWithTablesMatchCpu) {
+// With JTok and JTok-M tables, the token-indexed modules at their own lr, dense and sparse.
+void expect_table_steps_match(const std::string& name, StepPlan plan = {}, int64_t steps = 10) {
   for (const char* mode : {"dense", "sparse"}) {
     jtok::TrainConfig t = ten_steps();
     t.table_optimizer = mode;
     t.table_learning_rate = 1e-2;
-    expect_ten_steps_match(std::string("adamw jtok+jtokm ") + mode, tiny_jtok_jtokm(), t);
+    t.max_steps = steps;
+    expect_ten_steps_match(name + " " + mode, tiny_jtok_jtokm(), t, plan);
   }
+}
+
+// The deferred exact table AdamW ("dense": rows without a gradient replayed when read) and "sparse".
+TEST(CudaModel, TenAdamWStepsWithTablesMatchCpu) { expect_table_steps_match("adamw jtok+jtokm"); }
+
+// Two micro-batches a step whose ids differ (rows touched by one micro-batch only: accumulated into
+// the dense gradient, listed once by the step).
+TEST(CudaModel, TenAdamWStepsOfTwoMicroBatchesMatchCpu) {
+  const Batch b0 = make_batch(tiny_jtok_jtokm(), 1000), b1 = make_batch(tiny_jtok_jtokm(), 1001);
+  EXPECT_TRUE(std::any_of(b1.ids.begin(), b1.ids.end(), [&](int32_t id) {
+    return std::find(b0.ids.begin(), b0.ids.end(), id) == b0.ids.end();
+  })) << "the test means some ids to be in the second micro-batch only";
+  expect_table_steps_match("adamw 2 micro-batches", StepPlan{2, -1});
+}
+
+// A refused step (a NaN in a table's gradient) first, then 10 applied: the step after it has the
+// CPU's table gradients and flags (the refused step's rows cleared by zero_grads), and the run ends
+// where the CPU's does.
+TEST(CudaModel, RefusedStepLeavesCleanGradients) {
+  expect_table_steps_match("adamw refused first step", StepPlan{1, 0}, 11);
 }
 
 // MoE (the routers' aux loss in every step's gradient), and MoE beside JTok and JTok-M tables.
