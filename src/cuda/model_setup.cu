@@ -208,7 +208,7 @@ double jtokm_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& a) {
 template <typename E>
 void list_touched_rows(DeviceModel<E>& dm) {
   select_touched_rows(dm.touched_rows.get(), dm.touched_count.get(), dm.table_touched.get(), dm.table_touched.size(),
-                    dm.touched_scratch.get(), dm.touched_scratch.bytes(), dm.stream);
+                      dm.touched_scratch.get(), dm.touched_scratch.bytes(), dm.stream);
 }
 
 template <typename E>
