@@ -1,6 +1,6 @@
-// Global norm and clip coefficient (src/cuda/global_norm.h). Pass 1: a block a 4096-element chunk,
-// fp32 block sum. Pass 2: one block of 1024 threads, each a strided double sum, then a double block
-// sum. Fixed trees throughout: the same bits every run.
+// Global norm and clip coefficient (src/cuda/global_norm.h). Pass 1: a block a 4096-element chunk
+// (or a listed table row, grid-stride), fp32 block sum. Pass 2: one block of 1024 threads, each a
+// strided double sum, then a double block sum. Fixed trees throughout: the same bits every run.
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/global_norm.h"
@@ -11,6 +11,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kSumThreads = 1024;
+constexpr int64_t kMaxRowBlocks = 2048;
 
 template <typename G>
 __global__ void sumsq_partials_kernel(float* partials, const G* g, int64_t n) {
@@ -26,10 +27,25 @@ __global__ void sumsq_partials_kernel(float* partials, const G* g, int64_t n) {
   if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
-__global__ void sum_partials_kernel(double* sumsq, const float* partials, int64_t count) {
+// Block i (grid-stride) < *count: row rows[i] of g.
+__global__ void sumsq_rows_kernel(float* partials, const float* g, const int32_t* rows, const int32_t* count,
+                                  int64_t d) {
+  __shared__ float red[32];
+  const int64_t total = *count;
+  for (int64_t i = blockIdx.x; i < total; i += gridDim.x) {
+    const float* row = g + static_cast<int64_t>(rows[i]) * d;
+    float s = 0.0f;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) s += row[j] * row[j];
+    s = block_sum(s, red);  // starts and ends with a barrier: red is free for the next row
+    if (threadIdx.x == 0) partials[i] = s;
+  }
+}
+
+__global__ void sum_partials_kernel(double* sumsq, const float* partials, int64_t count, const int32_t* more) {
   __shared__ double red[32];
+  const int64_t total = count + (more ? *more : 0);
   double s = 0.0;
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) s += static_cast<double>(partials[i]);
+  for (int64_t i = threadIdx.x; i < total; i += blockDim.x) s += static_cast<double>(partials[i]);
   s = block_sum(s, red);
   if (threadIdx.x == 0) *sumsq = s;
 }
@@ -54,8 +70,16 @@ void sumsq_partials(float* partials, const G* g, int64_t n, cudaStream_t stream)
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
-void sum_partials(double* sumsq, const float* partials, int64_t count, cudaStream_t stream) {
-  sum_partials_kernel<<<1, kSumThreads, 0, stream>>>(sumsq, partials, count);
+void sumsq_rows_partials(float* partials, const float* g, const int32_t* rows, const int32_t* count, int64_t n,
+                         int64_t d, cudaStream_t stream) {
+  if (n == 0) return;
+  const int blocks = static_cast<int>(n < kMaxRowBlocks ? n : kMaxRowBlocks);
+  sumsq_rows_kernel<<<blocks, kThreads, 0, stream>>>(partials, g, rows, count, d);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+void sum_partials(double* sumsq, const float* partials, int64_t count, cudaStream_t stream, const int32_t* more) {
+  sum_partials_kernel<<<1, kSumThreads, 0, stream>>>(sumsq, partials, count, more);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

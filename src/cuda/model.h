@@ -78,8 +78,16 @@ struct DeviceModel {
   int64_t n_tables = 0, table_numel = 0;  // table_numel = Vp d
   DeviceArray<float> tables;        // (n_tables, Vp, d) fp32
   DeviceArray<E> table_copy;        // E = bf16 only: the forward's copy
+  // Dense in memory, zeroed once at set-up and afterwards only at the rows the flags list: a row's
+  // gradient is non-zero only where its flag is set (the backward sets the flag of every row it
+  // writes; whoever clears a flag zeroes its row: the table AdamW, zero_grads).
   DeviceArray<float> table_grads;   // (n_tables, Vp, d)
   DeviceArray<uint8_t> table_touched;  // (n_tables, Vp): 1 where a row got a gradient
+  // The flagged rows listed (global row k Vp + r, ascending) by list_touched_rows: the per-step table
+  // passes (norm, table AdamW, clearing) run over these rows only.
+  DeviceArray<int32_t> touched_rows;   // (n_tables Vp) bound, the first *touched_count hold the list
+  DeviceArray<int32_t> touched_count;  // (1)
+  DeviceArray<uint8_t> touched_scratch;  // cuda/table_rows.h's compaction scratch
   DeviceView<E> w;                // views of the forward's weights
   DeviceView<float> g;            // views of grads
   Matmul mm;                      // cuBLASLt plans; one stream at a time
@@ -165,8 +173,14 @@ double forward_loss(DeviceModel<E>& dm, DeviceActs<E>& acts, const int32_t* targ
 template <typename E>
 double backward(DeviceModel<E>& dm, DeviceActs<E>& acts, const int32_t* targets, float grad_scale = 1.0f);
 
+// The flat gradients zeroed (a memset) and the tables' flagged rows with their flags (list_touched_rows
+// then clear_rows: the touched rows' bytes, not the tables'). After a refused step (a non-finite
+// norm: optimizer_step throws before clearing anything) this is what cleans the rows it left.
 template <typename E>
 void zero_grads(DeviceModel<E>& dm);
+// dm.table_touched's flagged rows into dm.touched_rows / touched_count (on the device).
+template <typename E>
+void list_touched_rows(DeviceModel<E>& dm);
 // The flat buffers back on the host (m.params' / m.grads' layout), after the queued work.
 template <typename E>
 std::vector<float> download_params(const DeviceModel<E>& dm);

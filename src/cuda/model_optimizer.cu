@@ -1,4 +1,5 @@
 // The device model's optimizer step (src/cuda/model_optimizer.h).
+#include <algorithm>
 #include <cmath>
 
 #include "cuda/global_norm.h"
@@ -15,7 +16,7 @@ DeviceAdamW::DeviceAdamW(const DeviceModel<E>& dm, bool dense)
       table_v(dm.tables.size()),
       row_step(dm.table_touched.size()),
       dense_tables(dense),
-      partials(sumsq_chunks(dm.n_params) + sumsq_chunks(dm.table_grads.size())),
+      partials(sumsq_chunks(dm.n_params) + dm.touched_rows.size()),
       sumsq(1),
       norm(1),
       clip(1),
@@ -28,9 +29,11 @@ DeviceAdamW::DeviceAdamW(const DeviceModel<E>& dm, bool dense)
 
 namespace {
 
-// Table k's optimizer view: its rows, the forward's bf16 copy (bf16 models), moments and row steps.
+// Rows [k Vp, k Vp + rows) of the tables' optimizer view: their values, the forward's bf16 copy
+// (bf16 models), moments and row steps (the tables lie side by side in every array: rows Vp is one
+// table, rows n_tables Vp all of them, indexed by the touched list's global rows).
 template <typename E>
-DeviceTable table_view(const DeviceModel<E>& dm, const DeviceAdamW& st, int64_t k) {
+DeviceTable table_view(const DeviceModel<E>& dm, const DeviceAdamW& st, int64_t k, int64_t rows) {
   const int64_t Vp = dm.cfg.padded_vocab(), at = k * dm.table_numel;
   DeviceTable t;
   t.p = dm.tables.get() + at;
@@ -38,19 +41,27 @@ DeviceTable table_view(const DeviceModel<E>& dm, const DeviceAdamW& st, int64_t 
   t.m = st.table_m.get() + at;
   t.v = st.table_v.get() + at;
   t.row_step = st.row_step.get() + k * Vp;
-  t.rows = Vp;
+  t.rows = rows;
   t.d = dm.cfg.hidden_size;
   return t;
 }
 
-// The sum of squares of every gradient (flat, then the tables': 4096-element chunks side by side),
-// the norm and the clip coefficient on the device; the norm read back.
+// The sum of squares of every gradient (the flat one's 4096-element chunks, then a partial a touched
+// table row: the rows listed here, reused by step_tables), the norm and the clip coefficient on the
+// device; the norm read back.
 template <typename E>
 double grad_norm(DeviceModel<E>& dm, DeviceAdamW& st, float max_grad_norm) {
   cudaStream_t s = dm.stream;
+  const int64_t flat = sumsq_chunks(dm.n_params);
   sumsq_partials(st.partials.get(), dm.grads.get(), dm.n_params, s);
-  sumsq_partials(st.partials.get() + sumsq_chunks(dm.n_params), dm.table_grads.get(), dm.table_grads.size(), s);
-  sum_partials(st.sumsq.get(), st.partials.get(), st.partials.size(), s);
+  const int32_t* table_rows = nullptr;  // the listed rows' count, after the flat partials
+  if (dm.n_tables > 0) {
+    list_touched_rows(dm);
+    sumsq_rows_partials(st.partials.get() + flat, dm.table_grads.get(), dm.touched_rows.get(), dm.touched_count.get(),
+                        dm.touched_rows.size(), dm.cfg.hidden_size, s);
+    table_rows = dm.touched_count.get();
+  }
+  sum_partials(st.sumsq.get(), st.partials.get(), flat, s, table_rows);
   clip_coef(st.clip.get(), st.norm.get(), st.sumsq.get(), max_grad_norm, s);
   double norm = 0;
   copy_to_host(&norm, st.norm.get(), 1, s);
@@ -58,7 +69,7 @@ double grad_norm(DeviceModel<E>& dm, DeviceAdamW& st, float max_grad_norm) {
 }
 
 // This step's table constants kept (dense: after the steps not yet replayed everywhere; sparse:
-// alone) and uploaded, then every table stepped at its touched rows.
+// alone) and uploaded, then every table stepped at its touched rows (grad_norm's list), in one launch.
 template <typename E>
 void step_tables(DeviceModel<E>& dm, DeviceAdamW& st, const AdamWConsts& c) {
   if (!st.dense_tables) {
@@ -66,11 +77,16 @@ void step_tables(DeviceModel<E>& dm, DeviceAdamW& st, const AdamWConsts& c) {
     st.kept_base = st.step - 1;
   }
   st.kept_host.push_back(c);
-  st.kept.resize(static_cast<int64_t>(st.kept_host.size()));
-  copy_to_device(st.kept.get(), st.kept_host.data(), st.kept.size());
-  for (int64_t k = 0; k < dm.n_tables; ++k)
-    table_adamw_step(table_view(dm, st, k), dm.table_grad(k), dm.touched(k), st.kept_view(), st.step, st.dense_tables,
-                     st.clip.get(), TableStats{st.stats.get()}, dm.stream);
+  const auto kept = static_cast<int64_t>(st.kept_host.size());
+  if (kept > st.kept.size()) {  // room doubled (a reallocation syncs the device): all uploaded again
+    st.kept.resize(std::max<int64_t>(64, 2 * kept));
+    copy_to_device(st.kept.get(), st.kept_host.data(), kept);
+  } else {  // the new step's constants only
+    copy_to_device(st.kept.get() + kept - 1, &st.kept_host.back(), 1);
+  }
+  table_adamw_step(table_view(dm, st, 0, dm.touched_rows.size()), dm.table_grads.get(), dm.table_touched.get(),
+                   dm.touched_rows.get(), dm.touched_count.get(), dm.touched_rows.size(), st.kept_view(), st.step,
+                   st.dense_tables, st.clip.get(), TableStats{st.stats.get()}, dm.stream);
 }
 
 // The replay statistics' fourth counter: rows asked outside the kept steps (the CPU aborts on one).
@@ -119,17 +135,19 @@ template <typename E>
 DeviceRowSync table_row_sync(DeviceModel<E>& dm, DeviceAdamW& st) {
   if (!st.dense_tables) return {};  // sparse: a row moves only when it has a gradient
   return [&dm, &st](int64_t k, const DeviceRowBatch& rb, int64_t N) {
-    table_sync_rows(table_view(dm, st, k), rb.unique, rb.num_unique, N, st.kept_view(), TableStats{st.stats.get()},
-                    dm.stream);
+    table_sync_rows(table_view(dm, st, k, dm.cfg.padded_vocab()), rb.unique, rb.num_unique, N, st.kept_view(),
+                    TableStats{st.stats.get()}, dm.stream);
   };
 }
 
 template <typename E>
 void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st) {
   if (!st.dense_tables) return;  // sparse: nothing deferred
-  for (int64_t k = 0; k < dm.n_tables; ++k)
-    table_sync_all(table_view(dm, st, k), st.kept_view(), TableStats{st.stats.get()}, dm.stream);
-  if (dm.n_tables > 0) check_table_stats(st, dm.stream);
+  if (dm.n_tables > 0) {  // every table's rows in one launch
+    table_sync_all(table_view(dm, st, 0, dm.touched_rows.size()), st.kept_view(), TableStats{st.stats.get()},
+                   dm.stream);
+    check_table_stats(st, dm.stream);
+  }
   st.kept_base += static_cast<int64_t>(st.kept_host.size());
   st.kept_host.clear();
 }

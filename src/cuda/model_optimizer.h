@@ -1,10 +1,23 @@
 // One optimizer step of the device model (cuda/model.h), train/optimizer.cpp's optimizer_step on
 // the GPU: the global gradient norm over the flat fp32 gradients and the tables' (cuda/global_norm.h:
-// the CPU's 4096-element chunks), its clip coefficient (kept on the device), AdamW per parameter
-// tensor (cuda/adamw.h) with the decoupled weight decay on the 2-D weights only (ParamInfo::decay),
-// and the token tables by the exact deferred table AdamW (cuda/table_adamw.h: rows with a gradient
-// updated, the others brought current when read, through DeviceActs::row_sync). The fp32 masters are
-// updated and, for a bf16 model, the forward's bf16 copies rewritten.
+// the flat ones' 4096-element chunks, the tables' touched rows), its clip coefficient (kept on the
+// device), AdamW per parameter tensor (cuda/adamw.h) with the decoupled weight decay on the 2-D
+// weights only (ParamInfo::decay), and the token tables by the exact deferred table AdamW
+// (cuda/table_adamw.h: rows with a gradient updated, the others brought current when read, through
+// DeviceActs::row_sync). The fp32 masters are updated and, for a bf16 model, the forward's bf16
+// copies rewritten.
+//
+// The tables' per-step cost is the touched rows', never the whole tables': with U rows touched by the
+// step (over all tables, cuda/table_rows.h's list), R = n_tables Vp rows and width d, a step moves
+//   2 R          the flags read by the compaction (here and in zero_grads)
+// + U (4 + 4 d)  the list and the norm's read of the touched gradient rows
+// + U 34 d       the table AdamW: gradient read 4 d, p m v read 12 d and written 12 d, the bf16
+//                copy 2 d (bf16 models), the gradient row zeroed 4 d
+// + U 13         row steps, flags, list reads
+// bytes, about 2 R + U (38 d + 17) (dense semantics: the rows a step touches were brought current by
+// the forward's row syncs, whose replay is the forward's cost). JTok-M on config b (d 768, 60 tables
+// of Vp 50304) with 10 % of the rows touched: 6 MB + 8.8 GB, where it was that and 18.5 GB more for
+// a memset and a norm pass over the whole (R, d) gradients (2 x 9.3 GB).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -37,7 +50,7 @@ struct DeviceAdamW {
   DeviceArray<float> table_m, table_v;    // (n_tables, Vp, d)
   DeviceArray<int32_t> row_step;          // (n_tables, Vp) steps applied to each row
   std::vector<AdamWConsts> kept_host;     // steps kept_base+1 .. kept_base+size, on the device in kept
-  DeviceArray<AdamWConsts> kept;
+  DeviceArray<AdamWConsts> kept;          // room for kept_host.size() or more (doubled when full)
   int64_t kept_base = 0;
   bool dense_tables = true;
   DeviceArray<float> partials;            // (sumsq_chunks(n_params) + sumsq_chunks(table elements))
@@ -52,8 +65,9 @@ struct DeviceAdamW {
 };
 
 // max_grad_norm <= 0: no clipping. The norm is read back (one sync): a non-finite one fails before any
-// weight or moment moves, as on the CPU. Returns the gradient norm. The flat gradients are left as they
-// are; the tables' used gradient rows and touched flags are cleared (table_adamw_step).
+// weight, moment or gradient moves, as on the CPU (the tables' touched rows stay flagged: zero_grads,
+// at the next step's start, clears them). Returns the gradient norm. The flat gradients are left as
+// they are; the tables' touched gradient rows and flags are cleared (table_adamw_step).
 template <typename E>
 double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, float max_grad_norm);
 

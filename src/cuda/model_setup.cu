@@ -9,6 +9,7 @@
 #include "cuda/model.h"
 #include "cuda/model_kernels.h"
 #include "cuda/rmsnorm.h"
+#include "cuda/table_rows.h"
 #include "model/trainable.h"
 
 namespace jtok::cuda {
@@ -85,7 +86,8 @@ DeviceModel<E>::DeviceModel(const Model& host, cudaStream_t s)
 }
 
 // The token tables (f32 in memory: TokenTable::data() names the table otherwise) side by side,
-// their bf16 copy, zeroed gradients and touched flags.
+// their bf16 copy, zeroed gradients and touched flags (the only whole-table clear: afterwards only
+// the listed rows are), the touched list's room.
 template <typename E>
 void DeviceModel<E>::upload_tables(const Model& host) {
   jtok_table = host.jtok_table;
@@ -103,6 +105,10 @@ void DeviceModel<E>::upload_tables(const Model& host) {
   table_grads.zero(stream);
   table_touched.resize(n_tables * cfg.padded_vocab());
   table_touched.zero(stream);
+  touched_rows.resize(table_touched.size());
+  touched_count.resize(1);
+  touched_count.zero(stream);
+  touched_scratch.resize(static_cast<int64_t>(touched_rows_scratch_bytes(table_touched.size())));
 }
 
 namespace {
@@ -200,10 +206,18 @@ double jtokm_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& a) {
 }
 
 template <typename E>
+void list_touched_rows(DeviceModel<E>& dm) {
+  select_touched_rows(dm.touched_rows.get(), dm.touched_count.get(), dm.table_touched.get(), dm.table_touched.size(),
+                      dm.touched_scratch.get(), dm.touched_scratch.bytes(), dm.stream);
+}
+
+template <typename E>
 void zero_grads(DeviceModel<E>& dm) {
   dm.grads.zero(dm.stream);
-  dm.table_grads.zero(dm.stream);
-  dm.table_touched.zero(dm.stream);
+  if (dm.n_tables == 0) return;
+  list_touched_rows(dm);
+  clear_rows(dm.table_grads.get(), dm.table_touched.get(), dm.touched_rows.get(), dm.touched_count.get(),
+             dm.touched_rows.size(), dm.cfg.hidden_size, dm.stream);
 }
 
 template <typename E>
@@ -265,6 +279,7 @@ std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, int64_t k)
   template std::vector<float> download_table<E>(const DeviceModel<E>&, int64_t);                          \
   template std::vector<uint8_t> download_table_touched<E>(const DeviceModel<E>&, int64_t);                \
   template void zero_grads<E>(DeviceModel<E>&);                                                           \
+  template void list_touched_rows<E>(DeviceModel<E>&);                                                    \
   template double moe_aux_loss<E>(const DeviceModel<E>&, const DeviceActs<E>&);                           \
   template double jtokm_aux_loss<E>(const DeviceModel<E>&, const DeviceActs<E>&);                         \
   template std::vector<float> download_params<E>(const DeviceModel<E>&);                                  \

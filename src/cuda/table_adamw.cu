@@ -1,5 +1,5 @@
 // The deferred table AdamW (src/cuda/table_adamw.h), mirroring src/train/table_optimizer.cpp: one
-// block a row (grid-stride), each thread its columns through every replayed step in registers.
+// block a listed row (grid-stride), each thread its columns through every replayed step in registers.
 #include "cuda/adamw_element.cuh"
 #include "cuda/check.h"
 #include "cuda/common.cuh"
@@ -53,12 +53,15 @@ __device__ void replay_row(const DeviceTable& t, int64_t r, int64_t to, const Ke
   }
 }
 
-__global__ void table_step_kernel(DeviceTable t, float* gE, uint8_t* touched, KeptConsts kept, int64_t step,
-                                  bool dense, const float* grad_scale, TableStats stats) {
+// Block i (grid-stride) < the count: row ids[i].
+__global__ void table_step_kernel(DeviceTable t, float* gE, uint8_t* touched, const int32_t* ids, const int32_t* count,
+                                  int64_t n, KeptConsts kept, int64_t step, bool dense, const float* grad_scale,
+                                  TableStats stats) {
   const AdamWConsts c = kept.consts[step - kept.base - 1];
   const float scale = grad_scale ? *grad_scale : 1.0f;
-  for (int64_t r = blockIdx.x; r < t.rows; r += gridDim.x) {
-    if (!touched[r]) continue;  // the same for the whole block
+  const int64_t total = count ? *count : n;
+  for (int64_t i = blockIdx.x; i < total; i += gridDim.x) {
+    const int64_t r = ids[i];
     if (dense) replay_row(t, r, step - 1, kept, stats);
     float* g = gE + r * t.d;
     for (int64_t j = threadIdx.x; j < t.d; j += blockDim.x) {
@@ -71,7 +74,7 @@ __global__ void table_step_kernel(DeviceTable t, float* gE, uint8_t* touched, Ke
       if (t.p_bf16) t.p_bf16[at] = __float2bfloat16_rn(pj);
       g[j] = 0.0f;
     }
-    __syncthreads();  // every thread has read touched[r] before it is cleared
+    __syncthreads();  // every thread has read row_step (replay_row) before it moves
     if (threadIdx.x == 0) {
       t.row_step[r] = static_cast<int32_t>(step);
       touched[r] = 0;
@@ -90,13 +93,16 @@ int blocks_for(int64_t rows) { return static_cast<int>(rows < kMaxBlocks ? (rows
 
 }  // namespace
 
-void table_adamw_step(const DeviceTable& t, float* gE, uint8_t* touched, const KeptConsts& kept, int64_t step,
-                      bool dense, const float* grad_scale, TableStats stats, cudaStream_t stream) {
+void table_adamw_step(const DeviceTable& t, float* gE, uint8_t* touched, const int32_t* ids, const int32_t* count,
+                      int64_t n, const KeptConsts& kept, int64_t step, bool dense, const float* grad_scale,
+                      TableStats stats, cudaStream_t stream) {
   JTOK_CHECK(step > kept.base && step <= kept.current, "table_adamw_step: step ", step, " has no kept constants (",
              kept.base + 1, "..", kept.current, ")");
   JTOK_CHECK(!dense || kept.current == step, "table_adamw_step: the kept constants end at ", kept.current,
              ", step ", step, " asked");
-  table_step_kernel<<<blocks_for(t.rows), kThreads, 0, stream>>>(t, gE, touched, kept, step, dense, grad_scale, stats);
+  if (n == 0) return;
+  table_step_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t, gE, touched, ids, count, n, kept, step, dense,
+                                                            grad_scale, stats);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,7 +6,7 @@
 // or written). A row never trained (zero moments) replays as one multiply a step. Each row keeps
 // its step count. "sparse" (lazy) semantics: the rows with a gradient only, nothing replayed.
 // Element for element the CPU's arithmetic (adamw_element.cuh); one block a row, no atomics but the
-// integer statistics.
+// integer statistics. A step visits only the rows it lists (a gradient's touched rows).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -41,12 +41,15 @@ struct TableStats {
   unsigned long long* counters = nullptr;
 };
 
-// Step `step` (1-based) with the gradient gE (rows, d) fp32 at the rows with touched[r] != 0: dense:
-// each such row replayed to step - 1 (kept.current must be step: this step's constants pushed),
-// then updated; lazy: updated only. row_step = step. grad_scale: the clip coefficient on the device
-// (null: 1). The used gradient rows and flags are zeroed (ready for the next step's accumulation).
-void table_adamw_step(const DeviceTable& t, float* gE, uint8_t* touched, const KeptConsts& kept, int64_t step,
-                      bool dense, const float* grad_scale, TableStats stats, cudaStream_t stream);
+// Step `step` (1-based) with the gradient gE (rows, d) fp32 at the listed rows ids[0 .. *count)
+// (distinct: cuda/table_rows.h's touched list; count null: n; n bounds the count and sizes the
+// launch): dense: each replayed to step - 1 (kept.current must be step: this step's constants
+// pushed), then updated; lazy: updated only. row_step = step. grad_scale: the clip coefficient on the
+// device (null: 1). The listed gradient rows and their touched flags are zeroed (ready for the next
+// step's accumulation). The work and traffic are the listed rows' only.
+void table_adamw_step(const DeviceTable& t, float* gE, uint8_t* touched, const int32_t* ids, const int32_t* count,
+                      int64_t n, const KeptConsts& kept, int64_t step, bool dense, const float* grad_scale,
+                      TableStats stats, cudaStream_t stream);
 
 // The rows ids[0 .. *count) (distinct: a DeviceRowBatch's unique and num_unique; count null: n)
 // brought current to kept.current: the readers' hook before a gather.

@@ -1,22 +1,17 @@
 // The whole model on the GPU (src/cuda/model.h) against the CPU engine's forward and backward
 // (model/transformer.h) on the same weights and batch: the loss, the final normed hidden states and
 // every gradient tensor by name (JTok, JTok-M: the tables' gradients and touched rows; JTok-M, MoE:
-// the aux loss too), by normalised error ||gpu - cpu|| / ||cpu||; and 10 optimizer steps
-// (src/cuda/model_optimizer.h against train/optimizer.cpp's optimizer_step, clipping on, the tables'
-// deferred AdamW "dense" and "sparse") ending at the same weights and tables. Runs only on a GPU
-// host (in test_cuda_ops; bash scripts/test_cuda.sh).
+// the aux loss too), by normalised error ||gpu - cpu|| / ||cpu|| (the optimizer steps:
+// test_cuda_model_steps.cpp). Runs only on a GPU host (in test_cuda_ops; bash scripts/test_cuda.sh).
 //
 // Tolerances (fp32): the GPU sums in other orders (cuBLASLt tiles, the flash attention's online
 // softmax, per-block RMSNorm partials), so each value differs by a few fp32 roundings, compounded
-// through 2 layers and the backward: loss 1e-5, hidden states and gradients 3e-5, weights after 10
-// AdamW steps 1e-4 (Adam divides by sqrt(v): a gradient near 0 turns a small difference into a
-// larger step). bf16 (activations and forward weights in bf16, fp32 masters and gradients): loose
-// bounds against the fp32 CPU engine, loss 1e-2 and gradients 1e-1, that only a wrong op would miss;
-// JTok-M's gradients with top-K = n_e (every_table_routed), its top-2 routing by the loss alone.
+// through 2 layers and the backward: loss 1e-5, hidden states and gradients 3e-5. bf16 (activations
+// and forward weights in bf16, fp32 masters and gradients): loose bounds against the fp32 CPU
+// engine, loss 1e-2 and gradients 1e-1, that only a wrong op would miss; JTok-M's gradients with
+// top-K = n_e (every_table_routed), its top-2 routing by the loss alone.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -24,209 +19,13 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cuda/model.h"
-#include "cuda/model_optimizer.h"
-#include "cuda_case.h"
 #include "model/transformer.h"
-#include "ops/adamw.h"
-#include "train/config.h"
-#include "train/optimizer.h"
-#include "train/schedule.h"
+#include "model_case.h"
 
 namespace {
 
 using namespace jtok::cuda_test;
-using jtok::testing::rel_err;
 using bf16 = __nv_bfloat16;
-
-// d 256, 2 layers, 4 heads / 2 kv heads (hd 64), vocab 250 padded to 256.
-jtok::ModelConfig tiny_dense() {
-  jtok::ModelConfig c;
-  c.vocab_size = 250;
-  c.hidden_size = 256;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.intermediate_size = 320;
-  c.max_position_embeddings = 64;
-  return c;
-}
-
-// Qwen3's shape: head_dim set apart from d (q_dim 256 != d 128), qk_norm, tied embeddings.
-jtok::ModelConfig tiny_qwen3() {
-  jtok::ModelConfig c = tiny_dense();
-  c.hidden_size = 128;
-  c.head_dim = 64;
-  c.qk_norm = true;
-  c.tie_word_embeddings = true;
-  c.rope_theta = 1000000.0;
-  return c;
-}
-
-// Qwen2's: q / k / v biases.
-jtok::ModelConfig tiny_qwen2() {
-  jtok::ModelConfig c = tiny_dense();
-  c.attention_bias = true;
-  return c;
-}
-
-// JTok on layer 1 (layer 0 plain): the gate on the MLP update, its scaler and table gradients.
-jtok::ModelConfig tiny_jtok() {
-  jtok::ModelConfig c = tiny_dense();
-  c.jtok = true;
-  c.jtok_layers = std::string("1");  // (a literal assigned here trips GCC 12's -Wrestrict false positive)
-  return c;
-}
-
-// JTok-M on every layer (3 tables a layer, top 2), and the same beside JTok on layer 1.
-jtok::ModelConfig tiny_jtokm() {
-  jtok::ModelConfig c = tiny_dense();
-  c.jtokm = true;
-  c.jtokm_n_e = 3;
-  c.jtokm_top_k = 2;
-  c.jtokm_aux_loss_coef = 1e-2;  // large enough that its gradient shows in the router's
-  return c;
-}
-jtok::ModelConfig tiny_jtok_jtokm() {
-  jtok::ModelConfig c = tiny_jtokm();
-  c.jtok = true;
-  c.jtok_layers = std::string("1");
-  return c;
-}
-// For the bf16 runs against the fp32 CPU: top-K = n_e, so every position routes to every table. The
-// bf16 router logits differ from the CPU's by some tenths of a percent of their spread (by estimate:
-// bf16 inputs through one or two layers), enough to flip a near-tie at the K-th place somewhere in
-// 2 x 66 positions now and then, and a flipped choice moves that row's
-// gradient (and touched flag) to another table: a test failure that is no kernel's fault. The
-// top-K choice itself is dtype-free (fp32 logits, the same routing kernel), checked in fp32 above
-// and in CudaOps.Jtokm; the weights still depend on every logit, so the router's gradient is live.
-jtok::ModelConfig every_table_routed(jtok::ModelConfig c) {
-  c.jtokm_top_k = c.jtokm_n_e;
-  return c;
-}
-
-// MoE (DeepSeekMoE-style, model/moe.h): layer 0 dense, layer 1 the top 2 of 4 routed experts; then
-// a shared expert beside them on every layer with the top-2 weights renormalised; and the latter
-// with JTok-M on every layer and JTok on layer 1 (the MoE output gated). The aux loss coefficient is
-// large enough that its gradient shows in the routers'.
-jtok::ModelConfig tiny_moe() {
-  jtok::ModelConfig c = tiny_dense();
-  c.model_type = "jtok_moe";
-  c.first_k_dense_replace = 1;
-  c.n_routed_experts = 4;
-  c.n_shared_experts = 0;
-  c.num_experts_per_tok = 2;
-  c.moe_intermediate_size = 96;
-  c.router_aux_loss_coef = 1e-2;
-  return c;
-}
-jtok::ModelConfig tiny_moe_shared() {
-  jtok::ModelConfig c = tiny_moe();
-  c.first_k_dense_replace = 0;
-  c.n_shared_experts = 1;
-  c.norm_topk_prob = true;
-  return c;
-}
-jtok::ModelConfig tiny_moe_jtok_jtokm() {
-  jtok::ModelConfig c = tiny_moe_shared();
-  c.jtokm = true;
-  c.jtokm_n_e = 3;
-  c.jtokm_top_k = 2;
-  c.jtokm_aux_loss_coef = 1e-2;
-  c.jtok = true;
-  c.jtok_layers = std::string("1");
-  return c;
-}
-// The MoE bench's attention shape (configs/bench_moe.json: d 128 over 4 heads / 2 kv heads, hd 32,
-// the GPU attention's smallest): dense, and MoE with a shared expert beside JTok-M on every layer.
-jtok::ModelConfig tiny_hd32() {
-  jtok::ModelConfig c = tiny_dense();
-  c.hidden_size = 128;
-  return c;
-}
-jtok::ModelConfig tiny_hd32_moe_jtokm() {
-  jtok::ModelConfig c = tiny_moe_shared();
-  c.hidden_size = 128;
-  c.jtokm = true;
-  c.jtokm_n_e = 3;
-  c.jtokm_top_k = 2;
-  c.jtokm_aux_loss_coef = 1e-2;
-  return c;
-}
-// For bf16: every token takes all 4 experts (top 4 of 4), so no top-K choice can flip on a
-// near-tie between bf16 and the fp32 CPU (a flipped token moves a row between experts: an O(1)
-// change in their gradients that no tolerance would tell from a bug); the choice itself is checked
-// in fp32.
-jtok::ModelConfig tiny_moe_all_experts() {
-  jtok::ModelConfig c = tiny_moe_shared();
-  c.num_experts_per_tok = 4;
-  c.norm_topk_prob = false;
-  return c;
-}
-
-// make_model's weights with every 1-D tensor (gains 1, biases 0 at init) moved off its constant, so
-// the gains and biases take part in the forward.
-jtok::Model test_model(const jtok::ModelConfig& c) {
-  jtok::Model m = jtok::make_model(c, 7);
-  uint64_t seed = 100;
-  for (const auto& p : m.layout) {
-    if (p.shape.size() != 1) continue;
-    const auto noise = jtok::testing::randn(static_cast<size_t>(p.numel), seed++, 0.2f);
-    for (int64_t i = 0; i < p.numel; ++i) m.params[static_cast<size_t>(p.offset + i)] += noise[static_cast<size_t>(i)];
-  }
-  return m;
-}
-
-struct Batch {
-  int64_t B = 2, T = 33;
-  std::vector<int32_t> ids, targets;
-};
-Batch make_batch(const jtok::ModelConfig& c, uint64_t seed) {
-  Batch b;
-  b.ids = skewed_ids(b.B * b.T, c.vocab_size, seed);  // repeated ids: the embedding's row sums
-  b.targets = skewed_ids(b.B * b.T, c.vocab_size, seed + 1);
-  return b;
-}
-
-void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, double tol) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(std::isfinite(got[i])) << what << " element " << i;
-  const double err = rel_err(got, want);
-  std::printf("cuda model %-52s err %.3e (tol %.1e)\n", what.c_str(), err, tol);
-  EXPECT_LE(err, tol) << what;
-}
-
-// Every parameter tensor of the flat layout, by name.
-void expect_tensors_close(const std::string& what, const jtok::Model& m, const std::vector<float>& got,
-                          const float* want, double tol) {
-  for (const auto& p : m.layout) {
-    const auto lo = static_cast<size_t>(p.offset), hi = static_cast<size_t>(p.offset + p.numel);
-    expect_close(what + " " + p.name, std::vector<float>(got.begin() + lo, got.begin() + hi),
-                 std::vector<float>(want + lo, want + hi), tol);
-  }
-}
-
-// Every token table's gradient (the CPU's row-sparse one made dense), and the rows flagged touched:
-// exactly those with a CPU gradient row.
-template <typename E>
-void expect_table_grads_close(const std::string& name, const jtok::Model& m, const jtok::cuda::DeviceModel<E>& dm,
-                              double tol) {
-  const int64_t Vp = m.cfg.padded_vocab();
-  for (size_t k = 0; k < m.tables.size(); ++k) {
-    expect_close(name + " table grad " + m.table_names[k], jtok::cuda::download_table_grad(dm, static_cast<int64_t>(k)),
-                 jtok::densify(m.table_grads[k], Vp), tol);
-    const std::vector<uint8_t> touched = jtok::cuda::download_table_touched(dm, static_cast<int64_t>(k));
-    for (int64_t r = 0; r < Vp; ++r)
-      ASSERT_EQ(touched[static_cast<size_t>(r)] != 0, m.table_grads[k].slot[static_cast<size_t>(r)] >= 0)
-          << m.table_names[k] << " row " << r;
-  }
-}
-
-// The CPU engine's step on m: the loss; m.grads, acts.lnf hold the rest.
-double cpu_step(jtok::Model& m, jtok::Activations& acts, const Batch& b) {
-  jtok::zero_grads(m);
-  jtok::forward(m, acts, b.ids.data(), b.B, b.T);
-  return jtok::backward(m, acts, b.ids.data(), b.targets.data());
-}
 
 // The GPU's step on a device copy of m (LM head in chunks of 24 rows: 24 + 24 + 18).
 template <typename E>
@@ -366,97 +165,5 @@ void expect_step_deterministic(const jtok::ModelConfig& c) {
 }
 TEST(CudaModel, StepIsDeterministic) { expect_step_deterministic(tiny_qwen3()); }
 TEST(CudaModel, MoeStepIsDeterministic) { expect_step_deterministic(tiny_moe_shared()); }
-
-// The step's AdamW constants as the CPU's optimizer_step forms them (lr at the step before it; the
-// token-indexed modules at their own lr).
-jtok::cuda::AdamWConsts step_consts(const jtok::TrainConfig& t, double lr, int64_t step, bool decay) {
-  const jtok::AdamWHyper h{static_cast<float>(lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
-                           static_cast<float>(t.adam_epsilon), decay ? static_cast<float>(t.weight_decay) : 0.0f,
-                           step + 1, 1.0f};
-  const jtok::AdamWStepConsts k = jtok::adamw_consts(h);
-  return {k.b1, k.b2, k.eps, k.step_size, k.inv_sqrt_bc2, k.decay};
-}
-jtok::cuda::StepConsts step_consts(const jtok::TrainConfig& t, int64_t step) {
-  const double lr = jtok::lr_at(t, step);
-  const double table_lr = t.table_learning_rate < 0 ? lr : lr * (t.table_learning_rate / t.learning_rate);
-  return {step_consts(t, lr, step, true), step_consts(t, lr, step, false), step_consts(t, table_lr, step, true),
-          step_consts(t, table_lr, step, false)};
-}
-
-// 10 steps (a new batch each, warmup then cosine, clipping at a norm the gradients exceed) on both
-// devices from the same weights: the losses and norms step by step, the weights at the end (and the
-// tables, brought current on both sides).
-void expect_ten_steps_match(const std::string& name, const jtok::ModelConfig& c, const jtok::TrainConfig& t,
-                            bool frozen_backbone = false) {
-  jtok::Model m = test_model(c);
-  m.backbone_frozen = frozen_backbone;  // before the optimizer states: frozen tensors get no moments
-  jtok::cuda::DeviceModel<float> dm(m);
-  jtok::cuda::DeviceActs<float> da;
-  jtok::cuda::DeviceAdamW opt(dm, t.table_optimizer != "sparse");
-  da.row_sync = jtok::cuda::table_row_sync(dm, opt);
-  jtok::AdamWState state = jtok::make_adamw_state(m);
-  jtok::Activations acts;
-  acts.row_sync = jtok::table_row_sync(m, state);
-  for (int64_t step = 0; step < t.max_steps; ++step) {
-    const Batch b = make_batch(c, 1000 + static_cast<uint64_t>(step));
-    const double cpu_loss = cpu_step(m, acts, b);
-    const jtok::StepStats st = jtok::optimizer_step(m, state, t);
-    jtok::cuda::zero_grads(dm);
-    jtok::cuda::forward(dm, da, b.ids.data(), b.B, b.T);
-    const double loss = jtok::cuda::backward(dm, da, b.targets.data());
-    const double norm = jtok::cuda::optimizer_step(dm, opt, step_consts(t, step), static_cast<float>(t.max_grad_norm));
-    const std::string at = name + " step " + std::to_string(step + 1);
-    expect_close(at + " loss", {static_cast<float>(loss)}, {static_cast<float>(cpu_loss)}, 1e-4);
-    expect_close(at + " grad norm", {static_cast<float>(norm)}, {static_cast<float>(st.grad_norm)}, 1e-4);
-    if (step == 0) {
-      EXPECT_LT(st.clip_coef, 1.0) << "the test means to exercise clipping";
-    }
-  }
-  jtok::sync_tables(m, state);
-  jtok::cuda::sync_tables(dm, opt);
-  expect_tensors_close(name + " 10 steps param", m, jtok::cuda::download_params(dm), m.params.data(), 1e-4);
-  for (size_t k = 0; k < m.tables.size(); ++k)
-    expect_close(name + " 10 steps table " + m.table_names[k], jtok::cuda::download_table(dm, static_cast<int64_t>(k)),
-                 m.tables[k].to_vector(), 1e-4);
-}
-
-jtok::TrainConfig ten_steps() {
-  jtok::TrainConfig t;
-  t.max_steps = 10;
-  t.warmup_steps = 3;
-  t.learning_rate = 3e-3;
-  t.max_grad_norm = 0.2;
-  return t;
-}
-
-// --train-only tables: only the tables, scalers and routers move; the backbone's weights stay put
-// on both devices (the GPU zeroes their gradients before the norm).
-TEST(CudaModel, TenAdamWStepsFrozenBackboneMatchCpu) {
-  jtok::TrainConfig t = ten_steps();
-  t.table_learning_rate = 1e-2;
-  t.max_grad_norm = 1e-3;  // the tables' and scalers' gradients alone: still clipped
-  expect_ten_steps_match("adamw frozen backbone jtok+jtokm", tiny_jtok_jtokm(), t, true);
-}
-
-TEST(CudaModel, TenAdamWStepsMatchCpu) { expect_ten_steps_match("adamw qwen3", tiny_qwen3(), ten_steps()); }
-
-// With JTok and JTok-M tables: the deferred exact table AdamW ("dense": rows without a gradient
-// replayed when read) and "sparse", the token-indexed modules at their own lr.
-TEST(CudaModel, TenAdamWStepsWithTablesMatchCpu) {
-  for (const char* mode : {"dense", "sparse"}) {
-    jtok::TrainConfig t = ten_steps();
-    t.table_optimizer = mode;
-    t.table_learning_rate = 1e-2;
-    expect_ten_steps_match(std::string("adamw jtok+jtokm ") + mode, tiny_jtok_jtokm(), t);
-  }
-}
-
-// MoE (the routers' aux loss in every step's gradient), and MoE beside JTok and JTok-M tables.
-TEST(CudaModel, TenAdamWStepsWithMoeMatchCpu) {
-  expect_ten_steps_match("adamw moe", tiny_moe(), ten_steps());
-  jtok::TrainConfig t = ten_steps();
-  t.table_learning_rate = 1e-2;
-  expect_ten_steps_match("adamw moe+jtok+jtokm dense", tiny_moe_jtok_jtokm(), t);
-}
 
 }  // namespace

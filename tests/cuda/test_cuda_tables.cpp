@@ -1,5 +1,6 @@
 // The token-table CUDA ops against the CPU engine's (tests/cuda/cuda_case.h): deduplication, the
-// token embedding, JTok's gather / norm / gate and their backward, and the deferred table AdamW.
+// token embedding, JTok's gather / norm / gate and their backward, the touched-row list and the
+// deferred table AdamW over it.
 // JTok-M's routing, mix and their backward. Part of test_cuda_ops (test_cuda_ops.cpp has the dense ops).
 #include <gtest/gtest.h>
 
@@ -10,9 +11,11 @@
 #include "cuda/dedup.h"
 #include "cuda/embedding.h"
 #include "cuda/gemm_ref.h"
+#include "cuda/global_norm.h"
 #include "cuda/jtok.h"
 #include "cuda/jtokm.h"
 #include "cuda/table_adamw.h"
+#include "cuda/table_rows.h"
 #include "cuda_case.h"
 #include "model/jtok.h"
 #include "model/jtokm.h"
@@ -214,8 +217,10 @@ struct TableAdamwRun {
     return o;
   }
 
-  // Step k's gradient as the device takes it: a table-shaped gradient and the touched flags.
-  void upload_step(int64_t k, const std::vector<float>& gt, float* dg, uint8_t* touched) const {
+  // Step k's gradient as the device takes it: a table-shaped gradient and the touched flags, listed
+  // by the compaction (cuda/table_rows.h) as the model's step lists them (checked: touched_ids[k]).
+  void upload_step(int64_t k, const std::vector<float>& gt, float* dg, uint8_t* touched, DeviceBuffer<int32_t>& rows,
+                   DeviceBuffer<int32_t>& count) const {
     std::vector<float> gk(V * d, 0.0f);
     std::vector<uint8_t> flags(V, 0);
     for (int32_t r : touched_ids[k]) {
@@ -224,6 +229,11 @@ struct TableAdamwRun {
     }
     JTOK_CUDA_CHECK(cudaMemcpy(dg, gk.data(), gk.size() * 4, cudaMemcpyHostToDevice));
     JTOK_CUDA_CHECK(cudaMemcpy(touched, flags.data(), V, cudaMemcpyHostToDevice));
+    DeviceBuffer<char> scratch(jtok::cuda::touched_rows_scratch_bytes(V));
+    jtok::cuda::select_touched_rows(rows.get(), count.get(), touched, V, scratch.get(), scratch.n, nullptr);
+    const auto listed = download_exact(rows);
+    ASSERT_EQ(download_exact(count)[0], static_cast<int32_t>(touched_ids[k].size())) << "step " << k + 1;
+    EXPECT_TRUE(std::equal(touched_ids[k].begin(), touched_ids[k].end(), listed.begin())) << "step " << k + 1;
   }
 
   Outputs gpu(DType t) const {
@@ -234,6 +244,7 @@ struct TableAdamwRun {
     auto dids = upload_exact(read_ids);
     auto pb = upload<__nv_bfloat16>(p0);  // the copy starts as the values rounded (lazy: row 0 never written)
     DeviceBuffer<uint8_t> touched(V);
+    DeviceBuffer<int32_t> rows(V), count(1);
     DeviceBuffer<jtok::cuda::AdamWConsts> consts(steps);
     DeviceBuffer<unsigned long long> counters(4);
     counters.zero();
@@ -246,7 +257,7 @@ struct TableAdamwRun {
     };
     std::vector<jtok::cuda::AdamWConsts> kept;
     for (int64_t k = 0; k < steps; ++k) {
-      upload_step(k, gt, dg.get(), touched.get());
+      upload_step(k, gt, dg.get(), touched.get(), rows, count);
       const jtok::AdamWStepConsts h = jtok::adamw_consts(hyper(k + 1));
       kept.push_back({h.b1, h.b2, h.eps, h.step_size, h.inv_sqrt_bc2, h.decay});
       JTOK_CUDA_CHECK(cudaMemcpy(consts.get(), kept.data(), kept.size() * sizeof(kept[0]), cudaMemcpyHostToDevice));
@@ -254,7 +265,8 @@ struct TableAdamwRun {
       const jtok::cuda::KeptConsts kc = dense ? jtok::cuda::KeptConsts{consts.get(), 0, k + 1}
                                               : jtok::cuda::KeptConsts{consts.get() + k, k, k + 1};
       const jtok::cuda::KeptConsts after = dense ? kc : jtok::cuda::KeptConsts{consts.get() + k, k + 1, k + 1};
-      jtok::cuda::table_adamw_step(tab, dg.get(), touched.get(), kc, k + 1, dense, scale.get(), stats, nullptr);
+      jtok::cuda::table_adamw_step(tab, dg.get(), touched.get(), rows.get(), count.get(), V, kc, k + 1, dense,
+                                   scale.get(), stats, nullptr);
       if (k == 2)
         jtok::cuda::table_sync_rows(tab, dids.get(), nullptr, static_cast<int64_t>(read_ids.size()), after, stats,
                                     nullptr);
@@ -267,6 +279,8 @@ struct TableAdamwRun {
     expect_bf16_copy(download(pb), download(dp));
     const auto g_after = download(dg);
     EXPECT_EQ(std::count(g_after.begin(), g_after.end(), 0.0f), V * d) << "the used gradient rows are zeroed";
+    const auto flags_after = download_exact(touched);
+    EXPECT_EQ(std::count(flags_after.begin(), flags_after.end(), uint8_t{0}), V) << "the used flags are cleared";
     return o;
   }
 };
@@ -283,6 +297,53 @@ TEST(CudaOps, TableAdamw) {
     run_case(c);
     expect_deterministic(c, DType::f32);
   }
+}
+
+// The touched-row list (cuda/table_rows.h) and the norm's partials over it (cuda/global_norm.h):
+// 900 rows (three tables of 300) with a third flagged and the gradient non-zero exactly there. The
+// list is the flagged rows ascending; the flat chunks' and the listed rows' sum of squares is the
+// host's (double) within fp32 rounding; clear_rows leaves every gradient and flag zero, and then
+// nothing is listed.
+TEST(CudaOps, TableRows) {
+  constexpr int64_t R = 900, d = 40, flat = 5000;
+  std::mt19937_64 rng(7);
+  std::vector<uint8_t> flags(R, 0);
+  std::vector<int32_t> want;
+  std::vector<float> g = randn(R * d, 8);
+  for (int64_t r = 0; r < R; ++r) {
+    if (rng() % 3 == 0) {
+      flags[r] = 1;
+      want.push_back(static_cast<int32_t>(r));
+    } else {
+      std::fill_n(g.begin() + r * d, d, 0.0f);
+    }
+  }
+  const std::vector<float> gflat = randn(flat, 9);
+  double want_ss = 0;
+  for (float x : gflat) want_ss += static_cast<double>(x) * x;
+  for (float x : g) want_ss += static_cast<double>(x) * x;
+  auto dg = upload<float>(g), dflat = upload<float>(gflat);
+  auto dflags = upload_exact(flags);
+  DeviceBuffer<int32_t> rows(R), count(1);
+  DeviceBuffer<char> scratch(jtok::cuda::touched_rows_scratch_bytes(R));
+  jtok::cuda::select_touched_rows(rows.get(), count.get(), dflags.get(), R, scratch.get(), scratch.n, nullptr);
+  ASSERT_EQ(download_exact(count)[0], static_cast<int32_t>(want.size()));
+  const auto listed = download_exact(rows);
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), listed.begin())) << "the flagged rows, ascending";
+  const int64_t chunks = jtok::cuda::sumsq_chunks(flat);
+  DeviceBuffer<float> partials(static_cast<size_t>(chunks + R));
+  DeviceBuffer<double> ss(1);
+  jtok::cuda::sumsq_partials(partials.get(), dflat.get(), flat, nullptr);
+  jtok::cuda::sumsq_rows_partials(partials.get() + chunks, dg.get(), rows.get(), count.get(), R, d, nullptr);
+  jtok::cuda::sum_partials(ss.get(), partials.get(), chunks, nullptr, count.get());
+  EXPECT_NEAR(download_exact(ss)[0], want_ss, 1e-5 * want_ss);  // fp32 partials
+  jtok::cuda::clear_rows(dg.get(), dflags.get(), rows.get(), count.get(), R, d, nullptr);
+  const auto g_after = download(dg);
+  EXPECT_EQ(std::count(g_after.begin(), g_after.end(), 0.0f), R * d) << "the listed rows are zeroed";
+  const auto flags_after = download_exact(dflags);
+  EXPECT_EQ(std::count(flags_after.begin(), flags_after.end(), uint8_t{0}), R) << "the listed flags are cleared";
+  jtok::cuda::select_touched_rows(rows.get(), count.get(), dflags.get(), R, scratch.get(), scratch.n, nullptr);
+  EXPECT_EQ(download_exact(count)[0], 0);
 }
 
 // JTok-M over n_e 5 tables, K 2, with and without the norm: routing (from the CPU's router logits:

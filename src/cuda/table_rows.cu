@@ -1,0 +1,65 @@
+// The touched-row list (src/cuda/table_rows.h): cub's stable compaction of the flags' indices, and a
+// block a listed row (grid-stride) to clear it.
+#include <cub/device/device_select.cuh>
+#include <thrust/iterator/counting_iterator.h>
+
+#include <limits>
+
+#include "cuda/check.h"
+#include "cuda/table_rows.h"
+
+namespace jtok::cuda {
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kMaxBlocks = 2048;
+
+__global__ void clear_rows_kernel(float* g, uint8_t* touched, const int32_t* rows, const int32_t* count, int64_t n,
+                                  int64_t d) {
+  const int64_t total = count ? *count : n;
+  for (int64_t i = blockIdx.x; i < total; i += gridDim.x) {
+    const int64_t r = rows[i];
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) g[r * d + j] = 0.0f;
+    if (threadIdx.x == 0) touched[r] = 0;
+  }
+}
+
+void check_count(int64_t n) {
+  JTOK_CHECK(n >= 0 && n <= std::numeric_limits<int32_t>::max(), "select_touched_rows: ", n,
+             " rows do not fit the int32 list");
+}
+
+}  // namespace
+
+size_t touched_rows_scratch_bytes(int64_t n) {
+  check_count(n);
+  if (n == 0) return 0;
+  size_t bytes = 0;
+  JTOK_CUDA_CHECK(cub::DeviceSelect::Flagged(nullptr, bytes, thrust::counting_iterator<int32_t>(0),
+                                             static_cast<const uint8_t*>(nullptr), static_cast<int32_t*>(nullptr),
+                                             static_cast<int32_t*>(nullptr), n));
+  return bytes;
+}
+
+void select_touched_rows(int32_t* rows, int32_t* count, const uint8_t* touched, int64_t n, void* scratch,
+                       size_t scratch_bytes, cudaStream_t stream) {
+  check_count(n);
+  if (n == 0) {
+    JTOK_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(int32_t), stream));
+    return;
+  }
+  size_t bytes = scratch_bytes;
+  JTOK_CUDA_CHECK(cub::DeviceSelect::Flagged(scratch, bytes, thrust::counting_iterator<int32_t>(0), touched, rows,
+                                             count, n, stream));
+}
+
+void clear_rows(float* g, uint8_t* touched, const int32_t* rows, const int32_t* count, int64_t n, int64_t d,
+                cudaStream_t stream) {
+  if (n == 0) return;
+  const int blocks = static_cast<int>(n < kMaxBlocks ? n : kMaxBlocks);
+  clear_rows_kernel<<<blocks, kThreads, 0, stream>>>(g, touched, rows, count, n, d);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace jtok::cuda

@@ -1,0 +1,28 @@
+// The touched-row list of the token tables' gradients: the rows a step gave a gradient, listed from
+// their flags by a stream compaction (cub's DeviceSelect::Flagged: stable, exact integer count, the
+// same list every run), and those rows' gradients and flags cleared. The per-step table passes
+// (the gradient norm's table part, the table AdamW, the clearing) run over this list, so a step
+// costs in proportion to the rows it touched, not to the whole tables: the flags are a byte a row.
+//   touched (n) uint8 flags, rows (n) int32 bound: the first *count entries hold the flagged
+//   indices in ascending order, count (1) int32 on the device (copy it back only if the host needs it).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace jtok::cuda {
+
+// Bytes of scratch select_touched_rows needs for n flags (cub's temporary storage).
+size_t touched_rows_scratch_bytes(int64_t n);
+
+// touched (n) -> rows (n bound), count (1): the i with touched[i] != 0, ascending. n < 2^31.
+void select_touched_rows(int32_t* rows, int32_t* count, const uint8_t* touched, int64_t n, void* scratch,
+                       size_t scratch_bytes, cudaStream_t stream);
+
+// g (rows' bound, d) fp32, touched (rows' bound): the rows rows[0 .. *count) (count null: n) zeroed
+// and their flags cleared. n: a bound on the count (the launch's size).
+void clear_rows(float* g, uint8_t* touched, const int32_t* rows, const int32_t* count, int64_t n, int64_t d,
+                cudaStream_t stream);
+
+}  // namespace jtok::cuda
