@@ -171,7 +171,8 @@ template <typename E>
 std::string Trainer<E>::describe() const {
   size_t bytes = dm_.master.bytes() + dm_.copy.bytes() + dm_.grads.bytes() + dm_.tables.bytes() +
                  dm_.table_copy.bytes() + dm_.table_grads.bytes() + opt_.m.bytes() + opt_.v.bytes() +
-                 opt_.table_m.bytes() + opt_.table_v.bytes() + opt_.row_step.bytes();
+                 opt_.table_m.bytes() + opt_.table_v.bytes() + opt_.row_step.bytes() + dm_.table_touched.bytes() +
+                 dm_.touched_rows.bytes();
   char buf[256];
   std::snprintf(buf, sizeof buf, "%s on %s: %.2f GiB of weights, tables, gradients and moments",
                 std::is_same_v<E, float> ? "fp32" : "bf16", device_.c_str(),
