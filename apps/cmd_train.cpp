@@ -85,23 +85,38 @@ void prepare_init_from(jtok::Config& cfg, const std::vector<std::string>& overri
 // What this run holds per process; with --no-checkpoints nothing is written, so no write copies.
 jtok::MemoryPlan train_memory_plan(const jtok::Config& cfg) {
   const int64_t ranks = args.embp != "off" ? jtok::dist::world_size() : 1;
-  jtok::MemoryPlan plan = jtok::memory_plan(cfg, cfg.train.micro_batch_size, cfg.train.seq_len, ranks);
+  const int64_t B = cfg.train.micro_batch_size, T = cfg.train.seq_len;
+  jtok::MemoryPlan plan = args.device == "cuda" ? jtok::host_plan_of_device_run(cfg, B, T) : jtok::memory_plan(cfg, B, T, ranks);
   if (args.no_checkpoints) plan.checkpoint = 0;
   return plan;
+}
+
+// --device cuda: the GPU's plan, printed; a plan beyond the device's memory is refused (before any
+// allocation fails deep inside the set-up).
+void check_gpu_memory_plan(const jtok::Config& cfg) {
+  using namespace jtok;
+  const MemoryPlan plan = device_memory_plan(cfg, cfg.train.micro_batch_size, cfg.train.seq_len);
+  std::printf("GPU memory plan:\n%s", memory_plan_text(plan, "  ").c_str());
+  const cuda::DeviceInfo d = cuda::require_cuda_device();
+  if (plan.total() <= d.memory_bytes) return;
+  const std::string why = "the GPU plan needs " + std::to_string(plan.total() >> 20) + " MiB, " + d.name + " has " +
+                          std::to_string(d.memory_bytes >> 20) + " MiB (fewer or smaller tables, a smaller micro_batch_size)";
+  if (args.no_memory_check) std::printf("memory: %s (--no-memory-check: going on)\n", why.c_str());
+  else fail(why, " (--no-memory-check to try anyway)");
 }
 
 // The plan's memory, printed; a plan beyond MemAvailable is refused naming what to shrink.
 void check_memory_plan(const jtok::Config& cfg) {
   using namespace jtok;
   const MemoryPlan plan = train_memory_plan(cfg);
-  std::printf("memory plan (per process):\n%s", memory_plan_text(plan, "  ").c_str());
+  std::printf("memory plan (%s):\n%s", args.device == "cuda" ? "host" : "per process", memory_plan_text(plan, "  ").c_str());
   const int64_t avail = mem_available_bytes();
   // Under mpirun every rank of this machine needs its share: compare a rank's plan with 1/P of it.
   const int64_t share = avail < 0 ? -1 : avail / std::max(1, dist::world_size());
   const std::string why = memory_plan_refusal(plan, cfg, share);
-  if (why.empty()) return;
-  if (args.no_memory_check) std::printf("memory: %s (--no-memory-check: going on)\n", why.c_str());
-  else fail(why, " (--no-memory-check to try anyway)");
+  if (!why.empty() && args.no_memory_check) std::printf("memory: %s (--no-memory-check: going on)\n", why.c_str());
+  else if (!why.empty()) fail(why, " (--no-memory-check to try anyway)");
+  if (args.device == "cuda") check_gpu_memory_plan(cfg);
 }
 
 // The config file (default with --init-from: the checkpoint's config.json) with the --set / option

@@ -4,8 +4,9 @@
 # bf16 autocast, SDPA attention, fused AdamW; eager, then torch.compile) on dense / +JTok / +JTok-M
 # (n_e 5, K 2, every layer), each one process with one JSON line (tokens/s, MFU, peak memory); then
 # ours (`jtok bench-train --device cuda --set precision=bf16`: bf16 copies of fp32 masters, fp32
-# accumulation; base + the same two variants, and JTok-M with table_optimizer dense-eager: the
-# table AdamW's naive pass over every row every step, the paper's training table in kind); then bench/gpu_train_peer_table.py's table: ratios JTok/dense and JTok-M/dense
+# accumulation; one process a model: dense, +JTok, +JTok-M, and JTok-M with table_optimizer
+# dense-eager: the table AdamW's naive pass over every row every step, the paper's training table
+# in kind); then bench/gpu_train_peer_table.py's table: ratios JTok/dense and JTok-M/dense
 # per engine and mode, and ours/compile.
 #   bash bench/gpu_train_peer.sh --data DIR [--jtok BIN] [--out DIR] [--steps N] [--warmup N]
 #        [--modes "eager compile"] [--models "dense jtok jtokm"] [--timeout S] [--budget S] [--dry-run]
@@ -15,7 +16,8 @@
 # first compiles), each run killed after --timeout seconds (default 150; a killed run is reported
 # and the rest go on); --budget S (default 330): no run starts after S seconds of the script, and a
 # run's limit is cut to what is left, so the table always comes out. --dry-run prints the
-# commands and runs nothing. Ours runs first.
+# commands and runs nothing. Ours runs first, then the peer's runs the goals compare with
+# (torch.compile dense and JTok-M, then eager), so a spent budget cuts the least needed.
 # --config / --batch (default configs/bench_b.json, 16) and --device cpu (bf16 autocast without the
 # fused AdamW) are for checking this script on a small config without a GPU (tests/test_gpu_scripts.sh).
 # Time on an H100/H200 (estimate): ~15-20 s a run in eager (start-up, table init, 13 steps), 40-90 s
@@ -65,29 +67,46 @@ run() {  # run NAME CMD...: stdout -> OUT/NAME.json, stderr -> OUT/NAME.log, kil
 }
 
 status=0
-# Ours: base + the two variants, steps interleaved, one line each (jtok bench-train --variant).
+# Ours: one process a model (on a GPU the models need not share one: each gets the device and its
+# memory to itself), bf16; then JTok-M with the table AdamW's naive pass (table_optimizer
+# dense-eager), the cost the deferred optimizer saves.
+ours_sets() {  # ours_sets MODEL: the bench-train overrides of one of ours
+  case "$1" in
+    dense) ;;
+    jtok) echo "--set jtok=true" ;;
+    jtokm) echo "--set jtokm=true ${JTOKM_SETS[*]}" ;;
+    jtokm_eager) echo "--set jtokm=true ${JTOKM_SETS[*]} --set table_optimizer=dense-eager" ;;
+  esac
+}
+peer_flags() {  # peer_flags MODE MODEL: train_bench.py's options of one of the peer's runs
+  local f="--device $DEVICE --amp bf16 --threads 8"
+  [ "$DEVICE" = cuda ] && f+=" --fused-adamw"
+  [ "$1" = compile ] && f+=" --compile"
+  case "$2" in
+    dense) ;;
+    jtok) f+=" --jtok" ;;
+    jtokm) f+=" --jtokm ${JTOKM_SETS[*]}" ;;
+    *) echo "gpu_train_peer.sh: unknown model $2 (dense, jtok, jtokm)" >&2; exit 2 ;;
+  esac
+  echo "$f"
+}
+wanted() { [[ " $MODELS " == *" $1 "* ]]; }
 if [ -n "$JTOK" ]; then
-  run ours "$JTOK" bench-train "${BASE[@]}" --device "$DEVICE" --set precision=bf16 --variant "jtok:jtok=true" \
-      --variant "jtokm:jtokm=true,jtokm_n_e=5,jtokm_top_k=2" \
-      --variant "jtokm_eager:jtokm=true,jtokm_n_e=5,jtokm_top_k=2,table_optimizer=dense-eager" || status=1
+  for model in dense jtokm jtok jtokm_eager; do
+    wanted "${model%_eager}" || continue
+    # shellcheck disable=SC2046  # the overrides are words
+    run "ours_$model" "$JTOK" bench-train "${BASE[@]}" --device "$DEVICE" --set precision=bf16 $(ours_sets "$model") ||
+      status=1
+  done
 else
   echo "ours: no --jtok binary given: the peer alone"
 fi
-
-for mode in $MODES; do
-  flags=(--device "$DEVICE" --amp bf16 --threads 8)
-  [ "$DEVICE" = cuda ] && flags+=(--fused-adamw)
-  [ "$mode" = compile ] && flags+=(--compile)
-  for model in $MODELS; do
-    extra=()
-    case "$model" in
-      dense) ;;
-      jtok) extra=(--jtok) ;;
-      jtokm) extra=(--jtokm "${JTOKM_SETS[@]}") ;;
-      *) echo "gpu_train_peer.sh: unknown model $model (dense, jtok, jtokm)" >&2; exit 2 ;;
-    esac
-    run "peer_${mode}_${model}" "$PY" tests/reference/train_bench.py "${BASE[@]}" "${flags[@]}" "${extra[@]}" || status=1
-  done
+# The peer, the runs the goals compare with first (a spent --budget skips the last ones).
+for run_name in compile:dense compile:jtokm eager:dense eager:jtokm compile:jtok eager:jtok; do
+  mode=${run_name%%:*} model=${run_name#*:}
+  [[ " $MODES " == *" $mode "* ]] && wanted "$model" || continue
+  # shellcheck disable=SC2046  # the options are words
+  run "peer_${mode}_${model}" "$PY" tests/reference/train_bench.py "${BASE[@]}" $(peer_flags "$mode" "$model") || status=1
 done
 
 [ "$DRY" = 1 ] && exit 0

@@ -1,6 +1,6 @@
 """The table of bench/gpu_train_peer.sh: reads DIR/peer_<mode>_<model>.json (train_bench.py's JSON
-line) and DIR/ours.json (`jtok bench-train --device cuda`: the base line ("variant": "base"), then
-one line per variant: "jtok", "jtokm", "jtokm_eager") and prints a markdown table:
+line) and DIR/ours_<model>.json (`jtok bench-train --device cuda`, one process a model: dense,
+jtok, jtokm, jtokm_eager) and prints a markdown table:
 tokens/s, MFU, peak memory, the ratio to the same engine and mode's dense run, and ours over
 torch.compile's for the same model. A missing or empty file is a row of "-" (a run that failed or
 was killed: its log says why).
@@ -38,9 +38,13 @@ def runs(directory):
                 out.setdefault(("pytorch", mode), {})
             if lines:
                 out[("pytorch", mode)][model] = lines[-1]
-    for line in read_lines(os.path.join(directory, "ours.json")):
-        variant = line.get("variant", "base")
-        out.setdefault(("jtok", "cuda"), {})["dense" if variant == "base" else variant] = line
+    for model in MODELS + OURS_ONLY:  # ours: one bench-train process a model
+        path = os.path.join(directory, f"ours_{model}.json")
+        lines = read_lines(path)
+        if os.path.exists(path):
+            out.setdefault(("jtok", "cuda"), {})
+        if lines:
+            out[("jtok", "cuda")][model] = lines[-1]
     return out
 
 

@@ -8,8 +8,8 @@
 #              --device cuda (tests/cuda/train_cuda.sh), compute-sanitizer memcheck + racecheck
 #              (box 240 s)
 #   peer       bench/gpu_train_peer.sh: ours (jtok bench-train --device cuda, where built) and the
-#              PyTorch peer, config b, dense / +JTok / +JTok-M, eager and compile (box 240 s; the
-#              script itself starts no run after 210 s and cuts each run to what is left, so its
+#              PyTorch peer, config b, dense / +JTok / +JTok-M, eager and compile (box 300 s; the
+#              script itself starts no run after 280 s and cuts each run to what is left, so its
 #              table comes out)
 #   attention  the bundle's bench_cuda_attention, config b's shape (box 30 s)
 #   moe        (not in the default steps: a second device run) bench/gpu_train_peer.sh on
@@ -86,8 +86,8 @@ for s in $STEPS; do
   case "$s" in
     tests) step tests 240 env JTOK_CUDA_BUNDLE="$BUNDLE" JTOK_CUDA_LOGS="$OUT/tests" JTOK_GPU_SHARDS="$DIR/shards" \
              JTOK_GPU_TOKENIZER="$DIR/tokenizer" bash scripts/test_cuda.sh ;;
-    peer) step peer 240 bash bench/gpu_train_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/peer" \
-            --budget 210 --timeout 120 ;;
+    peer) step peer 300 bash bench/gpu_train_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/peer" \
+            --budget 280 --timeout 120 ;;
     attention)
       if [ -x "$U/bundle/bin/bench_cuda_attention" ]; then
         # shellcheck disable=SC2016  # $1.. are the inner shell's arguments

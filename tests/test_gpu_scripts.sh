@@ -70,7 +70,7 @@ grep -q "fused-adamw.*needs --device cuda" "$T/err" || { cat "$T/err"; exit 1; }
 rc=0
 PYTHON=$PY bash bench/gpu_train_peer.sh --data "$T/data" --jtok "${JTOK_BIN:?}" --out "$T/peer" --device cpu \
   --config "$T/cfg.json" --batch 2 --steps 2 --warmup 1 --modes "eager compile" > "$T/peer.out" 2>&1 || rc=$?
-grep -q "  ours: [0-9]* s" "$T/peer.out" || { cat "$T/peer.out"; exit 1; }
+grep -q "  ours_jtokm_eager: [0-9]* s" "$T/peer.out" || { cat "$T/peer.out"; exit 1; }
 "$PY" - "$T" "$rc" <<'PY'
 import json, sys
 d, rc = sys.argv[1], int(sys.argv[2])
@@ -86,21 +86,21 @@ eager_dense = rows[0]
 assert eager_dense[6] == "1.000" and eager_dense[3] != "-", eager_dense
 compiled = all(r[3] != "-" for r in rows[3:])
 assert rc == (0 if compiled else 1), (rc, rows)   # a failed run (no torch.compile here) fails the script
-ours = [json.loads(l) for l in open(f"{d}/peer/ours.json")]
-assert [o.get("variant", "base") for o in ours] == ["base", "jtok", "jtokm", "jtokm_eager"], ours
-assert all(o["device"] == "cpu" for o in ours), ours
+ours = {m: json.loads(open(f"{d}/peer/ours_{m}.json").read()) for m in ("dense", "jtok", "jtokm", "jtokm_eager")}
+assert all(o["device"] == "cpu" and o["precision"] in ("bf16", "fp32") for o in ours.values()), ours
 jrows = [r.split(" | ") for r in table if r.startswith("| jtok")]
 assert len(jrows) == 4 and all(r[3] != "-" for r in jrows), jrows   # ours: dense, +JTok, +JTok-M, eager
 assert jrows[0][6] == "1.000", jrows[0]
 print("gpu_train_peer.sh OK")
 PY
-# The table with ours: jtok's base line is "dense", its variants by label; ours / compile per model.
+# The table with ours (one file a model); ours / compile per model.
 mkdir -p "$T/tab"
 echo '{"tokens_per_s": 400000, "mfu": 0.42, "peak_mem_mb": 20480, "device_name": "NVIDIA H200"}' > "$T/tab/peer_compile_dense.json"
 echo '{"tokens_per_s": 200000}' > "$T/tab/peer_compile_jtokm.json"
 : > "$T/tab/peer_compile_jtok.json"   # a run that failed
-printf '%s\n' '{"tokens_per_s": 440000, "mfu": 0.46}' '{"variant": "jtok", "tokens_per_s": 431200}' \
-  '{"variant": "jtokm", "tokens_per_s": 418000}' > "$T/tab/ours.json"
+echo '{"tokens_per_s": 440000, "mfu": 0.46}' > "$T/tab/ours_dense.json"
+echo '{"tokens_per_s": 431200}' > "$T/tab/ours_jtok.json"
+echo '{"tokens_per_s": 418000}' > "$T/tab/ours_jtokm.json"
 "$PY" bench/gpu_train_peer_table.py "$T/tab" > "$T/tab.md"
 for row in "| pytorch | compile | dense | 400,000 | 0.420 | 20.0 | 1.000 | - |" \
            "| pytorch | compile | +JTok | - | - | - | - | - |" \

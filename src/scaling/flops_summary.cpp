@@ -13,6 +13,7 @@ FlopsSummary flops_summary(const Config& cfg, int64_t seq_len, int64_t micro_bat
   s.activations = activation_bytes(cfg.model, s.micro_batch, s.seq_len);
   s.state_fp32 = 4 * 4 * s.flops.n_total;
   s.plan = memory_plan(cfg, s.micro_batch, s.seq_len);
+  s.gpu_plan = device_memory_plan(cfg, s.micro_batch, s.seq_len);
   return s;
 }
 
@@ -23,7 +24,8 @@ nlohmann::json to_json(const FlopsSummary& s) {
                        {"activations", {{"residual", ab.residual}, {"attention", ab.attention}, {"mlp", ab.mlp},
                                         {"token_tables_worst_case", ab.tables}, {"logits", ab.logits},
                                         {"total", ab.total()}}},
-                       {"txt_attention_probs_not_kept", ab.attention_probs_txt}, {"plan", to_json(s.plan)}};
+                       {"txt_attention_probs_not_kept", ab.attention_probs_txt}, {"plan", to_json(s.plan)},
+                       {"gpu_plan", to_json(s.gpu_plan)}};
   return j;
 }
 
@@ -100,6 +102,9 @@ std::string flops_summary_text(const FlopsSummary& s, const Config& cfg) {
   appendf(o, "memory plan of `jtok train` (train_only %s; what it checks against MemAvailable)\n",
           cfg.train.train_only.c_str());
   o += memory_plan_text(s.plan, "  ");
+  appendf(o, "GPU memory plan of `jtok train --device cuda` (precision %s; what it checks against the GPU's memory)\n",
+          cfg.train.precision.c_str());
+  o += memory_plan_text(s.gpu_plan, "  ");
   return o;
 }
 

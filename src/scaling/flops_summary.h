@@ -20,6 +20,7 @@ struct FlopsSummary {
   ActivationBytes activations;
   int64_t state_fp32 = 0;  // weights, gradients, two AdamW moments in fp32 (dense: an upper bound)
   MemoryPlan plan;         // what train holds (train_only, sparse table grads)
+  MemoryPlan gpu_plan;     // what `train --device cuda` holds on the GPU (device_memory_plan)
 };
 
 // seq_len, micro_batch: 0 takes the config's seq_len and micro_batch_size.

@@ -35,6 +35,27 @@ MemoryPlan memory_plan(const Config& cfg, int64_t B, int64_t T, int64_t table_ra
   return p;
 }
 
+MemoryPlan device_memory_plan(const Config& cfg, int64_t B, int64_t T) {
+  const MemoryPlan host = memory_plan(cfg, B, T);
+  const ModelConfig& c = cfg.model;
+  const bool bf16 = cfg.train.precision == "bf16";
+  const int64_t rows = (c.jtok_num_layers() + c.jtokm_num_layers() * (c.jtokm ? c.jtokm_n_e : 0)) * c.padded_vocab();
+  MemoryPlan p;
+  p.weights = host.weights + (bf16 ? host.weights / 2 : 0);
+  p.tables = host.tables + (bf16 ? host.tables / 2 : 0);
+  p.moments_backbone = 2 * host.weights;  // the device keeps every flat tensor's moments, frozen ones too
+  p.moments_tables = host.moments_tables;
+  p.gradients = host.weights + host.tables + rows * (1 + 4 + 4);  // + touched flag, row list, row step
+  p.activations = host.activations;
+  return p;
+}
+
+MemoryPlan host_plan_of_device_run(const Config& cfg, int64_t B, int64_t T) {
+  MemoryPlan p = memory_plan(cfg, B, T);
+  p.activations = 0;
+  return p;
+}
+
 nlohmann::json to_json(const MemoryPlan& p) {
   return {{"weights", p.weights},   {"tables", p.tables},       {"moments_backbone", p.moments_backbone},
           {"moments_tables", p.moments_tables}, {"gradients", p.gradients}, {"activations", p.activations},

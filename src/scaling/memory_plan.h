@@ -30,6 +30,13 @@ struct MemoryPlan {
 
 // B, T: the micro-batch; table_ranks: ranks the tables are sharded over (1 = not sharded).
 MemoryPlan memory_plan(const Config& cfg, int64_t B, int64_t T, int64_t table_ranks = 1);
+// `train --device cuda`'s plan of GPU memory (the parts as above): the fp32 masters plus, in bf16
+// (`precision`), the forward's copies of the weights and tables; the tables' gradients dense
+// (table-shaped, fp32) with a flag and a step count a row; the moments of every table row; the
+// activations as the CPU's (an upper bound in bf16); no checkpoint copies (those are the host's).
+MemoryPlan device_memory_plan(const Config& cfg, int64_t B, int64_t T);
+// The host's part of a --device cuda run: the plan without activations (they live on the GPU).
+MemoryPlan host_plan_of_device_run(const Config& cfg, int64_t B, int64_t T);
 nlohmann::json to_json(const MemoryPlan& p);
 // The plan, one line per part, each line starting with indent.
 std::string memory_plan_text(const MemoryPlan& p, const std::string& indent);
