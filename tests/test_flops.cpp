@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "model/transformer.h"
 #include "scaling/flops.h"
+#include "scaling/memory_plan.h"
 #include "train/config.h"
 
 using namespace jtok;
@@ -143,4 +144,29 @@ TEST(Flops, PaperMoeConfigsHaveTheirNamedSizes) {
     EXPECT_NEAR(double(r.n_n), extra, 0.01 * extra) << name;
     EXPECT_DOUBLE_EQ(r.rho, 0.4) << name;
   }
+}
+
+// `train --device cuda`'s GPU plan, by hand: the backbone's fp32 masters + a bf16 copy, gradients
+// and moments of every flat tensor; the tables' masters + bf16 copy, dense gradients, moments, and a
+// flag, a listed row and a step count a row; the activations as the CPU's.
+TEST(Flops, GpuMemoryPlanByHand) {
+  Config cfg;
+  cfg.model = small();
+  cfg.model.jtokm = true;
+  cfg.model.jtokm_n_e = 3;  // on every layer: 2 x 3 tables of 1024 x 64
+  cfg.train.precision = "bf16";
+  const MemoryPlan host = memory_plan(cfg, 2, 8);
+  const MemoryPlan gpu = device_memory_plan(cfg, 2, 8);
+  const int64_t rows = 2 * 3 * 1024, table_bytes = rows * 64 * 4;
+  EXPECT_EQ(host.tables, table_bytes);
+  EXPECT_EQ(gpu.weights, host.weights * 3 / 2);
+  EXPECT_EQ(gpu.tables, table_bytes * 3 / 2);
+  EXPECT_EQ(gpu.moments_backbone, 2 * host.weights);
+  EXPECT_EQ(gpu.moments_tables, 2 * table_bytes);
+  EXPECT_EQ(gpu.gradients, host.weights + table_bytes + rows * 9);
+  EXPECT_EQ(gpu.activations, host.activations);
+  EXPECT_EQ(gpu.checkpoint, 0);
+  cfg.train.precision = "fp32";  // no copies
+  EXPECT_EQ(device_memory_plan(cfg, 2, 8).weights, host.weights);
+  EXPECT_EQ(host_plan_of_device_run(cfg, 2, 8).activations, 0);
 }
