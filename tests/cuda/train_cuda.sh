@@ -10,7 +10,8 @@
 # - --train-only tables (a frozen backbone) follows the CPU's losses within 2e-3;
 # - a NaN gradient stops the run naming the step, with nothing saved after it.
 # Needs JTOK_BIN, JTOK_GPU_SHARDS (token shards, GPT-2 ids: scripts/gpu_prepare.sh's shards/) and
-# JTOK_GPU_TOKENIZER (the gpt2 tokenizer's files, its tokenizer/).
+# JTOK_GPU_TOKENIZER (the gpt2 tokenizer's files, its tokenizer/). JTOK_TRAIN_DEVICE=loopback runs
+# it all with the CPU engine as the device (tests/test_train_cuda_script.sh, in CI).
 set -euo pipefail
 JTOK=${JTOK_BIN:?} DATA=${JTOK_GPU_SHARDS:?} TOK=${JTOK_GPU_TOKENIZER:?}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -25,6 +26,7 @@ cat > "$T/cfg.json" <<JSON
   "sample_interval": 20, "train_data": "$DATA", "val_data": "$DATA", "tokenizer_dir": "$TOK" }
 JSON
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+DEV=${JTOK_TRAIN_DEVICE:-cuda}
 train() { "$JTOK" train --config "$T/cfg.json" "$@"; }
 ck() { echo "$1/checkpoints/step_000000$2"; }
 hash_of() { cat "$1/model.safetensors" "$1/optimizer.safetensors" | sha256sum | cut -c1-16; }
@@ -54,36 +56,36 @@ kill_after_step_10() {  # out, device: killed (SIGKILL, by itself) right after i
   [ -f "$(ck "$1" 10)/COMPLETE" ] && [ ! -e "$(ck "$1" 20)" ] || fail "$2 run killed after step 10: $(ls "$1/checkpoints")"
 }
 
-train --out "$T/a" --device cuda > "$T/a.out" || { tail -20 "$T/a.out"; fail "the GPU run failed"; }
+train --out "$T/a" --device "$DEV" > "$T/a.out" || { tail -20 "$T/a.out"; fail "the GPU run failed"; }
 grep -m1 '^device:' "$T/a.out"
 grep 'step 20/20' "$T/a.out" | tail -1
-train --out "$T/b" --device cuda > "$T/b.out"
+train --out "$T/b" --device "$DEV" > "$T/b.out"
 [ "$(hash_of "$(ck "$T/a" 20)")" = "$(hash_of "$(ck "$T/b" 20)")" ] || fail "two GPU runs ended at different checkpoints"
 echo "ok: two GPU runs of 20 steps: the same checkpoint ($(hash_of "$(ck "$T/a" 20)"))"
 
-kill_after_step_10 "$T/k" cuda
-train --out "$T/k" --resume --device cuda > "$T/k.resumed"
+kill_after_step_10 "$T/k" "$DEV"
+train --out "$T/k" --resume --device "$DEV" > "$T/k.resumed"
 [ "$(hash_of "$(ck "$T/k" 20)")" = "$(hash_of "$(ck "$T/a" 20)")" ] || fail "killed at step 10 and resumed: another checkpoint"
 echo "ok: killed after step 10 and resumed on the GPU: the same checkpoint"
 
 train --out "$T/cpu" --device cpu > "$T/cpu.out"
 compare "$T/a/log.jsonl" "$T/cpu/log.jsonl" 2e-3 "GPU fp32 vs CPU fp32"
 
-kill_after_step_10 "$T/g2c" cuda
+kill_after_step_10 "$T/g2c" "$DEV"
 train --out "$T/g2c" --resume --device cpu > "$T/g2c.resumed"
 compare "$T/g2c/log.jsonl" "$T/a/log.jsonl" 2e-3 "GPU checkpoint resumed on the CPU vs GPU throughout"
 kill_after_step_10 "$T/c2g" cpu
-train --out "$T/c2g" --resume --device cuda > "$T/c2g.resumed"
+train --out "$T/c2g" --resume --device "$DEV" > "$T/c2g.resumed"
 compare "$T/c2g/log.jsonl" "$T/cpu/log.jsonl" 2e-3 "CPU checkpoint resumed on the GPU vs CPU throughout"
 
-train --out "$T/bf16" --device cuda --set precision=bf16 > "$T/bf16.out" || { tail -20 "$T/bf16.out"; fail "bf16 run"; }
+train --out "$T/bf16" --device "$DEV" --set precision=bf16 > "$T/bf16.out" || { tail -20 "$T/bf16.out"; fail "bf16 run"; }
 compare "$T/bf16/log.jsonl" "$T/a/log.jsonl" 5e-2 "GPU bf16 vs GPU fp32"
 
-train --out "$T/frozen_gpu" --device cuda --train-only tables > "$T/frozen_gpu.out"
+train --out "$T/frozen_gpu" --device "$DEV" --train-only tables > "$T/frozen_gpu.out"
 train --out "$T/frozen_cpu" --device cpu --train-only tables > "$T/frozen_cpu.out"
 compare "$T/frozen_gpu/log.jsonl" "$T/frozen_cpu/log.jsonl" 2e-3 "--train-only tables: GPU vs CPU"
 
-if JTOK_TEST_NAN_GRAD_AT_STEP=5 train --out "$T/nan" --device cuda > "$T/nan.out" 2>&1; then
+if JTOK_TEST_NAN_GRAD_AT_STEP=5 train --out "$T/nan" --device "$DEV" > "$T/nan.out" 2>&1; then
   fail "a NaN gradient on the GPU did not stop the run"
 fi
 grep -q "step 5: .*gradient norm is nan" "$T/nan.out" || fail "unclear refusal: $(tail -3 "$T/nan.out")"
