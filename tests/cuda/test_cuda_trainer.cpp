@@ -5,7 +5,8 @@
 // tables and moments that match the CPU's. bf16: after every step (deferred "dense" rows, an
 // evaluation's row syncs, "dense-eager", a frozen backbone) each bf16 copy is exactly the bf16 rounding
 // of its fp32 master, the flat weights' and every table row's (a deferred row's stale copy included:
-// stale with its master). Runs only on a GPU host (in test_cuda_ops; bash scripts/test_cuda.sh).
+// stale with its master). A NaN gradient injected with a frozen backbone is refused. Runs only on a
+// GPU host (in test_cuda_ops; bash scripts/test_cuda.sh).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "cuda/model.h"
 #include "cuda/model_optimizer.h"
 #include "cuda/training.h"
@@ -95,6 +97,28 @@ void expect_trainer_matches_cpu(const std::string& mode) {
 
 TEST(CudaTrainer, ResumedStateStepsMatchCpu) {
   for (const char* mode : {"dense", "sparse", "dense-eager"}) expect_trainer_matches_cpu(mode);
+}
+
+// Fault injection's NaN gradient (JTOK_TEST_NAN_GRAD_AT_STEP) with --train-only tables: the trainer
+// puts it where the norm sees it (not into a frozen tensor, whose gradient the step zeroes), so the
+// step is refused as the CPU's is; the next one applies.
+TEST(CudaTrainer, PoisonedGradientRefusedWithAFrozenBackbone) {
+  const jtok::ModelConfig c = tiny_jtok_jtokm();
+  const jtok::TrainConfig t = ten_steps();
+  jtok::Model m = test_model(c);
+  m.backbone_frozen = true;
+  jtok::AdamWState state = jtok::make_adamw_state(m);
+  const auto dev = jtok::cuda::make_device_trainer(m, view_of(state), false, true);
+  const Batch b = make_batch(c, 6000);
+  dev->zero_grads();
+  dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f);
+  dev->poison_gradient();
+  EXPECT_THROW(jtok::device_optimizer_step(*dev, state, t), jtok::Error);
+  EXPECT_EQ(state.step, 0);
+  dev->zero_grads();
+  dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f);
+  EXPECT_TRUE(std::isfinite(jtok::device_optimizer_step(*dev, state, t).grad_norm));
+  EXPECT_EQ(state.step, 1);
 }
 
 // Elements of a bf16 copy (n) that are not the round-to-nearest bf16 of their fp32 master.
