@@ -1,7 +1,9 @@
 // The device trainer (src/cuda/training.h): cuda/model.h's model, activations and optimizer behind
 // the plain interface, with the moments and row steps of a host checkpoint uploaded and written back.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -151,10 +153,20 @@ void write_nan(float* at, E* copy_at, cudaStream_t s) {
   if (copy_at) convert_from_f32(copy_at, at, 1, s);
 }
 
+// The middle of the flat gradients, moved to the nearest trainable element: a frozen backbone's
+// gradients are zeroed before the norm (optimizer_step), so a NaN there would never be seen and the
+// step not refused, where the CPU's (which sums every gradient) refuses it.
 template <typename E>
 void Trainer<E>::poison_gradient() {
-  float* g = dm_.grads.get() + dm_.n_params / 2;
-  write_nan<float>(g, nullptr, dm_.stream);
+  const int64_t mid = dm_.n_params / 2;
+  int64_t at = -1;
+  for (size_t i = 0; i < dm_.layout.size(); ++i) {
+    const ParamInfo& p = dm_.layout[i];
+    if (!dm_.trainable[i] || p.numel == 0) continue;
+    const int64_t in = std::clamp(mid, p.offset, p.offset + p.numel - 1);
+    if (at < 0 || std::llabs(in - mid) < std::llabs(at - mid)) at = in;
+  }
+  write_nan<float>(dm_.grads.get() + (at >= 0 ? at : mid), nullptr, dm_.stream);
 }
 
 template <typename E>

@@ -17,6 +17,7 @@
 #include "cuda/model.h"
 #include "cuda/model_optimizer.h"
 #include "model_case.h"
+#include "step_case.h"
 #include "model/transformer.h"
 #include "ops/adamw.h"
 #include "train/config.h"
@@ -26,22 +27,6 @@
 namespace {
 
 using namespace jtok::cuda_test;
-
-// The step's AdamW constants as the CPU's optimizer_step forms them (lr at the step before it; the
-// token-indexed modules at their own lr).
-jtok::cuda::AdamWConsts step_consts(const jtok::TrainConfig& t, double lr, int64_t step, bool decay) {
-  const jtok::AdamWHyper h{static_cast<float>(lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
-                           static_cast<float>(t.adam_epsilon), decay ? static_cast<float>(t.weight_decay) : 0.0f,
-                           step + 1, 1.0f};
-  const jtok::AdamWStepConsts k = jtok::adamw_consts(h);
-  return {k.b1, k.b2, k.eps, k.step_size, k.inv_sqrt_bc2, k.decay};
-}
-jtok::cuda::StepConsts step_consts(const jtok::TrainConfig& t, int64_t step) {
-  const double lr = jtok::lr_at(t, step);
-  const double table_lr = t.table_learning_rate < 0 ? lr : lr * (t.table_learning_rate / t.learning_rate);
-  return {step_consts(t, lr, step, true), step_consts(t, lr, step, false), step_consts(t, table_lr, step, true),
-          step_consts(t, table_lr, step, false)};
-}
 
 // How the steps run: micro-batches a step (each its own batch, grad_scale 1/micro: the trainer's
 // accumulation), and a refused step: a NaN written into a touched gradient row of table 0 on both
@@ -126,15 +111,6 @@ void expect_ten_steps_match(const std::string& name, const jtok::ModelConfig& c,
   for (size_t k = 0; k < m.tables.size(); ++k)
     expect_close(name + " 10 steps table " + m.table_names[k], jtok::cuda::download_table(dm, static_cast<int64_t>(k)),
                  m.tables[k].to_vector(), 1e-4);
-}
-
-jtok::TrainConfig ten_steps() {
-  jtok::TrainConfig t;
-  t.max_steps = 10;
-  t.warmup_steps = 3;
-  t.learning_rate = 3e-3;
-  t.max_grad_norm = 0.2;
-  return t;
 }
 
 // --train-only tables: only the tables, scalers and routers move; the backbone's weights stay put

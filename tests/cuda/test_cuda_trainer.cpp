@@ -1,0 +1,176 @@
+// The device trainer (src/cuda/training.h, what `jtok train --device cuda` runs) and the bf16 model's
+// copies. Trainer: made from a host state 3 CPU steps in (warm moments, every row current at step 3:
+// upload_moments' row steps and kept base), it runs 5 steps through the trainer's own calls (an
+// evaluation between them: its row syncs move no value) beside the CPU's, and writes back weights,
+// tables and moments that match the CPU's. bf16: after every step (deferred "dense" rows, an
+// evaluation's row syncs, "dense-eager", a frozen backbone) each bf16 copy is exactly the bf16 rounding
+// of its fp32 master, the flat weights' and every table row's (a deferred row's stale copy included:
+// stale with its master). A NaN gradient injected with a frozen backbone is refused. Runs only on a
+// GPU host (in test_cuda_ops; bash scripts/test_cuda.sh).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "cuda/model.h"
+#include "cuda/model_optimizer.h"
+#include "cuda/training.h"
+#include "model_case.h"
+#include "step_case.h"
+#include "train/optimizer.h"
+#include "train/tables_cuda.h"
+
+namespace {
+
+using namespace jtok::cuda_test;
+
+jtok::cuda::HostAdamWView view_of(jtok::AdamWState& a) {
+  jtok::cuda::HostAdamWView v;
+  v.m = a.m.data();
+  v.v = a.v.data();
+  v.moment_offset = a.moment_offset;
+  for (size_t k = 0; k < a.tables.m.size(); ++k) {
+    v.table_m.push_back(a.tables.m[k].data());
+    v.table_v.push_back(a.tables.v[k].data());
+  }
+  v.step = a.step;
+  return v;
+}
+
+double cpu_train_step(jtok::Model& m, jtok::Activations& acts, jtok::AdamWState& state, const jtok::TrainConfig& t,
+                      const Batch& b, double* norm) {
+  jtok::zero_grads(m);
+  jtok::forward(m, acts, b.ids.data(), b.B, b.T);
+  const double loss = jtok::backward(m, acts, b.ids.data(), b.targets.data(), 1.0f);
+  *norm = jtok::optimizer_step(m, state, t).grad_norm;
+  return loss;
+}
+
+// The host state after 3 CPU steps (rows current), the trainer made from it, 5 more steps on both.
+void expect_trainer_matches_cpu(const std::string& mode) {
+  const jtok::ModelConfig c = tiny_jtok_jtokm();
+  jtok::TrainConfig t = ten_steps();
+  t.table_optimizer = mode;
+  t.table_learning_rate = 1e-2;
+  jtok::Model m = test_model(c);
+  jtok::AdamWState state = jtok::make_adamw_state(m);
+  jtok::Activations acts;
+  acts.row_sync = jtok::table_row_sync(m, state);
+  double norm = 0;
+  for (int64_t s = 0; s < 3; ++s)
+    cpu_train_step(m, acts, state, t, make_batch(c, 2000 + static_cast<uint64_t>(s)), &norm);
+  jtok::sync_tables(m, state);  // as a checkpoint's: every row current at step 3
+  jtok::AdamWState gstate = state;
+  const auto dev = jtok::cuda::make_device_trainer(m, view_of(gstate), false, mode != "sparse", mode == "dense-eager");
+  for (int64_t s = 3; s < 8; ++s) {
+    const Batch b = make_batch(c, 2000 + static_cast<uint64_t>(s));
+    const std::string at = "trainer " + mode + " step " + std::to_string(s + 1);
+    const double cpu_loss = cpu_train_step(m, acts, state, t, b, &norm);
+    dev->zero_grads();
+    const double loss = dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f).loss;
+    const double gnorm = jtok::device_optimizer_step(*dev, gstate, t).grad_norm;
+    expect_close(at + " loss", {static_cast<float>(loss)}, {static_cast<float>(cpu_loss)}, 1e-4);
+    expect_close(at + " grad norm", {static_cast<float>(gnorm)}, {static_cast<float>(norm)}, 1e-4);
+    const Batch e = make_batch(c, 3000 + static_cast<uint64_t>(s));  // an evaluation: rows synced, none moved
+    EXPECT_TRUE(std::isfinite(dev->eval_loss(e.ids.data(), e.targets.data(), e.B, e.T))) << at;
+  }
+  ASSERT_EQ(gstate.step, state.step);
+  jtok::sync_tables(m, state);
+  jtok::Model g = test_model(c);  // the same layout, overwritten by the download
+  const jtok::cuda::HostAdamWView gview = view_of(gstate);
+  dev->download(g, &gview);
+  const std::string name = "trainer " + mode + " 8 steps";
+  const std::vector<float> params(g.params.begin(), g.params.end());
+  expect_tensors_close(name + " param", m, params, m.params.data(), 1e-4);
+  expect_tensors_close(name + " adam m", m, gstate.m, state.m.data(), 1e-4);
+  expect_tensors_close(name + " adam v", m, gstate.v, state.v.data(), 1e-4);
+  for (size_t k = 0; k < m.tables.size(); ++k) {
+    expect_close(name + " table " + m.table_names[k], g.tables[k].to_vector(), m.tables[k].to_vector(), 1e-4);
+    expect_close(name + " table m " + m.table_names[k], gstate.tables.m[k], state.tables.m[k], 1e-4);
+    expect_close(name + " table v " + m.table_names[k], gstate.tables.v[k], state.tables.v[k], 1e-4);
+  }
+}
+
+TEST(CudaTrainer, ResumedStateStepsMatchCpu) {
+  for (const char* mode : {"dense", "sparse", "dense-eager"}) expect_trainer_matches_cpu(mode);
+}
+
+// Fault injection's NaN gradient (JTOK_TEST_NAN_GRAD_AT_STEP) with --train-only tables: the trainer
+// puts it where the norm sees it (not into a frozen tensor, whose gradient the step zeroes), so the
+// step is refused as the CPU's is; the next one applies.
+TEST(CudaTrainer, PoisonedGradientRefusedWithAFrozenBackbone) {
+  const jtok::ModelConfig c = tiny_jtok_jtokm();
+  const jtok::TrainConfig t = ten_steps();
+  jtok::Model m = test_model(c);
+  m.backbone_frozen = true;
+  jtok::AdamWState state = jtok::make_adamw_state(m);
+  const auto dev = jtok::cuda::make_device_trainer(m, view_of(state), false, true);
+  const Batch b = make_batch(c, 6000);
+  dev->zero_grads();
+  dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f);
+  dev->poison_gradient();
+  EXPECT_THROW(jtok::device_optimizer_step(*dev, state, t), jtok::Error);
+  EXPECT_EQ(state.step, 0);
+  dev->zero_grads();
+  dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f);
+  EXPECT_TRUE(std::isfinite(jtok::device_optimizer_step(*dev, state, t).grad_norm));
+  EXPECT_EQ(state.step, 1);
+}
+
+// Elements of a bf16 copy (n) that are not the round-to-nearest bf16 of their fp32 master.
+int64_t stale_copies(const float* master_dev, const __nv_bfloat16* copy_dev, int64_t n, cudaStream_t s) {
+  std::vector<float> master(static_cast<size_t>(n));
+  std::vector<__nv_bfloat16> copy(static_cast<size_t>(n));
+  jtok::cuda::copy_to_host(master.data(), master_dev, n, s);
+  jtok::cuda::copy_to_host(copy.data(), copy_dev, n, s);
+  int64_t bad = 0;
+  for (size_t i = 0; i < master.size(); ++i) {
+    const __nv_bfloat16 want = __float2bfloat16_rn(master[i]);
+    bad += std::memcmp(&want, &copy[i], sizeof want) != 0 ? 1 : 0;
+  }
+  return bad;
+}
+
+void expect_copies_follow_masters(const jtok::cuda::DeviceModel<__nv_bfloat16>& dm, const std::string& at) {
+  EXPECT_EQ(stale_copies(dm.master.get(), dm.copy.get(), dm.n_params, dm.stream), 0) << at << ": flat weights";
+  EXPECT_EQ(stale_copies(dm.tables.get(), dm.table_copy.get(), dm.tables.size(), dm.stream), 0) << at << ": tables";
+}
+
+// 4 bf16 steps, each followed by an evaluation forward (its row syncs replay deferred rows).
+void expect_bf16_copies_follow(const std::string& mode, bool frozen) {
+  const jtok::ModelConfig c = tiny_jtok_jtokm();
+  jtok::TrainConfig t = ten_steps();
+  t.table_learning_rate = 1e-2;
+  jtok::Model m = test_model(c);
+  m.backbone_frozen = frozen;
+  jtok::cuda::DeviceModel<__nv_bfloat16> dm(m);
+  jtok::cuda::DeviceActs<__nv_bfloat16> da;
+  jtok::cuda::DeviceAdamW opt(dm, mode != "sparse");
+  da.row_sync = jtok::cuda::table_row_sync(dm, opt);
+  const std::string name = "bf16 " + mode + (frozen ? " frozen backbone" : "");
+  for (int64_t s = 0; s < 4; ++s) {
+    const Batch b = make_batch(c, 4000 + static_cast<uint64_t>(s)), e = make_batch(c, 5000 + static_cast<uint64_t>(s));
+    jtok::cuda::zero_grads(dm);
+    jtok::cuda::forward(dm, da, b.ids.data(), b.B, b.T);
+    jtok::cuda::backward(dm, da, b.targets.data());
+    jtok::cuda::optimizer_step(dm, opt, step_consts(t, s), static_cast<float>(t.max_grad_norm));
+    if (mode == "dense-eager") jtok::cuda::sync_tables(dm, opt);
+    expect_copies_follow_masters(dm, name + " after step " + std::to_string(s + 1));
+    jtok::cuda::forward(dm, da, e.ids.data(), e.B, e.T);
+    jtok::cuda::forward_loss(dm, da, e.targets.data());
+    expect_copies_follow_masters(dm, name + " after an evaluation at step " + std::to_string(s + 1));
+  }
+  jtok::cuda::sync_tables(dm, opt);
+  expect_copies_follow_masters(dm, name + " after sync_tables");
+}
+
+TEST(CudaTrainer, Bf16CopiesFollowTheirMasters) {
+  for (const char* mode : {"dense", "sparse", "dense-eager"}) expect_bf16_copies_follow(mode, false);
+  expect_bf16_copies_follow("dense", true);
+}
+
+}  // namespace
