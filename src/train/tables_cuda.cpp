@@ -12,10 +12,7 @@
 
 namespace jtok {
 
-namespace {
-
-// The host AdamW state as the device trainer reads and writes it.
-cuda::HostAdamWView host_view(AdamWState& a) {
+cuda::HostAdamWView host_adamw_view(AdamWState& a) {
   cuda::HostAdamWView v;
   v.m = a.m.data();
   v.v = a.v.data();
@@ -27,6 +24,8 @@ cuda::HostAdamWView host_view(AdamWState& a) {
   v.step = a.step;
   return v;
 }
+
+namespace {
 
 class TablesOnGpu final : public TablePlacement {
  public:
@@ -42,14 +41,14 @@ class TablesOnGpu final : public TablePlacement {
   void attach(Activations&, JsonlLog& log, int64_t) override {
     const std::string what = trainer_->describe();
     std::printf("device: %s\n", what.c_str());
-    log.write({{"type", "device"}, {"device", "cuda"}, {"trainer", what}});
+    log.write({{"type", "device"}, {"device", p_.opt.device}, {"trainer", what}});
   }
   void begin_step(int64_t, BatchSource&) override {}
   bool rows_in_model() const override { return true; }
   void prepare_reads() override { trainer_->download(p_.model, nullptr); }  // weights and tables, every row current
   cuda::DeviceTrainer* device() override { return trainer_.get(); }
   std::string save_checkpoint(int64_t step, const nlohmann::json& state) override {
-    const cuda::HostAdamWView view = host_view(p_.adam);
+    const cuda::HostAdamWView view = host_adamw_view(p_.adam);
     trainer_->download(p_.model, &view);
     mark_tables_current(p_.model, p_.adam);  // the device brought every row to p_.adam.step
     return save_on_lead(step, state);
@@ -59,10 +58,10 @@ class TablesOnGpu final : public TablePlacement {
   void make_trainer() {
     const TrainConfig& t = p_.cfg.train;
     if (p_.opt.device == "loopback") {
-      trainer_ = make_loopback_trainer(p_.model, host_view(p_.adam), t);
+      trainer_ = make_loopback_trainer(p_.model, host_adamw_view(p_.adam), t);
       return;
     }
-    trainer_ = cuda::make_device_trainer(p_.model, host_view(p_.adam), t.precision == "bf16", t.table_optimizer != "sparse",
+    trainer_ = cuda::make_device_trainer(p_.model, host_adamw_view(p_.adam), t.precision == "bf16", t.table_optimizer != "sparse",
                                          t.table_optimizer == "dense-eager");
   }
   std::unique_ptr<cuda::DeviceTrainer> trainer_;

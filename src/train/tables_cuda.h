@@ -6,12 +6,16 @@
 #pragma once
 #include <memory>
 
+#include "cuda/training.h"
 #include "train/table_placement.h"
 
 namespace jtok {
 
 // Refuses, naming the flag, what the GPU trainer does not run: --tables disk, --embp, mpirun.
 std::unique_ptr<TablePlacement> make_tables_on_gpu(const TableRunParts& p);
+
+// The host AdamW state as the device trainer reads and writes it (pointers into a's arrays).
+cuda::HostAdamWView host_adamw_view(AdamWState& a);
 
 // optimizer_step (train/optimizer.h) on the device: the lr of state.step, the clip coefficient of the
 // norm the device returns (the same fp32 formula), state.step advanced.

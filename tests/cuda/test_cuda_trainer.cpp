@@ -28,19 +28,6 @@ namespace {
 
 using namespace jtok::cuda_test;
 
-jtok::cuda::HostAdamWView view_of(jtok::AdamWState& a) {
-  jtok::cuda::HostAdamWView v;
-  v.m = a.m.data();
-  v.v = a.v.data();
-  v.moment_offset = a.moment_offset;
-  for (size_t k = 0; k < a.tables.m.size(); ++k) {
-    v.table_m.push_back(a.tables.m[k].data());
-    v.table_v.push_back(a.tables.v[k].data());
-  }
-  v.step = a.step;
-  return v;
-}
-
 double cpu_train_step(jtok::Model& m, jtok::Activations& acts, jtok::AdamWState& state, const jtok::TrainConfig& t,
                       const Batch& b, double* norm) {
   jtok::zero_grads(m);
@@ -65,7 +52,7 @@ void expect_trainer_matches_cpu(const std::string& mode) {
     cpu_train_step(m, acts, state, t, make_batch(c, 2000 + static_cast<uint64_t>(s)), &norm);
   jtok::sync_tables(m, state);  // as a checkpoint's: every row current at step 3
   jtok::AdamWState gstate = state;
-  const auto dev = jtok::cuda::make_device_trainer(m, view_of(gstate), false, mode != "sparse", mode == "dense-eager");
+  const auto dev = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(gstate), false, mode != "sparse", mode == "dense-eager");
   for (int64_t s = 3; s < 8; ++s) {
     const Batch b = make_batch(c, 2000 + static_cast<uint64_t>(s));
     const std::string at = "trainer " + mode + " step " + std::to_string(s + 1);
@@ -81,7 +68,7 @@ void expect_trainer_matches_cpu(const std::string& mode) {
   ASSERT_EQ(gstate.step, state.step);
   jtok::sync_tables(m, state);
   jtok::Model g = test_model(c);  // the same layout, overwritten by the download
-  const jtok::cuda::HostAdamWView gview = view_of(gstate);
+  const jtok::cuda::HostAdamWView gview = jtok::host_adamw_view(gstate);
   dev->download(g, &gview);
   const std::string name = "trainer " + mode + " 8 steps";
   const std::vector<float> params(g.params.begin(), g.params.end());
@@ -108,7 +95,7 @@ TEST(CudaTrainer, PoisonedGradientRefusedWithAFrozenBackbone) {
   jtok::Model m = test_model(c);
   m.backbone_frozen = true;
   jtok::AdamWState state = jtok::make_adamw_state(m);
-  const auto dev = jtok::cuda::make_device_trainer(m, view_of(state), false, true);
+  const auto dev = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state), false, true);
   const Batch b = make_batch(c, 6000);
   dev->zero_grads();
   dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f);
