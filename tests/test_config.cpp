@@ -102,7 +102,7 @@ TEST(Config, ErrorsNameTheFieldOrFile) {
       {R"({"jtokm": true, "jtokm_eps": 0})", {}, "jtokm_eps must be positive"},
       {R"({"jtokm": true, "jtokm_layers": "0-9"})", {}, "field jtokm_layers"},
       {R"({"jtokm": "yes"})", {}, "field jtokm: expected boolean"},
-      {R"({"table_optimizer": "lazy"})", {}, "field table_optimizer: unknown value 'lazy' (known: dense, sparse)"},
+      {R"({"table_optimizer": "lazy"})", {}, "field table_optimizer: unknown value 'lazy' (known: dense, sparse, dense-eager)"},
       {R"({"rope_scaling_type": "yarn"})", {}, "field rope_scaling_type: unknown value 'yarn' (known: none, llama3)"},
       {R"({"rope_scaling_type": "llama3", "rope_scaling_factor": 0.5})", {}, "rope_scaling_factor must be >= 1"},
       {R"({"rope_scaling_type": "llama3", "rope_scaling_high_freq_factor": 1})", {}, "must satisfy 0 < low < high"},
