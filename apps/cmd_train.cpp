@@ -91,6 +91,12 @@ jtok::MemoryPlan train_memory_plan(const jtok::Config& cfg) {
   return plan;
 }
 
+// A memory plan that does not fit: refused, or noted and gone on with under --no-memory-check.
+void refuse_unless_forced(const std::string& why) {
+  if (!args.no_memory_check) jtok::fail(why, " (--no-memory-check to try anyway)");
+  std::printf("memory: %s (--no-memory-check: going on)\n", why.c_str());
+}
+
 // --device cuda: the GPU's plan, printed; a plan beyond the device's memory is refused (before any
 // allocation fails deep inside the set-up).
 void check_gpu_memory_plan(const jtok::Config& cfg) {
@@ -99,10 +105,8 @@ void check_gpu_memory_plan(const jtok::Config& cfg) {
   std::printf("GPU memory plan:\n%s", memory_plan_text(plan, "  ").c_str());
   const cuda::DeviceInfo d = cuda::require_cuda_device();
   if (plan.total() <= d.memory_bytes) return;
-  const std::string why = "the GPU plan needs " + std::to_string(plan.total() >> 20) + " MiB, " + d.name + " has " +
-                          std::to_string(d.memory_bytes >> 20) + " MiB (fewer or smaller tables, a smaller micro_batch_size)";
-  if (args.no_memory_check) std::printf("memory: %s (--no-memory-check: going on)\n", why.c_str());
-  else fail(why, " (--no-memory-check to try anyway)");
+  refuse_unless_forced("the GPU plan needs " + std::to_string(plan.total() >> 20) + " MiB, " + d.name + " has " +
+                       std::to_string(d.memory_bytes >> 20) + " MiB (fewer or smaller tables, a smaller micro_batch_size)");
 }
 
 // The plan's memory, printed; a plan beyond MemAvailable is refused naming what to shrink.
@@ -114,8 +118,7 @@ void check_memory_plan(const jtok::Config& cfg) {
   // Under mpirun every rank of this machine needs its share: compare a rank's plan with 1/P of it.
   const int64_t share = avail < 0 ? -1 : avail / std::max(1, dist::world_size());
   const std::string why = memory_plan_refusal(plan, cfg, share);
-  if (!why.empty() && args.no_memory_check) std::printf("memory: %s (--no-memory-check: going on)\n", why.c_str());
-  else if (!why.empty()) fail(why, " (--no-memory-check to try anyway)");
+  if (!why.empty()) refuse_unless_forced(why);
   if (args.device == "cuda") check_gpu_memory_plan(cfg);
 }
 

@@ -9,12 +9,9 @@
 
 #include <cstdint>
 
-namespace jtok::cuda {
+#include "cuda/step_consts.h"
 
-// The per-step constants, as src/ops/adamw.h's AdamWStepConsts (fill from jtok::adamw_consts).
-struct AdamWConsts {
-  float b1, b2, eps, step_size, inv_sqrt_bc2, decay;
-};
+namespace jtok::cuda {
 
 // p, m, v (n) fp32, updated in place; g (n) of G (float or __nv_bfloat16); grad_scale: one float on
 // the device multiplying g (null: 1); p_bf16 (n): the bf16 copy the forward reads, written from the

@@ -31,13 +31,6 @@
 
 namespace jtok::cuda {
 
-// A step's AdamW constants (jtok::adamw_consts at the step's lr) by kind of tensor: the backbone's
-// 2-D weights (decay) and the rest (plain: weight decay 0); the token-indexed modules' at their own
-// lr (train/optimizer.cpp's table_lr): 2-D (the tables, JTok-M's routers) and 1-D (the scalers).
-struct StepConsts {
-  AdamWConsts decay, plain, table_decay, table_plain;
-};
-
 // fp32 moments of every flat parameter and table row, the tables' row steps and the kept constants
 // of the steps not yet replayed into every row, and the norm's scratch.
 struct DeviceAdamW {

@@ -17,10 +17,6 @@ namespace jtok::cuda {
 
 namespace {
 
-AdamWConsts device_consts(const AdamWStepFloats& k) {
-  return {k.b1, k.b2, k.eps, k.step_size, k.inv_sqrt_bc2, k.decay};
-}
-
 // f(device offset, host offset, n) for each tensor with moments: the device keeps every tensor's in
 // the params' layout, the host only the trainable ones' (adam.moment_offset; empty: all, in place).
 template <typename E, typename F>
@@ -87,10 +83,8 @@ class Trainer final : public DeviceTrainer {
     return forward_loss(dm_, acts_, staged_targets_.get());
   }
 
-  double optimizer_step(const HostStepConsts& c, float max_grad_norm) override {
-    const StepConsts k{device_consts(c.decay), device_consts(c.plain), device_consts(c.table_decay),
-                       device_consts(c.table_plain)};
-    const double norm = cuda::optimizer_step(dm_, opt_, k, max_grad_norm);
+  double optimizer_step(const StepConsts& c, float max_grad_norm) override {
+    const double norm = cuda::optimizer_step(dm_, opt_, c, max_grad_norm);
     if (eager_tables_) sync_tables(dm_, opt_);  // every row now: the naive pass a step
     JTOK_CUDA_CHECK(cudaStreamSynchronize(dm_.stream));  // a step ends with its work done: honest step times
     return norm;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/step_consts.h"
 #include "model/transformer.h"
 
 namespace jtok::cuda {
@@ -26,17 +27,6 @@ struct HostAdamWView {
   std::vector<int64_t> moment_offset;
   std::vector<float*> table_m, table_v;  // per table of Model::tables
   int64_t step = 0;
-};
-
-// One kind of tensor's AdamW constants at a step: ops/adamw.h's AdamWStepConsts less grad_scale
-// (the clip coefficient stays on the device).
-struct AdamWStepFloats {
-  float b1, b2, eps, step_size, inv_sqrt_bc2, decay;
-};
-// One step's: the backbone's 2-D weights (decay) and the rest (plain); the token-indexed modules' at
-// their own lr, 2-D and 1-D.
-struct HostStepConsts {
-  AdamWStepFloats decay, plain, table_decay, table_plain;
 };
 
 // One micro-batch's mean LM loss and aux losses (lambda / coef included, as the CPU's Activations).
@@ -55,7 +45,7 @@ class DeviceTrainer {
   virtual double eval_loss(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) = 0;
   // Clips at max_grad_norm (<= 0: never) and steps every parameter and table; returns the gradient
   // norm once the step's work is done. A non-finite norm throws before any weight or moment moves.
-  virtual double optimizer_step(const HostStepConsts& c, float max_grad_norm) = 0;
+  virtual double optimizer_step(const StepConsts& c, float max_grad_norm) = 0;
   // Every table row brought current (the deferred updates owed) and the queued work finished.
   virtual void finish() = 0;
   // Every table row brought current, then the fp32 weights and tables into host (whose layout they

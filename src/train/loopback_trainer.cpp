@@ -20,7 +20,7 @@ void copy_floats(float* dst, const float* src, size_t n) {
 
 // The host's AdamW constants of one kind at the loopback's own step: what the host sent must be
 // these floats (a host and a device whose step counts drifted apart fail here).
-bool same_consts(const cuda::AdamWStepFloats& a, const AdamWStepConsts& b) {
+bool same_consts(const cuda::AdamWConsts& a, const AdamWStepConsts& b) {
   return a.b1 == b.b1 && a.b2 == b.b2 && a.eps == b.eps && a.step_size == b.step_size &&
          a.inv_sqrt_bc2 == b.inv_sqrt_bc2 && a.decay == b.decay;
 }
@@ -61,7 +61,7 @@ class LoopbackTrainer final : public cuda::DeviceTrainer {
     forward(m_, acts_, x, B, T);
     return loss_of_logits(m_, acts_, y);
   }
-  double optimizer_step(const cuda::HostStepConsts& c, float) override {
+  double optimizer_step(const cuda::StepConsts& c, float) override {
     check_consts(c);
     return jtok::optimizer_step(m_, adam_, t_).grad_norm;
   }
@@ -74,14 +74,14 @@ class LoopbackTrainer final : public cuda::DeviceTrainer {
   std::string describe() const override { return "loopback: the CPU engine behind the GPU trainer's interface"; }
 
  private:
-  void check_consts(const cuda::HostStepConsts& c) const;
+  void check_consts(const cuda::StepConsts& c) const;
   const TrainConfig t_;
   Model m_;
   AdamWState adam_;
   Activations acts_;
 };
 
-void LoopbackTrainer::check_consts(const cuda::HostStepConsts& c) const {
+void LoopbackTrainer::check_consts(const cuda::StepConsts& c) const {
   const int64_t step = adam_.step + 1;
   const double lr = lr_at(t_, adam_.step);
   const AdamWStepConsts want = adamw_consts(AdamWHyper{static_cast<float>(lr), static_cast<float>(t_.adam_beta1),

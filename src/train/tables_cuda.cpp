@@ -67,13 +67,13 @@ class TablesOnGpu final : public TablePlacement {
   std::unique_ptr<cuda::DeviceTrainer> trainer_;
 };
 
-cuda::HostStepConsts step_consts(const TrainConfig& t, const StepStats& st, int64_t step) {
+cuda::StepConsts step_consts(const TrainConfig& t, const StepStats& st, int64_t step) {
   auto at = [&](double lr, bool decay) {
     const AdamWStepConsts k =
         adamw_consts(AdamWHyper{static_cast<float>(lr), static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
                                 static_cast<float>(t.adam_epsilon), decay ? static_cast<float>(t.weight_decay) : 0.0f,
                                 step, 1.0f});
-    return cuda::AdamWStepFloats{k.b1, k.b2, k.eps, k.step_size, k.inv_sqrt_bc2, k.decay};
+    return cuda::AdamWConsts{k.b1, k.b2, k.eps, k.step_size, k.inv_sqrt_bc2, k.decay};
   };
   return {at(st.lr, true), at(st.lr, false), at(st.table_lr, true), at(st.table_lr, false)};
 }
