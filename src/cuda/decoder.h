@@ -1,0 +1,63 @@
+// Decoding on the GPU (issue 40): a device copy of a CPU jtok::Model's backbone (bf16, or fp32: the
+// checking instantiation), a paged KV cache in GPU memory and the token tables where the host keeps
+// them, behind a plain C++ interface the CPU code calls (infer/decoder.cpp wraps it as a
+// jtok::Decoder for `jtok generate / serve --device cuda`). The host Model stays the source of the
+// weights and of the tables: rows reach the GPU as cuda/step_rows.h requests them (in place from
+// registered host memory, or staged), or from a device copy (`hbm`, the control).
+//   prefill: tokens (n) of one sequence appended at positions len..len+n-1 -> logits of the last (V)
+//   decode:  one token of each of M sequences, each at its own position -> logits (M, V)
+// V = cfg.vocab_size (the real vocabulary, not the padded one). Logits come back to the host in fp32.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "model/transformer.h"
+
+namespace jtok::cuda {
+
+struct DecoderSettings {
+  bool bf16 = true;            // weights and activations in bf16 (fp32 accumulate); false: fp32 throughout
+  bool kv_bf16 = true;         // KV pages in bf16; false: fp32
+  int64_t max_batch = 16;      // sequences one decode call takes at most
+  int64_t max_prefill = 512;   // tokens one prefill call takes at most (sizes the activations)
+  int64_t kv_tokens = 0;       // KV positions over all open sequences (the page pool); 0 = max_batch x context
+  int64_t page_tokens = 16;    // positions a KV page holds
+  // Where a step's token-table rows come from: "hbm" (a device copy of every table, made at load),
+  // "in_place" (the host's f32 / bf16 tables registered where they lie, read over UVA), "staged" (the
+  // host's own gather into pinned staging, copied on a side stream: any storage, the disk store's
+  // path), "auto" (in_place where every table allows it, else staged).
+  std::string table_rows = "auto";
+};
+
+// Logits of positions pos..pos+n-1 (n, V) of the sequence being prefilled, handed over in blocks
+// (infer/generate.h's PositionLogits).
+using RowLogits = std::function<void(int64_t pos, int64_t n, const float* logits)>;
+
+class DeviceDecoder {
+ public:
+  virtual ~DeviceDecoder() = default;
+  // One line: the GPU, dtype, KV pages and where the rows come from.
+  virtual std::string describe() const = 0;
+  // A new, empty sequence with room for `capacity` positions (pages reserved now): its handle.
+  // Throws jtok::Error naming the pages asked and free when the pool cannot hold it.
+  virtual int64_t open(int64_t capacity) = 0;
+  virtual void close(int64_t seq) = 0;  // its pages back to the pool
+  // A new sequence holding a copy of seq's positions (n choices), room for `capacity` positions.
+  virtual int64_t fork(int64_t seq, int64_t capacity) = 0;
+  virtual int64_t length(int64_t seq) const = 0;
+  // Appends tokens[0..n) (n <= max_prefill) to seq; last_logits (V) gets the last one's logits;
+  // each (optional) every position's.
+  virtual void prefill(int64_t seq, const int32_t* tokens, int64_t n, float* last_logits,
+                       const RowLogits& each = {}) = 0;
+  // One step of M <= max_batch distinct sequences: tokens[i] appended to seqs[i]; logits (M, V).
+  // Returns the token-table rows read (as the CPU's decode_batch counts them).
+  virtual int64_t decode(const int64_t* seqs, const int32_t* tokens, int64_t M, float* logits) = 0;
+};
+
+// The decoder for host's model on device 0. Refuses, naming it, what the GPU decoder does not run.
+// Without CUDA: require_cuda_device()'s error.
+std::unique_ptr<DeviceDecoder> make_device_decoder(const Model& host, const DecoderSettings& s);
+
+}  // namespace jtok::cuda

@@ -1,0 +1,45 @@
+// Sequences decoded with a KV cache each, on one device, behind one interface: the CPU engine
+// (infer/generate.h's prefill / prefill_chunk / decode_batch over a KVCache a sequence: its bits) or
+// the GPU (cuda/decoder.h). `jtok generate` and the serving engine run on it; a sequence is a handle.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/decoder.h"
+#include "infer/generate.h"
+#include "model/transformer.h"
+
+namespace jtok {
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  virtual std::string describe() const = 0;  // "cpu" or the GPU decoder's line
+  // A new, empty sequence with room for `capacity` positions: its handle (>= 0).
+  virtual int64_t open(int64_t capacity) = 0;
+  virtual void close(int64_t seq) = 0;
+  // A new sequence holding a copy of seq's positions (a request's other choices), room for capacity.
+  virtual int64_t fork(int64_t seq, int64_t capacity) = 0;
+  virtual int64_t length(int64_t seq) const = 0;
+  virtual int64_t capacity(int64_t seq) const = 0;
+  // Appends tokens[0..n) to seq; returns the last one's logits (vocab_size). The CPU: an empty
+  // sequence takes prefill (one-shot), a started one prefill_chunk, so pieces give the bits they do
+  // in infer/generate.h. each (optional): every position's logits.
+  virtual std::vector<float> prefill(int64_t seq, const int32_t* tokens, int64_t n,
+                                     const PositionLogits& each = {}) = 0;
+  // One decode step of M distinct sequences (decode_batch): tokens[i] appended to seqs[i], logits
+  // (M, vocab_size). Returns the token-table rows read.
+  virtual int64_t decode(const int64_t* seqs, const int32_t* tokens, int64_t M, float* logits) = 0;
+  // The CPU engine's cache of seq (prefix reuse copies blocks in and out of it); null on a device.
+  virtual KVCache* host_cache(int64_t) { return nullptr; }
+};
+
+// The CPU engine's decoder over m (kv_bf16: KVCache::bf16).
+std::unique_ptr<Decoder> make_cpu_decoder(const Model& m, bool kv_bf16);
+// device "cpu" (make_cpu_decoder, s.kv_bf16) or "cuda" (cuda::make_device_decoder); anything else
+// fails naming it.
+std::unique_ptr<Decoder> make_decoder(const Model& m, const std::string& device, const cuda::DecoderSettings& s);
+
+}  // namespace jtok
