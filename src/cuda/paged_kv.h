@@ -1,0 +1,51 @@
+// The paged KV cache's kernels (issue 40): per layer a K pool and a V pool (n_pages, page_tokens, KV,
+// hd) of KvT (float or __nv_bfloat16), position p of a sequence at page table[p / page_tokens], slot
+// p % page_tokens (cuda/kv_pages.h keeps the tables on the host). A step's R rows each belong to one
+// sequence (row_seq[r]: the row of `page_tables`, (n_seqs, max_pages) int32, that lists its pages) at
+// one position (pos[r]); a prefill's rows are consecutive positions of one sequence, a decode step's
+// one row per sequence. Scale 1/sqrt(hd), fp32 softmax and sums, q head h reads kv head h / (H / KV)
+// (ops/attention.h's decode contract: attention_decode is the CPU twin).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace jtok::cuda {
+
+struct PagedKv {
+  void* k = nullptr;  // (n_pages, page_tokens, KV, hd) of KvT
+  void* v = nullptr;
+  int64_t page_tokens = 16, KV = 0, hd = 0;
+};
+// Where a step's rows sit: (R) each, device int32.
+struct PagedRows {
+  const int32_t* row_seq = nullptr;      // the row of page_tables holding the row's sequence's pages
+  const int32_t* pos = nullptr;          // the row's position in its sequence
+  const int32_t* page_tables = nullptr;  // (n_seqs, max_pages) page ids
+  int64_t max_pages = 0, R = 0;
+};
+
+// k, v (R rows of k_stride / v_stride elements, KV*hd each; e.g. inside fused qkv rows) of E -> the
+// pages at each row's position (E -> KvT rounds to nearest even; same type copies the bits).
+template <typename E, typename KvT>
+void kv_append(const PagedKv& kv, const E* k, int64_t k_stride, const E* v, int64_t v_stride, const PagedRows& rows,
+               cudaStream_t stream);
+
+// Floats of scratch paged_attention needs for R rows of H heads over at most max_len positions.
+int64_t paged_attention_scratch(int64_t R, int64_t H, int64_t hd, int64_t max_len);
+// q (R rows of q_stride elements, H*hd each) of E: row r attends to positions 0..pos[r] of its
+// sequence (kv_append has written them, pos[r] itself included) -> out (R, H, hd) packed, of E.
+// Long rows are split into chunks of positions whose partial softmax states are combined in chunk
+// order: the chunking depends on the row's own position only, so a row's bits do not depend on the
+// other rows of the step (batch invariance) and no float atomics decide bits.
+template <typename E, typename KvT>
+void paged_attention(E* out, const E* q, int64_t q_stride, const PagedKv& kv, const PagedRows& rows, int64_t H,
+                     int64_t max_len, float* scratch, cudaStream_t stream);
+
+// RoPE at each row's own position (cuda/rope.h's rotation; row r uses cos / sin row pos[r]): x (R rows
+// of `stride` elements, head h at x + r*stride + h*hd) rotated in place.
+template <typename S>
+void rope_forward_at(S* x, const float* cos, const float* sin, const int32_t* pos, int64_t R, int64_t H, int64_t hd,
+                     int64_t stride, cudaStream_t stream);
+
+}  // namespace jtok::cuda
