@@ -18,8 +18,8 @@ class KvPages {
   // Throws jtok::Error naming the positions, the pages asked and the pages free (or the handles).
   int64_t open(int64_t capacity);
   void close(int64_t seq);  // its pages back to the pool; an unknown handle fails naming it
-  // A new sequence of capacity >= length(seq) holding seq's positions: `copies` gets the (src, dst)
-  // page pairs whose contents the caller copies (the pages holding positions 0..length(seq)-1).
+  // A new sequence of capacity >= length(seq) holding seq's positions: `copies` is set to the (src,
+  // dst) page pairs whose contents the caller copies (the pages holding positions 0..length(seq)-1).
   int64_t fork(int64_t seq, int64_t capacity, std::vector<std::pair<int32_t, int32_t>>& copies);
   // Moves seq's length on by n (positions written); past its capacity fails naming both.
   void advance(int64_t seq, int64_t n);
