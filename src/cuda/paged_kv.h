@@ -37,7 +37,9 @@ int64_t paged_attention_scratch(int64_t R, int64_t H, int64_t hd, int64_t max_le
 // sequence (kv_append has written them, pos[r] itself included) -> out (R, H, hd) packed, of E.
 // Long rows are split into chunks of positions whose partial softmax states are combined in chunk
 // order: the chunking depends on the row's own position only, so a row's bits do not depend on the
-// other rows of the step (batch invariance) and no float atomics decide bits.
+// other rows of the step (batch invariance) and no float atomics decide bits. hd 32, 64 or 128, KV
+// divides H, the pools 16-byte aligned (refused by value otherwise); a row with pos[r] + 1 outside
+// 1..max_len reads nothing and gets NaN. cuda/paged_kv.cu gives the launch shapes.
 template <typename E, typename KvT>
 void paged_attention(E* out, const E* q, int64_t q_stride, const PagedKv& kv, const PagedRows& rows, int64_t H,
                      int64_t max_len, float* scratch, cudaStream_t stream);

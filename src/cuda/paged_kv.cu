@@ -1,0 +1,373 @@
+// The paged KV cache's kernels (cuda/paged_kv.h): the append of a step's k, v rows into their page
+// slots, RoPE at each row's own position, and flash-decoding attention over the pages.
+//
+// paged_attention runs two kernels on the stream:
+//   paged_partial: one block of kThreads per (row r, kv head g, chunk c) with c < nc(r) = ceil((pos[r]
+//     + 1) / kChunk); it reads the chunk's K and V rows once for the group's H / KV query heads and
+//     writes, per (row, head, chunk), the chunk's score maximum m, sum of exp l and unnormalised V sum
+//     o (hd) in fp32 to scratch. Grid (R, KV, ceil(max_len / kChunk)); blocks past nc(r) return.
+//   paged_combine: one block of hd threads per (row, head): the row's chunks in chunk order,
+//     out = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) l_c with M = max_c m_c. Grid (R, H).
+// Both depend on the row's own position, sequence and q only (batch invariance), and every sum has a
+// fixed order (no atomics): a row's bits are the same alone, in any batch and on every run.
+// In paged_partial a K or V row of hd elements is read as 16-byte vectors: kVec elements a lane,
+// kLanes lanes a row, kRows rows a warp at once (RowLanes); a score is a shuffle sum over the row's
+// lanes, a V sum a shuffle sum over the warp's rows and then over the warps in order.
+// tests/cuda/emulate_paged_kv.py transcribes both kernels lane by lane (no GPU needed).
+#include "cuda/paged_kv.h"
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/error.h"
+#include "cuda/attention_mma.h"
+#include "cuda/check.h"
+#include "cuda/common.cuh"
+
+namespace jtok::cuda {
+namespace {
+
+constexpr int kChunk = 256;     // positions per flash-decoding chunk: fixed, so nc(r) is pos[r]'s alone
+constexpr int kWarps = 4;       // paged_partial: threads per block kWarps * 32
+constexpr int kThreads = kWarps * 32;
+constexpr int kHeadBatch = 4;   // query heads whose V sums a lane keeps in registers at once
+constexpr int kAppendThreads = 256;
+constexpr int kRopeThreads = 256;
+constexpr size_t kDefaultSmem = 48 * 1024;  // dynamic shared memory without the opt-in
+
+template <int HD, typename KvT>
+struct RowLanes {
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(KvT));
+  static constexpr int kLanes = HD / kVec;
+  static constexpr int kRows = 32 / kLanes;
+  static_assert(kLanes >= 1 && kLanes <= 32 && 32 % kLanes == 0, "a row spans a power of two of lanes");
+};
+
+__device__ __forceinline__ float warp_max(float x) {
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+// The element offset of position p's (KV, hd) row in a pool: table lists the sequence's pages.
+__device__ __forceinline__ int64_t slot_offset(const int32_t* table, int p, int page_tokens, int64_t kvd) {
+  const int64_t page = table[p / page_tokens];
+  return (page * page_tokens + p % page_tokens) * kvd;
+}
+
+// 16 bytes at p (16-byte aligned) as fp32: 4 floats or 8 bf16.
+__device__ __forceinline__ void load_vec(float (&out)[4], const float* p) {
+  const float4 x = __ldg(reinterpret_cast<const float4*>(p));
+  out[0] = x.x;
+  out[1] = x.y;
+  out[2] = x.z;
+  out[3] = x.w;
+}
+__device__ __forceinline__ void load_vec(float (&out)[8], const __nv_bfloat16* p) {
+  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+  const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(b[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+// E -> KvT: the same type copies the bits; else through fp32 (bf16 rounded to nearest even).
+template <typename KvT, typename E>
+__device__ __forceinline__ KvT to_kv(E x) {
+  if constexpr (std::is_same_v<E, KvT>)
+    return x;
+  else
+    return from_f32<KvT>(to_f32(x));
+}
+
+// Thread i of R * KV * hd: row r = i / kvd, element j; k and v both.
+template <typename E, typename KvT>
+__global__ void kv_append_kernel(PagedKv kv, const E* k, int64_t k_stride, const E* v, int64_t v_stride,
+                                 PagedRows rows) {
+  const int64_t kvd = kv.KV * kv.hd;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows.R * kvd) return;
+  const int64_t r = i / kvd, j = i % kvd;
+  const int32_t* table = rows.page_tables + static_cast<int64_t>(rows.row_seq[r]) * rows.max_pages;
+  const int64_t at = slot_offset(table, rows.pos[r], static_cast<int>(kv.page_tokens), kvd) + j;
+  static_cast<KvT*>(kv.k)[at] = to_kv<KvT>(k[r * k_stride + j]);
+  static_cast<KvT*>(kv.v)[at] = to_kv<KvT>(v[r * v_stride + j]);
+}
+
+// Pair p of R*H*half: row r, head h, index i (cuda/rope.cu's rotation at position pos[r]).
+template <typename S>
+__global__ void rope_at_kernel(S* x, const float* cos, const float* sin, const int32_t* pos, int64_t R, int64_t H,
+                               int64_t hd, int64_t stride) {
+  const int64_t half = hd / 2;
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p >= R * H * half) return;
+  const int64_t i = p % half, h = (p / half) % H, r = p / (half * H);
+  S* xv = x + r * stride + h * hd;
+  const int64_t t = pos[r];
+  const float c = cos[t * half + i], s = sin[t * half + i];
+  const float x1 = to_f32(xv[i]), x2 = to_f32(xv[i + half]);
+  xv[i] = from_f32<S>(x1 * c - x2 * s);
+  xv[i + half] = from_f32<S>(x2 * c + x1 * s);
+}
+
+// What one paged_partial block works on.
+struct ChunkJob {
+  const int32_t* table;  // the row's sequence's pages
+  int j0, len;           // positions j0 .. j0 + len - 1
+  int64_t part;          // (row, first head of the group, chunk) index into the m, l scratch
+  int chunks;            // scratch entries a (row, head): ceil(max_len / kChunk)
+};
+
+// ps[hh * kChunk + jj] = scale * q_hh . k_(j0 + jj) for the group's heads hh (qs (group, HD) fp32).
+template <int HD, typename KvT>
+__device__ void chunk_scores(float* ps, const float* qs, const KvT* kbase, const ChunkJob& job, int page_tokens,
+                             int64_t kvd, int group, float scale) {
+  using L = RowLanes<HD, KvT>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / L::kLanes, slice = lane % L::kLanes;
+  for (int jj0 = warp * L::kRows; jj0 < job.len; jj0 += kWarps * L::kRows) {  // uniform over the warp
+    const int jj = jj0 + sub;
+    float kx[L::kVec] = {};
+    if (jj < job.len) load_vec(kx, kbase + slot_offset(job.table, job.j0 + jj, page_tokens, kvd) + slice * L::kVec);
+    for (int hh = 0; hh < group; ++hh) {
+      const float4* q4 = reinterpret_cast<const float4*>(qs + hh * HD + slice * L::kVec);
+      float s = 0.0f;
+#pragma unroll
+      for (int e = 0; e < L::kVec / 4; ++e) {
+        const float4 qv = q4[e];
+        s = fmaf(qv.x, kx[4 * e], s);
+        s = fmaf(qv.y, kx[4 * e + 1], s);
+        s = fmaf(qv.z, kx[4 * e + 2], s);
+        s = fmaf(qv.w, kx[4 * e + 3], s);
+      }
+#pragma unroll
+      for (int o = L::kLanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (jj < job.len && slice == 0) ps[hh * kChunk + jj] = s * scale;
+    }
+  }
+}
+
+// Per head of the group (a warp each): the chunk's maximum m and sum of exp l to scratch, and the
+// scores in ps replaced by exp(s - m).
+__device__ void chunk_softmax(float* ps, const ChunkJob& job, int group, float* part_m, float* part_l) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int hh = warp; hh < group; hh += kWarps) {
+    float* s = ps + hh * kChunk;
+    float m = -INFINITY;
+    for (int j = lane; j < job.len; j += 32) m = fmaxf(m, s[j]);
+    m = warp_max(m);  // finite: the chunk holds a position
+    float l = 0.0f;
+    for (int j = lane; j < job.len; j += 32) {
+      const float p = expf(s[j] - m);
+      s[j] = p;
+      l += p;
+    }
+    l = warp_sum(l);
+    if (lane == 0) {
+      part_m[job.part + static_cast<int64_t>(hh) * job.chunks] = m;
+      part_l[job.part + static_cast<int64_t>(hh) * job.chunks] = l;
+    }
+  }
+}
+
+// part_o (HD) of each head of the group = sum_jj ps[hh][jj] v_(j0 + jj), kHeadBatch heads per pass
+// over V: a lane sums its rows, the warp's rows by shuffles, the warps in order through red.
+template <int HD, typename KvT>
+__device__ void chunk_values(float* part_o, float* red, const float* ps, const KvT* vbase, const ChunkJob& job,
+                             int page_tokens, int64_t kvd, int group) {
+  using L = RowLanes<HD, KvT>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / L::kLanes, slice = lane % L::kLanes;
+  for (int h0 = 0; h0 < group; h0 += kHeadBatch) {
+    const int nh = min(kHeadBatch, group - h0);
+    float acc[kHeadBatch][L::kVec] = {};
+    for (int jj = warp * L::kRows + sub; jj < job.len; jj += kWarps * L::kRows) {
+      float vx[L::kVec];
+      load_vec(vx, vbase + slot_offset(job.table, job.j0 + jj, page_tokens, kvd) + slice * L::kVec);
+#pragma unroll
+      for (int b = 0; b < kHeadBatch; ++b) {
+        if (b >= nh) break;
+        const float p = ps[(h0 + b) * kChunk + jj];
+#pragma unroll
+        for (int e = 0; e < L::kVec; ++e) acc[b][e] = fmaf(p, vx[e], acc[b][e]);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kHeadBatch; ++b)
+#pragma unroll
+      for (int e = 0; e < L::kVec; ++e)
+#pragma unroll
+        for (int o = L::kLanes; o < 32; o <<= 1) acc[b][e] += __shfl_xor_sync(0xffffffffu, acc[b][e], o);
+    if (sub == 0)
+      for (int b = 0; b < nh; ++b)
+#pragma unroll
+        for (int e = 0; e < L::kVec; ++e) red[(warp * kHeadBatch + b) * HD + slice * L::kVec + e] = acc[b][e];
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh * HD; i += kThreads) {
+      const int b = i / HD, d = i % HD;
+      float o = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) o += red[(w * kHeadBatch + b) * HD + d];
+      part_o[(job.part + static_cast<int64_t>(h0 + b) * job.chunks) * HD + d] = o;
+    }
+    __syncthreads();  // red is rewritten by the next batch
+  }
+}
+
+// One block per (row, kv head, chunk): shared memory qs (group, HD), ps (group, kChunk), red
+// (kWarps, kHeadBatch, HD), all fp32.
+template <int HD, typename E, typename KvT>
+__global__ void __launch_bounds__(kThreads)
+    paged_partial(float* part_o, float* part_m, float* part_l, const E* q, int64_t q_stride, PagedKv kv,
+                  PagedRows rows, int H, int chunks, int64_t max_len, float scale) {
+  const int r = blockIdx.x, g = blockIdx.y, c = blockIdx.z, group = H / static_cast<int>(kv.KV);
+  const int64_t n = static_cast<int64_t>(rows.pos[r]) + 1;  // positions the row sees
+  // Past the row's last chunk, or a row outside 1..max_len positions (paged_combine writes NaN).
+  if (n <= 0 || n > max_len || static_cast<int64_t>(c) * kChunk >= n) return;
+  extern __shared__ __align__(16) float smem[];  // qs is read as float4
+  float *qs = smem, *ps = qs + group * HD, *red = ps + group * kChunk;
+  const int page_tokens = static_cast<int>(kv.page_tokens);
+  const int64_t kvd = kv.KV * HD;
+  const ChunkJob job{rows.page_tables + static_cast<int64_t>(rows.row_seq[r]) * rows.max_pages, c * kChunk,
+                     static_cast<int>(min(static_cast<int64_t>(kChunk), n - static_cast<int64_t>(c) * kChunk)),
+                     (static_cast<int64_t>(r) * H + static_cast<int64_t>(g) * group) * chunks + c, chunks};
+  const E* qrow = q + static_cast<int64_t>(r) * q_stride + static_cast<int64_t>(g) * group * HD;
+  for (int i = threadIdx.x; i < group * HD; i += kThreads) qs[i] = to_f32(qrow[i]);
+  __syncthreads();
+  chunk_scores<HD>(ps, qs, static_cast<const KvT*>(kv.k) + g * HD, job, page_tokens, kvd, group, scale);
+  __syncthreads();
+  chunk_softmax(ps, job, group, part_m, part_l);
+  __syncthreads();
+  chunk_values<HD>(part_o, red, ps, static_cast<const KvT*>(kv.v) + g * HD, job, page_tokens, kvd, group);
+}
+
+// One block of HD threads per (row, head): thread d combines the row's chunks for element d.
+template <int HD, typename E>
+__global__ void __launch_bounds__(HD) paged_combine(E* out, const float* part_o, const float* part_m,
+                                                    const float* part_l, PagedRows rows, int H, int chunks,
+                                                    int64_t max_len) {
+  const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  const int64_t n = static_cast<int64_t>(rows.pos[r]) + 1;
+  E* o = out + (static_cast<int64_t>(r) * H + h) * HD + d;
+  if (n <= 0 || n > max_len) {  // the caller's max_len was wrong: no answer
+    *o = from_f32<E>(NAN);
+    return;
+  }
+  const int nc = static_cast<int>((n + kChunk - 1) / kChunk);
+  const int64_t base = (static_cast<int64_t>(r) * H + h) * chunks;
+  float M = -INFINITY;
+  for (int c = 0; c < nc; ++c) M = fmaxf(M, part_m[base + c]);
+  float l = 0.0f, acc = 0.0f;
+  for (int c = 0; c < nc; ++c) {
+    const float w = expf(part_m[base + c] - M);
+    l = fmaf(part_l[base + c], w, l);
+    acc = fmaf(part_o[(base + c) * HD + d], w, acc);
+  }
+  *o = from_f32<E>(acc / l);
+}
+
+int64_t chunks_for(int64_t max_len) { return (max_len + kChunk - 1) / kChunk; }
+
+size_t partial_smem_bytes(int64_t group, int64_t hd) {
+  return static_cast<size_t>(group * hd + group * kChunk + kWarps * kHeadBatch * hd) * sizeof(float);
+}
+
+// The shape checks of paged_attention: every refusal names its values.
+void check_attention(const PagedKv& kv, const PagedRows& rows, int64_t H, int64_t q_stride, int64_t max_len) {
+  const int64_t hd = kv.hd;
+  if (!attention_head_dim_supported(hd)) fail("paged attention: head dim ", hd, " is not supported (32, 64 or 128)");
+  if (H <= 0 || kv.KV <= 0 || H % kv.KV != 0 || H > 65535)
+    fail("paged attention: H ", H, " query heads over KV ", kv.KV, " kv heads (KV must divide H, H <= 65535)");
+  if (q_stride < H * hd) fail("paged attention: q rows of ", q_stride, " elements are shorter than H*hd = ", H * hd);
+  if (kv.page_tokens <= 0) fail("paged attention: ", kv.page_tokens, " positions a page");
+  if (rows.R < 0 || rows.R > INT32_MAX) fail("paged attention: ", rows.R, " rows");
+  if (max_len <= 0 || chunks_for(max_len) > 65535)
+    fail("paged attention: max_len ", max_len, " (1 .. ", int64_t{65535} * kChunk, " positions)");
+  if (reinterpret_cast<uintptr_t>(kv.k) % 16 != 0 || reinterpret_cast<uintptr_t>(kv.v) % 16 != 0)
+    fail("paged attention: the K / V pools (", kv.k, ", ", kv.v, ") are not 16-byte aligned");
+  const size_t smem = partial_smem_bytes(H / kv.KV, hd);
+  if (smem > 200 * 1024)
+    fail("paged attention: ", H / kv.KV, " query heads a kv head at head dim ", hd, " need ", smem / 1024,
+         " KiB of shared memory (200 at most)");
+}
+
+template <int HD, typename E, typename KvT>
+void launch_attention(E* out, const E* q, int64_t q_stride, const PagedKv& kv, const PagedRows& rows, int64_t H,
+                      int64_t max_len, float* scratch, cudaStream_t stream) {
+  const int64_t chunks = chunks_for(max_len), entries = rows.R * H * chunks;
+  float *part_o = scratch, *part_m = part_o + entries * HD, *part_l = part_m + entries;
+  const size_t smem = partial_smem_bytes(H / kv.KV, HD);
+  if (smem > kDefaultSmem)
+    JTOK_CUDA_CHECK(cudaFuncSetAttribute(paged_partial<HD, E, KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>(rows.R), static_cast<unsigned>(kv.KV), static_cast<unsigned>(chunks));
+  paged_partial<HD, E, KvT><<<grid, kThreads, smem, stream>>>(part_o, part_m, part_l, q, q_stride, kv, rows,
+                                                              static_cast<int>(H), static_cast<int>(chunks), max_len,
+                                                              1.0f / std::sqrt(static_cast<float>(HD)));
+  JTOK_CUDA_CHECK_LAUNCH();
+  paged_combine<HD, E><<<dim3(static_cast<unsigned>(rows.R), static_cast<unsigned>(H)), HD, 0, stream>>>(
+      out, part_o, part_m, part_l, rows, static_cast<int>(H), static_cast<int>(chunks), max_len);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+template <typename E, typename KvT>
+void kv_append(const PagedKv& kv, const E* k, int64_t k_stride, const E* v, int64_t v_stride, const PagedRows& rows,
+               cudaStream_t stream) {
+  const int64_t kvd = kv.KV * kv.hd;
+  if (kv.KV <= 0 || kv.hd <= 0 || kv.page_tokens <= 0)
+    fail("kv_append: KV ", kv.KV, " hd ", kv.hd, " page_tokens ", kv.page_tokens, " (all positive)");
+  if (k_stride < kvd || v_stride < kvd)
+    fail("kv_append: k / v rows of ", k_stride, " / ", v_stride, " elements are shorter than KV*hd = ", kvd);
+  if (rows.R < 0) fail("kv_append: ", rows.R, " rows");
+  if (rows.R == 0) return;
+  kv_append_kernel<E, KvT><<<ceil_div(rows.R * kvd, kAppendThreads), kAppendThreads, 0, stream>>>(kv, k, k_stride, v,
+                                                                                                  v_stride, rows);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+int64_t paged_attention_scratch(int64_t R, int64_t H, int64_t hd, int64_t max_len) {
+  if (R <= 0 || H <= 0 || hd <= 0 || max_len <= 0) return 0;
+  return R * H * chunks_for(max_len) * (hd + 2);
+}
+
+template <typename E, typename KvT>
+void paged_attention(E* out, const E* q, int64_t q_stride, const PagedKv& kv, const PagedRows& rows, int64_t H,
+                     int64_t max_len, float* scratch, cudaStream_t stream) {
+  check_attention(kv, rows, H, q_stride, max_len);
+  if (rows.R == 0) return;
+  with_head_dim(kv.hd, [&](auto d) {
+    launch_attention<decltype(d)::value, E, KvT>(out, q, q_stride, kv, rows, H, max_len, scratch, stream);
+  });
+}
+
+template <typename S>
+void rope_forward_at(S* x, const float* cos, const float* sin, const int32_t* pos, int64_t R, int64_t H, int64_t hd,
+                     int64_t stride, cudaStream_t stream) {
+  if (hd <= 0 || hd % 2 != 0 || H <= 0 || stride < H * hd || R < 0)
+    fail("rope_forward_at: R ", R, " H ", H, " hd ", hd, " stride ", stride, " (hd even, stride >= H*hd)");
+  const int64_t pairs = R * H * (hd / 2);
+  if (pairs == 0) return;
+  rope_at_kernel<S><<<ceil_div(pairs, kRopeThreads), kRopeThreads, 0, stream>>>(x, cos, sin, pos, R, H, hd, stride);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+#define JTOK_PAGED_KV(E, KvT)                                                                                      \
+  template void kv_append<E, KvT>(const PagedKv&, const E*, int64_t, const E*, int64_t, const PagedRows&,          \
+                                  cudaStream_t);                                                                   \
+  template void paged_attention<E, KvT>(E*, const E*, int64_t, const PagedKv&, const PagedRows&, int64_t, int64_t, \
+                                        float*, cudaStream_t);
+JTOK_PAGED_KV(float, float)
+JTOK_PAGED_KV(float, __nv_bfloat16)
+JTOK_PAGED_KV(__nv_bfloat16, float)
+JTOK_PAGED_KV(__nv_bfloat16, __nv_bfloat16)
+#undef JTOK_PAGED_KV
+
+template void rope_forward_at<float>(float*, const float*, const float*, const int32_t*, int64_t, int64_t, int64_t,
+                                     int64_t, cudaStream_t);
+template void rope_forward_at<__nv_bfloat16>(__nv_bfloat16*, const float*, const float*, const int32_t*, int64_t,
+                                             int64_t, int64_t, int64_t, cudaStream_t);
+
+}  // namespace jtok::cuda
