@@ -171,12 +171,15 @@ TEST(CudaOps, Adamw) {
 
 // Global norm over three tensors (a chunk and a bit, one whole chunk, a short one) and the clip
 // coefficient, against the CPU's arithmetic (grad_global_norm: fp32 per 4096 chunk, double over
-// chunks; coef in fp32 as clip_grad_norm_).
+// chunks; coef in fp32 as clip_grad_norm_). Tolerance 1e-5: the CPU adds a chunk's 4096 squares one
+// after another into one fp32 sum, the GPU by a tree; a host emulation of both orders over 200 input
+// seeds puts the norm's error at up to 7e-7 in fp32 and 1.7e-6 to 2.2e-6 in bf16 (the squares of
+// bf16 values round the same way often: the sequential sum drifts), past the 1e-6 this had.
 TEST(CudaOps, GlobalNorm) {
   const std::vector<int64_t> sizes = {5000, 4096, 77};
   std::vector<std::vector<float>> gs;
   for (size_t k = 0; k < sizes.size(); ++k) gs.push_back(randn(sizes[k], 41 + k));
-  CudaCase c{"global_norm", "n 5000 + 4096 + 77", {1e-6, 1e-6}};
+  CudaCase c{"global_norm", "n 5000 + 4096 + 77", {1e-5, 1e-5}};
   c.cpu = [&](DType t) {
     double ss = 0;
     for (const auto& g0 : gs) {
