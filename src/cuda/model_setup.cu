@@ -25,7 +25,7 @@ void check_device_supported(const Model& host, const std::string& who) {
            kMoeMaxTopK);
   }
   if (host.lowp.any())
-    fail(who, ": low-precision (exported) ", dtype_name(host.lowp.dtype), " weights are not on the GPU (load f32 weights)");
+    fail(who, ": low-precision (exported) ", dtype_name(host.lowp.dtype), " weights are not on the GPU (load f32)");
   if (c.hd() != 32 && c.hd() != 64 && c.hd() != 128)
     fail(who, ": head_dim ", c.hd(), " (the GPU attention runs head_dim 32, 64 or 128)");
   for (size_t k = 0; k < host.tables.size(); ++k) {
