@@ -110,7 +110,10 @@ template <typename E>
 void GpuDecoder<E>::upload_step(const int32_t* tokens, int64_t R, const int64_t* seqs, int64_t seq, int64_t pos0) {
   check_ids(tokens, R, st_.cfg.vocab_size, "token");
   DecoderActs<E>& A = st_.acts;
-  int32_t* h = A.host_step.get();  // the previous step's copy of it is done: every step ends in a sync
+  // Idle but for an open's or a fork's copies (a step ends in a sync; one that threw may not have):
+  // the previous copy out of host_step is done before it is rewritten.
+  JTOK_CUDA_CHECK(cudaStreamSynchronize(st_.s()));
+  int32_t* h = A.host_step.get();
   const int64_t n = A.max_rows;
   for (int64_t r = 0; r < R; ++r) {
     const int64_t sq = seqs ? seqs[r] : seq;
