@@ -24,6 +24,7 @@ struct DecoderSettings {
   int64_t max_prefill = 512;   // tokens one prefill call takes at most (sizes the activations)
   int64_t kv_tokens = 0;       // KV positions over all open sequences (the page pool); 0 = max_batch x context
   int64_t page_tokens = 16;    // positions a KV page holds
+  int64_t max_seqs = 0;        // sequences open at once (forks included); 0 = 4 x max_batch
   // Where a step's token-table rows come from: "hbm" (a device copy of every table, made at load),
   // "in_place" (the host's f32 / bf16 tables registered where they lie, read over UVA), "staged" (the
   // host's own gather into pinned staging, copied on a side stream: any storage, the disk store's

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -53,6 +54,15 @@ struct DeviceView {
   P* norm = nullptr;     // (d)
   P* lm_head = nullptr;  // (Vp, d); == embed when tied
 };
+
+// What the GPU does not run, refused by name before anything is allocated (the GPU model's and the
+// GPU decoder's; `who` starts each message): low-precision (exported) weights, head dims other than
+// 32 / 64 / 128, MoE top-K past the kernels' bound, token tables that are not whole (Vp, d) tables.
+void check_device_supported(const Model& host, const std::string& who);
+// The device view of a flat buffer at base laid out as host.params (base + (host pointer -
+// host.params.data()), null kept). P: float or __nv_bfloat16.
+template <typename P>
+DeviceView<P> device_view(P* base, const Model& host);
 
 template <typename E>
 struct DeviceModel {

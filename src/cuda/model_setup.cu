@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/dtype.h"
 #include "cuda/dedup.h"
 #include "cuda/jtok.h"
 #include "cuda/model.h"
@@ -14,31 +15,28 @@
 
 namespace jtok::cuda {
 
-namespace {
-
-// What the GPU model does not run yet, refused by name before anything is allocated.
-void check_supported(const Model& host) {
+void check_device_supported(const Model& host, const std::string& who) {
   const auto& c = host.cfg;
   for (size_t l = 0; l < host.w.layers.size(); ++l) {
     const LayerView& W = host.w.layers[l];
-    const std::string at = "cuda model: layer " + std::to_string(l) + " ";
+    const std::string at = who + ": layer " + std::to_string(l) + " ";
     if (W.moe.router && c.num_experts_per_tok > kMoeMaxTopK)
       fail(at, "routes each token to num_experts_per_tok ", c.num_experts_per_tok, " experts: the GPU takes at most ",
            kMoeMaxTopK);
   }
-  if (host.lowp.any()) fail("cuda model: low-precision (exported) weights are for inference only, not the GPU model");
+  if (host.lowp.any())
+    fail(who, ": low-precision (exported) ", dtype_name(host.lowp.dtype), " weights are not on the GPU (load f32)");
   if (c.hd() != 32 && c.hd() != 64 && c.hd() != 128)
-    fail("cuda model: head_dim ", c.hd(), " (the GPU attention runs head_dim 32, 64 or 128)");
+    fail(who, ": head_dim ", c.hd(), " (the GPU attention runs head_dim 32, 64 or 128)");
   for (size_t k = 0; k < host.tables.size(); ++k) {
     const TokenTable& t = host.tables[k];
     if (t.rows != c.padded_vocab() || t.id_first != 0 || t.id_stride != 1 || t.dim != c.hidden_size)
-      fail("cuda model: table ", host.table_names[k], " is not a whole (", c.padded_vocab(), ", ", c.hidden_size,
+      fail(who, ": table ", host.table_names[k], " is not a whole (", c.padded_vocab(), ", ", c.hidden_size,
            ") table (rows ", t.rows, ", dim ", t.dim, "): a shard is not on the GPU");
   }
-  if (host.rope.half * 2 != c.hd()) fail("cuda model: the RoPE table's half width ", host.rope.half, " != head_dim/2");
+  if (host.rope.half * 2 != c.hd()) fail(who, ": the RoPE table's half width ", host.rope.half, " != head_dim/2");
 }
 
-// The device view at the host view's offsets: base + (host pointer - host.params), null kept.
 template <typename P>
 DeviceView<P> device_view(P* base, const Model& host) {
   const float* hb = host.params.data();
@@ -59,12 +57,10 @@ DeviceView<P> device_view(P* base, const Model& host) {
   return v;
 }
 
-}  // namespace
-
 template <typename E>
 DeviceModel<E>::DeviceModel(const Model& host, cudaStream_t s)
     : cfg(host.cfg), layout(host.layout), n_params(static_cast<int64_t>(host.params.size())), stream(s) {
-  check_supported(host);
+  check_device_supported(host, "cuda model");
   for (const ParamInfo& p : layout) trainable.push_back(param_trainable(host, p) ? 1 : 0);
   master.resize(n_params);
   copy_to_device(master.get(), host.params.data(), n_params);
@@ -274,6 +270,7 @@ std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, int64_t k)
 
 #define JTOK_MODEL_SETUP_INSTANTIATE(E)                                                                   \
   template struct DeviceModel<E>;                                                                         \
+  template DeviceView<E> device_view<E>(E*, const Model&);                                                \
   template void ensure_device_activations<E>(DeviceActs<E>&, const DeviceModel<E>&, int64_t, int64_t, int64_t); \
   template std::vector<float> download_table_grad<E>(const DeviceModel<E>&, int64_t);                     \
   template std::vector<float> download_table<E>(const DeviceModel<E>&, int64_t);                          \

@@ -1,14 +1,54 @@
 // Every layer's token-table rows of a step on a side stream, one event per layer
 // (src/cuda/step_rows.h). Host code only: the kernels are host_rows.cu's gather and dedup.cu's.
 #include <algorithm>
+#include <numeric>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "cuda/step_rows.h"
+#include "ops/lowp_convert.h"
 
 namespace jtok::cuda {
 
-const char* row_path_name(RowPath p) { return p == RowPath::in_place ? "in_place" : "staged"; }
+const char* row_path_name(RowPath p) {
+  switch (p) {
+    case RowPath::in_place: return "in_place";
+    case RowPath::staged: return "staged";
+    case RowPath::hbm: return "hbm";
+  }
+  return "?";
+}
+
+namespace {
+
+// t's rows (whole: ids 0..rows-1) on the device in T: the host's gather (any storage, f32) a block of
+// rows at a time, bf16 rounded to nearest even (the staged path's rounding, the gather kernel's).
+template <typename T>
+DeviceArray<T> upload_table(const TokenTable& t) {
+  constexpr int64_t kBlock = 2048;
+  DeviceArray<T> out(t.rows * t.dim);
+  std::vector<int32_t> ids;
+  std::vector<float> f32;
+  std::vector<uint16_t> b16;
+  for (int64_t r0 = 0; r0 < t.rows; r0 += kBlock) {
+    const int64_t n = std::min(kBlock, t.rows - r0);
+    ids.resize(static_cast<size_t>(n));
+    std::iota(ids.begin(), ids.end(), static_cast<int32_t>(r0));
+    f32.resize(static_cast<size_t>(n * t.dim));
+    gather_rows(f32.data(), t, ids.data(), n);
+    if constexpr (std::is_same_v<T, float>) {
+      copy_to_device(out.get() + r0 * t.dim, f32.data(), n * t.dim);
+    } else {
+      b16.resize(f32.size());
+      quantize_bf16(b16.data(), f32.data(), n * t.dim);
+      copy_to_device(reinterpret_cast<uint16_t*>(out.get() + r0 * t.dim), b16.data(), n * t.dim);
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 std::vector<LayerTables> layer_tables(const Model& m) {
   std::vector<LayerTables> out;
@@ -48,12 +88,17 @@ StepRows<T>::StepRows(std::vector<LayerTables> layers, int64_t max_n, RowPath pa
     : layers_(std::move(layers)), max_n_(max_n), path_(path) {
   check_shapes();
   registered_.reserve(static_cast<size_t>(slots_));
-  if (path_ == RowPath::in_place)
-    for (const LayerTables& lt : layers_)
-      for (const TokenTable* t : lt.tables)
+  for (const LayerTables& lt : layers_)
+    for (const TokenTable* t : lt.tables) {
+      if (path_ == RowPath::in_place) {
         registered_.emplace_back(*t, ("layer " + std::to_string(lt.layer) + "'s token table").c_str());
-  else
-    staging_ = PinnedArray<T>(slots_ * max_n_ * d_);
+        sources_.push_back(registered_.back().source());
+      } else if (path_ == RowPath::hbm) {
+        device_tables_.push_back(upload_table<T>(*t));
+        sources_.push_back({device_tables_.back().get(), V_, d_, std::is_same_v<T, float> ? Dtype::f32 : Dtype::bf16});
+      }
+    }
+  if (path_ == RowPath::staged) staging_ = PinnedArray<T>(slots_ * max_n_ * d_);
   out_.resize(slots_ * max_n_ * d_);
   ids_pinned_ = PinnedArray<int32_t>(max_n_);
   ids_.resize(max_n_);
@@ -120,12 +165,12 @@ void StepRows<T>::gather_layer(int64_t k, const RowBatch& host_rb, int64_t N) {
   const LayerTables& lt = layers_[static_cast<size_t>(k)];
   cudaEvent_t ready = ready_[static_cast<size_t>(k)];
   const int64_t n_tables = static_cast<int64_t>(lt.tables.size()), first = first_slot_[static_cast<size_t>(k)];
-  if (path_ == RowPath::in_place) {  // one launch for the layer's tables (ids checked on the host)
+  if (path_ != RowPath::staged) {  // one launch for the layer's tables (ids checked on the host)
     std::vector<T*> outs;
     std::vector<RowSource> srcs;
     for (int64_t i = 0; i < n_tables; ++i) {
       outs.push_back(slot(k, i));
-      srcs.push_back(registered_[static_cast<size_t>(first + i)].source());
+      srcs.push_back(sources_[static_cast<size_t>(first + i)]);
     }
     gather_rows_device_tables(outs.data(), srcs.data(), static_cast<int>(n_tables), rb_, N, RowErrors{}, side_);
     JTOK_CUDA_CHECK(cudaEventRecord(ready, side_));

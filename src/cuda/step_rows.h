@@ -7,7 +7,10 @@
 //   rows(l, i) (U, d) of T = table's rows of rb.unique (U = *rb.num_unique)
 // Two paths (issue 40: chosen by measurement): in place (host_rows.h: the tables registered where
 // they lie, read by the gather kernel over UVA; f32 / bf16 tables in memory) and staged
-// (row_staging.h: gathered on the host into pinned staging and copied; any table the CPU reads).
+// (row_staging.h: gathered on the host into pinned staging and copied; any table the CPU reads);
+// and the control, hbm: a device copy of every table in T made once (the host's gather, any
+// storage; bf16 rounded to nearest even as the other paths round), gathered by the same kernel as
+// in place. The three give the same bits.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -23,8 +26,8 @@
 
 namespace jtok::cuda {
 
-enum class RowPath { in_place, staged };
-const char* row_path_name(RowPath p);  // "in_place", "staged"
+enum class RowPath { in_place, staged, hbm };
+const char* row_path_name(RowPath p);  // "in_place", "staged", "hbm"
 
 // The tables one layer reads, in order: its JTok table, then its JTok-M tables (n_e, consecutive).
 struct LayerTables {
@@ -38,7 +41,8 @@ template <typename T>
 class StepRows {
  public:
   // Every table: the same rows (V) and dim (d), else it fails naming the layer. max_n: the most ids a
-  // step brings. in_place registers every table (register_table_rows: f32 / bf16 in memory only).
+  // step brings. in_place registers every table (register_table_rows: f32 / bf16 in memory only);
+  // hbm copies every table to the device (rows x d of T each).
   StepRows(std::vector<LayerTables> layers, int64_t max_n, RowPath path);
   ~StepRows();
   StepRows(const StepRows&) = delete;
@@ -75,6 +79,8 @@ class StepRows {
   int64_t max_n_ = 0, V_ = 0, d_ = 0, slots_ = 0;
   RowPath path_;
   std::vector<RegisteredRows> registered_;  // in place: one per slot
+  std::vector<DeviceArray<T>> device_tables_;  // hbm: one per slot
+  std::vector<RowSource> sources_;           // in place, hbm: the gather's source of each slot
   DeviceArray<T> out_;                       // (slots, max_n, d)
   PinnedArray<T> staging_;                   // staged: (slots, max_n, d)
   PinnedArray<int32_t> ids_pinned_;          // (max_n)

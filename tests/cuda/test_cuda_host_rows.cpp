@@ -408,12 +408,16 @@ void check_step_rows(jtok::cuda::RowPath path, Dtype dt) {
 }
 
 TEST(CudaHostRows, StepRowsEveryLayer) {
-  for (jtok::cuda::RowPath path : {jtok::cuda::RowPath::in_place, jtok::cuda::RowPath::staged})
+  for (jtok::cuda::RowPath path :
+       {jtok::cuda::RowPath::in_place, jtok::cuda::RowPath::staged, jtok::cuda::RowPath::hbm})
     for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
       SCOPED_TRACE(jtok::dtype_name(dt));
       check_step_rows<float>(path, dt);
       check_step_rows<bf16>(path, dt);
     }
+  // The device copy of an int8 table: the host's dequantized rows (as staged).
+  check_step_rows<float>(jtok::cuda::RowPath::hbm, Dtype::int8);
+  check_step_rows<bf16>(jtok::cuda::RowPath::hbm, Dtype::int8);
 }
 
 // A model's layers: JTok on layer 1, JTok-M (3 tables) on both layers.

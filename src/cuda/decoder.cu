@@ -1,0 +1,214 @@
+// The GPU decoder (src/cuda/decoder.h): sequences as KV page tables (cuda/kv_pages.h), a prefill or
+// a decode step as one forward over its rows (cuda/decoder_forward.cu), the logits copied back.
+// A capacity past the model's context (its RoPE table's positions) is cut to it, as the CPU's
+// prefill cuts it. The host Model must outlive the decoder: its tables are read where they lie.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "cuda/decoder_state.h"
+#include "cuda/model_kernels.h"
+#include "model/token_table.h"
+
+namespace jtok::cuda {
+
+namespace {
+
+template <typename E>
+class GpuDecoder final : public DeviceDecoder {
+ public:
+  GpuDecoder(const Model& host, const DecoderSettings& s) { setup_decoder(st_, host, s); }
+  ~GpuDecoder() override { cudaStreamSynchronize(st_.s()); }  // nothing in flight while the buffers go
+
+  std::string describe() const override { return describe_decoder(st_); }
+  int64_t open(int64_t capacity) override;
+  void close(int64_t seq) override { st_.kv.pages->close(seq); }
+  int64_t fork(int64_t seq, int64_t capacity) override;
+  int64_t length(int64_t seq) const override { return st_.kv.pages->length(seq); }
+  void prefill(int64_t seq, const int32_t* tokens, int64_t n, float* last_logits, const RowLogits& each) override;
+  int64_t decode(const int64_t* seqs, const int32_t* tokens, int64_t M, float* logits) override;
+
+ private:
+  int64_t context_cut(int64_t capacity) const;
+  void upload_page_row(int64_t seq);
+  void copy_pages(const std::vector<std::pair<int32_t, int32_t>>& copies);
+  void check_room(int64_t seq, int64_t n) const;
+  void upload_step(const int32_t* tokens, int64_t R, const int64_t* seqs, int64_t seq, int64_t pos0);
+  void prefill_each(int64_t pos0, int64_t n, float* last_logits, const RowLogits& each);
+  int64_t rows_read(const int32_t* tokens, int64_t M) const;
+
+  DecoderState<E> st_;
+};
+
+template <typename E>
+int64_t GpuDecoder<E>::context_cut(int64_t capacity) const {
+  if (capacity < 1) fail("cuda decoder: a sequence of capacity ", capacity, " (at least 1 position)");
+  return std::min(capacity, st_.rope_T);
+}
+
+// seq's row of the page tables (its pages, zeros after) on the device, behind the queued work.
+template <typename E>
+void GpuDecoder<E>::upload_page_row(int64_t seq) {
+  DecoderKv& kv = st_.kv;
+  const std::vector<int32_t>& pages = kv.pages->pages(seq);
+  JTOK_CHECK(static_cast<int64_t>(pages.size()) <= kv.max_pages, "cuda decoder: sequence ", seq, " holds ",
+             pages.size(), " pages, its page table room ", kv.max_pages);
+  int32_t* row = kv.tables_host.data() + seq * kv.max_pages;
+  std::fill(row, row + kv.max_pages, 0);
+  std::copy(pages.begin(), pages.end(), row);
+  JTOK_CUDA_CHECK(cudaMemcpyAsync(kv.tables.get() + seq * kv.max_pages, row,
+                                  static_cast<size_t>(kv.max_pages) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                  st_.s()));
+}
+
+template <typename E>
+int64_t GpuDecoder<E>::open(int64_t capacity) {
+  const int64_t seq = st_.kv.pages->open(context_cut(capacity));
+  upload_page_row(seq);
+  return seq;
+}
+
+// Every layer's K and V page src copied to page dst.
+template <typename E>
+void GpuDecoder<E>::copy_pages(const std::vector<std::pair<int32_t, int32_t>>& copies) {
+  const DecoderKv& kv = st_.kv;
+  const size_t page = kv.page_bytes();
+  for (int64_t l = 0; l < kv.layers; ++l) {
+    const PagedKv layer = kv.layer(l);
+    for (void* pool : {layer.k, layer.v}) {
+      uint8_t* base = static_cast<uint8_t*>(pool);
+      for (const auto& [src, dst] : copies)
+        JTOK_CUDA_CHECK(cudaMemcpyAsync(base + static_cast<size_t>(dst) * page, base + static_cast<size_t>(src) * page,
+                                        page, cudaMemcpyDeviceToDevice, st_.s()));
+    }
+  }
+}
+
+template <typename E>
+int64_t GpuDecoder<E>::fork(int64_t seq, int64_t capacity) {
+  std::vector<std::pair<int32_t, int32_t>> copies;
+  const int64_t child = st_.kv.pages->fork(seq, context_cut(capacity), copies);
+  upload_page_row(child);
+  copy_pages(copies);
+  return child;
+}
+
+template <typename E>
+void GpuDecoder<E>::check_room(int64_t seq, int64_t n) const {
+  const KvPages& p = *st_.kv.pages;
+  if (!p.is_open(seq)) fail("cuda decoder: sequence ", seq, " is not open");
+  if (p.length(seq) + n > p.capacity(seq))
+    fail("cuda decoder: sequence ", seq, " holds ", p.length(seq), " of its ", p.capacity(seq), " positions: ", n,
+         " more do not fit");
+}
+
+// The step's ids, page-table rows and positions up in one copy: row r of a decode is sequence
+// seqs[r] at its length; of a prefill, sequence seq at pos0 + r.
+template <typename E>
+void GpuDecoder<E>::upload_step(const int32_t* tokens, int64_t R, const int64_t* seqs, int64_t seq, int64_t pos0) {
+  check_ids(tokens, R, st_.cfg.vocab_size, "token");
+  DecoderActs<E>& A = st_.acts;
+  // Idle but for an open's or a fork's copies (a step ends in a sync; one that threw may not have):
+  // the previous copy out of host_step is done before it is rewritten.
+  JTOK_CUDA_CHECK(cudaStreamSynchronize(st_.s()));
+  int32_t* h = A.host_step.get();
+  const int64_t n = A.max_rows;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t sq = seqs ? seqs[r] : seq;
+    h[r] = tokens[r];
+    h[n + r] = static_cast<int32_t>(sq);
+    h[2 * n + r] = static_cast<int32_t>(seqs ? st_.kv.pages->length(sq) : pos0 + r);
+  }
+  JTOK_CUDA_CHECK(cudaMemcpyAsync(A.step.get(), h, static_cast<size_t>(3 * n) * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, st_.s()));
+}
+
+template <typename E>
+void GpuDecoder<E>::prefill(int64_t seq, const int32_t* tokens, int64_t n, float* last_logits, const RowLogits& each) {
+  if (n < 1 || n > st_.settings.max_prefill)
+    fail("cuda decoder: a prefill of ", n, " tokens (1 to max_prefill ", st_.settings.max_prefill, ")");
+  check_room(seq, n);
+  const int64_t pos0 = st_.kv.pages->length(seq), V = st_.cfg.vocab_size;
+  upload_step(tokens, n, nullptr, seq, pos0);
+  forward_rows(st_, tokens, StepShape{n, pos0 == 0, pos0 + n, false});
+  if (each) {
+    prefill_each(pos0, n, last_logits, each);
+  } else {
+    head_logits(st_, n - 1, 1);
+    if (last_logits) std::memcpy(last_logits, st_.acts.host_logits.get(), static_cast<size_t>(V) * sizeof(float));
+  }
+  st_.kv.pages->advance(seq, n);
+}
+
+// Every row's logits in blocks of head_rows, handed to `each`; the last row's into last_logits (the
+// same bits as the block's).
+template <typename E>
+void GpuDecoder<E>::prefill_each(int64_t pos0, int64_t n, float* last_logits, const RowLogits& each) {
+  const int64_t V = st_.cfg.vocab_size, block = st_.acts.head_rows;
+  for (int64_t r = 0; r < n; r += block) {
+    const int64_t nb = std::min(block, n - r);
+    head_logits(st_, r, nb);
+    const float* got = st_.acts.host_logits.get();
+    if (r + nb == n && last_logits)
+      std::memcpy(last_logits, got + (nb - 1) * V, static_cast<size_t>(V) * sizeof(float));
+    each(pos0 + r, nb, got);
+  }
+}
+
+template <typename E>
+int64_t GpuDecoder<E>::decode(const int64_t* seqs, const int32_t* tokens, int64_t M, float* logits) {
+  if (M <= 0) return 0;
+  if (M > st_.settings.max_batch)
+    fail("cuda decoder: a decode step of ", M, " sequences (max_batch ", st_.settings.max_batch, ")");
+  int64_t max_len = 0;
+  for (int64_t i = 0; i < M; ++i) {
+    check_room(seqs[i], 1);
+    for (int64_t j = 0; j < i; ++j)
+      if (seqs[j] == seqs[i]) fail("cuda decoder: decode row ", i, " repeats sequence ", seqs[i], " of row ", j);
+    max_len = std::max(max_len, st_.kv.pages->length(seqs[i]) + 1);
+  }
+  upload_step(tokens, M, seqs, 0, 0);
+  forward_rows(st_, tokens, StepShape{M, false, max_len, true});
+  head_logits(st_, 0, M);
+  std::memcpy(logits, st_.acts.host_logits.get(), static_cast<size_t>(M * st_.cfg.vocab_size) * sizeof(float));
+  for (int64_t i = 0; i < M; ++i) st_.kv.pages->advance(seqs[i], 1);
+  return rows_read(tokens, M);
+}
+
+// As the CPU's decode_batch counts them: JTok, one row per distinct id and layer; JTok-M, one per
+// distinct (id, selected table) pair and layer (the choices copied back by the forward, synced by
+// the head). The GPU itself gathers every table's row of each distinct id (StepRows).
+template <typename E>
+int64_t GpuDecoder<E>::rows_read(const int32_t* tokens, int64_t M) const {
+  if (!st_.rows) return 0;
+  const RowBatch rb = jtok::dedup_ids(tokens, M, st_.cfg.padded_vocab());
+  const int64_t U = static_cast<int64_t>(rb.unique.size()), ne = st_.cfg.jtokm_n_e, K = st_.cfg.jtokm_top_k;
+  int64_t rows = 0;
+  std::vector<uint8_t> seen;
+  for (size_t l = 0; l < st_.w.layers.size(); ++l) {
+    if (st_.w.layers[l].jtok_scale) rows += U;
+    if (st_.sel_slot[l] < 0) continue;
+    const int32_t* sel = st_.acts.host_sel.get() + st_.sel_slot[l] * st_.settings.max_batch * K;
+    seen.assign(static_cast<size_t>(U * ne), 0);
+    for (int64_t n = 0; n < M; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        uint8_t& s = seen[static_cast<size_t>(rb.inverse[static_cast<size_t>(n)] * ne + sel[n * K + k])];
+        rows += s == 0;
+        s = 1;
+      }
+  }
+  return rows;
+}
+
+}  // namespace
+
+std::unique_ptr<DeviceDecoder> make_device_decoder(const Model& host, const DecoderSettings& s) {
+  require_cuda_device();          // its error, before the decoder's stream is made
+  check_decoder_settings(host, s);  // and what it refuses
+  if (s.bf16) return std::make_unique<GpuDecoder<__nv_bfloat16>>(host, s);
+  return std::make_unique<GpuDecoder<float>>(host, s);
+}
+
+}  // namespace jtok::cuda

@@ -1,0 +1,203 @@
+// The GPU decoder's forward over a step's rows (src/cuda/decoder_state.h), the CPU decode's order
+// (infer/generate.cpp's forward_rows over model/layer_block.cpp): the embedding, per layer
+//   a = RMSNorm(h); JTok-M routes on a; q, k, v = a W^T (+ b) (qk_norm: per-head RMSNorm); RoPE at
+//   each row's position; k, v into the pages; attention (a fresh prefill: over the rows' own keys
+//   and values, the CPU prefill's full forward; else over the pages, the CPU decode's cache);
+//   h += att Wo^T; m = RMSNorm(h); h += Delta_m (JTok, gated: h += Delta_m * (1 + s Norm(E[x])));
+//   JTok-M: h += c s Norm(sum_k w_k E_{sel_k}[x])
+// then the final norm and the LM head of the rows whose logits are asked, in fp32.
+// The token-table rows: StepRows' slots (max_rows, d) a table, the rows of the step's sorted unique
+// ids. JTok reads them through an identity `unique` (row u of the slot is unique id u's) and the
+// step's `inverse`; JTok-M reads a layer's n_e consecutive slots as its E (n_e, V = max_rows, d) at
+// `ids` = inverse (cuda/jtokm.h indexes (sel * V + id) * d).
+#include <algorithm>
+
+#include "cuda/attention.h"
+#include "cuda/decoder_state.h"
+#include "cuda/embedding.h"
+#include "cuda/jtok.h"
+#include "cuda/rmsnorm.h"
+#include "cuda/swiglu.h"
+
+namespace jtok::cuda {
+
+namespace {
+
+template <typename E>
+PagedRows paged_rows(const DecoderState<E>& st, int64_t R) {
+  return {st.acts.row_seq(), st.acts.pos(), st.kv.tables.get(), st.kv.max_pages, R};
+}
+
+// k, v (R, kvd) of layer l into the pages, in the pool's type.
+template <typename E>
+void append_kv(DecoderState<E>& st, size_t l, int64_t R) {
+  const DecoderKv& kv = st.kv;
+  const int64_t kvd = kv.KV * kv.hd;
+  const PagedKv layer = kv.layer(static_cast<int64_t>(l));
+  const E *k = st.acts.k.get(), *v = st.acts.v.get();
+  if (kv.bf16) kv_append<E, __nv_bfloat16>(layer, k, kvd, v, kvd, paged_rows(st, R), st.s());
+  else kv_append<E, float>(layer, k, kvd, v, kvd, paged_rows(st, R), st.s());
+}
+
+// att (R, qd) = each row's q over its sequence's pages 0..pos.
+template <typename E>
+void attend_pages(DecoderState<E>& st, size_t l, const StepShape& sh) {
+  const int64_t H = st.cfg.num_attention_heads, hd = st.cfg.hd();
+  DecoderActs<E>& A = st.acts;
+  JTOK_CHECK(paged_attention_scratch(sh.R, H, hd, sh.max_len) <= A.attn_scratch.size(),
+             "cuda decoder: paged attention's scratch for ", sh.R, " rows over ", sh.max_len, " positions exceeds ",
+             A.attn_scratch.size(), " floats");
+  const PagedKv layer = st.kv.layer(static_cast<int64_t>(l));
+  const PagedRows rows = paged_rows(st, sh.R);
+  if (st.kv.bf16)
+    paged_attention<E, __nv_bfloat16>(A.att.get(), A.q.get(), H * hd, layer, rows, H, sh.max_len,
+                                      A.attn_scratch.get(), st.s());
+  else
+    paged_attention<E, float>(A.att.get(), A.q.get(), H * hd, layer, rows, H, sh.max_len, A.attn_scratch.get(),
+                              st.s());
+}
+
+// JTok-M's routing of layer l on the attention input a: logits (R, n_e) fp32, top-K, weights. A
+// decode keeps the choices (host_sel) for the rows-read count.
+template <typename E>
+void jtokm_route_layer(DecoderState<E>& st, size_t l, const StepShape& sh) {
+  DecoderActs<E>& A = st.acts;
+  const JTokMDims dims = jtokm_dims(st.cfg, sh.R);
+  linear_forward<E, float>(st.mm, A.m_logits.get(), A.a.get(), st.w.layers[l].jtokm_router, nullptr, sh.R, dims.d,
+                           dims.n_e, false, st.s());
+  jtokm_route(A.jtokm(), A.m_logits.get(), dims, st.s());
+  if (!sh.count_rows) return;
+  int32_t* dst = A.host_sel.get() + st.sel_slot[l] * st.settings.max_batch * dims.K;
+  JTOK_CUDA_CHECK(cudaMemcpyAsync(dst, A.m_sel.get(), static_cast<size_t>(sh.R * dims.K) * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, st.s()));
+}
+
+// h -> h: the input norm, JTok-M's routing, q / k / v, RoPE at the rows' positions, the pages,
+// attention, h += att Wo^T.
+template <typename E>
+void attention_half(DecoderState<E>& st, size_t l, const StepShape& sh) {
+  const ModelConfig& c = st.cfg;
+  const DeviceLayerView<E>& W = st.w.layers[l];
+  DecoderActs<E>& A = st.acts;
+  const int64_t R = sh.R, d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  cudaStream_t s = st.s();
+  rmsnorm_forward(A.a.get(), A.rstd.get(), A.h.get(), W.ln1, R, d, eps, s);
+  if (W.jtokm_router) jtokm_route_layer(st, l, sh);  // route now, mix at the write-back
+  E* q = c.qk_norm ? A.q_in.get() : A.q.get();
+  E* k = c.qk_norm ? A.k_in.get() : A.k.get();
+  linear_forward<E, E>(st.mm, q, A.a.get(), W.wq, W.bq, R, d, qd, false, s);
+  linear_forward<E, E>(st.mm, k, A.a.get(), W.wk, W.bk, R, d, kvd, false, s);
+  linear_forward<E, E>(st.mm, A.v.get(), A.a.get(), W.wv, W.bv, R, d, kvd, false, s);
+  if (c.qk_norm) {  // model/qkv_variants.cpp: after the biases, before RoPE
+    rmsnorm_forward(A.q.get(), A.rstd_q.get(), A.q_in.get(), W.q_norm, R * H, hd, eps, s);
+    rmsnorm_forward(A.k.get(), A.rstd_k.get(), A.k_in.get(), W.k_norm, R * KV, hd, eps, s);
+  }
+  rope_forward_at(A.q.get(), st.rope_cos.get(), st.rope_sin.get(), A.pos(), R, H, hd, qd, s);
+  rope_forward_at(A.k.get(), st.rope_cos.get(), st.rope_sin.get(), A.pos(), R, KV, hd, kvd, s);
+  append_kv(st, l, R);  // every row's first: a chunk's later rows read its earlier ones
+  if (sh.fresh) attention_forward(A.att.get(), A.lse.get(), A.q.get(), A.k.get(), A.v.get(), 1, R, H, KV, hd, s);
+  else attend_pages(st, l, sh);
+  linear_forward<E, E>(st.mm, A.h.get(), A.att.get(), W.wo, nullptr, R, qd, d, true, s);
+}
+
+// out (R,d) = (accumulate: +=) Delta_m of x: down(silu(x Wg^T) * x Wu^T), or the MoE block's
+// output (it adds: out zeroed first when not accumulating).
+template <typename E>
+void mlp_update(DecoderState<E>& st, size_t l, int64_t R, E* out, bool accumulate) {
+  const DeviceLayerView<E>& W = st.w.layers[l];
+  DecoderActs<E>& A = st.acts;
+  const int64_t d = st.cfg.hidden_size, F = st.cfg.intermediate_size;
+  cudaStream_t s = st.s();
+  if (W.moe.router) {
+    if (!accumulate) JTOK_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(R * d) * sizeof(E), s));
+    moe_block_forward(st.mm, out, A.moe, A.moe_scratch, A.x.get(), W.moe, moe_dims(st.cfg), R, s);
+    return;
+  }
+  linear_forward<E, E>(st.mm, A.gate.get(), A.x.get(), W.wg, nullptr, R, d, F, false, s);
+  linear_forward<E, E>(st.mm, A.up.get(), A.x.get(), W.wu, nullptr, R, d, F, false, s);
+  swiglu_forward(A.act.get(), A.gate.get(), A.up.get(), R, F, F, s);
+  linear_forward<E, E>(st.mm, out, A.act.get(), W.wd, nullptr, R, F, d, accumulate, s);
+}
+
+// JTok's gate of layer l (its rows in slot 0 of rows layer k): h += mlp_out * (1 + s Norm(E[x])).
+template <typename E>
+void jtok_gate(DecoderState<E>& st, size_t l, int64_t k, int64_t R) {
+  DecoderActs<E>& A = st.acts;
+  const int64_t d = st.cfg.hidden_size;
+  const DeviceRowBatch& b = st.rows->batch();
+  const DeviceRowBatch rows_of_unique{A.identity.get(), b.inverse, b.offsets, b.order, b.num_unique};
+  jtok_prepare(A.nrows.get(), A.inv_norm.get(), st.rows->rows(k, 0), rows_of_unique, R, d,
+               static_cast<float>(st.cfg.jtok_eps), st.cfg.jtok_norm, st.s());
+  jtok_forward(A.h.get(), A.h.get(), A.mlp_out.get(), st.w.layers[l].jtok_scale, A.nrows.get(), rows_of_unique, R, d,
+               st.s());
+}
+
+// JTok-M's injection of layer l (its n_e tables' rows in consecutive slots of rows layer k).
+template <typename E>
+void jtokm_inject(DecoderState<E>& st, size_t l, int64_t k, int64_t R) {
+  JTokMDims dims = jtokm_dims(st.cfg, R);
+  dims.V = st.acts.max_rows;  // a slot's rows: the step's unique ids
+  jtokm_mix_inject(st.acts.h.get(), st.acts.jtokm(), st.rows->batch().inverse, st.rows->rows(k, st.jtokm_first[l]),
+                   st.w.layers[l].jtokm_scale, dims, st.s());
+}
+
+// h -> h: the post-attention norm, the MLP / MoE update (JTok-gated where the scaler is not all 0),
+// JTok-M's injection. The layer's rows are waited for here: the attention half overlaps their copy.
+template <typename E>
+void mlp_half(DecoderState<E>& st, size_t l, int64_t R) {
+  const ModelConfig& c = st.cfg;
+  const DeviceLayerView<E>& W = st.w.layers[l];
+  DecoderActs<E>& A = st.acts;
+  rmsnorm_forward(A.x.get(), A.rstd.get(), A.h.get(), W.ln2, R, c.hidden_size, static_cast<float>(c.rms_norm_eps),
+                  st.s());
+  const int64_t k = st.rows_layer[l];
+  if (k >= 0) st.rows->wait(k, st.s());
+  if (st.jtok_gated[l]) {
+    mlp_update(st, l, R, A.mlp_out.get(), false);
+    jtok_gate(st, l, k, R);
+  } else {
+    mlp_update(st, l, R, A.h.get(), true);
+  }
+  if (W.jtokm_router) jtokm_inject(st, l, k, R);
+}
+
+}  // namespace
+
+template <typename E>
+void forward_rows(DecoderState<E>& st, const int32_t* tokens, const StepShape& sh) {
+  JTOK_CHECK(sh.R > 0 && sh.R <= st.acts.max_rows, "cuda decoder: a step of ", sh.R, " rows (at most ",
+             st.acts.max_rows, ")");
+  // Every layer's rows are asked for now, on the side stream; the layers wait for theirs.
+  if (st.rows) st.rows->request(tokens, sh.R, st.s());
+  embedding_forward(st.acts.h.get(), st.acts.ids(), st.w.embed, sh.R, st.cfg.hidden_size, st.s());
+  for (size_t l = 0; l < st.w.layers.size(); ++l) {
+    attention_half(st, l, sh);
+    mlp_half(st, l, sh.R);
+  }
+}
+
+template <typename E>
+void head_logits(DecoderState<E>& st, int64_t first, int64_t n) {
+  DecoderActs<E>& A = st.acts;
+  const ModelConfig& c = st.cfg;
+  const int64_t d = c.hidden_size, V = c.vocab_size, Vp = c.padded_vocab();
+  JTOK_CHECK(n > 0 && n <= A.head_rows && first >= 0 && first + n <= A.max_rows, "cuda decoder: the head of rows ",
+             first, "..", first + n - 1);
+  cudaStream_t s = st.s();
+  rmsnorm_forward(A.lnf.get(), A.rstd.get(), A.h.get() + first * d, st.w.norm, n, d, static_cast<float>(c.rms_norm_eps),
+                  s);
+  linear_forward<E, float>(st.mm, A.logits.get(), A.lnf.get(), st.w.lm_head, nullptr, n, d, Vp, false, s);
+  JTOK_CUDA_CHECK(cudaMemcpy2DAsync(A.host_logits.get(), static_cast<size_t>(V) * sizeof(float), A.logits.get(),
+                                    static_cast<size_t>(Vp) * sizeof(float), static_cast<size_t>(V) * sizeof(float),
+                                    static_cast<size_t>(n), cudaMemcpyDeviceToHost, s));
+  JTOK_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+template void forward_rows<float>(DecoderState<float>&, const int32_t*, const StepShape&);
+template void forward_rows<__nv_bfloat16>(DecoderState<__nv_bfloat16>&, const int32_t*, const StepShape&);
+template void head_logits<float>(DecoderState<float>&, int64_t, int64_t);
+template void head_logits<__nv_bfloat16>(DecoderState<__nv_bfloat16>&, int64_t, int64_t);
+
+}  // namespace jtok::cuda

@@ -1,0 +1,149 @@
+// The GPU decoder's state (cuda/decoder.h; the class is cuda/decoder.cu's): the backbone's weights on
+// the device (one flat copy of host.params in E, viewed through the GPU model's layout: no
+// gradients, no fp32 master in bf16, no tables), the paged KV cache (cuda/kv_pages.h's bookkeeping,
+// cuda/paged_kv.h's pools), one step's buffers for up to max_rows rows, and where the step's
+// token-table rows come from (cuda/step_rows.h: hbm, in place or staged). Set up by
+// cuda/decoder_setup.cu, run by cuda/decoder_forward.cu. E: float (the checking instantiation) or
+// __nv_bfloat16; the KV pages' type is a run-time choice (settings.kv_bf16).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/decoder.h"
+#include "cuda/device.h"
+#include "cuda/device_array.h"
+#include "cuda/jtokm.h"
+#include "cuda/kv_pages.h"
+#include "cuda/matmul.h"
+#include "cuda/model.h"
+#include "cuda/model_moe.h"
+#include "cuda/paged_kv.h"
+#include "cuda/step_rows.h"
+#include "model/transformer.h"
+
+namespace jtok::cuda {
+
+// A non-blocking stream owned by the decoder: synchronised and destroyed last.
+struct OwnedStream {
+  cudaStream_t s = nullptr;
+  OwnedStream() { JTOK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  ~OwnedStream() {
+    if (!s) return;
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+};
+
+// The paged KV cache: per layer a K pool and a V pool (n_pages, page_tokens, KV, hd) of KvT, back to
+// back in one allocation (layer l's K at 2l, its V at 2l + 1); the host's page tables and their
+// device copy (max_seqs, max_pages), a sequence's row rewritten when it opens or forks.
+struct DecoderKv {
+  bool bf16 = true;
+  int64_t n_pages = 0, page_tokens = 0, max_pages = 0, max_seqs = 0, layers = 0, KV = 0, hd = 0;
+  DeviceArray<uint8_t> pool;
+  std::unique_ptr<KvPages> pages;
+  std::vector<int32_t> tables_host;  // (max_seqs, max_pages): a sequence's pages, 0 past them
+  DeviceArray<int32_t> tables;       // the same on the device
+  size_t elem_bytes() const { return bf16 ? 2 : 4; }
+  size_t page_bytes() const { return static_cast<size_t>(page_tokens * KV * hd) * elem_bytes(); }
+  size_t pool_bytes() const { return static_cast<size_t>(n_pages) * page_bytes(); }  // one K or V pool
+  PagedKv layer(int64_t l) const {
+    uint8_t* base = pool.get() + static_cast<size_t>(2 * l) * pool_bytes();
+    return {base, base + pool_bytes(), page_tokens, KV, hd};
+  }
+};
+
+// One step's buffers, max_rows rows (decode: one a sequence; prefill: one a position). The residual
+// stream h runs in place through every layer (as the CPU's decode); x holds either norm's output.
+template <typename E>
+struct DecoderActs {
+  int64_t max_rows = 0, head_rows = 0;
+  DeviceArray<E> h, a, x, q, k, v, att;       // (R,d) x3, (R,qd), (R,kvd) x2, (R,qd)
+  DeviceArray<E> q_in, k_in;                  // qk_norm: the projections before their per-head norm
+  DeviceArray<E> gate, up, act;               // (R,F) dense MLP layers
+  DeviceArray<E> mlp_out, nrows;              // JTok (gated): the ungated update, the normed rows (R,d)
+  DeviceArray<float> rstd, rstd_q, rstd_k, inv_norm;  // (R), (R H), (R KV), (R)
+  DeviceArray<float> lse, attn_scratch;       // a fresh prefill's (H, R); paged_attention's
+  // JTok-M (fp32): router logits and cuda/jtokm.h's JTokMDeviceActs arrays, shared by the layers.
+  DeviceArray<float> m_logits, m_sig, m_w, m_e, m_inv_norm;  // (R,n_e) (R,n_e) (R,K) (R,d) (R)
+  DeviceArray<int32_t> m_sel, m_load;         // (R,K), (n_e)
+  DeviceArray<double> m_prob_sum, m_aux;      // (n_e), (1)
+  DeviceMoeActs<E> moe;                       // MoE layers (shared: no backward)
+  DeviceMoeScratch<E> moe_scratch;            // only logits and group sized (the forward's)
+  DeviceArray<int32_t> step;                  // (3, max_rows): ids, row_seq, pos
+  DeviceArray<int32_t> identity;              // (max_rows) 0, 1, 2, ...: JTok's rows are the unique ids'
+  DeviceArray<E> lnf;                         // (head_rows, d) final norm of the rows whose logits are asked
+  DeviceArray<float> logits;                  // (head_rows, Vp)
+  PinnedArray<int32_t> host_step;             // (3, max_rows): the step's ints, one copy up
+  PinnedArray<float> host_logits;             // (head_rows, V): the logits' real columns, copied back
+  PinnedArray<int32_t> host_sel;              // (JTok-M layers, max_batch, K): a decode's choices
+  int32_t* ids() const { return step.get(); }
+  int32_t* row_seq() const { return step.get() + max_rows; }
+  int32_t* pos() const { return step.get() + 2 * max_rows; }
+  JTokMDeviceActs jtokm() const {
+    return {m_sig.get(), m_sel.get(), m_w.get(), m_e.get(), m_inv_norm.get(), m_load.get(), m_prob_sum.get(),
+            m_aux.get()};
+  }
+};
+
+template <typename E>
+struct DecoderState {
+  OwnedStream stream;  // first: destroyed last
+  DecoderSettings settings;
+  ModelConfig cfg;
+  DeviceInfo info;
+  DeviceArray<E> params;                   // (n_params) host.params, rounded to E
+  DeviceView<E> w;                         // views of params at the host's offsets
+  DeviceArray<float> rope_cos, rope_sin;   // (rope_T, hd/2): the CPU's own table
+  int64_t rope_T = 0;
+  // Per layer: JTok with a scaler not all 0 (the CPU's gated path; a scaler of zeros is the plain
+  // model's path, decided once: the decoder's weights are a copy), the layer's index in
+  // rows->layers() (-1: no table), its first JTok-M table's index among the layer's tables, and its
+  // slot in acts.host_sel (-1: no JTok-M).
+  std::vector<uint8_t> jtok_gated;
+  std::vector<int64_t> rows_layer, jtokm_first, sel_slot;
+  int64_t jtokm_layers = 0;
+  RowPath path = RowPath::in_place;
+  std::unique_ptr<StepRows<E>> rows;       // null: no layer reads a table
+  DecoderKv kv;
+  DecoderActs<E> acts;
+  Matmul mm;
+  cudaStream_t s() const { return stream.s; }
+};
+
+// A step's rows: R of them (ids, row_seq, pos uploaded into acts.step); fresh: a prefill of an empty
+// sequence (attention over the rows' own keys and values); max_len: the most positions a row attends
+// to (its position + 1); count_rows: keep JTok-M's choices for the rows-read count (decode).
+struct StepShape {
+  int64_t R = 0;
+  bool fresh = false;
+  int64_t max_len = 0;
+  bool count_rows = false;
+};
+
+// decoder_setup.cu: what the decoder does not run (check_device_supported's, settings out of range,
+// JTok-M past the kernels' tables, an unknown table_rows), refused by name before anything is made.
+void check_decoder_settings(const Model& host, const DecoderSettings& s);
+// check_decoder_settings, then everything above.
+template <typename E>
+void setup_decoder(DecoderState<E>& st, const Model& host, const DecoderSettings& s);
+template <typename E>
+std::string describe_decoder(const DecoderState<E>& st);
+
+// decoder_forward.cu: tokens (R, host; also in acts.ids) through the embedding and every layer
+// (h (R,d) after the last), their keys and values appended to the pages.
+template <typename E>
+void forward_rows(DecoderState<E>& st, const int32_t* tokens, const StepShape& sh);
+// The final norm and LM head of h's rows first..first+n-1 (n <= head_rows) -> acts.host_logits (n, V),
+// after the queued work (one sync).
+template <typename E>
+void head_logits(DecoderState<E>& st, int64_t first, int64_t n);
+
+}  // namespace jtok::cuda
