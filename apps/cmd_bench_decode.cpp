@@ -62,7 +62,7 @@ void describe_model(const jtok::Model& m, jtok::Dtype dt, nlohmann::json& about)
   int64_t table_bytes = 0;
   for (const jtok::TokenTable& t : m.tables) table_bytes += t.storage_bytes();
   about.update({{"layers", c.num_hidden_layers}, {"hidden_size", c.hidden_size}, {"vocab_size", c.vocab_size},
-                {"params", jtok::num_params(m)}, {"jtok", c.jtok}, {"jtokm", c.jtokm},
+                {"params", jtok::num_params(m)}, {"backbone_params", m.params.size()}, {"jtok", c.jtok}, {"jtokm", c.jtokm},
                 {"jtokm_n_e", c.jtokm ? c.jtokm_n_e : 0}, {"jtokm_top_k", c.jtokm ? c.jtokm_top_k : 0},
                 {"jtokm_layers", c.jtokm ? c.jtokm_num_layers() : 0}, {"tables", m.tables.size()},
                 {"table_dtype", m.tables.empty() ? jtok::dtype_name(dt) : jtok::dtype_name(m.tables[0].dtype())},

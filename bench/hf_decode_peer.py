@@ -110,8 +110,10 @@ def make_model(a, shape, dtype):
     with dev:  # parameters made (and initialised) on the device
         model = Qwen3ForCausalLM(cfg)
     model = model.to(dtype).eval()
+    rope = getattr(model.config, "rope_parameters", None) or {}  # transformers 5 keeps theta there
     return model, {"engine": "hf_transformers", "transformers": transformers.__version__,
-                   "attention": getattr(model.config, "_attn_implementation", "?")}
+                   "attention": getattr(model.config, "_attn_implementation", "?"),
+                   "rope_theta": rope.get("rope_theta", getattr(model.config, "rope_theta", None))}
 
 
 def sync(a):

@@ -10,6 +10,8 @@
 # 3. The table on made-up GPU lines: ours / peer, JTok-M's overhead against hbm and the goals (met /
 #    MISSED), and a token mismatch between table placements flagged.
 # 4. scripts/gpu_session.sh --steps decode --dry-run prints the step and the script's runs.
+# 5. jtok bench-decode --checkpoint with --tables ram, mmap and disk (an exported store): the same
+#    prompts and tokens; a random model's options refused with a checkpoint.
 set -euo pipefail
 ROOT=${JTOK_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$ROOT"
@@ -119,4 +121,32 @@ grep -qF -- "--set jtokm=true --set jtokm_n_e=5 --set jtokm_top_k=2 --table-dtyp
   grep -qF "ours_jtokm: SKIPPED (its bf16 tables (43.6 GB) do not fit in the RAM available" "$T/dry.out" ||
   { echo "gpu_session.sh --steps decode --dry-run: neither JTok-M's run nor its skip"; cat "$T/dry.out"; exit 1; }
 grep -q "== tests" "$T/dry.out" && { echo "--steps decode ran the default steps too"; exit 1; }
+# 5. A checkpoint's tables from RAM, mapped and from a disk store.
+"$PY" - "$T" <<'PY'
+import os, sys, numpy as np
+from shards import write_shard
+d, r = sys.argv[1], np.random.default_rng(2)
+for name, n in (("train", 20000), ("val", 6000)):
+    os.makedirs(f"{d}/{name}")
+    write_shard(f"{d}/{name}/a.bin", r.integers(0, 50257, n), 50257, tokenizer=b"gpt2", fingerprint=0x18c7ed6bab6fea75)
+PY
+"$JTOK" train --config configs/cpu_tiny.json --set jtokm=true --set jtokm_n_e=3 --out "$T/run" --max-steps 1 --eval_interval 1 \
+  --eval_batches 1 --checkpoint_interval 1 --sample_interval 0 --train_data "$T/train" --val_data "$T/val" > "$T/train.log" 2>&1 ||
+  { tail -n 5 "$T/train.log"; exit 1; }
+"$JTOK" export --checkpoint "$T/run" --table-store "$T/store" > /dev/null 2>&1
+BD=("$JTOK" bench-decode --checkpoint "$T/run" --batch 1,2 --prompt-len 16 --new-tokens 4 --repeat 1 --warmup 0 --data "$T/train")
+"${BD[@]}" > "$T/ram.json" 2> /dev/null
+"${BD[@]}" --tables mmap > "$T/mmap.json" 2> /dev/null
+"${BD[@]}" --tables disk --table-store "$T/store" > "$T/disk.json" 2> /dev/null
+"$PY" - "$T" <<'PY'
+import json, sys
+d = sys.argv[1]
+runs = {k: [json.loads(x) for x in open(f"{d}/{k}.json")] for k in ("ram", "mmap", "disk")}
+for k, ls in runs.items():
+    assert [j["batch"] for j in ls] == [1, 2] and all(j["model"]["tables_in"] == k and j["model"]["tables"] == 12 for j in ls), ls
+    assert [(j["prompt_fnv1a"], j["tokens_fnv1a"]) for j in ls] == [(j["prompt_fnv1a"], j["tokens_fnv1a"]) for j in runs["ram"]], k
+print("bench-decode --checkpoint: ram, mmap and disk tables give the same tokens")
+PY
+"${BD[@]}" --set jtokm=true > /dev/null 2> "$T/err" && { echo "--set with --checkpoint accepted"; exit 1; }
+grep -q "are for a random model" "$T/err" || { cat "$T/err"; exit 1; }
 echo "test_gpu_decode_peer.sh: OK ($([ $HF = 1 ] && echo "HF peer run" || echo "HF peer not run: no transformers; stand-in checked"))"
