@@ -65,7 +65,7 @@ else
   SHAPE=()
 fi
 mkdir -p "$OUT"
-rm -f "$OUT"/*.json "$OUT"/*.log "$OUT/table.md"
+rm -f "$OUT"/*.json "$OUT"/*.log "$OUT"/*.skipped "$OUT/table.md"
 START=$SECONDS
 # What fits: the JTok-M tables' bytes (every layer, n_e 5, the padded vocabulary) against the RAM
 # available and the GPU's memory. Sets TABLE_DTYPE, TABLE_ROWS, JTOKM_SKIP; prints the plan.
