@@ -11,7 +11,9 @@
 # of bench/gpu_loss_curve.sh's curve, never wrapped), --out build/gpu-session. Writes OUT/cuda-bundle.tar.gz and
 # OUT/tokenizer/ (the gpt2 tokenizer's files) and OUT/shards/: the first STEPS x 16 x 1025 tokens of DATA's shards, in order (its first shards
 # whole, the last one cut), so the loader's stream over them starts with the same windows as over
-# DATA (and tokens_fnv1a equals a run's on DATA for up to STEPS steps). The run tool's carry is limited to 64 MiB: this stops
+# DATA (and tokens_fnv1a equals a run's on DATA for up to STEPS steps); gpu_session.sh's decode step
+# takes its prompts from the same shards (16 x 513 and 4,097 tokens: any STEPS gives them) and
+# makes its models there, so it needs nothing more. The run tool's carry is limited to 64 MiB: this stops
 # if OUT is over 50 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -16,6 +16,11 @@
 #              configs/bench_moe.json, ours and the peer, base / +JTok / +JTok-M (box 240 s)
 #   rows       (not default; issue 40) the bundle's bench_cuda_host_rows on a carried shard:
 #              a step's table rows from HBM, in place from pinned host memory, staged (box 90 s)
+#   decode     (not default: its own device run, `--steps decode`; issue 40) bench/gpu_decode_peer.sh:
+#              `jtok bench-decode --device cuda` on the Qwen3-0.6B shape, dense and JTok-M (n_e 5,
+#              K 2, every layer; tables hbm / in place from RAM / staged), and the HF transformers
+#              peer, batch 1 and 16, prompt 512, 128 steps, a 4,096-token prefill (decode/: one JSON
+#              file a run, plan.txt, table.md; box 420 s, the script's --budget 390)
 #   curve      (not default: a session's second run, `--steps curve`) bench/gpu_loss_curve.sh: 296
 #              steps (the carried shards' whole stream) of config b + JTok-M, ours on the GPU in
 #              bf16 beside the PyTorch reference in bf16 autocast and the CPU engine's first 5 steps
@@ -25,7 +30,7 @@
 # command runs at most 600 s.
 # Every log goes under $OUT (the device run brings back what is there; default
 # bench-out/gpu-session here): session.log (all of this output), nvidia-smi.txt, tests/,
-# peer/ (one JSON line and one log per run, table.md), attention.json, curve/, summary.txt.
+# peer/ (one JSON line and one log per run, table.md), attention.json, decode/, curve/, summary.txt.
 # --dry-run checks the inputs, unpacks the bundle and prints each step's command (the peer's and the
 # curve's runs too, through their own --dry-run) without running anything.
 set -uo pipefail
@@ -68,7 +73,7 @@ step() {  # step NAME BOX CMD...: runs CMD killed after BOX seconds, records its
   echo; echo "== $name (time box $box s): $*"
   if [ "$DRY" = 1 ]; then
     RESULT[$name]="dry run"; SECS[$name]=0
-    case "$name" in peer|moe|curve) "$@" --dry-run ;; esac
+    case "$name" in peer|moe|curve|decode) "$@" --dry-run ;; esac
     return
   fi
   local t0=$SECONDS rc=0
@@ -103,9 +108,11 @@ for s in $STEPS; do
       # shellcheck disable=SC2016  # $1.. are the inner shell's arguments
       step rows 90 sh -c 'LD_LIBRARY_PATH="$1" "$2" --shard "$3" > "$4"; rc=$?; cat "$4"; exit $rc' sh \
         "$LIBS" "$U/bundle/bin/bench_cuda_host_rows" "$shard" "$OUT/host_rows.json" ;;
+    decode) step decode 420 bash bench/gpu_decode_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/decode" \
+              --budget 390 --timeout 220 ;;
     curve) step curve 510 bash bench/gpu_loss_curve.sh --jtok "$U/jtok" --data "$DIR/shards" --out "$OUT/curve" \
              --steps 296 --budget 480 ;;
-    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, moe, rows, curve)" >&2; exit 2 ;;
+    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, moe, rows, decode, curve)" >&2; exit 2 ;;
   esac
 done
 
@@ -118,6 +125,7 @@ done
   [ -f "$OUT/peer/table.md" ] && cat "$OUT/peer/table.md"
   [ -f "$OUT/moe/table.md" ] && cat "$OUT/moe/table.md"
   [ -f "$OUT/curve/summary.txt" ] && cat "$OUT/curve/summary.txt"
+  [ -f "$OUT/decode/table.md" ] && cat "$OUT/decode/plan.txt" "$OUT/decode/table.md"
 } | tee "$OUT/summary.txt"
 for s in $STEPS; do
   case "${RESULT[$s]:-}" in passed|"dry run"|"not in the bundle") ;; *) exit 1 ;; esac

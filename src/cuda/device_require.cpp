@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "cuda/decoder.h"
 #include "cuda/device.h"
 #include "cuda/training.h"
 
@@ -60,6 +61,11 @@ DeviceInfo require_cuda_device() {
 }
 
 std::unique_ptr<DeviceTrainer> make_device_trainer(const Model&, const HostAdamWView&, bool, bool, bool) {
+  require_cuda_device();  // says why there is none
+  return nullptr;
+}
+
+std::unique_ptr<DeviceDecoder> make_device_decoder(const Model&, const DecoderSettings&) {
   require_cuda_device();  // says why there is none
   return nullptr;
 }

@@ -34,6 +34,8 @@ class Decoder {
   virtual int64_t decode(const int64_t* seqs, const int32_t* tokens, int64_t M, float* logits) = 0;
   // The CPU engine's cache of seq (prefix reuse copies blocks in and out of it); null on a device.
   virtual KVCache* host_cache(int64_t) { return nullptr; }
+  // Whether host_cache gives every sequence's cache (the CPU): what prefix reuse needs.
+  virtual bool has_host_caches() const { return false; }
 };
 
 // The CPU engine's decoder over m (kv_bf16: KVCache::bf16).

@@ -1,0 +1,133 @@
+// `jtok bench-decode`: greedy decoding of M sequences together through the Decoder (infer/decoder.h)
+// on the CPU or a GPU, timed (infer/bench_decode.h says what each figure is). The model: a random
+// one from --config and --set (make_inference_model: make_model's values, no checkpoint on disk;
+// tables in RAM as f32 or bf16), or a checkpoint (--tables ram | mmap | disk as `jtok generate`).
+// One human line a run on stderr, one JSON line a run on stdout. bench/gpu_decode_peer.sh runs it.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "commands.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "infer/bench_decode.h"
+#include "infer/generate.h"
+#include "model/inference_model.h"
+#include "run_setup.h"
+
+namespace {
+
+struct Args {
+  std::string config, checkpoint, table_dtype = "f32", precision = "auto", kv_dtype = "auto";
+  std::vector<std::string> sets, table_rows;
+  jtok::TableSource tables;
+  jtok::BenchDecodeOptions bench;
+};
+Args args;
+
+// MemAvailable of /proc/meminfo in bytes (0 where unknown).
+int64_t available_ram() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+// A random model of --config + --set, after its memory plan is printed (and refused where the
+// tables alone would not fit in the RAM available).
+jtok::Model random_model(const jtok::Config& cfg, jtok::Dtype dt, nlohmann::json& about) {
+  const jtok::ModelConfig& c = cfg.model;
+  const int64_t tables = c.jtok_num_layers() + c.jtokm_num_layers() * c.jtokm_n_e;
+  const double gb = 1e-9, need = static_cast<double>(jtok::table_bytes(c, dt)), ram = static_cast<double>(available_ram());
+  std::fprintf(stderr, "bench-decode: %lld token tables of %lld x %lld in %s: %.2f GB (f32 %.2f GB); RAM available %.1f GB\n",
+               static_cast<long long>(tables), static_cast<long long>(c.padded_vocab()),
+               static_cast<long long>(c.hidden_size), jtok::dtype_name(dt), need * gb,
+               static_cast<double>(jtok::table_bytes(c, jtok::Dtype::f32)) * gb, ram * gb);
+  if (ram > 0 && need > 0.9 * ram)
+    jtok::fail("bench-decode: the tables (", need * gb, " GB in ", jtok::dtype_name(dt), ") do not fit in the ", ram * gb,
+               " GB of RAM available", dt == jtok::Dtype::f32 ? " (--table-dtype bf16 halves them)" : "");
+  const auto t0 = std::chrono::steady_clock::now();
+  jtok::Model m = jtok::make_inference_model(c, cfg.train.seed, dt);
+  about["init_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  about.update({{"config", args.config}, {"sets", args.sets}, {"tables_in", "ram"}, {"seed", cfg.train.seed}});
+  return m;
+}
+
+// What every JSON line says of the model.
+void describe_model(const jtok::Model& m, jtok::Dtype dt, nlohmann::json& about) {
+  const jtok::ModelConfig& c = m.cfg;
+  int64_t table_bytes = 0;
+  for (const jtok::TokenTable& t : m.tables) table_bytes += t.storage_bytes();
+  about.update({{"layers", c.num_hidden_layers}, {"hidden_size", c.hidden_size}, {"vocab_size", c.vocab_size},
+                {"params", jtok::num_params(m)}, {"backbone_params", m.params.size()}, {"jtok", c.jtok}, {"jtokm", c.jtokm},
+                {"jtokm_n_e", c.jtokm ? c.jtokm_n_e : 0}, {"jtokm_top_k", c.jtokm ? c.jtokm_top_k : 0},
+                {"jtokm_layers", c.jtokm ? c.jtokm_num_layers() : 0}, {"tables", m.tables.size()},
+                {"table_dtype", m.tables.empty() ? jtok::dtype_name(dt) : jtok::dtype_name(m.tables[0].dtype())},
+                {"table_gb", static_cast<double>(table_bytes) * 1e-9}});
+}
+
+void run() {
+  if (args.config.empty() == args.checkpoint.empty()) jtok::fail("bench-decode: give --config or --checkpoint (one)");
+  jtok::BenchDecodeOptions& b = args.bench;
+  const bool cuda = b.device == "cuda";
+  const std::string precision = args.precision == "auto" ? (cuda ? "bf16" : "fp32") : args.precision;
+  if (!cuda && precision == "bf16")
+    jtok::fail("bench-decode: --precision bf16 is the GPU decoder's; the CPU engine decodes in fp32 "
+               "(bf16 weights: a `jtok export --weight-dtype bf16` checkpoint)");
+  b.settings.bf16 = precision == "bf16";
+  b.settings.kv_bf16 = jtok::parse_dtype(args.kv_dtype == "auto" ? (cuda ? "bf16" : "f32") : args.kv_dtype, "--kv-dtype",
+                                         jtok::kKvDtypes) == jtok::Dtype::bf16;
+  if (!cuda && !args.table_rows.empty()) jtok::fail("bench-decode: --table-rows is for --device cuda");
+  b.table_rows = args.table_rows;
+  const jtok::Dtype dt = jtok::parse_dtype(args.table_dtype, "--table-dtype", {jtok::Dtype::f32, jtok::Dtype::bf16});
+  nlohmann::json about;
+  jtok::Model model;
+  if (!args.config.empty()) {
+    if (args.tables.kind != "ram") jtok::fail("bench-decode: a random model's tables are in RAM; --tables ", args.tables.kind,
+                                              " needs --checkpoint");
+    model = random_model(jtok::load_config(args.config, args.sets), dt, about);
+  } else {
+    if (!args.sets.empty() || args.table_dtype != "f32")
+      jtok::fail("bench-decode: --set and --table-dtype are for a random model (--config)");
+    jtok::LoadedCheckpoint ck = jtok::load_for_inference(args.checkpoint, args.tables);
+    about.update({{"checkpoint", ck.dir}, {"tables_in", args.tables.kind}});
+    model = std::move(ck.model);
+  }
+  describe_model(model, dt, about);
+  b.model = about;
+  for (const nlohmann::json& j : jtok::bench_decode(model, b)) std::printf("%s\n", j.dump().c_str());
+}
+
+void setup(CLI::App* sub) {
+  jtok::BenchDecodeOptions& b = args.bench;
+  sub->add_option("--config", args.config, "config JSON of a random model (no checkpoint needed)");
+  sub->add_option("--set", args.sets, "override a config field of the random model: name=value (repeatable)");
+  sub->add_option("--table-dtype", args.table_dtype, "a random model's tables in RAM: f32 (default) or bf16 (half the memory)");
+  sub->add_option("--checkpoint", args.checkpoint, "a checkpoint instead of --config (or a run directory: its newest)");
+  jtok::add_table_source_options(sub, args.tables);
+  sub->add_option("--device", b.device, "cpu (default) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--precision", args.precision, "cuda: bf16 (default) or fp32; the CPU engine: fp32")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
+  sub->add_option("--kv-dtype", args.kv_dtype, "KV cache: f32 or bf16 (default: bf16 on cuda, f32 on the CPU)");
+  sub->add_option("--table-rows", args.table_rows,
+                  "cuda: where a step's table rows come from, a decoder each in turn: hbm, in_place, staged, auto "
+                  "(comma-separated; default auto)")
+      ->delimiter(',');
+  sub->add_option("--batch", b.batches, "sequences decoded together, a run each (comma-separated; default 1)")->delimiter(',');
+  sub->add_option("--prompt-len", b.prompt_len, "prompt tokens of each sequence (default 512)");
+  sub->add_option("--new-tokens", b.new_tokens, "decode steps after the prefill (default 128)");
+  sub->add_option("--long-prompt", b.long_prompt, "also prefill one prompt of this many tokens (0: none, the default)");
+  sub->add_option("--max-prefill", b.max_prefill, "the longest prefill call; a long prompt goes in pieces (default 4096)");
+  sub->add_option("--warmup", b.warmup, "untimed runs of every shape first (default 1)");
+  sub->add_option("--repeat", b.repeat, "timed runs of each shape; medians reported (default 3)");
+  sub->add_option("--data", b.data, "token shards the prompts come from (default data/train)");
+  sub->callback(run);
+}
+
+const bool registered = jtok::register_command(
+    {"bench-decode", "time greedy decoding of batched prompts through the CPU or GPU decoder (throughput benchmark)", setup});
+
+}  // namespace

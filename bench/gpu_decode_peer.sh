@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Issue 40's decode bench on a GPU host, one run: `jtok bench-decode` (infer/bench_decode.h) on the
+# Qwen3-0.6B shape (configs/qwen3_0.6b.json, random weights, bf16) dense, then JTok-M (n_e 5, K 2,
+# every layer: 140 tables of 151,936 x 1,024) with its table rows from HBM (a device copy), read in
+# place from the host's RAM (pinned where they lie) and staged (the host's gather into pinned
+# staging, the disk store's path), one process for the three (the tables are made once); then the
+# HF transformers peer (bench/hf_decode_peer.py: Qwen3ForCausalLM, bf16, SDPA) on the same prompts.
+# Each: batch 1 and 16, prompt 512, 128 decode steps, and a 4,096-token prefill; then
+# bench/gpu_decode_peer_table.py's table: tok/s, TPOT, ours / peer, JTok-M's overhead against hbm,
+# the goals beside (table.md, table.json).
+#   bash bench/gpu_decode_peer.sh --data DIR [--jtok BIN] [--out DIR] [--config FILE] [--device cuda|cpu]
+#        [--tiny] [--batch 1,16] [--prompt-len P] [--new-tokens N] [--long-prompt L] [--repeat R]
+#        [--peer-repeat R] [--runs "dense jtokm peer"] [--timeout S] [--budget S] [--dry-run]
+# --data: token shards for the prompts (scripts/gpu_prepare.sh carries some); --out: logs, one
+# JSON file a run (default bench-out/gpu_decode_peer); --budget S (default 380): no run starts after
+# S seconds of the script and a run's limit (--timeout, default 200) is cut to what is left; a run
+# that would get under 20 s is skipped and the table says so. Memory: the JTok-M tables' bytes are
+# printed against the RAM available (/proc/meminfo) and the GPU's memory (nvidia-smi): bf16 tables on
+# cuda (the GPU decoder's dtype; f32 on the CPU where they fit), the run skipped where they do not
+# fit in RAM, hbm dropped where the copy does not fit on the GPU. Nothing is written to disk: a random
+# model has no table store (`jtok bench-decode --checkpoint C --tables disk --table-store S` times one).
+# --device cpu --tiny (CI, tests/test_gpu_decode_peer.sh): the CPU engine and the peer on the CPU,
+# a 2-layer d-64 shape of --config's vocabulary, prompt 32, 8 steps, batch 1 and 4, a 128-token
+# prefill, one repeat. PEER_ARGS (environment) is appended to the peer's command (the test's
+# --stand-in where transformers is absent).
+# Time on an H200 (estimate): dense ~30 s (0.6B init on one thread), JTok-M ~90-150 s (43.5 GB of
+# bf16 tables made on 16 threads, registered, copied), the peer ~40-70 s (HF's steps take 20-65 ms):
+# ~3-4.5 min in all.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+DATA=""; JTOK=""; OUT=bench-out/gpu_decode_peer; CONFIG=configs/qwen3_0.6b.json; DEVICE=cuda; TINY=0
+BATCH=""; P=""; N=""; L=""; REPEAT=""; PEER_REPEAT=""; RUNS="dense jtokm peer"; LIMIT=200; BUDGET=380; DRY=0
+PY=${PYTHON:-python3}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --data) DATA=$2; shift 2 ;;
+    --jtok) JTOK=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --config) CONFIG=$2; shift 2 ;;
+    --device) DEVICE=$2; shift 2 ;;
+    --tiny) TINY=1; shift ;;
+    --batch) BATCH=$2; shift 2 ;;
+    --prompt-len) P=$2; shift 2 ;;
+    --new-tokens) N=$2; shift 2 ;;
+    --long-prompt) L=$2; shift 2 ;;
+    --repeat) REPEAT=$2; shift 2 ;;
+    --peer-repeat) PEER_REPEAT=$2; shift 2 ;;
+    --runs) RUNS=$2; shift 2 ;;
+    --timeout) LIMIT=$2; shift 2 ;;
+    --budget) BUDGET=$2; shift 2 ;;
+    --dry-run) DRY=1; shift ;;
+    *) echo "usage: $0 --data DIR [--jtok BIN] [--out DIR] [--config F] [--device cuda|cpu] [--tiny] [--batch B] [--prompt-len P] [--new-tokens N] [--long-prompt L] [--repeat R] [--peer-repeat R] [--runs R] [--timeout S] [--budget S] [--dry-run]" >&2; exit 2 ;;
+  esac
+done
+[ -n "$DATA" ] || { echo "gpu_decode_peer.sh: --data DIR is required (token shards; scripts/gpu_prepare.sh packs some)" >&2; exit 2; }
+[ "$DRY" = 1 ] || [ -e "$DATA" ] || { echo "gpu_decode_peer.sh: no token shards at $DATA" >&2; exit 2; }
+case "$DEVICE" in cuda|cpu) ;; *) echo "gpu_decode_peer.sh: --device cuda or cpu, got $DEVICE" >&2; exit 2 ;; esac
+# The issue's runs, or (--tiny) a CPU-sized check of the same path.
+if [ "$TINY" = 1 ]; then
+  : "${BATCH:=1,4}" "${P:=32}" "${N:=8}" "${L:=128}" "${REPEAT:=1}" "${PEER_REPEAT:=1}"
+  SHAPE=(--set hidden_size=64 --set num_hidden_layers=2 --set num_attention_heads=4 --set num_key_value_heads=2
+         --set head_dim=16 --set intermediate_size=128)
+else
+  : "${BATCH:=1,16}" "${P:=512}" "${N:=128}" "${L:=4096}" "${REPEAT:=3}" "${PEER_REPEAT:=1}"
+  SHAPE=()
+fi
+mkdir -p "$OUT"
+rm -f "$OUT"/*.json "$OUT"/*.log "$OUT"/*.skipped "$OUT/table.md"
+START=$SECONDS
+# What fits: the JTok-M tables' bytes (every layer, n_e 5, the padded vocabulary) against the RAM
+# available and the GPU's memory. Sets TABLE_DTYPE, TABLE_ROWS, JTOKM_SKIP; prints the plan.
+plan_tables() {
+  local sizes tables vp d f32 bf16 ram gpu disk
+  sizes=$("$PY" - "$CONFIG" "$TINY" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+layers, d = (2, 64) if sys.argv[2] == "1" else (c["num_hidden_layers"], c["hidden_size"])
+pad = c.get("vocab_pad_multiple", 64)
+vp = (c["vocab_size"] + pad - 1) // pad * pad
+print(layers * 5, vp, d, layers * 5 * vp * d * 4, layers * 5 * vp * d * 2)
+PY
+) || { JTOKM_SKIP="config $CONFIG unreadable"; return; }
+  read -r tables vp d f32 bf16 <<< "$sizes"
+  ram=$(awk '/^MemAvailable:/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
+  gpu=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1 | awk '{printf "%.0f", $1 * 1048576}')
+  disk=$(df -B1 --output=avail "$OUT" 2>/dev/null | tail -n 1 | tr -d ' ')
+  gb() { awk -v b="${1:-0}" 'BEGIN {printf "%.1f GB", b / 1e9}'; }
+  echo "plan: JTok-M tables: $tables of $vp x $d: f32 $(gb "$f32"), bf16 $(gb "$bf16")"
+  local gpu_seen="none seen"; [ -n "$gpu" ] && gpu_seen=$(gb "$gpu")
+  echo "plan: RAM available $(gb "$ram"); GPU memory $gpu_seen; disk free $(gb "$disk") (nothing written)"
+  # In RAM: the tables, the backbone and the run's buffers (4 GB) within 85 % of what is available.
+  fit() { awk -v n="$1" -v r="$ram" 'BEGIN {exit !(n + 4e9 <= 0.85 * r)}'; }
+  TABLE_DTYPE=bf16; JTOKM_SKIP=""
+  if [ "$DEVICE" = cpu ] && fit "$f32"; then TABLE_DTYPE=f32; fi
+  fit "$bf16" || JTOKM_SKIP="its bf16 tables ($(gb "$bf16")) do not fit in the RAM available ($(gb "$ram"))"
+  TABLE_ROWS=hbm,in_place,staged
+  if [ -n "$gpu" ] && ! awk -v n="$bf16" -v g="$gpu" 'BEGIN {exit !(n + 10e9 <= g)}'; then
+    TABLE_ROWS=in_place,staged; echo "plan: hbm not run: a device copy of the tables does not fit the GPU's $(gb "$gpu")"
+  fi
+  if [ -n "$JTOKM_SKIP" ]; then echo "plan: JTok-M not run: $JTOKM_SKIP"
+  elif [ "$DEVICE" = cuda ]; then echo "plan: JTok-M tables in RAM as $TABLE_DTYPE; table rows: $TABLE_ROWS"
+  else echo "plan: JTok-M tables in RAM as $TABLE_DTYPE (the CPU engine)"; fi
+  echo "plan: disk store: not run (a random model has no store on disk; staged rows are the store's path to the GPU)"
+}
+plan_tables > "$OUT/plan.txt"  # in this shell: it sets the variables
+cat "$OUT/plan.txt"
+[ -n "$JTOK" ] || { JTOK=build/jtok; echo "ours: --jtok not given: $JTOK"; }
+
+run() {  # run NAME CMD...: stdout -> OUT/NAME.json, stderr -> OUT/NAME.log, killed after its limit
+  local name=$1; shift
+  local limit=$LIMIT left=$((BUDGET - (SECONDS - START)))
+  [ "$left" -lt "$limit" ] && limit=$left
+  echo "+ timeout $limit $* > $OUT/$name.json"
+  [ "$DRY" = 1 ] && return 0
+  if [ "$limit" -lt 20 ]; then
+    echo "  $name: SKIPPED (the --budget of $BUDGET s is spent)"; echo "skipped: budget of $BUDGET s spent" > "$OUT/$name.skipped"
+    return 1
+  fi
+  local t0=$SECONDS rc=0
+  timeout "$limit" "$@" > "$OUT/$name.json" 2> "$OUT/$name.log" || rc=$?
+  if [ $rc = 0 ]; then echo "  $name: $((SECONDS - t0)) s"
+  elif [ $rc = 124 ]; then echo "  $name: KILLED after $limit s (tail of $OUT/$name.log:)"; tail -n 3 "$OUT/$name.log"
+  else echo "  $name: FAILED rc $rc after $((SECONDS - t0)) s:"; tail -n 3 "$OUT/$name.log"; fi
+  return $rc
+}
+wanted() { [[ " $RUNS " == *" $1 "* ]]; }
+
+LENGTHS=(--batch "$BATCH" --prompt-len "$P" --new-tokens "$N" --long-prompt "$L" --data "$DATA")
+OURS=("$JTOK" bench-decode --config "$CONFIG" "${SHAPE[@]}" --device "$DEVICE" "${LENGTHS[@]}" --repeat "$REPEAT")
+status=0
+if wanted dense; then run ours_dense "${OURS[@]}" || status=1; fi
+if wanted jtokm; then
+  if [ -n "$JTOKM_SKIP" ]; then
+    echo "  ours_jtokm: SKIPPED ($JTOKM_SKIP)"; echo "skipped: $JTOKM_SKIP" > "$OUT/ours_jtokm.skipped"
+  else
+    rows=(); [ "$DEVICE" = cuda ] && rows=(--table-rows "$TABLE_ROWS")
+    run ours_jtokm "${OURS[@]}" --set jtokm=true --set jtokm_n_e=5 --set jtokm_top_k=2 --table-dtype "$TABLE_DTYPE" \
+      "${rows[@]}" || status=1
+  fi
+fi
+if wanted peer; then
+  tiny=(); [ "$TINY" = 1 ] && tiny=(--tiny)
+  # shellcheck disable=SC2086  # PEER_ARGS are words
+  run peer "$PY" bench/hf_decode_peer.py --config "$CONFIG" "${tiny[@]}" --device "$DEVICE" "${LENGTHS[@]}" \
+    --repeat "$PEER_REPEAT" ${PEER_ARGS:-} || status=1
+fi
+
+[ "$DRY" = 1 ] && exit 0
+"$PY" bench/gpu_decode_peer_table.py "$OUT" | tee "$OUT/table.md"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+exit $status

@@ -1,0 +1,216 @@
+#include "infer/bench_decode.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <memory>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "data/loader.h"
+#include "data/shard.h"
+#include "infer/decoder.h"
+
+namespace jtok {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string hex64(uint64_t h) {
+  char s[17];
+  std::snprintf(s, sizeof s, "%016" PRIx64, h);
+  return s;
+}
+
+double peak_rss_mb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss: KiB on Linux
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+// One timed run's figures.
+struct RunTimes {
+  double prefill_s = 0, decode_s = 0, sample_s = 0;
+  int64_t rows = 0;                // token-table rows the decode steps read
+  std::vector<int32_t> generated;  // (M, N + 1): the prefill's token, then each step's
+};
+
+// M sequences of prompts (M, P) prefilled one after another, then N decode steps of all M.
+RunTimes decode_run(Decoder& dec, const int32_t* prompts, int64_t M, int64_t P, int64_t N, int64_t V) {
+  RunTimes t;
+  std::vector<int64_t> seqs(static_cast<size_t>(M));
+  std::vector<int32_t> tok(static_cast<size_t>(M));
+  std::vector<float> logits(static_cast<size_t>(M * V));
+  t.generated.resize(static_cast<size_t>(M * (N + 1)));
+  for (int64_t i = 0; i < M; ++i) seqs[i] = dec.open(P + N);
+  auto t0 = Clock::now();
+  for (int64_t i = 0; i < M; ++i) {
+    const std::vector<float> last = dec.prefill(seqs[i], prompts + i * P, P);
+    greedy_tokens(last.data(), 1, V, &tok[i]);
+  }
+  t.prefill_s = seconds_since(t0);
+  for (int64_t i = 0; i < M; ++i) t.generated[i * (N + 1)] = tok[i];
+  t0 = Clock::now();
+  for (int64_t s = 1; s <= N; ++s) {
+    t.rows += dec.decode(seqs.data(), tok.data(), M, logits.data());
+    const auto ts = Clock::now();
+    greedy_tokens(logits.data(), M, V, tok.data());
+    t.sample_s += seconds_since(ts);
+    for (int64_t i = 0; i < M; ++i) t.generated[i * (N + 1) + s] = tok[i];
+  }
+  t.decode_s = seconds_since(t0);
+  for (int64_t i = 0; i < M; ++i) dec.close(seqs[i]);
+  return t;
+}
+
+// One sequence of L tokens prefilled in pieces of at most `piece`; generated: the argmax after it.
+RunTimes prefill_run(Decoder& dec, const std::vector<int32_t>& prompt, int64_t piece, int64_t V) {
+  RunTimes t;
+  const int64_t L = static_cast<int64_t>(prompt.size());
+  const int64_t seq = dec.open(L);
+  std::vector<float> last;
+  const auto t0 = Clock::now();
+  for (int64_t at = 0; at < L; at += piece) last = dec.prefill(seq, prompt.data() + at, std::min(piece, L - at));
+  t.prefill_s = seconds_since(t0);
+  t.generated.resize(1);
+  greedy_tokens(last.data(), 1, V, t.generated.data());
+  dec.close(seq);
+  return t;
+}
+
+// The fields every line of a mode carries.
+nlohmann::json line_base(const BenchDecodeOptions& opt, const std::string& mode, const std::string& describe) {
+  return {{"engine", "jtok"},      {"device", opt.device},     {"table_rows", mode},
+          {"decoder", describe},   {"precision", opt.settings.bf16 ? "bf16" : "fp32"},
+          {"kv_dtype", opt.settings.kv_bf16 ? "bf16" : "f32"},             {"model", opt.model},
+          {"warmup", opt.warmup},  {"repeat", opt.repeat}};
+}
+
+// The medians of `repeat` decode runs of batch M as a line.
+nlohmann::json decode_line(Decoder& dec, const BenchDecodeOptions& opt, nlohmann::json j, const std::vector<int32_t>& prompts,
+                           int64_t M, int64_t V) {
+  const int64_t P = opt.prompt_len, N = opt.new_tokens;
+  std::vector<double> pre, dtok, tpot, sample;
+  RunTimes last;
+  for (int64_t r = 0; r < opt.repeat; ++r) {
+    last = decode_run(dec, prompts.data(), M, P, N, V);
+    pre.push_back(static_cast<double>(M * P) / last.prefill_s);
+    dtok.push_back(static_cast<double>(M * N) / last.decode_s);
+    tpot.push_back(1e3 * last.decode_s / static_cast<double>(N));
+    sample.push_back(1e3 * last.sample_s / static_cast<double>(N));
+  }
+  j.update({{"run", "decode"}, {"batch", M}, {"prompt", P}, {"new_tokens", N},
+            {"prefill_tok_s", median(pre)}, {"decode_tok_s", median(dtok)}, {"tpot_ms", median(tpot)},
+            {"sample_ms_per_step", median(sample)}, {"rows_per_step", static_cast<double>(last.rows) / static_cast<double>(N)},
+            {"prefill_tok_s_each", pre}, {"decode_tok_s_each", dtok},
+            {"prompt_fnv1a", hex64(fnv1a64(prompts.data(), static_cast<size_t>(M * P) * sizeof(int32_t)))},
+            {"tokens_fnv1a", hex64(fnv1a64(last.generated.data(), last.generated.size() * sizeof(int32_t)))},
+            {"peak_rss_mb", peak_rss_mb()}});
+  std::fprintf(stderr, "bench-decode %s %s batch %" PRId64 ": prefill %" PRId64 " x %" PRId64 " %.1f tok/s | decode %" PRId64
+               " steps %.1f tok/s, TPOT %.3f ms (host argmax %.3f ms) | peak RSS %.0f MB\n",
+               opt.device.c_str(), j["table_rows"].get<std::string>().c_str(), M, M, P, median(pre), N, median(dtok),
+               median(tpot), median(sample), peak_rss_mb());
+  return j;
+}
+
+nlohmann::json prefill_line(Decoder& dec, const BenchDecodeOptions& opt, nlohmann::json j, const std::vector<int32_t>& prompt,
+                            int64_t V) {
+  std::vector<double> pre;
+  RunTimes last;
+  for (int64_t r = 0; r < opt.repeat; ++r) {
+    last = prefill_run(dec, prompt, opt.max_prefill, V);
+    pre.push_back(static_cast<double>(prompt.size()) / last.prefill_s);
+  }
+  j.update({{"run", "prefill"}, {"batch", 1}, {"prompt", prompt.size()}, {"prefill_tok_s", median(pre)},
+            {"prefill_ms", 1e3 * static_cast<double>(prompt.size()) / median(pre)}, {"prefill_tok_s_each", pre},
+            {"prompt_fnv1a", hex64(fnv1a64(prompt.data(), prompt.size() * sizeof(int32_t)))},
+            {"tokens_fnv1a", hex64(fnv1a64(last.generated.data(), sizeof(int32_t)))}, {"peak_rss_mb", peak_rss_mb()}});
+  std::fprintf(stderr, "bench-decode %s %s prefill of %zu tokens: %.1f tok/s (%.2f ms)\n", opt.device.c_str(),
+               j["table_rows"].get<std::string>().c_str(), prompt.size(), median(pre), j["prefill_ms"].get<double>());
+  return j;
+}
+
+// The decoder's settings for these runs: every batch, the longest prefill piece, and KV pages for
+// the largest run (its sequences at P + N, or the long prompt), each sequence rounded up to pages.
+cuda::DecoderSettings run_settings(const BenchDecodeOptions& opt, const std::string& mode) {
+  cuda::DecoderSettings s = opt.settings;
+  if (!mode.empty()) s.table_rows = mode;
+  const int64_t M = *std::max_element(opt.batches.begin(), opt.batches.end());
+  s.max_batch = M;
+  s.max_prefill = std::max(opt.prompt_len, std::min(opt.long_prompt, opt.max_prefill));
+  const auto pages = [&](int64_t n) { return (n + s.page_tokens - 1) / s.page_tokens * s.page_tokens; };
+  s.kv_tokens = std::max(M * pages(opt.prompt_len + opt.new_tokens), pages(opt.long_prompt));
+  return s;
+}
+
+}  // namespace
+
+std::vector<int32_t> shard_prompts(const std::string& data, int64_t sequences, int64_t len, int64_t vocab) {
+  std::vector<std::string> shards;
+  try {
+    shards = list_shards(data);
+  } catch (const Error& e) {
+    fail("bench-decode: no token shards in ", data, " (", e.what(), "): run scripts/prepare_data.sh or pass --data DIR");
+  }
+  LoaderOptions lo;
+  lo.mode = "sequential";
+  lo.vocab_size = static_cast<uint32_t>(vocab);  // every id checked against the model's
+  DataLoader loader(shards, lo);
+  return loader.next_batch(static_cast<int>(sequences), static_cast<int>(len)).inputs;
+}
+
+void greedy_tokens(const float* logits, int64_t M, int64_t V, int32_t* out) {
+#pragma omp parallel for schedule(static) if (M > 1 && M * V >= kParallelMin)
+  for (int64_t i = 0; i < M; ++i) {
+    // The largest value (a vectorised reduction), then the first id holding it: ties go to the
+    // lowest id, as sample_token's greedy pick. A NaN row gives id 0.
+    const float* x = logits + i * V;
+    float top = x[0];
+#pragma omp simd reduction(max : top)
+    for (int64_t v = 1; v < V; ++v) top = std::max(top, x[v]);
+    int64_t best = 0;
+    while (best < V && !(x[best] == top)) ++best;
+    out[i] = static_cast<int32_t>(best < V ? best : 0);
+  }
+}
+
+std::vector<nlohmann::json> bench_decode(const Model& m, const BenchDecodeOptions& opt) {
+  const int64_t V = m.cfg.vocab_size, P = opt.prompt_len, N = opt.new_tokens, L = opt.long_prompt;
+  if (opt.batches.empty() || opt.repeat < 1 || P < 1 || N < 1 || L < 0 || opt.warmup < 0 || opt.max_prefill < 1)
+    fail("bench-decode: batches, --repeat, --prompt-len, --new-tokens and --max-prefill must be positive, "
+         "--long-prompt and --warmup at least 0");
+  if (std::max(P + N, L) > m.cfg.max_position_embeddings)
+    fail("bench-decode: prompt + new tokens (", P + N, ") and the long prompt (", L, ") must fit the model's context of ",
+         m.cfg.max_position_embeddings, " positions (max_position_embeddings)");
+  const int64_t M_max = *std::max_element(opt.batches.begin(), opt.batches.end());
+  const std::vector<int32_t> prompts = shard_prompts(opt.data, M_max, P, V);
+  const std::vector<int32_t> long_prompt = L > 0 ? shard_prompts(opt.data, 1, L, V) : std::vector<int32_t>{};
+  std::vector<std::string> modes = opt.table_rows;
+  if (opt.device != "cuda" || modes.empty()) modes = {opt.device == "cuda" ? opt.settings.table_rows : ""};
+  std::vector<nlohmann::json> lines;
+  for (const std::string& mode : modes) {
+    std::unique_ptr<Decoder> dec = make_decoder(m, opt.device, run_settings(opt, mode));
+    const nlohmann::json base = line_base(opt, mode.empty() ? opt.device : mode, dec->describe());
+    std::fprintf(stderr, "bench-decode: %s\n", dec->describe().c_str());
+    for (int64_t w = 0; w < opt.warmup; ++w) {  // every shape once: caches, CUDA graphs, pages
+      for (int64_t M : opt.batches) decode_run(*dec, prompts.data(), M, P, N, V);
+      if (L > 0) prefill_run(*dec, long_prompt, opt.max_prefill, V);
+    }
+    for (int64_t M : opt.batches) lines.push_back(decode_line(*dec, opt, base, prompts, M, V));
+    if (L > 0) lines.push_back(prefill_line(*dec, opt, base, long_prompt, V));
+  }
+  return lines;
+}
+
+}  // namespace jtok

@@ -1,0 +1,50 @@
+// `jtok bench-decode`'s work: greedy decoding of M sequences together through a Decoder
+// (infer/decoder.h), on the CPU or a GPU, timed; bench/gpu_decode_peer.sh compares it with HF
+// transformers (bench/hf_decode_peer.py) on the same prompts.
+//
+// Prompts: real token shards (`data`, the loader's sequential windows from the start: sequence i
+// is the inputs of row i of the first (M, P) batch, as tests/reference/shards.py's
+// SequentialBatches gives them to the peer); the long prompt is the first (1, L) batch of a fresh
+// loader. A run of batch M: M sequences opened (room for P + N positions), each prefilled with its
+// prompt (prefill_s: all M prefills), the first token the argmax of the prefill's last logits, then
+// N decode steps of all M together (decode_s), each feeding the token the previous logits chose
+// (greedy argmax, ties to the lowest id, on the host: the Decoder hands back logits; its share is
+// sample_s). prefill tok/s = M P / prefill_s, decode tok/s = M N / decode_s, TPOT = decode_s / N.
+// A long-prompt run: one sequence of L tokens prefilled in pieces of at most max_prefill.
+// Each mode (table_rows) gets its own decoder, made and dropped in turn; within it `warmup` untimed
+// runs of every batch, then `repeat` timed runs of each, whose medians are reported.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda/decoder.h"
+#include "model/transformer.h"
+
+namespace jtok {
+
+struct BenchDecodeOptions {
+  std::string device = "cpu";           // "cpu" | "cuda" (make_decoder)
+  cuda::DecoderSettings settings;       // max_batch / max_prefill / kv_tokens are set from the runs
+  std::vector<std::string> table_rows;  // cuda: a decoder per mode (hbm, in_place, staged, auto)
+  std::vector<int64_t> batches = {1};   // M of each run
+  int64_t prompt_len = 512, new_tokens = 128, long_prompt = 0;  // P, N, L (0: no long-prompt run)
+  int64_t max_prefill = 4096;           // the longest prefill call (a long prompt goes in pieces)
+  int64_t warmup = 1, repeat = 3;
+  std::string data = "data/train";
+  nlohmann::json model;                 // what the caller says of the model: copied into every line
+};
+
+// Prompt ids of the runs: `sequences` rows of `len` tokens (row-major), checked against vocab.
+std::vector<int32_t> shard_prompts(const std::string& data, int64_t sequences, int64_t len, int64_t vocab);
+
+// Greedy argmax of each of M rows of V logits (ties to the lowest id), into out (M).
+void greedy_tokens(const float* logits, int64_t M, int64_t V, int32_t* out);
+
+// Runs the benches; one JSON object per (mode, batch) run ("run": "decode") and per mode for the
+// long prompt ("run": "prefill"), each also printed as one human line on stderr as it finishes.
+std::vector<nlohmann::json> bench_decode(const Model& m, const BenchDecodeOptions& opt);
+
+}  // namespace jtok

@@ -1,0 +1,141 @@
+// `jtok bench-decode`'s parts: the random inference model (model/inference_model.h) has make_model's
+// values (f32 tables bit for bit, bf16 tables their rounding), and its table bytes are counted; the
+// bench's greedy pick is sample_token's; the bench's prompts are the loader's sequential windows;
+// its decode run feeds each step the token the last logits chose (its tokens hash equals that of
+// prefill + decode_step + sample_token greedy, one sequence at a time).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/loader.h"
+#include "data/shard.h"
+#include "infer/bench_decode.h"
+#include "infer/generate.h"
+#include "model/inference_model.h"
+#include "model_test_util.h"
+
+using namespace jtok;
+using namespace jtok::testing;
+
+namespace {
+
+ModelConfig test_config() {
+  TinyJtokShape s;
+  s.layers = 3;
+  s.jtok_layers = "0";
+  s.jtokm_layers = "1-2";
+  return tiny_jtok_config(s);
+}
+
+// A directory with one shard of n ids below V, removed at the end of the test.
+struct ShardDir {
+  std::string dir;
+  ShardDir(int64_t n, int64_t V) {
+    dir = (std::filesystem::temp_directory_path() / ("bench_decode_" + std::to_string(::getpid()))).string();
+    std::filesystem::create_directories(dir);
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    std::mt19937 rng(40);
+    for (int32_t& t : ids) t = static_cast<int32_t>(rng() % V);
+    ShardInfo info;
+    info.vocab_size = static_cast<uint32_t>(V);
+    write_shard(dir + "/train_000000.bin", info, ids);
+  }
+  ~ShardDir() { std::filesystem::remove_all(dir); }
+};
+
+}  // namespace
+
+TEST(InferenceModel, F32TablesAreMakeModels) {
+  const ModelConfig c = test_config();
+  const Model want = make_model(c, 7);
+  const Model got = make_inference_model(c, 7, Dtype::f32);
+  EXPECT_TRUE(got.grads.empty());
+  ASSERT_EQ(got.params.size(), want.params.size());
+  EXPECT_EQ(std::memcmp(got.params.data(), want.params.data(), want.params.size() * sizeof(float)), 0);
+  ASSERT_EQ(got.tables.size(), want.tables.size());
+  ASSERT_EQ(got.tables.size(), 1u + 2u * 3u);  // JTok on layer 0, JTok-M (n_e 3) on layers 1-2
+  for (size_t k = 0; k < want.tables.size(); ++k) EXPECT_EQ(got.tables[k].to_vector(), want.tables[k].to_vector()) << k;
+  EXPECT_EQ(table_bytes(c, Dtype::f32), 7 * c.padded_vocab() * c.hidden_size * 4);
+  EXPECT_EQ(table_bytes(c, Dtype::bf16), 7 * c.padded_vocab() * c.hidden_size * 2);
+}
+
+TEST(InferenceModel, Bf16TablesAreTheRoundedOnes) {
+  const ModelConfig c = test_config();
+  const Model want = make_model(c, 7);
+  const Model got = make_inference_model(c, 7, Dtype::bf16);
+  for (size_t k = 0; k < want.tables.size(); ++k) {
+    ASSERT_EQ(got.tables[k].dtype(), Dtype::bf16);
+    EXPECT_EQ(got.tables[k].storage_bytes(), c.padded_vocab() * c.hidden_size * 2);
+    EXPECT_EQ(got.tables[k].to_vector(), quantize_table(want.tables[k], Dtype::bf16).to_vector()) << k;
+  }
+  EXPECT_THROW(make_inference_model(c, 7, Dtype::int8), Error);
+}
+
+TEST(BenchDecode, GreedyIsSampleTokens) {
+  const int64_t V = 50;
+  std::vector<float> logits(3 * V);
+  std::mt19937 rng(3);
+  for (float& x : logits) x = static_cast<float>(rng() % 7);  // many ties
+  int32_t got[3];
+  greedy_tokens(logits.data(), 3, V, got);
+  std::mt19937_64 r64(1);
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<float> row(logits.begin() + i * V, logits.begin() + (i + 1) * V);
+    EXPECT_EQ(got[i], sample_token(row, {.temperature = 0}, r64)) << i;
+  }
+}
+
+TEST(BenchDecode, PromptsAreTheLoadersWindows) {
+  ShardDir d(400, 97);
+  const std::vector<int32_t> p = shard_prompts(d.dir, 3, 20, 97);
+  LoaderOptions lo;
+  lo.mode = "sequential";
+  DataLoader loader(list_shards(d.dir), lo);
+  EXPECT_EQ(p, loader.next_batch(3, 20).inputs);
+  EXPECT_THROW(shard_prompts(d.dir, 1, 20, 50), Error);  // ids past a smaller vocabulary
+}
+
+// The decode run's tokens: each sequence's prefill argmax, then N steps each fed the last choice.
+TEST(BenchDecode, TokensAreGreedyDecoding) {
+  const Model m = make_inference_model(test_config(), 5, Dtype::f32);
+  const int64_t V = m.cfg.vocab_size, M = 2, P = 6, N = 4;
+  ShardDir d(400, V);
+  BenchDecodeOptions opt;
+  opt.batches = {M};
+  opt.prompt_len = P;
+  opt.new_tokens = N;
+  opt.long_prompt = 10;
+  opt.repeat = 1;
+  opt.data = d.dir;
+  const std::vector<nlohmann::json> lines = bench_decode(m, opt);
+  ASSERT_EQ(lines.size(), 2u);
+  const std::vector<int32_t> prompts = shard_prompts(d.dir, M, P, V);
+  std::vector<int32_t> want;
+  std::mt19937_64 rng(1);
+  for (int64_t i = 0; i < M; ++i) {
+    KVCache cache;
+    std::vector<float> logits = prefill(m, cache, {prompts.begin() + i * P, prompts.begin() + (i + 1) * P}, P + N);
+    for (int64_t s = 0; s <= N; ++s) {
+      want.push_back(sample_token(logits, {.temperature = 0}, rng));
+      if (s < N) logits = decode_step(m, cache, want.back());
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(fnv1a64(want.data(), want.size() * sizeof(int32_t))));
+  const nlohmann::json& j = lines[0];
+  EXPECT_EQ(j["run"], "decode");
+  EXPECT_EQ(j["tokens_fnv1a"], hex);
+  EXPECT_EQ(j["batch"], M);
+  EXPECT_GT(j["decode_tok_s"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(j["tpot_ms"].get<double>(), 1e3 * M / j["decode_tok_s"].get<double>());
+  EXPECT_EQ(lines[1]["run"], "prefill");
+  EXPECT_EQ(lines[1]["prompt"], 10);
+}
