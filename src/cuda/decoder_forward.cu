@@ -102,23 +102,12 @@ void attention_half(DecoderState<E>& st, size_t l, const StepShape& sh) {
   linear_forward<E, E>(st.mm, A.h.get(), A.att.get(), W.wo, nullptr, R, qd, d, true, s);
 }
 
-// out (R,d) = (accumulate: +=) Delta_m of x: down(silu(x Wg^T) * x Wu^T), or the MoE block's
-// output (it adds: out zeroed first when not accumulating).
+// out (R,d) = (accumulate: +=) Delta_m of the normed rows A.x (cuda/model.h's mlp_update).
 template <typename E>
-void mlp_update(DecoderState<E>& st, size_t l, int64_t R, E* out, bool accumulate) {
-  const DeviceLayerView<E>& W = st.w.layers[l];
+void mlp_update_rows(DecoderState<E>& st, size_t l, int64_t R, E* out, bool accumulate) {
   DecoderActs<E>& A = st.acts;
-  const int64_t d = st.cfg.hidden_size, F = st.cfg.intermediate_size;
-  cudaStream_t s = st.s();
-  if (W.moe.router) {
-    if (!accumulate) JTOK_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(R * d) * sizeof(E), s));
-    moe_block_forward(st.mm, out, A.moe, A.moe_scratch, A.x.get(), W.moe, moe_dims(st.cfg), R, s);
-    return;
-  }
-  linear_forward<E, E>(st.mm, A.gate.get(), A.x.get(), W.wg, nullptr, R, d, F, false, s);
-  linear_forward<E, E>(st.mm, A.up.get(), A.x.get(), W.wu, nullptr, R, d, F, false, s);
-  swiglu_forward(A.act.get(), A.gate.get(), A.up.get(), R, F, F, s);
-  linear_forward<E, E>(st.mm, out, A.act.get(), W.wd, nullptr, R, F, d, accumulate, s);
+  const MlpBuffers<E> b{A.gate.get(), A.up.get(), A.act.get(), &A.moe, &A.moe_scratch};
+  mlp_update(st.mm, st.cfg, st.w.layers[l], b, A.x.get(), out, R, accumulate, st.s());
 }
 
 // JTok's gate of layer l (its rows in slot 0 of rows layer k): h += mlp_out * (1 + s Norm(E[x])).
@@ -155,10 +144,10 @@ void mlp_half(DecoderState<E>& st, size_t l, int64_t R) {
   const int64_t k = st.rows_layer[l];
   if (k >= 0) st.rows->wait(k, st.s());
   if (st.jtok_gated[l]) {
-    mlp_update(st, l, R, A.mlp_out.get(), false);
+    mlp_update_rows(st, l, R, A.mlp_out.get(), false);
     jtok_gate(st, l, k, R);
   } else {
-    mlp_update(st, l, R, A.h.get(), true);
+    mlp_update_rows(st, l, R, A.h.get(), true);
   }
   if (W.jtokm_router) jtokm_inject(st, l, k, R);
 }

@@ -64,6 +64,21 @@ void check_device_supported(const Model& host, const std::string& who);
 template <typename P>
 DeviceView<P> device_view(P* base, const Model& host);
 
+// The MLP update's buffers for N rows: gate, up, act (N,F) (dense layers); the MoE block's
+// activations and scratch (MoE layers).
+template <typename E>
+struct MlpBuffers {
+  E *gate = nullptr, *up = nullptr, *act = nullptr;
+  DeviceMoeActs<E>* moe = nullptr;
+  DeviceMoeScratch<E>* moe_scratch = nullptr;
+};
+// x (N,d) -> out (N,d) = (accumulate: +=) Delta_m = down(silu(x Wg^T) * x Wu^T), or the MoE block's
+// output (out zeroed first when not accumulating: the block adds). The training forward's and the
+// decoder's (cuda/decoder_forward.cu).
+template <typename E>
+void mlp_update(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, const MlpBuffers<E>& b, const E* x,
+                E* out, int64_t N, bool accumulate, cudaStream_t s);
+
 template <typename E>
 struct DeviceModel {
   // Copies host's parameters (and its RoPE table) to the device; gradients zeroed. Refuses what is

@@ -85,20 +85,10 @@ void jtok_gate(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
 // out (N,d) = (accumulate: +=) Delta_m of layer l's m: down(silu(m Wg^T) * m Wu^T), or the MoE
 // block's output (cuda/model_moe.h; it adds, so out is zeroed first when not accumulating).
 template <typename E>
-void mlp_update(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* out, bool accumulate) {
-  const auto& W = dm.w.layers[l];
+void mlp_update_layer(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* out, bool accumulate) {
   auto& L = a.layers[l];
-  const int64_t N = a.B * a.T, d = dm.cfg.hidden_size, F = dm.cfg.intermediate_size;
-  cudaStream_t s = dm.stream;
-  if (W.moe.router) {
-    if (!accumulate) JTOK_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(N * d) * sizeof(E), s));
-    moe_block_forward(dm.mm, out, L.moe, a.moe, L.m.get(), W.moe, moe_dims(dm.cfg), N, s);
-    return;
-  }
-  linear_forward<E, E>(dm.mm, L.gate.get(), L.m.get(), W.wg, nullptr, N, d, F, false, s);
-  linear_forward<E, E>(dm.mm, L.up.get(), L.m.get(), W.wu, nullptr, N, d, F, false, s);
-  swiglu_forward(L.act.get(), L.gate.get(), L.up.get(), N, F, F, s);
-  linear_forward<E, E>(dm.mm, out, L.act.get(), W.wd, nullptr, N, F, d, accumulate, s);
+  const MlpBuffers<E> b{L.gate.get(), L.up.get(), L.act.get(), &L.moe, &a.moe};
+  mlp_update(dm.mm, dm.cfg, dm.w.layers[l], b, L.m.get(), out, a.B * a.T, accumulate, dm.stream);
 }
 
 // h_mid -> h_next = h_mid + Delta_m, m = RMSNorm(h_mid); on a JTok layer Delta_m is gated (kept
@@ -113,16 +103,31 @@ void mlp_half(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
   cudaStream_t s = dm.stream;
   rmsnorm_forward(L.m.get(), L.rstd2.get(), L.h_mid.get(), W.ln2, N, d, static_cast<float>(c.rms_norm_eps), s);
   if (W.jtok_scale) {
-    mlp_update(dm, a, l, L.mlp_out.get(), false);
+    mlp_update_layer(dm, a, l, L.mlp_out.get(), false);
     jtok_gate(dm, a, l, h_next);
   } else {
     JTOK_CUDA_CHECK(cudaMemcpyAsync(h_next, L.h_mid.get(), L.h_mid.bytes(), cudaMemcpyDeviceToDevice, s));
-    mlp_update(dm, a, l, h_next, true);
+    mlp_update_layer(dm, a, l, h_next, true);
   }
   if (W.jtokm_router) jtokm_inject_layer(dm, a, l, h_next);
 }
 
 }  // namespace
+
+template <typename E>
+void mlp_update(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, const MlpBuffers<E>& b, const E* x,
+                E* out, int64_t N, bool accumulate, cudaStream_t s) {
+  const int64_t d = c.hidden_size, F = c.intermediate_size;
+  if (W.moe.router) {
+    if (!accumulate) JTOK_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(N * d) * sizeof(E), s));
+    moe_block_forward(mm, out, *b.moe, *b.moe_scratch, x, W.moe, moe_dims(c), N, s);
+    return;
+  }
+  linear_forward<E, E>(mm, b.gate, x, W.wg, nullptr, N, d, F, false, s);
+  linear_forward<E, E>(mm, b.up, x, W.wu, nullptr, N, d, F, false, s);
+  swiglu_forward(b.act, b.gate, b.up, N, F, F, s);
+  linear_forward<E, E>(mm, out, b.act, W.wd, nullptr, N, F, d, accumulate, s);
+}
 
 template <typename E>
 void forward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* ids, int64_t B, int64_t T) {
@@ -164,6 +169,11 @@ double forward_loss(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets
 template void forward<float>(DeviceModel<float>&, DeviceActs<float>&, const int32_t*, int64_t, int64_t);
 template void forward<__nv_bfloat16>(DeviceModel<__nv_bfloat16>&, DeviceActs<__nv_bfloat16>&, const int32_t*, int64_t,
                                      int64_t);
+template void mlp_update<float>(Matmul&, const ModelConfig&, const DeviceLayerView<float>&, const MlpBuffers<float>&,
+                                 const float*, float*, int64_t, bool, cudaStream_t);
+template void mlp_update<__nv_bfloat16>(Matmul&, const ModelConfig&, const DeviceLayerView<__nv_bfloat16>&,
+                                         const MlpBuffers<__nv_bfloat16>&, const __nv_bfloat16*, __nv_bfloat16*,
+                                         int64_t, bool, cudaStream_t);
 template double forward_loss<float>(DeviceModel<float>&, DeviceActs<float>&, const int32_t*);
 template double forward_loss<__nv_bfloat16>(DeviceModel<__nv_bfloat16>&, DeviceActs<__nv_bfloat16>&, const int32_t*);
 
