@@ -5,8 +5,8 @@
 //   RoPE; att = causal GQA attention; h_mid = h_in + att Wo^T; m = RMSNorm(h_mid);
 //   h_out = h_mid + Delta_m, Delta_m = (silu(m Wg^T) * m Wu^T) Wd^T or MoE(m) (JTok: Delta_m * (1 + s Norm(E[x])));
 //   lnf = RMSNorm(h_out); loss = CE(lnf W_head^T)
-// The LM head and the cross-entropy run fused over chunks of rows (cuda/cross_entropy.h), so the
-// (B T, Vp) logits never exist. Gradients accumulate (+=) into one fp32 buffer laid out as the CPU's
+// The LM head and the cross-entropy run fused over chunks of rows (cuda/cross_entropy.h): the
+// trainer's chunks hold at most 256 MiB of logits (lm_head_chunk_rows), never the whole (B T, Vp). Gradients accumulate (+=) into one fp32 buffer laid out as the CPU's
 // m.grads. E, the activations' and the forward weights' type: float (the checking instantiation:
 // the forward reads the fp32 master weights) or __nv_bfloat16 (a bf16 copy of the masters, written
 // by the optimizer). JTok layers gate the MLP update by their token table (cuda/jtok.h); JTok-M
@@ -159,6 +159,9 @@ struct DeviceLayerActs {
 template <typename E>
 struct DeviceActs {
   int64_t B = 0, T = 0, chunk_rows = 0;
+  // The LM head's rows a chunk at most (0: all N): forward sizes chunk_rows = min(N, this), so the
+  // (N, Vp) logits exist whole only when asked (lm_head_chunk_rows is the trainer's choice).
+  int64_t max_chunk_rows = 0;
   std::vector<DeviceLayerActs<E>> layers;
   DeviceArray<E> h_out, lnf, logits_chunk;    // (N,d), (N,d), (chunk_rows, Vp)
   DeviceArray<float> rstdf, losses;           // (N), (N)
@@ -182,6 +185,9 @@ struct DeviceActs {
   }
 };
 
+// Rows of an LM-head chunk whose (rows, Vp) logits of elem_bytes each take at most 256 MiB, a
+// multiple of 128 (at least 128): at Vp 50,304 in bf16 2,560 rows, at 151,936 768.
+int64_t lm_head_chunk_rows(int64_t Vp, int64_t elem_bytes);
 // Sizes acts for (B,T) (a no-op when already so); chunk_rows: the LM head's rows a chunk (0: all N).
 template <typename E>
 void ensure_device_activations(DeviceActs<E>& acts, const DeviceModel<E>& dm, int64_t B, int64_t T,

@@ -135,7 +135,7 @@ void forward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* ids, int64_t B
   const int64_t N = B * T, d = c.hidden_size;
   if (T > dm.rope_T) fail("cuda model: sequence length ", T, " > the RoPE table's ", dm.rope_T, " positions");
   check_ids(ids, N, c.vocab_size, "token");
-  ensure_device_activations(a, dm, B, T, a.chunk_rows);
+  ensure_device_activations(a, dm, B, T, a.max_chunk_rows);
   cudaStream_t s = dm.stream;
   JTOK_CUDA_CHECK(cudaMemcpyAsync(a.ids.get(), ids, a.ids.bytes(), cudaMemcpyHostToDevice, s));
   dedup_ids(a.row_batch(), a.ids.get(), N, c.padded_vocab(), a.dedup_scratch.get(), a.dedup_scratch.bytes(), s);

@@ -179,6 +179,11 @@ void ensure_device_activations(DeviceActs<E>& a, const DeviceModel<E>& dm, int64
   a.B = B, a.T = T, a.chunk_rows = chunk_rows;
 }
 
+int64_t lm_head_chunk_rows(int64_t Vp, int64_t elem_bytes) {
+  const int64_t budget = int64_t{256} << 20;
+  return std::max<int64_t>(128, budget / (Vp * elem_bytes) / 128 * 128);
+}
+
 JTokMDims jtokm_dims(const ModelConfig& c, int64_t N) {
   const JTokMHyper h = jtokm_hyper(c);
   JTokMDims dims;

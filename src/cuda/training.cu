@@ -62,6 +62,7 @@ class Trainer final : public DeviceTrainer {
       : dm_(host), opt_(dm_, dense_tables), eager_tables_(eager_tables), device_(device_info().name) {
     upload_moments(dm_, opt_, adam);
     acts_.row_sync = table_row_sync(dm_, opt_);
+    acts_.max_chunk_rows = lm_head_chunk_rows(dm_.cfg.padded_vocab(), sizeof(E));
   }
 
   void zero_grads() override { cuda::zero_grads(dm_); }
