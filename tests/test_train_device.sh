@@ -2,8 +2,8 @@
 # The GPU trainer's path (`train --device cuda`: train/tables_cuda.h) checked on every machine with
 # `--device loopback`, the same path with the CPU engine as its device: the placement, the steps,
 # validation, samples, checkpoints written back from the device, resume and the non-finite refusal.
-# - loopback and cpu runs give bitwise-equal step losses, validation losses and final checkpoints
-#   (model and optimizer files);
+# - loopback and cpu runs give bitwise-equal step losses, hidden-state spreads, validation losses,
+#   JTok-M routing lines and final checkpoints (model and optimizer files);
 # - a loopback run killed after a checkpoint resumes on the cpu, and a cpu one on loopback, to the
 #   same final checkpoint: a checkpoint means the same thing on either device;
 # - a NaN gradient on the device path stops the run naming the step, nothing saved after it.
@@ -23,14 +23,18 @@ cat > "$T/cfg.json" <<JSON
   "sample_interval": 12, "train_data": "$T/data/train", "val_data": "$T/data/val" }
 JSON
 export OMP_NUM_THREADS=2
-# Each step's loss and each validation loss, exactly (float.hex).
+# Each step's loss and hidden-state spread, each validation loss, exactly (float.hex), and JTok-M's
+# routing lines (per layer and table: load fraction, mean weight).
 losses() { /usr/bin/python3 -c '
 import json, sys
 for line in open(sys.argv[1]):
     j = json.loads(line)
-    if j.get("type") in ("step", "val"):
-        v = j.get("loss", j.get("val_loss"))
-        print(j["type"], j["step"], v.hex())' "$1"; }
+    if j.get("type") == "step":
+        print("step", j["step"], j["loss"].hex(), "hidden_std", j["hidden_std"].hex())
+    elif j.get("type") == "val":
+        print("val", j["step"], j["val_loss"].hex())
+    elif j.get("type") == "routing":
+        print("routing", j["step"], json.dumps(j["layers"], sort_keys=True))' "$1"; }
 final_hash() { cat "$1/checkpoints/step_00000012/model.safetensors" "$1/checkpoints/step_00000012/optimizer.safetensors" | sha256sum | cut -c1-16; }
 train() { "$JTOK" train --config "$T/cfg.json" --peak-gflops 1 "$@"; }
 
@@ -40,10 +44,11 @@ grep -q "device: loopback" "$T/loop.out" || fail "the loopback run did not take 
 grep -q "sample step 12" "$T/loop.out" || fail "no sample from the device path"
 losses "$T/cpu/log.jsonl" > "$T/cpu.losses"
 losses "$T/loop/log.jsonl" > "$T/loop.losses"
-[ "$(grep -c '^step' "$T/cpu.losses")" = 12 ] && [ "$(grep -c '^val' "$T/cpu.losses")" = 2 ] || fail "cpu run: $(cat "$T/cpu.losses")"
+[ "$(grep -c '^step' "$T/cpu.losses")" = 12 ] && [ "$(grep -c '^val' "$T/cpu.losses")" = 2 ] &&
+  [ "$(grep -c '^routing' "$T/cpu.losses")" -ge 1 ] || fail "cpu run: $(cat "$T/cpu.losses")"
 cmp -s "$T/cpu.losses" "$T/loop.losses" || { diff "$T/cpu.losses" "$T/loop.losses" | head; fail "losses differ, cpu vs loopback"; }
 [ "$(final_hash "$T/cpu")" = "$(final_hash "$T/loop")" ] || fail "final checkpoints differ, cpu vs loopback"
-echo "ok: 12 step losses, 2 validations and the final checkpoint equal, cpu and loopback ($(final_hash "$T/cpu"))"
+echo "ok: 12 step losses and hidden-state spreads, 2 validations, the routing lines and the final checkpoint equal, cpu and loopback ($(final_hash "$T/cpu"))"
 
 # Killed (SIGKILL, by itself: JTOK_TEST_KILL_AFTER_CHECKPOINT) right after its step-6 checkpoint on
 # one device, resumed on the other.

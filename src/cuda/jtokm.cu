@@ -38,23 +38,25 @@ __global__ void route_kernel(float* sig, int32_t* sel, float* w, const float* lo
   for (int k = 0; k < K; ++k) w[n * K + k] = sg[s[k]] / sum;
 }
 
-// One block: load (n_e), prob_sum (n_e), aux (1).
+// One block: load (n_e), prob_sum (n_e), aux (1), weight_sum (n_e) where set.
 __global__ void route_stats_kernel(JTokMDeviceActs acts, int64_t N, int ne, int K, double lambda) {
   __shared__ double red[32];
-  double P[kJTokMMaxTables], L[kJTokMMaxTables];
-  for (int i = 0; i < ne; ++i) P[i] = 0.0, L[i] = 0.0;
+  double P[kJTokMMaxTables], L[kJTokMMaxTables], W[kJTokMMaxTables];
+  for (int i = 0; i < ne; ++i) P[i] = 0.0, L[i] = 0.0, W[i] = 0.0;
   for (int64_t n = threadIdx.x; n < N; n += blockDim.x) {
     const float* sg = acts.sig + n * ne;
     double all = 0.0;
     for (int i = 0; i < ne; ++i) all += sg[i];
     for (int i = 0; i < ne; ++i) P[i] += sg[i] / all;
-    for (int k = 0; k < K; ++k) L[acts.sel[n * K + k]] += 1.0;
+    for (int k = 0; k < K; ++k) L[acts.sel[n * K + k]] += 1.0, W[acts.sel[n * K + k]] += acts.w[n * K + k];
   }
   double pn = 0.0;
   for (int i = 0; i < ne; ++i) {
     const double p = block_sum(P[i], red), l = block_sum(L[i], red);
+    const double w = acts.weight_sum ? block_sum(W[i], red) : 0.0;  // the same branch in every thread
     pn += p * l;
     if (threadIdx.x == 0) acts.prob_sum[i] = p, acts.load[i] = static_cast<int32_t>(l);
+    if (threadIdx.x == 0 && acts.weight_sum) acts.weight_sum[i] = w;
   }
   if (threadIdx.x == 0) *acts.aux = lambda * static_cast<double>(ne) / (static_cast<double>(N) * N * K) * pn;
 }

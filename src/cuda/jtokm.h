@@ -39,9 +39,10 @@ struct JTokMDeviceActs {
   int32_t* load = nullptr;    // (n_e) n_i, positions that selected table i
   double* prob_sum = nullptr; // (n_e) P_i
   double* aux = nullptr;      // (1) this layer's aux loss, lambda included
+  double* weight_sum = nullptr;  // (n_e) sum of w over the positions that selected table i (telemetry; may be null)
 };
 
-// logits (N, n_e) -> acts.sig, sel, w, load, prob_sum, aux.
+// logits (N, n_e) -> acts.sig, sel, w, load, prob_sum, aux (and weight_sum where set).
 void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDims& dm, cudaStream_t stream);
 
 // ids (N), E (n_e, V, d) of T, s (d) of T -> acts.e, inv_norm; h_next (N, d) of T += c * inv * s * e.

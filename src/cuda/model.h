@@ -148,10 +148,10 @@ struct DeviceLayerActs {
   // JTok-M (fp32 in both instantiations): router logits and cuda/jtokm.h's JTokMDeviceActs arrays.
   DeviceArray<float> m_logits, m_sig, m_w, m_e, m_inv_norm;  // (N,n_e) (N,n_e) (N,K) (N,d) (N)
   DeviceArray<int32_t> m_sel, m_load;         // (N,K), (n_e)
-  DeviceArray<double> m_prob_sum, m_aux;      // (n_e), (1)
+  DeviceArray<double> m_prob_sum, m_aux, m_wsum;  // (n_e), (1), (n_e) the weights of the positions choosing each
   JTokMDeviceActs jtokm() const {
-    return {m_sig.get(), m_sel.get(), m_w.get(), m_e.get(), m_inv_norm.get(), m_load.get(), m_prob_sum.get(),
-            m_aux.get()};
+    return {m_sig.get(),  m_sel.get(),      m_w.get(),   m_e.get(), m_inv_norm.get(),
+            m_load.get(), m_prob_sum.get(), m_aux.get(), m_wsum.get()};
   }
 };
 
@@ -174,6 +174,7 @@ struct DeviceActs {
   DeviceMoeScratch<E> moe;                    // MoE layers: logits, grouping and backward scratch
   DeviceArray<float> jtok_scratch;            // JTok: ds's per-id partials
   DeviceArray<float> m_de, m_scratch;         // JTok-M: dL/de (N,d) fp32, ds's partials
+  DeviceArray<double> stats;                  // telemetry: sum_and_squares' scratch and each layer's two sums
   DeviceArray<E> m_dg;                        // JTok-M: dL/dg (N,n_e), the router products' operand
   // The micro-batch's ids deduplicated by the forward (cuda/dedup.h): JTok's gathers, the
   // embedding's and the tables' row gradients.
@@ -233,6 +234,16 @@ double jtokm_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& acts);
 // Activations::moe_aux_loss (one sync).
 template <typename E>
 double moe_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& acts);
+// After forward: the standard deviation of each layer's output (the next layer's h_in, the last
+// one's h_out) over positions and dimensions, averaged over layers: train/telemetry.h's
+// hidden_state_std on the device's activations (one sync).
+template <typename E>
+double hidden_state_std(const DeviceModel<E>& dm, DeviceActs<E>& acts);
+// After forward: per JTok-M layer in layer order, per table, the positions that chose it and the sum
+// of their mixing weights (model/jtokm.h's load and weight_sum; one sync).
+template <typename E>
+void jtokm_routing(const DeviceModel<E>& dm, const DeviceActs<E>& acts, std::vector<std::vector<double>>& load,
+                   std::vector<std::vector<double>>& weight_sum);
 // The JTok-M dimensions of dm's layers for N rows (model/jtokm.h's jtokm_hyper).
 JTokMDims jtokm_dims(const ModelConfig& c, int64_t N);
 

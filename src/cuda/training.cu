@@ -68,13 +68,15 @@ class Trainer final : public DeviceTrainer {
   void zero_grads() override { cuda::zero_grads(dm_); }
 
   MicroBatchLoss forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
-                                  float grad_scale) override {
+                                  float grad_scale, bool hidden_std) override {
     stage(inputs, targets, B * T);
     forward(dm_, acts_, staged_ids_.get(), B, T);
     MicroBatchLoss r;
+    if (hidden_std) r.hidden_std = hidden_state_std(dm_, acts_);
     r.loss = backward(dm_, acts_, staged_targets_.get(), grad_scale);
     r.moe_aux = moe_aux_loss(dm_, acts_);
     r.jtokm_aux = jtokm_aux_loss(dm_, acts_);
+    jtokm_routing(dm_, acts_, r.jtokm_load, r.jtokm_weight_sum);
     return r;
   }
 

@@ -32,6 +32,10 @@ struct HostAdamWView {
 // One micro-batch's mean LM loss and aux losses (lambda / coef included, as the CPU's Activations).
 struct MicroBatchLoss {
   double loss = 0, moe_aux = 0, jtokm_aux = 0;
+  // Telemetry (train/telemetry.h) as the CPU's: the layers' output spread (when asked, else 0), and per
+  // JTok-M layer in layer order, per table: the positions that chose it and their summed weights.
+  double hidden_std = 0;
+  std::vector<std::vector<double>> jtokm_load, jtokm_weight_sum;
 };
 
 class DeviceTrainer {
@@ -39,8 +43,9 @@ class DeviceTrainer {
   virtual ~DeviceTrainer() = default;
   virtual void zero_grads() = 0;
   // inputs, targets (B,T) on the host: forward and backward; grad_scale * d(loss) accumulated.
+  // hidden_std: the forward's hidden-state spread measured too.
   virtual MicroBatchLoss forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
-                                          float grad_scale) = 0;
+                                          float grad_scale, bool hidden_std) = 0;
   // The mean cross-entropy of one batch, no gradient (validation).
   virtual double eval_loss(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) = 0;
   // Clips at max_grad_norm (<= 0: never) and steps every parameter and table; returns the gradient

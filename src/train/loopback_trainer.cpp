@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
+#include "train/telemetry.h"
 
 namespace jtok {
 
@@ -48,10 +49,17 @@ class LoopbackTrainer final : public cuda::DeviceTrainer {
   }
 
   void zero_grads() override { jtok::zero_grads(m_); }
-  cuda::MicroBatchLoss forward_backward(const int32_t* x, const int32_t* y, int64_t B, int64_t T,
-                                        float grad_scale) override {
+  cuda::MicroBatchLoss forward_backward(const int32_t* x, const int32_t* y, int64_t B, int64_t T, float grad_scale,
+                                        bool hidden_std) override {
     forward(m_, acts_, x, B, T);
     cuda::MicroBatchLoss r;
+    if (hidden_std) r.hidden_std = hidden_state_std(acts_);
+    for (int64_t l = 0; l < m_.cfg.num_hidden_layers; ++l) {
+      if (!m_.cfg.jtokm_on_layer(l)) continue;
+      const JTokMActs& j = acts_.layers[static_cast<size_t>(l)].jtokm;
+      r.jtokm_load.emplace_back(j.load.begin(), j.load.end());
+      r.jtokm_weight_sum.push_back(j.weight_sum);
+    }
     r.loss = backward(m_, acts_, x, y, grad_scale);
     r.moe_aux = acts_.moe_aux_loss;
     r.jtokm_aux = acts_.jtokm_aux_loss;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
+
 namespace jtok {
 
 double hidden_state_std(const Activations& a) {
@@ -34,6 +36,16 @@ void RoutingStats::add(const Activations& a) {
       wsum[k][i] += j.weight_sum[i];
     }
   }
+}
+
+void RoutingStats::add(const std::vector<std::vector<double>>& n, const std::vector<std::vector<double>>& w) {
+  JTOK_CHECK(n.size() == layers.size() && w.size() == layers.size(), "routing counts of ", n.size(), " and ", w.size(),
+             " JTok-M layers, the model has ", layers.size());
+  for (size_t k = 0; k < layers.size(); ++k)
+    for (size_t i = 0; i < load[k].size(); ++i) {
+      load[k][i] += n[k].at(i);
+      wsum[k][i] += w[k].at(i);
+    }
 }
 
 double RoutingStats::max_load_fraction() const {

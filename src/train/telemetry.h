@@ -19,6 +19,7 @@ struct RoutingStats {
   std::vector<std::vector<double>> load, wsum;   // per layer, per table: n_i and sum of w
   explicit RoutingStats(const Model& m);
   void add(const Activations& acts);
+  void add(const std::vector<std::vector<double>>& load, const std::vector<std::vector<double>>& weight_sum);  // per layer, per table
   double max_load_fraction() const;              // the busiest table's f_i over all layers (1/n_e = balanced)
   nlohmann::json to_json(int64_t step) const;    // {"type": "routing", "step", "layers": [{layer, load, mean_weight}]}
 };

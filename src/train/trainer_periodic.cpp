@@ -45,7 +45,7 @@ void write_step_json(TrainRun& r, int64_t done, const StepSums& s, const StepSta
   if (mc.is_moe() || mc.jtokm) line["routing_digest"] = s.digest;
   if (mc.is_moe()) line["aux_loss"] = s.moe_aux;
   if (mc.jtokm) line["jtokm_aux_loss"] = s.jtokm_aux;
-  if (!r.tables->device()) line["hidden_std"] = s.hidden_std;  // the GPU keeps no such statistic
+  line["hidden_std"] = s.hidden_std;
   r.tables->report_step(line);  // the tables' traffic, where they keep any (a store on disk)
   r.log.write(line);
   if (mc.jtokm && (done % r.train_cfg.log_interval == 0 || done == r.train_cfg.max_steps)) r.log.write(s.routing.to_json(done));

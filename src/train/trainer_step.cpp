@@ -48,7 +48,7 @@ void run_micro_batches(TrainRun& r, int64_t step, StepSums& s) {
 }
 
 // --device cuda: each micro-batch's forward and backward on the GPU, the gradients accumulating there.
-// Routing counts and the hidden-state spread stay on the device (the log has no routing line).
+// The device measures the hidden-state spread (first micro-batch) and the routing counts too.
 void run_micro_batches_on_device(TrainRun& r, cuda::DeviceTrainer& dev, int64_t step, StepSums& s) {
   const TrainConfig& t = r.train_cfg;
   const int64_t B = t.micro_batch_size, T = t.seq_len;
@@ -56,7 +56,10 @@ void run_micro_batches_on_device(TrainRun& r, cuda::DeviceTrainer& dev, int64_t 
   for (int64_t mb = 0; mb < t.gradient_accumulation_steps; ++mb) {
     r.data.next(r.inputs.data(), r.targets.data(), B, T);
     inject_nan_table_row(r.faults, dev, step + 1, r.inputs[0], r.model.tables.empty());
-    const cuda::MicroBatchLoss l = dev.forward_backward(r.inputs.data(), r.targets.data(), B, T, r.share.grad_scale);
+    const cuda::MicroBatchLoss l =
+        dev.forward_backward(r.inputs.data(), r.targets.data(), B, T, r.share.grad_scale, mb == 0);
+    if (mb == 0) s.hidden_std = l.hidden_std;
+    s.routing.add(l.jtokm_load, l.jtokm_weight_sum);
     s.loss += l.loss * inv_acc;
     s.moe_aux += l.moe_aux * inv_acc;
     s.jtokm_aux += l.jtokm_aux * inv_acc;

@@ -15,6 +15,7 @@
 #include "cuda/global_norm.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/rope.h"
+#include "cuda/stats.h"
 #include "cuda/swiglu.h"
 #include "cuda_case.h"
 #include "ops/adamw.h"
@@ -216,6 +217,30 @@ TEST(CudaOps, GlobalNorm) {
   };
   run_case(c);
   expect_deterministic(c, DType::f32);
+}
+
+// Telemetry's sums (cuda/stats.h) against a plain double loop over the same values: both exact to
+// double rounding, compared after the cast to float.
+TEST(CudaOps, SumAndSquares) {
+  std::vector<float> x = randn(100003, 77);
+  for (float& v : x) v += 0.5f;  // a mean away from zero
+  CudaCase c{"sum_and_squares", "n 100003", {1e-6, 1e-6}};
+  c.cpu = [&](DType t) {
+    double s = 0, ss = 0;
+    for (float v : to_dtype(x, t)) s += v, ss += static_cast<double>(v) * v;
+    return Outputs{{"sum", {static_cast<float>(s)}}, {"squares", {static_cast<float>(ss)}}};
+  };
+  c.gpu = [&](DType t) {
+    return by_dtype(t, [&]<typename G>(G) {
+      DeviceBuffer<G> dx = upload<G>(x);
+      DeviceBuffer<double> scratch(jtok::cuda::sum_and_squares_scratch()), out(2);
+      jtok::cuda::sum_and_squares(out.get(), dx.get(), static_cast<int64_t>(x.size()), scratch.get(), nullptr);
+      const std::vector<double> got = download_exact(out);
+      return Outputs{{"sum", {static_cast<float>(got[0])}}, {"squares", {static_cast<float>(got[1])}}};
+    });
+  };
+  run_case(c);
+  expect_deterministic(c, DType::bf16);
 }
 
 // The reference product, all four transpose combinations, with beta accumulating, against the

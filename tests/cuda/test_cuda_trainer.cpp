@@ -23,6 +23,7 @@
 #include "step_case.h"
 #include "train/optimizer.h"
 #include "train/tables_cuda.h"
+#include "train/telemetry.h"
 
 namespace {
 
@@ -35,6 +36,30 @@ double cpu_train_step(jtok::Model& m, jtok::Activations& acts, jtok::AdamWState&
   const double loss = jtok::backward(m, acts, b.ids.data(), b.targets.data(), 1.0f);
   *norm = jtok::optimizer_step(m, state, t).grad_norm;
   return loss;
+}
+
+// The device's telemetry against the CPU forward's (train/telemetry.h): the hidden-state spread
+// (when asked) within 1e-4, each JTok-M layer's per-table counts within one position (a near tie of
+// router logits may fall the other way) and their sum exact, the summed weights within 1e-3.
+void expect_telemetry(const std::string& at, const jtok::cuda::MicroBatchLoss& got, const jtok::Activations& acts,
+                      const jtok::Model& m, bool hidden_std) {
+  if (hidden_std) {
+    const double cpu = jtok::hidden_state_std(acts);
+    EXPECT_NEAR(got.hidden_std, cpu, 1e-4 * cpu) << at << " hidden_std";
+  }
+  jtok::RoutingStats cpu(m), gpu(m);
+  cpu.add(acts);
+  gpu.add(got.jtokm_load, got.jtokm_weight_sum);
+  ASSERT_FALSE(cpu.layers.empty()) << at;
+  for (size_t k = 0; k < cpu.layers.size(); ++k) {
+    double n_cpu = 0, n_gpu = 0;
+    for (size_t i = 0; i < cpu.load[k].size(); ++i) {
+      EXPECT_NEAR(gpu.load[k][i], cpu.load[k][i], 1.0) << at << " layer " << cpu.layers[k] << " table " << i;
+      EXPECT_NEAR(gpu.wsum[k][i], cpu.wsum[k][i], 1e-3 * (1.0 + cpu.wsum[k][i])) << at << " weights, table " << i;
+      n_cpu += cpu.load[k][i], n_gpu += gpu.load[k][i];
+    }
+    EXPECT_EQ(n_gpu, n_cpu) << at << " layer " << cpu.layers[k];
+  }
 }
 
 // The host state after 3 CPU steps (rows current), the trainer made from it, 5 more steps on both.
@@ -58,7 +83,9 @@ void expect_trainer_matches_cpu(const std::string& mode) {
     const std::string at = "trainer " + mode + " step " + std::to_string(s + 1);
     const double cpu_loss = cpu_train_step(m, acts, state, t, b, &norm);
     dev->zero_grads();
-    const double loss = dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f).loss;
+    const jtok::cuda::MicroBatchLoss got = dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f, s == 3);
+    const double loss = got.loss;
+    expect_telemetry(at, got, acts, m, s == 3);
     const double gnorm = jtok::device_optimizer_step(*dev, gstate, t).grad_norm;
     expect_close(at + " loss", {static_cast<float>(loss)}, {static_cast<float>(cpu_loss)}, 1e-4);
     expect_close(at + " grad norm", {static_cast<float>(gnorm)}, {static_cast<float>(norm)}, 1e-4);
@@ -98,12 +125,12 @@ TEST(CudaTrainer, PoisonedGradientRefusedWithAFrozenBackbone) {
   const auto dev = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state), false, true);
   const Batch b = make_batch(c, 6000);
   dev->zero_grads();
-  dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f);
+  dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f, false);
   dev->poison_gradient();
   EXPECT_THROW(jtok::device_optimizer_step(*dev, state, t), jtok::Error);
   EXPECT_EQ(state.step, 0);
   dev->zero_grads();
-  dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f);
+  dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f, false);
   EXPECT_TRUE(std::isfinite(jtok::device_optimizer_step(*dev, state, t).grad_norm));
   EXPECT_EQ(state.step, 1);
 }
