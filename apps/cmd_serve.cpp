@@ -1,5 +1,6 @@
 // `jtok serve`: an OpenAI-style HTTP server over a checkpoint, with continuous batching
-// (src/serve/engine.h) and the token tables in RAM or left in the memory-mapped checkpoint file.
+// (src/serve/engine.h) and the token tables in RAM or left in the memory-mapped checkpoint file, on
+// the CPU or the GPU (--device cuda: cuda/decoder.h, its paged KV cache sized from the KV budget).
 #include <pthread.h>
 #include <signal.h>
 
@@ -22,13 +23,14 @@
 namespace {
 
 struct Args {
-  std::string checkpoint, host = "127.0.0.1", api_key, model_name = "jtok", kv_dtype = "f32";
+  std::string checkpoint, host = "127.0.0.1", api_key, model_name = "jtok", kv_dtype = "auto";
+  std::string device = "cpu", precision = "bf16", table_rows = "auto";
   std::string chat_template;
   jtok::TableSource table_src;
   int port = 8080;
   bool prefetch = true, prefix_cache = true;
   int64_t max_batch = 16, prefill_chunk = 512, ctx = 0, kv_budget_tokens = 0, max_queue = 64, max_body_kb = 1024, max_n = 8;
-  int64_t prefix_block = 0;
+  int64_t prefix_block = 0, page_tokens = 16;
 } args;
 
 // Where the model's tokenizer_config.json (its chat template) is: beside the checkpoint (an
@@ -54,10 +56,31 @@ jtok::EngineOptions engine_options() {
   eo.max_queue = args.max_queue;
   eo.prefetch = args.prefetch;
   eo.prefill_chunk = args.prefill_chunk;
-  eo.kv_bf16 = jtok::parse_dtype(args.kv_dtype, "--kv-dtype", jtok::kKvDtypes) == jtok::Dtype::bf16;
+  const std::string kv = args.kv_dtype == "auto" ? (args.device == "cuda" ? "bf16" : "f32") : args.kv_dtype;
+  eo.kv_bf16 = jtok::parse_dtype(kv, "--kv-dtype", jtok::kKvDtypes) == jtok::Dtype::bf16;
   eo.prefix_cache = args.prefix_cache;
   eo.prefix_block = args.prefix_block > 0 ? args.prefix_block : std::min<int64_t>(64, args.prefill_chunk);
   return eo;
+}
+
+// The engine's decoder: the CPU's, or the GPU's with a page for every KV slot of the budget (stored
+// prefix blocks included: they share their pages) and one partly used page a sequence.
+std::unique_ptr<jtok::Decoder> make_serve_decoder(const jtok::Model& m, const jtok::EngineOptions& eo) {
+  if (args.device != "cuda") {
+    if (args.table_rows != "auto" || args.precision != "bf16" || args.page_tokens != 16)
+      jtok::fail("serve: --precision, --table-rows and --kv-page-tokens are for --device cuda");
+    return jtok::make_cpu_decoder(m, eo.kv_bf16);
+  }
+  jtok::cuda::DecoderSettings s;
+  s.bf16 = args.precision == "bf16";
+  s.kv_bf16 = eo.kv_bf16;
+  s.max_batch = eo.max_batch;
+  s.max_prefill = eo.prefill_chunk;
+  s.page_tokens = args.page_tokens;
+  s.max_seqs = eo.max_batch;
+  s.kv_tokens = eo.kv_budget_tokens + eo.max_batch * args.page_tokens;
+  s.table_rows = args.table_rows;
+  return jtok::make_decoder(m, "cuda", s);
 }
 
 jtok::ServeOptions serve_options(const jtok::LoadedCheckpoint& ck) {
@@ -77,9 +100,9 @@ jtok::ServeOptions serve_options(const jtok::LoadedCheckpoint& ck) {
 
 // The start-up line, once the server listens on `port`.
 void print_listening(const jtok::LoadedCheckpoint& ck, const jtok::Engine& engine, int port) {
-  std::printf("serve: %s on http://%s:%d (tables %s, max batch %lld, context %lld, KV budget %lld tokens, "
+  std::printf("serve: %s on http://%s:%d (%s, tables %s, max batch %lld, context %lld, KV budget %lld tokens, "
               "prefix reuse %s)\n",
-              ck.dir.c_str(), args.host.c_str(), port, args.table_src.kind.c_str(),
+              ck.dir.c_str(), args.host.c_str(), port, engine.describe().c_str(), args.table_src.kind.c_str(),
               static_cast<long long>(engine.options().max_batch), static_cast<long long>(engine.options().ctx),
               static_cast<long long>(engine.options().kv_budget_tokens),
               args.prefix_cache ? ("blocks of " + std::to_string(engine.options().prefix_block)).c_str() : "off");
@@ -123,7 +146,8 @@ void run() {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::fprintf(stderr, "%s\n", command_line_string().c_str());
   LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src);
-  Engine engine(ck.model, engine_options());
+  const EngineOptions eo = resolve_engine_options(ck.model, engine_options());
+  Engine engine(ck.model, eo, make_serve_decoder(ck.model, eo));
   HttpApi api(engine, ck.tokenizer, serve_options(ck));
   run_until_signal(api, sigs, [&](int port) { print_listening(ck, engine, port); });
 }
@@ -146,7 +170,17 @@ void setup(CLI::App* sub) {
                   "if smaller)");
   sub->add_flag("!--no-prefix-cache", args.prefix_cache,
                 "no prefix reuse: every prompt prefilled from its start (whole, or in --prefill-chunk pieces)");
-  sub->add_option("--kv-dtype", args.kv_dtype, "KV caches: f32 (exact) or bf16 (half the bytes a decoding step reads)");
+  sub->add_option("--kv-dtype", args.kv_dtype,
+                  "KV caches: f32 (exact) or bf16 (half the bytes a decoding step reads); default f32 on the CPU, bf16 on cuda");
+  sub->add_option("--device", args.device, "cpu (default) or cuda (the GPU decoder: weights and paged KV cache on the GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--precision", args.precision, "cuda: bf16 (default) or fp32 weights and activations")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  sub->add_option("--table-rows", args.table_rows,
+                  "cuda: where a step's token-table rows come from: auto (default), in_place, staged or hbm")
+      ->check(CLI::IsMember({"auto", "in_place", "staged", "hbm"}));
+  sub->add_option("--kv-page-tokens", args.page_tokens,
+                  "cuda: positions a KV page holds (default 16); --prefix-block must be a multiple of it");
   sub->add_option("--max-queue", args.max_queue, "requests waiting for a batch slot at most; beyond: 429");
   sub->add_option("--max-n", args.max_n,
                   "n and best_of of a completion at most (each choice takes a batch slot: at most --max-batch); beyond: 400");

@@ -1,5 +1,7 @@
 // The paged KV cache's host bookkeeping (src/cuda/kv_pages.h): handles, page counts, the pool's
-// accounting, fork's copy list and the errors' text. Plain C++: runs in every build.
+// accounting, fork's copy list and the errors' text; prefix blocks: pages shared by sequences and
+// stored blocks, counted once in the pool and freed when their last holder goes, whatever the order.
+// Plain C++: runs in every build.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -216,6 +218,155 @@ TEST(KvPages, BadPoolsAreRefused) {
   EXPECT_THROW(KvPages(10, 16, 0), jtok::Error);
   EXPECT_THROW(KvPages(-1, 16, 2), jtok::Error);
   EXPECT_THROW(KvPages(int64_t{1} << 32, 16, 2), jtok::Error);
+}
+
+// Every page is free or counted by exactly its holders (open sequences and stored blocks).
+void expect_holders_counted(const KvPages& kv, int64_t n_pages) {
+  std::vector<int32_t> holders(static_cast<size_t>(n_pages), 0);
+  for (int64_t s = 0; s < kv.max_seqs(); ++s)
+    if (kv.is_open(s))
+      for (int32_t p : kv.pages(s)) holders[static_cast<size_t>(p)]++;
+  for (int64_t b = 0; b < 64; ++b)
+    if (kv.is_block(b))
+      for (int32_t p : kv.block_pages(b)) holders[static_cast<size_t>(p)]++;
+  int64_t held = 0;
+  for (int32_t p = 0; p < n_pages; ++p) {
+    EXPECT_EQ(kv.refs(p), holders[static_cast<size_t>(p)]) << "page " << p;
+    held += holders[static_cast<size_t>(p)] > 0;
+  }
+  EXPECT_EQ(kv.free_pages(), n_pages - held);
+}
+
+TEST(KvPages, AKeptBlockSharesPagesUntilItsLastHolderGoes) {
+  for (bool close_first : {true, false}) {
+    KvPages kv(10, 16, 4);
+    const int64_t a = kv.open(64);  // pages 0..3
+    kv.advance(a, 40);
+    const int64_t b0 = kv.keep(a, 0, 16), b1 = kv.keep(a, 16, 16);
+    EXPECT_EQ(b0, 0);
+    EXPECT_EQ(b1, 1);
+    EXPECT_EQ(kv.block_pages(b0), (std::vector<int32_t>{0}));
+    EXPECT_EQ(kv.block_pages(b1), (std::vector<int32_t>{1}));
+    EXPECT_EQ(kv.refs(0), 2);
+    EXPECT_EQ(kv.refs(2), 1);
+    EXPECT_EQ(kv.free_pages(), 6);  // a block costs no page of its own
+    EXPECT_EQ(kv.blocks(), 2);
+    expect_holders_counted(kv, 10);
+    if (close_first) {
+      kv.close(a);  // the blocks keep pages 0 and 1
+      EXPECT_EQ(kv.free_pages(), 8);
+      expect_holders_counted(kv, 10);
+      kv.drop(b1);
+      kv.drop(b0);
+    } else {
+      kv.drop(b0);
+      kv.drop(b1);
+      EXPECT_EQ(kv.free_pages(), 6);  // a still holds them
+      expect_holders_counted(kv, 10);
+      kv.close(a);
+    }
+    EXPECT_EQ(kv.free_pages(), 10);
+    EXPECT_EQ(kv.blocks(), 0);
+    expect_holders_counted(kv, 10);
+  }
+}
+
+TEST(KvPages, OpenFromMapsTheBlocksAndOwnsTheRest) {
+  KvPages kv(12, 16, 4);
+  const int64_t a = kv.open(48);  // pages 0..2
+  kv.advance(a, 48);
+  const int64_t b0 = kv.keep(a, 0, 16), b12 = kv.keep(a, 16, 32);  // a block of two pages
+  kv.close(a);
+  EXPECT_EQ(kv.free_pages(), 9);
+  const int64_t c = kv.open_from({b0, b12}, 70);  // 48 mapped, pages for 49..69: 2 of its own
+  EXPECT_EQ(kv.length(c), 48);
+  EXPECT_EQ(kv.capacity(c), 70);
+  EXPECT_EQ(kv.pages(c), (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(kv.free_pages(), 7);
+  EXPECT_EQ(kv.refs(1), 2);
+  EXPECT_EQ(kv.refs(3), 1);
+  const int64_t d = kv.open_from({b0}, 16);  // exactly the block: no page of its own
+  EXPECT_EQ(kv.pages(d), (std::vector<int32_t>{0}));
+  EXPECT_EQ(kv.refs(0), 3);
+  EXPECT_EQ(kv.free_pages(), 7);
+  EXPECT_THROW(kv.advance(d, 1), jtok::Error);
+  expect_holders_counted(kv, 12);
+  kv.drop(b0);
+  kv.drop(b12);
+  EXPECT_EQ(kv.free_pages(), 7);  // c and d still map them
+  kv.close(c);
+  EXPECT_EQ(kv.free_pages(), 11);
+  kv.close(d);
+  EXPECT_EQ(kv.free_pages(), 12);
+  expect_holders_counted(kv, 12);
+}
+
+TEST(KvPages, ForkMapsSharedPagesAndCopiesItsOwn) {
+  KvPages kv(20, 16, 6);
+  const int64_t a = kv.open(64);
+  kv.advance(a, 32);
+  const int64_t b = kv.keep(a, 0, 32);  // pages 0, 1
+  const int64_t c = kv.open_from({b}, 80);  // pages 0, 1 mapped; 4, 5, 6 its own
+  kv.advance(c, 20);  // 52 positions: page 4 full, page 5 partly
+  Copies copies;
+  const int64_t f = kv.fork(c, 80, copies);
+  EXPECT_EQ(kv.length(f), 52);
+  ASSERT_EQ(kv.pages(f).size(), 5u);
+  EXPECT_EQ(kv.pages(f)[0], 0);  // mapped, not copied
+  EXPECT_EQ(kv.pages(f)[1], 1);
+  EXPECT_EQ(copies, (Copies{{kv.pages(c)[2], kv.pages(f)[2]}, {kv.pages(c)[3], kv.pages(f)[3]}}));
+  EXPECT_EQ(kv.refs(0), 4);  // a, b, c, f
+  EXPECT_EQ(kv.refs(kv.pages(c)[2]), 1);
+  EXPECT_EQ(kv.free_pages(), 20 - 4 - 3 - 3);
+  expect_holders_counted(kv, 20);
+  // a fork of a plain sequence still copies every page it wrote (a's pages 2, 3 are its own)
+  kv.advance(a, 20);
+  const int64_t g = kv.fork(a, 64, copies);
+  EXPECT_EQ(kv.pages(g)[0], 0);
+  EXPECT_EQ(copies.size(), 2u);
+  expect_holders_counted(kv, 20);
+  // Released in any order, every page comes back once.
+  for (int64_t s : {c, a, g}) kv.close(s);
+  kv.drop(b);
+  EXPECT_EQ(kv.refs(0), 1);  // f alone
+  kv.close(f);
+  EXPECT_EQ(kv.free_pages(), 20);
+  expect_holders_counted(kv, 20);
+}
+
+TEST(KvPages, KeepTakesOnlyWholeWrittenPages) {
+  KvPages kv(10, 16, 4);
+  const int64_t a = kv.open(64);
+  kv.advance(a, 40);
+  expect_has(error_of([&] { kv.keep(a, 8, 16); }), "[8, 24)");       // not page-aligned
+  expect_has(error_of([&] { kv.keep(a, 0, 24); }), "whole pages of 16");  // a partial page
+  expect_has(error_of([&] { kv.keep(a, 32, 16); }), "40 written");   // page 2 not written whole
+  EXPECT_THROW(kv.keep(a, 0, 0), jtok::Error);
+  EXPECT_THROW(kv.keep(3, 0, 16), jtok::Error);
+  EXPECT_EQ(kv.blocks(), 0);
+  expect_holders_counted(kv, 10);
+  expect_has(error_of([&] { kv.drop(0); }), "block handle 0");
+  expect_has(error_of([&] { kv.open_from({5}, 32); }), "block handle 5");
+}
+
+TEST(KvPages, FailedOpenFromTakesNothing) {
+  KvPages kv(5, 16, 3);
+  const int64_t a = kv.open(32);
+  kv.advance(a, 32);
+  const int64_t b = kv.keep(a, 0, 32);
+  expect_has(error_of([&] { kv.open_from({b}, 31); }), "capacity of 31");
+  const std::string e = error_of([&] { kv.open_from({b}, 32 + 4 * 16); });  // 4 own pages, 3 free
+  expect_has(e, "need 4 pages");
+  expect_has(e, "3 free");
+  EXPECT_EQ(kv.refs(0), 2);
+  EXPECT_EQ(kv.free_pages(), 3);
+  const int64_t c = kv.open_from({b}, 32 + 3 * 16);  // exactly the rest
+  EXPECT_EQ(kv.free_pages(), 0);
+  kv.close(c);
+  kv.open(1);
+  kv.open(1);  // every handle taken
+  expect_has(error_of([&] { kv.open_from({b}, 32); }), "all 3");
+  expect_holders_counted(kv, 5);
 }
 
 }  // namespace

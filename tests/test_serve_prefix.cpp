@@ -1,5 +1,5 @@
 // Prefix reuse in the serving engine: the block store matches whole chains only, evicts least
-// recently used blocks nobody holds, and copies blocks back bit for bit; requests that reuse stored
+// recently used blocks nobody holds, and the CPU decoder's blocks come back bit for bit; requests that reuse stored
 // blocks give the tokens and log-probs of a cold prefill in the same pieces (prefill_chunked), bit
 // for bit, for dense, JTok and JTok-M models with f32 and bf16 caches, n choices included; prompts
 // asking for their own log-probs reuse nothing; a small KV budget evicts blocks to admit requests.
@@ -23,32 +23,18 @@ using namespace jtok::testing;
 
 namespace {
 
-// A cache of `len` positions (2 layers, kv_dim 3) whose values name their layer, position and K / V.
-KVCache filled_cache(int64_t len, bool bf16) {
-  KVCache c;
-  c.bf16 = bf16;
-  kv_allocate(c, 2, 3, len);
-  for (size_t l = 0; l < 2; ++l)
-    for (int64_t i = 0; i < len * 3; ++i) {
-      const float k = 1 + static_cast<float>(l) * 1000 + static_cast<float>(i), v = -k;
-      if (bf16) {
-        quantize_bf16(c.k16[l].data() + i, &k, 1);
-        quantize_bf16(c.v16[l].data() + i, &v, 1);
-      } else {
-        c.k[l][static_cast<size_t>(i)] = k;
-        c.v[l][static_cast<size_t>(i)] = v;
-      }
-    }
-  c.len = len;
-  return c;
+// A CPU decoder sequence of tiny_serve_config's model holding prompt (room for capacity positions).
+int64_t prefilled_seq(Decoder& d, const std::vector<int32_t>& prompt, int64_t capacity) {
+  const int64_t s = d.open(capacity);
+  d.prefill(s, prompt.data(), static_cast<int64_t>(prompt.size()));
+  return s;
 }
 
-// Stores every whole block of tokens (block 2) from cache; returns the chain (held: release it).
-std::vector<int64_t> store_all(PrefixCache& pc, const std::vector<int32_t>& tokens, const KVCache& cache,
-                               int64_t max_blocks) {
+// Stores every whole block of tokens (block 2) from decoder sequence seq; returns the chain (held: release it).
+std::vector<int64_t> store_all(PrefixCache& pc, const std::vector<int32_t>& tokens, int64_t seq, int64_t max_blocks) {
   std::vector<int64_t> ids;
   for (int64_t j = 0; (j + 1) * 2 <= static_cast<int64_t>(tokens.size()); ++j) {
-    const int64_t id = pc.store_acquire(ids.empty() ? -1 : ids.back(), tokens.data() + 2 * j, cache, j, max_blocks);
+    const int64_t id = pc.store_acquire(ids.empty() ? -1 : ids.back(), tokens.data() + 2 * j, seq, j, max_blocks);
     if (id < 0) break;
     ids.push_back(id);
   }
@@ -65,53 +51,60 @@ ModelConfig variant(const std::string& kind) {
 }  // namespace
 
 TEST(PrefixCache, MatchesWholeChainsAndLoadsTheirBits) {
+  const Model m = make_model(tiny_serve_config(), 5);
+  const int64_t kvd = m.cfg.kv_dim();
   for (bool bf16 : {false, true}) {
-    PrefixCache pc(2, 2, 3, bf16);
+    std::unique_ptr<Decoder> d = make_cpu_decoder(m, bf16);
+    PrefixCache pc(2, *d);
     const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7};
-    const KVCache ca = filled_cache(8, bf16);
-    std::vector<int64_t> held = store_all(pc, a, ca, 100);
+    const int64_t sa = prefilled_seq(*d, a, 8);
+    std::vector<int64_t> held = store_all(pc, a, sa, 100);
     ASSERT_EQ(held.size(), 3u);  // the 7th token is no whole block
     pc.release(held);
     // b shares the first block only; c's second block equals a's but follows another first block.
     const std::vector<int32_t> b = {1, 2, 3, 9, 5, 6}, c = {8, 2, 3, 4};
     EXPECT_EQ(pc.match_acquire(b.data(), 6).size(), 1u);
     EXPECT_EQ(pc.match_acquire(c.data(), 4).size(), 0u);
-    std::vector<int64_t> m = pc.match_acquire(a.data(), 5);  // limit 5: two whole blocks
-    ASSERT_EQ(m.size(), 2u);
-    KVCache got;
-    pc.load(got, m, 10);
+    std::vector<int64_t> mt = pc.match_acquire(a.data(), 5);  // limit 5: two whole blocks
+    ASSERT_EQ(mt.size(), 2u);
+    const int64_t sg = pc.open(mt, 10);
+    const KVCache& ca = *d->host_cache(sa);
+    const KVCache& got = *d->host_cache(sg);
     EXPECT_EQ(got.len, 4);
     EXPECT_EQ(got.capacity, 10);
-    for (size_t l = 0; l < 2; ++l) {
+    EXPECT_EQ(got.bf16, bf16);
+    for (size_t l = 0; l < ca.layers(); ++l) {
       if (bf16) {
-        EXPECT_TRUE(std::equal(ca.k16[l].begin(), ca.k16[l].begin() + 12, got.k16[l].begin())) << l;
-        EXPECT_TRUE(std::equal(ca.v16[l].begin(), ca.v16[l].begin() + 12, got.v16[l].begin())) << l;
+        EXPECT_TRUE(std::equal(ca.k16[l].begin(), ca.k16[l].begin() + 4 * kvd, got.k16[l].begin())) << l;
+        EXPECT_TRUE(std::equal(ca.v16[l].begin(), ca.v16[l].begin() + 4 * kvd, got.v16[l].begin())) << l;
       } else {
-        EXPECT_TRUE(std::equal(ca.k[l].begin(), ca.k[l].begin() + 12, got.k[l].begin())) << l;
-        EXPECT_TRUE(std::equal(ca.v[l].begin(), ca.v[l].begin() + 12, got.v[l].begin())) << l;
+        EXPECT_TRUE(std::equal(ca.k[l].begin(), ca.k[l].begin() + 4 * kvd, got.k[l].begin())) << l;
+        EXPECT_TRUE(std::equal(ca.v[l].begin(), ca.v[l].begin() + 4 * kvd, got.v[l].begin())) << l;
       }
     }
     const PrefixCacheStats s = pc.stats();
     EXPECT_EQ(s.tokens_reused, 2 + 4);
     EXPECT_EQ(s.hits, 2);
     EXPECT_EQ(s.blocks, 3);
-    EXPECT_EQ(s.held, 2);  // b's block 0 (a's too) and m's block 1
+    EXPECT_EQ(s.held, 2);  // b's block 0 (a's too) and mt's block 1
   }
 }
 
 TEST(PrefixCache, EvictsLeastRecentlyUsedUnheldLeavesFirst) {
-  PrefixCache pc(2, 2, 3, false);
-  const KVCache cache = filled_cache(6, false);
+  const Model m = make_model(tiny_serve_config(), 5);
+  std::unique_ptr<Decoder> d = make_cpu_decoder(m, false);
+  PrefixCache pc(2, *d);
   const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6}, b = {7, 8, 9, 10};
-  pc.release(store_all(pc, a, cache, 100));   // a0 <- a1 <- a2
-  pc.release(store_all(pc, b, cache, 100));   // b0 <- b1, stored after a
+  const int64_t seq = prefilled_seq(*d, a, 6);  // the blocks' bits do not matter here
+  pc.release(store_all(pc, a, seq, 100));     // a0 <- a1 <- a2
+  pc.release(store_all(pc, b, seq, 100));     // b0 <- b1, stored after a
   pc.release(pc.match_acquire(a.data(), 6));  // a used again: b is now the least recently used
   EXPECT_EQ(pc.evict_to(3), 3);               // b1, then b0 (a leaf once b1 is gone)
   EXPECT_EQ(pc.match_acquire(b.data(), 4).size(), 0u);
   const std::vector<int64_t> ha = pc.match_acquire(a.data(), 6);
   EXPECT_EQ(ha.size(), 3u);
   EXPECT_EQ(pc.evict_to(0), 3);  // all held: none evicted
-  EXPECT_EQ(pc.store_acquire(-1, b.data(), cache, 0, 3), -1);  // no room, nothing evictable
+  EXPECT_EQ(pc.store_acquire(-1, b.data(), seq, 0, 3), -1);  // no room, nothing evictable
   EXPECT_EQ(pc.stats().held, 3);
   pc.release(ha);
   EXPECT_EQ(pc.evict_to(0), 0);

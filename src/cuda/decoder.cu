@@ -27,6 +27,12 @@ class GpuDecoder final : public DeviceDecoder {
   void close(int64_t seq) override { st_.kv.pages->close(seq); }
   int64_t fork(int64_t seq, int64_t capacity) override;
   int64_t length(int64_t seq) const override { return st_.kv.pages->length(seq); }
+  // Bookkeeping only: a block is its pages, whose contents the queued steps have written or will.
+  int64_t keep_block(int64_t seq, int64_t first, int64_t n) override { return st_.kv.pages->keep(seq, first, n); }
+  void drop_block(int64_t block) override { st_.kv.pages->drop(block); }
+  int64_t open_from_blocks(const std::vector<int64_t>& blocks, int64_t capacity) override;
+  int64_t page_tokens() const override { return st_.kv.page_tokens; }
+  int64_t free_pages() const override { return st_.kv.pages->free_pages(); }
   void prefill(int64_t seq, const int32_t* tokens, int64_t n, float* last_logits, const RowLogits& each) override;
   int64_t decode(const int64_t* seqs, const int32_t* tokens, int64_t M, float* logits) override;
 
@@ -93,6 +99,14 @@ int64_t GpuDecoder<E>::fork(int64_t seq, int64_t capacity) {
   upload_page_row(child);
   copy_pages(copies);
   return child;
+}
+
+// The blocks' pages first in the new sequence's page-table row, its own pages after them.
+template <typename E>
+int64_t GpuDecoder<E>::open_from_blocks(const std::vector<int64_t>& blocks, int64_t capacity) {
+  const int64_t seq = st_.kv.pages->open_from(blocks, context_cut(capacity));
+  upload_page_row(seq);
+  return seq;
 }
 
 template <typename E>

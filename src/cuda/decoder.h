@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/transformer.h"
 
@@ -45,9 +46,20 @@ class DeviceDecoder {
   // Throws jtok::Error naming the pages asked and free when the pool cannot hold it.
   virtual int64_t open(int64_t capacity) = 0;
   virtual void close(int64_t seq) = 0;  // its pages back to the pool
-  // A new sequence holding a copy of seq's positions (n choices), room for `capacity` positions.
+  // A new sequence holding seq's positions (n choices; the pages seq shares mapped, its own copied),
+  // room for `capacity` positions.
   virtual int64_t fork(int64_t seq, int64_t capacity) = 0;
   virtual int64_t length(int64_t seq) const = 0;
+  // Prefix blocks as shared pages (cuda/kv_pages.h): keep_block makes seq's written positions
+  // [first, first + n) (first and n multiples of page_tokens()) a block holding their pages;
+  // open_from_blocks maps blocks' pages, read-only, as a new sequence's first positions (its length)
+  // and reserves pages of its own for the rest of capacity; a page is freed when its last holder,
+  // sequence or block, lets it go. Never a copy: a sequence writes only past its shared positions.
+  virtual int64_t keep_block(int64_t seq, int64_t first, int64_t n) = 0;
+  virtual void drop_block(int64_t block) = 0;
+  virtual int64_t open_from_blocks(const std::vector<int64_t>& blocks, int64_t capacity) = 0;
+  virtual int64_t page_tokens() const = 0;
+  virtual int64_t free_pages() const = 0;  // pages nothing holds
   // Appends tokens[0..n) (n <= max_prefill) to seq; last_logits (V) gets the last one's logits;
   // each (optional) every position's.
   virtual void prefill(int64_t seq, const int32_t* tokens, int64_t n, float* last_logits,

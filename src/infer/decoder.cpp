@@ -1,6 +1,7 @@
 #include "infer/decoder.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "core/error.h"
@@ -62,6 +63,12 @@ class CpuDecoder final : public Decoder {
     for (int64_t i = 0; i < M; ++i) caches[static_cast<size_t>(i)] = &slot(seqs[i]).cache;
     return decode_batch(m_, caches.data(), tokens, M, logits);
   }
+  int64_t keep_block(int64_t seq, int64_t first, int64_t n) override;
+  void drop_block(int64_t block) override {
+    block_at(block);  // a bad handle fails
+    blocks_[static_cast<size_t>(block)].reset();
+  }
+  int64_t open_from_blocks(const std::vector<int64_t>& blocks, int64_t capacity) override;
   KVCache* host_cache(int64_t seq) override { return &slot(seq).cache; }
   bool has_host_caches() const override { return true; }
 
@@ -70,6 +77,17 @@ class CpuDecoder final : public Decoder {
     int64_t capacity = 0;
     KVCache cache;
   };
+  // A kept block: (layers, 2, n, kv_dim), K then V of each layer, in the cache's dtype.
+  struct Block {
+    int64_t n = 0;
+    std::vector<float> kv;
+    std::vector<uint16_t> kv16;
+  };
+  const Block& block_at(int64_t block) const {
+    if (block < 0 || block >= static_cast<int64_t>(blocks_.size()) || !blocks_[static_cast<size_t>(block)])
+      fail("Decoder: no stored block ", block);
+    return *blocks_[static_cast<size_t>(block)];
+  }
   Slot& slot(int64_t seq) const {
     if (seq < 0 || seq >= static_cast<int64_t>(slots_.size()) || !slots_[static_cast<size_t>(seq)])
       fail("Decoder: no open sequence ", seq);
@@ -78,7 +96,64 @@ class CpuDecoder final : public Decoder {
   const Model& m_;
   bool kv_bf16_;
   std::vector<std::unique_ptr<Slot>> slots_;  // null: a closed handle (its cache freed); stable addresses
+  std::vector<std::unique_ptr<Block>> blocks_;  // null: a dropped handle
 };
+
+// Copies of the values: one layer's K (or V) of the block is n * kv_dim values at position first.
+int64_t CpuDecoder::keep_block(int64_t seq, int64_t first, int64_t n) {
+  const KVCache& c = slot(seq).cache;
+  if (first < 0 || n < 1 || first + n > c.len)
+    fail("Decoder::keep_block: positions [", first, ", ", first + n, ") of sequence ", seq, " (", c.len, " written)");
+  auto b = std::make_unique<Block>();
+  b->n = n;
+  const int64_t L = static_cast<int64_t>(c.layers()), w = n * m_.cfg.kv_dim();
+  const size_t at = static_cast<size_t>(first * m_.cfg.kv_dim());
+  if (c.bf16) b->kv16.resize(static_cast<size_t>(L * 2 * w));
+  else b->kv.resize(static_cast<size_t>(L * 2 * w));
+  for (int64_t l = 0; l < L; ++l) {
+    if (c.bf16) {
+      std::memcpy(b->kv16.data() + l * 2 * w, c.k16[l].data() + at, sizeof(uint16_t) * w);
+      std::memcpy(b->kv16.data() + l * 2 * w + w, c.v16[l].data() + at, sizeof(uint16_t) * w);
+    } else {
+      std::memcpy(b->kv.data() + l * 2 * w, c.k[l].data() + at, sizeof(float) * w);
+      std::memcpy(b->kv.data() + l * 2 * w + w, c.v[l].data() + at, sizeof(float) * w);
+    }
+  }
+  size_t h = 0;  // the lowest dropped handle, else a new one
+  while (h < blocks_.size() && blocks_[h]) ++h;
+  if (h == blocks_.size()) blocks_.emplace_back();
+  blocks_[h] = std::move(b);
+  return static_cast<int64_t>(h);
+}
+
+// A cache allocated for capacity (kv_allocate, as prefill's), the blocks copied in one after another.
+int64_t CpuDecoder::open_from_blocks(const std::vector<int64_t>& blocks, int64_t capacity) {
+  int64_t len = 0;
+  for (int64_t id : blocks) len += block_at(id).n;
+  if (len > capacity) fail("Decoder::open_from_blocks: ", len, " positions do not fit a capacity of ", capacity);
+  KVCache c;
+  c.bf16 = kv_bf16_;
+  const auto L = static_cast<int64_t>(m_.w.layers.size());
+  kv_allocate(c, static_cast<size_t>(L), m_.cfg.kv_dim(), capacity);
+  for (int64_t id : blocks) {
+    const Block& b = block_at(id);
+    const int64_t w = b.n * m_.cfg.kv_dim();
+    const size_t at = static_cast<size_t>(c.len * m_.cfg.kv_dim());
+    for (int64_t l = 0; l < L; ++l) {
+      if (c.bf16) {
+        std::memcpy(c.k16[l].data() + at, b.kv16.data() + l * 2 * w, sizeof(uint16_t) * w);
+        std::memcpy(c.v16[l].data() + at, b.kv16.data() + l * 2 * w + w, sizeof(uint16_t) * w);
+      } else {
+        std::memcpy(c.k[l].data() + at, b.kv.data() + l * 2 * w, sizeof(float) * w);
+        std::memcpy(c.v[l].data() + at, b.kv.data() + l * 2 * w + w, sizeof(float) * w);
+      }
+    }
+    c.len += b.n;
+  }
+  const int64_t h = open(capacity);
+  slots_[static_cast<size_t>(h)]->cache = std::move(c);
+  return h;
+}
 
 // cuda::DeviceDecoder as a Decoder: prompts longer than max_prefill go in pieces of at most that
 // many, steps of more than max_batch sequences in groups of at most that many.
@@ -115,6 +190,15 @@ class DeviceDecoderAdapter final : public Decoder {
       d_->prefill(seq, tokens + at, std::min(max_prefill_, n - at), last.data(), each);
     return last;
   }
+  int64_t keep_block(int64_t seq, int64_t first, int64_t n) override { return d_->keep_block(seq, first, n); }
+  void drop_block(int64_t block) override { d_->drop_block(block); }
+  int64_t open_from_blocks(const std::vector<int64_t>& blocks, int64_t capacity) override {
+    const int64_t h = d_->open_from_blocks(blocks, capacity);
+    capacity_[h] = capacity;
+    return h;
+  }
+  int64_t block_granule() const override { return d_->page_tokens(); }
+  bool blocks_shared() const override { return true; }
   int64_t decode(const int64_t* seqs, const int32_t* tokens, int64_t M, float* logits) override {
     int64_t rows = 0;
     for (int64_t at = 0; at < M; at += max_batch_)

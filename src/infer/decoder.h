@@ -32,10 +32,23 @@ class Decoder {
   // One decode step of M distinct sequences (decode_batch): tokens[i] appended to seqs[i], logits
   // (M, vocab_size). Returns the token-table rows read.
   virtual int64_t decode(const int64_t* seqs, const int32_t* tokens, int64_t M, float* logits) = 0;
-  // The CPU engine's cache of seq (prefix reuse copies blocks in and out of it); null on a device.
+  // Prefix blocks (the serving engine's prefix reuse), behind handles the caller never looks into:
+  // keep_block keeps the keys and values of seq's positions [first, first + n) (written: first + n <=
+  // length; first and n multiples of block_granule()) apart from any sequence, until drop_block;
+  // open_from_blocks is a new sequence whose positions [0, m) are blocks[0..k)'s in order (m: their
+  // positions, its length) with room for capacity, appended to by prefill and decode as after any
+  // prefill. The CPU copies (identical bits); the GPU shares reference-counted KV pages.
+  virtual int64_t keep_block(int64_t seq, int64_t first, int64_t n) = 0;
+  virtual void drop_block(int64_t block) = 0;
+  virtual int64_t open_from_blocks(const std::vector<int64_t>& blocks, int64_t capacity) = 0;
+  virtual int64_t block_granule() const { return 1; }  // the GPU: positions a KV page holds
+  // Whether a kept block's memory is shared with the sequence it came from, with the sequences opened
+  // from it and with their forks (the GPU's pages: it costs its positions once, and they cost them
+  // not), rather than a copy beside them (the CPU).
+  virtual bool blocks_shared() const { return false; }
+  // The CPU engine's cache of seq (tests compare its bits); null on a device.
   virtual KVCache* host_cache(int64_t) { return nullptr; }
-  // Whether host_cache gives every sequence's cache (the CPU): what prefix reuse needs.
-  virtual bool has_host_caches() const { return false; }
+  virtual bool has_host_caches() const { return false; }  // whether host_cache gives every sequence's
 };
 
 // The CPU engine's decoder over m (kv_bf16: KVCache::bf16).

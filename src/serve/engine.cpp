@@ -7,22 +7,29 @@
 
 namespace jtok {
 
-Engine::Engine(const Model& model, EngineOptions opt) : model_(model), opt_(opt), prefetcher_(model) {
+EngineOptions resolve_engine_options(const Model& model, EngineOptions opt) {
   const int64_t max_ctx = model.cfg.max_position_embeddings;
-  if (opt_.ctx <= 0 || opt_.ctx > max_ctx) opt_.ctx = max_ctx;
-  if (opt_.max_batch < 1) fail("--max-batch must be at least 1, got ", opt_.max_batch);
-  // Stored prefix blocks are copies beside the sequences' caches: one context more for them by default.
-  if (opt_.kv_budget_tokens <= 0) opt_.kv_budget_tokens = (opt_.max_batch + (opt_.prefix_cache ? 1 : 0)) * opt_.ctx;
-  if (opt_.kv_budget_tokens < opt_.ctx)
-    fail("the KV-cache budget (", opt_.kv_budget_tokens, " tokens) is below one context (", opt_.ctx, ")");
-  if (opt_.max_queue < 0) opt_.max_queue = 0;
-  if (opt_.prefill_chunk < 1) fail("--prefill-chunk must be at least 1 token, got ", opt_.prefill_chunk);
-  if (opt_.prefix_cache) {
-    if (opt_.prefix_block < 1 || opt_.prefix_block > opt_.prefill_chunk)
-      fail("--prefix-block must be in [1, ", opt_.prefill_chunk, "] (at most --prefill-chunk), got ", opt_.prefix_block);
-    prefix_ = std::make_unique<PrefixCache>(opt_.prefix_block, static_cast<int64_t>(model.w.layers.size()),
-                                            model.cfg.kv_dim(), opt_.kv_bf16);
-  }
+  if (opt.ctx <= 0 || opt.ctx > max_ctx) opt.ctx = max_ctx;
+  if (opt.max_batch < 1) fail("--max-batch must be at least 1, got ", opt.max_batch);
+  // Stored prefix blocks beside the sequences' caches: one context more for them by default.
+  if (opt.kv_budget_tokens <= 0) opt.kv_budget_tokens = (opt.max_batch + (opt.prefix_cache ? 1 : 0)) * opt.ctx;
+  if (opt.kv_budget_tokens < opt.ctx)
+    fail("the KV-cache budget (", opt.kv_budget_tokens, " tokens) is below one context (", opt.ctx, ")");
+  if (opt.max_queue < 0) opt.max_queue = 0;
+  if (opt.prefill_chunk < 1) fail("--prefill-chunk must be at least 1 token, got ", opt.prefill_chunk);
+  if (opt.prefix_cache && (opt.prefix_block < 1 || opt.prefix_block > opt.prefill_chunk))
+    fail("--prefix-block must be in [1, ", opt.prefill_chunk, "] (at most --prefill-chunk), got ", opt.prefix_block);
+  return opt;
+}
+
+Engine::Engine(const Model& model, EngineOptions opt)
+    : Engine(model, opt, make_cpu_decoder(model, opt.kv_bf16)) {}
+
+Engine::Engine(const Model& model, EngineOptions opt, std::unique_ptr<Decoder> decoder)
+    : model_(model), opt_(resolve_engine_options(model, opt)), prefetcher_(model), decoder_(std::move(decoder)) {
+  if (!decoder_) fail("Engine: no decoder");
+  describe_ = decoder_->describe();
+  if (opt_.prefix_cache) prefix_ = std::make_unique<PrefixCache>(opt_.prefix_block, *decoder_);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -198,13 +205,9 @@ void Engine::prefill_piece(Active& a, int64_t p, std::vector<std::unique_ptr<Act
   bool complete = false;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    std::vector<float> l;
-    if (a.prefilled == 0) {
-      a.cache.bf16 = opt_.kv_bf16;
-      l = prefill(model_, a.cache, {a.req.prompt.begin(), a.req.prompt.begin() + p}, P + a.req.max_tokens, each);
-    } else {
-      l = prefill_chunk(model_, a.cache, a.req.prompt.data() + a.prefilled, p, nullptr, each);
-    }
+    if (!a.kv) a.kv = DecoderSeq(decoder_.get(), decoder_->open(P + a.req.max_tokens));
+    // The CPU: an empty sequence's piece by prefill, a started one's by prefill_chunk.
+    const std::vector<float> l = decoder_->prefill(a.kv.id(), a.req.prompt.data() + a.prefilled, p, each);
     a.prefilled += p;
     if (prefix_) store_blocks(a);
     a.prefill_sec += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -217,18 +220,25 @@ void Engine::prefill_piece(Active& a, int64_t p, std::vector<std::unique_ptr<Act
   count_prefill(a, complete, group, forked);
 }
 
+std::unique_ptr<Engine::Active> Engine::fork_choice(Active& a, int64_t other, int64_t need) {
+  auto b = std::make_unique<Active>();
+  b->req = a.req;
+  b->seq = a.others[static_cast<size_t>(other)];
+  const int64_t P = static_cast<int64_t>(a.req.prompt.size());
+  b->kv = DecoderSeq(decoder_.get(), decoder_->fork(a.kv.id(), P + a.req.max_tokens));
+  if (decoder_->blocks_shared()) b->blocks = a.blocks.share();  // it maps them: they stay while it runs
+  b->rng.seed(b->seq->seed);
+  b->need = need;
+  b->prefilled = P;
+  return b;
+}
+
 void Engine::complete_prompt(Active& a, const std::vector<float>& l, std::vector<Active*>& group,
                              std::vector<std::unique_ptr<Active>>& forked) {
-  const int64_t P = static_cast<int64_t>(a.req.prompt.size());
   const int64_t per = a.need / (1 + static_cast<int64_t>(a.others.size()));
-  for (size_t i = 0; i < a.others.size(); ++i) {  // each its own copy of the prompt's cache and its own RNG
-    auto b = std::make_unique<Active>();
-    b->req = a.req;
-    b->seq = a.others[i];
-    b->cache = a.cache;
-    b->rng.seed(b->seq->seed);
-    b->need = per;
-    b->prefilled = P;
+  std::vector<std::unique_ptr<Active>> made;  // every fork first: one that throws leaves a whole
+  for (size_t i = 0; i < a.others.size(); ++i) made.push_back(fork_choice(a, static_cast<int64_t>(i), per));
+  for (auto& b : made) {
     group.push_back(b.get());
     forked.push_back(std::move(b));
   }
@@ -291,77 +301,6 @@ int64_t Engine::prefill_step(std::vector<std::unique_ptr<Active>>& forked) {
   return prefetched;
 }
 
-// Pieces of prefix_block tokens at positions that are multiples of it (the last of a prompt shorter),
-// as many as fit in prefill_chunk tokens; a prompt looks its stored blocks up at its first piece,
-// after the pieces before it this step were stored.
-int64_t Engine::prefill_step_blocks(std::vector<std::unique_ptr<Active>>& forked) {
-  const int64_t b = opt_.prefix_block;
-  int64_t left = opt_.prefill_chunk, prefetched = 0;
-  for (auto& ap : prefilling_) {
-    Active& a = *ap;
-    const int64_t P = static_cast<int64_t>(a.req.prompt.size());
-    if (!a.started) {
-      if (left < std::min(b, P)) break;
-      start_from_prefix(a);
-    }
-    while (a.prefilled < P && !a.seq->done) {
-      const int64_t n = std::min(b, P - a.prefilled);
-      if (n > left) return prefetched;
-      prefetched += prefetch(a.req.prompt.data() + a.prefilled, n);
-      prefill_piece(a, n, forked);
-      left -= n;
-    }
-  }
-  return prefetched;
-}
-
-void Engine::start_from_prefix(Active& a) {
-  a.started = true;
-  if (!a.req.prompt_logprobs) load_prefix(a);  // else every position's logits are asked for: all computed
-  if (opt_.prefetch && a.prefilled < a.announced_from)
-    prefetch_disk_rows(model_, a.req.prompt.data() + a.prefilled, a.announced_from - a.prefilled);
-}
-
-void Engine::load_prefix(Active& a) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const int64_t P = static_cast<int64_t>(a.req.prompt.size());
-  for (int64_t id : prefix_->match_acquire(a.req.prompt.data(), P - 1)) a.blocks.hold(prefix_.get(), id);
-  if (a.blocks.ids().empty()) return;
-  try {
-    prefix_->load(a.cache, a.blocks.ids(), P + a.req.max_tokens);
-  } catch (const std::exception&) {  // no memory for the cache: prefilled from the start (which reports it)
-    a.blocks.reset();
-    a.cache = KVCache{};
-    return;
-  }
-  a.prefilled = a.cached = static_cast<int64_t>(a.blocks.ids().size()) * prefix_->block();
-  a.prefill_sec += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-void Engine::store_blocks(Active& a) {
-  const int64_t b = prefix_->block();
-  auto j = static_cast<int64_t>(a.blocks.ids().size());
-  if (!a.storing || (j + 1) * b > a.prefilled) return;
-  int64_t room;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    room = (opt_.kv_budget_tokens - stats_.kv_tokens_used) / b;
-  }
-  for (; a.storing && (j + 1) * b <= a.prefilled; ++j) {
-    const int64_t parent = j == 0 ? -1 : a.blocks.ids().back();
-    const int64_t id = prefix_->store_acquire(parent, a.req.prompt.data() + j * b, a.cache, j, room);
-    if (id < 0) a.storing = false;  // no room: its later blocks would have no parent
-    else a.blocks.hold(prefix_.get(), id);
-  }
-}
-
-bool Engine::kv_fits(int64_t need) {
-  const int64_t room = opt_.kv_budget_tokens - stats_.kv_tokens_used - need;
-  if (room < 0) return false;
-  if (!prefix_) return true;
-  return prefix_->evict_to(room / prefix_->block()) * prefix_->block() <= room;
-}
-
 // Frees sequences whose caller left (or saw its stop string) before spending a step on them, then
 // admits waiting requests (mu_ held).
 void Engine::admit() {
@@ -412,10 +351,10 @@ void Engine::decode_running(std::vector<std::unique_ptr<Active>>& running, bool 
                             std::vector<float>& logits) {
   const int64_t M = static_cast<int64_t>(running.size());
   if (M == 0) return;
-  std::vector<KVCache*> caches;
+  std::vector<int64_t> handles;
   std::vector<int32_t> tokens;
   for (auto& a : running) {
-    caches.push_back(&a->cache);
+    handles.push_back(a->kv.id());
     tokens.push_back(a->last);
   }
   logits.resize(static_cast<size_t>(M * model_.cfg.vocab_size));
@@ -423,7 +362,7 @@ void Engine::decode_running(std::vector<std::unique_ptr<Active>>& running, bool 
   const int64_t announced = prefetch(tokens.data(), M);  // fetched while the first layers compute
   std::string err;
   try {
-    rows = decode_batch(model_, caches.data(), tokens.data(), M, logits.data());
+    rows = decoder_->decode(handles.data(), tokens.data(), M, logits.data());
   } catch (const std::exception& e) {
     err = e.what();
   }

@@ -14,8 +14,12 @@
 // With prefix reuse on (EngineOptions::prefix_cache), every prompt is prefilled in pieces of
 // prefix_block tokens at positions that are multiples of it (prefill_chunked's pieces with chunk =
 // prefix_block; several pieces a step within prefill_chunk tokens), each whole block kept in a
-// PrefixCache, and a prompt that begins with stored blocks starts from a copy of them: its tokens
-// and log-probs are the bits of a cold prefill in the same pieces.
+// PrefixCache, and a prompt that begins with stored blocks starts from them (the decoder's blocks:
+// copies on the CPU, shared KV pages on the GPU): its tokens and log-probs are the bits of a cold
+// prefill in the same pieces.
+//
+// The compute goes through one Decoder (infer/decoder.h: the CPU engine, or the GPU's), used by the
+// scheduler thread alone; a sequence is a decoder handle, closed when the sequence ends.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -28,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "infer/decoder.h"
 #include "infer/generate.h"
 #include "infer/logprobs.h"
 #include "infer/prefetch.h"
@@ -39,7 +44,8 @@ namespace jtok {
 struct EngineOptions {
   int64_t max_batch = 16;        // sequences decoded together at most
   int64_t ctx = 0;               // context per sequence (prompt + generated); 0 = the model's
-  int64_t kv_budget_tokens = 0;  // KV-cache token slots over all active sequences and stored prefix blocks;
+  int64_t kv_budget_tokens = 0;  // KV-cache token slots over all active sequences and stored prefix blocks
+                                 // (a block the decoder shares with sequences counted once);
                                  // 0 = max_batch * ctx (+ ctx with prefix_cache)
   int64_t max_queue = 64;        // requests waiting for admission at most (beyond: refused)
   bool prefetch = true;          // memory-mapped tables: a helper thread (RowPrefetcher) brings in the
@@ -49,7 +55,8 @@ struct EngineOptions {
   int64_t prefill_chunk = 512;   // prompt tokens prefilled between two decode steps at most. A prompt
                                  // of at most this many is prefilled whole (prefill: as jtok generate
                                  // does); a longer one in chunks of exactly this many (prefill_chunked)
-  bool kv_bf16 = false;          // KV caches in bf16 (KVCache::bf16): half the bytes a step reads
+  bool kv_bf16 = false;          // KV caches in bf16 (KVCache::bf16): half the bytes a step reads (the
+                                 // CPU decoder Engine makes; a decoder handed to it has its own setting)
   bool prefix_cache = false;     // prefix reuse (above); its blocks share kv_budget_tokens with the sequences
   int64_t prefix_block = 64;     // tokens a block (at most prefill_chunk)
 };
@@ -111,14 +118,52 @@ struct EngineStats {
   std::optional<TableStore::Stats> table_store;  // disk tables: the store's cache and read counters
 };
 
+// opt with its defaults filled in for model (ctx, kv_budget_tokens) and checked: what Engine runs with.
+EngineOptions resolve_engine_options(const Model& model, EngineOptions opt);
+
+// A decoder sequence owned by one request's choice: closed when it goes (it moves with it).
+class DecoderSeq {
+ public:
+  DecoderSeq() = default;
+  DecoderSeq(Decoder* d, int64_t id) : d_(d), id_(id) {}
+  DecoderSeq(DecoderSeq&& o) noexcept : d_(o.d_), id_(o.id_) { o.id_ = -1; }
+  DecoderSeq& operator=(DecoderSeq&& o) noexcept {
+    if (this != &o) {
+      reset();
+      d_ = o.d_;
+      id_ = o.id_;
+      o.id_ = -1;
+    }
+    return *this;
+  }
+  DecoderSeq(const DecoderSeq&) = delete;
+  DecoderSeq& operator=(const DecoderSeq&) = delete;
+  ~DecoderSeq() { reset(); }
+  int64_t id() const { return id_; }
+  explicit operator bool() const { return id_ >= 0; }
+  void reset() {
+    if (d_ && id_ >= 0) d_->close(id_);
+    id_ = -1;
+  }
+
+ private:
+  Decoder* d_ = nullptr;
+  int64_t id_ = -1;
+};
+
 class Engine {
  public:
+  // On the CPU (make_cpu_decoder(model, opt.kv_bf16)).
   Engine(const Model& model, EngineOptions opt);
+  // On `decoder` (over model; the engine owns it). Prefix reuse needs opt.prefix_block a multiple of
+  // decoder->block_granule().
+  Engine(const Model& model, EngineOptions opt, std::unique_ptr<Decoder> decoder);
   ~Engine();  // stops the scheduler; unfinished sequences end with "cancelled"
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   const EngineOptions& options() const { return opt_; }
+  const std::string& describe() const { return describe_; }  // the decoder's line ("cpu", the GPU's)
   // Checks the request (empty prompt, ids outside the vocabulary, max_tokens < 0, prompt + max_tokens
   // beyond the context, n outside [1, max_batch] or n x (prompt + max_tokens) beyond the KV budget,
   // top_logprobs outside [-1, 20]: throws jtok::Error with a message for the client) and queues it.
@@ -136,17 +181,17 @@ class Engine {
   struct Active {
     GenerationRequest req;
     std::shared_ptr<Sequence> seq;
-    KVCache cache;
+    DecoderSeq kv;         // its keys and values (none until its first piece)
     std::mt19937_64 rng;
     int32_t last = -1;     // the token to decode next
     int64_t produced = 0;  // tokens sampled (the stop token included)
-    int64_t need = 0;      // KV slots reserved
+    int64_t need = 0;      // KV slots reserved (less the positions it maps from shared stored blocks)
     int64_t prefilled = 0; // prompt tokens in the cache
     std::vector<std::shared_ptr<Sequence>> others;  // choices 1..n-1, until the prompt is prefilled
     std::vector<TokenLogprob> prompt_lp;            // prompt tokens 1..P-1 (prompt_logprobs)
     bool started = false;  // prefix reuse: stored blocks looked up (at its first piece)
     bool storing = true;   // prefix reuse: its blocks go on being stored (false once one found no room)
-    BlockHold blocks;      // prefix reuse: the chain of its prompt's stored blocks
+    BlockHold blocks;      // prefix reuse: the chain of its prompt's stored blocks (a fork's too, when shared)
     int64_t cached = 0;    // prompt tokens from stored blocks
     int64_t announced_from = 0;  // disk tables: prompt tokens from here on handed to the read-ahead at admission
     double prefill_sec = 0;
@@ -172,8 +217,8 @@ class Engine {
   // rows prefetched first; returns the rows handed to the prefetch thread.
   int64_t prefill_step(std::vector<std::unique_ptr<Active>>& forked);
   int64_t prefill_step_blocks(std::vector<std::unique_ptr<Active>>& forked);  // with prefix reuse
-  // Prefix reuse, at a prompt's first piece: the stored blocks it begins with, copied into its cache
-  // (at least one prompt token is left to compute: the logits of the last).
+  // Prefix reuse, at a prompt's first piece: the stored blocks it begins with, its sequence opened
+  // from them (at least one prompt token is left to compute: the logits of the last).
   // Tokens read ahead at admission but prefilled after all (their blocks were evicted since) are
   // read ahead then.
   void start_from_prefix(Active& a);
@@ -182,6 +227,10 @@ class Engine {
   void store_blocks(Active& a);
   // Whether `need` more KV slots fit the budget (mu_ held), evicting stored blocks nobody holds.
   bool kv_fits(int64_t need);
+  // A shared decoder: n of a's reserved slots now on shared stored blocks, counted there (takes mu_).
+  void unreserve(Active& a, int64_t n);
+  // The fork of a for choice `other` (its own RNG; the blocks a holds, held again when shared).
+  std::unique_ptr<Active> fork_choice(Active& a, int64_t other, int64_t need);
   // Samples from logits, publishes, and returns whether the sequence goes on.
   bool emit(Active& a, const float* logits);
   // Hands the prefetch thread the rows ids[0..n) will read (table_rows_needed: JTok's, and all n_e
@@ -191,6 +240,8 @@ class Engine {
   const Model& model_;
   EngineOptions opt_;
   RowPrefetcher prefetcher_;
+  std::unique_ptr<Decoder> decoder_;     // before the blocks and the sequences: they close into it
+  std::string describe_;                 // decoder_->describe(), once (the scheduler owns decoder_)
   std::unique_ptr<PrefixCache> prefix_;  // before the sequences: they release their blocks into it
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -6,9 +6,16 @@
 
 namespace jtok {
 
-PrefixCache::PrefixCache(int64_t block, int64_t layers, int64_t kv_dim, bool bf16)
-    : block_(block), layers_(layers), kvd_(kv_dim), bf16_(bf16) {
+PrefixCache::PrefixCache(int64_t block, Decoder& decoder) : block_(block), decoder_(decoder) {
   if (block < 1) fail("the prefix block must be at least 1 token, got ", block);
+  if (block % decoder.block_granule() != 0)
+    fail("the prefix block (", block, " tokens) must be a multiple of the decoder's ", decoder.block_granule(),
+         " (", decoder.describe(), ": its KV pages are shared whole)");
+}
+
+PrefixCache::~PrefixCache() {
+  for (const Block& b : blocks_)
+    if (!b.tokens.empty()) decoder_.drop_block(b.kv);
 }
 
 std::vector<int64_t> PrefixCache::match_acquire(const int32_t* prompt, int64_t limit) {
@@ -41,34 +48,18 @@ int64_t PrefixCache::match_tokens(const int32_t* prompt, int64_t limit) const {
   return j * block_;
 }
 
-void PrefixCache::load(KVCache& cache, const std::vector<int64_t>& ids, int64_t capacity) const {
-  cache.bf16 = bf16_;
-  kv_allocate(cache, static_cast<size_t>(layers_), kvd_, capacity);
-  const int64_t n = block_ * kvd_;  // values of K (or V) of one layer in a block
-  if (static_cast<int64_t>(ids.size()) * block_ > capacity)
-    fail("prefix cache: ", ids.size(), " blocks do not fit a cache of ", capacity, " positions");
-  std::lock_guard<std::mutex> lk(mu_);
-  for (size_t j = 0; j < ids.size(); ++j) {
-    const Block& b = blocks_[static_cast<size_t>(ids[j])];
-    const size_t at = j * static_cast<size_t>(n);
-    for (int64_t l = 0; l < layers_; ++l) {
-      const size_t src = static_cast<size_t>(l * 2 * n);
-      if (bf16_) {
-        std::memcpy(cache.k16[l].data() + at, b.kv16.data() + src, sizeof(uint16_t) * n);
-        std::memcpy(cache.v16[l].data() + at, b.kv16.data() + src + n, sizeof(uint16_t) * n);
-      } else {
-        std::memcpy(cache.k[l].data() + at, b.kv.data() + src, sizeof(float) * n);
-        std::memcpy(cache.v[l].data() + at, b.kv.data() + src + n, sizeof(float) * n);
-      }
-    }
+int64_t PrefixCache::open(const std::vector<int64_t>& ids, int64_t capacity) {
+  std::vector<int64_t> kv;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (int64_t id : ids) kv.push_back(blocks_[static_cast<size_t>(id)].kv);
   }
-  cache.len = static_cast<int64_t>(ids.size()) * block_;
+  return decoder_.open_from_blocks(kv, capacity);
 }
 
-int64_t PrefixCache::store_acquire(int64_t parent, const int32_t* tokens, const KVCache& cache, int64_t j,
-                                   int64_t max_blocks) {
-  if (cache.bf16 != bf16_ || static_cast<int64_t>(cache.layers()) != layers_ || cache.len < (j + 1) * block_)
-    fail("prefix cache: block ", j, " is not in the cache (", cache.len, " positions, ", cache.layers(), " layers)");
+int64_t PrefixCache::store_acquire(int64_t parent, const int32_t* tokens, int64_t seq, int64_t j, int64_t max_blocks,
+                                   bool* kept) {
+  if (kept) *kept = false;
   std::lock_guard<std::mutex> lk(mu_);
   Key key{parent, std::vector<int32_t>(tokens, tokens + block_)};
   const int64_t t = ++tick_;
@@ -81,6 +72,7 @@ int64_t PrefixCache::store_acquire(int64_t parent, const int32_t* tokens, const 
   while (st_.blocks >= max_blocks && evict_one()) {  // the parent is held by the caller: not evicted
   }
   if (st_.blocks >= max_blocks) return -1;
+  const int64_t kv = decoder_.keep_block(seq, j * block_, block_);  // before any change: it may throw
   int64_t id;
   if (!free_.empty()) {
     id = free_.back();
@@ -95,24 +87,22 @@ int64_t PrefixCache::store_acquire(int64_t parent, const int32_t* tokens, const 
   b.children = 0;
   b.last_used = t;
   b.tokens = key.second;
-  const int64_t n = block_ * kvd_;
-  const size_t at = static_cast<size_t>(j * n);
-  for (int64_t l = 0; l < layers_; ++l) {
-    if (bf16_) {
-      b.kv16.resize(static_cast<size_t>(layers_ * 2 * n));
-      std::memcpy(b.kv16.data() + l * 2 * n, cache.k16[l].data() + at, sizeof(uint16_t) * n);
-      std::memcpy(b.kv16.data() + l * 2 * n + n, cache.v16[l].data() + at, sizeof(uint16_t) * n);
-    } else {
-      b.kv.resize(static_cast<size_t>(layers_ * 2 * n));
-      std::memcpy(b.kv.data() + l * 2 * n, cache.k[l].data() + at, sizeof(float) * n);
-      std::memcpy(b.kv.data() + l * 2 * n + n, cache.v[l].data() + at, sizeof(float) * n);
-    }
-  }
+  b.kv = kv;
   if (parent >= 0) blocks_[static_cast<size_t>(parent)].children++;
   index_.emplace(std::move(key), id);
   st_.blocks++;
   st_.stored++;
+  if (kept) *kept = true;
   return id;
+}
+
+void PrefixCache::acquire(const std::vector<int64_t>& ids) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (int64_t id : ids) {
+    Block& b = blocks_[static_cast<size_t>(id)];
+    if (b.tokens.empty()) fail("prefix cache: block ", id, " is not stored");
+    b.refs++;
+  }
 }
 
 void PrefixCache::release(const std::vector<int64_t>& ids) {
@@ -135,7 +125,8 @@ bool PrefixCache::evict_one() {
   Block& b = blocks_[static_cast<size_t>(victim)];
   index_.erase(Key{b.parent, b.tokens});
   if (b.parent >= 0) blocks_[static_cast<size_t>(b.parent)].children--;
-  b = Block{};  // frees its KV
+  decoder_.drop_block(b.kv);
+  b = Block{};
   free_.push_back(victim);
   st_.blocks--;
   st_.evicted++;

@@ -10,9 +10,12 @@
 //
 // Reference counts: a block is held by the running sequences that matched or stored it (BlockHold);
 // only a block nobody holds and with no stored child can be evicted, least recently used first, so a
-// prefix stays as long as any block after it does. A matched block is copied into the sequence's own
-// cache (the attention kernels read one contiguous array per layer): a stored block costs `block`
-// token slots of the KV budget on top of the sequences' own caches.
+// prefix stays as long as any block after it does. A block's keys and values are the decoder's
+// (Decoder::keep_block: opaque here); a prompt starts from its matched blocks as a new decoder
+// sequence (Decoder::open_from_blocks). The CPU decoder copies them in and out: a stored block
+// costs `block` token slots of the KV budget on top of the sequences' own caches. The GPU decoder
+// shares its KV pages (Decoder::blocks_shared): a block costs its slots once, however many
+// sequences map it, and they do not count them.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -20,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "infer/generate.h"
+#include "infer/decoder.h"
 
 namespace jtok {
 
@@ -35,9 +38,12 @@ struct PrefixCacheStats {
 
 class PrefixCache {
  public:
-  // Blocks of `block` tokens for a model of `layers` layers and kv_dim key (and value) values a token,
-  // in bf16 when the engine's caches are.
-  PrefixCache(int64_t block, int64_t layers, int64_t kv_dim, bool bf16);
+  // Blocks of `block` tokens whose keys and values `decoder` keeps (it outlives the cache: the
+  // destructor drops what is stored). block must be a multiple of decoder.block_granule().
+  PrefixCache(int64_t block, Decoder& decoder);
+  ~PrefixCache();
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
   int64_t block() const { return block_; }
   // The longest chain of stored blocks that prompt[0..limit) begins with (whole blocks only), each
   // acquired for the caller (release them when done); empty when the first block is not stored.
@@ -45,13 +51,16 @@ class PrefixCache {
   // The tokens match_acquire would reuse now (whole blocks), acquiring nothing and leaving the
   // recency order as it is: what an admitted prompt will most likely not prefill.
   int64_t match_tokens(const int32_t* prompt, int64_t limit) const;
-  // Allocates cache for `capacity` positions and copies blocks ids (a chain from match_acquire) into
-  // positions [0, ids.size() * block); cache.len = that.
-  void load(KVCache& cache, const std::vector<int64_t>& ids, int64_t capacity) const;
-  // Stores block j of cache (its tokens tokens[0..block), positions [j * block, (j + 1) * block)),
-  // the child of `parent` (-1: block 0), and acquires it: an equal stored block, or a new one when
-  // fewer than max_blocks are stored after evicting what may be. -1 when there is no room.
-  int64_t store_acquire(int64_t parent, const int32_t* tokens, const KVCache& cache, int64_t j, int64_t max_blocks);
+  // A new decoder sequence of `capacity` positions starting with the blocks ids (a chain from
+  // match_acquire): positions [0, ids.size() * block) (Decoder::open_from_blocks).
+  int64_t open(const std::vector<int64_t>& ids, int64_t capacity);
+  // Stores block j of decoder sequence seq (its tokens tokens[0..block), positions [j * block, (j +
+  // 1) * block)), the child of `parent` (-1: block 0), and acquires it: an equal stored block, or a
+  // new one kept from seq (*kept = true) when fewer than max_blocks are stored after evicting what
+  // may be. -1 when there is no room.
+  int64_t store_acquire(int64_t parent, const int32_t* tokens, int64_t seq, int64_t j, int64_t max_blocks,
+                        bool* kept = nullptr);
+  void acquire(const std::vector<int64_t>& ids);  // held once more each (a fork that maps them too)
   void release(const std::vector<int64_t>& ids);
   // Evicts unheld childless blocks, least recently used first, until at most max_blocks are stored or
   // none is evictable; returns the blocks left.
@@ -62,13 +71,12 @@ class PrefixCache {
   struct Block {
     int64_t parent = -1, refs = 0, children = 0, last_used = 0;
     std::vector<int32_t> tokens;     // empty: a free slot
-    std::vector<float> kv;           // (layers, 2, block, kv_dim): K then V of each layer (f32 caches)
-    std::vector<uint16_t> kv16;      // the same in bf16 (bf16 caches)
+    int64_t kv = -1;                 // the decoder's block handle
   };
   using Key = std::pair<int64_t, std::vector<int32_t>>;  // (parent, tokens)
   bool evict_one();  // the least recently used evictable block; false when there is none
-  int64_t block_, layers_, kvd_;
-  bool bf16_;
+  int64_t block_;
+  Decoder& decoder_;
   mutable std::mutex mu_;
   std::vector<Block> blocks_;
   std::vector<int64_t> free_;
@@ -97,6 +105,15 @@ class BlockHold {
   void hold(PrefixCache* c, int64_t id) {  // an id acquired from c
     cache_ = c;
     ids_.push_back(id);
+  }
+  // The same blocks acquired once more (a fork that maps them): an empty hold when o is.
+  BlockHold share() const {
+    BlockHold h;
+    if (!cache_ || ids_.empty()) return h;
+    cache_->acquire(ids_);
+    h.cache_ = cache_;
+    h.ids_ = ids_;
+    return h;
   }
   const std::vector<int64_t>& ids() const { return ids_; }
   void reset() {

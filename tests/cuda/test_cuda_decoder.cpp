@@ -1,8 +1,9 @@
 // The GPU decoder (src/cuda/decoder.h) against the CPU engine's KV-cache decode (infer/generate.h)
 // on the same weights: prefill logits (the last position's and every position's), greedy decode
 // steps of three sequences at different lengths together (tokens, logits, token-table rows read),
-// a prefill in two chunks against one, a fork's continuation, the table rows' three paths, bf16's
-// top-1 agreement, and the refusals. Runs only on a GPU host (in test_cuda_ops).
+// a prefill in two chunks against one, a fork's continuation, a sequence opened from stored prefix
+// blocks (shared pages) and their page accounting, the table rows' three paths, bf16's top-1
+// agreement, and the refusals. Runs only on a GPU host (in test_cuda_ops).
 //
 // Tolerances: fp32 (weights, activations and KV pages in fp32) sums in other orders than the CPU
 // (cuBLASLt tiles, the flash / paged attention's chunked softmax, per-block norms): logits within
@@ -230,6 +231,77 @@ TEST(CudaDecoder, ForkContinuesIdentically) {
   dec->decode(&d, &t1, 1, ld.data());
   dec->decode(&d, &t2, 1, ld.data());
   EXPECT_EQ(0, std::memcmp(ld.data(), lb.data(), ld.size() * sizeof(float))) << "fork after its parent closed";
+}
+
+// Prefix blocks as shared pages: a sequence opened from two blocks kept from another gives, piece
+// and step, the bits of that sequence prefilled in the same pieces (the same kernels at the same
+// positions over the same page contents), in fp32 and bf16; so does its fork. The blocks' pages are
+// counted once (keeping costs no page; opening from them only the pages past them), survive their
+// sequence's close and a stranger reusing its other pages, and come back when the last holder goes.
+TEST(CudaDecoder, SequenceFromStoredBlocksGivesThePiecewiseBits) {
+  const jtok::ModelConfig c = tiny_jtok_jtokm();
+  const jtok::Model m = test_model(c);
+  const std::vector<int32_t> p = skewed_ids(45, c.vocab_size, 81), other = skewed_ids(60, c.vocab_size, 82);
+  const int64_t V = c.vocab_size;
+  for (bool bf16 : {false, true}) {
+    const std::string where = bf16 ? "bf16" : "fp32";
+    DecoderSettings s = settings(bf16);
+    s.kv_tokens = 16 * 16;
+    auto dec = jtok::cuda::make_device_decoder(m, s);
+    ASSERT_EQ(dec->page_tokens(), 16);
+    const int64_t total = dec->free_pages();
+    ASSERT_EQ(total, 16);
+    std::vector<float> la(static_cast<size_t>(V)), lb(la.size()), lf(la.size());
+    const int64_t a = dec->open(kContext);  // 4 pages
+    dec->prefill(a, p.data(), 16, la.data());
+    dec->prefill(a, p.data() + 16, 16, la.data());
+    const int64_t b0 = dec->keep_block(a, 0, 16), b1 = dec->keep_block(a, 16, 16);
+    EXPECT_EQ(dec->free_pages(), total - 4) << where << ": a kept block costs no page";
+    dec->prefill(a, p.data() + 32, 13, la.data());
+    const int32_t t = argmax(la.data(), V);
+    std::vector<float> la_step(la.size());
+    dec->decode(&a, &t, 1, la_step.data());
+    dec->close(a);
+    EXPECT_EQ(dec->free_pages(), total - 2) << where << ": the blocks keep their 2 pages";
+    const int64_t o = dec->open(kContext);  // a stranger takes a's other pages back and writes them
+    dec->prefill(o, other.data(), 40, lf.data());
+    const int64_t b = dec->open_from_blocks({b0, b1}, kContext);
+    EXPECT_EQ(dec->length(b), 32) << where;
+    EXPECT_EQ(dec->free_pages(), total - 2 - 4 - 2) << where << ": only the pages past the blocks are its own";
+    dec->prefill(b, p.data() + 32, 13, lb.data());
+    EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float))) << where << ": the last piece";
+    const int64_t f = dec->fork(b, kContext);  // maps the blocks' pages, copies b's own
+    EXPECT_EQ(dec->free_pages(), total - 2 - 4 - 2 - 2) << where;
+    dec->decode(&b, &t, 1, lb.data());
+    dec->decode(&f, &t, 1, lf.data());
+    EXPECT_EQ(0, std::memcmp(la_step.data(), lb.data(), la.size() * sizeof(float))) << where << ": a step";
+    EXPECT_EQ(0, std::memcmp(la_step.data(), lf.data(), la.size() * sizeof(float))) << where << ": its fork's step";
+    dec->drop_block(b0);
+    dec->drop_block(b1);
+    EXPECT_EQ(dec->free_pages(), total - 2 - 4 - 2 - 2) << where << ": b and f still map them";
+    dec->close(b);
+    dec->close(o);
+    EXPECT_EQ(dec->free_pages(), total - 4) << where;  // f: 2 shared pages and 2 of its own
+    dec->close(f);
+    EXPECT_EQ(dec->free_pages(), total) << where;
+  }
+}
+
+// Blocks are whole pages of written positions; an unknown block is named.
+TEST(CudaDecoder, StoredBlocksAreWholeWrittenPages) {
+  const jtok::Model m = test_model(tiny_dense());
+  auto dec = jtok::cuda::make_device_decoder(m, settings(false));
+  const std::vector<int32_t> p = skewed_ids(20, m.cfg.vocab_size, 91);
+  std::vector<float> logits(static_cast<size_t>(m.cfg.vocab_size));
+  const int64_t a = dec->open(kContext);
+  dec->prefill(a, p.data(), 20, logits.data());
+  jtok::testing::expect_error([&] { dec->keep_block(a, 8, 16); }, {"whole pages of 16"});
+  jtok::testing::expect_error([&] { dec->keep_block(a, 16, 16); }, {"20 written"});
+  jtok::testing::expect_error([&] { dec->open_from_blocks({3}, kContext); }, {"block handle 3"});
+  const int64_t b = dec->keep_block(a, 0, 16);
+  jtok::testing::expect_error([&] { dec->open_from_blocks({b}, 8); }, {"capacity of 8"});
+  dec->drop_block(b);
+  jtok::testing::expect_error([&] { dec->drop_block(b); }, {"block handle"});
 }
 
 // bf16 weights, activations and KV pages against the fp32 CPU, fed the CPU's greedy tokens: logits
