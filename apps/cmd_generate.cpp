@@ -1,13 +1,16 @@
-// `jtok generate`: KV-cache decoding from a checkpoint, tokens streamed as they come.
+// `jtok generate`: KV-cache decoding from a checkpoint on the CPU or the GPU (--device), tokens
+// streamed as they come.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
+#include "infer/decoder.h"
 #include "infer/generate.h"
 #include "infer/generate_run.h"
 #include "infer/prefetch.h"
@@ -21,6 +24,7 @@ struct Args {
   std::string checkpoint, prompt, ids_out;
   std::string kv_dtype = "f32";
   jtok::TableSource table_src;
+  jtok::DecoderChoice decoder;
   int64_t max_new_tokens = 64, top_k = 40;
   double temperature = 0.8, top_p = 0.95;
   uint64_t seed = 1;
@@ -46,54 +50,74 @@ std::vector<int32_t> prompt_ids(const jtok::Tokenizer& tok, const std::string& t
   return prompt;
 }
 
-// --ids-out: the prompt and generated ids, the speeds, the margins (and the prompt's log-probs).
-void write_ids(const jtok::Model& m, const std::vector<int32_t>& prompt, const jtok::GenerateResult& r) {
+// --ids-out: the prompt and generated ids, the speeds, the margins, the device (and the prompt's
+// log-probs, from the prefill's logits of every position).
+void write_ids(const std::vector<int32_t>& prompt, const jtok::GenerateResult& r, const std::string& device_line) {
   const double n = static_cast<double>(r.generated.size());
   nlohmann::json j = {{"prompt_ids", prompt},
                       {"generated_ids", r.generated},
                       {"prefill_tok_s", prompt.size() / r.prefill_s},
                       {"decode_tok_s", n / r.decode_s},
-                      {"top2_margins", r.top2_margins}};
-  if (args.prompt_logprobs) j["prompt_logprobs"] = jtok::prompt_logprobs(m, prompt);
+                      {"top2_margins", r.top2_margins},
+                      {"device", args.decoder.device},
+                      {"decoder", device_line}};
+  if (args.prompt_logprobs) j["prompt_logprobs"] = r.prompt_logprobs;
   std::ofstream f(args.ids_out);
   if (!(f << j.dump() << "\n")) jtok::fail("cannot write ", args.ids_out);
 }
 
+// The decoder of m for this command: one sequence of `capacity` positions on the GPU.
+std::unique_ptr<jtok::Decoder> make_generate_decoder(const jtok::Model& m, bool kv_bf16, int64_t prompt_size,
+                                                     int64_t capacity) {
+  jtok::cuda::DecoderSettings s = jtok::decoder_settings(args.decoder, kv_bf16);
+  s.max_batch = 1;
+  s.max_prefill = std::min<int64_t>(prompt_size, 512);  // longer prompts: in pieces of 512
+  s.kv_tokens = capacity;
+  return jtok::make_decoder(m, args.decoder.device, s);
+}
+
 void run() {
   using namespace jtok;
-  parse_dtype(args.kv_dtype, "--kv-dtype", kKvDtypes);  // a bad value fails before the checkpoint loads
+  const bool kv_bf16 = parse_dtype(args.kv_dtype, "--kv-dtype", kKvDtypes) == Dtype::bf16;  // before the checkpoint loads
+  check_decoder_choice(args.decoder);  // --device cuda: the GPU, or why not, before anything is read
   LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src);
   const Model& m = ck.model;
   const Tokenizer& tok = ck.tokenizer;
   const std::vector<int32_t> prompt = prompt_ids(tok, args.prompt);
   const int64_t capacity = std::min<int64_t>(ck.cfg.model.max_position_embeddings,
                                              static_cast<int64_t>(prompt.size()) + args.max_new_tokens);
+  const std::unique_ptr<Decoder> decoder =
+      make_generate_decoder(m, kv_bf16, static_cast<int64_t>(prompt.size()), capacity);
   GenerateOptions opt;
   opt.max_new_tokens = args.max_new_tokens;
   opt.sampling = SamplingParams{args.temperature, args.top_k, args.top_p};
   opt.seed = args.seed;
-  opt.kv_bf16 = parse_dtype(args.kv_dtype, "--kv-dtype", kKvDtypes) == Dtype::bf16;
+  opt.kv_bf16 = kv_bf16;
+  opt.prompt_logprobs = args.prompt_logprobs && !args.ids_out.empty();
   if (args.stop_at_eot) opt.stop_ids = ck.eos_ids;
   std::printf("%s", args.prompt.c_str());
   std::fflush(stdout);
-  const GenerateResult r = generate_tokens(m, prompt, capacity, opt, [&](int32_t next) {
+  const GenerateResult r = generate_tokens(m, *decoder, prompt, capacity, opt, [&](int32_t next) {
     std::string piece = tok.decode({next});  // raw bytes: a split UTF-8 character completes on the next token
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   });
   const int64_t produced = static_cast<int64_t>(r.generated.size());
   const std::string store = store_summary(m);
-  std::fprintf(stderr, "\n[prefill %zu tokens: %.1f tok/s | decode %lld tokens: %.1f tok/s%s]\n", prompt.size(),
-               prompt.size() / r.prefill_s, static_cast<long long>(produced), produced / r.decode_s, store.c_str());
-  if (!args.ids_out.empty()) write_ids(m, prompt, r);
+  std::fprintf(stderr, "\n[prefill %zu tokens: %.1f tok/s | decode %lld tokens: %.1f tok/s | device %s%s]\n",
+               prompt.size(), prompt.size() / r.prefill_s, static_cast<long long>(produced), produced / r.decode_s,
+               decoder->describe().c_str(), store.c_str());
+  if (!args.ids_out.empty()) write_ids(prompt, r, decoder->describe());
 }
 
 void setup(CLI::App* sub) {
   sub->add_option("--checkpoint", args.checkpoint, "checkpoint directory, or a run directory (its newest)")->required();
   add_table_source_options(sub, args.table_src);
+  add_decoder_options(sub, args.decoder);
   sub->add_option("--prompt", args.prompt, "prompt text")->required();
   sub->add_option("--kv-dtype", args.kv_dtype,
-                  "KV cache: f32 (exact) or bf16 (half the bytes a decoding step reads; values rounded to bf16)");
+                  "KV cache: f32 (exact) or bf16 (half the bytes a decoding step reads; values rounded to bf16); "
+                  "--device cuda: the KV pages' dtype");
   sub->add_option("--max-new-tokens", args.max_new_tokens, "tokens to generate");
   sub->add_option("--temperature", args.temperature, "0 = greedy");
   sub->add_option("--top-k", args.top_k, "keep the k most likely tokens (0 = all)");

@@ -8,6 +8,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "cuda/device.h"
 #include "model/table_attach.h"
 #include "store/table_store.h"
 #include "ops/lowp_gemm.h"
@@ -98,6 +99,36 @@ void add_table_source_options(CLI::App* sub, TableSource& src) {
                   "--tables disk: how the store is read: auto (default: O_DIRECT, whole aligned pages past the page "
                   "cache, where the file system takes it, else pread), direct or pread (through the page cache)");
   sub->add_flag("--table-direct-io", src.direct_io, "--tables disk: the same as --table-io direct");
+}
+
+void add_decoder_options(CLI::App* sub, DecoderChoice& c) {
+  sub->add_option("--device", c.device, "where the model decodes: cpu (default) or cuda (an NVIDIA GPU; docs/serve.md)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--precision", c.precision,
+                  "--device cuda: bf16 (default: weights and activations in bf16, fp32 accumulation) or fp32")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
+  sub->add_option("--table-rows", c.table_rows,
+                  "--device cuda: where a step's token-table rows come from: auto (default: in_place where every table "
+                  "allows it, else staged), hbm (a GPU copy of every table), in_place (read over PCIe where the host "
+                  "keeps them) or staged (gathered by the host into pinned memory, copied)")
+      ->check(CLI::IsMember({"auto", "hbm", "in_place", "staged"}));
+}
+
+void check_decoder_choice(const DecoderChoice& c) {
+  if (c.device == "cuda") {
+    cuda::require_cuda_device();
+    return;
+  }
+  if (c.precision != "bf16") fail("--precision is for --device cuda (the CPU decodes in the checkpoint's dtypes)");
+  if (c.table_rows != "auto") fail("--table-rows is for --device cuda (the CPU reads the rows where --tables keeps them)");
+}
+
+cuda::DecoderSettings decoder_settings(const DecoderChoice& c, bool kv_bf16) {
+  cuda::DecoderSettings s;
+  s.bf16 = c.precision == "bf16";
+  s.kv_bf16 = kv_bf16;
+  s.table_rows = c.table_rows;
+  return s;
 }
 
 TableIo table_io_option(const std::string& table_io, bool direct_flag, const std::string& tables) {

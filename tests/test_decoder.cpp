@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "cuda/device.h"
 #include "infer/decoder.h"
+#include "infer/generate_run.h"
 #include "model_test_util.h"
 
 using namespace jtok;
@@ -207,4 +208,30 @@ TEST(Decoder, MakeDecoderNamesTheDevice) {
     }
     EXPECT_FALSE(std::string(e.what()).empty());
   }
+}
+
+// generate_tokens on a Decoder: the Model overload's tokens (bf16 KV too); its sequence closed after
+// (the handle free again); the prompt's log-probs from the prefill those of one forward.
+TEST(Decoder, GenerateTokensOnADecoder) {
+  const Model m = test_model();
+  const std::vector<int32_t> prompt = prompt_of(7, m.cfg.vocab_size, 6);
+  GenerateOptions opt;
+  opt.max_new_tokens = 10;
+  opt.sampling = SamplingParams{0.9, 20, 0.95};
+  opt.seed = 3;
+  opt.kv_bf16 = true;
+  const auto ignore = [](int32_t) {};
+  const GenerateResult want = generate_tokens(m, prompt, 30, opt, ignore);
+  auto d = make_cpu_decoder(m, true);
+  opt.prompt_logprobs = true;
+  for (int run = 0; run < 2; ++run) {
+    const GenerateResult got = generate_tokens(m, *d, prompt, 30, opt, ignore);
+    EXPECT_EQ(got.generated, want.generated) << "run " << run;
+    EXPECT_EQ(got.top2_margins, want.top2_margins) << "run " << run;
+    const std::vector<float> lp = prompt_logprobs(m, prompt);
+    ASSERT_EQ(got.prompt_logprobs.size(), lp.size());
+    for (size_t t = 0; t < lp.size(); ++t) EXPECT_NEAR(got.prompt_logprobs[t], lp[t], 1e-5) << "position " << t + 1;
+  }
+  EXPECT_TRUE(want.prompt_logprobs.empty());
+  EXPECT_EQ(d->open(4), 0);  // generate_tokens closed its sequences
 }
