@@ -24,7 +24,7 @@ namespace {
 
 struct Args {
   std::string checkpoint, host = "127.0.0.1", api_key, model_name = "jtok", kv_dtype = "auto";
-  std::string device = "cpu", precision = "bf16", table_rows = "auto";
+  jtok::DecoderChoice decoder;
   std::string chat_template;
   jtok::TableSource table_src;
   int port = 8080;
@@ -56,7 +56,7 @@ jtok::EngineOptions engine_options() {
   eo.max_queue = args.max_queue;
   eo.prefetch = args.prefetch;
   eo.prefill_chunk = args.prefill_chunk;
-  const std::string kv = args.kv_dtype == "auto" ? (args.device == "cuda" ? "bf16" : "f32") : args.kv_dtype;
+  const std::string kv = args.kv_dtype == "auto" ? (args.decoder.device == "cuda" ? "bf16" : "f32") : args.kv_dtype;
   eo.kv_bf16 = jtok::parse_dtype(kv, "--kv-dtype", jtok::kKvDtypes) == jtok::Dtype::bf16;
   eo.prefix_cache = args.prefix_cache;
   eo.prefix_block = args.prefix_block > 0 ? args.prefix_block : std::min<int64_t>(64, args.prefill_chunk);
@@ -66,20 +66,13 @@ jtok::EngineOptions engine_options() {
 // The engine's decoder: the CPU's, or the GPU's with a page for every KV slot of the budget (stored
 // prefix blocks included: they share their pages) and one partly used page a sequence.
 std::unique_ptr<jtok::Decoder> make_serve_decoder(const jtok::Model& m, const jtok::EngineOptions& eo) {
-  if (args.device != "cuda") {
-    if (args.table_rows != "auto" || args.precision != "bf16" || args.page_tokens != 16)
-      jtok::fail("serve: --precision, --table-rows and --kv-page-tokens are for --device cuda");
-    return jtok::make_cpu_decoder(m, eo.kv_bf16);
-  }
-  jtok::cuda::DecoderSettings s;
-  s.bf16 = args.precision == "bf16";
-  s.kv_bf16 = eo.kv_bf16;
+  if (args.decoder.device != "cuda") return jtok::make_cpu_decoder(m, eo.kv_bf16);
+  jtok::cuda::DecoderSettings s = jtok::decoder_settings(args.decoder, eo.kv_bf16);
   s.max_batch = eo.max_batch;
   s.max_prefill = eo.prefill_chunk;
   s.page_tokens = args.page_tokens;
   s.max_seqs = eo.max_batch;
   s.kv_tokens = eo.kv_budget_tokens + eo.max_batch * args.page_tokens;
-  s.table_rows = args.table_rows;
   return jtok::make_decoder(m, "cuda", s);
 }
 
@@ -145,6 +138,8 @@ void run() {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::fprintf(stderr, "%s\n", command_line_string().c_str());
+  check_decoder_choice(args.decoder);  // --device cuda: the GPU, or why not, before anything is read
+  if (args.decoder.device != "cuda" && args.page_tokens != 16) fail("--kv-page-tokens is for --device cuda");
   LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src);
   const EngineOptions eo = resolve_engine_options(ck.model, engine_options());
   Engine engine(ck.model, eo, make_serve_decoder(ck.model, eo));
@@ -172,13 +167,7 @@ void setup(CLI::App* sub) {
                 "no prefix reuse: every prompt prefilled from its start (whole, or in --prefill-chunk pieces)");
   sub->add_option("--kv-dtype", args.kv_dtype,
                   "KV caches: f32 (exact) or bf16 (half the bytes a decoding step reads); default f32 on the CPU, bf16 on cuda");
-  sub->add_option("--device", args.device, "cpu (default) or cuda (the GPU decoder: weights and paged KV cache on the GPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  sub->add_option("--precision", args.precision, "cuda: bf16 (default) or fp32 weights and activations")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
-  sub->add_option("--table-rows", args.table_rows,
-                  "cuda: where a step's token-table rows come from: auto (default), in_place, staged or hbm")
-      ->check(CLI::IsMember({"auto", "in_place", "staged", "hbm"}));
+  add_decoder_options(sub, args.decoder);
   sub->add_option("--kv-page-tokens", args.page_tokens,
                   "cuda: positions a KV page holds (default 16); --prefix-block must be a multiple of it");
   sub->add_option("--max-queue", args.max_queue, "requests waiting for a batch slot at most; beyond: 429");
