@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# `train --device cuda` and `bench-train --device cuda` (issue 39) stop before reading anything, with
-# one error line that says why: a build without nvcc says it was built without CUDA (the sanitizer
-# build is one); a CUDA build on a machine without a GPU (CI, the development machines) names the
-# driver and runtime versions it saw (driver 0 = none installed); with a GPU the device is taken and
-# the missing config file is what stops it. CMake passes JTOK_CUDA_BUILT and JTOK_GPU_FOUND (what it
-# found at configure).
+# `train --device cuda` and `bench-train --device cuda` (issue 39), `generate` and `serve` (issue
+# 40) stop before reading anything, with one error line that says why: a build without nvcc says it
+# was built without CUDA (the sanitizer build is one); a CUDA build on a machine without a GPU (CI,
+# the development machines) names the driver and runtime versions it saw (driver 0 = none
+# installed); with a GPU the device is taken and the missing config file (checkpoint) is what stops
+# it. CMake passes JTOK_CUDA_BUILT and JTOK_GPU_FOUND (what it found at configure).
 # --device other than cpu / cuda is refused by the option check.
 set -euo pipefail
 JTOK=${JTOK_BIN:?}
@@ -29,6 +29,27 @@ for cmd in "train --out $T/run" bench-train; do
 done
 if $JTOK train --config "$T/none.json" --out "$T/run" --device tpu > "$T/out" 2>&1; then fail "--device tpu accepted"; fi
 grep -q -- "--device" "$T/out" || fail "--device tpu: the error does not name the option: $(cat "$T/out")"
+# `generate --device cuda` and `serve --device cuda` (issue 40) stop the same way before the checkpoint
+# is read (with a GPU: the missing checkpoint is what stops them); serve binds no port first.
+# --precision / --table-rows are the GPU decoder's: with --device cpu they are refused, named.
+[ "$want" = '.*none\.json' ] && want='checkpoint .*none does not exist'
+for cmd in "generate --prompt x" "serve --port 0"; do
+  # shellcheck disable=SC2086  # cmd is three words
+  if $JTOK $cmd --checkpoint "$T/none" --device cuda > "$T/out" 2>&1; then
+    fail "$cmd --device cuda succeeded: $(cat "$T/out")"
+  fi
+  grep -Eq "^jtok: error: $want" "$T/out" || fail "$cmd --device cuda: expected /$want/, got: $(cat "$T/out")"
+  ! grep -q "on http://" "$T/out" || fail "$cmd --device cuda: listened before failing: $(cat "$T/out")"
+  echo "$cmd: $(grep '^jtok: error' "$T/out")"
+  for opt in "--precision fp32" "--table-rows hbm"; do
+    # shellcheck disable=SC2086
+    if $JTOK $cmd --checkpoint "$T/none" $opt > "$T/out" 2>&1; then fail "$cmd $opt on the CPU accepted"; fi
+    grep -q "^jtok: error: ${opt% *} is for --device cuda" "$T/out" || fail "$cmd $opt on the CPU: $(cat "$T/out")"
+  done
+  # shellcheck disable=SC2086
+  if $JTOK $cmd --checkpoint "$T/none" --device tpu > "$T/out" 2>&1; then fail "$cmd --device tpu accepted"; fi
+  grep -q -- "--device" "$T/out" || fail "$cmd --device tpu: the error does not name the option: $(cat "$T/out")"
+done
 # A build with the kernels costs a process that never touches a GPU nothing: cuBLASLt (~0.5 GB) is
 # loaded on first use (src/cuda/cublaslt_api.h), not linked, so `jtok --help` stays small. (The
 # resident-memory bound is for the builds with the kernels: the sanitizer build has none, and
