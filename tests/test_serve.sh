@@ -206,8 +206,9 @@ fi
 [ "$after" -le $((idle + allow)) ] || fail "resident memory grew by $(((after - idle) >> 20)) MiB under load"
 
 # 6b. SIGTERM right after start (while the server loads, binds or starts listening) stops it.
+serve_extra_args  # JTOK_SERVE_ARGS (tests/lib/serve_start.sh) in SERVE_EXTRA
 for delay in 0.05 0.2 0.4 0.6 0.8; do
-  "$JTOK" serve --checkpoint "$T/run" --port 0 > /dev/null 2>&1 &
+  "$JTOK" serve "${SERVE_EXTRA[@]}" --checkpoint "$T/run" --port 0 > /dev/null 2>&1 &
   p=$!; sleep $delay; kill -TERM $p 2>/dev/null || true
   for _ in $(seq 100); do kill -0 $p 2>/dev/null || break; sleep 0.1; done
   if kill -0 $p 2>/dev/null; then kill -9 $p; fail "server still running 10 s after SIGTERM at ${delay} s"; fi

@@ -20,7 +20,7 @@ source "$ROOT/tests/lib/tiny_run.sh"
 prepare_tiny_corpus "$T/data"
 cat > "$T/cfg.json" <<JSON
 { "vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-  "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 128,
+  "num_key_value_heads": 2, $(tiny_head_dim)"intermediate_size": 64, "max_position_embeddings": 128,
   "seq_len": 32, "micro_batch_size": 4, "max_steps": 4, "learning_rate": 3e-3, "min_lr": 3e-4,
   "warmup_steps": 2, "eval_interval": 100, "eval_batches": 1, "checkpoint_interval": 4, "keep_checkpoints": 1,
   "sample_interval": 0, "train_data": "$T/data/train", "val_data": "$T/data/val" }
@@ -46,9 +46,9 @@ timeout 300 node "$ROOT/tests/serve_chat_client.mjs" "$ROOT" "$P1" "$P2" "$T/mes
   fail "serve_chat_client.mjs"
 
 # A Qwen3-tokenizer model (random weights): its template found and detected, the prompt its ids.
-cat > "$T/qcfg.json" <<'JSON'
+cat > "$T/qcfg.json" <<JSON
 { "vocab_size": 151669, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-  "num_key_value_heads": 1, "intermediate_size": 64, "max_position_embeddings": 128, "seq_len": 128, "qk_norm": true,
+  "num_key_value_heads": 1, $(tiny_head_dim)"intermediate_size": 64, "max_position_embeddings": 128, "seq_len": 128, "qk_norm": true,
   "tokenizer": "qwen3" }
 JSON
 /usr/bin/python3 "$ROOT/bench/random_checkpoint.py" --config "$T/qcfg.json" --out "$T/qwen" > /dev/null
@@ -62,9 +62,11 @@ got=$(curl -s "http://127.0.0.1:$PORT/v1/chat/completions" -H 'Content-Type: app
 [ "$got" = "$want" ] || fail "qwen3 chat prompt has $got tokens, jtok chat-template --ids $want"
 echo "ok: Qwen3 model: template qwen3 found beside its tokenizer, prompt of $got tokens as jtok chat-template --ids"
 # chat_template_kwargs enable_thinking true and false: the prompt ids of Qwen3's real template
-# rendered by Hugging Face's Jinja with that argument (prefix blocks of 4: the ids checked block by block).
+# rendered by Hugging Face's Jinja with that argument (prefix blocks of 4: the ids checked block by block;
+# a server without prefix reuse, a GPU's, stores none: block 0, no cached tokens expected).
 start_serve qwen_kwargs --max-batch 4 --checkpoint "$T/qwen" --prefix-block 4
-timeout 120 node "$ROOT/tests/serve_chat_kwargs_client.mjs" "$ROOT" "$PORT" 4 "$T/messages.json" ||
+block=4; grep -q "prefix reuse off" "$T/serve_qwen_kwargs.out" && block=0
+timeout 120 node "$ROOT/tests/serve_chat_kwargs_client.mjs" "$ROOT" "$PORT" $block "$T/messages.json" ||
   fail "serve_chat_kwargs_client.mjs"
 
 # Imported Llama 3 models (tests/reference/make_hf_fixture.py, Llama 3's tokenizer and Llama 3
@@ -79,7 +81,7 @@ for bos in True False; do
 import json, sys
 from make_hf_fixture import make_fixture
 make_fixture('$d/hf', arch='llama', tied=False, seed=5, vocab_size=269, tokenizer='llama3', bos=$bos,
-             max_position_embeddings=512)
+             max_position_embeddings=512, head_dim=${JTOK_TEST_HEAD_DIM:-16})
 c = json.load(open('$LLAMA3_CFG'))
 json.dump({'chat_template': c['chat_template'], 'bos_token': c['bos_token'], 'eos_token': '<|eot_id|>'},
           open('$d/hf/tokenizer_config.json', 'w'))"

@@ -27,18 +27,30 @@ fail() {
   exit 1
 }
 
-# start_serve NAME ARGS...: `jtok serve --port 0 ARGS...` in the background, its output in
-# $T/serve_NAME.out and .err, its pid appended to PIDS; waits (at most ~15 s) for the port it prints
-# and sets PORT.
+# serve_extra_args: JTOK_SERVE_ARGS (default empty) split into the array SERVE_EXTRA: arguments every
+# server of these tests gets before its own, e.g. "--device cuda --precision fp32" (tests/cuda/infer_cuda.sh
+# runs the HTTP tests on a GPU so).
+serve_extra_args() { read -ra SERVE_EXTRA <<< "${JTOK_SERVE_ARGS:-}"; }
+
+# start_serve NAME ARGS...: `jtok serve --port 0 $JTOK_SERVE_ARGS ARGS...` in the background, its output in
+# $T/serve_NAME.out and .err, its pid appended to PIDS; waits (at most ~15 s, 60 s with JTOK_SERVE_ARGS:
+# a GPU server starts its device first) for the port it prints and sets PORT. With JTOK_SERVE_ARGS its
+# start line is echoed ("start_serve NAME: serve: ... (device ...)"), so a caller sees where it decodes.
 start_serve() {
   local name=${1:?start_serve: no name}; shift
+  local tries=300
+  serve_extra_args
+  [ ${#SERVE_EXTRA[@]} = 0 ] || tries=1200
   : > "$T/serve_$name.out"  # exists before the background server opens it: the loop reads it at once
-  "${JTOK:?}" serve --port 0 "$@" > "$T/serve_$name.out" 2> "$T/serve_$name.err" &
+  "${JTOK:?}" serve --port 0 "${SERVE_EXTRA[@]}" "$@" > "$T/serve_$name.out" 2> "$T/serve_$name.err" &
   PIDS+=($!)
   PORT=
-  for _ in $(seq 300); do
+  for _ in $(seq $tries); do
     PORT=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\).*|\1|p' "$T/serve_$name.out")
-    [ -n "$PORT" ] && return 0
+    if [ -n "$PORT" ]; then
+      [ ${#SERVE_EXTRA[@]} = 0 ] || echo "start_serve $name: $(grep -m 1 'http://127.0.0.1' "$T/serve_$name.out")"
+      return 0
+    fi
     kill -0 "${PIDS[-1]}" 2>/dev/null || fail "server $name did not start"
     sleep 0.05
   done

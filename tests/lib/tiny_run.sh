@@ -40,8 +40,14 @@ export_lowp_copies() {
   done
 }
 
+# tiny_head_dim: '"head_dim": N, ' when JTOK_TEST_HEAD_DIM=N is set, else nothing: the tiny models'
+# config.json field that gives their attention heads N dimensions each (the GPU's attention runs head
+# dims 32, 64 and 128 only, the tiny models' own are 8 or 16: tests/cuda/infer_cuda.sh sets 32).
+tiny_head_dim() { [ -z "${JTOK_TEST_HEAD_DIM:-}" ] || printf '"head_dim": %d, ' "$JTOK_TEST_HEAD_DIM"; }
+
 # train_tiny_jtok_model DIR [--set KEY=VALUE ...]: a tiny JTok (layer 1) + JTok-M (layer 0, n_e 3,
-# K 2) model (d 32, 2 layers, GQA 4/2, context 64) trained 4 steps on prepare_tiny_corpus's shards
+# K 2) model (d 32, 2 layers, GQA 4/2, head dim 8 or tiny_head_dim's, context 64) trained 4 steps on
+# prepare_tiny_corpus's shards
 # in DIR/data: config DIR/cfg.json, checkpoint in DIR/run, the run's output in DIR/train.out. The
 # --set arguments (jtok train's) change the model or run, e.g. --set jtok_layers=all.
 train_tiny_jtok_model() {
@@ -49,7 +55,7 @@ train_tiny_jtok_model() {
   prepare_tiny_corpus "$dir/data"
   cat > "$dir/cfg.json" <<JSON
 { "vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-  "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64,
+  "num_key_value_heads": 2, $(tiny_head_dim)"intermediate_size": 64, "max_position_embeddings": 64,
   "seq_len": 32, "micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 4,
   "learning_rate": 3e-3, "min_lr": 3e-4, "warmup_steps": 2, "jtok": true, "jtok_layers": "1",
   "jtokm": true, "jtokm_layers": "0", "jtokm_n_e": 3, "jtokm_top_k": 2, "jtokm_scale_init": 2.0,
