@@ -7,7 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
+#include "core/dtype.h"
 #include "core/error.h"
+#include "cuda/device.h"
+#include "infer/generate.h"
 #include "model/table_attach.h"
 #include "store/table_store.h"
 #include "ops/lowp_gemm.h"
@@ -132,6 +135,44 @@ LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const 
   const std::string manifest = (std::filesystem::path(src.store) / "manifest.json").string();
   attach_disk_rows(ck.model, disk_rows(store), manifest, "the checkpoint " + dir);
   return with_kernels_line(std::move(ck));
+}
+
+void add_decoder_options(CLI::App* sub, DecoderChoice& d) {
+  sub->add_option("--device", d.device, "cpu (default) or cuda: where the model runs")->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--precision", d.precision, "cuda: bf16 (default) or fp32; the CPU engine: fp32")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
+  sub->add_option("--kv-dtype", d.kv_dtype, "KV cache: f32 or bf16 (default: bf16 on cuda, f32 on the CPU)");
+  sub->add_option("--table-rows", d.table_rows,
+                  "cuda: where a step's token-table rows come from: hbm, in_place, staged or auto (default)");
+  sub->add_option("--max-prefill", d.max_prefill, "tokens one prefill call takes at most; longer sequences go in pieces (default 512)");
+}
+
+bool decoder_options_given(const DecoderChoice& d) {
+  const DecoderChoice def;
+  return d.precision != def.precision || d.kv_dtype != def.kv_dtype || d.table_rows != def.table_rows ||
+         d.max_prefill != def.max_prefill;
+}
+
+cuda::DecoderSettings check_decoder_choice(const DecoderChoice& d, const std::string& cmd) {
+  const bool gpu = d.device == "cuda";
+  if (d.device != "cpu" && !gpu) fail(cmd, ": --device must be cpu or cuda, got '", d.device, "'");
+  const std::string precision = d.precision == "auto" ? (gpu ? "bf16" : "fp32") : d.precision;
+  if (precision != "fp32" && precision != "bf16") fail(cmd, ": --precision must be auto, fp32 or bf16, got '", d.precision, "'");
+  if (!gpu && precision == "bf16")
+    fail(cmd, ": --precision bf16 is the GPU decoder's; the CPU engine runs in fp32 "
+         "(bf16 weights: a `jtok export --weight-dtype bf16` checkpoint)");
+  if (!gpu && d.table_rows != "auto") fail(cmd, ": --table-rows is for --device cuda");
+  if (d.table_rows != "auto" && d.table_rows != "hbm" && d.table_rows != "in_place" && d.table_rows != "staged")
+    fail(cmd, ": --table-rows must be hbm, in_place, staged or auto, got '", d.table_rows, "'");
+  if (d.max_prefill < 1) fail(cmd, ": --max-prefill must be at least 1, got ", d.max_prefill);
+  cuda::DecoderSettings s;
+  s.bf16 = precision == "bf16";
+  s.kv_bf16 = parse_dtype(d.kv_dtype == "auto" ? (gpu ? "bf16" : "f32") : d.kv_dtype, "--kv-dtype", kKvDtypes) == Dtype::bf16;
+  s.table_rows = d.table_rows;
+  s.max_batch = 1;
+  s.max_prefill = d.max_prefill;
+  if (gpu) cuda::require_cuda_device();
+  return s;
 }
 
 }  // namespace jtok

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/decoder.h"
 #include "data/tokenizer.h"
 #include "model/transformer.h"
 #include "store/table_io.h"
@@ -53,5 +54,21 @@ TableIo table_io_option(const std::string& table_io, bool direct_flag, const std
 // table names and shapes checked against the checkpoint's, naming the manifest; its source, the
 // checkpoint it was exported from, printed on stderr).
 LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const TableSource& src);
+
+// Where a command's logits come from when it runs on a Decoder (infer/decoder.h): --device cpu | cuda,
+// --precision (auto: bf16 on cuda; the CPU engine is fp32), --kv-dtype (auto: bf16 on cuda, f32 on
+// the CPU), --table-rows (cuda: hbm | in_place | staged | auto) and --max-prefill (tokens a prefill
+// call takes at most; longer sequences go in pieces).
+struct DecoderChoice {
+  std::string device = "cpu", precision = "auto", kv_dtype = "auto", table_rows = "auto";
+  int64_t max_prefill = 512;
+};
+void add_decoder_options(CLI::App* sub, DecoderChoice& d);
+// Whether any decoder option other than --device was given a value other than its default.
+bool decoder_options_given(const DecoderChoice& d);
+// The decoder's settings for d (max_batch 1: one sequence at a time), each option checked naming
+// it; for cuda also require_cuda_device(), so a machine without a GPU stops before any checkpoint
+// is read. `cmd` names the command in the errors.
+cuda::DecoderSettings check_decoder_choice(const DecoderChoice& d, const std::string& cmd);
 
 }  // namespace jtok

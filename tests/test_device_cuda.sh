@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `train --device cuda` and `bench-train --device cuda` (issue 39) stop before reading anything, with
+# `train --device cuda` and `bench-train --device cuda` (issue 39), and `eval --device cuda`, stop before reading anything, with
 # one error line that says why: a build without nvcc says it was built without CUDA (the sanitizer
 # build is one); a CUDA build on a machine without a GPU (CI, the development machines) names the
 # driver and runtime versions it saw (driver 0 = none installed); with a GPU the device is taken and
@@ -27,6 +27,15 @@ for cmd in "train --out $T/run" bench-train; do
   [ ! -e "$T/run" ] || fail "$cmd --device cuda made its run directory"
   echo "$cmd: $(cat "$T/out")"
 done
+# `eval --device cuda` (issue 40) stops the same way before its checkpoint is read: the missing one here
+# is what stops it only where a GPU is taken.
+want_eval=$want
+[ "${JTOK_CUDA_BUILT:-OFF}/${JTOK_GPU_FOUND:-OFF}" != ON/ON ] || want_eval='checkpoint .*none does not exist'
+if $JTOK eval --checkpoint "$T/none" --device cuda --no-blimp > "$T/out" 2>&1; then
+  fail "eval --device cuda succeeded: $(cat "$T/out")"
+fi
+grep -Eq "^jtok: error: $want_eval" "$T/out" || fail "eval --device cuda: expected /$want_eval/, got: $(cat "$T/out")"
+echo "eval: $(cat "$T/out")"
 if $JTOK train --config "$T/none.json" --out "$T/run" --device tpu > "$T/out" 2>&1; then fail "--device tpu accepted"; fi
 grep -q -- "--device" "$T/out" || fail "--device tpu: the error does not name the option: $(cat "$T/out")"
 # A build with the kernels costs a process that never touches a GPU nothing: cuBLASLt (~0.5 GB) is
