@@ -141,7 +141,7 @@ void add_decoder_options(CLI::App* sub, DecoderChoice& d) {
   sub->add_option("--device", d.device, "cpu (default) or cuda: where the model runs")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--precision", d.precision, "cuda: bf16 (default) or fp32; the CPU engine: fp32")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
-  sub->add_option("--kv-dtype", d.kv_dtype, "KV cache: f32 or bf16 (default: bf16 on cuda, f32 on the CPU)");
+  sub->add_option("--kv-dtype", d.kv_dtype, "KV cache: f32 or bf16 (default: the precision's, bf16 or f32)");
   sub->add_option("--table-rows", d.table_rows,
                   "cuda: where a step's token-table rows come from: hbm, in_place, staged or auto (default)");
   sub->add_option("--max-prefill", d.max_prefill, "tokens one prefill call takes at most; longer sequences go in pieces (default 512)");
@@ -167,7 +167,7 @@ cuda::DecoderSettings check_decoder_choice(const DecoderChoice& d, const std::st
   if (d.max_prefill < 1) fail(cmd, ": --max-prefill must be at least 1, got ", d.max_prefill);
   cuda::DecoderSettings s;
   s.bf16 = precision == "bf16";
-  s.kv_bf16 = parse_dtype(d.kv_dtype == "auto" ? (gpu ? "bf16" : "f32") : d.kv_dtype, "--kv-dtype", kKvDtypes) == Dtype::bf16;
+  s.kv_bf16 = parse_dtype(d.kv_dtype == "auto" ? (s.bf16 ? "bf16" : "f32") : d.kv_dtype, "--kv-dtype", kKvDtypes) == Dtype::bf16;
   s.table_rows = d.table_rows;
   s.max_batch = 1;
   s.max_prefill = d.max_prefill;

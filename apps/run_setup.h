@@ -56,8 +56,8 @@ TableIo table_io_option(const std::string& table_io, bool direct_flag, const std
 LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const TableSource& src);
 
 // Where a command's logits come from when it runs on a Decoder (infer/decoder.h): --device cpu | cuda,
-// --precision (auto: bf16 on cuda; the CPU engine is fp32), --kv-dtype (auto: bf16 on cuda, f32 on
-// the CPU), --table-rows (cuda: hbm | in_place | staged | auto) and --max-prefill (tokens a prefill
+// --precision (auto: bf16 on cuda; the CPU engine is fp32), --kv-dtype (auto: the precision's, bf16
+// or f32), --table-rows (cuda: hbm | in_place | staged | auto) and --max-prefill (tokens a prefill
 // call takes at most; longer sequences go in pieces).
 struct DecoderChoice {
   std::string device = "cpu", precision = "auto", kv_dtype = "auto", table_rows = "auto";

