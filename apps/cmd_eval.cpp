@@ -204,7 +204,7 @@ void setup(CLI::App* sub) {
   sub->add_option("--reference", args.reference,
                   "a second checkpoint (e.g. the fp32 source of an export): KL, top-1 agreement and log-prob "
                   "change of this checkpoint's next-token distributions against it, on the validation positions "
-                  "(always on the CPU's fp32 forward: with --device cuda the GPU is the side under test)");
+                  "(always on the CPU's forward: with --device cuda the GPU is the side under test)");
   sub->add_option("--blimp", args.blimp_dir, "BLiMP data directory");
   sub->add_option("--blimp-limit", args.blimp_limit, "at most this many pairs per paradigm (0 = all 1,000)");
   sub->add_option("--batch-size", args.batch_size, "sentences per forward pass for BLiMP (a decoder takes one at a time)");
