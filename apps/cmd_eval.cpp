@@ -1,6 +1,9 @@
 // `jtok eval`: validation loss and perplexity on shards, and BLiMP accuracy, of a checkpoint;
 // with --reference, how far its next-token distributions are from another checkpoint's on the
 // same validation positions (KL, top-1 agreement: a low-precision export against its fp32 source).
+// --device cuda scores every mode through the GPU decoder (infer/decoder_scores.h), the reference
+// still on the CPU's forward: the GPU is the side under test. --score-through-decoder (hidden) takes
+// that path with the CPU decoder, so CI checks it against the CPU's forward (tests/test_eval_decoder.sh).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,6 +17,8 @@
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "infer/blimp.h"
+#include "infer/decoder.h"
+#include "infer/decoder_scores.h"
 #include "infer/logit_compare.h"
 #include "infer/text_scores.h"
 #include "infer/validation.h"
@@ -27,17 +32,50 @@ namespace {
 struct Args {
   std::string checkpoint, val_data, reference, blimp_dir = "../shared/data/blimp", token_logprobs_file;
   jtok::TableSource table_src;
+  jtok::DecoderChoice decoder;
+  std::string kv_dtype = "auto";  // a decoder's KV cache (auto: bf16 with bf16 weights, else f32)
+  int64_t max_prefill = 512;      // tokens a decoder's prefill call takes at most
   int64_t val_batches = 0, blimp_limit = 0, batch_size = 64;
-  bool json = false, no_blimp = false;
+  bool json = false, no_blimp = false, score_through_decoder = false;
 } args;
 
+// Where the checkpoint's logits come from: the CPU's forward (no decoder: the default, today's
+// code), or a Decoder (--device cuda; the CPU decoder with --score-through-decoder).
+struct Scoring {
+  const jtok::Model& m;
+  std::unique_ptr<jtok::Decoder> dec;
+  int64_t piece = 0;
+  jtok::DecoderScorer scorer() const { return {*dec, piece, m.cfg.vocab_size}; }
+};
+
+// The decoder's settings when the logits come from one (checked, and the GPU required, before any
+// checkpoint is read); none for the CPU's forward, which refuses the decoder's options by name.
+std::optional<jtok::cuda::DecoderSettings> decoder_settings() {
+  const jtok::DecoderChoice& d = args.decoder;
+  if (d.device == "cpu" && !args.score_through_decoder) {
+    const jtok::DecoderChoice def;
+    if (d.precision != def.precision || d.table_rows != def.table_rows || args.kv_dtype != "auto" || args.max_prefill != 512)
+      jtok::fail("eval: --precision, --kv-dtype, --table-rows and --max-prefill are for a decoder (--device cuda)");
+    return std::nullopt;
+  }
+  jtok::check_decoder_choice(d);  // --device cuda: the GPU, or why not
+  if (args.max_prefill < 1) jtok::fail("eval: --max-prefill must be at least 1, got ", args.max_prefill);
+  const bool bf16 = d.device == "cuda" && d.precision != "fp32";
+  const std::string kv = args.kv_dtype == "auto" ? (bf16 ? "bf16" : "f32") : args.kv_dtype;
+  jtok::cuda::DecoderSettings s =
+      jtok::decoder_settings(d, jtok::parse_dtype(kv, "--kv-dtype", jtok::kKvDtypes) == jtok::Dtype::bf16);
+  s.max_batch = 1;  // one sequence at a time
+  s.max_prefill = args.max_prefill;
+  return s;
+}
+
 // --token-logprobs FILE: the file's text scored as a BLiMP sentence, token by token.
-nlohmann::json text_token_logprobs(const jtok::Model& m, const jtok::Tokenizer& tok, const std::string& path) {
+nlohmann::json text_token_logprobs(const Scoring& sc, const jtok::Tokenizer& tok, const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) jtok::fail("--token-logprobs: cannot read ", path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto ids = jtok::scored_text_ids(tok, {text}, m.cfg.max_position_embeddings);
-  const auto lps = jtok::sequence_token_logprobs(m, ids, 1);
+  const auto ids = jtok::scored_text_ids(tok, {text}, sc.m.cfg.max_position_embeddings);
+  const auto lps = sc.dec ? jtok::decoder_token_logprobs(sc.scorer(), ids) : jtok::sequence_token_logprobs(sc.m, ids, 1);
   nlohmann::json lp = nlohmann::json::array({nullptr});
   for (float v : lps[0]) lp.push_back(v);
   return {{"file", path}, {"tokens", ids[0]}, {"token_logprobs", lp}};
@@ -79,8 +117,8 @@ void report_reference(nlohmann::json& out, const jtok::ValidationSums& s, const 
 }
 
 // out["token_logprobs"] for --token-logprobs, printed unless --json.
-void report_token_logprobs(nlohmann::json& out, const jtok::Model& m, const jtok::Tokenizer& tok) {
-  out["token_logprobs"] = text_token_logprobs(m, tok, args.token_logprobs_file);
+void report_token_logprobs(nlohmann::json& out, const Scoring& sc, const jtok::Tokenizer& tok) {
+  out["token_logprobs"] = text_token_logprobs(sc, tok, args.token_logprobs_file);
   if (args.json) return;
   const auto& tl = out["token_logprobs"];
   std::printf("token log-probs of %s ([<|endoftext|>] + its tokens):\n", args.token_logprobs_file.c_str());
@@ -111,13 +149,27 @@ void print_blimp(const nlohmann::json& res) {
   std::printf("  (per-paradigm figures: --json)\n");
 }
 
+// The decoder the logits come from (settings given), said on stdout (out["decoder"]); none without.
+Scoring make_scoring(const jtok::Model& m, const std::optional<jtok::cuda::DecoderSettings>& settings,
+                     nlohmann::json& out) {
+  Scoring sc{m, nullptr, 0};
+  if (!settings) return sc;
+  sc.dec = jtok::make_decoder(m, args.decoder.device, *settings);
+  sc.piece = settings->max_prefill;
+  out["decoder"] = sc.dec->describe();
+  if (!args.json) std::printf("scored through the decoder: %s\n", sc.dec->describe().c_str());
+  return sc;
+}
+
 void run() {
   using namespace jtok;
+  const std::optional<cuda::DecoderSettings> settings = decoder_settings();  // before the checkpoint is read
   LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src);
   const Config& cfg = ck.cfg;
   const Model& m = ck.model;
   const Tokenizer& tok = ck.tokenizer;
   nlohmann::json out = {{"checkpoint", ck.dir}};
+  const Scoring sc = make_scoring(m, settings, out);
   auto t0 = std::chrono::steady_clock::now();
 
   const std::string val_path = args.val_data.empty() ? cfg.train.val_data : args.val_data;
@@ -130,7 +182,9 @@ void run() {
   if (args.val_batches > 0) nb = std::min(nb, args.val_batches);
   if (nb == 0) fail("validation data ", val_path, " is shorter than one batch");
   const std::optional<LoadedCheckpoint> ref = load_reference(ck);
-  const ValidationSums s = validation_sums(m, ref ? &ref->model : nullptr, val, nb);
+  const Model* ref_model = ref ? &ref->model : nullptr;
+  const ValidationSums s = sc.dec ? decoder_validation_sums(sc.scorer(), ref_model, val, nb)
+                                  : validation_sums(m, ref_model, val, nb);
   const double vl = s.loss_sum / static_cast<double>(nb);
   out["val_loss"] = vl;
   out["val_ppl"] = std::exp(vl);
@@ -139,11 +193,13 @@ void run() {
     std::printf("validation: loss %.4f | ppl %.2f | %lld tokens of %s\n", vl, std::exp(vl),
                 static_cast<long long>(out["val_tokens"].get<int64_t>()), val_path.c_str());
   if (ref) report_reference(out, s, ref->dir, nb);
-  if (!args.token_logprobs_file.empty()) report_token_logprobs(out, m, tok);
+  if (!args.token_logprobs_file.empty()) report_token_logprobs(out, sc, tok);
   if (!args.no_blimp) {
-    auto res = evaluate_blimp(
-        load_blimp(args.blimp_dir, args.blimp_limit),
-        [&](const std::vector<std::string>& ss) { return score_texts(m, tok, ss, args.batch_size); }, args.blimp_dir);
+    auto score = [&](const std::vector<std::string>& ss) {
+      return sc.dec ? decoder_score_texts(sc.scorer(), tok, ss, m.cfg.max_position_embeddings)
+                    : score_texts(m, tok, ss, args.batch_size);
+    };
+    auto res = evaluate_blimp(load_blimp(args.blimp_dir, args.blimp_limit), score, args.blimp_dir);
     out["blimp"] = res;
     if (!args.json) print_blimp(res);
   }
@@ -158,15 +214,24 @@ void setup(CLI::App* sub) {
   sub->add_option("--val-batches", args.val_batches, "at most this many validation batches (0 = all)");
   sub->add_option("--reference", args.reference,
                   "a second checkpoint (e.g. the fp32 source of an export): KL, top-1 agreement and log-prob "
-                  "change of this checkpoint's next-token distributions against it, on the validation positions");
+                  "change of this checkpoint's next-token distributions against it, on the validation positions "
+                  "(always on the CPU's forward: with --device cuda the GPU is the side under test)");
   sub->add_option("--blimp", args.blimp_dir, "BLiMP data directory");
   sub->add_option("--blimp-limit", args.blimp_limit, "at most this many pairs per paradigm (0 = all 1,000)");
-  sub->add_option("--batch-size", args.batch_size, "sentences per forward pass for BLiMP");
+  sub->add_option("--batch-size", args.batch_size, "sentences per forward pass for BLiMP (a decoder takes one at a time)");
   sub->add_flag("--no-blimp", args.no_blimp, "validation loss only");
   sub->add_option("--token-logprobs", args.token_logprobs_file,
                   "also score FILE's text as BLiMP scores a sentence ([<|endoftext|>] + its tokens): every token's "
                   "log p(token | prefix), the first null (JSON: token_logprobs {tokens, token_logprobs})");
   sub->add_flag("--json", args.json, "print one JSON object (val_loss, val_ppl, blimp, reference)");
+  add_decoder_options(sub, args.decoder);
+  sub->add_option("--kv-dtype", args.kv_dtype, "a decoder's KV cache: f32 or bf16 (default: bf16 with bf16 weights, else f32)");
+  sub->add_option("--max-prefill", args.max_prefill,
+                  "tokens one decoder prefill call takes at most; longer sequences go in pieces (default 512)");
+  // Hidden: the decoder path on the CPU decoder (--device cpu), CI's check of --device cuda's scoring.
+  sub->add_flag("--score-through-decoder", args.score_through_decoder,
+                "score through the CPU decoder (KV cache, prefill in pieces) instead of the forward pass")
+      ->group("");
   sub->callback(run);
 }
 

@@ -93,7 +93,7 @@ jtok::ServeOptions serve_options(const jtok::LoadedCheckpoint& ck) {
 
 // The start-up line, once the server listens on `port`.
 void print_listening(const jtok::LoadedCheckpoint& ck, const jtok::Engine& engine, int port) {
-  std::printf("serve: %s on http://%s:%d (%s, tables %s, max batch %lld, context %lld, KV budget %lld tokens, "
+  std::printf("serve: %s on http://%s:%d (device %s, tables %s, max batch %lld, context %lld, KV budget %lld tokens, "
               "prefix reuse %s)\n",
               ck.dir.c_str(), args.host.c_str(), port, engine.describe().c_str(), args.table_src.kind.c_str(),
               static_cast<long long>(engine.options().max_batch), static_cast<long long>(engine.options().ctx),

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "cuda/device.h"
 #include "model/table_attach.h"
@@ -105,8 +106,8 @@ void add_decoder_options(CLI::App* sub, DecoderChoice& c) {
   sub->add_option("--device", c.device, "where the model decodes: cpu (default) or cuda (an NVIDIA GPU; docs/serve.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--precision", c.precision,
-                  "--device cuda: bf16 (default: weights and activations in bf16, fp32 accumulation) or fp32")
-      ->check(CLI::IsMember({"bf16", "fp32"}));
+                  "--device cuda: bf16 (auto, the default: weights and activations in bf16, fp32 accumulation) or fp32")
+      ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
   sub->add_option("--table-rows", c.table_rows,
                   "--device cuda: where a step's token-table rows come from: auto (default: in_place where every table "
                   "allows it, else staged), hbm (a GPU copy of every table), in_place (read over PCIe where the host "
@@ -119,13 +120,13 @@ void check_decoder_choice(const DecoderChoice& c) {
     cuda::require_cuda_device();
     return;
   }
-  if (c.precision != "bf16") fail("--precision is for --device cuda (the CPU decodes in the checkpoint's dtypes)");
+  if (c.precision == "bf16") fail("--precision is for --device cuda (the CPU decodes in fp32: bf16 weights are a `jtok export --weight-dtype bf16` checkpoint)");
   if (c.table_rows != "auto") fail("--table-rows is for --device cuda (the CPU reads the rows where --tables keeps them)");
 }
 
 cuda::DecoderSettings decoder_settings(const DecoderChoice& c, bool kv_bf16) {
   cuda::DecoderSettings s;
-  s.bf16 = c.precision == "bf16";
+  s.bf16 = c.precision != "fp32";
   s.kv_bf16 = kv_bf16;
   s.table_rows = c.table_rows;
   return s;

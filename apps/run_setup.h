@@ -55,14 +55,15 @@ TableIo table_io_option(const std::string& table_io, bool direct_flag, const std
 // checkpoint it was exported from, printed on stderr).
 LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const TableSource& src);
 
-// Where `generate` and `serve` decode: --device cpu | cuda, and for cuda --precision bf16 | fp32 and
-// --table-rows auto | hbm | in_place | staged (cuda::DecoderSettings).
+// Where `generate`, `serve` and `eval` decode: --device cpu | cuda, and for cuda --precision bf16 |
+// fp32 (auto: bf16) and --table-rows auto | hbm | in_place | staged (cuda::DecoderSettings).
 struct DecoderChoice {
-  std::string device = "cpu", precision = "bf16", table_rows = "auto";
+  std::string device = "cpu", precision = "auto", table_rows = "auto";
 };
 void add_decoder_options(CLI::App* sub, DecoderChoice& c);
-// --device cuda: the GPU or require_cuda_device()'s error, before anything is read; --precision or
-// --table-rows other than their defaults with --device cpu fail naming the option.
+// --device cuda: the GPU or require_cuda_device()'s error, before anything is read; --precision bf16
+// or --table-rows given with --device cpu fail naming the option (the CPU decodes in fp32, the rows
+// where --tables keeps them).
 void check_decoder_choice(const DecoderChoice& c);
 // The GPU decoder's settings (its batch, prefill and KV sizes left to the caller); kv_bf16 from --kv-dtype.
 cuda::DecoderSettings decoder_settings(const DecoderChoice& c, bool kv_bf16);

@@ -21,6 +21,10 @@
 #              K 2, every layer; tables hbm / in place from RAM / staged), and the HF transformers
 #              peer, batch 1 and 16, prompt 512, 128 steps, a 4,096-token prefill (decode/: one JSON
 #              file a run, plan.txt, table.md; box 420 s, the script's --budget 390)
+#   evalref    (not default; issue 40) bench/gpu_eval_reference.sh: config b + JTok + JTok-M trained 200
+#              steps on the GPU, then `jtok eval --device cuda` in bf16 and fp32 against the same
+#              checkpoint on the CPU's fp32 forward (--reference): top-1 agreement and KL, the bf16
+#              bound 99 % (evalref/: summary.txt, eval_*.json; box 300 s)
 #   curve      (not default: a session's second run, `--steps curve`) bench/gpu_loss_curve.sh: 296
 #              steps (the carried shards' whole stream) of config b + JTok-M, ours on the GPU in
 #              bf16 beside the PyTorch reference in bf16 autocast and the CPU engine's first 5 steps
@@ -73,7 +77,7 @@ step() {  # step NAME BOX CMD...: runs CMD killed after BOX seconds, records its
   echo; echo "== $name (time box $box s): $*"
   if [ "$DRY" = 1 ]; then
     RESULT[$name]="dry run"; SECS[$name]=0
-    case "$name" in peer|moe|curve|decode) "$@" --dry-run ;; esac
+    case "$name" in peer|moe|curve|decode|evalref) "$@" --dry-run ;; esac
     return
   fi
   local t0=$SECONDS rc=0
@@ -110,9 +114,11 @@ for s in $STEPS; do
         "$LIBS" "$U/bundle/bin/bench_cuda_host_rows" "$shard" "$OUT/host_rows.json" ;;
     decode) step decode 420 bash bench/gpu_decode_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/decode" \
               --budget 390 --timeout 220 ;;
+    evalref) step evalref 300 bash bench/gpu_eval_reference.sh --jtok "$U/jtok" --data "$DIR/shards" \
+               --tokenizer "$DIR/tokenizer" --out "$OUT/evalref" ;;
     curve) step curve 510 bash bench/gpu_loss_curve.sh --jtok "$U/jtok" --data "$DIR/shards" --out "$OUT/curve" \
              --steps 296 --budget 480 ;;
-    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, moe, rows, decode, curve)" >&2; exit 2 ;;
+    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, moe, rows, decode, evalref, curve)" >&2; exit 2 ;;
   esac
 done
 
@@ -125,6 +131,7 @@ done
   [ -f "$OUT/peer/table.md" ] && cat "$OUT/peer/table.md"
   [ -f "$OUT/moe/table.md" ] && cat "$OUT/moe/table.md"
   [ -f "$OUT/curve/summary.txt" ] && cat "$OUT/curve/summary.txt"
+  [ -f "$OUT/evalref/summary.txt" ] && cat "$OUT/evalref/summary.txt"
   [ -f "$OUT/decode/table.md" ] && cat "$OUT/decode/plan.txt" "$OUT/decode/table.md"
 } | tee "$OUT/summary.txt"
 for s in $STEPS; do

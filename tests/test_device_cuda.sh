@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# `train --device cuda` and `bench-train --device cuda` (issue 39), `generate` and `serve` (issue
-# 40) stop before reading anything, with one error line that says why: a build without nvcc says it
-# was built without CUDA (the sanitizer build is one); a CUDA build on a machine without a GPU (CI,
-# the development machines) names the driver and runtime versions it saw (driver 0 = none
+# `train --device cuda` and `bench-train --device cuda` (issue 39), `eval`, `generate` and `serve`
+# (issue 40) stop before reading anything, with one error line that says why: a build without nvcc
+# says it was built without CUDA (the sanitizer build is one); a CUDA build on a machine without a
+# GPU (CI, the development machines) names the driver and runtime versions it saw (driver 0 = none
 # installed); with a GPU the device is taken and the missing config file (checkpoint) is what stops
 # it. CMake passes JTOK_CUDA_BUILT and JTOK_GPU_FOUND (what it found at configure).
 # --device other than cpu / cuda is refused by the option check.
@@ -27,6 +27,15 @@ for cmd in "train --out $T/run" bench-train; do
   [ ! -e "$T/run" ] || fail "$cmd --device cuda made its run directory"
   echo "$cmd: $(cat "$T/out")"
 done
+# `eval --device cuda` (issue 40) stops the same way before its checkpoint is read: the missing one here
+# is what stops it only where a GPU is taken.
+want_eval=$want
+[ "${JTOK_CUDA_BUILT:-OFF}/${JTOK_GPU_FOUND:-OFF}" != ON/ON ] || want_eval='checkpoint .*none does not exist'
+if $JTOK eval --checkpoint "$T/none" --device cuda --no-blimp > "$T/out" 2>&1; then
+  fail "eval --device cuda succeeded: $(cat "$T/out")"
+fi
+grep -Eq "^jtok: error: $want_eval" "$T/out" || fail "eval --device cuda: expected /$want_eval/, got: $(cat "$T/out")"
+echo "eval: $(cat "$T/out")"
 if $JTOK train --config "$T/none.json" --out "$T/run" --device tpu > "$T/out" 2>&1; then fail "--device tpu accepted"; fi
 grep -q -- "--device" "$T/out" || fail "--device tpu: the error does not name the option: $(cat "$T/out")"
 # `generate --device cuda` and `serve --device cuda` (issue 40) stop the same way before the checkpoint
@@ -41,7 +50,7 @@ for cmd in "generate --prompt x" "serve --port 0"; do
   grep -Eq "^jtok: error: $want" "$T/out" || fail "$cmd --device cuda: expected /$want/, got: $(cat "$T/out")"
   ! grep -q "on http://" "$T/out" || fail "$cmd --device cuda: listened before failing: $(cat "$T/out")"
   echo "$cmd: $(grep '^jtok: error' "$T/out")"
-  for opt in "--precision fp32" "--table-rows hbm"; do
+  for opt in "--precision bf16" "--table-rows hbm"; do
     # shellcheck disable=SC2086
     if $JTOK $cmd --checkpoint "$T/none" $opt > "$T/out" 2>&1; then fail "$cmd $opt on the CPU accepted"; fi
     grep -q "^jtok: error: ${opt% *} is for --device cuda" "$T/out" || fail "$cmd $opt on the CPU: $(cat "$T/out")"

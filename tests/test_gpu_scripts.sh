@@ -11,7 +11,8 @@
 # - scripts/gpu_prepare.sh cuts the first STEPS x 16 x 1025 tokens into the session directory
 #   (the loader's windows unchanged) and refuses too few tokens; scripts/gpu_session.sh --dry-run
 #   on that directory prints every step, `--steps curve` bench/gpu_loss_curve.sh's commands (its own
-#   check: tests/test_gpu_loss_curve.sh), and without a bundle names the file it wants.
+#   check: tests/test_gpu_loss_curve.sh), `--steps evalref` bench/gpu_eval_reference.sh's (its run on
+#   the CPU: tests/test_eval_decoder.sh), and without a bundle names the file it wants.
 set -euo pipefail
 ROOT=${JTOK_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$ROOT"
@@ -147,6 +148,13 @@ for s in "== curve (time box 510 s)" "gpu_loss_curve.py prepare --base configs/b
   grep -qF -- "$s" "$T/drycurve.out" || { echo "gpu_session.sh --steps curve --dry-run: no '$s'"; cat "$T/drycurve.out"; exit 1; }
 done
 grep -q "== tests" "$T/drycurve.out" && { echo "--steps curve ran the default steps too"; exit 1; }
+OUT=$T/dryeval bash scripts/gpu_session.sh --dir "$T/session" --steps evalref --dry-run > "$T/dryeval.out" 2>&1 ||
+  { cat "$T/dryeval.out"; exit 1; }
+for s in "== evalref (time box 300 s)" "train --config configs/bench_b.json" "--device cuda --set jtok=true" \
+         "--set train_data=$T/session/shards" "--set tokenizer_dir=$T/session/tokenizer" \
+         "--device cuda --table-rows auto --precision bf16" "--device cuda --table-rows auto --precision fp32"; do
+  grep -qF -- "$s" "$T/dryeval.out" || { echo "gpu_session.sh --steps evalref --dry-run: no '$s'"; cat "$T/dryeval.out"; exit 1; }
+done
 rc=0; OUT=$T/none bash scripts/gpu_session.sh --dir "$T/nothing" --dry-run 2> "$T/err" || rc=$?
 if [ $rc != 2 ] || ! grep -q "no $T/nothing/cuda-bundle.tar.gz" "$T/err"; then echo "rc $rc"; cat "$T/err"; exit 1; fi
 echo "gpu_session.sh OK"
