@@ -42,6 +42,18 @@ std::string resolve_checkpoint(const std::string& path) {
   fail(path, " is neither a checkpoint directory (no config.json) nor a run directory with a complete checkpoint");
 }
 
+void add_cuda_graphs_option(CLI::App* sub, std::string& value) {
+  sub->add_option("--cuda-graphs", value,
+                  "--device cuda: on (default: each decode step replayed as a CUDA graph of its batch and length "
+                  "bucket) or off (kernels launched one by one; the same bits)")
+      ->check(CLI::IsMember({"on", "off"}));
+}
+
+bool cuda_graphs_on(const std::string& value) {
+  if (value != "on" && value != "off") fail("--cuda-graphs must be on or off, got '", value, "'");
+  return value == "on";
+}
+
 // trainer_state.json's eos_token_ids (written by `jtok import`), those within the vocabulary; empty
 // when it has none (a trained checkpoint) or cannot be read.
 static std::vector<int32_t> checkpoint_eos_ids(const std::string& dir, int64_t vocab) {

@@ -21,6 +21,11 @@ std::vector<std::string> collect_overrides(CLI::App* sub, const std::map<std::st
 // A checkpoint directory, or a run directory (then its newest complete checkpoint).
 std::string resolve_checkpoint(const std::string& path);
 
+// --cuda-graphs on | off (default on): the GPU decoder's decode steps replayed as CUDA graphs
+// (cuda::DecoderSettings::cuda_graphs; off: launched kernel by kernel, the same bits).
+void add_cuda_graphs_option(CLI::App* sub, std::string& value);
+bool cuda_graphs_on(const std::string& value);  // "on" or "off" (else it fails naming the flag)
+
 // A checkpoint loaded for inference: its directory, config, weights and tokenizer.
 struct LoadedCheckpoint {
   std::string dir;

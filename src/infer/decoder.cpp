@@ -88,6 +88,7 @@ class DeviceDecoderAdapter final : public Decoder {
       : V_(m.cfg.vocab_size), d_(std::move(d)), max_prefill_(std::max<int64_t>(1, s.max_prefill)),
         max_batch_(std::max<int64_t>(1, s.max_batch)) {}
   std::string describe() const override { return d_->describe(); }
+  cuda::StepBreakdown last_step() const override { return d_->last_step(); }
   int64_t open(int64_t capacity) override {
     const int64_t h = d_->open(capacity);
     capacity_[h] = capacity;

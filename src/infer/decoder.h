@@ -36,6 +36,9 @@ class Decoder {
   virtual KVCache* host_cache(int64_t) { return nullptr; }
   // Whether host_cache gives every sequence's cache (the CPU): what prefix reuse needs.
   virtual bool has_host_caches() const { return false; }
+  // The last decode step's phases (cuda/decoder.h; a GPU decoder profiling, JTOK_PROFILE=1); the
+  // CPU's: not valid.
+  virtual cuda::StepBreakdown last_step() const { return {}; }
 };
 
 // The CPU engine's decoder over m (kv_bf16: KVCache::bf16).
