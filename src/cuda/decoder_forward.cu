@@ -10,6 +10,8 @@
 // ids. JTok reads them through an identity `unique` (row u of the slot is unique id u's) and the
 // step's `inverse`; JTok-M reads a layer's n_e consecutive slots as its E (n_e, V = max_rows, d) at
 // `ids` = inverse (cuda/jtokm.h indexes (sel * V + id) * d).
+// Stream work only past the rows' request (a decode step's graph captures forward_rows and
+// head_forward: cuda/decoder_step.cu); a profiled step's phases are marked on st.prof.
 #include <algorithm>
 #include <chrono>
 

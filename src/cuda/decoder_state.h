@@ -2,8 +2,9 @@
 // the device (one flat copy of host.params in E, viewed through the GPU model's layout: no
 // gradients, no fp32 master in bf16, no tables), the paged KV cache (cuda/kv_pages.h's bookkeeping,
 // cuda/paged_kv.h's pools), one step's buffers for up to max_rows rows, and where the step's
-// token-table rows come from (cuda/step_rows.h: hbm, in place or staged). Set up by
-// cuda/decoder_setup.cu, run by cuda/decoder_forward.cu. E: float (the checking instantiation) or
+// token-table rows come from (cuda/step_rows.h: hbm, in place or staged), the decode steps' CUDA
+// graphs and the step profile. Set up by cuda/decoder_setup.cu, run by cuda/decoder_forward.cu (a
+// decode step by cuda/decoder_step.cu). E: float (the checking instantiation) or
 // __nv_bfloat16; the KV pages' type is a run-time choice (settings.kv_bf16).
 #pragma once
 #include <cuda_bf16.h>
