@@ -3,6 +3,8 @@
 // one from --config and --set (make_inference_model: make_model's values, no checkpoint on disk;
 // tables in RAM as f32 or bf16), or a checkpoint (--tables ram | mmap | disk as `jtok generate`).
 // One human line a run on stderr, one JSON line a run on stdout. bench/gpu_decode_peer.sh runs it.
+// --cuda-graphs off times the GPU decoder's eager steps; JTOK_PROFILE=1 adds each step's breakdown
+// (infer/bench_decode.h).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -18,7 +20,7 @@
 namespace {
 
 struct Args {
-  std::string config, checkpoint, table_dtype = "f32", precision = "auto", kv_dtype = "auto";
+  std::string config, checkpoint, table_dtype = "f32", precision = "auto", kv_dtype = "auto", cuda_graphs = "on";
   std::vector<std::string> sets, table_rows;
   jtok::TableSource tables;
   jtok::BenchDecodeOptions bench;
@@ -81,6 +83,8 @@ void run() {
   b.settings.kv_bf16 = jtok::parse_dtype(args.kv_dtype == "auto" ? (cuda ? "bf16" : "f32") : args.kv_dtype, "--kv-dtype",
                                          jtok::kKvDtypes) == jtok::Dtype::bf16;
   if (!cuda && !args.table_rows.empty()) jtok::fail("bench-decode: --table-rows is for --device cuda");
+  if (!cuda && args.cuda_graphs != "on") jtok::fail("bench-decode: --cuda-graphs is for --device cuda");
+  b.settings.cuda_graphs = jtok::cuda_graphs_on(args.cuda_graphs);
   b.table_rows = args.table_rows;
   const jtok::Dtype dt = jtok::parse_dtype(args.table_dtype, "--table-dtype", {jtok::Dtype::f32, jtok::Dtype::bf16});
   nlohmann::json about;
@@ -116,6 +120,7 @@ void setup(CLI::App* sub) {
                   "cuda: where a step's table rows come from, a decoder each in turn: hbm, in_place, staged, auto "
                   "(comma-separated; default auto)")
       ->delimiter(',');
+  jtok::add_cuda_graphs_option(sub, args.cuda_graphs);
   sub->add_option("--batch", b.batches, "sequences decoded together, a run each (comma-separated; default 1)")->delimiter(',');
   sub->add_option("--prompt-len", b.prompt_len, "prompt tokens of each sequence (default 512)");
   sub->add_option("--new-tokens", b.new_tokens, "decode steps after the prefill (default 128)");

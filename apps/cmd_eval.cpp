@@ -54,7 +54,8 @@ std::optional<jtok::cuda::DecoderSettings> decoder_settings() {
   const jtok::DecoderChoice& d = args.decoder;
   if (d.device == "cpu" && !args.score_through_decoder) {
     const jtok::DecoderChoice def;
-    if (d.precision != def.precision || d.table_rows != def.table_rows || args.kv_dtype != "auto" || args.max_prefill != 512)
+    if (d.precision != def.precision || d.table_rows != def.table_rows || d.cuda_graphs != def.cuda_graphs ||
+        args.kv_dtype != "auto" || args.max_prefill != 512)
       jtok::fail("eval: --precision, --kv-dtype, --table-rows and --max-prefill are for a decoder (--device cuda)");
     return std::nullopt;
   }

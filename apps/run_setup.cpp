@@ -44,6 +44,18 @@ std::string resolve_checkpoint(const std::string& path) {
   fail(path, " is neither a checkpoint directory (no config.json) nor a run directory with a complete checkpoint");
 }
 
+void add_cuda_graphs_option(CLI::App* sub, std::string& value) {
+  sub->add_option("--cuda-graphs", value,
+                  "--device cuda: on (default: each decode step replayed as a CUDA graph of its batch and length "
+                  "bucket) or off (kernels launched one by one; the same bits)")
+      ->check(CLI::IsMember({"on", "off"}));
+}
+
+bool cuda_graphs_on(const std::string& value) {
+  if (value != "on" && value != "off") fail("--cuda-graphs must be on or off, got '", value, "'");
+  return value == "on";
+}
+
 // trainer_state.json's eos_token_ids (written by `jtok import`), those within the vocabulary; empty
 // when it has none (a trained checkpoint) or cannot be read.
 static std::vector<int32_t> checkpoint_eos_ids(const std::string& dir, int64_t vocab) {
@@ -113,6 +125,7 @@ void add_decoder_options(CLI::App* sub, DecoderChoice& c) {
                   "allows it, else staged), hbm (a GPU copy of every table), in_place (read over PCIe where the host "
                   "keeps them) or staged (gathered by the host into pinned memory, copied)")
       ->check(CLI::IsMember({"auto", "hbm", "in_place", "staged"}));
+  add_cuda_graphs_option(sub, c.cuda_graphs);
 }
 
 void check_decoder_choice(const DecoderChoice& c) {
@@ -122,6 +135,7 @@ void check_decoder_choice(const DecoderChoice& c) {
   }
   if (c.precision == "bf16") fail("--precision is for --device cuda (the CPU decodes in fp32: bf16 weights are a `jtok export --weight-dtype bf16` checkpoint)");
   if (c.table_rows != "auto") fail("--table-rows is for --device cuda (the CPU reads the rows where --tables keeps them)");
+  if (c.cuda_graphs != "on") fail("--cuda-graphs is for --device cuda");
 }
 
 cuda::DecoderSettings decoder_settings(const DecoderChoice& c, bool kv_bf16) {
@@ -129,6 +143,7 @@ cuda::DecoderSettings decoder_settings(const DecoderChoice& c, bool kv_bf16) {
   s.bf16 = c.precision != "fp32";
   s.kv_bf16 = kv_bf16;
   s.table_rows = c.table_rows;
+  s.cuda_graphs = cuda_graphs_on(c.cuda_graphs);
   return s;
 }
 

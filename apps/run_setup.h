@@ -22,6 +22,11 @@ std::vector<std::string> collect_overrides(CLI::App* sub, const std::map<std::st
 // A checkpoint directory, or a run directory (then its newest complete checkpoint).
 std::string resolve_checkpoint(const std::string& path);
 
+// --cuda-graphs on | off (default on): the GPU decoder's decode steps replayed as CUDA graphs
+// (cuda::DecoderSettings::cuda_graphs; off: launched kernel by kernel, the same bits).
+void add_cuda_graphs_option(CLI::App* sub, std::string& value);
+bool cuda_graphs_on(const std::string& value);  // "on" or "off" (else it fails naming the flag)
+
 // A checkpoint loaded for inference: its directory, config, weights and tokenizer.
 struct LoadedCheckpoint {
   std::string dir;
@@ -56,9 +61,10 @@ TableIo table_io_option(const std::string& table_io, bool direct_flag, const std
 LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const TableSource& src);
 
 // Where `generate`, `serve` and `eval` decode: --device cpu | cuda, and for cuda --precision bf16 |
-// fp32 (auto: bf16) and --table-rows auto | hbm | in_place | staged (cuda::DecoderSettings).
+// fp32 (auto: bf16), --table-rows auto | hbm | in_place | staged and --cuda-graphs on | off
+// (cuda::DecoderSettings).
 struct DecoderChoice {
-  std::string device = "cpu", precision = "auto", table_rows = "auto";
+  std::string device = "cpu", precision = "auto", table_rows = "auto", cuda_graphs = "on";
 };
 void add_decoder_options(CLI::App* sub, DecoderChoice& c);
 // --device cuda: the GPU or require_cuda_device()'s error, before anything is read; --precision bf16

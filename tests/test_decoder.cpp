@@ -63,8 +63,8 @@ TEST(Decoder, CpuPrefillIsPrefill) {
     const std::vector<float> want_l = prefill(m, want, p, 30, collect(want_each, V));
     auto d = make_cpu_decoder(m, bf16);
     EXPECT_EQ(d->describe(), "cpu");
-    EXPECT_TRUE(d->has_host_caches());
     const int64_t s = d->open(30);
+    ASSERT_NE(d->host_cache(s), nullptr);
     EXPECT_EQ(d->length(s), 0);
     EXPECT_EQ(d->capacity(s), 30);
     const std::vector<float> got_l = d->prefill(s, p.data(), 9, collect(got_each, V));
@@ -201,7 +201,7 @@ TEST(Decoder, MakeDecoderNamesTheDevice) {
     auto g = make_decoder(m, "cuda", s);
     EXPECT_TRUE(cuda::built_with_cuda()) << "a build without CUDA made a cuda decoder";
     EXPECT_FALSE(g->describe().empty());
-    EXPECT_FALSE(g->has_host_caches());
+    EXPECT_EQ(g->host_cache(0), nullptr);
   } catch (const Error& e) {  // with CUDA: no GPU, or what the GPU decoder refuses, named
     if (!cuda::built_with_cuda()) {
       EXPECT_EQ(std::string(e.what()).rfind("--device cuda: this jtok was built without CUDA", 0), 0u) << e.what();

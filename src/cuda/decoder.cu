@@ -35,13 +35,14 @@ class GpuDecoder final : public DeviceDecoder {
   int64_t free_pages() const override { return st_.kv.pages->free_pages(); }
   void prefill(int64_t seq, const int32_t* tokens, int64_t n, float* last_logits, const RowLogits& each) override;
   int64_t decode(const int64_t* seqs, const int32_t* tokens, int64_t M, float* logits) override;
+  StepBreakdown last_step() const override { return st_.last_step; }
 
  private:
   int64_t context_cut(int64_t capacity) const;
   void upload_page_row(int64_t seq);
   void copy_pages(const std::vector<std::pair<int32_t, int32_t>>& copies);
   void check_room(int64_t seq, int64_t n) const;
-  void upload_step(const int32_t* tokens, int64_t R, const int64_t* seqs, int64_t seq, int64_t pos0);
+  void upload_step(const int32_t* tokens, int64_t R, int64_t seq, int64_t pos0);
   void prefill_each(int64_t pos0, int64_t n, float* last_logits, const RowLogits& each);
   int64_t rows_read(const int32_t* tokens, int64_t M) const;
 
@@ -118,10 +119,10 @@ void GpuDecoder<E>::check_room(int64_t seq, int64_t n) const {
          " more do not fit");
 }
 
-// The step's ids, page-table rows and positions up in one copy: row r of a decode is sequence
-// seqs[r] at its length; of a prefill, sequence seq at pos0 + r.
+// A prefill's ids, page-table rows and positions up in one copy: row r is sequence seq at pos0 + r
+// (a decode's: cuda/decoder_step.cu).
 template <typename E>
-void GpuDecoder<E>::upload_step(const int32_t* tokens, int64_t R, const int64_t* seqs, int64_t seq, int64_t pos0) {
+void GpuDecoder<E>::upload_step(const int32_t* tokens, int64_t R, int64_t seq, int64_t pos0) {
   check_ids(tokens, R, st_.cfg.vocab_size, "token");
   DecoderActs<E>& A = st_.acts;
   // Idle but for an open's or a fork's copies (a step ends in a sync; one that threw may not have):
@@ -130,10 +131,9 @@ void GpuDecoder<E>::upload_step(const int32_t* tokens, int64_t R, const int64_t*
   int32_t* h = A.host_step.get();
   const int64_t n = A.max_rows;
   for (int64_t r = 0; r < R; ++r) {
-    const int64_t sq = seqs ? seqs[r] : seq;
     h[r] = tokens[r];
-    h[n + r] = static_cast<int32_t>(sq);
-    h[2 * n + r] = static_cast<int32_t>(seqs ? st_.kv.pages->length(sq) : pos0 + r);
+    h[n + r] = static_cast<int32_t>(seq);
+    h[2 * n + r] = static_cast<int32_t>(pos0 + r);
   }
   JTOK_CUDA_CHECK(cudaMemcpyAsync(A.step.get(), h, static_cast<size_t>(3 * n) * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, st_.s()));
@@ -145,7 +145,7 @@ void GpuDecoder<E>::prefill(int64_t seq, const int32_t* tokens, int64_t n, float
     fail("cuda decoder: a prefill of ", n, " tokens (1 to max_prefill ", st_.settings.max_prefill, ")");
   check_room(seq, n);
   const int64_t pos0 = st_.kv.pages->length(seq), V = st_.cfg.vocab_size;
-  upload_step(tokens, n, nullptr, seq, pos0);
+  upload_step(tokens, n, seq, pos0);
   forward_rows(st_, tokens, StepShape{n, pos0 == 0, pos0 + n, false});
   if (each) {
     prefill_each(pos0, n, last_logits, each);
@@ -183,9 +183,7 @@ int64_t GpuDecoder<E>::decode(const int64_t* seqs, const int32_t* tokens, int64_
       if (seqs[j] == seqs[i]) fail("cuda decoder: decode row ", i, " repeats sequence ", seqs[i], " of row ", j);
     max_len = std::max(max_len, st_.kv.pages->length(seqs[i]) + 1);
   }
-  upload_step(tokens, M, seqs, 0, 0);
-  forward_rows(st_, tokens, StepShape{M, false, max_len, true});
-  head_logits(st_, 0, M);
+  decode_step(st_, seqs, tokens, M, max_len);  // padded to its bucket, eager or a graph (decoder_step.cu)
   std::memcpy(logits, st_.acts.host_logits.get(), static_cast<size_t>(M * st_.cfg.vocab_size) * sizeof(float));
   for (int64_t i = 0; i < M; ++i) st_.kv.pages->advance(seqs[i], 1);
   return rows_read(tokens, M);

@@ -31,6 +31,32 @@ struct DecoderSettings {
   // host's own gather into pinned staging, copied on a side stream: any storage, the disk store's
   // path), "auto" (in_place where every table allows it, else staged).
   std::string table_rows = "auto";
+  // Decode steps replayed as CUDA graphs, one a (batch bucket, length bucket) captured on its first
+  // use; off: every step launched kernel by kernel (the same shapes and bits). Models or paths that
+  // need the host inside a step (MoE, staged rows) and profiling run eagerly anyway.
+  bool cuda_graphs = true;
+  // Time each decode step's phases (last_step()); eager. JTOK_PROFILE=1 in the environment sets it.
+  bool profile = false;
+};
+
+// The last decode step's phases (settings.profile or JTOK_PROFILE=1 in the environment: the step
+// runs eagerly with cudaEvents between its phases), in ms. GPU times on the decoder's stream, summed
+// over the layers: embed (from the step's start to layer 0: the ids up, the rows' request, the
+// embedding), attention (each layer's norm, routing, q/k/v, RoPE, pages, attention, output
+// projection), rows_wait (the stream stalled on each layer's token-table rows), mlp (the MLP halves
+// without those waits), head (final norm and LM head), logits_copy (to the host); step from the
+// step's first event to the logits on the host (the sum of the above). The rows' side stream:
+// rows_dedup (the ids' dedup) and rows_gather (from the dedup's end to the last layer's rows;
+// staged: with the side stream's idle time while the host gathers). Host: rows_issue (issuing the
+// requests; staged: the host's own gathers) and host (the whole decode call).
+// rows_wait well under rows_dedup + rows_gather is the overlap issue 40 asks to see.
+struct StepBreakdown {
+  bool valid = false;  // false: not profiling, a CPU decoder, or no decode step yet
+  int64_t rows = 0;     // the step's rows (its M padded to the batch bucket)
+  int64_t max_len = 0;  // the positions its attention was launched for (the length bucket)
+  double step_ms = 0, embed_ms = 0, attention_ms = 0, rows_wait_ms = 0, mlp_ms = 0, head_ms = 0, logits_copy_ms = 0;
+  double rows_dedup_ms = 0, rows_gather_ms = 0;
+  double rows_issue_ms = 0, host_ms = 0;
 };
 
 // Logits of positions pos..pos+n-1 (n, V) of the sequence being prefilled, handed over in blocks
@@ -40,7 +66,7 @@ using RowLogits = std::function<void(int64_t pos, int64_t n, const float* logits
 class DeviceDecoder {
  public:
   virtual ~DeviceDecoder() = default;
-  // One line: the GPU, dtype, KV pages and where the rows come from.
+  // One line: the GPU, dtype, KV pages, where the rows come from, CUDA graphs on (or why off).
   virtual std::string describe() const = 0;
   // A new, empty sequence with room for `capacity` positions (pages reserved now): its handle.
   // Throws jtok::Error naming the pages asked and free when the pool cannot hold it.
@@ -67,6 +93,8 @@ class DeviceDecoder {
   // One step of M <= max_batch distinct sequences: tokens[i] appended to seqs[i]; logits (M, V).
   // Returns the token-table rows read (as the CPU's decode_batch counts them).
   virtual int64_t decode(const int64_t* seqs, const int32_t* tokens, int64_t M, float* logits) = 0;
+  // The last decode step's breakdown (valid only when profiling: settings.profile, JTOK_PROFILE=1).
+  virtual StepBreakdown last_step() const { return {}; }
 };
 
 // The decoder for host's model on device 0. Refuses, naming it, what the GPU decoder does not run.

@@ -10,7 +10,10 @@
 // ids. JTok reads them through an identity `unique` (row u of the slot is unique id u's) and the
 // step's `inverse`; JTok-M reads a layer's n_e consecutive slots as its E (n_e, V = max_rows, d) at
 // `ids` = inverse (cuda/jtokm.h indexes (sel * V + id) * d).
+// Stream work only past the rows' request (a decode step's graph captures forward_rows and
+// head_forward: cuda/decoder_step.cu); a profiled step's phases are marked on st.prof.
 #include <algorithm>
+#include <chrono>
 
 #include "cuda/attention.h"
 #include "cuda/decoder_state.h"
@@ -22,6 +25,12 @@
 namespace jtok::cuda {
 
 namespace {
+
+// A profiled step's mark on the decoder's stream (nothing otherwise).
+template <typename E>
+void mark(DecoderState<E>& st, const StepShape& sh, StepMark m, int64_t layer = 0) {
+  if (sh.timed) st.prof->mark(m, layer, st.s());
+}
 
 template <typename E>
 PagedRows paged_rows(const DecoderState<E>& st, int64_t R) {
@@ -135,14 +144,19 @@ void jtokm_inject(DecoderState<E>& st, size_t l, int64_t k, int64_t R) {
 // h -> h: the post-attention norm, the MLP / MoE update (JTok-gated where the scaler is not all 0),
 // JTok-M's injection. The layer's rows are waited for here: the attention half overlaps their copy.
 template <typename E>
-void mlp_half(DecoderState<E>& st, size_t l, int64_t R) {
+void mlp_half(DecoderState<E>& st, size_t l, const StepShape& sh) {
   const ModelConfig& c = st.cfg;
   const DeviceLayerView<E>& W = st.w.layers[l];
   DecoderActs<E>& A = st.acts;
+  const int64_t R = sh.R;
   rmsnorm_forward(A.x.get(), A.rstd.get(), A.h.get(), W.ln2, R, c.hidden_size, static_cast<float>(c.rms_norm_eps),
                   st.s());
   const int64_t k = st.rows_layer[l];
-  if (k >= 0) st.rows->wait(k, st.s());
+  if (k >= 0) {
+    mark(st, sh, StepMark::wait_begin, static_cast<int64_t>(l));
+    st.rows->wait(k, st.s());
+    mark(st, sh, StepMark::wait_end, static_cast<int64_t>(l));
+  }
   if (st.jtok_gated[l]) {
     mlp_update_rows(st, l, R, A.mlp_out.get(), false);
     jtok_gate(st, l, k, R);
@@ -152,6 +166,18 @@ void mlp_half(DecoderState<E>& st, size_t l, int64_t R) {
   if (W.jtokm_router) jtokm_inject(st, l, k, R);
 }
 
+// Every layer's rows asked for on the side stream. Staged: the host gathers from the host's ids;
+// else from the step's ids already on the device (acts.ids(), uploaded and checked with the step):
+// no host copy or sync, which a graph capture needs.
+template <typename E>
+void request_rows(DecoderState<E>& st, const int32_t* tokens, const StepShape& sh) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (st.path == RowPath::staged) st.rows->request(tokens, sh.R, st.s());
+  else st.rows->request_device(st.acts.ids(), sh.R, st.s());
+  if (sh.timed)
+    st.prof->add_issue_ms(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+}
+
 }  // namespace
 
 template <typename E>
@@ -159,34 +185,53 @@ void forward_rows(DecoderState<E>& st, const int32_t* tokens, const StepShape& s
   JTOK_CHECK(sh.R > 0 && sh.R <= st.acts.max_rows, "cuda decoder: a step of ", sh.R, " rows (at most ",
              st.acts.max_rows, ")");
   // Every layer's rows are asked for now, on the side stream; the layers wait for theirs.
-  if (st.rows) st.rows->request(tokens, sh.R, st.s());
+  if (st.rows) request_rows(st, tokens, sh);
   embedding_forward(st.acts.h.get(), st.acts.ids(), st.w.embed, sh.R, st.cfg.hidden_size, st.s());
   for (size_t l = 0; l < st.w.layers.size(); ++l) {
+    mark(st, sh, StepMark::layer_begin, static_cast<int64_t>(l));
     attention_half(st, l, sh);
-    mlp_half(st, l, sh.R);
+    mark(st, sh, StepMark::attention_end, static_cast<int64_t>(l));
+    mlp_half(st, l, sh);
   }
 }
 
 template <typename E>
-void head_logits(DecoderState<E>& st, int64_t first, int64_t n) {
+void head_forward(DecoderState<E>& st, int64_t first, int64_t n) {
   DecoderActs<E>& A = st.acts;
   const ModelConfig& c = st.cfg;
-  const int64_t d = c.hidden_size, V = c.vocab_size, Vp = c.padded_vocab();
+  const int64_t d = c.hidden_size, Vp = c.padded_vocab();
   JTOK_CHECK(n > 0 && n <= A.head_rows && first >= 0 && first + n <= A.max_rows, "cuda decoder: the head of rows ",
              first, "..", first + n - 1);
   cudaStream_t s = st.s();
   rmsnorm_forward(A.lnf.get(), A.rstd.get(), A.h.get() + first * d, st.w.norm, n, d, static_cast<float>(c.rms_norm_eps),
                   s);
   linear_forward<E, float>(st.mm, A.logits.get(), A.lnf.get(), st.w.lm_head, nullptr, n, d, Vp, false, s);
-  JTOK_CUDA_CHECK(cudaMemcpy2DAsync(A.host_logits.get(), static_cast<size_t>(V) * sizeof(float), A.logits.get(),
-                                    static_cast<size_t>(Vp) * sizeof(float), static_cast<size_t>(V) * sizeof(float),
-                                    static_cast<size_t>(n), cudaMemcpyDeviceToHost, s));
-  JTOK_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
-template void forward_rows<float>(DecoderState<float>&, const int32_t*, const StepShape&);
-template void forward_rows<__nv_bfloat16>(DecoderState<__nv_bfloat16>&, const int32_t*, const StepShape&);
-template void head_logits<float>(DecoderState<float>&, int64_t, int64_t);
-template void head_logits<__nv_bfloat16>(DecoderState<__nv_bfloat16>&, int64_t, int64_t);
+template <typename E>
+void queue_logits_copy(DecoderState<E>& st, int64_t n) {
+  DecoderActs<E>& A = st.acts;
+  const int64_t V = st.cfg.vocab_size, Vp = st.cfg.padded_vocab();
+  JTOK_CHECK(n > 0 && n <= A.head_rows, "cuda decoder: the logits of ", n, " rows (at most ", A.head_rows, ")");
+  JTOK_CUDA_CHECK(cudaMemcpy2DAsync(A.host_logits.get(), static_cast<size_t>(V) * sizeof(float), A.logits.get(),
+                                    static_cast<size_t>(Vp) * sizeof(float), static_cast<size_t>(V) * sizeof(float),
+                                    static_cast<size_t>(n), cudaMemcpyDeviceToHost, st.s()));
+}
+
+template <typename E>
+void head_logits(DecoderState<E>& st, int64_t first, int64_t n) {
+  head_forward(st, first, n);
+  queue_logits_copy(st, n);
+  JTOK_CUDA_CHECK(cudaStreamSynchronize(st.s()));
+}
+
+#define JTOK_DECODER_FORWARD_INSTANTIATE(E)                                             \
+  template void forward_rows<E>(DecoderState<E>&, const int32_t*, const StepShape&);    \
+  template void head_forward<E>(DecoderState<E>&, int64_t, int64_t);                    \
+  template void queue_logits_copy<E>(DecoderState<E>&, int64_t);                        \
+  template void head_logits<E>(DecoderState<E>&, int64_t, int64_t);
+JTOK_DECODER_FORWARD_INSTANTIATE(float)
+JTOK_DECODER_FORWARD_INSTANTIATE(__nv_bfloat16)
+#undef JTOK_DECODER_FORWARD_INSTANTIATE
 
 }  // namespace jtok::cuda

@@ -6,6 +6,8 @@
 #include <string>
 #include <type_traits>
 
+#include "core/profile.h"
+#include "cuda/decode_buckets.h"
 #include "cuda/decoder_state.h"
 #include "cuda/model_kernels.h"
 #include "model/jtok.h"
@@ -93,12 +95,14 @@ void setup_kv(DecoderState<E>& st) {
   kv.layers = st.cfg.num_hidden_layers;
   kv.KV = st.cfg.num_key_value_heads;
   kv.hd = st.cfg.hd();
-  if (kv.n_pages >= (int64_t{1} << 31) || kv.max_seqs * kv.max_pages >= (int64_t{1} << 31))
+  if (kv.n_pages + 1 >= (int64_t{1} << 31) || (kv.max_seqs + 1) * kv.max_pages >= (int64_t{1} << 31))
     fail("cuda decoder: ", kv.n_pages, " KV pages for ", kv.max_seqs, " sequences of ", kv.max_pages,
          " pages: past the int32 page tables");
   kv.pages = std::make_unique<KvPages>(kv.n_pages, kv.page_tokens, kv.max_seqs);
-  kv.tables_host.assign(static_cast<size_t>(kv.max_seqs * kv.max_pages), 0);
-  kv.tables.resize(kv.max_seqs * kv.max_pages);
+  // Every sequence's row 0 until it opens; the scratch row lists the scratch page first.
+  kv.tables_host.assign(static_cast<size_t>((kv.max_seqs + 1) * kv.max_pages), 0);
+  kv.tables_host[static_cast<size_t>(kv.scratch_row() * kv.max_pages)] = kv.scratch_page();
+  kv.tables.resize((kv.max_seqs + 1) * kv.max_pages);
   copy_to_device(kv.tables.get(), kv.tables_host.data(), kv.tables.size());
   kv.pool.resize(static_cast<int64_t>(2 * kv.layers) * static_cast<int64_t>(kv.pool_bytes()));
   kv.pool.zero(st.s());
@@ -176,6 +180,33 @@ void size_step_buffers(DecoderState<E>& st, int64_t R) {
   A.host_sel = PinnedArray<int32_t>(st.jtokm_layers * st.settings.max_batch * c.jtokm_top_k);
 }
 
+// Why decode steps cannot be CUDA graphs here ("" when they can): each reason is host work inside
+// a step that a graph cannot hold (cuda/decoder_step.cu lists what a step does on the host).
+template <typename E>
+std::string graphs_off_reason(const DecoderState<E>& st, const Model& host) {
+  if (!st.settings.cuda_graphs) return "turned off (--cuda-graphs off)";
+  if (st.prof) return "profiling (JTOK_PROFILE=1) times each step's phases with events, eagerly";
+  for (const LayerView& W : host.w.layers)
+    if (W.moe.router)
+      return "MoE layers copy their expert offsets to the host in every layer (a sync that sizes each expert's "
+             "products)";
+  if (st.rows && st.path == RowPath::staged) return "staged table rows are gathered by the host in every step";
+  return "";
+}
+
+// The profiler (settings.profile or JTOK_PROFILE=1), then graphs where nothing above rules them
+// out; a reason that overrides the settings' wish is printed once, here.
+template <typename E>
+void setup_step_modes(DecoderState<E>& st, const Model& host) {
+  if (st.settings.profile || profiling_enabled()) {
+    st.prof = std::make_unique<DecodeProfiler>(st.cfg.num_hidden_layers);
+    if (st.rows) st.rows->enable_timing();
+  }
+  st.graphs_off = graphs_off_reason(st, host);
+  if (st.graphs_off.empty()) st.graphs = std::make_unique<DecodeGraphs>();
+  else if (st.settings.cuda_graphs) std::fprintf(stderr, "cuda decoder: CUDA graphs off: %s\n", st.graphs_off.c_str());
+}
+
 }  // namespace
 
 template <typename E>
@@ -190,6 +221,7 @@ void setup_decoder(DecoderState<E>& st, const Model& host, const DecoderSettings
   setup_rows(st, host, max_rows);
   size_layer_buffers(st, host, max_rows);
   size_step_buffers(st, max_rows);
+  setup_step_modes(st, host);
   JTOK_CUDA_CHECK(cudaStreamSynchronize(st.s()));
 }
 
@@ -205,7 +237,23 @@ std::string describe_decoder(const DecoderState<E>& st) {
                 static_cast<long long>(kv.n_pages), static_cast<long long>(kv.page_tokens), mib,
                 static_cast<long long>(st.settings.max_batch), static_cast<long long>(st.settings.max_prefill),
                 st.rows ? row_path_name(st.path) : "none (no token tables)");
-  return buf;
+  std::string out = buf;
+  if (st.graphs) {
+    out += ", CUDA graphs on (batch buckets";
+    for (int64_t b : batch_buckets(st.settings.max_batch)) {
+      out += ' ';
+      out += std::to_string(b);
+    }
+    out += "; lengths in powers of two of ";
+    out += std::to_string(kPagedAttentionChunk);
+    out += "-position chunks; ";
+    out += std::to_string(st.graphs->size());
+    out += " captured)";
+  } else {
+    out += ", CUDA graphs off: " + st.graphs_off;
+  }
+  if (st.prof) out += ", profiling steps";
+  return out;
 }
 
 template void setup_decoder<float>(DecoderState<float>&, const Model&, const DecoderSettings&);

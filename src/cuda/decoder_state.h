@@ -2,19 +2,23 @@
 // the device (one flat copy of host.params in E, viewed through the GPU model's layout: no
 // gradients, no fp32 master in bf16, no tables), the paged KV cache (cuda/kv_pages.h's bookkeeping,
 // cuda/paged_kv.h's pools), one step's buffers for up to max_rows rows, and where the step's
-// token-table rows come from (cuda/step_rows.h: hbm, in place or staged). Set up by
-// cuda/decoder_setup.cu, run by cuda/decoder_forward.cu. E: float (the checking instantiation) or
+// token-table rows come from (cuda/step_rows.h: hbm, in place or staged), the decode steps' CUDA
+// graphs and the step profile. Set up by cuda/decoder_setup.cu, run by cuda/decoder_forward.cu (a
+// decode step by cuda/decoder_step.cu). E: float (the checking instantiation) or
 // __nv_bfloat16; the KV pages' type is a run-time choice (settings.kv_bf16).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/decoder.h"
+#include "cuda/decoder_profile.h"
 #include "cuda/device.h"
 #include "cuda/device_array.h"
 #include "cuda/jtokm.h"
@@ -41,19 +45,24 @@ struct OwnedStream {
   }
 };
 
-// The paged KV cache: per layer a K pool and a V pool (n_pages, page_tokens, KV, hd) of KvT, back to
-// back in one allocation (layer l's K at 2l, its V at 2l + 1); the host's page tables and their
-// device copy (max_seqs, max_pages), a sequence's row rewritten when it opens or forks.
+// The paged KV cache: per layer a K pool and a V pool (n_pages + 1, page_tokens, KV, hd) of KvT,
+// back to back in one allocation (layer l's K at 2l, its V at 2l + 1); the host's page tables and
+// their device copy (max_seqs + 1, max_pages), a sequence's row rewritten when it opens or forks.
+// Page n_pages and table row max_seqs are the scratch sequence's, no KvPages handle's: a decode
+// step's dummy rows (its M sequences padded to the batch bucket) write and read position 0 there.
 struct DecoderKv {
   bool bf16 = true;
   int64_t n_pages = 0, page_tokens = 0, max_pages = 0, max_seqs = 0, layers = 0, KV = 0, hd = 0;
   DeviceArray<uint8_t> pool;
   std::unique_ptr<KvPages> pages;
-  std::vector<int32_t> tables_host;  // (max_seqs, max_pages): a sequence's pages, 0 past them
+  std::vector<int32_t> tables_host;  // (max_seqs + 1, max_pages): a sequence's pages, 0 past them
   DeviceArray<int32_t> tables;       // the same on the device
+  int64_t scratch_row() const { return max_seqs; }
+  int32_t scratch_page() const { return static_cast<int32_t>(n_pages); }
   size_t elem_bytes() const { return bf16 ? 2 : 4; }
   size_t page_bytes() const { return static_cast<size_t>(page_tokens * KV * hd) * elem_bytes(); }
-  size_t pool_bytes() const { return static_cast<size_t>(n_pages) * page_bytes(); }  // one K or V pool
+  // One K or V pool: the n_pages pages KvPages hands out and the scratch page.
+  size_t pool_bytes() const { return static_cast<size_t>(n_pages + 1) * page_bytes(); }
   PagedKv layer(int64_t l) const {
     uint8_t* base = pool.get() + static_cast<size_t>(2 * l) * pool_bytes();
     return {base, base + pool_bytes(), page_tokens, KV, hd};
@@ -93,6 +102,24 @@ struct DecoderActs {
   }
 };
 
+// A decode step's launch shape (cuda/decode_buckets.h): R rows, paged attention for max_len positions.
+using DecodeShape = std::pair<int64_t, int64_t>;
+
+// The decode steps' CUDA graphs, one instantiated graph a shape (cuda/decoder_step.cu captures them).
+class DecodeGraphs {
+ public:
+  DecodeGraphs() = default;
+  ~DecodeGraphs();
+  DecodeGraphs(const DecodeGraphs&) = delete;
+  DecodeGraphs& operator=(const DecodeGraphs&) = delete;
+  cudaGraphExec_t find(const DecodeShape& shape) const;  // null: not captured yet
+  void add(const DecodeShape& shape, cudaGraphExec_t exec);  // owned from now on
+  size_t size() const { return graphs_.size(); }
+
+ private:
+  std::map<DecodeShape, cudaGraphExec_t> graphs_;
+};
+
 template <typename E>
 struct DecoderState {
   OwnedStream stream;  // first: destroyed last
@@ -115,17 +142,25 @@ struct DecoderState {
   DecoderKv kv;
   DecoderActs<E> acts;
   Matmul mm;
+  // Decode steps as CUDA graphs; null: every step eager, graphs_off says why (settings.cuda_graphs
+  // off, MoE layers, staged rows, profiling, or a capture that failed).
+  std::unique_ptr<DecodeGraphs> graphs;
+  std::string graphs_off;
+  std::unique_ptr<DecodeProfiler> prof;  // JTOK_PROFILE=1 (or settings.profile): the steps' events
+  StepBreakdown last_step;               // the last decode step's, when profiling
   cudaStream_t s() const { return stream.s; }
 };
 
 // A step's rows: R of them (ids, row_seq, pos uploaded into acts.step); fresh: a prefill of an empty
 // sequence (attention over the rows' own keys and values); max_len: the most positions a row attends
 // to (its position + 1); count_rows: keep JTok-M's choices for the rows-read count (decode).
+// timed: a profiled decode step (its phases marked on st.prof).
 struct StepShape {
   int64_t R = 0;
   bool fresh = false;
   int64_t max_len = 0;
   bool count_rows = false;
+  bool timed = false;
 };
 
 // decoder_setup.cu: what the decoder does not run (check_device_supported's, settings out of range,
@@ -141,9 +176,20 @@ std::string describe_decoder(const DecoderState<E>& st);
 // (h (R,d) after the last), their keys and values appended to the pages.
 template <typename E>
 void forward_rows(DecoderState<E>& st, const int32_t* tokens, const StepShape& sh);
-// The final norm and LM head of h's rows first..first+n-1 (n <= head_rows) -> acts.host_logits (n, V),
-// after the queued work (one sync).
+// The final norm and LM head of h's rows first..first+n-1 (n <= head_rows) -> acts.logits (n, Vp).
+template <typename E>
+void head_forward(DecoderState<E>& st, int64_t first, int64_t n);
+// acts.logits' first n rows' real columns -> acts.host_logits (n, V), queued (no sync).
+template <typename E>
+void queue_logits_copy(DecoderState<E>& st, int64_t n);
+// head_forward, queue_logits_copy, then the stream's sync: acts.host_logits holds them.
 template <typename E>
 void head_logits(DecoderState<E>& st, int64_t first, int64_t n);
+
+// decoder_step.cu: a decode step of M sequences (checked by the caller; max_len the longest row's
+// positions) padded to its bucket, eager or replayed as its graph -> acts.host_logits (M, V) and,
+// for JTok-M, acts.host_sel's first M rows.
+template <typename E>
+void decode_step(DecoderState<E>& st, const int64_t* seqs, const int32_t* tokens, int64_t M, int64_t max_len);
 
 }  // namespace jtok::cuda

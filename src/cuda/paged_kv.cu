@@ -28,7 +28,7 @@
 namespace jtok::cuda {
 namespace {
 
-constexpr int kChunk = 256;     // positions per flash-decoding chunk: fixed, so nc(r) is pos[r]'s alone
+constexpr int kChunk = static_cast<int>(kPagedAttentionChunk);  // fixed: nc(r) is pos[r]'s alone
 constexpr int kWarps = 4;       // paged_partial: threads per block kWarps * 32
 constexpr int kThreads = kWarps * 32;
 constexpr int kHeadBatch = 4;   // query heads whose V sums a lane keeps in registers at once

@@ -120,6 +120,8 @@ template <typename T>
 StepRows<T>::~StepRows() {
   if (side_) cudaStreamSynchronize(side_);  // no copy or gather left reading what is freed below
   for (cudaEvent_t e : ready_) cudaEventDestroy(e);
+  for (cudaEvent_t e : {t_begin_, t_dedup_, t_end_})
+    if (e) cudaEventDestroy(e);
   if (ids_copied_) cudaEventDestroy(ids_copied_);
   if (consumer_mark_) cudaEventDestroy(consumer_mark_);
   if (side_) cudaStreamDestroy(side_);
@@ -152,10 +154,24 @@ void StepRows<T>::upload_and_dedup(const int32_t* ids, int64_t N, cudaStream_t c
   std::copy(ids, ids + N, ids_pinned_.get());
   JTOK_CUDA_CHECK(cudaEventRecord(consumer_mark_, consumer));
   JTOK_CUDA_CHECK(cudaStreamWaitEvent(side_, consumer_mark_, 0));
+  mark(t_begin_);
   JTOK_CUDA_CHECK(cudaMemcpyAsync(ids_.get(), ids_pinned_.get(), static_cast<size_t>(N) * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, side_));
   JTOK_CUDA_CHECK(cudaEventRecord(ids_copied_, side_));
-  dedup_ids(rb_, ids_.get(), N, V_, scratch_.get(), static_cast<size_t>(scratch_.size()), side_);
+  dedup(ids_.get(), N);
+}
+
+// rb_ of dev_ids (N) on the side stream; scratch_ (cub's temporary storage included) was sized for
+// max_n at construction, so nothing is allocated here.
+template <typename T>
+void StepRows<T>::dedup(const int32_t* dev_ids, int64_t N) {
+  dedup_ids(rb_, dev_ids, N, V_, scratch_.get(), static_cast<size_t>(scratch_.size()), side_);
+  mark(t_dedup_);
+}
+
+template <typename T>
+void StepRows<T>::mark(cudaEvent_t e) const {
+  if (e) JTOK_CUDA_CHECK(cudaEventRecord(e, side_));
 }
 
 // Layer k's tables on the side stream, then its event. Staged: its staging is rewritten only after
@@ -194,7 +210,41 @@ void StepRows<T>::request(const int32_t* ids, int64_t N, cudaStream_t consumer) 
   RowBatch host_rb;
   if (path_ == RowPath::staged) host_rb = jtok::dedup_ids(ids, N, V_);
   for (int64_t k = 0; k < static_cast<int64_t>(layers_.size()); ++k) gather_layer(k, host_rb, N);
+  mark(t_end_);
   last_unique_ = static_cast<int64_t>(host_rb.unique.size());
+}
+
+// The side stream joins the consumer's queued work through consumer_mark_ (recorded on the consumer:
+// in a capture, a fork of the graph), dedups the ids where they are and gathers every layer.
+template <typename T>
+void StepRows<T>::request_device(const int32_t* dev_ids, int64_t N, cudaStream_t consumer) {
+  JTOK_CHECK(N > 0 && N <= max_n_, "StepRows::request_device: ", N, " ids, at most ", max_n_);
+  JTOK_CHECK(path_ != RowPath::staged, "StepRows::request_device: the staged path gathers on the host");
+  JTOK_CUDA_CHECK(cudaEventRecord(consumer_mark_, consumer));
+  JTOK_CUDA_CHECK(cudaStreamWaitEvent(side_, consumer_mark_, 0));
+  mark(t_begin_);
+  dedup(dev_ids, N);
+  for (int64_t k = 0; k < static_cast<int64_t>(layers_.size()); ++k) gather_layer(k, RowBatch{}, N);
+  mark(t_end_);
+}
+
+template <typename T>
+void StepRows<T>::enable_timing() {
+  for (cudaEvent_t* e : {&t_begin_, &t_dedup_, &t_end_})
+    if (!*e) JTOK_CUDA_CHECK(cudaEventCreate(e));
+}
+
+template <typename T>
+typename StepRows<T>::Times StepRows<T>::last_times() const {
+  Times t;
+  if (!t_begin_) return t;
+  float dedup = 0, gather = 0;
+  JTOK_CUDA_CHECK(cudaEventSynchronize(t_end_));
+  JTOK_CUDA_CHECK(cudaEventElapsedTime(&dedup, t_begin_, t_dedup_));
+  JTOK_CUDA_CHECK(cudaEventElapsedTime(&gather, t_dedup_, t_end_));
+  t.dedup_ms = dedup;
+  t.gather_ms = gather;
+  return t;
 }
 
 template <typename T>

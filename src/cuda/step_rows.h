@@ -54,6 +54,11 @@ class StepRows {
   // layer k's event after its last table. Staged: the host gathers run on the calling thread, layer
   // by layer, each copy queued as soon as its rows are staged.
   void request(const int32_t* ids, int64_t N, cudaStream_t consumer);
+  // The same from ids already on the device (N int32, written by work queued on `consumer`; the
+  // caller checked them against vocab()): no host copy, no host sync, nothing but stream work and
+  // events, so a CUDA graph can capture it (every wait of the consumer on layer k's event then joins
+  // the side stream back). Not the staged path (its host gathers need the ids on the host).
+  void request_device(const int32_t* dev_ids, int64_t N, cudaStream_t consumer);
   // Work queued on `consumer` from now on starts after layer k's rows (k: index into layers()).
   void wait(int64_t k, cudaStream_t consumer) const;
   // Layer k's table i: (max_n bound, d), the first U rows the rows of batch().unique.
@@ -67,10 +72,19 @@ class StepRows {
   // U of the last request: staged, the host's count; in place, *batch().num_unique read back after
   // the side stream's work (a sync: for checks and benchmarks, not the decoder's path).
   int64_t last_unique() const;
+  // Timing events on the side stream (JTOK_PROFILE=1; eager only: not for a captured request): after
+  // a request's work is done, the ids' dedup and the gathers (dedup end to the last layer's rows), ms.
+  void enable_timing();
+  struct Times {
+    double dedup_ms = 0, gather_ms = 0;
+  };
+  Times last_times() const;  // zeros unless timing is on
 
  private:
   void check_shapes();
   void upload_and_dedup(const int32_t* ids, int64_t N, cudaStream_t consumer);
+  void dedup(const int32_t* dev_ids, int64_t N);
+  void mark(cudaEvent_t e) const;  // records e on the side stream when timing is on
   void gather_layer(int64_t k, const RowBatch& host_rb, int64_t N);
   T* slot(int64_t k, int64_t i) const;
 
@@ -91,6 +105,7 @@ class StepRows {
   cudaEvent_t consumer_mark_ = nullptr, ids_copied_ = nullptr;
   std::vector<cudaEvent_t> ready_;  // per layer
   int64_t last_unique_ = 0;  // staged: the host's U
+  cudaEvent_t t_begin_ = nullptr, t_dedup_ = nullptr, t_end_ = nullptr;  // timing (null: off)
 };
 
 }  // namespace jtok::cuda

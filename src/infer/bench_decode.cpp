@@ -7,6 +7,8 @@
 #include <cinttypes>
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -39,6 +41,48 @@ double median(std::vector<double> v) {
   return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
+// The mean of the profiled decode steps' breakdowns (a GPU decoder with JTOK_PROFILE=1), per field.
+struct StepMeans {
+  static constexpr std::pair<const char*, double cuda::StepBreakdown::*> kFields[] = {
+      {"embed", &cuda::StepBreakdown::embed_ms},
+      {"attention", &cuda::StepBreakdown::attention_ms},
+      {"rows_wait", &cuda::StepBreakdown::rows_wait_ms},
+      {"mlp", &cuda::StepBreakdown::mlp_ms},
+      {"head", &cuda::StepBreakdown::head_ms},
+      {"logits_copy", &cuda::StepBreakdown::logits_copy_ms},
+      {"step", &cuda::StepBreakdown::step_ms},
+      {"rows_dedup", &cuda::StepBreakdown::rows_dedup_ms},
+      {"rows_gather", &cuda::StepBreakdown::rows_gather_ms},
+      {"rows_issue", &cuda::StepBreakdown::rows_issue_ms},
+      {"host", &cuda::StepBreakdown::host_ms}};
+  cuda::StepBreakdown sum;
+  int64_t steps = 0, rows = 0, max_len = 0;  // the last step's rows and attention length
+
+  void add(const cuda::StepBreakdown& b) {
+    if (!b.valid) return;
+    for (const auto& [name, field] : kFields) sum.*field += b.*field;
+    ++steps;
+    rows = b.rows;
+    max_len = b.max_len;
+  }
+  double mean(double cuda::StepBreakdown::*field) const { return sum.*field / static_cast<double>(steps); }
+  // {"steps", "rows", "max_len", then each field's mean in ms}.
+  nlohmann::json json() const {
+    nlohmann::json j = {{"steps", steps}, {"rows", rows}, {"max_len", max_len}};
+    for (const auto& [name, field] : kFields) j[std::string(name) + "_ms"] = mean(field);
+    return j;
+  }
+  std::string line() const {
+    std::string out = "step breakdown, mean of " + std::to_string(steps) + " steps (ms):";
+    char buf[64];
+    for (const auto& [name, field] : kFields) {
+      std::snprintf(buf, sizeof buf, " %s %.4f", name, mean(field));
+      out += buf;
+    }
+    return out;
+  }
+};
+
 // One timed run's figures.
 struct RunTimes {
   double prefill_s = 0, decode_s = 0, sample_s = 0;
@@ -46,8 +90,10 @@ struct RunTimes {
   std::vector<int32_t> generated;  // (M, N + 1): the prefill's token, then each step's
 };
 
-// M sequences of prompts (M, P) prefilled one after another, then N decode steps of all M.
-RunTimes decode_run(Decoder& dec, const int32_t* prompts, int64_t M, int64_t P, int64_t N, int64_t V) {
+// M sequences of prompts (M, P) prefilled one after another, then N decode steps of all M (each
+// step's breakdown added to `means` where the decoder profiles).
+RunTimes decode_run(Decoder& dec, const int32_t* prompts, int64_t M, int64_t P, int64_t N, int64_t V,
+                    StepMeans* means = nullptr) {
   RunTimes t;
   std::vector<int64_t> seqs(static_cast<size_t>(M));
   std::vector<int32_t> tok(static_cast<size_t>(M));
@@ -64,6 +110,7 @@ RunTimes decode_run(Decoder& dec, const int32_t* prompts, int64_t M, int64_t P, 
   t0 = Clock::now();
   for (int64_t s = 1; s <= N; ++s) {
     t.rows += dec.decode(seqs.data(), tok.data(), M, logits.data());
+    if (means) means->add(dec.last_step());
     const auto ts = Clock::now();
     greedy_tokens(logits.data(), M, V, tok.data());
     t.sample_s += seconds_since(ts);
@@ -103,8 +150,9 @@ nlohmann::json decode_line(Decoder& dec, const BenchDecodeOptions& opt, nlohmann
   const int64_t P = opt.prompt_len, N = opt.new_tokens;
   std::vector<double> pre, dtok, tpot, sample;
   RunTimes last;
+  StepMeans means;
   for (int64_t r = 0; r < opt.repeat; ++r) {
-    last = decode_run(dec, prompts.data(), M, P, N, V);
+    last = decode_run(dec, prompts.data(), M, P, N, V, &means);
     pre.push_back(static_cast<double>(M * P) / last.prefill_s);
     dtok.push_back(static_cast<double>(M * N) / last.decode_s);
     tpot.push_back(1e3 * last.decode_s / static_cast<double>(N));
@@ -121,6 +169,11 @@ nlohmann::json decode_line(Decoder& dec, const BenchDecodeOptions& opt, nlohmann
                " steps %.1f tok/s, TPOT %.3f ms (host argmax %.3f ms) | peak RSS %.0f MB\n",
                opt.device.c_str(), j["table_rows"].get<std::string>().c_str(), M, M, P, median(pre), N, median(dtok),
                median(tpot), median(sample), peak_rss_mb());
+  if (means.steps > 0) {  // the decoder profiles (JTOK_PROFILE=1): the overlap of the rows with the layers
+    j["step_breakdown"] = means.json();
+    std::fprintf(stderr, "bench-decode %s batch %" PRId64 " %s\n", j["table_rows"].get<std::string>().c_str(), M,
+                 means.line().c_str());
+  }
   return j;
 }
 

@@ -12,7 +12,12 @@
 // sample_s). prefill tok/s = M P / prefill_s, decode tok/s = M N / decode_s, TPOT = decode_s / N.
 // A long-prompt run: one sequence of L tokens prefilled in pieces of at most max_prefill.
 // Each mode (table_rows) gets its own decoder, made and dropped in turn; within it `warmup` untimed
-// runs of every batch, then `repeat` timed runs of each, whose medians are reported.
+// runs of every batch, then `repeat` timed runs of each, whose medians are reported. A GPU decoder
+// that profiles (JTOK_PROFILE=1: eager steps, cudaEvents between phases) adds "step_breakdown" to
+// the line, the mean over the timed steps of cuda::StepBreakdown's fields in ms (embed, attention,
+// rows_wait, mlp, head, logits_copy, step; the rows' side stream: rows_dedup, rows_gather; host:
+// rows_issue, host), and one more human line: rows_wait against rows_dedup + rows_gather is the
+// row fetch's overlap with the layers.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -70,7 +70,6 @@ class CpuDecoder final : public Decoder {
   }
   int64_t open_from_blocks(const std::vector<int64_t>& blocks, int64_t capacity) override;
   KVCache* host_cache(int64_t seq) override { return &slot(seq).cache; }
-  bool has_host_caches() const override { return true; }
 
  private:
   struct Slot {
@@ -163,6 +162,7 @@ class DeviceDecoderAdapter final : public Decoder {
       : V_(m.cfg.vocab_size), d_(std::move(d)), max_prefill_(std::max<int64_t>(1, s.max_prefill)),
         max_batch_(std::max<int64_t>(1, s.max_batch)) {}
   std::string describe() const override { return d_->describe(); }
+  cuda::StepBreakdown last_step() const override { return d_->last_step(); }
   int64_t open(int64_t capacity) override {
     const int64_t h = d_->open(capacity);
     capacity_[h] = capacity;

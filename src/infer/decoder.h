@@ -48,7 +48,9 @@ class Decoder {
   virtual bool blocks_shared() const { return false; }
   // The CPU engine's cache of seq (tests compare its bits); null on a device.
   virtual KVCache* host_cache(int64_t) { return nullptr; }
-  virtual bool has_host_caches() const { return false; }  // whether host_cache gives every sequence's
+  // The last decode step's phases (cuda/decoder.h; a GPU decoder profiling, JTOK_PROFILE=1); the
+  // CPU's: not valid.
+  virtual cuda::StepBreakdown last_step() const { return {}; }
 };
 
 // The CPU engine's decoder over m (kv_bf16: KVCache::bf16).

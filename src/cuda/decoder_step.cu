@@ -1,0 +1,168 @@
+// A decode step of the GPU decoder (src/cuda/decoder_state.h's decode_step, after decode's checks),
+// eager or replayed as a CUDA graph (issue 40). The step's M sequences are padded to R =
+// batch_bucket(M) rows (cuda/decode_buckets.h): rows M..R-1 are dummies, the first token at position
+// 0 of the scratch sequence (a page-table row and a page no KvPages handle owns), so they write and
+// read only the scratch page and their logits and choices are dropped. The paged attention is
+// launched for length_bucket(max_len) positions: rows stop at their own chunks, so the bits do not
+// depend on it. Both modes launch the same kernels at the same shapes: the same bits.
+//
+// A graph holds stream work only: what a step does on the host, and where it went.
+//   before the replay (decode_step): the checks (sequences open, distinct, room; ids in the
+//     vocabulary), the longest row, the buckets, the stream's sync before host_step is rewritten,
+//     the step's ints (ids, row_seq, pos) copied up from pinned memory into acts.step, which every
+//     captured kernel reads through fixed pointers (ids and positions, page tables: device buffers).
+//   made capture-safe: the rows' request reads the ids from acts.step on the device
+//     (StepRows::request_device: no pinned ids copy, no cudaEventSynchronize, no host id check);
+//     dedup's cub temporary storage was sized at set-up (nothing allocated); the gathers' sources go
+//     by value in the kernel's arguments; the side stream forks from and joins the decoder's stream
+//     by events recorded inside the capture; JTok-M's choices go to pinned host_sel (a memcpy node);
+//     cuBLASLt's plans (descriptors and the heuristic's algorithm) are made by the eager run of the
+//     same shape that precedes every capture, so the capture only finds them; paged attention's
+//     shared-memory attribute is set by that run too (a capture sets it again: not stream work).
+//   after the replay: the M rows' logits copied to the host and the stream's sync (the copy outside
+//     the graph: M rows, not R), the pages' lengths, the rows read (the host's dedup of the ids and
+//     JTok-M's choices).
+//   eager only (no graphs for that decoder, the reason in describe()): MoE layers (each copies its
+//     expert offsets to the host, a sync, and sizes each expert's products by them), staged rows (the
+//     host gathers them in the step), profiling (events between phases), settings.cuda_graphs off.
+// A capture that fails turns graphs off for the decoder, saying why once; the step it follows has
+// already run eagerly, so nothing is lost.
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "cuda/decode_buckets.h"
+#include "cuda/decoder_state.h"
+#include "cuda/model_kernels.h"
+
+namespace jtok::cuda {
+
+DecodeGraphs::~DecodeGraphs() {
+  for (auto& [shape, exec] : graphs_) cudaGraphExecDestroy(exec);
+}
+
+cudaGraphExec_t DecodeGraphs::find(const DecodeShape& shape) const {
+  const auto it = graphs_.find(shape);
+  return it == graphs_.end() ? nullptr : it->second;
+}
+
+void DecodeGraphs::add(const DecodeShape& shape, cudaGraphExec_t exec) {
+  cudaGraphExec_t& slot = graphs_[shape];
+  if (slot) cudaGraphExecDestroy(slot);
+  slot = exec;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The step's ints of R rows up into acts.step: row r < M is sequence seqs[r] at its length, the
+// rest the scratch sequence at position 0; tokens holds the R padded ids.
+template <typename E>
+void upload_decode(DecoderState<E>& st, const int64_t* seqs, const std::vector<int32_t>& tokens, int64_t M,
+                   const StepShape& sh) {
+  DecoderActs<E>& A = st.acts;
+  JTOK_CUDA_CHECK(cudaStreamSynchronize(st.s()));  // the last copy out of host_step is done
+  int32_t* h = A.host_step.get();
+  const int64_t n = A.max_rows;
+  for (int64_t r = 0; r < sh.R; ++r) {
+    h[r] = tokens[static_cast<size_t>(r)];
+    h[n + r] = static_cast<int32_t>(r < M ? seqs[r] : st.kv.scratch_row());
+    h[2 * n + r] = static_cast<int32_t>(r < M ? st.kv.pages->length(seqs[r]) : 0);
+  }
+  if (sh.timed) st.prof->mark(StepMark::step_begin, 0, st.s());
+  JTOK_CUDA_CHECK(cudaMemcpyAsync(A.step.get(), h, static_cast<size_t>(3 * n) * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, st.s()));
+}
+
+// The step's stream work: the forward of its R rows and the head of all R (what a graph captures).
+template <typename E>
+void queue_decode(DecoderState<E>& st, const int32_t* tokens, const StepShape& sh) {
+  forward_rows(st, tokens, sh);
+  if (sh.timed) st.prof->mark(StepMark::head_begin, 0, st.s());
+  head_forward(st, 0, sh.R);
+  if (sh.timed) st.prof->mark(StepMark::head_end, 0, st.s());
+}
+
+// queue_decode of shape sh captured (nothing runs) and instantiated. ThreadLocal: a call on this
+// thread that a capture forbids fails instead of syncing; other threads are not affected.
+template <typename E>
+cudaGraphExec_t capture_decode(DecoderState<E>& st, const int32_t* tokens, const StepShape& sh) {
+  cudaGraph_t graph = nullptr;
+  JTOK_CUDA_CHECK(cudaStreamBeginCapture(st.s(), cudaStreamCaptureModeThreadLocal));
+  try {
+    queue_decode(st, tokens, sh);
+  } catch (...) {
+    cudaStreamEndCapture(st.s(), &graph);  // out of capture mode, the side stream with it
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  JTOK_CUDA_CHECK(cudaStreamEndCapture(st.s(), &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  JTOK_CUDA_CHECK(made);
+  const cudaError_t uploaded = cudaGraphUpload(exec, st.s());
+  if (uploaded != cudaSuccess) cudaGraphExecDestroy(exec);
+  JTOK_CUDA_CHECK(uploaded);
+  return exec;
+}
+
+// After an eager step of a new shape: its graph, or graphs off for this decoder if capture fails.
+template <typename E>
+void capture_after_eager(DecoderState<E>& st, const int32_t* tokens, const StepShape& sh) {
+  try {
+    st.graphs->add({sh.R, sh.max_len}, capture_decode(st, tokens, sh));
+  } catch (const Error& e) {
+    cudaGetLastError();  // a capture's error is not sticky: clear it for the next check
+    st.graphs.reset();
+    st.graphs_off = std::string("the capture of a decode step failed: ") + e.what();
+    std::fprintf(stderr, "cuda decoder: CUDA graphs off: %s\n", st.graphs_off.c_str());
+  }
+}
+
+// The profiled step's breakdown, after its sync.
+template <typename E>
+StepBreakdown read_profile(const DecoderState<E>& st, const StepShape& sh, Clock::time_point t0) {
+  StepBreakdown b = st.prof->read();
+  b.rows = sh.R;
+  b.max_len = sh.max_len;
+  if (st.rows) {
+    const auto t = st.rows->last_times();
+    b.rows_dedup_ms = t.dedup_ms;
+    b.rows_gather_ms = t.gather_ms;
+  }
+  b.host_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  return b;
+}
+
+}  // namespace
+
+template <typename E>
+void decode_step(DecoderState<E>& st, const int64_t* seqs, const int32_t* tokens, int64_t M, int64_t max_len) {
+  const auto t0 = Clock::now();
+  StepShape sh;
+  sh.R = batch_bucket(M, st.settings.max_batch);
+  sh.max_len = length_bucket(max_len, st.rope_T, kPagedAttentionChunk);
+  sh.count_rows = true;
+  sh.timed = st.prof != nullptr;
+  std::vector<int32_t> padded(tokens, tokens + M);
+  padded.resize(static_cast<size_t>(sh.R), tokens[0]);  // a dummy row's id: one the step reads anyway
+  check_ids(padded.data(), sh.R, st.cfg.vocab_size, "token");
+  if (sh.timed) st.prof->begin_step();
+  upload_decode(st, seqs, padded, M, sh);
+  const cudaGraphExec_t graph = st.graphs ? st.graphs->find({sh.R, sh.max_len}) : nullptr;
+  if (graph) JTOK_CUDA_CHECK(cudaGraphLaunch(graph, st.s()));
+  else queue_decode(st, padded.data(), sh);
+  queue_logits_copy(st, M);
+  if (sh.timed) st.prof->mark(StepMark::copy_end, 0, st.s());
+  JTOK_CUDA_CHECK(cudaStreamSynchronize(st.s()));
+  if (!graph && st.graphs) capture_after_eager(st, padded.data(), sh);
+  if (sh.timed) st.last_step = read_profile(st, sh, t0);
+}
+
+template void decode_step<float>(DecoderState<float>&, const int64_t*, const int32_t*, int64_t, int64_t);
+template void decode_step<__nv_bfloat16>(DecoderState<__nv_bfloat16>&, const int64_t*, const int32_t*, int64_t,
+                                         int64_t);
+
+}  // namespace jtok::cuda

@@ -1,0 +1,165 @@
+// The GPU decoder's decode steps as CUDA graphs (src/cuda/decoder_step.cu) against the same steps
+// launched eagerly and against profiled (eager, events between phases) steps: one schedule of decode
+// steps whose batch changes (1, 2 and 3 sequences: buckets 1, 2 and 4, the last with a dummy row)
+// and whose lengths cross a page (15 -> 25, pages of 16) and a length bucket (250 -> 263: 256 ->
+// 512 positions), through three decoders, must give the same logits' bits, greedy tokens and
+// token-table rows read. The graph decoder must have captured the schedule's six shapes (and
+// replayed each: every shape recurs), the others none; the profiled one's breakdown must tile its
+// step. Models: Qwen3's shape (fp32 and bf16), JTok + JTok-M with rows in place and from hbm (bf16);
+// MoE and staged rows fall back to eager, saying why. Runs only on a GPU host (in test_cuda_ops).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/decoder.h"
+#include "model/transformer.h"
+#include "model_case.h"
+
+namespace {
+
+using namespace jtok::cuda_test;
+using jtok::cuda::DecoderSettings;
+using jtok::cuda::DeviceDecoder;
+using jtok::cuda::StepBreakdown;
+
+constexpr int64_t kContext = 640;  // length buckets 256, 512, 640 (chunks of 256 positions)
+constexpr int kSteps = 16;
+// Which of the 3 sequences step s feeds: bit i = sequence i (3 rows, 1, 2, 1, 3, 2, ...).
+constexpr int kMasks[] = {7, 2, 5, 4, 7, 6};
+
+jtok::ModelConfig long_context(jtok::ModelConfig c) {
+  c.max_position_embeddings = kContext;
+  return c;
+}
+
+DecoderSettings settings(bool bf16, const std::string& rows, bool graphs, bool profile) {
+  DecoderSettings s;
+  s.bf16 = bf16;
+  s.kv_bf16 = bf16;
+  s.max_batch = 4;
+  s.max_prefill = 256;
+  s.page_tokens = 16;
+  s.table_rows = rows;
+  s.cuda_graphs = graphs;
+  s.profile = profile;
+  return s;
+}
+
+int32_t argmax(const float* x, int64_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
+
+struct Schedule {
+  std::vector<float> logits;   // every step's (M, V), back to back
+  std::vector<int32_t> fed;    // every step's tokens
+  std::vector<int64_t> rows;   // per step
+  std::vector<StepBreakdown> steps;
+};
+
+// Prompts of 5, 15 and 250 tokens, then kSteps greedy steps of the sequences kMasks picks.
+Schedule run_schedule(DeviceDecoder& dec, const jtok::ModelConfig& c) {
+  const int64_t V = c.vocab_size;
+  std::vector<int64_t> seqs;
+  std::vector<int32_t> next;
+  std::vector<float> l(static_cast<size_t>(4 * V));
+  for (int64_t n : {5, 15, 250}) {
+    const std::vector<int32_t> p = skewed_ids(n, V, 80 + static_cast<uint64_t>(n));
+    seqs.push_back(dec.open(kContext));
+    dec.prefill(seqs.back(), p.data(), n, l.data());
+    next.push_back(argmax(l.data(), V));
+  }
+  Schedule out;
+  for (int s = 0; s < kSteps; ++s) {
+    std::vector<int64_t> sq, who;
+    std::vector<int32_t> tk;
+    for (int64_t i = 0; i < 3; ++i) {
+      if (((kMasks[s % 6] >> i) & 1) == 0) continue;
+      sq.push_back(seqs[static_cast<size_t>(i)]);
+      tk.push_back(next[static_cast<size_t>(i)]);
+      who.push_back(i);
+    }
+    const int64_t M = static_cast<int64_t>(sq.size());
+    out.rows.push_back(dec.decode(sq.data(), tk.data(), M, l.data()));
+    out.fed.insert(out.fed.end(), tk.begin(), tk.end());
+    out.logits.insert(out.logits.end(), l.begin(), l.begin() + M * V);
+    out.steps.push_back(dec.last_step());
+    for (int64_t k = 0; k < M; ++k)
+      next[static_cast<size_t>(who[static_cast<size_t>(k)])] = argmax(l.data() + k * V, V);
+  }
+  EXPECT_EQ(dec.length(seqs[2]), 250 + 13) << "the schedule crosses the 256-position length bucket";
+  EXPECT_EQ(dec.length(seqs[1]), 15 + 10) << "the schedule crosses a page";
+  for (int64_t q : seqs) dec.close(q);
+  return out;
+}
+
+// A profiled step: valid, its bucket's rows, phases that tile the step (the marks are consecutive on
+// one stream, so the sum is the whole up to rounding), the rows' side stream timed where there are rows.
+void expect_breakdown(const std::string& name, const StepBreakdown& b, int64_t bucket, bool has_rows) {
+  ASSERT_TRUE(b.valid) << name;
+  EXPECT_EQ(b.rows, bucket) << name;
+  EXPECT_GE(b.max_len, 256) << name;
+  for (double v : {b.embed_ms, b.attention_ms, b.rows_wait_ms, b.mlp_ms, b.head_ms, b.logits_copy_ms, b.rows_dedup_ms,
+                   b.rows_gather_ms, b.rows_issue_ms})
+    EXPECT_GE(v, 0.0) << name;
+  const double parts = b.embed_ms + b.attention_ms + b.rows_wait_ms + b.mlp_ms + b.head_ms + b.logits_copy_ms;
+  EXPECT_GT(b.step_ms, 0.0) << name;
+  EXPECT_NEAR(parts, b.step_ms, 1e-3 + 1e-3 * b.step_ms) << name;
+  EXPECT_GE(b.host_ms, b.step_ms * 0.5) << name << ": the call holds the step";
+  if (has_rows) EXPECT_GT(b.rows_dedup_ms + b.rows_gather_ms, 0.0) << name;
+  else EXPECT_EQ(b.rows_wait_ms, 0.0) << name;
+}
+
+void expect_graphs_match_eager(const std::string& name, const jtok::Model& m, bool bf16, const std::string& rows) {
+  auto graphs = jtok::cuda::make_device_decoder(m, settings(bf16, rows, true, false));
+  auto eager = jtok::cuda::make_device_decoder(m, settings(bf16, rows, false, false));
+  auto profiled = jtok::cuda::make_device_decoder(m, settings(bf16, rows, true, true));
+  EXPECT_NE(graphs->describe().find("CUDA graphs on (batch buckets 1 2 4;"), std::string::npos) << graphs->describe();
+  EXPECT_NE(eager->describe().find("CUDA graphs off: turned off"), std::string::npos) << eager->describe();
+  EXPECT_NE(profiled->describe().find("CUDA graphs off: profiling"), std::string::npos) << profiled->describe();
+  const Schedule g = run_schedule(*graphs, m.cfg), e = run_schedule(*eager, m.cfg), p = run_schedule(*profiled, m.cfg);
+  EXPECT_NE(graphs->describe().find("6 captured"), std::string::npos) << name << ": " << graphs->describe();
+  for (const Schedule* other : {&e, &p}) {
+    EXPECT_EQ(g.fed, other->fed) << name;
+    EXPECT_EQ(g.rows, other->rows) << name;
+    ASSERT_EQ(g.logits.size(), other->logits.size()) << name;
+    EXPECT_TRUE(std::equal(g.logits.begin(), g.logits.end(), other->logits.begin(),
+                           [](float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }))
+        << name << ": graph and eager logits differ in their bits";
+  }
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_FALSE(g.steps[static_cast<size_t>(s)].valid) << name << ": a graph decoder does not profile";
+    const int M = __builtin_popcount(kMasks[s % 6]);
+    expect_breakdown(name + " step " + std::to_string(s), p.steps[static_cast<size_t>(s)], M == 3 ? 4 : M,
+                     !m.tables.empty());
+  }
+}
+
+TEST(CudaDecoderGraphs, GraphsGiveTheEagerBits) {
+  const jtok::Model qwen3 = test_model(long_context(tiny_qwen3()));
+  expect_graphs_match_eager("qwen3 fp32", qwen3, false, "auto");
+  expect_graphs_match_eager("qwen3 bf16", qwen3, true, "auto");
+  const jtok::Model tables = test_model(long_context(tiny_jtok_jtokm()));
+  expect_graphs_match_eager("jtok+jtokm bf16 in place", tables, true, "in_place");
+  expect_graphs_match_eager("jtok+jtokm bf16 hbm", tables, true, "hbm");
+}
+
+// What needs the host inside a step runs eagerly, named in describe(), and still decodes.
+TEST(CudaDecoderGraphs, HostBoundStepsFallBackToEager) {
+  const jtok::Model moe = test_model(long_context(tiny_moe_jtok_jtokm()));
+  auto a = jtok::cuda::make_device_decoder(moe, settings(false, "auto", true, false));
+  EXPECT_NE(a->describe().find("CUDA graphs off: MoE layers"), std::string::npos) << a->describe();
+  const jtok::Model tables = test_model(long_context(tiny_jtok_jtokm()));
+  auto b = jtok::cuda::make_device_decoder(tables, settings(true, "staged", true, false));
+  EXPECT_NE(b->describe().find("CUDA graphs off: staged"), std::string::npos) << b->describe();
+  auto c = jtok::cuda::make_device_decoder(tables, settings(true, "in_place", true, false));
+  const Schedule staged = run_schedule(*b, tables.cfg), in_place = run_schedule(*c, tables.cfg);
+  EXPECT_EQ(staged.logits, in_place.logits) << "staged (eager) against in place (graphs)";
+  EXPECT_EQ(staged.rows, in_place.rows);
+  const Schedule moe_run = run_schedule(*a, moe.cfg);
+  for (float x : moe_run.logits) ASSERT_TRUE(std::isfinite(x)) << "MoE eager with dummy rows";
+}
+
+}  // namespace
