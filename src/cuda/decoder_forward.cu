@@ -94,15 +94,9 @@ void attention_half(DecoderState<E>& st, size_t l, const StepShape& sh) {
   cudaStream_t s = st.s();
   rmsnorm_forward(A.a.get(), A.rstd.get(), A.h.get(), W.ln1, R, d, eps, s);
   if (W.jtokm_router) jtokm_route_layer(st, l, sh);  // route now, mix at the write-back
-  E* q = c.qk_norm ? A.q_in.get() : A.q.get();
-  E* k = c.qk_norm ? A.k_in.get() : A.k.get();
-  linear_forward<E, E>(st.mm, q, A.a.get(), W.wq, W.bq, R, d, qd, false, s);
-  linear_forward<E, E>(st.mm, k, A.a.get(), W.wk, W.bk, R, d, kvd, false, s);
-  linear_forward<E, E>(st.mm, A.v.get(), A.a.get(), W.wv, W.bv, R, d, kvd, false, s);
-  if (c.qk_norm) {  // model/qkv_variants.cpp: after the biases, before RoPE
-    rmsnorm_forward(A.q.get(), A.rstd_q.get(), A.q_in.get(), W.q_norm, R * H, hd, eps, s);
-    rmsnorm_forward(A.k.get(), A.rstd_k.get(), A.k_in.get(), W.k_norm, R * KV, hd, eps, s);
-  }
+  const QkvBuffers<E> qkv{A.q.get(),    A.k.get(),      A.v.get(),     A.q_in.get(),
+                          A.k_in.get(), A.rstd_q.get(), A.rstd_k.get()};
+  qkv_project(st.mm, c, W, qkv, A.a.get(), R, s);
   rope_forward_at(A.q.get(), st.rope_cos.get(), st.rope_sin.get(), A.pos(), R, H, hd, qd, s);
   rope_forward_at(A.k.get(), st.rope_cos.get(), st.rope_sin.get(), A.pos(), R, KV, hd, kvd, s);
   append_kv(st, l, R);  // every row's first: a chunk's later rows read its earlier ones

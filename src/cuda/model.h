@@ -79,6 +79,18 @@ template <typename E>
 void mlp_update(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, const MlpBuffers<E>& b, const E* x,
                 E* out, int64_t N, bool accumulate, cudaStream_t s);
 
+// The attention's input projections for N rows: q (N,qd), k, v (N,kvd) = a W^T (+ b); with qk_norm the
+// products land in q_in / k_in and their per-head RMSNorm (rstd_q (N*H), rstd_k (N*KV)) in q / k
+// (model/qkv_variants.cpp: after the biases, before RoPE). The training forward's and the decoder's.
+template <typename E>
+struct QkvBuffers {
+  E *q = nullptr, *k = nullptr, *v = nullptr, *q_in = nullptr, *k_in = nullptr;
+  float *rstd_q = nullptr, *rstd_k = nullptr;
+};
+template <typename E>
+void qkv_project(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, const QkvBuffers<E>& b, const E* a,
+                 int64_t N, cudaStream_t s);
+
 template <typename E>
 struct DeviceModel {
   // Copies host's parameters (and its RoPE table) to the device; gradients zeroed. Refuses what is

@@ -53,15 +53,9 @@ void attention_half(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int64_t
   cudaStream_t s = dm.stream;
   rmsnorm_forward(L.a.get(), L.rstd1.get(), L.h_in.get(), W.ln1, N, d, eps, s);
   if (W.jtokm_router) jtokm_route_layer(dm, L, l, N);  // route now, mix at the write-back
-  E* q = c.qk_norm ? L.q_in.get() : L.q.get();
-  E* k = c.qk_norm ? L.k_in.get() : L.k.get();
-  linear_forward<E, E>(dm.mm, q, L.a.get(), W.wq, W.bq, N, d, qd, false, s);
-  linear_forward<E, E>(dm.mm, k, L.a.get(), W.wk, W.bk, N, d, kvd, false, s);
-  linear_forward<E, E>(dm.mm, L.v.get(), L.a.get(), W.wv, W.bv, N, d, kvd, false, s);
-  if (c.qk_norm) {  // model/qkv_variants.cpp: after the biases, before RoPE
-    rmsnorm_forward(L.q.get(), L.rstd_q.get(), L.q_in.get(), W.q_norm, N * H, hd, eps, s);
-    rmsnorm_forward(L.k.get(), L.rstd_k.get(), L.k_in.get(), W.k_norm, N * KV, hd, eps, s);
-  }
+  const QkvBuffers<E> qkv{L.q.get(),    L.k.get(),      L.v.get(),     L.q_in.get(),
+                          L.k_in.get(), L.rstd_q.get(), L.rstd_k.get()};
+  qkv_project(dm.mm, c, W, qkv, L.a.get(), N, s);
   rope_forward(L.q.get(), dm.rope_cos.get(), dm.rope_sin.get(), B, T, H, hd, qd, 0, s);
   rope_forward(L.k.get(), dm.rope_cos.get(), dm.rope_sin.get(), B, T, KV, hd, kvd, 0, s);
   attention_forward(L.att.get(), L.lse.get(), L.q.get(), L.k.get(), L.v.get(), B, T, H, KV, hd, s);
@@ -113,6 +107,22 @@ void mlp_half(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
 }
 
 }  // namespace
+
+template <typename E>
+void qkv_project(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, const QkvBuffers<E>& b, const E* a,
+                 int64_t N, cudaStream_t s) {
+  const int64_t d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), hd = c.hd();
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  E* q = c.qk_norm ? b.q_in : b.q;
+  E* k = c.qk_norm ? b.k_in : b.k;
+  linear_forward<E, E>(mm, q, a, W.wq, W.bq, N, d, qd, false, s);
+  linear_forward<E, E>(mm, k, a, W.wk, W.bk, N, d, kvd, false, s);
+  linear_forward<E, E>(mm, b.v, a, W.wv, W.bv, N, d, kvd, false, s);
+  if (c.qk_norm) {  // model/qkv_variants.cpp: after the biases, before RoPE
+    rmsnorm_forward(b.q, b.rstd_q, b.q_in, W.q_norm, N * c.num_attention_heads, hd, eps, s);
+    rmsnorm_forward(b.k, b.rstd_k, b.k_in, W.k_norm, N * c.num_key_value_heads, hd, eps, s);
+  }
+}
 
 template <typename E>
 void mlp_update(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, const MlpBuffers<E>& b, const E* x,
@@ -169,6 +179,11 @@ double forward_loss(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets
 template void forward<float>(DeviceModel<float>&, DeviceActs<float>&, const int32_t*, int64_t, int64_t);
 template void forward<__nv_bfloat16>(DeviceModel<__nv_bfloat16>&, DeviceActs<__nv_bfloat16>&, const int32_t*, int64_t,
                                      int64_t);
+template void qkv_project<float>(Matmul&, const ModelConfig&, const DeviceLayerView<float>&, const QkvBuffers<float>&,
+                                  const float*, int64_t, cudaStream_t);
+template void qkv_project<__nv_bfloat16>(Matmul&, const ModelConfig&, const DeviceLayerView<__nv_bfloat16>&,
+                                          const QkvBuffers<__nv_bfloat16>&, const __nv_bfloat16*, int64_t,
+                                          cudaStream_t);
 template void mlp_update<float>(Matmul&, const ModelConfig&, const DeviceLayerView<float>&, const MlpBuffers<float>&,
                                  const float*, float*, int64_t, bool, cudaStream_t);
 template void mlp_update<__nv_bfloat16>(Matmul&, const ModelConfig&, const DeviceLayerView<__nv_bfloat16>&,
