@@ -69,7 +69,7 @@ done
 kernel_cases='CudaOps.*:*CudaAttention*:*CudaGemm*:*CudaLinear*:CudaPagedKv.*:*CudaPagedAttention*:CudaHostRows.*'
 race_filter=${JTOK_RACECHECK_FILTER:-$([ "$filter" = '*' ] && echo "$kernel_cases" || echo "$filter")}
 if [ -n "$sanitizer" ]; then
-  for tool in memcheck racecheck; do
+  for tool in racecheck memcheck; do  # racecheck (bounded) first: a memcheck cut by a time box leaves its log
     f=$filter; [ "$tool" = racecheck ] && f=$race_filter
     if "$sanitizer" --tool "$tool" --error-exitcode 9 "$BIN/test_cuda_ops" --gtest_filter="$f" \
          > "$L/$tool.log" 2>&1; then
