@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "cuda/decoder_sizes.h"
 #include "data/tokenizer.h"
 #include "run_setup.h"
 #include "serve/engine.h"
@@ -73,6 +74,7 @@ std::unique_ptr<jtok::Decoder> make_serve_decoder(const jtok::Model& m, const jt
   s.page_tokens = args.page_tokens;
   s.max_seqs = eo.max_batch;
   s.kv_tokens = eo.kv_budget_tokens + eo.max_batch * args.page_tokens;
+  std::fprintf(stderr, "serve: %s\n", jtok::cuda::decoder_plan_line(jtok::cuda::decoder_memory_plan(m.cfg, s)).c_str());
   return jtok::make_decoder(m, "cuda", s);
 }
 

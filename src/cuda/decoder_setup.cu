@@ -14,12 +14,6 @@
 
 namespace jtok::cuda {
 
-namespace {
-
-int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-}  // namespace
-
 void check_decoder_settings(const Model& host, const DecoderSettings& s) {
   check_device_supported(host, "cuda decoder");
   const ModelConfig& c = host.cfg;
@@ -32,7 +26,9 @@ void check_decoder_settings(const Model& host, const DecoderSettings& s) {
   const std::string& p = s.table_rows;
   if (p != "auto" && p != "hbm" && p != "in_place" && p != "staged")
     fail("cuda decoder: table rows from '", p, "' (auto, hbm, in_place or staged)");
-  if (host.rope.T < 1) fail("cuda decoder: the model has no RoPE table");
+  if (host.rope.T < 1 || host.rope.T != c.max_position_embeddings)
+    fail("cuda decoder: the model's RoPE table has ", host.rope.T, " positions, max_position_embeddings ",
+         c.max_position_embeddings, " (they must agree: the memory plan sizes the context by the latter)");
 }
 
 namespace {
@@ -50,6 +46,40 @@ RowPath choose_path(const Model& host, const std::string& asked) {
   for (const TokenTable& t : host.tables)
     if (!rows_in_place(t)) return RowPath::staged;
   return RowPath::in_place;
+}
+
+// MoE's grouping scratch for R rows (cub's sort included).
+int64_t moe_group_bytes(const ModelConfig& c, int64_t R) {
+  const MoeDims m = moe_dims(c);
+  return static_cast<int64_t>(moe_group_scratch_bytes(MoeRouteDims{R, m.E, m.K, m.norm_topk, m.aux_coef}));
+}
+
+// The host model's layers (decoder_layer_kinds from its weights: a JTok layer is gated unless its
+// scaler is all ones, the CPU's choice) and st.jtok_gated, each layer's.
+template <typename E>
+DecoderLayerKinds layer_kinds(DecoderState<E>& st, const Model& host) {
+  DecoderLayerKinds k = decoder_layer_kinds(st.cfg);
+  k.gated = false;
+  for (const LayerView& W : host.w.layers) {
+    st.jtok_gated.push_back(W.jtok_scale && !jtok_gate_is_one(W.jtok_scale, st.cfg.hidden_size) ? 1 : 0);
+    k.gated |= st.jtok_gated.back() != 0;
+  }
+  return k;
+}
+
+// The set-up's plan, cub's scratch included, and its refusal when the GPU's free memory cannot hold it.
+template <typename E>
+void plan_memory(DecoderState<E>& st, const DecoderLayerKinds& k) {
+  const DecoderSettings& s = st.settings;
+  DecoderCubBytes cub;
+  const int64_t R = decoder_max_rows(s);
+  if (k.table_slots > 0) cub.rows_dedup = static_cast<int64_t>(dedup_scratch_bytes(R, st.cfg.padded_vocab()));
+  if (k.moe) cub.moe_group = moe_group_bytes(st.cfg, R);
+  st.plan = decoder_memory_plan(st.cfg, s, k, st.path == RowPath::hbm, st.path == RowPath::staged, cub);
+  size_t free_bytes = 0, total_bytes = 0;
+  JTOK_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const std::string why = decoder_memory_refusal(st.plan, static_cast<int64_t>(free_bytes));
+  if (!why.empty()) fail(why);
 }
 
 // host.params in E (bf16: rounded to nearest even on the device, a bounded block at a time), its
@@ -77,8 +107,6 @@ void upload_weights(DecoderState<E>& st, const Model& host) {
   st.rope_sin.resize(rope_n);
   copy_to_device(st.rope_cos.get(), host.rope.cos.data(), rope_n);
   copy_to_device(st.rope_sin.get(), host.rope.sin.data(), rope_n);
-  for (const LayerView& W : host.w.layers)
-    st.jtok_gated.push_back(W.jtok_scale && !jtok_gate_is_one(W.jtok_scale, st.cfg.hidden_size) ? 1 : 0);
 }
 
 // The page pool (kv_tokens positions, or max_batch sequences of the whole context), its bookkeeping
@@ -86,13 +114,14 @@ void upload_weights(DecoderState<E>& st, const Model& host) {
 template <typename E>
 void setup_kv(DecoderState<E>& st) {
   const DecoderSettings& s = st.settings;
+  const DecoderKvSizes z = decoder_kv_sizes(st.cfg, s, st.rope_T);
   DecoderKv& kv = st.kv;
   kv.bf16 = s.kv_bf16;
   kv.page_tokens = s.page_tokens;
-  kv.max_pages = ceil_div64(st.rope_T, s.page_tokens);
-  kv.n_pages = s.kv_tokens > 0 ? ceil_div64(s.kv_tokens, s.page_tokens) : s.max_batch * kv.max_pages;
-  kv.max_seqs = s.max_seqs > 0 ? s.max_seqs : 4 * s.max_batch;
-  kv.layers = st.cfg.num_hidden_layers;
+  kv.max_pages = z.max_pages;
+  kv.n_pages = z.n_pages;
+  kv.max_seqs = z.max_seqs;
+  kv.layers = z.layers;
   kv.KV = st.cfg.num_key_value_heads;
   kv.hd = st.cfg.hd();
   if (kv.n_pages + 1 >= (int64_t{1} << 31) || (kv.max_seqs + 1) * kv.max_pages >= (int64_t{1} << 31))
@@ -100,11 +129,13 @@ void setup_kv(DecoderState<E>& st) {
          " pages: past the int32 page tables");
   kv.pages = std::make_unique<KvPages>(kv.n_pages, kv.page_tokens, kv.max_seqs);
   // Every sequence's row 0 until it opens; the scratch row lists the scratch page first.
-  kv.tables_host.assign(static_cast<size_t>((kv.max_seqs + 1) * kv.max_pages), 0);
+  kv.tables_host.assign(static_cast<size_t>(z.table_ints()), 0);
   kv.tables_host[static_cast<size_t>(kv.scratch_row() * kv.max_pages)] = kv.scratch_page();
-  kv.tables.resize((kv.max_seqs + 1) * kv.max_pages);
+  kv.tables.resize(z.table_ints());
   copy_to_device(kv.tables.get(), kv.tables_host.data(), kv.tables.size());
-  kv.pool.resize(static_cast<int64_t>(2 * kv.layers) * static_cast<int64_t>(kv.pool_bytes()));
+  JTOK_CHECK(static_cast<int64_t>(kv.pool_bytes()) == z.pool_bytes(), "cuda decoder: KV pool of ", kv.pool_bytes(),
+             " bytes, planned ", z.pool_bytes());
+  kv.pool.resize(2 * kv.layers * z.pool_bytes());
   kv.pool.zero(st.s());
 }
 
@@ -115,7 +146,6 @@ void setup_rows(DecoderState<E>& st, const Model& host, int64_t max_rows) {
   st.rows_layer.assign(static_cast<size_t>(L), -1);
   st.jtokm_first.assign(static_cast<size_t>(L), 0);
   st.sel_slot.assign(static_cast<size_t>(L), -1);
-  st.path = choose_path(host, st.settings.table_rows);
   std::vector<LayerTables> layers = layer_tables(host);
   for (size_t k = 0; k < layers.size(); ++k) {
     const size_t l = static_cast<size_t>(layers[k].layer);
@@ -127,57 +157,40 @@ void setup_rows(DecoderState<E>& st, const Model& host, int64_t max_rows) {
   if (!layers.empty()) st.rows = std::make_unique<StepRows<E>>(std::move(layers), max_rows, st.path);
 }
 
-// The buffers of R rows through a layer (sizes 0 where no layer needs them).
+// Every step buffer at decoder_act_sizes' counts (0 where no layer needs one): the layers', then
+// the step's ints, the identity index, the head's rows and the host's copies.
 template <typename E>
-void size_layer_buffers(DecoderState<E>& st, const Model& host, int64_t R) {
+void size_step_buffers(DecoderState<E>& st, const DecoderLayerKinds& kinds) {
   const ModelConfig& c = st.cfg;
+  const DecoderActSizes z = decoder_act_sizes(c, st.settings, kinds, st.rope_T);
   DecoderActs<E>& A = st.acts;
-  const int64_t d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
-  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
-  bool dense = false, moe = false, gated = false;
-  for (size_t l = 0; l < host.w.layers.size(); ++l) {
-    dense |= host.w.layers[l].wg != nullptr;
-    moe |= host.w.layers[l].moe.router != nullptr;
-    gated |= st.jtok_gated[l] != 0;
-  }
-  A.h.resize(R * d), A.a.resize(R * d), A.x.resize(R * d), A.q.resize(R * qd), A.att.resize(R * qd);
-  A.k.resize(R * kvd), A.v.resize(R * kvd), A.rstd.resize(R);
-  A.q_in.resize(c.qk_norm ? R * qd : 0), A.k_in.resize(c.qk_norm ? R * kvd : 0);
-  A.rstd_q.resize(c.qk_norm ? R * H : 0), A.rstd_k.resize(c.qk_norm ? R * KV : 0);
-  A.gate.resize(dense ? R * F : 0), A.up.resize(dense ? R * F : 0), A.act.resize(dense ? R * F : 0);
-  A.mlp_out.resize(gated ? R * d : 0), A.nrows.resize(gated ? R * d : 0), A.inv_norm.resize(gated ? R : 0);
-  A.lse.resize(H * st.settings.max_prefill);
-  A.attn_scratch.resize(paged_attention_scratch(R, H, hd, st.rope_T));
-  const int64_t ne = st.jtokm_layers > 0 ? c.jtokm_n_e : 0, K = st.jtokm_layers > 0 ? c.jtokm_top_k : 0;
-  A.m_logits.resize(R * ne), A.m_sig.resize(R * ne), A.m_w.resize(R * K), A.m_sel.resize(R * K);
-  A.m_e.resize(ne ? R * d : 0), A.m_inv_norm.resize(ne ? R : 0);
-  A.m_load.resize(ne), A.m_prob_sum.resize(ne), A.m_aux.resize(ne ? 1 : 0);
-  if (moe) {  // the forward's arrays only: the block's scratch past logits and group is the backward's
+  A.h.resize(z.h), A.a.resize(z.a), A.x.resize(z.x), A.q.resize(z.q), A.att.resize(z.att);
+  A.k.resize(z.k), A.v.resize(z.v), A.rstd.resize(z.rstd);
+  A.q_in.resize(z.q_in), A.k_in.resize(z.k_in), A.rstd_q.resize(z.rstd_q), A.rstd_k.resize(z.rstd_k);
+  A.gate.resize(z.gate), A.up.resize(z.up), A.act.resize(z.act);
+  A.mlp_out.resize(z.mlp_out), A.nrows.resize(z.nrows), A.inv_norm.resize(z.inv_norm);
+  A.lse.resize(z.lse), A.attn_scratch.resize(z.attn_scratch);
+  A.m_logits.resize(z.m_logits), A.m_sig.resize(z.m_sig), A.m_w.resize(z.m_w), A.m_sel.resize(z.m_sel);
+  A.m_e.resize(z.m_e), A.m_inv_norm.resize(z.m_inv_norm);
+  A.m_load.resize(z.m_load), A.m_prob_sum.resize(z.m_prob_sum), A.m_aux.resize(z.m_aux);
+  if (kinds.moe) {  // the forward's arrays only: the block's scratch past logits and group is the backward's
     const MoeDims m = moe_dims(c);
-    size_moe_acts(A.moe, m, R);
-    A.moe_scratch.logits.resize(R * m.E);
-    A.moe_scratch.group.resize(
-        static_cast<int64_t>(moe_group_scratch_bytes(MoeRouteDims{R, m.E, m.K, m.norm_topk, m.aux_coef})));
+    size_moe_acts(A.moe, m, z.R);
+    A.moe_scratch.logits.resize(z.moe_logits);
+    A.moe_scratch.group.resize(moe_group_bytes(c, z.R));
   }
-}
-
-// The step's ints, the identity index, the head's rows and the host's copies.
-template <typename E>
-void size_step_buffers(DecoderState<E>& st, int64_t R) {
-  const ModelConfig& c = st.cfg;
-  DecoderActs<E>& A = st.acts;
-  A.max_rows = R;
-  A.head_rows = std::min(R, std::max<int64_t>(st.settings.max_batch, 32));  // the CPU's head blocks: 32 rows
-  A.step.resize(3 * R);
-  A.host_step = PinnedArray<int32_t>(3 * R);
-  std::vector<int32_t> iota(static_cast<size_t>(R));
+  A.max_rows = z.R;
+  A.head_rows = z.head_rows;
+  A.step.resize(z.step);
+  A.host_step = PinnedArray<int32_t>(z.host_step);
+  std::vector<int32_t> iota(static_cast<size_t>(z.identity));
   std::iota(iota.begin(), iota.end(), 0);
-  A.identity.resize(R);
-  copy_to_device(A.identity.get(), iota.data(), R);
-  A.lnf.resize(A.head_rows * c.hidden_size);
-  A.logits.resize(A.head_rows * c.padded_vocab());
-  A.host_logits = PinnedArray<float>(A.head_rows * c.vocab_size);
-  A.host_sel = PinnedArray<int32_t>(st.jtokm_layers * st.settings.max_batch * c.jtokm_top_k);
+  A.identity.resize(z.identity);
+  copy_to_device(A.identity.get(), iota.data(), z.identity);
+  A.lnf.resize(z.lnf);
+  A.logits.resize(z.logits);
+  A.host_logits = PinnedArray<float>(z.host_logits);
+  A.host_sel = PinnedArray<int32_t>(z.host_sel);
 }
 
 // Why decode steps cannot be CUDA graphs here ("" when they can): each reason is host work inside
@@ -215,12 +228,15 @@ void setup_decoder(DecoderState<E>& st, const Model& host, const DecoderSettings
   st.info = require_cuda_device();
   st.settings = s;
   st.cfg = host.cfg;
-  const int64_t max_rows = std::max(s.max_batch, s.max_prefill);
+  st.path = choose_path(host, s.table_rows);
+  const DecoderLayerKinds kinds = layer_kinds(st, host);
+  plan_memory(st, kinds);
   upload_weights(st, host);
   setup_kv(st);
-  setup_rows(st, host, max_rows);
-  size_layer_buffers(st, host, max_rows);
-  size_step_buffers(st, max_rows);
+  setup_rows(st, host, decoder_max_rows(s));
+  JTOK_CHECK(st.jtokm_layers == kinds.jtokm_layers, "cuda decoder: ", st.jtokm_layers, " JTok-M layers, planned ",
+             kinds.jtokm_layers);
+  size_step_buffers(st, kinds);
   setup_step_modes(st, host);
   JTOK_CUDA_CHECK(cudaStreamSynchronize(st.s()));
 }
@@ -229,14 +245,15 @@ template <typename E>
 std::string describe_decoder(const DecoderState<E>& st) {
   const DecoderKv& kv = st.kv;
   const double mib = static_cast<double>(2 * kv.layers) * static_cast<double>(kv.pool_bytes()) / (1024.0 * 1024.0);
-  char buf[320];
+  char buf[384];
   std::snprintf(buf, sizeof buf,
                 "cuda decoder on %s: %s weights, %s KV in %lld pages of %lld positions (%.1f MiB), batch %lld, "
-                "prefill %lld, table rows %s",
+                "prefill %lld, table rows %s, GPU memory plan %.2f GiB",
                 st.info.name.c_str(), std::is_same_v<E, float> ? "fp32" : "bf16", kv.bf16 ? "bf16" : "fp32",
                 static_cast<long long>(kv.n_pages), static_cast<long long>(kv.page_tokens), mib,
                 static_cast<long long>(st.settings.max_batch), static_cast<long long>(st.settings.max_prefill),
-                st.rows ? row_path_name(st.path) : "none (no token tables)");
+                st.rows ? row_path_name(st.path) : "none (no token tables)",
+                static_cast<double>(st.plan.total()) / (1024.0 * 1024.0 * 1024.0));
   std::string out = buf;
   if (st.graphs) {
     out += ", CUDA graphs on (batch buckets";

@@ -19,6 +19,7 @@
 
 #include "cuda/decoder.h"
 #include "cuda/decoder_profile.h"
+#include "cuda/decoder_sizes.h"
 #include "cuda/device.h"
 #include "cuda/device_array.h"
 #include "cuda/jtokm.h"
@@ -148,6 +149,7 @@ struct DecoderState {
   std::string graphs_off;
   std::unique_ptr<DecodeProfiler> prof;  // JTOK_PROFILE=1 (or settings.profile): the steps' events
   StepBreakdown last_step;               // the last decode step's, when profiling
+  DecoderMemoryPlan plan;                // what the set-up allocates (checked against the free memory first)
   cudaStream_t s() const { return stream.s; }
 };
 
@@ -166,7 +168,8 @@ struct StepShape {
 // decoder_setup.cu: what the decoder does not run (check_device_supported's, settings out of range,
 // JTok-M past the kernels' tables, an unknown table_rows), refused by name before anything is made.
 void check_decoder_settings(const Model& host, const DecoderSettings& s);
-// check_decoder_settings, then everything above.
+// check_decoder_settings, the memory plan against the GPU's free memory (refused by
+// decoder_memory_refusal's message), then everything above.
 template <typename E>
 void setup_decoder(DecoderState<E>& st, const Model& host, const DecoderSettings& s);
 template <typename E>

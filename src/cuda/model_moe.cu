@@ -6,6 +6,7 @@
 // Every gradient accumulates (+=), as the CPU's.
 #include <type_traits>
 
+#include "cuda/decoder_sizes.h"
 #include "cuda/model_kernels.h"
 #include "cuda/model_moe.h"
 #include "cuda/swiglu.h"
@@ -130,11 +131,12 @@ void shared_experts_backward(Matmul& mm, E* dx, const DeviceMoeView<float>& g, D
 
 template <typename E>
 void size_moe_acts(DeviceMoeActs<E>& a, const MoeDims& m, int64_t N) {
-  const int64_t NK = N * m.K;
-  a.probs.resize(N * m.E), a.topw.resize(NK), a.frac.resize(m.E);
-  a.topi.resize(NK), a.offsets.resize(m.E + 1), a.slot_of.resize(NK), a.row_of.resize(NK), a.aux.resize(1);
-  a.xg.resize(NK * m.d), a.g.resize(NK * m.F), a.u.resize(NK * m.F), a.act.resize(NK * m.F), a.eo.resize(NK * m.d);
-  a.sg.resize(N * m.S), a.su.resize(N * m.S), a.sact.resize(N * m.S);
+  const MoeActSizes z = moe_act_sizes(m, N);  // the decoder's memory plan counts the same
+  a.probs.resize(z.probs), a.topw.resize(z.topw), a.frac.resize(z.frac);
+  a.topi.resize(z.topi), a.offsets.resize(z.offsets), a.slot_of.resize(z.slot_of), a.row_of.resize(z.row_of);
+  a.aux.resize(z.aux);
+  a.xg.resize(z.xg), a.g.resize(z.g), a.u.resize(z.u), a.act.resize(z.act), a.eo.resize(z.eo);
+  a.sg.resize(z.sg), a.su.resize(z.su), a.sact.resize(z.sact);
 }
 
 template <typename E>

@@ -328,11 +328,6 @@ void kv_append(const PagedKv& kv, const E* k, int64_t k_stride, const E* v, int6
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
-int64_t paged_attention_scratch(int64_t R, int64_t H, int64_t hd, int64_t max_len) {
-  if (R <= 0 || H <= 0 || hd <= 0 || max_len <= 0) return 0;
-  return R * H * chunks_for(max_len) * (hd + 2);
-}
-
 template <typename E, typename KvT>
 void paged_attention(E* out, const E* q, int64_t q_stride, const PagedKv& kv, const PagedRows& rows, int64_t H,
                      int64_t max_len, float* scratch, cudaStream_t stream) {

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "cuda/decoder_sizes.h"
+
 namespace jtok::cuda {
 
 struct PagedKv {
@@ -31,12 +33,10 @@ template <typename E, typename KvT>
 void kv_append(const PagedKv& kv, const E* k, int64_t k_stride, const E* v, int64_t v_stride, const PagedRows& rows,
                cudaStream_t stream);
 
-// Positions a flash-decoding chunk of paged_attention covers: its grid has ceil(max_len / this)
-// chunks a (row, kv head), those past a row's own chunks returning at once.
-constexpr int64_t kPagedAttentionChunk = 256;
-
-// Floats of scratch paged_attention needs for R rows of H heads over at most max_len positions.
-int64_t paged_attention_scratch(int64_t R, int64_t H, int64_t hd, int64_t max_len);
+// kPagedAttentionChunk, the positions a flash-decoding chunk of paged_attention covers (its grid has
+// ceil(max_len / it) chunks a (row, kv head), those past a row's own chunks returning at once), and
+// paged_attention_scratch, the floats of scratch it needs, are cuda/decoder_sizes.h's (plain C++:
+// the decoder's memory plan sizes the scratch too).
 // q (R rows of q_stride elements, H*hd each) of E: row r attends to positions 0..pos[r] of its
 // sequence (kv_append has written them, pos[r] itself included) -> out (R, H, hd) packed, of E.
 // Long rows are split into chunks of positions whose partial softmax states are combined in chunk

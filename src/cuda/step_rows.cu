@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cuda/decoder_sizes.h"
 #include "cuda/step_rows.h"
 #include "ops/lowp_convert.h"
 
@@ -27,7 +28,7 @@ namespace {
 template <typename T>
 DeviceArray<T> upload_table(const TokenTable& t) {
   constexpr int64_t kBlock = 2048;
-  DeviceArray<T> out(t.rows * t.dim);
+  DeviceArray<T> out(step_rows_sizes(1, 1, t.rows, t.dim).table);
   std::vector<int32_t> ids;
   std::vector<float> f32;
   std::vector<uint16_t> b16;
@@ -98,14 +99,15 @@ StepRows<T>::StepRows(std::vector<LayerTables> layers, int64_t max_n, RowPath pa
         sources_.push_back({device_tables_.back().get(), V_, d_, std::is_same_v<T, float> ? Dtype::f32 : Dtype::bf16});
       }
     }
-  if (path_ == RowPath::staged) staging_ = PinnedArray<T>(slots_ * max_n_ * d_);
-  out_.resize(slots_ * max_n_ * d_);
-  ids_pinned_ = PinnedArray<int32_t>(max_n_);
-  ids_.resize(max_n_);
-  unique_.resize(max_n_);
-  inverse_.resize(max_n_);
-  offsets_.resize(max_n_ + 1);
-  order_.resize(max_n_);
+  const StepRowsSizes z = step_rows_sizes(slots_, max_n_, V_, d_);  // the decoder's memory plan counts the same
+  if (path_ == RowPath::staged) staging_ = PinnedArray<T>(z.out);
+  out_.resize(z.out);
+  ids_pinned_ = PinnedArray<int32_t>(z.ids);
+  ids_.resize(z.ids);
+  unique_.resize(z.ids);
+  inverse_.resize(z.ids);
+  offsets_.resize(z.offsets);
+  order_.resize(z.ids);
   num_unique_.resize(1);
   scratch_.resize(static_cast<int64_t>(dedup_scratch_bytes(max_n_, V_)));
   rb_ = DeviceRowBatch{unique_.get(), inverse_.get(), offsets_.get(), order_.get(), num_unique_.get()};

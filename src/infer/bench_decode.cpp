@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "cuda/decoder_sizes.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "infer/decoder.h"
@@ -253,7 +254,10 @@ std::vector<nlohmann::json> bench_decode(const Model& m, const BenchDecodeOption
   if (opt.device != "cuda" || modes.empty()) modes = {opt.device == "cuda" ? opt.settings.table_rows : ""};
   std::vector<nlohmann::json> lines;
   for (const std::string& mode : modes) {
-    std::unique_ptr<Decoder> dec = make_decoder(m, opt.device, run_settings(opt, mode));
+    const cuda::DecoderSettings settings = run_settings(opt, mode);
+    if (opt.device == "cuda")
+      std::fprintf(stderr, "bench-decode: %s\n", cuda::decoder_plan_line(cuda::decoder_memory_plan(m.cfg, settings)).c_str());
+    std::unique_ptr<Decoder> dec = make_decoder(m, opt.device, settings);
     const nlohmann::json base = line_base(opt, mode.empty() ? opt.device : mode, dec->describe());
     std::fprintf(stderr, "bench-decode: %s\n", dec->describe().c_str());
     for (int64_t w = 0; w < opt.warmup; ++w) {  // every shape once: caches, CUDA graphs, pages

@@ -414,7 +414,12 @@ TEST(CudaDecoder, RefusesWhatIsNotOnTheGpu) {
   jtok::testing::expect_error([&] { jtok::cuda::make_device_decoder(hd16, settings(false)); }, {"head_dim 16"});
   const jtok::Model m = test_model(tiny_jtok());
   jtok::testing::expect_error([&] { jtok::cuda::make_device_decoder(m, settings(false, "disk")); }, {"'disk'"});
+  DecoderSettings huge = settings(false);
+  huge.kv_tokens = int64_t{1} << 40;  // a KV pool of petabytes: the memory plan refuses before any allocation
+  jtok::testing::expect_error([&] { jtok::cuda::make_device_decoder(m, huge); },
+                              {"GPU memory plan needs", "GiB free", "KV pages", "--kv-budget-tokens"});
   auto dec = jtok::cuda::make_device_decoder(m, settings(false));
+  EXPECT_NE(dec->describe().find("GPU memory plan"), std::string::npos) << dec->describe();
   const int64_t a = dec->open(kContext);
   const int64_t seqs[2] = {a, a};
   const int32_t toks[2] = {1, 2};

@@ -1,0 +1,180 @@
+// The GPU decoder's memory plan (src/cuda/decoder_sizes.h) by hand on two shapes: a tiny JTok +
+// JTok-M model and configs/qwen3_0.6b.json with JTok-M n_e 5 on every layer, tables in hbm. CPU
+// only: the plan is the arithmetic cuda/decoder_setup.cu and cuda/step_rows.cu allocate by.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/decoder_sizes.h"
+#include "model/transformer.h"
+#include "train/config.h"
+
+using namespace jtok;
+using namespace jtok::cuda;
+
+namespace {
+
+// configs/qwen3_0.6b.json's model (JTOK_ROOT: the source tree, as ctest sets it).
+ModelConfig qwen3_0_6b() {
+  const char* root = std::getenv("JTOK_ROOT");
+  if (!root) throw std::runtime_error("JTOK_ROOT is not set (ctest sets it to the source tree)");
+  return load_config(std::string(root) + "/configs/qwen3_0.6b.json").model;
+}
+
+int64_t param_count(const ModelConfig& c) {
+  int64_t n = 0;
+  for (const ParamInfo& p : param_layout(c)) n += p.numel;
+  return n;
+}
+
+// Vp 1024, d 64, 2 layers, H 4 / KV 2 of hd 16, F 128, context 1024; JTok on both layers,
+// JTok-M (n_e 3, top 2) on layer 1: 2 + 3 = 5 tables.
+ModelConfig tiny() {
+  ModelConfig m;
+  m.vocab_size = 1000;
+  m.vocab_pad_multiple = 64;
+  m.hidden_size = 64;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 4;
+  m.num_key_value_heads = 2;
+  m.intermediate_size = 128;
+  m.max_position_embeddings = 1024;
+  m.jtok = true;
+  m.jtokm = true;
+  m.jtokm_layers = "1";
+  m.jtokm_n_e = 3;
+  m.jtokm_top_k = 2;
+  return m;
+}
+
+DecoderSettings tiny_settings() {
+  DecoderSettings s;  // bf16 weights and KV
+  s.max_batch = 4;
+  s.max_prefill = 8;  // R = 8 rows, head_rows = 8
+  s.kv_tokens = 100;  // 7 pages of 16 (+ the scratch page)
+  s.page_tokens = 16;
+  s.table_rows = "hbm";
+  return s;
+}
+
+}  // namespace
+
+TEST(DecoderPlan, TinyByHand) {
+  const ModelConfig c = tiny();
+  const DecoderSettings s = tiny_settings();
+  const DecoderLayerKinds k = decoder_layer_kinds(c);
+  EXPECT_TRUE(k.dense && k.gated && !k.moe);
+  EXPECT_EQ(k.jtokm_layers, 1);
+  EXPECT_EQ(k.table_slots, 5);
+  const DecoderMemoryPlan p = decoder_memory_plan(c, s);
+  EXPECT_EQ(p.weights, 2 * param_count(c) + 2 * 4 * 1024 * 8);  // + RoPE cos, sin (T, hd/2) fp32
+  // 2 layers x (K, V) x (7 + 1) pages of 16 x 2 x 16 bf16; page tables (16 + 1 sequences, 64 pages) int32.
+  EXPECT_EQ(p.kv_pages, 2 * 2 * 8 * (16 * 2 * 16 * 2) + 4 * 17 * 64);
+  // bf16: h a x (R,d), q att (R,qd), k v (R,kvd), gate up act (R,F), mlp_out nrows (R,d);
+  // fp32: rstd, inv_norm (R), lse (H x max_prefill), m_logits m_sig (R,3), m_w (R,2), m_e (R,d), m_inv_norm (R);
+  // int32: m_sel (R,2), m_load (3), step (3R), identity (R); double: m_prob_sum (3), m_aux (1).
+  const int64_t R = 8, e = 3 * R * 64 + 2 * R * 64 + 2 * R * 32 + 3 * R * 128 + 2 * R * 64;
+  const int64_t f32 = R + R + 4 * 8 + 2 * R * 3 + R * 2 + R * 64 + R;
+  const int64_t i32 = R * 2 + 3 + 3 * R + R;
+  EXPECT_EQ(p.activations, 2 * e + 4 * (f32 + i32) + 8 * 4);
+  EXPECT_EQ(p.activations, 17100);
+  EXPECT_EQ(p.attention_scratch, 4 * R * 4 * (1024 / 256) * (16 + 2));  // (R, H, chunks, hd + 2) fp32
+  EXPECT_EQ(p.logits, 4 * 8 * 1024 + 2 * 8 * 64);                        // (head_rows, Vp) fp32, lnf bf16
+  // (5 slots, R, d) bf16; ids unique inverse order (R), offsets (R + 1), num_unique (1) int32.
+  EXPECT_EQ(p.row_slots, 2 * 5 * R * 64 + 4 * (4 * R + R + 1 + 1));
+  EXPECT_EQ(p.hbm_tables, 2 * 5 * 1024 * 64);
+  // Pinned: step (3R), logits (head_rows, V), JTok-M choices (1 layer, max_batch, 2), ids (R).
+  EXPECT_EQ(p.host_pinned, 4 * (3 * R + 8 * 1000 + 4 * 2 + R));
+  EXPECT_EQ(p.total(), p.weights + p.kv_pages + p.activations + p.attention_scratch + p.logits + p.row_slots +
+                           p.hbm_tables);
+}
+
+TEST(DecoderPlan, TinyVariants) {
+  const ModelConfig c = tiny();
+  DecoderSettings s = tiny_settings();
+  const DecoderMemoryPlan hbm = decoder_memory_plan(c, s);
+  s.table_rows = "staged";  // no device tables, the rows staged through pinned memory
+  const DecoderMemoryPlan staged = decoder_memory_plan(c, s);
+  EXPECT_EQ(staged.hbm_tables, 0);
+  EXPECT_EQ(staged.host_pinned, hbm.host_pinned + 2 * 5 * 8 * 64);
+  DecoderLayerKinds k = decoder_layer_kinds(c);
+  k.gated = false;  // all-ones scalers (the set-up reads them): no mlp_out, nrows (R,d) bf16, inv_norm (R)
+  EXPECT_EQ(decoder_memory_plan(c, s, k, false, true).activations, staged.activations - (2 * 2 * 8 * 64 + 4 * 8));
+  DecoderCubBytes cub;
+  cub.rows_dedup = 1000;  // what the GPU build adds: cub's scratch
+  EXPECT_EQ(decoder_memory_plan(c, s, decoder_layer_kinds(c), false, true, cub).row_slots, staged.row_slots + 1000);
+  s.bf16 = false;  // fp32 weights and activations, KV still bf16
+  const DecoderMemoryPlan f32 = decoder_memory_plan(c, s);
+  EXPECT_EQ(f32.weights, 4 * param_count(c) + 2 * 4 * 1024 * 8);
+  EXPECT_EQ(f32.kv_pages, hbm.kv_pages);
+  s.kv_bf16 = false;
+  s.kv_tokens = 0;  // max_batch sequences of the whole context: 4 x 64 pages
+  s.max_seqs = 2;
+  EXPECT_EQ(decoder_memory_plan(c, s).kv_pages, 2 * 2 * (4 * 64 + 1) * (16 * 2 * 16 * 4) + 4 * 3 * 64);
+  ModelConfig plain = c;
+  plain.jtok = plain.jtokm = false;
+  const DecoderMemoryPlan none = decoder_memory_plan(plain, tiny_settings());
+  EXPECT_EQ(none.row_slots, 0);
+  EXPECT_EQ(none.hbm_tables, 0);  // "hbm" asked, no tables to copy
+}
+
+TEST(DecoderPlan, Qwen3At4096ByHand) {
+  ModelConfig c = qwen3_0_6b();
+  // Vp 151936 (a multiple of 64), d 1024, 28 layers, H 16 / KV 8 of hd 128, F 3072, tied, q/k norm:
+  // embed Vp d + per layer (q 1024x2048, k v 1024x1024, o 2048x1024, MLP 3 x 1024x3072, norms) + final norm.
+  EXPECT_EQ(param_count(c), 151936 * 1024 + 28 * (6291456 + 9437184 + 2 * 128 + 2 * 1024) + 1024);
+  EXPECT_EQ(param_count(c), 596049920);
+  c.jtokm = true;
+  c.jtokm_n_e = 5;  // on every layer: 140 tables of Vp x d
+  c.jtokm_top_k = 2;
+  DecoderSettings s;  // bf16, KV bf16, max_batch 16, pages of 16, kv_tokens 0: 16 x 256 pages
+  s.max_prefill = 4096;
+  s.table_rows = "hbm";
+  const DecoderMemoryPlan p = decoder_memory_plan(c, s);
+  const int64_t R = 4096, d = 1024, Vp = 151936;
+  EXPECT_EQ(p.weights, 2 * param_count(c) + 2 * 4 * 4096 * 64);
+  EXPECT_EQ(p.kv_pages, 2 * 28 * int64_t{4097} * (16 * 8 * 128 * 2) + 4 * 65 * 256);  // the scratch page included
+  EXPECT_EQ(p.kv_pages, 7518094336);
+  const int64_t e = 3 * R * d + 2 * R * 2048 + 2 * R * 1024 + R * 2048 + R * 1024 + 3 * R * 3072;  // + q_in, k_in
+  const int64_t f32 = R + R * 16 + R * 8 + 16 * 4096 + 2 * R * 5 + R * 2 + R * d + R;
+  const int64_t i32 = R * 2 + 5 + 3 * R + R;
+  EXPECT_EQ(p.activations, 2 * e + 4 * (f32 + i32) + 8 * 6);
+  EXPECT_EQ(p.attention_scratch, int64_t{4} * R * 16 * 16 * 130);  // 16 chunks of 256 positions
+  EXPECT_EQ(p.attention_scratch, 545259520);
+  EXPECT_EQ(p.logits, 4 * 32 * Vp + 2 * 32 * d);  // head_rows = 32
+  EXPECT_EQ(p.row_slots, int64_t{2} * 140 * R * d + 4 * (5 * R + 2));
+  EXPECT_EQ(p.hbm_tables, int64_t{2} * 140 * Vp * d);
+  EXPECT_EQ(p.hbm_tables, 43563089920);  // 43.6 GB
+  // The model's real context (40960) multiplies the scratch by 10: ~5.45 GB.
+  EXPECT_EQ(4 * paged_attention_scratch(R, 16, 128, 40960), 5452595200);
+}
+
+TEST(DecoderPlan, RefusalNamesTheLargestItems) {
+  ModelConfig c = qwen3_0_6b();
+  c.jtokm = true;
+  c.jtokm_n_e = 5;
+  DecoderSettings s;
+  s.max_prefill = 4096;
+  s.table_rows = "hbm";
+  const DecoderMemoryPlan p = decoder_memory_plan(c, s);
+  const int64_t gib = int64_t{1} << 30;
+  EXPECT_EQ(decoder_memory_refusal(p, 80 * gib), "");
+  const std::string why = decoder_memory_refusal(p, 40 * gib);
+  EXPECT_NE(why.find("needs 50."), std::string::npos) << why;
+  EXPECT_NE(why.find("40.00 GiB free"), std::string::npos) << why;
+  const size_t hbm = why.find("hbm tables 40.57 GiB (--table-rows in_place"), kv = why.find("KV pages 7.00 GiB");
+  EXPECT_NE(hbm, std::string::npos) << why;
+  EXPECT_NE(kv, std::string::npos) << why;
+  EXPECT_LT(hbm, kv);  // the largest first
+  EXPECT_NE(why.find("--kv-budget-tokens"), std::string::npos) << why;
+  EXPECT_NE(why.find("weights 1.11 GiB (--precision bf16"), std::string::npos) << why;  // the third
+  EXPECT_EQ(why.find("table row slots 1.09 GiB ("), std::string::npos) << why;  // the fourth: only in the plan line
+  // Just over: the headroom counts.
+  EXPECT_NE(decoder_memory_refusal(p, p.total() + kDecoderHeadroomBytes - 1), "");
+  EXPECT_EQ(decoder_memory_refusal(p, p.total() + kDecoderHeadroomBytes), "");
+  const std::string line = decoder_plan_line(p);
+  EXPECT_EQ(line.rfind("GPU memory plan 50.", 0), 0u) << line;
+  EXPECT_NE(line.find("hbm tables 40.57"), std::string::npos) << line;
+}
