@@ -42,7 +42,7 @@ int64_t available_ram() {
 // tables alone would not fit in the RAM available).
 jtok::Model random_model(const jtok::Config& cfg, jtok::Dtype dt, nlohmann::json& about) {
   const jtok::ModelConfig& c = cfg.model;
-  const int64_t tables = c.jtok_num_layers() + c.jtokm_num_layers() * c.jtokm_n_e;
+  const int64_t tables = jtok::token_table_count(c);
   const double gb = 1e-9, need = static_cast<double>(jtok::table_bytes(c, dt)), ram = static_cast<double>(available_ram());
   std::fprintf(stderr, "bench-decode: %lld token tables of %lld x %lld in %s: %.2f GB (f32 %.2f GB); RAM available %.1f GB\n",
                static_cast<long long>(tables), static_cast<long long>(c.padded_vocab()),

@@ -7,10 +7,13 @@
 
 namespace jtok {
 
+int64_t token_table_count(const ModelConfig& cfg) {
+  return cfg.jtok_num_layers() + cfg.jtokm_num_layers() * cfg.jtokm_n_e;
+}
+
 int64_t table_bytes(const ModelConfig& cfg, Dtype dt) {
   if (dt != Dtype::f32 && dt != Dtype::bf16) fail("table_bytes: f32 or bf16, got ", dtype_name(dt));
-  const int64_t tables = cfg.jtok_num_layers() + cfg.jtokm_num_layers() * cfg.jtokm_n_e;
-  return tables * cfg.padded_vocab() * cfg.hidden_size * dtype_bytes(dt);
+  return token_table_count(cfg) * cfg.padded_vocab() * cfg.hidden_size * dtype_bytes(dt);
 }
 
 // Table k of m from its init stream (make_model's values, row by row), stored as dt.

@@ -15,6 +15,8 @@ namespace jtok {
 // bit; bf16: quantize_table of them, bit for bit). Fails naming any other dtype.
 Model make_inference_model(const ModelConfig& cfg, uint64_t seed, Dtype table_dtype);
 
+// The token tables cfg's model holds: one a JTok layer, n_e a JTok-M layer.
+int64_t token_table_count(const ModelConfig& cfg);
 // Bytes the token tables of cfg take in dtype dt (f32 or bf16): tables x padded vocab x d x size.
 int64_t table_bytes(const ModelConfig& cfg, Dtype dt);
 
