@@ -16,19 +16,26 @@ void check_targets(const int32_t* targets, int64_t n, int64_t V) {
     if (targets[i] < 0 || targets[i] >= V) fail("target id ", targets[i], " outside the vocabulary [0, ", V, ")");
 }
 
-// Every position's logits of ids[0..n) into rows (n, ld), the first V columns of each row.
-void sequence_rows(const DecoderScorer& sc, const int32_t* ids, int64_t n, int64_t ld, std::vector<float>& rows) {
-  const int64_t V = sc.vocab_size;
-  rows.resize(static_cast<size_t>(n * ld));
+// sequence_logits with the blocks checked to come in position order and to cover all n positions.
+void logits_in_order(const DecoderScorer& sc, const int32_t* ids, int64_t n, const PositionLogits& each) {
   int64_t filled = 0;
   sequence_logits(sc, ids, n, [&](int64_t pos, int64_t k, const float* logits) {
     JTOK_CHECK(pos == filled && pos + k <= n, "decoder scores: logits of positions ", pos, "..", pos + k,
                " after ", filled, " of ", n);
-    for (int64_t r = 0; r < k; ++r)
-      std::memcpy(rows.data() + (pos + r) * ld, logits + r * V, static_cast<size_t>(V) * sizeof(float));
+    each(pos, k, logits);
     filled = pos + k;
   });
   JTOK_CHECK(filled == n, "decoder scores: logits of ", filled, " of ", n, " positions");
+}
+
+// Every position's logits of ids[0..n) into rows (n, ld), the first V columns of each row.
+void sequence_rows(const DecoderScorer& sc, const int32_t* ids, int64_t n, int64_t ld, std::vector<float>& rows) {
+  const int64_t V = sc.vocab_size;
+  rows.resize(static_cast<size_t>(n * ld));
+  logits_in_order(sc, ids, n, [&](int64_t pos, int64_t k, const float* logits) {
+    for (int64_t r = 0; r < k; ++r)
+      std::memcpy(rows.data() + (pos + r) * ld, logits + r * V, static_cast<size_t>(V) * sizeof(float));
+  });
 }
 
 }  // namespace
@@ -59,15 +66,10 @@ std::vector<std::vector<float>> decoder_token_logprobs(const DecoderScorer& sc,
     check_targets(next, n, V);
     std::vector<float>& lp = out[i];
     lp.assign(static_cast<size_t>(n), 0.0f);
-    int64_t filled = 0;
-    sequence_logits(sc, ids[i].data(), n, [&](int64_t pos, int64_t k, const float* logits) {
-      JTOK_CHECK(pos == filled && pos + k <= n, "decoder scores: logits of positions ", pos, "..", pos + k,
-                 " after ", filled, " of ", n);
+    logits_in_order(sc, ids[i].data(), n, [&](int64_t pos, int64_t k, const float* logits) {
       cross_entropy_rows(lp.data() + pos, logits, next + pos, k, V, V);
       for (int64_t r = pos; r < pos + k; ++r) lp[static_cast<size_t>(r)] = -lp[static_cast<size_t>(r)];
-      filled = pos + k;
     });
-    JTOK_CHECK(filled == n, "decoder scores: logits of ", filled, " of ", n, " positions");
   }
   return out;
 }
