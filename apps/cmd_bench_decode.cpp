@@ -7,7 +7,7 @@
 // (infer/bench_decode.h).
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <algorithm>
 
 #include "commands.h"
 #include "core/dtype.h"
@@ -16,6 +16,7 @@
 #include "infer/generate.h"
 #include "model/inference_model.h"
 #include "run_setup.h"
+#include "scaling/memory_plan.h"
 
 namespace {
 
@@ -27,23 +28,12 @@ struct Args {
 };
 Args args;
 
-// MemAvailable of /proc/meminfo in bytes (0 where unknown).
-int64_t available_ram() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
-
 // A random model of --config + --set, after its memory plan is printed (and refused where the
 // tables alone would not fit in the RAM available).
 jtok::Model random_model(const jtok::Config& cfg, jtok::Dtype dt, nlohmann::json& about) {
   const jtok::ModelConfig& c = cfg.model;
   const int64_t tables = jtok::token_table_count(c);
-  const double gb = 1e-9, need = static_cast<double>(jtok::table_bytes(c, dt)), ram = static_cast<double>(available_ram());
+  const double gb = 1e-9, need = static_cast<double>(jtok::table_bytes(c, dt)), ram = static_cast<double>(std::max<int64_t>(0, jtok::mem_available_bytes()));
   std::fprintf(stderr, "bench-decode: %lld token tables of %lld x %lld in %s: %.2f GB (f32 %.2f GB); RAM available %.1f GB\n",
                static_cast<long long>(tables), static_cast<long long>(c.padded_vocab()),
                static_cast<long long>(c.hidden_size), jtok::dtype_name(dt), need * gb,
