@@ -16,10 +16,13 @@ set -euo pipefail
 JTOK=${JTOK_BIN:?} DATA=${JTOK_GPU_SHARDS:?} TOK=${JTOK_GPU_TOKENIZER:?}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
+# JTOK_TRAIN_CUDA_SHAPE="d seq micro" shrinks the model and the batch (the CI run on the CPU engine,
+# where every run's tables and checkpoints cost seconds); the GPU runs the default.
+read -r D SEQ MICRO <<< "${JTOK_TRAIN_CUDA_SHAPE:-128 64 4}"
 cat > "$T/cfg.json" <<JSON
-{ "vocab_size": 50257, "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-  "num_key_value_heads": 1, "intermediate_size": 256, "max_position_embeddings": 128, "qk_norm": true,
-  "seq_len": 64, "micro_batch_size": 4, "gradient_accumulation_steps": 2, "max_steps": 20,
+{ "vocab_size": 50257, "hidden_size": $D, "num_hidden_layers": 2, "num_attention_heads": 2,
+  "num_key_value_heads": 1, "intermediate_size": $((2 * D)), "max_position_embeddings": 128, "qk_norm": true,
+  "seq_len": $SEQ, "micro_batch_size": $MICRO, "gradient_accumulation_steps": 2, "max_steps": 20,
   "learning_rate": 3e-3, "min_lr": 3e-4, "warmup_steps": 4, "jtok": true, "jtok_layers": "1",
   "jtokm": true, "jtokm_layers": "0,1", "jtokm_n_e": 3, "jtokm_top_k": 2, "max_grad_norm": 1.0,
   "eval_interval": 10, "eval_batches": 2, "checkpoint_interval": 10, "keep_checkpoints": 3,
