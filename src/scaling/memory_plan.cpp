@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "model/activation_bytes.h"
+#include "model/inference_model.h"
 #include "model/trainable.h"
 #include "model/transformer.h"
 
@@ -20,7 +21,7 @@ MemoryPlan memory_plan(const Config& cfg, int64_t B, int64_t T, int64_t table_ra
     flat += q.numel;
     if (cfg.train.train_only != "tables" || is_token_indexed_param(q.name)) trainable += q.numel;
   }
-  const int64_t n_tables = c.jtok_num_layers() + c.jtokm_num_layers() * (c.jtokm ? c.jtokm_n_e : 0);
+  const int64_t n_tables = token_table_count(c);
   const int64_t ranks = std::max<int64_t>(1, table_ranks);
   const int64_t table_numel = n_tables * Vp * d / ranks;
   p.weights = f * flat;
@@ -39,7 +40,7 @@ MemoryPlan device_memory_plan(const Config& cfg, int64_t B, int64_t T) {
   const MemoryPlan host = memory_plan(cfg, B, T);
   const ModelConfig& c = cfg.model;
   const bool bf16 = cfg.train.precision == "bf16";
-  const int64_t rows = (c.jtok_num_layers() + c.jtokm_num_layers() * (c.jtokm ? c.jtokm_n_e : 0)) * c.padded_vocab();
+  const int64_t rows = token_table_count(c) * c.padded_vocab();
   MemoryPlan p;
   p.weights = host.weights + (bf16 ? host.weights / 2 : 0);
   p.tables = host.tables + (bf16 ? host.tables / 2 : 0);
