@@ -92,9 +92,10 @@ __device__ __forceinline__ void write_group(float (&acc)[kCols * G], float (&par
   int base = 0;
   warp_sums<N, 16>(acc, lane, base);
   constexpr int held = N >= 32 ? N / 32 : 1;
-  if (lane % (N >= 32 ? 1 : 32 / N) == 0)  // lanes that differ in butterfly bits only hold equal sums
+  if (lane % (N >= 32 ? 1 : 32 / N) == 0) {  // lanes that differ in butterfly bits only hold equal sums
 #pragma unroll
     for (int i = 0; i < held; ++i) partial[warp][base + i] = acc[i];
+  }
   __syncthreads();
   if (threadIdx.x < N) {
     const int c = static_cast<int>(threadIdx.x) / G, g = static_cast<int>(threadIdx.x) % G;

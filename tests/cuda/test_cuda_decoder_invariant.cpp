@@ -37,6 +37,7 @@ DecoderSettings settings(bool bf16, bool graphs) {
   s.max_batch = 8;
   s.max_prefill = 40;
   s.page_tokens = 16;
+  s.kv_tokens = 16 * kContext;  // 8 sequences open at once with room to spare
   s.cuda_graphs = graphs;
   return s;
 }
