@@ -11,44 +11,18 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <vector>
 
 #include "cuda/check.h"
 #include "cuda/matmul.h"
 #include "cuda/row_invariant_linear.h"
+#include "cuda_bench_util.h"
 
 namespace {
 
 using bf16 = __nv_bfloat16;
 
-bf16* device_randn(size_t n, uint64_t seed, float scale) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<bf16> h(n);
-  for (auto& x : h) x = __float2bfloat16(d(rng));
-  bf16* p = nullptr;
-  JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(bf16)));
-  JTOK_CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
-  return p;
-}
-
-template <typename F>
-double time_us(F&& f, int reps) {
-  for (int i = 0; i < 2; ++i) f(i);
-  cudaEvent_t a, b;
-  JTOK_CUDA_CHECK(cudaEventCreate(&a));
-  JTOK_CUDA_CHECK(cudaEventCreate(&b));
-  JTOK_CUDA_CHECK(cudaEventRecord(a));
-  for (int i = 0; i < reps; ++i) f(i);
-  JTOK_CUDA_CHECK(cudaEventRecord(b));
-  JTOK_CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  JTOK_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return 1e3 * ms / reps;
-}
+using jtok::bench::device_randn;
 
 struct Shape {
   const char* name;
@@ -66,10 +40,10 @@ void run(jtok::cuda::Matmul& mm, const Shape& s, int64_t M, int reps) {
   Out* out = nullptr;
   JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), static_cast<size_t>(M * s.OC) * sizeof(Out)));
   const auto weight = [&](int i) { return w[static_cast<size_t>(i) % copies]; };
-  const double ri = time_us([&](int i) {
+  const double ri = 1e3 * jtok::bench::event_time_ms([&](int i) {
     jtok::cuda::row_invariant_linear<bf16, Out>(out, x, weight(i), nullptr, M, s.C, s.OC, false, nullptr);
   }, reps);
-  const double lt = time_us([&](int i) {
+  const double lt = 1e3 * jtok::bench::event_time_ms([&](int i) {
     jtok::cuda::linear_forward<bf16, Out>(mm, out, x, weight(i), nullptr, M, s.C, s.OC, false, nullptr);
   }, reps);
   const double gb = static_cast<double>(wbytes) / 1e9;
