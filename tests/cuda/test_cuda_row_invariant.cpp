@@ -12,7 +12,7 @@
 //   16-byte alignment (the element-by-element loads), for (fp32, fp32), (bf16, bf16), (bf16, fp32).
 // - linear_forward under RowInvariantProducts gives row_invariant_linear's bits, and the setting
 //   is back to 0 after the scope.
-// `--gtest_filter='CudaRowInvariant*'`; a GPU host only (in test_cuda_ops).
+// `--gtest_filter='*CudaRowInvariant*'`; a GPU host only (in test_cuda_ops).
 #include <gtest/gtest.h>
 
 #include <cstring>
