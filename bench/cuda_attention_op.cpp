@@ -13,43 +13,17 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <random>
-#include <vector>
 
 #include "cuda/attention.h"
 #include "cuda/check.h"
+#include "cuda_bench_util.h"
 
 namespace {
 
 using bf16 = __nv_bfloat16;
 
-bf16* device_randn(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<bf16> h(n);
-  for (auto& x : h) x = __float2bfloat16(d(rng));
-  bf16* p = nullptr;
-  JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(bf16)));
-  JTOK_CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
-  return p;
-}
-
-template <typename F>
-double time_ms(F&& f, int reps) {
-  for (int i = 0; i < 2; ++i) f();
-  cudaEvent_t a, b;
-  JTOK_CUDA_CHECK(cudaEventCreate(&a));
-  JTOK_CUDA_CHECK(cudaEventCreate(&b));
-  JTOK_CUDA_CHECK(cudaEventRecord(a));
-  for (int i = 0; i < reps; ++i) f();
-  JTOK_CUDA_CHECK(cudaEventRecord(b));
-  JTOK_CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  JTOK_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms / reps;
-}
+using jtok::bench::device_randn;
+using jtok::bench::event_time_ms;
 
 struct Shape {
   int64_t B, T, H, KV, hd;
@@ -65,13 +39,15 @@ void run(const Shape& s, int reps) {
   JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&row_terms), rows * sizeof(float)));
   using jtok::cuda::attention_backward, jtok::cuda::attention_backward_tiles;
   using jtok::cuda::attention_forward, jtok::cuda::attention_forward_tiles;
-  const double f_tc = time_ms([&] { attention_forward<bf16>(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, nullptr); }, reps);
-  const double b_tc = time_ms([&] {
+  const double f_tc =
+      event_time_ms([&] { attention_forward<bf16>(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, nullptr); }, reps);
+  const double b_tc = event_time_ms([&] {
     attention_backward<bf16>(dq, dk, dv, row_terms, dout, out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, nullptr);
   }, reps);
   const double f_tiles =
-      time_ms([&] { attention_forward_tiles<bf16>(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, nullptr); }, reps);
-  const double b_tiles = time_ms([&] {
+      event_time_ms([&] { attention_forward_tiles<bf16>(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, nullptr); },
+                    reps);
+  const double b_tiles = event_time_ms([&] {
     attention_backward_tiles<bf16>(dq, dk, dv, row_terms, dout, out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, nullptr);
   }, reps);
   const double tflop = 2.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.hd / 1e12;

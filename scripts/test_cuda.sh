@@ -66,7 +66,7 @@ for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer
 done
 # racecheck (shared-memory hazards: inside kernels) runs the kernels' own cases, not the whole-model ones
 # that launch the same kernels again and again (racecheck slows a launch by ~100x): a bounded run.
-kernel_cases='CudaOps.*:*CudaAttention*:*CudaGemm*:*CudaLinear*:CudaPagedKv.*:*CudaPagedAttention*:CudaHostRows.*'
+kernel_cases='CudaOps.*:*CudaAttention*:*CudaGemm*:*CudaLinear*:CudaPagedKv.*:*CudaPagedAttention*:CudaHostRows.*:CudaRowInvariant.*'
 race_filter=${JTOK_RACECHECK_FILTER:-$([ "$filter" = '*' ] && echo "$kernel_cases" || echo "$filter")}
 if [ -n "$sanitizer" ]; then
   for tool in racecheck memcheck; do  # racecheck (bounded) first: a memcheck cut by a time box leaves its log

@@ -16,9 +16,9 @@
 //     dedup's cub temporary storage was sized at set-up (nothing allocated); the gathers' sources go
 //     by value in the kernel's arguments; the side stream forks from and joins the decoder's stream
 //     by events recorded inside the capture; JTok-M's choices go to pinned host_sel (a memcpy node);
-//     cuBLASLt's plans (descriptors and the heuristic's algorithm) are made by the eager run of the
-//     same shape that precedes every capture, so the capture only finds them; paged attention's
-//     shared-memory attribute is set by that run too (a capture sets it again: not stream work).
+//     the products are row_invariant_linear's plain launches (no cuBLASLt plan to make; see
+//     queue_decode); paged attention's shared-memory attribute is set by the eager run of the same
+//     shape that precedes every capture (a capture sets it again: not stream work).
 //   after the replay: the M rows' logits copied to the host and the stream's sync (the copy outside
 //     the graph: M rows, not R), the pages' lengths, the rows read (the host's dedup of the ids and
 //     JTok-M's choices).
@@ -76,8 +76,13 @@ void upload_decode(DecoderState<E>& st, const int64_t* seqs, const std::vector<i
 }
 
 // The step's stream work: the forward of its R rows and the head of all R (what a graph captures).
+// Every product of it (q/k/v and their biases, o, gate/up/down, JTok-M's router, the MoE block's
+// router and experts, the LM head: linear_forward on st.mm, R rows or fewer) is row_invariant_linear,
+// so a sequence's logits do not depend on the others in its step (prefill stays on cuBLASLt: one
+// sequence a call already).
 template <typename E>
 void queue_decode(DecoderState<E>& st, const int32_t* tokens, const StepShape& sh) {
+  const RowInvariantProducts row_invariant(st.mm, sh.R);
   forward_rows(st, tokens, sh);
   if (sh.timed) st.prof->mark(StepMark::head_begin, 0, st.s());
   head_forward(st, 0, sh.R);

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/cublaslt_api.h"
+#include "cuda/row_invariant_linear.h"
 
 namespace jtok::cuda {
 namespace {
@@ -161,6 +162,8 @@ void gemm_lt(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float 
 template <typename In, typename Out>
 void linear_forward(Matmul& mm, Out* out, const In* inp, const In* weight, const Out* bias, int64_t N, int64_t C,
                     int64_t OC, bool accumulate, cudaStream_t stream) {
+  if (N > 0 && N <= mm.row_invariant_rows())
+    return row_invariant_linear<In, Out>(out, inp, weight, bias, N, C, OC, accumulate, stream);
   // out (N,OC) = inp (N,C) weight (OC,C)^T
   mm.gemm<In, Out>(false, true, N, OC, C, 1.0f, inp, C, weight, C, accumulate ? 1.0f : 0.0f, out, OC, bias, stream);
 }

@@ -32,9 +32,34 @@ class Matmul {
 
   size_t cached_plans() const;  // distinct shapes seen so far (the heuristic ran once for each)
 
+  // linear_forward's products of 1..rows rows go to row_invariant_linear (cuda/row_invariant_linear.h:
+  // a row's bits depend on no other row) instead of cuBLASLt; 0, the default: none. The GPU decoder
+  // sets it around its decode steps (RowInvariantProducts). A setting on the Matmul rather than a
+  // parameter: a decode step reaches most of its products through the trainer's shared qkv_project /
+  // mlp_update (cuda/model.h) and the MoE block, all of which take the Matmul, so no signature the
+  // trainer calls changes, and the trainer, whose Matmul never sets it, keeps its products and bits.
+  void set_row_invariant_rows(int64_t rows) { row_invariant_rows_ = rows; }
+  int64_t row_invariant_rows() const { return row_invariant_rows_; }
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  int64_t row_invariant_rows_ = 0;
+};
+
+// mm's row_invariant_rows set for a scope, the previous value back at its end (exceptions included).
+class RowInvariantProducts {
+ public:
+  RowInvariantProducts(Matmul& mm, int64_t rows) : mm_(mm), prev_(mm.row_invariant_rows()) {
+    mm.set_row_invariant_rows(rows);
+  }
+  ~RowInvariantProducts() { mm_.set_row_invariant_rows(prev_); }
+  RowInvariantProducts(const RowInvariantProducts&) = delete;
+  RowInvariantProducts& operator=(const RowInvariantProducts&) = delete;
+
+ private:
+  Matmul& mm_;
+  int64_t prev_;
 };
 
 // The GemmFn of cuda/gemm_ref.h (the fused ops' matrix product, e.g. the LM head's) by cuBLASLt:
@@ -45,7 +70,8 @@ void gemm_lt(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float 
              const In* B, int64_t ldb, float beta, Out* C, int64_t ldc, cudaStream_t stream);
 
 // Linear layer forward: out (N,OC) (+)= inp (N,C) weight (OC,C)^T (+ bias (OC); null: none);
-// accumulate adds to out instead of overwriting it.
+// accumulate adds to out instead of overwriting it. cuBLASLt, or row_invariant_linear when N <=
+// mm.row_invariant_rows().
 template <typename In, typename Out>
 void linear_forward(Matmul& mm, Out* out, const In* inp, const In* weight, const Out* bias, int64_t N, int64_t C,
                     int64_t OC, bool accumulate, cudaStream_t stream);

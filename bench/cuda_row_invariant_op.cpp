@@ -1,0 +1,77 @@
+// Times a decode step's products on the GPU in bf16: cuda::row_invariant_linear (the decode steps'
+// products) against cuBLASLt (cuda::linear_forward), on Qwen3-0.6B's shapes (q 1024 -> 2048, k / v
+// 1024 -> 1024, gate / up 1024 -> 3072, o 2048 -> 1024, down 3072 -> 1024, the LM head 1024 ->
+// 151936, fp32 logits) at M = 1, 4, 16 rows, by cudaEvent after two warm-up calls. Each call reads
+// the next of enough weight copies to pass 256 MiB, so the weights come from HBM, not L2 (50 MiB).
+// Built with the CUDA kernels (target bench_cuda_row_invariant; not a test: timings are no check):
+//   build/bench_cuda_row_invariant [reps]     (default 50)
+// Prints one JSON line a (shape, M): microseconds a call and the weights' GB/s for each.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "cuda/check.h"
+#include "cuda/matmul.h"
+#include "cuda/row_invariant_linear.h"
+#include "cuda_bench_util.h"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+using jtok::bench::device_randn;
+
+struct Shape {
+  const char* name;
+  int64_t C, OC;
+};
+
+// One shape at M rows: bf16 out, or fp32 (the LM head's logits).
+template <typename Out>
+void run(jtok::cuda::Matmul& mm, const Shape& s, int64_t M, int reps) {
+  const size_t wn = static_cast<size_t>(s.C * s.OC), wbytes = wn * sizeof(bf16);
+  const size_t copies = ((size_t{256} << 20) + wbytes - 1) / wbytes;
+  std::vector<bf16*> w;
+  for (size_t i = 0; i < copies; ++i) w.push_back(device_randn(wn, 10 + i, 0.05f));
+  bf16* x = device_randn(static_cast<size_t>(M * s.C), 1, 1.0f);
+  Out* out = nullptr;
+  JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), static_cast<size_t>(M * s.OC) * sizeof(Out)));
+  const auto weight = [&](int i) { return w[static_cast<size_t>(i) % copies]; };
+  const double ri = 1e3 * jtok::bench::event_time_ms([&](int i) {
+    jtok::cuda::row_invariant_linear<bf16, Out>(out, x, weight(i), nullptr, M, s.C, s.OC, false, nullptr);
+  }, reps);
+  const double lt = 1e3 * jtok::bench::event_time_ms([&](int i) {
+    jtok::cuda::linear_forward<bf16, Out>(mm, out, x, weight(i), nullptr, M, s.C, s.OC, false, nullptr);
+  }, reps);
+  const double gb = static_cast<double>(wbytes) / 1e9;
+  std::printf("{\"shape\": \"%s\", \"C\": %lld, \"OC\": %lld, \"M\": %lld, \"row_invariant_us\": %.2f, "
+              "\"row_invariant_gbs\": %.0f, \"cublaslt_us\": %.2f, \"cublaslt_gbs\": %.0f}\n",
+              s.name, static_cast<long long>(s.C), static_cast<long long>(s.OC), static_cast<long long>(M), ri,
+              gb / (ri * 1e-6), lt, gb / (lt * 1e-6));
+  for (bf16* p : w) cudaFree(p);
+  cudaFree(x);
+  cudaFree(out);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc >= 2 ? std::atoi(argv[1]) : 50;
+  const Shape shapes[] = {{"q", 1024, 2048},       {"k_v", 1024, 1024}, {"gate_up", 1024, 3072},
+                          {"o", 2048, 1024},       {"down", 3072, 1024}, {"lm_head", 1024, 151936}};
+  try {
+    jtok::cuda::Matmul mm;
+    for (const Shape& s : shapes)
+      for (int64_t M : {1, 4, 16}) {
+        if (s.OC > 100000) run<float>(mm, s, M, reps);
+        else run<bf16>(mm, s, M, reps);
+      }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cuda_row_invariant: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,190 @@
+// The row-invariant linear forward (src/cuda/row_invariant_linear.h). A row's output element is
+//   y = ((w0 + w1) + w2) + w3  (+ bias) (then out + y when accumulating)
+// where warp w's sum wq is its lanes' partials added by the tree lanes l and l ^ o make for o = 16,
+// 8, 4, 2, 1, and lane l's partial is fmaf over its elements in order: chunk k = w, w + 4, ... (32
+// lanes x V elements a chunk, V = 16 bytes / sizeof(In)), in a chunk elements k*32V + l*V + j,
+// j = 0..V-1 (those past C read as 0: fmaf(0, 0, acc) = acc, acc never being -0 as it starts at +0).
+// Nothing in it names M, the row's index or the group it went through: the bits are the row's own.
+#include <climits>
+
+#include "core/error.h"
+#include "cuda/check.h"
+#include "cuda/common.cuh"
+#include "cuda/row_invariant_linear.h"
+
+namespace jtok::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;                 // a block's warps, splitting C by chunks
+constexpr int kThreads = 32 * kWarps;
+constexpr int kCols = 4;                  // output columns a block
+constexpr unsigned kFull = 0xffffffffu;
+
+template <typename In>
+constexpr int kVec = 16 / static_cast<int>(sizeof(In));  // elements a lane's 16 bytes hold
+
+// A lane's V elements row[e0..e0+V) as fp32, 0 past C. One 16-byte load when vec (the caller's
+// promise: row 16-byte aligned and C a multiple of V, so a chunk is whole or wholly past C), else
+// element by element: the same values either way.
+__device__ __forceinline__ void load_elems(float (&v)[4], const float* row, int64_t e0, int64_t C, bool vec) {
+  if (vec && e0 < C) {
+    const float4 q = __ldg(reinterpret_cast<const float4*>(row + e0));
+    v[0] = q.x;
+    v[1] = q.y;
+    v[2] = q.z;
+    v[3] = q.w;
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) v[j] = e0 + j < C ? __ldg(row + e0 + j) : 0.0f;
+}
+
+// bf16 -> fp32 is exact: the bf16's bits above 16 zero bits (little endian: element 2i is the low half).
+__device__ __forceinline__ void load_elems(float (&v)[8], const __nv_bfloat16* row, int64_t e0, int64_t C, bool vec) {
+  if (vec && e0 < C) {
+    const uint4 q = __ldg(reinterpret_cast<const uint4*>(row + e0));
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = __uint_as_float(words[i] << 16);
+      v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = e0 + j < C ? __bfloat162float(row[e0 + j]) : 0.0f;
+}
+
+// Sums each of v[0..N) over the warp's lanes by one tree: lanes l and l ^ o added for o = 16, 8, 4,
+// 2, 1 (a + b is b + a: which lane adds is no matter). While n > 1 values remain a step also
+// transposes (a lane keeps one half, its partner the other: n/2 shuffles, not n); after it a lane
+// holds the values base .. base + n - 1, then plain butterflies. N a power of two.
+template <int n, int o, int N>
+__device__ __forceinline__ void warp_sums(float (&v)[N], int lane, int& base) {
+  if constexpr (o > 0) {
+    if constexpr (n > 1) {
+      constexpr int h = n / 2;
+      const bool upper = (lane & o) != 0;
+#pragma unroll
+      for (int i = 0; i < h; ++i) {
+        const float send = upper ? v[i] : v[i + h];
+        const float keep = upper ? v[i + h] : v[i];
+        v[i] = keep + __shfl_xor_sync(kFull, send, o);
+      }
+      if (upper) base += h;
+      warp_sums<h, o / 2>(v, lane, base);
+    } else {
+      v[0] += __shfl_xor_sync(kFull, v[0], o);
+      warp_sums<1, o / 2>(v, lane, base);
+    }
+  }
+}
+
+// The group's sums: each warp's per (column, row) -> partial[warp][c * G + g]; then thread c * G + g
+// adds the warps' in order, the bias, out (accumulate) and writes row r0 + g, column col0 + c.
+template <typename Out, int G>
+__device__ __forceinline__ void write_group(float (&acc)[kCols * G], float (&partial)[kWarps][kCols * G], Out* out,
+                                            const Out* bias, int64_t r0, int64_t M, int64_t col0, int64_t OC,
+                                            bool accumulate) {
+  constexpr int N = kCols * G;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int base = 0;
+  warp_sums<N, 16>(acc, lane, base);
+  constexpr int held = N >= 32 ? N / 32 : 1;
+  if (lane % (N >= 32 ? 1 : 32 / N) == 0) {  // lanes that differ in butterfly bits only hold equal sums
+#pragma unroll
+    for (int i = 0; i < held; ++i) partial[warp][base + i] = acc[i];
+  }
+  __syncthreads();
+  if (threadIdx.x < N) {
+    const int c = static_cast<int>(threadIdx.x) / G, g = static_cast<int>(threadIdx.x) % G;
+    const int64_t row = r0 + g, col = col0 + c;
+    if (row < M && col < OC) {
+      float y = partial[0][threadIdx.x];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) y += partial[w][threadIdx.x];
+      if (bias) y += to_f32(bias[col]);
+      Out* o = out + row * OC + col;
+      if (accumulate) y = to_f32(*o) + y;
+      *o = from_f32<Out>(y);
+    }
+  }
+  __syncthreads();  // partial is the next group's
+}
+
+// Block b: columns 4b..4b+3 (a column past OC reads column OC-1's weights and writes nothing) of
+// every row, G rows a group. G (1..16, by M) changes how many rows share a pass over the weights,
+// never a row's own operations.
+template <typename In, typename Out, int G>
+__global__ void __launch_bounds__(kThreads)
+    row_invariant_linear_kernel(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C,
+                                int64_t OC, bool accumulate, bool vec) {
+  constexpr int V = kVec<In>;
+  __shared__ float partial[kWarps][kCols * G];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kCols;
+  const int64_t chunks = (C + 32 * V - 1) / (32 * V);
+  for (int64_t r0 = 0; r0 < M; r0 += G) {
+    float acc[kCols * G];
+#pragma unroll
+    for (int i = 0; i < kCols * G; ++i) acc[i] = 0.0f;
+    for (int64_t k = warp; k < chunks; k += kWarps) {
+      const int64_t e0 = k * 32 * V + lane * V;
+      float w[kCols][V];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) load_elems(w[c], weight + (col0 + c < OC ? col0 + c : OC - 1) * C, e0, C, vec);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        if (r0 + g < M) {
+          float x[V];
+          load_elems(x, inp + (r0 + g) * C, e0, C, vec);
+#pragma unroll
+          for (int c = 0; c < kCols; ++c)
+#pragma unroll
+            for (int j = 0; j < V; ++j) acc[c * G + g] = __fmaf_rn(w[c][j], x[j], acc[c * G + g]);
+        }
+      }
+    }
+    write_group<Out, G>(acc, partial, out, bias, r0, M, col0, OC, accumulate);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <typename In, typename Out, int G>
+void launch(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C, int64_t OC,
+            bool accumulate, cudaStream_t stream) {
+  const bool vec = aligned16(inp) && aligned16(weight) && (C * static_cast<int64_t>(sizeof(In))) % 16 == 0;
+  const int64_t blocks = (OC + kCols - 1) / kCols;
+  row_invariant_linear_kernel<In, Out, G><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      out, inp, weight, bias, M, C, OC, accumulate, vec);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+template <typename In, typename Out>
+void row_invariant_linear(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C,
+                          int64_t OC, bool accumulate, cudaStream_t stream) {
+  if (M < 0 || C < 1 || OC < 1 || (OC + kCols - 1) / kCols > INT_MAX)
+    fail("cuda row_invariant_linear: bad shape M ", M, " C ", C, " OC ", OC);
+  if (M == 0) return;
+  // The fewest rows a pass that hold M (up to 16): no idle accumulators at M = 1, 2, 4, 8, 16.
+  if (M == 1) launch<In, Out, 1>(out, inp, weight, bias, M, C, OC, accumulate, stream);
+  else if (M == 2) launch<In, Out, 2>(out, inp, weight, bias, M, C, OC, accumulate, stream);
+  else if (M <= 4) launch<In, Out, 4>(out, inp, weight, bias, M, C, OC, accumulate, stream);
+  else if (M <= 8) launch<In, Out, 8>(out, inp, weight, bias, M, C, OC, accumulate, stream);
+  else launch<In, Out, 16>(out, inp, weight, bias, M, C, OC, accumulate, stream);
+}
+
+using bf16 = __nv_bfloat16;
+#define JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE(In, Out)                                                           \
+  template void row_invariant_linear<In, Out>(Out*, const In*, const In*, const Out*, int64_t, int64_t, int64_t, \
+                                              bool, cudaStream_t);
+JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE(float, float)
+JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE(bf16, bf16)
+JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE(bf16, float)
+#undef JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE
+
+}  // namespace jtok::cuda

@@ -1,0 +1,33 @@
+// A linear layer's forward whose every output element is computed the same way whatever the batch
+// (issue 40): out (M,OC) (+)= inp (M,C) weight (OC,C)^T (+ bias (OC)), fp32 accumulation, where an
+// element's bits depend only on its own input row, the weight row, the bias and C, never on M or on
+// the row's place among the M. cuBLASLt picks its algorithm (tiles, split-K) by the row count, so a
+// decode step's logits would change in their last bits with the number of sequences beside it; the
+// GPU decoder's decode steps take this product instead (cuda/matmul.h's RowInvariantProducts).
+//
+// How (row_invariant_linear.cu): a block of 4 warps owns 4 output columns; the input's C elements
+// split into chunks of 32 lanes x 16 bytes (128 fp32 or 256 bf16), chunk k summed by warp k mod 4,
+// each lane fma-ing its 16 bytes' elements in order into one fp32 accumulator per (column, row), its
+// chunks in increasing order; then each warp's fixed shuffle tree, the 4 warps' sums in warp order,
+// + bias, + out (accumulate). The rows go through in groups of up to 16 (the weight chunk loaded once
+// a group), each row by the same sequence of operations. Unaligned pointers or a C that breaks the
+// 16-byte rows read element by element: the same elements in the same order, so the same bits.
+// At small M (a decode step) this is weight streaming: each weight read once a group of rows.
+// No atomics; capturable in a CUDA graph (a plain launch).
+//
+// Instantiated for (In, Out) = (float, float), (__nv_bfloat16, __nv_bfloat16), (__nv_bfloat16, float).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace jtok::cuda {
+
+// out (M,OC) (+)= inp (M,C) weight (OC,C)^T (+ bias (OC); null: none); accumulate adds to out.
+// Rows are dense (row strides C and OC). M 0 does nothing.
+template <typename In, typename Out>
+void row_invariant_linear(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C,
+                          int64_t OC, bool accumulate, cudaStream_t stream);
+
+}  // namespace jtok::cuda

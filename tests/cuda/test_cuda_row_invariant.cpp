@@ -1,0 +1,171 @@
+// The row-invariant linear forward (src/cuda/row_invariant_linear.h), the decode steps' products:
+// - against the CPU's linear_forward (ops/linear.h; + bias, + out for accumulate, added here) by
+//   normalised error, through tests/cuda/cuda_case.h, on Qwen3-0.6B's shapes (C 1024 -> 2048 / 1024
+//   / 3072, 2048 -> 1024, 3072 -> 1024, the LM head 1024 -> 151936) and an odd C with OC not a
+//   multiple of the block's 4 columns, M 1, 3, 16, 33. Tolerances: fp32 1e-6 (fp32 sums on both
+//   sides in other orders: this kernel's order is about 1.1e-7 from fp64 at these C by
+//   tests/cuda/emulate_row_invariant.py); bf16 5e-3 for bf16 outputs (the inputs rounded on both
+//   sides, the output rounded once: at most 2^-8 relative, 1.7e-3 normalised on normal values) and
+//   1e-6 for the fp32 outputs of bf16 inputs (the LM head's (bf16, fp32)).
+// - the property: each row of a product of M rows (M 2, 5, 16, 33; bias and accumulate on) equals
+//   bit for bit the same row computed alone, from an aligned copy and from a copy one element off
+//   16-byte alignment (the element-by-element loads), for (fp32, fp32), (bf16, bf16), (bf16, fp32).
+// - linear_forward under RowInvariantProducts gives row_invariant_linear's bits, and the setting
+//   is back to 0 after the scope.
+// `--gtest_filter='*CudaRowInvariant*'`; a GPU host only (in test_cuda_ops).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/matmul.h"
+#include "cuda/row_invariant_linear.h"
+#include "cuda_case.h"
+#include "ops/linear.h"
+
+namespace {
+
+using namespace jtok::cuda_test;
+using jtok::testing::randn;
+using bf16 = __nv_bfloat16;
+
+constexpr int64_t kMaxRows = 33;
+
+// Inputs for up to kMaxRows rows: a product of M rows reads the first M of inp and out0.
+struct Product {
+  int64_t C, OC;
+  std::vector<float> inp, weight, bias, out0;
+};
+
+std::shared_ptr<const Product> make_product(int64_t C, int64_t OC, uint64_t seed) {
+  auto p = std::make_shared<Product>();
+  *p = {C, OC, randn(kMaxRows * C, seed), randn(OC * C, seed + 1, 0.1f), randn(OC, seed + 2),
+        randn(kMaxRows * OC, seed + 3)};
+  return p;
+}
+
+std::vector<float> first_rows(const std::vector<float>& v, int64_t rows, int64_t width) {
+  return {v.begin(), v.begin() + rows * width};
+}
+
+// out = out0 + inp weight^T + bias on the dtype's inputs; bf16 also names the fp32-output product's.
+Outputs cpu_product(const Product& p, int64_t M, DType t) {
+  const auto x = to_dtype(first_rows(p.inp, M, p.C), t), w = to_dtype(p.weight, t), b = to_dtype(p.bias, t);
+  const auto out0 = to_dtype(first_rows(p.out0, M, p.OC), t);
+  std::vector<float> out(static_cast<size_t>(M * p.OC));
+  jtok::linear_forward(out.data(), x.data(), w.data(), M, p.C, p.OC);
+  for (int64_t n = 0; n < M; ++n)
+    for (int64_t o = 0; o < p.OC; ++o) out[n * p.OC + o] += out0[n * p.OC + o] + b[o];
+  if (t == DType::f32) return {{"out", out}};
+  return {{"out", out}, {"out_f32", out}};
+}
+
+template <typename In, typename Out>
+std::vector<float> gpu_product(const Product& p, int64_t M) {
+  auto x = upload<In>(first_rows(p.inp, M, p.C)), w = upload<In>(p.weight);
+  auto b = upload<Out>(to_dtype(p.bias, sizeof(In) == 2 ? DType::bf16 : DType::f32));
+  auto out = upload<Out>(to_dtype(first_rows(p.out0, M, p.OC), sizeof(In) == 2 ? DType::bf16 : DType::f32));
+  jtok::cuda::row_invariant_linear<In, Out>(out.get(), x.get(), w.get(), b.get(), M, p.C, p.OC, true, nullptr);
+  return download(out);
+}
+
+Outputs gpu_outputs(const Product& p, int64_t M, DType t) {
+  if (t == DType::f32) return {{"out", gpu_product<float, float>(p, M)}};
+  return {{"out", gpu_product<bf16, bf16>(p, M)}, {"out_f32", gpu_product<bf16, float>(p, M)}};
+}
+
+struct Shape {
+  const char* name;
+  int64_t C, OC;
+};
+
+class CudaRowInvariantShapes : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(CudaRowInvariantShapes, MatchesCpuLinear) {
+  const Shape s = GetParam();
+  const auto p = make_product(s.C, s.OC, 60 + static_cast<uint64_t>(s.C + s.OC));
+  for (int64_t M : {1, 3, 16, 33}) {
+    CudaCase c{"row_invariant_linear",
+               std::string(s.name) + " M " + std::to_string(M) + " C " + std::to_string(s.C) + " OC " +
+                   std::to_string(s.OC),
+               {1e-6, 5e-3}};
+    c.cpu = [p, M](DType t) { return cpu_product(*p, M, t); };
+    c.gpu = [p, M](DType t) { return gpu_outputs(*p, M, t); };
+    run_case(c);
+    // The fp32 output of bf16 inputs: the fp32 bound (run_case held it to bf16's).
+    const Outputs want = cpu_product(*p, M, DType::bf16), got = gpu_outputs(*p, M, DType::bf16);
+    EXPECT_LE(jtok::testing::rel_err(got[1].second, want[1].second), 1e-6) << s.name << " M " << M << " (bf16, fp32)";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Qwen3, CudaRowInvariantShapes,
+                         ::testing::Values(Shape{"q", 1024, 2048}, Shape{"k_v", 1024, 1024},
+                                           Shape{"gate_up", 1024, 3072}, Shape{"o", 2048, 1024},
+                                           Shape{"down", 3072, 1024}, Shape{"lm_head", 1024, 151936},
+                                           Shape{"odd", 333, 70}),
+                         [](const ::testing::TestParamInfo<Shape>& i) { return std::string(i.param.name); });
+
+// Row r of an M-row product against row r alone (M = 1), read from a fresh buffer at `offset`
+// elements past its (256-byte aligned) start: 0 aligned, 1 off alignment.
+template <typename In, typename Out>
+void expect_rows_alone(const Product& p, int64_t M, int64_t offset) {
+  const DType t = sizeof(In) == 2 ? DType::bf16 : DType::f32;
+  auto x = upload<In>(first_rows(p.inp, M, p.C)), w = upload<In>(p.weight);
+  auto b = upload<Out>(to_dtype(p.bias, t));
+  auto batch = upload<Out>(to_dtype(first_rows(p.out0, M, p.OC), t));
+  jtok::cuda::row_invariant_linear<In, Out>(batch.get(), x.get(), w.get(), b.get(), M, p.C, p.OC, true, nullptr);
+  const std::vector<float> together = download(batch);
+  for (int64_t r = 0; r < M; ++r) {
+    std::vector<float> row(static_cast<size_t>(offset), 0.0f), out0(static_cast<size_t>(offset), 0.0f);
+    row.insert(row.end(), p.inp.begin() + r * p.C, p.inp.begin() + (r + 1) * p.C);
+    out0.insert(out0.end(), p.out0.begin() + r * p.OC, p.out0.begin() + (r + 1) * p.OC);
+    auto xr = upload<In>(row);
+    auto yr = upload<Out>(to_dtype(out0, t));
+    jtok::cuda::row_invariant_linear<In, Out>(yr.get() + offset, xr.get() + offset, w.get(), b.get(), 1, p.C, p.OC,
+                                              true, nullptr);
+    const std::vector<float> alone = download(yr);
+    ASSERT_EQ(0, std::memcmp(alone.data() + offset, together.data() + r * p.OC, static_cast<size_t>(p.OC) * 4))
+        << "row " << r << " of " << M << " (C " << p.C << ", OC " << p.OC << ", offset " << offset << ", "
+        << dtype_name(t) << " in, " << (sizeof(Out) == 4 ? "fp32" : "bf16") << " out) differs from itself alone";
+  }
+}
+
+TEST(CudaRowInvariant, EachRowHasItsBitsAlone) {
+  for (const auto& [C, OC] : {std::pair<int64_t, int64_t>{333, 70}, {1024, 96}, {3072, 40}}) {
+    const auto p = make_product(C, OC, 90 + static_cast<uint64_t>(C));
+    for (int64_t M : {2, 5, 16, 33}) {
+      for (int64_t offset : {0, 1}) {
+        expect_rows_alone<float, float>(*p, M, offset);
+        expect_rows_alone<bf16, bf16>(*p, M, offset);
+        expect_rows_alone<bf16, float>(*p, M, offset);
+      }
+    }
+  }
+}
+
+// Through linear_forward: the Matmul's setting routes products of up to its rows to the kernel.
+TEST(CudaRowInvariant, LinearForwardTakesItUnderTheSetting) {
+  const auto p = make_product(1024, 512, 7);
+  const int64_t M = 5;
+  auto x = upload<bf16>(first_rows(p->inp, M, p->C)), w = upload<bf16>(p->weight);
+  auto b = upload<float>(to_dtype(p->bias, DType::bf16));
+  DeviceBuffer<float> via_linear(static_cast<size_t>(M * p->OC)), direct(static_cast<size_t>(M * p->OC));
+  jtok::cuda::Matmul mm;
+  EXPECT_EQ(mm.row_invariant_rows(), 0);
+  {
+    const jtok::cuda::RowInvariantProducts scope(mm, 8);
+    EXPECT_EQ(mm.row_invariant_rows(), 8);
+    jtok::cuda::linear_forward<bf16, float>(mm, via_linear.get(), x.get(), w.get(), b.get(), M, p->C, p->OC, false,
+                                            nullptr);
+  }
+  EXPECT_EQ(mm.row_invariant_rows(), 0);
+  EXPECT_EQ(mm.cached_plans(), 0u) << "a product under the setting made a cuBLASLt plan";
+  jtok::cuda::row_invariant_linear<bf16, float>(direct.get(), x.get(), w.get(), b.get(), M, p->C, p->OC, false,
+                                                nullptr);
+  const std::vector<float> a = download(via_linear), d = download(direct);
+  EXPECT_EQ(0, std::memcmp(a.data(), d.data(), a.size() * 4));
+}
+
+}  // namespace
