@@ -296,10 +296,16 @@ template <typename T>
 void StepRows<T>::request(const int32_t* ids, int64_t N, cudaStream_t consumer) {
   JTOK_CHECK(N > 0 && N <= max_n_, "StepRows::request: ", N, " ids, at most ", max_n_);
   check_ids_in_range(ids, N, V_, "StepRows::request");
-  if (path_ == RowPath::staged) take_ring_entry(ids, N);
+  const bool staged = path_ == RowPath::staged;
+  if (staged) take_ring_entry(ids, N);
   upload_and_dedup(ids, N, consumer);
-  for (int64_t k = 0; k < static_cast<int64_t>(layers_.size()); ++k) gather_layer(k, N);
-  if (path_ == RowPath::staged) JTOK_CUDA_CHECK(cudaEventRecord(ring_[static_cast<size_t>(cur_)].done, side_));
+  try {
+    for (int64_t k = 0; k < static_cast<int64_t>(layers_.size()); ++k) gather_layer(k, N);
+  } catch (...) {  // staged: the host functions queued so far still read the entry; `done` follows them
+    if (staged) cudaEventRecord(ring_[static_cast<size_t>(cur_)].done, side_);
+    throw;
+  }
+  if (staged) JTOK_CUDA_CHECK(cudaEventRecord(ring_[static_cast<size_t>(cur_)].done, side_));
   mark(t_end_);
 }
 
