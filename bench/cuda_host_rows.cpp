@@ -3,9 +3,13 @@
 // 4096-token prefill, each deduplicated, every layer's rows gathered into a device buffer
 //   hbm:      the tables copied to the device (the control), the gather kernel reading them there
 //   in_place: the tables registered where they lie in host memory, the same kernel reading them over UVA
-//   staged:   the CPU's gather into pinned staging, copied on a side stream (StepRows' staged path)
+//   staged:   the CPU's gather into pinned staging, copied on a side stream (StepRows' staged path:
+//             the gathers are host functions on that stream, queued by the request)
 // Each step: the ids uploaded, deduplicated on the device, every layer's gather, then a sync; wall
-// milliseconds per step (mean over reps after two warm-ups) and GB/s of unique rows moved. Built with
+// milliseconds per step until every layer's rows are on the device (ms: mean over reps after two
+// warm-ups), the host's time to queue it (issue_ms: what the caller's thread spends before it can
+// queue its forward; staged too, now its gathers run on the side stream) and GB/s of unique rows
+// moved. Built with
 // the CUDA kernels (target bench_cuda_host_rows; not a test: timings are no check):
 //   build/bench_cuda_host_rows [--shard data/val/val_000.bin] [--layers 28] [--tables 1] [--d 1024]
 //                              [--vocab 151936] [--decode 16] [--prefill 4096] [--reps 20]
@@ -149,20 +153,41 @@ struct HbmStep {
   }
 };
 
-// Every layer's rows through StepRows (in place or staged), the consumer waiting for each layer.
-double time_step_rows(jtok::cuda::StepRows<bf16>& step, const std::vector<int32_t>& ids, int reps) {
-  return time_ms([&] {
-    step.request(ids.data(), static_cast<int64_t>(ids.size()), nullptr);
-    for (int64_t k = 0; k < static_cast<int64_t>(step.layers().size()); ++k) step.wait(k, nullptr);
-  }, reps);
+// Mean host milliseconds of issue() alone (its work then synced, untimed), after two warm-ups.
+template <typename F>
+double mean_issue_ms(F&& issue, int reps) {
+  double s = 0;
+  for (int i = 0; i < reps + 2; ++i) {
+    const double t0 = now_s();
+    issue();
+    if (i >= 2) s += now_s() - t0;
+    JTOK_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  return s * 1e3 / reps;
 }
 
-void report(const char* step, const std::string& source, int64_t n, int64_t unique, const char* path, double ms,
+struct StepTimes {
+  double ms = 0, issue_ms = 0;  // until the rows are on the device; queuing them on the host
+};
+
+// Every layer's rows through StepRows (in place or staged), the consumer waiting for each layer;
+// then a staged gather's error, if any, thrown.
+StepTimes time_step_rows(jtok::cuda::StepRows<bf16>& step, const std::vector<int32_t>& ids, int reps) {
+  const auto one = [&] {
+    step.request(ids.data(), static_cast<int64_t>(ids.size()), nullptr);
+    for (int64_t k = 0; k < static_cast<int64_t>(step.layers().size()); ++k) step.wait(k, nullptr);
+  };
+  const StepTimes t{time_ms(one, reps), mean_issue_ms(one, reps)};
+  step.check_error();
+  return t;
+}
+
+void report(const char* step, const std::string& source, int64_t n, int64_t unique, const char* path, StepTimes t,
             int64_t bytes) {
   std::printf("{\"step\": \"%s\", \"ids\": \"%s\", \"n\": %lld, \"unique\": %lld, \"path\": \"%s\", \"ms\": %.4f, "
-              "\"gbps\": %.2f, \"bytes\": %lld}\n",
-              step, source.c_str(), static_cast<long long>(n), static_cast<long long>(unique), path, ms,
-              static_cast<double>(bytes) / (ms * 1e-3) / 1e9, static_cast<long long>(bytes));
+              "\"issue_ms\": %.4f, \"gbps\": %.2f, \"bytes\": %lld}\n",
+              step, source.c_str(), static_cast<long long>(n), static_cast<long long>(unique), path, t.ms, t.issue_ms,
+              static_cast<double>(bytes) / (t.ms * 1e-3) / 1e9, static_cast<long long>(bytes));
   std::fflush(stdout);
 }
 
@@ -177,7 +202,8 @@ void bench_step(const Options& o, Paths p, const char* name, int64_t n, bool spr
   const std::vector<int32_t> ids = step_ids(o, n, spread, source);
   const int64_t unique = static_cast<int64_t>(jtok::dedup_ids(ids.data(), n, o.vocab).unique.size());
   const int64_t bytes = unique * o.d * o.layers * o.per_layer * static_cast<int64_t>(sizeof(bf16));  // rows written
-  report(name, source, n, unique, "hbm", time_ms([&] { p.hbm->run(ids); }, o.reps), bytes);
+  const auto hbm = [&] { p.hbm->run(ids); };
+  report(name, source, n, unique, "hbm", {time_ms(hbm, o.reps), mean_issue_ms(hbm, o.reps)}, bytes);
   report(name, source, n, unique, "in_place", time_step_rows(*p.in_place, ids, o.reps), bytes);
   report(name, source, n, unique, "staged", time_step_rows(*p.staged, ids, o.reps), bytes);
 }

@@ -44,6 +44,10 @@ class GpuDecoder final : public DeviceDecoder {
   void check_room(int64_t seq, int64_t n) const;
   void upload_step(const int32_t* tokens, int64_t R, int64_t seq, int64_t pos0);
   void prefill_each(int64_t pos0, int64_t n, float* last_logits, const RowLogits& each);
+  // After a sync that follows the step: a staged gather's error (StepRows::check_error) fails it.
+  void check_rows() {
+    if (st_.rows) st_.rows->check_error();
+  }
   int64_t rows_read(const int32_t* tokens, int64_t M) const;
 
   DecoderState<E> st_;
@@ -151,6 +155,7 @@ void GpuDecoder<E>::prefill(int64_t seq, const int32_t* tokens, int64_t n, float
     prefill_each(pos0, n, last_logits, each);
   } else {
     head_logits(st_, n - 1, 1);
+    check_rows();
     if (last_logits) std::memcpy(last_logits, st_.acts.host_logits.get(), static_cast<size_t>(V) * sizeof(float));
   }
   st_.kv.pages->advance(seq, n);
@@ -164,6 +169,7 @@ void GpuDecoder<E>::prefill_each(int64_t pos0, int64_t n, float* last_logits, co
   for (int64_t r = 0; r < n; r += block) {
     const int64_t nb = std::min(block, n - r);
     head_logits(st_, r, nb);
+    check_rows();
     const float* got = st_.acts.host_logits.get();
     if (r + nb == n && last_logits)
       std::memcpy(last_logits, got + (nb - 1) * V, static_cast<size_t>(V) * sizeof(float));

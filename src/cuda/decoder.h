@@ -47,8 +47,8 @@ struct DecoderSettings {
 // without those waits), head (final norm and LM head), logits_copy (to the host); step from the
 // step's first event to the logits on the host (the sum of the above). The rows' side stream:
 // rows_dedup (the ids' dedup) and rows_gather (from the dedup's end to the last layer's rows;
-// staged: with the side stream's idle time while the host gathers). Host: rows_issue (issuing the
-// requests; staged: the host's own gathers) and host (the whole decode call).
+// staged: the host functions' gathers and the copies). Host: rows_issue (queuing the requests; staged
+// too: the ids' host dedup, the gathers only queued) and host (the whole decode call).
 // rows_wait well under rows_dedup + rows_gather is the overlap issue 40 asks to see.
 struct StepBreakdown {
   bool valid = false;  // false: not profiling, a CPU decoder, or no decode step yet

@@ -26,7 +26,7 @@ class DecodeProfiler {
   void begin_step();  // forgets the last step's waits and host time
   // Records the mark's event on `stream` (layer: the layer of a per-layer mark, else ignored).
   void mark(StepMark m, int64_t layer, cudaStream_t stream);
-  void add_issue_ms(double ms) { issue_ms_ += ms; }  // host time issuing the rows' requests
+  void add_issue_ms(double ms) { issue_ms_ += ms; }  // host time queuing the rows' requests
   // After the step's copy_end has completed: the GPU phases and rows_issue_ms (rows_dedup,
   // rows_gather, rows, max_len and host_ms are the caller's).
   StepBreakdown read() const;

@@ -20,11 +20,12 @@
 //     queue_decode); paged attention's shared-memory attribute is set by the eager run of the same
 //     shape that precedes every capture (a capture sets it again: not stream work).
 //   after the replay: the M rows' logits copied to the host and the stream's sync (the copy outside
-//     the graph: M rows, not R), the pages' lengths, the rows read (the host's dedup of the ids and
-//     JTok-M's choices).
+//     the graph: M rows, not R), the staged rows' errors (StepRows::check_error), the pages'
+//     lengths, the rows read (the host's dedup of the ids and JTok-M's choices).
 //   eager only (no graphs for that decoder, the reason in describe()): MoE layers (each copies its
 //     expert offsets to the host, a sync, and sizes each expert's products by them), staged rows (the
-//     host gathers them in the step), profiling (events between phases), settings.cuda_graphs off.
+//     host gathers them in host functions on the rows' side stream, whose ids and copy sizes are the
+//     step's: a graph would fix them), profiling (events between phases), settings.cuda_graphs off.
 // A capture that fails turns graphs off for the decoder, saying why once; the step it follows has
 // already run eagerly, so nothing is lost.
 #include <chrono>
@@ -162,6 +163,7 @@ void decode_step(DecoderState<E>& st, const int64_t* seqs, const int32_t* tokens
   queue_logits_copy(st, M);
   if (sh.timed) st.prof->mark(StepMark::copy_end, 0, st.s());
   JTOK_CUDA_CHECK(cudaStreamSynchronize(st.s()));
+  if (st.rows) st.rows->check_error();  // staged: a gather's error fails the step here
   if (!graph && st.graphs) capture_after_eager(st, padded.data(), sh);
   if (sh.timed) st.last_step = read_profile(st, sh, t0);
 }

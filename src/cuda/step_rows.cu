@@ -1,6 +1,7 @@
 // Every layer's token-table rows of a step on a side stream, one event per layer
 // (src/cuda/step_rows.h). Host code only: the kernels are host_rows.cu's gather and dedup.cu's.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <type_traits>
@@ -116,12 +117,21 @@ StepRows<T>::StepRows(std::vector<LayerTables> layers, int64_t max_n, RowPath pa
   JTOK_CUDA_CHECK(cudaEventCreateWithFlags(&ids_copied_, cudaEventDisableTiming));
   ready_.resize(layers_.size());
   for (cudaEvent_t& e : ready_) JTOK_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  if (path_ != RowPath::staged) return;
+  for (int e = 0; e < kRing; ++e) {
+    StagedRequest& r = ring_[static_cast<size_t>(e)];
+    JTOK_CUDA_CHECK(cudaEventCreateWithFlags(&r.done, cudaEventDisableTiming));
+    r.unique.reserve(static_cast<size_t>(max_n_));
+    for (int64_t k = 0; k < static_cast<int64_t>(layers_.size()); ++k) r.calls.push_back({this, e, k});
+  }
 }
 
 template <typename T>
 StepRows<T>::~StepRows() {
-  if (side_) cudaStreamSynchronize(side_);  // no copy or gather left reading what is freed below
+  if (side_) cudaStreamSynchronize(side_);  // no copy, gather or host function left reading what goes below
   for (cudaEvent_t e : ready_) cudaEventDestroy(e);
+  for (StagedRequest& r : ring_)
+    if (r.done) cudaEventDestroy(r.done);
   for (cudaEvent_t e : {t_begin_, t_dedup_, t_end_})
     if (e) cudaEventDestroy(e);
   if (ids_copied_) cudaEventDestroy(ids_copied_);
@@ -132,6 +142,11 @@ StepRows<T>::~StepRows() {
 template <typename T>
 T* StepRows<T>::slot(int64_t k, int64_t i) const {
   return out_.get() + (first_slot_[static_cast<size_t>(k)] + i) * max_n_ * d_;
+}
+
+template <typename T>
+T* StepRows<T>::staging(int64_t k, int64_t i) const {
+  return staging_.get() + (first_slot_[static_cast<size_t>(k)] + i) * max_n_ * d_;
 }
 
 template <typename T>
@@ -176,44 +191,138 @@ void StepRows<T>::mark(cudaEvent_t e) const {
   if (e) JTOK_CUDA_CHECK(cudaEventRecord(e, side_));
 }
 
-// Layer k's tables on the side stream, then its event. Staged: its staging is rewritten only after
-// the previous request's copy of it (that layer's event) is done.
+// Layer k's tables on the side stream (one launch: ids checked on the host), then its event.
 template <typename T>
-void StepRows<T>::gather_layer(int64_t k, const RowBatch& host_rb, int64_t N) {
-  const LayerTables& lt = layers_[static_cast<size_t>(k)];
-  cudaEvent_t ready = ready_[static_cast<size_t>(k)];
-  const int64_t n_tables = static_cast<int64_t>(lt.tables.size()), first = first_slot_[static_cast<size_t>(k)];
-  if (path_ != RowPath::staged) {  // one launch for the layer's tables (ids checked on the host)
-    std::vector<T*> outs;
-    std::vector<RowSource> srcs;
-    for (int64_t i = 0; i < n_tables; ++i) {
-      outs.push_back(slot(k, i));
-      srcs.push_back(sources_[static_cast<size_t>(first + i)]);
-    }
-    gather_rows_device_tables(outs.data(), srcs.data(), static_cast<int>(n_tables), rb_, N, RowErrors{}, side_);
-    JTOK_CUDA_CHECK(cudaEventRecord(ready, side_));
-    return;
-  }
-  JTOK_CUDA_CHECK(cudaEventSynchronize(ready));
-  const int64_t U = static_cast<int64_t>(host_rb.unique.size());
+void StepRows<T>::gather_layer(int64_t k, int64_t N) {
+  if (path_ == RowPath::staged) return stage_layer(k);
+  const int64_t n_tables = static_cast<int64_t>(layers_[static_cast<size_t>(k)].tables.size());
+  const int64_t first = first_slot_[static_cast<size_t>(k)];
+  std::vector<T*> outs;
+  std::vector<RowSource> srcs;
   for (int64_t i = 0; i < n_tables; ++i) {
-    T* staging = staging_.get() + (first + i) * max_n_ * d_;
-    stage_rows(slot(k, i), staging, *lt.tables[static_cast<size_t>(i)], host_rb.unique.data(), U, side_,
-               i + 1 == n_tables ? ready : nullptr);
+    outs.push_back(slot(k, i));
+    srcs.push_back(sources_[static_cast<size_t>(first + i)]);
   }
+  gather_rows_device_tables(outs.data(), srcs.data(), static_cast<int>(n_tables), rb_, N, RowErrors{}, side_);
+  JTOK_CUDA_CHECK(cudaEventRecord(ready_[static_cast<size_t>(k)], side_));
+}
+
+// Staged layer k, queued on the side stream: the host function that gathers its tables' rows into
+// their staging (after the previous request's copies of that staging: the stream is in order), a
+// copy a table, the layer's event. Nothing here waits.
+template <typename T>
+void StepRows<T>::stage_layer(int64_t k) {
+  StagedRequest& r = ring_[static_cast<size_t>(cur_)];
+  const int64_t U = static_cast<int64_t>(r.unique.size());
+  const int64_t n_tables = static_cast<int64_t>(layers_[static_cast<size_t>(k)].tables.size());
+  JTOK_CUDA_CHECK(cudaLaunchHostFunc(
+      side_, [](void* p) {
+        const GatherCall* c = static_cast<const GatherCall*>(p);
+        c->self->gather_staged(c->entry, c->k);
+      },
+      &r.calls[static_cast<size_t>(k)]));
+  cudaEvent_t ready = ready_[static_cast<size_t>(k)];
+  for (int64_t i = 0; i < n_tables; ++i)
+    copy_staged_rows(slot(k, i), staging(k, i), U, d_, side_, i + 1 == n_tables ? ready : nullptr);
+}
+
+// On CUDA's callback thread: layer k's tables' rows of ring entry `entry`'s ids into their staging.
+// No CUDA call; nothing thrown out: the first error is kept for check_error(), and from its layer
+// on the request's rows are zeros, not gathered (its consumer still runs: zeros keep it finite).
+template <typename T>
+void StepRows<T>::gather_staged(int entry, int64_t k) noexcept {
+  StagedRequest& r = ring_[static_cast<size_t>(entry)];
+  const LayerTables& lt = layers_[static_cast<size_t>(k)];
+  const int64_t U = static_cast<int64_t>(r.unique.size());
+  bool failed = false;
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    failed = r.failed;
+  }
+  for (size_t i = 0; i < lt.tables.size() && !failed; ++i) {
+    std::string why;
+    try {
+      gather_rows_to_staging(staging(k, static_cast<int64_t>(i)), *lt.tables[i], r.unique.data(), U);
+      // A disk store's failed read gives zeros and is kept by the store (the CPU forward's
+      // check_table_reads): here it fails the request.
+      if (const DiskRows* disk = lt.tables[i]->disk_rows()) why = disk->take_error();
+    } catch (const std::exception& e) {
+      why = e.what();
+      if (why.empty()) why = "an exception without a message";
+    } catch (...) {
+      why = "an exception that is not a std::exception";
+    }
+    if (!why.empty()) fail_request(entry, k, i, why);
+    failed = !why.empty();
+  }
+  if (!failed) return;
+  for (size_t i = 0; i < lt.tables.size(); ++i)
+    std::memset(static_cast<void*>(staging(k, static_cast<int64_t>(i))), 0, static_cast<size_t>(U * d_) * sizeof(T));
+}
+
+template <typename T>
+void StepRows<T>::fail_request(int entry, int64_t k, size_t i, const std::string& why) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    StagedRequest& r = ring_[static_cast<size_t>(entry)];
+    if (r.failed) return;
+    r.failed = true;
+    r.error = "StepRows: the staged rows of layer " + std::to_string(layers_[static_cast<size_t>(k)].layer) +
+              "'s table " + std::to_string(i) + ": " + why;
+  } catch (...) {  // no memory for the message: the request still fails
+  }
+}
+
+// Staged: the next ring entry, once its last request's host functions are done (normally long
+// since), holds this request's host dedup; its error, if never checked, is dropped.
+template <typename T>
+void StepRows<T>::take_ring_entry(const int32_t* ids, int64_t N) {
+  const int next = (cur_ + 1) % kRing;
+  StagedRequest& r = ring_[static_cast<size_t>(next)];
+  JTOK_CUDA_CHECK(cudaEventSynchronize(r.done));  // never recorded: returns at once
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    r.failed = false;
+    r.error.clear();
+  }
+  // The host's dedup gives the same sorted unique ids as the device's (rows line up with rb_).
+  const RowBatch host_rb = jtok::dedup_ids(ids, N, V_);
+  r.unique.assign(host_rb.unique.begin(), host_rb.unique.end());
+  last_unique_ = static_cast<int64_t>(r.unique.size());
+  cur_ = next;
 }
 
 template <typename T>
 void StepRows<T>::request(const int32_t* ids, int64_t N, cudaStream_t consumer) {
   JTOK_CHECK(N > 0 && N <= max_n_, "StepRows::request: ", N, " ids, at most ", max_n_);
   check_ids_in_range(ids, N, V_, "StepRows::request");
+  const bool staged = path_ == RowPath::staged;
+  if (staged) take_ring_entry(ids, N);
   upload_and_dedup(ids, N, consumer);
-  // Staged: the host's dedup gives the same sorted unique ids as the device's (rows line up with rb_).
-  RowBatch host_rb;
-  if (path_ == RowPath::staged) host_rb = jtok::dedup_ids(ids, N, V_);
-  for (int64_t k = 0; k < static_cast<int64_t>(layers_.size()); ++k) gather_layer(k, host_rb, N);
+  try {
+    for (int64_t k = 0; k < static_cast<int64_t>(layers_.size()); ++k) gather_layer(k, N);
+  } catch (...) {  // staged: the host functions queued so far still read the entry; `done` follows them
+    if (staged) cudaEventRecord(ring_[static_cast<size_t>(cur_)].done, side_);
+    throw;
+  }
+  if (staged) JTOK_CUDA_CHECK(cudaEventRecord(ring_[static_cast<size_t>(cur_)].done, side_));
   mark(t_end_);
-  last_unique_ = static_cast<int64_t>(host_rb.unique.size());
+}
+
+template <typename T>
+void StepRows<T>::check_error() {
+  if (path_ != RowPath::staged || cur_ < 0) return;
+  StagedRequest& r = ring_[static_cast<size_t>(cur_)];
+  JTOK_CUDA_CHECK(cudaEventSynchronize(r.done));
+  std::string error;
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    if (!r.failed) return;
+    r.failed = false;
+    error = std::move(r.error);
+    r.error.clear();
+  }
+  fail(error.empty() ? std::string("StepRows: a staged gather failed (no memory for its message)") : error);
 }
 
 // The side stream joins the consumer's queued work through consumer_mark_ (recorded on the consumer:
@@ -226,7 +335,7 @@ void StepRows<T>::request_device(const int32_t* dev_ids, int64_t N, cudaStream_t
   JTOK_CUDA_CHECK(cudaStreamWaitEvent(side_, consumer_mark_, 0));
   mark(t_begin_);
   dedup(dev_ids, N);
-  for (int64_t k = 0; k < static_cast<int64_t>(layers_.size()); ++k) gather_layer(k, RowBatch{}, N);
+  for (int64_t k = 0; k < static_cast<int64_t>(layers_.size()); ++k) gather_layer(k, N);
   mark(t_end_);
 }
 

@@ -11,11 +11,20 @@
 // and the control, hbm: a device copy of every table in T made once (the host's gather, any
 // storage; bf16 rounded to nearest even as the other paths round), gathered by the same kernel as
 // in place. The three give the same bits.
+// Staged, the host's gathers are host functions on the side stream (cudaLaunchHostFunc, run on
+// CUDA's callback thread), so request() only queues: per layer k, [gather layer k's tables' rows
+// of the request's unique ids into its pinned staging] -> [a copy a table] -> [layer k's event].
+// The caller queues its forward at once and the gathers overlap it. A host function calls no CUDA
+// API and cannot throw: its error (a gather that threw, a disk store's failed read) is kept and
+// thrown by check_error(), which the consumer calls after its sync.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "cuda/dedup.h"
@@ -51,9 +60,18 @@ class StepRows {
   // ids (N, host; each in [0, V), else it fails naming the position and id, before anything is
   // queued): after the work queued on `consumer` so far (the previous step's reads of the rows),
   // uploads and deduplicates the ids and issues every layer's gathers on the side stream, recording
-  // layer k's event after its last table. Staged: the host gathers run on the calling thread, layer
-  // by layer, each copy queued as soon as its rows are staged.
+  // layer k's event after its last table. Staged: the ids' host dedup runs here, the gathers are
+  // host functions queued on the side stream (nothing waits for them here). The side stream is in
+  // order: a layer's staging is rewritten only after its previous copy, a slot only after the
+  // consumer's work queued before this request (the previous step's reads).
   void request(const int32_t* ids, int64_t N, cudaStream_t consumer);
+  // Staged: waits for the last request's host gathers (normally already done: call it after a
+  // sync of the consumer that follows its wait for every layer) and throws the first error they
+  // met as a jtok::Error naming the layer and table, once. A failed request's rows are zeros from
+  // the failing layer on (not gathered; what the consumer computed from them is to be dropped). An
+  // unchecked error is dropped when a later request takes its ring entry. Other paths: nothing
+  // (their ids were checked before anything was queued).
+  void check_error();
   // The same from ids already on the device (N int32, written by work queued on `consumer`; the
   // caller checked them against vocab()): no host copy, no host sync, nothing but stream work and
   // events, so a CUDA graph can capture it (every wait of the consumer on layer k's event then joins
@@ -73,7 +91,8 @@ class StepRows {
   // the side stream's work (a sync: for checks and benchmarks, not the decoder's path).
   int64_t last_unique() const;
   // Timing events on the side stream (JTOK_PROFILE=1; eager only: not for a captured request): after
-  // a request's work is done, the ids' dedup and the gathers (dedup end to the last layer's rows), ms.
+  // a request's work is done, the ids' dedup and the gathers (dedup end to the last layer's rows;
+  // staged: the host functions' gathers and the copies), ms.
   void enable_timing();
   struct Times {
     double dedup_ms = 0, gather_ms = 0;
@@ -85,8 +104,30 @@ class StepRows {
   void upload_and_dedup(const int32_t* ids, int64_t N, cudaStream_t consumer);
   void dedup(const int32_t* dev_ids, int64_t N);
   void mark(cudaEvent_t e) const;  // records e on the side stream when timing is on
-  void gather_layer(int64_t k, const RowBatch& host_rb, int64_t N);
+  void gather_layer(int64_t k, int64_t N);
+  void stage_layer(int64_t k);
+  void take_ring_entry(const int32_t* ids, int64_t N);
+  void gather_staged(int entry, int64_t k) noexcept;  // a host function's body: no CUDA call
+  void fail_request(int entry, int64_t k, size_t i, const std::string& why) noexcept;
   T* slot(int64_t k, int64_t i) const;
+  T* staging(int64_t k, int64_t i) const;
+
+  // Staged: a request's host state, read by its host functions; rewritten only after `done` (recorded
+  // after its last host function) has completed. A ring of two: the entry before the last is
+  // normally long done when the next request takes it.
+  static constexpr int kRing = 2;
+  struct GatherCall {  // a host function's argument: layer k of ring entry `entry`
+    StepRows* self = nullptr;
+    int entry = 0;
+    int64_t k = 0;
+  };
+  struct StagedRequest {
+    std::vector<int32_t> unique;    // (U) the host's dedup of the ids: sorted, as rb_.unique
+    std::vector<GatherCall> calls;  // one a layer
+    cudaEvent_t done = nullptr;
+    bool failed = false;            // under error_mu_: the first error met, its later layers skipped
+    std::string error;
+  };
 
   std::vector<LayerTables> layers_;
   std::vector<int64_t> first_slot_;  // per layer: index of its first table's slot
@@ -105,6 +146,9 @@ class StepRows {
   cudaEvent_t consumer_mark_ = nullptr, ids_copied_ = nullptr;
   std::vector<cudaEvent_t> ready_;  // per layer
   int64_t last_unique_ = 0;  // staged: the host's U
+  std::array<StagedRequest, kRing> ring_;
+  int cur_ = -1;  // the last staged request's ring entry (-1: none yet)
+  std::mutex error_mu_;
   cudaEvent_t t_begin_ = nullptr, t_dedup_ = nullptr, t_end_ = nullptr;  // timing (null: off)
 };
 
