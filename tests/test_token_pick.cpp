@@ -71,6 +71,7 @@ int picks_match(const std::vector<float>& l, const SamplingParams& p, int top_lo
     if (pick_from_digest(d, V, got_req, got)) {
       ++settled;
       EXPECT_EQ(got.token, want.token) << "step " << s;
+      EXPECT_EQ(got.margin, want.margin) << "step " << s;
       if (top_logprobs >= 0) expect_same_logprob(got.logprob, want.logprob);
     } else {
       EXPECT_TRUE(got_rng == before) << "a miss moved the RNG";

@@ -67,6 +67,19 @@ bool logprob_from_digest(const cuda::LogitDigest& d, int64_t V, int32_t token, i
 
 }  // namespace
 
+double top2_margin(const std::vector<float>& logits) {
+  float a = -std::numeric_limits<float>::infinity(), b = a;
+  for (float x : logits) {
+    if (x > a) {
+      b = a;
+      a = x;
+    } else if (x > b) {
+      b = x;
+    }
+  }
+  return static_cast<double>(a) - b;
+}
+
 bool plain_temperature(const SamplingParams& p) { return p.temperature > 0 && p.top_k <= 0 && p.top_p >= 1.0; }
 
 void digest_rows(const PickRequest* req, int64_t M, cuda::DigestRow* rows) {
@@ -93,6 +106,8 @@ bool pick_from_digest(const cuda::LogitDigest& d, int64_t V, const PickRequest& 
     if (token < 0) return false;
   }
   out.token = token;
+  out.margin = d.n_top > 1 ? static_cast<double>(d.top_logit[0]) - d.top_logit[1]
+                           : std::numeric_limits<double>::infinity();
   out.logprob = TokenLogprob{};
   // Every token above is in the digest (the list, drawn or the argmax): the log-probs never need the
   // row once the RNG has moved.
@@ -107,6 +122,7 @@ TokenPick pick_from_row(const float* logits, int64_t V, const PickRequest& req) 
   if (req.sampling.temperature > 0 && !req.rng) fail("pick_from_row: sampling with a temperature but no RNG");
   TokenPick out;
   out.token = sample_token(l, req.sampling, req.rng ? *req.rng : unused);
+  out.margin = top2_margin(l);
   if (req.top_logprobs >= 0) out.logprob = token_logprob(logits, V, out.token, req.top_logprobs);
   return out;
 }

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <vector>
 
 #include "cuda/logit_digest.h"
 #include "infer/generate.h"
@@ -38,7 +39,12 @@ struct PickRequest {
 struct TokenPick {
   int32_t token = -1;
   TokenLogprob logprob;  // when top_logprobs >= 0
+  double margin = 0;     // top2_margin of the row (the digest's first two logits)
 };
+
+// Logit of the best token minus that of the second best: how close greedy decoding was to a tie
+// (+inf for a single logit).
+double top2_margin(const std::vector<float>& logits);
 
 // Plain temperature sampling: the one path whose draw is made before the step (on the device).
 bool plain_temperature(const SamplingParams& p);
