@@ -217,6 +217,9 @@ __device__ void write_digest(int64_t V, double T, DigestShared& sh, LogitDigest*
     for (int k = 0; k < n; ++k) rank += better(sh.list_logit[k], sh.list_id[k], x, id);
     out->top_id[rank] = id;
     out->top_logit[rank] = x;
+  } else if (t < kDigestTop) {  // a row shorter than the list: the rest defined, never read
+    out->top_id[t] = -1;
+    out->top_logit[t] = 0.f;
   }
   if (t == 0) {
     out->argmax = sh.arg;
