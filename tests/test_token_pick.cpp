@@ -136,8 +136,9 @@ TEST(TokenPick, TopPWithinTheListElseTheFullRow) {
     }
   // top_k past the list with top_p: only a cut over the whole row's sum is known: the full row.
   EXPECT_EQ(picks_match(peaked_row(kV, 3, 4.f), {1.0, 100, 0.9}, -1, 5, 3), 0);
-  // top_k >= V: sample_token's full sort, as top_k 0.
+  // top_k >= V: sample_token's full sort, as top_k 0; without top_p its draw spans the whole row.
   EXPECT_EQ(picks_match(peaked_row(kV, 3, 4.f), {1.0, kV, 0.9}, -1, 5, 3), 5);
+  EXPECT_EQ(picks_match(peaked_row(kV, 3, 4.f), {1.0, kV, 1.0}, -1, 5, 3), 0);
 }
 
 TEST(TokenPick, PlainTemperatureDrawsBeforeTheStep) {

@@ -12,10 +12,10 @@ namespace jtok {
 int64_t Decoder::decode_pick(const int64_t* seqs, const int32_t* tokens, int64_t M, const PickRequest* req,
                              TokenPick* out) {
   const int64_t V = vocab_size();
-  std::vector<float> logits(static_cast<size_t>(M * V));
-  const int64_t rows = decode(seqs, tokens, M, logits.data());
+  pick_logits_.resize(static_cast<size_t>(M * V));
+  const int64_t rows = decode(seqs, tokens, M, pick_logits_.data());
   const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < M; ++i) out[i] = pick_from_row(logits.data() + i * V, V, req[i]);
+  for (int64_t i = 0; i < M; ++i) out[i] = pick_from_row(pick_logits_.data() + i * V, V, req[i]);
   pick_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rows;
 }

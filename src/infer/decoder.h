@@ -67,6 +67,7 @@ class Decoder {
 
  protected:
   double pick_s_ = 0;
+  std::vector<float> pick_logits_;  // decode_pick's (M, vocab_size) logits, kept between steps
 };
 
 // The CPU engine's decoder over m (kv_bf16: KVCache::bf16).
