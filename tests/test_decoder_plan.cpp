@@ -81,12 +81,15 @@ TEST(DecoderPlan, TinyByHand) {
   EXPECT_EQ(p.activations, 2 * e + 4 * (f32 + i32) + 8 * 4);
   EXPECT_EQ(p.activations, 17100);
   EXPECT_EQ(p.attention_scratch, 4 * R * 4 * (1024 / 256) * (16 + 2));  // (R, H, chunks, hd + 2) fp32
-  EXPECT_EQ(p.logits, 4 * 8 * 1024 + 2 * 8 * 64);                        // (head_rows, Vp) fp32, lnf bf16
+  // (head_rows, Vp) fp32, lnf bf16; max_batch digests and their inputs (cuda/logit_digest.h).
+  EXPECT_EQ(sizeof(LogitDigest) + sizeof(DigestRow), 552u + 16u);
+  const int64_t digests = s.max_batch * (552 + 16);
+  EXPECT_EQ(p.logits, 4 * 8 * 1024 + 2 * 8 * 64 + digests);
   // (5 slots, R, d) bf16; ids unique inverse order (R), offsets (R + 1), num_unique (1) int32.
   EXPECT_EQ(p.row_slots, 2 * 5 * R * 64 + 4 * (4 * R + R + 1 + 1));
   EXPECT_EQ(p.hbm_tables, 2 * 5 * 1024 * 64);
   // Pinned: step (3R), logits (head_rows, V), JTok-M choices (1 layer, max_batch, 2), ids (R).
-  EXPECT_EQ(p.host_pinned, 4 * (3 * R + 8 * 1000 + 4 * 2 + R));
+  EXPECT_EQ(p.host_pinned, 4 * (3 * R + 8 * 1000 + 4 * 2 + R) + digests);
   EXPECT_EQ(p.total(), p.weights + p.kv_pages + p.activations + p.attention_scratch + p.logits + p.row_slots +
                            p.hbm_tables);
 }
@@ -143,7 +146,7 @@ TEST(DecoderPlan, Qwen3At4096ByHand) {
   EXPECT_EQ(p.activations, 2 * e + 4 * (f32 + i32) + 8 * 6);
   EXPECT_EQ(p.attention_scratch, int64_t{4} * R * 16 * 16 * 130);  // 16 chunks of 256 positions
   EXPECT_EQ(p.attention_scratch, 545259520);
-  EXPECT_EQ(p.logits, 4 * 32 * Vp + 2 * 32 * d);  // head_rows = 32
+  EXPECT_EQ(p.logits, 4 * 32 * Vp + 2 * 32 * d + s.max_batch * (552 + 16));  // head_rows = 32; the digests
   EXPECT_EQ(p.row_slots, int64_t{2} * 140 * R * d + 4 * (5 * R + 2));
   EXPECT_EQ(p.hbm_tables, int64_t{2} * 140 * Vp * d);
   EXPECT_EQ(p.hbm_tables, 43563089920);  // 43.6 GB

@@ -27,6 +27,7 @@ class PagedOffHostDecoder final : public Decoder {
   PagedOffHostDecoder(const Model& m, bool kv_bf16, int64_t n_pages, int64_t page_tokens, int64_t max_seqs)
       : cpu_(make_cpu_decoder(m, kv_bf16)), pages_(n_pages, page_tokens, max_seqs), n_pages_(n_pages) {}
   std::string describe() const override { return "paged off-host test decoder"; }
+  int64_t vocab_size() const override { return cpu_->vocab_size(); }
   int64_t open(int64_t capacity) override {
     std::lock_guard<std::mutex> lk(mu_);
     return opened(pages_.open(capacity), cpu_->open(capacity));

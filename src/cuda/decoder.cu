@@ -35,6 +35,9 @@ class GpuDecoder final : public DeviceDecoder {
   int64_t free_pages() const override { return st_.kv.pages->free_pages(); }
   void prefill(int64_t seq, const int32_t* tokens, int64_t n, float* last_logits, const RowLogits& each) override;
   int64_t decode(const int64_t* seqs, const int32_t* tokens, int64_t M, float* logits) override;
+  int64_t decode_digest(const int64_t* seqs, const int32_t* tokens, int64_t M, const DigestRow* rows,
+                        LogitDigest* out) override;
+  void copy_row_logits(int64_t i, float* out) override;
   StepBreakdown last_step() const override { return st_.last_step; }
 
  private:
@@ -49,8 +52,10 @@ class GpuDecoder final : public DeviceDecoder {
     if (st_.rows) st_.rows->check_error();
   }
   int64_t rows_read(const int32_t* tokens, int64_t M) const;
+  int64_t check_decode(const int64_t* seqs, int64_t M) const;
 
   DecoderState<E> st_;
+  int64_t digest_rows_ = 0;  // rows of the last step whose logits acts.logits holds (a decode_digest's)
 };
 
 template <typename E>
@@ -148,6 +153,7 @@ void GpuDecoder<E>::prefill(int64_t seq, const int32_t* tokens, int64_t n, float
   if (n < 1 || n > st_.settings.max_prefill)
     fail("cuda decoder: a prefill of ", n, " tokens (1 to max_prefill ", st_.settings.max_prefill, ")");
   check_room(seq, n);
+  digest_rows_ = 0;  // the head's logits are the prefill's from now on
   const int64_t pos0 = st_.kv.pages->length(seq), V = st_.cfg.vocab_size;
   upload_step(tokens, n, seq, pos0);
   forward_rows(st_, tokens, StepShape{n, pos0 == 0, pos0 + n, false});
@@ -177,9 +183,10 @@ void GpuDecoder<E>::prefill_each(int64_t pos0, int64_t n, float* last_logits, co
   }
 }
 
+// A decode step's checks (M in 1..max_batch, distinct open sequences with room): the longest row's
+// positions after it.
 template <typename E>
-int64_t GpuDecoder<E>::decode(const int64_t* seqs, const int32_t* tokens, int64_t M, float* logits) {
-  if (M <= 0) return 0;
+int64_t GpuDecoder<E>::check_decode(const int64_t* seqs, int64_t M) const {
   if (M > st_.settings.max_batch)
     fail("cuda decoder: a decode step of ", M, " sequences (max_batch ", st_.settings.max_batch, ")");
   int64_t max_len = 0;
@@ -189,10 +196,45 @@ int64_t GpuDecoder<E>::decode(const int64_t* seqs, const int32_t* tokens, int64_
       if (seqs[j] == seqs[i]) fail("cuda decoder: decode row ", i, " repeats sequence ", seqs[i], " of row ", j);
     max_len = std::max(max_len, st_.kv.pages->length(seqs[i]) + 1);
   }
+  return max_len;
+}
+
+template <typename E>
+int64_t GpuDecoder<E>::decode(const int64_t* seqs, const int32_t* tokens, int64_t M, float* logits) {
+  if (M <= 0) return 0;
+  const int64_t max_len = check_decode(seqs, M);
+  digest_rows_ = 0;
   decode_step(st_, seqs, tokens, M, max_len);  // padded to its bucket, eager or a graph (decoder_step.cu)
   std::memcpy(logits, st_.acts.host_logits.get(), static_cast<size_t>(M * st_.cfg.vocab_size) * sizeof(float));
   for (int64_t i = 0; i < M; ++i) st_.kv.pages->advance(seqs[i], 1);
   return rows_read(tokens, M);
+}
+
+template <typename E>
+int64_t GpuDecoder<E>::decode_digest(const int64_t* seqs, const int32_t* tokens, int64_t M, const DigestRow* rows,
+                                     LogitDigest* out) {
+  if (M <= 0) return 0;
+  const int64_t max_len = check_decode(seqs, M);
+  digest_rows_ = 0;
+  decode_step(st_, seqs, tokens, M, max_len, rows);  // the digests in acts.host_digests, the logits kept
+  std::memcpy(out, st_.acts.host_digests.get(), static_cast<size_t>(M) * sizeof(LogitDigest));
+  digest_rows_ = M;
+  for (int64_t i = 0; i < M; ++i) st_.kv.pages->advance(seqs[i], 1);
+  return rows_read(tokens, M);
+}
+
+// Row i's real columns from acts.logits (the last decode_digest's head) through pinned host_logits.
+template <typename E>
+void GpuDecoder<E>::copy_row_logits(int64_t i, float* out) {
+  if (i < 0 || i >= digest_rows_)
+    fail("cuda decoder: copy_row_logits of row ", i, ": the last decode_digest's rows are 0..", digest_rows_ - 1,
+         " (a decode or prefill since overwrote them)");
+  const int64_t V = st_.cfg.vocab_size, Vp = st_.cfg.padded_vocab();
+  float* pinned = st_.acts.host_logits.get();
+  JTOK_CUDA_CHECK(cudaMemcpyAsync(pinned, st_.acts.logits.get() + i * Vp, static_cast<size_t>(V) * sizeof(float),
+                                  cudaMemcpyDeviceToHost, st_.s()));
+  JTOK_CUDA_CHECK(cudaStreamSynchronize(st_.s()));
+  std::memcpy(out, pinned, static_cast<size_t>(V) * sizeof(float));
 }
 
 // As the CPU's decode_batch counts them: JTok, one row per distinct id and layer; JTok-M, one per

@@ -6,6 +6,9 @@
 // registered host memory, or staged), or from a device copy (`hbm`, the control).
 //   prefill: tokens (n) of one sequence appended at positions len..len+n-1 -> logits of the last (V)
 //   decode:  one token of each of M sequences, each at its own position -> logits (M, V)
+//   decode_digest: the same step -> each row's digest (cuda/logit_digest.h), computed on the device
+//            right after the LM head; only the M digests come back (the host picks from them,
+//            infer/token_pick.h), a row's logits on request (copy_row_logits)
 // V = cfg.vocab_size (the real vocabulary, not the padded one). Logits come back to the host in fp32.
 #pragma once
 #include <cstdint>
@@ -14,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/logit_digest.h"
 #include "model/transformer.h"
 
 namespace jtok::cuda {
@@ -44,8 +48,9 @@ struct DecoderSettings {
 // over the layers: embed (from the step's start to layer 0: the ids up, the rows' request, the
 // embedding), attention (each layer's norm, routing, q/k/v, RoPE, pages, attention, output
 // projection), rows_wait (the stream stalled on each layer's token-table rows), mlp (the MLP halves
-// without those waits), head (final norm and LM head), logits_copy (to the host); step from the
-// step's first event to the logits on the host (the sum of the above). The rows' side stream:
+// without those waits), head (final norm and LM head), digest (decode_digest's logit digests; 0 for
+// decode), logits_copy (to the host: decode's logits, or decode_digest's digests); step from the
+// step's first event to that copy's end (the sum of the above). The rows' side stream:
 // rows_dedup (the ids' dedup) and rows_gather (from the dedup's end to the last layer's rows;
 // staged: the host functions' gathers and the copies). Host: rows_issue (queuing the requests; staged
 // too: the ids' host dedup, the gathers only queued) and host (the whole decode call).
@@ -54,7 +59,8 @@ struct StepBreakdown {
   bool valid = false;  // false: not profiling, a CPU decoder, or no decode step yet
   int64_t rows = 0;     // the step's rows (its M padded to the batch bucket)
   int64_t max_len = 0;  // the positions its attention was launched for (the length bucket)
-  double step_ms = 0, embed_ms = 0, attention_ms = 0, rows_wait_ms = 0, mlp_ms = 0, head_ms = 0, logits_copy_ms = 0;
+  double step_ms = 0, embed_ms = 0, attention_ms = 0, rows_wait_ms = 0, mlp_ms = 0, head_ms = 0, digest_ms = 0;
+  double logits_copy_ms = 0;
   double rows_dedup_ms = 0, rows_gather_ms = 0;
   double rows_issue_ms = 0, host_ms = 0;
 };
@@ -93,6 +99,12 @@ class DeviceDecoder {
   // One step of M <= max_batch distinct sequences: tokens[i] appended to seqs[i]; logits (M, V).
   // Returns the token-table rows read (as the CPU's decode_batch counts them).
   virtual int64_t decode(const int64_t* seqs, const int32_t* tokens, int64_t M, float* logits) = 0;
+  // The same step, but out (M) gets each row's digest (rows[i]: row i's inputs) and no logits come
+  // back; they stay on the device, and copy_row_logits(i, out (V)) copies row i's back (a row its
+  // digest does not settle), until the next decode, decode_digest or prefill.
+  virtual int64_t decode_digest(const int64_t* seqs, const int32_t* tokens, int64_t M, const DigestRow* rows,
+                                LogitDigest* out) = 0;
+  virtual void copy_row_logits(int64_t i, float* out) = 0;
   // The last decode step's breakdown (valid only when profiling: settings.profile, JTOK_PROFILE=1).
   virtual StepBreakdown last_step() const { return {}; }
 };

@@ -8,7 +8,7 @@ namespace jtok::cuda {
 
 namespace {
 
-constexpr int64_t kStepMarks = 4;   // step_begin, head_begin, head_end, copy_end
+constexpr int64_t kStepMarks = 5;   // step_begin, head_begin, head_end, copy_end, digest_end
 constexpr int64_t kLayerMarks = 4;  // layer_begin, attention_end, wait_begin, wait_end
 
 }  // namespace
@@ -65,7 +65,8 @@ StepBreakdown DecodeProfiler::read() const {
     b.mlp_ms += half - wait;
   }
   b.head_ms = ms(StepMark::head_begin, 0, StepMark::head_end, 0);
-  b.logits_copy_ms = ms(StepMark::head_end, 0, StepMark::copy_end, 0);
+  b.digest_ms = ms(StepMark::head_end, 0, StepMark::digest_end, 0);
+  b.logits_copy_ms = ms(StepMark::digest_end, 0, StepMark::copy_end, 0);
   b.rows_issue_ms = issue_ms_;
   return b;
 }

@@ -12,9 +12,10 @@
 namespace jtok::cuda {
 
 // Where a mark sits in a step: once a step (step_begin: before the ids go up; head_begin / head_end
-// around the final norm and LM head; copy_end: the logits on the host) or once a layer (layer_begin,
+// around the final norm and LM head; digest_end: after the logit digests, right after head_end when
+// the step takes none; copy_end: the logits or digests on the host) or once a layer (layer_begin,
 // attention_end; wait_begin / wait_end around the wait for the layer's table rows, where it reads any).
-enum class StepMark { step_begin, head_begin, head_end, copy_end, layer_begin, attention_end, wait_begin, wait_end };
+enum class StepMark { step_begin, head_begin, head_end, copy_end, digest_end, layer_begin, attention_end, wait_begin, wait_end };
 
 class DecodeProfiler {
  public:
@@ -36,7 +37,7 @@ class DecodeProfiler {
   float ms(StepMark a, int64_t la, StepMark b, int64_t lb) const;
 
   int64_t layers_ = 0;
-  std::vector<cudaEvent_t> events_;  // 4 once a step, then 4 a layer
+  std::vector<cudaEvent_t> events_;  // 5 once a step, then 4 a layer
   std::vector<uint8_t> waited_;      // per layer: its wait marks recorded this step
   double issue_ms_ = 0;
 };

@@ -191,6 +191,10 @@ void size_step_buffers(DecoderState<E>& st, const DecoderLayerKinds& kinds) {
   A.logits.resize(z.logits);
   A.host_logits = PinnedArray<float>(z.host_logits);
   A.host_sel = PinnedArray<int32_t>(z.host_sel);
+  A.digest_rows.resize(z.digests);
+  A.digests.resize(z.digests);
+  A.host_digest_rows = PinnedArray<DigestRow>(z.digests);
+  A.host_digests = PinnedArray<LogitDigest>(z.digests);
 }
 
 // Why decode steps cannot be CUDA graphs here ("" when they can): each reason is host work inside

@@ -99,6 +99,7 @@ DecoderActSizes decoder_act_sizes(const ModelConfig& c, const DecoderSettings& s
   z.logits = z.head_rows * c.padded_vocab();
   z.host_logits = z.head_rows * c.vocab_size;
   z.host_sel = k.jtokm_layers * s.max_batch * c.jtokm_top_k;
+  z.digests = s.max_batch;
   return z;
 }
 
@@ -135,8 +136,9 @@ DecoderMemoryPlan decoder_memory_plan(const ModelConfig& c, const DecoderSetting
   const DecoderActSizes a = decoder_act_sizes(c, s, k, context);
   p.activations = activation_bytes(a, eb, cub);
   p.attention_scratch = 4 * a.attn_scratch;
-  p.logits = 4 * a.logits + eb * a.lnf;
-  p.host_pinned = 4 * (a.host_step + a.host_logits + a.host_sel);
+  const int64_t digest_bytes = a.digests * static_cast<int64_t>(sizeof(DigestRow) + sizeof(LogitDigest));
+  p.logits = 4 * a.logits + eb * a.lnf + digest_bytes;
+  p.host_pinned = 4 * (a.host_step + a.host_logits + a.host_sel) + digest_bytes;
   if (k.table_slots > 0) {
     const StepRowsSizes r = step_rows_sizes(k.table_slots, a.R, c.padded_vocab(), d);
     p.row_slots = eb * r.out + 4 * (4 * r.ids + r.offsets + 1) + cub.rows_dedup;

@@ -9,7 +9,8 @@
 //   activations      one step's buffers for R = max(max_batch, max_prefill) rows (cuda/decoder_state.h's
 //                    DecoderActs but the three below), JTok-M's and MoE's included
 //   attention_scratch  paged_attention's partial softmax states for R rows over the whole context
-//   logits           the LM head's blocks: head_rows x Vp fp32 logits + head_rows x d final norm (E)
+//   logits           the LM head's blocks: head_rows x Vp fp32 logits + head_rows x d final norm (E) +
+//                    max_batch logit digests and their inputs (cuda/logit_digest.h)
 //   row_slots        StepRows' (slots, R, d) rows of E, the ids and their dedup
 //   hbm_tables       table_rows "hbm": a device copy of every table (slots x Vp x d of E)
 // host_pinned (not GPU memory, not in total): the pinned staging of the step's ints, logits, JTok-M
@@ -78,6 +79,8 @@ struct DecoderActSizes {
   int64_t moe_logits = 0;     // fp32 (R, E); the grouping scratch is cub's (DecoderCubBytes)
   // Host pinned: the step's ints (3 R), the logits' real columns (head_rows, V), JTok-M's choices.
   int64_t host_step = 0, host_logits = 0, host_sel = 0;
+  // A decode_digest step's rows (max_batch): DigestRow inputs and LogitDigests, on the device and pinned.
+  int64_t digests = 0;
 };
 DecoderActSizes decoder_act_sizes(const ModelConfig& c, const DecoderSettings& s, const DecoderLayerKinds& k,
                                   int64_t context);

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -94,6 +95,10 @@ struct DecoderActs {
   PinnedArray<int32_t> host_step;             // (3, max_rows): the step's ints, one copy up
   PinnedArray<float> host_logits;             // (head_rows, V): the logits' real columns, copied back
   PinnedArray<int32_t> host_sel;              // (JTok-M layers, max_batch, K): a decode's choices
+  DeviceArray<DigestRow> digest_rows;         // (max_batch) a decode_digest step's rows' inputs
+  DeviceArray<LogitDigest> digests;           // (max_batch) its rows' digests (cuda/logit_digest.h)
+  PinnedArray<DigestRow> host_digest_rows;    // (max_batch) the inputs, one copy up
+  PinnedArray<LogitDigest> host_digests;      // (max_batch) the first M digests, copied back
   int32_t* ids() const { return step.get(); }
   int32_t* row_seq() const { return step.get() + max_rows; }
   int32_t* pos() const { return step.get() + 2 * max_rows; }
@@ -103,8 +108,9 @@ struct DecoderActs {
   }
 };
 
-// A decode step's launch shape (cuda/decode_buckets.h): R rows, paged attention for max_len positions.
-using DecodeShape = std::pair<int64_t, int64_t>;
+// A decode step's launch shape (cuda/decode_buckets.h): R rows, paged attention for max_len
+// positions, and whether it ends in the logit digests (decode_digest) or not (decode).
+using DecodeShape = std::tuple<int64_t, int64_t, bool>;
 
 // The decode steps' CUDA graphs, one instantiated graph a shape (cuda/decoder_step.cu captures them).
 class DecodeGraphs {
@@ -156,13 +162,15 @@ struct DecoderState {
 // A step's rows: R of them (ids, row_seq, pos uploaded into acts.step); fresh: a prefill of an empty
 // sequence (attention over the rows' own keys and values); max_len: the most positions a row attends
 // to (its position + 1); count_rows: keep JTok-M's choices for the rows-read count (decode).
-// timed: a profiled decode step (its phases marked on st.prof).
+// timed: a profiled decode step (its phases marked on st.prof). digest: a decode step whose head
+// is followed by the logit digests of its R rows (inputs in acts.digest_rows).
 struct StepShape {
   int64_t R = 0;
   bool fresh = false;
   int64_t max_len = 0;
   bool count_rows = false;
   bool timed = false;
+  bool digest = false;
 };
 
 // decoder_setup.cu: what the decoder does not run (check_device_supported's, settings out of range,
@@ -190,9 +198,11 @@ template <typename E>
 void head_logits(DecoderState<E>& st, int64_t first, int64_t n);
 
 // decoder_step.cu: a decode step of M sequences (checked by the caller; max_len the longest row's
-// positions) padded to its bucket, eager or replayed as its graph -> acts.host_logits (M, V) and,
-// for JTok-M, acts.host_sel's first M rows.
+// positions) padded to its bucket, eager or replayed as its graph -> acts.host_logits (M, V), or with
+// rows (M inputs, not null) acts.host_digests (M) and the logits left in acts.logits; and, for
+// JTok-M, acts.host_sel's first M rows.
 template <typename E>
-void decode_step(DecoderState<E>& st, const int64_t* seqs, const int32_t* tokens, int64_t M, int64_t max_len);
+void decode_step(DecoderState<E>& st, const int64_t* seqs, const int32_t* tokens, int64_t M, int64_t max_len,
+                 const DigestRow* rows = nullptr);
 
 }  // namespace jtok::cuda

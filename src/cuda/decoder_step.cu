@@ -22,6 +22,10 @@
 //   after the replay: the M rows' logits copied to the host and the stream's sync (the copy outside
 //     the graph: M rows, not R), the staged rows' errors (StepRows::check_error), the pages'
 //     lengths, the rows read (the host's dedup of the ids and JTok-M's choices).
+//   decode_digest's steps (sampling on the GPU, cuda/logit_digest.h): the rows' inputs go up with
+//     the step's ints (pinned host_digest_rows -> acts.digest_rows, dummies greedy), the graph (its
+//     own, keyed by the digest flag beside the shape) ends in the digest kernel over all R rows'
+//     logits, and only the M digests come back (copied outside the graph, as the logits are).
 //   eager only (no graphs for that decoder, the reason in describe()): MoE layers (each copies its
 //     expert offsets to the host, a sync, and sizes each expert's products by them), staged rows (the
 //     host gathers them in host functions on the rows' side stream, whose ids and copy sizes are the
@@ -34,6 +38,7 @@
 
 #include "cuda/decode_buckets.h"
 #include "cuda/decoder_state.h"
+#include "cuda/logit_digest.h"
 #include "cuda/model_kernels.h"
 
 namespace jtok::cuda {
@@ -57,11 +62,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The R rows' digest inputs up into acts.digest_rows: rows[0..M), then greedy dummies. After the
+// stream's sync (the last copy out of host_digest_rows is done).
+template <typename E>
+void upload_digest_rows(DecoderState<E>& st, const DigestRow* rows, int64_t M, const StepShape& sh) {
+  DecoderActs<E>& A = st.acts;
+  JTOK_CHECK(sh.R <= A.digests.size(), "cuda decoder: digests of ", sh.R, " rows (room for ", A.digests.size(), ")");
+  DigestRow* h = A.host_digest_rows.get();
+  for (int64_t r = 0; r < sh.R; ++r) h[r] = r < M ? rows[r] : DigestRow{};
+  JTOK_CUDA_CHECK(cudaMemcpyAsync(A.digest_rows.get(), h, static_cast<size_t>(sh.R) * sizeof(DigestRow),
+                                  cudaMemcpyHostToDevice, st.s()));
+}
+
 // The step's ints of R rows up into acts.step: row r < M is sequence seqs[r] at its length, the
-// rest the scratch sequence at position 0; tokens holds the R padded ids.
+// rest the scratch sequence at position 0; tokens holds the R padded ids. A digest step's rows too.
 template <typename E>
 void upload_decode(DecoderState<E>& st, const int64_t* seqs, const std::vector<int32_t>& tokens, int64_t M,
-                   const StepShape& sh) {
+                   const StepShape& sh, const DigestRow* rows) {
   DecoderActs<E>& A = st.acts;
   JTOK_CUDA_CHECK(cudaStreamSynchronize(st.s()));  // the last copy out of host_step is done
   int32_t* h = A.host_step.get();
@@ -74,13 +91,14 @@ void upload_decode(DecoderState<E>& st, const int64_t* seqs, const std::vector<i
   if (sh.timed) st.prof->mark(StepMark::step_begin, 0, st.s());
   JTOK_CUDA_CHECK(cudaMemcpyAsync(A.step.get(), h, static_cast<size_t>(3 * n) * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, st.s()));
+  if (sh.digest) upload_digest_rows(st, rows, M, sh);
 }
 
-// The step's stream work: the forward of its R rows and the head of all R (what a graph captures).
-// Every product of it (q/k/v and their biases, o, gate/up/down, JTok-M's router, the MoE block's
-// router and experts, the LM head: linear_forward on st.mm, R rows or fewer) is row_invariant_linear,
-// so a sequence's logits do not depend on the others in its step (prefill stays on cuBLASLt: one
-// sequence a call already).
+// The step's stream work: the forward of its R rows, the head of all R and, for decode_digest, the
+// R rows' digests (what a graph captures). Every product of it (q/k/v and their biases, o,
+// gate/up/down, JTok-M's router, the MoE block's router and experts, the LM head: linear_forward on
+// st.mm, R rows or fewer) is row_invariant_linear, so a sequence's logits do not depend on the others
+// in its step (prefill stays on cuBLASLt: one sequence a call already).
 template <typename E>
 void queue_decode(DecoderState<E>& st, const int32_t* tokens, const StepShape& sh) {
   const RowInvariantProducts row_invariant(st.mm, sh.R);
@@ -88,6 +106,19 @@ void queue_decode(DecoderState<E>& st, const int32_t* tokens, const StepShape& s
   if (sh.timed) st.prof->mark(StepMark::head_begin, 0, st.s());
   head_forward(st, 0, sh.R);
   if (sh.timed) st.prof->mark(StepMark::head_end, 0, st.s());
+  DecoderActs<E>& A = st.acts;
+  if (sh.digest)
+    logit_digest(A.digests.get(), A.logits.get(), sh.R, st.cfg.vocab_size, st.cfg.padded_vocab(), A.digest_rows.get(),
+                 st.s());
+  if (sh.timed) st.prof->mark(StepMark::digest_end, 0, st.s());
+}
+
+// The step's results to the host, queued: M rows' logits, or their digests.
+template <typename E>
+void queue_results_copy(DecoderState<E>& st, int64_t M, const StepShape& sh) {
+  if (!sh.digest) return queue_logits_copy(st, M);
+  JTOK_CUDA_CHECK(cudaMemcpyAsync(st.acts.host_digests.get(), st.acts.digests.get(),
+                                  static_cast<size_t>(M) * sizeof(LogitDigest), cudaMemcpyDeviceToHost, st.s()));
 }
 
 // queue_decode of shape sh captured (nothing runs) and instantiated. ThreadLocal: a call on this
@@ -118,7 +149,7 @@ cudaGraphExec_t capture_decode(DecoderState<E>& st, const int32_t* tokens, const
 template <typename E>
 void capture_after_eager(DecoderState<E>& st, const int32_t* tokens, const StepShape& sh) {
   try {
-    st.graphs->add({sh.R, sh.max_len}, capture_decode(st, tokens, sh));
+    st.graphs->add({sh.R, sh.max_len, sh.digest}, capture_decode(st, tokens, sh));
   } catch (const Error& e) {
     cudaGetLastError();  // a capture's error is not sticky: clear it for the next check
     st.graphs.reset();
@@ -145,22 +176,24 @@ StepBreakdown read_profile(const DecoderState<E>& st, const StepShape& sh, Clock
 }  // namespace
 
 template <typename E>
-void decode_step(DecoderState<E>& st, const int64_t* seqs, const int32_t* tokens, int64_t M, int64_t max_len) {
+void decode_step(DecoderState<E>& st, const int64_t* seqs, const int32_t* tokens, int64_t M, int64_t max_len,
+                 const DigestRow* rows) {
   const auto t0 = Clock::now();
   StepShape sh;
   sh.R = batch_bucket(M, st.settings.max_batch);
   sh.max_len = length_bucket(max_len, st.rope_T, kPagedAttentionChunk);
   sh.count_rows = true;
   sh.timed = st.prof != nullptr;
+  sh.digest = rows != nullptr;
   std::vector<int32_t> padded(tokens, tokens + M);
   padded.resize(static_cast<size_t>(sh.R), tokens[0]);  // a dummy row's id: one the step reads anyway
   check_ids(padded.data(), sh.R, st.cfg.vocab_size, "token");
   if (sh.timed) st.prof->begin_step();
-  upload_decode(st, seqs, padded, M, sh);
-  const cudaGraphExec_t graph = st.graphs ? st.graphs->find({sh.R, sh.max_len}) : nullptr;
+  upload_decode(st, seqs, padded, M, sh, rows);
+  const cudaGraphExec_t graph = st.graphs ? st.graphs->find({sh.R, sh.max_len, sh.digest}) : nullptr;
   if (graph) JTOK_CUDA_CHECK(cudaGraphLaunch(graph, st.s()));
   else queue_decode(st, padded.data(), sh);
-  queue_logits_copy(st, M);
+  queue_results_copy(st, M, sh);
   if (sh.timed) st.prof->mark(StepMark::copy_end, 0, st.s());
   JTOK_CUDA_CHECK(cudaStreamSynchronize(st.s()));
   if (st.rows) st.rows->check_error();  // staged: a gather's error fails the step here
@@ -168,8 +201,9 @@ void decode_step(DecoderState<E>& st, const int64_t* seqs, const int32_t* tokens
   if (sh.timed) st.last_step = read_profile(st, sh, t0);
 }
 
-template void decode_step<float>(DecoderState<float>&, const int64_t*, const int32_t*, int64_t, int64_t);
+template void decode_step<float>(DecoderState<float>&, const int64_t*, const int32_t*, int64_t, int64_t,
+                                 const DigestRow*);
 template void decode_step<__nv_bfloat16>(DecoderState<__nv_bfloat16>&, const int64_t*, const int32_t*, int64_t,
-                                         int64_t);
+                                         int64_t, const DigestRow*);
 
 }  // namespace jtok::cuda

@@ -50,6 +50,7 @@ struct StepMeans {
       {"rows_wait", &cuda::StepBreakdown::rows_wait_ms},
       {"mlp", &cuda::StepBreakdown::mlp_ms},
       {"head", &cuda::StepBreakdown::head_ms},
+      {"digest", &cuda::StepBreakdown::digest_ms},
       {"logits_copy", &cuda::StepBreakdown::logits_copy_ms},
       {"step", &cuda::StepBreakdown::step_ms},
       {"rows_dedup", &cuda::StepBreakdown::rows_dedup_ms},
@@ -98,7 +99,8 @@ RunTimes decode_run(Decoder& dec, const int32_t* prompts, int64_t M, int64_t P, 
   RunTimes t;
   std::vector<int64_t> seqs(static_cast<size_t>(M));
   std::vector<int32_t> tok(static_cast<size_t>(M));
-  std::vector<float> logits(static_cast<size_t>(M * V));
+  const std::vector<PickRequest> greedy(static_cast<size_t>(M), PickRequest{{.temperature = 0}, nullptr, -1});
+  std::vector<TokenPick> picks(static_cast<size_t>(M));
   t.generated.resize(static_cast<size_t>(M * (N + 1)));
   for (int64_t i = 0; i < M; ++i) seqs[i] = dec.open(P + N);
   auto t0 = Clock::now();
@@ -109,15 +111,14 @@ RunTimes decode_run(Decoder& dec, const int32_t* prompts, int64_t M, int64_t P, 
   t.prefill_s = seconds_since(t0);
   for (int64_t i = 0; i < M; ++i) t.generated[i * (N + 1)] = tok[i];
   t0 = Clock::now();
+  const double picked0 = dec.pick_seconds();
   for (int64_t s = 1; s <= N; ++s) {
-    t.rows += dec.decode(seqs.data(), tok.data(), M, logits.data());
+    t.rows += dec.decode_pick(seqs.data(), tok.data(), M, greedy.data(), picks.data());
     if (means) means->add(dec.last_step());
-    const auto ts = Clock::now();
-    greedy_tokens(logits.data(), M, V, tok.data());
-    t.sample_s += seconds_since(ts);
-    for (int64_t i = 0; i < M; ++i) t.generated[i * (N + 1) + s] = tok[i];
+    for (int64_t i = 0; i < M; ++i) t.generated[i * (N + 1) + s] = tok[i] = picks[static_cast<size_t>(i)].token;
   }
   t.decode_s = seconds_since(t0);
+  t.sample_s = dec.pick_seconds() - picked0;
   for (int64_t i = 0; i < M; ++i) dec.close(seqs[i]);
   return t;
 }

@@ -7,15 +7,16 @@
 // SequentialBatches gives them to the peer); the long prompt is the first (1, L) batch of a fresh
 // loader. A run of batch M: M sequences opened (room for P + N positions), each prefilled with its
 // prompt (prefill_s: all M prefills), the first token the argmax of the prefill's last logits, then
-// N decode steps of all M together (decode_s), each feeding the token the previous logits chose
-// (greedy argmax, ties to the lowest id, on the host: the Decoder hands back logits; its share is
-// sample_s). prefill tok/s = M P / prefill_s, decode tok/s = M N / decode_s, TPOT = decode_s / N.
+// N decode steps of all M together (decode_s), each feeding the token the previous step chose
+// (Decoder::decode_pick with greedy rows: argmax, ties to the lowest id; the CPU picks from the
+// logits, a GPU from each row's digest made on the device, so only the digests come back; sample_s
+// is the host's share of picking, Decoder::pick_seconds). prefill tok/s = M P / prefill_s, decode tok/s = M N / decode_s, TPOT = decode_s / N.
 // A long-prompt run: one sequence of L tokens prefilled in pieces of at most max_prefill.
 // Each mode (table_rows) gets its own decoder, made and dropped in turn; within it `warmup` untimed
 // runs of every batch, then `repeat` timed runs of each, whose medians are reported. A GPU decoder
 // that profiles (JTOK_PROFILE=1: eager steps, cudaEvents between phases) adds "step_breakdown" to
 // the line, the mean over the timed steps of cuda::StepBreakdown's fields in ms (embed, attention,
-// rows_wait, mlp, head, logits_copy, step; the rows' side stream: rows_dedup, rows_gather; host:
+// rows_wait, mlp, head, digest, logits_copy (the digests' copy), step; the rows' side stream: rows_dedup, rows_gather; host:
 // rows_issue, host), and one more human line: rows_wait against rows_dedup + rows_gather is the
 // row fetch's overlap with the layers.
 #pragma once

@@ -1,12 +1,24 @@
 #include "infer/decoder.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 
 #include "core/error.h"
 
 namespace jtok {
+
+int64_t Decoder::decode_pick(const int64_t* seqs, const int32_t* tokens, int64_t M, const PickRequest* req,
+                             TokenPick* out) {
+  const int64_t V = vocab_size();
+  pick_logits_.resize(static_cast<size_t>(M * V));
+  const int64_t rows = decode(seqs, tokens, M, pick_logits_.data());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < M; ++i) out[i] = pick_from_row(pick_logits_.data() + i * V, V, req[i]);
+  pick_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rows;
+}
 
 namespace {
 
@@ -15,6 +27,7 @@ class CpuDecoder final : public Decoder {
  public:
   CpuDecoder(const Model& m, bool kv_bf16) : m_(m), kv_bf16_(kv_bf16) {}
   std::string describe() const override { return "cpu"; }
+  int64_t vocab_size() const override { return m_.cfg.vocab_size; }
 
   int64_t open(int64_t capacity) override {
     if (capacity < 1) fail("Decoder::open: capacity must be at least 1 position, got ", capacity);
@@ -162,6 +175,7 @@ class DeviceDecoderAdapter final : public Decoder {
       : V_(m.cfg.vocab_size), d_(std::move(d)), max_prefill_(std::max<int64_t>(1, s.max_prefill)),
         max_batch_(std::max<int64_t>(1, s.max_batch)) {}
   std::string describe() const override { return d_->describe(); }
+  int64_t vocab_size() const override { return V_; }
   cuda::StepBreakdown last_step() const override { return d_->last_step(); }
   int64_t open(int64_t capacity) override {
     const int64_t h = d_->open(capacity);
@@ -203,6 +217,24 @@ class DeviceDecoderAdapter final : public Decoder {
     int64_t rows = 0;
     for (int64_t at = 0; at < M; at += max_batch_)
       rows += d_->decode(seqs + at, tokens + at, std::min(max_batch_, M - at), logits + at * V_);
+    return rows;
+  }
+  // A group of at most max_batch rows a step: its rows' draws first (digest_rows), the step's
+  // digests, the picks, a row's logits copied back where its digest does not settle it (valid until
+  // the group's next step).
+  int64_t decode_pick(const int64_t* seqs, const int32_t* tokens, int64_t M, const PickRequest* req,
+                      TokenPick* out) override {
+    int64_t rows = 0;
+    std::vector<cuda::DigestRow> in(static_cast<size_t>(std::min(max_batch_, M)));
+    std::vector<cuda::LogitDigest> digests(in.size());
+    for (int64_t at = 0; at < M; at += max_batch_) {
+      const int64_t n = std::min(max_batch_, M - at);
+      digest_rows(req + at, n, in.data());
+      rows += d_->decode_digest(seqs + at, tokens + at, n, in.data(), digests.data());
+      const auto t0 = std::chrono::steady_clock::now();
+      pick_rows(digests.data(), n, V_, req + at, out + at, [&](int64_t i, float* row) { d_->copy_row_logits(i, row); });
+      pick_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
     return rows;
   }
 

@@ -9,6 +9,7 @@
 
 #include "cuda/decoder.h"
 #include "infer/generate.h"
+#include "infer/token_pick.h"
 #include "model/transformer.h"
 
 namespace jtok {
@@ -17,6 +18,7 @@ class Decoder {
  public:
   virtual ~Decoder() = default;
   virtual std::string describe() const = 0;  // "cpu" or the GPU decoder's line
+  virtual int64_t vocab_size() const = 0;     // the logits' columns (the real vocabulary)
   // A new, empty sequence with room for `capacity` positions: its handle (>= 0).
   virtual int64_t open(int64_t capacity) = 0;
   virtual void close(int64_t seq) = 0;
@@ -32,6 +34,17 @@ class Decoder {
   // One decode step of M distinct sequences (decode_batch): tokens[i] appended to seqs[i], logits
   // (M, vocab_size). Returns the token-table rows read.
   virtual int64_t decode(const int64_t* seqs, const int32_t* tokens, int64_t M, float* logits) = 0;
+  // The same step with each row's next token picked (infer/token_pick.h): req[i] is row i's
+  // sampling, its sequence's RNG and top_logprobs; out (M) the tokens and their log-probs, as
+  // sample_token then token_logprob on the row would give them. This one: decode's logits, then
+  // exactly that (pick_from_row), a row at a time. The GPU's: each row's digest made on the device
+  // (only the digests come back), picked from on the host, and a row's logits copied back only where
+  // its digest does not settle the pick (pick_rows). Returns the token-table rows read.
+  virtual int64_t decode_pick(const int64_t* seqs, const int32_t* tokens, int64_t M, const PickRequest* req,
+                              TokenPick* out);
+  // Host seconds decode_pick has spent picking (from rows or digests, the rows copied back
+  // included), summed over the calls: bench-decode's sample share.
+  double pick_seconds() const { return pick_s_; }
   // Prefix blocks (the serving engine's prefix reuse), behind handles the caller never looks into:
   // keep_block keeps the keys and values of seq's positions [first, first + n) (written: first + n <=
   // length; first and n multiples of block_granule()) apart from any sequence, until drop_block;
@@ -51,6 +64,10 @@ class Decoder {
   // The last decode step's phases (cuda/decoder.h; a GPU decoder profiling, JTOK_PROFILE=1); the
   // CPU's: not valid.
   virtual cuda::StepBreakdown last_step() const { return {}; }
+
+ protected:
+  double pick_s_ = 0;
+  std::vector<float> pick_logits_;  // decode_pick's (M, vocab_size) logits, kept between steps
 };
 
 // The CPU engine's decoder over m (kv_bf16: KVCache::bf16).

@@ -10,15 +10,6 @@
 
 namespace jtok {
 
-double top2_margin(const std::vector<float>& logits) {
-  float a = -std::numeric_limits<float>::infinity(), b = a;
-  for (float x : logits) {
-    if (x > a) { b = a; a = x; }
-    else if (x > b) b = x;
-  }
-  return static_cast<double>(a) - b;
-}
-
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -59,19 +50,22 @@ GenerateResult generate_tokens(const Model& m, Decoder& d, const std::vector<int
   } closer{d, seq};
   PositionLogits each;
   if (opt.prompt_logprobs) each = prompt_logprob_sink(r.prompt_logprobs, prompt, m.cfg.vocab_size);
-  std::vector<float> logits = d.prefill(seq, prompt.data(), static_cast<int64_t>(prompt.size()), each);
+  const std::vector<float> logits = d.prefill(seq, prompt.data(), static_cast<int64_t>(prompt.size()), each);
   r.prefill_s = seconds_since(t0);
   auto t1 = std::chrono::steady_clock::now();
+  // Each step's token picked where its logits are (Decoder::decode_pick: on a GPU, from their digest).
+  const PickRequest req{opt.sampling, &rng, -1};
+  TokenPick pick = pick_from_row(logits.data(), m.cfg.vocab_size, req);
   for (int64_t produced = 0; produced < opt.max_new_tokens;) {
-    int32_t next = sample_token(logits, opt.sampling, rng);
+    int32_t next = pick.token;
     if (produced + 1 < opt.max_new_tokens) prefetch_disk_rows(m, &next, 1);  // read during the output and first layers
-    r.top2_margins.push_back(top2_margin(logits));
+    r.top2_margins.push_back(pick.margin);
     ++produced;
     r.generated.push_back(next);
     if (is_stop(opt.stop_ids, next)) break;
     on_token(next);
     if (d.length(seq) >= d.capacity(seq)) break;
-    d.decode(&seq, &next, 1, logits.data());
+    d.decode_pick(&seq, &next, 1, &req, &pick);
   }
   r.decode_s = seconds_since(t1);
   return r;

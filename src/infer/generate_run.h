@@ -38,9 +38,6 @@ GenerateResult generate_tokens(const Model& m, Decoder& d, const std::vector<int
 GenerateResult generate_tokens(const Model& m, const std::vector<int32_t>& prompt, int64_t capacity,
                                const GenerateOptions& opt, const std::function<void(int32_t)>& on_token);
 
-// Logit of the best token minus that of the second best: how close greedy decoding was to a tie.
-double top2_margin(const std::vector<float>& logits);
-
 // log p(prompt[t] | prompt[<t]) for t >= 1 (prompt.size() - 1 values), from one full forward over the prompt.
 std::vector<float> prompt_logprobs(const Model& m, const std::vector<int32_t>& prompt);
 

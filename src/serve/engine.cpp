@@ -155,20 +155,26 @@ int64_t Engine::prefetch(const int32_t* ids, int64_t n) {
   return k;
 }
 
+// What a's next pick asks: its sampling, its RNG, its top_logprobs.
+static PickRequest pick_request(const GenerationRequest& req, std::mt19937_64& rng) {
+  return {req.sampling, &rng, req.top_logprobs};
+}
+
 bool Engine::emit(Active& a, const float* logits) {
-  std::vector<float> l(logits, logits + model_.cfg.vocab_size);
-  const int32_t next = sample_token(l, a.req.sampling, a.rng);
+  return emit_pick(a, pick_from_row(logits, model_.cfg.vocab_size, pick_request(a.req, a.rng)));
+}
+
+bool Engine::emit_pick(Active& a, TokenPick pick) {
+  const int32_t next = pick.token;
   a.produced++;
   a.last = next;
   const bool stop = std::find(a.req.stop_tokens.begin(), a.req.stop_tokens.end(), next) != a.req.stop_tokens.end();
   // Disk tables: its block read now, while the other sequences sample and the next step's first layers run.
   if (opt_.prefetch && !stop && a.produced < a.req.max_tokens) prefetch_disk_rows(model_, &next, 1);
-  TokenLogprob lp;
-  if (!stop && a.req.top_logprobs >= 0) lp = token_logprob(l.data(), model_.cfg.vocab_size, next, a.req.top_logprobs);
   {
     std::lock_guard<std::mutex> lk(a.seq->mu);
     if (!stop) a.seq->tokens.push_back(next);
-    if (!stop && a.req.top_logprobs >= 0) a.seq->logprobs.push_back(std::move(lp));
+    if (!stop && a.req.top_logprobs >= 0) a.seq->logprobs.push_back(std::move(pick.logprob));
   }
   a.seq->cv.notify_all();
   if (stop) {
@@ -347,22 +353,23 @@ void Engine::admit() {
   stats_.queue_depth = static_cast<int64_t>(waiting_.size());
 }
 
-void Engine::decode_running(std::vector<std::unique_ptr<Active>>& running, bool partly_prefilled,
-                            std::vector<float>& logits) {
+void Engine::decode_running(std::vector<std::unique_ptr<Active>>& running, bool partly_prefilled) {
   const int64_t M = static_cast<int64_t>(running.size());
   if (M == 0) return;
   std::vector<int64_t> handles;
   std::vector<int32_t> tokens;
+  std::vector<PickRequest> req;
   for (auto& a : running) {
     handles.push_back(a->kv.id());
     tokens.push_back(a->last);
+    req.push_back(pick_request(a->req, a->rng));
   }
-  logits.resize(static_cast<size_t>(M * model_.cfg.vocab_size));
+  std::vector<TokenPick> picks(static_cast<size_t>(M));
   int64_t rows = 0;
   const int64_t announced = prefetch(tokens.data(), M);  // fetched while the first layers compute
   std::string err;
   try {
-    rows = decoder_->decode(handles.data(), tokens.data(), M, logits.data());
+    rows = decoder_->decode_pick(handles.data(), tokens.data(), M, req.data(), picks.data());
   } catch (const std::exception& e) {
     err = e.what();
   }
@@ -371,7 +378,7 @@ void Engine::decode_running(std::vector<std::unique_ptr<Active>>& running, bool 
     Active& a = *running[i];
     const int64_t before = a.produced;
     bool go_on = false;
-    if (err.empty()) go_on = emit(a, logits.data() + i * model_.cfg.vocab_size);
+    if (err.empty()) go_on = emit_pick(a, std::move(picks[static_cast<size_t>(i)]));
     else finish(a, "error", err);
     produced += a.produced - before;
     if (!go_on) {
@@ -394,7 +401,6 @@ void Engine::decode_running(std::vector<std::unique_ptr<Active>>& running, bool 
 }
 
 void Engine::loop() {
-  std::vector<float> logits;
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(mu_);
@@ -426,7 +432,7 @@ void Engine::loop() {
       stats_.table_rows_prefetched += prefetched;
       running.swap(active_);  // the scheduler owns them during the step; submit() only touches waiting_
     }
-    decode_running(running, partly_prefilled, logits);
+    decode_running(running, partly_prefilled);
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& a : running) active_.push_back(std::move(a));
     stats_.active = static_cast<int64_t>(active_.size());

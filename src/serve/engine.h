@@ -198,8 +198,9 @@ class Engine {
   };
   void loop();
   void admit();  // (mu_ held) frees cancelled sequences, admits waiting requests while slots and KV allow
-  // One decode step over every running sequence together: samples, publishes, frees the finished.
-  void decode_running(std::vector<std::unique_ptr<Active>>& running, bool partly_prefilled, std::vector<float>& logits);
+  // One decode step over every running sequence together, each row's token picked where its logits
+  // are (Decoder::decode_pick: on a GPU, from the row's digest), publishes, frees the finished.
+  void decode_running(std::vector<std::unique_ptr<Active>>& running, bool partly_prefilled);
   void finish(Active& a, const std::string& reason, const std::string& error = {});
   // finish, and for the other choices of a request not yet split (waiting or prefilling) too.
   void finish_all(Active& a, const std::string& reason, const std::string& error = {});
@@ -231,8 +232,10 @@ class Engine {
   void unreserve(Active& a, int64_t n);
   // The fork of a for choice `other` (its own RNG; the blocks a holds, held again when shared).
   std::unique_ptr<Active> fork_choice(Active& a, int64_t other, int64_t need);
-  // Samples from logits, publishes, and returns whether the sequence goes on.
+  // Samples from logits (a prompt's last), publishes, and returns whether the sequence goes on.
   bool emit(Active& a, const float* logits);
+  // Publishes a picked token (and its log-probs), and returns whether the sequence goes on.
+  bool emit_pick(Active& a, TokenPick pick);
   // Hands the prefetch thread the rows ids[0..n) will read (table_rows_needed: JTok's, and all n_e
   // of each JTok-M layer: the router has not chosen yet); returns their number (0: RAM tables).
   int64_t prefetch(const int32_t* ids, int64_t n);

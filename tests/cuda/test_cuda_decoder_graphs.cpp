@@ -101,10 +101,11 @@ void expect_breakdown(const std::string& name, const StepBreakdown& b, int64_t b
   ASSERT_TRUE(b.valid) << name;
   EXPECT_EQ(b.rows, bucket) << name;
   EXPECT_GE(b.max_len, 256) << name;
-  for (double v : {b.embed_ms, b.attention_ms, b.rows_wait_ms, b.mlp_ms, b.head_ms, b.logits_copy_ms, b.rows_dedup_ms,
+  for (double v : {b.embed_ms, b.attention_ms, b.rows_wait_ms, b.mlp_ms, b.head_ms, b.digest_ms, b.logits_copy_ms, b.rows_dedup_ms,
                    b.rows_gather_ms, b.rows_issue_ms})
     EXPECT_GE(v, 0.0) << name;
-  const double parts = b.embed_ms + b.attention_ms + b.rows_wait_ms + b.mlp_ms + b.head_ms + b.logits_copy_ms;
+  const double parts =
+      b.embed_ms + b.attention_ms + b.rows_wait_ms + b.mlp_ms + b.head_ms + b.digest_ms + b.logits_copy_ms;
   EXPECT_GT(b.step_ms, 0.0) << name;
   EXPECT_NEAR(parts, b.step_ms, 1e-3 + 1e-3 * b.step_ms) << name;
   EXPECT_GE(b.host_ms, b.step_ms * 0.5) << name << ": the call holds the step";
