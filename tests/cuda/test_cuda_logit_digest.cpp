@@ -92,7 +92,9 @@ void expect_digest(const std::string& at, const LogitDigest& g, const LogitDiges
   EXPECT_NEAR(g.lse, r.lse, 1e-12 * std::max(1.0, std::fabs(r.lse))) << at;
   EXPECT_NEAR(g.sum_t, r.sum_t, 1e-12 * r.sum_t) << at;
   EXPECT_EQ(g.drawn, r.drawn) << at;
-  if (T > 0) EXPECT_EQ(g.drawn_logit, r.drawn_logit) << at;
+  if (T > 0) {
+    EXPECT_EQ(g.drawn_logit, r.drawn_logit) << at;
+  }
 }
 
 void run_digest_case(const DigestCase& c) {
