@@ -44,7 +44,10 @@ class TablesOnGpu final : public TablePlacement {
       what += "; table_dedup false: token-table rows gathered and scattered a position at a time (fp32 atomics, "
               "not bitwise reproducible)";
     std::printf("device: %s\n", what.c_str());
-    log.write({{"type", "device"}, {"device", p_.opt.device}, {"trainer", what}, {"table_dedup", p_.cfg.train.table_dedup}});
+    log.write({{"type", "device"},
+               {"device", p_.opt.device},
+               {"trainer", what},
+               {"table_dedup", p_.cfg.train.table_dedup}});
   }
   void begin_step(int64_t, BatchSource&) override {}
   bool rows_in_model() const override { return true; }

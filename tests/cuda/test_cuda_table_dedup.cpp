@@ -111,7 +111,8 @@ void expect_trainer_losses_agree(bool bf16, double tol) {
   const auto dedup = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state_b), bf16, true, true, true);
   for (int64_t s = 0; s < 5; ++s) {
     const Batch b = make_batch(c, 8000 + static_cast<uint64_t>(s));
-    const std::string at = std::string(bf16 ? "bf16" : "fp32") + " trainer without dedup, step " + std::to_string(s + 1);
+    const std::string at =
+        std::string(bf16 ? "bf16" : "fp32") + " trainer without dedup, step " + std::to_string(s + 1);
     naive->zero_grads();
     dedup->zero_grads();
     const double loss = naive->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f, false).loss;
