@@ -5,9 +5,12 @@
 # (n_e 5, K 2, every layer), each one process with one JSON line (tokens/s, MFU, peak memory); then
 # ours (`jtok bench-train --device cuda --set precision=bf16`: bf16 copies of fp32 masters, fp32
 # accumulation; one process a model: dense, +JTok, +JTok-M, and JTok-M with table_optimizer
-# dense-eager: the table AdamW's naive pass over every row every step, the paper's training table
-# in kind); then bench/gpu_train_peer_table.py's table: ratios JTok/dense and JTok-M/dense
-# per engine and mode, and ours/compile.
+# dense-eager: the table AdamW's naive pass over every row every step, and jtokm_naive: that and
+# table_dedup false, a token-table row gathered and scattered a position at a time); then
+# bench/gpu_train_peer_table.py's tables: ratios JTok/dense and JTok-M/dense per engine and mode,
+# ours/compile, and ours as the paper's training table in kind (backbone, +JTok-M without dedup,
+# +dedup, +the deferred table optimizer). table_dedup false is --device cuda only: with --device
+# cpu jtokm_naive is skipped (a row of "-").
 #   bash bench/gpu_train_peer.sh --data DIR [--jtok BIN] [--out DIR] [--steps N] [--warmup N]
 #        [--modes "eager compile"] [--models "dense jtok jtokm"] [--timeout S] [--budget S] [--dry-run]
 #        [--config FILE] [--batch B] [--device cuda|cpu]
@@ -69,13 +72,15 @@ run() {  # run NAME CMD...: stdout -> OUT/NAME.json, stderr -> OUT/NAME.log, kil
 status=0
 # Ours: one process a model (on a GPU the models need not share one: each gets the device and its
 # memory to itself), bf16; then JTok-M with the table AdamW's naive pass (table_optimizer
-# dense-eager), the cost the deferred optimizer saves.
+# dense-eager), the cost the deferred optimizer saves, and that without dedup (table_dedup false),
+# the cost dedup saves.
 ours_sets() {  # ours_sets MODEL: the bench-train overrides of one of ours
   case "$1" in
     dense) ;;
     jtok) echo "--set jtok=true" ;;
     jtokm) echo "--set jtokm=true ${JTOKM_SETS[*]}" ;;
     jtokm_eager) echo "--set jtokm=true ${JTOKM_SETS[*]} --set table_optimizer=dense-eager" ;;
+    jtokm_naive) echo "--set jtokm=true ${JTOKM_SETS[*]} --set table_optimizer=dense-eager --set table_dedup=false" ;;
   esac
 }
 peer_flags() {  # peer_flags MODE MODEL: train_bench.py's options of one of the peer's runs
@@ -92,8 +97,13 @@ peer_flags() {  # peer_flags MODE MODEL: train_bench.py's options of one of the 
 }
 wanted() { [[ " $MODELS " == *" $1 "* ]]; }
 if [ -n "$JTOK" ]; then
-  for model in dense jtokm jtok jtokm_eager; do
-    wanted "${model%_eager}" || continue
+  for model in dense jtokm jtok jtokm_eager jtokm_naive; do
+    base=${model%_eager}
+    wanted "${base%_naive}" || continue
+    if [ "$model" = jtokm_naive ] && [ "$DEVICE" != cuda ]; then
+      echo "  ours_jtokm_naive: skipped (table_dedup false is --device cuda only)"
+      continue
+    fi
     # shellcheck disable=SC2046  # the overrides are words
     run "ours_$model" "$JTOK" bench-train "${BASE[@]}" --device "$DEVICE" --set precision=bf16 $(ours_sets "$model") ||
       status=1

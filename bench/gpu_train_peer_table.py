@@ -1,9 +1,12 @@
 """The table of bench/gpu_train_peer.sh: reads DIR/peer_<mode>_<model>.json (train_bench.py's JSON
 line) and DIR/ours_<model>.json (`jtok bench-train --device cuda`, one process a model: dense,
-jtok, jtokm, jtokm_eager) and prints a markdown table:
+jtok, jtokm, jtokm_eager, jtokm_naive) and prints a markdown table:
 tokens/s, MFU, peak memory, the ratio to the same engine and mode's dense run, and ours over
-torch.compile's for the same model. A missing or empty file is a row of "-" (a run that failed or
-was killed: its log says why).
+torch.compile's for the same model; then ours as the paper's training table in kind: the backbone,
++JTok-M without dedup (jtokm_naive: a token-table row gathered and scattered a position at a time,
+the table AdamW's naive pass over every row every step), +dedup (jtokm_eager), +the deferred table
+optimizer (jtokm), tokens/s and the ratio to the backbone. A missing or empty file is a row of "-"
+(a run that failed or was killed: its log says why).
 
     python3 bench/gpu_train_peer_table.py bench-out/gpu_train_peer
 """
@@ -13,10 +16,14 @@ import sys
 
 MODELS = ("dense", "jtok", "jtokm")
 # Ours also runs JTok-M with the table AdamW's naive pass over every row every step
-# (table_optimizer dense-eager: the same bits), the cost the deferred optimizer saves.
-OURS_ONLY = ("jtokm_eager",)
+# (table_optimizer dense-eager: the same bits), the cost the deferred optimizer saves, and that
+# without dedup as well (table_dedup false: a row a token position), the cost dedup saves.
+OURS_ONLY = ("jtokm_eager", "jtokm_naive")
 LABEL = {"dense": "dense", "jtok": "+JTok", "jtokm": "+JTok-M (n_e 5, K 2)",
-         "jtokm_eager": "+JTok-M, eager table AdamW"}
+         "jtokm_eager": "+JTok-M, eager table AdamW", "jtokm_naive": "+JTok-M, no dedup, eager table AdamW"}
+# The paper's training table in kind, ours: each row adds one optimisation to the one above.
+PAPER = (("dense", "backbone"), ("jtokm_naive", "+JTok-M without dedup (naive gather, scatter, table AdamW)"),
+         ("jtokm_eager", "+dedup"), ("jtokm", "+deferred table optimizer"))
 
 
 def read_lines(path):
@@ -70,6 +77,13 @@ def rows(table):
                    fmt(mem / 1024 if mem else None, ".1f"), fmt(vs_dense, ".3f"), fmt(vs_compile, ".3f")]
 
 
+def paper_rows(ours):
+    backbone = ours.get("dense", {}).get("tokens_per_s")
+    for model, label in PAPER:
+        tps = ours.get(model, {}).get("tokens_per_s")
+        yield [label, fmt(tps, ",.0f"), fmt(tps / backbone if tps and backbone else None, ".3f")]
+
+
 def main():
     if len(sys.argv) not in (2, 3):
         sys.exit("usage: gpu_train_peer_table.py DIR [TITLE]")
@@ -84,6 +98,13 @@ def main():
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in rows(table):
         print("| " + " | ".join(row) + " |")
+    ours = table.get(("jtok", "cuda"))
+    if ours is not None:
+        print("\nOurs, the paper's training table in kind (JTok-M n_e 5, K 2):\n")
+        print("| step | tokens/s | / backbone |")
+        print("| --- | --- | --- |")
+        for row in paper_rows(ours):
+            print("| " + " | ".join(row) + " |")
     return 0
 
 

@@ -169,6 +169,24 @@ TEST(Config, VariantFieldsWrittenOnlyWhenSet) {
   EXPECT_EQ(back.model.rope_scaling_factor, 32.0);
 }
 
+// table_dedup (the token tables' rows deduplicated a micro-batch; false: the GPU's naive gather and
+// scatter, a benchmark): true by default and then absent from config.json (a checkpoint's config is
+// what it was); false is written, reads back false, and parses from the command line; a non-boolean
+// is refused naming the field.
+TEST(Config, TableDedupDefaultsTrueAndIsWrittenOnlyWhenFalse) {
+  const Config plain = load_config(write_tmp("{}"));
+  EXPECT_TRUE(plain.train.table_dedup);
+  EXPECT_FALSE(to_json(plain).contains("table_dedup"));
+  const Config naive = load_config(write_tmp("{}"), {"table_dedup=false"});
+  EXPECT_FALSE(naive.train.table_dedup);
+  const nlohmann::json j = to_json(naive);
+  ASSERT_TRUE(j.contains("table_dedup"));
+  EXPECT_FALSE(j.at("table_dedup").get<bool>());
+  EXPECT_FALSE(load_config(write_tmp(j.dump())).train.table_dedup);
+  EXPECT_NE(error_of(R"({"table_dedup": "no"})").find("field table_dedup: expected boolean"), std::string::npos);
+  EXPECT_NE(error_of("{}", {"table_dedup=maybe"}).find("--table_dedup: expected true or false"), std::string::npos);
+}
+
 TEST(Config, OverrideCanRepairAFileValue) {
   // Validation runs after overrides: a bad value in the file can be fixed on the command line.
   EXPECT_EQ(error_of(R"({"hidden_size": 100, "num_attention_heads": 3, "num_key_value_heads": 1})", {"hidden_size=96"}), "");

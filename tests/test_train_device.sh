@@ -6,6 +6,7 @@
 #   JTok-M routing lines and final checkpoints (model and optimizer files);
 # - a loopback run killed after a checkpoint resumes on the cpu, and a cpu one on loopback, to the
 #   same final checkpoint: a checkpoint means the same thing on either device;
+# - table_dedup false (a GPU-only benchmark mode) is refused on cpu and loopback, naming the field;
 # - a NaN gradient on the device path stops the run naming the step, nothing saved after it.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
@@ -107,6 +108,18 @@ done
 frozen_hash() { cat "$1/checkpoints/step_00000004/model.safetensors" "$1/checkpoints/step_00000004/optimizer.safetensors" | sha256sum | cut -c1-16; }
 [ "$(frozen_hash "$T/frozen_cpu")" = "$(frozen_hash "$T/frozen_loopback")" ] || fail "--train-only tables: cpu and loopback differ"
 echo "ok: --train-only tables, 4 steps: the same checkpoint on cpu and loopback"
+
+# table_dedup false (the naive per-position gather and scatter) is the GPU's alone: refused on the
+# CPU engine and on loopback, naming the field, before any step.
+for dev in cpu loopback; do
+  if train --out "$T/nodedup_$dev" --device "$dev" --set table_dedup=false > "$T/nodedup_$dev.out" 2>&1; then
+    fail "--device $dev ran with table_dedup false"
+  fi
+  grep -q "table_dedup false .* runs with --device cuda only, not with --device $dev" "$T/nodedup_$dev.out" ||
+    fail "unclear refusal of table_dedup false on $dev: $(tail -3 "$T/nodedup_$dev.out")"
+  ! grep -q '"type": *"step"' "$T/nodedup_$dev/log.jsonl" 2>/dev/null || fail "$dev took a step with table_dedup false"
+done
+echo "ok: table_dedup false refused on cpu and loopback: $(tail -1 "$T/nodedup_cpu.out")"
 
 # The non-finite policy on the device path.
 if JTOK_TEST_NAN_GRAD_AT_STEP=8 train --out "$T/nan" --device loopback > "$T/nan.out" 2>&1; then

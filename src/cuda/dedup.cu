@@ -1,6 +1,7 @@
 // Deduplication of token ids (src/cuda/dedup.h): iota positions, stable radix sort of (id,
 // position) pairs over the bits V needs, run-length encode of the sorted ids (unique, counts),
-// exclusive scan of the counts into offsets, then inverse by one block a unique id.
+// exclusive scan of the counts into offsets, then inverse by one block a unique id. The identity
+// batch (no dedup): positions and their count.
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_run_length_encode.cuh>
 #include <cub/device/device_scan.cuh>
@@ -20,6 +21,13 @@ constexpr int kThreads = 256;
 __global__ void iota_kernel(int32_t* pos, int64_t N) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < N) pos[i] = static_cast<int32_t>(i);
+}
+
+// positions (N+1) = 0..N, count (1) = N.
+__global__ void identity_kernel(int32_t* positions, int32_t* count, int64_t N) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i <= N) positions[i] = static_cast<int32_t>(i);
+  if (i == 0) *count = static_cast<int32_t>(N);
 }
 
 // Block u (< U) writes inverse[order[i]] = u for its run.
@@ -95,6 +103,12 @@ void dedup_ids(const DeviceRowBatch& rb, const int32_t* ids, int64_t N, int64_t 
   // counts past U are 0: offsets[u] for u <= U, and N beyond.
   JTOK_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, s.temp_bytes, s.counts, rb.offsets, n + 1, stream));
   inverse_kernel<<<n, kThreads, 0, stream>>>(rb.inverse, rb.order, rb.offsets, rb.num_unique);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+void fill_positions(int32_t* positions, int32_t* count, int64_t N, cudaStream_t stream) {
+  JTOK_CHECK(N > 0 && N < (int64_t{1} << 31), "fill_positions: N = ", N);
+  identity_kernel<<<ceil_div(N + 1, kThreads), kThreads, 0, stream>>>(positions, count, N);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

@@ -2,7 +2,7 @@
 // positions sorted by id, stably (cub's radix sort), the runs of equal ids found (run-length
 // encode) and their offsets (exclusive scan). The token embedding's backward and JTok's gather and
 // row-sparse gradients all walk it; every walk goes in position order within an id, so the sums it
-// drives add in the CPU's order.
+// drives add in the CPU's order. identity_batch: the same walks without dedup (a row a position).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -20,6 +20,9 @@ struct DeviceRowBatch {
   int32_t* offsets = nullptr;     // (N+1) positions of unique[u] are order[offsets[u]..offsets[u+1])
   int32_t* order = nullptr;       // (N) positions grouped by id, increasing within an id
   int32_t* num_unique = nullptr;  // (1) U
+  // false: an identity batch (identity_batch: every position its own entry), whose unique entries
+  // may name one row twice; a kernel that writes a row keyed by unique[u] then adds atomically.
+  bool distinct = true;
 };
 
 // Bytes of scratch dedup_ids needs for N ids below V (cub's temporary storage and the sorted keys).
@@ -28,5 +31,14 @@ size_t dedup_scratch_bytes(int64_t N, int64_t V);
 // ids (N) in [0, V) (checked on the host, where the batch was read) -> rb. scratch: dedup_scratch_bytes.
 void dedup_ids(const DeviceRowBatch& rb, const int32_t* ids, int64_t N, int64_t V, void* scratch, size_t scratch_bytes,
                cudaStream_t stream);
+
+// The batch without dedup (training's table_dedup false: the naive gather and scatter, a row per
+// token position): unique = the ids as they come, inverse = order = offsets = positions 0..N,
+// num_unique = count (N), distinct false. positions (N+1) and count (1) filled by fill_positions.
+inline DeviceRowBatch identity_batch(int32_t* ids, int32_t* positions, int32_t* count) {
+  return DeviceRowBatch{ids, positions, positions, positions, count, false};
+}
+// positions (N+1) = 0..N, count (1) = N.
+void fill_positions(int32_t* positions, int32_t* count, int64_t N, cudaStream_t stream);
 
 }  // namespace jtok::cuda

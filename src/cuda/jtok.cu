@@ -1,7 +1,8 @@
 // JTok (src/cuda/jtok.h). Prepare: one block a unique id (gather, block sum of squares, scale).
 // Forward and dmlp: one thread an element. Table gradient: one block a unique id, each thread its
 // columns, the id's positions in order; the row's dot and norm by block sums; ds per id into
-// scratch, summed over ids in id order by a second kernel.
+// scratch, summed over ids in id order by a second kernel. An identity batch (no dedup: a block a
+// position, rows repeating) adds its row gradient by fp32 atomics: not bitwise reproducible.
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/jtok.h"
@@ -73,9 +74,12 @@ __global__ void jtok_table_grad_kernel(float* gE, uint8_t* touched, float* ds_pa
   const float r = sqrtf(ss);
   const float c = r > 0.0f ? dot * inv * inv / r : 0.0f;
   float* out = gE + id * d;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-    out[j] += norm ? dnorm[j] * inv - to_f32(e[j]) * c : dnorm[j];
-  if (threadIdx.x == 0) touched[id] = 1;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    const float g = norm ? dnorm[j] * inv - to_f32(e[j]) * c : dnorm[j];
+    if (rb.distinct) out[j] += g;
+    else atomicAdd(out + j, g);  // an identity batch: another block may add to this row (order not fixed)
+  }
+  if (threadIdx.x == 0) touched[id] = 1;  // idempotent: every writer stores the same 1
 }
 
 // ds (d) += sum over u < U of ds_part (U, d), in u order.

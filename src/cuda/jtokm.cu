@@ -2,7 +2,7 @@
 // and aux loss: one block, double sums in a fixed tree. Mix + norm + inject and dw: one block a
 // position. dL/de: a block a range of positions, ds per column in shared memory, then the blocks'
 // partials in block order. Table gradients: one block a unique id, its rows of a group of tables in
-// shared memory, positions in order.
+// shared memory, positions in order (without dedup: a block a position, fp32 atomics).
 // T (float or __nv_bfloat16) is converted to fp32 on every load and rounded once on every store.
 #include <algorithm>
 
@@ -163,6 +163,8 @@ __global__ void backward_router_kernel(T* dg, JTokMDeviceActs acts, const float*
 // order as a loop per element. The tables go in groups of `group` whose rows sit in shared memory
 // (column j owned by thread j % blockDim.x: no barrier), so a position's K selections are read once
 // a group for all its columns, not once a column and table (a hot id's many positions are the tail).
+// An identity batch (rb.distinct false: a block a position, rows repeating) sums from zero and adds
+// its sums into gE by fp32 atomics, in no fixed order: the naive scatter, not bitwise reproducible.
 __global__ void backward_tables_kernel(float* gE, uint8_t* touched, JTokMDeviceActs acts, const float* __restrict__ de,
                                        DeviceRowBatch rb, JTokMDims dm, int64_t group) {
   extern __shared__ float rows[];  // (group, d)
@@ -177,7 +179,8 @@ __global__ void backward_tables_kernel(float* gE, uint8_t* touched, JTokMDeviceA
     const int64_t g1 = min(dm.n_e, g0 + group);
     for (int64_t i = g0; i < g1; ++i)
       if (used >> i & 1u)
-        for (int64_t j = threadIdx.x; j < d; j += blockDim.x) rows[(i - g0) * d + j] = gE[(i * dm.V + id) * d + j];
+        for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+          rows[(i - g0) * d + j] = rb.distinct ? gE[(i * dm.V + id) * d + j] : 0.0f;
     for (int p = lo; p < hi; ++p) {
       const int64_t n = rb.order[p];
       for (int64_t k = 0; k < K; ++k) {
@@ -189,8 +192,12 @@ __global__ void backward_tables_kernel(float* gE, uint8_t* touched, JTokMDeviceA
     }
     for (int64_t i = g0; i < g1; ++i) {
       if (!(used >> i & 1u)) continue;
-      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) gE[(i * dm.V + id) * d + j] = rows[(i - g0) * d + j];
-      if (threadIdx.x == 0) touched[i * dm.V + id] = 1;
+      float* row = gE + (i * dm.V + id) * d;
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+        if (rb.distinct) row[j] = rows[(i - g0) * d + j];
+        else atomicAdd(row + j, rows[(i - g0) * d + j]);  // other blocks may hold this row too
+      }
+      if (threadIdx.x == 0) touched[i * dm.V + id] = 1;  // idempotent: every writer stores the same 1
     }
   }
 }

@@ -192,9 +192,20 @@ struct DeviceActs {
   // embedding's and the tables' row gradients.
   DeviceArray<int32_t> unique, inverse, offsets, order, num_unique;
   DeviceArray<uint8_t> dedup_scratch;
-  DeviceRowSync row_sync;                     // if set, called before a table's rows are gathered
+  DeviceRowSync row_sync;                     // if set, called before a table's rows are gathered (row_batch)
   DeviceRowBatch row_batch() const {
     return {unique.get(), inverse.get(), offsets.get(), order.get(), num_unique.get()};
+  }
+  // false (training's table_dedup false, the naive cost): JTok's and JTok-M's table rows gathered and
+  // their gradients scattered a token position at a time (cuda/dedup.h's identity_batch; fp32 atomics
+  // into the row gradients: not bitwise reproducible). The token embedding's backward and the table
+  // optimizer's row syncs keep the deduplicated batch (distinct rows), so the touched rows are the same.
+  bool table_dedup = true;
+  DeviceArray<int32_t> positions, position_count;  // (N+1), (1): the identity batch, filled by forward
+  // The batch JTok's and JTok-M's gathers and row gradients walk.
+  DeviceRowBatch table_batch() const {
+    if (table_dedup) return row_batch();
+    return identity_batch(ids.get(), positions.get(), position_count.get());
   }
 };
 

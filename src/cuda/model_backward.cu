@@ -54,7 +54,7 @@ void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float mo
     const int64_t k = dm.jtok_table[li];
     jtok_backward(a.dmlp.get(), G.jtok_scale, dm.table_grad(k), dm.touched(k), a.jtok_scratch.get(),
                   a.dh.get(), L.mlp_out.get(), W.jtok_scale, dm.table(k), L.nrows.get(), L.inv_norm.get(),
-                  a.row_batch(), N, d, c.jtok_norm, s);
+                  a.table_batch(), N, d, c.jtok_norm, s);
     dmlp = a.dmlp.get();
   }
   if (W.moe.router) {
@@ -117,7 +117,7 @@ void jtokm_router_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, floa
   jtokm_backward_router(a.m_dg.get(), L.jtokm(), a.m_de.get(), a.ids.get(), dm.table(k), aux_grad, dims, dm.stream);
   linear_backward<E, float>(dm.mm, a.dx.get(), dm.g.layers[li].jtokm_router, a.m_dg.get(), L.a.get(),
                             dm.w.layers[li].jtokm_router, dims.N, dims.d, dims.n_e, dm.stream);
-  jtokm_backward_tables(dm.table_grad(k), dm.touched(k), L.jtokm(), a.m_de.get(), a.row_batch(), dims, dm.stream);
+  jtokm_backward_tables(dm.table_grad(k), dm.touched(k), L.jtokm(), a.m_de.get(), a.table_batch(), dims, dm.stream);
 }
 
 // Layer li's attention half: a.dh = dL/dh_mid in, dL/dh_in out; JTok-M's router (on the attention

@@ -69,8 +69,8 @@ void jtok_gate(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
   const auto& c = dm.cfg;
   auto& L = a.layers[l];
   const int64_t N = a.B * a.T, d = c.hidden_size;
-  const DeviceRowBatch rb = a.row_batch();
-  if (a.row_sync) a.row_sync(dm.jtok_table[l], rb, N);
+  const DeviceRowBatch rb = a.table_batch();  // without dedup: a row a position
+  if (a.row_sync) a.row_sync(dm.jtok_table[l], a.row_batch(), N);  // the distinct rows, as with dedup
   jtok_prepare(L.nrows.get(), L.inv_norm.get(), dm.table(dm.jtok_table[l]), rb, N, d, static_cast<float>(c.jtok_eps),
                c.jtok_norm, dm.stream);
   jtok_forward(h_next, L.h_mid.get(), L.mlp_out.get(), dm.w.layers[l].jtok_scale, L.nrows.get(), rb, N, d, dm.stream);
@@ -149,6 +149,7 @@ void forward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* ids, int64_t B
   cudaStream_t s = dm.stream;
   JTOK_CUDA_CHECK(cudaMemcpyAsync(a.ids.get(), ids, a.ids.bytes(), cudaMemcpyHostToDevice, s));
   dedup_ids(a.row_batch(), a.ids.get(), N, c.padded_vocab(), a.dedup_scratch.get(), a.dedup_scratch.bytes(), s);
+  if (!a.table_dedup) fill_positions(a.positions.get(), a.position_count.get(), N, s);  // table_batch's
   embedding_forward(a.layers[0].h_in.get(), a.ids.get(), dm.w.embed, N, d, s);
   for (size_t l = 0; l < a.layers.size(); ++l) {
     E* h_next = l + 1 < a.layers.size() ? a.layers[l + 1].h_in.get() : a.h_out.get();

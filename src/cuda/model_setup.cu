@@ -150,6 +150,7 @@ void size_backward(DeviceActs<E>& a, const ModelConfig& c, bool jtok, bool jtokm
     for (int64_t rows : {N * H, N * KV}) scratch = std::max(scratch, rmsnorm_backward_scratch(rows, hd));
   a.norm_scratch.resize(scratch);
   a.unique.resize(N), a.inverse.resize(N), a.order.resize(N), a.offsets.resize(N + 1), a.num_unique.resize(1);
+  a.positions.resize(N + 1), a.position_count.resize(1);
   a.dedup_scratch.resize(static_cast<int64_t>(dedup_scratch_bytes(N, c.padded_vocab())));
 }
 

@@ -58,10 +58,11 @@ void upload_moments(const DeviceModel<E>& dm, DeviceAdamW& st, const HostAdamWVi
 template <typename E>
 class Trainer final : public DeviceTrainer {
  public:
-  Trainer(const Model& host, const HostAdamWView& adam, bool dense_tables, bool eager_tables)
+  Trainer(const Model& host, const HostAdamWView& adam, bool dense_tables, bool eager_tables, bool table_dedup)
       : dm_(host), opt_(dm_, dense_tables), eager_tables_(eager_tables), device_(device_info().name) {
     upload_moments(dm_, opt_, adam);
     acts_.row_sync = table_row_sync(dm_, opt_);
+    acts_.table_dedup = table_dedup;
     acts_.max_chunk_rows = lm_head_chunk_rows(dm_.cfg.padded_vocab(), sizeof(E));
   }
 
@@ -192,9 +193,9 @@ std::string Trainer<E>::describe() const {
 }  // namespace
 
 std::unique_ptr<DeviceTrainer> make_device_trainer(const Model& host, const HostAdamWView& adam, bool bf16,
-                                                   bool dense_tables, bool eager_tables) {
-  if (bf16) return std::make_unique<Trainer<__nv_bfloat16>>(host, adam, dense_tables, eager_tables);
-  return std::make_unique<Trainer<float>>(host, adam, dense_tables, eager_tables);
+                                                   bool dense_tables, bool eager_tables, bool table_dedup) {
+  if (bf16) return std::make_unique<Trainer<__nv_bfloat16>>(host, adam, dense_tables, eager_tables, table_dedup);
+  return std::make_unique<Trainer<float>>(host, adam, dense_tables, eager_tables, table_dedup);
 }
 
 }  // namespace jtok::cuda

@@ -68,9 +68,12 @@ class DeviceTrainer {
 // fresh one), every table row current at adam.step. bf16: the forward reads bf16 copies of the fp32
 // masters (else fp32 throughout, the checking instantiation). dense_tables: the tables' "dense"
 // AdamW (deferred, exact), else "sparse"; eager_tables: dense's rows all brought current after
-// every step (the naive cost, for benchmarks). Refuses what the GPU model does not run, by name; in a
+// every step (the naive cost, for benchmarks). table_dedup false: JTok's and JTok-M's rows gathered
+// and scattered a token position at a time (cuda/model.h's DeviceActs::table_dedup: the naive cost;
+// fp32 atomics, not bitwise reproducible). Refuses what the GPU model does not run, by name; in a
 // build without CUDA, says so.
 std::unique_ptr<DeviceTrainer> make_device_trainer(const Model& host, const HostAdamWView& adam, bool bf16,
-                                                   bool dense_tables, bool eager_tables = false);
+                                                   bool dense_tables, bool eager_tables = false,
+                                                   bool table_dedup = true);
 
 }  // namespace jtok::cuda

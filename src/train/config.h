@@ -35,6 +35,11 @@ struct TrainConfig {
                                             // every step; deferred and exact) | "sparse" (lazy: rows with a
                                             // gradient only) | "dense-eager" (dense's bits by a pass over
                                             // every row every step: the naive cost, for benchmarks)
+  // The token tables' rows a micro-batch deduplicated (true: gathered once per distinct id, gradients
+  // summed per id in position order) or not (false, --device cuda only: JTok's and JTok-M's rows
+  // gathered and their gradients scattered a token position at a time by fp32 atomics: the naive
+  // cost, for benchmarks; not bitwise reproducible). Written to config.json only when false.
+  bool table_dedup = true;
   // What trains: "all", or "tables" (the JTok / JTok-M tables, scalers and routers; the backbone is
   // frozen: model/trainable.h). table_learning_rate: the peak lr of the token-indexed modules (their
   // lr follows the same schedule, scaled by table_learning_rate / learning_rate); < 0 = learning_rate.

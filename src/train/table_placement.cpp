@@ -51,6 +51,9 @@ std::unique_ptr<TablePlacement> choose_table_placement(const TableRunParts& p) {
   const TrainOptions& opt = p.opt;
   const bool has_tables = p.cfg.model.jtok || p.cfg.model.jtokm;
   if (opt.tables != "ram" && opt.tables != "disk") fail("--tables must be ram or disk for training, got '", opt.tables, "'");
+  if (!p.cfg.train.table_dedup && opt.device != "cuda")
+    fail("table_dedup false (a benchmark's naive gather and scatter of the token tables, a row per position) runs "
+         "with --device cuda only, not with --device ", opt.device);
   if (opt.device == "cuda" || opt.device == "loopback") return make_tables_on_gpu(p);
   const bool sharded = opt.embp != "off" && has_tables;
   if ((sharded || opt.tables == "disk") && p.cfg.train.table_optimizer == "dense-eager")

@@ -39,9 +39,15 @@ class TablesOnGpu final : public TablePlacement {
   void check_resumable(const std::string& ck) const override { refuse_table_store_checkpoint(ck); }
   void resume(const std::string&, int64_t) override { make_trainer(); }
   void attach(Activations&, JsonlLog& log, int64_t) override {
-    const std::string what = trainer_->describe();
+    std::string what = trainer_->describe();
+    if (!p_.cfg.train.table_dedup)
+      what += "; table_dedup false: token-table rows gathered and scattered a position at a time (fp32 atomics, "
+              "not bitwise reproducible)";
     std::printf("device: %s\n", what.c_str());
-    log.write({{"type", "device"}, {"device", p_.opt.device}, {"trainer", what}});
+    log.write({{"type", "device"},
+               {"device", p_.opt.device},
+               {"trainer", what},
+               {"table_dedup", p_.cfg.train.table_dedup}});
   }
   void begin_step(int64_t, BatchSource&) override {}
   bool rows_in_model() const override { return true; }
@@ -61,8 +67,9 @@ class TablesOnGpu final : public TablePlacement {
       trainer_ = make_loopback_trainer(p_.model, host_adamw_view(p_.adam), t);
       return;
     }
-    trainer_ = cuda::make_device_trainer(p_.model, host_adamw_view(p_.adam), t.precision == "bf16", t.table_optimizer != "sparse",
-                                         t.table_optimizer == "dense-eager");
+    trainer_ = cuda::make_device_trainer(p_.model, host_adamw_view(p_.adam), t.precision == "bf16",
+                                         t.table_optimizer != "sparse", t.table_optimizer == "dense-eager",
+                                         t.table_dedup);
   }
   std::unique_ptr<cuda::DeviceTrainer> trainer_;
 };
