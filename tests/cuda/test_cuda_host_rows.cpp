@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "error_test_util.h"
 #include "cuda/dedup.h"
 #include "cuda/host_rows.h"
 #include "cuda/row_staging.h"
@@ -24,6 +25,7 @@ namespace {
 using namespace jtok::cuda_test;
 using jtok::Dtype;
 using jtok::TokenTable;
+using jtok::testing::expect_error;
 using jtok::testing::randn;
 using bf16 = __nv_bfloat16;
 
@@ -88,16 +90,6 @@ std::vector<float> cpu_rows(const TokenTable& t, const std::vector<int32_t>& ids
 
 int64_t count_unique(const std::vector<int32_t>& ids, int64_t V) {
   return static_cast<int64_t>(jtok::dedup_ids(ids.data(), static_cast<int64_t>(ids.size()), V).unique.size());
-}
-
-template <typename F>
-void expect_error(F&& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error (expected one naming \"" << part << "\")";
-  } catch (const jtok::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
 }
 
 template <typename T>
@@ -196,7 +188,7 @@ TEST(CudaHostRows, InPlaceGatherManyTables) {
   jtok::cuda::reset_row_errors(errors, nullptr);
   jtok::cuda::gather_rows_device_tables(out_ptrs.data(), srcs.data(), static_cast<int>(n_tables), dd.rb, N, errors,
                                         nullptr);
-  expect_error([&] { jtok::cuda::check_row_errors(errors, V, "many tables", nullptr); }, "1 token id(s) outside");
+  expect_error([&] { jtok::cuda::check_row_errors(errors, V, "many tables", nullptr); }, {"1 token id(s) outside"});
   ids.pop_back();  // the good ids' rows: the first U - 1 (the bad id sorts last)
   for (int64_t t = 0; t < n_tables; ++t) {
     SCOPED_TRACE("table " + std::to_string(t));
@@ -275,12 +267,12 @@ TEST(CudaHostRows, RegisterTwiceAndUnregister) {
 
 TEST(CudaHostRows, RegisterRefusesOtherTables) {
   const TokenTable q8 = make_table(100, 32, Dtype::int8, 51), q4 = make_table(100, 32, Dtype::int4, 52);
-  expect_error([&] { jtok::cuda::register_table_rows(q8, "layer 3's table"); }, "layer 3's table (100 x 32, int8)");
-  expect_error([&] { jtok::cuda::register_table_rows(q4); }, "rows stored as int4");
+  expect_error([&] { jtok::cuda::register_table_rows(q8, "layer 3's table"); }, {"layer 3's table (100 x 32, int8)"});
+  expect_error([&] { jtok::cuda::register_table_rows(q4); }, {"rows stored as int4"});
   const TokenTable shard = TokenTable::shard_in_ram(100, 1, 2, 50, 32);
-  expect_error([&] { jtok::cuda::register_table_rows(shard); }, "a rank's shard");
+  expect_error([&] { jtok::cuda::register_table_rows(shard); }, {"a rank's shard"});
   const TokenTable unbound = TokenTable::unbound(100, 32);
-  expect_error([&] { jtok::cuda::register_table_rows(unbound); }, "unbound");
+  expect_error([&] { jtok::cuda::register_table_rows(unbound); }, {"unbound"});
 }
 
 // Sources the kernel cannot read are refused before anything is launched (no GPU needed): rows
@@ -291,16 +283,16 @@ TEST(CudaHostRows, GatherRefusesBadSources) {
   float* out = nullptr;
   const jtok::cuda::RowSource good{rows, 4, 16, Dtype::f32};
   const jtok::cuda::RowSource off{reinterpret_cast<const char*>(rows) + 2, 4, 16, Dtype::f32};
-  expect_error([&] { jtok::cuda::gather_rows_device(out, off, rb, 8, {}, nullptr); }, "not aligned to their 4-byte f32");
+  expect_error([&] { jtok::cuda::gather_rows_device(out, off, rb, 8, {}, nullptr); }, {"not aligned to their 4-byte f32"});
   const jtok::cuda::RowSource q8{rows, 4, 16, Dtype::int8};
-  expect_error([&] { jtok::cuda::gather_rows_device(out, q8, rb, 8, {}, nullptr); }, "rows stored as int8");
+  expect_error([&] { jtok::cuda::gather_rows_device(out, q8, rb, 8, {}, nullptr); }, {"rows stored as int8"});
   const jtok::cuda::RowSource pair[2] = {good, {rows, 4, 8, Dtype::f32}};
   float* outs[2] = {nullptr, nullptr};
   expect_error([&] { jtok::cuda::gather_rows_device_tables(outs, pair, 2, rb, 8, {}, nullptr); },
-               "table 1 is 4 x 8 f32, table 0 4 x 16 f32");
-  expect_error([&] { jtok::cuda::gather_rows_device(out, good, rb, 0, {}, nullptr); }, "N = 0");
+               {"table 1 is 4 x 8 f32, table 0 4 x 16 f32"});
+  expect_error([&] { jtok::cuda::gather_rows_device(out, good, rb, 0, {}, nullptr); }, {"N = 0"});
   const std::vector<int32_t> ids = {0, 3, 4};
-  expect_error([&] { jtok::cuda::check_ids_in_range(ids.data(), 3, 4, "step"); }, "step: token id 4 at position 2");
+  expect_error([&] { jtok::cuda::check_ids_in_range(ids.data(), 3, 4, "step"); }, {"step: token id 4 at position 2"});
 }
 
 // The staged path's host half (no GPU needed: any host buffer stands in for the pinned one): the
@@ -368,7 +360,7 @@ TEST(CudaHostRows, StagedGatherEqualsCpuRows) {
   jtok::cuda::PinnedArray<float> staging(2 * d);
   const std::vector<int32_t> bad = {3, static_cast<int32_t>(V)};
   expect_error([&] { jtok::cuda::gather_rows_to_staging(staging.get(), t, bad.data(), 2); },
-               "id 1531 is not held by this table");
+               {"id 1531 is not held by this table"});
 }
 
 // Three layers: JTok (1 table), JTok-M (3 tables), both (4 tables). Every layer's rows after its
@@ -402,7 +394,7 @@ void check_step_rows(jtok::cuda::RowPath path, Dtype dt) {
     }
   }
   const std::vector<int32_t> bad = {1, 2, -1};
-  expect_error([&] { step.request(bad.data(), 3, consumer); }, "token id -1 at position 2");
+  expect_error([&] { step.request(bad.data(), 3, consumer); }, {"token id -1 at position 2"});
   JTOK_CUDA_CHECK(cudaStreamSynchronize(consumer));
   cudaStreamDestroy(consumer);
 }

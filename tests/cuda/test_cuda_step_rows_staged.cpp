@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "error_test_util.h"
 #include "cuda/step_rows.h"
 #include "cuda_case.h"
 #include "model/token_table.h"
@@ -26,6 +27,7 @@ namespace {
 using namespace jtok::cuda_test;
 using jtok::Dtype;
 using jtok::TokenTable;
+using jtok::testing::expect_error;
 using jtok::cuda::LayerTables;
 using jtok::cuda::RowPath;
 using jtok::cuda::StepRows;
@@ -124,16 +126,6 @@ void expect_failed_rows(const std::vector<Bytes>& got, const std::vector<LayerTa
     }
 }
 
-template <typename F>
-void expect_error(F&& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error (expected one naming \"" << part << "\")";
-  } catch (const jtok::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
-
 struct Consumer {
   cudaStream_t s = nullptr;
   Consumer() { JTOK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
@@ -196,7 +188,7 @@ TEST(CudaStepRowsStaged, GatherErrorAtCheckThenNextRequestWorks) {
   StepRows<float> step(layers, kMaxN, RowPath::staged);
   Consumer consumer;
   expect_failed_rows<float>(run_back_to_back(step, {bad}, consumer.s)[0], layers, bad, 1);  // layer 2's on
-  expect_error([&] { step.check_error(); }, "layer 2's table 1: token table gather: id 7 is not held");
+  expect_error([&] { step.check_error(); }, {"layer 2's table 1: token table gather: id 7 is not held"});
   EXPECT_NO_THROW(step.check_error());  // once
   expect_cpu_rows<float>(run_back_to_back(step, {good}, consumer.s), layers, {good}, "after a failed request");
   EXPECT_NO_THROW(step.check_error());
@@ -206,7 +198,7 @@ TEST(CudaStepRowsStaged, GatherErrorAtCheckThenNextRequestWorks) {
   expect_failed_rows<float>(two[0], layers, bad, 1);
   expect_cpu_rows<float>({two[1]}, layers, {good}, "after an unchecked failed request");
   run_back_to_back(step, {bad}, consumer.s);
-  expect_error([&] { step.check_error(); }, "id 7 is not held");
+  expect_error([&] { step.check_error(); }, {"id 7 is not held"});
 }
 
 // A disk store's rows in memory whose reads of `bad` fail as a store's do (read_row never throws:
@@ -254,7 +246,7 @@ TEST(CudaStepRowsStaged, DiskReadErrorAtCheck) {
   const int64_t before = counted->reads();
   const std::vector<int32_t> bad = {1, 9, 3};
   expect_failed_rows<bf16>(run_back_to_back(step, {bad}, consumer.s)[0], layers, bad, 0);
-  expect_error([&] { step.check_error(); }, "layer 0's table 0: test-store: the read of token 9 failed");
+  expect_error([&] { step.check_error(); }, {"layer 0's table 0: test-store: the read of token 9 failed"});
   EXPECT_EQ(counted->reads(), before) << "layer 1 gathered after layer 0 failed";
   const std::vector<int32_t> good = {1, 3, 996, 3};
   const std::vector<std::vector<Bytes>> got = run_back_to_back(step, {good}, consumer.s);
