@@ -2,9 +2,9 @@
 // - against the CPU's linear_forward (ops/linear.h; + bias, + out for accumulate, added here) by
 //   normalised error, through tests/cuda/cuda_case.h, on Qwen3-0.6B's shapes (C 1024 -> 2048 / 1024
 //   / 3072, 2048 -> 1024, 3072 -> 1024, the LM head 1024 -> 151936) and an odd C with OC not a
-//   multiple of the block's 4 columns, M 1, 3, 16, 33 (the LM head: 1, 16). Tolerances: fp32 1e-6 (fp32 sums on both
-//   sides in other orders: this kernel's order is about 1.1e-7 from fp64 at these C by
-//   tests/cuda/emulate_row_invariant.py); bf16 5e-3 for bf16 outputs (the inputs rounded on both
+//   multiple of the block's 4 columns, M 1, 3, 16, 33 (the LM head: 1, 16). Tolerances: fp32
+//   1e-6 (fp32 sums on both sides in other orders: this kernel's order is about 1.1e-7 from fp64
+//   at these C by tests/cuda/emulate_row_invariant.py); bf16 5e-3 for bf16 outputs (the inputs rounded on both
 //   sides, the output rounded once: at most 2^-8 relative, 1.7e-3 normalised on normal values) and
 //   1e-6 for the fp32 outputs of bf16 inputs (the LM head's (bf16, fp32)).
 // - the property: each row of a product of M rows (M 2, 5, 16, 33; bias and accumulate on) equals
