@@ -64,7 +64,7 @@ GenerateResult generate_tokens(const Model& m, Decoder& d, const std::vector<int
     r.generated.push_back(next);
     if (is_stop(opt.stop_ids, next)) break;
     on_token(next);
-    if (d.length(seq) >= d.capacity(seq)) break;
+    if (produced >= opt.max_new_tokens || d.length(seq) >= d.capacity(seq)) break;  // no step whose pick goes unused
     d.decode_pick(&seq, &next, 1, &req, &pick);
   }
   r.decode_s = seconds_since(t1);
