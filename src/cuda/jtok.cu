@@ -1,7 +1,7 @@
 // JTok (src/cuda/jtok.h). Prepare: one block a unique id (gather, block sum of squares, scale).
 // Forward and dmlp: one thread an element. Table gradient: one block a unique id, each thread its
 // columns, the id's positions in order; the row's dot and norm by block sums; ds per id into
-// scratch, summed over ids in id order by a second kernel. An identity batch (no dedup: a block a
+// scratch, summed in runs of ids (id order within a run) and the runs in order by two more kernels. An identity batch (no dedup: a block a
 // position, rows repeating) adds its row gradient by fp32 atomics: not bitwise reproducible.
 #include "cuda/check.h"
 #include "cuda/common.cuh"
@@ -82,13 +82,29 @@ __global__ void jtok_table_grad_kernel(float* gE, uint8_t* touched, float* ds_pa
   if (threadIdx.x == 0) touched[id] = 1;  // idempotent: every writer stores the same 1
 }
 
-// ds (d) += sum over u < U of ds_part (U, d), in u order.
+constexpr int64_t kDsRuns = 64;  // ds's per-id partials summed in at most this many runs of ids
+
+// Run c of the U ids (R = min(kDsRuns, U) runs, run c = [c U / R, (c + 1) U / R)): its partials
+// summed in id order into the run's first row. Column j of a run's rows is this thread's alone, and
+// no other run reads that row. Many blocks: one thread a column over all U ids (a few blocks at
+// d 768) left the GPU idle for ~U loads in a row.
+__global__ void jtok_ds_runs_kernel(float* ds_part, const int32_t* num_unique, int64_t d) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, c = blockIdx.y;
+  const int64_t U = *num_unique, R = U < kDsRuns ? U : kDsRuns;
+  if (j >= d || c >= R) return;
+  const int64_t lo = c * U / R, hi = (c + 1) * U / R;
+  float acc = 0.0f;
+  for (int64_t u = lo; u < hi; ++u) acc += ds_part[u * d + j];
+  ds_part[lo * d + j] = acc;
+}
+
+// ds (d) += the runs' sums, in run order: a fixed order for a given U (no atomics).
 __global__ void jtok_ds_kernel(float* ds, const float* ds_part, const int32_t* num_unique, int64_t d) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= d) return;
-  const int U = *num_unique;
+  const int64_t U = *num_unique, R = U < kDsRuns ? U : kDsRuns;
   float acc = 0.0f;
-  for (int u = 0; u < U; ++u) acc += ds_part[u * d + j];
+  for (int64_t c = 0; c < R; ++c) acc += ds_part[(c * U / R) * d + j];
   ds[j] += acc;
 }
 
@@ -120,6 +136,9 @@ void jtok_backward(T* dmlp, float* ds, float* gE, uint8_t* touched, float* scrat
   JTOK_CHECK(shared <= 48 * 1024, "jtok_backward: d = ", d, " exceeds the 12288 columns of its shared row");
   jtok_table_grad_kernel<T><<<static_cast<int>(N), kThreads, shared, stream>>>(gE, touched, scratch, dh, mlp_out, s, E,
                                                                                 nrows, inv_norm, rb, d, norm);
+  JTOK_CUDA_CHECK_LAUNCH();
+  jtok_ds_runs_kernel<<<dim3(static_cast<unsigned>(ceil_div(d, kThreads)), static_cast<unsigned>(kDsRuns)), kThreads, 0,
+                        stream>>>(scratch, rb.num_unique, d);
   JTOK_CUDA_CHECK_LAUNCH();
   jtok_ds_kernel<<<ceil_div(d, kThreads), kThreads, 0, stream>>>(ds, scratch, rb.num_unique, d);
   JTOK_CUDA_CHECK_LAUNCH();
