@@ -12,6 +12,8 @@
 #              script itself starts no run after 280 s and cuts each run to what is left, so its
 #              table comes out)
 #   attention  the bundle's bench_cuda_attention, config b's shape (box 30 s)
+#   products   (not default; issue 40) the bundle's bench_cuda_row_invariant: the decode steps'
+#              batch-invariant products against cuBLASLt, Qwen3-0.6B's shapes, M 1, 4, 16 (box 30 s)
 #   moe        (not in the default steps: a second device run) bench/gpu_train_peer.sh on
 #              configs/bench_moe.json, ours and the peer, base / +JTok / +JTok-M (box 240 s)
 #   rows       (not default; issue 40) the bundle's bench_cuda_host_rows on a carried shard:
@@ -105,6 +107,10 @@ for s in $STEPS; do
       else
         echo; echo "== attention: the bundle has no bench_cuda_attention"; RESULT[attention]="not in the bundle"; SECS[attention]=0
       fi ;;
+    products)
+      # shellcheck disable=SC2016  # $1.. are the inner shell's arguments
+      step products 30 sh -c 'LD_LIBRARY_PATH="$1" "$2" > "$3"; rc=$?; cat "$3"; exit $rc' sh \
+        "$LIBS" "$U/bundle/bin/bench_cuda_row_invariant" "$OUT/products.json" ;;
     moe) step moe 240 bash bench/gpu_train_peer.sh --config configs/bench_moe.json --batch 16 --data "$DIR/shards" \
            --jtok "$U/jtok" --out "$OUT/moe" --budget 210 --timeout 100 ;;
     rows)
@@ -118,7 +124,7 @@ for s in $STEPS; do
                --tokenizer "$DIR/tokenizer" --out "$OUT/evalref" ;;
     curve) step curve 510 bash bench/gpu_loss_curve.sh --jtok "$U/jtok" --data "$DIR/shards" --out "$OUT/curve" \
              --steps 296 --budget 480 ;;
-    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, moe, rows, decode, evalref, curve)" >&2; exit 2 ;;
+    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, products, moe, rows, decode, evalref, curve)" >&2; exit 2 ;;
   esac
 done
 
