@@ -12,8 +12,8 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 CXX=${CXX:-g++}
 command -v ccache >/dev/null && CXX="ccache $CXX" && export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
-KERNELS="row_invariant_linear rmsnorm swiglu rope adamw global_norm cross_entropy logit_digest"
-TWINS="src/ops/rmsnorm.cpp src/ops/swiglu.cpp src/ops/rope.cpp src/ops/adamw.cpp src/ops/cross_entropy.cpp
+KERNELS="row_invariant_linear rmsnorm swiglu rope adamw global_norm cross_entropy logit_digest embedding"
+TWINS="src/ops/rmsnorm.cpp src/ops/swiglu.cpp src/ops/rope.cpp src/ops/adamw.cpp src/ops/cross_entropy.cpp src/ops/embedding.cpp
        src/cuda/logit_digest_ref.cpp"
 FLAGS="-std=c++20 -O1 -ffp-contract=off -fopenmp -Wall -Wextra -Wno-unused-parameter"
 INC="-I$EMU/include -I$ROOT/src -I$ROOT/tests -I$ROOT/tests/cuda"
