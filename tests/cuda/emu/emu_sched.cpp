@@ -97,7 +97,8 @@ std::string where(const Fiber& f) {
   for (int i = 0; i < n;) {
     int j = i + 1;
     while (j < n && j % 32 != 0 && where(g.f[j]) == where(g.f[i])) ++j;
-    std::fprintf(stderr, "  warp %d lanes %d-%d: %s\n", i / 32, i % 32, (j - 1) % 32, where(g.f[i]).c_str());
+    if (j - i < 32 || g.f[i].st != State::done)  // whole warps that returned: not listed
+      std::fprintf(stderr, "  warp %d lanes %d-%d: %s\n", i / 32, i % 32, (j - 1) % 32, where(g.f[i]).c_str());
     i = j;
   }
   std::abort();
