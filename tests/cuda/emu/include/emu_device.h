@@ -17,7 +17,6 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __shared__ static  // a block's shared variable: blocks run one at a time
 #define __align__(n) __attribute__((aligned(n)))
