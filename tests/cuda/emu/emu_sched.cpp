@@ -1,10 +1,9 @@
-// The CPU emulation's scheduler (tests/cuda/emu): a block's threads are fibers (ucontext) on the
+// The CPU emulation's scheduler (tests/cuda/emu): a block's threads are fibers (emu_switch.h) on the
 // calling OS thread; each runs until it parks at a barrier or warp intrinsic or returns; when none
 // can run, complete warp groups and then a complete block barrier are released. Nothing to
 // release with threads still parked is a deadlock on the GPU too (a lane that skipped a *_sync, a
 // thread that skipped a __syncthreads): reported with kernel, block, lanes and file:line, then abort.
 #include <sys/mman.h>
-#include <ucontext.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +12,40 @@
 #include <vector>
 
 #include "emu_runtime.h"
+#include "emu_switch.h"
+
+#if defined(__x86_64__)
+// emu_switch_x86_64(save_sp, load_sp): pushes rbp rbx r12-r15 and the FP control words, stores rsp
+// in *save_sp, loads load_sp and pops the same from there (emu_switch.h's make_context lays them out).
+asm(R"(
+  .text
+  .globl emu_switch_x86_64
+  .type emu_switch_x86_64, @function
+emu_switch_x86_64:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size emu_switch_x86_64, .-emu_switch_x86_64
+)");
+#endif
 
 uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
@@ -23,7 +56,7 @@ namespace {
 enum class State { runnable, at_block, at_warp, done };
 
 struct Fiber {
-  ucontext_t ctx;
+  Context ctx;
   State st = State::runnable;
   uint3 tid;
   WarpOp op = WarpOp::sync;
@@ -40,7 +73,7 @@ struct Grid {
   const char* kernel = "";
   const std::function<void()>* body = nullptr;
   std::vector<Fiber> f;
-  ucontext_t main;
+  Context main;
   int cur = -1;
   std::vector<unsigned char> shared;
 } g;
@@ -61,14 +94,17 @@ char* stack_of(size_t i) {  // 1024 stacks with a guard page under each, mapped 
 
 void fiber_main() {
   (*g.body)();
-  g.f[g.cur].st = State::done;  // uc_link returns to the scheduler
+  Fiber& f = g.f[g.cur];
+  f.st = State::done;
+  switch_context(f.ctx, g.main);  // never resumed
+  std::abort();
 }
 
 Fiber& self() { return g.f[g.cur]; }
 void park(State s) {
   Fiber& f = self();
   f.st = s;
-  swapcontext(&f.ctx, &g.main);
+  switch_context(f.ctx, g.main);
 }
 
 const char* op_name(WarpOp op) {
@@ -167,11 +203,7 @@ void run_block(unsigned threads) {
   for (unsigned t = 0; t < threads; ++t) {
     Fiber& f = g.f[t];
     f.tid = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = stack_of(t);
-    f.ctx.uc_stack.ss_size = kStack;
-    f.ctx.uc_link = &g.main;
-    makecontext(&f.ctx, fiber_main, 0);
+    make_context(f.ctx, stack_of(t), kStack, fiber_main);
   }
   std::fill(g.shared.begin(), g.shared.end(), 0xff);
   for (;;) {
@@ -180,7 +212,7 @@ void run_block(unsigned threads) {
       if (g.f[t].st != State::runnable) continue;
       g.cur = static_cast<int>(t);
       threadIdx = g.f[t].tid;
-      swapcontext(&g.main, &g.f[t].ctx);
+      switch_context(g.main, g.f[t].ctx);
     }
     for (const Fiber& f : g.f) alive = alive || f.st != State::done;
     if (!alive) return;
