@@ -7,6 +7,7 @@
 #   bash tests/cuda/emulate_kernels.sh                       # the CI set (~20 s with the compile)
 #   bash tests/cuda/emulate_kernels.sh --gtest_filter='*'    # every case (+ ~2 min of paged attention)
 #   bash tests/cuda/emulate_kernels.sh --gtest_filter='*Rmsnorm*'
+#   EMU_SANITIZE=1 bash tests/cuda/emulate_kernels.sh        # under ASan + UBSan
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 EMU=$ROOT/tests/cuda/emu
@@ -27,6 +28,9 @@ CI_SET="$CI_SET:*CudaPagedAttention*H4_KV2_hd32"
 # the model sizes its other functions read (src/model).
 FLAGS="-std=c++20 -O1 -march=native -ffp-contract=off -fopenmp -ffunction-sections"
 FLAGS="$FLAGS -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas"
+# EMU_SANITIZE=1: AddressSanitizer + UBSan on kernels and host code (out-of-bounds device reads,
+# misaligned vector loads, signed overflow); slower.
+[ "${EMU_SANITIZE:-0}" = 1 ] && FLAGS="$FLAGS -fsanitize=address,undefined -fno-sanitize-recover=undefined -g1"
 INC="-I$EMU/include -I$ROOT/src -I$ROOT/tests -I$ROOT/tests/cuda"
 jobs=()
 for k in $KERNELS; do
@@ -38,6 +42,6 @@ jobs+=($(for f in $TWINS $GPU_TESTS; do echo "$ROOT/$f"; done) "$EMU/emu_sched.c
 printf '%s\n' "${jobs[@]}" | xargs -P 2 -I{} sh -c '
   f={}; o='"$T"'/$(echo "$f" | md5sum | cut -c1-12).o
   '"$CXX $FLAGS $INC"' -c "$f" -o "$o"'
-$CXX -fopenmp -Wl,--gc-sections "$T"/*.o -lgtest -lgtest_main -pthread -o "$T/emulated"
+$CXX -fopenmp $([ "${EMU_SANITIZE:-0}" = 1 ] && echo -fsanitize=address,undefined) -Wl,--gc-sections "$T"/*.o -lgtest -lgtest_main -pthread -o "$T/emulated"
 [ $# -gt 0 ] || set -- --gtest_filter="$CI_SET"
 OMP_NUM_THREADS=1 "$T/emulated" "$@"

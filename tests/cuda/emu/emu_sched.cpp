@@ -4,6 +4,9 @@
 // release with threads still parked is a deadlock on the GPU too (a lane that skipped a *_sync, a
 // thread that skipped a __syncthreads): reported with kernel, block, lanes and file:line, then abort.
 #include <sys/mman.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #include <cstdio>
 #include <cstdlib>
@@ -92,11 +95,36 @@ char* stack_of(size_t i) {  // 1024 stacks with a guard page under each, mapped 
   return base + i * (kStack + kGuard) + kGuard;
 }
 
+// AddressSanitizer (EMU_SANITIZE=1) is told of every stack switch, or it takes a fiber's stack for
+// an overflow of the scheduler's.
+#if defined(__SANITIZE_ADDRESS__)
+const void* g_main_bottom = nullptr;
+size_t g_main_size = 0;
+void to_fiber(int t) {
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, stack_of(static_cast<size_t>(t)), kStack);
+  switch_context(g.main, g.f[t].ctx);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+}
+void to_main(Fiber& f, bool done) {
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(done ? nullptr : &fake, g_main_bottom, g_main_size);
+  switch_context(f.ctx, g.main);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+}
+void fiber_started() { __sanitizer_finish_switch_fiber(nullptr, &g_main_bottom, &g_main_size); }
+#else
+void to_fiber(int t) { switch_context(g.main, g.f[t].ctx); }
+void to_main(Fiber& f, bool) { switch_context(f.ctx, g.main); }
+void fiber_started() {}
+#endif
+
 void fiber_main() {
+  fiber_started();
   (*g.body)();
   Fiber& f = g.f[g.cur];
   f.st = State::done;
-  switch_context(f.ctx, g.main);  // never resumed
+  to_main(f, true);  // never resumed
   std::abort();
 }
 
@@ -104,7 +132,7 @@ Fiber& self() { return g.f[g.cur]; }
 void park(State s) {
   Fiber& f = self();
   f.st = s;
-  switch_context(f.ctx, g.main);
+  to_main(f, false);
 }
 
 const char* op_name(WarpOp op) {
@@ -212,7 +240,7 @@ void run_block(unsigned threads) {
       if (g.f[t].st != State::runnable) continue;
       g.cur = static_cast<int>(t);
       threadIdx = g.f[t].tid;
-      switch_context(g.main, g.f[t].ctx);
+      to_fiber(static_cast<int>(t));
     }
     for (const Fiber& f : g.f) alive = alive || f.st != State::done;
     if (!alive) return;
