@@ -27,7 +27,7 @@ UNSUPPORTED = [
     (re.compile(r'\b__nanosleep\b|\bclock64\s*\(|\b__activemask\s*\('), 'timing / active-mask intrinsics'),
 ]
 DYN_SHARED = re.compile(
-    r'extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?([A-Za-z_][\w:]*(?:\s*<[^;>]*>)?)\s+'
+    r'extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?((?:unsigned\s+|signed\s+)?[A-Za-z_][\w:]*(?:\s*<[^;>]*>)?)\s+'
     r'(?:__align__\s*\(\s*\d+\s*\)\s+)?([A-Za-z_]\w*)\s*\[\s*\]\s*;')
 
 
@@ -39,11 +39,13 @@ def line_of(src, pos):
     return src.count('\n', 0, pos) + 1
 
 
-def strip_comments(src):
-    """Comments and string literals blanked (newlines kept): scanning them finds nothing."""
+def strip_comments(src, strings=True):
+    """Comments (and string literals unless strings=False) blanked, newlines kept."""
     def blank(m):
+        return m.group(0) if m.group(0)[0] == '"' else re.sub(r'[^\n]', ' ', m.group(0))
+    def blank_all(m):
         return re.sub(r'[^\n]', ' ', m.group(0))
-    return re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', blank, src, flags=re.S)
+    return re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', blank_all if strings else blank, src, flags=re.S)
 
 
 def kernel_start(code, at):
@@ -111,7 +113,7 @@ def rewrite_launches(src, code, path):
 
 def convert(path):
     src = open(path).read()
-    code = strip_comments(src)
+    code = strip_comments(src, strings=False)  # #include "..." names stay visible
     for pat, what in UNSUPPORTED:
         m = pat.search(code)
         if m:
