@@ -16,16 +16,17 @@ trap 'rm -rf "$T"' EXIT
 CXX=${CXX:-g++}
 command -v ccache >/dev/null && CXX="ccache $CXX" && export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
 KERNELS="row_invariant_linear rmsnorm swiglu rope adamw global_norm cross_entropy logit_digest embedding attention
-         paged_kv gemm_ref stats"
+         paged_kv gemm_ref stats jtok"
 TWINS="src/ops/rmsnorm.cpp src/ops/swiglu.cpp src/ops/rope.cpp src/ops/adamw.cpp src/ops/cross_entropy.cpp
        src/ops/embedding.cpp src/ops/attention_decode.cpp src/cuda/logit_digest_ref.cpp src/cuda/kv_pages.cpp
-       src/cuda/decoder_sizes.cpp"
+       src/cuda/decoder_sizes.cpp src/model/jtok.cpp src/model/token_table.cpp src/store/disk_rows.cpp
+       src/ops/int4_rows.cpp src/ops/lowp_linear.cpp src/core/dtype.cpp"
 GPU_TESTS="tests/cuda/test_cuda_paged_kv.cpp"
 # The GPU test's slow cases (a 600-position prefill of every row, ~2 min here) only when asked.
 CI_SET="Emulated*:CudaPagedKv.AppendRoundTrip:CudaPagedKv.RopeAtPositionsMatchesCpu:CudaPagedKv.RefusesUnsupportedShapes"
 CI_SET="$CI_SET:*CudaPagedAttention*H4_KV2_hd32"
-# -ffunction-sections + --gc-sections: decoder_sizes.cpp's paged_attention_scratch is linked without
-# the model sizes its other functions read (src/model).
+# -ffunction-sections + --gc-sections: the twins' files are linked without what their other
+# functions call (decoder_sizes.cpp's model sizes, lowp_linear.cpp's oneDNN products).
 FLAGS="-std=c++20 -O1 -march=native -ffp-contract=off -fopenmp -ffunction-sections"
 FLAGS="$FLAGS -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas"
 # EMU_SANITIZE=1: AddressSanitizer + UBSan on kernels and host code (out-of-bounds device reads,
