@@ -1,0 +1,319 @@
+// The CPU emulation's scheduler (tests/cuda/emu): a block's threads are fibers (emu_switch.h) on the
+// calling OS thread; each runs until it parks at a barrier or warp intrinsic or returns; when none
+// can run, complete warp groups and then a complete block barrier are released. Nothing to
+// release with threads still parked is a deadlock on the GPU too (a lane that skipped a *_sync, a
+// thread that skipped a __syncthreads): reported with kernel, block, lanes and file:line, then abort.
+#include <sys/mman.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "emu_runtime.h"
+#include "emu_switch.h"
+
+#if defined(__x86_64__)
+// emu_switch_x86_64(save_sp, load_sp): pushes rbp rbx r12-r15 and the FP control words, stores rsp
+// in *save_sp, loads load_sp and pops the same from there (emu_switch.h's make_context lays them out).
+asm(R"(
+  .text
+  .globl emu_switch_x86_64
+  .type emu_switch_x86_64, @function
+emu_switch_x86_64:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size emu_switch_x86_64, .-emu_switch_x86_64
+)");
+#endif
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+namespace emu {
+namespace {
+
+enum class State { runnable, at_block, at_warp, done };
+
+struct Fiber {
+  Context ctx;
+  State st = State::runnable;
+  uint3 tid;
+  WarpOp op = WarpOp::sync;
+  unsigned mask = 0;
+  int arg = 0, width = 32;
+  uint64_t value = 0, result = 0;
+  std::source_location at;
+};
+
+constexpr size_t kStack = 256 * 1024, kGuard = 4096, kMaxThreads = 1024;
+constexpr size_t kDefaultShared = 48 * 1024, kMaxShared = 227 * 1024;
+
+struct Grid {
+  const char* kernel = "";
+  const std::function<void()>* body = nullptr;
+  std::vector<Fiber> f;
+  Context main;
+  int cur = -1;
+  std::vector<unsigned char> shared;
+} g;
+
+cudaError_t g_last = cudaSuccess;
+std::map<const void*, int> g_max_shared;
+
+char* stack_of(size_t i) {  // 1024 stacks with a guard page under each, mapped once
+  static char* base = [] {
+    void* p = mmap(nullptr, kMaxThreads * (kStack + kGuard), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) std::abort();
+    for (size_t t = 0; t < kMaxThreads; ++t) mprotect(static_cast<char*>(p) + t * (kStack + kGuard), kGuard, PROT_NONE);
+    return static_cast<char*>(p);
+  }();
+  return base + i * (kStack + kGuard) + kGuard;
+}
+
+// AddressSanitizer (EMU_SANITIZE=1) is told of every stack switch, or it takes a fiber's stack for
+// an overflow of the scheduler's.
+#if defined(__SANITIZE_ADDRESS__)
+const void* g_main_bottom = nullptr;
+size_t g_main_size = 0;
+void to_fiber(int t) {
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, stack_of(static_cast<size_t>(t)), kStack);
+  switch_context(g.main, g.f[t].ctx);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+}
+void to_main(Fiber& f, bool done) {
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(done ? nullptr : &fake, g_main_bottom, g_main_size);
+  switch_context(f.ctx, g.main);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+}
+void fiber_started() { __sanitizer_finish_switch_fiber(nullptr, &g_main_bottom, &g_main_size); }
+#else
+void to_fiber(int t) { switch_context(g.main, g.f[t].ctx); }
+void to_main(Fiber& f, bool) { switch_context(f.ctx, g.main); }
+void fiber_started() {}
+#endif
+
+void fiber_main() {
+  fiber_started();
+  (*g.body)();
+  Fiber& f = g.f[g.cur];
+  f.st = State::done;
+  to_main(f, true);  // never resumed
+  std::abort();
+}
+
+Fiber& self() { return g.f[g.cur]; }
+void park(State s) {
+  Fiber& f = self();
+  f.st = s;
+  to_main(f, false);
+}
+
+const char* op_name(WarpOp op) {
+  static const char* names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
+                                "__ballot_sync", "__syncwarp"};
+  return names[static_cast<int>(op)];
+}
+
+std::string where(const Fiber& f) {
+  if (f.st == State::done) return "returned";
+  if (f.st == State::runnable) return "running";
+  std::string s = f.st == State::at_block ? "__syncthreads" : op_name(f.op);
+  if (f.st == State::at_warp) {
+    char m[16];
+    std::snprintf(m, sizeof m, "%08x", f.mask);
+    s += std::string(" mask ") + m;
+  }
+  return s + " at " + f.at.file_name() + ":" + std::to_string(f.at.line());
+}
+
+// Every thread's state, lanes of a warp in the same state as one range; then abort.
+[[noreturn]] void report(const char* what) {
+  std::fprintf(stderr, "cuda emulation: %s in kernel %s, block (%u,%u,%u):\n", what, g.kernel, blockIdx.x, blockIdx.y,
+               blockIdx.z);
+  const int n = static_cast<int>(g.f.size());
+  for (int i = 0; i < n;) {
+    int j = i + 1;
+    while (j < n && j % 32 != 0 && where(g.f[j]) == where(g.f[i])) ++j;
+    if (j - i < 32 || g.f[i].st != State::done)  // whole warps that returned: not listed
+      std::fprintf(stderr, "  warp %d lanes %d-%d: %s\n", i / 32, i % 32, (j - 1) % 32, where(g.f[i]).c_str());
+    i = j;
+  }
+  std::abort();
+}
+
+int source_lane(const Fiber& f, int lane) {
+  const int w = f.width, seg = lane / w * w;
+  int src = lane;
+  switch (f.op) {
+    case WarpOp::shfl: src = seg + ((f.arg % w) + w) % w; break;
+    case WarpOp::shfl_up: src = lane - f.arg < seg ? lane : lane - f.arg; break;
+    case WarpOp::shfl_down: src = lane + f.arg >= seg + w ? lane : lane + f.arg; break;
+    case WarpOp::shfl_xor: src = (lane ^ f.arg) >= seg + w ? lane : lane ^ f.arg; break;
+    default: break;
+  }
+  return src;
+}
+
+// Lane `l` of warp `w` parked at a warp intrinsic: when every lane of its mask is there with the
+// same mask and intrinsic, each gets its result and runs again. False: someone is missing.
+bool release_group(int w, int l) {
+  Fiber& f = g.f[32 * w + l];
+  const int n = static_cast<int>(g.f.size());
+  if (!(f.mask >> l & 1u)) report("a lane calls a *_sync whose mask leaves it out");
+  for (int j = 0; j < 32; ++j) {
+    if (!(f.mask >> j & 1u)) continue;
+    if (32 * w + j >= n) report("a *_sync mask names a lane the block does not have");
+    const Fiber& o = g.f[32 * w + j];
+    if (o.st != State::at_warp || o.mask != f.mask) return false;
+    if (o.op != f.op) report("the lanes of a *_sync mask wait at different warp intrinsics");
+  }
+  uint64_t ballot = 0;
+  for (int j = 0; j < 32; ++j)
+    if (f.mask >> j & 1u) ballot |= static_cast<uint64_t>(g.f[32 * w + j].value != 0) << j;
+  for (int j = 0; j < 32; ++j) {
+    if (!(f.mask >> j & 1u)) continue;
+    Fiber& o = g.f[32 * w + j];
+    const int src = source_lane(o, j);
+    if (!(f.mask >> src & 1u)) report("a shuffle reads a lane outside its mask");
+    o.result = o.op == WarpOp::ballot ? ballot : g.f[32 * w + src].value;
+    o.st = State::runnable;
+  }
+  return true;
+}
+
+bool release_warps() {
+  bool any = false;
+  for (size_t i = 0; i < g.f.size(); ++i)
+    if (g.f[i].st == State::at_warp && release_group(static_cast<int>(i / 32), static_cast<int>(i % 32))) any = true;
+  return any;
+}
+
+bool release_block() {
+  bool waiting = false;
+  for (const Fiber& f : g.f) {
+    if (f.st == State::at_warp) return false;
+    waiting = waiting || f.st == State::at_block;
+  }
+  for (Fiber& f : g.f)
+    if (f.st == State::at_block) f.st = State::runnable;
+  return waiting;
+}
+
+void run_block(unsigned threads) {
+  g.f.assign(threads, Fiber{});
+  for (unsigned t = 0; t < threads; ++t) {
+    Fiber& f = g.f[t];
+    f.tid = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
+    make_context(f.ctx, stack_of(t), kStack, fiber_main);
+  }
+  std::fill(g.shared.begin(), g.shared.end(), 0xff);
+  for (;;) {
+    bool alive = false;
+    for (unsigned t = 0; t < threads; ++t) {
+      if (g.f[t].st != State::runnable) continue;
+      g.cur = static_cast<int>(t);
+      threadIdx = g.f[t].tid;
+      to_fiber(static_cast<int>(t));
+    }
+    for (const Fiber& f : g.f) alive = alive || f.st != State::done;
+    if (!alive) return;
+    if (!release_warps() && !release_block()) report("deadlock");
+  }
+}
+
+cudaError_t check_config(const void* fn, const Config& c) {
+  const uint64_t threads = uint64_t{c.block.x} * c.block.y * c.block.z;
+  if (c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 || c.grid.x > 0x7fffffffu || c.grid.y > 65535 ||
+      c.grid.z > 65535 || threads == 0 || threads > kMaxThreads || c.block.z > 64)
+    return cudaErrorInvalidConfiguration;
+  const auto it = g_max_shared.find(fn);
+  const size_t limit = it == g_max_shared.end() ? kDefaultShared : static_cast<size_t>(it->second);
+  if (c.shared > limit || c.shared > kMaxShared) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t take_last_error() { const cudaError_t e = g_last; g_last = cudaSuccess; return e; }
+void set_last_error(cudaError_t e) { g_last = e; }
+const char* error_name(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    default: return "cudaErrorLaunchFailure";
+  }
+}
+void set_max_dynamic_shared(const void* fn, int bytes) {
+  if (bytes < 0 || static_cast<size_t>(bytes) > kMaxShared) g_last = cudaErrorInvalidValue;
+  else g_max_shared[fn] = bytes;
+}
+
+void* dynamic_shared_bytes() {
+  if (g.shared.empty()) report("extern __shared__ read by a kernel launched with 0 bytes of it");
+  return g.shared.data();
+}
+
+uint64_t warp_exchange(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const std::source_location& at) {
+  Fiber& f = self();
+  if (width < 1 || width > 32 || (width & (width - 1))) report("a shuffle width that is not a power of two <= 32");
+  f.op = op, f.mask = mask, f.value = value, f.arg = arg, f.width = width, f.at = at;
+  park(State::at_warp);
+  return self().result;
+}
+
+void block_barrier(const std::source_location& at) {
+  self().at = at;
+  park(State::at_block);
+}
+
+void run_grid(const char* kernel, const void* fn, const Config& c, const std::function<void()>& body) {
+  const cudaError_t e = check_config(fn, c);
+  if (e != cudaSuccess) {
+    g_last = e;
+    return;
+  }
+  g.kernel = kernel;
+  g.body = &body;
+  g.shared.assign(c.shared, 0xff);
+  gridDim = c.grid;
+  blockDim = c.block;
+  const unsigned threads = c.block.x * c.block.y * c.block.z;
+  for (unsigned z = 0; z < c.grid.z; ++z)
+    for (unsigned y = 0; y < c.grid.y; ++y)
+      for (unsigned x = 0; x < c.grid.x; ++x) {
+        blockIdx = {x, y, z};
+        run_block(threads);
+      }
+  g.body = nullptr;
+}
+
+}  // namespace emu

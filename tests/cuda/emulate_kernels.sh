@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# src/cuda's kernels run on the CPU through their real host launchers (tests/cuda/emu, no GPU, no
+# CUDA toolkit): each .cu rewritten by tests/cuda/emu/cu2cpp.py, compiled by g++ against the fake
+# runtime and device headers in tests/cuda/emu/include, linked with the CPU twins (src/ops) and the
+# gtest cases: tests/cuda/emu/*_test.cpp and the GPU's own tests/cuda/test_cuda_paged_kv.cpp,
+# unchanged. ccache is used when present.
+#   bash tests/cuda/emulate_kernels.sh                       # the CI set (~20 s with the compile)
+#   bash tests/cuda/emulate_kernels.sh --gtest_filter='*'    # every case (+ ~2 min of paged attention)
+#   bash tests/cuda/emulate_kernels.sh --gtest_filter='*Rmsnorm*'
+#   EMU_SANITIZE=1 bash tests/cuda/emulate_kernels.sh        # under ASan + UBSan
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+EMU=$ROOT/tests/cuda/emu
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+CXX=${CXX:-g++}
+command -v ccache >/dev/null && CXX="ccache $CXX" && export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
+KERNELS="row_invariant_linear rmsnorm swiglu rope adamw global_norm cross_entropy logit_digest embedding attention
+         paged_kv gemm_ref stats jtok"
+TWINS="src/ops/rmsnorm.cpp src/ops/swiglu.cpp src/ops/rope.cpp src/ops/adamw.cpp src/ops/cross_entropy.cpp
+       src/ops/embedding.cpp src/ops/attention_decode.cpp src/cuda/logit_digest_ref.cpp src/cuda/kv_pages.cpp
+       src/cuda/decoder_sizes.cpp src/model/jtok.cpp src/model/token_table.cpp src/store/disk_rows.cpp
+       src/ops/int4_rows.cpp src/ops/lowp_linear.cpp src/core/dtype.cpp"
+GPU_TESTS="tests/cuda/test_cuda_paged_kv.cpp"
+# The GPU test's slow cases (a 600-position prefill of every row, ~2 min here) only when asked.
+CI_SET="Emulated*:CudaPagedKv.AppendRoundTrip:CudaPagedKv.RopeAtPositionsMatchesCpu:CudaPagedKv.RefusesUnsupportedShapes"
+CI_SET="$CI_SET:*CudaPagedAttention*H4_KV2_hd32"
+# -ffunction-sections + --gc-sections: the twins' files are linked without what their other
+# functions call (decoder_sizes.cpp's model sizes, lowp_linear.cpp's oneDNN products).
+FLAGS="-std=c++20 -O1 -march=native -ffp-contract=off -fopenmp -ffunction-sections"
+FLAGS="$FLAGS -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas"
+# EMU_SANITIZE=1: AddressSanitizer + UBSan on kernels and host code (out-of-bounds device reads,
+# misaligned vector loads, signed overflow); slower.
+[ "${EMU_SANITIZE:-0}" = 1 ] && FLAGS="$FLAGS -fsanitize=address,undefined -fno-sanitize-recover=undefined -g1"
+INC="-I$EMU/include -I$ROOT/src -I$ROOT/tests -I$ROOT/tests/cuda"
+jobs=()
+for k in $KERNELS; do
+  python3 "$EMU/cu2cpp.py" "$ROOT/src/cuda/$k.cu" "$T/$k.cpp"
+  jobs+=("$T/$k.cpp")
+done
+jobs+=($(for f in $TWINS $GPU_TESTS; do echo "$ROOT/$f"; done) "$EMU/emu_sched.cpp" "$EMU/mma_not_emulated.cpp"
+       "$EMU"/*_test.cpp)
+printf '%s\n' "${jobs[@]}" | xargs -P 2 -I{} sh -c '
+  f={}; o='"$T"'/$(echo "$f" | md5sum | cut -c1-12).o
+  '"$CXX $FLAGS $INC"' -c "$f" -o "$o"'
+$CXX -fopenmp $([ "${EMU_SANITIZE:-0}" = 1 ] && echo -fsanitize=address,undefined) -Wl,--gc-sections "$T"/*.o -lgtest -lgtest_main -pthread -o "$T/emulated"
+[ $# -gt 0 ] || set -- --gtest_filter="$CI_SET"
+OMP_NUM_THREADS=1 "$T/emulated" "$@"
