@@ -71,14 +71,6 @@ std::shared_ptr<const PagedInputs> make_inputs(const PagedShape& s, uint64_t see
   return in;
 }
 
-// Rows [0, R) of width w at offset `off` of every fused row, packed.
-std::vector<float> part(const PagedInputs& in, const std::vector<float>& qkv, int64_t off, int64_t w) {
-  std::vector<float> out(static_cast<size_t>(in.R * w));
-  for (int64_t r = 0; r < in.R; ++r)
-    std::copy_n(qkv.begin() + r * in.W + off, w, out.begin() + r * w);
-  return out;
-}
-
 // Sequence i's keys (kv_off = H*hd) or values as a contiguous (len, KV, hd) cache.
 std::vector<float> seq_cache(const PagedInputs& in, const std::vector<float>& qkv, int i, int64_t kv_off) {
   const int64_t kvd = in.s.KV * in.s.hd;
