@@ -3,7 +3,7 @@
 # CUDA toolkit): each .cu rewritten by tests/cuda/emu/cu2cpp.py, compiled by g++ against the fake
 # runtime and device headers in tests/cuda/emu/include, linked with the CPU twins (src/ops) and the
 # gtest cases: tests/cuda/emu/*_test.cpp and the GPU's own tests/cuda/test_cuda_paged_kv.cpp,
-# unchanged. ccache is used when present.
+# unchanged. ccache is used when present. The CPU twins' gemm is oneDNN's (src/ops/linear.cpp): -ldnnl.
 #   bash tests/cuda/emulate_kernels.sh                       # the CI set (~20 s with the compile)
 #   bash tests/cuda/emulate_kernels.sh --gtest_filter='*'    # every case (+ ~2 min of paged attention)
 #   bash tests/cuda/emulate_kernels.sh --gtest_filter='*Rmsnorm*'
@@ -16,10 +16,12 @@ trap 'rm -rf "$T"' EXIT
 CXX=${CXX:-g++}
 command -v ccache >/dev/null && CXX="ccache $CXX" && export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
 KERNELS="row_invariant_linear rmsnorm swiglu rope adamw global_norm cross_entropy logit_digest embedding attention
-         paged_kv gemm_ref stats jtok"
+         paged_kv gemm_ref stats jtok jtokm"
 TWINS="src/ops/rmsnorm.cpp src/ops/swiglu.cpp src/ops/rope.cpp src/ops/adamw.cpp src/ops/cross_entropy.cpp
        src/ops/embedding.cpp src/ops/attention_decode.cpp src/cuda/logit_digest_ref.cpp src/cuda/kv_pages.cpp
-       src/cuda/decoder_sizes.cpp src/model/jtok.cpp src/model/token_table.cpp src/store/disk_rows.cpp
+       src/cuda/decoder_sizes.cpp src/model/jtok.cpp src/model/jtokm.cpp src/model/token_table.cpp src/ops/linear.cpp src/store/disk_rows.cpp
+       src/core/profile.cpp src/ops/bf16_weights.cpp src/ops/lowp_convert.cpp src/ops/lowp_gemm.cpp src/ops/q8_gemm.cpp
+       src/ops/q8_gemm_avx2.cpp
        src/ops/int4_rows.cpp src/ops/lowp_linear.cpp src/core/dtype.cpp"
 GPU_TESTS="tests/cuda/test_cuda_paged_kv.cpp"
 # The GPU test's slow cases (a 600-position prefill of every row, ~2 min here) only when asked.
@@ -43,6 +45,6 @@ jobs+=($(for f in $TWINS $GPU_TESTS; do echo "$ROOT/$f"; done) "$EMU/emu_sched.c
 printf '%s\n' "${jobs[@]}" | xargs -P 2 -I{} sh -c '
   f={}; o='"$T"'/$(echo "$f" | md5sum | cut -c1-12).o
   '"$CXX $FLAGS $INC"' -c "$f" -o "$o"'
-$CXX -fopenmp $([ "${EMU_SANITIZE:-0}" = 1 ] && echo -fsanitize=address,undefined) -Wl,--gc-sections "$T"/*.o -lgtest -lgtest_main -pthread -o "$T/emulated"
+$CXX -fopenmp $([ "${EMU_SANITIZE:-0}" = 1 ] && echo -fsanitize=address,undefined) -Wl,--gc-sections "$T"/*.o -ldnnl -lgtest -lgtest_main -pthread -o "$T/emulated"
 [ $# -gt 0 ] || set -- --gtest_filter="$CI_SET"
 OMP_NUM_THREADS=1 "$T/emulated" "$@"

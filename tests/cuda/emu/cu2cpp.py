@@ -7,6 +7,8 @@ Rewrites two constructs and leaves the rest to the emulator's headers (emu_devic
 __shared__, intrinsics; emu_runtime.h: the runtime):
   kernel<<<grid, block[, shared[, stream]]>>>(args)   ->  ::emu::launch(::emu::config(grid, block, ...),
                                                           "kernel", kernel, args)   (template kernels too)
+  tkernel<<<...>>>(args), a template deducing its arguments -> ::emu::launch_deduced(..., "tkernel",
+                                                          [](auto... p) { tkernel(p...); }, args)
   extern __shared__ [__align__(n)] T name[];           ->  T* const name = ::emu::dynamic_shared<T>(__func__);
 Lines are kept (a #line names the .cu), so compiler errors and the emulator's reports point into
 the .cu. What it cannot emulate honestly (inline PTX, cub, cuBLASLt, cooperative groups, tensor
@@ -81,8 +83,19 @@ def split_top(text):
     return parts + [cur]
 
 
+def template_kernels(code):
+    """Names of the __global__ function templates (their launches may deduce the arguments)."""
+    names = set()
+    for m in re.finditer(r'__global__[^;{(]*?(\w+)\s*\(', code):
+        head = code[max(code.rfind(';', 0, m.start()), code.rfind('}', 0, m.start())) + 1:m.start()]
+        if re.search(r'\btemplate\b', head):
+            names.add(m.group(1))
+    return names
+
+
 def rewrite_launches(src, code, path):
     out, last = [], 0
+    deducing = template_kernels(code)
     for m in re.finditer(r'<<<', code):
         where = f'{path}:{line_of(code, m.start())}'
         start = kernel_start(code, m.start())
@@ -104,7 +117,11 @@ def rewrite_launches(src, code, path):
         name = re.sub(r'\s+', ' ', kernel)
         # Newlines inside the configuration kept: the lines after it stay where they were.
         config = src[m.end():close]
-        call = f'::emu::launch(::emu::config({config}), "{name}", {kernel}' + ('' if code[k] == ')' else ', ')
+        if kernel in deducing:  # no template arguments: a function pointer cannot be formed before the call
+            fn = f'[](auto... p) {{ {kernel}(p...); }}'
+            call = f'::emu::launch_deduced(::emu::config({config}), "{name}", {fn}' + ('' if code[k] == ')' else ', ')
+        else:
+            call = f'::emu::launch(::emu::config({config}), "{name}", {kernel}' + ('' if code[k] == ')' else ', ')
         out.append(src[last:start] + call)
         last = paren + 1
     out.append(src[last:])

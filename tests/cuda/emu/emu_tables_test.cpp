@@ -9,6 +9,7 @@
 #include "cuda/embedding.h"
 #include "cuda/jtok.h"
 #include "cuda_case.h"
+#include "emu_row_batch.h"
 #include "model/jtok.h"
 #include "model/token_table.h"
 #include "ops/embedding.h"
@@ -17,21 +18,6 @@ namespace {
 
 using namespace jtok::cuda_test;
 using jtok::testing::randn;
-
-// The CPU's RowBatch on the device, arrays sized as cuda::dedup_ids' (N, N, N + 1, N, 1).
-struct DeviceBatch {
-  DeviceBuffer<int32_t> unique, inverse, offsets, order, count;
-  jtok::cuda::DeviceRowBatch rb;
-  explicit DeviceBatch(const jtok::RowBatch& h)
-      : unique(upload_exact(padded(h.unique, h.inverse.size()))), inverse(upload_exact(h.inverse)),
-        offsets(upload_exact(padded(h.offsets, h.inverse.size() + 1))), order(upload_exact(h.order)),
-        count(upload_exact(std::vector<int32_t>{static_cast<int32_t>(h.unique.size())})),
-        rb{unique.get(), inverse.get(), offsets.get(), order.get(), count.get()} {}
-  static std::vector<int32_t> padded(std::vector<int32_t> v, size_t n) {
-    v.resize(n, -1);  // past U: what the kernels must not read
-    return v;
-  }
-};
 
 // Token embedding: the gather, and the backward both into the dense table gradient (accumulating
 // onto a nonzero start) and as rows keyed by the unique ids.

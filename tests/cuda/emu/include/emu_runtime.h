@@ -69,6 +69,15 @@ void launch(const Config& c, const char* name, void (*kernel)(P...), A&&... args
   const std::tuple<std::decay_t<P>...> params(std::forward<A>(args)...);
   run_grid(name, reinterpret_cast<const void*>(kernel), c, [&] { std::apply(kernel, params); });
 }
+// A kernel template launched without template arguments (they deduced from the arguments, as nvcc
+// does): cu2cpp.py passes [](auto... p) { kernel(p...); }. The arguments are copied once, decayed;
+// each thread's call converts them to the parameter types. No function pointer: the default
+// dynamic shared memory limit (cudaFuncSetAttribute names an instantiation, so it is never needed here).
+template <typename K, typename... A>
+void launch_deduced(const Config& c, const char* name, K kernel, A&&... args) {
+  const std::tuple<std::decay_t<A>...> params(std::forward<A>(args)...);
+  run_grid(name, nullptr, c, [&] { std::apply(kernel, params); });
+}
 }  // namespace emu
 
 inline cudaError_t cudaGetLastError() { return emu::take_last_error(); }
