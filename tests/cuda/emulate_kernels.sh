@@ -16,12 +16,14 @@ trap 'rm -rf "$T"' EXIT
 CXX=${CXX:-g++}
 command -v ccache >/dev/null && CXX="ccache $CXX" && export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
 KERNELS="row_invariant_linear rmsnorm swiglu rope adamw global_norm cross_entropy logit_digest embedding attention
-         paged_kv gemm_ref stats jtok jtokm"
+         paged_kv gemm_ref stats jtok jtokm table_adamw"
 TWINS="src/ops/rmsnorm.cpp src/ops/swiglu.cpp src/ops/rope.cpp src/ops/adamw.cpp src/ops/cross_entropy.cpp
        src/ops/embedding.cpp src/ops/attention_decode.cpp src/cuda/logit_digest_ref.cpp src/cuda/kv_pages.cpp
        src/cuda/decoder_sizes.cpp src/model/jtok.cpp src/model/jtokm.cpp src/model/token_table.cpp src/ops/linear.cpp src/store/disk_rows.cpp
        src/core/profile.cpp src/ops/bf16_weights.cpp src/ops/lowp_convert.cpp src/ops/lowp_gemm.cpp src/ops/q8_gemm.cpp
-       src/ops/q8_gemm_avx2.cpp
+       src/ops/q8_gemm_avx2.cpp src/train/table_optimizer.cpp
+       src/store/train_table_store.cpp src/store/train_table_store_cache.cpp src/store/table_store.cpp
+       src/store/table_io.cpp src/store/read_pool.cpp src/store/train_store_snapshot.cpp src/core/atomic_file.cpp
        src/ops/int4_rows.cpp src/ops/lowp_linear.cpp src/core/dtype.cpp"
 GPU_TESTS="tests/cuda/test_cuda_paged_kv.cpp"
 # The GPU test's slow cases (a 600-position prefill of every row, ~2 min here) only when asked.

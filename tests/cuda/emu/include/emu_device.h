@@ -53,6 +53,25 @@ using loc = std::source_location;
 }  // namespace emu
 
 inline void __syncthreads(emu::loc at = emu::loc::current()) { emu::block_barrier(at); }
+namespace emu {
+// __syncthreads_count over the block's fibers (one OS thread, so the counter needs no lock): a
+// barrier before the reset (every thread has read the last result), one before the counting, one
+// after it.
+inline int block_count(int pred, const std::source_location& at) {
+  static thread_local int count = 0;
+  block_barrier(at);
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) count = 0;
+  block_barrier(at);
+  count += pred != 0;
+  block_barrier(at);
+  return count;
+}
+}  // namespace emu
+inline int __syncthreads_count(int pred, emu::loc at = emu::loc::current()) { return emu::block_count(pred, at); }
+inline int __syncthreads_and(int pred, emu::loc at = emu::loc::current()) {
+  return emu::block_count(!pred, at) == 0;
+}
+inline int __syncthreads_or(int pred, emu::loc at = emu::loc::current()) { return emu::block_count(pred, at) != 0; }
 inline void __syncwarp(unsigned mask = 0xffffffffu, emu::loc at = emu::loc::current()) {
   emu::warp_exchange(emu::WarpOp::sync, mask, 0, 0, 32, at);
 }

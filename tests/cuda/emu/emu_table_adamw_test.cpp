@@ -1,0 +1,147 @@
+// The deferred table AdamW (table_adamw.cu) on the CPU through its real launchers (tests/cuda/emu),
+// against src/train/table_optimizer.cpp's TableOptimizer, as tests/cuda/test_cuda_tables.cpp's
+// CudaOps.TableAdamw: five steps, each with gradients at a different third of the rows (rows wait
+// several steps for theirs, row 0 never gets one: the catch-up replays), a reader's sync of a few
+// rows after step 3, then sync_all; dense (deferred, exact) and lazy semantics. The step's row list
+// is built on the host (the GPU test lists it with table_rows.cu's compaction).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+
+#include "cuda/table_adamw.h"
+#include "cuda_case.h"
+#include "model/token_table.h"
+#include "ops/adamw.h"
+#include "train/table_optimizer.h"
+
+namespace {
+
+using namespace jtok::cuda_test;
+using jtok::testing::randn;
+
+struct TableAdamwRun {
+  static constexpr int64_t V = 64, d = 40, steps = 5;
+  bool dense = true;
+  std::vector<float> p0 = randn(V * d, 111, 0.5f), grads = randn(steps * V * d, 113);
+  std::vector<std::vector<int32_t>> touched_ids;
+  std::vector<int32_t> read_ids = {1, 2, 5, 7, 11};
+
+  TableAdamwRun() : touched_ids(steps) {
+    std::mt19937_64 rng(112);
+    for (int64_t k = 0; k < steps; ++k)
+      for (int32_t r = 1; r < V; ++r)
+        if (rng() % 3 == 0) touched_ids[k].push_back(r);
+  }
+  static jtok::AdamWHyper hyper(int64_t step) { return {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.8f}; }
+  static Outputs state(const std::string& at, std::vector<float> p, std::vector<float> m, std::vector<float> v,
+                       const std::vector<int32_t>& row_step, const std::vector<double>& stats) {
+    return Outputs{{"p " + at, std::move(p)}, {"m " + at, std::move(m)}, {"v " + at, std::move(v)},
+                   {"row_step " + at, std::vector<float>(row_step.begin(), row_step.end())},
+                   {"stats " + at, std::vector<float>(stats.begin(), stats.end())}};
+  }
+
+  Outputs cpu(DType t) const {
+    const auto gt = to_dtype(grads, t);
+    std::vector<jtok::TokenTable> tables = {jtok::TokenTable::in_ram(V, d, p0)};
+    std::vector<jtok::SparseRowGrad> g(1);
+    g[0].init(V, d);
+    jtok::TableMoments st = jtok::make_table_moments(tables, true, 0);
+    jtok::TableOptimizer opt(tables, g, st);
+    auto snapshot = [&](const std::string& at) {
+      const float* p = tables[0].mutable_row(0);
+      return state(at, std::vector<float>(p, p + V * d), st.m[0], st.v[0], st.row_step[0],
+                   {double(st.replayed_rows), double(st.replayed_warm_rows), double(st.replayed_warm_steps), 0.0});
+    };
+    for (int64_t k = 0; k < steps; ++k) {
+      for (int32_t r : touched_ids[k]) std::copy_n(gt.begin() + (k * V + r) * d, d, g[0].row(r));
+      opt.step(hyper(k + 1), dense);
+      g[0].clear();
+      if (k == 2)
+        for (int32_t r : read_ids) opt.sync_row(0, r);
+    }
+    Outputs o = snapshot("after step 5");
+    opt.sync_all();
+    for (auto& x : snapshot("after sync")) o.push_back(std::move(x));
+    return o;
+  }
+
+  // Step k's table-shaped gradient, touched flags and row list (ascending, as table_rows.cu lists them).
+  void upload_step(int64_t k, const std::vector<float>& gt, float* dg, uint8_t* touched, int32_t* rows,
+                   int32_t* count) const {
+    std::vector<float> gk(V * d, 0.0f);
+    std::vector<uint8_t> flags(V, 0);
+    for (int32_t r : touched_ids[k]) {
+      std::copy_n(gt.begin() + (k * V + r) * d, d, gk.begin() + r * d);
+      flags[r] = 1;
+    }
+    const int32_t n = static_cast<int32_t>(touched_ids[k].size());
+    JTOK_CUDA_CHECK(cudaMemcpy(dg, gk.data(), gk.size() * 4, cudaMemcpyHostToDevice));
+    JTOK_CUDA_CHECK(cudaMemcpy(touched, flags.data(), V, cudaMemcpyHostToDevice));
+    JTOK_CUDA_CHECK(cudaMemcpy(rows, touched_ids[k].data(), n * 4, cudaMemcpyHostToDevice));
+    JTOK_CUDA_CHECK(cudaMemcpy(count, &n, 4, cudaMemcpyHostToDevice));
+  }
+
+  Outputs gpu(DType t) const {
+    const auto gt = to_dtype(grads, t);
+    auto dp = upload<float>(p0), dm = upload<float>(std::vector<float>(V * d)), dv = upload<float>(std::vector<float>(V * d));
+    auto steps_d = upload_exact(std::vector<int32_t>(V, 0));
+    auto dg = upload<float>(std::vector<float>(V * d)), scale = upload<float>({0.8f});
+    auto dids = upload_exact(read_ids);
+    auto pb = upload<__nv_bfloat16>(p0);  // the copy starts as the values rounded (lazy: row 0 never written)
+    DeviceBuffer<uint8_t> touched(V);
+    DeviceBuffer<int32_t> rows(V), count(1);
+    DeviceBuffer<jtok::cuda::AdamWConsts> consts(steps);
+    DeviceBuffer<unsigned long long> counters(4);
+    counters.zero();
+    const jtok::cuda::DeviceTable tab{dp.get(), pb.get(), dm.get(), dv.get(), steps_d.get(), V, d};
+    const jtok::cuda::TableStats stats{counters.get()};
+    auto snapshot = [&](const std::string& at) {
+      const auto cnt = download_exact(counters);
+      return state(at, download(dp), download(dm), download(dv), download_exact(steps_d),
+                   {double(cnt[0]), double(cnt[1]), double(cnt[2]), double(cnt[3])});
+    };
+    std::vector<jtok::cuda::AdamWConsts> kept;
+    for (int64_t k = 0; k < steps; ++k) {
+      upload_step(k, gt, dg.get(), touched.get(), rows.get(), count.get());
+      const jtok::AdamWStepConsts h = jtok::adamw_consts(hyper(k + 1));
+      kept.push_back({h.b1, h.b2, h.eps, h.step_size, h.inv_sqrt_bc2, h.decay});
+      JTOK_CUDA_CHECK(cudaMemcpy(consts.get(), kept.data(), kept.size() * sizeof(kept[0]), cudaMemcpyHostToDevice));
+      // Dense keeps every step's constants from step 1; lazy only this step's, dropped after it.
+      const jtok::cuda::KeptConsts kc = dense ? jtok::cuda::KeptConsts{consts.get(), 0, k + 1}
+                                              : jtok::cuda::KeptConsts{consts.get() + k, k, k + 1};
+      const jtok::cuda::KeptConsts after = dense ? kc : jtok::cuda::KeptConsts{consts.get() + k, k + 1, k + 1};
+      jtok::cuda::table_adamw_step(tab, dg.get(), touched.get(), rows.get(), count.get(), V, kc, k + 1, dense,
+                                   scale.get(), stats, nullptr);
+      if (k == 2)
+        jtok::cuda::table_sync_rows(tab, dids.get(), nullptr, static_cast<int64_t>(read_ids.size()), after, stats,
+                                    nullptr);
+    }
+    Outputs o = snapshot("after step 5");
+    const jtok::cuda::KeptConsts all = dense ? jtok::cuda::KeptConsts{consts.get(), 0, steps}
+                                             : jtok::cuda::KeptConsts{consts.get() + steps, steps, steps};
+    jtok::cuda::table_sync_all(tab, all, stats, nullptr);
+    for (auto& x : snapshot("after sync")) o.push_back(std::move(x));
+    expect_bf16_copy(download(pb), download(dp));
+    const auto g_after = download(dg);
+    EXPECT_EQ(std::count(g_after.begin(), g_after.end(), 0.0f), V * d) << "the used gradient rows are zeroed";
+    const auto flags_after = download_exact(touched);
+    EXPECT_EQ(std::count(flags_after.begin(), flags_after.end(), uint8_t{0}), V) << "the used flags are cleared";
+    return o;
+  }
+};
+
+// Every output within fp32 rounding (the same arithmetic), the catch-up statistics exactly.
+TEST(EmulatedOps, TableAdamw) {
+  for (bool dense : {true, false}) {
+    TableAdamwRun run;
+    run.dense = dense;
+    CudaCase c{dense ? "table_adamw" : "table_adamw lazy", "V 64, d 40, 5 steps, sync", {1e-6, 1e-6}};
+    c.cpu = [&](DType t) { return run.cpu(t); };
+    c.gpu = [&](DType t) { return run.gpu(t); };
+    run_case(c);
+  }
+}
+
+}  // namespace
