@@ -16,7 +16,7 @@ trap 'rm -rf "$T"' EXIT
 CXX=${CXX:-g++}
 command -v ccache >/dev/null && CXX="ccache $CXX" && export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
 KERNELS="row_invariant_linear rmsnorm swiglu rope adamw global_norm cross_entropy logit_digest embedding attention
-         paged_kv gemm_ref stats jtok jtokm table_adamw"
+         paged_kv gemm_ref stats jtok jtokm table_adamw dedup table_rows"
 TWINS="src/ops/rmsnorm.cpp src/ops/swiglu.cpp src/ops/rope.cpp src/ops/adamw.cpp src/ops/cross_entropy.cpp
        src/ops/embedding.cpp src/ops/attention_decode.cpp src/cuda/logit_digest_ref.cpp src/cuda/kv_pages.cpp
        src/cuda/decoder_sizes.cpp src/model/jtok.cpp src/model/jtokm.cpp src/model/token_table.cpp src/ops/linear.cpp src/store/disk_rows.cpp

@@ -11,15 +11,19 @@ __shared__, intrinsics; emu_runtime.h: the runtime):
                                                           [](auto... p) { tkernel(p...); }, args)
   extern __shared__ [__align__(n)] T name[];           ->  T* const name = ::emu::dynamic_shared<T>(__func__);
 Lines are kept (a #line names the .cu), so compiler errors and the emulator's reports point into
-the .cu. What it cannot emulate honestly (inline PTX, cub, cuBLASLt, cooperative groups, tensor
+the .cu. What it cannot emulate honestly (inline PTX, cub and thrust headers without a fake in
+tests/cuda/emu/include (cub/emu_cub.h: the calls src/cuda makes), cuBLASLt, cooperative groups, tensor
 core fragments, __constant__, textures, launches it cannot parse) fails here, naming file:line.
 """
+import os
 import re
 import sys
 
+FAKES = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'include')
+LIBRARY_INCLUDE = re.compile(r'#\s*include\s*[<"]((?:cub|thrust)/[^>"]+)[>"]')
+
 UNSUPPORTED = [
     (re.compile(r'\basm\b|\b__asm__\b'), 'inline PTX (asm)'),
-    (re.compile(r'#\s*include\s*[<"]cub/|\bcub::'), 'cub'),
     (re.compile(r'\bcublasLt[A-Z]\w*\s*\(|\bcublaslt\(\)'), 'cuBLASLt calls'),
     (re.compile(r'cooperative_groups'), 'cooperative groups'),
     (re.compile(r'\bwmma::|mma_bf16\.cuh'), 'tensor-core fragments (mma)'),
@@ -135,6 +139,11 @@ def convert(path):
         m = pat.search(code)
         if m:
             raise Fail(f'{path}:{line_of(code, m.start())}: {what}: not emulated')
+    # cub and thrust: only the headers tests/cuda/emu/include fakes (the calls src/cuda makes, on
+    # the host); any other is refused, and a cub:: call the fake lacks fails to compile.
+    for m in LIBRARY_INCLUDE.finditer(code):
+        if not os.path.isfile(os.path.join(FAKES, m.group(1))):
+            raise Fail(f'{path}:{line_of(code, m.start())}: {m.group(1)}: not emulated (no fake in tests/cuda/emu/include)')
     # Dynamic shared memory first, then the launches scanned in the rewritten text.
     src = DYN_SHARED.sub(lambda m: f'{m.group(1)}* const {m.group(2)} = ::emu::dynamic_shared<{m.group(1)}>(__func__);',
                          src)

@@ -1,0 +1,3 @@
+// cub/device/device_scan.cuh for the CPU emulation: tests/cuda/emu/include/cub/emu_cub.h.
+#pragma once
+#include "cub/emu_cub.h"
