@@ -16,10 +16,10 @@ trap 'rm -rf "$T"' EXIT
 CXX=${CXX:-g++}
 command -v ccache >/dev/null && CXX="ccache $CXX" && export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
 KERNELS="row_invariant_linear rmsnorm swiglu rope adamw global_norm cross_entropy logit_digest embedding attention
-         paged_kv gemm_ref stats jtok jtokm table_adamw dedup table_rows"
+         paged_kv gemm_ref stats jtok jtokm table_adamw dedup table_rows moe"
 TWINS="src/ops/rmsnorm.cpp src/ops/swiglu.cpp src/ops/rope.cpp src/ops/adamw.cpp src/ops/cross_entropy.cpp
        src/ops/embedding.cpp src/ops/attention_decode.cpp src/cuda/logit_digest_ref.cpp src/cuda/kv_pages.cpp
-       src/cuda/decoder_sizes.cpp src/model/jtok.cpp src/model/jtokm.cpp src/model/token_table.cpp src/ops/linear.cpp src/store/disk_rows.cpp
+       src/cuda/decoder_sizes.cpp src/model/jtok.cpp src/model/jtokm.cpp src/model/moe.cpp src/model/token_table.cpp src/ops/linear.cpp src/store/disk_rows.cpp
        src/core/profile.cpp src/ops/bf16_weights.cpp src/ops/lowp_convert.cpp src/ops/lowp_gemm.cpp src/ops/q8_gemm.cpp
        src/ops/q8_gemm_avx2.cpp src/train/table_optimizer.cpp
        src/store/train_table_store.cpp src/store/train_table_store_cache.cpp src/store/table_store.cpp
