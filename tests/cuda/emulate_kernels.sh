@@ -4,7 +4,7 @@
 # runtime and device headers in tests/cuda/emu/include, linked with the CPU twins (src/ops) and the
 # gtest cases: tests/cuda/emu/*_test.cpp and the GPU's own tests/cuda/test_cuda_paged_kv.cpp,
 # unchanged. ccache is used when present. The CPU twins' gemm is oneDNN's (src/ops/linear.cpp): -ldnnl.
-#   bash tests/cuda/emulate_kernels.sh                       # the CI set (~20 s with the compile)
+#   bash tests/cuda/emulate_kernels.sh                       # the CI set (~20 s with ccache; ~75 s cold on 2 busy cores)
 #   bash tests/cuda/emulate_kernels.sh --gtest_filter='*'    # every case (+ ~2 min of paged attention)
 #   bash tests/cuda/emulate_kernels.sh --gtest_filter='*Rmsnorm*'
 #   EMU_SANITIZE=1 bash tests/cuda/emulate_kernels.sh        # under ASan + UBSan
