@@ -3,7 +3,7 @@
 // CudaOps.TableAdamw: five steps, each with gradients at a different third of the rows (rows wait
 // several steps for theirs, row 0 never gets one: the catch-up replays), a reader's sync of a few
 // rows after step 3, then sync_all; dense (deferred, exact) and lazy semantics. The step's row list
-// is built on the host (the GPU test lists it with table_rows.cu's compaction).
+// is table_rows.cu's compaction (its cub call the fake's, tests/cuda/emu/include/cub/emu_cub.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cuda/table_adamw.h"
+#include "cuda/table_rows.h"
 #include "cuda_case.h"
 #include "model/token_table.h"
 #include "ops/adamw.h"
@@ -67,20 +68,23 @@ struct TableAdamwRun {
     return o;
   }
 
-  // Step k's table-shaped gradient, touched flags and row list (ascending, as table_rows.cu lists them).
-  void upload_step(int64_t k, const std::vector<float>& gt, float* dg, uint8_t* touched, int32_t* rows,
-                   int32_t* count) const {
+  // Step k's gradient as the device takes it: a table-shaped gradient and the touched flags, listed
+  // by table_rows.cu's compaction as the model's step lists them (checked: touched_ids[k]).
+  void upload_step(int64_t k, const std::vector<float>& gt, float* dg, uint8_t* touched, DeviceBuffer<int32_t>& rows,
+                   DeviceBuffer<int32_t>& count) const {
     std::vector<float> gk(V * d, 0.0f);
     std::vector<uint8_t> flags(V, 0);
     for (int32_t r : touched_ids[k]) {
       std::copy_n(gt.begin() + (k * V + r) * d, d, gk.begin() + r * d);
       flags[r] = 1;
     }
-    const int32_t n = static_cast<int32_t>(touched_ids[k].size());
     JTOK_CUDA_CHECK(cudaMemcpy(dg, gk.data(), gk.size() * 4, cudaMemcpyHostToDevice));
     JTOK_CUDA_CHECK(cudaMemcpy(touched, flags.data(), V, cudaMemcpyHostToDevice));
-    JTOK_CUDA_CHECK(cudaMemcpy(rows, touched_ids[k].data(), n * 4, cudaMemcpyHostToDevice));
-    JTOK_CUDA_CHECK(cudaMemcpy(count, &n, 4, cudaMemcpyHostToDevice));
+    DeviceBuffer<char> scratch(jtok::cuda::touched_rows_scratch_bytes(V));
+    jtok::cuda::select_touched_rows(rows.get(), count.get(), touched, V, scratch.get(), scratch.n, nullptr);
+    const auto listed = download_exact(rows);
+    ASSERT_EQ(download_exact(count)[0], static_cast<int32_t>(touched_ids[k].size())) << "step " << k + 1;
+    EXPECT_TRUE(std::equal(touched_ids[k].begin(), touched_ids[k].end(), listed.begin())) << "step " << k + 1;
   }
 
   Outputs gpu(DType t) const {
@@ -104,7 +108,7 @@ struct TableAdamwRun {
     };
     std::vector<jtok::cuda::AdamWConsts> kept;
     for (int64_t k = 0; k < steps; ++k) {
-      upload_step(k, gt, dg.get(), touched.get(), rows.get(), count.get());
+      upload_step(k, gt, dg.get(), touched.get(), rows, count);
       const jtok::AdamWStepConsts h = jtok::adamw_consts(hyper(k + 1));
       kept.push_back({h.b1, h.b2, h.eps, h.step_size, h.inv_sqrt_bc2, h.decay});
       JTOK_CUDA_CHECK(cudaMemcpy(consts.get(), kept.data(), kept.size() * sizeof(kept[0]), cudaMemcpyHostToDevice));
