@@ -2,8 +2,8 @@
 # src/cuda's kernels run on the CPU through their real host launchers (tests/cuda/emu, no GPU, no
 # CUDA toolkit): each .cu rewritten by tests/cuda/emu/cu2cpp.py, compiled by g++ against the fake
 # runtime and device headers in tests/cuda/emu/include, linked with the CPU twins (src/ops) and the
-# gtest cases: tests/cuda/emu/*_test.cpp and the GPU's own tests/cuda/test_cuda_paged_kv.cpp,
-# unchanged. ccache is used when present. The CPU twins' gemm is oneDNN's (src/ops/linear.cpp): -ldnnl.
+# gtest cases: tests/cuda/emu/*_test.cpp and the GPU's own test files in GPU_TESTS, unchanged.
+# ccache is used when present. The CPU twins' gemm is oneDNN's (src/ops/linear.cpp): -ldnnl.
 #   bash tests/cuda/emulate_kernels.sh                       # the CI set (~20 s with ccache; ~75 s cold on 2 busy cores)
 #   bash tests/cuda/emulate_kernels.sh --gtest_filter='*'    # every case (+ ~2 min of paged attention)
 #   bash tests/cuda/emulate_kernels.sh --gtest_filter='*Rmsnorm*'
@@ -23,10 +23,12 @@ TWINS="src/ops/rmsnorm.cpp src/ops/swiglu.cpp src/ops/rope.cpp src/ops/adamw.cpp
        src/core/profile.cpp src/ops/bf16_weights.cpp src/ops/lowp_convert.cpp src/ops/lowp_gemm.cpp src/ops/q8_gemm.cpp
        src/ops/q8_gemm_avx2.cpp src/train/table_optimizer.cpp
        src/ops/int4_rows.cpp src/ops/lowp_linear.cpp src/core/dtype.cpp"
-GPU_TESTS="tests/cuda/test_cuda_paged_kv.cpp"
+GPU_TESTS="tests/cuda/test_cuda_paged_kv.cpp tests/cuda/test_cuda_moe_route.cpp"
 # The GPU test's slow cases (a 600-position prefill of every row, ~2 min here) only when asked.
 CI_SET="Emulated*:CudaPagedKv.AppendRoundTrip:CudaPagedKv.RopeAtPositionsMatchesCpu:CudaPagedKv.RefusesUnsupportedShapes"
 CI_SET="$CI_SET:*CudaPagedAttention*H4_KV2_hd32"
+# The GPU tests' cases compiled here unchanged (GPU_TESTS), by their GPU names.
+CI_SET="$CI_SET:CudaOps.Moe"
 # -ffunction-sections + --gc-sections: the twins' files are linked without what their other
 # functions call (decoder_sizes.cpp's model sizes, lowp_linear.cpp's oneDNN products).
 FLAGS="-std=c++20 -O1 -march=native -ffp-contract=off -fopenmp -ffunction-sections"

@@ -1,8 +1,9 @@
-// MoE routing (moe.cu: route, group through dedup.cu's sort, gather, combine and their backward) on
-// the CPU through its real launchers (tests/cuda/emu), as tests/cuda/test_cuda_moe.cpp's CudaOps.Moe:
-// a whole routed-experts block, forward and backward, the experts' products by the emulated
-// gemm_ref over the offsets copied back and swiglu.h's, against src/model/moe.cpp's moe_forward /
-// moe_backward. The model's block (model_moe.h) is cuBLASLt's: not here.
+// MoE routing on the GPU against src/model/moe.cpp (tests/cuda/cuda_case.h): a whole routed-experts
+// block, forward and backward, from the routing kernels (src/cuda/moe.h: route, group through
+// dedup.cu's sort, gather, combine and their backward), the reference products (gemm_ref, one per
+// expert and projection over the offsets copied back) and swiglu.h, against the CPU's moe_forward /
+// moe_backward, norm_topk on and off. Part of test_cuda_ops; also compiled unchanged by
+// tests/cuda/emulate_kernels.sh (no cuBLASLt here: the model's block is test_cuda_moe.cpp's).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -132,7 +133,7 @@ struct MoeRun {
   }
 };
 
-TEST(EmulatedOps, Moe) {
+TEST(CudaOps, Moe) {
   for (bool norm_topk : {true, false}) {
     MoeRun run;
     run.norm_topk = norm_topk;
@@ -140,6 +141,7 @@ TEST(EmulatedOps, Moe) {
     c.cpu = [&](DType t) { return run.cpu(t); };
     c.gpu = [&](DType t) { return run.gpu(t); };
     run_case(c);
+    expect_deterministic(c, DType::f32);
   }
 }
 
