@@ -1,9 +1,6 @@
-// The deferred table AdamW (table_adamw.cu) on the CPU through its real launchers (tests/cuda/emu),
-// against src/train/table_optimizer.cpp's TableOptimizer, as tests/cuda/test_cuda_tables.cpp's
-// CudaOps.TableAdamw: five steps, each with gradients at a different third of the rows (rows wait
-// several steps for theirs, row 0 never gets one: the catch-up replays), a reader's sync of a few
-// rows after step 3, then sync_all; dense (deferred, exact) and lazy semantics. The step's row list
-// is table_rows.cu's compaction (its cub call the fake's, tests/cuda/emu/include/cub/emu_cub.h).
+// The deferred table AdamW (cuda/table_adamw.h) over the step's touched-row list (cuda/table_rows.h)
+// against src/train/table_optimizer.cpp's TableOptimizer (tests/cuda/cuda_case.h). Part of
+// test_cuda_ops; also compiled unchanged by tests/cuda/emulate_kernels.sh (no GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +19,12 @@ namespace {
 using namespace jtok::cuda_test;
 using jtok::testing::randn;
 
+// The table AdamW's run: five steps, each with gradients at a different third of the rows (some
+// rows wait several steps; row 0 never gets one), a reader's sync of a few rows after step 3, then
+// sync_all. Dense (deferred, exact) semantics, or lazy (the rows with a gradient only, nothing
+// replayed: the syncs change nothing). Outputs: values, moments, row steps and the catch-up
+// statistics after step 5 and after the sync; the bf16 copy equals the GPU's own values rounded
+// (expect_bf16_copy).
 struct TableAdamwRun {
   static constexpr int64_t V = 64, d = 40, steps = 5;
   bool dense = true;
@@ -43,6 +46,7 @@ struct TableAdamwRun {
                    {"stats " + at, std::vector<float>(stats.begin(), stats.end())}};
   }
 
+  // src/train/table_optimizer.cpp's TableOptimizer.
   Outputs cpu(DType t) const {
     const auto gt = to_dtype(grads, t);
     std::vector<jtok::TokenTable> tables = {jtok::TokenTable::in_ram(V, d, p0)};
@@ -69,7 +73,7 @@ struct TableAdamwRun {
   }
 
   // Step k's gradient as the device takes it: a table-shaped gradient and the touched flags, listed
-  // by table_rows.cu's compaction as the model's step lists them (checked: touched_ids[k]).
+  // by the compaction (cuda/table_rows.h) as the model's step lists them (checked: touched_ids[k]).
   void upload_step(int64_t k, const std::vector<float>& gt, float* dg, uint8_t* touched, DeviceBuffer<int32_t>& rows,
                    DeviceBuffer<int32_t>& count) const {
     std::vector<float> gk(V * d, 0.0f);
@@ -136,8 +140,9 @@ struct TableAdamwRun {
   }
 };
 
-// Every output within fp32 rounding (the same arithmetic), the catch-up statistics exactly.
-TEST(EmulatedOps, TableAdamw) {
+// The table AdamW against the CPU's TableOptimizer (TableAdamwRun), dense and lazy: every output
+// within fp32 rounding (the same arithmetic; GCC may fuse the CPU's), the statistics exactly.
+TEST(CudaOps, TableAdamw) {
   for (bool dense : {true, false}) {
     TableAdamwRun run;
     run.dense = dense;
@@ -145,6 +150,7 @@ TEST(EmulatedOps, TableAdamw) {
     c.cpu = [&](DType t) { return run.cpu(t); };
     c.gpu = [&](DType t) { return run.gpu(t); };
     run_case(c);
+    expect_deterministic(c, DType::f32);
   }
 }
 
