@@ -1,7 +1,7 @@
 // The token-table CUDA ops against the CPU engine's (tests/cuda/cuda_case.h): deduplication, the
-// token embedding, JTok's gather / norm / gate and their backward, the touched-row list and the
-// deferred table AdamW over it.
-// JTok-M's routing, mix and their backward. Part of test_cuda_ops (test_cuda_ops.cpp has the dense ops).
+// token embedding, JTok's gather / norm / gate and their backward, the touched-row list. The table
+// AdamW: test_cuda_table_adamw.cpp; JTok-M: test_cuda_jtokm.cpp. Part of test_cuda_ops
+// (test_cuda_ops.cpp has the dense ops).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include "cuda/table_adamw.h"
 #include "cuda/table_rows.h"
 #include "cuda_case.h"
+#include "device_dedup.h"
 #include "model/jtok.h"
 #include "model/jtokm.h"
 #include "model/token_table.h"
@@ -30,18 +31,6 @@ namespace {
 using namespace jtok::cuda_test;
 using jtok::testing::randn;
 using bf16 = __nv_bfloat16;
-
-// The device RowBatch of ids (N) below V: its arrays and dedup_ids run on them.
-struct DeviceDedup {
-  DeviceBuffer<int32_t> unique, inverse, offsets, order, count;
-  DeviceBuffer<char> scratch;
-  jtok::cuda::DeviceRowBatch rb;
-  DeviceDedup(const DeviceBuffer<int32_t>& ids, int64_t N, int64_t V)
-      : unique(N), inverse(N), offsets(N + 1), order(N), count(1), scratch(jtok::cuda::dedup_scratch_bytes(N, V)),
-        rb{unique.get(), inverse.get(), offsets.get(), order.get(), count.get()} {
-    jtok::cuda::dedup_ids(rb, ids.get(), N, V, scratch.get(), scratch.n, nullptr);
-  }
-};
 
 // Deduplication: the device RowBatch equals the CPU's dedup_ids exactly (sorted unique ids, their
 // offsets, the positions in increasing order within an id, the inverse map).
@@ -209,117 +198,6 @@ TEST(CudaOps, TableRows) {
   EXPECT_EQ(std::count(flags_after.begin(), flags_after.end(), uint8_t{0}), R) << "the listed flags are cleared";
   jtok::cuda::select_touched_rows(rows.get(), count.get(), dflags.get(), R, scratch.get(), scratch.n, nullptr);
   EXPECT_EQ(download_exact(count)[0], 0);
-}
-
-// JTok-M over n_e 5 tables, K 2, with and without the norm: routing (from the CPU's router logits:
-// the product is the caller's, and near-ties must not flip the top-K), load statistics and aux
-// loss, mix + norm + injection, dL/de, ds, dL/dg through the router products (gemm_ref, as the
-// model's: dR fp32 from operands of T, da of T), the tables' gradients and touched flags; against
-// src/model/jtokm.cpp's forward and backward. bf16: h_next, dh, s, the tables, a, R and da in bf16
-// (the CPU sees them rounded); routing, e, its norm, dL/de, ds and gE are fp32 in both, so only
-// h_next, da and dR carry a bf16 rounding (of h_next's store, of dg): tolerance 1e-2 on all.
-struct JTokMRun {
-  static constexpr int64_t N = 200, V = 150, d = 32, ne = 5, K = 2;
-  bool norm = true;
-  std::vector<int32_t> ids = skewed_ids(N, V, 121);
-  std::vector<float> tables = randn(ne * V * d, 122, 0.5f), a = randn(N * d, 123), R = randn(ne * d, 124, 0.3f),
-                     s = randn(d, 125, 0.3f), h0 = randn(N * d, 126), dh = randn(N * d, 127),
-                     ds0 = randn(d, 128, 0.1f), da0 = randn(N * d, 129, 0.1f), dR0 = randn(ne * d, 130, 0.1f),
-                     gE0 = randn(ne * V * d, 131, 0.01f);
-  static constexpr float aux_grad = 3.0f;
-
-  jtok::JTokMHyper hyper() const { return {ne, K, 0.25f, 1e-6f, norm, 1e-2}; }
-  jtok::cuda::JTokMDims dims() const { return {N, d, V, ne, K, 0.25f, 1e-6f, norm, 1e-2}; }
-  // The router's product as the CPU forward computes it (the same call, the same bits).
-  std::vector<float> logits(const std::vector<float>& at, const std::vector<float>& Rt) const {
-    std::vector<float> g(N * ne);
-    jtok::gemm(false, true, N, ne, d, 1.0f, at.data(), d, Rt.data(), d, 0.0f, g.data(), ne);
-    return g;
-  }
-
-  Outputs cpu(DType t) const {
-    const auto at = to_dtype(a, t), Rt = to_dtype(R, t), tt = to_dtype(tables, t), st = to_dtype(s, t);
-    const auto dht = to_dtype(dh, t);
-    std::vector<jtok::TokenTable> E;
-    for (int64_t i = 0; i < ne; ++i)
-      E.push_back(
-          jtok::TokenTable::in_ram(V, d, std::vector<float>(tt.begin() + i * V * d, tt.begin() + (i + 1) * V * d)));
-    const jtok::RowBatch rb = jtok::dedup_ids(ids.data(), N, V);
-    jtok::JTokMActs A;
-    std::vector<float> h = to_dtype(h0, t), da = to_dtype(da0, t), dR = dR0, ds = ds0;
-    jtok::jtokm_forward(h.data(), A, at.data(), Rt.data(), st.data(), E.data(), rb, N, d, hyper());
-    std::vector<jtok::SparseRowGrad> g(ne);
-    for (auto& gi : g) gi.init(V, d);
-    jtok::jtokm_backward(da.data(), dR.data(), ds.data(), g.data(), A, dht.data(), at.data(), Rt.data(), st.data(), rb,
-                         N, d, hyper(), aux_grad);
-    std::vector<float> gE = gE0, touched(ne * V, 0.0f);
-    for (int64_t i = 0; i < ne; ++i) {
-      const auto gi = jtok::densify(g[i], V);
-      for (int64_t x = 0; x < V * d; ++x) gE[i * V * d + x] += gi[x];
-      for (int32_t id : g[i].ids) touched[i * V + id] = 1.0f;
-    }
-    return Outputs{{"sel", std::vector<float>(A.sel.begin(), A.sel.end())}, {"w", A.w}, {"e", A.e},
-                   {"inv_norm", A.inv_norm}, {"h_next", h}, {"aux", {static_cast<float>(A.aux)}},
-                   {"load", std::vector<float>(A.load.begin(), A.load.end())},
-                   {"prob_sum", std::vector<float>(A.prob_sum.begin(), A.prob_sum.end())}, {"ds", ds}, {"dR", dR},
-                   {"da", da}, {"gE", gE}, {"touched", touched}};
-  }
-
-  // T: the activations' type (the model's E).
-  template <typename T>
-  Outputs gpu_as(DType t) const {
-    const auto at = to_dtype(a, t), Rt = to_dtype(R, t);
-    const jtok::cuda::JTokMDims dm = dims();
-    auto dids = upload_exact(ids);
-    auto dE = upload<T>(tables), da_in = upload<T>(at), dR_in = upload<T>(Rt), ds_ = upload<T>(s), dhn = upload<T>(h0),
-         ddh = upload<T>(dh), dda = upload<T>(da0);
-    auto dlog = upload<float>(logits(at, Rt)), dds = upload<float>(ds0), ddR = upload<float>(dR0),
-         dgE = upload<float>(gE0);
-    DeviceBuffer<float> sig(N * ne), w(N * K), e(N * d), inv(N), prob(ne), de(N * d),
-        scratch(jtok::cuda::jtokm_backward_de_scratch(dm));
-    DeviceBuffer<T> dg(N * ne);
-    DeviceBuffer<int32_t> sel(N * K), load(ne);
-    DeviceBuffer<double> prob_sum(ne), aux(1);
-    DeviceBuffer<uint8_t> touched(ne * V);
-    touched.zero();
-    const jtok::cuda::JTokMDeviceActs acts{sig.get(), sel.get(), w.get(), e.get(), inv.get(), load.get(),
-                                           prob_sum.get(), aux.get()};
-    DeviceDedup dd(dids, N, V);
-    jtok::cuda::jtokm_route(acts, dlog.get(), dm, nullptr);
-    jtok::cuda::jtokm_mix_inject(dhn.get(), acts, dids.get(), dE.get(), ds_.get(), dm, nullptr);
-    jtok::cuda::jtokm_backward_de(de.get(), dds.get(), scratch.get(), acts, ddh.get(), ds_.get(), dm, nullptr);
-    jtok::cuda::jtokm_backward_router(dg.get(), acts, de.get(), dids.get(), dE.get(), aux_grad, dm, nullptr);
-    jtok::cuda::gemm_ref<T, float>(true, false, ne, d, N, 1.0f, dg.get(), ne, da_in.get(), d, 1.0f, ddR.get(), d,
-                                   nullptr);
-    jtok::cuda::gemm_ref<T, T>(false, false, N, d, ne, 1.0f, dg.get(), ne, dR_in.get(), d, 1.0f, dda.get(), d,
-                               nullptr);
-    jtok::cuda::jtokm_backward_tables(dgE.get(), touched.get(), acts, de.get(), dd.rb, dm, nullptr);
-    const auto sl = download_exact(sel), ld = download_exact(load);
-    const auto tb = download_exact(touched);
-    const auto ps = download_exact(prob_sum);
-    return Outputs{{"sel", std::vector<float>(sl.begin(), sl.end())}, {"w", download(w)}, {"e", download(e)},
-                   {"inv_norm", download(inv)}, {"h_next", download(dhn)},
-                   {"aux", {static_cast<float>(download_exact(aux)[0])}},
-                   {"load", std::vector<float>(ld.begin(), ld.end())},
-                   {"prob_sum", std::vector<float>(ps.begin(), ps.end())}, {"ds", download(dds)}, {"dR", download(ddR)},
-                   {"da", download(dda)}, {"gE", download(dgE)}, {"touched", std::vector<float>(tb.begin(), tb.end())}};
-  }
-  Outputs gpu(DType t) const {
-    return by_dtype(t, [&]<typename T>(T) { return gpu_as<T>(t); });
-  }
-};
-
-TEST(CudaOps, Jtokm) {
-  for (bool norm : {true, false}) {
-    JTokMRun run;
-    run.norm = norm;
-    CudaCase c{norm ? "jtokm" : "jtokm no-norm", "N 200, V 150, d 32, n_e 5, K 2", {2e-6, 1e-2}};
-    c.cpu = [&](DType t) { return run.cpu(t); };
-    c.gpu = [&](DType t) { return run.gpu(t); };
-    run_case(c);
-    expect_deterministic(c, DType::f32);
-    expect_deterministic(c, DType::bf16);
-  }
 }
 
 }  // namespace
