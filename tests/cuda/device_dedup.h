@@ -1,5 +1,5 @@
 // The device RowBatch of ids (N) below V (cuda/dedup.h): its arrays, and dedup_ids run on them on
-// the default stream. The token-table cases' (test_cuda_tables.cpp, test_cuda_jtokm.cpp) batch.
+// the default stream. The token-table cases' (test_cuda_jtok.cpp, test_cuda_jtokm.cpp) batch.
 #pragma once
 #include <cstdint>
 

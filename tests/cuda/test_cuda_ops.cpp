@@ -1,5 +1,7 @@
 // CUDA kernels against the CPU engine's own ops (tests/cuda/cuda_case.h), forward and backward,
-// fp32 and bf16: the dense ops here, the token-table ops in test_cuda_tables.cpp (one executable).
+// fp32 and bf16: the dense ops here, the token-table ops in test_cuda_dedup.cpp,
+// test_cuda_embedding.cpp, test_cuda_jtok.cpp, test_cuda_jtokm.cpp, test_cuda_table_rows.cpp and
+// test_cuda_table_adamw.cpp (one executable).
 // Runs only on a GPU host (registered with label cuda when CMake found a GPU; bash
 // scripts/test_cuda.sh), compiled and linked everywhere the toolkit is.
 #include <gtest/gtest.h>

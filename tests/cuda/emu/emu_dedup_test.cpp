@@ -1,8 +1,7 @@
 // dedup.cu and table_rows.cu on the CPU through their real launchers (tests/cuda/emu), their cub
 // calls run by the fake tests/cuda/emu/include/cub/emu_cub.h: the device RowBatch against
-// src/model/token_table.h's dedup_ids (as the GPU test CudaOps.DedupIds), the identity batch's
-// positions, and the touched-row list with the norm's partials over it and the clearing (as
-// CudaOps.TableRows).
+// src/model/token_table.h's dedup_ids over a sweep of shapes (the GPU test's one shape,
+// CudaOps.DedupIds, runs here too, from test_cuda_dedup.cpp), and the identity batch's positions.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,15 +9,12 @@
 #include <string>
 
 #include "cuda/dedup.h"
-#include "cuda/global_norm.h"
-#include "cuda/table_rows.h"
 #include "cuda_case.h"
 #include "model/token_table.h"
 
 namespace {
 
 using namespace jtok::cuda_test;
-using jtok::testing::randn;
 
 std::vector<int32_t> head(std::vector<int32_t> v, int64_t n) {
   v.resize(static_cast<size_t>(n));
@@ -73,50 +69,6 @@ TEST(EmulatedOps, FillPositions) {
     EXPECT_EQ(download_exact(positions), want) << "N " << N;
     EXPECT_EQ(download_exact(count)[0], N);
   }
-}
-
-// 900 rows with a third flagged and the gradient non-zero exactly there: the list is the flagged
-// rows ascending; the flat chunks' and the listed rows' sum of squares is the host's (double)
-// within fp32 rounding; clear_rows leaves every gradient and flag zero, and then nothing is listed.
-TEST(EmulatedOps, TableRows) {
-  constexpr int64_t R = 900, d = 40, flat = 5000;
-  std::mt19937_64 rng(7);
-  std::vector<uint8_t> flags(R, 0);
-  std::vector<int32_t> want;
-  std::vector<float> g = randn(R * d, 8);
-  for (int64_t r = 0; r < R; ++r) {
-    if (rng() % 3 == 0) {
-      flags[r] = 1;
-      want.push_back(static_cast<int32_t>(r));
-    } else {
-      std::fill_n(g.begin() + r * d, d, 0.0f);
-    }
-  }
-  const std::vector<float> gflat = randn(flat, 9);
-  double want_ss = 0;
-  for (float x : gflat) want_ss += static_cast<double>(x) * x;
-  for (float x : g) want_ss += static_cast<double>(x) * x;
-  auto dg = upload<float>(g), dflat = upload<float>(gflat);
-  auto dflags = upload_exact(flags);
-  DeviceBuffer<int32_t> rows(R), count(1);
-  DeviceBuffer<char> scratch(jtok::cuda::touched_rows_scratch_bytes(R));
-  jtok::cuda::select_touched_rows(rows.get(), count.get(), dflags.get(), R, scratch.get(), scratch.n, nullptr);
-  ASSERT_EQ(download_exact(count)[0], static_cast<int32_t>(want.size()));
-  EXPECT_EQ(head(download_exact(rows), static_cast<int64_t>(want.size())), want) << "the flagged rows, ascending";
-  const int64_t chunks = jtok::cuda::sumsq_chunks(flat);
-  DeviceBuffer<float> partials(static_cast<size_t>(chunks + R));
-  DeviceBuffer<double> ss(1);
-  jtok::cuda::sumsq_partials(partials.get(), dflat.get(), flat, nullptr);
-  jtok::cuda::sumsq_rows_partials(partials.get() + chunks, dg.get(), rows.get(), count.get(), R, d, nullptr);
-  jtok::cuda::sum_partials(ss.get(), partials.get(), chunks, nullptr, count.get());
-  EXPECT_NEAR(download_exact(ss)[0], want_ss, 1e-5 * want_ss);  // fp32 partials
-  jtok::cuda::clear_rows(dg.get(), dflags.get(), rows.get(), count.get(), R, d, nullptr);
-  const auto g_after = download(dg);
-  EXPECT_EQ(std::count(g_after.begin(), g_after.end(), 0.0f), R * d) << "the listed rows are zeroed";
-  const auto flags_after = download_exact(dflags);
-  EXPECT_EQ(std::count(flags_after.begin(), flags_after.end(), uint8_t{0}), R) << "the listed flags are cleared";
-  jtok::cuda::select_touched_rows(rows.get(), count.get(), dflags.get(), R, scratch.get(), scratch.n, nullptr);
-  EXPECT_EQ(download_exact(count)[0], 0);
 }
 
 }  // namespace
