@@ -26,12 +26,13 @@ TWINS="src/ops/rmsnorm.cpp src/ops/swiglu.cpp src/ops/rope.cpp src/ops/adamw.cpp
 GPU_TESTS="tests/cuda/test_cuda_paged_kv.cpp tests/cuda/test_cuda_moe_route.cpp
            tests/cuda/test_cuda_table_adamw.cpp tests/cuda/test_cuda_jtokm.cpp
            tests/cuda/test_cuda_embedding.cpp tests/cuda/test_cuda_jtok.cpp
-           tests/cuda/test_cuda_dedup.cpp tests/cuda/test_cuda_table_rows.cpp"
+           tests/cuda/test_cuda_dedup.cpp tests/cuda/test_cuda_table_rows.cpp
+           tests/cuda/test_cuda_ops.cpp"
 # The GPU test's slow cases (a 600-position prefill of every row, ~2 min here) only when asked.
 CI_SET="Emulated*:CudaPagedKv.AppendRoundTrip:CudaPagedKv.RopeAtPositionsMatchesCpu:CudaPagedKv.RefusesUnsupportedShapes"
 CI_SET="$CI_SET:*CudaPagedAttention*H4_KV2_hd32"
 # The GPU tests' cases compiled here unchanged (GPU_TESTS), by their GPU names.
-CI_SET="$CI_SET:CudaOps.Moe:CudaOps.TableAdamw:CudaOps.Jtokm:CudaOps.Embedding:CudaOps.Jtok:CudaOps.DedupIds:CudaOps.TableRows"
+CI_SET="$CI_SET:CudaOps.*"
 # -ffunction-sections + --gc-sections: the twins' files are linked without what their other
 # functions call (decoder_sizes.cpp's model sizes, lowp_linear.cpp's oneDNN products).
 FLAGS="-std=c++20 -O1 -march=native -ffp-contract=off -fopenmp -ffunction-sections"
