@@ -1,5 +1,6 @@
 // The device RowBatch of ids (N) below V (cuda/dedup.h): its arrays, and dedup_ids run on them on
-// the default stream. The token-table cases' (test_cuda_jtok.cpp, test_cuda_jtokm.cpp) batch.
+// the default stream. The token-table cases' batch (test_cuda_dedup.cpp, test_cuda_jtok.cpp,
+// test_cuda_jtokm.cpp, emu/emu_dedup_test.cpp).
 #pragma once
 #include <cstdint>
 

@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "cuda/dedup.h"
 #include "cuda_case.h"
+#include "device_dedup.h"
 #include "model/token_table.h"
 
 namespace {
@@ -23,16 +23,13 @@ TEST(CudaOps, DedupIds) {
   // ~2500 distinct of 3000 (skewed_ids over V 50304): U < N / 2, as this said first, never held.
   ASSERT_LT(U, N) << "the ids should repeat";
   auto did = upload_exact(ids);
-  DeviceBuffer<int32_t> unique(N), inverse(N), offsets(N + 1), order(N), count(1);
-  DeviceBuffer<char> scratch(jtok::cuda::dedup_scratch_bytes(N, V));
-  const jtok::cuda::DeviceRowBatch rb{unique.get(), inverse.get(), offsets.get(), order.get(), count.get()};
-  jtok::cuda::dedup_ids(rb, did.get(), N, V, scratch.get(), scratch.n, nullptr);
-  ASSERT_EQ(download_exact(count)[0], U);
+  const DeviceDedup dd(did, N, V);
+  ASSERT_EQ(download_exact(dd.count)[0], U);
   auto head = [](std::vector<int32_t> v, int64_t n) { v.resize(static_cast<size_t>(n)); return v; };
-  EXPECT_EQ(head(download_exact(unique), U), want.unique);
-  EXPECT_EQ(head(download_exact(offsets), U + 1), want.offsets);
-  EXPECT_EQ(download_exact(order), want.order);
-  EXPECT_EQ(download_exact(inverse), want.inverse);
+  EXPECT_EQ(head(download_exact(dd.unique), U), want.unique);
+  EXPECT_EQ(head(download_exact(dd.offsets), U + 1), want.offsets);
+  EXPECT_EQ(download_exact(dd.order), want.order);
+  EXPECT_EQ(download_exact(dd.inverse), want.inverse);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "cuda/dedup.h"
 #include "cuda_case.h"
+#include "device_dedup.h"
 #include "model/token_table.h"
 
 namespace {
@@ -28,17 +29,14 @@ void expect_dedup_matches(const std::vector<int32_t>& ids, int64_t V, const std:
   const jtok::RowBatch want = jtok::dedup_ids(ids.data(), N, V);
   const int64_t U = static_cast<int64_t>(want.unique.size());
   auto did = upload_exact(ids);
-  DeviceBuffer<int32_t> unique(N), inverse(N), offsets(N + 1), order(N), count(1);
-  DeviceBuffer<char> scratch(jtok::cuda::dedup_scratch_bytes(N, V));
-  const jtok::cuda::DeviceRowBatch rb{unique.get(), inverse.get(), offsets.get(), order.get(), count.get()};
-  jtok::cuda::dedup_ids(rb, did.get(), N, V, scratch.get(), scratch.n, nullptr);
-  ASSERT_EQ(download_exact(count)[0], U);
-  EXPECT_EQ(head(download_exact(unique), U), want.unique);
-  const auto off = download_exact(offsets);
+  const DeviceDedup dd(did, N, V);
+  ASSERT_EQ(download_exact(dd.count)[0], U);
+  EXPECT_EQ(head(download_exact(dd.unique), U), want.unique);
+  const auto off = download_exact(dd.offsets);
   EXPECT_EQ(head(off, U + 1), want.offsets);
   EXPECT_TRUE(std::all_of(off.begin() + U + 1, off.end(), [&](int32_t o) { return o == N; })) << "offsets past U";
-  EXPECT_EQ(download_exact(order), want.order);
-  EXPECT_EQ(download_exact(inverse), want.inverse);
+  EXPECT_EQ(download_exact(dd.order), want.order);
+  EXPECT_EQ(download_exact(dd.inverse), want.inverse);
 }
 
 // Random ids with repeats (uniform and skewed), N 1 to 1000, V up to 50304; all-distinct ids
