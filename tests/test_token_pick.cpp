@@ -61,8 +61,9 @@ int picks_match(const std::vector<float>& l, const SamplingParams& p, int top_lo
   std::mt19937_64 want_rng(seed), got_rng(seed);
   int settled = 0;
   for (int s = 0; s < steps; ++s) {
-    const PickRequest want_req{p, &want_rng, top_logprobs}, got_req{p, &got_rng, top_logprobs};
+    const PickRequest want_req{p, &want_rng, top_logprobs, true}, got_req{p, &got_rng, top_logprobs, true};
     const TokenPick want = pick_from_row(l.data(), V, want_req);
+    EXPECT_EQ(want.margin, top2_margin(l)) << "step " << s;
     cuda::DigestRow row;
     digest_rows(&got_req, 1, &row);
     const cuda::LogitDigest d = cuda::logit_digest_ref(l.data(), V, row);
@@ -155,6 +156,28 @@ TEST(TokenPick, SmallVocabularyListsEveryId) {
   EXPECT_EQ(picks_match(l, {1.0, 0, 0.9}, 20, 20, 5), 20);
   EXPECT_EQ(picks_match(l, {1.0, V, 1.0}, 20, 20, 5), 20);  // full sort, no cut: the list is the row
   EXPECT_EQ(picks_match(l, {1.3, 0, 1.0}, 20, 20, 5), 20);
+}
+
+// The top-2 margin only when asked (generate's record; the serving engine does not ask): from the
+// row and from its digest, top2_margin of the row when want_margin, else 0.
+TEST(TokenPick, MarginOnlyWhenAsked) {
+  std::vector<float> l = peaked_row(kV, 9, 2.f);
+  l[7] = *std::max_element(l.begin(), l.end()) + 0.75f;  // one maximum (peaked_row plants a tie)
+  const double margin = top2_margin(l);
+  ASSERT_GT(margin, 0.5);
+  const std::vector<SamplingParams> params = {{0.0, 0, 1.0}, {1.0, 0, 1.0}, {0.8, 5, 1.0}};  // digest-settled
+  for (const SamplingParams& p : params)
+    for (bool want_margin : {false, true}) {
+      std::mt19937_64 row_rng(3), digest_rng(3);
+      const PickRequest row_req{p, &row_rng, -1, want_margin}, digest_req{p, &digest_rng, -1, want_margin};
+      EXPECT_EQ(pick_from_row(l.data(), kV, row_req).margin, want_margin ? margin : 0.0) << p.temperature;
+      cuda::DigestRow row;
+      digest_rows(&digest_req, 1, &row);
+      TokenPick got;
+      got.margin = -1;  // overwritten either way
+      ASSERT_TRUE(pick_from_digest(cuda::logit_digest_ref(l.data(), kV, row), kV, digest_req, got));
+      EXPECT_EQ(got.margin, want_margin ? margin : 0.0) << p.temperature;
+    }
 }
 
 // pick_rows over a fake digest source (the reference's digests, the host's rows): the rows the

@@ -54,7 +54,7 @@ GenerateResult generate_tokens(const Model& m, Decoder& d, const std::vector<int
   r.prefill_s = seconds_since(t0);
   auto t1 = std::chrono::steady_clock::now();
   // Each step's token picked where its logits are (Decoder::decode_pick: on a GPU, from their digest).
-  const PickRequest req{opt.sampling, &rng, -1};
+  const PickRequest req{.sampling = opt.sampling, .rng = &rng, .top_logprobs = -1, .want_margin = true};
   TokenPick pick = pick_from_row(logits.data(), m.cfg.vocab_size, req);
   for (int64_t produced = 0; produced < opt.max_new_tokens;) {
     int32_t next = pick.token;

@@ -106,8 +106,10 @@ bool pick_from_digest(const cuda::LogitDigest& d, int64_t V, const PickRequest& 
     if (token < 0) return false;
   }
   out.token = token;
-  out.margin = d.n_top > 1 ? static_cast<double>(d.top_logit[0]) - d.top_logit[1]
-                           : std::numeric_limits<double>::infinity();
+  out.margin = 0;
+  if (req.want_margin)
+    out.margin = d.n_top > 1 ? static_cast<double>(d.top_logit[0]) - d.top_logit[1]
+                             : std::numeric_limits<double>::infinity();
   out.logprob = TokenLogprob{};
   // Every token above is in the digest (the list, drawn or the argmax): the log-probs never need the
   // row once the RNG has moved.
@@ -122,7 +124,7 @@ TokenPick pick_from_row(const float* logits, int64_t V, const PickRequest& req) 
   if (req.sampling.temperature > 0 && !req.rng) fail("pick_from_row: sampling with a temperature but no RNG");
   TokenPick out;
   out.token = sample_token(l, req.sampling, req.rng ? *req.rng : unused);
-  out.margin = top2_margin(l);
+  if (req.want_margin) out.margin = top2_margin(l);
   if (req.top_logprobs >= 0) out.logprob = token_logprob(logits, V, out.token, req.top_logprobs);
   return out;
 }

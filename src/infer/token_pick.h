@@ -28,18 +28,20 @@ namespace jtok {
 
 static_assert(kMaxTopLogprobs <= cuda::kDigestTop, "a digest lists every top log-prob a request may ask");
 
-// What a decode step's row asks of its pick: the sampling, the sequence's RNG, and top_logprobs
-// (-1: no log-probs; 0..kMaxTopLogprobs: the token's and that many of the most likely).
+// What a decode step's row asks of its pick: the sampling, the sequence's RNG, top_logprobs
+// (-1: no log-probs; 0..kMaxTopLogprobs: the token's and that many of the most likely) and whether
+// it wants the row's top-2 margin (generate records it; from the full row it costs one more pass).
 struct PickRequest {
   SamplingParams sampling;
   std::mt19937_64* rng = nullptr;
   int top_logprobs = -1;
+  bool want_margin = false;
 };
 
 struct TokenPick {
   int32_t token = -1;
   TokenLogprob logprob;  // when top_logprobs >= 0
-  double margin = 0;     // top2_margin of the row (the digest's first two logits)
+  double margin = 0;     // when want_margin: top2_margin of the row (the digest's first two logits); else 0
 };
 
 // Logit of the best token minus that of the second best: how close greedy decoding was to a tie
