@@ -4,19 +4,33 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <utility>
 
 #include "core/error.h"
 
 namespace jtok {
+
+namespace {
+
+// pick() run, its host seconds added to pick_s: every engine's decode_pick times its picking so
+// (Decoder::pick_seconds).
+template <class F>
+void timed_pick(double& pick_s, F&& pick) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::forward<F>(pick)();
+  pick_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
 
 int64_t Decoder::decode_pick(const int64_t* seqs, const int32_t* tokens, int64_t M, const PickRequest* req,
                              TokenPick* out) {
   const int64_t V = vocab_size();
   pick_logits_.resize(static_cast<size_t>(M * V));
   const int64_t rows = decode(seqs, tokens, M, pick_logits_.data());
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < M; ++i) out[i] = pick_from_row(pick_logits_.data() + i * V, V, req[i]);
-  pick_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  timed_pick(pick_s_, [&] {
+    for (int64_t i = 0; i < M; ++i) out[i] = pick_from_row(pick_logits_.data() + i * V, V, req[i]);
+  });
   return rows;
 }
 
@@ -231,9 +245,8 @@ class DeviceDecoderAdapter final : public Decoder {
       const int64_t n = std::min(max_batch_, M - at);
       digest_rows(req + at, n, in.data());
       rows += d_->decode_digest(seqs + at, tokens + at, n, in.data(), digests.data());
-      const auto t0 = std::chrono::steady_clock::now();
-      pick_rows(digests.data(), n, V_, req + at, out + at, [&](int64_t i, float* row) { d_->copy_row_logits(i, row); });
-      pick_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const RowSource copy_back = [&](int64_t i, float* row) { d_->copy_row_logits(i, row); };
+      timed_pick(pick_s_, [&] { pick_rows(digests.data(), n, V_, req + at, out + at, copy_back); });
     }
     return rows;
   }
