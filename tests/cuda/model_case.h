@@ -1,6 +1,7 @@
-// The whole-model tests' shared parts (tests/cuda/test_cuda_model.cpp, test_cuda_model_steps.cpp):
-// the small model configs, their test weights and batches, and the comparisons by normalised error
-// ||gpu - cpu|| / ||cpu|| (each prints `cuda model NAME err E (tol T)`).
+// The whole-model tests' shared parts (tests/cuda/test_cuda_model.cpp, test_cuda_model_steps.cpp,
+// the decoder tests): the small model configs, their test weights and batches, the decoder tests'
+// settings, and the comparisons by normalised error ||gpu - cpu|| / ||cpu|| (each prints
+// `cuda model NAME err E (tol T)`).
 #pragma once
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/decoder.h"
 #include "cuda/model.h"
 #include "cuda_case.h"
 #include "model/transformer.h"
@@ -151,6 +153,20 @@ inline jtok::Model test_model(const jtok::ModelConfig& c) {
     for (int64_t i = 0; i < p.numel; ++i) m.params[static_cast<size_t>(p.offset + i)] += noise[static_cast<size_t>(i)];
   }
   return m;
+}
+
+// The decoder tests' small GPU decoder (test_cuda_decoder*.cpp, test_cuda_logit_digest.cpp): weights,
+// activations and KV pages all bf16 or all fp32, up to 4 sequences a decode step, 40 tokens a prefill
+// call, pages of 16 positions, the token-table rows from `rows`; a test sets on top what it varies.
+inline jtok::cuda::DecoderSettings decoder_settings(bool bf16, const std::string& rows = "auto") {
+  jtok::cuda::DecoderSettings s;
+  s.bf16 = bf16;
+  s.kv_bf16 = bf16;
+  s.max_batch = 4;
+  s.max_prefill = 40;
+  s.page_tokens = 16;
+  s.table_rows = rows;
+  return s;
 }
 
 struct Batch {

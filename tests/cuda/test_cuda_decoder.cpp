@@ -38,17 +38,6 @@ using jtok::cuda::DeviceDecoder;
 constexpr int64_t kContext = 64;  // model_case.h's max_position_embeddings
 constexpr int kSteps = 8;
 
-DecoderSettings settings(bool bf16, const std::string& rows = "auto") {
-  DecoderSettings s;
-  s.bf16 = bf16;
-  s.kv_bf16 = bf16;
-  s.max_batch = 4;
-  s.max_prefill = 40;
-  s.page_tokens = 16;
-  s.table_rows = rows;
-  return s;
-}
-
 // Three prompts: within a page, across one page boundary, across two (page_tokens 16).
 std::vector<std::vector<int32_t>> prompts(const jtok::ModelConfig& c) {
   return {skewed_ids(5, c.vocab_size, 31), skewed_ids(17, c.vocab_size, 32), skewed_ids(33, c.vocab_size, 33)};
@@ -124,7 +113,7 @@ void expect_decode_matches(const std::string& name, const jtok::ModelConfig& c) 
   const jtok::Model m = test_model(c);
   const auto ps = prompts(c);
   const Run cpu = cpu_run(m, ps, kSteps);
-  auto dec = jtok::cuda::make_device_decoder(m, settings(false));
+  auto dec = jtok::cuda::make_device_decoder(m, decoder_settings(false));
   std::printf("%s\n", dec->describe().c_str());
   const Run gpu = gpu_run(*dec, c, ps, kSteps);
   for (size_t i = 0; i < ps.size(); ++i)
@@ -164,7 +153,7 @@ TEST(CudaDecoder, PrefillEachPositionMatchesCpu) {
   jtok::prefill(m, cache, p, kContext, [&](int64_t pos, int64_t k, const float* l) {
     std::copy(l, l + k * V, cpu_each.begin() + pos * V);
   });
-  auto dec = jtok::cuda::make_device_decoder(m, settings(false));
+  auto dec = jtok::cuda::make_device_decoder(m, decoder_settings(false));
   for (int64_t first : {n, int64_t{20}}) {
     const std::string what = "decoder prefill each position (" + std::to_string(first) + " + rest)";
     std::vector<float> gpu_each(cpu_each.size(), -1.0f), last(static_cast<size_t>(V));
@@ -189,7 +178,7 @@ TEST(CudaDecoder, TwoChunkPrefillMatchesOne) {
   const jtok::Model m = test_model(c);
   const std::vector<int32_t> p = skewed_ids(33, c.vocab_size, 51);
   const int64_t V = c.vocab_size;
-  auto dec = jtok::cuda::make_device_decoder(m, settings(false));
+  auto dec = jtok::cuda::make_device_decoder(m, decoder_settings(false));
   std::vector<float> one(static_cast<size_t>(V)), two(one.size()), step1(one.size()), step2(one.size());
   const int64_t a = dec->open(kContext), b = dec->open(kContext);
   dec->prefill(a, p.data(), 33, one.data());
@@ -211,7 +200,7 @@ TEST(CudaDecoder, ForkContinuesIdentically) {
   const jtok::Model m = test_model(c);
   const std::vector<int32_t> p = skewed_ids(33, c.vocab_size, 61), other = skewed_ids(40, c.vocab_size, 62);
   const int64_t V = c.vocab_size;
-  auto dec = jtok::cuda::make_device_decoder(m, settings(false));
+  auto dec = jtok::cuda::make_device_decoder(m, decoder_settings(false));
   std::vector<float> la(static_cast<size_t>(V)), lb(la.size()), ld(la.size());
   const int64_t a = dec->open(kContext);
   dec->prefill(a, p.data(), 33, la.data());
@@ -245,7 +234,7 @@ TEST(CudaDecoder, SequenceFromStoredBlocksGivesThePiecewiseBits) {
   const int64_t V = c.vocab_size;
   for (bool bf16 : {false, true}) {
     const std::string where = bf16 ? "bf16" : "fp32";
-    DecoderSettings s = settings(bf16);
+    DecoderSettings s = decoder_settings(bf16);
     s.kv_tokens = 16 * 16;
     auto dec = jtok::cuda::make_device_decoder(m, s);
     ASSERT_EQ(dec->page_tokens(), 16);
@@ -290,7 +279,7 @@ TEST(CudaDecoder, SequenceFromStoredBlocksGivesThePiecewiseBits) {
 // Blocks are whole pages of written positions; an unknown block is named.
 TEST(CudaDecoder, StoredBlocksAreWholeWrittenPages) {
   const jtok::Model m = test_model(tiny_dense());
-  auto dec = jtok::cuda::make_device_decoder(m, settings(false));
+  auto dec = jtok::cuda::make_device_decoder(m, decoder_settings(false));
   const std::vector<int32_t> p = skewed_ids(20, m.cfg.vocab_size, 91);
   std::vector<float> logits(static_cast<size_t>(m.cfg.vocab_size));
   const int64_t a = dec->open(kContext);
@@ -311,7 +300,7 @@ void expect_bf16_near_cpu(const std::string& name, const jtok::ModelConfig& c) {
   const auto ps = prompts(c);
   const int64_t V = c.vocab_size;
   const Run cpu = cpu_run(m, ps, kSteps);
-  auto dec = jtok::cuda::make_device_decoder(m, settings(true));
+  auto dec = jtok::cuda::make_device_decoder(m, decoder_settings(true));
   std::printf("%s\n", dec->describe().c_str());
   const Run gpu = gpu_run(*dec, c, ps, kSteps, &cpu);
   std::vector<float> got = concat(gpu.prefill), want = concat(cpu.prefill);
@@ -357,7 +346,7 @@ void expect_row_paths_agree(const std::string& name, const jtok::Model& m, bool 
   const auto ps = prompts(m.cfg);
   std::vector<Run> runs;
   for (const char* path : {"hbm", "in_place", "staged"}) {
-    auto dec = jtok::cuda::make_device_decoder(m, settings(bf16, path));
+    auto dec = jtok::cuda::make_device_decoder(m, decoder_settings(bf16, path));
     EXPECT_NE(dec->describe().find(std::string("table rows ") + path), std::string::npos) << dec->describe();
     runs.push_back(gpu_run(*dec, m.cfg, ps, 4));
   }
@@ -376,7 +365,7 @@ TEST(CudaDecoder, TableRowPathsGiveTheSameBits) {
   tables_to_bf16(m);
   expect_row_paths_agree("bf16 tables, fp32 decoder", m, false);
   expect_row_paths_agree("bf16 tables, bf16 decoder", m, true);
-  auto dec = jtok::cuda::make_device_decoder(m, settings(true, "auto"));  // bf16 tables in memory: in place
+  auto dec = jtok::cuda::make_device_decoder(m, decoder_settings(true, "auto"));  // bf16 tables in memory: in place
   EXPECT_NE(dec->describe().find("table rows in_place"), std::string::npos) << dec->describe();
 }
 
@@ -384,7 +373,7 @@ TEST(CudaDecoder, TableRowPathsGiveTheSameBits) {
 // closes; the error names the pages.
 TEST(CudaDecoder, OpeningBeyondThePoolThrowsNamingPages) {
   const jtok::Model m = test_model(tiny_dense());
-  DecoderSettings s = settings(false);
+  DecoderSettings s = decoder_settings(false);
   s.kv_tokens = 64;
   auto dec = jtok::cuda::make_device_decoder(m, s);
   EXPECT_NE(dec->describe().find("4 pages of 16 positions"), std::string::npos) << dec->describe();
@@ -407,18 +396,19 @@ TEST(CudaDecoder, OpeningBeyondThePoolThrowsNamingPages) {
 TEST(CudaDecoder, RefusesWhatIsNotOnTheGpu) {
   jtok::Model lowp = test_model(tiny_jtokm());
   lowp.lowp.dtype = jtok::Dtype::bf16;
-  jtok::testing::expect_error([&] { jtok::cuda::make_device_decoder(lowp, settings(true)); }, {"low-precision"});
+  jtok::testing::expect_error([&] { jtok::cuda::make_device_decoder(lowp, decoder_settings(true)); },
+                              {"low-precision"});
   jtok::ModelConfig c = tiny_dense();
   c.hidden_size = 64;  // 4 heads of 16
   const jtok::Model hd16 = test_model(c);
-  jtok::testing::expect_error([&] { jtok::cuda::make_device_decoder(hd16, settings(false)); }, {"head_dim 16"});
+  jtok::testing::expect_error([&] { jtok::cuda::make_device_decoder(hd16, decoder_settings(false)); }, {"head_dim 16"});
   const jtok::Model m = test_model(tiny_jtok());
-  jtok::testing::expect_error([&] { jtok::cuda::make_device_decoder(m, settings(false, "disk")); }, {"'disk'"});
-  DecoderSettings huge = settings(false);
+  jtok::testing::expect_error([&] { jtok::cuda::make_device_decoder(m, decoder_settings(false, "disk")); }, {"'disk'"});
+  DecoderSettings huge = decoder_settings(false);
   huge.kv_tokens = int64_t{1} << 40;  // a KV pool of petabytes: the memory plan refuses before any allocation
   jtok::testing::expect_error([&] { jtok::cuda::make_device_decoder(m, huge); },
                               {"GPU memory plan needs", "GiB free", "KV pages", "--kv-budget-tokens"});
-  auto dec = jtok::cuda::make_device_decoder(m, settings(false));
+  auto dec = jtok::cuda::make_device_decoder(m, decoder_settings(false));
   EXPECT_NE(dec->describe().find("GPU memory plan"), std::string::npos) << dec->describe();
   const int64_t a = dec->open(kContext);
   const int64_t seqs[2] = {a, a};

@@ -37,14 +37,10 @@ jtok::ModelConfig long_context(jtok::ModelConfig c) {
   return c;
 }
 
+// model_case.h's decoder with prefill calls of 256 tokens (the long prompts), graphs and profiling.
 DecoderSettings settings(bool bf16, const std::string& rows, bool graphs, bool profile) {
-  DecoderSettings s;
-  s.bf16 = bf16;
-  s.kv_bf16 = bf16;
-  s.max_batch = 4;
+  DecoderSettings s = decoder_settings(bf16, rows);
   s.max_prefill = 256;
-  s.page_tokens = 16;
-  s.table_rows = rows;
   s.cuda_graphs = graphs;
   s.profile = profile;
   return s;

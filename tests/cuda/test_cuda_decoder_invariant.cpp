@@ -30,13 +30,10 @@ constexpr int kSteps = 12;
 constexpr int64_t kOthers = 7;
 constexpr int64_t kGroups[] = {8, 5, 3, 8, 2, 6};  // step s: kGroups[s % 6] sequences, the watched one among them
 
+// model_case.h's decoder with steps of up to 8 sequences.
 DecoderSettings settings(bool bf16, bool graphs) {
-  DecoderSettings s;
-  s.bf16 = bf16;
-  s.kv_bf16 = bf16;
+  DecoderSettings s = decoder_settings(bf16);
   s.max_batch = 8;
-  s.max_prefill = 40;
-  s.page_tokens = 16;
   s.kv_tokens = 16 * kContext;  // 8 sequences open at once with room to spare
   s.cuda_graphs = graphs;
   return s;

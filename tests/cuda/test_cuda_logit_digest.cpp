@@ -121,10 +121,7 @@ TEST(CudaOps, LogitDigestShortRows) {
 // give flat rows: the fallback's row copy), plain temperature, with top_logprobs 3.
 void expect_picks_match(bool bf16) {
   const jtok::Model m = test_model(tiny_qwen3());
-  jtok::cuda::DecoderSettings s;
-  s.bf16 = s.kv_bf16 = bf16;
-  s.max_batch = 4;
-  s.max_prefill = 40;
+  const jtok::cuda::DecoderSettings s = decoder_settings(bf16);
   auto a = jtok::make_decoder(m, "cuda", s), b = jtok::make_decoder(m, "cuda", s);
   const std::vector<jtok::SamplingParams> params = {{0.0, 0, 1.0}, {0.8, 5, 1.0}, {1.0, 0, 0.9}, {1.0, 0, 1.0}};
   const int64_t M = 4, V = m.cfg.vocab_size;
