@@ -27,11 +27,14 @@ inline jtok::cuda::StepConsts step_consts(const jtok::TrainConfig& t, int64_t st
           step_consts(t, table_lr, step, false)};
 }
 
+// lr 1e-3: a trajectory two implementations can follow for 10 steps. At 3e-3 the tiny Qwen3 is
+// chaotic: the CPU engine itself, from weights moved by 1e-6 relative noise, ends step 9 with a
+// gradient norm 6.5 % away (2e-6 at 1e-3), so no other summation order could meet 1e-4.
 inline jtok::TrainConfig ten_steps() {
   jtok::TrainConfig t;
   t.max_steps = 10;
   t.warmup_steps = 3;
-  t.learning_rate = 3e-3;
+  t.learning_rate = 1e-3;
   t.max_grad_norm = 0.2;
   return t;
 }

@@ -12,7 +12,7 @@ __shared__, intrinsics; emu_runtime.h: the runtime):
   extern __shared__ [__align__(n)] T name[];           ->  T* const name = ::emu::dynamic_shared<T>(__func__);
 Lines are kept (a #line names the .cu), so compiler errors and the emulator's reports point into
 the .cu. What it cannot emulate honestly (inline PTX, cub and thrust headers without a fake in
-tests/cuda/emu/include (cub/emu_cub.h: the calls src/cuda makes), cuBLASLt, cooperative groups, tensor
+tests/cuda/emu/include (cub/emu_cub.h: the calls src/cuda makes), cooperative groups, tensor
 core fragments, __constant__, textures, launches it cannot parse) fails here, naming file:line.
 """
 import os
@@ -24,12 +24,10 @@ LIBRARY_INCLUDE = re.compile(r'#\s*include\s*[<"]((?:cub|thrust)/[^>"]+)[>"]')
 
 UNSUPPORTED = [
     (re.compile(r'\basm\b|\b__asm__\b'), 'inline PTX (asm)'),
-    (re.compile(r'\bcublasLt[A-Z]\w*\s*\(|\bcublaslt\(\)'), 'cuBLASLt calls'),
     (re.compile(r'cooperative_groups'), 'cooperative groups'),
     (re.compile(r'\bwmma::|mma_bf16\.cuh'), 'tensor-core fragments (mma)'),
     (re.compile(r'\b__constant__\b'), '__constant__ memory'),
     (re.compile(r'\btex[123]D\w*\s*\(|\bcudaTextureObject_t\b'), 'textures'),
-    (re.compile(r'\bcudaGraph\w*|\bcudaStreamBeginCapture\b'), 'CUDA graphs'),
     (re.compile(r'\b__nanosleep\b|\bclock64\s*\(|\b__activemask\s*\('), 'timing / active-mask intrinsics'),
 ]
 DYN_SHARED = re.compile(

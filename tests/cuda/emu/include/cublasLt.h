@@ -1,18 +1,53 @@
-// cuBLASLt's names for src/cuda/cublaslt_api.h's table of function types (tests/cuda/emu): types
-// and declarations only, no definitions: emulated code that calls cuBLASLt fails to link.
+// cuBLASLt on the CPU (tests/cuda/emu): the names src/cuda/matmul.cu uses, defined by
+// tests/cuda/emu/fake_cublaslt.cpp as a plain fp32-accumulating product with cuBLASLt's checks
+// (layouts, supported types, the alignments an algorithm was chosen for). The values of the enums
+// are the emulation's own: only the names are cuBLASLt's.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
-typedef enum { CUBLAS_STATUS_SUCCESS = 0 } cublasStatus_t;
+#define CUBLAS_VER_MAJOR 13
+
+typedef enum {
+  CUBLAS_STATUS_SUCCESS = 0,
+  CUBLAS_STATUS_NOT_INITIALIZED = 1,
+  CUBLAS_STATUS_INVALID_VALUE = 7,
+  CUBLAS_STATUS_MISALIGNED = 12,  // the emulation's: an operand less aligned than its algorithm assumed
+  CUBLAS_STATUS_NOT_SUPPORTED = 15,
+} cublasStatus_t;
+typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType_t;
+typedef cudaDataType_t cudaDataType;
+typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
+typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
+typedef enum {
+  CUBLASLT_MATMUL_DESC_TRANSA = 3,
+  CUBLASLT_MATMUL_DESC_TRANSB = 4,
+  CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+} cublasLtMatmulDescAttributes_t;
+typedef enum {
+  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
+} cublasLtMatmulPreferenceAttributes_t;
+
 typedef struct cublasLtContext* cublasLtHandle_t;
 typedef struct cublasLtMatmulDescOpaque_t* cublasLtMatmulDesc_t;
 typedef struct cublasLtMatrixLayoutOpaque_t* cublasLtMatrixLayout_t;
 typedef struct cublasLtMatmulPreferenceOpaque_t* cublasLtMatmulPreference_t;
-typedef struct { uint64_t data[8]; } cublasLtMatmulAlgo_t;
-typedef struct cublasLtMatmulHeuristicResult_t cublasLtMatmulHeuristicResult_t;
-typedef int cublasComputeType_t, cudaDataType_t, cublasLtMatmulDescAttributes_t,
-    cublasLtMatmulPreferenceAttributes_t;
+typedef struct {
+  uint64_t data[8];
+} cublasLtMatmulAlgo_t;
+typedef struct {
+  cublasLtMatmulAlgo_t algo;
+  size_t workspaceSize;
+  cublasStatus_t state;
+  float wavesCount;
+  int reserved[4];
+} cublasLtMatmulHeuristicResult_t;
 struct CUstream_st;
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t*);

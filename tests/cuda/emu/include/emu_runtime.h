@@ -1,15 +1,18 @@
 // The CUDA runtime on the CPU (tests/cuda/emu): device memory is host memory, every copy, memset,
 // launch and host function runs when called (a stream orders nothing that is not already in
-// order), events and streams are tokens. What a launch checks (emu_sched.cpp) is what the GPU
-// rejects: an empty grid, a block of 0 or > 1024 threads, dynamic shared memory past 48 KiB
-// without cudaFuncSetAttribute, or past the 227 KiB an sm_90 block may have: the launch does not
-// run and cudaGetLastError returns the error, as on the device.
+// order), unless its stream is capturing a graph (emu_streams.cpp): then it is recorded, with its
+// arguments as they are now, and runs at each cudaGraphLaunch, as on the device; what a capture
+// forbids (a blocking call, the legacy stream, a side stream not joined back) fails it as there.
+// What a launch checks (emu_sched.cpp) is what the GPU rejects: an empty grid, a block of 0 or
+// > 1024 threads, dynamic shared memory past 48 KiB without cudaFuncSetAttribute, or past the
+// 227 KiB an sm_90 block may have: the launch does not run and cudaGetLastError returns the error.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <tuple>
 
@@ -17,14 +20,42 @@
 
 struct CUstream_st;
 struct CUevent_st;
+struct CUgraph_st;
+struct CUgraphExec_st;
 using cudaStream_t = CUstream_st*;
 using cudaEvent_t = CUevent_st*;
+using cudaGraph_t = CUgraph_st*;
+using cudaGraphExec_t = CUgraphExec_st*;
 enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
+  cudaErrorHostMemoryAlreadyRegistered = 712,
+  cudaErrorHostMemoryNotRegistered = 713,
   cudaErrorLaunchFailure = 719,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureUnmatched = 903,
+  cudaErrorStreamCaptureUnjoined = 904,
+  cudaErrorStreamCaptureImplicit = 906,
+};
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1,
+                             cudaStreamCaptureModeRelaxed = 2 };
+enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2 };
+struct cudaPointerAttributes {
+  cudaMemoryType type;
+  int device;
+  void* devicePointer;
+  void* hostPointer;
+};
+enum cudaDeviceAttr { cudaDevAttrClockRate = 13, cudaDevAttrHostRegisterReadOnlySupported = 113 };
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  int multiProcessorCount, major, minor;
 };
 using cudaError = cudaError_t;
 enum cudaMemcpyKind {
@@ -39,6 +70,9 @@ using cudaHostFn_t = void (*)(void*);
 #define cudaStreamNonBlocking 0x01
 #define cudaEventDisableTiming 0x02
 #define cudaHostRegisterDefault 0x00
+#define cudaHostRegisterPortable 0x01
+#define cudaHostRegisterMapped 0x02
+#define cudaHostRegisterReadOnly 0x08
 #define cudaHostAllocDefault 0x00
 
 namespace emu {
@@ -51,23 +85,45 @@ void set_max_dynamic_shared(const void* fn, int bytes);
 struct Config {
   dim3 grid, block;
   size_t shared = 0;
+  cudaStream_t stream = nullptr;
 };
 // Runs body(thread) for every thread of every block, blocks in order (emu_sched.cpp).
 void run_grid(const char* kernel, const void* fn, const Config& c, const std::function<void()>& body);
+// What run_grid would refuse (emu_sched.cpp): checked when a launch is made, captured or not.
+cudaError_t check_launch(const void* fn, const Config& c);
+
+// Work on stream s (emu_streams.cpp): run now, or recorded into the graph s is capturing. An error
+// when the capture refuses it (the legacy stream during a capture, a capture already invalidated).
+cudaError_t submit(cudaStream_t s, std::function<void()> work);
+// A blocking or synchronising call (cudaMalloc, cudaMemcpy, cudaStreamSynchronize, ...) made while
+// this process captures a graph in global or thread-local mode: cudaErrorStreamCaptureUnsupported,
+// the capture invalidated (s: the stream it names, if any). cudaSuccess when no capture forbids it.
+cudaError_t blocking_call(cudaStream_t s = nullptr);
 
 template <typename G, typename B>
-Config config(G grid, B block, size_t shared = 0, cudaStream_t = nullptr) {
-  return {dim3(grid), dim3(block), shared};
+Config config(G grid, B block, size_t shared = 0, cudaStream_t s = nullptr) {
+  return {dim3(grid), dim3(block), shared, s};
 }
-inline Config config(dim3 grid, dim3 block, size_t shared = 0, cudaStream_t = nullptr) { return {grid, block, shared}; }
+inline Config config(dim3 grid, dim3 block, size_t shared = 0, cudaStream_t s = nullptr) {
+  return {grid, block, shared, s};
+}
+
+template <typename Params, typename K>
+void launch_params(const Config& c, const char* name, const void* fn, K kernel, std::shared_ptr<const Params> p) {
+  cudaError_t e = check_launch(fn, c);
+  if (e == cudaSuccess)
+    e = submit(c.stream, [c, name, fn, kernel, p] { run_grid(name, fn, c, [&] { std::apply(kernel, *p); }); });
+  if (e != cudaSuccess) set_last_error(e);
+}
 
 // kernel<<<grid, block, shared, stream>>>(args...) as cu2cpp.py writes it: the arguments converted
 // to the kernel's parameter types once, as a launch copies them, then the kernel per thread.
 template <typename... P, typename... A>
 void launch(const Config& c, const char* name, void (*kernel)(P...), A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
-  const std::tuple<std::decay_t<P>...> params(std::forward<A>(args)...);
-  run_grid(name, reinterpret_cast<const void*>(kernel), c, [&] { std::apply(kernel, params); });
+  using Params = std::tuple<std::decay_t<P>...>;
+  launch_params<Params>(c, name, reinterpret_cast<const void*>(kernel), kernel,
+                        std::make_shared<const Params>(std::forward<A>(args)...));
 }
 // A kernel template launched without template arguments (they deduced from the arguments, as nvcc
 // does): cu2cpp.py passes [](auto... p) { kernel(p...); }. The arguments are copied once, decayed;
@@ -75,8 +131,8 @@ void launch(const Config& c, const char* name, void (*kernel)(P...), A&&... args
 // dynamic shared memory limit (cudaFuncSetAttribute names an instantiation, so it is never needed here).
 template <typename K, typename... A>
 void launch_deduced(const Config& c, const char* name, K kernel, A&&... args) {
-  const std::tuple<std::decay_t<A>...> params(std::forward<A>(args)...);
-  run_grid(name, nullptr, c, [&] { std::apply(kernel, params); });
+  using Params = std::tuple<std::decay_t<A>...>;
+  launch_params<Params>(c, name, nullptr, kernel, std::make_shared<const Params>(std::forward<A>(args)...));
 }
 }  // namespace emu
 
@@ -85,42 +141,56 @@ inline const char* cudaGetErrorName(cudaError_t e) { return emu::error_name(e); 
 inline const char* cudaGetErrorString(cudaError_t e) { return emu::error_name(e); }
 // cudaMalloc's 256-byte alignment, and exactly n bytes: under EMU_SANITIZE=1 a read one past the
 // end is reported (the GPU's allocation granularity would hide it).
-inline cudaError_t cudaMalloc(void** p, size_t n) {
-  return posix_memalign(p, 256, n ? n : 1) == 0 ? cudaSuccess : cudaErrorMemoryAllocation;
-}
+cudaError_t cudaMalloc(void** p, size_t n);
 template <typename T>
 cudaError_t cudaMalloc(T** p, size_t n) { return cudaMalloc(reinterpret_cast<void**>(p), n); }
-inline cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
-inline cudaError_t cudaMallocHost(void** p, size_t n) { return cudaMalloc(p, n); }
-inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
-inline cudaError_t cudaHostRegister(void*, size_t, unsigned) { return cudaSuccess; }
-inline cudaError_t cudaHostUnregister(void*) { return cudaSuccess; }
-inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
-  if (n) std::memmove(d, s, n);
-  return cudaSuccess;
-}
-inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t = nullptr) {
-  return cudaMemcpy(d, s, n, k);
-}
-inline cudaError_t cudaMemcpy2DAsync(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h, cudaMemcpyKind,
-                                     cudaStream_t = nullptr) {
-  for (size_t r = 0; r < h; ++r) std::memmove(static_cast<char*>(d) + r * dp, static_cast<const char*>(s) + r * sp, w);
-  return cudaSuccess;
-}
-inline cudaError_t cudaMemset(void* p, int v, size_t n) { if (n) std::memset(p, v, n); return cudaSuccess; }
-inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) { return cudaMemset(p, v, n); }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = reinterpret_cast<cudaStream_t>(new char); return cudaSuccess; }
-inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
-inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete reinterpret_cast<char*>(s); return cudaSuccess; }
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
-inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = reinterpret_cast<cudaEvent_t>(new char); return cudaSuccess; }
-inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
-inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete reinterpret_cast<char*>(e); return cudaSuccess; }
-inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t cudaLaunchHostFunc(cudaStream_t, cudaHostFn_t fn, void* data) { fn(data); return cudaSuccess; }
+cudaError_t cudaFree(void* p);
+cudaError_t cudaMallocHost(void** p, size_t n);
+cudaError_t cudaHostAlloc(void** p, size_t n, unsigned flags);
+cudaError_t cudaFreeHost(void* p);
+// Registered ranges are kept: a range registered twice, an unregistration or a device pointer of
+// memory never registered fail as on the device.
+cudaError_t cudaHostRegister(void* p, size_t n, unsigned flags);
+cudaError_t cudaHostUnregister(void* p);
+cudaError_t cudaHostGetDevicePointer(void** d, void* host, unsigned flags);
+// Device for cudaMalloc's memory, host for cudaHostAlloc's and registered ranges, else unregistered.
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p);
+cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k);
+cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t st = nullptr);
+cudaError_t cudaMemcpy2DAsync(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h, cudaMemcpyKind k,
+                              cudaStream_t st = nullptr);
+cudaError_t cudaMemset(void* p, int v, size_t n);
+cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st = nullptr);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamCreate(cudaStream_t* s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
+cudaError_t cudaEventCreate(cudaEvent_t* e);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+// The host time between the two records' runs, in ms; events made with cudaEventDisableTiming or
+// never recorded fail as on the device.
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b);
+cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* data);
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long flags = 0);
+cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t s);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
+cudaError_t cudaGraphDestroy(cudaGraph_t g);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+// One emulated device: an sm_90 with an H100's 132 SMs and 80 GiB (what decoder_setup sizes by).
+cudaError_t cudaGetDeviceCount(int* n);
+cudaError_t cudaGetDevice(int* d);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d);
+cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int d);
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaDriverGetVersion(int* v);
+cudaError_t cudaRuntimeGetVersion(int* v);
 template <typename F>
 cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute a, int v) {
   if (a == cudaFuncAttributeMaxDynamicSharedMemorySize) emu::set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), v);
