@@ -16,9 +16,9 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 CXX=${CXX:-g++}
 command -v ccache >/dev/null && CXX="ccache $CXX" && export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
-# Every .cu but the tensor-core attention (inline PTX: mma_not_emulated.cpp stops a run that reaches
-# it) and cublaslt_api.cu (dlopen of the library: fake_cublaslt.cpp fills its table instead).
-KERNELS=$(cd "$ROOT/src/cuda" && ls *.cu | grep -v -e '^attention_mma' -e '^cublaslt_api.cu$' | sed 's/\.cu$//')
+# Every .cu but cublaslt_api.cu (dlopen of the library: fake_cublaslt.cpp fills its table instead);
+# the tensor cores' inline PTX (mma_bf16.cuh) as warp-collective functions (emu/include/emu_ptx.h).
+KERNELS=$(cd "$ROOT/src/cuda" && ls *.cu | grep -v -e '^cublaslt_api.cu$' | sed 's/\.cu$//')
 # The CPU engine (the twins, the models, the trainer) is the build's own jtok_lib. Its one file
 # that asks whether CUDA is built, device_require.cpp, is compiled here with the answer yes.
 LIB=${JTOK_LIB:-$ROOT/build/libjtok_lib.a}
@@ -43,7 +43,7 @@ for k in $KERNELS; do
   python3 "$EMU/cu2cpp.py" "$ROOT/src/cuda/$k.cu" "$T/$k.cpp"
   jobs+=("$T/$k.cpp")
 done
-jobs+=($(for f in $HOST $GPU_TESTS; do echo "$ROOT/$f"; done) "$EMU/emu_sched.cpp" "$EMU/mma_not_emulated.cpp"
+jobs+=($(for f in $HOST $GPU_TESTS; do echo "$ROOT/$f"; done) "$EMU/emu_sched.cpp"
        "$EMU/fake_cublaslt.cpp" "$EMU/emu_streams.cpp" "$EMU"/*_test.cpp)
 printf '%s\n' "${jobs[@]}" | xargs -P 2 -I{} sh -c '
   f={}; o='"$T"'/$(echo "$f" | md5sum | cut -c1-12).o

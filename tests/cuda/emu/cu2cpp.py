@@ -23,9 +23,9 @@ FAKES = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'include')
 LIBRARY_INCLUDE = re.compile(r'#\s*include\s*[<"]((?:cub|thrust)/[^>"]+)[>"]')
 
 UNSUPPORTED = [
-    (re.compile(r'\basm\b|\b__asm__\b'), 'inline PTX (asm)'),
+    (re.compile(r'\b__asm__\b'), 'inline PTX (__asm__; asm volatile(...) is converted)'),
     (re.compile(r'cooperative_groups'), 'cooperative groups'),
-    (re.compile(r'\bwmma::|mma_bf16\.cuh'), 'tensor-core fragments (mma)'),
+    (re.compile(r'\bwmma::'), 'tensor-core fragments (wmma)'),
     (re.compile(r'\b__constant__\b'), '__constant__ memory'),
     (re.compile(r'\btex[123]D\w*\s*\(|\bcudaTextureObject_t\b'), 'textures'),
     (re.compile(r'\b__nanosleep\b|\bclock64\s*\(|\b__activemask\s*\('), 'timing / active-mask intrinsics'),
@@ -130,9 +130,109 @@ def rewrite_launches(src, code, path):
     return ''.join(out)
 
 
-def convert(path):
+ASM = re.compile(r'\basm\s+(?:volatile\s*)?\(')
+STRING = re.compile(r'"(?:\\.|[^"\\\n])*"')
+
+
+def close_paren(code, open_at):
+    """Index of the ')' matching code[open_at] == '(' (string literals skipped)."""
+    depth, i = 0, open_at
+    while i < len(code):
+        if code[i] == '"':
+            i = STRING.match(code, i).end()
+            continue
+        depth += {'(': 1, ')': -1}.get(code[i], 0)
+        if depth == 0:
+            return i
+        i += 1
+    return -1
+
+
+def split_colons(text):
+    """The asm body split at ':' outside strings and brackets (template : outputs : inputs : clobbers)."""
+    parts, depth, cur, i = [], 0, '', 0
+    while i < len(text):
+        if text[i] == '"':
+            end = STRING.match(text, i).end()
+            cur += text[i:end]
+            i = end
+            continue
+        depth += {'(': 1, '[': 1, ')': -1, ']': -1}.get(text[i], 0)
+        if text[i] == ':' and depth == 0 and text[i:i + 2] != '::' and (i == 0 or text[i - 1] != ':'):
+            parts.append(cur)
+            cur = ''
+        else:
+            cur += text[i]
+        i += 1
+    return parts + [cur]
+
+
+def asm_call(body, where):
+    """asm volatile("instr ..." : "=r"(x), ... : "r"(y), ...) -> ::emu::ptx::instr(x, ..., y, ...)."""
+    parts = split_colons(body)
+    if not 2 <= len(parts) <= 4:
+        raise Fail(f'{where}: an asm statement cu2cpp.py cannot parse')
+    template = ''.join(bytes(m.group(0)[1:-1], 'utf-8').decode('unicode_escape') for m in STRING.finditer(parts[0]))
+    mnemonic = template.split()[0] if template.split() else ''
+    if not re.fullmatch(r'[a-z][\w.]*', mnemonic):
+        raise Fail(f'{where}: an asm statement without an instruction cu2cpp.py can name')
+    first = []
+    for n in re.findall(r'%(\d+)', template):
+        if int(n) not in first:
+            first.append(int(n))
+    operands = []
+    for group in parts[1:3]:
+        for op in split_top(group):
+            if not op.strip():
+                continue
+            m = re.fullmatch(r'\s*"[=+&]*[a-z]+"\s*\((.*)\)\s*', op, flags=re.S)
+            if not m:
+                raise Fail(f'{where}: an asm operand cu2cpp.py cannot parse: {op.strip()}')
+            operands.append(m.group(1).strip())
+    if first != list(range(len(operands))):
+        raise Fail(f'{where}: {mnemonic}: operands not used in the order %0, %1, ...: the emulation passes them so')
+    return '::emu::ptx::' + mnemonic.replace('.', '_') + '(' + ', '.join(operands) + ')'
+
+
+def rewrite_asm(src, path):
+    """Every asm volatile(...) statement as a call to its emulation (tests/cuda/emu/include/emu_ptx.h),
+    the lines it spanned kept."""
+    code = strip_comments(src, strings=False)
+    out, last = [], 0
+    for m in ASM.finditer(code):
+        if m.start() < last:
+            continue
+        end = close_paren(code, m.end() - 1)
+        where = f'{path}:{line_of(code, m.start())}'
+        if end < 0:
+            raise Fail(f'{where}: an asm statement without its closing parenthesis')
+        call = asm_call(code[m.end():end], where)
+        out.append(src[last:m.start()] + call + '\n' * src.count('\n', m.start(), end))
+        last = end + 1
+    out.append(src[last:])
+    return ''.join(out)
+
+
+def convert_headers(src, path, out_dir):
+    """src/cuda .cuh headers the file includes that hold asm, converted next to the output (a quoted
+    include finds them there before -I src)."""
+    here = os.path.dirname(os.path.abspath(path))
+    for m in re.finditer(r'#\s*include\s*"cuda/(\w+\.cuh)"', src):
+        header = os.path.join(here, m.group(1))
+        text = open(header).read()
+        if not ASM.search(strip_comments(text, strings=False)):
+            continue
+        os.makedirs(os.path.join(out_dir, 'cuda'), exist_ok=True)
+        with open(os.path.join(out_dir, 'cuda', m.group(1)), 'w') as f:
+            f.write(f'#line 1 "{header}"\n' + rewrite_asm(text, header))
+
+
+def convert(path, out_dir='.'):
     src = open(path).read()
     code = strip_comments(src, strings=False)  # #include "..." names stay visible
+    convert_headers(code, path, out_dir)
+    src = rewrite_asm(src, path)
+    code = strip_comments(src, strings=False)
     for pat, what in UNSUPPORTED:
         m = pat.search(code)
         if m:
@@ -159,7 +259,7 @@ def main():
     if len(sys.argv) != 3:
         sys.exit('usage: cu2cpp.py in.cu out.cpp')
     try:
-        text = convert(sys.argv[1])
+        text = convert(sys.argv[1], os.path.dirname(os.path.abspath(sys.argv[2])))
     except Fail as e:
         sys.exit(f'cu2cpp.py: {e}')
     open(sys.argv[2], 'w').write(text)

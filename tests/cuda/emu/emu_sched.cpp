@@ -290,6 +290,13 @@ void* dynamic_shared_bytes() {
   if (g.shared.empty()) report("extern __shared__ read by a kernel launched with 0 bytes of it");
   return g.shared.data();
 }
+size_t dynamic_shared_size() { return g.shared.size(); }
+
+void ptx_report(const char* what, const std::source_location& at) {
+  const std::string m = std::string(what) + " at " + at.file_name() + ":" + std::to_string(at.line()) + " (thread " +
+                        std::to_string(threadIdx.x) + ")";
+  report(m.c_str());
+}
 
 uint64_t warp_exchange(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const std::source_location& at) {
   Fiber& f = self();

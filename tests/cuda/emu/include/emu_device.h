@@ -191,3 +191,4 @@ void* dynamic_shared_bytes();
 template <typename T>
 T* dynamic_shared(const char* /*fn*/) { return static_cast<T*>(dynamic_shared_bytes()); }
 }  // namespace emu
+#include "emu_ptx.h"
