@@ -186,7 +186,8 @@ cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cu
 cudaError_t cudaMemcpy2DAsync(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h, cudaMemcpyKind,
                               cudaStream_t st) {
   return emu::submit(st, [=] {
-    for (size_t r = 0; r < h; ++r) std::memmove(static_cast<char*>(d) + r * dp, static_cast<const char*>(s) + r * sp, w);
+    for (size_t r = 0; r < h; ++r)
+      std::memmove(static_cast<char*>(d) + r * dp, static_cast<const char*>(s) + r * sp, w);
   });
 }
 cudaError_t cudaMemset(void* p, int v, size_t n) {

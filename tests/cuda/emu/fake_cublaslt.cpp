@@ -4,7 +4,8 @@
 // summed in fp32 in k order, C unread when beta is 0 (as cuBLAS), then rounded once to D's type.
 // What cuBLASLt refuses is refused: a leading dimension below the rows, shapes that do not chain,
 // a compute or type combination matmul.cu does not ask for (only fp32 compute; A = B type, C = D
-// type, bf16 x bf16 -> bf16 or fp32, fp32 -> fp32), the bias epilogue without a bias, and an operand less aligned than the preference the algorithm was chosen under said.
+// type, bf16 x bf16 -> bf16 or fp32, fp32 -> fp32), the bias epilogue without a bias, and an
+// operand less aligned than the preference the algorithm was chosen under said.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 

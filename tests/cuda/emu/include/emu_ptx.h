@@ -27,8 +27,12 @@ inline size_t __cvta_generic_to_shared(const void* p, emu::loc at = emu::loc::cu
 
 namespace emu::ptx {
 
-inline int lane() { return static_cast<int>((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32); }
-inline uint32_t shfl(uint32_t v, int src, const loc& at) { return warp_shuffle(WarpOp::shfl, 0xffffffffu, v, src, 32, at); }
+inline int lane() {
+  return static_cast<int>((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32);
+}
+inline uint32_t shfl(uint32_t v, int src, const loc& at) {
+  return warp_shuffle(WarpOp::shfl, 0xffffffffu, v, src, 32, at);
+}
 inline float widen(uint32_t top) {  // a bf16's bits in the top half of an fp32: exact
   float f;
   std::memcpy(&f, &top, 4);

@@ -57,19 +57,21 @@ struct DeviceRadixSort {
     bool work;
     const cudaError_t e = emu_detail::take_temp(d_temp, bytes, static_cast<int64_t>(n), work);
     if (!work) return e;
-    if (begin_bit < 0 || end_bit > static_cast<int>(sizeof(K) * 8) || begin_bit >= end_bit) return cudaErrorInvalidValue;
+    if (begin_bit < 0 || end_bit > static_cast<int>(sizeof(K) * 8) || begin_bit >= end_bit)
+      return cudaErrorInvalidValue;
     return ::emu::submit(stream, [=] {
-    emu_detail::scribble(d_temp, static_cast<int64_t>(n));
-    std::vector<int64_t> idx(static_cast<size_t>(n));
-    std::iota(idx.begin(), idx.end(), 0);
-    std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) {
-      return emu_detail::radix_bits(keys_in[a], begin_bit, end_bit) < emu_detail::radix_bits(keys_in[b], begin_bit, end_bit);
-    });
-    std::vector<K> k(idx.size());
-    std::vector<V> v(idx.size());
-    for (size_t i = 0; i < idx.size(); ++i) k[i] = keys_in[idx[i]], v[i] = values_in[idx[i]];
-    std::copy(k.begin(), k.end(), keys_out);
-    std::copy(v.begin(), v.end(), values_out);
+      emu_detail::scribble(d_temp, static_cast<int64_t>(n));
+      std::vector<int64_t> idx(static_cast<size_t>(n));
+      std::iota(idx.begin(), idx.end(), 0);
+      std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) {
+        return emu_detail::radix_bits(keys_in[a], begin_bit, end_bit) <
+               emu_detail::radix_bits(keys_in[b], begin_bit, end_bit);
+      });
+      std::vector<K> k(idx.size());
+      std::vector<V> v(idx.size());
+      for (size_t i = 0; i < idx.size(); ++i) k[i] = keys_in[idx[i]], v[i] = values_in[idx[i]];
+      std::copy(k.begin(), k.end(), keys_out);
+      std::copy(v.begin(), v.end(), values_out);
     });
   }
 };
@@ -83,17 +85,17 @@ struct DeviceRunLengthEncode {
     const cudaError_t e = emu_detail::take_temp(d_temp, bytes, static_cast<int64_t>(n), work);
     if (!work) return e;
     return ::emu::submit(stream, [=]() mutable {
-    emu_detail::scribble(d_temp, static_cast<int64_t>(n));
-    int64_t runs = 0;
-    for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) {
-      if (i == 0 || !(in[i] == in[i - 1])) {
-        unique_out[runs] = in[i];
-        counts_out[runs] = 0;
-        ++runs;
+      emu_detail::scribble(d_temp, static_cast<int64_t>(n));
+      int64_t runs = 0;
+      for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) {
+        if (i == 0 || !(in[i] == in[i - 1])) {
+          unique_out[runs] = in[i];
+          counts_out[runs] = 0;
+          ++runs;
+        }
+        counts_out[runs - 1] = counts_out[runs - 1] + 1;
       }
-      counts_out[runs - 1] = counts_out[runs - 1] + 1;
-    }
-    *num_runs_out = static_cast<std::remove_reference_t<decltype(*num_runs_out)>>(runs);
+      *num_runs_out = static_cast<std::remove_reference_t<decltype(*num_runs_out)>>(runs);
     });
   }
 };
@@ -107,14 +109,14 @@ struct DeviceScan {
     const cudaError_t e = emu_detail::take_temp(d_temp, bytes, static_cast<int64_t>(n), work);
     if (!work) return e;
     return ::emu::submit(stream, [=]() mutable {
-    emu_detail::scribble(d_temp, static_cast<int64_t>(n));
-    using T = std::remove_cv_t<std::remove_reference_t<decltype(in[0])>>;
-    T sum{};
-    for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) {
-      const T x = in[i];
-      out[i] = sum;
-      sum = sum + x;
-    }
+      emu_detail::scribble(d_temp, static_cast<int64_t>(n));
+      using T = std::remove_cv_t<std::remove_reference_t<decltype(in[0])>>;
+      T sum{};
+      for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) {
+        const T x = in[i];
+        out[i] = sum;
+        sum = sum + x;
+      }
     });
   }
 };
@@ -128,11 +130,11 @@ struct DeviceSelect {
     const cudaError_t e = emu_detail::take_temp(d_temp, bytes, static_cast<int64_t>(n), work);
     if (!work) return e;
     return ::emu::submit(stream, [=]() mutable {
-    emu_detail::scribble(d_temp, static_cast<int64_t>(n));
-    int64_t k = 0;
-    for (int64_t i = 0; i < static_cast<int64_t>(n); ++i)
-      if (flags[i]) out[k++] = in[i];
-    *num_selected = static_cast<std::remove_reference_t<decltype(*num_selected)>>(k);
+      emu_detail::scribble(d_temp, static_cast<int64_t>(n));
+      int64_t k = 0;
+      for (int64_t i = 0; i < static_cast<int64_t>(n); ++i)
+        if (flags[i]) out[k++] = in[i];
+      *num_selected = static_cast<std::remove_reference_t<decltype(*num_selected)>>(k);
     });
   }
 };
