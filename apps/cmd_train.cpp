@@ -277,6 +277,11 @@ void run() {
   TrainResult r = train(cfg, opt, src, &val);
   std::printf("done: %lld steps, loss %.4f%s\n", static_cast<long long>(r.steps_done), r.last_loss,
               r.interrupted ? " (interrupted; --resume continues)" : "");
+  if (args.device == "cuda") {  // what the plan checked against the device, beside what it held
+    const MemoryPlan plan = device_memory_plan(cfg, t.micro_batch_size, t.seq_len);
+    std::printf("GPU memory: peak %.3f GiB held (the plan: %.3f GiB)\n",
+                static_cast<double>(cuda::device_bytes_peak()) / (1 << 30), static_cast<double>(plan.total()) / (1 << 30));
+  }
 }
 
 void add_table_options(CLI::App* sub);

@@ -148,7 +148,7 @@ TEST(Flops, PaperMoeConfigsHaveTheirNamedSizes) {
 
 // `train --device cuda`'s GPU plan, by hand: the backbone's fp32 masters + a bf16 copy, gradients
 // and moments of every flat tensor; the tables' masters + bf16 copy, dense gradients, moments, and a
-// flag, a listed row and a step count a row; the activations as the CPU's.
+// flag, a listed row and a step count a row; the activations as the CPU's; two cuBLASLt workspaces.
 TEST(Flops, GpuMemoryPlanByHand) {
   Config cfg;
   cfg.model = small();
@@ -165,6 +165,10 @@ TEST(Flops, GpuMemoryPlanByHand) {
   EXPECT_EQ(gpu.moments_tables, 2 * table_bytes);
   EXPECT_EQ(gpu.gradients, host.weights + table_bytes + rows * 9);
   EXPECT_EQ(gpu.activations, host.activations);
+  EXPECT_EQ(gpu.workspaces, 64 << 20);
+  EXPECT_EQ(host.workspaces, 0);
+  EXPECT_EQ(gpu.steady(), gpu.weights + gpu.tables + gpu.moments_backbone + gpu.moments_tables + gpu.gradients +
+                              gpu.activations + (64 << 20));
   EXPECT_EQ(gpu.checkpoint, 0);
   cfg.train.precision = "fp32";  // no copies
   EXPECT_EQ(device_memory_plan(cfg, 2, 8).weights, host.weights);

@@ -35,4 +35,13 @@ DeviceInfo require_cuda_device();
 // Whether this binary has the CUDA kernels (nvcc was found at configure time).
 bool built_with_cuda();
 
+// Device memory this process holds through DeviceArray and cuBLASLt's workspace (every cudaMalloc
+// jtok makes): note_device_bytes(+n) after an allocation, (-n) after its free. The peak is what
+// PyTorch's max_memory_allocated counts (not the CUDA context, not cuBLASLt's own), so a bench's
+// peak memory compares with the peer's. 0 in a build without CUDA.
+void note_device_bytes(int64_t delta);
+int64_t device_bytes_now();
+int64_t device_bytes_peak();
+void reset_device_bytes_peak();  // the peak from now on starts at what is held now
+
 }  // namespace jtok::cuda

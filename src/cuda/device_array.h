@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/check.h"
+#include "cuda/device.h"
 
 namespace jtok::cuda {
 
@@ -33,6 +34,7 @@ class DeviceArray {
     release();
     if (n > 0) JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), static_cast<size_t>(n) * sizeof(T)));
     n_ = n;
+    note_device_bytes(static_cast<int64_t>(bytes()));
   }
   void zero(cudaStream_t stream) {
     if (n_) JTOK_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes(), stream));
@@ -43,7 +45,10 @@ class DeviceArray {
 
  private:
   void release() {
-    if (ptr_) cudaFree(ptr_);
+    if (ptr_) {
+      cudaFree(ptr_);
+      note_device_bytes(-static_cast<int64_t>(bytes()));
+    }
     ptr_ = nullptr;
     n_ = 0;
   }

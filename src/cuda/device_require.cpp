@@ -1,6 +1,7 @@
 // `--device cuda`'s gate, compiled in every build: with CUDA it probes the devices
 // (device.cu), without it says so and why. CMakeLists.txt sets JTOK_HAVE_CUDA for this file, or
 // JTOK_NO_CUDA_REASON (1: JTOK_CUDA=OFF, 2: a sanitizer / fuzz build, 3: no nvcc found).
+#include <atomic>
 #include <cstdio>
 
 #include "core/error.h"
@@ -18,7 +19,18 @@ std::string version_text(int v) {
   std::snprintf(buf, sizeof buf, "%d.%d", v / 1000, (v % 1000) / 10);
   return buf;
 }
+std::atomic<int64_t> g_device_bytes{0}, g_device_bytes_peak{0};
 }  // namespace
+
+void note_device_bytes(int64_t delta) {
+  const int64_t now = g_device_bytes.fetch_add(delta) + delta;
+  int64_t peak = g_device_bytes_peak.load();
+  while (now > peak && !g_device_bytes_peak.compare_exchange_weak(peak, now)) {
+  }
+}
+int64_t device_bytes_now() { return g_device_bytes.load(); }
+int64_t device_bytes_peak() { return g_device_bytes_peak.load(); }
+void reset_device_bytes_peak() { g_device_bytes_peak.store(g_device_bytes.load()); }
 
 std::string describe(const DeviceInfo& d) {
   char buf[512];

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/cublaslt_api.h"
+#include "cuda/device.h"
 #include "cuda/row_invariant_linear.h"
 
 namespace jtok::cuda {
@@ -123,11 +124,13 @@ Plan& Matmul::Impl::plan(const PlanKey& key, cudaDataType_t in, cudaDataType_t o
 Matmul::Matmul() : impl_(std::make_unique<Impl>()) {
   JTOK_CUBLAS_CHECK(cublaslt().Create(&impl_->handle));
   JTOK_CUDA_CHECK(cudaMalloc(&impl_->workspace, kWorkspaceBytes));
+  note_device_bytes(static_cast<int64_t>(kWorkspaceBytes));
 }
 
 Matmul::~Matmul() {
   for (auto& [key, p] : impl_->plans) destroy(p);
   cudaFree(impl_->workspace);
+  note_device_bytes(-static_cast<int64_t>(kWorkspaceBytes));
   cublaslt().Destroy(impl_->handle);
 }
 
@@ -152,10 +155,19 @@ void Matmul::gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
                                    impl_->workspace, kWorkspaceBytes, stream));
 }
 
+namespace {
+// One Matmul a thread for every gemm_lt<In, Out> (a function-local static in the template would be
+// one per type pair: a second 32 MiB workspace for the LM head's fp32 dW products).
+Matmul& thread_matmul() {
+  thread_local Matmul mm;
+  return mm;
+}
+}  // namespace
+
 template <typename In, typename Out>
 void gemm_lt(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const In* A, int64_t lda,
              const In* B, int64_t ldb, float beta, Out* C, int64_t ldc, cudaStream_t stream) {
-  thread_local Matmul mm;
+  Matmul& mm = thread_matmul();
   mm.gemm<In, Out>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr, stream);
 }
 

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "cuda/decoder_sizes.h"
+#include "cuda/device.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "infer/decoder.h"
@@ -34,6 +35,13 @@ double peak_rss_mb() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss: KiB on Linux
+}
+
+// The process's peak RSS, and on a GPU its peak device memory so far (every decoder this process
+// made until now: HF's peak_gpu_mb, max_memory_allocated, counts the same way).
+void add_peak_memory(nlohmann::json& j, const std::string& device) {
+  j["peak_rss_mb"] = peak_rss_mb();
+  if (device == "cuda") j["peak_gpu_mb"] = static_cast<double>(cuda::device_bytes_peak()) / (1024.0 * 1024.0);
 }
 
 double median(std::vector<double> v) {
@@ -165,8 +173,8 @@ nlohmann::json decode_line(Decoder& dec, const BenchDecodeOptions& opt, nlohmann
             {"sample_ms_per_step", median(sample)}, {"rows_per_step", static_cast<double>(last.rows) / static_cast<double>(N)},
             {"prefill_tok_s_each", pre}, {"decode_tok_s_each", dtok},
             {"prompt_fnv1a", hex64(fnv1a64(prompts.data(), static_cast<size_t>(M * P) * sizeof(int32_t)))},
-            {"tokens_fnv1a", hex64(fnv1a64(last.generated.data(), last.generated.size() * sizeof(int32_t)))},
-            {"peak_rss_mb", peak_rss_mb()}});
+            {"tokens_fnv1a", hex64(fnv1a64(last.generated.data(), last.generated.size() * sizeof(int32_t)))}});
+  add_peak_memory(j, opt.device);
   std::fprintf(stderr, "bench-decode %s %s batch %" PRId64 ": prefill %" PRId64 " x %" PRId64 " %.1f tok/s | decode %" PRId64
                " steps %.1f tok/s, TPOT %.3f ms (host argmax %.3f ms) | peak RSS %.0f MB\n",
                opt.device.c_str(), j["table_rows"].get<std::string>().c_str(), M, M, P, median(pre), N, median(dtok),
@@ -190,7 +198,8 @@ nlohmann::json prefill_line(Decoder& dec, const BenchDecodeOptions& opt, nlohman
   j.update({{"run", "prefill"}, {"batch", 1}, {"prompt", prompt.size()}, {"prefill_tok_s", median(pre)},
             {"prefill_ms", 1e3 * static_cast<double>(prompt.size()) / median(pre)}, {"prefill_tok_s_each", pre},
             {"prompt_fnv1a", hex64(fnv1a64(prompt.data(), prompt.size() * sizeof(int32_t)))},
-            {"tokens_fnv1a", hex64(fnv1a64(last.generated.data(), sizeof(int32_t)))}, {"peak_rss_mb", peak_rss_mb()}});
+            {"tokens_fnv1a", hex64(fnv1a64(last.generated.data(), sizeof(int32_t)))}});
+  add_peak_memory(j, opt.device);
   std::fprintf(stderr, "bench-decode %s %s prefill of %zu tokens: %.1f tok/s (%.2f ms)\n", opt.device.c_str(),
                j["table_rows"].get<std::string>().c_str(), prompt.size(), median(pre), j["prefill_ms"].get<double>());
   return j;

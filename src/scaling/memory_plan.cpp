@@ -48,6 +48,7 @@ MemoryPlan device_memory_plan(const Config& cfg, int64_t B, int64_t T) {
   p.moments_tables = host.moments_tables;
   p.gradients = host.weights + host.tables + rows * (1 + 4 + 4);  // + touched flag, row list, row step
   p.activations = host.activations;
+  p.workspaces = 2 * (int64_t{32} << 20);
   return p;
 }
 
@@ -60,7 +61,7 @@ MemoryPlan host_plan_of_device_run(const Config& cfg, int64_t B, int64_t T) {
 nlohmann::json to_json(const MemoryPlan& p) {
   return {{"weights", p.weights},   {"tables", p.tables},       {"moments_backbone", p.moments_backbone},
           {"moments_tables", p.moments_tables}, {"gradients", p.gradients}, {"activations", p.activations},
-          {"steady", p.steady()}, {"checkpoint_write", p.checkpoint}, {"total", p.total()}};
+          {"workspaces", p.workspaces}, {"steady", p.steady()}, {"checkpoint_write", p.checkpoint}, {"total", p.total()}};
 }
 
 std::string memory_plan_text(const MemoryPlan& p, const std::string& indent) {
@@ -69,11 +70,12 @@ std::string memory_plan_text(const MemoryPlan& p, const std::string& indent) {
       {"weights (flat parameters)  ", p.weights},   {"token-indexed tables       ", p.tables},
       {"AdamW moments, flat        ", p.moments_backbone}, {"AdamW moments, tables      ", p.moments_tables},
       {"gradients                  ", p.gradients}, {"activations (micro-batch)  ", p.activations},
-      {"= while training           ", p.steady()}, {"+ checkpoint write copies  ", p.checkpoint},
-      {"= peak                     ", p.total()}};
+      {"cuBLASLt workspaces        ", p.workspaces}, {"= while training           ", p.steady()},
+      {"+ checkpoint write copies  ", p.checkpoint}, {"= peak                     ", p.total()}};
   std::ostringstream os;
   char buf[128];
   for (const auto& [name, b] : rows) {
+    if (b == 0 && name[0] == 'c') continue;  // cuBLASLt's workspaces: a CPU plan has none
     std::snprintf(buf, sizeof buf, "%s%s %12.3f GiB\n", indent.c_str(), name, gib(b));
     os << buf;
   }

@@ -23,8 +23,11 @@ namespace jtok {
 
 struct MemoryPlan {
   int64_t weights = 0, tables = 0, moments_backbone = 0, moments_tables = 0, gradients = 0, activations = 0;
+  int64_t workspaces = 0;  // the GPU's cuBLASLt workspaces (0 on the CPU)
   int64_t checkpoint = 0;
-  int64_t steady() const { return weights + tables + moments_backbone + moments_tables + gradients + activations; }
+  int64_t steady() const {
+    return weights + tables + moments_backbone + moments_tables + gradients + activations + workspaces;
+  }
   int64_t total() const { return steady() + checkpoint; }
 };
 
@@ -33,7 +36,8 @@ MemoryPlan memory_plan(const Config& cfg, int64_t B, int64_t T, int64_t table_ra
 // `train --device cuda`'s plan of GPU memory (the parts as above): the fp32 masters plus, in bf16
 // (`precision`), the forward's copies of the weights and tables; the tables' gradients dense
 // (table-shaped, fp32) with a flag and a step count a row; the moments of every table row; the
-// activations as the CPU's (an upper bound in bf16); no checkpoint copies (those are the host's).
+// activations as the CPU's (an upper bound in bf16); cuBLASLt's two 32 MiB workspaces (the model's
+// products and the LM head's, cuda/matmul.cu); no checkpoint copies (those are the host's).
 MemoryPlan device_memory_plan(const Config& cfg, int64_t B, int64_t T);
 // The host's part of a --device cuda run: the plan without activations (they live on the GPU).
 MemoryPlan host_plan_of_device_run(const Config& cfg, int64_t B, int64_t T);

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "cuda/device.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "model/transformer.h"
@@ -248,9 +249,10 @@ std::vector<nlohmann::json> bench_train(const BenchTrainOptions& args) {
   for (const std::string& v : args.variants) benches.push_back(make_variant(args, v, *benches[0]));
   // The bf16 / fp32 matmul rates `train --precision bf16` measures at start (train/precision.h): the
   // ceiling of a bf16 step's speedup, reported beside it.
+  // (not on a GPU: these are the CPU's products)
   PrecisionReport probe;
   for (auto& b : benches)
-    if (b->cfg.train.precision == "bf16" && bf16_matmul_supported() && probe.bf16_gflops == 0)
+    if (args.device != "cuda" && b->cfg.train.precision == "bf16" && bf16_matmul_supported() && probe.bf16_gflops == 0)
       probe = apply_training_precision("bf16");
   TokenStream ts = make_stream(args, benches[0]->cfg);
   for (int64_t s = 0; s < args.warmup + args.steps; ++s) {
@@ -264,7 +266,12 @@ std::vector<nlohmann::json> bench_train(const BenchTrainOptions& args) {
   for (size_t i = 0; i < benches.size(); ++i) {
     nlohmann::json j = report(args, *benches[i], ts);
     if (args.variants.empty()) j["peak_rss_mb"] = ru.ru_maxrss / 1024.0;
-    if (j["precision"] == "bf16") {
+    // The device memory the process held at most (weights, moments, activations, tables; not the
+    // CUDA context): peak_mem_mb as the PyTorch peer's max_memory_allocated, this model's alone
+    // without variants.
+    if (args.device == "cuda" && args.variants.empty())
+      j["peak_mem_mb"] = static_cast<double>(cuda::device_bytes_peak()) / (1024.0 * 1024.0);
+    if (j["precision"] == "bf16" && probe.bf16_gflops > 0) {
       j["bf16_matmul_gflops"] = probe.bf16_gflops;
       j["fp32_matmul_gflops"] = probe.fp32_gflops;
     }

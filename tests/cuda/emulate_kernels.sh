@@ -32,10 +32,11 @@ CI_SET="$CI_SET:*CudaPagedAttention*H4_KV2_hd32"
 # The GPU tests' cases compiled here unchanged (GPU_TESTS), by their GPU names: every op case, and
 # of the products, model, trainer and decoder the cases that take a few seconds here (the rest, the
 # bf16 graphs among them, with --gtest_filter='*'; docs/cuda.md lists their times).
-CI_SET="$CI_SET:CudaOps.*:*CudaLinear*:*CudaGemm*:CudaGemmBits.GemmLtMatchesGemmRef:CudaRowInvariant.*"
+CI_SET="$CI_SET:CudaDevice.*:CudaOps.*:*CudaLinear*:*CudaGemm*:CudaGemmBits.GemmLtMatchesGemmRef:CudaRowInvariant.*"
 CI_SET="$CI_SET:*CudaAttention.*T33_KV2_hd64:CudaModel.*StepMatchesCpu:CudaModel.Refuses*"
 CI_SET="$CI_SET:CudaModel.StepIsDeterministic:CudaModel.TenAdamWStepsMatchCpu"
-CI_SET="$CI_SET:CudaTrainer.PoisonedGradientRefusedWithAFrozenBackbone:CudaDecoder.*MatchesCpu:CudaDecoder.*Fork*"
+CI_SET="$CI_SET:CudaTrainer.PoisonedGradientRefusedWithAFrozenBackbone:CudaTrainer.DeviceMemoryWithinItsPlan"
+CI_SET="$CI_SET:CudaDecoder.*MatchesCpu:CudaDecoder.*Fork*"
 CI_SET="$CI_SET:CudaDecoder.*Blocks*:CudaDecoder.DecodePickMatchesHostPicksFp32:CudaHostRows.*:CudaStepRowsStaged.*"
 FLAGS="-std=c++20 -O1 -march=native -ffp-contract=off -fopenmp -ffunction-sections -DJTOK_HAVE_CUDA=1"
 FLAGS="$FLAGS -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-subobject-linkage"

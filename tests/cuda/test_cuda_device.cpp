@@ -1,10 +1,12 @@
-// The device probe (cuda/device.h) finds the GPU and reads its properties. Part of test_cuda_ops,
-// on a GPU host only (the emulation has no device to probe).
+// The device probe (cuda/device.h) finds the GPU and reads its properties; the device-memory count
+// behind the benches' peak memory follows DeviceArray's allocations. Part of test_cuda_ops, on a GPU
+// host, and of the emulation (tests/cuda/emulate_kernels.sh).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
 #include "cuda/device.h"
+#include "cuda/device_array.h"
 
 namespace {
 
@@ -17,6 +19,23 @@ TEST(CudaDevice, ProbeFindsTheGpu) {
   EXPECT_GT(d.driver_version, 0);
   EXPECT_GT(d.runtime_version, 0);
   EXPECT_GT(d.bf16_peak_tflops, 0) << d.peak_how;
+}
+
+TEST(CudaDevice, MemoryCountFollowsAllocations) {
+  using jtok::cuda::device_bytes_now;
+  using jtok::cuda::device_bytes_peak;
+  const int64_t before = device_bytes_now();
+  {
+    jtok::cuda::DeviceArray<float> a(1 << 20);
+    EXPECT_EQ(device_bytes_now(), before + (4 << 20));
+    a.resize(1 << 18);  // freed, then 1 MiB
+    EXPECT_EQ(device_bytes_now(), before + (1 << 20));
+    jtok::cuda::DeviceArray<double> b(1 << 18);
+    jtok::cuda::DeviceArray<float> c(std::move(a));  // a move holds the same memory
+    EXPECT_EQ(device_bytes_now(), before + (3 << 20));
+    EXPECT_GE(device_bytes_peak(), before + (4 << 20));
+  }
+  EXPECT_EQ(device_bytes_now(), before);
 }
 
 }  // namespace

@@ -5,21 +5,25 @@
 // tables and moments that match the CPU's. bf16: after every step (deferred "dense" rows, an
 // evaluation's row syncs, "dense-eager", a frozen backbone) each bf16 copy is exactly the bf16 rounding
 // of its fp32 master, the flat weights' and every table row's (a deferred row's stale copy included:
-// stale with its master). A NaN gradient injected with a frozen backbone is refused. Runs only on a
-// GPU host (in test_cuda_ops; bash scripts/test_cuda.sh).
+// stale with its master). A NaN gradient injected with a frozen backbone is refused. The device memory
+// a step holds stays within `train --device cuda`'s plan. Runs on a GPU host (in test_cuda_ops; bash
+// scripts/test_cuda.sh) and on the CPU's emulation (tests/cuda/emulate_kernels.sh).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "cuda/device.h"
 #include "cuda/model.h"
 #include "cuda/model_optimizer.h"
 #include "cuda/training.h"
 #include "model_case.h"
+#include "scaling/memory_plan.h"
 #include "step_case.h"
 #include "train/optimizer.h"
 #include "train/tables_cuda.h"
@@ -107,6 +111,41 @@ void expect_trainer_matches_cpu(const std::string& mode) {
     expect_close(name + " table m " + m.table_names[k], gstate.tables.m[k], state.tables.m[k], 1e-4);
     expect_close(name + " table v " + m.table_names[k], gstate.tables.v[k], state.tables.v[k], 1e-4);
   }
+}
+
+// What `train --device cuda` checks against the device's memory before it starts
+// (device_memory_plan) against what a bf16 trainer holds at its peak through a step: never more,
+// and at least 3/4 of it (the plan's activations are the CPU's; the workspace of gemm_lt's thread
+// may be made by an earlier case, so up to 32 MiB of the plan may be held before this one).
+TEST(CudaTrainer, DeviceMemoryWithinItsPlan) {
+  jtok::Config cfg;
+  cfg.model = tiny_jtokm();
+  cfg.model.vocab_size = 4000;
+  cfg.train = ten_steps();
+  cfg.train.precision = "bf16";
+  Batch b;
+  b.B = 4, b.T = 64;
+  b.ids = skewed_ids(b.B * b.T, cfg.model.vocab_size, 7000);
+  b.targets = skewed_ids(b.B * b.T, cfg.model.vocab_size, 7001);
+  const jtok::MemoryPlan plan = jtok::device_memory_plan(cfg, b.B, b.T);
+  jtok::Model m = test_model(cfg.model);
+  jtok::AdamWState state = jtok::make_adamw_state(m);
+  const int64_t before = jtok::cuda::device_bytes_now();
+  jtok::cuda::reset_device_bytes_peak();
+  {
+    const auto dev = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state), true, true);
+    dev->zero_grads();
+    dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f, false);
+    jtok::device_optimizer_step(*dev, state, cfg.train);
+  }
+  const int64_t held = jtok::cuda::device_bytes_peak() - before;
+  std::printf("device memory: peak %.1f MiB held, the plan %.1f MiB\n", static_cast<double>(held) / (1 << 20),
+              static_cast<double>(plan.steady()) / (1 << 20));
+  EXPECT_LE(held, plan.steady());
+  EXPECT_GE(held, (plan.steady() - (int64_t{32} << 20)) * 3 / 4);
+  // Every array freed with the trainer; gemm_lt's workspace stays with its thread.
+  const int64_t left = jtok::cuda::device_bytes_now() - before;
+  EXPECT_TRUE(left == 0 || left == int64_t{32} << 20) << left;
 }
 
 TEST(CudaTrainer, ResumedStateStepsMatchCpu) {
