@@ -20,8 +20,8 @@
 # fit in RAM, hbm dropped where the copy does not fit on the GPU. Nothing is written to disk: a random
 # model has no table store (`jtok bench-decode --checkpoint C --tables disk --table-store S` times one).
 # --device cpu --tiny (CI, tests/test_gpu_decode_peer.sh): the CPU engine and the peer on the CPU,
-# a 2-layer d-64 shape of --config's vocabulary, prompt 32, 8 steps, batch 1 and 4, a 128-token
-# prefill, one repeat. PEER_ARGS (environment) is appended to the peer's command (the test's
+# a 2-layer d-64 shape of --config's vocabulary (4 heads of 32: --device cuda --tiny runs on the
+# CPU's emulation of the GPU too), prompt 32, 8 steps, batch 1 and 4, a 128-token prefill, one repeat. PEER_ARGS (environment) is appended to the peer's command (the test's
 # --stand-in where transformers is absent).
 # Time on an H200 (estimate): dense ~30 s (0.6B init on one thread), JTok-M ~90-150 s (43.5 GB of
 # bf16 tables made on 16 threads, registered, copied), the peer ~40-70 s (HF's steps take 20-65 ms):
@@ -59,7 +59,7 @@ case "$DEVICE" in cuda|cpu) ;; *) echo "gpu_decode_peer.sh: --device cuda or cpu
 if [ "$TINY" = 1 ]; then
   : "${BATCH:=1,4}" "${P:=32}" "${N:=8}" "${L:=128}" "${REPEAT:=1}" "${PEER_REPEAT:=1}"
   SHAPE=(--set hidden_size=64 --set num_hidden_layers=2 --set num_attention_heads=4 --set num_key_value_heads=2
-         --set head_dim=16 --set intermediate_size=128)
+         --set head_dim=32 --set intermediate_size=128)  # hd 32: the GPU attention's smallest
 else
   : "${BATCH:=1,16}" "${P:=512}" "${N:=128}" "${L:=4096}" "${REPEAT:=3}" "${PEER_REPEAT:=1}"
   SHAPE=()

@@ -92,7 +92,7 @@ def main():
     if not table:
         sys.exit(f"gpu_train_peer_table.py: no results in {sys.argv[1]}")
     lines = [r for by_model in table.values() for r in by_model.values()]
-    device = lines[0].get("device_name", "?") if lines else "?"
+    device = next((r["device_name"] for r in lines if r.get("device_name")), "?")
     print(f"{title}, {device}\n")
     print("| engine | mode | model | tokens/s | MFU | peak GiB | / dense | ours / compile |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")

@@ -70,7 +70,7 @@ def model_shape(cfg, tiny):
          "max_position_embeddings": cfg.get("max_position_embeddings", 4096), "rope_theta": cfg.get("rope_theta", 10000.0),
          "rms_norm_eps": cfg.get("rms_norm_eps", 1e-6), "tie_word_embeddings": cfg.get("tie_word_embeddings", False)}
     if tiny:
-        s.update(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        s.update(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                  intermediate_size=128)
     return s
 

@@ -271,6 +271,7 @@ std::vector<nlohmann::json> bench_train(const BenchTrainOptions& args) {
     // without variants.
     if (args.device == "cuda" && args.variants.empty())
       j["peak_mem_mb"] = static_cast<double>(cuda::device_bytes_peak()) / (1024.0 * 1024.0);
+    if (args.device == "cuda") j["device_name"] = cuda::require_cuda_device().name;  // as the peer's line
     if (j["precision"] == "bf16" && probe.bf16_gflops > 0) {
       j["bf16_matmul_gflops"] = probe.bf16_gflops;
       j["fp32_matmul_gflops"] = probe.fp32_gflops;
