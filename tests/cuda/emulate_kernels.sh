@@ -70,5 +70,34 @@ if [ -n "${EMU_JTOK:-}" ]; then
 fi
 # EMU_KEEP=path keeps the emulated test binary there (to run cases one by one).
 [ -z "${EMU_KEEP:-}" ] || cp "$T/emulated" "$EMU_KEEP"
-[ $# -gt 0 ] || set -- --gtest_filter="$CI_SET"
-OMP_NUM_THREADS=1 "$T/emulated" "$@"
+# The GPU session's op benches (bench/cuda_*.cpp, each a main) on the emulated GPU: built for the CI
+# set and run there at small shapes (their code, not their timings: a bench that stops or prints no
+# JSON fails here, not in a GPU session's minutes); EMU_BENCH=dir keeps them (bench_cuda_*).
+BENCH_DIR=${EMU_BENCH:-$T/bench}
+if [ $# -eq 0 ] || [ -n "${EMU_BENCH:-}" ]; then
+  mkdir -p "$BENCH_DIR"
+  for src in attention_op:attention row_invariant_op:row_invariant host_rows:host_rows; do
+    $CXX $FLAGS $INC -I"$ROOT/bench" -c "$ROOT/bench/cuda_${src%%:*}.cpp" -o "$T/bench_${src#*:}.o"
+    $CXX $LINK "$T"/dev/*.o "$T/bench_${src#*:}.o" $LIBS -o "$BENCH_DIR/bench_cuda_${src#*:}"
+  done
+fi
+# bench_cuda_row_invariant has Qwen3-0.6B's shapes only (hours here): built, not run.
+run_benches() {
+  OMP_NUM_THREADS=1 "$BENCH_DIR/bench_cuda_attention" 1 40 2 1 32 1 > "$T/attention.json"
+  OMP_NUM_THREADS=1 "$BENCH_DIR/bench_cuda_host_rows" --layers 2 --tables 3 --d 64 --vocab 3000 --decode 4 \
+    --prefill 96 --reps 1 > "$T/host_rows.json"
+  python3 - "$T/attention.json" "$T/host_rows.json" <<'PY'
+import json, sys
+att = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[2])) if "step" in r]  # (a decode step, a prefill) x 3 paths
+assert len(att) == 1 and att[0]["T"] == 40 and att[0]["fwd_ms"] > 0 and att[0]["bwd_tiles_ms"] > 0, att
+assert len(rows) == 6 and all(r["ms"] > 0 for r in rows), rows
+print(f"emulated benches: bench_cuda_attention 1 line, bench_cuda_host_rows {len(rows)} lines")
+PY
+}
+if [ $# -gt 0 ]; then
+  OMP_NUM_THREADS=1 "$T/emulated" "$@"
+else
+  OMP_NUM_THREADS=1 "$T/emulated" --gtest_filter="$CI_SET"
+  run_benches
+fi
