@@ -4,7 +4,8 @@
 # bf16 autocast, SDPA attention, fused AdamW; eager, then torch.compile) on dense / +JTok / +JTok-M
 # (n_e 5, K 2, every layer), each one process with one JSON line (tokens/s, MFU, peak memory); then
 # ours (`jtok bench-train --device cuda --set precision=bf16`: bf16 copies of fp32 masters, fp32
-# accumulation; one process a model: dense, +JTok, +JTok-M, and JTok-M with table_optimizer
+# accumulation, JTOK_PROFILE=1: each step's phases timed by device events; one process a model:
+# dense, +JTok, +JTok-M, and JTok-M with table_optimizer
 # dense-eager: the table AdamW's naive pass over every row every step, and jtokm_naive: that and
 # table_dedup false, a token-table row gathered and scattered a position at a time); then
 # bench/gpu_train_peer_table.py's tables: ratios JTok/dense and JTok-M/dense per engine and mode,
@@ -105,7 +106,8 @@ if [ -n "$JTOK" ]; then
       continue
     fi
     # shellcheck disable=SC2046  # the overrides are words
-    run "ours_$model" "$JTOK" bench-train "${BASE[@]}" --device "$DEVICE" --set precision=bf16 $(ours_sets "$model") ||
+    run "ours_$model" env JTOK_PROFILE=1 "$JTOK" bench-train "${BASE[@]}" --device "$DEVICE" --set precision=bf16 \
+      $(ours_sets "$model") ||
       status=1
   done
 else

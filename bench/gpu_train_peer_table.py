@@ -5,8 +5,9 @@ tokens/s, MFU, peak memory, the ratio to the same engine and mode's dense run, a
 torch.compile's for the same model; then ours as the paper's training table in kind: the backbone,
 +JTok-M without dedup (jtokm_naive: a token-table row gathered and scattered a position at a time,
 the table AdamW's naive pass over every row every step), +dedup (jtokm_eager), +the deferred table
-optimizer (jtokm), tokens/s and the ratio to the backbone. A missing or empty file is a row of "-"
-(a run that failed or was killed: its log says why).
+optimizer (jtokm), tokens/s and the ratio to the backbone; then ours by phase where its runs were
+profiled (JTOK_PROFILE=1: step_breakdown_ms, milliseconds a step). A missing or empty file is a row
+of "-" (a run that failed or was killed: its log says why).
 
     python3 bench/gpu_train_peer_table.py bench-out/gpu_train_peer
 """
@@ -84,6 +85,21 @@ def paper_rows(ours):
         yield [label, fmt(tps, ",.0f"), fmt(tps / backbone if tps and backbone else None, ".3f")]
 
 
+def phase_rows(ours):
+    """Ours' step by phase: a row a phase (in the first profiled run's order, then any others), a
+    column a model, milliseconds a step and the share of the dense step."""
+    models = [m for m in MODELS + OURS_ONLY if "step_breakdown_ms" in ours.get(m, {})]
+    phases = []
+    for m in models:  # the step's order (step_phases; the JSON object's keys are sorted), the gaps last
+        for p in ours[m].get("step_phases", []) + sorted(ours[m]["step_breakdown_ms"]):
+            if p != "host_gaps" and p not in phases:
+                phases.append(p)
+    phases.append("host_gaps")
+    for p in phases:
+        yield [p] + [fmt(ours[m]["step_breakdown_ms"].get(p), ".3f") for m in models]
+    yield ["step (wall)"] + [fmt(ours[m].get("step_ms"), ".3f") for m in models]
+
+
 def main():
     if len(sys.argv) not in (2, 3):
         sys.exit("usage: gpu_train_peer_table.py DIR [TITLE]")
@@ -105,6 +121,13 @@ def main():
         print("| --- | --- | --- |")
         for row in paper_rows(ours):
             print("| " + " | ".join(row) + " |")
+        profiled = [m for m in MODELS + OURS_ONLY if "step_breakdown_ms" in ours.get(m, {})]
+        if profiled:
+            print("\nOurs by phase (JTOK_PROFILE=1: device events between phases), ms a step:\n")
+            print("| phase | " + " | ".join(LABEL[m] for m in profiled) + " |")
+            print("| --- |" + " ---: |" * len(profiled))
+            for row in phase_rows(ours):
+                print("| " + " | ".join(row) + " |")
     return 0
 
 

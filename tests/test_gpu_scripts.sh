@@ -106,9 +106,11 @@ mkdir -p "$T/tab"
 echo '{"tokens_per_s": 400000, "mfu": 0.42, "peak_mem_mb": 20480, "device_name": "NVIDIA H200"}' > "$T/tab/peer_compile_dense.json"
 echo '{"tokens_per_s": 200000}' > "$T/tab/peer_compile_jtokm.json"
 : > "$T/tab/peer_compile_jtok.json"   # a run that failed
-echo '{"tokens_per_s": 440000, "mfu": 0.46}' > "$T/tab/ours_dense.json"
+echo '{"tokens_per_s": 440000, "mfu": 0.46, "step_ms": 37.2, "step_phases": ["attention", "adamw"], '\
+'"step_breakdown_ms": {"adamw": 1.5, "attention": 20.25, "host_gaps": 0.45}}' > "$T/tab/ours_dense.json"
 echo '{"tokens_per_s": 431200}' > "$T/tab/ours_jtok.json"
-echo '{"tokens_per_s": 418000}' > "$T/tab/ours_jtokm.json"
+echo '{"tokens_per_s": 418000, "step_ms": 39.2, "step_phases": ["attention", "table adamw", "adamw"], '\
+'"step_breakdown_ms": {"adamw": 1.5, "attention": 20.5, "table adamw": 0.25, "host_gaps": 0.5}}' > "$T/tab/ours_jtokm.json"
 echo '{"tokens_per_s": 374000}' > "$T/tab/ours_jtokm_eager.json"
 echo '{"tokens_per_s": 330000}' > "$T/tab/ours_jtokm_naive.json"
 "$PY" bench/gpu_train_peer_table.py "$T/tab" > "$T/tab.md"
@@ -122,10 +124,15 @@ for row in "| pytorch | compile | dense | 400,000 | 0.420 | 20.0 | 1.000 | - |" 
            "| backbone | 440,000 | 1.000 |" \
            "| +JTok-M without dedup (naive gather, scatter, table AdamW) | 330,000 | 0.750 |" \
            "| +dedup | 374,000 | 0.850 |" \
-           "| +deferred table optimizer | 418,000 | 0.950 |"; do
+           "| +deferred table optimizer | 418,000 | 0.950 |" \
+           "| phase | dense | +JTok-M (n_e 5, K 2) |" "| attention | 20.250 | 20.500 |" "| adamw | 1.500 | 1.500 |" \
+           "| table adamw | - | 0.250 |" "| host_gaps | 0.450 | 0.500 |" "| step (wall) | 37.200 | 39.200 |"; do
   grep -qF -- "$row" "$T/tab.md" || { echo "table: no row '$row'"; cat "$T/tab.md"; exit 1; }
 done
 grep -q "NVIDIA H200" "$T/tab.md"
+# Ours by phase in the step's order: attention, adamw (dense's), then JTok-M's table adamw, the gaps last.
+[ "$(grep -E '^\| (attention|adamw|table adamw|host_gaps) \|' "$T/tab.md" | cut -d'|' -f2 | xargs)" = \
+  "attention adamw table adamw host_gaps" ] || { echo "table: phases out of order"; cat "$T/tab.md"; exit 1; }
 # On a GPU the naive model runs: without dedup, with the eager table AdamW (the dry run's command).
 bash bench/gpu_train_peer.sh --data "$T/data" --jtok /bin/jtok --out "$T/dry" --dry-run --models jtokm --modes eager \
   > "$T/dry.out"

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cuda/dedup.h"
+#include "cuda/phase_profile.h"
 #include "cuda/device_array.h"
 #include "cuda/jtokm.h"
 #include "cuda/matmul.h"
@@ -129,6 +130,7 @@ struct DeviceModel {
   DeviceView<float> g;            // views of grads
   Matmul mm;                      // cuBLASLt plans; one stream at a time
   cudaStream_t stream;
+  PhaseProfile* profile = nullptr;  // while profiling: the step's phases marked on stream
 
   E* weights() const {
     if constexpr (std::is_same_v<E, float>) return master.get();

@@ -161,13 +161,19 @@ double backward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets, fl
   const int64_t moe_layers = dm.cfg.moe_num_layers();
   const float moe_aux_grad = moe_layers > 0 ? grad_scale / static_cast<float>(moe_layers) : 0.0f;
   head_backward(dm, a, grad_scale);
+  mark_phase(dm.profile, "lm head + loss", dm.stream);  // forward and backward, chunk by chunk
   for (size_t li = a.layers.size(); li-- > 0;) {
     mlp_half_backward(dm, a, li, moe_aux_grad);
+    const bool tables = dm.w.layers[li].jtokm_router || dm.jtok_table[li] >= 0;
+    mark_phase(dm.profile, tables ? "mlp + tables backward" : "mlp backward", dm.stream);
     attention_half_backward(dm, a, li, jtokm_aux_grad);
+    mark_phase(dm.profile, "attention backward", dm.stream);
   }
   // dL/dh_in of layer 0 into the embedding's rows, per id in position order (the forward's dedup).
   embedding_backward(dm.g.embed, a.dh.get(), a.row_batch(), N, dm.cfg.hidden_size, dm.stream);
-  return device_mean(a.losses.get(), a.loss_sum.get(), N, dm.stream);
+  const double loss = device_mean(a.losses.get(), a.loss_sum.get(), N, dm.stream);
+  mark_phase(dm.profile, "embedding backward", dm.stream);  // with the loss read back
+  return loss;
 }
 
 template double backward<float>(DeviceModel<float>&, DeviceActs<float>&, const int32_t*, float);

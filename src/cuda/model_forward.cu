@@ -147,16 +147,21 @@ void forward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* ids, int64_t B
   check_ids(ids, N, c.vocab_size, "token");
   ensure_device_activations(a, dm, B, T, a.max_chunk_rows);
   cudaStream_t s = dm.stream;
+  if (dm.profile) dm.profile->begin(s);
   JTOK_CUDA_CHECK(cudaMemcpyAsync(a.ids.get(), ids, a.ids.bytes(), cudaMemcpyHostToDevice, s));
   dedup_ids(a.row_batch(), a.ids.get(), N, c.padded_vocab(), a.dedup_scratch.get(), a.dedup_scratch.bytes(), s);
   if (!a.table_dedup) fill_positions(a.positions.get(), a.position_count.get(), N, s);  // table_batch's
   embedding_forward(a.layers[0].h_in.get(), a.ids.get(), dm.w.embed, N, d, s);
+  mark_phase(dm.profile, "embedding", s);  // with the ids' copy and dedup
   for (size_t l = 0; l < a.layers.size(); ++l) {
     E* h_next = l + 1 < a.layers.size() ? a.layers[l + 1].h_in.get() : a.h_out.get();
     attention_half(dm, a.layers[l], l, B, T);
+    mark_phase(dm.profile, "attention", s);  // norm, JTok-M's routing, q k v, RoPE, attention, o
     mlp_half(dm, a, l, h_next);
+    mark_phase(dm.profile, dm.w.layers[l].jtokm_router || dm.jtok_table[l] >= 0 ? "mlp + tables" : "mlp", s);
   }
   rmsnorm_forward(a.lnf.get(), a.rstdf.get(), a.h_out.get(), dm.w.norm, N, d, static_cast<float>(c.rms_norm_eps), s);
+  mark_phase(dm.profile, "final norm", s);
 }
 
 template <typename E>

@@ -111,11 +111,13 @@ void zero_frozen_grads(DeviceModel<E>& dm) {
 
 template <typename E>
 double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, float max_grad_norm) {
+  if (dm.profile) dm.profile->begin(dm.stream);  // the gap since the backward is the host's
   zero_frozen_grads(dm);
   const double norm = grad_norm(dm, st, max_grad_norm);
   if (!std::isfinite(norm))
     fail("cuda model: the global gradient norm is ", norm, "; the step was not applied (no weight or moment changed)");
   if (dm.n_tables > 0) check_table_stats(st, dm.stream);  // the forward's row syncs included
+  mark_phase(dm.profile, "gradient norm", dm.stream);
   st.step += 1;
   for (size_t i = 0; i < dm.layout.size(); ++i) {
     if (!dm.trainable[i]) continue;  // frozen: no update, no moments
@@ -127,7 +129,11 @@ double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, 
     adamw_update<float>(dm.master.get() + p.offset, copy, dm.grads.get() + p.offset, st.m.get() + p.offset,
                         st.v.get() + p.offset, p.numel, k, st.clip.get(), dm.stream);
   }
-  if (dm.n_tables > 0) step_tables(dm, st, c.table_decay);  // tables are 2-D: decay applies
+  mark_phase(dm.profile, "adamw", dm.stream);
+  if (dm.n_tables > 0) {
+    step_tables(dm, st, c.table_decay);  // tables are 2-D: decay applies
+    mark_phase(dm.profile, "table adamw", dm.stream);
+  }
   return norm;
 }
 

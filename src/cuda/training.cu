@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "cuda/device.h"
 #include "cuda/model.h"
@@ -89,9 +90,21 @@ class Trainer final : public DeviceTrainer {
 
   double optimizer_step(const StepConsts& c, float max_grad_norm) override {
     const double norm = cuda::optimizer_step(dm_, opt_, c, max_grad_norm);
-    if (eager_tables_) sync_tables(dm_, opt_);  // every row now: the naive pass a step
+    if (eager_tables_) {
+      sync_tables(dm_, opt_);  // every row now: the naive pass a step
+      mark_phase(dm_.profile, "eager table sync", dm_.stream);
+    }
     JTOK_CUDA_CHECK(cudaStreamSynchronize(dm_.stream));  // a step ends with its work done: honest step times
+    if (profile_) profile_->end_step();
     return norm;
+  }
+
+  void set_profiling(bool on) override {
+    profile_ = on ? std::make_unique<PhaseProfile>() : nullptr;
+    dm_.profile = profile_.get();
+  }
+  std::vector<std::pair<std::string, double>> profile_ms() const override {
+    return profile_ ? profile_->mean_ms() : std::vector<std::pair<std::string, double>>{};
   }
 
   void finish() override {
@@ -116,6 +129,7 @@ class Trainer final : public DeviceTrainer {
   DeviceAdamW opt_;
   DeviceActs<E> acts_;
   PinnedArray<int32_t> staged_ids_, staged_targets_;  // (B*T) each
+  std::unique_ptr<PhaseProfile> profile_;  // while profiling (set_profiling)
   bool eager_tables_ = false;
   std::string device_;
 };

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/step_consts.h"
@@ -62,6 +63,10 @@ class DeviceTrainer {
   virtual void poison_table_row(int64_t table, int64_t row) = 0;
   // "bf16 on NVIDIA H200: 1.52 GiB of weights, tables and moments" (the start-up report).
   virtual std::string describe() const = 0;
+  // The steps' phases timed on the device from now on (cuda/phase_profile.h), or no longer; and the
+  // milliseconds a step of each phase over the optimizer steps since (empty when not profiling).
+  virtual void set_profiling(bool on) { (void)on; }
+  virtual std::vector<std::pair<std::string, double>> profile_ms() const { return {}; }
 };
 
 // The device trainer of host's weights and tables with adam's moments (a resumed run's; zeros for a

@@ -10,7 +10,9 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/profile.h"
 #include "cuda/device.h"
+#include "cuda/training.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "model/transformer.h"
@@ -155,6 +157,32 @@ double mean(const std::vector<T>& v) {
   return v.empty() ? 0.0 : s / static_cast<double>(v.size());
 }
 
+// JTOK_PROFILE=1 on a GPU: the timed steps' milliseconds by phase (cuda/phase_profile.h), and the
+// rest of a step's wall time (host work and syncs the device waited for) as host_gaps.
+void add_step_breakdown(nlohmann::json& j, const Bench& b) {
+  const cuda::DeviceTrainer* dev = b.steps->device();
+  if (!dev) return;
+  const auto phases = dev->profile_ms();
+  if (phases.empty()) return;
+  nlohmann::json o = nlohmann::json::object(), order = nlohmann::json::array();
+  std::string line;
+  double sum = 0;
+  for (const auto& [phase, ms] : phases) {
+    o[phase] = ms;
+    order.push_back(phase);
+    sum += ms;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%s %.3f", line.empty() ? "" : " | ", phase.c_str(), ms);
+    line += buf;
+  }
+  const double wall = mean(b.step_ms);
+  o["host_gaps"] = wall - sum;
+  j["step_breakdown_ms"] = o;
+  j["step_phases"] = order;  // the step's order (the object's keys are sorted)
+  std::fprintf(stderr, "bench-train %s profile, ms a step: %s | host gaps %.3f (wall %.3f)\n", b.label.c_str(),
+               line.c_str(), wall - sum, wall);
+}
+
 nlohmann::json report(const BenchTrainOptions& args, const Bench& b, const TokenStream& ts) {
   double total_ms = b.sync_ms, cpu = 0;
   for (double v : b.step_ms) total_ms += v;
@@ -190,6 +218,7 @@ nlohmann::json report(const BenchTrainOptions& args, const Bench& b, const Token
                       {"precision", b.cfg.train.precision == "bf16" && (args.device == "cuda" || bf16_matmul_supported()) ? "bf16" : "fp32"}};
   if (args.peak_gflops > 0) j["mfu"] = gflops / args.peak_gflops;
   if (!args.variants.empty()) j["variant"] = b.label;
+  add_step_breakdown(j, b);
   return j;
 }
 
@@ -256,6 +285,9 @@ std::vector<nlohmann::json> bench_train(const BenchTrainOptions& args) {
       probe = apply_training_precision("bf16");
   TokenStream ts = make_stream(args, benches[0]->cfg);
   for (int64_t s = 0; s < args.warmup + args.steps; ++s) {
+    if (s == args.warmup && profiling_enabled())  // JTOK_PROFILE=1: a GPU's timed steps by phase
+      for (auto& b : benches)
+        if (cuda::DeviceTrainer* dev = b->steps->device()) dev->set_profiling(true);
     const StepTokens tokens = ts.next(s >= args.warmup);  // the same batches for every model
     for (auto& b : benches) train_step(*b, tokens, s >= args.warmup);
   }

@@ -39,6 +39,7 @@ void TrainSteps::copy_back() {
 }
 
 bool TrainSteps::on_device() const { return run_->tables->device() != nullptr; }
+cuda::DeviceTrainer* TrainSteps::device() const { return run_->tables->device(); }
 
 Model& TrainSteps::model() { return run_->model; }
 AdamWState& TrainSteps::optimizer_state() { return run_->adam; }

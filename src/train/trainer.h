@@ -12,6 +12,10 @@
 
 namespace jtok {
 
+namespace cuda {
+class DeviceTrainer;  // cuda/training.h
+}
+
 struct Model;
 
 // Where training batches come from; its state is saved in checkpoints for exact resume.
@@ -119,6 +123,7 @@ class TrainSteps {
   // holds the weights the run started from. Nothing to do on the CPU.
   void copy_back();
   bool on_device() const;
+  cuda::DeviceTrainer* device() const;  // the GPU's trainer (null on the CPU)
   Model& model();
   AdamWState& optimizer_state();
 

@@ -36,6 +36,7 @@ CI_SET="$CI_SET:CudaDevice.*:CudaOps.*:*CudaLinear*:*CudaGemm*:CudaGemmBits.Gemm
 CI_SET="$CI_SET:*CudaAttention.*T33_KV2_hd64:CudaModel.*StepMatchesCpu:CudaModel.Refuses*"
 CI_SET="$CI_SET:CudaModel.StepIsDeterministic:CudaModel.TenAdamWStepsMatchCpu"
 CI_SET="$CI_SET:CudaTrainer.PoisonedGradientRefusedWithAFrozenBackbone:CudaTrainer.DeviceMemoryWithinItsPlan"
+CI_SET="$CI_SET:CudaTrainer.ProfileTimesEveryPhaseAndChangesNoBits"
 CI_SET="$CI_SET:CudaDecoder.*MatchesCpu:CudaDecoder.*Fork*"
 CI_SET="$CI_SET:CudaDecoder.*Blocks*:CudaDecoder.DecodePickMatchesHostPicksFp32:CudaHostRows.*:CudaStepRowsStaged.*"
 FLAGS="-std=c++20 -O1 -march=native -ffp-contract=off -fopenmp -ffunction-sections -DJTOK_HAVE_CUDA=1"

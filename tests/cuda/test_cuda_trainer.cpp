@@ -6,7 +6,8 @@
 // evaluation's row syncs, "dense-eager", a frozen backbone) each bf16 copy is exactly the bf16 rounding
 // of its fp32 master, the flat weights' and every table row's (a deferred row's stale copy included:
 // stale with its master). A NaN gradient injected with a frozen backbone is refused. The device memory
-// a step holds stays within `train --device cuda`'s plan. Runs on a GPU host (in test_cuda_ops; bash
+// a step holds stays within `train --device cuda`'s plan; its phase profile names every phase and
+// changes no bits. Runs on a GPU host (in test_cuda_ops; bash
 // scripts/test_cuda.sh) and on the CPU's emulation (tests/cuda/emulate_kernels.sh).
 #include <gtest/gtest.h>
 
@@ -146,6 +147,42 @@ TEST(CudaTrainer, DeviceMemoryWithinItsPlan) {
   // Every array freed with the trainer; gemm_lt's workspace stays with its thread.
   const int64_t left = jtok::cuda::device_bytes_now() - before;
   EXPECT_TRUE(left == 0 || left == int64_t{32} << 20) << left;
+}
+
+// JTOK_PROFILE=1's phase times (cuda/phase_profile.h): every phase of a JTok-M step named, in step
+// order, none negative, two steps counted; and a profiled step's loss and norm are the unprofiled
+// one's, bit for bit (the marks are events: they order nothing new on the one stream).
+TEST(CudaTrainer, ProfileTimesEveryPhaseAndChangesNoBits) {
+  const jtok::ModelConfig c = tiny_jtokm();
+  const jtok::TrainConfig t = ten_steps();
+  std::vector<double> losses[2], norms[2];
+  std::vector<std::pair<std::string, double>> phases;
+  for (int profiled = 0; profiled < 2; ++profiled) {
+    jtok::Model m = test_model(c);
+    jtok::AdamWState state = jtok::make_adamw_state(m);
+    const auto dev = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state), true, true);
+    dev->set_profiling(profiled == 1);
+    for (uint64_t s = 0; s < 2; ++s) {
+      const Batch b = make_batch(c, 8000 + s);
+      dev->zero_grads();
+      losses[profiled].push_back(dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f, false).loss);
+      norms[profiled].push_back(jtok::device_optimizer_step(*dev, state, t).grad_norm);
+    }
+    if (profiled) phases = dev->profile_ms();
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(norms[0], norms[1]);
+  const std::vector<std::string> want = {"embedding", "attention", "mlp + tables", "final norm", "lm head + loss",
+                                         "mlp + tables backward", "attention backward", "embedding backward",
+                                         "gradient norm", "adamw", "table adamw"};
+  ASSERT_EQ(phases.size(), want.size());
+  double sum = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(phases[i].first, want[i]);
+    EXPECT_GE(phases[i].second, 0.0) << want[i];
+    sum += phases[i].second;
+  }
+  EXPECT_GT(sum, 0.0);
 }
 
 TEST(CudaTrainer, ResumedStateStepsMatchCpu) {
