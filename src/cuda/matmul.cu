@@ -118,6 +118,10 @@ Plan& Matmul::Impl::plan(const PlanKey& key, cudaDataType_t in, cudaDataType_t o
     destroy(p);
     throw;
   }
+  if (plans.size() >= Matmul::kMaxPlans) {  // start over (matmul.h: kMaxPlans)
+    for (auto& [k, old] : plans) destroy(old);
+    plans.clear();
+  }
   return plans.emplace(key, p).first->second;
 }
 

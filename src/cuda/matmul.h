@@ -31,6 +31,10 @@ class Matmul {
             const In* B, int64_t ldb, float beta, Out* C, int64_t ldc, const Out* bias, cudaStream_t stream);
 
   size_t cached_plans() const;  // distinct shapes seen so far (the heuristic ran once for each)
+  // At most this many plans are kept: past it the cache starts over. MoE's expert products take
+  // each step's row counts (and their operands' alignments) as shapes, so a long run would otherwise
+  // keep a plan for nearly every step. The heuristic gives a shape the same algorithm again.
+  static constexpr size_t kMaxPlans = 4096;
 
   // linear_forward's products of 1..rows rows go to row_invariant_linear (cuda/row_invariant_linear.h:
   // a row's bits depend on no other row) instead of cuBLASLt; 0, the default: none. The GPU decoder

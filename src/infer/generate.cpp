@@ -225,10 +225,13 @@ std::vector<float> prefill_chunked(const Model& m, KVCache& cache, const std::ve
 }
 
 int32_t sample_token(const std::vector<float>& logits, const SamplingParams& p, std::mt19937_64& rng) {
-  const int64_t V = static_cast<int64_t>(logits.size());
-  if (p.temperature <= 0) return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  return sample_token(logits.data(), static_cast<int64_t>(logits.size()), p, rng);
+}
+
+int32_t sample_token(const float* logits, int64_t V, const SamplingParams& p, std::mt19937_64& rng) {
+  if (p.temperature <= 0) return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
   if (p.top_k <= 0 && p.top_p >= 1.0) {  // plain temperature sampling: no ordering needed
-    const double mx = *std::max_element(logits.begin(), logits.end());
+    const double mx = *std::max_element(logits, logits + V);
     std::vector<double> w(static_cast<size_t>(V));
     double sum = 0;
     for (int64_t i = 0; i < V; ++i) sum += (w[i] = std::exp((logits[i] - mx) / p.temperature));

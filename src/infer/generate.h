@@ -73,5 +73,7 @@ struct SamplingParams {
 };
 // Picks the next token from logits; ties in greedy go to the lowest id.
 int32_t sample_token(const std::vector<float>& logits, const SamplingParams& p, std::mt19937_64& rng);
+// The same from a row of V logits where it lies (the serving engine's picks: no copy of the row).
+int32_t sample_token(const float* logits, int64_t V, const SamplingParams& p, std::mt19937_64& rng);
 
 }  // namespace jtok

@@ -68,8 +68,13 @@ bool logprob_from_digest(const cuda::LogitDigest& d, int64_t V, int32_t token, i
 }  // namespace
 
 double top2_margin(const std::vector<float>& logits) {
+  return top2_margin(logits.data(), static_cast<int64_t>(logits.size()));
+}
+
+double top2_margin(const float* logits, int64_t V) {
   float a = -std::numeric_limits<float>::infinity(), b = a;
-  for (float x : logits) {
+  for (int64_t i = 0; i < V; ++i) {
+    const float x = logits[i];
     if (x > a) {
       b = a;
       a = x;
@@ -119,12 +124,11 @@ bool pick_from_digest(const cuda::LogitDigest& d, int64_t V, const PickRequest& 
 }
 
 TokenPick pick_from_row(const float* logits, int64_t V, const PickRequest& req) {
-  const std::vector<float> l(logits, logits + V);
   std::mt19937_64 unused;  // greedy reads no RNG
   if (req.sampling.temperature > 0 && !req.rng) fail("pick_from_row: sampling with a temperature but no RNG");
   TokenPick out;
-  out.token = sample_token(l, req.sampling, req.rng ? *req.rng : unused);
-  if (req.want_margin) out.margin = top2_margin(l);
+  out.token = sample_token(logits, V, req.sampling, req.rng ? *req.rng : unused);  // the row where it lies
+  if (req.want_margin) out.margin = top2_margin(logits, V);
   if (req.top_logprobs >= 0) out.logprob = token_logprob(logits, V, out.token, req.top_logprobs);
   return out;
 }

@@ -47,6 +47,7 @@ struct TokenPick {
 // Logit of the best token minus that of the second best: how close greedy decoding was to a tie
 // (+inf for a single logit).
 double top2_margin(const std::vector<float>& logits);
+double top2_margin(const float* logits, int64_t V);
 
 // Plain temperature sampling: the one path whose draw is made before the step (on the device).
 bool plain_temperature(const SamplingParams& p);

@@ -141,6 +141,26 @@ TEST(CudaGemmBits, GemmLtMatchesGemmRef) {
   EXPECT_LT(jtok::testing::rel_err(download(c_lt), download(c_ref)), 1e-5);
 }
 
+// Products of ever new row counts (MoE's experts): the plan cache stops at kMaxPlans and starts
+// over, and a shape planned again gives the bits it gave before.
+TEST(CudaGemmBits, PlanCacheIsBoundedAndReplansTheSameBits) {
+  const int64_t N = 4, K = 8, rows = static_cast<int64_t>(jtok::cuda::Matmul::kMaxPlans) + 10;
+  auto a = upload<float>(randn(rows * K, 10)), b = upload<float>(randn(N * K, 11));
+  DeviceBuffer<float> c(rows * N);
+  jtok::cuda::Matmul mm;
+  mm.gemm<float, float>(false, true, 3, N, K, 1.0f, a.get(), K, b.get(), K, 0.0f, c.get(), N, nullptr, nullptr);
+  const std::vector<float> first = download(c);
+  for (int64_t M = 1; M <= rows; ++M) {
+    mm.gemm<float, float>(false, true, M, N, K, 1.0f, a.get(), K, b.get(), K, 0.0f, c.get(), N, nullptr, nullptr);
+    ASSERT_LE(mm.cached_plans(), jtok::cuda::Matmul::kMaxPlans) << M;
+  }
+  EXPECT_LT(mm.cached_plans(), 100u);  // started over once
+  mm.gemm<float, float>(false, true, 3, N, K, 1.0f, a.get(), K, b.get(), K, 0.0f, c.get(), N, nullptr, nullptr);
+  const std::vector<float> again = download(c);
+  EXPECT_EQ(std::vector<float>(again.begin(), again.begin() + 3 * N),
+            std::vector<float>(first.begin(), first.begin() + 3 * N));
+}
+
 TEST(CudaGemmBits, TwoRunsAreBitwiseEqual) {
   const auto in = make_linear(129, 384, 1152, 5);
   CudaCase c{"linear fwd+bwd", "N 129, C 384, OC 1152", {1e-5, 1e-2}};
