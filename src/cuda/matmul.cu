@@ -21,8 +21,6 @@
 namespace jtok::cuda {
 namespace {
 
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS's recommendation for Hopper
-
 template <typename T>
 constexpr cudaDataType_t data_type();
 template <>

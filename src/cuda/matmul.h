@@ -35,6 +35,7 @@ class Matmul {
   // each step's row counts (and their operands' alignments) as shapes, so a long run would otherwise
   // keep a plan for nearly every step. The heuristic gives a shape the same algorithm again.
   static constexpr size_t kMaxPlans = 4096;
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS's recommendation for Hopper
 
   // linear_forward's products of 1..rows rows go to row_invariant_linear (cuda/row_invariant_linear.h:
   // a row's bits depend on no other row) instead of cuBLASLt; 0, the default: none. The GPU decoder

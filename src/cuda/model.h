@@ -132,6 +132,9 @@ struct DeviceModel {
   cudaStream_t stream;
   PhaseProfile* profile = nullptr;  // while profiling: the step's phases marked on stream
 
+  // Whether layer l reads token tables (JTok's gate or JTok-M's injection).
+  bool has_tables(size_t l) const { return jtok_table[l] >= 0 || jtokm_table[l] >= 0; }
+
   E* weights() const {
     if constexpr (std::is_same_v<E, float>) return master.get();
     else return copy.get();

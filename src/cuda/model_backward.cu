@@ -164,8 +164,7 @@ double backward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets, fl
   mark_phase(dm.profile, "lm head + loss", dm.stream);  // forward and backward, chunk by chunk
   for (size_t li = a.layers.size(); li-- > 0;) {
     mlp_half_backward(dm, a, li, moe_aux_grad);
-    const bool tables = dm.w.layers[li].jtokm_router || dm.jtok_table[li] >= 0;
-    mark_phase(dm.profile, tables ? "mlp + tables backward" : "mlp backward", dm.stream);
+    mark_phase(dm.profile, dm.has_tables(li) ? "mlp + tables backward" : "mlp backward", dm.stream);
     attention_half_backward(dm, a, li, jtokm_aux_grad);
     mark_phase(dm.profile, "attention backward", dm.stream);
   }

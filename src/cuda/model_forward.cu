@@ -158,7 +158,7 @@ void forward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* ids, int64_t B
     attention_half(dm, a.layers[l], l, B, T);
     mark_phase(dm.profile, "attention", s);  // norm, JTok-M's routing, q k v, RoPE, attention, o
     mlp_half(dm, a, l, h_next);
-    mark_phase(dm.profile, dm.w.layers[l].jtokm_router || dm.jtok_table[l] >= 0 ? "mlp + tables" : "mlp", s);
+    mark_phase(dm.profile, dm.has_tables(l) ? "mlp + tables" : "mlp", s);
   }
   rmsnorm_forward(a.lnf.get(), a.rstdf.get(), a.h_out.get(), dm.w.norm, N, d, static_cast<float>(c.rms_norm_eps), s);
   mark_phase(dm.profile, "final norm", s);

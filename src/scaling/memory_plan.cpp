@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "model/activation_bytes.h"
 #include "model/inference_model.h"
@@ -61,21 +62,24 @@ MemoryPlan host_plan_of_device_run(const Config& cfg, int64_t B, int64_t T) {
 nlohmann::json to_json(const MemoryPlan& p) {
   return {{"weights", p.weights},   {"tables", p.tables},       {"moments_backbone", p.moments_backbone},
           {"moments_tables", p.moments_tables}, {"gradients", p.gradients}, {"activations", p.activations},
-          {"workspaces", p.workspaces}, {"steady", p.steady()}, {"checkpoint_write", p.checkpoint}, {"total", p.total()}};
+          {"workspaces", p.workspaces}, {"steady", p.steady()}, {"checkpoint_write", p.checkpoint},
+          {"total", p.total()}};
 }
 
 std::string memory_plan_text(const MemoryPlan& p, const std::string& indent) {
   auto gib = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0); };
-  const std::pair<const char*, int64_t> rows[] = {
-      {"weights (flat parameters)  ", p.weights},   {"token-indexed tables       ", p.tables},
-      {"AdamW moments, flat        ", p.moments_backbone}, {"AdamW moments, tables      ", p.moments_tables},
-      {"gradients                  ", p.gradients}, {"activations (micro-batch)  ", p.activations},
-      {"cuBLASLt workspaces        ", p.workspaces}, {"= while training           ", p.steady()},
-      {"+ checkpoint write copies  ", p.checkpoint}, {"= peak                     ", p.total()}};
+  const bool gpu = p.workspaces > 0;  // cuBLASLt's workspaces: a row only in a GPU plan
+  const std::tuple<const char*, int64_t, bool> rows[] = {
+      {"weights (flat parameters)  ", p.weights, true},   {"token-indexed tables       ", p.tables, true},
+      {"AdamW moments, flat        ", p.moments_backbone, true},
+      {"AdamW moments, tables      ", p.moments_tables, true},
+      {"gradients                  ", p.gradients, true}, {"activations (micro-batch)  ", p.activations, true},
+      {"cuBLASLt workspaces        ", p.workspaces, gpu}, {"= while training           ", p.steady(), true},
+      {"+ checkpoint write copies  ", p.checkpoint, true}, {"= peak                     ", p.total(), true}};
   std::ostringstream os;
   char buf[128];
-  for (const auto& [name, b] : rows) {
-    if (b == 0 && name[0] == 'c') continue;  // cuBLASLt's workspaces: a CPU plan has none
+  for (const auto& [name, b, shown] : rows) {
+    if (!shown) continue;
     std::snprintf(buf, sizeof buf, "%s%s %12.3f GiB\n", indent.c_str(), name, gib(b));
     os << buf;
   }

@@ -277,8 +277,7 @@ std::vector<nlohmann::json> bench_train(const BenchTrainOptions& args) {
   benches.push_back(make_bench(args, "base", args.sets));
   for (const std::string& v : args.variants) benches.push_back(make_variant(args, v, *benches[0]));
   // The bf16 / fp32 matmul rates `train --precision bf16` measures at start (train/precision.h): the
-  // ceiling of a bf16 step's speedup, reported beside it.
-  // (not on a GPU: these are the CPU's products)
+  // ceiling of a bf16 step's speedup, reported beside it (not on a GPU: they are the CPU's products).
   PrecisionReport probe;
   for (auto& b : benches)
     if (args.device != "cuda" && b->cfg.train.precision == "bf16" && bf16_matmul_supported() && probe.bf16_gflops == 0)

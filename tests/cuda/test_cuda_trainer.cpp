@@ -143,10 +143,11 @@ TEST(CudaTrainer, DeviceMemoryWithinItsPlan) {
   std::printf("device memory: peak %.1f MiB held, the plan %.1f MiB\n", static_cast<double>(held) / (1 << 20),
               static_cast<double>(plan.steady()) / (1 << 20));
   EXPECT_LE(held, plan.steady());
-  EXPECT_GE(held, (plan.steady() - (int64_t{32} << 20)) * 3 / 4);
+  const int64_t workspace = static_cast<int64_t>(jtok::cuda::Matmul::kWorkspaceBytes);
+  EXPECT_GE(held, (plan.steady() - workspace) * 3 / 4);
   // Every array freed with the trainer; gemm_lt's workspace stays with its thread.
   const int64_t left = jtok::cuda::device_bytes_now() - before;
-  EXPECT_TRUE(left == 0 || left == int64_t{32} << 20) << left;
+  EXPECT_TRUE(left == 0 || left == workspace) << left;
 }
 
 // JTOK_PROFILE=1's phase times (cuda/phase_profile.h): every phase of a JTok-M step named, in step
