@@ -1,14 +1,23 @@
 // The CPU emulation's scheduler (tests/cuda/emu): a block's threads are fibers (emu_switch.h) on the
-// calling OS thread; each runs until it parks at a barrier or warp intrinsic or returns; when none
-// can run, complete warp groups and then a complete block barrier are released. Nothing to
-// release with threads still parked is a deadlock on the GPU too (a lane that skipped a *_sync, a
-// thread that skipped a __syncthreads): reported with kernel, block, lanes and file:line, then abort.
+// calling OS thread. One warp at a time runs as far as it can alone: each lane until it parks at a
+// warp intrinsic or __syncthreads or returns, the warp's complete intrinsic groups released, again,
+// until all its lanes wait at the barrier (or are done); then the next warp; when every warp waits,
+// the block barrier is released. Nothing to release with threads still parked is a deadlock on the
+// GPU too (a lane that skipped a *_sync, a thread that skipped a __syncthreads): reported with
+// kernel, block, lanes and file:line, then abort.
+// EMU_ORDER=reverse runs a warp's lanes, a block's warps and a grid's blocks last first. The GPU
+// fixes none of these orders, so a kernel's bits must not depend on them: a thread that reads what
+// another writes without a barrier between (a missing __syncthreads or __syncwarp, a shared buffer
+// reused before every warp has read it) reads it fresh in one order and stale in the other, and
+// blocks that add floats to one address in arrival order add them in two orders
+// (emulate_kernels.sh compares the two runs' copies to the host, case by case).
 #include <sys/mman.h>
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
 #endif
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -82,6 +91,16 @@ struct Grid {
 } g;
 
 cudaError_t g_last = cudaSuccess;
+bool g_reverse = [] {
+  const char* o = std::getenv("EMU_ORDER");
+  if (o && std::string(o) != "reverse" && std::string(o) != "forward") {
+    std::fprintf(stderr, "cuda emulation: EMU_ORDER=%s (forward or reverse)\n", o);
+    std::exit(2);
+  }
+  return o && std::string(o) == "reverse";
+}();
+// The i-th of n in the run's order.
+unsigned nth(unsigned i, unsigned n) { return g_reverse ? n - 1 - i : i; }
 std::map<const void*, int> g_max_shared;
 
 char* stack_of(size_t i) {  // 1024 stacks with a guard page under each, mapped once
@@ -208,11 +227,29 @@ bool release_group(int w, int l) {
   return true;
 }
 
-bool release_warps() {
+// Warp w's lanes parked at warp intrinsics whose groups are complete: released. Whether any was.
+bool release_warp(unsigned w) {
   bool any = false;
-  for (size_t i = 0; i < g.f.size(); ++i)
-    if (g.f[i].st == State::at_warp && release_group(static_cast<int>(i / 32), static_cast<int>(i % 32))) any = true;
+  const size_t lo = size_t{32} * w, hi = std::min(g.f.size(), lo + 32);
+  for (size_t i = lo; i < hi; ++i)
+    if (g.f[i].st == State::at_warp && release_group(static_cast<int>(w), static_cast<int>(i % 32))) any = true;
   return any;
+}
+
+// Warp w runs as far as it can without the rest of the block: its runnable lanes (in the run's
+// order) each until it parks, its complete warp groups released, again, until every lane waits at
+// __syncthreads, has returned or waits for a lane that cannot come.
+void run_warp(unsigned w, unsigned threads) {
+  const unsigned lo = 32 * w, n = std::min(threads - lo, 32u);
+  do {
+    for (unsigned i = 0; i < n; ++i) {
+      const unsigned t = lo + nth(i, n);
+      if (g.f[t].st != State::runnable) continue;
+      g.cur = static_cast<int>(t);
+      threadIdx = g.f[t].tid;
+      to_fiber(static_cast<int>(t));
+    }
+  } while (release_warp(w));
 }
 
 bool release_block() {
@@ -234,17 +271,13 @@ void run_block(unsigned threads) {
     make_context(f.ctx, stack_of(t), kStack, fiber_main);
   }
   std::fill(g.shared.begin(), g.shared.end(), 0xff);
-  for (;;) {
+  const unsigned warps = (threads + 31) / 32;
+  for (;;) {  // each warp up to the block's next barrier, one warp after another
+    for (unsigned i = 0; i < warps; ++i) run_warp(nth(i, warps), threads);
     bool alive = false;
-    for (unsigned t = 0; t < threads; ++t) {
-      if (g.f[t].st != State::runnable) continue;
-      g.cur = static_cast<int>(t);
-      threadIdx = g.f[t].tid;
-      to_fiber(static_cast<int>(t));
-    }
     for (const Fiber& f : g.f) alive = alive || f.st != State::done;
     if (!alive) return;
-    if (!release_warps() && !release_block()) report("deadlock");
+    if (!release_block()) report("deadlock");
   }
 }
 
@@ -260,6 +293,12 @@ cudaError_t check_config(const void* fn, const Config& c) {
 }
 
 }  // namespace
+
+bool set_reverse_order(bool reverse) {
+  const bool was = g_reverse;
+  g_reverse = reverse;
+  return was;
+}
 
 cudaError_t take_last_error() { const cudaError_t e = g_last; g_last = cudaSuccess; return e; }
 void set_last_error(cudaError_t e) { g_last = e; }
@@ -328,7 +367,7 @@ void run_grid(const char* kernel, const void* fn, const Config& c, const std::fu
   for (unsigned z = 0; z < c.grid.z; ++z)
     for (unsigned y = 0; y < c.grid.y; ++y)
       for (unsigned x = 0; x < c.grid.x; ++x) {
-        blockIdx = {x, y, z};
+        blockIdx = {nth(x, c.grid.x), nth(y, c.grid.y), nth(z, c.grid.z)};
         run_block(threads);
       }
   g.body = nullptr;

@@ -10,6 +10,7 @@
 //     global or thread-local capture: cudaErrorStreamCaptureUnsupported;
 // each of which invalidates the capture: cudaStreamEndCapture then gives no graph and
 // cudaErrorStreamCaptureInvalidated. The emulation is single-threaded: "this thread" is the process.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,7 @@ using Clock = std::chrono::steady_clock;
 
 struct CUgraph_st {
   std::vector<Work> nodes;
+  size_t kernels = 0;
 };
 struct CUgraphExec_st {
   std::vector<Work> nodes;
@@ -89,6 +91,9 @@ std::map<uintptr_t, Registered>::iterator registered_at(const void* p) { return 
 cudaError_t allocate(void** p, size_t n, std::map<uintptr_t, Registered>& ranges) {
   if (const cudaError_t e = emu::blocking_call()) return e;
   if (posix_memalign(p, 256, n ? n : 1) != 0) return cudaErrorMemoryAllocation;
+  // Never written yet: all ones (NaN as floats, -1 as ints), the same on every run. Neither cudaMalloc
+  // nor cudaMallocHost clears memory; a kernel that reads what nothing wrote reads NaN here.
+  std::memset(*p, 0xff, n ? n : 1);
   ranges[reinterpret_cast<uintptr_t>(*p)] = {n ? n : 1};
   return cudaSuccess;
 }
@@ -100,15 +105,33 @@ cudaError_t release(void* p, std::map<uintptr_t, Registered>& ranges) {
   return cudaSuccess;
 }
 
+uint64_t g_copy_digest = 0;
+// A copy of n bytes to d: hashed where d is not device memory (FNV-1a over 8-byte words).
+void note_copy(const void* d, size_t n) {
+  if (range_at(g_device, d) != g_device.end()) return;
+  const auto* p = static_cast<const unsigned char*>(d);
+  uint64_t h = g_copy_digest ^ n;
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t w = 0;
+    std::memcpy(&w, p + i, std::min<size_t>(8, n - i));
+    h = (h ^ w) * 0x100000001b3ull;
+  }
+  g_copy_digest = h;
+}
+
 }  // namespace
 
 namespace emu {
 
-cudaError_t submit(cudaStream_t s, Work work) {
+uint64_t host_copy_digest() { return g_copy_digest; }
+void reset_host_copy_digest() { g_copy_digest = 0; }
+
+cudaError_t submit(cudaStream_t s, Work work, bool kernel) {
   if (s && s->capture) {
     Capture& c = *s->capture;
     if (c.invalid) return cudaErrorStreamCaptureInvalidated;
     c.graph->nodes.push_back(std::move(work));
+    c.graph->kernels += kernel;
     ++c.work[s];
     return cudaSuccess;
   }
@@ -176,18 +199,22 @@ cudaError_t cudaHostGetDevicePointer(void** d, void* host, unsigned flags) {
 cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
   if (const cudaError_t e = emu::blocking_call()) return e;
   if (n) std::memmove(d, s, n);
+  note_copy(d, n);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t st) {
   return emu::submit(st, [=] {
     if (n) std::memmove(d, s, n);
+    note_copy(d, n);
   });
 }
 cudaError_t cudaMemcpy2DAsync(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h, cudaMemcpyKind,
                               cudaStream_t st) {
   return emu::submit(st, [=] {
-    for (size_t r = 0; r < h; ++r)
+    for (size_t r = 0; r < h; ++r) {
       std::memmove(static_cast<char*>(d) + r * dp, static_cast<const char*>(s) + r * sp, w);
+      note_copy(static_cast<char*>(d) + r * dp, w);
+    }
   });
 }
 cudaError_t cudaMemset(void* p, int v, size_t n) {
@@ -307,6 +334,8 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
 }
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long) {
   if (!g) return cudaErrorInvalidValue;
+  static const bool print = std::getenv("EMU_GRAPH_NODES") != nullptr;
+  if (print) std::fprintf(stderr, "cuda emulation: a graph of %zu nodes, %zu kernels\n", g->nodes.size(), g->kernels);
   *exec = new CUgraphExec_st{g->nodes};
   return cudaSuccess;
 }

@@ -87,18 +87,28 @@ struct Config {
   size_t shared = 0;
   cudaStream_t stream = nullptr;
 };
-// Runs body(thread) for every thread of every block, blocks in order (emu_sched.cpp).
+// Runs body(thread) for every thread of every block, blocks in order, or last first with
+// EMU_ORDER=reverse (emu_sched.cpp).
 void run_grid(const char* kernel, const void* fn, const Config& c, const std::function<void()>& body);
+// Sets the order run_grid runs threads and blocks in (reverse: last first); returns the one before.
+bool set_reverse_order(bool reverse);
 // What run_grid would refuse (emu_sched.cpp): checked when a launch is made, captured or not.
 cudaError_t check_launch(const void* fn, const Config& c);
 
-// Work on stream s (emu_streams.cpp): run now, or recorded into the graph s is capturing. An error
-// when the capture refuses it (the legacy stream during a capture, a capture already invalidated).
-cudaError_t submit(cudaStream_t s, std::function<void()> work);
+// Work on stream s (emu_streams.cpp): run now, or recorded into the graph s is capturing (kernel: a
+// launch, counted as such). An error when the capture refuses it (the legacy stream during a
+// capture, a capture already invalidated). EMU_GRAPH_NODES=1 prints each instantiated graph's nodes
+// and kernels on stderr.
+cudaError_t submit(cudaStream_t s, std::function<void()> work, bool kernel = false);
 // A blocking or synchronising call (cudaMalloc, cudaMemcpy, cudaStreamSynchronize, ...) made while
 // this process captures a graph in global or thread-local mode: cudaErrorStreamCaptureUnsupported,
 // the capture invalidated (s: the stream it names, if any). cudaSuccess when no capture forbids it.
 cudaError_t blocking_call(cudaStream_t s = nullptr);
+// A hash of every byte the copies (cudaMemcpy*) have written to memory that is not the device's,
+// in order, since the last reset (emu_streams.cpp): what the host saw of the device, for comparing
+// two emulated runs of the same case (emu_digest_test.cpp).
+uint64_t host_copy_digest();
+void reset_host_copy_digest();
 
 template <typename G, typename B>
 Config config(G grid, B block, size_t shared = 0, cudaStream_t s = nullptr) {
@@ -112,7 +122,8 @@ template <typename Params, typename K>
 void launch_params(const Config& c, const char* name, const void* fn, K kernel, std::shared_ptr<const Params> p) {
   cudaError_t e = check_launch(fn, c);
   if (e == cudaSuccess)
-    e = submit(c.stream, [c, name, fn, kernel, p] { run_grid(name, fn, c, [&] { std::apply(kernel, *p); }); });
+    e = submit(
+        c.stream, [c, name, fn, kernel, p] { run_grid(name, fn, c, [&] { std::apply(kernel, *p); }); }, true);
   if (e != cudaSuccess) set_last_error(e);
 }
 
