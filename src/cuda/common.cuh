@@ -41,6 +41,27 @@ __device__ __forceinline__ V block_sum(V v, V* shared) {
   return warp_sum(s);
 }
 
+// RMSNorm's scale of a row x (C) read by one warp: lane l sums the squares of x[l], x[l + 32], ...,
+// then the warp's shuffle tree. Every RMSNorm of a warp a row (rmsnorm_forward, the decoder's
+// per-head norm in cuda/paged_qkv.cu) goes through this, so fused and unfused give the same bits.
+template <typename T>
+__device__ __forceinline__ float warp_rms_scale(const T* x, int64_t C, float eps, int lane) {
+  float ss = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float v = to_f32(x[c]);
+    ss += v * v;
+  }
+  ss = warp_sum(ss);
+  return 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
+}
+
+// RoPE's rotation of the pair (x_i, x_{i+hd/2}) by the angle's (c, s) (src/ops/rope.h's
+// rotate_half), the arithmetic of every RoPE kernel (cuda/rope.cu, cuda/paged_qkv.cu) written once.
+__device__ __forceinline__ void rope_rotate(float x1, float x2, float c, float s, float& y1, float& y2) {
+  y1 = x1 * c - x2 * s;
+  y2 = x2 * c + x1 * s;
+}
+
 inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
 }  // namespace jtok::cuda

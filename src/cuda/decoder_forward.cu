@@ -37,15 +37,30 @@ PagedRows paged_rows(const DecoderState<E>& st, int64_t R) {
   return {st.acts.row_seq(), st.acts.pos(), st.kv.tables.get(), st.kv.max_pages, R};
 }
 
-// k, v (R, kvd) of layer l into the pages, in the pool's type.
+// The layer's q | k | v rows (R, qd + 2 kvd) = a [Wq; Wk; Wv]^T (+ [bq; bk; bv]) in one product: the
+// three weights (and biases) lie back to back in the flat parameters (check_fused_layout), and each
+// output element's bits are its own column's (row_invariant_linear for a decode step).
 template <typename E>
-void append_kv(DecoderState<E>& st, size_t l, int64_t R) {
-  const DecoderKv& kv = st.kv;
-  const int64_t kvd = kv.KV * kv.hd;
-  const PagedKv layer = kv.layer(static_cast<int64_t>(l));
-  const E *k = st.acts.k.get(), *v = st.acts.v.get();
-  if (kv.bf16) kv_append<E, __nv_bfloat16>(layer, k, kvd, v, kvd, paged_rows(st, R), st.s());
-  else kv_append<E, float>(layer, k, kvd, v, kvd, paged_rows(st, R), st.s());
+void qkv_rows(DecoderState<E>& st, size_t l, int64_t R) {
+  const ModelConfig& c = st.cfg;
+  const DeviceLayerView<E>& W = st.w.layers[l];
+  linear_forward<E, E>(st.mm, st.acts.qkv.get(), st.acts.a.get(), W.wq, W.bq, R, c.hidden_size,
+                       c.q_dim() + 2 * c.kv_dim(), false, st.s());
+}
+
+// q, k, v (packed) from the qkv rows: per-head norm, RoPE at each row's position, k and v of layer l
+// into the pages, in the pool's type (cuda/paged_kv.h's paged_qkv: one kernel).
+template <typename E>
+void ready_qkv(DecoderState<E>& st, size_t l, int64_t R) {
+  const ModelConfig& c = st.cfg;
+  const DeviceLayerView<E>& W = st.w.layers[l];
+  DecoderActs<E>& A = st.acts;
+  const QkvOut<E> out{A.q.get(), A.k.get(), A.v.get()};
+  const QkvRows<E> in{A.qkv.get(), c.q_dim() + 2 * c.kv_dim(), c.num_attention_heads, W.q_norm, W.k_norm,
+                      static_cast<float>(c.rms_norm_eps), st.rope_cos.get(), st.rope_sin.get()};
+  const PagedKv layer = st.kv.layer(static_cast<int64_t>(l));
+  if (st.kv.bf16) paged_qkv<E, __nv_bfloat16>(out, in, layer, paged_rows(st, R), st.s());
+  else paged_qkv<E, float>(out, in, layer, paged_rows(st, R), st.s());
 }
 
 // att (R, qd) = each row's q over its sequence's pages 0..pos.
@@ -81,36 +96,42 @@ void jtokm_route_layer(DecoderState<E>& st, size_t l, const StepShape& sh) {
                                   cudaMemcpyDeviceToHost, st.s()));
 }
 
-// h -> h: the input norm, JTok-M's routing, q / k / v, RoPE at the rows' positions, the pages,
-// attention, h += att Wo^T.
+// h -> h: the input norm, JTok-M's routing, q | k | v in one product, their per-head norm, RoPE at
+// the rows' positions and the pages in one kernel, attention, h += att Wo^T.
 template <typename E>
 void attention_half(DecoderState<E>& st, size_t l, const StepShape& sh) {
   const ModelConfig& c = st.cfg;
   const DeviceLayerView<E>& W = st.w.layers[l];
   DecoderActs<E>& A = st.acts;
-  const int64_t R = sh.R, d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t R = sh.R, d = c.hidden_size, qd = c.q_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
   const float eps = static_cast<float>(c.rms_norm_eps);
   cudaStream_t s = st.s();
   rmsnorm_forward(A.a.get(), A.rstd.get(), A.h.get(), W.ln1, R, d, eps, s);
   if (W.jtokm_router) jtokm_route_layer(st, l, sh);  // route now, mix at the write-back
-  const QkvBuffers<E> qkv{A.q.get(),    A.k.get(),      A.v.get(),     A.q_in.get(),
-                          A.k_in.get(), A.rstd_q.get(), A.rstd_k.get()};
-  qkv_project(st.mm, c, W, qkv, A.a.get(), R, s);
-  rope_forward_at(A.q.get(), st.rope_cos.get(), st.rope_sin.get(), A.pos(), R, H, hd, qd, s);
-  rope_forward_at(A.k.get(), st.rope_cos.get(), st.rope_sin.get(), A.pos(), R, KV, hd, kvd, s);
-  append_kv(st, l, R);  // every row's first: a chunk's later rows read its earlier ones
+  qkv_rows(st, l, R);
+  ready_qkv(st, l, R);  // the pages get every row's k, v first: a chunk's later rows read its earlier ones
   if (sh.fresh) attention_forward(A.att.get(), A.lse.get(), A.q.get(), A.k.get(), A.v.get(), 1, R, H, KV, hd, s);
   else attend_pages(st, l, sh);
   linear_forward<E, E>(st.mm, A.h.get(), A.att.get(), W.wo, nullptr, R, qd, d, true, s);
 }
 
 // out (R,d) = (accumulate: +=) Delta_m of the normed rows A.x (cuda/model.h's mlp_update).
+// A dense layer's gate | up (R, 2F) in one product (Wg, Wu back to back: check_fused_layout).
 template <typename E>
 void mlp_update_rows(DecoderState<E>& st, size_t l, int64_t R, E* out, bool accumulate) {
   DecoderActs<E>& A = st.acts;
-  const MlpBuffers<E> b{A.gate.get(), A.up.get(), A.act.get(), &A.moe, &A.moe_scratch};
-  mlp_update(st.mm, st.cfg, st.w.layers[l], b, A.x.get(), out, R, accumulate, st.s());
+  const DeviceLayerView<E>& W = st.w.layers[l];
+  if (W.moe.router) {
+    const MlpBuffers<E> b{nullptr, nullptr, nullptr, &A.moe, &A.moe_scratch};
+    mlp_update(st.mm, st.cfg, W, b, A.x.get(), out, R, accumulate, st.s());
+    return;
+  }
+  const int64_t d = st.cfg.hidden_size, F = st.cfg.intermediate_size;
+  E* gu = A.gate_up.get();
+  linear_forward<E, E>(st.mm, gu, A.x.get(), W.wg, nullptr, R, d, 2 * F, false, st.s());
+  swiglu_forward(A.act.get(), gu, gu + F, R, F, 2 * F, st.s());
+  linear_forward<E, E>(st.mm, out, A.act.get(), W.wd, nullptr, R, F, d, accumulate, st.s());
 }
 
 // JTok's gate of layer l (its rows in slot 0 of rows layer k): h += mlp_out * (1 + s Norm(E[x])).

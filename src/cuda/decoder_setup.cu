@@ -82,6 +82,21 @@ void plan_memory(DecoderState<E>& st, const DecoderLayerKinds& k) {
   if (!why.empty()) fail(why);
 }
 
+// The decoder's fused products read q | k | v and gate | up as one weight each (cuda/decoder_forward.cu):
+// model/transformer.cpp's flat layout puts them back to back; a layout that did not is refused here.
+template <typename E>
+void check_fused_layout(const DeviceView<E>& w, const ModelConfig& c) {
+  const int64_t d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), F = c.intermediate_size;
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const DeviceLayerView<E>& W = w.layers[l];
+    const bool qkv = W.wk == W.wq + qd * d && W.wv == W.wk + kvd * d &&
+                     (!W.bq || (W.bk == W.bq + qd && W.bv == W.bk + kvd));
+    const bool gate_up = W.moe.router || W.wu == W.wg + F * d;
+    JTOK_CHECK(qkv && gate_up, "cuda decoder: layer ", l, "'s ", qkv ? "gate and up" : "q, k and v",
+               " weights do not lie back to back in the parameters (the fused products read them as one)");
+  }
+}
+
 // host.params in E (bf16: rounded to nearest even on the device, a bounded block at a time), its
 // views, the RoPE table.
 template <typename E>
@@ -101,6 +116,7 @@ void upload_weights(DecoderState<E>& st, const Model& host) {
     }
   }
   st.w = device_view(st.params.get(), host);
+  check_fused_layout(st.w, st.cfg);
   st.rope_T = host.rope.T;
   const int64_t rope_n = host.rope.T * host.rope.half;
   st.rope_cos.resize(rope_n);
@@ -166,8 +182,7 @@ void size_step_buffers(DecoderState<E>& st, const DecoderLayerKinds& kinds) {
   DecoderActs<E>& A = st.acts;
   A.h.resize(z.h), A.a.resize(z.a), A.x.resize(z.x), A.q.resize(z.q), A.att.resize(z.att);
   A.k.resize(z.k), A.v.resize(z.v), A.rstd.resize(z.rstd);
-  A.q_in.resize(z.q_in), A.k_in.resize(z.k_in), A.rstd_q.resize(z.rstd_q), A.rstd_k.resize(z.rstd_k);
-  A.gate.resize(z.gate), A.up.resize(z.up), A.act.resize(z.act);
+  A.qkv.resize(z.qkv), A.gate_up.resize(z.gate_up), A.act.resize(z.act);
   A.mlp_out.resize(z.mlp_out), A.nrows.resize(z.nrows), A.inv_norm.resize(z.inv_norm);
   A.lse.resize(z.lse), A.attn_scratch.resize(z.attn_scratch);
   A.m_logits.resize(z.m_logits), A.m_sig.resize(z.m_sig), A.m_w.resize(z.m_w), A.m_sel.resize(z.m_sel);

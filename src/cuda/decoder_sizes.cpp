@@ -68,9 +68,8 @@ void layer_sizes(DecoderActSizes& z, const ModelConfig& c, const DecoderSettings
   const int64_t R = z.R, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
   z.h = z.a = z.x = R * d, z.q = z.att = R * qd, z.k = z.v = R * kvd, z.rstd = R;
-  z.q_in = c.qk_norm ? R * qd : 0, z.k_in = c.qk_norm ? R * kvd : 0;
-  z.rstd_q = c.qk_norm ? R * H : 0, z.rstd_k = c.qk_norm ? R * KV : 0;
-  z.gate = z.up = z.act = k.dense ? R * F : 0;
+  z.qkv = R * (qd + 2 * kvd);
+  z.gate_up = k.dense ? 2 * R * F : 0, z.act = k.dense ? R * F : 0;
   z.mlp_out = z.nrows = k.gated ? R * d : 0, z.inv_norm = k.gated ? R : 0;
   z.lse = H * s.max_prefill;
   z.attn_scratch = paged_attention_scratch(R, H, hd, context);
@@ -111,9 +110,9 @@ namespace {
 
 // Bytes of the step's activations: every DecoderActs array but the attention scratch and the head's.
 int64_t activation_bytes(const DecoderActSizes& z, int64_t eb, const DecoderCubBytes& cub) {
-  const int64_t e = z.h + z.a + z.x + z.q + z.att + z.k + z.v + z.q_in + z.k_in + z.gate + z.up + z.act + z.mlp_out +
+  const int64_t e = z.h + z.a + z.x + z.q + z.att + z.k + z.v + z.qkv + z.gate_up + z.act + z.mlp_out +
                     z.nrows;
-  const int64_t f32 = z.rstd + z.rstd_q + z.rstd_k + z.inv_norm + z.lse + z.m_logits + z.m_sig + z.m_w + z.m_e +
+  const int64_t f32 = z.rstd + z.inv_norm + z.lse + z.m_logits + z.m_sig + z.m_w + z.m_e +
                       z.m_inv_norm + z.moe_logits;
   const int64_t i32 = z.m_sel + z.m_load + z.step + z.identity;
   return eb * e + 4 * (f32 + i32) + 8 * (z.m_prob_sum + z.m_aux) + z.moe.bytes(eb) + (z.moe_logits ? cub.moe_group : 0);

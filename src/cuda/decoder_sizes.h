@@ -69,9 +69,9 @@ MoeActSizes moe_act_sizes(const MoeDims& m, int64_t N);
 // Elements of each of DecoderActs' arrays (cuda/decoder_state.h) for R rows.
 struct DecoderActSizes {
   int64_t R = 0, head_rows = 0;
-  int64_t h = 0, a = 0, x = 0, q = 0, att = 0, k = 0, v = 0, q_in = 0, k_in = 0;  // E
-  int64_t gate = 0, up = 0, act = 0, mlp_out = 0, nrows = 0, lnf = 0;            // E
-  int64_t rstd = 0, rstd_q = 0, rstd_k = 0, inv_norm = 0, lse = 0, attn_scratch = 0;  // fp32
+  int64_t h = 0, a = 0, x = 0, q = 0, att = 0, k = 0, v = 0, qkv = 0;  // E
+  int64_t gate_up = 0, act = 0, mlp_out = 0, nrows = 0, lnf = 0;                 // E
+  int64_t rstd = 0, inv_norm = 0, lse = 0, attn_scratch = 0;                      // fp32
   int64_t m_logits = 0, m_sig = 0, m_w = 0, m_e = 0, m_inv_norm = 0, logits = 0;      // fp32
   int64_t m_sel = 0, m_load = 0, step = 0, identity = 0;  // int32
   int64_t m_prob_sum = 0, m_aux = 0;                      // double

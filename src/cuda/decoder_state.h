@@ -77,10 +77,10 @@ template <typename E>
 struct DecoderActs {
   int64_t max_rows = 0, head_rows = 0;
   DeviceArray<E> h, a, x, q, k, v, att;       // (R,d) x3, (R,qd), (R,kvd) x2, (R,qd)
-  DeviceArray<E> q_in, k_in;                  // qk_norm: the projections before their per-head norm
-  DeviceArray<E> gate, up, act;               // (R,F) dense MLP layers
+  DeviceArray<E> qkv;                         // (R, qd + 2 kvd) the projections before norm and RoPE
+  DeviceArray<E> gate_up, act;                // (R, 2F) gate | up, (R,F) dense MLP layers
   DeviceArray<E> mlp_out, nrows;              // JTok (gated): the ungated update, the normed rows (R,d)
-  DeviceArray<float> rstd, rstd_q, rstd_k, inv_norm;  // (R), (R H), (R KV), (R)
+  DeviceArray<float> rstd, inv_norm;          // (R), (R)
   DeviceArray<float> lse, attn_scratch;       // a fresh prefill's (H, R); paged_attention's
   // JTok-M (fp32): router logits and cuda/jtokm.h's JTokMDeviceActs arrays, shared by the layers.
   DeviceArray<float> m_logits, m_sig, m_w, m_e, m_inv_norm;  // (R,n_e) (R,n_e) (R,K) (R,d) (R)

@@ -1,5 +1,6 @@
-// The paged KV cache's kernels (cuda/paged_kv.h): the append of a step's k, v rows into their page
-// slots, RoPE at each row's own position, and flash-decoding attention over the pages.
+// The paged KV cache's kernels (cuda/paged_kv.h): a step's fused q | k | v rows made ready (per-head
+// norm, RoPE at each row's own position) with k, v appended to their page slots, in one kernel; and
+// flash-decoding attention over the pages.
 //
 // paged_attention runs two kernels on the stream:
 //   paged_partial: one block of kThreads per (row r, kv head g, chunk c) with c < nc(r) = ceil((pos[r]
@@ -32,8 +33,7 @@ constexpr int kChunk = static_cast<int>(kPagedAttentionChunk);  // fixed: nc(r) 
 constexpr int kWarps = 4;       // paged_partial: threads per block kWarps * 32
 constexpr int kThreads = kWarps * 32;
 constexpr int kHeadBatch = 4;   // query heads whose V sums a lane keeps in registers at once
-constexpr int kAppendThreads = 256;
-constexpr int kRopeThreads = 256;
+constexpr int kQkvWarps = 4;  // paged_qkv: warps a block
 constexpr size_t kDefaultSmem = 48 * 1024;  // dynamic shared memory without the opt-in
 
 template <int HD, typename KvT>
@@ -83,34 +83,48 @@ __device__ __forceinline__ KvT to_kv(E x) {
     return from_f32<KvT>(to_f32(x));
 }
 
-// Thread i of R * KV * hd: row r = i / kvd, element j; k and v both.
+// Warp w of R * (H + KV): row r, slot j; j < H: q head j; else k head g = j - H and v head g. A q or
+// k head: RMSNorm (with a gain) by warp_rms_scale and the element's rounding to E, then each pair
+// rotated at pos[r] (rope_rotate) and rounded to E: rmsnorm_forward's and RoPE's bits. A k and v head
+// also go to the pages (to_kv: E -> KvT rounded to nearest even). Lane l owns the pairs l, l + 32, ...
 template <typename E, typename KvT>
-__global__ void kv_append_kernel(PagedKv kv, const E* k, int64_t k_stride, const E* v, int64_t v_stride,
-                                 PagedRows rows) {
-  const int64_t kvd = kv.KV * kv.hd;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= rows.R * kvd) return;
-  const int64_t r = i / kvd, j = i % kvd;
-  const int32_t* table = rows.page_tables + static_cast<int64_t>(rows.row_seq[r]) * rows.max_pages;
-  const int64_t at = slot_offset(table, rows.pos[r], static_cast<int>(kv.page_tokens), kvd) + j;
-  static_cast<KvT*>(kv.k)[at] = to_kv<KvT>(k[r * k_stride + j]);
-  static_cast<KvT*>(kv.v)[at] = to_kv<KvT>(v[r * v_stride + j]);
-}
-
-// Pair p of R*H*half: row r, head h, index i (cuda/rope.cu's rotation at position pos[r]).
-template <typename S>
-__global__ void rope_at_kernel(S* x, const float* cos, const float* sin, const int32_t* pos, int64_t R, int64_t H,
-                               int64_t hd, int64_t stride) {
-  const int64_t half = hd / 2;
-  const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (p >= R * H * half) return;
-  const int64_t i = p % half, h = (p / half) % H, r = p / (half * H);
-  S* xv = x + r * stride + h * hd;
-  const int64_t t = pos[r];
-  const float c = cos[t * half + i], s = sin[t * half + i];
-  const float x1 = to_f32(xv[i]), x2 = to_f32(xv[i + half]);
-  xv[i] = from_f32<S>(x1 * c - x2 * s);
-  xv[i + half] = from_f32<S>(x2 * c + x1 * s);
+__global__ void paged_qkv_kernel(QkvOut<E> out, QkvRows<E> in, PagedKv kv, PagedRows rows) {
+  const int64_t H = in.H, KV = kv.KV, hd = kv.hd, half = hd / 2, qd = H * hd, kvd = KV * hd;
+  const int64_t w = static_cast<int64_t>(blockIdx.x) * kQkvWarps + (threadIdx.x >> 5);
+  if (w >= rows.R * (H + KV)) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t r = w / (H + KV), slot = w % (H + KV);
+  const bool is_q = slot < H;
+  const int64_t head = is_q ? slot : slot - H;
+  const E* x = in.qkv + r * in.ld + (is_q ? 0 : qd) + head * hd;
+  const E* gain = is_q ? in.q_norm : in.k_norm;
+  const float rs = gain ? warp_rms_scale(x, hd, in.eps, lane) : 0.0f;
+  const int64_t t = rows.pos[r];
+  E* y = is_q ? out.q + r * qd + head * hd : out.k + r * kvd + head * hd;
+  const int64_t at = is_q ? 0 : slot_offset(rows.page_tables + static_cast<int64_t>(rows.row_seq[r]) * rows.max_pages,
+                                            static_cast<int>(t), static_cast<int>(kv.page_tokens), kvd) + head * hd;
+  for (int64_t i = lane; i < half; i += 32) {
+    float x1 = to_f32(x[i]), x2 = to_f32(x[i + half]);
+    if (gain) {
+      x1 = to_f32(from_f32<E>(x1 * rs * to_f32(gain[i])));
+      x2 = to_f32(from_f32<E>(x2 * rs * to_f32(gain[i + half])));
+    }
+    float y1, y2;
+    rope_rotate(x1, x2, in.cos[t * half + i], in.sin[t * half + i], y1, y2);
+    const E e1 = from_f32<E>(y1), e2 = from_f32<E>(y2);
+    y[i] = e1;
+    y[i + half] = e2;
+    if (!is_q) {
+      static_cast<KvT*>(kv.k)[at + i] = to_kv<KvT>(e1);
+      static_cast<KvT*>(kv.k)[at + i + half] = to_kv<KvT>(e2);
+    }
+  }
+  if (is_q) return;
+  const E* xv = in.qkv + r * in.ld + qd + kvd + head * hd;
+  for (int64_t c = lane; c < hd; c += 32) {
+    out.v[r * kvd + head * hd + c] = xv[c];
+    static_cast<KvT*>(kv.v)[at + c] = to_kv<KvT>(xv[c]);
+  }
 }
 
 // What one paged_partial block works on.
@@ -314,17 +328,18 @@ void launch_attention(E* out, const E* q, int64_t q_stride, const PagedKv& kv, c
 }  // namespace
 
 template <typename E, typename KvT>
-void kv_append(const PagedKv& kv, const E* k, int64_t k_stride, const E* v, int64_t v_stride, const PagedRows& rows,
+void paged_qkv(const QkvOut<E>& out, const QkvRows<E>& in, const PagedKv& kv, const PagedRows& rows,
                cudaStream_t stream) {
-  const int64_t kvd = kv.KV * kv.hd;
-  if (kv.KV <= 0 || kv.hd <= 0 || kv.page_tokens <= 0)
-    fail("kv_append: KV ", kv.KV, " hd ", kv.hd, " page_tokens ", kv.page_tokens, " (all positive)");
-  if (k_stride < kvd || v_stride < kvd)
-    fail("kv_append: k / v rows of ", k_stride, " / ", v_stride, " elements are shorter than KV*hd = ", kvd);
-  if (rows.R < 0) fail("kv_append: ", rows.R, " rows");
+  const int64_t hd = kv.hd, width = (in.H + 2 * kv.KV) * hd;
+  if (kv.KV <= 0 || hd <= 0 || hd % 2 != 0 || kv.page_tokens <= 0 || in.H <= 0)
+    fail("paged_qkv: H ", in.H, " KV ", kv.KV, " hd ", hd, " page_tokens ", kv.page_tokens,
+         " (all positive, hd even)");
+  if (in.ld < width) fail("paged_qkv: q | k | v rows of ", in.ld, " elements are shorter than (H + 2 KV) hd = ", width);
+  if ((in.q_norm == nullptr) != (in.k_norm == nullptr)) fail("paged_qkv: a q norm without a k norm, or the reverse");
+  if (rows.R < 0) fail("paged_qkv: ", rows.R, " rows");
   if (rows.R == 0) return;
-  kv_append_kernel<E, KvT><<<ceil_div(rows.R * kvd, kAppendThreads), kAppendThreads, 0, stream>>>(kv, k, k_stride, v,
-                                                                                                  v_stride, rows);
+  const int64_t warps = rows.R * (in.H + kv.KV);
+  paged_qkv_kernel<E, KvT><<<ceil_div(warps, kQkvWarps), kQkvWarps * 32, 0, stream>>>(out, in, kv, rows);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -338,19 +353,8 @@ void paged_attention(E* out, const E* q, int64_t q_stride, const PagedKv& kv, co
   });
 }
 
-template <typename S>
-void rope_forward_at(S* x, const float* cos, const float* sin, const int32_t* pos, int64_t R, int64_t H, int64_t hd,
-                     int64_t stride, cudaStream_t stream) {
-  if (hd <= 0 || hd % 2 != 0 || H <= 0 || stride < H * hd || R < 0)
-    fail("rope_forward_at: R ", R, " H ", H, " hd ", hd, " stride ", stride, " (hd even, stride >= H*hd)");
-  const int64_t pairs = R * H * (hd / 2);
-  if (pairs == 0) return;
-  rope_at_kernel<S><<<ceil_div(pairs, kRopeThreads), kRopeThreads, 0, stream>>>(x, cos, sin, pos, R, H, hd, stride);
-  JTOK_CUDA_CHECK_LAUNCH();
-}
-
 #define JTOK_PAGED_KV(E, KvT)                                                                                      \
-  template void kv_append<E, KvT>(const PagedKv&, const E*, int64_t, const E*, int64_t, const PagedRows&,          \
+  template void paged_qkv<E, KvT>(const QkvOut<E>&, const QkvRows<E>&, const PagedKv&, const PagedRows&,          \
                                   cudaStream_t);                                                                   \
   template void paged_attention<E, KvT>(E*, const E*, int64_t, const PagedKv&, const PagedRows&, int64_t, int64_t, \
                                         float*, cudaStream_t);
@@ -359,10 +363,5 @@ JTOK_PAGED_KV(float, __nv_bfloat16)
 JTOK_PAGED_KV(__nv_bfloat16, float)
 JTOK_PAGED_KV(__nv_bfloat16, __nv_bfloat16)
 #undef JTOK_PAGED_KV
-
-template void rope_forward_at<float>(float*, const float*, const float*, const int32_t*, int64_t, int64_t, int64_t,
-                                     int64_t, cudaStream_t);
-template void rope_forward_at<__nv_bfloat16>(__nv_bfloat16*, const float*, const float*, const int32_t*, int64_t,
-                                             int64_t, int64_t, int64_t, cudaStream_t);
 
 }  // namespace jtok::cuda

@@ -27,10 +27,26 @@ struct PagedRows {
   int64_t max_pages = 0, R = 0;
 };
 
-// k, v (R rows of k_stride / v_stride elements, KV*hd each; e.g. inside fused qkv rows) of E -> the
-// pages at each row's position (E -> KvT rounds to nearest even; same type copies the bits).
+// A step's fused projection rows q | k | v (R rows of ld >= (H + 2 KV) hd elements, of E) made ready
+// for the attention in one kernel: each q and k head normalised by its per-head RMSNorm (q_norm,
+// k_norm (hd) gains; both null: none, models without qk_norm) and rotated at its row's position (cos,
+// sin (T, hd/2) fp32, row pos[r]: cuda/rope.h's rotation), then q (R, H hd), k, v (R, KV hd) packed,
+// and k, v into the pages at each row's position (E -> KvT rounds to nearest even; the same type
+// copies the bits). The bits are rmsnorm_forward's over the heads, then RoPE's, then the copies'.
+template <typename E>
+struct QkvRows {
+  const E* qkv = nullptr;  // (R, ld)
+  int64_t ld = 0, H = 0;
+  const E *q_norm = nullptr, *k_norm = nullptr;
+  float eps = 0.0f;
+  const float *cos = nullptr, *sin = nullptr;
+};
+template <typename E>
+struct QkvOut {
+  E *q = nullptr, *k = nullptr, *v = nullptr;
+};
 template <typename E, typename KvT>
-void kv_append(const PagedKv& kv, const E* k, int64_t k_stride, const E* v, int64_t v_stride, const PagedRows& rows,
+void paged_qkv(const QkvOut<E>& out, const QkvRows<E>& in, const PagedKv& kv, const PagedRows& rows,
                cudaStream_t stream);
 
 // kPagedAttentionChunk, the positions a flash-decoding chunk of paged_attention covers (its grid has
@@ -38,7 +54,7 @@ void kv_append(const PagedKv& kv, const E* k, int64_t k_stride, const E* v, int6
 // paged_attention_scratch, the floats of scratch it needs, are cuda/decoder_sizes.h's (plain C++:
 // the decoder's memory plan sizes the scratch too).
 // q (R rows of q_stride elements, H*hd each) of E: row r attends to positions 0..pos[r] of its
-// sequence (kv_append has written them, pos[r] itself included) -> out (R, H, hd) packed, of E.
+// sequence (paged_qkv has written them, pos[r] itself included) -> out (R, H, hd) packed, of E.
 // Long rows are split into chunks of positions whose partial softmax states are combined in chunk
 // order: the chunking depends on the row's own position only, so a row's bits do not depend on the
 // other rows of the step (batch invariance) and no float atomics decide bits. hd 32, 64 or 128, KV
@@ -47,11 +63,5 @@ void kv_append(const PagedKv& kv, const E* k, int64_t k_stride, const E* v, int6
 template <typename E, typename KvT>
 void paged_attention(E* out, const E* q, int64_t q_stride, const PagedKv& kv, const PagedRows& rows, int64_t H,
                      int64_t max_len, float* scratch, cudaStream_t stream);
-
-// RoPE at each row's own position (cuda/rope.h's rotation; row r uses cos / sin row pos[r]): x (R rows
-// of `stride` elements, head h at x + r*stride + h*hd) rotated in place.
-template <typename S>
-void rope_forward_at(S* x, const float* cos, const float* sin, const int32_t* pos, int64_t R, int64_t H, int64_t hd,
-                     int64_t stride, cudaStream_t stream);
 
 }  // namespace jtok::cuda

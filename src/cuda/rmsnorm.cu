@@ -20,13 +20,7 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const 
   if (row >= N) return;
   const int lane = threadIdx.x & 31;
   const T* x = inp + row * C;
-  float ss = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float v = to_f32(x[c]);
-    ss += v * v;
-  }
-  ss = warp_sum(ss);
-  const float r = 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
+  const float r = warp_rms_scale(x, C, eps, lane);
   if (lane == 0) rstd[row] = r;
   T* y = out + row * C;
   for (int64_t c = lane; c < C; c += 32) y[c] = from_f32<T>(to_f32(x[c]) * r * to_f32(weight[c]));

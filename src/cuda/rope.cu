@@ -19,9 +19,10 @@ __global__ void rope_kernel(S* x, const float* cos, const float* sin, int64_t B,
   const int64_t i = p % half, h = (p / half) % H, bt = p / (half * H), t = bt % T;
   S* v = x + bt * stride + h * hd;
   const float c = cos[(pos0 + t) * half + i], s = sign * sin[(pos0 + t) * half + i];
-  const float x1 = to_f32(v[i]), x2 = to_f32(v[i + half]);
-  v[i] = from_f32<S>(x1 * c - x2 * s);
-  v[i + half] = from_f32<S>(x2 * c + x1 * s);
+  float y1, y2;
+  rope_rotate(to_f32(v[i]), to_f32(v[i + half]), c, s, y1, y2);
+  v[i] = from_f32<S>(y1);
+  v[i + half] = from_f32<S>(y2);
 }
 
 template <typename S>

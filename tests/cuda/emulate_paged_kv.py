@@ -128,7 +128,7 @@ def run(H, KV, hd, kv_bytes, seed):
     k_seq = [rng.standard_normal((n, KV, hd)) for n in LENS]
     v_seq = [rng.standard_normal((n, KV, hd)) for n in LENS]
     kpool, vpool = np.full(80 * PT * kvd, np.nan), np.full(80 * PT * kvd, np.nan)
-    for i, n in enumerate(LENS):  # kv_append's placement
+    for i, n in enumerate(LENS):  # paged_qkv's placement
         for p in range(n):
             at = slot_offset(tables[TABLE_ROW[i] * MAX_PAGES:], p, kvd)
             kpool[at:at + kvd], vpool[at:at + kvd] = k_seq[i][p].ravel(), v_seq[i][p].ravel()

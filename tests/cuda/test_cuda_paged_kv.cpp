@@ -8,7 +8,9 @@
 // Tolerances by normalised error ||gpu - cpu|| / ||cpu||:
 //   fp32 1e-5: the same sums in another order (chunks of 256 combined), the GPU's expf against the CPU's.
 //   bf16 1e-2: inputs bf16 on both sides; the GPU's output rounded to bf16 (2^-9 relative).
-// kv_append and the unwritten slots are checked bit for bit; batch invariance and determinism by bits.
+// paged_qkv (the q | k | v rows' per-head norm, RoPE at each row's position and the append) against
+// the CPU's RMSNorm and RoPE, and against the unfused kernels bit for bit; the pools it writes and the
+// unwritten slots bit for bit; batch invariance and determinism by bits.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -16,8 +18,11 @@
 #include <string>
 
 #include "cuda/paged_kv.h"
+#include "cuda/rmsnorm.h"
+#include "cuda/rope.h"
 #include "cuda_case.h"
 #include "ops/attention.h"
+#include "ops/rmsnorm.h"
 #include "ops/rope.h"
 
 namespace {
@@ -131,9 +136,17 @@ struct DeviceStep {
   static size_t pool_size(const PagedInputs& i) { return static_cast<size_t>(kPages * kPageTokens * i.s.KV * i.s.hd); }
   jtok::cuda::PagedKv kv() const { return {k_pool.get(), v_pool.get(), kPageTokens, in.s.KV, in.s.hd}; }
   jtok::cuda::PagedRows rows() const { return {row_seq.get(), pos.get(), tables.get(), kMaxPages, in.R}; }
+  // k and v into the pages as they are: paged_qkv with no norm and the identity rotation (cos 1,
+  // sin 0: x * 1 - y * 0 is x for every finite non-zero x).
   void append() {
-    const E* k = qkv.get() + in.s.H * in.s.hd;
-    jtok::cuda::kv_append<E, KvT>(kv(), k, in.W, k + in.s.KV * in.s.hd, in.W, rows(), nullptr);
+    const int64_t half = in.s.hd / 2;
+    DeviceBuffer<E> q(static_cast<size_t>(in.R * in.s.H * in.s.hd)), k(static_cast<size_t>(in.R * in.s.KV * in.s.hd)),
+        v(k.n);
+    auto cos = upload<float>(std::vector<float>(static_cast<size_t>(kMaxLen * half), 1.0f));
+    auto sin = upload<float>(std::vector<float>(static_cast<size_t>(kMaxLen * half), 0.0f));
+    const jtok::cuda::QkvRows<E> rows_in{qkv.get(), in.W, in.s.H, nullptr, nullptr, 0.0f, cos.get(), sin.get()};
+    jtok::cuda::paged_qkv<E, KvT>({q.get(), k.get(), v.get()}, rows_in, kv(), rows(), nullptr);
+    JTOK_CUDA_CHECK(cudaDeviceSynchronize());
   }
   // out (r.R, H, hd) for rows r (q rows of stride W), max_len positions at most.
   std::vector<float> attend(const jtok::cuda::PagedRows& r, int64_t max_len, const E* q) {
@@ -222,7 +235,7 @@ std::vector<uint32_t> pool_bits(const DeviceBuffer<KvT>& d) {
   return bits;
 }
 
-// The pool kv_append should leave: poison everywhere, each row's k (or v) in its page slot, as KvT's
+// The pool paged_qkv's append should leave: poison everywhere, each row's k (or v) in its page slot, as KvT's
 // bits of E's value (bf16 pages: rounded to nearest even).
 template <typename E, typename KvT>
 std::vector<uint32_t> expected_pool(const PagedInputs& in, int64_t kv_off) {
@@ -273,7 +286,7 @@ void check_append(const PagedInputs& in, const char* what) {
   expect_same_bits(pool_bits(d.v_pool), expected_pool<E, KvT>(in, (H + KV) * hd), "V pool");
 }
 
-// kv_append: every position's k and v in its page slot bit for bit, nothing else written.
+// paged_qkv's append: every position's k and v in its page slot bit for bit, nothing else written.
 TEST(CudaPagedKv, AppendRoundTrip) {
   const auto in = with_ties(make_inputs({4, 2, 32}, 51));
   check_append<float, float>(*in, "fp32 -> fp32 pages");
@@ -284,28 +297,116 @@ TEST(CudaPagedKv, AppendRoundTrip) {
   ASSERT_EQ(f32_to_bf16_bits(-(1.0f + 3 * 0.00390625f)), 0xbf82);
 }
 
-// RoPE at each row's own position inside fused qkv rows: the q heads rotated as the CPU's rope at
-// that position, k and v untouched.
-TEST(CudaPagedKv, RopeAtPositionsMatchesCpu) {
+// The CPU side of paged_qkv on rows [0, R) of `in`: q, k heads through the per-head RMSNorm (gains:
+// null, none) rounded to t, then RoPE at each row's position; q (R, H hd), k, v (R, KV hd) packed.
+Outputs cpu_ready_qkv(const PagedInputs& in, int64_t R, const std::vector<float>* gains, const jtok::RopeTable& tab,
+                      DType t) {
+  const auto [H, KV, hd] = in.s;
+  const auto x = to_dtype(in.qkv, t);
+  std::vector<float> q, k, v, rstd(static_cast<size_t>(H));
+  for (int64_t r = 0; r < R; ++r) {
+    std::vector<float> qr(x.begin() + r * in.W, x.begin() + r * in.W + H * hd);
+    std::vector<float> kr(x.begin() + r * in.W + H * hd, x.begin() + r * in.W + (H + KV) * hd);
+    if (gains) {
+      jtok::rmsnorm_forward(qr.data(), rstd.data(), qr.data(), gains->data(), H, hd, 1e-6f);
+      jtok::rmsnorm_forward(kr.data(), rstd.data(), kr.data(), gains->data() + hd, KV, hd, 1e-6f);
+      qr = to_dtype(qr, t), kr = to_dtype(kr, t);
+    }
+    jtok::rope_forward(qr.data(), tab, 1, 1, H, hd, in.pos[r]);
+    jtok::rope_forward(kr.data(), tab, 1, 1, KV, hd, in.pos[r]);
+    q.insert(q.end(), qr.begin(), qr.end());
+    k.insert(k.end(), kr.begin(), kr.end());
+    v.insert(v.end(), x.begin() + r * in.W + (H + KV) * hd, x.begin() + (r + 1) * in.W);
+  }
+  return {{"q", q}, {"k", k}, {"v", v}};
+}
+
+// paged_qkv on rows [0, R) of d's step: q, k, v, and the pages' k and v gathered back by each row's
+// slot (KvT = E: the pool holds k and v's own bits).
+template <typename E>
+Outputs gpu_ready_qkv(DeviceStep<E, E>& d, int64_t R, const std::vector<float>* gains, const jtok::RopeTable& tab) {
+  const auto [H, KV, hd] = d.in.s;
+  const int64_t kvd = KV * hd;
+  DeviceBuffer<E> q(static_cast<size_t>(R * H * hd)), k(static_cast<size_t>(R * kvd)), v(k.n);
+  auto g = upload<E>(gains ? *gains : std::vector<float>(static_cast<size_t>(2 * hd)));
+  auto cos = upload<float>(tab.cos), sin = upload<float>(tab.sin);
+  const E* gq = gains ? g.get() : nullptr;
+  const E* gk = gains ? g.get() + hd : nullptr;
+  jtok::cuda::PagedRows rows = d.rows();
+  rows.R = R;
+  const jtok::cuda::QkvRows<E> in{d.qkv.get(), d.in.W, H, gq, gk, 1e-6f, cos.get(), sin.get()};
+  jtok::cuda::paged_qkv<E, E>({q.get(), k.get(), v.get()}, in, d.kv(), rows, nullptr);
+  const auto pool_k = download(d.k_pool), pool_v = download(d.v_pool);
+  std::vector<float> pk, pv;
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t page = d.in.tables[d.in.row_seq[r] * kMaxPages + d.in.pos[r] / kPageTokens];
+    const int64_t at = (static_cast<int64_t>(page) * kPageTokens + d.in.pos[r] % kPageTokens) * kvd;
+    pk.insert(pk.end(), pool_k.begin() + at, pool_k.begin() + at + kvd);
+    pv.insert(pv.end(), pool_v.begin() + at, pool_v.begin() + at + kvd);
+  }
+  return {{"q", download(q)}, {"k", download(k)}, {"v", download(v)}, {"k pages", pk}, {"v pages", pv}};
+}
+
+// paged_qkv against the CPU's per-head RMSNorm and RoPE at each row's position (with and without the
+// norm; GQA at hd 64, MHA at hd 32); the pages hold what k and v hold.
+TEST(CudaPagedKv, ReadyQkvMatchesCpu) {
+  for (const PagedShape& s : {PagedShape{4, 2, 64}, PagedShape{2, 2, 32}})
+    for (const bool norm : {false, true}) {
+      const auto in = make_inputs(s, 61);
+      const auto gains = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(2 * s.hd), 62));
+      const std::vector<float>* g = norm ? gains.get() : nullptr;
+      const jtok::RopeTable tab = jtok::make_rope_table(kMaxLen, s.hd, 10000.0);
+      CudaCase c{"ready qkv", "R " + std::to_string(in->R) + ", " + describe(s) + (norm ? ", qk norm" : ""),
+                 {1e-6, 1e-2}};
+      c.cpu = [&](DType t) {
+        Outputs o = cpu_ready_qkv(*in, in->R, g, tab, t);
+        o.push_back({"k pages", o[1].second});
+        o.push_back({"v pages", o[2].second});
+        return o;
+      };
+      c.gpu = [&](DType t) {
+        return by_dtype(t, [&]<typename E>(E) {
+          DeviceStep<E, E> d(*in);
+          return gpu_ready_qkv(d, in->R, g, tab);
+        });
+      };
+      run_case(c);
+    }
+}
+
+// paged_qkv's q and k bits are rmsnorm_forward's over the heads, then rope_forward's at the row's
+// position: the kernels the trainer runs, one after another (fp32 and bf16; 40 rows).
+template <typename E>
+void expect_ready_qkv_bits_of_unfused() {
   const PagedShape s{4, 2, 64};
-  const auto in = make_inputs(s, 61);
-  const jtok::RopeTable tab = jtok::make_rope_table(kMaxLen, s.hd, 10000.0);
-  CudaCase c{"rope at positions", "R " + std::to_string(in->R) + ", " + describe(s), {1e-6, 1e-2}};
-  c.cpu = [&](DType t) {
-    auto x = to_dtype(in->qkv, t);
-    for (int64_t r = 0; r < in->R; ++r) jtok::rope_forward(x.data() + r * in->W, tab, 1, 1, s.H, s.hd, in->pos[r]);
-    return Outputs{{"qkv", x}};
-  };
-  c.gpu = [&](DType t) {
-    return by_dtype(t, [&]<typename S>(S) {
-      auto x = upload<S>(in->qkv);
-      auto cos = upload<float>(tab.cos), sin = upload<float>(tab.sin);
-      auto pos = upload_exact(in->pos);
-      jtok::cuda::rope_forward_at<S>(x.get(), cos.get(), sin.get(), pos.get(), in->R, s.H, s.hd, in->W, nullptr);
-      return Outputs{{"qkv", download(x)}};
-    });
-  };
-  run_case(c);
+  const auto in = make_inputs(s, 81);
+  const int64_t R = 40, hd = s.hd, heads = s.H + s.KV;
+  const std::vector<float> gains = randn(static_cast<size_t>(2 * hd), 82);
+  const jtok::RopeTable tab = jtok::make_rope_table(kMaxLen, hd, 10000.0);
+  DeviceStep<E, E> d(*in);
+  const Outputs fused = gpu_ready_qkv(d, R, &gains, tab);
+  auto g = upload<E>(gains);
+  auto cos = upload<float>(tab.cos), sin = upload<float>(tab.sin);
+  DeviceBuffer<E> x(static_cast<size_t>(heads * hd));
+  DeviceBuffer<float> rstd(static_cast<size_t>(heads));
+  std::vector<float> q, k;
+  for (int64_t r = 0; r < R; ++r) {  // row r's q and k heads, normed then rotated in place
+    const E* row = d.qkv.get() + r * in->W;
+    jtok::cuda::rmsnorm_forward<E>(x.get(), rstd.get(), row, g.get(), s.H, hd, 1e-6f, nullptr);
+    jtok::cuda::rmsnorm_forward<E>(x.get() + s.H * hd, rstd.get(), row + s.H * hd, g.get() + hd, s.KV, hd, 1e-6f,
+                                   nullptr);
+    jtok::cuda::rope_forward<E>(x.get(), cos.get(), sin.get(), 1, 1, heads, hd, heads * hd, in->pos[r], nullptr);
+    const std::vector<float> h = download(x);
+    q.insert(q.end(), h.begin(), h.begin() + s.H * hd);
+    k.insert(k.end(), h.begin() + s.H * hd, h.end());
+  }
+  EXPECT_EQ(0, std::memcmp(fused[0].second.data(), q.data(), q.size() * sizeof(float))) << "q";
+  EXPECT_EQ(0, std::memcmp(fused[1].second.data(), k.data(), k.size() * sizeof(float))) << "k";
+}
+
+TEST(CudaPagedKv, ReadyQkvBitsAreTheUnfusedKernels) {
+  expect_ready_qkv_bits_of_unfused<float>();
+  expect_ready_qkv_bits_of_unfused<bf16>();
 }
 
 // Rows i of a step given as a step of their own (device row arrays of those rows only).
