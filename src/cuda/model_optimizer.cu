@@ -21,7 +21,16 @@ DeviceAdamW::DeviceAdamW(const DeviceModel<E>& dm, bool dense)
       norm(1),
       clip(1),
       stats(4) {
-  for (const ParamInfo& p : dm.layout) token_indexed.push_back(is_token_indexed_param(p.name) ? 1 : 0);
+  std::vector<AdamWSegment> ranges;
+  for (size_t i = 0; i < dm.layout.size(); ++i) {
+    const ParamInfo& p = dm.layout[i];
+    token_indexed.push_back(is_token_indexed_param(p.name) ? 1 : 0);
+    if (dm.trainable[i])  // a frozen tensor is in no segment: never stepped, no moments
+      ranges.push_back({p.offset, p.numel, 0, 2 * token_indexed.back() + (p.decay ? 0 : 1)});
+  }
+  const std::vector<AdamWSegment> segs = adamw_segments(ranges, segment_blocks);
+  segments.resize(static_cast<int64_t>(segs.size()));
+  copy_to_device(segments.get(), segs.data(), static_cast<int64_t>(segs.size()));
   for (DeviceArray<float>* a : {&m, &v, &table_m, &table_v}) a->zero(dm.stream);
   row_step.zero(dm.stream);
   stats.zero(dm.stream);
@@ -119,16 +128,11 @@ double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, 
   if (dm.n_tables > 0) check_table_stats(st, dm.stream);  // the forward's row syncs included
   mark_phase(dm.profile, "gradient norm", dm.stream);
   st.step += 1;
-  for (size_t i = 0; i < dm.layout.size(); ++i) {
-    if (!dm.trainable[i]) continue;  // frozen: no update, no moments
-    const ParamInfo& p = dm.layout[i];
-    __nv_bfloat16* copy = nullptr;  // the bf16 forward's copy of this tensor, rewritten from the new masters
-    if constexpr (!std::is_same_v<E, float>) copy = dm.copy.get() + p.offset;
-    const AdamWConsts& k =
-        st.token_indexed[i] ? (p.decay ? c.table_decay : c.table_plain) : (p.decay ? c.decay : c.plain);
-    adamw_update<float>(dm.master.get() + p.offset, copy, dm.grads.get() + p.offset, st.m.get() + p.offset,
-                        st.v.get() + p.offset, p.numel, k, st.clip.get(), dm.stream);
-  }
+  __nv_bfloat16* copy = nullptr;  // the bf16 forward's copy, rewritten from the new masters
+  if constexpr (!std::is_same_v<E, float>) copy = dm.copy.get();
+  const AdamWKinds kinds{{c.decay, c.plain, c.table_decay, c.table_plain}};  // the segments' kind order
+  adamw_update<float>(dm.master.get(), copy, dm.grads.get(), st.m.get(), st.v.get(), st.segments.get(),
+                      st.segments.size(), st.segment_blocks, kinds, st.clip.get(), dm.stream);
   mark_phase(dm.profile, "adamw", dm.stream);
   if (dm.n_tables > 0) {
     step_tables(dm, st, c.table_decay);  // tables are 2-D: decay applies

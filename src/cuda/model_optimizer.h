@@ -40,6 +40,10 @@ struct DeviceAdamW {
   explicit DeviceAdamW(const DeviceModel<E>& dm, bool dense_tables = true);
   DeviceArray<float> m, v;                // (n_params), m.params' layout
   std::vector<uint8_t> token_indexed;     // per layout entry: a JTok / JTok-M parameter (its lr)
+  // The trainable tensors of the flat parameters as AdamW's segments (cuda/adamw.h; kinds: decay,
+  // plain, table decay, table plain): the whole step in one launch.
+  DeviceArray<AdamWSegment> segments;
+  int64_t segment_blocks = 0;
   DeviceArray<float> table_m, table_v;    // (n_tables, Vp, d)
   DeviceArray<int32_t> row_step;          // (n_tables, Vp) steps applied to each row
   std::vector<AdamWConsts> kept_host;     // steps kept_base+1 .. kept_base+size, on the device in kept

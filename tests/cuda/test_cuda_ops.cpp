@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "cuda/adamw.h"
 #include "cuda/cross_entropy.h"
@@ -124,36 +125,57 @@ TEST(CudaOps, Rope) {
   run_case(c);
 }
 
-// AdamW: three steps with a gradient (the clip coefficient read on the device), then one without
-// (a zero gradient: the decays only), against the CPU's fused update; the bf16 copy equals the GPU's
-// own p rounded (expect_bf16_copy: the CPU's p may differ in its last bit).
+// AdamW over a flat buffer of three tensors in one launch a step: A (5000, weight decay; given as two
+// ranges that adamw_segments merges), B (77, frozen: in no segment, never touched), C (4096, plain:
+// no decay). Three steps with a gradient (the clip coefficient read on the device), then one without
+// (a zero gradient: the decays only), against the CPU's fused update tensor by tensor; the bf16 copy
+// equals the GPU's own p rounded (expect_bf16_copy: the CPU's p may differ in its last bit) where
+// stepped, and B's copy is left as it was.
 TEST(CudaOps, Adamw) {
-  const int64_t n = 5000;
+  const int64_t na = 5000, nb = 77, nc = 4096, n = na + nb + nc;
   const auto p0 = randn(n, 31, 0.02f), g = randn(n, 32, 0.5f);
   std::vector<float> m0(n), v0(n);
   const float clip = 0.7f;
-  auto hyper = [](int64_t step) { return jtok::AdamWHyper{3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.7f}; };
-  CudaCase c{"adamw", "n 5000, 3 steps + 1 without grad", {1e-6, 1e-6}};
+  auto hyper = [](int64_t step, float wd) { return jtok::AdamWHyper{3e-3f, 0.9f, 0.95f, 1e-8f, wd, step, 0.7f}; };
+  int64_t blocks = 0;
+  const std::vector<jtok::cuda::AdamWSegment> segs =
+      jtok::cuda::adamw_segments({{0, 2500, 0, 0}, {2500, 2500, 0, 0}, {na + nb, nc, 0, 1}}, blocks);
+  ASSERT_EQ(segs.size(), 2u);  // A's two ranges merged
+  EXPECT_EQ(blocks, (na + 255) / 256 + (nc + 255) / 256);
+  EXPECT_EQ(segs[1].first_block, (na + 255) / 256);
+  CudaCase c{"adamw", "A 5000 + B 77 frozen + C 4096 plain, 3 steps + 1 without grad", {1e-6, 1e-6}};
   c.cpu = [&](DType t) {
     const auto gt = to_dtype(g, t);
     std::vector<float> p = p0, m = m0, v = v0;
-    for (int64_t k = 1; k <= 3; ++k) jtok::adamw_update(p.data(), gt.data(), m.data(), v.data(), n, hyper(k));
-    jtok::adamw_elements(p.data(), nullptr, m.data(), v.data(), n, jtok::adamw_consts(hyper(4)));
+    for (const auto& [at, len, wd] : {std::tuple{int64_t{0}, na, 0.1f}, std::tuple{na + nb, nc, 0.0f}}) {
+      for (int64_t k = 1; k <= 3; ++k)
+        jtok::adamw_update(p.data() + at, gt.data() + at, m.data() + at, v.data() + at, len, hyper(k, wd));
+      jtok::adamw_elements(p.data() + at, nullptr, m.data() + at, v.data() + at, len, jtok::adamw_consts(hyper(4, wd)));
+    }
     return Outputs{{"p", p}, {"m", m}, {"v", v}};
+  };
+  auto consts = [&](int64_t k, float wd) {
+    const jtok::AdamWStepConsts h = jtok::adamw_consts(hyper(k, wd));
+    return jtok::cuda::AdamWConsts{h.b1, h.b2, h.eps, h.step_size, h.inv_sqrt_bc2, h.decay};
   };
   c.gpu = [&](DType t) {
     return by_dtype(t, [&]<typename G>(G) {
       auto dp = upload<float>(p0), dm = upload<float>(m0), dv = upload<float>(v0), dscale = upload<float>({clip});
       auto dg = upload<G>(g);
+      auto dsegs = upload_exact(segs);
       DeviceBuffer<bf16> pb(n);
+      JTOK_CUDA_CHECK(cudaMemset(pb.get(), 0x7f, n * sizeof(bf16)));
       for (int64_t k = 1; k <= 4; ++k) {
-        const jtok::AdamWStepConsts h = jtok::adamw_consts(hyper(k));
-        const jtok::cuda::AdamWConsts cc{h.b1, h.b2, h.eps, h.step_size, h.inv_sqrt_bc2, h.decay};
-        jtok::cuda::adamw_update<G>(dp.get(), pb.get(), k <= 3 ? dg.get() : nullptr, dm.get(), dv.get(), n, cc,
-                                    dscale.get(), nullptr);
+        const jtok::cuda::AdamWKinds kinds{{consts(k, 0.1f), consts(k, 0.0f), consts(k, 0.1f), consts(k, 0.0f)}};
+        jtok::cuda::adamw_update<G>(dp.get(), pb.get(), k <= 3 ? dg.get() : nullptr, dm.get(), dv.get(), dsegs.get(),
+                                    static_cast<int64_t>(segs.size()), blocks, kinds, dscale.get(), nullptr);
       }
-      const std::vector<float> p = download(dp);
-      expect_bf16_copy(download(pb), p);
+      const std::vector<float> p = download(dp), copy = download(pb);
+      for (const auto& [at, len] : {std::pair{int64_t{0}, na}, std::pair{na + nb, nc}})
+        expect_bf16_copy({copy.begin() + at, copy.begin() + at + len}, {p.begin() + at, p.begin() + at + len});
+      int64_t frozen_written = 0;
+      for (int64_t i = na; i < na + nb; ++i) frozen_written += f32_to_bf16_bits(copy[i]) != 0x7f7fu;
+      EXPECT_EQ(frozen_written, 0) << "elements of frozen B's copy written";
       return Outputs{{"p", p}, {"m", download(dm)}, {"v", download(dv)}};
     });
   };
