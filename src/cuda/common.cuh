@@ -62,6 +62,10 @@ __device__ __forceinline__ void rope_rotate(float x1, float x2, float c, float s
   y2 = x2 * c + x1 * s;
 }
 
+// SwiGLU's value silu(g) u = g / (1 + e^-g) u, written once for every kernel that forms it
+// (cuda/swiglu.cu, cuda/row_invariant_linear.cu's fused product).
+__device__ __forceinline__ float swiglu_value(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
 }  // namespace jtok::cuda

@@ -20,6 +20,7 @@
 #include "cuda/embedding.h"
 #include "cuda/jtok.h"
 #include "cuda/rmsnorm.h"
+#include "cuda/row_invariant_linear.h"
 #include "cuda/swiglu.h"
 
 namespace jtok::cuda {
@@ -117,7 +118,8 @@ void attention_half(DecoderState<E>& st, size_t l, const StepShape& sh) {
 }
 
 // out (R,d) = (accumulate: +=) Delta_m of the normed rows A.x (cuda/model.h's mlp_update).
-// A dense layer's gate | up (R, 2F) in one product (Wg, Wu back to back: check_fused_layout).
+// A dense layer's gate | up (R, 2F) in one product (Wg, Wu back to back: check_fused_layout); a
+// decode step's with SwiGLU in the same kernel (row_invariant_swiglu).
 template <typename E>
 void mlp_update_rows(DecoderState<E>& st, size_t l, int64_t R, E* out, bool accumulate) {
   DecoderActs<E>& A = st.acts;
@@ -128,9 +130,13 @@ void mlp_update_rows(DecoderState<E>& st, size_t l, int64_t R, E* out, bool accu
     return;
   }
   const int64_t d = st.cfg.hidden_size, F = st.cfg.intermediate_size;
-  E* gu = A.gate_up.get();
-  linear_forward<E, E>(st.mm, gu, A.x.get(), W.wg, nullptr, R, d, 2 * F, false, st.s());
-  swiglu_forward(A.act.get(), gu, gu + F, R, F, 2 * F, st.s());
+  if (R <= st.mm.row_invariant_rows()) {  // a decode step: the product's bits and SwiGLU's, one kernel
+    row_invariant_swiglu<E>(A.act.get(), A.x.get(), W.wg, R, d, F, st.s());
+  } else {
+    E* gu = A.gate_up.get();
+    linear_forward<E, E>(st.mm, gu, A.x.get(), W.wg, nullptr, R, d, 2 * F, false, st.s());
+    swiglu_forward(A.act.get(), gu, gu + F, R, F, 2 * F, st.s());
+  }
   linear_forward<E, E>(st.mm, out, A.act.get(), W.wd, nullptr, R, F, d, accumulate, st.s());
 }
 

@@ -5,6 +5,8 @@
 // lanes x V elements a chunk, V = 16 bytes / sizeof(In)), in a chunk elements k*32V + l*V + j,
 // j = 0..V-1 (those past C read as 0: fmaf(0, 0, acc) = acc, acc never being -0 as it starts at +0).
 // Nothing in it names M, the row's index or the group it went through: the bits are the row's own.
+// row_invariant_swiglu runs the same sums for a gate | up product's two halves and writes SwiGLU of
+// the pair (each rounded to the storage type first, as the product would store it): one kernel.
 #include <climits>
 
 #include "core/error.h"
@@ -81,12 +83,18 @@ __device__ __forceinline__ void warp_sums(float (&v)[N], int lane, int& base) {
   }
 }
 
-// The group's sums: each warp's per (column, row) -> partial[warp][c * G + g]; then thread c * G + g
-// adds the warps' in order, the bias, out (accumulate) and writes row r0 + g, column col0 + c.
-template <typename Out, int G>
-__device__ __forceinline__ void write_group(float (&acc)[kCols * G], float (&partial)[kWarps][kCols * G], Out* out,
-                                            const Out* bias, int64_t r0, int64_t M, int64_t col0, int64_t OC,
-                                            bool accumulate) {
+// Column c's sum for row g of the group: the warps' partials in warp order.
+template <int G>
+__device__ __forceinline__ float column_sum(const float (&partial)[kWarps][kCols * G], int at) {
+  float y = partial[0][at];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) y += partial[w][at];
+  return y;
+}
+
+// The group's sums: each warp's per (column, row) -> partial[warp][c * G + g].
+template <int G>
+__device__ __forceinline__ void group_partials(float (&acc)[kCols * G], float (&partial)[kWarps][kCols * G]) {
   constexpr int N = kCols * G;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int base = 0;
@@ -97,13 +105,40 @@ __device__ __forceinline__ void write_group(float (&acc)[kCols * G], float (&par
     for (int i = 0; i < held; ++i) partial[warp][base + i] = acc[i];
   }
   __syncthreads();
+}
+
+// SwiGLU (OC = 2F outputs of F columns): the block's columns are gate rows j0, j0 + 1 (c 0, 1) and
+// up rows F + j0, F + j0 + 1 (c 2, 3); thread c * G + g (c < 2) rounds both sums to Out as the plain
+// product stores them and writes out (M, F) = silu(gate) up at row r0 + g, column j0 + c.
+template <typename Out, int G>
+__device__ __forceinline__ void write_swiglu(float (&acc)[kCols * G], float (&partial)[kWarps][kCols * G], Out* out,
+                                             int64_t r0, int64_t M, int64_t j0, int64_t F) {
+  group_partials<G>(acc, partial);
+  if (threadIdx.x < 2 * G) {
+    const int c = static_cast<int>(threadIdx.x) / G, g = static_cast<int>(threadIdx.x) % G;
+    const int64_t row = r0 + g, col = j0 + c;
+    if (row < M && col < F) {
+      const float gate = to_f32(from_f32<Out>(column_sum<G>(partial, c * G + g)));
+      const float up = to_f32(from_f32<Out>(column_sum<G>(partial, (c + 2) * G + g)));
+      out[row * F + col] = from_f32<Out>(swiglu_value(gate, up));
+    }
+  }
+  __syncthreads();  // partial is the next group's
+}
+
+// Thread c * G + g adds the warps' partials in order, the bias, out (accumulate) and writes row
+// r0 + g, column col0 + c.
+template <typename Out, int G>
+__device__ __forceinline__ void write_group(float (&acc)[kCols * G], float (&partial)[kWarps][kCols * G], Out* out,
+                                            const Out* bias, int64_t r0, int64_t M, int64_t col0, int64_t OC,
+                                            bool accumulate) {
+  constexpr int N = kCols * G;
+  group_partials<G>(acc, partial);
   if (threadIdx.x < N) {
     const int c = static_cast<int>(threadIdx.x) / G, g = static_cast<int>(threadIdx.x) % G;
     const int64_t row = r0 + g, col = col0 + c;
     if (row < M && col < OC) {
-      float y = partial[0][threadIdx.x];
-#pragma unroll
-      for (int w = 1; w < kWarps; ++w) y += partial[w][threadIdx.x];
+      float y = column_sum<G>(partial, static_cast<int>(threadIdx.x));
       if (bias) y += to_f32(bias[col]);
       Out* o = out + row * OC + col;
       if (accumulate) y = to_f32(*o) + y;
@@ -113,17 +148,30 @@ __device__ __forceinline__ void write_group(float (&acc)[kCols * G], float (&par
   __syncthreads();  // partial is the next group's
 }
 
-// Block b: columns 4b..4b+3 (a column past OC reads column OC-1's weights and writes nothing) of
-// every row, G rows a group. G (1..16, by M) changes how many rows share a pass over the weights,
-// never a row's own operations.
-template <typename In, typename Out, int G>
+// The weight row of the block's column c: plain, col0 + c (a column past OC reads column OC-1's
+// weights and writes nothing); SwiGLU (OC = 2F, col0 = j0), gate rows j0 + c (c < 2) and up rows
+// F + j0 + c - 2, each clamped into its half likewise.
+template <bool Swiglu>
+__device__ __forceinline__ int64_t weight_row(int c, int64_t col0, int64_t OC) {
+  if constexpr (Swiglu) {
+    const int64_t F = OC / 2, j = col0 + (c & 1);
+    return (c < 2 ? 0 : F) + (j < F ? j : F - 1);
+  } else {
+    return col0 + c < OC ? col0 + c : OC - 1;
+  }
+}
+
+// Block b: columns 4b..4b+3 of every row (SwiGLU: output columns 2b, 2b+1 of F = OC / 2, from the
+// gate and up rows of each), G rows a group. G (1..16, by M) changes how many rows share a pass over
+// the weights, never a row's own operations; a column's sum is the same in both kinds.
+template <typename In, typename Out, int G, bool Swiglu>
 __global__ void __launch_bounds__(kThreads)
     row_invariant_linear_kernel(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C,
                                 int64_t OC, bool accumulate, bool vec) {
   constexpr int V = kVec<In>;
   __shared__ float partial[kWarps][kCols * G];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kCols;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * (Swiglu ? 2 : kCols);
   const int64_t chunks = (C + 32 * V - 1) / (32 * V);
   for (int64_t r0 = 0; r0 < M; r0 += G) {
     float acc[kCols * G];
@@ -133,7 +181,7 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t e0 = k * 32 * V + lane * V;
       float w[kCols][V];
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) load_elems(w[c], weight + (col0 + c < OC ? col0 + c : OC - 1) * C, e0, C, vec);
+      for (int c = 0; c < kCols; ++c) load_elems(w[c], weight + weight_row<Swiglu>(c, col0, OC) * C, e0, C, vec);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         if (r0 + g < M) {
@@ -146,20 +194,32 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    write_group<Out, G>(acc, partial, out, bias, r0, M, col0, OC, accumulate);
+    if constexpr (Swiglu) write_swiglu<Out, G>(acc, partial, out, r0, M, col0, OC / 2);
+    else write_group<Out, G>(acc, partial, out, bias, r0, M, col0, OC, accumulate);
   }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-template <typename In, typename Out, int G>
+template <typename In, typename Out, int G, bool Swiglu>
 void launch(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C, int64_t OC,
             bool accumulate, cudaStream_t stream) {
   const bool vec = aligned16(inp) && aligned16(weight) && (C * static_cast<int64_t>(sizeof(In))) % 16 == 0;
-  const int64_t blocks = (OC + kCols - 1) / kCols;
-  row_invariant_linear_kernel<In, Out, G><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+  const int64_t blocks = Swiglu ? (OC / 2 + 1) / 2 : (OC + kCols - 1) / kCols;
+  row_invariant_linear_kernel<In, Out, G, Swiglu><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       out, inp, weight, bias, M, C, OC, accumulate, vec);
   JTOK_CUDA_CHECK_LAUNCH();
+}
+
+// The fewest rows a pass that hold M (up to 16): no idle accumulators at M = 1, 2, 4, 8, 16.
+template <typename In, typename Out, bool Swiglu>
+void launch_rows(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C, int64_t OC,
+                 bool accumulate, cudaStream_t stream) {
+  if (M == 1) launch<In, Out, 1, Swiglu>(out, inp, weight, bias, M, C, OC, accumulate, stream);
+  else if (M == 2) launch<In, Out, 2, Swiglu>(out, inp, weight, bias, M, C, OC, accumulate, stream);
+  else if (M <= 4) launch<In, Out, 4, Swiglu>(out, inp, weight, bias, M, C, OC, accumulate, stream);
+  else if (M <= 8) launch<In, Out, 8, Swiglu>(out, inp, weight, bias, M, C, OC, accumulate, stream);
+  else launch<In, Out, 16, Swiglu>(out, inp, weight, bias, M, C, OC, accumulate, stream);
 }
 
 }  // namespace
@@ -170,12 +230,16 @@ void row_invariant_linear(Out* out, const In* inp, const In* weight, const Out* 
   if (M < 0 || C < 1 || OC < 1 || (OC + kCols - 1) / kCols > INT_MAX)
     fail("cuda row_invariant_linear: bad shape M ", M, " C ", C, " OC ", OC);
   if (M == 0) return;
-  // The fewest rows a pass that hold M (up to 16): no idle accumulators at M = 1, 2, 4, 8, 16.
-  if (M == 1) launch<In, Out, 1>(out, inp, weight, bias, M, C, OC, accumulate, stream);
-  else if (M == 2) launch<In, Out, 2>(out, inp, weight, bias, M, C, OC, accumulate, stream);
-  else if (M <= 4) launch<In, Out, 4>(out, inp, weight, bias, M, C, OC, accumulate, stream);
-  else if (M <= 8) launch<In, Out, 8>(out, inp, weight, bias, M, C, OC, accumulate, stream);
-  else launch<In, Out, 16>(out, inp, weight, bias, M, C, OC, accumulate, stream);
+  launch_rows<In, Out, false>(out, inp, weight, bias, M, C, OC, accumulate, stream);
+}
+
+template <typename T>
+void row_invariant_swiglu(T* out, const T* inp, const T* weight, int64_t M, int64_t C, int64_t F,
+                          cudaStream_t stream) {
+  if (M < 0 || C < 1 || F < 1 || (F + 1) / 2 > INT_MAX)
+    fail("cuda row_invariant_swiglu: bad shape M ", M, " C ", C, " F ", F);
+  if (M == 0) return;
+  launch_rows<T, T, true>(out, inp, weight, nullptr, M, C, 2 * F, false, stream);
 }
 
 using bf16 = __nv_bfloat16;
@@ -186,5 +250,7 @@ JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE(float, float)
 JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE(bf16, bf16)
 JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE(bf16, float)
 #undef JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE
+template void row_invariant_swiglu<float>(float*, const float*, const float*, int64_t, int64_t, int64_t, cudaStream_t);
+template void row_invariant_swiglu<bf16>(bf16*, const bf16*, const bf16*, int64_t, int64_t, int64_t, cudaStream_t);
 
 }  // namespace jtok::cuda

@@ -30,4 +30,12 @@ template <typename In, typename Out>
 void row_invariant_linear(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C,
                           int64_t OC, bool accumulate, cudaStream_t stream);
 
+// out (M,F) = silu(gate) * up of gate | up = inp (M,C) weight (2F,C)^T, weight's first F rows the
+// gate's and the next F the up's: row_invariant_linear's sums of the 2F columns, each rounded to T,
+// then swiglu_forward's value rounded to T: the bits of that product followed by swiglu_forward, in
+// one kernel (the GPU decoder's dense MLP in a decode step). T float or __nv_bfloat16.
+template <typename T>
+void row_invariant_swiglu(T* out, const T* inp, const T* weight, int64_t M, int64_t C, int64_t F,
+                          cudaStream_t stream);
+
 }  // namespace jtok::cuda

@@ -14,8 +14,7 @@ __global__ void swiglu_forward_kernel(T* out, const T* gate, const T* up, int64_
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= N * F) return;
   const int64_t at = (i / F) * ld + i % F;
-  const float g = to_f32(gate[at]);
-  out[i] = from_f32<T>(g / (1.0f + expf(-g)) * to_f32(up[at]));
+  out[i] = from_f32<T>(swiglu_value(to_f32(gate[at]), to_f32(up[at])));
 }
 
 // d silu(g)/dg = s (1 + g (1 - s)), s = sigmoid(g)

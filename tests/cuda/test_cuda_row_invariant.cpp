@@ -22,6 +22,7 @@
 
 #include "cuda/matmul.h"
 #include "cuda/row_invariant_linear.h"
+#include "cuda/swiglu.h"
 #include "cuda_case.h"
 #include "ops/linear.h"
 
@@ -168,6 +169,31 @@ TEST(CudaRowInvariant, LinearForwardTakesItUnderTheSetting) {
                                                 nullptr);
   const std::vector<float> a = download(via_linear), d = download(direct);
   EXPECT_EQ(0, std::memcmp(a.data(), d.data(), a.size() * 4));
+}
+
+// row_invariant_swiglu's bits are row_invariant_linear's gate | up product (OC = 2F) followed by
+// swiglu_forward, at every row count of a pass (M 1, 2, 3, 5, 9, 17), C on the 16-byte path (1024)
+// and off it (300), F odd (the last block's second column past F).
+template <typename T>
+void expect_swiglu_bits(int64_t C, int64_t F) {
+  const auto p = make_product(C, 2 * F, 11 + static_cast<uint64_t>(C));
+  for (const int64_t M : {1, 2, 3, 5, 9, 17}) {
+    auto x = upload<T>(first_rows(p->inp, M, C)), w = upload<T>(p->weight);
+    DeviceBuffer<T> gate_up(static_cast<size_t>(M * 2 * F)), act(static_cast<size_t>(M * F)),
+        fused(static_cast<size_t>(M * F));
+    jtok::cuda::row_invariant_linear<T, T>(gate_up.get(), x.get(), w.get(), nullptr, M, C, 2 * F, false, nullptr);
+    jtok::cuda::swiglu_forward<T>(act.get(), gate_up.get(), gate_up.get() + F, M, F, 2 * F, nullptr);
+    jtok::cuda::row_invariant_swiglu<T>(fused.get(), x.get(), w.get(), M, C, F, nullptr);
+    const std::vector<float> a = download(act), b = download(fused);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "M " << M << " C " << C << " F " << F;
+  }
+}
+
+TEST(CudaRowInvariant, SwigluIsTheProductThenSwiglu) {
+  expect_swiglu_bits<float>(1024, 37);
+  expect_swiglu_bits<float>(300, 37);
+  expect_swiglu_bits<bf16>(1024, 37);
+  expect_swiglu_bits<bf16>(300, 64);
 }
 
 }  // namespace
