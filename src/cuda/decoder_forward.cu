@@ -76,10 +76,10 @@ void attend_pages(DecoderState<E>& st, size_t l, const StepShape& sh) {
   const PagedRows rows = paged_rows(st, sh.R);
   if (st.kv.bf16)
     paged_attention<E, __nv_bfloat16>(A.att.get(), A.q.get(), H * hd, layer, rows, H, sh.max_len,
-                                      A.attn_scratch.get(), st.s());
+                                      A.attn_scratch.get(), A.attn_counters.get(), st.s());
   else
     paged_attention<E, float>(A.att.get(), A.q.get(), H * hd, layer, rows, H, sh.max_len, A.attn_scratch.get(),
-                              st.s());
+                              A.attn_counters.get(), st.s());
 }
 
 // JTok-M's routing of layer l on the attention input a: logits (R, n_e) fp32, top-K, weights. A

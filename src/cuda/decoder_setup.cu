@@ -184,7 +184,8 @@ void size_step_buffers(DecoderState<E>& st, const DecoderLayerKinds& kinds) {
   A.k.resize(z.k), A.v.resize(z.v), A.rstd.resize(z.rstd);
   A.qkv.resize(z.qkv), A.gate_up.resize(z.gate_up), A.act.resize(z.act);
   A.mlp_out.resize(z.mlp_out), A.nrows.resize(z.nrows), A.inv_norm.resize(z.inv_norm);
-  A.lse.resize(z.lse), A.attn_scratch.resize(z.attn_scratch);
+  A.lse.resize(z.lse), A.attn_scratch.resize(z.attn_scratch), A.attn_counters.resize(z.attn_counters);
+  A.attn_counters.zero(st.s());  // paged_attention leaves them zero after every call
   A.m_logits.resize(z.m_logits), A.m_sig.resize(z.m_sig), A.m_w.resize(z.m_w), A.m_sel.resize(z.m_sel);
   A.m_e.resize(z.m_e), A.m_inv_norm.resize(z.m_inv_norm);
   A.m_load.resize(z.m_load), A.m_prob_sum.resize(z.m_prob_sum), A.m_aux.resize(z.m_aux);

@@ -66,13 +66,13 @@ namespace {
 void layer_sizes(DecoderActSizes& z, const ModelConfig& c, const DecoderSettings& s, const DecoderLayerKinds& k,
                  int64_t context) {
   const int64_t R = z.R, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
-  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
+  const int64_t H = c.num_attention_heads, hd = c.hd();
   z.h = z.a = z.x = R * d, z.q = z.att = R * qd, z.k = z.v = R * kvd, z.rstd = R;
   z.qkv = R * (qd + 2 * kvd);
   z.gate_up = k.dense ? 2 * R * F : 0, z.act = k.dense ? R * F : 0;
   z.mlp_out = z.nrows = k.gated ? R * d : 0, z.inv_norm = k.gated ? R : 0;
   z.lse = H * s.max_prefill;
-  z.attn_scratch = paged_attention_scratch(R, H, hd, context);
+  z.attn_scratch = paged_attention_scratch(R, H, hd, context), z.attn_counters = R * H;
   const int64_t ne = k.jtokm_layers > 0 ? c.jtokm_n_e : 0, K = k.jtokm_layers > 0 ? c.jtokm_top_k : 0;
   z.m_logits = z.m_sig = R * ne, z.m_w = z.m_sel = R * K;
   z.m_e = ne ? R * d : 0, z.m_inv_norm = ne ? R : 0;
@@ -114,7 +114,7 @@ int64_t activation_bytes(const DecoderActSizes& z, int64_t eb, const DecoderCubB
                     z.nrows;
   const int64_t f32 = z.rstd + z.inv_norm + z.lse + z.m_logits + z.m_sig + z.m_w + z.m_e +
                       z.m_inv_norm + z.moe_logits;
-  const int64_t i32 = z.m_sel + z.m_load + z.step + z.identity;
+  const int64_t i32 = z.m_sel + z.m_load + z.step + z.identity + z.attn_counters;
   return eb * e + 4 * (f32 + i32) + 8 * (z.m_prob_sum + z.m_aux) + z.moe.bytes(eb) + (z.moe_logits ? cub.moe_group : 0);
 }
 

@@ -82,6 +82,7 @@ struct DecoderActs {
   DeviceArray<E> mlp_out, nrows;              // JTok (gated): the ungated update, the normed rows (R,d)
   DeviceArray<float> rstd, inv_norm;          // (R), (R)
   DeviceArray<float> lse, attn_scratch;       // a fresh prefill's (H, R); paged_attention's
+  DeviceArray<int32_t> attn_counters;         // (R, H) paged_attention's, zero between its calls
   // JTok-M (fp32): router logits and cuda/jtokm.h's JTokMDeviceActs arrays, shared by the layers.
   DeviceArray<float> m_logits, m_sig, m_w, m_e, m_inv_norm;  // (R,n_e) (R,n_e) (R,K) (R,d) (R)
   DeviceArray<int32_t> m_sel, m_load;         // (R,K), (n_e)

@@ -2,13 +2,13 @@
 // norm, RoPE at each row's own position) with k, v appended to their page slots, in one kernel; and
 // flash-decoding attention over the pages.
 //
-// paged_attention runs two kernels on the stream:
-//   paged_partial: one block of kThreads per (row r, kv head g, chunk c) with c < nc(r) = ceil((pos[r]
-//     + 1) / kChunk); it reads the chunk's K and V rows once for the group's H / KV query heads and
-//     writes, per (row, head, chunk), the chunk's score maximum m, sum of exp l and unnormalised V sum
-//     o (hd) in fp32 to scratch. Grid (R, KV, ceil(max_len / kChunk)); blocks past nc(r) return.
-//   paged_combine: one block of hd threads per (row, head): the row's chunks in chunk order,
-//     out = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) l_c with M = max_c m_c. Grid (R, H).
+// paged_attention is one kernel, paged_partial: one block of kThreads per (row r, kv head g, chunk c)
+// with c < nc(r) = ceil((pos[r] + 1) / kChunk); it reads the chunk's K and V rows once for the
+// group's H / KV query heads and writes, per (row, head, chunk), the chunk's score maximum m, sum of
+// exp l and unnormalised V sum o (hd) in fp32 to scratch. Grid (R, KV, ceil(max_len / kChunk));
+// blocks past nc(r) return. The last of a (row, kv head)'s nc(r) blocks to finish (a counter a (row,
+// kv head): atomics count arrivals, never sum values) combines the row's chunks in chunk order for
+// the group's heads: out = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) l_c with M = max_c m_c.
 // Both depend on the row's own position, sequence and q only (batch invariance), and every sum has a
 // fixed order (no atomics): a row's bits are the same alone, in any batch and on every run.
 // In paged_partial a K or V row of hd elements is read as 16-byte vectors: kVec elements a lane,
@@ -229,16 +229,55 @@ __device__ void chunk_values(float* part_o, float* red, const float* ps, const K
   }
 }
 
+// Head h's element d of row r (n positions, nc chunks): the chunks' partial states combined in chunk
+// order. Read past L1 (__ldcg): other blocks of this launch wrote them.
+template <int HD, typename E>
+__device__ void combine_element(E* out, const float* part_o, const float* part_m, const float* part_l, int r, int h,
+                                int d, int H, int chunks, int nc) {
+  const int64_t base = (static_cast<int64_t>(r) * H + h) * chunks;
+  float M = -INFINITY;
+  for (int c = 0; c < nc; ++c) M = fmaxf(M, __ldcg(part_m + base + c));
+  float l = 0.0f, acc = 0.0f;
+  for (int c = 0; c < nc; ++c) {
+    const float w = expf(__ldcg(part_m + base + c) - M);
+    l = fmaf(__ldcg(part_l + base + c), w, l);
+    acc = fmaf(__ldcg(part_o + (base + c) * HD + d), w, acc);
+  }
+  out[(static_cast<int64_t>(r) * H + h) * HD + d] = from_f32<E>(acc / l);
+}
+
+// After a chunk's partials: the row's last chunk block to finish (counted per (row, kv head) in
+// counters[r H + first head], which it sets back to 0) combines the group's heads. Every writer
+// fences its partials before the block's count, so the last block reads them all.
+template <int HD, typename E>
+__device__ void combine_if_last(E* out, const float* part_o, const float* part_m, const float* part_l,
+                                int32_t* counters, int r, int h0, int group, int H, int chunks, int nc) {
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counters + static_cast<int64_t>(r) * H + h0, 1) == nc - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < group * HD; i += kThreads)
+    combine_element<HD, E>(out, part_o, part_m, part_l, r, h0 + i / HD, i % HD, H, chunks, nc);
+  if (threadIdx.x == 0) counters[static_cast<int64_t>(r) * H + h0] = 0;
+}
+
 // One block per (row, kv head, chunk): shared memory qs (group, HD), ps (group, kChunk), red
 // (kWarps, kHeadBatch, HD), all fp32.
 template <int HD, typename E, typename KvT>
 __global__ void __launch_bounds__(kThreads)
-    paged_partial(float* part_o, float* part_m, float* part_l, const E* q, int64_t q_stride, PagedKv kv,
-                  PagedRows rows, int H, int chunks, int64_t max_len, float scale) {
+    paged_partial(E* out, float* part_o, float* part_m, float* part_l, int32_t* counters, const E* q,
+                  int64_t q_stride, PagedKv kv, PagedRows rows, int H, int chunks, int64_t max_len, float scale) {
   const int r = blockIdx.x, g = blockIdx.y, c = blockIdx.z, group = H / static_cast<int>(kv.KV);
   const int64_t n = static_cast<int64_t>(rows.pos[r]) + 1;  // positions the row sees
-  // Past the row's last chunk, or a row outside 1..max_len positions (paged_combine writes NaN).
-  if (n <= 0 || n > max_len || static_cast<int64_t>(c) * kChunk >= n) return;
+  if (n <= 0 || n > max_len) {  // the caller's max_len was wrong: no answer (chunk 0 writes NaN)
+    for (int i = threadIdx.x; c == 0 && i < group * HD; i += kThreads)
+      out[(static_cast<int64_t>(r) * H + g * group) * HD + i] = from_f32<E>(NAN);
+    return;
+  }
+  if (static_cast<int64_t>(c) * kChunk >= n) return;  // past the row's last chunk
   extern __shared__ __align__(16) float smem[];  // qs is read as float4
   float *qs = smem, *ps = qs + group * HD, *red = ps + group * kChunk;
   const int page_tokens = static_cast<int>(kv.page_tokens);
@@ -254,31 +293,8 @@ __global__ void __launch_bounds__(kThreads)
   chunk_softmax(ps, job, group, part_m, part_l);
   __syncthreads();
   chunk_values<HD>(part_o, red, ps, static_cast<const KvT*>(kv.v) + g * HD, job, page_tokens, kvd, group);
-}
-
-// One block of HD threads per (row, head): thread d combines the row's chunks for element d.
-template <int HD, typename E>
-__global__ void __launch_bounds__(HD) paged_combine(E* out, const float* part_o, const float* part_m,
-                                                    const float* part_l, PagedRows rows, int H, int chunks,
-                                                    int64_t max_len) {
-  const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-  const int64_t n = static_cast<int64_t>(rows.pos[r]) + 1;
-  E* o = out + (static_cast<int64_t>(r) * H + h) * HD + d;
-  if (n <= 0 || n > max_len) {  // the caller's max_len was wrong: no answer
-    *o = from_f32<E>(NAN);
-    return;
-  }
-  const int nc = static_cast<int>((n + kChunk - 1) / kChunk);
-  const int64_t base = (static_cast<int64_t>(r) * H + h) * chunks;
-  float M = -INFINITY;
-  for (int c = 0; c < nc; ++c) M = fmaxf(M, part_m[base + c]);
-  float l = 0.0f, acc = 0.0f;
-  for (int c = 0; c < nc; ++c) {
-    const float w = expf(part_m[base + c] - M);
-    l = fmaf(part_l[base + c], w, l);
-    acc = fmaf(part_o[(base + c) * HD + d], w, acc);
-  }
-  *o = from_f32<E>(acc / l);
+  combine_if_last<HD, E>(out, part_o, part_m, part_l, counters, r, g * group, group, H, chunks,
+                         static_cast<int>((n + kChunk - 1) / kChunk));
 }
 
 int64_t chunks_for(int64_t max_len) { return (max_len + kChunk - 1) / kChunk; }
@@ -308,7 +324,7 @@ void check_attention(const PagedKv& kv, const PagedRows& rows, int64_t H, int64_
 
 template <int HD, typename E, typename KvT>
 void launch_attention(E* out, const E* q, int64_t q_stride, const PagedKv& kv, const PagedRows& rows, int64_t H,
-                      int64_t max_len, float* scratch, cudaStream_t stream) {
+                      int64_t max_len, float* scratch, int32_t* counters, cudaStream_t stream) {
   const int64_t chunks = chunks_for(max_len), entries = rows.R * H * chunks;
   float *part_o = scratch, *part_m = part_o + entries * HD, *part_l = part_m + entries;
   const size_t smem = partial_smem_bytes(H / kv.KV, HD);
@@ -316,12 +332,9 @@ void launch_attention(E* out, const E* q, int64_t q_stride, const PagedKv& kv, c
     JTOK_CUDA_CHECK(cudaFuncSetAttribute(paged_partial<HD, E, KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(rows.R), static_cast<unsigned>(kv.KV), static_cast<unsigned>(chunks));
-  paged_partial<HD, E, KvT><<<grid, kThreads, smem, stream>>>(part_o, part_m, part_l, q, q_stride, kv, rows,
-                                                              static_cast<int>(H), static_cast<int>(chunks), max_len,
-                                                              1.0f / std::sqrt(static_cast<float>(HD)));
-  JTOK_CUDA_CHECK_LAUNCH();
-  paged_combine<HD, E><<<dim3(static_cast<unsigned>(rows.R), static_cast<unsigned>(H)), HD, 0, stream>>>(
-      out, part_o, part_m, part_l, rows, static_cast<int>(H), static_cast<int>(chunks), max_len);
+  paged_partial<HD, E, KvT><<<grid, kThreads, smem, stream>>>(
+      out, part_o, part_m, part_l, counters, q, q_stride, kv, rows, static_cast<int>(H), static_cast<int>(chunks),
+      max_len, 1.0f / std::sqrt(static_cast<float>(HD)));
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -345,11 +358,11 @@ void paged_qkv(const QkvOut<E>& out, const QkvRows<E>& in, const PagedKv& kv, co
 
 template <typename E, typename KvT>
 void paged_attention(E* out, const E* q, int64_t q_stride, const PagedKv& kv, const PagedRows& rows, int64_t H,
-                     int64_t max_len, float* scratch, cudaStream_t stream) {
+                     int64_t max_len, float* scratch, int32_t* counters, cudaStream_t stream) {
   check_attention(kv, rows, H, q_stride, max_len);
   if (rows.R == 0) return;
   with_head_dim(kv.hd, [&](auto d) {
-    launch_attention<decltype(d)::value, E, KvT>(out, q, q_stride, kv, rows, H, max_len, scratch, stream);
+    launch_attention<decltype(d)::value, E, KvT>(out, q, q_stride, kv, rows, H, max_len, scratch, counters, stream);
   });
 }
 
@@ -357,7 +370,7 @@ void paged_attention(E* out, const E* q, int64_t q_stride, const PagedKv& kv, co
   template void paged_qkv<E, KvT>(const QkvOut<E>&, const QkvRows<E>&, const PagedKv&, const PagedRows&,          \
                                   cudaStream_t);                                                                   \
   template void paged_attention<E, KvT>(E*, const E*, int64_t, const PagedKv&, const PagedRows&, int64_t, int64_t, \
-                                        float*, cudaStream_t);
+                                        float*, int32_t*, cudaStream_t);
 JTOK_PAGED_KV(float, float)
 JTOK_PAGED_KV(float, __nv_bfloat16)
 JTOK_PAGED_KV(__nv_bfloat16, float)

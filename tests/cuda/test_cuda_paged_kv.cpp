@@ -152,9 +152,13 @@ struct DeviceStep {
   std::vector<float> attend(const jtok::cuda::PagedRows& r, int64_t max_len, const E* q) {
     DeviceBuffer<E> out(static_cast<size_t>(r.R * in.s.H * in.s.hd));
     DeviceBuffer<float> scratch(static_cast<size_t>(jtok::cuda::paged_attention_scratch(r.R, in.s.H, in.s.hd, max_len)));
+    DeviceBuffer<int32_t> counters(static_cast<size_t>(r.R * in.s.H));
     poison(out);
     poison(scratch);
-    jtok::cuda::paged_attention<E, KvT>(out.get(), q, in.W, kv(), r, in.s.H, max_len, scratch.get(), nullptr);
+    JTOK_CUDA_CHECK(cudaMemset(counters.get(), 0, counters.n * sizeof(int32_t)));
+    jtok::cuda::paged_attention<E, KvT>(out.get(), q, in.W, kv(), r, in.s.H, max_len, scratch.get(), counters.get(),
+                                        nullptr);
+    EXPECT_EQ(download_exact(counters), std::vector<int32_t>(counters.n, 0)) << "counters left non-zero";
     return download(out);
   }
 };
@@ -472,7 +476,7 @@ TEST(CudaPagedKv, RefusesUnsupportedShapes) {
   for (int64_t hd : {16, 48, 96, 256}) {
     const jtok::cuda::PagedKv kv{nullptr, nullptr, 16, 2, hd};
     try {
-      jtok::cuda::paged_attention<float, float>(nullptr, nullptr, 4 * hd, kv, rows, 4, 64, nullptr, nullptr);
+      jtok::cuda::paged_attention<float, float>(nullptr, nullptr, 4 * hd, kv, rows, 4, 64, nullptr, nullptr, nullptr);
       ADD_FAILURE() << "head dim " << hd << " was accepted";
     } catch (const jtok::Error& e) {
       EXPECT_NE(std::string(e.what()).find("head dim " + std::to_string(hd)), std::string::npos) << e.what();
@@ -481,7 +485,8 @@ TEST(CudaPagedKv, RefusesUnsupportedShapes) {
   // q_stride, kv, H, max_len -> whether paged_attention refuses them
   const auto refused = [&](int64_t q_stride, const jtok::cuda::PagedKv& kv, int64_t H, int64_t max_len) {
     try {
-      jtok::cuda::paged_attention<bf16, bf16>(nullptr, nullptr, q_stride, kv, rows, H, max_len, nullptr, nullptr);
+      jtok::cuda::paged_attention<bf16, bf16>(nullptr, nullptr, q_stride, kv, rows, H, max_len, nullptr, nullptr,
+                                               nullptr);
     } catch (const jtok::Error& e) {
       std::printf("refused: %s\n", e.what());
       return true;
