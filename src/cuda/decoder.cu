@@ -39,6 +39,7 @@ class GpuDecoder final : public DeviceDecoder {
                         LogitDigest* out) override;
   void copy_row_logits(int64_t i, float* out) override;
   StepBreakdown last_step() const override { return st_.last_step; }
+  int64_t last_graph_kernels() const override { return st_.last_graph_kernels; }
 
  private:
   int64_t context_cut(int64_t capacity) const;

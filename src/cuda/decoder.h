@@ -107,6 +107,8 @@ class DeviceDecoder {
   virtual void copy_row_logits(int64_t i, float* out) = 0;
   // The last decode step's breakdown (valid only when profiling: settings.profile, JTOK_PROFILE=1).
   virtual StepBreakdown last_step() const { return {}; }
+  // The kernels of the CUDA graph the last decode step replayed; 0 when it ran eagerly.
+  virtual int64_t last_graph_kernels() const { return 0; }
 };
 
 // The decoder for host's model on device 0. Refuses, naming it, what the GPU decoder does not run.

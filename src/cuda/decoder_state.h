@@ -120,12 +120,16 @@ class DecodeGraphs {
   ~DecodeGraphs();
   DecodeGraphs(const DecodeGraphs&) = delete;
   DecodeGraphs& operator=(const DecodeGraphs&) = delete;
-  cudaGraphExec_t find(const DecodeShape& shape) const;  // null: not captured yet
-  void add(const DecodeShape& shape, cudaGraphExec_t exec);  // owned from now on
+  struct Captured {
+    cudaGraphExec_t exec = nullptr;
+    int64_t kernels = 0;  // the graph's kernel nodes
+  };
+  Captured find(const DecodeShape& shape) const;  // exec null: not captured yet
+  void add(const DecodeShape& shape, const Captured& graph);  // exec owned from now on
   size_t size() const { return graphs_.size(); }
 
  private:
-  std::map<DecodeShape, cudaGraphExec_t> graphs_;
+  std::map<DecodeShape, Captured> graphs_;
 };
 
 template <typename E>
@@ -156,6 +160,7 @@ struct DecoderState {
   std::string graphs_off;
   std::unique_ptr<DecodeProfiler> prof;  // JTOK_PROFILE=1 (or settings.profile): the steps' events
   StepBreakdown last_step;               // the last decode step's, when profiling
+  int64_t last_graph_kernels = 0;        // the last decode step's graph's kernels (0: it ran eagerly)
   DecoderMemoryPlan plan;                // what the set-up allocates (checked against the free memory first)
   cudaStream_t s() const { return stream.s; }
 };

@@ -44,18 +44,18 @@
 namespace jtok::cuda {
 
 DecodeGraphs::~DecodeGraphs() {
-  for (auto& [shape, exec] : graphs_) cudaGraphExecDestroy(exec);
+  for (auto& [shape, graph] : graphs_) cudaGraphExecDestroy(graph.exec);
 }
 
-cudaGraphExec_t DecodeGraphs::find(const DecodeShape& shape) const {
+DecodeGraphs::Captured DecodeGraphs::find(const DecodeShape& shape) const {
   const auto it = graphs_.find(shape);
-  return it == graphs_.end() ? nullptr : it->second;
+  return it == graphs_.end() ? Captured{} : it->second;
 }
 
-void DecodeGraphs::add(const DecodeShape& shape, cudaGraphExec_t exec) {
-  cudaGraphExec_t& slot = graphs_[shape];
-  if (slot) cudaGraphExecDestroy(slot);
-  slot = exec;
+void DecodeGraphs::add(const DecodeShape& shape, const Captured& graph) {
+  Captured& slot = graphs_[shape];
+  if (slot.exec) cudaGraphExecDestroy(slot.exec);
+  slot = graph;
 }
 
 namespace {
@@ -121,10 +121,26 @@ void queue_results_copy(DecoderState<E>& st, int64_t M, const StepShape& sh) {
                                   static_cast<size_t>(M) * sizeof(LogitDigest), cudaMemcpyDeviceToHost, st.s()));
 }
 
-// queue_decode of shape sh captured (nothing runs) and instantiated. ThreadLocal: a call on this
-// thread that a capture forbids fails instead of syncing; other threads are not affected.
+// The kernel nodes of a captured graph (bench-decode's graph_kernels).
+int64_t kernel_nodes(cudaGraph_t graph) {
+  size_t n = 0;
+  JTOK_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  JTOK_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+  int64_t kernels = 0;
+  for (size_t i = 0; i < n; ++i) {
+    cudaGraphNodeType type;
+    JTOK_CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &type));
+    kernels += type == cudaGraphNodeTypeKernel;
+  }
+  return kernels;
+}
+
+// queue_decode of shape sh captured (nothing runs) and instantiated, with its kernel count.
+// ThreadLocal: a call on this thread that a capture forbids fails instead of syncing; other threads
+// are not affected.
 template <typename E>
-cudaGraphExec_t capture_decode(DecoderState<E>& st, const int32_t* tokens, const StepShape& sh) {
+DecodeGraphs::Captured capture_decode(DecoderState<E>& st, const int32_t* tokens, const StepShape& sh) {
   cudaGraph_t graph = nullptr;
   JTOK_CUDA_CHECK(cudaStreamBeginCapture(st.s(), cudaStreamCaptureModeThreadLocal));
   try {
@@ -135,6 +151,13 @@ cudaGraphExec_t capture_decode(DecoderState<E>& st, const int32_t* tokens, const
     throw;
   }
   JTOK_CUDA_CHECK(cudaStreamEndCapture(st.s(), &graph));
+  int64_t kernels = 0;
+  try {
+    kernels = kernel_nodes(graph);
+  } catch (...) {
+    cudaGraphDestroy(graph);
+    throw;
+  }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
@@ -142,7 +165,7 @@ cudaGraphExec_t capture_decode(DecoderState<E>& st, const int32_t* tokens, const
   const cudaError_t uploaded = cudaGraphUpload(exec, st.s());
   if (uploaded != cudaSuccess) cudaGraphExecDestroy(exec);
   JTOK_CUDA_CHECK(uploaded);
-  return exec;
+  return {exec, kernels};
 }
 
 // After an eager step of a new shape: its graph, or graphs off for this decoder if capture fails.
@@ -190,7 +213,10 @@ void decode_step(DecoderState<E>& st, const int64_t* seqs, const int32_t* tokens
   check_ids(padded.data(), sh.R, st.cfg.vocab_size, "token");
   if (sh.timed) st.prof->begin_step();
   upload_decode(st, seqs, padded, M, sh, rows);
-  const cudaGraphExec_t graph = st.graphs ? st.graphs->find({sh.R, sh.max_len, sh.digest}) : nullptr;
+  DecodeGraphs::Captured captured;
+  if (st.graphs) captured = st.graphs->find({sh.R, sh.max_len, sh.digest});
+  const cudaGraphExec_t graph = captured.exec;
+  st.last_graph_kernels = captured.kernels;
   if (graph) JTOK_CUDA_CHECK(cudaGraphLaunch(graph, st.s()));
   else queue_decode(st, padded.data(), sh);
   queue_results_copy(st, M, sh);

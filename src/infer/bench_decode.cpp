@@ -175,6 +175,7 @@ nlohmann::json decode_line(Decoder& dec, const BenchDecodeOptions& opt, nlohmann
             {"prompt_fnv1a", hex64(fnv1a64(prompts.data(), static_cast<size_t>(M * P) * sizeof(int32_t)))},
             {"tokens_fnv1a", hex64(fnv1a64(last.generated.data(), last.generated.size() * sizeof(int32_t)))}});
   add_peak_memory(j, opt.device);
+  if (dec.last_graph_kernels() > 0) j["graph_kernels"] = dec.last_graph_kernels();  // the last step's graph
   std::fprintf(stderr, "bench-decode %s %s batch %" PRId64 ": prefill %" PRId64 " x %" PRId64 " %.1f tok/s | decode %" PRId64
                " steps %.1f tok/s, TPOT %.3f ms (host argmax %.3f ms) | peak RSS %.0f MB\n",
                opt.device.c_str(), j["table_rows"].get<std::string>().c_str(), M, M, P, median(pre), N, median(dtok),

@@ -191,6 +191,7 @@ class DeviceDecoderAdapter final : public Decoder {
   std::string describe() const override { return d_->describe(); }
   int64_t vocab_size() const override { return V_; }
   cuda::StepBreakdown last_step() const override { return d_->last_step(); }
+  int64_t last_graph_kernels() const override { return d_->last_graph_kernels(); }
   int64_t open(int64_t capacity) override {
     const int64_t h = d_->open(capacity);
     capacity_[h] = capacity;

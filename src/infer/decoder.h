@@ -64,6 +64,8 @@ class Decoder {
   // The last decode step's phases (cuda/decoder.h; a GPU decoder profiling, JTOK_PROFILE=1); the
   // CPU's: not valid.
   virtual cuda::StepBreakdown last_step() const { return {}; }
+  // The kernels of the CUDA graph the GPU's last decode step replayed (0: eager, or the CPU).
+  virtual int64_t last_graph_kernels() const { return 0; }
 
  protected:
   double pick_s_ = 0;

@@ -159,4 +159,27 @@ TEST(CudaDecoderGraphs, HostBoundStepsFallBackToEager) {
   for (float x : moe_run.logits) ASSERT_TRUE(std::isfinite(x)) << "MoE eager with dummy rows";
 }
 
+// A dense layer's decode step is 8 kernels (the input norm, q | k | v, paged_qkv, the paged attention,
+// o, the second norm, gate | up with SwiGLU, down; cuda/decoder_forward.cu) and a step adds the
+// embedding, the final norm and the LM head: the tiny Qwen3's graph holds 1 + 8 L + 2 kernels. A
+// step that ran eagerly (the first of its shape, or graphs off) reports none.
+TEST(CudaDecoderGraphs, ADenseLayerDecodesInEightKernels) {
+  const jtok::Model qwen3 = test_model(long_context(tiny_qwen3()));
+  const int64_t V = qwen3.cfg.vocab_size, L = qwen3.cfg.num_hidden_layers;
+  for (const bool graphs : {true, false}) {
+    auto dec = jtok::cuda::make_device_decoder(qwen3, settings(false, "auto", graphs, false));
+    const std::vector<int32_t> prompt = skewed_ids(5, V, 91);
+    std::vector<float> logits(static_cast<size_t>(V));
+    const int64_t seq = dec->open(kContext);
+    dec->prefill(seq, prompt.data(), 5, logits.data());
+    std::vector<int64_t> kernels;
+    for (int step = 0; step < 2; ++step) {  // the first runs eagerly and is captured, the second replays
+      const int32_t next = argmax(logits.data(), V);
+      dec->decode(&seq, &next, 1, logits.data());
+      kernels.push_back(dec->last_graph_kernels());
+    }
+    EXPECT_EQ(kernels, (std::vector<int64_t>{0, graphs ? 1 + 8 * L + 2 : 0})) << (graphs ? "graphs" : "eager");
+  }
+}
+
 }  // namespace

@@ -24,8 +24,12 @@
 using Work = std::function<void()>;
 using Clock = std::chrono::steady_clock;
 
+struct CUgraphNode_st {
+  bool kernel = false;
+};
 struct CUgraph_st {
   std::vector<Work> nodes;
+  std::vector<std::unique_ptr<CUgraphNode_st>> handles;  // one a node: its type
   size_t kernels = 0;
 };
 struct CUgraphExec_st {
@@ -134,6 +138,7 @@ cudaError_t submit(cudaStream_t s, Work work, bool kernel) {
     Capture& c = *s->capture;
     if (c.invalid) return cudaErrorStreamCaptureInvalidated;
     c.graph->nodes.push_back(std::move(work));
+    c.graph->handles.push_back(std::make_unique<CUgraphNode_st>(CUgraphNode_st{kernel}));
     c.graph->kernels += kernel;
     ++c.work[s];
     return cudaSuccess;
@@ -333,6 +338,18 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
   if (c->invalid) return cudaErrorStreamCaptureInvalidated;
   if (unjoined) return cudaErrorStreamCaptureUnjoined;
   *g = c->graph.release();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t* nodes, size_t* n) {
+  if (!g || !n) return cudaErrorInvalidValue;
+  if (nodes)
+    for (size_t i = 0; i < std::min(*n, g->handles.size()); ++i) nodes[i] = g->handles[i].get();
+  *n = nodes ? std::min(*n, g->handles.size()) : g->handles.size();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type) {
+  if (!node || !type) return cudaErrorInvalidValue;
+  *type = node->kernel ? cudaGraphNodeTypeKernel : cudaGraphNodeTypeMemcpy;
   return cudaSuccess;
 }
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long) {

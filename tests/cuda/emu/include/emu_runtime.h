@@ -22,10 +22,13 @@ struct CUstream_st;
 struct CUevent_st;
 struct CUgraph_st;
 struct CUgraphExec_st;
+struct CUgraphNode_st;
 using cudaStream_t = CUstream_st*;
 using cudaEvent_t = CUevent_st*;
 using cudaGraph_t = CUgraph_st*;
 using cudaGraphExec_t = CUgraphExec_st*;
+using cudaGraphNode_t = CUgraphNode_st*;
+enum cudaGraphNodeType { cudaGraphNodeTypeKernel = 0x00, cudaGraphNodeTypeMemcpy = 0x01 };  // the rest: memcpy here
 enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
@@ -193,6 +196,8 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned 
 cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t s);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
 cudaError_t cudaGraphDestroy(cudaGraph_t g);
+cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t* nodes, size_t* n);
+cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 // One emulated device: an sm_90 with an H100's 132 SMs and 80 GiB (what decoder_setup sizes by).
 cudaError_t cudaGetDeviceCount(int* n);
