@@ -40,8 +40,8 @@ class Matmul {
   // linear_forward's products of 1..rows rows go to row_invariant_linear (cuda/row_invariant_linear.h:
   // a row's bits depend on no other row) instead of cuBLASLt; 0, the default: none. The GPU decoder
   // sets it around its decode steps (RowInvariantProducts). A setting on the Matmul rather than a
-  // parameter: a decode step reaches most of its products through the trainer's shared qkv_project /
-  // mlp_update (cuda/model.h) and the MoE block, all of which take the Matmul, so no signature the
+  // parameter: a decode step reaches its products through linear_forward and the trainer's shared
+  // mlp_update (cuda/model.h) and MoE block, all of which take the Matmul, so no signature the
   // trainer calls changes, and the trainer, whose Matmul never sets it, keeps its products and bits.
   void set_row_invariant_rows(int64_t rows) { row_invariant_rows_ = rows; }
   int64_t row_invariant_rows() const { return row_invariant_rows_; }

@@ -82,7 +82,8 @@ void mlp_update(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, c
 
 // The attention's input projections for N rows: q (N,qd), k, v (N,kvd) = a W^T (+ b); with qk_norm the
 // products land in q_in / k_in and their per-head RMSNorm (rstd_q (N*H), rstd_k (N*KV)) in q / k
-// (model/qkv_variants.cpp: after the biases, before RoPE). The training forward's and the decoder's.
+// (model/qkv_variants.cpp: after the biases, before RoPE). The training forward's (the decoder makes
+// q | k | v in one product and norms them with RoPE in paged_qkv: cuda/decoder_forward.cu).
 template <typename E>
 struct QkvBuffers {
   E *q = nullptr, *k = nullptr, *v = nullptr, *q_in = nullptr, *k_in = nullptr;

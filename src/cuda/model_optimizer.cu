@@ -24,9 +24,9 @@ DeviceAdamW::DeviceAdamW(const DeviceModel<E>& dm, bool dense)
   std::vector<AdamWSegment> ranges;
   for (size_t i = 0; i < dm.layout.size(); ++i) {
     const ParamInfo& p = dm.layout[i];
-    token_indexed.push_back(is_token_indexed_param(p.name) ? 1 : 0);
+    const int32_t table_lr = is_token_indexed_param(p.name) ? 1 : 0;  // a JTok / JTok-M parameter: its own lr
     if (dm.trainable[i])  // a frozen tensor is in no segment: never stepped, no moments
-      ranges.push_back({p.offset, p.numel, 0, 2 * token_indexed.back() + (p.decay ? 0 : 1)});
+      ranges.push_back({p.offset, p.numel, 0, 2 * table_lr + (p.decay ? 0 : 1)});
   }
   const std::vector<AdamWSegment> segs = adamw_segments(ranges, segment_blocks);
   segments.resize(static_cast<int64_t>(segs.size()));

@@ -39,7 +39,6 @@ struct DeviceAdamW {
   template <typename E>
   explicit DeviceAdamW(const DeviceModel<E>& dm, bool dense_tables = true);
   DeviceArray<float> m, v;                // (n_params), m.params' layout
-  std::vector<uint8_t> token_indexed;     // per layout entry: a JTok / JTok-M parameter (its lr)
   // The trainable tensors of the flat parameters as AdamW's segments (cuda/adamw.h; kinds: decay,
   // plain, table decay, table plain): the whole step in one launch.
   DeviceArray<AdamWSegment> segments;
