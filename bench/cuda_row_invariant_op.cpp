@@ -1,11 +1,15 @@
 // Times a decode step's products on the GPU in bf16: cuda::row_invariant_linear (the decode steps'
 // products) against cuBLASLt (cuda::linear_forward), on Qwen3-0.6B's shapes (q 1024 -> 2048, k / v
-// 1024 -> 1024, gate / up 1024 -> 3072, o 2048 -> 1024, down 3072 -> 1024, the LM head 1024 ->
+// 1024 -> 1024, q | k | v 1024 -> 4096, gate / up 1024 -> 3072, o 2048 -> 1024, down 3072 -> 1024, the LM head 1024 ->
 // 151936, fp32 logits) at M = 1, 4, 16 rows, by cudaEvent after two warm-up calls. Each call reads
 // the next of enough weight copies to pass 256 MiB, so the weights come from HBM, not L2 (50 MiB).
+// Where the input is the hidden size (C 1024: an RMSNorm's output in the decoder) also the product
+// with the norm inside (RowNorm, the decoder's decode steps) against rmsnorm_forward then the
+// product, two launches (normed_us, norm_then_us).
 // Built with the CUDA kernels (target bench_cuda_row_invariant; not a test: timings are no check):
 //   build/bench_cuda_row_invariant [reps]     (default 50)
-// Prints one JSON line a (shape, M): microseconds a call and the weights' GB/s for each.
+// Prints one JSON line a (shape, M): microseconds a call and the weights' GB/s for each (and the
+// normed pair's microseconds).
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -15,6 +19,7 @@
 
 #include "cuda/check.h"
 #include "cuda/matmul.h"
+#include "cuda/rmsnorm.h"
 #include "cuda/row_invariant_linear.h"
 #include "cuda_bench_util.h"
 
@@ -46,21 +51,40 @@ void run(jtok::cuda::Matmul& mm, const Shape& s, int64_t M, int reps) {
   const double lt = 1e3 * jtok::bench::event_time_ms([&](int i) {
     jtok::cuda::linear_forward<bf16, Out>(mm, out, x, weight(i), nullptr, M, s.C, s.OC, false, nullptr);
   }, reps);
+  double normed = 0, norm_then = 0;
+  bf16 *gain = nullptr, *xn = nullptr;
+  float* rstd = nullptr;
+  if (s.C == 1024) {
+    gain = device_randn(static_cast<size_t>(s.C), 3, 1.0f);
+    xn = device_randn(static_cast<size_t>(M * s.C), 2, 1.0f);
+    JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rstd), static_cast<size_t>(M) * sizeof(float)));
+    const jtok::cuda::RowNorm<bf16> norm{gain, 1e-6f};
+    normed = 1e3 * jtok::bench::event_time_ms([&](int i) {
+      jtok::cuda::row_invariant_linear<bf16, Out>(out, x, weight(i), nullptr, M, s.C, s.OC, false, nullptr, norm);
+    }, reps);
+    norm_then = 1e3 * jtok::bench::event_time_ms([&](int i) {
+      jtok::cuda::rmsnorm_forward<bf16>(xn, rstd, x, gain, M, s.C, 1e-6f, nullptr);
+      jtok::cuda::row_invariant_linear<bf16, Out>(out, xn, weight(i), nullptr, M, s.C, s.OC, false, nullptr);
+    }, reps);
+  }
   const double gb = static_cast<double>(wbytes) / 1e9;
   std::printf("{\"shape\": \"%s\", \"C\": %lld, \"OC\": %lld, \"M\": %lld, \"row_invariant_us\": %.2f, "
-              "\"row_invariant_gbs\": %.0f, \"cublaslt_us\": %.2f, \"cublaslt_gbs\": %.0f}\n",
+              "\"row_invariant_gbs\": %.0f, \"cublaslt_us\": %.2f, \"cublaslt_gbs\": %.0f",
               s.name, static_cast<long long>(s.C), static_cast<long long>(s.OC), static_cast<long long>(M), ri,
               gb / (ri * 1e-6), lt, gb / (lt * 1e-6));
+  if (s.C == 1024) std::printf(", \"normed_us\": %.2f, \"norm_then_us\": %.2f", normed, norm_then);
+  std::printf("}\n");
   for (bf16* p : w) cudaFree(p);
-  cudaFree(x);
-  cudaFree(out);
+  for (void* p : {static_cast<void*>(x), static_cast<void*>(out), static_cast<void*>(gain), static_cast<void*>(xn),
+                  static_cast<void*>(rstd)})
+    cudaFree(p);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const int reps = argc >= 2 ? std::atoi(argv[1]) : 50;
-  const Shape shapes[] = {{"q", 1024, 2048},       {"k_v", 1024, 1024}, {"gate_up", 1024, 3072},
+  const Shape shapes[] = {{"q", 1024, 2048},       {"k_v", 1024, 1024}, {"qkv", 1024, 4096}, {"gate_up", 1024, 3072},
                           {"o", 2048, 1024},       {"down", 3072, 1024}, {"lm_head", 1024, 151936}};
   try {
     jtok::cuda::Matmul mm;

@@ -38,15 +38,32 @@ PagedRows paged_rows(const DecoderState<E>& st, int64_t R) {
   return {st.acts.row_seq(), st.acts.pos(), st.kv.tables.get(), st.kv.max_pages, R};
 }
 
+// Whether a step of R rows norms a product's input inside the product (RowNorm: one kernel, the
+// bits of the norm then the product): a decode step, whose products are row_invariant_linear's.
+template <typename E>
+bool norm_in_product(const DecoderState<E>& st, int64_t R) {
+  return R <= st.mm.row_invariant_rows();
+}
+
+template <typename E>
+RowNorm<E> row_norm(const DecoderState<E>& st, const E* gain) {
+  return {gain, static_cast<float>(st.cfg.rms_norm_eps)};
+}
+
 // The layer's q | k | v rows (R, qd + 2 kvd) = a [Wq; Wk; Wv]^T (+ [bq; bk; bv]) in one product: the
 // three weights (and biases) lie back to back in the flat parameters (check_fused_layout), and each
-// output element's bits are its own column's (row_invariant_linear for a decode step).
+// output element's bits are its own column's (row_invariant_linear for a decode step). normed: a = the
+// input norm of h, made inside the product; else a is A.a.
 template <typename E>
-void qkv_rows(DecoderState<E>& st, size_t l, int64_t R) {
+void qkv_rows(DecoderState<E>& st, size_t l, int64_t R, bool normed) {
   const ModelConfig& c = st.cfg;
   const DeviceLayerView<E>& W = st.w.layers[l];
-  linear_forward<E, E>(st.mm, st.acts.qkv.get(), st.acts.a.get(), W.wq, W.bq, R, c.hidden_size,
-                       c.q_dim() + 2 * c.kv_dim(), false, st.s());
+  DecoderActs<E>& A = st.acts;
+  const int64_t d = c.hidden_size, OC = c.q_dim() + 2 * c.kv_dim();
+  if (normed)
+    row_invariant_linear<E, E>(A.qkv.get(), A.h.get(), W.wq, W.bq, R, d, OC, false, st.s(), row_norm(st, W.ln1));
+  else
+    linear_forward<E, E>(st.mm, A.qkv.get(), A.a.get(), W.wq, W.bq, R, d, OC, false, st.s());
 }
 
 // q, k, v (packed) from the qkv rows: per-head norm, RoPE at each row's position, k and v of layer l
@@ -82,14 +99,20 @@ void attend_pages(DecoderState<E>& st, size_t l, const StepShape& sh) {
                               A.attn_counters.get(), st.s());
 }
 
-// JTok-M's routing of layer l on the attention input a: logits (R, n_e) fp32, top-K, weights. A
-// decode keeps the choices (host_sel) for the rows-read count.
+// JTok-M's routing of layer l on the attention input a (normed: made inside the router's product from
+// h, as q | k | v's): logits (R, n_e) fp32, top-K, weights. A decode keeps the choices (host_sel) for
+// the rows-read count.
 template <typename E>
-void jtokm_route_layer(DecoderState<E>& st, size_t l, const StepShape& sh) {
+void jtokm_route_layer(DecoderState<E>& st, size_t l, const StepShape& sh, bool normed) {
   DecoderActs<E>& A = st.acts;
+  const DeviceLayerView<E>& W = st.w.layers[l];
   const JTokMDims dims = jtokm_dims(st.cfg, sh.R);
-  linear_forward<E, float>(st.mm, A.m_logits.get(), A.a.get(), st.w.layers[l].jtokm_router, nullptr, sh.R, dims.d,
-                           dims.n_e, false, st.s());
+  if (normed)
+    row_invariant_linear<E, float>(A.m_logits.get(), A.h.get(), W.jtokm_router, nullptr, sh.R, dims.d, dims.n_e, false,
+                                   st.s(), row_norm(st, W.ln1));
+  else
+    linear_forward<E, float>(st.mm, A.m_logits.get(), A.a.get(), W.jtokm_router, nullptr, sh.R, dims.d, dims.n_e,
+                             false, st.s());
   jtokm_route(A.jtokm(), A.m_logits.get(), dims, st.s());
   if (!sh.count_rows) return;
   int32_t* dst = A.host_sel.get() + st.sel_slot[l] * st.settings.max_batch * dims.K;
@@ -98,7 +121,8 @@ void jtokm_route_layer(DecoderState<E>& st, size_t l, const StepShape& sh) {
 }
 
 // h -> h: the input norm, JTok-M's routing, q | k | v in one product, their per-head norm, RoPE at
-// the rows' positions and the pages in one kernel, attention, h += att Wo^T.
+// the rows' positions and the pages in one kernel, attention, h += att Wo^T. A decode step norms
+// inside the q | k | v product (and JTok-M's router's) instead of in a kernel of its own.
 template <typename E>
 void attention_half(DecoderState<E>& st, size_t l, const StepShape& sh) {
   const ModelConfig& c = st.cfg;
@@ -106,20 +130,28 @@ void attention_half(DecoderState<E>& st, size_t l, const StepShape& sh) {
   DecoderActs<E>& A = st.acts;
   const int64_t R = sh.R, d = c.hidden_size, qd = c.q_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
-  const float eps = static_cast<float>(c.rms_norm_eps);
   cudaStream_t s = st.s();
-  rmsnorm_forward(A.a.get(), A.rstd.get(), A.h.get(), W.ln1, R, d, eps, s);
-  if (W.jtokm_router) jtokm_route_layer(st, l, sh);  // route now, mix at the write-back
-  qkv_rows(st, l, R);
+  const bool normed = norm_in_product(st, R);
+  if (!normed) rmsnorm_forward(A.a.get(), A.rstd.get(), A.h.get(), W.ln1, R, d, static_cast<float>(c.rms_norm_eps), s);
+  if (W.jtokm_router) jtokm_route_layer(st, l, sh, normed);  // route now, mix at the write-back
+  qkv_rows(st, l, R, normed);
   ready_qkv(st, l, R);  // the pages get every row's k, v first: a chunk's later rows read its earlier ones
   if (sh.fresh) attention_forward(A.att.get(), A.lse.get(), A.q.get(), A.k.get(), A.v.get(), 1, R, H, KV, hd, s);
   else attend_pages(st, l, sh);
   linear_forward<E, E>(st.mm, A.h.get(), A.att.get(), W.wo, nullptr, R, qd, d, true, s);
 }
 
-// out (R,d) = (accumulate: +=) Delta_m of the normed rows A.x (cuda/model.h's mlp_update).
-// A dense layer's gate | up (R, 2F) in one product (Wg, Wu back to back: check_fused_layout); a
-// decode step's with SwiGLU in the same kernel (row_invariant_swiglu).
+// Whether layer l's MLP update norms h itself: a dense layer's decode step (row_invariant_swiglu
+// with the norm); else the norm is a kernel of its own, into A.x.
+template <typename E>
+bool mlp_norms_inside(const DecoderState<E>& st, size_t l, int64_t R) {
+  return norm_in_product(st, R) && !st.w.layers[l].moe.router;
+}
+
+// out (R,d) = (accumulate: +=) Delta_m of m = RMSNorm(h) (cuda/model.h's mlp_update): m in A.x, or
+// (mlp_norms_inside) made inside the gate | up product. A dense layer's gate | up (R, 2F) in one
+// product (Wg, Wu back to back: check_fused_layout); a decode step's with the norm and SwiGLU in the
+// same kernel (row_invariant_swiglu).
 template <typename E>
 void mlp_update_rows(DecoderState<E>& st, size_t l, int64_t R, E* out, bool accumulate) {
   DecoderActs<E>& A = st.acts;
@@ -130,8 +162,8 @@ void mlp_update_rows(DecoderState<E>& st, size_t l, int64_t R, E* out, bool accu
     return;
   }
   const int64_t d = st.cfg.hidden_size, F = st.cfg.intermediate_size;
-  if (R <= st.mm.row_invariant_rows()) {  // a decode step: the product's bits and SwiGLU's, one kernel
-    row_invariant_swiglu<E>(A.act.get(), A.x.get(), W.wg, R, d, F, st.s());
+  if (mlp_norms_inside(st, l, R)) {  // a decode step: the norm's, the product's and SwiGLU's bits, one kernel
+    row_invariant_swiglu<E>(A.act.get(), A.h.get(), W.wg, R, d, F, st.s(), row_norm(st, W.ln2));
   } else {
     E* gu = A.gate_up.get();
     linear_forward<E, E>(st.mm, gu, A.x.get(), W.wg, nullptr, R, d, 2 * F, false, st.s());
@@ -170,8 +202,9 @@ void mlp_half(DecoderState<E>& st, size_t l, const StepShape& sh) {
   const DeviceLayerView<E>& W = st.w.layers[l];
   DecoderActs<E>& A = st.acts;
   const int64_t R = sh.R;
-  rmsnorm_forward(A.x.get(), A.rstd.get(), A.h.get(), W.ln2, R, c.hidden_size, static_cast<float>(c.rms_norm_eps),
-                  st.s());
+  if (!mlp_norms_inside(st, l, R))
+    rmsnorm_forward(A.x.get(), A.rstd.get(), A.h.get(), W.ln2, R, c.hidden_size, static_cast<float>(c.rms_norm_eps),
+                    st.s());
   const int64_t k = st.rows_layer[l];
   if (k >= 0) {
     mark(st, sh, StepMark::wait_begin, static_cast<int64_t>(l));
@@ -224,8 +257,13 @@ void head_forward(DecoderState<E>& st, int64_t first, int64_t n) {
   JTOK_CHECK(n > 0 && n <= A.head_rows && first >= 0 && first + n <= A.max_rows, "cuda decoder: the head of rows ",
              first, "..", first + n - 1);
   cudaStream_t s = st.s();
-  rmsnorm_forward(A.lnf.get(), A.rstd.get(), A.h.get() + first * d, st.w.norm, n, d, static_cast<float>(c.rms_norm_eps),
-                  s);
+  const E* h = A.h.get() + first * d;
+  if (norm_in_product(st, n)) {  // the final norm inside the LM head's product
+    row_invariant_linear<E, float>(A.logits.get(), h, st.w.lm_head, nullptr, n, d, Vp, false, s,
+                                   row_norm(st, st.w.norm));
+    return;
+  }
+  rmsnorm_forward(A.lnf.get(), A.rstd.get(), h, st.w.norm, n, d, static_cast<float>(c.rms_norm_eps), s);
   linear_forward<E, float>(st.mm, A.logits.get(), A.lnf.get(), st.w.lm_head, nullptr, n, d, Vp, false, s);
 }
 

@@ -7,6 +7,9 @@
 // Nothing in it names M, the row's index or the group it went through: the bits are the row's own.
 // row_invariant_swiglu runs the same sums for a gate | up product's two halves and writes SwiGLU of
 // the pair (each rounded to the storage type first, as the product would store it): one kernel.
+// With a norm (RowNorm) a group's rows get their RMSNorm scales first (warp w: rows w, w + 4, ...,
+// warp_rms_scale as rmsnorm_forward), and each loaded element x becomes x * rstd * gain rounded to
+// In, rmsnorm_forward's stored value, before the sums: the product's input is that norm's output.
 #include <climits>
 
 #include "core/error.h"
@@ -56,6 +59,26 @@ __device__ __forceinline__ void load_elems(float (&v)[8], const __nv_bfloat16* r
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j) v[j] = e0 + j < C ? __bfloat162float(row[e0 + j]) : 0.0f;
+}
+
+// The group's rows' RMSNorm scales into rstd (G), rmsnorm_forward's own: row r0 + g by warp g mod 4.
+template <typename In, int G>
+__device__ __forceinline__ void group_rstd(float (&rstd)[G], const In* inp, int64_t r0, int64_t M, int64_t C,
+                                           float eps) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int g = warp; g < G; g += kWarps) {
+    if (r0 + g >= M) break;
+    const float r = warp_rms_scale(inp + (r0 + g) * C, C, eps, lane);
+    if (lane == 0) rstd[g] = r;
+  }
+  __syncthreads();
+}
+
+// A lane's loaded elements as rmsnorm_forward stores them: x * r * gain, rounded to In.
+template <typename In, int V>
+__device__ __forceinline__ void apply_norm(float (&x)[V], const float (&gain)[V], float r) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) x[j] = to_f32(from_f32<In>(x[j] * r * gain[j]));
 }
 
 // Sums each of v[0..N) over the warp's lanes by one tree: lanes l and l ^ o added for o = 16, 8, 4,
@@ -167,26 +190,30 @@ __device__ __forceinline__ int64_t weight_row(int c, int64_t col0, int64_t OC) {
 template <typename In, typename Out, int G, bool Swiglu>
 __global__ void __launch_bounds__(kThreads)
     row_invariant_linear_kernel(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C,
-                                int64_t OC, bool accumulate, bool vec) {
+                                int64_t OC, bool accumulate, bool vec, const In* gain, float eps) {
   constexpr int V = kVec<In>;
   __shared__ float partial[kWarps][kCols * G];
+  __shared__ float rstd[G];  // with a norm: the group's rows' scales
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * (Swiglu ? 2 : kCols);
   const int64_t chunks = (C + 32 * V - 1) / (32 * V);
   for (int64_t r0 = 0; r0 < M; r0 += G) {
+    if (gain) group_rstd<In, G>(rstd, inp, r0, M, C, eps);
     float acc[kCols * G];
 #pragma unroll
     for (int i = 0; i < kCols * G; ++i) acc[i] = 0.0f;
     for (int64_t k = warp; k < chunks; k += kWarps) {
       const int64_t e0 = k * 32 * V + lane * V;
-      float w[kCols][V];
+      float w[kCols][V], gw[V];
 #pragma unroll
       for (int c = 0; c < kCols; ++c) load_elems(w[c], weight + weight_row<Swiglu>(c, col0, OC) * C, e0, C, vec);
+      if (gain) load_elems(gw, gain, e0, C, vec);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         if (r0 + g < M) {
           float x[V];
           load_elems(x, inp + (r0 + g) * C, e0, C, vec);
+          if (gain) apply_norm<In, V>(x, gw, rstd[g]);
 #pragma unroll
           for (int c = 0; c < kCols; ++c)
 #pragma unroll
@@ -201,56 +228,68 @@ __global__ void __launch_bounds__(kThreads)
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// One product's arguments, as the launches pass them on.
+template <typename In, typename Out>
+struct ProductArgs {
+  Out* out;
+  const In *inp, *weight;
+  const Out* bias;
+  int64_t M, C, OC;
+  bool accumulate;
+  RowNorm<In> norm;
+};
+
 template <typename In, typename Out, int G, bool Swiglu>
-void launch(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C, int64_t OC,
-            bool accumulate, cudaStream_t stream) {
-  const bool vec = aligned16(inp) && aligned16(weight) && (C * static_cast<int64_t>(sizeof(In))) % 16 == 0;
-  const int64_t blocks = Swiglu ? (OC / 2 + 1) / 2 : (OC + kCols - 1) / kCols;
+void launch(const ProductArgs<In, Out>& p, cudaStream_t stream) {
+  const bool vec = aligned16(p.inp) && aligned16(p.weight) && (!p.norm.gain || aligned16(p.norm.gain)) &&
+                   (p.C * static_cast<int64_t>(sizeof(In))) % 16 == 0;
+  const int64_t blocks = Swiglu ? (p.OC / 2 + 1) / 2 : (p.OC + kCols - 1) / kCols;
   row_invariant_linear_kernel<In, Out, G, Swiglu><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      out, inp, weight, bias, M, C, OC, accumulate, vec);
+      p.out, p.inp, p.weight, p.bias, p.M, p.C, p.OC, p.accumulate, vec, p.norm.gain, p.norm.eps);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
 // The fewest rows a pass that hold M (up to 16): no idle accumulators at M = 1, 2, 4, 8, 16.
 template <typename In, typename Out, bool Swiglu>
-void launch_rows(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C, int64_t OC,
-                 bool accumulate, cudaStream_t stream) {
-  if (M == 1) launch<In, Out, 1, Swiglu>(out, inp, weight, bias, M, C, OC, accumulate, stream);
-  else if (M == 2) launch<In, Out, 2, Swiglu>(out, inp, weight, bias, M, C, OC, accumulate, stream);
-  else if (M <= 4) launch<In, Out, 4, Swiglu>(out, inp, weight, bias, M, C, OC, accumulate, stream);
-  else if (M <= 8) launch<In, Out, 8, Swiglu>(out, inp, weight, bias, M, C, OC, accumulate, stream);
-  else launch<In, Out, 16, Swiglu>(out, inp, weight, bias, M, C, OC, accumulate, stream);
+void launch_rows(const ProductArgs<In, Out>& p, cudaStream_t stream) {
+  if (p.M == 1) launch<In, Out, 1, Swiglu>(p, stream);
+  else if (p.M == 2) launch<In, Out, 2, Swiglu>(p, stream);
+  else if (p.M <= 4) launch<In, Out, 4, Swiglu>(p, stream);
+  else if (p.M <= 8) launch<In, Out, 8, Swiglu>(p, stream);
+  else launch<In, Out, 16, Swiglu>(p, stream);
 }
 
 }  // namespace
 
 template <typename In, typename Out>
 void row_invariant_linear(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C,
-                          int64_t OC, bool accumulate, cudaStream_t stream) {
+                          int64_t OC, bool accumulate, cudaStream_t stream, const RowNorm<In>& norm) {
   if (M < 0 || C < 1 || OC < 1 || (OC + kCols - 1) / kCols > INT_MAX)
     fail("cuda row_invariant_linear: bad shape M ", M, " C ", C, " OC ", OC);
   if (M == 0) return;
-  launch_rows<In, Out, false>(out, inp, weight, bias, M, C, OC, accumulate, stream);
+  launch_rows<In, Out, false>({out, inp, weight, bias, M, C, OC, accumulate, norm}, stream);
 }
 
 template <typename T>
 void row_invariant_swiglu(T* out, const T* inp, const T* weight, int64_t M, int64_t C, int64_t F,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, const RowNorm<T>& norm) {
   if (M < 0 || C < 1 || F < 1 || (F + 1) / 2 > INT_MAX)
     fail("cuda row_invariant_swiglu: bad shape M ", M, " C ", C, " F ", F);
   if (M == 0) return;
-  launch_rows<T, T, true>(out, inp, weight, nullptr, M, C, 2 * F, false, stream);
+  launch_rows<T, T, true>({out, inp, weight, nullptr, M, C, 2 * F, false, norm}, stream);
 }
 
 using bf16 = __nv_bfloat16;
 #define JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE(In, Out)                                                           \
   template void row_invariant_linear<In, Out>(Out*, const In*, const In*, const Out*, int64_t, int64_t, int64_t, \
-                                              bool, cudaStream_t);
+                                              bool, cudaStream_t, const RowNorm<In>&);
 JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE(float, float)
 JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE(bf16, bf16)
 JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE(bf16, float)
 #undef JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE
-template void row_invariant_swiglu<float>(float*, const float*, const float*, int64_t, int64_t, int64_t, cudaStream_t);
-template void row_invariant_swiglu<bf16>(bf16*, const bf16*, const bf16*, int64_t, int64_t, int64_t, cudaStream_t);
+template void row_invariant_swiglu<float>(float*, const float*, const float*, int64_t, int64_t, int64_t, cudaStream_t,
+                                          const RowNorm<float>&);
+template void row_invariant_swiglu<bf16>(bf16*, const bf16*, const bf16*, int64_t, int64_t, int64_t, cudaStream_t,
+                                         const RowNorm<bf16>&);
 
 }  // namespace jtok::cuda

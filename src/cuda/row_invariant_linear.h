@@ -24,18 +24,31 @@
 
 namespace jtok::cuda {
 
-// out (M,OC) (+)= inp (M,C) weight (OC,C)^T (+ bias (OC); null: none); accumulate adds to out.
+// An RMSNorm the product applies to its input rows first (gain null: none): row x becomes
+// x * rstd * gain rounded to In, rstd = 1 / sqrt(mean(x^2) + eps) by warp_rms_scale (cuda/common.cuh),
+// the bits rmsnorm_forward would store; so a product with a norm gives the bits of rmsnorm_forward
+// followed by the plain product, in one kernel (the GPU decoder's decode steps: the input norm before
+// q | k | v, the post-attention norm before gate | up, the final norm before the LM head).
+template <typename In>
+struct RowNorm {
+  const In* gain = nullptr;  // (C)
+  float eps = 0.0f;
+};
+
+// out (M,OC) (+)= inp (M,C) weight (OC,C)^T (+ bias (OC); null: none); accumulate adds to out; inp
+// normed first when norm.gain.
 // Rows are dense (row strides C and OC). M 0 does nothing.
 template <typename In, typename Out>
 void row_invariant_linear(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C,
-                          int64_t OC, bool accumulate, cudaStream_t stream);
+                          int64_t OC, bool accumulate, cudaStream_t stream, const RowNorm<In>& norm = {});
 
-// out (M,F) = silu(gate) * up of gate | up = inp (M,C) weight (2F,C)^T, weight's first F rows the
-// gate's and the next F the up's: row_invariant_linear's sums of the 2F columns, each rounded to T,
-// then swiglu_forward's value rounded to T: the bits of that product followed by swiglu_forward, in
-// one kernel (the GPU decoder's dense MLP in a decode step). T float or __nv_bfloat16.
+// out (M,F) = silu(gate) * up of gate | up = inp (M,C) weight (2F,C)^T (inp normed first when
+// norm.gain), weight's first F rows the gate's and the next F the up's: row_invariant_linear's sums
+// of the 2F columns, each rounded to T, then swiglu_forward's value rounded to T: the bits of that
+// product followed by swiglu_forward, in one kernel (the GPU decoder's dense MLP in a decode step).
+// T float or __nv_bfloat16.
 template <typename T>
 void row_invariant_swiglu(T* out, const T* inp, const T* weight, int64_t M, int64_t C, int64_t F,
-                          cudaStream_t stream);
+                          cudaStream_t stream, const RowNorm<T>& norm = {});
 
 }  // namespace jtok::cuda

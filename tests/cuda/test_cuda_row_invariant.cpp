@@ -12,15 +12,19 @@
 //   16-byte alignment (the element-by-element loads), for (fp32, fp32), (bf16, bf16), (bf16, fp32).
 // - linear_forward under RowInvariantProducts gives row_invariant_linear's bits, and the setting
 //   is back to 0 after the scope.
+// - with a norm (RowNorm), the product and the SwiGLU product give rmsnorm_forward's output followed by
+//   the plain kernel, bit for bit.
 // `--gtest_filter='*CudaRowInvariant*'`; a GPU host only (in test_cuda_ops).
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/matmul.h"
+#include "cuda/rmsnorm.h"
 #include "cuda/row_invariant_linear.h"
 #include "cuda/swiglu.h"
 #include "cuda_case.h"
@@ -194,6 +198,61 @@ TEST(CudaRowInvariant, SwigluIsTheProductThenSwiglu) {
   expect_swiglu_bits<float>(300, 37);
   expect_swiglu_bits<bf16>(1024, 37);
   expect_swiglu_bits<bf16>(300, 64);
+}
+
+// A product with a norm against rmsnorm_forward then the plain product, bit for bit: linear (bias,
+// accumulate) for each (In, Out) and SwiGLU, M 1, 3, 5, 16, 33, C on the 16-byte path (1024) and off
+// it (300; and 1024 with the input and gain one element off alignment: the element-wise loads).
+constexpr float kEps = 1e-6f;
+
+template <typename In, typename Out>
+void expect_normed_bits(int64_t C, int64_t OC, int64_t offset, bool swiglu) {
+  const DType t = sizeof(In) == 2 ? DType::bf16 : DType::f32;
+  const auto p = make_product(C, OC, 21 + static_cast<uint64_t>(C + offset));
+  std::vector<float> gain_h(static_cast<size_t>(offset), 0.0f);
+  const std::vector<float> g = randn(C, 5);
+  gain_h.insert(gain_h.end(), g.begin(), g.end());
+  auto gain = upload<In>(gain_h), w = upload<In>(p->weight);
+  auto b = upload<Out>(to_dtype(p->bias, t));
+  for (const int64_t M : {1, 3, 5, 16, 33}) {
+    std::vector<float> x_h(static_cast<size_t>(offset), 0.0f);
+    const std::vector<float> rows = first_rows(p->inp, M, C);
+    x_h.insert(x_h.end(), rows.begin(), rows.end());
+    auto x = upload<In>(x_h);
+    DeviceBuffer<In> normed(static_cast<size_t>(M * C));
+    DeviceBuffer<float> rstd(static_cast<size_t>(M));
+    jtok::cuda::rmsnorm_forward<In>(normed.get(), rstd.get(), x.get() + offset, gain.get() + offset, M, C, kEps,
+                                    nullptr);
+    const int64_t width = swiglu ? OC / 2 : OC;
+    auto plain = upload<Out>(to_dtype(first_rows(p->out0, M, width), t));
+    auto fused = upload<Out>(to_dtype(first_rows(p->out0, M, width), t));
+    const jtok::cuda::RowNorm<In> norm{gain.get() + offset, kEps};
+    if constexpr (std::is_same_v<In, Out>) {
+      if (swiglu) {
+        jtok::cuda::row_invariant_swiglu<In>(plain.get(), normed.get(), w.get(), M, C, width, nullptr);
+        jtok::cuda::row_invariant_swiglu<In>(fused.get(), x.get() + offset, w.get(), M, C, width, nullptr, norm);
+      }
+    }
+    if (!swiglu) {
+      jtok::cuda::row_invariant_linear<In, Out>(plain.get(), normed.get(), w.get(), b.get(), M, C, OC, true, nullptr);
+      jtok::cuda::row_invariant_linear<In, Out>(fused.get(), x.get() + offset, w.get(), b.get(), M, C, OC, true,
+                                                nullptr, norm);
+    }
+    const std::vector<float> a = download(plain), f = download(fused);
+    ASSERT_EQ(0, std::memcmp(a.data(), f.data(), a.size() * sizeof(float)))
+        << (swiglu ? "swiglu" : "linear") << " M " << M << " C " << C << " OC " << OC << " offset " << offset << ", "
+        << dtype_name(t) << " in, " << (sizeof(Out) == 4 ? "fp32" : "bf16") << " out";
+  }
+}
+
+TEST(CudaRowInvariant, NormedIsTheNormThenTheProduct) {
+  for (const auto& [C, offset] : {std::pair<int64_t, int64_t>{1024, 0}, {300, 0}, {1024, 1}}) {
+    for (const bool swiglu : {false, true}) {
+      expect_normed_bits<float, float>(C, 74, offset, swiglu);
+      expect_normed_bits<bf16, bf16>(C, 74, offset, swiglu);
+    }
+    expect_normed_bits<bf16, float>(C, 70, offset, false);
+  }
 }
 
 }  // namespace
