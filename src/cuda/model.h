@@ -1,7 +1,8 @@
 // The Transformer (dense or MoE) on the GPU: a device copy of a CPU jtok::Model (model/transformer.h) in the
 // same flat parameter layout, device activations for one (B,T) micro-batch, and the training step's
 // forward and backward in the CPU engine's op order (model/layer_block.cpp, model/transformer.cpp):
-//   h = E[ids]; per layer: a = RMSNorm(h_in); q, k, v = a W^T (+ b) (qk_norm: per-head RMSNorm);
+//   h = E[ids]; per layer: a = RMSNorm(h_in); q | k | v = a [Wq; Wk; Wv]^T (+ b) (one product; with
+//   qk_norm three, then the per-head RMSNorm);
 //   RoPE; att = causal GQA attention; h_mid = h_in + att Wo^T; m = RMSNorm(h_mid);
 //   h_out = h_mid + Delta_m, Delta_m = (silu(m Wg^T) * m Wu^T) Wd^T or MoE(m) (JTok: Delta_m * (1 + s Norm(E[x])));
 //   lnf = RMSNorm(h_out); loss = CE(lnf W_head^T)
@@ -27,6 +28,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cuda/attention.h"
 #include "cuda/dedup.h"
 #include "cuda/phase_profile.h"
 #include "cuda/device_array.h"
@@ -82,8 +84,9 @@ void mlp_update(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, c
 
 // The attention's input projections for N rows: q (N,qd), k, v (N,kvd) = a W^T (+ b); with qk_norm the
 // products land in q_in / k_in and their per-head RMSNorm (rstd_q (N*H), rstd_k (N*KV)) in q / k
-// (model/qkv_variants.cpp: after the biases, before RoPE). The training forward's (the decoder makes
-// q | k | v in one product and norms them with RoPE in paged_qkv: cuda/decoder_forward.cu).
+// (model/qkv_variants.cpp: after the biases, before RoPE). The training forward's with qk_norm (without,
+// it makes q | k | v in one product: DeviceModel::fused_qkv; so does the decoder, which norms them
+// with RoPE in paged_qkv: cuda/decoder_forward.cu).
 template <typename E>
 struct QkvBuffers {
   E *q = nullptr, *k = nullptr, *v = nullptr, *q_in = nullptr, *k_in = nullptr;
@@ -92,6 +95,31 @@ struct QkvBuffers {
 template <typename E>
 void qkv_project(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, const QkvBuffers<E>& b, const E* a,
                  int64_t N, cudaStream_t s);
+
+// Whether layer W's q, k, v weights (and biases) lie back to back in the flat parameters, so that
+// [Wq; Wk; Wv] is one (qd + 2 kvd, d) weight (model/transformer.cpp's layout puts them so).
+template <typename P>
+bool qkv_back_to_back(const DeviceLayerView<P>& W, const ModelConfig& c) {
+  const int64_t d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
+  return W.wk == W.wq + qd * d && W.wv == W.wk + kvd * d && (!W.bq || (W.bk == W.bq + qd && W.bv == W.bk + kvd));
+}
+
+// q, k and v (or their gradients) as the attention and RoPE read them: inside one (N, qd + 2 kvd)
+// row (the training forward's one q | k | v product) or three packed buffers.
+template <typename E>
+struct QkvView {
+  E *q = nullptr, *k = nullptr, *v = nullptr;
+  int64_t q_stride = 0, kv_stride = 0;  // token rows, in elements
+  AttnStrides attn;                     // the attention's: {} when packed
+};
+// q, k, v at q, k, v (packed) or, fused, all three in q's (N, qd + 2 kvd) rows: a layer's
+// activations (L.q, L.k, L.v) or their gradients (a.dq, a.dk, a.dv).
+template <typename E>
+QkvView<E> qkv_view(const ModelConfig& c, bool fused, E* q, E* k, E* v) {
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim(), W = qd + 2 * kvd;
+  if (!fused) return {q, k, v, qd, kvd, {}};
+  return {q, q + qd, q + qd + kvd, W, W, {W, W}};
+}
 
 template <typename E>
 struct DeviceModel {
@@ -129,6 +157,9 @@ struct DeviceModel {
   DeviceArray<uint8_t> touched_scratch;  // cuda/table_rows.h's compaction scratch
   DeviceView<E> w;                // views of the forward's weights
   DeviceView<float> g;            // views of grads
+  // q | k | v one product (and their gradients one (N, qd + 2 kvd) buffer): every layer's weights
+  // back to back (qkv_back_to_back) and no qk_norm (whose per-head norm reads packed rows).
+  bool fused_qkv = false;
   Matmul mm;                      // cuBLASLt plans; one stream at a time
   cudaStream_t stream;
   PhaseProfile* profile = nullptr;  // while profiling: the step's phases marked on stream
@@ -156,7 +187,8 @@ using DeviceRowSync = std::function<void(int64_t table, const DeviceRowBatch& rb
 // One layer's saved activations (N = B*T rows).
 template <typename E>
 struct DeviceLayerActs {
-  DeviceArray<E> h_in, a, q, k, v, att, h_mid, m, gate, up, act;  // (N,d) (N,d) (N,qd) (N,kvd)x2 (N,qd) (N,d)x2 (N,F)x3
+  // q (N,qd), k, v (N,kvd); fused_qkv: q (N, qd + 2 kvd) holds all three (layer_qkv), k and v empty.
+  DeviceArray<E> h_in, a, q, k, v, att, h_mid, m, gate, up, act;  // (N,d) (N,d) q k v (N,qd) (N,d)x2 (N,F)x3
   DeviceArray<E> q_in, k_in;                  // qk_norm: q, k before their norm (N,qd), (N,kvd)
   DeviceArray<float> rstd1, rstd2, lse;       // (N), (N), (B,H,T)
   DeviceArray<float> rstd_q, rstd_k;          // qk_norm: (N*H), (N*KV)
@@ -186,7 +218,8 @@ struct DeviceActs {
   DeviceArray<double> loss_sum;               // (1)
   DeviceArray<int32_t> ids, targets;          // (N)
   // Backward scratch.
-  DeviceArray<E> dh, dx, dq, dk, dv, datt, dgate, dup, dact, dcopy;  // dcopy (N,qd): qk_norm's incoming gradient
+  // dq, dk, dv as the layer's q, k, v (fused_qkv: dq holds all three); dcopy (N,qd): qk_norm's incoming gradient.
+  DeviceArray<E> dh, dx, dq, dk, dv, datt, dgate, dup, dact, dcopy;
   DeviceArray<E> dmlp;                        // JTok: (N,d) the gated update's gradient
   DeviceArray<float> row_terms, norm_scratch; // (B,H,T); rmsnorm_backward's per-block partials
   DeviceMoeScratch<E> moe;                    // MoE layers: logits, grouping and backward scratch

@@ -82,10 +82,10 @@ void head_norm_backward(DeviceActs<E>& a, E* dx, float* dgain, const E* x_in, co
   rmsnorm_backward(dx, dgain, a.norm_scratch.get(), a.dcopy.get(), x_in, gain, rstd, rows, hd, s);
 }
 
-// dq, dk, dv of the projections' outputs from those of the attention's inputs: RoPE's inverse on
-// dq, dk; qk_norm's backward; the biases' gradients.
+// dq, dk, dv (dg) of the projections' outputs from those of the attention's inputs: RoPE's inverse
+// on dq, dk; qk_norm's backward; the biases' gradients (fused_qkv: [bq; bk; bv]'s in one pass).
 template <typename E>
-void qkv_grads_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
+void qkv_grads_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, const QkvView<E>& dg) {
   const auto& c = dm.cfg;
   const auto& W = dm.w.layers[li];
   const auto& G = dm.g.layers[li];
@@ -93,17 +93,20 @@ void qkv_grads_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
   const int64_t B = a.B, T = a.T, N = B * T, qd = c.q_dim(), kvd = c.kv_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
   cudaStream_t s = dm.stream;
-  rope_backward(a.dq.get(), dm.rope_cos.get(), dm.rope_sin.get(), B, T, H, hd, qd, s);
-  rope_backward(a.dk.get(), dm.rope_cos.get(), dm.rope_sin.get(), B, T, KV, hd, kvd, s);
-  if (c.qk_norm) {
-    head_norm_backward(a, a.dq.get(), G.q_norm, L.q_in.get(), W.q_norm, L.rstd_q.get(), N * H, hd, s);
-    head_norm_backward(a, a.dk.get(), G.k_norm, L.k_in.get(), W.k_norm, L.rstd_k.get(), N * KV, hd, s);
+  rope_backward(dg.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H, hd, dg.q_stride, s);
+  rope_backward(dg.k, dm.rope_cos.get(), dm.rope_sin.get(), B, T, KV, hd, dg.kv_stride, s);
+  if (c.qk_norm) {  // never fused: packed rows
+    head_norm_backward(a, dg.q, G.q_norm, L.q_in.get(), W.q_norm, L.rstd_q.get(), N * H, hd, s);
+    head_norm_backward(a, dg.k, G.k_norm, L.k_in.get(), W.k_norm, L.rstd_k.get(), N * KV, hd, s);
   }
-  if (W.bq) {
-    bias_grad(G.bq, a.dq.get(), N, qd, s);
-    bias_grad(G.bk, a.dk.get(), N, kvd, s);
-    bias_grad(G.bv, a.dv.get(), N, kvd, s);
+  if (!W.bq) return;
+  if (dm.fused_qkv) {
+    bias_grad(G.bq, dg.q, N, qd + 2 * kvd, s);  // G.bq, G.bk, G.bv back to back as the weights'
+    return;
   }
+  bias_grad(G.bq, dg.q, N, qd, s);
+  bias_grad(G.bk, dg.k, N, kvd, s);
+  bias_grad(G.bv, dg.v, N, kvd, s);
 }
 
 // JTok-M's router of layer li (after its dL/de, in a.m_de): dL/dg, then dR += dg^T a and
@@ -132,15 +135,21 @@ void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, fl
   cudaStream_t s = dm.stream;
   a.datt.zero(s);
   linear_backward<E, float>(dm.mm, a.datt.get(), G.wo, a.dh.get(), L.att.get(), W.wo, N, qd, d, s);
-  a.dq.zero(s), a.dk.zero(s), a.dv.zero(s);
-  attention_backward(a.dq.get(), a.dk.get(), a.dv.get(), a.row_terms.get(), a.datt.get(), L.att.get(), L.lse.get(),
-                     L.q.get(), L.k.get(), L.v.get(), B, T, c.num_attention_heads, c.num_key_value_heads, c.hd(), s);
-  qkv_grads_backward(dm, a, li);
+  a.dq.zero(s), a.dk.zero(s), a.dv.zero(s);  // fused_qkv: dq holds all three, dk and dv are empty
+  const QkvView<E> v = qkv_view(c, dm.fused_qkv, L.q.get(), L.k.get(), L.v.get());
+  const QkvView<E> dg = qkv_view(c, dm.fused_qkv, a.dq.get(), a.dk.get(), a.dv.get());
+  attention_backward(dg.q, dg.k, dg.v, a.row_terms.get(), a.datt.get(), L.att.get(), L.lse.get(), v.q, v.k, v.v, B, T,
+                     c.num_attention_heads, c.num_key_value_heads, c.hd(), s, v.attn);
+  qkv_grads_backward(dm, a, li, dg);
   a.dx.zero(s);
   if (W.jtokm_router) jtokm_router_backward(dm, a, li, jtokm_aux_grad);
-  linear_backward<E, float>(dm.mm, a.dx.get(), G.wq, a.dq.get(), L.a.get(), W.wq, N, d, qd, s);
-  linear_backward<E, float>(dm.mm, a.dx.get(), G.wk, a.dk.get(), L.a.get(), W.wk, N, d, kvd, s);
-  linear_backward<E, float>(dm.mm, a.dx.get(), G.wv, a.dv.get(), L.a.get(), W.wv, N, d, kvd, s);
+  if (dm.fused_qkv) {  // [Wq; Wk; Wv] one (qd + 2 kvd, d) weight, its gradient likewise
+    linear_backward<E, float>(dm.mm, a.dx.get(), G.wq, dg.q, L.a.get(), W.wq, N, d, qd + 2 * kvd, s);
+  } else {
+    linear_backward<E, float>(dm.mm, a.dx.get(), G.wq, dg.q, L.a.get(), W.wq, N, d, qd, s);
+    linear_backward<E, float>(dm.mm, a.dx.get(), G.wk, dg.k, L.a.get(), W.wk, N, d, kvd, s);
+    linear_backward<E, float>(dm.mm, a.dx.get(), G.wv, dg.v, L.a.get(), W.wv, N, d, kvd, s);
+  }
   rmsnorm_backward(a.dh.get(), G.ln1, a.norm_scratch.get(), a.dx.get(), L.h_in.get(), W.ln1, L.rstd1.get(), N, d, s);
 }
 

@@ -41,24 +41,28 @@ void jtokm_inject_layer(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_nex
 }
 
 // h_in -> h_mid: the input norm, JTok-M's routing (it reads the attention input), q / k / v
-// (+ biases; qk_norm: the projections land in q_in / k_in and their per-head norm in q / k), RoPE at
-// 0..T-1, attention, h_mid = h_in + att Wo^T.
+// (+ biases; fused_qkv: one product into q's (N, qd + 2 kvd) rows; qk_norm: the projections land
+// in q_in / k_in and their per-head norm in q / k), RoPE at 0..T-1, attention, h_mid = h_in + att Wo^T.
 template <typename E>
 void attention_half(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int64_t B, int64_t T) {
   const auto& c = dm.cfg;
   const auto& W = dm.w.layers[l];
-  const int64_t N = B * T, d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t N = B * T, d = c.hidden_size, qd = c.q_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
   const float eps = static_cast<float>(c.rms_norm_eps);
   cudaStream_t s = dm.stream;
   rmsnorm_forward(L.a.get(), L.rstd1.get(), L.h_in.get(), W.ln1, N, d, eps, s);
   if (W.jtokm_router) jtokm_route_layer(dm, L, l, N);  // route now, mix at the write-back
-  const QkvBuffers<E> qkv{L.q.get(),    L.k.get(),      L.v.get(),     L.q_in.get(),
-                          L.k_in.get(), L.rstd_q.get(), L.rstd_k.get()};
-  qkv_project(dm.mm, c, W, qkv, L.a.get(), N, s);
-  rope_forward(L.q.get(), dm.rope_cos.get(), dm.rope_sin.get(), B, T, H, hd, qd, 0, s);
-  rope_forward(L.k.get(), dm.rope_cos.get(), dm.rope_sin.get(), B, T, KV, hd, kvd, 0, s);
-  attention_forward(L.att.get(), L.lse.get(), L.q.get(), L.k.get(), L.v.get(), B, T, H, KV, hd, s);
+  const QkvView<E> v = qkv_view(c, dm.fused_qkv, L.q.get(), L.k.get(), L.v.get());
+  if (dm.fused_qkv) {
+    linear_forward<E, E>(dm.mm, v.q, L.a.get(), W.wq, W.bq, N, d, qd + 2 * c.kv_dim(), false, s);
+  } else {
+    const QkvBuffers<E> qkv{v.q, v.k, v.v, L.q_in.get(), L.k_in.get(), L.rstd_q.get(), L.rstd_k.get()};
+    qkv_project(dm.mm, c, W, qkv, L.a.get(), N, s);
+  }
+  rope_forward(v.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H, hd, v.q_stride, 0, s);
+  rope_forward(v.k, dm.rope_cos.get(), dm.rope_sin.get(), B, T, KV, hd, v.kv_stride, 0, s);
+  attention_forward(L.att.get(), L.lse.get(), v.q, v.k, v.v, B, T, H, KV, hd, s, v.attn);
   JTOK_CUDA_CHECK(cudaMemcpyAsync(L.h_mid.get(), L.h_in.get(), L.h_mid.bytes(), cudaMemcpyDeviceToDevice, s));
   linear_forward<E, E>(dm.mm, L.h_mid.get(), L.att.get(), W.wo, nullptr, N, qd, d, true, s);
 }

@@ -111,6 +111,23 @@ TEST(CudaModel, RefusesMoeTopKPastTheKernelsBound) {
   }
 }
 
+// q | k | v as one product in training (one (N, qd + 2 kvd) buffer for them and one for their
+// gradients) wherever there is no qk_norm: dense and Qwen2's biases yes, Qwen3 no (its step cases
+// below check both paths against the CPU).
+TEST(CudaModel, QkvIsOneProductWithoutQkNorm) {
+  for (const auto& [c, fused] : {std::pair{tiny_dense(), true}, {tiny_qwen2(), true}, {tiny_qwen3(), false}}) {
+    const jtok::Model m = test_model(c);
+    jtok::cuda::DeviceModel<float> dm(m);
+    EXPECT_EQ(dm.fused_qkv, fused) << "qk_norm " << c.qk_norm << " attention_bias " << c.attention_bias;
+    jtok::cuda::DeviceActs<float> acts;
+    jtok::cuda::ensure_device_activations(acts, dm, 2, 8);
+    const int64_t N = 16, qd = c.q_dim(), kvd = c.kv_dim();
+    EXPECT_EQ(acts.layers[0].q.size(), N * (fused ? qd + 2 * kvd : qd));
+    EXPECT_EQ(acts.layers[0].v.size(), fused ? 0 : N * kvd);
+    EXPECT_EQ(acts.dq.size(), N * (fused ? qd + 2 * kvd : qd));
+  }
+}
+
 TEST(CudaModel, DenseStepMatchesCpu) { expect_gpu_step_matches<float>("dense fp32", tiny_dense(), 1e-5, 3e-5); }
 TEST(CudaModel, Qwen3StepMatchesCpu) { expect_gpu_step_matches<float>("qwen3 fp32", tiny_qwen3(), 1e-5, 3e-5); }
 TEST(CudaModel, Qwen2BiasStepMatchesCpu) { expect_gpu_step_matches<float>("qwen2 fp32", tiny_qwen2(), 1e-5, 3e-5); }
