@@ -11,7 +11,9 @@
 #              PyTorch peer, config b, dense / +JTok / +JTok-M, eager and compile (box 300 s; the
 #              script itself starts no run after 280 s and cuts each run to what is left, so its
 #              table comes out)
-#   attention  the bundle's bench_cuda_attention, config b's shape (box 30 s)
+#   attention  the bundle's bench_cuda_attention, config b's shape, then its PyTorch peer
+#              (bench/attention_peer.py: scaled_dot_product_attention's flash, efficient and cudnn
+#              backends, ours' ratio to each; box 75 s)
 #   products   (not default; issue 40) the bundle's bench_cuda_row_invariant: the decode steps'
 #              batch-invariant products against cuBLASLt, Qwen3-0.6B's shapes, M 1, 4, 16 (box 30 s)
 #   moe        (not in the default steps: a second device run) bench/gpu_train_peer.sh on
@@ -32,11 +34,12 @@
 #              bf16 beside the PyTorch reference in bf16 autocast and the CPU engine's first 5 steps
 #              in fp32, same weights and batches (curve/: curve.csv, curve.svg, summary.txt; box
 #              510 s, the script's --budget 480)
-# At most 630 s with the default steps' boxes spent (docs/cuda.md has the estimate), past the 600 s a
+# At most 675 s with the default steps' boxes spent (docs/cuda.md has the estimate), past the 600 s a
 # device command runs at most: run "tests attention" and "peer" as two device runs.
 # Every log goes under $OUT (the device run brings back what is there; default
 # bench-out/gpu-session here): session.log (all of this output), nvidia-smi.txt, tests/,
-# peer/ (one JSON line and one log per run, table.md), attention.json, decode/, curve/, summary.txt.
+# peer/ (one JSON line and one log per run, table.md), attention.json, attention_peer.json, decode/,
+# curve/, summary.txt.
 # --dry-run checks the inputs, unpacks the bundle and prints each step's command (the peer's and the
 # curve's runs too, through their own --dry-run) without running anything.
 set -uo pipefail
@@ -102,8 +105,11 @@ for s in $STEPS; do
     attention)
       if [ -x "$U/bundle/bin/bench_cuda_attention" ]; then
         # shellcheck disable=SC2016  # $1.. are the inner shell's arguments
-        step attention 30 sh -c 'LD_LIBRARY_PATH="$1" "$2" > "$3"; rc=$?; cat "$3"; exit $rc' sh \
-          "$LIBS" "$U/bundle/bin/bench_cuda_attention" "$OUT/attention.json"
+        # ours, then PyTorch's scaled_dot_product_attention (flash, efficient, cudnn, its pick) on the
+        # same shape, with ours' ratio to each (bench/attention_peer.py).
+        step attention 75 sh -c 'LD_LIBRARY_PATH="$1" "$2" > "$3" || exit $?; cat "$3"
+          python3 bench/attention_peer.py --ours "$3" > "$4"; rc=$?; cat "$4"; exit $rc' sh \
+          "$LIBS" "$U/bundle/bin/bench_cuda_attention" "$OUT/attention.json" "$OUT/attention_peer.json"
       else
         echo; echo "== attention: the bundle has no bench_cuda_attention"; RESULT[attention]="not in the bundle"; SECS[attention]=0
       fi ;;

@@ -16,6 +16,7 @@
 #   on that directory prints every step, `--steps curve` bench/gpu_loss_curve.sh's commands (its own
 #   check: tests/test_gpu_loss_curve.sh), `--steps evalref` bench/gpu_eval_reference.sh's (its run on
 #   the CPU: tests/test_eval_decoder.sh), and without a bundle names the file it wants.
+# - bench/attention_peer.py (the attention step's PyTorch peer) on the CPU: its times and ours' ratio.
 set -euo pipefail
 ROOT=${JTOK_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$ROOT"
@@ -141,6 +142,7 @@ grep "ours_jtokm_naive.json" "$T/dry.out" | grep -q -- "--set table_optimizer=de
 
 # 3. gpu_prepare.sh and gpu_session.sh --dry-run.
 mkdir -p "$T/build/x/bundle/bin" && printf "fake\n" > "$T/build/x/bundle/bin/jtok"
+printf "fake\n" > "$T/build/x/bundle/bin/bench_cuda_attention" && chmod +x "$T/build/x/bundle/bin/bench_cuda_attention"
 tar czf "$T/build/cuda-bundle.tar.gz" -C "$T/build/x" bundle
 "$PY" - "$T" <<'PY'
 import sys, numpy as np
@@ -163,7 +165,8 @@ bash scripts/gpu_prepare.sh --bundle "$T/build/cuda-bundle.tar.gz" --data "$T/co
   { echo "gpu_prepare.sh: 2 steps from 20000 tokens succeeded"; exit 1; }
 grep -q "holds 20000 tokens, 32800 wanted" "$T/err" || { cat "$T/err"; exit 1; }
 OUT=$T/dry bash scripts/gpu_session.sh --dir "$T/session" --dry-run > "$T/dry.out" 2>&1 || { cat "$T/dry.out"; exit 1; }
-for s in "== tests" "JTOK_CUDA_BUNDLE=$T/session/cuda-bundle.tar.gz" "== peer" "--compile --jtokm" "== attention" "summary"; do
+for s in "== tests" "JTOK_CUDA_BUNDLE=$T/session/cuda-bundle.tar.gz" "== peer" "--compile --jtokm" "== attention" \
+         "attention_peer.py --ours" "summary"; do
   grep -qF -- "$s" "$T/dry.out" || { echo "gpu_session.sh --dry-run: no '$s'"; cat "$T/dry.out"; exit 1; }
 done
 [ -f "$T/dry/session.log" ] && [ -f "$T/dry/summary.txt" ]
@@ -184,3 +187,17 @@ done
 rc=0; OUT=$T/none bash scripts/gpu_session.sh --dir "$T/nothing" --dry-run 2> "$T/err" || rc=$?
 if [ $rc != 2 ] || ! grep -q "no $T/nothing/cuda-bundle.tar.gz" "$T/err"; then echo "rc $rc"; cat "$T/err"; exit 1; fi
 echo "gpu_session.sh OK"
+# bench/attention_peer.py on the CPU (Debian's torch has no scaled_dot_product_attention: the manual
+# causal attention): a line of times, then ours' ratio to it from a made-up bench_cuda_attention line.
+echo '{"fwd_ms": 0.5, "bwd_ms": 1.0}' > "$T/ours_att.json"
+$PY bench/attention_peer.py 1 16 4 2 8 2 --device cpu --dtype fp32 --ours "$T/ours_att.json" > "$T/att_peer.out"
+$PY - "$T/att_peer.out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) >= 2 and "ours_vs" in rows[-1], rows
+for r in rows[:-1]:
+    assert r["T"] == 16 and r["KV"] == 2 and r["fwd_ms"] > 0 and r["bwd_ms"] > 0, r
+    ratio = rows[-1]["ours_vs"][r["backend"]]
+    assert abs(ratio["fwd"] - r["fwd_ms"] / 0.5) < 2e-3 and abs(ratio["bwd"] - r["bwd_ms"] / 1.0) < 2e-3, (r, ratio)
+print("attention_peer.py OK:", ", ".join(r["backend"] for r in rows[:-1]))
+PY
