@@ -158,7 +158,7 @@ void mlp_update_rows(DecoderState<E>& st, size_t l, int64_t R, E* out, bool accu
   const DeviceLayerView<E>& W = st.w.layers[l];
   if (W.moe.router) {
     const MlpBuffers<E> b{nullptr, nullptr, nullptr, &A.moe, &A.moe_scratch};
-    mlp_update(st.mm, st.cfg, W, b, A.x.get(), out, R, accumulate, st.s());
+    mlp_update(st.mm, st.cfg, W, b, A.x.get(), out, accumulate ? out : nullptr, R, st.s());
     return;
   }
   const int64_t d = st.cfg.hidden_size, F = st.cfg.intermediate_size;

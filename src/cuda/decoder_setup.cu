@@ -86,11 +86,10 @@ void plan_memory(DecoderState<E>& st, const DecoderLayerKinds& k) {
 // model/transformer.cpp's flat layout puts them back to back; a layout that did not is refused here.
 template <typename E>
 void check_fused_layout(const DeviceView<E>& w, const ModelConfig& c) {
-  const int64_t d = c.hidden_size, F = c.intermediate_size;
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const DeviceLayerView<E>& W = w.layers[l];
     const bool qkv = qkv_back_to_back(W, c);
-    const bool gate_up = W.moe.router || W.wu == W.wg + F * d;
+    const bool gate_up = gate_up_back_to_back(W, c);
     JTOK_CHECK(qkv && gate_up, "cuda decoder: layer ", l, "'s ", qkv ? "gate and up" : "q, k and v",
                " weights do not lie back to back in the parameters (the fused products read them as one)");
   }

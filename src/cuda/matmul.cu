@@ -9,6 +9,7 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 
@@ -140,7 +141,8 @@ size_t Matmul::cached_plans() const { return impl_->plans.size(); }
 
 template <typename In, typename Out>
 void Matmul::gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const In* A, int64_t lda,
-                  const In* B, int64_t ldb, float beta, Out* C, int64_t ldc, const Out* bias, cudaStream_t stream) {
+                  const In* B, int64_t ldb, float beta, Out* C, int64_t ldc, const Out* bias, cudaStream_t stream,
+                  const Out* c_in) {
   if (M < 0 || N < 0 || K < 0 || lda < (trans_a ? M : K) || ldb < (trans_b ? K : N) || ldc < N)
     fail("cuda gemm: bad shape M ", M, " N ", N, " K ", K, " with row strides ", lda, " ", ldb, " ", ldc);
   if (M == 0 || N == 0) return;
@@ -148,12 +150,13 @@ void Matmul::gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     if (beta == 1.0f && !bias) return;
     fail("cuda gemm: K 0 with beta ", beta, " is not supported");
   }
+  if (!c_in) c_in = C;
   const PlanKey key{trans_a, trans_b, M, N, K, lda, ldb, ldc, data_type<In>(), data_type<Out>(), bias != nullptr,
-                    alignment(A), alignment(B), alignment(C)};
+                    alignment(A), alignment(B), std::min(alignment(C), alignment(c_in))};
   Plan& p = impl_->plan(key, data_type<In>(), data_type<Out>());
   if (bias)
     JTOK_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-  JTOK_CUBLAS_CHECK(cublaslt().Matmul(impl_->handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
+  JTOK_CUBLAS_CHECK(cublaslt().Matmul(impl_->handle, p.desc, &alpha, B, p.a, A, p.b, &beta, c_in, p.c, C, p.c, &p.algo,
                                    impl_->workspace, kWorkspaceBytes, stream));
 }
 
@@ -182,6 +185,18 @@ void linear_forward(Matmul& mm, Out* out, const In* inp, const In* weight, const
   mm.gemm<In, Out>(false, true, N, OC, C, 1.0f, inp, C, weight, C, accumulate ? 1.0f : 0.0f, out, OC, bias, stream);
 }
 
+template <typename In, typename Out>
+void linear_forward_residual(Matmul& mm, Out* out, const Out* residual, const In* inp, const In* weight,
+                             const Out* bias, int64_t N, int64_t C, int64_t OC, cudaStream_t stream) {
+  if (N > 0 && N <= mm.row_invariant_rows()) {
+    if (residual != out)
+      JTOK_CUDA_CHECK(cudaMemcpyAsync(out, residual, static_cast<size_t>(N * OC) * sizeof(Out),
+                                      cudaMemcpyDeviceToDevice, stream));
+    return row_invariant_linear<In, Out>(out, inp, weight, bias, N, C, OC, true, stream);
+  }
+  mm.gemm<In, Out>(false, true, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC, bias, stream, residual);
+}
+
 template <typename E, typename DW>
 void linear_backward(Matmul& mm, E* dinp, DW* dweight, const E* dout, const E* inp, const E* weight, int64_t N,
                      int64_t C, int64_t OC, cudaStream_t stream) {
@@ -194,11 +209,13 @@ void linear_backward(Matmul& mm, E* dinp, DW* dweight, const E* dout, const E* i
 using bf16 = __nv_bfloat16;
 #define JTOK_MATMUL_INSTANTIATE(In, Out)                                                                          \
   template void Matmul::gemm<In, Out>(bool, bool, int64_t, int64_t, int64_t, float, const In*, int64_t, const In*, \
-                                      int64_t, float, Out*, int64_t, const Out*, cudaStream_t);                    \
+                                      int64_t, float, Out*, int64_t, const Out*, cudaStream_t, const Out*);        \
   template void gemm_lt<In, Out>(bool, bool, int64_t, int64_t, int64_t, float, const In*, int64_t, const In*,       \
                                  int64_t, float, Out*, int64_t, cudaStream_t);                                      \
   template void linear_forward<In, Out>(Matmul&, Out*, const In*, const In*, const Out*, int64_t, int64_t, int64_t, \
                                         bool, cudaStream_t);                                                       \
+  template void linear_forward_residual<In, Out>(Matmul&, Out*, const Out*, const In*, const In*, const Out*,      \
+                                                 int64_t, int64_t, int64_t, cudaStream_t);                         \
   template void linear_backward<In, Out>(Matmul&, In*, Out*, const In*, const In*, const In*, int64_t, int64_t,    \
                                          int64_t, cudaStream_t);
 JTOK_MATMUL_INSTANTIATE(float, float)

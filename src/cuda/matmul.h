@@ -25,10 +25,12 @@ class Matmul {
 
   // Row-major C (M,N) = alpha op(A) op(B) + beta C (+ bias (N) on every row when bias is not null),
   // op = transpose when trans_* is set, as jtok::gemm: A (M,K), or (K,M) if trans_a; B (K,N), or
-  // (N,K) if trans_b; lda, ldb, ldc are row strides. beta 1 accumulates (gradients).
+  // (N,K) if trans_b; lda, ldb, ldc are row strides. beta 1 accumulates (gradients). c_in (not
+  // null): beta's C is read from c_in (C's layout) and the result written to C (cuBLASLt's C != D).
   template <typename In, typename Out>
   void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const In* A, int64_t lda,
-            const In* B, int64_t ldb, float beta, Out* C, int64_t ldc, const Out* bias, cudaStream_t stream);
+            const In* B, int64_t ldb, float beta, Out* C, int64_t ldc, const Out* bias, cudaStream_t stream,
+            const Out* c_in = nullptr);
 
   size_t cached_plans() const;  // distinct shapes seen so far (the heuristic ran once for each)
   // At most this many plans are kept: past it the cache starts over. MoE's expert products take
@@ -80,6 +82,14 @@ void gemm_lt(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float 
 template <typename In, typename Out>
 void linear_forward(Matmul& mm, Out* out, const In* inp, const In* weight, const Out* bias, int64_t N, int64_t C,
                     int64_t OC, bool accumulate, cudaStream_t stream);
+
+// out (N,OC) = residual (N,OC) + inp (N,C) weight (OC,C)^T (+ bias): linear_forward accumulating onto
+// a copy of residual, without the copy (cuBLASLt reads residual as its C and writes out as its D;
+// the row-invariant products copy, then accumulate). The same bits as the copy and the accumulate.
+// residual may be out itself.
+template <typename In, typename Out>
+void linear_forward_residual(Matmul& mm, Out* out, const Out* residual, const In* inp, const In* weight,
+                             const Out* bias, int64_t N, int64_t C, int64_t OC, cudaStream_t stream);
 
 // Its backward, accumulating as the CPU's linear_backward: dinp (N,C) += dout (N,OC) weight (OC,C)
 // (null: skipped) and dweight (OC,C) += dout^T (OC,N) inp (N,C) (null: a frozen weight, skipped).

@@ -67,20 +67,22 @@ void check_device_supported(const Model& host, const std::string& who);
 template <typename P>
 DeviceView<P> device_view(P* base, const Model& host);
 
-// The MLP update's buffers for N rows: gate, up, act (N,F) (dense layers); the MoE block's
-// activations and scratch (MoE layers).
+// The MLP update's buffers for N rows: gate, up, act (N,F) (dense layers; fused: gate (N,2F) holds
+// gate | up, one product, and up is unused); the MoE block's activations and scratch (MoE layers).
 template <typename E>
 struct MlpBuffers {
   E *gate = nullptr, *up = nullptr, *act = nullptr;
   DeviceMoeActs<E>* moe = nullptr;
   DeviceMoeScratch<E>* moe_scratch = nullptr;
+  bool fused = false;
 };
-// x (N,d) -> out (N,d) = (accumulate: +=) Delta_m = down(silu(x Wg^T) * x Wu^T), or the MoE block's
-// output (out zeroed first when not accumulating: the block adds). The training forward's and the
-// decoder's (cuda/decoder_forward.cu).
+// x (N,d) -> out (N,d) = residual + Delta_m (residual null: Delta_m alone; it may be out itself),
+// Delta_m = down(silu(x Wg^T) * x Wu^T) (the down product reads residual: linear_forward_residual),
+// or the MoE block's output (the block adds onto out: residual copied there first, or zeros). The
+// training forward's and the decoder's MoE layers' (cuda/decoder_forward.cu).
 template <typename E>
 void mlp_update(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, const MlpBuffers<E>& b, const E* x,
-                E* out, int64_t N, bool accumulate, cudaStream_t s);
+                E* out, const E* residual, int64_t N, cudaStream_t s);
 
 // The attention's input projections for N rows: q (N,qd), k, v (N,kvd) = a W^T (+ b); with qk_norm the
 // products land in q_in / k_in and their per-head RMSNorm (rstd_q (N*H), rstd_k (N*KV)) in q / k
@@ -102,6 +104,13 @@ template <typename P>
 bool qkv_back_to_back(const DeviceLayerView<P>& W, const ModelConfig& c) {
   const int64_t d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
   return W.wk == W.wq + qd * d && W.wv == W.wk + kvd * d && (!W.bq || (W.bk == W.bq + qd && W.bv == W.bk + kvd));
+}
+
+// Whether layer W's gate and up weights lie back to back ([Wg; Wu] one (2F, d) weight), or W is an
+// MoE layer (no dense MLP).
+template <typename P>
+bool gate_up_back_to_back(const DeviceLayerView<P>& W, const ModelConfig& c) {
+  return W.moe.router || W.wu == W.wg + c.intermediate_size * c.hidden_size;
 }
 
 // q, k and v (or their gradients) as the attention and RoPE read them: inside one (N, qd + 2 kvd)
@@ -160,6 +169,9 @@ struct DeviceModel {
   // q | k | v one product (and their gradients one (N, qd + 2 kvd) buffer): every layer's weights
   // back to back (qkv_back_to_back) and no qk_norm (whose per-head norm reads packed rows).
   bool fused_qkv = false;
+  // gate | up one product (and SwiGLU's gradients one (N, 2F) buffer): every dense layer's weights
+  // back to back (gate_up_back_to_back).
+  bool fused_gate_up = false;
   Matmul mm;                      // cuBLASLt plans; one stream at a time
   cudaStream_t stream;
   PhaseProfile* profile = nullptr;  // while profiling: the step's phases marked on stream
@@ -187,7 +199,8 @@ using DeviceRowSync = std::function<void(int64_t table, const DeviceRowBatch& rb
 // One layer's saved activations (N = B*T rows).
 template <typename E>
 struct DeviceLayerActs {
-  // q (N,qd), k, v (N,kvd); fused_qkv: q (N, qd + 2 kvd) holds all three (layer_qkv), k and v empty.
+  // q (N,qd), k, v (N,kvd); fused_qkv: q (N, qd + 2 kvd) holds all three (qkv_view), k and v empty.
+  // gate, up (N,F); fused_gate_up: gate (N,2F) holds both, up empty.
   DeviceArray<E> h_in, a, q, k, v, att, h_mid, m, gate, up, act;  // (N,d) (N,d) q k v (N,qd) (N,d)x2 (N,F)x3
   DeviceArray<E> q_in, k_in;                  // qk_norm: q, k before their norm (N,qd), (N,kvd)
   DeviceArray<float> rstd1, rstd2, lse;       // (N), (N), (B,H,T)
@@ -218,7 +231,8 @@ struct DeviceActs {
   DeviceArray<double> loss_sum;               // (1)
   DeviceArray<int32_t> ids, targets;          // (N)
   // Backward scratch.
-  // dq, dk, dv as the layer's q, k, v (fused_qkv: dq holds all three); dcopy (N,qd): qk_norm's incoming gradient.
+  // dq, dk, dv as the layer's q, k, v (fused_qkv: dq holds all three), dgate and dup as gate and up;
+  // dcopy (N,qd): qk_norm's incoming gradient.
   DeviceArray<E> dh, dx, dq, dk, dv, datt, dgate, dup, dact, dcopy;
   DeviceArray<E> dmlp;                        // JTok: (N,d) the gated update's gradient
   DeviceArray<float> row_terms, norm_scratch; // (B,H,T); rmsnorm_backward's per-block partials

@@ -63,10 +63,17 @@ void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float mo
   } else {
     a.dact.zero(s);
     linear_backward<E, float>(dm.mm, a.dact.get(), G.wd, dmlp, L.act.get(), W.wd, N, F, d, s);
-    swiglu_backward(a.dgate.get(), a.dup.get(), a.dact.get(), L.gate.get(), L.up.get(), N, F, F, s);
     a.dx.zero(s);
-    linear_backward<E, float>(dm.mm, a.dx.get(), G.wg, a.dgate.get(), L.m.get(), W.wg, N, d, F, s);
-    linear_backward<E, float>(dm.mm, a.dx.get(), G.wu, a.dup.get(), L.m.get(), W.wu, N, d, F, s);
+    if (dm.fused_gate_up) {  // dgate | dup rows (N, 2F); [Wg; Wu] one weight, its gradient likewise
+      E* dgu = a.dgate.get();
+      const E* gu = L.gate.get();
+      swiglu_backward(dgu, dgu + F, a.dact.get(), gu, gu + F, N, F, 2 * F, s);
+      linear_backward<E, float>(dm.mm, a.dx.get(), G.wg, dgu, L.m.get(), W.wg, N, d, 2 * F, s);
+    } else {
+      swiglu_backward(a.dgate.get(), a.dup.get(), a.dact.get(), L.gate.get(), L.up.get(), N, F, F, s);
+      linear_backward<E, float>(dm.mm, a.dx.get(), G.wg, a.dgate.get(), L.m.get(), W.wg, N, d, F, s);
+      linear_backward<E, float>(dm.mm, a.dx.get(), G.wu, a.dup.get(), L.m.get(), W.wu, N, d, F, s);
+    }
   }
   rmsnorm_backward(a.dh.get(), G.ln2, a.norm_scratch.get(), a.dx.get(), L.h_mid.get(), W.ln2, L.rstd2.get(), N, d, s);
 }
@@ -93,8 +100,12 @@ void qkv_grads_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, const Q
   const int64_t B = a.B, T = a.T, N = B * T, qd = c.q_dim(), kvd = c.kv_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
   cudaStream_t s = dm.stream;
-  rope_backward(dg.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H, hd, dg.q_stride, s);
-  rope_backward(dg.k, dm.rope_cos.get(), dm.rope_sin.get(), B, T, KV, hd, dg.kv_stride, s);
+  if (dm.fused_qkv) {  // dk's heads follow dq's in the row: one launch
+    rope_backward(dg.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H + KV, hd, dg.q_stride, s);
+  } else {
+    rope_backward(dg.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H, hd, dg.q_stride, s);
+    rope_backward(dg.k, dm.rope_cos.get(), dm.rope_sin.get(), B, T, KV, hd, dg.kv_stride, s);
+  }
   if (c.qk_norm) {  // never fused: packed rows
     head_norm_backward(a, dg.q, G.q_norm, L.q_in.get(), W.q_norm, L.rstd_q.get(), N * H, hd, s);
     head_norm_backward(a, dg.k, G.k_norm, L.k_in.get(), W.k_norm, L.rstd_k.get(), N * KV, hd, s);

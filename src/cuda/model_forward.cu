@@ -60,11 +60,14 @@ void attention_half(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int64_t
     const QkvBuffers<E> qkv{v.q, v.k, v.v, L.q_in.get(), L.k_in.get(), L.rstd_q.get(), L.rstd_k.get()};
     qkv_project(dm.mm, c, W, qkv, L.a.get(), N, s);
   }
-  rope_forward(v.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H, hd, v.q_stride, 0, s);
-  rope_forward(v.k, dm.rope_cos.get(), dm.rope_sin.get(), B, T, KV, hd, v.kv_stride, 0, s);
+  if (dm.fused_qkv) {  // k's heads follow q's in the row: one launch for H + KV heads
+    rope_forward(v.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H + KV, hd, v.q_stride, 0, s);
+  } else {
+    rope_forward(v.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H, hd, v.q_stride, 0, s);
+    rope_forward(v.k, dm.rope_cos.get(), dm.rope_sin.get(), B, T, KV, hd, v.kv_stride, 0, s);
+  }
   attention_forward(L.att.get(), L.lse.get(), v.q, v.k, v.v, B, T, H, KV, hd, s, v.attn);
-  JTOK_CUDA_CHECK(cudaMemcpyAsync(L.h_mid.get(), L.h_in.get(), L.h_mid.bytes(), cudaMemcpyDeviceToDevice, s));
-  linear_forward<E, E>(dm.mm, L.h_mid.get(), L.att.get(), W.wo, nullptr, N, qd, d, true, s);
+  linear_forward_residual<E, E>(dm.mm, L.h_mid.get(), L.h_in.get(), L.att.get(), W.wo, nullptr, N, qd, d, s);
 }
 
 // JTok's gate: h_next = h_mid + Delta_m * (1 + s * Norm(E[x])) from Delta_m in mlp_out (layer l).
@@ -80,13 +83,13 @@ void jtok_gate(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
   jtok_forward(h_next, L.h_mid.get(), L.mlp_out.get(), dm.w.layers[l].jtok_scale, L.nrows.get(), rb, N, d, dm.stream);
 }
 
-// out (N,d) = (accumulate: +=) Delta_m of layer l's m: down(silu(m Wg^T) * m Wu^T), or the MoE
-// block's output (cuda/model_moe.h; it adds, so out is zeroed first when not accumulating).
+// out (N,d) = residual (null: none) + Delta_m of layer l's m: down(silu(m Wg^T) * m Wu^T), or the
+// MoE block's output (cuda/model_moe.h).
 template <typename E>
-void mlp_update_layer(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* out, bool accumulate) {
+void mlp_update_layer(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* out, const E* residual) {
   auto& L = a.layers[l];
-  const MlpBuffers<E> b{L.gate.get(), L.up.get(), L.act.get(), &L.moe, &a.moe};
-  mlp_update(dm.mm, dm.cfg, dm.w.layers[l], b, L.m.get(), out, a.B * a.T, accumulate, dm.stream);
+  const MlpBuffers<E> b{L.gate.get(), L.up.get(), L.act.get(), &L.moe, &a.moe, dm.fused_gate_up};
+  mlp_update(dm.mm, dm.cfg, dm.w.layers[l], b, L.m.get(), out, residual, a.B * a.T, dm.stream);
 }
 
 // h_mid -> h_next = h_mid + Delta_m, m = RMSNorm(h_mid); on a JTok layer Delta_m is gated (kept
@@ -101,11 +104,10 @@ void mlp_half(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
   cudaStream_t s = dm.stream;
   rmsnorm_forward(L.m.get(), L.rstd2.get(), L.h_mid.get(), W.ln2, N, d, static_cast<float>(c.rms_norm_eps), s);
   if (W.jtok_scale) {
-    mlp_update_layer(dm, a, l, L.mlp_out.get(), false);
+    mlp_update_layer<E>(dm, a, l, L.mlp_out.get(), nullptr);
     jtok_gate(dm, a, l, h_next);
   } else {
-    JTOK_CUDA_CHECK(cudaMemcpyAsync(h_next, L.h_mid.get(), L.h_mid.bytes(), cudaMemcpyDeviceToDevice, s));
-    mlp_update_layer(dm, a, l, h_next, true);
+    mlp_update_layer(dm, a, l, h_next, L.h_mid.get());  // h_next = h_mid + Delta_m
   }
   if (W.jtokm_router) jtokm_inject_layer(dm, a, l, h_next);
 }
@@ -130,17 +132,25 @@ void qkv_project(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, 
 
 template <typename E>
 void mlp_update(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, const MlpBuffers<E>& b, const E* x,
-                E* out, int64_t N, bool accumulate, cudaStream_t s) {
+                E* out, const E* residual, int64_t N, cudaStream_t s) {
   const int64_t d = c.hidden_size, F = c.intermediate_size;
-  if (W.moe.router) {
-    if (!accumulate) JTOK_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(N * d) * sizeof(E), s));
+  if (W.moe.router) {  // the block adds onto out
+    const size_t bytes = static_cast<size_t>(N * d) * sizeof(E);
+    if (!residual) JTOK_CUDA_CHECK(cudaMemsetAsync(out, 0, bytes, s));
+    else if (residual != out) JTOK_CUDA_CHECK(cudaMemcpyAsync(out, residual, bytes, cudaMemcpyDeviceToDevice, s));
     moe_block_forward(mm, out, *b.moe, *b.moe_scratch, x, W.moe, moe_dims(c), N, s);
     return;
   }
-  linear_forward<E, E>(mm, b.gate, x, W.wg, nullptr, N, d, F, false, s);
-  linear_forward<E, E>(mm, b.up, x, W.wu, nullptr, N, d, F, false, s);
-  swiglu_forward(b.act, b.gate, b.up, N, F, F, s);
-  linear_forward<E, E>(mm, out, b.act, W.wd, nullptr, N, F, d, accumulate, s);
+  if (b.fused) {  // [Wg; Wu] one (2F, d) weight: gate | up rows (N, 2F)
+    linear_forward<E, E>(mm, b.gate, x, W.wg, nullptr, N, d, 2 * F, false, s);
+    swiglu_forward(b.act, b.gate, b.gate + F, N, F, 2 * F, s);
+  } else {
+    linear_forward<E, E>(mm, b.gate, x, W.wg, nullptr, N, d, F, false, s);
+    linear_forward<E, E>(mm, b.up, x, W.wu, nullptr, N, d, F, false, s);
+    swiglu_forward(b.act, b.gate, b.up, N, F, F, s);
+  }
+  if (residual) linear_forward_residual<E, E>(mm, out, residual, b.act, W.wd, nullptr, N, F, d, s);
+  else linear_forward<E, E>(mm, out, b.act, W.wd, nullptr, N, F, d, false, s);
 }
 
 template <typename E>
@@ -195,10 +205,10 @@ template void qkv_project<__nv_bfloat16>(Matmul&, const ModelConfig&, const Devi
                                           const QkvBuffers<__nv_bfloat16>&, const __nv_bfloat16*, int64_t,
                                           cudaStream_t);
 template void mlp_update<float>(Matmul&, const ModelConfig&, const DeviceLayerView<float>&, const MlpBuffers<float>&,
-                                 const float*, float*, int64_t, bool, cudaStream_t);
+                                 const float*, float*, const float*, int64_t, cudaStream_t);
 template void mlp_update<__nv_bfloat16>(Matmul&, const ModelConfig&, const DeviceLayerView<__nv_bfloat16>&,
                                          const MlpBuffers<__nv_bfloat16>&, const __nv_bfloat16*, __nv_bfloat16*,
-                                         int64_t, bool, cudaStream_t);
+                                         const __nv_bfloat16*, int64_t, cudaStream_t);
 template double forward_loss<float>(DeviceModel<float>&, DeviceActs<float>&, const int32_t*);
 template double forward_loss<__nv_bfloat16>(DeviceModel<__nv_bfloat16>&, DeviceActs<__nv_bfloat16>&, const int32_t*);
 

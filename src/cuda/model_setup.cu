@@ -79,9 +79,9 @@ DeviceModel<E>::DeviceModel(const Model& host, cudaStream_t s)
   upload_tables(host);
   w = device_view(weights(), host);
   g = device_view(grads.get(), host);
-  fused_qkv = !cfg.qk_norm && std::all_of(w.layers.begin(), w.layers.end(), [&](const DeviceLayerView<E>& W) {
-    return qkv_back_to_back(W, cfg);
-  });
+  const auto all_layers = [&](auto holds) { return std::all_of(w.layers.begin(), w.layers.end(), holds); };
+  fused_qkv = !cfg.qk_norm && all_layers([&](const DeviceLayerView<E>& W) { return qkv_back_to_back(W, cfg); });
+  fused_gate_up = all_layers([&](const DeviceLayerView<E>& W) { return gate_up_back_to_back(W, cfg); });
 }
 
 // The token tables (f32 in memory: TokenTable::data() names the table otherwise) side by side,
@@ -113,14 +113,15 @@ void DeviceModel<E>::upload_tables(const Model& host) {
 namespace {
 
 template <typename E>
-void size_layer(DeviceLayerActs<E>& l, const ModelConfig& c, bool fused_qkv, bool jtok, bool jtokm, int64_t B,
-                int64_t T) {
+void size_layer(DeviceLayerActs<E>& l, const DeviceModel<E>& dm, bool jtok, bool jtokm, int64_t B, int64_t T) {
+  const ModelConfig& c = dm.cfg;
+  const bool fused_qkv = dm.fused_qkv, fused_gate_up = dm.fused_gate_up;
   const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads;
   l.h_in.resize(N * d), l.a.resize(N * d), l.h_mid.resize(N * d), l.m.resize(N * d), l.att.resize(N * qd);
   l.q.resize(N * (fused_qkv ? qd + 2 * kvd : qd)), l.k.resize(fused_qkv ? 0 : N * kvd);
   l.v.resize(fused_qkv ? 0 : N * kvd);
-  l.gate.resize(N * F), l.up.resize(N * F), l.act.resize(N * F);
+  l.gate.resize(N * (fused_gate_up ? 2 * F : F)), l.up.resize(fused_gate_up ? 0 : N * F), l.act.resize(N * F);
   l.rstd1.resize(N), l.rstd2.resize(N), l.lse.resize(B * H * T);
   l.q_in.resize(c.qk_norm ? N * qd : 0), l.k_in.resize(c.qk_norm ? N * kvd : 0);
   l.rstd_q.resize(c.qk_norm ? N * H : 0), l.rstd_k.resize(c.qk_norm ? N * KV : 0);
@@ -139,14 +140,15 @@ void size_moe_layer(DeviceLayerActs<E>& l, const ModelConfig& c, int64_t N) {
 }
 
 template <typename E>
-void size_backward(DeviceActs<E>& a, const ModelConfig& c, bool fused_qkv, bool jtok, bool jtokm, int64_t B,
-                   int64_t T) {
+void size_backward(DeviceActs<E>& a, const DeviceModel<E>& dm, bool jtok, bool jtokm, int64_t B, int64_t T) {
+  const ModelConfig& c = dm.cfg;
+  const bool fused_qkv = dm.fused_qkv, fused_gate_up = dm.fused_gate_up;
   const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
   a.dh.resize(N * d), a.dx.resize(N * d), a.datt.resize(N * qd);
   a.dq.resize(N * (fused_qkv ? qd + 2 * kvd : qd)), a.dk.resize(fused_qkv ? 0 : N * kvd);
   a.dv.resize(fused_qkv ? 0 : N * kvd);
-  a.dgate.resize(N * F), a.dup.resize(N * F), a.dact.resize(N * F);
+  a.dgate.resize(N * (fused_gate_up ? 2 * F : F)), a.dup.resize(fused_gate_up ? 0 : N * F), a.dact.resize(N * F);
   a.dcopy.resize(c.qk_norm ? N * qd : 0);
   a.row_terms.resize(B * H * T);
   a.dmlp.resize(jtok ? N * d : 0), a.jtok_scratch.resize(jtok ? jtok_backward_scratch(N, d) : 0);
@@ -174,7 +176,7 @@ void ensure_device_activations(DeviceActs<E>& a, const DeviceModel<E>& dm, int64
   bool any_jtok = false, any_jtokm = false, any_moe = false;
   for (size_t l = 0; l < a.layers.size(); ++l) {
     const bool jtok = dm.w.layers[l].jtok_scale != nullptr, jtokm = dm.w.layers[l].jtokm_router != nullptr;
-    size_layer(a.layers[l], c, dm.fused_qkv, jtok, jtokm, B, T);
+    size_layer(a.layers[l], dm, jtok, jtokm, B, T);
     if (dm.w.layers[l].moe.router) size_moe_layer(a.layers[l], c, N);
     any_moe |= dm.w.layers[l].moe.router != nullptr;
     any_jtok |= jtok;
@@ -182,7 +184,7 @@ void ensure_device_activations(DeviceActs<E>& a, const DeviceModel<E>& dm, int64
   }
   a.h_out.resize(N * d), a.lnf.resize(N * d), a.logits_chunk.resize(chunk_rows * c.padded_vocab());
   a.rstdf.resize(N), a.losses.resize(N), a.loss_sum.resize(1), a.ids.resize(N), a.targets.resize(N);
-  size_backward(a, c, dm.fused_qkv, any_jtok, any_jtokm, B, T);
+  size_backward(a, dm, any_jtok, any_jtokm, B, T);
   size_moe_scratch(a.moe, moe_dims(c), any_moe ? N : 0);
   a.B = B, a.T = T, a.chunk_rows = chunk_rows;
 }

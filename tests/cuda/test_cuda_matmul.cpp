@@ -169,6 +169,36 @@ TEST(CudaGemmBits, TwoRunsAreBitwiseEqual) {
   expect_deterministic(c, DType::bf16);
 }
 
+// linear_forward_residual (out = residual + inp W^T + b, cuBLASLt's C != D) gives the bits of a copy
+// of the residual accumulated onto by linear_forward: through cuBLASLt (50 rows) and the
+// row-invariant products (5 rows under RowInvariantProducts), with the residual apart and as out
+// itself, fp32 and bf16; and the residual is left as it was.
+template <typename T>
+void expect_residual_bits(int64_t N, int64_t invariant_rows) {
+  const int64_t C = 96, OC = 72;
+  auto x = upload<T>(randn(N * C, 20)), w = upload<T>(randn(OC * C, 21, 0.1f)), b = upload<T>(randn(OC, 22));
+  const std::vector<float> res_h = randn(N * OC, 23);
+  auto res = upload<T>(res_h), copied = upload<T>(res_h), in_place = upload<T>(res_h);
+  DeviceBuffer<T> out(static_cast<size_t>(N * OC));
+  jtok::cuda::Matmul mm;
+  const jtok::cuda::RowInvariantProducts scope(mm, invariant_rows);
+  jtok::cuda::linear_forward<T, T>(mm, copied.get(), x.get(), w.get(), b.get(), N, C, OC, true, nullptr);
+  jtok::cuda::linear_forward_residual<T, T>(mm, out.get(), res.get(), x.get(), w.get(), b.get(), N, C, OC, nullptr);
+  jtok::cuda::linear_forward_residual<T, T>(mm, in_place.get(), in_place.get(), x.get(), w.get(), b.get(), N, C, OC,
+                                            nullptr);
+  const std::vector<float> want = download(copied);
+  EXPECT_EQ(download(out), want) << "N " << N << " row-invariant up to " << invariant_rows;
+  EXPECT_EQ(download(in_place), want) << "in place, N " << N;
+  EXPECT_EQ(download(res), download(upload<T>(res_h))) << "the residual changed";
+}
+
+TEST(CudaGemmBits, ResidualIsTheCopyThenTheAccumulate) {
+  expect_residual_bits<float>(50, 0);
+  expect_residual_bits<float>(5, 8);
+  expect_residual_bits<__nv_bfloat16>(50, 0);
+  expect_residual_bits<__nv_bfloat16>(5, 8);
+}
+
 }  // namespace
 
 // cuBLASLt is loaded on first use (cuda/cublaslt_api.h), not linked: the library and every function

@@ -111,20 +111,25 @@ TEST(CudaModel, RefusesMoeTopKPastTheKernelsBound) {
   }
 }
 
-// q | k | v as one product in training (one (N, qd + 2 kvd) buffer for them and one for their
-// gradients) wherever there is no qk_norm: dense and Qwen2's biases yes, Qwen3 no (its step cases
-// below check both paths against the CPU).
-TEST(CudaModel, QkvIsOneProductWithoutQkNorm) {
+// Training's fused products: q | k | v one product (one (N, qd + 2 kvd) buffer for them and one for
+// their gradients) wherever there is no qk_norm (dense and Qwen2's biases yes, Qwen3 no), and gate |
+// up one product (one (N, 2F) buffer each) on every model; the step cases below check each path
+// against the CPU.
+TEST(CudaModel, FusedProductsWhereTheModelAllows) {
   for (const auto& [c, fused] : {std::pair{tiny_dense(), true}, {tiny_qwen2(), true}, {tiny_qwen3(), false}}) {
     const jtok::Model m = test_model(c);
     jtok::cuda::DeviceModel<float> dm(m);
     EXPECT_EQ(dm.fused_qkv, fused) << "qk_norm " << c.qk_norm << " attention_bias " << c.attention_bias;
+    EXPECT_TRUE(dm.fused_gate_up);
     jtok::cuda::DeviceActs<float> acts;
     jtok::cuda::ensure_device_activations(acts, dm, 2, 8);
-    const int64_t N = 16, qd = c.q_dim(), kvd = c.kv_dim();
+    const int64_t N = 16, qd = c.q_dim(), kvd = c.kv_dim(), F = c.intermediate_size;
     EXPECT_EQ(acts.layers[0].q.size(), N * (fused ? qd + 2 * kvd : qd));
     EXPECT_EQ(acts.layers[0].v.size(), fused ? 0 : N * kvd);
     EXPECT_EQ(acts.dq.size(), N * (fused ? qd + 2 * kvd : qd));
+    EXPECT_EQ(acts.layers[0].gate.size(), N * 2 * F);
+    EXPECT_EQ(acts.layers[0].up.size(), 0);
+    EXPECT_EQ(acts.dgate.size(), N * 2 * F);
   }
 }
 
