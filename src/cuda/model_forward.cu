@@ -54,15 +54,12 @@ void attention_half(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int64_t
   rmsnorm_forward(L.a.get(), L.rstd1.get(), L.h_in.get(), W.ln1, N, d, eps, s);
   if (W.jtokm_router) jtokm_route_layer(dm, L, l, N);  // route now, mix at the write-back
   const QkvView<E> v = qkv_view(c, dm.fused_qkv, L.q.get(), L.k.get(), L.v.get());
-  if (dm.fused_qkv) {
+  if (dm.fused_qkv) {  // one product; k's heads follow q's in the row: one RoPE launch for H + KV heads
     linear_forward<E, E>(dm.mm, v.q, L.a.get(), W.wq, W.bq, N, d, qd + 2 * c.kv_dim(), false, s);
+    rope_forward(v.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H + KV, hd, v.q_stride, 0, s);
   } else {
     const QkvBuffers<E> qkv{v.q, v.k, v.v, L.q_in.get(), L.k_in.get(), L.rstd_q.get(), L.rstd_k.get()};
     qkv_project(dm.mm, c, W, qkv, L.a.get(), N, s);
-  }
-  if (dm.fused_qkv) {  // k's heads follow q's in the row: one launch for H + KV heads
-    rope_forward(v.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H + KV, hd, v.q_stride, 0, s);
-  } else {
     rope_forward(v.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H, hd, v.q_stride, 0, s);
     rope_forward(v.k, dm.rope_cos.get(), dm.rope_sin.get(), B, T, KV, hd, v.kv_stride, 0, s);
   }
