@@ -19,16 +19,20 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "emu_runtime.h"
 #include "emu_switch.h"
 
 #if defined(__x86_64__)
-// emu_switch_x86_64(save_sp, load_sp): pushes rbp rbx r12-r15 and the FP control words, stores rsp
-// in *save_sp, loads load_sp and pops the same from there (emu_switch.h's make_context lays them out).
+// emu_switch_x86_64(save_sp, load_sp): pushes rbp rbx r12-r15, stores rsp in *save_sp, loads
+// load_sp and pops the same from there (emu_switch.h's make_context lays them out). The FP control
+// words (MXCSR, x87) are not switched: every fiber runs on the one OS thread and no kernel changes
+// them, so they are the same in all; loading them (fldcw stalls the pipeline) took 90 % of a switch.
 asm(R"(
   .text
   .globl emu_switch_x86_64
@@ -40,14 +44,8 @@ emu_switch_x86_64:
   pushq %r13
   pushq %r14
   pushq %r15
-  subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
-  addq $8, %rsp
   popq %r15
   popq %r14
   popq %r13
@@ -69,12 +67,15 @@ enum class State { runnable, at_block, at_warp, done };
 
 struct Fiber {
   Context ctx;
+  int stack = -1;  // its stack's index (stack_of) from its first run until it returns
   State st = State::runnable;
   uint3 tid;
   WarpOp op = WarpOp::sync;
   unsigned mask = 0;
   int arg = 0, width = 32;
   uint64_t value = 0, result = 0;
+  const uint32_t* gather_in = nullptr;  // warp_gather: this lane's words, and where all lanes' go
+  uint32_t* gather_out = nullptr;
   std::source_location at;
 };
 
@@ -114,6 +115,15 @@ char* stack_of(size_t i) {  // 1024 stacks with a guard page under each, mapped 
   return base + i * (kStack + kGuard) + kGuard;
 }
 
+// The stacks not held by a thread, the most recently freed last. A thread takes one at its first
+// run and gives it back when it returns, so a kernel whose threads run to the end without parking
+// runs every thread on one stack (warm in the caches), and one whose lanes park at shuffles on 32.
+std::vector<int> g_free_stacks = [] {
+  std::vector<int> v(kMaxThreads);
+  for (size_t i = 0; i < kMaxThreads; ++i) v[i] = static_cast<int>(kMaxThreads - 1 - i);
+  return v;
+}();
+
 // AddressSanitizer (EMU_SANITIZE=1) is told of every stack switch, or it takes a fiber's stack for
 // an overflow of the scheduler's.
 #if defined(__SANITIZE_ADDRESS__)
@@ -121,7 +131,7 @@ const void* g_main_bottom = nullptr;
 size_t g_main_size = 0;
 void to_fiber(int t) {
   void* fake = nullptr;
-  __sanitizer_start_switch_fiber(&fake, stack_of(static_cast<size_t>(t)), kStack);
+  __sanitizer_start_switch_fiber(&fake, stack_of(static_cast<size_t>(g.f[t].stack)), kStack);
   switch_context(g.main, g.f[t].ctx);
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 }
@@ -155,8 +165,8 @@ void park(State s) {
 }
 
 const char* op_name(WarpOp op) {
-  static const char* names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
-                                "__ballot_sync", "__syncwarp"};
+  static const char* names[] = {"__shfl_sync",   "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
+                                "__ballot_sync", "__syncwarp",     "ldmatrix / mma"};
   return names[static_cast<int>(op)];
 }
 
@@ -200,6 +210,19 @@ int source_lane(const Fiber& f, int lane) {
   return src;
 }
 
+// Warp w's 32 lanes at one warp_gather (all arrived): each gets every lane's words.
+void release_gather(int w) {
+  Fiber* lanes = &g.f[static_cast<size_t>(32 * w)];
+  const int n = lanes[0].arg;
+  for (int j = 0; j < 32; ++j)
+    if (lanes[j].arg != n) report("the lanes of a warp gather different word counts (ldmatrix / mma)");
+  for (int j = 0; j < 32; ++j) {
+    for (int src = 0; src < 32; ++src)
+      std::memcpy(lanes[j].gather_out + src * n, lanes[src].gather_in, sizeof(uint32_t) * static_cast<size_t>(n));
+    lanes[j].st = State::runnable;
+  }
+}
+
 // Lane `l` of warp `w` parked at a warp intrinsic: when every lane of its mask is there with the
 // same mask and intrinsic, each gets its result and runs again. False: someone is missing.
 bool release_group(int w, int l) {
@@ -212,6 +235,10 @@ bool release_group(int w, int l) {
     const Fiber& o = g.f[32 * w + j];
     if (o.st != State::at_warp || o.mask != f.mask) return false;
     if (o.op != f.op) report("the lanes of a *_sync mask wait at different warp intrinsics");
+  }
+  if (f.op == WarpOp::gather) {
+    release_gather(w);
+    return true;
   }
   uint64_t ballot = 0;
   for (int j = 0; j < 32; ++j)
@@ -245,9 +272,16 @@ void run_warp(unsigned w, unsigned threads) {
     for (unsigned i = 0; i < n; ++i) {
       const unsigned t = lo + nth(i, n);
       if (g.f[t].st != State::runnable) continue;
+      Fiber& f = g.f[t];
+      if (f.stack < 0) {
+        f.stack = g_free_stacks.back();
+        g_free_stacks.pop_back();
+        make_context(f.ctx, stack_of(static_cast<size_t>(f.stack)), kStack, fiber_main);
+      }
       g.cur = static_cast<int>(t);
-      threadIdx = g.f[t].tid;
+      threadIdx = f.tid;
       to_fiber(static_cast<int>(t));
+      if (f.st == State::done) g_free_stacks.push_back(std::exchange(f.stack, -1));
     }
   } while (release_warp(w));
 }
@@ -268,7 +302,6 @@ void run_block(unsigned threads) {
   for (unsigned t = 0; t < threads; ++t) {
     Fiber& f = g.f[t];
     f.tid = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
-    make_context(f.ctx, stack_of(t), kStack, fiber_main);
   }
   std::fill(g.shared.begin(), g.shared.end(), 0xff);
   const unsigned warps = (threads + 31) / 32;
@@ -343,6 +376,13 @@ uint64_t warp_exchange(WarpOp op, unsigned mask, uint64_t value, int arg, int wi
   f.op = op, f.mask = mask, f.value = value, f.arg = arg, f.width = width, f.at = at;
   park(State::at_warp);
   return self().result;
+}
+
+void warp_gather(const uint32_t* mine, int n, uint32_t* all, const std::source_location& at) {
+  Fiber& f = self();
+  f.op = WarpOp::gather, f.mask = 0xffffffffu, f.arg = n, f.width = 32, f.at = at;
+  f.gather_in = mine, f.gather_out = all;
+  park(State::at_warp);
 }
 
 void block_barrier(const std::source_location& at) {

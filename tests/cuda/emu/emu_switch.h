@@ -1,7 +1,7 @@
 // Fiber context switches for the emulation's scheduler (emu_sched.cpp). On x86-64 a switch saves
-// the callee-saved registers, MXCSR and the x87 control word on the old stack and loads them from
-// the new one (no signal mask: glibc's swapcontext makes a system call per switch, which made
-// shuffle-heavy kernels ~10x slower). Elsewhere, ucontext.
+// the callee-saved registers on the old stack and loads them from the new one: no FP control words
+// (see emu_sched.cpp), no signal mask (glibc's swapcontext makes a system call per switch, which
+// made shuffle-heavy kernels ~10x slower). Elsewhere, ucontext.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -17,16 +17,11 @@ inline void switch_context(Context& from, Context& to) { emu_switch_x86_64(&from
 
 // `to` will start entry() on the stack [stack, stack + size) at its first switch; entry never returns.
 inline void make_context(Context& to, char* stack, size_t size, void (*entry)()) {
-  unsigned csr[2];
-  asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(csr[0]), "=m"(csr[1]));
   auto* top = reinterpret_cast<void**>(reinterpret_cast<uintptr_t>(stack + size) & ~uintptr_t{15});
   void** sp = top - 2;  // the return address at a 16-byte boundary: entry starts as if called
   sp[0] = reinterpret_cast<void*>(entry);
   sp -= 6;  // rbp rbx r12 r13 r14 r15, popped in reverse
   for (int i = 0; i < 6; ++i) sp[i] = nullptr;
-  sp -= 1;
-  *reinterpret_cast<unsigned*>(sp) = csr[0];
-  *(reinterpret_cast<unsigned*>(sp) + 1) = csr[1];
   to.sp = sp;
 }
 #else

@@ -186,12 +186,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   auto at = [](const cublasLtMatrixLayoutOpaque_t& l, cublasOperation_t op, uint64_t i, uint64_t j) {
     return op == CUBLAS_OP_N ? static_cast<int64_t>(i + j * l.ld) : static_cast<int64_t>(j + i * l.ld);
   };
-  std::vector<float> col(k);
+  // op(A) as (m, k) rows of floats, read once: the sums below run along contiguous memory.
+  std::vector<float> rows(m * k), col(k);
+  for (uint64_t i = 0; i < m; ++i)
+    for (uint64_t kk = 0; kk < k; ++kk) rows[i * k + kk] = load(A, a->type, at(*a, d->op_a, i, kk));
   for (uint64_t j = 0; j < n; ++j) {
     for (uint64_t kk = 0; kk < k; ++kk) col[kk] = load(B, b->type, at(*b, d->op_b, kk, j));
     for (uint64_t i = 0; i < m; ++i) {
       float s = 0.0f;
-      for (uint64_t kk = 0; kk < k; ++kk) s += load(A, a->type, at(*a, d->op_a, i, kk)) * col[kk];
+      const float* row = rows.data() + i * k;
+      for (uint64_t kk = 0; kk < k; ++kk) s += row[kk] * col[kk];
       const int64_t o = static_cast<int64_t>(i + j * dl->ld);
       float v = al * s;
       if (be != 0.0f) v += be * load(C, c->type, static_cast<int64_t>(i + j * c->ld));

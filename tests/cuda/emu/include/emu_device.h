@@ -34,10 +34,14 @@ extern dim3 blockDim, gridDim;
 constexpr int warpSize = 32;
 
 namespace emu {
-enum class WarpOp { shfl, shfl_up, shfl_down, shfl_xor, ballot, sync };
+enum class WarpOp { shfl, shfl_up, shfl_down, shfl_xor, ballot, sync, gather };
 // Parks the calling lane at a warp intrinsic; back when every lane of `mask` arrived. Returns the
 // 8 bytes this lane reads (a shuffle) or the ballot of `value != 0` over the mask.
 uint64_t warp_exchange(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const std::source_location& at);
+// Parks the calling lane until all 32 lanes of its warp arrived; then all[32 * n] holds every lane's
+// n words (lane l's at all[l * n]). One park for what would be many shuffles (emu_ptx.h's ldmatrix
+// and mma read 1 and 6 words of other lanes).
+void warp_gather(const uint32_t* mine, int n, uint32_t* all, const std::source_location& at);
 void block_barrier(const std::source_location& at);
 template <typename T>
 T warp_shuffle(WarpOp op, unsigned mask, T v, int arg, int width, const std::source_location& at) {

@@ -2,8 +2,8 @@
 //   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : outs : ins)
 // into ::emu::ptx::ldmatrix_sync_aligned_m8n8_x4_shared_b16(outs..., ins...), the operands in the
 // order of their %n (cu2cpp.py checks that order is 0, 1, 2, ...); an instruction without a
-// function here fails to compile. Each is built from full-warp shuffles, so every lane must reach
-// it, as on the device (a lane that does not is reported as a deadlock). Fragment layouts: PTX ISA,
+// function here fails to compile. Each gathers its operands from the whole warp (warp_gather), so
+// every lane must reach it, as on the device (a lane that does not is reported as a deadlock). Fragment layouts: PTX ISA,
 // "Matrix fragments for mma.m16n8k16" and "ldmatrix" (also written out in src/cuda/mma_bf16.cuh).
 // Shared addresses are offsets into the launch's dynamic shared memory (the only shared memory the
 // tensor-core kernels use): __cvta_generic_to_shared refuses any other pointer.
@@ -30,9 +30,6 @@ namespace emu::ptx {
 inline int lane() {
   return static_cast<int>((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32);
 }
-inline uint32_t shfl(uint32_t v, int src, const loc& at) {
-  return warp_shuffle(WarpOp::shfl, 0xffffffffu, v, src, 32, at);
-}
 inline float widen(uint32_t top) {  // a bf16's bits in the top half of an fp32: exact
   float f;
   std::memcpy(&f, &top, 4);
@@ -55,28 +52,34 @@ inline uint16_t shared_half(uint32_t row, int bytes, const loc& at) {
 }
 
 // Matrix i of an ldmatrix: lane 4g + t gets row g's elements 2t, 2t+1 (trans: column g's), rows at
-// the addresses lanes 8i .. 8i+7 give.
-inline uint32_t ldmatrix_one(int i, uint32_t addr, bool trans, const loc& at) {
+// the addresses lanes 8i .. 8i+7 give (addrs: every lane's, gathered).
+inline uint32_t ldmatrix_one(int i, const uint32_t* addrs, bool trans, const loc& at) {
   const int g = lane() / 4, t = lane() % 4;
-  if (!trans) return shared_word(shfl(addr, 8 * i + g, at), 4 * t, at);
-  const uint32_t r0 = shfl(addr, 8 * i + 2 * t, at), r1 = shfl(addr, 8 * i + 2 * t + 1, at);
+  if (!trans) return shared_word(addrs[8 * i + g], 4 * t, at);
+  const uint32_t r0 = addrs[8 * i + 2 * t], r1 = addrs[8 * i + 2 * t + 1];
   return static_cast<uint32_t>(shared_half(r0, 2 * g, at)) | static_cast<uint32_t>(shared_half(r1, 2 * g, at)) << 16;
 }
 
 inline void ldmatrix_sync_aligned_m8n8_x4_shared_b16(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3,
                                                      uint32_t addr, loc at = loc::current()) {
-  const uint32_t a = ldmatrix_one(0, addr, false, at), b = ldmatrix_one(1, addr, false, at);
-  const uint32_t c = ldmatrix_one(2, addr, false, at), d = ldmatrix_one(3, addr, false, at);
+  uint32_t addrs[32];
+  warp_gather(&addr, 1, addrs, at);
+  const uint32_t a = ldmatrix_one(0, addrs, false, at), b = ldmatrix_one(1, addrs, false, at);
+  const uint32_t c = ldmatrix_one(2, addrs, false, at), d = ldmatrix_one(3, addrs, false, at);
   r0 = a, r1 = b, r2 = c, r3 = d;
 }
 inline void ldmatrix_sync_aligned_m8n8_x2_shared_b16(uint32_t& r0, uint32_t& r1, uint32_t addr,
                                                      loc at = loc::current()) {
-  const uint32_t a = ldmatrix_one(0, addr, false, at), b = ldmatrix_one(1, addr, false, at);
+  uint32_t addrs[32];
+  warp_gather(&addr, 1, addrs, at);
+  const uint32_t a = ldmatrix_one(0, addrs, false, at), b = ldmatrix_one(1, addrs, false, at);
   r0 = a, r1 = b;
 }
 inline void ldmatrix_sync_aligned_m8n8_x2_trans_shared_b16(uint32_t& r0, uint32_t& r1, uint32_t addr,
                                                            loc at = loc::current()) {
-  const uint32_t a = ldmatrix_one(0, addr, true, at), b = ldmatrix_one(1, addr, true, at);
+  uint32_t addrs[32];
+  warp_gather(&addr, 1, addrs, at);
+  const uint32_t a = ldmatrix_one(0, addrs, true, at), b = ldmatrix_one(1, addrs, true, at);
   r0 = a, r1 = b;
 }
 
@@ -86,15 +89,17 @@ inline void mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(float& c0, float
                                                                  uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                                  uint32_t b0, uint32_t b1, loc at = loc::current()) {
   const int g = lane() / 4, t = lane() % 4;
+  const uint32_t mine[6] = {a0, a1, a2, a3, b0, b1};
+  uint32_t all[32][6];  // every lane's fragments
+  warp_gather(mine, 6, &all[0][0], at);
   float A[2][16], B[2][16];  // A[row g / g+8][k], B[col 2t / 2t+1][k]
   for (int s = 0; s < 4; ++s) {  // source lane 4 x + s holds k = 2s, 2s+1 (regs 0/1) and 2s+8, 2s+9 (regs 2/3)
-    const uint32_t x0 = shfl(a0, 4 * g + s, at), x1 = shfl(a1, 4 * g + s, at), x2 = shfl(a2, 4 * g + s, at),
-                   x3 = shfl(a3, 4 * g + s, at);
-    A[0][2 * s] = lo(x0), A[0][2 * s + 1] = hi(x0), A[1][2 * s] = lo(x1), A[1][2 * s + 1] = hi(x1);
-    A[0][2 * s + 8] = lo(x2), A[0][2 * s + 9] = hi(x2), A[1][2 * s + 8] = lo(x3), A[1][2 * s + 9] = hi(x3);
+    const uint32_t* x = all[4 * g + s];
+    A[0][2 * s] = lo(x[0]), A[0][2 * s + 1] = hi(x[0]), A[1][2 * s] = lo(x[1]), A[1][2 * s + 1] = hi(x[1]);
+    A[0][2 * s + 8] = lo(x[2]), A[0][2 * s + 9] = hi(x[2]), A[1][2 * s + 8] = lo(x[3]), A[1][2 * s + 9] = hi(x[3]);
     for (int n = 0; n < 2; ++n) {
-      const uint32_t y0 = shfl(b0, 4 * (2 * t + n) + s, at), y1 = shfl(b1, 4 * (2 * t + n) + s, at);
-      B[n][2 * s] = lo(y0), B[n][2 * s + 1] = hi(y0), B[n][2 * s + 8] = lo(y1), B[n][2 * s + 9] = hi(y1);
+      const uint32_t* y = all[4 * (2 * t + n) + s];
+      B[n][2 * s] = lo(y[4]), B[n][2 * s + 1] = hi(y[4]), B[n][2 * s + 8] = lo(y[5]), B[n][2 * s + 9] = hi(y[5]);
     }
   }
   float* c[4] = {&c0, &c1, &c2, &c3};
