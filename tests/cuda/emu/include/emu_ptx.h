@@ -3,8 +3,9 @@
 // into ::emu::ptx::ldmatrix_sync_aligned_m8n8_x4_shared_b16(outs..., ins...), the operands in the
 // order of their %n (cu2cpp.py checks that order is 0, 1, 2, ...); an instruction without a
 // function here fails to compile. Each gathers its operands from the whole warp (warp_gather), so
-// every lane must reach it, as on the device (a lane that does not is reported as a deadlock). Fragment layouts: PTX ISA,
-// "Matrix fragments for mma.m16n8k16" and "ldmatrix" (also written out in src/cuda/mma_bf16.cuh).
+// every lane must reach it, as on the device (a lane that does not is reported as a deadlock).
+// Fragment layouts: PTX ISA, "Matrix fragments for mma.m16n8k16" and "ldmatrix" (also written out
+// in src/cuda/mma_bf16.cuh).
 // Shared addresses are offsets into the launch's dynamic shared memory (the only shared memory the
 // tensor-core kernels use): __cvta_generic_to_shared refuses any other pointer.
 #pragma once
