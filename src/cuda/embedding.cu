@@ -53,7 +53,7 @@ void embedding_forward(T* out, const int32_t* ids, const T* weight, int64_t N, i
 template <typename T>
 void embedding_backward(float* dweight, const T* dout, const DeviceRowBatch& rb, int64_t N, int64_t C,
                         cudaStream_t stream) {
-  launch_backward(dweight, true, dout, rb, N, C, stream);
+  if (dweight) launch_backward(dweight, true, dout, rb, N, C, stream);  // null: a frozen embedding
 }
 
 template <typename T>

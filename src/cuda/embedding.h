@@ -16,7 +16,8 @@ template <typename T>
 void embedding_forward(T* out, const int32_t* ids, const T* weight, int64_t N, int64_t C, cudaStream_t stream);
 
 // dout (N,C), rb = dedup_ids(ids) -> dweight (V,C) fp32: row unique[u] += the dout rows of its
-// positions, in position order (the dense table gradient of the backbone's embed_tokens).
+// positions, in position order (the dense table gradient of the backbone's embed_tokens). dweight null
+// (a frozen embedding): nothing.
 template <typename T>
 void embedding_backward(float* dweight, const T* dout, const DeviceRowBatch& rb, int64_t N, int64_t C,
                         cudaStream_t stream);

@@ -62,10 +62,15 @@ struct DeviceView {
 // GPU decoder's; `who` starts each message): low-precision (exported) weights, head dims other than
 // 32 / 64 / 128, MoE top-K past the kernels' bound, token tables that are not whole (Vp, d) tables.
 void check_device_supported(const Model& host, const std::string& who);
-// The device view of a flat buffer at base laid out as host.params (base + (host pointer -
-// host.params.data()), null kept). P: float or __nv_bfloat16.
+// The device view of a flat buffer at base laid out as host.params: hv's pointers (into
+// host.params: host.w, or model/trainable.h's trainable_view of it) moved to base (base + (host
+// pointer - host.params.data()), null kept). P: float or __nv_bfloat16.
 template <typename P>
-DeviceView<P> device_view(P* base, const Model& host);
+DeviceView<P> device_view(P* base, const Model& host, const ModelView& hv);
+template <typename P>
+DeviceView<P> device_view(P* base, const Model& host) {
+  return device_view(base, host, host.w);
+}
 
 // The MLP update's buffers for N rows: gate, up, act (N,F) (dense layers; fused: gate (N,2F) holds
 // gate | up, one product, and up is unused); the MoE block's activations and scratch (MoE layers).
@@ -138,8 +143,9 @@ struct DeviceModel {
 
   ModelConfig cfg;
   std::vector<ParamInfo> layout;  // host's: names, shapes, offsets into master / grads
-  // Per layout entry: whether it trains (model/trainable.h; a frozen backbone's tensors do not: the
-  // backward still computes their gradients, the optimizer zeroes them before the norm and skips them).
+  // Per layout entry: whether it trains (model/trainable.h; a frozen backbone's tensors do not: their
+  // pointers in g are null, so the backward makes no weight-gradient product for them and their
+  // gradients stay zero; the optimizer skips them).
   std::vector<uint8_t> trainable;
   int64_t n_params = 0;
   DeviceArray<float> master;      // (n_params) fp32 parameters, m.params' layout

@@ -20,7 +20,7 @@ enum ExpertMatrix : int64_t { kGate = 0, kUp = 1, kDown = 2 };
 // Expert e's matrix p in a view (gate (F,d), up (F,d), down (d,F), back to back a expert).
 template <typename P>
 P* expert_at(const DeviceMoeView<P>& w, const MoeDims& m, int64_t e, ExpertMatrix p) {
-  return w.experts + (3 * e + p) * m.F * m.d;
+  return w.experts ? w.experts + (3 * e + p) * m.F * m.d : nullptr;  // null: frozen experts' gradients
 }
 
 MoeRouteDims route_dims(const MoeDims& m, int64_t N) { return {N, m.E, m.K, m.norm_topk, m.aux_coef}; }

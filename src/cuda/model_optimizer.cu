@@ -107,21 +107,11 @@ void check_table_stats(const DeviceAdamW& st, cudaStream_t s) {
          st.kept_base + 1, "..", st.kept_base + static_cast<int64_t>(st.kept_host.size()), ")");
 }
 
-// A frozen backbone's gradients (the backward computes them all) zeroed: neither in the norm nor stepped.
-template <typename E>
-void zero_frozen_grads(DeviceModel<E>& dm) {
-  for (size_t i = 0; i < dm.layout.size(); ++i)
-    if (!dm.trainable[i])
-      JTOK_CUDA_CHECK(cudaMemsetAsync(dm.grads.get() + dm.layout[i].offset, 0,
-                                      static_cast<size_t>(dm.layout[i].numel) * sizeof(float), dm.stream));
-}
-
 }  // namespace
 
 template <typename E>
 double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, float max_grad_norm) {
   if (dm.profile) dm.profile->begin(dm.stream);  // the gap since the backward is the host's
-  zero_frozen_grads(dm);
   const double norm = grad_norm(dm, st, max_grad_norm);
   if (!std::isfinite(norm))
     fail("cuda model: the global gradient norm is ", norm, "; the step was not applied (no weight or moment changed)");

@@ -38,14 +38,14 @@ void check_device_supported(const Model& host, const std::string& who) {
 }
 
 template <typename P>
-DeviceView<P> device_view(P* base, const Model& host) {
+DeviceView<P> device_view(P* base, const Model& host, const ModelView& hv) {
   const float* hb = host.params.data();
   auto at = [&](const float* p) -> P* { return p ? base + (p - hb) : nullptr; };
   DeviceView<P> v;
-  v.embed = at(host.w.embed);
-  v.norm = at(host.w.norm);
-  v.lm_head = at(host.w.lm_head);
-  for (const LayerView& W : host.w.layers) {
+  v.embed = at(hv.embed);
+  v.norm = at(hv.norm);
+  v.lm_head = at(hv.lm_head);
+  for (const LayerView& W : hv.layers) {
     DeviceLayerView<P> d;
     d.ln1 = at(W.ln1), d.wq = at(W.wq), d.wk = at(W.wk), d.wv = at(W.wv), d.wo = at(W.wo), d.ln2 = at(W.ln2);
     d.bq = at(W.bq), d.bk = at(W.bk), d.bv = at(W.bv), d.q_norm = at(W.q_norm), d.k_norm = at(W.k_norm);
@@ -78,7 +78,7 @@ DeviceModel<E>::DeviceModel(const Model& host, cudaStream_t s)
   copy_to_device(rope_sin.get(), host.rope.sin.data(), rope_n);
   upload_tables(host);
   w = device_view(weights(), host);
-  g = device_view(grads.get(), host);
+  g = device_view(grads.get(), host, trainable_view(host, host.w));  // a frozen tensor's null: no dW product
   const auto all_layers = [&](auto holds) { return std::all_of(w.layers.begin(), w.layers.end(), holds); };
   fused_qkv = !cfg.qk_norm && all_layers([&](const DeviceLayerView<E>& W) { return qkv_back_to_back(W, cfg); });
   fused_gate_up = all_layers([&](const DeviceLayerView<E>& W) { return gate_up_back_to_back(W, cfg); });
@@ -285,7 +285,7 @@ std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, int64_t k)
 
 #define JTOK_MODEL_SETUP_INSTANTIATE(E)                                                                   \
   template struct DeviceModel<E>;                                                                         \
-  template DeviceView<E> device_view<E>(E*, const Model&);                                                \
+  template DeviceView<E> device_view<E>(E*, const Model&, const ModelView&);                              \
   template void ensure_device_activations<E>(DeviceActs<E>&, const DeviceModel<E>&, int64_t, int64_t, int64_t); \
   template std::vector<float> download_table_grad<E>(const DeviceModel<E>&, int64_t);                     \
   template std::vector<float> download_table<E>(const DeviceModel<E>&, int64_t);                          \

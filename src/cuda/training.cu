@@ -166,8 +166,8 @@ void write_nan(float* at, E* copy_at, cudaStream_t s) {
 }
 
 // The middle of the flat gradients, moved to the nearest trainable element: a frozen backbone's
-// gradients are zeroed before the norm (optimizer_step), so a NaN there would never be seen and the
-// step not refused, where the CPU's (which sums every gradient) refuses it.
+// gradients are never written (their pointers are null in dm_.g), as on the CPU, so a NaN written
+// there would stand for no gradient the backward makes.
 template <typename E>
 void Trainer<E>::poison_gradient() {
   const int64_t mid = dm_.n_params / 2;

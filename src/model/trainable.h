@@ -15,7 +15,10 @@ namespace jtok {
 bool is_token_indexed_param(const std::string& name);
 // Whether parameter p of m trains (gets a gradient, an AdamW update and moments).
 bool param_trainable(const Model& m, const ParamInfo& p);
-// The gradient view backward() writes through: m.g, with every frozen tensor's pointer null.
+// View `all` (bound to any buffer in m's layout: m.w, m.g, a device copy's) with every frozen
+// tensor's pointer null.
+ModelView trainable_view(const Model& m, const ModelView& all);
+// The gradient view backward() writes through: trainable_view(m, m.g).
 ModelView trainable_grad_view(const Model& m);
 
 }  // namespace jtok

@@ -114,12 +114,20 @@ void expect_ten_steps_match(const std::string& name, const jtok::ModelConfig& c,
 }
 
 // --train-only tables: only the tables, scalers and routers move; the backbone's weights stay put
-// on both devices (the GPU zeroes their gradients before the norm).
+// on both devices. Neither makes a frozen tensor's weight gradient (its gradient pointer is null):
+// one made on the GPU would enter its norm, and the norms are compared every step. Dense, MoE with
+// a shared expert (the experts' and routers' gradients skipped), and Qwen3's shape (qk_norm gains,
+// tied embeddings).
 TEST(CudaModel, TenAdamWStepsFrozenBackboneMatchCpu) {
   jtok::TrainConfig t = ten_steps();
   t.table_learning_rate = 1e-2;
   t.max_grad_norm = 1e-3;  // the tables' and scalers' gradients alone: still clipped
-  expect_ten_steps_match("adamw frozen backbone jtok+jtokm", tiny_jtok_jtokm(), t, StepPlan{1, -1, true});
+  const StepPlan frozen{1, -1, true};
+  expect_ten_steps_match("adamw frozen backbone jtok+jtokm", tiny_jtok_jtokm(), t, frozen);
+  expect_ten_steps_match("adamw frozen backbone moe+jtok+jtokm", tiny_moe_jtok_jtokm(), t, frozen);
+  jtok::ModelConfig qwen3 = tiny_qwen3();
+  qwen3.jtokm = true, qwen3.jtokm_n_e = 3, qwen3.jtokm_top_k = 2, qwen3.jtokm_aux_loss_coef = 1e-2;
+  expect_ten_steps_match("adamw frozen backbone qwen3+jtokm", qwen3, t, frozen);
 }
 
 TEST(CudaModel, TenAdamWStepsMatchCpu) { expect_ten_steps_match("adamw qwen3", tiny_qwen3(), ten_steps()); }
