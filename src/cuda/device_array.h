@@ -95,4 +95,41 @@ void copy_to_host(T* dst, const T* src, int64_t n, cudaStream_t stream) {
   if (n > 0) JTOK_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(T), cudaMemcpyDeviceToHost));
 }
 
+// Small device values read back with one synchronisation (each copy_to_host is two: the stream's,
+// then a pageable copy's own): the copies queued into pinned host memory, then one wait.
+//   rb.begin(bytes); const double* x = rb.queue(dev_x, n, s); ...; rb.wait(s); read x[0..n)
+class HostReadback {
+ public:
+  // Room for `bytes` of queued values (aligned to 8 each); nothing may be queued yet.
+  void begin(size_t bytes) {
+    JTOK_CHECK(used_ == 0, "HostReadback: begin with copies still queued");
+    if (static_cast<size_t>(room_.size()) < bytes) room_ = PinnedArray<unsigned char>(static_cast<int64_t>(bytes));
+  }
+  // The n values at device src copied to the returned host address, queued on stream: valid after wait.
+  template <typename T>
+  const T* queue(const T* src, int64_t n, cudaStream_t stream) {
+    const size_t at = (used_ + 7) / 8 * 8, bytes = static_cast<size_t>(n) * sizeof(T);
+    JTOK_CHECK(at + bytes <= static_cast<size_t>(room_.size()), "HostReadback: ", at + bytes,
+               " bytes queued past the ", room_.size(), " begun");
+    T* dst = reinterpret_cast<T*>(room_.get() + at);
+    if (bytes > 0) JTOK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+    used_ = at + bytes;
+    return dst;
+  }
+  // The stream's work done, every queued value on the host; the room free for the next begin.
+  void wait(cudaStream_t stream) {
+    JTOK_CUDA_CHECK(cudaStreamSynchronize(stream));
+    used_ = 0;
+  }
+  // The bytes a queue of n values of T takes at most (its alignment included).
+  template <typename T>
+  static size_t room_for(int64_t n) {
+    return static_cast<size_t>(n) * sizeof(T) + 8;
+  }
+
+ private:
+  PinnedArray<unsigned char> room_;
+  size_t used_ = 0;
+};
+
 }  // namespace jtok::cuda

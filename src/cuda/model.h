@@ -235,6 +235,7 @@ struct DeviceActs {
   DeviceArray<E> h_out, lnf, logits_chunk;    // (N,d), (N,d), (chunk_rows, Vp)
   DeviceArray<float> rstdf, losses;           // (N), (N)
   DeviceArray<double> loss_sum;               // (1)
+  mutable HostReadback readback;              // the loss, aux losses and telemetry read back (pinned)
   DeviceArray<int32_t> ids, targets;          // (N)
   // Backward scratch.
   // dq, dk, dv as the layer's q, k, v (fused_qkv: dq holds all three), dgate and dup as gate and up;

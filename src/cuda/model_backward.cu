@@ -190,7 +190,7 @@ double backward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets, fl
   }
   // dL/dh_in of layer 0 into the embedding's rows, per id in position order (the forward's dedup).
   embedding_backward(dm.g.embed, a.dh.get(), a.row_batch(), N, dm.cfg.hidden_size, dm.stream);
-  const double loss = device_mean(a.losses.get(), a.loss_sum.get(), N, dm.stream);
+  const double loss = device_mean(a.losses.get(), a.loss_sum.get(), a.readback, N, dm.stream);
   mark_phase(dm.profile, "embedding backward", dm.stream);  // with the loss read back
   return loss;
 }

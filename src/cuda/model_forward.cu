@@ -190,7 +190,7 @@ double forward_loss(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets
     cross_entropy<E>(nullptr, a.losses.get() + r0, a.logits_chunk.get(), a.targets.get() + r0, rows, c.vocab_size,
                      Vp, 0.0f, s);
   }
-  return device_mean(a.losses.get(), a.loss_sum.get(), N, s);
+  return device_mean(a.losses.get(), a.loss_sum.get(), a.readback, N, s);
 }
 
 template void forward<float>(DeviceModel<float>&, DeviceActs<float>&, const int32_t*, int64_t, int64_t);

@@ -50,11 +50,12 @@ void check_ids(const int32_t* ids, int64_t N, int64_t V, const char* what) {
       fail(what, " id ", ids[n], " at position ", n, " outside the vocabulary [0, ", V, ")");
 }
 
-double device_mean(const float* x, double* sum, int64_t N, cudaStream_t stream) {
+double device_mean(const float* x, double* sum, HostReadback& rb, int64_t N, cudaStream_t stream) {
   sum_partials(sum, x, N, stream);
-  double h = 0;
-  copy_to_host(&h, sum, 1, stream);
-  return h / static_cast<double>(N);
+  rb.begin(HostReadback::room_for<double>(1));
+  const double* h = rb.queue(sum, 1, stream);
+  rb.wait(stream);
+  return *h / static_cast<double>(N);
 }
 
 template void convert_from_f32<float>(float*, const float*, int64_t, cudaStream_t);

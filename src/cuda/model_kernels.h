@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "cuda/device_array.h"
+
 namespace jtok::cuda {
 
 // in (n) fp32 -> out (n) of E (float: a copy; __nv_bfloat16: rounded to nearest even).
@@ -24,7 +26,7 @@ namespace jtok::cuda {
 void check_ids(const int32_t* ids, int64_t N, int64_t V, const char* what);
 
 // The mean of x (N) fp32 on the device: summed in double in a fixed order into sum (1, scratch),
-// copied back after the queued work (one sync).
-double device_mean(const float* x, double* sum, int64_t N, cudaStream_t stream);
+// read back through rb after the queued work (one sync).
+double device_mean(const float* x, double* sum, HostReadback& rb, int64_t N, cudaStream_t stream);
 
 }  // namespace jtok::cuda

@@ -57,9 +57,9 @@ DeviceTable table_view(const DeviceModel<E>& dm, const DeviceAdamW& st, int64_t 
 
 // The sum of squares of every gradient (the flat one's 4096-element chunks, then a partial a touched
 // table row: the rows listed here, reused by step_tables), the norm and the clip coefficient on the
-// device; the norm read back.
+// device; the norm queued for reading back (st.readback, begun by the caller).
 template <typename E>
-double grad_norm(DeviceModel<E>& dm, DeviceAdamW& st, float max_grad_norm) {
+const double* grad_norm(DeviceModel<E>& dm, DeviceAdamW& st, float max_grad_norm) {
   cudaStream_t s = dm.stream;
   const int64_t flat = sumsq_chunks(dm.n_params);
   sumsq_partials(st.partials.get(), dm.grads.get(), dm.n_params, s);
@@ -72,9 +72,7 @@ double grad_norm(DeviceModel<E>& dm, DeviceAdamW& st, float max_grad_norm) {
   }
   sum_partials(st.sumsq.get(), st.partials.get(), flat, s, table_rows);
   clip_coef(st.clip.get(), st.norm.get(), st.sumsq.get(), max_grad_norm, s);
-  double norm = 0;
-  copy_to_host(&norm, st.norm.get(), 1, s);
-  return norm;
+  return st.readback.queue(st.norm.get(), 1, s);
 }
 
 // This step's table constants kept (dense: after the steps not yet replayed everywhere; sparse:
@@ -98,10 +96,9 @@ void step_tables(DeviceModel<E>& dm, DeviceAdamW& st, const AdamWConsts& c) {
                    st.dense_tables, st.clip.get(), TableStats{st.stats.get()}, dm.stream);
 }
 
-// The replay statistics' fourth counter: rows asked outside the kept steps (the CPU aborts on one).
-void check_table_stats(const DeviceAdamW& st, cudaStream_t s) {
-  unsigned long long counters[4] = {};
-  copy_to_host(counters, st.stats.get(), 4, s);
+// The replay statistics (read back), their fourth counter: rows asked outside the kept steps (the
+// CPU aborts on one).
+void check_table_stats(const DeviceAdamW& st, const unsigned long long* counters) {
   if (counters[3] != 0)
     fail("cuda model: ", counters[3], " table rows were asked for steps outside the kept constants (",
          st.kept_base + 1, "..", st.kept_base + static_cast<int64_t>(st.kept_host.size()), ")");
@@ -112,10 +109,14 @@ void check_table_stats(const DeviceAdamW& st, cudaStream_t s) {
 template <typename E>
 double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, float max_grad_norm) {
   if (dm.profile) dm.profile->begin(dm.stream);  // the gap since the backward is the host's
-  const double norm = grad_norm(dm, st, max_grad_norm);
+  st.readback.begin(HostReadback::room_for<double>(1) + HostReadback::room_for<unsigned long long>(4));
+  const double* norm_at = grad_norm(dm, st, max_grad_norm);
+  const unsigned long long* counters = dm.n_tables > 0 ? st.readback.queue(st.stats.get(), 4, dm.stream) : nullptr;
+  st.readback.wait(dm.stream);  // one sync: the norm, and the counters of the forward's row syncs
+  const double norm = *norm_at;
   if (!std::isfinite(norm))
     fail("cuda model: the global gradient norm is ", norm, "; the step was not applied (no weight or moment changed)");
-  if (dm.n_tables > 0) check_table_stats(st, dm.stream);  // the forward's row syncs included
+  if (counters) check_table_stats(st, counters);
   mark_phase(dm.profile, "gradient norm", dm.stream);
   st.step += 1;
   __nv_bfloat16* copy = nullptr;  // the bf16 forward's copy, rewritten from the new masters
@@ -146,7 +147,10 @@ void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st) {
   if (dm.n_tables > 0) {  // every table's rows in one launch
     table_sync_all(table_view(dm, st, 0, dm.touched_rows.size()), st.kept_view(), TableStats{st.stats.get()},
                    dm.stream);
-    check_table_stats(st, dm.stream);
+    st.readback.begin(HostReadback::room_for<unsigned long long>(4));
+    const unsigned long long* counters = st.readback.queue(st.stats.get(), 4, dm.stream);
+    st.readback.wait(dm.stream);
+    check_table_stats(st, counters);
   }
   st.kept_base += static_cast<int64_t>(st.kept_host.size());
   st.kept_host.clear();

@@ -53,6 +53,7 @@ struct DeviceAdamW {
   DeviceArray<double> sumsq, norm;        // (1), (1)
   DeviceArray<float> clip;                // (1) the clip coefficient AdamW reads
   DeviceArray<unsigned long long> stats;  // (4) cuda/table_adamw.h's TableStats
+  HostReadback readback;                  // the norm and stats read back a step (pinned)
   int64_t step = 0;                       // steps taken
 
   KeptConsts kept_view() const {

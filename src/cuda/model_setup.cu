@@ -202,18 +202,29 @@ JTokMDims jtokm_dims(const ModelConfig& c, int64_t N) {
   return dims;
 }
 
+namespace {
+
+// The mean over the layers that have one of each layer's device scalar aux(l) (null: none), in
+// layer order, read back with one sync; 0 when no layer has one.
+template <typename E, typename Aux>
+double layer_mean(const DeviceActs<E>& a, cudaStream_t s, Aux&& aux) {
+  a.readback.begin(a.layers.size() * HostReadback::room_for<double>(1));
+  std::vector<const double*> host;
+  for (size_t l = 0; l < a.layers.size(); ++l)
+    if (const double* at = aux(l)) host.push_back(a.readback.queue(at, 1, s));
+  a.readback.wait(s);
+  double sum = 0;
+  for (const double* h : host) sum += *h;
+  return host.empty() ? 0.0 : sum / static_cast<double>(host.size());
+}
+
+}  // namespace
+
 template <typename E>
 double jtokm_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& a) {
-  double sum = 0;
-  int64_t layers = 0;
-  for (size_t l = 0; l < a.layers.size(); ++l) {
-    if (!dm.w.layers[l].jtokm_router) continue;
-    double aux = 0;
-    copy_to_host(&aux, a.layers[l].m_aux.get(), 1, dm.stream);
-    sum += aux;
-    ++layers;
-  }
-  return layers > 0 ? sum / static_cast<double>(layers) : 0.0;
+  return layer_mean(a, dm.stream, [&](size_t l) -> const double* {
+    return dm.w.layers[l].jtokm_router ? a.layers[l].m_aux.get() : nullptr;
+  });
 }
 
 template <typename E>
@@ -233,16 +244,9 @@ void zero_grads(DeviceModel<E>& dm) {
 
 template <typename E>
 double moe_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& a) {
-  double sum = 0;
-  int64_t layers = 0;
-  for (size_t l = 0; l < a.layers.size(); ++l) {
-    if (!dm.w.layers[l].moe.router) continue;
-    double aux = 0;
-    copy_to_host(&aux, a.layers[l].moe.aux.get(), 1, dm.stream);
-    sum += aux;
-    ++layers;
-  }
-  return layers > 0 ? sum / static_cast<double>(layers) : 0.0;
+  return layer_mean(a, dm.stream, [&](size_t l) -> const double* {
+    return dm.w.layers[l].moe.router ? a.layers[l].moe.aux.get() : nullptr;
+  });
 }
 
 template <typename E>

@@ -18,8 +18,9 @@ double hidden_state_std(const DeviceModel<E>& dm, DeviceActs<E>& a) {
     const E* h = l + 1 < L ? a.layers[l + 1].h_in.get() : a.h_out.get();  // layer l's output
     sum_and_squares(sums + 2 * l, h, n, a.stats.get(), dm.stream);
   }
-  std::vector<double> host(2 * L);
-  copy_to_host(host.data(), sums, static_cast<int64_t>(host.size()), dm.stream);
+  a.readback.begin(HostReadback::room_for<double>(2 * static_cast<int64_t>(L)));
+  const double* host = a.readback.queue(sums, 2 * static_cast<int64_t>(L), dm.stream);
+  a.readback.wait(dm.stream);
   double total = 0;
   for (size_t l = 0; l < L; ++l) {  // as the CPU's hidden_state_std
     const double mean = host[2 * l] / static_cast<double>(n);
@@ -33,14 +34,17 @@ void jtokm_routing(const DeviceModel<E>& dm, const DeviceActs<E>& a, std::vector
                    std::vector<std::vector<double>>& weight_sum) {
   load.clear(), weight_sum.clear();
   const int64_t ne = dm.cfg.jtokm_n_e;
-  std::vector<int32_t> n(static_cast<size_t>(ne));
-  std::vector<double> w(static_cast<size_t>(ne));
+  a.readback.begin(a.layers.size() * (HostReadback::room_for<int32_t>(ne) + HostReadback::room_for<double>(ne)));
+  std::vector<std::pair<const int32_t*, const double*>> host;  // a JTok-M layer's load and weight sums
   for (size_t l = 0; l < a.layers.size(); ++l) {
     if (!dm.w.layers[l].jtokm_router) continue;
-    copy_to_host(n.data(), a.layers[l].m_load.get(), ne, dm.stream);
-    copy_to_host(w.data(), a.layers[l].m_wsum.get(), ne, dm.stream);
-    load.emplace_back(n.begin(), n.end());
-    weight_sum.push_back(w);
+    host.emplace_back(a.readback.queue(a.layers[l].m_load.get(), ne, dm.stream),
+                      a.readback.queue(a.layers[l].m_wsum.get(), ne, dm.stream));
+  }
+  a.readback.wait(dm.stream);
+  for (const auto& [n, w] : host) {
+    load.emplace_back(n, n + ne);
+    weight_sum.emplace_back(w, w + ne);
   }
 }
 
