@@ -41,7 +41,7 @@ void jtokm_routing(const DeviceModel<E>& dm, const DeviceActs<E>& a, std::vector
     host.emplace_back(a.readback.queue(a.layers[l].m_load.get(), ne, dm.stream),
                       a.readback.queue(a.layers[l].m_wsum.get(), ne, dm.stream));
   }
-  a.readback.wait(dm.stream);
+  if (!host.empty()) a.readback.wait(dm.stream);  // no JTok-M layer: no sync
   for (const auto& [n, w] : host) {
     load.emplace_back(n, n + ne);
     weight_sum.emplace_back(w, w + ne);
