@@ -36,8 +36,8 @@ struct DecoderSettings {
   // path), "auto" (in_place where every table allows it, else staged).
   std::string table_rows = "auto";
   // Decode steps replayed as CUDA graphs, one a (batch bucket, length bucket) captured on its first
-  // use; off: every step launched kernel by kernel (the same shapes and bits). Models or paths that
-  // need the host inside a step (MoE, staged rows) and profiling run eagerly anyway.
+  // use; off: every step launched kernel by kernel (the same shapes and bits). Paths that need the
+  // host inside a step (staged rows) and profiling run eagerly anyway.
   bool cuda_graphs = true;
   // Time each decode step's phases (last_step()); eager. JTOK_PROFILE=1 in the environment sets it.
   bool profile = false;

@@ -217,10 +217,6 @@ template <typename E>
 std::string graphs_off_reason(const DecoderState<E>& st, const Model& host) {
   if (!st.settings.cuda_graphs) return "turned off (--cuda-graphs off)";
   if (st.prof) return "profiling (JTOK_PROFILE=1) times each step's phases with events, eagerly";
-  for (const LayerView& W : host.w.layers)
-    if (W.moe.router)
-      return "MoE layers copy their expert offsets to the host in every layer (a sync that sizes each expert's "
-             "products)";
   if (st.rows && st.path == RowPath::staged) return "staged table rows are gathered by the host in every step";
   return "";
 }

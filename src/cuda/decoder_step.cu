@@ -26,10 +26,11 @@
 //     the step's ints (pinned host_digest_rows -> acts.digest_rows, dummies greedy), the graph (its
 //     own, keyed by the digest flag beside the shape) ends in the digest kernel over all R rows'
 //     logits, and only the M digests come back (copied outside the graph, as the logits are).
-//   eager only (no graphs for that decoder, the reason in describe()): MoE layers (each copies its
-//     expert offsets to the host, a sync, and sizes each expert's products by them), staged rows (the
-//     host gathers them in host functions on the rows' side stream, whose ids and copy sizes are the
-//     step's: a graph would fix them), profiling (events between phases), settings.cuda_graphs off.
+//   MoE layers: the experts' products grouped by the offsets on the device (cuda/model_moe.h's decode
+//     step), no host copy, so graphs hold them too.
+//   eager only (no graphs for that decoder, the reason in describe()): staged rows (the host gathers
+//     them in host functions on the rows' side stream, whose ids and copy sizes are the step's: a
+//     graph would fix them), profiling (events between phases), settings.cuda_graphs off.
 // A capture that fails turns graphs off for the decoder, saying why once; the step it follows has
 // already run eagerly, so nothing is lost.
 #include <chrono>

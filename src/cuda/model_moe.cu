@@ -1,6 +1,7 @@
 // The GPU model's MoE block (src/cuda/model_moe.h), model/moe.cpp's steps in its order: forward =
 // router product, route, group (offsets to the host), gather, per-expert gate / up, SwiGLU,
-// per-expert down, shared experts onto out, combine onto out; backward = combine's backward (dL/deo
+// per-expert down (a decode step: gate | up with SwiGLU, then down, one grouped launch each by the
+// device's offsets), shared experts onto out, combine onto out; backward = combine's backward (dL/deo
 // and the router logits' gradient, aux loss included), the router's products, per-expert down,
 // SwiGLU, per-expert gate / up, the rows' input gradients back to their positions, shared experts.
 // Every gradient accumulates (+=), as the CPU's.
@@ -9,6 +10,7 @@
 #include "cuda/decoder_sizes.h"
 #include "cuda/model_kernels.h"
 #include "cuda/model_moe.h"
+#include "cuda/row_invariant_linear.h"
 #include "cuda/swiglu.h"
 
 namespace jtok::cuda {
@@ -34,15 +36,17 @@ void for_each_expert(const std::vector<int32_t>& offsets, int64_t E, Fn&& f) {
   }
 }
 
-// The router's product and the routing: a's probs, topi, topw, offsets (also on the host), slot_of,
-// row_of, frac, aux.
+// The router's product and the routing: a's probs, topi, topw, offsets (also on the host when
+// to_host; else host_offsets left empty), slot_of, row_of, frac, aux.
 template <typename E>
 void route_and_group(Matmul& mm, DeviceMoeActs<E>& a, DeviceMoeScratch<E>& s, const E* x, const DeviceMoeView<E>& w,
-                     const MoeDims& m, int64_t N, cudaStream_t stream) {
+                     const MoeDims& m, int64_t N, bool to_host, cudaStream_t stream) {
   const MoeRouteDims rd = route_dims(m, N);
   linear_forward<E, float>(mm, s.logits.get(), x, w.router, nullptr, N, m.d, m.E, false, stream);
   moe_route(a.route(), s.logits.get(), rd, stream);
   moe_group(a.route(), s.group.get(), s.group.bytes(), rd, stream);
+  a.host_offsets.clear();
+  if (!to_host) return;
   a.host_offsets.resize(static_cast<size_t>(m.E + 1));
   copy_to_host(a.host_offsets.data(), a.offsets.get(), m.E + 1, stream);
   JTOK_CHECK(a.host_offsets.front() == 0 && a.host_offsets.back() == N * m.K, "cuda moe: the grouped rows run ",
@@ -65,6 +69,21 @@ void routed_experts_forward(Matmul& mm, DeviceMoeActs<E>& a, const DeviceMoeView
     linear_forward<E, E>(mm, a.eo.get() + r0 * d, a.act.get() + r0 * F, expert_at(w, m, e, kDown), nullptr, ne, F, d,
                          false, stream);
   });
+}
+
+// A decode step's routed experts (N <= mm.row_invariant_rows(), cuda/matmul.h): a.xg (NK,d) ->
+// a.act (NK,F) by each expert's gate | up weight (back to back: (2F,d)) with SwiGLU, -> a.eo (NK,d),
+// each one launch over all experts by the device's offsets (no host copy, so a CUDA graph holds the
+// block; a.g, a.u unwritten). A row's bits: routed_experts_forward's, whose products of an expert's
+// at most N rows are row_invariant_linear's under that setting, followed by swiglu_forward.
+template <typename E>
+void routed_experts_rows(DeviceMoeActs<E>& a, const DeviceMoeView<E>& w, const MoeDims& m, int64_t N,
+                         cudaStream_t stream) {
+  const int64_t d = m.d, F = m.F, stride = 3 * F * d;  // an expert's gate, up, down
+  row_invariant_expert_swiglu<E>(a.act.get(), a.xg.get(), w.experts + kGate * F * d, stride, a.offsets.get(), m.E, N,
+                                 d, F, stream);
+  row_invariant_expert_linear<E, E>(a.eo.get(), a.act.get(), w.experts + kDown * F * d, stride, a.offsets.get(), m.E,
+                                    N, F, d, stream);
 }
 
 // Shared experts: out (N,d) += down(silu(x Wsg^T) * x Wsu^T), width S.
@@ -153,9 +172,11 @@ void size_moe_scratch(DeviceMoeScratch<E>& s, const MoeDims& m, int64_t N) {
 template <typename E>
 void moe_block_forward(Matmul& mm, E* out, DeviceMoeActs<E>& a, DeviceMoeScratch<E>& s, const E* x,
                        const DeviceMoeView<E>& w, const MoeDims& m, int64_t N, cudaStream_t stream) {
-  route_and_group(mm, a, s, x, w, m, N, stream);
+  const bool decode_step = N <= mm.row_invariant_rows();  // no host copy of the offsets
+  route_and_group(mm, a, s, x, w, m, N, !decode_step, stream);
   moe_gather(a.xg.get(), x, a.route(), route_dims(m, N), m.d, stream);
-  routed_experts_forward(mm, a, w, m, N, stream);
+  if (decode_step) routed_experts_rows(a, w, m, N, stream);
+  else routed_experts_forward(mm, a, w, m, N, stream);
   if (m.S > 0) shared_experts_forward(mm, out, a, x, w, m, N, stream);
   moe_combine(out, a.eo.get(), a.route(), route_dims(m, N), m.d, stream);
 }

@@ -59,7 +59,8 @@ template <typename E>
 void size_moe_scratch(DeviceMoeScratch<E>& s, const MoeDims& m, int64_t N);
 
 // x (N,d) -> out (N,d) += the block's output; a keeps routing and activations, a.aux set. One
-// stream sync (the offsets to the host).
+// stream sync (the offsets to the host), none in a decode step (N <= mm.row_invariant_rows(): the
+// experts' products grouped by the device's offsets, a.g and a.u unwritten; no backward follows).
 template <typename E>
 void moe_block_forward(Matmul& mm, E* out, DeviceMoeActs<E>& a, DeviceMoeScratch<E>& s, const E* x,
                        const DeviceMoeView<E>& w, const MoeDims& m, int64_t N, cudaStream_t stream);

@@ -51,4 +51,21 @@ template <typename T>
 void row_invariant_swiglu(T* out, const T* inp, const T* weight, int64_t M, int64_t C, int64_t F,
                           cudaStream_t stream, const RowNorm<T>& norm = {});
 
+// MoE's expert products grouped by offsets on the device (a decode step's: no host sync, so a
+// CUDA graph holds it): for every expert e < E, rows offsets[e] .. offsets[e+1] - 1 of inp (width
+// C) times expert e's weight (OC,C) at weight + e expert_stride into the same rows of out (width
+// OC); each row's bits those of row_invariant_linear of its expert's weight alone (no bias, no
+// accumulate). One launch of (OC/4, E) blocks; an expert without rows exits at once. max_rows
+// (>= 1 when any expert has rows) sizes a pass's row group (the most rows an expert has: one pass
+// each), never a row's bits.
+template <typename In, typename Out>
+void row_invariant_expert_linear(Out* out, const In* inp, const In* weight, int64_t expert_stride,
+                                 const int32_t* offsets, int64_t E, int64_t max_rows, int64_t C, int64_t OC,
+                                 cudaStream_t stream);
+// The same for SwiGLU of each expert's gate | up weight (2F,C) (row_invariant_swiglu's bits): out
+// (rows, F).
+template <typename T>
+void row_invariant_expert_swiglu(T* out, const T* inp, const T* weight, int64_t expert_stride, const int32_t* offsets,
+                                 int64_t E, int64_t max_rows, int64_t C, int64_t F, cudaStream_t stream);
+
 }  // namespace jtok::cuda

@@ -14,6 +14,8 @@
 //   is back to 0 after the scope.
 // - with a norm (RowNorm), the product and the SwiGLU product give rmsnorm_forward's output followed by
 //   the plain kernel, bit for bit.
+// - MoE's grouped products (row_invariant_expert_linear / _swiglu, by offsets on the device) give
+//   each expert's rows the bits of the plain kernel over that expert's rows and weight alone.
 // `--gtest_filter='*CudaRowInvariant*'`; a GPU host only (in test_cuda_ops).
 #include <gtest/gtest.h>
 
@@ -252,6 +254,51 @@ TEST(CudaRowInvariant, NormedIsTheNormThenTheProduct) {
       expect_normed_bits<bf16, bf16>(C, 74, offset, swiglu);
     }
     expect_normed_bits<bf16, float>(C, 70, offset, false);
+  }
+}
+
+// The grouped products over 5 experts whose rows are 3, 0, 1, 6, 2 (one without rows), each
+// expert's weight 3 (OC, C) blocks apart as MoE's gate, up, down: every row's bits equal the plain
+// kernel's over its expert's rows alone, with max_rows 6 (groups of 8 rows: one pass an expert) and
+// 2 (groups of 2: several); C on the 16-byte path (1024) and off it (300), OC not a multiple of 4;
+// SwiGLU with F odd.
+template <typename T>
+void expect_grouped_bits(int64_t C, int64_t OC, int64_t max_rows) {
+  const std::vector<int32_t> offsets = {0, 3, 3, 4, 10, 12};
+  const int64_t E = 5, rows = offsets.back(), stride = 3 * OC * C;
+  const std::vector<float> weights = randn(E * stride, 41, 0.1f), inp = randn(rows * C, 42);
+  auto x = upload<T>(inp), w = upload<T>(weights);
+  auto off = upload_exact(offsets);
+  const int64_t F = OC / 2;  // SwiGLU: each expert's first OC rows are its gate | up (2F, C)
+  DeviceBuffer<T> grouped(static_cast<size_t>(rows * OC)), swiglu(static_cast<size_t>(rows * F));
+  jtok::cuda::row_invariant_expert_linear<T, T>(grouped.get(), x.get(), w.get(), stride, off.get(), E, max_rows, C,
+                                                OC, nullptr);
+  jtok::cuda::row_invariant_expert_swiglu<T>(swiglu.get(), x.get(), w.get(), stride, off.get(), E, max_rows, C, F,
+                                             nullptr);
+  const std::vector<float> g = download(grouped), s = download(swiglu);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = offsets[static_cast<size_t>(e)], n = offsets[static_cast<size_t>(e) + 1] - r0;
+    if (n == 0) continue;
+    DeviceBuffer<T> alone(static_cast<size_t>(n * OC)), alone_swiglu(static_cast<size_t>(n * F));
+    jtok::cuda::row_invariant_linear<T, T>(alone.get(), x.get() + r0 * C, w.get() + e * stride, nullptr, n, C, OC,
+                                           false, nullptr);
+    jtok::cuda::row_invariant_swiglu<T>(alone_swiglu.get(), x.get() + r0 * C, w.get() + e * stride, n, C, F, nullptr);
+    const std::vector<float> a = download(alone), b = download(alone_swiglu);
+    EXPECT_EQ(0, std::memcmp(a.data(), g.data() + r0 * OC, a.size() * sizeof(float)))
+        << "expert " << e << " C " << C << " OC " << OC << " max_rows " << max_rows
+        << ": grouped rows differ from the expert's alone";
+    EXPECT_EQ(0, std::memcmp(b.data(), s.data() + r0 * F, b.size() * sizeof(float)))
+        << "expert " << e << " C " << C << " F " << F << " max_rows " << max_rows
+        << ": grouped SwiGLU rows differ from the expert's alone";
+  }
+}
+
+TEST(CudaRowInvariant, GroupedExpertsHaveEachExpertsBits) {
+  for (const int64_t max_rows : {6, 2}) {
+    expect_grouped_bits<float>(1024, 74, max_rows);
+    expect_grouped_bits<float>(300, 74, max_rows);
+    expect_grouped_bits<bf16>(1024, 74, max_rows);
+    expect_grouped_bits<bf16>(300, 74, max_rows);
   }
 }
 
