@@ -5,6 +5,7 @@
 // and the router logits' gradient, aux loss included), the router's products, per-expert down,
 // SwiGLU, per-expert gate / up, the rows' input gradients back to their positions, shared experts.
 // Every gradient accumulates (+=), as the CPU's.
+#include <algorithm>
 #include <type_traits>
 
 #include "cuda/decoder_sizes.h"
@@ -73,17 +74,19 @@ void routed_experts_forward(Matmul& mm, DeviceMoeActs<E>& a, const DeviceMoeView
 
 // A decode step's routed experts (N <= mm.row_invariant_rows(), cuda/matmul.h): a.xg (NK,d) ->
 // a.act (NK,F) by each expert's gate | up weight (back to back: (2F,d)) with SwiGLU, -> a.eo (NK,d),
-// each one launch over all experts by the device's offsets (no host copy, so a CUDA graph holds the
-// block; a.g, a.u unwritten). A row's bits: routed_experts_forward's, whose products of an expert's
-// at most N rows are row_invariant_linear's under that setting, followed by swiglu_forward.
+// each one launch over the experts with rows (moe_group's list and offsets, on the device: no host
+// copy, so a CUDA graph holds the block; a.g, a.u unwritten). A row's bits: routed_experts_forward's,
+// whose products of an expert's at most N rows are row_invariant_linear's under that setting,
+// followed by swiglu_forward.
 template <typename E>
 void routed_experts_rows(DeviceMoeActs<E>& a, const DeviceMoeView<E>& w, const MoeDims& m, int64_t N,
                          cudaStream_t stream) {
-  const int64_t d = m.d, F = m.F, stride = 3 * F * d;  // an expert's gate, up, down
-  row_invariant_expert_swiglu<E>(a.act.get(), a.xg.get(), w.experts + kGate * F * d, stride, a.offsets.get(), m.E, N,
-                                 d, F, stream);
-  row_invariant_expert_linear<E, E>(a.eo.get(), a.act.get(), w.experts + kDown * F * d, stride, a.offsets.get(), m.E,
-                                    N, F, d, stream);
+  const int64_t d = m.d, F = m.F;
+  // An expert gets at most N rows (a position picks K distinct experts); at most min(E, NK) have any.
+  const ExpertRows groups{a.offsets.get(), a.experts.get(), a.num_experts.get(), std::min(m.E, N * m.K), N,
+                          3 * F * d};  // an expert's gate, up, down
+  row_invariant_expert_swiglu<E>(a.act.get(), a.xg.get(), w.experts + kGate * F * d, groups, d, F, stream);
+  row_invariant_expert_linear<E, E>(a.eo.get(), a.act.get(), w.experts + kDown * F * d, groups, F, d, stream);
 }
 
 // Shared experts: out (N,d) += down(silu(x Wsg^T) * x Wsu^T), width S.
@@ -153,6 +156,7 @@ void size_moe_acts(DeviceMoeActs<E>& a, const MoeDims& m, int64_t N) {
   const MoeActSizes z = moe_act_sizes(m, N);  // the decoder's memory plan counts the same
   a.probs.resize(z.probs), a.topw.resize(z.topw), a.frac.resize(z.frac);
   a.topi.resize(z.topi), a.offsets.resize(z.offsets), a.slot_of.resize(z.slot_of), a.row_of.resize(z.row_of);
+  a.experts.resize(z.experts), a.num_experts.resize(z.num_experts);
   a.aux.resize(z.aux);
   a.xg.resize(z.xg), a.g.resize(z.g), a.u.resize(z.u), a.act.resize(z.act), a.eo.resize(z.eo);
   a.sg.resize(z.sg), a.su.resize(z.su), a.sact.resize(z.sact);

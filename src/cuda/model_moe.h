@@ -33,12 +33,14 @@ template <typename E>
 struct DeviceMoeActs {
   DeviceArray<float> probs, topw, frac;                 // (N,E), (N,K), (E)
   DeviceArray<int32_t> topi, offsets, slot_of, row_of;  // (N,K), (E+1), (NK), (NK)
+  DeviceArray<int32_t> experts, num_experts;            // (NK) bound, (1): the experts with rows
   DeviceArray<double> aux;                              // (1) the block's aux loss, coef included
   DeviceArray<E> xg, g, u, act, eo;                     // (NK,d), (NK,F) x3, (NK,d)
   DeviceArray<E> sg, su, sact;                          // shared experts: (N,S) x3
   std::vector<int32_t> host_offsets;                    // (E+1) offsets, copied back by the forward
   MoeDeviceRoute route() const {
-    return {probs.get(), topi.get(), topw.get(), offsets.get(), slot_of.get(), row_of.get(), frac.get(), aux.get()};
+    return {probs.get(), topi.get(), topw.get(), offsets.get(), slot_of.get(), row_of.get(),
+            frac.get(),  aux.get(),  experts.get(), num_experts.get()};
   }
 };
 

@@ -178,6 +178,7 @@ void moe_group(const MoeDeviceRoute& r, void* scratch, size_t scratch_bytes, con
   if (NK == 0) return;
   JTOK_CHECK(scratch_bytes >= moe_group_scratch_bytes(m), "moe_group: scratch of ", scratch_bytes, " bytes is short");
   GroupScratch g = carve(scratch, scratch_bytes, NK);
+  if (r.experts) g.rb.unique = r.experts, g.rb.num_unique = r.num_experts;  // the distinct experts, kept
   g.rb.order = r.slot_of;  // the slots sorted by expert, stably: row -> slot
   dedup_ids(g.rb, r.topi, NK, m.E, g.dedup, g.dedup_bytes, stream);
   offsets_kernel<<<ceil_div(m.E + 1, kThreads), kThreads, 0, stream>>>(r.offsets, g.rb.unique, g.rb.offsets,

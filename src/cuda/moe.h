@@ -33,6 +33,10 @@ struct MoeDeviceRoute {
   int32_t* row_of = nullptr;   // (N*K) slot -> row
   float* frac = nullptr;       // (E) f_i = slots routed to i / (N*K)
   double* aux = nullptr;       // (1) this block's aux loss, coef included
+  // The experts with rows, ascending, and their count (moe_group; null: kept in its scratch only):
+  // what a grouped product's blocks walk (cuda/row_invariant_linear.h).
+  int32_t* experts = nullptr;      // (N*K) bound
+  int32_t* num_experts = nullptr;  // (1)
 };
 
 // logits (N,E) (x @ router^T) -> probs, topi, topw.
@@ -41,7 +45,7 @@ void moe_route(const MoeDeviceRoute& r, const float* logits, const MoeRouteDims&
 // Bytes of scratch moe_group needs.
 size_t moe_group_scratch_bytes(const MoeRouteDims& m);
 
-// topi, probs -> offsets, slot_of, row_of, frac, aux.
+// topi, probs -> offsets, slot_of, row_of, frac, aux (and experts, num_experts where set).
 void moe_group(const MoeDeviceRoute& r, void* scratch, size_t scratch_bytes, const MoeRouteDims& m, cudaStream_t stream);
 
 // x (N,d) -> xg (N*K, d): row r = x[slot_of[r] / K].

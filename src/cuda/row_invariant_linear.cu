@@ -187,13 +187,14 @@ __device__ __forceinline__ int64_t weight_row(int c, int64_t col0, int64_t OC) {
 // Block b: columns 4b..4b+3 of every row (SwiGLU: output columns 2b, 2b+1 of F = OC / 2, from the
 // gate and up rows of each), G rows a group. G (1..16, by M) changes how many rows share a pass over
 // the weights, never a row's own operations; a column's sum is the same in both kinds. Grouped
-// (offsets set: MoE's experts): block (b, e) takes rows offsets[e] .. offsets[e+1] - 1 and expert
-// e's weight at weight + e expert_stride; M is not read. A row's operations are the same either way.
+// (g.offsets set: MoE's experts): block (b, i) takes expert e = g.experts[i] (none past
+// *g.num_experts), its rows g.offsets[e] .. g.offsets[e+1] - 1 and its weight at weight + e
+// g.stride; M is not read. A row's operations are the same either way.
 template <typename In, typename Out, int G, bool Swiglu>
 __global__ void __launch_bounds__(kThreads)
     row_invariant_linear_kernel(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C,
                                 int64_t OC, bool accumulate, bool vec, const In* gain, float eps,
-                                const int32_t* offsets, int64_t expert_stride) {
+                                ExpertRows g) {
   constexpr int V = kVec<In>;
   __shared__ float partial[kWarps][kCols * G];
   __shared__ float rstd[G];  // with a norm: the group's rows' scales
@@ -201,9 +202,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * (Swiglu ? 2 : kCols);
   const int64_t chunks = (C + 32 * V - 1) / (32 * V);
   int64_t first = 0;  // the block's rows: first .. M - 1
-  if (offsets) {
-    first = offsets[blockIdx.y], M = offsets[blockIdx.y + 1];
-    weight += blockIdx.y * expert_stride;
+  if (g.offsets) {
+    if (static_cast<int>(blockIdx.y) >= *g.num_experts) return;  // the whole block: no barrier is left waiting
+    const int e = g.experts[blockIdx.y];
+    first = g.offsets[e], M = g.offsets[e + 1];
+    weight += e * g.stride;
   }
   for (int64_t r0 = first; r0 < M; r0 += G) {
     if (gain) group_rstd<In, G>(rstd, inp, r0, M, C, eps);
@@ -236,8 +239,8 @@ __global__ void __launch_bounds__(kThreads)
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// One product's arguments, as the launches pass them on. Grouped (offsets set): M is the most rows
-// an expert has (it picks G), the experts' weights expert_stride apart.
+// One product's arguments, as the launches pass them on. Grouped (groups.offsets set): M is
+// groups.max_rows (it picks G).
 template <typename In, typename Out>
 struct ProductArgs {
   Out* out;
@@ -246,8 +249,7 @@ struct ProductArgs {
   int64_t M, C, OC;
   bool accumulate;
   RowNorm<In> norm;
-  const int32_t* offsets = nullptr;  // (experts + 1) on the device
-  int64_t experts = 1, expert_stride = 0;
+  ExpertRows groups;
 };
 
 template <typename In, typename Out, int G, bool Swiglu>
@@ -255,12 +257,11 @@ void launch(const ProductArgs<In, Out>& p, cudaStream_t stream) {
   // A 16-byte load of every expert's rows needs the stride to keep the alignment too.
   const bool vec = aligned16(p.inp) && aligned16(p.weight) && (!p.norm.gain || aligned16(p.norm.gain)) &&
                    (p.C * static_cast<int64_t>(sizeof(In))) % 16 == 0 &&
-                   (p.expert_stride * static_cast<int64_t>(sizeof(In))) % 16 == 0;
+                   (p.groups.stride * static_cast<int64_t>(sizeof(In))) % 16 == 0;
   const int64_t blocks = Swiglu ? (p.OC / 2 + 1) / 2 : (p.OC + kCols - 1) / kCols;
-  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.experts));
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.groups.offsets ? p.groups.max_experts : 1));
   row_invariant_linear_kernel<In, Out, G, Swiglu><<<grid, kThreads, 0, stream>>>(
-      p.out, p.inp, p.weight, p.bias, p.M, p.C, p.OC, p.accumulate, vec, p.norm.gain, p.norm.eps, p.offsets,
-      p.expert_stride);
+      p.out, p.inp, p.weight, p.bias, p.M, p.C, p.OC, p.accumulate, vec, p.norm.gain, p.norm.eps, p.groups);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -282,7 +283,7 @@ void row_invariant_linear(Out* out, const In* inp, const In* weight, const Out* 
   if (M < 0 || C < 1 || OC < 1 || (OC + kCols - 1) / kCols > INT_MAX)
     fail("cuda row_invariant_linear: bad shape M ", M, " C ", C, " OC ", OC);
   if (M == 0) return;
-  launch_rows<In, Out, false>({out, inp, weight, bias, M, C, OC, accumulate, norm}, stream);
+  launch_rows<In, Out, false>({out, inp, weight, bias, M, C, OC, accumulate, norm, {}}, stream);
 }
 
 template <typename T>
@@ -291,33 +292,31 @@ void row_invariant_swiglu(T* out, const T* inp, const T* weight, int64_t M, int6
   if (M < 0 || C < 1 || F < 1 || (F + 1) / 2 > INT_MAX)
     fail("cuda row_invariant_swiglu: bad shape M ", M, " C ", C, " F ", F);
   if (M == 0) return;
-  launch_rows<T, T, true>({out, inp, weight, nullptr, M, C, 2 * F, false, norm}, stream);
+  launch_rows<T, T, true>({out, inp, weight, nullptr, M, C, 2 * F, false, norm, {}}, stream);
+}
+
+// The grouped launches' shape checks (OC: the weight rows an expert's block reads).
+void check_groups(const char* who, const ExpertRows& g, int64_t C, int64_t OC) {
+  if (!g.offsets || !g.experts || !g.num_experts || g.max_experts < 1 || g.max_experts > 65535 || g.max_rows < 0 ||
+      C < 1 || OC < 1 || g.stride < OC * C || (OC + kCols - 1) / kCols > INT_MAX)
+    fail("cuda ", who, ": bad shape: experts ", g.max_experts, " rows ", g.max_rows, " C ", C, " OC ", OC, " stride ",
+         g.stride);
 }
 
 template <typename In, typename Out>
-void row_invariant_expert_linear(Out* out, const In* inp, const In* weight, int64_t expert_stride,
-                                 const int32_t* offsets, int64_t E, int64_t max_rows, int64_t C, int64_t OC,
-                                 cudaStream_t stream) {
-  if (E < 1 || E > 65535 || max_rows < 0 || C < 1 || OC < 1 || expert_stride < OC * C ||
-      (OC + kCols - 1) / kCols > INT_MAX)
-    fail("cuda row_invariant_expert_linear: bad shape E ", E, " rows ", max_rows, " C ", C, " OC ", OC, " stride ",
-         expert_stride);
-  if (max_rows == 0) return;
-  ProductArgs<In, Out> p{out, inp, weight, nullptr, max_rows, C, OC, false, {}};
-  p.offsets = offsets, p.experts = E, p.expert_stride = expert_stride;
-  launch_rows<In, Out, false>(p, stream);
+void row_invariant_expert_linear(Out* out, const In* inp, const In* weight, const ExpertRows& groups, int64_t C,
+                                 int64_t OC, cudaStream_t stream) {
+  check_groups("row_invariant_expert_linear", groups, C, OC);
+  if (groups.max_rows == 0) return;
+  launch_rows<In, Out, false>({out, inp, weight, nullptr, groups.max_rows, C, OC, false, {}, groups}, stream);
 }
 
 template <typename T>
-void row_invariant_expert_swiglu(T* out, const T* inp, const T* weight, int64_t expert_stride, const int32_t* offsets,
-                                 int64_t E, int64_t max_rows, int64_t C, int64_t F, cudaStream_t stream) {
-  if (E < 1 || E > 65535 || max_rows < 0 || C < 1 || F < 1 || expert_stride < 2 * F * C || (F + 1) / 2 > INT_MAX)
-    fail("cuda row_invariant_expert_swiglu: bad shape E ", E, " rows ", max_rows, " C ", C, " F ", F, " stride ",
-         expert_stride);
-  if (max_rows == 0) return;
-  ProductArgs<T, T> p{out, inp, weight, nullptr, max_rows, C, 2 * F, false, {}};
-  p.offsets = offsets, p.experts = E, p.expert_stride = expert_stride;
-  launch_rows<T, T, true>(p, stream);
+void row_invariant_expert_swiglu(T* out, const T* inp, const T* weight, const ExpertRows& groups, int64_t C, int64_t F,
+                                 cudaStream_t stream) {
+  check_groups("row_invariant_expert_swiglu", groups, C, 2 * F);
+  if (groups.max_rows == 0) return;
+  launch_rows<T, T, true>({out, inp, weight, nullptr, groups.max_rows, C, 2 * F, false, {}, groups}, stream);
 }
 
 using bf16 = __nv_bfloat16;
@@ -333,10 +332,9 @@ template void row_invariant_swiglu<float>(float*, const float*, const float*, in
 template void row_invariant_swiglu<bf16>(bf16*, const bf16*, const bf16*, int64_t, int64_t, int64_t, cudaStream_t,
                                          const RowNorm<bf16>&);
 #define JTOK_ROW_INVARIANT_EXPERTS_INSTANTIATE(T)                                                                  \
-  template void row_invariant_expert_linear<T, T>(T*, const T*, const T*, int64_t, const int32_t*, int64_t, int64_t, \
-                                                  int64_t, int64_t, cudaStream_t);                                   \
-  template void row_invariant_expert_swiglu<T>(T*, const T*, const T*, int64_t, const int32_t*, int64_t, int64_t,     \
-                                               int64_t, int64_t, cudaStream_t);
+  template void row_invariant_expert_linear<T, T>(T*, const T*, const T*, const ExpertRows&, int64_t, int64_t,      \
+                                                  cudaStream_t);                                                     \
+  template void row_invariant_expert_swiglu<T>(T*, const T*, const T*, const ExpertRows&, int64_t, int64_t, cudaStream_t);
 JTOK_ROW_INVARIANT_EXPERTS_INSTANTIATE(float)
 JTOK_ROW_INVARIANT_EXPERTS_INSTANTIATE(bf16)
 #undef JTOK_ROW_INVARIANT_EXPERTS_INSTANTIATE

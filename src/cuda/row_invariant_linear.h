@@ -51,21 +51,28 @@ template <typename T>
 void row_invariant_swiglu(T* out, const T* inp, const T* weight, int64_t M, int64_t C, int64_t F,
                           cudaStream_t stream, const RowNorm<T>& norm = {});
 
-// MoE's expert products grouped by offsets on the device (a decode step's: no host sync, so a
-// CUDA graph holds it): for every expert e < E, rows offsets[e] .. offsets[e+1] - 1 of inp (width
-// C) times expert e's weight (OC,C) at weight + e expert_stride into the same rows of out (width
+// MoE's rows grouped by expert on the device (cuda/moe.h's moe_group): expert e = experts[i], for
+// i < *num_experts, owns rows offsets[e] .. offsets[e+1] - 1; its weight lies at weight + e stride.
+struct ExpertRows {
+  const int32_t* offsets = nullptr;      // (E+1); null: not grouped
+  const int32_t* experts = nullptr;      // the experts with rows (max_experts bound)
+  const int32_t* num_experts = nullptr;  // (1)
+  int64_t max_experts = 0;  // at least *num_experts (min(E, rows)): the launch's blocks in y
+  int64_t max_rows = 0;     // sizes a pass's row group (an expert's most rows: one pass each), never a bit
+  int64_t stride = 0;       // elements between two experts' weights
+};
+
+// MoE's expert products grouped on the device (a decode step's: no host sync, so a CUDA graph holds
+// it): every expert's rows of inp (width C) times its weight (OC,C) into the same rows of out (width
 // OC); each row's bits those of row_invariant_linear of its expert's weight alone (no bias, no
-// accumulate). One launch of (OC/4, E) blocks; an expert without rows exits at once. max_rows
-// (>= 1 when any expert has rows) sizes a pass's row group (the most rows an expert has: one pass
-// each), never a row's bits.
+// accumulate). One launch of (OC/4, max_experts) blocks; blocks past *num_experts exit at once.
 template <typename In, typename Out>
-void row_invariant_expert_linear(Out* out, const In* inp, const In* weight, int64_t expert_stride,
-                                 const int32_t* offsets, int64_t E, int64_t max_rows, int64_t C, int64_t OC,
-                                 cudaStream_t stream);
+void row_invariant_expert_linear(Out* out, const In* inp, const In* weight, const ExpertRows& groups, int64_t C,
+                                 int64_t OC, cudaStream_t stream);
 // The same for SwiGLU of each expert's gate | up weight (2F,C) (row_invariant_swiglu's bits): out
 // (rows, F).
 template <typename T>
-void row_invariant_expert_swiglu(T* out, const T* inp, const T* weight, int64_t expert_stride, const int32_t* offsets,
-                                 int64_t E, int64_t max_rows, int64_t C, int64_t F, cudaStream_t stream);
+void row_invariant_expert_swiglu(T* out, const T* inp, const T* weight, const ExpertRows& groups, int64_t C, int64_t F,
+                                 cudaStream_t stream);
 
 }  // namespace jtok::cuda

@@ -257,24 +257,25 @@ TEST(CudaRowInvariant, NormedIsTheNormThenTheProduct) {
   }
 }
 
-// The grouped products over 5 experts whose rows are 3, 0, 1, 6, 2 (one without rows), each
+// The grouped products over 5 experts whose rows are 3, 0, 1, 6, 2 (one without rows: the list
+// holds the other 4; the launch has room for 4, or for 5 with the last block exiting), each
 // expert's weight 3 (OC, C) blocks apart as MoE's gate, up, down: every row's bits equal the plain
 // kernel's over its expert's rows alone, with max_rows 6 (groups of 8 rows: one pass an expert) and
 // 2 (groups of 2: several); C on the 16-byte path (1024) and off it (300), OC not a multiple of 4;
 // SwiGLU with F odd.
 template <typename T>
-void expect_grouped_bits(int64_t C, int64_t OC, int64_t max_rows) {
+void expect_grouped_bits(int64_t C, int64_t OC, int64_t max_rows, int64_t max_experts) {
   const std::vector<int32_t> offsets = {0, 3, 3, 4, 10, 12};
   const int64_t E = 5, rows = offsets.back(), stride = 3 * OC * C;
   const std::vector<float> weights = randn(E * stride, 41, 0.1f), inp = randn(rows * C, 42);
   auto x = upload<T>(inp), w = upload<T>(weights);
-  auto off = upload_exact(offsets);
+  auto off = upload_exact(offsets), with_rows = upload_exact(std::vector<int32_t>{0, 2, 3, 4}),
+       count = upload_exact(std::vector<int32_t>{4});
+  const jtok::cuda::ExpertRows groups{off.get(), with_rows.get(), count.get(), max_experts, max_rows, stride};
   const int64_t F = OC / 2;  // SwiGLU: each expert's first OC rows are its gate | up (2F, C)
   DeviceBuffer<T> grouped(static_cast<size_t>(rows * OC)), swiglu(static_cast<size_t>(rows * F));
-  jtok::cuda::row_invariant_expert_linear<T, T>(grouped.get(), x.get(), w.get(), stride, off.get(), E, max_rows, C,
-                                                OC, nullptr);
-  jtok::cuda::row_invariant_expert_swiglu<T>(swiglu.get(), x.get(), w.get(), stride, off.get(), E, max_rows, C, F,
-                                             nullptr);
+  jtok::cuda::row_invariant_expert_linear<T, T>(grouped.get(), x.get(), w.get(), groups, C, OC, nullptr);
+  jtok::cuda::row_invariant_expert_swiglu<T>(swiglu.get(), x.get(), w.get(), groups, C, F, nullptr);
   const std::vector<float> g = download(grouped), s = download(swiglu);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = offsets[static_cast<size_t>(e)], n = offsets[static_cast<size_t>(e) + 1] - r0;
@@ -295,10 +296,10 @@ void expect_grouped_bits(int64_t C, int64_t OC, int64_t max_rows) {
 
 TEST(CudaRowInvariant, GroupedExpertsHaveEachExpertsBits) {
   for (const int64_t max_rows : {6, 2}) {
-    expect_grouped_bits<float>(1024, 74, max_rows);
-    expect_grouped_bits<float>(300, 74, max_rows);
-    expect_grouped_bits<bf16>(1024, 74, max_rows);
-    expect_grouped_bits<bf16>(300, 74, max_rows);
+    expect_grouped_bits<float>(1024, 74, max_rows, 4);
+    expect_grouped_bits<float>(300, 74, max_rows, 5);
+    expect_grouped_bits<bf16>(1024, 74, max_rows, 5);
+    expect_grouped_bits<bf16>(300, 74, max_rows, 4);
   }
 }
 
