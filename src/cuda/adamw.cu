@@ -12,8 +12,9 @@ namespace jtok::cuda {
 namespace {
 
 template <typename G>
-__global__ void adamw_kernel(float* p, __nv_bfloat16* p_bf16, const G* g, float* m, float* v,
-                             const AdamWSegment* segments, int n_segments, AdamWKinds kinds, const float* grad_scale) {
+__global__ void __launch_bounds__(kAdamWThreads)
+    adamw_kernel(float* p, __nv_bfloat16* p_bf16, const G* g, float* m, float* v, const AdamWSegment* segments,
+                 int n_segments, AdamWKinds kinds, const float* grad_scale) {
   const int64_t b = blockIdx.x;
   int lo = 0, hi = n_segments - 1;  // the last segment whose first block is <= b
   while (lo < hi) {

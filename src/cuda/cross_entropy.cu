@@ -42,8 +42,9 @@ __device__ void block_max_sum(float& m, float& s, float* sm, float* ss) {
 }
 
 template <typename T>
-__global__ void cross_entropy_kernel(T* dlogits, float* losses, const T* logits, const int32_t* targets, int64_t V,
-                                     int64_t Vp, float grad_scale) {
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_kernel(T* dlogits, float* losses, const T* logits, const int32_t* targets, int64_t V, int64_t Vp,
+                         float grad_scale) {
   __shared__ float sm[32], ss[32];
   const int64_t n = blockIdx.x;
   const T* x = logits + n * Vp;

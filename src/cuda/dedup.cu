@@ -18,21 +18,21 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void iota_kernel(int32_t* pos, int64_t N) {
+__global__ void __launch_bounds__(kThreads) iota_kernel(int32_t* pos, int64_t N) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < N) pos[i] = static_cast<int32_t>(i);
 }
 
 // positions (N+1) = 0..N, count (1) = N.
-__global__ void identity_kernel(int32_t* positions, int32_t* count, int64_t N) {
+__global__ void __launch_bounds__(kThreads) identity_kernel(int32_t* positions, int32_t* count, int64_t N) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i <= N) positions[i] = static_cast<int32_t>(i);
   if (i == 0) *count = static_cast<int32_t>(N);
 }
 
 // Block u (< U) writes inverse[order[i]] = u for its run.
-__global__ void inverse_kernel(int32_t* inverse, const int32_t* order, const int32_t* offsets,
-                               const int32_t* num_unique) {
+__global__ void __launch_bounds__(kThreads)
+    inverse_kernel(int32_t* inverse, const int32_t* order, const int32_t* offsets, const int32_t* num_unique) {
   const int u = blockIdx.x;
   if (u >= *num_unique) return;
   for (int i = offsets[u] + threadIdx.x; i < offsets[u + 1]; i += blockDim.x) inverse[order[i]] = u;

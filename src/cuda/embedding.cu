@@ -11,7 +11,8 @@ namespace {
 constexpr int kThreads = 256;
 
 template <typename T>
-__global__ void embedding_forward_kernel(T* out, const int32_t* ids, const T* weight, int64_t N, int64_t C) {
+__global__ void __launch_bounds__(kThreads)
+    embedding_forward_kernel(T* out, const int32_t* ids, const T* weight, int64_t N, int64_t C) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= N * C) return;
   const int64_t n = i / C, c = i % C;
@@ -21,7 +22,8 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* ids, const T* we
 // Block u < U: dst row (by_id: dweight + unique[u]*C, accumulating onto it; else rows + u*C from 0)
 // plus the dout rows of order[offsets[u] .. offsets[u+1]), in that order.
 template <typename T>
-__global__ void embedding_backward_kernel(float* dst, bool by_id, const T* dout, DeviceRowBatch rb, int64_t C) {
+__global__ void __launch_bounds__(kThreads)
+    embedding_backward_kernel(float* dst, bool by_id, const T* dout, DeviceRowBatch rb, int64_t C) {
   const int u = blockIdx.x;
   if (u >= *rb.num_unique) return;
   float* row = dst + (by_id ? static_cast<int64_t>(rb.unique[u]) : static_cast<int64_t>(u)) * C;

@@ -11,8 +11,9 @@ namespace {
 constexpr int kTile = 16;
 
 template <typename T, typename TC>
-__global__ void gemm_ref_kernel(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const T* A,
-                                int64_t lda, const T* B, int64_t ldb, float beta, TC* C, int64_t ldc) {
+__global__ void __launch_bounds__(kTile* kTile)
+    gemm_ref_kernel(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const T* A, int64_t lda, const T* B,
+                    int64_t ldb, float beta, TC* C, int64_t ldc) {
   __shared__ float as[kTile][kTile + 1], bs[kTile][kTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t row = static_cast<int64_t>(blockIdx.y) * kTile + ty, col = static_cast<int64_t>(blockIdx.x) * kTile + tx;

@@ -14,7 +14,7 @@ constexpr int kSumThreads = 1024;
 constexpr int64_t kMaxRowBlocks = 2048;
 
 template <typename G>
-__global__ void sumsq_partials_kernel(float* partials, const G* g, int64_t n) {
+__global__ void __launch_bounds__(kThreads) sumsq_partials_kernel(float* partials, const G* g, int64_t n) {
   __shared__ float red[32];
   const int64_t lo = static_cast<int64_t>(blockIdx.x) * kNormChunk;
   const int64_t hi = min(n, lo + kNormChunk);
@@ -28,8 +28,8 @@ __global__ void sumsq_partials_kernel(float* partials, const G* g, int64_t n) {
 }
 
 // Block i (grid-stride) < *count: row rows[i] of g.
-__global__ void sumsq_rows_kernel(float* partials, const float* g, const int32_t* rows, const int32_t* count,
-                                  int64_t d) {
+__global__ void __launch_bounds__(kThreads)
+    sumsq_rows_kernel(float* partials, const float* g, const int32_t* rows, const int32_t* count, int64_t d) {
   __shared__ float red[32];
   const int64_t total = *count;
   for (int64_t i = blockIdx.x; i < total; i += gridDim.x) {
@@ -41,7 +41,8 @@ __global__ void sumsq_rows_kernel(float* partials, const float* g, const int32_t
   }
 }
 
-__global__ void sum_partials_kernel(double* sumsq, const float* partials, int64_t count, const int32_t* more) {
+__global__ void __launch_bounds__(kSumThreads)
+    sum_partials_kernel(double* sumsq, const float* partials, int64_t count, const int32_t* more) {
   __shared__ double red[32];
   const int64_t total = count + (more ? *more : 0);
   double s = 0.0;
@@ -50,7 +51,7 @@ __global__ void sum_partials_kernel(double* sumsq, const float* partials, int64_
   if (threadIdx.x == 0) *sumsq = s;
 }
 
-__global__ void clip_coef_kernel(float* coef, double* norm, const double* sumsq, float max_norm) {
+__global__ void __launch_bounds__(1) clip_coef_kernel(float* coef, double* norm, const double* sumsq, float max_norm) {
   const double nv = sqrt(*sumsq);
   *norm = nv;
   float c = 1.0f;

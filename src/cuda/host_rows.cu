@@ -73,8 +73,9 @@ struct GatherArgs {
 // Chunk i is row u = i / (d / K), elements (i % (d / K)) * K ..; its output starts at i * K. Ids out
 // of range are reported by table 0's blocks only (a count of ids, not of tables).
 template <typename Src, typename Dst>
-__global__ void gather_vec_kernel(GatherArgs<Src, Dst> a, int64_t rows, int64_t d, const int32_t* unique,
-                                  const int32_t* num_unique, int32_t* errors) {
+__global__ void __launch_bounds__(kThreads)
+    gather_vec_kernel(GatherArgs<Src, Dst> a, int64_t rows, int64_t d, const int32_t* unique, const int32_t* num_unique,
+                      int32_t* errors) {
   constexpr int K = 16 / sizeof(Src);
   const Src* src = a.src[blockIdx.y];
   const int64_t chunks = d / K, total = static_cast<int64_t>(*num_unique) * chunks;
@@ -97,8 +98,9 @@ __global__ void gather_vec_kernel(GatherArgs<Src, Dst> a, int64_t rows, int64_t 
 
 // The reference: element i = (u, j) of out (U, d) from src[unique[u]][j], one a thread.
 template <typename Src, typename Dst>
-__global__ void gather_elem_kernel(GatherArgs<Src, Dst> a, int64_t rows, int64_t d, const int32_t* unique,
-                                   const int32_t* num_unique, int32_t* errors) {
+__global__ void __launch_bounds__(kThreads)
+    gather_elem_kernel(GatherArgs<Src, Dst> a, int64_t rows, int64_t d, const int32_t* unique,
+                       const int32_t* num_unique, int32_t* errors) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(*num_unique) * d) return;
   const int64_t j = i % d, r = checked_row(unique[i / d], rows, errors, j == 0 && blockIdx.y == 0);

@@ -14,8 +14,8 @@ namespace {
 constexpr int kThreads = 256;
 
 template <typename T>
-__global__ void jtok_prepare_kernel(T* nrows, float* inv_norm, const T* E, DeviceRowBatch rb, int64_t d, float eps,
-                                    bool norm) {
+__global__ void __launch_bounds__(kThreads)
+    jtok_prepare_kernel(T* nrows, float* inv_norm, const T* E, DeviceRowBatch rb, int64_t d, float eps, bool norm) {
   __shared__ float red[32];
   const int u = blockIdx.x;
   if (u >= *rb.num_unique) return;
@@ -31,8 +31,8 @@ __global__ void jtok_prepare_kernel(T* nrows, float* inv_norm, const T* E, Devic
 // out (N,d) = a + b * (1 + s * nrows[inverse[n]]) (forward: a = h_mid, b = mlp_out); with a null,
 // out = b * p (the backward's dmlp = dh * p).
 template <typename T>
-__global__ void jtok_gate_kernel(T* out, const T* a, const T* b, const T* s, const T* nrows, const int32_t* inverse,
-                                 int64_t N, int64_t d) {
+__global__ void __launch_bounds__(kThreads) jtok_gate_kernel(T* out, const T* a, const T* b, const T* s, const T* nrows,
+                                                             const int32_t* inverse, int64_t N, int64_t d) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= N * d) return;
   const int64_t n = i / d, j = i % d;
@@ -43,9 +43,9 @@ __global__ void jtok_gate_kernel(T* out, const T* a, const T* b, const T* s, con
 
 // Block u < U. Dynamic shared memory: d floats of dL/dNorm(E).
 template <typename T>
-__global__ void jtok_table_grad_kernel(float* gE, uint8_t* touched, float* ds_part, const T* dh, const T* mlp_out,
-                                       const T* s, const T* E, const T* nrows, const float* inv_norm,
-                                       DeviceRowBatch rb, int64_t d, bool norm) {
+__global__ void __launch_bounds__(kThreads)
+    jtok_table_grad_kernel(float* gE, uint8_t* touched, float* ds_part, const T* dh, const T* mlp_out, const T* s,
+                           const T* E, const T* nrows, const float* inv_norm, DeviceRowBatch rb, int64_t d, bool norm) {
   extern __shared__ float dnorm[];
   __shared__ float red[32];
   const int u = blockIdx.x;
@@ -88,7 +88,7 @@ constexpr int64_t kDsRuns = 64;  // ds's per-id partials summed in at most this 
 // summed in id order into the run's first row. Column j of a run's rows is this thread's alone, and
 // no other run reads that row. Many blocks: one thread a column over all U ids (a few blocks at
 // d 768) left the GPU idle for ~U loads in a row.
-__global__ void jtok_ds_runs_kernel(float* ds_part, const int32_t* num_unique, int64_t d) {
+__global__ void __launch_bounds__(kThreads) jtok_ds_runs_kernel(float* ds_part, const int32_t* num_unique, int64_t d) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, c = blockIdx.y;
   const int64_t U = *num_unique, R = U < kDsRuns ? U : kDsRuns;
   if (j >= d || c >= R) return;
@@ -99,7 +99,8 @@ __global__ void jtok_ds_runs_kernel(float* ds_part, const int32_t* num_unique, i
 }
 
 // ds (d) += the runs' sums, in run order: a fixed order for a given U (no atomics).
-__global__ void jtok_ds_kernel(float* ds, const float* ds_part, const int32_t* num_unique, int64_t d) {
+__global__ void __launch_bounds__(kThreads)
+    jtok_ds_kernel(float* ds, const float* ds_part, const int32_t* num_unique, int64_t d) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= d) return;
   const int64_t U = *num_unique, R = U < kDsRuns ? U : kDsRuns;

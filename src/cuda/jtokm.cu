@@ -17,7 +17,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxDeBlocks = 512;
 
-__global__ void route_kernel(float* sig, int32_t* sel, float* w, const float* logits, int64_t N, int ne, int K) {
+__global__ void __launch_bounds__(kThreads)
+    route_kernel(float* sig, int32_t* sel, float* w, const float* logits, int64_t N, int ne, int K) {
   const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (n >= N) return;
   const float* g = logits + n * ne;
@@ -39,7 +40,8 @@ __global__ void route_kernel(float* sig, int32_t* sel, float* w, const float* lo
 }
 
 // One block: load (n_e), prob_sum (n_e), aux (1), weight_sum (n_e) where set.
-__global__ void route_stats_kernel(JTokMDeviceActs acts, int64_t N, int ne, int K, double lambda) {
+__global__ void __launch_bounds__(kThreads)
+    route_stats_kernel(JTokMDeviceActs acts, int64_t N, int ne, int K, double lambda) {
   __shared__ double red[32];
   double P[kJTokMMaxTables], L[kJTokMMaxTables], W[kJTokMMaxTables];
   for (int i = 0; i < ne; ++i) P[i] = 0.0, L[i] = 0.0, W[i] = 0.0;
@@ -63,8 +65,8 @@ __global__ void route_stats_kernel(JTokMDeviceActs acts, int64_t N, int ne, int 
 
 // Block n: e (d) = sum_k w_k E_{sel_k}[ids[n]], its norm, h_next += c inv s e.
 template <typename T>
-__global__ void mix_inject_kernel(T* h_next, JTokMDeviceActs acts, const int32_t* ids, const T* E, const T* s,
-                                  JTokMDims dm) {
+__global__ void __launch_bounds__(kThreads)
+    mix_inject_kernel(T* h_next, JTokMDeviceActs acts, const int32_t* ids, const T* E, const T* s, JTokMDims dm) {
   __shared__ float red[32];
   const int64_t n = blockIdx.x, d = dm.d;
   const int32_t* sel = acts.sel + n * dm.K;
@@ -87,8 +89,8 @@ __global__ void mix_inject_kernel(T* h_next, JTokMDeviceActs acts, const int32_t
 
 // Rows [b*rows, (b+1)*rows): de, and the block's ds partial (d) into ds_part. Shared: d floats.
 template <typename T>
-__global__ void backward_de_kernel(float* de, float* ds_part, JTokMDeviceActs acts, const T* dh, const T* s,
-                                   JTokMDims dm, int64_t rows) {
+__global__ void __launch_bounds__(kThreads) backward_de_kernel(float* de, float* ds_part, JTokMDeviceActs acts,
+                                                               const T* dh, const T* s, JTokMDims dm, int64_t rows) {
   extern __shared__ float dsp[];
   __shared__ float red[32];
   const int64_t d = dm.d;
@@ -118,7 +120,8 @@ __global__ void backward_de_kernel(float* de, float* ds_part, JTokMDeviceActs ac
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) ds_part[blockIdx.x * d + j] = dsp[j];
 }
 
-__global__ void sum_blocks_kernel(float* ds, const float* ds_part, int64_t blocks, int64_t d) {
+__global__ void __launch_bounds__(kThreads)
+    sum_blocks_kernel(float* ds, const float* ds_part, int64_t blocks, int64_t d) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= d) return;
   float acc = 0.0f;
@@ -128,8 +131,9 @@ __global__ void sum_blocks_kernel(float* ds, const float* ds_part, int64_t block
 
 // Block n: dw_k = de . E_{sel_k}[x], then dg (n_e) through the weights and the aux loss's p.
 template <typename T>
-__global__ void backward_router_kernel(T* dg, JTokMDeviceActs acts, const float* de, const int32_t* ids, const T* E,
-                                       float aux_grad, JTokMDims dm) {
+__global__ void __launch_bounds__(kThreads)
+    backward_router_kernel(T* dg, JTokMDeviceActs acts, const float* de, const int32_t* ids, const T* E, float aux_grad,
+                           JTokMDims dm) {
   __shared__ float red[32];
   __shared__ float dw[kJTokMMaxTables];
   const int64_t n = blockIdx.x, d = dm.d;
@@ -165,8 +169,9 @@ __global__ void backward_router_kernel(T* dg, JTokMDeviceActs acts, const float*
 // a group for all its columns, not once a column and table (a hot id's many positions are the tail).
 // An identity batch (rb.distinct false: a block a position, rows repeating) sums from zero and adds
 // its sums into gE by fp32 atomics, in no fixed order: the naive scatter, not bitwise reproducible.
-__global__ void backward_tables_kernel(float* gE, uint8_t* touched, JTokMDeviceActs acts, const float* __restrict__ de,
-                                       DeviceRowBatch rb, JTokMDims dm, int64_t group) {
+__global__ void __launch_bounds__(kThreads)
+    backward_tables_kernel(float* gE, uint8_t* touched, JTokMDeviceActs acts, const float* __restrict__ de,
+                           DeviceRowBatch rb, JTokMDims dm, int64_t group) {
   extern __shared__ float rows[];  // (group, d)
   const int u = blockIdx.x;
   if (u >= *rb.num_unique) return;

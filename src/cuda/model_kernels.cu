@@ -14,13 +14,13 @@ namespace {
 constexpr int kThreads = 256;
 
 template <typename E>
-__global__ void convert_kernel(E* out, const float* in, int64_t n) {
+__global__ void __launch_bounds__(kThreads) convert_kernel(E* out, const float* in, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = from_f32<E>(in[i]);
 }
 
 template <typename E>
-__global__ void bias_grad_kernel(float* db, const E* dx, int64_t N, int64_t C) {
+__global__ void __launch_bounds__(kThreads) bias_grad_kernel(float* db, const E* dx, int64_t N, int64_t C) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float s = 0.0f;

@@ -14,7 +14,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxK = static_cast<int>(kMoeMaxTopK);
 
-__global__ void route_kernel(float* probs, int32_t* topi, float* topw, const float* logits, MoeRouteDims m) {
+__global__ void __launch_bounds__(kThreads)
+    route_kernel(float* probs, int32_t* topi, float* topw, const float* logits, MoeRouteDims m) {
   const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (n >= m.N) return;
   const int E = static_cast<int>(m.E), K = static_cast<int>(m.K);
@@ -43,8 +44,9 @@ __global__ void route_kernel(float* probs, int32_t* topi, float* topw, const flo
 }
 
 // offsets[e] = the first row of expert e: offsets_u at the first unique expert >= e (U <= E).
-__global__ void offsets_kernel(int32_t* offsets, const int32_t* unique, const int32_t* offsets_u,
-                               const int32_t* num_unique, int64_t E) {
+__global__ void __launch_bounds__(kThreads)
+    offsets_kernel(int32_t* offsets, const int32_t* unique, const int32_t* offsets_u, const int32_t* num_unique,
+                   int64_t E) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e > E) return;
   int lo = 0, hi = *num_unique;  // lower bound of e in unique[0 .. U)
@@ -56,13 +58,13 @@ __global__ void offsets_kernel(int32_t* offsets, const int32_t* unique, const in
   offsets[e] = offsets_u[lo];
 }
 
-__global__ void row_of_kernel(int32_t* row_of, const int32_t* slot_of, int64_t NK) {
+__global__ void __launch_bounds__(kThreads) row_of_kernel(int32_t* row_of, const int32_t* slot_of, int64_t NK) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r < NK) row_of[slot_of[r]] = static_cast<int32_t>(r);
 }
 
 // One block: frac (E) and aux = coef E sum_e f_e (P_e / N), P_e = sum_n probs[n,e] in double.
-__global__ void aux_kernel(MoeDeviceRoute r, MoeRouteDims m) {
+__global__ void __launch_bounds__(kThreads) aux_kernel(MoeDeviceRoute r, MoeRouteDims m) {
   __shared__ double red[32];
   const int64_t NK = m.N * m.K;
   double aux = 0.0;
@@ -78,7 +80,8 @@ __global__ void aux_kernel(MoeDeviceRoute r, MoeRouteDims m) {
 }
 
 template <typename T>
-__global__ void gather_kernel(T* xg, const T* x, const int32_t* slot_of, int64_t NK, int64_t K, int64_t d) {
+__global__ void __launch_bounds__(kThreads)
+    gather_kernel(T* xg, const T* x, const int32_t* slot_of, int64_t NK, int64_t K, int64_t d) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= NK * d) return;
   const int64_t r = i / d, c = i % d;
@@ -87,8 +90,8 @@ __global__ void gather_kernel(T* xg, const T* x, const int32_t* slot_of, int64_t
 
 // out (N,d) += sum_j w[n,j] * rows[row_of[n*K+j]] (combine: w = topw; scatter backward: w null = 1).
 template <typename T>
-__global__ void combine_kernel(T* out, const T* rows, const int32_t* row_of, const float* w, int64_t N, int64_t K,
-                               int64_t d) {
+__global__ void __launch_bounds__(kThreads)
+    combine_kernel(T* out, const T* rows, const int32_t* row_of, const float* w, int64_t N, int64_t K, int64_t d) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= N * d) return;
   const int64_t n = i / d, c = i % d;
@@ -103,8 +106,9 @@ __global__ void combine_kernel(T* out, const T* rows, const int32_t* row_of, con
 // Block n: deo rows = w_j dout[n], dw_j = dout[n] . eo[row]; then (thread 0) dL/dprobs through the
 // weights and the aux loss, and the softmax backward, into dlogits[n] (used as the row's scratch).
 template <typename T>
-__global__ void combine_backward_kernel(T* deo, float* dlogits, const T* dout, const T* eo, MoeDeviceRoute r,
-                                        MoeRouteDims m, int64_t d, float aux_scale) {
+__global__ void __launch_bounds__(kThreads)
+    combine_backward_kernel(T* deo, float* dlogits, const T* dout, const T* eo, MoeDeviceRoute r, MoeRouteDims m,
+                            int64_t d, float aux_scale) {
   __shared__ float red[32];
   __shared__ float dw[kMaxK];
   const int64_t n = blockIdx.x, E = m.E, K = m.K;

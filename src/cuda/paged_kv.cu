@@ -88,7 +88,8 @@ __device__ __forceinline__ KvT to_kv(E x) {
 // rotated at pos[r] (rope_rotate) and rounded to E: rmsnorm_forward's and RoPE's bits. A k and v head
 // also go to the pages (to_kv: E -> KvT rounded to nearest even). Lane l owns the pairs l, l + 32, ...
 template <typename E, typename KvT>
-__global__ void paged_qkv_kernel(QkvOut<E> out, QkvRows<E> in, PagedKv kv, PagedRows rows) {
+__global__ void __launch_bounds__(kQkvWarps * 32)
+    paged_qkv_kernel(QkvOut<E> out, QkvRows<E> in, PagedKv kv, PagedRows rows) {
   const int64_t H = in.H, KV = kv.KV, hd = kv.hd, half = hd / 2, qd = H * hd, kvd = KV * hd;
   const int64_t w = static_cast<int64_t>(blockIdx.x) * kQkvWarps + (threadIdx.x >> 5);
   if (w >= rows.R * (H + KV)) return;

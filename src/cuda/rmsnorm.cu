@@ -14,8 +14,8 @@ constexpr int64_t kMaxBwdBlocks = 512;  // a fixed partition of the rows: the su
 
 // inp, out (N,C), weight (C), rstd (N): warp w of block b normalises row b*8 + w.
 template <typename T>
-__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const T* weight, int64_t N, int64_t C,
-                                       float eps) {
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const T* weight, int64_t N, int64_t C, float eps) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
   if (row >= N) return;
   const int lane = threadIdx.x & 31;
@@ -29,8 +29,9 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const 
 // Rows [b*rows, (b+1)*rows) of block b; dw_part (blocks, C) gets the block's sum of dy*xh.
 // Dynamic shared memory: C floats of dw.
 template <typename T>
-__global__ void rmsnorm_backward_kernel(T* dinp, float* dw_part, const T* dout, const T* inp, const T* weight,
-                                        const float* rstd, int64_t N, int64_t C, int64_t rows) {
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_backward_kernel(T* dinp, float* dw_part, const T* dout, const T* inp, const T* weight, const float* rstd,
+                            int64_t N, int64_t C, int64_t rows) {
   extern __shared__ float dw[];
   __shared__ float red[32];
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dw[c] = 0.0f;
@@ -54,7 +55,8 @@ __global__ void rmsnorm_backward_kernel(T* dinp, float* dw_part, const T* dout, 
 }
 
 // dweight (C) += sum over blocks b = 0, 1, ... of dw_part (blocks, C), in that order.
-__global__ void sum_partials_kernel(float* dweight, const float* dw_part, int64_t blocks, int64_t C) {
+__global__ void __launch_bounds__(kThreads)
+    sum_partials_kernel(float* dweight, const float* dw_part, int64_t blocks, int64_t C) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float s = 0.0f;

@@ -11,8 +11,9 @@ constexpr int kThreads = 256;
 
 // Pair p of B*T*H*half: token bt = p / (H*half), head h, index i; sign +1 forward, -1 backward.
 template <typename S>
-__global__ void rope_kernel(S* x, const float* cos, const float* sin, int64_t B, int64_t T, int64_t H, int64_t hd,
-                            int64_t stride, int64_t pos0, float sign) {
+__global__ void __launch_bounds__(kThreads)
+    rope_kernel(S* x, const float* cos, const float* sin, int64_t B, int64_t T, int64_t H, int64_t hd, int64_t stride,
+                int64_t pos0, float sign) {
   const int64_t half = hd / 2;
   const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p >= B * T * H * half) return;

@@ -10,7 +10,8 @@ namespace {
 constexpr int kThreads = 256;
 
 template <typename T>
-__global__ void swiglu_forward_kernel(T* out, const T* gate, const T* up, int64_t N, int64_t F, int64_t ld) {
+__global__ void __launch_bounds__(kThreads)
+    swiglu_forward_kernel(T* out, const T* gate, const T* up, int64_t N, int64_t F, int64_t ld) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= N * F) return;
   const int64_t at = (i / F) * ld + i % F;
@@ -19,8 +20,8 @@ __global__ void swiglu_forward_kernel(T* out, const T* gate, const T* up, int64_
 
 // d silu(g)/dg = s (1 + g (1 - s)), s = sigmoid(g)
 template <typename T>
-__global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t N,
-                                       int64_t F, int64_t ld) {
+__global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(T* dgate, T* dup, const T* dout, const T* gate,
+                                                                   const T* up, int64_t N, int64_t F, int64_t ld) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= N * F) return;
   const int64_t at = (i / F) * ld + i % F;

@@ -54,9 +54,9 @@ __device__ void replay_row(const DeviceTable& t, int64_t r, int64_t to, const Ke
 }
 
 // Block i (grid-stride) < the count: row ids[i].
-__global__ void table_step_kernel(DeviceTable t, float* gE, uint8_t* touched, const int32_t* ids, const int32_t* count,
-                                  int64_t n, KeptConsts kept, int64_t step, bool dense, const float* grad_scale,
-                                  TableStats stats) {
+__global__ void __launch_bounds__(kThreads)
+    table_step_kernel(DeviceTable t, float* gE, uint8_t* touched, const int32_t* ids, const int32_t* count, int64_t n,
+                      KeptConsts kept, int64_t step, bool dense, const float* grad_scale, TableStats stats) {
   const AdamWConsts c = kept.consts[step - kept.base - 1];
   const float scale = grad_scale ? *grad_scale : 1.0f;
   const int64_t total = count ? *count : n;
@@ -83,8 +83,8 @@ __global__ void table_step_kernel(DeviceTable t, float* gE, uint8_t* touched, co
 }
 
 // ids null: every row; else ids[0 .. *count).
-__global__ void table_sync_kernel(DeviceTable t, const int32_t* ids, const int32_t* count, int64_t n, KeptConsts kept,
-                                  TableStats stats) {
+__global__ void __launch_bounds__(kThreads) table_sync_kernel(DeviceTable t, const int32_t* ids, const int32_t* count,
+                                                              int64_t n, KeptConsts kept, TableStats stats) {
   const int64_t total = ids ? (count ? *count : n) : t.rows;
   for (int64_t i = blockIdx.x; i < total; i += gridDim.x) replay_row(t, ids ? ids[i] : i, kept.current, kept, stats);
 }

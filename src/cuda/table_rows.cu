@@ -15,8 +15,8 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kMaxBlocks = 2048;
 
-__global__ void clear_rows_kernel(float* g, uint8_t* touched, const int32_t* rows, const int32_t* count, int64_t n,
-                                  int64_t d) {
+__global__ void __launch_bounds__(kThreads)
+    clear_rows_kernel(float* g, uint8_t* touched, const int32_t* rows, const int32_t* count, int64_t n, int64_t d) {
   const int64_t total = count ? *count : n;
   for (int64_t i = blockIdx.x; i < total; i += gridDim.x) {
     const int64_t r = rows[i];

@@ -5,11 +5,17 @@
 
 Rewrites two constructs and leaves the rest to the emulator's headers (emu_device.h: __global__,
 __shared__, intrinsics; emu_runtime.h: the runtime):
-  kernel<<<grid, block[, shared[, stream]]>>>(args)   ->  ::emu::launch(::emu::config(grid, block, ...),
-                                                          "kernel", kernel, args)   (template kernels too)
+  kernel<<<grid, block[, shared[, stream]]>>>(args)   ->  ::emu::launch(::emu::config(grid, block, ...)
+                                                          .bounded(B), "kernel", kernel, args)
+                                                          (template kernels too)
   tkernel<<<...>>>(args), a template deducing its arguments -> ::emu::launch_deduced(..., "tkernel",
                                                           [](auto... p) { tkernel(p...); }, args)
   extern __shared__ [__align__(n)] T name[];           ->  T* const name = ::emu::dynamic_shared<T>(__func__);
+B is the kernel's __launch_bounds__ (its first argument, as written: it must name something the
+launch sees too): every __global__ function of a .cu needs one, and its launches are in that .cu.
+ptxas fits a kernel's registers to the bound, so a GPU launch within it never runs out of
+registers, and the emulator refuses a block past it as the GPU does (without a bound ptxas may
+give a kernel up to 255 registers a thread, and a large block of such a kernel fails only there).
 Lines are kept (a #line names the .cu), so compiler errors and the emulator's reports point into
 the .cu. What it cannot emulate honestly (inline PTX, cub and thrust headers without a fake in
 tests/cuda/emu/include (cub/emu_cub.h: the calls src/cuda makes), cooperative groups, tensor
@@ -85,19 +91,43 @@ def split_top(text):
     return parts + [cur]
 
 
+LAUNCH_BOUNDS = re.compile(r'__launch_bounds__\s*\(((?:[^()]|\([^()]*\))*)\)')
+
+
+def kernels(code):
+    """(name, start of its declaration, end of its name) of each __global__ function."""
+    blanked = LAUNCH_BOUNDS.sub(lambda m: ' ' * len(m.group(0)), code)  # its parentheses are not the parameters'
+    return [(m.group(1), m.start(), m.end(1)) for m in re.finditer(r'__global__[^;{(]*?(\w+)\s*\(', blanked)]
+
+
 def template_kernels(code):
     """Names of the __global__ function templates (their launches may deduce the arguments)."""
     names = set()
-    for m in re.finditer(r'__global__[^;{(]*?(\w+)\s*\(', code):
-        head = code[max(code.rfind(';', 0, m.start()), code.rfind('}', 0, m.start())) + 1:m.start()]
+    for name, start, _ in kernels(code):
+        head = code[max(code.rfind(';', 0, start), code.rfind('}', 0, start)) + 1:start]
         if re.search(r'\btemplate\b', head):
-            names.add(m.group(1))
+            names.add(name)
     return names
+
+
+def kernel_bounds(code, path):
+    """Each __global__ function's __launch_bounds__ (its largest block), by name; one without fails."""
+    bounds = {}
+    for name, start, end in kernels(code):
+        m = LAUNCH_BOUNDS.search(code, start, end)
+        if not m:
+            raise Fail(f'{path}:{line_of(code, start)}: kernel {name} has no __launch_bounds__ (its largest block: '
+                       'ptxas fits its registers to it)')
+        bound = m.group(1).split(',')[0].strip()
+        if bounds.setdefault(name, bound) != bound:
+            raise Fail(f'{path}:{line_of(code, start)}: kernel {name} declared with two launch bounds')
+    return bounds
 
 
 def rewrite_launches(src, code, path):
     out, last = [], 0
     deducing = template_kernels(code)
+    bounds = kernel_bounds(code, path)
     for m in re.finditer(r'<<<', code):
         where = f'{path}:{line_of(code, m.start())}'
         start = kernel_start(code, m.start())
@@ -117,13 +147,19 @@ def rewrite_launches(src, code, path):
             k += 1
         kernel = src[start:m.start()].strip()
         name = re.sub(r'\s+', ' ', kernel)
+        base = re.sub(r'<.*', '', name).split('::')[-1].strip()
+        if base not in bounds:
+            raise Fail(f'{where}: a launch of {base}, which is not a kernel of this file')
         # Newlines inside the configuration kept: the lines after it stay where they were.
         config = src[m.end():close]
+        bounded = f'.bounded({bounds[base]})'
         if kernel in deducing:  # no template arguments: a function pointer cannot be formed before the call
             fn = f'[](auto... p) {{ {kernel}(p...); }}'
-            call = f'::emu::launch_deduced(::emu::config({config}), "{name}", {fn}' + ('' if code[k] == ')' else ', ')
+            call = (f'::emu::launch_deduced(::emu::config({config}){bounded}, "{name}", {fn}' +
+                    ('' if code[k] == ')' else ', '))
         else:
-            call = f'::emu::launch(::emu::config({config}), "{name}", {kernel}' + ('' if code[k] == ')' else ', ')
+            call = (f'::emu::launch(::emu::config({config}){bounded}, "{name}", {kernel}' +
+                    ('' if code[k] == ')' else ', '))
         out.append(src[last:start] + call)
         last = paren + 1
     out.append(src[last:])

@@ -319,6 +319,7 @@ cudaError_t check_config(const void* fn, const Config& c) {
   if (c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 || c.grid.x > 0x7fffffffu || c.grid.y > 65535 ||
       c.grid.z > 65535 || threads == 0 || threads > kMaxThreads || c.block.z > 64)
     return cudaErrorInvalidConfiguration;
+  if (threads > c.max_threads) return cudaErrorLaunchOutOfResources;
   const auto it = g_max_shared.find(fn);
   const size_t limit = it == g_max_shared.end() ? kDefaultShared : static_cast<size_t>(it->second);
   if (c.shared > limit || c.shared > kMaxShared) return cudaErrorInvalidValue;
@@ -340,6 +341,7 @@ const char* error_name(cudaError_t e) {
     case cudaSuccess: return "cudaSuccess";
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorIllegalState: return "cudaErrorIllegalState";

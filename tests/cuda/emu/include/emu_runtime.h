@@ -4,8 +4,10 @@
 // arguments as they are now, and runs at each cudaGraphLaunch, as on the device; what a capture
 // forbids (a blocking call, the legacy stream, a side stream not joined back) fails it as there.
 // What a launch checks (emu_sched.cpp) is what the GPU rejects: an empty grid, a block of 0 or
-// > 1024 threads, dynamic shared memory past 48 KiB without cudaFuncSetAttribute, or past the
-// 227 KiB an sm_90 block may have: the launch does not run and cudaGetLastError returns the error.
+// > 1024 threads, a block past the kernel's __launch_bounds__ (ptxas fits the registers to that
+// bound, so more threads need more registers than an SM has: cudaErrorLaunchOutOfResources),
+// dynamic shared memory past 48 KiB without cudaFuncSetAttribute, or past the 227 KiB an sm_90
+// block may have: the launch does not run and cudaGetLastError returns the error.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +35,7 @@ enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
+  cudaErrorLaunchOutOfResources = 7,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorIllegalState = 401,
@@ -89,6 +92,11 @@ struct Config {
   dim3 grid, block;
   size_t shared = 0;
   cudaStream_t stream = nullptr;
+  unsigned max_threads = 1024;  // the kernel's __launch_bounds__ (cu2cpp.py passes it: bounded)
+  Config& bounded(unsigned launch_bounds) {
+    max_threads = launch_bounds;
+    return *this;
+  }
 };
 // Runs body(thread) for every thread of every block, blocks in order, or last first with
 // EMU_ORDER=reverse (emu_sched.cpp).
