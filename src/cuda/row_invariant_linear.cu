@@ -295,6 +295,8 @@ void row_invariant_swiglu(T* out, const T* inp, const T* weight, int64_t M, int6
   launch_rows<T, T, true>({out, inp, weight, nullptr, M, C, 2 * F, false, norm, {}}, stream);
 }
 
+namespace {
+
 // The grouped launches' shape checks (OC: the weight rows an expert's block reads).
 void check_groups(const char* who, const ExpertRows& g, int64_t C, int64_t OC) {
   if (!g.offsets || !g.experts || !g.num_experts || g.max_experts < 1 || g.max_experts > 65535 || g.max_rows < 0 ||
@@ -302,6 +304,8 @@ void check_groups(const char* who, const ExpertRows& g, int64_t C, int64_t OC) {
     fail("cuda ", who, ": bad shape: experts ", g.max_experts, " rows ", g.max_rows, " C ", C, " OC ", OC, " stride ",
          g.stride);
 }
+
+}  // namespace
 
 template <typename In, typename Out>
 void row_invariant_expert_linear(Out* out, const In* inp, const In* weight, const ExpertRows& groups, int64_t C,
