@@ -187,10 +187,10 @@ __device__ __forceinline__ int64_t weight_row(int c, int64_t col0, int64_t OC) {
 // Block b: columns 4b..4b+3 of every row (SwiGLU: output columns 2b, 2b+1 of F = OC / 2, from the
 // gate and up rows of each), G rows a group. G (1..16, by M) changes how many rows share a pass over
 // the weights, never a row's own operations; a column's sum is the same in both kinds. Grouped
-// (g.offsets set: MoE's experts): block (b, i) takes expert e = g.experts[i] (none past
-// *g.num_experts), its rows g.offsets[e] .. g.offsets[e+1] - 1 and its weight at weight + e
-// g.stride; M is not read. A row's operations are the same either way.
-template <typename In, typename Out, int G, bool Swiglu>
+// (MoE's experts): block (b, i) takes expert e = g.experts[i] (none past *g.num_experts), its rows
+// g.offsets[e] .. g.offsets[e+1] - 1 and its weight at weight + e g.stride; M is not read. A row's
+// operations are the same either way (a template parameter: the plain kernels keep their registers).
+template <typename In, typename Out, int G, bool Swiglu, bool Grouped>
 __global__ void __launch_bounds__(kThreads)
     row_invariant_linear_kernel(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C,
                                 int64_t OC, bool accumulate, bool vec, const In* gain, float eps,
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * (Swiglu ? 2 : kCols);
   const int64_t chunks = (C + 32 * V - 1) / (32 * V);
   int64_t first = 0;  // the block's rows: first .. M - 1
-  if (g.offsets) {
+  if constexpr (Grouped) {
     if (static_cast<int>(blockIdx.y) >= *g.num_experts) return;  // the whole block: no barrier is left waiting
     const int e = g.experts[blockIdx.y];
     first = g.offsets[e], M = g.offsets[e + 1];
@@ -252,27 +252,27 @@ struct ProductArgs {
   ExpertRows groups;
 };
 
-template <typename In, typename Out, int G, bool Swiglu>
+template <typename In, typename Out, int G, bool Swiglu, bool Grouped>
 void launch(const ProductArgs<In, Out>& p, cudaStream_t stream) {
   // A 16-byte load of every expert's rows needs the stride to keep the alignment too.
   const bool vec = aligned16(p.inp) && aligned16(p.weight) && (!p.norm.gain || aligned16(p.norm.gain)) &&
                    (p.C * static_cast<int64_t>(sizeof(In))) % 16 == 0 &&
                    (p.groups.stride * static_cast<int64_t>(sizeof(In))) % 16 == 0;
   const int64_t blocks = Swiglu ? (p.OC / 2 + 1) / 2 : (p.OC + kCols - 1) / kCols;
-  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.groups.offsets ? p.groups.max_experts : 1));
-  row_invariant_linear_kernel<In, Out, G, Swiglu><<<grid, kThreads, 0, stream>>>(
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(Grouped ? p.groups.max_experts : 1));
+  row_invariant_linear_kernel<In, Out, G, Swiglu, Grouped><<<grid, kThreads, 0, stream>>>(
       p.out, p.inp, p.weight, p.bias, p.M, p.C, p.OC, p.accumulate, vec, p.norm.gain, p.norm.eps, p.groups);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
 // The fewest rows a pass that hold M (up to 16): no idle accumulators at M = 1, 2, 4, 8, 16.
-template <typename In, typename Out, bool Swiglu>
+template <typename In, typename Out, bool Swiglu, bool Grouped = false>
 void launch_rows(const ProductArgs<In, Out>& p, cudaStream_t stream) {
-  if (p.M == 1) launch<In, Out, 1, Swiglu>(p, stream);
-  else if (p.M == 2) launch<In, Out, 2, Swiglu>(p, stream);
-  else if (p.M <= 4) launch<In, Out, 4, Swiglu>(p, stream);
-  else if (p.M <= 8) launch<In, Out, 8, Swiglu>(p, stream);
-  else launch<In, Out, 16, Swiglu>(p, stream);
+  if (p.M == 1) launch<In, Out, 1, Swiglu, Grouped>(p, stream);
+  else if (p.M == 2) launch<In, Out, 2, Swiglu, Grouped>(p, stream);
+  else if (p.M <= 4) launch<In, Out, 4, Swiglu, Grouped>(p, stream);
+  else if (p.M <= 8) launch<In, Out, 8, Swiglu, Grouped>(p, stream);
+  else launch<In, Out, 16, Swiglu, Grouped>(p, stream);
 }
 
 }  // namespace
@@ -312,7 +312,7 @@ void row_invariant_expert_linear(Out* out, const In* inp, const In* weight, cons
                                  int64_t OC, cudaStream_t stream) {
   check_groups("row_invariant_expert_linear", groups, C, OC);
   if (groups.max_rows == 0) return;
-  launch_rows<In, Out, false>({out, inp, weight, nullptr, groups.max_rows, C, OC, false, {}, groups}, stream);
+  launch_rows<In, Out, false, true>({out, inp, weight, nullptr, groups.max_rows, C, OC, false, {}, groups}, stream);
 }
 
 template <typename T>
@@ -320,7 +320,7 @@ void row_invariant_expert_swiglu(T* out, const T* inp, const T* weight, const Ex
                                  cudaStream_t stream) {
   check_groups("row_invariant_expert_swiglu", groups, C, 2 * F);
   if (groups.max_rows == 0) return;
-  launch_rows<T, T, true>({out, inp, weight, nullptr, groups.max_rows, C, 2 * F, false, {}, groups}, stream);
+  launch_rows<T, T, true, true>({out, inp, weight, nullptr, groups.max_rows, C, 2 * F, false, {}, groups}, stream);
 }
 
 using bf16 = __nv_bfloat16;
