@@ -214,7 +214,7 @@ void size_step_buffers(DecoderState<E>& st, const DecoderLayerKinds& kinds) {
 // Why decode steps cannot be CUDA graphs here ("" when they can): each reason is host work inside
 // a step that a graph cannot hold (cuda/decoder_step.cu lists what a step does on the host).
 template <typename E>
-std::string graphs_off_reason(const DecoderState<E>& st, const Model& host) {
+std::string graphs_off_reason(const DecoderState<E>& st) {
   if (!st.settings.cuda_graphs) return "turned off (--cuda-graphs off)";
   if (st.prof) return "profiling (JTOK_PROFILE=1) times each step's phases with events, eagerly";
   if (st.rows && st.path == RowPath::staged) return "staged table rows are gathered by the host in every step";
@@ -224,12 +224,12 @@ std::string graphs_off_reason(const DecoderState<E>& st, const Model& host) {
 // The profiler (settings.profile or JTOK_PROFILE=1), then graphs where nothing above rules them
 // out; a reason that overrides the settings' wish is printed once, here.
 template <typename E>
-void setup_step_modes(DecoderState<E>& st, const Model& host) {
+void setup_step_modes(DecoderState<E>& st) {
   if (st.settings.profile || profiling_enabled()) {
     st.prof = std::make_unique<DecodeProfiler>(st.cfg.num_hidden_layers);
     if (st.rows) st.rows->enable_timing();
   }
-  st.graphs_off = graphs_off_reason(st, host);
+  st.graphs_off = graphs_off_reason(st);
   if (st.graphs_off.empty()) st.graphs = std::make_unique<DecodeGraphs>();
   else if (st.settings.cuda_graphs) std::fprintf(stderr, "cuda decoder: CUDA graphs off: %s\n", st.graphs_off.c_str());
 }
@@ -251,7 +251,7 @@ void setup_decoder(DecoderState<E>& st, const Model& host, const DecoderSettings
   JTOK_CHECK(st.jtokm_layers == kinds.jtokm_layers, "cuda decoder: ", st.jtokm_layers, " JTok-M layers, planned ",
              kinds.jtokm_layers);
   size_step_buffers(st, kinds);
-  setup_step_modes(st, host);
+  setup_step_modes(st);
   JTOK_CUDA_CHECK(cudaStreamSynchronize(st.s()));
 }
 

@@ -121,6 +121,14 @@ class HostReadback {
     JTOK_CUDA_CHECK(cudaStreamSynchronize(stream));
     used_ = 0;
   }
+  // One array alone: begun, queued and waited for; its n values on the host (until the next begin).
+  template <typename T>
+  const T* read(const T* src, int64_t n, cudaStream_t stream) {
+    begin(room_for<T>(n));
+    const T* host = queue(src, n, stream);
+    wait(stream);
+    return host;
+  }
   // The bytes a queue of n values of T takes at most (its alignment included).
   template <typename T>
   static size_t room_for(int64_t n) {

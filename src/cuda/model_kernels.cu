@@ -52,10 +52,7 @@ void check_ids(const int32_t* ids, int64_t N, int64_t V, const char* what) {
 
 double device_mean(const float* x, double* sum, HostReadback& rb, int64_t N, cudaStream_t stream) {
   sum_partials(sum, x, N, stream);
-  rb.begin(HostReadback::room_for<double>(1));
-  const double* h = rb.queue(sum, 1, stream);
-  rb.wait(stream);
-  return *h / static_cast<double>(N);
+  return *rb.read(sum, 1, stream) / static_cast<double>(N);
 }
 
 template void convert_from_f32<float>(float*, const float*, int64_t, cudaStream_t);

@@ -147,10 +147,7 @@ void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st) {
   if (dm.n_tables > 0) {  // every table's rows in one launch
     table_sync_all(table_view(dm, st, 0, dm.touched_rows.size()), st.kept_view(), TableStats{st.stats.get()},
                    dm.stream);
-    st.readback.begin(HostReadback::room_for<unsigned long long>(4));
-    const unsigned long long* counters = st.readback.queue(st.stats.get(), 4, dm.stream);
-    st.readback.wait(dm.stream);
-    check_table_stats(st, counters);
+    check_table_stats(st, st.readback.read(st.stats.get(), 4, dm.stream));
   }
   st.kept_base += static_cast<int64_t>(st.kept_host.size());
   st.kept_host.clear();

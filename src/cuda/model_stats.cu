@@ -18,9 +18,7 @@ double hidden_state_std(const DeviceModel<E>& dm, DeviceActs<E>& a) {
     const E* h = l + 1 < L ? a.layers[l + 1].h_in.get() : a.h_out.get();  // layer l's output
     sum_and_squares(sums + 2 * l, h, n, a.stats.get(), dm.stream);
   }
-  a.readback.begin(HostReadback::room_for<double>(2 * static_cast<int64_t>(L)));
-  const double* host = a.readback.queue(sums, 2 * static_cast<int64_t>(L), dm.stream);
-  a.readback.wait(dm.stream);
+  const double* host = a.readback.read(sums, 2 * static_cast<int64_t>(L), dm.stream);
   double total = 0;
   for (size_t l = 0; l < L; ++l) {  // as the CPU's hidden_state_std
     const double mean = host[2 * l] / static_cast<double>(n);
