@@ -3,7 +3,9 @@
 // One block of kWarps warps per (tile of kRows query rows, head, batch); each warp owns 16 query
 // rows and keeps their q, scores, running max / sum and output in registers, as the fragments of
 // mma.sync.m16n8k16 (bf16 x bf16, fp32 accumulate). K and V tiles of kKeys keys are staged in
-// shared memory (rows padded by 8 elements: the fragment loads fall in distinct banks).
+// shared memory (rows padded by 8 elements: the fragment loads fall in distinct banks), two stages:
+// the next tile's cp.async copies run under this tile's products. The tiles left of the diagonal
+// skip the causal test (softmax_fragments<false>).
 // The tiles' extent over rows and keys does not depend on hd (32, 64 or 128): hd 32 only holds half
 // the q and output fragments and less shared memory, and at short T (the MoE bench: T 128, 4 heads,
 // B 16: 128 blocks) larger row tiles would leave SMs idle (T / kRows x H x B blocks).
@@ -40,10 +42,14 @@ __device__ void score_fragments(float (&s)[kKeys / 8][4], const uint32_t (&qf)[H
 }
 
 // Masks (key past the row or past T), scales by scale_log2 = scale log2(e), and turns s into P =
-// 2^(s - m_new) with the online softmax's running max m (base 2) and sum l of this thread's two rows (row g: i = 0, row g + 8: i = 1); the
-// four lanes of a row group (same g) hold one row between them. Returns the rescale factors in alpha.
-__device__ void softmax_fragments(float (&s)[kKeys / 8][4], float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                  int row_a, int c0, int T, float scale_log2) {
+// 2^(s - m_new) with the online softmax's running max m (base 2) and sum l of this thread's two
+// rows (row g: i = 0, row g + 8: i = 1); the four lanes of a row group (same g) hold one row between
+// them. Returns the rescale factors in alpha. Masked false: the caller knows every key of the tile
+// is at most every row of the warp and below T (the tiles left of the diagonal), so the test is left
+// out: the same bits as with it.
+template <bool Masked>
+__device__ void softmax_fragments(float (&s)[kKeys / 8][4], float (&m)[2], float (&l)[2], float (&alpha)[2], int row_a,
+                                  int c0, int T, float scale_log2) {
   const int t = threadIdx.x % 4;
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -51,7 +57,7 @@ __device__ void softmax_fragments(float (&s)[kKeys / 8][4], float (&m)[2], float
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = c0 + 8 * nt + 2 * t + (e & 1), row = row_a + 8 * (e >> 1);
-      s[nt][e] = key <= row && key < T ? s[nt][e] * scale_log2 : -INFINITY;
+      s[nt][e] = !Masked || (key <= row && key < T) ? s[nt][e] * scale_log2 : -INFINITY;
       mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
     }
   float sum[2] = {0.0f, 0.0f}, m_new[2];
@@ -90,38 +96,63 @@ __device__ void accumulate_pv(float (&o)[HD / 8][4], const float (&p)[kKeys / 8]
   }
 }
 
+// One tile of kKeys keys from c0 (staged in Ks, Vs) onto the warp's running softmax and output.
+template <int HD>
+__device__ void attend_tile(float (&o)[HD / 8][4], float (&m)[2], float (&l)[2], const uint32_t (&qf)[HD / 16][4],
+                            const bf16* Ks, const bf16* Vs, int row_a, int c0, int T, float scale_log2) {
+  float s[kKeys / 8][4], alpha[2];
+  score_fragments<HD>(s, qf, Ks);
+  const int warp_row0 = row_a - (threadIdx.x % 32) / 4;  // the warp's first row
+  if (c0 + kKeys - 1 <= warp_row0 && c0 + kKeys <= T)
+    softmax_fragments<false>(s, m, l, alpha, row_a, c0, T, scale_log2);
+  else
+    softmax_fragments<true>(s, m, l, alpha, row_a, c0, T, scale_log2);
+#pragma unroll
+  for (int nt = 0; nt < HD / 8; ++nt) {
+    o[nt][0] *= alpha[0], o[nt][1] *= alpha[0];
+    o[nt][2] *= alpha[1], o[nt][3] *= alpha[1];
+  }
+  accumulate_pv<HD>(o, s, Vs);
+}
+
+// Shared memory: Qs (kRows rows), then two stages of Ks, Vs (kKeys rows each): tile i + 1's copies
+// (cp.async) run while tile i's products do.
 template <int HD>
 __global__ void __launch_bounds__(kThreads) attn_fwd_mma(bf16* out, float* lse, const bf16* q, const bf16* k,
                                                          const bf16* v, AttnDims n, float scale_log2) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  constexpr int ld = kRowStride<HD>;
-  bf16 *Qs = reinterpret_cast<bf16*>(smem_raw), *Ks = Qs + kRows * ld, *Vs = Ks + kKeys * ld;
+  constexpr int ld = kRowStride<HD>, stage = 2 * kKeys * ld;  // a stage: Ks then Vs
+  bf16 *Qs = reinterpret_cast<bf16*>(smem_raw), *KVs = Qs + kRows * ld;
   const int T = n.T, H = n.H;
   const int r0 = (gridDim.x - 1 - blockIdx.x) * kRows, h = blockIdx.y, b = blockIdx.z, kvh = h / (H / n.KV);
   const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
   const int64_t od = static_cast<int64_t>(H) * HD, kvd = n.kvs;  // out packed; q rows n.qs apart, k / v kvd
   const int64_t kv_off = static_cast<int64_t>(b) * T * kvd + kvh * HD;
-  mma::load_tile<HD, kThreads>(Qs, q + static_cast<int64_t>(b) * T * n.qs + h * HD, n.qs, r0, kRows, T);
+  const bf16 *kb = k + kv_off, *vb = v + kv_off;
+  const int row_a = r0 + warp * 16 + g, last_row = min(r0 + kRows, T) - 1;
+  mma::load_tile_async<HD, kThreads>(Qs, q + static_cast<int64_t>(b) * T * n.qs + h * HD, n.qs, r0, kRows, T);
+  mma::cp_async_commit();
+  mma::load_tile_async<HD, kThreads>(KVs, kb, kvd, 0, kKeys, T);
+  mma::load_tile_async<HD, kThreads>(KVs + kKeys * ld, vb, kvd, 0, kKeys, T);
+  mma::cp_async_commit();
+  mma::cp_async_wait<1>();  // Q landed; tile 0 may still be on its way
   __syncthreads();
   uint32_t qf[HD / 16][4];
 #pragma unroll
   for (int kk = 0; kk < HD / 16; ++kk) mma::load_a(qf[kk], Qs, ld, warp * 16, 16 * kk);
   float o[HD / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int row_a = r0 + warp * 16 + g, last_row = min(r0 + kRows, T) - 1;
-  for (int c0 = 0; c0 <= last_row; c0 += kKeys) {
-    __syncthreads();  // every warp is done with the previous K, V tile
-    mma::load_tile<HD, kThreads>(Ks, k + kv_off, kvd, c0, kKeys, T);
-    mma::load_tile<HD, kThreads>(Vs, v + kv_off, kvd, c0, kKeys, T);
-    __syncthreads();
-    float s[kKeys / 8][4], alpha[2];
-    score_fragments<HD>(s, qf, Ks);
-    softmax_fragments(s, m, l, alpha, row_a, c0, T, scale_log2);
-#pragma unroll
-    for (int nt = 0; nt < HD / 8; ++nt) {
-      o[nt][0] *= alpha[0], o[nt][1] *= alpha[0];
-      o[nt][2] *= alpha[1], o[nt][3] *= alpha[1];
+  for (int c0 = 0, i = 0; c0 <= last_row; c0 += kKeys, ++i) {
+    bf16* cur = KVs + (i & 1) * stage;
+    if (c0 + kKeys <= last_row) {  // tile i + 1 into the other stage, which every warp is done with
+      bf16* next = KVs + ((i + 1) & 1) * stage;
+      mma::load_tile_async<HD, kThreads>(next, kb, kvd, c0 + kKeys, kKeys, T);
+      mma::load_tile_async<HD, kThreads>(next + kKeys * ld, vb, kvd, c0 + kKeys, kKeys, T);
     }
-    accumulate_pv<HD>(o, s, Vs);
+    mma::cp_async_commit();   // (empty in the last pass: wait<1> means the same in every pass)
+    mma::cp_async_wait<1>();  // this thread's copies of tile i
+    __syncthreads();          // everyone's
+    attend_tile<HD>(o, m, l, qf, cur, cur + kKeys * ld, row_a, c0, T, scale_log2);
+    __syncthreads();  // every warp is done with tile i's stage before tile i + 2's copies start
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -142,7 +173,7 @@ template <int HD>
 void launch(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnDims& n,
             cudaStream_t stream) {
   static_assert(HD % 16 == 0, "q k^T runs in mma k-steps of 16 head dims");
-  const size_t smem = static_cast<size_t>(kRows + 2 * kKeys) * kRowStride<HD> * sizeof(bf16);
+  const size_t smem = static_cast<size_t>(kRows + 4 * kKeys) * kRowStride<HD> * sizeof(bf16);  // Q, 2 x (K, V)
   JTOK_CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
   const dim3 grid((n.T + kRows - 1) / kRows, n.H, n.B);

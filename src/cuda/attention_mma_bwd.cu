@@ -8,7 +8,9 @@
 //  dq: one block per (kQBlock query rows, head, batch), a warp per 16 rows; for each key tile up to
 //    the diagonal: S = Q K^T, dP = dO V^T, dS as above, dQ += dS K.
 // Both recompute the scores (the price of no atomics: ~1.4x the flops of FlashAttention-2's single
-// pass with an atomic dq).
+// pass with an atomic dq). Both stage their loop's tiles twice over in shared memory, the next one's
+// cp.async copies running under this one's products, and skip the causal test on the tiles it
+// cannot cut (the same bits).
 #include <cmath>
 
 #include "cuda/attention_mma.h"
@@ -85,71 +87,133 @@ __device__ void add_rows(bf16* base, int64_t ld, int row_a, int T, float scale, 
   }
 }
 
+// A dk/dv block's stage: kQTile query rows of Q and dO (row stride kRowStride<HD>), then their lse
+// and D (fp32), filled by cp.async.
+template <int HD>
+struct QueryStage {
+  static constexpr int bytes = 2 * kQTile * kRowStride<HD> * sizeof(bf16) + 2 * kQTile * sizeof(float);
+  bf16 *Qs, *dOs;
+  float *lse, *D;
+  __device__ explicit QueryStage(unsigned char* at)
+      : Qs(reinterpret_cast<bf16*>(at)),
+        dOs(Qs + kQTile * kRowStride<HD>),
+        lse(reinterpret_cast<float*>(dOs + kQTile * kRowStride<HD>)),
+        D(lse + kQTile) {}
+};
+
+// Queries r0 .. r0 + kQTile of head h into stage st (rows past T: zeros), into the open cp.async group.
+template <int HD>
+__device__ void load_queries(const QueryStage<HD>& st, const bf16* dout, const float* lse, const float* D,
+                             const bf16* q, const AttnDims& n, int b, int h, int r0) {
+  const int64_t od = static_cast<int64_t>(n.H) * HD, row_off = (static_cast<int64_t>(b) * n.H + h) * n.T;
+  mma::load_tile_async<HD, kThreads>(st.Qs, q + static_cast<int64_t>(b) * n.T * n.qs + h * HD, n.qs, r0, kQTile, n.T);
+  mma::load_tile_async<HD, kThreads>(st.dOs, dout + static_cast<int64_t>(b) * n.T * od + h * HD, od, r0, kQTile, n.T);
+  if (threadIdx.x < kQTile) {
+    const int r = r0 + threadIdx.x, in = r < n.T ? 4 : 0;
+    mma::cp_async_4(st.lse + threadIdx.x, lse + row_off + (in ? r : 0), in);
+    mma::cp_async_4(st.D + threadIdx.x, D + row_off + (in ? r : 0), in);
+  }
+}
+
+// One query tile from r0 onto a warp's dk, dv (keys key_a, key_a + 8). Masked false: every query of
+// the tile is at least every key of the warp and below T, so the test is left out (the same bits).
+template <int HD, bool Masked>
+__device__ void dkdv_tile(float (&acc_k)[HD / 8][4], float (&acc_v)[HD / 8][4], const QueryStage<HD>& st,
+                          const bf16* Ks, const bf16* Vs, int key_a, int r0, int T, float scale) {
+  const int t = threadIdx.x % 4, warp = threadIdx.x / 32;
+  float s[kQTile / 8][4], dp[kQTile / 8][4];  // keys x queries
+  score_pair<HD, kQTile>(s, dp, Ks, Vs, st.Qs, st.dOs, warp * 16);
+#pragma unroll
+  for (int nt = 0; nt < kQTile / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int ql = 8 * nt + 2 * t + (e & 1), query = r0 + ql, key = key_a + 8 * (e >> 1);
+      probs_and_grad(s[nt][e], dp[nt][e], !Masked || (query >= key && query < T), scale * mma::kLog2e,
+                     st.lse[ql] * mma::kLog2e, st.D[ql]);
+    }
+  accumulate<HD, kQTile>(acc_v, s, st.dOs);
+  accumulate<HD, kQTile>(acc_k, dp, st.Qs);
+}
+
+// Shared memory: Ks, Vs (kKeyBlock keys), then two QueryStages: the next query tile's copies run
+// under this one's products. The tiles run over the group's heads, each from the diagonal (c0) on.
 template <int HD>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const float* lse,
                                                               const float* D, const bf16* q, const bf16* k,
                                                               const bf16* v, AttnDims n, float scale) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int ld = kRowStride<HD>;
-  bf16 *Ks = reinterpret_cast<bf16*>(smem_raw), *Vs = Ks + kKeyBlock * ld, *Qs = Vs + kKeyBlock * ld;
-  bf16* dOs = Qs + kQTile * ld;
-  float *lse_s = reinterpret_cast<float*>(dOs + kQTile * ld), *D_s = lse_s + kQTile;
-  const int T = n.T, H = n.H;
-  const int c0 = blockIdx.x * kKeyBlock, kvh = blockIdx.y, b = blockIdx.z, group = H / n.KV;
-  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-  const int64_t od = static_cast<int64_t>(H) * HD, qd = n.qs, kvd = n.kvs;  // dout packed; q, k / v / dk / dv strided
-  const int64_t kv_off = static_cast<int64_t>(b) * T * kvd + kvh * HD;
-  mma::load_tile<HD, kThreads>(Ks, k + kv_off, kvd, c0, kKeyBlock, T);
-  mma::load_tile<HD, kThreads>(Vs, v + kv_off, kvd, c0, kKeyBlock, T);
+  bf16 *Ks = reinterpret_cast<bf16*>(smem_raw), *Vs = Ks + kKeyBlock * ld;
+  unsigned char* stages = reinterpret_cast<unsigned char*>(Vs + kKeyBlock * ld);
+  const int T = n.T, c0 = blockIdx.x * kKeyBlock, kvh = blockIdx.y, b = blockIdx.z, group = n.H / n.KV;
+  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4;
+  const int64_t kvd = n.kvs, kv_off = static_cast<int64_t>(b) * T * kvd + kvh * HD;
+  const int per_head = (T - c0 + kQTile - 1) / kQTile, tiles = group * per_head;  // queries before c0 see none
+  mma::load_tile_async<HD, kThreads>(Ks, k + kv_off, kvd, c0, kKeyBlock, T);
+  mma::load_tile_async<HD, kThreads>(Vs, v + kv_off, kvd, c0, kKeyBlock, T);
+  load_queries<HD>(QueryStage<HD>(stages), dout, lse, D, q, n, b, kvh * group, c0);
+  mma::cp_async_commit();
   float acc_k[HD / 8][4] = {}, acc_v[HD / 8][4] = {};
-  const int key_a = c0 + warp * 16 + g;  // this thread's keys: key_a and key_a + 8
-  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-    const int64_t q_off = static_cast<int64_t>(b) * T * qd + h * HD, row_off = (static_cast<int64_t>(b) * H + h) * T;
-    const int64_t o_off = static_cast<int64_t>(b) * T * od + h * HD;
-    for (int r0 = c0; r0 < T; r0 += kQTile) {  // queries before c0 see none of these keys
-      __syncthreads();                          // the previous step's Q, dO, lse, D are read
-      mma::load_tile<HD, kThreads>(Qs, q + q_off, qd, r0, kQTile, T);
-      mma::load_tile<HD, kThreads>(dOs, dout + o_off, od, r0, kQTile, T);
-      if (threadIdx.x < kQTile) {
-        const int r = r0 + threadIdx.x;
-        lse_s[threadIdx.x] = r < T ? lse[row_off + r] * mma::kLog2e : 0.0f;
-        D_s[threadIdx.x] = r < T ? D[row_off + r] : 0.0f;
-      }
-      __syncthreads();
-      float st[kQTile / 8][4], dpt[kQTile / 8][4];  // keys x queries
-      score_pair<HD, kQTile>(st, dpt, Ks, Vs, Qs, dOs, warp * 16);
-#pragma unroll
-      for (int nt = 0; nt < kQTile / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int ql = 8 * nt + 2 * t + (e & 1), query = r0 + ql, key = key_a + 8 * (e >> 1);
-          probs_and_grad(st[nt][e], dpt[nt][e], query >= key && query < T, scale * mma::kLog2e, lse_s[ql], D_s[ql]);
-        }
-      accumulate<HD, kQTile>(acc_v, st, dOs);
-      accumulate<HD, kQTile>(acc_k, dpt, Qs);
-    }
+  const int key_a = c0 + warp * 16 + g, warp_last_key = c0 + warp * 16 + 15;  // this thread's: key_a, key_a + 8
+  for (int j = 0; j < tiles; ++j) {
+    const QueryStage<HD> cur(stages + (j & 1) * QueryStage<HD>::bytes);
+    if (j + 1 < tiles)  // into the other stage, which every warp is done with
+      load_queries<HD>(QueryStage<HD>(stages + ((j + 1) & 1) * QueryStage<HD>::bytes), dout, lse, D, q, n, b,
+                       kvh * group + (j + 1) / per_head, c0 + (j + 1) % per_head * kQTile);
+    mma::cp_async_commit();   // (empty in the last pass: wait<1> means the same in every pass)
+    mma::cp_async_wait<1>();  // this thread's copies of tile j (and of K, V)
+    __syncthreads();          // everyone's
+    const int r0 = c0 + j % per_head * kQTile;
+    if (r0 >= warp_last_key && r0 + kQTile <= T)
+      dkdv_tile<HD, false>(acc_k, acc_v, cur, Ks, Vs, key_a, r0, T, scale);
+    else
+      dkdv_tile<HD, true>(acc_k, acc_v, cur, Ks, Vs, key_a, r0, T, scale);
+    __syncthreads();  // every warp is done with tile j's stage before tile j + 2's copies start
   }
   add_rows<HD>(dk + kv_off, kvd, key_a, T, scale, acc_k);
   add_rows<HD>(dv + kv_off, kvd, key_a, T, 1.0f, acc_v);
 }
 
+// One key tile from c0 (Ks, Vs) onto a warp's dq (rows row_a, row_a + 8; lse in base 2). Masked
+// false: every key of the tile is at most every row of the warp and the rows are below T.
+template <int HD, bool Masked>
+__device__ void dq_tile(float (&acc)[HD / 8][4], const bf16* Qs, const bf16* dOs, const bf16* Ks, const bf16* Vs,
+                        int row_a, int c0, int T, float scale, const float (&lse_r)[2], const float (&D_r)[2]) {
+  const int t = threadIdx.x % 4, warp = threadIdx.x / 32;
+  float s[kKeyTile / 8][4], dp[kKeyTile / 8][4];  // rows x keys
+  score_pair<HD, kKeyTile>(s, dp, Qs, dOs, Ks, Vs, warp * 16);
+#pragma unroll
+  for (int nt = 0; nt < kKeyTile / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = c0 + 8 * nt + 2 * t + (e & 1), row = row_a + 8 * (e >> 1);
+      probs_and_grad(s[nt][e], dp[nt][e], !Masked || (key <= row && row < T), scale * mma::kLog2e, lse_r[e >> 1],
+                     D_r[e >> 1]);
+    }
+  accumulate<HD, kKeyTile>(acc, dp, Ks);
+}
+
+// Shared memory: Qs, dOs (kQBlock rows), then two stages of Ks, Vs (kKeyTile keys each): the next key
+// tile's copies run under this one's products.
 template <int HD>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma(bf16* dq, const bf16* dout, const float* lse,
                                                             const float* D, const bf16* q, const bf16* k,
                                                             const bf16* v, AttnDims n, float scale) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  constexpr int ld = kRowStride<HD>;
-  bf16 *Qs = reinterpret_cast<bf16*>(smem_raw), *dOs = Qs + kQBlock * ld, *Ks = dOs + kQBlock * ld;
-  bf16* Vs = Ks + kKeyTile * ld;
+  constexpr int ld = kRowStride<HD>, stage = 2 * kKeyTile * ld;  // a stage: Ks then Vs
+  bf16 *Qs = reinterpret_cast<bf16*>(smem_raw), *dOs = Qs + kQBlock * ld, *KVs = dOs + kQBlock * ld;
   const int T = n.T, H = n.H;
   const int r0 = (gridDim.x - 1 - blockIdx.x) * kQBlock, h = blockIdx.y, b = blockIdx.z, kvh = h / (H / n.KV);
-  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4;
   const int64_t od = static_cast<int64_t>(H) * HD, qd = n.qs, kvd = n.kvs;  // dout packed; q / dq, k / v strided
   const int64_t q_off = static_cast<int64_t>(b) * T * qd + h * HD, kv_off = static_cast<int64_t>(b) * T * kvd + kvh * HD;
   const int64_t row_off = (static_cast<int64_t>(b) * H + h) * T;
-  mma::load_tile<HD, kThreads>(Qs, q + q_off, qd, r0, kQBlock, T);
-  mma::load_tile<HD, kThreads>(dOs, dout + static_cast<int64_t>(b) * T * od + h * HD, od, r0, kQBlock, T);
-  const int row_a = r0 + warp * 16 + g;  // this thread's rows: row_a and row_a + 8
+  mma::load_tile_async<HD, kThreads>(Qs, q + q_off, qd, r0, kQBlock, T);
+  mma::load_tile_async<HD, kThreads>(dOs, dout + static_cast<int64_t>(b) * T * od + h * HD, od, r0, kQBlock, T);
+  mma::load_tile_async<HD, kThreads>(KVs, k + kv_off, kvd, 0, kKeyTile, T);
+  mma::load_tile_async<HD, kThreads>(KVs + kKeyTile * ld, v + kv_off, kvd, 0, kKeyTile, T);
+  mma::cp_async_commit();
+  const int row_a = r0 + warp * 16 + g, warp_row0 = r0 + warp * 16;  // this thread's rows: row_a, row_a + 8
   float lse_r[2], D_r[2];  // lse in base 2
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -158,21 +222,21 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma(bf16* dq, const bf16
   }
   float acc[HD / 8][4] = {};
   const int last_row = min(r0 + kQBlock, T) - 1;
-  for (int c0 = 0; c0 <= last_row; c0 += kKeyTile) {
-    __syncthreads();  // Q, dO are written (first step) and the previous K, V are read
-    mma::load_tile<HD, kThreads>(Ks, k + kv_off, kvd, c0, kKeyTile, T);
-    mma::load_tile<HD, kThreads>(Vs, v + kv_off, kvd, c0, kKeyTile, T);
-    __syncthreads();
-    float s[kKeyTile / 8][4], dp[kKeyTile / 8][4];  // rows x keys
-    score_pair<HD, kKeyTile>(s, dp, Qs, dOs, Ks, Vs, warp * 16);
-#pragma unroll
-    for (int nt = 0; nt < kKeyTile / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = c0 + 8 * nt + 2 * t + (e & 1), row = row_a + 8 * (e >> 1);
-        probs_and_grad(s[nt][e], dp[nt][e], key <= row && row < T, scale * mma::kLog2e, lse_r[e >> 1], D_r[e >> 1]);
-      }
-    accumulate<HD, kKeyTile>(acc, dp, Ks);
+  for (int c0 = 0, i = 0; c0 <= last_row; c0 += kKeyTile, ++i) {
+    const bf16* cur = KVs + (i & 1) * stage;
+    if (c0 + kKeyTile <= last_row) {  // tile i + 1 into the other stage, which every warp is done with
+      bf16* next = KVs + ((i + 1) & 1) * stage;
+      mma::load_tile_async<HD, kThreads>(next, k + kv_off, kvd, c0 + kKeyTile, kKeyTile, T);
+      mma::load_tile_async<HD, kThreads>(next + kKeyTile * ld, v + kv_off, kvd, c0 + kKeyTile, kKeyTile, T);
+    }
+    mma::cp_async_commit();   // (empty in the last pass: wait<1> means the same in every pass)
+    mma::cp_async_wait<1>();  // this thread's copies of tile i (and of Q, dO)
+    __syncthreads();          // everyone's
+    if (c0 + kKeyTile - 1 <= warp_row0 && warp_row0 + 15 < T)
+      dq_tile<HD, false>(acc, Qs, dOs, cur, cur + kKeyTile * ld, row_a, c0, T, scale, lse_r, D_r);
+    else
+      dq_tile<HD, true>(acc, Qs, dOs, cur, cur + kKeyTile * ld, row_a, c0, T, scale, lse_r, D_r);
+    __syncthreads();  // every warp is done with tile i's stage before tile i + 2's copies start
   }
   add_rows<HD>(dq + q_off, qd, row_a, T, scale, acc);
 }
@@ -183,13 +247,13 @@ void launch(bf16* dq, bf16* dk, bf16* dv, const float* D, const bf16* dout, cons
   static_assert(HD % 16 == 0, "the score products run in mma k-steps of 16 head dims");
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
   const size_t row_bytes = kRowStride<HD> * sizeof(bf16);
-  const size_t smem_dq = (2 * kQBlock + 2 * kKeyTile) * row_bytes;
+  const size_t smem_dq = (2 * kQBlock + 4 * kKeyTile) * row_bytes;  // Q, dO, 2 x (K, V)
   JTOK_CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dq_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem_dq)));
   attn_bwd_dq_mma<HD><<<dim3((n.T + kQBlock - 1) / kQBlock, n.H, n.B), kThreads, smem_dq, stream>>>(
       dq, dout, lse, D, q, k, v, n, scale);
   JTOK_CUDA_CHECK_LAUNCH();
-  const size_t smem_kv = (2 * kKeyBlock + 2 * kQTile) * row_bytes + 2 * kQTile * sizeof(float);
+  const size_t smem_kv = 2 * kKeyBlock * row_bytes + 2 * QueryStage<HD>::bytes;  // K, V, 2 x (Q, dO, lse, D)
   JTOK_CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkdv_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem_kv)));
   attn_bwd_dkdv_mma<HD><<<dim3((n.T + kKeyBlock - 1) / kKeyBlock, n.KV, n.B), kThreads, smem_kv, stream>>>(

@@ -41,7 +41,7 @@ __device__ inline uint32_t pack(float lo, float hi) { return pack(__float2bfloat
 // row addresses of 8 x 8 matrix i (16 bytes a row, 16-byte aligned; .x2 reads lanes 0-15 only);
 // lane 4g + t receives in register i row g's elements 2t, 2t+1 of matrix i, or with .trans column
 // g's elements 2t, 2t+1: the mma fragment layouts above, one instruction for 2 or 4 registers.
-__device__ inline uint32_t smem_address(const bf16* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ inline uint32_t smem_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 __device__ inline void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -101,6 +101,42 @@ __device__ void load_tile(bf16* dst, const bf16* src, int64_t ld, int r0, int ro
     uint4 x = make_uint4(0, 0, 0, 0);
     if (r0 + r < T) x = *reinterpret_cast<const uint4*>(src + static_cast<int64_t>(r0 + r) * ld + c * 8);
     *reinterpret_cast<uint4*>(dst + r * kRowStride<HD> + c * 8) = x;
+  }
+}
+
+// cp.async (PTX ISA, "cp.async", sm_80+): 16 bytes global -> shared without a trip through registers,
+// so the next tile's loads run while this one's products do. Copies join the thread's current group;
+// commit closes it; wait<N> returns once all but the newest N committed groups have landed (this
+// thread's copies: a __syncthreads after it makes every thread's visible). src_bytes below the copy's
+// size (16 bytes, or one float: cp_async_4) reads that many and zero-fills the rest (0: a row past
+// the end, src any valid address).
+__device__ inline void cp_async_16(bf16* dst, const bf16* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], %2, %3;\n"
+               :
+               : "r"(smem_address(dst)), "l"(src), "n"(16), "r"(src_bytes)
+               : "memory");
+}
+__device__ inline void cp_async_4(float* dst, const float* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
+               :
+               : "r"(smem_address(dst)), "l"(src), "n"(4), "r"(src_bytes)
+               : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" : : : "memory"); }
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" : : "n"(N) : "memory");
+}
+
+// load_tile's rows by cp.async into the caller's open group (src 16-byte aligned, ld a multiple of 8).
+template <int HD, int Threads>
+__device__ void load_tile_async(bf16* dst, const bf16* src, int64_t ld, int r0, int rows, int T) {
+  constexpr int chunks = HD / 8;
+  for (int idx = threadIdx.x; idx < rows * chunks; idx += Threads) {
+    const int r = idx / chunks, c = idx % chunks;
+    const bool in = r0 + r < T;
+    cp_async_16(dst + r * kRowStride<HD> + c * 8, src + static_cast<int64_t>(in ? r0 + r : 0) * ld + c * 8,
+                in ? 16 : 0);
   }
 }
 

@@ -209,7 +209,7 @@ def asm_call(body, where):
     if not 2 <= len(parts) <= 4:
         raise Fail(f'{where}: an asm statement cu2cpp.py cannot parse')
     template = ''.join(bytes(m.group(0)[1:-1], 'utf-8').decode('unicode_escape') for m in STRING.finditer(parts[0]))
-    mnemonic = template.split()[0] if template.split() else ''
+    mnemonic = template.split()[0].rstrip(';') if template.split() else ''
     if not re.fullmatch(r'[a-z][\w.]*', mnemonic):
         raise Fail(f'{where}: an asm statement without an instruction cu2cpp.py can name')
     first = []

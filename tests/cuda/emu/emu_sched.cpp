@@ -77,6 +77,10 @@ struct Fiber {
   const uint32_t* gather_in = nullptr;  // warp_gather: this lane's words, and where all lanes' go
   uint32_t* gather_out = nullptr;
   std::source_location at;
+  // cp.async: the copies this thread issued and not yet landed, and where each committed group ends
+  // in that list (the copies past the last end: not committed yet).
+  std::vector<AsyncCopy> copies;
+  std::vector<size_t> group_ends;
 };
 
 constexpr size_t kStack = 256 * 1024, kGuard = 4096, kMaxThreads = 1024;
@@ -148,10 +152,13 @@ void to_main(Fiber& f, bool) { switch_context(f.ctx, g.main); }
 void fiber_started() {}
 #endif
 
+[[noreturn]] void report(const char* what);
+
 void fiber_main() {
   fiber_started();
   (*g.body)();
   Fiber& f = g.f[g.cur];
+  if (!f.copies.empty()) report("a thread returns with cp.async copies it never waited for");
   f.st = State::done;
   to_main(f, true);  // never resumed
   std::abort();
@@ -365,6 +372,38 @@ void* dynamic_shared_bytes() {
   return g.shared.data();
 }
 size_t dynamic_shared_size() { return g.shared.size(); }
+
+void async_copy(const AsyncCopy& c, const std::source_location& at) {
+  const auto n = static_cast<size_t>(c.bytes);
+  if (c.bytes != 4 && c.bytes != 8 && c.bytes != 16) ptx_report("cp.async: a copy size other than 4, 8 or 16", at);
+  if (c.shared_offset % n != 0 || reinterpret_cast<uintptr_t>(c.src) % n != 0)
+    ptx_report("cp.async: a copy from or to an address that is not aligned to its size", at);
+  if (c.shared_offset + n > g.shared.size()) ptx_report("cp.async: a copy past the dynamic shared memory", at);
+  if (c.src_bytes < 0 || c.src_bytes > c.bytes) ptx_report("cp.async: a source size outside 0 .. the copy size", at);
+  self().copies.push_back(c);
+}
+
+void async_commit() {
+  Fiber& f = self();
+  f.group_ends.push_back(f.copies.size());
+}
+
+// The groups but the newest `pending` land, in issue order: the source bytes as they are now (the
+// latest a GPU could read them), the rest of each copy zero.
+void async_wait(int pending) {
+  Fiber& f = self();
+  if (static_cast<int>(f.group_ends.size()) <= pending) return;
+  const size_t groups = f.group_ends.size() - static_cast<size_t>(pending), n = f.group_ends[groups - 1];
+  unsigned char* shared = g.shared.data();
+  for (size_t i = 0; i < n; ++i) {
+    const AsyncCopy& c = f.copies[i];
+    std::memset(shared + c.shared_offset, 0, static_cast<size_t>(c.bytes));
+    std::memcpy(shared + c.shared_offset, c.src, static_cast<size_t>(c.src_bytes));
+  }
+  f.copies.erase(f.copies.begin(), f.copies.begin() + static_cast<std::ptrdiff_t>(n));
+  f.group_ends.erase(f.group_ends.begin(), f.group_ends.begin() + static_cast<std::ptrdiff_t>(groups));
+  for (size_t& e : f.group_ends) e -= n;
+}
 
 void ptx_report(const char* what, const std::source_location& at) {
   const std::string m = std::string(what) + " at " + at.file_name() + ":" + std::to_string(at.line()) + " (thread " +

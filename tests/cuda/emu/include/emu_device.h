@@ -196,5 +196,18 @@ namespace emu {
 void* dynamic_shared_bytes();
 template <typename T>
 T* dynamic_shared(const char* /*fn*/) { return static_cast<T*>(dynamic_shared_bytes()); }
+
+// cp.async (emu_ptx.h): a copy of `bytes` (4, 8 or 16) global -> shared, the first src_bytes read,
+// the rest zero. A thread's copies wait in its queue until a cp.async.wait_group lands their group
+// (the latest a GPU may land them), so a read before the wait, or by another thread before a barrier
+// after it, sees the bytes that were there.
+struct AsyncCopy {
+  size_t shared_offset = 0;
+  const void* src = nullptr;
+  int bytes = 16, src_bytes = 0;
+};
+void async_copy(const AsyncCopy& c, const std::source_location& at);
+void async_commit();
+void async_wait(int pending);  // every committed group but the newest `pending` lands
 }  // namespace emu
 #include "emu_ptx.h"

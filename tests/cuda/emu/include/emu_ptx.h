@@ -112,4 +112,17 @@ inline void mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(float& c0, float
     }
 }
 
+// cp.async.{cg,ca}.shared.global [dst], [src], cp_size, src_bytes (.cg: cp_size 16 only).
+inline void cp_async_cg_shared_global(uint32_t dst, const void* src, int cp_size, int src_bytes,
+                                      loc at = loc::current()) {
+  if (cp_size != 16) ptx_report("cp.async.cg: a copy size other than 16", at);
+  async_copy({dst, src, cp_size, src_bytes}, at);
+}
+inline void cp_async_ca_shared_global(uint32_t dst, const void* src, int cp_size, int src_bytes,
+                                      loc at = loc::current()) {
+  async_copy({dst, src, cp_size, src_bytes}, at);
+}
+inline void cp_async_commit_group() { async_commit(); }
+inline void cp_async_wait_group(int pending) { async_wait(pending); }
+
 }  // namespace emu::ptx
