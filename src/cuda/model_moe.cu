@@ -1,14 +1,15 @@
 // The GPU model's MoE block (src/cuda/model_moe.h), model/moe.cpp's steps in its order: forward =
-// router product, route, group (offsets to the host), gather, per-expert gate / up, SwiGLU,
-// per-expert down (a decode step: gate | up with SwiGLU, then down, one grouped launch each by the
-// device's offsets), shared experts onto out, combine onto out; backward = combine's backward (dL/deo
-// and the router logits' gradient, aux loss included), the router's products, per-expert down,
-// SwiGLU, per-expert gate / up, the rows' input gradients back to their positions, shared experts.
-// Every gradient accumulates (+=), as the CPU's.
+// router product, route, group, gather, the experts' gate / up, SwiGLU, down (each one grouped launch
+// over every expert by the device's offsets: cuda/grouped_linear.h; a decode step: gate | up with
+// SwiGLU, then down, row-invariant), shared experts onto out, combine onto out; backward = combine's
+// backward (dL/deo and the router logits' gradient, aux loss included), the router's products, the
+// experts' down, SwiGLU, gate / up (grouped: input and weight gradients), the rows' input gradients
+// back to their positions, shared experts. Every gradient accumulates (+=), as the CPU's.
 #include <algorithm>
 #include <type_traits>
 
 #include "cuda/decoder_sizes.h"
+#include "cuda/grouped_linear.h"
 #include "cuda/model_kernels.h"
 #include "cuda/model_moe.h"
 #include "cuda/row_invariant_linear.h"
@@ -20,56 +21,42 @@ namespace {
 
 enum ExpertMatrix : int64_t { kGate = 0, kUp = 1, kDown = 2 };
 
-// Expert e's matrix p in a view (gate (F,d), up (F,d), down (d,F), back to back a expert).
+// Expert 0's matrix p in a view (gate (F,d), up (F,d), down (d,F), back to back an expert; expert e's
+// 3 e F d further on: groups' stride).
 template <typename P>
-P* expert_at(const DeviceMoeView<P>& w, const MoeDims& m, int64_t e, ExpertMatrix p) {
-  return w.experts ? w.experts + (3 * e + p) * m.F * m.d : nullptr;  // null: frozen experts' gradients
+P* expert_matrix(const DeviceMoeView<P>& w, const MoeDims& m, ExpertMatrix p) {
+  return w.experts ? w.experts + p * m.F * m.d : nullptr;  // null: frozen experts' gradients
 }
 
 MoeRouteDims route_dims(const MoeDims& m, int64_t N) { return {N, m.E, m.K, m.norm_topk, m.aux_coef}; }
 
-// f(e, r0, ne) for every expert e with rows (ne of them, from r0) in the grouped block.
-template <typename Fn>
-void for_each_expert(const std::vector<int32_t>& offsets, int64_t E, Fn&& f) {
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = offsets[static_cast<size_t>(e)], ne = offsets[static_cast<size_t>(e + 1)] - r0;
-    if (ne > 0) f(e, r0, ne);
-  }
+// The grouped block's rows by expert (moe_group's offsets, on the device) for the grouped products.
+template <typename E>
+ExpertGroups expert_groups(const DeviceMoeActs<E>& a, const MoeDims& m, int64_t N) {
+  return {a.offsets.get(), m.E, N * m.K, 3 * m.F * m.d};
 }
 
-// The router's product and the routing: a's probs, topi, topw, offsets (also on the host when
-// to_host; else host_offsets left empty), slot_of, row_of, frac, aux.
+// The router's product and the routing: a's probs, topi, topw, offsets, slot_of, row_of, frac, aux,
+// experts, num_experts (all on the device).
 template <typename E>
 void route_and_group(Matmul& mm, DeviceMoeActs<E>& a, DeviceMoeScratch<E>& s, const E* x, const DeviceMoeView<E>& w,
-                     const MoeDims& m, int64_t N, bool to_host, cudaStream_t stream) {
+                     const MoeDims& m, int64_t N, cudaStream_t stream) {
   const MoeRouteDims rd = route_dims(m, N);
   linear_forward<E, float>(mm, s.logits.get(), x, w.router, nullptr, N, m.d, m.E, false, stream);
   moe_route(a.route(), s.logits.get(), rd, stream);
   moe_group(a.route(), s.group.get(), s.group.bytes(), rd, stream);
-  a.host_offsets.clear();
-  if (!to_host) return;
-  a.host_offsets.resize(static_cast<size_t>(m.E + 1));
-  copy_to_host(a.host_offsets.data(), a.offsets.get(), m.E + 1, stream);
-  JTOK_CHECK(a.host_offsets.front() == 0 && a.host_offsets.back() == N * m.K, "cuda moe: the grouped rows run ",
-             a.host_offsets.front(), "..", a.host_offsets.back(), ", not 0..", N * m.K);
 }
 
-// a.xg (NK,d) -> a.g, a.u, a.act (NK,F) -> a.eo (NK,d), one product per expert and projection.
+// a.xg (NK,d) -> a.g, a.u, a.act (NK,F) -> a.eo (NK,d), one grouped launch a projection.
 template <typename E>
-void routed_experts_forward(Matmul& mm, DeviceMoeActs<E>& a, const DeviceMoeView<E>& w, const MoeDims& m, int64_t N,
+void routed_experts_forward(DeviceMoeActs<E>& a, const DeviceMoeView<E>& w, const MoeDims& m, int64_t N,
                             cudaStream_t stream) {
   const int64_t d = m.d, F = m.F;
-  for_each_expert(a.host_offsets, m.E, [&](int64_t e, int64_t r0, int64_t ne) {
-    linear_forward<E, E>(mm, a.g.get() + r0 * F, a.xg.get() + r0 * d, expert_at(w, m, e, kGate), nullptr, ne, d, F,
-                         false, stream);
-    linear_forward<E, E>(mm, a.u.get() + r0 * F, a.xg.get() + r0 * d, expert_at(w, m, e, kUp), nullptr, ne, d, F,
-                         false, stream);
-  });
+  const ExpertGroups groups = expert_groups(a, m, N);
+  grouped_linear_forward<E>(a.g.get(), a.xg.get(), expert_matrix(w, m, kGate), groups, d, F, stream);
+  grouped_linear_forward<E>(a.u.get(), a.xg.get(), expert_matrix(w, m, kUp), groups, d, F, stream);
   swiglu_forward(a.act.get(), a.g.get(), a.u.get(), N * m.K, F, F, stream);
-  for_each_expert(a.host_offsets, m.E, [&](int64_t e, int64_t r0, int64_t ne) {
-    linear_forward<E, E>(mm, a.eo.get() + r0 * d, a.act.get() + r0 * F, expert_at(w, m, e, kDown), nullptr, ne, F, d,
-                         false, stream);
-  });
+  grouped_linear_forward<E>(a.eo.get(), a.act.get(), expert_matrix(w, m, kDown), groups, F, d, stream);
 }
 
 // A decode step's routed experts (N <= mm.row_invariant_rows(), cuda/matmul.h): a.xg (NK,d) ->
@@ -115,25 +102,22 @@ void router_backward(Matmul& mm, E* dx, float* drouter, DeviceMoeScratch<E>& s, 
   linear_backward<E, float>(mm, dx, drouter, dlogits, x, router, N, m.d, m.E, stream);
 }
 
-// s.deo (NK,d) -> s.dact -> s.dg, s.du (NK,F) -> s.dxg (NK,d), the experts' weight gradients +=.
+// s.deo (NK,d) -> s.dact -> s.dg, s.du (NK,F) -> s.dxg (NK,d), the experts' weight gradients +=
+// (grouped: input and weight gradients, one launch each a projection).
 template <typename E>
-void routed_experts_backward(Matmul& mm, const DeviceMoeView<float>& g, DeviceMoeScratch<E>& s,
-                             const DeviceMoeActs<E>& a, const DeviceMoeView<E>& w, const MoeDims& m, int64_t N,
-                             cudaStream_t stream) {
+void routed_experts_backward(const DeviceMoeView<float>& g, DeviceMoeScratch<E>& s, const DeviceMoeActs<E>& a,
+                             const DeviceMoeView<E>& w, const MoeDims& m, int64_t N, cudaStream_t stream) {
   const int64_t d = m.d, F = m.F;
+  const ExpertGroups groups = expert_groups(a, m, N);
   s.dact.zero(stream);  // the products accumulate
-  for_each_expert(a.host_offsets, m.E, [&](int64_t e, int64_t r0, int64_t ne) {
-    linear_backward<E, float>(mm, s.dact.get() + r0 * F, expert_at(g, m, e, kDown), s.deo.get() + r0 * d,
-                              a.act.get() + r0 * F, expert_at(w, m, e, kDown), ne, F, d, stream);
-  });
+  grouped_linear_backward<E>(s.dact.get(), expert_matrix(g, m, kDown), s.deo.get(), a.act.get(),
+                             expert_matrix(w, m, kDown), groups, F, d, stream);
   swiglu_backward(s.dg.get(), s.du.get(), s.dact.get(), a.g.get(), a.u.get(), N * m.K, F, F, stream);
   s.dxg.zero(stream);
-  for_each_expert(a.host_offsets, m.E, [&](int64_t e, int64_t r0, int64_t ne) {
-    linear_backward<E, float>(mm, s.dxg.get() + r0 * d, expert_at(g, m, e, kGate), s.dg.get() + r0 * F,
-                              a.xg.get() + r0 * d, expert_at(w, m, e, kGate), ne, d, F, stream);
-    linear_backward<E, float>(mm, s.dxg.get() + r0 * d, expert_at(g, m, e, kUp), s.du.get() + r0 * F,
-                              a.xg.get() + r0 * d, expert_at(w, m, e, kUp), ne, d, F, stream);
-  });
+  grouped_linear_backward<E>(s.dxg.get(), expert_matrix(g, m, kGate), s.dg.get(), a.xg.get(),
+                             expert_matrix(w, m, kGate), groups, d, F, stream);
+  grouped_linear_backward<E>(s.dxg.get(), expert_matrix(g, m, kUp), s.du.get(), a.xg.get(), expert_matrix(w, m, kUp),
+                             groups, d, F, stream);
 }
 
 // Shared experts: dout (N,d) -> dx (N,d) +=, their weight gradients +=.
@@ -176,11 +160,12 @@ void size_moe_scratch(DeviceMoeScratch<E>& s, const MoeDims& m, int64_t N) {
 template <typename E>
 void moe_block_forward(Matmul& mm, E* out, DeviceMoeActs<E>& a, DeviceMoeScratch<E>& s, const E* x,
                        const DeviceMoeView<E>& w, const MoeDims& m, int64_t N, cudaStream_t stream) {
-  const bool decode_step = N <= mm.row_invariant_rows();  // no host copy of the offsets
-  route_and_group(mm, a, s, x, w, m, N, !decode_step, stream);
+  route_and_group(mm, a, s, x, w, m, N, stream);
   moe_gather(a.xg.get(), x, a.route(), route_dims(m, N), m.d, stream);
-  if (decode_step) routed_experts_rows(a, w, m, N, stream);
-  else routed_experts_forward(mm, a, w, m, N, stream);
+  if (N <= mm.row_invariant_rows())
+    routed_experts_rows(a, w, m, N, stream);  // a decode step
+  else
+    routed_experts_forward(a, w, m, N, stream);
   if (m.S > 0) shared_experts_forward(mm, out, a, x, w, m, N, stream);
   moe_combine(out, a.eo.get(), a.route(), route_dims(m, N), m.d, stream);
 }
@@ -192,7 +177,7 @@ void moe_block_backward(Matmul& mm, E* dx, const DeviceMoeView<float>& g, Device
   const MoeRouteDims rd = route_dims(m, N);
   moe_combine_backward(s.deo.get(), s.dlogits.get(), dout, a.eo.get(), a.route(), rd, m.d, aux_grad, stream);
   router_backward(mm, dx, g.router, s, x, w.router, m, N, stream);
-  routed_experts_backward(mm, g, s, a, w, m, N, stream);
+  routed_experts_backward(g, s, a, w, m, N, stream);
   moe_scatter_backward(dx, s.dxg.get(), a.route(), rd, m.d, stream);
   if (m.S > 0) shared_experts_backward(mm, dx, g, s, dout, x, a, w, m, N, stream);
 }

@@ -1,7 +1,7 @@
 // The GPU model's MoE block (cuda/model.h), src/model/moe.cpp's moe_forward / moe_backward on device
-// buffers: the router's product, the routing kernels (cuda/moe.h), one cuBLASLt product per expert
-// and projection over the expert's rows (the offsets copied to the host once a layer by the forward,
-// kept for the backward), SwiGLU (cuda/swiglu.h), the shared experts as one SwiGLU of width S:
+// buffers: the router's product, the routing kernels (cuda/moe.h), the experts' products as one
+// grouped launch a projection over every expert's rows (cuda/grouped_linear.h: the offsets stay on
+// the device), SwiGLU (cuda/swiglu.h), the shared experts as one SwiGLU of width S:
 //   logits (N,E) = x R^T (fp32 out); probs, topi, topw (N,K); the N K slots grouped by expert;
 //   xg (NK,d) = x[slot's position]; g, u (NK,F) = xg Wg_e^T, xg Wu_e^T on expert e's rows;
 //   act = silu(g) * u; eo (NK,d) = act Wd_e^T; out (N,d) += shared(x), then += sum_j topw eo[row].
@@ -11,7 +11,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <vector>
 
 #include "cuda/device_array.h"
 #include "cuda/matmul.h"
@@ -37,7 +36,6 @@ struct DeviceMoeActs {
   DeviceArray<double> aux;                              // (1) the block's aux loss, coef included
   DeviceArray<E> xg, g, u, act, eo;                     // (NK,d), (NK,F) x3, (NK,d)
   DeviceArray<E> sg, su, sact;                          // shared experts: (N,S) x3
-  std::vector<int32_t> host_offsets;                    // (E+1) offsets, copied back by the forward
   MoeDeviceRoute route() const {
     return {probs.get(), topi.get(), topw.get(), offsets.get(), slot_of.get(), row_of.get(),
             frac.get(),  aux.get(),  experts.get(), num_experts.get()};
@@ -60,9 +58,9 @@ void size_moe_acts(DeviceMoeActs<E>& a, const MoeDims& m, int64_t N);
 template <typename E>
 void size_moe_scratch(DeviceMoeScratch<E>& s, const MoeDims& m, int64_t N);
 
-// x (N,d) -> out (N,d) += the block's output; a keeps routing and activations, a.aux set. One
-// stream sync (the offsets to the host), none in a decode step (N <= mm.row_invariant_rows(): the
-// experts' products grouped by the device's offsets, a.g and a.u unwritten; no backward follows).
+// x (N,d) -> out (N,d) += the block's output; a keeps routing and activations, a.aux set. No host
+// sync. A decode step (N <= mm.row_invariant_rows()) takes the row-invariant grouped products
+// (cuda/row_invariant_linear.h: a.g and a.u unwritten; no backward follows).
 template <typename E>
 void moe_block_forward(Matmul& mm, E* out, DeviceMoeActs<E>& a, DeviceMoeScratch<E>& s, const E* x,
                        const DeviceMoeView<E>& w, const MoeDims& m, int64_t N, cudaStream_t stream);
