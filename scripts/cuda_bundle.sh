@@ -17,6 +17,7 @@ cp "$B/jtok" "$B/test_cuda_ops" "$T/bundle/bin/"
 if [ -x "$B/bench_cuda_attention" ]; then cp "$B/bench_cuda_attention" "$T/bundle/bin/"; fi  # attention timings
 if [ -x "$B/bench_cuda_host_rows" ]; then cp "$B/bench_cuda_host_rows" "$T/bundle/bin/"; fi  # table rows from host memory
 if [ -x "$B/bench_cuda_row_invariant" ]; then cp "$B/bench_cuda_row_invariant" "$T/bundle/bin/"; fi  # decode products
+if [ -x "$B/bench_cuda_grouped" ]; then cp "$B/bench_cuda_grouped" "$T/bundle/bin/"; fi  # MoE's grouped products
 ldd "$B/jtok" "$B/test_cuda_ops" | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
     libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libresolv.so*) ;;  # glibc

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Packs what one GPU session needs and the GPU host lacks into one ignored directory that the
 # device run carries (docs/cuda.md, "Running on a GPU host"): the CUDA bundle (scripts/cuda_bundle.sh:
-# jtok, test_cuda_ops, bench_cuda_attention, bench_cuda_host_rows, bench_cuda_row_invariant and their shared libraries) and the first tokens of the
+# jtok, test_cuda_ops, bench_cuda_attention, bench_cuda_host_rows, bench_cuda_row_invariant, bench_cuda_grouped and
+# their shared libraries) and the first tokens of the
 # training shards, enough for STEPS steps of 16 x 1024 (the GPU host has no data/).
 #   bash scripts/gpu_prepare.sh [--build DIR | --bundle FILE] [--data DIR] [--steps N] [--out DIR]
 # Defaults: --build build (its binaries built, `cmake --build build --target jtok test_cuda_ops
-# bench_cuda_attention bench_cuda_host_rows bench_cuda_row_invariant`, then packed into a fresh cuda-bundle.tar.gz; --bundle
+# bench_cuda_attention bench_cuda_host_rows bench_cuda_row_invariant bench_cuda_grouped`, then packed into a fresh cuda-bundle.tar.gz; --bundle
 # takes a bundle packed before instead), --data data/train (from
 # scripts/prepare_data.sh), --steps 296 (the gpt2 training split's 4,746 windows of 1025 tokens: all
 # of bench/gpu_loss_curve.sh's curve, never wrapped), --out build/gpu-session. Writes OUT/cuda-bundle.tar.gz and
@@ -32,7 +33,7 @@ done
 if [ -z "$BUNDLE" ]; then
   # The bundle's binaries built from this tree first (a stale binary would test old code).
   cmake --build "$B" -j"$(nproc)" --target jtok test_cuda_ops bench_cuda_attention bench_cuda_host_rows \
-    bench_cuda_row_invariant > "$B/gpu_prepare_build.log" 2>&1 ||
+    bench_cuda_row_invariant bench_cuda_grouped > "$B/gpu_prepare_build.log" 2>&1 ||
     { tail -n 20 "$B/gpu_prepare_build.log"; echo "gpu_prepare.sh: the build in $B failed (configured with the kernels?)" >&2; exit 1; }
   bash scripts/cuda_bundle.sh "$B" || exit 1
   BUNDLE=$B/cuda-bundle.tar.gz

@@ -14,8 +14,10 @@
 #   attention  the bundle's bench_cuda_attention, config b's shape, then its PyTorch peer
 #              (bench/attention_peer.py: scaled_dot_product_attention's flash, efficient and cudnn
 #              backends, ours' ratio to each; box 75 s)
-#   products   (not default; issue 40) the bundle's bench_cuda_row_invariant: the decode steps'
-#              batch-invariant products against cuBLASLt, Qwen3-0.6B's shapes, M 1, 4, 16 (box 30 s)
+#   products   (not default) the bundle's bench_cuda_row_invariant: the decode steps' batch-invariant
+#              products against cuBLASLt, Qwen3-0.6B's shapes, M 1, 4, 16 (issue 40); then
+#              bench_cuda_grouped: MoE's grouped expert products against cuBLASLt per expert, the MoE
+#              bench config's layer and a Qwen3-30B-A3B-sized one (issue 39; products.json, box 60 s)
 #   moe        (not in the default steps: a second device run) bench/gpu_train_peer.sh on
 #              configs/bench_moe.json, ours and the peer, base / +JTok / +JTok-M (box 240 s)
 #   rows       (not default; issue 40) the bundle's bench_cuda_host_rows on a carried shard:
@@ -115,8 +117,8 @@ for s in $STEPS; do
       fi ;;
     products)
       # shellcheck disable=SC2016  # $1.. are the inner shell's arguments
-      step products 30 sh -c 'LD_LIBRARY_PATH="$1" "$2" > "$3"; rc=$?; cat "$3"; exit $rc' sh \
-        "$LIBS" "$U/bundle/bin/bench_cuda_row_invariant" "$OUT/products.json" ;;
+      step products 60 sh -c 'LD_LIBRARY_PATH="$1" "$2" > "$4" && LD_LIBRARY_PATH="$1" "$3" >> "$4"; rc=$?; cat "$4"; exit $rc' \
+        sh "$LIBS" "$U/bundle/bin/bench_cuda_row_invariant" "$U/bundle/bin/bench_cuda_grouped" "$OUT/products.json" ;;
     moe) step moe 240 bash bench/gpu_train_peer.sh --config configs/bench_moe.json --batch 16 --data "$DIR/shards" \
            --jtok "$U/jtok" --out "$OUT/moe" --budget 210 --timeout 100 ;;
     rows)

@@ -85,7 +85,7 @@ fi
 BENCH_DIR=${EMU_BENCH:-$T/bench}
 if [ $# -eq 0 ] || [ -n "${EMU_BENCH:-}" ]; then
   mkdir -p "$BENCH_DIR"
-  for src in attention_op:attention row_invariant_op:row_invariant host_rows:host_rows; do
+  for src in attention_op:attention row_invariant_op:row_invariant host_rows:host_rows grouped_op:grouped; do
     $CXX $FLAGS $INC -I"$ROOT/bench" -c "$ROOT/bench/cuda_${src%%:*}.cpp" -o "$T/bench_${src#*:}.o"
     $CXX $LINK "$T"/dev/*.o "$T/bench_${src#*:}.o" $LIBS -o "$BENCH_DIR/bench_cuda_${src#*:}"
   done
@@ -95,13 +95,16 @@ run_benches() {
   OMP_NUM_THREADS=1 "$BENCH_DIR/bench_cuda_attention" 1 40 2 1 32 1 > "$T/attention.json"
   OMP_NUM_THREADS=1 "$BENCH_DIR/bench_cuda_host_rows" --layers 2 --tables 3 --d 64 --vocab 3000 --decode 4 \
     --prefill 96 --reps 1 > "$T/host_rows.json"
-  python3 - "$T/attention.json" "$T/host_rows.json" <<'PY'
+  OMP_NUM_THREADS=1 "$BENCH_DIR/bench_cuda_grouped" 1 4 2 40 32 24 > "$T/grouped.json"
+  python3 - "$T/attention.json" "$T/host_rows.json" "$T/grouped.json" <<'PY'
 import json, sys
 att = [json.loads(l) for l in open(sys.argv[1])]
 rows = [r for r in map(json.loads, open(sys.argv[2])) if "step" in r]  # (a decode step, a prefill) x 3 paths
+grp = [json.loads(l) for l in open(sys.argv[3])]
 assert len(att) == 1 and att[0]["T"] == 40 and att[0]["fwd_ms"] > 0 and att[0]["bwd_tiles_ms"] > 0, att
 assert len(rows) == 6 and all(r["ms"] > 0 for r in rows), rows
-print(f"emulated benches: bench_cuda_attention 1 line, bench_cuda_host_rows {len(rows)} lines")
+assert len(grp) == 1 and grp[0]["rows"] == 80 and grp[0]["fwd_ms"] > 0 and grp[0]["cublaslt_over_grouped"] > 0, grp
+print(f"emulated benches: bench_cuda_attention 1 line, bench_cuda_host_rows {len(rows)} lines, bench_cuda_grouped 1 line")
 PY
 }
 # The CI set in both thread orders (EMU_ORDER, emu_sched.cpp: a block's threads and a grid's blocks
