@@ -45,7 +45,7 @@ DecoderLayerKinds decoder_layer_kinds(const ModelConfig& c) {
 
 int64_t MoeActSizes::bytes(int64_t e_bytes) const {
   return 4 * (probs + topw + frac + topi + offsets + slot_of + row_of + experts + num_experts) + 8 * aux +
-         e_bytes * (xg + g + u + act + eo + sg + su + sact);
+         e_bytes * (xg + gu + act + eo + sg + su + sact);
 }
 
 MoeActSizes moe_act_sizes(const MoeDims& m, int64_t N) {
@@ -54,7 +54,7 @@ MoeActSizes moe_act_sizes(const MoeDims& m, int64_t N) {
   z.probs = N * m.E, z.topw = NK, z.frac = m.E;
   z.topi = NK, z.offsets = m.E + 1, z.slot_of = NK, z.row_of = NK, z.aux = 1;
   z.experts = NK, z.num_experts = 1;
-  z.xg = NK * m.d, z.g = NK * m.F, z.u = NK * m.F, z.act = NK * m.F, z.eo = NK * m.d;
+  z.xg = NK * m.d, z.gu = NK * 2 * m.F, z.act = NK * m.F, z.eo = NK * m.d;
   z.sg = N * m.S, z.su = N * m.S, z.sact = N * m.S;
   return z;
 }

@@ -62,7 +62,7 @@ struct MoeActSizes {
   int64_t topi = 0, offsets = 0, slot_of = 0, row_of = 0;     // int32
   int64_t experts = 0, num_experts = 0;                       // int32
   int64_t aux = 0;                                            // double
-  int64_t xg = 0, g = 0, u = 0, act = 0, eo = 0, sg = 0, su = 0, sact = 0;  // E
+  int64_t xg = 0, gu = 0, act = 0, eo = 0, sg = 0, su = 0, sact = 0;  // E
   int64_t bytes(int64_t e_bytes) const;
 };
 MoeActSizes moe_act_sizes(const MoeDims& m, int64_t N);

@@ -47,22 +47,22 @@ void route_and_group(Matmul& mm, DeviceMoeActs<E>& a, DeviceMoeScratch<E>& s, co
   moe_group(a.route(), s.group.get(), s.group.bytes(), rd, stream);
 }
 
-// a.xg (NK,d) -> a.g, a.u, a.act (NK,F) -> a.eo (NK,d), one grouped launch a projection.
+// a.xg (NK,d) -> a.gu (NK,2F) -> a.act (NK,F) -> a.eo (NK,d): gate | up as one grouped product (an
+// expert's gate and up weights lie back to back: one (2F,d) matrix), SwiGLU, down.
 template <typename E>
 void routed_experts_forward(DeviceMoeActs<E>& a, const DeviceMoeView<E>& w, const MoeDims& m, int64_t N,
                             cudaStream_t stream) {
   const int64_t d = m.d, F = m.F;
   const ExpertGroups groups = expert_groups(a, m, N);
-  grouped_linear_forward<E>(a.g.get(), a.xg.get(), expert_matrix(w, m, kGate), groups, d, F, stream);
-  grouped_linear_forward<E>(a.u.get(), a.xg.get(), expert_matrix(w, m, kUp), groups, d, F, stream);
-  swiglu_forward(a.act.get(), a.g.get(), a.u.get(), N * m.K, F, F, stream);
+  grouped_linear_forward<E>(a.gu.get(), a.xg.get(), expert_matrix(w, m, kGate), groups, d, 2 * F, stream);
+  swiglu_forward(a.act.get(), a.gu.get(), a.gu.get() + F, N * m.K, F, 2 * F, stream);
   grouped_linear_forward<E>(a.eo.get(), a.act.get(), expert_matrix(w, m, kDown), groups, F, d, stream);
 }
 
 // A decode step's routed experts (N <= mm.row_invariant_rows(), cuda/matmul.h): a.xg (NK,d) ->
 // a.act (NK,F) by each expert's gate | up weight (back to back: (2F,d)) with SwiGLU, -> a.eo (NK,d),
 // each one launch over the experts with rows (moe_group's list and offsets, on the device: no host
-// copy, so a CUDA graph holds the block; a.g, a.u unwritten). A row's bits: routed_experts_forward's,
+// copy, so a CUDA graph holds the block; a.gu unwritten). A row's bits: routed_experts_forward's,
 // whose products of an expert's at most N rows are row_invariant_linear's under that setting,
 // followed by swiglu_forward.
 template <typename E>
@@ -102,8 +102,8 @@ void router_backward(Matmul& mm, E* dx, float* drouter, DeviceMoeScratch<E>& s, 
   linear_backward<E, float>(mm, dx, drouter, dlogits, x, router, N, m.d, m.E, stream);
 }
 
-// s.deo (NK,d) -> s.dact -> s.dg, s.du (NK,F) -> s.dxg (NK,d), the experts' weight gradients +=
-// (grouped: input and weight gradients, one launch each a projection).
+// s.deo (NK,d) -> s.dact (NK,F) -> s.dgu (NK,2F) -> s.dxg (NK,d), the experts' weight gradients +=
+// (grouped: input and weight gradients; gate | up as one (2F,d) matrix).
 template <typename E>
 void routed_experts_backward(const DeviceMoeView<float>& g, DeviceMoeScratch<E>& s, const DeviceMoeActs<E>& a,
                              const DeviceMoeView<E>& w, const MoeDims& m, int64_t N, cudaStream_t stream) {
@@ -112,12 +112,10 @@ void routed_experts_backward(const DeviceMoeView<float>& g, DeviceMoeScratch<E>&
   s.dact.zero(stream);  // the products accumulate
   grouped_linear_backward<E>(s.dact.get(), expert_matrix(g, m, kDown), s.deo.get(), a.act.get(),
                              expert_matrix(w, m, kDown), groups, F, d, stream);
-  swiglu_backward(s.dg.get(), s.du.get(), s.dact.get(), a.g.get(), a.u.get(), N * m.K, F, F, stream);
+  swiglu_backward(s.dgu.get(), s.dgu.get() + F, s.dact.get(), a.gu.get(), a.gu.get() + F, N * m.K, F, 2 * F, stream);
   s.dxg.zero(stream);
-  grouped_linear_backward<E>(s.dxg.get(), expert_matrix(g, m, kGate), s.dg.get(), a.xg.get(),
-                             expert_matrix(w, m, kGate), groups, d, F, stream);
-  grouped_linear_backward<E>(s.dxg.get(), expert_matrix(g, m, kUp), s.du.get(), a.xg.get(), expert_matrix(w, m, kUp),
-                             groups, d, F, stream);
+  grouped_linear_backward<E>(s.dxg.get(), expert_matrix(g, m, kGate), s.dgu.get(), a.xg.get(),
+                             expert_matrix(w, m, kGate), groups, d, 2 * F, stream);
 }
 
 // Shared experts: dout (N,d) -> dx (N,d) +=, their weight gradients +=.
@@ -142,7 +140,7 @@ void size_moe_acts(DeviceMoeActs<E>& a, const MoeDims& m, int64_t N) {
   a.topi.resize(z.topi), a.offsets.resize(z.offsets), a.slot_of.resize(z.slot_of), a.row_of.resize(z.row_of);
   a.experts.resize(z.experts), a.num_experts.resize(z.num_experts);
   a.aux.resize(z.aux);
-  a.xg.resize(z.xg), a.g.resize(z.g), a.u.resize(z.u), a.act.resize(z.act), a.eo.resize(z.eo);
+  a.xg.resize(z.xg), a.gu.resize(z.gu), a.act.resize(z.act), a.eo.resize(z.eo);
   a.sg.resize(z.sg), a.su.resize(z.su), a.sact.resize(z.sact);
 }
 
@@ -152,7 +150,7 @@ void size_moe_scratch(DeviceMoeScratch<E>& s, const MoeDims& m, int64_t N) {
   s.logits.resize(N * m.E), s.dlogits.resize(N * m.E);
   s.dlogits_e.resize(std::is_same_v<E, float> ? 0 : N * m.E);
   s.group.resize(N > 0 ? static_cast<int64_t>(moe_group_scratch_bytes(route_dims(m, N))) : 0);
-  s.deo.resize(NK * m.d), s.dact.resize(NK * m.F), s.dg.resize(NK * m.F), s.du.resize(NK * m.F);
+  s.deo.resize(NK * m.d), s.dact.resize(NK * m.F), s.dgu.resize(NK * 2 * m.F);
   s.dxg.resize(NK * m.d);
   s.dsact.resize(N * m.S), s.dsg.resize(N * m.S), s.dsu.resize(N * m.S);
 }

@@ -3,7 +3,7 @@
 // grouped launch a projection over every expert's rows (cuda/grouped_linear.h: the offsets stay on
 // the device), SwiGLU (cuda/swiglu.h), the shared experts as one SwiGLU of width S:
 //   logits (N,E) = x R^T (fp32 out); probs, topi, topw (N,K); the N K slots grouped by expert;
-//   xg (NK,d) = x[slot's position]; g, u (NK,F) = xg Wg_e^T, xg Wu_e^T on expert e's rows;
+//   xg (NK,d) = x[slot's position]; gu (NK,2F) = xg [Wg_e; Wu_e]^T on expert e's rows (gate | up);
 //   act = silu(g) * u; eo (NK,d) = act Wd_e^T; out (N,d) += shared(x), then += sum_j topw eo[row].
 // E: the activations' and forward weights' type (float, the checking instantiation, or
 // __nv_bfloat16); routing in fp32, weight gradients into fp32 buffers (model.h's grads).
@@ -34,7 +34,7 @@ struct DeviceMoeActs {
   DeviceArray<int32_t> topi, offsets, slot_of, row_of;  // (N,K), (E+1), (NK), (NK)
   DeviceArray<int32_t> experts, num_experts;            // (NK) bound, (1): the experts with rows
   DeviceArray<double> aux;                              // (1) the block's aux loss, coef included
-  DeviceArray<E> xg, g, u, act, eo;                     // (NK,d), (NK,F) x3, (NK,d)
+  DeviceArray<E> xg, gu, act, eo;                       // (NK,d), (NK,2F) gate | up, (NK,F), (NK,d)
   DeviceArray<E> sg, su, sact;                          // shared experts: (N,S) x3
   MoeDeviceRoute route() const {
     return {probs.get(), topi.get(), topw.get(), offsets.get(), slot_of.get(), row_of.get(),
@@ -48,7 +48,7 @@ struct DeviceMoeScratch {
   DeviceArray<float> logits, dlogits;     // (N,E) each
   DeviceArray<E> dlogits_e;               // (N,E) E = bf16 only: dlogits as the router products' operand
   DeviceArray<uint8_t> group;             // moe_group's scratch
-  DeviceArray<E> deo, dact, dg, du, dxg;  // (NK,d), (NK,F) x3, (NK,d)
+  DeviceArray<E> deo, dact, dgu, dxg;     // (NK,d), (NK,F), (NK,2F) gate | up, (NK,d)
   DeviceArray<E> dsact, dsg, dsu;         // shared experts: (N,S) x3
 };
 
@@ -60,7 +60,7 @@ void size_moe_scratch(DeviceMoeScratch<E>& s, const MoeDims& m, int64_t N);
 
 // x (N,d) -> out (N,d) += the block's output; a keeps routing and activations, a.aux set. No host
 // sync. A decode step (N <= mm.row_invariant_rows()) takes the row-invariant grouped products
-// (cuda/row_invariant_linear.h: a.g and a.u unwritten; no backward follows).
+// (cuda/row_invariant_linear.h: a.gu unwritten; no backward follows).
 template <typename E>
 void moe_block_forward(Matmul& mm, E* out, DeviceMoeActs<E>& a, DeviceMoeScratch<E>& s, const E* x,
                        const DeviceMoeView<E>& w, const MoeDims& m, int64_t N, cudaStream_t stream);
