@@ -13,6 +13,7 @@
 // (emulate_kernels.sh compares the two runs' copies to the host, case by case).
 #include <sys/mman.h>
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -146,7 +147,11 @@ void to_main(Fiber& f, bool done) {
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 }
 void fiber_started() { __sanitizer_finish_switch_fiber(nullptr, &g_main_bottom, &g_main_size); }
+// A stack taken from the pool is fresh: a finished thread never returned from fiber_main and the
+// frames under its last switch (their scopes' poison, instrumented code's) would stay on it.
+void fresh_stack(int i) { ASAN_UNPOISON_MEMORY_REGION(stack_of(static_cast<size_t>(i)), kStack); }
 #else
+void fresh_stack(int) {}
 void to_fiber(int t) { switch_context(g.main, g.f[t].ctx); }
 void to_main(Fiber& f, bool) { switch_context(f.ctx, g.main); }
 void fiber_started() {}
@@ -283,6 +288,7 @@ void run_warp(unsigned w, unsigned threads) {
       if (f.stack < 0) {
         f.stack = g_free_stacks.back();
         g_free_stacks.pop_back();
+        fresh_stack(f.stack);
         make_context(f.ctx, stack_of(static_cast<size_t>(f.stack)), kStack, fiber_main);
       }
       g.cur = static_cast<int>(t);
