@@ -132,8 +132,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma(bf16* out, float* lse, 
   const int row_a = r0 + warp * 16 + g, last_row = min(r0 + kRows, T) - 1;
   mma::load_tile_async<HD, kThreads>(Qs, q + static_cast<int64_t>(b) * T * n.qs + h * HD, n.qs, r0, kRows, T);
   mma::cp_async_commit();
-  mma::load_tile_async<HD, kThreads>(KVs, kb, kvd, 0, kKeys, T);
-  mma::load_tile_async<HD, kThreads>(KVs + kKeys * ld, vb, kvd, 0, kKeys, T);
+  mma::load_kv_async<HD, kThreads>(KVs, kb, vb, kvd, 0, kKeys, T);
   mma::cp_async_commit();
   mma::cp_async_wait<1>();  // Q landed; tile 0 may still be on its way
   __syncthreads();
@@ -143,11 +142,8 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma(bf16* out, float* lse, 
   float o[HD / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   for (int c0 = 0, i = 0; c0 <= last_row; c0 += kKeys, ++i) {
     bf16* cur = KVs + (i & 1) * stage;
-    if (c0 + kKeys <= last_row) {  // tile i + 1 into the other stage, which every warp is done with
-      bf16* next = KVs + ((i + 1) & 1) * stage;
-      mma::load_tile_async<HD, kThreads>(next, kb, kvd, c0 + kKeys, kKeys, T);
-      mma::load_tile_async<HD, kThreads>(next + kKeys * ld, vb, kvd, c0 + kKeys, kKeys, T);
-    }
+    if (c0 + kKeys <= last_row)  // tile i + 1 into the other stage, which every warp is done with
+      mma::load_kv_async<HD, kThreads>(KVs + ((i + 1) & 1) * stage, kb, vb, kvd, c0 + kKeys, kKeys, T);
     mma::cp_async_commit();   // (empty in the last pass: wait<1> means the same in every pass)
     mma::cp_async_wait<1>();  // this thread's copies of tile i
     __syncthreads();          // everyone's

@@ -149,8 +149,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma(bf16* dk, bf16* dv
   const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4;
   const int64_t kvd = n.kvs, kv_off = static_cast<int64_t>(b) * T * kvd + kvh * HD;
   const int per_head = (T - c0 + kQTile - 1) / kQTile, tiles = group * per_head;  // queries before c0 see none
-  mma::load_tile_async<HD, kThreads>(Ks, k + kv_off, kvd, c0, kKeyBlock, T);
-  mma::load_tile_async<HD, kThreads>(Vs, v + kv_off, kvd, c0, kKeyBlock, T);
+  mma::load_kv_async<HD, kThreads>(Ks, k + kv_off, v + kv_off, kvd, c0, kKeyBlock, T);  // Ks, then Vs
   load_queries<HD>(QueryStage<HD>(stages), dout, lse, D, q, n, b, kvh * group, c0);
   mma::cp_async_commit();
   float acc_k[HD / 8][4] = {}, acc_v[HD / 8][4] = {};
@@ -210,8 +209,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma(bf16* dq, const bf16
   const int64_t row_off = (static_cast<int64_t>(b) * H + h) * T;
   mma::load_tile_async<HD, kThreads>(Qs, q + q_off, qd, r0, kQBlock, T);
   mma::load_tile_async<HD, kThreads>(dOs, dout + static_cast<int64_t>(b) * T * od + h * HD, od, r0, kQBlock, T);
-  mma::load_tile_async<HD, kThreads>(KVs, k + kv_off, kvd, 0, kKeyTile, T);
-  mma::load_tile_async<HD, kThreads>(KVs + kKeyTile * ld, v + kv_off, kvd, 0, kKeyTile, T);
+  mma::load_kv_async<HD, kThreads>(KVs, k + kv_off, v + kv_off, kvd, 0, kKeyTile, T);
   mma::cp_async_commit();
   const int row_a = r0 + warp * 16 + g, warp_row0 = r0 + warp * 16;  // this thread's rows: row_a, row_a + 8
   float lse_r[2], D_r[2];  // lse in base 2
@@ -224,11 +222,9 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma(bf16* dq, const bf16
   const int last_row = min(r0 + kQBlock, T) - 1;
   for (int c0 = 0, i = 0; c0 <= last_row; c0 += kKeyTile, ++i) {
     const bf16* cur = KVs + (i & 1) * stage;
-    if (c0 + kKeyTile <= last_row) {  // tile i + 1 into the other stage, which every warp is done with
-      bf16* next = KVs + ((i + 1) & 1) * stage;
-      mma::load_tile_async<HD, kThreads>(next, k + kv_off, kvd, c0 + kKeyTile, kKeyTile, T);
-      mma::load_tile_async<HD, kThreads>(next + kKeyTile * ld, v + kv_off, kvd, c0 + kKeyTile, kKeyTile, T);
-    }
+    if (c0 + kKeyTile <= last_row)  // tile i + 1 into the other stage, which every warp is done with
+      mma::load_kv_async<HD, kThreads>(KVs + ((i + 1) & 1) * stage, k + kv_off, v + kv_off, kvd, c0 + kKeyTile,
+                                       kKeyTile, T);
     mma::cp_async_commit();   // (empty in the last pass: wait<1> means the same in every pass)
     mma::cp_async_wait<1>();  // this thread's copies of tile i (and of Q, dO)
     __syncthreads();          // everyone's

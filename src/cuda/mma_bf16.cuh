@@ -91,19 +91,6 @@ __device__ inline void mma_rows(float (&c)[4], const uint32_t (&a)[4], const bf1
   mma_bf16(c, a, b0, b1);
 }
 
-// dst (rows, HD), row stride kRowStride<HD> = rows [r0, r0 + rows) of src (row stride ld elements;
-// src and ld 16-byte aligned), zero past T; 16 bytes a copy, by all threads of the block.
-template <int HD, int Threads>
-__device__ void load_tile(bf16* dst, const bf16* src, int64_t ld, int r0, int rows, int T) {
-  constexpr int chunks = HD / 8;
-  for (int idx = threadIdx.x; idx < rows * chunks; idx += Threads) {
-    const int r = idx / chunks, c = idx % chunks;
-    uint4 x = make_uint4(0, 0, 0, 0);
-    if (r0 + r < T) x = *reinterpret_cast<const uint4*>(src + static_cast<int64_t>(r0 + r) * ld + c * 8);
-    *reinterpret_cast<uint4*>(dst + r * kRowStride<HD> + c * 8) = x;
-  }
-}
-
 // cp.async (PTX ISA, "cp.async", sm_80+): 16 bytes global -> shared without a trip through registers,
 // so the next tile's loads run while this one's products do. Copies join the thread's current group;
 // commit closes it; wait<N> returns once all but the newest N committed groups have landed (this
@@ -128,7 +115,9 @@ __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" : : "n"(N) : "memory");
 }
 
-// load_tile's rows by cp.async into the caller's open group (src 16-byte aligned, ld a multiple of 8).
+// dst (rows, HD), row stride kRowStride<HD> = rows [r0, r0 + rows) of src (row stride ld elements;
+// src 16-byte aligned, ld a multiple of 8), zero past T; 16 bytes a cp.async by all threads of the
+// block, into their open group.
 template <int HD, int Threads>
 __device__ void load_tile_async(bf16* dst, const bf16* src, int64_t ld, int r0, int rows, int T) {
   constexpr int chunks = HD / 8;
@@ -138,6 +127,13 @@ __device__ void load_tile_async(bf16* dst, const bf16* src, int64_t ld, int r0, 
     cp_async_16(dst + r * kRowStride<HD> + c * 8, src + static_cast<int64_t>(in ? r0 + r : 0) * ld + c * 8,
                 in ? 16 : 0);
   }
+}
+
+// A stage of keys [c0, c0 + keys): K's rows, then V's right after them (both row stride ld).
+template <int HD, int Threads>
+__device__ void load_kv_async(bf16* stage, const bf16* k, const bf16* v, int64_t ld, int c0, int keys, int T) {
+  load_tile_async<HD, Threads>(stage, k, ld, c0, keys, T);
+  load_tile_async<HD, Threads>(stage + keys * kRowStride<HD>, v, ld, c0, keys, T);
 }
 
 // row (bf16, 2 elements at col, 4-byte aligned) += scale * (c_lo, c_hi), rounded once.
