@@ -21,8 +21,10 @@ namespace {
 
 enum ExpertMatrix : int64_t { kGate = 0, kUp = 1, kDown = 2 };
 
-// Expert 0's matrix p in a view (gate (F,d), up (F,d), down (d,F), back to back an expert; expert e's
-// 3 e F d further on: groups' stride).
+// Elements between two experts' weights: gate (F,d), up (F,d), down (d,F), back to back an expert.
+int64_t expert_stride(const MoeDims& m) { return 3 * m.F * m.d; }
+
+// Expert 0's matrix p in a view (expert e's is e expert_stride further on).
 template <typename P>
 P* expert_matrix(const DeviceMoeView<P>& w, const MoeDims& m, ExpertMatrix p) {
   return w.experts ? w.experts + p * m.F * m.d : nullptr;  // null: frozen experts' gradients
@@ -33,7 +35,7 @@ MoeRouteDims route_dims(const MoeDims& m, int64_t N) { return {N, m.E, m.K, m.no
 // The grouped block's rows by expert (moe_group's offsets, on the device) for the grouped products.
 template <typename E>
 ExpertGroups expert_groups(const DeviceMoeActs<E>& a, const MoeDims& m, int64_t N) {
-  return {a.offsets.get(), m.E, N * m.K, 3 * m.F * m.d};
+  return {a.offsets.get(), m.E, N * m.K, expert_stride(m)};
 }
 
 // The router's product and the routing: a's probs, topi, topw, offsets, slot_of, row_of, frac, aux,
@@ -62,18 +64,18 @@ void routed_experts_forward(DeviceMoeActs<E>& a, const DeviceMoeView<E>& w, cons
 // A decode step's routed experts (N <= mm.row_invariant_rows(), cuda/matmul.h): a.xg (NK,d) ->
 // a.act (NK,F) by each expert's gate | up weight (back to back: (2F,d)) with SwiGLU, -> a.eo (NK,d),
 // each one launch over the experts with rows (moe_group's list and offsets, on the device: no host
-// copy, so a CUDA graph holds the block; a.gu unwritten). A row's bits: routed_experts_forward's,
-// whose products of an expert's at most N rows are row_invariant_linear's under that setting,
-// followed by swiglu_forward.
+// copy, so a CUDA graph holds the block; a.gu unwritten). A row's bits: row_invariant_linear's
+// products by its expert's weights alone, SwiGLU between them (cuda/row_invariant_linear.h), not
+// routed_experts_forward's grouped products (prefill, training).
 template <typename E>
 void routed_experts_rows(DeviceMoeActs<E>& a, const DeviceMoeView<E>& w, const MoeDims& m, int64_t N,
                          cudaStream_t stream) {
   const int64_t d = m.d, F = m.F;
   // An expert gets at most N rows (a position picks K distinct experts); at most min(E, NK) have any.
   const ExpertRows groups{a.offsets.get(), a.experts.get(), a.num_experts.get(), std::min(m.E, N * m.K), N,
-                          3 * F * d};  // an expert's gate, up, down
-  row_invariant_expert_swiglu<E>(a.act.get(), a.xg.get(), w.experts + kGate * F * d, groups, d, F, stream);
-  row_invariant_expert_linear<E, E>(a.eo.get(), a.act.get(), w.experts + kDown * F * d, groups, F, d, stream);
+                          expert_stride(m)};
+  row_invariant_expert_swiglu<E>(a.act.get(), a.xg.get(), expert_matrix(w, m, kGate), groups, d, F, stream);
+  row_invariant_expert_linear<E, E>(a.eo.get(), a.act.get(), expert_matrix(w, m, kDown), groups, F, d, stream);
 }
 
 // Shared experts: out (N,d) += down(silu(x Wsg^T) * x Wsu^T), width S.
