@@ -1,24 +1,30 @@
 // Byte-level BPE merges with a per-thread cache of encoded pieces (text repeats words).
 #include "data/bpe.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <iterator>
 #include <unordered_map>
+
 #include "core/error.h"
 #include "data/unicode.h"
 
 namespace jtok {
 
 namespace {
+// Byte b <-> code point to_cp[b]: every code point is below 512 (256 + the 68 unprintable bytes).
 struct ByteMap {
+  static constexpr uint32_t kCodePoints = 512;
   uint32_t to_cp[256];
-  std::unordered_map<uint32_t, uint8_t> to_byte;
+  int16_t to_byte[kCodePoints];  // -1: no byte
   ByteMap() {
+    std::fill(std::begin(to_byte), std::end(to_byte), int16_t(-1));
     uint32_t extra = 0;
     for (int b = 0; b < 256; ++b) {
       bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
       to_cp[b] = printable ? uint32_t(b) : 256 + extra++;
-      to_byte[to_cp[b]] = uint8_t(b);
+      to_byte[to_cp[b]] = int16_t(b);
     }
   }
 };
@@ -40,9 +46,9 @@ bool unicode_token_to_bytes(std::string_view token, std::string& bytes) {
   bytes.clear();
   size_t i = 0;
   while (i < token.size()) {
-    auto it = m.to_byte.find(unicode::next_cp(token, i));
-    if (it == m.to_byte.end()) return false;
-    bytes += char(it->second);
+    const uint32_t cp = unicode::next_cp(token, i);
+    if (cp >= ByteMap::kCodePoints || m.to_byte[cp] < 0) return false;
+    bytes += char(m.to_byte[cp]);
   }
   return true;
 }
@@ -52,12 +58,14 @@ void Bpe::build(std::vector<std::string> vocab, const std::vector<std::pair<std:
   static std::atomic<uint64_t> generations{0};
   generation_ = ++generations;
   vocab_ = std::move(vocab);
-  std::unordered_map<std::string, int32_t> ids;
+  // Keys view vocab_'s strings (no copies of 150k tokens); the first id of a token wins.
+  std::unordered_map<std::string_view, int32_t> ids;
   ids.reserve(vocab_.size() * 2);
   for (size_t i = 0; i < vocab_.size(); ++i)
     if (!vocab_[i].empty()) ids.emplace(vocab_[i], int32_t(i));
   for (int b = 0; b < 256; ++b) {
-    auto it = ids.find(std::string(1, char(b)));
+    const char byte = char(b);
+    auto it = ids.find(std::string_view(&byte, 1));
     if (it == ids.end()) fail(where, ": vocabulary has no token for byte ", b);
     byte_id_[b] = it->second;
   }
@@ -65,9 +73,11 @@ void Bpe::build(std::vector<std::string> vocab, const std::vector<std::pair<std:
   while (cap < merges.size() * 2 + 16) cap <<= 1;
   table_.assign(cap, Slot{kEmpty, 0, 0});
   mask_ = cap - 1;
+  std::string ab;  // a + b, its buffer reused
   for (size_t r = 0; r < merges.size(); ++r) {
     const auto& [a, b] = merges[r];
-    auto ia = ids.find(a), ib = ids.find(b), im = ids.find(a + b);
+    ab.assign(a).append(b);
+    auto ia = ids.find(a), ib = ids.find(b), im = ids.find(ab);
     if (ia == ids.end() || ib == ids.end() || im == ids.end())
       fail(where, ": merge ", r + 1, " uses a token that is not in the vocabulary");
     uint64_t key = (uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second);

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/json_int.h"
 #include "data/pretokenize.h"
+#include "data/tokenizer_json.h"
 #include "data/unicode.h"
 
 namespace jtok {
@@ -26,15 +27,6 @@ std::string read_file(const std::string& path, const char* what) {
   std::ostringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-json parse_json(const std::string& path, const char* what) {
-  std::string text = read_file(path, what);
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    fail(what, " ", path, ": not valid JSON (", e.what(), ")");
-  }
 }
 
 struct Fnv {
@@ -111,10 +103,15 @@ TokenizerFiles read_gpt2_files(const std::string& dir) {
   TokenizerFiles tf;
   std::string enc_path = (fs::path(dir) / "encoder.json").string();
   std::string bpe_path = (fs::path(dir) / "vocab.bpe").string();
-  json enc = parse_json(enc_path, "GPT-2 encoder");
-  if (!enc.is_object() || enc.size() < 256) fail("GPT-2 encoder ", enc_path, ": expected an object of token -> id");
-  tf.vocab.resize(enc.size());
-  for (auto& [tok, idj] : enc.items()) {
+  TokenizerJson enc;
+  try {
+    enc = parse_token_ids_json(read_file(enc_path, "GPT-2 encoder"));
+  } catch (const json::exception& e) {
+    fail("GPT-2 encoder ", enc_path, ": not valid JSON (", e.what(), ")");
+  }
+  if (!enc.rest.is_object() || enc.vocab.size() < 256) fail("GPT-2 encoder ", enc_path, ": expected an object of token -> id");
+  tf.vocab.resize(enc.vocab.size());
+  for (auto& [tok, idj] : enc.vocab) {
     if (!idj.is_number_integer()) fail("GPT-2 encoder ", enc_path, ": id of '", tok, "' is not an integer");
     const auto idv = json_int64(idj);
     if (!idv || *idv < 0 || *idv >= (int64_t)tf.vocab.size())
@@ -184,24 +181,33 @@ TokenizerFiles read_hf_tokenizer_json(const std::string& dir, bool llama3) {
   TokenizerFiles tf;
   const char* label = llama3 ? "Llama 3 tokenizer" : "Qwen3 tokenizer";
   std::string path = (fs::path(dir) / "tokenizer.json").string();
-  json j = parse_json(path, label);
+  TokenizerJson file;
+  try {
+    file = parse_tokenizer_json(read_file(path, label));
+  } catch (const json::exception& e) {
+    fail(label, " ", path, ": not valid JSON (", e.what(), ")");
+  }
+  const json& j = file.rest;
   try {
     check_hf_pipeline(j, path, label, llama3);
     const json& model = j.at("model");
     if (model.at("type") != "BPE") fail("Qwen3 tokenizer ", path, ": model.type must be BPE");
-    const json& v = model.at("vocab");
+    if (!model.at("vocab").is_object()) fail("Qwen3 tokenizer ", path, ": model.vocab must be an object of token -> id");
+    if (!model.at("merges").is_array()) fail("Qwen3 tokenizer ", path, ": model.merges must be an array");
     size_t max_id = 0;
-    if (!v.is_object()) fail("Qwen3 tokenizer ", path, ": model.vocab must be an object of token -> id");
-    for (auto& [tok, idj] : v.items()) max_id = std::max<size_t>(max_id, checked_token_id(idj, path, tok));
+    for (auto& [tok, idj] : file.vocab) max_id = std::max<size_t>(max_id, checked_token_id(idj, path, tok));
     for (auto& at : j.at("added_tokens")) max_id = std::max<size_t>(max_id, checked_token_id(at.at("id"), path, at.dump()));
     tf.vocab.resize(max_id + 1);
-    for (auto& [tok, idj] : v.items()) {
+    const bool whole = llama3 && model.value("ignore_merges", false);
+    for (auto& [tok, idj] : file.vocab) {
       std::string bytes;
       if (!unicode_token_to_bytes(tok, bytes)) fail("Qwen3 tokenizer ", path, ": token '", tok, "' is not byte-level");
-      tf.vocab[size_t(checked_token_id(idj, path, tok))] = bytes;
-      if (llama3 && model.value("ignore_merges", false)) tf.whole[bytes] = int32_t(checked_token_id(idj, path, tok));
+      const auto id = checked_token_id(idj, path, tok);
+      if (whole) tf.whole[bytes] = int32_t(id);
+      tf.vocab[size_t(id)] = std::move(bytes);
     }
-    for (auto& m : model.at("merges")) tf.merges.push_back(hf_merge(m, path));
+    tf.merges.reserve(file.merges.size());
+    for (auto& m : file.merges) tf.merges.push_back(hf_merge(m, path));
     for (auto& at : j.at("added_tokens")) {
       tf.added.push_back({at.at("content").get<std::string>(), int32_t(checked_token_id(at.at("id"), path, at.dump())), at.value("special", false)});
       if (tf.added.back().content.empty()) fail("Qwen3 tokenizer ", path, ": an added token is empty");

@@ -1,12 +1,12 @@
 #include "hf/hf_tokenizer.h"
 
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_json.h"
 
 namespace jtok {
 
@@ -39,10 +39,10 @@ std::string describe_pre_tokenizer(const json& pre) {
 std::string kind_of(const std::string& dir, int64_t model_vocab) {
   const std::string path = (std::filesystem::path(dir) / "tokenizer.json").string();
   std::string said;
-  {  // the parsed file is freed before the loader parses it again (a 150k-token file is ~100 MB parsed)
+  {  // the small parts only (no vocabulary or merges): the loader below reads the file whole
     json j;
     try {
-      j = json::parse(read_file(path));
+      j = parse_tokenizer_json(read_file(path), /*keep_vocab=*/false).rest;
     } catch (const json::exception& e) {
       fail("tokenizer ", path, " does not parse: ", e.what());
     }
