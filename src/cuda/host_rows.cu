@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 #include "cuda/check.h"
@@ -54,7 +55,8 @@ struct alignas(K * sizeof(Dst) < 16 ? K * sizeof(Dst) : 16) Pack {
 template <typename Src, typename Dst>
 __device__ __forceinline__ void store_chunk(Dst* out, const uint4& bits) {
   constexpr int K = 16 / sizeof(Src);
-  const Src* s = reinterpret_cast<const Src*>(&bits);
+  Src s[K];  // the chunk's elements (memcpy: a Src view of bits would break strict aliasing)
+  memcpy(s, &bits, sizeof(s));
   Pack<Dst, K> p;
 #pragma unroll
   for (int k = 0; k < K; ++k) p.v[k] = convert<Dst>(s[k]);

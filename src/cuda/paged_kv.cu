@@ -63,14 +63,15 @@ __device__ __forceinline__ void load_vec(float (&out)[4], const float* p) {
   out[2] = x.z;
   out[3] = x.w;
 }
+// bf16 -> fp32 is exact: a bf16's bits above 16 zero bits (little endian: element 2i is the low
+// half of word i). Shifts, not a bf16 view of the loaded words (that view breaks strict aliasing).
 __device__ __forceinline__ void load_vec(float (&out)[8], const __nv_bfloat16* p) {
   const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-  const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(b[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
+    out[2 * i] = __uint_as_float(words[i] << 16);
+    out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
   }
 }
 
