@@ -18,6 +18,18 @@ __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
+// The 8 bf16 of 16 loaded bytes as fp32 (exact: a bf16's bits above 16 zero bits; little endian,
+// element 2i the low half of word i). Shifts, not a bf16 view of the words (that breaks strict
+// aliasing, and g++ -O2 in the emulation miscompiles it).
+__device__ __forceinline__ void bf16x8_to_f32(float (&out)[8], uint4 raw) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = __uint_as_float(words[i] << 16);
+    out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
 // Sum over the 32 lanes by xor butterflies: every lane gets the same value, in a fixed order.
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

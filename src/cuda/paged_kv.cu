@@ -63,16 +63,8 @@ __device__ __forceinline__ void load_vec(float (&out)[4], const float* p) {
   out[2] = x.z;
   out[3] = x.w;
 }
-// bf16 -> fp32 is exact: a bf16's bits above 16 zero bits (little endian: element 2i is the low
-// half of word i). Shifts, not a bf16 view of the loaded words (that view breaks strict aliasing).
 __device__ __forceinline__ void load_vec(float (&out)[8], const __nv_bfloat16* p) {
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    out[2 * i] = __uint_as_float(words[i] << 16);
-    out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-  }
+  bf16x8_to_f32(out, __ldg(reinterpret_cast<const uint4*>(p)));
 }
 
 // E -> KvT: the same type copies the bits; else through fp32 (bf16 rounded to nearest even).

@@ -45,16 +45,9 @@ __device__ __forceinline__ void load_elems(float (&v)[4], const float* row, int6
   for (int j = 0; j < 4; ++j) v[j] = e0 + j < C ? __ldg(row + e0 + j) : 0.0f;
 }
 
-// bf16 -> fp32 is exact: the bf16's bits above 16 zero bits (little endian: element 2i is the low half).
 __device__ __forceinline__ void load_elems(float (&v)[8], const __nv_bfloat16* row, int64_t e0, int64_t C, bool vec) {
   if (vec && e0 < C) {
-    const uint4 q = __ldg(reinterpret_cast<const uint4*>(row + e0));
-    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[2 * i] = __uint_as_float(words[i] << 16);
-      v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-    }
+    bf16x8_to_f32(v, __ldg(reinterpret_cast<const uint4*>(row + e0)));
     return;
   }
 #pragma unroll

@@ -22,8 +22,9 @@ class Collector {
       if (depth == 1) key_[2].clear();  // a new root field: no model field is open
       return true;
     }
-    if (depth == 2 && key_[1] == "model" && key_[2] == "merges" && event == Event::array_start) merges_array_ = true;
-    if (depth == 2 && key_[1] == "model" && key_[2] == "merges" && event == Event::object_start) merges_array_ = false;
+    if (depth == 2 && key_[1] == "model" && key_[2] == "merges" &&
+        (event == Event::array_start || event == Event::object_start))
+      merges_array_ = event == Event::array_start;
     if (depth != 3 || key_[1] != "model") return true;
     if (key_[2] == "vocab") return vocab_event(event, parsed);
     if (key_[2] == "merges" && merges_array_) return merge_event(event, parsed);
@@ -75,9 +76,7 @@ class Collector {
   bool has_token_ = false;
   bool merges_array_ = false;
 };
-}  // namespace
 
-namespace {
 TokenizerJson parse_collecting(const std::string& text, bool keep_vocab, bool root_vocab) {
   TokenizerJson out;
   Collector collect(out, keep_vocab, root_vocab);
