@@ -2,6 +2,7 @@
 // wrote to host memory (emu_runtime.h's host_copy_digest). emulate_kernels.sh runs the CI set in
 // both thread orders (EMU_ORDER, emu_sched.cpp) and requires the same hash of every case: the
 // GPU's kernels give the same bits whichever thread or block runs first (docs/cuda.md).
+// EMU_LAUNCHES=file: each case's kernels and cuBLASLt products.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -26,18 +27,39 @@ class DigestListener : public testing::EmptyTestEventListener {
   std::FILE* out_;
 };
 
-// Registered before main (gtest_main) runs the cases; the listener list owns it.
-const bool g_registered = [] {
-  const char* path = std::getenv("EMU_DIGEST");
+// EMU_LAUNCHES=file: each case's line "Suite.Name kernels K products P" (emu_runtime.h's
+// work_counts): the launches a fusion saves, counted on the cases that run it.
+class LaunchListener : public testing::EmptyTestEventListener {
+ public:
+  explicit LaunchListener(std::FILE* out) : out_(out) {}
+  void OnTestStart(const testing::TestInfo&) override { emu::work_counts() = {}; }
+  void OnTestEnd(const testing::TestInfo& t) override {
+    const emu::WorkCounts& w = emu::work_counts();
+    std::fprintf(out_, "%s.%s kernels %llu products %llu\n", t.test_suite_name(), t.name(),
+                 static_cast<unsigned long long>(w.kernels), static_cast<unsigned long long>(w.products));
+    std::fflush(out_);
+  }
+
+ private:
+  std::FILE* out_;
+};
+
+// A listener writing to the file env names (appended), registered before main (gtest_main) runs
+// the cases; the listener list owns it.
+template <typename Listener>
+bool register_listener(const char* env) {
+  const char* path = std::getenv(env);
   if (!path) return false;
   std::FILE* out = std::fopen(path, "a");
   if (!out) {
-    std::fprintf(stderr, "EMU_DIGEST=%s: cannot open it for appending\n", path);
+    std::fprintf(stderr, "%s=%s: cannot open it for appending\n", env, path);
     std::exit(2);
   }
-  testing::UnitTest::GetInstance()->listeners().Append(new DigestListener(out));
+  testing::UnitTest::GetInstance()->listeners().Append(new Listener(out));
   return true;
-}();
+}
+const bool g_digests = register_listener<DigestListener>("EMU_DIGEST");
+const bool g_launches = register_listener<LaunchListener>("EMU_LAUNCHES");
 
 // The hash follows what reaches the host: a different byte, a different hash.
 TEST(EmulatedDigest, FollowsTheBytesCopiedToTheHost) {
@@ -97,6 +119,15 @@ TEST(EmulatedOrder, AMissingBarrierGivesEachOrderItsOwnBits) {
   }
   EXPECT_EQ(forward_stale, 63);  // every thread but the last reads before its neighbour writes
   EXPECT_EQ(reverse_stale, 1);   // only the last: thread 0 runs after it
+}
+
+// work_counts: a grid is one kernel however many threads it has; a copy is no kernel.
+TEST(EmulatedDigest, CountsEachGridOnce) {
+  emu::work_counts() = {};
+  run_read_neighbour(false, 1.0f, true);
+  run_read_neighbour(true, 1.0f, true);
+  EXPECT_EQ(emu::work_counts().kernels, 2u);
+  EXPECT_EQ(emu::work_counts().products, 0u);
 }
 
 }  // namespace

@@ -439,12 +439,18 @@ void block_barrier(const std::source_location& at) {
 
 cudaError_t check_launch(const void* fn, const Config& c) { return check_config(fn, c); }
 
+WorkCounts& work_counts() {
+  static WorkCounts w;
+  return w;
+}
+
 void run_grid(const char* kernel, const void* fn, const Config& c, const std::function<void()>& body) {
   const cudaError_t e = check_config(fn, c);
   if (e != cudaSuccess) {
     g_last = e;
     return;
   }
+  ++work_counts().kernels;
   g.kernel = kernel;
   g.body = &body;
   g.shared.assign(c.shared, 0xff);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/cublaslt_api.h"
+#include "emu_runtime.h"
 
 struct cublasLtContext {
   int magic = 0x17;
@@ -179,6 +180,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   if (be != 0.0f && !C) return CUBLAS_STATUS_INVALID_VALUE;
+  ++emu::work_counts().products;
   uint64_t m, k, k2, n;
   op_shape(*a, d->op_a, m, k);
   op_shape(*b, d->op_b, k2, n);

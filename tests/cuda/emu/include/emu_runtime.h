@@ -120,6 +120,13 @@ cudaError_t blocking_call(cudaStream_t s = nullptr);
 // two emulated runs of the same case (emu_digest_test.cpp).
 uint64_t host_copy_digest();
 void reset_host_copy_digest();
+// The work run since the caller last zeroed it: kernels (run_grid's grids, a graph's at each
+// replay) and cuBLASLt products (fake_cublaslt.cpp); EMU_LAUNCHES=file writes each case's
+// (emu_digest_test.cpp), the launches a change adds or saves.
+struct WorkCounts {
+  uint64_t kernels = 0, products = 0;
+};
+WorkCounts& work_counts();
 
 template <typename G, typename B>
 Config config(G grid, B block, size_t shared = 0, cudaStream_t s = nullptr) {
