@@ -51,7 +51,7 @@ RowNorm<E> row_norm(const DecoderState<E>& st, const E* gain) {
 }
 
 // The layer's q | k | v rows (R, qd + 2 kvd) = a [Wq; Wk; Wv]^T (+ [bq; bk; bv]) in one product: the
-// three weights (and biases) lie back to back in the flat parameters (check_fused_layout), and each
+// three weights (and biases) lie back to back in the flat parameters (require_fused_layout), and each
 // output element's bits are its own column's (row_invariant_linear for a decode step). normed: a = the
 // input norm of h, made inside the product; else a is A.a.
 template <typename E>
@@ -150,14 +150,14 @@ bool mlp_norms_inside(const DecoderState<E>& st, size_t l, int64_t R) {
 
 // out (R,d) = (accumulate: +=) Delta_m of m = RMSNorm(h) (cuda/model.h's mlp_update): m in A.x, or
 // (mlp_norms_inside) made inside the gate | up product. A dense layer's gate | up (R, 2F) in one
-// product (Wg, Wu back to back: check_fused_layout); a decode step's with the norm and SwiGLU in the
+// product (Wg, Wu back to back: require_fused_layout); a decode step's with the norm and SwiGLU in the
 // same kernel (row_invariant_swiglu).
 template <typename E>
 void mlp_update_rows(DecoderState<E>& st, size_t l, int64_t R, E* out, bool accumulate) {
   DecoderActs<E>& A = st.acts;
   const DeviceLayerView<E>& W = st.w.layers[l];
   if (W.moe.router) {
-    const MlpBuffers<E> b{nullptr, nullptr, nullptr, &A.moe, &A.moe_scratch};
+    const MlpBuffers<E> b{nullptr, nullptr, &A.moe, &A.moe_scratch};
     mlp_update(st.mm, st.cfg, W, b, A.x.get(), out, accumulate ? out : nullptr, R, st.s());
     return;
   }

@@ -82,19 +82,6 @@ void plan_memory(DecoderState<E>& st, const DecoderLayerKinds& k) {
   if (!why.empty()) fail(why);
 }
 
-// The decoder's fused products read q | k | v and gate | up as one weight each (cuda/decoder_forward.cu):
-// model/transformer.cpp's flat layout puts them back to back; a layout that did not is refused here.
-template <typename E>
-void check_fused_layout(const DeviceView<E>& w, const ModelConfig& c) {
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    const DeviceLayerView<E>& W = w.layers[l];
-    const bool qkv = qkv_back_to_back(W, c);
-    const bool gate_up = gate_up_back_to_back(W, c);
-    JTOK_CHECK(qkv && gate_up, "cuda decoder: layer ", l, "'s ", qkv ? "gate and up" : "q, k and v",
-               " weights do not lie back to back in the parameters (the fused products read them as one)");
-  }
-}
-
 // host.params in E (bf16: rounded to nearest even on the device, a bounded block at a time), its
 // views, the RoPE table.
 template <typename E>
@@ -114,7 +101,7 @@ void upload_weights(DecoderState<E>& st, const Model& host) {
     }
   }
   st.w = device_view(st.params.get(), host);
-  check_fused_layout(st.w, st.cfg);
+  require_fused_layout(st.w, st.cfg, "cuda decoder");  // model/transformer.cpp's layout always is
   st.rope_T = host.rope.T;
   const int64_t rope_n = host.rope.T * host.rope.half;
   st.rope_cos.resize(rope_n);

@@ -2,20 +2,21 @@
 // same flat parameter layout, device activations for one (B,T) micro-batch, and the training step's
 // forward and backward in the CPU engine's op order (model/layer_block.cpp, model/transformer.cpp):
 //   h = E[ids]; per layer: a = RMSNorm(h_in); q | k | v = a [Wq; Wk; Wv]^T (+ b) (one product; with
-//   qk_norm three, then the per-head RMSNorm);
+//   qk_norm the per-head RMSNorm of q and k inside its rows);
 //   RoPE; att = causal GQA attention; h_mid = h_in + att Wo^T; m = RMSNorm(h_mid);
 //   h_out = h_mid + Delta_m, Delta_m = (silu(m Wg^T) * m Wu^T) Wd^T or MoE(m) (JTok: Delta_m * (1 + s Norm(E[x])));
 //   lnf = RMSNorm(h_out); loss = CE(lnf W_head^T)
 // The LM head and the cross-entropy run fused over chunks of rows (cuda/cross_entropy.h): the
-// trainer's chunks hold at most 256 MiB of logits (lm_head_chunk_rows), never the whole (B T, Vp). Gradients accumulate (+=) into one fp32 buffer laid out as the CPU's
-// m.grads. E, the activations' and the forward weights' type: float (the checking instantiation:
-// the forward reads the fp32 master weights) or __nv_bfloat16 (a bf16 copy of the masters, written
-// by the optimizer). JTok layers gate the MLP update by their token table (cuda/jtok.h); JTok-M
-// layers route on the attention input and inject beside the MLP (cuda/jtokm.h: activations and the
-// tables' forward copy in E, router logits, weights, norms and sums in fp32); the tables are held
-// whole on the device (fp32 masters, a bf16 copy for the bf16 forward) with dense fp32 gradients and
-// a flag per touched row. MoE layers (model/moe.h) replace the dense MLP by the block of
-// cuda/model_moe.h, its aux loss in the step's gradient as on the CPU. A frozen backbone (--train-only
+// trainer's chunks hold at most 256 MiB of logits (lm_head_chunk_rows), never the whole (B T, Vp).
+// Gradients accumulate (+=) into one fp32 buffer laid out as the CPU's m.grads. E, the activations'
+// and the forward weights' type: float (the checking instantiation: the forward reads the fp32
+// master weights) or __nv_bfloat16 (a bf16 copy of the masters, written by the optimizer). JTok
+// layers gate the MLP update by their token table (cuda/jtok.h); JTok-M layers route on the
+// attention input and inject beside the MLP (cuda/jtokm.h: activations and the tables' forward copy
+// in E, router logits, weights, norms and sums in fp32); the tables are held whole on the device
+// (fp32 masters, a bf16 copy for the bf16 forward) with dense fp32 gradients and a flag per touched
+// row. MoE layers (model/moe.h) replace the dense MLP by the block of cuda/model_moe.h, its aux loss
+// in the step's gradient as on the CPU. A frozen backbone (--train-only
 // tables) trains only the token-indexed modules, as on the CPU. Not on the GPU: low-precision
 // (exported) weights (refused, by name).
 #pragma once
@@ -28,13 +29,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/error.h"
 #include "cuda/attention.h"
 #include "cuda/dedup.h"
-#include "cuda/phase_profile.h"
 #include "cuda/device_array.h"
 #include "cuda/jtokm.h"
 #include "cuda/matmul.h"
 #include "cuda/model_moe.h"
+#include "cuda/phase_profile.h"
 #include "model/transformer.h"
 
 namespace jtok::cuda {
@@ -72,14 +74,13 @@ DeviceView<P> device_view(P* base, const Model& host) {
   return device_view(base, host, host.w);
 }
 
-// The MLP update's buffers for N rows: gate, up, act (N,F) (dense layers; fused: gate (N,2F) holds
-// gate | up, one product, and up is unused); the MoE block's activations and scratch (MoE layers).
+// The MLP update's buffers for N rows: gate (N,2F) holds gate | up (one product), act (N,F) (dense
+// layers); the MoE block's activations and scratch (MoE layers).
 template <typename E>
 struct MlpBuffers {
-  E *gate = nullptr, *up = nullptr, *act = nullptr;
+  E *gate = nullptr, *act = nullptr;
   DeviceMoeActs<E>* moe = nullptr;
   DeviceMoeScratch<E>* moe_scratch = nullptr;
-  bool fused = false;
 };
 // x (N,d) -> out (N,d) = residual + Delta_m (residual null: Delta_m alone; it may be out itself),
 // Delta_m = down(silu(x Wg^T) * x Wu^T) (the down product reads residual: linear_forward_residual),
@@ -88,20 +89,6 @@ struct MlpBuffers {
 template <typename E>
 void mlp_update(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, const MlpBuffers<E>& b, const E* x,
                 E* out, const E* residual, int64_t N, cudaStream_t s);
-
-// The attention's input projections for N rows: q (N,qd), k, v (N,kvd) = a W^T (+ b); with qk_norm the
-// products land in q_in / k_in and their per-head RMSNorm (rstd_q (N*H), rstd_k (N*KV)) in q / k
-// (model/qkv_variants.cpp: after the biases, before RoPE). The training forward's with qk_norm (without,
-// it makes q | k | v in one product: DeviceModel::fused_qkv; so does the decoder, which norms them
-// with RoPE in paged_qkv: cuda/decoder_forward.cu).
-template <typename E>
-struct QkvBuffers {
-  E *q = nullptr, *k = nullptr, *v = nullptr, *q_in = nullptr, *k_in = nullptr;
-  float *rstd_q = nullptr, *rstd_k = nullptr;
-};
-template <typename E>
-void qkv_project(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, const QkvBuffers<E>& b, const E* a,
-                 int64_t N, cudaStream_t s);
 
 // Whether layer W's q, k, v weights (and biases) lie back to back in the flat parameters, so that
 // [Wq; Wk; Wv] is one (qd + 2 kvd, d) weight (model/transformer.cpp's layout puts them so).
@@ -118,21 +105,32 @@ bool gate_up_back_to_back(const DeviceLayerView<P>& W, const ModelConfig& c) {
   return W.moe.router || W.wu == W.wg + c.intermediate_size * c.hidden_size;
 }
 
-// q, k and v (or their gradients) as the attention and RoPE read them: inside one (N, qd + 2 kvd)
-// row (the training forward's one q | k | v product) or three packed buffers.
+// Refuses (`who` first) a layer whose q, k, v or gate, up weights do not lie back to back: the
+// training step and the decoder read each group as one weight.
+template <typename P>
+void require_fused_layout(const DeviceView<P>& w, const ModelConfig& c, const std::string& who) {
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const bool qkv = qkv_back_to_back(w.layers[l], c), gate_up = gate_up_back_to_back(w.layers[l], c);
+    JTOK_CHECK(qkv && gate_up, who, ": layer ", l, "'s ", qkv ? "gate and up" : "q, k and v",
+               " weights do not lie back to back in the parameters (the fused products read them as one)");
+  }
+}
+
+// q, k and v (or their gradients) as the attention and RoPE read them: inside (N, qd + 2 kvd) rows
+// of one q | k | v product, row stride W = qd + 2 kvd.
 template <typename E>
 struct QkvView {
   E *q = nullptr, *k = nullptr, *v = nullptr;
-  int64_t q_stride = 0, kv_stride = 0;  // token rows, in elements
-  AttnStrides attn;                     // the attention's: {} when packed
+  int64_t stride = 0;  // W
+  AttnStrides attn;    // {W, W}
 };
-// q, k, v at q, k, v (packed) or, fused, all three in q's (N, qd + 2 kvd) rows: a layer's
-// activations (L.q, L.k, L.v) or their gradients (a.dq, a.dk, a.dv).
+// q, k at rows' columns [0, qd), [qd, qd + kvd), v at v_rows' [qd + kvd, W): a layer's activations
+// (rows L.q; v_rows L.q_in with qk_norm, whose norm writes only q and k into L.q, else L.q) or their
+// gradients (a.dq both).
 template <typename E>
-QkvView<E> qkv_view(const ModelConfig& c, bool fused, E* q, E* k, E* v) {
+QkvView<E> qkv_view(const ModelConfig& c, E* rows, E* v_rows) {
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), W = qd + 2 * kvd;
-  if (!fused) return {q, k, v, qd, kvd, {}};
-  return {q, q + qd, q + qd + kvd, W, W, {W, W}};
+  return {rows, rows + qd, v_rows + qd + kvd, W, {W, W}};
 }
 
 template <typename E>
@@ -172,12 +170,6 @@ struct DeviceModel {
   DeviceArray<uint8_t> touched_scratch;  // cuda/table_rows.h's compaction scratch
   DeviceView<E> w;                // views of the forward's weights
   DeviceView<float> g;            // views of grads
-  // q | k | v one product (and their gradients one (N, qd + 2 kvd) buffer): every layer's weights
-  // back to back (qkv_back_to_back) and no qk_norm (whose per-head norm reads packed rows).
-  bool fused_qkv = false;
-  // gate | up one product (and SwiGLU's gradients one (N, 2F) buffer): every dense layer's weights
-  // back to back (gate_up_back_to_back).
-  bool fused_gate_up = false;
   Matmul mm;                      // cuBLASLt plans; one stream at a time
   cudaStream_t stream;
   PhaseProfile* profile = nullptr;  // while profiling: the step's phases marked on stream
@@ -205,10 +197,9 @@ using DeviceRowSync = std::function<void(int64_t table, const DeviceRowBatch& rb
 // One layer's saved activations (N = B*T rows).
 template <typename E>
 struct DeviceLayerActs {
-  // q (N,qd), k, v (N,kvd); fused_qkv: q (N, qd + 2 kvd) holds all three (qkv_view), k and v empty.
-  // gate, up (N,F); fused_gate_up: gate (N,2F) holds both, up empty.
-  DeviceArray<E> h_in, a, q, k, v, att, h_mid, m, gate, up, act;  // (N,d) (N,d) q k v (N,qd) (N,d)x2 (N,F)x3
-  DeviceArray<E> q_in, k_in;                  // qk_norm: q, k before their norm (N,qd), (N,kvd)
+  // q (N, qd + 2 kvd): q | k | v (qkv_view); gate (N,2F): gate | up.
+  DeviceArray<E> h_in, a, q, att, h_mid, m, gate, act;  // (N,d) (N,d) q (N,qd) (N,d)x2 gate (N,F)
+  DeviceArray<E> q_in;                                  // qk_norm: the product's q | k | v, q and k before their norm
   DeviceArray<float> rstd1, rstd2, lse;       // (N), (N), (B,H,T)
   DeviceArray<float> rstd_q, rstd_k;          // qk_norm: (N*H), (N*KV)
   DeviceArray<E> mlp_out, nrows;              // JTok: the ungated MLP update (N,d); normed rows (N bound, d)
@@ -224,6 +215,12 @@ struct DeviceLayerActs {
   }
 };
 
+// Layer L's q, k, v as the attention reads them (qkv_view: v in q_in's rows with qk_norm).
+template <typename E>
+QkvView<E> layer_qkv(const ModelConfig& c, const DeviceLayerActs<E>& L) {
+  return qkv_view(c, L.q.get(), c.qk_norm ? L.q_in.get() : L.q.get());
+}
+
 // Activations and backward scratch of one (B,T) micro-batch.
 template <typename E>
 struct DeviceActs {
@@ -238,9 +235,8 @@ struct DeviceActs {
   mutable HostReadback readback;              // the loss, aux losses and telemetry read back (pinned)
   DeviceArray<int32_t> ids, targets;          // (N)
   // Backward scratch.
-  // dq, dk, dv as the layer's q, k, v (fused_qkv: dq holds all three), dgate and dup as gate and up;
-  // dcopy (N,qd): qk_norm's incoming gradient.
-  DeviceArray<E> dh, dx, dq, dk, dv, datt, dgate, dup, dact, dcopy;
+  // dq as the layer's q (all three), dgate as gate (both).
+  DeviceArray<E> dh, dx, dq, datt, dgate, dact;
   DeviceArray<E> dmlp;                        // JTok: (N,d) the gated update's gradient
   DeviceArray<float> row_terms, norm_scratch; // (B,H,T); rmsnorm_backward's per-block partials
   DeviceMoeScratch<E> moe;                    // MoE layers: logits, grouping and backward scratch

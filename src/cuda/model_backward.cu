@@ -64,60 +64,36 @@ void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float mo
     a.dact.zero(s);
     linear_backward<E, float>(dm.mm, a.dact.get(), G.wd, dmlp, L.act.get(), W.wd, N, F, d, s);
     a.dx.zero(s);
-    if (dm.fused_gate_up) {  // dgate | dup rows (N, 2F); [Wg; Wu] one weight, its gradient likewise
-      E* dgu = a.dgate.get();
-      const E* gu = L.gate.get();
-      swiglu_backward(dgu, dgu + F, a.dact.get(), gu, gu + F, N, F, 2 * F, s);
-      linear_backward<E, float>(dm.mm, a.dx.get(), G.wg, dgu, L.m.get(), W.wg, N, d, 2 * F, s);
-    } else {
-      swiglu_backward(a.dgate.get(), a.dup.get(), a.dact.get(), L.gate.get(), L.up.get(), N, F, F, s);
-      linear_backward<E, float>(dm.mm, a.dx.get(), G.wg, a.dgate.get(), L.m.get(), W.wg, N, d, F, s);
-      linear_backward<E, float>(dm.mm, a.dx.get(), G.wu, a.dup.get(), L.m.get(), W.wu, N, d, F, s);
-    }
+    E* dgu = a.dgate.get();  // dgate | dup rows (N, 2F); [Wg; Wu] one weight, its gradient likewise
+    const E* gu = L.gate.get();
+    swiglu_backward(dgu, dgu + F, a.dact.get(), gu, gu + F, N, F, 2 * F, s);
+    linear_backward<E, float>(dm.mm, a.dx.get(), G.wg, dgu, L.m.get(), W.wg, N, d, 2 * F, s);
   }
   rmsnorm_backward(a.dh.get(), G.ln2, a.norm_scratch.get(), a.dx.get(), L.h_mid.get(), W.ln2, L.rstd2.get(), N, d, s);
 }
 
-// qk_norm's backward over rows of hd (qkv_variants.cpp's head_norm_backward): dx, the gradient of
-// the norm's output, becomes the gradient of its input x_in; dgain += .
-template <typename E>
-void head_norm_backward(DeviceActs<E>& a, E* dx, float* dgain, const E* x_in, const E* gain, const float* rstd,
-                        int64_t rows, int64_t hd, cudaStream_t s) {
-  const size_t bytes = static_cast<size_t>(rows * hd) * sizeof(E);
-  JTOK_CUDA_CHECK(cudaMemcpyAsync(a.dcopy.get(), dx, bytes, cudaMemcpyDeviceToDevice, s));
-  JTOK_CUDA_CHECK(cudaMemsetAsync(dx, 0, bytes, s));
-  rmsnorm_backward(dx, dgain, a.norm_scratch.get(), a.dcopy.get(), x_in, gain, rstd, rows, hd, s);
-}
-
-// dq, dk, dv (dg) of the projections' outputs from those of the attention's inputs: RoPE's inverse
-// on dq, dk; qk_norm's backward; the biases' gradients (fused_qkv: [bq; bk; bv]'s in one pass).
+// dq | dk | dv (dg) of the product's rows from those of the attention's inputs: RoPE's inverse on
+// dq's and dk's H + KV heads (one launch); qk_norm's backward in place (qkv_variants.cpp's
+// head_norm_backward: dq, dk become the gradients of the norms' inputs); [bq; bk; bv]'s gradients
+// (back to back as the weights') in one pass.
 template <typename E>
 void qkv_grads_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, const QkvView<E>& dg) {
   const auto& c = dm.cfg;
   const auto& W = dm.w.layers[li];
   const auto& G = dm.g.layers[li];
   const auto& L = a.layers[li];
-  const int64_t B = a.B, T = a.T, N = B * T, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t B = a.B, T = a.T, N = B * T, qd = c.q_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
   cudaStream_t s = dm.stream;
-  if (dm.fused_qkv) {  // dk's heads follow dq's in the row: one launch
-    rope_backward(dg.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H + KV, hd, dg.q_stride, s);
-  } else {
-    rope_backward(dg.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H, hd, dg.q_stride, s);
-    rope_backward(dg.k, dm.rope_cos.get(), dm.rope_sin.get(), B, T, KV, hd, dg.kv_stride, s);
+  rope_backward(dg.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H + KV, hd, dg.stride, s);
+  if (c.qk_norm) {
+    const E* x = L.q_in.get();  // the norms' inputs, in the product's rows
+    float* scratch = a.norm_scratch.get();
+    rmsnorm_backward_in_place(dg.q, G.q_norm, scratch, x, W.q_norm, L.rstd_q.get(), N * H, hd, s, {H, dg.stride});
+    rmsnorm_backward_in_place(dg.k, G.k_norm, scratch, x + qd, W.k_norm, L.rstd_k.get(), N * KV, hd, s,
+                              {KV, dg.stride});
   }
-  if (c.qk_norm) {  // never fused: packed rows
-    head_norm_backward(a, dg.q, G.q_norm, L.q_in.get(), W.q_norm, L.rstd_q.get(), N * H, hd, s);
-    head_norm_backward(a, dg.k, G.k_norm, L.k_in.get(), W.k_norm, L.rstd_k.get(), N * KV, hd, s);
-  }
-  if (!W.bq) return;
-  if (dm.fused_qkv) {
-    bias_grad(G.bq, dg.q, N, qd + 2 * kvd, s);  // G.bq, G.bk, G.bv back to back as the weights'
-    return;
-  }
-  bias_grad(G.bq, dg.q, N, qd, s);
-  bias_grad(G.bk, dg.k, N, kvd, s);
-  bias_grad(G.bv, dg.v, N, kvd, s);
+  if (W.bq) bias_grad(G.bq, dg.q, N, dg.stride, s);
 }
 
 // JTok-M's router of layer li (after its dL/de, in a.m_de): dL/dg, then dR += dg^T a and
@@ -142,25 +118,20 @@ void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, fl
   const auto& W = dm.w.layers[li];
   const auto& G = dm.g.layers[li];
   const auto& L = a.layers[li];
-  const int64_t B = a.B, T = a.T, N = B * T, d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t B = a.B, T = a.T, N = B * T, d = c.hidden_size, qd = c.q_dim();
   cudaStream_t s = dm.stream;
   a.datt.zero(s);
   linear_backward<E, float>(dm.mm, a.datt.get(), G.wo, a.dh.get(), L.att.get(), W.wo, N, qd, d, s);
-  a.dq.zero(s), a.dk.zero(s), a.dv.zero(s);  // fused_qkv: dq holds all three, dk and dv are empty
-  const QkvView<E> v = qkv_view(c, dm.fused_qkv, L.q.get(), L.k.get(), L.v.get());
-  const QkvView<E> dg = qkv_view(c, dm.fused_qkv, a.dq.get(), a.dk.get(), a.dv.get());
+  a.dq.zero(s);  // dq | dk | dv
+  const QkvView<E> v = layer_qkv(c, L);
+  const QkvView<E> dg = qkv_view(c, a.dq.get(), a.dq.get());
   attention_backward(dg.q, dg.k, dg.v, a.row_terms.get(), a.datt.get(), L.att.get(), L.lse.get(), v.q, v.k, v.v, B, T,
                      c.num_attention_heads, c.num_key_value_heads, c.hd(), s, v.attn);
   qkv_grads_backward(dm, a, li, dg);
   a.dx.zero(s);
   if (W.jtokm_router) jtokm_router_backward(dm, a, li, jtokm_aux_grad);
-  if (dm.fused_qkv) {  // [Wq; Wk; Wv] one (qd + 2 kvd, d) weight, its gradient likewise
-    linear_backward<E, float>(dm.mm, a.dx.get(), G.wq, dg.q, L.a.get(), W.wq, N, d, qd + 2 * kvd, s);
-  } else {
-    linear_backward<E, float>(dm.mm, a.dx.get(), G.wq, dg.q, L.a.get(), W.wq, N, d, qd, s);
-    linear_backward<E, float>(dm.mm, a.dx.get(), G.wk, dg.k, L.a.get(), W.wk, N, d, kvd, s);
-    linear_backward<E, float>(dm.mm, a.dx.get(), G.wv, dg.v, L.a.get(), W.wv, N, d, kvd, s);
-  }
+  // [Wq; Wk; Wv] one (qd + 2 kvd, d) weight, its gradient likewise
+  linear_backward<E, float>(dm.mm, a.dx.get(), G.wq, dg.q, L.a.get(), W.wq, N, d, dg.stride, s);
   rmsnorm_backward(a.dh.get(), G.ln1, a.norm_scratch.get(), a.dx.get(), L.h_in.get(), W.ln1, L.rstd1.get(), N, d, s);
 }
 

@@ -40,9 +40,10 @@ void jtokm_inject_layer(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_nex
                    jtokm_dims(dm.cfg, a.B * a.T), dm.stream);
 }
 
-// h_in -> h_mid: the input norm, JTok-M's routing (it reads the attention input), q / k / v
-// (+ biases; fused_qkv: one product into q's (N, qd + 2 kvd) rows; qk_norm: the projections land
-// in q_in / k_in and their per-head norm in q / k), RoPE at 0..T-1, attention, h_mid = h_in + att Wo^T.
+// h_in -> h_mid: the input norm, JTok-M's routing (it reads the attention input), q | k | v in one
+// product (+ biases; qk_norm: the product lands in q_in and the per-head norms of its q and k in q's
+// rows, v read from q_in), RoPE at 0..T-1 on q's and k's H + KV heads (one launch: k's follow q's in
+// the row), attention, h_mid = h_in + att Wo^T.
 template <typename E>
 void attention_half(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int64_t B, int64_t T) {
   const auto& c = dm.cfg;
@@ -53,16 +54,14 @@ void attention_half(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int64_t
   cudaStream_t s = dm.stream;
   rmsnorm_forward(L.a.get(), L.rstd1.get(), L.h_in.get(), W.ln1, N, d, eps, s);
   if (W.jtokm_router) jtokm_route_layer(dm, L, l, N);  // route now, mix at the write-back
-  const QkvView<E> v = qkv_view(c, dm.fused_qkv, L.q.get(), L.k.get(), L.v.get());
-  if (dm.fused_qkv) {  // one product; k's heads follow q's in the row: one RoPE launch for H + KV heads
-    linear_forward<E, E>(dm.mm, v.q, L.a.get(), W.wq, W.bq, N, d, qd + 2 * c.kv_dim(), false, s);
-    rope_forward(v.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H + KV, hd, v.q_stride, 0, s);
-  } else {
-    const QkvBuffers<E> qkv{v.q, v.k, v.v, L.q_in.get(), L.k_in.get(), L.rstd_q.get(), L.rstd_k.get()};
-    qkv_project(dm.mm, c, W, qkv, L.a.get(), N, s);
-    rope_forward(v.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H, hd, v.q_stride, 0, s);
-    rope_forward(v.k, dm.rope_cos.get(), dm.rope_sin.get(), B, T, KV, hd, v.kv_stride, 0, s);
+  E* product = c.qk_norm ? L.q_in.get() : L.q.get();
+  const QkvView<E> v = layer_qkv(c, L);                                                   // v.v in product's rows
+  linear_forward<E, E>(dm.mm, product, L.a.get(), W.wq, W.bq, N, d, v.stride, false, s);  // [Wq; Wk; Wv]
+  if (c.qk_norm) {  // model/qkv_variants.cpp: after the biases, before RoPE
+    rmsnorm_forward(v.q, L.rstd_q.get(), product, W.q_norm, N * H, hd, eps, s, {H, v.stride});
+    rmsnorm_forward(v.k, L.rstd_k.get(), product + qd, W.k_norm, N * KV, hd, eps, s, {KV, v.stride});
   }
+  rope_forward(v.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H + KV, hd, v.stride, 0, s);
   attention_forward(L.att.get(), L.lse.get(), v.q, v.k, v.v, B, T, H, KV, hd, s, v.attn);
   linear_forward_residual<E, E>(dm.mm, L.h_mid.get(), L.h_in.get(), L.att.get(), W.wo, nullptr, N, qd, d, s);
 }
@@ -85,7 +84,7 @@ void jtok_gate(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
 template <typename E>
 void mlp_update_layer(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* out, const E* residual) {
   auto& L = a.layers[l];
-  const MlpBuffers<E> b{L.gate.get(), L.up.get(), L.act.get(), &L.moe, &a.moe, dm.fused_gate_up};
+  const MlpBuffers<E> b{L.gate.get(), L.act.get(), &L.moe, &a.moe};
   mlp_update(dm.mm, dm.cfg, dm.w.layers[l], b, L.m.get(), out, residual, a.B * a.T, dm.stream);
 }
 
@@ -112,22 +111,6 @@ void mlp_half(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
 }  // namespace
 
 template <typename E>
-void qkv_project(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, const QkvBuffers<E>& b, const E* a,
-                 int64_t N, cudaStream_t s) {
-  const int64_t d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), hd = c.hd();
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  E* q = c.qk_norm ? b.q_in : b.q;
-  E* k = c.qk_norm ? b.k_in : b.k;
-  linear_forward<E, E>(mm, q, a, W.wq, W.bq, N, d, qd, false, s);
-  linear_forward<E, E>(mm, k, a, W.wk, W.bk, N, d, kvd, false, s);
-  linear_forward<E, E>(mm, b.v, a, W.wv, W.bv, N, d, kvd, false, s);
-  if (c.qk_norm) {  // model/qkv_variants.cpp: after the biases, before RoPE
-    rmsnorm_forward(b.q, b.rstd_q, b.q_in, W.q_norm, N * c.num_attention_heads, hd, eps, s);
-    rmsnorm_forward(b.k, b.rstd_k, b.k_in, W.k_norm, N * c.num_key_value_heads, hd, eps, s);
-  }
-}
-
-template <typename E>
 void mlp_update(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, const MlpBuffers<E>& b, const E* x,
                 E* out, const E* residual, int64_t N, cudaStream_t s) {
   const int64_t d = c.hidden_size, F = c.intermediate_size;
@@ -138,14 +121,8 @@ void mlp_update(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, c
     moe_block_forward(mm, out, *b.moe, *b.moe_scratch, x, W.moe, moe_dims(c), N, s);
     return;
   }
-  if (b.fused) {  // [Wg; Wu] one (2F, d) weight: gate | up rows (N, 2F)
-    linear_forward<E, E>(mm, b.gate, x, W.wg, nullptr, N, d, 2 * F, false, s);
-    swiglu_forward(b.act, b.gate, b.gate + F, N, F, 2 * F, s);
-  } else {
-    linear_forward<E, E>(mm, b.gate, x, W.wg, nullptr, N, d, F, false, s);
-    linear_forward<E, E>(mm, b.up, x, W.wu, nullptr, N, d, F, false, s);
-    swiglu_forward(b.act, b.gate, b.up, N, F, F, s);
-  }
+  linear_forward<E, E>(mm, b.gate, x, W.wg, nullptr, N, d, 2 * F, false, s);  // [Wg; Wu]: gate | up rows (N, 2F)
+  swiglu_forward(b.act, b.gate, b.gate + F, N, F, 2 * F, s);
   if (residual) linear_forward_residual<E, E>(mm, out, residual, b.act, W.wd, nullptr, N, F, d, s);
   else linear_forward<E, E>(mm, out, b.act, W.wd, nullptr, N, F, d, false, s);
 }
@@ -196,11 +173,6 @@ double forward_loss(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets
 template void forward<float>(DeviceModel<float>&, DeviceActs<float>&, const int32_t*, int64_t, int64_t);
 template void forward<__nv_bfloat16>(DeviceModel<__nv_bfloat16>&, DeviceActs<__nv_bfloat16>&, const int32_t*, int64_t,
                                      int64_t);
-template void qkv_project<float>(Matmul&, const ModelConfig&, const DeviceLayerView<float>&, const QkvBuffers<float>&,
-                                  const float*, int64_t, cudaStream_t);
-template void qkv_project<__nv_bfloat16>(Matmul&, const ModelConfig&, const DeviceLayerView<__nv_bfloat16>&,
-                                          const QkvBuffers<__nv_bfloat16>&, const __nv_bfloat16*, int64_t,
-                                          cudaStream_t);
 template void mlp_update<float>(Matmul&, const ModelConfig&, const DeviceLayerView<float>&, const MlpBuffers<float>&,
                                  const float*, float*, const float*, int64_t, cudaStream_t);
 template void mlp_update<__nv_bfloat16>(Matmul&, const ModelConfig&, const DeviceLayerView<__nv_bfloat16>&,

@@ -79,9 +79,7 @@ DeviceModel<E>::DeviceModel(const Model& host, cudaStream_t s)
   upload_tables(host);
   w = device_view(weights(), host);
   g = device_view(grads.get(), host, trainable_view(host, host.w));  // a frozen tensor's null: no dW product
-  const auto all_layers = [&](auto holds) { return std::all_of(w.layers.begin(), w.layers.end(), holds); };
-  fused_qkv = !cfg.qk_norm && all_layers([&](const DeviceLayerView<E>& W) { return qkv_back_to_back(W, cfg); });
-  fused_gate_up = all_layers([&](const DeviceLayerView<E>& W) { return gate_up_back_to_back(W, cfg); });
+  require_fused_layout(w, cfg, "cuda model");                        // model/transformer.cpp's layout always is
 }
 
 // The token tables (f32 in memory: TokenTable::data() names the table otherwise) side by side,
@@ -115,15 +113,12 @@ namespace {
 template <typename E>
 void size_layer(DeviceLayerActs<E>& l, const DeviceModel<E>& dm, bool jtok, bool jtokm, int64_t B, int64_t T) {
   const ModelConfig& c = dm.cfg;
-  const bool fused_qkv = dm.fused_qkv, fused_gate_up = dm.fused_gate_up;
   const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads;
   l.h_in.resize(N * d), l.a.resize(N * d), l.h_mid.resize(N * d), l.m.resize(N * d), l.att.resize(N * qd);
-  l.q.resize(N * (fused_qkv ? qd + 2 * kvd : qd)), l.k.resize(fused_qkv ? 0 : N * kvd);
-  l.v.resize(fused_qkv ? 0 : N * kvd);
-  l.gate.resize(N * (fused_gate_up ? 2 * F : F)), l.up.resize(fused_gate_up ? 0 : N * F), l.act.resize(N * F);
+  l.q.resize(N * (qd + 2 * kvd)), l.gate.resize(N * 2 * F), l.act.resize(N * F);
   l.rstd1.resize(N), l.rstd2.resize(N), l.lse.resize(B * H * T);
-  l.q_in.resize(c.qk_norm ? N * qd : 0), l.k_in.resize(c.qk_norm ? N * kvd : 0);
+  l.q_in.resize(c.qk_norm ? N * (qd + 2 * kvd) : 0);
   l.rstd_q.resize(c.qk_norm ? N * H : 0), l.rstd_k.resize(c.qk_norm ? N * KV : 0);
   l.mlp_out.resize(jtok ? N * d : 0), l.nrows.resize(jtok ? N * d : 0), l.inv_norm.resize(jtok ? N : 0);
   const int64_t ne = jtokm ? c.jtokm_n_e : 0, K = jtokm ? c.jtokm_top_k : 0;
@@ -135,21 +130,17 @@ void size_layer(DeviceLayerActs<E>& l, const DeviceModel<E>& dm, bool jtok, bool
 // An MoE layer: the block's routing and experts' activations in place of the dense MLP's.
 template <typename E>
 void size_moe_layer(DeviceLayerActs<E>& l, const ModelConfig& c, int64_t N) {
-  l.gate.resize(0), l.up.resize(0), l.act.resize(0);
+  l.gate.resize(0), l.act.resize(0);
   size_moe_acts(l.moe, moe_dims(c), N);
 }
 
 template <typename E>
 void size_backward(DeviceActs<E>& a, const DeviceModel<E>& dm, bool jtok, bool jtokm, int64_t B, int64_t T) {
   const ModelConfig& c = dm.cfg;
-  const bool fused_qkv = dm.fused_qkv, fused_gate_up = dm.fused_gate_up;
   const int64_t N = B * T, d = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
   a.dh.resize(N * d), a.dx.resize(N * d), a.datt.resize(N * qd);
-  a.dq.resize(N * (fused_qkv ? qd + 2 * kvd : qd)), a.dk.resize(fused_qkv ? 0 : N * kvd);
-  a.dv.resize(fused_qkv ? 0 : N * kvd);
-  a.dgate.resize(N * (fused_gate_up ? 2 * F : F)), a.dup.resize(fused_gate_up ? 0 : N * F), a.dact.resize(N * F);
-  a.dcopy.resize(c.qk_norm ? N * qd : 0);
+  a.dq.resize(N * (qd + 2 * kvd)), a.dgate.resize(N * 2 * F), a.dact.resize(N * F);
   a.row_terms.resize(B * H * T);
   a.dmlp.resize(jtok ? N * d : 0), a.jtok_scratch.resize(jtok ? jtok_backward_scratch(N, d) : 0);
   a.m_de.resize(jtokm ? N * d : 0), a.m_dg.resize(jtokm ? N * c.jtokm_n_e : 0);

@@ -14,6 +14,7 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -111,25 +112,30 @@ TEST(CudaModel, RefusesMoeTopKPastTheKernelsBound) {
   }
 }
 
-// Training's fused products: q | k | v one product (one (N, qd + 2 kvd) buffer for them and one for
-// their gradients) wherever there is no qk_norm (dense and Qwen2's biases yes, Qwen3 no), and gate |
-// up one product (one (N, 2F) buffer each) on every model; the step cases below check each path
-// against the CPU.
-TEST(CudaModel, FusedProductsWhereTheModelAllows) {
-  for (const auto& [c, fused] : {std::pair{tiny_dense(), true}, {tiny_qwen2(), true}, {tiny_qwen3(), false}}) {
+// Training reads q | k | v and gate | up as one weight each: one (N, qd + 2 kvd) buffer for q | k | v
+// and one for their gradients (qk_norm: a second for the product, before the norms of q and k), one
+// (N, 2F) buffer for gate | up and one for theirs; the step cases below check each model against the
+// CPU. A layout without them back to back is refused by layer and name.
+TEST(CudaModel, FusedProductsAndTheirLayout) {
+  for (const jtok::ModelConfig& c : {tiny_dense(), tiny_qwen2(), tiny_qwen3()}) {
     const jtok::Model m = test_model(c);
     jtok::cuda::DeviceModel<float> dm(m);
-    EXPECT_EQ(dm.fused_qkv, fused) << "qk_norm " << c.qk_norm << " attention_bias " << c.attention_bias;
-    EXPECT_TRUE(dm.fused_gate_up);
     jtok::cuda::DeviceActs<float> acts;
     jtok::cuda::ensure_device_activations(acts, dm, 2, 8);
-    const int64_t N = 16, qd = c.q_dim(), kvd = c.kv_dim(), F = c.intermediate_size;
-    EXPECT_EQ(acts.layers[0].q.size(), N * (fused ? qd + 2 * kvd : qd));
-    EXPECT_EQ(acts.layers[0].v.size(), fused ? 0 : N * kvd);
-    EXPECT_EQ(acts.dq.size(), N * (fused ? qd + 2 * kvd : qd));
+    const int64_t N = 16, W = c.q_dim() + 2 * c.kv_dim(), F = c.intermediate_size;
+    EXPECT_EQ(acts.layers[0].q.size(), N * W) << "qk_norm " << c.qk_norm;
+    EXPECT_EQ(acts.layers[0].q_in.size(), c.qk_norm ? N * W : 0);
+    EXPECT_EQ(acts.dq.size(), N * W);
     EXPECT_EQ(acts.layers[0].gate.size(), N * 2 * F);
-    EXPECT_EQ(acts.layers[0].up.size(), 0);
     EXPECT_EQ(acts.dgate.size(), N * 2 * F);
+  }
+  jtok::Model m = test_model(tiny_qwen3());
+  std::swap(m.w.layers[1].wk, m.w.layers[1].wv);
+  try {
+    jtok::cuda::DeviceModel<float> dm(m);
+    FAIL() << "a layer with k after v was accepted";
+  } catch (const jtok::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda model: layer 1's q, k and v"), std::string::npos) << e.what();
   }
 }
 

@@ -65,6 +65,45 @@ TEST(CudaOps, Rmsnorm) {
   expect_deterministic(c, DType::bf16);
 }
 
+// RMSNorm over heads inside wider rows (qk_norm's q or k inside a q | k | v row: NormRows) and the
+// backward in place: the CPU op on the heads packed, put back into the rows; the columns outside the
+// heads must come back untouched (out starts as a pattern, dx as dy).
+TEST(CudaOps, RmsnormHeadsInPlace) {
+  const int64_t N = 13, H = 3, C = 40, S = 5 * C + 8, off = 24;  // heads at [off, off + H C) of each row
+  const float eps = 1e-6f;
+  const auto x = randn(N * S, 6), w = randn(C, 7, 0.5f), dy = randn(N * S, 8), pattern = randn(N * S, 9);
+  CudaCase c{"rmsnorm_heads", "N 13, H 3, C 40, stride 208, in place", {2e-6, 1e-2}};
+  const auto at = [&](int64_t r, int64_t j) { return r / H * S + off + r % H * C + j; };  // head row r's j
+  c.cpu = [&](DType t) {
+    const auto xt = to_dtype(x, t), wt = to_dtype(w, t), dyt = to_dtype(dy, t);
+    std::vector<float> xs(N * H * C), dys(xs.size()), out_s(xs.size()), dx_s(xs.size()), rstd(N * H), dw(C);
+    for (int64_t r = 0; r < N * H; ++r)
+      for (int64_t j = 0; j < C; ++j) xs[r * C + j] = xt[at(r, j)], dys[r * C + j] = dyt[at(r, j)];
+    jtok::rmsnorm_forward(out_s.data(), rstd.data(), xs.data(), wt.data(), N * H, C, eps);
+    jtok::rmsnorm_backward(dx_s.data(), dw.data(), dys.data(), xs.data(), wt.data(), rstd.data(), N * H, C);
+    std::vector<float> out = to_dtype(pattern, t), dx = dyt;
+    for (int64_t r = 0; r < N * H; ++r)
+      for (int64_t j = 0; j < C; ++j) out[at(r, j)] = out_s[r * C + j], dx[at(r, j)] = dx_s[r * C + j];
+    return Outputs{{"out", out}, {"rstd", rstd}, {"dx", dx}, {"dweight", dw}};
+  };
+  c.gpu = [&](DType t) {
+    return by_dtype(t, [&]<typename T>(T) {
+      auto dev_x = upload<T>(x), dev_w = upload<T>(w), dev_dx = upload<T>(dy), dev_out = upload<T>(pattern);
+      DeviceBuffer<float> rstd(N * H), scratch(jtok::cuda::rmsnorm_backward_scratch(N * H, C)), ddw(C);
+      ddw.zero();
+      const jtok::cuda::NormRows rows{H, S};
+      jtok::cuda::rmsnorm_forward(dev_out.get() + off, rstd.get(), dev_x.get() + off, dev_w.get(), N * H, C, eps,
+                                  nullptr, rows);
+      jtok::cuda::rmsnorm_backward_in_place(dev_dx.get() + off, ddw.get(), scratch.get(), dev_x.get() + off,
+                                            dev_w.get(), rstd.get(), N * H, C, nullptr, rows);
+      return Outputs{
+          {"out", download(dev_out)}, {"rstd", download(rstd)}, {"dx", download(dev_dx)}, {"dweight", download(ddw)}};
+    });
+  };
+  run_case(c);
+  expect_deterministic(c, DType::bf16);
+}
+
 // SwiGLU forward and backward on gate / up read from a fused (N, 2F) row (ld 2F), against the CPU op
 // on separate arrays.
 TEST(CudaOps, Swiglu) {
