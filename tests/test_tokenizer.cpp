@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+
 #include "core/error.h"
+#include "data/bpe.h"
 #include "data/tokenizer.h"
 #include "data/unicode.h"
 #include "error_test_util.h"
@@ -25,6 +27,29 @@ fs::path tmpdir(const char* name) {
   return d;
 }
 }  // namespace
+
+// Bpe::build on a small vocabulary: the 256 bytes (id = byte) then "ab", "abc", "ab" again (its first
+// id, 256, is the one merges make); merges by rank; a missing byte or merge token named.
+TEST(Bpe, BuildsItsIndexAndNamesWhatIsMissing) {
+  std::vector<std::string> vocab;
+  for (int b = 0; b < 256; ++b) vocab.emplace_back(1, char(b));
+  vocab.insert(vocab.end(), {"ab", "abc", "ab"});
+  Bpe bpe;
+  bpe.build(vocab, {{"a", "b"}, {"ab", "c"}}, "tiny");
+  std::vector<int32_t> out;
+  bpe.encode_piece("abcab", out);
+  EXPECT_EQ(out, ids({257, 256}));
+  out.clear();
+  bpe.encode_piece("ba", out);
+  EXPECT_EQ(out, ids({'b', 'a'}));
+  expect_error(
+      [&] {
+        bpe.build(vocab, {{"a", "b"}, {"ab", "cd"}}, "tiny");
+      },
+      {"tiny: merge 2 uses a token that is not in the vocabulary"});
+  vocab[7].clear();
+  expect_error([&] { bpe.build(vocab, {}, "tiny"); }, {"tiny: vocabulary has no token for byte 7"});
+}
 
 TEST(Tokenizer, Gpt2KnownIds) {
   // Reference ids from gpt-tokenizer@4.0.0 (r50k_base).
