@@ -7,14 +7,15 @@
 // The row products' blocks are (output column tiles, row tiles of all experts in expert order): a
 // block finds its expert by walking the offsets (E steps); blocks past the last tile exit. The weight
 // gradient's blocks are (C tiles, OC tiles, experts); an expert without rows leaves its gradient.
-#include "cuda/grouped_linear.h"
-
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/common.cuh"
+#include "cuda/grouped_linear.h"
 #include "cuda/mma_bf16.cuh"
 
 namespace jtok::cuda {
@@ -29,11 +30,48 @@ constexpr int kLd = std::is_same_v<T, float> ? kBK + 1 : kBK + 8;
 template <typename T>
 constexpr size_t kSharedBytes = (kBM + kBN) * kLd<T> * sizeof(T);  // As then Bs: 10 KiB bf16, 17 KiB fp32
 
+// bf16 staging 8 elements (16 bytes) a load: the operand's contiguous index (k when KContiguous,
+// else r) in groups of 8; a group wholly inside the tile is one 16-byte load (base and stride
+// 16-byte aligned: stage checks), a partial one element by element. KContiguous: 4 threads a row's
+// 32 k, each group one 16-byte store (shared rows of kLd<bf16> = 40 elements: 16-byte aligned).
+// Else consecutive threads take consecutive k (the outer index) of one group of 8 r, whose 8
+// stores then fall in distinct shared words (a group a k would put a warp's stores in two banks).
+template <bool KContiguous, int R>
+__device__ void stage_vec(bf16* dst, const bf16* src, int64_t stride, int rows, int ks) {
+  const int outer_n = KContiguous ? rows : ks, inner_n = KContiguous ? ks : rows;
+  for (int idx = threadIdx.x; idx < R * kBK / 8; idx += kThreads) {
+    // outer index (r, or k) and the group's first inner one (k, or r)
+    const int o = KContiguous ? idx / (kBK / 8) : idx % kBK;
+    const int i0 = KContiguous ? idx % (kBK / 8) * 8 : idx / kBK * 8;
+    const bf16* at = src + o * stride + i0;
+    uint4 bits = make_uint4(0, 0, 0, 0);
+    bf16 v[8];
+    if (o < outer_n && i0 + 8 <= inner_n) {
+      bits = __ldg(reinterpret_cast<const uint4*>(at));
+      memcpy(v, &bits, sizeof v);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = o < outer_n && i0 + j < inner_n ? at[j] : from_f32<bf16>(0.0f);
+      memcpy(&bits, v, sizeof v);
+    }
+    if (KContiguous) {
+      *reinterpret_cast<uint4*>(dst + o * kLd<bf16> + i0) = bits;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) dst[(i0 + j) * kLd<bf16> + o] = v[j];
+    }
+  }
+}
+
 // dst (R, kBK) of shared row stride kLd<T> = element (r, k) of the operand: src[r * stride + k] when
 // KContiguous, else src[k * stride + r]; 0 past rows or ks. Consecutive threads read consecutive
-// addresses either way.
+// addresses either way; bf16 with a 16-byte aligned base and stride 16 bytes a load (stage_vec).
 template <typename T, bool KContiguous, int R>
 __device__ void stage(T* dst, const T* src, int64_t stride, int rows, int ks) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (stride % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0)
+      return stage_vec<KContiguous, R>(dst, src, stride, rows, ks);
+  }
   for (int idx = threadIdx.x; idx < R * kBK; idx += kThreads) {
     const int r = KContiguous ? idx / kBK : idx % R, k = KContiguous ? idx % kBK : idx / R;
     T v = from_f32<T>(0.0f);
