@@ -128,11 +128,12 @@ TEST(Model, RejectsTokenOutsideVocabulary) {
 
 // The activation memory that `jtok flops` reports from the config alone equals, component by
 // component, the buffers a forward + backward really allocate, when the batch's ids are all distinct
-// (the accounting's worst case for token-table rows): dense, JTok + JTok-M, and MoE (shared experts)
-// with JTok + JTok-M on some layers.
+// (the accounting's worst case for token-table rows): dense, JTok + JTok-M, MoE (shared experts)
+// with JTok + JTok-M on some layers, and Qwen3's qk_norm with JTok + JTok-M.
 TEST(ActivationBytes, ConfigAccountingEqualsTheAllocatedBuffers) {
-  for (int variant = 0; variant < 3; ++variant) {
+  for (int variant = 0; variant < 4; ++variant) {
     ModelConfig c = tiny(false, variant > 0);
+    c.qk_norm = variant == 3;
     if (variant > 0) {
       c.jtokm = true;
       c.jtokm_layers = "0";

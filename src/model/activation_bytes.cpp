@@ -27,6 +27,9 @@ ActivationBytes activation_bytes(const ModelConfig& c, int64_t B, int64_t T) {
   r.residual = L * f * (4 * N * d + 2 * N) + f * (4 * N * d + N);
   // Per layer: q, att (N,qd), k, v (N,kvd), lse (B,H,T); scratch dq, datt (N,qd), dk, dv (N,kvd).
   r.attention = L * f * (2 * N * qd + 2 * N * kvd + B * H * T) + f * (2 * N * qd + 2 * N * kvd);
+  // qk_norm, per layer: q, k before their norms (N,qd) (N,kvd), rstd_q (N*H), rstd_k (N*KV), and the
+  // backward's copy of dq (N,qd) (then dk's, in the same buffer).
+  if (c.qk_norm) r.attention += L * f * (2 * N * qd + N * kvd + N * H + N * c.num_key_value_heads);
   r.attention_probs_txt = L * f * B * H * T * T;
   int64_t dense_layers = 0, moe_layers = 0;
   for (int64_t l = 0; l < L; ++l) (c.moe_on_layer(l) ? moe_layers : dense_layers) += 1;
@@ -69,7 +72,8 @@ ActivationBytes measured_activation_bytes(const Activations& a, const ModelConfi
   ActivationBytes r;
   for (const LayerActs& l : a.layers) {
     r.residual += bytes(l.h_in, l.rstd1, l.a, l.h_mid, l.rstd2, l.m);
-    r.attention += bytes(l.q, l.k, l.v, l.lse, l.att);
+    r.attention +=
+        bytes(l.q, l.k, l.v, l.lse, l.att) + bytes(l.qk.q_in, l.qk.k_in, l.qk.rstd_q, l.qk.rstd_k, l.qk.scratch);
     r.mlp += bytes(l.gate, l.up, l.act);
     const MoeActs& m = l.moe;
     r.mlp += bytes(m.probs, m.topi, m.topw, m.offsets, m.slot_of, m.row_of, m.frac, m.xg, m.g, m.u, m.act, m.eo, m.sg,

@@ -41,7 +41,8 @@ void head_norm_forward(float* x, std::vector<float>& x_in, std::vector<float>& r
 // dx (rows, hd): the gradient w.r.t. the norm's output, replaced by the one w.r.t. its input.
 void head_norm_backward(float* dx, float* dg, const std::vector<float>& x_in, const std::vector<float>& rstd,
                         const float* g, std::vector<float>& scratch, int64_t rows, int64_t hd) {
-  scratch.assign(dx, dx + rows * hd);
+  if (scratch.size() < static_cast<size_t>(rows * hd)) scratch.resize(static_cast<size_t>(rows * hd));
+  std::copy(dx, dx + rows * hd, scratch.begin());  // never shrunk: its size is the memory it holds
   std::fill(dx, dx + rows * hd, 0.0f);
   rmsnorm_backward(dx, dg, scratch.data(), x_in.data(), g, rstd.data(), rows, hd);
 }
