@@ -6,8 +6,10 @@
 #include <vector>
 
 #include <omp.h>
-#if defined(__AVX512F__)
+#if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX512F__)
 // GCC 12's AVX-512 headers trip its own -Wmaybe-uninitialized (GCC bug 105593, fixed in 13).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -51,20 +53,45 @@ static void softmax_in_place(float* sh, int64_t n) {
   for (int64_t j = 0; j < n; ++j) sh[j] /= sum;
 }
 
+// q . k over hd in one order for every cache type, so that the bf16 cache's scores are the fp32
+// kernel's on the same values bit for bit (an `omp simd` reduction let the compiler pick the order
+// per instantiation: on an AVX2 host the two differed in the last bit). AVX2: 16 elements a step
+// into two 8-lane FMA sums, added, then summed across lanes in a fixed tree; the tail and other
+// ISAs element by element.
+#if defined(__AVX2__) && defined(__FMA__)
+static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+static inline __m256 load8(const uint16_t* p) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+}
+#endif
+template <typename KVT>
+static inline float dot_fixed_order(const float* qh, const KVT* kj, int64_t hd) {
+  int64_t i = 0;
+  float acc = 0.0f;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  for (; i + 16 <= hd; i += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), load8(kj + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i + 8), load8(kj + i + 8), a1);
+  }
+  const __m256 a = _mm256_add_ps(a0, a1);
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  acc = _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+#endif
+  for (; i < hd; ++i) acc += qh[i] * kv_value(kj[i]);
+  return acc;
+}
+
 // Any head size, any ISA: the compiler's vector code per (position, head).
 template <typename KVT>
 static void scores_plain(float* scratch, const float* q, const KVT* k_cache, int64_t n, int64_t h0, int64_t h1,
                          int64_t kvd, int64_t group, int64_t hd, float scale) {
   for (int64_t j = 0; j < n; ++j) {
     const KVT* kr = k_cache + j * kvd;
-    for (int64_t h = h0; h < h1; ++h) {
-      const float* qh = q + h * hd;
-      const KVT* kj = kr + (h / group) * hd;
-      float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t i = 0; i < hd; ++i) acc += qh[i] * kv_value(kj[i]);
-      scratch[h * n + j] = acc * scale;
-    }
+    for (int64_t h = h0; h < h1; ++h)
+      scratch[h * n + j] = dot_fixed_order(q + h * hd, kr + (h / group) * hd, hd) * scale;
   }
 }
 
