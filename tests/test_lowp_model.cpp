@@ -2,7 +2,8 @@
 // --weight-dtype`): exported through the checkpoint format and loaded back (read into buffers, and
 // viewed in a mapping), then
 //  - the KV-cache decode (gemv kernels, M = 1) agrees with the full forward (lowp_gemm, or panel +
-//    sgemm) at every step within paths_bound: the low-precision paths agree with each other;
+//    sgemm) at every step within paths_bound (int8: or a rare rounding flip): the low-precision paths agree with each
+//    other;
 //  - logits stay within the stated error of the fp32 model's, and the greedy choice agrees at
 //    nearly every step of a teacher-forced continuation;
 //  - a low-precision model refuses backward;
@@ -114,9 +115,33 @@ void check_moe_file(const Model& m, const Model& q, Dtype t, const fs::path& dir
 // random layers, dense and MoE: up to 5.0e-3; the bound is 2x that, a wrong row or scale gives
 // errors of order 1). int8 (lowp_gemm quantises per block of 32 too), and every dtype elsewhere,
 // multiply the same rounded values and differ only in fp32 summation order (int8 measured 2.0e-7).
+// One exception: int8 quantises each block of 32 inputs to 255 steps, and the two paths' inputs
+// differ in their last bits (attention and norms sum in other orders), so now and then an input
+// sits on a rounding boundary and lands one step apart in the two paths: that step's logits move by
+// ~1e-5 (measured: the ASan build, -O1, on an AVX2-only host, fallback kernels: steps 24 and 25 at
+// 8.0e-6 and 1.3e-5, every other step below 4e-7). Such a step may reach kInt8FlipBound, at most
+// kMaxInt8Flips steps of a run.
 double paths_bound(Dtype t) {
   return lowp_gemm_enabled(t) && t == Dtype::bf16 ? 1e-2 : 1e-5;
 }
+constexpr double kInt8FlipBound = 1e-3;
+constexpr int kMaxInt8Flips = 4;
+
+// One run's decode steps against the full forward: each within paths_bound, or for int8 a rounding
+// flip within kInt8FlipBound (checked at the end: at most kMaxInt8Flips of them).
+struct PathsCheck {
+  Dtype t;
+  double worst = 0;
+  int flips = 0;
+  void step(double err, int step) {
+    worst = std::max(worst, err);
+    if (err < paths_bound(t)) return;
+    ++flips;
+    EXPECT_TRUE(t == Dtype::int8 && err < kInt8FlipBound)
+        << dtype_name(t) << " step " << step << ": decode against the full forward " << err;
+  }
+  void finish() const { EXPECT_LE(flips, kMaxInt8Flips) << "steps past paths_bound(" << dtype_name(t) << ")"; }
+};
 
 void check_lowp_model(bool moe, Dtype t, double max_rel_err, int max_flips) {
   const ModelConfig c = lowp_config(moe);
@@ -134,12 +159,12 @@ void check_lowp_model(bool moe, Dtype t, double max_rel_err, int max_flips) {
   KVCache cf, cq;
   std::vector<float> lf = prefill(m, cf, seq, 48), lq = prefill(q, cq, seq, 48);
   int flips = 0, distinct = 0;
-  double worst = 0, worst_paths = 0;
+  double worst = 0;
+  PathsCheck paths{t};
   for (int step = 0; step < 32; ++step) {
     // The low-precision decode agrees with its own full forward (and the mapped model's, exactly).
     std::vector<float> full = last_logits(q, seq);
-    worst_paths = std::max(worst_paths, rel_err(lq, full));
-    EXPECT_LT(rel_err(lq, full), paths_bound(t)) << dtype_name(t) << " step " << step;
+    paths.step(rel_err(lq, full), step);
     EXPECT_EQ(last_logits(qm, seq), full) << "mapped differs at step " << step;
     worst = std::max(worst, rel_err(lq, lf));
     const int32_t next = argmax(lf);
@@ -149,8 +174,11 @@ void check_lowp_model(bool moe, Dtype t, double max_rel_err, int max_flips) {
     lf = decode_step(m, cf, next);
     lq = decode_step(q, cq, next);
   }
-  std::printf("%s %s: logits relative error up to %.2e against fp32, greedy flips %d of 32; decode against the full forward %.2e\n",
-              moe ? "moe" : "dense", dtype_name(t), worst, flips, worst_paths);
+  std::printf(
+      "%s %s: logits relative error up to %.2e against fp32, greedy flips %d of 32; decode against the full forward "
+      "%.2e\n",
+      moe ? "moe" : "dense", dtype_name(t), worst, flips, paths.worst);
+  paths.finish();
   EXPECT_GT(distinct, 4);  // a real continuation, not one repeated token
   EXPECT_LT(worst, max_rel_err);
   EXPECT_GT(worst, 1e-6);  // the weights really are low precision
@@ -244,11 +272,13 @@ TEST(LowpModel, MoeExpertsAloneInInt8) {
   std::printf("moe experts alone in int8: logits relative error %.2e against fp32\n", err);
   EXPECT_GT(err, 1e-6);
   EXPECT_LT(err, 5e-2);
+  PathsCheck paths{Dtype::int8};
   for (int step = 0; step < 8; ++step) {
-    EXPECT_LT(rel_err(lq, last_logits(q, seq)), paths_bound(Dtype::int8)) << "step " << step;
+    paths.step(rel_err(lq, last_logits(q, seq)), step);
     seq.push_back(argmax(lq));
     lq = decode_step(q, cq, seq.back());
   }
+  paths.finish();
 }
 
 TEST(LowpModel, LoadRefusesMixedOrMisshapenMatrices) {
