@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "error_test_util.h"
 #include "model_test_util.h"
 #include "ops/bf16_weights.h"
 #include "ops/linear.h"
@@ -144,10 +145,16 @@ struct Three {
   }
 };
 
+// Without AVX-512 BF16, bf16 precision is refused, naming what the CPU lacks, and fp32 stays.
+void expect_bf16_precision_refused() {
+  expect_error([] { set_matmul_precision(MatmulPrecision::bf16); }, {"bf16 matmul needs AVX-512 BF16"});
+  EXPECT_EQ(matmul_precision(), MatmulPrecision::fp32);
+}
+
 }  // namespace
 
 TEST(Bf16Matmul, RoundedOnceGivesThePerCallBits) {
-  if (!bf16_matmul_supported()) GTEST_SKIP() << "no AVX-512 BF16";
+  if (!bf16_matmul_supported()) return expect_bf16_precision_refused();
   PrecisionGuard guard(MatmulPrecision::bf16);
   Three t;
   const auto want = t.run(true);
@@ -232,7 +239,7 @@ ModelConfig small(bool moe) {
 }  // namespace
 
 TEST(Bf16Matmul, WeightScopeTrainsTheSameBits) {
-  if (!bf16_matmul_supported()) GTEST_SKIP() << "no AVX-512 BF16";
+  if (!bf16_matmul_supported()) return expect_bf16_precision_refused();
   for (bool moe : {false, true}) {
     const ModelConfig c = small(moe);
     std::vector<float> fp32, plain, scoped;
