@@ -8,7 +8,7 @@
 #include "scaling/flops.h"
 #include "train/bench_train.h"
 
-namespace {
+namespace cmd_bench {
 
 jtok::BenchTrainOptions args;
 std::string device = "cpu";
@@ -56,4 +56,4 @@ void setup(CLI::App* sub) {
 const bool registered = jtok::register_command(
     {"bench-train", "time training steps on consecutive token-shard batches (throughput benchmark)", setup});
 
-}  // namespace
+}  // namespace cmd_bench

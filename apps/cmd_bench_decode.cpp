@@ -18,7 +18,7 @@
 #include "run_setup.h"
 #include "scaling/memory_plan.h"
 
-namespace {
+namespace cmd_bench_decode {
 
 struct Args {
   std::string config, checkpoint, table_dtype = "f32", precision = "auto", kv_dtype = "auto", cuda_graphs = "on";
@@ -125,4 +125,4 @@ void setup(CLI::App* sub) {
 const bool registered = jtok::register_command(
     {"bench-decode", "time greedy decoding of batched prompts through the CPU or GPU decoder (throughput benchmark)", setup});
 
-}  // namespace
+}  // namespace cmd_bench_decode

@@ -13,7 +13,7 @@
 #include "core/peak_flops.h"
 #include "ops/gemm_rate.h"
 
-namespace {
+namespace cmd_bench_peak {
 
 void run() {
   const double peak = jtok::measure_peak_gflops(1.0);
@@ -29,4 +29,4 @@ void setup(CLI::App* sub) { sub->callback(run); }
 
 const bool registered = jtok::register_command({"bench-peak", "measure the fp32 FMA peak, sgemm GFLOP/s and the memory bandwidth (STREAM triad)", setup});
 
-}  // namespace
+}  // namespace cmd_bench_peak

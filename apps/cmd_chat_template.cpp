@@ -11,7 +11,7 @@
 #include "data/tokenizer.h"
 #include "serve/chat_template.h"
 
-namespace {
+namespace cmd_chat_template {
 
 struct Args {
   std::string tokenizer = "qwen3", dir, family, messages, template_kwargs;
@@ -69,4 +69,4 @@ void setup(CLI::App* sub) {
 const bool registered = jtok::register_command(
     {"chat-template", "render a conversation with a model's chat template (JSON: family, text, ids)", setup});
 
-}  // namespace
+}  // namespace cmd_chat_template

@@ -3,7 +3,7 @@
 #include "commands.h"
 #include "train/config.h"
 
-namespace {
+namespace cmd_config {
 void setup(CLI::App* sub) {
   static std::string path;
   static std::vector<std::string> sets;
@@ -15,4 +15,4 @@ void setup(CLI::App* sub) {
   });
 }
 const bool registered = jtok::register_command({"config", "validate a config file and print it resolved", setup});
-}  // namespace
+}  // namespace cmd_config

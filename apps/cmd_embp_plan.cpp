@@ -8,7 +8,7 @@
 #include "dist/embp_plan.h"
 #include "train/config.h"
 
-namespace {
+namespace cmd_embp_plan {
 
 struct Args {
   std::string data, config;
@@ -89,4 +89,4 @@ void setup(CLI::App* sub) {
 
 const bool registered = jtok::register_command({"embp-plan", "exchange bytes of embedding parallelism at a given scale, from real token ids", setup});
 
-}  // namespace
+}  // namespace cmd_embp_plan

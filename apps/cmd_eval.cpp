@@ -27,7 +27,7 @@
 #include "run_setup.h"
 #include "train/checkpoint.h"
 
-namespace {
+namespace cmd_eval {
 
 struct Args {
   std::string checkpoint, val_data, reference, blimp_dir = "../shared/data/blimp", token_logprobs_file;
@@ -238,4 +238,4 @@ void setup(CLI::App* sub) {
 
 const bool registered = jtok::register_command({"eval", "validation loss/perplexity and BLiMP accuracy of a checkpoint", setup});
 
-}  // namespace
+}  // namespace cmd_eval

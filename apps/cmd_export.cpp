@@ -23,7 +23,7 @@
 #include "train/checkpoint.h"
 #include "train/store_export.h"
 
-namespace {
+namespace cmd_export {
 
 struct Args {
   std::string checkpoint, format = "jtok", out, dtype = "f32", name, table_dtype = "f32", weight_dtype = "f32", table_store;
@@ -187,4 +187,4 @@ void setup(CLI::App* sub) {
 const bool registered = jtok::register_command(
     {"export", "export a checkpoint for inference: an inference copy (--fold-jtok), GGUF for llama.cpp, or a Hugging Face directory", setup});
 
-}  // namespace
+}  // namespace cmd_export

@@ -5,7 +5,7 @@
 #include "scaling/flops_summary.h"
 #include "train/config.h"
 
-namespace {
+namespace cmd_flops {
 void setup(CLI::App* sub) {
   static std::string path;
   static std::vector<std::string> sets;
@@ -28,4 +28,4 @@ void setup(CLI::App* sub) {
   });
 }
 const bool registered = jtok::register_command({"flops", "parameter counts (N_c, N_n, eta, rho) and FLOPs per token", setup});
-}  // namespace
+}  // namespace cmd_flops

@@ -18,7 +18,7 @@
 #include "run_setup.h"
 #include "train/checkpoint.h"
 
-namespace {
+namespace cmd_generate {
 
 struct Args {
   std::string checkpoint, prompt, ids_out;
@@ -133,4 +133,4 @@ void setup(CLI::App* sub) {
 
 const bool registered = jtok::register_command({"generate", "generate text from a checkpoint with a KV cache", setup});
 
-}  // namespace
+}  // namespace cmd_generate

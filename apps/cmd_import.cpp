@@ -5,7 +5,7 @@
 #include "commands.h"
 #include "hf/hf_import.h"
 
-namespace {
+namespace cmd_import {
 
 struct Args {
   jtok::ImportOptions opt;
@@ -42,4 +42,4 @@ void setup(CLI::App* sub) {
 const bool registered = jtok::register_command(
     {"import", "a Hugging Face llama / qwen2 / qwen3 / qwen3_moe model as a jtok checkpoint (step 0)", setup});
 
-}  // namespace
+}  // namespace cmd_import

@@ -14,7 +14,7 @@
 #include "train/optimizer.h"
 #include "train/trainer.h"
 
-namespace {
+namespace cmd_parity {
 
 struct Args {
   std::string config, weights, batch, out;
@@ -150,4 +150,4 @@ void setup(CLI::App* sub) {
 const bool registered = jtok::register_command(
     {"parity", "run N training steps from given weights and dump logits, losses, gradients (for tests)", setup});
 
-}  // namespace
+}  // namespace cmd_parity

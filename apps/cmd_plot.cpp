@@ -5,7 +5,7 @@
 #include "scaling/loss_curves.h"
 #include "scaling/svg_plot.h"
 
-namespace {
+namespace cmd_plot {
 
 struct Args {
   std::vector<std::string> runs, labels;
@@ -31,4 +31,4 @@ void setup(CLI::App* sub) {
 
 const bool registered = jtok::register_command({"plot-curves", "loss curves of runs as an SVG", setup});
 
-}  // namespace
+}  // namespace cmd_plot

@@ -8,7 +8,7 @@
 #include "scaling/svg_plot.h"
 #include "scaling/table.h"
 
-namespace {
+namespace cmd_plot_csv {
 
 struct Args {
   std::string csv, x, y, group, out, title, x_label, y_label;
@@ -41,4 +41,4 @@ void setup(CLI::App* sub) {
 
 const bool registered = jtok::register_command({"plot-csv", "one CSV column against another as an SVG, a series per group", setup});
 
-}  // namespace
+}  // namespace cmd_plot_csv

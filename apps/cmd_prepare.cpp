@@ -13,7 +13,7 @@
 #include "data/shard.h"
 #include "data/tokenizer.h"
 
-namespace {
+namespace cmd_prepare {
 namespace fs = std::filesystem;
 
 void setup(CLI::App* sub) {
@@ -66,4 +66,4 @@ void setup_info(CLI::App* sub) {
   });
 }
 const bool registered_info = jtok::register_command({"shard-info", "validate token shards and print their headers", setup_info});
-}  // namespace
+}  // namespace cmd_prepare

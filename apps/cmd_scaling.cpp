@@ -11,7 +11,7 @@
 #include "scaling/plan.h"
 #include "scaling/run.h"
 
-namespace {
+namespace cmd_scaling {
 
 // "1e18,3e18" or repeated options -> numbers; fails naming the option on a bad value.
 std::vector<double> parse_numbers(const std::vector<std::string>& items, const char* option) {
@@ -142,4 +142,4 @@ void setup(CLI::App* sub) {
 }
 
 const bool registered = jtok::register_command({"scaling", "isoFLOPs studies: plan, run, fit", setup});
-}  // namespace
+}  // namespace cmd_scaling

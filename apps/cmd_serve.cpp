@@ -21,7 +21,7 @@
 #include "serve/engine.h"
 #include "serve/http_api.h"
 
-namespace {
+namespace cmd_serve {
 
 struct Args {
   std::string checkpoint, host = "127.0.0.1", api_key, model_name = "jtok", kv_dtype = "auto";
@@ -188,4 +188,4 @@ void setup(CLI::App* sub) {
 
 const bool registered = jtok::register_command({"serve", "serve a checkpoint over HTTP (OpenAI-style API)", setup});
 
-}  // namespace
+}  // namespace cmd_serve

@@ -14,7 +14,7 @@
 #include "data/tokenizer.h"
 #include "data/unicode.h"
 
-namespace {
+namespace cmd_tokenize {
 std::string slurp(const std::string& path) {
   if (path == "-") {
     std::ostringstream ss;
@@ -120,4 +120,4 @@ void setup(CLI::App* sub) {
   sub->callback(run);
 }
 const bool registered = jtok::register_command({"tokenize", "print the token ids of a file (gpt2 or qwen3)", setup});
-}  // namespace
+}  // namespace cmd_tokenize

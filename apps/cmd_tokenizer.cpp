@@ -11,7 +11,7 @@
 #include "tokenizer/bpe_files.h"
 #include "tokenizer/bpe_train.h"
 
-namespace {
+namespace cmd_tokenizer {
 
 struct Args {
   int64_t vocab_size = 8192;
@@ -63,4 +63,4 @@ void setup(CLI::App* sub) {
 
 const bool registered = jtok::register_command({"tokenizer", "train a tokenizer of our own (jtok tokenizer train)", setup});
 
-}  // namespace
+}  // namespace cmd_tokenizer

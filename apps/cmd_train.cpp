@@ -18,7 +18,7 @@
 #include "train/precision.h"
 #include "train/trainer.h"
 
-namespace {
+namespace cmd_train {
 
 struct Args {
   std::string config, out;
@@ -365,4 +365,4 @@ void add_dist_options(CLI::App* sub) {
 
 const bool registered = jtok::register_command({"train", "train a model on token shards", setup});
 
-}  // namespace
+}  // namespace cmd_train

@@ -1,6 +1,7 @@
 // Subcommand registry of the jtok binary. Each apps/cmd_<name>.cpp registers itself with
 //   static const bool registered = jtok::register_command({"name", "one-line help", setup});
-// where setup(CLI::App* sub) adds the options and the callback. Keeps each command in its own file.
+// where setup(CLI::App* sub) adds the options and the callback. Keeps each command in its own file,
+// its names in namespace cmd_<name> (the jtok target is built as one unity file: CMakeLists.txt).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>

@@ -76,7 +76,7 @@ $CXX $LINK "$T"/dev/*.o "$T"/cases/*.o $LIBS -lgtest -lgtest_main -o "$T/emulate
 # EMU_JTOK=path: the jtok command itself on the emulated GPU (the build's apps objects linked with
 # it), so the GPU's own scripts (tests/cuda/train_cuda.sh, infer_cuda.sh) run --device cuda here.
 if [ -n "${EMU_JTOK:-}" ]; then
-  APPS=$(dirname "$LIB")/CMakeFiles/jtok.dir/apps
+  APPS=$(dirname "$LIB")/CMakeFiles/jtok.dir/Unity  # the apps as one unity object (CMakeLists.txt)
   $CXX $LINK "$T"/dev/*.o "$APPS"/*.o $LIBS -o "$EMU_JTOK"
 fi
 # EMU_KEEP=path keeps the emulated test binary there (to run cases one by one).
