@@ -2,8 +2,8 @@
 // --weight-dtype`): exported through the checkpoint format and loaded back (read into buffers, and
 // viewed in a mapping), then
 //  - the KV-cache decode (gemv kernels, M = 1) agrees with the full forward (lowp_gemm, or panel +
-//    sgemm) at every step within paths_bound (int8: or a rare rounding flip): the low-precision paths agree with each
-//    other;
+//    sgemm) at every step within paths_bound (int8: or a rare rounding flip): the low-precision
+//    paths agree with each other;
 //  - logits stay within the stated error of the fp32 model's, and the greedy choice agrees at
 //    nearly every step of a teacher-forced continuation;
 //  - a low-precision model refuses backward;
@@ -132,15 +132,15 @@ constexpr int kMaxInt8Flips = 4;
 struct PathsCheck {
   Dtype t;
   double worst = 0;
-  int flips = 0;
+  int rounding_flips = 0;
   void step(double err, int step) {
     worst = std::max(worst, err);
     if (err < paths_bound(t)) return;
-    ++flips;
+    ++rounding_flips;
     EXPECT_TRUE(t == Dtype::int8 && err < kInt8FlipBound)
         << dtype_name(t) << " step " << step << ": decode against the full forward " << err;
   }
-  void finish() const { EXPECT_LE(flips, kMaxInt8Flips) << "steps past paths_bound(" << dtype_name(t) << ")"; }
+  void finish() const { EXPECT_LE(rounding_flips, kMaxInt8Flips) << "steps past paths_bound(" << dtype_name(t) << ")"; }
 };
 
 void check_lowp_model(bool moe, Dtype t, double max_rel_err, int max_flips) {
