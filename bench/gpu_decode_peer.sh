@@ -7,10 +7,13 @@
 # HF transformers peer (bench/hf_decode_peer.py: Qwen3ForCausalLM, bf16, SDPA) on the same prompts.
 # Each: batch 1 and 16, prompt 512, 128 decode steps, and a 4,096-token prefill; then
 # bench/gpu_decode_peer_table.py's table: tok/s, TPOT, ours / peer, JTok-M's overhead against hbm,
-# the goals beside (table.md, table.json).
+# the goals beside (table.md, table.json). `--runs beyond` (not default) adds JTok-M with n_e
+# --beyond-n-e tables (default 10: 280 tables, 87.1 GB in bf16, past an H100's 80 GB) read from the
+# host's RAM in place and staged (and from HBM only where a copy fits the GPU): issue 40's "tables
+# larger than the GPU's memory", its peak GPU memory beside the tables' bytes and the GPU's.
 #   bash bench/gpu_decode_peer.sh --data DIR [--jtok BIN] [--out DIR] [--config FILE] [--device cuda|cpu]
 #        [--tiny] [--batch 1,16] [--prompt-len P] [--new-tokens N] [--long-prompt L] [--repeat R]
-#        [--peer-repeat R] [--runs "dense jtokm peer"] [--timeout S] [--budget S] [--dry-run]
+#        [--peer-repeat R] [--runs "dense jtokm peer"] [--beyond-n-e E] [--timeout S] [--budget S] [--dry-run]
 # --data: token shards for the prompts (scripts/gpu_prepare.sh carries some); --out: logs, one
 # JSON file a run (default bench-out/gpu_decode_peer); --budget S (default 380): no run starts after
 # S seconds of the script and a run's limit (--timeout, default 200) is cut to what is left; a run
@@ -25,11 +28,11 @@
 # --stand-in where transformers is absent).
 # Time on an H200 (estimate): dense ~30 s (0.6B init on one thread), JTok-M ~90-150 s (43.5 GB of
 # bf16 tables made on 16 threads, registered, copied), the peer ~40-70 s (HF's steps take 20-65 ms):
-# ~3-4.5 min in all.
+# ~3-4.5 min in all; beyond (87.1 GB made, registered; hbm not run on 80 GB) ~3-5 min with dense.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 DATA=""; JTOK=""; OUT=bench-out/gpu_decode_peer; CONFIG=configs/qwen3_0.6b.json; DEVICE=cuda; TINY=0
-BATCH=""; P=""; N=""; L=""; REPEAT=""; PEER_REPEAT=""; RUNS="dense jtokm peer"; LIMIT=200; BUDGET=380; DRY=0
+BATCH=""; P=""; N=""; L=""; REPEAT=""; PEER_REPEAT=""; RUNS="dense jtokm peer"; BEYOND_NE=10; LIMIT=200; BUDGET=380; DRY=0
 PY=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,10 +49,11 @@ while [ $# -gt 0 ]; do
     --repeat) REPEAT=$2; shift 2 ;;
     --peer-repeat) PEER_REPEAT=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
+    --beyond-n-e) BEYOND_NE=$2; shift 2 ;;
     --timeout) LIMIT=$2; shift 2 ;;
     --budget) BUDGET=$2; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    *) echo "usage: $0 --data DIR [--jtok BIN] [--out DIR] [--config F] [--device cuda|cpu] [--tiny] [--batch B] [--prompt-len P] [--new-tokens N] [--long-prompt L] [--repeat R] [--peer-repeat R] [--runs R] [--timeout S] [--budget S] [--dry-run]" >&2; exit 2 ;;
+    *) echo "usage: $0 --data DIR [--jtok BIN] [--out DIR] [--config F] [--device cuda|cpu] [--tiny] [--batch B] [--prompt-len P] [--new-tokens N] [--long-prompt L] [--repeat R] [--peer-repeat R] [--runs R] [--beyond-n-e E] [--timeout S] [--budget S] [--dry-run]" >&2; exit 2 ;;
   esac
 done
 [ -n "$DATA" ] || { echo "gpu_decode_peer.sh: --data DIR is required (token shards; scripts/gpu_prepare.sh packs some)" >&2; exit 2; }
@@ -67,41 +71,53 @@ fi
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json "$OUT"/*.log "$OUT"/*.skipped "$OUT/table.md"
 START=$SECONDS
-# What fits: the JTok-M tables' bytes (every layer, n_e 5, the padded vocabulary) against the RAM
-# available and the GPU's memory. Sets TABLE_DTYPE, TABLE_ROWS, JTOKM_SKIP; prints the plan.
-plan_tables() {
-  local sizes tables vp d f32 bf16 ram gpu disk
-  sizes=$("$PY" - "$CONFIG" "$TINY" <<'PY'
+# What fits: JTok-M's tables (every layer, n_e tables, the padded vocabulary) against the RAM
+# available and the GPU's memory, for n_e 5 (jtokm) and --beyond-n-e (beyond). Prints the plan and
+# writes plan.json (the bytes seen, for the table); sets <PREFIX>_DTYPE, _ROWS, _SKIP.
+plan_host() {
+  RAM=$(awk '/^MemAvailable:/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
+  GPU=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1 | awk '{printf "%.0f", $1 * 1048576}')
+  local disk; disk=$(df -B1 --output=avail "$OUT" 2>/dev/null | tail -n 1 | tr -d ' ')
+  local gpu_seen="none seen"; [ -n "$GPU" ] && gpu_seen=$(gb "$GPU")
+  echo "plan: RAM available $(gb "$RAM"); GPU memory $gpu_seen; disk free $(gb "$disk") (nothing written)"
+}
+gb() { awk -v b="${1:-0}" 'BEGIN {printf "%.1f GB", b / 1e9}'; }
+plan_jtokm() {  # plan_jtokm PREFIX N_E LABEL
+  local prefix=$1 ne=$2 label=$3 sizes tables vp d f32 bf16 dtype=bf16 rows=hbm,in_place,staged skip=""
+  sizes=$("$PY" - "$CONFIG" "$TINY" "$ne" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
 layers, d = (2, 64) if sys.argv[2] == "1" else (c["num_hidden_layers"], c["hidden_size"])
+ne = int(sys.argv[3])
 pad = c.get("vocab_pad_multiple", 64)
 vp = (c["vocab_size"] + pad - 1) // pad * pad
-print(layers * 5, vp, d, layers * 5 * vp * d * 4, layers * 5 * vp * d * 2)
+print(layers * ne, vp, d, layers * ne * vp * d * 4, layers * ne * vp * d * 2)
 PY
-) || { JTOKM_SKIP="config $CONFIG unreadable"; return; }
+) || { printf -v "${prefix}_SKIP" '%s' "config $CONFIG unreadable"; return; }
   read -r tables vp d f32 bf16 <<< "$sizes"
-  ram=$(awk '/^MemAvailable:/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
-  gpu=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1 | awk '{printf "%.0f", $1 * 1048576}')
-  disk=$(df -B1 --output=avail "$OUT" 2>/dev/null | tail -n 1 | tr -d ' ')
-  gb() { awk -v b="${1:-0}" 'BEGIN {printf "%.1f GB", b / 1e9}'; }
-  echo "plan: JTok-M tables: $tables of $vp x $d: f32 $(gb "$f32"), bf16 $(gb "$bf16")"
-  local gpu_seen="none seen"; [ -n "$gpu" ] && gpu_seen=$(gb "$gpu")
-  echo "plan: RAM available $(gb "$ram"); GPU memory $gpu_seen; disk free $(gb "$disk") (nothing written)"
+  echo "plan: $label tables: $tables of $vp x $d: f32 $(gb "$f32"), bf16 $(gb "$bf16")"
   # In RAM: the tables, the backbone and the run's buffers (4 GB) within 85 % of what is available.
-  fit() { awk -v n="$1" -v r="$ram" 'BEGIN {exit !(n + 4e9 <= 0.85 * r)}'; }
-  TABLE_DTYPE=bf16; JTOKM_SKIP=""
-  if [ "$DEVICE" = cpu ] && fit "$f32"; then TABLE_DTYPE=f32; fi
-  fit "$bf16" || JTOKM_SKIP="its bf16 tables ($(gb "$bf16")) do not fit in the RAM available ($(gb "$ram"))"
-  TABLE_ROWS=hbm,in_place,staged
-  if [ -n "$gpu" ] && ! awk -v n="$bf16" -v g="$gpu" 'BEGIN {exit !(n + 10e9 <= g)}'; then
-    TABLE_ROWS=in_place,staged; echo "plan: hbm not run: a device copy of the tables does not fit the GPU's $(gb "$gpu")"
+  fit() { awk -v n="$1" -v r="$RAM" 'BEGIN {exit !(n + 4e9 <= 0.85 * r)}'; }
+  if [ "$DEVICE" = cpu ] && fit "$f32"; then dtype=f32; fi
+  fit "$bf16" || skip="its bf16 tables ($(gb "$bf16")) do not fit in the RAM available ($(gb "$RAM"))"
+  if [ -n "$GPU" ] && ! awk -v n="$bf16" -v g="$GPU" 'BEGIN {exit !(n + 10e9 <= g)}'; then
+    rows=in_place,staged; echo "plan: $label: hbm not run: a device copy of the tables does not fit the GPU's $(gb "$GPU")"
   fi
-  if [ -n "$JTOKM_SKIP" ]; then echo "plan: JTok-M not run: $JTOKM_SKIP"
-  elif [ "$DEVICE" = cuda ]; then echo "plan: JTok-M tables in RAM as $TABLE_DTYPE; table rows: $TABLE_ROWS"
-  else echo "plan: JTok-M tables in RAM as $TABLE_DTYPE (the CPU engine)"; fi
-  echo "plan: disk store: not run (a random model has no store on disk; staged rows are the store's path to the GPU)"
+  if [ -n "$skip" ]; then echo "plan: $label not run: $skip"
+  elif [ "$DEVICE" = cuda ]; then echo "plan: $label tables in RAM as $dtype; table rows: $rows"
+  else echo "plan: $label tables in RAM as $dtype (the CPU engine)"; fi
+  printf -v "${prefix}_DTYPE" '%s' "$dtype"; printf -v "${prefix}_ROWS" '%s' "$rows"; printf -v "${prefix}_SKIP" '%s' "$skip"
+  PLAN_JSON+=", \"${prefix,,}\": {\"n_e\": $ne, \"tables\": $tables, \"bf16_bytes\": $bf16, \"f32_bytes\": $f32}"
 }
+plan_tables() {
+  PLAN_JSON=""
+  plan_host
+  plan_jtokm JTOKM 5 JTok-M
+  if wanted beyond; then plan_jtokm BEYOND "$BEYOND_NE" "beyond (JTok-M n_e $BEYOND_NE)"; fi
+  echo "plan: disk store: not run (a random model has no store on disk; staged rows are the store's path to the GPU)"
+  echo "{\"ram_bytes\": ${RAM:-0}, \"gpu_bytes\": ${GPU:-null}$PLAN_JSON}" > "$OUT/plan.json"
+}
+wanted() { [[ " $RUNS " == *" $1 "* ]]; }
 plan_tables > "$OUT/plan.txt"  # in this shell: it sets the variables
 cat "$OUT/plan.txt"
 [ -n "$JTOK" ] || { JTOK=build/jtok; echo "ours: --jtok not given: $JTOK"; }
@@ -123,21 +139,23 @@ run() {  # run NAME CMD...: stdout -> OUT/NAME.json, stderr -> OUT/NAME.log, kil
   else echo "  $name: FAILED rc $rc after $((SECONDS - t0)) s:"; tail -n 3 "$OUT/$name.log"; fi
   return $rc
 }
-wanted() { [[ " $RUNS " == *" $1 "* ]]; }
 
 LENGTHS=(--batch "$BATCH" --prompt-len "$P" --new-tokens "$N" --long-prompt "$L" --data "$DATA")
 OURS=("$JTOK" bench-decode --config "$CONFIG" "${SHAPE[@]}" --device "$DEVICE" "${LENGTHS[@]}" --repeat "$REPEAT")
 status=0
 if wanted dense; then run ours_dense "${OURS[@]}" || status=1; fi
-if wanted jtokm; then
-  if [ -n "$JTOKM_SKIP" ]; then
-    echo "  ours_jtokm: SKIPPED ($JTOKM_SKIP)"; echo "skipped: $JTOKM_SKIP" > "$OUT/ours_jtokm.skipped"
-  else
-    rows=(); [ "$DEVICE" = cuda ] && rows=(--table-rows "$TABLE_ROWS")
-    run ours_jtokm "${OURS[@]}" --set jtokm=true --set jtokm_n_e=5 --set jtokm_top_k=2 --table-dtype "$TABLE_DTYPE" \
-      "${rows[@]}" || status=1
+jtokm_run() {  # jtokm_run NAME PREFIX N_E: JTok-M (K 2, every layer) with its planned dtype and table rows
+  local name=$1 prefix=$2 ne=$3 skip dtype rows=()
+  skip=${prefix}_SKIP; skip=${!skip}
+  if [ -n "$skip" ]; then
+    echo "  $name: SKIPPED ($skip)"; echo "skipped: $skip" > "$OUT/$name.skipped"; return 0
   fi
-fi
+  dtype=${prefix}_DTYPE; dtype=${!dtype}
+  if [ "$DEVICE" = cuda ]; then local r=${prefix}_ROWS; rows=(--table-rows "${!r}"); fi
+  run "$name" "${OURS[@]}" --set jtokm=true --set jtokm_n_e="$ne" --set jtokm_top_k=2 --table-dtype "$dtype" "${rows[@]}"
+}
+if wanted jtokm; then jtokm_run ours_jtokm JTOKM 5 || status=1; fi
+if wanted beyond; then jtokm_run ours_beyond BEYOND "$BEYOND_NE" || status=1; fi
 if wanted peer; then
   tiny=(); [ "$TINY" = 1 ] && tiny=(--tiny)
   # shellcheck disable=SC2086  # PEER_ARGS are words

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""The table of bench/gpu_decode_peer.sh: reads OUT/ours_dense.json, OUT/ours_jtokm.json and
-OUT/peer.json (one JSON line a run: `jtok bench-decode`, bench/hf_decode_peer.py) and prints
+"""The table of bench/gpu_decode_peer.sh: reads OUT/ours_dense.json, OUT/ours_jtokm.json,
+OUT/ours_beyond.json (where `--runs beyond` made it), OUT/peer.json (one JSON line a run: `jtok bench-decode`, bench/hf_decode_peer.py) and prints
 markdown: per batch, prefill and decode tok/s, TPOT, ours / the peer, JTok-M / dense and JTok-M's
 overhead against its tables in HBM (1 - tok/s / hbm's), beside issue 40's goals (on a GPU: decode
 >= 1,000 tok/s at batch 1 and >= 10,000 at batch 16; host tables within 2 % of hbm in decode, 1 %
-in prefill); then the long prompt's prefill; then the checks (the same prompt ids in both engines,
+in prefill); then the long prompt's prefill; then, for beyond, its tables' GB beside the GPU's
+memory (OUT/plan.json) and the peak GPU memory the decoder held, its decode against dense and
+against n_e 5's in the same place; then the checks (the same prompt ids in both engines,
 the same tokens from every table placement). A run that made no line gets a row saying why (its
 .skipped file, or the last line of its log). Also writes OUT/table.json (the rows, for tests).
 
@@ -14,7 +16,8 @@ import json
 import os
 import sys
 
-RUNS = (("ours_dense", "ours", "dense"), ("ours_jtokm", "ours", "jtokm"), ("peer", "peer", "dense"))
+RUNS = (("ours_dense", "ours", "dense"), ("ours_jtokm", "ours", "jtokm"), ("ours_beyond", "ours", "jtokm"),
+        ("peer", "peer", "dense"))
 GOAL_TOK_S = {1: 1000, 16: 10000}
 GOAL_OVERHEAD = {"decode": 0.02, "prefill": 0.01}
 
@@ -65,12 +68,14 @@ def make_rows(out):
     rows, missing = [], {}
     for name, engine, model in RUNS:
         lines, why = read_run(out, name)
-        if not lines:
+        if not lines and not (name == "ours_beyond" and why == "not run"):  # beyond: only when asked for
             missing[name] = why
         for j in lines:
             tables = j.get("table_rows", "-") if model == "jtokm" else "-"
+            # beyond is a model of its own (n_e tables of each id): its ratios are against its own hbm
+            m = f"jtokm n_e {j['model']['jtokm_n_e']}" if name == "ours_beyond" else model
             label = engine if engine == "ours" else f"peer: {j.get('engine', '?')} {j.get('transformers', '')}".strip()
-            rows.append(dict(run=name, engine=engine, label=label, model=model, tables=tables, kind=j["run"], batch=j["batch"],
+            rows.append(dict(run=name, engine=engine, label=label, model=m, tables=tables, kind=j["run"], batch=j["batch"],
                              prompt=j["prompt"], prefill_tok_s=j["prefill_tok_s"], decode_tok_s=j.get("decode_tok_s"),
                              tpot_ms=j.get("tpot_ms"), prompt_fnv1a=j.get("prompt_fnv1a"),
                              tokens_fnv1a=j.get("tokens_fnv1a"), device=j.get("device"), line=j))
@@ -79,15 +84,16 @@ def make_rows(out):
     for r in rows:
         peer = find(engine="peer", kind=r["kind"], batch=r["batch"])
         dense = find(engine="ours", model="dense", kind=r["kind"], batch=r["batch"])
-        hbm = find(engine="ours", model="jtokm", tables="hbm", kind=r["kind"], batch=r["batch"])
+        hbm = find(engine="ours", model=r["model"], tables="hbm", kind=r["kind"], batch=r["batch"])
+        jtokm = r["model"].startswith("jtokm")
         v = r[key(r)]
         r["vs_peer"] = v / peer[key(r)] if r["engine"] == "ours" and peer else None
-        r["vs_dense"] = v / dense[key(r)] if r["model"] == "jtokm" and dense else None
-        r["overhead"] = 1 - v / hbm[key(r)] if r["model"] == "jtokm" and hbm and r is not hbm else None
+        r["vs_dense"] = v / dense[key(r)] if jtokm and dense else None
+        r["overhead"] = 1 - v / hbm[key(r)] if jtokm and hbm and r is not hbm else None
     return rows, missing
 
 
-def print_tables(rows, missing, device):
+def print_tables(rows, missing, device, gpu_bytes):
     decode = [r for r in rows if r["kind"] == "decode"]
     prefill = [r for r in rows if r["kind"] == "prefill"]
     if decode:
@@ -107,8 +113,28 @@ def print_tables(rows, missing, device):
             print(f"| {r['label']} | {r['model']} | {r['tables']} | {fmt(r['prefill_tok_s'])} | "
                   f"{fmt(1e3 * r['prompt'] / r['prefill_tok_s'], '.2f')} | {fmt(r['vs_peer'], '.2f')} | "
                   f"{fmt(r['vs_dense'], '.3f')} | {pct(r['overhead'])} | {goal_cell(device, r, 'prefill')} |")
+    print_beyond(rows, gpu_bytes)
     for name, why in missing.items():
         print(f"\n{name}: no figures ({why})")
+
+
+def print_beyond(rows, gpu_bytes):
+    """The tables past the GPU's memory: their bytes beside the GPU's and what the decoder held."""
+    beyond = [r for r in rows if r["model"].startswith("jtokm n_e") and r["kind"] == "decode"]
+    if not beyond:
+        return
+    gpu = f"{gpu_bytes / 1e9:.1f} GB" if gpu_bytes else "not seen"
+    print(f"\nTables beyond the GPU's memory ({gpu}): JTok-M n_e {beyond[0]['line']['model']['jtokm_n_e']}, K 2, "
+          "every layer\n")
+    print("| tables | table GB | peak GPU GB | batch | decode tok/s | JTok-M / dense | vs hbm | n_e 5 in the same place / dense |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in beyond:
+        ne5 = next((x for x in rows if x["model"] == "jtokm" and x["tables"] == r["tables"] and x["kind"] == "decode"
+                    and x["batch"] == r["batch"]), None)
+        peak = r["line"].get("peak_gpu_mb")
+        print(f"| {r['tables']} | {fmt(r['line']['model'].get('table_gb'), '.1f')} | "
+              f"{fmt(None if peak is None else peak * 1048576 / 1e9, '.2f')} | {r['batch']} | {fmt(r['decode_tok_s'])} | "
+              f"{fmt(r['vs_dense'], '.3f')} | {pct(r['overhead'])} | {fmt(ne5 and ne5['vs_dense'], '.3f')} |")
 
 
 def checks(rows):
@@ -117,17 +143,22 @@ def checks(rows):
     for (kind, batch) in sorted({(r["kind"], r["batch"]) for r in rows}):
         hashes = {r["prompt_fnv1a"] for r in rows if r["kind"] == kind and r["batch"] == batch}
         c[f"same prompts, {kind} batch {batch}"] = len(hashes) == 1
-        toks = {r["tokens_fnv1a"] for r in rows if r["model"] == "jtokm" and r["kind"] == kind and r["batch"] == batch}
-        if len(toks) > 0 and sum(r["model"] == "jtokm" and r["kind"] == kind and r["batch"] == batch for r in rows) > 1:
-            c[f"JTok-M same tokens from every table placement, {kind} batch {batch}"] = len(toks) == 1
+        for model in sorted({r["model"] for r in rows if r["model"].startswith("jtokm")}):
+            same = [r for r in rows if r["model"] == model and r["kind"] == kind and r["batch"] == batch]
+            if len(same) > 1:
+                name = "JTok-M" if model == "jtokm" else f"JTok-M {model[6:]}"
+                c[f"{name} same tokens from every table placement, {kind} batch {batch}"] = \
+                    len({r["tokens_fnv1a"] for r in same}) == 1
     return c
 
 
 def main():
     out = sys.argv[1]
     rows, missing = make_rows(out)
+    plan = os.path.join(out, "plan.json")
+    gpu_bytes = json.load(open(plan)).get("gpu_bytes") if os.path.exists(plan) else None
     device = next((r["device"] for r in rows if r["engine"] == "ours"), next((r["device"] for r in rows), "?"))
-    print_tables(rows, missing, device)
+    print_tables(rows, missing, device, gpu_bytes)
     c = checks(rows)
     if c:
         print()

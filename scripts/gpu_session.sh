@@ -27,6 +27,11 @@
 #              K 2, every layer; tables hbm / in place from RAM / staged), and the HF transformers
 #              peer, batch 1 and 16, prompt 512, 128 steps, a 4,096-token prefill (decode/: one JSON
 #              file a run, plan.txt, table.md; box 420 s, the script's --budget 390)
+#   beyond     (not default: its own device run, `--steps beyond`; issue 40) bench/gpu_decode_peer.sh
+#              --runs "dense beyond": JTok-M with n_e 10 on every layer of the Qwen3-0.6B shape (87.1 GB
+#              of bf16 tables, past an H100's memory) read from the host's RAM in place and staged
+#              (from HBM too where a copy fits), beside dense; peak GPU memory beside the tables'
+#              bytes (beyond/: plan.txt, plan.json, table.md; box 420 s, the script's --budget 390)
 #   evalref    (not default; issue 40) bench/gpu_eval_reference.sh: config b + JTok + JTok-M trained 200
 #              steps on the GPU, then `jtok eval --device cuda` in bf16 and fp32 against the same
 #              checkpoint on the CPU's fp32 forward (--reference): top-1 agreement and KL, the bf16
@@ -41,7 +46,7 @@
 # Every log goes under $OUT (the device run brings back what is there; default
 # bench-out/gpu-session here): session.log (all of this output), nvidia-smi.txt, tests/,
 # peer/ (one JSON line and one log per run, table.md), attention.json, attention_peer.json, decode/,
-# curve/, summary.txt.
+# beyond/, curve/, summary.txt.
 # --dry-run checks the inputs, unpacks the bundle and prints each step's command (the peer's and the
 # curve's runs too, through their own --dry-run) without running anything.
 set -uo pipefail
@@ -84,7 +89,7 @@ step() {  # step NAME BOX CMD...: runs CMD killed after BOX seconds, records its
   echo; echo "== $name (time box $box s): $*"
   if [ "$DRY" = 1 ]; then
     RESULT[$name]="dry run"; SECS[$name]=0
-    case "$name" in peer|moe|curve|decode|evalref) "$@" --dry-run ;; esac
+    case "$name" in peer|moe|curve|decode|beyond|evalref) "$@" --dry-run ;; esac
     return
   fi
   local t0=$SECONDS rc=0
@@ -128,11 +133,13 @@ for s in $STEPS; do
         "$LIBS" "$U/bundle/bin/bench_cuda_host_rows" "$shard" "$OUT/host_rows.json" ;;
     decode) step decode 420 bash bench/gpu_decode_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/decode" \
               --budget 390 --timeout 220 ;;
+    beyond) step beyond 420 bash bench/gpu_decode_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/beyond" \
+              --runs "dense beyond" --budget 390 --timeout 330 ;;
     evalref) step evalref 300 bash bench/gpu_eval_reference.sh --jtok "$U/jtok" --data "$DIR/shards" \
                --tokenizer "$DIR/tokenizer" --out "$OUT/evalref" ;;
     curve) step curve 510 bash bench/gpu_loss_curve.sh --jtok "$U/jtok" --data "$DIR/shards" --out "$OUT/curve" \
              --steps 296 --budget 480 ;;
-    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, products, moe, rows, decode, evalref, curve)" >&2; exit 2 ;;
+    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, products, moe, rows, decode, beyond, evalref, curve)" >&2; exit 2 ;;
   esac
 done
 
@@ -147,6 +154,7 @@ done
   [ -f "$OUT/curve/summary.txt" ] && cat "$OUT/curve/summary.txt"
   [ -f "$OUT/evalref/summary.txt" ] && cat "$OUT/evalref/summary.txt"
   [ -f "$OUT/decode/table.md" ] && cat "$OUT/decode/plan.txt" "$OUT/decode/table.md"
+  [ -f "$OUT/beyond/table.md" ] && cat "$OUT/beyond/plan.txt" "$OUT/beyond/table.md"
 } | tee "$OUT/summary.txt"
 for s in $STEPS; do
   case "${RESULT[$s]:-}" in passed|"dry run"|"not in the bundle") ;; *) exit 1 ;; esac

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 40's decode bench (bench/gpu_decode_peer.sh), checked without a GPU before any GPU minute:
-# 1. --device cpu --tiny on a small config: ours (jtok bench-decode, the CPU decoder) dense and
-#    JTok-M (n_e 5, K 2 on both layers), and the peer: HF transformers where /usr/bin/python3 has it,
+# 1. --device cpu --tiny on a small config: ours (jtok bench-decode, the CPU decoder) dense,
+#    JTok-M (n_e 5, K 2 on both layers) and beyond (--beyond-n-e 3), and the peer: HF transformers where /usr/bin/python3 has it,
 #    else its stand-in (bench/hf_decode_peer.py --stand-in: the peer's loop, prompts and JSON
 #    checked; this says the HF peer was not run). Every run's JSON lines parse, the table has every
 #    row (decode at batch 1 and 4, the long prefill) with positive figures and ratios, both engines
@@ -9,7 +9,7 @@
 # 2. A spent --budget skips a run and the table says why.
 # 3. The table on made-up GPU lines: ours / peer, JTok-M's overhead against hbm and the goals (met /
 #    MISSED), and a token mismatch between table placements flagged.
-# 4. scripts/gpu_session.sh --steps decode --dry-run prints the step and the script's runs.
+# 4. scripts/gpu_session.sh --steps decode (and --steps beyond) --dry-run prints the step and the script's runs.
 # 5. jtok bench-decode --checkpoint with --tables ram, mmap and disk (an exported store): the same
 #    prompts and tokens; a random model's options refused with a checkpoint.
 set -euo pipefail
@@ -41,14 +41,15 @@ else
 fi
 rc=0
 PYTHON=$PY PEER_ARGS=$PEER_ARGS bash bench/gpu_decode_peer.sh --data "$T/data" --jtok "$JTOK" --out "$T/out" \
-  --config "$T/cfg.json" --device cpu --tiny > "$T/run.out" 2>&1 || rc=$?
+  --config "$T/cfg.json" --device cpu --tiny --runs "dense jtokm beyond peer" --beyond-n-e 3 > "$T/run.out" 2>&1 || rc=$?
 [ $rc = 0 ] || { cat "$T/run.out"; exit 1; }
 grep -q "^plan: JTok-M tables: 10 of 512 x 64: f32 0.0 GB" "$T/run.out" || { cat "$T/run.out"; exit 1; }
 grep -q "^plan: JTok-M tables in RAM as f32 (the CPU engine)" "$T/run.out" || { cat "$T/run.out"; exit 1; }
+grep -q "^plan: beyond (JTok-M n_e 3) tables: 6 of 512 x 64: f32 0.0 GB" "$T/run.out" || { cat "$T/run.out"; exit 1; }
 "$PY" - "$T/out" "$HF" <<'PY'
 import json, sys
 out, hf = sys.argv[1], sys.argv[2] == "1"
-lines = {n: [json.loads(x) for x in open(f"{out}/{n}.json")] for n in ("ours_dense", "ours_jtokm", "peer")}
+lines = {n: [json.loads(x) for x in open(f"{out}/{n}.json")] for n in ("ours_dense", "ours_jtokm", "ours_beyond", "peer")}
 for n, ls in lines.items():
     assert [(j["run"], j["batch"]) for j in ls] == [("decode", 1), ("decode", 4), ("prefill", 1)], (n, ls)
     for j in ls:
@@ -60,6 +61,12 @@ m = lines["ours_jtokm"][0]["model"]
 assert m["jtokm"] and m["jtokm_n_e"] == 5 and m["jtokm_top_k"] == 2 and m["jtokm_layers"] == 2 and m["tables"] == 10, m
 assert m["table_dtype"] == "f32" and m["hidden_size"] == 64 and m["layers"] == 2, m
 assert not lines["ours_dense"][0]["model"]["jtokm"] and lines["ours_dense"][0]["model"]["tables"] == 0
+b = lines["ours_beyond"][0]["model"]
+assert b["jtokm_n_e"] == 3 and b["tables"] == 6 and b["table_gb"] > 0, b
+plan = json.load(open(f"{out}/plan.json"))
+assert plan["ram_bytes"] > 0 and plan["gpu_bytes"] is None, plan
+assert (plan["jtokm"]["n_e"], plan["jtokm"]["tables"], plan["beyond"]["n_e"], plan["beyond"]["tables"]) == (5, 10, 3, 6), plan
+assert plan["beyond"]["bf16_bytes"] == 6 * 512 * 64 * 2 and plan["beyond"]["f32_bytes"] == 2 * plan["beyond"]["bf16_bytes"], plan
 t = json.load(open(f"{out}/table.json"))
 assert t["device"] == "cpu" and t["missing"] == {}, t["missing"]
 assert len(t["checks"]) == 3 and all(t["checks"].values()), t["checks"]   # same prompts at batch 1, 4 and the long one
@@ -67,10 +74,12 @@ got = sorted((r["run"], r["kind"], r["batch"]) for r in t["rows"])
 assert got == sorted((n, k, b) for n in lines for k, b in (("decode", 1), ("decode", 4), ("prefill", 1))), got
 for r in t["rows"]:
     assert (r["vs_peer"] is not None and r["vs_peer"] > 0) == (r["engine"] == "ours"), r
-    assert (r["vs_dense"] is not None) == (r["model"] == "jtokm") and r["overhead"] is None, r
+    assert (r["vs_dense"] is not None) == r["model"].startswith("jtokm") and r["overhead"] is None, r
+assert {r["model"] for r in t["rows"] if r["run"] == "ours_beyond"} == {"jtokm n_e 3"}, t["rows"]
 md = open(f"{out}/table.md").read()
 for row in ("| ours | dense | - | 1 |", "| ours | dense | - | 4 |", "| ours | jtokm | cpu | 1 |", "| ours | jtokm | cpu | 4 |",
-            "| ours | dense | - | ", "| ours | jtokm | cpu | "):
+            "| ours | dense | - | ", "| ours | jtokm | cpu | ", "| ours | jtokm n_e 3 | cpu | 4 |",
+            "Tables beyond the GPU's memory (not seen): JTok-M n_e 3, K 2, every layer", "| cpu | 0.0 | - | 4 | "):
     assert row in md, (row, md)
 assert md.count("| peer: ") == 3, md
 print("gpu_decode_peer.sh --device cpu --tiny OK")
@@ -92,6 +101,11 @@ line() {  # line RUN BATCH PREFILL DECODE [TABLE_ROWS [TOKENS]]
   line decode 16 80000 8000 hbm; line decode 16 79000 7900 in_place; line decode 16 70000 7980 staged; } > "$T/tab/ours_jtokm.json"
 { line decode 1 800 16 | sed 's/"engine": "x"/"engine": "hf_transformers", "transformers": "5.17"/'
   line decode 16 86000 240 | sed 's/"engine": "x"/"engine": "hf_transformers", "transformers": "5.17"/'; } > "$T/tab/peer.json"
+# beyond: n_e 10's 87.1 GB of tables on an 80 GB GPU (no hbm copy), 1.5 GiB held on the device.
+beyond() { line "$@" | sed 's/"engine": "x"/"engine": "x", "peak_gpu_mb": 1536, "model": {"jtokm_n_e": 10, "table_gb": 87.1}/'; }
+{ beyond decode 1 29500 980 in_place; beyond decode 1 28000 890 staged t9; beyond decode 16 78000 7800 in_place; } \
+  > "$T/tab/ours_beyond.json"
+echo '{"ram_bytes": 120000000000, "gpu_bytes": 80000000000}' > "$T/tab/plan.json"
 "$PY" bench/gpu_decode_peer_table.py "$T/tab" > "$T/tab.md"
 for row in "| ours | dense | - | 1 | 40,000.0 | 1,200.0 | 1.000 | 75.00 | - | - | >= 1,000 tok/s: met |" \
            "| ours | dense | - | 16 | 90,000.0 | 9,000.0 | 1.000 | 37.50 | - | - | >= 10,000 tok/s: MISSED |" \
@@ -102,7 +116,13 @@ for row in "| ours | dense | - | 1 | 40,000.0 | 1,200.0 | 1.000 | 75.00 | - | - 
            "| peer: hf_transformers 5.17 | dense | - | 16 | 86,000.0 | 240.0 | 1.000 | - | - | - | - |" \
            "check: JTok-M same tokens from every table placement, decode batch 1: NO" \
            "check: JTok-M same tokens from every table placement, decode batch 16: yes" \
-           "check: same prompts, decode batch 1: yes"; do
+           "check: same prompts, decode batch 1: yes" \
+           "| ours | jtokm n_e 10 | in_place | 1 | 29,500.0 | 980.0 | 1.000 | 61.25 | 0.817 | - | - |" \
+           "Tables beyond the GPU's memory (80.0 GB): JTok-M n_e 10, K 2, every layer" \
+           "| in_place | 87.1 | 1.61 | 1 | 980.0 | 0.817 | - | 0.825 |" \
+           "| staged | 87.1 | 1.61 | 1 | 890.0 | 0.742 | - | 0.750 |" \
+           "| in_place | 87.1 | 1.61 | 16 | 7,800.0 | 0.867 | - | 0.878 |" \
+           "check: JTok-M n_e 10 same tokens from every table placement, decode batch 1: NO"; do
   grep -qF -- "$row" "$T/tab.md" || { echo "table: no row '$row'"; cat "$T/tab.md"; exit 1; }
 done
 
@@ -121,6 +141,17 @@ grep -qF -- "--set jtokm=true --set jtokm_n_e=5 --set jtokm_top_k=2 --table-dtyp
   grep -qF "ours_jtokm: SKIPPED (its bf16 tables (43.6 GB) do not fit in the RAM available" "$T/dry.out" ||
   { echo "gpu_session.sh --steps decode --dry-run: neither JTok-M's run nor its skip"; cat "$T/dry.out"; exit 1; }
 grep -q "== tests" "$T/dry.out" && { echo "--steps decode ran the default steps too"; exit 1; }
+# The beyond step: dense and n_e 10 (its run, or here its skip naming its 87.1 GB), no peer.
+OUT=$T/dry-beyond bash scripts/gpu_session.sh --dir "$T/session" --steps beyond --dry-run > "$T/dry.out" 2>&1 ||
+  { cat "$T/dry.out"; exit 1; }
+for s in "== beyond (time box 420 s)" "--runs dense beyond --budget 390 --timeout 330" \
+         "plan: beyond (JTok-M n_e 10) tables: 280 of 151936 x 1024: f32 174.3 GB, bf16 87.1 GB"; do
+  grep -qF -- "$s" "$T/dry.out" || { echo "gpu_session.sh --steps beyond --dry-run: no '$s'"; cat "$T/dry.out"; exit 1; }
+done
+grep -qF -- "--set jtokm=true --set jtokm_n_e=10 --set jtokm_top_k=2 --table-dtype bf16 --table-rows " "$T/dry.out" ||
+  grep -qF "ours_beyond: SKIPPED (its bf16 tables (87.1 GB) do not fit in the RAM available" "$T/dry.out" ||
+  { echo "gpu_session.sh --steps beyond --dry-run: neither beyond's run nor its skip"; cat "$T/dry.out"; exit 1; }
+grep -q "jtokm_n_e=5\|hf_decode_peer" "$T/dry.out" && { echo "--steps beyond ran JTok-M n_e 5 or the peer"; exit 1; }
 # 5. A checkpoint's tables from RAM, mapped and from a disk store.
 "$PY" - "$T" <<'PY'
 import os, sys, numpy as np
