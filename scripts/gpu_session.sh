@@ -36,8 +36,9 @@
 #              steps on the GPU, then `jtok eval --device cuda` in bf16 and fp32 against the same
 #              checkpoint on the CPU's fp32 forward (--reference): top-1 agreement and KL, the bf16
 #              bound 99 % (evalref/: summary.txt, eval_*.json; box 300 s)
-#   curve      (not default: a session's second run, `--steps curve`) bench/gpu_loss_curve.sh: 296
-#              steps (the carried shards' whole stream) of config b + JTok-M, ours on the GPU in
+#   curve      (not default: a session's second run, `--steps curve`) bench/gpu_loss_curve.sh: 300
+#              steps (the carried shards' whole stream, 296.6 steps, then its start again, as
+#              jtok's loader reads it) of config b + JTok-M, ours on the GPU in
 #              bf16 beside the PyTorch reference in bf16 autocast and the CPU engine's first 5 steps
 #              in fp32, same weights and batches (curve/: curve.csv, curve.svg, summary.txt; box
 #              510 s, the script's --budget 480)
@@ -138,7 +139,7 @@ for s in $STEPS; do
     evalref) step evalref 300 bash bench/gpu_eval_reference.sh --jtok "$U/jtok" --data "$DIR/shards" \
                --tokenizer "$DIR/tokenizer" --out "$OUT/evalref" ;;
     curve) step curve 510 bash bench/gpu_loss_curve.sh --jtok "$U/jtok" --data "$DIR/shards" --out "$OUT/curve" \
-             --steps 296 --budget 480 ;;
+             --steps 300 --budget 480 ;;
     *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, products, moe, rows, decode, beyond, evalref, curve)" >&2; exit 2 ;;
   esac
 done

@@ -12,7 +12,7 @@
 #   table in kind (backbone, +JTok-M without dedup, +dedup, +deferred); the dry run on cuda runs
 #   jtokm_naive without dedup and with the eager table AdamW.
 # - scripts/gpu_prepare.sh cuts the first STEPS x 16 x 1025 tokens into the session directory
-#   (the loader's windows unchanged) and refuses too few tokens; scripts/gpu_session.sh --dry-run
+#   (the loader's windows unchanged), or all of a corpus that holds fewer; scripts/gpu_session.sh --dry-run
 #   on that directory prints every step, `--steps curve` bench/gpu_loss_curve.sh's commands (its own
 #   check: tests/test_gpu_loss_curve.sh), `--steps evalref` bench/gpu_eval_reference.sh's (its run on
 #   the CPU: tests/test_eval_decoder.sh), and without a bundle names the file it wants.
@@ -161,9 +161,11 @@ a, b = SequentialBatches(cut, 16, 1024).next(), SequentialBatches(full, 16, 1024
 assert (a[0] == b[0]).all() and (a[1] == b[1]).all()
 print("gpu_prepare.sh OK")
 PY
-bash scripts/gpu_prepare.sh --bundle "$T/build/cuda-bundle.tar.gz" --data "$T/corpus" --steps 2 --out "$T/s2" > /dev/null 2> "$T/err" &&
-  { echo "gpu_prepare.sh: 2 steps from 20000 tokens succeeded"; exit 1; }
-grep -q "holds 20000 tokens, 32800 wanted" "$T/err" || { cat "$T/err"; exit 1; }
+# 2 steps want 32,800 tokens, the corpus holds 20,000: all of it carried (the loader wraps over it as over the corpus).
+bash scripts/gpu_prepare.sh --bundle "$T/build/cuda-bundle.tar.gz" --data "$T/corpus" --steps 2 --out "$T/s2" > "$T/s2.out"
+grep -q "holds 20000 tokens, 32800 wanted: all of it carried, 19 windows of 1025 tokens (1 steps of 16)" "$T/s2.out" ||
+  { cat "$T/s2.out"; exit 1; }
+cmp -s "$T/corpus/train_000000.bin" "$T/s2/shards/train_000000.bin" || { echo "gpu_prepare.sh: the corpus not carried whole"; exit 1; }
 OUT=$T/dry bash scripts/gpu_session.sh --dir "$T/session" --dry-run > "$T/dry.out" 2>&1 || { cat "$T/dry.out"; exit 1; }
 for s in "== tests" "JTOK_CUDA_BUNDLE=$T/session/cuda-bundle.tar.gz" "== peer" "--compile --jtokm" "== attention" \
          "attention_peer.py --ours" "summary"; do
@@ -172,8 +174,8 @@ done
 [ -f "$T/dry/session.log" ] && [ -f "$T/dry/summary.txt" ]
 OUT=$T/drycurve bash scripts/gpu_session.sh --dir "$T/session" --steps curve --dry-run > "$T/drycurve.out" 2>&1 ||
   { cat "$T/drycurve.out"; exit 1; }
-for s in "== curve (time box 510 s)" "gpu_loss_curve.py prepare --base configs/bench_b.json --data $T/session/shards --steps 296" \
-         "--steps 296 --device cuda" "--steps 5 --device cpu" "gpu_loss_curve.py train" "plot-csv"; do
+for s in "== curve (time box 510 s)" "gpu_loss_curve.py prepare --base configs/bench_b.json --data $T/session/shards --steps 300" \
+         "--steps 300 --device cuda" "--steps 5 --device cpu" "gpu_loss_curve.py train" "plot-csv"; do
   grep -qF -- "$s" "$T/drycurve.out" || { echo "gpu_session.sh --steps curve --dry-run: no '$s'"; cat "$T/drycurve.out"; exit 1; }
 done
 grep -q "== tests" "$T/drycurve.out" && { echo "--steps curve ran the default steps too"; exit 1; }
