@@ -130,27 +130,29 @@ done
 mkdir -p "$T/b/bundle/bin" "$T/session/shards" "$T/session/tokenizer" && printf "fake\n" > "$T/b/bundle/bin/jtok"
 tar czf "$T/session/cuda-bundle.tar.gz" -C "$T/b" bundle
 cp "$T/data/train_a.bin" "$T/session/shards/" && : > "$T/session/tokenizer/encoder.json"
-OUT=$T/dry bash scripts/gpu_session.sh --dir "$T/session" --steps decode --dry-run > "$T/dry.out" 2>&1 || { cat "$T/dry.out"; exit 1; }
-for s in "== decode (time box 420 s)" "bench/gpu_decode_peer.sh --data $T/session/shards" "bench-decode --config configs/qwen3_0.6b.json" \
-         "--batch 1,16 --prompt-len 512 --new-tokens 128 --long-prompt 4096" "plan: JTok-M tables: 140 of 151936 x 1024: f32 87.1 GB, bf16 43.6 GB" \
-         "bench/hf_decode_peer.py --config configs/qwen3_0.6b.json --device cuda"; do
-  grep -qF -- "$s" "$T/dry.out" || { echo "gpu_session.sh --steps decode --dry-run: no '$s'"; cat "$T/dry.out"; exit 1; }
-done
-# JTok-M's run, or (on a machine with less RAM than its bf16 tables, this one) its skip naming them.
-grep -qF -- "--set jtokm=true --set jtokm_n_e=5 --set jtokm_top_k=2 --table-dtype bf16 --table-rows hbm,in_place,staged" "$T/dry.out" ||
-  grep -qF "ours_jtokm: SKIPPED (its bf16 tables (43.6 GB) do not fit in the RAM available" "$T/dry.out" ||
-  { echo "gpu_session.sh --steps decode --dry-run: neither JTok-M's run nor its skip"; cat "$T/dry.out"; exit 1; }
-grep -q "== tests" "$T/dry.out" && { echo "--steps decode ran the default steps too"; exit 1; }
-# The beyond step: dense and n_e 10 (its run, or here its skip naming its 87.1 GB), no peer.
-OUT=$T/dry-beyond bash scripts/gpu_session.sh --dir "$T/session" --steps beyond --dry-run > "$T/dry.out" 2>&1 ||
-  { cat "$T/dry.out"; exit 1; }
-for s in "== beyond (time box 420 s)" "--runs dense beyond --budget 390 --timeout 330" \
-         "plan: beyond (JTok-M n_e 10) tables: 280 of 151936 x 1024: f32 174.3 GB, bf16 87.1 GB"; do
-  grep -qF -- "$s" "$T/dry.out" || { echo "gpu_session.sh --steps beyond --dry-run: no '$s'"; cat "$T/dry.out"; exit 1; }
-done
-grep -qF -- "--set jtokm=true --set jtokm_n_e=10 --set jtokm_top_k=2 --table-dtype bf16 --table-rows " "$T/dry.out" ||
-  grep -qF "ours_beyond: SKIPPED (its bf16 tables (87.1 GB) do not fit in the RAM available" "$T/dry.out" ||
-  { echo "gpu_session.sh --steps beyond --dry-run: neither beyond's run nor its skip"; cat "$T/dry.out"; exit 1; }
+# dry_step STEP RUN_ARGS SKIP_TEXT EXPECTED...: the step's dry run prints each EXPECTED line, and its
+# JTok-M run with RUN_ARGS or (on a machine with less RAM than its bf16 tables, this one) the skip.
+dry_step() {
+  local step=$1 run_args=$2 skip=$3; shift 3
+  OUT=$T/dry-$step bash scripts/gpu_session.sh --dir "$T/session" --steps "$step" --dry-run > "$T/dry.out" 2>&1 ||
+    { cat "$T/dry.out"; exit 1; }
+  for s in "$@"; do
+    grep -qF -- "$s" "$T/dry.out" || { echo "gpu_session.sh --steps $step --dry-run: no '$s'"; cat "$T/dry.out"; exit 1; }
+  done
+  grep -qF -- "$run_args" "$T/dry.out" || grep -qF "$skip" "$T/dry.out" ||
+    { echo "gpu_session.sh --steps $step --dry-run: neither the JTok-M run nor its skip"; cat "$T/dry.out"; exit 1; }
+  ! grep -q "== tests" "$T/dry.out" || { echo "--steps $step ran the default steps too"; exit 1; }
+}
+dry_step decode "--set jtokm=true --set jtokm_n_e=5 --set jtokm_top_k=2 --table-dtype bf16 --table-rows hbm,in_place,staged" \
+  "ours_jtokm: SKIPPED (its bf16 tables (43.6 GB) do not fit in the RAM available" \
+  "== decode (time box 420 s)" "bench/gpu_decode_peer.sh --data $T/session/shards" "bench-decode --config configs/qwen3_0.6b.json" \
+  "--batch 1,16 --prompt-len 512 --new-tokens 128 --long-prompt 4096" "plan: JTok-M tables: 140 of 151936 x 1024: f32 87.1 GB, bf16 43.6 GB" \
+  "bench/hf_decode_peer.py --config configs/qwen3_0.6b.json --device cuda"
+# The beyond step: dense and n_e 10 (87.1 GB of tables), not n_e 5 nor the peer.
+dry_step beyond "--set jtokm=true --set jtokm_n_e=10 --set jtokm_top_k=2 --table-dtype bf16 --table-rows " \
+  "ours_beyond: SKIPPED (its bf16 tables (87.1 GB) do not fit in the RAM available" \
+  "== beyond (time box 420 s)" "--runs dense beyond --budget 390 --timeout 330" \
+  "plan: beyond (JTok-M n_e 10) tables: 280 of 151936 x 1024: f32 174.3 GB, bf16 87.1 GB"
 grep -q "jtokm_n_e=5\|hf_decode_peer" "$T/dry.out" && { echo "--steps beyond ran JTok-M n_e 5 or the peer"; exit 1; }
 # 5. A checkpoint's tables from RAM, mapped and from a disk store.
 "$PY" - "$T" <<'PY'
