@@ -125,7 +125,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= d) return;
   float acc = 0.0f;
-  for (int64_t b = 0; b < blocks; ++b) acc += ds_part[b * d + j];
+#pragma unroll 8
+  for (int64_t b = 0; b < blocks; ++b) acc += ds_part[b * d + j];  // the loads in flight together, summed in order
   ds[j] += acc;
 }
 

@@ -1,7 +1,7 @@
 // RMSNorm forward and backward (src/cuda/rmsnorm.h), on packed rows or on heads inside wider rows
-// (NormRows). Forward: one warp a row. Backward: a block a contiguous range of rows, one row at a
-// time (block sum of w*dy*xh), each column's dw owned by one thread in shared memory; the per-block
-// dw partials summed in block order by a second kernel.
+// (NormRows). Forward: one warp a row. Backward: a block a contiguous range of rows, kBwdRows rows
+// at a time (block sums of w*dy*xh), each column's dw owned by one thread in shared memory; the
+// per-block dw partials summed in block order by a second kernel.
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/rmsnorm.h"
@@ -12,6 +12,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBwdBlocks = 512;  // a fixed partition of the rows: the sum order never depends on the GPU
+constexpr int kBwdRows = 4;             // rows a backward block sums at once
 
 // Row r's first element (rmsnorm.h's NormRows).
 __device__ __forceinline__ int64_t row_start(int64_t r, int64_t C, NormRows rows) {
@@ -33,32 +34,65 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_kernel(T* out, float
   for (int64_t c = lane; c < C; c += 32) y[c] = from_f32<T>(to_f32(x[c]) * r * to_f32(weight[c]));
 }
 
-// Rows [b*per_block, (b+1)*per_block) of block b; dw_part (blocks, C) gets the block's sum of dy*xh.
-// Accumulate: dinp += dx; else dinp = dx, which may then be dout itself (each element is read and
-// written by one thread, after the row's sum). Dynamic shared memory: C floats of dw.
+// The block sums of G values at once: each component the tree block_sum (common.cuh) makes, with one
+// pair of barriers for all G. `shared` holds 32 G floats. Starts and ends with a barrier.
+template <int G>
+__device__ __forceinline__ void block_sums(float (&v)[G], float* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+#pragma unroll
+  for (int k = 0; k < G; ++k) v[k] = warp_sum(v[k]);
+  __syncthreads();
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < G; ++k) shared[k * 32 + warp] = v[k];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < G; ++k) v[k] = warp_sum(lane < warps ? shared[k * 32 + lane] : 0.0f);
+}
+
+// Rows [b*per_block, (b+1)*per_block) of block b, kBwdRows at a time (their loads in flight
+// together, one pair of barriers for their sums: a row's bits are those of one row at a time);
+// dw_part (blocks, C) gets the block's sum of dy*xh, added row after row. Accumulate: dinp += dx;
+// else dinp = dx, which may then be dout itself (each element is read and written by one thread,
+// after the rows' sums). Dynamic shared memory: C floats of dw.
 template <typename T, bool Accumulate>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_backward_kernel(T* dinp, float* dw_part, const T* dout, const T* inp, const T* weight, const float* rstd,
                             int64_t N, int64_t C, int64_t per_block, NormRows rows) {
   extern __shared__ float dw[];
-  __shared__ float red[32];
+  __shared__ float red[32 * kBwdRows];
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dw[c] = 0.0f;
   const int64_t lo = blockIdx.x * per_block, hi = min(N, lo + per_block);
   const float invC = 1.0f / static_cast<float>(C);
-  for (int64_t n = lo; n < hi; ++n) {
-    const int64_t at = row_start(n, C, rows);
-    const T* x = inp + at;
-    const T* dy = dout + at;
-    const float r = rstd[n];
-    float dot = 0.0f;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dot += to_f32(weight[c]) * to_f32(dy[c]) * to_f32(x[c]) * r;
-    const float mean = block_sum(dot, red) * invC;
-    T* dx = dinp + at;
+  for (int64_t n0 = lo; n0 < hi; n0 += kBwdRows) {
+    int64_t at[kBwdRows];
+    float r[kBwdRows], dot[kBwdRows];
+#pragma unroll
+    for (int k = 0; k < kBwdRows; ++k) {
+      at[k] = row_start(min(n0 + k, hi - 1), C, rows);  // a row past hi: read, never written
+      r[k] = rstd[min(n0 + k, hi - 1)];
+      dot[k] = 0.0f;
+    }
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      const float xh = to_f32(x[c]) * r, g = to_f32(dy[c]);
-      dw[c] += g * xh;  // column c is this thread's alone
-      const float v = r * (to_f32(weight[c]) * g - xh * mean);
-      dx[c] = from_f32<T>(Accumulate ? to_f32(dx[c]) + v : v);
+      const float w = to_f32(weight[c]);
+#pragma unroll
+      for (int k = 0; k < kBwdRows; ++k) dot[k] += w * to_f32(dout[at[k] + c]) * to_f32(inp[at[k] + c]) * r[k];
+    }
+    block_sums(dot, red);
+#pragma unroll
+    for (int k = 0; k < kBwdRows; ++k) {
+      if (n0 + k >= hi) break;
+      const float mean = dot[k] * invC;
+      const T* x = inp + at[k];
+      const T* dy = dout + at[k];
+      T* dx = dinp + at[k];
+      for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        const float xh = to_f32(x[c]) * r[k], g = to_f32(dy[c]);
+        dw[c] += g * xh;  // column c is this thread's alone, its rows in order
+        const float v = r[k] * (to_f32(weight[c]) * g - xh * mean);
+        dx[c] = from_f32<T>(Accumulate ? to_f32(dx[c]) + v : v);
+      }
     }
   }
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dw_part[blockIdx.x * C + c] = dw[c];
@@ -70,7 +104,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float s = 0.0f;
-  for (int64_t b = 0; b < blocks; ++b) s += dw_part[b * C + c];
+#pragma unroll 8
+  for (int64_t b = 0; b < blocks; ++b) s += dw_part[b * C + c];  // the loads in flight together, summed in order
   dweight[c] += s;
 }
 
