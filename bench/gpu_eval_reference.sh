@@ -66,7 +66,7 @@ for p in $PRECISIONS; do
   [ "$DRY" = 1 ] && continue
   "${cmd[@]}" > "$OUT/eval_$p.json" 2> "$OUT/eval_$p.log" ||
     { echo "gpu_eval_reference.sh: eval $p failed, rc $?:"; tail -n 5 "$OUT/eval_$p.log"; status=1; continue; }
-  /usr/bin/python3 - "$OUT/eval_$p.json" "$p" >> "$OUT/summary.txt" <<'PY' || status=1
+  "${PYTHON:-python3}" - "$OUT/eval_$p.json" "$p" >> "$OUT/summary.txt" <<'PY' || status=1
 import json, sys
 j, p = json.load(open(sys.argv[1])), sys.argv[2]
 r = j["reference"]

