@@ -146,14 +146,20 @@ TEST(DecoderPlan, Qwen3At4096ByHand) {
   const int64_t f32 = R + 16 * 4096 + 2 * R * 5 + R * 2 + R * d + R;
   const int64_t i32 = R * 2 + 5 + 3 * R + R + R * 16;  // + paged attention's counters (R,H)
   EXPECT_EQ(p.activations, 2 * e + 4 * (f32 + i32) + 8 * 6);
-  EXPECT_EQ(p.attention_scratch, int64_t{4} * R * 16 * 16 * 130);  // 16 chunks of 256 positions
-  EXPECT_EQ(p.attention_scratch, 545259520);
+  // 16 chunks of 256 positions, 130 floats a head: 33,280 a row, so 256 MiB holds 2,016 of the 4,096 rows
+  EXPECT_EQ(p.attention_scratch, int64_t{4} * 2016 * 16 * 16 * 130);
+  EXPECT_EQ(p.attention_scratch, 268369920);
   EXPECT_EQ(p.logits, 4 * 32 * Vp + 2 * 32 * d + s.max_batch * (552 + 16));  // head_rows = 32; the digests
   EXPECT_EQ(p.row_slots, int64_t{2} * 140 * R * d + 4 * (5 * R + 2));
   EXPECT_EQ(p.hbm_tables, int64_t{2} * 140 * Vp * d);
   EXPECT_EQ(p.hbm_tables, 43563089920);  // 43.6 GB
-  // The model's real context (40960) multiplies the scratch by 10: ~5.45 GB.
+  // The model's real context (40960) multiplies a row's scratch by 10: all 4,096 rows would take
+  // ~5.45 GB; the decoder's holds the 201 rows 256 MiB holds, and never fewer than max_batch.
   EXPECT_EQ(4 * paged_attention_scratch(R, 16, 128, 40960), 5452595200);
+  EXPECT_EQ(decoder_attention_scratch(R, 16, 16, 128, 40960), 201 * paged_attention_scratch(1, 16, 128, 40960));
+  EXPECT_EQ(decoder_attention_scratch(R, 256, 16, 128, 40960), 256 * paged_attention_scratch(1, 16, 128, 40960));
+  EXPECT_EQ(decoder_attention_scratch(8, 1, 16, 128, 40960), 8 * paged_attention_scratch(1, 16, 128, 40960));
+  EXPECT_EQ(decoder_attention_scratch(R, 1, 4096, 128, 1 << 24), paged_attention_scratch(1, 4096, 128, 1 << 24));
 }
 
 TEST(DecoderPlan, RefusalNamesTheLargestItems) {

@@ -86,16 +86,14 @@ template <typename E>
 void attend_pages(DecoderState<E>& st, size_t l, const StepShape& sh) {
   const int64_t H = st.cfg.num_attention_heads, hd = st.cfg.hd();
   DecoderActs<E>& A = st.acts;
-  JTOK_CHECK(paged_attention_scratch(sh.R, H, hd, sh.max_len) <= A.attn_scratch.size(),
-             "cuda decoder: paged attention's scratch for ", sh.R, " rows over ", sh.max_len, " positions exceeds ",
-             A.attn_scratch.size(), " floats");
   const PagedKv layer = st.kv.layer(static_cast<int64_t>(l));
   const PagedRows rows = paged_rows(st, sh.R);
+  const PagedScratch scratch{A.attn_scratch.get(), static_cast<int64_t>(A.attn_scratch.size())};
   if (st.kv.bf16)
-    paged_attention<E, __nv_bfloat16>(A.att.get(), A.q.get(), H * hd, layer, rows, H, sh.max_len,
-                                      A.attn_scratch.get(), A.attn_counters.get(), st.s());
+    paged_attention<E, __nv_bfloat16>(A.att.get(), A.q.get(), H * hd, layer, rows, H, sh.max_len, scratch,
+                                      A.attn_counters.get(), st.s());
   else
-    paged_attention<E, float>(A.att.get(), A.q.get(), H * hd, layer, rows, H, sh.max_len, A.attn_scratch.get(),
+    paged_attention<E, float>(A.att.get(), A.q.get(), H * hd, layer, rows, H, sh.max_len, scratch,
                               A.attn_counters.get(), st.s());
 }
 

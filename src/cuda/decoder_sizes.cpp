@@ -21,6 +21,13 @@ int64_t paged_attention_scratch(int64_t R, int64_t H, int64_t hd, int64_t max_le
   return R * H * ceil_div64(max_len, kPagedAttentionChunk) * (hd + 2);  // per chunk: o (hd), m, l
 }
 
+int64_t decoder_attention_scratch(int64_t R, int64_t max_batch, int64_t H, int64_t hd, int64_t context) {
+  const int64_t per_row = paged_attention_scratch(1, H, hd, context);
+  if (per_row <= 0 || R <= 0) return 0;
+  const int64_t rows = std::min(R, std::max({max_batch, kPagedScratchFloats / per_row, int64_t{1}}));
+  return rows * per_row;
+}
+
 DecoderKvSizes decoder_kv_sizes(const ModelConfig& c, const DecoderSettings& s, int64_t context) {
   DecoderKvSizes z;
   z.max_pages = ceil_div64(context, s.page_tokens);
@@ -73,7 +80,7 @@ void layer_sizes(DecoderActSizes& z, const ModelConfig& c, const DecoderSettings
   z.gate_up = k.dense ? 2 * R * F : 0, z.act = k.dense ? R * F : 0;
   z.mlp_out = z.nrows = k.gated ? R * d : 0, z.inv_norm = k.gated ? R : 0;
   z.lse = H * s.max_prefill;
-  z.attn_scratch = paged_attention_scratch(R, H, hd, context), z.attn_counters = R * H;
+  z.attn_scratch = decoder_attention_scratch(R, s.max_batch, H, hd, context), z.attn_counters = R * H;
   const int64_t ne = k.jtokm_layers > 0 ? c.jtokm_n_e : 0, K = k.jtokm_layers > 0 ? c.jtokm_top_k : 0;
   z.m_logits = z.m_sig = R * ne, z.m_w = z.m_sel = R * K;
   z.m_e = ne ? R * d : 0, z.m_inv_norm = ne ? R : 0;
@@ -179,8 +186,8 @@ const char* shrink_hint(const std::string& item) {
   if (item == "weights") return "--precision bf16 halves fp32 weights; else a smaller model";
   if (item == "KV pages")
     return "fewer KV pages: --kv-budget-tokens (serve), --max-batch, --kv-dtype bf16, a shorter context";
-  if (item == "activations" || item == "attention scratch")
-    return "they scale with max(--max-batch, --max-prefill) rows: a smaller --max-prefill";
+  if (item == "activations") return "they scale with max(--max-batch, --max-prefill) rows: a smaller --max-prefill";
+  if (item == "attention scratch") return "it holds max(--max-batch, 256 MiB's) rows over the whole context";
   if (item == "logits blocks") return "they scale with --max-batch (at least 32 rows)";
   if (item == "table row slots") return "they scale with max(--max-batch, --max-prefill) rows: a smaller --max-prefill";
   if (item == "hbm tables") return "--table-rows in_place (or staged) reads the host's tables instead";

@@ -8,7 +8,8 @@
 //                    page_tokens x KV x hd (bf16 or fp32) + the page tables ((max_seqs + 1) x max_pages int32)
 //   activations      one step's buffers for R = max(max_batch, max_prefill) rows (cuda/decoder_state.h's
 //                    DecoderActs but the three below), JTok-M's and MoE's included
-//   attention_scratch  paged_attention's partial softmax states for R rows over the whole context
+//   attention_scratch  paged_attention's partial softmax states over the whole context for
+//                    decoder_attention_scratch's rows (at most ~256 MiB past max_batch's)
 //   logits           the LM head's blocks: head_rows x Vp fp32 logits + head_rows x d final norm (E) +
 //                    max_batch logit digests and their inputs (cuda/logit_digest.h)
 //   row_slots        StepRows' (slots, R, d) rows of E, the ids and their dedup
@@ -31,6 +32,11 @@ namespace jtok::cuda {
 constexpr int64_t kPagedAttentionChunk = 256;
 // Floats of scratch paged_attention needs for R rows of H heads over at most max_len positions.
 int64_t paged_attention_scratch(int64_t R, int64_t H, int64_t hd, int64_t max_len);
+// The decoder's paged-attention scratch: room for min(R, max(max_batch, the rows 256 MiB holds))
+// rows over the whole context, so a decode step is one launch and a long prefill's rows run in
+// groups (paged_attention takes any scratch that holds a row); at least one row.
+constexpr int64_t kPagedScratchFloats = int64_t{64} << 20;
+int64_t decoder_attention_scratch(int64_t R, int64_t max_batch, int64_t H, int64_t hd, int64_t context);
 
 // The paged KV cache's shape (cuda/decoder_state.h's DecoderKv).
 struct DecoderKvSizes {

@@ -17,6 +17,7 @@
 // tests/cuda/emulate_paged_kv.py transcribes both kernels lane by lane (no GPU needed).
 #include "cuda/paged_kv.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -316,20 +317,30 @@ void check_attention(const PagedKv& kv, const PagedRows& rows, int64_t H, int64_
          " KiB of shared memory (200 at most)");
 }
 
+// The rows in groups of as many as the scratch holds, one launch a group: a row's chunks, partials
+// and combine are its own, so the grouping changes no bits. counters: every launch leaves them zero.
 template <int HD, typename E, typename KvT>
 void launch_attention(E* out, const E* q, int64_t q_stride, const PagedKv& kv, const PagedRows& rows, int64_t H,
-                      int64_t max_len, float* scratch, int32_t* counters, cudaStream_t stream) {
-  const int64_t chunks = chunks_for(max_len), entries = rows.R * H * chunks;
-  float *part_o = scratch, *part_m = part_o + entries * HD, *part_l = part_m + entries;
+                      int64_t max_len, const PagedScratch& scratch, int32_t* counters, cudaStream_t stream) {
+  const int64_t chunks = chunks_for(max_len), per_row = paged_attention_scratch(1, H, HD, max_len);
+  const int64_t group = std::min(rows.R, scratch.floats / per_row);
+  if (group < 1)
+    fail("paged attention: a scratch of ", scratch.floats, " floats holds no row (", per_row, " floats a row of ", H,
+         " heads over ", max_len, " positions)");
   const size_t smem = partial_smem_bytes(H / kv.KV, HD);
   if (smem > kDefaultSmem)
     JTOK_CUDA_CHECK(cudaFuncSetAttribute(paged_partial<HD, E, KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>(rows.R), static_cast<unsigned>(kv.KV), static_cast<unsigned>(chunks));
-  paged_partial<HD, E, KvT><<<grid, kThreads, smem, stream>>>(
-      out, part_o, part_m, part_l, counters, q, q_stride, kv, rows, static_cast<int>(H), static_cast<int>(chunks),
-      max_len, 1.0f / std::sqrt(static_cast<float>(HD)));
-  JTOK_CUDA_CHECK_LAUNCH();
+  float *part_o = scratch.data, *part_m = part_o + group * H * chunks * HD, *part_l = part_m + group * H * chunks;
+  for (int64_t r0 = 0; r0 < rows.R; r0 += group) {
+    PagedRows g = rows;  // rows r0 .. r0 + g.R - 1
+    g.row_seq += r0, g.pos += r0, g.R = std::min(group, rows.R - r0);
+    const dim3 grid(static_cast<unsigned>(g.R), static_cast<unsigned>(kv.KV), static_cast<unsigned>(chunks));
+    paged_partial<HD, E, KvT><<<grid, kThreads, smem, stream>>>(
+        out + r0 * H * HD, part_o, part_m, part_l, counters, q + r0 * q_stride, q_stride, kv, g, static_cast<int>(H),
+        static_cast<int>(chunks), max_len, 1.0f / std::sqrt(static_cast<float>(HD)));
+    JTOK_CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace
@@ -352,7 +363,7 @@ void paged_qkv(const QkvOut<E>& out, const QkvRows<E>& in, const PagedKv& kv, co
 
 template <typename E, typename KvT>
 void paged_attention(E* out, const E* q, int64_t q_stride, const PagedKv& kv, const PagedRows& rows, int64_t H,
-                     int64_t max_len, float* scratch, int32_t* counters, cudaStream_t stream) {
+                     int64_t max_len, const PagedScratch& scratch, int32_t* counters, cudaStream_t stream) {
   check_attention(kv, rows, H, q_stride, max_len);
   if (rows.R == 0) return;
   with_head_dim(kv.hd, [&](auto d) {
@@ -361,10 +372,10 @@ void paged_attention(E* out, const E* q, int64_t q_stride, const PagedKv& kv, co
 }
 
 #define JTOK_PAGED_KV(E, KvT)                                                                                      \
-  template void paged_qkv<E, KvT>(const QkvOut<E>&, const QkvRows<E>&, const PagedKv&, const PagedRows&,          \
+  template void paged_qkv<E, KvT>(const QkvOut<E>&, const QkvRows<E>&, const PagedKv&, const PagedRows&,           \
                                   cudaStream_t);                                                                   \
   template void paged_attention<E, KvT>(E*, const E*, int64_t, const PagedKv&, const PagedRows&, int64_t, int64_t, \
-                                        float*, int32_t*, cudaStream_t);
+                                        const PagedScratch&, int32_t*, cudaStream_t);
 JTOK_PAGED_KV(float, float)
 JTOK_PAGED_KV(float, __nv_bfloat16)
 JTOK_PAGED_KV(__nv_bfloat16, float)

@@ -60,10 +60,16 @@ void paged_qkv(const QkvOut<E>& out, const QkvRows<E>& in, const PagedKv& kv, co
 // other rows of the step (batch invariance) and no float atomics decide bits. hd 32, 64 or 128, KV
 // divides H, the pools 16-byte aligned (refused by value otherwise); a row with pos[r] + 1 outside
 // 1..max_len reads nothing and gets NaN. cuda/paged_kv.cu gives the launch shapes.
-// counters (R H int32): zero before the first call, and each call leaves them zero (the combine's
-// arrival counts; cuda/paged_kv.cu).
+// scratch: any number of floats holding at least one row's paged_attention_scratch(1, H, hd,
+// max_len) (refused by value otherwise); the rows run in groups of as many as it holds, with the
+// bits of one launch. counters (R H int32): zero before the first call, and each call leaves them
+// zero (the combine's arrival counts; cuda/paged_kv.cu).
+struct PagedScratch {
+  float* data = nullptr;
+  int64_t floats = 0;
+};
 template <typename E, typename KvT>
 void paged_attention(E* out, const E* q, int64_t q_stride, const PagedKv& kv, const PagedRows& rows, int64_t H,
-                     int64_t max_len, float* scratch, int32_t* counters, cudaStream_t stream);
+                     int64_t max_len, const PagedScratch& scratch, int32_t* counters, cudaStream_t stream);
 
 }  // namespace jtok::cuda

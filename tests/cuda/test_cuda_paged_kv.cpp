@@ -148,16 +148,19 @@ struct DeviceStep {
     jtok::cuda::paged_qkv<E, KvT>({q.get(), k.get(), v.get()}, rows_in, kv(), rows(), nullptr);
     JTOK_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  // out (r.R, H, hd) for rows r (q rows of stride W), max_len positions at most.
-  std::vector<float> attend(const jtok::cuda::PagedRows& r, int64_t max_len, const E* q) {
+  // out (r.R, H, hd) for rows r (q rows of stride W), max_len positions at most; a scratch of
+  // scratch_rows rows (0: all of them).
+  std::vector<float> attend(const jtok::cuda::PagedRows& r, int64_t max_len, const E* q, int64_t scratch_rows = 0) {
     DeviceBuffer<E> out(static_cast<size_t>(r.R * in.s.H * in.s.hd));
-    DeviceBuffer<float> scratch(static_cast<size_t>(jtok::cuda::paged_attention_scratch(r.R, in.s.H, in.s.hd, max_len)));
+    const int64_t rows = scratch_rows > 0 ? scratch_rows : r.R;
+    DeviceBuffer<float> scratch(
+        static_cast<size_t>(jtok::cuda::paged_attention_scratch(rows, in.s.H, in.s.hd, max_len)));
     DeviceBuffer<int32_t> counters(static_cast<size_t>(r.R * in.s.H));
     poison(out);
     poison(scratch);
     JTOK_CUDA_CHECK(cudaMemset(counters.get(), 0, counters.n * sizeof(int32_t)));
-    jtok::cuda::paged_attention<E, KvT>(out.get(), q, in.W, kv(), r, in.s.H, max_len, scratch.get(), counters.get(),
-                                        nullptr);
+    jtok::cuda::paged_attention<E, KvT>(out.get(), q, in.W, kv(), r, in.s.H, max_len,
+                                        {scratch.get(), static_cast<int64_t>(scratch.n)}, counters.get(), nullptr);
     EXPECT_EQ(download_exact(counters), std::vector<int32_t>(counters.n, 0)) << "counters left non-zero";
     return download(out);
   }
@@ -449,6 +452,11 @@ void check_batch_invariance() {
     EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + r * ow, ow * sizeof(float))) << "row " << r << " alone";
     EXPECT_EQ(0, std::memcmp(decode.data() + i * ow, all.data() + r * ow, ow * sizeof(float))) << "row " << r;
   }
+  // A scratch for 1 or 3 rows: the step's rows in groups of launches, the same bits.
+  for (int64_t rows : {1, 3}) {
+    const std::vector<float> grouped = d.attend(d.rows(), kMaxLen, d.qkv.get(), rows);
+    EXPECT_EQ(0, std::memcmp(grouped.data(), all.data(), all.size() * sizeof(float))) << rows << " rows a launch";
+  }
   const std::vector<float> short_len = d.attend(d.rows(), 300, d.qkv.get());  // two chunks at most
   for (int64_t r = 0; r < in->R; ++r) {
     if (in->pos[r] < 300)
@@ -476,7 +484,7 @@ TEST(CudaPagedKv, RefusesUnsupportedShapes) {
   for (int64_t hd : {16, 48, 96, 256}) {
     const jtok::cuda::PagedKv kv{nullptr, nullptr, 16, 2, hd};
     try {
-      jtok::cuda::paged_attention<float, float>(nullptr, nullptr, 4 * hd, kv, rows, 4, 64, nullptr, nullptr, nullptr);
+      jtok::cuda::paged_attention<float, float>(nullptr, nullptr, 4 * hd, kv, rows, 4, 64, {}, nullptr, nullptr);
       ADD_FAILURE() << "head dim " << hd << " was accepted";
     } catch (const jtok::Error& e) {
       EXPECT_NE(std::string(e.what()).find("head dim " + std::to_string(hd)), std::string::npos) << e.what();
@@ -485,8 +493,7 @@ TEST(CudaPagedKv, RefusesUnsupportedShapes) {
   // q_stride, kv, H, max_len -> whether paged_attention refuses them
   const auto refused = [&](int64_t q_stride, const jtok::cuda::PagedKv& kv, int64_t H, int64_t max_len) {
     try {
-      jtok::cuda::paged_attention<bf16, bf16>(nullptr, nullptr, q_stride, kv, rows, H, max_len, nullptr, nullptr,
-                                               nullptr);
+      jtok::cuda::paged_attention<bf16, bf16>(nullptr, nullptr, q_stride, kv, rows, H, max_len, {}, nullptr, nullptr);
     } catch (const jtok::Error& e) {
       std::printf("refused: %s\n", e.what());
       return true;
@@ -497,6 +504,17 @@ TEST(CudaPagedKv, RefusesUnsupportedShapes) {
   EXPECT_TRUE(refused(255, {nullptr, nullptr, 16, 2, 64}, 4, 64));  // q rows shorter than H*hd
   EXPECT_TRUE(refused(256, {nullptr, nullptr, 16, 2, 64}, 4, 0));   // max_len 0
   EXPECT_TRUE(refused(256, {nullptr, nullptr, 0, 2, 64}, 4, 64));   // empty pages
+  // A scratch one float short of a row (4 heads, one chunk, 64 + 2 floats each): refused by value.
+  const int64_t row = jtok::cuda::paged_attention_scratch(1, 4, 64, 64);
+  ASSERT_EQ(row, 4 * 66);
+  try {
+    jtok::cuda::paged_attention<bf16, bf16>(nullptr, nullptr, 256, {nullptr, nullptr, 16, 2, 64}, rows, 4, 64,
+                                            {nullptr, row - 1}, nullptr, nullptr);
+    ADD_FAILURE() << "a scratch of no row was accepted";
+  } catch (const jtok::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a scratch of 263 floats holds no row (264 floats a row"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
