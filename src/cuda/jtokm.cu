@@ -1,9 +1,9 @@
-// JTok-M (src/cuda/jtokm.h). Routing: one thread a position (n_e and K are small); its statistics
-// and aux loss: one block, double sums in a fixed tree. Mix + norm + inject and dw: one block a
-// position. dL/de: a block a range of positions, ds per column in shared memory, then the blocks'
-// partials in block order. Table gradients: one block a unique id, its rows of a group of tables in
-// shared memory, positions in order (without dedup: a block a position, fp32 atomics).
-// T (float or __nv_bfloat16) is converted to fp32 on every load and rounded once on every store.
+// JTok-M (src/cuda/jtokm.h). Routing: one thread a position (n_e and K are small); its statistics:
+// a block a table over every position, double sums in a fixed tree, then the aux loss. Mix + norm + inject and dw: one
+// block a position. dL/de: a block a range of positions, ds per column in shared memory, then the blocks' partials in
+// block order. Table gradients: one block a unique id, its rows of a group of tables in shared memory, positions in
+// order (without dedup: a block a position, fp32 atomics). T (float or __nv_bfloat16) is converted to fp32 on every
+// load and rounded once on every store.
 #include <algorithm>
 
 #include "cuda/check.h"
@@ -15,6 +15,7 @@ namespace jtok::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kStatsThreads = 1024;  // route_stats_kernel: 32 warps, one lane each in the last sum
 constexpr int64_t kMaxDeBlocks = 512;
 
 __global__ void __launch_bounds__(kThreads)
@@ -39,28 +40,38 @@ __global__ void __launch_bounds__(kThreads)
   for (int k = 0; k < K; ++k) w[n * K + k] = sg[s[k]] / sum;
 }
 
-// One block: load (n_e), prob_sum (n_e), aux (1), weight_sum (n_e) where set.
-__global__ void __launch_bounds__(kThreads)
-    route_stats_kernel(JTokMDeviceActs acts, int64_t N, int ne, int K, double lambda) {
-  __shared__ double red[32];
-  double P[kJTokMMaxTables], L[kJTokMMaxTables], W[kJTokMMaxTables];
-  for (int i = 0; i < ne; ++i) P[i] = 0.0, L[i] = 0.0, W[i] = 0.0;
-  for (int64_t n = threadIdx.x; n < N; n += blockDim.x) {
+// Block i: table i's prob_sum (the positions' sig_i / sum of sig), load (positions selecting it) and
+// weight_sum (their weights, where set), each thread a strided share of the positions summed in
+// double, then one fixed tree over the block. Every table at once, so no block waits on another.
+__global__ void __launch_bounds__(kStatsThreads) route_stats_kernel(JTokMDeviceActs acts, int64_t N, int ne, int K) {
+  __shared__ double red[3][kStatsThreads / 32];
+  const int i = static_cast<int>(blockIdx.x);
+  double p = 0.0, l = 0.0, w = 0.0;
+  for (int64_t n = threadIdx.x; n < N; n += kStatsThreads) {
     const float* sg = acts.sig + n * ne;
     double all = 0.0;
-    for (int i = 0; i < ne; ++i) all += sg[i];
-    for (int i = 0; i < ne; ++i) P[i] += sg[i] / all;
-    for (int k = 0; k < K; ++k) L[acts.sel[n * K + k]] += 1.0, W[acts.sel[n * K + k]] += acts.w[n * K + k];
+    for (int t = 0; t < ne; ++t) all += sg[t];
+    p += sg[i] / all;
+    for (int k = 0; k < K; ++k)
+      if (acts.sel[n * K + k] == i) l += 1.0, w += acts.w[n * K + k];
   }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  p = warp_sum(p), l = warp_sum(l), w = warp_sum(w);
+  if (lane == 0) red[0][warp] = p, red[1][warp] = l, red[2][warp] = w;
+  __syncthreads();
+  if (warp != 0) return;
+  p = warp_sum(red[0][lane]), l = warp_sum(red[1][lane]), w = warp_sum(red[2][lane]);  // 32 warps: a lane each
+  if (lane != 0) return;
+  acts.prob_sum[i] = p, acts.load[i] = static_cast<int32_t>(l);
+  if (acts.weight_sum) acts.weight_sum[i] = w;
+}
+
+// The layer's aux loss from every table's prob_sum and load (one thread, tables in order).
+__global__ void __launch_bounds__(32) route_aux_kernel(JTokMDeviceActs acts, int64_t N, int ne, int K, double lambda) {
+  if (threadIdx.x != 0) return;
   double pn = 0.0;
-  for (int i = 0; i < ne; ++i) {
-    const double p = block_sum(P[i], red), l = block_sum(L[i], red);
-    const double w = acts.weight_sum ? block_sum(W[i], red) : 0.0;  // the same branch in every thread
-    pn += p * l;
-    if (threadIdx.x == 0) acts.prob_sum[i] = p, acts.load[i] = static_cast<int32_t>(l);
-    if (threadIdx.x == 0 && acts.weight_sum) acts.weight_sum[i] = w;
-  }
-  if (threadIdx.x == 0) *acts.aux = lambda * static_cast<double>(ne) / (static_cast<double>(N) * N * K) * pn;
+  for (int i = 0; i < ne; ++i) pn += acts.prob_sum[i] * static_cast<double>(acts.load[i]);
+  *acts.aux = lambda * static_cast<double>(ne) / (static_cast<double>(N) * N * K) * pn;
 }
 
 // Block n: e (d) = sum_k w_k E_{sel_k}[ids[n]], its norm, h_next += c inv s e.
@@ -219,8 +230,10 @@ void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDi
   route_kernel<<<ceil_div(dm.N, kThreads), kThreads, 0, stream>>>(acts.sig, acts.sel, acts.w, logits, dm.N,
                                                                   static_cast<int>(dm.n_e), static_cast<int>(dm.K));
   JTOK_CUDA_CHECK_LAUNCH();
-  route_stats_kernel<<<1, kThreads, 0, stream>>>(acts, dm.N, static_cast<int>(dm.n_e), static_cast<int>(dm.K),
-                                                 dm.lambda);
+  route_stats_kernel<<<static_cast<int>(dm.n_e), kStatsThreads, 0, stream>>>(acts, dm.N, static_cast<int>(dm.n_e),
+                                                                             static_cast<int>(dm.K));
+  JTOK_CUDA_CHECK_LAUNCH();
+  route_aux_kernel<<<1, 32, 0, stream>>>(acts, dm.N, static_cast<int>(dm.n_e), static_cast<int>(dm.K), dm.lambda);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

@@ -129,4 +129,50 @@ TEST(CudaOps, Jtokm) {
   }
 }
 
+// Routing alone over more positions than route_stats_kernel has threads (3,000: two or three a
+// thread), n_e 7, K 3: sel, w, sig, and the statistics each table's block sums (load exact,
+// prob_sum, weight_sum) and the aux loss, against the CPU's jtokm_route on the same logits.
+TEST(CudaOps, JtokmRouteStatsOverManyPositions) {
+  constexpr int64_t N = 3000, V = 90, d = 16, ne = 7, K = 3;
+  const auto ids = skewed_ids(N, V, 141);
+  const auto a = randn(N * d, 142), R = randn(ne * d, 143, 0.5f);
+  const jtok::JTokMHyper hp{ne, K, 0.25f, 1e-6f, true, 1e-2};
+  CudaCase c{"jtokm route", "N 3000, n_e 7, K 3", {1e-6, 1e-6}};  // fp32 routing in both dtypes
+  const auto cpu_acts = [&] {
+    jtok::JTokMActs A;
+    jtok::jtokm_route(A, a.data(), R.data(), jtok::dedup_ids(ids.data(), N, V), N, d, hp);
+    return A;
+  };
+  c.cpu = [&](DType) {
+    const jtok::JTokMActs A = cpu_acts();
+    return Outputs{{"sel", std::vector<float>(A.sel.begin(), A.sel.end())},
+                   {"w", A.w},
+                   {"sig", A.sig},
+                   {"load", std::vector<float>(A.load.begin(), A.load.end())},
+                   {"prob_sum", std::vector<float>(A.prob_sum.begin(), A.prob_sum.end())},
+                   {"weight_sum", std::vector<float>(A.weight_sum.begin(), A.weight_sum.end())},
+                   {"aux", {static_cast<float>(A.aux)}}};
+  };
+  c.gpu = [&](DType) {
+    auto logits = upload<float>(cpu_acts().logits);  // the router's product is the caller's
+    DeviceBuffer<float> sig(N * ne), w(N * K);
+    DeviceBuffer<int32_t> sel(N * K), load(ne);
+    DeviceBuffer<double> prob_sum(ne), aux(1), wsum(ne);
+    const jtok::cuda::JTokMDeviceActs acts{sig.get(),  sel.get(),      w.get(),   nullptr,   nullptr,
+                                           load.get(), prob_sum.get(), aux.get(), wsum.get()};
+    jtok::cuda::jtokm_route(acts, logits.get(), {N, d, V, ne, K, 0.25f, 1e-6f, true, 1e-2}, nullptr);
+    const auto sl = download_exact(sel), ld = download_exact(load);
+    const auto ps = download_exact(prob_sum), ws = download_exact(wsum);
+    return Outputs{{"sel", std::vector<float>(sl.begin(), sl.end())},
+                   {"w", download(w)},
+                   {"sig", download(sig)},
+                   {"load", std::vector<float>(ld.begin(), ld.end())},
+                   {"prob_sum", std::vector<float>(ps.begin(), ps.end())},
+                   {"weight_sum", std::vector<float>(ws.begin(), ws.end())},
+                   {"aux", {static_cast<float>(download_exact(aux)[0])}}};
+  };
+  run_case(c);
+  expect_deterministic(c, DType::f32);
+}
+
 }  // namespace
