@@ -53,6 +53,24 @@ __device__ __forceinline__ V block_sum(V v, V* shared) {
   return warp_sum(s);
 }
 
+// The block sums of G values at once: each component the tree block_sum makes, with one pair of
+// barriers for all G (a block that sums several rows' values together keeps each row's bits).
+// `shared` holds 32 G floats. Starts and ends with a barrier.
+template <int G>
+__device__ __forceinline__ void block_sums(float (&v)[G], float* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+#pragma unroll
+  for (int k = 0; k < G; ++k) v[k] = warp_sum(v[k]);
+  __syncthreads();
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < G; ++k) shared[k * 32 + warp] = v[k];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < G; ++k) v[k] = warp_sum(lane < warps ? shared[k * 32 + lane] : 0.0f);
+}
+
 // RMSNorm's scale of a row x (C) read by one warp: lane l sums the squares of x[l], x[l + 32], ...,
 // then the warp's shuffle tree. Every RMSNorm of a warp a row (rmsnorm_forward, the decoder's
 // per-head norm in cuda/paged_qkv.cu) goes through this, so fused and unfused give the same bits.

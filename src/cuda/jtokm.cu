@@ -1,9 +1,10 @@
 // JTok-M (src/cuda/jtokm.h). Routing: one thread a position (n_e and K are small); its statistics:
-// a block a table over every position, double sums in a fixed tree, then the aux loss. Mix + norm + inject and dw: one
-// block a position. dL/de: a block a range of positions, ds per column in shared memory, then the blocks' partials in
-// block order. Table gradients: one block a unique id, its rows of a group of tables in shared memory, positions in
-// order (without dedup: a block a position, fp32 atomics). T (float or __nv_bfloat16) is converted to fp32 on every
-// load and rounded once on every store.
+// a block a table over every position, double sums in a fixed tree, then the aux loss. Mix + norm +
+// inject and dw: one block a position. dL/de: a block a range of positions, 4 at a time, ds per
+// column in shared memory, then the blocks' partials in block order. Table gradients: one block a
+// unique id, its rows of a group of tables in shared memory, positions in order (without dedup: a
+// block a position, fp32 atomics). T (float or __nv_bfloat16) is converted to fp32 on every load and
+// rounded once on every store.
 #include <algorithm>
 
 #include "cuda/check.h"
@@ -17,6 +18,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kStatsThreads = 1024;  // route_stats_kernel: 32 warps, one lane each in the last sum
 constexpr int64_t kMaxDeBlocks = 512;
+constexpr int kDeRows = 4;  // rows backward_de_kernel sums at once
 
 __global__ void __launch_bounds__(kThreads)
     route_kernel(float* sig, int32_t* sel, float* w, const float* logits, int64_t N, int ne, int K) {
@@ -98,35 +100,52 @@ __global__ void __launch_bounds__(kThreads)
     h_next[n * d + j] = from_f32<T>(to_f32(h_next[n * d + j]) + ci * to_f32(s[j]) * e[j]);
 }
 
-// Rows [b*rows, (b+1)*rows): de, and the block's ds partial (d) into ds_part. Shared: d floats.
+// Rows [b*rows, (b+1)*rows): de, and the block's ds partial (d) into ds_part, kDeRows rows at a time
+// (their loads in flight together, one pair of barriers for their sums: a row's bits are those of
+// one row at a time; ds per column added row after row). Shared: d floats.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) backward_de_kernel(float* de, float* ds_part, JTokMDeviceActs acts,
                                                                const T* dh, const T* s, JTokMDims dm, int64_t rows) {
   extern __shared__ float dsp[];
-  __shared__ float red[32];
+  __shared__ float red[32 * 2 * kDeRows];
   const int64_t d = dm.d;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) dsp[j] = 0.0f;
   const int64_t lo = blockIdx.x * rows, hi = min(dm.N, lo + rows);
-  for (int64_t n = lo; n < hi; ++n) {
-    const float* e = acts.e + n * d;
-    const T* g = dh + n * d;
-    float* dn = de + n * d;
-    const float inv = acts.inv_norm[n];
-    float dot = 0.0f, ss = 0.0f;
+  for (int64_t n0 = lo; n0 < hi; n0 += kDeRows) {
+    const int live = static_cast<int>(min(static_cast<int64_t>(kDeRows), hi - n0));  // rows past hi: none
+    float sums[2 * kDeRows] = {};  // row k's e . dn at 2k, ||e||^2 at 2k + 1
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      const float gj = to_f32(g[j]);
-      dsp[j] += dm.c * inv * gj * e[j];  // column j is this thread's alone
-      dn[j] = dm.c * to_f32(s[j]) * gj;  // dL/dNorm(e)
-      dot += e[j] * dn[j];
-      ss += e[j] * e[j];
+      float gj[kDeRows], ej[kDeRows];  // every row's loads issued before any store
+#pragma unroll
+      for (int k = 0; k < kDeRows; ++k) {
+        const int64_t n = n0 + min(k, live - 1);
+        gj[k] = to_f32(dh[n * d + j]), ej[k] = acts.e[n * d + j];
+      }
+      const float sj = to_f32(s[j]);
+#pragma unroll
+      for (int k = 0; k < kDeRows; ++k) {
+        if (k >= live) break;
+        const int64_t n = n0 + k;
+        dsp[j] += dm.c * acts.inv_norm[n] * gj[k] * ej[k];  // column j is this thread's alone, rows in order
+        const float dn = dm.c * sj * gj[k];                 // dL/dNorm(e)
+        de[n * d + j] = dn;
+        sums[2 * k] += ej[k] * dn;
+        sums[2 * k + 1] += ej[k] * ej[k];
+      }
     }
-    dot = block_sum(dot, red);
-    ss = block_sum(ss, red);
+    block_sums(sums, red);
     if (!dm.norm) continue;
-    // Through Norm: de = dn / (r + eps) - e (e . dn) / (r (r + eps)^2).
-    const float r = sqrtf(ss);
-    const float cf = r > 0.0f ? dot * inv * inv / r : 0.0f;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) dn[j] = dn[j] * inv - e[j] * cf;
+#pragma unroll
+    for (int k = 0; k < kDeRows; ++k) {
+      if (n0 + k >= hi) break;
+      // Through Norm: de = dn / (r + eps) - e (e . dn) / (r (r + eps)^2).
+      const int64_t n = n0 + k;
+      const float* e = acts.e + n * d;
+      float* dn = de + n * d;
+      const float inv = acts.inv_norm[n], r = sqrtf(sums[2 * k + 1]);
+      const float cf = r > 0.0f ? sums[2 * k] * inv * inv / r : 0.0f;
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) dn[j] = dn[j] * inv - e[j] * cf;
+    }
   }
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) ds_part[blockIdx.x * d + j] = dsp[j];
 }

@@ -34,23 +34,6 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_kernel(T* out, float
   for (int64_t c = lane; c < C; c += 32) y[c] = from_f32<T>(to_f32(x[c]) * r * to_f32(weight[c]));
 }
 
-// The block sums of G values at once: each component the tree block_sum (common.cuh) makes, with one
-// pair of barriers for all G. `shared` holds 32 G floats. Starts and ends with a barrier.
-template <int G>
-__device__ __forceinline__ void block_sums(float (&v)[G], float* shared) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-#pragma unroll
-  for (int k = 0; k < G; ++k) v[k] = warp_sum(v[k]);
-  __syncthreads();
-  if (lane == 0) {
-#pragma unroll
-    for (int k = 0; k < G; ++k) shared[k * 32 + warp] = v[k];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int k = 0; k < G; ++k) v[k] = warp_sum(lane < warps ? shared[k * 32 + lane] : 0.0f);
-}
-
 // Rows [b*per_block, (b+1)*per_block) of block b, kBwdRows at a time (their loads in flight
 // together, one pair of barriers for their sums: a row's bits are those of one row at a time);
 // dw_part (blocks, C) gets the block's sum of dy*xh, added row after row. Accumulate: dinp += dx;
