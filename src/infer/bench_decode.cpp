@@ -37,8 +37,9 @@ double peak_rss_mb() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss: KiB on Linux
 }
 
-// The process's peak RSS, and on a GPU its peak device memory so far (every decoder this process
-// made until now: HF's peak_gpu_mb, max_memory_allocated, counts the same way).
+// The process's peak RSS, and on a GPU the peak device memory since this mode's decoder was made
+// (bench_decode resets it between modes, so an hbm decoder's device tables do not show in the next
+// mode's lines; HF's peak_gpu_mb, max_memory_allocated, counts the same way).
 void add_peak_memory(nlohmann::json& j, const std::string& device) {
   j["peak_rss_mb"] = peak_rss_mb();
   if (device == "cuda") j["peak_gpu_mb"] = static_cast<double>(cuda::device_bytes_peak()) / (1024.0 * 1024.0);
@@ -266,8 +267,10 @@ std::vector<nlohmann::json> bench_decode(const Model& m, const BenchDecodeOption
   std::vector<nlohmann::json> lines;
   for (const std::string& mode : modes) {
     const cuda::DecoderSettings settings = run_settings(opt, mode);
-    if (opt.device == "cuda")
+    if (opt.device == "cuda") {
+      cuda::reset_device_bytes_peak();  // the last mode's decoder is gone: this mode's peak from here
       std::fprintf(stderr, "bench-decode: %s\n", cuda::decoder_plan_line(cuda::decoder_memory_plan(m.cfg, settings)).c_str());
+    }
     std::unique_ptr<Decoder> dec = make_decoder(m, opt.device, settings);
     const nlohmann::json base = line_base(opt, mode.empty() ? opt.device : mode, dec->describe());
     std::fprintf(stderr, "bench-decode: %s\n", dec->describe().c_str());
