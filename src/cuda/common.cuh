@@ -55,9 +55,9 @@ __device__ __forceinline__ V block_sum(V v, V* shared) {
 
 // The block sums of G values at once: each component the tree block_sum makes, with one pair of
 // barriers for all G (a block that sums several rows' values together keeps each row's bits).
-// `shared` holds 32 G floats. Starts and ends with a barrier.
-template <int G>
-__device__ __forceinline__ void block_sums(float (&v)[G], float* shared) {
+// `shared` holds 32 G values of V. Starts and ends with a barrier.
+template <int G, typename V>
+__device__ __forceinline__ void block_sums(V (&v)[G], V* shared) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
 #pragma unroll
   for (int k = 0; k < G; ++k) v[k] = warp_sum(v[k]);
@@ -68,7 +68,7 @@ __device__ __forceinline__ void block_sums(float (&v)[G], float* shared) {
   }
   __syncthreads();
 #pragma unroll
-  for (int k = 0; k < G; ++k) v[k] = warp_sum(lane < warps ? shared[k * 32 + lane] : 0.0f);
+  for (int k = 0; k < G; ++k) v[k] = warp_sum(lane < warps ? shared[k * 32 + lane] : V(0));
 }
 
 // RMSNorm's scale of a row x (C) read by one warp: lane l sums the squares of x[l], x[l + 32], ...,

@@ -16,7 +16,7 @@ namespace jtok::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kStatsThreads = 1024;  // route_stats_kernel: 32 warps, one lane each in the last sum
+constexpr int kStatsThreads = 1024;  // route_stats_kernel's block
 constexpr int64_t kMaxDeBlocks = 512;
 constexpr int kDeRows = 4;  // rows backward_de_kernel sums at once
 
@@ -46,9 +46,10 @@ __global__ void __launch_bounds__(kThreads)
 // weight_sum (their weights, where set), each thread a strided share of the positions summed in
 // double, then one fixed tree over the block. Every table at once, so no block waits on another.
 __global__ void __launch_bounds__(kStatsThreads) route_stats_kernel(JTokMDeviceActs acts, int64_t N, int ne, int K) {
-  __shared__ double red[3][kStatsThreads / 32];
+  __shared__ double red[3 * 32];
   const int i = static_cast<int>(blockIdx.x);
-  double p = 0.0, l = 0.0, w = 0.0;
+  double sums[3] = {};  // p, l, w
+  double &p = sums[0], &l = sums[1], &w = sums[2];
   for (int64_t n = threadIdx.x; n < N; n += kStatsThreads) {
     const float* sg = acts.sig + n * ne;
     double all = 0.0;
@@ -57,13 +58,8 @@ __global__ void __launch_bounds__(kStatsThreads) route_stats_kernel(JTokMDeviceA
     for (int k = 0; k < K; ++k)
       if (acts.sel[n * K + k] == i) l += 1.0, w += acts.w[n * K + k];
   }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  p = warp_sum(p), l = warp_sum(l), w = warp_sum(w);
-  if (lane == 0) red[0][warp] = p, red[1][warp] = l, red[2][warp] = w;
-  __syncthreads();
-  if (warp != 0) return;
-  p = warp_sum(red[0][lane]), l = warp_sum(red[1][lane]), w = warp_sum(red[2][lane]);  // 32 warps: a lane each
-  if (lane != 0) return;
+  block_sums(sums, red);
+  if (threadIdx.x != 0) return;
   acts.prob_sum[i] = p, acts.load[i] = static_cast<int32_t>(l);
   if (acts.weight_sum) acts.weight_sum[i] = w;
 }
@@ -137,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) backward_de_kernel(float* de, float*
     if (!dm.norm) continue;
 #pragma unroll
     for (int k = 0; k < kDeRows; ++k) {
-      if (n0 + k >= hi) break;
+      if (k >= live) break;
       // Through Norm: de = dn / (r + eps) - e (e . dn) / (r (r + eps)^2).
       const int64_t n = n0 + k;
       const float* e = acts.e + n * d;

@@ -29,9 +29,10 @@ using jtok::testing::randn;
 // (the CPU sees them rounded); routing, e, its norm, dL/de, ds and gE are fp32 in both, so only
 // h_next, da and dR carry a bf16 rounding (of h_next's store, of dg): tolerance 1e-2 on all.
 struct JTokMRun {
+  JTokMRun(int64_t n, bool with_norm) : N(n), norm(with_norm) {}  // the arrays below follow N
   static constexpr int64_t V = 150, d = 32, ne = 5, K = 2;
-  int64_t N = 200;
-  bool norm = true;
+  int64_t N;
+  bool norm;
   std::vector<int32_t> ids = skewed_ids(N, V, 121);
   std::vector<float> tables = randn(ne * V * d, 122, 0.5f), a = randn(N * d, 123), R = randn(ne * d, 124, 0.3f),
                      s = randn(d, 125, 0.3f), h0 = randn(N * d, 126), dh = randn(N * d, 127),
@@ -120,20 +121,11 @@ struct JTokMRun {
   }
 };
 
-JTokMRun jtokm_run(int64_t N, bool norm) {
-  JTokMRun run;
-  run.N = N, run.norm = norm;
-  run.ids = skewed_ids(N, run.V, 121);
-  run.a = randn(N * run.d, 123), run.h0 = randn(N * run.d, 126), run.dh = randn(N * run.d, 127);
-  run.da0 = randn(N * run.d, 129, 0.1f);
-  return run;
-}
-
 // 200 positions: dL/de's blocks a position each; 2,600: 6 a block (of 512), 4 at a time, then 2.
 TEST(CudaOps, Jtokm) {
   for (const auto& [N, norm] :
        std::initializer_list<std::pair<int64_t, bool>>{{200, true}, {200, false}, {2600, true}}) {
-    const JTokMRun run = jtokm_run(N, norm);
+    const JTokMRun run(N, norm);
     CudaCase c{norm ? "jtokm" : "jtokm no-norm", "N " + std::to_string(N) + ", V 150, d 32, n_e 5, K 2", {2e-6, 1e-2}};
     c.cpu = [&](DType t) { return run.cpu(t); };
     c.gpu = [&](DType t) { return run.gpu(t); };
