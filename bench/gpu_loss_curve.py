@@ -36,7 +36,7 @@ import torch  # noqa: E402
 import safetensors_np  # noqa: E402
 import train_bench_device as dev  # noqa: E402
 from model import JTokConfig, Transformer  # noqa: E402
-from shards import SequentialBatches, open_shards  # noqa: E402
+from shards import SequentialBatches, open_shards, sequential_windows  # noqa: E402
 from train_ref import TrainConfig, make_optimizer  # noqa: E402
 
 JTOKM = dict(jtokm=True, jtokm_layers="all", jtokm_n_e=5, jtokm_top_k=2)
@@ -58,7 +58,7 @@ def read_batches(data, vocab_size, steps, B, T):
     than the shards hold starts their second pass); stream: the windows the shards hold and the
     first step holding a repeated window (None when none does)."""
     shards = open_shards(data, vocab_size)
-    windows = sum((len(s) - 1) // T for s in shards if len(s) > T)
+    windows = sequential_windows(shards, T)
     stream = SequentialBatches(shards, B, T)
     x = np.empty((steps, 1, B, T), np.int32)
     y = np.empty_like(x)

@@ -50,12 +50,12 @@ PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 PYTHONPATH=tests/reference "$PY" - "$DATA" "$OUT/shards" "$((STEPS * 16 * 1025))" <<'PY'
 import os, sys
 import numpy as np
-from shards import open_shards, write_shard
+from shards import open_shards, sequential_windows, write_shard
 data, out, need = sys.argv[1], sys.argv[2], int(sys.argv[3])
 vocab = 50257  # the bench configs' vocabulary; the shard header records it
 shards = open_shards(data, vocab)  # every shard of DATA in order, headers checked
 total = sum(len(s) for s in shards)
-left = need if total > need else total  # all of DATA when it holds no more: the loader wraps over it as over DATA
+left = min(need, total)  # all of DATA when it holds no more: the loader wraps over it as over DATA
 for i, shard in enumerate(shards):
     if left <= 0:
         break
@@ -63,7 +63,7 @@ for i, shard in enumerate(shards):
     write_shard(os.path.join(out, f"train_{i:06d}.bin"), tokens, vocab)
     left -= len(tokens)
 if total <= need:
-    windows = sum((len(s) - 1) // 1024 for s in shards if len(s) > 1024)
+    windows = sequential_windows(shards, 1024)
     print(f"gpu_prepare.sh: note: {data} holds {total} tokens, {need} wanted: all of it carried, {windows} windows of "
           f"1025 tokens ({windows // 16} steps of 16); longer runs read it again from the start, as jtok's loader "
           "does over DATA")

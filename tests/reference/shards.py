@@ -48,6 +48,11 @@ def open_shards(path, vocab_size=0):
     return [open_shard(p, vocab_size) for p in paths]
 
 
+def sequential_windows(shards, T):
+    """The windows of T + 1 tokens SequentialBatches reads from the shards before it wraps."""
+    return sum((len(s) - 1) // T for s in shards if len(s) > T)
+
+
 class SequentialBatches:
     """jtok::DataLoader in sequential mode from its start: row r of a batch is the window of T + 1
     tokens at the current (shard, offset), inputs its first T, targets its last T; the offset moves
