@@ -24,7 +24,7 @@ struct Args {
   std::string config, out;
   std::vector<std::string> sets;
   int64_t max_steps = -1;
-  bool resume = false, overwrite = false, no_checkpoints = false;
+  bool resume = false, overwrite = false, no_checkpoints = false, validate = false;
   int64_t skip_nonfinite_steps = 0;
   double peak_gflops = -1;
   std::string sample_prompt = "The";
@@ -186,6 +186,7 @@ jtok::BatchSource batch_source(jtok::DataLoader& loader) {
 // The validation batches in order from the first, from reset() on; val_i is the next one's index.
 jtok::ValSource val_source(const jtok::ValidationSet& valset, size_t& val_i) {
   jtok::ValSource val;
+  val.batches = static_cast<int64_t>(valset.num_batches());
   val.reset = [&val_i] { val_i = 0; };
   val.next = [&valset, &val_i](int32_t* x, int32_t* y, int64_t, int64_t) {
     jtok::Batch b = valset.batch(val_i++ % valset.num_batches());
@@ -225,6 +226,7 @@ jtok::TrainOptions train_options(const jtok::Config& cfg, const jtok::FlopsRepor
   opt.table_io = table_io_option(args.table_io, args.table_direct_io, args.tables);
   opt.init_from = init_from;
   opt.no_checkpoints = args.no_checkpoints;
+  opt.validate = args.validate;
   opt.skip_nonfinite_steps = args.skip_nonfinite_steps;
   opt.command_line = command_line_string();
   opt.device = args.device;
@@ -297,8 +299,12 @@ void setup(CLI::App* sub) {
   sub->add_flag("--resume", args.resume, "continue from the newest complete checkpoint in --out");
   sub->add_flag("--overwrite", args.overwrite,
                 "start afresh in an --out that holds another run: delete its checkpoints and log first");
-  sub->add_flag("--no-checkpoints", args.no_checkpoints,
-                "write no checkpoint and run no validation (benches: bench/embp_throughput.sh)");
+  CLI::Option* no_ckpt = sub->add_flag("--no-checkpoints", args.no_checkpoints,
+                                       "write no checkpoint and run no validation (benches: bench/embp_throughput.sh)");
+  sub->add_flag("--validate", args.validate,
+                "with --no-checkpoints: validate anyway, every eval_interval steps and after the last (a study's "
+                "held-out losses: bench/gpu_study.sh; eval_batches 0 reads the whole validation set)")
+      ->needs(no_ckpt);
   sub->add_option("--skip-nonfinite-steps", args.skip_nonfinite_steps,
                   "drop up to N batches whose loss or gradient norm is not finite (default 0: stop at the first)")
       ->check(CLI::NonNegativeNumber);

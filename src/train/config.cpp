@@ -317,7 +317,7 @@ static void validate_training(const Config& cfg, const std::string& origin) {
   if (!(t.adam_beta2 >= 0 && t.adam_beta2 < 1)) fail(origin, ": field adam_beta2 must be in [0, 1), got ", t.adam_beta2);
   positive(origin, "adam_epsilon", t.adam_epsilon);
   positive(origin, "eval_interval", t.eval_interval);
-  positive(origin, "eval_batches", t.eval_batches);
+  nonneg(origin, "eval_batches", t.eval_batches);  // 0: the whole validation set
   positive(origin, "checkpoint_interval", t.checkpoint_interval);
   positive(origin, "keep_checkpoints", t.keep_checkpoints);
   nonneg(origin, "sample_interval", t.sample_interval);

@@ -28,7 +28,9 @@ struct BatchSource {
   std::function<void(const nlohmann::json&)> restore;
 };
 // A fixed validation set: reset() then next() eval_batches times gives the same batches always.
+// batches: how many distinct ones it holds (eval_batches 0 reads each once; next() wraps after them).
 struct ValSource {
+  int64_t batches = 0;
   std::function<void()> reset;
   std::function<void(int32_t* inputs, int32_t* targets, int64_t B, int64_t T)> next;
 };
@@ -80,6 +82,9 @@ struct TrainOptions {
   // Benches (bench/embp_throughput.sh): no checkpoint and no validation at all, so a short run
   // measures steps only and leaves nothing to resume.
   bool no_checkpoints = false;
+  // With no_checkpoints, validate anyway (every eval_interval steps and after the last): a study that
+  // compares held-out losses and keeps no checkpoint (bench/gpu_study.sh).
+  bool validate = false;
 };
 
 struct TrainResult {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/error.h"
 #include "cuda/training.h"
 #include "infer/generate.h"
 #include "train/checkpoint.h"
@@ -84,15 +85,22 @@ void print_progress(const TrainRun& r, int64_t done, const StepSums& s, const St
   std::fflush(stdout);
 }
 
-// The mean loss over the validation batches, on the GPU with --device cuda.
-double mean_val_loss(TrainRun& r, ValSource& val) {
+// The validation batches a validation reads: eval_batches, or with 0 every one of the set once.
+int64_t val_batches(const TrainRun& r, const ValSource& val) {
+  const int64_t n = r.train_cfg.eval_batches > 0 ? r.train_cfg.eval_batches : val.batches;
+  JTOK_CHECK(n > 0, "validation: eval_batches is 0 (the whole validation set) but the set's size is not known");
+  return n;
+}
+
+// The mean loss over n validation batches, on the GPU with --device cuda.
+double mean_val_loss(TrainRun& r, ValSource& val, int64_t n) {
   const TrainConfig& t = r.train_cfg;
   const int64_t B = t.micro_batch_size, T = t.seq_len;
   std::vector<int32_t> x(B * T), y(B * T);
   val.reset();
   double sum = 0;
   cuda::DeviceTrainer* dev = r.tables->device();
-  for (int64_t i = 0; i < t.eval_batches; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     val.next(x.data(), y.data(), B, T);
     if (dev) {
       sum += dev->eval_loss(x.data(), y.data(), B, T);
@@ -101,7 +109,7 @@ double mean_val_loss(TrainRun& r, ValSource& val) {
     forward(r.model, r.acts, x.data(), B, T);
     sum += loss_of_logits(r.model, r.acts, y.data());
   }
-  return sum / static_cast<double>(t.eval_batches);
+  return sum / static_cast<double>(n);
 }
 
 }  // namespace
@@ -122,13 +130,22 @@ void log_step(TrainRun& r, int64_t done, const StepSums& s, const StepStats& st,
 }
 
 void maybe_validate(TrainRun& r, int64_t done) {
-  if (!r.val || r.opt.no_checkpoints || (done % r.train_cfg.eval_interval != 0 && done != r.train_cfg.max_steps)) return;
+  if (!r.val || (r.opt.no_checkpoints && !r.opt.validate) ||
+      (done % r.train_cfg.eval_interval != 0 && done != r.train_cfg.max_steps))
+    return;
   if (!r.tables->device()) r.tables->prepare_reads();  // evaluation reads any row (on the GPU: as it trains)
   const bool reads = r.lead || r.tables->every_rank_reads();  // sharded: every rank serves rows
-  const double vl = reads ? mean_val_loss(r, *r.val) : 0.0;
+  const int64_t n = val_batches(r, *r.val);
+  const double vl = reads ? mean_val_loss(r, *r.val, n) : 0.0;
   r.tables->after_reads();
   r.result.last_val_loss = vl;
-  r.log.write({{"type", "val"}, {"step", done}, {"val_loss", vl}, {"val_ppl", std::exp(vl)}});
+  const int64_t tokens = n * r.train_cfg.micro_batch_size * r.train_cfg.seq_len;
+  r.log.write({{"type", "val"},
+               {"step", done},
+               {"val_loss", vl},
+               {"val_ppl", std::exp(vl)},
+               {"val_batches", n},
+               {"val_tokens", tokens}});
   std::printf("%sval step %lld | val_loss %.4f | ppl %.2f\n", r.tty ? "\n" : "", static_cast<long long>(done), vl, std::exp(vl));
 }
 
