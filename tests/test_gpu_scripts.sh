@@ -15,7 +15,9 @@
 #   (the loader's windows unchanged), or all of a corpus that holds fewer; scripts/gpu_session.sh --dry-run
 #   on that directory prints every step, `--steps curve` bench/gpu_loss_curve.sh's commands (its own
 #   check: tests/test_gpu_loss_curve.sh), `--steps evalref` bench/gpu_eval_reference.sh's (its run on
-#   the CPU: tests/test_eval_decoder.sh), and without a bundle names the file it wants.
+#   the CPU: tests/test_eval_decoder.sh), `--steps study` bench/gpu_study.sh's on the carried
+#   validation shards (its run on the CPU: tests/test_gpu_study.sh), and without a bundle names the
+#   file it wants.
 # - bench/attention_peer.py (the attention step's PyTorch peer) on the CPU: its times and ours' ratio.
 set -euo pipefail
 ROOT=${JTOK_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -148,9 +150,12 @@ tar czf "$T/build/cuda-bundle.tar.gz" -C "$T/build/x" bundle
 import sys, numpy as np
 from shards import write_shard
 write_shard(f"{sys.argv[1]}/big.bin", np.random.default_rng(1).integers(0, 50257, 20000), 50257)
+write_shard(f"{sys.argv[1]}/held.bin", np.random.default_rng(2).integers(0, 50257, 3000), 50257)
 PY
-mkdir -p "$T/corpus" && mv "$T/big.bin" "$T/corpus/train_000000.bin"
-bash scripts/gpu_prepare.sh --bundle "$T/build/cuda-bundle.tar.gz" --data "$T/corpus" --steps 1 --out "$T/session" > /dev/null
+mkdir -p "$T/corpus" "$T/val" && mv "$T/big.bin" "$T/corpus/train_000000.bin" && mv "$T/held.bin" "$T/val/val_000000.bin"
+bash scripts/gpu_prepare.sh --bundle "$T/build/cuda-bundle.tar.gz" --data "$T/corpus" --steps 1 --out "$T/session" > "$T/s1.out"
+# The validation split beside the corpus, whole (the study step's held-out loss).
+cmp -s "$T/val/val_000000.bin" "$T/session/val/val_000000.bin" || { cat "$T/s1.out"; echo "gpu_prepare.sh: no validation shards carried"; exit 1; }
 "$PY" - "$T" <<'PY'
 import sys, numpy as np
 from shards import SequentialBatches, open_shards
@@ -185,6 +190,12 @@ for s in "== evalref (time box 300 s)" "train --config configs/bench_b.json" "--
          "--set train_data=$T/session/shards" "--set tokenizer_dir=$T/session/tokenizer" \
          "--device cuda --table-rows auto --precision bf16" "--device cuda --table-rows auto --precision fp32"; do
   grep -qF -- "$s" "$T/dryeval.out" || { echo "gpu_session.sh --steps evalref --dry-run: no '$s'"; cat "$T/dryeval.out"; exit 1; }
+done
+OUT=$T/drystudy bash scripts/gpu_session.sh --dir "$T/session" --steps study --study-steps 900 --dry-run > "$T/drystudy.out" 2>&1 ||
+  { cat "$T/drystudy.out"; exit 1; }
+for s in "== study (time box 570 s)" "--val $T/session/val" "--steps 900 --budget 540" "--max-steps 900 --no-checkpoints --validate" \
+         "--set val_data=$T/session/val" "--seed 2"; do
+  grep -qF -- "$s" "$T/drystudy.out" || { echo "gpu_session.sh --steps study --dry-run: no '$s'"; cat "$T/drystudy.out"; exit 1; }
 done
 rc=0; OUT=$T/none bash scripts/gpu_session.sh --dir "$T/nothing" --dry-run 2> "$T/err" || rc=$?
 if [ $rc != 2 ] || ! grep -q "no $T/nothing/cuda-bundle.tar.gz" "$T/err"; then echo "rc $rc"; cat "$T/err"; exit 1; fi
