@@ -5,14 +5,15 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "cuda/device.h"
 #include "core/peak_flops.h"
+#include "cuda/device.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
 #include "run_setup.h"
 #include "scaling/flops.h"
 #include "scaling/memory_plan.h"
+#include "train/batch_prefetch.h"
 #include "train/config.h"
 #include "train/init_from.h"
 #include "train/precision.h"
@@ -268,7 +269,9 @@ void run() {
   if (valset.num_batches() == 0) fail("validation data ", t.val_data, " is shorter than one batch of ", t.micro_batch_size, " x ", t.seq_len);
   std::printf("data: train %s (%.2fM tokens), val %s (%zu batches)\n", t.train_data.c_str(),
               loader.shards().total_tokens() / 1e6, t.val_data.c_str(), valset.num_batches());
-  BatchSource src = batch_source(loader);
+  // On a device the next micro-batch is read on a worker thread while the step computes; on the CPU
+  // the step has every core.
+  BatchSource src = args.device == "cpu" ? batch_source(loader) : prefetching(batch_source(loader));
   size_t val_i = 0;
   ValSource val = val_source(valset, val_i);
 
