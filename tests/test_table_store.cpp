@@ -1,7 +1,7 @@
 // The token-major table store (store/table_store.h): a store written from RAM tables of every
 // dtype reads back every row bit for bit like the RAM table (several tables of different dims and
-// dtypes in one block; blocks smaller and larger than a page), its CLOCK cache evicts and counts,
-// and a torn, truncated or altered store, or a bad manifest, is refused naming the file. Read-ahead
+// dtypes in one block; blocks of under half a page, of more than half and of more than a page), its CLOCK cache evicts
+// and counts, and a torn, truncated or altered store, or a bad manifest, is refused naming the file. Read-ahead
 // (TableStore::prefetch, its I/O threads): a prefetched id is read once and then hits, the rows equal
 // those read without it, and concurrent prefetches and gathers from several threads read every row
 // right with counters that add up. A read that fails after open (a truncated file) is kept and
@@ -55,7 +55,8 @@ void expect_error_naming(const std::string& dir, const std::string& needle) {
 }  // namespace
 
 TEST(TableStore, EveryRowReadsBackLikeTheRamTable) {
-  for (int64_t d0 : {16, 1500}) {  // blocks of 112 B (36 a page) and of 6,028 B (two pages a token)
+  // Blocks of 112 B (36 a page), 2,824 B (one a page: more than half a page) and 6,028 B (two pages a token).
+  for (int64_t d0 : {16, 700, 1500}) {
     const int64_t V = 301;
     const std::vector<TokenTable> ram = mixed_tables(V, d0);
     const std::string dir = fresh_dir("rows");
@@ -309,7 +310,7 @@ TEST(TableStore, TheManifestRecordsItsSourceAndAStoreWithoutOneOpens) {
 // and blocks of two pages, by lookups and by read-ahead, with the same lookups and reads; each read
 // is the block's whole aligned page(s), so its bytes are 4096 (or the stride), not the block's.
 TEST(TableStore, DirectReadsGiveThePreadRowsReadingWholePages) {
-  for (int64_t d0 : {16, 1500}) {
+  for (int64_t d0 : {16, 700, 1500}) {
     const int64_t V = 301;
     const std::vector<TokenTable> ram = mixed_tables(V, d0);
     const std::string dir = fresh_dir("direct");

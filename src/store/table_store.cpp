@@ -31,9 +31,11 @@ constexpr const char* kFormatFnv = "jtok-table-store-1";
 
 int64_t align4(int64_t x) { return (x + 3) / 4 * 4; }
 
-// The block geometry of a store whose blocks are block_bytes: (per_page, stride).
+// The block geometry of a store whose blocks are block_bytes: (per_page, stride). Two or more blocks
+// a page are packed in it; a block of more than half a page takes whole pages (stride a multiple of
+// 4 KiB), so every write, checksum unit and direct read of the file is whole pages.
 std::pair<int64_t, int64_t> geometry(int64_t block_bytes) {
-  if (block_bytes <= kPage) return {kPage / block_bytes, block_bytes};
+  if (2 * block_bytes <= kPage) return {kPage / block_bytes, block_bytes};
   return {1, (block_bytes + kPage - 1) / kPage * kPage};
 }
 
@@ -184,7 +186,8 @@ std::shared_ptr<TableStore> TableStore::open(const std::string& dir, int64_t cac
     const auto [pp, st] = s->block_bytes_ > 0 ? geometry(s->block_bytes_) : std::pair<int64_t, int64_t>{0, 0};
     if (s->ids_ <= 0 || s->block_bytes_ <= 0 || pp != s->per_page_ || st != s->stride_ || s->tables_.empty())
       fail(mpath, ": inconsistent block geometry (ids ", s->ids_, ", block_bytes ", s->block_bytes_, ", per_page ",
-           s->per_page_, ", stride ", s->stride_, ")");
+           s->per_page_, ", stride ", s->stride_, "; expected per_page ", pp, ", stride ", st,
+           ": a store of blocks of 2-4 KiB written before jtok gave them whole pages never opened; export it again)");
     for (const auto& t : s->tables_)
       if (t.dim <= 0 || t.offset < 0 ||
           t.offset + dtype_row_bytes(t.dtype, t.dim) + (dtype_scaled(t.dtype) ? 4 : 0) > s->block_bytes_)

@@ -1,9 +1,9 @@
 // The token-major table store on disk (docs/formats.md "Table store"): for each token id, the rows
 // of every table of every layer stored together in one block, so that one token costs one read,
 // not one per table. A directory of two files:
-//   tables.bin     token t's block at (t / per_page) * 4096 + (t % per_page) * block_bytes when a
-//                  block fits a 4 KiB page (per_page blocks a page, none straddling two), else at
-//                  t * stride (stride = block_bytes rounded up to 4 KiB); the block holds each
+//   tables.bin     token t's block at (t / per_page) * 4096 + (t % per_page) * block_bytes when
+//                  two or more blocks fit a 4 KiB page (per_page blocks a page, none straddling
+//                  two), else at t * stride (stride = block_bytes rounded up to 4 KiB); the block holds each
 //                  table's row in the manifest's order (dim elements of its dtype, int4 two a
 //                  byte in (dim + 1) / 2 bytes, then an int8 / int4 row's float scale), each
 //                  part starting 4-byte aligned.
