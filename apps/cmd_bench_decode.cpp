@@ -1,19 +1,22 @@
 // `jtok bench-decode`: greedy decoding of M sequences together through the Decoder (infer/decoder.h)
 // on the CPU or a GPU, timed (infer/bench_decode.h says what each figure is). The model: a random
 // one from --config and --set (make_inference_model: make_model's values, no checkpoint on disk;
-// tables in RAM as f32 or bf16), or a checkpoint (--tables ram | mmap | disk as `jtok generate`).
+// tables in RAM as f32 or bf16, or with --tables disk --table-store DIR in a store written there from
+// the same values), or a checkpoint (--tables ram | mmap | disk as `jtok generate`).
 // One human line a run on stderr, one JSON line a run on stdout. bench/gpu_decode_peer.sh runs it.
 // --cuda-graphs off times the GPU decoder's eager steps; JTOK_PROFILE=1 adds each step's breakdown
 // (infer/bench_decode.h).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
+#include <filesystem>
 
 #include "commands.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "infer/bench_decode.h"
 #include "infer/generate.h"
+#include "infer/random_table_store.h"
 #include "model/inference_model.h"
 #include "run_setup.h"
 #include "scaling/memory_plan.h"
@@ -45,6 +48,35 @@ jtok::Model random_model(const jtok::Config& cfg, jtok::Dtype dt, nlohmann::json
   jtok::Model m = jtok::make_inference_model(c, cfg.train.seed, dt);
   about["init_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   about.update({{"config", args.config}, {"sets", args.sets}, {"tables_in", "ram"}, {"seed", cfg.train.seed}});
+  return m;
+}
+
+// A random model of --config + --set whose tables are a store on disk (--tables disk --table-store
+// DIR): written there first from the model's init streams when DIR holds none (its bytes and seconds
+// in the JSON), then opened as `generate --tables disk` opens one. The tables never exist in RAM.
+jtok::Model random_model_on_disk(const jtok::Config& cfg, jtok::Dtype dt, nlohmann::json& about) {
+  namespace fs = std::filesystem;
+  const jtok::TableSource& src = args.tables;
+  jtok::check_table_source(src);
+  jtok::Model m = jtok::make_model(cfg.model, cfg.train.seed, {.init = true, .grads = false, .tables = false});
+  for (jtok::SparseRowGrad& g : m.table_grads) g = jtok::SparseRowGrad{};  // inference: no row gradients
+  if (!fs::exists(fs::path(src.store) / "manifest.json")) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t bytes = jtok::write_random_table_store(m, cfg.train.seed, dt, src.store);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr,
+                 "bench-decode: wrote the table store %s: %.2f GB in %.1f s (%.2f GB/s, rows made and written)\n",
+                 src.store.c_str(), static_cast<double>(bytes) * 1e-9, s, static_cast<double>(bytes) * 1e-9 / s);
+    about.update({{"store_write_s", s}, {"store_bytes", bytes}});
+  }
+  const std::string reads = jtok::attach_table_store(m, src, "the random model of " + args.config);
+  about.update({{"config", args.config},
+                {"sets", args.sets},
+                {"tables_in", "disk"},
+                {"table_store", src.store},
+                {"table_reads", reads},
+                {"table_cache_mb", src.cache_mb},
+                {"seed", cfg.train.seed}});
   return m;
 }
 
@@ -80,9 +112,10 @@ void run() {
   nlohmann::json about;
   jtok::Model model;
   if (!args.config.empty()) {
-    if (args.tables.kind != "ram") jtok::fail("bench-decode: a random model's tables are in RAM; --tables ", args.tables.kind,
-                                              " needs --checkpoint");
-    model = random_model(jtok::load_config(args.config, args.sets), dt, about);
+    if (args.tables.kind == "mmap")
+      jtok::fail("bench-decode: --tables mmap reads a checkpoint's file; it needs --checkpoint");
+    const jtok::Config cfg = jtok::load_config(args.config, args.sets);
+    model = args.tables.kind == "disk" ? random_model_on_disk(cfg, dt, about) : random_model(cfg, dt, about);
   } else {
     if (!args.sets.empty() || args.table_dtype != "f32")
       jtok::fail("bench-decode: --set and --table-dtype are for a random model (--config)");
@@ -99,7 +132,10 @@ void setup(CLI::App* sub) {
   jtok::BenchDecodeOptions& b = args.bench;
   sub->add_option("--config", args.config, "config JSON of a random model (no checkpoint needed)");
   sub->add_option("--set", args.sets, "override a config field of the random model: name=value (repeatable)");
-  sub->add_option("--table-dtype", args.table_dtype, "a random model's tables in RAM: f32 (default) or bf16 (half the memory)");
+  sub->add_option(
+      "--table-dtype", args.table_dtype,
+      "a random model's tables (in RAM, or in the store --tables disk writes): f32 (default) or bf16 (half the "
+      "bytes)");
   sub->add_option("--checkpoint", args.checkpoint, "a checkpoint instead of --config (or a run directory: its newest)");
   jtok::add_table_source_options(sub, args.tables);
   sub->add_option("--device", b.device, "cpu (default) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));

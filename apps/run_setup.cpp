@@ -162,22 +162,33 @@ static LoadedCheckpoint with_kernels_line(LoadedCheckpoint ck) {
   return ck;
 }
 
-LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const TableSource& src) {
+void check_table_source(const TableSource& src) {
   if (src.kind != "ram" && src.kind != "mmap" && src.kind != "disk")
     fail("--tables must be ram, mmap or disk, got '", src.kind, "'");
   if ((src.kind == "disk") != !src.store.empty())
     fail(src.kind == "disk" ? "--tables disk needs --table-store DIR" : "--table-store is for --tables disk");
   if (src.cache_mb < 1) fail("--table-cache-mb must be at least 1, got ", src.cache_mb);
   if (src.io_threads < 1 || src.io_threads > 256) fail("--table-io-threads must be in [1, 256], got ", src.io_threads);
+  table_io_option(src.io, src.direct_io, src.kind);
+}
+
+std::string attach_table_store(Model& m, const TableSource& src, const std::string& whose) {
   const TableIo io = table_io_option(src.io, src.direct_io, src.kind);
+  auto store = TableStore::open(src.store, src.cache_mb << 20, src.io_threads, io);
+  const std::string reads = describe_table_reads(store->direct_io(), io);
+  std::fprintf(stderr, "table store %s: %s; reads with %s\n", src.store.c_str(),
+               describe_source(store->source()).c_str(), reads.c_str());
+  const std::string manifest = (std::filesystem::path(src.store) / "manifest.json").string();
+  attach_disk_rows(m, disk_rows(store), manifest, whose);
+  return reads;
+}
+
+LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const TableSource& src) {
+  check_table_source(src);
   if (src.kind != "disk") return with_kernels_line(load_for_inference(checkpoint_or_run, src.kind == "mmap"));
   const std::string dir = resolve_checkpoint(checkpoint_or_run);
   LoadedCheckpoint ck = load_for_inference_without_tables(dir);
-  auto store = TableStore::open(src.store, src.cache_mb << 20, src.io_threads, io);
-  std::fprintf(stderr, "table store %s: %s; reads with %s\n", src.store.c_str(), describe_source(store->source()).c_str(),
-               describe_table_reads(store->direct_io(), io));
-  const std::string manifest = (std::filesystem::path(src.store) / "manifest.json").string();
-  attach_disk_rows(ck.model, disk_rows(store), manifest, "the checkpoint " + dir);
+  attach_table_store(ck.model, src, "the checkpoint " + dir);
   return with_kernels_line(std::move(ck));
 }
 

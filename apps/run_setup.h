@@ -55,6 +55,12 @@ void add_table_source_options(CLI::App* sub, TableSource& src);
 // --table-io's value with --table-direct-io (the same as direct), for --tables `tables`: a conflict
 // fails naming both, either flag without --tables disk naming the flag.
 TableIo table_io_option(const std::string& table_io, bool direct_flag, const std::string& tables);
+// The options checked, naming the flag and value.
+void check_table_source(const TableSource& src);
+// --tables disk: src's store opened and m's tables made its rows (names and shapes checked against
+// whose, the model's owner in a message: "the checkpoint DIR"); its source printed on stderr.
+// Returns how it is read ("O_DIRECT ..." or "pread ...", store/table_io.h).
+std::string attach_table_store(Model& m, const TableSource& src, const std::string& whose);
 // Checks the options (naming the flag and value) and loads: disk tables are the store's (its
 // table names and shapes checked against the checkpoint's, naming the manifest; its source, the
 // checkpoint it was exported from, printed on stderr).

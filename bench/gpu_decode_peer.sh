@@ -11,28 +11,37 @@
 # --beyond-n-e tables (default 10: 280 tables, 87.1 GB in bf16, past an H100's 80 GB) read from the
 # host's RAM in place and staged (and from HBM only where a copy fits the GPU): issue 40's "tables
 # larger than the GPU's memory", its peak GPU memory beside the tables' bytes and the GPU's.
+# `--runs disk` (not default) adds JTok-M n_e 5 with its tables in a token-major store on disk
+# (`bench-decode --tables disk`: the store written first from the same random rows in jtokm's dtype,
+# 43.6 GB of bf16 on cuda,
+# into --store-dir, deleted at the end; its rows staged to the GPU through a --store-cache-mb DRAM
+# cache, read with O_DIRECT where the file system takes it): issue 40's "ours with tables ... disk
+# store"; skipped, saying so, where the disk lacks the room.
 #   bash bench/gpu_decode_peer.sh --data DIR [--jtok BIN] [--out DIR] [--config FILE] [--device cuda|cpu]
 #        [--tiny] [--batch 1,16] [--prompt-len P] [--new-tokens N] [--long-prompt L] [--repeat R]
-#        [--peer-repeat R] [--runs "dense jtokm peer"] [--beyond-n-e E] [--timeout S] [--budget S] [--dry-run]
+#        [--peer-repeat R] [--runs "dense jtokm peer"] [--beyond-n-e E] [--store-dir DIR] [--store-cache-mb MB]
+#        [--timeout S] [--budget S] [--dry-run]
 # --data: token shards for the prompts (scripts/gpu_prepare.sh carries some); --out: logs, one
 # JSON file a run (default bench-out/gpu_decode_peer); --budget S (default 380): no run starts after
 # S seconds of the script and a run's limit (--timeout, default 200) is cut to what is left; a run
 # that would get under 20 s is skipped and the table says so. Memory: the JTok-M tables' bytes are
 # printed against the RAM available (/proc/meminfo) and the GPU's memory (nvidia-smi): bf16 tables on
 # cuda (the GPU decoder's dtype; f32 on the CPU where they fit), the run skipped where they do not
-# fit in RAM, hbm dropped where the copy does not fit on the GPU. Nothing is written to disk: a random
-# model has no table store (`jtok bench-decode --checkpoint C --tables disk --table-store S` times one).
+# fit in RAM, hbm dropped where the copy does not fit on the GPU. Only the disk run writes to disk
+# (its store, where the disk has its bytes and 2 GB more within 90 % of what is free).
 # --device cpu --tiny (CI, tests/test_gpu_decode_peer.sh): the CPU engine and the peer on the CPU,
 # a 2-layer d-64 shape of --config's vocabulary (4 heads of 32: --device cuda --tiny runs on the
 # CPU's emulation of the GPU too), prompt 32, 8 steps, batch 1 and 4, a 128-token prefill, one repeat. PEER_ARGS (environment) is appended to the peer's command (the test's
 # --stand-in where transformers is absent).
 # Time on an H200 (estimate): dense ~30 s (0.6B init on one thread), JTok-M ~90-150 s (43.5 GB of
 # bf16 tables made on 16 threads, registered, copied), the peer ~40-70 s (HF's steps take 20-65 ms):
-# ~3-4.5 min in all; beyond (87.1 GB made, registered; hbm not run on 80 GB) ~3-5 min with dense.
+# ~3-4.5 min in all; beyond (87.1 GB made, registered; hbm not run on 80 GB) ~3-5 min with dense; disk
+# with dense ~3-4 min (43.6 GB of rows made on 16 threads, ~35 s, and written at the disk's speed).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 DATA=""; JTOK=""; OUT=bench-out/gpu_decode_peer; CONFIG=configs/qwen3_0.6b.json; DEVICE=cuda; TINY=0
 BATCH=""; P=""; N=""; L=""; REPEAT=""; PEER_REPEAT=""; RUNS="dense jtokm peer"; BEYOND_NE=10; LIMIT=200; BUDGET=380; DRY=0
+STORE_DIR=${TMPDIR:-/tmp}/jtok-decode-store.$$; STORE_CACHE_MB=4096
 PY=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -50,10 +59,12 @@ while [ $# -gt 0 ]; do
     --peer-repeat) PEER_REPEAT=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
     --beyond-n-e) BEYOND_NE=$2; shift 2 ;;
+    --store-dir) STORE_DIR=$2; shift 2 ;;
+    --store-cache-mb) STORE_CACHE_MB=$2; shift 2 ;;
     --timeout) LIMIT=$2; shift 2 ;;
     --budget) BUDGET=$2; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    *) echo "usage: $0 --data DIR [--jtok BIN] [--out DIR] [--config F] [--device cuda|cpu] [--tiny] [--batch B] [--prompt-len P] [--new-tokens N] [--long-prompt L] [--repeat R] [--peer-repeat R] [--runs R] [--beyond-n-e E] [--timeout S] [--budget S] [--dry-run]" >&2; exit 2 ;;
+    *) echo "usage: $0 --data DIR [--jtok BIN] [--out DIR] [--config F] [--device cuda|cpu] [--tiny] [--batch B] [--prompt-len P] [--new-tokens N] [--long-prompt L] [--repeat R] [--peer-repeat R] [--runs R] [--beyond-n-e E] [--store-dir DIR] [--store-cache-mb MB] [--timeout S] [--budget S] [--dry-run]" >&2; exit 2 ;;
   esac
 done
 [ -n "$DATA" ] || { echo "gpu_decode_peer.sh: --data DIR is required (token shards; scripts/gpu_prepare.sh packs some)" >&2; exit 2; }
@@ -77,9 +88,8 @@ START=$SECONDS
 plan_host() {
   RAM=$(awk '/^MemAvailable:/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
   GPU=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1 | awk '{printf "%.0f", $1 * 1048576}')
-  local disk; disk=$(df -B1 --output=avail "$OUT" 2>/dev/null | tail -n 1 | tr -d ' ')
   local gpu_seen="none seen"; [ -n "$GPU" ] && gpu_seen=$(gb "$GPU")
-  echo "plan: RAM available $(gb "$RAM"); GPU memory $gpu_seen; disk free $(gb "$disk") (nothing written)"
+  echo "plan: RAM available $(gb "$RAM"); GPU memory $gpu_seen"
 }
 gb() { awk -v b="${1:-0}" 'BEGIN {printf "%.1f GB", b / 1e9}'; }
 plan_jtokm() {  # plan_jtokm PREFIX N_E LABEL
@@ -107,6 +117,8 @@ PY
   elif [ "$DEVICE" = cuda ]; then echo "plan: $label tables in RAM as $dtype; table rows: $rows"
   else echo "plan: $label tables in RAM as $dtype (the CPU engine)"; fi
   printf -v "${prefix}_DTYPE" '%s' "$dtype"; printf -v "${prefix}_ROWS" '%s' "$rows"; printf -v "${prefix}_SKIP" '%s' "$skip"
+  local bytes=$bf16; [ "$dtype" = f32 ] && bytes=$f32
+  printf -v "${prefix}_BYTES" '%s' "$bytes"
   PLAN_JSON+=", \"${prefix,,}\": {\"n_e\": $ne, \"tables\": $tables, \"bf16_bytes\": $bf16, \"f32_bytes\": $f32}"
 }
 plan_tables() {
@@ -114,8 +126,22 @@ plan_tables() {
   plan_host
   plan_jtokm JTOKM 5 JTok-M
   if wanted beyond; then plan_jtokm BEYOND "$BEYOND_NE" "beyond (JTok-M n_e $BEYOND_NE)"; fi
-  echo "plan: disk store: not run (a random model has no store on disk; staged rows are the store's path to the GPU)"
+  if wanted disk; then plan_disk; else echo "plan: disk store: not run (--runs disk runs it)"; fi
   echo "{\"ram_bytes\": ${RAM:-0}, \"gpu_bytes\": ${GPU:-null}$PLAN_JSON}" > "$OUT/plan.json"
+}
+plan_disk() {  # JTok-M n_e 5's tables (jtokm's dtype) as a store in STORE_DIR: its bytes and 2 GB more within 90 % of the free disk
+  local parent free bytes=${JTOKM_BYTES:-0}
+  parent=$(dirname "$STORE_DIR")
+  free=$(df -B1 --output=avail "$parent" 2>/dev/null | tail -n 1 | tr -d ' ')
+  DISK_SKIP=""
+  if [ -e "$STORE_DIR" ]; then DISK_SKIP="$STORE_DIR exists (the run writes a store of its own there)"
+  elif [ -z "$free" ]; then DISK_SKIP="no free space seen under $parent"
+  elif ! awk -v n="$bytes" -v f="$free" 'BEGIN {exit !(n + 2e9 <= 0.9 * f)}'; then
+    DISK_SKIP="its store ($(gb "$bytes") of $JTOKM_DTYPE rows) does not fit the disk's $(gb "$free") free under $parent"
+  fi
+  if [ -n "$DISK_SKIP" ]; then echo "plan: disk store not run: $DISK_SKIP"
+  else echo "plan: disk store: JTok-M n_e 5's $JTOKM_DTYPE tables ($(gb "$bytes")) written to $STORE_DIR ($(gb "$free") free), a $STORE_CACHE_MB MB row cache"; fi
+  PLAN_JSON+=", \"disk\": {\"store_bytes\": $bytes, \"disk_free_bytes\": ${free:-null}, \"cache_mb\": $STORE_CACHE_MB}"
 }
 wanted() { [[ " $RUNS " == *" $1 "* ]]; }
 plan_tables > "$OUT/plan.txt"  # in this shell: it sets the variables
@@ -156,6 +182,17 @@ jtokm_run() {  # jtokm_run NAME PREFIX N_E: JTok-M (K 2, every layer) with its p
 }
 if wanted jtokm; then jtokm_run ours_jtokm JTOKM 5 || status=1; fi
 if wanted beyond; then jtokm_run ours_beyond BEYOND "$BEYOND_NE" || status=1; fi
+if wanted disk; then
+  if [ -n "$DISK_SKIP" ]; then
+    echo "  ours_disk: SKIPPED ($DISK_SKIP)"; echo "skipped: $DISK_SKIP" > "$OUT/ours_disk.skipped"
+  else
+    [ "$DRY" = 1 ] || trap 'rm -rf "$STORE_DIR"' EXIT
+    rows=(); [ "$DEVICE" = cuda ] && rows=(--table-rows staged)
+    run ours_disk "${OURS[@]}" --set jtokm=true --set jtokm_n_e=5 --set jtokm_top_k=2 --table-dtype "$JTOKM_DTYPE" --tables disk \
+      --table-store "$STORE_DIR" --table-cache-mb "$STORE_CACHE_MB" "${rows[@]}" || status=1
+    [ "$DRY" = 1 ] || rm -rf "$STORE_DIR"
+  fi
+fi
 if wanted peer; then
   tiny=(); [ "$TINY" = 1 ] && tiny=(--tiny)
   # shellcheck disable=SC2086  # PEER_ARGS are words

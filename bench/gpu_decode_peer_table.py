@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The table of bench/gpu_decode_peer.sh: reads OUT/ours_dense.json, OUT/ours_jtokm.json,
-OUT/ours_beyond.json (where `--runs beyond` made it), OUT/peer.json (one JSON line a run: `jtok bench-decode`, bench/hf_decode_peer.py) and prints
+OUT/ours_beyond.json and OUT/ours_disk.json (where `--runs beyond` / `disk` made them; disk: JTok-M
+n_e 5 from a table store on disk, a row "disk store, staged" beside n_e 5's placements), OUT/peer.json (one JSON line a run: `jtok bench-decode`, bench/hf_decode_peer.py) and prints
 markdown: per batch, prefill and decode tok/s, TPOT, ours / the peer, JTok-M / dense and JTok-M's
 overhead against its tables in HBM (1 - tok/s / hbm's), beside issue 40's goals (on a GPU: decode
 >= 1,000 tok/s at batch 1 and >= 10,000 at batch 16; host tables within 2 % of hbm in decode, 1 %
@@ -17,7 +18,8 @@ import os
 import sys
 
 RUNS = (("ours_dense", "ours", "dense"), ("ours_jtokm", "ours", "jtokm"), ("ours_beyond", "ours", "jtokm"),
-        ("peer", "peer", "dense"))
+        ("ours_disk", "ours", "jtokm"), ("peer", "peer", "dense"))
+ASKED_ONLY = ("ours_beyond", "ours_disk")  # runs of --runs beyond / disk: "not run" unless asked for
 GOAL_TOK_S = {1: 1000, 16: 10000}
 GOAL_OVERHEAD = {"decode": 0.02, "prefill": 0.01}
 
@@ -68,10 +70,12 @@ def make_rows(out):
     rows, missing = [], {}
     for name, engine, model in RUNS:
         lines, why = read_run(out, name)
-        if not lines and not (name == "ours_beyond" and why == "not run"):  # beyond: only when asked for
+        if not lines and not (name in ASKED_ONLY and why == "not run"):
             missing[name] = why
         for j in lines:
             tables = j.get("table_rows", "-") if model == "jtokm" else "-"
+            if name == "ours_disk":  # the store's rows, staged to the GPU (on the CPU read where they are)
+                tables = "disk store" + (f", {tables}" if tables != "-" else "")
             # beyond is a model of its own (n_e tables of each id): its ratios are against its own hbm
             m = f"jtokm n_e {j['model']['jtokm_n_e']}" if name == "ours_beyond" else model
             label = engine if engine == "ours" else f"peer: {j.get('engine', '?')} {j.get('transformers', '')}".strip()

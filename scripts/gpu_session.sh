@@ -32,6 +32,12 @@
 #              of bf16 tables, past an H100's memory) read from the host's RAM in place and staged
 #              (from HBM too where a copy fits), beside dense; peak GPU memory beside the tables'
 #              bytes (beyond/: plan.txt, plan.json, table.md; box 420 s, the script's --budget 390)
+#   store      (not default: its own device run, `--steps store`; issue 40) bench/gpu_decode_peer.sh
+#              --runs "dense disk": JTok-M n_e 5 on the Qwen3-0.6B shape with its tables in a
+#              token-major store on the host's disk (43.6 GB of bf16 written first from the random
+#              rows, deleted after; skipped, saying so, where the disk lacks the room), its rows staged
+#              to the GPU through a 4 GB DRAM cache, beside dense (store/: plan.txt, table.md; box
+#              300 s, the script's --budget 270)
 #   evalref    (not default; issue 40) bench/gpu_eval_reference.sh: config b + JTok + JTok-M trained 200
 #              steps on the GPU, then `jtok eval --device cuda` in bf16 and fp32 against the same
 #              checkpoint on the CPU's fp32 forward (--reference): top-1 agreement and KL, the bf16
@@ -53,7 +59,7 @@
 # Every log goes under $OUT (the device run brings back what is there; default
 # bench-out/gpu-session here): session.log (all of this output), nvidia-smi.txt, tests/,
 # peer/ (one JSON line and one log per run, table.md), attention.json, attention_peer.json, decode/,
-# beyond/, curve/, study/, summary.txt.
+# beyond/, store/, curve/, study/, summary.txt.
 # --dry-run checks the inputs, unpacks the bundle and prints each step's command (the peer's and the
 # curve's runs too, through their own --dry-run) without running anything.
 set -uo pipefail
@@ -97,7 +103,7 @@ step() {  # step NAME BOX CMD...: runs CMD killed after BOX seconds, records its
   echo; echo "== $name (time box $box s): $*"
   if [ "$DRY" = 1 ]; then
     RESULT[$name]="dry run"; SECS[$name]=0
-    case "$name" in peer|moe|curve|decode|beyond|evalref|study) "$@" --dry-run ;; esac
+    case "$name" in peer|moe|curve|decode|beyond|store|evalref|study) "$@" --dry-run ;; esac
     return
   fi
   local t0=$SECONDS rc=0
@@ -143,6 +149,8 @@ for s in $STEPS; do
               --budget 390 --timeout 220 ;;
     beyond) step beyond 420 bash bench/gpu_decode_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/beyond" \
               --runs "dense beyond" --budget 390 --timeout 330 ;;
+    store) step store 300 bash bench/gpu_decode_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/store" \
+             --runs "dense disk" --budget 270 --timeout 230 ;;
     evalref) step evalref 300 bash bench/gpu_eval_reference.sh --jtok "$U/jtok" --data "$DIR/shards" \
                --tokenizer "$DIR/tokenizer" --out "$OUT/evalref" ;;
     curve) step curve 510 bash bench/gpu_loss_curve.sh --jtok "$U/jtok" --data "$DIR/shards" --out "$OUT/curve" \
@@ -150,7 +158,7 @@ for s in $STEPS; do
     study) step study 570 env STUDY_COMMIT="$(cut -c1-7 "$U/bundle/commit" 2>/dev/null)" bash bench/gpu_study.sh \
              --jtok "$U/jtok" --data "$DIR/shards" --val "$DIR/val" --tokenizer "$DIR/tokenizer" --out "$OUT/study" \
              --steps "$STUDY_STEPS" --budget 540 ;;
-    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, products, moe, rows, decode, beyond, evalref, curve, study)" >&2; exit 2 ;;
+    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, products, moe, rows, decode, beyond, store, evalref, curve, study)" >&2; exit 2 ;;
   esac
 done
 
@@ -166,6 +174,7 @@ done
   [ -f "$OUT/evalref/summary.txt" ] && cat "$OUT/evalref/summary.txt"
   [ -f "$OUT/decode/table.md" ] && cat "$OUT/decode/plan.txt" "$OUT/decode/table.md"
   [ -f "$OUT/beyond/table.md" ] && cat "$OUT/beyond/plan.txt" "$OUT/beyond/table.md"
+  [ -f "$OUT/store/table.md" ] && cat "$OUT/store/plan.txt" "$OUT/store/table.md"
   [ -f "$OUT/study/study.md" ] && cat "$OUT/study/study.md"
 } | tee "$OUT/summary.txt"
 for s in $STEPS; do

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Issue 40's decode bench (bench/gpu_decode_peer.sh), checked without a GPU before any GPU minute:
 # 1. --device cpu --tiny on a small config: ours (jtok bench-decode, the CPU decoder) dense,
-#    JTok-M (n_e 5, K 2 on both layers) and beyond (--beyond-n-e 3), and the peer: HF transformers where /usr/bin/python3 has it,
+#    JTok-M (n_e 5, K 2 on both layers), its tables from a store on disk (written, read, the same
+#    tokens, deleted) and beyond (--beyond-n-e 3), and the peer: HF transformers where /usr/bin/python3 has it,
 #    else its stand-in (bench/hf_decode_peer.py --stand-in: the peer's loop, prompts and JSON
 #    checked; this says the HF peer was not run). Every run's JSON lines parse, the table has every
 #    row (decode at batch 1 and 4, the long prefill) with positive figures and ratios, both engines
 #    read the same prompt ids, JTok-M's lines describe its tables, the plan was printed.
-# 2. A spent --budget skips a run and the table says why.
+# 2. A spent --budget skips a run and the table says why; so does a --store-dir that exists.
 # 3. The table on made-up GPU lines: ours / peer, JTok-M's overhead against hbm and the goals (met /
 #    MISSED), and a token mismatch between table placements flagged.
-# 4. scripts/gpu_session.sh --steps decode (and --steps beyond) --dry-run prints the step and the script's runs.
+# 4. scripts/gpu_session.sh --steps decode (beyond, store) --dry-run prints the step and the script's runs.
 # 5. jtok bench-decode --checkpoint with --tables ram, mmap and disk (an exported store): the same
-#    prompts and tokens; a random model's options refused with a checkpoint.
+#    prompts and tokens; a random model's options refused with a checkpoint, --tables mmap without one.
 set -euo pipefail
 ROOT=${JTOK_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$ROOT"
@@ -41,15 +42,19 @@ else
 fi
 rc=0
 PYTHON=$PY PEER_ARGS=$PEER_ARGS bash bench/gpu_decode_peer.sh --data "$T/data" --jtok "$JTOK" --out "$T/out" \
-  --config "$T/cfg.json" --device cpu --tiny --runs "dense jtokm beyond peer" --beyond-n-e 3 > "$T/run.out" 2>&1 || rc=$?
+  --config "$T/cfg.json" --device cpu --tiny --runs "dense jtokm beyond disk peer" --beyond-n-e 3 --store-dir "$T/store1" \
+  --store-cache-mb 1 > "$T/run.out" 2>&1 || rc=$?
 [ $rc = 0 ] || { cat "$T/run.out"; exit 1; }
+grep -q "^plan: disk store: JTok-M n_e 5's f32 tables (0.0 GB) written to $T/store1 (.* free), a 1 MB row cache" "$T/run.out" ||
+  { cat "$T/run.out"; exit 1; }
+[ ! -e "$T/store1" ] || { echo "the disk run's store was left behind"; exit 1; }
 grep -q "^plan: JTok-M tables: 10 of 512 x 64: f32 0.0 GB" "$T/run.out" || { cat "$T/run.out"; exit 1; }
 grep -q "^plan: JTok-M tables in RAM as f32 (the CPU engine)" "$T/run.out" || { cat "$T/run.out"; exit 1; }
 grep -q "^plan: beyond (JTok-M n_e 3) tables: 6 of 512 x 64: f32 0.0 GB" "$T/run.out" || { cat "$T/run.out"; exit 1; }
 "$PY" - "$T/out" "$HF" <<'PY'
 import json, sys
 out, hf = sys.argv[1], sys.argv[2] == "1"
-lines = {n: [json.loads(x) for x in open(f"{out}/{n}.json")] for n in ("ours_dense", "ours_jtokm", "ours_beyond", "peer")}
+lines = {n: [json.loads(x) for x in open(f"{out}/{n}.json")] for n in ("ours_dense", "ours_jtokm", "ours_beyond", "ours_disk", "peer")}
 for n, ls in lines.items():
     assert [(j["run"], j["batch"]) for j in ls] == [("decode", 1), ("decode", 4), ("prefill", 1)], (n, ls)
     for j in ls:
@@ -61,6 +66,9 @@ m = lines["ours_jtokm"][0]["model"]
 assert m["jtokm"] and m["jtokm_n_e"] == 5 and m["jtokm_top_k"] == 2 and m["jtokm_layers"] == 2 and m["tables"] == 10, m
 assert m["table_dtype"] == "f32" and m["hidden_size"] == 64 and m["layers"] == 2, m
 assert not lines["ours_dense"][0]["model"]["jtokm"] and lines["ours_dense"][0]["model"]["tables"] == 0
+k = lines["ours_disk"][0]["model"]  # the same model, its tables written to a store and read from there
+assert k["tables_in"] == "disk" and k["tables"] == 10 and k["table_dtype"] == "f32" and k["table_cache_mb"] == 1, k
+assert k["store_bytes"] >= 10 * 512 * 64 * 4 and k["store_write_s"] > 0 and k["table_reads"], k
 b = lines["ours_beyond"][0]["model"]
 assert b["jtokm_n_e"] == 3 and b["tables"] == 6 and b["table_gb"] > 0, b
 plan = json.load(open(f"{out}/plan.json"))
@@ -69,7 +77,8 @@ assert (plan["jtokm"]["n_e"], plan["jtokm"]["tables"], plan["beyond"]["n_e"], pl
 assert plan["beyond"]["bf16_bytes"] == 6 * 512 * 64 * 2 and plan["beyond"]["f32_bytes"] == 2 * plan["beyond"]["bf16_bytes"], plan
 t = json.load(open(f"{out}/table.json"))
 assert t["device"] == "cpu" and t["missing"] == {}, t["missing"]
-assert len(t["checks"]) == 3 and all(t["checks"].values()), t["checks"]   # same prompts at batch 1, 4 and the long one
+# same prompts at batch 1, 4 and the long one; JTok-M's tokens from RAM and from the disk store alike at each
+assert len(t["checks"]) == 6 and all(t["checks"].values()), t["checks"]
 got = sorted((r["run"], r["kind"], r["batch"]) for r in t["rows"])
 assert got == sorted((n, k, b) for n in lines for k, b in (("decode", 1), ("decode", 4), ("prefill", 1))), got
 for r in t["rows"]:
@@ -79,6 +88,7 @@ assert {r["model"] for r in t["rows"] if r["run"] == "ours_beyond"} == {"jtokm n
 md = open(f"{out}/table.md").read()
 for row in ("| ours | dense | - | 1 |", "| ours | dense | - | 4 |", "| ours | jtokm | cpu | 1 |", "| ours | jtokm | cpu | 4 |",
             "| ours | dense | - | ", "| ours | jtokm | cpu | ", "| ours | jtokm n_e 3 | cpu | 4 |",
+            "| ours | jtokm | disk store, cpu | 1 |", "| ours | jtokm | disk store, cpu | 4 |",
             "Tables beyond the GPU's memory (not seen): JTok-M n_e 3, K 2, every layer", "| cpu | 0.0 | - | 4 | "):
     assert row in md, (row, md)
 assert md.count("| peer: ") == 3, md
@@ -90,6 +100,13 @@ PYTHON=$PY bash bench/gpu_decode_peer.sh --data "$T/data" --jtok "$JTOK" --out "
   --device cpu --tiny --runs dense --budget 5 > "$T/skip.out" 2>&1 && { echo "a skipped run passed"; cat "$T/skip.out"; exit 1; }
 grep -q "ours_dense: SKIPPED (the --budget of 5 s is spent)" "$T/skip.out" || { cat "$T/skip.out"; exit 1; }
 grep -q "ours_dense: no figures (skipped: budget of 5 s spent)" "$T/skip/table.md" || { cat "$T/skip/table.md"; exit 1; }
+# A store directory that exists: the disk run skipped, saying so (nothing there written or deleted).
+mkdir -p "$T/taken" && : > "$T/taken/keep"
+PYTHON=$PY bash bench/gpu_decode_peer.sh --data "$T/data" --jtok "$JTOK" --out "$T/taken-out" --config "$T/cfg.json" \
+  --device cpu --tiny --runs disk --store-dir "$T/taken" > "$T/taken.out" 2>&1 || { cat "$T/taken.out"; exit 1; }
+grep -q "ours_disk: SKIPPED ($T/taken exists" "$T/taken.out" || { cat "$T/taken.out"; exit 1; }
+grep -q "ours_disk: no figures (skipped: $T/taken exists" "$T/taken-out/table.md" || { cat "$T/taken-out/table.md"; exit 1; }
+[ -f "$T/taken/keep" ] || { echo "the disk run touched a directory it did not make"; exit 1; }
 
 # 3. The table on made-up GPU lines.
 mkdir -p "$T/tab"
@@ -105,6 +122,7 @@ line() {  # line RUN BATCH PREFILL DECODE [TABLE_ROWS [TOKENS]]
 beyond() { line "$@" | sed 's/"engine": "x"/"engine": "x", "peak_gpu_mb": 1536, "model": {"jtokm_n_e": 10, "table_gb": 87.1}/'; }
 { beyond decode 1 29500 980 in_place; beyond decode 1 28000 890 staged t9; beyond decode 16 78000 7800 in_place; } \
   > "$T/tab/ours_beyond.json"
+line decode 1 20000 700 staged > "$T/tab/ours_disk.json"  # JTok-M n_e 5 from a store on disk
 echo '{"ram_bytes": 120000000000, "gpu_bytes": 80000000000}' > "$T/tab/plan.json"
 "$PY" bench/gpu_decode_peer_table.py "$T/tab" > "$T/tab.md"
 for row in "| ours | dense | - | 1 | 40,000.0 | 1,200.0 | 1.000 | 75.00 | - | - | >= 1,000 tok/s: met |" \
@@ -122,7 +140,8 @@ for row in "| ours | dense | - | 1 | 40,000.0 | 1,200.0 | 1.000 | 75.00 | - | - 
            "| in_place | 87.1 | 1.61 | 1 | 980.0 | 0.817 | - | 0.825 |" \
            "| staged | 87.1 | 1.61 | 1 | 890.0 | 0.742 | - | 0.750 |" \
            "| in_place | 87.1 | 1.61 | 16 | 7,800.0 | 0.867 | - | 0.878 |" \
-           "check: JTok-M n_e 10 same tokens from every table placement, decode batch 1: NO"; do
+           "check: JTok-M n_e 10 same tokens from every table placement, decode batch 1: NO" \
+           "| ours | jtokm | disk store, staged | 1 | 20,000.0 | 700.0 | 1.000 | 43.75 | 0.583 | +30.00 % | within 2 % of hbm: MISSED |"; do
   grep -qF -- "$row" "$T/tab.md" || { echo "table: no row '$row'"; cat "$T/tab.md"; exit 1; }
 done
 
@@ -154,6 +173,11 @@ dry_step beyond "--set jtokm=true --set jtokm_n_e=10 --set jtokm_top_k=2 --table
   "== beyond (time box 420 s)" "--runs dense beyond --budget 390 --timeout 330" \
   "plan: beyond (JTok-M n_e 10) tables: 280 of 151936 x 1024: f32 174.3 GB, bf16 87.1 GB"
 grep -q "jtokm_n_e=5\|hf_decode_peer" "$T/dry.out" && { echo "--steps beyond ran JTok-M n_e 5 or the peer"; exit 1; }
+# The store step: dense and JTok-M n_e 5 from a store on disk (or, where this disk lacks the room, its skip).
+dry_step store "--set jtokm=true --set jtokm_n_e=5 --set jtokm_top_k=2 --table-dtype bf16 --tables disk --table-store " \
+  "ours_disk: SKIPPED (its store (43.6 GB of bf16 rows) does not fit the disk's" \
+  "== store (time box 300 s)" "--runs dense disk --budget 270 --timeout 230" "--table-cache-mb 4096 --table-rows staged"
+grep -q "hf_decode_peer\|--table-rows hbm" "$T/dry.out" && { echo "--steps store ran the peer or hbm"; exit 1; }
 # 5. A checkpoint's tables from RAM, mapped and from a disk store.
 "$PY" - "$T" <<'PY'
 import os, sys, numpy as np
@@ -182,4 +206,6 @@ print("bench-decode --checkpoint: ram, mmap and disk tables give the same tokens
 PY
 "${BD[@]}" --set jtokm=true > /dev/null 2> "$T/err" && { echo "--set with --checkpoint accepted"; exit 1; }
 grep -q "are for a random model" "$T/err" || { cat "$T/err"; exit 1; }
+"$JTOK" bench-decode --config "$T/cfg.json" --tables mmap > /dev/null 2> "$T/err" && { echo "a random model's --tables mmap accepted"; exit 1; }
+grep -q "tables mmap reads a checkpoint's file; it needs --checkpoint" "$T/err" || { cat "$T/err"; exit 1; }
 echo "test_gpu_decode_peer.sh: OK ($([ $HF = 1 ] && echo "HF peer run" || echo "HF peer not run: no transformers; stand-in checked"))"

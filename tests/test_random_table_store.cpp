@@ -1,0 +1,86 @@
+// infer/random_table_store.h: a random model's tables written straight into a table store hold
+// make_inference_model's rows bit for bit (f32, and bf16 rounded the same way), every row of every
+// table (more ids than one chunk of the writer, the last chunk partial, the padded rows zero), under
+// the model's table names; it refuses a model without tables and another dtype; a directory that
+// exists is refused by the store writer, naming it.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "error_test_util.h"
+#include "infer/random_table_store.h"
+#include "model/inference_model.h"
+#include "model_test_util.h"
+#include "store/table_store.h"
+
+using namespace jtok;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint64_t kSeed = 23;
+
+// Two layers, JTok on one and JTok-M (n_e 3) on both: 7 tables of 600 ids (padded to 640) x 8.
+ModelConfig config() {
+  ModelConfig c = jtok::testing::tiny_jtok_config({.vocab = 600, .hidden = 8, .layers = 2, .intermediate = 16,
+                                                   .context = 16, .jtok_layers = "1", .jtokm_layers = "all"});
+  return c;
+}
+
+std::string fresh_dir(const std::string& what) {
+  const std::string d = ::testing::TempDir() + what + "_" + std::to_string(::getpid());
+  fs::remove_all(d);
+  return d;
+}
+
+void expect_store_holds_ram_rows(Dtype dt) {
+  const ModelConfig c = config();
+  const Model ram = make_inference_model(c, kSeed, dt);
+  const Model shape = make_model(c, kSeed, {.init = true, .grads = false, .tables = false});
+  const std::string dir = fresh_dir(std::string("random_store_") + dtype_name(dt));
+  const int64_t bytes = write_random_table_store(shape, kSeed, dt, dir);
+  EXPECT_EQ(bytes, static_cast<int64_t>(fs::file_size(fs::path(dir) / "tables.bin")));
+  auto store = TableStore::open(dir, 1 << 20, 2);
+  ASSERT_EQ(store->tables().size(), ram.tables.size());
+  ASSERT_EQ(store->ids(), c.padded_vocab());
+  EXPECT_GT(c.padded_vocab(), 256);  // more than one of the writer's chunks
+  for (size_t k = 0; k < ram.tables.size(); ++k) {
+    EXPECT_EQ(store->tables()[k].name, ram.table_names[k]);
+    EXPECT_EQ(store->tables()[k].dtype, dt);
+    const TokenTable& t = ram.tables[k];
+    std::vector<uint8_t> row(static_cast<size_t>(t.row_stride_bytes()));
+    int64_t differ = 0;
+    for (int64_t id = 0; id < store->ids(); ++id) {
+      float scale = 0;
+      store->read_raw(static_cast<int64_t>(k), id, row.data(), &scale);
+      differ += std::memcmp(row.data(), t.raw_row(id), row.size()) != 0;
+    }
+    EXPECT_EQ(differ, 0) << "table " << ram.table_names[k];
+  }
+  EXPECT_EQ(store->take_error(), "");
+  fs::remove_all(dir);
+}
+
+TEST(RandomTableStore, HoldsTheRamModelsRowsInF32) { expect_store_holds_ram_rows(Dtype::f32); }
+TEST(RandomTableStore, HoldsTheRamModelsRowsInBf16) { expect_store_holds_ram_rows(Dtype::bf16); }
+
+TEST(RandomTableStore, Refusals) {
+  ModelConfig plain = config();
+  plain.jtok = plain.jtokm = false;
+  const Model no_tables = make_model(plain, kSeed, {.init = true, .grads = false, .tables = false});
+  jtok::testing::expect_error([&] { write_random_table_store(no_tables, kSeed, Dtype::bf16, fresh_dir("rts_none")); },
+                              {"the model has no token tables"});
+  const Model shape = make_model(config(), kSeed, {.init = true, .grads = false, .tables = false});
+  jtok::testing::expect_error([&] { write_random_table_store(shape, kSeed, Dtype::int8, fresh_dir("rts_int8")); },
+                              {"f32 or bf16 rows, not int8"});
+  const std::string dir = fresh_dir("rts_exists");
+  fs::create_directories(dir);
+  jtok::testing::expect_error([&] { write_random_table_store(shape, kSeed, Dtype::f32, dir); }, {dir, "exists"});
+  fs::remove_all(dir);
+}
+
+}  // namespace
