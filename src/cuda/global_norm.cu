@@ -1,5 +1,5 @@
-// Global norm and clip coefficient (src/cuda/global_norm.h). Pass 1: a block a 4096-element chunk
-// (or a listed table row, grid-stride), fp32 block sum. Pass 2: one block of 1024 threads, each a
+// Global norm and clip coefficient (src/cuda/global_norm.h). Pass 1: a block a 4096-element chunk,
+// fp32 block sum (or a warp a listed table row, grid-stride, fp32 warp sum). Pass 2: one block of 1024 threads, each a
 // strided double sum, then a double block sum. Fixed trees throughout: the same bits every run.
 #include "cuda/check.h"
 #include "cuda/common.cuh"
@@ -27,17 +27,21 @@ __global__ void __launch_bounds__(kThreads) sumsq_partials_kernel(float* partial
   if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
-// Block i (grid-stride) < *count: row rows[i] of g.
+// A warp a listed row: row rows[i] of g for i < *count, warps grid-striding kWarps rows a block at a
+// time. Each lane sums its stride-32 elements, then the warp's xor tree (warp_sum): no block barrier
+// between rows (a JTok-M step lists ~10^5 rows of 768, a few elements a thread).
+constexpr int kWarps = kThreads / 32;
 __global__ void __launch_bounds__(kThreads)
     sumsq_rows_kernel(float* partials, const float* g, const int32_t* rows, const int32_t* count, int64_t d) {
-  __shared__ float red[32];
   const int64_t total = *count;
-  for (int64_t i = blockIdx.x; i < total; i += gridDim.x) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); i < total; i += stride) {
     const float* row = g + static_cast<int64_t>(rows[i]) * d;
     float s = 0.0f;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) s += row[j] * row[j];
-    s = block_sum(s, red);  // starts and ends with a barrier: red is free for the next row
-    if (threadIdx.x == 0) partials[i] = s;
+    for (int64_t j = lane; j < d; j += 32) s += row[j] * row[j];
+    s = warp_sum(s);  // the loop's bounds are the warp's own: all 32 lanes take part
+    if (lane == 0) partials[i] = s;
   }
 }
 
@@ -74,7 +78,8 @@ void sumsq_partials(float* partials, const G* g, int64_t n, cudaStream_t stream)
 void sumsq_rows_partials(float* partials, const float* g, const int32_t* rows, const int32_t* count, int64_t n,
                          int64_t d, cudaStream_t stream) {
   if (n == 0) return;
-  const int blocks = static_cast<int>(n < kMaxRowBlocks ? n : kMaxRowBlocks);
+  const int64_t need = (n + kWarps - 1) / kWarps;
+  const int blocks = static_cast<int>(need < kMaxRowBlocks ? need : kMaxRowBlocks);
   sumsq_rows_kernel<<<blocks, kThreads, 0, stream>>>(partials, g, rows, count, d);
   JTOK_CUDA_CHECK_LAUNCH();
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -61,6 +62,32 @@ TEST(CudaOps, TableRows) {
   EXPECT_EQ(std::count(flags_after.begin(), flags_after.end(), uint8_t{0}), R) << "the listed flags are cleared";
   jtok::cuda::select_touched_rows(rows.get(), count.get(), dflags.get(), R, scratch.get(), scratch.n, nullptr);
   EXPECT_EQ(download_exact(count)[0], 0);
+}
+
+// Each listed row's partial (a warp a row) against the host's sum of squares of that row: 20,000
+// rows of 33 (more rows than the launch's warps, so warps stride on; lanes with one or two
+// elements), every other one listed.
+TEST(CudaOps, TableRowsNormPartialEachRow) {
+  constexpr int64_t R = 40000, d = 33;
+  std::vector<uint8_t> flags(R, 0);
+  for (int64_t r = 0; r < R; r += 2) flags[r] = 1;
+  const std::vector<float> g = randn(R * d, 11);
+  auto dg = upload<float>(g);
+  auto dflags = upload_exact(flags);
+  DeviceBuffer<int32_t> rows(R), count(1);
+  DeviceBuffer<char> scratch(jtok::cuda::touched_rows_scratch_bytes(R));
+  jtok::cuda::select_touched_rows(rows.get(), count.get(), dflags.get(), R, scratch.get(), scratch.n, nullptr);
+  ASSERT_EQ(download_exact(count)[0], static_cast<int32_t>(R / 2));
+  DeviceBuffer<float> partials(static_cast<size_t>(R));
+  jtok::cuda::sumsq_rows_partials(partials.get(), dg.get(), rows.get(), count.get(), R, d, nullptr);
+  const auto got = download_exact(partials);
+  int64_t off = 0;
+  for (int64_t i = 0; i < R / 2; ++i) {
+    double want = 0;
+    for (int64_t j = 0; j < d; ++j) want += static_cast<double>(g[2 * i * d + j]) * g[2 * i * d + j];
+    off += std::abs(got[static_cast<size_t>(i)] - want) > 1e-5 * want + 1e-7;
+  }
+  EXPECT_EQ(off, 0) << "listed rows whose partial is not their sum of squares";
 }
 
 }  // namespace
