@@ -4,7 +4,6 @@
 // the model's table names; it refuses a model without tables and another dtype; a directory that
 // exists is refused by the store writer, naming it.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -16,6 +15,7 @@
 #include "model/inference_model.h"
 #include "model_test_util.h"
 #include "store/table_store.h"
+#include "temp_dir.h"
 
 using namespace jtok;
 namespace fs = std::filesystem;
@@ -31,17 +31,11 @@ ModelConfig config() {
   return c;
 }
 
-std::string fresh_dir(const std::string& what) {
-  const std::string d = ::testing::TempDir() + what + "_" + std::to_string(::getpid());
-  fs::remove_all(d);
-  return d;
-}
-
 void expect_store_holds_ram_rows(Dtype dt) {
   const ModelConfig c = config();
   const Model ram = make_inference_model(c, kSeed, dt);
   const Model shape = make_model(c, kSeed, {.init = true, .grads = false, .tables = false});
-  const std::string dir = fresh_dir(std::string("random_store_") + dtype_name(dt));
+  const std::string dir = jtok::testing::fresh_temp_dir(std::string("random_store_") + dtype_name(dt));
   const int64_t bytes = write_random_table_store(shape, kSeed, dt, dir);
   EXPECT_EQ(bytes, static_cast<int64_t>(fs::file_size(fs::path(dir) / "tables.bin")));
   auto store = TableStore::open(dir, 1 << 20, 2);
@@ -62,7 +56,6 @@ void expect_store_holds_ram_rows(Dtype dt) {
     EXPECT_EQ(differ, 0) << "table " << ram.table_names[k];
   }
   EXPECT_EQ(store->take_error(), "");
-  fs::remove_all(dir);
 }
 
 TEST(RandomTableStore, HoldsTheRamModelsRowsInF32) { expect_store_holds_ram_rows(Dtype::f32); }
@@ -72,15 +65,16 @@ TEST(RandomTableStore, Refusals) {
   ModelConfig plain = config();
   plain.jtok = plain.jtokm = false;
   const Model no_tables = make_model(plain, kSeed, {.init = true, .grads = false, .tables = false});
-  jtok::testing::expect_error([&] { write_random_table_store(no_tables, kSeed, Dtype::bf16, fresh_dir("rts_none")); },
-                              {"the model has no token tables"});
+  jtok::testing::expect_error(
+      [&] { write_random_table_store(no_tables, kSeed, Dtype::bf16, jtok::testing::fresh_temp_dir("rts_none")); },
+      {"the model has no token tables"});
   const Model shape = make_model(config(), kSeed, {.init = true, .grads = false, .tables = false});
-  jtok::testing::expect_error([&] { write_random_table_store(shape, kSeed, Dtype::int8, fresh_dir("rts_int8")); },
-                              {"f32 or bf16 rows, not int8"});
-  const std::string dir = fresh_dir("rts_exists");
+  jtok::testing::expect_error(
+      [&] { write_random_table_store(shape, kSeed, Dtype::int8, jtok::testing::fresh_temp_dir("rts_int8")); },
+      {"f32 or bf16 rows, not int8"});
+  const std::string dir = jtok::testing::fresh_temp_dir("rts_exists");
   fs::create_directories(dir);
   jtok::testing::expect_error([&] { write_random_table_store(shape, kSeed, Dtype::f32, dir); }, {dir, "exists"});
-  fs::remove_all(dir);
 }
 
 }  // namespace
