@@ -6,7 +6,8 @@
 # `jtok train --no-checkpoints --validate --set eval_batches=0`, so no checkpoint of tens of GB is
 # written). One row per finished run in OUT/study.csv; then bench/gpu_study_report.py's table
 # (OUT/study.md): each variant's held-out loss per seed, its gap to dense at the same seed, the mean
-# gap, tokens/s and its ratio to dense.
+# gap, tokens/s and its ratio to dense; and OUT/study.svg (`jtok plot-csv`: loss per seed, a series a
+# variant).
 #   bash bench/gpu_study.sh --jtok BIN --data SHARDS --val SHARDS --tokenizer DIR --out DIR
 #        [--steps 600] [--seeds 1,2] [--variants "dense jtok jtokm"] [--batch 16] [--config F]
 #        [--device cuda|loopback|cpu] [--csv FILE] [--budget S] [--set name=value ...] [--dry-run]
@@ -138,4 +139,10 @@ done
 [ "$DRY" = 1 ] && exit 0
 "$PY" bench/gpu_study_report.py "$STUDY" > "$OUT/study.md" || status=1
 cat "$OUT/study.md"
+# The picture: held-out loss per seed, a series a variant (this study's config, steps and device).
+if [ "$(wc -l < "$STUDY")" -gt 1 ]; then
+  "$JTOK" plot-csv --csv "$STUDY" --x seed --y val_loss --group variant --where "config=$CFG" --where "steps=$STEPS" \
+    --where "device=$DEVICE" --no-line --title "held-out loss per seed: $CFG, $STEPS steps of $BATCH x T, $DEVICE $PRECISION" \
+    --out "$OUT/study.svg" > /dev/null || status=1
+fi
 exit $status

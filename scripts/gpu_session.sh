@@ -52,7 +52,7 @@
 #              bench/gpu_study.sh: config b dense, +JTok and +JTok-M trained --study-steps steps
 #              (default 600, 9.8M tokens: the carried corpus about twice) in bf16 at seeds 1 and 2,
 #              each scored on the whole carried validation split; rows already in
-#              docs/data/gpu_study.csv are skipped (study/: study.csv, study.md, runs/; box 570 s, the
+#              docs/data/gpu_study.csv are skipped (study/: study.csv, study.md, study.svg, runs/; box 570 s, the
 #              script's --budget 540)
 # At most 675 s with the default steps' boxes spent (docs/cuda.md has the estimate), past the 600 s a
 # device command runs at most: run "tests attention" and "peer" as two device runs.

@@ -87,6 +87,9 @@ for v, label in (("jtok", "| +JTok"), ("jtokm", "| +JTok-M (n_e 5, K 2)")):
     assert cells[5:8] == [f"{gaps[0]:+.4f}", f"{gaps[1]:+.4f}", f"{(gaps[0] + gaps[1]) / 2:+.4f}"], (cells, gaps)
 print("study rows and table OK")
 PY
+# A point a run and a legend mark a variant.
+[ "$(grep -o "<circle" "$T/s/study.svg" | wc -l)" = 9 ] || { head -c 600 "$T/s/study.svg"; fail "study.svg: not a point a run"; }
+for v in dense jtok jtokm; do grep -q ">$v<" "$T/s/study.svg" || fail "study.svg: no legend entry $v"; done
 
 # 3. A rerun with that CSV skips every run; a spent budget starts none; refusals.
 "${STUDY[@]}" --out "$T/s2" --device loopback --csv "$T/s/study.csv" > "$T/s2.out" 2>&1 || { cat "$T/s2.out"; fail "the rerun"; }
