@@ -58,8 +58,7 @@ jtok::Model random_model_on_disk(const jtok::Config& cfg, jtok::Dtype dt, nlohma
   namespace fs = std::filesystem;
   const jtok::TableSource& src = args.tables;
   jtok::check_table_source(src);
-  jtok::Model m = jtok::make_model(cfg.model, cfg.train.seed, {.init = true, .grads = false, .tables = false});
-  for (jtok::SparseRowGrad& g : m.table_grads) g = jtok::SparseRowGrad{};  // inference: no row gradients
+  jtok::Model m = jtok::make_inference_model_without_tables(cfg.model, cfg.train.seed);
   if (!fs::exists(fs::path(src.store) / "manifest.json")) {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t bytes = jtok::write_random_table_store(m, cfg.train.seed, dt, src.store);

@@ -34,7 +34,7 @@ ModelConfig config() {
 void expect_store_holds_ram_rows(Dtype dt) {
   const ModelConfig c = config();
   const Model ram = make_inference_model(c, kSeed, dt);
-  const Model shape = make_model(c, kSeed, {.init = true, .grads = false, .tables = false});
+  const Model shape = make_inference_model_without_tables(c, kSeed);
   const std::string dir = jtok::testing::fresh_temp_dir(std::string("random_store_") + dtype_name(dt));
   const int64_t bytes = write_random_table_store(shape, kSeed, dt, dir);
   EXPECT_EQ(bytes, static_cast<int64_t>(fs::file_size(fs::path(dir) / "tables.bin")));
@@ -64,11 +64,11 @@ TEST(RandomTableStore, HoldsTheRamModelsRowsInBf16) { expect_store_holds_ram_row
 TEST(RandomTableStore, Refusals) {
   ModelConfig plain = config();
   plain.jtok = plain.jtokm = false;
-  const Model no_tables = make_model(plain, kSeed, {.init = true, .grads = false, .tables = false});
+  const Model no_tables = make_inference_model_without_tables(plain, kSeed);
   jtok::testing::expect_error(
       [&] { write_random_table_store(no_tables, kSeed, Dtype::bf16, jtok::testing::fresh_temp_dir("rts_none")); },
       {"the model has no token tables"});
-  const Model shape = make_model(config(), kSeed, {.init = true, .grads = false, .tables = false});
+  const Model shape = make_inference_model_without_tables(config(), kSeed);
   jtok::testing::expect_error(
       [&] { write_random_table_store(shape, kSeed, Dtype::int8, jtok::testing::fresh_temp_dir("rts_int8")); },
       {"f32 or bf16 rows, not int8"});

@@ -45,8 +45,10 @@ class RandomRowChunks {
       for (int64_t r = 0; r < count; ++r) {
         streams_[static_cast<size_t>(k)].next(values.data());
         uint8_t* out = buf_.data() + (r * n_ + k) * row_bytes_;
-        if (dt_ == Dtype::f32) std::memcpy(out, values.data(), static_cast<size_t>(row_bytes_));
-        else quantize_bf16(reinterpret_cast<uint16_t*>(out), values.data(), d_);
+        if (dt_ == Dtype::f32)
+          std::memcpy(out, values.data(), static_cast<size_t>(row_bytes_));
+        else
+          quantize_bf16(reinterpret_cast<uint16_t*>(out), values.data(), d_);
       }
     }
     first_ = from;
@@ -72,7 +74,9 @@ int64_t write_random_table_store(const Model& m, uint64_t seed, Dtype dt, const 
   source.checkpoint = "random (seed " + std::to_string(seed) + ")";
   write_table_store(
       dir, m.cfg.padded_vocab(), specs,
-      [&](int64_t id, int64_t k, void* raw, float*) { std::memcpy(raw, rows.row(id, k), static_cast<size_t>(rows.row_bytes())); },
+      [&](int64_t id, int64_t k, void* raw, float*) {
+        std::memcpy(raw, rows.row(id, k), static_cast<size_t>(rows.row_bytes()));
+      },
       source);
   return static_cast<int64_t>(std::filesystem::file_size(std::filesystem::path(dir) / "tables.bin"));
 }

@@ -14,7 +14,7 @@
 
 namespace jtok {
 
-// m: the random model (make_model with tables = false: their names, shapes and init streams). Writes
+// m: the random model (make_inference_model_without_tables: its tables' names, shapes and init streams). Writes
 // the store at dir (which must not exist: a temp directory, fsynced, renamed), its tables in dt (f32
 // or bf16), its source "random (seed S)". Returns the bytes of its data file.
 int64_t write_random_table_store(const Model& m, uint64_t seed, Dtype dt, const std::string& dir);

@@ -35,17 +35,22 @@ static TokenTable init_table(const Model& m, uint64_t seed, int64_t k, Dtype dt)
   return TokenTable::quantized_in_ram(rows, d, Dtype::bf16, std::move(bytes), {});
 }
 
+Model make_inference_model_without_tables(const ModelConfig& cfg, uint64_t seed) {
+  // The backbone as make_model makes it; the tables' shapes and init streams, no storage.
+  Model m = make_model(cfg, seed, {.init = true, .grads = false, .tables = false});
+  // Inference reads the tables only: no row gradients (make_model sizes a V-slot map per table).
+  for (SparseRowGrad& g : m.table_grads) g = SparseRowGrad{};
+  return m;
+}
+
 Model make_inference_model(const ModelConfig& cfg, uint64_t seed, Dtype table_dtype) {
   if (table_dtype != Dtype::f32 && table_dtype != Dtype::bf16)
     fail("a random model's tables are f32 or bf16, not ", dtype_name(table_dtype));
-  // The backbone as make_model makes it; the tables' shapes and init streams, no storage yet.
-  Model m = make_model(cfg, seed, {.init = true, .grads = false, .tables = false});
+  Model m = make_inference_model_without_tables(cfg, seed);
   const int64_t n = static_cast<int64_t>(m.tables.size());
   // Each table its own stream: side by side, the same bits as one after another.
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t k = 0; k < n; ++k) m.tables[static_cast<size_t>(k)] = init_table(m, seed, k, table_dtype);
-  // Inference reads the tables only: no row gradients (make_model sizes a V-slot map per table).
-  for (SparseRowGrad& g : m.table_grads) g = SparseRowGrad{};
   return m;
 }
 

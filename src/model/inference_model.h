@@ -14,6 +14,9 @@ namespace jtok {
 // make_model(cfg, seed) without gradients; tables in table_dtype (f32: make_model's tables, bit for
 // bit; bf16: quantize_table of them, bit for bit). Fails naming any other dtype.
 Model make_inference_model(const ModelConfig& cfg, uint64_t seed, Dtype table_dtype);
+// The same model with its tables' names, shapes and init streams but no storage (a store on disk
+// gives them rows: infer/random_table_store.h, model/table_attach.h).
+Model make_inference_model_without_tables(const ModelConfig& cfg, uint64_t seed);
 
 // The token tables cfg's model holds: one a JTok layer, n_e a JTok-M layer.
 int64_t token_table_count(const ModelConfig& cfg);
