@@ -13,10 +13,9 @@
 # larger than the GPU's memory", its peak GPU memory beside the tables' bytes and the GPU's.
 # `--runs disk` (not default) adds JTok-M n_e 5 with its tables in a token-major store on disk
 # (`bench-decode --tables disk`: the store written first from the same random rows in jtokm's dtype,
-# 43.6 GB of bf16 on cuda,
-# into --store-dir, deleted at the end; its rows staged to the GPU through a --store-cache-mb DRAM
-# cache, read with O_DIRECT where the file system takes it): issue 40's "ours with tables ... disk
-# store"; skipped, saying so, where the disk lacks the room.
+# 43.6 GB of bf16 on cuda, into --store-dir, deleted at the end; its rows staged to the GPU through a
+# --store-cache-mb DRAM cache, read with O_DIRECT where the file system takes it): issue 40's "ours
+# with tables ... disk store"; skipped, saying so, where the disk lacks the room.
 #   bash bench/gpu_decode_peer.sh --data DIR [--jtok BIN] [--out DIR] [--config FILE] [--device cuda|cpu]
 #        [--tiny] [--batch 1,16] [--prompt-len P] [--new-tokens N] [--long-prompt L] [--repeat R]
 #        [--peer-repeat R] [--runs "dense jtokm peer"] [--beyond-n-e E] [--store-dir DIR] [--store-cache-mb MB]

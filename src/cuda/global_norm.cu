@@ -1,6 +1,7 @@
 // Global norm and clip coefficient (src/cuda/global_norm.h). Pass 1: a block a 4096-element chunk,
-// fp32 block sum (or a warp a listed table row, grid-stride, fp32 warp sum). Pass 2: one block of 1024 threads, each a
-// strided double sum, then a double block sum. Fixed trees throughout: the same bits every run.
+// fp32 block sum (or a warp a listed table row, grid-stride, fp32 warp sum). Pass 2: one block of
+// 1024 threads, each a strided double sum, then a double block sum. Fixed trees throughout: the same
+// bits every run.
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/global_norm.h"

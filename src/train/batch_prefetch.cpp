@@ -1,8 +1,6 @@
 // One batch read ahead on a worker thread (train/batch_prefetch.h).
 #include "train/batch_prefetch.h"
 
-#include "core/error.h"
-
 #include <algorithm>
 #include <condition_variable>
 #include <exception>
@@ -10,6 +8,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "core/error.h"
 
 namespace jtok {
 
@@ -30,9 +30,10 @@ class BatchPrefetcher {
   }
 
   void next(int32_t* x, int32_t* y, int64_t B, int64_t T) {
-    if (take(B, T)) {
+    if (ready(B, T)) {
       std::copy(x_.begin(), x_.end(), x);
       std::copy(y_.begin(), y_.end(), y);
+      ahead_ = Ahead::kNone;
     } else {
       inner_.next(x, y, B, T);
     }
@@ -42,12 +43,11 @@ class BatchPrefetcher {
 
   void peek(int64_t n, int32_t* x, int64_t B, int64_t T) {
     if (n <= 0) return;
-    if (!take(B, T)) {
+    if (!ready(B, T)) {
       inner_.peek(n, x, B, T);
       return;
     }
-    ahead_ = Ahead::kReady;  // take() handed it over; peeking keeps it
-    std::copy(x_.begin(), x_.begin() + B * T, x);  // the batch read ahead is the first of the next n
+    std::copy(x_.begin(), x_.end(), x);  // the batch read ahead is the first of the next n, and stays ahead
     if (n > 1) inner_.peek(n - 1, x + B * T, B, T);
   }
 
@@ -66,21 +66,20 @@ class BatchPrefetcher {
  private:
   enum class Ahead { kNone, kReady, kFailed };
 
-  // True when the batch read ahead has shape (B, T) (it is in x_, y_ and no longer ahead). False when
-  // none was: the source is where the caller left it (a batch of another shape put back). A failed read
-  // throws its error here, where that batch is asked for.
-  bool take(int64_t B, int64_t T) {
+  // True when a batch of shape (B, T) is read ahead (in x_, y_). Otherwise none is: the source is
+  // where the caller left it (a batch of another shape put back). A failed read throws its error here,
+  // where that batch is asked for.
+  bool ready(int64_t B, int64_t T) {
     wait();
+    if (ahead_ == Ahead::kReady && B == B_ && T == T_) return true;
     const Ahead a = ahead_;
     ahead_ = Ahead::kNone;
+    if (a != Ahead::kNone) inner_.restore(consumed_);
     if (a == Ahead::kFailed) {
-      inner_.restore(consumed_);
       std::exception_ptr e = error_;
       error_ = nullptr;
       std::rethrow_exception(e);
     }
-    if (a == Ahead::kReady && B == B_ && T == T_) return true;
-    if (a == Ahead::kReady) inner_.restore(consumed_);
     return false;
   }
 
