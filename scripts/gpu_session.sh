@@ -2,7 +2,8 @@
 # The one script a GPU session runs (issue 39; docs/cuda.md, "Running on a GPU host"). Prepared
 # here by scripts/gpu_prepare.sh (the CUDA bundle + a few token shards in build/gpu-session, which
 # the device run carries); there, in the repository root:
-#   bash scripts/gpu_session.sh [--dir build/gpu-session] [--steps "tests peer attention"] [--study-steps 600] [--dry-run]
+#   bash scripts/gpu_session.sh [--dir build/gpu-session] [--steps "tests attention products peer"] [--budget 570]
+#                               [--study-steps 600] [--dry-run]
 # Steps, each killed after its time box so one hang does not eat the session:
 #   tests      scripts/test_cuda.sh on the bundle: test_cuda_ops, --device cuda's check, train
 #              --device cuda (tests/cuda/train_cuda.sh), generate / serve --device cuda
@@ -14,7 +15,7 @@
 #   attention  the bundle's bench_cuda_attention, config b's shape, then its PyTorch peer
 #              (bench/attention_peer.py: scaled_dot_product_attention's flash, efficient and cudnn
 #              backends, ours' ratio to each; box 75 s)
-#   products   (not default) the bundle's bench_cuda_row_invariant: the decode steps' batch-invariant
+#   products   the bundle's bench_cuda_row_invariant: the decode steps' batch-invariant
 #              products against cuBLASLt, Qwen3-0.6B's shapes, M 1, 4, 16 (issue 40); then
 #              bench_cuda_grouped: MoE's grouped expert products against cuBLASLt per expert, the MoE
 #              bench config's layer and a Qwen3-30B-A3B-sized one (issue 39; products.json, box 60 s)
@@ -54,8 +55,11 @@
 #              each scored on the whole carried validation split; rows already in
 #              docs/data/gpu_study.csv are skipped (study/: study.csv, study.md, study.svg, runs/; box 570 s, the
 #              script's --budget 540)
-# At most 675 s with the default steps' boxes spent (docs/cuda.md has the estimate), past the 600 s a
-# device command runs at most: run "tests attention" and "peer" as two device runs.
+# --budget S (default 570, under the 600 s a device command runs at most; 0: none): the steps run in
+# the order given while they fit. A step starts only if its box fits in what is left of S; a step
+# whose bench has a budget of its own (peer, moe, decode, beyond, store, curve, study) starts in what
+# is left down to half its box, its bench cutting its last runs; the others are "not started" (not a
+# failure). So one device run takes as many steps as their real times allow, not their boxes' sum.
 # Every log goes under $OUT (the device run brings back what is there; default
 # bench-out/gpu-session here): session.log (all of this output), nvidia-smi.txt, tests/,
 # peer/ (one JSON line and one log per run, table.md), attention.json, attention_peer.json, decode/,
@@ -64,16 +68,27 @@
 # curve's runs too, through their own --dry-run) without running anything.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-DIR=build/gpu-session; STEPS="tests peer attention"; STUDY_STEPS=600; DRY=0
+DIR=build/gpu-session; STEPS="tests attention products peer"; STUDY_STEPS=600; BUDGET=570; DRY=0
+usage="usage: $0 [--dir DIR] [--steps \"tests attention products peer\"] [--budget S] [--study-steps N] [--dry-run]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) DIR=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
+    --budget) BUDGET=$2; shift 2 ;;
     --study-steps) STUDY_STEPS=$2; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    *) echo "usage: $0 [--dir DIR] [--steps \"tests peer attention\"] [--study-steps N] [--dry-run]" >&2; exit 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
 done
+# Each step's time box (seconds); the steps whose bench has a --budget of its own (20-30 s under the
+# box) can run in less.
+declare -A BOX=([tests]=300 [peer]=300 [attention]=75 [products]=60 [moe]=240 [rows]=90 [decode]=420
+                [beyond]=420 [store]=300 [evalref]=300 [curve]=510 [study]=570)
+SHRINKS=" peer moe decode beyond store curve study "
+for s in $STEPS; do
+  [ -n "${BOX[$s]:-}" ] || { echo "gpu_session.sh: unknown step $s (${!BOX[*]})" >&2; exit 2; }
+done
+[[ $BUDGET =~ ^[0-9]+$ ]] || { echo "gpu_session.sh: --budget $BUDGET is not a number of seconds (0: none)" >&2; exit 2; }
 OUT=${OUT:-bench-out/gpu-session}
 BUNDLE=$DIR/cuda-bundle.tar.gz
 [ -f "$BUNDLE" ] || { echo "gpu_session.sh: no $BUNDLE (bash scripts/gpu_prepare.sh makes it; carry $DIR)" >&2; exit 2; }
@@ -117,18 +132,19 @@ step() {  # step NAME BOX CMD...: runs CMD killed after BOX seconds, records its
   echo "== $name: ${RESULT[$name]} in ${SECS[$name]} s"
 }
 
-for s in $STEPS; do
+run_step() {  # run_step NAME BOX: the step's command in a box of BOX s (the benches' own --budget under it)
+  local s=$1 box=$2
   case "$s" in
-    tests) step tests 300 env JTOK_CUDA_BUNDLE="$BUNDLE" JTOK_CUDA_LOGS="$OUT/tests" JTOK_GPU_SHARDS="$DIR/shards" \
+    tests) step tests "$box" env JTOK_CUDA_BUNDLE="$BUNDLE" JTOK_CUDA_LOGS="$OUT/tests" JTOK_GPU_SHARDS="$DIR/shards" \
              JTOK_GPU_TOKENIZER="$DIR/tokenizer" bash scripts/test_cuda.sh ;;
-    peer) step peer 300 bash bench/gpu_train_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/peer" \
-            --budget 280 --timeout 120 ;;
+    peer) step peer "$box" bash bench/gpu_train_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/peer" \
+            --budget $((box - 20)) --timeout 120 ;;
     attention)
       if [ -x "$U/bundle/bin/bench_cuda_attention" ]; then
         # shellcheck disable=SC2016  # $1.. are the inner shell's arguments
         # ours, then PyTorch's scaled_dot_product_attention (flash, efficient, cudnn, its pick) on the
         # same shape, with ours' ratio to each (bench/attention_peer.py).
-        step attention 75 sh -c 'LD_LIBRARY_PATH="$1" "$2" > "$3" || exit $?; cat "$3"
+        step attention "$box" sh -c 'LD_LIBRARY_PATH="$1" "$2" > "$3" || exit $?; cat "$3"
           python3 bench/attention_peer.py --ours "$3" > "$4"; rc=$?; cat "$4"; exit $rc' sh \
           "$LIBS" "$U/bundle/bin/bench_cuda_attention" "$OUT/attention.json" "$OUT/attention_peer.json"
       else
@@ -136,30 +152,50 @@ for s in $STEPS; do
       fi ;;
     products)
       # shellcheck disable=SC2016  # $1.. are the inner shell's arguments
-      step products 60 sh -c 'LD_LIBRARY_PATH="$1" "$2" > "$4" && LD_LIBRARY_PATH="$1" "$3" >> "$4"; rc=$?; cat "$4"; exit $rc' \
+      step products "$box" sh -c 'LD_LIBRARY_PATH="$1" "$2" > "$4" && LD_LIBRARY_PATH="$1" "$3" >> "$4"; rc=$?; cat "$4"; exit $rc' \
         sh "$LIBS" "$U/bundle/bin/bench_cuda_row_invariant" "$U/bundle/bin/bench_cuda_grouped" "$OUT/products.json" ;;
-    moe) step moe 240 bash bench/gpu_train_peer.sh --config configs/bench_moe.json --batch 16 --data "$DIR/shards" \
-           --jtok "$U/jtok" --out "$OUT/moe" --budget 210 --timeout 100 ;;
+    moe) step moe "$box" bash bench/gpu_train_peer.sh --config configs/bench_moe.json --batch 16 --data "$DIR/shards" \
+           --jtok "$U/jtok" --out "$OUT/moe" --budget $((box - 30)) --timeout 100 ;;
     rows)
       shard=$(ls "$DIR"/shards/*.bin | head -n 1)
       # shellcheck disable=SC2016  # $1.. are the inner shell's arguments
-      step rows 90 sh -c 'LD_LIBRARY_PATH="$1" "$2" --shard "$3" > "$4"; rc=$?; cat "$4"; exit $rc' sh \
+      step rows "$box" sh -c 'LD_LIBRARY_PATH="$1" "$2" --shard "$3" > "$4"; rc=$?; cat "$4"; exit $rc' sh \
         "$LIBS" "$U/bundle/bin/bench_cuda_host_rows" "$shard" "$OUT/host_rows.json" ;;
-    decode) step decode 420 bash bench/gpu_decode_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/decode" \
-              --budget 390 --timeout 220 ;;
-    beyond) step beyond 420 bash bench/gpu_decode_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/beyond" \
-              --runs "dense beyond" --budget 390 --timeout 330 ;;
-    store) step store 300 bash bench/gpu_decode_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/store" \
-             --runs "dense disk" --budget 270 --timeout 230 ;;
-    evalref) step evalref 300 bash bench/gpu_eval_reference.sh --jtok "$U/jtok" --data "$DIR/shards" \
+    decode) step decode "$box" bash bench/gpu_decode_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/decode" \
+              --budget $((box - 30)) --timeout 220 ;;
+    beyond) step beyond "$box" bash bench/gpu_decode_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/beyond" \
+              --runs "dense beyond" --budget $((box - 30)) --timeout 330 ;;
+    store) step store "$box" bash bench/gpu_decode_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/store" \
+             --runs "dense disk" --budget $((box - 30)) --timeout 230 ;;
+    evalref) step evalref "$box" bash bench/gpu_eval_reference.sh --jtok "$U/jtok" --data "$DIR/shards" \
                --tokenizer "$DIR/tokenizer" --out "$OUT/evalref" ;;
-    curve) step curve 510 bash bench/gpu_loss_curve.sh --jtok "$U/jtok" --data "$DIR/shards" --out "$OUT/curve" \
-             --steps 300 --budget 480 ;;
-    study) step study 570 env STUDY_COMMIT="$(cut -c1-7 "$U/bundle/commit" 2>/dev/null)" bash bench/gpu_study.sh \
+    curve) step curve "$box" bash bench/gpu_loss_curve.sh --jtok "$U/jtok" --data "$DIR/shards" --out "$OUT/curve" \
+             --steps 300 --budget $((box - 30)) ;;
+    study) step study "$box" env STUDY_COMMIT="$(cut -c1-7 "$U/bundle/commit" 2>/dev/null)" bash bench/gpu_study.sh \
              --jtok "$U/jtok" --data "$DIR/shards" --val "$DIR/val" --tokenizer "$DIR/tokenizer" --out "$OUT/study" \
-             --steps "$STUDY_STEPS" --budget 540 ;;
-    *) echo "gpu_session.sh: unknown step $s (tests, peer, attention, products, moe, rows, decode, beyond, store, evalref, curve, study)" >&2; exit 2 ;;
+             --steps "$STUDY_STEPS" --budget $((box - 30)) ;;
   esac
+}
+
+# With --budget, each step starts only if its box fits in what is left; one whose bench has a budget
+# of its own starts in what is left down to half its box (its last runs cut). A dry run counts each
+# step's whole box as spent: the plan if every step took its box.
+PLANNED=0
+for s in $STEPS; do
+  box=${BOX[$s]}
+  if [ "$BUDGET" -gt 0 ]; then
+    left=$((BUDGET - (SECONDS - START) - PLANNED))
+    if [ "$left" -lt "$box" ]; then
+      if [[ $SHRINKS == *" $s "* ]] && [ "$left" -ge $((box / 2)) ]; then
+        echo; echo "== $s: its box cut from $box s to the $left s left of the --budget"; box=$left
+      else
+        echo; echo "== $s: not started (its box $box s, $left s left of the --budget $BUDGET s)"
+        RESULT[$s]="not started ($left s left)"; SECS[$s]=0; continue
+      fi
+    fi
+  fi
+  run_step "$s" "$box"
+  [ "$DRY" = 1 ] && PLANNED=$((PLANNED + box))
 done
 
 {
@@ -178,6 +214,6 @@ done
   [ -f "$OUT/study/study.md" ] && cat "$OUT/study/study.md"
 } | tee "$OUT/summary.txt"
 for s in $STEPS; do
-  case "${RESULT[$s]:-}" in passed|"dry run"|"not in the bundle") ;; *) exit 1 ;; esac
+  case "${RESULT[$s]:-}" in passed|"dry run"|"not in the bundle"|"not started"*) ;; *) exit 1 ;; esac
 done
 exit 0

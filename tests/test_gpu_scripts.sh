@@ -171,12 +171,33 @@ bash scripts/gpu_prepare.sh --bundle "$T/build/cuda-bundle.tar.gz" --data "$T/co
 grep -q "holds 20000 tokens, 32800 wanted: all of it carried, 19 windows of 1025 tokens (1 steps of 16)" "$T/s2.out" ||
   { cat "$T/s2.out"; exit 1; }
 cmp -s "$T/corpus/train_000000.bin" "$T/s2/shards/train_000000.bin" || { echo "gpu_prepare.sh: the corpus not carried whole"; exit 1; }
+# The default steps under the default --budget 570, each box counted spent (the dry run's worst case):
+# tests 300 + attention 75 + products 60 leave 135 s, under half the peer's box, so it does not start.
 OUT=$T/dry bash scripts/gpu_session.sh --dir "$T/session" --dry-run > "$T/dry.out" 2>&1 || { cat "$T/dry.out"; exit 1; }
-for s in "== tests" "JTOK_CUDA_BUNDLE=$T/session/cuda-bundle.tar.gz" "== peer" "--compile --jtokm" "== attention" \
-         "attention_peer.py --ours" "summary"; do
+for s in "== tests" "JTOK_CUDA_BUNDLE=$T/session/cuda-bundle.tar.gz" "== attention" "attention_peer.py --ours" \
+         "== products (time box 60 s)" "== peer: not started (its box 300 s, 135 s left of the --budget 570 s)" "summary"; do
   grep -qF -- "$s" "$T/dry.out" || { echo "gpu_session.sh --dry-run: no '$s'"; cat "$T/dry.out"; exit 1; }
 done
 [ -f "$T/dry/session.log" ] && [ -f "$T/dry/summary.txt" ]
+# No budget: every step at its whole box.
+OUT=$T/dry0 bash scripts/gpu_session.sh --dir "$T/session" --budget 0 --dry-run > "$T/dry0.out" 2>&1 || { cat "$T/dry0.out"; exit 1; }
+for s in "== peer (time box 300 s)" "--budget 280 --timeout 120" "--compile --jtokm"; do
+  grep -qF -- "$s" "$T/dry0.out" || { echo "gpu_session.sh --budget 0 --dry-run: no '$s'"; cat "$T/dry0.out"; exit 1; }
+done
+# 300 s: attention's 75 leave 225, at least half the peer's box: the peer runs in 225 (its bench's
+# budget 20 s under it); the moe step's 240 then has nothing left.
+OUT=$T/dryb bash scripts/gpu_session.sh --dir "$T/session" --steps "attention peer moe" --budget 300 --dry-run \
+  > "$T/dryb.out" 2>&1 || { cat "$T/dryb.out"; exit 1; }
+for s in "== peer: its box cut from 300 s to the 225 s left of the --budget" "== peer (time box 225 s)" "--budget 205 --timeout 120" \
+         "== moe: not started (its box 240 s, 0 s left of the --budget 300 s)"; do
+  grep -qF -- "$s" "$T/dryb.out" || { echo "gpu_session.sh --budget 300 --dry-run: no '$s'"; cat "$T/dryb.out"; exit 1; }
+done
+grep -q "^  moe  *not started (0 s left)" "$T/dryb/summary.txt" || { echo "summary without moe's 'not started'"; cat "$T/dryb/summary.txt"; exit 1; }
+for bad in "--steps 'tests nosuch'" "--budget ten"; do
+  rc=0; eval "OUT=$T/bad bash scripts/gpu_session.sh --dir $T/session $bad --dry-run" > "$T/bad.out" 2>&1 || rc=$?
+  [ $rc = 2 ] && grep -q "unknown step nosuch\|--budget ten is not a number" "$T/bad.out" && ! grep -q "== tests" "$T/bad.out" ||
+    { echo "gpu_session.sh $bad: rc $rc"; cat "$T/bad.out"; exit 1; }
+done
 OUT=$T/drycurve bash scripts/gpu_session.sh --dir "$T/session" --steps curve --dry-run > "$T/drycurve.out" 2>&1 ||
   { cat "$T/drycurve.out"; exit 1; }
 for s in "== curve (time box 510 s)" "gpu_loss_curve.py prepare --base configs/bench_b.json --data $T/session/shards --steps 300" \
