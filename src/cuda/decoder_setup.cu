@@ -11,11 +11,12 @@
 #include "cuda/decoder_state.h"
 #include "cuda/model_kernels.h"
 #include "model/jtok.h"
+#include "model/lowp_weights.h"
 
 namespace jtok::cuda {
 
 void check_decoder_settings(const Model& host, const DecoderSettings& s) {
-  check_device_supported(host, "cuda decoder");
+  check_device_supported(host, "cuda decoder", true);
   const ModelConfig& c = host.cfg;
   if (s.max_batch < 1 || s.max_prefill < 1 || s.page_tokens < 1 || s.kv_tokens < 0 || s.max_seqs < 0)
     fail("cuda decoder: max_batch ", s.max_batch, ", max_prefill ", s.max_prefill, ", page_tokens ", s.page_tokens,
@@ -82,20 +83,25 @@ void plan_memory(DecoderState<E>& st, const DecoderLayerKinds& k) {
   if (!why.empty()) fail(why);
 }
 
-// host.params in E (bf16: rounded to nearest even on the device, a bounded block at a time), its
-// views, the RoPE table.
+// host.params in E (bf16: rounded to nearest even on the device), a bounded block at a time, with an
+// export's bf16 / int8 matrices dequantised into their slots on the host (model/lowp_weights.h: a
+// bf16 matrix arrives exact; int8's q * scale is rounded to bf16 once), its views, the RoPE table.
 template <typename E>
 void upload_weights(DecoderState<E>& st, const Model& host) {
   const int64_t n = static_cast<int64_t>(host.params.size());
+  const std::vector<LowpSlot> slots = lowp_slots(host);
+  st.weights_from = host.lowp.any() ? dtype_name(host.lowp.dtype) : "";
   st.params.resize(n);
-  if constexpr (std::is_same_v<E, float>) {
-    copy_to_device(st.params.get(), host.params.data(), n);
-  } else {
-    constexpr int64_t kBlock = int64_t{1} << 24;
-    DeviceArray<float> block(std::min(n, kBlock));
-    for (int64_t at = 0; at < n; at += kBlock) {
-      const int64_t len = std::min(kBlock, n - at);
-      copy_to_device(block.get(), host.params.data() + at, len);
+  constexpr int64_t kBlock = int64_t{1} << 24;
+  std::vector<float> staged(static_cast<size_t>(std::min(n, kBlock)));
+  DeviceArray<float> block(std::is_same_v<E, float> ? 0 : std::min(n, kBlock));
+  for (int64_t at = 0; at < n; at += kBlock) {
+    const int64_t len = std::min(kBlock, n - at);
+    params_block_f32(host, slots, staged.data(), at, len);
+    if constexpr (std::is_same_v<E, float>) {
+      copy_to_device(st.params.get() + at, staged.data(), len);
+    } else {
+      copy_to_device(block.get(), staged.data(), len);
       convert_from_f32(st.params.get() + at, block.get(), len, st.s());
       JTOK_CUDA_CHECK(cudaStreamSynchronize(st.s()));  // before the next block overwrites `block`
     }
@@ -246,13 +252,15 @@ template <typename E>
 std::string describe_decoder(const DecoderState<E>& st) {
   const DecoderKv& kv = st.kv;
   const double mib = static_cast<double>(2 * kv.layers) * static_cast<double>(kv.pool_bytes()) / (1024.0 * 1024.0);
-  char buf[384];
+  std::string weights = std::is_same_v<E, float> ? "fp32 weights" : "bf16 weights";
+  if (!st.weights_from.empty()) weights += " (the checkpoint's " + st.weights_from + " matrices, dequantised at load)";
+  char buf[512];
   std::snprintf(buf, sizeof buf,
-                "cuda decoder on %s: %s weights, %s KV in %lld pages of %lld positions (%.1f MiB), batch %lld, "
+                "cuda decoder on %s: %s, %s KV in %lld pages of %lld positions (%.1f MiB), batch %lld, "
                 "prefill %lld, table rows %s, GPU memory plan %.2f GiB",
-                st.info.name.c_str(), std::is_same_v<E, float> ? "fp32" : "bf16", kv.bf16 ? "bf16" : "fp32",
-                static_cast<long long>(kv.n_pages), static_cast<long long>(kv.page_tokens), mib,
-                static_cast<long long>(st.settings.max_batch), static_cast<long long>(st.settings.max_prefill),
+                st.info.name.c_str(), weights.c_str(), kv.bf16 ? "bf16" : "fp32", static_cast<long long>(kv.n_pages),
+                static_cast<long long>(kv.page_tokens), mib, static_cast<long long>(st.settings.max_batch),
+                static_cast<long long>(st.settings.max_prefill),
                 st.rows ? row_path_name(st.path) : "none (no token tables)",
                 static_cast<double>(st.plan.total()) / (1024.0 * 1024.0 * 1024.0));
   std::string out = buf;

@@ -139,6 +139,7 @@ struct DecoderState {
   ModelConfig cfg;
   DeviceInfo info;
   DeviceArray<E> params;                   // (n_params) host.params, rounded to E
+  std::string weights_from;                // "bf16" / "int8": an export's matrices, dequantised; "": fp32
   DeviceView<E> w;                         // views of params at the host's offsets
   DeviceArray<float> rope_cos, rope_sin;   // (rope_T, hd/2): the CPU's own table
   int64_t rope_T = 0;

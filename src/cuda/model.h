@@ -61,9 +61,10 @@ struct DeviceView {
 };
 
 // What the GPU does not run, refused by name before anything is allocated (the GPU model's and the
-// GPU decoder's; `who` starts each message): low-precision (exported) weights, head dims other than
-// 32 / 64 / 128, MoE top-K past the kernels' bound, token tables that are not whole (Vp, d) tables.
-void check_device_supported(const Model& host, const std::string& who);
+// GPU decoder's; `who` starts each message): low-precision (exported) weights unless lowp_weights
+// (the decoder, which dequantises them at load), head dims other than 32 / 64 / 128, MoE top-K past
+// the kernels' bound, token tables that are not whole (Vp, d) tables.
+void check_device_supported(const Model& host, const std::string& who, bool lowp_weights);
 // The device view of a flat buffer at base laid out as host.params: hv's pointers (into
 // host.params: host.w, or model/trainable.h's trainable_view of it) moved to base (base + (host
 // pointer - host.params.data()), null kept). P: float or __nv_bfloat16.

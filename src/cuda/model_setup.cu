@@ -15,7 +15,7 @@
 
 namespace jtok::cuda {
 
-void check_device_supported(const Model& host, const std::string& who) {
+void check_device_supported(const Model& host, const std::string& who, bool lowp_weights) {
   const auto& c = host.cfg;
   for (size_t l = 0; l < host.w.layers.size(); ++l) {
     const LayerView& W = host.w.layers[l];
@@ -24,8 +24,9 @@ void check_device_supported(const Model& host, const std::string& who) {
       fail(at, "routes each token to num_experts_per_tok ", c.num_experts_per_tok, " experts: the GPU takes at most ",
            kMoeMaxTopK);
   }
-  if (host.lowp.any())
-    fail(who, ": low-precision (exported) ", dtype_name(host.lowp.dtype), " weights are not on the GPU (load f32)");
+  if (host.lowp.any() && !lowp_weights)
+    fail(who, ": low-precision (exported) ", dtype_name(host.lowp.dtype),
+         " weights are inference-only: training, on the GPU as on the CPU, starts from an fp32 checkpoint");
   if (c.hd() != 32 && c.hd() != 64 && c.hd() != 128)
     fail(who, ": head_dim ", c.hd(), " (the GPU attention runs head_dim 32, 64 or 128)");
   for (size_t k = 0; k < host.tables.size(); ++k) {
@@ -60,7 +61,7 @@ DeviceView<P> device_view(P* base, const Model& host, const ModelView& hv) {
 template <typename E>
 DeviceModel<E>::DeviceModel(const Model& host, cudaStream_t s)
     : cfg(host.cfg), layout(host.layout), n_params(static_cast<int64_t>(host.params.size())), stream(s) {
-  check_device_supported(host, "cuda model");
+  check_device_supported(host, "cuda model", false);
   for (const ParamInfo& p : layout) trainable.push_back(param_trainable(host, p) ? 1 : 0);
   master.resize(n_params);
   copy_to_device(master.get(), host.params.data(), n_params);

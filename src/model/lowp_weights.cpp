@@ -1,5 +1,6 @@
 #include "model/lowp_weights.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -76,16 +77,18 @@ std::set<std::string> lowp_matrix_names(const ModelConfig& c) {
 
 std::string lowp_scale_name(const std::string& name) { return name + "_scale"; }
 
-// The slot of m.lowp that matrix `name` fills, or null when `name` is not one of
-// lowp_matrix_names(m.cfg) (parsed, not looked up: a MoE model has thousands of expert matrices).
-static WeightMatrix* lowp_slot(Model& m, const std::string& name) {
-  auto& lw = m.lowp;
-  const ModelConfig& c = m.cfg;
-  const size_t L = static_cast<size_t>(c.num_hidden_layers);
-  if (lw.layers.empty()) lw.layers.resize(L);
-  if (lw.moe.empty()) lw.moe.resize(L);
-  if (name == "model.embed_tokens.weight") return &lw.embed;
-  if (name == "lm_head.weight") return c.tie_word_embeddings ? nullptr : &lw.lm_head;
+// Which matrix of m.lowp `name` is, or kind none when it is not one of lowp_matrix_names(c) (parsed,
+// not looked up: a MoE model has thousands of expert matrices).
+struct LowpName {
+  enum class Kind { none, embed, lm_head, proj, expert } kind = Kind::none;
+  size_t layer = 0;
+  int64_t expert = -1;  // -1: the shared experts
+  int proj = 0;         // Proj, or the expert's gate / up / down
+};
+
+static LowpName parse_lowp_name(const ModelConfig& c, const std::string& name) {
+  if (name == "model.embed_tokens.weight") return {LowpName::Kind::embed};
+  if (name == "lm_head.weight") return {c.tie_word_embeddings ? LowpName::Kind::none : LowpName::Kind::lm_head};
   // "model.layers.<l>.<rest>": the digits, then rebuilt and compared, so "01" or "+1" match nothing.
   auto number = [&](size_t& pos, int64_t& v) {
     size_t end = pos;
@@ -98,26 +101,96 @@ static WeightMatrix* lowp_slot(Model& m, const std::string& name) {
   const std::string pre = "model.layers.";
   size_t pos = pre.size();
   int64_t l = 0;
-  if (name.compare(0, pre.size(), pre) != 0 || !number(pos, l) || l >= c.num_hidden_layers) return nullptr;
+  if (name.compare(0, pre.size(), pre) != 0 || !number(pos, l) || l >= c.num_hidden_layers) return {};
+  const size_t layer = static_cast<size_t>(l);
   for (int p = 0; p < kNumProj; ++p)
-    if ((p < 4 || !c.moe_on_layer(l)) && name == proj_param(l, p)) return &lw.layers[static_cast<size_t>(l)][p];
-  if (!c.moe_on_layer(l)) return nullptr;
-  MoeLowp& ml = lw.moe[static_cast<size_t>(l)];
+    if ((p < 4 || !c.moe_on_layer(l)) && name == proj_param(l, p)) return {LowpName::Kind::proj, layer, -1, p};
+  if (!c.moe_on_layer(l)) return {};
   int64_t e = -1;
   const std::string routed = pre + std::to_string(l) + ".mlp.experts.";
   if (name.compare(0, routed.size(), routed) == 0) {
     pos = routed.size();
-    if (!number(pos, e) || e >= c.n_routed_experts) return nullptr;
+    if (!number(pos, e) || e >= c.n_routed_experts) return {};
   } else if (c.shared_intermediate() == 0) {
-    return nullptr;
+    return {};
   }
-  for (int p = 0; p < 3; ++p) {
-    if (name != expert_param(l, e, p)) continue;
-    if (e < 0) return &ml.shared[p];
-    if (ml.routed.empty()) ml.routed.resize(static_cast<size_t>(c.n_routed_experts));
-    return &ml.routed[static_cast<size_t>(e)][p];
+  for (int p = 0; p < 3; ++p)
+    if (name == expert_param(l, e, p)) return {LowpName::Kind::expert, layer, e, p};
+  return {};
+}
+
+// The slot of m.lowp that matrix `name` fills (made where it is not yet), or null.
+static WeightMatrix* lowp_slot(Model& m, const std::string& name) {
+  const LowpName n = parse_lowp_name(m.cfg, name);
+  auto& lw = m.lowp;
+  const size_t L = static_cast<size_t>(m.cfg.num_hidden_layers);
+  if (lw.layers.empty()) lw.layers.resize(L);
+  if (lw.moe.empty()) lw.moe.resize(L);
+  switch (n.kind) {
+    case LowpName::Kind::none:
+      return nullptr;
+    case LowpName::Kind::embed:
+      return &lw.embed;
+    case LowpName::Kind::lm_head:
+      return &lw.lm_head;
+    case LowpName::Kind::proj:
+      return &lw.layers[n.layer][n.proj];
+    case LowpName::Kind::expert:
+      break;
   }
-  return nullptr;
+  MoeLowp& ml = lw.moe[n.layer];
+  if (n.expert < 0) return &ml.shared[n.proj];
+  if (ml.routed.empty()) ml.routed.resize(static_cast<size_t>(m.cfg.n_routed_experts));
+  return &ml.routed[static_cast<size_t>(n.expert)][n.proj];
+}
+
+// The low-precision matrix `name` of m, or null (fp32, or not one that may be low precision).
+static const WeightMatrix* lowp_matrix(const Model& m, const std::string& name) {
+  const LowpName n = parse_lowp_name(m.cfg, name);
+  const auto& lw = m.lowp;
+  const WeightMatrix* w = nullptr;
+  if (n.kind == LowpName::Kind::embed)
+    w = &lw.embed;
+  else if (n.kind == LowpName::Kind::lm_head)
+    w = &lw.lm_head;
+  else if (n.kind == LowpName::Kind::proj && n.layer < lw.layers.size())
+    w = &lw.layers[n.layer][n.proj];
+  else if (n.kind == LowpName::Kind::expert && n.layer < lw.moe.size()) {
+    const MoeLowp& ml = lw.moe[n.layer];
+    if (n.expert < 0)
+      w = &ml.shared[n.proj];
+    else if (static_cast<size_t>(n.expert) < ml.routed.size())
+      w = &ml.routed[static_cast<size_t>(n.expert)][n.proj];
+  }
+  return w && w->data ? w : nullptr;
+}
+
+std::vector<LowpSlot> lowp_slots(const Model& m) {
+  std::vector<LowpSlot> out;
+  if (!m.lowp.any()) return out;
+  for (const ParamInfo& p : m.layout)
+    if (const WeightMatrix* w = lowp_matrix(m, p.name)) {
+      JTOK_CHECK(w->rows * w->cols == p.numel, "lowp_slots: ", p.name, " is ", w->rows, " x ", w->cols, ", its slot ",
+                 p.numel, " values");
+      out.push_back({p.offset, *w});
+    }
+  return out;
+}
+
+void params_block_f32(const Model& m, const std::vector<LowpSlot>& slots, float* out, int64_t at, int64_t len) {
+  JTOK_CHECK(at >= 0 && len >= 0 && at + len <= static_cast<int64_t>(m.params.size()), "params_block_f32: [", at, ", ",
+             at + len, ") of ", m.params.size());
+  std::memcpy(out, m.params.data() + at, sizeof(float) * static_cast<size_t>(len));
+  std::vector<float> rows;
+  for (const LowpSlot& s : slots) {
+    const int64_t cols = s.w.cols, lo = std::max(at, s.offset), hi = std::min(at + len, s.offset + s.w.rows * cols);
+    if (lo >= hi) continue;
+    const int64_t r0 = (lo - s.offset) / cols, r1 = (hi - s.offset + cols - 1) / cols;  // the rows [lo, hi) touches
+    rows.resize(static_cast<size_t>((r1 - r0) * cols));
+    dequantize_rows(rows.data(), s.w, r0, r1);
+    std::memcpy(out + (lo - at), rows.data() + (lo - s.offset - r0 * cols),
+                sizeof(float) * static_cast<size_t>(hi - lo));
+  }
 }
 
 bool take_lowp_matrix(Model& m, const StIndex& idx, const std::string& name, const std::vector<int64_t>& shape,

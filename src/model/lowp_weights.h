@@ -44,6 +44,18 @@ WeightMatrix head_matrix(const Model& m, int64_t rows);
 // out (N, d) = the embedding rows of ids (dequantised where low precision).
 void embed_rows(const Model& m, float* out, const int32_t* ids, int64_t N);
 
+// A low-precision matrix and its fp32 slot in m.params (zeros, never read), which starts at offset.
+struct LowpSlot {
+  int64_t offset = 0;
+  WeightMatrix w;
+};
+// Every low-precision matrix of m with its slot, in layout order (none for an fp32 model).
+std::vector<LowpSlot> lowp_slots(const Model& m);
+// out (len) = m.params[at, at + len) with the slots' matrices dequantised over their zeros: the
+// weights as a device that multiplies f32 or bf16 reads them (cuda's decoder), a block at a time so
+// no whole fp32 copy of the model is made.
+void params_block_f32(const Model& m, const std::vector<LowpSlot>& slots, float* out, int64_t at, int64_t len);
+
 // The parameters a low-precision export converts, by name.
 std::set<std::string> lowp_matrix_names(const ModelConfig& c);
 // The name of int8 matrix `name`'s per-row scales: "x.weight" -> "x.weight_scale".

@@ -9,7 +9,9 @@
 #   store (`jtok export --table-store`, staged through a 1 MB cache) give --tables ram --table-rows
 #   hbm's ids and top2_margins bit for bit, in fp32 and in bf16;
 # - bf16 on the device beside the CPU's fp32: tokens agreeing before the first divergence and the
-#   margins, printed for each model (not asserted);
+#   margins, printed for each model (not asserted); likewise a bf16 and an int8 export of the JTok
+#   model (`jtok export --weight-dtype`), decoded on the device in fp32 from its dequantised matrices
+#   beside the CPU's own low-precision kernels;
 # - serve on the device (--precision fp32): tests/cuda/serve_http_check.py (python's standard library
 #   only: greedy replies = the CPU's generate, 16 concurrent clients, streaming, bad requests 4xx and
 #   still serving, chat, logprobs = the CPU's eval), then the tests/test_serve*.sh scripts named in
@@ -138,6 +140,23 @@ for m in jtok moe qwen3; do
 done
 echo "ok: fp32 on $DEV: the CPU engine's greedy tokens for dense + JTok + JTok-M, MoE + JTok-M, imported Qwen3"
 for m in jtok moe qwen3; do versus "${m}_cpu" "${m}_bf16" report; done
+
+# --- 3b. An export's bf16 / int8 matrices, dequantised at load --------------------------------
+# The device decodes them in fp32 (the dequantised values); the CPU's own bf16 / int8 kernels round
+# their inputs too (host by host), so the tokens beside the CPU's are printed, not asserted (the
+# exact check is CudaDecoder.LowpExportDecodesItsDequantisedWeights).
+for wd in bf16 int8; do
+  "$JTOK" export --checkpoint "$T/jtok" --out "$T/jtok_$wd" --weight-dtype "$wd" > /dev/null
+  PROMPT[jtok_$wd]=${PROMPT[jtok]}
+  gen "jtok_${wd}_cpu" "jtok_$wd" cpu auto
+  gen "jtok_${wd}_fp32" "jtok_$wd" fp32 auto
+  if [ "$DEV" != cpu ]; then
+    grep -q "fp32 weights (the checkpoint's $wd matrices, dequantised at load)" "$T/out/jtok_${wd}_fp32.json" ||
+      fail "jtok_${wd}_fp32: the decoder does not say it dequantised the $wd matrices"
+  fi
+  versus "jtok_${wd}_cpu" "jtok_${wd}_fp32" report
+done
+echo "ok: $DEV decodes bf16 and int8 exports"
 
 # --- 2. Table placements = hbm, bit for bit ----------------------------------------------------
 for prec in fp32 bf16; do

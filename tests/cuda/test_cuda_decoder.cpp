@@ -2,8 +2,9 @@
 // on the same weights: prefill logits (the last position's and every position's), greedy decode
 // steps of three sequences at different lengths together (tokens, logits, token-table rows read),
 // a prefill in two chunks against one, a fork's continuation, a sequence opened from stored prefix
-// blocks (shared pages) and their page accounting, the table rows' three paths, bf16's top-1
-// agreement, and the refusals. Runs only on a GPU host (in test_cuda_ops).
+// blocks (shared pages) and their page accounting, the table rows' three paths, an export's bf16 /
+// int8 matrices (dequantised at load), bf16's top-1 agreement, and the refusals. Runs only on a GPU host (in
+// test_cuda_ops).
 //
 // Tolerances: fp32 (weights, activations and KV pages in fp32) sums in other orders than the CPU
 // (cuBLASLt tiles, the flash / paged attention's chunked softmax, per-block norms): logits within
@@ -16,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -25,7 +27,9 @@
 #include "cuda/decoder.h"
 #include "error_test_util.h"
 #include "infer/generate.h"
+#include "model/lowp_weights.h"
 #include "model/transformer.h"
+#include "model/weights_io.h"
 #include "model_case.h"
 #include "ops/lowp_convert.h"
 
@@ -108,12 +112,13 @@ Run gpu_run(DeviceDecoder& dec, const jtok::ModelConfig& c, const std::vector<st
   return r;
 }
 
-// fp32: every logit close, the same greedy tokens and rows read at every step.
-void expect_decode_matches(const std::string& name, const jtok::ModelConfig& c) {
-  const jtok::Model m = test_model(c);
+// fp32: every logit close, the same greedy tokens and rows read at every step; the GPU decodes
+// on_gpu, the CPU ref (the same weights unless a test says otherwise).
+void expect_decode_matches(const std::string& name, const jtok::Model& ref, const jtok::Model& on_gpu) {
+  const jtok::ModelConfig& c = ref.cfg;
   const auto ps = prompts(c);
-  const Run cpu = cpu_run(m, ps, kSteps);
-  auto dec = jtok::cuda::make_device_decoder(m, decoder_settings(false));
+  const Run cpu = cpu_run(ref, ps, kSteps);
+  auto dec = jtok::cuda::make_device_decoder(on_gpu, decoder_settings(false));
   std::printf("%s\n", dec->describe().c_str());
   const Run gpu = gpu_run(*dec, c, ps, kSteps);
   for (size_t i = 0; i < ps.size(); ++i)
@@ -124,6 +129,11 @@ void expect_decode_matches(const std::string& name, const jtok::ModelConfig& c) 
     expect_close(at, gpu.logits[static_cast<size_t>(s)], cpu.logits[static_cast<size_t>(s)], 2e-5);
     EXPECT_EQ(gpu.rows[static_cast<size_t>(s)], cpu.rows[static_cast<size_t>(s)]) << at << ": table rows read";
   }
+}
+
+void expect_decode_matches(const std::string& name, const jtok::ModelConfig& c) {
+  const jtok::Model m = test_model(c);
+  expect_decode_matches(name, m, m);
 }
 
 TEST(CudaDecoder, DenseMatchesCpu) { expect_decode_matches("decoder dense fp32", tiny_dense()); }
@@ -293,6 +303,32 @@ TEST(CudaDecoder, StoredBlocksAreWholeWrittenPages) {
   jtok::testing::expect_error([&] { dec->drop_block(b); }, {"block handle"});
 }
 
+// An export's bf16 / int8 matrices (`jtok export --weight-dtype`) are dequantised at load: the fp32
+// decoder decodes as the CPU's fp32 engine on the dequantised weights (not the CPU's own bf16 / int8
+// kernels, which round their inputs too, differently by host). MoE + JTok + JTok-M: attention, dense
+// and expert matrices, embedding and head.
+TEST(CudaDecoder, LowpExportDecodesItsDequantisedWeights) {
+  const jtok::ModelConfig c = tiny_moe_jtok_jtokm();
+  const jtok::Model m = test_model(c);
+  const std::string file = ::testing::TempDir() + "jtok_cuda_lowp_decoder.safetensors";
+  for (auto t : {jtok::Dtype::bf16, jtok::Dtype::int8}) {
+    jtok::StFile st = jtok::weights_to_st(m);
+    jtok::convert_to_lowp(st, c, t);
+    jtok::write_safetensors(file, st);
+    jtok::Model q = jtok::make_model(c, 0, jtok::ModelAlloc{.init = false, .grads = false});
+    jtok::load_weights(q, jtok::read_safetensors_index(file));
+    ASSERT_EQ(q.lowp.dtype, t);
+    jtok::Model ref = test_model(c);  // m's weights with the matrices as q holds them
+    jtok::params_block_f32(q, jtok::lowp_slots(q), ref.params.data(), 0, static_cast<int64_t>(ref.params.size()));
+    ASSERT_FALSE(std::equal(ref.params.begin(), ref.params.end(), m.params.begin())) << "the export rounded nothing";
+    expect_decode_matches(std::string("decoder from a ") + jtok::dtype_name(t) + " export, fp32", ref, q);
+    const std::string said = jtok::cuda::make_device_decoder(q, decoder_settings(true))->describe();
+    EXPECT_NE(said.find(std::string("bf16 weights (the checkpoint's ") + jtok::dtype_name(t)), std::string::npos)
+        << said;
+  }
+  std::remove(file.c_str());
+}
+
 // bf16 weights, activations and KV pages against the fp32 CPU, fed the CPU's greedy tokens: logits
 // close, top-1 the CPU's on at least 3 of 4 predictions, a disagreement only at a near tie.
 void expect_bf16_near_cpu(const std::string& name, const jtok::ModelConfig& c) {
@@ -394,10 +430,6 @@ TEST(CudaDecoder, OpeningBeyondThePoolThrowsNamingPages) {
 
 // What the decoder does not run, refused by name.
 TEST(CudaDecoder, RefusesWhatIsNotOnTheGpu) {
-  jtok::Model lowp = test_model(tiny_jtokm());
-  lowp.lowp.dtype = jtok::Dtype::bf16;
-  jtok::testing::expect_error([&] { jtok::cuda::make_device_decoder(lowp, decoder_settings(true)); },
-                              {"low-precision"});
   jtok::ModelConfig c = tiny_dense();
   c.hidden_size = 64;  // 4 heads of 16
   const jtok::Model hd16 = test_model(c);
