@@ -48,6 +48,17 @@ inline jtok::ModelConfig tiny_qwen2() {
   return c;
 }
 
+// Llama 3.1's: RoPE with its frequency-dependent scaling (an original context of 16 positions, so
+// the tiny context's wavelengths fall on every side of the scaling's bands), theta 500000, untied
+// head, GQA.
+inline jtok::ModelConfig tiny_llama3() {
+  jtok::ModelConfig c = tiny_dense();
+  c.rope_theta = 500000.0;
+  c.rope_scaling_type = std::string("llama3");
+  c.rope_scaling_original_max_position_embeddings = 16;
+  return c;
+}
+
 // JTok on layer 1 (layer 0 plain): the gate on the MLP update, its scaler and table gradients.
 inline jtok::ModelConfig tiny_jtok() {
   jtok::ModelConfig c = tiny_dense();

@@ -148,6 +148,12 @@ TEST(CudaDecoder, Qwen3MatchesCpu) {
   ASSERT_TRUE(tiny_qwen3().qk_norm && tiny_qwen3().tie_word_embeddings);
   expect_decode_matches("decoder qwen3 fp32", tiny_qwen3());
 }
+TEST(CudaDecoder, Llama3MatchesCpu) {
+  jtok::ModelConfig plain = tiny_llama3();
+  plain.rope_scaling_type = "none";
+  ASSERT_NE(jtok::make_model_rope_table(tiny_llama3()).cos, jtok::make_model_rope_table(plain).cos) << "no scaling";
+  expect_decode_matches("decoder llama3 fp32", tiny_llama3());
+}
 TEST(CudaDecoder, Qwen2BiasMatchesCpu) { expect_decode_matches("decoder qwen2 fp32", tiny_qwen2()); }
 
 // Every position's logits of a prefill (the `each` blocks of 32 rows: 32 + 5) against the CPU

@@ -141,6 +141,7 @@ TEST(CudaModel, FusedProductsAndTheirLayout) {
 
 TEST(CudaModel, DenseStepMatchesCpu) { expect_gpu_step_matches<float>("dense fp32", tiny_dense(), 1e-5, 3e-5); }
 TEST(CudaModel, Qwen3StepMatchesCpu) { expect_gpu_step_matches<float>("qwen3 fp32", tiny_qwen3(), 1e-5, 3e-5); }
+TEST(CudaModel, Llama3StepMatchesCpu) { expect_gpu_step_matches<float>("llama3 fp32", tiny_llama3(), 1e-5, 3e-5); }
 TEST(CudaModel, Qwen2BiasStepMatchesCpu) { expect_gpu_step_matches<float>("qwen2 fp32", tiny_qwen2(), 1e-5, 3e-5); }
 TEST(CudaModel, JtokStepMatchesCpu) { expect_gpu_step_matches<float>("jtok fp32", tiny_jtok(), 1e-5, 3e-5); }
 TEST(CudaModel, JtokmStepMatchesCpu) { expect_gpu_step_matches<float>("jtokm fp32", tiny_jtokm(), 1e-5, 3e-5); }
