@@ -18,8 +18,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "model/table_attach.h"
 #include "model/token_table.h"
+#include "ops/lowp_convert.h"
 #include "store/clock_slots.h"
 #include "store/disk_rows.h"
 
@@ -27,18 +29,25 @@ using namespace jtok;
 
 namespace {
 
+// f32 rows, or (bf16) their bf16 roundings as the stored elements.
 class VectorRows final : public DiskRows {
  public:
-  VectorRows(std::string name, int64_t ids, int64_t dim) : name_(std::move(name)), ids_(ids), dim_(dim) {
-    for (int64_t i = 0; i < ids * dim; ++i) v_.push_back(0.25f * static_cast<float>(i) - 3.0f);
+  VectorRows(std::string name, int64_t ids, int64_t dim, bool bf16 = false)
+      : name_(std::move(name)), ids_(ids), dim_(dim), bf16_(bf16) {
+    for (int64_t i = 0; i < ids * dim; ++i)
+      v_.push_back(0.25f * static_cast<float>(i) - 3.0f + 1e-3f * static_cast<float>(i % 7));
+    for (float x : v_) h_.push_back(f32_to_bf16(x));
   }
   const std::string& name() const override { return name_; }
   int64_t ids() const override { return ids_; }
   int64_t dim() const override { return dim_; }
-  Dtype dtype() const override { return Dtype::f32; }
+  Dtype dtype() const override { return bf16_ ? Dtype::bf16 : Dtype::f32; }
   const std::string& dir() const override { return dir_; }
   void read_row(int64_t id, void* raw, float* scale) const override {
-    std::memcpy(raw, v_.data() + id * dim_, sizeof(float) * static_cast<size_t>(dim_));
+    if (bf16_)
+      std::memcpy(raw, h_.data() + id * dim_, sizeof(uint16_t) * static_cast<size_t>(dim_));
+    else
+      std::memcpy(raw, v_.data() + id * dim_, sizeof(float) * static_cast<size_t>(dim_));
     *scale = 0.0f;
   }
   int64_t prefetch(const int32_t* ids, int64_t n) const override {
@@ -53,7 +62,9 @@ class VectorRows final : public DiskRows {
  private:
   std::string name_, dir_ = "vector";
   int64_t ids_, dim_;
+  bool bf16_;
   std::vector<float> v_;
+  std::vector<uint16_t> h_;
 };
 
 std::string error_of(const std::function<void()>& f) {
@@ -93,6 +104,27 @@ TEST(DiskRows, TheOneGatherReadsANewStorage) {
   EXPECT_EQ(error_of([&] { check_table_reads({t}); }), "vector: row 3 unreadable");
   EXPECT_EQ(error_of([&] { check_table_reads({t}); }), "(no error)");  // taken: cleared
   EXPECT_NE(error_of([&] { scatter_rows(t, ids.data(), out.data(), 1); }).find("disk store vector"), std::string::npos);
+}
+
+// The bf16 gather (a GPU's staging) over a disk storage: an f32 store's rows rounded, a bf16 store's
+// raw reads as they are; both the rounded f32 gather's bits, serial and parallel.
+TEST(DiskRows, Bf16GatherReadsTheStoredBits) {
+  for (bool bf16 : {false, true})
+    for (int64_t n : {int64_t{4}, int64_t{400}}) {  // 4 x 64 serial, 400 x 64 past kParallelMin
+      SCOPED_TRACE(std::string(bf16 ? "bf16" : "f32") + " store, n " + std::to_string(n));
+      auto rows = std::make_shared<VectorRows>("t", 50, 64, bf16);
+      const TokenTable t = TokenTable::on_disk(rows);
+      std::vector<int32_t> ids(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 17) % 50);
+      std::vector<float> ref(static_cast<size_t>(n * 64));
+      gather_rows_ref(ref.data(), t, ids.data(), n);
+      std::vector<uint16_t> want(ref.size()), got(ref.size());
+      for (size_t i = 0; i < ref.size(); ++i) want[i] = f32_to_bf16(ref[i]);
+      gather_rows_bf16(got.data(), t, ids.data(), n);
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(got[64], f32_to_bf16(rows->at(ids[1], 0)));
+    }
+  EXPECT_GE(400 * 64, kParallelMin);
 }
 
 TEST(DiskRows, AttachMatchesTablesByName) {

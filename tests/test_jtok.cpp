@@ -5,17 +5,18 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <set>
 
-#include "op_test_util.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "model/jtok.h"
 #include "model/token_table.h"
+#include "op_test_util.h"
+#include "ops/lowp_convert.h"
 
 using namespace jtok;
 using namespace jtok::testing;
@@ -193,6 +194,43 @@ TEST(TokenTableDtype, DequantizingGatherMatchesReferenceWithinQuantizationBounds
   EXPECT_EQ(parse_dtype("int8", "--x"), Dtype::int8);
   EXPECT_NE(error_of([] { parse_dtype("fp8", "--table-dtype"); }).find("'fp8'"), std::string::npos);
   EXPECT_THROW(TokenTable::quantized_in_ram(V, d, Dtype::int8, std::vector<uint8_t>(V * d), {}), Error);  // no scales
+}
+
+// The bf16 gather (a device's staging): every storage's f32 gather rounded to nearest even, bit for
+// bit, a bf16 table's rows being its stored bits (RAM and a view); serial (few rows) and parallel
+// (past kParallelMin values) alike; an id the table does not hold refused by name.
+TEST(TokenTableGather, Bf16GatherIsTheF32GatherRounded) {
+  const int64_t V = 300, d = 96;
+  const TokenTable f32 = TokenTable::in_ram(V, d, randn(V * d, 13, 0.7f));
+  for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::int8, Dtype::int4}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const TokenTable q = dt == Dtype::f32 ? f32 : quantize_table(f32, dt);
+    std::vector<TokenTable> tables = {q};
+    if (dt == Dtype::bf16) {  // a view over a copy of its bytes, as a mapped file holds them
+      auto owner =
+          std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(q.raw_row(0)),
+                                                 static_cast<const uint8_t*>(q.raw_row(0)) + V * q.row_stride_bytes());
+      tables.push_back(TokenTable::view(V, d, dt, owner->data(), nullptr, owner));
+    }
+    for (const TokenTable& t : tables)
+      for (int64_t n : {int64_t{3}, int64_t{250}}) {  // 3 x 96 serial, 250 x 96 past kParallelMin
+        const std::vector<int32_t> ids = zipf_ids(n, V, 21);
+        std::vector<float> rows(static_cast<size_t>(n * d));
+        gather_rows_ref(rows.data(), t, ids.data(), n);
+        std::vector<uint16_t> want(rows.size()), got(rows.size());
+        for (size_t i = 0; i < rows.size(); ++i) want[i] = f32_to_bf16(rows[i]);
+        gather_rows_bf16(got.data(), t, ids.data(), n);
+        EXPECT_EQ(got, want) << "n " << n << (t.is_view() ? " (view)" : "");
+        if (dt == Dtype::bf16) {
+          EXPECT_EQ(0, std::memcmp(got.data(), t.raw_row(ids[0]), sizeof(uint16_t) * d));  // the stored bits
+        }
+      }
+  }
+  EXPECT_GE(250 * d, kParallelMin);
+  EXPECT_LT(3 * d, kParallelMin);
+  const int32_t bad = static_cast<int32_t>(V);
+  uint16_t out[96];
+  EXPECT_NE(error_of([&] { gather_rows_bf16(out, f32, &bad, 1); }).find("id 300 is not held"), std::string::npos);
 }
 
 class JTokGate : public ::testing::TestWithParam<bool> {};

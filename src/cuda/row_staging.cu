@@ -1,24 +1,16 @@
 // Staged token-table rows (src/cuda/row_staging.h): host gather into pinned staging, then an
 // asynchronous copy on a side stream. Host code only.
-#include <vector>
-
 #include "cuda/row_staging.h"
-#include "ops/lowp_convert.h"
 
 namespace jtok::cuda {
 
 template <typename T>
 void gather_rows_to_staging(T* staging, const TokenTable& t, const int32_t* ids, int64_t n) {
   if (n <= 0) return;
-  if constexpr (sizeof(T) == sizeof(float)) {
+  if constexpr (sizeof(T) == sizeof(float))
     gather_rows(staging, t, ids, n);
-  } else {
-    // The f32 rows (a bf16 table's exactly: its bits in the upper half), rounded to bf16: the stored bits.
-    thread_local std::vector<float> rows;
-    rows.resize(static_cast<size_t>(n * t.dim));
-    gather_rows(rows.data(), t, ids, n);
-    quantize_bf16(reinterpret_cast<uint16_t*>(staging), rows.data(), n * t.dim);
-  }
+  else
+    gather_rows_bf16(reinterpret_cast<uint16_t*>(staging), t, ids, n);  // a bf16 table's stored bits
 }
 
 template <typename T>

@@ -1,6 +1,6 @@
 // Token-table rows staged to the GPU (issue 40; the path of tables the GPU cannot read in place: a
 // disk store, int8 / int4 rows, or a table the measurement says to copy): the CPU table's own gather
-// (gather_rows: any storage, dequantized to f32) writes a batch's rows into pinned staging in the
+// (gather_rows / gather_rows_bf16: any storage) writes a batch's rows into pinned staging in the
 // model's activation type, cudaMemcpyAsync copies them on a side stream, and an event recorded
 // after the copy is what the consumer stream waits on (cudaStreamWaitEvent) before the layer that
 // reads them: the consumer never blocks the host. The two halves are apart so that the gather can
@@ -22,8 +22,8 @@
 namespace jtok::cuda {
 
 // staging (n, d) of T (pinned) = the rows of ids (n, host; each held by t, else it fails naming the
-// id) by gather_rows, in f32 or rounded to bf16 (nearest even, quantize_bf16): a bf16 table's rows
-// come back with their stored bits. No CUDA call (it may run as a host function on CUDA's callback
+// id) by gather_rows in f32, or gather_rows_bf16 (rounded to nearest even; a bf16 table's rows
+// copied with their stored bits). No CUDA call (it may run as a host function on CUDA's callback
 // thread; it throws jtok::Error on an id t does not hold: a host function must catch it). staging
 // must not be the source of a copy still in flight (queued on that copy's stream after it, or its
 // event waited for). Safe beside other gathers of t on other threads (gather_rows only reads; a

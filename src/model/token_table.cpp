@@ -270,20 +270,50 @@ void check_held(const TokenTable& t, const int32_t* ids, int64_t n, const char* 
 }
 }  // namespace
 
-void gather_rows(float* out, const TokenTable& t, const int32_t* ids, int64_t n, const RowSync& sync, int64_t table) {
-  check_held(t, ids, n, "token table gather");
-  const int64_t d = t.dim;
-  auto one = [&](int64_t i) {
-    const int64_t r = t.row_of(ids[i]);
-    if (sync) sync(table, r);
-    t.read_row(r, out + i * d);
-  };
-  if (n * d < kParallelMin) {  // a decoding step's few rows, or one row of a caller's parallel loop
+namespace {
+// The gathers' loop: one(i) for each of n rows of d values, on the calling thread below kParallelMin
+// values (a decoding step's few rows, or one row of a caller's parallel loop), else in parallel.
+template <typename F>
+void each_row(int64_t n, int64_t d, const F& one) {
+  if (n * d < kParallelMin) {
     for (int64_t i = 0; i < n; ++i) one(i);
     return;
   }
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) one(i);
+}
+}  // namespace
+
+void gather_rows(float* out, const TokenTable& t, const int32_t* ids, int64_t n, const RowSync& sync, int64_t table) {
+  check_held(t, ids, n, "token table gather");
+  const int64_t d = t.dim;
+  each_row(n, d, [&](int64_t i) {
+    const int64_t r = t.row_of(ids[i]);
+    if (sync) sync(table, r);
+    t.read_row(r, out + i * d);
+  });
+}
+
+void gather_rows_bf16(uint16_t* out, const TokenTable& t, const int32_t* ids, int64_t n) {
+  check_held(t, ids, n, "token table gather");
+  const int64_t d = t.dim;
+  if (t.dtype() == Dtype::bf16) {  // the stored bits, in one pass
+    each_row(n, d, [&](int64_t i) {
+      const int64_t r = t.row_of(ids[i]);
+      float scale = 0.0f;
+      if (const DiskRows* disk = t.disk_rows())
+        disk->read_row(t.id_of(r), out + i * d, &scale);
+      else
+        std::memcpy(out + i * d, t.raw_row(r), sizeof(uint16_t) * static_cast<size_t>(d));
+    });
+    return;
+  }
+  each_row(n, d, [&](int64_t i) {
+    thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(d));
+    t.read_row(t.row_of(ids[i]), row.data());
+    quantize_bf16_row(out + i * d, row.data(), d);
+  });
 }
 
 void gather_rows_ref(float* out, const TokenTable& t, const int32_t* ids, int64_t n) {

@@ -201,6 +201,10 @@ void check_table_reads(const std::vector<TokenTable>& tables);
 // (table, the id's row in t) before the row is read; `table` is the caller's index of t (Model::tables).
 void gather_rows(float* out, const TokenTable& t, const int32_t* ids, int64_t n, const RowSync& sync = {},
                  int64_t table = 0);
+// The same gather into bf16 (a device's staging, cuda/row_staging.h): a bf16 table's rows as stored
+// (its bytes, or a disk store's raw read: one pass, no f32 row between), any other storage's f32
+// rows rounded to nearest even (quantize_bf16_row), row by row.
+void gather_rows_bf16(uint16_t* out, const TokenTable& t, const int32_t* ids, int64_t n);
 // The plain reference: one element at a time (table_element_ref), serial.
 void gather_rows_ref(float* out, const TokenTable& t, const int32_t* ids, int64_t n);
 // The one scatter: the rows of ids (each held by t) = rows (n, dim). f32 writable storage only.

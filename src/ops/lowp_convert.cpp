@@ -30,20 +30,20 @@ float bf16_to_f32(uint16_t b) {
   return x;
 }
 
+void quantize_bf16_row(uint16_t* d, const float* s, int64_t n) {
+  int64_t c = 0;
+#if defined(__AVX512BF16__)
+  for (; c + 32 <= n; c += 32) {  // vcvtne2ps2bf16: round to nearest even, as f32_to_bf16
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + c + 16), _mm512_loadu_ps(s + c));
+    _mm512_storeu_si512(d + c, reinterpret_cast<const __m512i&>(v));
+  }
+#endif
+  for (; c < n; ++c) d[c] = f32_to_bf16(s[c]);
+}
+
 void quantize_bf16_rows(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
 #pragma omp parallel for schedule(static) if (rows * cols >= (1 << 16))
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* s = src + r * ld;
-    uint16_t* d = dst + r * cols;
-    int64_t c = 0;
-#if defined(__AVX512BF16__)
-    for (; c + 32 <= cols; c += 32) {  // vcvtne2ps2bf16: round to nearest even, as f32_to_bf16
-      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + c + 16), _mm512_loadu_ps(s + c));
-      _mm512_storeu_si512(d + c, reinterpret_cast<const __m512i&>(v));
-    }
-#endif
-    for (; c < cols; ++c) d[c] = f32_to_bf16(s[c]);
-  }
+  for (int64_t r = 0; r < rows; ++r) quantize_bf16_row(dst + r * cols, src + r * ld, cols);
 }
 
 void quantize_bf16(uint16_t* out, const float* in, int64_t n) {

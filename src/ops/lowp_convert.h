@@ -22,6 +22,8 @@ struct WeightMatrix {
 uint16_t f32_to_bf16(float x);
 float bf16_to_f32(uint16_t b);
 void quantize_bf16(uint16_t* out, const float* in, int64_t n);
+// The same for one row, on the calling thread (no OpenMP region: a row of a caller's parallel loop).
+void quantize_bf16_row(uint16_t* out, const float* in, int64_t n);
 // rows x cols of src (row stride ld) to compact bf16 (rows x cols), as f32_to_bf16 (vcvtne2ps2bf16 where
 // the CPU has it: the same rounding).
 void quantize_bf16_rows(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld);
