@@ -93,15 +93,20 @@ void upload_weights(DecoderState<E>& st, const Model& host) {
   st.weights_from = host.lowp.any() ? dtype_name(host.lowp.dtype) : "";
   st.params.resize(n);
   constexpr int64_t kBlock = int64_t{1} << 24;
-  std::vector<float> staged(static_cast<size_t>(std::min(n, kBlock)));
+  // An fp32 checkpoint's blocks are host.params itself; an export's are staged with its matrices in.
+  std::vector<float> staged(slots.empty() ? 0 : static_cast<size_t>(std::min(n, kBlock)));
   DeviceArray<float> block(std::is_same_v<E, float> ? 0 : std::min(n, kBlock));
   for (int64_t at = 0; at < n; at += kBlock) {
     const int64_t len = std::min(kBlock, n - at);
-    params_block_f32(host, slots, staged.data(), at, len);
+    const float* src = host.params.data() + at;
+    if (!slots.empty()) {
+      params_block_f32(host, slots, staged.data(), at, len);
+      src = staged.data();
+    }
     if constexpr (std::is_same_v<E, float>) {
-      copy_to_device(st.params.get() + at, staged.data(), len);
+      copy_to_device(st.params.get() + at, src, len);
     } else {
-      copy_to_device(block.get(), staged.data(), len);
+      copy_to_device(block.get(), src, len);
       convert_from_f32(st.params.get() + at, block.get(), len, st.s());
       JTOK_CUDA_CHECK(cudaStreamSynchronize(st.s()));  // before the next block overwrites `block`
     }

@@ -119,13 +119,9 @@ static LowpName parse_lowp_name(const ModelConfig& c, const std::string& name) {
   return {};
 }
 
-// The slot of m.lowp that matrix `name` fills (made where it is not yet), or null.
-static WeightMatrix* lowp_slot(Model& m, const std::string& name) {
-  const LowpName n = parse_lowp_name(m.cfg, name);
-  auto& lw = m.lowp;
-  const size_t L = static_cast<size_t>(m.cfg.num_hidden_layers);
-  if (lw.layers.empty()) lw.layers.resize(L);
-  if (lw.moe.empty()) lw.moe.resize(L);
+// The slot of lw (LowpWeights, const or not) that n names, or null where lw has none for it.
+template <typename LW>
+auto slot_in(LW& lw, const LowpName& n) -> decltype(&lw.embed) {
   switch (n.kind) {
     case LowpName::Kind::none:
       return nullptr;
@@ -134,34 +130,32 @@ static WeightMatrix* lowp_slot(Model& m, const std::string& name) {
     case LowpName::Kind::lm_head:
       return &lw.lm_head;
     case LowpName::Kind::proj:
-      return &lw.layers[n.layer][n.proj];
+      return n.layer < lw.layers.size() ? &lw.layers[n.layer][n.proj] : nullptr;
     case LowpName::Kind::expert:
       break;
   }
-  MoeLowp& ml = lw.moe[n.layer];
+  if (n.layer >= lw.moe.size()) return nullptr;
+  auto& ml = lw.moe[n.layer];
   if (n.expert < 0) return &ml.shared[n.proj];
-  if (ml.routed.empty()) ml.routed.resize(static_cast<size_t>(m.cfg.n_routed_experts));
-  return &ml.routed[static_cast<size_t>(n.expert)][n.proj];
+  const size_t e = static_cast<size_t>(n.expert);
+  return e < ml.routed.size() ? &ml.routed[e][n.proj] : nullptr;
+}
+
+// The slot of m.lowp that matrix `name` fills (made where it is not yet), or null.
+static WeightMatrix* lowp_slot(Model& m, const std::string& name) {
+  const LowpName n = parse_lowp_name(m.cfg, name);
+  auto& lw = m.lowp;
+  const size_t L = static_cast<size_t>(m.cfg.num_hidden_layers);
+  if (lw.layers.empty()) lw.layers.resize(L);
+  if (lw.moe.empty()) lw.moe.resize(L);
+  if (n.kind == LowpName::Kind::expert && n.expert >= 0 && lw.moe[n.layer].routed.empty())
+    lw.moe[n.layer].routed.resize(static_cast<size_t>(m.cfg.n_routed_experts));
+  return slot_in(lw, n);
 }
 
 // The low-precision matrix `name` of m, or null (fp32, or not one that may be low precision).
 static const WeightMatrix* lowp_matrix(const Model& m, const std::string& name) {
-  const LowpName n = parse_lowp_name(m.cfg, name);
-  const auto& lw = m.lowp;
-  const WeightMatrix* w = nullptr;
-  if (n.kind == LowpName::Kind::embed)
-    w = &lw.embed;
-  else if (n.kind == LowpName::Kind::lm_head)
-    w = &lw.lm_head;
-  else if (n.kind == LowpName::Kind::proj && n.layer < lw.layers.size())
-    w = &lw.layers[n.layer][n.proj];
-  else if (n.kind == LowpName::Kind::expert && n.layer < lw.moe.size()) {
-    const MoeLowp& ml = lw.moe[n.layer];
-    if (n.expert < 0)
-      w = &ml.shared[n.proj];
-    else if (static_cast<size_t>(n.expert) < ml.routed.size())
-      w = &ml.routed[static_cast<size_t>(n.expert)][n.proj];
-  }
+  const WeightMatrix* w = slot_in(m.lowp, parse_lowp_name(m.cfg, name));
   return w && w->data ? w : nullptr;
 }
 
