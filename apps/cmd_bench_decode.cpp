@@ -118,7 +118,7 @@ void run() {
   } else {
     if (!args.sets.empty() || args.table_dtype != "f32")
       jtok::fail("bench-decode: --set and --table-dtype are for a random model (--config)");
-    jtok::LoadedCheckpoint ck = jtok::load_for_inference(args.checkpoint, args.tables);
+    jtok::LoadedCheckpoint ck = jtok::load_for_inference(args.checkpoint, args.tables, !cuda);
     about.update({{"checkpoint", ck.dir}, {"tables_in", args.tables.kind}});
     model = std::move(ck.model);
   }

@@ -165,7 +165,7 @@ Scoring make_scoring(const jtok::Model& m, const std::optional<jtok::cuda::Decod
 void run() {
   using namespace jtok;
   const std::optional<cuda::DecoderSettings> settings = decoder_settings();  // before the checkpoint is read
-  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src);
+  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src, args.decoder.device == "cpu");
   const Config& cfg = ck.cfg;
   const Model& m = ck.model;
   const Tokenizer& tok = ck.tokenizer;

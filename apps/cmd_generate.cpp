@@ -80,7 +80,7 @@ void run() {
   using namespace jtok;
   const bool kv_bf16 = parse_dtype(args.kv_dtype, "--kv-dtype", kKvDtypes) == Dtype::bf16;  // before the checkpoint loads
   check_decoder_choice(args.decoder);  // --device cuda: the GPU, or why not, before anything is read
-  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src);
+  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src, args.decoder.device == "cpu");
   const Model& m = ck.model;
   const Tokenizer& tok = ck.tokenizer;
   const std::vector<int32_t> prompt = prompt_ids(tok, args.prompt);

@@ -142,7 +142,7 @@ void run() {
   std::fprintf(stderr, "%s\n", command_line_string().c_str());
   check_decoder_choice(args.decoder);  // --device cuda: the GPU, or why not, before anything is read
   if (args.decoder.device != "cuda" && args.page_tokens != 16) fail("--kv-page-tokens is for --device cuda");
-  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src);
+  LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src, args.decoder.device == "cpu");
   const EngineOptions eo = resolve_engine_options(ck.model, engine_options());
   Engine engine(ck.model, eo, make_serve_decoder(ck.model, eo));
   HttpApi api(engine, ck.tokenizer, serve_options(ck));

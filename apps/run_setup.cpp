@@ -155,9 +155,10 @@ TableIo table_io_option(const std::string& table_io, bool direct_flag, const std
   return direct_flag ? TableIo::direct : io;
 }
 
-// A low-precision copy says on stderr which kernels multiply its matrices on this host.
-static LoadedCheckpoint with_kernels_line(LoadedCheckpoint ck) {
-  if (ck.model.lowp.any())
+// A low-precision copy the CPU decodes says on stderr which kernels multiply its matrices on this
+// host (the GPU's decoder says what it made of them itself).
+static LoadedCheckpoint with_kernels_line(LoadedCheckpoint ck, bool on_cpu) {
+  if (on_cpu && ck.model.lowp.any())
     std::fprintf(stderr, "%s\n", lowp_kernels_line(ck.model.lowp.dtype, ck.cfg.model.hidden_size).c_str());
   return ck;
 }
@@ -183,13 +184,13 @@ std::string attach_table_store(Model& m, const TableSource& src, const std::stri
   return reads;
 }
 
-LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const TableSource& src) {
+LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const TableSource& src, bool on_cpu) {
   check_table_source(src);
-  if (src.kind != "disk") return with_kernels_line(load_for_inference(checkpoint_or_run, src.kind == "mmap"));
+  if (src.kind != "disk") return with_kernels_line(load_for_inference(checkpoint_or_run, src.kind == "mmap"), on_cpu);
   const std::string dir = resolve_checkpoint(checkpoint_or_run);
   LoadedCheckpoint ck = load_for_inference_without_tables(dir);
   attach_table_store(ck.model, src, "the checkpoint " + dir);
-  return with_kernels_line(std::move(ck));
+  return with_kernels_line(std::move(ck), on_cpu);
 }
 
 }  // namespace jtok

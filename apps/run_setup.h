@@ -63,8 +63,9 @@ void check_table_source(const TableSource& src);
 std::string attach_table_store(Model& m, const TableSource& src, const std::string& whose);
 // Checks the options (naming the flag and value) and loads: disk tables are the store's (its
 // table names and shapes checked against the checkpoint's, naming the manifest; its source, the
-// checkpoint it was exported from, printed on stderr).
-LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const TableSource& src);
+// checkpoint it was exported from, printed on stderr). on_cpu: the CPU decodes it, so a low-precision
+// copy's line on stderr says which of this host's kernels multiply its matrices.
+LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const TableSource& src, bool on_cpu);
 
 // Where `generate`, `serve` and `eval` decode: --device cpu | cuda, and for cuda --precision bf16 |
 // fp32 (auto: bf16), --table-rows auto | hbm | in_place | staged and --cuda-graphs on | off

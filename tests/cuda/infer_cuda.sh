@@ -153,7 +153,11 @@ for wd in bf16 int8; do
   if [ "$DEV" != cpu ]; then
     grep -q "fp32 weights (the checkpoint's $wd matrices, dequantised at load)" "$T/out/jtok_${wd}_fp32.json" ||
       fail "jtok_${wd}_fp32: the decoder does not say it dequantised the $wd matrices"
+    ! grep -q "weights: up to" "$T/out/jtok_${wd}_fp32.err" ||
+      fail "jtok_${wd}_fp32: a decode on $DEV printed the CPU's low-precision kernels line"
   fi
+  grep -q "^$wd weights: up to" "$T/out/jtok_${wd}_cpu.err" ||
+    fail "jtok_${wd}_cpu: the CPU decode does not say which kernels multiply the $wd matrices"
   versus "jtok_${wd}_cpu" "jtok_${wd}_fp32" report
 done
 echo "ok: $DEV decodes bf16 and int8 exports"
