@@ -35,7 +35,7 @@
 # Time on an H200 (estimate): dense ~30 s (0.6B init on one thread), JTok-M ~90-150 s (43.5 GB of
 # bf16 tables made on 16 threads, registered, copied), the peer ~40-70 s (HF's steps take 20-65 ms):
 # ~3-4.5 min in all; beyond (87.1 GB made, registered; hbm not run on 80 GB) ~3-5 min with dense; disk
-# with dense ~3-4 min (43.6 GB of rows made on 16 threads, ~35 s, and written at the disk's speed).
+# with dense ~3-4 min (43.6 GB of rows made on 16 threads, ~35 s, while they are written at the disk's speed).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 DATA=""; JTOK=""; OUT=bench-out/gpu_decode_peer; CONFIG=configs/qwen3_0.6b.json; DEVICE=cuda; TINY=0

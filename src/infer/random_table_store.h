@@ -4,7 +4,7 @@
 // make_inference_model stores them (f32, or bf16 rounded to nearest even), bit for bit: the store's
 // model decodes as the one with its tables in RAM. They are made a chunk of ids at a time, every
 // table side by side, so no table is ever whole in memory (a Qwen3-0.6B-shape JTok-M model's 43.6 GB
-// of bf16 rows go to disk through ~70 MB).
+// of bf16 rows go to disk through ~150 MB: two chunks, the next made while this one is written).
 #pragma once
 #include <cstdint>
 #include <string>
