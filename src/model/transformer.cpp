@@ -125,6 +125,9 @@ RopeTable make_model_rope_table(const ModelConfig& c) {
 static void init_dense_params(Model& m, uint64_t seed) {
   const ModelConfig& cfg = m.cfg;
   const double resid_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(cfg.num_hidden_layers));
+  // Each tensor its own stream: adding a tensor does not change the others' init, and the tensors
+  // are made side by side with the bits of one after another.
+#pragma omp parallel for schedule(dynamic, 1)
   for (size_t i = 0; i < m.layout.size(); ++i) {
     const auto& p = m.layout[i];
     float* x = m.params.data() + p.offset;
@@ -135,7 +138,6 @@ static void init_dense_params(Model& m, uint64_t seed) {
       std::fill(x, x + p.numel, v);
       continue;
     }
-    // Each tensor its own stream, so adding a tensor does not change the others' init.
     std::mt19937_64 rng(seed * 1000003ULL + i);
     bool resid = p.name.find("o_proj") != std::string::npos || p.name.find("down_proj") != std::string::npos;
     std::normal_distribution<float> dist(0.0f, static_cast<float>(cfg.initializer_range * (resid ? resid_scale : 1.0)));
