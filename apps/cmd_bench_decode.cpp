@@ -1,9 +1,10 @@
 // `jtok bench-decode`: greedy decoding of M sequences together through the Decoder (infer/decoder.h)
 // on the CPU or a GPU, timed (infer/bench_decode.h says what each figure is). The model: a random
-// one from --config and --set (make_inference_model: make_model's values, no checkpoint on disk;
-// tables in RAM as f32 or bf16, or with --tables disk --table-store DIR in a store written there from
-// the same values), or a checkpoint (--tables ram | mmap | disk as `jtok generate`).
-// One human line a run on stderr, one JSON line a run on stdout. bench/gpu_decode_peer.sh runs it.
+// one from --config and --set (make_inference_model: make_model's backbone, the tables' values by the
+// hash or, --table-values init, make_model's; no checkpoint on disk; tables in RAM as f32 or bf16, or
+// with --tables disk --table-store DIR in a store written there from the same values), or a checkpoint (--tables ram |
+// mmap | disk as `jtok generate`). One human line a run on stderr, one JSON line a run on stdout.
+// bench/gpu_decode_peer.sh runs it.
 // --cuda-graphs off times the GPU decoder's eager steps; JTOK_PROFILE=1 adds each step's breakdown
 // (infer/bench_decode.h).
 #include <algorithm>
@@ -25,6 +26,7 @@ namespace cmd_bench_decode {
 
 struct Args {
   std::string config, checkpoint, table_dtype = "f32", precision = "auto", kv_dtype = "auto", cuda_graphs = "on";
+  std::string table_values = "hash";
   std::vector<std::string> sets, table_rows;
   jtok::TableSource tables;
   jtok::BenchDecodeOptions bench;
@@ -33,7 +35,7 @@ Args args;
 
 // A random model of --config + --set, after its memory plan is printed (and refused where the
 // tables alone would not fit in the RAM available).
-jtok::Model random_model(const jtok::Config& cfg, jtok::Dtype dt, nlohmann::json& about) {
+jtok::Model random_model(const jtok::Config& cfg, jtok::Dtype dt, jtok::TableValues values, nlohmann::json& about) {
   const jtok::ModelConfig& c = cfg.model;
   const int64_t tables = jtok::token_table_count(c);
   const double gb = 1e-9, need = static_cast<double>(jtok::table_bytes(c, dt)), ram = static_cast<double>(std::max<int64_t>(0, jtok::mem_available_bytes()));
@@ -45,7 +47,7 @@ jtok::Model random_model(const jtok::Config& cfg, jtok::Dtype dt, nlohmann::json
     jtok::fail("bench-decode: the tables (", need * gb, " GB in ", jtok::dtype_name(dt), ") do not fit in the ", ram * gb,
                " GB of RAM available", dt == jtok::Dtype::f32 ? " (--table-dtype bf16 halves them)" : "");
   const auto t0 = std::chrono::steady_clock::now();
-  jtok::Model m = jtok::make_inference_model(c, cfg.train.seed, dt);
+  jtok::Model m = jtok::make_inference_model(c, cfg.train.seed, dt, values);
   about["init_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   about.update({{"config", args.config}, {"sets", args.sets}, {"tables_in", "ram"}, {"seed", cfg.train.seed}});
   return m;
@@ -54,14 +56,15 @@ jtok::Model random_model(const jtok::Config& cfg, jtok::Dtype dt, nlohmann::json
 // A random model of --config + --set whose tables are a store on disk (--tables disk --table-store
 // DIR): written there first from the model's init streams when DIR holds none (its bytes and seconds
 // in the JSON), then opened as `generate --tables disk` opens one. The tables never exist in RAM.
-jtok::Model random_model_on_disk(const jtok::Config& cfg, jtok::Dtype dt, nlohmann::json& about) {
+jtok::Model random_model_on_disk(const jtok::Config& cfg, jtok::Dtype dt, jtok::TableValues values,
+                                 nlohmann::json& about) {
   namespace fs = std::filesystem;
   const jtok::TableSource& src = args.tables;
   jtok::check_table_source(src);
   jtok::Model m = jtok::make_inference_model_without_tables(cfg.model, cfg.train.seed);
   if (!fs::exists(fs::path(src.store) / "manifest.json")) {
     const auto t0 = std::chrono::steady_clock::now();
-    const int64_t bytes = jtok::write_random_table_store(m, cfg.train.seed, dt, src.store);
+    const int64_t bytes = jtok::write_random_table_store(m, cfg.train.seed, dt, src.store, values);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr,
                  "bench-decode: wrote the table store %s: %.2f GB in %.1f s (%.2f GB/s, rows made and written)\n",
@@ -114,10 +117,13 @@ void run() {
     if (args.tables.kind == "mmap")
       jtok::fail("bench-decode: --tables mmap reads a checkpoint's file; it needs --checkpoint");
     const jtok::Config cfg = jtok::load_config(args.config, args.sets);
-    model = args.tables.kind == "disk" ? random_model_on_disk(cfg, dt, about) : random_model(cfg, dt, about);
+    const jtok::TableValues values = jtok::parse_table_values(args.table_values, "--table-values");
+    about["table_values"] = args.table_values;
+    model = args.tables.kind == "disk" ? random_model_on_disk(cfg, dt, values, about)
+                                       : random_model(cfg, dt, values, about);
   } else {
-    if (!args.sets.empty() || args.table_dtype != "f32")
-      jtok::fail("bench-decode: --set and --table-dtype are for a random model (--config)");
+    if (!args.sets.empty() || args.table_dtype != "f32" || args.table_values != "hash")
+      jtok::fail("bench-decode: --set, --table-dtype and --table-values are for a random model (--config)");
     jtok::LoadedCheckpoint ck = jtok::load_for_inference(args.checkpoint, args.tables, !cuda);
     about.update({{"checkpoint", ck.dir}, {"tables_in", args.tables.kind}});
     model = std::move(ck.model);
@@ -135,6 +141,9 @@ void setup(CLI::App* sub) {
       "--table-dtype", args.table_dtype,
       "a random model's tables (in RAM, or in the store --tables disk writes): f32 (default) or bf16 (half the "
       "bytes)");
+  sub->add_option("--table-values", args.table_values,
+                  "a random model's table values: hash (default: each a function of the seed, table and index, "
+                  "~N(0, std); made ~25x faster) or init (make_model's init streams, the values training starts from)");
   sub->add_option("--checkpoint", args.checkpoint, "a checkpoint instead of --config (or a run directory: its newest)");
   jtok::add_table_source_options(sub, args.tables);
   sub->add_option("--device", b.device, "cpu (default) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));

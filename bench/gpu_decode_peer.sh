@@ -32,10 +32,11 @@
 # a 2-layer d-64 shape of --config's vocabulary (4 heads of 32: --device cuda --tiny runs on the
 # CPU's emulation of the GPU too), prompt 32, 8 steps, batch 1 and 4, a 128-token prefill, one repeat. PEER_ARGS (environment) is appended to the peer's command (the test's
 # --stand-in where transformers is absent).
-# Time on an H200 (estimate): dense ~30 s (0.6B init on one thread), JTok-M ~90-150 s (43.5 GB of
-# bf16 tables made on 16 threads, registered, copied), the peer ~40-70 s (HF's steps take 20-65 ms):
-# ~3-4.5 min in all; beyond (87.1 GB made, registered; hbm not run on 80 GB) ~3-5 min with dense; disk
-# with dense ~3-4 min (43.6 GB of rows made on 16 threads, ~35 s, while they are written at the disk's speed).
+# Time on an H200 (estimate): dense ~20 s (0.6B init ~4 s: the matrices side by side), JTok-M
+# ~50-100 s (43.5 GB of bf16 tables hashed on 16 threads, ~3 s, registered, copied), the peer ~40-70 s
+# (HF's steps take 20-65 ms): ~2-3.5 min in all; beyond (87.1 GB hashed, registered; hbm not run on
+# 80 GB) ~2-4 min with dense; disk with dense ~1.5-3 min (43.6 GB of rows hashed while written at the
+# disk's speed). The tables' values are bench-decode's hash (--table-values: no timing depends on them).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 DATA=""; JTOK=""; OUT=bench-out/gpu_decode_peer; CONFIG=configs/qwen3_0.6b.json; DEVICE=cuda; TINY=0

@@ -1,12 +1,14 @@
 // `jtok bench-decode`'s parts: the random inference model (model/inference_model.h) has make_model's
-// values (f32 tables bit for bit, bf16 tables their rounding), and its table bytes are counted; the
+// values (f32 tables bit for bit, bf16 tables their rounding) or its tables the hash's rows, and its
+// table bytes are counted; the
 // bench's greedy pick is sample_token's; the bench's prompts are the loader's sequential windows;
 // its decode run feeds each step the token the last logits chose (its tokens hash equals that of
 // prefill + decode_step + sample_token greedy, one sequence at a time).
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -76,6 +78,52 @@ TEST(InferenceModel, Bf16TablesAreTheRoundedOnes) {
     EXPECT_EQ(got.tables[k].to_vector(), quantize_table(want.tables[k], Dtype::bf16).to_vector()) << k;
   }
   EXPECT_THROW(make_inference_model(c, 7, Dtype::int8), Error);
+}
+
+// --table-values hash: make_model's backbone, each table row hash_table_row's (the same from a model
+// without tables), padded rows 0, bf16 their rounding; the values look like N(0, std) (mean, spread,
+// the four uniforms' bound) and differ between tables and seeds.
+TEST(InferenceModel, HashTablesAreHashRowsOnMakeModelsBackbone) {
+  const ModelConfig c = test_config();
+  const Model want = make_model(c, 7);
+  const Model got = make_inference_model(c, 7, Dtype::f32, TableValues::hash);
+  const Model shape = make_inference_model_without_tables(c, 7);
+  ASSERT_EQ(got.params.size(), want.params.size());
+  EXPECT_EQ(std::memcmp(got.params.data(), want.params.data(), want.params.size() * sizeof(float)), 0);
+  ASSERT_EQ(got.tables.size(), 7u);
+  const int64_t d = c.hidden_size;
+  std::vector<float> row(static_cast<size_t>(d));
+  double sum = 0, sq = 0, most = 0;
+  int64_t n = 0, mismatched = 0, nonzero_padding = 0;
+  for (size_t k = 0; k < got.tables.size(); ++k) {
+    const std::vector<float> t = got.tables[k].to_vector();
+    const double std = got.table_init[k].std;
+    for (int64_t r = 0; r < c.padded_vocab(); ++r) {
+      hash_table_row(shape, 7, static_cast<int64_t>(k), r, row.data());
+      mismatched += std::memcmp(row.data(), t.data() + r * d, sizeof(float) * static_cast<size_t>(d)) != 0;
+      for (int64_t j = 0; j < d; ++j) {
+        const double x = t[static_cast<size_t>(r * d + j)] / std;
+        if (r >= c.vocab_size) {
+          nonzero_padding += x != 0;
+          continue;
+        }
+        sum += x, sq += x * x, most = std::max(most, std::abs(x)), ++n;
+      }
+    }
+  }
+  EXPECT_EQ(mismatched, 0);
+  EXPECT_EQ(nonzero_padding, 0);
+  EXPECT_LT(std::abs(sum / n), 0.03) << n << " values";               // ~4.4 standard errors
+  EXPECT_NEAR(std::sqrt(sq / n - (sum / n) * (sum / n)), 1.0, 0.03);  // ~7 standard errors
+  EXPECT_LE(most, std::sqrt(12.0));
+  EXPECT_GT(most, 2.5);
+  EXPECT_NE(got.tables[1].to_vector(), got.tables[2].to_vector());
+  EXPECT_NE(make_inference_model(c, 8, Dtype::f32, TableValues::hash).tables[0].to_vector(), got.tables[0].to_vector());
+  const Model bf16 = make_inference_model(c, 7, Dtype::bf16, TableValues::hash);
+  for (size_t k = 0; k < got.tables.size(); ++k)
+    EXPECT_EQ(bf16.tables[k].to_vector(), quantize_table(got.tables[k], Dtype::bf16).to_vector()) << k;
+  EXPECT_EQ(parse_table_values("init", "--table-values"), TableValues::init);
+  EXPECT_THROW(parse_table_values("normal", "--table-values"), Error);
 }
 
 TEST(BenchDecode, GreedyIsSampleTokens) {

@@ -1,8 +1,8 @@
 // infer/random_table_store.h: a random model's tables written straight into a table store hold
-// make_inference_model's rows bit for bit (f32, and bf16 rounded the same way), every row of every
-// table (more ids than one chunk of the writer, the last chunk partial, the padded rows zero), under
-// the model's table names; it refuses a model without tables and another dtype; a directory that
-// exists is refused by the store writer, naming it.
+// make_inference_model's rows bit for bit (init streams or hash, f32, and bf16 rounded the same way), every row of
+// every table (more ids than one chunk of the writer, the last chunk partial, the padded rows zero), under the model's
+// table names; it refuses a model without tables and another dtype; a directory that exists is refused by the store
+// writer, naming it.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -31,12 +31,13 @@ ModelConfig config() {
   return c;
 }
 
-void expect_store_holds_ram_rows(Dtype dt) {
+void expect_store_holds_ram_rows(Dtype dt, TableValues values) {
   const ModelConfig c = config();
-  const Model ram = make_inference_model(c, kSeed, dt);
+  const Model ram = make_inference_model(c, kSeed, dt, values);
   const Model shape = make_inference_model_without_tables(c, kSeed);
-  const std::string dir = jtok::testing::fresh_temp_dir(std::string("random_store_") + dtype_name(dt));
-  const int64_t bytes = write_random_table_store(shape, kSeed, dt, dir);
+  const std::string dir =
+      jtok::testing::fresh_temp_dir(std::string("random_store_") + dtype_name(dt) + table_values_name(values));
+  const int64_t bytes = write_random_table_store(shape, kSeed, dt, dir, values);
   EXPECT_EQ(bytes, static_cast<int64_t>(fs::file_size(fs::path(dir) / "tables.bin")));
   auto store = TableStore::open(dir, 1 << 20, 2);
   ASSERT_EQ(store->tables().size(), ram.tables.size());
@@ -58,8 +59,10 @@ void expect_store_holds_ram_rows(Dtype dt) {
   EXPECT_EQ(store->take_error(), "");
 }
 
-TEST(RandomTableStore, HoldsTheRamModelsRowsInF32) { expect_store_holds_ram_rows(Dtype::f32); }
-TEST(RandomTableStore, HoldsTheRamModelsRowsInBf16) { expect_store_holds_ram_rows(Dtype::bf16); }
+TEST(RandomTableStore, HoldsTheRamModelsRowsInF32) { expect_store_holds_ram_rows(Dtype::f32, TableValues::init); }
+TEST(RandomTableStore, HoldsTheRamModelsRowsInBf16) { expect_store_holds_ram_rows(Dtype::bf16, TableValues::init); }
+TEST(RandomTableStore, HoldsTheRamModelsHashRowsInF32) { expect_store_holds_ram_rows(Dtype::f32, TableValues::hash); }
+TEST(RandomTableStore, HoldsTheRamModelsHashRowsInBf16) { expect_store_holds_ram_rows(Dtype::bf16, TableValues::hash); }
 
 TEST(RandomTableStore, Refusals) {
   ModelConfig plain = config();

@@ -20,16 +20,20 @@ namespace {
 // store takes the longer of making and writing, not their sum.
 class RandomRowChunks {
  public:
-  RandomRowChunks(const Model& m, uint64_t seed, Dtype dt, int64_t chunk)
-      : n_(static_cast<int64_t>(m.tables.size())),
+  RandomRowChunks(const Model& m, uint64_t seed, Dtype dt, TableValues values, int64_t chunk)
+      : m_(m),
+        seed_(seed),
+        values_(values),
+        n_(static_cast<int64_t>(m.tables.size())),
         d_(m.cfg.hidden_size),
         rows_(m.cfg.padded_vocab()),
         chunk_(chunk),
         dt_(dt),
         row_bytes_(m.cfg.hidden_size * dtype_bytes(dt)) {
     for (auto& b : buf_) b.resize(static_cast<size_t>(chunk * n_ * row_bytes_));
-    for (int64_t k = 0; k < n_; ++k) streams_.emplace_back(m, seed, k);
-    fill(buf_[0], std::min(chunk_, rows_));
+    if (values == TableValues::init)
+      for (int64_t k = 0; k < n_; ++k) streams_.emplace_back(m, seed, k);
+    fill(buf_[0], 0, std::min(chunk_, rows_));
     start_next();
   }
   ~RandomRowChunks() {
@@ -54,15 +58,18 @@ class RandomRowChunks {
   void start_next() {
     const int64_t from = first_ + chunk_;
     if (from >= rows_) return;
-    next_ = std::async(std::launch::async, [this, from] { fill(buf_[1], std::min(chunk_, rows_ - from)); });
+    next_ = std::async(std::launch::async, [this, from] { fill(buf_[1], from, std::min(chunk_, rows_ - from)); });
   }
-  // The streams' next count rows into out.
-  void fill(std::vector<uint8_t>& out, int64_t count) {
+  // Rows [from, from + count) into out: the streams' next count rows, or the hash's.
+  void fill(std::vector<uint8_t>& out, int64_t from, int64_t count) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t k = 0; k < n_; ++k) {
       std::vector<float> values(static_cast<size_t>(d_));
       for (int64_t r = 0; r < count; ++r) {
-        streams_[static_cast<size_t>(k)].next(values.data());
+        if (values_ == TableValues::init)
+          streams_[static_cast<size_t>(k)].next(values.data());
+        else
+          hash_table_row(m_, seed_, k, from + r, values.data());
         uint8_t* at = out.data() + (r * n_ + k) * row_bytes_;
         if (dt_ == Dtype::f32)
           std::memcpy(at, values.data(), static_cast<size_t>(row_bytes_));
@@ -72,6 +79,9 @@ class RandomRowChunks {
     }
   }
 
+  const Model& m_;
+  uint64_t seed_;
+  TableValues values_;
   int64_t n_, d_, rows_, chunk_;
   Dtype dt_;
   int64_t row_bytes_;
@@ -83,14 +93,14 @@ class RandomRowChunks {
 
 }  // namespace
 
-int64_t write_random_table_store(const Model& m, uint64_t seed, Dtype dt, const std::string& dir) {
+int64_t write_random_table_store(const Model& m, uint64_t seed, Dtype dt, const std::string& dir, TableValues values) {
   if (dt != Dtype::f32 && dt != Dtype::bf16) fail("a random table store holds f32 or bf16 rows, not ", dtype_name(dt));
   if (m.tables.empty()) fail("random table store ", dir, ": the model has no token tables (set jtok or jtokm)");
   std::vector<TableStoreSpec> specs;
   for (const std::string& name : m.table_names) specs.push_back({name, m.cfg.hidden_size, dt});
-  RandomRowChunks rows(m, seed, dt, 256);
+  RandomRowChunks rows(m, seed, dt, values, 256);
   TableStoreSource source;
-  source.checkpoint = "random (seed " + std::to_string(seed) + ")";
+  source.checkpoint = "random (seed " + std::to_string(seed) + ", table values " + table_values_name(values) + ")";
   write_table_store(
       dir, m.cfg.padded_vocab(), specs,
       [&](int64_t id, int64_t k, void* raw, float*) {

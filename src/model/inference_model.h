@@ -5,15 +5,29 @@
 // rounded (nearest even), so no f32 table ever exists whole.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "core/dtype.h"
 #include "model/transformer.h"
 
 namespace jtok {
 
+// Where a random model's table values come from. init: make_model's init streams (the values a
+// training run starts from), a stream a table made row after row (~45M values a second a thread).
+// hash: each value a function of the seed, the table's stream and its index alone, N(0, std)
+// approximated by the sum of four 16-bit uniforms (within +-3.46 std), any rows in any order, ~25x
+// faster: a benchmark's tables, whose values no timing depends on.
+enum class TableValues { init, hash };
+// "init" or "hash"; anything else fails naming flag and value.
+TableValues parse_table_values(const std::string& s, const char* flag);
+const char* table_values_name(TableValues v);
+// Row id of table k of m (make_model's or a shape-only model) by the hash: d values, 0 on padded rows.
+void hash_table_row(const Model& m, uint64_t seed, int64_t k, int64_t id, float* out);
+
 // make_model(cfg, seed) without gradients; tables in table_dtype (f32: make_model's tables, bit for
-// bit; bf16: quantize_table of them, bit for bit). Fails naming any other dtype.
-Model make_inference_model(const ModelConfig& cfg, uint64_t seed, Dtype table_dtype);
+// bit, or the hash's rows; bf16: quantize_table of them, bit for bit). Fails naming any other dtype.
+Model make_inference_model(const ModelConfig& cfg, uint64_t seed, Dtype table_dtype,
+                           TableValues values = TableValues::init);
 // The same model with its tables' names, shapes and init streams but no storage (a store on disk
 // gives them rows: infer/random_table_store.h, model/table_attach.h).
 Model make_inference_model_without_tables(const ModelConfig& cfg, uint64_t seed);
