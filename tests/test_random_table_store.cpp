@@ -57,6 +57,10 @@ void expect_store_holds_ram_rows(Dtype dt, TableValues values) {
     EXPECT_EQ(differ, 0) << "table " << ram.table_names[k];
   }
   EXPECT_EQ(store->take_error(), "");
+  const std::string source = describe_source(store->source());
+  EXPECT_NE(source.find(std::string("random model's tables (seed 23, table values ") + table_values_name(values)),
+            std::string::npos)
+      << source;
 }
 
 TEST(RandomTableStore, HoldsTheRamModelsRowsInF32) { expect_store_holds_ram_rows(Dtype::f32, TableValues::init); }

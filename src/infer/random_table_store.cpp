@@ -100,7 +100,7 @@ int64_t write_random_table_store(const Model& m, uint64_t seed, Dtype dt, const 
   for (const std::string& name : m.table_names) specs.push_back({name, m.cfg.hidden_size, dt});
   RandomRowChunks rows(m, seed, dt, values, 256);
   TableStoreSource source;
-  source.checkpoint = "random (seed " + std::to_string(seed) + ", table values " + table_values_name(values) + ")";
+  source.random = "seed " + std::to_string(seed) + ", table values " + table_values_name(values);
   write_table_store(
       dir, m.cfg.padded_vocab(), specs,
       [&](int64_t id, int64_t k, void* raw, float*) {

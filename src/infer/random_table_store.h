@@ -18,8 +18,8 @@ namespace jtok {
 
 // m: the random model (make_inference_model_without_tables: its tables' names, shapes and init streams). Writes
 // the store at dir (which must not exist: a temp directory, fsynced, renamed), its tables in dt (f32
-// or bf16) holding make_inference_model(m.cfg, seed, dt, values)'s rows, its source "random (seed S,
-// table values V)". Returns the bytes of its data file.
+// or bf16) holding make_inference_model(m.cfg, seed, dt, values)'s rows, its source a random model's
+// ("seed S, table values V"). Returns the bytes of its data file.
 int64_t write_random_table_store(const Model& m, uint64_t seed, Dtype dt, const std::string& dir,
                                  TableValues values = TableValues::init);
 

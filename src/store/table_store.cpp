@@ -63,6 +63,7 @@ uint8_t* direct_buffer(int64_t bytes) {
 }
 
 nlohmann::json source_json(const TableStoreSource& s) {
+  if (!s.random.empty()) return {{"random", s.random}};
   nlohmann::json j = {{"checkpoint", s.checkpoint}};
   if (s.step >= 0) j["step"] = s.step;
   if (!s.train_store.empty()) j["train_store"] = s.train_store, j["train_store_step"] = s.train_store_step;
@@ -71,6 +72,10 @@ nlohmann::json source_json(const TableStoreSource& s) {
 
 TableStoreSource parse_source(const nlohmann::json& j) {  // a mistyped field throws (open names the manifest)
   TableStoreSource s;
+  if (j.contains("random")) {
+    s.random = j.at("random").get<std::string>();
+    return s;
+  }
   s.checkpoint = j.at("checkpoint").get<std::string>();
   if (j.contains("step")) s.step = j.at("step").get<int64_t>();
   if (j.contains("train_store")) s.train_store = j.at("train_store").get<std::string>();
@@ -87,6 +92,7 @@ std::string dir_basename(const std::string& dir) {
 }
 
 std::string describe_source(const TableStoreSource& s) {
+  if (!s.random.empty()) return "a random model's tables (" + s.random + "), no checkpoint";
   if (s.checkpoint.empty()) return "source not recorded (a store written before manifests named their checkpoint)";
   std::string out = "exported from checkpoint " + s.checkpoint + (s.step >= 0 ? ", step " + std::to_string(s.step) : ", step not recorded");
   if (!s.train_store.empty())
@@ -142,7 +148,7 @@ void write_table_store(const std::string& dir, int64_t V, const std::vector<Tabl
   nlohmann::json manifest = {{"format", kFormat}, {"ids", V}, {"block_bytes", block}, {"per_page", per_page},
                              {"stride", stride}, {"page_bytes", kPage}, {"tables", jt},
                              {"data_file", "tables.bin"}, {"data_bytes", total}, {"sum64", std::to_string(sum)}};
-  if (!source.checkpoint.empty()) manifest["source"] = source_json(source);
+  if (!source.checkpoint.empty() || !source.random.empty()) manifest["source"] = source_json(source);
   write_file_atomic((fs::path(tmp) / "manifest.json").string(), manifest.dump(1) + "\n");
   fsync_dir(tmp);
   fs::rename(tmp, dir);

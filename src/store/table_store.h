@@ -45,17 +45,19 @@ struct TableStoreTable {
 
 // Where a store's tables came from (the manifest's "source"): the checkpoint directory's name (its
 // basename; "" when not recorded), its step, and for a checkpoint trained with --tables disk the
-// training store's name and the step its rows were read at (-1 / "": not known or not disk-trained).
+// training store's name and the step its rows were read at (-1 / "": not known or not disk-trained);
+// or, with no checkpoint, how a random model's tables were made.
 struct TableStoreSource {
   std::string checkpoint;
   int64_t step = -1;
   std::string train_store;
   int64_t train_store_step = -1;
+  std::string random;
 };
 // The basename of a directory path (trailing slashes ignored): what a source records.
 std::string dir_basename(const std::string& dir);
-// One line for people: "checkpoint ckpt_000004, step 4" (and the training store), or that the
-// manifest does not say (a store written before manifests recorded it).
+// One line for people: "checkpoint ckpt_000004, step 4" (and the training store), a random model's
+// tables, or that the manifest does not say (a store written before manifests recorded it).
 std::string describe_source(const TableStoreSource& s);
 
 // Writes a store at dir (a temp directory, every file fsynced, renamed to dir; dir must not exist)
