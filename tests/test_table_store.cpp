@@ -282,8 +282,16 @@ TEST(TableStore, AFailedReadIsKeptAndReportedOnceNamingTheFileAndOffset) {
 TEST(TableStore, TheManifestRecordsItsSourceAndAStoreWithoutOneOpens) {
   const std::vector<TokenTable> ram = mixed_tables(40, 8);
   const std::string plain = fresh_dir("src_ram"), trained = fresh_dir("src_disk"), old = fresh_dir("src_old");
-  write_table_store(plain, ram, {"a", "b", "c"}, {dir_basename("runs/main/ckpt_000004/"), 4, "", -1});
-  write_table_store(trained, ram, {"a", "b", "c"}, {"ckpt_000006", 6, "store", 6});
+  TableStoreSource from_ckpt;
+  from_ckpt.checkpoint = dir_basename("runs/main/ckpt_000004/");
+  from_ckpt.step = 4;
+  write_table_store(plain, ram, {"a", "b", "c"}, from_ckpt);
+  TableStoreSource from_disk_trained;
+  from_disk_trained.checkpoint = "ckpt_000006";
+  from_disk_trained.step = 6;
+  from_disk_trained.train_store = "store";
+  from_disk_trained.train_store_step = 6;
+  write_table_store(trained, ram, {"a", "b", "c"}, from_disk_trained);
   write_table_store(old, ram, {"a", "b", "c"});
   TableStoreSource s = TableStore::open(plain, 1 << 20)->source();
   EXPECT_EQ(s.checkpoint, "ckpt_000004");

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <string>
 
 #include "cuda/device.h"
 
@@ -38,6 +39,9 @@ void set_bf16_peak(DeviceInfo& d) {
                         : "unknown architecture";
 }
 
+// The kernel device_info asks the runtime for: found where the build has code for the device.
+__global__ void __launch_bounds__(32) probe_kernel() {}
+
 }  // namespace
 
 DeviceInfo device_info() {
@@ -65,6 +69,12 @@ DeviceInfo device_info() {
   d.memory_bytes = static_cast<int64_t>(p.totalGlobalMem);
   cudaDeviceGetAttribute(&d.clock_khz, cudaDevAttrClockRate, 0);
   set_bf16_peak(d);
+  cudaFuncAttributes fa;
+  const cudaError_t ke = cudaFuncGetAttributes(&fa, probe_kernel);
+  if (ke != cudaSuccess) {
+    d.kernels_error = std::string(cudaGetErrorName(ke)) + ", " + cudaGetErrorString(ke);
+    cudaGetLastError();  // clear it
+  }
   return d;
 }
 

@@ -19,17 +19,31 @@ struct DeviceInfo {
   int driver_version = 0;    // cudaDriverGetVersion: 0 = no driver installed (e.g. 13000 = 13.0)
   int runtime_version = 0;   // cudaRuntimeGetVersion: the CUDA runtime linked into jtok
   std::string error;         // why count is 0, when the runtime said (e.g. cudaErrorInsufficientDriver)
+  // Empty when this build's kernels run on device 0; else why not, as the runtime said when asked
+  // for one of them (cudaFuncGetAttributes: cudaErrorNoKernelImageForDevice on an architecture
+  // the build has no code for).
+  std::string kernels_error;
 };
 
 // Probes device 0 (never throws for a missing driver or GPU: count 0 and the versions seen).
 // Only in a build with CUDA (src/cuda/device.cu).
 DeviceInfo device_info();
 
-// One line: "NVIDIA H200, 132 SMs, 139.8 GiB, sm_90, bf16 peak 989 TFLOP/s (...), driver 13.0, runtime 13.0".
+// One line: "NVIDIA H200, 132 SMs, 139.8 GiB, sm_90, bf16 peak 989 TFLOP/s (...), driver 13.0, runtime
+// 13.0, kernels for sm_90a" (or that they do not run on it).
 std::string describe(const DeviceInfo& d);
 
+// The CUDA architectures this jtok's kernels were compiled for, as CMAKE_CUDA_ARCHITECTURES says
+// them ("90a", "80,90a"); "" in a build without CUDA.
+std::string built_cuda_archs();
+
+// `--device cuda`'s error for a device the kernels cannot run on (d.kernels_error set): names the
+// device, its sm, the architectures built (archs) and how to build for it.
+std::string kernels_cannot_run(const DeviceInfo& d, const std::string& archs);
+
 // `--device cuda`'s gate: a device's info, or an Error "--device cuda: no CUDA device was found
-// (driver version X, runtime version Y)" / "--device cuda: this jtok was built without CUDA ...".
+// (driver version X, runtime version Y)" / "--device cuda: this jtok was built without CUDA ..." /
+// kernels_cannot_run's.
 DeviceInfo require_cuda_device();
 
 // Whether this binary has the CUDA kernels (nvcc was found at configure time).

@@ -32,18 +32,41 @@ int64_t device_bytes_now() { return g_device_bytes.load(); }
 int64_t device_bytes_peak() { return g_device_bytes_peak.load(); }
 void reset_device_bytes_peak() { g_device_bytes_peak.store(g_device_bytes.load()); }
 
+#ifndef JTOK_CUDA_ARCHS
+#define JTOK_CUDA_ARCHS ""  // a build without CUDA, or one that did not say (the emulation)
+#endif
+std::string built_cuda_archs() { return JTOK_CUDA_ARCHS; }
+
+// "90a" / "80,90a" -> "sm_90a" / "sm_80, sm_90a"; "" -> "an unrecorded architecture".
+static std::string sm_list(const std::string& archs) {
+  if (archs.empty()) return "an unrecorded architecture";
+  std::string out = "sm_";
+  for (char c : archs) out += c == ',' ? std::string(", sm_") : std::string(1, c);
+  return out;
+}
+
+std::string kernels_cannot_run(const DeviceInfo& d, const std::string& archs) {
+  const std::string sm = std::to_string(d.cc_major) + std::to_string(d.cc_minor);
+  return "--device cuda: this jtok's kernels are built for " + sm_list(archs) + " and cannot run on device 0, " +
+         d.name + " (sm_" + sm + "): " + d.kernels_error + "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=" + sm +
+         " (docs/cuda.md, Build)";
+}
+
 std::string describe(const DeviceInfo& d) {
-  char buf[512];
+  char buf[768];
   if (d.count == 0) {
     std::snprintf(buf, sizeof buf, "no CUDA device (driver version %s, runtime version %s%s%s)",
                   version_text(d.driver_version).c_str(), version_text(d.runtime_version).c_str(),
                   d.error.empty() ? "" : "; ", d.error.c_str());
     return buf;
   }
-  std::snprintf(buf, sizeof buf, "%s, %d SMs, %.1f GiB, sm_%d%d, bf16 peak %.0f TFLOP/s (%s), driver %s, runtime %s",
-                d.name.c_str(), d.sm_count, static_cast<double>(d.memory_bytes) / (1024.0 * 1024.0 * 1024.0),
-                d.cc_major, d.cc_minor, d.bf16_peak_tflops, d.peak_how.c_str(),
-                version_text(d.driver_version).c_str(), version_text(d.runtime_version).c_str());
+  const std::string kernels = "kernels for " + sm_list(built_cuda_archs()) +
+                              (d.kernels_error.empty() ? "" : " (they do not run on it: " + d.kernels_error + ")");
+  std::snprintf(buf, sizeof buf,
+                "%s, %d SMs, %.1f GiB, sm_%d%d, bf16 peak %.0f TFLOP/s (%s), driver %s, runtime %s, %s", d.name.c_str(),
+                d.sm_count, static_cast<double>(d.memory_bytes) / (1024.0 * 1024.0 * 1024.0), d.cc_major, d.cc_minor,
+                d.bf16_peak_tflops, d.peak_how.c_str(), version_text(d.driver_version).c_str(),
+                version_text(d.runtime_version).c_str(), kernels.c_str());
   return buf;
 }
 
@@ -56,6 +79,7 @@ DeviceInfo require_cuda_device() {
     fail("--device cuda: no CUDA device was found (driver version ", d.driver_version, ", runtime version ",
          d.runtime_version, d.driver_version == 0 ? "; 0 = no driver installed" : "",
          d.error.empty() ? "" : "; ", d.error, ")");
+  if (!d.kernels_error.empty()) fail(kernels_cannot_run(d, built_cuda_archs()));
   return d;
 }
 #else

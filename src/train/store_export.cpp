@@ -79,7 +79,11 @@ StoreExportStats export_disk_tables(const std::string& ck, const Model& m, const
   const std::vector<size_t> src = match_tables(m, l);
   std::vector<TableStoreSpec> specs;
   for (size_t k = 0; k < m.tables.size(); ++k) specs.push_back({m.table_names[k], m.tables[k].dim, dt});
-  const TableStoreSource source{dir_basename(ck), step, dir_basename(store), step};  // the snapshot is the store at `step`
+  TableStoreSource source;
+  source.checkpoint = dir_basename(ck);
+  source.step = step;
+  source.train_store = dir_basename(store);
+  source.train_store_step = step;  // the snapshot is the store at `step`
   StoreExportStats s{l.ids, static_cast<int64_t>(specs.size()), snap->units_from_log(), 0};
   std::vector<uint8_t> unit(static_cast<size_t>(l.unit_bytes));
   std::vector<float> row;

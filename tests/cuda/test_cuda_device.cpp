@@ -1,6 +1,6 @@
-// The device probe (cuda/device.h) finds the GPU and reads its properties; the device-memory count
-// behind the benches' peak memory follows DeviceArray's allocations. Part of test_cuda_ops, on a GPU
-// host, and of the emulation (tests/cuda/emulate_kernels.sh).
+// The device probe (cuda/device.h) finds the GPU, reads its properties and finds this build's kernels
+// runnable on it; the device-memory count behind the benches' peak memory follows DeviceArray's
+// allocations. Part of test_cuda_ops, on a GPU host, and of the emulation (tests/cuda/emulate_kernels.sh).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -19,6 +19,7 @@ TEST(CudaDevice, ProbeFindsTheGpu) {
   EXPECT_GT(d.driver_version, 0);
   EXPECT_GT(d.runtime_version, 0);
   EXPECT_GT(d.bf16_peak_tflops, 0) << d.peak_how;
+  EXPECT_EQ(d.kernels_error, "");  // this build's kernels run on it
 }
 
 TEST(CudaDevice, MemoryCountFollowsAllocations) {

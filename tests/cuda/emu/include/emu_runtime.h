@@ -72,6 +72,9 @@ enum cudaMemcpyKind {
   cudaMemcpyDefault = 4
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+struct cudaFuncAttributes {  // the fields jtok reads: none (device_info asks whether the kernel exists)
+  int maxThreadsPerBlock;
+};
 using cudaHostFn_t = void (*)(void*);
 #define cudaStreamNonBlocking 0x01
 #define cudaEventDisableTiming 0x02
@@ -222,6 +225,12 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int d);
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 cudaError_t cudaDriverGetVersion(int* v);
 cudaError_t cudaRuntimeGetVersion(int* v);
+// Every kernel has code on the emulated device.
+template <typename F>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, F* kernel) {
+  a->maxThreadsPerBlock = 1024;
+  return cudaSuccess;
+}
 template <typename F>
 cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute a, int v) {
   if (a == cudaFuncAttributeMaxDynamicSharedMemorySize) emu::set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), v);
