@@ -1,7 +1,8 @@
 // `--device cuda`'s words about the device (src/cuda/device.h, device_require.cpp: every build has
 // them): a build with the kernels records the architectures they are built for; a device they cannot
-// run on is refused naming it, its sm, the architectures built and the CMake flag that builds for
-// it; the description says which kernels the device runs, or that they do not. Plain C++: runs here.
+// run on is refused naming it, its sm, the architectures built and the CMake flag that builds for it
+// (any other reason the runtime gives: named, no rebuild suggested); the description says which
+// kernels the device runs, or that they do not. Plain C++: runs here.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -40,6 +41,14 @@ TEST(CudaDeviceInfo, ADeviceTheKernelsCannotRunOnIsNamedWithTheFlagThatBuildsFor
   EXPECT_TRUE(has(one, "rebuild with -DCMAKE_CUDA_ARCHITECTURES=80")) << one;
   const std::string two = jtok::cuda::kernels_cannot_run(a100(), "86,90a");
   EXPECT_TRUE(has(two, "built for sm_86, sm_90a and")) << two;
+  DeviceInfo busy = a100();  // another reason: no rebuild suggested
+  busy.kernels_error = "cudaErrorDevicesUnavailable, CUDA-capable device(s) is/are busy or unavailable";
+  const std::string other = jtok::cuda::kernels_cannot_run(busy, "90a");
+  EXPECT_TRUE(has(other,
+                  "device 0, NVIDIA A100-SXM4-80GB (sm_80), cannot run this jtok's kernels: "
+                  "cudaErrorDevicesUnavailable"))
+      << other;
+  EXPECT_FALSE(has(other, "rebuild")) << other;
 }
 
 TEST(CudaDeviceInfo, TheDescriptionSaysWhichKernelsRunOnTheDevice) {

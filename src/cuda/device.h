@@ -38,7 +38,8 @@ std::string describe(const DeviceInfo& d);
 std::string built_cuda_archs();
 
 // `--device cuda`'s error for a device the kernels cannot run on (d.kernels_error set): names the
-// device, its sm, the architectures built (archs) and how to build for it.
+// device, its sm and the runtime's answer; where that says the build has no code for it, also the
+// architectures built (archs) and how to build for it.
 std::string kernels_cannot_run(const DeviceInfo& d, const std::string& archs);
 
 // `--device cuda`'s gate: a device's info, or an Error "--device cuda: no CUDA device was found

@@ -47,8 +47,14 @@ static std::string sm_list(const std::string& archs) {
 
 std::string kernels_cannot_run(const DeviceInfo& d, const std::string& archs) {
   const std::string sm = std::to_string(d.cc_major) + std::to_string(d.cc_minor);
+  const std::string& e = d.kernels_error;
+  const bool no_code = e.starts_with("cudaErrorNoKernelImageForDevice") ||
+                       e.starts_with("cudaErrorInvalidDeviceFunction") ||
+                       e.starts_with("cudaErrorUnsupportedPtxVersion");
+  if (!no_code)  // busy, prohibited, out of memory: not the build's architectures
+    return "--device cuda: device 0, " + d.name + " (sm_" + sm + "), cannot run this jtok's kernels: " + e;
   return "--device cuda: this jtok's kernels are built for " + sm_list(archs) + " and cannot run on device 0, " +
-         d.name + " (sm_" + sm + "): " + d.kernels_error + "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=" + sm +
+         d.name + " (sm_" + sm + "): " + e + "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=" + sm +
          " (docs/cuda.md, Build)";
 }
 
