@@ -2,9 +2,9 @@
 // on the CPU or a GPU, timed (infer/bench_decode.h says what each figure is). The model: a random
 // one from --config and --set (make_inference_model: make_model's backbone, the tables' values by the
 // hash or, --table-values init, make_model's; no checkpoint on disk; tables in RAM as f32 or bf16, or
-// with --tables disk --table-store DIR in a store written there from the same values), or a checkpoint (--tables ram |
-// mmap | disk as `jtok generate`). One human line a run on stderr, one JSON line a run on stdout.
-// bench/gpu_decode_peer.sh runs it.
+// with --tables disk --table-store DIR in a store written there from the same values), or a
+// checkpoint (--tables ram | mmap | disk as `jtok generate`). One human line a run on stderr, one JSON
+// line a run on stdout. bench/gpu_decode_peer.sh runs it.
 // --cuda-graphs off times the GPU decoder's eager steps; JTOK_PROFILE=1 adds each step's breakdown
 // (infer/bench_decode.h).
 #include <algorithm>
@@ -54,8 +54,9 @@ jtok::Model random_model(const jtok::Config& cfg, jtok::Dtype dt, jtok::TableVal
 }
 
 // A random model of --config + --set whose tables are a store on disk (--tables disk --table-store
-// DIR): written there first from the model's init streams when DIR holds none (its bytes and seconds
-// in the JSON), then opened as `generate --tables disk` opens one. The tables never exist in RAM.
+// DIR): written there first with the tables' values (--table-values) when DIR holds none (its bytes
+// and seconds in the JSON), then opened as `generate --tables disk` opens one. The tables never exist
+// in RAM.
 jtok::Model random_model_on_disk(const jtok::Config& cfg, jtok::Dtype dt, jtok::TableValues values,
                                  nlohmann::json& about) {
   namespace fs = std::filesystem;
