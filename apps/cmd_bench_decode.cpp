@@ -144,7 +144,7 @@ void setup(CLI::App* sub) {
       "bytes)");
   sub->add_option("--table-values", args.table_values,
                   "a random model's table values: hash (default: each a function of the seed, table and index, "
-                  "~N(0, std); made ~25x faster) or init (make_model's init streams, the values training starts from)");
+                  "~N(0, std); made ~13x faster) or init (make_model's init streams, the values training starts from)");
   sub->add_option("--checkpoint", args.checkpoint, "a checkpoint instead of --config (or a run directory: its newest)");
   jtok::add_table_source_options(sub, args.tables);
   sub->add_option("--device", b.device, "cpu (default) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));

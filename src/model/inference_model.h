@@ -13,10 +13,10 @@
 namespace jtok {
 
 // Where a random model's table values come from. init: make_model's init streams (the values a
-// training run starts from), a stream a table made row after row (~45M values a second a thread).
+// training run starts from), a stream a table made row after row (~22 ns a value a thread here).
 // hash: each value a function of the seed, the table's stream and its index alone, N(0, std)
-// approximated by the sum of four 16-bit uniforms (within +-3.46 std), any rows in any order, ~25x
-// faster: a benchmark's tables, whose values no timing depends on.
+// approximated by the sum of four 16-bit uniforms (within +-3.46 std), any rows in any order, ~1.7
+// ns a value a thread (~13x faster): a benchmark's tables, whose values no timing depends on.
 enum class TableValues { init, hash };
 // "init" or "hash"; anything else fails naming flag and value.
 TableValues parse_table_values(const std::string& s, const char* flag);
