@@ -47,7 +47,9 @@ TEST(DecodeBuckets, LengthBucketsArePowersOfTwoOfChunksUpToTheContext) {
     const int64_t b = length_bucket(len, 40960, 256);
     EXPECT_GE(b, len);
     EXPECT_LE(b, 40960);
-    if (len > 256) EXPECT_LT(b, 2 * len) << len;  // at most twice the chunks a row needs
+    if (len > 256) {
+      EXPECT_LT(b, 2 * len) << len;  // at most twice the chunks a row needs
+    }
     seen.insert(b);
   }
   EXPECT_EQ(seen.size(), 9u);  // 256, 512, ..., 32768 and the context: the graphs a batch bucket can need
