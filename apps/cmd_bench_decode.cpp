@@ -19,6 +19,7 @@
 #include "infer/generate.h"
 #include "infer/random_table_store.h"
 #include "model/inference_model.h"
+#include "model/lowp_weights.h"
 #include "run_setup.h"
 #include "scaling/memory_plan.h"
 
@@ -26,7 +27,7 @@ namespace cmd_bench_decode {
 
 struct Args {
   std::string config, checkpoint, table_dtype = "f32", precision = "auto", kv_dtype = "auto", cuda_graphs = "on";
-  std::string table_values = "hash";
+  std::string table_values = "hash", weight_dtype = "f32", int8_decode = "on";
   std::vector<std::string> sets, table_rows;
   jtok::TableSource tables;
   jtok::BenchDecodeOptions bench;
@@ -109,7 +110,9 @@ void run() {
                                          jtok::kKvDtypes) == jtok::Dtype::bf16;
   if (!cuda && !args.table_rows.empty()) jtok::fail("bench-decode: --table-rows is for --device cuda");
   if (!cuda && args.cuda_graphs != "on") jtok::fail("bench-decode: --cuda-graphs is for --device cuda");
+  if (!cuda && args.int8_decode != "on") jtok::fail("bench-decode: --int8-decode is for --device cuda");
   b.settings.cuda_graphs = jtok::cuda_graphs_on(args.cuda_graphs);
+  b.settings.int8_decode = jtok::on_off(args.int8_decode, "--int8-decode");
   b.table_rows = args.table_rows;
   const jtok::Dtype dt = jtok::parse_dtype(args.table_dtype, "--table-dtype", {jtok::Dtype::f32, jtok::Dtype::bf16});
   nlohmann::json about;
@@ -122,9 +125,14 @@ void run() {
     about["table_values"] = args.table_values;
     model = args.tables.kind == "disk" ? random_model_on_disk(cfg, dt, values, about)
                                        : random_model(cfg, dt, values, about);
+    // Its matrices as an export's (`jtok export --weight-dtype`) would load.
+    jtok::convert_model_to_lowp(model, jtok::parse_dtype(args.weight_dtype, "--weight-dtype"));
+    about["weight_dtype"] = args.weight_dtype;
   } else {
-    if (!args.sets.empty() || args.table_dtype != "f32" || args.table_values != "hash")
-      jtok::fail("bench-decode: --set, --table-dtype and --table-values are for a random model (--config)");
+    if (!args.sets.empty() || args.table_dtype != "f32" || args.table_values != "hash" || args.weight_dtype != "f32")
+      jtok::fail(
+          "bench-decode: --set, --table-dtype, --table-values and --weight-dtype are for a random model "
+          "(--config; a checkpoint's matrices are what `jtok export --weight-dtype` made them)");
     jtok::LoadedCheckpoint ck = jtok::load_for_inference(args.checkpoint, args.tables, !cuda);
     about.update({{"checkpoint", ck.dir}, {"tables_in", args.tables.kind}});
     model = std::move(ck.model);
@@ -145,6 +153,9 @@ void setup(CLI::App* sub) {
   sub->add_option("--table-values", args.table_values,
                   "a random model's table values: hash (default: each a function of the seed, table and index, "
                   "~N(0, std); made ~13x faster) or init (make_model's init streams, the values training starts from)");
+  sub->add_option("--weight-dtype", args.weight_dtype,
+                  "a random model's matrices: f32 (default), bf16 or int8, as `jtok export --weight-dtype` makes "
+                  "them (the GPU: bf16 weights from either; int8 decode steps read the int8 matrices, --int8-decode)");
   sub->add_option("--checkpoint", args.checkpoint, "a checkpoint instead of --config (or a run directory: its newest)");
   jtok::add_table_source_options(sub, args.tables);
   sub->add_option("--device", b.device, "cpu (default) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
@@ -156,6 +167,7 @@ void setup(CLI::App* sub) {
                   "(comma-separated; default auto)")
       ->delimiter(',');
   jtok::add_cuda_graphs_option(sub, args.cuda_graphs);
+  jtok::add_int8_decode_option(sub, args.int8_decode);
   sub->add_option("--batch", b.batches, "sequences decoded together, a run each (comma-separated; default 1)")->delimiter(',');
   sub->add_option("--prompt-len", b.prompt_len, "prompt tokens of each sequence (default 512)");
   sub->add_option("--new-tokens", b.new_tokens, "decode steps after the prefill (default 128)");

@@ -55,8 +55,10 @@ std::optional<jtok::cuda::DecoderSettings> decoder_settings() {
   if (d.device == "cpu" && !args.score_through_decoder) {
     const jtok::DecoderChoice def;
     if (d.precision != def.precision || d.table_rows != def.table_rows || d.cuda_graphs != def.cuda_graphs ||
-        args.kv_dtype != "auto" || args.max_prefill != 512)
-      jtok::fail("eval: --precision, --kv-dtype, --table-rows and --max-prefill are for a decoder (--device cuda)");
+        d.int8_decode != def.int8_decode || args.kv_dtype != "auto" || args.max_prefill != 512)
+      jtok::fail(
+          "eval: --precision, --kv-dtype, --table-rows, --cuda-graphs, --int8-decode and --max-prefill are "
+          "for a decoder (--device cuda)");
     return std::nullopt;
   }
   jtok::check_decoder_choice(d);  // --device cuda: the GPU, or why not

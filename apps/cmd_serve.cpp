@@ -74,7 +74,10 @@ std::unique_ptr<jtok::Decoder> make_serve_decoder(const jtok::Model& m, const jt
   s.page_tokens = args.page_tokens;
   s.max_seqs = eo.max_batch;
   s.kv_tokens = eo.kv_budget_tokens + eo.max_batch * args.page_tokens;
-  std::fprintf(stderr, "serve: %s\n", jtok::cuda::decoder_plan_line(jtok::cuda::decoder_memory_plan(m.cfg, s)).c_str());
+  std::fprintf(
+      stderr, "serve: %s\n",
+      jtok::cuda::decoder_plan_line(jtok::cuda::decoder_memory_plan(m.cfg, s, m.lowp.dtype == jtok::Dtype::int8))
+          .c_str());
   return jtok::make_decoder(m, "cuda", s);
 }
 

@@ -51,10 +51,20 @@ void add_cuda_graphs_option(CLI::App* sub, std::string& value) {
       ->check(CLI::IsMember({"on", "off"}));
 }
 
-bool cuda_graphs_on(const std::string& value) {
-  if (value != "on" && value != "off") fail("--cuda-graphs must be on or off, got '", value, "'");
+void add_int8_decode_option(CLI::App* sub, std::string& value) {
+  sub->add_option("--int8-decode", value,
+                  "--device cuda, an int8 export (jtok export --weight-dtype int8): on (default: decode steps read "
+                  "its int8 matrices as stored, half of bf16's bytes; prefills multiply the bf16 copy) or off (the "
+                  "bf16 copy alone)")
+      ->check(CLI::IsMember({"on", "off"}));
+}
+
+bool on_off(const std::string& value, const char* flag) {
+  if (value != "on" && value != "off") fail(flag, " must be on or off, got '", value, "'");
   return value == "on";
 }
+
+bool cuda_graphs_on(const std::string& value) { return on_off(value, "--cuda-graphs"); }
 
 // trainer_state.json's eos_token_ids (written by `jtok import`), those within the vocabulary; empty
 // when it has none (a trained checkpoint) or cannot be read.
@@ -126,6 +136,7 @@ void add_decoder_options(CLI::App* sub, DecoderChoice& c) {
                   "keeps them) or staged (gathered by the host into pinned memory, copied)")
       ->check(CLI::IsMember({"auto", "hbm", "in_place", "staged"}));
   add_cuda_graphs_option(sub, c.cuda_graphs);
+  add_int8_decode_option(sub, c.int8_decode);
 }
 
 void check_decoder_choice(const DecoderChoice& c) {
@@ -136,6 +147,8 @@ void check_decoder_choice(const DecoderChoice& c) {
   if (c.precision == "bf16") fail("--precision is for --device cuda (the CPU decodes in fp32: bf16 weights are a `jtok export --weight-dtype bf16` checkpoint)");
   if (c.table_rows != "auto") fail("--table-rows is for --device cuda (the CPU reads the rows where --tables keeps them)");
   if (c.cuda_graphs != "on") fail("--cuda-graphs is for --device cuda");
+  if (c.int8_decode != "on")
+    fail("--int8-decode is for --device cuda (the CPU multiplies an int8 export's matrices as stored)");
 }
 
 cuda::DecoderSettings decoder_settings(const DecoderChoice& c, bool kv_bf16) {
@@ -144,6 +157,7 @@ cuda::DecoderSettings decoder_settings(const DecoderChoice& c, bool kv_bf16) {
   s.kv_bf16 = kv_bf16;
   s.table_rows = c.table_rows;
   s.cuda_graphs = cuda_graphs_on(c.cuda_graphs);
+  s.int8_decode = on_off(c.int8_decode, "--int8-decode");
   return s;
 }
 

@@ -26,6 +26,10 @@ std::string resolve_checkpoint(const std::string& path);
 // (cuda::DecoderSettings::cuda_graphs; off: launched kernel by kernel, the same bits).
 void add_cuda_graphs_option(CLI::App* sub, std::string& value);
 bool cuda_graphs_on(const std::string& value);  // "on" or "off" (else it fails naming the flag)
+// --int8-decode on | off (cuda::DecoderSettings::int8_decode: an int8 export's decode steps read its
+// int8 matrices as stored, or the bf16 copy alone).
+void add_int8_decode_option(CLI::App* sub, std::string& value);
+bool on_off(const std::string& value, const char* flag);  // "on" or "off" (else it fails naming flag)
 
 // A checkpoint loaded for inference: its directory, config, weights and tokenizer.
 struct LoadedCheckpoint {
@@ -68,10 +72,10 @@ std::string attach_table_store(Model& m, const TableSource& src, const std::stri
 LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const TableSource& src, bool on_cpu);
 
 // Where `generate`, `serve` and `eval` decode: --device cpu | cuda, and for cuda --precision bf16 |
-// fp32 (auto: bf16), --table-rows auto | hbm | in_place | staged and --cuda-graphs on | off
-// (cuda::DecoderSettings).
+// fp32 (auto: bf16), --table-rows auto | hbm | in_place | staged, --cuda-graphs on | off and
+// --int8-decode on | off (cuda::DecoderSettings).
 struct DecoderChoice {
-  std::string device = "cpu", precision = "auto", table_rows = "auto", cuda_graphs = "on";
+  std::string device = "cpu", precision = "auto", table_rows = "auto", cuda_graphs = "on", int8_decode = "on";
 };
 void add_decoder_options(CLI::App* sub, DecoderChoice& c);
 // --device cuda: the GPU or require_cuda_device()'s error, before anything is read; --precision bf16

@@ -5,7 +5,9 @@
 // the next of enough weight copies to pass 256 MiB, so the weights come from HBM, not L2 (50 MiB).
 // Where the input is the hidden size (C 1024: an RMSNorm's output in the decoder) also the product
 // with the norm inside (RowNorm, the decoder's decode steps) against rmsnorm_forward then the
-// product, two launches (normed_us, norm_then_us).
+// product, two launches (normed_us, norm_then_us). And the same product of int8 weights
+// (row_invariant_linear_q8: an int8 export's decode steps; q8_us, q8_gbs of its int8 bytes, and
+// q8_speedup = row_invariant_us / q8_us: whether int8 pays at that shape and M).
 // Built with the CUDA kernels (target bench_cuda_row_invariant; not a test: timings are no check):
 //   build/bench_cuda_row_invariant [reps]     (default 50)
 // Prints one JSON line a (shape, M): microseconds a call and the weights' GB/s for each (and the
@@ -33,6 +35,31 @@ struct Shape {
   const char* name;
   int64_t C, OC;
 };
+
+// row_invariant_linear_q8's microseconds a call, its int8 weights cycled through 256 MiB of copies
+// (the values: a constant byte and scale, no timing depends on them).
+template <typename Out>
+double q8_us(const Shape& s, int64_t M, const bf16* x, Out* out, int reps) {
+  const size_t wn = static_cast<size_t>(s.C * s.OC), copies = ((size_t{256} << 20) + wn - 1) / wn;
+  std::vector<int8_t*> q(copies);
+  float* scale = nullptr;
+  JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scale), static_cast<size_t>(s.OC) * sizeof(float)));
+  JTOK_CUDA_CHECK(cudaMemset(scale, 0, static_cast<size_t>(s.OC) * sizeof(float)));
+  for (int8_t*& p : q) {
+    JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), wn));
+    JTOK_CUDA_CHECK(cudaMemset(p, 3, wn));
+  }
+  const double us =
+      1e3 * jtok::bench::event_time_ms(
+                [&](int i) {
+                  const jtok::cuda::Q8Weight w{q[static_cast<size_t>(i) % copies], scale};
+                  jtok::cuda::row_invariant_linear_q8<bf16, Out>(out, x, w, nullptr, M, s.C, s.OC, false, nullptr);
+                },
+                reps);
+  for (int8_t* p : q) cudaFree(p);
+  cudaFree(scale);
+  return us;
+}
 
 // One shape at M rows: bf16 out, or fp32 (the LM head's logits).
 template <typename Out>
@@ -67,11 +94,13 @@ void run(jtok::cuda::Matmul& mm, const Shape& s, int64_t M, int reps) {
       jtok::cuda::row_invariant_linear<bf16, Out>(out, xn, weight(i), nullptr, M, s.C, s.OC, false, nullptr);
     }, reps);
   }
-  const double gb = static_cast<double>(wbytes) / 1e9;
-  std::printf("{\"shape\": \"%s\", \"C\": %lld, \"OC\": %lld, \"M\": %lld, \"row_invariant_us\": %.2f, "
-              "\"row_invariant_gbs\": %.0f, \"cublaslt_us\": %.2f, \"cublaslt_gbs\": %.0f",
-              s.name, static_cast<long long>(s.C), static_cast<long long>(s.OC), static_cast<long long>(M), ri,
-              gb / (ri * 1e-6), lt, gb / (lt * 1e-6));
+  const double gb = static_cast<double>(wbytes) / 1e9, q8 = q8_us<Out>(s, M, x, out, reps);
+  std::printf(
+      "{\"shape\": \"%s\", \"C\": %lld, \"OC\": %lld, \"M\": %lld, \"row_invariant_us\": %.2f, "
+      "\"row_invariant_gbs\": %.0f, \"cublaslt_us\": %.2f, \"cublaslt_gbs\": %.0f, \"q8_us\": %.2f, "
+      "\"q8_gbs\": %.0f, \"q8_speedup\": %.2f",
+      s.name, static_cast<long long>(s.C), static_cast<long long>(s.OC), static_cast<long long>(M), ri,
+      gb / (ri * 1e-6), lt, gb / (lt * 1e-6), q8, gb / 2 / (q8 * 1e-6), ri / q8);
   if (s.C == 1024) std::printf(", \"normed_us\": %.2f, \"norm_then_us\": %.2f", normed, norm_then);
   std::printf("}\n");
   for (bf16* p : w) cudaFree(p);

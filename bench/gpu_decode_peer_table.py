@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The table of bench/gpu_decode_peer.sh: reads OUT/ours_dense.json, OUT/ours_jtokm.json,
+"""The table of bench/gpu_decode_peer.sh: reads OUT/ours_dense.json, OUT/ours_int8.json (dense, its
+matrices int8: "dense int8", its ratio to dense in the "/ dense" column), OUT/ours_jtokm.json,
 OUT/ours_beyond.json and OUT/ours_disk.json (where `--runs beyond` / `disk` made them; disk: JTok-M
 n_e 5 from a table store on disk, a row "disk store, staged" beside n_e 5's placements), OUT/peer.json (one JSON line a run: `jtok bench-decode`, bench/hf_decode_peer.py) and prints
 markdown: per batch, prefill and decode tok/s, TPOT, ours / the peer, JTok-M / dense and JTok-M's
@@ -17,7 +18,7 @@ import json
 import os
 import sys
 
-RUNS = (("ours_dense", "ours", "dense"), ("ours_jtokm", "ours", "jtokm"), ("ours_beyond", "ours", "jtokm"),
+RUNS = (("ours_dense", "ours", "dense"), ("ours_int8", "ours", "dense int8"), ("ours_jtokm", "ours", "jtokm"), ("ours_beyond", "ours", "jtokm"),
         ("ours_disk", "ours", "jtokm"), ("peer", "peer", "dense"))
 ASKED_ONLY = ("ours_beyond", "ours_disk")  # runs of --runs beyond / disk: "not run" unless asked for
 GOAL_TOK_S = {1: 1000, 16: 10000}
@@ -59,7 +60,7 @@ def goal_cell(device, row, kind):
     if row.get("overhead") is not None:
         g = GOAL_OVERHEAD[kind]
         return f"within {100 * g:.0f} % of hbm: {'met' if row['overhead'] <= g else 'MISSED'}"
-    if kind == "decode" and row["batch"] in GOAL_TOK_S and row["model"] == "dense":
+    if kind == "decode" and row["batch"] in GOAL_TOK_S and row["model"] in ("dense", "dense int8"):
         g = GOAL_TOK_S[row["batch"]]
         return f">= {g:,} tok/s: {'met' if row['decode_tok_s'] >= g else 'MISSED'}"
     return "-"
@@ -92,7 +93,7 @@ def make_rows(out):
         jtokm = r["model"].startswith("jtokm")
         v = r[key(r)]
         r["vs_peer"] = v / peer[key(r)] if r["engine"] == "ours" and peer else None
-        r["vs_dense"] = v / dense[key(r)] if jtokm and dense else None
+        r["vs_dense"] = v / dense[key(r)] if (jtokm or r["model"] == "dense int8") and dense else None
         r["overhead"] = 1 - v / hbm[key(r)] if jtokm and hbm and r is not hbm else None
     return rows, missing
 
@@ -103,7 +104,7 @@ def print_tables(rows, missing, device, gpu_bytes):
     if decode:
         d = decode[0]
         print(f"Decode ({device}): prompt {d['prompt']}, {d['line']['new_tokens']} greedy steps per sequence\n")
-        print("| engine | model | tables | batch | prefill tok/s | decode tok/s | TPOT ms | ours / peer | JTok-M / dense | vs hbm | goal |")
+        print("| engine | model | tables | batch | prefill tok/s | decode tok/s | TPOT ms | ours / peer | / dense | vs hbm | goal |")
         print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
         for r in decode:
             print(f"| {r['label']} | {r['model']} | {r['tables']} | {r['batch']} | {fmt(r['prefill_tok_s'])} | "
@@ -111,7 +112,7 @@ def print_tables(rows, missing, device, gpu_bytes):
                   f"{fmt(r['vs_dense'], '.3f')} | {pct(r['overhead'])} | {goal_cell(device, r, 'decode')} |")
     if prefill:
         print(f"\nPrefill of one {prefill[0]['prompt']}-token prompt ({device})\n")
-        print("| engine | model | tables | prefill tok/s | ms | ours / peer | JTok-M / dense | vs hbm | goal |")
+        print("| engine | model | tables | prefill tok/s | ms | ours / peer | / dense | vs hbm | goal |")
         print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
         for r in prefill:
             print(f"| {r['label']} | {r['model']} | {r['tables']} | {fmt(r['prefill_tok_s'])} | "

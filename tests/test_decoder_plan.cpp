@@ -162,6 +162,30 @@ TEST(DecoderPlan, Qwen3At4096ByHand) {
   EXPECT_EQ(decoder_attention_scratch(R, 1, 4096, 128, 1 << 24), paged_attention_scratch(1, 4096, 128, 1 << 24));
 }
 
+// An int8 export's matrices as decode steps read them: per layer q | k | v (1024 -> 4096), o (2048 ->
+// 1024), gate | up (1024 -> 6144), down (3072 -> 1024), and the tied head (Vp x 1024), a scale a row;
+// counted only for an int8 export with int8_decode on. MoE layers' experts are not among them.
+TEST(DecoderPlan, Int8MatricesByHand) {
+  ModelConfig c = qwen3_0_6b();
+  const int64_t d = 1024, Vp = 151936;
+  const DecoderQ8Sizes z = decoder_q8_sizes(c);
+  EXPECT_EQ(z.values, 28 * (4096 * d + d * 2048 + 6144 * d + d * 3072) + Vp * d);
+  EXPECT_EQ(z.rows, 28 * (4096 + 1024 + 6144 + 1024) + Vp);
+  EXPECT_EQ(z.bytes(), z.values + 4 * z.rows);
+  EXPECT_EQ(z.values, param_count(c) - 28 * (2 * 1024 + 2 * 128) - 1024);  // all but the norms: every matrix
+  DecoderSettings s;
+  EXPECT_EQ(decoder_memory_plan(c, s).int8_weights, 0);
+  const DecoderMemoryPlan p = decoder_memory_plan(c, s, true);
+  EXPECT_EQ(p.int8_weights, z.bytes());
+  EXPECT_EQ(p.total(), decoder_memory_plan(c, s).total() + z.bytes());
+  EXPECT_NE(decoder_plan_line(p).find("int8 weights 0.56"), std::string::npos) << decoder_plan_line(p);
+  s.int8_decode = false;
+  EXPECT_EQ(decoder_memory_plan(c, s, true).int8_weights, 0);
+  c.model_type = "jtok_moe";  // layers 1..27 MoE: their attention matrices only
+  ASSERT_TRUE(c.moe_on_layer(1) && !c.moe_on_layer(0));
+  EXPECT_EQ(decoder_q8_sizes(c).values, 28 * (4096 * d + d * 2048) + (6144 * d + d * 3072) + Vp * d);
+}
+
 TEST(DecoderPlan, RefusalNamesTheLargestItems) {
   ModelConfig c = qwen3_0_6b();
   c.jtokm = true;

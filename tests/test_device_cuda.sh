@@ -40,7 +40,7 @@ if $JTOK train --config "$T/none.json" --out "$T/run" --device tpu > "$T/out" 2>
 grep -q -- "--device" "$T/out" || fail "--device tpu: the error does not name the option: $(cat "$T/out")"
 # `generate --device cuda` and `serve --device cuda` (issue 40) stop the same way before the checkpoint
 # is read (with a GPU: the missing checkpoint is what stops them); serve binds no port first.
-# --precision / --table-rows are the GPU decoder's: with --device cpu they are refused, named.
+# --precision / --table-rows / --int8-decode are the GPU decoder's: with --device cpu they are refused, named.
 [ "$want" = '.*none\.json' ] && want='checkpoint .*none does not exist'
 for cmd in "generate --prompt x" "serve --port 0"; do
   # shellcheck disable=SC2086  # cmd is three words
@@ -50,7 +50,7 @@ for cmd in "generate --prompt x" "serve --port 0"; do
   grep -Eq "^jtok: error: $want" "$T/out" || fail "$cmd --device cuda: expected /$want/, got: $(cat "$T/out")"
   ! grep -q "on http://" "$T/out" || fail "$cmd --device cuda: listened before failing: $(cat "$T/out")"
   echo "$cmd: $(grep '^jtok: error' "$T/out")"
-  for opt in "--precision bf16" "--table-rows hbm"; do
+  for opt in "--precision bf16" "--table-rows hbm" "--int8-decode off"; do
     # shellcheck disable=SC2086
     if $JTOK $cmd --checkpoint "$T/none" $opt > "$T/out" 2>&1; then fail "$cmd $opt on the CPU accepted"; fi
     grep -q "^jtok: error: ${opt% *} is for --device cuda" "$T/out" || fail "$cmd $opt on the CPU: $(cat "$T/out")"

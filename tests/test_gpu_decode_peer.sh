@@ -42,7 +42,7 @@ else
 fi
 rc=0
 PYTHON=$PY PEER_ARGS=$PEER_ARGS bash bench/gpu_decode_peer.sh --data "$T/data" --jtok "$JTOK" --out "$T/out" \
-  --config "$T/cfg.json" --device cpu --tiny --runs "dense jtokm beyond disk peer" --beyond-n-e 3 --store-dir "$T/store1" \
+  --config "$T/cfg.json" --device cpu --tiny --runs "dense int8 jtokm beyond disk peer" --beyond-n-e 3 --store-dir "$T/store1" \
   --store-cache-mb 1 > "$T/run.out" 2>&1 || rc=$?
 [ $rc = 0 ] || { cat "$T/run.out"; exit 1; }
 grep -q "^plan: disk store: JTok-M n_e 5's f32 tables (0.0 GB) written to $T/store1 (.* free), a 1 MB row cache" "$T/run.out" ||
@@ -54,7 +54,8 @@ grep -q "^plan: beyond (JTok-M n_e 3) tables: 6 of 512 x 64: f32 0.0 GB" "$T/run
 "$PY" - "$T/out" "$HF" <<'PY'
 import json, sys
 out, hf = sys.argv[1], sys.argv[2] == "1"
-lines = {n: [json.loads(x) for x in open(f"{out}/{n}.json")] for n in ("ours_dense", "ours_jtokm", "ours_beyond", "ours_disk", "peer")}
+lines = {n: [json.loads(x) for x in open(f"{out}/{n}.json")]
+         for n in ("ours_dense", "ours_int8", "ours_jtokm", "ours_beyond", "ours_disk", "peer")}
 for n, ls in lines.items():
     assert [(j["run"], j["batch"]) for j in ls] == [("decode", 1), ("decode", 4), ("prefill", 1)], (n, ls)
     for j in ls:
@@ -66,6 +67,9 @@ m = lines["ours_jtokm"][0]["model"]
 assert m["jtokm"] and m["jtokm_n_e"] == 5 and m["jtokm_top_k"] == 2 and m["jtokm_layers"] == 2 and m["tables"] == 10, m
 assert m["table_dtype"] == "f32" and m["hidden_size"] == 64 and m["layers"] == 2, m
 assert not lines["ours_dense"][0]["model"]["jtokm"] and lines["ours_dense"][0]["model"]["tables"] == 0
+assert lines["ours_dense"][0]["model"]["weight_dtype"] == "f32" and lines["ours_int8"][0]["model"]["weight_dtype"] == "int8"
+# the same prompts; the int8 matrices' own greedy tokens (the CPU's int8 kernels here)
+assert [j["prompt_fnv1a"] for j in lines["ours_int8"]] == [j["prompt_fnv1a"] for j in lines["ours_dense"]]
 k = lines["ours_disk"][0]["model"]  # the same model, its tables written to a store and read from there
 assert k["tables_in"] == "disk" and k["tables"] == 10 and k["table_dtype"] == "f32" and k["table_cache_mb"] == 1, k
 assert k["store_bytes"] >= 10 * 512 * 64 * 4 and k["store_write_s"] > 0 and k["table_reads"], k
@@ -83,10 +87,11 @@ got = sorted((r["run"], r["kind"], r["batch"]) for r in t["rows"])
 assert got == sorted((n, k, b) for n in lines for k, b in (("decode", 1), ("decode", 4), ("prefill", 1))), got
 for r in t["rows"]:
     assert (r["vs_peer"] is not None and r["vs_peer"] > 0) == (r["engine"] == "ours"), r
-    assert (r["vs_dense"] is not None) == r["model"].startswith("jtokm") and r["overhead"] is None, r
+    assert (r["vs_dense"] is not None) == (r["model"].startswith("jtokm") or r["model"] == "dense int8"), r
+    assert r["overhead"] is None, r
 assert {r["model"] for r in t["rows"] if r["run"] == "ours_beyond"} == {"jtokm n_e 3"}, t["rows"]
 md = open(f"{out}/table.md").read()
-for row in ("| ours | dense | - | 1 |", "| ours | dense | - | 4 |", "| ours | jtokm | cpu | 1 |", "| ours | jtokm | cpu | 4 |",
+for row in ("| ours | dense | - | 1 |", "| ours | dense | - | 4 |", "| ours | dense int8 | - | 4 |", "| ours | jtokm | cpu | 1 |", "| ours | jtokm | cpu | 4 |",
             "| ours | dense | - | ", "| ours | jtokm | cpu | ", "| ours | jtokm n_e 3 | cpu | 4 |",
             "| ours | jtokm | disk store, cpu | 1 |", "| ours | jtokm | disk store, cpu | 4 |",
             "Tables beyond the GPU's memory (not seen): JTok-M n_e 3, K 2, every layer", "| cpu | 0.0 | - | 4 | "):
@@ -114,6 +119,7 @@ line() {  # line RUN BATCH PREFILL DECODE [TABLE_ROWS [TOKENS]]
   echo "{\"run\": \"$1\", \"batch\": $2, \"prompt\": 512, \"new_tokens\": 128, \"prefill_tok_s\": $3, \"decode_tok_s\": $4, \"tpot_ms\": 1.0, \"device\": \"cuda\", \"table_rows\": \"${5:--}\", \"prompt_fnv1a\": \"p$2\", \"tokens_fnv1a\": \"${6:-t$2}\", \"engine\": \"x\"}"
 }
 { line decode 1 40000 1200; line decode 16 90000 9000; } > "$T/tab/ours_dense.json"
+{ line decode 1 39000 1500; line decode 16 88000 9900; } > "$T/tab/ours_int8.json"  # dense, int8 matrices
 { line decode 1 30000 1000 hbm; line decode 1 29000 990 in_place; line decode 1 28000 900 staged t9
   line decode 16 80000 8000 hbm; line decode 16 79000 7900 in_place; line decode 16 70000 7980 staged; } > "$T/tab/ours_jtokm.json"
 { line decode 1 800 16 | sed 's/"engine": "x"/"engine": "hf_transformers", "transformers": "5.17"/'
@@ -127,6 +133,8 @@ echo '{"ram_bytes": 120000000000, "gpu_bytes": 80000000000}' > "$T/tab/plan.json
 "$PY" bench/gpu_decode_peer_table.py "$T/tab" > "$T/tab.md"
 for row in "| ours | dense | - | 1 | 40,000.0 | 1,200.0 | 1.000 | 75.00 | - | - | >= 1,000 tok/s: met |" \
            "| ours | dense | - | 16 | 90,000.0 | 9,000.0 | 1.000 | 37.50 | - | - | >= 10,000 tok/s: MISSED |" \
+           "| ours | dense int8 | - | 1 | 39,000.0 | 1,500.0 | 1.000 | 93.75 | 1.250 | - | >= 1,000 tok/s: met |" \
+           "| ours | dense int8 | - | 16 | 88,000.0 | 9,900.0 | 1.000 | 41.25 | 1.100 | - | >= 10,000 tok/s: MISSED |" \
            "| ours | jtokm | hbm | 1 | 30,000.0 | 1,000.0 | 1.000 | 62.50 | 0.833 | - | - |" \
            "| ours | jtokm | in_place | 1 | 29,000.0 | 990.0 | 1.000 | 61.88 | 0.825 | +1.00 % | within 2 % of hbm: met |" \
            "| ours | jtokm | staged | 1 | 28,000.0 | 900.0 | 1.000 | 56.25 | 0.750 | +10.00 % | within 2 % of hbm: MISSED |" \

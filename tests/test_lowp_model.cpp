@@ -217,6 +217,38 @@ TEST(LowpModel, DecodeStepIsBatchInvariant) {
   fs::remove_all(dir);
 }
 
+// convert_model_to_lowp (bench-decode's random models) makes the model an export loads as: the same
+// matrices, bytes and scales, in the same slots, the same params (the slots zeroed), the same logits.
+TEST(LowpModel, InMemoryConversionIsTheExportsModel) {
+  const fs::path dir = fs::temp_directory_path() / ("jtok_lowp_mem_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (bool moe : {false, true})
+    for (auto t : {Dtype::bf16, Dtype::int8}) {
+      SCOPED_TRACE(std::string(moe ? "moe " : "dense ") + dtype_name(t));
+      Model m = make_model(lowp_config(moe), 23);
+      const Model loaded = export_and_load(m, t, dir / "a.safetensors", false);
+      convert_model_to_lowp(m, t);
+      EXPECT_EQ(m.lowp.dtype, t);
+      EXPECT_EQ(m.params, loaded.params);
+      const std::vector<LowpSlot> a = lowp_slots(m), b = lowp_slots(loaded);
+      ASSERT_EQ(a.size(), b.size());
+      ASSERT_GT(a.size(), 4u);
+      for (size_t i = 0; i < a.size(); ++i) {
+        const WeightMatrix &x = a[i].w, &y = b[i].w;
+        ASSERT_EQ(a[i].offset, b[i].offset) << i;
+        ASSERT_TRUE(x.dtype == y.dtype && x.rows == y.rows && x.cols == y.cols) << i;
+        EXPECT_EQ(0, std::memcmp(x.data, y.data, static_cast<size_t>(x.rows * x.cols) * (t == Dtype::bf16 ? 2 : 1)));
+        if (t == Dtype::int8) {
+          EXPECT_EQ(0, std::memcmp(x.scale, y.scale, sizeof(float) * static_cast<size_t>(x.rows)));
+        }
+      }
+      const std::vector<int32_t> seq = {3, 17, 99, 250, 4, 8};
+      EXPECT_EQ(last_logits(m, seq), last_logits(loaded, seq));
+      expect_error([&] { convert_model_to_lowp(m, t); }, {"already"});
+    }
+  fs::remove_all(dir);
+}
+
 TEST(LowpModel, Bf16Dense) { check_lowp_model(false, Dtype::bf16, 1.5e-2, 1); }
 TEST(LowpModel, Int8Dense) { check_lowp_model(false, Dtype::int8, 5e-2, 3); }
 TEST(LowpModel, Int8MoeWithJTokM) { check_lowp_model(true, Dtype::int8, 5e-2, 3); }

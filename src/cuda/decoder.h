@@ -41,6 +41,11 @@ struct DecoderSettings {
   bool cuda_graphs = true;
   // Time each decode step's phases (last_step()); eager. JTOK_PROFILE=1 in the environment sets it.
   bool profile = false;
+  // An int8 export (`jtok export --weight-dtype int8`): decode steps read its int8 matrices as stored
+  // (cuda/row_invariant_linear.h's _q8 products: half of bf16's bytes, each weight q * scale in fp32)
+  // beside the copy in E that prefills multiply (cuBLASLt); off: the copy in E alone. MoE's experts
+  // and JTok-M's router read the copy either way.
+  bool int8_decode = true;
 };
 
 // The last decode step's phases (settings.profile or JTOK_PROFILE=1 in the environment: the step

@@ -50,6 +50,13 @@ RowNorm<E> row_norm(const DecoderState<E>& st, const E* gain) {
   return {gain, static_cast<float>(st.cfg.rms_norm_eps)};
 }
 
+// Layer l's int8 matrices when a step of R rows reads them (an int8 export's decode step,
+// settings.int8_decode: row_invariant_linear_q8's products), else null.
+template <typename E>
+const DecoderQ8::Layer* q8_layer(const DecoderState<E>& st, size_t l, int64_t R) {
+  return st.q8.on() && norm_in_product(st, R) ? &st.q8.layers[l] : nullptr;
+}
+
 // The layer's q | k | v rows (R, qd + 2 kvd) = a [Wq; Wk; Wv]^T (+ [bq; bk; bv]) in one product: the
 // three weights (and biases) lie back to back in the flat parameters (require_fused_layout), and each
 // output element's bits are its own column's (row_invariant_linear for a decode step). normed: a = the
@@ -60,7 +67,9 @@ void qkv_rows(DecoderState<E>& st, size_t l, int64_t R, bool normed) {
   const DeviceLayerView<E>& W = st.w.layers[l];
   DecoderActs<E>& A = st.acts;
   const int64_t d = c.hidden_size, OC = c.q_dim() + 2 * c.kv_dim();
-  if (normed)
+  if (const DecoderQ8::Layer* q8 = q8_layer(st, l, R))
+    row_invariant_linear_q8<E, E>(A.qkv.get(), A.h.get(), q8->qkv, W.bq, R, d, OC, false, st.s(), row_norm(st, W.ln1));
+  else if (normed)
     row_invariant_linear<E, E>(A.qkv.get(), A.h.get(), W.wq, W.bq, R, d, OC, false, st.s(), row_norm(st, W.ln1));
   else
     linear_forward<E, E>(st.mm, A.qkv.get(), A.a.get(), W.wq, W.bq, R, d, OC, false, st.s());
@@ -136,7 +145,10 @@ void attention_half(DecoderState<E>& st, size_t l, const StepShape& sh) {
   ready_qkv(st, l, R);  // the pages get every row's k, v first: a chunk's later rows read its earlier ones
   if (sh.fresh) attention_forward(A.att.get(), A.lse.get(), A.q.get(), A.k.get(), A.v.get(), 1, R, H, KV, hd, s);
   else attend_pages(st, l, sh);
-  linear_forward<E, E>(st.mm, A.h.get(), A.att.get(), W.wo, nullptr, R, qd, d, true, s);
+  if (const DecoderQ8::Layer* q8 = q8_layer(st, l, R))
+    row_invariant_linear_q8<E, E>(A.h.get(), A.att.get(), q8->o, nullptr, R, qd, d, true, s);
+  else
+    linear_forward<E, E>(st.mm, A.h.get(), A.att.get(), W.wo, nullptr, R, qd, d, true, s);
 }
 
 // Whether layer l's MLP update norms h itself: a dense layer's decode step (row_invariant_swiglu
@@ -160,14 +172,20 @@ void mlp_update_rows(DecoderState<E>& st, size_t l, int64_t R, E* out, bool accu
     return;
   }
   const int64_t d = st.cfg.hidden_size, F = st.cfg.intermediate_size;
-  if (mlp_norms_inside(st, l, R)) {  // a decode step: the norm's, the product's and SwiGLU's bits, one kernel
+  const DecoderQ8::Layer* q8 = q8_layer(st, l, R);  // a decode step of an int8 export: in the same kernels
+  if (q8) {
+    row_invariant_swiglu_q8<E>(A.act.get(), A.h.get(), q8->gate_up, R, d, F, st.s(), row_norm(st, W.ln2));
+  } else if (mlp_norms_inside(st, l, R)) {  // a decode step: the norm's, the product's and SwiGLU's bits, one kernel
     row_invariant_swiglu<E>(A.act.get(), A.h.get(), W.wg, R, d, F, st.s(), row_norm(st, W.ln2));
   } else {
     E* gu = A.gate_up.get();
     linear_forward<E, E>(st.mm, gu, A.x.get(), W.wg, nullptr, R, d, 2 * F, false, st.s());
     swiglu_forward(A.act.get(), gu, gu + F, R, F, 2 * F, st.s());
   }
-  linear_forward<E, E>(st.mm, out, A.act.get(), W.wd, nullptr, R, F, d, accumulate, st.s());
+  if (q8)
+    row_invariant_linear_q8<E, E>(out, A.act.get(), q8->down, nullptr, R, F, d, accumulate, st.s());
+  else
+    linear_forward<E, E>(st.mm, out, A.act.get(), W.wd, nullptr, R, F, d, accumulate, st.s());
 }
 
 // JTok's gate of layer l (its rows in slot 0 of rows layer k): h += mlp_out * (1 + s Norm(E[x])).
@@ -256,6 +274,11 @@ void head_forward(DecoderState<E>& st, int64_t first, int64_t n) {
              first, "..", first + n - 1);
   cudaStream_t s = st.s();
   const E* h = A.h.get() + first * d;
+  if (norm_in_product(st, n) && st.q8.on()) {  // an int8 export's decode step: its int8 head
+    row_invariant_linear_q8<E, float>(A.logits.get(), h, st.q8.head, nullptr, n, d, Vp, false, s,
+                                      row_norm(st, st.w.norm));
+    return;
+  }
   if (norm_in_product(st, n)) {  // the final norm inside the LM head's product
     row_invariant_linear<E, float>(A.logits.get(), h, st.w.lm_head, nullptr, n, d, Vp, false, s,
                                    row_norm(st, st.w.norm));

@@ -61,6 +61,7 @@ template <typename E>
 DecoderLayerKinds layer_kinds(DecoderState<E>& st, const Model& host) {
   DecoderLayerKinds k = decoder_layer_kinds(st.cfg);
   k.gated = false;
+  k.int8 = host.lowp.dtype == Dtype::int8 && st.settings.int8_decode;
   for (const LayerView& W : host.w.layers) {
     st.jtok_gated.push_back(W.jtok_scale && !jtok_gate_is_one(W.jtok_scale, st.cfg.hidden_size) ? 1 : 0);
     k.gated |= st.jtok_gated.back() != 0;
@@ -244,6 +245,7 @@ void setup_decoder(DecoderState<E>& st, const Model& host, const DecoderSettings
   const DecoderLayerKinds kinds = layer_kinds(st, host);
   plan_memory(st, kinds);
   upload_weights(st, host);
+  if (kinds.int8) upload_q8(st.q8, host);
   setup_kv(st);
   setup_rows(st, host, decoder_max_rows(s));
   JTOK_CHECK(st.jtokm_layers == kinds.jtokm_layers, "cuda decoder: ", st.jtokm_layers, " JTok-M layers, planned ",
@@ -259,6 +261,7 @@ std::string describe_decoder(const DecoderState<E>& st) {
   const double mib = static_cast<double>(2 * kv.layers) * static_cast<double>(kv.pool_bytes()) / (1024.0 * 1024.0);
   std::string weights = std::is_same_v<E, float> ? "fp32 weights" : "bf16 weights";
   if (!st.weights_from.empty()) weights += " (the checkpoint's " + st.weights_from + " matrices, dequantised at load)";
+  if (st.q8.on()) weights += "; decode steps read the int8 matrices as stored";
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "cuda decoder on %s: %s, %s KV in %lld pages of %lld positions (%.1f MiB), batch %lld, "

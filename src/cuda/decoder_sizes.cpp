@@ -133,6 +133,19 @@ int64_t param_count(const ModelConfig& c) {
 
 }  // namespace
 
+DecoderQ8Sizes decoder_q8_sizes(const ModelConfig& c) {
+  const int64_t d = c.hidden_size, F = c.intermediate_size, qkv = c.q_dim() + 2 * c.kv_dim();
+  DecoderQ8Sizes z{c.padded_vocab() * d, c.padded_vocab()};  // the LM head
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    z.values += qkv * d + d * c.q_dim();
+    z.rows += qkv + d;
+    if (c.moe_on_layer(l)) continue;  // MoE's experts decode from the copy in E
+    z.values += 2 * F * d + d * F;
+    z.rows += 2 * F + d;
+  }
+  return z;
+}
+
 DecoderMemoryPlan decoder_memory_plan(const ModelConfig& c, const DecoderSettings& s, const DecoderLayerKinds& k,
                                       bool hbm_tables, bool staged_rows, const DecoderCubBytes& cub) {
   const int64_t eb = s.bf16 ? 2 : 4, context = c.max_position_embeddings, d = c.hidden_size;
@@ -152,17 +165,21 @@ DecoderMemoryPlan decoder_memory_plan(const ModelConfig& c, const DecoderSetting
     p.hbm_tables = hbm_tables ? eb * k.table_slots * r.table : 0;
     p.host_pinned += 4 * r.ids + (staged_rows ? eb * r.out : 0);
   }
+  p.int8_weights = k.int8 ? decoder_q8_sizes(c).bytes() : 0;
   return p;
 }
 
-DecoderMemoryPlan decoder_memory_plan(const ModelConfig& c, const DecoderSettings& s) {
-  return decoder_memory_plan(c, s, decoder_layer_kinds(c), s.table_rows == "hbm", s.table_rows == "staged");
+DecoderMemoryPlan decoder_memory_plan(const ModelConfig& c, const DecoderSettings& s, bool int8_export) {
+  DecoderLayerKinds k = decoder_layer_kinds(c);
+  k.int8 = int8_export && s.int8_decode;
+  return decoder_memory_plan(c, s, k, s.table_rows == "hbm", s.table_rows == "staged");
 }
 
 std::vector<std::pair<std::string, int64_t>> DecoderMemoryPlan::items() const {
-  return {{"weights", weights},       {"KV pages", kv_pages}, {"activations", activations},
-          {"attention scratch", attention_scratch}, {"logits blocks", logits}, {"table row slots", row_slots},
-          {"hbm tables", hbm_tables}};
+  return {{"weights", weights},         {"KV pages", kv_pages},
+          {"activations", activations}, {"attention scratch", attention_scratch},
+          {"logits blocks", logits},    {"table row slots", row_slots},
+          {"hbm tables", hbm_tables},   {"int8 weights", int8_weights}};
 }
 
 std::string decoder_plan_line(const DecoderMemoryPlan& p) {
@@ -191,6 +208,7 @@ const char* shrink_hint(const std::string& item) {
   if (item == "logits blocks") return "they scale with --max-batch (at least 32 rows)";
   if (item == "table row slots") return "they scale with max(--max-batch, --max-prefill) rows: a smaller --max-prefill";
   if (item == "hbm tables") return "--table-rows in_place (or staged) reads the host's tables instead";
+  if (item == "int8 weights") return "--int8-decode off decodes from the bf16 copy alone";
   return "";
 }
 

@@ -14,6 +14,7 @@
 //                    max_batch logit digests and their inputs (cuda/logit_digest.h)
 //   row_slots        StepRows' (slots, R, d) rows of E, the ids and their dedup
 //   hbm_tables       table_rows "hbm": a device copy of every table (slots x Vp x d of E)
+//   int8_weights     an int8 export's matrices that decode steps read as stored (decoder_q8_sizes)
 // host_pinned (not GPU memory, not in total): the pinned staging of the step's ints, logits, JTok-M
 // choices and, staged, the rows (slots, R, d).
 #pragma once
@@ -57,10 +58,20 @@ struct DecoderLayerKinds {
   bool gated = false;         // a JTok layer whose scaler is not all ones (the gated path)
   int64_t jtokm_layers = 0;   // layers with a JTok-M router
   int64_t table_slots = 0;    // token tables read a step: JTok's one a layer, JTok-M's n_e a layer
+  bool int8 = false;          // an int8 export whose decode steps read its int8 matrices (settings.int8_decode)
 };
 // From the config: every JTok layer counted as gated (the set-up reads the scalers: an all-ones
 // scaler takes the plain path and drops mlp_out, nrows, inv_norm).
 DecoderLayerKinds decoder_layer_kinds(const ModelConfig& c);
+
+// An int8 export's matrices as a decode step reads them (settings.int8_decode; cuda/decoder_state.h's
+// DecoderQ8): every layer's q | k | v and o, a dense layer's gate | up and down, and the LM head
+// (Vp, d; the embedding's when tied): `values` int8 weights, `rows` fp32 scales.
+struct DecoderQ8Sizes {
+  int64_t values = 0, rows = 0;
+  int64_t bytes() const { return values + 4 * rows; }
+};
+DecoderQ8Sizes decoder_q8_sizes(const ModelConfig& c);
 
 // The forward arrays of an MoE block over N rows (cuda/model_moe.h's DeviceMoeActs; size_moe_acts).
 struct MoeActSizes {
@@ -116,10 +127,10 @@ constexpr int64_t kDecoderHeadroomBytes = int64_t{256} << 20;
 
 struct DecoderMemoryPlan {
   int64_t weights = 0, kv_pages = 0, activations = 0, attention_scratch = 0, logits = 0, row_slots = 0;
-  int64_t hbm_tables = 0;
+  int64_t hbm_tables = 0, int8_weights = 0;
   int64_t host_pinned = 0;  // not GPU memory
   int64_t total() const {
-    return weights + kv_pages + activations + attention_scratch + logits + row_slots + hbm_tables;
+    return weights + kv_pages + activations + attention_scratch + logits + row_slots + hbm_tables + int8_weights;
   }
   // (name, bytes) of the GPU items, in the order above.
   std::vector<std::pair<std::string, int64_t>> items() const;
@@ -127,8 +138,9 @@ struct DecoderMemoryPlan {
 // staged_rows: the rows go through pinned staging (host_pinned only).
 DecoderMemoryPlan decoder_memory_plan(const ModelConfig& c, const DecoderSettings& s, const DecoderLayerKinds& k,
                                       bool hbm_tables, bool staged_rows, const DecoderCubBytes& cub = {});
-// From the config alone (decoder_layer_kinds; table_rows "hbm" decides hbm_tables, "staged" the staging).
-DecoderMemoryPlan decoder_memory_plan(const ModelConfig& c, const DecoderSettings& s);
+// From the config alone (decoder_layer_kinds; table_rows "hbm" decides hbm_tables, "staged" the staging);
+// int8_export: the model's matrices are an int8 export's (with s.int8_decode: the int8 weights item).
+DecoderMemoryPlan decoder_memory_plan(const ModelConfig& c, const DecoderSettings& s, bool int8_export = false);
 // One line: "GPU memory plan 6.10 GiB: weights 1.11, KV pages 0.44 (... pages), ..., host pinned 0.01 GiB".
 std::string decoder_plan_line(const DecoderMemoryPlan& p);
 // "" when total + kDecoderHeadroomBytes fits in free_bytes; else why, naming the three largest items

@@ -29,6 +29,7 @@
 #include "cuda/model.h"
 #include "cuda/model_moe.h"
 #include "cuda/paged_kv.h"
+#include "cuda/row_invariant_linear.h"
 #include "cuda/step_rows.h"
 #include "model/transformer.h"
 
@@ -132,6 +133,22 @@ class DecodeGraphs {
   std::map<DecodeShape, Captured> graphs_;
 };
 
+// An int8 export's matrices as stored, for the decode steps' products (settings.int8_decode): one
+// run of int8 values and one of their rows' scales, laid out as decoder_q8_sizes counts them (per
+// layer q | k | v, o, then a dense layer's gate | up, down; the LM head last). A layer's gate_up and
+// down are null on MoE layers (their experts read the copy in E); on() false: none (not an int8
+// export, or int8_decode off).
+struct DecoderQ8 {
+  struct Layer {
+    Q8Weight qkv, o, gate_up, down;
+  };
+  DeviceArray<int8_t> values;
+  DeviceArray<float> scales;
+  std::vector<Layer> layers;
+  Q8Weight head;
+  bool on() const { return head.q != nullptr; }
+};
+
 template <typename E>
 struct DecoderState {
   OwnedStream stream;  // first: destroyed last
@@ -140,6 +157,7 @@ struct DecoderState {
   DeviceInfo info;
   DeviceArray<E> params;                   // (n_params) host.params, rounded to E
   std::string weights_from;                // "bf16" / "int8": an export's matrices, dequantised; "": fp32
+  DecoderQ8 q8;                            // an int8 export's matrices as stored (settings.int8_decode)
   DeviceView<E> w;                         // views of params at the host's offsets
   DeviceArray<float> rope_cos, rope_sin;   // (rope_T, hd/2): the CPU's own table
   int64_t rope_T = 0;
@@ -179,6 +197,9 @@ struct StepShape {
   bool timed = false;
   bool digest = false;
 };
+
+// decoder_q8.cu: host's int8 matrices into q8 as decoder_q8_sizes lays them out (host an int8 export).
+void upload_q8(DecoderQ8& q8, const Model& host);
 
 // decoder_setup.cu: what the decoder does not run (check_device_supported's, settings out of range,
 // JTok-M past the kernels' tables, an unknown table_rows), refused by name before anything is made.

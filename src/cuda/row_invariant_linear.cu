@@ -11,6 +11,7 @@
 // warp_rms_scale as rmsnorm_forward), and each loaded element x becomes x * rstd * gain rounded to
 // In, rmsnorm_forward's stored value, before the sums: the product's input is that norm's output.
 #include <climits>
+#include <type_traits>
 
 #include "core/error.h"
 #include "cuda/check.h"
@@ -52,6 +53,33 @@ __device__ __forceinline__ void load_elems(float (&v)[8], const __nv_bfloat16* r
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j) v[j] = e0 + j < C ? __bfloat162float(row[e0 + j]) : 0.0f;
+}
+
+// A lane's V int8 weights q[e0..e0+V) of a row whose scale is s, as fp32 q * s (one rounded product
+// each: the value model/lowp_weights.h's dequantisation gives, so an fp32 product of the dequantised
+// matrix has the same bits), 0 past C. One V-byte load when vec (the row V-byte aligned, C a multiple
+// of V), else byte by byte.
+template <int V>
+__device__ __forceinline__ void load_q8(float (&v)[V], const int8_t* row, float s, int64_t e0, int64_t C, bool vec) {
+  static_assert(V == 4 || V == 8, "int8 weights go with fp32 (V 4) or bf16 (V 8) inputs");
+  if (vec && e0 < C) {
+    unsigned u[V / 4];
+    if constexpr (V == 4) {
+      u[0] = __ldg(reinterpret_cast<const unsigned*>(row + e0));
+    } else {
+      const uint2 q = __ldg(reinterpret_cast<const uint2*>(row + e0));
+      u[0] = q.x;
+      u[1] = q.y;
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) {  // byte j sign-extended: the int8 value
+      const int q = static_cast<int>(u[j / 4] << (24 - 8 * (j % 4))) >> 24;
+      v[j] = __fmul_rn(static_cast<float>(q), s);
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) v[j] = e0 + j < C ? __fmul_rn(static_cast<float>(row[e0 + j]), s) : 0.0f;
 }
 
 // The group's rows' RMSNorm scales into rstd (G), rmsnorm_forward's own: row r0 + g by warp g mod 4.
@@ -183,12 +211,15 @@ __device__ __forceinline__ int64_t weight_row(int c, int64_t col0, int64_t OC) {
 // (MoE's experts): block (b, i) takes expert e = g.experts[i] (none past *g.num_experts), its rows
 // g.offsets[e] .. g.offsets[e+1] - 1 and its weight at weight + e g.stride; M is not read. A row's
 // operations are the same either way (a template parameter: the plain kernels keep their registers).
-template <typename In, typename Out, int G, bool Swiglu, bool Grouped>
+// Wt: In (the weights in the inputs' type) or int8_t (Q8Weight: q * wscale[row], not grouped).
+template <typename In, typename Out, typename Wt, int G, bool Swiglu, bool Grouped>
 __global__ void __launch_bounds__(kThreads)
-    row_invariant_linear_kernel(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C,
-                                int64_t OC, bool accumulate, bool vec, const In* gain, float eps,
+    row_invariant_linear_kernel(Out* out, const In* inp, const Wt* weight, const float* wscale, const Out* bias,
+                                int64_t M, int64_t C, int64_t OC, bool accumulate, bool vec, const In* gain, float eps,
                                 ExpertRows g) {
   constexpr int V = kVec<In>;
+  constexpr bool kQ8 = std::is_same_v<Wt, int8_t>;
+  static_assert(!(kQ8 && Grouped), "int8 experts are not grouped");
   __shared__ float partial[kWarps][kCols * G];
   __shared__ float rstd[G];  // with a norm: the group's rows' scales
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -201,6 +232,9 @@ __global__ void __launch_bounds__(kThreads)
     first = g.offsets[e], M = g.offsets[e + 1];
     weight += e * g.stride;
   }
+  float wsc[kCols];  // int8: the block's weight rows' scales
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) wsc[c] = kQ8 ? __ldg(wscale + weight_row<Swiglu>(c, col0, OC)) : 0.0f;
   for (int64_t r0 = first; r0 < M; r0 += G) {
     if (gain) group_rstd<In, G>(rstd, inp, r0, M, C, eps);
     float acc[kCols * G];
@@ -210,7 +244,13 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t e0 = k * 32 * V + lane * V;
       float w[kCols][V], gw[V];
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) load_elems(w[c], weight + weight_row<Swiglu>(c, col0, OC) * C, e0, C, vec);
+      for (int c = 0; c < kCols; ++c) {
+        const Wt* row = weight + weight_row<Swiglu>(c, col0, OC) * C;
+        if constexpr (kQ8)
+          load_q8<V>(w[c], row, wsc[c], e0, C, vec);
+        else
+          load_elems(w[c], row, e0, C, vec);
+      }
       if (gain) load_elems(gw, gain, e0, C, vec);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
@@ -233,39 +273,47 @@ __global__ void __launch_bounds__(kThreads)
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // One product's arguments, as the launches pass them on. Grouped (groups.offsets set): M is
-// groups.max_rows (it picks G).
-template <typename In, typename Out>
+// groups.max_rows (it picks G). Wt int8_t: wscale holds the weight rows' scales.
+template <typename In, typename Out, typename Wt = In>
 struct ProductArgs {
   Out* out;
-  const In *inp, *weight;
+  const In* inp;
+  const Wt* weight;
   const Out* bias;
   int64_t M, C, OC;
   bool accumulate;
   RowNorm<In> norm;
   ExpertRows groups;
+  const float* wscale = nullptr;
 };
 
-template <typename In, typename Out, int G, bool Swiglu, bool Grouped>
-void launch(const ProductArgs<In, Out>& p, cudaStream_t stream) {
-  // A 16-byte load of every expert's rows needs the stride to keep the alignment too.
-  const bool vec = aligned16(p.inp) && aligned16(p.weight) && (!p.norm.gain || aligned16(p.norm.gain)) &&
-                   (p.C * static_cast<int64_t>(sizeof(In))) % 16 == 0 &&
-                   (p.groups.stride * static_cast<int64_t>(sizeof(In))) % 16 == 0;
+template <typename In, typename Out, typename Wt, int G, bool Swiglu, bool Grouped>
+void launch(const ProductArgs<In, Out, Wt>& p, cudaStream_t stream) {
+  // A lane's loads: 16 bytes of inputs, V weights (16 bytes, int8 V bytes); every expert's rows keep
+  // the alignment when the stride is a multiple of V too.
+  constexpr int64_t V = kVec<In>;
+  const bool vec = aligned16(p.inp) && reinterpret_cast<uintptr_t>(p.weight) % (V * sizeof(Wt)) == 0 &&
+                   (!p.norm.gain || aligned16(p.norm.gain)) && p.C % V == 0 && p.groups.stride % V == 0;
   const int64_t blocks = Swiglu ? (p.OC / 2 + 1) / 2 : (p.OC + kCols - 1) / kCols;
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(Grouped ? p.groups.max_experts : 1));
-  row_invariant_linear_kernel<In, Out, G, Swiglu, Grouped><<<grid, kThreads, 0, stream>>>(
-      p.out, p.inp, p.weight, p.bias, p.M, p.C, p.OC, p.accumulate, vec, p.norm.gain, p.norm.eps, p.groups);
+  row_invariant_linear_kernel<In, Out, Wt, G, Swiglu, Grouped><<<grid, kThreads, 0, stream>>>(
+      p.out, p.inp, p.weight, p.wscale, p.bias, p.M, p.C, p.OC, p.accumulate, vec, p.norm.gain, p.norm.eps, p.groups);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
 // The fewest rows a pass that hold M (up to 16): no idle accumulators at M = 1, 2, 4, 8, 16.
-template <typename In, typename Out, bool Swiglu, bool Grouped = false>
-void launch_rows(const ProductArgs<In, Out>& p, cudaStream_t stream) {
-  if (p.M == 1) launch<In, Out, 1, Swiglu, Grouped>(p, stream);
-  else if (p.M == 2) launch<In, Out, 2, Swiglu, Grouped>(p, stream);
-  else if (p.M <= 4) launch<In, Out, 4, Swiglu, Grouped>(p, stream);
-  else if (p.M <= 8) launch<In, Out, 8, Swiglu, Grouped>(p, stream);
-  else launch<In, Out, 16, Swiglu, Grouped>(p, stream);
+template <typename In, typename Out, bool Swiglu, bool Grouped = false, typename Wt = In>
+void launch_rows(const ProductArgs<In, Out, Wt>& p, cudaStream_t stream) {
+  if (p.M == 1)
+    launch<In, Out, Wt, 1, Swiglu, Grouped>(p, stream);
+  else if (p.M == 2)
+    launch<In, Out, Wt, 2, Swiglu, Grouped>(p, stream);
+  else if (p.M <= 4)
+    launch<In, Out, Wt, 4, Swiglu, Grouped>(p, stream);
+  else if (p.M <= 8)
+    launch<In, Out, Wt, 8, Swiglu, Grouped>(p, stream);
+  else
+    launch<In, Out, Wt, 16, Swiglu, Grouped>(p, stream);
 }
 
 }  // namespace
@@ -286,6 +334,26 @@ void row_invariant_swiglu(T* out, const T* inp, const T* weight, int64_t M, int6
     fail("cuda row_invariant_swiglu: bad shape M ", M, " C ", C, " F ", F);
   if (M == 0) return;
   launch_rows<T, T, true>({out, inp, weight, nullptr, M, C, 2 * F, false, norm, {}}, stream);
+}
+
+template <typename In, typename Out>
+void row_invariant_linear_q8(Out* out, const In* inp, const Q8Weight& weight, const Out* bias, int64_t M, int64_t C,
+                             int64_t OC, bool accumulate, cudaStream_t stream, const RowNorm<In>& norm) {
+  if (M < 0 || C < 1 || OC < 1 || (OC + kCols - 1) / kCols > INT_MAX || !weight.q || !weight.scale)
+    fail("cuda row_invariant_linear_q8: bad shape M ", M, " C ", C, " OC ", OC, " or no int8 weight / scales");
+  if (M == 0) return;
+  ProductArgs<In, Out, int8_t> p{out, inp, weight.q, bias, M, C, OC, accumulate, norm, {}, weight.scale};
+  launch_rows<In, Out, false, false, int8_t>(p, stream);
+}
+
+template <typename T>
+void row_invariant_swiglu_q8(T* out, const T* inp, const Q8Weight& weight, int64_t M, int64_t C, int64_t F,
+                             cudaStream_t stream, const RowNorm<T>& norm) {
+  if (M < 0 || C < 1 || F < 1 || (F + 1) / 2 > INT_MAX || !weight.q || !weight.scale)
+    fail("cuda row_invariant_swiglu_q8: bad shape M ", M, " C ", C, " F ", F, " or no int8 weight / scales");
+  if (M == 0) return;
+  ProductArgs<T, T, int8_t> p{out, inp, weight.q, nullptr, M, C, 2 * F, false, norm, {}, weight.scale};
+  launch_rows<T, T, true, false, int8_t>(p, stream);
 }
 
 namespace {
@@ -335,5 +403,16 @@ template void row_invariant_swiglu<bf16>(bf16*, const bf16*, const bf16*, int64_
 JTOK_ROW_INVARIANT_EXPERTS_INSTANTIATE(float)
 JTOK_ROW_INVARIANT_EXPERTS_INSTANTIATE(bf16)
 #undef JTOK_ROW_INVARIANT_EXPERTS_INSTANTIATE
+#define JTOK_ROW_INVARIANT_Q8_INSTANTIATE(In, Out)                                                               \
+  template void row_invariant_linear_q8<In, Out>(Out*, const In*, const Q8Weight&, const Out*, int64_t, int64_t, \
+                                                 int64_t, bool, cudaStream_t, const RowNorm<In>&);
+JTOK_ROW_INVARIANT_Q8_INSTANTIATE(float, float)
+JTOK_ROW_INVARIANT_Q8_INSTANTIATE(bf16, bf16)
+JTOK_ROW_INVARIANT_Q8_INSTANTIATE(bf16, float)
+#undef JTOK_ROW_INVARIANT_Q8_INSTANTIATE
+template void row_invariant_swiglu_q8<float>(float*, const float*, const Q8Weight&, int64_t, int64_t, int64_t,
+                                             cudaStream_t, const RowNorm<float>&);
+template void row_invariant_swiglu_q8<bf16>(bf16*, const bf16*, const Q8Weight&, int64_t, int64_t, int64_t,
+                                            cudaStream_t, const RowNorm<bf16>&);
 
 }  // namespace jtok::cuda

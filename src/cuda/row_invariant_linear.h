@@ -15,7 +15,8 @@
 // At small M (a decode step) this is weight streaming: each weight read once a group of rows.
 // No atomics; capturable in a CUDA graph (a plain launch).
 //
-// Instantiated for (In, Out) = (float, float), (__nv_bfloat16, __nv_bfloat16), (__nv_bfloat16, float).
+// Instantiated for (In, Out) = (float, float), (__nv_bfloat16, __nv_bfloat16), (__nv_bfloat16, float);
+// the weights in In, or int8 with a scale a row (row_invariant_linear_q8).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -50,6 +51,27 @@ void row_invariant_linear(Out* out, const In* inp, const In* weight, const Out* 
 template <typename T>
 void row_invariant_swiglu(T* out, const T* inp, const T* weight, int64_t M, int64_t C, int64_t F,
                           cudaStream_t stream, const RowNorm<T>& norm = {});
+
+// An int8 matrix (OC, C) with one fp32 scale a row (`jtok export --weight-dtype int8`'s symmetric
+// per-row form, model/lowp_weights.h): W[o][c] = q[o][c] * scale[o].
+struct Q8Weight {
+  const int8_t* q = nullptr;     // (OC, C)
+  const float* scale = nullptr;  // (OC)
+};
+
+// row_invariant_linear / row_invariant_swiglu of an int8 weight, read as it is stored (a byte a
+// weight: the weight streaming of a decode step reads half of bf16's bytes): each weight becomes
+// q * scale, one rounded fp32 product, as it is loaded, then the same sums in the same order. So
+// with fp32 inputs the bits are those of the fp32 product of the dequantised matrix
+// (model/lowp_weights.h's params_block_f32), and with bf16 inputs the product is of bf16 inputs and
+// fp32 weights (no bf16 rounding of the weights). Not for MoE's grouped experts. In float (V 4) or
+// __nv_bfloat16 (V 8): the row's 4 or 8 bytes a lane.
+template <typename In, typename Out>
+void row_invariant_linear_q8(Out* out, const In* inp, const Q8Weight& weight, const Out* bias, int64_t M, int64_t C,
+                             int64_t OC, bool accumulate, cudaStream_t stream, const RowNorm<In>& norm = {});
+template <typename T>
+void row_invariant_swiglu_q8(T* out, const T* inp, const Q8Weight& weight, int64_t M, int64_t C, int64_t F,
+                             cudaStream_t stream, const RowNorm<T>& norm = {});
 
 // MoE's rows grouped by expert on the device (cuda/moe.h's moe_group): expert e = experts[i], for
 // i < *num_experts, owns rows offsets[e] .. offsets[e+1] - 1; its weight lies at weight + e stride.

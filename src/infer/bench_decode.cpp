@@ -269,7 +269,9 @@ std::vector<nlohmann::json> bench_decode(const Model& m, const BenchDecodeOption
     const cuda::DecoderSettings settings = run_settings(opt, mode);
     if (opt.device == "cuda") {
       cuda::reset_device_bytes_peak();  // the last mode's decoder is gone: this mode's peak from here
-      std::fprintf(stderr, "bench-decode: %s\n", cuda::decoder_plan_line(cuda::decoder_memory_plan(m.cfg, settings)).c_str());
+      std::fprintf(
+          stderr, "bench-decode: %s\n",
+          cuda::decoder_plan_line(cuda::decoder_memory_plan(m.cfg, settings, m.lowp.dtype == Dtype::int8)).c_str());
     }
     std::unique_ptr<Decoder> dec = make_decoder(m, opt.device, settings);
     const nlohmann::json base = line_base(opt, mode.empty() ? opt.device : mode, dec->describe());

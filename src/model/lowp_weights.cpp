@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "core/error.h"
 #include "model/transformer.h"
@@ -254,6 +255,32 @@ void convert_to_lowp(StFile& st, const ModelConfig& c, Dtype t) {
     }
     it->second = std::move(out);
   }
+}
+
+void convert_model_to_lowp(Model& m, Dtype t) {
+  if (t == Dtype::f32) return;
+  JTOK_CHECK(!m.lowp.any(), "convert_model_to_lowp: the model's matrices are ", dtype_name(m.lowp.dtype), " already");
+  const std::set<std::string> names = lowp_matrix_names(m.cfg);
+  for (const ParamInfo& p : m.layout) {
+    if (!names.count(p.name)) continue;
+    JTOK_CHECK(p.shape.size() == 2, "convert_model_to_lowp: ", p.name, " is not a matrix");
+    const int64_t rows = p.shape[0], cols = p.shape[1];
+    float* w = m.params.data() + p.offset;
+    auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows * cols * (t == Dtype::bf16 ? 2 : 1)));
+    WeightMatrix* slot = lowp_slot(m, p.name);
+    *slot = {t, bytes->data(), nullptr, rows, cols};
+    if (t == Dtype::bf16) {
+      quantize_bf16(reinterpret_cast<uint16_t*>(bytes->data()), w, rows * cols);
+    } else {
+      auto scale = std::make_shared<std::vector<float>>(static_cast<size_t>(rows));
+      quantize_int8_rows(reinterpret_cast<int8_t*>(bytes->data()), scale->data(), w, rows, cols);
+      slot->scale = scale->data();
+      m.lowp.keep.push_back(scale);
+    }
+    m.lowp.keep.push_back(bytes);
+    std::fill(w, w + rows * cols, 0.0f);
+  }
+  m.lowp.dtype = t;
 }
 
 }  // namespace jtok

@@ -70,5 +70,9 @@ bool take_lowp_matrix(Model& m, const StIndex& idx, const std::string& name, con
 
 // Exporting: replaces every lowp_matrix_names tensor of st (F32) by its bf16 or int8 (+ scale) form.
 void convert_to_lowp(StFile& st, const ModelConfig& c, Dtype t);
+// The same in memory: m's own lowp_matrix_names matrices converted to t (bf16 / int8) into m.lowp,
+// their slots in m.params zeroed: the model an export of m loads as (bench-decode's random models).
+// t f32: nothing. m must hold fp32 matrices.
+void convert_model_to_lowp(Model& m, Dtype t);
 
 }  // namespace jtok
