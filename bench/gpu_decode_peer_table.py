@@ -6,7 +6,8 @@ n_e 5 from a table store on disk, a row "disk store, staged" beside n_e 5's plac
 markdown: per batch, prefill and decode tok/s, TPOT, ours / the peer, JTok-M / dense and JTok-M's
 overhead against its tables in HBM (1 - tok/s / hbm's), beside issue 40's goals (on a GPU: decode
 >= 1,000 tok/s at batch 1 and >= 10,000 at batch 16; host tables within 2 % of hbm in decode, 1 %
-in prefill); then the long prompt's prefill; then, for beyond, its tables' GB beside the GPU's
+in prefill), and the backbone's weight bytes a step reads over its TPOT (ours: "weight_gbs", against
+the GPU's HBM bandwidth); then the long prompt's prefill; then, for beyond, its tables' GB beside the GPU's
 memory (OUT/plan.json) and the peak GPU memory the decoder held, its decode against dense and
 against n_e 5's in the same place; then the checks (the same prompt ids in both engines,
 the same tokens from every table placement). A run that made no line gets a row saying why (its
@@ -104,12 +105,14 @@ def print_tables(rows, missing, device, gpu_bytes):
     if decode:
         d = decode[0]
         print(f"Decode ({device}): prompt {d['prompt']}, {d['line']['new_tokens']} greedy steps per sequence\n")
-        print("| engine | model | tables | batch | prefill tok/s | decode tok/s | TPOT ms | ours / peer | / dense | vs hbm | goal |")
-        print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+        print("| engine | model | tables | batch | prefill tok/s | decode tok/s | TPOT ms | ours / peer | / dense | vs hbm | goal "
+              "| weights GB/s |")
+        print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
         for r in decode:
             print(f"| {r['label']} | {r['model']} | {r['tables']} | {r['batch']} | {fmt(r['prefill_tok_s'])} | "
                   f"{fmt(r['decode_tok_s'])} | {fmt(r['tpot_ms'], '.3f')} | {fmt(r['vs_peer'], '.2f')} | "
-                  f"{fmt(r['vs_dense'], '.3f')} | {pct(r['overhead'])} | {goal_cell(device, r, 'decode')} |")
+                  f"{fmt(r['vs_dense'], '.3f')} | {pct(r['overhead'])} | {goal_cell(device, r, 'decode')} | "
+                  f"{fmt(r['line'].get('weight_gbs'), ',.0f')} |")
     if prefill:
         print(f"\nPrefill of one {prefill[0]['prompt']}-token prompt ({device})\n")
         print("| engine | model | tables | prefill tok/s | ms | ours / peer | / dense | vs hbm | goal |")

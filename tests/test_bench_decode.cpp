@@ -21,6 +21,7 @@
 #include "infer/bench_decode.h"
 #include "infer/generate.h"
 #include "model/inference_model.h"
+#include "model/lowp_weights.h"
 #include "model_test_util.h"
 
 using namespace jtok;
@@ -186,4 +187,42 @@ TEST(BenchDecode, TokensAreGreedyDecoding) {
   EXPECT_DOUBLE_EQ(j["tpot_ms"].get<double>(), 1e3 * M / j["decode_tok_s"].get<double>());
   EXPECT_EQ(lines[1]["run"], "prefill");
   EXPECT_EQ(lines[1]["prompt"], 10);
+}
+
+// The weight bytes a decode step reads, by hand: test_config (d 32, 3 layers, 4 / 2 heads of 8, F 48,
+// vocab 97 padded to 128; JTok-M on layers 1-2, n_e tables each) has per layer q | k | v 64 x 32,
+// o 32 x 32, gate | up 96 x 32, down 32 x 48, the head 128 x 32, and JTok-M's routers (n_e x 32).
+TEST(BenchDecode, StepWeightBytesByHand) {
+  ModelConfig c = test_config();
+  const int64_t d = 32, matrices = 3 * (64 * d + 32 * 32 + 96 * d + 32 * 48) + 128 * d,
+                rows = 3 * (64 + 32 + 96 + 32) + 128;
+  const int64_t routers = 2 * c.jtokm_n_e * d;
+  Model m = make_inference_model(c, 5, Dtype::f32);
+  cuda::DecoderSettings s;  // bf16
+  EXPECT_EQ(step_weight_bytes(m, "cpu", s), 4 * matrices + 4 * routers);
+  EXPECT_EQ(step_weight_bytes(m, "cuda", s), 2 * matrices + 2 * routers);
+  s.bf16 = false;
+  EXPECT_EQ(step_weight_bytes(m, "cuda", s), 4 * matrices + 4 * routers);
+  convert_model_to_lowp(m, Dtype::int8);
+  EXPECT_EQ(step_weight_bytes(m, "cpu", s), matrices + 4 * rows + 4 * routers);
+  EXPECT_EQ(step_weight_bytes(m, "cuda", s), matrices + 4 * rows + 4 * routers);
+  s.int8_decode = false;
+  EXPECT_EQ(step_weight_bytes(m, "cuda", s), 4 * matrices + 4 * routers);  // the dequantised copy
+  // An MoE layer: its router and shared experts instead of the dense MLP (its routed experts not counted).
+  c.model_type = "jtok_moe";  // layers 1-2: 8 experts, one shared of 256
+  Model moe = make_inference_model(c, 5, Dtype::f32);
+  const int64_t moe_matrices = matrices - 2 * (96 * d + 32 * 48);
+  EXPECT_EQ(step_weight_bytes(moe, "cpu", cuda::DecoderSettings{}),
+            4 * (moe_matrices + 2 * (8 * d + 3 * 256 * d) + routers));
+  // A whole step of the bench carries it, and its bandwidth over the TPOT.
+  ShardDir dir(400, c.vocab_size);
+  BenchDecodeOptions opt;
+  opt.prompt_len = 6;
+  opt.new_tokens = 3;
+  opt.repeat = 1;
+  opt.data = dir.dir;
+  const nlohmann::json j = bench_decode(m, opt).at(0);
+  EXPECT_EQ(j["step_weight_bytes"], matrices + 4 * rows + 4 * routers);
+  EXPECT_NEAR(j["weight_gbs"].get<double>(), j["step_weight_bytes"].get<double>() / j["tpot_ms"].get<double>() / 1e6,
+              1e-9 * j["weight_gbs"].get<double>());
 }

@@ -147,12 +147,43 @@ RunTimes prefill_run(Decoder& dec, const std::vector<int32_t>& prompt, int64_t p
   return t;
 }
 
+}  // namespace
+
+int64_t step_weight_bytes(const Model& m, const std::string& device, const cuda::DecoderSettings& s) {
+  const ModelConfig& c = m.cfg;
+  const bool cuda = device == "cuda";
+  const int64_t d = c.hidden_size, e = s.bf16 ? 2 : 4, plain = cuda ? e : 4;  // routers, and fp32 matrices
+  const cuda::DecoderQ8Sizes z = cuda::decoder_q8_sizes(c);                   // the matrices read in a decode step
+  int64_t bytes = 0;
+  if (m.lowp.dtype == Dtype::int8 && (!cuda || s.int8_decode))
+    bytes = z.values + 4 * z.rows;
+  else if (cuda)
+    bytes = e * z.values;
+  else
+    bytes = (m.lowp.dtype == Dtype::bf16 ? 2 : 4) * z.values;
+  // MoE layers: the router, and the shared experts in the matrices' bytes (the GPU: its copy in E).
+  const int64_t shared = cuda ? e : (m.lowp.dtype == Dtype::int8 ? 1 : m.lowp.dtype == Dtype::bf16 ? 2 : 4);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    if (c.moe_on_layer(l)) bytes += plain * c.n_routed_experts * d + shared * 3 * c.shared_intermediate() * d;
+  if (c.jtokm) bytes += plain * c.jtokm_num_layers() * c.jtokm_n_e * d;
+  return bytes;
+}
+
+namespace {
+
 // The fields every line of a mode carries.
-nlohmann::json line_base(const BenchDecodeOptions& opt, const std::string& mode, const std::string& describe) {
-  return {{"engine", "jtok"},      {"device", opt.device},     {"table_rows", mode},
-          {"decoder", describe},   {"precision", opt.settings.bf16 ? "bf16" : "fp32"},
-          {"kv_dtype", opt.settings.kv_bf16 ? "bf16" : "f32"},             {"model", opt.model},
-          {"warmup", opt.warmup},  {"repeat", opt.repeat}};
+nlohmann::json line_base(const BenchDecodeOptions& opt, const std::string& mode, const std::string& describe,
+                         int64_t weight_bytes) {
+  return {{"engine", "jtok"},
+          {"device", opt.device},
+          {"table_rows", mode},
+          {"decoder", describe},
+          {"precision", opt.settings.bf16 ? "bf16" : "fp32"},
+          {"kv_dtype", opt.settings.kv_bf16 ? "bf16" : "f32"},
+          {"model", opt.model},
+          {"warmup", opt.warmup},
+          {"repeat", opt.repeat},
+          {"step_weight_bytes", weight_bytes}};
 }
 
 // The medians of `repeat` decode runs of batch M as a line.
@@ -169,18 +200,27 @@ nlohmann::json decode_line(Decoder& dec, const BenchDecodeOptions& opt, nlohmann
     tpot.push_back(1e3 * last.decode_s / static_cast<double>(N));
     sample.push_back(1e3 * last.sample_s / static_cast<double>(N));
   }
-  j.update({{"run", "decode"}, {"batch", M}, {"prompt", P}, {"new_tokens", N},
-            {"prefill_tok_s", median(pre)}, {"decode_tok_s", median(dtok)}, {"tpot_ms", median(tpot)},
-            {"sample_ms_per_step", median(sample)}, {"rows_per_step", static_cast<double>(last.rows) / static_cast<double>(N)},
-            {"prefill_tok_s_each", pre}, {"decode_tok_s_each", dtok},
+  j.update({{"run", "decode"},
+            {"batch", M},
+            {"prompt", P},
+            {"new_tokens", N},
+            {"prefill_tok_s", median(pre)},
+            {"decode_tok_s", median(dtok)},
+            {"tpot_ms", median(tpot)},
+            {"weight_gbs", j["step_weight_bytes"].get<double>() / (median(tpot) * 1e-3) / 1e9},
+            {"sample_ms_per_step", median(sample)},
+            {"rows_per_step", static_cast<double>(last.rows) / static_cast<double>(N)},
+            {"prefill_tok_s_each", pre},
+            {"decode_tok_s_each", dtok},
             {"prompt_fnv1a", hex64(fnv1a64(prompts.data(), static_cast<size_t>(M * P) * sizeof(int32_t)))},
             {"tokens_fnv1a", hex64(fnv1a64(last.generated.data(), last.generated.size() * sizeof(int32_t)))}});
   add_peak_memory(j, opt.device);
   if (dec.last_graph_kernels() > 0) j["graph_kernels"] = dec.last_graph_kernels();  // the last step's graph
-  std::fprintf(stderr, "bench-decode %s %s batch %" PRId64 ": prefill %" PRId64 " x %" PRId64 " %.1f tok/s | decode %" PRId64
-               " steps %.1f tok/s, TPOT %.3f ms (host argmax %.3f ms) | peak RSS %.0f MB\n",
+  std::fprintf(stderr,
+               "bench-decode %s %s batch %" PRId64 ": prefill %" PRId64 " x %" PRId64 " %.1f tok/s | decode %" PRId64
+               " steps %.1f tok/s, TPOT %.3f ms (host argmax %.3f ms), weights read at %.1f GB/s | peak RSS %.0f MB\n",
                opt.device.c_str(), j["table_rows"].get<std::string>().c_str(), M, M, P, median(pre), N, median(dtok),
-               median(tpot), median(sample), peak_rss_mb());
+               median(tpot), median(sample), j["weight_gbs"].get<double>(), peak_rss_mb());
   if (means.steps > 0) {  // the decoder profiles (JTOK_PROFILE=1): the overlap of the rows with the layers
     j["step_breakdown"] = means.json();
     std::fprintf(stderr, "bench-decode %s batch %" PRId64 " %s\n", j["table_rows"].get<std::string>().c_str(), M,
@@ -274,7 +314,8 @@ std::vector<nlohmann::json> bench_decode(const Model& m, const BenchDecodeOption
           cuda::decoder_plan_line(cuda::decoder_memory_plan(m.cfg, settings, m.lowp.dtype == Dtype::int8)).c_str());
     }
     std::unique_ptr<Decoder> dec = make_decoder(m, opt.device, settings);
-    const nlohmann::json base = line_base(opt, mode.empty() ? opt.device : mode, dec->describe());
+    const nlohmann::json base =
+        line_base(opt, mode.empty() ? opt.device : mode, dec->describe(), step_weight_bytes(m, opt.device, settings));
     std::fprintf(stderr, "bench-decode: %s\n", dec->describe().c_str());
     for (int64_t w = 0; w < opt.warmup; ++w) {  // every shape once: caches, CUDA graphs, pages
       for (int64_t M : opt.batches) decode_run(*dec, prompts.data(), M, P, N, V);

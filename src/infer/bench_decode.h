@@ -49,6 +49,16 @@ std::vector<int32_t> shard_prompts(const std::string& data, int64_t sequences, i
 // Greedy argmax of each of M rows of V logits (ties to the lowest id), into out (M).
 void greedy_tokens(const float* logits, int64_t M, int64_t V, int32_t* out);
 
+// The bytes of backbone weights one decode step of at most 16 rows reads, each matrix once (weight
+// streaming): every layer's q, k, v and o, a dense layer's gate, up and down, an MoE layer's router
+// and shared experts (its routed experts, those the step's rows choose, are not counted), JTok-M's
+// routers and the LM head (Vp x d). A weight's bytes as the decoder holds it: the CPU f32 4, an
+// export's bf16 2 or int8 1 + a 4-byte scale a row (routers f32); the GPU its precision's 2 or 4,
+// and with int8_decode on an int8 export 1 + 4 a row for the matrices cuda::decoder_q8_sizes
+// counts. Norms, biases and token-table rows are not counted. Every line says it
+// ("step_weight_bytes"); a decode line also "weight_gbs", the bytes over its TPOT.
+int64_t step_weight_bytes(const Model& m, const std::string& device, const cuda::DecoderSettings& s);
+
 // Runs the benches; one JSON object per (mode, batch) run ("run": "decode") and per mode for the
 // long prompt ("run": "prefill"), each also printed as one human line on stderr as it finishes.
 std::vector<nlohmann::json> bench_decode(const Model& m, const BenchDecodeOptions& opt);
