@@ -507,7 +507,8 @@ TEST(Gguf, Qwen3MoeStacksTheExperts) {
       {[](ModelConfig& x) { x.n_shared_experts = 1; }, "shared experts"},
       {[](ModelConfig& x) { x.norm_topk_prob = false; }, "norm_topk_prob is false"},
       {[](ModelConfig& x) { x.first_k_dense_replace = 1; }, "layer 0 keeps a dense MLP"},
-      {[](ModelConfig& x) { x.mlp_only_layers = "1"; }, "layer 1 keeps a dense MLP"},
+      {[](ModelConfig& x) { x.mlp_only_layers = std::string(1, '1'); },
+       "layer 1 keeps a dense MLP"},  // not = "1": GCC 12 -Wrestrict false positive
       {[](ModelConfig& x) { x.qk_norm = false; }, "no qk_norm"}};
   for (const auto& [edit, part] : refused) {
     ModelConfig x = c;
