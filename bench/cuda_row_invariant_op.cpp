@@ -9,7 +9,8 @@
 // (row_invariant_linear_q8: an int8 export's decode steps; q8_us, q8_gbs of its int8 bytes, and
 // q8_speedup = row_invariant_us / q8_us: whether int8 pays at that shape and M).
 // Built with the CUDA kernels (target bench_cuda_row_invariant; not a test: timings are no check):
-//   build/bench_cuda_row_invariant [reps]     (default 50)
+//   build/bench_cuda_row_invariant [reps] [tiny]     (default 50; tiny: three small shapes, 1 MiB of
+//                                                    copies: the emulated GPU's run, its code not its timings)
 // Prints one JSON line a (shape, M): microseconds a call and the weights' GB/s for each (and the
 // normed pair's microseconds).
 #include <cuda_bf16.h>
@@ -17,6 +18,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "cuda/check.h"
@@ -31,6 +33,10 @@ using bf16 = __nv_bfloat16;
 
 using jtok::bench::device_randn;
 
+// Each shape's weights cycle through copies of at least this many bytes (HBM, not L2); tiny: 1 MiB.
+size_t g_copy_bytes = size_t{256} << 20;
+int64_t g_hidden = 1024;  // the products whose input is an RMSNorm's output (the normed pair)
+
 struct Shape {
   const char* name;
   int64_t C, OC;
@@ -40,7 +46,7 @@ struct Shape {
 // (the values: a constant byte and scale, no timing depends on them).
 template <typename Out>
 double q8_us(const Shape& s, int64_t M, const bf16* x, Out* out, int reps) {
-  const size_t wn = static_cast<size_t>(s.C * s.OC), copies = ((size_t{256} << 20) + wn - 1) / wn;
+  const size_t wn = static_cast<size_t>(s.C * s.OC), copies = (g_copy_bytes + wn - 1) / wn;
   std::vector<int8_t*> q(copies);
   float* scale = nullptr;
   JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scale), static_cast<size_t>(s.OC) * sizeof(float)));
@@ -65,7 +71,7 @@ double q8_us(const Shape& s, int64_t M, const bf16* x, Out* out, int reps) {
 template <typename Out>
 void run(jtok::cuda::Matmul& mm, const Shape& s, int64_t M, int reps) {
   const size_t wn = static_cast<size_t>(s.C * s.OC), wbytes = wn * sizeof(bf16);
-  const size_t copies = ((size_t{256} << 20) + wbytes - 1) / wbytes;
+  const size_t copies = (g_copy_bytes + wbytes - 1) / wbytes;
   std::vector<bf16*> w;
   for (size_t i = 0; i < copies; ++i) w.push_back(device_randn(wn, 10 + i, 0.05f));
   bf16* x = device_randn(static_cast<size_t>(M * s.C), 1, 1.0f);
@@ -81,7 +87,7 @@ void run(jtok::cuda::Matmul& mm, const Shape& s, int64_t M, int reps) {
   double normed = 0, norm_then = 0;
   bf16 *gain = nullptr, *xn = nullptr;
   float* rstd = nullptr;
-  if (s.C == 1024) {
+  if (s.C == g_hidden) {
     gain = device_randn(static_cast<size_t>(s.C), 3, 1.0f);
     xn = device_randn(static_cast<size_t>(M * s.C), 2, 1.0f);
     JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rstd), static_cast<size_t>(M) * sizeof(float)));
@@ -101,7 +107,7 @@ void run(jtok::cuda::Matmul& mm, const Shape& s, int64_t M, int reps) {
       "\"q8_gbs\": %.0f, \"q8_speedup\": %.2f",
       s.name, static_cast<long long>(s.C), static_cast<long long>(s.OC), static_cast<long long>(M), ri,
       gb / (ri * 1e-6), lt, gb / (lt * 1e-6), q8, gb / 2 / (q8 * 1e-6), ri / q8);
-  if (s.C == 1024) std::printf(", \"normed_us\": %.2f, \"norm_then_us\": %.2f", normed, norm_then);
+  if (s.C == g_hidden) std::printf(", \"normed_us\": %.2f, \"norm_then_us\": %.2f", normed, norm_then);
   std::printf("}\n");
   for (bf16* p : w) cudaFree(p);
   for (void* p : {static_cast<void*>(x), static_cast<void*>(out), static_cast<void*>(gain), static_cast<void*>(xn),
@@ -113,13 +119,19 @@ void run(jtok::cuda::Matmul& mm, const Shape& s, int64_t M, int reps) {
 
 int main(int argc, char** argv) {
   const int reps = argc >= 2 ? std::atoi(argv[1]) : 50;
-  const Shape shapes[] = {{"q", 1024, 2048},       {"k_v", 1024, 1024}, {"qkv", 1024, 4096}, {"gate_up", 1024, 3072},
-                          {"o", 2048, 1024},       {"down", 3072, 1024}, {"lm_head", 1024, 151936}};
+  const bool tiny = argc >= 3 && std::string(argv[2]) == "tiny";  // the emulated GPU's check (emulate_kernels.sh)
+  const std::vector<Shape> shapes =
+      tiny ? std::vector<Shape>{{"q", 64, 128}, {"down", 192, 64}, {"lm_head", 64, 1000}}
+           : std::vector<Shape>{{"q", 1024, 2048},        {"k_v", 1024, 1024}, {"qkv", 1024, 4096},
+                                {"gate_up", 1024, 3072},  {"o", 2048, 1024},   {"down", 3072, 1024},
+                                {"lm_head", 1024, 151936}};
+  if (tiny) g_copy_bytes = size_t{1} << 20, g_hidden = 64;
   try {
     jtok::cuda::Matmul mm;
     for (const Shape& s : shapes)
       for (int64_t M : {1, 4, 16}) {
-        if (s.OC > 100000) run<float>(mm, s, M, reps);
+        if (std::string(s.name) == "lm_head")
+          run<float>(mm, s, M, reps);  // fp32 logits
         else run<bf16>(mm, s, M, reps);
       }
   } catch (const std::exception& e) {

@@ -93,21 +93,25 @@ if [ $# -eq 0 ] || [ -n "${EMU_BENCH:-}" ]; then
     $CXX $LINK "$T"/dev/*.o "$T/bench_${src#*:}.o" $LIBS -o "$BENCH_DIR/bench_cuda_${src#*:}"
   done
 fi
-# bench_cuda_row_invariant has Qwen3-0.6B's shapes only (hours here): built, not run.
 run_benches() {
   OMP_NUM_THREADS=1 "$BENCH_DIR/bench_cuda_attention" 1 40 2 1 32 1 > "$T/attention.json"
+  OMP_NUM_THREADS=1 "$BENCH_DIR/bench_cuda_row_invariant" 1 tiny > "$T/row_invariant.json"
   OMP_NUM_THREADS=1 "$BENCH_DIR/bench_cuda_host_rows" --layers 2 --tables 3 --d 64 --vocab 3000 --decode 4 \
     --prefill 96 --reps 1 > "$T/host_rows.json"
   OMP_NUM_THREADS=1 "$BENCH_DIR/bench_cuda_grouped" 1 4 2 40 32 24 > "$T/grouped.json"
-  python3 - "$T/attention.json" "$T/host_rows.json" "$T/grouped.json" <<'PY'
+  python3 - "$T/attention.json" "$T/host_rows.json" "$T/grouped.json" "$T/row_invariant.json" <<'PY'
 import json, sys
 att = [json.loads(l) for l in open(sys.argv[1])]
 rows = [r for r in map(json.loads, open(sys.argv[2])) if "step" in r]  # (a decode step, a prefill) x 3 paths
 grp = [json.loads(l) for l in open(sys.argv[3])]
+ri = [json.loads(l) for l in open(sys.argv[4])]  # 3 shapes x M 1, 4, 16
 assert len(att) == 1 and att[0]["T"] == 40 and att[0]["fwd_ms"] > 0 and att[0]["bwd_tiles_ms"] > 0, att
 assert len(rows) == 6 and all(r["ms"] > 0 for r in rows), rows
 assert len(grp) == 1 and grp[0]["rows"] == 80 and grp[0]["fwd_ms"] > 0 and grp[0]["cublaslt_over_grouped"] > 0, grp
-print(f"emulated benches: bench_cuda_attention 1 line, bench_cuda_host_rows {len(rows)} lines, bench_cuda_grouped 1 line")
+assert len(ri) == 9 and all(r[k] > 0 for r in ri for k in ("row_invariant_us", "cublaslt_us", "q8_us", "q8_speedup")), ri
+assert [("normed_us" in r) for r in ri] == [True] * 3 + [False] * 3 + [True] * 3, ri
+print(f"emulated benches: bench_cuda_attention 1 line, bench_cuda_host_rows {len(rows)} lines, bench_cuda_grouped 1 line, "
+      f"bench_cuda_row_invariant {len(ri)} lines")
 PY
 }
 # The CI set in both thread orders (EMU_ORDER, emu_sched.cpp: a block's threads and a grid's blocks
