@@ -27,7 +27,7 @@ namespace cmd_bench_decode {
 
 struct Args {
   std::string config, checkpoint, table_dtype = "f32", precision = "auto", kv_dtype = "auto", cuda_graphs = "on";
-  std::string table_values = "hash", weight_dtype = "f32", int8_decode = "on";
+  std::string table_values = "hash", weight_dtype = "f32", int8_decode = "on", pdl = "off";
   std::vector<std::string> sets, table_rows;
   jtok::TableSource tables;
   jtok::BenchDecodeOptions bench;
@@ -111,8 +111,10 @@ void run() {
   if (!cuda && !args.table_rows.empty()) jtok::fail("bench-decode: --table-rows is for --device cuda");
   if (!cuda && args.cuda_graphs != "on") jtok::fail("bench-decode: --cuda-graphs is for --device cuda");
   if (!cuda && args.int8_decode != "on") jtok::fail("bench-decode: --int8-decode is for --device cuda");
+  if (!cuda && args.pdl != "off") jtok::fail("bench-decode: --pdl is for --device cuda");
   b.settings.cuda_graphs = jtok::cuda_graphs_on(args.cuda_graphs);
   b.settings.int8_decode = jtok::on_off(args.int8_decode, "--int8-decode");
+  b.settings.pdl = jtok::on_off(args.pdl, "--pdl");
   b.table_rows = args.table_rows;
   const jtok::Dtype dt = jtok::parse_dtype(args.table_dtype, "--table-dtype", {jtok::Dtype::f32, jtok::Dtype::bf16});
   nlohmann::json about;
@@ -168,6 +170,10 @@ void setup(CLI::App* sub) {
       ->delimiter(',');
   jtok::add_cuda_graphs_option(sub, args.cuda_graphs);
   jtok::add_int8_decode_option(sub, args.int8_decode);
+  sub->add_option("--pdl", args.pdl,
+                  "cuda: programmatic dependent launch in the decode steps' CUDA graphs: off (default) or on (a "
+                  "kernel's blocks launch while the one before it finishes; the same bits)")
+      ->check(CLI::IsMember({"on", "off"}));
   sub->add_option("--batch", b.batches, "sequences decoded together, a run each (comma-separated; default 1)")->delimiter(',');
   sub->add_option("--prompt-len", b.prompt_len, "prompt tokens of each sequence (default 512)");
   sub->add_option("--new-tokens", b.new_tokens, "decode steps after the prefill (default 128)");

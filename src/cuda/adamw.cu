@@ -6,6 +6,7 @@
 #include "cuda/adamw_element.cuh"
 #include "cuda/check.h"
 #include "cuda/common.cuh"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 
@@ -15,6 +16,7 @@ template <typename G>
 __global__ void __launch_bounds__(kAdamWThreads)
     adamw_kernel(float* p, __nv_bfloat16* p_bf16, const G* g, float* m, float* v, const AdamWSegment* segments,
                  int n_segments, AdamWKinds kinds, const float* grad_scale) {
+  pdl_wait();
   const int64_t b = blockIdx.x;
   int lo = 0, hi = n_segments - 1;  // the last segment whose first block is <= b
   while (lo < hi) {

@@ -11,15 +11,15 @@
 // warp width whatever hd is (32, 64 or 128). These are the fp32 path and the bf16 peer; bf16 calls
 // run the tensor-core kernels (attention_mma.cu, attention_mma_bwd.cu), which share this file's
 // shape checks and row terms.
-#include "cuda/attention.h"
-
 #include <cmath>
 #include <type_traits>
 
 #include "core/error.h"
+#include "cuda/attention.h"
 #include "cuda/attention_mma.h"
 #include "cuda/check.h"
 #include "cuda/common.cuh"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 namespace {
@@ -87,6 +87,7 @@ __device__ void online_softmax_step(float (&o)[kRowsPerWarp][HD / 32], float (&m
 template <int HD, typename E>
 __global__ void __launch_bounds__(kThreads) attn_fwd(E* out, float* lse, const E* q, const E* k, const E* v, AttnDims n,
                                                      float scale) {
+  pdl_wait();
   extern __shared__ float smem[];
   float *Qs = smem, *Ks = Qs + kTile * HD, *Vs = Ks + kTile * (HD + 1), *Ps = Vs + kTile * HD;
   const int r0 = (gridDim.x - 1 - blockIdx.x) * kTile, h = blockIdx.y, b = blockIdx.z, g = h / (n.H / n.KV);
@@ -133,6 +134,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd(E* out, float* lse, const E
 // row_terms (B,H,T): D = sum_i dout_i out_i per row; one warp per (b, t, h) row.
 template <int HD, typename E>
 __global__ void __launch_bounds__(kThreads) attn_row_terms(float* D, const E* dout, const E* out, AttnDims n) {
+  pdl_wait();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;  // (b * T + t) * H + h
   if (row >= static_cast<int64_t>(n.B) * n.T * n.H) return;
   const int lane = threadIdx.x % 32, h = static_cast<int>(row % n.H);
@@ -176,6 +178,7 @@ __device__ void backward_scores(float* Ps, float* dSs, const float* Qs, const fl
 template <int HD, typename E>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dq(E* dq, const E* dout, const float* lse, const float* D,
                                                         const E* q, const E* k, const E* v, AttnDims n, float scale) {
+  pdl_wait();
   extern __shared__ float smem[];
   float *Ks = smem, *Vs = Ks + kTile * (HD + 1), *Qs = Vs + kTile * (HD + 1), *dOs = Qs + kTile * HD;
   float *Ps = dOs + kTile * HD, *dSs = Ps + kTile * kTile;
@@ -219,6 +222,7 @@ template <int HD, typename E>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv(E* dk, E* dv, const E* dout, const float* lse,
                                                           const float* D, const E* q, const E* k, const E* v, AttnDims n,
                                                           float scale) {
+  pdl_wait();
   extern __shared__ float smem[];
   float *Ks = smem, *Vs = Ks + kTile * (HD + 1), *Qs = Vs + kTile * (HD + 1), *dOs = Qs + kTile * HD;
   float *Ps = dOs + kTile * HD, *dSs = Ps + kTile * kTile;

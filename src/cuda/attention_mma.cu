@@ -11,12 +11,12 @@
 // B 16: 128 blocks) larger row tiles would leave SMs idle (T / kRows x H x B blocks).
 // Fragment layouts: cuda/mma_bf16.cuh; a C fragment of scores is already the A fragment of P for
 // the product P V (FlashAttention-2).
-#include "cuda/attention_mma.h"
-
 #include <cmath>
 
+#include "cuda/attention_mma.h"
 #include "cuda/check.h"
 #include "cuda/mma_bf16.cuh"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 namespace {
@@ -120,6 +120,7 @@ __device__ void attend_tile(float (&o)[HD / 8][4], float (&m)[2], float (&l)[2],
 template <int HD>
 __global__ void __launch_bounds__(kThreads) attn_fwd_mma(bf16* out, float* lse, const bf16* q, const bf16* k,
                                                          const bf16* v, AttnDims n, float scale_log2) {
+  pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int ld = kRowStride<HD>, stage = 2 * kKeys * ld;  // a stage: Ks then Vs
   bf16 *Qs = reinterpret_cast<bf16*>(smem_raw), *KVs = Qs + kRows * ld;

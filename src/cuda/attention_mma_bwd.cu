@@ -16,6 +16,7 @@
 #include "cuda/attention_mma.h"
 #include "cuda/check.h"
 #include "cuda/mma_bf16.cuh"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 namespace {
@@ -141,6 +142,7 @@ template <int HD>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const float* lse,
                                                               const float* D, const bf16* q, const bf16* k,
                                                               const bf16* v, AttnDims n, float scale) {
+  pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int ld = kRowStride<HD>;
   bf16 *Ks = reinterpret_cast<bf16*>(smem_raw), *Vs = Ks + kKeyBlock * ld;
@@ -198,6 +200,7 @@ template <int HD>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma(bf16* dq, const bf16* dout, const float* lse,
                                                             const float* D, const bf16* q, const bf16* k,
                                                             const bf16* v, AttnDims n, float scale) {
+  pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int ld = kRowStride<HD>, stage = 2 * kKeyTile * ld;  // a stage: Ks then Vs
   bf16 *Qs = reinterpret_cast<bf16*>(smem_raw), *dOs = Qs + kQBlock * ld, *KVs = dOs + kQBlock * ld;

@@ -4,6 +4,7 @@
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/cross_entropy.h"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 
@@ -45,6 +46,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_kernel(T* dlogits, float* losses, const T* logits, const int32_t* targets, int64_t V, int64_t Vp,
                          float grad_scale) {
+  pdl_wait();
   __shared__ float sm[32], ss[32];
   const int64_t n = blockIdx.x;
   const T* x = logits + n * Vp;

@@ -40,6 +40,7 @@ class GpuDecoder final : public DeviceDecoder {
   void copy_row_logits(int64_t i, float* out) override;
   StepBreakdown last_step() const override { return st_.last_step; }
   int64_t last_graph_kernels() const override { return st_.last_graph_kernels; }
+  int64_t last_graph_pdl_edges() const override { return st_.last_graph_pdl_edges; }
 
  private:
   int64_t context_cut(int64_t capacity) const;

@@ -41,6 +41,9 @@ struct DecoderSettings {
   bool cuda_graphs = true;
   // Time each decode step's phases (last_step()); eager. JTOK_PROFILE=1 in the environment sets it.
   bool profile = false;
+  // Programmatic dependent launch in the decode steps' graphs (cuda/pdl_edges.h: a kernel's blocks
+  // launch while the kernel before it finishes, the same bits); off until a GPU has measured it.
+  bool pdl = false;
   // An int8 export (`jtok export --weight-dtype int8`): decode steps read its int8 matrices as stored
   // (cuda/row_invariant_linear.h's _q8 products: half of bf16's bytes, each weight q * scale in fp32)
   // beside the copy in E that prefills multiply (cuBLASLt); off: the copy in E alone. MoE's experts
@@ -114,6 +117,8 @@ class DeviceDecoder {
   virtual StepBreakdown last_step() const { return {}; }
   // The kernels of the CUDA graph the last decode step replayed; 0 when it ran eagerly.
   virtual int64_t last_graph_kernels() const { return 0; }
+  // Its programmatic edges (settings.pdl); 0 without.
+  virtual int64_t last_graph_pdl_edges() const { return 0; }
 };
 
 // The decoder for host's model on device 0. Refuses, naming it, what the GPU decoder does not run.

@@ -286,6 +286,9 @@ std::string describe_decoder(const DecoderState<E>& st) {
   } else {
     out += ", CUDA graphs off: " + st.graphs_off;
   }
+  if (st.graphs && st.settings.pdl)
+    out += st.pdl_off.empty() ? ", programmatic dependent launch on"
+                              : ", programmatic dependent launch off: " + st.pdl_off;
   if (st.prof) out += ", profiling steps";
   return out;
 }

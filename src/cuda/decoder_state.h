@@ -123,7 +123,8 @@ class DecodeGraphs {
   DecodeGraphs& operator=(const DecodeGraphs&) = delete;
   struct Captured {
     cudaGraphExec_t exec = nullptr;
-    int64_t kernels = 0;  // the graph's kernel nodes
+    int64_t kernels = 0;    // the graph's kernel nodes
+    int64_t pdl_edges = 0;  // its programmatic edges (settings.pdl)
   };
   Captured find(const DecodeShape& shape) const;  // exec null: not captured yet
   void add(const DecodeShape& shape, const Captured& graph);  // exec owned from now on
@@ -180,6 +181,8 @@ struct DecoderState {
   std::unique_ptr<DecodeProfiler> prof;  // JTOK_PROFILE=1 (or settings.profile): the steps' events
   StepBreakdown last_step;               // the last decode step's, when profiling
   int64_t last_graph_kernels = 0;        // the last decode step's graph's kernels (0: it ran eagerly)
+  int64_t last_graph_pdl_edges = 0;      // and its programmatic edges
+  std::string pdl_off;                   // settings.pdl asked but refused by the runtime: why (then none)
   DecoderMemoryPlan plan;                // what the set-up allocates (checked against the free memory first)
   cudaStream_t s() const { return stream.s; }
 };

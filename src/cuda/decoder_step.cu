@@ -41,6 +41,7 @@
 #include "cuda/decoder_state.h"
 #include "cuda/logit_digest.h"
 #include "cuda/model_kernels.h"
+#include "cuda/pdl_edges.h"
 
 namespace jtok::cuda {
 
@@ -160,13 +161,25 @@ DecodeGraphs::Captured capture_decode(DecoderState<E>& st, const int32_t* tokens
     throw;
   }
   cudaGraphExec_t exec = nullptr;
+  int64_t pdl_edges = 0;
+  if (st.settings.pdl && st.pdl_off.empty()) {
+    try {
+      pdl_edges = make_programmatic_edges(graph);
+    } catch (const Error& e) {  // an edge may be gone: this graph is dropped, the shape captured again without
+      cudaGraphDestroy(graph);
+      cudaGetLastError();
+      st.pdl_off = e.what();
+      std::fprintf(stderr, "cuda decoder: programmatic dependent launch off: %s\n", st.pdl_off.c_str());
+      return capture_decode(st, tokens, sh);
+    }
+  }
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   JTOK_CUDA_CHECK(made);
   const cudaError_t uploaded = cudaGraphUpload(exec, st.s());
   if (uploaded != cudaSuccess) cudaGraphExecDestroy(exec);
   JTOK_CUDA_CHECK(uploaded);
-  return {exec, kernels};
+  return {exec, kernels, pdl_edges};
 }
 
 // After an eager step of a new shape: its graph, or graphs off for this decoder if capture fails.
@@ -218,6 +231,7 @@ void decode_step(DecoderState<E>& st, const int64_t* seqs, const int32_t* tokens
   if (st.graphs) captured = st.graphs->find({sh.R, sh.max_len, sh.digest});
   const cudaGraphExec_t graph = captured.exec;
   st.last_graph_kernels = captured.kernels;
+  st.last_graph_pdl_edges = captured.pdl_edges;
   if (graph) JTOK_CUDA_CHECK(cudaGraphLaunch(graph, st.s()));
   else queue_decode(st, padded.data(), sh);
   queue_results_copy(st, M, sh);

@@ -2,15 +2,15 @@
 // position) pairs over the bits V needs, run-length encode of the sorted ids (unique, counts),
 // exclusive scan of the counts into offsets, then inverse by one block a unique id. The identity
 // batch (no dedup): positions and their count.
+#include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_run_length_encode.cuh>
 #include <cub/device/device_scan.cuh>
 
-#include <algorithm>
-
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/dedup.h"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 
@@ -19,12 +19,14 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) iota_kernel(int32_t* pos, int64_t N) {
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < N) pos[i] = static_cast<int32_t>(i);
 }
 
 // positions (N+1) = 0..N, count (1) = N.
 __global__ void __launch_bounds__(kThreads) identity_kernel(int32_t* positions, int32_t* count, int64_t N) {
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i <= N) positions[i] = static_cast<int32_t>(i);
   if (i == 0) *count = static_cast<int32_t>(N);
@@ -33,6 +35,7 @@ __global__ void __launch_bounds__(kThreads) identity_kernel(int32_t* positions, 
 // Block u (< U) writes inverse[order[i]] = u for its run.
 __global__ void __launch_bounds__(kThreads)
     inverse_kernel(int32_t* inverse, const int32_t* order, const int32_t* offsets, const int32_t* num_unique) {
+  pdl_wait();
   const int u = blockIdx.x;
   if (u >= *num_unique) return;
   for (int i = offsets[u] + threadIdx.x; i < offsets[u + 1]; i += blockDim.x) inverse[order[i]] = u;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cuda/device.h"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 
@@ -40,7 +41,7 @@ void set_bf16_peak(DeviceInfo& d) {
 }
 
 // The kernel device_info asks the runtime for: found where the build has code for the device.
-__global__ void __launch_bounds__(32) probe_kernel() {}
+__global__ void __launch_bounds__(32) probe_kernel() { pdl_wait(); }
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/embedding.h"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 
@@ -13,6 +14,7 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     embedding_forward_kernel(T* out, const int32_t* ids, const T* weight, int64_t N, int64_t C) {
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= N * C) return;
   const int64_t n = i / C, c = i % C;
@@ -24,6 +26,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     embedding_backward_kernel(float* dst, bool by_id, const T* dout, DeviceRowBatch rb, int64_t C) {
+  pdl_wait();
   const int u = blockIdx.x;
   if (u >= *rb.num_unique) return;
   float* row = dst + (by_id ? static_cast<int64_t>(rb.unique[u]) : static_cast<int64_t>(u)) * C;

@@ -3,6 +3,7 @@
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/gemm_ref.h"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 
@@ -14,6 +15,7 @@ template <typename T, typename TC>
 __global__ void __launch_bounds__(kTile* kTile)
     gemm_ref_kernel(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const T* A, int64_t lda, const T* B,
                     int64_t ldb, float beta, TC* C, int64_t ldc) {
+  pdl_wait();
   __shared__ float as[kTile][kTile + 1], bs[kTile][kTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t row = static_cast<int64_t>(blockIdx.y) * kTile + ty, col = static_cast<int64_t>(blockIdx.x) * kTile + tx;

@@ -5,6 +5,7 @@
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/global_norm.h"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 
@@ -16,6 +17,7 @@ constexpr int64_t kMaxRowBlocks = 2048;
 
 template <typename G>
 __global__ void __launch_bounds__(kThreads) sumsq_partials_kernel(float* partials, const G* g, int64_t n) {
+  pdl_wait();
   __shared__ float red[32];
   const int64_t lo = static_cast<int64_t>(blockIdx.x) * kNormChunk;
   const int64_t hi = min(n, lo + kNormChunk);
@@ -34,6 +36,7 @@ __global__ void __launch_bounds__(kThreads) sumsq_partials_kernel(float* partial
 constexpr int kWarps = kThreads / 32;
 __global__ void __launch_bounds__(kThreads)
     sumsq_rows_kernel(float* partials, const float* g, const int32_t* rows, const int32_t* count, int64_t d) {
+  pdl_wait();
   const int64_t total = *count;
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
@@ -48,6 +51,7 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void __launch_bounds__(kSumThreads)
     sum_partials_kernel(double* sumsq, const float* partials, int64_t count, const int32_t* more) {
+  pdl_wait();
   __shared__ double red[32];
   const int64_t total = count + (more ? *more : 0);
   double s = 0.0;
@@ -57,6 +61,7 @@ __global__ void __launch_bounds__(kSumThreads)
 }
 
 __global__ void __launch_bounds__(1) clip_coef_kernel(float* coef, double* norm, const double* sumsq, float max_norm) {
+  pdl_wait();
   const double nv = sqrt(*sumsq);
   *norm = nv;
   float c = 1.0f;

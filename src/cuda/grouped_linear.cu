@@ -17,6 +17,7 @@
 #include "cuda/common.cuh"
 #include "cuda/grouped_linear.h"
 #include "cuda/mma_bf16.cuh"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 namespace {
@@ -151,6 +152,7 @@ __device__ bool expert_tile(const ExpertGroups& g, int y, int& e, int64_t& r0, i
 template <typename T, bool Forward>
 __global__ void __launch_bounds__(kThreads)
     grouped_rows_kernel(T* out, const T* in, const T* w, ExpertGroups g, int K, int N) {
+  pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];  // dynamic: ldmatrix reads it (kSharedBytes)
   T *As = reinterpret_cast<T*>(smem_raw), *Bs = As + kBM * kLd<T>;
   int e = 0, rows = 0;
@@ -179,6 +181,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     grouped_weight_grad_kernel(float* dw, const T* dy, const T* x, ExpertGroups g, int C, int OC) {
+  pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];  // dynamic: ldmatrix reads it (kSharedBytes)
   T *As = reinterpret_cast<T*>(smem_raw), *Bs = As + kBM * kLd<T>;
   const int e = blockIdx.z;

@@ -11,6 +11,7 @@
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/host_rows.h"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 
@@ -78,6 +79,7 @@ template <typename Src, typename Dst>
 __global__ void __launch_bounds__(kThreads)
     gather_vec_kernel(GatherArgs<Src, Dst> a, int64_t rows, int64_t d, const int32_t* unique, const int32_t* num_unique,
                       int32_t* errors) {
+  pdl_wait();
   constexpr int K = 16 / sizeof(Src);
   const Src* src = a.src[blockIdx.y];
   const int64_t chunks = d / K, total = static_cast<int64_t>(*num_unique) * chunks;
@@ -103,6 +105,7 @@ template <typename Src, typename Dst>
 __global__ void __launch_bounds__(kThreads)
     gather_elem_kernel(GatherArgs<Src, Dst> a, int64_t rows, int64_t d, const int32_t* unique,
                        const int32_t* num_unique, int32_t* errors) {
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(*num_unique) * d) return;
   const int64_t j = i % d, r = checked_row(unique[i / d], rows, errors, j == 0 && blockIdx.y == 0);

@@ -6,6 +6,7 @@
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/jtok.h"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 
@@ -16,6 +17,7 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     jtok_prepare_kernel(T* nrows, float* inv_norm, const T* E, DeviceRowBatch rb, int64_t d, float eps, bool norm) {
+  pdl_wait();
   __shared__ float red[32];
   const int u = blockIdx.x;
   if (u >= *rb.num_unique) return;
@@ -33,6 +35,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads) jtok_gate_kernel(T* out, const T* a, const T* b, const T* s, const T* nrows,
                                                              const int32_t* inverse, int64_t N, int64_t d) {
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= N * d) return;
   const int64_t n = i / d, j = i % d;
@@ -46,6 +49,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     jtok_table_grad_kernel(float* gE, uint8_t* touched, float* ds_part, const T* dh, const T* mlp_out, const T* s,
                            const T* E, const T* nrows, const float* inv_norm, DeviceRowBatch rb, int64_t d, bool norm) {
+  pdl_wait();
   extern __shared__ float dnorm[];
   __shared__ float red[32];
   const int u = blockIdx.x;
@@ -89,6 +93,7 @@ constexpr int64_t kDsRuns = 64;  // ds's per-id partials summed in at most this 
 // no other run reads that row. Many blocks: one thread a column over all U ids (a few blocks at
 // d 768) left the GPU idle for ~U loads in a row.
 __global__ void __launch_bounds__(kThreads) jtok_ds_runs_kernel(float* ds_part, const int32_t* num_unique, int64_t d) {
+  pdl_wait();
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, c = blockIdx.y;
   const int64_t U = *num_unique, R = U < kDsRuns ? U : kDsRuns;
   if (j >= d || c >= R) return;
@@ -101,6 +106,7 @@ __global__ void __launch_bounds__(kThreads) jtok_ds_runs_kernel(float* ds_part, 
 // ds (d) += the runs' sums, in run order: a fixed order for a given U (no atomics).
 __global__ void __launch_bounds__(kThreads)
     jtok_ds_kernel(float* ds, const float* ds_part, const int32_t* num_unique, int64_t d) {
+  pdl_wait();
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= d) return;
   const int64_t U = *num_unique, R = U < kDsRuns ? U : kDsRuns;

@@ -10,6 +10,7 @@
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/jtokm.h"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 
@@ -22,6 +23,7 @@ constexpr int kDeRows = 4;  // rows backward_de_kernel sums at once
 
 __global__ void __launch_bounds__(kThreads)
     route_kernel(float* sig, int32_t* sel, float* w, const float* logits, int64_t N, int ne, int K) {
+  pdl_wait();
   const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (n >= N) return;
   const float* g = logits + n * ne;
@@ -46,6 +48,7 @@ __global__ void __launch_bounds__(kThreads)
 // weight_sum (their weights, where set), each thread a strided share of the positions summed in
 // double, then one fixed tree over the block. Every table at once, so no block waits on another.
 __global__ void __launch_bounds__(kStatsThreads) route_stats_kernel(JTokMDeviceActs acts, int64_t N, int ne, int K) {
+  pdl_wait();
   __shared__ double red[3 * 32];
   const int i = static_cast<int>(blockIdx.x);
   double sums[3] = {};  // p, l, w
@@ -66,6 +69,7 @@ __global__ void __launch_bounds__(kStatsThreads) route_stats_kernel(JTokMDeviceA
 
 // The layer's aux loss from every table's prob_sum and load (one thread, tables in order).
 __global__ void __launch_bounds__(32) route_aux_kernel(JTokMDeviceActs acts, int64_t N, int ne, int K, double lambda) {
+  pdl_wait();
   if (threadIdx.x != 0) return;
   double pn = 0.0;
   for (int i = 0; i < ne; ++i) pn += acts.prob_sum[i] * static_cast<double>(acts.load[i]);
@@ -76,6 +80,7 @@ __global__ void __launch_bounds__(32) route_aux_kernel(JTokMDeviceActs acts, int
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     mix_inject_kernel(T* h_next, JTokMDeviceActs acts, const int32_t* ids, const T* E, const T* s, JTokMDims dm) {
+  pdl_wait();
   __shared__ float red[32];
   const int64_t n = blockIdx.x, d = dm.d;
   const int32_t* sel = acts.sel + n * dm.K;
@@ -102,6 +107,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads) backward_de_kernel(float* de, float* ds_part, JTokMDeviceActs acts,
                                                                const T* dh, const T* s, JTokMDims dm, int64_t rows) {
+  pdl_wait();
   extern __shared__ float dsp[];
   __shared__ float red[32 * 2 * kDeRows];
   const int64_t d = dm.d;
@@ -148,6 +154,7 @@ __global__ void __launch_bounds__(kThreads) backward_de_kernel(float* de, float*
 
 __global__ void __launch_bounds__(kThreads)
     sum_blocks_kernel(float* ds, const float* ds_part, int64_t blocks, int64_t d) {
+  pdl_wait();
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= d) return;
   float acc = 0.0f;
@@ -161,6 +168,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     backward_router_kernel(T* dg, JTokMDeviceActs acts, const float* de, const int32_t* ids, const T* E, float aux_grad,
                            JTokMDims dm) {
+  pdl_wait();
   __shared__ float red[32];
   __shared__ float dw[kJTokMMaxTables];
   const int64_t n = blockIdx.x, d = dm.d;
@@ -199,6 +207,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     backward_tables_kernel(float* gE, uint8_t* touched, JTokMDeviceActs acts, const float* __restrict__ de,
                            DeviceRowBatch rb, JTokMDims dm, int64_t group) {
+  pdl_wait();
   extern __shared__ float rows[];  // (group, d)
   const int u = blockIdx.x;
   if (u >= *rb.num_unique) return;

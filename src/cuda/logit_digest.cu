@@ -20,6 +20,7 @@
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/logit_digest.h"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 
@@ -233,6 +234,7 @@ __device__ void write_digest(int64_t V, double T, DigestShared& sh, LogitDigest*
 
 __global__ void __launch_bounds__(kThreads) logit_digest_kernel(LogitDigest* out, const float* logits, int64_t V,
                                                                  int64_t ld, const DigestRow* rows) {
+  pdl_wait();
   __shared__ DigestShared sh;
   const float* l = logits + blockIdx.x * ld;
   LogitDigest* o = out + blockIdx.x;

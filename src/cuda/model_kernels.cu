@@ -2,10 +2,11 @@
 #include <cuda_bf16.h>
 
 #include "cuda/check.h"
+#include "cuda/common.cuh"
 #include "cuda/device_array.h"
 #include "cuda/global_norm.h"
-#include "cuda/common.cuh"
 #include "cuda/model_kernels.h"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 
@@ -15,12 +16,14 @@ constexpr int kThreads = 256;
 
 template <typename E>
 __global__ void __launch_bounds__(kThreads) convert_kernel(E* out, const float* in, int64_t n) {
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = from_f32<E>(in[i]);
 }
 
 template <typename E>
 __global__ void __launch_bounds__(kThreads) bias_grad_kernel(float* db, const E* dx, int64_t N, int64_t C) {
+  pdl_wait();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float s = 0.0f;

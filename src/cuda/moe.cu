@@ -6,6 +6,7 @@
 #include "cuda/common.cuh"
 #include "cuda/dedup.h"
 #include "cuda/moe.h"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 
@@ -16,6 +17,7 @@ constexpr int kMaxK = static_cast<int>(kMoeMaxTopK);
 
 __global__ void __launch_bounds__(kThreads)
     route_kernel(float* probs, int32_t* topi, float* topw, const float* logits, MoeRouteDims m) {
+  pdl_wait();
   const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (n >= m.N) return;
   const int E = static_cast<int>(m.E), K = static_cast<int>(m.K);
@@ -47,6 +49,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     offsets_kernel(int32_t* offsets, const int32_t* unique, const int32_t* offsets_u, const int32_t* num_unique,
                    int64_t E) {
+  pdl_wait();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e > E) return;
   int lo = 0, hi = *num_unique;  // lower bound of e in unique[0 .. U)
@@ -59,12 +62,14 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads) row_of_kernel(int32_t* row_of, const int32_t* slot_of, int64_t NK) {
+  pdl_wait();
   const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r < NK) row_of[slot_of[r]] = static_cast<int32_t>(r);
 }
 
 // One block: frac (E) and aux = coef E sum_e f_e (P_e / N), P_e = sum_n probs[n,e] in double.
 __global__ void __launch_bounds__(kThreads) aux_kernel(MoeDeviceRoute r, MoeRouteDims m) {
+  pdl_wait();
   __shared__ double red[32];
   const int64_t NK = m.N * m.K;
   double aux = 0.0;
@@ -82,6 +87,7 @@ __global__ void __launch_bounds__(kThreads) aux_kernel(MoeDeviceRoute r, MoeRout
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     gather_kernel(T* xg, const T* x, const int32_t* slot_of, int64_t NK, int64_t K, int64_t d) {
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= NK * d) return;
   const int64_t r = i / d, c = i % d;
@@ -92,6 +98,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     combine_kernel(T* out, const T* rows, const int32_t* row_of, const float* w, int64_t N, int64_t K, int64_t d) {
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= N * d) return;
   const int64_t n = i / d, c = i % d;
@@ -109,6 +116,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     combine_backward_kernel(T* deo, float* dlogits, const T* dout, const T* eo, MoeDeviceRoute r, MoeRouteDims m,
                             int64_t d, float aux_scale) {
+  pdl_wait();
   __shared__ float red[32];
   __shared__ float dw[kMaxK];
   const int64_t n = blockIdx.x, E = m.E, K = m.K;

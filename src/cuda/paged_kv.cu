@@ -15,8 +15,6 @@
 // kLanes lanes a row, kRows rows a warp at once (RowLanes); a score is a shuffle sum over the row's
 // lanes, a V sum a shuffle sum over the warp's rows and then over the warps in order.
 // tests/cuda/emulate_paged_kv.py transcribes both kernels lane by lane (no GPU needed).
-#include "cuda/paged_kv.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -26,6 +24,8 @@
 #include "cuda/attention_mma.h"
 #include "cuda/check.h"
 #include "cuda/common.cuh"
+#include "cuda/paged_kv.h"
+#include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
 namespace {
@@ -84,6 +84,7 @@ __device__ __forceinline__ KvT to_kv(E x) {
 template <typename E, typename KvT>
 __global__ void __launch_bounds__(kQkvWarps * 32)
     paged_qkv_kernel(QkvOut<E> out, QkvRows<E> in, PagedKv kv, PagedRows rows) {
+  pdl_wait();
   const int64_t H = in.H, KV = kv.KV, hd = kv.hd, half = hd / 2, qd = H * hd, kvd = KV * hd;
   const int64_t w = static_cast<int64_t>(blockIdx.x) * kQkvWarps + (threadIdx.x >> 5);
   if (w >= rows.R * (H + KV)) return;
@@ -265,6 +266,7 @@ template <int HD, typename E, typename KvT>
 __global__ void __launch_bounds__(kThreads)
     paged_partial(E* out, float* part_o, float* part_m, float* part_l, int32_t* counters, const E* q,
                   int64_t q_stride, PagedKv kv, PagedRows rows, int H, int chunks, int64_t max_len, float scale) {
+  pdl_wait();
   const int r = blockIdx.x, g = blockIdx.y, c = blockIdx.z, group = H / static_cast<int>(kv.KV);
   const int64_t n = static_cast<int64_t>(rows.pos[r]) + 1;  // positions the row sees
   if (n <= 0 || n > max_len) {  // the caller's max_len was wrong: no answer (chunk 0 writes NaN)

@@ -4,6 +4,7 @@
 // per-block dw partials summed in block order by a second kernel.
 #include "cuda/check.h"
 #include "cuda/common.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/rmsnorm.h"
 
 namespace jtok::cuda {
@@ -23,6 +24,7 @@ __device__ __forceinline__ int64_t row_start(int64_t r, int64_t C, NormRows rows
 template <typename T>
 __global__ void __launch_bounds__(kThreads) rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const T* weight,
                                                                    int64_t N, int64_t C, float eps, NormRows rows) {
+  pdl_wait();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
   if (row >= N) return;
   const int lane = threadIdx.x & 31;
@@ -43,6 +45,7 @@ template <typename T, bool Accumulate>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_backward_kernel(T* dinp, float* dw_part, const T* dout, const T* inp, const T* weight, const float* rstd,
                             int64_t N, int64_t C, int64_t per_block, NormRows rows) {
+  pdl_wait();
   extern __shared__ float dw[];
   __shared__ float red[32 * kBwdRows];
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dw[c] = 0.0f;
@@ -84,6 +87,7 @@ __global__ void __launch_bounds__(kThreads)
 // dweight (C) += sum over blocks b = 0, 1, ... of dw_part (blocks, C), in that order.
 __global__ void __launch_bounds__(kThreads)
     sum_partials_kernel(float* dweight, const float* dw_part, int64_t blocks, int64_t C) {
+  pdl_wait();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float s = 0.0f;

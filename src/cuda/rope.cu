@@ -1,6 +1,7 @@
 // RoPE forward and backward (src/cuda/rope.h): one thread a rotated pair (x_i, x_{i+hd/2}).
 #include "cuda/check.h"
 #include "cuda/common.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/rope.h"
 
 namespace jtok::cuda {
@@ -14,6 +15,7 @@ template <typename S>
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(S* x, const float* cos, const float* sin, int64_t B, int64_t T, int64_t H, int64_t hd, int64_t stride,
                 int64_t pos0, float sign) {
+  pdl_wait();
   const int64_t half = hd / 2;
   const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p >= B * T * H * half) return;

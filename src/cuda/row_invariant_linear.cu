@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/common.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/row_invariant_linear.h"
 
 namespace jtok::cuda {
@@ -217,6 +218,7 @@ __global__ void __launch_bounds__(kThreads)
     row_invariant_linear_kernel(Out* out, const In* inp, const Wt* weight, const float* wscale, const Out* bias,
                                 int64_t M, int64_t C, int64_t OC, bool accumulate, bool vec, const In* gain, float eps,
                                 ExpertRows g) {
+  pdl_wait();
   constexpr int V = kVec<In>;
   constexpr bool kQ8 = std::is_same_v<Wt, int8_t>;
   static_assert(!(kQ8 && Grouped), "int8 experts are not grouped");

@@ -3,6 +3,7 @@
 
 #include "cuda/check.h"
 #include "cuda/common.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/stats.h"
 
 namespace jtok::cuda {
@@ -14,6 +15,7 @@ constexpr int kBlocks = 256, kThreads = 256;
 // Block b: partial[2b], partial[2b+1] = sum x, sum x^2 over i = b*kThreads + t + k*kBlocks*kThreads.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) partial_sums_kernel(double* partial, const T* x, int64_t n) {
+  pdl_wait();
   __shared__ double red[32];
   double s = 0.0, ss = 0.0;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -28,6 +30,7 @@ __global__ void __launch_bounds__(kThreads) partial_sums_kernel(double* partial,
 
 // One thread: the partials in block order.
 __global__ void __launch_bounds__(1) total_kernel(double* out, const double* partial, int blocks) {
+  pdl_wait();
   double s = 0.0, ss = 0.0;
   for (int b = 0; b < blocks; ++b) s += partial[2 * b], ss += partial[2 * b + 1];
   out[0] = s, out[1] = ss;

@@ -1,6 +1,7 @@
 // SwiGLU forward and backward (src/cuda/swiglu.h): one thread an element, sigmoid by expf.
 #include "cuda/check.h"
 #include "cuda/common.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/swiglu.h"
 
 namespace jtok::cuda {
@@ -12,6 +13,7 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     swiglu_forward_kernel(T* out, const T* gate, const T* up, int64_t N, int64_t F, int64_t ld) {
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= N * F) return;
   const int64_t at = (i / F) * ld + i % F;
@@ -22,6 +24,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(T* dgate, T* dup, const T* dout, const T* gate,
                                                                    const T* up, int64_t N, int64_t F, int64_t ld) {
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= N * F) return;
   const int64_t at = (i / F) * ld + i % F;

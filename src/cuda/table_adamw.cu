@@ -3,6 +3,7 @@
 #include "cuda/adamw_element.cuh"
 #include "cuda/check.h"
 #include "cuda/common.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/table_adamw.h"
 
 namespace jtok::cuda {
@@ -57,6 +58,7 @@ __device__ void replay_row(const DeviceTable& t, int64_t r, int64_t to, const Ke
 __global__ void __launch_bounds__(kThreads)
     table_step_kernel(DeviceTable t, float* gE, uint8_t* touched, const int32_t* ids, const int32_t* count, int64_t n,
                       KeptConsts kept, int64_t step, bool dense, const float* grad_scale, TableStats stats) {
+  pdl_wait();
   const AdamWConsts c = kept.consts[step - kept.base - 1];
   const float scale = grad_scale ? *grad_scale : 1.0f;
   const int64_t total = count ? *count : n;
@@ -85,6 +87,7 @@ __global__ void __launch_bounds__(kThreads)
 // ids null: every row; else ids[0 .. *count).
 __global__ void __launch_bounds__(kThreads) table_sync_kernel(DeviceTable t, const int32_t* ids, const int32_t* count,
                                                               int64_t n, KeptConsts kept, TableStats stats) {
+  pdl_wait();
   const int64_t total = ids ? (count ? *count : n) : t.rows;
   for (int64_t i = blockIdx.x; i < total; i += gridDim.x) replay_row(t, ids ? ids[i] : i, kept.current, kept, stats);
 }

@@ -1,11 +1,12 @@
 // The touched-row list (src/cuda/table_rows.h): cub's stable compaction of the flags' indices, and a
 // block a listed row (grid-stride) to clear it.
-#include <cub/device/device_select.cuh>
 #include <thrust/iterator/counting_iterator.h>
 
+#include <cub/device/device_select.cuh>
 #include <limits>
 
 #include "cuda/check.h"
+#include "cuda/pdl.cuh"
 #include "cuda/table_rows.h"
 
 namespace jtok::cuda {
@@ -17,6 +18,7 @@ constexpr int kMaxBlocks = 2048;
 
 __global__ void __launch_bounds__(kThreads)
     clear_rows_kernel(float* g, uint8_t* touched, const int32_t* rows, const int32_t* count, int64_t n, int64_t d) {
+  pdl_wait();
   const int64_t total = count ? *count : n;
   for (int64_t i = blockIdx.x; i < total; i += gridDim.x) {
     const int64_t r = rows[i];

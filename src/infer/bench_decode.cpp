@@ -215,7 +215,10 @@ nlohmann::json decode_line(Decoder& dec, const BenchDecodeOptions& opt, nlohmann
             {"prompt_fnv1a", hex64(fnv1a64(prompts.data(), static_cast<size_t>(M * P) * sizeof(int32_t)))},
             {"tokens_fnv1a", hex64(fnv1a64(last.generated.data(), last.generated.size() * sizeof(int32_t)))}});
   add_peak_memory(j, opt.device);
-  if (dec.last_graph_kernels() > 0) j["graph_kernels"] = dec.last_graph_kernels();  // the last step's graph
+  if (dec.last_graph_kernels() > 0) {  // the last step's graph
+    j["graph_kernels"] = dec.last_graph_kernels();
+    j["graph_pdl_edges"] = dec.last_graph_pdl_edges();
+  }
   std::fprintf(stderr,
                "bench-decode %s %s batch %" PRId64 ": prefill %" PRId64 " x %" PRId64 " %.1f tok/s | decode %" PRId64
                " steps %.1f tok/s, TPOT %.3f ms (host argmax %.3f ms), weights read at %.1f GB/s | peak RSS %.0f MB\n",

@@ -192,6 +192,7 @@ class DeviceDecoderAdapter final : public Decoder {
   int64_t vocab_size() const override { return V_; }
   cuda::StepBreakdown last_step() const override { return d_->last_step(); }
   int64_t last_graph_kernels() const override { return d_->last_graph_kernels(); }
+  int64_t last_graph_pdl_edges() const override { return d_->last_graph_pdl_edges(); }
   int64_t open(int64_t capacity) override {
     const int64_t h = d_->open(capacity);
     capacity_[h] = capacity;

@@ -66,6 +66,7 @@ class Decoder {
   virtual cuda::StepBreakdown last_step() const { return {}; }
   // The kernels of the CUDA graph the GPU's last decode step replayed (0: eager, or the CPU).
   virtual int64_t last_graph_kernels() const { return 0; }
+  virtual int64_t last_graph_pdl_edges() const { return 0; }  // its programmatic edges (cuda: settings.pdl)
 
  protected:
   double pick_s_ = 0;

@@ -7,11 +7,13 @@
 // replayed each: every shape recurs), the others none; the profiled one's breakdown must tile its
 // step. Models: Qwen3's shape (fp32 and bf16), JTok + JTok-M with rows in place and from hbm (bf16),
 // MoE + JTok + JTok-M (fp32 and bf16: the experts' products grouped by the device's offsets); staged
-// rows fall back to eager, saying why. Runs only on a GPU host (in test_cuda_ops).
+// rows fall back to eager, saying why; programmatic dependent launch (settings.pdl) gives the plain
+// graphs' bits. Runs only on a GPU host (in test_cuda_ops).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -179,6 +181,45 @@ TEST(CudaDecoderGraphs, ADenseLayerDecodesInSixKernels) {
     }
     EXPECT_EQ(kernels, (std::vector<int64_t>{0, graphs ? 1 + 6 * L + 1 : 0})) << (graphs ? "graphs" : "eager");
   }
+}
+
+// Programmatic dependent launch (settings.pdl, cuda/pdl_edges.h) changes when a kernel's blocks
+// launch, not what they compute: the schedule's bits, tokens and rows equal the plain graphs'. On a
+// GPU every dense layer's chain of kernels gets programmatic edges (at least 5 of each layer's 6
+// kernels wait on one); the emulated GPU keeps no edges, so there the decoder says why it is off and
+// decodes with the plain graphs.
+void expect_pdl_bits(const std::string& name, const jtok::Model& m, bool bf16, const std::string& rows) {
+  DecoderSettings with = settings(bf16, rows, true, false);
+  with.pdl = true;
+  auto pdl = jtok::cuda::make_device_decoder(m, with);
+  auto plain = jtok::cuda::make_device_decoder(m, settings(bf16, rows, true, false));
+  const Schedule a = run_schedule(*pdl, m.cfg), b = run_schedule(*plain, m.cfg);
+  EXPECT_EQ(a.fed, b.fed) << name;
+  EXPECT_EQ(a.rows, b.rows) << name;
+  ASSERT_EQ(a.logits.size(), b.logits.size()) << name;
+  EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)))
+      << name << ": logits with programmatic edges differ from the plain graphs'";
+  EXPECT_EQ(plain->last_graph_pdl_edges(), 0) << name;
+  const std::string said = pdl->describe();
+  std::printf("%s: %lld programmatic edges in the last graph of %lld kernels; %s\n", name.c_str(),
+              static_cast<long long>(pdl->last_graph_pdl_edges()), static_cast<long long>(pdl->last_graph_kernels()),
+              said.c_str());
+  if (said.find("emulated") != std::string::npos) {
+    EXPECT_NE(said.find("programmatic dependent launch off: "), std::string::npos) << said;
+    EXPECT_NE(said.find("cudaGraphGetEdges"), std::string::npos) << said;
+    EXPECT_EQ(pdl->last_graph_pdl_edges(), 0) << name;
+  } else {
+    EXPECT_NE(said.find("programmatic dependent launch on"), std::string::npos) << said;
+    EXPECT_GE(pdl->last_graph_pdl_edges(), 5 * m.cfg.num_hidden_layers) << name;
+  }
+}
+
+TEST(CudaDecoderGraphs, PdlGivesThePlainGraphsBits) {
+  const jtok::Model qwen3 = test_model(long_context(tiny_qwen3()));
+  expect_pdl_bits("qwen3 bf16", qwen3, true, "auto");
+  expect_pdl_bits("qwen3 fp32", qwen3, false, "auto");
+  const jtok::Model tables = test_model(long_context(tiny_jtok_jtokm()));
+  expect_pdl_bits("jtok+jtokm bf16 in place", tables, true, "in_place");
 }
 
 }  // namespace

@@ -365,6 +365,8 @@ const char* error_name(cudaError_t e) {
     case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
     case cudaErrorStreamCaptureUnjoined: return "cudaErrorStreamCaptureUnjoined";
     case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorNotSupported:
+      return "cudaErrorNotSupported";
     default: return "cudaErrorLaunchFailure";
   }
 }

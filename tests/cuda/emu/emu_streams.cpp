@@ -374,6 +374,20 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
   delete exec;
   return cudaSuccess;
 }
+// No edges kept (the nodes run in capture order): programmatic edges are the device's alone.
+cudaError_t cudaGraphGetEdges(cudaGraph_t, cudaGraphNode_t*, cudaGraphNode_t*, cudaGraphEdgeData*, size_t*) {
+  return cudaErrorNotSupported;
+}
+cudaError_t cudaGraphRemoveDependencies(cudaGraph_t, const cudaGraphNode_t*, const cudaGraphNode_t*,
+                                        const cudaGraphEdgeData*, size_t) {
+  return cudaErrorNotSupported;
+}
+cudaError_t cudaGraphAddDependencies(cudaGraph_t, const cudaGraphNode_t*, const cudaGraphNode_t*,
+                                     const cudaGraphEdgeData*, size_t) {
+  return cudaErrorNotSupported;
+}
+cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t, cudaKernelNodeParams*) { return cudaErrorNotSupported; }
+cudaError_t cudaFuncGetName(const char**, const void*) { return cudaErrorNotSupported; }
 
 cudaError_t cudaGetDeviceCount(int* n) {
   *n = 1;

@@ -28,6 +28,10 @@ inline size_t __cvta_generic_to_shared(const void* p, emu::loc at = emu::loc::cu
 
 namespace emu::ptx {
 
+// griddepcontrol.wait (src/cuda/pdl.cuh): the emulated GPU runs a grid only after the one before it
+// has finished, so there is nothing to wait for.
+inline void griddepcontrol_wait() {}
+
 inline int lane() {
   return static_cast<int>((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32);
 }

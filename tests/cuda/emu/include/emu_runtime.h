@@ -42,6 +42,7 @@ enum cudaError_t {
   cudaErrorHostMemoryAlreadyRegistered = 712,
   cudaErrorHostMemoryNotRegistered = 713,
   cudaErrorLaunchFailure = 719,
+  cudaErrorNotSupported = 801,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
   cudaErrorStreamCaptureUnmatched = 903,
@@ -76,6 +77,18 @@ struct cudaFuncAttributes {  // the fields jtok reads: none (device_info asks wh
   int maxThreadsPerBlock;
 };
 using cudaHostFn_t = void (*)(void*);
+// A graph's edges (cuda/pdl_edges.cu): the emulated graph runs its nodes in capture order and keeps
+// no edges, so reading them answers cudaErrorNotSupported (the decoder then keeps its plain graph).
+enum cudaGraphDependencyType { cudaGraphDependencyTypeDefault = 0, cudaGraphDependencyTypeProgrammatic = 1 };
+struct cudaGraphEdgeData {
+  unsigned char from_port, to_port, type, reserved[5];
+};
+#define cudaGraphKernelNodePortDefault 0
+#define cudaGraphKernelNodePortProgrammatic 1
+#define cudaGraphKernelNodePortLaunchCompletion 2
+struct cudaKernelNodeParams {
+  void* func;
+};
 #define cudaStreamNonBlocking 0x01
 #define cudaEventDisableTiming 0x02
 #define cudaHostRegisterDefault 0x00
@@ -217,6 +230,14 @@ cudaError_t cudaGraphDestroy(cudaGraph_t g);
 cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t* nodes, size_t* n);
 cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphGetEdges(cudaGraph_t g, cudaGraphNode_t* from, cudaGraphNode_t* to, cudaGraphEdgeData* data,
+                              size_t* n);
+cudaError_t cudaGraphRemoveDependencies(cudaGraph_t g, const cudaGraphNode_t* from, const cudaGraphNode_t* to,
+                                        const cudaGraphEdgeData* data, size_t n);
+cudaError_t cudaGraphAddDependencies(cudaGraph_t g, const cudaGraphNode_t* from, const cudaGraphNode_t* to,
+                                     const cudaGraphEdgeData* data, size_t n);
+cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, cudaKernelNodeParams* p);
+cudaError_t cudaFuncGetName(const char** name, const void* func);
 // One emulated device: an sm_90 with an H100's 132 SMs and 80 GiB (what decoder_setup sizes by).
 cudaError_t cudaGetDeviceCount(int* n);
 cudaError_t cudaGetDevice(int* d);
