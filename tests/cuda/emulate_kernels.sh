@@ -49,6 +49,9 @@ ASAN_LESS="$ASAN_LESS:CudaDecoderGraphs.PdlGivesThePlainGraphsBits"  # the plain
 # a value's bits through another type (undefined on the GPU too) fails its case here.
 FLAGS="-std=c++20 -O2 -march=native -ffp-contract=off -fopenmp -ffunction-sections -DJTOK_HAVE_CUDA=1"
 FLAGS="$FLAGS -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-subobject-linkage"
+# The architecture the emulated device reports (sm_90), recorded as CMake records the build's for
+# device_require.cpp (xargs below reads \" as a quote inside the word).
+FLAGS="$FLAGS -DJTOK_CUDA_ARCHS=\\\"90\\\""
 # EMU_SANITIZE=1: AddressSanitizer + UBSan on kernels and host code (out-of-bounds device reads,
 # misaligned vector loads, signed overflow); slower. Set by itself when the library was built so
 # (scripts/test_asan.sh's build): its objects need the sanitizers' runtime.

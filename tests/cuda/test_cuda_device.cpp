@@ -20,6 +20,8 @@ TEST(CudaDevice, ProbeFindsTheGpu) {
   EXPECT_GT(d.runtime_version, 0);
   EXPECT_GT(d.bf16_peak_tflops, 0) << d.peak_how;
   EXPECT_EQ(d.kernels_error, "");  // this build's kernels run on it
+  const std::string line = jtok::cuda::describe(d);
+  EXPECT_NE(line.find("kernels for sm_"), std::string::npos) << line;  // the build recorded its architectures
 }
 
 TEST(CudaDevice, MemoryCountFollowsAllocations) {
