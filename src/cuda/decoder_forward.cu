@@ -274,14 +274,13 @@ void head_forward(DecoderState<E>& st, int64_t first, int64_t n) {
              first, "..", first + n - 1);
   cudaStream_t s = st.s();
   const E* h = A.h.get() + first * d;
-  if (norm_in_product(st, n) && st.q8.on()) {  // an int8 export's decode step: its int8 head
-    row_invariant_linear_q8<E, float>(A.logits.get(), h, st.q8.head, nullptr, n, d, Vp, false, s,
-                                      row_norm(st, st.w.norm));
-    return;
-  }
-  if (norm_in_product(st, n)) {  // the final norm inside the LM head's product
-    row_invariant_linear<E, float>(A.logits.get(), h, st.w.lm_head, nullptr, n, d, Vp, false, s,
-                                   row_norm(st, st.w.norm));
+  if (norm_in_product(st, n)) {  // the final norm inside the LM head's product (an int8 export's: its int8 head)
+    if (st.q8.on())
+      row_invariant_linear_q8<E, float>(A.logits.get(), h, st.q8.head, nullptr, n, d, Vp, false, s,
+                                        row_norm(st, st.w.norm));
+    else
+      row_invariant_linear<E, float>(A.logits.get(), h, st.w.lm_head, nullptr, n, d, Vp, false, s,
+                                     row_norm(st, st.w.norm));
     return;
   }
   rmsnorm_forward(A.lnf.get(), A.rstd.get(), h, st.w.norm, n, d, static_cast<float>(c.rms_norm_eps), s);
