@@ -25,6 +25,7 @@
 
 #include "core/dtype.h"
 #include "cuda/decoder.h"
+#include "decoder_runs.h"
 #include "error_test_util.h"
 #include "infer/generate.h"
 #include "model/lowp_weights.h"
@@ -39,77 +40,11 @@ using namespace jtok::cuda_test;
 using jtok::cuda::DecoderSettings;
 using jtok::cuda::DeviceDecoder;
 
-constexpr int64_t kContext = 64;  // model_case.h's max_position_embeddings
 constexpr int kSteps = 8;
 
 // Three prompts: within a page, across one page boundary, across two (page_tokens 16).
 std::vector<std::vector<int32_t>> prompts(const jtok::ModelConfig& c) {
   return {skewed_ids(5, c.vocab_size, 31), skewed_ids(17, c.vocab_size, 32), skewed_ids(33, c.vocab_size, 33)};
-}
-
-int32_t argmax(const float* x, int64_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
-
-// One run: each prompt's prefill logits, then steps of all sequences together (tokens fed, logits,
-// rows read).
-struct Run {
-  std::vector<std::vector<float>> prefill;  // per sequence (V)
-  std::vector<std::vector<int32_t>> fed;    // per step (M)
-  std::vector<std::vector<float>> logits;   // per step (M, V)
-  std::vector<int64_t> rows;                // per step
-};
-
-// The next tokens: forced (another run's) at step s, or each row's argmax of `last`.
-std::vector<int32_t> next_tokens(const std::vector<float>& last, int64_t M, int64_t V, const Run* force, int s) {
-  if (force) return force->fed[static_cast<size_t>(s)];
-  std::vector<int32_t> t(static_cast<size_t>(M));
-  for (int64_t i = 0; i < M; ++i) t[static_cast<size_t>(i)] = argmax(last.data() + i * V, V);
-  return t;
-}
-std::vector<float> concat(const std::vector<std::vector<float>>& rows) {
-  std::vector<float> out;
-  for (const auto& r : rows) out.insert(out.end(), r.begin(), r.end());
-  return out;
-}
-
-Run cpu_run(const jtok::Model& m, const std::vector<std::vector<int32_t>>& ps, int steps) {
-  const int64_t M = static_cast<int64_t>(ps.size()), V = m.cfg.vocab_size;
-  std::vector<jtok::KVCache> caches(ps.size());
-  std::vector<jtok::KVCache*> ptrs;
-  Run r;
-  for (size_t i = 0; i < ps.size(); ++i) {
-    r.prefill.push_back(jtok::prefill(m, caches[i], ps[i], kContext));
-    ptrs.push_back(&caches[i]);
-  }
-  std::vector<float> last = concat(r.prefill);
-  for (int s = 0; s < steps; ++s) {
-    r.fed.push_back(next_tokens(last, M, V, nullptr, s));
-    last.assign(static_cast<size_t>(M * V), 0.0f);
-    r.rows.push_back(jtok::decode_batch(m, ptrs.data(), r.fed.back().data(), M, last.data()));
-    r.logits.push_back(last);
-  }
-  return r;
-}
-
-Run gpu_run(DeviceDecoder& dec, const jtok::ModelConfig& c, const std::vector<std::vector<int32_t>>& ps, int steps,
-            const Run* force = nullptr) {
-  const int64_t M = static_cast<int64_t>(ps.size()), V = c.vocab_size;
-  std::vector<int64_t> seqs;
-  Run r;
-  for (const auto& p : ps) {
-    seqs.push_back(dec.open(kContext));
-    r.prefill.emplace_back(static_cast<size_t>(V));
-    dec.prefill(seqs.back(), p.data(), static_cast<int64_t>(p.size()), r.prefill.back().data());
-    EXPECT_EQ(dec.length(seqs.back()), static_cast<int64_t>(p.size()));
-  }
-  std::vector<float> last = concat(r.prefill);
-  for (int s = 0; s < steps; ++s) {
-    r.fed.push_back(next_tokens(last, M, V, force, s));
-    last.assign(static_cast<size_t>(M * V), 0.0f);
-    r.rows.push_back(dec.decode(seqs.data(), r.fed.back().data(), M, last.data()));
-    r.logits.push_back(last);
-  }
-  for (int64_t q : seqs) dec.close(q);
-  return r;
 }
 
 // fp32: every logit close, the same greedy tokens and rows read at every step; the GPU decodes

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cuda/decoder.h"
+#include "decoder_runs.h"
 #include "infer/generate.h"
 #include "model/lowp_weights.h"
 #include "model_case.h"
@@ -27,7 +28,6 @@ namespace {
 
 using namespace jtok::cuda_test;
 
-constexpr int64_t kContext = 64;
 constexpr int kSteps = 8;
 
 jtok::ModelConfig dense_then_moe_with_tables() {
@@ -44,58 +44,12 @@ std::vector<std::vector<int32_t>> prompts(const jtok::ModelConfig& c) {
   return {skewed_ids(5, c.vocab_size, 41), skewed_ids(17, c.vocab_size, 42), skewed_ids(33, c.vocab_size, 43)};
 }
 
-int32_t argmax(const float* x, int64_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
-
-// Every logit of a run: each prompt's prefill, then kSteps decode steps of the 3 sequences, fed
-// `forced` (M tokens a step) or greedily. fed: the tokens each step took.
-struct Run {
-  std::vector<float> logits;
-  std::vector<std::vector<int32_t>> fed;
-};
-
-Run gpu_run(jtok::cuda::DeviceDecoder& dec, const jtok::ModelConfig& c, const Run* forced = nullptr) {
-  const auto ps = prompts(c);
-  const int64_t M = static_cast<int64_t>(ps.size()), V = c.vocab_size;
-  std::vector<int64_t> seqs;
-  std::vector<float> last(static_cast<size_t>(M * V));
-  Run r;
-  for (int64_t i = 0; i < M; ++i) {
-    seqs.push_back(dec.open(kContext));
-    const auto& p = ps[static_cast<size_t>(i)];
-    dec.prefill(seqs.back(), p.data(), static_cast<int64_t>(p.size()), last.data() + i * V);
-  }
-  r.logits = last;
-  for (int s = 0; s < kSteps; ++s) {
-    std::vector<int32_t> t(static_cast<size_t>(M));
-    for (int64_t i = 0; i < M; ++i) t[static_cast<size_t>(i)] = argmax(last.data() + i * V, V);
-    r.fed.push_back(forced ? forced->fed[static_cast<size_t>(s)] : t);
-    dec.decode(seqs.data(), r.fed.back().data(), M, last.data());
-    r.logits.insert(r.logits.end(), last.begin(), last.end());
-  }
-  for (int64_t q : seqs) dec.close(q);
-  return r;
-}
-
-Run cpu_run(const jtok::Model& m) {
-  const auto ps = prompts(m.cfg);
-  const int64_t M = static_cast<int64_t>(ps.size()), V = m.cfg.vocab_size;
-  std::vector<jtok::KVCache> caches(ps.size());
-  std::vector<jtok::KVCache*> ptrs;
-  Run r;
-  for (size_t i = 0; i < ps.size(); ++i) {
-    const std::vector<float> l = jtok::prefill(m, caches[i], ps[i], kContext);
-    r.logits.insert(r.logits.end(), l.begin(), l.end());
-    ptrs.push_back(&caches[i]);
-  }
-  std::vector<float> last = r.logits;
-  for (int s = 0; s < kSteps; ++s) {
-    std::vector<int32_t> t(static_cast<size_t>(M));
-    for (int64_t i = 0; i < M; ++i) t[static_cast<size_t>(i)] = argmax(last.data() + i * V, V);
-    r.fed.push_back(t);
-    jtok::decode_batch(m, ptrs.data(), t.data(), M, last.data());
-    r.logits.insert(r.logits.end(), last.begin(), last.end());
-  }
-  return r;
+// Every logit of a run (decoder_runs.h): each prompt's prefill, then each decode step's.
+std::vector<float> all_logits(const Run& r) {
+  std::vector<float> out = concat(r.prefill);
+  const std::vector<float> steps = concat(r.logits);
+  out.insert(out.end(), steps.begin(), steps.end());
+  return out;
 }
 
 // c's test model as an int8 export loads, and the fp32 model of its dequantised matrices.
@@ -115,13 +69,15 @@ void expect_fp32_bits(const std::string& name, const jtok::ModelConfig& c) {
   std::printf("%s\n", a->describe().c_str());
   EXPECT_NE(a->describe().find("decode steps read the int8 matrices as stored"), std::string::npos) << a->describe();
   EXPECT_EQ(b->describe().find("decode steps read the int8"), std::string::npos) << b->describe();
-  const Run x = gpu_run(*a, c), y = gpu_run(*b, c);
+  const auto ps = prompts(c);
+  const Run x = gpu_run(*a, c, ps, kSteps), y = gpu_run(*b, c, ps, kSteps);
   ASSERT_EQ(x.fed, y.fed) << name << ": greedy tokens differ";
-  ASSERT_EQ(x.logits.size(), y.logits.size());
-  EXPECT_EQ(0, std::memcmp(x.logits.data(), y.logits.data(), x.logits.size() * sizeof(float)))
+  const std::vector<float> xl = all_logits(x), yl = all_logits(y);
+  ASSERT_EQ(xl.size(), yl.size());
+  EXPECT_EQ(0, std::memcmp(xl.data(), yl.data(), xl.size() * sizeof(float)))
       << name << ": the int8 products' logits differ from the dequantised weights'";
   // The decode steps did multiply int8 weights of the export's own values: against the CPU too.
-  expect_close(name + " against the CPU", x.logits, cpu_run(ref).logits, 2e-5);
+  expect_close(name + " against the CPU", xl, all_logits(cpu_run(ref, ps, kSteps)), 2e-5);
 }
 
 TEST(CudaDecoderQ8, Fp32IsTheDequantisedDecode) {
@@ -132,15 +88,16 @@ TEST(CudaDecoderQ8, Fp32IsTheDequantisedDecode) {
 
 void expect_bf16_near_cpu(const std::string& name, const jtok::ModelConfig& c) {
   const auto [q, ref] = int8_and_dequantised(c);
-  const Run cpu = cpu_run(ref);
+  const auto ps = prompts(c);
+  const Run cpu = cpu_run(ref, ps, kSteps);
   auto dec = jtok::cuda::make_device_decoder(q, decoder_settings(true));
-  const Run gpu = gpu_run(*dec, c, &cpu);
-  expect_close(name + " logits", gpu.logits, cpu.logits, 5e-2);
-  const int64_t V = c.vocab_size, rows = static_cast<int64_t>(cpu.logits.size()) / V;
+  const std::vector<float> want = all_logits(cpu), got = all_logits(gpu_run(*dec, c, ps, kSteps, &cpu));
+  expect_close(name + " logits", got, want, 5e-2);
+  const int64_t V = c.vocab_size, rows = static_cast<int64_t>(want.size()) / V;
   int64_t agree = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    const float* w = cpu.logits.data() + r * V;
-    const int32_t g = argmax(gpu.logits.data() + r * V, V), best = argmax(w, V);
+    const float* w = want.data() + r * V;
+    const int32_t g = argmax(got.data() + r * V, V), best = argmax(w, V);
     agree += g == best;
     EXPECT_LE(w[best] - w[g], 0.05f * (w[best] - *std::min_element(w, w + V))) << name << " row " << r;
   }
