@@ -232,6 +232,15 @@ bool take_lowp_matrix(Model& m, const StIndex& idx, const std::string& name, con
   return true;
 }
 
+// W (rows, cols) in t (bf16, or int8 with scale (rows)) into bytes (rows x cols x 2, or x 1): the
+// export's conversion, in a file (convert_to_lowp) or in memory (convert_model_to_lowp).
+static void quantize_matrix(Dtype t, const float* W, int64_t rows, int64_t cols, void* bytes, float* scale) {
+  if (t == Dtype::bf16)
+    quantize_bf16(static_cast<uint16_t*>(bytes), W, rows * cols);
+  else
+    quantize_int8_rows(static_cast<int8_t*>(bytes), scale, W, rows, cols);
+}
+
 void convert_to_lowp(StFile& st, const ModelConfig& c, Dtype t) {
   if (t == Dtype::f32) return;
   for (const std::string& name : lowp_matrix_names(c)) {
@@ -242,17 +251,11 @@ void convert_to_lowp(StFile& st, const ModelConfig& c, Dtype t) {
     const int64_t rows = shape[0], cols = shape[1];
     StTensor out;
     out.shape = shape;
-    if (t == Dtype::bf16) {
-      out.dtype = "BF16";
-      out.bytes.resize(static_cast<size_t>(rows * cols * 2));
-      quantize_bf16(reinterpret_cast<uint16_t*>(out.bytes.data()), w.data(), rows * cols);
-    } else {
-      out.dtype = "I8";
-      out.bytes.resize(static_cast<size_t>(rows * cols));
-      std::vector<float> scale(static_cast<size_t>(rows));
-      quantize_int8_rows(reinterpret_cast<int8_t*>(out.bytes.data()), scale.data(), w.data(), rows, cols);
-      st.tensors[lowp_scale_name(name)] = st_f32({rows}, scale.data());
-    }
+    out.dtype = t == Dtype::bf16 ? "BF16" : "I8";
+    out.bytes.resize(static_cast<size_t>(rows * cols * dtype_bytes(t)));
+    std::vector<float> scale(t == Dtype::int8 ? static_cast<size_t>(rows) : 0);
+    quantize_matrix(t, w.data(), rows, cols, out.bytes.data(), scale.data());
+    if (t == Dtype::int8) st.tensors[lowp_scale_name(name)] = st_f32({rows}, scale.data());
     it->second = std::move(out);
   }
 }
@@ -266,18 +269,12 @@ void convert_model_to_lowp(Model& m, Dtype t) {
     JTOK_CHECK(p.shape.size() == 2, "convert_model_to_lowp: ", p.name, " is not a matrix");
     const int64_t rows = p.shape[0], cols = p.shape[1];
     float* w = m.params.data() + p.offset;
-    auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows * cols * (t == Dtype::bf16 ? 2 : 1)));
-    WeightMatrix* slot = lowp_slot(m, p.name);
-    *slot = {t, bytes->data(), nullptr, rows, cols};
-    if (t == Dtype::bf16) {
-      quantize_bf16(reinterpret_cast<uint16_t*>(bytes->data()), w, rows * cols);
-    } else {
-      auto scale = std::make_shared<std::vector<float>>(static_cast<size_t>(rows));
-      quantize_int8_rows(reinterpret_cast<int8_t*>(bytes->data()), scale->data(), w, rows, cols);
-      slot->scale = scale->data();
-      m.lowp.keep.push_back(scale);
-    }
+    auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows * cols * dtype_bytes(t)));
+    auto scale = std::make_shared<std::vector<float>>(t == Dtype::int8 ? static_cast<size_t>(rows) : 0);
+    quantize_matrix(t, w, rows, cols, bytes->data(), scale->data());
+    *lowp_slot(m, p.name) = {t, bytes->data(), t == Dtype::int8 ? scale->data() : nullptr, rows, cols};
     m.lowp.keep.push_back(bytes);
+    m.lowp.keep.push_back(scale);
     std::fill(w, w + rows * cols, 0.0f);
   }
   m.lowp.dtype = t;
