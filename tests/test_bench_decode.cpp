@@ -214,6 +214,10 @@ TEST(BenchDecode, StepWeightBytesByHand) {
   const int64_t moe_matrices = matrices - 2 * (96 * d + 32 * 48);
   EXPECT_EQ(step_weight_bytes(moe, "cpu", cuda::DecoderSettings{}),
             4 * (moe_matrices + 2 * (8 * d + 3 * 256 * d) + routers));
+  convert_model_to_lowp(moe, Dtype::int8);  // the GPU's int8 decode: shared experts in int8, routers in bf16
+  const int64_t moe_rows = rows - 2 * (96 + 32) + 2 * (2 * 256 + d);
+  EXPECT_EQ(step_weight_bytes(moe, "cuda", cuda::DecoderSettings{}),
+            moe_matrices + 2 * 3 * 256 * d + 4 * moe_rows + 2 * (2 * 8 * d + routers));
   // A whole step of the bench carries it, and its bandwidth over the TPOT.
   ShardDir dir(400, c.vocab_size);
   BenchDecodeOptions opt;

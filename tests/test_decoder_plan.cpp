@@ -181,9 +181,17 @@ TEST(DecoderPlan, Int8MatricesByHand) {
   EXPECT_NE(decoder_plan_line(p).find("int8 weights 0.56"), std::string::npos) << decoder_plan_line(p);
   s.int8_decode = false;
   EXPECT_EQ(decoder_memory_plan(c, s, true).int8_weights, 0);
-  c.model_type = "jtok_moe";  // layers 1..27 MoE: their attention matrices only
+  c.model_type = "jtok_moe";  // layers 1..27 MoE: 8 routed experts of F 768 and a shared one
+  c.n_routed_experts = 8, c.moe_intermediate_size = 768, c.n_shared_experts = 1, c.num_experts_per_tok = 2;
   ASSERT_TRUE(c.moe_on_layer(1) && !c.moe_on_layer(0));
-  EXPECT_EQ(decoder_q8_sizes(c).values, 28 * (4096 * d + d * 2048) + (6144 * d + d * 3072) + Vp * d);
+  const DecoderQ8Sizes m = decoder_q8_sizes(c);
+  const int64_t moe_values = 8 * 3 * 768 * d + 3 * 768 * d, moe_rows = 8 * (2 * 768 + d) + 2 * 768 + d;
+  EXPECT_EQ(m.values, 28 * (4096 * d + d * 2048) + (6144 * d + d * 3072) + 27 * moe_values + Vp * d);
+  EXPECT_EQ(m.rows, 28 * (4096 + 1024) + (6144 + 1024) + 27 * moe_rows + Vp);
+  EXPECT_EQ(m.routed_values, 27 * 8 * 3 * 768 * d);  // what a decode step reads of them: the chosen
+  EXPECT_EQ(m.routed_rows, 27 * 8 * (2 * 768 + d));
+  // every matrix but the norms and the routers (fp32, the copy's)
+  EXPECT_EQ(m.values, param_count(c) - 28 * (2 * 1024 + 2 * 128) - 1024 - 27 * 8 * d);
 }
 
 TEST(DecoderPlan, RefusalNamesTheLargestItems) {

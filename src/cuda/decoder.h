@@ -46,8 +46,8 @@ struct DecoderSettings {
   bool pdl = false;
   // An int8 export (`jtok export --weight-dtype int8`): decode steps read its int8 matrices as stored
   // (cuda/row_invariant_linear.h's _q8 products: half of bf16's bytes, each weight q * scale in fp32)
-  // beside the copy in E that prefills multiply (cuBLASLt); off: the copy in E alone. MoE's experts
-  // and JTok-M's router read the copy either way.
+  // beside the copy in E that prefills multiply (cuBLASLt); off: the copy in E alone. MoE's routers
+  // and JTok-M's read the copy either way (never low precision).
   bool int8_decode = true;
 };
 

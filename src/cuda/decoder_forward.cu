@@ -161,18 +161,19 @@ bool mlp_norms_inside(const DecoderState<E>& st, size_t l, int64_t R) {
 // out (R,d) = (accumulate: +=) Delta_m of m = RMSNorm(h) (cuda/model.h's mlp_update): m in A.x, or
 // (mlp_norms_inside) made inside the gate | up product. A dense layer's gate | up (R, 2F) in one
 // product (Wg, Wu back to back: require_fused_layout); a decode step's with the norm and SwiGLU in the
-// same kernel (row_invariant_swiglu).
+// same kernel (row_invariant_swiglu). A decode step of an int8 export reads its int8 matrices (an MoE
+// layer's experts too).
 template <typename E>
 void mlp_update_rows(DecoderState<E>& st, size_t l, int64_t R, E* out, bool accumulate) {
   DecoderActs<E>& A = st.acts;
   const DeviceLayerView<E>& W = st.w.layers[l];
+  const DecoderQ8::Layer* q8 = q8_layer(st, l, R);
   if (W.moe.router) {
-    const MlpBuffers<E> b{nullptr, nullptr, &A.moe, &A.moe_scratch};
+    const MlpBuffers<E> b{nullptr, nullptr, &A.moe, &A.moe_scratch, q8 ? &q8->moe : nullptr};
     mlp_update(st.mm, st.cfg, W, b, A.x.get(), out, accumulate ? out : nullptr, R, st.s());
     return;
   }
   const int64_t d = st.cfg.hidden_size, F = st.cfg.intermediate_size;
-  const DecoderQ8::Layer* q8 = q8_layer(st, l, R);  // a decode step of an int8 export: in the same kernels
   if (q8) {
     row_invariant_swiglu_q8<E>(A.act.get(), A.h.get(), q8->gate_up, R, d, F, st.s(), row_norm(st, W.ln2));
   } else if (mlp_norms_inside(st, l, R)) {  // a decode step: the norm's, the product's and SwiGLU's bits, one kernel

@@ -1,13 +1,16 @@
 // The GPU decoder's int8 matrices (cuda/decoder_state.h's DecoderQ8): an int8 export's matrices
 // copied to the device as stored, each found by the offset of its zeros in host.params
 // (model/lowp_weights.h's lowp_slots), the parts of a fused product (q | k | v, gate | up) placed back
-// to back as they lie in the flat parameters, so one Q8Weight spans them.
+// to back as they lie in the flat parameters, so one Q8Weight spans them. An MoE layer's experts one
+// after another, each its gate | up then its down (the flat parameters' order), so expert e's lie a
+// fixed stride past expert 0's.
 #include <map>
 #include <string>
 #include <vector>
 
 #include "cuda/decoder_state.h"
 #include "model/lowp_weights.h"
+#include "model/moe.h"
 
 namespace jtok::cuda {
 
@@ -43,6 +46,27 @@ struct Q8Packer {
   }
 };
 
+// An MoE layer's int8 experts: routed expert e's gate | up and down (the strides checked against
+// expert 0's), then the shared experts' gate | up and down.
+MoeQ8 pack_moe(Q8Packer& p, const MoeWeights& w, const MoeDims& m, const std::string& at) {
+  MoeQ8 q;
+  q.values_stride = 3 * m.F * m.d, q.scale_stride = 2 * m.F + m.d;
+  for (int64_t e = 0; e < m.E; ++e) {
+    const std::string name = at + "expert " + std::to_string(e) + "'s ";
+    const Q8Weight gu = p.pack({expert_gate(w, m, e), expert_up(w, m, e)}, name + "gate | up");
+    const Q8Weight down = p.pack({expert_down(w, m, e)}, name + "down");
+    if (e == 0) q.gate_up = gu, q.down = down;
+    JTOK_CHECK(gu.q == q.gate_up.q + e * q.values_stride && gu.scale == q.gate_up.scale + e * q.scale_stride &&
+                   down.q == q.down.q + e * q.values_stride,
+               "cuda decoder: ", name, "int8 matrices off their expert stride");
+  }
+  if (w.sg) {
+    q.shared_gate_up = p.pack({w.sg, w.su}, at + "shared experts' gate | up");
+    q.shared_down = p.pack({w.sd}, at + "shared experts' down");
+  }
+  return q;
+}
+
 }  // namespace
 
 void upload_q8(DecoderQ8& q8, const Model& host) {
@@ -57,9 +81,11 @@ void upload_q8(DecoderQ8& q8, const Model& host) {
     DecoderQ8::Layer L;
     L.qkv = p.pack({W.wq, W.wk, W.wv}, at + "q | k | v");
     L.o = p.pack({W.wo}, at + "o");
-    if (W.wg) {  // a dense MLP (MoE layers' experts read the copy in E)
+    if (W.wg) {  // a dense MLP
       L.gate_up = p.pack({W.wg, W.wu}, at + "gate | up");
       L.down = p.pack({W.wd}, at + "down");
+    } else if (W.moe.router) {
+      L.moe = pack_moe(p, W.moe, moe_dims(host.cfg), at);
     }
     q8.layers.push_back(L);
   }

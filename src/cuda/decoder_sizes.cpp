@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "model/moe.h"
 #include "model/transformer.h"
 
 namespace jtok::cuda {
@@ -139,7 +140,14 @@ DecoderQ8Sizes decoder_q8_sizes(const ModelConfig& c) {
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     z.values += qkv * d + d * c.q_dim();
     z.rows += qkv + d;
-    if (c.moe_on_layer(l)) continue;  // MoE's experts decode from the copy in E
+    if (c.moe_on_layer(l)) {  // each routed expert's gate | up and down, then the shared experts'
+      const MoeDims m = moe_dims(c);
+      z.routed_values += m.E * 3 * m.F * d;
+      z.routed_rows += m.E * (2 * m.F + d);
+      z.values += m.E * 3 * m.F * d + 3 * m.S * d;
+      z.rows += m.E * (2 * m.F + d) + (m.S > 0 ? 2 * m.S + d : 0);
+      continue;
+    }
     z.values += 2 * F * d + d * F;
     z.rows += 2 * F + d;
   }

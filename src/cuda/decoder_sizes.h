@@ -65,10 +65,12 @@ struct DecoderLayerKinds {
 DecoderLayerKinds decoder_layer_kinds(const ModelConfig& c);
 
 // An int8 export's matrices as a decode step reads them (settings.int8_decode; cuda/decoder_state.h's
-// DecoderQ8): every layer's q | k | v and o, a dense layer's gate | up and down, and the LM head
-// (Vp, d; the embedding's when tied): `values` int8 weights, `rows` fp32 scales.
+// DecoderQ8): every layer's q | k | v and o, a dense layer's gate | up and down, an MoE layer's
+// experts (routed and shared), and the LM head (Vp, d; the embedding's when tied): `values` int8
+// weights, `rows` fp32 scales.
 struct DecoderQ8Sizes {
   int64_t values = 0, rows = 0;
+  int64_t routed_values = 0, routed_rows = 0;  // MoE's routed experts among them (a step reads the chosen)
   int64_t bytes() const { return values + 4 * rows; }
 };
 DecoderQ8Sizes decoder_q8_sizes(const ModelConfig& c);

@@ -136,12 +136,14 @@ class DecodeGraphs {
 
 // An int8 export's matrices as stored, for the decode steps' products (settings.int8_decode): one
 // run of int8 values and one of their rows' scales, laid out as decoder_q8_sizes counts them (per
-// layer q | k | v, o, then a dense layer's gate | up, down; the LM head last). A layer's gate_up and
-// down are null on MoE layers (their experts read the copy in E); on() false: none (not an int8
-// export, or int8_decode off).
+// layer q | k | v, o, then a dense layer's gate | up, down, or an MoE layer's experts, each expert's
+// gate | up then down, and its shared experts' gate | up, down; the LM head last). A layer's gate_up
+// and down are null on MoE layers, its moe's on dense ones; on() false: none (not an int8 export, or
+// int8_decode off).
 struct DecoderQ8 {
   struct Layer {
     Q8Weight qkv, o, gate_up, down;
+    MoeQ8 moe;
   };
   DeviceArray<int8_t> values;
   DeviceArray<float> scales;
@@ -175,7 +177,7 @@ struct DecoderState {
   DecoderActs<E> acts;
   Matmul mm;
   // Decode steps as CUDA graphs; null: every step eager, graphs_off says why (settings.cuda_graphs
-  // off, MoE layers, staged rows, profiling, or a capture that failed).
+  // off, staged rows, profiling, or a capture that failed).
   std::unique_ptr<DecodeGraphs> graphs;
   std::string graphs_off;
   std::unique_ptr<DecodeProfiler> prof;  // JTOK_PROFILE=1 (or settings.profile): the steps' events

@@ -82,6 +82,7 @@ struct MlpBuffers {
   E *gate = nullptr, *act = nullptr;
   DeviceMoeActs<E>* moe = nullptr;
   DeviceMoeScratch<E>* moe_scratch = nullptr;
+  const MoeQ8* moe_q8 = nullptr;  // the GPU decoder's int8 experts (a decode step of an int8 export)
 };
 // x (N,d) -> out (N,d) = residual + Delta_m (residual null: Delta_m alone; it may be out itself),
 // Delta_m = down(silu(x Wg^T) * x Wu^T) (the down product reads residual: linear_forward_residual),

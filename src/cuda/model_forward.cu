@@ -118,7 +118,7 @@ void mlp_update(Matmul& mm, const ModelConfig& c, const DeviceLayerView<E>& W, c
     const size_t bytes = static_cast<size_t>(N * d) * sizeof(E);
     if (!residual) JTOK_CUDA_CHECK(cudaMemsetAsync(out, 0, bytes, s));
     else if (residual != out) JTOK_CUDA_CHECK(cudaMemcpyAsync(out, residual, bytes, cudaMemcpyDeviceToDevice, s));
-    moe_block_forward(mm, out, *b.moe, *b.moe_scratch, x, W.moe, moe_dims(c), N, s);
+    moe_block_forward(mm, out, *b.moe, *b.moe_scratch, x, W.moe, moe_dims(c), N, s, b.moe_q8);
     return;
   }
   linear_forward<E, E>(mm, b.gate, x, W.wg, nullptr, N, d, 2 * F, false, s);  // [Wg; Wu]: gate | up rows (N, 2F)

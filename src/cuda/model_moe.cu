@@ -66,23 +66,34 @@ void routed_experts_forward(DeviceMoeActs<E>& a, const DeviceMoeView<E>& w, cons
 // each one launch over the experts with rows (moe_group's list and offsets, on the device: no host
 // copy, so a CUDA graph holds the block; a.gu unwritten). A row's bits: row_invariant_linear's
 // products by its expert's weights alone, SwiGLU between them (cuda/row_invariant_linear.h), not
-// routed_experts_forward's grouped products (prefill, training).
+// routed_experts_forward's grouped products (prefill, training). q8: the int8 experts, as stored.
 template <typename E>
-void routed_experts_rows(DeviceMoeActs<E>& a, const DeviceMoeView<E>& w, const MoeDims& m, int64_t N,
+void routed_experts_rows(DeviceMoeActs<E>& a, const DeviceMoeView<E>& w, const MoeDims& m, int64_t N, const MoeQ8* q8,
                          cudaStream_t stream) {
   const int64_t d = m.d, F = m.F;
   // An expert gets at most N rows (a position picks K distinct experts); at most min(E, NK) have any.
-  const ExpertRows groups{a.offsets.get(), a.experts.get(), a.num_experts.get(), std::min(m.E, N * m.K), N,
-                          expert_stride(m)};
+  ExpertRows groups{a.offsets.get(), a.experts.get(), a.num_experts.get(), std::min(m.E, N * m.K), N, expert_stride(m)};
+  if (q8) {
+    groups.stride = q8->values_stride, groups.scale_stride = q8->scale_stride;
+    row_invariant_expert_swiglu_q8<E>(a.act.get(), a.xg.get(), q8->gate_up, groups, d, F, stream);
+    row_invariant_expert_linear_q8<E>(a.eo.get(), a.act.get(), q8->down, groups, F, d, stream);
+    return;
+  }
   row_invariant_expert_swiglu<E>(a.act.get(), a.xg.get(), expert_matrix(w, m, kGate), groups, d, F, stream);
   row_invariant_expert_linear<E, E>(a.eo.get(), a.act.get(), expert_matrix(w, m, kDown), groups, F, d, stream);
 }
 
-// Shared experts: out (N,d) += down(silu(x Wsg^T) * x Wsu^T), width S.
+// Shared experts: out (N,d) += down(silu(x Wsg^T) * x Wsu^T), width S. A decode step's of q8's int8
+// weights: gate | up with SwiGLU in one product (the bits of the two products and swiglu_forward).
 template <typename E>
 void shared_experts_forward(Matmul& mm, E* out, DeviceMoeActs<E>& a, const E* x, const DeviceMoeView<E>& w,
-                            const MoeDims& m, int64_t N, cudaStream_t stream) {
+                            const MoeDims& m, int64_t N, const MoeQ8* q8, cudaStream_t stream) {
   const int64_t d = m.d, S = m.S;
+  if (q8) {
+    row_invariant_swiglu_q8<E>(a.sact.get(), x, q8->shared_gate_up, N, d, S, stream);
+    row_invariant_linear_q8<E, E>(out, a.sact.get(), q8->shared_down, nullptr, N, S, d, true, stream);
+    return;
+  }
   linear_forward<E, E>(mm, a.sg.get(), x, w.sg, nullptr, N, d, S, false, stream);
   linear_forward<E, E>(mm, a.su.get(), x, w.su, nullptr, N, d, S, false, stream);
   swiglu_forward(a.sact.get(), a.sg.get(), a.su.get(), N, S, S, stream);
@@ -159,14 +170,16 @@ void size_moe_scratch(DeviceMoeScratch<E>& s, const MoeDims& m, int64_t N) {
 
 template <typename E>
 void moe_block_forward(Matmul& mm, E* out, DeviceMoeActs<E>& a, DeviceMoeScratch<E>& s, const E* x,
-                       const DeviceMoeView<E>& w, const MoeDims& m, int64_t N, cudaStream_t stream) {
+                       const DeviceMoeView<E>& w, const MoeDims& m, int64_t N, cudaStream_t stream, const MoeQ8* q8) {
+  const bool rows = N <= mm.row_invariant_rows();  // a decode step
+  if (!rows) q8 = nullptr;
   route_and_group(mm, a, s, x, w, m, N, stream);
   moe_gather(a.xg.get(), x, a.route(), route_dims(m, N), m.d, stream);
-  if (N <= mm.row_invariant_rows())
-    routed_experts_rows(a, w, m, N, stream);  // a decode step
+  if (rows)
+    routed_experts_rows(a, w, m, N, q8, stream);
   else
     routed_experts_forward(a, w, m, N, stream);
-  if (m.S > 0) shared_experts_forward(mm, out, a, x, w, m, N, stream);
+  if (m.S > 0) shared_experts_forward(mm, out, a, x, w, m, N, q8, stream);
   moe_combine(out, a.eo.get(), a.route(), route_dims(m, N), m.d, stream);
 }
 
@@ -186,7 +199,7 @@ void moe_block_backward(Matmul& mm, E* dx, const DeviceMoeView<float>& g, Device
   template void size_moe_acts<E>(DeviceMoeActs<E>&, const MoeDims&, int64_t);                                       \
   template void size_moe_scratch<E>(DeviceMoeScratch<E>&, const MoeDims&, int64_t);                                 \
   template void moe_block_forward<E>(Matmul&, E*, DeviceMoeActs<E>&, DeviceMoeScratch<E>&, const E*,                \
-                                     const DeviceMoeView<E>&, const MoeDims&, int64_t, cudaStream_t);               \
+                                     const DeviceMoeView<E>&, const MoeDims&, int64_t, cudaStream_t, const MoeQ8*); \
   template void moe_block_backward<E>(Matmul&, E*, const DeviceMoeView<float>&, DeviceMoeScratch<E>&, const E*,     \
                                       const E*, const DeviceMoeActs<E>&, const DeviceMoeView<E>&, const MoeDims&,   \
                                       int64_t, float, cudaStream_t);

@@ -15,6 +15,7 @@
 #include "cuda/device_array.h"
 #include "cuda/matmul.h"
 #include "cuda/moe.h"
+#include "cuda/row_invariant_linear.h"
 #include "model/moe.h"
 
 namespace jtok::cuda {
@@ -25,6 +26,15 @@ struct DeviceMoeView {
   P* router = nullptr;                            // (E,d); null: not an MoE layer
   P *sg = nullptr, *su = nullptr, *sd = nullptr;  // (S,d), (S,d), (d,S); null without shared experts
   P* experts = nullptr;  // E experts back to back, each gate (F,d), up (F,d), down (d,F)
+};
+
+// An int8 export's MoE layer as a decode step reads it (the GPU decoder's int8 matrices,
+// cuda/decoder_state.h's DecoderQ8): the routed experts' gate | up (2F,d) and down (d,F) of expert 0,
+// expert e's values e values_stride and its scales e scale_stride further on; the shared experts'
+// gate | up (2S,d) and down (d,S) (q null without shared experts).
+struct MoeQ8 {
+  Q8Weight gate_up, down, shared_gate_up, shared_down;
+  int64_t values_stride = 0, scale_stride = 0;
 };
 
 // What one MoE layer's forward keeps for its backward (N positions, NK = N K slots).
@@ -60,10 +70,12 @@ void size_moe_scratch(DeviceMoeScratch<E>& s, const MoeDims& m, int64_t N);
 
 // x (N,d) -> out (N,d) += the block's output; a keeps routing and activations, a.aux set. No host
 // sync. A decode step (N <= mm.row_invariant_rows()) takes the row-invariant grouped products
-// (cuda/row_invariant_linear.h: a.gu unwritten; no backward follows).
+// (cuda/row_invariant_linear.h: a.gu unwritten; no backward follows), of q8's int8 experts where
+// given (else of w's; a step of more rows always reads w).
 template <typename E>
 void moe_block_forward(Matmul& mm, E* out, DeviceMoeActs<E>& a, DeviceMoeScratch<E>& s, const E* x,
-                       const DeviceMoeView<E>& w, const MoeDims& m, int64_t N, cudaStream_t stream);
+                       const DeviceMoeView<E>& w, const MoeDims& m, int64_t N, cudaStream_t stream,
+                       const MoeQ8* q8 = nullptr);
 
 // dout = dL/d(block output) (N,d) -> dx (N,d) += dL/dx; g's tensors += their gradients. aux_grad:
 // dL/d(a.aux), the step loss's weight on this block's aux term.

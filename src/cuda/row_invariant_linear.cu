@@ -11,6 +11,7 @@
 // warp_rms_scale as rmsnorm_forward), and each loaded element x becomes x * rstd * gain rounded to
 // In, rmsnorm_forward's stored value, before the sums: the product's input is that norm's output.
 #include <climits>
+#include <string>
 #include <type_traits>
 
 #include "core/error.h"
@@ -212,7 +213,8 @@ __device__ __forceinline__ int64_t weight_row(int c, int64_t col0, int64_t OC) {
 // (MoE's experts): block (b, i) takes expert e = g.experts[i] (none past *g.num_experts), its rows
 // g.offsets[e] .. g.offsets[e+1] - 1 and its weight at weight + e g.stride; M is not read. A row's
 // operations are the same either way (a template parameter: the plain kernels keep their registers).
-// Wt: In (the weights in the inputs' type) or int8_t (Q8Weight: q * wscale[row], not grouped).
+// Wt: In (the weights in the inputs' type) or int8_t (Q8Weight: q * wscale[row]; grouped, expert e's
+// scales at wscale + e g.scale_stride).
 template <typename In, typename Out, typename Wt, int G, bool Swiglu, bool Grouped>
 __global__ void __launch_bounds__(kThreads)
     row_invariant_linear_kernel(Out* out, const In* inp, const Wt* weight, const float* wscale, const Out* bias,
@@ -221,7 +223,6 @@ __global__ void __launch_bounds__(kThreads)
   pdl_wait();
   constexpr int V = kVec<In>;
   constexpr bool kQ8 = std::is_same_v<Wt, int8_t>;
-  static_assert(!(kQ8 && Grouped), "int8 experts are not grouped");
   __shared__ float partial[kWarps][kCols * G];
   __shared__ float rstd[G];  // with a norm: the group's rows' scales
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -233,6 +234,7 @@ __global__ void __launch_bounds__(kThreads)
     const int e = g.experts[blockIdx.y];
     first = g.offsets[e], M = g.offsets[e + 1];
     weight += e * g.stride;
+    if constexpr (kQ8) wscale += e * g.scale_stride;
   }
   float wsc[kCols];  // int8: the block's weight rows' scales
 #pragma unroll
@@ -360,12 +362,13 @@ void row_invariant_swiglu_q8(T* out, const T* inp, const Q8Weight& weight, int64
 
 namespace {
 
-// The grouped launches' shape checks (OC: the weight rows an expert's block reads).
-void check_groups(const char* who, const ExpertRows& g, int64_t C, int64_t OC) {
+// The grouped launches' shape checks (OC: the weight rows an expert's block reads; q8: int8 weights,
+// whose scales an expert's block reads OC of).
+void check_groups(const char* who, const ExpertRows& g, int64_t C, int64_t OC, bool q8 = false) {
   if (!g.offsets || !g.experts || !g.num_experts || g.max_experts < 1 || g.max_experts > 65535 || g.max_rows < 0 ||
-      C < 1 || OC < 1 || g.stride < OC * C || (OC + kCols - 1) / kCols > INT_MAX)
+      C < 1 || OC < 1 || g.stride < OC * C || (OC + kCols - 1) / kCols > INT_MAX || (q8 && g.scale_stride < OC))
     fail("cuda ", who, ": bad shape: experts ", g.max_experts, " rows ", g.max_rows, " C ", C, " OC ", OC, " stride ",
-         g.stride);
+         g.stride, q8 ? " scale stride " + std::to_string(g.scale_stride) : std::string());
 }
 
 }  // namespace
@@ -384,6 +387,26 @@ void row_invariant_expert_swiglu(T* out, const T* inp, const T* weight, const Ex
   check_groups("row_invariant_expert_swiglu", groups, C, 2 * F);
   if (groups.max_rows == 0) return;
   launch_rows<T, T, true, true>({out, inp, weight, nullptr, groups.max_rows, C, 2 * F, false, {}, groups}, stream);
+}
+
+template <typename T>
+void row_invariant_expert_linear_q8(T* out, const T* inp, const Q8Weight& weight, const ExpertRows& groups, int64_t C,
+                                    int64_t OC, cudaStream_t stream) {
+  check_groups("row_invariant_expert_linear_q8", groups, C, OC, true);
+  if (!weight.q || !weight.scale) fail("cuda row_invariant_expert_linear_q8: no int8 weight / scales");
+  if (groups.max_rows == 0) return;
+  ProductArgs<T, T, int8_t> p{out, inp, weight.q, nullptr, groups.max_rows, C, OC, false, {}, groups, weight.scale};
+  launch_rows<T, T, false, true, int8_t>(p, stream);
+}
+
+template <typename T>
+void row_invariant_expert_swiglu_q8(T* out, const T* inp, const Q8Weight& weight, const ExpertRows& groups, int64_t C,
+                                    int64_t F, cudaStream_t stream) {
+  check_groups("row_invariant_expert_swiglu_q8", groups, C, 2 * F, true);
+  if (!weight.q || !weight.scale) fail("cuda row_invariant_expert_swiglu_q8: no int8 weight / scales");
+  if (groups.max_rows == 0) return;
+  ProductArgs<T, T, int8_t> p{out, inp, weight.q, nullptr, groups.max_rows, C, 2 * F, false, {}, groups, weight.scale};
+  launch_rows<T, T, true, true, int8_t>(p, stream);
 }
 
 using bf16 = __nv_bfloat16;
@@ -405,6 +428,14 @@ template void row_invariant_swiglu<bf16>(bf16*, const bf16*, const bf16*, int64_
 JTOK_ROW_INVARIANT_EXPERTS_INSTANTIATE(float)
 JTOK_ROW_INVARIANT_EXPERTS_INSTANTIATE(bf16)
 #undef JTOK_ROW_INVARIANT_EXPERTS_INSTANTIATE
+#define JTOK_ROW_INVARIANT_EXPERTS_Q8_INSTANTIATE(T)                                                                  \
+  template void row_invariant_expert_linear_q8<T>(T*, const T*, const Q8Weight&, const ExpertRows&, int64_t, int64_t, \
+                                                  cudaStream_t);                                                      \
+  template void row_invariant_expert_swiglu_q8<T>(T*, const T*, const Q8Weight&, const ExpertRows&, int64_t, int64_t, \
+                                                  cudaStream_t);
+JTOK_ROW_INVARIANT_EXPERTS_Q8_INSTANTIATE(float)
+JTOK_ROW_INVARIANT_EXPERTS_Q8_INSTANTIATE(bf16)
+#undef JTOK_ROW_INVARIANT_EXPERTS_Q8_INSTANTIATE
 #define JTOK_ROW_INVARIANT_Q8_INSTANTIATE(In, Out)                                                               \
   template void row_invariant_linear_q8<In, Out>(Out*, const In*, const Q8Weight&, const Out*, int64_t, int64_t, \
                                                  int64_t, bool, cudaStream_t, const RowNorm<In>&);

@@ -64,8 +64,8 @@ struct Q8Weight {
 // q * scale, one rounded fp32 product, as it is loaded, then the same sums in the same order. So
 // with fp32 inputs the bits are those of the fp32 product of the dequantised matrix
 // (model/lowp_weights.h's params_block_f32), and with bf16 inputs the product is of bf16 inputs and
-// fp32 weights (no bf16 rounding of the weights). Not for MoE's grouped experts. In float (V 4) or
-// __nv_bfloat16 (V 8): the row's 4 or 8 bytes a lane.
+// fp32 weights (no bf16 rounding of the weights). In float (V 4) or __nv_bfloat16 (V 8): the row's 4
+// or 8 bytes a lane. MoE's grouped experts: row_invariant_expert_*_q8 below.
 template <typename In, typename Out>
 void row_invariant_linear_q8(Out* out, const In* inp, const Q8Weight& weight, const Out* bias, int64_t M, int64_t C,
                              int64_t OC, bool accumulate, cudaStream_t stream, const RowNorm<In>& norm = {});
@@ -74,7 +74,8 @@ void row_invariant_swiglu_q8(T* out, const T* inp, const Q8Weight& weight, int64
                              cudaStream_t stream, const RowNorm<T>& norm = {});
 
 // MoE's rows grouped by expert on the device (cuda/moe.h's moe_group): expert e = experts[i], for
-// i < *num_experts, owns rows offsets[e] .. offsets[e+1] - 1; its weight lies at weight + e stride.
+// i < *num_experts, owns rows offsets[e] .. offsets[e+1] - 1; its weight lies at weight + e stride
+// (int8: its scales at scale + e scale_stride).
 struct ExpertRows {
   const int32_t* offsets = nullptr;      // (E+1); null: not grouped
   const int32_t* experts = nullptr;      // the experts with rows (max_experts bound)
@@ -82,6 +83,7 @@ struct ExpertRows {
   int64_t max_experts = 0;  // at least *num_experts (min(E, rows)): the launch's blocks in y
   int64_t max_rows = 0;     // sizes a pass's row group (an expert's most rows: one pass each), never a bit
   int64_t stride = 0;       // elements between two experts' weights
+  int64_t scale_stride = 0;  // int8 weights (the _q8 products): scales between two experts' weights
 };
 
 // MoE's expert products grouped on the device (a decode step's: no host sync, so a CUDA graph holds
@@ -96,5 +98,16 @@ void row_invariant_expert_linear(Out* out, const In* inp, const In* weight, cons
 template <typename T>
 void row_invariant_expert_swiglu(T* out, const T* inp, const T* weight, const ExpertRows& groups, int64_t C, int64_t F,
                                  cudaStream_t stream);
+
+// The two above with int8 experts read as stored (an int8 export's MoE layers in a decode step):
+// expert e's weight is q + e groups.stride with its rows' scales at scale + e groups.scale_stride,
+// each weight q * scale as it is loaded (row_invariant_linear_q8's values), so with fp32 inputs a
+// row's bits are those of row_invariant_expert_* on the dequantised experts.
+template <typename T>
+void row_invariant_expert_linear_q8(T* out, const T* inp, const Q8Weight& weight, const ExpertRows& groups, int64_t C,
+                                    int64_t OC, cudaStream_t stream);
+template <typename T>
+void row_invariant_expert_swiglu_q8(T* out, const T* inp, const Q8Weight& weight, const ExpertRows& groups, int64_t C,
+                                    int64_t F, cudaStream_t stream);
 
 }  // namespace jtok::cuda

@@ -153,18 +153,17 @@ int64_t step_weight_bytes(const Model& m, const std::string& device, const cuda:
   const ModelConfig& c = m.cfg;
   const bool cuda = device == "cuda";
   const int64_t d = c.hidden_size, e = s.bf16 ? 2 : 4, plain = cuda ? e : 4;  // routers, and fp32 matrices
-  const cuda::DecoderQ8Sizes z = cuda::decoder_q8_sizes(c);                   // the matrices read in a decode step
+  const cuda::DecoderQ8Sizes z = cuda::decoder_q8_sizes(c);
+  const int64_t values = z.values - z.routed_values, rows = z.rows - z.routed_rows;  // read by every step
   int64_t bytes = 0;
   if (m.lowp.dtype == Dtype::int8 && (!cuda || s.int8_decode))
-    bytes = z.values + 4 * z.rows;
+    bytes = values + 4 * rows;
   else if (cuda)
-    bytes = e * z.values;
+    bytes = e * values;
   else
-    bytes = (m.lowp.dtype == Dtype::bf16 ? 2 : 4) * z.values;
-  // MoE layers: the router, and the shared experts in the matrices' bytes (the GPU: its copy in E).
-  const int64_t shared = cuda ? e : (m.lowp.dtype == Dtype::int8 ? 1 : m.lowp.dtype == Dtype::bf16 ? 2 : 4);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    if (c.moe_on_layer(l)) bytes += plain * c.n_routed_experts * d + shared * 3 * c.shared_intermediate() * d;
+    bytes = (m.lowp.dtype == Dtype::bf16 ? 2 : 4) * values;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)  // MoE's routers (never low precision)
+    if (c.moe_on_layer(l)) bytes += plain * c.n_routed_experts * d;
   if (c.jtokm) bytes += plain * c.jtokm_num_layers() * c.jtokm_n_e * d;
   return bytes;
 }

@@ -54,8 +54,8 @@ void greedy_tokens(const float* logits, int64_t M, int64_t V, int32_t* out);
 // and shared experts (its routed experts, those the step's rows choose, are not counted), JTok-M's
 // routers and the LM head (Vp x d). A weight's bytes as the decoder holds it: the CPU f32 4, an
 // export's bf16 2 or int8 1 + a 4-byte scale a row (routers f32); the GPU its precision's 2 or 4,
-// and with int8_decode on an int8 export 1 + 4 a row for the matrices cuda::decoder_q8_sizes
-// counts. Norms, biases and token-table rows are not counted. Every line says it
+// and with int8_decode on an int8 export 1 + 4 a row for the matrices (cuda::decoder_q8_sizes's,
+// the routed experts left out). Norms, biases and token-table rows are not counted. Every line says it
 // ("step_weight_bytes"); a decode line also "weight_gbs", the bytes over its TPOT.
 int64_t step_weight_bytes(const Model& m, const std::string& device, const cuda::DecoderSettings& s);
 

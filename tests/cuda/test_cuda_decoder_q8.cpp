@@ -8,8 +8,9 @@
 //   greedy tokens, top-1 the CPU's on at least 3 of 4 predictions (a disagreement only at a near tie;
 //   every expert and JTok-M table taken, so no top-K choice flips).
 // Models: Qwen3's shape (q / k norms, GQA, tied head: the embedding's int8 rows), Qwen2's (biases on
-// the fused q | k | v), and a dense layer then an MoE layer with JTok and JTok-M (the experts read
-// the dequantised copy). `--gtest_filter='CudaDecoderQ8.*'`; a GPU host only (in test_cuda_ops).
+// the fused q | k | v), a dense layer then an MoE layer with JTok and JTok-M, and two MoE layers
+// with a shared expert, JTok and JTok-M (the experts' int8 products, grouped on the device).
+// `--gtest_filter='CudaDecoderQ8.*'`; a GPU host only (in test_cuda_ops).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,6 +85,7 @@ TEST(CudaDecoderQ8, Fp32IsTheDequantisedDecode) {
   expect_fp32_bits("qwen3 int8 fp32", tiny_qwen3());
   expect_fp32_bits("qwen2 int8 fp32", tiny_qwen2());
   expect_fp32_bits("dense + moe + jtok + jtokm int8 fp32", dense_then_moe_with_tables());
+  expect_fp32_bits("moe + shared expert + jtok + jtokm int8 fp32", tiny_moe_jtok_jtokm());
 }
 
 void expect_bf16_near_cpu(const std::string& name, const jtok::ModelConfig& c) {
@@ -114,6 +116,10 @@ TEST(CudaDecoderQ8, Bf16NearCpu) {
   c.num_experts_per_tok = 4;
   c.jtokm_top_k = 3;
   expect_bf16_near_cpu("dense + moe + jtok + jtokm int8 bf16", c);
+  c = tiny_moe_jtok_jtokm();
+  c.num_experts_per_tok = 4;
+  c.jtokm_top_k = 3;
+  expect_bf16_near_cpu("moe + shared expert + jtok + jtokm int8 bf16", c);
 }
 
 }  // namespace

@@ -8,11 +8,15 @@
 //   matrix (the weights are not rounded to bf16): fp32 outputs within 1e-6 (sums in other orders),
 //   bf16 outputs within 5e-3 (the output rounded once); and each row of M = 5, 16 equals itself
 //   computed alone, bit for bit.
+// - MoE's grouped experts (row_invariant_expert_linear_q8 / _swiglu_q8, an int8 export's decode
+//   step): fp32, bit for bit the grouped fp32 kernels on the dequantised experts; bf16, each expert's
+//   rows bit for bit the plain int8 kernel over that expert's rows and matrix alone.
 // `--gtest_filter='CudaRowInvariantQ8.*'`; a GPU host only (in test_cuda_ops).
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/row_invariant_linear.h"
@@ -130,6 +134,60 @@ TEST(CudaRowInvariantQ8, EachRowHasItsBitsAlone) {
       const std::vector<float> one = download(alone);
       ASSERT_EQ(0, std::memcmp(one.data(), all.data() + r * OC, one.size() * 4)) << "row " << r << " of " << M;
     }
+  }
+}
+
+// 5 experts whose rows are 3, 0, 1, 6, 2 (the one without rows not listed), each 3 (OC, C) int8
+// blocks apart with its rows' scales 3 OC apart (gate | up, down as the decoder packs them): the
+// grouped int8 products against, in fp32, the grouped fp32 products of the dequantised experts and,
+// in bf16, the plain int8 product of each expert's rows alone. max_rows 6 and 2 (one pass an expert,
+// several); C on the vector loads (1024), off them (300), and the weights a byte off alignment.
+template <typename T>
+void expect_grouped_q8(int64_t C, int64_t OC, int64_t max_rows, int64_t offset) {
+  const std::vector<int32_t> offsets = {0, 3, 3, 4, 10, 12};
+  const int64_t E = 5, rows = offsets.back(), F = OC / 2;
+  const Q8Matrix m = make_q8(E * 3 * OC, C, 100 + static_cast<uint64_t>(C + offset), offset);
+  auto x = upload<T>(randn(rows * C, 101));
+  auto off = upload_exact(offsets), with_rows = upload_exact(std::vector<int32_t>{0, 2, 3, 4}),
+       count = upload_exact(std::vector<int32_t>{4});
+  jtok::cuda::ExpertRows groups{off.get(), with_rows.get(), count.get(), 4, max_rows, 3 * OC * C};
+  groups.scale_stride = 3 * OC;
+  DeviceBuffer<T> linear(static_cast<size_t>(rows * OC)), swiglu(static_cast<size_t>(rows * F));
+  jtok::cuda::row_invariant_expert_linear_q8<T>(linear.get(), x.get(), m.weight(offset), groups, C, OC, nullptr);
+  jtok::cuda::row_invariant_expert_swiglu_q8<T>(swiglu.get(), x.get(), m.weight(offset), groups, C, F, nullptr);
+  const std::vector<float> got = download(linear), got_swiglu = download(swiglu);
+  const std::string at = " C " + std::to_string(C) + " OC " + std::to_string(OC) + " max_rows " +
+                         std::to_string(max_rows) + " offset " + std::to_string(offset);
+  if constexpr (std::is_same_v<T, float>) {
+    auto w = upload<float>(m.dequantised);
+    DeviceBuffer<float> want(got.size()), want_swiglu(got_swiglu.size());
+    jtok::cuda::row_invariant_expert_linear<float, float>(want.get(), x.get(), w.get(), groups, C, OC, nullptr);
+    jtok::cuda::row_invariant_expert_swiglu<float>(want_swiglu.get(), x.get(), w.get(), groups, C, F, nullptr);
+    EXPECT_EQ(0, std::memcmp(download(want).data(), got.data(), got.size() * 4)) << "fp32 linear" << at;
+    EXPECT_EQ(0, std::memcmp(download(want_swiglu).data(), got_swiglu.data(), got_swiglu.size() * 4))
+        << "fp32 swiglu" << at;
+    return;
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = offsets[static_cast<size_t>(e)], n = offsets[static_cast<size_t>(e) + 1] - r0;
+    if (n == 0) continue;
+    const jtok::cuda::Q8Weight we{m.q_dev.get() + offset + e * 3 * OC * C, m.scale_dev.get() + e * 3 * OC};
+    DeviceBuffer<T> alone(static_cast<size_t>(n * OC)), alone_swiglu(static_cast<size_t>(n * F));
+    jtok::cuda::row_invariant_linear_q8<T, T>(alone.get(), x.get() + r0 * C, we, nullptr, n, C, OC, false, nullptr);
+    jtok::cuda::row_invariant_swiglu_q8<T>(alone_swiglu.get(), x.get() + r0 * C, we, n, C, F, nullptr);
+    const std::vector<float> a = download(alone), b = download(alone_swiglu);
+    EXPECT_EQ(0, std::memcmp(a.data(), got.data() + r0 * OC, a.size() * 4)) << "bf16 linear, expert " << e << at;
+    EXPECT_EQ(0, std::memcmp(b.data(), got_swiglu.data() + r0 * F, b.size() * 4)) << "bf16 swiglu, expert " << e << at;
+  }
+}
+
+TEST(CudaRowInvariantQ8, GroupedExpertsAreTheDequantisedExperts) {
+  for (const int64_t max_rows : {6, 2}) {
+    expect_grouped_q8<float>(1024, 74, max_rows, 0);
+    expect_grouped_q8<float>(300, 74, max_rows, 0);
+    expect_grouped_q8<float>(1024, 70, max_rows, 1);
+    expect_grouped_q8<bf16>(1024, 74, max_rows, 0);
+    expect_grouped_q8<bf16>(336, 70, max_rows, 1);
   }
 }
 
