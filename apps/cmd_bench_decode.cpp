@@ -113,7 +113,7 @@ void run() {
   if (!cuda && args.int8_decode != "on") jtok::fail("bench-decode: --int8-decode is for --device cuda");
   if (!cuda && args.pdl != "off") jtok::fail("bench-decode: --pdl is for --device cuda");
   b.settings.cuda_graphs = jtok::cuda_graphs_on(args.cuda_graphs);
-  b.settings.int8_decode = jtok::on_off(args.int8_decode, "--int8-decode");
+  jtok::set_int8_decode(b.settings, args.int8_decode);
   b.settings.pdl = jtok::on_off(args.pdl, "--pdl");
   b.table_rows = args.table_rows;
   const jtok::Dtype dt = jtok::parse_dtype(args.table_dtype, "--table-dtype", {jtok::Dtype::f32, jtok::Dtype::bf16});

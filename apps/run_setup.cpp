@@ -54,9 +54,17 @@ void add_cuda_graphs_option(CLI::App* sub, std::string& value) {
 void add_int8_decode_option(CLI::App* sub, std::string& value) {
   sub->add_option("--int8-decode", value,
                   "--device cuda, an int8 export (jtok export --weight-dtype int8): on (default: decode steps read "
-                  "its int8 matrices as stored, half of bf16's bytes; prefills multiply the bf16 copy) or off (the "
-                  "bf16 copy alone)")
-      ->check(CLI::IsMember({"on", "off"}));
+                  "its int8 matrices as stored, half of bf16's bytes; prefills multiply the bf16 copy), off (the "
+                  "bf16 copy alone) or only (the layers' matrices in int8 alone, about half the GPU memory of the "
+                  "copy; prefills dequantise a layer at a time)")
+      ->check(CLI::IsMember({"on", "off", "only"}));
+}
+
+void set_int8_decode(cuda::DecoderSettings& s, const std::string& value) {
+  if (value != "on" && value != "off" && value != "only")
+    fail("--int8-decode must be on, off or only, got '", value, "'");
+  s.int8_decode = value != "off";
+  s.int8_only = value == "only";
 }
 
 bool on_off(const std::string& value, const char* flag) {
@@ -157,7 +165,7 @@ cuda::DecoderSettings decoder_settings(const DecoderChoice& c, bool kv_bf16) {
   s.kv_bf16 = kv_bf16;
   s.table_rows = c.table_rows;
   s.cuda_graphs = cuda_graphs_on(c.cuda_graphs);
-  s.int8_decode = on_off(c.int8_decode, "--int8-decode");
+  set_int8_decode(s, c.int8_decode);
   return s;
 }
 

@@ -26,9 +26,10 @@ std::string resolve_checkpoint(const std::string& path);
 // (cuda::DecoderSettings::cuda_graphs; off: launched kernel by kernel, the same bits).
 void add_cuda_graphs_option(CLI::App* sub, std::string& value);
 bool cuda_graphs_on(const std::string& value);  // "on" or "off" (else it fails naming the flag)
-// --int8-decode on | off (cuda::DecoderSettings::int8_decode: an int8 export's decode steps read its
-// int8 matrices as stored, or the bf16 copy alone).
+// --int8-decode on | off | only (cuda::DecoderSettings::int8_decode: an int8 export's decode steps
+// read its int8 matrices as stored, or the bf16 copy alone; only: int8_only, no copy of the layers').
 void add_int8_decode_option(CLI::App* sub, std::string& value);
+void set_int8_decode(cuda::DecoderSettings& s, const std::string& value);  // else it fails naming the flag
 bool on_off(const std::string& value, const char* flag);  // "on" or "off" (else it fails naming flag)
 
 // A checkpoint loaded for inference: its directory, config, weights and tokenizer.

@@ -3,7 +3,9 @@
 # Qwen3-0.6B shape (configs/qwen3_0.6b.json, random weights, bf16) dense, dense int8 (the matrices as
 # `jtok export --weight-dtype int8` makes them: the GPU's decode steps read them as stored, its
 # prefills the bf16 copy: whether int8 pays), dense with programmatic dependent launch in its CUDA
-# graphs (`--pdl on`: whether hiding the gaps between kernels pays), then JTok-M (n_e 5, K 2,
+# graphs (`--pdl on`: whether hiding the gaps between kernels pays; and, asked, `--runs int8only`:
+# dense int8 with `--int8-decode only`, what holding the layers' matrices in int8 alone costs a
+# prefill, which dequantises them a layer at a time), then JTok-M (n_e 5, K 2,
 # every layer: 140 tables of 151,936 x 1,024) with its table rows from HBM (a device copy), read in
 # place from the host's RAM (pinned where they lie) and staged (the host's gather into pinned
 # staging, the disk store's path), one process for the three (the tables are made once); then the
@@ -177,6 +179,10 @@ if wanted int8; then run ours_int8 "${OURS[@]}" --weight-dtype int8 || status=1;
 if wanted pdl; then  # the GPU's CUDA graphs only
   if [ "$DEVICE" = cuda ]; then run ours_pdl "${OURS[@]}" --pdl on || status=1
   else echo "  ours_pdl: SKIPPED (programmatic dependent launch is the GPU's)"; echo "skipped: the GPU's only" > "$OUT/ours_pdl.skipped"; fi
+fi
+if wanted int8only; then  # the GPU decoder's setting only
+  if [ "$DEVICE" = cuda ]; then run ours_int8only "${OURS[@]}" --weight-dtype int8 --int8-decode only || status=1
+  else echo "  ours_int8only: SKIPPED (--int8-decode is the GPU's)"; echo "skipped: the GPU's only" > "$OUT/ours_int8only.skipped"; fi
 fi
 jtokm_run() {  # jtokm_run NAME PREFIX N_E: JTok-M (K 2, every layer) with its planned dtype and table rows
   local name=$1 prefix=$2 ne=$3 skip dtype rows=()

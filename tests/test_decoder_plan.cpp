@@ -179,6 +179,15 @@ TEST(DecoderPlan, Int8MatricesByHand) {
   EXPECT_EQ(p.int8_weights, z.bytes());
   EXPECT_EQ(p.total(), decoder_memory_plan(c, s).total() + z.bytes());
   EXPECT_NE(decoder_plan_line(p).find("int8 weights 0.56"), std::string::npos) << decoder_plan_line(p);
+  // int8_only: the layers' matrices (all but the LM head's Vp x d) leave the bf16 copy; one layer's
+  // (the largest, dense: 13.1M values) come back in bf16 as the prefills' scratch.
+  EXPECT_EQ(z.max_layer_values, 4096 * d + d * 2048 + 6144 * d + d * 3072);
+  s.int8_only = true;
+  const DecoderMemoryPlan only = decoder_memory_plan(c, s, true);
+  EXPECT_EQ(only.weights, p.weights - 2 * (z.values - Vp * d));
+  EXPECT_EQ(only.int8_weights, z.bytes() + 2 * z.max_layer_values);
+  EXPECT_NE(decoder_plan_line(only).find("weights 0.29"), std::string::npos) << decoder_plan_line(only);
+  s.int8_only = false;
   s.int8_decode = false;
   EXPECT_EQ(decoder_memory_plan(c, s, true).int8_weights, 0);
   c.model_type = "jtok_moe";  // layers 1..27 MoE: 8 routed experts of F 768 and a shared one

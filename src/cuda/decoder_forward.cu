@@ -258,8 +258,12 @@ void forward_rows(DecoderState<E>& st, const int32_t* tokens, const StepShape& s
   // Every layer's rows are asked for now, on the side stream; the layers wait for theirs.
   if (st.rows) request_rows(st, tokens, sh);
   embedding_forward(st.acts.h.get(), st.acts.ids(), st.w.embed, sh.R, st.cfg.hidden_size, st.s());
+  // int8_only: a step of more rows than a decode step's multiplies the layer's matrices dequantised
+  // into the scratch its views point at (a decode step reads the int8 matrices themselves).
+  const bool dequantise = st.settings.int8_only && st.q8.on() && !norm_in_product(st, sh.R);
   for (size_t l = 0; l < st.w.layers.size(); ++l) {
     mark(st, sh, StepMark::layer_begin, static_cast<int64_t>(l));
+    if (dequantise) dequantize_layer(st, l);
     attention_half(st, l, sh);
     mark(st, sh, StepMark::attention_end, static_cast<int64_t>(l));
     mlp_half(st, l, sh);

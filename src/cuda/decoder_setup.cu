@@ -27,6 +27,10 @@ void check_decoder_settings(const Model& host, const DecoderSettings& s) {
   const std::string& p = s.table_rows;
   if (p != "auto" && p != "hbm" && p != "in_place" && p != "staged")
     fail("cuda decoder: table rows from '", p, "' (auto, hbm, in_place or staged)");
+  if (s.int8_only && (!s.int8_decode || host.lowp.dtype != Dtype::int8))
+    fail("cuda decoder: --int8-decode only holds an int8 export's matrices in int8 alone; this model's are ",
+         host.lowp.any() ? dtype_name(host.lowp.dtype) : std::string("f32"),
+         " (jtok export --weight-dtype int8 makes an int8 export)");
   if (host.rope.T < 1 || host.rope.T != c.max_position_embeddings)
     fail("cuda decoder: the model's RoPE table has ", host.rope.T, " positions, max_position_embeddings ",
          c.max_position_embeddings, " (they must agree: the memory plan sizes the context by the latter)");
@@ -62,6 +66,7 @@ DecoderLayerKinds layer_kinds(DecoderState<E>& st, const Model& host) {
   DecoderLayerKinds k = decoder_layer_kinds(st.cfg);
   k.gated = false;
   k.int8 = host.lowp.dtype == Dtype::int8 && st.settings.int8_decode;
+  k.int8_only = k.int8 && st.settings.int8_only;
   for (const LayerView& W : host.w.layers) {
     st.jtok_gated.push_back(W.jtok_scale && !jtok_gate_is_one(W.jtok_scale, st.cfg.hidden_size) ? 1 : 0);
     k.gated |= st.jtok_gated.back() != 0;
@@ -87,32 +92,42 @@ void plan_memory(DecoderState<E>& st, const DecoderLayerKinds& k) {
 // host.params in E (bf16: rounded to nearest even on the device), a bounded block at a time, with an
 // export's bf16 / int8 matrices dequantised into their slots on the host (model/lowp_weights.h: a
 // bf16 matrix arrives exact; int8's q * scale is rounded to bf16 once), its views, the RoPE table.
+// int8_only (st.q8 uploaded first): the stretches between the layers' int8 matrices, back to back,
+// those matrices' views in the one layer's scratch.
 template <typename E>
 void upload_weights(DecoderState<E>& st, const Model& host) {
   const int64_t n = static_cast<int64_t>(host.params.size());
   const std::vector<LowpSlot> slots = lowp_slots(host);
+  const std::vector<KeptRange> kept = kept_ranges(st.q8, st.settings.int8_only && st.q8.on(), n);
   st.weights_from = host.lowp.any() ? dtype_name(host.lowp.dtype) : "";
-  st.params.resize(n);
+  st.params.resize(kept.empty() ? 0 : kept.back().at + (kept.back().end - kept.back().begin));
   constexpr int64_t kBlock = int64_t{1} << 24;
   // An fp32 checkpoint's blocks are host.params itself; an export's are staged with its matrices in.
   std::vector<float> staged(slots.empty() ? 0 : static_cast<size_t>(std::min(n, kBlock)));
   DeviceArray<float> block(std::is_same_v<E, float> ? 0 : std::min(n, kBlock));
-  for (int64_t at = 0; at < n; at += kBlock) {
-    const int64_t len = std::min(kBlock, n - at);
-    const float* src = host.params.data() + at;
-    if (!slots.empty()) {
-      params_block_f32(host, slots, staged.data(), at, len);
-      src = staged.data();
+  for (const KeptRange& r : kept)
+    for (int64_t at = r.begin; at < r.end; at += kBlock) {
+      const int64_t len = std::min(kBlock, r.end - at);
+      const float* src = host.params.data() + at;
+      if (!slots.empty()) {
+        params_block_f32(host, slots, staged.data(), at, len);
+        src = staged.data();
+      }
+      E* dst = st.params.get() + r.at + (at - r.begin);
+      if constexpr (std::is_same_v<E, float>) {
+        copy_to_device(dst, src, len);
+      } else {
+        copy_to_device(block.get(), src, len);
+        convert_from_f32(dst, block.get(), len, st.s());
+        JTOK_CUDA_CHECK(cudaStreamSynchronize(st.s()));  // before the next block overwrites `block`
+      }
     }
-    if constexpr (std::is_same_v<E, float>) {
-      copy_to_device(st.params.get() + at, src, len);
-    } else {
-      copy_to_device(block.get(), src, len);
-      convert_from_f32(st.params.get() + at, block.get(), len, st.s());
-      JTOK_CUDA_CHECK(cudaStreamSynchronize(st.s()));  // before the next block overwrites `block`
-    }
+  if (st.settings.int8_only && st.q8.on()) {
+    st.q8_scratch.resize(decoder_q8_sizes(st.cfg).max_layer_values);
+    st.w = int8_only_view(st, kept, host);
+  } else {
+    st.w = device_view(st.params.get(), host);
   }
-  st.w = device_view(st.params.get(), host);
   require_fused_layout(st.w, st.cfg, "cuda decoder");  // model/transformer.cpp's layout always is
   st.rope_T = host.rope.T;
   const int64_t rope_n = host.rope.T * host.rope.half;
@@ -244,8 +259,8 @@ void setup_decoder(DecoderState<E>& st, const Model& host, const DecoderSettings
   st.path = choose_path(host, s.table_rows);
   const DecoderLayerKinds kinds = layer_kinds(st, host);
   plan_memory(st, kinds);
-  upload_weights(st, host);
   if (kinds.int8) upload_q8(st.q8, host);
+  upload_weights(st, host);
   setup_kv(st);
   setup_rows(st, host, decoder_max_rows(s));
   JTOK_CHECK(st.jtokm_layers == kinds.jtokm_layers, "cuda decoder: ", st.jtokm_layers, " JTok-M layers, planned ",
@@ -260,8 +275,13 @@ std::string describe_decoder(const DecoderState<E>& st) {
   const DecoderKv& kv = st.kv;
   const double mib = static_cast<double>(2 * kv.layers) * static_cast<double>(kv.pool_bytes()) / (1024.0 * 1024.0);
   std::string weights = std::is_same_v<E, float> ? "fp32 weights" : "bf16 weights";
-  if (!st.weights_from.empty()) weights += " (the checkpoint's " + st.weights_from + " matrices, dequantised at load)";
-  if (st.q8.on()) weights += "; decode steps read the int8 matrices as stored";
+  if (st.q8.on() && st.settings.int8_only)
+    weights +=
+        " (the checkpoint's int8 matrices: the embedding's and LM head's dequantised at load, the layers' "
+        "held in int8 alone, read as stored by decode steps and dequantised a layer at a time by prefills)";
+  else if (!st.weights_from.empty())
+    weights += " (the checkpoint's " + st.weights_from + " matrices, dequantised at load)";
+  if (st.q8.on() && !st.settings.int8_only) weights += "; decode steps read the int8 matrices as stored";
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "cuda decoder on %s: %s, %s KV in %lld pages of %lld positions (%.1f MiB), batch %lld, "

@@ -138,18 +138,19 @@ DecoderQ8Sizes decoder_q8_sizes(const ModelConfig& c) {
   const int64_t d = c.hidden_size, F = c.intermediate_size, qkv = c.q_dim() + 2 * c.kv_dim();
   DecoderQ8Sizes z{c.padded_vocab() * d, c.padded_vocab()};  // the LM head
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    z.values += qkv * d + d * c.q_dim();
-    z.rows += qkv + d;
+    int64_t values = qkv * d + d * c.q_dim(), rows = qkv + d;  // the layer's
     if (c.moe_on_layer(l)) {  // each routed expert's gate | up and down, then the shared experts'
       const MoeDims m = moe_dims(c);
       z.routed_values += m.E * 3 * m.F * d;
       z.routed_rows += m.E * (2 * m.F + d);
-      z.values += m.E * 3 * m.F * d + 3 * m.S * d;
-      z.rows += m.E * (2 * m.F + d) + (m.S > 0 ? 2 * m.S + d : 0);
-      continue;
+      values += m.E * 3 * m.F * d + 3 * m.S * d;
+      rows += m.E * (2 * m.F + d) + (m.S > 0 ? 2 * m.S + d : 0);
+    } else {
+      values += 2 * F * d + d * F;
+      rows += 2 * F + d;
     }
-    z.values += 2 * F * d + d * F;
-    z.rows += 2 * F + d;
+    z.values += values, z.rows += rows;
+    z.max_layer_values = std::max(z.max_layer_values, values);
   }
   return z;
 }
@@ -173,13 +174,21 @@ DecoderMemoryPlan decoder_memory_plan(const ModelConfig& c, const DecoderSetting
     p.hbm_tables = hbm_tables ? eb * k.table_slots * r.table : 0;
     p.host_pinned += 4 * r.ids + (staged_rows ? eb * r.out : 0);
   }
-  p.int8_weights = k.int8 ? decoder_q8_sizes(c).bytes() : 0;
+  if (k.int8) {
+    const DecoderQ8Sizes z = decoder_q8_sizes(c);
+    p.int8_weights = z.bytes();
+    if (k.int8_only) {  // the layers' matrices leave the copy; one layer's come back, dequantised, in the scratch
+      p.weights -= eb * (z.values - c.padded_vocab() * d);
+      p.int8_weights += eb * z.max_layer_values;
+    }
+  }
   return p;
 }
 
 DecoderMemoryPlan decoder_memory_plan(const ModelConfig& c, const DecoderSettings& s, bool int8_export) {
   DecoderLayerKinds k = decoder_layer_kinds(c);
   k.int8 = int8_export && s.int8_decode;
+  k.int8_only = k.int8 && s.int8_only;
   return decoder_memory_plan(c, s, k, s.table_rows == "hbm", s.table_rows == "staged");
 }
 
@@ -208,7 +217,9 @@ namespace {
 
 // The setting that shrinks an item (names as DecoderMemoryPlan::items gives them).
 const char* shrink_hint(const std::string& item) {
-  if (item == "weights") return "--precision bf16 halves fp32 weights; else a smaller model";
+  if (item == "weights")
+    return "--precision bf16 halves fp32 weights; an int8 export's --int8-decode only drops the copy of its layers' "
+           "matrices; else a smaller model";
   if (item == "KV pages")
     return "fewer KV pages: --kv-budget-tokens (serve), --max-batch, --kv-dtype bf16, a shorter context";
   if (item == "activations") return "they scale with max(--max-batch, --max-prefill) rows: a smaller --max-prefill";
@@ -216,7 +227,7 @@ const char* shrink_hint(const std::string& item) {
   if (item == "logits blocks") return "they scale with --max-batch (at least 32 rows)";
   if (item == "table row slots") return "they scale with max(--max-batch, --max-prefill) rows: a smaller --max-prefill";
   if (item == "hbm tables") return "--table-rows in_place (or staged) reads the host's tables instead";
-  if (item == "int8 weights") return "--int8-decode off decodes from the bf16 copy alone";
+  if (item == "int8 weights") return "--int8-decode off decodes from the bf16 copy alone";  // only: the scratch too
   return "";
 }
 

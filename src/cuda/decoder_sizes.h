@@ -3,7 +3,8 @@
 // their allocations from these functions, and decoder_memory_plan sums the same numbers, so the plan
 // `jtok serve` / `bench-decode` print and the decoder's own check (free GPU memory, at set-up) are
 // the allocations' arithmetic, not a second copy of it.
-//   weights          host.params in E (bf16 2 bytes, fp32 4) + the RoPE table (cos, sin: T x hd/2 fp32)
+//   weights          host.params in E (bf16 2 bytes, fp32 4) + the RoPE table (cos, sin: T x hd/2 fp32);
+//                    int8_only: less the layers' int8 matrices
 //   kv_pages         per layer a K and a V pool of n_pages + 1 (the scratch page) pages of
 //                    page_tokens x KV x hd (bf16 or fp32) + the page tables ((max_seqs + 1) x max_pages int32)
 //   activations      one step's buffers for R = max(max_batch, max_prefill) rows (cuda/decoder_state.h's
@@ -14,7 +15,8 @@
 //                    max_batch logit digests and their inputs (cuda/logit_digest.h)
 //   row_slots        StepRows' (slots, R, d) rows of E, the ids and their dedup
 //   hbm_tables       table_rows "hbm": a device copy of every table (slots x Vp x d of E)
-//   int8_weights     an int8 export's matrices that decode steps read as stored (decoder_q8_sizes)
+//   int8_weights     an int8 export's matrices that decode steps read as stored (decoder_q8_sizes);
+//                    int8_only: + one layer's matrices in E (the prefills' scratch)
 // host_pinned (not GPU memory, not in total): the pinned staging of the step's ints, logits, JTok-M
 // choices and, staged, the rows (slots, R, d).
 #pragma once
@@ -59,6 +61,7 @@ struct DecoderLayerKinds {
   int64_t jtokm_layers = 0;   // layers with a JTok-M router
   int64_t table_slots = 0;    // token tables read a step: JTok's one a layer, JTok-M's n_e a layer
   bool int8 = false;          // an int8 export whose decode steps read its int8 matrices (settings.int8_decode)
+  bool int8_only = false;     // and holds its layers' matrices in int8 alone (settings.int8_only)
 };
 // From the config: every JTok layer counted as gated (the set-up reads the scalers: an all-ones
 // scaler takes the plain path and drops mlp_out, nrows, inv_norm).
@@ -71,6 +74,7 @@ DecoderLayerKinds decoder_layer_kinds(const ModelConfig& c);
 struct DecoderQ8Sizes {
   int64_t values = 0, rows = 0;
   int64_t routed_values = 0, routed_rows = 0;  // MoE's routed experts among them (a step reads the chosen)
+  int64_t max_layer_values = 0;                // one layer's most (int8_only's scratch, in the copy's type)
   int64_t bytes() const { return values + 4 * rows; }
 };
 DecoderQ8Sizes decoder_q8_sizes(const ModelConfig& c);

@@ -29,6 +29,7 @@
 #include "cuda/model.h"
 #include "cuda/model_moe.h"
 #include "cuda/paged_kv.h"
+#include "cuda/q8_dequant.h"
 #include "cuda/row_invariant_linear.h"
 #include "cuda/step_rows.h"
 #include "model/transformer.h"
@@ -144,12 +145,28 @@ struct DecoderQ8 {
   struct Layer {
     Q8Weight qkv, o, gate_up, down;
     MoeQ8 moe;
+    // The layer's int8 values and scale rows (from first_value, first_row) and its runs of rows of
+    // one width (runs[run_begin ..]): what an int8_only prefill dequantises into the scratch.
+    int64_t first_value = 0, values = 0, first_row = 0, rows = 0, run_begin = 0, runs = 0;
+  };
+  // One host matrix among the values: its slot in host.params, its first value here, its layer (-1:
+  // the LM head).
+  struct Part {
+    int64_t host_offset = 0, numel = 0, value_offset = 0, layer = -1;
   };
   DeviceArray<int8_t> values;
   DeviceArray<float> scales;
+  DeviceArray<Q8Run> runs;  // every layer's, relative to its first value and row
   std::vector<Layer> layers;
+  std::vector<Part> parts;  // in the values' order
   Q8Weight head;
   bool on() const { return head.q != nullptr; }
+};
+
+// int8_only: a stretch of host.params the compact copy holds ([begin, end) at params + at); the
+// layers' int8 matrices are the gaps between them.
+struct KeptRange {
+  int64_t begin = 0, end = 0, at = 0;
 };
 
 template <typename E>
@@ -161,6 +178,7 @@ struct DecoderState {
   DeviceArray<E> params;                   // (n_params) host.params, rounded to E
   std::string weights_from;                // "bf16" / "int8": an export's matrices, dequantised; "": fp32
   DecoderQ8 q8;                            // an int8 export's matrices as stored (settings.int8_decode)
+  DeviceArray<E> q8_scratch;               // int8_only: one layer's matrices dequantised, as its q8 values lie
   DeviceView<E> w;                         // views of params at the host's offsets
   DeviceArray<float> rope_cos, rope_sin;   // (rope_T, hd/2): the CPU's own table
   int64_t rope_T = 0;
@@ -205,6 +223,16 @@ struct StepShape {
 
 // decoder_q8.cu: host's int8 matrices into q8 as decoder_q8_sizes lays them out (host an int8 export).
 void upload_q8(DecoderQ8& q8, const Model& host);
+// The stretches of host.params (n values) the copy in E holds: all of it, or with int8_only all but
+// q8's layers' parts, packed back to back.
+std::vector<KeptRange> kept_ranges(const DecoderQ8& q8, bool int8_only, int64_t n);
+// int8_only's views: kept stretches into params (laid out by kept), each layer's int8 parts into
+// st.q8_scratch as its values lie (all layers the same scratch: a prefill fills it a layer at a time).
+template <typename E>
+DeviceView<E> int8_only_view(const DecoderState<E>& st, const std::vector<KeptRange>& kept, const Model& host);
+// int8_only: layer l's int8 matrices dequantised into st.q8_scratch (a prefill, before the layer).
+template <typename E>
+void dequantize_layer(DecoderState<E>& st, size_t l);
 
 // decoder_setup.cu: what the decoder does not run (check_device_supported's, settings out of range,
 // JTok-M past the kernels' tables, an unknown table_rows), refused by name before anything is made.

@@ -65,6 +65,25 @@ struct DeviceView {
 // (the decoder, which dequantises them at load), head dims other than 32 / 64 / 128, MoE top-K past
 // the kernels' bound, token tables that are not whole (Vp, d) tables.
 void check_device_supported(const Model& host, const std::string& who, bool lowp_weights);
+// hv's pointers (into host.params: host.w, or a view of it) each moved by at(p) (null kept null).
+template <typename P, typename At>
+DeviceView<P> map_view(const ModelView& hv, At at_nonnull) {
+  auto at = [&](const float* p) -> P* { return p ? at_nonnull(p) : nullptr; };
+  DeviceView<P> v;
+  v.embed = at(hv.embed);
+  v.norm = at(hv.norm);
+  v.lm_head = at(hv.lm_head);
+  for (const LayerView& W : hv.layers) {
+    DeviceLayerView<P> d;
+    d.ln1 = at(W.ln1), d.wq = at(W.wq), d.wk = at(W.wk), d.wv = at(W.wv), d.wo = at(W.wo), d.ln2 = at(W.ln2);
+    d.bq = at(W.bq), d.bk = at(W.bk), d.bv = at(W.bv), d.q_norm = at(W.q_norm), d.k_norm = at(W.k_norm);
+    d.wg = at(W.wg), d.wu = at(W.wu), d.wd = at(W.wd), d.jtok_scale = at(W.jtok_scale);
+    d.jtokm_router = at(W.jtokm_router), d.jtokm_scale = at(W.jtokm_scale);
+    d.moe = {at(W.moe.router), at(W.moe.sg), at(W.moe.su), at(W.moe.sd), at(W.moe.experts)};
+    v.layers.push_back(d);
+  }
+  return v;
+}
 // The device view of a flat buffer at base laid out as host.params: hv's pointers (into
 // host.params: host.w, or model/trainable.h's trainable_view of it) moved to base (base + (host
 // pointer - host.params.data()), null kept). P: float or __nv_bfloat16.

@@ -41,21 +41,7 @@ void check_device_supported(const Model& host, const std::string& who, bool lowp
 template <typename P>
 DeviceView<P> device_view(P* base, const Model& host, const ModelView& hv) {
   const float* hb = host.params.data();
-  auto at = [&](const float* p) -> P* { return p ? base + (p - hb) : nullptr; };
-  DeviceView<P> v;
-  v.embed = at(hv.embed);
-  v.norm = at(hv.norm);
-  v.lm_head = at(hv.lm_head);
-  for (const LayerView& W : hv.layers) {
-    DeviceLayerView<P> d;
-    d.ln1 = at(W.ln1), d.wq = at(W.wq), d.wk = at(W.wk), d.wv = at(W.wv), d.wo = at(W.wo), d.ln2 = at(W.ln2);
-    d.bq = at(W.bq), d.bk = at(W.bk), d.bv = at(W.bv), d.q_norm = at(W.q_norm), d.k_norm = at(W.k_norm);
-    d.wg = at(W.wg), d.wu = at(W.wu), d.wd = at(W.wd), d.jtok_scale = at(W.jtok_scale);
-    d.jtokm_router = at(W.jtokm_router), d.jtokm_scale = at(W.jtokm_scale);
-    d.moe = {at(W.moe.router), at(W.moe.sg), at(W.moe.su), at(W.moe.sd), at(W.moe.experts)};
-    v.layers.push_back(d);
-  }
-  return v;
+  return map_view<P>(hv, [&](const float* p) -> P* { return base + (p - hb); });
 }
 
 template <typename E>

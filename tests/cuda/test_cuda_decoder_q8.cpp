@@ -7,6 +7,11 @@
 // - bf16: within 5e-2 of the CPU's fp32 engine on the dequantised weights, teacher-forced on its
 //   greedy tokens, top-1 the CPU's on at least 3 of 4 predictions (a disagreement only at a near tie;
 //   every expert and JTok-M table taken, so no top-K choice flips).
+// - int8_only (the layers' matrices in int8 alone): fp32 and bf16 logits bit for bit int8_decode on's
+//   (prefills of 17 and 33 rows multiply the matrices dequantised into the one layer's scratch, the
+//   5-row prefill and decode steps the int8 ones), holding the copy's layer matrices less one layer's
+//   scratch fewer bytes of device memory, as the memory plan says; a model that is not an int8 export
+//   refused by name.
 // Models: Qwen3's shape (q / k norms, GQA, tied head: the embedding's int8 rows), Qwen2's (biases on
 // the fused q | k | v), a dense layer then an MoE layer with JTok and JTok-M, and two MoE layers
 // with a shared expert, JTok and JTok-M (the experts' int8 products, grouped on the device).
@@ -20,6 +25,8 @@
 #include <vector>
 
 #include "cuda/decoder.h"
+#include "cuda/decoder_sizes.h"
+#include "cuda/device.h"
 #include "decoder_runs.h"
 #include "infer/generate.h"
 #include "model/lowp_weights.h"
@@ -62,6 +69,18 @@ std::pair<jtok::Model, jtok::Model> int8_and_dequantised(const jtok::ModelConfig
   return {std::move(q), std::move(ref)};
 }
 
+// a's and b's logits of the same runs, bit for bit (the greedy tokens fed alike); a's returned.
+std::vector<float> expect_same_logits(const std::string& name, const jtok::ModelConfig& c, jtok::cuda::DeviceDecoder& a,
+                                      jtok::cuda::DeviceDecoder& b, const std::string& b_is) {
+  const auto ps = prompts(c);
+  const Run x = gpu_run(a, c, ps, kSteps), y = gpu_run(b, c, ps, kSteps);
+  EXPECT_EQ(x.fed, y.fed) << name << ": greedy tokens differ from " << b_is;
+  const std::vector<float> xl = all_logits(x), yl = all_logits(y);
+  EXPECT_TRUE(xl.size() == yl.size() && std::memcmp(xl.data(), yl.data(), xl.size() * sizeof(float)) == 0)
+      << name << ": the logits differ from " << b_is;
+  return xl;
+}
+
 void expect_fp32_bits(const std::string& name, const jtok::ModelConfig& c) {
   const auto [q, ref] = int8_and_dequantised(c);
   jtok::cuda::DecoderSettings on = decoder_settings(false), off = on;
@@ -70,15 +89,9 @@ void expect_fp32_bits(const std::string& name, const jtok::ModelConfig& c) {
   std::printf("%s\n", a->describe().c_str());
   EXPECT_NE(a->describe().find("decode steps read the int8 matrices as stored"), std::string::npos) << a->describe();
   EXPECT_EQ(b->describe().find("decode steps read the int8"), std::string::npos) << b->describe();
-  const auto ps = prompts(c);
-  const Run x = gpu_run(*a, c, ps, kSteps), y = gpu_run(*b, c, ps, kSteps);
-  ASSERT_EQ(x.fed, y.fed) << name << ": greedy tokens differ";
-  const std::vector<float> xl = all_logits(x), yl = all_logits(y);
-  ASSERT_EQ(xl.size(), yl.size());
-  EXPECT_EQ(0, std::memcmp(xl.data(), yl.data(), xl.size() * sizeof(float)))
-      << name << ": the int8 products' logits differ from the dequantised weights'";
+  const std::vector<float> xl = expect_same_logits(name, c, *a, *b, "the dequantised weights'");
   // The decode steps did multiply int8 weights of the export's own values: against the CPU too.
-  expect_close(name + " against the CPU", xl, all_logits(cpu_run(ref, ps, kSteps)), 2e-5);
+  expect_close(name + " against the CPU", xl, all_logits(cpu_run(ref, prompts(c), kSteps)), 2e-5);
 }
 
 TEST(CudaDecoderQ8, Fp32IsTheDequantisedDecode) {
@@ -120,6 +133,44 @@ TEST(CudaDecoderQ8, Bf16NearCpu) {
   c.num_experts_per_tok = 4;
   c.jtokm_top_k = 3;
   expect_bf16_near_cpu("moe + shared expert + jtok + jtokm int8 bf16", c);
+}
+
+void expect_int8_only_is_int8_decode(const std::string& name, const jtok::ModelConfig& c, bool bf16) {
+  const auto [q, ref] = int8_and_dequantised(c);
+  jtok::cuda::DecoderSettings on = decoder_settings(bf16), only = on;
+  only.int8_only = true;
+  const int64_t before = jtok::cuda::device_bytes_now();
+  auto a = jtok::cuda::make_device_decoder(q, on);
+  const int64_t held_on = jtok::cuda::device_bytes_now() - before;
+  auto b = jtok::cuda::make_device_decoder(q, only);
+  const int64_t held_only = jtok::cuda::device_bytes_now() - before - held_on;
+  std::printf("%s\n", b->describe().c_str());
+  EXPECT_NE(b->describe().find("held in int8 alone"), std::string::npos) << b->describe();
+  const jtok::cuda::DecoderQ8Sizes z = jtok::cuda::decoder_q8_sizes(c);
+  const int64_t eb = bf16 ? 2 : 4, saved = eb * (z.values - c.padded_vocab() * c.hidden_size - z.max_layer_values);
+  EXPECT_GT(saved, 0) << name;
+  EXPECT_EQ(held_on - held_only, saved) << name << ": device bytes " << held_on << " (on) and " << held_only
+                                        << " (only)";
+  EXPECT_EQ(
+      jtok::cuda::decoder_memory_plan(c, on, true).total() - jtok::cuda::decoder_memory_plan(c, only, true).total(),
+      saved)
+      << name << ": the plan";
+  expect_same_logits(name, c, *b, *a, "int8_decode on's");
+}
+
+TEST(CudaDecoderQ8, Int8OnlyIsInt8DecodeWithLessMemory) {
+  expect_int8_only_is_int8_decode("qwen3 int8 only fp32", tiny_qwen3(), false);
+  expect_int8_only_is_int8_decode("dense + moe + jtok + jtokm int8 only bf16", dense_then_moe_with_tables(), true);
+  expect_int8_only_is_int8_decode("moe + shared expert + jtok + jtokm int8 only fp32", tiny_moe_jtok_jtokm(), false);
+  jtok::cuda::DecoderSettings only = decoder_settings(false);
+  only.int8_only = true;
+  const jtok::Model fp32 = test_model(tiny_qwen3());
+  try {
+    jtok::cuda::make_device_decoder(fp32, only);
+    ADD_FAILURE() << "int8_only on an fp32 model was not refused";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("--int8-decode only"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
