@@ -108,14 +108,20 @@ import json, sys
 att = [json.loads(l) for l in open(sys.argv[1])]
 rows = [r for r in map(json.loads, open(sys.argv[2])) if "step" in r]  # (a decode step, a prefill) x 3 paths
 grp = [json.loads(l) for l in open(sys.argv[3])]
-ri = [json.loads(l) for l in open(sys.argv[4])]  # 3 shapes x M 1, 4, 16
+lines = [json.loads(l) for l in open(sys.argv[4])]
+ri = [r for r in lines if "C" in r]  # 3 shapes x M 1, 4, 16
+ex = [r for r in lines if r["shape"] == "experts"]  # M 1, 4, 16
+dq = [r for r in lines if r["shape"] == "dequant_layer"]
 assert len(att) == 1 and att[0]["T"] == 40 and att[0]["fwd_ms"] > 0 and att[0]["bwd_tiles_ms"] > 0, att
 assert len(rows) == 6 and all(r["ms"] > 0 for r in rows), rows
 assert len(grp) == 1 and grp[0]["rows"] == 80 and grp[0]["fwd_ms"] > 0 and grp[0]["cublaslt_over_grouped"] > 0, grp
 assert len(ri) == 9 and all(r[k] > 0 for r in ri for k in ("row_invariant_us", "cublaslt_us", "q8_us", "q8_speedup")), ri
 assert [("normed_us" in r) for r in ri] == [True] * 3 + [False] * 3 + [True] * 3, ri
+assert [r["M"] for r in ex] == [1, 4, 16] and [r["active_experts"] for r in ex] == [2, 8, 8], ex
+assert all(r[k] > 0 for r in ex for k in ("experts_us", "experts_q8_us", "q8_speedup")), ex
+assert len(dq) == 1 and dq[0]["values"] == 61440 and dq[0]["dequant_us"] > 0 and len(lines) == 13, lines
 print(f"emulated benches: bench_cuda_attention 1 line, bench_cuda_host_rows {len(rows)} lines, bench_cuda_grouped 1 line, "
-      f"bench_cuda_row_invariant {len(ri)} lines")
+      f"bench_cuda_row_invariant {len(lines)} lines")
 PY
 }
 # The CI set in both thread orders (EMU_ORDER, emu_sched.cpp: a block's threads and a grid's blocks
