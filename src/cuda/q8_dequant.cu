@@ -1,5 +1,5 @@
-// Int8 matrices dequantised on the GPU (src/cuda/q8_dequant.h): one block a row, a thread an element
-// at a stride of the block, each value one rounded fp32 product then rounded to E.
+// Int8 matrices dequantised on the GPU (src/cuda/q8_dequant.h): one block a row, a thread 4 values (or
+// one, off 4-byte alignment) at a stride of the block, each one rounded fp32 product then rounded to E.
 #include <cuda_bf16.h>
 
 #include "core/error.h"
@@ -28,6 +28,18 @@ __device__ __forceinline__ const Q8Run& run_of(const Q8Run* runs, int64_t n, int
   return runs[lo];
 }
 
+// 4 values from 4 int8 bytes (w's bytes low to high) and the row's scale, stored at out.
+template <typename E>
+__device__ __forceinline__ void store4(E* out, uint32_t w, float s) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int q = static_cast<int>(w << (24 - 8 * j)) >> 24;  // byte j sign-extended
+    out[j] = from_f32<E>(__fmul_rn(static_cast<float>(q), s));
+  }
+}
+
+// Block b (grid-stride): row r. A row whose first value's address and width are multiples of 4 is
+// read 4 bytes a thread (the same values as one at a time).
 template <typename E>
 __global__ void __launch_bounds__(kThreads) dequantize_q8_rows_kernel(E* out, const int8_t* q, const float* scale,
                                                                       const Q8Run* runs, int64_t n_runs, int64_t rows) {
@@ -36,8 +48,13 @@ __global__ void __launch_bounds__(kThreads) dequantize_q8_rows_kernel(E* out, co
     const Q8Run& run = run_of(runs, n_runs, r);
     const int64_t at = run.value_offset + (r - run.first_row) * run.cols;
     const float s = scale[r];
-    for (int64_t c = threadIdx.x; c < run.cols; c += kThreads)
-      out[at + c] = from_f32<E>(__fmul_rn(static_cast<float>(q[at + c]), s));
+    if ((reinterpret_cast<uintptr_t>(q + at) | static_cast<uintptr_t>(run.cols)) % 4 == 0) {
+      const uint32_t* words = reinterpret_cast<const uint32_t*>(q + at);
+      for (int64_t c = threadIdx.x; c < run.cols / 4; c += kThreads) store4(out + at + 4 * c, words[c], s);
+    } else {
+      for (int64_t c = threadIdx.x; c < run.cols; c += kThreads)
+        out[at + c] = from_f32<E>(__fmul_rn(static_cast<float>(q[at + c]), s));
+    }
   }
 }
 

@@ -1,9 +1,10 @@
 // Int8 matrices dequantised on the GPU (src/cuda/q8_dequant.h, the GPU decoder's int8-only prefills)
 // against the CPU's dequantize_rows (ops/lowp_convert.h, what the host's upload of an int8 export's
-// copy runs): three matrices of other widths back to back as one layer's runs (q | k | v, o, and a
-// third split into two runs of the same width, as consecutive experts lie), rows past 65,535 blocks
-// (grid-stride) in a fourth case. fp32 out: bit for bit the CPU's values; bf16: those rounded to
-// nearest even. `--gtest_filter='CudaQ8Dequant.*'`; a GPU host only (in test_cuda_ops).
+// copy runs): matrices of other widths back to back as one layer's runs, each matrix two runs of one
+// width (as a layer's consecutive experts lie); rows read 4 bytes a thread and one at a time (an odd
+// width, or a multiple of 4 starting off a 4-byte address); rows past 65,535 blocks (grid-stride).
+// fp32 out: bit for bit the CPU's values; bf16: those rounded to nearest even.
+// `--gtest_filter='CudaQ8Dequant.*'`; a GPU host only (in test_cuda_ops).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -24,7 +25,7 @@ struct Matrix {
 };
 
 // The matrices quantised as the export does, back to back (values and scale rows), their CPU
-// dequantisation, and the runs: one a matrix, the last `split` into two of the same width.
+// dequantisation, and the runs: two a matrix, its first half of rows and the rest.
 struct Layer {
   std::vector<int8_t> q;
   std::vector<float> scale, want;
@@ -75,6 +76,7 @@ void expect_cpu_values(const std::vector<Matrix>& ms, uint64_t seed) {
 TEST(CudaQ8Dequant, RowsAreTheCpusDequantisedRows) {
   expect_cpu_values({{96, 64}, {64, 48}, {37, 300}}, 11);  // q | k | v, o, an odd width
   expect_cpu_values({{5, 1}, {3, 257}}, 12);
+  expect_cpu_values({{1, 3}, {4, 64}, {6, 8}}, 14);  // widths of 4 values starting off a 4-byte address
 }
 
 TEST(CudaQ8Dequant, MoreRowsThanBlocks) { expect_cpu_values({{70000, 3}}, 13); }
