@@ -187,6 +187,12 @@ TEST(DecoderPlan, Int8MatricesByHand) {
   EXPECT_EQ(only.weights, p.weights - 2 * (z.values - Vp * d));
   EXPECT_EQ(only.int8_weights, z.bytes() + 2 * z.max_layer_values);
   EXPECT_NE(decoder_plan_line(only).find("weights 0.29"), std::string::npos) << decoder_plan_line(only);
+  ModelConfig untied = c;  // an untied LM head leaves the copy too (its int8 matrix alone)
+  untied.tie_word_embeddings = false;
+  s.int8_only = false;
+  const int64_t untied_on = decoder_memory_plan(untied, s, true).weights;
+  s.int8_only = true;
+  EXPECT_EQ(decoder_memory_plan(untied, s, true).weights, untied_on - 2 * z.values);
   s.int8_only = false;
   s.int8_decode = false;
   EXPECT_EQ(decoder_memory_plan(c, s, true).int8_weights, 0);

@@ -258,8 +258,9 @@ void forward_rows(DecoderState<E>& st, const int32_t* tokens, const StepShape& s
   // Every layer's rows are asked for now, on the side stream; the layers wait for theirs.
   if (st.rows) request_rows(st, tokens, sh);
   embedding_forward(st.acts.h.get(), st.acts.ids(), st.w.embed, sh.R, st.cfg.hidden_size, st.s());
-  // int8_only: a step of more rows than a decode step's multiplies the layer's matrices dequantised
-  // into the scratch its views point at (a decode step reads the int8 matrices themselves).
+  // int8_only: a prefill (any step but a decode step, whose products are the row-invariant ones)
+  // multiplies the layer's matrices dequantised into the scratch its views point at; a decode step
+  // reads the int8 matrices themselves.
   const bool dequantise = st.settings.int8_only && st.q8.on() && !norm_in_product(st, sh.R);
   for (size_t l = 0; l < st.w.layers.size(); ++l) {
     mark(st, sh, StepMark::layer_begin, static_cast<int64_t>(l));
@@ -279,7 +280,9 @@ void head_forward(DecoderState<E>& st, int64_t first, int64_t n) {
              first, "..", first + n - 1);
   cudaStream_t s = st.s();
   const E* h = A.h.get() + first * d;
-  if (norm_in_product(st, n)) {  // the final norm inside the LM head's product (an int8 export's: its int8 head)
+  // The final norm inside the LM head's product (an int8 export's: its int8 head) in a decode step, and
+  // for any rows where the head is held in int8 alone (int8_only, untied: no lm_head in the copy).
+  if (norm_in_product(st, n) || !st.w.lm_head) {
     if (st.q8.on())
       row_invariant_linear_q8<E, float>(A.logits.get(), h, st.q8.head, nullptr, n, d, Vp, false, s,
                                         row_norm(st, st.w.norm));

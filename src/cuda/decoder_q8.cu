@@ -128,11 +128,11 @@ void upload_q8(DecoderQ8& q8, const Model& host) {
   copy_to_device(q8.runs.get(), p.runs.data(), static_cast<int64_t>(p.runs.size()));
 }
 
-std::vector<KeptRange> kept_ranges(const DecoderQ8& q8, bool int8_only, int64_t n) {
-  std::vector<std::pair<int64_t, int64_t>> gaps;  // the layers' parts: [begin, end) of host.params
+std::vector<KeptRange> kept_ranges(const DecoderQ8& q8, bool int8_only, bool head_too, int64_t n) {
+  std::vector<std::pair<int64_t, int64_t>> gaps;  // the int8 parts: [begin, end) of host.params
   if (int8_only)
     for (const DecoderQ8::Part& part : q8.parts)
-      if (part.layer >= 0) gaps.emplace_back(part.host_offset, part.host_offset + part.numel);
+      if (part.layer >= 0 || head_too) gaps.emplace_back(part.host_offset, part.host_offset + part.numel);
   std::sort(gaps.begin(), gaps.end());
   std::vector<KeptRange> kept;
   int64_t from = 0, at = 0;
@@ -150,9 +150,8 @@ std::vector<KeptRange> kept_ranges(const DecoderQ8& q8, bool int8_only, int64_t 
 
 template <typename E>
 DeviceView<E> int8_only_view(const DecoderState<E>& st, const std::vector<KeptRange>& kept, const Model& host) {
-  std::map<int64_t, const DecoderQ8::Part*> parts;  // the layers' parts by host offset
-  for (const DecoderQ8::Part& part : st.q8.parts)
-    if (part.layer >= 0) parts[part.host_offset] = &part;
+  std::map<int64_t, const DecoderQ8::Part*> parts;  // the int8 parts by host offset
+  for (const DecoderQ8::Part& part : st.q8.parts) parts[part.host_offset] = &part;
   auto at = [&](const float* ptr) -> E* {
     const int64_t o = ptr - host.params.data();
     const auto k =
@@ -162,6 +161,7 @@ DeviceView<E> int8_only_view(const DecoderState<E>& st, const std::vector<KeptRa
     JTOK_CHECK(p != parts.begin(), "cuda decoder: parameter offset ", o, " in neither the copy nor the int8 parts");
     const DecoderQ8::Part& part = *std::prev(p)->second;
     JTOK_CHECK(o < part.host_offset + part.numel, "cuda decoder: parameter offset ", o, " past its int8 part");
+    if (part.layer < 0) return nullptr;  // an untied LM head: its int8 matrix alone (head_forward reads it)
     const int64_t layer_first = st.q8.layers[static_cast<size_t>(part.layer)].first_value;
     return st.q8_scratch.get() + (part.value_offset - layer_first) + (o - part.host_offset);
   };

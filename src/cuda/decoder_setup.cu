@@ -92,13 +92,14 @@ void plan_memory(DecoderState<E>& st, const DecoderLayerKinds& k) {
 // host.params in E (bf16: rounded to nearest even on the device), a bounded block at a time, with an
 // export's bf16 / int8 matrices dequantised into their slots on the host (model/lowp_weights.h: a
 // bf16 matrix arrives exact; int8's q * scale is rounded to bf16 once), its views, the RoPE table.
-// int8_only (st.q8 uploaded first): the stretches between the layers' int8 matrices, back to back,
-// those matrices' views in the one layer's scratch.
+// int8_only (st.q8 uploaded first): the stretches between the layers' int8 matrices (and an untied
+// LM head's), back to back, those matrices' views in the one layer's scratch (the head's null).
 template <typename E>
 void upload_weights(DecoderState<E>& st, const Model& host) {
   const int64_t n = static_cast<int64_t>(host.params.size());
   const std::vector<LowpSlot> slots = lowp_slots(host);
-  const std::vector<KeptRange> kept = kept_ranges(st.q8, st.settings.int8_only && st.q8.on(), n);
+  const bool only = st.settings.int8_only && st.q8.on(), untied = host.w.lm_head != host.w.embed;
+  const std::vector<KeptRange> kept = kept_ranges(st.q8, only, untied, n);
   st.weights_from = host.lowp.any() ? dtype_name(host.lowp.dtype) : "";
   st.params.resize(kept.empty() ? 0 : kept.back().at + (kept.back().end - kept.back().begin));
   constexpr int64_t kBlock = int64_t{1} << 24;
@@ -122,7 +123,7 @@ void upload_weights(DecoderState<E>& st, const Model& host) {
         JTOK_CUDA_CHECK(cudaStreamSynchronize(st.s()));  // before the next block overwrites `block`
       }
     }
-  if (st.settings.int8_only && st.q8.on()) {
+  if (only) {
     st.q8_scratch.resize(decoder_q8_sizes(st.cfg).max_layer_values);
     st.w = int8_only_view(st, kept, host);
   } else {
@@ -276,9 +277,10 @@ std::string describe_decoder(const DecoderState<E>& st) {
   const double mib = static_cast<double>(2 * kv.layers) * static_cast<double>(kv.pool_bytes()) / (1024.0 * 1024.0);
   std::string weights = std::is_same_v<E, float> ? "fp32 weights" : "bf16 weights";
   if (st.q8.on() && st.settings.int8_only)
-    weights +=
-        " (the checkpoint's int8 matrices: the embedding's and LM head's dequantised at load, the layers' "
-        "held in int8 alone, read as stored by decode steps and dequantised a layer at a time by prefills)";
+    weights += std::string(" (the checkpoint's int8 matrices: the embedding's") +
+               (st.w.lm_head ? " and LM head's" : "") + " dequantised at load, the layers'" +
+               (st.w.lm_head ? "" : " and the LM head's") +
+               " held in int8 alone, read as stored by decode steps and dequantised a layer at a time by prefills)";
   else if (!st.weights_from.empty())
     weights += " (the checkpoint's " + st.weights_from + " matrices, dequantised at load)";
   if (st.q8.on() && !st.settings.int8_only) weights += "; decode steps read the int8 matrices as stored";

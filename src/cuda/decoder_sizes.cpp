@@ -178,7 +178,7 @@ DecoderMemoryPlan decoder_memory_plan(const ModelConfig& c, const DecoderSetting
     const DecoderQ8Sizes z = decoder_q8_sizes(c);
     p.int8_weights = z.bytes();
     if (k.int8_only) {  // the layers' matrices leave the copy; one layer's come back, dequantised, in the scratch
-      p.weights -= eb * (z.values - c.padded_vocab() * d);
+      p.weights -= eb * (z.values - (c.tie_word_embeddings ? c.padded_vocab() * d : 0));  // untied: the head too
       p.int8_weights += eb * z.max_layer_values;
     }
   }

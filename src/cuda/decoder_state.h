@@ -224,10 +224,11 @@ struct StepShape {
 // decoder_q8.cu: host's int8 matrices into q8 as decoder_q8_sizes lays them out (host an int8 export).
 void upload_q8(DecoderQ8& q8, const Model& host);
 // The stretches of host.params (n values) the copy in E holds: all of it, or with int8_only all but
-// q8's layers' parts, packed back to back.
-std::vector<KeptRange> kept_ranges(const DecoderQ8& q8, bool int8_only, int64_t n);
+// q8's layers' parts (and, head_too, the LM head's: an untied head), packed back to back.
+std::vector<KeptRange> kept_ranges(const DecoderQ8& q8, bool int8_only, bool head_too, int64_t n);
 // int8_only's views: kept stretches into params (laid out by kept), each layer's int8 parts into
-// st.q8_scratch as its values lie (all layers the same scratch: a prefill fills it a layer at a time).
+// st.q8_scratch as its values lie (all layers the same scratch: a prefill fills it a layer at a time),
+// an LM head not kept null (head_forward multiplies q8.head for any rows).
 template <typename E>
 DeviceView<E> int8_only_view(const DecoderState<E>& st, const std::vector<KeptRange>& kept, const Model& host);
 // int8_only: layer l's int8 matrices dequantised into st.q8_scratch (a prefill, before the layer).

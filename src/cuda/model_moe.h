@@ -71,7 +71,7 @@ void size_moe_scratch(DeviceMoeScratch<E>& s, const MoeDims& m, int64_t N);
 // x (N,d) -> out (N,d) += the block's output; a keeps routing and activations, a.aux set. No host
 // sync. A decode step (N <= mm.row_invariant_rows()) takes the row-invariant grouped products
 // (cuda/row_invariant_linear.h: a.gu unwritten; no backward follows), of q8's int8 experts where
-// given (else of w's; a step of more rows always reads w).
+// given (else of w's; any other step reads w).
 template <typename E>
 void moe_block_forward(Matmul& mm, E* out, DeviceMoeActs<E>& a, DeviceMoeScratch<E>& s, const E* x,
                        const DeviceMoeView<E>& w, const MoeDims& m, int64_t N, cudaStream_t stream,

@@ -7,11 +7,12 @@
 // - bf16: within 5e-2 of the CPU's fp32 engine on the dequantised weights, teacher-forced on its
 //   greedy tokens, top-1 the CPU's on at least 3 of 4 predictions (a disagreement only at a near tie;
 //   every expert and JTok-M table taken, so no top-K choice flips).
-// - int8_only (the layers' matrices in int8 alone): fp32 and bf16 logits bit for bit int8_decode on's
-//   (prefills of 17 and 33 rows multiply the matrices dequantised into the one layer's scratch, the
-//   5-row prefill and decode steps the int8 ones), holding the copy's layer matrices less one layer's
-//   scratch fewer bytes of device memory, as the memory plan says; a model that is not an int8 export
-//   refused by name.
+// - int8_only (the layers' matrices, and an untied LM head, in int8 alone): fp32 and bf16 logits bit
+//   for bit int8_decode on's (prefills multiply the matrices dequantised into the one layer's scratch,
+//   decode steps the int8 ones); an untied head's prefill logits (its int8 product, on's the copy's)
+//   within the fp32 / bf16 bounds, every position of a prefill too, its decode steps bit for bit;
+//   holding the copy's layer matrices (and untied head) less one layer's scratch fewer bytes of
+//   device memory, as the memory plan says; a model that is not an int8 export refused by name.
 // Models: Qwen3's shape (q / k norms, GQA, tied head: the embedding's int8 rows), Qwen2's (biases on
 // the fused q | k | v), a dense layer then an MoE layer with JTok and JTok-M, and two MoE layers
 // with a shared expert, JTok and JTok-M (the experts' int8 products, grouped on the device).
@@ -135,6 +136,26 @@ TEST(CudaDecoderQ8, Bf16NearCpu) {
   expect_bf16_near_cpu("moe + shared expert + jtok + jtokm int8 bf16", c);
 }
 
+// Every position's logits of a 37-token prefill (an untied int8_only head's: its int8 product for
+// every row, not only a decode step's) within tol of b's (int8_decode on: the copy's head, cuBLASLt).
+void expect_every_position_close(const std::string& name, const jtok::ModelConfig& c, jtok::cuda::DeviceDecoder& a,
+                                 jtok::cuda::DeviceDecoder& b, double tol) {
+  const std::vector<int32_t> p = skewed_ids(37, c.vocab_size, 44);
+  const int64_t V = c.vocab_size;
+  std::vector<std::vector<float>> each(2, std::vector<float>(p.size() * static_cast<size_t>(V), -1.0f));
+  std::vector<float> last(static_cast<size_t>(V));
+  for (int i = 0; i < 2; ++i) {
+    jtok::cuda::DeviceDecoder& dec = i == 0 ? a : b;
+    const int64_t seq = dec.open(64);
+    dec.prefill(seq, p.data(), static_cast<int64_t>(p.size()), last.data(),
+                [&](int64_t pos, int64_t n, const float* l) {
+                  std::copy(l, l + n * V, each[static_cast<size_t>(i)].begin() + pos * V);
+                });
+    dec.close(seq);
+  }
+  expect_close(name + " every position of a prefill", each[0], each[1], tol);
+}
+
 void expect_int8_only_is_int8_decode(const std::string& name, const jtok::ModelConfig& c, bool bf16) {
   const auto [q, ref] = int8_and_dequantised(c);
   jtok::cuda::DecoderSettings on = decoder_settings(bf16), only = on;
@@ -145,9 +166,12 @@ void expect_int8_only_is_int8_decode(const std::string& name, const jtok::ModelC
   auto b = jtok::cuda::make_device_decoder(q, only);
   const int64_t held_only = jtok::cuda::device_bytes_now() - before - held_on;
   std::printf("%s\n", b->describe().c_str());
-  EXPECT_NE(b->describe().find("held in int8 alone"), std::string::npos) << b->describe();
+  const std::string held =
+      c.tie_word_embeddings ? "the layers' held in int8 alone" : "the LM head's held in int8 alone";
+  EXPECT_NE(b->describe().find(held), std::string::npos) << b->describe();
   const jtok::cuda::DecoderQ8Sizes z = jtok::cuda::decoder_q8_sizes(c);
-  const int64_t eb = bf16 ? 2 : 4, saved = eb * (z.values - c.padded_vocab() * c.hidden_size - z.max_layer_values);
+  const int64_t head = c.tie_word_embeddings ? c.padded_vocab() * c.hidden_size : 0;  // untied: out of the copy too
+  const int64_t eb = bf16 ? 2 : 4, saved = eb * (z.values - head - z.max_layer_values);
   EXPECT_GT(saved, 0) << name;
   EXPECT_EQ(held_on - held_only, saved) << name << ": device bytes " << held_on << " (on) and " << held_only
                                         << " (only)";
@@ -155,7 +179,20 @@ void expect_int8_only_is_int8_decode(const std::string& name, const jtok::ModelC
       jtok::cuda::decoder_memory_plan(c, on, true).total() - jtok::cuda::decoder_memory_plan(c, only, true).total(),
       saved)
       << name << ": the plan";
-  expect_same_logits(name, c, *b, *a, "int8_decode on's");
+  if (c.tie_word_embeddings) {
+    expect_same_logits(name, c, *b, *a, "int8_decode on's");
+    return;
+  }
+  // An untied head's prefill logits are its int8 product's (on's: the copy's cuBLASLt product): close;
+  // the decode steps (the int8 head in both) fed on's tokens, bit for bit.
+  const double tol = bf16 ? 5e-2 : 2e-5;
+  const auto ps = prompts(c);
+  const Run x = gpu_run(*a, c, ps, kSteps), y = gpu_run(*b, c, ps, kSteps, &x);
+  expect_close(name + " prefills", concat(y.prefill), concat(x.prefill), tol);
+  const std::vector<float> xs = concat(x.logits), ys = concat(y.logits);
+  EXPECT_TRUE(xs.size() == ys.size() && std::memcmp(xs.data(), ys.data(), xs.size() * sizeof(float)) == 0)
+      << name << ": the decode steps' logits differ from int8_decode on's";
+  expect_every_position_close(name, c, *b, *a, tol);
 }
 
 TEST(CudaDecoderQ8, Int8OnlyIsInt8DecodeWithLessMemory) {
