@@ -187,6 +187,11 @@ TEST(DecoderPlan, Int8MatricesByHand) {
   EXPECT_EQ(only.weights, p.weights - 2 * (z.values - Vp * d));
   EXPECT_EQ(only.int8_weights, z.bytes() + 2 * z.max_layer_values);
   EXPECT_NE(decoder_plan_line(only).find("weights 0.29"), std::string::npos) << decoder_plan_line(only);
+  // Refused on a GPU of 0.5 GiB: each item names its way down (the int8 item both of --int8-decode's).
+  const std::string why = decoder_memory_refusal(p, int64_t{1} << 29);
+  EXPECT_NE(why.find("--int8-decode only drops the copy of its layers' matrices"), std::string::npos) << why;
+  EXPECT_NE(why.find("--int8-decode off decodes from the bf16 copy alone; --int8-decode only"), std::string::npos)
+      << why;
   ModelConfig untied = c;  // an untied LM head leaves the copy too (its int8 matrix alone)
   untied.tie_word_embeddings = false;
   s.int8_only = false;

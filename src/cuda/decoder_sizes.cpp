@@ -227,7 +227,9 @@ const char* shrink_hint(const std::string& item) {
   if (item == "logits blocks") return "they scale with --max-batch (at least 32 rows)";
   if (item == "table row slots") return "they scale with max(--max-batch, --max-prefill) rows: a smaller --max-prefill";
   if (item == "hbm tables") return "--table-rows in_place (or staged) reads the host's tables instead";
-  if (item == "int8 weights") return "--int8-decode off decodes from the bf16 copy alone";  // only: the scratch too
+  if (item == "int8 weights")
+    return "--int8-decode off decodes from the bf16 copy alone; --int8-decode only from the int8 matrices alone, "
+           "without the copy of the layers'";
   return "";
 }
 
