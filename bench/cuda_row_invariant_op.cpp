@@ -51,19 +51,23 @@ struct Shape {
   int64_t C, OC;
 };
 
+// Device memory of n bytes set to one byte value (weights whose values no timing depends on).
+template <typename T>
+T* device_filled(size_t n, int byte) {
+  T* p = nullptr;
+  JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(T)));
+  JTOK_CUDA_CHECK(cudaMemset(p, byte, n * sizeof(T)));
+  return p;
+}
+
 // row_invariant_linear_q8's microseconds a call, its int8 weights cycled through 256 MiB of copies
 // (the values: a constant byte and scale, no timing depends on them).
 template <typename Out>
 double q8_us(const Shape& s, int64_t M, const bf16* x, Out* out, int reps) {
   const size_t wn = static_cast<size_t>(s.C * s.OC), copies = (g_copy_bytes + wn - 1) / wn;
   std::vector<int8_t*> q(copies);
-  float* scale = nullptr;
-  JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scale), static_cast<size_t>(s.OC) * sizeof(float)));
-  JTOK_CUDA_CHECK(cudaMemset(scale, 0, static_cast<size_t>(s.OC) * sizeof(float)));
-  for (int8_t*& p : q) {
-    JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), wn));
-    JTOK_CUDA_CHECK(cudaMemset(p, 3, wn));
-  }
+  float* scale = device_filled<float>(static_cast<size_t>(s.OC), 0);
+  for (int8_t*& p : q) p = device_filled<int8_t>(wn, 3);
   const double us =
       1e3 * jtok::bench::event_time_ms(
                 [&](int i) {
@@ -134,15 +138,6 @@ void run(jtok::cuda::Matmul& mm, const Shape& s, int64_t M, int reps) {
   for (void* p : {static_cast<void*>(x), static_cast<void*>(out), static_cast<void*>(gain), static_cast<void*>(xn),
                   static_cast<void*>(rstd)})
     cudaFree(p);
-}
-
-// Device memory of n bytes set to one byte value (weights whose values no timing depends on).
-template <typename T>
-T* device_filled(size_t n, int byte) {
-  T* p = nullptr;
-  JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(T)));
-  JTOK_CUDA_CHECK(cudaMemset(p, byte, n * sizeof(T)));
-  return p;
 }
 
 // The routed experts' products of an M-row decode step, bf16 and int8 (the header's assignment).

@@ -63,7 +63,6 @@ struct Q8Packer {
       ++L.runs;
     }
     L.rows += rows;
-    L.values += rows * cols;
   }
 
   // The layers' bookkeeping from here on is layer l's.

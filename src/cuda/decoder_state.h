@@ -145,9 +145,10 @@ struct DecoderQ8 {
   struct Layer {
     Q8Weight qkv, o, gate_up, down;
     MoeQ8 moe;
-    // The layer's int8 values and scale rows (from first_value, first_row) and its runs of rows of
-    // one width (runs[run_begin ..]): what an int8_only prefill dequantises into the scratch.
-    int64_t first_value = 0, values = 0, first_row = 0, rows = 0, run_begin = 0, runs = 0;
+    // The layer's int8 values and its rows' scales (from first_value, first_row; rows of them) and
+    // its runs of rows of one width (runs[run_begin ..]): what an int8_only prefill dequantises into
+    // the scratch.
+    int64_t first_value = 0, first_row = 0, rows = 0, run_begin = 0, runs = 0;
   };
   // One host matrix among the values: its slot in host.params, its first value here, its layer (-1:
   // the LM head).

@@ -362,13 +362,19 @@ void row_invariant_swiglu_q8(T* out, const T* inp, const Q8Weight& weight, int64
 
 namespace {
 
-// The grouped launches' shape checks (OC: the weight rows an expert's block reads; q8: int8 weights,
-// whose scales an expert's block reads OC of).
-void check_groups(const char* who, const ExpertRows& g, int64_t C, int64_t OC, bool q8 = false) {
+// The grouped launches (OC: the weight rows an expert's block reads), their shapes checked first;
+// int8 weights (Wt int8_t) need their scales, an expert's block reading OC of them.
+template <typename In, typename Out, bool Swiglu, typename Wt>
+void launch_experts(const char* who, Out* out, const In* inp, const Wt* weight, const float* scale, const ExpertRows& g,
+                    int64_t C, int64_t OC, cudaStream_t stream) {
+  constexpr bool q8 = std::is_same_v<Wt, int8_t>;
   if (!g.offsets || !g.experts || !g.num_experts || g.max_experts < 1 || g.max_experts > 65535 || g.max_rows < 0 ||
       C < 1 || OC < 1 || g.stride < OC * C || (OC + kCols - 1) / kCols > INT_MAX || (q8 && g.scale_stride < OC))
     fail("cuda ", who, ": bad shape: experts ", g.max_experts, " rows ", g.max_rows, " C ", C, " OC ", OC, " stride ",
          g.stride, q8 ? " scale stride " + std::to_string(g.scale_stride) : std::string());
+  if (q8 && (!weight || !scale)) fail("cuda ", who, ": no int8 weight / scales");
+  if (g.max_rows == 0) return;
+  launch_rows<In, Out, Swiglu, true, Wt>({out, inp, weight, nullptr, g.max_rows, C, OC, false, {}, g, scale}, stream);
 }
 
 }  // namespace
@@ -376,37 +382,27 @@ void check_groups(const char* who, const ExpertRows& g, int64_t C, int64_t OC, b
 template <typename In, typename Out>
 void row_invariant_expert_linear(Out* out, const In* inp, const In* weight, const ExpertRows& groups, int64_t C,
                                  int64_t OC, cudaStream_t stream) {
-  check_groups("row_invariant_expert_linear", groups, C, OC);
-  if (groups.max_rows == 0) return;
-  launch_rows<In, Out, false, true>({out, inp, weight, nullptr, groups.max_rows, C, OC, false, {}, groups}, stream);
+  launch_experts<In, Out, false>("row_invariant_expert_linear", out, inp, weight, nullptr, groups, C, OC, stream);
 }
 
 template <typename T>
 void row_invariant_expert_swiglu(T* out, const T* inp, const T* weight, const ExpertRows& groups, int64_t C, int64_t F,
                                  cudaStream_t stream) {
-  check_groups("row_invariant_expert_swiglu", groups, C, 2 * F);
-  if (groups.max_rows == 0) return;
-  launch_rows<T, T, true, true>({out, inp, weight, nullptr, groups.max_rows, C, 2 * F, false, {}, groups}, stream);
+  launch_experts<T, T, true>("row_invariant_expert_swiglu", out, inp, weight, nullptr, groups, C, 2 * F, stream);
 }
 
 template <typename T>
 void row_invariant_expert_linear_q8(T* out, const T* inp, const Q8Weight& weight, const ExpertRows& groups, int64_t C,
                                     int64_t OC, cudaStream_t stream) {
-  check_groups("row_invariant_expert_linear_q8", groups, C, OC, true);
-  if (!weight.q || !weight.scale) fail("cuda row_invariant_expert_linear_q8: no int8 weight / scales");
-  if (groups.max_rows == 0) return;
-  ProductArgs<T, T, int8_t> p{out, inp, weight.q, nullptr, groups.max_rows, C, OC, false, {}, groups, weight.scale};
-  launch_rows<T, T, false, true, int8_t>(p, stream);
+  launch_experts<T, T, false>("row_invariant_expert_linear_q8", out, inp, weight.q, weight.scale, groups, C, OC,
+                              stream);
 }
 
 template <typename T>
 void row_invariant_expert_swiglu_q8(T* out, const T* inp, const Q8Weight& weight, const ExpertRows& groups, int64_t C,
                                     int64_t F, cudaStream_t stream) {
-  check_groups("row_invariant_expert_swiglu_q8", groups, C, 2 * F, true);
-  if (!weight.q || !weight.scale) fail("cuda row_invariant_expert_swiglu_q8: no int8 weight / scales");
-  if (groups.max_rows == 0) return;
-  ProductArgs<T, T, int8_t> p{out, inp, weight.q, nullptr, groups.max_rows, C, 2 * F, false, {}, groups, weight.scale};
-  launch_rows<T, T, true, true, int8_t>(p, stream);
+  launch_experts<T, T, true>("row_invariant_expert_swiglu_q8", out, inp, weight.q, weight.scale, groups, C, 2 * F,
+                             stream);
 }
 
 using bf16 = __nv_bfloat16;
