@@ -55,8 +55,8 @@ void add_int8_decode_option(CLI::App* sub, std::string& value) {
   sub->add_option("--int8-decode", value,
                   "--device cuda, an int8 export (jtok export --weight-dtype int8): on (default: decode steps read "
                   "its int8 matrices as stored, half of bf16's bytes; prefills multiply the bf16 copy), off (the "
-                  "bf16 copy alone) or only (the layers' matrices and an untied LM head in int8 alone, about half "
-                  "the GPU memory of the copy; prefills dequantise a layer at a time)")
+                  "bf16 copy alone) or only (the matrices, embedding and LM head in int8 alone, about half the GPU "
+                  "memory of the copy; prefills dequantise a layer at a time)")
       ->check(CLI::IsMember({"on", "off", "only"}));
 }
 

@@ -4,7 +4,7 @@
 # `jtok export --weight-dtype int8` makes them: the GPU's decode steps read them as stored, its
 # prefills the bf16 copy: whether int8 pays), dense with programmatic dependent launch in its CUDA
 # graphs (`--pdl on`: whether hiding the gaps between kernels pays; and, asked, `--runs int8only`:
-# dense int8 with `--int8-decode only`, what holding the layers' matrices in int8 alone costs a
+# dense int8 with `--int8-decode only`, what holding the int8 matrices alone costs a
 # prefill, which dequantises them a layer at a time), then JTok-M (n_e 5, K 2,
 # every layer: 140 tables of 151,936 x 1,024) with its table rows from HBM (a device copy), read in
 # place from the host's RAM (pinned where they lie) and staged (the host's gather into pinned

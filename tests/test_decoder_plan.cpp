@@ -179,25 +179,37 @@ TEST(DecoderPlan, Int8MatricesByHand) {
   EXPECT_EQ(p.int8_weights, z.bytes());
   EXPECT_EQ(p.total(), decoder_memory_plan(c, s).total() + z.bytes());
   EXPECT_NE(decoder_plan_line(p).find("int8 weights 0.56"), std::string::npos) << decoder_plan_line(p);
-  // int8_only: the layers' matrices (all but the LM head's Vp x d) leave the bf16 copy; one layer's
-  // (the largest, dense: 13.1M values) come back in bf16 as the prefills' scratch.
+  // int8_only: every int8 matrix (the tied head is the embedding) leaves the bf16 copy, which keeps
+  // the norms and RoPE's table; one layer's (the largest, dense: 13.1M values) come back in bf16 as
+  // the prefills' scratch.
   EXPECT_EQ(z.max_layer_values, 4096 * d + d * 2048 + 6144 * d + d * 3072);
+  EXPECT_EQ(decoder_q8_sizes(c, true).values, z.values);  // tied: no embedding matrix of its own
   s.int8_only = true;
   const DecoderMemoryPlan only = decoder_memory_plan(c, s, true);
-  EXPECT_EQ(only.weights, p.weights - 2 * (z.values - Vp * d));
+  EXPECT_EQ(only.weights, p.weights - 2 * z.values);
+  EXPECT_EQ(only.weights, 2 * (28 * (2 * 1024 + 2 * 128) + 1024) + 2 * 4 * c.max_position_embeddings * 64);
   EXPECT_EQ(only.int8_weights, z.bytes() + 2 * z.max_layer_values);
-  EXPECT_NE(decoder_plan_line(only).find("weights 0.29"), std::string::npos) << decoder_plan_line(only);
+  EXPECT_EQ(only.total(), p.total() - 2 * z.values + 2 * z.max_layer_values);
+  EXPECT_NE(decoder_plan_line(only).find("weights 0.00,"), std::string::npos) << decoder_plan_line(only);
+  EXPECT_NE(decoder_plan_line(only).find("int8 weights 0.59"), std::string::npos) << decoder_plan_line(only);
   // Refused on a GPU of 0.5 GiB: each item names its way down (the int8 item both of --int8-decode's).
   const std::string why = decoder_memory_refusal(p, int64_t{1} << 29);
   EXPECT_NE(why.find("--int8-decode only drops the copy of its layers' matrices"), std::string::npos) << why;
   EXPECT_NE(why.find("--int8-decode off decodes from the bf16 copy alone; --int8-decode only"), std::string::npos)
       << why;
-  ModelConfig untied = c;  // an untied LM head leaves the copy too (its int8 matrix alone)
+  ModelConfig untied = c;  // the embedding's int8 matrix comes to the device too: its rows are gathered
   untied.tie_word_embeddings = false;
+  const DecoderQ8Sizes zu = decoder_q8_sizes(untied), zu_only = decoder_q8_sizes(untied, true);
+  EXPECT_EQ(zu.values, z.values);  // decode steps read the head, never the whole embedding
+  EXPECT_EQ(zu_only.values, z.values + Vp * d);
+  EXPECT_EQ(zu_only.rows, z.rows + Vp);
   s.int8_only = false;
-  const int64_t untied_on = decoder_memory_plan(untied, s, true).weights;
+  const DecoderMemoryPlan untied_on = decoder_memory_plan(untied, s, true);
+  EXPECT_EQ(untied_on.int8_weights, zu.bytes());
   s.int8_only = true;
-  EXPECT_EQ(decoder_memory_plan(untied, s, true).weights, untied_on - 2 * z.values);
+  const DecoderMemoryPlan untied_only = decoder_memory_plan(untied, s, true);
+  EXPECT_EQ(untied_only.weights, untied_on.weights - 2 * (z.values + Vp * d));
+  EXPECT_EQ(untied_only.int8_weights, zu_only.bytes() + 2 * z.max_layer_values);
   s.int8_only = false;
   s.int8_decode = false;
   EXPECT_EQ(decoder_memory_plan(c, s, true).int8_weights, 0);

@@ -49,11 +49,12 @@ struct DecoderSettings {
   // beside the copy in E that prefills multiply (cuBLASLt); off: the copy in E alone. MoE's routers
   // and JTok-M's read the copy either way (never low precision).
   bool int8_decode = true;
-  // With int8_decode, an int8 export's layers' matrices (and an untied LM head) held in int8 alone,
-  // no copy in E (about half the weights' GPU memory; the embedding keeps its copy): a prefill (any
-  // step but a decode step) dequantises each layer's matrices into one layer's scratch
-  // just before its products (cuda/q8_dequant.h: the copy's bits); an untied head's logits come from
-  // the int8 product for any rows. Refused for a model that is not an int8 export.
+  // With int8_decode, an int8 export's matrices (the layers', the LM head, the embedding) held in int8
+  // alone, no copy in E (about half the weights' GPU memory): a prefill (any step but a decode step)
+  // dequantises each layer's matrices into one layer's scratch just before its products
+  // (cuda/q8_dequant.h: the copy's bits), the embedding's rows are dequantised as gathered (the
+  // copy's bits), the head's logits come from its int8 product for any rows. Refused for a model
+  // that is not an int8 export.
   bool int8_only = false;
 };
 

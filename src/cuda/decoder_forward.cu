@@ -257,7 +257,10 @@ void forward_rows(DecoderState<E>& st, const int32_t* tokens, const StepShape& s
              st.acts.max_rows, ")");
   // Every layer's rows are asked for now, on the side stream; the layers wait for theirs.
   if (st.rows) request_rows(st, tokens, sh);
-  embedding_forward(st.acts.h.get(), st.acts.ids(), st.w.embed, sh.R, st.cfg.hidden_size, st.s());
+  if (st.w.embed)
+    embedding_forward(st.acts.h.get(), st.acts.ids(), st.w.embed, sh.R, st.cfg.hidden_size, st.s());
+  else  // int8_only: the embedding's int8 rows
+    gather_q8_rows(st.acts.h.get(), st.acts.ids(), st.q8.embed.q, st.q8.embed.scale, sh.R, st.cfg.hidden_size, st.s());
   // int8_only: a prefill (any step but a decode step, whose products are the row-invariant ones)
   // multiplies the layer's matrices dequantised into the scratch its views point at; a decode step
   // reads the int8 matrices themselves.
@@ -281,7 +284,7 @@ void head_forward(DecoderState<E>& st, int64_t first, int64_t n) {
   cudaStream_t s = st.s();
   const E* h = A.h.get() + first * d;
   // The final norm inside the LM head's product (an int8 export's: its int8 head) in a decode step, and
-  // for any rows where the head is held in int8 alone (int8_only, untied: no lm_head in the copy).
+  // for any rows where the head is held in int8 alone (int8_only: no lm_head in the copy).
   if (norm_in_product(st, n) || !st.w.lm_head) {
     if (st.q8.on())
       row_invariant_linear_q8<E, float>(A.logits.get(), h, st.q8.head, nullptr, n, d, Vp, false, s,

@@ -3,7 +3,7 @@
 // (model/lowp_weights.h's lowp_slots), the parts of a fused product (q | k | v, gate | up) placed back
 // to back as they lie in the flat parameters, so one Q8Weight spans them. An MoE layer's experts one
 // after another, each its gate | up then its down (the flat parameters' order), so expert e's lie a
-// fixed stride past expert 0's.
+// fixed stride past expert 0's. int8_only: an untied embedding's last (a tied one is the head).
 #include <algorithm>
 #include <iterator>
 #include <map>
@@ -26,7 +26,7 @@ struct Q8Packer {
   std::vector<float> scales;                  // (rows) on the host, uploaded at the end
   std::vector<Q8Run> runs;                    // every layer's, relative to its first value and row
   int64_t values = 0;                         // int8 values placed so far
-  int64_t layer = -1;                         // the layer being packed (-1: the LM head)
+  int64_t layer = -1;                         // the layer being packed (-1: the LM head or embedding)
 
   // The matrices at host.params pointers `parts` (back to back there) as one (sum of rows, C) matrix.
   Q8Weight pack(std::initializer_list<const float*> parts, const std::string& what) {
@@ -98,8 +98,8 @@ MoeQ8 pack_moe(Q8Packer& p, const MoeWeights& w, const MoeDims& m, const std::st
 
 }  // namespace
 
-void upload_q8(DecoderQ8& q8, const Model& host) {
-  const DecoderQ8Sizes z = decoder_q8_sizes(host.cfg);
+void upload_q8(DecoderQ8& q8, const Model& host, bool int8_only) {
+  const DecoderQ8Sizes z = decoder_q8_sizes(host.cfg, int8_only);
   q8.values.resize(z.values);
   q8.scales.resize(z.rows);
   Q8Packer p{host, q8, {}, {}, {}, 0, -1};
@@ -120,6 +120,8 @@ void upload_q8(DecoderQ8& q8, const Model& host) {
   }
   p.layer = -1;
   q8.head = p.pack({host.w.lm_head}, "the LM head");
+  const bool untied = host.w.lm_head != host.w.embed;
+  if (int8_only) q8.embed = untied ? p.pack({host.w.embed}, "the embedding") : q8.head;
   JTOK_CHECK(p.values == z.values && static_cast<int64_t>(p.scales.size()) == z.rows, "cuda decoder: ", p.values,
              " int8 values and ", p.scales.size(), " scales, planned ", z.values, " and ", z.rows);
   copy_to_device(q8.scales.get(), p.scales.data(), z.rows);
@@ -127,11 +129,10 @@ void upload_q8(DecoderQ8& q8, const Model& host) {
   copy_to_device(q8.runs.get(), p.runs.data(), static_cast<int64_t>(p.runs.size()));
 }
 
-std::vector<KeptRange> kept_ranges(const DecoderQ8& q8, bool int8_only, bool head_too, int64_t n) {
+std::vector<KeptRange> kept_ranges(const DecoderQ8& q8, bool int8_only, int64_t n) {
   std::vector<std::pair<int64_t, int64_t>> gaps;  // the int8 parts: [begin, end) of host.params
   if (int8_only)
-    for (const DecoderQ8::Part& part : q8.parts)
-      if (part.layer >= 0 || head_too) gaps.emplace_back(part.host_offset, part.host_offset + part.numel);
+    for (const DecoderQ8::Part& part : q8.parts) gaps.emplace_back(part.host_offset, part.host_offset + part.numel);
   std::sort(gaps.begin(), gaps.end());
   std::vector<KeptRange> kept;
   int64_t from = 0, at = 0;
@@ -160,7 +161,7 @@ DeviceView<E> int8_only_view(const DecoderState<E>& st, const std::vector<KeptRa
     JTOK_CHECK(p != parts.begin(), "cuda decoder: parameter offset ", o, " in neither the copy nor the int8 parts");
     const DecoderQ8::Part& part = *std::prev(p)->second;
     JTOK_CHECK(o < part.host_offset + part.numel, "cuda decoder: parameter offset ", o, " past its int8 part");
-    if (part.layer < 0) return nullptr;  // an untied LM head: its int8 matrix alone (head_forward reads it)
+    if (part.layer < 0) return nullptr;  // the LM head or embedding: their int8 matrices alone (q8.head, q8.embed)
     const int64_t layer_first = st.q8.layers[static_cast<size_t>(part.layer)].first_value;
     return st.q8_scratch.get() + (part.value_offset - layer_first) + (o - part.host_offset);
   };

@@ -92,14 +92,14 @@ void plan_memory(DecoderState<E>& st, const DecoderLayerKinds& k) {
 // host.params in E (bf16: rounded to nearest even on the device), a bounded block at a time, with an
 // export's bf16 / int8 matrices dequantised into their slots on the host (model/lowp_weights.h: a
 // bf16 matrix arrives exact; int8's q * scale is rounded to bf16 once), its views, the RoPE table.
-// int8_only (st.q8 uploaded first): the stretches between the layers' int8 matrices (and an untied
-// LM head's), back to back, those matrices' views in the one layer's scratch (the head's null).
+// int8_only (st.q8 uploaded first): the stretches between the int8 matrices, back to back, the layers'
+// matrices' views in the one layer's scratch (the embedding's and LM head's null).
 template <typename E>
 void upload_weights(DecoderState<E>& st, const Model& host) {
   const int64_t n = static_cast<int64_t>(host.params.size());
   const std::vector<LowpSlot> slots = lowp_slots(host);
-  const bool only = st.settings.int8_only && st.q8.on(), untied = host.w.lm_head != host.w.embed;
-  const std::vector<KeptRange> kept = kept_ranges(st.q8, only, untied, n);
+  const bool only = st.settings.int8_only && st.q8.on();
+  const std::vector<KeptRange> kept = kept_ranges(st.q8, only, n);
   st.weights_from = host.lowp.any() ? dtype_name(host.lowp.dtype) : "";
   st.params.resize(kept.empty() ? 0 : kept.back().at + (kept.back().end - kept.back().begin));
   constexpr int64_t kBlock = int64_t{1} << 24;
@@ -260,7 +260,7 @@ void setup_decoder(DecoderState<E>& st, const Model& host, const DecoderSettings
   st.path = choose_path(host, s.table_rows);
   const DecoderLayerKinds kinds = layer_kinds(st, host);
   plan_memory(st, kinds);
-  if (kinds.int8) upload_q8(st.q8, host);
+  if (kinds.int8) upload_q8(st.q8, host, kinds.int8_only);
   upload_weights(st, host);
   setup_kv(st);
   setup_rows(st, host, decoder_max_rows(s));
@@ -277,10 +277,9 @@ std::string describe_decoder(const DecoderState<E>& st) {
   const double mib = static_cast<double>(2 * kv.layers) * static_cast<double>(kv.pool_bytes()) / (1024.0 * 1024.0);
   std::string weights = std::is_same_v<E, float> ? "fp32 weights" : "bf16 weights";
   if (st.q8.on() && st.settings.int8_only)
-    weights += std::string(" (the checkpoint's int8 matrices: the embedding's") +
-               (st.w.lm_head ? " and LM head's" : "") + " dequantised at load, the layers'" +
-               (st.w.lm_head ? "" : " and the LM head's") +
-               " held in int8 alone, read as stored by decode steps and dequantised a layer at a time by prefills)";
+    weights +=
+        " (the checkpoint's int8 matrices held in int8 alone: the layers' read as stored by decode steps and "
+        "dequantised a layer at a time by prefills, the embedding's rows dequantised as gathered)";
   else if (!st.weights_from.empty())
     weights += " (the checkpoint's " + st.weights_from + " matrices, dequantised at load)";
   if (st.q8.on() && !st.settings.int8_only) weights += "; decode steps read the int8 matrices as stored";

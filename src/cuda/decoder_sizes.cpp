@@ -134,9 +134,10 @@ int64_t param_count(const ModelConfig& c) {
 
 }  // namespace
 
-DecoderQ8Sizes decoder_q8_sizes(const ModelConfig& c) {
+DecoderQ8Sizes decoder_q8_sizes(const ModelConfig& c, bool embed) {
   const int64_t d = c.hidden_size, F = c.intermediate_size, qkv = c.q_dim() + 2 * c.kv_dim();
-  DecoderQ8Sizes z{c.padded_vocab() * d, c.padded_vocab()};  // the LM head
+  const int64_t vocab_matrices = embed && !c.tie_word_embeddings ? 2 : 1;  // the LM head (and the embedding)
+  DecoderQ8Sizes z{vocab_matrices * c.padded_vocab() * d, vocab_matrices * c.padded_vocab()};
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     int64_t values = qkv * d + d * c.q_dim(), rows = qkv + d;  // the layer's
     if (c.moe_on_layer(l)) {  // each routed expert's gate | up and down, then the shared experts'
@@ -175,10 +176,10 @@ DecoderMemoryPlan decoder_memory_plan(const ModelConfig& c, const DecoderSetting
     p.host_pinned += 4 * r.ids + (staged_rows ? eb * r.out : 0);
   }
   if (k.int8) {
-    const DecoderQ8Sizes z = decoder_q8_sizes(c);
+    const DecoderQ8Sizes z = decoder_q8_sizes(c, k.int8_only);
     p.int8_weights = z.bytes();
-    if (k.int8_only) {  // the layers' matrices leave the copy; one layer's come back, dequantised, in the scratch
-      p.weights -= eb * (z.values - (c.tie_word_embeddings ? c.padded_vocab() * d : 0));  // untied: the head too
+    if (k.int8_only) {  // every int8 matrix leaves the copy; one layer's come back, dequantised, in the scratch
+      p.weights -= eb * z.values;
       p.int8_weights += eb * z.max_layer_values;
     }
   }

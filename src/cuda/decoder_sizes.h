@@ -77,7 +77,8 @@ struct DecoderQ8Sizes {
   int64_t max_layer_values = 0;                // one layer's most (int8_only's scratch, in the copy's type)
   int64_t bytes() const { return values + 4 * rows; }
 };
-DecoderQ8Sizes decoder_q8_sizes(const ModelConfig& c);
+// embed: an untied embedding's too (int8_only gathers its rows from them; a tied one is the head).
+DecoderQ8Sizes decoder_q8_sizes(const ModelConfig& c, bool embed = false);
 
 // The forward arrays of an MoE block over N rows (cuda/model_moe.h's DeviceMoeActs; size_moe_acts).
 struct MoeActSizes {

@@ -151,7 +151,7 @@ struct DecoderQ8 {
     int64_t first_value = 0, first_row = 0, rows = 0, run_begin = 0, runs = 0;
   };
   // One host matrix among the values: its slot in host.params, its first value here, its layer (-1:
-  // the LM head).
+  // the LM head or the embedding).
   struct Part {
     int64_t host_offset = 0, numel = 0, value_offset = 0, layer = -1;
   };
@@ -161,6 +161,7 @@ struct DecoderQ8 {
   std::vector<Layer> layers;
   std::vector<Part> parts;  // in the values' order
   Q8Weight head;
+  Q8Weight embed;  // int8_only: the rows the embedding gathers (tied: the head; untied: its own matrix)
   bool on() const { return head.q != nullptr; }
 };
 
@@ -222,14 +223,15 @@ struct StepShape {
   bool digest = false;
 };
 
-// decoder_q8.cu: host's int8 matrices into q8 as decoder_q8_sizes lays them out (host an int8 export).
-void upload_q8(DecoderQ8& q8, const Model& host);
+// decoder_q8.cu: host's int8 matrices into q8 as decoder_q8_sizes(host.cfg, int8_only) lays them out
+// (host an int8 export).
+void upload_q8(DecoderQ8& q8, const Model& host, bool int8_only);
 // The stretches of host.params (n values) the copy in E holds: all of it, or with int8_only all but
-// q8's layers' parts (and, head_too, the LM head's: an untied head), packed back to back.
-std::vector<KeptRange> kept_ranges(const DecoderQ8& q8, bool int8_only, bool head_too, int64_t n);
+// q8's parts, packed back to back.
+std::vector<KeptRange> kept_ranges(const DecoderQ8& q8, bool int8_only, int64_t n);
 // int8_only's views: kept stretches into params (laid out by kept), each layer's int8 parts into
 // st.q8_scratch as its values lie (all layers the same scratch: a prefill fills it a layer at a time),
-// an LM head not kept null (head_forward multiplies q8.head for any rows).
+// the embedding and LM head null (forward_rows gathers q8.embed's rows, head_forward multiplies q8.head).
 template <typename E>
 DeviceView<E> int8_only_view(const DecoderState<E>& st, const std::vector<KeptRange>& kept, const Model& host);
 // int8_only: layer l's int8 matrices dequantised into st.q8_scratch (a prefill, before the layer).

@@ -26,4 +26,12 @@ template <typename E>
 void dequantize_q8_rows(E* out, const int8_t* q, const float* scale, const Q8Run* runs, int64_t n_runs, int64_t rows,
                         cudaStream_t stream);
 
+// out (N, C) in E, row n = row ids[n] of the int8 matrix q (rows of C values, one scale a row)
+// dequantised as above: the embedding's rows an int8_only decoder gathers (the bits of the copy's
+// rows). Ids are the caller's, checked against the matrix's rows as every step's are. One block a
+// row (grid-stride).
+template <typename E>
+void gather_q8_rows(E* out, const int32_t* ids, const int8_t* q, const float* scale, int64_t N, int64_t C,
+                    cudaStream_t stream);
+
 }  // namespace jtok::cuda

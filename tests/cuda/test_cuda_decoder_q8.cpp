@@ -7,12 +7,13 @@
 // - bf16: within 5e-2 of the CPU's fp32 engine on the dequantised weights, teacher-forced on its
 //   greedy tokens, top-1 the CPU's on at least 3 of 4 predictions (a disagreement only at a near tie;
 //   every expert and JTok-M table taken, so no top-K choice flips).
-// - int8_only (the layers' matrices, and an untied LM head, in int8 alone): fp32 and bf16 logits bit
-//   for bit int8_decode on's (prefills multiply the matrices dequantised into the one layer's scratch,
-//   decode steps the int8 ones); an untied head's prefill logits (its int8 product, on's the copy's)
-//   within the fp32 / bf16 bounds, every position of a prefill too, its decode steps bit for bit;
-//   holding the copy's layer matrices (and untied head) less one layer's scratch fewer bytes of
-//   device memory, as the memory plan says; a model that is not an int8 export refused by name.
+// - int8_only (every int8 matrix in int8 alone: the layers', the LM head, the embedding): the decode
+//   steps' logits, fed on's tokens, bit for bit int8_decode on's (prefills multiply the layers'
+//   matrices dequantised into the one layer's scratch, decode steps the int8 ones, the embedding's
+//   rows dequantised as gathered: the copy's bits); the prefills' logits (the head's int8 product,
+//   on's the copy's) within the fp32 / bf16 bounds, every position of a prefill too; holding the
+//   copy's int8 matrices, less one layer's scratch and an untied embedding's int8 bytes, fewer bytes
+//   of device memory, as the memory plan says; a model that is not an int8 export refused by name.
 // Models: Qwen3's shape (q / k norms, GQA, tied head: the embedding's int8 rows), Qwen2's (biases on
 // the fused q | k | v), a dense layer then an MoE layer with JTok and JTok-M, and two MoE layers
 // with a shared expert, JTok and JTok-M (the experts' int8 products, grouped on the device).
@@ -166,12 +167,11 @@ void expect_int8_only_is_int8_decode(const std::string& name, const jtok::ModelC
   auto b = jtok::cuda::make_device_decoder(q, only);
   const int64_t held_only = jtok::cuda::device_bytes_now() - before - held_on;
   std::printf("%s\n", b->describe().c_str());
-  const std::string held =
-      c.tie_word_embeddings ? "the layers' held in int8 alone" : "the LM head's held in int8 alone";
-  EXPECT_NE(b->describe().find(held), std::string::npos) << b->describe();
-  const jtok::cuda::DecoderQ8Sizes z = jtok::cuda::decoder_q8_sizes(c);
-  const int64_t head = c.tie_word_embeddings ? c.padded_vocab() * c.hidden_size : 0;  // untied: out of the copy too
-  const int64_t eb = bf16 ? 2 : 4, saved = eb * (z.values - head - z.max_layer_values);
+  EXPECT_NE(b->describe().find("the embedding's rows dequantised as gathered"), std::string::npos) << b->describe();
+  // Every int8 matrix leaves the copy; an untied embedding's int8 bytes and one layer's scratch come in.
+  const jtok::cuda::DecoderQ8Sizes z = jtok::cuda::decoder_q8_sizes(c, true), z_on = jtok::cuda::decoder_q8_sizes(c);
+  const int64_t eb = bf16 ? 2 : 4, saved = eb * (z.values - z.max_layer_values) - (z.bytes() - z_on.bytes());
+  EXPECT_EQ(z.values - z_on.values, c.tie_word_embeddings ? 0 : c.padded_vocab() * c.hidden_size) << name;
   EXPECT_GT(saved, 0) << name;
   EXPECT_EQ(held_on - held_only, saved) << name << ": device bytes " << held_on << " (on) and " << held_only
                                         << " (only)";
@@ -179,12 +179,8 @@ void expect_int8_only_is_int8_decode(const std::string& name, const jtok::ModelC
       jtok::cuda::decoder_memory_plan(c, on, true).total() - jtok::cuda::decoder_memory_plan(c, only, true).total(),
       saved)
       << name << ": the plan";
-  if (c.tie_word_embeddings) {
-    expect_same_logits(name, c, *b, *a, "int8_decode on's");
-    return;
-  }
-  // An untied head's prefill logits are its int8 product's (on's: the copy's cuBLASLt product): close;
-  // the decode steps (the int8 head in both) fed on's tokens, bit for bit.
+  // The prefills' logits are the head's int8 product's (on's: the copy's cuBLASLt product): close; the
+  // decode steps (the int8 head in both) fed on's tokens, bit for bit.
   const double tol = bf16 ? 5e-2 : 2e-5;
   const auto ps = prompts(c);
   const Run x = gpu_run(*a, c, ps, kSteps), y = gpu_run(*b, c, ps, kSteps, &x);

@@ -3,7 +3,8 @@
 // copy runs): matrices of other widths back to back as one layer's runs, each matrix two runs of one
 // width (as a layer's consecutive experts lie); rows read 4 bytes a thread and one at a time (an odd
 // width, or a multiple of 4 starting off a 4-byte address); rows past 65,535 blocks (grid-stride).
-// fp32 out: bit for bit the CPU's values; bf16: those rounded to nearest even.
+// fp32 out: bit for bit the CPU's values; bf16: those rounded to nearest even. The gather (an
+// int8_only decoder's embedding) likewise against the CPU's rows of the ids, repeated ids among them.
 // `--gtest_filter='CudaQ8Dequant.*'`; a GPU host only (in test_cuda_ops).
 #include <gtest/gtest.h>
 
@@ -80,5 +81,39 @@ TEST(CudaQ8Dequant, RowsAreTheCpusDequantisedRows) {
 }
 
 TEST(CudaQ8Dequant, MoreRowsThanBlocks) { expect_cpu_values({{70000, 3}}, 13); }
+
+template <typename E>
+std::vector<float> gathered_on_gpu(const Layer& L, const std::vector<int32_t>& ids, int64_t C) {
+  auto q = upload_exact(L.q);
+  auto scale = upload_exact(L.scale);
+  auto d_ids = upload_exact(ids);
+  const int64_t N = static_cast<int64_t>(ids.size());
+  DeviceBuffer<E> out(N * C);
+  jtok::cuda::gather_q8_rows<E>(out.get(), d_ids.get(), q.get(), scale.get(), N, C, nullptr);
+  return download(out);
+}
+
+// A (V, C) matrix's rows at N ids (every third id repeated, the last row among them).
+void expect_gathered_rows(int64_t V, int64_t C, int64_t N, uint64_t seed) {
+  const Layer L = make_layer({{V, C}}, seed);
+  std::vector<int32_t> ids(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) ids[n] = static_cast<int32_t>(n % 3 == 2 ? ids[n - 1] : (n * 7919 + 5) % V);
+  ids.back() = static_cast<int32_t>(V - 1);
+  std::vector<float> want(static_cast<size_t>(N * C));
+  for (int64_t n = 0; n < N; ++n)
+    std::memcpy(want.data() + n * C, L.want.data() + ids[n] * C, sizeof(float) * static_cast<size_t>(C));
+  const std::vector<float> f32 = gathered_on_gpu<float>(L, ids, C), b16 = gathered_on_gpu<bf16>(L, ids, C);
+  ASSERT_EQ(f32.size(), want.size());
+  EXPECT_EQ(0, std::memcmp(f32.data(), want.data(), f32.size() * sizeof(float))) << "fp32: not the CPU's rows";
+  const std::vector<float> rounded = to_dtype(want, DType::bf16);
+  EXPECT_EQ(0, std::memcmp(b16.data(), rounded.data(), b16.size() * sizeof(float)))
+      << "bf16: not the CPU's rows rounded";
+}
+
+TEST(CudaQ8Dequant, GatheredRowsAreTheCpusRows) {
+  expect_gathered_rows(50, 64, 37, 21);   // 4 bytes a thread
+  expect_gathered_rows(40, 299, 11, 22);  // an odd width: one at a time
+  expect_gathered_rows(9, 2, 70000, 23);  // more ids than blocks
+}
 
 }  // namespace
