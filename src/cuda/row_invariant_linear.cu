@@ -10,6 +10,10 @@
 // With a norm (RowNorm) a group's rows get their RMSNorm scales first (warp w: rows w, w + 4, ...,
 // warp_rms_scale as rmsnorm_forward), and each loaded element x becomes x * rstd * gain rounded to
 // In, rmsnorm_forward's stored value, before the sums: the product's input is that norm's output.
+// Loads (chunk_sums_vec, rows aligned): raw 16 / 8 / 4-byte words, a chunk's weight rows all issued
+// before any is converted and the next chunk's ahead of this chunk's sums, so a warp has up to two
+// chunks' weights in flight (a decode step's products stream their weights once: the loads in flight
+// are its speed). Any alignment (chunk_sums_any): element by element, the same values.
 #include <climits>
 #include <string>
 #include <type_traits>
@@ -18,181 +22,14 @@
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/pdl.cuh"
+#include "cuda/row_invariant_lanes.cuh"
 #include "cuda/row_invariant_linear.h"
 
 namespace jtok::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;                 // a block's warps, splitting C by chunks
-constexpr int kThreads = 32 * kWarps;
-constexpr int kCols = 4;                  // output columns a block
-constexpr unsigned kFull = 0xffffffffu;
-
-template <typename In>
-constexpr int kVec = 16 / static_cast<int>(sizeof(In));  // elements a lane's 16 bytes hold
-
-// A lane's V elements row[e0..e0+V) as fp32, 0 past C. One 16-byte load when vec (the caller's
-// promise: row 16-byte aligned and C a multiple of V, so a chunk is whole or wholly past C), else
-// element by element: the same values either way.
-__device__ __forceinline__ void load_elems(float (&v)[4], const float* row, int64_t e0, int64_t C, bool vec) {
-  if (vec && e0 < C) {
-    const float4 q = __ldg(reinterpret_cast<const float4*>(row + e0));
-    v[0] = q.x;
-    v[1] = q.y;
-    v[2] = q.z;
-    v[3] = q.w;
-    return;
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) v[j] = e0 + j < C ? __ldg(row + e0 + j) : 0.0f;
-}
-
-__device__ __forceinline__ void load_elems(float (&v)[8], const __nv_bfloat16* row, int64_t e0, int64_t C, bool vec) {
-  if (vec && e0 < C) {
-    bf16x8_to_f32(v, __ldg(reinterpret_cast<const uint4*>(row + e0)));
-    return;
-  }
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = e0 + j < C ? __bfloat162float(row[e0 + j]) : 0.0f;
-}
-
-// A lane's V int8 weights q[e0..e0+V) of a row whose scale is s, as fp32 q * s (one rounded product
-// each: the value model/lowp_weights.h's dequantisation gives, so an fp32 product of the dequantised
-// matrix has the same bits), 0 past C. One V-byte load when vec (the row V-byte aligned, C a multiple
-// of V), else byte by byte.
-template <int V>
-__device__ __forceinline__ void load_q8(float (&v)[V], const int8_t* row, float s, int64_t e0, int64_t C, bool vec) {
-  static_assert(V == 4 || V == 8, "int8 weights go with fp32 (V 4) or bf16 (V 8) inputs");
-  if (vec && e0 < C) {
-    unsigned u[V / 4];
-    if constexpr (V == 4) {
-      u[0] = __ldg(reinterpret_cast<const unsigned*>(row + e0));
-    } else {
-      const uint2 q = __ldg(reinterpret_cast<const uint2*>(row + e0));
-      u[0] = q.x;
-      u[1] = q.y;
-    }
-#pragma unroll
-    for (int j = 0; j < V; ++j) {  // byte j sign-extended: the int8 value
-      const int q = static_cast<int>(u[j / 4] << (24 - 8 * (j % 4))) >> 24;
-      v[j] = __fmul_rn(static_cast<float>(q), s);
-    }
-    return;
-  }
-#pragma unroll
-  for (int j = 0; j < V; ++j) v[j] = e0 + j < C ? __fmul_rn(static_cast<float>(row[e0 + j]), s) : 0.0f;
-}
-
-// The group's rows' RMSNorm scales into rstd (G), rmsnorm_forward's own: row r0 + g by warp g mod 4.
-template <typename In, int G>
-__device__ __forceinline__ void group_rstd(float (&rstd)[G], const In* inp, int64_t r0, int64_t M, int64_t C,
-                                           float eps) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int g = warp; g < G; g += kWarps) {
-    if (r0 + g >= M) break;
-    const float r = warp_rms_scale(inp + (r0 + g) * C, C, eps, lane);
-    if (lane == 0) rstd[g] = r;
-  }
-  __syncthreads();
-}
-
-// A lane's loaded elements as rmsnorm_forward stores them: x * r * gain, rounded to In.
-template <typename In, int V>
-__device__ __forceinline__ void apply_norm(float (&x)[V], const float (&gain)[V], float r) {
-#pragma unroll
-  for (int j = 0; j < V; ++j) x[j] = to_f32(from_f32<In>(x[j] * r * gain[j]));
-}
-
-// Sums each of v[0..N) over the warp's lanes by one tree: lanes l and l ^ o added for o = 16, 8, 4,
-// 2, 1 (a + b is b + a: which lane adds is no matter). While n > 1 values remain a step also
-// transposes (a lane keeps one half, its partner the other: n/2 shuffles, not n); after it a lane
-// holds the values base .. base + n - 1, then plain butterflies. N a power of two.
-template <int n, int o, int N>
-__device__ __forceinline__ void warp_sums(float (&v)[N], int lane, int& base) {
-  if constexpr (o > 0) {
-    if constexpr (n > 1) {
-      constexpr int h = n / 2;
-      const bool upper = (lane & o) != 0;
-#pragma unroll
-      for (int i = 0; i < h; ++i) {
-        const float send = upper ? v[i] : v[i + h];
-        const float keep = upper ? v[i + h] : v[i];
-        v[i] = keep + __shfl_xor_sync(kFull, send, o);
-      }
-      if (upper) base += h;
-      warp_sums<h, o / 2>(v, lane, base);
-    } else {
-      v[0] += __shfl_xor_sync(kFull, v[0], o);
-      warp_sums<1, o / 2>(v, lane, base);
-    }
-  }
-}
-
-// Column c's sum for row g of the group: the warps' partials in warp order.
-template <int G>
-__device__ __forceinline__ float column_sum(const float (&partial)[kWarps][kCols * G], int at) {
-  float y = partial[0][at];
-#pragma unroll
-  for (int w = 1; w < kWarps; ++w) y += partial[w][at];
-  return y;
-}
-
-// The group's sums: each warp's per (column, row) -> partial[warp][c * G + g].
-template <int G>
-__device__ __forceinline__ void group_partials(float (&acc)[kCols * G], float (&partial)[kWarps][kCols * G]) {
-  constexpr int N = kCols * G;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int base = 0;
-  warp_sums<N, 16>(acc, lane, base);
-  constexpr int held = N >= 32 ? N / 32 : 1;
-  if (lane % (N >= 32 ? 1 : 32 / N) == 0) {  // lanes that differ in butterfly bits only hold equal sums
-#pragma unroll
-    for (int i = 0; i < held; ++i) partial[warp][base + i] = acc[i];
-  }
-  __syncthreads();
-}
-
-// SwiGLU (OC = 2F outputs of F columns): the block's columns are gate rows j0, j0 + 1 (c 0, 1) and
-// up rows F + j0, F + j0 + 1 (c 2, 3); thread c * G + g (c < 2) rounds both sums to Out as the plain
-// product stores them and writes out (M, F) = silu(gate) up at row r0 + g, column j0 + c.
-template <typename Out, int G>
-__device__ __forceinline__ void write_swiglu(float (&acc)[kCols * G], float (&partial)[kWarps][kCols * G], Out* out,
-                                             int64_t r0, int64_t M, int64_t j0, int64_t F) {
-  group_partials<G>(acc, partial);
-  if (threadIdx.x < 2 * G) {
-    const int c = static_cast<int>(threadIdx.x) / G, g = static_cast<int>(threadIdx.x) % G;
-    const int64_t row = r0 + g, col = j0 + c;
-    if (row < M && col < F) {
-      const float gate = to_f32(from_f32<Out>(column_sum<G>(partial, c * G + g)));
-      const float up = to_f32(from_f32<Out>(column_sum<G>(partial, (c + 2) * G + g)));
-      out[row * F + col] = from_f32<Out>(swiglu_value(gate, up));
-    }
-  }
-  __syncthreads();  // partial is the next group's
-}
-
-// Thread c * G + g adds the warps' partials in order, the bias, out (accumulate) and writes row
-// r0 + g, column col0 + c.
-template <typename Out, int G>
-__device__ __forceinline__ void write_group(float (&acc)[kCols * G], float (&partial)[kWarps][kCols * G], Out* out,
-                                            const Out* bias, int64_t r0, int64_t M, int64_t col0, int64_t OC,
-                                            bool accumulate) {
-  constexpr int N = kCols * G;
-  group_partials<G>(acc, partial);
-  if (threadIdx.x < N) {
-    const int c = static_cast<int>(threadIdx.x) / G, g = static_cast<int>(threadIdx.x) % G;
-    const int64_t row = r0 + g, col = col0 + c;
-    if (row < M && col < OC) {
-      float y = column_sum<G>(partial, static_cast<int>(threadIdx.x));
-      if (bias) y += to_f32(bias[col]);
-      Out* o = out + row * OC + col;
-      if (accumulate) y = to_f32(*o) + y;
-      *o = from_f32<Out>(y);
-    }
-  }
-  __syncthreads();  // partial is the next group's
-}
+using namespace row_invariant;
 
 // The weight row of the block's column c: plain, col0 + c (a column past OC reads column OC-1's
 // weights and writes nothing); SwiGLU (OC = 2F, col0 = j0), gate rows j0 + c (c < 2) and up rows
@@ -225,7 +62,6 @@ __global__ void __launch_bounds__(kThreads)
   constexpr bool kQ8 = std::is_same_v<Wt, int8_t>;
   __shared__ float partial[kWarps][kCols * G];
   __shared__ float rstd[G];  // with a norm: the group's rows' scales
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * (Swiglu ? 2 : kCols);
   const int64_t chunks = (C + 32 * V - 1) / (32 * V);
   int64_t first = 0;  // the block's rows: first .. M - 1
@@ -236,39 +72,23 @@ __global__ void __launch_bounds__(kThreads)
     weight += e * g.stride;
     if constexpr (kQ8) wscale += e * g.scale_stride;
   }
-  float wsc[kCols];  // int8: the block's weight rows' scales
+  Pass<In, Wt, G> p{{}, {}, inp, gain, rstd, first, M, C, chunks};
 #pragma unroll
-  for (int c = 0; c < kCols; ++c) wsc[c] = kQ8 ? __ldg(wscale + weight_row<Swiglu>(c, col0, OC)) : 0.0f;
-  for (int64_t r0 = first; r0 < M; r0 += G) {
+  for (int c = 0; c < kCols; ++c) {  // the block's weight rows (int8: and their scales)
+    const int64_t row = weight_row<Swiglu>(c, col0, OC);
+    p.w[c] = weight + row * C;
+    p.wsc[c] = kQ8 ? __ldg(wscale + row) : 0.0f;
+  }
+  for (; p.r0 < M; p.r0 += G) {
+    const int64_t r0 = p.r0;
     if (gain) group_rstd<In, G>(rstd, inp, r0, M, C, eps);
     float acc[kCols * G];
 #pragma unroll
     for (int i = 0; i < kCols * G; ++i) acc[i] = 0.0f;
-    for (int64_t k = warp; k < chunks; k += kWarps) {
-      const int64_t e0 = k * 32 * V + lane * V;
-      float w[kCols][V], gw[V];
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        const Wt* row = weight + weight_row<Swiglu>(c, col0, OC) * C;
-        if constexpr (kQ8)
-          load_q8<V>(w[c], row, wsc[c], e0, C, vec);
-        else
-          load_elems(w[c], row, e0, C, vec);
-      }
-      if (gain) load_elems(gw, gain, e0, C, vec);
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        if (r0 + g < M) {
-          float x[V];
-          load_elems(x, inp + (r0 + g) * C, e0, C, vec);
-          if (gain) apply_norm<In, V>(x, gw, rstd[g]);
-#pragma unroll
-          for (int c = 0; c < kCols; ++c)
-#pragma unroll
-            for (int j = 0; j < V; ++j) acc[c * G + g] = __fmaf_rn(w[c][j], x[j], acc[c * G + g]);
-        }
-      }
-    }
+    if (vec)
+      chunk_sums_vec<In, Wt, G>(acc, p);
+    else
+      chunk_sums_any<In, Wt, G>(acc, p);
     if constexpr (Swiglu) write_swiglu<Out, G>(acc, partial, out, r0, M, col0, OC / 2);
     else write_group<Out, G>(acc, partial, out, bias, r0, M, col0, OC, accumulate);
   }
