@@ -194,7 +194,7 @@ TEST(DecoderPlan, Int8MatricesByHand) {
   EXPECT_NE(decoder_plan_line(only).find("int8 weights 0.59"), std::string::npos) << decoder_plan_line(only);
   // Refused on a GPU of 0.5 GiB: each item names its way down (the int8 item both of --int8-decode's).
   const std::string why = decoder_memory_refusal(p, int64_t{1} << 29);
-  EXPECT_NE(why.find("--int8-decode only drops the copy of its layers' matrices"), std::string::npos) << why;
+  EXPECT_NE(why.find("--int8-decode only drops the copy of its int8 matrices"), std::string::npos) << why;
   EXPECT_NE(why.find("--int8-decode off decodes from the bf16 copy alone; --int8-decode only"), std::string::npos)
       << why;
   ModelConfig untied = c;  // the embedding's int8 matrix comes to the device too: its rows are gathered

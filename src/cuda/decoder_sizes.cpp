@@ -219,7 +219,7 @@ namespace {
 // The setting that shrinks an item (names as DecoderMemoryPlan::items gives them).
 const char* shrink_hint(const std::string& item) {
   if (item == "weights")
-    return "--precision bf16 halves fp32 weights; an int8 export's --int8-decode only drops the copy of its layers' "
+    return "--precision bf16 halves fp32 weights; an int8 export's --int8-decode only drops the copy of its int8 "
            "matrices; else a smaller model";
   if (item == "KV pages")
     return "fewer KV pages: --kv-budget-tokens (serve), --max-batch, --kv-dtype bf16, a shorter context";
@@ -230,7 +230,7 @@ const char* shrink_hint(const std::string& item) {
   if (item == "hbm tables") return "--table-rows in_place (or staged) reads the host's tables instead";
   if (item == "int8 weights")
     return "--int8-decode off decodes from the bf16 copy alone; --int8-decode only from the int8 matrices alone, "
-           "without the copy of the layers'";
+           "without their copy";
   return "";
 }
 
