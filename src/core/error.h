@@ -11,6 +11,13 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The device is lost for this process (CUDA's sticky errors: an illegal address, a failed launch,
+// an uncorrectable ECC error, ...): every later call on it fails the same way, so nothing more can
+// run there until the process restarts. A server stops taking work when it sees one.
+struct DeviceLost : Error {
+  using Error::Error;
+};
+
 // Builds a message from any streamable parts: fail("config ", path, ": field ", name, " ...").
 template <typename... Parts>
 [[noreturn]] void fail(const Parts&... parts) {

@@ -396,6 +396,8 @@ void CompletionsRoute::handle(const httplib::Request& req, httplib::Response& re
     if (p.max_tokens < 0) p.max_tokens = std::max<int64_t>(1, engine.options().ctx - P);  // chat: to the context's end
     try {
       seqs = engine.submit_choices(generation_request(p, tok.eot_id(), end_of_turn));
+    } catch (const DeviceLost& e) {
+      throw ApiError{503, e.what(), "server_error", "", "device_lost"};
     } catch (const Error& e) {
       const bool ctx = p.max_tokens > engine.options().ctx - P;
       const char* param = ctx ? "max_tokens" : p.best_of > p.n ? "best_of" : p.n > 1 ? "n" : "prompt";

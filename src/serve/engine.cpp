@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "core/error.h"
 
@@ -77,6 +78,7 @@ std::vector<std::shared_ptr<Sequence>> Engine::submit_choices(GenerationRequest 
   a.req = std::move(req);
   {
     std::lock_guard<std::mutex> lk(mu_);
+    if (!lost_.empty()) throw DeviceLost("the server's device was lost and nothing more runs on it (" + lost_ + ")");
     if (static_cast<int64_t>(waiting_.size()) >= opt_.max_queue) {
       stats_.requests_refused++;
       return {};
@@ -102,6 +104,7 @@ EngineStats Engine::stats() const {
   s.prefetch_major_faults = p.major_faults;
   s.prefetch_dropped = p.dropped;
   s.table_store = disk_table_stats(model_);
+  s.device_lost = !lost_.empty();
   if (prefix_) {
     const PrefixCacheStats q = prefix_->stats();
     s.prefix_tokens_reused = q.tokens_reused;
@@ -112,6 +115,34 @@ EngineStats Engine::stats() const {
     s.prefix_blocks_held = q.held;
   }
   return s;
+}
+
+std::string Engine::device_lost() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return lost_;
+}
+
+void Engine::lose_device(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!lost_.empty()) return;
+    lost_ = why;
+  }
+  std::fprintf(stderr,
+               "jtok serve: the device is lost (%s): every request ends or is refused from now on; restart "
+               "the server\n",
+               why.c_str());
+  cv_.notify_all();
+}
+
+void Engine::end_after_loss() {
+  for (auto& a : waiting_) finish_all(a, "error", lost_);
+  for (auto& a : prefilling_) finish_all(*a, "error", lost_);
+  for (auto& a : active_) finish(*a, "error", lost_);
+  waiting_.clear();
+  prefilling_.clear();
+  active_.clear();
+  stats_.queue_depth = stats_.prefilling = stats_.active = 0;
 }
 
 void Engine::pause(bool on) {
@@ -219,6 +250,10 @@ void Engine::prefill_piece(Active& a, int64_t p, std::vector<std::unique_ptr<Act
     a.prefill_sec += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     complete = a.prefilled == P;
     if (complete) complete_prompt(a, l, group, forked);
+  } catch (const DeviceLost& e) {
+    lose_device(e.what());
+    finish_all(a, "error", e.what());
+    complete = true;
   } catch (const std::exception& e) {
     finish_all(a, "error", e.what());
     complete = true;
@@ -370,6 +405,9 @@ void Engine::decode_running(std::vector<std::unique_ptr<Active>>& running, bool 
   std::string err;
   try {
     rows = decoder_->decode_pick(handles.data(), tokens.data(), M, req.data(), picks.data());
+  } catch (const DeviceLost& e) {
+    lose_device(e.what());
+    err = e.what();
   } catch (const std::exception& e) {
     err = e.what();
   }
@@ -405,9 +443,10 @@ void Engine::loop() {
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] {
-        return stop_ || (!paused_ && (!waiting_.empty() || !active_.empty() || !prefilling_.empty()));
+        return stop_ || !lost_.empty() || (!paused_ && (!waiting_.empty() || !active_.empty() || !prefilling_.empty()));
       });
-      if (stop_) return;
+      if (!lost_.empty()) end_after_loss();
+      if (stop_ || !lost_.empty()) return;
       admit();
     }
     std::vector<std::unique_ptr<Active>> forked;  // choices 2..n of prompts completed this step

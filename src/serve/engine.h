@@ -116,6 +116,7 @@ struct EngineStats {
   int64_t prefix_blocks_cached = 0, prefix_blocks_held = 0;
   int64_t batch_hist[6] = {};    // decode steps with M in 1, 2-3, 4-7, 8-15, 16-31, 32+
   std::optional<TableStore::Stats> table_store;  // disk tables: the store's cache and read counters
+  bool device_lost = false;                      // Engine::device_lost() is set: nothing more runs
 };
 
 // opt with its defaults filled in for model (ctx, kv_budget_tokens) and checked: what Engine runs with.
@@ -173,6 +174,11 @@ class Engine {
   // submit_choices of a request with n = 1: its sequence, or null when the queue is full.
   std::shared_ptr<Sequence> submit(GenerationRequest req);
   EngineStats stats() const;
+  // The decoder's device lost (a jtok::DeviceLost from a step, such as a CUDA illegal address: no
+  // more work can run on it in this process): its message, "" while the device works. From then on
+  // the scheduler runs no step, the queued, prefilling and running requests end with "error" and
+  // that message, and submit_choices throws DeviceLost (the server answers 503).
+  std::string device_lost() const;
   // While paused, the scheduler admits nothing and runs no step (requests still queue). Between
   // steps only: a step under way finishes first.
   void pause(bool on);
@@ -236,6 +242,10 @@ class Engine {
   bool emit(Active& a, const float* logits);
   // Publishes a picked token (and its log-probs), and returns whether the sequence goes on.
   bool emit_pick(Active& a, TokenPick pick);
+  // A step's DeviceLost: kept (the first), said once on stderr, the scheduler woken to end everything.
+  void lose_device(const std::string& why);
+  // (mu_ held) After the loss: every request not finished ends with "error" and the loss's message.
+  void end_after_loss();
   // Hands the prefetch thread the rows ids[0..n) will read (table_rows_needed: JTok's, and all n_e
   // of each JTok-M layer: the router has not chosen yet); returns their number (0: RAM tables).
   int64_t prefetch(const int32_t* ids, int64_t n);
@@ -253,6 +263,7 @@ class Engine {
   std::deque<std::unique_ptr<Active>> prefilling_;  // admitted, prompt not fully in the cache; the scheduler's
   EngineStats stats_;
   bool stop_ = false, paused_ = false;
+  std::string lost_;  // device_lost()'s message
   std::thread thread_;
 };
 

@@ -257,6 +257,8 @@ struct HttpApi::Impl {
     metric(o, "jtok_kv_tokens_used", "KV-cache token slots reserved", s.kv_tokens_used, "gauge");
     metric(o, "jtok_kv_tokens_budget", "KV-cache token slots available", engine.options().kv_budget_tokens, "gauge");
     metric(o, "jtok_streams_open", "server-sent event streams open", streams_open.load(), "gauge");
+    metric(o, "jtok_device_lost", "1 once the decoder's device is lost (restart the server)", s.device_lost ? 1 : 0,
+           "gauge");
     process_metrics(o);
     o << "# HELP jtok_tables_info where the token tables live\n# TYPE jtok_tables_info gauge\njtok_tables_info{tables=\""
       << opt.tables << "\"} 1\n";
@@ -284,8 +286,11 @@ struct HttpApi::Impl {
                       "application/json");
       count("/v1/models", r.status == -1 ? 200 : r.status);
     });
-    svr.Get("/health", [](const httplib::Request&, httplib::Response& r) {
-      r.set_content("{\"status\":\"ok\"}", "application/json");
+    svr.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
+      const std::string lost = engine.device_lost();
+      if (lost.empty()) return r.set_content("{\"status\":\"ok\"}", "application/json");
+      r.status = 503;  // a supervisor's cue to restart the server
+      r.set_content(dump_json({{"status", "device_lost"}, {"error", lost}}), "application/json");
     });
     svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
       r.set_content(metrics_text(), "text/plain; version=0.0.4");

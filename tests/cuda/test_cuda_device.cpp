@@ -1,10 +1,13 @@
 // The device probe (cuda/device.h) finds the GPU, reads its properties and finds this build's kernels
 // runnable on it; the device-memory count behind the benches' peak memory follows DeviceArray's
-// allocations. Part of test_cuda_ops, on a GPU host, and of the emulation (tests/cuda/emulate_kernels.sh).
+// allocations; a failed CUDA call throws jtok::DeviceLost for the sticky errors (cuda/check.h) and a
+// plain jtok::Error for the others. Part of test_cuda_ops, on a GPU host, and of the emulation
+// (tests/cuda/emulate_kernels.sh).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
+#include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda/device_array.h"
 
@@ -39,6 +42,34 @@ TEST(CudaDevice, MemoryCountFollowsAllocations) {
     EXPECT_GE(device_bytes_peak(), before + (4 << 20));
   }
   EXPECT_EQ(device_bytes_now(), before);
+}
+
+// What JTOK_CUDA_CHECK throws for e: "lost" (DeviceLost), "error" (another Error) or "none"; msg its text.
+std::string thrown(cudaError_t e, std::string* msg = nullptr) {
+  try {
+    JTOK_CUDA_CHECK(e);
+  } catch (const jtok::DeviceLost& x) {
+    if (msg) *msg = x.what();
+    return "lost";
+  } catch (const jtok::Error& x) {
+    if (msg) *msg = x.what();
+    return "error";
+  }
+  return "none";
+}
+
+TEST(CudaDevice, StickyErrorsAreDeviceLost) {
+  for (cudaError_t e : {cudaErrorIllegalAddress, cudaErrorLaunchFailure, cudaErrorMisalignedAddress,
+                        cudaErrorIllegalInstruction, cudaErrorECCUncorrectable, cudaErrorAssert})
+    EXPECT_EQ(thrown(e), "lost") << cudaGetErrorName(e);
+  for (cudaError_t e : {cudaErrorInvalidValue, cudaErrorMemoryAllocation, cudaErrorInvalidConfiguration})
+    EXPECT_EQ(thrown(e), "error") << cudaGetErrorName(e);
+  EXPECT_EQ(thrown(cudaSuccess), "none");
+  std::string msg;
+  thrown(cudaErrorIllegalAddress, &msg);
+  EXPECT_NE(msg.find("cudaErrorIllegalAddress"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("restart the process"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("test_cuda_device.cpp"), std::string::npos) << msg;  // the call's place
 }
 
 }  // namespace

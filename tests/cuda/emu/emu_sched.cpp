@@ -365,6 +365,24 @@ const char* error_name(cudaError_t e) {
     case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
     case cudaErrorStreamCaptureUnjoined: return "cudaErrorStreamCaptureUnjoined";
     case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorECCUncorrectable:
+      return "cudaErrorECCUncorrectable";
+    case cudaErrorIllegalAddress:
+      return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchTimeout:
+      return "cudaErrorLaunchTimeout";
+    case cudaErrorAssert:
+      return "cudaErrorAssert";
+    case cudaErrorHardwareStackError:
+      return "cudaErrorHardwareStackError";
+    case cudaErrorIllegalInstruction:
+      return "cudaErrorIllegalInstruction";
+    case cudaErrorMisalignedAddress:
+      return "cudaErrorMisalignedAddress";
+    case cudaErrorInvalidAddressSpace:
+      return "cudaErrorInvalidAddressSpace";
+    case cudaErrorInvalidPc:
+      return "cudaErrorInvalidPc";
     case cudaErrorNotSupported:
       return "cudaErrorNotSupported";
     default: return "cudaErrorLaunchFailure";
