@@ -1,6 +1,6 @@
 // The serving engine: requests batched together give the tokens each gives alone (greedy and
 // seeded sampling), the KV budget and the queue bound hold, bad requests are refused with a
-// message, a cancelled sequence is freed, and a lost device ends every request and refuses new ones.
+// message, and a cancelled sequence is freed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -246,91 +246,4 @@ TEST(ServeEngine, LongPromptIsPrefilledInChunksWhileOthersDecode) {
   EXPECT_EQ(st.prompt_tokens, 20);
   EXPECT_EQ(st.prefilling, 0);
   EXPECT_EQ(st.kv_tokens_used, 0);
-}
-
-namespace {
-
-// The CPU decoder until its device is "lost": from call `lose_at` (0-based, prefills and decode steps
-// counted together) on, every step throws DeviceLost, as a GPU decoder's sticky CUDA error does.
-class LosingDecoder final : public Decoder {
- public:
-  LosingDecoder(const Model& m, int64_t lose_at, int64_t& calls)
-      : cpu_(make_cpu_decoder(m, false)), lose_at_(lose_at), calls_(calls) {}
-  std::string describe() const override { return "losing test decoder"; }
-  int64_t vocab_size() const override { return cpu_->vocab_size(); }
-  int64_t open(int64_t capacity) override { return cpu_->open(capacity); }
-  void close(int64_t seq) override { cpu_->close(seq); }
-  int64_t fork(int64_t seq, int64_t capacity) override { return cpu_->fork(seq, capacity); }
-  int64_t length(int64_t seq) const override { return cpu_->length(seq); }
-  int64_t capacity(int64_t seq) const override { return cpu_->capacity(seq); }
-  std::vector<float> prefill(int64_t seq, const int32_t* tokens, int64_t n, const PositionLogits& each) override {
-    step();
-    return cpu_->prefill(seq, tokens, n, each);
-  }
-  int64_t decode(const int64_t* seqs, const int32_t* tokens, int64_t M, float* logits) override {
-    step();
-    return cpu_->decode(seqs, tokens, M, logits);
-  }
-  int64_t decode_pick(const int64_t* seqs, const int32_t* tokens, int64_t M, const PickRequest* req,
-                      TokenPick* out) override {
-    step();
-    return cpu_->decode_pick(seqs, tokens, M, req, out);
-  }
-  int64_t keep_block(int64_t seq, int64_t first, int64_t n) override { return cpu_->keep_block(seq, first, n); }
-  void drop_block(int64_t block) override { cpu_->drop_block(block); }
-  int64_t open_from_blocks(const std::vector<int64_t>& blocks, int64_t capacity) override {
-    return cpu_->open_from_blocks(blocks, capacity);
-  }
-
- private:
-  void step() {
-    if (calls_++ >= lose_at_) throw DeviceLost("test: cudaErrorIllegalAddress; the GPU's context is lost");
-  }
-  std::unique_ptr<Decoder> cpu_;
-  int64_t lose_at_;
-  int64_t& calls_;
-};
-
-}  // namespace
-
-// A lost device (a step's DeviceLost): the running and the queued requests end with "error" and its
-// message, no step runs after it, the engine says so (device_lost, stats) and refuses new requests with
-// DeviceLost (the server's 503), bad ones still with their own error.
-TEST(ServeEngine, ALostDeviceEndsEveryRequestAndRefusesNewOnes) {
-  Model m = make_model(tiny_serve_config(), 4);
-  EngineOptions o;
-  o.max_batch = 2;
-  o.ctx = 32;
-  int64_t calls = 0;
-  Engine e(m, o, std::make_unique<LosingDecoder>(m, 4, calls));  // 2 prefills, 2 decode steps, then lost
-  auto req = [](std::vector<int32_t> p, int64_t n) {
-    GenerationRequest r;
-    r.prompt = std::move(p);
-    r.max_tokens = n;
-    return r;
-  };
-  e.pause(true);
-  auto a = e.submit(req({1, 2, 3}, 10)), b = e.submit(req({4, 5}, 10)), c = e.submit(req({6}, 10));
-  ASSERT_TRUE(a && b && c);
-  EXPECT_EQ(e.device_lost(), "");
-  e.pause(false);
-  for (auto* s : {a.get(), b.get(), c.get()}) {
-    wait_done(*s);
-    EXPECT_EQ(s->finish_reason, "error");
-    EXPECT_NE(s->error.find("context is lost"), std::string::npos) << s->error;
-  }
-  EXPECT_EQ(a->tokens.size(), 3u);  // its prefill's token and two decode steps'
-  EXPECT_EQ(b->tokens.size(), 3u);
-  EXPECT_TRUE(c->tokens.empty());  // queued behind the batch of 2: never ran
-  EXPECT_NE(e.device_lost().find("context is lost"), std::string::npos) << e.device_lost();
-  EXPECT_TRUE(e.stats().device_lost);
-  EXPECT_EQ(e.stats().queue_depth, 0);
-  try {
-    e.submit(req({7}, 3));
-    ADD_FAILURE() << "a request after the loss was taken";
-  } catch (const DeviceLost& x) {
-    EXPECT_NE(std::string(x.what()).find("device was lost"), std::string::npos) << x.what();
-  }
-  EXPECT_THROW(e.submit(req({}, 3)), Error);  // still its own message
-  EXPECT_EQ(calls, 5);                        // the step that threw was the last
 }
