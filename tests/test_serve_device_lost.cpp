@@ -63,6 +63,13 @@ class LosingDecoder final : public Decoder {
   int64_t& calls_;
 };
 
+EngineOptions batch_of_two() {
+  EngineOptions o;
+  o.max_batch = 2;
+  o.ctx = 32;
+  return o;
+}
+
 GenerationRequest request(std::vector<int32_t> prompt, int64_t max_tokens) {
   GenerationRequest r;
   r.prompt = std::move(prompt);
@@ -77,9 +84,7 @@ GenerationRequest request(std::vector<int32_t> prompt, int64_t max_tokens) {
 // DeviceLost (the server's 503), bad ones still with their own error.
 TEST(ServeDeviceLost, TheEngineEndsEveryRequestAndRefusesNewOnes) {
   Model m = make_model(tiny_serve_config(), 4);
-  EngineOptions o;
-  o.max_batch = 2;
-  o.ctx = 32;
+  const EngineOptions o = batch_of_two();
   int64_t calls = 0;
   Engine e(m, o, std::make_unique<LosingDecoder>(m, 4, calls));  // 2 prefills, 2 decode steps, then lost
   e.pause(true);
@@ -113,9 +118,7 @@ TEST(ServeDeviceLost, TheEngineEndsEveryRequestAndRefusesNewOnes) {
 // jtok_device_lost 1, and bad requests still their 400.
 TEST(ServeDeviceLost, TheApiAnswers503AndHealthSaysSo) {
   Model m = make_model(tiny_serve_config(), 4);
-  EngineOptions o;
-  o.max_batch = 2;
-  o.ctx = 32;
+  const EngineOptions o = batch_of_two();
   int64_t calls = 0;
   Engine e(m, o, std::make_unique<LosingDecoder>(m, 6, calls));  // 1 prefill + 3 steps, then 1 + 1, lost
   const Tokenizer tok = Tokenizer::load("gpt2", std::string(std::getenv("JTOK_ROOT")) + "/tests/data/bit_identity");
