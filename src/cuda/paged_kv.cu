@@ -13,7 +13,11 @@
 // fixed order (no atomics): a row's bits are the same alone, in any batch and on every run.
 // In paged_partial a K or V row of hd elements is read as 16-byte vectors: kVec elements a lane,
 // kLanes lanes a row, kRows rows a warp at once (RowLanes); a score is a shuffle sum over the row's
-// lanes, a V sum a shuffle sum over the warp's rows and then over the warps in order.
+// lanes, a V sum a shuffle sum over the warp's rows and then over the warps in order. A lane loads
+// kRowsAhead of its rows (8 bf16, 4 fp32; their page-table entries first) before it uses the first
+// (RowsAhead): a chunk is a stream of short rows whose loads in flight are its speed, and a decode
+// step at batch 1 has few blocks (KV heads x chunks). Each score and each lane's V sum keeps its
+// order, so the bits are those of a row at a time.
 // tests/cuda/emulate_paged_kv.py transcribes both kernels lane by lane (no GPU needed).
 #include <algorithm>
 #include <cmath>
@@ -34,6 +38,9 @@ constexpr int kChunk = static_cast<int>(kPagedAttentionChunk);  // fixed: nc(r) 
 constexpr int kWarps = 4;       // paged_partial: threads per block kWarps * 32
 constexpr int kThreads = kWarps * 32;
 constexpr int kHeadBatch = 4;   // query heads whose V sums a lane keeps in registers at once
+// K or V rows a lane loads before it uses the first of them (fp32 rows: half as many, as registers allow).
+template <typename KvT>
+constexpr int kRowsAhead = sizeof(KvT) == 2 ? 8 : 4;
 constexpr int kQkvWarps = 4;  // paged_qkv: warps a block
 constexpr size_t kDefaultSmem = 48 * 1024;  // dynamic shared memory without the opt-in
 
@@ -56,17 +63,33 @@ __device__ __forceinline__ int64_t slot_offset(const int32_t* table, int p, int 
   return (page * page_tokens + p % page_tokens) * kvd;
 }
 
-// 16 bytes at p (16-byte aligned) as fp32: 4 floats or 8 bf16.
-__device__ __forceinline__ void load_vec(float (&out)[4], const float* p) {
-  const float4 x = __ldg(reinterpret_cast<const float4*>(p));
-  out[0] = x.x;
-  out[1] = x.y;
-  out[2] = x.z;
-  out[3] = x.w;
-}
-__device__ __forceinline__ void load_vec(float (&out)[8], const __nv_bfloat16* p) {
-  bf16x8_to_f32(out, __ldg(reinterpret_cast<const uint4*>(p)));
-}
+// A lane's kRowsAhead<KvT> rows of a pass: row jj(u) = jj0 + u * stride of the chunk (those at or past
+// len: not read, zeros), 16 raw bytes each at slice's place, every load issued before any is used
+// (a K or V pass is a stream of short rows: the loads in flight are its speed), then read as fp32:
+// 4 floats or 8 bf16.
+template <typename KvT>
+struct RowsAhead {
+  static constexpr int N = kRowsAhead<KvT>;
+  uint4 raw[N];
+
+  __device__ __forceinline__ void load(const KvT* base, const int32_t* table, int j0, int jj0, int stride, int len,
+                                       int page_tokens, int64_t kvd, int at) {
+    int64_t off[N];
+#pragma unroll
+    for (int u = 0; u < N; ++u) {  // the page table's reads first: each row's load needs its own
+      const int jj = jj0 + u * stride;
+      off[u] = jj < len ? slot_offset(table, j0 + jj, page_tokens, kvd) + at : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < N; ++u)
+      raw[u] = off[u] >= 0 ? __ldg(reinterpret_cast<const uint4*>(base + off[u])) : make_uint4(0, 0, 0, 0);
+  }
+  __device__ __forceinline__ void values(float (&out)[4], int u) const {  // fp32 rows
+    out[0] = __uint_as_float(raw[u].x), out[1] = __uint_as_float(raw[u].y);
+    out[2] = __uint_as_float(raw[u].z), out[3] = __uint_as_float(raw[u].w);
+  }
+  __device__ __forceinline__ void values(float (&out)[8], int u) const { bf16x8_to_f32(out, raw[u]); }  // bf16 rows
+};
 
 // E -> KvT: the same type copies the bits; else through fp32 (bf16 rounded to nearest even).
 template <typename KvT, typename E>
@@ -131,30 +154,47 @@ struct ChunkJob {
   int chunks;            // scratch entries a (row, head): ceil(max_len / kChunk)
 };
 
-// ps[hh * kChunk + jj] = scale * q_hh . k_(j0 + jj) for the group's heads hh (qs (group, HD) fp32).
+// Row jj's scores against the group's query heads from its lanes' kx: ps[hh * kChunk + jj] = scale *
+// q_hh . k, a lane's fmaf chain then the row's lanes' shuffle sum; the row's first lane writes (jj
+// past len: nothing). Every lane of the warp calls it (the shuffles).
+template <int HD, typename L>
+__device__ __forceinline__ void row_scores(float* ps, const float* qs, const float (&kx)[L::kVec], int jj, int len,
+                                           int slice, int group, float scale) {
+  for (int hh = 0; hh < group; ++hh) {
+    const float4* q4 = reinterpret_cast<const float4*>(qs + hh * HD + slice * L::kVec);
+    float s = 0.0f;
+#pragma unroll
+    for (int e = 0; e < L::kVec / 4; ++e) {
+      const float4 qv = q4[e];
+      s = fmaf(qv.x, kx[4 * e], s);
+      s = fmaf(qv.y, kx[4 * e + 1], s);
+      s = fmaf(qv.z, kx[4 * e + 2], s);
+      s = fmaf(qv.w, kx[4 * e + 3], s);
+    }
+#pragma unroll
+    for (int o = L::kLanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (jj < len && slice == 0) ps[hh * kChunk + jj] = s * scale;
+  }
+}
+
+// ps[hh * kChunk + jj] = scale * q_hh . k_(j0 + jj) for the group's heads hh (qs (group, HD) fp32):
+// warp w's rows w kRows + sub + i stride, kRowsAhead of them loaded at once (RowsAhead).
 template <int HD, typename KvT>
 __device__ void chunk_scores(float* ps, const float* qs, const KvT* kbase, const ChunkJob& job, int page_tokens,
                              int64_t kvd, int group, float scale) {
   using L = RowLanes<HD, KvT>;
+  constexpr int stride = kWarps * L::kRows;  // rows a pass of the block's warps
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / L::kLanes, slice = lane % L::kLanes;
-  for (int jj0 = warp * L::kRows; jj0 < job.len; jj0 += kWarps * L::kRows) {  // uniform over the warp
-    const int jj = jj0 + sub;
-    float kx[L::kVec] = {};
-    if (jj < job.len) load_vec(kx, kbase + slot_offset(job.table, job.j0 + jj, page_tokens, kvd) + slice * L::kVec);
-    for (int hh = 0; hh < group; ++hh) {
-      const float4* q4 = reinterpret_cast<const float4*>(qs + hh * HD + slice * L::kVec);
-      float s = 0.0f;
+  for (int first = warp * L::kRows; first < job.len; first += RowsAhead<KvT>::N * stride) {  // uniform over the warp
+    RowsAhead<KvT> rows;
+    rows.load(kbase, job.table, job.j0, first + sub, stride, job.len, page_tokens, kvd, slice * L::kVec);
 #pragma unroll
-      for (int e = 0; e < L::kVec / 4; ++e) {
-        const float4 qv = q4[e];
-        s = fmaf(qv.x, kx[4 * e], s);
-        s = fmaf(qv.y, kx[4 * e + 1], s);
-        s = fmaf(qv.z, kx[4 * e + 2], s);
-        s = fmaf(qv.w, kx[4 * e + 3], s);
+    for (int u = 0; u < RowsAhead<KvT>::N; ++u) {
+      if (first + u * stride < job.len) {  // uniform: whether any of the warp's rows of pass u is in the chunk
+        float kx[L::kVec];
+        rows.values(kx, u);
+        row_scores<HD, L>(ps, qs, kx, first + u * stride + sub, job.len, slice, group, scale);
       }
-#pragma unroll
-      for (int o = L::kLanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      if (jj < job.len && slice == 0) ps[hh * kChunk + jj] = s * scale;
     }
   }
 }
@@ -182,6 +222,36 @@ __device__ void chunk_softmax(float* ps, const ChunkJob& job, int group, float* 
   }
 }
 
+// A lane's V sums for the heads h0 .. h0 + nh - 1 over its rows jj = warp kRows + sub + i stride, in
+// that order: acc[b] += ps[h0 + b][jj] v_jj (its slice), RowsAhead's rows loaded at once.
+template <int HD, typename KvT>
+__device__ __forceinline__ void lane_value_sums(float (&acc)[kHeadBatch][RowLanes<HD, KvT>::kVec], const float* ps,
+                                                const KvT* vbase, const ChunkJob& job, int page_tokens, int64_t kvd,
+                                                int h0, int nh) {
+  using L = RowLanes<HD, KvT>;
+  constexpr int stride = kWarps * L::kRows;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / L::kLanes, slice = lane % L::kLanes;
+  for (int first = warp * L::kRows + sub; first < job.len; first += RowsAhead<KvT>::N * stride) {
+    RowsAhead<KvT> rows;
+    rows.load(vbase, job.table, job.j0, first, stride, job.len, page_tokens, kvd, slice * L::kVec);
+#pragma unroll
+    for (int u = 0; u < RowsAhead<KvT>::N; ++u) {
+      const int jj = first + u * stride;
+      if (jj < job.len) {  // rows past the chunk: none
+        float vx[L::kVec];
+        rows.values(vx, u);
+#pragma unroll
+        for (int b = 0; b < kHeadBatch; ++b) {
+          if (b >= nh) break;
+          const float p = ps[(h0 + b) * kChunk + jj];
+#pragma unroll
+          for (int e = 0; e < L::kVec; ++e) acc[b][e] = fmaf(p, vx[e], acc[b][e]);
+        }
+      }
+    }
+  }
+}
+
 // part_o (HD) of each head of the group = sum_jj ps[hh][jj] v_(j0 + jj), kHeadBatch heads per pass
 // over V: a lane sums its rows, the warp's rows by shuffles, the warps in order through red.
 template <int HD, typename KvT>
@@ -192,17 +262,7 @@ __device__ void chunk_values(float* part_o, float* red, const float* ps, const K
   for (int h0 = 0; h0 < group; h0 += kHeadBatch) {
     const int nh = min(kHeadBatch, group - h0);
     float acc[kHeadBatch][L::kVec] = {};
-    for (int jj = warp * L::kRows + sub; jj < job.len; jj += kWarps * L::kRows) {
-      float vx[L::kVec];
-      load_vec(vx, vbase + slot_offset(job.table, job.j0 + jj, page_tokens, kvd) + slice * L::kVec);
-#pragma unroll
-      for (int b = 0; b < kHeadBatch; ++b) {
-        if (b >= nh) break;
-        const float p = ps[(h0 + b) * kChunk + jj];
-#pragma unroll
-        for (int e = 0; e < L::kVec; ++e) acc[b][e] = fmaf(p, vx[e], acc[b][e]);
-      }
-    }
+    lane_value_sums<HD, KvT>(acc, ps, vbase, job, page_tokens, kvd, h0, nh);
 #pragma unroll
     for (int b = 0; b < kHeadBatch; ++b)
 #pragma unroll
