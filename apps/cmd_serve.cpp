@@ -29,7 +29,7 @@ struct Args {
   std::string chat_template;
   jtok::TableSource table_src;
   int port = 8080;
-  bool prefetch = true, prefix_cache = true;
+  bool prefetch = true, prefix_cache = true, keep_alive_on_device_loss = false;
   int64_t max_batch = 16, prefill_chunk = 512, ctx = 0, kv_budget_tokens = 0, max_queue = 64, max_body_kb = 1024, max_n = 8;
   int64_t prefix_block = 0, page_tokens = 16;
 } args;
@@ -92,6 +92,7 @@ jtok::ServeOptions serve_options(const jtok::LoadedCheckpoint& ck) {
   if (args.max_n < 1) jtok::fail("--max-n must be at least 1, got ", args.max_n);
   so.max_n = args.max_n;
   so.chat_template = args.chat_template;
+  so.exit_on_device_loss = !args.keep_alive_on_device_loss;
   so.chat_template_dir = chat_template_dir(ck);
   return so;
 }
@@ -182,6 +183,10 @@ void setup(CLI::App* sub) {
   sub->add_flag("!--no-prefetch", args.prefetch, "mmap tables: no prefetch thread (rows are faulted in by the gathers)");
   sub->add_option("--api-key", args.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
   sub->add_option("--model-name", args.model_name, "the model's name in the API");
+  sub->add_flag("--keep-alive-on-device-loss", args.keep_alive_on_device_loss,
+                "a lost device (a sticky CUDA error: nothing more runs on it in this process) leaves the server "
+                "up, answering 503 and /health 503; by default it stops and exits with 1, for a supervisor to "
+                "start it again");
   sub->add_option("--chat-template", args.chat_template,
                   "chat template family for /v1/chat/completions (chatml, qwen3, llama3, llama3.1) instead of "
                   "the one recognised in the model's tokenizer_config.json")

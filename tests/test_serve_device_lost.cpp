@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <future>
 #include <nlohmann/json.hpp>
@@ -113,8 +114,8 @@ TEST(ServeDeviceLost, TheEngineEndsEveryRequestAndRefusesNewOnes) {
   EXPECT_EQ(calls, 5);                            // the step that threw was the last
 }
 
-// The HTTP API over it: a request before the loss gets its tokens; the one the loss cuts gets 500
-// naming it; after it a request gets 503 (code device_lost), /health 503 with the message, /metrics
+// The HTTP API over it, kept alive after the loss: a request before the loss gets its tokens; the one the loss cuts
+// gets 500 naming it; after it a request gets 503 (code device_lost), /health 503 with the message, /metrics
 // jtok_device_lost 1, and bad requests still their 400.
 TEST(ServeDeviceLost, TheApiAnswers503AndHealthSaysSo) {
   Model m = make_model(tiny_serve_config(), 4);
@@ -125,6 +126,7 @@ TEST(ServeDeviceLost, TheApiAnswers503AndHealthSaysSo) {
   ServeOptions so;
   so.port = 0;
   so.http_threads = 4;
+  so.exit_on_device_loss = false;  // serve --keep-alive-on-device-loss
   HttpApi api(e, tok, so);
   std::promise<int> bound;
   std::thread server([&] { api.run([&](int port) { bound.set_value(port); }); });
@@ -152,4 +154,50 @@ TEST(ServeDeviceLost, TheApiAnswers503AndHealthSaysSo) {
   api.stop();
   server.join();
   EXPECT_EQ(calls, 7);
+}
+
+// By default the server stops after the loss (as vLLM's does when its engine dies), for a supervisor to
+// start it again: the request the loss cut still gets its 500 naming it, then run() returns by throwing
+// DeviceLost, which says how to keep the server up.
+TEST(ServeDeviceLost, TheServerStopsAfterTheLossByDefault) {
+  Model m = make_model(tiny_serve_config(), 4);
+  const EngineOptions o = batch_of_two();
+  int64_t calls = 0;
+  Engine e(m, o, std::make_unique<LosingDecoder>(m, 2, calls));  // 1 prefill + 1 step, then lost
+  const Tokenizer tok = Tokenizer::load("gpt2", std::string(std::getenv("JTOK_ROOT")) + "/tests/data/bit_identity");
+  ServeOptions so;
+  so.port = 0;
+  so.http_threads = 4;
+  HttpApi api(e, tok, so);
+  std::promise<int> bound;
+  std::promise<std::string> ended;  // what run() threw ("" if it returned)
+  std::thread server([&] {
+    try {
+      api.run([&](int port) { bound.set_value(port); });
+      ended.set_value("");
+    } catch (const DeviceLost& x) {
+      ended.set_value(x.what());
+    } catch (const std::exception& x) {
+      ended.set_value(std::string("not DeviceLost: ") + x.what());
+    }
+  });
+  auto run_ended = ended.get_future();
+  httplib::Client cli("127.0.0.1", bound.get_future().get());
+  cli.set_read_timeout(30, 0);
+  auto cut = cli.Post("/v1/completions", R"({"model": "jtok", "prompt": [4, 5], "max_tokens": 8})", "application/json");
+  ASSERT_TRUE(cut);
+  EXPECT_EQ(cut->status, 500) << cut->body;
+  EXPECT_NE(cut->body.find("context is lost"), std::string::npos) << cut->body;
+  if (run_ended.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "the server still runs 20 s after the loss";
+    api.stop();
+  } else {
+    const std::string why = run_ended.get();
+    EXPECT_NE(why.find("device was lost"), std::string::npos) << why;
+    EXPECT_NE(why.find("context is lost"), std::string::npos) << why;
+    EXPECT_NE(why.find("--keep-alive-on-device-loss"), std::string::npos) << why;
+  }
+  server.join();
+  EXPECT_FALSE(cli.Get("/health"));  // nothing listens any more
+  EXPECT_EQ(calls, 3);
 }

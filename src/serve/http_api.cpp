@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "serve/api_json.h"
@@ -326,6 +327,40 @@ HttpApi::HttpApi(Engine& engine, const Tokenizer& tokenizer, ServeOptions opt)
 
 HttpApi::~HttpApi() = default;
 
+namespace {
+
+// With exit_on_device_loss, while the server listens: a thread that stops it once the engine's device
+// is lost. The requests the loss cut have their answers first (stop() lets the handlers under way
+// finish); run() then throws. A stop that lands before the server listens is dropped by the HTTP
+// library, so it is repeated until the server has returned.
+class LossWatch {
+ public:
+  LossWatch(const Engine& engine, httplib::Server& svr, bool on) {
+    if (!on) return;
+    thread_ = std::thread([this, &engine, &svr] {
+      while (!done_.load()) {
+        if (engine.wait_device_lost(std::chrono::milliseconds(200)).empty()) continue;
+        while (!done_.load()) {
+          svr.stop();
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      }
+    });
+  }
+  ~LossWatch() {
+    done_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  LossWatch(const LossWatch&) = delete;
+  LossWatch& operator=(const LossWatch&) = delete;
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
 void HttpApi::run(const std::function<void(int)>& on_listen) {
   auto& s = impl_->svr;
   int port = impl_->opt.port;
@@ -336,7 +371,17 @@ void HttpApi::run(const std::function<void(int)>& on_listen) {
     fail("cannot bind ", impl_->opt.host, ":", port, " (in use, or not an address of this machine?)");
   }
   if (on_listen) on_listen(port);
-  if (!s.listen_after_bind()) fail("the HTTP server on ", impl_->opt.host, ":", port, " stopped with an error");
+  bool listened = false;
+  {
+    LossWatch watch(impl_->engine, s, impl_->opt.exit_on_device_loss);
+    listened = s.listen_after_bind();
+  }
+  const std::string lost = impl_->engine.device_lost();
+  if (impl_->opt.exit_on_device_loss && !lost.empty())
+    throw DeviceLost("the device was lost (" + lost +
+                     "): the server stopped, for a supervisor to start it again (--keep-alive-on-device-loss "
+                     "keeps it up, answering 503)");
+  if (!listened) fail("the HTTP server on ", impl_->opt.host, ":", port, " stopped with an error");
 }
 
 void HttpApi::stop() { impl_->svr.stop(); }

@@ -29,13 +29,17 @@ struct ServeOptions {
   int64_t max_n = 8;               // n and best_of of /v1/completions at most (and at most the engine's max_batch)
   std::string chat_template_dir;   // where tokenizer_config.json (its chat_template) is; "" none
   std::string chat_template;       // "chatml" | "qwen3" | "llama3": the family, instead of detecting it
+  bool exit_on_device_loss = true;  // the engine's device lost (Engine::device_lost): the server stops
+                                    // and run() throws DeviceLost; false: it answers 503 until stopped
 };
 
 class HttpApi {
  public:
   HttpApi(Engine& engine, const Tokenizer& tokenizer, ServeOptions opt);
   ~HttpApi();
-  // Binds (errors name host:port), calls on_listen(port), and serves until stop().
+  // Binds (errors name host:port), calls on_listen(port), and serves until stop(), or with
+  // exit_on_device_loss until the engine's device is lost: then it throws DeviceLost once the requests
+  // the loss cut have their answers.
   void run(const std::function<void(int)>& on_listen);
   void stop();
 
