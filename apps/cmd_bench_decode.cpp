@@ -109,6 +109,10 @@ void run() {
   b.settings.kv_bf16 = jtok::parse_dtype(args.kv_dtype == "auto" ? (cuda ? "bf16" : "f32") : args.kv_dtype, "--kv-dtype",
                                          jtok::kKvDtypes) == jtok::Dtype::bf16;
   if (!cuda && !args.table_rows.empty()) jtok::fail("bench-decode: --table-rows is for --device cuda");
+  if (args.tables.kind == "hbm")
+    jtok::fail(
+        "bench-decode: --tables says where the model's tables live (ram, mmap or disk); the GPU's copy of "
+        "them is --table-rows hbm");
   if (!cuda && args.cuda_graphs != "on") jtok::fail("bench-decode: --cuda-graphs is for --device cuda");
   if (!cuda && args.int8_decode != "on") jtok::fail("bench-decode: --int8-decode is for --device cuda");
   if (!cuda && args.pdl != "off") jtok::fail("bench-decode: --pdl is for --device cuda");

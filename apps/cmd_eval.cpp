@@ -166,6 +166,7 @@ Scoring make_scoring(const jtok::Model& m, const std::optional<jtok::cuda::Decod
 
 void run() {
   using namespace jtok;
+  resolve_hbm_tables(args.table_src, args.decoder);
   const std::optional<cuda::DecoderSettings> settings = decoder_settings();  // before the checkpoint is read
   LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src, args.decoder.device == "cpu");
   const Config& cfg = ck.cfg;

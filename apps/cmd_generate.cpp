@@ -79,6 +79,7 @@ std::unique_ptr<jtok::Decoder> make_generate_decoder(const jtok::Model& m, bool 
 void run() {
   using namespace jtok;
   const bool kv_bf16 = parse_dtype(args.kv_dtype, "--kv-dtype", kKvDtypes) == Dtype::bf16;  // before the checkpoint loads
+  resolve_hbm_tables(args.table_src, args.decoder);
   check_decoder_choice(args.decoder);  // --device cuda: the GPU, or why not, before anything is read
   LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src, args.decoder.device == "cpu");
   const Model& m = ck.model;

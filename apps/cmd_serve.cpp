@@ -88,7 +88,7 @@ jtok::ServeOptions serve_options(const jtok::LoadedCheckpoint& ck) {
   so.api_key = args.api_key;
   so.model_id = args.model_name;
   so.max_body_bytes = static_cast<size_t>(args.max_body_kb) * 1024;
-  so.tables = args.table_src.kind;
+  so.tables = args.table_src.placement();
   if (args.max_n < 1) jtok::fail("--max-n must be at least 1, got ", args.max_n);
   so.max_n = args.max_n;
   so.chat_template = args.chat_template;
@@ -99,12 +99,13 @@ jtok::ServeOptions serve_options(const jtok::LoadedCheckpoint& ck) {
 
 // The start-up line, once the server listens on `port`.
 void print_listening(const jtok::LoadedCheckpoint& ck, const jtok::Engine& engine, int port) {
-  std::printf("serve: %s on http://%s:%d (device %s, tables %s, max batch %lld, context %lld, KV budget %lld tokens, "
-              "prefix reuse %s)\n",
-              ck.dir.c_str(), args.host.c_str(), port, engine.describe().c_str(), args.table_src.kind.c_str(),
-              static_cast<long long>(engine.options().max_batch), static_cast<long long>(engine.options().ctx),
-              static_cast<long long>(engine.options().kv_budget_tokens),
-              args.prefix_cache ? ("blocks of " + std::to_string(engine.options().prefix_block)).c_str() : "off");
+  std::printf(
+      "serve: %s on http://%s:%d (device %s, tables %s, max batch %lld, context %lld, KV budget %lld tokens, "
+      "prefix reuse %s)\n",
+      ck.dir.c_str(), args.host.c_str(), port, engine.describe().c_str(), args.table_src.placement().c_str(),
+      static_cast<long long>(engine.options().max_batch), static_cast<long long>(engine.options().ctx),
+      static_cast<long long>(engine.options().kv_budget_tokens),
+      args.prefix_cache ? ("blocks of " + std::to_string(engine.options().prefix_block)).c_str() : "off");
   std::fflush(stdout);
 }
 
@@ -144,6 +145,7 @@ void run() {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::fprintf(stderr, "%s\n", command_line_string().c_str());
+  resolve_hbm_tables(args.table_src, args.decoder);
   check_decoder_choice(args.decoder);  // --device cuda: the GPU, or why not, before anything is read
   if (args.decoder.device != "cuda" && args.page_tokens != 16) fail("--kv-page-tokens is for --device cuda");
   LoadedCheckpoint ck = load_for_inference(args.checkpoint, args.table_src, args.decoder.device == "cpu");

@@ -121,7 +121,8 @@ LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, bool m
 void add_table_source_options(CLI::App* sub, TableSource& src) {
   sub->add_option("--tables", src.kind,
                   "token tables: ram (copied in), mmap (read in place from the checkpoint file) or disk (a token-major "
-                  "store, --table-store)");
+                  "store, --table-store); --device cuda: hbm too (read into RAM, every table copied to the GPU: "
+                  "--table-rows hbm)");
   sub->add_option("--table-store", src.store, "--tables disk: the store directory (jtok export --table-store)");
   sub->add_option("--table-cache-mb", src.cache_mb, "--tables disk: DRAM cache of token rows, MB (default 256)");
   sub->add_option("--table-io-threads", src.io_threads,
@@ -185,9 +186,24 @@ static LoadedCheckpoint with_kernels_line(LoadedCheckpoint ck, bool on_cpu) {
   return ck;
 }
 
+void resolve_hbm_tables(TableSource& src, DecoderChoice& c) {
+  if (src.kind != "hbm") return;
+  if (c.device != "cuda")
+    fail(
+        "--tables hbm copies every table to the GPU: it needs --device cuda (the CPU reads them from ram, mmap or "
+        "disk)");
+  if (c.table_rows != "auto" && c.table_rows != "hbm")
+    fail("--tables hbm reads every step's rows from the GPU's copy; --table-rows ", c.table_rows,
+         " reads them from the host: give one of the two");
+  src.kind = "ram";
+  src.hbm = true;
+  c.table_rows = "hbm";
+}
+
 void check_table_source(const TableSource& src) {
   if (src.kind != "ram" && src.kind != "mmap" && src.kind != "disk")
-    fail("--tables must be ram, mmap or disk, got '", src.kind, "'");
+    fail("--tables must be ram, mmap or disk (or hbm with --device cuda, for generate, eval and serve), got '",
+         src.kind, "'");
   if ((src.kind == "disk") != !src.store.empty())
     fail(src.kind == "disk" ? "--tables disk needs --table-store DIR" : "--table-store is for --tables disk");
   if (src.cache_mb < 1) fail("--table-cache-mb must be at least 1, got ", src.cache_mb);

@@ -55,6 +55,8 @@ struct TableSource {
   int64_t cache_mb = 256;
   int io_threads = 8;
   bool direct_io = false;
+  bool hbm = false;  // --tables hbm (resolve_hbm_tables): loaded as ram, every table copied to the GPU
+  std::string placement() const { return hbm ? "hbm" : kind; }  // where a step's rows are read from
 };
 void add_table_source_options(CLI::App* sub, TableSource& src);
 // --table-io's value with --table-direct-io (the same as direct), for --tables `tables`: a conflict
@@ -83,6 +85,10 @@ void add_decoder_options(CLI::App* sub, DecoderChoice& c);
 // or --table-rows given with --device cpu fail naming the option (the CPU decodes in fp32, the rows
 // where --tables keeps them).
 void check_decoder_choice(const DecoderChoice& c);
+// --tables hbm, the control of issue 40 (generate / eval / serve): the tables read into RAM and every
+// one copied to the GPU (--table-rows hbm); with --device cpu, or another --table-rows, it fails
+// naming both. src.kind becomes ram and src.hbm is set. Other --tables: nothing.
+void resolve_hbm_tables(TableSource& src, DecoderChoice& c);
 // The GPU decoder's settings (its batch, prefill and KV sizes left to the caller); kv_bf16 from --kv-dtype.
 cuda::DecoderSettings decoder_settings(const DecoderChoice& c, bool kv_bf16);
 

@@ -55,10 +55,27 @@ for cmd in "generate --prompt x" "serve --port 0"; do
     if $JTOK $cmd --checkpoint "$T/none" $opt > "$T/out" 2>&1; then fail "$cmd $opt on the CPU accepted"; fi
     grep -q "^jtok: error: ${opt% *} is for --device cuda" "$T/out" || fail "$cmd $opt on the CPU: $(cat "$T/out")"
   done
+  # --tables hbm (a GPU copy of every table) is refused on the CPU, and beside another --table-rows, named,
+  # before any GPU is looked for.
+  # shellcheck disable=SC2086
+  if $JTOK $cmd --checkpoint "$T/none" --tables hbm > "$T/out" 2>&1; then fail "$cmd --tables hbm on the CPU accepted"; fi
+  grep -q "^jtok: error: --tables hbm copies every table to the GPU: it needs --device cuda" "$T/out" ||
+    fail "$cmd --tables hbm on the CPU: $(cat "$T/out")"
+  # shellcheck disable=SC2086
+  if $JTOK $cmd --checkpoint "$T/none" --tables hbm --device cuda --table-rows staged > "$T/out" 2>&1; then
+    fail "$cmd --tables hbm --table-rows staged accepted"
+  fi
+  grep -q "^jtok: error: --tables hbm reads every step's rows from the GPU's copy; --table-rows staged" "$T/out" ||
+    fail "$cmd --tables hbm --table-rows staged: $(cat "$T/out")"
   # shellcheck disable=SC2086
   if $JTOK $cmd --checkpoint "$T/none" --device tpu > "$T/out" 2>&1; then fail "$cmd --device tpu accepted"; fi
   grep -q -- "--device" "$T/out" || fail "$cmd --device tpu: the error does not name the option: $(cat "$T/out")"
 done
+if $JTOK eval --checkpoint "$T/none" --tables hbm --no-blimp > "$T/out" 2>&1; then fail "eval --tables hbm on the CPU accepted"; fi
+grep -q "^jtok: error: --tables hbm copies every table to the GPU" "$T/out" || fail "eval --tables hbm: $(cat "$T/out")"
+if $JTOK bench-decode --config "$T/none.json" --tables hbm > "$T/out" 2>&1; then fail "bench-decode --tables hbm accepted"; fi
+grep -q "^jtok: error: bench-decode: --tables says where the model's tables live" "$T/out" ||
+  fail "bench-decode --tables hbm: $(cat "$T/out")"
 # A build with the kernels costs a process that never touches a GPU nothing: cuBLASLt (~0.5 GB) is
 # loaded on first use (src/cuda/cublaslt_api.h), not linked, so `jtok --help` stays small. (The
 # resident-memory bound is for the builds with the kernels: the sanitizer build has none, and

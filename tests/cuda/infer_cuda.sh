@@ -173,7 +173,12 @@ for prec in fp32 bf16; do
     same "hbm_$prec" "$run"
   done
   grep -q "table store: .* [1-9][0-9]* reads" "$T/out/disk_$prec.err" || fail "disk_$prec read nothing from the store"
-  echo "ok: $prec: tables ram (in place, staged), mmap (in place, staged), disk store = hbm: ids and margins bit for bit"
+  if [ "$DEV" != cpu ]; then  # --tables hbm alone is --table-rows hbm (the CPU refuses it)
+    gen "tables_hbm_$prec" jtok "$prec" auto --tables hbm
+    grep -q "table rows hbm" "$T/out/tables_hbm_$prec.json" || fail "tables_hbm_$prec: not the hbm row path"
+    same "hbm_$prec" "tables_hbm_$prec"
+  fi
+  echo "ok: $prec: tables ram (in place, staged), mmap (in place, staged), disk store, --tables hbm = hbm: ids and margins bit for bit"
 done
 
 # --- 4. serve on the device ---------------------------------------------------------------------
