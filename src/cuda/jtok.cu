@@ -57,6 +57,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t id = rb.unique[u];
   const T* e = E + id * d;
   const int lo = rb.offsets[u], hi = rb.offsets[u + 1];
+  // A row not flagged has no gradient yet this step (its values are stale): it starts from zero. Read
+  // before block_sum's barriers, so before thread 0 flags the row.
+  const bool accumulate = touched[id] != 0;
   float dot = 0.0f, ss = 0.0f;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
     float sdp = 0.0f;  // sum over the id's positions of dh * mlp_out = dL/dp
@@ -80,7 +83,8 @@ __global__ void __launch_bounds__(kThreads)
   float* out = gE + id * d;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
     const float g = norm ? dnorm[j] * inv - to_f32(e[j]) * c : dnorm[j];
-    if (rb.distinct) out[j] += g;
+    if (rb.distinct)
+      out[j] = (accumulate ? out[j] : 0.0f) + g;
     else atomicAdd(out + j, g);  // an identity batch: another block may add to this row (order not fixed)
   }
   if (threadIdx.x == 0) touched[id] = 1;  // idempotent: every writer stores the same 1

@@ -30,9 +30,12 @@ void jtok_forward(T* h_next, const T* h_mid, const T* mlp_out, const T* s, const
 inline int64_t jtok_backward_scratch(int64_t N, int64_t d) { return N * d; }
 
 // dh = dL/dh_next (N,d) -> dmlp (N,d) = dh * p (overwritten); ds (d) fp32 += dL/ds; gE (V,d) fp32:
-// row unique[u] += its gradient (the CPU's SparseRowGrad row); touched (V): 1 at every unique[u]
-// (left as is elsewhere). E, nrows, inv_norm: the forward's. rb an identity batch (rb.distinct false,
-// a row a position): the rows' gradients added by fp32 atomics, in no fixed order.
+// row unique[u] = its gradient (the CPU's SparseRowGrad row), added to the row where touched[unique[u]]
+// is already 1 (an earlier micro-batch's), written over it where 0 (so the optimizer need not zero
+// the rows it used: table_adamw.h); touched (V): 1 at every unique[u] (left as is elsewhere). E,
+// nrows, inv_norm: the forward's. rb an identity batch (rb.distinct false, a row a position): the
+// rows' gradients added by fp32 atomics, in no fixed order, into rows that must be zero where not
+// flagged (table_adamw_step's zero_grad_rows).
 template <typename T>
 void jtok_backward(T* dmlp, float* ds, float* gE, uint8_t* touched, float* scratch, const T* dh, const T* mlp_out,
                    const T* s, const T* E, const T* nrows, const float* inv_norm, const DeviceRowBatch& rb, int64_t N,

@@ -199,11 +199,11 @@ __global__ void __launch_bounds__(kThreads)
 
 // Block u < U: row (i, unique[u]) of every table i some position of u selected += w * de over those
 // positions, in position order (k in order within one): the fp32 adds of one element in the same
-// order as a loop per element. The tables go in groups of `group` whose rows sit in shared memory
-// (column j owned by thread j % blockDim.x: no barrier), so a position's K selections are read once
-// a group for all its columns, not once a column and table (a hot id's many positions are the tail).
-// An identity batch (rb.distinct false: a block a position, rows repeating) sums from zero and adds
-// its sums into gE by fp32 atomics, in no fixed order: the naive scatter, not bitwise reproducible.
+// order as a loop per element, from the row's values where it is flagged touched, else from zero. The tables go in
+// groups of `group` whose rows sit in shared memory (column j owned by thread j % blockDim.x: no barrier), so a
+// position's K selections are read once a group for all its columns, not once a column and table (a hot id's many
+// positions are the tail). An identity batch (rb.distinct false: a block a position, rows repeating) sums from zero and
+// adds its sums into gE by fp32 atomics, in no fixed order: the naive scatter, not bitwise reproducible.
 __global__ void __launch_bounds__(kThreads)
     backward_tables_kernel(float* gE, uint8_t* touched, JTokMDeviceActs acts, const float* __restrict__ de,
                            DeviceRowBatch rb, JTokMDims dm, int64_t group) {
@@ -216,12 +216,19 @@ __global__ void __launch_bounds__(kThreads)
   uint32_t used = 0;  // bit i: some position selected table i (the same in every thread; n_e <= 32)
   for (int p = lo; p < hi; ++p)
     for (int64_t k = 0; k < K; ++k) used |= 1u << acts.sel[rb.order[p] * K + k];
+  // bit i: row (i, id) already has a gradient this step (an earlier micro-batch's), so it is added to;
+  // a row not flagged holds stale values and starts from zero. Every thread reads the flags before
+  // thread 0 sets any (the barrier).
+  uint32_t accumulate = 0;
+  for (int64_t i = 0; rb.distinct && i < dm.n_e; ++i)
+    if (used >> i & 1u && touched[i * dm.V + id]) accumulate |= 1u << i;
+  __syncthreads();
   for (int64_t g0 = 0; g0 < dm.n_e; g0 += group) {
     const int64_t g1 = min(dm.n_e, g0 + group);
     for (int64_t i = g0; i < g1; ++i)
       if (used >> i & 1u)
         for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-          rows[(i - g0) * d + j] = rb.distinct ? gE[(i * dm.V + id) * d + j] : 0.0f;
+          rows[(i - g0) * d + j] = accumulate >> i & 1u ? gE[(i * dm.V + id) * d + j] : 0.0f;
     for (int p = lo; p < hi; ++p) {
       const int64_t n = rb.order[p];
       for (int64_t k = 0; k < K; ++k) {

@@ -68,8 +68,10 @@ void jtokm_backward_router(T* dg, const JTokMDeviceActs& acts, const float* de, 
                            float aux_grad, const JTokMDims& dm, cudaStream_t stream);
 
 // de (N, d) fp32, rb = dedup_ids(ids) -> gE (n_e, V, d) fp32: row (i, unique[u]) += sum over u's positions that
-// selected i, in position order, of w * de; touched (n_e, V) = 1 there. rb an identity batch (distinct
-// false, a position each): each position's w * de added by fp32 atomics, in no fixed order.
+// selected i, in position order, of w * de, from zero where touched (n_e, V) is 0 there (the row's
+// values are stale: jtok.h's jtok_backward); touched = 1 there. rb an identity batch (distinct false,
+// a position each): each position's w * de added by fp32 atomics, in no fixed order, into rows that
+// must be zero where not flagged.
 void jtokm_backward_tables(float* gE, uint8_t* touched, const JTokMDeviceActs& acts, const float* de,
                            const DeviceRowBatch& rb, const JTokMDims& dm, cudaStream_t stream);
 

@@ -179,9 +179,11 @@ struct DeviceModel {
   int64_t n_tables = 0, table_numel = 0;  // table_numel = Vp d
   DeviceArray<float> tables;        // (n_tables, Vp, d) fp32
   DeviceArray<E> table_copy;        // E = bf16 only: the forward's copy
-  // Dense in memory, zeroed once at set-up and afterwards only at the rows the flags list: a row's
-  // gradient is non-zero only where its flag is set (the backward sets the flag of every row it
-  // writes; whoever clears a flag zeroes its row: the table AdamW, zero_grads).
+  // Dense in memory, zeroed once at set-up; a row holds this step's gradient only where its flag is
+  // set, stale values elsewhere: the backward writes a row's first gradient of a step over it and
+  // adds later ones (jtok.h), and sets its flag; the table AdamW clears the flags it used, zeroing
+  // their rows only where the backward adds by atomics (DeviceAdamW::zero_table_grad_rows);
+  // zero_grads clears flags and rows.
   DeviceArray<float> table_grads;   // (n_tables, Vp, d)
   DeviceArray<uint8_t> table_touched;  // (n_tables, Vp): 1 where a row got a gradient
   // The flagged rows listed (global row k Vp + r, ascending) by list_touched_rows: the per-step table
@@ -318,7 +320,7 @@ template <typename E>
 std::vector<float> download_params(const DeviceModel<E>& dm);
 template <typename E>
 std::vector<float> download_grads(const DeviceModel<E>& dm);
-// Table k's dense gradient (Vp, d) and its touched flags (Vp).
+// Table k's dense gradient (Vp, d): the flagged rows', zeros elsewhere; and its touched flags (Vp).
 template <typename E>
 std::vector<float> download_table_grad(const DeviceModel<E>& dm, int64_t k);
 template <typename E>

@@ -91,9 +91,10 @@ void step_tables(DeviceModel<E>& dm, DeviceAdamW& st, const AdamWConsts& c) {
   } else {  // the new step's constants only
     copy_to_device(st.kept.get() + kept - 1, &st.kept_host.back(), 1);
   }
-  table_adamw_step(table_view(dm, st, 0, dm.touched_rows.size()), dm.table_grads.get(), dm.table_touched.get(),
-                   dm.touched_rows.get(), dm.touched_count.get(), dm.touched_rows.size(), st.kept_view(), st.step,
-                   st.dense_tables, st.clip.get(), TableStats{st.stats.get()}, dm.stream);
+  const TableGrad grad{dm.table_grads.get(), dm.table_touched.get(), st.zero_table_grad_rows};
+  table_adamw_step(table_view(dm, st, 0, dm.touched_rows.size()), grad, dm.touched_rows.get(), dm.touched_count.get(),
+                   dm.touched_rows.size(), st.kept_view(), st.step, st.dense_tables, st.clip.get(),
+                   TableStats{st.stats.get()}, dm.stream);
 }
 
 // The replay statistics (read back), their fourth counter: rows asked outside the kept steps (the

@@ -11,13 +11,15 @@
 // step (over all tables, cuda/table_rows.h's list), R = n_tables Vp rows and width d, a step moves
 //   2 R          the flags read by the compaction (here and in zero_grads)
 // + U (4 + 4 d)  the list and the norm's read of the touched gradient rows
-// + U 34 d       the table AdamW: gradient read 4 d, p m v read 12 d and written 12 d, the bf16
-//                copy 2 d (bf16 models), the gradient row zeroed 4 d
+// + U 30 d       the table AdamW: gradient read 4 d, p m v read 12 d and written 12 d, the bf16
+//                copy 2 d (bf16 models); the gradient row is not zeroed (the backward writes a
+//                row's first gradient of a step over it: model.h), but for table_dedup false (+4 d)
 // + U 13         row steps, flags, list reads
-// bytes, about 2 R + U (38 d + 17) (dense semantics: the rows a step touches were brought current by
+// bytes, about 2 R + U (34 d + 17) (dense semantics: the rows a step touches were brought current by
 // the forward's row syncs, whose replay is the forward's cost). JTok-M on config b (d 768, 60 tables
-// of Vp 50304) with 10 % of the rows touched: 6 MB + 8.8 GB, where it was that and 18.5 GB more for
-// a memset and a norm pass over the whole (R, d) gradients (2 x 9.3 GB).
+// of Vp 50304) with 10 % of the rows touched: 6 MB + 7.9 GB, where it was that and 18.5 GB more for
+// a memset and a norm pass over the whole (R, d) gradients (2 x 9.3 GB), then 0.9 GB more for zeroing
+// the rows (and as much in the backward, reading them before its first add).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -49,6 +51,9 @@ struct DeviceAdamW {
   DeviceArray<AdamWConsts> kept;          // room for kept_host.size() or more (doubled when full)
   int64_t kept_base = 0;
   bool dense_tables = true;
+  // The backward adds table gradients by atomics into rows that must be zero where not flagged
+  // (DeviceActs::table_dedup false): the table AdamW zeroes the rows it used (TableGrad::zero_rows).
+  bool zero_table_grad_rows = false;
   DeviceArray<float> partials;            // (sumsq_chunks(n_params) + sumsq_chunks(table elements))
   DeviceArray<double> sumsq, norm;        // (1), (1)
   DeviceArray<float> clip;                // (1) the clip coefficient AdamW reads

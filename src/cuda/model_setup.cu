@@ -246,6 +246,10 @@ std::vector<float> download_table_grad(const DeviceModel<E>& dm, int64_t k) {
   JTOK_CHECK(k >= 0 && k < dm.n_tables, "cuda model: no table ", k);
   std::vector<float> h(static_cast<size_t>(dm.table_numel));
   copy_to_host(h.data(), dm.table_grad(k), dm.table_numel, dm.stream);
+  const std::vector<uint8_t> flags = download_table_touched(dm, k);
+  const auto d = static_cast<size_t>(dm.cfg.hidden_size);
+  for (size_t r = 0; r < flags.size(); ++r)
+    if (!flags[r]) std::fill_n(h.begin() + static_cast<std::ptrdiff_t>(r * d), d, 0.0f);  // stale values
   return h;
 }
 

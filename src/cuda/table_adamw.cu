@@ -56,8 +56,8 @@ __device__ void replay_row(const DeviceTable& t, int64_t r, int64_t to, const Ke
 
 // Block i (grid-stride) < the count: row ids[i].
 __global__ void __launch_bounds__(kThreads)
-    table_step_kernel(DeviceTable t, float* gE, uint8_t* touched, const int32_t* ids, const int32_t* count, int64_t n,
-                      KeptConsts kept, int64_t step, bool dense, const float* grad_scale, TableStats stats) {
+    table_step_kernel(DeviceTable t, TableGrad tg, const int32_t* ids, const int32_t* count, int64_t n, KeptConsts kept,
+                      int64_t step, bool dense, const float* grad_scale, TableStats stats) {
   pdl_wait();
   const AdamWConsts c = kept.consts[step - kept.base - 1];
   const float scale = grad_scale ? *grad_scale : 1.0f;
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = blockIdx.x; i < total; i += gridDim.x) {
     const int64_t r = ids[i];
     if (dense) replay_row(t, r, step - 1, kept, stats);
-    float* g = gE + r * t.d;
+    float* g = tg.g + r * t.d;
     for (int64_t j = threadIdx.x; j < t.d; j += blockDim.x) {
       const int64_t at = r * t.d + j;
       float pj = t.p[at], mj = t.m[at], vj = t.v[at];
@@ -74,12 +74,12 @@ __global__ void __launch_bounds__(kThreads)
       t.m[at] = mj;
       t.v[at] = vj;
       if (t.p_bf16) t.p_bf16[at] = __float2bfloat16_rn(pj);
-      g[j] = 0.0f;
+      if (tg.zero_rows) g[j] = 0.0f;
     }
     __syncthreads();  // every thread has read row_step (replay_row) before it moves
     if (threadIdx.x == 0) {
       t.row_step[r] = static_cast<int32_t>(step);
-      touched[r] = 0;
+      tg.touched[r] = 0;
     }
   }
 }
@@ -96,16 +96,15 @@ int blocks_for(int64_t rows) { return static_cast<int>(rows < kMaxBlocks ? (rows
 
 }  // namespace
 
-void table_adamw_step(const DeviceTable& t, float* gE, uint8_t* touched, const int32_t* ids, const int32_t* count,
-                      int64_t n, const KeptConsts& kept, int64_t step, bool dense, const float* grad_scale,
-                      TableStats stats, cudaStream_t stream) {
+void table_adamw_step(const DeviceTable& t, const TableGrad& g, const int32_t* ids, const int32_t* count, int64_t n,
+                      const KeptConsts& kept, int64_t step, bool dense, const float* grad_scale, TableStats stats,
+                      cudaStream_t stream) {
   JTOK_CHECK(step > kept.base && step <= kept.current, "table_adamw_step: step ", step, " has no kept constants (",
              kept.base + 1, "..", kept.current, ")");
   JTOK_CHECK(!dense || kept.current == step, "table_adamw_step: the kept constants end at ", kept.current,
              ", step ", step, " asked");
   if (n == 0) return;
-  table_step_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t, gE, touched, ids, count, n, kept, step, dense,
-                                                            grad_scale, stats);
+  table_step_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t, g, ids, count, n, kept, step, dense, grad_scale, stats);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

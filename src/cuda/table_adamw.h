@@ -41,15 +41,25 @@ struct TableStats {
   unsigned long long* counters = nullptr;
 };
 
-// Step `step` (1-based) with the gradient gE (rows, d) fp32 at the listed rows ids[0 .. *count)
+// A step's table gradient as the backward left it (jtok.h, jtokm.h).
+struct TableGrad {
+  float* g = nullptr;          // (rows, d) fp32: the flagged rows hold the step's gradient, the others stale values
+  uint8_t* touched = nullptr;  // (rows) 1 where a row has a gradient this step; the step clears the listed ones
+  // The listed rows zeroed too: where the backward adds into rows by atomics (an identity batch, training's
+  // table_dedup false), which must be zero where not flagged. Otherwise the next step's first gradient of
+  // a row is written over it, and the 4 bytes an element of zeroing are saved.
+  bool zero_rows = false;
+};
+
+// Step `step` (1-based) with the gradient g.g (rows, d) fp32 at the listed rows ids[0 .. *count)
 // (distinct: cuda/table_rows.h's touched list; count null: n; n bounds the count and sizes the
 // launch): dense: each replayed to step - 1 (kept.current must be step: this step's constants
 // pushed), then updated; lazy: updated only. row_step = step. grad_scale: the clip coefficient on the
-// device (null: 1). The listed gradient rows and their touched flags are zeroed (ready for the next
-// step's accumulation). The work and traffic are the listed rows' only.
-void table_adamw_step(const DeviceTable& t, float* gE, uint8_t* touched, const int32_t* ids, const int32_t* count,
-                      int64_t n, const KeptConsts& kept, int64_t step, bool dense, const float* grad_scale,
-                      TableStats stats, cudaStream_t stream);
+// device (null: 1). The listed rows' touched flags are cleared (ready for the next step), their
+// gradient rows zeroed with g.zero_rows. The work and traffic are the listed rows' only.
+void table_adamw_step(const DeviceTable& t, const TableGrad& g, const int32_t* ids, const int32_t* count, int64_t n,
+                      const KeptConsts& kept, int64_t step, bool dense, const float* grad_scale, TableStats stats,
+                      cudaStream_t stream);
 
 // The rows ids[0 .. *count) (distinct: a DeviceRowBatch's unique and num_unique; count null: n)
 // brought current to kept.current: the readers' hook before a gather.

@@ -64,6 +64,7 @@ class Trainer final : public DeviceTrainer {
     upload_moments(dm_, opt_, adam);
     acts_.row_sync = table_row_sync(dm_, opt_);
     acts_.table_dedup = table_dedup;
+    opt_.zero_table_grad_rows = !table_dedup;
     acts_.max_chunk_rows = lm_head_chunk_rows(dm_.cfg.padded_vocab(), sizeof(E));
   }
 

@@ -1,12 +1,15 @@
 # Thread-level emulation of jtokm.cu's backward_tables_kernel (no GPU needed): each block (unique
 # id) and each of its threads transcribed in float32, the tables in groups whose rows sit in the
 # block's shared memory, against the plain loop per (table, id, column) it replaced (the CPU's
-# order: positions in order, k in order within one). Every element of gE and every touched flag
-# must agree bit for bit (both sides add without FMA here; the GPU contracts both alike).
-# Without dedup (table_dedup false: cuda/dedup.h's identity batch, rb.distinct false) a block is a
-# position whose sums start at 0 and are added into gE (atomicAdd), the blocks in a shuffled order:
-# gE within 1e-5 of the reference (||got - want|| / ||the gradient added||: the sums' order is not
-# fixed), the touched flags equal.
+# order: positions in order, k in order within one). A row already flagged touched (every third:
+# an earlier micro-batch's) is added to; one not flagged holds stale values and starts from zero (its
+# flag read by every thread before the block's barrier, before thread 0 sets it). Every element of gE
+# and every touched flag must agree bit for bit (both sides add without FMA here; the GPU contracts
+# both alike). Without dedup (table_dedup false: cuda/dedup.h's identity batch, rb.distinct false) a
+# block is a position whose sums start at 0 and are added into gE (atomicAdd; the rows not flagged
+# zero, as the table step leaves them there), the blocks in a shuffled order: gE within 1e-5 of the
+# reference (||got - want|| / ||the gradient added||: the sums' order is not fixed), the touched flags
+# equal.
 #   /usr/bin/python3 tests/cuda/emulate_jtokm_tables.py     (a few seconds; one line per shape)
 import numpy as np
 
@@ -16,15 +19,15 @@ def dedup(ids):
     offsets = np.concatenate([[0], np.cumsum(counts)])
     return unique, offsets, order
 
-def reference(gE, sel, w, de, ids, ne, V, d, K):
-    gE, touched = gE.copy(), np.zeros(ne * V, np.uint8)
+def reference(gE, flags, sel, w, de, ids, ne, V, d, K):
+    gE, touched = gE.copy(), flags.copy()
     for i in range(ne):
         for x in np.unique(ids):
             pos = [n for n in range(len(ids)) if ids[n] == x]
             if not any(sel[n * K + k] == i for n in pos for k in range(K)):
                 continue
             for j in range(d):
-                acc = gE[(i * V + x) * d + j]
+                acc = gE[(i * V + x) * d + j] if flags[i * V + x] else np.float32(0)
                 for n in pos:
                     for k in range(K):
                         if sel[n * K + k] == i:
@@ -36,8 +39,8 @@ def reference(gE, sel, w, de, ids, ne, V, d, K):
 def identity(ids):
     return ids, np.arange(len(ids) + 1), np.arange(len(ids))
 
-def kernel(gE, sel, w, de, ids, ne, V, d, K, group, threads, distinct=True, seed=0):
-    gE, touched = gE.copy(), np.zeros(ne * V, np.uint8)
+def kernel(gE, flags, sel, w, de, ids, ne, V, d, K, group, threads, distinct=True, seed=0):
+    gE, touched = gE.copy(), flags.copy()
     unique, offsets, order = dedup(ids) if distinct else identity(ids)
     blocks = range(len(unique)) if distinct else np.random.default_rng(seed).permutation(len(unique))
     for u in blocks:  # block u
@@ -46,6 +49,9 @@ def kernel(gE, sel, w, de, ids, ne, V, d, K, group, threads, distinct=True, seed
         for p in range(lo, hi):
             for k in range(K):
                 used |= 1 << int(sel[order[p] * K + k])
+        accumulate = 0  # read by every thread before the barrier
+        for i in range(ne):
+            if distinct and used >> i & 1 and touched[i * V + x]: accumulate |= 1 << i
         rows = np.full(group * d, np.nan, np.float32)  # shared memory, uninitialised
         for g0 in range(0, ne, group):
             g1 = min(ne, g0 + group)
@@ -53,7 +59,7 @@ def kernel(gE, sel, w, de, ids, ne, V, d, K, group, threads, distinct=True, seed
                 cols = range(t, d, threads)
                 for i in range(g0, g1):
                     if used >> i & 1:
-                        for j in cols: rows[(i - g0) * d + j] = gE[(i * V + x) * d + j] if distinct else 0
+                        for j in cols: rows[(i - g0) * d + j] = gE[(i * V + x) * d + j] if accumulate >> i & 1 else 0
                 for p in range(lo, hi):
                     n = order[p]
                     for k in range(K):
@@ -76,14 +82,17 @@ def check(N, V, d, ne, K, group, threads, seed):
     w = rng.random(N * K).astype(np.float32)
     de = rng.standard_normal(N * d).astype(np.float32)
     gE = (0.01 * rng.standard_normal(ne * V * d)).astype(np.float32)
-    want, want_t = reference(gE, sel, w, de, ids, ne, V, d, K)
-    got, got_t = kernel(gE, sel, w, de, ids, ne, V, d, K, group, threads)
+    flags = (np.arange(ne * V) % 3 == 0).astype(np.uint8)
+    want, want_t = reference(gE, flags, sel, w, de, ids, ne, V, d, K)
+    got, got_t = kernel(gE, flags, sel, w, de, ids, ne, V, d, K, group, threads)
     same = np.array_equal(want.view(np.uint32), got.view(np.uint32)) and np.array_equal(want_t, got_t)
     print(f"N {N} V {V} d {d} n_e {ne} K {K} group {group} threads {threads}: "
           f"{'bitwise equal' if same else 'DIFFERENT'} ({int(want_t.sum())} rows touched)")
-    naive, naive_t = kernel(gE, sel, w, de, ids, ne, V, d, K, group, threads, distinct=False, seed=seed)
-    err = float(np.linalg.norm(naive - want) / np.linalg.norm(want - gE))  # against the gradient added
-    close = err <= 1e-5 and np.array_equal(naive_t, want_t) and not np.array_equal(naive, gE)
+    gz = (gE.reshape(ne * V, d) * flags[:, None]).reshape(-1)  # the rows not flagged zero, as atomics need
+    want, want_t = reference(gz, flags, sel, w, de, ids, ne, V, d, K)
+    naive, naive_t = kernel(gz, flags, sel, w, de, ids, ne, V, d, K, group, threads, distinct=False, seed=seed)
+    err = float(np.linalg.norm(naive - want) / np.linalg.norm(want - gz))  # against the gradient added
+    close = err <= 1e-5 and np.array_equal(naive_t, want_t) and not np.array_equal(naive, gz)
     print(f"  without dedup (a block a position, shuffled, added): normalised error {err:.1e}, "
           f"touched {'equal' if np.array_equal(naive_t, want_t) else 'DIFFERENT'}: {'ok' if close else 'FAILED'}")
     return same and close

@@ -18,8 +18,9 @@ using namespace jtok::cuda_test;
 using jtok::testing::randn;
 
 // JTok with and without the norm: prepare (normalised unique rows, 1/(||E||+eps)), the gate on the
-// MLP update, and the backward (dmlp, ds accumulated, the table gradient accumulated onto a
-// nonzero start at the touched rows, the touched flags), against src/model/jtok.cpp.
+// MLP update, and the backward (dmlp, ds accumulated, the table gradient: added to a row already
+// flagged touched (every third id: an earlier micro-batch's), written over the stale values of one
+// not flagged, the other rows left as they are; the touched flags), against src/model/jtok.cpp.
 TEST(CudaOps, Jtok) {
   const int64_t N = 300, V = 400, d = 48;
   const float eps = 1e-6f;
@@ -41,8 +42,12 @@ TEST(CudaOps, Jtok) {
       jtok::SparseRowGrad g;
       g.init(V, d);
       jtok::jtok_backward(dmlp.data(), ds.data(), g, dht.data(), a, st.data(), rb, N, d, norm);
-      std::vector<float> gE = jtok::densify(g, V), touched(V, 0.0f);
-      for (int64_t i = 0; i < V * d; ++i) gE[i] += gE0[i];
+      const std::vector<float> gb = jtok::densify(g, V);
+      std::vector<float> gE = gE0, touched(V, 0.0f);
+      for (int64_t r = 0; r < V; r += 3) touched[r] = 1.0f;
+      for (int32_t id : g.ids)
+        for (int64_t j = 0; j < d; ++j)
+          gE[id * d + j] = (touched[id] != 0.0f ? gE0[id * d + j] : 0.0f) + gb[id * d + j];
       for (int32_t id : g.ids) touched[id] = 1.0f;
       return Outputs{{"nrows", a.nrows}, {"inv_norm", a.inv_norm}, {"h_next", hn}, {"dmlp", dmlp}, {"ds", ds},
                      {"gE", gE}, {"touched", touched}};
@@ -55,8 +60,9 @@ TEST(CudaOps, Jtok) {
         auto dds = upload<float>(ds0), dgE = upload<float>(gE0);
         DeviceBuffer<T> nrows(N * d), hn(N * d), dmlp(N * d);
         DeviceBuffer<float> inv(N), scratch(jtok::cuda::jtok_backward_scratch(N, d));
-        DeviceBuffer<uint8_t> touched(V);
-        touched.zero();
+        std::vector<uint8_t> flags(V, 0);
+        for (int64_t r = 0; r < V; r += 3) flags[r] = 1;
+        auto touched = upload_exact(flags);
         jtok::cuda::jtok_prepare(nrows.get(), inv.get(), dE.get(), dd.rb, N, d, eps, norm, nullptr);
         jtok::cuda::jtok_forward(hn.get(), dhm.get(), dmo.get(), ds_.get(), nrows.get(), dd.rb, N, d, nullptr);
         jtok::cuda::jtok_backward(dmlp.get(), dds.get(), dgE.get(), touched.get(), scratch.get(), ddh.get(), dmo.get(),

@@ -24,7 +24,9 @@ using jtok::testing::randn;
 // JTok-M over n_e 5 tables, K 2, with and without the norm: routing (from the CPU's router logits:
 // the product is the caller's, and near-ties must not flip the top-K), load statistics and aux
 // loss, mix + norm + injection, dL/de, ds, dL/dg through the router products (gemm_ref, as the
-// model's: dR fp32 from operands of T, da of T), the tables' gradients and touched flags; against
+// model's: dR fp32 from operands of T, da of T), the tables' gradients (added to the rows already
+// flagged touched, every third (table, id): an earlier micro-batch's; written over the stale values of
+// the others the batch selects; the rest left as they are) and touched flags; against
 // src/model/jtokm.cpp's forward and backward. bf16: h_next, dh, s, the tables, a, R and da in bf16
 // (the CPU sees them rounded); routing, e, its norm, dL/de, ds and gE are fp32 in both, so only
 // h_next, da and dR carry a bf16 rounding (of h_next's store, of dg): tolerance 1e-2 on all.
@@ -39,6 +41,12 @@ struct JTokMRun {
                      ds0 = randn(d, 128, 0.1f), da0 = randn(N * d, 129, 0.1f), dR0 = randn(ne * d, 130, 0.1f),
                      gE0 = randn(ne * V * d, 131, 0.01f);
   static constexpr float aux_grad = 3.0f;
+  // The touched flags before the backward: every third (table, id) row.
+  std::vector<uint8_t> flags0() const {
+    std::vector<uint8_t> f(ne * V, 0);
+    for (size_t r = 0; r < f.size(); r += 3) f[r] = 1;
+    return f;
+  }
 
   jtok::JTokMHyper hyper() const { return {ne, K, 0.25f, 1e-6f, norm, 1e-2}; }
   jtok::cuda::JTokMDims dims() const { return {N, d, V, ne, K, 0.25f, 1e-6f, norm, 1e-2}; }
@@ -64,11 +72,15 @@ struct JTokMRun {
     for (auto& gi : g) gi.init(V, d);
     jtok::jtokm_backward(da.data(), dR.data(), ds.data(), g.data(), A, dht.data(), at.data(), Rt.data(), st.data(), rb,
                          N, d, hyper(), aux_grad);
-    std::vector<float> gE = gE0, touched(ne * V, 0.0f);
+    const std::vector<uint8_t> f0 = flags0();
+    std::vector<float> gE = gE0, touched(f0.begin(), f0.end());
     for (int64_t i = 0; i < ne; ++i) {
       const auto gi = jtok::densify(g[i], V);
-      for (int64_t x = 0; x < V * d; ++x) gE[i * V * d + x] += gi[x];
-      for (int32_t id : g[i].ids) touched[i * V + id] = 1.0f;
+      for (int32_t id : g[i].ids) {
+        const int64_t row = i * V + id;
+        for (int64_t j = 0; j < d; ++j) gE[row * d + j] = (f0[row] ? gE0[row * d + j] : 0.0f) + gi[id * d + j];
+        touched[row] = 1.0f;
+      }
     }
     return Outputs{{"sel", std::vector<float>(A.sel.begin(), A.sel.end())}, {"w", A.w}, {"e", A.e},
                    {"inv_norm", A.inv_norm}, {"h_next", h}, {"aux", {static_cast<float>(A.aux)}},
@@ -92,8 +104,7 @@ struct JTokMRun {
     DeviceBuffer<T> dg(N * ne);
     DeviceBuffer<int32_t> sel(N * K), load(ne);
     DeviceBuffer<double> prob_sum(ne), aux(1);
-    DeviceBuffer<uint8_t> touched(ne * V);
-    touched.zero();
+    auto touched = upload_exact(flags0());
     const jtok::cuda::JTokMDeviceActs acts{sig.get(), sel.get(), w.get(), e.get(), inv.get(), load.get(),
                                            prob_sum.get(), aux.get()};
     DeviceDedup dd(dids, N, V);

@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "cuda/table_adamw.h"
 #include "cuda/table_rows.h"
@@ -28,6 +32,10 @@ using jtok::testing::randn;
 struct TableAdamwRun {
   static constexpr int64_t V = 64, d = 40, steps = 5;
   bool dense = true;
+  // TableGrad::zero_rows: the used gradient rows zeroed (the rows not flagged are zero, as the
+  // backward's atomics need); else left as they are (the rows not flagged hold stale values: NaN here,
+  // which no step may read).
+  bool zero_rows = false;
   std::vector<float> p0 = randn(V * d, 111, 0.5f), grads = randn(steps * V * d, 113);
   std::vector<std::vector<int32_t>> touched_ids;
   std::vector<int32_t> read_ids = {1, 2, 5, 7, 11};
@@ -76,7 +84,7 @@ struct TableAdamwRun {
   // by the compaction (cuda/table_rows.h) as the model's step lists them (checked: touched_ids[k]).
   void upload_step(int64_t k, const std::vector<float>& gt, float* dg, uint8_t* touched, DeviceBuffer<int32_t>& rows,
                    DeviceBuffer<int32_t>& count) const {
-    std::vector<float> gk(V * d, 0.0f);
+    std::vector<float> gk(V * d, zero_rows ? 0.0f : std::numeric_limits<float>::quiet_NaN());
     std::vector<uint8_t> flags(V, 0);
     for (int32_t r : touched_ids[k]) {
       std::copy_n(gt.begin() + (k * V + r) * d, d, gk.begin() + r * d);
@@ -120,8 +128,8 @@ struct TableAdamwRun {
       const jtok::cuda::KeptConsts kc = dense ? jtok::cuda::KeptConsts{consts.get(), 0, k + 1}
                                               : jtok::cuda::KeptConsts{consts.get() + k, k, k + 1};
       const jtok::cuda::KeptConsts after = dense ? kc : jtok::cuda::KeptConsts{consts.get() + k, k + 1, k + 1};
-      jtok::cuda::table_adamw_step(tab, dg.get(), touched.get(), rows.get(), count.get(), V, kc, k + 1, dense,
-                                   scale.get(), stats, nullptr);
+      jtok::cuda::table_adamw_step(tab, {dg.get(), touched.get(), zero_rows}, rows.get(), count.get(), V, kc, k + 1,
+                                   dense, scale.get(), stats, nullptr);
       if (k == 2)
         jtok::cuda::table_sync_rows(tab, dids.get(), nullptr, static_cast<int64_t>(read_ids.size()), after, stats,
                                     nullptr);
@@ -132,21 +140,46 @@ struct TableAdamwRun {
     jtok::cuda::table_sync_all(tab, all, stats, nullptr);
     for (auto& x : snapshot("after sync")) o.push_back(std::move(x));
     expect_bf16_copy(download(pb), download(dp));
-    const auto g_after = download(dg);
-    EXPECT_EQ(std::count(g_after.begin(), g_after.end(), 0.0f), V * d) << "the used gradient rows are zeroed";
+    expect_gradient_after(download(dg), t);
     const auto flags_after = download_exact(touched);
     EXPECT_EQ(std::count(flags_after.begin(), flags_after.end(), uint8_t{0}), V) << "the used flags are cleared";
     return o;
+  }
+
+  // zero_rows: every row zero; else the last step's rows as they were uploaded (bits), the rest NaN.
+  void expect_gradient_after(const std::vector<float>& g, DType t) const {
+    if (zero_rows) {
+      EXPECT_EQ(std::count(g.begin(), g.end(), 0.0f), V * d) << "the used gradient rows are zeroed";
+      return;
+    }
+    const auto gt = to_dtype(grads, t);
+    std::vector<uint8_t> last(V, 0);
+    for (int32_t r : touched_ids[steps - 1]) last[static_cast<size_t>(r)] = 1;
+    int64_t kept = 0, stale = 0;
+    for (int64_t r = 0; r < V; ++r)
+      for (int64_t j = 0; j < d; ++j) {
+        const float x = g[static_cast<size_t>(r * d + j)];
+        if (last[static_cast<size_t>(r)])
+          kept += std::memcmp(&x, &gt[static_cast<size_t>(((steps - 1) * V + r) * d + j)], 4) == 0;
+        else
+          stale += std::isnan(x);
+      }
+    const int64_t n_last = static_cast<int64_t>(touched_ids[steps - 1].size());
+    EXPECT_EQ(kept, n_last * d) << "the used gradient rows are left as they were";
+    EXPECT_EQ(stale, (V - n_last) * d) << "the other rows are not written";
   }
 };
 
 // The table AdamW against the CPU's TableOptimizer (TableAdamwRun), dense and lazy: every output
 // within fp32 rounding (the same arithmetic; GCC may fuse the CPU's), the statistics exactly.
 TEST(CudaOps, TableAdamw) {
-  for (bool dense : {true, false}) {
+  for (auto [dense, zero_rows] : {std::pair{true, false}, {true, true}, {false, false}}) {
     TableAdamwRun run;
     run.dense = dense;
-    CudaCase c{dense ? "table_adamw" : "table_adamw lazy", "V 64, d 40, 5 steps, sync", {1e-6, 1e-6}};
+    run.zero_rows = zero_rows;
+    CudaCase c{std::string(dense ? "table_adamw" : "table_adamw lazy") + (zero_rows ? " zero rows" : ""),
+               "V 64, d 40, 5 steps, sync",
+               {1e-6, 1e-6}};
     c.cpu = [&](DType t) { return run.cpu(t); };
     c.gpu = [&](DType t) { return run.gpu(t); };
     run_case(c);

@@ -37,6 +37,7 @@ struct DeviceRun {
   DeviceRun(const jtok::Model& m, bool dedup) : dm(m), opt(dm, true) {
     acts.row_sync = jtok::cuda::table_row_sync(dm, opt);
     acts.table_dedup = dedup;
+    opt.zero_table_grad_rows = !dedup;
   }
   double forward_backward(const Batch& b) {
     jtok::cuda::zero_grads(dm);
