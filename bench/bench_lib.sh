@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # sourced: its variables are the sourcing script's
 # Shared preamble of the bench scripts (sourced from the repository root): JTOK (built if
 # missing), PY, the OpenMP wait policy and the openmp flavour of OpenBLAS for the PyTorch peer.
 JTOK=${JTOK_BIN:-build/jtok}
@@ -16,6 +17,7 @@ OPENBLAS_OMP=/usr/lib/x86_64-linux-gnu/openblas-openmp
 
 # bench_b_fields [KEY...]: config b's backbone (configs/bench_b.json: hidden size, layers, heads, KV
 # heads, intermediate size, context) and any further KEYs, as config.json fields without the braces.
+# shellcheck disable=SC2120  # callers in other scripts pass KEYs
 bench_b_fields() {
   $PY - "$@" <<'PYEOF'
 import json, sys

@@ -89,8 +89,8 @@ start_server() {  # checkpoint, ram|mmap
 }
 stop_server() { kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""; }
 measure() {  # variant, tables, concurrency[, runs]: client runs on the running server (best kept), one row
-  local r m i
-  r=$(for i in $(seq "${4:-$REPEAT}"); do node bench/serve_client.mjs "$PORT" "$3" "$NEW" "$IDS"; done |
+  local r m
+  r=$(for _ in $(seq "${4:-$REPEAT}"); do node bench/serve_client.mjs "$PORT" "$3" "$NEW" "$IDS"; done |
       $PY -c 'import json,sys; rs=[json.loads(l) for l in sys.stdin]; b=dict(rs[0]); b["prefill_tok_s"]=max(r["prefill_tok_s"] for r in rs); b["decode_tok_s"]=max(r["decode_tok_s"] for r in rs); print(json.dumps(b))')
   m=$(curl -s "http://127.0.0.1:$PORT/metrics")
   $PY - "$r" "$1" "$2" "$m" "$OUTJ" <<'PY'

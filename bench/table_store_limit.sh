@@ -135,10 +135,10 @@ start_server() {  # limited (0|1), serve args...
 stop_server() { kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; SERVER=""; }
 ROUND=0
 run() {  # name, concurrency, limited, serve args...: one run on a fresh server, one row
-  local name=$1 c=$2 limited=$3 r m spread=""; shift 3
-  [ $SPREAD = 1 ] && spread="{\"vocab\":50257,\"seed\":$ROUND}"  # one word: passed unquoted
+  local name=$1 c=$2 limited=$3 r m spread=(); shift 3
+  [ $SPREAD = 1 ] && spread=("{\"vocab\":50257,\"seed\":$ROUND}")
   start_server "$limited" "$@"
-  if ! r=$(node bench/serve_client.mjs "$PORT" "$c" "$NEW" "$IDS" $spread 2> "$WORK/client.err"); then
+  if ! r=$(node bench/serve_client.mjs "$PORT" "$c" "$NEW" "$IDS" "${spread[@]}" 2> "$WORK/client.err"); then
     # The server died (the cgroup's OOM killer when its own memory outgrows the limit): a row of zeros.
     printf '%-5s %5d   failed: the server exited (%s)\n' "$name" "$c" "$(dmesg 2>/dev/null | grep -c 'Memory cgroup out of memory') cgroup OOM kills so far"
     echo "{\"tables\": \"$name\", \"concurrency\": $c, \"decode_tok_s\": 0}" >> "$WORK/rows.jsonl"

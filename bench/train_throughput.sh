@@ -232,7 +232,7 @@ if [ "$BF16_TOO" = 1 ]; then
 fi
 for v in "${VARIANTS[@]}"; do
   pt=PT_TPS_$v; oc=OURS_COST_$v
-  cost_pt=$(awk -v j="${!pt}" -v b="$PT_TPS_base" 'BEGIN{printf "%.4f", 1 - j / b}')
+  cost_pt=$(awk -v j="${!pt}" -v b="${PT_TPS_base:?}" 'BEGIN{printf "%.4f", 1 - j / b}')  # set by printf -v
   echo "${v}_cost_ours=$(fmt "${!oc}" '%.4f') ${v}_cost_pytorch=$cost_pt"
 done
 tps=OURS_TPS_$FINAL; ptps=PT_TPS_$FINAL; mfu=OURS_MFU_$FINAL

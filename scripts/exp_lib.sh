@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # sourced: its variables are the sourcing script's
 # Shared by the experiment scripts (sourced from the repository root).
 
 # JTOK (built if missing), the prepared corpus, OpenMP's PASSIVE wait policy unless set.

@@ -83,7 +83,7 @@ PY
 )
     STUDY_COLUMNS=$COLUMNS STUDY_EXTRA_COLUMNS="" study_append "$csv" "$row"
     echo "study_int4: row -> $csv: $row"
-    rm -rf "$out/$v"
+    rm -rf "${out:?}/${v:?}"
   done
 }
 # The whole script is read before it runs (main at the end), so editing it while a study runs is safe.

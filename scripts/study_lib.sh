@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the study scripts (study_seeds.sh, study_eta.sh; sourced from the repository root).
 #
 # A study is a list of training runs. Each finished run appends one row to a CSV under docs/data/

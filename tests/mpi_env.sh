@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the tests that launch several ranks. CI runs as root in a container with 2 cores:
 # - OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1: Open MPI's mpirun refuses to run as root without both;
 #   harmless when not root.

@@ -206,6 +206,7 @@ PY
   --eval_batches 1 --checkpoint_interval 1 --sample_interval 0 --train_data "$T/train" --val_data "$T/val" > "$T/train.log" 2>&1 ||
   { tail -n 5 "$T/train.log"; exit 1; }
 "$JTOK" export --checkpoint "$T/run" --table-store "$T/store" > /dev/null 2>&1
+# shellcheck disable=SC2054  # --batch 1,2 is one word
 BD=("$JTOK" bench-decode --checkpoint "$T/run" --batch 1,2 --prompt-len 16 --new-tokens 4 --repeat 1 --warmup 0 --data "$T/train")
 "${BD[@]}" > "$T/ram.json" 2> /dev/null
 "${BD[@]}" --tables mmap > "$T/mmap.json" 2> /dev/null

@@ -14,7 +14,9 @@ ok() { echo "ok: $1"; }
 bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
 
 # Train on the docs except model.md, validate on model.md (held out).
-"$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" $(ls "$ROOT"/tests/data/corpus/*.md | grep -v '/model.md$') > /dev/null
+train_docs=()
+for f in "$ROOT"/tests/data/corpus/*.md; do [ "$(basename "$f")" = model.md ] || train_docs+=("$f"); done
+"$JTOK" prepare --tokenizer gpt2 --out "$T/data/train" "${train_docs[@]}" > /dev/null
 "$JTOK" prepare --tokenizer gpt2 --out "$T/data/val" "$ROOT/tests/data/corpus/model.md" > /dev/null
 cat > "$T/base.json" <<JSON
 { "vocab_size": 50257, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 1, "num_key_value_heads": 1,

@@ -26,7 +26,7 @@ study_run "$CSV" t cfg.json base 1 3 0 runs/t/base_s1 --jtok false > log1
 study_run "$CSV" t cfg.json jtok 1 3 0 runs/t/jtok_s1 --jtok true > log2
 [ "$(head -n 1 "$CSV")" = "$STUDY_COLUMNS" ] || fail "header"
 [ "$(wc -l < "$CSV")" = 3 ] || fail "expected header + 2 rows"
-ls out | grep -q tmp && fail "a temp file was left next to the CSV"
+for f in out/*; do case "$f" in *tmp*) fail "a temp file was left next to the CSV: $f" ;; esac; done
 # The row: key, tokens = 3 steps x 2 x 32, flops = 6 N_c tokens, the eval's loss, a wall time.
 /usr/bin/python3 - "$CSV" runs/t/base_s1.eval.json <<'PY' || exit 1
 import csv, json, sys

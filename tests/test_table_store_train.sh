@@ -31,7 +31,10 @@ cat > "$T/cfg.json" <<JSON
 JSON
 sed 's/"table_optimizer": "dense"/"table_optimizer": "sparse"/' "$T/cfg.json" > "$T/cfg_sparse.json"
 train() { "$JTOK" train --peak-gflops 1 "$@"; }
-disk() { echo --tables disk --table-store "$1" --table-cache-mb 1; }
+disk_train() {  # disk_train STORE ARGS...: train ARGS with the tables in the disk store STORE
+  local store=$1; shift
+  train "$@" --tables disk --table-store "$store" --table-cache-mb 1
+}
 # same RAM_RUN DISK_RUN STORE: the losses, the final checkpoint's backbone and the store's tables.
 same() {
   step_losses "$1/log.jsonl" > "$T/a.losses"; step_losses "$2/log.jsonl" > "$T/b.losses"
@@ -73,13 +76,13 @@ PY
 for opt in dense sparse; do
   cfg="$T/cfg.json"; [ $opt = sparse ] && cfg="$T/cfg_sparse.json"
   train --config "$cfg" --out "$T/ram_$opt" > /dev/null
-  train --config "$cfg" --out "$T/disk_$opt" $(disk "$T/store_$opt") > "$T/disk_$opt.out"
+  disk_train "$T/store_$opt" --config "$cfg" --out "$T/disk_$opt" > "$T/disk_$opt.out"
   grep -q '"table_store"' "$T/disk_$opt/log.jsonl" || { echo "FAIL: no table_store counters in the log"; exit 1; }
   same "$T/ram_$opt" "$T/disk_$opt" "$T/store_$opt"
 done
-train --config "$T/cfg.json" --out "$T/disk_sync" $(disk "$T/store_sync") --table-io-threads 0 > /dev/null
+disk_train "$T/store_sync" --config "$T/cfg.json" --out "$T/disk_sync" --table-io-threads 0 > /dev/null
 same "$T/ram_dense" "$T/disk_sync" "$T/store_sync"
-train --config "$T/cfg.json" --out "$T/disk_pread" $(disk "$T/store_pread") --table-io pread > "$T/disk_pread.out"
+disk_train "$T/store_pread" --config "$T/cfg.json" --out "$T/disk_pread" --table-io pread > "$T/disk_pread.out"
 same "$T/ram_dense" "$T/disk_pread" "$T/store_pread"
 DIRECT=pread; /usr/bin/python3 -c 'import os,sys; os.close(os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT))' \
   "$T/store_pread/tables.bin" 2> /dev/null && DIRECT=O_DIRECT
@@ -116,11 +119,11 @@ w = [j["table_store"]["units_written"] for j in map(json.loads, open(sys.argv[1]
 print(max(1, sum(w[:3]) // 2), (sum(w[:6]) + sum(w)) // 2)' "$T/disk_dense/log.jsonl")
 for n in $n1 $n2; do
   set +e
-  JTOK_TEST_STORE_KILL_AT_WRITE=$n train --config "$T/cfg.json" --out "$T/kill_$n" $(disk "$T/kstore_$n") > "$T/kill_$n.out" 2>&1
+  JTOK_TEST_STORE_KILL_AT_WRITE=$n disk_train "$T/kstore_$n" --config "$T/cfg.json" --out "$T/kill_$n" > "$T/kill_$n.out" 2>&1
   rc=$?
   set -e
   [ $rc = 137 ] || { echo "FAIL: the run was not killed at write-back $n (rc $rc)"; tail "$T/kill_$n.out"; exit 1; }
-  train --config "$T/cfg.json" --out "$T/kill_$n" $(disk "$T/kstore_$n") --resume > "$T/resume_$n.out"
+  disk_train "$T/kstore_$n" --config "$T/cfg.json" --out "$T/kill_$n" --resume > "$T/resume_$n.out"
   same "$T/ram_dense" "$T/kill_$n" "$T/kstore_$n"
 done
 
@@ -129,12 +132,12 @@ done
 PRE=$(fault_preload_list "$JTOK")
 set +e
 LD_PRELOAD=$PRE JTOK_FAULT_PATH_SUBSTR='undo.log$' JTOK_FAULT_KIND=short_write JTOK_FAULT_AFTER_BYTES=300000 \
-  train --config "$T/cfg.json" --out "$T/full" $(disk "$T/fstore") > "$T/full.out" 2>&1
+  disk_train "$T/fstore" --config "$T/cfg.json" --out "$T/full" > "$T/full.out" 2>&1
 rc=$?
 set -e
 [ $rc != 0 ] && grep -q "undo.log.*No space left on device" "$T/full.out" ||
   { echo "FAIL: a full disk did not stop the run naming the log (rc $rc)"; tail "$T/full.out"; exit 1; }
-train --config "$T/cfg.json" --out "$T/full" $(disk "$T/fstore") --resume > "$T/full_resume.out"
+disk_train "$T/fstore" --config "$T/cfg.json" --out "$T/full" --resume > "$T/full_resume.out"
 same "$T/ram_dense" "$T/full" "$T/fstore"
 
 # The wrong --tables on resume.

@@ -27,6 +27,14 @@ step_losses "$T/straight/log.jsonl" > "$T/straight.losses"
 "$JTOK" train --config "$T/cfg.json" --out "$T/x" --max-steps 4 --peak-gflops 1 > /dev/null
 cp -a "$T/x" "$T/x4"  # the run after step 4, for the shim's cases
 ck="$T/x/checkpoints/step_00000004"
+# checkpoints_kept RUN: the names of RUN's checkpoints, less the temporary ones (*.tmp), space-separated.
+checkpoints_kept() {
+  local f names=()
+  for f in "$1"/checkpoints/*; do
+    [ -e "$f" ] && [[ $f != *.tmp ]] && names+=("$(basename "$f")")
+  done
+  echo "${names[*]}"
+}
 md5sum "$ck"/* > "$T/before.md5"
 size_kb=$(( $(stat -c %s "$ck/model.safetensors") / 1024 ))
 
@@ -35,7 +43,7 @@ if ( trap '' XFSZ; ulimit -f $((size_kb / 2)); exec "$JTOK" train --config "$T/c
        --peak-gflops 1 ) > "$T/full.out" 2>&1; then fail "a failed checkpoint write did not fail the run"; fi
 tail -n 1 "$T/full.out"
 grep -q "cannot write .*model.safetensors.*File too large" "$T/full.out" || fail "the error does not name the file"
-[ "$(ls "$T/x/checkpoints" | grep -v '\.tmp$')" = step_00000004 ] || fail "checkpoints after the failure: $(ls "$T/x/checkpoints")"
+[ "$(checkpoints_kept "$T/x")" = step_00000004 ] || fail "checkpoints after the failure: $(ls "$T/x/checkpoints")"
 md5sum -c --quiet "$T/before.md5" || fail "the previous checkpoint changed"
 find "$T/x/checkpoints" -name '*.safetensors' ! -path '*.tmp/*' | while read -r f; do
   case "$f" in "$ck"/*) ;; *) fail "a file under a final name: $f" ;; esac
@@ -75,7 +83,7 @@ ckpt_case() {  # KIND SUBSTR AFTER_BYTES EXPECTED_MESSAGE_REGEX
        > "$d.out" 2>&1; then fail "$kind on $sub: the run did not fail"; fi
   grep -q "write_fault_shim: $kind on .*${sub%\$}" "$d.out" || { tail -n 3 "$d.out"; fail "$kind on $sub: the fault never happened"; }
   grep -Eq "$want" "$d.out" || { tail -n 3 "$d.out"; fail "$kind on $sub: the error does not name the file ($want)"; }
-  [ "$(ls "$d/checkpoints" | grep -v '\.tmp$')" = step_00000004 ] || fail "$kind on $sub: checkpoints: $(ls "$d/checkpoints")"
+  [ "$(checkpoints_kept "$d")" = step_00000004 ] || fail "$kind on $sub: checkpoints: $(ls "$d/checkpoints")"
   (cd "$T/x4" && md5sum $ck4/*) > "$d.md5"
   (cd "$d" && md5sum -c --quiet "$d.md5") || fail "$kind on $sub: the step-4 checkpoint changed"
   "$JTOK" train --config "$T/cfg.json" --out "$d" --resume --peak-gflops 1 > "$d.resume" 2>&1 ||

@@ -20,7 +20,11 @@ CXX=${CXX:-g++}
 command -v ccache >/dev/null && CXX="ccache $CXX" && export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
 # Every .cu but cublaslt_api.cu (dlopen of the library: fake_cublaslt.cpp fills its table instead);
 # the tensor cores' inline PTX (mma_bf16.cuh) as warp-collective functions (emu/include/emu_ptx.h).
-KERNELS=$(cd "$ROOT/src/cuda" && ls *.cu | grep -v -e '^cublaslt_api.cu$' | sed 's/\.cu$//')
+KERNELS=
+for f in "$ROOT"/src/cuda/*.cu; do
+  k=$(basename "$f" .cu)
+  [ "$k" = cublaslt_api ] || KERNELS="$KERNELS $k"
+done
 # The CPU engine (the twins, the models, the trainer) is the build's own jtok_lib. Its one file
 # that asks whether CUDA is built, device_require.cpp, is compiled here with the answer yes.
 LIB=${JTOK_LIB:-$ROOT/build/libjtok_lib.a}
@@ -50,7 +54,9 @@ ASAN_LESS="$ASAN_LESS:CudaDecoderGraphs.PdlGivesThePlainGraphsBits"  # the plain
 FLAGS="-std=c++20 -O2 -march=native -ffp-contract=off -fopenmp -ffunction-sections -DJTOK_HAVE_CUDA=1"
 FLAGS="$FLAGS -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-subobject-linkage"
 # The architecture the emulated device reports (sm_90), recorded as CMake records the build's for
-# device_require.cpp (xargs below reads \" as a quote inside the word).
+# device_require.cpp (xargs below reads \" as a quote inside the word; the benches, compiled without
+# xargs, get the backslashes too and read no JTOK_CUDA_ARCHS).
+# shellcheck disable=SC2089
 FLAGS="$FLAGS -DJTOK_CUDA_ARCHS=\\\"90\\\""
 # EMU_SANITIZE=1: AddressSanitizer + UBSan on kernels and host code (out-of-bounds device reads,
 # misaligned vector loads, signed overflow); slower. Set by itself when the library was built so
@@ -70,8 +76,10 @@ for k in $KERNELS; do
   python3 "$EMU/cu2cpp.py" "$ROOT/src/cuda/$k.cu" "$T/$k.cpp"
   dev+=("$T/$k.cpp")
 done
-dev+=($(for f in $HOST; do echo "$ROOT/$f"; done) "$EMU/emu_sched.cpp" "$EMU/fake_cublaslt.cpp" "$EMU/emu_streams.cpp")
-cases+=($(for f in $GPU_TESTS; do echo "$ROOT/$f"; done) "$EMU"/*_test.cpp)
+for f in $HOST; do dev+=("$ROOT/$f"); done
+dev+=("$EMU/emu_sched.cpp" "$EMU/fake_cublaslt.cpp" "$EMU/emu_streams.cpp")
+for f in $GPU_TESTS; do cases+=("$ROOT/$f"); done
+cases+=("$EMU"/*_test.cpp)
 { for f in "${dev[@]}"; do echo "dev $f $FLAGS"; done; for f in "${cases[@]}"; do echo "cases $f $CASE_FLAGS"; done; } |
   xargs -P 2 -L 1 sh -c 'dir=$0 src=$1; shift; o='"$T"'/$dir/$(echo "$src" | md5sum | cut -c1-12).o; '"$CXX"' "$@" '"$INC"' -c "$src" -o "$o"'
 LINK="-fopenmp -Wl,--gc-sections"
@@ -93,6 +101,7 @@ BENCH_DIR=${EMU_BENCH:-$T/bench}
 if [ $# -eq 0 ] || [ -n "${EMU_BENCH:-}" ]; then
   mkdir -p "$BENCH_DIR"
   for src in attention_op:attention row_invariant_op:row_invariant host_rows:host_rows grouped_op:grouped; do
+    # shellcheck disable=SC2090  # the benches do not read JTOK_CUDA_ARCHS
     $CXX $FLAGS $INC -I"$ROOT/bench" -c "$ROOT/bench/cuda_${src%%:*}.cpp" -o "$T/bench_${src#*:}.o"
     $CXX $LINK "$T"/dev/*.o "$T/bench_${src#*:}.o" $LIBS -o "$BENCH_DIR/bench_cuda_${src#*:}"
   done

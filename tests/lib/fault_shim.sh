@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by tests that inject write faults with the LD_PRELOAD shim tests/faults/write_fault_shim.cpp.
 # fault_preload_list BINARY: prints the LD_PRELOAD value for BINARY: the shim ($JTOK_FAULT_SHIM, set by
 # ctest), preceded by the sanitizer runtime when BINARY is an ASan build (ASan must come first).

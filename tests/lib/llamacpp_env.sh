@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # sourced: its variables are the sourcing script's
 # Sourced by the tests that check a GGUF export against llama.cpp (tests/test_gguf_llamacpp.sh,
 # tests/test_gguf_variants.sh), after `set -euo pipefail`, with FULL_STEPS set: JTOK, ROOT, a temp
 # dir T (removed on exit), PY, OMP_NUM_THREADS=2, and STEPS / LLAMA_THREADS (exported).

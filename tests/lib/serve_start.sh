@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the shell tests that run `jtok serve` (tests/test_serve*.sh, tests/test_table_store_*.sh),
 # right after they set JTOK and ROOT: serve_test_env, then start_serve for each server.
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the shell tests that train a tiny model (tests/test_*.sh): the data they train on.
 # Needs JTOK (the jtok binary) and ROOT (the repository root), as every test sets them from
 # JTOK_BIN / JTOK_ROOT.
