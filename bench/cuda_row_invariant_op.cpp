@@ -7,7 +7,9 @@
 // with the norm inside (RowNorm, the decoder's decode steps) against rmsnorm_forward then the
 // product, two launches (normed_us, norm_then_us). And the same product of int8 weights
 // (row_invariant_linear_q8: an int8 export's decode steps; q8_us, q8_gbs of its int8 bytes, and
-// q8_speedup = row_invariant_us / q8_us: whether int8 pays at that shape and M).
+// q8_speedup = row_invariant_us / q8_us: whether int8 pays at that shape and M). And its tensor-core
+// twin (row_invariant_linear_mma: mma_us, mma_gbs, mma_speedup = row_invariant_us / mma_us: whether
+// the tensor cores keep a 16-row step weight streaming, and cost nothing at 1 row).
 // Then an MoE decode step's routed experts at Qwen3-30B-A3B's shape (d 2048, F 768, 128 experts, 8 a
 // row; row r's slot j takes expert (r * 8 + j) * 37 mod 128: M 1 reads 8 experts, M 16 all 128):
 // row_invariant_expert_swiglu then _linear in bf16 against their int8 twins (experts_us,
@@ -34,6 +36,7 @@
 #include "cuda/q8_dequant.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/row_invariant_linear.h"
+#include "cuda/row_invariant_mma.h"
 #include "cuda_bench_util.h"
 
 namespace {
@@ -80,6 +83,35 @@ double q8_us(const Shape& s, int64_t M, const bf16* x, Out* out, int reps) {
   return us;
 }
 
+// Microseconds a call of f(i) (i: the call's index, for the weight copy it reads).
+template <typename F>
+double call_us(F f, int reps) {
+  return 1e3 * jtok::bench::event_time_ms(f, reps);
+}
+
+// The product with the norm inside (RowNorm) and rmsnorm_forward then the product: microseconds each.
+template <typename Out, typename W>
+std::pair<double, double> normed_pair_us(const Shape& s, int64_t M, const bf16* x, Out* out, W weight, int reps) {
+  bf16* gain = device_randn(static_cast<size_t>(s.C), 3, 1.0f);
+  bf16* xn = device_randn(static_cast<size_t>(M * s.C), 2, 1.0f);
+  float* rstd = nullptr;
+  JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rstd), static_cast<size_t>(M) * sizeof(float)));
+  const jtok::cuda::RowNorm<bf16> norm{gain, 1e-6f};
+  const double normed = call_us(
+      [&](int i) {
+        jtok::cuda::row_invariant_linear<bf16, Out>(out, x, weight(i), nullptr, M, s.C, s.OC, false, nullptr, norm);
+      },
+      reps);
+  const double norm_then = call_us(
+      [&](int i) {
+        jtok::cuda::rmsnorm_forward<bf16>(xn, rstd, x, gain, M, s.C, 1e-6f, nullptr);
+        jtok::cuda::row_invariant_linear<bf16, Out>(out, xn, weight(i), nullptr, M, s.C, s.OC, false, nullptr);
+      },
+      reps);
+  for (void* p : {static_cast<void*>(gain), static_cast<void*>(xn), static_cast<void*>(rstd)}) cudaFree(p);
+  return {normed, norm_then};
+}
+
 // One shape at M rows: bf16 out, or fp32 (the LM head's logits).
 template <typename Out>
 void run(jtok::cuda::Matmul& mm, const Shape& s, int64_t M, int reps) {
@@ -91,53 +123,36 @@ void run(jtok::cuda::Matmul& mm, const Shape& s, int64_t M, int reps) {
   Out* out = nullptr;
   JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), static_cast<size_t>(M * s.OC) * sizeof(Out)));
   const auto weight = [&](int i) { return w[static_cast<size_t>(i) % copies]; };
-  const double ri =
-      1e3 * jtok::bench::event_time_ms(
-                [&](int i) {
-                  jtok::cuda::row_invariant_linear<bf16, Out>(out, x, weight(i), nullptr, M, s.C, s.OC, false, nullptr);
-                },
-                reps);
-  const double lt =
-      1e3 * jtok::bench::event_time_ms(
-                [&](int i) {
-                  jtok::cuda::linear_forward<bf16, Out>(mm, out, x, weight(i), nullptr, M, s.C, s.OC, false, nullptr);
-                },
-                reps);
-  double normed = 0, norm_then = 0;
-  bf16 *gain = nullptr, *xn = nullptr;
-  float* rstd = nullptr;
-  if (s.C == g_hidden) {
-    gain = device_randn(static_cast<size_t>(s.C), 3, 1.0f);
-    xn = device_randn(static_cast<size_t>(M * s.C), 2, 1.0f);
-    JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rstd), static_cast<size_t>(M) * sizeof(float)));
-    const jtok::cuda::RowNorm<bf16> norm{gain, 1e-6f};
-    normed = 1e3 * jtok::bench::event_time_ms(
-                       [&](int i) {
-                         jtok::cuda::row_invariant_linear<bf16, Out>(out, x, weight(i), nullptr, M, s.C, s.OC, false,
-                                                                     nullptr, norm);
-                       },
-                       reps);
-    norm_then = 1e3 * jtok::bench::event_time_ms(
-                          [&](int i) {
-                            jtok::cuda::rmsnorm_forward<bf16>(xn, rstd, x, gain, M, s.C, 1e-6f, nullptr);
-                            jtok::cuda::row_invariant_linear<bf16, Out>(out, xn, weight(i), nullptr, M, s.C, s.OC,
-                                                                        false, nullptr);
-                          },
-                          reps);
-  }
+  const double ri = call_us(
+      [&](int i) {
+        jtok::cuda::row_invariant_linear<bf16, Out>(out, x, weight(i), nullptr, M, s.C, s.OC, false, nullptr);
+      },
+      reps);
+  const double lt = call_us(
+      [&](int i) {
+        jtok::cuda::linear_forward<bf16, Out>(mm, out, x, weight(i), nullptr, M, s.C, s.OC, false, nullptr);
+      },
+      reps);
+  const double mma = call_us(
+      [&](int i) {
+        jtok::cuda::row_invariant_linear_mma<Out>(out, x, weight(i), nullptr, M, s.C, s.OC, false, nullptr);
+      },
+      reps);
   const double gb = static_cast<double>(wbytes) / 1e9, q8 = q8_us<Out>(s, M, x, out, reps);
   std::printf(
       "{\"shape\": \"%s\", \"C\": %lld, \"OC\": %lld, \"M\": %lld, \"row_invariant_us\": %.2f, "
       "\"row_invariant_gbs\": %.0f, \"cublaslt_us\": %.2f, \"cublaslt_gbs\": %.0f, \"q8_us\": %.2f, "
-      "\"q8_gbs\": %.0f, \"q8_speedup\": %.2f",
+      "\"q8_gbs\": %.0f, \"q8_speedup\": %.2f, \"mma_us\": %.2f, \"mma_gbs\": %.0f, \"mma_speedup\": %.2f",
       s.name, static_cast<long long>(s.C), static_cast<long long>(s.OC), static_cast<long long>(M), ri,
-      gb / (ri * 1e-6), lt, gb / (lt * 1e-6), q8, gb / 2 / (q8 * 1e-6), ri / q8);
-  if (s.C == g_hidden) std::printf(", \"normed_us\": %.2f, \"norm_then_us\": %.2f", normed, norm_then);
+      gb / (ri * 1e-6), lt, gb / (lt * 1e-6), q8, gb / 2 / (q8 * 1e-6), ri / q8, mma, gb / (mma * 1e-6), ri / mma);
+  if (s.C == g_hidden) {
+    const auto [normed, norm_then] = normed_pair_us(s, M, x, out, weight, reps);
+    std::printf(", \"normed_us\": %.2f, \"norm_then_us\": %.2f", normed, norm_then);
+  }
   std::printf("}\n");
   for (bf16* p : w) cudaFree(p);
-  for (void* p : {static_cast<void*>(x), static_cast<void*>(out), static_cast<void*>(gain), static_cast<void*>(xn),
-                  static_cast<void*>(rstd)})
-    cudaFree(p);
+  cudaFree(x);
+  cudaFree(out);
 }
 
 // The routed experts' products of an M-row decode step, bf16 and int8 (the header's assignment).

@@ -124,7 +124,8 @@ dq = [r for r in lines if r["shape"] == "dequant_layer"]
 assert len(att) == 1 and att[0]["T"] == 40 and att[0]["fwd_ms"] > 0 and att[0]["bwd_tiles_ms"] > 0, att
 assert len(rows) == 6 and all(r["ms"] > 0 for r in rows), rows
 assert len(grp) == 1 and grp[0]["rows"] == 80 and grp[0]["fwd_ms"] > 0 and grp[0]["cublaslt_over_grouped"] > 0, grp
-assert len(ri) == 9 and all(r[k] > 0 for r in ri for k in ("row_invariant_us", "cublaslt_us", "q8_us", "q8_speedup")), ri
+assert len(ri) == 9 and all(r[k] > 0 for r in ri for k in ("row_invariant_us", "cublaslt_us", "q8_us", "q8_speedup",
+                                                          "mma_us", "mma_speedup")), ri
 assert [("normed_us" in r) for r in ri] == [True] * 3 + [False] * 3 + [True] * 3, ri
 assert [r["M"] for r in ex] == [1, 4, 16] and [r["active_experts"] for r in ex] == [2, 8, 8], ex
 assert all(r[k] > 0 for r in ex for k in ("experts_us", "experts_q8_us", "q8_speedup")), ex

@@ -16,6 +16,10 @@
 //   the plain kernel, bit for bit.
 // - MoE's grouped products (row_invariant_expert_linear / _swiglu, by offsets on the device) give
 //   each expert's rows the bits of the plain kernel over that expert's rows and weight alone.
+// - the tensor-core twin (row_invariant_mma.h, bf16 inputs): against the CPU as above (bf16 outputs
+//   5e-3; fp32 outputs 1e-5, the tensor cores' fp32 sums not being fmaf in a fixed order) on
+//   Qwen3-0.6B's shapes and a C that is a multiple of 8 but not of its 32-element chunks with OC not
+//   a multiple of its 8 columns; each row's bits alone; unaligned inputs and other C refused.
 // `--gtest_filter='*CudaRowInvariant*'`; a GPU host only (in test_cuda_ops).
 #include <gtest/gtest.h>
 
@@ -23,11 +27,13 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cuda/matmul.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/row_invariant_linear.h"
+#include "cuda/row_invariant_mma.h"
 #include "cuda/swiglu.h"
 #include "cuda_case.h"
 #include "ops/linear.h"
@@ -301,6 +307,64 @@ TEST(CudaRowInvariant, GroupedExpertsHaveEachExpertsBits) {
     expect_grouped_bits<bf16>(1024, 74, max_rows, 5);
     expect_grouped_bits<bf16>(300, 74, max_rows, 4);
   }
+}
+
+// The tensor-core twin's product of the rows x (M, C) onto out0 (M, OC), bias and accumulate on.
+template <typename Out>
+std::vector<float> mma_product(const Product& p, const std::vector<float>& x, const std::vector<float>& out0,
+                               int64_t M) {
+  auto dx = upload<bf16>(x), w = upload<bf16>(p.weight);
+  auto b = upload<Out>(to_dtype(p.bias, DType::bf16));
+  auto out = upload<Out>(to_dtype(out0, DType::bf16));
+  jtok::cuda::row_invariant_linear_mma<Out>(out.get(), dx.get(), w.get(), b.get(), M, p.C, p.OC, true, nullptr);
+  return download(out);
+}
+
+TEST(CudaRowInvariantMma, MatchesCpuLinear) {
+  for (const auto& [C, OC] : {std::pair<int64_t, int64_t>{1024, 2048}, {2048, 1024}, {3072, 1024}, {336, 70}}) {
+    const auto p = make_product(C, OC, 70 + static_cast<uint64_t>(C + OC));
+    for (int64_t M : {1, 3, 16, 33}) {
+      const Outputs want = cpu_product(*p, M, DType::bf16);
+      const auto x = first_rows(p->inp, M, C), out0 = first_rows(p->out0, M, OC);
+      const std::string at = "C " + std::to_string(C) + " OC " + std::to_string(OC) + " M " + std::to_string(M);
+      EXPECT_LE(jtok::testing::rel_err(mma_product<bf16>(*p, x, out0, M), want[0].second), 5e-3) << at << " bf16 out";
+      EXPECT_LE(jtok::testing::rel_err(mma_product<float>(*p, x, out0, M), want[1].second), 1e-5) << at << " fp32 out";
+    }
+  }
+}
+
+template <typename Out>
+void expect_mma_rows_alone(const Product& p, int64_t M) {
+  const std::vector<float> together = mma_product<Out>(p, first_rows(p.inp, M, p.C), first_rows(p.out0, M, p.OC), M);
+  for (int64_t r = 0; r < M; ++r) {
+    const std::vector<float> x(p.inp.begin() + r * p.C, p.inp.begin() + (r + 1) * p.C),
+        out0(p.out0.begin() + r * p.OC, p.out0.begin() + (r + 1) * p.OC);
+    const std::vector<float> alone = mma_product<Out>(p, x, out0, 1);
+    ASSERT_EQ(0, std::memcmp(alone.data(), together.data() + r * p.OC, static_cast<size_t>(p.OC) * 4))
+        << "row " << r << " of " << M << " (C " << p.C << ", OC " << p.OC << ", "
+        << (sizeof(Out) == 4 ? "fp32" : "bf16") << " out) differs from itself alone";
+  }
+}
+
+TEST(CudaRowInvariantMma, EachRowHasItsBitsAlone) {
+  for (const auto& [C, OC] : {std::pair<int64_t, int64_t>{336, 70}, {1024, 96}, {3072, 40}}) {
+    const auto p = make_product(C, OC, 95 + static_cast<uint64_t>(C));
+    for (int64_t M : {2, 5, 16, 33}) {
+      expect_mma_rows_alone<bf16>(*p, M);
+      expect_mma_rows_alone<float>(*p, M);
+    }
+  }
+}
+
+TEST(CudaRowInvariantMma, RefusesWhatItCannotLoad) {
+  auto x = upload<bf16>(std::vector<float>(2 * 336)), w = upload<bf16>(std::vector<float>(8 * 336));
+  auto out = upload<bf16>(std::vector<float>(2 * 8));
+  EXPECT_THROW(
+      jtok::cuda::row_invariant_linear_mma<bf16>(out.get(), x.get(), w.get(), nullptr, 1, 333, 8, false, nullptr),
+      jtok::Error);  // C not a multiple of 8
+  EXPECT_THROW(
+      jtok::cuda::row_invariant_linear_mma<bf16>(out.get(), x.get() + 1, w.get(), nullptr, 1, 328, 8, false, nullptr),
+      jtok::Error);  // the input off 16-byte alignment
 }
 
 }  // namespace
