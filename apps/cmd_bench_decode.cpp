@@ -27,7 +27,7 @@ namespace cmd_bench_decode {
 
 struct Args {
   std::string config, checkpoint, table_dtype = "f32", precision = "auto", kv_dtype = "auto", cuda_graphs = "on";
-  std::string table_values = "hash", weight_dtype = "f32", int8_decode = "on", pdl = "off";
+  std::string table_values = "hash", weight_dtype = "f32", int8_decode = "on", pdl = "off", tensor_cores = "off";
   std::vector<std::string> sets, table_rows;
   jtok::TableSource tables;
   jtok::BenchDecodeOptions bench;
@@ -116,9 +116,11 @@ void run() {
   if (!cuda && args.cuda_graphs != "on") jtok::fail("bench-decode: --cuda-graphs is for --device cuda");
   if (!cuda && args.int8_decode != "on") jtok::fail("bench-decode: --int8-decode is for --device cuda");
   if (!cuda && args.pdl != "off") jtok::fail("bench-decode: --pdl is for --device cuda");
+  if (!cuda && args.tensor_cores != "off") jtok::fail("bench-decode: --tensor-cores is for --device cuda");
   b.settings.cuda_graphs = jtok::cuda_graphs_on(args.cuda_graphs);
   jtok::set_int8_decode(b.settings, args.int8_decode);
   b.settings.pdl = jtok::on_off(args.pdl, "--pdl");
+  b.settings.tensor_cores = jtok::on_off(args.tensor_cores, "--tensor-cores");
   b.table_rows = args.table_rows;
   const jtok::Dtype dt = jtok::parse_dtype(args.table_dtype, "--table-dtype", {jtok::Dtype::f32, jtok::Dtype::bf16});
   nlohmann::json about;
@@ -177,6 +179,10 @@ void setup(CLI::App* sub) {
   sub->add_option("--pdl", args.pdl,
                   "cuda: programmatic dependent launch in the decode steps' CUDA graphs: off (default) or on (a "
                   "kernel's blocks launch while the one before it finishes; the same bits)")
+      ->check(CLI::IsMember({"on", "off"}));
+  sub->add_option("--tensor-cores", args.tensor_cores,
+                  "cuda, bf16: the decode steps' products on the tensor cores (row_invariant_linear_mma): off "
+                  "(default: CUDA-core FMAs) or on (each row's bits still its own)")
       ->check(CLI::IsMember({"on", "off"}));
   sub->add_option("--batch", b.batches, "sequences decoded together, a run each (comma-separated; default 1)")->delimiter(',');
   sub->add_option("--prompt-len", b.prompt_len, "prompt tokens of each sequence (default 512)");

@@ -3,7 +3,9 @@
 # Qwen3-0.6B shape (configs/qwen3_0.6b.json, random weights, bf16) dense, dense int8 (the matrices as
 # `jtok export --weight-dtype int8` makes them: the GPU's decode steps read them as stored, its
 # prefills the bf16 copy: whether int8 pays), dense with programmatic dependent launch in its CUDA
-# graphs (`--pdl on`: whether hiding the gaps between kernels pays; and, asked, `--runs int8only`:
+# graphs (`--pdl on`: whether hiding the gaps between kernels pays), dense with its decode steps'
+# products on the tensor cores (`--tensor-cores on`: whether they beat the CUDA cores' FMAs, at batch
+# 16 above all; and, asked, `--runs int8only`:
 # dense int8 with `--int8-decode only`, what holding the int8 matrices alone costs a
 # prefill, which dequantises them a layer at a time), then JTok-M (n_e 5, K 2,
 # every layer: 140 tables of 151,936 x 1,024) with its table rows from HBM (a device copy), read in
@@ -23,7 +25,7 @@
 # with tables ... disk store"; skipped, saying so, where the disk lacks the room.
 #   bash bench/gpu_decode_peer.sh --data DIR [--jtok BIN] [--out DIR] [--config FILE] [--device cuda|cpu]
 #        [--tiny] [--batch 1,16] [--prompt-len P] [--new-tokens N] [--long-prompt L] [--repeat R]
-#        [--peer-repeat R] [--runs "dense int8 pdl jtokm peer"] [--beyond-n-e E] [--store-dir DIR] [--store-cache-mb MB]
+#        [--peer-repeat R] [--runs "dense int8 pdl tc jtokm peer"] [--beyond-n-e E] [--store-dir DIR] [--store-cache-mb MB]
 #        [--timeout S] [--budget S] [--dry-run]
 # --data: token shards for the prompts (scripts/gpu_prepare.sh carries some); --out: logs, one
 # JSON file a run (default bench-out/gpu_decode_peer); --budget S (default 380): no run starts after
@@ -37,7 +39,7 @@
 # a 2-layer d-64 shape of --config's vocabulary (4 heads of 32: --device cuda --tiny runs on the
 # CPU's emulation of the GPU too), prompt 32, 8 steps, batch 1 and 4, a 128-token prefill, one repeat. PEER_ARGS (environment) is appended to the peer's command (the test's
 # --stand-in where transformers is absent).
-# Time on an H200 (estimate): dense ~20 s (0.6B init ~4 s: the matrices side by side), int8 ~25 s, pdl ~20 s, JTok-M
+# Time on an H200 (estimate): dense ~20 s (0.6B init ~4 s: the matrices side by side), int8 ~25 s, pdl ~20 s, tc ~20 s, JTok-M
 # ~50-100 s (43.5 GB of bf16 tables hashed on 16 threads, ~3 s, registered, copied), the peer ~40-70 s
 # (HF's steps take 20-65 ms): ~3-4.5 min in all; beyond (87.1 GB hashed, registered; hbm not run on
 # 80 GB) ~2-4 min with dense; disk with dense ~1.5-3 min (43.6 GB of rows hashed while written at the
@@ -45,7 +47,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 DATA=""; JTOK=""; OUT=bench-out/gpu_decode_peer; CONFIG=configs/qwen3_0.6b.json; DEVICE=cuda; TINY=0
-BATCH=""; P=""; N=""; L=""; REPEAT=""; PEER_REPEAT=""; RUNS="dense int8 pdl jtokm peer"; BEYOND_NE=10; LIMIT=200; BUDGET=380; DRY=0
+BATCH=""; P=""; N=""; L=""; REPEAT=""; PEER_REPEAT=""; RUNS="dense int8 pdl tc jtokm peer"; BEYOND_NE=10; LIMIT=200; BUDGET=380; DRY=0
 STORE_DIR=${TMPDIR:-/tmp}/jtok-decode-store.$$; STORE_CACHE_MB=4096
 PY=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
@@ -179,6 +181,10 @@ if wanted int8; then run ours_int8 "${OURS[@]}" --weight-dtype int8 || status=1;
 if wanted pdl; then  # the GPU's CUDA graphs only
   if [ "$DEVICE" = cuda ]; then run ours_pdl "${OURS[@]}" --pdl on || status=1
   else echo "  ours_pdl: SKIPPED (programmatic dependent launch is the GPU's)"; echo "skipped: the GPU's only" > "$OUT/ours_pdl.skipped"; fi
+fi
+if wanted tc; then  # the GPU decoder's setting only
+  if [ "$DEVICE" = cuda ]; then run ours_tc "${OURS[@]}" --tensor-cores on || status=1
+  else echo "  ours_tc: SKIPPED (--tensor-cores is the GPU's)"; echo "skipped: the GPU's only" > "$OUT/ours_tc.skipped"; fi
 fi
 if wanted int8only; then  # the GPU decoder's setting only
   if [ "$DEVICE" = cuda ]; then run ours_int8only "${OURS[@]}" --weight-dtype int8 --int8-decode only || status=1

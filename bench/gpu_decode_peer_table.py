@@ -2,6 +2,7 @@
 """The table of bench/gpu_decode_peer.sh: reads OUT/ours_dense.json, OUT/ours_int8.json (dense, its
 matrices int8: "dense int8", its ratio to dense in the "/ dense" column), OUT/ours_pdl.json (dense with
 programmatic dependent launch, "dense pdl", likewise; the GPU's only: a .skipped file elsewhere),
+OUT/ours_tc.json (dense with its decode steps' products on the tensor cores, "dense tc", likewise),
 OUT/ours_int8only.json (where `--runs int8only` made it: dense int8 with --int8-decode only, "dense int8 only"),
 OUT/ours_jtokm.json,
 OUT/ours_beyond.json and OUT/ours_disk.json (where `--runs beyond` / `disk` made them; disk: JTok-M
@@ -23,9 +24,10 @@ import os
 import sys
 
 RUNS = (("ours_dense", "ours", "dense"), ("ours_int8", "ours", "dense int8"), ("ours_pdl", "ours", "dense pdl"),
+        ("ours_tc", "ours", "dense tc"),
         ("ours_int8only", "ours", "dense int8 only"), ("ours_jtokm", "ours", "jtokm"), ("ours_beyond", "ours", "jtokm"),
         ("ours_disk", "ours", "jtokm"), ("peer", "peer", "dense"))
-ASKED_ONLY = ("ours_pdl", "ours_int8only", "ours_beyond", "ours_disk")  # runs "not run" unless --runs asks for them
+ASKED_ONLY = ("ours_pdl", "ours_tc", "ours_int8only", "ours_beyond", "ours_disk")  # runs "not run" unless --runs asks for them
 GOAL_TOK_S = {1: 1000, 16: 10000}
 GOAL_OVERHEAD = {"decode": 0.02, "prefill": 0.01}
 
@@ -65,7 +67,7 @@ def goal_cell(device, row, kind):
     if row.get("overhead") is not None:
         g = GOAL_OVERHEAD[kind]
         return f"within {100 * g:.0f} % of hbm: {'met' if row['overhead'] <= g else 'MISSED'}"
-    if kind == "decode" and row["batch"] in GOAL_TOK_S and row["model"] in ("dense", "dense int8", "dense pdl", "dense int8 only"):
+    if kind == "decode" and row["batch"] in GOAL_TOK_S and row["model"] in ("dense", "dense int8", "dense pdl", "dense tc", "dense int8 only"):
         g = GOAL_TOK_S[row["batch"]]
         return f">= {g:,} tok/s: {'met' if row['decode_tok_s'] >= g else 'MISSED'}"
     return "-"
@@ -98,7 +100,7 @@ def make_rows(out):
         jtokm = r["model"].startswith("jtokm")
         v = r[key(r)]
         r["vs_peer"] = v / peer[key(r)] if r["engine"] == "ours" and peer else None
-        r["vs_dense"] = v / dense[key(r)] if (jtokm or r["model"] in ("dense int8", "dense pdl", "dense int8 only")) and dense else None
+        r["vs_dense"] = v / dense[key(r)] if (jtokm or r["model"] in ("dense int8", "dense pdl", "dense tc", "dense int8 only")) and dense else None
         r["overhead"] = 1 - v / hbm[key(r)] if jtokm and hbm and r is not hbm else None
     return rows, missing
 

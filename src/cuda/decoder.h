@@ -44,6 +44,11 @@ struct DecoderSettings {
   // Programmatic dependent launch in the decode steps' graphs (cuda/pdl_edges.h: a kernel's blocks
   // launch while the kernel before it finishes, the same bits); off until a GPU has measured it.
   bool pdl = false;
+  // The decode steps' bf16 products on the tensor cores (cuda/row_invariant_mma.h: q | k | v, o, gate |
+  // up, down and the LM head; each row's bits still its own, but not the CUDA-core kernel's); off:
+  // row_invariant_linear's CUDA-core FMAs. bf16 only; an int8 export's int8 products, MoE's grouped
+  // experts and JTok-M's router stay on the CUDA cores. Off until a GPU has measured it.
+  bool tensor_cores = false;
   // An int8 export (`jtok export --weight-dtype int8`): decode steps read its int8 matrices as stored
   // (cuda/row_invariant_linear.h's _q8 products: half of bf16's bytes, each weight q * scale in fp32)
   // beside the copy in E that prefills multiply (cuBLASLt); off: the copy in E alone. MoE's routers

@@ -21,6 +21,7 @@
 #include "cuda/jtok.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/row_invariant_linear.h"
+#include "cuda/row_invariant_mma.h"
 #include "cuda/swiglu.h"
 
 namespace jtok::cuda {
@@ -70,7 +71,8 @@ void qkv_rows(DecoderState<E>& st, size_t l, int64_t R, bool normed) {
   if (const DecoderQ8::Layer* q8 = q8_layer(st, l, R))
     row_invariant_linear_q8<E, E>(A.qkv.get(), A.h.get(), q8->qkv, W.bq, R, d, OC, false, st.s(), row_norm(st, W.ln1));
   else if (normed)
-    row_invariant_linear<E, E>(A.qkv.get(), A.h.get(), W.wq, W.bq, R, d, OC, false, st.s(), row_norm(st, W.ln1));
+    row_invariant_product<E, E>(st.mm.row_invariant_tensor_cores(), A.qkv.get(), A.h.get(), W.wq, W.bq, R, d, OC, false,
+                                st.s(), row_norm(st, W.ln1));
   else
     linear_forward<E, E>(st.mm, A.qkv.get(), A.a.get(), W.wq, W.bq, R, d, OC, false, st.s());
 }
@@ -177,7 +179,8 @@ void mlp_update_rows(DecoderState<E>& st, size_t l, int64_t R, E* out, bool accu
   if (q8) {
     row_invariant_swiglu_q8<E>(A.act.get(), A.h.get(), q8->gate_up, R, d, F, st.s(), row_norm(st, W.ln2));
   } else if (mlp_norms_inside(st, l, R)) {  // a decode step: the norm's, the product's and SwiGLU's bits, one kernel
-    row_invariant_swiglu<E>(A.act.get(), A.h.get(), W.wg, R, d, F, st.s(), row_norm(st, W.ln2));
+    row_invariant_swiglu_product<E>(st.mm.row_invariant_tensor_cores(), A.act.get(), A.h.get(), W.wg, R, d, F, st.s(),
+                                    row_norm(st, W.ln2));
   } else {
     E* gu = A.gate_up.get();
     linear_forward<E, E>(st.mm, gu, A.x.get(), W.wg, nullptr, R, d, 2 * F, false, st.s());
@@ -290,8 +293,8 @@ void head_forward(DecoderState<E>& st, int64_t first, int64_t n) {
       row_invariant_linear_q8<E, float>(A.logits.get(), h, st.q8.head, nullptr, n, d, Vp, false, s,
                                         row_norm(st, st.w.norm));
     else
-      row_invariant_linear<E, float>(A.logits.get(), h, st.w.lm_head, nullptr, n, d, Vp, false, s,
-                                     row_norm(st, st.w.norm));
+      row_invariant_product<E, float>(st.mm.row_invariant_tensor_cores(), A.logits.get(), h, st.w.lm_head, nullptr, n,
+                                      d, Vp, false, s, row_norm(st, st.w.norm));
     return;
   }
   rmsnorm_forward(A.lnf.get(), A.rstd.get(), h, st.w.norm, n, d, static_cast<float>(c.rms_norm_eps), s);

@@ -31,6 +31,8 @@ void check_decoder_settings(const Model& host, const DecoderSettings& s) {
     fail("cuda decoder: --int8-decode only holds an int8 export's matrices in int8 alone; this model's are ",
          host.lowp.any() ? dtype_name(host.lowp.dtype) : std::string("f32"),
          " (jtok export --weight-dtype int8 makes an int8 export)");
+  if (s.tensor_cores && !s.bf16)
+    fail("cuda decoder: tensor-core products are bf16's (the fp32 decoder multiplies on the CUDA cores)");
   if (host.rope.T < 1 || host.rope.T != c.max_position_embeddings)
     fail("cuda decoder: the model's RoPE table has ", host.rope.T, " positions, max_position_embeddings ",
          c.max_position_embeddings, " (they must agree: the memory plan sizes the context by the latter)");
@@ -310,6 +312,7 @@ std::string describe_decoder(const DecoderState<E>& st) {
   if (st.graphs && st.settings.pdl)
     out += st.pdl_off.empty() ? ", programmatic dependent launch on"
                               : ", programmatic dependent launch off: " + st.pdl_off;
+  if (st.settings.tensor_cores) out += ", decode products on the tensor cores";
   if (st.prof) out += ", profiling steps";
   return out;
 }

@@ -103,7 +103,7 @@ void upload_decode(DecoderState<E>& st, const int64_t* seqs, const std::vector<i
 // in its step (prefill stays on cuBLASLt: one sequence a call already).
 template <typename E>
 void queue_decode(DecoderState<E>& st, const int32_t* tokens, const StepShape& sh) {
-  const RowInvariantProducts row_invariant(st.mm, sh.R);
+  const RowInvariantProducts row_invariant(st.mm, sh.R, st.settings.tensor_cores);
   forward_rows(st, tokens, sh);
   if (sh.timed) st.prof->mark(StepMark::head_begin, 0, st.s());
   head_forward(st, 0, sh.R);

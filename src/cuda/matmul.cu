@@ -5,8 +5,6 @@
 //   linear forward   out (N,OC)  = inp (N,C) weight (OC,C)^T      gemm(NT): M N, N OC, K C
 //   backward dinp    dinp (N,C) += dout (N,OC) weight (OC,C)      gemm(NN): M N, N C, K OC
 //   backward dweight dW (OC,C)  += dout^T (OC,N) inp (N,C)        gemm(TN): M OC, N C, K N
-#include "cuda/matmul.h"
-
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -17,7 +15,9 @@
 #include "cuda/check.h"
 #include "cuda/cublaslt_api.h"
 #include "cuda/device.h"
+#include "cuda/matmul.h"
 #include "cuda/row_invariant_linear.h"
+#include "cuda/row_invariant_mma.h"
 
 namespace jtok::cuda {
 namespace {
@@ -180,7 +180,8 @@ template <typename In, typename Out>
 void linear_forward(Matmul& mm, Out* out, const In* inp, const In* weight, const Out* bias, int64_t N, int64_t C,
                     int64_t OC, bool accumulate, cudaStream_t stream) {
   if (N > 0 && N <= mm.row_invariant_rows())
-    return row_invariant_linear<In, Out>(out, inp, weight, bias, N, C, OC, accumulate, stream);
+    return row_invariant_product<In, Out>(mm.row_invariant_tensor_cores(), out, inp, weight, bias, N, C, OC, accumulate,
+                                          stream);
   // out (N,OC) = inp (N,C) weight (OC,C)^T
   mm.gemm<In, Out>(false, true, N, OC, C, 1.0f, inp, C, weight, C, accumulate ? 1.0f : 0.0f, out, OC, bias, stream);
 }
@@ -192,7 +193,8 @@ void linear_forward_residual(Matmul& mm, Out* out, const Out* residual, const In
     if (residual != out)
       JTOK_CUDA_CHECK(cudaMemcpyAsync(out, residual, static_cast<size_t>(N * OC) * sizeof(Out),
                                       cudaMemcpyDeviceToDevice, stream));
-    return row_invariant_linear<In, Out>(out, inp, weight, bias, N, C, OC, true, stream);
+    return row_invariant_product<In, Out>(mm.row_invariant_tensor_cores(), out, inp, weight, bias, N, C, OC, true,
+                                          stream);
   }
   mm.gemm<In, Out>(false, true, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC, bias, stream, residual);
 }

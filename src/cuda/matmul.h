@@ -47,26 +47,38 @@ class Matmul {
   // trainer calls changes, and the trainer, whose Matmul never sets it, keeps its products and bits.
   void set_row_invariant_rows(int64_t rows) { row_invariant_rows_ = rows; }
   int64_t row_invariant_rows() const { return row_invariant_rows_; }
+  // Those products on the tensor cores where they can be (cuda/row_invariant_mma.h's
+  // row_invariant_product: bf16); the decoder's DecoderSettings::tensor_cores.
+  void set_row_invariant_tensor_cores(bool on) { row_invariant_tensor_cores_ = on; }
+  bool row_invariant_tensor_cores() const { return row_invariant_tensor_cores_; }
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int64_t row_invariant_rows_ = 0;
+  bool row_invariant_tensor_cores_ = false;
 };
 
-// mm's row_invariant_rows set for a scope, the previous value back at its end (exceptions included).
+// mm's row_invariant_rows (and tensor cores) set for a scope, the previous values back at its end
+// (exceptions included).
 class RowInvariantProducts {
  public:
-  RowInvariantProducts(Matmul& mm, int64_t rows) : mm_(mm), prev_(mm.row_invariant_rows()) {
+  RowInvariantProducts(Matmul& mm, int64_t rows, bool tensor_cores = false)
+      : mm_(mm), prev_(mm.row_invariant_rows()), prev_tc_(mm.row_invariant_tensor_cores()) {
     mm.set_row_invariant_rows(rows);
+    mm.set_row_invariant_tensor_cores(tensor_cores);
   }
-  ~RowInvariantProducts() { mm_.set_row_invariant_rows(prev_); }
+  ~RowInvariantProducts() {
+    mm_.set_row_invariant_rows(prev_);
+    mm_.set_row_invariant_tensor_cores(prev_tc_);
+  }
   RowInvariantProducts(const RowInvariantProducts&) = delete;
   RowInvariantProducts& operator=(const RowInvariantProducts&) = delete;
 
  private:
   Matmul& mm_;
   int64_t prev_;
+  bool prev_tc_;
 };
 
 // The GemmFn of cuda/gemm_ref.h (the fused ops' matrix product, e.g. the LM head's) by cuBLASLt:
@@ -77,8 +89,8 @@ void gemm_lt(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float 
              const In* B, int64_t ldb, float beta, Out* C, int64_t ldc, cudaStream_t stream);
 
 // Linear layer forward: out (N,OC) (+)= inp (N,C) weight (OC,C)^T (+ bias (OC); null: none);
-// accumulate adds to out instead of overwriting it. cuBLASLt, or row_invariant_linear when N <=
-// mm.row_invariant_rows().
+// accumulate adds to out instead of overwriting it. cuBLASLt, or row_invariant_linear (on the tensor
+// cores with mm.row_invariant_tensor_cores(): row_invariant_product) when N <= mm.row_invariant_rows().
 template <typename In, typename Out>
 void linear_forward(Matmul& mm, Out* out, const In* inp, const In* weight, const Out* bias, int64_t N, int64_t C,
                     int64_t OC, bool accumulate, cudaStream_t stream);

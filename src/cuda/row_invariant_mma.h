@@ -4,7 +4,8 @@
 // TFLOP/s fp32 peak, which no such kernel reaches); mma.sync m16n8k16 does 16 rows x 8 columns x 16
 // elements in one warp instruction, so a step's products stay weight streaming up to 16 rows.
 //
-// How (row_invariant_mma.cu): a block of 8 warps owns 8 output columns (an n8 tile); the input's C
+// How (row_invariant_mma.cu): a block of 8 warps owns 8 output columns (an n8 tile; SwiGLU: 4 gate
+// columns and their 4 up columns); the input's C
 // elements split into chunks of 32, chunk k summed by warp k mod 8 into its own fp32 accumulator
 // fragment by two mma.sync a chunk, its chunks in increasing order; then the 8 warps' fragments
 // summed in warp order, + bias, + out (accumulate). The rows go through in groups of 16, rows past M
@@ -24,13 +25,41 @@
 
 #include <cstdint>
 
+#include "cuda/row_invariant_linear.h"
+
 namespace jtok::cuda {
 
-// out (M,OC) (+)= inp (M,C) weight (OC,C)^T (+ bias (OC); null: none); accumulate adds to out. Out:
-// __nv_bfloat16 or float. C a multiple of 8 and inp, weight 16-byte aligned, else it fails saying so.
-// Rows are dense (row strides C and OC). M 0 does nothing.
+// out (M,OC) (+)= inp (M,C) weight (OC,C)^T (+ bias (OC); null: none); accumulate adds to out; inp
+// normed first when norm.gain (RowNorm: each element x * rstd * gain rounded to bf16, the bits
+// rmsnorm_forward stores, so the bits of that norm then this product). Out: __nv_bfloat16 or float.
+// C a multiple of 8 and inp, weight, gain 16-byte aligned, else it fails saying so. Rows are dense
+// (row strides C and OC). M 0 does nothing.
 template <typename Out>
 void row_invariant_linear_mma(Out* out, const __nv_bfloat16* inp, const __nv_bfloat16* weight, const Out* bias,
-                              int64_t M, int64_t C, int64_t OC, bool accumulate, cudaStream_t stream);
+                              int64_t M, int64_t C, int64_t OC, bool accumulate, cudaStream_t stream,
+                              const RowNorm<__nv_bfloat16>& norm = {});
+
+// out (M,F) = silu(gate) * up of gate | up = inp (M,C) weight (2F,C)^T (inp normed first when
+// norm.gain; weight's first F rows the gate's, the next F the up's): the sums above, gate and up each
+// rounded to bf16, then swiglu_forward's value: the bits of row_invariant_linear_mma of the 2F
+// columns followed by swiglu_forward. A block owns 4 gate columns and their 4 up columns.
+void row_invariant_swiglu_mma(__nv_bfloat16* out, const __nv_bfloat16* inp, const __nv_bfloat16* weight, int64_t M,
+                              int64_t C, int64_t F, cudaStream_t stream, const RowNorm<__nv_bfloat16>& norm = {});
+
+// Whether the tensor-core kernels can load these operands (C a multiple of 8, the pointers 16-byte
+// aligned; gain may be null).
+bool mma_loads(const void* inp, const void* weight, const void* gain, int64_t C);
+
+// A decode step's product as its decoder chose (the Matmul's setting, cuda/matmul.h): with
+// tensor_cores, row_invariant_linear_mma where In is bf16 and mma_loads, else row_invariant_linear.
+// Which one runs depends on the setting, the types, C and the step's (fixed) buffers, never on M:
+// either way a row's bits are its own.
+template <typename In, typename Out>
+void row_invariant_product(bool tensor_cores, Out* out, const In* inp, const In* weight, const Out* bias, int64_t M,
+                           int64_t C, int64_t OC, bool accumulate, cudaStream_t stream, const RowNorm<In>& norm = {});
+// The same for the SwiGLU product (row_invariant_swiglu_mma or row_invariant_swiglu).
+template <typename T>
+void row_invariant_swiglu_product(bool tensor_cores, T* out, const T* inp, const T* weight, int64_t M, int64_t C,
+                                  int64_t F, cudaStream_t stream, const RowNorm<T>& norm = {});
 
 }  // namespace jtok::cuda

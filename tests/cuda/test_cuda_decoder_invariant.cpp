@@ -6,7 +6,10 @@
 // bit for bit the alone run's at every step. bf16 (weights, activations, KV pages) with CUDA graphs
 // on and off, and fp32; models: Qwen3's shape (qk_norm), Qwen2's (q/k/v biases), JTok + JTok-M (the
 // router, the tables' rows), MoE + JTok + JTok-M (the router's and the experts' grouped products take
-// the kernel too; graphs on and off). `--gtest_filter='CudaDecoderInvariant.*'`; a GPU host only (in test_cuda_ops).
+// the kernel too; graphs on and off). With the decode products on the tensor cores
+// (DecoderSettings::tensor_cores, cuda/row_invariant_mma.h) the same, and the watched sequence's logits
+// alone within bf16's bound of the CUDA-core kernel's, its greedy tokens the same.
+// `--gtest_filter='CudaDecoderInvariant.*'`; a GPU host only (in test_cuda_ops).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,11 +34,12 @@ constexpr int64_t kOthers = 7;
 constexpr int64_t kGroups[] = {8, 5, 3, 8, 2, 6};  // step s: kGroups[s % 6] sequences, the watched one among them
 
 // model_case.h's decoder with steps of up to 8 sequences.
-DecoderSettings settings(bool bf16, bool graphs) {
+DecoderSettings settings(bool bf16, bool graphs, bool tensor_cores = false) {
   DecoderSettings s = decoder_settings(bf16);
   s.max_batch = 8;
   s.kv_tokens = 16 * kContext;  // 8 sequences open at once with room to spare
   s.cuda_graphs = graphs;
+  s.tensor_cores = tensor_cores;
   return s;
 }
 
@@ -104,9 +108,10 @@ std::vector<float> decode_among_others(DeviceDecoder& dec, const jtok::ModelConf
   return out;
 }
 
-void expect_batch_invariant(const std::string& name, const jtok::ModelConfig& c, bool bf16, bool graphs) {
+void expect_batch_invariant(const std::string& name, const jtok::ModelConfig& c, bool bf16, bool graphs,
+                            bool tensor_cores = false) {
   const jtok::Model m = test_model(c);
-  auto dec = jtok::cuda::make_device_decoder(m, settings(bf16, graphs));
+  auto dec = jtok::cuda::make_device_decoder(m, settings(bf16, graphs, tensor_cores));
   const Watched alone = decode_alone(*dec, c);
   const std::vector<float> among = decode_among_others(*dec, c, alone.fed);
   ASSERT_EQ(among.size(), alone.logits.size()) << name;
@@ -137,6 +142,44 @@ TEST(CudaDecoderInvariant, JtokJtokmLogitsAloneEqualInABatch) {
 TEST(CudaDecoderInvariant, MoeLogitsAloneEqualInABatch) {
   expect_batch_invariant("moe+jtok+jtokm bf16 graphs", tiny_moe_jtok_jtokm(), true, true);
   expect_batch_invariant("moe+jtok+jtokm bf16 eager", tiny_moe_jtok_jtokm(), true, false);
+}
+
+TEST(CudaDecoderInvariant, TensorCoreProductsLogitsAloneEqualInABatch) {
+  expect_batch_invariant("qwen3 bf16 tensor cores graphs", tiny_qwen3(), true, true, true);
+  expect_batch_invariant("qwen3 bf16 tensor cores eager", tiny_qwen3(), true, false, true);
+  expect_batch_invariant("qwen2 bf16 tensor cores graphs", tiny_qwen2(), true, true, true);
+  expect_batch_invariant("jtok+jtokm bf16 tensor cores graphs", tiny_jtok_jtokm(), true, true, true);
+  expect_batch_invariant("moe+jtok+jtokm bf16 tensor cores graphs", tiny_moe_jtok_jtokm(), true, true, true);
+}
+
+// The watched sequence alone, tensor cores against CUDA cores: its logits within bf16's bound
+// (normalised error 5e-2, as the bf16 decoder against the CPU's fp32) at every step both were fed the
+// same token (the first always: the prefills are the same cuBLASLt products; a later greedy token may
+// differ at a near tie), not the same bits; and the decoder says which it is.
+TEST(CudaDecoderInvariant, TensorCoreProductsNearTheCudaCores) {
+  for (const auto& [name, c] :
+       {std::pair<std::string, jtok::ModelConfig>{"qwen3", tiny_qwen3()}, {"jtok+jtokm", tiny_jtok_jtokm()}}) {
+    const jtok::Model m = test_model(c);
+    auto cores = jtok::cuda::make_device_decoder(m, settings(true, true, false));
+    auto tensor = jtok::cuda::make_device_decoder(m, settings(true, true, true));
+    EXPECT_NE(tensor->describe().find("decode products on the tensor cores"), std::string::npos) << tensor->describe();
+    EXPECT_EQ(cores->describe().find("tensor cores"), std::string::npos) << cores->describe();
+    const Watched a = decode_alone(*cores, c), b = decode_alone(*tensor, c);
+    ASSERT_EQ(a.fed[0], b.fed[0]) << name << ": the prefills differ";
+    const size_t same =
+        static_cast<size_t>(std::mismatch(a.fed.begin(), a.fed.end(), b.fed.begin()).first - a.fed.begin());
+    const size_t V = static_cast<size_t>(c.vocab_size);
+    const std::vector<float> la(a.logits.begin(), a.logits.begin() + same * V),
+        lb(b.logits.begin(), b.logits.begin() + same * V);
+    EXPECT_LE(jtok::testing::rel_err(lb, la), 5e-2) << name << " over the first " << same << " steps";
+    EXPECT_NE(0, std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)))
+        << name << ": the tensor cores' logits are the CUDA cores' bits (the setting did nothing?)";
+  }
+}
+
+TEST(CudaDecoderInvariant, TensorCoreProductsRefusedInFp32) {
+  const jtok::Model m = test_model(tiny_qwen3());
+  EXPECT_THROW(jtok::cuda::make_device_decoder(m, settings(false, true, true)), jtok::Error);
 }
 
 }  // namespace

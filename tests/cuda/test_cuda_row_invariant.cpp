@@ -19,7 +19,9 @@
 // - the tensor-core twin (row_invariant_mma.h, bf16 inputs): against the CPU as above (bf16 outputs
 //   5e-3; fp32 outputs 1e-5, the tensor cores' fp32 sums not being fmaf in a fixed order) on
 //   Qwen3-0.6B's shapes and a C that is a multiple of 8 but not of its 32-element chunks with OC not
-//   a multiple of its 8 columns; each row's bits alone; unaligned inputs and other C refused.
+//   a multiple of its 8 columns; each row's bits alone; its SwiGLU and normed forms the bits of its
+//   plain product followed by swiglu_forward / preceded by rmsnorm_forward; unaligned inputs and
+//   other C refused.
 // `--gtest_filter='*CudaRowInvariant*'`; a GPU host only (in test_cuda_ops).
 #include <gtest/gtest.h>
 
@@ -353,6 +355,66 @@ TEST(CudaRowInvariantMma, EachRowHasItsBitsAlone) {
       expect_mma_rows_alone<bf16>(*p, M);
       expect_mma_rows_alone<float>(*p, M);
     }
+  }
+}
+
+// row_invariant_swiglu_mma: row_invariant_linear_mma's gate | up (2F columns, bf16) then swiglu_forward,
+// bit for bit, at M 1, 2, 3, 5, 9, 17; F 37 (the last block's columns past F) and 64; C 1024 and 336.
+TEST(CudaRowInvariantMma, SwigluIsTheProductThenSwiglu) {
+  for (const auto& [C, F] : {std::pair<int64_t, int64_t>{1024, 37}, {336, 64}}) {
+    const auto p = make_product(C, 2 * F, 13 + static_cast<uint64_t>(C));
+    auto w = upload<bf16>(p->weight);
+    for (const int64_t M : {1, 2, 3, 5, 9, 17}) {
+      auto x = upload<bf16>(first_rows(p->inp, M, C));
+      DeviceBuffer<bf16> gate_up(static_cast<size_t>(M * 2 * F)), act(static_cast<size_t>(M * F)),
+          fused(static_cast<size_t>(M * F));
+      jtok::cuda::row_invariant_linear_mma<bf16>(gate_up.get(), x.get(), w.get(), nullptr, M, C, 2 * F, false, nullptr);
+      jtok::cuda::swiglu_forward<bf16>(act.get(), gate_up.get(), gate_up.get() + F, M, F, 2 * F, nullptr);
+      jtok::cuda::row_invariant_swiglu_mma(fused.get(), x.get(), w.get(), M, C, F, nullptr);
+      const std::vector<float> a = download(act), b = download(fused);
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "M " << M << " C " << C << " F " << F;
+    }
+  }
+}
+
+// With a norm: rmsnorm_forward then the plain product (linear with bias and accumulate, bf16 and fp32
+// out; SwiGLU), bit for bit, M 1, 3, 5, 16, 33, C 1024 and 336.
+template <typename Out>
+void expect_mma_normed_bits(int64_t C, int64_t OC, bool swiglu) {
+  const auto p = make_product(C, OC, 23 + static_cast<uint64_t>(C));
+  auto gain = upload<bf16>(randn(C, 5)), w = upload<bf16>(p->weight);
+  auto b = upload<Out>(to_dtype(p->bias, DType::bf16));
+  const int64_t width = swiglu ? OC / 2 : OC;
+  for (const int64_t M : {1, 3, 5, 16, 33}) {
+    auto x = upload<bf16>(first_rows(p->inp, M, C));
+    DeviceBuffer<bf16> normed(static_cast<size_t>(M * C));
+    DeviceBuffer<float> rstd(static_cast<size_t>(M));
+    jtok::cuda::rmsnorm_forward<bf16>(normed.get(), rstd.get(), x.get(), gain.get(), M, C, kEps, nullptr);
+    auto plain = upload<Out>(to_dtype(first_rows(p->out0, M, width), DType::bf16));
+    auto fused = upload<Out>(to_dtype(first_rows(p->out0, M, width), DType::bf16));
+    const jtok::cuda::RowNorm<bf16> norm{gain.get(), kEps};
+    if constexpr (std::is_same_v<Out, bf16>) {
+      if (swiglu) {
+        jtok::cuda::row_invariant_swiglu_mma(plain.get(), normed.get(), w.get(), M, C, width, nullptr);
+        jtok::cuda::row_invariant_swiglu_mma(fused.get(), x.get(), w.get(), M, C, width, nullptr, norm);
+      }
+    }
+    if (!swiglu) {
+      jtok::cuda::row_invariant_linear_mma<Out>(plain.get(), normed.get(), w.get(), b.get(), M, C, OC, true, nullptr);
+      jtok::cuda::row_invariant_linear_mma<Out>(fused.get(), x.get(), w.get(), b.get(), M, C, OC, true, nullptr, norm);
+    }
+    const std::vector<float> a = download(plain), f = download(fused);
+    ASSERT_EQ(0, std::memcmp(a.data(), f.data(), a.size() * sizeof(float)))
+        << (swiglu ? "swiglu" : "linear") << " M " << M << " C " << C << " OC " << OC << ", "
+        << (sizeof(Out) == 4 ? "fp32" : "bf16") << " out";
+  }
+}
+
+TEST(CudaRowInvariantMma, NormedIsTheNormThenTheProduct) {
+  for (const int64_t C : {1024, 336}) {
+    expect_mma_normed_bits<bf16>(C, 74, false);
+    expect_mma_normed_bits<bf16>(C, 74, true);
+    expect_mma_normed_bits<float>(C, 70, false);
   }
 }
 
