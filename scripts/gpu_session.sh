@@ -24,8 +24,9 @@
 #   rows       (not default; issue 40) the bundle's bench_cuda_host_rows on a carried shard:
 #              a step's table rows from HBM, in place from pinned host memory, staged (box 90 s)
 #   decode     (not default: its own device run, `--steps decode`; issue 40) bench/gpu_decode_peer.sh:
-#              `jtok bench-decode --device cuda` on the Qwen3-0.6B shape, dense and JTok-M (n_e 5,
-#              K 2, every layer; tables hbm / in place from RAM / staged), and the HF transformers
+#              `jtok bench-decode --device cuda` on the Qwen3-0.6B shape, dense (and dense int8, pdl,
+#              tensor-core products) and JTok-M (n_e 5, K 2, every layer; tables hbm / in place from
+#              RAM / staged), and the HF transformers
 #              peer, batch 1 and 16, prompt 512, 128 steps, a 4,096-token prefill (decode/: one JSON
 #              file a run, plan.txt, table.md; box 420 s, the script's --budget 390)
 #   beyond     (not default: its own device run, `--steps beyond`; issue 40) bench/gpu_decode_peer.sh
