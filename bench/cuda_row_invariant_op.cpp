@@ -9,7 +9,8 @@
 // (row_invariant_linear_q8: an int8 export's decode steps; q8_us, q8_gbs of its int8 bytes, and
 // q8_speedup = row_invariant_us / q8_us: whether int8 pays at that shape and M). And its tensor-core
 // twin (row_invariant_linear_mma: mma_us, mma_gbs, mma_speedup = row_invariant_us / mma_us: whether
-// the tensor cores keep a 16-row step weight streaming, and cost nothing at 1 row).
+// the tensor cores keep a 16-row step weight streaming, and cost nothing at 1 row; mma_normed_us
+// beside normed_us: its form with the norm inside, the decoder's q | k | v, gate | up and LM head).
 // Then an MoE decode step's routed experts at Qwen3-30B-A3B's shape (d 2048, F 768, 128 experts, 8 a
 // row; row r's slot j takes expert (r * 8 + j) * 37 mod 128: M 1 reads 8 experts, M 16 all 128):
 // row_invariant_expert_swiglu then _linear in bf16 against their int8 twins (experts_us,
@@ -89,9 +90,13 @@ double call_us(F f, int reps) {
   return 1e3 * jtok::bench::event_time_ms(f, reps);
 }
 
-// The product with the norm inside (RowNorm) and rmsnorm_forward then the product: microseconds each.
+// The product with the norm inside (RowNorm), rmsnorm_forward then the product, and the tensor cores'
+// product with the norm inside: microseconds each.
+struct NormedUs {
+  double normed, norm_then, mma_normed;
+};
 template <typename Out, typename W>
-std::pair<double, double> normed_pair_us(const Shape& s, int64_t M, const bf16* x, Out* out, W weight, int reps) {
+NormedUs normed_us(const Shape& s, int64_t M, const bf16* x, Out* out, W weight, int reps) {
   bf16* gain = device_randn(static_cast<size_t>(s.C), 3, 1.0f);
   bf16* xn = device_randn(static_cast<size_t>(M * s.C), 2, 1.0f);
   float* rstd = nullptr;
@@ -108,8 +113,13 @@ std::pair<double, double> normed_pair_us(const Shape& s, int64_t M, const bf16* 
         jtok::cuda::row_invariant_linear<bf16, Out>(out, xn, weight(i), nullptr, M, s.C, s.OC, false, nullptr);
       },
       reps);
+  const double mma_normed = call_us(
+      [&](int i) {
+        jtok::cuda::row_invariant_linear_mma<Out>(out, x, weight(i), nullptr, M, s.C, s.OC, false, nullptr, norm);
+      },
+      reps);
   for (void* p : {static_cast<void*>(gain), static_cast<void*>(xn), static_cast<void*>(rstd)}) cudaFree(p);
-  return {normed, norm_then};
+  return {normed, norm_then, mma_normed};
 }
 
 // One shape at M rows: bf16 out, or fp32 (the LM head's logits).
@@ -146,8 +156,9 @@ void run(jtok::cuda::Matmul& mm, const Shape& s, int64_t M, int reps) {
       s.name, static_cast<long long>(s.C), static_cast<long long>(s.OC), static_cast<long long>(M), ri,
       gb / (ri * 1e-6), lt, gb / (lt * 1e-6), q8, gb / 2 / (q8 * 1e-6), ri / q8, mma, gb / (mma * 1e-6), ri / mma);
   if (s.C == g_hidden) {
-    const auto [normed, norm_then] = normed_pair_us(s, M, x, out, weight, reps);
-    std::printf(", \"normed_us\": %.2f, \"norm_then_us\": %.2f", normed, norm_then);
+    const NormedUs n = normed_us(s, M, x, out, weight, reps);
+    std::printf(", \"normed_us\": %.2f, \"norm_then_us\": %.2f, \"mma_normed_us\": %.2f", n.normed, n.norm_then,
+                n.mma_normed);
   }
   std::printf("}\n");
   for (bf16* p : w) cudaFree(p);
