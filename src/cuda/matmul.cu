@@ -5,6 +5,8 @@
 //   linear forward   out (N,OC)  = inp (N,C) weight (OC,C)^T      gemm(NT): M N, N OC, K C
 //   backward dinp    dinp (N,C) += dout (N,OC) weight (OC,C)      gemm(NN): M N, N C, K OC
 //   backward dweight dW (OC,C)  += dout^T (OC,N) inp (N,C)        gemm(TN): M OC, N C, K N
+#include "cuda/matmul.h"
+
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -15,7 +17,6 @@
 #include "cuda/check.h"
 #include "cuda/cublaslt_api.h"
 #include "cuda/device.h"
-#include "cuda/matmul.h"
 #include "cuda/row_invariant_linear.h"
 #include "cuda/row_invariant_mma.h"
 
