@@ -115,13 +115,9 @@ void run_until_signal(jtok::HttpApi& api, const sigset_t& sigs, const std::funct
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&sigs, &sig);
-    if (!returned.load()) std::fprintf(stderr, "serve: signal %d, stopping\n", sig);
-    // The HTTP library drops a stop that lands between binding and listening (a signal right after
-    // start): repeat it until run() has returned.
-    while (!returned.load()) {
-      api.stop();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    if (returned.load()) return;  // woken below, after run() returned by itself (an error)
+    std::fprintf(stderr, "serve: signal %d, stopping\n", sig);
+    api.stop();
   });
   try {
     api.run(on_listening);

@@ -1,7 +1,8 @@
 // A lost device (jtok::DeviceLost: CUDA's sticky errors, cuda/check.h) in the serving engine and its
 // HTTP API, on the CPU decoder made to throw it at a chosen step: the running and queued requests end
 // with the message, no step runs after it, new requests are refused (the API's 503 device_lost), and
-// /health and /metrics say so; a request before the loss is served as usual.
+// /health and /metrics say so; a request before the loss is served as usual. And HttpApi::stop(),
+// which the loss watch shares: kept when it lands before the server listens.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -200,4 +201,31 @@ TEST(ServeDeviceLost, TheServerStopsAfterTheLossByDefault) {
   server.join();
   EXPECT_FALSE(cli.Get("/health"));  // nothing listens any more
   EXPECT_EQ(calls, 3);
+}
+
+// stop() lands wherever it is called: inside on_listen (bound, not yet listening: the HTTP library
+// drops a stop there) and before run() at all, run() still returns, within a bound.
+TEST(ServeStop, AStopBeforeTheServerListensIsKept) {
+  Model m = make_model(tiny_serve_config(), 4);
+  Engine e(m, batch_of_two(), make_cpu_decoder(m, false));
+  const Tokenizer tok = Tokenizer::load("gpt2", std::string(std::getenv("JTOK_ROOT")) + "/tests/data/bit_identity");
+  ServeOptions so;
+  so.port = 0;
+  so.http_threads = 2;
+  for (const bool before_run : {false, true}) {
+    HttpApi api(e, tok, so);
+    if (before_run) api.stop();
+    std::promise<void> ended;
+    std::thread server([&] {
+      api.run([&](int) { api.stop(); });
+      ended.set_value();
+    });
+    const bool returned = ended.get_future().wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+    EXPECT_TRUE(returned) << "run() still serves 10 s after stop()" << (before_run ? " (before run)" : "");
+    if (!returned) {  // a server thread that never returns: no join to hang on
+      std::fflush(nullptr);
+      std::quick_exit(1);
+    }
+    server.join();
+  }
 }

@@ -122,12 +122,6 @@ std::string Engine::device_lost() const {
   return lost_;
 }
 
-std::string Engine::wait_device_lost(std::chrono::milliseconds most) const {
-  std::unique_lock<std::mutex> lk(mu_);
-  lost_cv_.wait_for(lk, most, [&] { return !lost_.empty(); });
-  return lost_;
-}
-
 void Engine::lose_device(const std::string& why) {
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -139,7 +133,6 @@ void Engine::lose_device(const std::string& why) {
                "step runs on it again\n",
                why.c_str());
   cv_.notify_all();
-  lost_cv_.notify_all();
 }
 
 void Engine::end_after_loss() {

@@ -22,7 +22,6 @@
 // scheduler thread alone; a sequence is a decoder handle, closed when the sequence ends.
 #pragma once
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -180,8 +179,6 @@ class Engine {
   // the scheduler runs no step, the queued, prefilling and running requests end with "error" and
   // that message, and submit_choices throws DeviceLost (the server answers 503).
   std::string device_lost() const;
-  // Blocks until the device is lost (returns device_lost()) or `most` has passed (returns "").
-  std::string wait_device_lost(std::chrono::milliseconds most) const;
   // While paused, the scheduler admits nothing and runs no step (requests still queue). Between
   // steps only: a step under way finishes first.
   void pause(bool on);
@@ -261,7 +258,6 @@ class Engine {
   std::unique_ptr<PrefixCache> prefix_;  // before the sequences: they release their blocks into it
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  mutable std::condition_variable lost_cv_;  // wait_device_lost's: told once, when lost_ is set
   std::deque<Active> waiting_;
   std::vector<std::unique_ptr<Active>> active_;
   std::deque<std::unique_ptr<Active>> prefilling_;  // admitted, prompt not fully in the cache; the scheduler's

@@ -132,6 +132,7 @@ struct HttpApi::Impl {
   EncodeThread encoder{tok};
   std::atomic<int64_t> next_id{1};
   std::atomic<int64_t> streams_open{0};
+  std::atomic<bool> stop_asked{false};  // stop() was called: run()'s Stopper stops the server
   std::mutex metrics_mu;
   std::map<std::pair<std::string, int>, int64_t> responses;  // (route, status) -> count
   std::vector<double> latency_bounds{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
@@ -329,34 +330,29 @@ HttpApi::~HttpApi() = default;
 
 namespace {
 
-// With exit_on_device_loss, while the server listens: a thread that stops it once the engine's device
-// is lost. The requests the loss cut have their answers first (stop() lets the handlers under way
-// finish); run() then throws. A stop that lands before the server listens is dropped by the HTTP
-// library, so it is repeated until the server has returned.
-class LossWatch {
+// While run() serves: a thread that stops the server once stop() was called or, with watch_loss, once
+// the engine's device is lost (the requests the loss cut have their answers first: svr.stop() lets
+// the handlers under way finish). The HTTP library drops a stop that lands before the server listens,
+// so it is repeated every 20 ms until the server has returned.
+class Stopper {
  public:
-  LossWatch(const Engine& engine, httplib::Server& svr, bool on) {
-    if (!on) return;
-    thread_ = std::thread([this, &engine, &svr] {
-      while (!done_.load()) {
-        if (engine.wait_device_lost(std::chrono::milliseconds(200)).empty()) continue;
-        while (!done_.load()) {
-          svr.stop();
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-      }
-    });
-  }
-  ~LossWatch() {
+  Stopper(const Engine& engine, httplib::Server& svr, const std::atomic<bool>& stop_asked, bool watch_loss)
+      : thread_([this, &engine, &svr, &stop_asked, watch_loss] {
+          while (!done_.load()) {
+            if (stop_asked.load() || (watch_loss && !engine.device_lost().empty())) svr.stop();
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
+        }) {}
+  ~Stopper() {
     done_ = true;
-    if (thread_.joinable()) thread_.join();
+    thread_.join();
   }
-  LossWatch(const LossWatch&) = delete;
-  LossWatch& operator=(const LossWatch&) = delete;
+  Stopper(const Stopper&) = delete;
+  Stopper& operator=(const Stopper&) = delete;
 
  private:
   std::atomic<bool> done_{false};
-  std::thread thread_;
+  std::thread thread_;  // last: starts once done_ is made
 };
 
 }  // namespace
@@ -373,7 +369,7 @@ void HttpApi::run(const std::function<void(int)>& on_listen) {
   if (on_listen) on_listen(port);
   bool listened = false;
   {
-    LossWatch watch(impl_->engine, s, impl_->opt.exit_on_device_loss);
+    Stopper stopper(impl_->engine, s, impl_->stop_asked, impl_->opt.exit_on_device_loss);
     listened = s.listen_after_bind();
   }
   const std::string lost = impl_->engine.device_lost();
@@ -384,6 +380,9 @@ void HttpApi::run(const std::function<void(int)>& on_listen) {
   if (!listened) fail("the HTTP server on ", impl_->opt.host, ":", port, " stopped with an error");
 }
 
-void HttpApi::stop() { impl_->svr.stop(); }
+void HttpApi::stop() {
+  impl_->stop_asked = true;
+  impl_->svr.stop();
+}
 
 }  // namespace jtok

@@ -41,6 +41,8 @@ class HttpApi {
   // exit_on_device_loss until the engine's device is lost: then it throws DeviceLost once the requests
   // the loss cut have their answers.
   void run(const std::function<void(int)>& on_listen);
+  // From any thread, at any time (before run(), inside on_listen, while serving): run() returns within
+  // ~20 ms of it, once the handlers under way have answered. Does not wait.
   void stop();
 
  private:
