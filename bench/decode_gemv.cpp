@@ -7,14 +7,15 @@
 // per_row), interleaved rounds so load drifts hit all eight. Prints the median ms per step and the
 // weight bytes read per second.
 // Not built by CMake; run by hand:
-//   g++ -O3 -march=native -std=c++20 -fopenmp -Isrc bench/decode_gemv.cpp build/libjtok_lib.a -ldnnl -o build/decode_gemv
-//   OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1 build/decode_gemv [N] [rounds]
+//   g++ -O3 -march=native -std=c++20 -fopenmp -Isrc bench/decode_gemv.cpp build/libjtok_lib.a -ldnnl -o
+//   build/decode_gemv OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1 build/decode_gemv [N] [rounds]
 // With one thread the time is the process's CPU time (robust to other jobs taking the core, not to
 // their memory traffic); with more, wall time.
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -51,6 +52,44 @@ struct Mat {
   }
 };
 
+// A step's activations: x is the input of every product (gate's width, so down reads it too).
+struct Bufs {
+  std::vector<float> x, q, k, v, h, g, u, y;
+  Bufs(int64_t N, int64_t d, int64_t F, int64_t V)
+      : x(N * F, 0.1f), q(N * d), k(N * d), v(N * d), h(N * d), g(N * F), u(N * F), y(N * V) {
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37 * i);
+  }
+};
+
+// One step's products by lowp_gemm alone (q, k, v one call each).
+void step_lowp_gemm(const std::vector<Mat>& m, Dtype dt, Bufs& b, int64_t N, int64_t L) {
+  for (int64_t l = 0; l < L; ++l) {
+    const Mat* w = &m[7 * l];
+    lowp_gemm(b.q.data(), b.x.data(), w[0].view(dt), N, false);
+    lowp_gemm(b.k.data(), b.x.data(), w[1].view(dt), N, false);
+    lowp_gemm(b.v.data(), b.x.data(), w[2].view(dt), N, false);
+    lowp_gemm(b.h.data(), b.q.data(), w[3].view(dt), N, true);
+    lowp_gemm(b.g.data(), b.x.data(), w[4].view(dt), N, false);
+    lowp_gemm(b.u.data(), b.x.data(), w[5].view(dt), N, false);
+    lowp_gemm(b.h.data(), b.g.data(), w[6].view(dt), N, true);
+  }
+  lowp_gemm(b.y.data(), b.x.data(), m.back().view(dt), N, false);
+}
+
+// One step's products as the decoder makes them (q | k | v and gate | up as multis).
+void step_linear(const std::vector<Mat>& m, Dtype dt, RowKernel rk, Bufs& b, int64_t N, int64_t L) {
+  for (int64_t l = 0; l < L; ++l) {
+    const Mat* w = &m[7 * l];
+    const LinearOut qkv[3] = {{b.q.data(), w[0].view(dt)}, {b.k.data(), w[1].view(dt)}, {b.v.data(), w[2].view(dt)}};
+    linear_forward_lowp_multi(qkv, 3, b.x.data(), N, rk);
+    linear_forward_lowp(b.h.data(), b.q.data(), w[3].view(dt), N, true, rk);
+    const LinearOut gu[2] = {{b.g.data(), w[4].view(dt)}, {b.u.data(), w[5].view(dt)}};
+    linear_forward_lowp_multi(gu, 2, b.x.data(), N, rk);
+    linear_forward_lowp(b.h.data(), b.g.data(), w[6].view(dt), N, true, rk);
+  }
+  linear_forward_lowp(b.y.data(), b.x.data(), m.back().view(dt), N, false, rk);
+}
+
 int main(int argc, char** argv) {
   const int64_t N = argc > 1 ? std::atoll(argv[1]) : 1;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 9;
@@ -68,8 +107,7 @@ int main(int argc, char** argv) {
   m.emplace_back(V, d, rng);
   double params = 0;
   for (auto& x : m) params += static_cast<double>(x.R) * x.C;
-  std::vector<float> x(N * F, 0.1f), q(N * d), k(N * d), v(N * d), h(N * d), g(N * F), u(N * F), y(N * V);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37 * i);
+  Bufs b(N, d, F, V);
   const Dtype dts[3] = {Dtype::f32, Dtype::bf16, Dtype::int8};
   const RowKernel rks[2] = {RowKernel::fastest, RowKernel::per_row};
   constexpr int K = 8;  // f32, bf16, int8 fastest; the same per_row; bf16, int8 by lowp_gemm
@@ -77,34 +115,12 @@ int main(int argc, char** argv) {
   for (int r = 0; r <= rounds; ++r)
     for (int k6 = 0; k6 < K; ++k6) {
       const Dtype dt = k6 < 6 ? dts[k6 % 3] : dts[k6 - 5];
-      const RowKernel rk = rks[(k6 / 3) % 2];
       if (k6 >= 6 && !lowp_gemm_enabled(dt)) continue;
       const double t0 = now(cpu);
-      if (k6 >= 6) {  // every matrix by lowp_gemm (q, k, v one call each)
-        for (int64_t l = 0; l < L; ++l) {
-          const Mat* w = &m[7 * l];
-          lowp_gemm(q.data(), x.data(), w[0].view(dt), N, false);
-          lowp_gemm(k.data(), x.data(), w[1].view(dt), N, false);
-          lowp_gemm(v.data(), x.data(), w[2].view(dt), N, false);
-          lowp_gemm(h.data(), q.data(), w[3].view(dt), N, true);
-          lowp_gemm(g.data(), x.data(), w[4].view(dt), N, false);
-          lowp_gemm(u.data(), x.data(), w[5].view(dt), N, false);
-          lowp_gemm(h.data(), g.data(), w[6].view(dt), N, true);
-        }
-        lowp_gemm(y.data(), x.data(), m.back().view(dt), N, false);
-        if (r > 0) t[k6].push_back(now(cpu) - t0);
-        continue;
-      }
-      for (int64_t l = 0; l < L; ++l) {
-        const Mat* w = &m[7 * l];
-        const LinearOut qkv[3] = {{q.data(), w[0].view(dt)}, {k.data(), w[1].view(dt)}, {v.data(), w[2].view(dt)}};
-        linear_forward_lowp_multi(qkv, 3, x.data(), N, rk);
-        linear_forward_lowp(h.data(), q.data(), w[3].view(dt), N, true, rk);
-        const LinearOut gu[2] = {{g.data(), w[4].view(dt)}, {u.data(), w[5].view(dt)}};
-        linear_forward_lowp_multi(gu, 2, x.data(), N, rk);
-        linear_forward_lowp(h.data(), g.data(), w[6].view(dt), N, true, rk);
-      }
-      linear_forward_lowp(y.data(), x.data(), m.back().view(dt), N, false, rk);
+      if (k6 >= 6)
+        step_lowp_gemm(m, dt, b, N, L);
+      else
+        step_linear(m, dt, rks[(k6 / 3) % 2], b, N, L);
       if (r > 0) t[k6].push_back(now(cpu) - t0);  // round 0 warms up
     }
   std::printf("decode_gemv: N %ld, %d threads (%s time), %.1f M weights per step\n", static_cast<long>(N),
@@ -115,7 +131,9 @@ int main(int argc, char** argv) {
     const double med = t[k6][t[k6].size() / 2];
     const Dtype dt = k6 < 6 ? dts[k6 % 3] : dts[k6 - 5];
     std::printf("  %-5s %-9s %8.2f ms/step (min %.2f)  %6.1f GB/s of weights\n", dtype_name(dt),
-                k6 < 3 ? "fastest" : k6 < 6 ? "per_row" : "lowp_gemm", med * 1e3, t[k6][0] * 1e3,
-                params * dtype_bytes(dt) / med / 1e9);
+                k6 < 3   ? "fastest"
+                : k6 < 6 ? "per_row"
+                         : "lowp_gemm",
+                med * 1e3, t[k6][0] * 1e3, params * dtype_bytes(dt) / med / 1e9);
   }
 }
