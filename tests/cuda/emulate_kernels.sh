@@ -8,6 +8,7 @@
 #   bash tests/cuda/emulate_kernels.sh --gtest_filter='*'    # every case (~15 min)
 #   bash tests/cuda/emulate_kernels.sh --gtest_filter='*Rmsnorm*'
 #   EMU_ORDER=reverse bash tests/cuda/emulate_kernels.sh --gtest_filter='*Attention*'  # threads last first
+#   EMU_STREAMS=lazy bash tests/cuda/emulate_kernels.sh --gtest_filter='*Staged*'   # stream work run when awaited
 #   EMU_SANITIZE=1 bash tests/cuda/emulate_kernels.sh        # under ASan + UBSan
 #   EMU_KEEP=/tmp/emu bash tests/cuda/emulate_kernels.sh --gtest_list_tests   # keep the binary
 #   EMU_JTOK=/tmp/jtok-emu bash tests/cuda/emulate_kernels.sh --gtest_filter=-'*'  # jtok --device cuda
@@ -78,7 +79,7 @@ for k in $KERNELS; do
   dev+=("$T/$k.cpp")
 done
 for f in $HOST; do dev+=("$ROOT/$f"); done
-dev+=("$EMU/emu_sched.cpp" "$EMU/fake_cublaslt.cpp" "$EMU/emu_streams.cpp")
+dev+=("$EMU/emu_sched.cpp" "$EMU/fake_cublaslt.cpp" "$EMU/emu_streams.cpp" "$EMU/emu_memory.cpp")
 for f in $GPU_TESTS; do cases+=("$ROOT/$f"); done
 cases+=("$EMU"/*_test.cpp)
 { for f in "${dev[@]}"; do echo "dev $f $FLAGS"; done; for f in "${cases[@]}"; do echo "cases $f $CASE_FLAGS"; done; } |
@@ -136,13 +137,16 @@ print(f"emulated benches: bench_cuda_attention 1 line, bench_cuda_host_rows {len
 PY
 }
 # The CI set in both thread orders (EMU_ORDER, emu_sched.cpp: a block's threads and a grid's blocks
-# first to last, then last to first), each case's copies to the host hashed (EMU_DIGEST,
-# emu/emu_digest_test.cpp): a case whose bits depend on the order (a missing barrier, floats added
-# in arrival order) fails here, named. The GPU fixes neither order.
+# first to last, then last to first), the second with its streams lazy (EMU_STREAMS, emu_streams.cpp:
+# work runs when something waits for it, not when submitted), each case's copies to the host hashed
+# (EMU_DIGEST, emu/emu_digest_test.cpp): a case whose bits depend on the order (a missing barrier,
+# floats added in arrival order, a missing wait between streams) fails here, named. The GPU fixes
+# none of these orders.
 run_both_orders() {
   OMP_NUM_THREADS=1 EMU_DIGEST="$T/forward.txt" "$T/emulated" --gtest_filter="$1"
-  OMP_NUM_THREADS=1 EMU_ORDER=reverse EMU_DIGEST="$T/reverse.txt" "$T/emulated" --gtest_filter="$1" > "$T/reverse.log" ||
-    { cat "$T/reverse.log"; echo "emulate_kernels.sh: the CI set fails with threads and blocks in reverse order" >&2; exit 1; }
+  OMP_NUM_THREADS=1 EMU_ORDER=reverse EMU_STREAMS=lazy EMU_DIGEST="$T/reverse.txt" "$T/emulated" --gtest_filter="$1" \
+    > "$T/reverse.log" ||
+    { cat "$T/reverse.log"; echo "emulate_kernels.sh: the CI set fails with threads and blocks in reverse order and streams lazy" >&2; exit 1; }
   python3 - "$T/forward.txt" "$T/reverse.txt" <<'PY'
 import sys
 fwd, rev = (dict(l.split() for l in open(p)) for p in sys.argv[1:])
@@ -150,8 +154,9 @@ differ = sorted(k for k in fwd if fwd[k] != rev.get(k))
 assert fwd.keys() == rev.keys() and fwd, (len(fwd), len(rev))
 if differ:
     sys.exit("emulate_kernels.sh: these cases copy other bits to the host when threads and blocks run in reverse "
-             "order (a race, or floats summed in arrival order):\n  " + "\n  ".join(differ))
-print(f"thread and block order: the same bits both ways in all {len(fwd)} cases")
+             "order and streams lazy (a race, floats summed in arrival order, or a missing wait between "
+             "streams):\n  " + "\n  ".join(differ))
+print(f"thread and block order, streams at once and lazy: the same bits both ways in all {len(fwd)} cases")
 PY
 }
 if [ $# -gt 0 ]; then

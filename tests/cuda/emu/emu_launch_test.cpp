@@ -15,6 +15,7 @@ int launch_and_count(unsigned threads, unsigned bound, cudaError_t& error) {
   int n = 0;
   ::emu::launch(::emu::config(1, threads).bounded(bound), "count_threads", count_threads, &n);
   error = cudaGetLastError();
+  cudaDeviceSynchronize();  // with EMU_STREAMS=lazy the launch runs here
   return n;
 }
 

@@ -1,4 +1,5 @@
-// The CUDA runtime's memory, streams, events and graphs on the CPU (tests/cuda/emu/include/emu_runtime.h).
+// The CUDA runtime's streams, events and graphs on the CPU (tests/cuda/emu/include/emu_runtime.h;
+// memory and copies: emu_memory.cpp).
 // Work runs when submitted, except on a stream that is capturing: then it is recorded, as a graph
 // node is, with the launch arguments of that moment, and runs at every cudaGraphLaunch. A capture
 // follows the device's rules that the decoder's graphs depend on:
@@ -10,10 +11,19 @@
 //     global or thread-local capture: cudaErrorStreamCaptureUnsupported;
 // each of which invalidates the capture: cudaStreamEndCapture then gives no graph and
 // cudaErrorStreamCaptureInvalidated. The emulation is single-threaded: "this thread" is the process.
+// EMU_STREAMS=lazy: work on any stream (the legacy one too) is queued and runs only when something
+// waits for it (a synchronize, an event waited for or synchronized, a synchronous copy behind the
+// legacy stream's barrier with the blocking streams, a copy to pageable memory, cudaFree), as late
+// as a GPU may run it. So a kernel
+// that reads what another stream writes without waiting for it reads the old bytes, and a host that
+// refills a pinned buffer before the copy reading it has run sends the new ones: the missing
+// dependency changes the case's bits, where the eager order hides it.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -49,28 +59,87 @@ struct Capture {
 
 }  // namespace
 
+// EMU_STREAMS=lazy's queue entry: work, or a wait for stream `stream`'s first `upto` entries.
+struct Queued {
+  Work work;
+  long stream = 0, upto = 0;
+};
+
 struct CUstream_st {
   unsigned flags = 0;
   std::shared_ptr<Capture> capture;  // the capture it is part of, if any
+  long id = 0;                       // EMU_STREAMS=lazy: its key in g_streams (never reused)
+  std::deque<Queued> queue;          // submitted, not yet run
+  long submitted = 0, ran = 0;       // entries ever queued; run
+};
+// When an event's record ran. Each record has its own, shared with the work that sets it, so a
+// record still queued (EMU_STREAMS=lazy) or in a graph outlives a cudaEventDestroy, as on the GPU.
+struct EventMark {
+  bool recorded = false;
+  Clock::time_point at{};
 };
 struct CUevent_st {
   unsigned flags = 0;
-  bool recorded = false;
-  Clock::time_point at{};
+  std::shared_ptr<EventMark> mark = std::make_shared<EventMark>();  // the latest record's
   std::shared_ptr<Capture> capture;  // recorded during this capture: a node of it
   cudaStream_t stream = nullptr;     // where it was recorded, with the work that stream had by then
   long work = 0;
+  long lazy_stream = -1, lazy_upto = 0;  // EMU_STREAMS=lazy: recorded after that stream's first upto entries
 };
 
 namespace {
 
 std::set<std::shared_ptr<Capture>> g_captures;  // active captures
 
-struct Registered {
-  size_t bytes;
-};
-std::map<uintptr_t, Registered> g_registered;  // host ranges by first byte
-std::map<uintptr_t, Registered> g_device, g_pinned;  // cudaMalloc's and cudaHostAlloc's allocations
+bool g_lazy = [] {
+  const char* v = std::getenv("EMU_STREAMS");
+  return v && std::strcmp(v, "lazy") == 0;
+}();
+CUstream_st g_legacy;                                    // the legacy (null) stream's queue, id 0
+std::map<long, cudaStream_t> g_streams{{0, &g_legacy}};  // its and the live created streams' by id
+long g_next_stream = 1;
+cudaStream_t queue_of(cudaStream_t s) { return s ? s : &g_legacy; }
+
+// Runs stream id's queue until its first `upto` entries have run (a destroyed stream ran them all).
+void run_until(long id, long upto) {
+  auto it = g_streams.find(id);
+  if (it == g_streams.end()) return;
+  cudaStream_t s = it->second;
+  while (s->ran < upto && !s->queue.empty()) {
+    Queued q = std::move(s->queue.front());
+    s->queue.pop_front();
+    if (q.work)
+      q.work();
+    else
+      run_until(q.stream, q.upto);
+    ++s->ran;
+  }
+}
+void run_all(cudaStream_t s) { run_until(s->id, s->submitted); }
+// Queues work on s (the legacy stream: null) behind the legacy stream's barrier: legacy work after
+// every blocking stream's work so far, a blocking stream's after the legacy stream's so far.
+void enqueue(cudaStream_t s, Work work) {
+  cudaStream_t q = queue_of(s);
+  auto wait_for = [q](cudaStream_t other) {
+    if (other->ran == other->submitted) return;
+    q->queue.push_back({Work{}, other->id, other->submitted});
+    ++q->submitted;
+  };
+  if (!s)
+    for (const auto& [id, b] : g_streams)
+      if (id != 0 && !(b->flags & cudaStreamNonBlocking)) wait_for(b);
+  if (s && !(s->flags & cudaStreamNonBlocking)) wait_for(&g_legacy);
+  q->queue.push_back({std::move(work)});
+  ++q->submitted;
+}
+// Every stream's queue (blocking_only: the legacy stream's and those it waits for, not
+// cudaStreamNonBlocking's: a synchronous cudaMemcpy or cudaMemset).
+void drain(bool blocking_only) {
+  std::vector<cudaStream_t> all;
+  for (const auto& [id, s] : g_streams)
+    if (!blocking_only || !(s->flags & cudaStreamNonBlocking)) all.push_back(s);
+  for (cudaStream_t s : all) run_all(s);
+}
 
 void invalidate_all() {
   for (const auto& c : g_captures) c->invalid = true;
@@ -82,56 +151,21 @@ bool forbids_blocking() {
   return false;
 }
 
-// The range of `ranges` holding p, or end().
-std::map<uintptr_t, Registered>::iterator range_at(std::map<uintptr_t, Registered>& ranges, const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  auto it = ranges.upper_bound(a);
-  if (it == ranges.begin()) return ranges.end();
-  --it;
-  return a < it->first + it->second.bytes ? it : ranges.end();
-}
-std::map<uintptr_t, Registered>::iterator registered_at(const void* p) { return range_at(g_registered, p); }
-
-cudaError_t allocate(void** p, size_t n, std::map<uintptr_t, Registered>& ranges) {
-  if (const cudaError_t e = emu::blocking_call()) return e;
-  if (posix_memalign(p, 256, n ? n : 1) != 0) return cudaErrorMemoryAllocation;
-  // Never written yet: all ones (NaN as floats, -1 as ints), the same on every run. Neither cudaMalloc
-  // nor cudaMallocHost clears memory; a kernel that reads what nothing wrote reads NaN here.
-  std::memset(*p, 0xff, n ? n : 1);
-  ranges[reinterpret_cast<uintptr_t>(*p)] = {n ? n : 1};
-  return cudaSuccess;
-}
-cudaError_t release(void* p, std::map<uintptr_t, Registered>& ranges) {
-  if (const cudaError_t e = emu::blocking_call()) return e;
-  if (!p) return cudaSuccess;
-  if (ranges.erase(reinterpret_cast<uintptr_t>(p)) == 0) return cudaErrorInvalidValue;
-  std::free(p);
-  return cudaSuccess;
-}
-
-uint64_t g_copy_digest = 0;
-// A copy of n bytes to d: hashed where d is not device memory (FNV-1a over 8-byte words).
-void note_copy(const void* d, size_t n) {
-  if (range_at(g_device, d) != g_device.end()) return;
-  const auto* p = static_cast<const unsigned char*>(d);
-  uint64_t h = g_copy_digest ^ n;
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t w = 0;
-    std::memcpy(&w, p + i, std::min<size_t>(8, n - i));
-    h = (h ^ w) * 0x100000001b3ull;
-  }
-  g_copy_digest = h;
-  static const bool trace = std::getenv("EMU_DIGEST_TRACE") != nullptr;
-  if (trace) std::fprintf(stderr, "cuda emulation: %zu bytes to the host, digest %016llx\n", n,
-                          static_cast<unsigned long long>(h));
-}
-
 }  // namespace
 
 namespace emu {
 
-uint64_t host_copy_digest() { return g_copy_digest; }
-void reset_host_copy_digest() { g_copy_digest = 0; }
+bool lazy_streams() { return g_lazy; }
+void drain_streams(bool blocking_only) { drain(blocking_only); }
+void run_stream(cudaStream_t s) { run_all(queue_of(s)); }
+bool capturing(cudaStream_t s) { return s && s->capture; }
+
+bool set_lazy_streams(bool lazy) {
+  drain(false);  // what is queued runs before the mode changes
+  const bool was = g_lazy;
+  g_lazy = lazy;
+  return was;
+}
 
 cudaError_t submit(cudaStream_t s, Work work, bool kernel) {
   if (s && s->capture) {
@@ -147,6 +181,10 @@ cudaError_t submit(cudaStream_t s, Work work, bool kernel) {
     invalidate_all();
     return cudaErrorStreamCaptureImplicit;
   }
+  if (g_lazy) {
+    enqueue(s, std::move(work));
+    return cudaSuccess;
+  }
   work();
   return cudaSuccess;
 }
@@ -161,89 +199,27 @@ cudaError_t blocking_call(cudaStream_t s) {
 
 }  // namespace emu
 
-cudaError_t cudaMalloc(void** p, size_t n) { return allocate(p, n, g_device); }
-cudaError_t cudaFree(void* p) { return release(p, g_device); }
-cudaError_t cudaMallocHost(void** p, size_t n) { return allocate(p, n, g_pinned); }
-cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) { return allocate(p, n, g_pinned); }
-cudaError_t cudaFreeHost(void* p) { return release(p, g_pinned); }
-cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
-  *a = {};
-  void* q = const_cast<void*>(p);
-  if (range_at(g_device, p) != g_device.end()) {
-    a->type = cudaMemoryTypeDevice;
-    a->devicePointer = q;
-  } else if (range_at(g_pinned, p) != g_pinned.end() || registered_at(p) != g_registered.end()) {
-    a->type = cudaMemoryTypeHost;
-    a->devicePointer = a->hostPointer = q;
-  } else {
-    a->hostPointer = q;
-  }
-  return cudaSuccess;
-}
-
-cudaError_t cudaHostRegister(void* p, size_t n, unsigned) {
-  if (const cudaError_t e = emu::blocking_call()) return e;
-  if (!p || n == 0) return cudaErrorInvalidValue;
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  auto next = g_registered.lower_bound(a);
-  if (registered_at(p) != g_registered.end() || (next != g_registered.end() && next->first < a + n))
-    return cudaErrorHostMemoryAlreadyRegistered;
-  g_registered[a] = {n};
-  return cudaSuccess;
-}
-cudaError_t cudaHostUnregister(void* p) {
-  if (const cudaError_t e = emu::blocking_call()) return e;
-  auto it = g_registered.find(reinterpret_cast<uintptr_t>(p));
-  if (it == g_registered.end()) return cudaErrorHostMemoryNotRegistered;
-  g_registered.erase(it);
-  return cudaSuccess;
-}
-cudaError_t cudaHostGetDevicePointer(void** d, void* host, unsigned flags) {
-  if (flags != 0 || registered_at(host) == g_registered.end()) return cudaErrorInvalidValue;
-  *d = host;  // mapped memory: the device reads the host's bytes
-  return cudaSuccess;
-}
-
-cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
-  if (const cudaError_t e = emu::blocking_call()) return e;
-  if (n) std::memmove(d, s, n);
-  note_copy(d, n);
-  return cudaSuccess;
-}
-cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t st) {
-  return emu::submit(st, [=] {
-    if (n) std::memmove(d, s, n);
-    note_copy(d, n);
-  });
-}
-cudaError_t cudaMemcpy2DAsync(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h, cudaMemcpyKind,
-                              cudaStream_t st) {
-  return emu::submit(st, [=] {
-    for (size_t r = 0; r < h; ++r) {
-      std::memmove(static_cast<char*>(d) + r * dp, static_cast<const char*>(s) + r * sp, w);
-      note_copy(static_cast<char*>(d) + r * dp, w);
-    }
-  });
-}
-cudaError_t cudaMemset(void* p, int v, size_t n) {
-  if (const cudaError_t e = emu::blocking_call()) return e;
-  if (n) std::memset(p, v, n);
-  return cudaSuccess;
-}
-cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st) {
-  return emu::submit(st, [=] {
-    if (n) std::memset(p, v, n);
-  });
-}
 cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* data) {
   return emu::submit(s, [=] { fn(data); });
 }
 
-cudaError_t cudaDeviceSynchronize() { return emu::blocking_call(); }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) { return emu::blocking_call(s); }
+cudaError_t cudaDeviceSynchronize() {
+  if (const cudaError_t e = emu::blocking_call()) return e;
+  if (g_lazy) drain(false);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  if (const cudaError_t e = emu::blocking_call(s)) return e;
+  if (!g_lazy) return cudaSuccess;
+  run_all(queue_of(s));
+  return cudaSuccess;
+}
 cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
-  *s = new CUstream_st{flags, nullptr};
+  *s = new CUstream_st;
+  (*s)->flags = flags;
+  (*s)->id = g_next_stream++;
+  g_streams[(*s)->id] = *s;
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
@@ -252,6 +228,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     s->capture->invalid = true;
     s->capture->work.erase(s);
   }
+  run_all(s);  // its queued work still runs (EMU_STREAMS=lazy)
+  g_streams.erase(s->id);
   delete s;
   return cudaSuccess;
 }
@@ -268,20 +246,32 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (!e) return cudaErrorInvalidResourceHandle;
-  const cudaError_t r = emu::submit(s, [e] {
-    e->recorded = true;
-    e->at = Clock::now();
+  auto mark = std::make_shared<EventMark>();
+  const cudaError_t r = emu::submit(s, [mark] {
+    mark->recorded = true;
+    mark->at = Clock::now();
   });
   if (r != cudaSuccess) return r;
+  e->mark = mark;
   e->capture = s ? s->capture : nullptr;
   e->stream = s;
   e->work = e->capture ? e->capture->work[s] : 0;
+  const bool queued = g_lazy && !e->capture;
+  e->lazy_stream = queued ? queue_of(s)->id : -1;
+  e->lazy_upto = queued ? queue_of(s)->submitted : 0;
   return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   if (!e) return cudaErrorInvalidResourceHandle;
-  if (!e->capture) {  // an event of finished work
+  if (!e->capture) {  // an event of work outside a capture: finished, or queued (EMU_STREAMS=lazy)
     if (s && s->capture && s->capture->invalid) return cudaErrorStreamCaptureInvalidated;
+    if (e->lazy_stream >= 0 && !(s && s->capture)) {
+      cudaStream_t q = queue_of(s);
+      q->queue.push_back({Work{}, e->lazy_stream, e->lazy_upto});
+      ++q->submitted;
+    } else if (e->lazy_stream >= 0) {  // a capture: the event's work first
+      run_until(e->lazy_stream, e->lazy_upto);
+    }
     return cudaSuccess;
   }
   Capture& c = *e->capture;
@@ -300,13 +290,15 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (!e) return cudaErrorInvalidResourceHandle;
-  return emu::blocking_call(e->capture ? e->stream : nullptr);
+  if (const cudaError_t r = emu::blocking_call(e->capture ? e->stream : nullptr)) return r;
+  if (e->lazy_stream >= 0) run_until(e->lazy_stream, e->lazy_upto);
+  return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   if (!a || !b || (a->flags & cudaEventDisableTiming) || (b->flags & cudaEventDisableTiming))
     return cudaErrorInvalidResourceHandle;
-  if (!a->recorded || !b->recorded) return cudaErrorInvalidResourceHandle;
-  *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
+  if (!a->mark->recorded || !b->mark->recorded) return cudaErrorInvalidResourceHandle;
+  *ms = std::chrono::duration<float, std::milli>(b->mark->at - a->mark->at).count();
   return cudaSuccess;
 }
 
@@ -388,39 +380,3 @@ cudaError_t cudaGraphAddDependencies(cudaGraph_t, const cudaGraphNode_t*, const 
 }
 cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t, cudaKernelNodeParams*) { return cudaErrorNotSupported; }
 cudaError_t cudaFuncGetName(const char**, const void*) { return cudaErrorNotSupported; }
-
-cudaError_t cudaGetDeviceCount(int* n) {
-  *n = 1;
-  return cudaSuccess;
-}
-cudaError_t cudaGetDevice(int* d) {
-  *d = 0;
-  return cudaSuccess;
-}
-cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
-  if (d != 0) return cudaErrorInvalidValue;
-  *p = {};
-  std::snprintf(p->name, sizeof p->name, "emulated sm_90 on the CPU");
-  p->totalGlobalMem = size_t{80} << 30;
-  p->multiProcessorCount = 132;
-  p->major = 9;
-  p->minor = 0;
-  return cudaSuccess;
-}
-cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int d) {
-  if (d != 0) return cudaErrorInvalidValue;
-  *v = a == cudaDevAttrClockRate ? 1980000 : 1;
-  return cudaSuccess;
-}
-cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
-  *free_bytes = *total_bytes = size_t{80} << 30;
-  return cudaSuccess;
-}
-cudaError_t cudaDriverGetVersion(int* v) {
-  *v = 13000;
-  return cudaSuccess;
-}
-cudaError_t cudaRuntimeGetVersion(int* v) {
-  *v = 13000;
-  return cudaSuccess;
-}

@@ -95,6 +95,8 @@ const char* cublasLtGetStatusString(cublasStatus_t s) {
     case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED (emulated)";
     case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE (emulated)";
     case CUBLAS_STATUS_MISALIGNED: return "an operand less aligned than its algorithm (emulated)";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED (emulated)";
     case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED (emulated)";
   }
   return "unknown cuBLAS status (emulated)";
@@ -167,20 +169,13 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* alpha, const void* A,
-                              cublasLtMatrixLayout_t a, const void* B, cublasLtMatrixLayout_t b, const void* beta,
-                              const void* C, cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t dl,
-                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
-                              CUstream_st*) {
-  if (!h || !alpha || !beta || !algo || !A || !B || !D) return CUBLAS_STATUS_INVALID_VALUE;
-  if (const cublasStatus_t st = check_problem(d, a, b, c, dl); st != CUBLAS_STATUS_SUCCESS) return st;
-  const void* ptrs[4] = {A, B, C, D};
-  for (int i = 0; i < 4; ++i)
-    if (ptrs[i] && !aligned(ptrs[i], algo->data[i])) return CUBLAS_STATUS_MISALIGNED;
-  if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
-  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  if (be != 0.0f && !C) return CUBLAS_STATUS_INVALID_VALUE;
-  ++emu::work_counts().products;
+namespace {
+
+// D = alpha op(A) op(B) + beta C (+ bias), as described at the top.
+void product(const cublasLtMatmulDescOpaque_t* d, const cublasLtMatrixLayoutOpaque_t* a,
+             const cublasLtMatrixLayoutOpaque_t* b, const cublasLtMatrixLayoutOpaque_t* c,
+             const cublasLtMatrixLayoutOpaque_t* dl, float al, float be, const void* A, const void* B, const void* C,
+             void* D) {
   uint64_t m, k, k2, n;
   op_shape(*a, d->op_a, m, k);
   op_shape(*b, d->op_b, k2, n);
@@ -205,9 +200,32 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
       store(D, dl->type, o, v);
     }
   }
-  (void)workspace;  // the product needs none
-  (void)workspace_bytes;
-  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* alpha, const void* A,
+                              cublasLtMatrixLayout_t a, const void* B, cublasLtMatrixLayout_t b, const void* beta,
+                              const void* C, cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t dl,
+                              const cublasLtMatmulAlgo_t* algo, void* /*workspace: none needed*/, size_t,
+                              CUstream_st* stream) {
+  if (!h || !alpha || !beta || !algo || !A || !B || !D) return CUBLAS_STATUS_INVALID_VALUE;
+  if (const cublasStatus_t st = check_problem(d, a, b, c, dl); st != CUBLAS_STATUS_SUCCESS) return st;
+  const void* ptrs[4] = {A, B, C, D};
+  for (int i = 0; i < 4; ++i)
+    if (ptrs[i] && !aligned(ptrs[i], algo->data[i])) return CUBLAS_STATUS_MISALIGNED;
+  if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  if (be != 0.0f && !C) return CUBLAS_STATUS_INVALID_VALUE;
+  // Run on the stream as a kernel is (EMU_STREAMS=lazy queues it; a capture records it, to run at each
+  // replay), with the descriptors as they are now.
+  const cublasLtMatmulDescOpaque_t dd = *d;
+  const cublasLtMatrixLayoutOpaque_t la = *a, lb = *b, lc = c ? *c : *dl, ld = *dl;
+  const cudaError_t e = emu::submit(stream, [=] {
+    ++emu::work_counts().products;
+    product(&dd, &la, &lb, &lc, &ld, al, be, A, B, C, D);
+  });
+  return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 namespace jtok::cuda {

@@ -12,7 +12,8 @@ typedef enum {
   CUBLAS_STATUS_SUCCESS = 0,
   CUBLAS_STATUS_NOT_INITIALIZED = 1,
   CUBLAS_STATUS_INVALID_VALUE = 7,
-  CUBLAS_STATUS_MISALIGNED = 12,  // the emulation's: an operand less aligned than its algorithm assumed
+  CUBLAS_STATUS_MISALIGNED = 12,        // the emulation's: an operand less aligned than its algorithm assumed
+  CUBLAS_STATUS_EXECUTION_FAILED = 13,  // the product could not be queued (a capture refused it)
   CUBLAS_STATUS_NOT_SUPPORTED = 15,
 } cublasStatus_t;
 typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType_t;

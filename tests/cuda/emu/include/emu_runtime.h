@@ -1,6 +1,7 @@
 // The CUDA runtime on the CPU (tests/cuda/emu): device memory is host memory, every copy, memset,
 // launch and host function runs when called (a stream orders nothing that is not already in
-// order), unless its stream is capturing a graph (emu_streams.cpp): then it is recorded, with its
+// order; EMU_STREAMS=lazy: when something waits for it), unless its stream is
+// capturing a graph (emu_streams.cpp): then it is recorded, with its
 // arguments as they are now, and runs at each cudaGraphLaunch, as on the device; what a capture
 // forbids (a blocking call, the legacy stream, a side stream not joined back) fails it as there.
 // What a launch checks (emu_sched.cpp) is what the GPU rejects: an empty grid, a block of 0 or
@@ -136,6 +137,16 @@ cudaError_t check_launch(const void* fn, const Config& c);
 // capture, a capture already invalidated). EMU_GRAPH_NODES=1 prints each instantiated graph's nodes
 // and kernels on stderr.
 cudaError_t submit(cudaStream_t s, std::function<void()> work, bool kernel = false);
+// EMU_STREAMS=lazy's switch (emu_streams.cpp): on, work on a stream runs only when something waits
+// for it; the queued work runs first. Returns the setting before.
+bool set_lazy_streams(bool lazy);
+// For the memory calls (emu_memory.cpp): whether streams are lazy; every stream's queued work run
+// (blocking_only: the legacy stream's and the blocking streams', as a synchronous copy waits for);
+// stream s's (null: the legacy stream's); whether s is capturing a graph.
+bool lazy_streams();
+void drain_streams(bool blocking_only);
+void run_stream(cudaStream_t s);
+bool capturing(cudaStream_t s);
 // A blocking or synchronising call (cudaMalloc, cudaMemcpy, cudaStreamSynchronize, ...) made while
 // this process captures a graph in global or thread-local mode: cudaErrorStreamCaptureUnsupported,
 // the capture invalidated (s: the stream it names, if any). cudaSuccess when no capture forbids it.
