@@ -43,7 +43,7 @@ cudaError_t allocate(void** p, size_t n, std::map<uintptr_t, Registered>& ranges
 }
 cudaError_t release(void* p, std::map<uintptr_t, Registered>& ranges) {
   if (const cudaError_t e = emu::blocking_call()) return e;
-  if (emu::lazy_streams()) emu::drain_streams(false);  // cudaFree and cudaFreeHost wait for the device
+  emu::drain_streams(false);  // cudaFree and cudaFreeHost wait for the device (a no-op unless lazy)
   if (!p) return cudaSuccess;
   if (ranges.erase(reinterpret_cast<uintptr_t>(p)) == 0) return cudaErrorInvalidValue;
   std::free(p);
@@ -131,7 +131,7 @@ cudaError_t cudaHostRegister(void* p, size_t n, unsigned) {
 }
 cudaError_t cudaHostUnregister(void* p) {
   if (const cudaError_t e = emu::blocking_call()) return e;
-  if (emu::lazy_streams()) emu::drain_streams(false);
+  emu::drain_streams(false);
   auto it = g_registered.find(reinterpret_cast<uintptr_t>(p));
   if (it == g_registered.end()) return cudaErrorHostMemoryNotRegistered;
   g_registered.erase(it);
@@ -145,7 +145,7 @@ cudaError_t cudaHostGetDevicePointer(void** d, void* host, unsigned flags) {
 
 cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
   if (const cudaError_t e = emu::blocking_call()) return e;
-  if (emu::lazy_streams()) emu::drain_streams(true);  // the legacy stream's
+  emu::drain_streams(true);  // the legacy stream's barrier (a no-op unless lazy)
   if (n) std::memmove(d, s, n);
   note_copy(d, n);
   return cudaSuccess;
@@ -174,7 +174,7 @@ cudaError_t cudaMemcpy2DAsync(void* d, size_t dp, const void* s, size_t sp, size
 }
 cudaError_t cudaMemset(void* p, int v, size_t n) {
   if (const cudaError_t e = emu::blocking_call()) return e;
-  if (emu::lazy_streams()) emu::drain_streams(true);
+  emu::drain_streams(true);
   if (n) std::memset(p, v, n);
   return cudaSuccess;
 }

@@ -14,10 +14,10 @@
 // EMU_STREAMS=lazy: work on any stream (the legacy one too) is queued and runs only when something
 // waits for it (a synchronize, an event waited for or synchronized, a synchronous copy behind the
 // legacy stream's barrier with the blocking streams, a copy to pageable memory, cudaFree), as late
-// as a GPU may run it. So a kernel
-// that reads what another stream writes without waiting for it reads the old bytes, and a host that
-// refills a pinned buffer before the copy reading it has run sends the new ones: the missing
-// dependency changes the case's bits, where the eager order hides it.
+// as a GPU may run it. So a kernel that reads what another stream writes without waiting for it
+// reads the old bytes, and a host that refills a pinned buffer before the copy reading it has run
+// sends the new ones: the missing dependency changes the case's bits, where the eager order hides it.
+// Without it the queues stay empty, so the synchronizing calls' runs of them are no-ops.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -116,14 +116,17 @@ void run_until(long id, long upto) {
   }
 }
 void run_all(cudaStream_t s) { run_until(s->id, s->submitted); }
+// Queues on q a wait for stream `stream`'s first `upto` entries.
+void push_wait(cudaStream_t q, long stream, long upto) {
+  q->queue.push_back({Work{}, stream, upto});
+  ++q->submitted;
+}
 // Queues work on s (the legacy stream: null) behind the legacy stream's barrier: legacy work after
 // every blocking stream's work so far, a blocking stream's after the legacy stream's so far.
 void enqueue(cudaStream_t s, Work work) {
   cudaStream_t q = queue_of(s);
   auto wait_for = [q](cudaStream_t other) {
-    if (other->ran == other->submitted) return;
-    q->queue.push_back({Work{}, other->id, other->submitted});
-    ++q->submitted;
+    if (other->ran < other->submitted) push_wait(q, other->id, other->submitted);
   };
   if (!s)
     for (const auto& [id, b] : g_streams)
@@ -205,12 +208,11 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* data) {
 
 cudaError_t cudaDeviceSynchronize() {
   if (const cudaError_t e = emu::blocking_call()) return e;
-  if (g_lazy) drain(false);
+  drain(false);
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   if (const cudaError_t e = emu::blocking_call(s)) return e;
-  if (!g_lazy) return cudaSuccess;
   run_all(queue_of(s));
   return cudaSuccess;
 }
@@ -257,21 +259,19 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   e->stream = s;
   e->work = e->capture ? e->capture->work[s] : 0;
   const bool queued = g_lazy && !e->capture;
-  e->lazy_stream = queued ? queue_of(s)->id : -1;
-  e->lazy_upto = queued ? queue_of(s)->submitted : 0;
+  const cudaStream_t q = queue_of(s);
+  e->lazy_stream = queued ? q->id : -1;
+  e->lazy_upto = queued ? q->submitted : 0;
   return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   if (!e) return cudaErrorInvalidResourceHandle;
   if (!e->capture) {  // an event of work outside a capture: finished, or queued (EMU_STREAMS=lazy)
     if (s && s->capture && s->capture->invalid) return cudaErrorStreamCaptureInvalidated;
-    if (e->lazy_stream >= 0 && !(s && s->capture)) {
-      cudaStream_t q = queue_of(s);
-      q->queue.push_back({Work{}, e->lazy_stream, e->lazy_upto});
-      ++q->submitted;
-    } else if (e->lazy_stream >= 0) {  // a capture: the event's work first
+    if (e->lazy_stream >= 0 && !(s && s->capture))
+      push_wait(queue_of(s), e->lazy_stream, e->lazy_upto);
+    else if (e->lazy_stream >= 0)  // a capture: the event's work first
       run_until(e->lazy_stream, e->lazy_upto);
-    }
     return cudaSuccess;
   }
   Capture& c = *e->capture;

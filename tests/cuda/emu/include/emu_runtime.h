@@ -1,9 +1,9 @@
 // The CUDA runtime on the CPU (tests/cuda/emu): device memory is host memory, every copy, memset,
-// launch and host function runs when called (a stream orders nothing that is not already in
-// order; EMU_STREAMS=lazy: when something waits for it), unless its stream is
-// capturing a graph (emu_streams.cpp): then it is recorded, with its
-// arguments as they are now, and runs at each cudaGraphLaunch, as on the device; what a capture
-// forbids (a blocking call, the legacy stream, a side stream not joined back) fails it as there.
+// launch and host function runs when called (a stream orders nothing that is not already in order;
+// EMU_STREAMS=lazy: when something waits for it), unless its stream is capturing a graph
+// (emu_streams.cpp): then it is recorded, with its arguments as they are now, and runs at each
+// cudaGraphLaunch, as on the device; what a capture forbids (a blocking call, the legacy stream, a
+// side stream not joined back) fails it as there.
 // What a launch checks (emu_sched.cpp) is what the GPU rejects: an empty grid, a block of 0 or
 // > 1024 threads, a block past the kernel's __launch_bounds__ (ptxas fits the registers to that
 // bound, so more threads need more registers than an SM has: cudaErrorLaunchOutOfResources),
@@ -142,7 +142,8 @@ cudaError_t submit(cudaStream_t s, std::function<void()> work, bool kernel = fal
 bool set_lazy_streams(bool lazy);
 // For the memory calls (emu_memory.cpp): whether streams are lazy; every stream's queued work run
 // (blocking_only: the legacy stream's and the blocking streams', as a synchronous copy waits for);
-// stream s's (null: the legacy stream's); whether s is capturing a graph.
+// stream s's (null: the legacy stream's); whether s is capturing a graph. Without EMU_STREAMS=lazy
+// nothing is queued, so the runs are no-ops.
 bool lazy_streams();
 void drain_streams(bool blocking_only);
 void run_stream(cudaStream_t s);
