@@ -5,13 +5,14 @@
 # (n_e 5, K 2, every layer), each one process with one JSON line (tokens/s, MFU, peak memory); then
 # ours (`jtok bench-train --device cuda --set precision=bf16`: bf16 copies of fp32 masters, fp32
 # accumulation, JTOK_PROFILE=1: each step's phases timed by device events; one process a model:
-# dense, +JTok, +JTok-M, and JTok-M with table_optimizer
-# dense-eager: the table AdamW's naive pass over every row every step, and jtokm_naive: that and
-# table_dedup false, a token-table row gathered and scattered a position at a time); then
+# dense, +JTok, +JTok-M, JTok-M with table_streams true (the table AdamW and row syncs on side
+# streams), JTok-M with table_optimizer dense-eager (the table AdamW's naive pass over every row
+# every step), and jtokm_naive: that and table_dedup false, a token-table row gathered and
+# scattered a position at a time); then
 # bench/gpu_train_peer_table.py's tables: ratios JTok/dense and JTok-M/dense per engine and mode,
 # ours/compile, and ours as the paper's training table in kind (backbone, +JTok-M without dedup,
-# +dedup, +the deferred table optimizer). table_dedup false is --device cuda only: with --device
-# cpu jtokm_naive is skipped (a row of "-").
+# +dedup, +the deferred table optimizer, +side streams). table_dedup false and table_streams are
+# --device cuda only: with --device cpu jtokm_naive and jtokm_streams are skipped (rows of "-").
 #   bash bench/gpu_train_peer.sh --data DIR [--jtok BIN] [--out DIR] [--steps N] [--warmup N]
 #        [--modes "eager compile"] [--models "dense jtok jtokm"] [--timeout S] [--budget S] [--dry-run]
 #        [--config FILE] [--batch B] [--device cuda|cpu]
@@ -80,6 +81,7 @@ ours_sets() {  # ours_sets MODEL: the bench-train overrides of one of ours
     dense) ;;
     jtok) echo "--set jtok=true" ;;
     jtokm) echo "--set jtokm=true ${JTOKM_SETS[*]}" ;;
+    jtokm_streams) echo "--set jtokm=true ${JTOKM_SETS[*]} --set table_streams=true" ;;
     jtokm_eager) echo "--set jtokm=true ${JTOKM_SETS[*]} --set table_optimizer=dense-eager" ;;
     jtokm_naive) echo "--set jtokm=true ${JTOKM_SETS[*]} --set table_optimizer=dense-eager --set table_dedup=false" ;;
   esac
@@ -98,11 +100,14 @@ peer_flags() {  # peer_flags MODE MODEL: train_bench.py's options of one of the 
 }
 wanted() { [[ " $MODELS " == *" $1 "* ]]; }
 if [ -n "$JTOK" ]; then
-  for model in dense jtokm jtok jtokm_eager jtokm_naive; do
-    base=${model%_eager}
-    wanted "${base%_naive}" || continue
+  for model in dense jtokm jtokm_streams jtok jtokm_eager jtokm_naive; do
+    wanted "${model%%_*}" || continue
     if [ "$model" = jtokm_naive ] && [ "$DEVICE" != cuda ]; then
       echo "  ours_jtokm_naive: skipped (table_dedup false is --device cuda only)"
+      continue
+    fi
+    if [ "$model" = jtokm_streams ] && [ "$DEVICE" != cuda ]; then
+      echo "  ours_jtokm_streams: skipped (table_streams is --device cuda only: the CPU has no streams)"
       continue
     fi
     # shellcheck disable=SC2046  # the overrides are words

@@ -1,11 +1,12 @@
 """The table of bench/gpu_train_peer.sh: reads DIR/peer_<mode>_<model>.json (train_bench.py's JSON
 line) and DIR/ours_<model>.json (`jtok bench-train --device cuda`, one process a model: dense,
-jtok, jtokm, jtokm_eager, jtokm_naive) and prints a markdown table:
+jtok, jtokm, jtokm_streams, jtokm_eager, jtokm_naive) and prints a markdown table:
 tokens/s, MFU, peak memory, the ratio to the same engine and mode's dense run, and ours over
 torch.compile's for the same model; then ours as the paper's training table in kind: the backbone,
 +JTok-M without dedup (jtokm_naive: a token-table row gathered and scattered a position at a time,
 the table AdamW's naive pass over every row every step), +dedup (jtokm_eager), +the deferred table
-optimizer (jtokm), tokens/s and the ratio to the backbone; then ours by phase where its runs were
+optimizer (jtokm), +the table work on side streams (jtokm_streams), tokens/s and the ratio to the
+backbone; then ours by phase where its runs were
 profiled (JTOK_PROFILE=1: step_breakdown_ms, milliseconds a step). A missing or empty file is a row
 of "-" (a run that failed or was killed: its log says why).
 
@@ -18,13 +19,15 @@ import sys
 MODELS = ("dense", "jtok", "jtokm")
 # Ours also runs JTok-M with the table AdamW's naive pass over every row every step
 # (table_optimizer dense-eager: the same bits), the cost the deferred optimizer saves, and that
-# without dedup as well (table_dedup false: a row a token position), the cost dedup saves.
-OURS_ONLY = ("jtokm_eager", "jtokm_naive")
+# without dedup as well (table_dedup false: a row a token position), the cost dedup saves; and with
+# the table AdamW and row syncs on side streams (table_streams true: the same bits, overlapped).
+OURS_ONLY = ("jtokm_streams", "jtokm_eager", "jtokm_naive")
 LABEL = {"dense": "dense", "jtok": "+JTok", "jtokm": "+JTok-M (n_e 5, K 2)",
-         "jtokm_eager": "+JTok-M, eager table AdamW", "jtokm_naive": "+JTok-M, no dedup, eager table AdamW"}
+         "jtokm_streams": "+JTok-M, table work on side streams", "jtokm_eager": "+JTok-M, eager table AdamW", "jtokm_naive": "+JTok-M, no dedup, eager table AdamW"}
 # The paper's training table in kind, ours: each row adds one optimisation to the one above.
 PAPER = (("dense", "backbone"), ("jtokm_naive", "+JTok-M without dedup (naive gather, scatter, table AdamW)"),
-         ("jtokm_eager", "+dedup"), ("jtokm", "+deferred table optimizer"))
+         ("jtokm_eager", "+dedup"), ("jtokm", "+deferred table optimizer"),
+         ("jtokm_streams", "+table work on side streams"))
 
 
 def read_lines(path):

@@ -187,6 +187,20 @@ TEST(Config, TableDedupDefaultsTrueAndIsWrittenOnlyWhenFalse) {
   EXPECT_NE(error_of("{}", {"table_dedup=maybe"}).find("--table_dedup: expected true or false"), std::string::npos);
 }
 
+// table_streams (--device cuda's table work on side streams): false by default and then absent from
+// config.json; true is written and reads back; a non-boolean is refused naming the field.
+TEST(Config, TableStreamsDefaultsFalseAndIsWrittenOnlyWhenTrue) {
+  const Config plain = load_config(write_tmp("{}"));
+  EXPECT_FALSE(plain.train.table_streams);
+  EXPECT_FALSE(to_json(plain).contains("table_streams"));
+  const Config side = load_config(write_tmp("{}"), {"table_streams=true"});
+  EXPECT_TRUE(side.train.table_streams);
+  const nlohmann::json j = to_json(side);
+  ASSERT_TRUE(j.contains("table_streams"));
+  EXPECT_TRUE(load_config(write_tmp(j.dump())).train.table_streams);
+  EXPECT_NE(error_of(R"({"table_streams": 1})").find("field table_streams: expected boolean"), std::string::npos);
+}
+
 TEST(Config, OverrideCanRepairAFileValue) {
   // Validation runs after overrides: a bad value in the file can be fixed on the command line.
   EXPECT_EQ(error_of(R"({"hidden_size": 100, "num_attention_heads": 3, "num_key_value_heads": 1})", {"hidden_size=96"}), "");

@@ -7,10 +7,11 @@
 # - bench/gpu_train_peer.sh on a small config on the CPU (--device cpu, bf16 autocast): one JSON
 #   line per run, ours (jtok bench-train, here --device cpu) three lines (base, jtok, jtokm) in bf16,
 #   and the table has every row, the dense one at ratio 1.000 ("-" rows for runs that failed, and for
-#   jtokm_naive: table_dedup false is cuda only, skipped); on made-up lines, the table's ratios (to
-#   dense, ours / compile), jtok's rows (base = dense, variants by label) and the paper's training
-#   table in kind (backbone, +JTok-M without dedup, +dedup, +deferred); the dry run on cuda runs
-#   jtokm_naive without dedup and with the eager table AdamW.
+#   jtokm_naive and jtokm_streams: table_dedup false and table_streams are cuda only, skipped); on
+#   made-up lines, the table's ratios (to dense, ours / compile), jtok's rows (base = dense, variants
+#   by label) and the paper's training table in kind (backbone, +JTok-M without dedup, +dedup,
+#   +deferred, +side streams); the dry run on cuda runs jtokm_naive without dedup and with the eager
+#   table AdamW, and jtokm_streams with table_streams true.
 # - scripts/gpu_prepare.sh cuts the first STEPS x 16 x 1025 tokens into the session directory
 #   (the loader's windows unchanged), or all of a corpus that holds fewer; scripts/gpu_session.sh --dry-run
 #   on that directory prints every step, `--steps curve` bench/gpu_loss_curve.sh's commands (its own
@@ -79,6 +80,7 @@ PYTHON=$PY bash bench/gpu_train_peer.sh --data "$T/data" --jtok "${JTOK_BIN:?}" 
   --config "$T/cfg.json" --batch 2 --steps 2 --warmup 1 --modes "eager compile" > "$T/peer.out" 2>&1 || rc=$?
 grep -q "  ours_jtokm_eager: [0-9]* s" "$T/peer.out" || { cat "$T/peer.out"; exit 1; }
 grep -q "  ours_jtokm_naive: skipped (table_dedup false is --device cuda only)" "$T/peer.out" || { cat "$T/peer.out"; exit 1; }
+grep -q "  ours_jtokm_streams: skipped (table_streams is --device cuda only" "$T/peer.out" || { cat "$T/peer.out"; exit 1; }
 "$PY" - "$T" "$rc" <<'PY'
 import json, sys
 d, rc = sys.argv[1], int(sys.argv[2])
@@ -97,11 +99,13 @@ assert rc == (0 if compiled else 1), (rc, rows)   # a failed run (no torch.compi
 ours = {m: json.loads(open(f"{d}/peer/ours_{m}.json").read()) for m in ("dense", "jtok", "jtokm", "jtokm_eager")}
 assert all(o["device"] == "cpu" and o["precision"] in ("bf16", "fp32") for o in ours.values()), ours
 jrows = [r.split(" | ") for r in table if r.startswith("| jtok")]
-assert len(jrows) == 5 and all(r[3] != "-" for r in jrows[:4]), jrows   # ours: dense, +JTok, +JTok-M, eager
-assert jrows[4][2] == "+JTok-M, no dedup, eager table AdamW" and jrows[4][3] == "-", jrows[4]  # cuda only
+assert len(jrows) == 6 and all(jrows[i][3] != "-" for i in (0, 1, 2, 4)), jrows  # ours: dense, +JTok, +JTok-M, eager
+assert jrows[3][2] == "+JTok-M, table work on side streams" and jrows[3][3] == "-", jrows[3]  # cuda only
+assert jrows[5][2] == "+JTok-M, no dedup, eager table AdamW" and jrows[5][3] == "-", jrows[5]  # cuda only
 assert jrows[0][6] == "1.000", jrows[0]
-paper = [r.split(" | ") for r in table if r.startswith(("| backbone", "| +JTok-M without", "| +dedup", "| +deferred"))]
-assert len(paper) == 4 and paper[0][2] == "1.000 |" and paper[1][1] == "-" and paper[3][1] != "-", paper
+paper = [r.split(" | ") for r in table if r.startswith(("| backbone", "| +JTok-M without", "| +dedup", "| +deferred", "| +table work"))]
+assert len(paper) == 5 and paper[0][2] == "1.000 |" and paper[1][1] == "-" and paper[3][1] != "-", paper
+assert paper[4][1] == "-", paper  # side streams: cuda only
 print("gpu_train_peer.sh OK")
 PY
 # The table with ours (one file a model); ours / compile per model.
@@ -115,6 +119,7 @@ echo '{"tokens_per_s": 431200}' > "$T/tab/ours_jtok.json"
 echo '{"tokens_per_s": 418000, "step_ms": 39.2, "step_phases": ["attention", "table adamw", "adamw"], '\
 '"step_breakdown_ms": {"adamw": 1.5, "attention": 20.5, "table adamw": 0.25, "host_gaps": 0.5}}' > "$T/tab/ours_jtokm.json"
 echo '{"tokens_per_s": 374000}' > "$T/tab/ours_jtokm_eager.json"
+echo '{"tokens_per_s": 426800}' > "$T/tab/ours_jtokm_streams.json"
 echo '{"tokens_per_s": 330000}' > "$T/tab/ours_jtokm_naive.json"
 "$PY" bench/gpu_train_peer_table.py "$T/tab" > "$T/tab.md"
 for row in "| pytorch | compile | dense | 400,000 | 0.420 | 20.0 | 1.000 | - |" \
@@ -128,6 +133,8 @@ for row in "| pytorch | compile | dense | 400,000 | 0.420 | 20.0 | 1.000 | - |" 
            "| +JTok-M without dedup (naive gather, scatter, table AdamW) | 330,000 | 0.750 |" \
            "| +dedup | 374,000 | 0.850 |" \
            "| +deferred table optimizer | 418,000 | 0.950 |" \
+           "| +table work on side streams | 426,800 | 0.970 |" \
+           "| jtok | cuda | +JTok-M, table work on side streams | 426,800 | - | - | 0.970 | - |" \
            "| phase | dense | +JTok-M (n_e 5, K 2) |" "| attention | 20.250 | 20.500 |" "| adamw | 1.500 | 1.500 |" \
            "| table adamw | - | 0.250 |" "| host_gaps | 0.450 | 0.500 |" "| step (wall) | 37.200 | 39.200 |"; do
   grep -qF -- "$row" "$T/tab.md" || { echo "table: no row '$row'"; cat "$T/tab.md"; exit 1; }
@@ -141,6 +148,8 @@ bash bench/gpu_train_peer.sh --data "$T/data" --jtok /bin/jtok --out "$T/dry" --
   > "$T/dry.out"
 grep "ours_jtokm_naive.json" "$T/dry.out" | grep -q -- "--set table_optimizer=dense-eager --set table_dedup=false" ||
   { echo "gpu_train_peer.sh: no jtokm_naive run without dedup"; cat "$T/dry.out"; exit 1; }
+grep "ours_jtokm_streams.json" "$T/dry.out" | grep -q -- "--set jtokm_top_k=2 --set table_streams=true" ||
+  { echo "gpu_train_peer.sh: no jtokm_streams run on side streams"; cat "$T/dry.out"; exit 1; }
 
 # 3. gpu_prepare.sh and gpu_session.sh --dry-run.
 mkdir -p "$T/build/x/bundle/bin" && printf "fake\n" > "$T/build/x/bundle/bin/jtok"

@@ -102,7 +102,8 @@ DeviceInfo require_cuda_device() {
   fail("--device cuda: this jtok was built without CUDA (", why, "; docs/cuda.md)");
 }
 
-std::unique_ptr<DeviceTrainer> make_device_trainer(const Model&, const HostAdamWView&, bool, bool, bool, bool) {
+std::unique_ptr<DeviceTrainer> make_device_trainer(const Model&, const HostAdamWView&, bool,
+                                                   const DeviceTableOptions&) {
   require_cuda_device();  // says why there is none
   return nullptr;
 }

@@ -191,6 +191,9 @@ struct DeviceModel {
   DeviceArray<int32_t> touched_rows;   // (n_tables Vp) bound, the first *touched_count hold the list
   DeviceArray<int32_t> touched_count;  // (1)
   DeviceArray<uint8_t> touched_scratch;  // cuda/table_rows.h's compaction scratch
+  // Whether touched flags may be set: a backward sets them, a table AdamW step clears every one it
+  // listed (zero_grads then has nothing to clear, and skips its pass over the flags).
+  bool tables_flagged = true;
   DeviceView<E> w;                // views of the forward's weights
   DeviceView<float> g;            // views of grads
   Matmul mm;                      // cuBLASLt plans; one stream at a time
@@ -213,9 +216,13 @@ struct DeviceModel {
   uint8_t* touched(int64_t k) const { return table_touched.get() + k * cfg.padded_vocab(); }
 };
 
-// Called before a gather reads rows of table `table` (the micro-batch's unique ids, rb): the table
-// optimizer brings them current (cuda/model_optimizer.h's table_row_sync). Empty: nothing deferred.
+// Called for every table once the micro-batch's ids are deduplicated (rb: its unique ids), before any
+// layer: the table optimizer brings those rows current (cuda/model_optimizer.h's table_row_sync).
+// Empty: nothing deferred.
 using DeviceRowSync = std::function<void(int64_t table, const DeviceRowBatch& rb, int64_t N)>;
+// Called before a layer reads table `table`'s rows: the stream waits for work on another stream that
+// writes them (cuda/table_streams.h). Empty: all on one stream.
+using DeviceRowWait = std::function<void(int64_t table)>;
 
 // One layer's saved activations (N = B*T rows).
 template <typename E>
@@ -271,7 +278,8 @@ struct DeviceActs {
   // embedding's and the tables' row gradients.
   DeviceArray<int32_t> unique, inverse, offsets, order, num_unique;
   DeviceArray<uint8_t> dedup_scratch;
-  DeviceRowSync row_sync;                     // if set, called before a table's rows are gathered (row_batch)
+  DeviceRowSync row_sync;  // if set, called for each table after the dedup (row_batch)
+  DeviceRowWait row_wait;  // if set, called before a layer reads a table
   DeviceRowBatch row_batch() const {
     return {unique.get(), inverse.get(), offsets.get(), order.get(), num_unique.get()};
   }
@@ -308,8 +316,9 @@ template <typename E>
 double backward(DeviceModel<E>& dm, DeviceActs<E>& acts, const int32_t* targets, float grad_scale = 1.0f);
 
 // The flat gradients zeroed (a memset) and the tables' flagged rows with their flags (list_touched_rows
-// then clear_rows: the touched rows' bytes, not the tables'). After a refused step (a non-finite
-// norm: optimizer_step throws before clearing anything) this is what cleans the rows it left.
+// then clear_rows: the touched rows' bytes, not the tables'), unless a table step has cleared them
+// since the last backward (tables_flagged). After a refused step (a non-finite norm: optimizer_step
+// throws before clearing anything) this is what cleans the rows it left.
 template <typename E>
 void zero_grads(DeviceModel<E>& dm);
 // dm.table_touched's flagged rows into dm.touched_rows / touched_count (on the device).

@@ -151,6 +151,7 @@ double backward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets, fl
   // And the mean of the MoE layers' (model/transformer.cpp's mlp_half_backward).
   const int64_t moe_layers = dm.cfg.moe_num_layers();
   const float moe_aux_grad = moe_layers > 0 ? grad_scale / static_cast<float>(moe_layers) : 0.0f;
+  if (dm.n_tables > 0) dm.tables_flagged = true;  // the layers' row gradients flag their rows
   head_backward(dm, a, grad_scale);
   mark_phase(dm.profile, "lm head + loss", dm.stream);  // forward and backward, chunk by chunk
   for (size_t li = a.layers.size(); li-- > 0;) {

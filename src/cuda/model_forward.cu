@@ -34,8 +34,8 @@ void jtokm_route_layer(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int6
 // copy: dm.table).
 template <typename E>
 void jtokm_inject_layer(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
-  if (a.row_sync)  // every unique id's row of the layer's tables (a superset of the chosen: the same values)
-    for (int64_t i = 0; i < dm.cfg.jtokm_n_e; ++i) a.row_sync(dm.jtokm_table[l] + i, a.row_batch(), a.B * a.T);
+  if (a.row_wait)
+    for (int64_t i = 0; i < dm.cfg.jtokm_n_e; ++i) a.row_wait(dm.jtokm_table[l] + i);
   jtokm_mix_inject(h_next, a.layers[l].jtokm(), a.ids.get(), dm.table(dm.jtokm_table[l]), dm.w.layers[l].jtokm_scale,
                    jtokm_dims(dm.cfg, a.B * a.T), dm.stream);
 }
@@ -73,7 +73,7 @@ void jtok_gate(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
   auto& L = a.layers[l];
   const int64_t N = a.B * a.T, d = c.hidden_size;
   const DeviceRowBatch rb = a.table_batch();  // without dedup: a row a position
-  if (a.row_sync) a.row_sync(dm.jtok_table[l], a.row_batch(), N);  // the distinct rows, as with dedup
+  if (a.row_wait) a.row_wait(dm.jtok_table[l]);
   jtok_prepare(L.nrows.get(), L.inv_norm.get(), dm.table(dm.jtok_table[l]), rb, N, d, static_cast<float>(c.jtok_eps),
                c.jtok_norm, dm.stream);
   jtok_forward(h_next, L.h_mid.get(), L.mlp_out.get(), dm.w.layers[l].jtok_scale, L.nrows.get(), rb, N, d, dm.stream);
@@ -108,6 +108,21 @@ void mlp_half(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
   if (W.jtokm_router) jtokm_inject_layer(dm, a, l, h_next);
 }
 
+// Every table's rows of the batch's distinct ids (as with dedup; JTok-M's: all n_e rows of an id, a
+// superset of the chosen, the same values) brought current by a.row_sync, layer by layer, as soon as
+// the ids are known: a table's rows depend on the ids alone, so a side stream may run this under the
+// backbone (a.row_wait then holds each gather until its table's rows are done).
+template <typename E>
+void sync_batch_rows(DeviceModel<E>& dm, DeviceActs<E>& a) {
+  if (!a.row_sync) return;
+  const int64_t N = a.B * a.T;
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    if (dm.jtok_table[l] >= 0) a.row_sync(dm.jtok_table[l], a.row_batch(), N);
+    if (dm.jtokm_table[l] >= 0)
+      for (int64_t i = 0; i < dm.cfg.jtokm_n_e; ++i) a.row_sync(dm.jtokm_table[l] + i, a.row_batch(), N);
+  }
+}
+
 }  // namespace
 
 template <typename E>
@@ -139,8 +154,10 @@ void forward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* ids, int64_t B
   JTOK_CUDA_CHECK(cudaMemcpyAsync(a.ids.get(), ids, a.ids.bytes(), cudaMemcpyHostToDevice, s));
   dedup_ids(a.row_batch(), a.ids.get(), N, c.padded_vocab(), a.dedup_scratch.get(), a.dedup_scratch.bytes(), s);
   if (!a.table_dedup) fill_positions(a.positions.get(), a.position_count.get(), N, s);  // table_batch's
+  sync_batch_rows(dm, a);
+  if (a.row_sync && dm.n_tables > 0) mark_phase(dm.profile, "table row sync", s);  // the ids' copy and dedup with it
   embedding_forward(a.layers[0].h_in.get(), a.ids.get(), dm.w.embed, N, d, s);
-  mark_phase(dm.profile, "embedding", s);  // with the ids' copy and dedup
+  mark_phase(dm.profile, "embedding", s);  // with the ids' copy and dedup (unless timed with the row syncs)
   for (size_t l = 0; l < a.layers.size(); ++l) {
     E* h_next = l + 1 < a.layers.size() ? a.layers[l + 1].h_in.get() : a.h_out.get();
     attention_half(dm, a.layers[l], l, B, T);

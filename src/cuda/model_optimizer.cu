@@ -92,9 +92,22 @@ void step_tables(DeviceModel<E>& dm, DeviceAdamW& st, const AdamWConsts& c) {
     copy_to_device(st.kept.get() + kept - 1, &st.kept_host.back(), 1);
   }
   const TableGrad grad{dm.table_grads.get(), dm.table_touched.get(), st.zero_table_grad_rows};
-  table_adamw_step(table_view(dm, st, 0, dm.touched_rows.size()), grad, dm.touched_rows.get(), dm.touched_count.get(),
-                   dm.touched_rows.size(), st.kept_view(), st.step, st.dense_tables, st.clip.get(),
-                   TableStats{st.stats.get()}, dm.stream);
+  const DeviceTable all = table_view(dm, st, 0, dm.touched_rows.size());  // indexed by the list's global rows
+  if (!st.streams) {
+    table_adamw_step(all, grad, dm.touched_rows.get(), dm.touched_count.get(), dm.touched_rows.size(), st.kept_view(),
+                     st.step, st.dense_tables, st.clip.get(), TableStats{st.stats.get()}, dm.stream);
+  } else {  // a launch a layer's run of tables, on the step stream: its span of the list
+    TableStreams& ts = *st.streams;
+    const cudaStream_t side = ts.begin_step(dm.stream, dm.touched_rows.get(), dm.touched_count.get());
+    const int64_t Vp = dm.cfg.padded_vocab();
+    for (size_t r = 0; r < ts.runs().size(); ++r) {
+      const TableStreams::Run& run = ts.runs()[r];
+      table_adamw_step(all, grad, dm.touched_rows.get(), ts.span(r) + 1, (run.k1 - run.k0) * Vp, st.kept_view(),
+                       st.step, st.dense_tables, st.clip.get(), TableStats{st.stats.get()}, side, ts.span(r));
+      ts.end_run(r);
+    }
+  }
+  dm.tables_flagged = false;  // every listed row's flag cleared
 }
 
 // The replay statistics (read back), their fourth counter: rows asked outside the kept steps (the
@@ -135,15 +148,37 @@ double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, 
 
 template <typename E>
 DeviceRowSync table_row_sync(DeviceModel<E>& dm, DeviceAdamW& st) {
-  if (!st.dense_tables) return {};  // sparse: a row moves only when it has a gradient
+  if (!st.dense_tables && !st.streams) return {};  // sparse: a row moves only when it has a gradient
   return [&dm, &st](int64_t k, const DeviceRowBatch& rb, int64_t N) {
-    table_sync_rows(table_view(dm, st, k, dm.cfg.padded_vocab()), rb.unique, rb.num_unique, N, st.kept_view(),
-                    TableStats{st.stats.get()}, dm.stream);
+    const cudaStream_t s = st.streams ? st.streams->begin_sync(dm.stream, k) : dm.stream;
+    if (st.dense_tables)
+      table_sync_rows(table_view(dm, st, k, dm.cfg.padded_vocab()), rb.unique, rb.num_unique, N, st.kept_view(),
+                      TableStats{st.stats.get()}, s);
+    if (st.streams) st.streams->end_sync(k);
   };
 }
 
 template <typename E>
+DeviceRowWait table_row_wait(DeviceModel<E>& dm, DeviceAdamW& st) {
+  if (!st.streams) return {};
+  return [&dm, &st](int64_t k) { st.streams->wait(dm.stream, k); };
+}
+
+template <typename E>
+void use_table_streams(const DeviceModel<E>& dm, DeviceAdamW& st) {
+  if (dm.n_tables > 0 && !st.streams)
+    st.streams = std::make_unique<TableStreams>(dm.jtok_table, dm.jtokm_table, dm.cfg.jtokm_n_e, dm.n_tables,
+                                                dm.cfg.padded_vocab());
+}
+
+template <typename E>
+void join_table_streams(const DeviceModel<E>& dm, DeviceAdamW& st) {
+  if (st.streams) st.streams->join(dm.stream);
+}
+
+template <typename E>
 void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st) {
+  join_table_streams(dm, st);
   if (!st.dense_tables) return;  // sparse: nothing deferred
   if (dm.n_tables > 0) {  // every table's rows in one launch
     table_sync_all(table_view(dm, st, 0, dm.touched_rows.size()), st.kept_view(), TableStats{st.stats.get()},
@@ -154,10 +189,13 @@ void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st) {
   st.kept_host.clear();
 }
 
-#define JTOK_MODEL_OPTIMIZER_INSTANTIATE(E)                                                 \
-  template DeviceAdamW::DeviceAdamW(const DeviceModel<E>&, bool);                          \
+#define JTOK_MODEL_OPTIMIZER_INSTANTIATE(E)                                                   \
+  template DeviceAdamW::DeviceAdamW(const DeviceModel<E>&, bool);                             \
   template double optimizer_step<E>(DeviceModel<E>&, DeviceAdamW&, const StepConsts&, float); \
-  template DeviceRowSync table_row_sync<E>(DeviceModel<E>&, DeviceAdamW&);                 \
+  template DeviceRowSync table_row_sync<E>(DeviceModel<E>&, DeviceAdamW&);                    \
+  template DeviceRowWait table_row_wait<E>(DeviceModel<E>&, DeviceAdamW&);                    \
+  template void use_table_streams<E>(const DeviceModel<E>&, DeviceAdamW&);                    \
+  template void join_table_streams<E>(const DeviceModel<E>&, DeviceAdamW&);                   \
   template void sync_tables<E>(DeviceModel<E>&, DeviceAdamW&);
 JTOK_MODEL_OPTIMIZER_INSTANTIATE(float)
 JTOK_MODEL_OPTIMIZER_INSTANTIATE(__nv_bfloat16)

@@ -24,12 +24,14 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "cuda/adamw.h"
 #include "cuda/device_array.h"
 #include "cuda/model.h"
 #include "cuda/table_adamw.h"
+#include "cuda/table_streams.h"
 
 namespace jtok::cuda {
 
@@ -60,6 +62,7 @@ struct DeviceAdamW {
   DeviceArray<unsigned long long> stats;  // (4) cuda/table_adamw.h's TableStats
   HostReadback readback;                  // the norm and stats read back a step (pinned)
   int64_t step = 0;                       // steps taken
+  std::unique_ptr<TableStreams> streams;  // the table work's side streams (use_table_streams), or none
 
   KeptConsts kept_view() const {
     return {kept.get(), kept_base, kept_base + static_cast<int64_t>(kept_host.size())};
@@ -73,11 +76,24 @@ struct DeviceAdamW {
 template <typename E>
 double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, float max_grad_norm);
 
-// The hook a training forward sets as DeviceActs::row_sync: the rows about to be gathered brought
-// current (dense semantics; empty for sparse: nothing is deferred). It refers to dm and st: it must
-// not outlive them.
+// The hook a training forward sets as DeviceActs::row_sync: the rows the batch will gather brought
+// current (dense semantics; empty for sparse: nothing is deferred, unless on side streams, where the
+// hook queues the wait for the table's step). It refers to dm and st: it must not outlive them.
 template <typename E>
 DeviceRowSync table_row_sync(DeviceModel<E>& dm, DeviceAdamW& st);
+// DeviceActs::row_wait's: the model's stream waits for the side streams' work on a table (empty
+// without side streams).
+template <typename E>
+DeviceRowWait table_row_wait(DeviceModel<E>& dm, DeviceAdamW& st);
+
+// The table AdamW and the row syncs on side streams from now on (cuda/table_streams.h; a model
+// without tables: nothing changes). Set the hooks (table_row_sync, table_row_wait) after this.
+template <typename E>
+void use_table_streams(const DeviceModel<E>& dm, DeviceAdamW& st);
+// The model's stream waits for the side streams' work (before the tables' gradients, values or
+// flags are written or read whole: the backward, a checkpoint). A no-op without side streams.
+template <typename E>
+void join_table_streams(const DeviceModel<E>& dm, DeviceAdamW& st);
 
 // Every table row current (before the whole tables are read: a copy back, a checkpoint); the kept
 // constants dropped. Nothing to do under sparse semantics.

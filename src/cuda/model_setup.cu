@@ -214,10 +214,11 @@ void list_touched_rows(DeviceModel<E>& dm) {
 template <typename E>
 void zero_grads(DeviceModel<E>& dm) {
   dm.grads.zero(dm.stream);
-  if (dm.n_tables == 0) return;
+  if (dm.n_tables == 0 || !dm.tables_flagged) return;
   list_touched_rows(dm);
   clear_rows(dm.table_grads.get(), dm.table_touched.get(), dm.touched_rows.get(), dm.touched_count.get(),
              dm.touched_rows.size(), dm.cfg.hidden_size, dm.stream);
+  dm.tables_flagged = false;
 }
 
 template <typename E>

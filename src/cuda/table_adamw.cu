@@ -54,15 +54,15 @@ __device__ void replay_row(const DeviceTable& t, int64_t r, int64_t to, const Ke
   }
 }
 
-// Block i (grid-stride) < the count: row ids[i].
+// Block i (grid-stride), first <= i < the count: row ids[i].
 __global__ void __launch_bounds__(kThreads)
-    table_step_kernel(DeviceTable t, TableGrad tg, const int32_t* ids, const int32_t* count, int64_t n, KeptConsts kept,
-                      int64_t step, bool dense, const float* grad_scale, TableStats stats) {
+    table_step_kernel(DeviceTable t, TableGrad tg, const int32_t* ids, const int32_t* first, const int32_t* count,
+                      int64_t n, KeptConsts kept, int64_t step, bool dense, const float* grad_scale, TableStats stats) {
   pdl_wait();
   const AdamWConsts c = kept.consts[step - kept.base - 1];
   const float scale = grad_scale ? *grad_scale : 1.0f;
   const int64_t total = count ? *count : n;
-  for (int64_t i = blockIdx.x; i < total; i += gridDim.x) {
+  for (int64_t i = (first ? *first : 0) + blockIdx.x; i < total; i += gridDim.x) {
     const int64_t r = ids[i];
     if (dense) replay_row(t, r, step - 1, kept, stats);
     float* g = tg.g + r * t.d;
@@ -98,13 +98,14 @@ int blocks_for(int64_t rows) { return static_cast<int>(rows < kMaxBlocks ? (rows
 
 void table_adamw_step(const DeviceTable& t, const TableGrad& g, const int32_t* ids, const int32_t* count, int64_t n,
                       const KeptConsts& kept, int64_t step, bool dense, const float* grad_scale, TableStats stats,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, const int32_t* first) {
   JTOK_CHECK(step > kept.base && step <= kept.current, "table_adamw_step: step ", step, " has no kept constants (",
              kept.base + 1, "..", kept.current, ")");
   JTOK_CHECK(!dense || kept.current == step, "table_adamw_step: the kept constants end at ", kept.current,
              ", step ", step, " asked");
   if (n == 0) return;
-  table_step_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t, g, ids, count, n, kept, step, dense, grad_scale, stats);
+  table_step_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t, g, ids, first, count, n, kept, step, dense, grad_scale,
+                                                            stats);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

@@ -56,10 +56,12 @@ struct TableGrad {
 // launch): dense: each replayed to step - 1 (kept.current must be step: this step's constants
 // pushed), then updated; lazy: updated only. row_step = step. grad_scale: the clip coefficient on the
 // device (null: 1). The listed rows' touched flags are cleared (ready for the next step), their
-// gradient rows zeroed with g.zero_rows. The work and traffic are the listed rows' only.
+// gradient rows zeroed with g.zero_rows. The work and traffic are the listed rows' only. first (device,
+// null: 0): the rows are ids[*first .. *count), a span of a longer list (cuda/table_rows.h's
+// touched_positions: count then points at the span's end).
 void table_adamw_step(const DeviceTable& t, const TableGrad& g, const int32_t* ids, const int32_t* count, int64_t n,
                       const KeptConsts& kept, int64_t step, bool dense, const float* grad_scale, TableStats stats,
-                      cudaStream_t stream);
+                      cudaStream_t stream, const int32_t* first = nullptr);
 
 // The rows ids[0 .. *count) (distinct: a DeviceRowBatch's unique and num_unique; count null: n)
 // brought current to kept.current: the readers' hook before a gather.

@@ -27,6 +27,23 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__global__ void __launch_bounds__(kThreads)
+    touched_positions_kernel(int32_t* pos, const int32_t* rows, const int32_t* count, const int32_t* values,
+                             int64_t n) {
+  pdl_wait();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  int32_t lo = 0, hi = *count;  // the answer lies in [lo, hi]
+  while (lo < hi) {
+    const int32_t mid = lo + (hi - lo) / 2;
+    if (rows[mid] < values[i])
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  pos[i] = lo;
+}
+
 void check_count(int64_t n) {
   JTOK_CHECK(n >= 0 && n <= std::numeric_limits<int32_t>::max(), "select_touched_rows: ", n,
              " rows do not fit the int32 list");
@@ -54,6 +71,14 @@ void select_touched_rows(int32_t* rows, int32_t* count, const uint8_t* touched, 
   size_t bytes = scratch_bytes;
   JTOK_CUDA_CHECK(cub::DeviceSelect::Flagged(scratch, bytes, thrust::counting_iterator<int32_t>(0), touched, rows,
                                              count, n, stream));
+}
+
+void touched_positions(int32_t* pos, const int32_t* rows, const int32_t* count, const int32_t* values, int64_t n,
+                       cudaStream_t stream) {
+  if (n == 0) return;
+  const int blocks = static_cast<int>((n + kThreads - 1) / kThreads);
+  touched_positions_kernel<<<blocks, kThreads, 0, stream>>>(pos, rows, count, values, n);
+  JTOK_CUDA_CHECK_LAUNCH();
 }
 
 void clear_rows(float* g, uint8_t* touched, const int32_t* rows, const int32_t* count, int64_t n, int64_t d,

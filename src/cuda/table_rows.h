@@ -20,6 +20,12 @@ size_t touched_rows_scratch_bytes(int64_t n);
 void select_touched_rows(int32_t* rows, int32_t* count, const uint8_t* touched, int64_t n, void* scratch,
                        size_t scratch_bytes, cudaStream_t stream);
 
+// rows[0 .. *count) ascending (select_touched_rows' list), values (n) on the device -> pos (n): the
+// first position whose row is not below values[i] (std::lower_bound): the rows of [a, b) lie at
+// positions [lower_bound(a), lower_bound(b)).
+void touched_positions(int32_t* pos, const int32_t* rows, const int32_t* count, const int32_t* values, int64_t n,
+                       cudaStream_t stream);
+
 // g (rows' bound, d) fp32, touched (rows' bound): the rows rows[0 .. *count) (count null: n) zeroed
 // and their flags cleared. n: a bound on the count (the launch's size).
 void clear_rows(float* g, uint8_t* touched, const int32_t* rows, const int32_t* count, int64_t n, int64_t d,

@@ -59,12 +59,14 @@ void upload_moments(const DeviceModel<E>& dm, DeviceAdamW& st, const HostAdamWVi
 template <typename E>
 class Trainer final : public DeviceTrainer {
  public:
-  Trainer(const Model& host, const HostAdamWView& adam, bool dense_tables, bool eager_tables, bool table_dedup)
-      : dm_(host), opt_(dm_, dense_tables), eager_tables_(eager_tables), device_(device_info().name) {
+  Trainer(const Model& host, const HostAdamWView& adam, const DeviceTableOptions& t)
+      : dm_(host), opt_(dm_, t.dense), eager_tables_(t.eager), device_(device_info().name) {
     upload_moments(dm_, opt_, adam);
+    if (t.streams) use_table_streams(dm_, opt_);
     acts_.row_sync = table_row_sync(dm_, opt_);
-    acts_.table_dedup = table_dedup;
-    opt_.zero_table_grad_rows = !table_dedup;
+    acts_.row_wait = table_row_wait(dm_, opt_);
+    acts_.table_dedup = t.dedup;
+    opt_.zero_table_grad_rows = !t.dedup;
     acts_.max_chunk_rows = lm_head_chunk_rows(dm_.cfg.padded_vocab(), sizeof(E));
   }
 
@@ -76,6 +78,7 @@ class Trainer final : public DeviceTrainer {
     forward(dm_, acts_, staged_ids_.get(), B, T);
     MicroBatchLoss r;
     if (hidden_std) r.hidden_std = hidden_state_std(dm_, acts_);
+    join_table_streams(dm_, opt_);  // the backward writes the tables' gradients and flags
     r.loss = backward(dm_, acts_, staged_targets_.get(), grad_scale);
     r.moe_aux = moe_aux_loss(dm_, acts_);
     r.jtokm_aux = jtokm_aux_loss(dm_, acts_);
@@ -186,6 +189,7 @@ template <typename E>
 void Trainer<E>::poison_table_row(int64_t table, int64_t row) {
   JTOK_CHECK(table >= 0 && table < dm_.n_tables && row >= 0 && row < dm_.cfg.padded_vocab(),
              "cuda trainer: no row ", row, " of table ", table);
+  join_table_streams(dm_, opt_);
   const int64_t at = table * dm_.table_numel + row * dm_.cfg.hidden_size;
   E* copy_at = nullptr;
   if constexpr (!std::is_same_v<E, float>) copy_at = dm_.table_copy.get() + at;
@@ -208,9 +212,9 @@ std::string Trainer<E>::describe() const {
 }  // namespace
 
 std::unique_ptr<DeviceTrainer> make_device_trainer(const Model& host, const HostAdamWView& adam, bool bf16,
-                                                   bool dense_tables, bool eager_tables, bool table_dedup) {
-  if (bf16) return std::make_unique<Trainer<__nv_bfloat16>>(host, adam, dense_tables, eager_tables, table_dedup);
-  return std::make_unique<Trainer<float>>(host, adam, dense_tables, eager_tables, table_dedup);
+                                                   const DeviceTableOptions& tables) {
+  if (bf16) return std::make_unique<Trainer<__nv_bfloat16>>(host, adam, tables);
+  return std::make_unique<Trainer<float>>(host, adam, tables);
 }
 
 }  // namespace jtok::cuda

@@ -69,16 +69,22 @@ class DeviceTrainer {
   virtual std::vector<std::pair<std::string, double>> profile_ms() const { return {}; }
 };
 
+// How the device trainer runs the token tables (train config fields table_optimizer, table_dedup,
+// table_streams).
+struct DeviceTableOptions {
+  bool dense = true;   // "dense" table AdamW (deferred, exact), else "sparse"
+  bool eager = false;  // dense's rows all brought current after every step (the naive cost, for benchmarks)
+  // false: JTok's and JTok-M's rows gathered and scattered a token position at a time (cuda/model.h's
+  // DeviceActs::table_dedup: the naive cost; fp32 atomics, not bitwise reproducible)
+  bool dedup = true;
+  bool streams = false;  // the table AdamW and row syncs on side streams (cuda/table_streams.h): the same bits
+};
+
 // The device trainer of host's weights and tables with adam's moments (a resumed run's; zeros for a
 // fresh one), every table row current at adam.step. bf16: the forward reads bf16 copies of the fp32
-// masters (else fp32 throughout, the checking instantiation). dense_tables: the tables' "dense"
-// AdamW (deferred, exact), else "sparse"; eager_tables: dense's rows all brought current after
-// every step (the naive cost, for benchmarks). table_dedup false: JTok's and JTok-M's rows gathered
-// and scattered a token position at a time (cuda/model.h's DeviceActs::table_dedup: the naive cost;
-// fp32 atomics, not bitwise reproducible). Refuses what the GPU model does not run, by name; in a
-// build without CUDA, says so.
+// masters (else fp32 throughout, the checking instantiation). Refuses what the GPU model does not
+// run, by name; in a build without CUDA, says so.
 std::unique_ptr<DeviceTrainer> make_device_trainer(const Model& host, const HostAdamWView& adam, bool bf16,
-                                                   bool dense_tables, bool eager_tables = false,
-                                                   bool table_dedup = true);
+                                                   const DeviceTableOptions& tables = {});
 
 }  // namespace jtok::cuda

@@ -158,6 +158,7 @@ void add_train_fields(std::map<std::string, Field>& m) {
   tvf("train_only", &T::train_only, "string");
   tvf("table_learning_rate", &T::table_learning_rate, "number");
   tvf("table_dedup", &T::table_dedup, "boolean");
+  tvf("table_streams", &T::table_streams, "boolean");
   tf("eval_interval", &T::eval_interval, "integer");
   tf("eval_batches", &T::eval_batches, "integer");
   tf("checkpoint_interval", &T::checkpoint_interval, "integer");

@@ -40,6 +40,10 @@ struct TrainConfig {
   // gathered and their gradients scattered a token position at a time by fp32 atomics: the naive
   // cost, for benchmarks; not bitwise reproducible). Written to config.json only when false.
   bool table_dedup = true;
+  // --device cuda: the table AdamW and the forward's row syncs on two side streams, overlapped with
+  // the backbone's work (cuda/table_streams.h; the same bits). The CPU has nothing to overlap and
+  // ignores it (a checkpoint resumes on either device). Written to config.json only when true.
+  bool table_streams = false;
   // What trains: "all", or "tables" (the JTok / JTok-M tables, scalers and routers; the backbone is
   // frozen: model/trainable.h). table_learning_rate: the peak lr of the token-indexed modules (their
   // lr follows the same schedule, scaled by table_learning_rate / learning_rate); < 0 = learning_rate.

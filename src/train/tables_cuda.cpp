@@ -43,11 +43,13 @@ class TablesOnGpu final : public TablePlacement {
     if (!p_.cfg.train.table_dedup)
       what += "; table_dedup false: token-table rows gathered and scattered a position at a time (fp32 atomics, "
               "not bitwise reproducible)";
+    if (p_.cfg.train.table_streams) what += "; table AdamW and row syncs on side streams";
     std::printf("device: %s\n", what.c_str());
     log.write({{"type", "device"},
                {"device", p_.opt.device},
                {"trainer", what},
-               {"table_dedup", p_.cfg.train.table_dedup}});
+               {"table_dedup", p_.cfg.train.table_dedup},
+               {"table_streams", p_.cfg.train.table_streams}});
   }
   void begin_step(int64_t, BatchSource&) override {}
   bool rows_in_model() const override { return true; }
@@ -67,9 +69,9 @@ class TablesOnGpu final : public TablePlacement {
       trainer_ = make_loopback_trainer(p_.model, host_adamw_view(p_.adam), t);
       return;
     }
-    trainer_ = cuda::make_device_trainer(p_.model, host_adamw_view(p_.adam), t.precision == "bf16",
-                                         t.table_optimizer != "sparse", t.table_optimizer == "dense-eager",
-                                         t.table_dedup);
+    const cuda::DeviceTableOptions tables{t.table_optimizer != "sparse", t.table_optimizer == "dense-eager",
+                                          t.table_dedup, t.table_streams};
+    trainer_ = cuda::make_device_trainer(p_.model, host_adamw_view(p_.adam), t.precision == "bf16", tables);
   }
   std::unique_ptr<cuda::DeviceTrainer> trainer_;
 };

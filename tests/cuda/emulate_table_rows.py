@@ -2,7 +2,8 @@
 # rows with touched flags, the list of flagged rows (table_rows.cu's compaction), the norm's
 # partials a listed row with their grid-stride blocks (global_norm.cu's sumsq_rows_kernel), the
 # table step clearing the listed flags (table_adamw.cu) and zero_grads clearing the listed rows and
-# flags (table_rows.cu's clear_rows). The backward writes a row's first gradient of a step over its
+# flags (table_rows.cu's clear_rows; skipped while a table step has cleared every flag since the
+# last backward: DeviceModel::tables_flagged). The backward writes a row's first gradient of a step over its
 # stale values (its flag not set) and adds later ones (jtok.cu, jtokm.cu); without dedup it adds by
 # atomics into rows that must be zero unflagged, so the table step zeroes the rows it used too
 # (TableGrad::zero_rows). Against the CPU trainer's bookkeeping, which zeroes every gradient at each
@@ -33,14 +34,17 @@ def backward(g, flags, rows, grads, atomics):  # the backward's row writes and t
 def run(seed, atomics, R=400, d=8, steps=12, grid=7):
     rng = np.random.default_rng(seed)
     g, flags = np.zeros((R, d), np.float32), np.zeros(R, np.uint8)  # the GPU's, zeroed once
+    flagged = True  # DeviceModel::tables_flagged: a backward since the last table step
     for step in range(steps):
-        rows = listed(flags)  # zero_grads: the flagged rows cleared (the refused step's too)
-        g[rows], flags[rows] = 0, 0
+        if flagged:  # zero_grads: the flagged rows cleared (the refused step's too), else nothing to do
+            rows = listed(flags)
+            g[rows], flags[rows], flagged = 0, 0, False
         ref = np.zeros((R, d), np.float32)  # the CPU's, zeroed every step
         for _ in range(rng.integers(1, 4)):  # micro-batches: rows touched by some of them only
             ids = np.unique(rng.integers(0, R, rng.integers(1, R // 4)))
             grads = rng.standard_normal((len(ids), d)).astype(np.float32)
             backward(g, flags, ids, grads, atomics)
+            flagged = True
             ref[ids] += grads
         refused = rng.random() < 0.3
         if refused:
@@ -55,7 +59,7 @@ def run(seed, atomics, R=400, d=8, steps=12, grid=7):
         want = np.sum(np.sum(ref * ref, axis=1, dtype=np.float32).astype(np.float64))
         assert (np.isnan(got) and np.isnan(want)) or got == want, f"step {step}: norm {got} != {want}"
         if not refused:  # the table step clears the listed flags (and rows, with atomics); a refused one
-            flags[rows] = 0  # leaves them to zero_grads
+            flags[rows], flagged = 0, False  # leaves them to zero_grads
             if atomics:
                 g[rows] = 0
     print(f"emulate_table_rows seed {seed}{' atomics' if atomics else ''}: {steps} steps, R {R}, d {d}, grid {grid}: ok")

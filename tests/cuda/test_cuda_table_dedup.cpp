@@ -108,8 +108,8 @@ void expect_trainer_losses_agree(bool bf16, double tol) {
   t.table_learning_rate = 1e-2;
   const jtok::Model m = test_model(c);
   jtok::AdamWState state_a = jtok::make_adamw_state(m), state_b = jtok::make_adamw_state(m);
-  const auto naive = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state_a), bf16, true, true, false);
-  const auto dedup = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state_b), bf16, true, true, true);
+  const auto naive = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state_a), bf16, {true, true, false});
+  const auto dedup = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state_b), bf16, {true, true, true});
   for (int64_t s = 0; s < 5; ++s) {
     const Batch b = make_batch(c, 8000 + static_cast<uint64_t>(s));
     const std::string at =

@@ -64,6 +64,28 @@ TEST(CudaOps, TableRows) {
   EXPECT_EQ(download_exact(count)[0], 0);
 }
 
+// touched_positions (the side streams' per-layer spans of the list) against std::lower_bound: a list of
+// 700 ascending rows with gaps, values below, between, on and past its rows, an empty list (every
+// answer 0), and a span's rows are the list's rows in [a, b).
+TEST(CudaOps, TouchedPositionsAreLowerBounds) {
+  std::mt19937_64 rng(13);
+  std::vector<int32_t> list;
+  for (int32_t r = 5; list.size() < 700; r += 1 + static_cast<int32_t>(rng() % 4)) list.push_back(r);
+  std::vector<int32_t> values = {0, 5, 6, list.back(), list.back() + 1, 1 << 30};
+  for (int i = 0; i < 200; ++i) values.push_back(static_cast<int32_t>(rng() % (list.back() + 10)));
+  auto drows = upload_exact(list), dvalues = upload_exact(values);
+  DeviceBuffer<int32_t> pos(values.size());
+  for (const int32_t n : {static_cast<int32_t>(list.size()), 0}) {
+    auto count = upload_exact(std::vector<int32_t>{n});
+    jtok::cuda::touched_positions(pos.get(), drows.get(), count.get(), dvalues.get(),
+                                  static_cast<int64_t>(values.size()), nullptr);
+    const auto got = download_exact(pos);
+    for (size_t i = 0; i < values.size(); ++i)
+      EXPECT_EQ(got[i], std::lower_bound(list.begin(), list.begin() + n, values[i]) - list.begin())
+          << "value " << values[i] << ", " << n << " rows listed";
+  }
+}
+
 // Each listed row's partial (a warp a row) against the host's sum of squares of that row: 20,000
 // rows of 33 (more rows than the launch's warps, so warps stride on; lanes with one or two
 // elements), every other one listed.

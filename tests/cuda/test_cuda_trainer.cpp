@@ -82,7 +82,8 @@ void expect_trainer_matches_cpu(const std::string& mode) {
     cpu_train_step(m, acts, state, t, make_batch(c, 2000 + static_cast<uint64_t>(s)), &norm);
   jtok::sync_tables(m, state);  // as a checkpoint's: every row current at step 3
   jtok::AdamWState gstate = state;
-  const auto dev = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(gstate), false, mode != "sparse", mode == "dense-eager");
+  const auto dev = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(gstate), false,
+                                                   {mode != "sparse", mode == "dense-eager"});
   for (int64_t s = 3; s < 8; ++s) {
     const Batch b = make_batch(c, 2000 + static_cast<uint64_t>(s));
     const std::string at = "trainer " + mode + " step " + std::to_string(s + 1);
@@ -134,7 +135,7 @@ TEST(CudaTrainer, DeviceMemoryWithinItsPlan) {
   const int64_t before = jtok::cuda::device_bytes_now();
   jtok::cuda::reset_device_bytes_peak();
   {
-    const auto dev = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state), true, true);
+    const auto dev = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state), true);
     dev->zero_grads();
     dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f, false);
     jtok::device_optimizer_step(*dev, state, cfg.train);
@@ -161,7 +162,7 @@ TEST(CudaTrainer, ProfileTimesEveryPhaseAndChangesNoBits) {
   for (int profiled = 0; profiled < 2; ++profiled) {
     jtok::Model m = test_model(c);
     jtok::AdamWState state = jtok::make_adamw_state(m);
-    const auto dev = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state), true, true);
+    const auto dev = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state), true);
     dev->set_profiling(profiled == 1);
     for (uint64_t s = 0; s < 2; ++s) {
       const Batch b = make_batch(c, 8000 + s);
@@ -173,9 +174,18 @@ TEST(CudaTrainer, ProfileTimesEveryPhaseAndChangesNoBits) {
   }
   EXPECT_EQ(losses[0], losses[1]);
   EXPECT_EQ(norms[0], norms[1]);
-  const std::vector<std::string> want = {"embedding", "attention", "mlp + tables", "final norm", "lm head + loss",
-                                         "mlp + tables backward", "attention backward", "embedding backward",
-                                         "gradient norm", "adamw", "table adamw"};
+  const std::vector<std::string> want = {"table row sync",
+                                         "embedding",
+                                         "attention",
+                                         "mlp + tables",
+                                         "final norm",
+                                         "lm head + loss",
+                                         "mlp + tables backward",
+                                         "attention backward",
+                                         "embedding backward",
+                                         "gradient norm",
+                                         "adamw",
+                                         "table adamw"};
   ASSERT_EQ(phases.size(), want.size());
   double sum = 0;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -199,7 +209,7 @@ TEST(CudaTrainer, PoisonedGradientRefusedWithAFrozenBackbone) {
   jtok::Model m = test_model(c);
   m.backbone_frozen = true;
   jtok::AdamWState state = jtok::make_adamw_state(m);
-  const auto dev = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state), false, true);
+  const auto dev = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state), false);
   const Batch b = make_batch(c, 6000);
   dev->zero_grads();
   dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f, false);
