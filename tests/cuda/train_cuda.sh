@@ -3,6 +3,7 @@
 # JTok-M model on real token shards, 20 steps, checkpoints at 10 and 20.
 # - two GPU runs give the same final checkpoint (model + optimizer files) bit for bit;
 # - a GPU run killed after its step-10 checkpoint and resumed on the GPU gives that checkpoint too;
+# - a run with the table work on side streams (table_streams true) gives that checkpoint too;
 # - the GPU's fp32 losses follow the CPU engine's, every step within a relative 2e-3 (printed);
 # - a GPU checkpoint resumes on the CPU and a CPU one on the GPU, each finishing within 2e-3 of the
 #   loss of the run that stayed on one device;
@@ -70,6 +71,10 @@ kill_after_step_10 "$T/k" "$DEV"
 train --out "$T/k" --resume --device "$DEV" > "$T/k.resumed"
 [ "$(hash_of "$(ck "$T/k" 20)")" = "$(hash_of "$(ck "$T/a" 20)")" ] || fail "killed at step 10 and resumed: another checkpoint"
 echo "ok: killed after step 10 and resumed on the GPU: the same checkpoint"
+
+train --out "$T/s" --device "$DEV" --set table_streams=true > "$T/s.out"
+[ "$(hash_of "$(ck "$T/s" 20)")" = "$(hash_of "$(ck "$T/a" 20)")" ] || fail "table_streams true: another checkpoint"
+echo "ok: the table work on side streams (table_streams true): the same checkpoint"
 
 train --out "$T/cpu" --device cpu > "$T/cpu.out"
 compare "$T/a/log.jsonl" "$T/cpu/log.jsonl" 2e-3 "GPU fp32 vs CPU fp32"
