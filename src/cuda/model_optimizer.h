@@ -23,6 +23,7 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -61,6 +62,8 @@ struct DeviceAdamW {
   DeviceArray<float> clip;                // (1) the clip coefficient AdamW reads
   DeviceArray<unsigned long long> stats;  // (4) cuda/table_adamw.h's TableStats
   HostReadback readback;                  // the norm and stats read back a step (pinned)
+  // The stats' first three counters as last read back (rows replayed, of them warm, their steps).
+  std::array<unsigned long long, 3> replayed{};
   int64_t step = 0;                       // steps taken
   std::unique_ptr<TableStreams> streams;  // the table work's side streams (use_table_streams), or none
 

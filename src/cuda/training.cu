@@ -111,6 +111,12 @@ class Trainer final : public DeviceTrainer {
     return profile_ ? profile_->mean_ms() : std::vector<std::pair<std::string, double>>{};
   }
 
+  bool replay_counts(ReplayCounts& out) const override {
+    out = {static_cast<int64_t>(opt_.replayed[0]), static_cast<int64_t>(opt_.replayed[1]),
+           static_cast<int64_t>(opt_.replayed[2])};
+    return true;
+  }
+
   void finish() override {
     sync_tables(dm_, opt_);
     JTOK_CUDA_CHECK(cudaStreamSynchronize(dm_.stream));

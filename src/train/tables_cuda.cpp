@@ -108,7 +108,16 @@ StepStats device_optimizer_step(cuda::DeviceTrainer& dev, AdamWState& state, con
     if (coef < 1.0f) st.clip_coef = coef;
   }
   state.step += 1;
+  copy_replay_counts(dev, state.tables);
   return st;
+}
+
+void copy_replay_counts(const cuda::DeviceTrainer& dev, TableMoments& tables) {
+  cuda::DeviceTrainer::ReplayCounts c;
+  if (!dev.replay_counts(c)) return;
+  tables.replayed_rows = c.rows;
+  tables.replayed_warm_rows = c.warm_rows;
+  tables.replayed_warm_steps = c.warm_steps;
 }
 
 }  // namespace jtok

@@ -18,7 +18,12 @@ std::unique_ptr<TablePlacement> make_tables_on_gpu(const TableRunParts& p);
 cuda::HostAdamWView host_adamw_view(AdamWState& a);
 
 // optimizer_step (train/optimizer.h) on the device: the lr of state.step, the clip coefficient of the
-// norm the device returns (the same fp32 formula), state.step advanced.
+// norm the device returns (the same fp32 formula), state.step advanced, the device's replay counts
+// copied.
 StepStats device_optimizer_step(cuda::DeviceTrainer& dev, AdamWState& state, const TrainConfig& t);
+
+// The device's table catch-up counts (rows replayed, warm rows, their steps) into tables' statistics,
+// where the device counts them (bench-train's rows_caught_up_per_step reads them).
+void copy_replay_counts(const cuda::DeviceTrainer& dev, TableMoments& tables);
 
 }  // namespace jtok

@@ -1,8 +1,8 @@
 // TrainSteps: the trainer's set-up and step without a run directory (train/trainer.h).
-#include "train/trainer.h"
-
 #include "core/error.h"
 #include "cuda/training.h"
+#include "train/tables_cuda.h"
+#include "train/trainer.h"
 #include "train/trainer_run.h"
 
 namespace jtok {
@@ -30,8 +30,12 @@ TrainSteps::Result TrainSteps::apply() {
 }
 
 void TrainSteps::finish() {
-  if (cuda::DeviceTrainer* dev = run_->tables->device()) dev->finish();
-  else sync_tables(run_->model, run_->adam);
+  if (cuda::DeviceTrainer* dev = run_->tables->device()) {
+    dev->finish();
+    copy_replay_counts(*dev, run_->adam.tables);  // the final sync's rows, as the CPU's sync_tables counts them
+  } else {
+    sync_tables(run_->model, run_->adam);
+  }
 }
 
 void TrainSteps::copy_back() {

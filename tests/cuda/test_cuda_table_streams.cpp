@@ -2,9 +2,10 @@
 // against the same trainer on one stream: a dense + JTok + JTok-M model (JTok-M on every layer, JTok
 // on layer 1) through 3 steps with an evaluation after each, in the "dense" (deferred), "sparse" and
 // "dense-eager" table modes, fp32 and bf16: every loss, evaluation loss and gradient norm bitwise
-// equal, then the downloaded weights, tables and moments byte for byte. On the CPU's emulation with
-// EMU_STREAMS=lazy (the CI set's second run) a stream's work runs only when something waits for it,
-// so a missing wait reads stale rows and changes these bits. And the streams' runs: each layer's
+// equal, then the downloaded weights, tables and moments byte for byte, and the rows caught up (the
+// trainer's replay counts: some warm rows under "dense", none under "sparse"). On the CPU's
+// emulation with EMU_STREAMS=lazy (the CI set's second run) a stream's work runs only when something
+// waits for it, so a missing wait reads stale rows and changes these bits. And the streams' runs: each layer's
 // tables as runs of consecutive tables, a table read by two layers refused. Runs on a GPU host (in
 // test_cuda_ops; bash scripts/test_cuda.sh) and on the emulation (tests/cuda/emulate_kernels.sh).
 #include <gtest/gtest.h>
@@ -30,6 +31,7 @@ struct RunResult {
   std::vector<double> losses, evals, norms;
   std::vector<float> params, m, v;
   std::vector<std::vector<float>> tables, table_m, table_v;
+  jtok::cuda::DeviceTrainer::ReplayCounts replayed;  // after the download's sync
 };
 
 RunResult run_trainer(const jtok::ModelConfig& c, const std::string& mode, bool bf16, bool streams) {
@@ -50,6 +52,7 @@ RunResult run_trainer(const jtok::ModelConfig& c, const std::string& mode, bool 
   }
   const jtok::cuda::HostAdamWView view = jtok::host_adamw_view(state);
   dev->download(m, &view);
+  EXPECT_TRUE(dev->replay_counts(r.replayed));
   r.params.assign(m.params.begin(), m.params.end());
   r.m = state.m;
   r.v = state.v;
@@ -69,6 +72,9 @@ void expect_same_run(const std::string& at, const RunResult& one, const RunResul
   EXPECT_EQ(one.losses, side.losses) << at;
   EXPECT_EQ(one.evals, side.evals) << at;
   EXPECT_EQ(one.norms, side.norms) << at;
+  EXPECT_EQ(one.replayed.rows, side.replayed.rows) << at << ": the same rows caught up";
+  EXPECT_EQ(one.replayed.warm_rows, side.replayed.warm_rows) << at;
+  EXPECT_EQ(one.replayed.warm_steps, side.replayed.warm_steps) << at;
   EXPECT_TRUE(same_bytes(one.params, side.params)) << at << ": weights";
   EXPECT_TRUE(same_bytes(one.m, side.m) && same_bytes(one.v, side.v)) << at << ": moments";
   ASSERT_EQ(one.tables.size(), side.tables.size()) << at;
@@ -87,6 +93,10 @@ TEST(CudaTableStreams, SideStreamsGiveTheOneStreamBits) {
     const std::string at = mode + (bf16 ? " bf16" : " fp32");
     const RunResult one = run_trainer(c, mode, bf16, false), side = run_trainer(c, mode, bf16, true);
     ASSERT_FALSE(one.tables.empty());
+    if (mode == "sparse")
+      EXPECT_EQ(one.replayed.rows, 0) << at << ": nothing deferred";
+    else
+      EXPECT_GT(one.replayed.warm_rows, 0) << at << ": rows behind were caught up, warm ones among them";
     expect_same_run(at, one, side);
   }
 }
