@@ -56,8 +56,12 @@ TableStreams::TableStreams(const std::vector<int>& jtok_table, const std::vector
   bounds_.resize(static_cast<int64_t>(bounds.size()));
   spans_.resize(static_cast<int64_t>(bounds.size()));
   copy_to_device(bounds_.get(), bounds.data(), static_cast<int64_t>(bounds.size()));
-  JTOK_CUDA_CHECK(cudaStreamCreateWithFlags(&step_, cudaStreamNonBlocking));
-  JTOK_CUDA_CHECK(cudaStreamCreateWithFlags(&sync_, cudaStreamNonBlocking));
+  // The greatest priority: their blocks go first as SMs free up, so a layer's tables are done
+  // before the model's stream gets there (the work is the same; only who waits changes).
+  int least = 0, greatest = 0;
+  JTOK_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  JTOK_CUDA_CHECK(cudaStreamCreateWithPriority(&step_, cudaStreamNonBlocking, greatest));
+  JTOK_CUDA_CHECK(cudaStreamCreateWithPriority(&sync_, cudaStreamNonBlocking, greatest));
   stepped_.resize(jtok_table.size());
   for (cudaEvent_t& e : stepped_) e = make_event();
   synced_.resize(static_cast<size_t>(n_tables));

@@ -7,8 +7,9 @@
 //   begun as soon as the ids are deduplicated, table k's behind its layer's step;
 // the model's stream waits for table k just before a layer reads it (DeviceActs::row_wait), and for
 // both streams before the backward writes the tables' gradients and flags (join). Each row sees the
-// same operations in the same order as on one stream: the same bits. Both streams are non-blocking:
-// the model's stream is the legacy one, whose implicit barrier would put them back in line.
+// same operations in the same order as on one stream: the same bits. Both streams are non-blocking
+// (the model's stream is the legacy one, whose implicit barrier would put them back in line) and of
+// the greatest priority (the side work is what a later layer waits for).
 #pragma once
 #include <cuda_runtime_api.h>
 

@@ -224,6 +224,16 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
   g_streams[(*s)->id] = *s;
   return cudaSuccess;
 }
+// Priorities order nothing here (work runs at the call or when awaited): the range of an H100's, kept.
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  if (least) *least = 0;
+  if (greatest) *greatest = -5;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority) {
+  if (priority > 0 || priority < -5) return cudaErrorInvalidValue;
+  return cudaStreamCreateWithFlags(s, flags);
+}
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   if (!s) return cudaErrorInvalidResourceHandle;
   if (s->capture) {

@@ -231,6 +231,8 @@ cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaStreamCreate(cudaStream_t* s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority);
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
 cudaError_t cudaEventCreate(cudaEvent_t* e);
