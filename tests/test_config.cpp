@@ -169,36 +169,36 @@ TEST(Config, VariantFieldsWrittenOnlyWhenSet) {
   EXPECT_EQ(back.model.rope_scaling_factor, 32.0);
 }
 
-// table_dedup (the token tables' rows deduplicated a micro-batch; false: the GPU's naive gather and
-// scatter, a benchmark): true by default and then absent from config.json (a checkpoint's config is
-// what it was); false is written, reads back false, and parses from the command line; a non-boolean
-// is refused naming the field.
-TEST(Config, TableDedupDefaultsTrueAndIsWrittenOnlyWhenFalse) {
+// A boolean training field written to config.json only when not its default (a checkpoint's config
+// is what it was): the default, and then absent; the other value set on the command line, written,
+// and read back; a non-boolean refused naming the field, in a file and on the command line.
+static void expect_variant_bool_field(const std::string& name, bool jtok::TrainConfig::*field, bool default_value) {
   const Config plain = load_config(write_tmp("{}"));
-  EXPECT_TRUE(plain.train.table_dedup);
-  EXPECT_FALSE(to_json(plain).contains("table_dedup"));
-  const Config naive = load_config(write_tmp("{}"), {"table_dedup=false"});
-  EXPECT_FALSE(naive.train.table_dedup);
-  const nlohmann::json j = to_json(naive);
-  ASSERT_TRUE(j.contains("table_dedup"));
-  EXPECT_FALSE(j.at("table_dedup").get<bool>());
-  EXPECT_FALSE(load_config(write_tmp(j.dump())).train.table_dedup);
-  EXPECT_NE(error_of(R"({"table_dedup": "no"})").find("field table_dedup: expected boolean"), std::string::npos);
-  EXPECT_NE(error_of("{}", {"table_dedup=maybe"}).find("--table_dedup: expected true or false"), std::string::npos);
+  EXPECT_EQ(plain.train.*field, default_value) << name;
+  EXPECT_FALSE(to_json(plain).contains(name));
+  const std::string other = default_value ? "false" : "true";
+  const Config set = load_config(write_tmp("{}"), {name + "=" + other});
+  EXPECT_EQ(set.train.*field, !default_value) << name;
+  const nlohmann::json j = to_json(set);
+  ASSERT_TRUE(j.contains(name));
+  EXPECT_EQ(j.at(name).get<bool>(), !default_value) << name;
+  EXPECT_EQ(load_config(write_tmp(j.dump())).train.*field, !default_value) << name;
+  for (const char* bad : {"\"no\"", "1"})
+    EXPECT_NE(error_of("{\"" + name + "\": " + bad + "}").find("field " + name + ": expected boolean"),
+              std::string::npos)
+        << name << " = " << bad;
+  EXPECT_NE(error_of("{}", {name + "=maybe"}).find("--" + name + ": expected true or false"), std::string::npos);
 }
 
-// table_streams (--device cuda's table work on side streams): false by default and then absent from
-// config.json; true is written and reads back; a non-boolean is refused naming the field.
+// table_dedup (the token tables' rows deduplicated a micro-batch; false: the GPU's naive gather and
+// scatter, a benchmark): true by default, false written.
+TEST(Config, TableDedupDefaultsTrueAndIsWrittenOnlyWhenFalse) {
+  expect_variant_bool_field("table_dedup", &jtok::TrainConfig::table_dedup, true);
+}
+
+// table_streams (--device cuda's table work on side streams): false by default, true written.
 TEST(Config, TableStreamsDefaultsFalseAndIsWrittenOnlyWhenTrue) {
-  const Config plain = load_config(write_tmp("{}"));
-  EXPECT_FALSE(plain.train.table_streams);
-  EXPECT_FALSE(to_json(plain).contains("table_streams"));
-  const Config side = load_config(write_tmp("{}"), {"table_streams=true"});
-  EXPECT_TRUE(side.train.table_streams);
-  const nlohmann::json j = to_json(side);
-  ASSERT_TRUE(j.contains("table_streams"));
-  EXPECT_TRUE(load_config(write_tmp(j.dump())).train.table_streams);
-  EXPECT_NE(error_of(R"({"table_streams": 1})").find("field table_streams: expected boolean"), std::string::npos);
+  expect_variant_bool_field("table_streams", &jtok::TrainConfig::table_streams, false);
 }
 
 TEST(Config, OverrideCanRepairAFileValue) {

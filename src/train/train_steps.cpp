@@ -1,8 +1,9 @@
 // TrainSteps: the trainer's set-up and step without a run directory (train/trainer.h).
+#include "train/trainer.h"
+
 #include "core/error.h"
 #include "cuda/training.h"
 #include "train/tables_cuda.h"
-#include "train/trainer.h"
 #include "train/trainer_run.h"
 
 namespace jtok {
