@@ -25,6 +25,13 @@ struct DeviceRowBatch {
   bool distinct = true;
 };
 
+// Some of a batch's unique entries: entry u where bit `bit` of bits[u] is set (bits null: every entry).
+// JTok-M's (id, table) pairs a layer's routing chose (jtokm.h's jtokm_chosen_tables, bit i: table i).
+struct RowSubset {
+  const uint32_t* bits = nullptr;  // (U) on the device
+  int bit = 0;
+};
+
 // Bytes of scratch dedup_ids needs for N ids below V (cub's temporary storage and the sorted keys).
 size_t dedup_scratch_bytes(int64_t N, int64_t V);
 

@@ -250,6 +250,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Thread u < U: the tables some position of unique[u] selected, one bit a table (n_e <= 32).
+__global__ void __launch_bounds__(kThreads)
+    chosen_tables_kernel(uint32_t* chosen, const int32_t* __restrict__ sel, DeviceRowBatch rb, int64_t N, int K) {
+  pdl_wait();
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (u >= N || u >= *rb.num_unique) return;
+  uint32_t used = 0;
+  for (int p = rb.offsets[u]; p < rb.offsets[u + 1]; ++p)
+    for (int k = 0; k < K; ++k) used |= 1u << sel[static_cast<int64_t>(rb.order[p]) * K + k];
+  chosen[u] = used;
+}
+
 int64_t de_blocks(int64_t N) { return N < kMaxDeBlocks ? N : kMaxDeBlocks; }
 
 }  // namespace
@@ -265,6 +277,16 @@ void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDi
                                                                              static_cast<int>(dm.K));
   JTOK_CUDA_CHECK_LAUNCH();
   route_aux_kernel<<<1, 32, 0, stream>>>(acts, dm.N, static_cast<int>(dm.n_e), static_cast<int>(dm.K), dm.lambda);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
+void jtokm_chosen_tables(uint32_t* chosen, const JTokMDeviceActs& acts, const DeviceRowBatch& rb, const JTokMDims& dm,
+                         cudaStream_t stream) {
+  JTOK_CHECK(dm.n_e >= 1 && dm.n_e <= kJTokMMaxTables, "jtokm_chosen_tables: n_e ", dm.n_e, " (at most ",
+             kJTokMMaxTables, ")");
+  if (dm.N == 0) return;
+  chosen_tables_kernel<<<ceil_div(dm.N, kThreads), kThreads, 0, stream>>>(chosen, acts.sel, rb, dm.N,
+                                                                          static_cast<int>(dm.K));
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

@@ -51,6 +51,12 @@ template <typename T>
 void jtokm_mix_inject(T* h_next, const JTokMDeviceActs& acts, const int32_t* ids, const T* E, const T* s,
                       const JTokMDims& dm, cudaStream_t stream);
 
+// acts.sel (N, K), rb = dedup_ids(ids) -> chosen (U; N bound) bit i set where some position of unique[u]
+// selected table i: the (id, table) rows the layer reads (its gather, its backward), each listed once.
+// The table optimizer brings only these current (dedup.h's RowSubset), as the CPU's gather does.
+void jtokm_chosen_tables(uint32_t* chosen, const JTokMDeviceActs& acts, const DeviceRowBatch& rb, const JTokMDims& dm,
+                         cudaStream_t stream);
+
 // Floats of scratch jtokm_backward_de needs: ds's per-block partials.
 int64_t jtokm_backward_de_scratch(const JTokMDims& dm);
 

@@ -216,10 +216,11 @@ struct DeviceModel {
   uint8_t* touched(int64_t k) const { return table_touched.get() + k * cfg.padded_vocab(); }
 };
 
-// Called for every table once the micro-batch's ids are deduplicated (rb: its unique ids), before any
-// layer: the table optimizer brings those rows current (cuda/model_optimizer.h's table_row_sync).
-// Empty: nothing deferred.
-using DeviceRowSync = std::function<void(int64_t table, const DeviceRowBatch& rb, int64_t N)>;
+// Called for a table's rows of the micro-batch before a layer reads them (rb: its deduplicated ids;
+// of them the entries in `subset`): the table optimizer brings those rows current
+// (cuda/model_optimizer.h's table_row_sync). JTok's, all of rb, right after the dedup; JTok-M's, the
+// (id, table) pairs its layer's routing chose, right after the routing. Empty: nothing deferred.
+using DeviceRowSync = std::function<void(int64_t table, const DeviceRowBatch& rb, int64_t N, RowSubset subset)>;
 // Called before a layer reads table `table`'s rows: the stream waits for work on another stream that
 // writes them (cuda/table_streams.h). Empty: all on one stream.
 using DeviceRowWait = std::function<void(int64_t table)>;
@@ -238,6 +239,7 @@ struct DeviceLayerActs {
   // JTok-M (fp32 in both instantiations): router logits and cuda/jtokm.h's JTokMDeviceActs arrays.
   DeviceArray<float> m_logits, m_sig, m_w, m_e, m_inv_norm;  // (N,n_e) (N,n_e) (N,K) (N,d) (N)
   DeviceArray<int32_t> m_sel, m_load;         // (N,K), (n_e)
+  DeviceArray<uint32_t> m_chosen;             // (N bound, U used) the tables each unique id's positions chose
   DeviceArray<double> m_prob_sum, m_aux, m_wsum;  // (n_e), (1), (n_e) the weights of the positions choosing each
   JTokMDeviceActs jtokm() const {
     return {m_sig.get(),  m_sel.get(),      m_w.get(),   m_e.get(), m_inv_norm.get(),
@@ -278,7 +280,7 @@ struct DeviceActs {
   // embedding's and the tables' row gradients.
   DeviceArray<int32_t> unique, inverse, offsets, order, num_unique;
   DeviceArray<uint8_t> dedup_scratch;
-  DeviceRowSync row_sync;  // if set, called for each table after the dedup (row_batch)
+  DeviceRowSync row_sync;  // if set, called for each table before its layer (row_batch)
   DeviceRowWait row_wait;  // if set, called before a layer reads a table
   DeviceRowBatch row_batch() const {
     return {unique.get(), inverse.get(), offsets.get(), order.get(), num_unique.get()};

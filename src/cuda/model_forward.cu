@@ -21,13 +21,23 @@ namespace jtok::cuda {
 namespace {
 
 // JTok-M's routing of layer l on its attention input a: logits (N, n_e) fp32 = a R^T (E operands,
-// fp32 out), then top-K.
+// fp32 out), then top-K; then the (id, table) rows it chose brought current by a.row_sync (the CPU's
+// gather syncs these alone: a row not chosen is left behind until a batch chooses it), while the
+// rest of the layer runs if the syncs are on a side stream. Profiled as "table row sync".
 template <typename E>
-void jtokm_route_layer(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int64_t N) {
+void jtokm_route_layer(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l) {
+  DeviceLayerActs<E>& L = a.layers[l];
+  const int64_t N = a.B * a.T;
   const JTokMDims dims = jtokm_dims(dm.cfg, N);
   linear_forward<E, float>(dm.mm, L.m_logits.get(), L.a.get(), dm.w.layers[l].jtokm_router, nullptr, N, dims.d,
                            dims.n_e, false, dm.stream);
   jtokm_route(L.jtokm(), L.m_logits.get(), dims, dm.stream);
+  if (!a.row_sync) return;
+  mark_phase(dm.profile, "attention", dm.stream);
+  jtokm_chosen_tables(L.m_chosen.get(), L.jtokm(), a.row_batch(), dims, dm.stream);
+  for (int64_t i = 0; i < dims.n_e; ++i)
+    a.row_sync(dm.jtokm_table[l] + i, a.row_batch(), N, RowSubset{L.m_chosen.get(), static_cast<int>(i)});
+  mark_phase(dm.profile, "table row sync", dm.stream);
 }
 
 // JTok-M's injection of layer l: h_next += c * s * Norm(sum_k w_k E_{sel_k}[x]) (the tables' forward
@@ -45,15 +55,16 @@ void jtokm_inject_layer(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_nex
 // rows, v read from q_in), RoPE at 0..T-1 on q's and k's H + KV heads (one launch: k's follow q's in
 // the row), attention, h_mid = h_in + att Wo^T.
 template <typename E>
-void attention_half(DeviceModel<E>& dm, DeviceLayerActs<E>& L, size_t l, int64_t B, int64_t T) {
+void attention_half(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l) {
   const auto& c = dm.cfg;
   const auto& W = dm.w.layers[l];
-  const int64_t N = B * T, d = c.hidden_size, qd = c.q_dim();
+  DeviceLayerActs<E>& L = a.layers[l];
+  const int64_t B = a.B, T = a.T, N = B * T, d = c.hidden_size, qd = c.q_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
   const float eps = static_cast<float>(c.rms_norm_eps);
   cudaStream_t s = dm.stream;
   rmsnorm_forward(L.a.get(), L.rstd1.get(), L.h_in.get(), W.ln1, N, d, eps, s);
-  if (W.jtokm_router) jtokm_route_layer(dm, L, l, N);  // route now, mix at the write-back
+  if (W.jtokm_router) jtokm_route_layer(dm, a, l);  // route now, mix at the write-back
   E* product = c.qk_norm ? L.q_in.get() : L.q.get();
   const QkvView<E> v = layer_qkv(c, L);                                                   // v.v in product's rows
   linear_forward<E, E>(dm.mm, product, L.a.get(), W.wq, W.bq, N, d, v.stride, false, s);  // [Wq; Wk; Wv]
@@ -108,19 +119,19 @@ void mlp_half(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_next) {
   if (W.jtokm_router) jtokm_inject_layer(dm, a, l, h_next);
 }
 
-// Every table's rows of the batch's distinct ids (as with dedup; JTok-M's: all n_e rows of an id, a
-// superset of the chosen, the same values) brought current by a.row_sync, layer by layer, as soon as
-// the ids are known: a table's rows depend on the ids alone, so a side stream may run this under the
-// backbone (a.row_wait then holds each gather until its table's rows are done).
+// JTok's rows of the batch's distinct ids (as with dedup) brought current by a.row_sync, layer by
+// layer, as soon as the ids are known: a table's rows depend on the ids alone, so a side stream may
+// run this under the backbone (a.row_wait then holds each gather until its table's rows are done).
+// JTok-M's wait for their layer's routing (jtokm_route_layer). True if any was queued.
 template <typename E>
-void sync_batch_rows(DeviceModel<E>& dm, DeviceActs<E>& a) {
-  if (!a.row_sync) return;
-  const int64_t N = a.B * a.T;
-  for (size_t l = 0; l < a.layers.size(); ++l) {
-    if (dm.jtok_table[l] >= 0) a.row_sync(dm.jtok_table[l], a.row_batch(), N);
-    if (dm.jtokm_table[l] >= 0)
-      for (int64_t i = 0; i < dm.cfg.jtokm_n_e; ++i) a.row_sync(dm.jtokm_table[l] + i, a.row_batch(), N);
+bool sync_batch_rows(DeviceModel<E>& dm, DeviceActs<E>& a) {
+  bool any = false;
+  for (size_t l = 0; a.row_sync && l < a.layers.size(); ++l) {
+    if (dm.jtok_table[l] < 0) continue;
+    a.row_sync(dm.jtok_table[l], a.row_batch(), a.B * a.T, RowSubset{});
+    any = true;
   }
+  return any;
 }
 
 }  // namespace
@@ -154,13 +165,12 @@ void forward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* ids, int64_t B
   JTOK_CUDA_CHECK(cudaMemcpyAsync(a.ids.get(), ids, a.ids.bytes(), cudaMemcpyHostToDevice, s));
   dedup_ids(a.row_batch(), a.ids.get(), N, c.padded_vocab(), a.dedup_scratch.get(), a.dedup_scratch.bytes(), s);
   if (!a.table_dedup) fill_positions(a.positions.get(), a.position_count.get(), N, s);  // table_batch's
-  sync_batch_rows(dm, a);
-  if (a.row_sync && dm.n_tables > 0) mark_phase(dm.profile, "table row sync", s);  // the ids' copy and dedup with it
+  if (sync_batch_rows(dm, a)) mark_phase(dm.profile, "table row sync", s);  // the ids' copy and dedup with it
   embedding_forward(a.layers[0].h_in.get(), a.ids.get(), dm.w.embed, N, d, s);
   mark_phase(dm.profile, "embedding", s);  // with the ids' copy and dedup (unless timed with the row syncs)
   for (size_t l = 0; l < a.layers.size(); ++l) {
     E* h_next = l + 1 < a.layers.size() ? a.layers[l + 1].h_in.get() : a.h_out.get();
-    attention_half(dm, a.layers[l], l, B, T);
+    attention_half(dm, a, l);
     mark_phase(dm.profile, "attention", s);  // norm, JTok-M's routing, q k v, RoPE, attention, o
     mlp_half(dm, a, l, h_next);
     mark_phase(dm.profile, dm.has_tables(l) ? "mlp + tables" : "mlp", s);

@@ -150,11 +150,11 @@ double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, 
 template <typename E>
 DeviceRowSync table_row_sync(DeviceModel<E>& dm, DeviceAdamW& st) {
   if (!st.dense_tables && !st.streams) return {};  // sparse: a row moves only when it has a gradient
-  return [&dm, &st](int64_t k, const DeviceRowBatch& rb, int64_t N) {
+  return [&dm, &st](int64_t k, const DeviceRowBatch& rb, int64_t N, RowSubset subset) {
     const cudaStream_t s = st.streams ? st.streams->begin_sync(dm.stream, k) : dm.stream;
     if (st.dense_tables)
       table_sync_rows(table_view(dm, st, k, dm.cfg.padded_vocab()), rb.unique, rb.num_unique, N, st.kept_view(),
-                      TableStats{st.stats.get()}, s);
+                      TableStats{st.stats.get()}, s, subset);
     if (st.streams) st.streams->end_sync(k);
   };
 }

@@ -79,9 +79,10 @@ struct DeviceAdamW {
 template <typename E>
 double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, float max_grad_norm);
 
-// The hook a training forward sets as DeviceActs::row_sync: the rows the batch will gather brought
-// current (dense semantics; empty for sparse: nothing is deferred, unless on side streams, where the
-// hook queues the wait for the table's step). It refers to dm and st: it must not outlive them.
+// The hook a training forward sets as DeviceActs::row_sync: the rows the batch will gather (of a
+// JTok-M table, the pairs its routing chose: the RowSubset) brought current (dense semantics; empty for sparse: nothing
+// is deferred, unless on side streams, where the hook queues the wait for the table's step). It refers to dm and st: it
+// must not outlive them.
 template <typename E>
 DeviceRowSync table_row_sync(DeviceModel<E>& dm, DeviceAdamW& st);
 // DeviceActs::row_wait's: the model's stream waits for the side streams' work on a table (empty

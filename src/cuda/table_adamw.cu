@@ -84,12 +84,14 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// ids null: every row; else ids[0 .. *count).
-__global__ void __launch_bounds__(kThreads) table_sync_kernel(DeviceTable t, const int32_t* ids, const int32_t* count,
-                                                              int64_t n, KeptConsts kept, TableStats stats) {
+// ids null: every row; else ids[0 .. *count), the entries in subset.
+__global__ void __launch_bounds__(kThreads)
+    table_sync_kernel(DeviceTable t, const int32_t* ids, const int32_t* count, int64_t n, KeptConsts kept,
+                      TableStats stats, RowSubset subset) {
   pdl_wait();
   const int64_t total = ids ? (count ? *count : n) : t.rows;
-  for (int64_t i = blockIdx.x; i < total; i += gridDim.x) replay_row(t, ids ? ids[i] : i, kept.current, kept, stats);
+  for (int64_t i = blockIdx.x; i < total; i += gridDim.x)
+    if (!subset.bits || (subset.bits[i] >> subset.bit & 1u)) replay_row(t, ids ? ids[i] : i, kept.current, kept, stats);
 }
 
 int blocks_for(int64_t rows) { return static_cast<int>(rows < kMaxBlocks ? (rows > 0 ? rows : 1) : kMaxBlocks); }
@@ -110,15 +112,15 @@ void table_adamw_step(const DeviceTable& t, const TableGrad& g, const int32_t* i
 }
 
 void table_sync_rows(const DeviceTable& t, const int32_t* ids, const int32_t* count, int64_t n, const KeptConsts& kept,
-                     TableStats stats, cudaStream_t stream) {
+                     TableStats stats, cudaStream_t stream, RowSubset subset) {
   if (n == 0 || kept.current == kept.base) return;
-  table_sync_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t, ids, count, n, kept, stats);
+  table_sync_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t, ids, count, n, kept, stats, subset);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
 void table_sync_all(const DeviceTable& t, const KeptConsts& kept, TableStats stats, cudaStream_t stream) {
   if (kept.current == kept.base) return;
-  table_sync_kernel<<<blocks_for(t.rows), kThreads, 0, stream>>>(t, nullptr, nullptr, 0, kept, stats);
+  table_sync_kernel<<<blocks_for(t.rows), kThreads, 0, stream>>>(t, nullptr, nullptr, 0, kept, stats, RowSubset{});
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "cuda/adamw.h"
+#include "cuda/dedup.h"
 
 namespace jtok::cuda {
 
@@ -63,10 +64,11 @@ void table_adamw_step(const DeviceTable& t, const TableGrad& g, const int32_t* i
                       const KeptConsts& kept, int64_t step, bool dense, const float* grad_scale, TableStats stats,
                       cudaStream_t stream, const int32_t* first = nullptr);
 
-// The rows ids[0 .. *count) (distinct: a DeviceRowBatch's unique and num_unique; count null: n)
-// brought current to kept.current: the readers' hook before a gather.
+// The rows ids[0 .. *count) (distinct: a DeviceRowBatch's unique and num_unique; count null: n), of
+// them the entries in `subset` (default: all), brought current to kept.current: the readers' hook
+// before a gather.
 void table_sync_rows(const DeviceTable& t, const int32_t* ids, const int32_t* count, int64_t n, const KeptConsts& kept,
-                     TableStats stats, cudaStream_t stream);
+                     TableStats stats, cudaStream_t stream, RowSubset subset = {});
 
 // Every row current to kept.current (then the caller drops the kept constants: base = current).
 void table_sync_all(const DeviceTable& t, const KeptConsts& kept, TableStats stats, cudaStream_t stream);

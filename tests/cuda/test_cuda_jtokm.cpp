@@ -23,13 +23,13 @@ using jtok::testing::randn;
 
 // JTok-M over n_e 5 tables, K 2, with and without the norm: routing (from the CPU's router logits:
 // the product is the caller's, and near-ties must not flip the top-K), load statistics and aux
-// loss, mix + norm + injection, dL/de, ds, dL/dg through the router products (gemm_ref, as the
-// model's: dR fp32 from operands of T, da of T), the tables' gradients (added to the rows already
-// flagged touched, every third (table, id): an earlier micro-batch's; written over the stale values of
-// the others the batch selects; the rest left as they are) and touched flags; against
-// src/model/jtokm.cpp's forward and backward. bf16: h_next, dh, s, the tables, a, R and da in bf16
-// (the CPU sees them rounded); routing, e, its norm, dL/de, ds and gE are fp32 in both, so only
-// h_next, da and dR carry a bf16 rounding (of h_next's store, of dg): tolerance 1e-2 on all.
+// loss, the (id, table) pairs chosen (the rows the CPU's gather syncs), mix + norm + injection, dL/de, ds, dL/dg
+// through the router products (gemm_ref, as the model's: dR fp32 from operands of T, da of T), the tables' gradients
+// (added to the rows already flagged touched, every third (table, id): an earlier micro-batch's; written over the stale
+// values of the others the batch selects; the rest left as they are) and touched flags; against src/model/jtokm.cpp's
+// forward and backward. bf16: h_next, dh, s, the tables, a, R and da in bf16 (the CPU sees them rounded); routing, e,
+// its norm, dL/de, ds and gE are fp32 in both, so only h_next, da and dR carry a bf16 rounding (of h_next's store, of
+// dg): tolerance 1e-2 on all.
 struct JTokMRun {
   JTokMRun(int64_t n, bool with_norm) : N(n), norm(with_norm) {}  // the arrays below follow N
   static constexpr int64_t V = 150, d = 32, ne = 5, K = 2;
@@ -82,11 +82,27 @@ struct JTokMRun {
         touched[row] = 1.0f;
       }
     }
-    return Outputs{{"sel", std::vector<float>(A.sel.begin(), A.sel.end())}, {"w", A.w}, {"e", A.e},
-                   {"inv_norm", A.inv_norm}, {"h_next", h}, {"aux", {static_cast<float>(A.aux)}},
+    std::vector<float> chosen(rb.unique.size(), 0.0f);  // the (id, table) pairs the CPU's gather read
+    for (size_t u = 0; u < chosen.size(); ++u) {
+      uint32_t bits = 0;
+      for (int64_t i = 0; i < ne; ++i)
+        if (A.slot[u * ne + i] >= 0) bits |= 1u << i;
+      chosen[u] = static_cast<float>(bits);
+    }
+    return Outputs{{"sel", std::vector<float>(A.sel.begin(), A.sel.end())},
+                   {"w", A.w},
+                   {"e", A.e},
+                   {"chosen", chosen},
+                   {"inv_norm", A.inv_norm},
+                   {"h_next", h},
+                   {"aux", {static_cast<float>(A.aux)}},
                    {"load", std::vector<float>(A.load.begin(), A.load.end())},
-                   {"prob_sum", std::vector<float>(A.prob_sum.begin(), A.prob_sum.end())}, {"ds", ds}, {"dR", dR},
-                   {"da", da}, {"gE", gE}, {"touched", touched}};
+                   {"prob_sum", std::vector<float>(A.prob_sum.begin(), A.prob_sum.end())},
+                   {"ds", ds},
+                   {"dR", dR},
+                   {"da", da},
+                   {"gE", gE},
+                   {"touched", touched}};
   }
 
   // T: the activations' type (the model's E).
@@ -109,6 +125,8 @@ struct JTokMRun {
                                            prob_sum.get(), aux.get()};
     DeviceDedup dd(dids, N, V);
     jtok::cuda::jtokm_route(acts, dlog.get(), dm, nullptr);
+    DeviceBuffer<uint32_t> chosen(N);
+    jtok::cuda::jtokm_chosen_tables(chosen.get(), acts, dd.rb, dm, nullptr);
     jtok::cuda::jtokm_mix_inject(dhn.get(), acts, dids.get(), dE.get(), ds_.get(), dm, nullptr);
     jtok::cuda::jtokm_backward_de(de.get(), dds.get(), scratch.get(), acts, ddh.get(), ds_.get(), dm, nullptr);
     jtok::cuda::jtokm_backward_router(dg.get(), acts, de.get(), dids.get(), dE.get(), aux_grad, dm, nullptr);
@@ -120,12 +138,22 @@ struct JTokMRun {
     const auto sl = download_exact(sel), ld = download_exact(load);
     const auto tb = download_exact(touched);
     const auto ps = download_exact(prob_sum);
-    return Outputs{{"sel", std::vector<float>(sl.begin(), sl.end())}, {"w", download(w)}, {"e", download(e)},
-                   {"inv_norm", download(inv)}, {"h_next", download(dhn)},
+    const auto ch = download_exact(chosen);
+    const size_t U = jtok::dedup_ids(ids.data(), N, V).unique.size();
+    return Outputs{{"sel", std::vector<float>(sl.begin(), sl.end())},
+                   {"w", download(w)},
+                   {"e", download(e)},
+                   {"chosen", std::vector<float>(ch.begin(), ch.begin() + static_cast<int64_t>(U))},
+                   {"inv_norm", download(inv)},
+                   {"h_next", download(dhn)},
                    {"aux", {static_cast<float>(download_exact(aux)[0])}},
                    {"load", std::vector<float>(ld.begin(), ld.end())},
-                   {"prob_sum", std::vector<float>(ps.begin(), ps.end())}, {"ds", download(dds)}, {"dR", download(ddR)},
-                   {"da", download(dda)}, {"gE", download(dgE)}, {"touched", std::vector<float>(tb.begin(), tb.end())}};
+                   {"prob_sum", std::vector<float>(ps.begin(), ps.end())},
+                   {"ds", download(dds)},
+                   {"dR", download(ddR)},
+                   {"da", download(dda)},
+                   {"gE", download(dgE)},
+                   {"touched", std::vector<float>(tb.begin(), tb.end())}};
   }
   Outputs gpu(DType t) const {
     return by_dtype(t, [&]<typename T>(T) { return gpu_as<T>(t); });

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <string>
 #include <utility>
@@ -16,10 +17,10 @@
 #include "core/error.h"
 #include "cuda/model.h"
 #include "cuda/model_optimizer.h"
-#include "model_case.h"
-#include "step_case.h"
 #include "model/transformer.h"
+#include "model_case.h"
 #include "ops/adamw.h"
+#include "step_case.h"
 #include "train/config.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
@@ -107,6 +108,16 @@ void expect_ten_steps_match(const std::string& name, const jtok::ModelConfig& c,
   }
   jtok::sync_tables(m, state);
   jtok::cuda::sync_tables(dm, opt);
+  // The same catch-up work: the rows each forward read (JTok-M's chosen (id, table) pairs alone), each
+  // step's touched rows and the final sync, replayed on both devices alike.
+  const jtok::TableMoments& tm = state.tables;
+  EXPECT_EQ(opt.replayed, (std::array<unsigned long long, 3>{static_cast<unsigned long long>(tm.replayed_rows),
+                                                             static_cast<unsigned long long>(tm.replayed_warm_rows),
+                                                             static_cast<unsigned long long>(tm.replayed_warm_steps)}))
+      << name << ": rows replayed, of them warm, their steps (GPU, then CPU)";
+  if (t.table_optimizer == "dense" && !m.tables.empty()) {
+    EXPECT_GT(tm.replayed_warm_rows, 0) << name << ": the test means warm rows to catch up";
+  }
   expect_tensors_close(name + " 10 steps param", m, jtok::cuda::download_params(dm), m.params.data(), 1e-4);
   for (size_t k = 0; k < m.tables.size(); ++k)
     expect_close(name + " 10 steps table " + m.table_names[k], jtok::cuda::download_table(dm, static_cast<int64_t>(k)),

@@ -39,6 +39,10 @@ struct TableAdamwRun {
   std::vector<float> p0 = randn(V * d, 111, 0.5f), grads = randn(steps * V * d, 113);
   std::vector<std::vector<int32_t>> touched_ids;
   std::vector<int32_t> read_ids = {1, 2, 5, 7, 11};
+  // The sync's subset of read_ids (RowSubset, bit 1): rows 1, 5, 11 only; empty: all of them.
+  std::vector<uint32_t> read_bits;
+  static constexpr int kReadBit = 1;
+  bool read(size_t i) const { return read_bits.empty() || (read_bits[i] >> kReadBit & 1u); }
 
   TableAdamwRun() : touched_ids(steps) {
     std::mt19937_64 rng(112);
@@ -72,7 +76,8 @@ struct TableAdamwRun {
       opt.step(hyper(k + 1), dense);
       g[0].clear();
       if (k == 2)
-        for (int32_t r : read_ids) opt.sync_row(0, r);
+        for (size_t i = 0; i < read_ids.size(); ++i)
+          if (read(i)) opt.sync_row(0, read_ids[i]);
     }
     Outputs o = snapshot("after step 5");
     opt.sync_all();
@@ -105,6 +110,7 @@ struct TableAdamwRun {
     auto steps_d = upload_exact(std::vector<int32_t>(V, 0));
     auto dg = upload<float>(std::vector<float>(V * d)), scale = upload<float>({0.8f});
     auto dids = upload_exact(read_ids);
+    auto dbits = upload_exact(read_bits.empty() ? std::vector<uint32_t>(1) : read_bits);
     auto pb = upload<__nv_bfloat16>(p0);  // the copy starts as the values rounded (lazy: row 0 never written)
     DeviceBuffer<uint8_t> touched(V);
     DeviceBuffer<int32_t> rows(V), count(1);
@@ -132,7 +138,7 @@ struct TableAdamwRun {
                                    dense, scale.get(), stats, nullptr);
       if (k == 2)
         jtok::cuda::table_sync_rows(tab, dids.get(), nullptr, static_cast<int64_t>(read_ids.size()), after, stats,
-                                    nullptr);
+                                    nullptr, {read_bits.empty() ? nullptr : dbits.get(), kReadBit});
     }
     Outputs o = snapshot("after step 5");
     const jtok::cuda::KeptConsts all = dense ? jtok::cuda::KeptConsts{consts.get(), 0, steps}
@@ -171,13 +177,19 @@ struct TableAdamwRun {
 };
 
 // The table AdamW against the CPU's TableOptimizer (TableAdamwRun), dense and lazy: every output
-// within fp32 rounding (the same arithmetic; GCC may fuse the CPU's), the statistics exactly.
+// within fp32 rounding (the same arithmetic; GCC may fuse the CPU's), the statistics exactly. Dense
+// also with the sync given a subset of its rows (JTok-M's chosen pairs): the others stay behind.
 TEST(CudaOps, TableAdamw) {
-  for (auto [dense, zero_rows] : {std::pair{true, false}, {true, true}, {false, false}}) {
+  struct Mode {
+    bool dense, zero_rows, subset;
+  };
+  for (const Mode mode : {Mode{true, false, false}, {true, true, false}, {false, false, false}, {true, false, true}}) {
     TableAdamwRun run;
-    run.dense = dense;
-    run.zero_rows = zero_rows;
-    CudaCase c{std::string(dense ? "table_adamw" : "table_adamw lazy") + (zero_rows ? " zero rows" : ""),
+    run.dense = mode.dense;
+    run.zero_rows = mode.zero_rows;
+    if (mode.subset) run.read_bits = {0b10, 0b01, 0b11, 0b00, 0b110};
+    CudaCase c{std::string(mode.dense ? "table_adamw" : "table_adamw lazy") + (mode.zero_rows ? " zero rows" : "") +
+                   (mode.subset ? " subset" : ""),
                "V 64, d 40, 5 steps, sync",
                {1e-6, 1e-6}};
     c.cpu = [&](DType t) { return run.cpu(t); };
