@@ -31,14 +31,16 @@ __device__ void replay_row(const DeviceTable& t, int64_t r, int64_t to, const Ke
   const bool cold = __syncthreads_and(zero);
   const AdamWConsts* c = kept.consts - kept.base - 1;  // c[s]: step s
   for (int64_t j = threadIdx.x; j < t.d; j += blockDim.x) {
-    float pj = p[j], mj = m[j], vj = v[j];
-    for (int64_t s = have + 1; s <= to; ++s) {
-      if (cold) pj = __fmul_rn(pj, c[s].decay);
-      else adamw_element(pj, mj, vj, 0.0f, false, 1.0f, c[s]);
+    float pj = p[j];
+    if (cold) {  // the moments stay zero: neither read again nor written (a checkpoint's sync of every row)
+      for (int64_t s = have + 1; s <= to; ++s) pj = __fmul_rn(pj, c[s].decay);
+    } else {
+      float mj = m[j], vj = v[j];
+      for (int64_t s = have + 1; s <= to; ++s) adamw_element(pj, mj, vj, 0.0f, false, 1.0f, c[s]);
+      m[j] = mj;
+      v[j] = vj;
     }
     p[j] = pj;
-    m[j] = mj;
-    v[j] = vj;
     if (t.p_bf16) t.p_bf16[r * t.d + j] = __float2bfloat16_rn(pj);
   }
   __syncthreads();  // every thread has read row_step before it moves
