@@ -82,6 +82,7 @@ for run, M in ((p, 1), (accum[0], 2)):  # accum: 16 windows > 13: crosses into b
         assert abs(run[f"unique_id_frac_{k}"] - want) < 1e-12, (M, k, run[f"unique_id_frac_{k}"], want)
     assert 0 < run["unique_id_frac_min"] <= run["unique_id_frac_mean"] < 1, run  # Zipfian: repeats
 assert p["rows_caught_up_each"] == [0, 0, 0] and p["sync_rows_caught_up"] == 0, p  # no tables
+assert p["rows_stepped_each"] == [0, 0, 0] and p["rows_stepped_per_step"] == 0, p
 
 assert [j["variant"] for j in paired] == ["base", "jm", "jt", "jmd"], paired
 base, jm, jt, jmd = paired
@@ -107,6 +108,12 @@ for v in (jt, jmd):
     assert v["sync_rows_caught_up"] > 0, v
 assert jm["rows_caught_up_per_step"] == 0 and jm["sync_rows_caught_up"] == 0, jm  # sparse: nothing deferred
 assert abs(jt["rows_caught_up_per_step"] - sum(jt["rows_caught_up_each"]) / 3) < 1e-12
+# Rows stepped: JTok's 2 tables at every distinct id of the step (32 tokens); JTok-M's 2 layers of 4
+# tables at the pairs chosen, at least K = 2 and at most n_e = 4 of an id's, dense or sparse alike.
+_, fracs = expected(3, 1)
+assert jt["rows_stepped_each"] == [2 * round(f * 32) for f in fracs], (jt["rows_stepped_each"], fracs)
+for v in (jm, jmd):
+    assert all(2 * 2 * round(f * 32) <= s <= 2 * 4 * round(f * 32) for f, s in zip(fracs, v["rows_stepped_each"])), v
 
 # --random-ids: one reused batch of uniform ids; every table row read was current: none caught up.
 assert [j["variant"] for j in random] == ["base", "jt"], random
@@ -114,6 +121,7 @@ rb, rt = random
 assert rb["tokens"] == "random-ids" and rb["tokens_fnv1a"] == rt["tokens_fnv1a"] != p["tokens_fnv1a"], random
 assert rb["unique_id_frac_min"] == rb["unique_id_frac_max"] and 0 < rb["unique_id_frac_mean"] <= 1, rb
 assert rt["rows_caught_up_each"] == [0, 0, 0] and rt["sync_rows_caught_up"] > 0, rt
+assert rt["rows_stepped_each"] == [2 * round(rb["unique_id_frac_mean"] * 32)] * 3, (rt, rb)
 
 # The PyTorch peer reads the same windows of the same shards.
 pe = peer[0]

@@ -20,7 +20,7 @@ DeviceAdamW::DeviceAdamW(const DeviceModel<E>& dm, bool dense)
       sumsq(1),
       norm(1),
       clip(1),
-      stats(4) {
+      stats(kTableStats) {
   std::vector<AdamWSegment> ranges;
   for (size_t i = 0; i < dm.layout.size(); ++i) {
     const ParamInfo& p = dm.layout[i];
@@ -113,7 +113,8 @@ void step_tables(DeviceModel<E>& dm, DeviceAdamW& st, const AdamWConsts& c) {
 // The replay statistics (read back) kept, their fourth counter: rows asked outside the kept steps
 // (the CPU aborts on one).
 void check_table_stats(DeviceAdamW& st, const unsigned long long* counters) {
-  std::copy(counters, counters + 3, st.replayed.begin());
+  std::copy(counters, counters + 3, st.counts.begin());
+  st.counts[3] = counters[4];
   if (counters[3] != 0)
     fail("cuda model: ", counters[3], " table rows were asked for steps outside the kept constants (",
          st.kept_base + 1, "..", st.kept_base + static_cast<int64_t>(st.kept_host.size()), ")");
@@ -124,9 +125,10 @@ void check_table_stats(DeviceAdamW& st, const unsigned long long* counters) {
 template <typename E>
 double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, float max_grad_norm) {
   if (dm.profile) dm.profile->begin(dm.stream);  // the gap since the backward is the host's
-  st.readback.begin(HostReadback::room_for<double>(1) + HostReadback::room_for<unsigned long long>(4));
+  st.readback.begin(HostReadback::room_for<double>(1) + HostReadback::room_for<unsigned long long>(kTableStats));
   const double* norm_at = grad_norm(dm, st, max_grad_norm);
-  const unsigned long long* counters = dm.n_tables > 0 ? st.readback.queue(st.stats.get(), 4, dm.stream) : nullptr;
+  const unsigned long long* counters =
+      dm.n_tables > 0 ? st.readback.queue(st.stats.get(), kTableStats, dm.stream) : nullptr;
   st.readback.wait(dm.stream);  // one sync: the norm, and the counters of the forward's row syncs
   const double norm = *norm_at;
   if (!std::isfinite(norm))
@@ -180,12 +182,13 @@ void join_table_streams(const DeviceModel<E>& dm, DeviceAdamW& st) {
 template <typename E>
 void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st) {
   join_table_streams(dm, st);
-  if (!st.dense_tables) return;  // sparse: nothing deferred
-  if (dm.n_tables > 0) {  // every table's rows in one launch
-    table_sync_all(table_view(dm, st, 0, dm.touched_rows.size()), st.kept_view(), TableStats{st.stats.get()},
-                   dm.stream);
-    check_table_stats(st, st.readback.read(st.stats.get(), 4, dm.stream));
+  if (dm.n_tables > 0) {  // every table's rows in one launch (sparse: nothing deferred)
+    if (st.dense_tables)
+      table_sync_all(table_view(dm, st, 0, dm.touched_rows.size()), st.kept_view(), TableStats{st.stats.get()},
+                     dm.stream);
+    check_table_stats(st, st.readback.read(st.stats.get(), kTableStats, dm.stream));  // the last step's too
   }
+  if (!st.dense_tables) return;
   st.kept_base += static_cast<int64_t>(st.kept_host.size());
   st.kept_host.clear();
 }

@@ -60,10 +60,10 @@ struct DeviceAdamW {
   DeviceArray<float> partials;            // (sumsq_chunks(n_params) + sumsq_chunks(table elements))
   DeviceArray<double> sumsq, norm;        // (1), (1)
   DeviceArray<float> clip;                // (1) the clip coefficient AdamW reads
-  DeviceArray<unsigned long long> stats;  // (4) cuda/table_adamw.h's TableStats
+  DeviceArray<unsigned long long> stats;  // (kTableStats) cuda/table_adamw.h's TableStats
   HostReadback readback;                  // the norm and stats read back a step (pinned)
-  // The stats' first three counters as last read back (rows replayed, of them warm, their steps).
-  std::array<unsigned long long, 3> replayed{};
+  // The stats as last read back: rows replayed, of them warm, their steps; rows stepped.
+  std::array<unsigned long long, 4> counts{};
   int64_t step = 0;                       // steps taken
   std::unique_ptr<TableStreams> streams;  // the table work's side streams (use_table_streams), or none
 
@@ -100,7 +100,7 @@ template <typename E>
 void join_table_streams(const DeviceModel<E>& dm, DeviceAdamW& st);
 
 // Every table row current (before the whole tables are read: a copy back, a checkpoint); the kept
-// constants dropped. Nothing to do under sparse semantics.
+// constants dropped (under sparse semantics nothing is deferred); the stats read back (counts).
 template <typename E>
 void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st);
 

@@ -82,6 +82,7 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) {
       t.row_step[r] = static_cast<int32_t>(step);
       tg.touched[r] = 0;
+      if (stats.counters) atomicAdd(stats.counters + 4, 1ull);
     }
   }
 }

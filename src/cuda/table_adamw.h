@@ -35,9 +35,10 @@ struct KeptConsts {
   int64_t base = 0, current = 0;
 };
 
-// Statistics (device, 4 x unsigned long long, null: none): rows replayed, of them warm (non-zero
-// moments), the steps the warm ones replayed, and rows asked outside the kept steps (a bug: the
-// caller checks it is 0, as the CPU aborts on it).
+// Statistics (device, kTableStats x unsigned long long, null: none): rows replayed, of them warm
+// (non-zero moments), the steps the warm ones replayed, rows asked outside the kept steps (a bug:
+// the caller checks it is 0, as the CPU aborts on it), and rows a step updated with a gradient.
+constexpr int kTableStats = 5;
 struct TableStats {
   unsigned long long* counters = nullptr;
 };

@@ -112,8 +112,8 @@ class Trainer final : public DeviceTrainer {
   }
 
   bool replay_counts(ReplayCounts& out) const override {
-    out = {static_cast<int64_t>(opt_.replayed[0]), static_cast<int64_t>(opt_.replayed[1]),
-           static_cast<int64_t>(opt_.replayed[2])};
+    out = {static_cast<int64_t>(opt_.counts[0]), static_cast<int64_t>(opt_.counts[1]),
+           static_cast<int64_t>(opt_.counts[2]), static_cast<int64_t>(opt_.counts[3])};
     return true;
   }
 

@@ -68,10 +68,11 @@ class DeviceTrainer {
   virtual void set_profiling(bool on) { (void)on; }
   virtual std::vector<std::pair<std::string, double>> profile_ms() const { return {}; }
   // The tables' catch-up work since the trainer was made, as last read back (each optimizer step's
-  // and finish's read): rows brought current by a replay, those with non-zero moments, and the steps
-  // those replayed (train/table_optimizer.h's TableMoments counters). False: not counted here.
+  // and finish's read): rows brought current by a replay, those with non-zero moments, the steps
+  // those replayed, and rows the steps updated with a gradient (train/table_optimizer.h's
+  // TableMoments counters). False: not counted here.
   struct ReplayCounts {
-    int64_t rows = 0, warm_rows = 0, warm_steps = 0;
+    int64_t rows = 0, warm_rows = 0, warm_steps = 0, stepped_rows = 0;
   };
   virtual bool replay_counts(ReplayCounts& out) const {
     (void)out;

@@ -41,6 +41,7 @@ struct Bench {
   std::unique_ptr<TrainSteps> steps;
   std::vector<double> step_ms, cpu_s;
   std::vector<int64_t> caught_up, warm_rows, warm_steps;  // per timed step: AdamWState's replay counters
+  std::vector<int64_t> stepped;                           // per timed step: table rows updated with a gradient
   int64_t sync_caught_up = 0;  // rows the final sync_tables brought current
   double sync_ms = 0;  // the final sync_tables: the deferred table updates of the timed steps
   double sync_cpu_s = 0;  // its CPU seconds (all threads)
@@ -124,7 +125,7 @@ TokenStream make_stream(const BenchTrainOptions& args, const Config& cfg) {
 
 void train_step(Bench& b, const StepTokens& tokens, bool timed) {
   const TableMoments& tm = b.adam().tables;
-  const int64_t r0 = tm.replayed_rows, w0 = tm.replayed_warm_rows, s0 = tm.replayed_warm_steps;
+  const int64_t r0 = tm.replayed_rows, w0 = tm.replayed_warm_rows, s0 = tm.replayed_warm_steps, u0 = tm.stepped_rows;
   auto t0 = std::chrono::steady_clock::now();
   const std::clock_t c0 = std::clock();  // CPU seconds of all threads
   // Each model's own precision (a variant may be precision=bf16); where bf16 cannot run, fp32 (the
@@ -141,6 +142,7 @@ void train_step(Bench& b, const StepTokens& tokens, bool timed) {
     b.caught_up.push_back(tm.replayed_rows - r0);
     b.warm_rows.push_back(tm.replayed_warm_rows - w0);
     b.warm_steps.push_back(tm.replayed_warm_steps - s0);
+    b.stepped.push_back(tm.stepped_rows - u0);
   }
 }
 
@@ -192,30 +194,34 @@ nlohmann::json report(const BenchTrainOptions& args, const Bench& b, const Token
   const double gflops = tps * args.flops_per_token(b.cfg) / 1e9;
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(ts.hash));
-  nlohmann::json j = {{"engine", "jtok"},
-                      {"tokens", args.random_ids ? std::string("random-ids") : args.data},
-                      {"tokens_fnv1a", hash},
-                      {"tokens_per_s", tps},
-                      {"step_ms", total_ms / steps},
-                      {"step_ms_each", b.step_ms},
-                      {"step_ms_min", *std::min_element(b.step_ms.begin(), b.step_ms.end())},
-                      {"sync_ms", b.sync_ms},
-                      {"sync_cpu_s", b.sync_cpu_s},
-                      {"gflops", gflops},
-                      {"cpu_s_per_step", cpu / steps},
-                      {"cpu_s_each", b.cpu_s},
-                      {"params", num_params(b.steps->model())},
-                      {"loss", b.loss},
-                      {"unique_id_frac_mean", mean(ts.unique_frac)},
-                      {"unique_id_frac_min", *std::min_element(ts.unique_frac.begin(), ts.unique_frac.end())},
-                      {"unique_id_frac_max", *std::max_element(ts.unique_frac.begin(), ts.unique_frac.end())},
-                      {"rows_caught_up_per_step", mean(b.caught_up)},
-                      {"rows_caught_up_each", b.caught_up},
-                      {"warm_rows_caught_up_per_step", mean(b.warm_rows)},
-                      {"warm_steps_replayed_per_step", mean(b.warm_steps)},
-                      {"sync_rows_caught_up", b.sync_caught_up},
-                      {"device", args.device},
-                      {"precision", b.cfg.train.precision == "bf16" && (args.device == "cuda" || bf16_matmul_supported()) ? "bf16" : "fp32"}};
+  nlohmann::json j = {
+      {"engine", "jtok"},
+      {"tokens", args.random_ids ? std::string("random-ids") : args.data},
+      {"tokens_fnv1a", hash},
+      {"tokens_per_s", tps},
+      {"step_ms", total_ms / steps},
+      {"step_ms_each", b.step_ms},
+      {"step_ms_min", *std::min_element(b.step_ms.begin(), b.step_ms.end())},
+      {"sync_ms", b.sync_ms},
+      {"sync_cpu_s", b.sync_cpu_s},
+      {"gflops", gflops},
+      {"cpu_s_per_step", cpu / steps},
+      {"cpu_s_each", b.cpu_s},
+      {"params", num_params(b.steps->model())},
+      {"loss", b.loss},
+      {"unique_id_frac_mean", mean(ts.unique_frac)},
+      {"unique_id_frac_min", *std::min_element(ts.unique_frac.begin(), ts.unique_frac.end())},
+      {"unique_id_frac_max", *std::max_element(ts.unique_frac.begin(), ts.unique_frac.end())},
+      {"rows_caught_up_per_step", mean(b.caught_up)},
+      {"rows_caught_up_each", b.caught_up},
+      {"warm_rows_caught_up_per_step", mean(b.warm_rows)},
+      {"warm_steps_replayed_per_step", mean(b.warm_steps)},
+      {"sync_rows_caught_up", b.sync_caught_up},
+      {"rows_stepped_per_step", mean(b.stepped)},
+      {"rows_stepped_each", b.stepped},
+      {"device", args.device},
+      {"precision",
+       b.cfg.train.precision == "bf16" && (args.device == "cuda" || bf16_matmul_supported()) ? "bf16" : "fp32"}};
   if (args.peak_gflops > 0) j["mfu"] = gflops / args.peak_gflops;
   if (!args.variants.empty()) j["variant"] = b.label;
   add_step_breakdown(j, b);

@@ -11,7 +11,9 @@
 // timed micro-batches (unique input ids / B*T: mean, min, max); the (table, row) pairs the deferred
 // exact table AdamW brought current per timed step (rows_caught_up_per_step; of them
 // warm_rows_caught_up_per_step had non-zero moments and replayed full AdamW updates,
-// warm_steps_replayed_per_step of them) and in the final sync (sync_rows_caught_up); and an FNV-1a
+// warm_steps_replayed_per_step of them) and in the final sync (sync_rows_caught_up); the (table,
+// row) pairs each timed step updated with a gradient (rows_stepped_per_step, rows_stepped_each: the
+// table AdamW's rows, whose bytes it moves); and an FNV-1a
 // 64 of every step's ids (tokens_fnv1a: inputs then targets of each micro-batch as little-endian
 // int32, the offset basis of src/data/shard.h), which the PyTorch peer (tests/reference/
 // train_bench.py) prints too: equal hashes, the same tokens.

@@ -139,8 +139,9 @@ void TableOptimizer::step(const AdamWHyper& h, bool dense) {
   for (size_t k = 0; k < tables_.size(); ++k) {
     const SparseRowGrad& g = grads_[k];
     const int64_t d = tables_[k].dim, R = static_cast<int64_t>(g.ids.size());
+    int64_t stepped = 0;
     // Rows with a gradient: (dense) catch up on the steps they missed, then this step's update.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) reduction(+ : stepped)
     for (int64_t i = 0; i < R; ++i) {
       const int64_t r = g.ids[static_cast<size_t>(i)];
       RowAccess a(tables_, st_, static_cast<int64_t>(k), r);
@@ -149,7 +150,9 @@ void TableOptimizer::step(const AdamWHyper& h, bool dense) {
       adamw_elements(a.p, g.rows.data() + i * d, a.m, a.v, d, c);
       *a.step = static_cast<int32_t>(h.step);
       a.commit();
+      stepped += 1;
     }
+    st_.stepped_rows += stepped;
   }
 }
 

@@ -32,8 +32,10 @@ struct TableMoments {
   std::vector<AdamWStepConsts> consts;
   int64_t consts_base = 0;
   // Catch-up work (statistics only, never saved): rows brought current by a replay, those of them
-  // with non-zero moments (replayed as full AdamW updates), and the steps those warm rows replayed.
+  // with non-zero moments (replayed as full AdamW updates), and the steps those warm rows replayed;
+  // and the rows the steps updated with a gradient (every table's, summed over steps).
   int64_t replayed_rows = 0, replayed_warm_rows = 0, replayed_warm_steps = 0;
+  int64_t stepped_rows = 0;
   // The step every row is brought to: the last one whose constants are kept.
   int64_t current_step() const { return consts_base + static_cast<int64_t>(consts.size()); }
 };

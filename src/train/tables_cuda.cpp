@@ -118,6 +118,7 @@ void copy_replay_counts(const cuda::DeviceTrainer& dev, TableMoments& tables) {
   tables.replayed_rows = c.rows;
   tables.replayed_warm_rows = c.warm_rows;
   tables.replayed_warm_steps = c.warm_steps;
+  tables.stepped_rows = c.stepped_rows;
 }
 
 }  // namespace jtok

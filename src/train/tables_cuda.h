@@ -22,8 +22,9 @@ cuda::HostAdamWView host_adamw_view(AdamWState& a);
 // copied.
 StepStats device_optimizer_step(cuda::DeviceTrainer& dev, AdamWState& state, const TrainConfig& t);
 
-// The device's table catch-up counts (rows replayed, warm rows, their steps) into tables' statistics,
-// where the device counts them (bench-train's rows_caught_up_per_step reads them).
+// The device's table counts (rows replayed, warm rows, their steps; rows stepped) into tables'
+// statistics, where the device counts them (bench-train's rows_caught_up_per_step and
+// rows_stepped_per_step read them).
 void copy_replay_counts(const cuda::DeviceTrainer& dev, TableMoments& tables);
 
 }  // namespace jtok

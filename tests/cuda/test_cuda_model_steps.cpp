@@ -109,14 +109,19 @@ void expect_ten_steps_match(const std::string& name, const jtok::ModelConfig& c,
   jtok::sync_tables(m, state);
   jtok::cuda::sync_tables(dm, opt);
   // The same catch-up work: the rows each forward read (JTok-M's chosen (id, table) pairs alone), each
-  // step's touched rows and the final sync, replayed on both devices alike.
+  // step's touched rows and the final sync, replayed on both devices alike; the same rows stepped.
   const jtok::TableMoments& tm = state.tables;
-  EXPECT_EQ(opt.replayed, (std::array<unsigned long long, 3>{static_cast<unsigned long long>(tm.replayed_rows),
-                                                             static_cast<unsigned long long>(tm.replayed_warm_rows),
-                                                             static_cast<unsigned long long>(tm.replayed_warm_steps)}))
-      << name << ": rows replayed, of them warm, their steps (GPU, then CPU)";
+  using Counts = std::array<unsigned long long, 4>;
+  EXPECT_EQ(opt.counts, (Counts{static_cast<unsigned long long>(tm.replayed_rows),
+                                static_cast<unsigned long long>(tm.replayed_warm_rows),
+                                static_cast<unsigned long long>(tm.replayed_warm_steps),
+                                static_cast<unsigned long long>(tm.stepped_rows)}))
+      << name << ": rows replayed, of them warm, their steps; rows stepped (GPU, then CPU)";
   if (t.table_optimizer == "dense" && !m.tables.empty()) {
     EXPECT_GT(tm.replayed_warm_rows, 0) << name << ": the test means warm rows to catch up";
+  }
+  if (!m.tables.empty()) {
+    EXPECT_GT(tm.stepped_rows, 0) << name;
   }
   expect_tensors_close(name + " 10 steps param", m, jtok::cuda::download_params(dm), m.params.data(), 1e-4);
   for (size_t k = 0; k < m.tables.size(); ++k)

@@ -69,7 +69,8 @@ struct TableAdamwRun {
     auto snapshot = [&](const std::string& at) {
       const float* p = tables[0].mutable_row(0);
       return state(at, std::vector<float>(p, p + V * d), st.m[0], st.v[0], st.row_step[0],
-                   {double(st.replayed_rows), double(st.replayed_warm_rows), double(st.replayed_warm_steps), 0.0});
+                   {double(st.replayed_rows), double(st.replayed_warm_rows), double(st.replayed_warm_steps), 0.0,
+                    double(st.stepped_rows)});
     };
     for (int64_t k = 0; k < steps; ++k) {
       for (int32_t r : touched_ids[k]) std::copy_n(gt.begin() + (k * V + r) * d, d, g[0].row(r));
@@ -115,14 +116,14 @@ struct TableAdamwRun {
     DeviceBuffer<uint8_t> touched(V);
     DeviceBuffer<int32_t> rows(V), count(1);
     DeviceBuffer<jtok::cuda::AdamWConsts> consts(steps);
-    DeviceBuffer<unsigned long long> counters(4);
+    DeviceBuffer<unsigned long long> counters(jtok::cuda::kTableStats);
     counters.zero();
     const jtok::cuda::DeviceTable tab{dp.get(), pb.get(), dm.get(), dv.get(), steps_d.get(), V, d};
     const jtok::cuda::TableStats stats{counters.get()};
     auto snapshot = [&](const std::string& at) {
       const auto cnt = download_exact(counters);
       return state(at, download(dp), download(dm), download(dv), download_exact(steps_d),
-                   {double(cnt[0]), double(cnt[1]), double(cnt[2]), double(cnt[3])});
+                   {double(cnt[0]), double(cnt[1]), double(cnt[2]), double(cnt[3]), double(cnt[4])});
     };
     std::vector<jtok::cuda::AdamWConsts> kept;
     for (int64_t k = 0; k < steps; ++k) {

@@ -75,6 +75,7 @@ void expect_same_run(const std::string& at, const RunResult& one, const RunResul
   EXPECT_EQ(one.replayed.rows, side.replayed.rows) << at << ": the same rows caught up";
   EXPECT_EQ(one.replayed.warm_rows, side.replayed.warm_rows) << at;
   EXPECT_EQ(one.replayed.warm_steps, side.replayed.warm_steps) << at;
+  EXPECT_EQ(one.replayed.stepped_rows, side.replayed.stepped_rows) << at;
   EXPECT_TRUE(same_bytes(one.params, side.params)) << at << ": weights";
   EXPECT_TRUE(same_bytes(one.m, side.m) && same_bytes(one.v, side.v)) << at << ": moments";
   ASSERT_EQ(one.tables.size(), side.tables.size()) << at;
