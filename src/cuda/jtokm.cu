@@ -21,6 +21,14 @@ constexpr int kStatsThreads = 1024;  // route_stats_kernel's block
 constexpr int64_t kMaxDeBlocks = 512;
 constexpr int kDeRows = 4;  // rows backward_de_kernel sums at once
 
+// The tables the positions of rb's entry u selected, bit i: table i (n_e <= 32).
+__device__ uint32_t tables_chosen(const int32_t* sel, const DeviceRowBatch& rb, int64_t u, int64_t K) {
+  uint32_t used = 0;
+  for (int p = rb.offsets[u]; p < rb.offsets[u + 1]; ++p)
+    for (int64_t k = 0; k < K; ++k) used |= 1u << sel[static_cast<int64_t>(rb.order[p]) * K + k];
+  return used;
+}
+
 __global__ void __launch_bounds__(kThreads)
     route_kernel(float* sig, int32_t* sel, float* w, const float* logits, int64_t N, int ne, int K) {
   pdl_wait();
@@ -213,9 +221,7 @@ __global__ void __launch_bounds__(kThreads)
   if (u >= *rb.num_unique) return;
   const int64_t id = rb.unique[u], d = dm.d, K = dm.K;
   const int lo = rb.offsets[u], hi = rb.offsets[u + 1];
-  uint32_t used = 0;  // bit i: some position selected table i (the same in every thread; n_e <= 32)
-  for (int p = lo; p < hi; ++p)
-    for (int64_t k = 0; k < K; ++k) used |= 1u << acts.sel[rb.order[p] * K + k];
+  const uint32_t used = tables_chosen(acts.sel, rb, u, K);  // the same in every thread
   // bit i: row (i, id) already has a gradient this step (an earlier micro-batch's), so it is added to;
   // a row not flagged holds stale values and starts from zero. Every thread reads the flags before
   // thread 0 sets any (the barrier).
@@ -256,10 +262,7 @@ __global__ void __launch_bounds__(kThreads)
   pdl_wait();
   const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (u >= N || u >= *rb.num_unique) return;
-  uint32_t used = 0;
-  for (int p = rb.offsets[u]; p < rb.offsets[u + 1]; ++p)
-    for (int k = 0; k < K; ++k) used |= 1u << sel[static_cast<int64_t>(rb.order[p]) * K + k];
-  chosen[u] = used;
+  chosen[u] = tables_chosen(sel, rb, u, K);
 }
 
 int64_t de_blocks(int64_t N) { return N < kMaxDeBlocks ? N : kMaxDeBlocks; }

@@ -110,14 +110,13 @@ void step_tables(DeviceModel<E>& dm, DeviceAdamW& st, const AdamWConsts& c) {
   dm.tables_flagged = false;  // every listed row's flag cleared
 }
 
-// The replay statistics (read back) kept, their fourth counter: rows asked outside the kept steps
-// (the CPU aborts on one).
+// The table statistics (read back): the first four kept (DeviceAdamW::counts), the fifth, rows asked
+// outside the kept steps, refused (the CPU aborts on one).
 void check_table_stats(DeviceAdamW& st, const unsigned long long* counters) {
-  std::copy(counters, counters + 3, st.counts.begin());
-  st.counts[3] = counters[4];
-  if (counters[3] != 0)
-    fail("cuda model: ", counters[3], " table rows were asked for steps outside the kept constants (",
-         st.kept_base + 1, "..", st.kept_base + static_cast<int64_t>(st.kept_host.size()), ")");
+  std::copy(counters, counters + 4, st.counts.begin());
+  if (counters[4] != 0)
+    fail("cuda model: ", counters[4], " table rows were asked for steps outside the kept constants (", st.kept_base + 1,
+         "..", st.kept_base + static_cast<int64_t>(st.kept_host.size()), ")");
 }
 
 }  // namespace

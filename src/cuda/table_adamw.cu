@@ -20,7 +20,7 @@ __device__ void replay_row(const DeviceTable& t, int64_t r, int64_t to, const Ke
   const int64_t have = t.row_step[r];
   if (have >= to || kept.current == kept.base) return;  // current, or nothing deferred
   if (have < kept.base || to > kept.current) {  // outside the kept steps: a bug; reported, row left as is
-    if (threadIdx.x == 0 && stats.counters) atomicAdd(stats.counters + 3, 1ull);
+    if (threadIdx.x == 0 && stats.counters) atomicAdd(stats.counters + 4, 1ull);
     return;
   }
   float* p = t.p + r * t.d;
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) {
       t.row_step[r] = static_cast<int32_t>(step);
       tg.touched[r] = 0;
-      if (stats.counters) atomicAdd(stats.counters + 4, 1ull);
+      if (stats.counters) atomicAdd(stats.counters + 3, 1ull);
     }
   }
 }

@@ -36,8 +36,8 @@ struct KeptConsts {
 };
 
 // Statistics (device, kTableStats x unsigned long long, null: none): rows replayed, of them warm
-// (non-zero moments), the steps the warm ones replayed, rows asked outside the kept steps (a bug:
-// the caller checks it is 0, as the CPU aborts on it), and rows a step updated with a gradient.
+// (non-zero moments), the steps the warm ones replayed, rows a step updated with a gradient, and
+// rows asked outside the kept steps (a bug: the caller checks it is 0, as the CPU aborts on it).
 constexpr int kTableStats = 5;
 struct TableStats {
   unsigned long long* counters = nullptr;

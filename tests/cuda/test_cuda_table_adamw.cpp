@@ -69,8 +69,8 @@ struct TableAdamwRun {
     auto snapshot = [&](const std::string& at) {
       const float* p = tables[0].mutable_row(0);
       return state(at, std::vector<float>(p, p + V * d), st.m[0], st.v[0], st.row_step[0],
-                   {double(st.replayed_rows), double(st.replayed_warm_rows), double(st.replayed_warm_steps), 0.0,
-                    double(st.stepped_rows)});
+                   {double(st.replayed_rows), double(st.replayed_warm_rows), double(st.replayed_warm_steps),
+                    double(st.stepped_rows), 0.0});
     };
     for (int64_t k = 0; k < steps; ++k) {
       for (int32_t r : touched_ids[k]) std::copy_n(gt.begin() + (k * V + r) * d, d, g[0].row(r));
