@@ -176,14 +176,8 @@ void setup(CLI::App* sub) {
       ->delimiter(',');
   jtok::add_cuda_graphs_option(sub, args.cuda_graphs);
   jtok::add_int8_decode_option(sub, args.int8_decode);
-  sub->add_option("--pdl", args.pdl,
-                  "cuda: programmatic dependent launch in the decode steps' CUDA graphs: off (default) or on (a "
-                  "kernel's blocks launch while the one before it finishes; the same bits)")
-      ->check(CLI::IsMember({"on", "off"}));
-  sub->add_option("--tensor-cores", args.tensor_cores,
-                  "cuda, bf16: the decode steps' products on the tensor cores (row_invariant_linear_mma): off "
-                  "(default: CUDA-core FMAs) or on (each row's bits still its own)")
-      ->check(CLI::IsMember({"on", "off"}));
+  jtok::add_pdl_option(sub, args.pdl);
+  jtok::add_tensor_cores_option(sub, args.tensor_cores);
   sub->add_option("--batch", b.batches, "sequences decoded together, a run each (comma-separated; default 1)")->delimiter(',');
   sub->add_option("--prompt-len", b.prompt_len, "prompt tokens of each sequence (default 512)");
   sub->add_option("--new-tokens", b.new_tokens, "decode steps after the prefill (default 128)");

@@ -55,10 +55,11 @@ std::optional<jtok::cuda::DecoderSettings> decoder_settings() {
   if (d.device == "cpu" && !args.score_through_decoder) {
     const jtok::DecoderChoice def;
     if (d.precision != def.precision || d.table_rows != def.table_rows || d.cuda_graphs != def.cuda_graphs ||
-        d.int8_decode != def.int8_decode || args.kv_dtype != "auto" || args.max_prefill != 512)
+        d.int8_decode != def.int8_decode || d.pdl != def.pdl || d.tensor_cores != def.tensor_cores ||
+        args.kv_dtype != "auto" || args.max_prefill != 512)
       jtok::fail(
-          "eval: --precision, --kv-dtype, --table-rows, --cuda-graphs, --int8-decode and --max-prefill are "
-          "for a decoder (--device cuda)");
+          "eval: --precision, --kv-dtype, --table-rows, --cuda-graphs, --int8-decode, --pdl, --tensor-cores and "
+          "--max-prefill are for a decoder (--device cuda)");
     return std::nullopt;
   }
   jtok::check_decoder_choice(d);  // --device cuda: the GPU, or why not

@@ -60,6 +60,20 @@ void add_int8_decode_option(CLI::App* sub, std::string& value) {
       ->check(CLI::IsMember({"on", "off", "only"}));
 }
 
+void add_pdl_option(CLI::App* sub, std::string& value) {
+  sub->add_option("--pdl", value,
+                  "--device cuda: programmatic dependent launch in the decode steps' CUDA graphs: off (default) or on "
+                  "(a kernel's blocks launch while the one before it finishes; the same bits)")
+      ->check(CLI::IsMember({"on", "off"}));
+}
+
+void add_tensor_cores_option(CLI::App* sub, std::string& value) {
+  sub->add_option("--tensor-cores", value,
+                  "--device cuda, bf16: the decode steps' products on the tensor cores: off (default: CUDA-core FMAs) "
+                  "or on (each row's bits still its own, whatever the batch, but not the CUDA cores' bits)")
+      ->check(CLI::IsMember({"on", "off"}));
+}
+
 void set_int8_decode(cuda::DecoderSettings& s, const std::string& value) {
   if (value != "on" && value != "off" && value != "only")
     fail("--int8-decode must be on, off or only, got '", value, "'");
@@ -146,10 +160,14 @@ void add_decoder_options(CLI::App* sub, DecoderChoice& c) {
       ->check(CLI::IsMember({"auto", "hbm", "in_place", "staged"}));
   add_cuda_graphs_option(sub, c.cuda_graphs);
   add_int8_decode_option(sub, c.int8_decode);
+  add_pdl_option(sub, c.pdl);
+  add_tensor_cores_option(sub, c.tensor_cores);
 }
 
 void check_decoder_choice(const DecoderChoice& c) {
   if (c.device == "cuda") {
+    if (c.tensor_cores == "on" && c.precision == "fp32")
+      fail("--tensor-cores on multiplies in bf16; --precision fp32 multiplies on the CUDA cores: give one");
     cuda::require_cuda_device();
     return;
   }
@@ -158,6 +176,8 @@ void check_decoder_choice(const DecoderChoice& c) {
   if (c.cuda_graphs != "on") fail("--cuda-graphs is for --device cuda");
   if (c.int8_decode != "on")
     fail("--int8-decode is for --device cuda (the CPU multiplies an int8 export's matrices as stored)");
+  if (c.pdl != "off") fail("--pdl is for --device cuda");
+  if (c.tensor_cores != "off") fail("--tensor-cores is for --device cuda");
 }
 
 cuda::DecoderSettings decoder_settings(const DecoderChoice& c, bool kv_bf16) {
@@ -167,6 +187,8 @@ cuda::DecoderSettings decoder_settings(const DecoderChoice& c, bool kv_bf16) {
   s.table_rows = c.table_rows;
   s.cuda_graphs = cuda_graphs_on(c.cuda_graphs);
   set_int8_decode(s, c.int8_decode);
+  s.pdl = on_off(c.pdl, "--pdl");
+  s.tensor_cores = on_off(c.tensor_cores, "--tensor-cores");
   return s;
 }
 

@@ -30,6 +30,10 @@ bool cuda_graphs_on(const std::string& value);  // "on" or "off" (else it fails 
 // read its int8 matrices as stored, or the bf16 copy alone; only: int8_only, no copy of the layers').
 void add_int8_decode_option(CLI::App* sub, std::string& value);
 void set_int8_decode(cuda::DecoderSettings& s, const std::string& value);  // else it fails naming the flag
+// --pdl on | off and --tensor-cores on | off (default off, both): cuda::DecoderSettings::pdl and
+// ::tensor_cores, off until a GPU has measured them (docs/cuda-inference.md).
+void add_pdl_option(CLI::App* sub, std::string& value);
+void add_tensor_cores_option(CLI::App* sub, std::string& value);
 bool on_off(const std::string& value, const char* flag);  // "on" or "off" (else it fails naming flag)
 
 // A checkpoint loaded for inference: its directory, config, weights and tokenizer.
@@ -75,14 +79,16 @@ std::string attach_table_store(Model& m, const TableSource& src, const std::stri
 LoadedCheckpoint load_for_inference(const std::string& checkpoint_or_run, const TableSource& src, bool on_cpu);
 
 // Where `generate`, `serve` and `eval` decode: --device cpu | cuda, and for cuda --precision bf16 |
-// fp32 (auto: bf16), --table-rows auto | hbm | in_place | staged, --cuda-graphs on | off and
-// --int8-decode on | off (cuda::DecoderSettings).
+// fp32 (auto: bf16), --table-rows auto | hbm | in_place | staged, --cuda-graphs on | off,
+// --int8-decode on | off | only, --pdl on | off and --tensor-cores on | off (cuda::DecoderSettings).
 struct DecoderChoice {
   std::string device = "cpu", precision = "auto", table_rows = "auto", cuda_graphs = "on", int8_decode = "on";
+  std::string pdl = "off", tensor_cores = "off";
 };
 void add_decoder_options(CLI::App* sub, DecoderChoice& c);
-// --device cuda: the GPU or require_cuda_device()'s error, before anything is read; --precision bf16
-// or --table-rows given with --device cpu fail naming the option (the CPU decodes in fp32, the rows
+// --device cuda: the GPU or require_cuda_device()'s error, before anything is read (--tensor-cores on
+// with --precision fp32 fails naming both); the GPU decoder's options given with --device cpu fail
+// naming the option (the CPU decodes in fp32, the rows
 // where --tables keeps them).
 void check_decoder_choice(const DecoderChoice& c);
 // --tables hbm, the control of issue 40 (generate / eval / serve): the tables read into RAM and every

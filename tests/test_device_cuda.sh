@@ -40,7 +40,8 @@ if $JTOK train --config "$T/none.json" --out "$T/run" --device tpu > "$T/out" 2>
 grep -q -- "--device" "$T/out" || fail "--device tpu: the error does not name the option: $(cat "$T/out")"
 # `generate --device cuda` and `serve --device cuda` (issue 40) stop the same way before the checkpoint
 # is read (with a GPU: the missing checkpoint is what stops them); serve binds no port first.
-# --precision / --table-rows / --int8-decode are the GPU decoder's: with --device cpu they are refused, named.
+# --precision / --table-rows / --int8-decode / --pdl / --tensor-cores are the GPU decoder's: with --device cpu
+# they are refused, named.
 [ "$want" = '.*none\.json' ] && want='checkpoint .*none does not exist'
 for cmd in "generate --prompt x" "serve --port 0"; do
   # shellcheck disable=SC2086  # cmd is three words
@@ -50,11 +51,19 @@ for cmd in "generate --prompt x" "serve --port 0"; do
   grep -Eq "^jtok: error: $want" "$T/out" || fail "$cmd --device cuda: expected /$want/, got: $(cat "$T/out")"
   ! grep -q "on http://" "$T/out" || fail "$cmd --device cuda: listened before failing: $(cat "$T/out")"
   echo "$cmd: $(grep '^jtok: error' "$T/out")"
-  for opt in "--precision bf16" "--table-rows hbm" "--int8-decode off"; do
+  for opt in "--precision bf16" "--table-rows hbm" "--int8-decode off" "--pdl on" "--tensor-cores on"; do
     # shellcheck disable=SC2086
     if $JTOK $cmd --checkpoint "$T/none" $opt > "$T/out" 2>&1; then fail "$cmd $opt on the CPU accepted"; fi
     grep -q "^jtok: error: ${opt% *} is for --device cuda" "$T/out" || fail "$cmd $opt on the CPU: $(cat "$T/out")"
   done
+  # Tensor-core products are bf16's: beside --precision fp32 they are refused, naming both, before any GPU
+  # is looked for.
+  # shellcheck disable=SC2086
+  if $JTOK $cmd --checkpoint "$T/none" --device cuda --precision fp32 --tensor-cores on > "$T/out" 2>&1; then
+    fail "$cmd --precision fp32 --tensor-cores on accepted"
+  fi
+  grep -q "^jtok: error: --tensor-cores on multiplies in bf16; --precision fp32" "$T/out" ||
+    fail "$cmd --precision fp32 --tensor-cores on: $(cat "$T/out")"
   # --tables hbm (a GPU copy of every table) is refused on the CPU, and beside another --table-rows, named,
   # before any GPU is looked for.
   # shellcheck disable=SC2086
@@ -73,6 +82,12 @@ for cmd in "generate --prompt x" "serve --port 0"; do
 done
 if $JTOK eval --checkpoint "$T/none" --tables hbm --no-blimp > "$T/out" 2>&1; then fail "eval --tables hbm on the CPU accepted"; fi
 grep -q "^jtok: error: --tables hbm copies every table to the GPU" "$T/out" || fail "eval --tables hbm: $(cat "$T/out")"
+# eval on the CPU's forward (no decoder) refuses the decoder's options, naming them, before the checkpoint.
+for opt in "--int8-decode off" "--pdl on" "--tensor-cores on"; do
+  # shellcheck disable=SC2086
+  if $JTOK eval --checkpoint "$T/none" $opt --no-blimp > "$T/out" 2>&1; then fail "eval $opt on the CPU accepted"; fi
+  grep -q "^jtok: error: eval: .*${opt% *}.* are for a decoder (--device cuda)" "$T/out" || fail "eval $opt: $(cat "$T/out")"
+done
 if $JTOK bench-decode --config "$T/none.json" --tables hbm > "$T/out" 2>&1; then fail "bench-decode --tables hbm accepted"; fi
 grep -q "^jtok: error: bench-decode: --tables says where the model's tables live" "$T/out" ||
   fail "bench-decode --tables hbm: $(cat "$T/out")"

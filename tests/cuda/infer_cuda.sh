@@ -8,6 +8,8 @@
 # - the JTok model's tables from ram (in place and staged), mmap (in place and staged) and an f32 disk
 #   store (`jtok export --table-store`, staged through a 1 MB cache) give --tables ram --table-rows
 #   hbm's ids and top2_margins bit for bit, in fp32 and in bf16;
+# - bf16 on the device: --cuda-graphs off and --pdl on give the default's ids and margins bit for bit,
+#   and --tensor-cores on's tokens beside the CPU's fp32 are printed;
 # - bf16 on the device beside the CPU's fp32: tokens agreeing before the first divergence and the
 #   margins, printed for each model (not asserted); likewise a bf16 and an int8 export of the JTok
 #   model (`jtok export --weight-dtype`), decoded on the device in fp32 from its dequantised matrices
@@ -180,6 +182,22 @@ for prec in fp32 bf16; do
   fi
   echo "ok: $prec: tables ram (in place, staged), mmap (in place, staged), disk store, --tables hbm = hbm: ids and margins bit for bit"
 done
+
+# --- 2b. The decode steps' launch and product options (bf16) ----------------------------------
+# --cuda-graphs off and --pdl on change no bit; --tensor-cores on multiplies on the tensor cores
+# (each row's bits its own, not the CUDA cores'): its tokens beside the CPU's fp32 are printed.
+if [ "$DEV" != cpu ]; then
+  gen graphs_off_bf16 jtok bf16 auto --cuda-graphs off
+  grep -q "CUDA graphs off" "$T/out/graphs_off_bf16.json" || fail "graphs_off_bf16: the decoder says graphs are on"
+  gen pdl_bf16 jtok bf16 auto --pdl on
+  grep -q "programmatic dependent launch on" "$T/out/pdl_bf16.json" || fail "pdl_bf16: the decoder says no PDL"
+  gen tc_bf16 jtok bf16 auto --tensor-cores on
+  grep -q "decode products on the tensor cores" "$T/out/tc_bf16.json" || fail "tc_bf16: not on the tensor cores"
+  same jtok_bf16 graphs_off_bf16
+  same jtok_bf16 pdl_bf16
+  versus jtok_cpu tc_bf16 report
+  echo "ok: bf16 on $DEV: --cuda-graphs off and --pdl on give the default's ids and margins bit for bit"
+fi
 
 # --- 4. serve on the device ---------------------------------------------------------------------
 SERVE_ARGS="--device $DEV"
