@@ -184,13 +184,14 @@ for prec in fp32 bf16; do
 done
 
 # --- 2b. The decode steps' launch and product options (bf16) ----------------------------------
-# --cuda-graphs off and --pdl on change no bit; --tensor-cores on multiplies on the tensor cores
+# --cuda-graphs off and --pdl on change no bit (the decoder says whether the graphs took PDL's edges); --tensor-cores on multiplies on the tensor cores
 # (each row's bits its own, not the CUDA cores'): its tokens beside the CPU's fp32 are printed.
 if [ "$DEV" != cpu ]; then
   gen graphs_off_bf16 jtok bf16 auto --cuda-graphs off
   grep -q "CUDA graphs off" "$T/out/graphs_off_bf16.json" || fail "graphs_off_bf16: the decoder says graphs are on"
   gen pdl_bf16 jtok bf16 auto --pdl on
-  grep -q "programmatic dependent launch on" "$T/out/pdl_bf16.json" || fail "pdl_bf16: the decoder says no PDL"
+  grep -q "programmatic dependent launch" "$T/out/pdl_bf16.json" || fail "pdl_bf16: the decoder does not name PDL"
+  grep -o "programmatic dependent launch [^\"]*" "$T/out/pdl_bf16.json"  # on, or off with the reason
   gen tc_bf16 jtok bf16 auto --tensor-cores on
   grep -q "decode products on the tensor cores" "$T/out/tc_bf16.json" || fail "tc_bf16: not on the tensor cores"
   same jtok_bf16 graphs_off_bf16
