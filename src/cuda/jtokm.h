@@ -51,8 +51,9 @@ template <typename T>
 void jtokm_mix_inject(T* h_next, const JTokMDeviceActs& acts, const int32_t* ids, const T* E, const T* s,
                       const JTokMDims& dm, cudaStream_t stream);
 
-// acts.sel (N, K), rb = dedup_ids(ids) -> chosen (U; N bound) bit i set where some position of unique[u]
-// selected table i: the (id, table) rows the layer reads (its gather, its backward), each listed once.
+// acts.sel (N, K), rb = dedup_ids(ids) -> chosen (N bound; U used, the rest zero) bit i set where some
+// position of unique[u] selected table i: the (id, table) rows the layer reads (its gather, its
+// backward), each listed once. A thread a position ORs its tables in (atomicOr: the same bits in any order).
 // The table optimizer brings only these current (dedup.h's RowSubset), as the CPU's gather does.
 void jtokm_chosen_tables(uint32_t* chosen, const JTokMDeviceActs& acts, const DeviceRowBatch& rb, const JTokMDims& dm,
                          cudaStream_t stream);
