@@ -32,6 +32,13 @@ struct RowSubset {
   int bit = 0;
 };
 
+// A frequent id's positions are summed in chunks on blocks of their own (cuda/hot_ids.cuh): the
+// sorted positions (order's index) cut into chunks of kHotChunk; an id with more positions is hot.
+constexpr int kHotChunk = 32;
+inline int64_t hot_chunks(int64_t N) { return (N + kHotChunk - 1) / kHotChunk; }
+// Floats of scratch those sums need for rows of W floats: a row a piece, two pieces a chunk.
+inline int64_t hot_scratch_floats(int64_t N, int64_t W) { return 2 * hot_chunks(N) * W; }
+
 // Bytes of scratch dedup_ids needs for N ids below V (cub's temporary storage and the sorted keys).
 size_t dedup_scratch_bytes(int64_t N, int64_t V);
 

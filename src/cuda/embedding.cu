@@ -1,8 +1,10 @@
 // Token embedding forward (one thread an element) and backward (one block a unique id: each thread
-// a column, the id's positions in order) (src/cuda/embedding.h).
+// a column, the id's positions in order; a hot id's in pieces first, cuda/hot_ids.cuh)
+// (src/cuda/embedding.h).
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/embedding.h"
+#include "cuda/hot_ids.cuh"
 #include "cuda/pdl.cuh"
 
 namespace jtok::cuda {
@@ -21,28 +23,61 @@ __global__ void __launch_bounds__(kThreads)
   out[i] = weight[static_cast<int64_t>(ids[n]) * C + c];
 }
 
-// Block u < U: dst row (by_id: dweight + unique[u]*C, accumulating onto it; else rows + u*C from 0)
-// plus the dout rows of order[offsets[u] .. offsets[u+1]), in that order.
+// Block q: piece q of the batch's hot ids (hot_ids.cuh) -> hot row q (C) = its dout rows from zero,
+// in position order.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    embedding_backward_kernel(float* dst, bool by_id, const T* dout, DeviceRowBatch rb, int64_t C) {
+    embedding_hot_kernel(float* hot, const T* __restrict__ dout, DeviceRowBatch rb, int64_t N, int64_t C) {
   pdl_wait();
+  __shared__ int32_t pos[kHotChunk];
+  const PositionRange r = hot_piece(rb, N, blockIdx.x);
+  if (r.size() == 0) return;
+  stage_positions(pos, rb.order, r);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int t = 0; t < r.size(); ++t) acc += to_f32(dout[static_cast<int64_t>(pos[t]) * C + c]);
+    hot[blockIdx.x * C + c] = acc;
+  }
+}
+
+// Block u < U: dst row (by_id: dweight + unique[u]*C, accumulating onto it; else rows + u*C from 0)
+// plus the dout rows of order[offsets[u] .. offsets[u+1]), in that order; a hot id plus its pieces'
+// sums (embedding_hot_kernel's), in chunk order.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    embedding_backward_kernel(float* dst, bool by_id, const T* __restrict__ dout, const float* __restrict__ hot,
+                              DeviceRowBatch rb, int64_t C) {
+  pdl_wait();
+  __shared__ int32_t pos[kHotChunk];
   const int u = blockIdx.x;
   if (u >= *rb.num_unique) return;
   float* row = dst + (by_id ? static_cast<int64_t>(rb.unique[u]) : static_cast<int64_t>(u)) * C;
-  const int lo = rb.offsets[u], hi = rb.offsets[u + 1];
+  const PositionRange r{rb.offsets[u], rb.offsets[u + 1]};
+  if (is_hot(r.lo, r.hi)) {
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      float acc = by_id ? row[c] : 0.0f;
+      for (int64_t k = first_hot_chunk(r.lo); k <= last_hot_chunk(r.hi); ++k) acc += hot[hot_piece_of(r.lo, k) * C + c];
+      row[c] = acc;
+    }
+    return;
+  }
+  stage_positions(pos, rb.order, r);
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     float acc = by_id ? row[c] : 0.0f;
-    for (int i = lo; i < hi; ++i) acc += to_f32(dout[static_cast<int64_t>(rb.order[i]) * C + c]);
+#pragma unroll 8
+    for (int t = 0; t < r.size(); ++t) acc += to_f32(dout[static_cast<int64_t>(pos[t]) * C + c]);
     row[c] = acc;
   }
 }
 
 template <typename T>
-void launch_backward(float* dst, bool by_id, const T* dout, const DeviceRowBatch& rb, int64_t N, int64_t C,
+void launch_backward(float* dst, bool by_id, const T* dout, const DeviceRowBatch& rb, int64_t N, int64_t C, float* hot,
                      cudaStream_t stream) {
   if (N == 0) return;
-  embedding_backward_kernel<T><<<static_cast<int>(N), kThreads, 0, stream>>>(dst, by_id, dout, rb, C);
+  embedding_hot_kernel<T><<<static_cast<int>(2 * hot_chunks(N)), kThreads, 0, stream>>>(hot, dout, rb, N, C);
+  JTOK_CUDA_CHECK_LAUNCH();
+  embedding_backward_kernel<T><<<static_cast<int>(N), kThreads, 0, stream>>>(dst, by_id, dout, hot, rb, C);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -56,26 +91,27 @@ void embedding_forward(T* out, const int32_t* ids, const T* weight, int64_t N, i
 }
 
 template <typename T>
-void embedding_backward(float* dweight, const T* dout, const DeviceRowBatch& rb, int64_t N, int64_t C,
+void embedding_backward(float* dweight, const T* dout, const DeviceRowBatch& rb, int64_t N, int64_t C, float* hot,
                         cudaStream_t stream) {
-  if (dweight) launch_backward(dweight, true, dout, rb, N, C, stream);  // null: a frozen embedding
+  if (dweight) launch_backward(dweight, true, dout, rb, N, C, hot, stream);  // null: a frozen embedding
 }
 
 template <typename T>
 void embedding_backward_rows(float* grad_rows, const T* dout, const DeviceRowBatch& rb, int64_t N, int64_t C,
-                             cudaStream_t stream) {
-  launch_backward(grad_rows, false, dout, rb, N, C, stream);
+                             float* hot, cudaStream_t stream) {
+  launch_backward(grad_rows, false, dout, rb, N, C, hot, stream);
 }
 
 template void embedding_forward<float>(float*, const int32_t*, const float*, int64_t, int64_t, cudaStream_t);
 template void embedding_forward<__nv_bfloat16>(__nv_bfloat16*, const int32_t*, const __nv_bfloat16*, int64_t, int64_t,
                                                cudaStream_t);
-template void embedding_backward<float>(float*, const float*, const DeviceRowBatch&, int64_t, int64_t, cudaStream_t);
+template void embedding_backward<float>(float*, const float*, const DeviceRowBatch&, int64_t, int64_t, float*,
+                                        cudaStream_t);
 template void embedding_backward<__nv_bfloat16>(float*, const __nv_bfloat16*, const DeviceRowBatch&, int64_t, int64_t,
-                                                cudaStream_t);
-template void embedding_backward_rows<float>(float*, const float*, const DeviceRowBatch&, int64_t, int64_t,
+                                                float*, cudaStream_t);
+template void embedding_backward_rows<float>(float*, const float*, const DeviceRowBatch&, int64_t, int64_t, float*,
                                              cudaStream_t);
 template void embedding_backward_rows<__nv_bfloat16>(float*, const __nv_bfloat16*, const DeviceRowBatch&, int64_t,
-                                                     int64_t, cudaStream_t);
+                                                     int64_t, float*, cudaStream_t);
 
 }  // namespace jtok::cuda

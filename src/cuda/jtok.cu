@@ -1,10 +1,12 @@
 // JTok (src/cuda/jtok.h). Prepare: one block a unique id (gather, block sum of squares, scale).
 // Forward and dmlp: one thread an element. Table gradient: one block a unique id, each thread its
-// columns, the id's positions in order; the row's dot and norm by block sums; ds per id into
-// scratch, summed in runs of ids (id order within a run) and the runs in order by two more kernels. An identity batch (no dedup: a block a
-// position, rows repeating) adds its row gradient by fp32 atomics: not bitwise reproducible.
+// columns, the id's positions in order (a hot id's in pieces first, cuda/hot_ids.cuh); the row's dot and norm by block
+// sums; ds per id into scratch, summed in runs of ids (id order within a run) and the runs in order by two more
+// kernels. An identity batch (no dedup: a block a position, rows repeating) adds its row gradient by fp32 atomics: not
+// bitwise reproducible.
 #include "cuda/check.h"
 #include "cuda/common.cuh"
+#include "cuda/hot_ids.cuh"
 #include "cuda/jtok.h"
 #include "cuda/pdl.cuh"
 
@@ -44,14 +46,38 @@ __global__ void __launch_bounds__(kThreads) jtok_gate_kernel(T* out, const T* a,
   out[i] = from_f32<T>(a ? to_f32(a[i]) + v : v);
 }
 
-// Block u < U. Dynamic shared memory: d floats of dL/dNorm(E).
+// Block q: piece q of the batch's hot ids (hot_ids.cuh) -> hot row q (d) = the sum over its positions
+// of dh * mlp_out, from zero in position order.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    jtok_table_grad_kernel(float* gE, uint8_t* touched, float* ds_part, const T* dh, const T* mlp_out, const T* s,
-                           const T* E, const T* nrows, const float* inv_norm, DeviceRowBatch rb, int64_t d, bool norm) {
+    jtok_hot_kernel(float* hot, const T* __restrict__ dh, const T* __restrict__ mlp_out, DeviceRowBatch rb, int64_t N,
+                    int64_t d) {
+  pdl_wait();
+  __shared__ int32_t pos[kHotChunk];
+  const PositionRange r = hot_piece(rb, N, blockIdx.x);
+  if (r.size() == 0) return;
+  stage_positions(pos, rb.order, r);
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    float sdp = 0.0f;
+#pragma unroll 8
+    for (int t = 0; t < r.size(); ++t) {
+      const int64_t at = static_cast<int64_t>(pos[t]) * d + j;
+      sdp += to_f32(dh[at]) * to_f32(mlp_out[at]);
+    }
+    hot[blockIdx.x * d + j] = sdp;
+  }
+}
+
+// Block u < U. Dynamic shared memory: d floats of dL/dNorm(E). hot: jtok_hot_kernel's pieces.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    jtok_table_grad_kernel(float* gE, uint8_t* touched, float* ds_part, const float* __restrict__ hot,
+                           const T* __restrict__ dh, const T* __restrict__ mlp_out, const T* s, const T* E,
+                           const T* nrows, const float* inv_norm, DeviceRowBatch rb, int64_t d, bool norm) {
   pdl_wait();
   extern __shared__ float dnorm[];
   __shared__ float red[32];
+  __shared__ int32_t pos[kHotChunk];
   const int u = blockIdx.x;
   if (u >= *rb.num_unique) return;
   const int64_t id = rb.unique[u];
@@ -60,12 +86,19 @@ __global__ void __launch_bounds__(kThreads)
   // A row not flagged has no gradient yet this step (its values are stale): it starts from zero. Read
   // before block_sum's barriers, so before thread 0 flags the row.
   const bool accumulate = touched[id] != 0;
+  const bool hot_id = is_hot(lo, hi);  // the same in the whole block
+  if (!hot_id) stage_positions(pos, rb.order, PositionRange{lo, hi});
   float dot = 0.0f, ss = 0.0f;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
     float sdp = 0.0f;  // sum over the id's positions of dh * mlp_out = dL/dp
-    for (int i = lo; i < hi; ++i) {
-      const int64_t at = static_cast<int64_t>(rb.order[i]) * d + j;
-      sdp += to_f32(dh[at]) * to_f32(mlp_out[at]);
+    if (hot_id) {
+      for (int64_t k = first_hot_chunk(lo); k <= last_hot_chunk(hi); ++k) sdp += hot[hot_piece_of(lo, k) * d + j];
+    } else {
+#pragma unroll 8
+      for (int t = 0; t < hi - lo; ++t) {
+        const int64_t at = static_cast<int64_t>(pos[t]) * d + j;
+        sdp += to_f32(dh[at]) * to_f32(mlp_out[at]);
+      }
     }
     ds_part[u * d + j] = sdp * to_f32(nrows[u * d + j]);
     sdp *= to_f32(s[j]);  // now dL/dNorm(E)
@@ -144,9 +177,13 @@ void jtok_backward(T* dmlp, float* ds, float* gE, uint8_t* touched, float* scrat
                    int64_t d, bool norm, cudaStream_t stream) {
   if (N * d == 0) return;
   const size_t shared = static_cast<size_t>(d) * sizeof(float);
-  JTOK_CHECK(shared <= 48 * 1024, "jtok_backward: d = ", d, " exceeds the 12288 columns of its shared row");
-  jtok_table_grad_kernel<T><<<static_cast<int>(N), kThreads, shared, stream>>>(gE, touched, scratch, dh, mlp_out, s, E,
-                                                                                nrows, inv_norm, rb, d, norm);
+  // 48 KB of shared memory a block without opting in, the kernel's static arrays beside the row.
+  JTOK_CHECK(shared <= 47 * 1024, "jtok_backward: d = ", d, " exceeds the 12032 columns of its shared row");
+  float* hot = scratch + N * d;  // after ds's per-id partials
+  jtok_hot_kernel<T><<<static_cast<int>(2 * hot_chunks(N)), kThreads, 0, stream>>>(hot, dh, mlp_out, rb, N, d);
+  JTOK_CUDA_CHECK_LAUNCH();
+  jtok_table_grad_kernel<T><<<static_cast<int>(N), kThreads, shared, stream>>>(gE, touched, scratch, hot, dh, mlp_out,
+                                                                               s, E, nrows, inv_norm, rb, d, norm);
   JTOK_CUDA_CHECK_LAUNCH();
   jtok_ds_runs_kernel<<<dim3(static_cast<unsigned>(ceil_div(d, kThreads)), static_cast<unsigned>(kDsRuns)), kThreads, 0,
                         stream>>>(scratch, rb.num_unique, d);

@@ -3,7 +3,8 @@
 //   h_next = h_mid + Delta_m * p
 // over the micro-batch's deduplicated ids (dedup.h): a row is gathered and normalised once per
 // unique id, and its gradient summed over the id's positions in position order (as the CPU's
-// jtok_backward) into a table-shaped fp32 gradient, with a flag per touched row for the table
+// jtok_backward; an id with more than kHotChunk positions in pieces first, cuda/hot_ids.cuh) into a
+// table-shaped fp32 gradient, with a flag per touched row for the table
 // AdamW (table_adamw.h). No atomics: ds is summed per unique id, then over ids in order.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -26,8 +27,8 @@ template <typename T>
 void jtok_forward(T* h_next, const T* h_mid, const T* mlp_out, const T* s, const T* nrows, const DeviceRowBatch& rb,
                   int64_t N, int64_t d, cudaStream_t stream);
 
-// Floats of scratch jtok_backward needs: ds's per-id partials (N bound, d).
-inline int64_t jtok_backward_scratch(int64_t N, int64_t d) { return N * d; }
+// Floats of scratch jtok_backward needs: ds's per-id partials (N bound, d), then its hot ids' pieces.
+inline int64_t jtok_backward_scratch(int64_t N, int64_t d) { return N * d + hot_scratch_floats(N, d); }
 
 // dh = dL/dh_next (N,d) -> dmlp (N,d) = dh * p (overwritten); ds (d) fp32 += dL/ds; gE (V,d) fp32:
 // row unique[u] = its gradient (the CPU's SparseRowGrad row), added to the row where touched[unique[u]]

@@ -10,6 +10,7 @@
 
 #include "cuda/check.h"
 #include "cuda/common.cuh"
+#include "cuda/hot_ids.cuh"
 #include "cuda/jtokm.h"
 #include "cuda/pdl.cuh"
 
@@ -205,32 +206,94 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < ne; ++i) dg[n * ne + i] = from_f32<T>(dsig[i] * sg[i] * (1.0f - sg[i]));
 }
 
-// Block u < U: row (i, unique[u]) of every table i some position of u selected += w * de over those
-// positions, in position order (k in order within one): the fp32 adds of one element in the same
-// order as a loop per element, from the row's values where it is flagged touched, else from zero. The tables go in
-// groups of `group` whose rows sit in shared memory (column j owned by thread j % blockDim.x: no barrier), so a
-// position's K selections are read once a group for all its columns, not once a column and table (a hot id's many
-// positions are the tail). An identity batch (rb.distinct false: a block a position, rows repeating) sums from zero and
-// adds its sums into gE by fp32 atomics, in no fixed order: the naive scatter, not bitwise reproducible.
-__global__ void __launch_bounds__(kThreads)
-    backward_tables_kernel(float* gE, uint8_t* touched, JTokMDeviceActs acts, const float* __restrict__ de,
-                           DeviceRowBatch rb, JTokMDims dm, int64_t group) {
-  pdl_wait();
-  extern __shared__ float rows[];  // (group, d)
-  const int u = blockIdx.x;
-  if (u >= *rb.num_unique) return;
-  const int64_t id = rb.unique[u], d = dm.d, K = dm.K;
-  const int lo = rb.offsets[u], hi = rb.offsets[u + 1];
-  // The tables u's positions chose, ORed by the whole block (a frequent id has thousands of positions).
+// The tables positions order[lo .. hi) chose, ORed by the whole block (a frequent id has thousands of
+// positions); the same in every thread.
+__device__ uint32_t block_tables_chosen(const int32_t* sel, const int32_t* order, int lo, int hi, int64_t K) {
   __shared__ uint32_t chosen;
   if (threadIdx.x == 0) chosen = 0;
   __syncthreads();
   uint32_t mine = 0;
   for (int p = lo + static_cast<int>(threadIdx.x); p < hi; p += static_cast<int>(blockDim.x))
-    mine |= position_tables(acts.sel, rb.order[p], K);
+    mine |= position_tables(sel, order[p], K);
   if (mine != 0) atomicOr(&chosen, mine);
   __syncthreads();
-  const uint32_t used = chosen;  // the same in every thread
+  return chosen;
+}
+
+// rows (g1 - g0, d) in shared memory += for the count staged positions pos, in order (k in order
+// within one), w_k * de where table sel_k lies in [g0, g1). Column j is thread j % blockDim.x's.
+__device__ void add_positions(float* rows, const JTokMDeviceActs& acts, const float* __restrict__ de,
+                              const int32_t* pos, int count, int64_t g0, int64_t g1, int64_t K, int64_t d) {
+  for (int t = 0; t < count; ++t) {
+    const int64_t n = pos[t];
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t i = acts.sel[n * K + k];
+      if (i < g0 || i >= g1) continue;
+      const float wk = acts.w[n * K + k];
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) rows[(i - g0) * d + j] += wk * de[n * d + j];
+    }
+  }
+}
+
+// Block q: piece q of the batch's hot ids (hot_ids.cuh) -> hot rows (q, n_e, d): table i's row the sum
+// over the piece's positions, from zero in position order, of w * de where they chose i (zero where none did).
+__global__ void __launch_bounds__(kThreads)
+    jtokm_hot_kernel(float* hot, JTokMDeviceActs acts, const float* __restrict__ de, DeviceRowBatch rb, JTokMDims dm,
+                     int64_t group) {
+  pdl_wait();
+  extern __shared__ float rows[];  // (group, d)
+  __shared__ int32_t pos[kHotChunk];
+  const PositionRange r = hot_piece(rb, dm.N, blockIdx.x);
+  if (r.size() == 0) return;
+  stage_positions(pos, rb.order, r);
+  const int64_t d = dm.d;
+  for (int64_t g0 = 0; g0 < dm.n_e; g0 += group) {
+    const int64_t g1 = min(dm.n_e, g0 + group);
+    for (int64_t i = 0; i < g1 - g0; ++i)
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) rows[i * d + j] = 0.0f;
+    add_positions(rows, acts, de, pos, r.size(), g0, g1, dm.K, d);
+    for (int64_t i = 0; i < g1 - g0; ++i)
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+        hot[(blockIdx.x * dm.n_e + g0 + i) * d + j] = rows[i * d + j];
+  }
+}
+
+// Hot entry u (positions [lo, hi)): row (i, id) of each table i in used = (where accumulate's bit i
+// is set: its values, else zero) + its pieces' rows (jtokm_hot_kernel's), in chunk order; flagged.
+__device__ void add_hot_pieces(float* gE, uint8_t* touched, const float* __restrict__ hot, uint32_t used,
+                               uint32_t accumulate, int64_t id, int lo, int hi, const JTokMDims& dm) {
+  for (int64_t i = 0; i < dm.n_e; ++i) {
+    if (!(used >> i & 1u)) continue;
+    float* row = gE + (i * dm.V + id) * dm.d;
+    for (int64_t j = threadIdx.x; j < dm.d; j += blockDim.x) {
+      float acc = accumulate >> i & 1u ? row[j] : 0.0f;
+      for (int64_t c = first_hot_chunk(lo); c <= last_hot_chunk(hi); ++c)
+        acc += hot[(hot_piece_of(lo, c) * dm.n_e + i) * dm.d + j];
+      row[j] = acc;
+    }
+    if (threadIdx.x == 0) touched[i * dm.V + id] = 1;
+  }
+}
+
+// Block u < U: row (i, unique[u]) of every table i some position of u selected += w * de over those
+// positions, in position order (k in order within one): the fp32 adds of one element in the same
+// order as a loop per element, from the row's values where it is flagged touched, else from zero; a
+// hot id's from its pieces' sums (add_hot_pieces). The tables go in groups of `group` whose rows sit
+// in shared memory (column j owned by thread j % blockDim.x: no barrier), so a position's K
+// selections are read once a group for all its columns, not once a column and table. An identity
+// batch (rb.distinct false: a block a position, rows repeating) sums from zero and adds its sums into
+// gE by fp32 atomics, in no fixed order: the naive scatter, not bitwise reproducible.
+__global__ void __launch_bounds__(kThreads)
+    backward_tables_kernel(float* gE, uint8_t* touched, JTokMDeviceActs acts, const float* __restrict__ de,
+                           const float* __restrict__ hot, DeviceRowBatch rb, JTokMDims dm, int64_t group) {
+  pdl_wait();
+  extern __shared__ float rows[];  // (group, d)
+  __shared__ int32_t pos[kHotChunk];
+  const int u = blockIdx.x;
+  if (u >= *rb.num_unique) return;
+  const int64_t id = rb.unique[u], d = dm.d;
+  const int lo = rb.offsets[u], hi = rb.offsets[u + 1];
+  const uint32_t used = block_tables_chosen(acts.sel, rb.order, lo, hi, dm.K);
   // bit i: row (i, id) already has a gradient this step (an earlier micro-batch's), so it is added to;
   // a row not flagged holds stale values and starts from zero. Every thread reads the flags before
   // thread 0 sets any (the barrier).
@@ -238,21 +301,15 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = 0; rb.distinct && i < dm.n_e; ++i)
     if (used >> i & 1u && touched[i * dm.V + id]) accumulate |= 1u << i;
   __syncthreads();
+  if (is_hot(lo, hi)) return add_hot_pieces(gE, touched, hot, used, accumulate, id, lo, hi, dm);
+  stage_positions(pos, rb.order, PositionRange{lo, hi});
   for (int64_t g0 = 0; g0 < dm.n_e; g0 += group) {
     const int64_t g1 = min(dm.n_e, g0 + group);
     for (int64_t i = g0; i < g1; ++i)
       if (used >> i & 1u)
         for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
           rows[(i - g0) * d + j] = accumulate >> i & 1u ? gE[(i * dm.V + id) * d + j] : 0.0f;
-    for (int p = lo; p < hi; ++p) {
-      const int64_t n = rb.order[p];
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t i = acts.sel[n * K + k];
-        if (i < g0 || i >= g1) continue;
-        const float wk = acts.w[n * K + k];
-        for (int64_t j = threadIdx.x; j < d; j += blockDim.x) rows[(i - g0) * d + j] += wk * de[n * d + j];
-      }
-    }
+    add_positions(rows, acts, de, pos, hi - lo, g0, g1, dm.K, d);
     for (int64_t i = g0; i < g1; ++i) {
       if (!(used >> i & 1u)) continue;
       float* row = gE + (i * dm.V + id) * d;
@@ -338,16 +395,29 @@ void jtokm_backward_router(T* dg, const JTokMDeviceActs& acts, const float* de, 
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
+// Table groups whose rows fit the 48 KB of shared memory a block has without opting in, beside the
+// kernels' 1 KB of static shared memory.
+int64_t table_group(const JTokMDims& dm) {
+  constexpr int64_t kSharedBytes = 47 * 1024;
+  const int64_t group = std::min<int64_t>(dm.n_e, kSharedBytes / (dm.d * static_cast<int64_t>(sizeof(float))));
+  JTOK_CHECK(group >= 1, "jtokm_backward_tables: d = ", dm.d, " exceeds the ", kSharedBytes / 4,
+             " columns of its shared rows");
+  return group;
+}
+
+int64_t jtokm_backward_tables_scratch(const JTokMDims& dm) { return hot_scratch_floats(dm.N, dm.n_e * dm.d); }
+
 void jtokm_backward_tables(float* gE, uint8_t* touched, const JTokMDeviceActs& acts, const float* de,
-                           const DeviceRowBatch& rb, const JTokMDims& dm, cudaStream_t stream) {
+                           const DeviceRowBatch& rb, const JTokMDims& dm, float* hot, cudaStream_t stream) {
   JTOK_CHECK(dm.n_e >= 1 && dm.n_e <= kJTokMMaxTables, "jtokm_backward_tables: n_e ", dm.n_e, " (at most ",
              kJTokMMaxTables, ")");
   if (dm.N == 0) return;
-  constexpr int64_t kSharedBytes = 48 * 1024;
-  const int64_t group = std::min<int64_t>(dm.n_e, kSharedBytes / (dm.d * static_cast<int64_t>(sizeof(float))));
-  JTOK_CHECK(group >= 1, "jtokm_backward_tables: d = ", dm.d, " exceeds the 12288 columns of its shared rows");
+  const int64_t group = table_group(dm);
   const size_t shared = static_cast<size_t>(group * dm.d) * sizeof(float);
-  backward_tables_kernel<<<static_cast<int>(dm.N), kThreads, shared, stream>>>(gE, touched, acts, de, rb, dm, group);
+  jtokm_hot_kernel<<<static_cast<int>(2 * hot_chunks(dm.N)), kThreads, shared, stream>>>(hot, acts, de, rb, dm, group);
+  JTOK_CUDA_CHECK_LAUNCH();
+  backward_tables_kernel<<<static_cast<int>(dm.N), kThreads, shared, stream>>>(gE, touched, acts, de, hot, rb, dm,
+                                                                               group);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

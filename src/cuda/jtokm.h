@@ -74,12 +74,16 @@ template <typename T>
 void jtokm_backward_router(T* dg, const JTokMDeviceActs& acts, const float* de, const int32_t* ids, const T* E,
                            float aux_grad, const JTokMDims& dm, cudaStream_t stream);
 
+// Floats of scratch jtokm_backward_tables needs (its hot ids' pieces: cuda/hot_ids.cuh).
+int64_t jtokm_backward_tables_scratch(const JTokMDims& dm);
+
 // de (N, d) fp32, rb = dedup_ids(ids) -> gE (n_e, V, d) fp32: row (i, unique[u]) += sum over u's positions that
-// selected i, in position order, of w * de, from zero where touched (n_e, V) is 0 there (the row's
+// selected i, in position order (an id with more than kHotChunk positions in pieces first, summed in
+// order), of w * de, from zero where touched (n_e, V) is 0 there (the row's
 // values are stale: jtok.h's jtok_backward); touched = 1 there. rb an identity batch (distinct false,
 // a position each): each position's w * de added by fp32 atomics, in no fixed order, into rows that
-// must be zero where not flagged.
+// must be zero where not flagged. hot: jtokm_backward_tables_scratch(dm) floats.
 void jtokm_backward_tables(float* gE, uint8_t* touched, const JTokMDeviceActs& acts, const float* de,
-                           const DeviceRowBatch& rb, const JTokMDims& dm, cudaStream_t stream);
+                           const DeviceRowBatch& rb, const JTokMDims& dm, float* hot, cudaStream_t stream);
 
 }  // namespace jtok::cuda

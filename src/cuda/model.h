@@ -274,6 +274,7 @@ struct DeviceActs {
   DeviceMoeScratch<E> moe;                    // MoE layers: logits, grouping and backward scratch
   DeviceArray<float> jtok_scratch;            // JTok: ds's per-id partials
   DeviceArray<float> m_de, m_scratch;         // JTok-M: dL/de (N,d) fp32, ds's partials
+  DeviceArray<float> m_hot, embed_hot;        // the hot ids' pieces (cuda/hot_ids.cuh): JTok-M's, the embedding's
   DeviceArray<double> stats;                  // telemetry: sum_and_squares' scratch and each layer's two sums
   DeviceArray<E> m_dg;                        // JTok-M: dL/dg (N,n_e), the router products' operand
   // The micro-batch's ids deduplicated by the forward (cuda/dedup.h): JTok's gathers, the

@@ -107,7 +107,8 @@ void jtokm_router_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, floa
   jtokm_backward_router(a.m_dg.get(), L.jtokm(), a.m_de.get(), a.ids.get(), dm.table(k), aux_grad, dims, dm.stream);
   linear_backward<E, float>(dm.mm, a.dx.get(), dm.g.layers[li].jtokm_router, a.m_dg.get(), L.a.get(),
                             dm.w.layers[li].jtokm_router, dims.N, dims.d, dims.n_e, dm.stream);
-  jtokm_backward_tables(dm.table_grad(k), dm.touched(k), L.jtokm(), a.m_de.get(), a.table_batch(), dims, dm.stream);
+  jtokm_backward_tables(dm.table_grad(k), dm.touched(k), L.jtokm(), a.m_de.get(), a.table_batch(), dims, a.m_hot.get(),
+                        dm.stream);
 }
 
 // Layer li's attention half: a.dh = dL/dh_mid in, dL/dh_in out; JTok-M's router (on the attention
@@ -161,7 +162,7 @@ double backward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets, fl
     mark_phase(dm.profile, "attention backward", dm.stream);
   }
   // dL/dh_in of layer 0 into the embedding's rows, per id in position order (the forward's dedup).
-  embedding_backward(dm.g.embed, a.dh.get(), a.row_batch(), N, dm.cfg.hidden_size, dm.stream);
+  embedding_backward(dm.g.embed, a.dh.get(), a.row_batch(), N, dm.cfg.hidden_size, a.embed_hot.get(), dm.stream);
   const double loss = device_mean(a.losses.get(), a.loss_sum.get(), a.readback, N, dm.stream);
   mark_phase(dm.profile, "embedding backward", dm.stream);  // with the loss read back
   return loss;

@@ -6,7 +6,9 @@
 
 #include "core/dtype.h"
 #include "cuda/dedup.h"
+#include "cuda/embedding.h"
 #include "cuda/jtok.h"
+#include "cuda/jtokm.h"
 #include "cuda/model.h"
 #include "cuda/model_kernels.h"
 #include "cuda/rmsnorm.h"
@@ -132,6 +134,8 @@ void size_backward(DeviceActs<E>& a, const DeviceModel<E>& dm, bool jtok, bool j
   a.dmlp.resize(jtok ? N * d : 0), a.jtok_scratch.resize(jtok ? jtok_backward_scratch(N, d) : 0);
   a.m_de.resize(jtokm ? N * d : 0), a.m_dg.resize(jtokm ? N * c.jtokm_n_e : 0);
   a.m_scratch.resize(jtokm ? jtokm_backward_de_scratch(jtokm_dims(c, N)) : 0);
+  a.m_hot.resize(jtokm ? jtokm_backward_tables_scratch(jtokm_dims(c, N)) : 0);
+  a.embed_hot.resize(embedding_backward_scratch(N, d));
   int64_t scratch = rmsnorm_backward_scratch(N, d);
   if (c.qk_norm)
     for (int64_t rows : {N * H, N * KV}) scratch = std::max(scratch, rmsnorm_backward_scratch(rows, hd));

@@ -116,7 +116,7 @@ struct JTokMRun {
     auto dlog = upload<float>(logits(at, Rt)), dds = upload<float>(ds0), ddR = upload<float>(dR0),
          dgE = upload<float>(gE0);
     DeviceBuffer<float> sig(N * ne), w(N * K), e(N * d), inv(N), prob(ne), de(N * d),
-        scratch(jtok::cuda::jtokm_backward_de_scratch(dm));
+        scratch(jtok::cuda::jtokm_backward_de_scratch(dm)), hot(jtok::cuda::jtokm_backward_tables_scratch(dm));
     DeviceBuffer<T> dg(N * ne);
     DeviceBuffer<int32_t> sel(N * K), load(ne);
     DeviceBuffer<double> prob_sum(ne), aux(1);
@@ -134,7 +134,7 @@ struct JTokMRun {
                                    nullptr);
     jtok::cuda::gemm_ref<T, T>(false, false, N, d, ne, 1.0f, dg.get(), ne, dR_in.get(), d, 1.0f, dda.get(), d,
                                nullptr);
-    jtok::cuda::jtokm_backward_tables(dgE.get(), touched.get(), acts, de.get(), dd.rb, dm, nullptr);
+    jtok::cuda::jtokm_backward_tables(dgE.get(), touched.get(), acts, de.get(), dd.rb, dm, hot.get(), nullptr);
     const auto sl = download_exact(sel), ld = download_exact(load);
     const auto tb = download_exact(touched);
     const auto ps = download_exact(prob_sum);
