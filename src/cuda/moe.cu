@@ -1,6 +1,6 @@
 // MoE routing, grouping, gather / combine and their backward (src/cuda/moe.h). Routing: one thread
 // a position. Grouping: dedup_ids over the slots' experts (a stable sort: slot_of), offsets by a
-// binary search a expert, row_of by scatter. Statistics and aux loss: one block, fixed order.
+// binary search a expert, row_of by scatter. Statistics: a block an expert; the aux loss sums them in order.
 // Combine backward: one block a position (dw by block sums, the router's backward by thread 0).
 #include "cuda/check.h"
 #include "cuda/common.cuh"
@@ -67,21 +67,26 @@ __global__ void __launch_bounds__(kThreads) row_of_kernel(int32_t* row_of, const
   if (r < NK) row_of[slot_of[r]] = static_cast<int32_t>(r);
 }
 
-// One block: frac (E) and aux = coef E sum_e f_e (P_e / N), P_e = sum_n probs[n,e] in double.
-__global__ void __launch_bounds__(kThreads) aux_kernel(MoeDeviceRoute r, MoeRouteDims m) {
+// Block e: frac[e] and P_e = sum_n probs[n,e] in double (prob_sums[e]), a block an expert (one block
+// over every expert in turn read the (N,E) probabilities E times through one SM).
+__global__ void __launch_bounds__(kThreads) aux_terms_kernel(double* prob_sums, MoeDeviceRoute r, MoeRouteDims m) {
   pdl_wait();
   __shared__ double red[32];
-  const int64_t NK = m.N * m.K;
+  const int64_t e = blockIdx.x;
+  double P = 0.0;
+  for (int64_t n = threadIdx.x; n < m.N; n += blockDim.x) P += r.probs[n * m.E + e];
+  P = block_sum(P, red);
+  if (threadIdx.x != 0) return;
+  r.frac[e] = static_cast<float>(r.offsets[e + 1] - r.offsets[e]) / static_cast<float>(m.N * m.K);
+  prob_sums[e] = P;
+}
+
+// aux = coef E sum_e f_e (P_e / N), the experts in order.
+__global__ void __launch_bounds__(1) aux_kernel(const double* prob_sums, MoeDeviceRoute r, MoeRouteDims m) {
+  pdl_wait();
   double aux = 0.0;
-  for (int64_t e = 0; e < m.E; ++e) {
-    double P = 0.0;
-    for (int64_t n = threadIdx.x; n < m.N; n += blockDim.x) P += r.probs[n * m.E + e];
-    P = block_sum(P, red);
-    const float f = static_cast<float>(r.offsets[e + 1] - r.offsets[e]) / static_cast<float>(NK);
-    if (threadIdx.x == 0) r.frac[e] = f;
-    aux += f * (P / static_cast<double>(m.N));
-  }
-  if (threadIdx.x == 0) *r.aux = m.aux_coef * static_cast<double>(m.E) * aux;
+  for (int64_t e = 0; e < m.E; ++e) aux += r.frac[e] * (prob_sums[e] / static_cast<double>(m.N));
+  *r.aux = m.aux_coef * static_cast<double>(m.E) * aux;
 }
 
 template <typename T>
@@ -149,23 +154,27 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t e = 0; e < E; ++e) dp[e] = p[e] * (dp[e] - pd);
 }
 
-// The scratch of moe_group: dedup_ids' row batch (unique, inverse, offsets, count) and its scratch.
+// The scratch of moe_group: dedup_ids' row batch (unique, inverse, offsets, count), the experts'
+// probability sums (E doubles) and dedup_ids' scratch.
 struct GroupScratch {
   DeviceRowBatch rb;
+  double* prob_sums;
   void* dedup;
   size_t dedup_bytes;
 };
 
 size_t ints_bytes(int64_t n) { return (static_cast<size_t>(n) * sizeof(int32_t) + 255) / 256 * 256; }
 
-GroupScratch carve(void* scratch, size_t bytes, int64_t NK) {
+GroupScratch carve(void* scratch, size_t bytes, int64_t NK, int64_t E) {
   char* p = static_cast<char*>(scratch);
   GroupScratch g;
   g.rb.unique = reinterpret_cast<int32_t*>(p);
   g.rb.inverse = reinterpret_cast<int32_t*>(p + ints_bytes(NK));
   g.rb.offsets = reinterpret_cast<int32_t*>(p + 2 * ints_bytes(NK));
   g.rb.num_unique = reinterpret_cast<int32_t*>(p + 2 * ints_bytes(NK) + ints_bytes(NK + 1));
-  const size_t used = 2 * ints_bytes(NK) + ints_bytes(NK + 1) + ints_bytes(1);
+  size_t used = 2 * ints_bytes(NK) + ints_bytes(NK + 1) + ints_bytes(1);
+  g.prob_sums = reinterpret_cast<double*>(p + used);
+  used += ints_bytes(2 * E);  // E doubles
   g.dedup = p + used;
   g.dedup_bytes = bytes - used;
   return g;
@@ -182,14 +191,14 @@ void moe_route(const MoeDeviceRoute& r, const float* logits, const MoeRouteDims&
 
 size_t moe_group_scratch_bytes(const MoeRouteDims& m) {
   const int64_t NK = m.N * m.K;
-  return 2 * ints_bytes(NK) + ints_bytes(NK + 1) + ints_bytes(1) + dedup_scratch_bytes(NK, m.E);
+  return 2 * ints_bytes(NK) + ints_bytes(NK + 1) + ints_bytes(1) + ints_bytes(2 * m.E) + dedup_scratch_bytes(NK, m.E);
 }
 
 void moe_group(const MoeDeviceRoute& r, void* scratch, size_t scratch_bytes, const MoeRouteDims& m, cudaStream_t stream) {
   const int64_t NK = m.N * m.K;
   if (NK == 0) return;
   JTOK_CHECK(scratch_bytes >= moe_group_scratch_bytes(m), "moe_group: scratch of ", scratch_bytes, " bytes is short");
-  GroupScratch g = carve(scratch, scratch_bytes, NK);
+  GroupScratch g = carve(scratch, scratch_bytes, NK, m.E);
   if (r.experts) g.rb.unique = r.experts, g.rb.num_unique = r.num_experts;  // the distinct experts, kept
   g.rb.order = r.slot_of;  // the slots sorted by expert, stably: row -> slot
   dedup_ids(g.rb, r.topi, NK, m.E, g.dedup, g.dedup_bytes, stream);
@@ -198,7 +207,9 @@ void moe_group(const MoeDeviceRoute& r, void* scratch, size_t scratch_bytes, con
   JTOK_CUDA_CHECK_LAUNCH();
   row_of_kernel<<<ceil_div(NK, kThreads), kThreads, 0, stream>>>(r.row_of, r.slot_of, NK);
   JTOK_CUDA_CHECK_LAUNCH();
-  aux_kernel<<<1, kThreads, 0, stream>>>(r, m);
+  aux_terms_kernel<<<static_cast<int>(m.E), kThreads, 0, stream>>>(g.prob_sums, r, m);
+  JTOK_CUDA_CHECK_LAUNCH();
+  aux_kernel<<<1, 1, 0, stream>>>(g.prob_sums, r, m);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
