@@ -4,7 +4,7 @@
 // micro-batches a step and after a refused (non-finite) step; a frozen backbone; MoE alone and beside
 // JTok + JTok-M. Each step's loss and gradient norm within 1e-4, the weights and tables after them
 // within 1e-4 (Adam divides by sqrt(v): a gradient near 0 turns a small difference into a larger
-// step). Runs only on a GPU host (in test_cuda_ops; bash scripts/test_cuda.sh).
+// step; the tables 3e-4 with two micro-batches, below). Runs only on a GPU host (in test_cuda_ops; bash scripts/test_cuda.sh).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,6 +38,7 @@ struct StepPlan {
   int micro = 1;
   int64_t refuse_at = -1;  // the loop step (0-based) that is poisoned and refused; -1: none
   bool frozen_backbone = false;  // --train-only tables
+  double table_tol = 1e-4;       // the tables after the steps
 };
 
 // One step's micro-batches on both devices from zeroed gradients; the mean losses (CPU, GPU).
@@ -126,7 +127,7 @@ void expect_ten_steps_match(const std::string& name, const jtok::ModelConfig& c,
   expect_tensors_close(name + " 10 steps param", m, jtok::cuda::download_params(dm), m.params.data(), 1e-4);
   for (size_t k = 0; k < m.tables.size(); ++k)
     expect_close(name + " 10 steps table " + m.table_names[k], jtok::cuda::download_table(dm, static_cast<int64_t>(k)),
-                 m.tables[k].to_vector(), 1e-4);
+                 m.tables[k].to_vector(), plan.table_tol);
 }
 
 // --train-only tables: only the tables, scalers and routers move; the backbone's weights stay put
@@ -169,7 +170,11 @@ TEST(CudaModel, TenAdamWStepsOfTwoMicroBatchesMatchCpu) {
   EXPECT_TRUE(std::any_of(b1.ids.begin(), b1.ids.end(), [&](int32_t id) {
     return std::find(b0.ids.begin(), b0.ids.end(), id) == b0.ids.end();
   })) << "the test means some ids to be in the second micro-batch only";
-  expect_table_steps_match("adamw 2 micro-batches", StepPlan{2, -1});
+  // Each batch's hot id (make_batch: 33 of 66 positions) in both micro-batches: its rows' gradients
+  // are sums of 66 terms, two micro-batches' worth, and Adam's division by sqrt(v) makes the CPU's and
+  // the GPU's fp32 rounding of them (cuBLASLt's products upstream, the hot id's pieces) ~1.3e-4 in two
+  // tables after 10 steps (1.35e-4 with the kernels before the pieces): 3e-4 here.
+  expect_table_steps_match("adamw 2 micro-batches", StepPlan{2, -1, false, 3e-4});
 }
 
 // A refused step (a NaN in a table's gradient), then 10 applied: first, the step after it has the
