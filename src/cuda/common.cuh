@@ -30,6 +30,23 @@ __device__ __forceinline__ void bf16x8_to_f32(float (&out)[8], uint4 raw) {
   }
 }
 
+// sum_{b < count} p[b * stride] added in b's order from zero, kAhead loads issued before their adds
+// (a column of per-block partials: the same adds as a plain loop, a trip to memory a kAhead values).
+template <int kAhead = 32>
+__device__ __forceinline__ float strided_sum_in_order(const float* p, int64_t count, int64_t stride) {
+  float s = 0.0f;
+  int64_t b = 0;
+  for (; b + kAhead <= count; b += kAhead) {
+    float v[kAhead];
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) v[k] = p[(b + k) * stride];
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) s += v[k];
+  }
+  for (; b < count; ++b) s += p[b * stride];
+  return s;
+}
+
 // Sum over the 32 lanes by xor butterflies: every lane gets the same value, in a fixed order.
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -55,7 +55,8 @@ __global__ void __launch_bounds__(kSumThreads)
   __shared__ double red[32];
   const int64_t total = count + (more ? *more : 0);
   double s = 0.0;
-  for (int64_t i = threadIdx.x; i < total; i += blockDim.x) s += static_cast<double>(partials[i]);
+#pragma unroll 16
+  for (int64_t i = threadIdx.x; i < total; i += blockDim.x) s += static_cast<double>(partials[i]);  // 16 in flight
   s = block_sum(s, red);
   if (threadIdx.x == 0) *sumsq = s;
 }

@@ -166,10 +166,7 @@ __global__ void __launch_bounds__(kThreads)
   pdl_wait();
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= d) return;
-  float acc = 0.0f;
-#pragma unroll 8
-  for (int64_t b = 0; b < blocks; ++b) acc += ds_part[b * d + j];  // the loads in flight together, summed in order
-  ds[j] += acc;
+  ds[j] += strided_sum_in_order(ds_part + j, blocks, d);  // 32 loads in flight, summed in order
 }
 
 // Block n: dw_k = de . E_{sel_k}[x], then dg (n_e) through the weights and the aux loss's p.
