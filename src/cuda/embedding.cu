@@ -29,16 +29,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     embedding_hot_kernel(float* hot, const T* __restrict__ dout, DeviceRowBatch rb, int64_t N, int64_t C) {
   pdl_wait();
-  __shared__ int32_t pos[kHotChunk];
-  const PositionRange r = hot_piece(rb, N, blockIdx.x);
-  if (r.size() == 0) return;
-  stage_positions(pos, rb.order, r);
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    float acc = 0.0f;
-#pragma unroll 8
-    for (int t = 0; t < r.size(); ++t) acc += to_f32(dout[static_cast<int64_t>(pos[t]) * C + c]);
-    hot[blockIdx.x * C + c] = acc;
-  }
+  sum_hot_piece(hot, rb, N, C, [&](int64_t at) { return to_f32(dout[at]); });
 }
 
 // Block u < U: dst row (by_id: dweight + unique[u]*C, accumulating onto it; else rows + u*C from 0)

@@ -53,19 +53,7 @@ __global__ void __launch_bounds__(kThreads)
     jtok_hot_kernel(float* hot, const T* __restrict__ dh, const T* __restrict__ mlp_out, DeviceRowBatch rb, int64_t N,
                     int64_t d) {
   pdl_wait();
-  __shared__ int32_t pos[kHotChunk];
-  const PositionRange r = hot_piece(rb, N, blockIdx.x);
-  if (r.size() == 0) return;
-  stage_positions(pos, rb.order, r);
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-    float sdp = 0.0f;
-#pragma unroll 8
-    for (int t = 0; t < r.size(); ++t) {
-      const int64_t at = static_cast<int64_t>(pos[t]) * d + j;
-      sdp += to_f32(dh[at]) * to_f32(mlp_out[at]);
-    }
-    hot[blockIdx.x * d + j] = sdp;
-  }
+  sum_hot_piece(hot, rb, N, d, [&](int64_t at) { return to_f32(dh[at]) * to_f32(mlp_out[at]); });
 }
 
 // Block u < U. Dynamic shared memory: d floats of dL/dNorm(E). hot: jtok_hot_kernel's pieces.
