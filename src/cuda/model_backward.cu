@@ -93,7 +93,7 @@ void qkv_grads_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, const Q
     rmsnorm_backward_in_place(dg.k, G.k_norm, scratch, x + qd, W.k_norm, L.rstd_k.get(), N * KV, hd, s,
                               {KV, dg.stride});
   }
-  if (W.bq) bias_grad(G.bq, dg.q, N, dg.stride, s);
+  if (W.bq) bias_grad(G.bq, dg.q, N, dg.stride, a.norm_scratch.get(), s);  // the norms' partials used up
 }
 
 // JTok-M's router of layer li (after its dL/de, in a.m_de): dL/dg, then dR += dg^T a and

@@ -13,10 +13,13 @@ namespace jtok::cuda {
 template <typename E>
 void convert_from_f32(E* out, const float* in, int64_t n, cudaStream_t stream);
 
-// dx (N,C) of E -> db (C) fp32 += the column sums, rows added in order from 0 (the CPU's bias_grad:
-// the same order, one thread a column; no atomics).
+// dx (N,C) of E -> db (C) fp32 += the column sums: each of 512 fixed row ranges (fewer for N < 512)
+// summed from zero in row order, a thread a column and range, then the ranges' sums in order (no
+// atomics; within rounding of the CPU's bias_grad, which adds the rows in order: one thread walking
+// all N rows of a column waited out N trips to memory). scratch: bias_grad_scratch(N, C) floats.
+int64_t bias_grad_scratch(int64_t N, int64_t C);
 template <typename E>
-void bias_grad(float* db, const E* dx, int64_t N, int64_t C, cudaStream_t stream);
+void bias_grad(float* db, const E* dx, int64_t N, int64_t C, float* scratch, cudaStream_t stream);
 
 }  // namespace jtok::cuda
 

@@ -139,6 +139,7 @@ void size_backward(DeviceActs<E>& a, const DeviceModel<E>& dm, bool jtok, bool j
   int64_t scratch = rmsnorm_backward_scratch(N, d);
   if (c.qk_norm)
     for (int64_t rows : {N * H, N * KV}) scratch = std::max(scratch, rmsnorm_backward_scratch(rows, hd));
+  if (c.attention_bias) scratch = std::max(scratch, bias_grad_scratch(N, qd + 2 * kvd));  // q | k | v biases
   a.norm_scratch.resize(scratch);
   a.unique.resize(N), a.inverse.resize(N), a.order.resize(N), a.offsets.resize(N + 1), a.num_unique.resize(1);
   a.positions.resize(N + 1), a.position_count.resize(1);
