@@ -2,7 +2,8 @@
 // positions sorted by id, stably (cub's radix sort), the runs of equal ids found (run-length
 // encode) and their offsets (exclusive scan). The token embedding's backward and JTok's gather and
 // row-sparse gradients all walk it; every walk goes in position order within an id, so the sums it
-// drives add in the CPU's order. identity_batch: the same walks without dedup (a row a position).
+// drives add in the CPU's order, but for an id with more than kHotChunk positions, summed a chunk of
+// them at a time (cuda/hot_ids.cuh). identity_batch: the same walks without dedup (a row a position).
 #pragma once
 #include <cuda_runtime_api.h>
 
