@@ -46,11 +46,8 @@ __global__ void __launch_bounds__(kThreads)
   float* row = dst + (by_id ? static_cast<int64_t>(rb.unique[u]) : static_cast<int64_t>(u)) * C;
   const PositionRange r{rb.offsets[u], rb.offsets[u + 1]};
   if (is_hot(r.lo, r.hi)) {
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      float acc = by_id ? row[c] : 0.0f;
-      for (int64_t k = first_hot_chunk(r.lo); k <= last_hot_chunk(r.hi); ++k) acc += hot[hot_piece_of(r.lo, k) * C + c];
-      row[c] = acc;
-    }
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+      row[c] = add_hot_pieces_in_order(by_id ? row[c] : 0.0f, hot + c, r.lo, r.hi, C);
     return;
   }
   stage_positions(pos, rb.order, r);

@@ -32,11 +32,14 @@ __device__ __forceinline__ PositionRange hot_piece(const DeviceRowBatch& rb, int
   return {max(lo, a), min(hi, b)};
 }
 
-// The pieces of hot entry [lo, hi): chunks c = lo / kHotChunk .. (hi - 1) / kHotChunk, in that order;
-// chunk c's piece is 2c where the id holds the chunk's first position, else 2c + 1.
-__device__ __forceinline__ int64_t first_hot_chunk(int lo) { return lo / kHotChunk; }
-__device__ __forceinline__ int64_t last_hot_chunk(int hi) { return (hi - 1) / kHotChunk; }
-__device__ __forceinline__ int64_t hot_piece_of(int lo, int64_t c) { return 2 * c + (c * kHotChunk >= lo ? 0 : 1); }
+// acc + the pieces of hot entry [lo, hi), added in chunk order: piece q's value at hot[q * W] (the
+// caller offsets hot to its column). Its chunks are c = lo / kHotChunk .. (hi - 1) / kHotChunk; chunk
+// c's piece is 2c where the id holds the chunk's first position, else 2c + 1.
+__device__ __forceinline__ float add_hot_pieces_in_order(float acc, const float* hot, int lo, int hi, int64_t W) {
+  for (int64_t c = lo / kHotChunk; c <= (hi - 1) / kHotChunk; ++c)
+    acc += hot[(2 * c + (c * kHotChunk >= lo ? 0 : 1)) * W];
+  return acc;
+}
 
 // order[r.lo .. r.hi) (at most kHotChunk) into pos, for the whole block; ends with a barrier.
 __device__ __forceinline__ void stage_positions(int32_t* pos, const int32_t* order, PositionRange r) {

@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
     float sdp = 0.0f;  // sum over the id's positions of dh * mlp_out = dL/dp
     if (hot_id) {
-      for (int64_t k = first_hot_chunk(lo); k <= last_hot_chunk(hi); ++k) sdp += hot[hot_piece_of(lo, k) * d + j];
+      sdp = add_hot_pieces_in_order(sdp, hot + j, lo, hi, d);
     } else {
 #pragma unroll 8
       for (int t = 0; t < hi - lo; ++t) {

@@ -262,12 +262,8 @@ __device__ void add_hot_pieces(float* gE, uint8_t* touched, const float* __restr
   for (int64_t i = 0; i < dm.n_e; ++i) {
     if (!(used >> i & 1u)) continue;
     float* row = gE + (i * dm.V + id) * dm.d;
-    for (int64_t j = threadIdx.x; j < dm.d; j += blockDim.x) {
-      float acc = accumulate >> i & 1u ? row[j] : 0.0f;
-      for (int64_t c = first_hot_chunk(lo); c <= last_hot_chunk(hi); ++c)
-        acc += hot[(hot_piece_of(lo, c) * dm.n_e + i) * dm.d + j];
-      row[j] = acc;
-    }
+    for (int64_t j = threadIdx.x; j < dm.d; j += blockDim.x)  // piece q's rows at hot + q (n_e, d)
+      row[j] = add_hot_pieces_in_order(accumulate >> i & 1u ? row[j] : 0.0f, hot + i * dm.d + j, lo, hi, dm.n_e * dm.d);
     if (threadIdx.x == 0) touched[i * dm.V + id] = 1;
   }
 }
