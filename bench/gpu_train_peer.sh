@@ -15,7 +15,7 @@
 # --device cuda only: with --device cpu jtokm_naive and jtokm_streams are skipped (rows of "-").
 #   bash bench/gpu_train_peer.sh --data DIR [--jtok BIN] [--out DIR] [--steps N] [--warmup N]
 #        [--modes "eager compile"] [--models "dense jtok jtokm"] [--timeout S] [--budget S] [--dry-run]
-#        [--config FILE] [--batch B] [--device cuda|cpu]
+#        [--config FILE] [--batch B] [--device cuda|cpu] [--kernel-trace]
 # --data: token shards (scripts/gpu_prepare.sh carries the first 40 steps' worth); --out: logs and
 # JSON lines (default bench-out/gpu_train_peer); defaults 10 timed steps after 3 warm-up steps (the
 # first compiles), each run killed after --timeout seconds (default 150; a killed run is reported
@@ -25,12 +25,15 @@
 # (torch.compile dense and JTok-M, then eager), so a spent budget cuts the least needed.
 # --config / --batch (default configs/bench_b.json, 16) and --device cpu (bf16 autocast without the
 # fused AdamW) are for checking this script on a small config without a GPU (tests/test_gpu_scripts.sh).
+# --kernel-trace: each run's timed steps traced kernel by kernel (ours: JTOK_KERNEL_TRACE, the peer:
+# --kernel-trace, torch.profiler; OUT/<run>.csv), ours' variants (streams, eager, naive) left out,
+# then bench/gpu_kernels_report.py's tables of where each step's device time goes (OUT/kernels.md).
 # Time on an H100/H200 (estimate): ~15-20 s a run in eager (start-up, table init, 13 steps), 40-90 s
 # with compile (inductor), ~4-5 min in all.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 DATA=""; JTOK=""; OUT=bench-out/gpu_train_peer; STEPS=10; WARMUP=3; MODES="eager compile"
-MODELS="dense jtok jtokm"; LIMIT=150; BUDGET=330; DRY=0
+MODELS="dense jtok jtokm"; LIMIT=150; BUDGET=330; DRY=0; TRACE=0
 CONFIG=configs/bench_b.json; BATCH=16; DEVICE=cuda; PY=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -47,7 +50,8 @@ while [ $# -gt 0 ]; do
     --batch) BATCH=$2; shift 2 ;;
     --device) DEVICE=$2; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    *) echo "usage: $0 --data DIR [--jtok BIN] [--out DIR] [--steps N] [--warmup N] [--modes M] [--models M] [--timeout S] [--budget S] [--dry-run] [--config F] [--batch B] [--device D]" >&2; exit 2 ;;
+    --kernel-trace) TRACE=1; shift ;;
+    *) echo "usage: $0 --data DIR [--jtok BIN] [--out DIR] [--steps N] [--warmup N] [--modes M] [--models M] [--timeout S] [--budget S] [--dry-run] [--config F] [--batch B] [--device D] [--kernel-trace]" >&2; exit 2 ;;
   esac
 done
 [ -n "$DATA" ] || { echo "gpu_train_peer.sh: --data DIR is required (token shards; scripts/gpu_prepare.sh packs some)" >&2; exit 2; }
@@ -102,6 +106,7 @@ wanted() { [[ " $MODELS " == *" $1 "* ]]; }
 if [ -n "$JTOK" ]; then
   for model in dense jtokm jtokm_streams jtok jtokm_eager jtokm_naive; do
     wanted "${model%%_*}" || continue
+    [ "$TRACE" = 1 ] && [ "$model" != "${model%%_*}" ] && continue  # traced: the models, not the variants
     if [ "$model" = jtokm_naive ] && [ "$DEVICE" != cuda ]; then
       echo "  ours_jtokm_naive: skipped (table_dedup false is --device cuda only)"
       continue
@@ -110,9 +115,10 @@ if [ -n "$JTOK" ]; then
       echo "  ours_jtokm_streams: skipped (table_streams is --device cuda only: the CPU has no streams)"
       continue
     fi
+    trace=(); [ "$TRACE" = 1 ] && trace=("JTOK_KERNEL_TRACE=$OUT/ours_$model.csv")
     # shellcheck disable=SC2046  # the overrides are words
-    run "ours_$model" env JTOK_PROFILE=1 "$JTOK" bench-train "${BASE[@]}" --device "$DEVICE" --set precision=bf16 \
-      $(ours_sets "$model") ||
+    run "ours_$model" env JTOK_PROFILE=1 "${trace[@]}" "$JTOK" bench-train "${BASE[@]}" --device "$DEVICE" \
+      --set precision=bf16 $(ours_sets "$model") ||
       status=1
   done
 else
@@ -122,11 +128,22 @@ fi
 for run_name in compile:dense compile:jtokm eager:dense eager:jtokm compile:jtok eager:jtok; do
   mode=${run_name%%:*} model=${run_name#*:}
   [[ " $MODES " == *" $mode "* ]] && wanted "$model" || continue
+  trace=(); [ "$TRACE" = 1 ] && trace=(--kernel-trace "$OUT/peer_${mode}_${model}.csv")
   # shellcheck disable=SC2046  # the options are words
-  run "peer_${mode}_${model}" "$PY" tests/reference/train_bench.py "${BASE[@]}" $(peer_flags "$mode" "$model") || status=1
+  run "peer_${mode}_${model}" "$PY" tests/reference/train_bench.py "${BASE[@]}" $(peer_flags "$mode" "$model") \
+    "${trace[@]}" || status=1
 done
 
 [ "$DRY" = 1 ] && exit 0
 T_SEQ=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("seq_len", "?"))' "$CONFIG" 2>/dev/null || echo "?")
 "$PY" bench/gpu_train_peer_table.py "$OUT" "$(basename "$CONFIG" .json), $BATCH x $T_SEQ tokens a step" | tee "$OUT/table.md"
+if [ "$TRACE" = 1 ]; then
+  if compgen -G "$OUT/*.csv" > /dev/null; then
+    "$PY" bench/gpu_kernels_report.py "$OUT" "$(basename "$CONFIG" .json), $BATCH x $T_SEQ tokens a step" > "$OUT/kernels.md" ||
+      status=1
+    head -n 20 "$OUT/kernels.md"
+  else
+    echo "gpu_train_peer.sh: --kernel-trace: no run wrote a trace (their JSON lines' kernel_trace say why)"; status=1
+  fi
+fi
 exit $status

@@ -26,6 +26,11 @@ ldd "$B/jtok" "$B/test_cuda_ops" | awk '/=> \//{print $3}' | sort -u | while rea
     *) cp -L "$lib" "$T/bundle/lib/" ;;
   esac
 done
+# CUPTI, for JTOK_KERNEL_TRACE (src/cuda/kernel_trace.h: loaded with dlopen, so ldd does not list it):
+# the build's own toolkit's, whose record layouts the trace was compiled against.
+for cupti in /usr/local/cuda/lib64/libcupti.so.13 /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13; do
+  if [ -f "$cupti" ]; then cp -L "$cupti" "$T/bundle/lib/"; break; fi
+done
 git rev-parse HEAD > "$T/bundle/commit" 2>/dev/null || true
 tar czf "$B/cuda-bundle.tar.gz" -C "$T" bundle
 echo "cuda_bundle.sh: $B/cuda-bundle.tar.gz ($(du -h "$B/cuda-bundle.tar.gz" | cut -f1); $(ls "$T/bundle/lib" | wc -l) libraries)"

@@ -19,6 +19,10 @@
 #              products against cuBLASLt, Qwen3-0.6B's shapes, M 1, 4, 16 (issue 40); then
 #              bench_cuda_grouped: MoE's grouped expert products against cuBLASLt per expert, the MoE
 #              bench config's layer and a Qwen3-30B-A3B-sized one (issue 39; products.json, box 60 s)
+#   kernels    (not default: a second device run, first) bench/gpu_train_peer.sh --kernel-trace: ours
+#              (dense, +JTok-M) and the peer (torch.compile) on config b, 3 timed steps each traced
+#              kernel by kernel (CUPTI: JTOK_KERNEL_TRACE; torch.profiler), then where each step's
+#              device time goes, by kind of op and kernel, side by side (kernels/kernels.md; box 240 s)
 #   moe        (not in the default steps: a second device run) bench/gpu_train_peer.sh on
 #              configs/bench_moe.json, ours and the peer, base / +JTok / +JTok-M (box 240 s)
 #   rows       (not default; issue 40) the bundle's bench_cuda_host_rows on a carried shard:
@@ -83,9 +87,9 @@ while [ $# -gt 0 ]; do
 done
 # Each step's time box (seconds); the steps whose bench has a --budget of its own (20-30 s under the
 # box) can run in less.
-declare -A BOX=([tests]=300 [peer]=300 [attention]=75 [products]=60 [moe]=240 [rows]=90 [decode]=420
+declare -A BOX=([tests]=300 [peer]=300 [attention]=75 [products]=60 [kernels]=240 [moe]=240 [rows]=90 [decode]=420
                 [beyond]=420 [store]=300 [evalref]=300 [curve]=510 [study]=570)
-SHRINKS=" peer moe decode beyond store curve study "
+SHRINKS=" peer kernels moe decode beyond store curve study "
 for s in $STEPS; do
   [ -n "${BOX[$s]:-}" ] || { echo "gpu_session.sh: unknown step $s (${!BOX[*]})" >&2; exit 2; }
 done
@@ -119,7 +123,7 @@ step() {  # step NAME BOX CMD...: runs CMD killed after BOX seconds, records its
   echo; echo "== $name (time box $box s): $*"
   if [ "$DRY" = 1 ]; then
     RESULT[$name]="dry run"; SECS[$name]=0
-    case "$name" in peer|moe|curve|decode|beyond|store|evalref|study) "$@" --dry-run ;; esac
+    case "$name" in peer|kernels|moe|curve|decode|beyond|store|evalref|study) "$@" --dry-run ;; esac
     return
   fi
   local t0=$SECONDS rc=0
@@ -155,6 +159,9 @@ run_step() {  # run_step NAME BOX: the step's command in a box of BOX s (the ben
       # shellcheck disable=SC2016  # $1.. are the inner shell's arguments
       step products "$box" sh -c 'LD_LIBRARY_PATH="$1" "$2" > "$4" && LD_LIBRARY_PATH="$1" "$3" >> "$4"; rc=$?; cat "$4"; exit $rc' \
         sh "$LIBS" "$U/bundle/bin/bench_cuda_row_invariant" "$U/bundle/bin/bench_cuda_grouped" "$OUT/products.json" ;;
+    kernels) step kernels "$box" bash bench/gpu_train_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/kernels" \
+               --kernel-trace --models "dense jtokm" --modes compile --steps 3 --warmup 3 --budget $((box - 20)) \
+               --timeout 110 ;;
     moe) step moe "$box" bash bench/gpu_train_peer.sh --config configs/bench_moe.json --batch 16 --data "$DIR/shards" \
            --jtok "$U/jtok" --out "$OUT/moe" --budget $((box - 30)) --timeout 100 ;;
     rows)
@@ -209,6 +216,7 @@ done
     echo "cuda cases: $(grep -c '^cuda case' "$OUT/tests/cuda_ops.log") lines, $(grep -c 'FAILED\|Failure' "$OUT/tests/cuda_ops.log") failures"
   fi
   [ -f "$OUT/peer/table.md" ] && cat "$OUT/peer/table.md"
+  [ -f "$OUT/kernels/kernels.md" ] && sed -n '1,/^### /p' "$OUT/kernels/kernels.md"
   [ -f "$OUT/moe/table.md" ] && cat "$OUT/moe/table.md"
   [ -f "$OUT/curve/summary.txt" ] && cat "$OUT/curve/summary.txt"
   [ -f "$OUT/evalref/summary.txt" ] && cat "$OUT/evalref/summary.txt"

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "cuda/decoder.h"
 #include "cuda/device.h"
+#include "cuda/kernel_trace.h"
 #include "cuda/training.h"
 
 namespace jtok::cuda {
@@ -111,6 +112,21 @@ std::unique_ptr<DeviceTrainer> make_device_trainer(const Model&, const HostAdamW
 std::unique_ptr<DeviceDecoder> make_device_decoder(const Model&, const DecoderSettings&) {
   require_cuda_device();  // says why there is none
   return nullptr;
+}
+
+std::string kernel_trace_start() {
+  try {
+    require_cuda_device();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "unreachable";
+}
+std::vector<TraceRecord> kernel_trace_stop(uint64_t*) { return {}; }
+void parse_activity_records(uint8_t*, size_t, std::vector<TraceRecord>&) { require_cuda_device(); }
+std::vector<uint8_t> activity_records_for_test(const std::vector<TraceRecord>&) {
+  require_cuda_device();
+  return {};
 }
 #endif
 

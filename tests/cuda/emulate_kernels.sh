@@ -19,12 +19,13 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 CXX=${CXX:-g++}
 command -v ccache >/dev/null && CXX="ccache $CXX" && export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
-# Every .cu but cublaslt_api.cu (dlopen of the library: fake_cublaslt.cpp fills its table instead);
+# Every .cu but cublaslt_api.cu (dlopen of the library: fake_cublaslt.cpp fills its table instead) and
+# kernel_trace.cu (CUPTI, a real GPU's: fake_kernel_trace.cpp says it cannot start);
 # the tensor cores' inline PTX (mma_bf16.cuh) as warp-collective functions (emu/include/emu_ptx.h).
 KERNELS=
 for f in "$ROOT"/src/cuda/*.cu; do
   k=$(basename "$f" .cu)
-  [ "$k" = cublaslt_api ] || KERNELS="$KERNELS $k"
+  [ "$k" = cublaslt_api ] || [ "$k" = kernel_trace ] || KERNELS="$KERNELS $k"
 done
 # The CPU engine (the twins, the models, the trainer) is the build's own jtok_lib. Its one file
 # that asks whether CUDA is built, device_require.cpp, is compiled here with the answer yes.
@@ -79,7 +80,7 @@ for k in $KERNELS; do
   dev+=("$T/$k.cpp")
 done
 for f in $HOST; do dev+=("$ROOT/$f"); done
-dev+=("$EMU/emu_sched.cpp" "$EMU/fake_cublaslt.cpp" "$EMU/emu_streams.cpp" "$EMU/emu_memory.cpp")
+dev+=("$EMU/emu_sched.cpp" "$EMU/fake_cublaslt.cpp" "$EMU/fake_kernel_trace.cpp" "$EMU/emu_streams.cpp" "$EMU/emu_memory.cpp")
 for f in $GPU_TESTS; do cases+=("$ROOT/$f"); done
 cases+=("$EMU"/*_test.cpp)
 { for f in "${dev[@]}"; do echo "dev $f $FLAGS"; done; for f in "${cases[@]}"; do echo "cases $f $CASE_FLAGS"; done; } |

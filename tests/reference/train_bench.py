@@ -87,6 +87,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 import train_bench_device as dev
+from kernel_trace import KernelTrace
 from model import JTokConfig, Transformer
 from shards import FNV_BASIS, SequentialBatches, fnv1a64_int32, open_shards
 from train_ref import TrainConfig, make_optimizer, train_step
@@ -153,10 +154,15 @@ def main():
                     help="JTok-M on all layers (the config's or the default n_e, K, ...), overriding jtokm, jtokm_layers")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="override a config field (repeatable, applied after --jtok/--jtokm)")
+    ap.add_argument("--kernel-trace", metavar="FILE",
+                    help="the timed steps' GPU kernels, copies and memsets as jtok's kernel trace CSV (--device cuda)")
     dev.add_arguments(ap)
     args = ap.parse_args()
     # device_run False: the float32 CPU path below, as before the device options existed.
     device_run, attention, attention_note = dev.resolve(args, ap.error)
+    if args.kernel_trace and args.device != "cuda":
+        ap.error("--kernel-trace: it traces a GPU's work (torch.profiler's CUDA activity): --device cuda only")
+    trace = KernelTrace(args.kernel_trace) if args.kernel_trace else None
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -206,6 +212,9 @@ def main():
     times, cpu_times, losses, aux, unique, token_hash = [], [], [], [], [], FNV_BASIS
     warmup_s = 0.0  # the untimed steps' seconds (with --compile, the compilation's)
     for step in range(total_steps):
+        if trace and step == args.warmup:
+            dev.synchronize(args)
+            trace.start()
         batches = next_step()
         token_hash = fnv1a64_int32([a.numpy() for xy in batches for a in xy], token_hash)  # untimed
         if step >= args.warmup:
@@ -232,6 +241,7 @@ def main():
         print(f"step {step + 1}/{total_steps} | loss {loss:.4f} | norm {norm:.3f} | lr {lr:.2e} | "
               f"{dt * 1000:.0f} ms | {tokens_per_step / dt:,.0f} tok/s", file=sys.stderr)
 
+    trace_records = trace.stop(args.steps, ("compile" if args.compile else "eager")) if trace else None
     step_s = sum(times) / len(times)
     result = {
         "impl": "pytorch-reference",
@@ -268,6 +278,8 @@ def main():
     if device_run:
         result.update(dev.report(model, mcfg, args, attention, attention_note, T, result["tokens_per_s"]))
         result["warmup_s"] = round(warmup_s, 2)
+    if trace:
+        result["kernel_trace"] = {"file": args.kernel_trace, "records": trace_records, "steps": args.steps}
     if mcfg.moe_num_layers:
         result["final_aux_loss"] = aux[-1][0]
     if mcfg.jtokm:
