@@ -86,7 +86,7 @@ struct DecoderActs {
   DeviceArray<float> lse, attn_scratch;       // a fresh prefill's (H, R); paged_attention's
   DeviceArray<int32_t> attn_counters;         // (R, H) paged_attention's, zero between its calls
   // JTok-M (fp32): router logits and cuda/jtokm.h's JTokMDeviceActs arrays, shared by the layers.
-  DeviceArray<float> m_logits, m_sig, m_w, m_e, m_inv_norm;  // (R,n_e) (R,n_e) (R,K) (R,d) (R)
+  DeviceArray<float> m_logits, m_sig, m_w, m_inv_norm;  // (R,n_e) (R,n_e) (R,K) (R)
   DeviceArray<int32_t> m_sel, m_load;         // (R,K), (n_e)
   DeviceArray<double> m_prob_sum, m_aux;      // (n_e), (1)
   DeviceMoeActs<E> moe;                       // MoE layers (shared: no backward)
@@ -106,8 +106,7 @@ struct DecoderActs {
   int32_t* row_seq() const { return step.get() + max_rows; }
   int32_t* pos() const { return step.get() + 2 * max_rows; }
   JTokMDeviceActs jtokm() const {
-    return {m_sig.get(), m_sel.get(), m_w.get(), m_e.get(), m_inv_norm.get(), m_load.get(), m_prob_sum.get(),
-            m_aux.get()};
+    return {m_sig.get(), m_sel.get(), m_w.get(), m_inv_norm.get(), m_load.get(), m_prob_sum.get(), m_aux.get()};
   }
 };
 

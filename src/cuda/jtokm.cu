@@ -1,7 +1,8 @@
 // JTok-M (src/cuda/jtokm.h). Routing: one thread a position (n_e and K are small); its statistics:
 // a block a table over every position, double sums in a fixed tree, then the aux loss. Mix + norm +
-// inject and dw: one block a position. dL/de: a block a range of positions, 4 at a time, ds per
-// column in shared memory, then the blocks' partials in block order. Table gradients: one block a
+// inject: one block a position. dL/de, then dw and dL/dg: a block a range of positions, 4 at a time
+// (e mixed again from the rows, never stored), ds per column in shared memory, then the blocks'
+// partials in block order. Table gradients: one block a
 // unique id, its rows of a group of tables in shared memory, positions in order (without dedup: a
 // block a position, fp32 atomics). The tables an id chose: ORs (a thread a position, or the id's
 // block together), never one thread walking a frequent id's positions. T (float or __nv_bfloat16) is converted to fp32
@@ -21,7 +22,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kStatsThreads = 1024;  // route_stats_kernel's block
 constexpr int64_t kMaxDeBlocks = 512;
-constexpr int kDeRows = 4;  // rows backward_de_kernel sums at once
+constexpr int kDeRows = 4;    // rows backward_de_kernel sums at once
+constexpr int kDwTables = 4;  // the selections whose dw one pair of barriers sums (more: in turns)
 
 // The tables position n selected, bit i: table i (n_e <= 32).
 __device__ __forceinline__ uint32_t position_tables(const int32_t* sel, int64_t n, int64_t K) {
@@ -85,21 +87,31 @@ __global__ void __launch_bounds__(32) route_aux_kernel(JTokMDeviceActs acts, int
   *acts.aux = lambda * static_cast<double>(ne) / (static_cast<double>(N) * N * K) * pn;
 }
 
-// Block n: e (d) = sum_k w_k E_{sel_k}[ids[n]], its norm, h_next += c inv s e.
+// e's element j at position n: sum_k w_k E_{sel_k}[id][j], k in order from 0, each product rounded
+// before its add (no fused multiply-add: the CPU's order of fp32 operations, and one set of bits
+// however the compiler treats the code around it: the backward mixes e again and must get the
+// forward's).
+template <typename T>
+__device__ __forceinline__ float mix_element(const T* E, const int32_t* sel, const float* w, int64_t K, int64_t V,
+                                             int64_t id, int64_t d, int64_t j) {
+  float v = 0.0f;
+  for (int64_t k = 0; k < K; ++k) v = __fadd_rn(v, __fmul_rn(w[k], to_f32(E[(sel[k] * V + id) * d + j])));
+  return v;
+}
+
+// Block n: e (d) = sum_k w_k E_{sel_k}[ids[n]], its norm, h_next += c inv s e (e mixed again: the rows
+// are in L1).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     mix_inject_kernel(T* h_next, JTokMDeviceActs acts, const int32_t* ids, const T* E, const T* s, JTokMDims dm) {
   pdl_wait();
   __shared__ float red[32];
-  const int64_t n = blockIdx.x, d = dm.d;
+  const int64_t n = blockIdx.x, d = dm.d, id = ids[n];
   const int32_t* sel = acts.sel + n * dm.K;
   const float* w = acts.w + n * dm.K;
-  float* e = acts.e + n * d;
   float ss = 0.0f;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-    float v = 0.0f;
-    for (int64_t k = 0; k < dm.K; ++k) v += w[k] * to_f32(E[(sel[k] * dm.V + ids[n]) * d + j]);
-    e[j] = v;
+    const float v = mix_element(E, sel, w, dm.K, dm.V, id, d, j);
     ss += v * v;
   }
   ss = block_sum(ss, red);
@@ -107,87 +119,17 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) acts.inv_norm[n] = inv;
   const float ci = dm.c * inv;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-    h_next[n * d + j] = from_f32<T>(to_f32(h_next[n * d + j]) + ci * to_f32(s[j]) * e[j]);
+    h_next[n * d + j] =
+        from_f32<T>(to_f32(h_next[n * d + j]) + ci * to_f32(s[j]) * mix_element(E, sel, w, dm.K, dm.V, id, d, j));
 }
 
-// Rows [b*rows, (b+1)*rows): de, and the block's ds partial (d) into ds_part, kDeRows rows at a time
-// (their loads in flight together, one pair of barriers for their sums: a row's bits are those of
-// one row at a time; ds per column added row after row). Shared: d floats.
+// dg (n_e) of position n from its dw (K): through the mixing weights, then the sigmoids, with the aux
+// loss's dp; one thread's arithmetic (fp32, the aux terms in double).
 template <typename T>
-__global__ void __launch_bounds__(kThreads) backward_de_kernel(float* de, float* ds_part, JTokMDeviceActs acts,
-                                                               const T* dh, const T* s, JTokMDims dm, int64_t rows) {
-  pdl_wait();
-  extern __shared__ float dsp[];
-  __shared__ float red[32 * 2 * kDeRows];
-  const int64_t d = dm.d;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) dsp[j] = 0.0f;
-  const int64_t lo = blockIdx.x * rows, hi = min(dm.N, lo + rows);
-  for (int64_t n0 = lo; n0 < hi; n0 += kDeRows) {
-    const int live = static_cast<int>(min(static_cast<int64_t>(kDeRows), hi - n0));  // rows past hi: none
-    float sums[2 * kDeRows] = {};  // row k's e . dn at 2k, ||e||^2 at 2k + 1
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      float gj[kDeRows], ej[kDeRows];  // every row's loads issued before any store
-#pragma unroll
-      for (int k = 0; k < kDeRows; ++k) {
-        const int64_t n = n0 + min(k, live - 1);
-        gj[k] = to_f32(dh[n * d + j]), ej[k] = acts.e[n * d + j];
-      }
-      const float sj = to_f32(s[j]);
-#pragma unroll
-      for (int k = 0; k < kDeRows; ++k) {
-        if (k >= live) break;
-        const int64_t n = n0 + k;
-        dsp[j] += dm.c * acts.inv_norm[n] * gj[k] * ej[k];  // column j is this thread's alone, rows in order
-        const float dn = dm.c * sj * gj[k];                 // dL/dNorm(e)
-        de[n * d + j] = dn;
-        sums[2 * k] += ej[k] * dn;
-        sums[2 * k + 1] += ej[k] * ej[k];
-      }
-    }
-    block_sums(sums, red);
-    if (!dm.norm) continue;
-#pragma unroll
-    for (int k = 0; k < kDeRows; ++k) {
-      if (k >= live) break;
-      // Through Norm: de = dn / (r + eps) - e (e . dn) / (r (r + eps)^2).
-      const int64_t n = n0 + k;
-      const float* e = acts.e + n * d;
-      float* dn = de + n * d;
-      const float inv = acts.inv_norm[n], r = sqrtf(sums[2 * k + 1]);
-      const float cf = r > 0.0f ? sums[2 * k] * inv * inv / r : 0.0f;
-      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) dn[j] = dn[j] * inv - e[j] * cf;
-    }
-  }
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) ds_part[blockIdx.x * d + j] = dsp[j];
-}
-
-__global__ void __launch_bounds__(kThreads)
-    sum_blocks_kernel(float* ds, const float* ds_part, int64_t blocks, int64_t d) {
-  pdl_wait();
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= d) return;
-  ds[j] += strided_sum_in_order(ds_part + j, blocks, d);  // 32 loads in flight, summed in order
-}
-
-// Block n: dw_k = de . E_{sel_k}[x], then dg (n_e) through the weights and the aux loss's p.
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    backward_router_kernel(T* dg, JTokMDeviceActs acts, const float* de, const int32_t* ids, const T* E, float aux_grad,
-                           JTokMDims dm) {
-  pdl_wait();
-  __shared__ float red[32];
-  __shared__ float dw[kJTokMMaxTables];
-  const int64_t n = blockIdx.x, d = dm.d;
+__device__ void router_grad(T* dg, const JTokMDeviceActs& acts, const float* dw, float aux_grad, const JTokMDims& dm,
+                            int64_t n) {
   const int ne = static_cast<int>(dm.n_e), K = static_cast<int>(dm.K);
   const int32_t* sel = acts.sel + n * K;
-  for (int k = 0; k < K; ++k) {
-    const T* row = E + (sel[k] * dm.V + ids[n]) * d;
-    float acc = 0.0f;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) acc += de[n * d + j] * to_f32(row[j]);
-    acc = block_sum(acc, red);
-    if (threadIdx.x == 0) dw[k] = acc;
-  }
-  if (threadIdx.x != 0) return;
   const float* wk = acts.w + n * K;
   const float* sg = acts.sig + n * ne;
   float ssel = 0.0f, wdw = 0.0f, sall = 0.0f, pdp = 0.0f;
@@ -201,6 +143,107 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < ne; ++i) dsig[i] = (dp[i] - pdp) / sall;
   for (int k = 0; k < K; ++k) dsig[sel[k]] += (dw[k] - wdw) / ssel;
   for (int i = 0; i < ne; ++i) dg[n * ne + i] = from_f32<T>(dsig[i] * sg[i] * (1.0f - sg[i]));
+}
+
+// What the de kernel reads of position n: its K selections, weights and id.
+struct MixRow {
+  const int32_t* sel;
+  const float* w;
+  int64_t id;
+};
+
+template <typename T>
+__device__ __forceinline__ float mixed(const T* E, const MixRow& r, const JTokMDims& dm, int64_t j) {
+  return mix_element(E, r.sel, r.w, dm.K, dm.V, r.id, dm.d, j);
+}
+
+// dw of the kDeRows rows from n0 (live of them) and selections [k0, k0 + kDwTables): de . E_{sel_k}[x]
+// per thread over its columns (the ones it wrote de of), then block sums; thread 0 keeps them in dw.
+template <typename T>
+__device__ void dw_sums(float (*dw)[kJTokMMaxTables], float* red, const float* de, const T* E, const MixRow* rows,
+                        int live, int64_t n0, int64_t k0, const JTokMDims& dm) {
+  const int64_t d = dm.d, kn = min(static_cast<int64_t>(kDwTables), dm.K - k0);
+  float part[kDeRows * kDwTables] = {};
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+#pragma unroll
+    for (int r = 0; r < kDeRows; ++r) {
+      if (r >= live) break;
+      const float g = de[(n0 + r) * d + j];
+#pragma unroll
+      for (int t = 0; t < kDwTables; ++t)
+        if (t < kn) part[r * kDwTables + t] += g * to_f32(E[(rows[r].sel[k0 + t] * dm.V + rows[r].id) * d + j]);
+    }
+  block_sums(part, red);
+  if (threadIdx.x == 0)
+    for (int r = 0; r < live; ++r)
+      for (int64_t t = 0; t < kn; ++t) dw[r][k0 + t] = part[r * kDwTables + t];
+}
+
+// Rows [b*rows, (b+1)*rows), kDeRows at a time (their loads in flight together, one pair of barriers
+// for their sums: a row's bits are those of one row at a time): e mixed again from the rows, de, the
+// block's ds partial (d) into ds_part (per column added row after row), then each row's dw_k = de .
+// E_{sel_k}[x] and from them dg (a thread a row). Shared: d floats of ds.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    backward_de_kernel(float* de, float* ds_part, T* dg, JTokMDeviceActs acts, const T* dh, const T* s,
+                       const int32_t* ids, const T* E, float aux_grad, JTokMDims dm, int64_t rows) {
+  pdl_wait();
+  extern __shared__ float dsp[];
+  __shared__ float red[32 * kDeRows * kDwTables];
+  __shared__ float dw[kDeRows][kJTokMMaxTables];
+  const int64_t d = dm.d;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) dsp[j] = 0.0f;
+  const int64_t lo = blockIdx.x * rows, hi = min(dm.N, lo + rows);
+  for (int64_t n0 = lo; n0 < hi; n0 += kDeRows) {
+    const int live = static_cast<int>(min(static_cast<int64_t>(kDeRows), hi - n0));  // rows past hi: none
+    MixRow mr[kDeRows];
+#pragma unroll
+    for (int k = 0; k < kDeRows; ++k) {
+      const int64_t n = n0 + min(k, live - 1);
+      mr[k] = {acts.sel + n * dm.K, acts.w + n * dm.K, ids[n]};
+    }
+    float sums[2 * kDeRows] = {};  // row k's e . dn at 2k, ||e||^2 at 2k + 1
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      float gj[kDeRows], ej[kDeRows];  // every row's loads issued before any store
+#pragma unroll
+      for (int k = 0; k < kDeRows; ++k)
+        gj[k] = to_f32(dh[(n0 + min(k, live - 1)) * d + j]), ej[k] = mixed(E, mr[k], dm, j);
+      const float sj = to_f32(s[j]);
+#pragma unroll
+      for (int k = 0; k < kDeRows; ++k) {
+        if (k >= live) break;
+        const int64_t n = n0 + k;
+        dsp[j] += dm.c * acts.inv_norm[n] * gj[k] * ej[k];  // column j is this thread's alone, rows in order
+        const float dn = dm.c * sj * gj[k];                 // dL/dNorm(e)
+        de[n * d + j] = dn;
+        sums[2 * k] += ej[k] * dn;
+        sums[2 * k + 1] += ej[k] * ej[k];
+      }
+    }
+    block_sums(sums, red);
+#pragma unroll
+    for (int k = 0; k < kDeRows; ++k) {
+      if (!dm.norm || k >= live) break;
+      // Through Norm: de = dn / (r + eps) - e (e . dn) / (r (r + eps)^2).
+      const int64_t n = n0 + k;
+      float* dn = de + n * d;
+      const float inv = acts.inv_norm[n], r = sqrtf(sums[2 * k + 1]);
+      const float cf = r > 0.0f ? sums[2 * k] * inv * inv / r : 0.0f;
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) dn[j] = dn[j] * inv - mixed(E, mr[k], dm, j) * cf;
+    }
+    for (int64_t k0 = 0; k0 < dm.K; k0 += kDwTables) dw_sums(dw, red, de, E, mr, live, n0, k0, dm);
+    __syncthreads();  // thread 0's dw to the row threads
+    if (static_cast<int>(threadIdx.x) < live) router_grad(dg, acts, dw[threadIdx.x], aux_grad, dm, n0 + threadIdx.x);
+  }
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) ds_part[blockIdx.x * d + j] = dsp[j];
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sum_blocks_kernel(float* ds, const float* ds_part, int64_t blocks, int64_t d) {
+  pdl_wait();
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= d) return;
+  ds[j] += strided_sum_in_order(ds_part + j, blocks, d);  // 32 loads in flight, summed in order
 }
 
 // The tables positions order[lo .. hi) chose, ORed by the whole block (a frequent id has thousands of
@@ -366,25 +409,20 @@ void jtokm_mix_inject(T* h_next, const JTokMDeviceActs& acts, const int32_t* ids
 int64_t jtokm_backward_de_scratch(const JTokMDims& dm) { return de_blocks(dm.N) * dm.d; }
 
 template <typename T>
-void jtokm_backward_de(float* de, float* ds, float* scratch, const JTokMDeviceActs& acts, const T* dh, const T* s,
-                       const JTokMDims& dm, cudaStream_t stream) {
+void jtokm_backward_de(float* de, float* ds, T* dg, float* scratch, const JTokMDeviceActs& acts, const T* dh,
+                       const T* s, const int32_t* ids, const T* E, float aux_grad, const JTokMDims& dm,
+                       cudaStream_t stream) {
+  JTOK_CHECK(dm.n_e >= 1 && dm.n_e <= kJTokMMaxTables && dm.K >= 1 && dm.K <= dm.n_e, "jtokm_backward_de: n_e ", dm.n_e,
+             ", K ", dm.K, " (n_e at most ", kJTokMMaxTables, ")");
   if (dm.N == 0) return;
   const int64_t blocks = de_blocks(dm.N), rows = (dm.N + blocks - 1) / blocks;
   const size_t shared = static_cast<size_t>(dm.d) * sizeof(float);
-  JTOK_CHECK(shared <= 48 * 1024, "jtokm_backward_de: d = ", dm.d, " exceeds the 12288 columns of its shared ds");
-  backward_de_kernel<<<static_cast<int>(blocks), kThreads, shared, stream>>>(de, scratch, acts, dh, s, dm, rows);
+  // 48 KB of shared memory a block without opting in, the kernel's 2.5 KB of static arrays beside ds.
+  JTOK_CHECK(shared <= 45 * 1024, "jtokm_backward_de: d = ", dm.d, " exceeds the 11520 columns of its shared ds");
+  backward_de_kernel<<<static_cast<int>(blocks), kThreads, shared, stream>>>(de, scratch, dg, acts, dh, s, ids, E,
+                                                                             aux_grad, dm, rows);
   JTOK_CUDA_CHECK_LAUNCH();
   sum_blocks_kernel<<<ceil_div(dm.d, kThreads), kThreads, 0, stream>>>(ds, scratch, blocks, dm.d);
-  JTOK_CUDA_CHECK_LAUNCH();
-}
-
-template <typename T>
-void jtokm_backward_router(T* dg, const JTokMDeviceActs& acts, const float* de, const int32_t* ids, const T* E,
-                           float aux_grad, const JTokMDims& dm, cudaStream_t stream) {
-  JTOK_CHECK(dm.n_e >= 1 && dm.n_e <= kJTokMMaxTables && dm.K >= 1 && dm.K <= dm.n_e, "jtokm_backward_router: n_e ",
-             dm.n_e, ", K ", dm.K, " (n_e at most ", kJTokMMaxTables, ")");
-  if (dm.N == 0) return;
-  backward_router_kernel<<<static_cast<int>(dm.N), kThreads, 0, stream>>>(dg, acts, de, ids, E, aux_grad, dm);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -414,13 +452,11 @@ void jtokm_backward_tables(float* gE, uint8_t* touched, const JTokMDeviceActs& a
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
-#define JTOK_JTOKM_INSTANTIATE(T)                                                                                   \
+#define JTOK_JTOKM_INSTANTIATE(T)                                                                                     \
   template void jtokm_mix_inject<T>(T*, const JTokMDeviceActs&, const int32_t*, const T*, const T*, const JTokMDims&, \
-                                    cudaStream_t);                                                                  \
-  template void jtokm_backward_de<T>(float*, float*, float*, const JTokMDeviceActs&, const T*, const T*,            \
-                                     const JTokMDims&, cudaStream_t);                                               \
-  template void jtokm_backward_router<T>(T*, const JTokMDeviceActs&, const float*, const int32_t*, const T*, float,   \
-                                         const JTokMDims&, cudaStream_t);
+                                    cudaStream_t);                                                                    \
+  template void jtokm_backward_de<T>(float*, float*, T*, float*, const JTokMDeviceActs&, const T*, const T*,          \
+                                     const int32_t*, const T*, float, const JTokMDims&, cudaStream_t);
 JTOK_JTOKM_INSTANTIATE(float)
 JTOK_JTOKM_INSTANTIATE(__nv_bfloat16)
 #undef JTOK_JTOKM_INSTANTIATE

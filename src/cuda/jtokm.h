@@ -9,8 +9,11 @@
 // T, the activations' type: float (the checking instantiation) or __nv_bfloat16 (the fast path). T is
 // what the kernels read of the model (h_next, dh, the scaler s, the tables' forward copy E) and what
 // they write into it (h_next, dg for the router's two products); the router logits, sigmoids, weights,
-// e, its norm, dL/de and every sum are fp32 (e is kept fp32 so the backward's norm sees the forward's
-// vector), and the tables' gradients go to fp32 gE. Tables are indexed (table * V + id) * d.
+// e, its norm, dL/de and every sum are fp32, and the tables' gradients go to fp32 gE. e is never
+// stored: each kernel that needs it mixes it again from the K rows (mix_element: the same fp32 ops in
+// the same order, so the backward's e has the forward's bits), which it reads anyway for dL/dg; (N, d)
+// fp32 written and read back a layer cost more than the rows, most of which L2 holds. Tables are
+// indexed (table * V + id) * d.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -34,7 +37,6 @@ struct JTokMDeviceActs {
   float* sig = nullptr;       // (N, n_e) sigmoid(g)
   int32_t* sel = nullptr;     // (N, K) selected tables, by descending logit
   float* w = nullptr;         // (N, K) mixing weights
-  float* e = nullptr;         // (N, d) mixed vectors
   float* inv_norm = nullptr;  // (N) 1 / (||e|| + eps), or 1 without the norm
   int32_t* load = nullptr;    // (n_e) n_i, positions that selected table i
   double* prob_sum = nullptr; // (n_e) P_i
@@ -45,8 +47,8 @@ struct JTokMDeviceActs {
 // logits (N, n_e) -> acts.sig, sel, w, load, prob_sum, aux (and weight_sum where set).
 void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDims& dm, cudaStream_t stream);
 
-// ids (N), E (n_e, V, d) of T, s (d) of T -> acts.e, inv_norm; h_next (N, d) of T += c * inv * s * e.
-// One block a position: gather, mix, norm and inject in one pass over the K rows.
+// ids (N), E (n_e, V, d) of T, s (d) of T -> acts.inv_norm; h_next (N, d) of T += c * inv * s * e.
+// One block a position: gather, mix, norm, then mix again (the rows from L1) and inject.
 template <typename T>
 void jtokm_mix_inject(T* h_next, const JTokMDeviceActs& acts, const int32_t* ids, const T* E, const T* s,
                       const JTokMDims& dm, cudaStream_t stream);
@@ -61,18 +63,16 @@ void jtokm_chosen_tables(uint32_t* chosen, const JTokMDeviceActs& acts, const De
 // Floats of scratch jtokm_backward_de needs: ds's per-block partials.
 int64_t jtokm_backward_de_scratch(const JTokMDims& dm);
 
-// dh = dL/dh_next (N, d) of T, s (d) of T -> de (N, d) fp32 = dL/de; ds (d) fp32 += (per-block
-// partials summed in block order).
+// dh = dL/dh_next (N, d) of T, s (d) of T, ids (N), E (n_e, V, d) of T (the forward's copy: e mixed
+// again from its rows) -> de (N, d) fp32 = dL/de; ds (d) fp32 += (per-block partials summed in block
+// order); dg (N, n_e) of T = dL/dg (dw_k = de . E_{sel_k}[x], then the mixing weights' and the aux
+// loss's gradients through the sigmoids, in fp32, rounded once on the store). The caller then adds
+// dR (n_e, d) += dg^T a and da (N, d) += dg R (two products). aux_grad: dL/d(this layer's aux). One
+// kernel: a block a range of positions, kDeRows at a time (jtokm.cu).
 template <typename T>
-void jtokm_backward_de(float* de, float* ds, float* scratch, const JTokMDeviceActs& acts, const T* dh, const T* s,
-                       const JTokMDims& dm, cudaStream_t stream);
-
-// de (N, d) fp32, ids, E (n_e, V, d) of T -> dg (N, n_e) of T = dL/dg (the mixing weights' and the aux
-// loss's gradients through the sigmoids, in fp32, rounded once on the store); the caller then adds
-// dR (n_e, d) += dg^T a and da (N, d) += dg R (two products). aux_grad: dL/d(this layer's aux).
-template <typename T>
-void jtokm_backward_router(T* dg, const JTokMDeviceActs& acts, const float* de, const int32_t* ids, const T* E,
-                           float aux_grad, const JTokMDims& dm, cudaStream_t stream);
+void jtokm_backward_de(float* de, float* ds, T* dg, float* scratch, const JTokMDeviceActs& acts, const T* dh,
+                       const T* s, const int32_t* ids, const T* E, float aux_grad, const JTokMDims& dm,
+                       cudaStream_t stream);
 
 // Floats of scratch jtokm_backward_tables needs (its hot ids' pieces: cuda/hot_ids.cuh).
 int64_t jtokm_backward_tables_scratch(const JTokMDims& dm);

@@ -237,12 +237,12 @@ struct DeviceLayerActs {
   DeviceArray<float> inv_norm;                // JTok: (N bound)
   DeviceMoeActs<E> moe;                       // MoE layers: routing, experts' activations (gate, up, act empty)
   // JTok-M (fp32 in both instantiations): router logits and cuda/jtokm.h's JTokMDeviceActs arrays.
-  DeviceArray<float> m_logits, m_sig, m_w, m_e, m_inv_norm;  // (N,n_e) (N,n_e) (N,K) (N,d) (N)
+  DeviceArray<float> m_logits, m_sig, m_w, m_inv_norm;  // (N,n_e) (N,n_e) (N,K) (N)
   DeviceArray<int32_t> m_sel, m_load;         // (N,K), (n_e)
   DeviceArray<uint32_t> m_chosen;             // (N bound, U used) the tables each unique id's positions chose
   DeviceArray<double> m_prob_sum, m_aux, m_wsum;  // (n_e), (1), (n_e) the weights of the positions choosing each
   JTokMDeviceActs jtokm() const {
-    return {m_sig.get(),  m_sel.get(),      m_w.get(),   m_e.get(), m_inv_norm.get(),
+    return {m_sig.get(),  m_sel.get(),      m_w.get(),   m_inv_norm.get(),
             m_load.get(), m_prob_sum.get(), m_aux.get(), m_wsum.get()};
   }
 };

@@ -36,19 +36,19 @@ void head_backward(DeviceModel<E>& dm, DeviceActs<E>& a, float grad_scale) {
 }
 
 // Layer li's MLP half (or MoE block): a.dh = dL/dh_next in, dL/dh_mid out; a JTok layer's scaler and
-// table rows get their gradients first (model/transformer.cpp's mlp_half_backward). moe_aux_grad:
-// dL/d(an MoE layer's aux).
+// table rows get their gradients first (model/transformer.cpp's mlp_half_backward). moe_aux_grad,
+// jtokm_aux_grad: dL/d(an MoE layer's aux), dL/d(a JTok-M layer's aux).
 template <typename E>
-void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float moe_aux_grad) {
+void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float moe_aux_grad, float jtokm_aux_grad) {
   const auto& c = dm.cfg;
   const auto& W = dm.w.layers[li];
   const auto& G = dm.g.layers[li];
   const auto& L = a.layers[li];
   const int64_t N = a.B * a.T, d = c.hidden_size, F = c.intermediate_size;
   cudaStream_t s = dm.stream;
-  if (W.jtokm_router)  // JTok-M's dL/de from dL/dh_next; its router's part later
-    jtokm_backward_de(a.m_de.get(), G.jtokm_scale, a.m_scratch.get(), L.jtokm(), a.dh.get(), W.jtokm_scale,
-                      jtokm_dims(c, N), s);
+  if (W.jtokm_router)  // JTok-M's dL/de and dL/dg from dL/dh_next; its router's products later
+    jtokm_backward_de(a.m_de.get(), G.jtokm_scale, a.m_dg.get(), a.m_scratch.get(), L.jtokm(), a.dh.get(),
+                      W.jtokm_scale, a.ids.get(), dm.table(dm.jtokm_table[li]), jtokm_aux_grad, jtokm_dims(c, N), s);
   const E* dmlp = a.dh.get();  // the update's gradient: dh, or on a JTok layer dh * p
   if (W.jtok_scale) {
     const int64_t k = dm.jtok_table[li];
@@ -96,15 +96,14 @@ void qkv_grads_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, const Q
   if (W.bq) bias_grad(G.bq, dg.q, N, dg.stride, a.norm_scratch.get(), s);  // the norms' partials used up
 }
 
-// JTok-M's router of layer li (after its dL/de, in a.m_de): dL/dg, then dR += dg^T a and
+// JTok-M's router of layer li (after its dL/de and dL/dg, in a.m_de and a.m_dg): dR += dg^T a and
 // a.dx (zeroed: the attention input's gradient starts here, as the CPU's) += dg R; the tables' rows
 // (fp32 gradients from the fp32 dL/de).
 template <typename E>
-void jtokm_router_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float aux_grad) {
+void jtokm_router_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
   const JTokMDims dims = jtokm_dims(dm.cfg, a.B * a.T);
   const auto& L = a.layers[li];
   const int64_t k = dm.jtokm_table[li];
-  jtokm_backward_router(a.m_dg.get(), L.jtokm(), a.m_de.get(), a.ids.get(), dm.table(k), aux_grad, dims, dm.stream);
   linear_backward<E, float>(dm.mm, a.dx.get(), dm.g.layers[li].jtokm_router, a.m_dg.get(), L.a.get(),
                             dm.w.layers[li].jtokm_router, dims.N, dims.d, dims.n_e, dm.stream);
   jtokm_backward_tables(dm.table_grad(k), dm.touched(k), L.jtokm(), a.m_de.get(), a.table_batch(), dims, a.m_hot.get(),
@@ -112,9 +111,9 @@ void jtokm_router_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, floa
 }
 
 // Layer li's attention half: a.dh = dL/dh_mid in, dL/dh_in out; JTok-M's router (on the attention
-// input) adds its part of that input's gradient first. jtokm_aux_grad: dL/d(this layer's aux).
+// input) adds its part of that input's gradient first.
 template <typename E>
-void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float jtokm_aux_grad) {
+void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
   const auto& c = dm.cfg;
   const auto& W = dm.w.layers[li];
   const auto& G = dm.g.layers[li];
@@ -130,12 +129,11 @@ void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, fl
                      c.num_attention_heads, c.num_key_value_heads, c.hd(), s, v.attn);
   qkv_grads_backward(dm, a, li, dg);
   a.dx.zero(s);
-  if (W.jtokm_router) jtokm_router_backward(dm, a, li, jtokm_aux_grad);
+  if (W.jtokm_router) jtokm_router_backward(dm, a, li);
   // [Wq; Wk; Wv] one (qd + 2 kvd, d) weight, its gradient likewise
   linear_backward<E, float>(dm.mm, a.dx.get(), G.wq, dg.q, L.a.get(), W.wq, N, d, dg.stride, s);
   rmsnorm_backward(a.dh.get(), G.ln1, a.norm_scratch.get(), a.dx.get(), L.h_in.get(), W.ln1, L.rstd1.get(), N, d, s);
 }
-
 
 }  // namespace
 
@@ -156,9 +154,9 @@ double backward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets, fl
   head_backward(dm, a, grad_scale);
   mark_phase(dm.profile, "lm head + loss", dm.stream);  // forward and backward, chunk by chunk
   for (size_t li = a.layers.size(); li-- > 0;) {
-    mlp_half_backward(dm, a, li, moe_aux_grad);
+    mlp_half_backward(dm, a, li, moe_aux_grad, jtokm_aux_grad);
     mark_phase(dm.profile, dm.has_tables(li) ? "mlp + tables backward" : "mlp backward", dm.stream);
-    attention_half_backward(dm, a, li, jtokm_aux_grad);
+    attention_half_backward(dm, a, li);
     mark_phase(dm.profile, "attention backward", dm.stream);
   }
   // dL/dh_in of layer 0 into the embedding's rows, per id in position order (the forward's dedup).

@@ -112,7 +112,7 @@ void size_layer(DeviceLayerActs<E>& l, const DeviceModel<E>& dm, bool jtok, bool
   l.mlp_out.resize(jtok ? N * d : 0), l.nrows.resize(jtok ? N * d : 0), l.inv_norm.resize(jtok ? N : 0);
   const int64_t ne = jtokm ? c.jtokm_n_e : 0, K = jtokm ? c.jtokm_top_k : 0;
   l.m_logits.resize(N * ne), l.m_sig.resize(N * ne), l.m_w.resize(N * K), l.m_sel.resize(N * K);
-  l.m_e.resize(jtokm ? N * d : 0), l.m_inv_norm.resize(jtokm ? N : 0), l.m_chosen.resize(jtokm ? N : 0);
+  l.m_inv_norm.resize(jtokm ? N : 0), l.m_chosen.resize(jtokm ? N : 0);
   l.m_load.resize(ne), l.m_prob_sum.resize(ne), l.m_aux.resize(jtokm ? 1 : 0), l.m_wsum.resize(ne);
 }
 
