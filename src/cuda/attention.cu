@@ -212,7 +212,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq(E* dq, const E* dout, co
     if (t >= n.T) continue;
     E* row = dq + q_off + static_cast<int64_t>(t) * qd;
 #pragma unroll
-    for (int dd = 0; dd < HD / 32; ++dd) row[lane + 32 * dd] = from_f32<E>(to_f32(row[lane + 32 * dd]) + scale * acc[ii][dd]);
+    for (int dd = 0; dd < HD / 32; ++dd)  // written over: from zero, the bits of zeroing first
+      row[lane + 32 * dd] = from_f32<E>((n.accumulate ? to_f32(row[lane + 32 * dd]) : 0.0f) + scale * acc[ii][dd]);
   }
 }
 
@@ -263,8 +264,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv(E* dk, E* dv, const E*
 #pragma unroll
     for (int dd = 0; dd < HD / 32; ++dd) {
       const int d = lane + 32 * dd;
-      krow[d] = from_f32<E>(to_f32(krow[d]) + scale * acc_k[jj][dd]);
-      vrow[d] = from_f32<E>(to_f32(vrow[d]) + acc_v[jj][dd]);
+      krow[d] = from_f32<E>((n.accumulate ? to_f32(krow[d]) : 0.0f) + scale * acc_k[jj][dd]);
+      vrow[d] = from_f32<E>((n.accumulate ? to_f32(vrow[d]) : 0.0f) + acc_v[jj][dd]);
     }
   }
 }
@@ -341,22 +342,25 @@ void attention_forward_tiles(E* out, float* lse, const E* q, const E* k, const E
 template <typename E>
 void attention_backward(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
                         const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
-                        cudaStream_t stream, AttnStrides strides) {
+                        cudaStream_t stream, AttnStrides strides, bool accumulate) {
   if constexpr (std::is_same_v<E, __nv_bfloat16>) {
-    const AttnDims n = check_dims(B, T, H, KV, hd, strides);
+    AttnDims n = check_dims(B, T, H, KV, hd, strides);
+    n.accumulate = accumulate;
     if (n.B == 0 || n.T == 0) return;
     with_head_dim(hd, [&](auto d) { launch_row_terms<decltype(d)::value>(row_terms, dout, out, n, stream); });
     attention_backward_mma(dq, dk, dv, row_terms, dout, lse, q, k, v, n, static_cast<int>(hd), stream);
   } else {
-    attention_backward_tiles(dq, dk, dv, row_terms, dout, out, lse, q, k, v, B, T, H, KV, hd, stream, strides);
+    attention_backward_tiles(dq, dk, dv, row_terms, dout, out, lse, q, k, v, B, T, H, KV, hd, stream, strides,
+                             accumulate);
   }
 }
 
 template <typename E>
 void attention_backward_tiles(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
                               const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H, int64_t KV,
-                              int64_t hd, cudaStream_t stream, AttnStrides strides) {
-  const AttnDims n = check_dims(B, T, H, KV, hd, strides);
+                              int64_t hd, cudaStream_t stream, AttnStrides strides, bool accumulate) {
+  AttnDims n = check_dims(B, T, H, KV, hd, strides);
+  n.accumulate = accumulate;
   if (n.B == 0 || n.T == 0) return;
   with_head_dim(hd, [&](auto d) {
     constexpr int HD = decltype(d)::value;
@@ -377,19 +381,20 @@ template void attention_forward_tiles<__nv_bfloat16>(__nv_bfloat16*, float*, con
                                                      int64_t, int64_t, int64_t, cudaStream_t, AttnStrides);
 template void attention_backward<float>(float*, float*, float*, float*, const float*, const float*, const float*,
                                         const float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t,
-                                        int64_t, cudaStream_t, AttnStrides);
+                                        int64_t, cudaStream_t, AttnStrides, bool);
 template void attention_backward<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, float*,
                                                 const __nv_bfloat16*, const __nv_bfloat16*, const float*,
                                                 const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
-                                                int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t, AttnStrides);
+                                                int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t, AttnStrides,
+                                                bool);
 
-template void attention_backward_tiles<float>(float*, float*, float*, float*, const float*, const float*,
-                                              const float*, const float*, const float*, const float*, int64_t,
-                                              int64_t, int64_t, int64_t, int64_t, cudaStream_t, AttnStrides);
+template void attention_backward_tiles<float>(float*, float*, float*, float*, const float*, const float*, const float*,
+                                              const float*, const float*, const float*, int64_t, int64_t, int64_t,
+                                              int64_t, int64_t, cudaStream_t, AttnStrides, bool);
 template void attention_backward_tiles<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, float*,
                                                       const __nv_bfloat16*, const __nv_bfloat16*, const float*,
-                                                      const __nv_bfloat16*, const __nv_bfloat16*,
-                                                      const __nv_bfloat16*, int64_t, int64_t, int64_t, int64_t,
-                                                      int64_t, cudaStream_t, AttnStrides);
+                                                      const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                                                      int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t,
+                                                      AttnStrides, bool);
 
 }  // namespace jtok::cuda

@@ -35,7 +35,9 @@ template <typename E>
 void attention_forward_tiles(E* out, float* lse, const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H,
                              int64_t KV, int64_t hd, cudaStream_t stream, AttnStrides strides = {});
 
-// dq (B,T,H,hd), dk, dv (B,T,KV,hd) are accumulated into (+=), as the CPU's attention_backward;
+// dq (B,T,H,hd), dk, dv (B,T,KV,hd) are accumulated into (+=), as the CPU's attention_backward, or
+// with accumulate false written over (their old values never read: the same bits as zeroing them
+// first, without the pass over them);
 // out and lse are the forward's. row_terms (B,H,T) fp32 is scratch: D_t = sum_i dout_ti out_ti.
 // dk and dv of a kv head sum over its group's query heads in a fixed order (one block per key tile).
 // bf16 runs on the tensor cores (cuda/attention_mma_bwd.cu; q, k, v, dout and the gradients 16-byte
@@ -43,11 +45,11 @@ void attention_forward_tiles(E* out, float* lse, const E* q, const E* k, const E
 template <typename E>
 void attention_backward(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
                         const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
-                        cudaStream_t stream, AttnStrides strides = {});
+                        cudaStream_t stream, AttnStrides strides = {}, bool accumulate = true);
 // The same on scalar fp32 tiles for either type: the tensor-core backward's peer in the tests.
 template <typename E>
 void attention_backward_tiles(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
                               const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H, int64_t KV,
-                              int64_t hd, cudaStream_t stream, AttnStrides strides = {});
+                              int64_t hd, cudaStream_t stream, AttnStrides strides = {}, bool accumulate = true);
 
 }  // namespace jtok::cuda

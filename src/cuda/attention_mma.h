@@ -18,6 +18,7 @@ namespace jtok::cuda {
 struct AttnDims {
   int B, T, H, KV;
   int64_t qs, kvs;
+  bool accumulate = true;  // the backward's dq, dk, dv: added into, or written over (never read)
 };
 
 // The head dims the kernels are instantiated for: multiples of 32 (the scalar tiles give a lane
@@ -41,8 +42,8 @@ void with_head_dim(int64_t hd, F&& f) {
 void attention_forward_mma(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                            const __nv_bfloat16* v, const AttnDims& n, int hd, cudaStream_t stream);
 
-// dq (B,T,H,hd), dk, dv (B,T,KV,hd) += the gradients (cuda/attention_mma_bwd.cu); row_terms (B,H,T)
-// = sum_i dout_ti out_ti, already computed.
+// dq (B,T,H,hd), dk, dv (B,T,KV,hd) += the gradients, or = them without n.accumulate
+// (cuda/attention_mma_bwd.cu); row_terms (B,H,T) = sum_i dout_ti out_ti, already computed.
 void attention_backward_mma(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const float* row_terms,
                             const __nv_bfloat16* dout, const float* lse, const __nv_bfloat16* q,
                             const __nv_bfloat16* k, const __nv_bfloat16* v, const AttnDims& n, int hd,

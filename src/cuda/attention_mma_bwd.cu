@@ -74,9 +74,11 @@ __device__ inline void probs_and_grad(float& s, float& dp, bool valid, float sca
   s = p;
 }
 
-// rows (bf16, row stride ld) r and r + 8 of a warp's 16-row C fragments += scale acc, rows < T only.
+// rows (bf16, row stride ld) r and r + 8 of a warp's 16-row C fragments += scale acc (without
+// accumulate: = scale acc, from zero), rows < T only.
 template <int HD>
-__device__ void add_rows(bf16* base, int64_t ld, int row_a, int T, float scale, const float (&acc)[HD / 8][4]) {
+__device__ void add_rows(bf16* base, int64_t ld, int row_a, int T, float scale, const float (&acc)[HD / 8][4],
+                         bool accumulate) {
   const int t = threadIdx.x % 4;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -84,7 +86,8 @@ __device__ void add_rows(bf16* base, int64_t ld, int row_a, int T, float scale, 
     if (row >= T) continue;
     bf16* r = base + static_cast<int64_t>(row) * ld + 2 * t;
 #pragma unroll
-    for (int nt = 0; nt < HD / 8; ++nt) mma::add_pair(r + 8 * nt, scale, acc[nt][2 * i], acc[nt][2 * i + 1]);
+    for (int nt = 0; nt < HD / 8; ++nt)
+      mma::add_pair(r + 8 * nt, scale, acc[nt][2 * i], acc[nt][2 * i + 1], accumulate);
   }
 }
 
@@ -171,8 +174,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma(bf16* dk, bf16* dv
       dkdv_tile<HD, true>(acc_k, acc_v, cur, Ks, Vs, key_a, r0, T, scale);
     __syncthreads();  // every warp is done with tile j's stage before tile j + 2's copies start
   }
-  add_rows<HD>(dk + kv_off, kvd, key_a, T, scale, acc_k);
-  add_rows<HD>(dv + kv_off, kvd, key_a, T, 1.0f, acc_v);
+  add_rows<HD>(dk + kv_off, kvd, key_a, T, scale, acc_k, n.accumulate);
+  add_rows<HD>(dv + kv_off, kvd, key_a, T, 1.0f, acc_v, n.accumulate);
 }
 
 // One key tile from c0 (Ks, Vs) onto a warp's dq (rows row_a, row_a + 8; lse in base 2). Masked
@@ -237,7 +240,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma(bf16* dq, const bf16
       dq_tile<HD, true>(acc, Qs, dOs, cur, cur + kKeyTile * ld, row_a, c0, T, scale, lse_r, D_r);
     __syncthreads();  // every warp is done with tile i's stage before tile i + 2's copies start
   }
-  add_rows<HD>(dq + q_off, qd, row_a, T, scale, acc);
+  add_rows<HD>(dq + q_off, qd, row_a, T, scale, acc, n.accumulate);
 }
 
 template <int HD>

@@ -202,25 +202,27 @@ void linear_forward_residual(Matmul& mm, Out* out, const Out* residual, const In
 
 template <typename E, typename DW>
 void linear_backward(Matmul& mm, E* dinp, DW* dweight, const E* dout, const E* inp, const E* weight, int64_t N,
-                     int64_t C, int64_t OC, cudaStream_t stream) {
-  // dinp (N,C) += dout (N,OC) weight (OC,C)
-  if (dinp) mm.gemm<E, E>(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, nullptr, stream);
+                     int64_t C, int64_t OC, cudaStream_t stream, bool add_to_dinp) {
+  // dinp (N,C) (+)= dout (N,OC) weight (OC,C)
+  if (dinp)
+    mm.gemm<E, E>(false, false, N, C, OC, 1.0f, dout, OC, weight, C, add_to_dinp ? 1.0f : 0.0f, dinp, C, nullptr,
+                  stream);
   // dweight (OC,C) += dout^T (OC,N) inp (N,C)
   if (dweight) mm.gemm<E, DW>(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, nullptr, stream);
 }
 
 using bf16 = __nv_bfloat16;
-#define JTOK_MATMUL_INSTANTIATE(In, Out)                                                                          \
-  template void Matmul::gemm<In, Out>(bool, bool, int64_t, int64_t, int64_t, float, const In*, int64_t, const In*, \
-                                      int64_t, float, Out*, int64_t, const Out*, cudaStream_t, const Out*);        \
-  template void gemm_lt<In, Out>(bool, bool, int64_t, int64_t, int64_t, float, const In*, int64_t, const In*,       \
-                                 int64_t, float, Out*, int64_t, cudaStream_t);                                      \
-  template void linear_forward<In, Out>(Matmul&, Out*, const In*, const In*, const Out*, int64_t, int64_t, int64_t, \
-                                        bool, cudaStream_t);                                                       \
-  template void linear_forward_residual<In, Out>(Matmul&, Out*, const Out*, const In*, const In*, const Out*,      \
-                                                 int64_t, int64_t, int64_t, cudaStream_t);                         \
-  template void linear_backward<In, Out>(Matmul&, In*, Out*, const In*, const In*, const In*, int64_t, int64_t,    \
-                                         int64_t, cudaStream_t);
+#define JTOK_MATMUL_INSTANTIATE(In, Out)                                                                               \
+  template void Matmul::gemm<In, Out>(bool, bool, int64_t, int64_t, int64_t, float, const In*, int64_t, const In*,     \
+                                      int64_t, float, Out*, int64_t, const Out*, cudaStream_t, const Out*);            \
+  template void gemm_lt<In, Out>(bool, bool, int64_t, int64_t, int64_t, float, const In*, int64_t, const In*, int64_t, \
+                                 float, Out*, int64_t, cudaStream_t);                                                  \
+  template void linear_forward<In, Out>(Matmul&, Out*, const In*, const In*, const Out*, int64_t, int64_t, int64_t,    \
+                                        bool, cudaStream_t);                                                           \
+  template void linear_forward_residual<In, Out>(Matmul&, Out*, const Out*, const In*, const In*, const Out*, int64_t, \
+                                                 int64_t, int64_t, cudaStream_t);                                      \
+  template void linear_backward<In, Out>(Matmul&, In*, Out*, const In*, const In*, const In*, int64_t, int64_t,        \
+                                         int64_t, cudaStream_t, bool);
 JTOK_MATMUL_INSTANTIATE(float, float)
 JTOK_MATMUL_INSTANTIATE(bf16, bf16)
 JTOK_MATMUL_INSTANTIATE(bf16, float)

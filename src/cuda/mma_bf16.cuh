@@ -136,11 +136,15 @@ __device__ void load_kv_async(bf16* stage, const bf16* k, const bf16* v, int64_t
   load_tile_async<HD, Threads>(stage + keys * kRowStride<HD>, v, ld, c0, keys, T);
 }
 
-// row (bf16, 2 elements at col, 4-byte aligned) += scale * (c_lo, c_hi), rounded once.
-__device__ inline void add_pair(bf16* row, float scale, float c_lo, float c_hi) {
-  const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(row);
-  const uint32_t v = pack(__low2float(old) + scale * c_lo, __high2float(old) + scale * c_hi);
-  *reinterpret_cast<uint32_t*>(row) = v;
+// row (bf16, 2 elements at col, 4-byte aligned) += scale * (c_lo, c_hi), rounded once; without
+// accumulate, from zero (row not read: the bits of zeroing it first).
+__device__ inline void add_pair(bf16* row, float scale, float c_lo, float c_hi, bool accumulate = true) {
+  float lo = 0.0f, hi = 0.0f;
+  if (accumulate) {
+    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(row);
+    lo = __low2float(old), hi = __high2float(old);
+  }
+  *reinterpret_cast<uint32_t*>(row) = pack(lo + scale * c_lo, hi + scale * c_hi);
 }
 
 }  // namespace jtok::cuda::mma

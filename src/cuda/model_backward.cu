@@ -61,13 +61,12 @@ void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float mo
     a.dx.zero(s);
     moe_block_backward(dm.mm, a.dx.get(), G.moe, a.moe, dmlp, L.m.get(), L.moe, W.moe, moe_dims(c), N, moe_aux_grad, s);
   } else {
-    a.dact.zero(s);
-    linear_backward<E, float>(dm.mm, a.dact.get(), G.wd, dmlp, L.act.get(), W.wd, N, F, d, s);
-    a.dx.zero(s);
+    // dact, dx: written over by their one product (false: no zeroing first, old values never read)
+    linear_backward<E, float>(dm.mm, a.dact.get(), G.wd, dmlp, L.act.get(), W.wd, N, F, d, s, false);
     E* dgu = a.dgate.get();  // dgate | dup rows (N, 2F); [Wg; Wu] one weight, its gradient likewise
     const E* gu = L.gate.get();
     swiglu_backward(dgu, dgu + F, a.dact.get(), gu, gu + F, N, F, 2 * F, s);
-    linear_backward<E, float>(dm.mm, a.dx.get(), G.wg, dgu, L.m.get(), W.wg, N, d, 2 * F, s);
+    linear_backward<E, float>(dm.mm, a.dx.get(), G.wg, dgu, L.m.get(), W.wg, N, d, 2 * F, s, false);
   }
   rmsnorm_backward(a.dh.get(), G.ln2, a.norm_scratch.get(), a.dx.get(), L.h_mid.get(), W.ln2, L.rstd2.get(), N, d, s);
 }
@@ -97,15 +96,15 @@ void qkv_grads_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, const Q
 }
 
 // JTok-M's router of layer li (after its dL/de and dL/dg, in a.m_de and a.m_dg): dR += dg^T a and
-// a.dx (zeroed: the attention input's gradient starts here, as the CPU's) += dg R; the tables' rows
-// (fp32 gradients from the fp32 dL/de).
+// a.dx = dg R (written over: the attention input's gradient starts here, as the CPU's); the tables'
+// rows (fp32 gradients from the fp32 dL/de).
 template <typename E>
 void jtokm_router_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
   const JTokMDims dims = jtokm_dims(dm.cfg, a.B * a.T);
   const auto& L = a.layers[li];
   const int64_t k = dm.jtokm_table[li];
   linear_backward<E, float>(dm.mm, a.dx.get(), dm.g.layers[li].jtokm_router, a.m_dg.get(), L.a.get(),
-                            dm.w.layers[li].jtokm_router, dims.N, dims.d, dims.n_e, dm.stream);
+                            dm.w.layers[li].jtokm_router, dims.N, dims.d, dims.n_e, dm.stream, false);
   jtokm_backward_tables(dm.table_grad(k), dm.touched(k), L.jtokm(), a.m_de.get(), a.table_batch(), dims, a.m_hot.get(),
                         dm.stream);
 }
@@ -120,18 +119,18 @@ void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
   const auto& L = a.layers[li];
   const int64_t B = a.B, T = a.T, N = B * T, d = c.hidden_size, qd = c.q_dim();
   cudaStream_t s = dm.stream;
-  a.datt.zero(s);
-  linear_backward<E, float>(dm.mm, a.datt.get(), G.wo, a.dh.get(), L.att.get(), W.wo, N, qd, d, s);
-  a.dq.zero(s);  // dq | dk | dv
+  // datt, dq | dk | dv (every element of each row: the attention's one writer a row) and dx are
+  // written over by their first product, never zeroed first (false: old values not read)
+  linear_backward<E, float>(dm.mm, a.datt.get(), G.wo, a.dh.get(), L.att.get(), W.wo, N, qd, d, s, false);
   const QkvView<E> v = layer_qkv(c, L);
   const QkvView<E> dg = qkv_view(c, a.dq.get(), a.dq.get());
   attention_backward(dg.q, dg.k, dg.v, a.row_terms.get(), a.datt.get(), L.att.get(), L.lse.get(), v.q, v.k, v.v, B, T,
-                     c.num_attention_heads, c.num_key_value_heads, c.hd(), s, v.attn);
+                     c.num_attention_heads, c.num_key_value_heads, c.hd(), s, v.attn, false);
   qkv_grads_backward(dm, a, li, dg);
-  a.dx.zero(s);
   if (W.jtokm_router) jtokm_router_backward(dm, a, li);
   // [Wq; Wk; Wv] one (qd + 2 kvd, d) weight, its gradient likewise
-  linear_backward<E, float>(dm.mm, a.dx.get(), G.wq, dg.q, L.a.get(), W.wq, N, d, dg.stride, s);
+  linear_backward<E, float>(dm.mm, a.dx.get(), G.wq, dg.q, L.a.get(), W.wq, N, d, dg.stride, s,
+                            W.jtokm_router != nullptr);
   rmsnorm_backward(a.dh.get(), G.ln1, a.norm_scratch.get(), a.dx.get(), L.h_in.get(), W.ln1, L.rstd1.get(), N, d, s);
 }
 

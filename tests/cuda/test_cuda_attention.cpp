@@ -12,6 +12,7 @@
 // d 128 over 4 heads / 2 kv heads, hd 32, T 128).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -113,13 +114,16 @@ std::vector<float> rows_part(const std::vector<float>& f, int64_t rows, int64_t 
 }
 
 // The same op with q, k, v and their gradients inside fused qkv rows (AttnStrides): the layout of a
-// fused qkv projection (cuda/rope.h's stride).
+// fused qkv projection (cuda/rope.h's stride). overwrite: the gradients' rows poisoned (NaN) and
+// written over (accumulate false, as the model's backward), so every element must be written and
+// none read.
 template <typename E>
-Outputs gpu_attention_fused(const AttnInputs& in) {
+Outputs gpu_attention_fused(const AttnInputs& in, bool overwrite = false) {
   const auto [B, T, H, KV, hd] = in.s;
   const int64_t W = (H + 2 * KV) * hd, qw = H * hd, kw = KV * hd;
   const jtok::cuda::AttnStrides strides{W, W};
   auto qkv = upload<E>(fuse_rows(in.s, in.q, in.k, in.v)), dqkv = upload<E>(fuse_rows(in.s, in.dq0, in.dk0, in.dv0));
+  if (overwrite) poison(dqkv);
   auto dout = upload<E>(in.dout);
   DeviceBuffer<E> out(in.q.size());
   DeviceBuffer<float> lse(static_cast<size_t>(B * H * T)), row_terms(static_cast<size_t>(B * H * T));
@@ -129,7 +133,7 @@ Outputs gpu_attention_fused(const AttnInputs& in) {
   E *dq = dqkv.get(), *dk = dq + qw, *dv = dk + kw;
   jtok::cuda::attention_forward<E>(out.get(), lse.get(), q, k, v, B, T, H, KV, hd, nullptr, strides);
   jtok::cuda::attention_backward<E>(dq, dk, dv, row_terms.get(), dout.get(), out.get(), lse.get(), q, k, v, B, T, H, KV,
-                                    hd, nullptr, strides);
+                                    hd, nullptr, strides, !overwrite);
   const auto g = download(dqkv);
   return {{"out", download(out)},
           {"lse", download(lse)},
@@ -138,12 +142,25 @@ Outputs gpu_attention_fused(const AttnInputs& in) {
           {"dv", rows_part(g, B * T, W, qw + kw, kw)}};
 }
 
-CudaCase attention_case(const AttnShape& s, bool fused = false) {
-  const auto in = make_inputs(s, 100 + static_cast<uint64_t>(s.T * 7 + s.KV * 3 + s.hd));
-  CudaCase c{fused ? "attention fused qkv" : "attention fwd+bwd", describe(s), {1e-5, 2e-2}};
+// overwrite (fused only): the GPU's gradients written over poisoned rows, the CPU's accumulated from zero.
+CudaCase attention_case(const AttnShape& s, bool fused = false, bool overwrite = false) {
+  auto made = make_inputs(s, 100 + static_cast<uint64_t>(s.T * 7 + s.KV * 3 + s.hd));
+  if (overwrite) {
+    auto zero = std::make_shared<AttnInputs>(*made);
+    for (auto* g : {&zero->dq0, &zero->dk0, &zero->dv0}) std::fill(g->begin(), g->end(), 0.0f);
+    made = zero;
+  }
+  const std::shared_ptr<const AttnInputs> in = made;
+  CudaCase c{overwrite ? "attention fused, written over"
+             : fused   ? "attention fused qkv"
+                       : "attention fwd+bwd",
+             describe(s),
+             {1e-5, 2e-2}};
   c.cpu = [in](DType t) { return cpu_attention(*in, t); };
   if (fused)
-    c.gpu = [in](DType t) { return by_dtype(t, [&](auto e) { return gpu_attention_fused<decltype(e)>(*in); }); };
+    c.gpu = [in, overwrite](DType t) {
+      return by_dtype(t, [&](auto e) { return gpu_attention_fused<decltype(e)>(*in, overwrite); });
+    };
   else
     c.gpu = [in](DType t) { return by_dtype(t, [&](auto e) { return gpu_attention<decltype(e)>(*in); }); };
   return c;
@@ -163,11 +180,14 @@ std::vector<AttnShape> attention_shapes() {
   return shapes;
 }
 
-// q, k, v read from (and their gradients written into) fused qkv rows give the packed results.
+// q, k, v read from (and their gradients written into) fused qkv rows give the packed results; and
+// written over NaN rows (accumulate false: the model's backward, no zeroing first) the CPU's from zero.
 TEST(CudaAttentionBits, FusedQkvRowsMatchCpu) {
   for (const AttnShape& s : {AttnShape{2, 70, 4, 2, 64}, AttnShape{2, 33, 4, 1, 128}, AttnShape{1, 257, 4, 4, 64},
                             AttnShape{2, 100, 4, 2, 32}})
     run_case(attention_case(s, true));
+  for (const AttnShape& s : {AttnShape{2, 70, 4, 2, 64}, AttnShape{2, 33, 4, 1, 128}})
+    run_case(attention_case(s, true, true));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(attention_shapes()),
@@ -205,8 +225,8 @@ using bf16 = __nv_bfloat16;
 using jtok::cuda::AttnStrides;
 using FwdFn = void (*)(bf16*, float*, const bf16*, const bf16*, const bf16*, int64_t, int64_t, int64_t, int64_t,
                        int64_t, cudaStream_t, AttnStrides);
-using BwdFn = void (*)(bf16*, bf16*, bf16*, float*, const bf16*, const bf16*, const float*, const bf16*,
-                       const bf16*, const bf16*, int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t, AttnStrides);
+using BwdFn = void (*)(bf16*, bf16*, bf16*, float*, const bf16*, const bf16*, const float*, const bf16*, const bf16*,
+                       const bf16*, int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t, AttnStrides, bool);
 
 // out, lse of one forward; dq, dk, dv of one backward from the given out and lse.
 Outputs bf16_forward(const AttnInputs& in, FwdFn run) {
@@ -227,7 +247,7 @@ Outputs bf16_backward(const AttnInputs& in, const Outputs& fwd, BwdFn run) {
   auto dq = upload<bf16>(in.dq0), dk = upload<bf16>(in.dk0), dv = upload<bf16>(in.dv0);
   DeviceBuffer<float> row_terms(static_cast<size_t>(B * H * T));
   run(dq.get(), dk.get(), dv.get(), row_terms.get(), dout.get(), out.get(), lse.get(), q.get(), k.get(), v.get(), B, T,
-      H, KV, hd, nullptr, {});
+      H, KV, hd, nullptr, {}, true);
   return {{"dq", download(dq)}, {"dk", download(dk)}, {"dv", download(dv)}};
 }
 
