@@ -105,7 +105,8 @@ void dedup_ids(const DeviceRowBatch& rb, const int32_t* ids, int64_t N, int64_t 
                                                      stream));
   // counts past U are 0: offsets[u] for u <= U, and N beyond.
   JTOK_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, s.temp_bytes, s.counts, rb.offsets, n + 1, stream));
-  inverse_kernel<<<n, kThreads, 0, stream>>>(rb.inverse, rb.order, rb.offsets, rb.num_unique);
+  inverse_kernel<<<static_cast<int>(entry_blocks(rb, N)), kThreads, 0, stream>>>(rb.inverse, rb.order, rb.offsets,
+                                                                                 rb.num_unique);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

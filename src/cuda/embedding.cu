@@ -29,7 +29,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     embedding_hot_kernel(float* hot, const T* __restrict__ dout, DeviceRowBatch rb, int64_t N, int64_t C) {
   pdl_wait();
-  sum_hot_piece(hot, rb, N, C, [&](int64_t at) { return to_f32(dout[at]); });
+  sum_hot_piece(hot, rb, N, C, [&](int64_t n, int64_t j) { return to_f32(dout[n * C + j]); });
 }
 
 // Block u < U: dst row (by_id: dweight + unique[u]*C, accumulating onto it; else rows + u*C from 0)
@@ -65,7 +65,8 @@ void launch_backward(float* dst, bool by_id, const T* dout, const DeviceRowBatch
   if (N == 0) return;
   embedding_hot_kernel<T><<<static_cast<int>(2 * hot_chunks(N)), kThreads, 0, stream>>>(hot, dout, rb, N, C);
   JTOK_CUDA_CHECK_LAUNCH();
-  embedding_backward_kernel<T><<<static_cast<int>(N), kThreads, 0, stream>>>(dst, by_id, dout, hot, rb, C);
+  embedding_backward_kernel<T>
+      <<<static_cast<int>(entry_blocks(rb, N)), kThreads, 0, stream>>>(dst, by_id, dout, hot, rb, C);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

@@ -48,7 +48,7 @@ __device__ __forceinline__ void stage_positions(int32_t* pos, const int32_t* ord
 }
 
 // Block q (a launch of 2 hot_chunks(N) blocks): hot row q (W) = the sum over piece q's positions n,
-// from zero in position order, of term(n * W + j) for column j; nothing where the piece is empty.
+// from zero in position order, of term(n, j) for column j; nothing where the piece is empty.
 template <typename Term>
 __device__ void sum_hot_piece(float* hot, const DeviceRowBatch& rb, int64_t N, int64_t W, Term term) {
   __shared__ int32_t pos[kHotChunk];
@@ -58,7 +58,7 @@ __device__ void sum_hot_piece(float* hot, const DeviceRowBatch& rb, int64_t N, i
   for (int64_t j = threadIdx.x; j < W; j += blockDim.x) {
     float acc = 0.0f;
 #pragma unroll 8
-    for (int t = 0; t < r.size(); ++t) acc += term(static_cast<int64_t>(pos[t]) * W + j);
+    for (int t = 0; t < r.size(); ++t) acc += term(static_cast<int64_t>(pos[t]), j);
     hot[blockIdx.x * W + j] = acc;
   }
 }

@@ -1,9 +1,9 @@
 // JTok (src/cuda/jtok.h). Prepare: one block a unique id (gather, block sum of squares, scale).
-// Forward and dmlp: one thread an element. Table gradient: one block a unique id, each thread its
-// columns, the id's positions in order (a hot id's in pieces first, cuda/hot_ids.cuh); the row's dot and norm by block
-// sums; ds per id into scratch, summed in runs of ids (id order within a run) and the runs in order by two more
-// kernels. An identity batch (no dedup: a block a position, rows repeating) adds its row gradient by fp32 atomics: not
-// bitwise reproducible.
+// Forward: one thread an element. Table gradient: one block a unique id, each thread its columns, the
+// id's positions in order (a hot id's in pieces first, cuda/hot_ids.cuh), writing their dmlp = dh p
+// as it reads their dh; the row's dot and norm by block sums; ds per id into scratch, summed in runs of ids (id order
+// within a run) and the runs in order by two more kernels. An identity batch (no dedup: a block a position, rows
+// repeating) adds its row gradient by fp32 atomics: not bitwise reproducible.
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/hot_ids.cuh"
@@ -32,8 +32,14 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) nrows[u * d + j] = from_f32<T>(to_f32(e[j]) * inv);
 }
 
-// out (N,d) = a + b * (1 + s * nrows[inverse[n]]) (forward: a = h_mid, b = mlp_out); with a null,
-// out = b * p (the backward's dmlp = dh * p).
+// The gate p = 1 + s_j Norm(E[x])_j of column j, from the id's normed row (nrows' row): one
+// expression for the forward's gate and the backward's dmlp = dh p.
+template <typename T>
+__device__ __forceinline__ float gate_factor(const T* s, const T* nrow, int64_t j) {
+  return 1.0f + to_f32(s[j]) * to_f32(nrow[j]);
+}
+
+// out (N,d) = a + b * p (the forward: a = h_mid, b = mlp_out).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) jtok_gate_kernel(T* out, const T* a, const T* b, const T* s, const T* nrows,
                                                              const int32_t* inverse, int64_t N, int64_t d) {
@@ -41,25 +47,30 @@ __global__ void __launch_bounds__(kThreads) jtok_gate_kernel(T* out, const T* a,
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= N * d) return;
   const int64_t n = i / d, j = i % d;
-  const float p = 1.0f + to_f32(s[j]) * to_f32(nrows[static_cast<int64_t>(inverse[n]) * d + j]);
-  const float v = to_f32(b[i]) * p;
-  out[i] = from_f32<T>(a ? to_f32(a[i]) + v : v);
+  const float v = to_f32(b[i]) * gate_factor(s, nrows + static_cast<int64_t>(inverse[n]) * d, j);
+  out[i] = from_f32<T>(to_f32(a[i]) + v);
 }
 
 // Block q: piece q of the batch's hot ids (hot_ids.cuh) -> hot row q (d) = the sum over its positions
-// of dh * mlp_out, from zero in position order.
+// of dh * mlp_out, from zero in position order; and those positions' dmlp = dh * p.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    jtok_hot_kernel(float* hot, const T* __restrict__ dh, const T* __restrict__ mlp_out, DeviceRowBatch rb, int64_t N,
-                    int64_t d) {
+    jtok_hot_kernel(float* hot, T* dmlp, const T* __restrict__ dh, const T* __restrict__ mlp_out, const T* s,
+                    const T* nrows, DeviceRowBatch rb, int64_t N, int64_t d) {
   pdl_wait();
-  sum_hot_piece(hot, rb, N, d, [&](int64_t at) { return to_f32(dh[at]) * to_f32(mlp_out[at]); });
+  sum_hot_piece(hot, rb, N, d, [&](int64_t n, int64_t j) {
+    const int64_t at = n * d + j;
+    const float g = to_f32(dh[at]);
+    dmlp[at] = from_f32<T>(g * gate_factor(s, nrows + static_cast<int64_t>(rb.inverse[n]) * d, j));
+    return g * to_f32(mlp_out[at]);
+  });
 }
 
-// Block u < U. Dynamic shared memory: d floats of dL/dNorm(E). hot: jtok_hot_kernel's pieces.
+// Block u < U: the row gradient of id u, and its positions' dmlp = dh * p (a hot id's: its pieces').
+// Dynamic shared memory: d floats of dL/dNorm(E). hot: jtok_hot_kernel's pieces.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    jtok_table_grad_kernel(float* gE, uint8_t* touched, float* ds_part, const float* __restrict__ hot,
+    jtok_table_grad_kernel(float* gE, uint8_t* touched, float* ds_part, T* dmlp, const float* __restrict__ hot,
                            const T* __restrict__ dh, const T* __restrict__ mlp_out, const T* s, const T* E,
                            const T* nrows, const float* inv_norm, DeviceRowBatch rb, int64_t d, bool norm) {
   pdl_wait();
@@ -82,10 +93,13 @@ __global__ void __launch_bounds__(kThreads)
     if (hot_id) {
       sdp = add_hot_pieces_in_order(sdp, hot + j, lo, hi, d);
     } else {
+      const float p = gate_factor(s, nrows + u * d, j);
 #pragma unroll 8
       for (int t = 0; t < hi - lo; ++t) {
         const int64_t at = static_cast<int64_t>(pos[t]) * d + j;
-        sdp += to_f32(dh[at]) * to_f32(mlp_out[at]);
+        const float g = to_f32(dh[at]);
+        sdp += g * to_f32(mlp_out[at]);
+        dmlp[at] = from_f32<T>(g * p);
       }
     }
     ds_part[u * d + j] = sdp * to_f32(nrows[u * d + j]);
@@ -146,7 +160,8 @@ template <typename T>
 void jtok_prepare(T* nrows, float* inv_norm, const T* E, const DeviceRowBatch& rb, int64_t N, int64_t d, float eps,
                   bool norm, cudaStream_t stream) {
   if (N == 0) return;
-  jtok_prepare_kernel<T><<<static_cast<int>(N), kThreads, 0, stream>>>(nrows, inv_norm, E, rb, d, eps, norm);
+  jtok_prepare_kernel<T>
+      <<<static_cast<int>(entry_blocks(rb, N)), kThreads, 0, stream>>>(nrows, inv_norm, E, rb, d, eps, norm);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -168,18 +183,18 @@ void jtok_backward(T* dmlp, float* ds, float* gE, uint8_t* touched, float* scrat
   // 48 KB of shared memory a block without opting in, the kernel's static arrays beside the row.
   JTOK_CHECK(shared <= 47 * 1024, "jtok_backward: d = ", d, " exceeds the 12032 columns of its shared row");
   float* hot = scratch + N * d;  // after ds's per-id partials
-  jtok_hot_kernel<T><<<static_cast<int>(2 * hot_chunks(N)), kThreads, 0, stream>>>(hot, dh, mlp_out, rb, N, d);
+  // dmlp = dh * p as the table's gradient reads dh: a hot id's positions by the pieces' blocks, every
+  // other position by its id's block (each position once), not a pass over dh of its own.
+  jtok_hot_kernel<T>
+      <<<static_cast<int>(2 * hot_chunks(N)), kThreads, 0, stream>>>(hot, dmlp, dh, mlp_out, s, nrows, rb, N, d);
   JTOK_CUDA_CHECK_LAUNCH();
-  jtok_table_grad_kernel<T><<<static_cast<int>(N), kThreads, shared, stream>>>(gE, touched, scratch, hot, dh, mlp_out,
-                                                                               s, E, nrows, inv_norm, rb, d, norm);
+  jtok_table_grad_kernel<T><<<static_cast<int>(entry_blocks(rb, N)), kThreads, shared, stream>>>(
+      gE, touched, scratch, dmlp, hot, dh, mlp_out, s, E, nrows, inv_norm, rb, d, norm);
   JTOK_CUDA_CHECK_LAUNCH();
   jtok_ds_runs_kernel<<<dim3(static_cast<unsigned>(ceil_div(d, kThreads)), static_cast<unsigned>(kDsRuns)), kThreads, 0,
                         stream>>>(scratch, rb.num_unique, d);
   JTOK_CUDA_CHECK_LAUNCH();
   jtok_ds_kernel<<<ceil_div(d, kThreads), kThreads, 0, stream>>>(ds, scratch, rb.num_unique, d);
-  JTOK_CUDA_CHECK_LAUNCH();
-  jtok_gate_kernel<T><<<ceil_div(N * d, kThreads), kThreads, 0, stream>>>(dmlp, nullptr, dh, s, nrows, rb.inverse, N,
-                                                                          d);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

@@ -447,8 +447,8 @@ void jtokm_backward_tables(float* gE, uint8_t* touched, const JTokMDeviceActs& a
   const size_t shared = static_cast<size_t>(group * dm.d) * sizeof(float);
   jtokm_hot_kernel<<<static_cast<int>(2 * hot_chunks(dm.N)), kThreads, shared, stream>>>(hot, acts, de, rb, dm, group);
   JTOK_CUDA_CHECK_LAUNCH();
-  backward_tables_kernel<<<static_cast<int>(dm.N), kThreads, shared, stream>>>(gE, touched, acts, de, hot, rb, dm,
-                                                                               group);
+  backward_tables_kernel<<<static_cast<int>(entry_blocks(rb, dm.N)), kThreads, shared, stream>>>(gE, touched, acts, de,
+                                                                                                 hot, rb, dm, group);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

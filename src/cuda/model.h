@@ -281,10 +281,12 @@ struct DeviceActs {
   // embedding's and the tables' row gradients.
   DeviceArray<int32_t> unique, inverse, offsets, order, num_unique;
   DeviceArray<uint8_t> dedup_scratch;
+  int64_t distinct_ids = 0;      // U, counted on the host by forward (cuda/dedup.h's max_unique)
+  std::vector<uint8_t> id_seen;  // (Vp) the count's marks, all zero between forwards
   DeviceRowSync row_sync;  // if set, called for each table before its layer (row_batch)
   DeviceRowWait row_wait;  // if set, called before a layer reads a table
   DeviceRowBatch row_batch() const {
-    return {unique.get(), inverse.get(), offsets.get(), order.get(), num_unique.get()};
+    return {unique.get(), inverse.get(), offsets.get(), order.get(), num_unique.get(), true, distinct_ids};
   }
   // false (training's table_dedup false, the naive cost): JTok's and JTok-M's table rows gathered and
   // their gradients scattered a token position at a time (cuda/dedup.h's identity_batch; fp32 atomics

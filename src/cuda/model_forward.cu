@@ -134,6 +134,20 @@ bool sync_batch_rows(DeviceModel<E>& dm, DeviceActs<E>& a) {
   return any;
 }
 
+// The batch's distinct ids, counted on the host as they go up (marks in a.id_seen, cleared again): the
+// grids of the kernels of a block an entry (cuda/dedup.h's max_unique), exact.
+template <typename E>
+int64_t count_distinct(DeviceActs<E>& a, const int32_t* ids, int64_t N, int64_t V) {
+  if (static_cast<int64_t>(a.id_seen.size()) < V) a.id_seen.resize(static_cast<size_t>(V));  // new marks zero
+  int64_t U = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    U += a.id_seen[ids[n]] == 0;
+    a.id_seen[ids[n]] = 1;
+  }
+  for (int64_t n = 0; n < N; ++n) a.id_seen[ids[n]] = 0;
+  return U;
+}
+
 }  // namespace
 
 template <typename E>
@@ -163,6 +177,7 @@ void forward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* ids, int64_t B
   cudaStream_t s = dm.stream;
   if (dm.profile) dm.profile->begin(s);
   JTOK_CUDA_CHECK(cudaMemcpyAsync(a.ids.get(), ids, a.ids.bytes(), cudaMemcpyHostToDevice, s));
+  a.distinct_ids = count_distinct(a, ids, N, c.padded_vocab());
   dedup_ids(a.row_batch(), a.ids.get(), N, c.padded_vocab(), a.dedup_scratch.get(), a.dedup_scratch.bytes(), s);
   if (!a.table_dedup) fill_positions(a.positions.get(), a.position_count.get(), N, s);  // table_batch's
   if (sync_batch_rows(dm, a)) mark_phase(dm.profile, "table row sync", s);  // the ids' copy and dedup with it

@@ -18,7 +18,8 @@ using namespace jtok::cuda_test;
 using jtok::testing::randn;
 
 // JTok with and without the norm: prepare (normalised unique rows, 1/(||E||+eps)), the gate on the
-// MLP update, and the backward (dmlp, ds accumulated, the table gradient: added to a row already
+// MLP update, and the backward (dmlp: every position's written by the table gradient's blocks, over
+// NaN, a hot id's by its pieces'; ds accumulated, the table gradient: added to a row already
 // flagged touched (every third id: an earlier micro-batch's), written over the stale values of one
 // not flagged, the other rows left as they are; the touched flags), against src/model/jtok.cpp.
 TEST(CudaOps, Jtok) {
@@ -59,6 +60,7 @@ TEST(CudaOps, Jtok) {
         auto dE = upload<T>(e), dhm = upload<T>(hm), dmo = upload<T>(mo), ds_ = upload<T>(sc), ddh = upload<T>(dh);
         auto dds = upload<float>(ds0), dgE = upload<float>(gE0);
         DeviceBuffer<T> nrows(N * d), hn(N * d), dmlp(N * d);
+        JTOK_CUDA_CHECK(cudaMemset(dmlp.get(), 0xff, dmlp.n * sizeof(T)));  // NaN: every element must be written
         DeviceBuffer<float> inv(N), scratch(jtok::cuda::jtok_backward_scratch(N, d));
         std::vector<uint8_t> flags(V, 0);
         for (int64_t r = 0; r < V; r += 3) flags[r] = 1;
