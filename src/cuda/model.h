@@ -7,7 +7,7 @@
 //   h_out = h_mid + Delta_m, Delta_m = (silu(m Wg^T) * m Wu^T) Wd^T or MoE(m) (JTok: Delta_m * (1 + s Norm(E[x])));
 //   lnf = RMSNorm(h_out); loss = CE(lnf W_head^T)
 // The LM head and the cross-entropy run fused over chunks of rows (cuda/cross_entropy.h): the
-// trainer's chunks hold at most 256 MiB of logits (lm_head_chunk_rows), never the whole (B T, Vp).
+// trainer's chunks hold at most 1 GiB of logits (lm_head_chunk_rows), never the whole (B T, Vp).
 // Gradients accumulate (+=) into one fp32 buffer laid out as the CPU's m.grads. E, the activations'
 // and the forward weights' type: float (the checking instantiation: the forward reads the fp32
 // master weights) or __nv_bfloat16 (a bf16 copy of the masters, written by the optimizer). JTok
@@ -301,8 +301,10 @@ struct DeviceActs {
   }
 };
 
-// Rows of an LM-head chunk whose (rows, Vp) logits of elem_bytes each take at most 256 MiB, a
-// multiple of 128 (at least 128): at Vp 50,304 in bf16 2,560 rows, at 151,936 768.
+// Rows of an LM-head chunk whose (rows, Vp) logits of elem_bytes each take at most 1 GiB, a multiple
+// of 128 (at least 128): at Vp 50,304 in bf16 10,624 rows, at 151,936 3,456. Each chunk adds its part
+// of the head's weight gradient into the fp32 (Vp, d) whole, read and written again a chunk (at config
+// b 2 x 154.5 MB): 256 MiB chunks were 7 of them at 16 x 1024 tokens, 2.2 GB a step; now 2.
 int64_t lm_head_chunk_rows(int64_t Vp, int64_t elem_bytes);
 // Sizes acts for (B,T) (a no-op when already so); chunk_rows: the LM head's rows a chunk (0: all N).
 template <typename E>

@@ -173,7 +173,7 @@ void ensure_device_activations(DeviceActs<E>& a, const DeviceModel<E>& dm, int64
 }
 
 int64_t lm_head_chunk_rows(int64_t Vp, int64_t elem_bytes) {
-  const int64_t budget = int64_t{256} << 20;
+  const int64_t budget = int64_t{1} << 30;
   return std::max<int64_t>(128, budget / (Vp * elem_bytes) / 128 * 128);
 }
 
