@@ -14,24 +14,25 @@ import os
 import re
 import sys
 
-# (kind of op, test on (record kind, name)), first match wins: optimizer before norms (global_norm),
-# token tables before embedding (jtok's gathers), torch.compile's fused kernels by their prefix.
+# (kind of op, test on (record kind, name)), first match wins: token tables before embedding (jtok's
+# gathers), torch.compile's fused kernels by their prefix. Our kernels' names say their family
+# (jtok_, jtokm_, dedup_, table_, moe_, grad_norm_, rmsnorm_, ...: src/cuda).
 KINDS = [
     ("copies", lambda k, n: k.startswith("memcpy")),
     ("memsets", lambda k, n: k == "memset"),
-    ("gemm", re.compile(r"gemm|xmma|nvjet|cutlass|cublas|grouped_linear|row_invariant", re.I)),
+    ("gemm", re.compile(r"gemm|xmma|nvjet|cutlass|cublas|grouped_|row_invariant", re.I)),
     ("attention", re.compile(r"attn|attention|flash|fmha|sdpa|cudnn|dkdv", re.I)),
     ("lm head + loss", re.compile(r"cross_entropy|softmax|nll_loss|logsumexp", re.I)),
-    ("optimizer", re.compile(r"adam|multi_tensor|global_norm|clip|foreach|_norm_partials", re.I)),
-    ("token tables", re.compile(r"jtok|table|dedup|hot_|chosen|row_sync|host_rows|step_rows|cub::|radix|"
-                                r"DeviceSelect|DeviceScan|RunLength", re.I)),
+    ("optimizer", re.compile(r"adam|multi_tensor|grad_norm|clip|foreach", re.I)),
+    ("token tables", re.compile(r"jtok|table|dedup|hot_|host_rows|step_rows|cub::|radix|DeviceSelect|DeviceScan|"
+                                r"RunLength", re.I)),
     ("embedding", re.compile(r"embedding|index_select|indexSelect|gather|scatter|index_put|indexing", re.I)),
     ("norms", re.compile(r"rmsnorm|rms_norm|layer_norm|layernorm", re.I)),
     ("moe", re.compile(r"moe|expert|topk|top_k|sort", re.I)),
     ("fused (triton)", re.compile(r"^triton_")),
+    ("elementwise", re.compile(r"swiglu|rope|convert|elementwise|silu|stats_", re.I)),
     ("other", lambda k, n: True),
 ]
-
 
 def kind_of(kind, name):
     name = short(name, width=10**6)  # "jtok::cuda::" would read as a table's

@@ -42,7 +42,7 @@ assert not [f for f in os.listdir(d) if ".tmp" in f]
 ours = [("kernel", 7, 0, 2_000_000, "void jtok::cuda::(anonymous namespace)::attn_fwd_mma<64>(__nv_bfloat16*, float*, jtok::cuda::AttnDims, float)"),
         ("kernel", 9, 1_000_000, 3_000_000, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"),
         ("kernel", 7, 4_000_000, 4_500_000, "void jtok::cuda::rmsnorm_forward_kernel<__nv_bfloat16>(float*, int)"),
-        ("kernel", 7, 5_000_000, 5_250_000, "void jtok::cuda::backward_tables_kernel(float*, unsigned char*)")]
+        ("kernel", 7, 5_000_000, 5_250_000, "void jtok::cuda::(anonymous namespace)::jtokm_backward_tables_kernel(float*, unsigned char*)")]
 write_csv(f"{d}/ours_dense.csv", ours, "jtok bench-train --device cuda: steps 2, models base, dropped 0")
 out = subprocess.run([sys.executable, "bench/gpu_kernels_report.py", d, "config b"], check=True, capture_output=True,
                      text=True).stdout

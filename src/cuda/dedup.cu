@@ -18,14 +18,14 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void __launch_bounds__(kThreads) iota_kernel(int32_t* pos, int64_t N) {
+__global__ void __launch_bounds__(kThreads) dedup_iota_kernel(int32_t* pos, int64_t N) {
   pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < N) pos[i] = static_cast<int32_t>(i);
 }
 
 // positions (N+1) = 0..N, count (1) = N.
-__global__ void __launch_bounds__(kThreads) identity_kernel(int32_t* positions, int32_t* count, int64_t N) {
+__global__ void __launch_bounds__(kThreads) dedup_identity_kernel(int32_t* positions, int32_t* count, int64_t N) {
   pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i <= N) positions[i] = static_cast<int32_t>(i);
@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(kThreads) identity_kernel(int32_t* positions, 
 
 // Block u (< U) writes inverse[order[i]] = u for its run.
 __global__ void __launch_bounds__(kThreads)
-    inverse_kernel(int32_t* inverse, const int32_t* order, const int32_t* offsets, const int32_t* num_unique) {
+    dedup_inverse_kernel(int32_t* inverse, const int32_t* order, const int32_t* offsets, const int32_t* num_unique) {
   pdl_wait();
   const int u = blockIdx.x;
   if (u >= *num_unique) return;
@@ -95,7 +95,7 @@ void dedup_ids(const DeviceRowBatch& rb, const int32_t* ids, int64_t N, int64_t 
   Scratch s = carve(scratch, N);
   s.temp_bytes = scratch_bytes - 3 * align256(static_cast<size_t>(N + 1) * sizeof(int32_t));
   const int n = static_cast<int>(N);
-  iota_kernel<<<ceil_div(N, kThreads), kThreads, 0, stream>>>(s.pos, N);
+  dedup_iota_kernel<<<ceil_div(N, kThreads), kThreads, 0, stream>>>(s.pos, N);
   JTOK_CUDA_CHECK_LAUNCH();
   // Stable: equal ids keep their positions in increasing order (dedup_ids' std::stable_sort).
   JTOK_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.temp, s.temp_bytes, ids, s.keys, s.pos, rb.order, n, 0, key_bits(V),
@@ -105,14 +105,14 @@ void dedup_ids(const DeviceRowBatch& rb, const int32_t* ids, int64_t N, int64_t 
                                                      stream));
   // counts past U are 0: offsets[u] for u <= U, and N beyond.
   JTOK_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, s.temp_bytes, s.counts, rb.offsets, n + 1, stream));
-  inverse_kernel<<<static_cast<int>(entry_blocks(rb, N)), kThreads, 0, stream>>>(rb.inverse, rb.order, rb.offsets,
-                                                                                 rb.num_unique);
+  dedup_inverse_kernel<<<static_cast<int>(entry_blocks(rb, N)), kThreads, 0, stream>>>(rb.inverse, rb.order, rb.offsets,
+                                                                                       rb.num_unique);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
 void fill_positions(int32_t* positions, int32_t* count, int64_t N, cudaStream_t stream) {
   JTOK_CHECK(N > 0 && N < (int64_t{1} << 31), "fill_positions: N = ", N);
-  identity_kernel<<<ceil_div(N + 1, kThreads), kThreads, 0, stream>>>(positions, count, N);
+  dedup_identity_kernel<<<ceil_div(N + 1, kThreads), kThreads, 0, stream>>>(positions, count, N);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

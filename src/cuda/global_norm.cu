@@ -16,7 +16,7 @@ constexpr int kSumThreads = 1024;
 constexpr int64_t kMaxRowBlocks = 2048;
 
 template <typename G>
-__global__ void __launch_bounds__(kThreads) sumsq_partials_kernel(float* partials, const G* g, int64_t n) {
+__global__ void __launch_bounds__(kThreads) grad_norm_sumsq_kernel(float* partials, const G* g, int64_t n) {
   pdl_wait();
   __shared__ float red[32];
   const int64_t lo = static_cast<int64_t>(blockIdx.x) * kNormChunk;
@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kThreads) sumsq_partials_kernel(float* partial
 // between rows (a JTok-M step lists ~10^5 rows of 768, a few elements a thread).
 constexpr int kWarps = kThreads / 32;
 __global__ void __launch_bounds__(kThreads)
-    sumsq_rows_kernel(float* partials, const float* g, const int32_t* rows, const int32_t* count, int64_t d) {
+    grad_norm_sumsq_rows_kernel(float* partials, const float* g, const int32_t* rows, const int32_t* count, int64_t d) {
   pdl_wait();
   const int64_t total = *count;
   const int lane = static_cast<int>(threadIdx.x & 31);
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kSumThreads)
-    sum_partials_kernel(double* sumsq, const float* partials, int64_t count, const int32_t* more) {
+    grad_norm_sum_kernel(double* sumsq, const float* partials, int64_t count, const int32_t* more) {
   pdl_wait();
   __shared__ double red[32];
   const int64_t total = count + (more ? *more : 0);
@@ -61,7 +61,8 @@ __global__ void __launch_bounds__(kSumThreads)
   if (threadIdx.x == 0) *sumsq = s;
 }
 
-__global__ void __launch_bounds__(1) clip_coef_kernel(float* coef, double* norm, const double* sumsq, float max_norm) {
+__global__ void __launch_bounds__(1)
+    grad_norm_clip_kernel(float* coef, double* norm, const double* sumsq, float max_norm) {
   pdl_wait();
   const double nv = sqrt(*sumsq);
   *norm = nv;
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(1) clip_coef_kernel(float* coef, double* norm,
 template <typename G>
 void sumsq_partials(float* partials, const G* g, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  sumsq_partials_kernel<G><<<static_cast<int>(sumsq_chunks(n)), kThreads, 0, stream>>>(partials, g, n);
+  grad_norm_sumsq_kernel<G><<<static_cast<int>(sumsq_chunks(n)), kThreads, 0, stream>>>(partials, g, n);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -87,17 +88,17 @@ void sumsq_rows_partials(float* partials, const float* g, const int32_t* rows, c
   if (n == 0) return;
   const int64_t need = (n + kWarps - 1) / kWarps;
   const int blocks = static_cast<int>(need < kMaxRowBlocks ? need : kMaxRowBlocks);
-  sumsq_rows_kernel<<<blocks, kThreads, 0, stream>>>(partials, g, rows, count, d);
+  grad_norm_sumsq_rows_kernel<<<blocks, kThreads, 0, stream>>>(partials, g, rows, count, d);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
 void sum_partials(double* sumsq, const float* partials, int64_t count, cudaStream_t stream, const int32_t* more) {
-  sum_partials_kernel<<<1, kSumThreads, 0, stream>>>(sumsq, partials, count, more);
+  grad_norm_sum_kernel<<<1, kSumThreads, 0, stream>>>(sumsq, partials, count, more);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
 void clip_coef(float* coef, double* norm, const double* sumsq, float max_norm, cudaStream_t stream) {
-  clip_coef_kernel<<<1, 1, 0, stream>>>(coef, norm, sumsq, max_norm);
+  grad_norm_clip_kernel<<<1, 1, 0, stream>>>(coef, norm, sumsq, max_norm);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

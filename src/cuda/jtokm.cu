@@ -20,9 +20,9 @@ namespace jtok::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kStatsThreads = 1024;  // route_stats_kernel's block
+constexpr int kStatsThreads = 1024;  // jtokm_route_stats_kernel's block
 constexpr int64_t kMaxDeBlocks = 512;
-constexpr int kDeRows = 4;    // rows backward_de_kernel sums at once
+constexpr int kDeRows = 4;    // rows jtokm_backward_de_kernel sums at once
 constexpr int kDwTables = 4;  // the selections whose dw one pair of barriers sums (more: in turns)
 
 // The tables position n selected, bit i: table i (n_e <= 32).
@@ -33,7 +33,7 @@ __device__ __forceinline__ uint32_t position_tables(const int32_t* sel, int64_t 
 }
 
 __global__ void __launch_bounds__(kThreads)
-    route_kernel(float* sig, int32_t* sel, float* w, const float* logits, int64_t N, int ne, int K) {
+    jtokm_route_kernel(float* sig, int32_t* sel, float* w, const float* logits, int64_t N, int ne, int K) {
   pdl_wait();
   const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (n >= N) return;
@@ -58,7 +58,8 @@ __global__ void __launch_bounds__(kThreads)
 // Block i: table i's prob_sum (the positions' sig_i / sum of sig), load (positions selecting it) and
 // weight_sum (their weights, where set), each thread a strided share of the positions summed in
 // double, then one fixed tree over the block. Every table at once, so no block waits on another.
-__global__ void __launch_bounds__(kStatsThreads) route_stats_kernel(JTokMDeviceActs acts, int64_t N, int ne, int K) {
+__global__ void __launch_bounds__(kStatsThreads)
+    jtokm_route_stats_kernel(JTokMDeviceActs acts, int64_t N, int ne, int K) {
   pdl_wait();
   __shared__ double red[3 * 32];
   const int i = static_cast<int>(blockIdx.x);
@@ -79,7 +80,8 @@ __global__ void __launch_bounds__(kStatsThreads) route_stats_kernel(JTokMDeviceA
 }
 
 // The layer's aux loss from every table's prob_sum and load (one thread, tables in order).
-__global__ void __launch_bounds__(32) route_aux_kernel(JTokMDeviceActs acts, int64_t N, int ne, int K, double lambda) {
+__global__ void __launch_bounds__(32)
+    jtokm_route_aux_kernel(JTokMDeviceActs acts, int64_t N, int ne, int K, double lambda) {
   pdl_wait();
   if (threadIdx.x != 0) return;
   double pn = 0.0;
@@ -103,7 +105,7 @@ __device__ __forceinline__ float mix_element(const T* E, const int32_t* sel, con
 // are in L1).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    mix_inject_kernel(T* h_next, JTokMDeviceActs acts, const int32_t* ids, const T* E, const T* s, JTokMDims dm) {
+    jtokm_mix_inject_kernel(T* h_next, JTokMDeviceActs acts, const int32_t* ids, const T* E, const T* s, JTokMDims dm) {
   pdl_wait();
   __shared__ float red[32];
   const int64_t n = blockIdx.x, d = dm.d, id = ids[n];
@@ -185,8 +187,8 @@ __device__ void dw_sums(float (*dw)[kJTokMMaxTables], float* red, const float* d
 // E_{sel_k}[x] and from them dg (a thread a row). Shared: d floats of ds.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    backward_de_kernel(float* de, float* ds_part, T* dg, JTokMDeviceActs acts, const T* dh, const T* s,
-                       const int32_t* ids, const T* E, float aux_grad, JTokMDims dm, int64_t rows) {
+    jtokm_backward_de_kernel(float* de, float* ds_part, T* dg, JTokMDeviceActs acts, const T* dh, const T* s,
+                             const int32_t* ids, const T* E, float aux_grad, JTokMDims dm, int64_t rows) {
   pdl_wait();
   extern __shared__ float dsp[];
   __shared__ float red[32 * kDeRows * kDwTables];
@@ -239,7 +241,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
-    sum_blocks_kernel(float* ds, const float* ds_part, int64_t blocks, int64_t d) {
+    jtokm_sum_blocks_kernel(float* ds, const float* ds_part, int64_t blocks, int64_t d) {
   pdl_wait();
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= d) return;
@@ -320,8 +322,8 @@ __device__ void add_hot_pieces(float* gE, uint8_t* touched, const float* __restr
 // batch (rb.distinct false: a block a position, rows repeating) sums from zero and adds its sums into
 // gE by fp32 atomics, in no fixed order: the naive scatter, not bitwise reproducible.
 __global__ void __launch_bounds__(kThreads)
-    backward_tables_kernel(float* gE, uint8_t* touched, JTokMDeviceActs acts, const float* __restrict__ de,
-                           const float* __restrict__ hot, DeviceRowBatch rb, JTokMDims dm, int64_t group) {
+    jtokm_backward_tables_kernel(float* gE, uint8_t* touched, JTokMDeviceActs acts, const float* __restrict__ de,
+                                 const float* __restrict__ hot, DeviceRowBatch rb, JTokMDims dm, int64_t group) {
   pdl_wait();
   extern __shared__ float rows[];  // (group, d)
   __shared__ int32_t pos[kHotChunk];
@@ -362,7 +364,8 @@ __global__ void __launch_bounds__(kThreads)
 // positions in any order: the bits a walk over them gives, without one thread walking a frequent
 // id's thousands of positions (a 16 x 1024 batch of GPT-2 text holds ~1,260 of its commonest id).
 __global__ void __launch_bounds__(kThreads)
-    chosen_tables_kernel(uint32_t* chosen, const int32_t* __restrict__ sel, const int32_t* inverse, int64_t N, int K) {
+    jtokm_chosen_tables_kernel(uint32_t* chosen, const int32_t* __restrict__ sel, const int32_t* inverse, int64_t N,
+                               int K) {
   pdl_wait();
   const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (n >= N) return;
@@ -377,13 +380,13 @@ void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDi
   JTOK_CHECK(dm.n_e >= 1 && dm.n_e <= kJTokMMaxTables && dm.K >= 1 && dm.K <= dm.n_e, "jtokm_route: n_e ", dm.n_e,
              ", K ", dm.K, " (n_e at most ", kJTokMMaxTables, ")");
   if (dm.N == 0) return;
-  route_kernel<<<ceil_div(dm.N, kThreads), kThreads, 0, stream>>>(acts.sig, acts.sel, acts.w, logits, dm.N,
-                                                                  static_cast<int>(dm.n_e), static_cast<int>(dm.K));
+  jtokm_route_kernel<<<ceil_div(dm.N, kThreads), kThreads, 0, stream>>>(
+      acts.sig, acts.sel, acts.w, logits, dm.N, static_cast<int>(dm.n_e), static_cast<int>(dm.K));
   JTOK_CUDA_CHECK_LAUNCH();
-  route_stats_kernel<<<static_cast<int>(dm.n_e), kStatsThreads, 0, stream>>>(acts, dm.N, static_cast<int>(dm.n_e),
-                                                                             static_cast<int>(dm.K));
+  jtokm_route_stats_kernel<<<static_cast<int>(dm.n_e), kStatsThreads, 0, stream>>>(acts, dm.N, static_cast<int>(dm.n_e),
+                                                                                   static_cast<int>(dm.K));
   JTOK_CUDA_CHECK_LAUNCH();
-  route_aux_kernel<<<1, 32, 0, stream>>>(acts, dm.N, static_cast<int>(dm.n_e), static_cast<int>(dm.K), dm.lambda);
+  jtokm_route_aux_kernel<<<1, 32, 0, stream>>>(acts, dm.N, static_cast<int>(dm.n_e), static_cast<int>(dm.K), dm.lambda);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -393,8 +396,8 @@ void jtokm_chosen_tables(uint32_t* chosen, const JTokMDeviceActs& acts, const De
              kJTokMMaxTables, ")");
   if (dm.N == 0) return;
   JTOK_CUDA_CHECK(cudaMemsetAsync(chosen, 0, static_cast<size_t>(dm.N) * sizeof(uint32_t), stream));
-  chosen_tables_kernel<<<ceil_div(dm.N, kThreads), kThreads, 0, stream>>>(chosen, acts.sel, rb.inverse, dm.N,
-                                                                          static_cast<int>(dm.K));
+  jtokm_chosen_tables_kernel<<<ceil_div(dm.N, kThreads), kThreads, 0, stream>>>(chosen, acts.sel, rb.inverse, dm.N,
+                                                                                static_cast<int>(dm.K));
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -402,7 +405,7 @@ template <typename T>
 void jtokm_mix_inject(T* h_next, const JTokMDeviceActs& acts, const int32_t* ids, const T* E, const T* s,
                       const JTokMDims& dm, cudaStream_t stream) {
   if (dm.N == 0) return;
-  mix_inject_kernel<<<static_cast<int>(dm.N), kThreads, 0, stream>>>(h_next, acts, ids, E, s, dm);
+  jtokm_mix_inject_kernel<<<static_cast<int>(dm.N), kThreads, 0, stream>>>(h_next, acts, ids, E, s, dm);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -419,10 +422,10 @@ void jtokm_backward_de(float* de, float* ds, T* dg, float* scratch, const JTokMD
   const size_t shared = static_cast<size_t>(dm.d) * sizeof(float);
   // 48 KB of shared memory a block without opting in, the kernel's 2.5 KB of static arrays beside ds.
   JTOK_CHECK(shared <= 45 * 1024, "jtokm_backward_de: d = ", dm.d, " exceeds the 11520 columns of its shared ds");
-  backward_de_kernel<<<static_cast<int>(blocks), kThreads, shared, stream>>>(de, scratch, dg, acts, dh, s, ids, E,
-                                                                             aux_grad, dm, rows);
+  jtokm_backward_de_kernel<<<static_cast<int>(blocks), kThreads, shared, stream>>>(de, scratch, dg, acts, dh, s, ids, E,
+                                                                                   aux_grad, dm, rows);
   JTOK_CUDA_CHECK_LAUNCH();
-  sum_blocks_kernel<<<ceil_div(dm.d, kThreads), kThreads, 0, stream>>>(ds, scratch, blocks, dm.d);
+  jtokm_sum_blocks_kernel<<<ceil_div(dm.d, kThreads), kThreads, 0, stream>>>(ds, scratch, blocks, dm.d);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -447,8 +450,8 @@ void jtokm_backward_tables(float* gE, uint8_t* touched, const JTokMDeviceActs& a
   const size_t shared = static_cast<size_t>(group * dm.d) * sizeof(float);
   jtokm_hot_kernel<<<static_cast<int>(2 * hot_chunks(dm.N)), kThreads, shared, stream>>>(hot, acts, de, rb, dm, group);
   JTOK_CUDA_CHECK_LAUNCH();
-  backward_tables_kernel<<<static_cast<int>(entry_blocks(rb, dm.N)), kThreads, shared, stream>>>(gE, touched, acts, de,
-                                                                                                 hot, rb, dm, group);
+  jtokm_backward_tables_kernel<<<static_cast<int>(entry_blocks(rb, dm.N)), kThreads, shared, stream>>>(
+      gE, touched, acts, de, hot, rb, dm, group);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

@@ -16,7 +16,7 @@ constexpr int kThreads = 256;
 constexpr int kMaxK = static_cast<int>(kMoeMaxTopK);
 
 __global__ void __launch_bounds__(kThreads)
-    route_kernel(float* probs, int32_t* topi, float* topw, const float* logits, MoeRouteDims m) {
+    moe_route_kernel(float* probs, int32_t* topi, float* topw, const float* logits, MoeRouteDims m) {
   pdl_wait();
   const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (n >= m.N) return;
@@ -47,8 +47,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // offsets[e] = the first row of expert e: offsets_u at the first unique expert >= e (U <= E).
 __global__ void __launch_bounds__(kThreads)
-    offsets_kernel(int32_t* offsets, const int32_t* unique, const int32_t* offsets_u, const int32_t* num_unique,
-                   int64_t E) {
+    moe_offsets_kernel(int32_t* offsets, const int32_t* unique, const int32_t* offsets_u, const int32_t* num_unique,
+                       int64_t E) {
   pdl_wait();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e > E) return;
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kThreads)
   offsets[e] = offsets_u[lo];
 }
 
-__global__ void __launch_bounds__(kThreads) row_of_kernel(int32_t* row_of, const int32_t* slot_of, int64_t NK) {
+__global__ void __launch_bounds__(kThreads) moe_row_of_kernel(int32_t* row_of, const int32_t* slot_of, int64_t NK) {
   pdl_wait();
   const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r < NK) row_of[slot_of[r]] = static_cast<int32_t>(r);
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kThreads) row_of_kernel(int32_t* row_of, const
 
 // Block e: frac[e] and P_e = sum_n probs[n,e] in double (prob_sums[e]), a block an expert (one block
 // over every expert in turn read the (N,E) probabilities E times through one SM).
-__global__ void __launch_bounds__(kThreads) aux_terms_kernel(double* prob_sums, MoeDeviceRoute r, MoeRouteDims m) {
+__global__ void __launch_bounds__(kThreads) moe_aux_terms_kernel(double* prob_sums, MoeDeviceRoute r, MoeRouteDims m) {
   pdl_wait();
   __shared__ double red[32];
   const int64_t e = blockIdx.x;
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads) aux_terms_kernel(double* prob_sums, 
 }
 
 // aux = coef E sum_e f_e (P_e / N), the experts in order.
-__global__ void __launch_bounds__(1) aux_kernel(const double* prob_sums, MoeDeviceRoute r, MoeRouteDims m) {
+__global__ void __launch_bounds__(1) moe_aux_kernel(const double* prob_sums, MoeDeviceRoute r, MoeRouteDims m) {
   pdl_wait();
   double aux = 0.0;
   for (int64_t e = 0; e < m.E; ++e) aux += r.frac[e] * (prob_sums[e] / static_cast<double>(m.N));
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(1) aux_kernel(const double* prob_sums, MoeDevi
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    gather_kernel(T* xg, const T* x, const int32_t* slot_of, int64_t NK, int64_t K, int64_t d) {
+    moe_gather_kernel(T* xg, const T* x, const int32_t* slot_of, int64_t NK, int64_t K, int64_t d) {
   pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= NK * d) return;
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kThreads)
 // out (N,d) += sum_j w[n,j] * rows[row_of[n*K+j]] (combine: w = topw; scatter backward: w null = 1).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    combine_kernel(T* out, const T* rows, const int32_t* row_of, const float* w, int64_t N, int64_t K, int64_t d) {
+    moe_combine_kernel(T* out, const T* rows, const int32_t* row_of, const float* w, int64_t N, int64_t K, int64_t d) {
   pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= N * d) return;
@@ -119,8 +119,8 @@ __global__ void __launch_bounds__(kThreads)
 // weights and the aux loss, and the softmax backward, into dlogits[n] (used as the row's scratch).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    combine_backward_kernel(T* deo, float* dlogits, const T* dout, const T* eo, MoeDeviceRoute r, MoeRouteDims m,
-                            int64_t d, float aux_scale) {
+    moe_combine_backward_kernel(T* deo, float* dlogits, const T* dout, const T* eo, MoeDeviceRoute r, MoeRouteDims m,
+                                int64_t d, float aux_scale) {
   pdl_wait();
   __shared__ float red[32];
   __shared__ float dw[kMaxK];
@@ -185,7 +185,7 @@ GroupScratch carve(void* scratch, size_t bytes, int64_t NK, int64_t E) {
 void moe_route(const MoeDeviceRoute& r, const float* logits, const MoeRouteDims& m, cudaStream_t stream) {
   JTOK_CHECK(m.K >= 1 && m.K <= m.E && m.K <= kMaxK, "moe_route: K ", m.K, ", E ", m.E);
   if (m.N == 0) return;
-  route_kernel<<<ceil_div(m.N, kThreads), kThreads, 0, stream>>>(r.probs, r.topi, r.topw, logits, m);
+  moe_route_kernel<<<ceil_div(m.N, kThreads), kThreads, 0, stream>>>(r.probs, r.topi, r.topw, logits, m);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -202,14 +202,14 @@ void moe_group(const MoeDeviceRoute& r, void* scratch, size_t scratch_bytes, con
   if (r.experts) g.rb.unique = r.experts, g.rb.num_unique = r.num_experts;  // the distinct experts, kept
   g.rb.order = r.slot_of;  // the slots sorted by expert, stably: row -> slot
   dedup_ids(g.rb, r.topi, NK, m.E, g.dedup, g.dedup_bytes, stream);
-  offsets_kernel<<<ceil_div(m.E + 1, kThreads), kThreads, 0, stream>>>(r.offsets, g.rb.unique, g.rb.offsets,
-                                                                      g.rb.num_unique, m.E);
+  moe_offsets_kernel<<<ceil_div(m.E + 1, kThreads), kThreads, 0, stream>>>(r.offsets, g.rb.unique, g.rb.offsets,
+                                                                           g.rb.num_unique, m.E);
   JTOK_CUDA_CHECK_LAUNCH();
-  row_of_kernel<<<ceil_div(NK, kThreads), kThreads, 0, stream>>>(r.row_of, r.slot_of, NK);
+  moe_row_of_kernel<<<ceil_div(NK, kThreads), kThreads, 0, stream>>>(r.row_of, r.slot_of, NK);
   JTOK_CUDA_CHECK_LAUNCH();
-  aux_terms_kernel<<<static_cast<int>(m.E), kThreads, 0, stream>>>(g.prob_sums, r, m);
+  moe_aux_terms_kernel<<<static_cast<int>(m.E), kThreads, 0, stream>>>(g.prob_sums, r, m);
   JTOK_CUDA_CHECK_LAUNCH();
-  aux_kernel<<<1, 1, 0, stream>>>(g.prob_sums, r, m);
+  moe_aux_kernel<<<1, 1, 0, stream>>>(g.prob_sums, r, m);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -217,14 +217,14 @@ template <typename T>
 void moe_gather(T* xg, const T* x, const MoeDeviceRoute& r, const MoeRouteDims& m, int64_t d, cudaStream_t stream) {
   const int64_t NK = m.N * m.K;
   if (NK * d == 0) return;
-  gather_kernel<T><<<ceil_div(NK * d, kThreads), kThreads, 0, stream>>>(xg, x, r.slot_of, NK, m.K, d);
+  moe_gather_kernel<T><<<ceil_div(NK * d, kThreads), kThreads, 0, stream>>>(xg, x, r.slot_of, NK, m.K, d);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 void moe_combine(T* out, const T* eo, const MoeDeviceRoute& r, const MoeRouteDims& m, int64_t d, cudaStream_t stream) {
   if (m.N * d == 0) return;
-  combine_kernel<T><<<ceil_div(m.N * d, kThreads), kThreads, 0, stream>>>(out, eo, r.row_of, r.topw, m.N, m.K, d);
+  moe_combine_kernel<T><<<ceil_div(m.N * d, kThreads), kThreads, 0, stream>>>(out, eo, r.row_of, r.topw, m.N, m.K, d);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -234,7 +234,8 @@ void moe_combine_backward(T* deo, float* dlogits, const T* dout, const T* eo, co
   JTOK_CHECK(m.K >= 1 && m.K <= m.E && m.K <= kMaxK, "moe_combine_backward: K ", m.K, ", E ", m.E);
   if (m.N == 0) return;
   const float aux_scale = static_cast<float>(aux_grad * m.aux_coef * static_cast<double>(m.E) / static_cast<double>(m.N));
-  combine_backward_kernel<T><<<static_cast<int>(m.N), kThreads, 0, stream>>>(deo, dlogits, dout, eo, r, m, d, aux_scale);
+  moe_combine_backward_kernel<T>
+      <<<static_cast<int>(m.N), kThreads, 0, stream>>>(deo, dlogits, dout, eo, r, m, d, aux_scale);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -242,7 +243,7 @@ template <typename T>
 void moe_scatter_backward(T* dx, const T* dxg, const MoeDeviceRoute& r, const MoeRouteDims& m, int64_t d,
                           cudaStream_t stream) {
   if (m.N * d == 0) return;
-  combine_kernel<T><<<ceil_div(m.N * d, kThreads), kThreads, 0, stream>>>(dx, dxg, r.row_of, nullptr, m.N, m.K, d);
+  moe_combine_kernel<T><<<ceil_div(m.N * d, kThreads), kThreads, 0, stream>>>(dx, dxg, r.row_of, nullptr, m.N, m.K, d);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // dweight (C) += sum over blocks b = 0, 1, ... of dw_part (blocks, C), in that order.
 __global__ void __launch_bounds__(kThreads)
-    sum_partials_kernel(float* dweight, const float* dw_part, int64_t blocks, int64_t C) {
+    rmsnorm_dweight_sum_kernel(float* dweight, const float* dw_part, int64_t blocks, int64_t C) {
   pdl_wait();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
@@ -116,7 +116,7 @@ void launch_backward(T* dinp, float* dweight, float* scratch, const T* dout, con
       dinp, scratch, dout, inp, weight, rstd, N, C, per_block, packed_if_unset(rows, C));
   JTOK_CUDA_CHECK_LAUNCH();
   if (!dweight) return;
-  sum_partials_kernel<<<ceil_div(C, kThreads), kThreads, 0, stream>>>(dweight, scratch, blocks, C);
+  rmsnorm_dweight_sum_kernel<<<ceil_div(C, kThreads), kThreads, 0, stream>>>(dweight, scratch, blocks, C);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

@@ -14,7 +14,7 @@ constexpr int kBlocks = 256, kThreads = 256;
 
 // Block b: partial[2b], partial[2b+1] = sum x, sum x^2 over i = b*kThreads + t + k*kBlocks*kThreads.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) partial_sums_kernel(double* partial, const T* x, int64_t n) {
+__global__ void __launch_bounds__(kThreads) stats_partial_sums_kernel(double* partial, const T* x, int64_t n) {
   pdl_wait();
   __shared__ double red[32];
   double s = 0.0, ss = 0.0;
@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(kThreads) partial_sums_kernel(double* partial,
 }
 
 // One thread: the partials in block order.
-__global__ void __launch_bounds__(1) total_kernel(double* out, const double* partial, int blocks) {
+__global__ void __launch_bounds__(1) stats_total_kernel(double* out, const double* partial, int blocks) {
   pdl_wait();
   double s = 0.0, ss = 0.0;
   for (int b = 0; b < blocks; ++b) s += partial[2 * b], ss += partial[2 * b + 1];
@@ -42,9 +42,9 @@ int64_t sum_and_squares_scratch() { return 2 * kBlocks; }
 
 template <typename T>
 void sum_and_squares(double* out, const T* x, int64_t n, double* scratch, cudaStream_t stream) {
-  partial_sums_kernel<T><<<kBlocks, kThreads, 0, stream>>>(scratch, x, n);
+  stats_partial_sums_kernel<T><<<kBlocks, kThreads, 0, stream>>>(scratch, x, n);
   JTOK_CUDA_CHECK_LAUNCH();
-  total_kernel<<<1, 1, 0, stream>>>(out, scratch, kBlocks);
+  stats_total_kernel<<<1, 1, 0, stream>>>(out, scratch, kBlocks);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

@@ -16,8 +16,8 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kMaxBlocks = 2048;
 
-__global__ void __launch_bounds__(kThreads)
-    clear_rows_kernel(float* g, uint8_t* touched, const int32_t* rows, const int32_t* count, int64_t n, int64_t d) {
+__global__ void __launch_bounds__(kThreads) table_clear_rows_kernel(float* g, uint8_t* touched, const int32_t* rows,
+                                                                    const int32_t* count, int64_t n, int64_t d) {
   pdl_wait();
   const int64_t total = count ? *count : n;
   for (int64_t i = blockIdx.x; i < total; i += gridDim.x) {
@@ -28,8 +28,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
-    touched_positions_kernel(int32_t* pos, const int32_t* rows, const int32_t* count, const int32_t* values,
-                             int64_t n) {
+    table_touched_positions_kernel(int32_t* pos, const int32_t* rows, const int32_t* count, const int32_t* values,
+                                   int64_t n) {
   pdl_wait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
@@ -77,7 +77,7 @@ void touched_positions(int32_t* pos, const int32_t* rows, const int32_t* count, 
                        cudaStream_t stream) {
   if (n == 0) return;
   const int blocks = static_cast<int>((n + kThreads - 1) / kThreads);
-  touched_positions_kernel<<<blocks, kThreads, 0, stream>>>(pos, rows, count, values, n);
+  table_touched_positions_kernel<<<blocks, kThreads, 0, stream>>>(pos, rows, count, values, n);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -85,7 +85,7 @@ void clear_rows(float* g, uint8_t* touched, const int32_t* rows, const int32_t* 
                 cudaStream_t stream) {
   if (n == 0) return;
   const int blocks = static_cast<int>(n < kMaxBlocks ? n : kMaxBlocks);
-  clear_rows_kernel<<<blocks, kThreads, 0, stream>>>(g, touched, rows, count, n, d);
+  table_clear_rows_kernel<<<blocks, kThreads, 0, stream>>>(g, touched, rows, count, n, d);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,4 +1,4 @@
-# Thread-level emulation of jtokm.cu's backward_tables_kernel (no GPU needed): each block (unique
+# Thread-level emulation of jtokm.cu's jtokm_backward_tables_kernel (no GPU needed): each block (unique
 # id) and each of its threads transcribed in float32, the tables in groups whose rows sit in the
 # block's shared memory, against the plain loop per (table, id, column) it replaced (the CPU's
 # order: positions in order, k in order within one). A row already flagged touched (every third:

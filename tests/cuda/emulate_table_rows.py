@@ -1,6 +1,6 @@
 # Emulation of the tables' per-step gradient bookkeeping on the GPU (no GPU needed): dense gradient
 # rows with touched flags, the list of flagged rows (table_rows.cu's compaction), the norm's
-# partials a listed row with their grid-stride blocks (global_norm.cu's sumsq_rows_kernel), the
+# partials a listed row with their grid-stride blocks (global_norm.cu's grad_norm_sumsq_rows_kernel), the
 # table step clearing the listed flags (table_adamw.cu) and zero_grads clearing the listed rows and
 # flags (table_rows.cu's clear_rows; skipped while a table step has cleared every flag since the
 # last backward: DeviceModel::tables_flagged). The backward writes a row's first gradient of a step over its

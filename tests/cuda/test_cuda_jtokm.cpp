@@ -173,7 +173,7 @@ TEST(CudaOps, Jtokm) {
   }
 }
 
-// Routing alone over more positions than route_stats_kernel has threads (3,000: two or three a
+// Routing alone over more positions than jtokm_route_stats_kernel has threads (3,000: two or three a
 // thread), n_e 7, K 3: sel, w, sig, and the statistics each table's block sums (load exact,
 // prob_sum, weight_sum) and the aux loss, against the CPU's jtokm_route on the same logits.
 TEST(CudaOps, JtokmRouteStatsOverManyPositions) {
