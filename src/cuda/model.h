@@ -304,7 +304,7 @@ struct DeviceActs {
 // Rows of an LM-head chunk whose (rows, Vp) logits of elem_bytes each take at most 1 GiB, a multiple
 // of 128 (at least 128): at Vp 50,304 in bf16 10,624 rows, at 151,936 3,456. Each chunk adds its part
 // of the head's weight gradient into the fp32 (Vp, d) whole, read and written again a chunk (at config
-// b 2 x 154.5 MB): 256 MiB chunks were 7 of them at 16 x 1024 tokens, 2.2 GB a step; now 2.
+// b 2 x 154.5 MB): at 16 x 1024 tokens 2 chunks, 0.6 GB a step, where 256 MiB chunks (7) would move 2.2 GB.
 int64_t lm_head_chunk_rows(int64_t Vp, int64_t elem_bytes);
 // Sizes acts for (B,T) (a no-op when already so); chunk_rows: the LM head's rows a chunk (0: all N).
 template <typename E>
