@@ -89,15 +89,31 @@ __global__ void __launch_bounds__(32)
   *acts.aux = lambda * static_cast<double>(ne) / (static_cast<double>(N) * N * K) * pn;
 }
 
-// e's element j at position n: sum_k w_k E_{sel_k}[id][j], k in order from 0, each product rounded
-// before its add (no fused multiply-add: the CPU's order of fp32 operations, and one set of bits
-// however the compiler treats the code around it: the backward mixes e again and must get the
-// forward's).
+// What the kernels read of position n to mix e: its K selections, weights and id.
+struct MixRow {
+  const int32_t* sel;
+  const float* w;
+  int64_t id;
+};
+
+__device__ __forceinline__ MixRow mix_row(const JTokMDeviceActs& acts, const int32_t* ids, int64_t n, int64_t K) {
+  return {acts.sel + n * K, acts.w + n * K, ids[n]};
+}
+
+// Element j of the row its k-th selection chose, E_{sel_k}[id][j].
 template <typename T>
-__device__ __forceinline__ float mix_element(const T* E, const int32_t* sel, const float* w, int64_t K, int64_t V,
-                                             int64_t id, int64_t d, int64_t j) {
+__device__ __forceinline__ float chosen_element(const T* E, const MixRow& r, int64_t k, const JTokMDims& dm,
+                                                int64_t j) {
+  return to_f32(E[(r.sel[k] * dm.V + r.id) * dm.d + j]);
+}
+
+// e's element j: sum_k w_k E_{sel_k}[id][j], k in order from 0, each product rounded before its add
+// (no fused multiply-add: the CPU's order of fp32 operations, and one set of bits however the
+// compiler treats the code around it: the backward mixes e again and must get the forward's).
+template <typename T>
+__device__ __forceinline__ float mix_element(const T* E, const MixRow& r, const JTokMDims& dm, int64_t j) {
   float v = 0.0f;
-  for (int64_t k = 0; k < K; ++k) v = __fadd_rn(v, __fmul_rn(w[k], to_f32(E[(sel[k] * V + id) * d + j])));
+  for (int64_t k = 0; k < dm.K; ++k) v = __fadd_rn(v, __fmul_rn(r.w[k], chosen_element(E, r, k, dm, j)));
   return v;
 }
 
@@ -108,12 +124,11 @@ __global__ void __launch_bounds__(kThreads)
     jtokm_mix_inject_kernel(T* h_next, JTokMDeviceActs acts, const int32_t* ids, const T* E, const T* s, JTokMDims dm) {
   pdl_wait();
   __shared__ float red[32];
-  const int64_t n = blockIdx.x, d = dm.d, id = ids[n];
-  const int32_t* sel = acts.sel + n * dm.K;
-  const float* w = acts.w + n * dm.K;
+  const int64_t n = blockIdx.x, d = dm.d;
+  const MixRow r = mix_row(acts, ids, n, dm.K);
   float ss = 0.0f;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-    const float v = mix_element(E, sel, w, dm.K, dm.V, id, d, j);
+    const float v = mix_element(E, r, dm, j);
     ss += v * v;
   }
   ss = block_sum(ss, red);
@@ -121,8 +136,7 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) acts.inv_norm[n] = inv;
   const float ci = dm.c * inv;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-    h_next[n * d + j] =
-        from_f32<T>(to_f32(h_next[n * d + j]) + ci * to_f32(s[j]) * mix_element(E, sel, w, dm.K, dm.V, id, d, j));
+    h_next[n * d + j] = from_f32<T>(to_f32(h_next[n * d + j]) + ci * to_f32(s[j]) * mix_element(E, r, dm, j));
 }
 
 // dg (n_e) of position n from its dw (K): through the mixing weights, then the sigmoids, with the aux
@@ -147,18 +161,6 @@ __device__ void router_grad(T* dg, const JTokMDeviceActs& acts, const float* dw,
   for (int i = 0; i < ne; ++i) dg[n * ne + i] = from_f32<T>(dsig[i] * sg[i] * (1.0f - sg[i]));
 }
 
-// What the de kernel reads of position n: its K selections, weights and id.
-struct MixRow {
-  const int32_t* sel;
-  const float* w;
-  int64_t id;
-};
-
-template <typename T>
-__device__ __forceinline__ float mixed(const T* E, const MixRow& r, const JTokMDims& dm, int64_t j) {
-  return mix_element(E, r.sel, r.w, dm.K, dm.V, r.id, dm.d, j);
-}
-
 // dw of the kDeRows rows from n0 (live of them) and selections [k0, k0 + kDwTables): de . E_{sel_k}[x]
 // per thread over its columns (the ones it wrote de of), then block sums; thread 0 keeps them in dw.
 template <typename T>
@@ -173,7 +175,7 @@ __device__ void dw_sums(float (*dw)[kJTokMMaxTables], float* red, const float* d
       const float g = de[(n0 + r) * d + j];
 #pragma unroll
       for (int t = 0; t < kDwTables; ++t)
-        if (t < kn) part[r * kDwTables + t] += g * to_f32(E[(rows[r].sel[k0 + t] * dm.V + rows[r].id) * d + j]);
+        if (t < kn) part[r * kDwTables + t] += g * chosen_element(E, rows[r], k0 + t, dm, j);
     }
   block_sums(part, red);
   if (threadIdx.x == 0)
@@ -200,16 +202,13 @@ __global__ void __launch_bounds__(kThreads)
     const int live = static_cast<int>(min(static_cast<int64_t>(kDeRows), hi - n0));  // rows past hi: none
     MixRow mr[kDeRows];
 #pragma unroll
-    for (int k = 0; k < kDeRows; ++k) {
-      const int64_t n = n0 + min(k, live - 1);
-      mr[k] = {acts.sel + n * dm.K, acts.w + n * dm.K, ids[n]};
-    }
+    for (int k = 0; k < kDeRows; ++k) mr[k] = mix_row(acts, ids, n0 + min(k, live - 1), dm.K);
     float sums[2 * kDeRows] = {};  // row k's e . dn at 2k, ||e||^2 at 2k + 1
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
       float gj[kDeRows], ej[kDeRows];  // every row's loads issued before any store
 #pragma unroll
       for (int k = 0; k < kDeRows; ++k)
-        gj[k] = to_f32(dh[(n0 + min(k, live - 1)) * d + j]), ej[k] = mixed(E, mr[k], dm, j);
+        gj[k] = to_f32(dh[(n0 + min(k, live - 1)) * d + j]), ej[k] = mix_element(E, mr[k], dm, j);
       const float sj = to_f32(s[j]);
 #pragma unroll
       for (int k = 0; k < kDeRows; ++k) {
@@ -231,7 +230,7 @@ __global__ void __launch_bounds__(kThreads)
       float* dn = de + n * d;
       const float inv = acts.inv_norm[n], r = sqrtf(sums[2 * k + 1]);
       const float cf = r > 0.0f ? sums[2 * k] * inv * inv / r : 0.0f;
-      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) dn[j] = dn[j] * inv - mixed(E, mr[k], dm, j) * cf;
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) dn[j] = dn[j] * inv - mix_element(E, mr[k], dm, j) * cf;
     }
     for (int64_t k0 = 0; k0 < dm.K; k0 += kDwTables) dw_sums(dw, red, de, E, mr, live, n0, k0, dm);
     __syncthreads();  // thread 0's dw to the row threads
