@@ -50,6 +50,10 @@ void setup(CLI::App* sub) {
                   "where the model trains: cpu (default) or cuda (an NVIDIA GPU); loopback (tests): the GPU "
                   "trainer's path with the CPU engine as its device")
       ->check(CLI::IsMember({"cpu", "cuda", "loopback"}));
+  sub->footer(
+      "Environment (--device cuda): JTOK_PROFILE=1 adds each phase's milliseconds a step (events between "
+      "phases); JTOK_KERNEL_TRACE=FILE writes the timed steps' kernels, copies and memsets as CSV (CUPTI: "
+      "bench/gpu_kernels_report.py reads it).");
   sub->callback(run);
 }
 

@@ -5,8 +5,8 @@
 // with --tables disk --table-store DIR in a store written there from the same values), or a
 // checkpoint (--tables ram | mmap | disk as `jtok generate`). One human line a run on stderr, one JSON
 // line a run on stdout. bench/gpu_decode_peer.sh runs it.
-// --cuda-graphs off times the GPU decoder's eager steps; JTOK_PROFILE=1 adds each step's breakdown
-// (infer/bench_decode.h).
+// --cuda-graphs off times the GPU decoder's eager steps; JTOK_PROFILE=1 adds each step's breakdown,
+// JTOK_KERNEL_TRACE=FILE a traced run of each shape (infer/bench_decode.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "cuda/kernel_trace_file.h"
 #include "infer/bench_decode.h"
 #include "infer/generate.h"
 #include "infer/random_table_store.h"
@@ -147,7 +148,11 @@ void run() {
   }
   describe_model(model, dt, about);
   b.model = about;
-  for (const nlohmann::json& j : jtok::bench_decode(model, b)) std::printf("%s\n", j.dump().c_str());
+  b.kernel_trace = jtok::cuda::kernel_trace_path_from_env();
+  jtok::bench_decode(model, b, [](const nlohmann::json& j) {
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  });
 }
 
 void setup(CLI::App* sub) {
@@ -186,6 +191,11 @@ void setup(CLI::App* sub) {
   sub->add_option("--warmup", b.warmup, "untimed runs of every shape first (default 1)");
   sub->add_option("--repeat", b.repeat, "timed runs of each shape; medians reported (default 3)");
   sub->add_option("--data", b.data, "token shards the prompts come from (default data/train)");
+  sub->footer(
+      "Environment (--device cuda): JTOK_PROFILE=1 adds each decode step's breakdown (eager steps, events between "
+      "phases); JTOK_KERNEL_TRACE=FILE runs each shape once more after its timed runs with the device's kernels, "
+      "copies and memsets recorded, as CSV in FILE's stem + -ROWS-bM.csv or -ROWS-prefill.csv (CUPTI: "
+      "bench/gpu_kernels_report.py reads them).");
   sub->callback(run);
 }
 

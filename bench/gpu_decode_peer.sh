@@ -26,7 +26,7 @@
 #   bash bench/gpu_decode_peer.sh --data DIR [--jtok BIN] [--out DIR] [--config FILE] [--device cuda|cpu]
 #        [--tiny] [--batch 1,16] [--prompt-len P] [--new-tokens N] [--long-prompt L] [--repeat R]
 #        [--peer-repeat R] [--runs "dense int8 pdl tc jtokm peer"] [--beyond-n-e E] [--store-dir DIR] [--store-cache-mb MB]
-#        [--timeout S] [--budget S] [--dry-run]
+#        [--kernel-trace] [--timeout S] [--budget S] [--dry-run]
 # --data: token shards for the prompts (scripts/gpu_prepare.sh carries some); --out: logs, one
 # JSON file a run (default bench-out/gpu_decode_peer); --budget S (default 380): no run starts after
 # S seconds of the script and a run's limit (--timeout, default 200) is cut to what is left; a run
@@ -44,11 +44,15 @@
 # (HF's steps take 20-65 ms): ~3-4.5 min in all; beyond (87.1 GB hashed, registered; hbm not run on
 # 80 GB) ~2-4 min with dense; disk with dense ~1.5-3 min (43.6 GB of rows hashed while written at the
 # disk's speed). The tables' values are bench-decode's hash (--table-values: no timing depends on them).
+# --kernel-trace (cuda): dense and JTok-M each run every shape once more after its timed runs with
+# the device's work recorded (JTOK_KERNEL_TRACE, infer/bench_decode.h: the timings carry none of it)
+# into kernels/, and kernels.md says where a decode step's (each batch) and the prefill's time goes,
+# kind of op and kernel, dense beside JTok-M's table rows (bench/gpu_kernels_report.py).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 DATA=""; JTOK=""; OUT=bench-out/gpu_decode_peer; CONFIG=configs/qwen3_0.6b.json; DEVICE=cuda; TINY=0
 BATCH=""; P=""; N=""; L=""; REPEAT=""; PEER_REPEAT=""; RUNS="dense int8 pdl tc jtokm peer"; BEYOND_NE=10; LIMIT=200; BUDGET=380; DRY=0
-STORE_DIR=${TMPDIR:-/tmp}/jtok-decode-store.$$; STORE_CACHE_MB=4096
+STORE_DIR=${TMPDIR:-/tmp}/jtok-decode-store.$$; STORE_CACHE_MB=4096; KTRACE=0
 PY=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -70,8 +74,9 @@ while [ $# -gt 0 ]; do
     --store-cache-mb) STORE_CACHE_MB=$2; shift 2 ;;
     --timeout) LIMIT=$2; shift 2 ;;
     --budget) BUDGET=$2; shift 2 ;;
+    --kernel-trace) KTRACE=1; shift ;;
     --dry-run) DRY=1; shift ;;
-    *) echo "usage: $0 --data DIR [--jtok BIN] [--out DIR] [--config F] [--device cuda|cpu] [--tiny] [--batch B] [--prompt-len P] [--new-tokens N] [--long-prompt L] [--repeat R] [--peer-repeat R] [--runs R] [--beyond-n-e E] [--store-dir DIR] [--store-cache-mb MB] [--timeout S] [--budget S] [--dry-run]" >&2; exit 2 ;;
+    *) echo "usage: $0 --data DIR [--jtok BIN] [--out DIR] [--config F] [--device cuda|cpu] [--tiny] [--batch B] [--prompt-len P] [--new-tokens N] [--long-prompt L] [--repeat R] [--peer-repeat R] [--runs R] [--beyond-n-e E] [--store-dir DIR] [--store-cache-mb MB] [--kernel-trace] [--timeout S] [--budget S] [--dry-run]" >&2; exit 2 ;;
   esac
 done
 [ -n "$DATA" ] || { echo "gpu_decode_peer.sh: --data DIR is required (token shards; scripts/gpu_prepare.sh packs some)" >&2; exit 2; }
@@ -87,7 +92,8 @@ else
   SHAPE=()
 fi
 mkdir -p "$OUT"
-rm -f "$OUT"/*.json "$OUT"/*.log "$OUT"/*.skipped "$OUT/table.md"
+rm -f "$OUT"/*.json "$OUT"/*.log "$OUT"/*.skipped "$OUT/table.md" "$OUT/kernels.md"
+rm -rf "$OUT/kernels"
 START=$SECONDS
 # What fits: JTok-M's tables (every layer, n_e tables, the padded vocabulary) against the RAM
 # available and the GPU's memory, for n_e 5 (jtokm) and --beyond-n-e (beyond). Prints the plan and
@@ -174,9 +180,13 @@ run() {  # run NAME CMD...: stdout -> OUT/NAME.json, stderr -> OUT/NAME.log, kil
 }
 
 LENGTHS=(--batch "$BATCH" --prompt-len "$P" --new-tokens "$N" --long-prompt "$L" --data "$DATA")
+traced() {  # traced NAME: the words that trace run NAME's shapes into kernels/ (--kernel-trace on cuda)
+  TRACED=()
+  if [ "$KTRACE" = 1 ] && [ "$DEVICE" = cuda ]; then mkdir -p "$OUT/kernels"; TRACED=(env "JTOK_KERNEL_TRACE=$OUT/kernels/$1.csv"); fi
+}
 OURS=("$JTOK" bench-decode --config "$CONFIG" "${SHAPE[@]}" --device "$DEVICE" "${LENGTHS[@]}" --repeat "$REPEAT")
 status=0
-if wanted dense; then run ours_dense "${OURS[@]}" || status=1; fi
+if wanted dense; then traced ours_dense; run ours_dense "${TRACED[@]}" "${OURS[@]}" || status=1; fi
 if wanted int8; then run ours_int8 "${OURS[@]}" --weight-dtype int8 || status=1; fi
 if wanted pdl; then  # the GPU's CUDA graphs only
   if [ "$DEVICE" = cuda ]; then run ours_pdl "${OURS[@]}" --pdl on || status=1
@@ -198,7 +208,8 @@ jtokm_run() {  # jtokm_run NAME PREFIX N_E: JTok-M (K 2, every layer) with its p
   fi
   dtype=${prefix}_DTYPE; dtype=${!dtype}
   if [ "$DEVICE" = cuda ]; then local r=${prefix}_ROWS; rows=(--table-rows "${!r}"); fi
-  run "$name" "${OURS[@]}" --set jtokm=true --set jtokm_n_e="$ne" --set jtokm_top_k=2 --table-dtype "$dtype" "${rows[@]}"
+  TRACED=(); [ "$name" = ours_jtokm ] && traced "$name"
+  run "$name" "${TRACED[@]}" "${OURS[@]}" --set jtokm=true --set jtokm_n_e="$ne" --set jtokm_top_k=2 --table-dtype "$dtype" "${rows[@]}"
 }
 if wanted jtokm; then jtokm_run ours_jtokm JTOKM 5 || status=1; fi
 if wanted beyond; then jtokm_run ours_beyond BEYOND "$BEYOND_NE" || status=1; fi
@@ -223,4 +234,19 @@ fi
 [ "$DRY" = 1 ] && exit 0
 "$PY" bench/gpu_decode_peer_table.py "$OUT" | tee "$OUT/table.md"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
+kernels_report() {  # kernels.md: a decode step of each batch, then the prefill, every traced run a column
+  local b files
+  for b in ${BATCH//,/ } prefill; do
+    [ "$b" = prefill ] && files=("$OUT"/kernels/*-prefill.csv) || files=("$OUT"/kernels/*-b"$b".csv)
+    [ -e "${files[0]}" ] || continue
+    [ "$b" = prefill ] && echo "# The ${L}-token prefill (ms a prefill)" || echo "# A decode step of batch $b"
+    echo
+    "$PY" bench/gpu_kernels_report.py "${files[@]}" || return 1
+    echo
+  done
+}
+if [ -d "$OUT/kernels" ]; then
+  kernels_report > "$OUT/kernels.md" || status=1
+  echo "kernel traces: $(find "$OUT/kernels" -name '*.csv' | wc -l) in $OUT/kernels, report $OUT/kernels.md"
+fi
 exit $status

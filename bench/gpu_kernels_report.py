@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Where a training step's GPU time goes, ours beside the PyTorch peer's: kernel traces (CSV, as
-`JTOK_KERNEL_TRACE=FILE jtok bench-train --device cuda` and `train_bench.py --kernel-trace FILE`
-write them: src/cuda/kernel_trace.h) summed per timed step by kind of op and by kernel.
+"""Where a training step's GPU time goes, ours beside the PyTorch peer's, or a decode step's / a
+prefill's: kernel traces (CSV, as `JTOK_KERNEL_TRACE=FILE jtok bench-train --device cuda`,
+`train_bench.py --kernel-trace FILE` and `JTOK_KERNEL_TRACE=FILE jtok bench-decode --device cuda`
+write them: src/cuda/kernel_trace.h) summed per step (the file's "steps N") by kind of op and by kernel.
 
     python3 bench/gpu_kernels_report.py DIR [TITLE]   # every DIR/*.csv, a column each (file name)
     python3 bench/gpu_kernels_report.py A.csv B.csv   # these
@@ -21,8 +22,8 @@ KINDS = [
     ("copies", lambda k, n: k.startswith("memcpy")),
     ("memsets", lambda k, n: k == "memset"),
     ("gemm", re.compile(r"gemm|xmma|nvjet|cutlass|cublas|grouped_|row_invariant", re.I)),
-    ("attention", re.compile(r"attn|attention|flash|fmha|sdpa|cudnn|dkdv", re.I)),
-    ("lm head + loss", re.compile(r"cross_entropy|softmax|nll_loss|logsumexp", re.I)),
+    ("attention", re.compile(r"attn|attention|flash|fmha|sdpa|cudnn|dkdv|paged", re.I)),
+    ("lm head + loss", re.compile(r"cross_entropy|softmax|nll_loss|logsumexp|logit_digest", re.I)),
     ("optimizer", re.compile(r"adam|multi_tensor|grad_norm|clip|foreach", re.I)),
     ("token tables", re.compile(r"jtok|table|dedup|hot_|host_rows|step_rows|cub::|radix|DeviceSelect|DeviceScan|"
                                 r"RunLength", re.I)),

@@ -32,7 +32,9 @@
 #              tensor-core products) and JTok-M (n_e 5, K 2, every layer; tables hbm / in place from
 #              RAM / staged), and the HF transformers
 #              peer, batch 1 and 16, prompt 512, 128 steps, a 4,096-token prefill (decode/: one JSON
-#              file a run, plan.txt, table.md; box 420 s, the script's --budget 390)
+#              file a run, plan.txt, table.md; box 420 s, the script's --budget 390); dense and JTok-M
+#              each run every shape once more traced kernel by kernel (--kernel-trace, CUPTI: decode/
+#              kernels.md, where a decode step's and the prefill's device time goes)
 #   beyond     (not default: its own device run, `--steps beyond`; issue 40) bench/gpu_decode_peer.sh
 #              --runs "dense beyond": JTok-M with n_e 10 on every layer of the Qwen3-0.6B shape (87.1 GB
 #              of bf16 tables, past an H100's memory) read from the host's RAM in place and staged
@@ -170,7 +172,7 @@ run_step() {  # run_step NAME BOX: the step's command in a box of BOX s (the ben
       step rows "$box" sh -c 'LD_LIBRARY_PATH="$1" "$2" --shard "$3" > "$4"; rc=$?; cat "$4"; exit $rc' sh \
         "$LIBS" "$U/bundle/bin/bench_cuda_host_rows" "$shard" "$OUT/host_rows.json" ;;
     decode) step decode "$box" bash bench/gpu_decode_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/decode" \
-              --budget $((box - 30)) --timeout 220 ;;
+              --kernel-trace --budget $((box - 30)) --timeout 220 ;;
     beyond) step beyond "$box" bash bench/gpu_decode_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/beyond" \
               --runs "dense beyond" --budget $((box - 30)) --timeout 330 ;;
     store) step store "$box" bash bench/gpu_decode_peer.sh --data "$DIR/shards" --jtok "$U/jtok" --out "$OUT/store" \

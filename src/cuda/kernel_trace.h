@@ -1,7 +1,8 @@
-// The GPU's own work, kernel by kernel: `JTOK_KERNEL_TRACE=FILE jtok bench-train --device cuda ...`
-// records every kernel, copy and memset the device ran during the timed steps, with the device's
-// timestamps, from CUPTI's activity records (libcupti loaded with dlopen, as cuBLASLt: no link, no
-// cost to a process that does not trace), and writes them as CSV (trace_csv), one row each.
+// The GPU's own work, kernel by kernel: `JTOK_KERNEL_TRACE=FILE jtok bench-train|bench-decode
+// --device cuda` (kernel_trace_file.h) records every kernel, copy and memset the device runs between
+// a start and a stop, with the device's timestamps, from CUPTI's activity records (libcupti loaded
+// with dlopen, as cuBLASLt: no link, no cost to a process that does not trace), and writes them as
+// CSV (trace_csv), one row each.
 // bench/gpu_kernels_report.py sums them by kernel and kind of op beside the PyTorch peer's trace
 // (tests/reference/train_bench.py --kernel-trace). Host code; includable from g++. A build without
 // CUDA has these too: start says why it cannot trace, parse refuses.

@@ -14,6 +14,8 @@
 #include "core/parallel.h"
 #include "cuda/decoder_sizes.h"
 #include "cuda/device.h"
+#include "cuda/kernel_trace.h"
+#include "cuda/kernel_trace_file.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "infer/decoder.h"
@@ -99,12 +101,19 @@ struct RunTimes {
   double prefill_s = 0, decode_s = 0, sample_s = 0;
   int64_t rows = 0;                // token-table rows the decode steps read
   std::vector<int32_t> generated;  // (M, N + 1): the prefill's token, then each step's
+  cuda::KernelTraceFile trace;     // the run's decode steps or prefill, where a trace was asked for
+};
+
+// Where a run's kernel trace goes ("": none) and whether its decoder is a GPU's.
+struct TraceAsk {
+  std::string path;
+  bool cuda = false;
 };
 
 // M sequences of prompts (M, P) prefilled one after another, then N decode steps of all M (each
 // step's breakdown added to `means` where the decoder profiles).
 RunTimes decode_run(Decoder& dec, const int32_t* prompts, int64_t M, int64_t P, int64_t N, int64_t V,
-                    StepMeans* means = nullptr) {
+                    StepMeans* means = nullptr, const TraceAsk& trace = {}) {
   RunTimes t;
   std::vector<int64_t> seqs(static_cast<size_t>(M));
   std::vector<int32_t> tok(static_cast<size_t>(M));
@@ -119,6 +128,7 @@ RunTimes decode_run(Decoder& dec, const int32_t* prompts, int64_t M, int64_t P, 
   }
   t.prefill_s = seconds_since(t0);
   for (int64_t i = 0; i < M; ++i) t.generated[i * (N + 1)] = tok[i];
+  t.trace = cuda::begin_kernel_trace(trace.path, trace.cuda, "bench-decode");
   t0 = Clock::now();
   const double picked0 = dec.pick_seconds();
   for (int64_t s = 1; s <= N; ++s) {
@@ -127,20 +137,26 @@ RunTimes decode_run(Decoder& dec, const int32_t* prompts, int64_t M, int64_t P, 
     for (int64_t i = 0; i < M; ++i) t.generated[i * (N + 1) + s] = tok[i] = picks[static_cast<size_t>(i)].token;
   }
   t.decode_s = seconds_since(t0);
+  cuda::end_kernel_trace(t.trace, "bench-decode", "jtok bench-decode --device cuda: decode batch " + std::to_string(M),
+                         N);
   t.sample_s = dec.pick_seconds() - picked0;
   for (int64_t i = 0; i < M; ++i) dec.close(seqs[i]);
   return t;
 }
 
 // One sequence of L tokens prefilled in pieces of at most `piece`; generated: the argmax after it.
-RunTimes prefill_run(Decoder& dec, const std::vector<int32_t>& prompt, int64_t piece, int64_t V) {
+RunTimes prefill_run(Decoder& dec, const std::vector<int32_t>& prompt, int64_t piece, int64_t V,
+                     const TraceAsk& trace = {}) {
   RunTimes t;
   const int64_t L = static_cast<int64_t>(prompt.size());
   const int64_t seq = dec.open(L);
   std::vector<float> last;
+  t.trace = cuda::begin_kernel_trace(trace.path, trace.cuda, "bench-decode");
   const auto t0 = Clock::now();
   for (int64_t at = 0; at < L; at += piece) last = dec.prefill(seq, prompt.data() + at, std::min(piece, L - at));
   t.prefill_s = seconds_since(t0);
+  cuda::end_kernel_trace(t.trace, "bench-decode", "jtok bench-decode --device cuda: prefill of " + std::to_string(L),
+                         1);
   t.generated.resize(1);
   greedy_tokens(last.data(), 1, V, t.generated.data());
   dec.close(seq);
@@ -183,6 +199,29 @@ nlohmann::json line_base(const BenchDecodeOptions& opt, const std::string& mode,
           {"warmup", opt.warmup},
           {"repeat", opt.repeat},
           {"step_weight_bytes", weight_bytes}};
+}
+
+// One more run of a line's shape with the device's work traced (JTOK_KERNEL_TRACE, bench_decode.h),
+// after its timed runs; what the line says of it: the file and its records, whether its tokens are
+// the timed runs', or why no trace ran (off a GPU, without the run; a failure in it, the line kept).
+template <typename Run>
+nlohmann::json traced_run(const BenchDecodeOptions& opt, const nlohmann::json& j, const std::string& run, Run&& go) {
+  std::string stem = opt.kernel_trace;
+  if (stem.ends_with(".csv")) stem.resize(stem.size() - 4);
+  const TraceAsk ask{stem + "-" + j["table_rows"].get<std::string>() + "-" + run + ".csv", opt.device == "cuda"};
+  if (!ask.cuda) return cuda::kernel_trace_json(cuda::begin_kernel_trace(ask.path, false, "bench-decode"));
+  RunTimes t;
+  try {
+    t = go(ask);
+  } catch (const Error& e) {  // the timed line stands without its trace
+    cuda::kernel_trace_stop();
+    std::fprintf(stderr, "bench-decode: no kernel trace in %s: %s\n", ask.path.c_str(), e.what());
+    return {{"file", ask.path}, {"error", e.what()}};
+  }
+  nlohmann::json out = cuda::kernel_trace_json(t.trace);
+  if (!t.trace.error.empty()) return out;
+  out["same_tokens"] = hex64(fnv1a64(t.generated.data(), t.generated.size() * sizeof(int32_t))) == j["tokens_fnv1a"];
+  return out;
 }
 
 // The medians of `repeat` decode runs of batch M as a line.
@@ -228,6 +267,10 @@ nlohmann::json decode_line(Decoder& dec, const BenchDecodeOptions& opt, nlohmann
     std::fprintf(stderr, "bench-decode %s batch %" PRId64 " %s\n", j["table_rows"].get<std::string>().c_str(), M,
                  means.line().c_str());
   }
+  if (!opt.kernel_trace.empty())
+    j["kernel_trace"] = traced_run(opt, j, "b" + std::to_string(M), [&](const TraceAsk& ask) {
+      return decode_run(dec, prompts.data(), M, P, N, V, nullptr, ask);
+    });
   return j;
 }
 
@@ -246,6 +289,9 @@ nlohmann::json prefill_line(Decoder& dec, const BenchDecodeOptions& opt, nlohman
   add_peak_memory(j, opt.device);
   std::fprintf(stderr, "bench-decode %s %s prefill of %zu tokens: %.1f tok/s (%.2f ms)\n", opt.device.c_str(),
                j["table_rows"].get<std::string>().c_str(), prompt.size(), median(pre), j["prefill_ms"].get<double>());
+  if (!opt.kernel_trace.empty())
+    j["kernel_trace"] = traced_run(
+        opt, j, "prefill", [&](const TraceAsk& ask) { return prefill_run(dec, prompt, opt.max_prefill, V, ask); });
   return j;
 }
 
@@ -293,7 +339,8 @@ void greedy_tokens(const float* logits, int64_t M, int64_t V, int32_t* out) {
   }
 }
 
-std::vector<nlohmann::json> bench_decode(const Model& m, const BenchDecodeOptions& opt) {
+std::vector<nlohmann::json> bench_decode(const Model& m, const BenchDecodeOptions& opt,
+                                         const std::function<void(const nlohmann::json&)>& on_line) {
   const int64_t V = m.cfg.vocab_size, P = opt.prompt_len, N = opt.new_tokens, L = opt.long_prompt;
   if (opt.batches.empty() || opt.repeat < 1 || P < 1 || N < 1 || L < 0 || opt.warmup < 0 || opt.max_prefill < 1)
     fail("bench-decode: batches, --repeat, --prompt-len, --new-tokens and --max-prefill must be positive, "
@@ -323,8 +370,12 @@ std::vector<nlohmann::json> bench_decode(const Model& m, const BenchDecodeOption
       for (int64_t M : opt.batches) decode_run(*dec, prompts.data(), M, P, N, V);
       if (L > 0) prefill_run(*dec, long_prompt, opt.max_prefill, V);
     }
-    for (int64_t M : opt.batches) lines.push_back(decode_line(*dec, opt, base, prompts, M, V));
-    if (L > 0) lines.push_back(prefill_line(*dec, opt, base, long_prompt, V));
+    const auto add = [&](nlohmann::json j) {
+      if (on_line) on_line(j);
+      lines.push_back(std::move(j));
+    };
+    for (int64_t M : opt.batches) add(decode_line(*dec, opt, base, prompts, M, V));
+    if (L > 0) add(prefill_line(*dec, opt, base, long_prompt, V));
   }
   return lines;
 }

@@ -18,9 +18,14 @@
 // the line, the mean over the timed steps of cuda::StepBreakdown's fields in ms (embed, attention,
 // rows_wait, mlp, head, digest, logits_copy (the digests' copy), step; the rows' side stream: rows_dedup, rows_gather; host:
 // rows_issue, host), and one more human line: rows_wait against rows_dedup + rows_gather is the
-// row fetch's overlap with the layers.
+// row fetch's overlap with the layers. kernel_trace (JTOK_KERNEL_TRACE=FILE, a GPU decoder): after a
+// line's timed runs, one more run whose decode steps (or long prefill) the device records kernel by
+// kernel (cuda/kernel_trace_file.h), so the timings carry none of the tracing's cost, written to
+// FILE's stem + "-<table_rows>-b<M>.csv" (decode, divided by its N steps) or "-<table_rows>-prefill.csv"
+// (one prefill of L); the line's "kernel_trace" says the file and its records, or why none ran.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,6 +45,7 @@ struct BenchDecodeOptions {
   int64_t max_prefill = 4096;           // the longest prefill call (a long prompt goes in pieces)
   int64_t warmup = 1, repeat = 3;
   std::string data = "data/train";
+  std::string kernel_trace;             // FILE, or "" (above)
   nlohmann::json model;                 // what the caller says of the model: copied into every line
 };
 
@@ -60,7 +66,9 @@ void greedy_tokens(const float* logits, int64_t M, int64_t V, int32_t* out);
 int64_t step_weight_bytes(const Model& m, const std::string& device, const cuda::DecoderSettings& s);
 
 // Runs the benches; one JSON object per (mode, batch) run ("run": "decode") and per mode for the
-// long prompt ("run": "prefill"), each also printed as one human line on stderr as it finishes.
-std::vector<nlohmann::json> bench_decode(const Model& m, const BenchDecodeOptions& opt);
+// long prompt ("run": "prefill"), each also printed as one human line on stderr and given to
+// on_line (if set) as it finishes, so a later failure loses no line.
+std::vector<nlohmann::json> bench_decode(const Model& m, const BenchDecodeOptions& opt,
+                                         const std::function<void(const nlohmann::json&)>& on_line = {});
 
 }  // namespace jtok

@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "core/profile.h"
 #include "cuda/device.h"
-#include "cuda/kernel_trace.h"
+#include "cuda/kernel_trace_file.h"
 #include "cuda/training.h"
 #include "data/loader.h"
 #include "data/shard.h"
@@ -188,43 +188,11 @@ void add_step_breakdown(nlohmann::json& j, const Bench& b) {
                line.c_str(), wall - sum, wall);
 }
 
-// JTOK_KERNEL_TRACE=FILE on a GPU: the timed steps' kernels, copies and memsets (cuda/kernel_trace.h)
-// written to FILE as CSV; `info` goes on every report line (the file and its records, or why none).
-struct KernelTraceRun {
-  std::string path;
-  bool on = false;
-  nlohmann::json info;
-};
-
-KernelTraceRun start_kernel_trace(const BenchTrainOptions& args) {
-  KernelTraceRun t;
-  const char* path = std::getenv("JTOK_KERNEL_TRACE");
-  if (!path || !*path) return t;
-  t.path = path;
-  const std::string why = args.device == "cuda" ? cuda::kernel_trace_start() : "it traces a GPU: --device cuda only";
-  t.on = why.empty();
-  if (!t.on) {
-    t.info = {{"file", t.path}, {"error", why}};
-    std::fprintf(stderr, "bench-train: JTOK_KERNEL_TRACE=%s: no trace (%s)\n", path, why.c_str());
-  }
-  return t;
-}
-
-// After the timed steps: the trace stopped and written (temporary name, fsync, rename).
-void stop_kernel_trace(KernelTraceRun& t, const BenchTrainOptions& args,
-                       const std::vector<std::unique_ptr<Bench>>& benches) {
-  if (!t.on) return;
-  uint64_t dropped = 0;
-  const std::vector<cuda::TraceRecord> records = cuda::kernel_trace_stop(&dropped);
+// The traced steps' models, for the trace's first line.
+std::string trace_what(const std::vector<std::unique_ptr<Bench>>& benches) {
   std::string models;
   for (const auto& b : benches) models += (models.empty() ? "" : " ") + b->label;
-  write_file_atomic(t.path,
-                    cuda::trace_csv(records, "jtok bench-train --device cuda: steps " + std::to_string(args.steps) +
-                                                 ", models " + models + ", dropped " + std::to_string(dropped)));
-  t.info = {{"file", t.path}, {"records", records.size()}, {"dropped", dropped}, {"steps", args.steps}};
-  std::fprintf(stderr, "bench-train: kernel trace of %lld timed steps: %zu records (%llu dropped) -> %s\n",
-               static_cast<long long>(args.steps), records.size(), static_cast<unsigned long long>(dropped),
-               t.path.c_str());
+  return "jtok bench-train --device cuda: models " + models;
 }
 
 nlohmann::json report(const BenchTrainOptions& args, const Bench& b, const TokenStream& ts) {
@@ -331,16 +299,17 @@ std::vector<nlohmann::json> bench_train(const BenchTrainOptions& args) {
     if (args.device != "cuda" && b->cfg.train.precision == "bf16" && bf16_matmul_supported() && probe.bf16_gflops == 0)
       probe = apply_training_precision("bf16");
   TokenStream ts = make_stream(args, benches[0]->cfg);
-  KernelTraceRun trace;
+  cuda::KernelTraceFile trace;  // JTOK_KERNEL_TRACE=FILE: the timed steps' kernels, copies and memsets
   for (int64_t s = 0; s < args.warmup + args.steps; ++s) {
     if (s == args.warmup && profiling_enabled())  // JTOK_PROFILE=1: a GPU's timed steps by phase
       for (auto& b : benches)
         if (cuda::DeviceTrainer* dev = b->steps->device()) dev->set_profiling(true);
-    if (s == args.warmup) trace = start_kernel_trace(args);
+    if (s == args.warmup)
+      trace = cuda::begin_kernel_trace(cuda::kernel_trace_path_from_env(), args.device == "cuda", "bench-train");
     const StepTokens tokens = ts.next(s >= args.warmup);  // the same batches for every model
     for (auto& b : benches) train_step(*b, tokens, s >= args.warmup);
   }
-  stop_kernel_trace(trace, args, benches);
+  cuda::end_kernel_trace(trace, "bench-train", trace_what(benches), args.steps);
   for (auto& b : benches) sync_owed_rows(*b);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);  // peak RSS of the process: meaningful only without variants
@@ -359,7 +328,7 @@ std::vector<nlohmann::json> bench_train(const BenchTrainOptions& args) {
       j["fp32_matmul_gflops"] = probe.fp32_gflops;
     }
     if (i > 0) add_costs(j, *benches[0], *benches[i]);
-    if (!trace.info.is_null()) j["kernel_trace"] = trace.info;
+    if (!trace.path.empty()) j["kernel_trace"] = cuda::kernel_trace_json(trace);
     lines.push_back(std::move(j));
   }
   return lines;

@@ -17,8 +17,9 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
-#include <cstdio>
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -464,6 +465,17 @@ WorkCounts& work_counts() {
   return w;
 }
 
+GridHook& grid_hook() {
+  static GridHook hook = nullptr;
+  return hook;
+}
+
+static uint64_t steady_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
 void run_grid(const char* kernel, const void* fn, const Config& c, const std::function<void()>& body) {
   const cudaError_t e = check_config(fn, c);
   if (e != cudaSuccess) {
@@ -471,6 +483,7 @@ void run_grid(const char* kernel, const void* fn, const Config& c, const std::fu
     return;
   }
   ++work_counts().kernels;
+  const uint64_t start = grid_hook() ? steady_ns() : 0;
   g.kernel = kernel;
   g.body = &body;
   g.shared.assign(c.shared, 0xff);
@@ -484,6 +497,7 @@ void run_grid(const char* kernel, const void* fn, const Config& c, const std::fu
         run_block(threads);
       }
   g.body = nullptr;
+  if (GridHook hook = grid_hook()) hook(kernel, c.stream, start, steady_ns());
 }
 
 }  // namespace emu

@@ -164,6 +164,10 @@ struct WorkCounts {
   uint64_t kernels = 0, products = 0;
 };
 WorkCounts& work_counts();
+// Where set, run_grid reports each grid it runs: the kernel's name, the stream it was launched on,
+// and the host's steady clock around the run (fake_kernel_trace.cpp: the emulated kernel trace).
+using GridHook = void (*)(const char* kernel, cudaStream_t s, uint64_t start_ns, uint64_t end_ns);
+GridHook& grid_hook();
 
 template <typename G, typename B>
 Config config(G grid, B block, size_t shared = 0, cudaStream_t s = nullptr) {
