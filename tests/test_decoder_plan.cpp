@@ -75,12 +75,12 @@ TEST(DecoderPlan, TinyByHand) {
   // bf16: h a x (R,d), q att (R,qd), k v (R,kvd), q | k | v (R,qd+2kvd), gate | up (R,2F) act (R,F),
   // mlp_out nrows (R,d);
   // fp32: rstd, inv_norm (R), lse (H x max_prefill), m_logits m_sig (R,3), m_w (R,2), m_inv_norm (R);
-  // int32: m_sel (R,2), m_load (3), step (3R), identity (R), counters (R,H); double: m_prob_sum (3), m_aux (1).
+  // int32: m_sel (R,2), step (3R), identity (R), counters (R,H).
   const int64_t R = 8, e = 3 * R * 64 + 2 * R * 64 + 2 * R * 32 + R * 128 + 3 * R * 128 + 2 * R * 64;
   const int64_t f32 = R + R + 4 * 8 + 2 * R * 3 + R * 2 + R;
-  const int64_t i32 = R * 2 + 3 + 3 * R + R + R * 4;  // + paged attention's counters (R,H)
-  EXPECT_EQ(p.activations, 2 * e + 4 * (f32 + i32) + 8 * 4);
-  EXPECT_EQ(p.activations, 17228);                                      // 19,276 while e (R,d) fp32 was kept
+  const int64_t i32 = R * 2 + 3 * R + R + R * 4;  // + paged attention's counters (R,H)
+  EXPECT_EQ(p.activations, 2 * e + 4 * (f32 + i32));
+  EXPECT_EQ(p.activations, 17184);
   EXPECT_EQ(p.attention_scratch, 4 * R * 4 * (1024 / 256) * (16 + 2));  // (R, H, chunks, hd + 2) fp32
   // (head_rows, Vp) fp32, lnf bf16; max_batch digests and their inputs (cuda/logit_digest.h).
   EXPECT_EQ(sizeof(LogitDigest) + sizeof(DigestRow), 552u + 16u);
@@ -144,8 +144,8 @@ TEST(DecoderPlan, Qwen3At4096ByHand) {
   // h a x, q att, k v, the fused q | k | v rows, gate | up and act
   const int64_t e = 3 * R * d + 2 * R * 2048 + 2 * R * 1024 + R * (2048 + 2 * 1024) + 3 * R * 3072;
   const int64_t f32 = R + 16 * 4096 + 2 * R * 5 + R * 2 + R;
-  const int64_t i32 = R * 2 + 5 + 3 * R + R + R * 16;  // + paged attention's counters (R,H)
-  EXPECT_EQ(p.activations, 2 * e + 4 * (f32 + i32) + 8 * 6);
+  const int64_t i32 = R * 2 + 3 * R + R + R * 16;  // + paged attention's counters (R,H)
+  EXPECT_EQ(p.activations, 2 * e + 4 * (f32 + i32));
   // 16 chunks of 256 positions, 130 floats a head: 33,280 a row, so 256 MiB holds 2,016 of the 4,096 rows
   EXPECT_EQ(p.attention_scratch, int64_t{4} * 2016 * 16 * 16 * 130);
   EXPECT_EQ(p.attention_scratch, 268369920);

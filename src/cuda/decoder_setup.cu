@@ -203,7 +203,6 @@ void size_step_buffers(DecoderState<E>& st, const DecoderLayerKinds& kinds) {
   A.attn_counters.zero(st.s());  // paged_attention leaves them zero after every call
   A.m_logits.resize(z.m_logits), A.m_sig.resize(z.m_sig), A.m_w.resize(z.m_w), A.m_sel.resize(z.m_sel);
   A.m_inv_norm.resize(z.m_inv_norm);
-  A.m_load.resize(z.m_load), A.m_prob_sum.resize(z.m_prob_sum), A.m_aux.resize(z.m_aux);
   if (kinds.moe) {  // the forward's arrays only: the block's scratch past logits and group is the backward's
     const MoeDims m = moe_dims(c);
     size_moe_acts(A.moe, m, z.R);

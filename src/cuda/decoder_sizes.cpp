@@ -85,7 +85,6 @@ void layer_sizes(DecoderActSizes& z, const ModelConfig& c, const DecoderSettings
   const int64_t ne = k.jtokm_layers > 0 ? c.jtokm_n_e : 0, K = k.jtokm_layers > 0 ? c.jtokm_top_k : 0;
   z.m_logits = z.m_sig = R * ne, z.m_w = z.m_sel = R * K;
   z.m_inv_norm = ne ? R : 0;
-  z.m_load = z.m_prob_sum = ne, z.m_aux = ne ? 1 : 0;
   if (k.moe) {
     const MoeDims m = moe_dims(c);
     z.moe = moe_act_sizes(m, R);
@@ -122,8 +121,8 @@ int64_t activation_bytes(const DecoderActSizes& z, int64_t eb, const DecoderCubB
   const int64_t e = z.h + z.a + z.x + z.q + z.att + z.k + z.v + z.qkv + z.gate_up + z.act + z.mlp_out +
                     z.nrows;
   const int64_t f32 = z.rstd + z.inv_norm + z.lse + z.m_logits + z.m_sig + z.m_w + z.m_inv_norm + z.moe_logits;
-  const int64_t i32 = z.m_sel + z.m_load + z.step + z.identity + z.attn_counters;
-  return eb * e + 4 * (f32 + i32) + 8 * (z.m_prob_sum + z.m_aux) + z.moe.bytes(eb) + (z.moe_logits ? cub.moe_group : 0);
+  const int64_t i32 = z.m_sel + z.step + z.identity + z.attn_counters;
+  return eb * e + 4 * (f32 + i32) + z.moe.bytes(eb) + (z.moe_logits ? cub.moe_group : 0);
 }
 
 int64_t param_count(const ModelConfig& c) {

@@ -98,8 +98,7 @@ struct DecoderActSizes {
   int64_t gate_up = 0, act = 0, mlp_out = 0, nrows = 0, lnf = 0;                 // E
   int64_t rstd = 0, inv_norm = 0, lse = 0, attn_scratch = 0;                      // fp32
   int64_t m_logits = 0, m_sig = 0, m_w = 0, m_inv_norm = 0, logits = 0;           // fp32
-  int64_t m_sel = 0, m_load = 0, step = 0, identity = 0, attn_counters = 0;  // int32
-  int64_t m_prob_sum = 0, m_aux = 0;                      // double
+  int64_t m_sel = 0, step = 0, identity = 0, attn_counters = 0;                   // int32
   MoeActSizes moe;            // MoE layers' forward arrays (none without MoE)
   int64_t moe_logits = 0;     // fp32 (R, E); the grouping scratch is cub's (DecoderCubBytes)
   // Host pinned: the step's ints (3 R), the logits' real columns (head_rows, V), JTok-M's choices.

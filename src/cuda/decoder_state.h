@@ -85,10 +85,10 @@ struct DecoderActs {
   DeviceArray<float> rstd, inv_norm;          // (R), (R)
   DeviceArray<float> lse, attn_scratch;       // a fresh prefill's (H, R); paged_attention's
   DeviceArray<int32_t> attn_counters;         // (R, H) paged_attention's, zero between its calls
-  // JTok-M (fp32): router logits and cuda/jtokm.h's JTokMDeviceActs arrays, shared by the layers.
+  // JTok-M (fp32): router logits and the arrays of cuda/jtokm.h's JTokMDeviceActs that jtokm_route and
+  // the mix use (not training's statistics), shared by the layers.
   DeviceArray<float> m_logits, m_sig, m_w, m_inv_norm;  // (R,n_e) (R,n_e) (R,K) (R)
-  DeviceArray<int32_t> m_sel, m_load;         // (R,K), (n_e)
-  DeviceArray<double> m_prob_sum, m_aux;      // (n_e), (1)
+  DeviceArray<int32_t> m_sel;                           // (R,K)
   DeviceMoeActs<E> moe;                       // MoE layers (shared: no backward)
   DeviceMoeScratch<E> moe_scratch;            // only logits and group sized (the forward's)
   DeviceArray<int32_t> step;                  // (3, max_rows): ids, row_seq, pos
@@ -105,9 +105,7 @@ struct DecoderActs {
   int32_t* ids() const { return step.get(); }
   int32_t* row_seq() const { return step.get() + max_rows; }
   int32_t* pos() const { return step.get() + 2 * max_rows; }
-  JTokMDeviceActs jtokm() const {
-    return {m_sig.get(), m_sel.get(), m_w.get(), m_inv_norm.get(), m_load.get(), m_prob_sum.get(), m_aux.get()};
-  }
+  JTokMDeviceActs jtokm() const { return {m_sig.get(), m_sel.get(), m_w.get(), m_inv_norm.get()}; }
 };
 
 // A decode step's launch shape (cuda/decode_buckets.h): R rows, paged attention for max_len

@@ -382,6 +382,10 @@ void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDi
   jtokm_route_kernel<<<ceil_div(dm.N, kThreads), kThreads, 0, stream>>>(
       acts.sig, acts.sel, acts.w, logits, dm.N, static_cast<int>(dm.n_e), static_cast<int>(dm.K));
   JTOK_CUDA_CHECK_LAUNCH();
+}
+
+void jtokm_route_stats(const JTokMDeviceActs& acts, const JTokMDims& dm, cudaStream_t stream) {
+  if (dm.N == 0) return;
   jtokm_route_stats_kernel<<<static_cast<int>(dm.n_e), kStatsThreads, 0, stream>>>(acts, dm.N, static_cast<int>(dm.n_e),
                                                                                    static_cast<int>(dm.K));
   JTOK_CUDA_CHECK_LAUNCH();

@@ -44,8 +44,10 @@ struct JTokMDeviceActs {
   double* weight_sum = nullptr;  // (n_e) sum of w over the positions that selected table i (telemetry; may be null)
 };
 
-// logits (N, n_e) -> acts.sig, sel, w, load, prob_sum, aux (and weight_sum where set).
+// logits (N, n_e) -> acts.sig, sel, w: what the mix reads (a decoder needs no more).
 void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDims& dm, cudaStream_t stream);
+// After jtokm_route, training's: acts.sig, sel, w -> load, prob_sum, aux (and weight_sum where set).
+void jtokm_route_stats(const JTokMDeviceActs& acts, const JTokMDims& dm, cudaStream_t stream);
 
 // ids (N), E (n_e, V, d) of T, s (d) of T -> acts.inv_norm; h_next (N, d) of T += c * inv * s * e.
 // One block a position: gather, mix, norm, then mix again (the rows from L1) and inject.

@@ -32,6 +32,7 @@ void jtokm_route_layer(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l) {
   linear_forward<E, float>(dm.mm, L.m_logits.get(), L.a.get(), dm.w.layers[l].jtokm_router, nullptr, N, dims.d,
                            dims.n_e, false, dm.stream);
   jtokm_route(L.jtokm(), L.m_logits.get(), dims, dm.stream);
+  jtokm_route_stats(L.jtokm(), dims, dm.stream);
   if (!a.row_sync) return;
   mark_phase(dm.profile, "attention", dm.stream);
   jtokm_chosen_tables(L.m_chosen.get(), L.jtokm(), a.row_batch(), dims, dm.stream);

@@ -125,6 +125,7 @@ struct JTokMRun {
                                            load.get(), prob_sum.get(), aux.get()};
     DeviceDedup dd(dids, N, V);
     jtok::cuda::jtokm_route(acts, dlog.get(), dm, nullptr);
+    jtok::cuda::jtokm_route_stats(acts, dm, nullptr);
     DeviceBuffer<uint32_t> chosen(N);
     jtok::cuda::jtokm_chosen_tables(chosen.get(), acts, dd.rb, dm, nullptr);
     jtok::cuda::jtokm_mix_inject(dhn.get(), acts, dids.get(), dE.get(), ds_.get(), dm, nullptr);
@@ -204,7 +205,9 @@ TEST(CudaOps, JtokmRouteStatsOverManyPositions) {
     DeviceBuffer<double> prob_sum(ne), aux(1), wsum(ne);
     const jtok::cuda::JTokMDeviceActs acts{sig.get(),  sel.get(),      w.get(),   nullptr,
                                            load.get(), prob_sum.get(), aux.get(), wsum.get()};
-    jtok::cuda::jtokm_route(acts, logits.get(), {N, d, V, ne, K, 0.25f, 1e-6f, true, 1e-2}, nullptr);
+    const jtok::cuda::JTokMDims dm{N, d, V, ne, K, 0.25f, 1e-6f, true, 1e-2};
+    jtok::cuda::jtokm_route(acts, logits.get(), dm, nullptr);
+    jtok::cuda::jtokm_route_stats(acts, dm, nullptr);
     const auto sl = download_exact(sel), ld = download_exact(load);
     const auto ps = download_exact(prob_sum), ws = download_exact(wsum);
     return Outputs{{"sel", std::vector<float>(sl.begin(), sl.end())},

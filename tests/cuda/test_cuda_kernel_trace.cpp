@@ -2,7 +2,8 @@
 // the grids it runs, tests/cuda/emu/fake_kernel_trace.cpp): the kernels launched between a start and
 // a stop are recorded with their names and ordered spans, nothing after the stop; and bench-decode's
 // traced run of each shape (infer/bench_decode.h) writes a file a line whose kernels are that run's,
-// with the timed runs' tokens. Runs only on a GPU host (in test_cuda_ops) and emulated.
+// with the timed runs' tokens (and no kernel of training's routing statistics). Runs only on a GPU
+// host (in test_cuda_ops) and emulated.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -106,5 +107,6 @@ TEST(CudaKernelTrace, BenchDecodeTracesOneMoreRunOfEachShape) {
     const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     EXPECT_NE(text.find("paged_qkv_kernel"), std::string::npos);  // the layers' and the tables' kernels
     EXPECT_NE(text.find("jtokm_mix_inject_kernel"), std::string::npos);
+    EXPECT_EQ(text.find("jtokm_route_stats"), std::string::npos) << "the decoder computes training's statistics";
   }
 }
