@@ -108,11 +108,10 @@ void attend_pages(DecoderState<E>& st, size_t l, const StepShape& sh) {
                               A.attn_counters.get(), st.s());
 }
 
-// JTok-M's routing of layer l on the attention input a (normed: made inside the router's product from
-// h, as q | k | v's): logits (R, n_e) fp32, top-K, weights. A decode keeps the choices (host_sel) for
-// the rows-read count.
+// JTok-M's router of layer l on the attention input a (normed: made inside the router's product from
+// h, as q | k | v's): logits (R, n_e) fp32, which the layer's injection routes from (jtokm_inject).
 template <typename E>
-void jtokm_route_layer(DecoderState<E>& st, size_t l, const StepShape& sh, bool normed) {
+void jtokm_router_logits(DecoderState<E>& st, size_t l, const StepShape& sh, bool normed) {
   DecoderActs<E>& A = st.acts;
   const DeviceLayerView<E>& W = st.w.layers[l];
   const JTokMDims dims = jtokm_dims(st.cfg, sh.R);
@@ -120,16 +119,11 @@ void jtokm_route_layer(DecoderState<E>& st, size_t l, const StepShape& sh, bool 
     row_invariant_linear<E, float>(A.m_logits.get(), A.h.get(), W.jtokm_router, nullptr, sh.R, dims.d, dims.n_e, false,
                                    st.s(), row_norm(st, W.ln1));
   else
-    linear_forward<E, float>(st.mm, A.m_logits.get(), A.a.get(), W.jtokm_router, nullptr, sh.R, dims.d, dims.n_e,
-                             false, st.s());
-  jtokm_route(A.jtokm(), A.m_logits.get(), dims, st.s());
-  if (!sh.count_rows) return;
-  int32_t* dst = A.host_sel.get() + st.sel_slot[l] * st.settings.max_batch * dims.K;
-  JTOK_CUDA_CHECK(cudaMemcpyAsync(dst, A.m_sel.get(), static_cast<size_t>(sh.R * dims.K) * sizeof(int32_t),
-                                  cudaMemcpyDeviceToHost, st.s()));
+    linear_forward<E, float>(st.mm, A.m_logits.get(), A.a.get(), W.jtokm_router, nullptr, sh.R, dims.d, dims.n_e, false,
+                             st.s());
 }
 
-// h -> h: the input norm, JTok-M's routing, q | k | v in one product, their per-head norm, RoPE at
+// h -> h: the input norm, JTok-M's router logits, q | k | v in one product, their per-head norm, RoPE at
 // the rows' positions and the pages in one kernel, attention, h += att Wo^T. A decode step norms
 // inside the q | k | v product (and JTok-M's router's) instead of in a kernel of its own.
 template <typename E>
@@ -142,7 +136,7 @@ void attention_half(DecoderState<E>& st, size_t l, const StepShape& sh) {
   cudaStream_t s = st.s();
   const bool normed = norm_in_product(st, R);
   if (!normed) rmsnorm_forward(A.a.get(), A.rstd.get(), A.h.get(), W.ln1, R, d, static_cast<float>(c.rms_norm_eps), s);
-  if (W.jtokm_router) jtokm_route_layer(st, l, sh, normed);  // route now, mix at the write-back
+  if (W.jtokm_router) jtokm_router_logits(st, l, sh, normed);  // logits now, routed and mixed at the write-back
   qkv_rows(st, l, R, normed);
   ready_qkv(st, l, R);  // the pages get every row's k, v first: a chunk's later rows read its earlier ones
   if (sh.fresh) attention_forward(A.att.get(), A.lse.get(), A.q.get(), A.k.get(), A.v.get(), 1, R, H, KV, hd, s);
@@ -205,13 +199,20 @@ void jtok_gate(DecoderState<E>& st, size_t l, int64_t k, int64_t R) {
                st.s());
 }
 
-// JTok-M's injection of layer l (its n_e tables' rows in consecutive slots of rows layer k).
+// JTok-M's injection of layer l (its n_e tables' rows in consecutive slots of rows layer k), each
+// position routed from the router's logits in the same kernel. A decode keeps the choices (host_sel)
+// for the rows-read count.
 template <typename E>
-void jtokm_inject(DecoderState<E>& st, size_t l, int64_t k, int64_t R) {
-  JTokMDims dims = jtokm_dims(st.cfg, R);
-  dims.V = st.acts.max_rows;  // a slot's rows: the step's unique ids
-  jtokm_mix_inject(st.acts.h.get(), st.acts.jtokm(), st.rows->batch().inverse, st.rows->rows(k, st.jtokm_first[l]),
-                   st.w.layers[l].jtokm_scale, dims, st.s());
+void jtokm_inject(DecoderState<E>& st, size_t l, int64_t k, const StepShape& sh) {
+  DecoderActs<E>& A = st.acts;
+  JTokMDims dims = jtokm_dims(st.cfg, sh.R);
+  dims.V = A.max_rows;  // a slot's rows: the step's unique ids
+  jtokm_mix_inject(A.h.get(), A.jtokm(), st.rows->batch().inverse, st.rows->rows(k, st.jtokm_first[l]),
+                   st.w.layers[l].jtokm_scale, dims, st.s(), A.m_logits.get());
+  if (!sh.count_rows) return;
+  int32_t* dst = A.host_sel.get() + st.sel_slot[l] * st.settings.max_batch * dims.K;
+  JTOK_CUDA_CHECK(cudaMemcpyAsync(dst, A.m_sel.get(), static_cast<size_t>(sh.R * dims.K) * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, st.s()));
 }
 
 // h -> h: the post-attention norm, the MLP / MoE update (JTok-gated where the scaler is not all 0),
@@ -237,7 +238,7 @@ void mlp_half(DecoderState<E>& st, size_t l, const StepShape& sh) {
   } else {
     mlp_update_rows(st, l, R, A.h.get(), true);
   }
-  if (W.jtokm_router) jtokm_inject(st, l, k, R);
+  if (W.jtokm_router) jtokm_inject(st, l, k, sh);
 }
 
 // Every layer's rows asked for on the side stream. Staged: the host gathers from the host's ids;

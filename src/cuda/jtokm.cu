@@ -32,11 +32,8 @@ __device__ __forceinline__ uint32_t position_tables(const int32_t* sel, int64_t 
   return bits;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    jtokm_route_kernel(float* sig, int32_t* sel, float* w, const float* logits, int64_t N, int ne, int K) {
-  pdl_wait();
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (n >= N) return;
+// Position n's routing from its logits (n_e): sig, the top K and their weights (one thread).
+__device__ void route_position(float* sig, int32_t* sel, float* w, const float* logits, int64_t n, int ne, int K) {
   const float* g = logits + n * ne;
   float* sg = sig + n * ne;
   for (int i = 0; i < ne; ++i) sg[i] = 1.0f / (1.0f + expf(-g[i]));
@@ -53,6 +50,13 @@ __global__ void __launch_bounds__(kThreads)
   float sum = 0.0f;
   for (int k = 0; k < K; ++k) sum += sg[s[k]];
   for (int k = 0; k < K; ++k) w[n * K + k] = sg[s[k]] / sum;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    jtokm_route_kernel(float* sig, int32_t* sel, float* w, const float* logits, int64_t N, int ne, int K) {
+  pdl_wait();
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n < N) route_position(sig, sel, w, logits, n, ne, K);
 }
 
 // Block i: table i's prob_sum (the positions' sig_i / sum of sig), load (positions selecting it) and
@@ -118,13 +122,19 @@ __device__ __forceinline__ float mix_element(const T* E, const MixRow& r, const 
 }
 
 // Block n: e (d) = sum_k w_k E_{sel_k}[ids[n]], its norm, h_next += c inv s e (e mixed again: the rows
-// are in L1).
+// are in L1); with route_logits, position n routed first by thread 0 (jtokm_route's arithmetic).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    jtokm_mix_inject_kernel(T* h_next, JTokMDeviceActs acts, const int32_t* ids, const T* E, const T* s, JTokMDims dm) {
+    jtokm_mix_inject_kernel(T* h_next, JTokMDeviceActs acts, const int32_t* ids, const T* E, const T* s, JTokMDims dm,
+                            const float* route_logits) {
   pdl_wait();
   __shared__ float red[32];
   const int64_t n = blockIdx.x, d = dm.d;
+  if (route_logits) {  // its sel and w in global memory, seen by the block after the barrier
+    if (threadIdx.x == 0)
+      route_position(acts.sig, acts.sel, acts.w, route_logits, n, static_cast<int>(dm.n_e), static_cast<int>(dm.K));
+    __syncthreads();
+  }
   const MixRow r = mix_row(acts, ids, n, dm.K);
   float ss = 0.0f;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
@@ -406,9 +416,12 @@ void jtokm_chosen_tables(uint32_t* chosen, const JTokMDeviceActs& acts, const De
 
 template <typename T>
 void jtokm_mix_inject(T* h_next, const JTokMDeviceActs& acts, const int32_t* ids, const T* E, const T* s,
-                      const JTokMDims& dm, cudaStream_t stream) {
+                      const JTokMDims& dm, cudaStream_t stream, const float* route_logits) {
   if (dm.N == 0) return;
-  jtokm_mix_inject_kernel<<<static_cast<int>(dm.N), kThreads, 0, stream>>>(h_next, acts, ids, E, s, dm);
+  if (route_logits)
+    JTOK_CHECK(dm.n_e >= 1 && dm.n_e <= kJTokMMaxTables && dm.K >= 1 && dm.K <= dm.n_e, "jtokm_mix_inject: n_e ",
+               dm.n_e, ", K ", dm.K, " (n_e at most ", kJTokMMaxTables, ")");
+  jtokm_mix_inject_kernel<<<static_cast<int>(dm.N), kThreads, 0, stream>>>(h_next, acts, ids, E, s, dm, route_logits);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -460,7 +473,7 @@ void jtokm_backward_tables(float* gE, uint8_t* touched, const JTokMDeviceActs& a
 
 #define JTOK_JTOKM_INSTANTIATE(T)                                                                                     \
   template void jtokm_mix_inject<T>(T*, const JTokMDeviceActs&, const int32_t*, const T*, const T*, const JTokMDims&, \
-                                    cudaStream_t);                                                                    \
+                                    cudaStream_t, const float*);                                                      \
   template void jtokm_backward_de<T>(float*, float*, T*, float*, const JTokMDeviceActs&, const T*, const T*,          \
                                      const int32_t*, const T*, float, const JTokMDims&, cudaStream_t);
 JTOK_JTOKM_INSTANTIATE(float)

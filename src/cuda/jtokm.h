@@ -50,10 +50,12 @@ void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDi
 void jtokm_route_stats(const JTokMDeviceActs& acts, const JTokMDims& dm, cudaStream_t stream);
 
 // ids (N), E (n_e, V, d) of T, s (d) of T -> acts.inv_norm; h_next (N, d) of T += c * inv * s * e.
-// One block a position: gather, mix, norm, then mix again (the rows from L1) and inject.
+// One block a position: gather, mix, norm, then mix again (the rows from L1) and inject. With
+// route_logits (N, n_e), each block routes its position first, as jtokm_route does (acts.sig, sel, w:
+// the same bits), so a decoder, which needs no statistics, launches no route kernel.
 template <typename T>
 void jtokm_mix_inject(T* h_next, const JTokMDeviceActs& acts, const int32_t* ids, const T* E, const T* s,
-                      const JTokMDims& dm, cudaStream_t stream);
+                      const JTokMDims& dm, cudaStream_t stream, const float* route_logits = nullptr);
 
 // acts.sel (N, K), rb = dedup_ids(ids) -> chosen (N bound; U used, the rest zero) bit i set where some
 // position of unique[u] selected table i: the (id, table) rows the layer reads (its gather, its

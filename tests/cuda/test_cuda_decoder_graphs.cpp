@@ -160,27 +160,44 @@ TEST(CudaDecoderGraphs, HostBoundStepsFallBackToEager) {
   EXPECT_EQ(staged.rows, in_place.rows);
 }
 
+// The kernels of a decode step's graph (its second step: the first is eager and captured), or 0 eager.
+int64_t step_graph_kernels(const jtok::Model& m, const std::string& rows, bool graphs) {
+  const int64_t V = m.cfg.vocab_size;
+  auto dec = jtok::cuda::make_device_decoder(m, settings(false, rows, graphs, false));
+  const std::vector<int32_t> prompt = skewed_ids(5, V, 91);
+  std::vector<float> logits(static_cast<size_t>(V));
+  const int64_t seq = dec->open(kContext);
+  dec->prefill(seq, prompt.data(), 5, logits.data());
+  std::vector<int64_t> kernels;
+  for (int step = 0; step < 2; ++step) {
+    const int32_t next = argmax(logits.data(), V);
+    dec->decode(&seq, &next, 1, logits.data());
+    kernels.push_back(dec->last_graph_kernels());
+  }
+  EXPECT_EQ(kernels[0], 0) << "the first step of a shape runs eagerly";
+  return kernels[1];
+}
+
 // A dense layer's decode step is 6 kernels (q | k | v with the input norm inside, paged_qkv, the
 // paged attention, o, gate | up with the second norm and SwiGLU inside, down; cuda/decoder_forward.cu)
 // and a step adds the embedding and the LM head with the final norm inside: the tiny Qwen3's graph
 // holds 1 + 6 L + 1 kernels. A step that ran eagerly (the first of its shape, or graphs off) reports none.
 TEST(CudaDecoderGraphs, ADenseLayerDecodesInSixKernels) {
   const jtok::Model qwen3 = test_model(long_context(tiny_qwen3()));
-  const int64_t V = qwen3.cfg.vocab_size, L = qwen3.cfg.num_hidden_layers;
-  for (const bool graphs : {true, false}) {
-    auto dec = jtok::cuda::make_device_decoder(qwen3, settings(false, "auto", graphs, false));
-    const std::vector<int32_t> prompt = skewed_ids(5, V, 91);
-    std::vector<float> logits(static_cast<size_t>(V));
-    const int64_t seq = dec->open(kContext);
-    dec->prefill(seq, prompt.data(), 5, logits.data());
-    std::vector<int64_t> kernels;
-    for (int step = 0; step < 2; ++step) {  // the first runs eagerly and is captured, the second replays
-      const int32_t next = argmax(logits.data(), V);
-      dec->decode(&seq, &next, 1, logits.data());
-      kernels.push_back(dec->last_graph_kernels());
-    }
-    EXPECT_EQ(kernels, (std::vector<int64_t>{0, graphs ? 1 + 6 * L + 1 : 0})) << (graphs ? "graphs" : "eager");
-  }
+  const int64_t L = qwen3.cfg.num_hidden_layers;
+  EXPECT_EQ(step_graph_kernels(qwen3, "auto", true), 1 + 6 * L + 1);
+  EXPECT_EQ(step_graph_kernels(qwen3, "auto", false), 0) << "graphs off";
+}
+
+// A JTok-M layer adds 2 kernels to the dense layer's 6: its router's product (the input norm inside)
+// and the mix, which routes each position itself (no route kernel, and none of training's
+// statistics); the step's rows from HBM add the ids' dedup (2 kernels) and a gather a layer on the
+// rows' stream.
+TEST(CudaDecoderGraphs, AJtokmLayerAddsTwoKernels) {
+  jtok::ModelConfig c = long_context(tiny_qwen3());
+  c.jtokm = true, c.jtokm_n_e = 3, c.jtokm_top_k = 2;
+  const int64_t L = c.num_hidden_layers;
+  EXPECT_EQ(step_graph_kernels(test_model(c), "hbm", true), 1 + (6 + 2) * L + 1 + 2 + L);
 }
 
 // Programmatic dependent launch (settings.pdl, cuda/pdl_edges.h) changes when a kernel's blocks
