@@ -216,11 +216,13 @@ struct DeviceModel {
   uint8_t* touched(int64_t k) const { return table_touched.get() + k * cfg.padded_vocab(); }
 };
 
-// Called for a table's rows of the micro-batch before a layer reads them (rb: its deduplicated ids;
-// of them the entries in `subset`): the table optimizer brings those rows current
-// (cuda/model_optimizer.h's table_row_sync). JTok's, all of rb, right after the dedup; JTok-M's, the
-// (id, table) pairs its layer's routing chose, right after the routing. Empty: nothing deferred.
-using DeviceRowSync = std::function<void(int64_t table, const DeviceRowBatch& rb, int64_t N, RowSubset subset)>;
+// Called for a layer's tables [table, table + tables) and their rows of the micro-batch before the
+// layer reads them (rb: its deduplicated ids; of them table j's entries in `subset`, bit subset.bit +
+// j): the table optimizer brings those rows current (cuda/model_optimizer.h's table_row_sync, one
+// launch). JTok's, all of rb, right after the dedup; JTok-M's n_e, the (id, table) pairs its layer's
+// routing chose, right after the routing. Empty: nothing deferred.
+using DeviceRowSync =
+    std::function<void(int64_t table, int64_t tables, const DeviceRowBatch& rb, int64_t N, RowSubset subset)>;
 // Called before a layer reads table `table`'s rows: the stream waits for work on another stream that
 // writes them (cuda/table_streams.h). Empty: all on one stream.
 using DeviceRowWait = std::function<void(int64_t table)>;

@@ -36,8 +36,7 @@ void jtokm_route_layer(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l) {
   if (!a.row_sync) return;
   mark_phase(dm.profile, "attention", dm.stream);
   jtokm_chosen_tables(L.m_chosen.get(), L.jtokm(), a.row_batch(), dims, dm.stream);
-  for (int64_t i = 0; i < dims.n_e; ++i)
-    a.row_sync(dm.jtokm_table[l] + i, a.row_batch(), N, RowSubset{L.m_chosen.get(), static_cast<int>(i)});
+  a.row_sync(dm.jtokm_table[l], dims.n_e, a.row_batch(), N, RowSubset{L.m_chosen.get(), 0});
   mark_phase(dm.profile, "table row sync", dm.stream);
 }
 
@@ -129,7 +128,7 @@ bool sync_batch_rows(DeviceModel<E>& dm, DeviceActs<E>& a) {
   bool any = false;
   for (size_t l = 0; a.row_sync && l < a.layers.size(); ++l) {
     if (dm.jtok_table[l] < 0) continue;
-    a.row_sync(dm.jtok_table[l], a.row_batch(), a.B * a.T, RowSubset{});
+    a.row_sync(dm.jtok_table[l], 1, a.row_batch(), a.B * a.T, RowSubset{});
     any = true;
   }
   return any;

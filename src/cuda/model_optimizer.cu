@@ -151,12 +151,14 @@ double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, 
 template <typename E>
 DeviceRowSync table_row_sync(DeviceModel<E>& dm, DeviceAdamW& st) {
   if (!st.dense_tables && !st.streams) return {};  // sparse: a row moves only when it has a gradient
-  return [&dm, &st](int64_t k, const DeviceRowBatch& rb, int64_t N, RowSubset subset) {
-    const cudaStream_t s = st.streams ? st.streams->begin_sync(dm.stream, k) : dm.stream;
+  return [&dm, &st](int64_t k, int64_t tables, const DeviceRowBatch& rb, int64_t N, RowSubset subset) {
+    const int64_t Vp = dm.cfg.padded_vocab();
+    const cudaStream_t s = st.streams ? st.streams->begin_sync(dm.stream, k) : dm.stream;  // one layer's tables
     if (st.dense_tables)
-      table_sync_rows(table_view(dm, st, k, dm.cfg.padded_vocab()), rb.unique, rb.num_unique, N, st.kept_view(),
-                      TableStats{st.stats.get()}, s, subset);
-    if (st.streams) st.streams->end_sync(k);
+      table_sync_rows(table_view(dm, st, k, tables * Vp), rb.unique, rb.num_unique, N, st.kept_view(),
+                      TableStats{st.stats.get()}, s, subset, tables, Vp);
+    if (st.streams)
+      for (int64_t j = 0; j < tables; ++j) st.streams->end_sync(k + j);
   };
 }
 

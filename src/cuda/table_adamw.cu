@@ -87,14 +87,17 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// ids null: every row; else ids[0 .. *count), the entries in subset.
+// ids null: every row; else ids[0 .. *count), the entries in subset, of table blockIdx.y (its rows
+// from row blockIdx.y * table_rows of t, its entries subset's bit subset.bit + blockIdx.y).
 __global__ void __launch_bounds__(kThreads)
     table_sync_kernel(DeviceTable t, const int32_t* ids, const int32_t* count, int64_t n, KeptConsts kept,
-                      TableStats stats, RowSubset subset) {
+                      TableStats stats, RowSubset subset, int64_t table_rows) {
   pdl_wait();
-  const int64_t total = ids ? (count ? *count : n) : t.rows;
+  const int64_t total = ids ? (count ? *count : n) : t.rows, base = blockIdx.y * table_rows;
+  const int bit = subset.bit + static_cast<int>(blockIdx.y);
   for (int64_t i = blockIdx.x; i < total; i += gridDim.x)
-    if (!subset.bits || (subset.bits[i] >> subset.bit & 1u)) replay_row(t, ids ? ids[i] : i, kept.current, kept, stats);
+    if (!subset.bits || (subset.bits[i] >> bit & 1u))
+      replay_row(t, base + (ids ? ids[i] : i), kept.current, kept, stats);
 }
 
 int blocks_for(int64_t rows) { return static_cast<int>(rows < kMaxBlocks ? (rows > 0 ? rows : 1) : kMaxBlocks); }
@@ -115,15 +118,18 @@ void table_adamw_step(const DeviceTable& t, const TableGrad& g, const int32_t* i
 }
 
 void table_sync_rows(const DeviceTable& t, const int32_t* ids, const int32_t* count, int64_t n, const KeptConsts& kept,
-                     TableStats stats, cudaStream_t stream, RowSubset subset) {
+                     TableStats stats, cudaStream_t stream, RowSubset subset, int64_t tables, int64_t table_rows) {
+  JTOK_CHECK(tables >= 1 && tables <= 32 && (tables == 1 || table_rows > 0), "table_sync_rows: ", tables, " tables of ",
+             table_rows, " rows");
   if (n == 0 || kept.current == kept.base) return;
-  table_sync_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t, ids, count, n, kept, stats, subset);
+  table_sync_kernel<<<dim3(blocks_for(n), static_cast<unsigned>(tables)), kThreads, 0, stream>>>(
+      t, ids, count, n, kept, stats, subset, table_rows);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
 void table_sync_all(const DeviceTable& t, const KeptConsts& kept, TableStats stats, cudaStream_t stream) {
   if (kept.current == kept.base) return;
-  table_sync_kernel<<<blocks_for(t.rows), kThreads, 0, stream>>>(t, nullptr, nullptr, 0, kept, stats, RowSubset{});
+  table_sync_kernel<<<blocks_for(t.rows), kThreads, 0, stream>>>(t, nullptr, nullptr, 0, kept, stats, RowSubset{}, 0);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

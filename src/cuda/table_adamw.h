@@ -67,9 +67,12 @@ void table_adamw_step(const DeviceTable& t, const TableGrad& g, const int32_t* i
 
 // The rows ids[0 .. *count) (distinct: a DeviceRowBatch's unique and num_unique; count null: n), of
 // them the entries in `subset` (default: all), brought current to kept.current: the readers' hook
-// before a gather.
+// before a gather. tables > 1: the same ids in `tables` consecutive tables of table_rows rows each
+// from t (t's arrays hold them all, rows apart: cuda/model.h's layout), in one launch; table j's
+// entries are subset's bit subset.bit + j.
 void table_sync_rows(const DeviceTable& t, const int32_t* ids, const int32_t* count, int64_t n, const KeptConsts& kept,
-                     TableStats stats, cudaStream_t stream, RowSubset subset = {});
+                     TableStats stats, cudaStream_t stream, RowSubset subset = {}, int64_t tables = 1,
+                     int64_t table_rows = 0);
 
 // Every row current to kept.current (then the caller drops the kept constants: base = current).
 void table_sync_all(const DeviceTable& t, const KeptConsts& kept, TableStats stats, cudaStream_t stream);
