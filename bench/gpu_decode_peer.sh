@@ -41,13 +41,16 @@
 # --stand-in where transformers is absent).
 # Time on an H200 (estimate): dense ~20 s (0.6B init ~4 s: the matrices side by side), int8 ~25 s, pdl ~20 s, tc ~20 s, JTok-M
 # ~50-100 s (43.5 GB of bf16 tables hashed on 16 threads, ~3 s, registered, copied), the peer ~40-70 s
-# (HF's steps take 20-65 ms): ~3-4.5 min in all; beyond (87.1 GB hashed, registered; hbm not run on
+# (HF's steps take 20-65 ms): ~3-4.5 min in all, and with --kernel-trace ~1 min more (dense ~15 s, JTok-M's
+# tables made again ~30-60 s; the budget skips them first); beyond (87.1 GB hashed, registered; hbm not run on
 # 80 GB) ~2-4 min with dense; disk with dense ~1.5-3 min (43.6 GB of rows hashed while written at the
 # disk's speed). The tables' values are bench-decode's hash (--table-values: no timing depends on them).
-# --kernel-trace (cuda): dense and JTok-M each run every shape once more after its timed runs with
-# the device's work recorded (JTOK_KERNEL_TRACE, infer/bench_decode.h: the timings carry none of it)
-# into kernels/, and kernels.md says where a decode step's (each batch) and the prefill's time goes,
-# kind of op and kernel, dense beside JTok-M's table rows (bench/gpu_kernels_report.py).
+# --kernel-trace (cuda): after every timed run (so a failure of the tracing loses none of them), dense
+# and JTok-M (its planned table rows) once more each, one repeat, every shape then run again with the
+# device's work recorded (JTOK_KERNEL_TRACE, infer/bench_decode.h) into kernels/ (kernels_dense.json,
+# kernels_jtokm.json: their lines, untimed); kernels.md says where a decode step's (each batch) and
+# the prefill's time goes, kind of op and kernel, dense beside JTok-M's table rows
+# (bench/gpu_kernels_report.py).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 DATA=""; JTOK=""; OUT=bench-out/gpu_decode_peer; CONFIG=configs/qwen3_0.6b.json; DEVICE=cuda; TINY=0
@@ -180,13 +183,10 @@ run() {  # run NAME CMD...: stdout -> OUT/NAME.json, stderr -> OUT/NAME.log, kil
 }
 
 LENGTHS=(--batch "$BATCH" --prompt-len "$P" --new-tokens "$N" --long-prompt "$L" --data "$DATA")
-traced() {  # traced NAME: the words that trace run NAME's shapes into kernels/ (--kernel-trace on cuda)
-  TRACED=()
-  if [ "$KTRACE" = 1 ] && [ "$DEVICE" = cuda ]; then mkdir -p "$OUT/kernels"; TRACED=(env "JTOK_KERNEL_TRACE=$OUT/kernels/$1.csv"); fi
-}
-OURS=("$JTOK" bench-decode --config "$CONFIG" "${SHAPE[@]}" --device "$DEVICE" "${LENGTHS[@]}" --repeat "$REPEAT")
+ONCE=("$JTOK" bench-decode --config "$CONFIG" "${SHAPE[@]}" --device "$DEVICE" "${LENGTHS[@]}")
+OURS=("${ONCE[@]}" --repeat "$REPEAT")
 status=0
-if wanted dense; then traced ours_dense; run ours_dense "${TRACED[@]}" "${OURS[@]}" || status=1; fi
+if wanted dense; then run ours_dense "${OURS[@]}" || status=1; fi
 if wanted int8; then run ours_int8 "${OURS[@]}" --weight-dtype int8 || status=1; fi
 if wanted pdl; then  # the GPU's CUDA graphs only
   if [ "$DEVICE" = cuda ]; then run ours_pdl "${OURS[@]}" --pdl on || status=1
@@ -200,16 +200,17 @@ if wanted int8only; then  # the GPU decoder's setting only
   if [ "$DEVICE" = cuda ]; then run ours_int8only "${OURS[@]}" --weight-dtype int8 --int8-decode only || status=1
   else echo "  ours_int8only: SKIPPED (--int8-decode is the GPU's)"; echo "skipped: the GPU's only" > "$OUT/ours_int8only.skipped"; fi
 fi
-jtokm_run() {  # jtokm_run NAME PREFIX N_E: JTok-M (K 2, every layer) with its planned dtype and table rows
+jtokm_run() {  # jtokm_run NAME PREFIX N_E [CMD...]: JTok-M (K 2, every layer), its planned dtype and table rows
   local name=$1 prefix=$2 ne=$3 skip dtype rows=()
+  shift 3
+  [ $# -gt 0 ] || set -- "${OURS[@]}"
   skip=${prefix}_SKIP; skip=${!skip}
   if [ -n "$skip" ]; then
     echo "  $name: SKIPPED ($skip)"; echo "skipped: $skip" > "$OUT/$name.skipped"; return 0
   fi
   dtype=${prefix}_DTYPE; dtype=${!dtype}
   if [ "$DEVICE" = cuda ]; then local r=${prefix}_ROWS; rows=(--table-rows "${!r}"); fi
-  TRACED=(); [ "$name" = ours_jtokm ] && traced "$name"
-  run "$name" "${TRACED[@]}" "${OURS[@]}" --set jtokm=true --set jtokm_n_e="$ne" --set jtokm_top_k=2 --table-dtype "$dtype" "${rows[@]}"
+  run "$name" "$@" --set jtokm=true --set jtokm_n_e="$ne" --set jtokm_top_k=2 --table-dtype "$dtype" "${rows[@]}"
 }
 if wanted jtokm; then jtokm_run ours_jtokm JTOKM 5 || status=1; fi
 if wanted beyond; then jtokm_run ours_beyond BEYOND "$BEYOND_NE" || status=1; fi
@@ -231,6 +232,15 @@ if wanted peer; then
     --repeat "$PEER_REPEAT" ${PEER_ARGS:-} || status=1
 fi
 
+if [ "$KTRACE" = 1 ] && [ "$DEVICE" = cuda ]; then  # last: the traced runs (their timings unused)
+  mkdir -p "$OUT/kernels"
+  if wanted dense; then
+    run kernels_dense env "JTOK_KERNEL_TRACE=$OUT/kernels/dense.csv" "${ONCE[@]}" --repeat 1 || status=1
+  fi
+  if wanted jtokm; then
+    jtokm_run kernels_jtokm JTOKM 5 env "JTOK_KERNEL_TRACE=$OUT/kernels/jtokm.csv" "${ONCE[@]}" --repeat 1 || status=1
+  fi
+fi
 [ "$DRY" = 1 ] && exit 0
 "$PY" bench/gpu_decode_peer_table.py "$OUT" | tee "$OUT/table.md"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1

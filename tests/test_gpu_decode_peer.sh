@@ -11,7 +11,7 @@
 # 3. The table on made-up GPU lines: ours / peer, JTok-M's overhead against hbm and the goals (met /
 #    MISSED), and a token mismatch between table placements flagged.
 # 4. scripts/gpu_session.sh --steps decode (beyond, store) --dry-run prints the step and the script's runs
-#    (decode's dense and JTok-M traced kernel by kernel, not its variants nor the peer).
+#    (decode's dense and JTok-M traced kernel by kernel in runs of their own, last).
 # 5. jtok bench-decode --checkpoint with --tables ram, mmap and disk (an exported store): the same
 #    prompts and tokens; a random model's options refused with a checkpoint, --tables mmap without one.
 set -euo pipefail
@@ -183,9 +183,12 @@ dry_step decode "--set jtokm=true --set jtokm_n_e=5 --set jtokm_top_k=2 --table-
   "== decode (time box 420 s)" "bench/gpu_decode_peer.sh --data $T/session/shards" "bench-decode --config configs/qwen3_0.6b.json" \
   "--batch 1,16 --prompt-len 512 --new-tokens 128 --long-prompt 4096" "plan: JTok-M tables: 140 of 151936 x 1024: f32 87.1 GB, bf16 43.6 GB" \
   "bench/hf_decode_peer.py --config configs/qwen3_0.6b.json --device cuda" \
-  "+ timeout 220 env JTOK_KERNEL_TRACE=$T/dry-decode/decode/kernels/ours_dense.csv "
-grep -q "JTOK_KERNEL_TRACE=.*\(--weight-dtype\|--pdl\|--tensor-cores\)\|JTOK_KERNEL_TRACE=.*hf_decode_peer" "$T/dry.out" &&
-  { echo "--steps decode traced a variant or the peer"; cat "$T/dry.out"; exit 1; }
+  "env JTOK_KERNEL_TRACE=$T/dry-decode/decode/kernels/dense.csv "
+# the traced runs last, once each (one repeat), dense and JTok-M's only: never a timed run
+sed -n '/^+ timeout/p' "$T/dry.out" | tail -n 1 | grep -q "JTOK_KERNEL_TRACE=.*/kernels/\(dense\|jtokm\).csv .* --repeat 1" ||
+  { echo "--steps decode: the traced runs are not last"; cat "$T/dry.out"; exit 1; }
+grep "JTOK_KERNEL_TRACE" "$T/dry.out" | grep -q -- "--repeat 3\|--weight-dtype\|--pdl\|--tensor-cores\|hf_decode_peer" &&
+  { echo "--steps decode traced a timed run, a variant or the peer"; cat "$T/dry.out"; exit 1; }
 # The beyond step: dense and n_e 10 (87.1 GB of tables), not n_e 5 nor the peer.
 dry_step beyond "--set jtokm=true --set jtokm_n_e=10 --set jtokm_top_k=2 --table-dtype bf16 --table-rows " \
   "ours_beyond: SKIPPED (its bf16 tables (87.1 GB) do not fit in the RAM available" \
