@@ -58,6 +58,13 @@ const DecoderQ8::Layer* q8_layer(const DecoderState<E>& st, size_t l, int64_t R)
   return st.q8.on() && norm_in_product(st, R) ? &st.q8.layers[l] : nullptr;
 }
 
+// Whether layer l's JTok-M router runs in the q | k | v product's launch (row_invariant_linear_and_side):
+// a decode step's normed products on the CUDA cores, not the int8 ones.
+template <typename E>
+bool router_beside_qkv(const DecoderState<E>& st, size_t l, int64_t R, bool normed) {
+  return normed && st.w.layers[l].jtokm_router && !q8_layer(st, l, R) && !st.mm.row_invariant_tensor_cores();
+}
+
 // The layer's q | k | v rows (R, qd + 2 kvd) = a [Wq; Wk; Wv]^T (+ [bq; bk; bv]) in one product: the
 // three weights (and biases) lie back to back in the flat parameters (require_fused_layout), and each
 // output element's bits are its own column's (row_invariant_linear for a decode step). normed: a = the
@@ -70,6 +77,9 @@ void qkv_rows(DecoderState<E>& st, size_t l, int64_t R, bool normed) {
   const int64_t d = c.hidden_size, OC = c.q_dim() + 2 * c.kv_dim();
   if (const DecoderQ8::Layer* q8 = q8_layer(st, l, R))
     row_invariant_linear_q8<E, E>(A.qkv.get(), A.h.get(), q8->qkv, W.bq, R, d, OC, false, st.s(), row_norm(st, W.ln1));
+  else if (router_beside_qkv(st, l, R, normed))
+    row_invariant_linear_and_side<E, E>(A.qkv.get(), A.h.get(), W.wq, W.bq, R, d, OC, false, A.m_logits.get(),
+                                        W.jtokm_router, c.jtokm_n_e, st.s(), row_norm(st, W.ln1));
   else if (normed)
     row_invariant_product<E, E>(st.mm.row_invariant_tensor_cores(), A.qkv.get(), A.h.get(), W.wq, W.bq, R, d, OC, false,
                                 st.s(), row_norm(st, W.ln1));
@@ -110,6 +120,7 @@ void attend_pages(DecoderState<E>& st, size_t l, const StepShape& sh) {
 
 // JTok-M's router of layer l on the attention input a (normed: made inside the router's product from
 // h, as q | k | v's): logits (R, n_e) fp32, which the layer's injection routes from (jtokm_inject).
+// Beside q | k | v in its launch where that product is row_invariant_linear's (router_beside_qkv).
 template <typename E>
 void jtokm_router_logits(DecoderState<E>& st, size_t l, const StepShape& sh, bool normed) {
   DecoderActs<E>& A = st.acts;
@@ -136,7 +147,8 @@ void attention_half(DecoderState<E>& st, size_t l, const StepShape& sh) {
   cudaStream_t s = st.s();
   const bool normed = norm_in_product(st, R);
   if (!normed) rmsnorm_forward(A.a.get(), A.rstd.get(), A.h.get(), W.ln1, R, d, static_cast<float>(c.rms_norm_eps), s);
-  if (W.jtokm_router) jtokm_router_logits(st, l, sh, normed);  // logits now, routed and mixed at the write-back
+  if (W.jtokm_router && !router_beside_qkv(st, l, R, normed))
+    jtokm_router_logits(st, l, sh, normed);  // logits now (or in qkv_rows), routed and mixed at the write-back
   qkv_rows(st, l, R, normed);
   ready_qkv(st, l, R);  // the pages get every row's k, v first: a chunk's later rows read its earlier ones
   if (sh.fresh) attention_forward(A.att.get(), A.lse.get(), A.q.get(), A.k.get(), A.v.get(), 1, R, H, KV, hd, s);

@@ -44,6 +44,16 @@ __device__ __forceinline__ int64_t weight_row(int c, int64_t col0, int64_t OC) {
   }
 }
 
+// A second product of the same rows in the same launch (row_invariant_linear_and_side): blocks from
+// first_block on take its columns, written in fp32 with no bias and no accumulation. None: first_block
+// past the grid.
+template <typename Wt>
+struct SideArgs {
+  float* out = nullptr;
+  const Wt* weight = nullptr;
+  int64_t OC = 0, first_block = INT64_MAX;
+};
+
 // Block b: columns 4b..4b+3 of every row (SwiGLU: output columns 2b, 2b+1 of F = OC / 2, from the
 // gate and up rows of each), G rows a group. G (1..16, by M) changes how many rows share a pass over
 // the weights, never a row's own operations; a column's sum is the same in both kinds. Grouped
@@ -51,18 +61,23 @@ __device__ __forceinline__ int64_t weight_row(int c, int64_t col0, int64_t OC) {
 // g.offsets[e] .. g.offsets[e+1] - 1 and its weight at weight + e g.stride; M is not read. A row's
 // operations are the same either way (a template parameter: the plain kernels keep their registers).
 // Wt: In (the weights in the inputs' type) or int8_t (Q8Weight: q * wscale[row]; grouped, expert e's
-// scales at wscale + e g.scale_stride).
-template <typename In, typename Out, typename Wt, int G, bool Swiglu, bool Grouped>
+// scales at wscale + e g.scale_stride). Side (plain products of In weights only; a template parameter:
+// the other kernels keep their registers): the blocks from side.first_block on are the side product's,
+// its columns summed as the main product's are.
+template <typename In, typename Out, typename Wt, int G, bool Swiglu, bool Grouped, bool Side = false>
 __global__ void __launch_bounds__(kThreads)
     row_invariant_linear_kernel(Out* out, const In* inp, const Wt* weight, const float* wscale, const Out* bias,
                                 int64_t M, int64_t C, int64_t OC, bool accumulate, bool vec, const In* gain, float eps,
-                                ExpertRows g) {
+                                ExpertRows g, SideArgs<Wt> side) {
   pdl_wait();
   constexpr int V = kVec<In>;
   constexpr bool kQ8 = std::is_same_v<Wt, int8_t>;
   __shared__ float partial[kWarps][kCols * G];
   __shared__ float rstd[G];  // with a norm: the group's rows' scales
-  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * (Swiglu ? 2 : kCols);
+  static_assert(!Side || (!Swiglu && !Grouped && !kQ8), "a side product beside a plain product only");
+  const bool in_side = Side && blockIdx.x >= side.first_block;
+  if (in_side) weight = side.weight, OC = side.OC;
+  const int64_t col0 = (blockIdx.x - (in_side ? side.first_block : 0)) * (Swiglu ? 2 : kCols);
   const int64_t chunks = (C + 32 * V - 1) / (32 * V);
   int64_t first = 0;  // the block's rows: first .. M - 1
   if constexpr (Grouped) {
@@ -90,6 +105,8 @@ __global__ void __launch_bounds__(kThreads)
     else
       chunk_sums_any<In, Wt, G>(acc, p);
     if constexpr (Swiglu) write_swiglu<Out, G>(acc, partial, out, r0, M, col0, OC / 2);
+    else if (in_side)
+      write_group<float, G>(acc, partial, side.out, nullptr, r0, M, col0, OC, false);
     else write_group<Out, G>(acc, partial, out, bias, r0, M, col0, OC, accumulate);
   }
 }
@@ -109,35 +126,42 @@ struct ProductArgs {
   RowNorm<In> norm;
   ExpertRows groups;
   const float* wscale = nullptr;
+  SideArgs<Wt> side = {};  // first_block set by the launch
 };
 
-template <typename In, typename Out, typename Wt, int G, bool Swiglu, bool Grouped>
+template <typename In, typename Out, typename Wt, int G, bool Swiglu, bool Grouped, bool Side>
 void launch(const ProductArgs<In, Out, Wt>& p, cudaStream_t stream) {
   // A lane's loads: 16 bytes of inputs, V weights (16 bytes, int8 V bytes); every expert's rows keep
   // the alignment when the stride is a multiple of V too.
   constexpr int64_t V = kVec<In>;
-  const bool vec = aligned16(p.inp) && reinterpret_cast<uintptr_t>(p.weight) % (V * sizeof(Wt)) == 0 &&
+  const auto weights_vec = [](const Wt* w) { return reinterpret_cast<uintptr_t>(w) % (V * sizeof(Wt)) == 0; };
+  const bool vec = aligned16(p.inp) && weights_vec(p.weight) && (!p.side.out || weights_vec(p.side.weight)) &&
                    (!p.norm.gain || aligned16(p.norm.gain)) && p.C % V == 0 && p.groups.stride % V == 0;
   const int64_t blocks = Swiglu ? (p.OC / 2 + 1) / 2 : (p.OC + kCols - 1) / kCols;
-  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(Grouped ? p.groups.max_experts : 1));
-  row_invariant_linear_kernel<In, Out, Wt, G, Swiglu, Grouped><<<grid, kThreads, 0, stream>>>(
-      p.out, p.inp, p.weight, p.wscale, p.bias, p.M, p.C, p.OC, p.accumulate, vec, p.norm.gain, p.norm.eps, p.groups);
+  SideArgs<Wt> side = p.side;
+  if (side.out) side.first_block = blocks;
+  const int64_t side_blocks = side.out ? (side.OC + kCols - 1) / kCols : 0;
+  const dim3 grid(static_cast<unsigned>(blocks + side_blocks),
+                  static_cast<unsigned>(Grouped ? p.groups.max_experts : 1));
+  row_invariant_linear_kernel<In, Out, Wt, G, Swiglu, Grouped, Side>
+      <<<grid, kThreads, 0, stream>>>(p.out, p.inp, p.weight, p.wscale, p.bias, p.M, p.C, p.OC, p.accumulate, vec,
+                                      p.norm.gain, p.norm.eps, p.groups, side);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
 // The fewest rows a pass that hold M (up to 16): no idle accumulators at M = 1, 2, 4, 8, 16.
-template <typename In, typename Out, bool Swiglu, bool Grouped = false, typename Wt = In>
+template <typename In, typename Out, bool Swiglu, bool Grouped = false, typename Wt = In, bool Side = false>
 void launch_rows(const ProductArgs<In, Out, Wt>& p, cudaStream_t stream) {
   if (p.M == 1)
-    launch<In, Out, Wt, 1, Swiglu, Grouped>(p, stream);
+    launch<In, Out, Wt, 1, Swiglu, Grouped, Side>(p, stream);
   else if (p.M == 2)
-    launch<In, Out, Wt, 2, Swiglu, Grouped>(p, stream);
+    launch<In, Out, Wt, 2, Swiglu, Grouped, Side>(p, stream);
   else if (p.M <= 4)
-    launch<In, Out, Wt, 4, Swiglu, Grouped>(p, stream);
+    launch<In, Out, Wt, 4, Swiglu, Grouped, Side>(p, stream);
   else if (p.M <= 8)
-    launch<In, Out, Wt, 8, Swiglu, Grouped>(p, stream);
+    launch<In, Out, Wt, 8, Swiglu, Grouped, Side>(p, stream);
   else
-    launch<In, Out, Wt, 16, Swiglu, Grouped>(p, stream);
+    launch<In, Out, Wt, 16, Swiglu, Grouped, Side>(p, stream);
 }
 
 }  // namespace
@@ -149,6 +173,20 @@ void row_invariant_linear(Out* out, const In* inp, const In* weight, const Out* 
     fail("cuda row_invariant_linear: bad shape M ", M, " C ", C, " OC ", OC);
   if (M == 0) return;
   launch_rows<In, Out, false>({out, inp, weight, bias, M, C, OC, accumulate, norm, {}}, stream);
+}
+
+template <typename In, typename Out>
+void row_invariant_linear_and_side(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C,
+                                   int64_t OC, bool accumulate, float* side_out, const In* side_weight, int64_t side_OC,
+                                   cudaStream_t stream, const RowNorm<In>& norm) {
+  if (M < 0 || C < 1 || OC < 1 || side_OC < 1 || !side_out || !side_weight ||
+      (OC + kCols - 1) / kCols + (side_OC + kCols - 1) / kCols > INT_MAX)
+    fail("cuda row_invariant_linear_and_side: bad shape M ", M, " C ", C, " OC ", OC, " side OC ", side_OC,
+         " or no side output / weight");
+  if (M == 0) return;
+  ProductArgs<In, Out> p{out, inp, weight, bias, M, C, OC, accumulate, norm, {}};
+  p.side = {side_out, side_weight, side_OC};
+  launch_rows<In, Out, false, false, In, true>(p, stream);
 }
 
 template <typename T>
@@ -233,6 +271,12 @@ JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE(float, float)
 JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE(bf16, bf16)
 JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE(bf16, float)
 #undef JTOK_ROW_INVARIANT_LINEAR_INSTANTIATE
+#define JTOK_ROW_INVARIANT_AND_SIDE_INSTANTIATE(T)                                                                     \
+  template void row_invariant_linear_and_side<T, T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, bool, \
+                                                    float*, const T*, int64_t, cudaStream_t, const RowNorm<T>&);
+JTOK_ROW_INVARIANT_AND_SIDE_INSTANTIATE(float)
+JTOK_ROW_INVARIANT_AND_SIDE_INSTANTIATE(bf16)
+#undef JTOK_ROW_INVARIANT_AND_SIDE_INSTANTIATE
 template void row_invariant_swiglu<float>(float*, const float*, const float*, int64_t, int64_t, int64_t, cudaStream_t,
                                           const RowNorm<float>&);
 template void row_invariant_swiglu<bf16>(bf16*, const bf16*, const bf16*, int64_t, int64_t, int64_t, cudaStream_t,

@@ -43,6 +43,16 @@ template <typename In, typename Out>
 void row_invariant_linear(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C,
                           int64_t OC, bool accumulate, cudaStream_t stream, const RowNorm<In>& norm = {});
 
+// row_invariant_linear of (out, weight, bias, OC) and, in the same launch, side_out (M, side_OC) fp32
+// = inp side_weight (side_OC, C)^T of the same rows, normed alike, with no bias: each product's bits
+// those of its own call (the side's row_invariant_linear<In, float>'s), the side's columns on blocks
+// of their own after the main product's. The GPU decoder's decode steps: JTok-M's router beside
+// q | k | v, one launch where two were (the router's 5 columns alone are 2 blocks).
+template <typename In, typename Out>
+void row_invariant_linear_and_side(Out* out, const In* inp, const In* weight, const Out* bias, int64_t M, int64_t C,
+                                   int64_t OC, bool accumulate, float* side_out, const In* side_weight, int64_t side_OC,
+                                   cudaStream_t stream, const RowNorm<In>& norm = {});
+
 // out (M,F) = silu(gate) * up of gate | up = inp (M,C) weight (2F,C)^T (inp normed first when
 // norm.gain), weight's first F rows the gate's and the next F the up's: row_invariant_linear's sums
 // of the 2F columns, each rounded to T, then swiglu_forward's value rounded to T: the bits of that

@@ -189,15 +189,15 @@ TEST(CudaDecoderGraphs, ADenseLayerDecodesInSixKernels) {
   EXPECT_EQ(step_graph_kernels(qwen3, "auto", false), 0) << "graphs off";
 }
 
-// A JTok-M layer adds 2 kernels to the dense layer's 6: its router's product (the input norm inside)
-// and the mix, which routes each position itself (no route kernel, and none of training's
-// statistics); the step's rows from HBM add the ids' dedup (2 kernels) and a gather a layer on the
-// rows' stream.
-TEST(CudaDecoderGraphs, AJtokmLayerAddsTwoKernels) {
+// A JTok-M layer adds 1 kernel to the dense layer's 6: the mix, which routes each position itself
+// (no route kernel, and none of training's statistics), its router's product being columns of the
+// q | k | v product's launch; the step's rows from HBM add the ids' dedup (2 kernels) and a gather a
+// layer on the rows' stream. With the products on the tensor cores the router is a launch of its own.
+TEST(CudaDecoderGraphs, AJtokmLayerAddsOneKernel) {
   jtok::ModelConfig c = long_context(tiny_qwen3());
   c.jtokm = true, c.jtokm_n_e = 3, c.jtokm_top_k = 2;
   const int64_t L = c.num_hidden_layers;
-  EXPECT_EQ(step_graph_kernels(test_model(c), "hbm", true), 1 + (6 + 2) * L + 1 + 2 + L);
+  EXPECT_EQ(step_graph_kernels(test_model(c), "hbm", true), 1 + (6 + 1) * L + 1 + 2 + L);
 }
 
 // Programmatic dependent launch (settings.pdl, cuda/pdl_edges.h) changes when a kernel's blocks

@@ -14,6 +14,8 @@
 //   is back to 0 after the scope.
 // - with a norm (RowNorm), the product and the SwiGLU product give rmsnorm_forward's output followed by
 //   the plain kernel, bit for bit.
+// - a side product in the same launch (row_invariant_linear_and_side) gives both products their own
+//   calls' bits.
 // - MoE's grouped products (row_invariant_expert_linear / _swiglu, by offsets on the device) give
 //   each expert's rows the bits of the plain kernel over that expert's rows and weight alone.
 // - the tensor-core twin (row_invariant_mma.h, bf16 inputs): against the CPU as above (bf16 outputs
@@ -263,6 +265,54 @@ TEST(CudaRowInvariant, NormedIsTheNormThenTheProduct) {
     }
     expect_normed_bits<bf16, float>(C, 70, offset, false);
   }
+}
+
+// A side product in the same launch (row_invariant_linear_and_side: JTok-M's router beside q | k | v in
+// the decoder) gives each product the bits of its own call: the main one's with bias and accumulate,
+// the side's fp32 (OC 5, as the router's n_e: 2 blocks, the second with one column), normed and not,
+// C on the 16-byte path (1024) and off it (300), M 1 to 16; a side weight one element off alignment
+// takes the element-by-element loads for both, the same bits.
+template <typename T>
+void expect_side_bits(int64_t C, bool normed, int64_t side_offset) {
+  const DType t = sizeof(T) == 2 ? DType::bf16 : DType::f32;
+  const auto p = make_product(C, 74, 31 + static_cast<uint64_t>(C)), s = make_product(C, 5, 41);
+  std::vector<float> side_h(static_cast<size_t>(side_offset), 0.0f);
+  side_h.insert(side_h.end(), s->weight.begin(), s->weight.end());
+  auto gain = upload<T>(randn(C, 6)), w = upload<T>(p->weight), sw = upload<T>(side_h);
+  auto b = upload<T>(to_dtype(p->bias, t));
+  const jtok::cuda::RowNorm<T> norm{normed ? gain.get() : nullptr, kEps};
+  for (const int64_t M : {1, 2, 3, 16}) {
+    auto x = upload<T>(first_rows(p->inp, M, C));
+    auto main_alone = upload<T>(to_dtype(first_rows(p->out0, M, 74), t));
+    auto main_fused = upload<T>(to_dtype(first_rows(p->out0, M, 74), t));
+    DeviceBuffer<float> side_alone(static_cast<size_t>(M * 5)), side_fused(static_cast<size_t>(M * 5));
+    jtok::cuda::row_invariant_linear<T, T>(main_alone.get(), x.get(), w.get(), b.get(), M, C, 74, true, nullptr, norm);
+    jtok::cuda::row_invariant_linear<T, float>(side_alone.get(), x.get(), sw.get() + side_offset, nullptr, M, C, 5,
+                                               false, nullptr, norm);
+    jtok::cuda::row_invariant_linear_and_side<T, T>(main_fused.get(), x.get(), w.get(), b.get(), M, C, 74, true,
+                                                    side_fused.get(), sw.get() + side_offset, 5, nullptr, norm);
+    const std::string at = std::string(dtype_name(t)) + " M " + std::to_string(M) + " C " + std::to_string(C) +
+                           (normed ? " normed" : "") + " side offset " + std::to_string(side_offset);
+    const std::vector<float> a = download(main_alone), f = download(main_fused);
+    EXPECT_EQ(0, std::memcmp(a.data(), f.data(), a.size() * sizeof(float))) << "main product, " << at;
+    const std::vector<float> sa = download(side_alone), sf = download(side_fused);
+    EXPECT_EQ(0, std::memcmp(sa.data(), sf.data(), sa.size() * sizeof(float))) << "side product, " << at;
+  }
+}
+
+TEST(CudaRowInvariant, ASideProductHasItsOwnBits) {
+  for (const int64_t C : {1024, 300})
+    for (const bool normed : {false, true}) {
+      expect_side_bits<float>(C, normed, 0);
+      expect_side_bits<bf16>(C, normed, 0);
+    }
+  expect_side_bits<bf16>(1024, true, 1);
+  float out = 0;
+  const auto no_side_output = [&] {
+    jtok::cuda::row_invariant_linear_and_side<float, float>(&out, &out, &out, nullptr, 1, 1, 1, false, nullptr, &out, 1,
+                                                            nullptr);
+  };
+  EXPECT_THROW(no_side_output(), jtok::Error);
 }
 
 // The grouped products over 5 experts whose rows are 3, 0, 1, 6, 2 (one without rows: the list
