@@ -59,10 +59,13 @@ const DecoderQ8::Layer* q8_layer(const DecoderState<E>& st, size_t l, int64_t R)
 }
 
 // Whether layer l's JTok-M router runs in the q | k | v product's launch (row_invariant_linear_and_side):
-// a decode step's normed products on the CUDA cores, not the int8 ones.
+// a decode step's normed products on the CUDA cores, not the int8 ones, and a router whose rows
+// start 16-byte aligned (else the launch would read q | k | v's weights element by element too).
 template <typename E>
 bool router_beside_qkv(const DecoderState<E>& st, size_t l, int64_t R, bool normed) {
-  return normed && st.w.layers[l].jtokm_router && !q8_layer(st, l, R) && !st.mm.row_invariant_tensor_cores();
+  const E* router = st.w.layers[l].jtokm_router;
+  return normed && router && reinterpret_cast<uintptr_t>(router) % 16 == 0 && !q8_layer(st, l, R) &&
+         !st.mm.row_invariant_tensor_cores();
 }
 
 // The layer's q | k | v rows (R, qd + 2 kvd) = a [Wq; Wk; Wv]^T (+ [bq; bk; bv]) in one product: the
