@@ -10,7 +10,10 @@
 // q8_speedup = row_invariant_us / q8_us: whether int8 pays at that shape and M). And its tensor-core
 // twin (row_invariant_linear_mma: mma_us, mma_gbs, mma_speedup = row_invariant_us / mma_us: whether
 // the tensor cores keep a 16-row step weight streaming, and cost nothing at 1 row; mma_normed_us
-// beside normed_us: its form with the norm inside, the decoder's q | k | v, gate | up and LM head).
+// beside normed_us: its form with the norm inside, the decoder's q | k | v, gate | up and LM head;
+// router_us: a JTok-M router's normed product alone (5 fp32 columns, n_e 5), side_us: the normed
+// product and the router's in one launch (row_invariant_linear_and_side, the decoder's q | k | v and
+// router): what the shared launch saves is normed_us + router_us - side_us).
 // Then an MoE decode step's routed experts at Qwen3-30B-A3B's shape (d 2048, F 768, 128 experts, 8 a
 // row; row r's slot j takes expert (r * 8 + j) * 37 mod 128: M 1 reads 8 experts, M 16 all 128):
 // row_invariant_expert_swiglu then _linear in bf16 against their int8 twins (experts_us,
@@ -29,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -90,10 +94,11 @@ double call_us(F f, int reps) {
   return 1e3 * jtok::bench::event_time_ms(f, reps);
 }
 
-// The product with the norm inside (RowNorm), rmsnorm_forward then the product, and the tensor cores'
-// product with the norm inside: microseconds each.
+// The product with the norm inside (RowNorm), rmsnorm_forward then the product, the tensor cores'
+// product with the norm inside, a JTok-M router's normed product (5 columns) alone, and the product
+// with the router beside it in one launch: microseconds each.
 struct NormedUs {
-  double normed, norm_then, mma_normed;
+  double normed, norm_then, mma_normed, router, side;
 };
 template <typename Out, typename W>
 NormedUs normed_us(const Shape& s, int64_t M, const bf16* x, Out* out, W weight, int reps) {
@@ -118,8 +123,28 @@ NormedUs normed_us(const Shape& s, int64_t M, const bf16* x, Out* out, W weight,
         jtok::cuda::row_invariant_linear_mma<Out>(out, x, weight(i), nullptr, M, s.C, s.OC, false, nullptr, norm);
       },
       reps);
-  for (void* p : {static_cast<void*>(gain), static_cast<void*>(xn), static_cast<void*>(rstd)}) cudaFree(p);
-  return {normed, norm_then, mma_normed};
+  constexpr int64_t kRouter = 5;  // JTok-M's n_e: the router's fp32 logits
+  bf16* router = device_randn(static_cast<size_t>(kRouter * s.C), 4, 0.05f);
+  float* logits = nullptr;
+  JTOK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&logits), static_cast<size_t>(M * kRouter) * sizeof(float)));
+  const double router_us = call_us(
+      [&](int) {
+        jtok::cuda::row_invariant_linear<bf16, float>(logits, x, router, nullptr, M, s.C, kRouter, false, nullptr,
+                                                      norm);
+      },
+      reps);
+  double side = 0;
+  if constexpr (std::is_same_v<Out, bf16>)
+    side = call_us(
+        [&](int i) {
+          jtok::cuda::row_invariant_linear_and_side<bf16, bf16>(out, x, weight(i), nullptr, M, s.C, s.OC, false, logits,
+                                                                router, kRouter, nullptr, norm);
+        },
+        reps);
+  for (void* p : {static_cast<void*>(gain), static_cast<void*>(xn), static_cast<void*>(rstd),
+                  static_cast<void*>(router), static_cast<void*>(logits)})
+    cudaFree(p);
+  return {normed, norm_then, mma_normed, router_us, side};
 }
 
 // One shape at M rows: bf16 out, or fp32 (the LM head's logits).
@@ -157,8 +182,9 @@ void run(jtok::cuda::Matmul& mm, const Shape& s, int64_t M, int reps) {
       gb / (ri * 1e-6), lt, gb / (lt * 1e-6), q8, gb / 2 / (q8 * 1e-6), ri / q8, mma, gb / (mma * 1e-6), ri / mma);
   if (s.C == g_hidden) {
     const NormedUs n = normed_us(s, M, x, out, weight, reps);
-    std::printf(", \"normed_us\": %.2f, \"norm_then_us\": %.2f, \"mma_normed_us\": %.2f", n.normed, n.norm_then,
-                n.mma_normed);
+    std::printf(", \"normed_us\": %.2f, \"norm_then_us\": %.2f, \"mma_normed_us\": %.2f, \"router_us\": %.2f", n.normed,
+                n.norm_then, n.mma_normed, n.router);
+    if (n.side > 0) std::printf(", \"side_us\": %.2f", n.side);
   }
   std::printf("}\n");
   for (bf16* p : w) cudaFree(p);

@@ -130,7 +130,8 @@ assert len(rows) == 6 and all(r["ms"] > 0 for r in rows), rows
 assert len(grp) == 1 and grp[0]["rows"] == 80 and grp[0]["fwd_ms"] > 0 and grp[0]["cublaslt_over_grouped"] > 0, grp
 assert len(ri) == 9 and all(r[k] > 0 for r in ri for k in ("row_invariant_us", "cublaslt_us", "q8_us", "q8_speedup",
                                                           "mma_us", "mma_speedup")), ri
-assert [("normed_us" in r and r["mma_normed_us"] > 0) for r in ri] == [True] * 3 + [False] * 3 + [True] * 3, ri
+assert [("normed_us" in r and r["mma_normed_us"] > 0 and r["router_us"] > 0) for r in ri] == [True] * 3 + [False] * 3 + [True] * 3, ri
+assert [("side_us" in r and r["side_us"] > 0) for r in ri] == [True] * 3 + [False] * 6, ri  # q's, not the fp32 LM head's
 assert [r["M"] for r in ex] == [1, 4, 16] and [r["active_experts"] for r in ex] == [2, 8, 8], ex
 assert all(r[k] > 0 for r in ex for k in ("experts_us", "experts_q8_us", "q8_speedup")), ex
 assert len(dq) == 1 and dq[0]["values"] == 61440 and dq[0]["dequant_us"] > 0 and len(lines) == 13, lines
