@@ -383,11 +383,16 @@ __global__ void __launch_bounds__(kThreads)
 
 int64_t de_blocks(int64_t N) { return N < kMaxDeBlocks ? N : kMaxDeBlocks; }
 
+// The routing's shape: 1 <= K <= n_e <= kJTokMMaxTables (the per-position kernels' bound).
+void check_routing(const JTokMDims& dm, const char* who) {
+  JTOK_CHECK(dm.n_e >= 1 && dm.n_e <= kJTokMMaxTables && dm.K >= 1 && dm.K <= dm.n_e, who, ": n_e ", dm.n_e, ", K ",
+             dm.K, " (n_e at most ", kJTokMMaxTables, ")");
+}
+
 }  // namespace
 
 void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDims& dm, cudaStream_t stream) {
-  JTOK_CHECK(dm.n_e >= 1 && dm.n_e <= kJTokMMaxTables && dm.K >= 1 && dm.K <= dm.n_e, "jtokm_route: n_e ", dm.n_e,
-             ", K ", dm.K, " (n_e at most ", kJTokMMaxTables, ")");
+  check_routing(dm, "jtokm_route");
   if (dm.N == 0) return;
   jtokm_route_kernel<<<ceil_div(dm.N, kThreads), kThreads, 0, stream>>>(
       acts.sig, acts.sel, acts.w, logits, dm.N, static_cast<int>(dm.n_e), static_cast<int>(dm.K));
@@ -418,9 +423,7 @@ template <typename T>
 void jtokm_mix_inject(T* h_next, const JTokMDeviceActs& acts, const int32_t* ids, const T* E, const T* s,
                       const JTokMDims& dm, cudaStream_t stream, const float* route_logits) {
   if (dm.N == 0) return;
-  if (route_logits)
-    JTOK_CHECK(dm.n_e >= 1 && dm.n_e <= kJTokMMaxTables && dm.K >= 1 && dm.K <= dm.n_e, "jtokm_mix_inject: n_e ",
-               dm.n_e, ", K ", dm.K, " (n_e at most ", kJTokMMaxTables, ")");
+  if (route_logits) check_routing(dm, "jtokm_mix_inject");
   jtokm_mix_inject_kernel<<<static_cast<int>(dm.N), kThreads, 0, stream>>>(h_next, acts, ids, E, s, dm, route_logits);
   JTOK_CUDA_CHECK_LAUNCH();
 }
@@ -431,8 +434,7 @@ template <typename T>
 void jtokm_backward_de(float* de, float* ds, T* dg, float* scratch, const JTokMDeviceActs& acts, const T* dh,
                        const T* s, const int32_t* ids, const T* E, float aux_grad, const JTokMDims& dm,
                        cudaStream_t stream) {
-  JTOK_CHECK(dm.n_e >= 1 && dm.n_e <= kJTokMMaxTables && dm.K >= 1 && dm.K <= dm.n_e, "jtokm_backward_de: n_e ", dm.n_e,
-             ", K ", dm.K, " (n_e at most ", kJTokMMaxTables, ")");
+  check_routing(dm, "jtokm_backward_de");
   if (dm.N == 0) return;
   const int64_t blocks = de_blocks(dm.N), rows = (dm.N + blocks - 1) / blocks;
   const size_t shared = static_cast<size_t>(dm.d) * sizeof(float);
