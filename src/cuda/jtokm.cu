@@ -83,16 +83,6 @@ __global__ void __launch_bounds__(kStatsThreads)
   if (acts.weight_sum) acts.weight_sum[i] = w;
 }
 
-// The layer's aux loss from every table's prob_sum and load (one thread, tables in order).
-__global__ void __launch_bounds__(32)
-    jtokm_route_aux_kernel(JTokMDeviceActs acts, int64_t N, int ne, int K, double lambda) {
-  pdl_wait();
-  if (threadIdx.x != 0) return;
-  double pn = 0.0;
-  for (int i = 0; i < ne; ++i) pn += acts.prob_sum[i] * static_cast<double>(acts.load[i]);
-  *acts.aux = lambda * static_cast<double>(ne) / (static_cast<double>(N) * N * K) * pn;
-}
-
 // What the kernels read of position n to mix e: its K selections, weights and id.
 struct MixRow {
   const int32_t* sel;
@@ -403,8 +393,6 @@ void jtokm_route_stats(const JTokMDeviceActs& acts, const JTokMDims& dm, cudaStr
   if (dm.N == 0) return;
   jtokm_route_stats_kernel<<<static_cast<int>(dm.n_e), kStatsThreads, 0, stream>>>(acts, dm.N, static_cast<int>(dm.n_e),
                                                                                    static_cast<int>(dm.K));
-  JTOK_CUDA_CHECK_LAUNCH();
-  jtokm_route_aux_kernel<<<1, 32, 0, stream>>>(acts, dm.N, static_cast<int>(dm.n_e), static_cast<int>(dm.K), dm.lambda);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

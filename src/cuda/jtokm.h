@@ -3,7 +3,8 @@
 //   g = R a (the caller's product: gemm_ref or cuBLASLt),  G = TopK(g, K) (ties to the lower index)
 //   w_i = sigmoid(g_i) / sum_{j in G} sigmoid(g_j),  e = sum_{k} w_k E_{sel_k}[x]  (k in order from 0)
 //   h_next += c * s * e / (||e|| + eps)
-// and the load-balancing aux loss lambda * n_e / (N^2 K) * sum_i P_i n_i. Table gradients go into
+// and the load-balancing aux loss lambda * n_e / (N^2 K) * sum_i P_i n_i (the host's, from P and n read
+// back: model/jtokm.h's jtokm_aux_loss). Table gradients go into
 // table-shaped fp32 gradients gE (n_e, V, d) with touched flags (n_e, V) for table_adamw.h, each
 // (id, table) row summed over the id's positions in position order (dedup.h): no atomics.
 // T, the activations' type: float (the checking instantiation) or __nv_bfloat16 (the fast path). T is
@@ -39,14 +40,14 @@ struct JTokMDeviceActs {
   float* w = nullptr;         // (N, K) mixing weights
   float* inv_norm = nullptr;  // (N) 1 / (||e|| + eps), or 1 without the norm
   int32_t* load = nullptr;    // (n_e) n_i, positions that selected table i
-  double* prob_sum = nullptr; // (n_e) P_i
-  double* aux = nullptr;      // (1) this layer's aux loss, lambda included
+  double* prob_sum = nullptr;    // (n_e) P_i
   double* weight_sum = nullptr;  // (n_e) sum of w over the positions that selected table i (telemetry; may be null)
 };
 
 // logits (N, n_e) -> acts.sig, sel, w: what the mix reads (a decoder needs no more).
 void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDims& dm, cudaStream_t stream);
-// After jtokm_route, training's: acts.sig, sel, w -> load, prob_sum, aux (and weight_sum where set).
+// After jtokm_route, training's: acts.sig, sel, w -> load, prob_sum (and weight_sum where set): one
+// launch, a block a table. The aux loss is the host's, from load and prob_sum (model/jtokm.h).
 void jtokm_route_stats(const JTokMDeviceActs& acts, const JTokMDims& dm, cudaStream_t stream);
 
 // ids (N), E (n_e, V, d) of T, s (d) of T -> acts.inv_norm; h_next (N, d) of T += c * inv * s * e.

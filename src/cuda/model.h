@@ -242,10 +242,9 @@ struct DeviceLayerActs {
   DeviceArray<float> m_logits, m_sig, m_w, m_inv_norm;  // (N,n_e) (N,n_e) (N,K) (N)
   DeviceArray<int32_t> m_sel, m_load;         // (N,K), (n_e)
   DeviceArray<uint32_t> m_chosen;             // (N bound, U used) the tables each unique id's positions chose
-  DeviceArray<double> m_prob_sum, m_aux, m_wsum;  // (n_e), (1), (n_e) the weights of the positions choosing each
+  DeviceArray<double> m_prob_sum, m_wsum;     // (n_e), (n_e) the weights of the positions choosing each
   JTokMDeviceActs jtokm() const {
-    return {m_sig.get(),  m_sel.get(),      m_w.get(),   m_inv_norm.get(),
-            m_load.get(), m_prob_sum.get(), m_aux.get(), m_wsum.get()};
+    return {m_sig.get(), m_sel.get(), m_w.get(), m_inv_norm.get(), m_load.get(), m_prob_sum.get(), m_wsum.get()};
   }
 };
 
@@ -346,10 +345,6 @@ std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, int64_t k)
 // Table k's values (Vp, d) fp32 (current only after sync_tables when the optimizer defers rows).
 template <typename E>
 std::vector<float> download_table(const DeviceModel<E>& dm, int64_t k);
-// After forward: the JTok-M layers' aux loss, their mean (lambda included; 0 without JTok-M), as the
-// CPU's Activations::jtokm_aux_loss (one sync).
-template <typename E>
-double jtokm_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& acts);
 // After forward: the MoE layers' aux loss, their mean (coef included; 0 without MoE), as the CPU's
 // Activations::moe_aux_loss (one sync).
 template <typename E>
@@ -359,11 +354,16 @@ double moe_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& acts);
 // hidden_state_std on the device's activations (one sync).
 template <typename E>
 double hidden_state_std(const DeviceModel<E>& dm, DeviceActs<E>& acts);
-// After forward: per JTok-M layer in layer order, per table, the positions that chose it and the sum
-// of their mixing weights (model/jtokm.h's load and weight_sum; one sync).
+// After forward, JTok-M's routing: per JTok-M layer in layer order, per table, the positions that chose
+// it and the sum of their mixing weights (model/jtokm.h's load and weight_sum), and the layers' aux
+// loss, their mean (each model/jtokm.h's jtokm_aux_loss of its P and n, lambda included; 0 without
+// JTok-M), as the CPU's Activations::jtokm_aux_loss. One sync.
+struct JTokMRouting {
+  std::vector<std::vector<double>> load, weight_sum;
+  double aux = 0;
+};
 template <typename E>
-void jtokm_routing(const DeviceModel<E>& dm, const DeviceActs<E>& acts, std::vector<std::vector<double>>& load,
-                   std::vector<std::vector<double>>& weight_sum);
+JTokMRouting jtokm_routing(const DeviceModel<E>& dm, const DeviceActs<E>& acts);
 // The JTok-M dimensions of dm's layers for N rows (model/jtokm.h's jtokm_hyper).
 JTokMDims jtokm_dims(const ModelConfig& c, int64_t N);
 

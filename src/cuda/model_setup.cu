@@ -113,7 +113,7 @@ void size_layer(DeviceLayerActs<E>& l, const DeviceModel<E>& dm, bool jtok, bool
   const int64_t ne = jtokm ? c.jtokm_n_e : 0, K = jtokm ? c.jtokm_top_k : 0;
   l.m_logits.resize(N * ne), l.m_sig.resize(N * ne), l.m_w.resize(N * K), l.m_sel.resize(N * K);
   l.m_inv_norm.resize(jtokm ? N : 0), l.m_chosen.resize(jtokm ? N : 0);
-  l.m_load.resize(ne), l.m_prob_sum.resize(ne), l.m_aux.resize(jtokm ? 1 : 0), l.m_wsum.resize(ne);
+  l.m_load.resize(ne), l.m_prob_sum.resize(ne), l.m_wsum.resize(ne);
 }
 
 // An MoE layer: the block's routing and experts' activations in place of the dense MLP's.
@@ -204,13 +204,6 @@ double layer_mean(const DeviceActs<E>& a, cudaStream_t s, Aux&& aux) {
 }  // namespace
 
 template <typename E>
-double jtokm_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& a) {
-  return layer_mean(a, dm.stream, [&](size_t l) -> const double* {
-    return dm.w.layers[l].jtokm_router ? a.layers[l].m_aux.get() : nullptr;
-  });
-}
-
-template <typename E>
 void list_touched_rows(DeviceModel<E>& dm) {
   select_touched_rows(dm.touched_rows.get(), dm.touched_count.get(), dm.table_touched.get(), dm.table_touched.size(),
                       dm.touched_scratch.get(), dm.touched_scratch.bytes(), dm.stream);
@@ -275,18 +268,17 @@ std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, int64_t k)
   return h;
 }
 
-#define JTOK_MODEL_SETUP_INSTANTIATE(E)                                                                   \
-  template struct DeviceModel<E>;                                                                         \
-  template DeviceView<E> device_view<E>(E*, const Model&, const ModelView&);                              \
+#define JTOK_MODEL_SETUP_INSTANTIATE(E)                                                                         \
+  template struct DeviceModel<E>;                                                                               \
+  template DeviceView<E> device_view<E>(E*, const Model&, const ModelView&);                                    \
   template void ensure_device_activations<E>(DeviceActs<E>&, const DeviceModel<E>&, int64_t, int64_t, int64_t); \
-  template std::vector<float> download_table_grad<E>(const DeviceModel<E>&, int64_t);                     \
-  template std::vector<float> download_table<E>(const DeviceModel<E>&, int64_t);                          \
-  template std::vector<uint8_t> download_table_touched<E>(const DeviceModel<E>&, int64_t);                \
-  template void zero_grads<E>(DeviceModel<E>&);                                                           \
-  template void list_touched_rows<E>(DeviceModel<E>&);                                                    \
-  template double moe_aux_loss<E>(const DeviceModel<E>&, const DeviceActs<E>&);                           \
-  template double jtokm_aux_loss<E>(const DeviceModel<E>&, const DeviceActs<E>&);                         \
-  template std::vector<float> download_params<E>(const DeviceModel<E>&);                                  \
+  template std::vector<float> download_table_grad<E>(const DeviceModel<E>&, int64_t);                           \
+  template std::vector<float> download_table<E>(const DeviceModel<E>&, int64_t);                                \
+  template std::vector<uint8_t> download_table_touched<E>(const DeviceModel<E>&, int64_t);                      \
+  template void zero_grads<E>(DeviceModel<E>&);                                                                 \
+  template void list_touched_rows<E>(DeviceModel<E>&);                                                          \
+  template double moe_aux_loss<E>(const DeviceModel<E>&, const DeviceActs<E>&);                                 \
+  template std::vector<float> download_params<E>(const DeviceModel<E>&);                                        \
   template std::vector<float> download_grads<E>(const DeviceModel<E>&);
 JTOK_MODEL_SETUP_INSTANTIATE(float)
 JTOK_MODEL_SETUP_INSTANTIATE(__nv_bfloat16)

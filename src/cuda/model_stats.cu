@@ -4,6 +4,7 @@
 
 #include "cuda/model.h"
 #include "cuda/stats.h"
+#include "model/jtokm.h"
 
 namespace jtok::cuda {
 
@@ -28,28 +29,37 @@ double hidden_state_std(const DeviceModel<E>& dm, DeviceActs<E>& a) {
 }
 
 template <typename E>
-void jtokm_routing(const DeviceModel<E>& dm, const DeviceActs<E>& a, std::vector<std::vector<double>>& load,
-                   std::vector<std::vector<double>>& weight_sum) {
-  load.clear(), weight_sum.clear();
+JTokMRouting jtokm_routing(const DeviceModel<E>& dm, const DeviceActs<E>& a) {
   const int64_t ne = dm.cfg.jtokm_n_e;
-  a.readback.begin(a.layers.size() * (HostReadback::room_for<int32_t>(ne) + HostReadback::room_for<double>(ne)));
-  std::vector<std::pair<const int32_t*, const double*>> host;  // a JTok-M layer's load and weight sums
+  a.readback.begin(a.layers.size() * (HostReadback::room_for<int32_t>(ne) + 2 * HostReadback::room_for<double>(ne)));
+  struct Layer {
+    const int32_t* load;
+    const double *weight_sum, *prob_sum;
+  };
+  std::vector<Layer> host;
   for (size_t l = 0; l < a.layers.size(); ++l) {
     if (!dm.w.layers[l].jtokm_router) continue;
-    host.emplace_back(a.readback.queue(a.layers[l].m_load.get(), ne, dm.stream),
-                      a.readback.queue(a.layers[l].m_wsum.get(), ne, dm.stream));
+    const DeviceLayerActs<E>& L = a.layers[l];
+    host.push_back({a.readback.queue(L.m_load.get(), ne, dm.stream), a.readback.queue(L.m_wsum.get(), ne, dm.stream),
+                    a.readback.queue(L.m_prob_sum.get(), ne, dm.stream)});
   }
-  if (!host.empty()) a.readback.wait(dm.stream);  // no JTok-M layer: no sync
-  for (const auto& [n, w] : host) {
-    load.emplace_back(n, n + ne);
-    weight_sum.emplace_back(w, w + ne);
+  JTokMRouting r;
+  if (host.empty()) return r;  // no JTok-M layer: no sync
+  a.readback.wait(dm.stream);
+  const JTokMHyper hp = jtokm_hyper(dm.cfg);
+  double aux = 0;
+  for (const Layer& h : host) {
+    r.load.emplace_back(h.load, h.load + ne);
+    r.weight_sum.emplace_back(h.weight_sum, h.weight_sum + ne);
+    aux += jtokm_aux_loss(h.prob_sum, r.load.back().data(), a.B * a.T, hp);
   }
+  r.aux = aux / static_cast<double>(host.size());
+  return r;
 }
 
-#define JTOK_MODEL_STATS(E)                                                                                   \
-  template double hidden_state_std<E>(const DeviceModel<E>&, DeviceActs<E>&);                                 \
-  template void jtokm_routing<E>(const DeviceModel<E>&, const DeviceActs<E>&, std::vector<std::vector<double>>&, \
-                                 std::vector<std::vector<double>>&);
+#define JTOK_MODEL_STATS(E)                                                   \
+  template double hidden_state_std<E>(const DeviceModel<E>&, DeviceActs<E>&); \
+  template JTokMRouting jtokm_routing<E>(const DeviceModel<E>&, const DeviceActs<E>&);
 JTOK_MODEL_STATS(float)
 JTOK_MODEL_STATS(__nv_bfloat16)
 

@@ -81,8 +81,10 @@ class Trainer final : public DeviceTrainer {
     join_table_streams(dm_, opt_);  // the backward writes the tables' gradients and flags
     r.loss = backward(dm_, acts_, staged_targets_.get(), grad_scale);
     r.moe_aux = moe_aux_loss(dm_, acts_);
-    r.jtokm_aux = jtokm_aux_loss(dm_, acts_);
-    jtokm_routing(dm_, acts_, r.jtokm_load, r.jtokm_weight_sum);
+    JTokMRouting routing = jtokm_routing(dm_, acts_);
+    r.jtokm_aux = routing.aux;
+    r.jtokm_load = std::move(routing.load);
+    r.jtokm_weight_sum = std::move(routing.weight_sum);
     return r;
   }
 

@@ -23,6 +23,12 @@ JTokMHyper jtokm_hyper(const ModelConfig& c) {
   return h;
 }
 
+double jtokm_aux_loss(const double* prob_sum, const double* load, int64_t N, const JTokMHyper& hp) {
+  double pn = 0;
+  for (int64_t i = 0; i < hp.n_e; ++i) pn += prob_sum[i] * load[i];
+  return hp.lambda * static_cast<double>(hp.n_e) / (static_cast<double>(N) * N * hp.K) * pn;
+}
+
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // The local path of the forward: gathers each (unique id, table) pair some position selected once,
@@ -98,9 +104,7 @@ void jtokm_route(JTokMActs& A, const float* a, const float* R, const RowBatch& r
       A.weight_sum[A.sel[n * K + k]] += A.w[n * K + k];
     }
   }
-  double pn = 0;
-  for (int64_t i = 0; i < ne; ++i) pn += A.prob_sum[i] * A.load[i];
-  A.aux = hp.lambda * static_cast<double>(ne) / (static_cast<double>(N) * N * K) * pn;
+  A.aux = jtokm_aux_loss(A.prob_sum.data(), A.load.data(), N, hp);
   if (provider) {  // the rows' owners may start mixing now, while attention and the MLP run
     A.pos_ids.resize(static_cast<size_t>(N));
     for (int64_t n = 0; n < N; ++n) A.pos_ids[n] = rb.unique[rb.inverse[n]];

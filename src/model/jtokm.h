@@ -27,6 +27,10 @@ struct JTokMHyper {
 };
 JTokMHyper jtokm_hyper(const ModelConfig& c);
 
+// A layer's aux loss from its statistics, tables in order: lambda * n_e / (N^2 K) * sum_i P_i n_i.
+// The CPU's routing and the GPU trainer (which reads P and n back) both take it from here.
+double jtokm_aux_loss(const double* prob_sum, const double* load, int64_t N, const JTokMHyper& hp);
+
 // What the backward (and the telemetry) needs for one layer and micro-batch.
 struct JTokMActs {
   // Set by the caller: per_row when decoding (the router's product by the per-row kernel, so a row's

@@ -21,6 +21,13 @@ namespace {
 using namespace jtok::cuda_test;
 using jtok::testing::randn;
 
+// A layer's aux loss as the trainer takes it, on the host from the device's P and n (model/jtokm.h).
+double aux_loss(const std::vector<double>& prob_sum, const std::vector<int32_t>& load, int64_t N,
+                const jtok::JTokMHyper& hp) {
+  const std::vector<double> n(load.begin(), load.end());
+  return jtok::jtokm_aux_loss(prob_sum.data(), n.data(), N, hp);
+}
+
 // JTok-M over n_e 5 tables, K 2, with and without the norm: routing (from the CPU's router logits:
 // the product is the caller's, and near-ties must not flip the top-K), load statistics and aux
 // loss, the (id, table) pairs chosen (the rows the CPU's gather syncs), mix + norm + injection, dL/de, ds, dL/dg
@@ -119,10 +126,9 @@ struct JTokMRun {
         scratch(jtok::cuda::jtokm_backward_de_scratch(dm)), hot(jtok::cuda::jtokm_backward_tables_scratch(dm));
     DeviceBuffer<T> dg(N * ne);
     DeviceBuffer<int32_t> sel(N * K), load(ne);
-    DeviceBuffer<double> prob_sum(ne), aux(1);
+    DeviceBuffer<double> prob_sum(ne);
     auto touched = upload_exact(flags0());
-    const jtok::cuda::JTokMDeviceActs acts{sig.get(),  sel.get(),      w.get(),  inv.get(),
-                                           load.get(), prob_sum.get(), aux.get()};
+    const jtok::cuda::JTokMDeviceActs acts{sig.get(), sel.get(), w.get(), inv.get(), load.get(), prob_sum.get()};
     DeviceDedup dd(dids, N, V);
     jtok::cuda::jtokm_route(acts, dlog.get(), dm, nullptr);
     jtok::cuda::jtokm_route_stats(acts, dm, nullptr);
@@ -146,7 +152,7 @@ struct JTokMRun {
                    {"chosen", std::vector<float>(ch.begin(), ch.begin() + static_cast<int64_t>(U))},
                    {"inv_norm", download(inv)},
                    {"h_next", download(dhn)},
-                   {"aux", {static_cast<float>(download_exact(aux)[0])}},
+                   {"aux", {static_cast<float>(aux_loss(ps, ld, N, hyper()))}},
                    {"load", std::vector<float>(ld.begin(), ld.end())},
                    {"prob_sum", std::vector<float>(ps.begin(), ps.end())},
                    {"ds", download(dds)},
@@ -176,7 +182,7 @@ TEST(CudaOps, Jtokm) {
 
 // Routing alone over more positions than jtokm_route_stats_kernel has threads (3,000: two or three a
 // thread), n_e 7, K 3: sel, w, sig, and the statistics each table's block sums (load exact,
-// prob_sum, weight_sum) and the aux loss, against the CPU's jtokm_route on the same logits.
+// prob_sum, weight_sum) and the aux loss the host takes from them, against the CPU's jtokm_route on the same logits.
 TEST(CudaOps, JtokmRouteStatsOverManyPositions) {
   constexpr int64_t N = 3000, V = 90, d = 16, ne = 7, K = 3;
   const auto ids = skewed_ids(N, V, 141);
@@ -202,9 +208,9 @@ TEST(CudaOps, JtokmRouteStatsOverManyPositions) {
     auto logits = upload<float>(cpu_acts().logits);  // the router's product is the caller's
     DeviceBuffer<float> sig(N * ne), w(N * K);
     DeviceBuffer<int32_t> sel(N * K), load(ne);
-    DeviceBuffer<double> prob_sum(ne), aux(1), wsum(ne);
+    DeviceBuffer<double> prob_sum(ne), wsum(ne);
     const jtok::cuda::JTokMDeviceActs acts{sig.get(),  sel.get(),      w.get(),   nullptr,
-                                           load.get(), prob_sum.get(), aux.get(), wsum.get()};
+                                           load.get(), prob_sum.get(), wsum.get()};
     const jtok::cuda::JTokMDims dm{N, d, V, ne, K, 0.25f, 1e-6f, true, 1e-2};
     jtok::cuda::jtokm_route(acts, logits.get(), dm, nullptr);
     jtok::cuda::jtokm_route_stats(acts, dm, nullptr);
@@ -216,7 +222,7 @@ TEST(CudaOps, JtokmRouteStatsOverManyPositions) {
                    {"load", std::vector<float>(ld.begin(), ld.end())},
                    {"prob_sum", std::vector<float>(ps.begin(), ps.end())},
                    {"weight_sum", std::vector<float>(ws.begin(), ws.end())},
-                   {"aux", {static_cast<float>(download_exact(aux)[0])}}};
+                   {"aux", {static_cast<float>(aux_loss(ps, ld, N, hp))}}};
   };
   run_case(c);
   expect_deterministic(c, DType::f32);

@@ -45,7 +45,7 @@ void expect_gpu_step_matches(const std::string& name, const jtok::ModelConfig& c
   expect_close(name + " loss (forward_loss)", {static_cast<float>(eval_loss)}, {static_cast<float>(cpu_loss)},
                tol_loss);
   if (acts.jtokm_aux_loss != 0)
-    expect_close(name + " jtokm aux loss", {static_cast<float>(jtok::cuda::jtokm_aux_loss(dm, da))},
+    expect_close(name + " jtokm aux loss", {static_cast<float>(jtok::cuda::jtokm_routing(dm, da).aux)},
                  {static_cast<float>(acts.jtokm_aux_loss)}, tol_loss);
   if (c.moe_num_layers() > 0) {
     EXPECT_GT(acts.moe_aux_loss, 0.0) << name;
@@ -74,7 +74,7 @@ void expect_gpu_loss_matches(const std::string& name, const jtok::ModelConfig& c
   jtok::cuda::forward(dm, da, b.ids.data(), b.B, b.T);
   const double loss = jtok::cuda::forward_loss(dm, da, b.targets.data());
   expect_close(name + " loss (forward_loss)", {static_cast<float>(loss)}, {static_cast<float>(cpu_loss)}, tol_loss);
-  expect_close(name + " jtokm aux loss", {static_cast<float>(jtok::cuda::jtokm_aux_loss(dm, da))},
+  expect_close(name + " jtokm aux loss", {static_cast<float>(jtok::cuda::jtokm_routing(dm, da).aux)},
                {static_cast<float>(acts.jtokm_aux_loss)}, tol_loss);
 }
 
