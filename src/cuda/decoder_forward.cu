@@ -71,16 +71,17 @@ bool router_beside_qkv(const DecoderState<E>& st, size_t l, int64_t R, bool norm
 // The layer's q | k | v rows (R, qd + 2 kvd) = a [Wq; Wk; Wv]^T (+ [bq; bk; bv]) in one product: the
 // three weights (and biases) lie back to back in the flat parameters (require_fused_layout), and each
 // output element's bits are its own column's (row_invariant_linear for a decode step). normed: a = the
-// input norm of h, made inside the product; else a is A.a.
+// input norm of h, made inside the product; else a is A.a. router: JTok-M's router logits in the same
+// launch (router_beside_qkv).
 template <typename E>
-void qkv_rows(DecoderState<E>& st, size_t l, int64_t R, bool normed) {
+void qkv_rows(DecoderState<E>& st, size_t l, int64_t R, bool normed, bool router) {
   const ModelConfig& c = st.cfg;
   const DeviceLayerView<E>& W = st.w.layers[l];
   DecoderActs<E>& A = st.acts;
   const int64_t d = c.hidden_size, OC = c.q_dim() + 2 * c.kv_dim();
   if (const DecoderQ8::Layer* q8 = q8_layer(st, l, R))
     row_invariant_linear_q8<E, E>(A.qkv.get(), A.h.get(), q8->qkv, W.bq, R, d, OC, false, st.s(), row_norm(st, W.ln1));
-  else if (router_beside_qkv(st, l, R, normed))
+  else if (router)
     row_invariant_linear_and_side<E, E>(A.qkv.get(), A.h.get(), W.wq, W.bq, R, d, OC, false, A.m_logits.get(),
                                         W.jtokm_router, c.jtokm_n_e, st.s(), row_norm(st, W.ln1));
   else if (normed)
@@ -150,9 +151,10 @@ void attention_half(DecoderState<E>& st, size_t l, const StepShape& sh) {
   cudaStream_t s = st.s();
   const bool normed = norm_in_product(st, R);
   if (!normed) rmsnorm_forward(A.a.get(), A.rstd.get(), A.h.get(), W.ln1, R, d, static_cast<float>(c.rms_norm_eps), s);
-  if (W.jtokm_router && !router_beside_qkv(st, l, R, normed))
+  const bool router_in_qkv = router_beside_qkv(st, l, R, normed);
+  if (W.jtokm_router && !router_in_qkv)
     jtokm_router_logits(st, l, sh, normed);  // logits now (or in qkv_rows), routed and mixed at the write-back
-  qkv_rows(st, l, R, normed);
+  qkv_rows(st, l, R, normed, router_in_qkv);
   ready_qkv(st, l, R);  // the pages get every row's k, v first: a chunk's later rows read its earlier ones
   if (sh.fresh) attention_forward(A.att.get(), A.lse.get(), A.q.get(), A.k.get(), A.v.get(), 1, R, H, KV, hd, s);
   else attend_pages(st, l, sh);
