@@ -36,7 +36,7 @@ inline int64_t entry_blocks(const DeviceRowBatch& rb, int64_t N) {
 }
 
 // Some of a batch's unique entries: entry u where bit `bit` of bits[u] is set (bits null: every entry).
-// JTok-M's (id, table) pairs a layer's routing chose (jtokm.h's jtokm_chosen_tables, bit i: table i).
+// JTok-M's (id, table) pairs a layer's routing chose (jtokm.h's ChosenTables, from jtokm_route; bit i: table i).
 struct RowSubset {
   const uint32_t* bits = nullptr;  // (U) on the device
   int bit = 0;

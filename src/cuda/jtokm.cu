@@ -52,11 +52,15 @@ __device__ void route_position(float* sig, int32_t* sel, float* w, const float* 
   for (int k = 0; k < K; ++k) w[n * K + k] = sg[s[k]] / sum;
 }
 
+// Thread n: position n's routing; with chosen, its tables ORed into chosen[inverse[n]] (zeroed first).
 __global__ void __launch_bounds__(kThreads)
-    jtokm_route_kernel(float* sig, int32_t* sel, float* w, const float* logits, int64_t N, int ne, int K) {
+    jtokm_route_kernel(float* sig, int32_t* sel, float* w, const float* logits, int64_t N, int ne, int K,
+                       uint32_t* chosen, const int32_t* __restrict__ inverse) {
   pdl_wait();
   const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (n < N) route_position(sig, sel, w, logits, n, ne, K);
+  if (n >= N) return;
+  route_position(sig, sel, w, logits, n, ne, K);
+  if (chosen) atomicOr(chosen + inverse[n], position_tables(sel, n, K));
 }
 
 // Block i: table i's prob_sum (the positions' sig_i / sum of sig), load (positions selecting it) and
@@ -359,18 +363,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Thread n < N: position n's tables ORed into chosen[inverse[n]] (zeroed first). An OR of an entry's
-// positions in any order: the bits a walk over them gives, without one thread walking a frequent
-// id's thousands of positions (a 16 x 1024 batch of GPT-2 text holds ~1,260 of its commonest id).
-__global__ void __launch_bounds__(kThreads)
-    jtokm_chosen_tables_kernel(uint32_t* chosen, const int32_t* __restrict__ sel, const int32_t* inverse, int64_t N,
-                               int K) {
-  pdl_wait();
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (n >= N) return;
-  atomicOr(chosen + inverse[n], position_tables(sel, n, K));
-}
-
 int64_t de_blocks(int64_t N) { return N < kMaxDeBlocks ? N : kMaxDeBlocks; }
 
 // The routing's shape: 1 <= K <= n_e <= kJTokMMaxTables (the per-position kernels' bound).
@@ -381,11 +373,16 @@ void check_routing(const JTokMDims& dm, const char* who) {
 
 }  // namespace
 
-void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDims& dm, cudaStream_t stream) {
+void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDims& dm, cudaStream_t stream,
+                 const ChosenTables& chosen) {
   check_routing(dm, "jtokm_route");
   if (dm.N == 0) return;
+  if (chosen.bits)
+    JTOK_CUDA_CHECK(
+        cudaMemsetAsync(chosen.bits, 0, static_cast<size_t>(entry_blocks(chosen.rb, dm.N)) * sizeof(uint32_t), stream));
   jtokm_route_kernel<<<ceil_div(dm.N, kThreads), kThreads, 0, stream>>>(
-      acts.sig, acts.sel, acts.w, logits, dm.N, static_cast<int>(dm.n_e), static_cast<int>(dm.K));
+      acts.sig, acts.sel, acts.w, logits, dm.N, static_cast<int>(dm.n_e), static_cast<int>(dm.K), chosen.bits,
+      chosen.rb.inverse);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -393,17 +390,6 @@ void jtokm_route_stats(const JTokMDeviceActs& acts, const JTokMDims& dm, cudaStr
   if (dm.N == 0) return;
   jtokm_route_stats_kernel<<<static_cast<int>(dm.n_e), kStatsThreads, 0, stream>>>(acts, dm.N, static_cast<int>(dm.n_e),
                                                                                    static_cast<int>(dm.K));
-  JTOK_CUDA_CHECK_LAUNCH();
-}
-
-void jtokm_chosen_tables(uint32_t* chosen, const JTokMDeviceActs& acts, const DeviceRowBatch& rb, const JTokMDims& dm,
-                         cudaStream_t stream) {
-  JTOK_CHECK(dm.n_e >= 1 && dm.n_e <= kJTokMMaxTables, "jtokm_chosen_tables: n_e ", dm.n_e, " (at most ",
-             kJTokMMaxTables, ")");
-  if (dm.N == 0) return;
-  JTOK_CUDA_CHECK(cudaMemsetAsync(chosen, 0, static_cast<size_t>(dm.N) * sizeof(uint32_t), stream));
-  jtokm_chosen_tables_kernel<<<ceil_div(dm.N, kThreads), kThreads, 0, stream>>>(chosen, acts.sel, rb.inverse, dm.N,
-                                                                                static_cast<int>(dm.K));
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

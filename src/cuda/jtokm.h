@@ -44,8 +44,20 @@ struct JTokMDeviceActs {
   double* weight_sum = nullptr;  // (n_e) sum of w over the positions that selected table i (telemetry; may be null)
 };
 
-// logits (N, n_e) -> acts.sig, sel, w: what the mix reads (a decoder needs no more).
-void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDims& dm, cudaStream_t stream);
+// The (id, table) rows a layer's routing chose, for the table optimizer to bring current (dedup.h's
+// RowSubset), as the CPU's gather syncs them: bits (rb's entries bound; U used, zeroed first) bit i
+// set where some position of unique[u] selected table i. Each listed once; a position ORs its tables
+// into its entry (atomicOr: the same bits in any order, and no thread walks a frequent id's
+// thousands of positions).
+struct ChosenTables {
+  uint32_t* bits = nullptr;
+  DeviceRowBatch rb;
+};
+
+// logits (N, n_e) -> acts.sig, sel, w: what the mix reads (a decoder needs no more); with
+// chosen.bits, training's chosen tables too, in the same launch.
+void jtokm_route(const JTokMDeviceActs& acts, const float* logits, const JTokMDims& dm, cudaStream_t stream,
+                 const ChosenTables& chosen = {});
 // After jtokm_route, training's: acts.sig, sel, w -> load, prob_sum (and weight_sum where set): one
 // launch, a block a table. The aux loss is the host's, from load and prob_sum (model/jtokm.h).
 void jtokm_route_stats(const JTokMDeviceActs& acts, const JTokMDims& dm, cudaStream_t stream);
@@ -57,13 +69,6 @@ void jtokm_route_stats(const JTokMDeviceActs& acts, const JTokMDims& dm, cudaStr
 template <typename T>
 void jtokm_mix_inject(T* h_next, const JTokMDeviceActs& acts, const int32_t* ids, const T* E, const T* s,
                       const JTokMDims& dm, cudaStream_t stream, const float* route_logits = nullptr);
-
-// acts.sel (N, K), rb = dedup_ids(ids) -> chosen (N bound; U used, the rest zero) bit i set where some
-// position of unique[u] selected table i: the (id, table) rows the layer reads (its gather, its
-// backward), each listed once. A thread a position ORs its tables in (atomicOr: the same bits in any order).
-// The table optimizer brings only these current (dedup.h's RowSubset), as the CPU's gather does.
-void jtokm_chosen_tables(uint32_t* chosen, const JTokMDeviceActs& acts, const DeviceRowBatch& rb, const JTokMDims& dm,
-                         cudaStream_t stream);
 
 // Floats of scratch jtokm_backward_de needs: ds's per-block partials.
 int64_t jtokm_backward_de_scratch(const JTokMDims& dm);

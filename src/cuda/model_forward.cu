@@ -21,7 +21,8 @@ namespace jtok::cuda {
 namespace {
 
 // JTok-M's routing of layer l on its attention input a: logits (N, n_e) fp32 = a R^T (E operands,
-// fp32 out), then top-K; then the (id, table) rows it chose brought current by a.row_sync (the CPU's
+// fp32 out), then top-K (with the (id, table) rows it chose where rows are synced); then those rows
+// brought current by a.row_sync (the CPU's
 // gather syncs these alone: a row not chosen is left behind until a batch chooses it), while the
 // rest of the layer runs if the syncs are on a side stream. Profiled as "table row sync".
 template <typename E>
@@ -31,11 +32,11 @@ void jtokm_route_layer(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l) {
   const JTokMDims dims = jtokm_dims(dm.cfg, N);
   linear_forward<E, float>(dm.mm, L.m_logits.get(), L.a.get(), dm.w.layers[l].jtokm_router, nullptr, N, dims.d,
                            dims.n_e, false, dm.stream);
-  jtokm_route(L.jtokm(), L.m_logits.get(), dims, dm.stream);
+  const ChosenTables chosen{a.row_sync ? L.m_chosen.get() : nullptr, a.row_batch()};
+  jtokm_route(L.jtokm(), L.m_logits.get(), dims, dm.stream, chosen);
   jtokm_route_stats(L.jtokm(), dims, dm.stream);
   if (!a.row_sync) return;
   mark_phase(dm.profile, "attention", dm.stream);
-  jtokm_chosen_tables(L.m_chosen.get(), L.jtokm(), a.row_batch(), dims, dm.stream);
   a.row_sync(dm.jtokm_table[l], dims.n_e, a.row_batch(), N, RowSubset{L.m_chosen.get(), 0});
   mark_phase(dm.profile, "table row sync", dm.stream);
 }

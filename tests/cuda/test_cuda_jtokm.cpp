@@ -130,10 +130,9 @@ struct JTokMRun {
     auto touched = upload_exact(flags0());
     const jtok::cuda::JTokMDeviceActs acts{sig.get(), sel.get(), w.get(), inv.get(), load.get(), prob_sum.get()};
     DeviceDedup dd(dids, N, V);
-    jtok::cuda::jtokm_route(acts, dlog.get(), dm, nullptr);
-    jtok::cuda::jtokm_route_stats(acts, dm, nullptr);
     DeviceBuffer<uint32_t> chosen(N);
-    jtok::cuda::jtokm_chosen_tables(chosen.get(), acts, dd.rb, dm, nullptr);
+    jtok::cuda::jtokm_route(acts, dlog.get(), dm, nullptr, {chosen.get(), dd.rb});
+    jtok::cuda::jtokm_route_stats(acts, dm, nullptr);
     jtok::cuda::jtokm_mix_inject(dhn.get(), acts, dids.get(), dE.get(), ds_.get(), dm, nullptr);
     jtok::cuda::jtokm_backward_de(de.get(), dds.get(), dg.get(), scratch.get(), acts, ddh.get(), ds_.get(), dids.get(),
                                   dE.get(), aux_grad, dm, nullptr);
