@@ -80,7 +80,7 @@ void cross_entropy(T* dlogits, float* losses, const T* logits, const int32_t* ta
 template <typename T>
 void lm_head_cross_entropy(float* losses, T* dh, float* dW, const T* h, const T* W, const int32_t* targets, int64_t N,
                            int64_t C, int64_t V, int64_t Vp, float grad_scale, T* logits_chunk, int64_t chunk_rows,
-                           const LmHeadGemms<T>& gemm, cudaStream_t stream) {
+                           const LmHeadGemms<T>& gemm, cudaStream_t stream, bool add_to_dW) {
   JTOK_CHECK(chunk_rows > 0, "lm_head_cross_entropy: chunk_rows = ", chunk_rows);
   for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
     const int64_t rows = N - r0 < chunk_rows ? N - r0 : chunk_rows;
@@ -88,7 +88,8 @@ void lm_head_cross_entropy(float* losses, T* dh, float* dW, const T* h, const T*
     gemm.out(false, true, rows, Vp, C, 1.0f, hc, C, W, C, 0.0f, logits_chunk, Vp, stream);
     cross_entropy(logits_chunk, losses + r0, logits_chunk, targets + r0, rows, V, Vp, grad_scale, stream);
     gemm.out(false, false, rows, C, Vp, 1.0f, logits_chunk, Vp, W, C, 0.0f, dh + r0 * C, C, stream);
-    if (dW) gemm.acc(true, false, Vp, C, rows, 1.0f, logits_chunk, Vp, hc, C, 1.0f, dW, C, stream);
+    const float beta = add_to_dW || r0 > 0 ? 1.0f : 0.0f;  // later chunks add to the first's
+    if (dW) gemm.acc(true, false, Vp, C, rows, 1.0f, logits_chunk, Vp, hc, C, beta, dW, C, stream);
   }
 }
 
@@ -97,11 +98,11 @@ template void cross_entropy<float>(float*, float*, const float*, const int32_t*,
 template void cross_entropy<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, const int32_t*, int64_t,
                                            int64_t, int64_t, float, cudaStream_t);
 template void lm_head_cross_entropy<float>(float*, float*, float*, const float*, const float*, const int32_t*, int64_t,
-                                           int64_t, int64_t, int64_t, float, float*, int64_t,
-                                           const LmHeadGemms<float>&, cudaStream_t);
+                                           int64_t, int64_t, int64_t, float, float*, int64_t, const LmHeadGemms<float>&,
+                                           cudaStream_t, bool);
 template void lm_head_cross_entropy<__nv_bfloat16>(float*, __nv_bfloat16*, float*, const __nv_bfloat16*,
                                                    const __nv_bfloat16*, const int32_t*, int64_t, int64_t, int64_t,
                                                    int64_t, float, __nv_bfloat16*, int64_t,
-                                                   const LmHeadGemms<__nv_bfloat16>&, cudaStream_t);
+                                                   const LmHeadGemms<__nv_bfloat16>&, cudaStream_t, bool);
 
 }  // namespace jtok::cuda

@@ -28,11 +28,12 @@ struct LmHeadGemms {
 
 // Fused LM head + cross-entropy, forward and backward, rows in chunks of chunk_rows:
 //   logits (rows,Vp) = h (rows,C) @ W (Vp,C)^T;  losses, dlogits in place (cross_entropy above);
-//   dh (rows,C) = dlogits @ W (overwritten);  dW (Vp,C) fp32 += dlogits^T @ h (unless null: frozen).
+//   dh (rows,C) = dlogits @ W (overwritten);  dW (Vp,C) fp32 += dlogits^T @ h (unless null: frozen;
+//   without add_to_dW the first chunk's product writes it over, its old values never read).
 // logits_chunk: scratch (chunk_rows, Vp) of T. Chunks run in row order: dW's bits are fixed.
 template <typename T>
 void lm_head_cross_entropy(float* losses, T* dh, float* dW, const T* h, const T* W, const int32_t* targets, int64_t N,
                            int64_t C, int64_t V, int64_t Vp, float grad_scale, T* logits_chunk, int64_t chunk_rows,
-                           const LmHeadGemms<T>& gemm, cudaStream_t stream);
+                           const LmHeadGemms<T>& gemm, cudaStream_t stream, bool add_to_dW = true);
 
 }  // namespace jtok::cuda

@@ -202,13 +202,15 @@ void linear_forward_residual(Matmul& mm, Out* out, const Out* residual, const In
 
 template <typename E, typename DW>
 void linear_backward(Matmul& mm, E* dinp, DW* dweight, const E* dout, const E* inp, const E* weight, int64_t N,
-                     int64_t C, int64_t OC, cudaStream_t stream, bool add_to_dinp) {
+                     int64_t C, int64_t OC, cudaStream_t stream, bool add_to_dinp, bool add_to_dweight) {
   // dinp (N,C) (+)= dout (N,OC) weight (OC,C)
   if (dinp)
     mm.gemm<E, E>(false, false, N, C, OC, 1.0f, dout, OC, weight, C, add_to_dinp ? 1.0f : 0.0f, dinp, C, nullptr,
                   stream);
-  // dweight (OC,C) += dout^T (OC,N) inp (N,C)
-  if (dweight) mm.gemm<E, DW>(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, nullptr, stream);
+  // dweight (OC,C) (+)= dout^T (OC,N) inp (N,C)
+  if (dweight)
+    mm.gemm<E, DW>(true, false, OC, C, N, 1.0f, dout, OC, inp, C, add_to_dweight ? 1.0f : 0.0f, dweight, C, nullptr,
+                   stream);
 }
 
 using bf16 = __nv_bfloat16;
@@ -222,7 +224,7 @@ using bf16 = __nv_bfloat16;
   template void linear_forward_residual<In, Out>(Matmul&, Out*, const Out*, const In*, const In*, const Out*, int64_t, \
                                                  int64_t, int64_t, cudaStream_t);                                      \
   template void linear_backward<In, Out>(Matmul&, In*, Out*, const In*, const In*, const In*, int64_t, int64_t,        \
-                                         int64_t, cudaStream_t, bool);
+                                         int64_t, cudaStream_t, bool, bool);
 JTOK_MATMUL_INSTANTIATE(float, float)
 JTOK_MATMUL_INSTANTIATE(bf16, bf16)
 JTOK_MATMUL_INSTANTIATE(bf16, float)

@@ -105,10 +105,10 @@ void linear_forward_residual(Matmul& mm, Out* out, const Out* residual, const In
 
 // Its backward, accumulating as the CPU's linear_backward: dinp (N,C) += dout (N,OC) weight (OC,C)
 // (null: skipped; without add_to_dinp written over, its old values never read: no zeroing first) and
-// dweight (OC,C) += dout^T (OC,N) inp (N,C) (null: a frozen weight, skipped). dinp has the
-// activations' type; dweight is E or fp32 (master gradients).
+// dweight (OC,C) += dout^T (OC,N) inp (N,C) (null: a frozen weight, skipped; without add_to_dweight
+// written over likewise). dinp has the activations' type; dweight is E or fp32 (master gradients).
 template <typename E, typename DW>
 void linear_backward(Matmul& mm, E* dinp, DW* dweight, const E* dout, const E* inp, const E* weight, int64_t N,
-                     int64_t C, int64_t OC, cudaStream_t stream, bool add_to_dinp = true);
+                     int64_t C, int64_t OC, cudaStream_t stream, bool add_to_dinp = true, bool add_to_dweight = true);
 
 }  // namespace jtok::cuda

@@ -8,7 +8,8 @@
 //   lnf = RMSNorm(h_out); loss = CE(lnf W_head^T)
 // The LM head and the cross-entropy run fused over chunks of rows (cuda/cross_entropy.h): the
 // trainer's chunks hold at most 1 GiB of logits (lm_head_chunk_rows), never the whole (B T, Vp).
-// Gradients accumulate (+=) into one fp32 buffer laid out as the CPU's m.grads. E, the activations'
+// Gradients accumulate (+=) into one fp32 buffer laid out as the CPU's m.grads (the weight products of
+// a step's first backward write theirs over: DeviceModel::grads_fresh). E, the activations'
 // and the forward weights' type: float (the checking instantiation: the forward reads the fp32
 // master weights) or __nv_bfloat16 (a bf16 copy of the masters, written by the optimizer). JTok
 // layers gate the MLP update by their token table (cuda/jtok.h); JTok-M layers route on the
@@ -35,6 +36,7 @@
 #include "cuda/device_array.h"
 #include "cuda/jtokm.h"
 #include "cuda/matmul.h"
+#include "cuda/model_kernels.h"
 #include "cuda/model_moe.h"
 #include "cuda/phase_profile.h"
 #include "model/transformer.h"
@@ -170,6 +172,14 @@ struct DeviceModel {
   DeviceArray<float> master;      // (n_params) fp32 parameters, m.params' layout
   DeviceArray<E> copy;            // (n_params) E = bf16 only: the forward's weights (empty for fp32)
   DeviceArray<float> grads;       // (n_params) fp32, m.grads' layout
+  // Where a step's gradients start (grad_spans): the products' weights (the dense layers' q | k | v,
+  // o, gate | up and down, the untied LM head) are written over by the step's first backward
+  // (grads_fresh: beta 0, no zeroing first, no zeros read back); zero_grads clears the other trainable
+  // tensors (zeroed_grads, one launch) and sets grads_fresh, the backward clears it. A frozen
+  // tensor's gradient is zeroed at set-up and never written.
+  std::vector<Span> product_grads;
+  DeviceSpans zeroed_grads;
+  bool grads_fresh = true;
   DeviceArray<float> rope_cos, rope_sin;  // (rope_T, hd/2): the CPU's own table
   int64_t rope_T = 0;
   // The token tables, one (Vp, d) block each in host.tables' order (a JTok-M layer's n_e

@@ -2,8 +2,9 @@
 // the fused LM head + cross-entropy and the final norm, per layer (last to first) the MLP half and
 // the attention half (JTok-M's dL/de and JTok's gate first, JTok-M's router beside q/k/v), then the
 // embedding's row gradients over the forward's deduplicated ids. Every gradient accumulates (+=)
-// into dm.grads (and the tables' into dm.table_grads), as on the CPU. On an MoE layer the MoE
-// block's backward (cuda/model_moe.h) takes the MLP's place.
+// into dm.grads (and the tables' into dm.table_grads), as on the CPU, but that the weight products of
+// a step's first backward write theirs over (dm.grads_fresh: `add`, false then). On an MoE layer the
+// MoE block's backward (cuda/model_moe.h) takes the MLP's place.
 #include "cuda/attention.h"
 #include "cuda/cross_entropy.h"
 #include "cuda/embedding.h"
@@ -19,17 +20,18 @@ namespace jtok::cuda {
 
 namespace {
 
-// The losses (N), and a.dh = dL/dh_out through the LM head (dlnf in a.dx; dW_head += chunk by chunk)
-// and the final norm; dlogits = grad_scale / N * (softmax - onehot) as the CPU's head_backward.
+// The losses (N), and a.dh = dL/dh_out through the LM head (dlnf in a.dx; dW_head (+)= chunk by chunk;
+// tied to the embedding, always +=: that span is zeroed) and the final norm; dlogits = grad_scale / N *
+// (softmax - onehot) as the CPU's head_backward.
 template <typename E>
-void head_backward(DeviceModel<E>& dm, DeviceActs<E>& a, float grad_scale) {
+void head_backward(DeviceModel<E>& dm, DeviceActs<E>& a, float grad_scale, bool add) {
   const auto& c = dm.cfg;
   const int64_t N = a.B * a.T, d = c.hidden_size;
   cudaStream_t s = dm.stream;
   const LmHeadGemms<E> gemms{gemm_lt<E, E>, gemm_lt<E, float>};
   lm_head_cross_entropy<E>(a.losses.get(), a.dx.get(), dm.g.lm_head, a.lnf.get(), dm.w.lm_head, a.targets.get(), N, d,
                            c.vocab_size, c.padded_vocab(), grad_scale / static_cast<float>(N), a.logits_chunk.get(),
-                           a.chunk_rows, gemms, s);
+                           a.chunk_rows, gemms, s, add || c.tie_word_embeddings);
   a.dh.zero(s);
   rmsnorm_backward(a.dh.get(), dm.g.norm, a.norm_scratch.get(), a.dx.get(), a.h_out.get(), dm.w.norm, a.rstdf.get(), N,
                    d, s);
@@ -37,9 +39,11 @@ void head_backward(DeviceModel<E>& dm, DeviceActs<E>& a, float grad_scale) {
 
 // Layer li's MLP half (or MoE block): a.dh = dL/dh_next in, dL/dh_mid out; a JTok layer's scaler and
 // table rows get their gradients first (model/transformer.cpp's mlp_half_backward). moe_aux_grad,
-// jtokm_aux_grad: dL/d(an MoE layer's aux), dL/d(a JTok-M layer's aux).
+// jtokm_aux_grad: dL/d(an MoE layer's aux), dL/d(a JTok-M layer's aux). add: the dense MLP's weight
+// products add to their gradients (else write them over).
 template <typename E>
-void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float moe_aux_grad, float jtokm_aux_grad) {
+void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float moe_aux_grad, float jtokm_aux_grad,
+                       bool add) {
   const auto& c = dm.cfg;
   const auto& W = dm.w.layers[li];
   const auto& G = dm.g.layers[li];
@@ -62,11 +66,11 @@ void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float mo
     moe_block_backward(dm.mm, a.dx.get(), G.moe, a.moe, dmlp, L.m.get(), L.moe, W.moe, moe_dims(c), N, moe_aux_grad, s);
   } else {
     // dact, dx: written over by their one product (false: no zeroing first, old values never read)
-    linear_backward<E, float>(dm.mm, a.dact.get(), G.wd, dmlp, L.act.get(), W.wd, N, F, d, s, false);
+    linear_backward<E, float>(dm.mm, a.dact.get(), G.wd, dmlp, L.act.get(), W.wd, N, F, d, s, false, add);
     E* dgu = a.dgate.get();  // dgate | dup rows (N, 2F); [Wg; Wu] one weight, its gradient likewise
     const E* gu = L.gate.get();
     swiglu_backward(dgu, dgu + F, a.dact.get(), gu, gu + F, N, F, 2 * F, s);
-    linear_backward<E, float>(dm.mm, a.dx.get(), G.wg, dgu, L.m.get(), W.wg, N, d, 2 * F, s, false);
+    linear_backward<E, float>(dm.mm, a.dx.get(), G.wg, dgu, L.m.get(), W.wg, N, d, 2 * F, s, false, add);
   }
   rmsnorm_backward(a.dh.get(), G.ln2, a.norm_scratch.get(), a.dx.get(), L.h_mid.get(), W.ln2, L.rstd2.get(), N, d, s);
 }
@@ -110,9 +114,10 @@ void jtokm_router_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
 }
 
 // Layer li's attention half: a.dh = dL/dh_mid in, dL/dh_in out; JTok-M's router (on the attention
-// input) adds its part of that input's gradient first.
+// input) adds its part of that input's gradient first. add: o's and q | k | v's weight products add to
+// their gradients (else write them over).
 template <typename E>
-void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
+void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, bool add) {
   const auto& c = dm.cfg;
   const auto& W = dm.w.layers[li];
   const auto& G = dm.g.layers[li];
@@ -121,7 +126,7 @@ void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
   cudaStream_t s = dm.stream;
   // datt, dq | dk | dv (every element of each row: the attention's one writer a row) and dx are
   // written over by their first product, never zeroed first (false: old values not read)
-  linear_backward<E, float>(dm.mm, a.datt.get(), G.wo, a.dh.get(), L.att.get(), W.wo, N, qd, d, s, false);
+  linear_backward<E, float>(dm.mm, a.datt.get(), G.wo, a.dh.get(), L.att.get(), W.wo, N, qd, d, s, false, add);
   const QkvView<E> v = layer_qkv(c, L);
   const QkvView<E> dg = qkv_view(c, a.dq.get(), a.dq.get());
   attention_backward(dg.q, dg.k, dg.v, a.row_terms.get(), a.datt.get(), L.att.get(), L.lse.get(), v.q, v.k, v.v, B, T,
@@ -130,7 +135,7 @@ void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
   if (W.jtokm_router) jtokm_router_backward(dm, a, li);
   // [Wq; Wk; Wv] one (qd + 2 kvd, d) weight, its gradient likewise
   linear_backward<E, float>(dm.mm, a.dx.get(), G.wq, dg.q, L.a.get(), W.wq, N, d, dg.stride, s,
-                            W.jtokm_router != nullptr);
+                            W.jtokm_router != nullptr, add);
   rmsnorm_backward(a.dh.get(), G.ln1, a.norm_scratch.get(), a.dx.get(), L.h_in.get(), W.ln1, L.rstd1.get(), N, d, s);
 }
 
@@ -150,12 +155,14 @@ double backward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets, fl
   const int64_t moe_layers = dm.cfg.moe_num_layers();
   const float moe_aux_grad = moe_layers > 0 ? grad_scale / static_cast<float>(moe_layers) : 0.0f;
   if (dm.n_tables > 0) dm.tables_flagged = true;  // the layers' row gradients flag their rows
-  head_backward(dm, a, grad_scale);
+  const bool add = !dm.grads_fresh;               // else the products write their spans (dm.product_grads) over
+  dm.grads_fresh = false;
+  head_backward(dm, a, grad_scale, add);
   mark_phase(dm.profile, "lm head + loss", dm.stream);  // forward and backward, chunk by chunk
   for (size_t li = a.layers.size(); li-- > 0;) {
-    mlp_half_backward(dm, a, li, moe_aux_grad, jtokm_aux_grad);
+    mlp_half_backward(dm, a, li, moe_aux_grad, jtokm_aux_grad, add);
     mark_phase(dm.profile, dm.has_tables(li) ? "mlp + tables backward" : "mlp backward", dm.stream);
-    attention_half_backward(dm, a, li);
+    attention_half_backward(dm, a, li, add);
     mark_phase(dm.profile, "attention backward", dm.stream);
   }
   // dL/dh_in of layer 0 into the embedding's rows, per id in position order (the forward's dedup).

@@ -47,7 +47,55 @@ __global__ void __launch_bounds__(kThreads) bias_sum_kernel(float* db, const flo
 
 int64_t bias_blocks(int64_t N) { return N < kBiasBlocks ? N : kBiasBlocks; }
 
+constexpr int64_t kSpanChunk = 16 * kThreads;  // elements a block zeroes, of the spans laid end to end
+
+// Block b: elements [b kSpanChunk, (b + 1) kSpanChunk) of the S spans laid end to end (span s their
+// [sums[s], sums[s + 1]), at base + starts[s]); each thread finds its first span by bisection, then
+// walks forward with its elements.
+__global__ void __launch_bounds__(kThreads)
+    zero_spans_kernel(float* base, const int64_t* __restrict__ starts, const int64_t* __restrict__ sums, int64_t S) {
+  pdl_wait();
+  const int64_t total = sums[S], first = static_cast<int64_t>(blockIdx.x) * kSpanChunk + threadIdx.x;
+  const int64_t end = min(total, first - threadIdx.x + kSpanChunk);
+  if (first >= end) return;
+  int64_t lo = 0, hi = S - 1;  // the last span beginning at or before `first`
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (sums[mid] <= first)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  for (int64_t i = first, s = lo; i < end; i += blockDim.x) {
+    while (i >= sums[s + 1]) ++s;
+    base[starts[s] + (i - sums[s])] = 0.0f;
+  }
+}
+
 }  // namespace
+
+DeviceSpans upload_spans(const std::vector<Span>& spans) {
+  DeviceSpans d;
+  d.S = static_cast<int64_t>(spans.size());
+  std::vector<int64_t> host(2 * spans.size() + 1, 0);  // starts, then the running sums from 0
+  for (size_t s = 0; s < spans.size(); ++s) {
+    JTOK_CHECK(spans[s].offset >= 0 && spans[s].count > 0, "upload_spans: span ", s, " at ", spans[s].offset, " of ",
+               spans[s].count);
+    host[s] = spans[s].offset;
+    host[spans.size() + s + 1] = host[spans.size() + s] + spans[s].count;
+  }
+  d.total = host.back();
+  d.at.resize(static_cast<int64_t>(host.size()));
+  copy_to_device(d.at.get(), host.data(), static_cast<int64_t>(host.size()));
+  return d;
+}
+
+void zero_spans(float* base, const DeviceSpans& spans, cudaStream_t stream) {
+  if (spans.S == 0 || spans.total == 0) return;
+  zero_spans_kernel<<<ceil_div(spans.total, kSpanChunk), kThreads, 0, stream>>>(base, spans.at.get(),
+                                                                                spans.at.get() + spans.S, spans.S);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
 
 template <typename E>
 void convert_from_f32(E* out, const float* in, int64_t n, cudaStream_t stream) {

@@ -1,9 +1,11 @@
 // The model's small element-wise helpers on the GPU (cuda/model.h): the bf16 copy of the fp32
-// master weights, and the q / k / v biases' gradient (attention_bias, model/qkv_variants.cpp).
+// master weights, the q / k / v biases' gradient (attention_bias, model/qkv_variants.cpp), and the
+// clearing of some spans of the flat gradients.
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "cuda/device_array.h"
 
@@ -20,6 +22,19 @@ void convert_from_f32(E* out, const float* in, int64_t n, cudaStream_t stream);
 int64_t bias_grad_scratch(int64_t N, int64_t C);
 template <typename E>
 void bias_grad(float* db, const E* dx, int64_t N, int64_t C, float* scratch, cudaStream_t stream);
+
+// Spans of a flat fp32 buffer, (offset, count) each, on the device for zero_spans: the starts (S),
+// then the counts' running sums (S + 1: where each span begins in the spans laid end to end).
+struct Span {
+  int64_t offset = 0, count = 0;
+};
+struct DeviceSpans {
+  DeviceArray<int64_t> at;
+  int64_t S = 0, total = 0;
+};
+DeviceSpans upload_spans(const std::vector<Span>& spans);
+// Every element of the spans of base set to 0, in one launch (none for no span).
+void zero_spans(float* base, const DeviceSpans& spans, cudaStream_t stream);
 
 }  // namespace jtok::cuda
 

@@ -40,6 +40,43 @@ void check_device_supported(const Model& host, const std::string& who, bool lowp
   if (host.rope.half * 2 != c.hd()) fail(who, ": the RoPE table's half width ", host.rope.half, " != head_dim/2");
 }
 
+namespace {
+
+// dm.product_grads (the weight products' gradients: model.h's DeviceModel::grads_fresh) from the
+// gradient views, and dm.zeroed_grads: every trainable tensor outside them, adjacent ones one span.
+template <typename E>
+void plan_grad_spans(DeviceModel<E>& dm) {
+  const ModelConfig& c = dm.cfg;
+  const int64_t d = c.hidden_size, qd = c.q_dim(), F = c.intermediate_size;
+  auto product = [&](const float* g, int64_t n) {
+    if (g) dm.product_grads.push_back({g - dm.grads.get(), n});
+  };
+  for (size_t l = 0; l < dm.g.layers.size(); ++l) {
+    const auto& G = dm.g.layers[l];
+    if (c.moe_on_layer(static_cast<int64_t>(l))) continue;  // the MoE block's products add (model_moe)
+    product(G.wq, (qd + 2 * c.kv_dim()) * d);               // [Wq; Wk; Wv], one product (require_fused_layout)
+    product(G.wo, d * qd);
+    product(G.wg, 2 * F * d);  // [Wg; Wu]
+    product(G.wd, d * F);
+  }
+  if (!c.tie_word_embeddings) product(dm.g.lm_head, c.padded_vocab() * d);  // tied: the embedding's rows add
+  std::vector<Span> zeroed;
+  for (size_t i = 0; i < dm.layout.size(); ++i) {
+    const ParamInfo& p = dm.layout[i];
+    const bool in_product = std::any_of(dm.product_grads.begin(), dm.product_grads.end(), [&](const Span& s) {
+      return p.offset >= s.offset && p.offset < s.offset + s.count;
+    });
+    if (!dm.trainable[i] || in_product || p.numel == 0) continue;
+    if (!zeroed.empty() && zeroed.back().offset + zeroed.back().count == p.offset)
+      zeroed.back().count += p.numel;
+    else
+      zeroed.push_back({p.offset, p.numel});
+  }
+  dm.zeroed_grads = upload_spans(zeroed);
+}
+
+}  // namespace
+
 template <typename P>
 DeviceView<P> device_view(P* base, const Model& host, const ModelView& hv) {
   const float* hb = host.params.data();
@@ -69,6 +106,7 @@ DeviceModel<E>::DeviceModel(const Model& host, cudaStream_t s)
   w = device_view(weights(), host);
   g = device_view(grads.get(), host, trainable_view(host, host.w));  // a frozen tensor's null: no dW product
   require_fused_layout(w, cfg, "cuda model");                        // model/transformer.cpp's layout always is
+  plan_grad_spans(*this);
 }
 
 // The token tables (f32 in memory: TokenTable::data() names the table otherwise) side by side,
@@ -211,7 +249,8 @@ void list_touched_rows(DeviceModel<E>& dm) {
 
 template <typename E>
 void zero_grads(DeviceModel<E>& dm) {
-  dm.grads.zero(dm.stream);
+  zero_spans(dm.grads.get(), dm.zeroed_grads, dm.stream);
+  dm.grads_fresh = true;
   if (dm.n_tables == 0 || !dm.tables_flagged) return;
   list_touched_rows(dm);
   clear_rows(dm.table_grads.get(), dm.table_touched.get(), dm.touched_rows.get(), dm.touched_count.get(),
@@ -237,6 +276,8 @@ template <typename E>
 std::vector<float> download_grads(const DeviceModel<E>& dm) {
   std::vector<float> h(static_cast<size_t>(dm.n_params));
   copy_to_host(h.data(), dm.grads.get(), dm.n_params, dm.stream);
+  if (dm.grads_fresh)  // no backward since zero_grads: the products' spans hold nothing of this step
+    for (const Span& s : dm.product_grads) std::fill_n(h.begin() + s.offset, s.count, 0.0f);
   return h;
 }
 

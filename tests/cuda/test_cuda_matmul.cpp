@@ -33,8 +33,9 @@ std::shared_ptr<const LinearInputs> make_linear(int64_t N, int64_t C, int64_t OC
 }
 
 // out = out0 + inp weight^T + bias (the CPU layer has no bias: added here); dinp = dinp0 + dout
-// weight; dweight = dweight0 + dout^T inp; dinp_over = dout weight (the GPU's written over NaN rows:
-// add_to_dinp false, as the model's backward runs it, never reading them).
+// weight; dweight = dweight0 + dout^T inp; dinp_over = dout weight and dweight_over = dout^T inp (the
+// GPU's written over NaN: add_to_dinp and add_to_dweight false, as the model's backward runs them,
+// never reading them).
 Outputs cpu_linear(const LinearInputs& in, DType t) {
   const auto x = to_dtype(in.inp, t), w = to_dtype(in.weight, t), dout = to_dtype(in.dout, t);
   const auto bias = to_dtype(in.bias, t), out0 = to_dtype(in.out0, t);
@@ -46,7 +47,7 @@ Outputs cpu_linear(const LinearInputs& in, DType t) {
   jtok::linear_backward(dinp.data(), dweight.data(), dout.data(), x.data(), w.data(), in.N, in.C, in.OC);
   std::vector<float> over(dinp.size(), 0.0f), unused(dweight.size(), 0.0f);
   jtok::linear_backward(over.data(), unused.data(), dout.data(), x.data(), w.data(), in.N, in.C, in.OC);
-  return {{"out", out}, {"dinp", dinp}, {"dweight", dweight}, {"dinp_over", over}};
+  return {{"out", out}, {"dinp", dinp}, {"dweight", dweight}, {"dinp_over", over}, {"dweight_over", unused}};
 }
 
 // E the activations' type; the weight gradient accumulates in fp32 (the master gradients).
@@ -65,11 +66,16 @@ Outputs gpu_linear(const LinearInputs& in) {
   jtok::cuda::linear_forward<E, E>(mm, again.get(), x.get(), w.get(), bias.get(), in.N, in.C, in.OC, false, nullptr);
   EXPECT_EQ(mm.cached_plans(), plans);
   DeviceBuffer<E> over(in.dinp0.size());
+  DeviceBuffer<float> dweight_over(in.dweight0.size());
   JTOK_CUDA_CHECK(cudaMemset(over.get(), 0xff, over.n * sizeof(E)));  // NaN: never read
-  jtok::cuda::linear_backward<E, float>(mm, over.get(), nullptr, dout.get(), x.get(), w.get(), in.N, in.C, in.OC,
-                                        nullptr, false);
-  return {
-      {"out", download(out)}, {"dinp", download(dinp)}, {"dweight", download(dweight)}, {"dinp_over", download(over)}};
+  JTOK_CUDA_CHECK(cudaMemset(dweight_over.get(), 0xff, dweight_over.n * sizeof(float)));
+  jtok::cuda::linear_backward<E, float>(mm, over.get(), dweight_over.get(), dout.get(), x.get(), w.get(), in.N, in.C,
+                                        in.OC, nullptr, false, false);
+  return {{"out", download(out)},
+          {"dinp", download(dinp)},
+          {"dweight", download(dweight)},
+          {"dinp_over", download(over)},
+          {"dweight_over", download(dweight_over)}};
 }
 
 struct LinearShape {

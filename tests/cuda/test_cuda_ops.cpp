@@ -16,6 +16,7 @@
 #include "cuda/cross_entropy.h"
 #include "cuda/gemm_ref.h"
 #include "cuda/global_norm.h"
+#include "cuda/model_kernels.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/rope.h"
 #include "cuda/stats.h"
@@ -313,6 +314,27 @@ TEST(CudaOps, SumAndSquares) {
   expect_deterministic(c, DType::bf16);
 }
 
+// zero_spans (the step's clearing of the flat gradients, cuda/model_kernels.h) against std::fill over
+// the same spans: spans of 1 element, across the kernel's chunks of 4,096, and back to back, the
+// elements between them left as they were (bit for bit: exact on both sides).
+TEST(CudaOps, ZeroSpans) {
+  const std::vector<float> x = randn(30011, 78);
+  const std::vector<jtok::cuda::Span> spans{{0, 1}, {3, 4094}, {4097, 5000}, {9097, 3}, {9200, 17000}, {30010, 1}};
+  CudaCase c{"zero_spans", "n 30011, 6 spans", {0.0, 0.0}};
+  c.cpu = [&](DType) {
+    std::vector<float> y = x;
+    for (const auto& s : spans) std::fill_n(y.begin() + s.offset, s.count, 0.0f);
+    return Outputs{{"x", y}};
+  };
+  c.gpu = [&](DType) {
+    DeviceBuffer<float> dx = upload<float>(x);
+    jtok::cuda::zero_spans(dx.get(), jtok::cuda::upload_spans(spans), nullptr);
+    jtok::cuda::zero_spans(dx.get(), jtok::cuda::upload_spans({}), nullptr);  // none: nothing launched
+    return Outputs{{"x", download(dx)}};
+  };
+  run_case(c);
+}
+
 // The reference product, all four transpose combinations, with beta accumulating, against the
 // CPU's gemm_f32 (the check the cuBLASLt path is also held to).
 TEST(CudaOps, GemmRef) {
@@ -382,16 +404,19 @@ TEST(CudaOps, CrossEntropy) {
 }
 
 // The fused LM head + cross-entropy in chunks of 16 rows (the last one short) with the reference
-// products, against the CPU's gemm_f32 + cross_entropy on the whole (N, Vp) logits.
-TEST(CudaOps, LmHeadCrossEntropy) {
+// products, against the CPU's gemm_f32 + cross_entropy on the whole (N, Vp) logits; dW added to, or
+// written over NaN (add false: a step's first backward, never reading it).
+void expect_lm_head_cross_entropy(bool add) {
   const int64_t N = 37, C = 48, V = 300, Vp = 320, chunk = 16;
   const float scale = 1.0f / N;
   const auto h = randn(N * C, 71), W = randn(Vp * C, 72, 0.2f), dW0 = randn(Vp * C, 73, 0.01f);
   const auto targets = skewed_ids(N, V, 74);
-  CudaCase c{"lm_head_cross_entropy", "N 37, C 48, V 300, Vp 320, chunk 16", {1e-5, 2e-2}};
+  CudaCase c{add ? "lm_head_cross_entropy" : "lm_head_cross_entropy dW written",
+             "N 37, C 48, V 300, Vp 320, chunk 16",
+             {1e-5, 2e-2}};
   c.cpu = [&](DType t) {
     const auto ht = to_dtype(h, t), Wt = to_dtype(W, t);
-    std::vector<float> logits(N * Vp), rows(N), dh(N * C), dW = dW0;
+    std::vector<float> logits(N * Vp), rows(N), dh(N * C), dW = add ? dW0 : std::vector<float>(dW0.size(), 0.0f);
     jtok::gemm_f32(false, true, N, Vp, C, 1.0f, ht.data(), C, Wt.data(), C, 0.0f, logits.data(), Vp);
     jtok::cross_entropy_rows(rows.data(), logits.data(), targets.data(), N, V, Vp);
     jtok::cross_entropy(logits.data(), logits.data(), targets.data(), N, V, Vp, scale);
@@ -403,15 +428,19 @@ TEST(CudaOps, LmHeadCrossEntropy) {
     return by_dtype(t, [&]<typename T>(T) {
       auto dh_ = upload<T>(h), dW_ = upload<T>(W);
       auto dt = upload_exact(targets);
-      auto ddW = upload<float>(dW0);
+      auto ddW = upload<float>(add ? dW0 : std::vector<float>(dW0.size(), std::nanf("")));
       DeviceBuffer<float> losses(N);
       DeviceBuffer<T> ddh(N * C), scratch(chunk * Vp);
       jtok::cuda::lm_head_cross_entropy<T>(losses.get(), ddh.get(), ddW.get(), dh_.get(), dW_.get(), dt.get(), N, C, V,
-                                           Vp, scale, scratch.get(), chunk, jtok::cuda::LmHeadGemms<T>{}, nullptr);
+                                           Vp, scale, scratch.get(), chunk, jtok::cuda::LmHeadGemms<T>{}, nullptr, add);
       return Outputs{{"losses", download(losses)}, {"dh", download(ddh)}, {"dW", download(ddW)}};
     });
   };
   run_case(c);
+}
+
+TEST(CudaOps, LmHeadCrossEntropy) {
+  for (const bool add : {true, false}) expect_lm_head_cross_entropy(add);
 }
 
 }  // namespace
