@@ -287,6 +287,8 @@ struct DeviceActs {
   DeviceArray<float> m_de, m_scratch;         // JTok-M: dL/de (N,d) fp32, ds's partials
   DeviceArray<float> m_hot, embed_hot;        // the hot ids' pieces (cuda/hot_ids.cuh): JTok-M's, the embedding's
   DeviceArray<double> stats;                  // telemetry: sum_and_squares' scratch and each layer's two sums
+  mutable HostReadback stats_readback;        // those sums' copy (queue_hidden_state_std)
+  const double* hidden_sums = nullptr;        // on the host once the stream is waited for; null: none queued
   DeviceArray<E> m_dg;                        // JTok-M: dL/dg (N,n_e), the router products' operand
   // The micro-batch's ids deduplicated by the forward (cuda/dedup.h): JTok's gathers, the
   // embedding's and the tables' row gradients.
@@ -359,9 +361,14 @@ std::vector<float> download_table(const DeviceModel<E>& dm, int64_t k);
 // Activations::moe_aux_loss (one sync).
 template <typename E>
 double moe_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& acts);
-// After forward: the standard deviation of each layer's output (the next layer's h_in, the last
-// one's h_out) over positions and dimensions, averaged over layers: train/telemetry.h's
-// hidden_state_std on the device's activations (one sync).
+// The standard deviation of each layer's output (the next layer's h_in, the last one's h_out) over
+// positions and dimensions, averaged over layers: train/telemetry.h's hidden_state_std on the device's
+// activations, in two halves that add no sync of their own. After forward, queue_hidden_state_std
+// queues each layer's sums and their copy to the host (ahead of the backward, which reuses no
+// activation before them: stream order); hidden_state_std takes them once the stream has been waited
+// for (the backward's loss), or waits itself.
+template <typename E>
+void queue_hidden_state_std(const DeviceModel<E>& dm, DeviceActs<E>& acts);
 template <typename E>
 double hidden_state_std(const DeviceModel<E>& dm, DeviceActs<E>& acts);
 // After forward, JTok-M's routing: per JTok-M layer in layer order, per table, the positions that chose

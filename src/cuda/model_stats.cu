@@ -9,9 +9,10 @@
 namespace jtok::cuda {
 
 template <typename E>
-double hidden_state_std(const DeviceModel<E>& dm, DeviceActs<E>& a) {
+void queue_hidden_state_std(const DeviceModel<E>& dm, DeviceActs<E>& a) {
   const size_t L = a.layers.size();
-  if (L == 0) return 0.0;
+  a.hidden_sums = nullptr;
+  if (L == 0) return;
   const int64_t n = a.B * a.T * dm.cfg.hidden_size, scratch = sum_and_squares_scratch();
   a.stats.resize(scratch + 2 * static_cast<int64_t>(L));
   double* sums = a.stats.get() + scratch;
@@ -19,7 +20,19 @@ double hidden_state_std(const DeviceModel<E>& dm, DeviceActs<E>& a) {
     const E* h = l + 1 < L ? a.layers[l + 1].h_in.get() : a.h_out.get();  // layer l's output
     sum_and_squares(sums + 2 * l, h, n, a.stats.get(), dm.stream);
   }
-  const double* host = a.readback.read(sums, 2 * static_cast<int64_t>(L), dm.stream);
+  a.stats_readback.begin(HostReadback::room_for<double>(2 * static_cast<int64_t>(L)));
+  a.hidden_sums = a.stats_readback.queue(sums, 2 * static_cast<int64_t>(L), dm.stream);
+}
+
+template <typename E>
+double hidden_state_std(const DeviceModel<E>& dm, DeviceActs<E>& a) {
+  const size_t L = a.layers.size();
+  if (L == 0) return 0.0;
+  JTOK_CHECK(a.hidden_sums, "hidden_state_std: no sums queued (queue_hidden_state_std after the forward)");
+  a.stats_readback.wait(dm.stream);  // at once where the stream was waited for already
+  const double* host = a.hidden_sums;
+  a.hidden_sums = nullptr;
+  const int64_t n = a.B * a.T * dm.cfg.hidden_size;
   double total = 0;
   for (size_t l = 0; l < L; ++l) {  // as the CPU's hidden_state_std
     const double mean = host[2 * l] / static_cast<double>(n);
@@ -57,8 +70,9 @@ JTokMRouting jtokm_routing(const DeviceModel<E>& dm, const DeviceActs<E>& a) {
   return r;
 }
 
-#define JTOK_MODEL_STATS(E)                                                   \
-  template double hidden_state_std<E>(const DeviceModel<E>&, DeviceActs<E>&); \
+#define JTOK_MODEL_STATS(E)                                                       \
+  template void queue_hidden_state_std<E>(const DeviceModel<E>&, DeviceActs<E>&); \
+  template double hidden_state_std<E>(const DeviceModel<E>&, DeviceActs<E>&);     \
   template JTokMRouting jtokm_routing<E>(const DeviceModel<E>&, const DeviceActs<E>&);
 JTOK_MODEL_STATS(float)
 JTOK_MODEL_STATS(__nv_bfloat16)

@@ -77,9 +77,10 @@ class Trainer final : public DeviceTrainer {
     stage(inputs, targets, B * T);
     forward(dm_, acts_, staged_ids_.get(), B, T);
     MicroBatchLoss r;
-    if (hidden_std) r.hidden_std = hidden_state_std(dm_, acts_);
-    join_table_streams(dm_, opt_);  // the backward writes the tables' gradients and flags
+    if (hidden_std) queue_hidden_state_std(dm_, acts_);  // read after the backward's sync: none mid-step
+    join_table_streams(dm_, opt_);                       // the backward writes the tables' gradients and flags
     r.loss = backward(dm_, acts_, staged_targets_.get(), grad_scale);
+    if (hidden_std) r.hidden_std = hidden_state_std(dm_, acts_);
     r.moe_aux = moe_aux_loss(dm_, acts_);
     JTokMRouting routing = jtokm_routing(dm_, acts_);
     r.jtokm_aux = routing.aux;
