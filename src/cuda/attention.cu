@@ -340,18 +340,22 @@ void attention_forward_tiles(E* out, float* lse, const E* q, const E* k, const E
 }
 
 template <typename E>
-void attention_backward(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
+bool attention_backward(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
                         const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
-                        cudaStream_t stream, AttnStrides strides, bool accumulate) {
+                        cudaStream_t stream, AttnStrides strides, bool accumulate, const RopeTables& rope) {
   if constexpr (std::is_same_v<E, __nv_bfloat16>) {
     AttnDims n = check_dims(B, T, H, KV, hd, strides);
     n.accumulate = accumulate;
-    if (n.B == 0 || n.T == 0) return;
+    n.rope_cos = rope.cos, n.rope_sin = rope.sin;
+    JTOK_CHECK(!rope.cos == !rope.sin, "cuda attention backward: RoPE's cos table without its sin, or the reverse");
+    if (n.B == 0 || n.T == 0) return rope.cos != nullptr;
     with_head_dim(hd, [&](auto d) { launch_row_terms<decltype(d)::value>(row_terms, dout, out, n, stream); });
     attention_backward_mma(dq, dk, dv, row_terms, dout, lse, q, k, v, n, static_cast<int>(hd), stream);
+    return rope.cos != nullptr;
   } else {
     attention_backward_tiles(dq, dk, dv, row_terms, dout, out, lse, q, k, v, B, T, H, KV, hd, stream, strides,
                              accumulate);
+    return false;
   }
 }
 
@@ -379,14 +383,14 @@ template void attention_forward_tiles<float>(float*, float*, const float*, const
 template void attention_forward_tiles<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*,
                                                      const __nv_bfloat16*, const __nv_bfloat16*, int64_t, int64_t,
                                                      int64_t, int64_t, int64_t, cudaStream_t, AttnStrides);
-template void attention_backward<float>(float*, float*, float*, float*, const float*, const float*, const float*,
+template bool attention_backward<float>(float*, float*, float*, float*, const float*, const float*, const float*,
                                         const float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t,
-                                        int64_t, cudaStream_t, AttnStrides, bool);
-template void attention_backward<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, float*,
+                                        int64_t, cudaStream_t, AttnStrides, bool, const RopeTables&);
+template bool attention_backward<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, float*,
                                                 const __nv_bfloat16*, const __nv_bfloat16*, const float*,
                                                 const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
                                                 int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t, AttnStrides,
-                                                bool);
+                                                bool, const RopeTables&);
 
 template void attention_backward_tiles<float>(float*, float*, float*, float*, const float*, const float*, const float*,
                                               const float*, const float*, const float*, int64_t, int64_t, int64_t,

@@ -4,9 +4,10 @@
 //   q (B,T,H,hd), k and v (B,T,KV,hd), out (B,T,H,hd); lse (B,H,T) fp32.
 // hd is 32, 64 or 128. Elements are float (the checking instantiation) or __nv_bfloat16 (the fast path);
 // every sum is fp32. No T x T buffer; no atomics (a run is bitwise reproducible).
-// RoPE and QK-norm are separate ops (cuda/rope.h, cuda/rmsnorm.h); fusing them into the q / k tile
-// loads of the forward and the backward (and their backward into the dq / dk writes) would save the
-// separate kernels' read and write of q and k per layer: worth it once timings show those kernels.
+// RoPE and QK-norm are separate ops (cuda/rope.h, cuda/rmsnorm.h), but that the bf16 backward writes
+// dq and dk through RoPE's inverse when given its tables (RopeTables), saving rope_backward's read and
+// write of them a layer; fusing RoPE into the q / k tile loads of the forward (and of the backward's
+// recomputed scores) would save the forward's: worth it once timings show that kernel.
 #pragma once
 #include <cstdint>
 
@@ -35,17 +36,26 @@ template <typename E>
 void attention_forward_tiles(E* out, float* lse, const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H,
                              int64_t KV, int64_t hd, cudaStream_t stream, AttnStrides strides = {});
 
+// RoPE's tables (cuda/rope.h's cos, sin: rows of hd / 2 for positions 0..T-1 at least).
+struct RopeTables {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+};
+
 // dq (B,T,H,hd), dk, dv (B,T,KV,hd) are accumulated into (+=), as the CPU's attention_backward, or
 // with accumulate false written over (their old values never read: the same bits as zeroing them
-// first, without the pass over them);
+// first, without the pass over them). Given rope (and bf16), dq's and dk's parts go through RoPE's
+// inverse first, in fp32 (rope_backward's rotation before their one rounding): the gradients of q and k
+// before RoPE; returns whether it did so (fp32 does not: the caller runs rope_backward).
 // out and lse are the forward's. row_terms (B,H,T) fp32 is scratch: D_t = sum_i dout_ti out_ti.
 // dk and dv of a kv head sum over its group's query heads in a fixed order (one block per key tile).
 // bf16 runs on the tensor cores (cuda/attention_mma_bwd.cu; q, k, v, dout and the gradients 16-byte
 // aligned); fp32 on the scalar tiles below.
 template <typename E>
-void attention_backward(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
+bool attention_backward(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
                         const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
-                        cudaStream_t stream, AttnStrides strides = {}, bool accumulate = true);
+                        cudaStream_t stream, AttnStrides strides = {}, bool accumulate = true,
+                        const RopeTables& rope = {});
 // The same on scalar fp32 tiles for either type: the tensor-core backward's peer in the tests.
 template <typename E>
 void attention_backward_tiles(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,

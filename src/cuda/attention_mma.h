@@ -19,6 +19,11 @@ struct AttnDims {
   int B, T, H, KV;
   int64_t qs, kvs;
   bool accumulate = true;  // the backward's dq, dk, dv: added into, or written over (never read)
+  // The backward's dq and dk through RoPE's inverse before they are added or written (cuda/rope.h's
+  // rope_backward on the fp32 sums, one rounding), from its (T, hd/2) tables at positions 0..T-1; null:
+  // as the attention's inputs were given.
+  const float* rope_cos = nullptr;
+  const float* rope_sin = nullptr;
 };
 
 // The head dims the kernels are instantiated for: multiples of 32 (the scalar tiles give a lane

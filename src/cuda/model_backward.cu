@@ -76,11 +76,11 @@ void mlp_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, float mo
 }
 
 // dq | dk | dv (dg) of the product's rows from those of the attention's inputs: RoPE's inverse on
-// dq's and dk's H + KV heads (one launch); qk_norm's backward in place (qkv_variants.cpp's
-// head_norm_backward: dq, dk become the gradients of the norms' inputs); [bq; bk; bv]'s gradients
-// (back to back as the weights') in one pass.
+// dq's and dk's H + KV heads (one launch), unless the attention's backward wrote them so (rotated: its
+// bf16 kernels); qk_norm's backward in place (qkv_variants.cpp's head_norm_backward: dq, dk become the
+// gradients of the norms' inputs); [bq; bk; bv]'s gradients (back to back as the weights') in one pass.
 template <typename E>
-void qkv_grads_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, const QkvView<E>& dg) {
+void qkv_grads_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, const QkvView<E>& dg, bool rotated) {
   const auto& c = dm.cfg;
   const auto& W = dm.w.layers[li];
   const auto& G = dm.g.layers[li];
@@ -88,7 +88,7 @@ void qkv_grads_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, const Q
   const int64_t B = a.B, T = a.T, N = B * T, qd = c.q_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
   cudaStream_t s = dm.stream;
-  rope_backward(dg.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H + KV, hd, dg.stride, s);
+  if (!rotated) rope_backward(dg.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H + KV, hd, dg.stride, s);
   if (c.qk_norm) {
     const E* x = L.q_in.get();  // the norms' inputs, in the product's rows
     float* scratch = a.norm_scratch.get();
@@ -129,9 +129,10 @@ void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, bo
   linear_backward<E, float>(dm.mm, a.datt.get(), G.wo, a.dh.get(), L.att.get(), W.wo, N, qd, d, s, false, add);
   const QkvView<E> v = layer_qkv(c, L);
   const QkvView<E> dg = qkv_view(c, a.dq.get(), a.dq.get());
-  attention_backward(dg.q, dg.k, dg.v, a.row_terms.get(), a.datt.get(), L.att.get(), L.lse.get(), v.q, v.k, v.v, B, T,
-                     c.num_attention_heads, c.num_key_value_heads, c.hd(), s, v.attn, false);
-  qkv_grads_backward(dm, a, li, dg);
+  const bool rotated = attention_backward(dg.q, dg.k, dg.v, a.row_terms.get(), a.datt.get(), L.att.get(), L.lse.get(),
+                                          v.q, v.k, v.v, B, T, c.num_attention_heads, c.num_key_value_heads, c.hd(), s,
+                                          v.attn, false, RopeTables{dm.rope_cos.get(), dm.rope_sin.get()});
+  qkv_grads_backward(dm, a, li, dg, rotated);
   if (W.jtokm_router) jtokm_router_backward(dm, a, li);
   // [Wq; Wk; Wv] one (qd + 2 kvd, d) weight, its gradient likewise
   linear_backward<E, float>(dm.mm, a.dx.get(), G.wq, dg.q, L.a.get(), W.wq, N, d, dg.stride, s,

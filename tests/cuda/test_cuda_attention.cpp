@@ -17,9 +17,11 @@
 #include <string>
 
 #include "cuda/attention.h"
+#include "cuda/rope.h"
 #include "cuda_case.h"
 #include "ops/attention.h"
 #include "ops/linear.h"
+#include "ops/rope.h"
 
 namespace {
 
@@ -116,9 +118,10 @@ std::vector<float> rows_part(const std::vector<float>& f, int64_t rows, int64_t 
 // The same op with q, k, v and their gradients inside fused qkv rows (AttnStrides): the layout of a
 // fused qkv projection (cuda/rope.h's stride). overwrite: the gradients' rows poisoned (NaN) and
 // written over (accumulate false, as the model's backward), so every element must be written and
-// none read.
+// none read. rope: the backward given RoPE's tables, dq and dk through its inverse as the model has them
+// (the bf16 kernels' own; fp32 returns false and cuda rope_backward follows).
 template <typename E>
-Outputs gpu_attention_fused(const AttnInputs& in, bool overwrite = false) {
+Outputs gpu_attention_fused(const AttnInputs& in, bool overwrite = false, const jtok::RopeTable* rope = nullptr) {
   const auto [B, T, H, KV, hd] = in.s;
   const int64_t W = (H + 2 * KV) * hd, qw = H * hd, kw = KV * hd;
   const jtok::cuda::AttnStrides strides{W, W};
@@ -132,8 +135,14 @@ Outputs gpu_attention_fused(const AttnInputs& in, bool overwrite = false) {
   const E *q = qkv.get(), *k = q + qw, *v = k + kw;
   E *dq = dqkv.get(), *dk = dq + qw, *dv = dk + kw;
   jtok::cuda::attention_forward<E>(out.get(), lse.get(), q, k, v, B, T, H, KV, hd, nullptr, strides);
-  jtok::cuda::attention_backward<E>(dq, dk, dv, row_terms.get(), dout.get(), out.get(), lse.get(), q, k, v, B, T, H, KV,
-                                    hd, nullptr, strides, !overwrite);
+  DeviceBuffer<float> cos = upload<float>(rope ? rope->cos : std::vector<float>{}),
+                      sin = upload<float>(rope ? rope->sin : std::vector<float>{});
+  const jtok::cuda::RopeTables tables{rope ? cos.get() : nullptr, rope ? sin.get() : nullptr};
+  const bool rotated =
+      jtok::cuda::attention_backward<E>(dq, dk, dv, row_terms.get(), dout.get(), out.get(), lse.get(), q, k, v, B, T, H,
+                                        KV, hd, nullptr, strides, !overwrite, tables);
+  EXPECT_EQ(rotated, rope && sizeof(E) == 2) << "RoPE's inverse in the bf16 kernels only";
+  if (rope && !rotated) jtok::cuda::rope_backward<E>(dq, cos.get(), sin.get(), B, T, H + KV, hd, W, nullptr);
   const auto g = download(dqkv);
   return {{"out", download(out)},
           {"lse", download(lse)},
@@ -190,6 +199,29 @@ TEST(CudaAttentionBits, FusedQkvRowsMatchCpu) {
     run_case(attention_case(s, true, true));
 }
 
+// The model's backward through RoPE, written over NaN rows of fused qkv (gpu_attention_fused's rope),
+// against the CPU's attention_backward from zero, then RoPE's backward on its dq and dk: in bf16 one
+// rounding (the kernels rotate the fp32 sums) where the CPU rotates fp32 values of bf16 inputs.
+TEST(CudaAttentionBits, BackwardThroughRopeMatchesCpu) {
+  for (const AttnShape& s : {AttnShape{2, 70, 4, 2, 64}, AttnShape{2, 33, 4, 1, 128}, AttnShape{1, 100, 4, 4, 32}}) {
+    auto zero = std::make_shared<AttnInputs>(*make_inputs(s, 300 + static_cast<uint64_t>(s.T)));
+    for (auto* g : {&zero->dq0, &zero->dk0, &zero->dv0}) std::fill(g->begin(), g->end(), 0.0f);
+    const std::shared_ptr<const AttnInputs> in = zero;
+    const jtok::RopeTable tab = jtok::make_rope_table(s.T, s.hd, 10000.0);
+    CudaCase c{"attention through rope", describe(s), {1e-5, 2e-2}};
+    c.cpu = [&](DType t) {
+      Outputs o = cpu_attention(*in, t);  // out, lse, dq, dk, dv
+      jtok::rope_backward(o[2].second.data(), tab, s.B, s.T, s.H, s.hd);
+      jtok::rope_backward(o[3].second.data(), tab, s.B, s.T, s.KV, s.hd);
+      return o;
+    };
+    c.gpu = [&](DType t) {
+      return by_dtype(t, [&](auto e) { return gpu_attention_fused<decltype(e)>(*in, true, &tab); });
+    };
+    run_case(c);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(attention_shapes()),
                          [](const ::testing::TestParamInfo<AttnShape>& i) {
                            const AttnShape& s = i.param;
@@ -227,6 +259,13 @@ using FwdFn = void (*)(bf16*, float*, const bf16*, const bf16*, const bf16*, int
                        int64_t, cudaStream_t, AttnStrides);
 using BwdFn = void (*)(bf16*, bf16*, bf16*, float*, const bf16*, const bf16*, const float*, const bf16*, const bf16*,
                        const bf16*, int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t, AttnStrides, bool);
+// The tensor cores' backward without RoPE, as a BwdFn.
+void tensor_core_backward(bf16* dq, bf16* dk, bf16* dv, float* row_terms, const bf16* dout, const bf16* out,
+                          const float* lse, const bf16* q, const bf16* k, const bf16* v, int64_t B, int64_t T,
+                          int64_t H, int64_t KV, int64_t hd, cudaStream_t s, AttnStrides strides, bool accumulate) {
+  jtok::cuda::attention_backward<bf16>(dq, dk, dv, row_terms, dout, out, lse, q, k, v, B, T, H, KV, hd, s, strides,
+                                       accumulate);
+}
 
 // out, lse of one forward; dq, dk, dv of one backward from the given out and lse.
 Outputs bf16_forward(const AttnInputs& in, FwdFn run) {
@@ -268,7 +307,7 @@ TEST(CudaAttentionBits, TensorCoresMatchScalarTiles) {
       const Outputs tc = bf16_forward(*in, jtok::cuda::attention_forward<bf16>);
       const Outputs tiles = bf16_forward(*in, jtok::cuda::attention_forward_tiles<bf16>);
       expect_close(tc, tiles, 1e-2, what.c_str());
-      expect_close(bf16_backward(*in, tiles, jtok::cuda::attention_backward<bf16>),
+      expect_close(bf16_backward(*in, tiles, tensor_core_backward),
                    bf16_backward(*in, tiles, jtok::cuda::attention_backward_tiles<bf16>), 2e-2, what.c_str());
     }
 }
