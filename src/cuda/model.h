@@ -172,8 +172,8 @@ struct DeviceModel {
   DeviceArray<float> master;      // (n_params) fp32 parameters, m.params' layout
   DeviceArray<E> copy;            // (n_params) E = bf16 only: the forward's weights (empty for fp32)
   DeviceArray<float> grads;       // (n_params) fp32, m.grads' layout
-  // Where a step's gradients start (grad_spans): the products' weights (the dense layers' q | k | v,
-  // o, gate | up and down, the untied LM head) are written over by the step's first backward
+  // Where a step's gradients start (plan_grad_spans): the products' weights (every layer's q | k | v
+  // and o, the dense layers' gate | up and down, the untied LM head) are written over by the step's first backward
   // (grads_fresh: beta 0, no zeroing first, no zeros read back); zero_grads clears the other trainable
   // tensors (zeroed_grads, one launch) and sets grads_fresh, the backward clears it. A frozen
   // tensor's gradient is zeroed at set-up and never written.

@@ -53,9 +53,9 @@ void plan_grad_spans(DeviceModel<E>& dm) {
   };
   for (size_t l = 0; l < dm.g.layers.size(); ++l) {
     const auto& G = dm.g.layers[l];
-    if (c.moe_on_layer(static_cast<int64_t>(l))) continue;  // the MoE block's products add (model_moe)
-    product(G.wq, (qd + 2 * c.kv_dim()) * d);               // [Wq; Wk; Wv], one product (require_fused_layout)
+    product(G.wq, (qd + 2 * c.kv_dim()) * d);  // [Wq; Wk; Wv], one product (require_fused_layout)
     product(G.wo, d * qd);
+    if (c.moe_on_layer(static_cast<int64_t>(l))) continue;  // the MoE block's products add (model_moe)
     product(G.wg, 2 * F * d);  // [Wg; Wu]
     product(G.wd, d * F);
   }
