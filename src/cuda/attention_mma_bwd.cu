@@ -76,29 +76,14 @@ __device__ inline void probs_and_grad(float& s, float& dp, bool valid, float sca
 }
 
 // rows (bf16, row stride ld) r and r + 8 of a warp's 16-row C fragments += scale acc (without
-// accumulate: = scale acc, from zero), rows < T only.
+// accumulate: = scale acc, from zero), rows < T only. Given RoPE's (T, HD / 2) tables cos, sin (dq's and
+// dk's rows, AttnDims::rope_cos), through RoPE's inverse at each row's position (the rows are positions
+// 0..T-1): column j < HD / 2 (fragment nt, a thread's 2t, 2t + 1) pairs with j + HD / 2 (fragment nt +
+// HD / 16, the same thread), rotated by (cos, -sin) in fp32 (common.cuh's rope_rotate, as rope_backward)
+// before the one rounding to bf16.
 template <int HD>
 __device__ void add_rows(bf16* base, int64_t ld, int row_a, int T, float scale, const float (&acc)[HD / 8][4],
-                         bool accumulate) {
-  const int t = threadIdx.x % 4;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int row = row_a + 8 * i;
-    if (row >= T) continue;
-    bf16* r = base + static_cast<int64_t>(row) * ld + 2 * t;
-#pragma unroll
-    for (int nt = 0; nt < HD / 8; ++nt)
-      mma::add_pair(r + 8 * nt, scale, acc[nt][2 * i], acc[nt][2 * i + 1], accumulate);
-  }
-}
-
-// The same through RoPE's inverse at each row's position (the rows are positions 0..T-1): column j <
-// HD / 2 (fragment nt, a thread's 2t, 2t + 1) pairs with j + HD / 2 (fragment nt + HD / 16, the same
-// thread), rotated by (cos, -sin) in fp32 (common.cuh's rope_rotate, as rope_backward) before the one
-// rounding to bf16.
-template <int HD>
-__device__ void add_rows_unrotated(bf16* base, int64_t ld, int row_a, int T, float scale, const float (&acc)[HD / 8][4],
-                                   bool accumulate, const float* cos, const float* sin) {
+                         bool accumulate, const float* cos = nullptr, const float* sin = nullptr) {
   constexpr int half = HD / 2;
   const int t = threadIdx.x % 4;
 #pragma unroll
@@ -106,6 +91,12 @@ __device__ void add_rows_unrotated(bf16* base, int64_t ld, int row_a, int T, flo
     const int row = row_a + 8 * i;
     if (row >= T) continue;
     bf16* r = base + static_cast<int64_t>(row) * ld + 2 * t;
+    if (!cos) {
+#pragma unroll
+      for (int nt = 0; nt < HD / 8; ++nt)
+        mma::add_pair(r + 8 * nt, scale, acc[nt][2 * i], acc[nt][2 * i + 1], accumulate);
+      continue;
+    }
     const float *c = cos + static_cast<int64_t>(row) * half + 2 * t,
                 *s = sin + static_cast<int64_t>(row) * half + 2 * t;
 #pragma unroll
@@ -119,16 +110,6 @@ __device__ void add_rows_unrotated(bf16* base, int64_t ld, int row_a, int T, flo
       mma::add_pair(r + 8 * nt + half, 1.0f, hi[0], hi[1], accumulate);
     }
   }
-}
-
-// dq's or dk's rows: through RoPE's inverse where n asks for it (AttnDims::rope_cos).
-template <int HD>
-__device__ void add_grad_rows(bf16* base, int64_t ld, int row_a, int T, float scale, const float (&acc)[HD / 8][4],
-                              const AttnDims& n) {
-  if (n.rope_cos)
-    add_rows_unrotated<HD>(base, ld, row_a, T, scale, acc, n.accumulate, n.rope_cos, n.rope_sin);
-  else
-    add_rows<HD>(base, ld, row_a, T, scale, acc, n.accumulate);
 }
 
 // A dk/dv block's stage: kQTile query rows of Q and dO (row stride kRowStride<HD>), then their lse
@@ -214,7 +195,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma(bf16* dk, bf16* dv
       dkdv_tile<HD, true>(acc_k, acc_v, cur, Ks, Vs, key_a, r0, T, scale);
     __syncthreads();  // every warp is done with tile j's stage before tile j + 2's copies start
   }
-  add_grad_rows<HD>(dk + kv_off, kvd, key_a, T, scale, acc_k, n);
+  add_rows<HD>(dk + kv_off, kvd, key_a, T, scale, acc_k, n.accumulate, n.rope_cos, n.rope_sin);
   add_rows<HD>(dv + kv_off, kvd, key_a, T, 1.0f, acc_v, n.accumulate);
 }
 
@@ -280,7 +261,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma(bf16* dq, const bf16
       dq_tile<HD, true>(acc, Qs, dOs, cur, cur + kKeyTile * ld, row_a, c0, T, scale, lse_r, D_r);
     __syncthreads();  // every warp is done with tile i's stage before tile i + 2's copies start
   }
-  add_grad_rows<HD>(dq + q_off, qd, row_a, T, scale, acc, n);
+  add_rows<HD>(dq + q_off, qd, row_a, T, scale, acc, n.accumulate, n.rope_cos, n.rope_sin);
 }
 
 template <int HD>
