@@ -9,8 +9,10 @@
 // A graph holds stream work only: what a step does on the host, and where it went.
 //   before the replay (decode_step): the checks (sequences open, distinct, room; ids in the
 //     vocabulary), the longest row, the buckets, the stream's sync before host_step is rewritten,
-//     the step's ints (ids, row_seq, pos) copied up from pinned memory into acts.step, which every
-//     captured kernel reads through fixed pointers (ids and positions, page tables: device buffers).
+//     the step's ints (ids, row_seq, pos) written into pinned host_step.
+//   the graph's first nodes: host_step copied up into acts.step (memcpy nodes from the fixed pinned
+//     buffers, so a replay is one launch with no copy call of the host's before it, the device idle),
+//     which every captured kernel reads through fixed pointers (page tables: device buffers).
 //   made capture-safe: the rows' request reads the ids from acts.step on the device
 //     (StepRows::request_device: no pinned ids copy, no cudaEventSynchronize, no host id check);
 //     dedup's cub temporary storage was sized at set-up (nothing allocated); the gathers' sources go
@@ -23,7 +25,7 @@
 //     the graph: M rows, not R), the staged rows' errors (StepRows::check_error), the pages'
 //     lengths, the rows read (the host's dedup of the ids and JTok-M's choices).
 //   decode_digest's steps (sampling on the GPU, cuda/logit_digest.h): the rows' inputs go up with
-//     the step's ints (pinned host_digest_rows -> acts.digest_rows, dummies greedy), the graph (its
+//     the step's ints (pinned host_digest_rows -> acts.digest_rows, a memcpy node, dummies greedy), the graph (its
 //     own, keyed by the digest flag beside the shape) ends in the digest kernel over all R rows'
 //     logits, and only the M digests come back (copied outside the graph, as the logits are).
 //   MoE layers: the experts' products grouped by the offsets on the device (cuda/model_moe.h's decode
@@ -64,23 +66,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The R rows' digest inputs up into acts.digest_rows: rows[0..M), then greedy dummies. After the
-// stream's sync (the last copy out of host_digest_rows is done).
+// The R rows' digest inputs into pinned host_digest_rows: rows[0..M), then greedy dummies.
 template <typename E>
-void upload_digest_rows(DecoderState<E>& st, const DigestRow* rows, int64_t M, const StepShape& sh) {
+void fill_digest_rows(DecoderState<E>& st, const DigestRow* rows, int64_t M, const StepShape& sh) {
   DecoderActs<E>& A = st.acts;
   JTOK_CHECK(sh.R <= A.digests.size(), "cuda decoder: digests of ", sh.R, " rows (room for ", A.digests.size(), ")");
   DigestRow* h = A.host_digest_rows.get();
   for (int64_t r = 0; r < sh.R; ++r) h[r] = r < M ? rows[r] : DigestRow{};
-  JTOK_CUDA_CHECK(cudaMemcpyAsync(A.digest_rows.get(), h, static_cast<size_t>(sh.R) * sizeof(DigestRow),
-                                  cudaMemcpyHostToDevice, st.s()));
 }
 
-// The step's ints of R rows up into acts.step: row r < M is sequence seqs[r] at its length, the
-// rest the scratch sequence at position 0; tokens holds the R padded ids. A digest step's rows too.
+// The step's ints of R rows into pinned host_step (copied up by queue_decode): row r < M is sequence
+// seqs[r] at its length, the rest the scratch sequence at position 0; tokens holds the R padded ids.
+// A digest step's rows too. After the stream's sync: the last step's copies out of them are done.
 template <typename E>
-void upload_decode(DecoderState<E>& st, const int64_t* seqs, const std::vector<int32_t>& tokens, int64_t M,
-                   const StepShape& sh, const DigestRow* rows) {
+void fill_step(DecoderState<E>& st, const int64_t* seqs, const std::vector<int32_t>& tokens, int64_t M,
+               const StepShape& sh, const DigestRow* rows) {
   DecoderActs<E>& A = st.acts;
   JTOK_CUDA_CHECK(cudaStreamSynchronize(st.s()));  // the last copy out of host_step is done
   int32_t* h = A.host_step.get();
@@ -90,20 +90,32 @@ void upload_decode(DecoderState<E>& st, const int64_t* seqs, const std::vector<i
     h[n + r] = static_cast<int32_t>(r < M ? seqs[r] : st.kv.scratch_row());
     h[2 * n + r] = static_cast<int32_t>(r < M ? st.kv.pages->length(seqs[r]) : 0);
   }
-  if (sh.timed) st.prof->mark(StepMark::step_begin, 0, st.s());
-  JTOK_CUDA_CHECK(cudaMemcpyAsync(A.step.get(), h, static_cast<size_t>(3 * n) * sizeof(int32_t),
-                                  cudaMemcpyHostToDevice, st.s()));
-  if (sh.digest) upload_digest_rows(st, rows, M, sh);
+  if (sh.digest) fill_digest_rows(st, rows, M, sh);
 }
 
-// The step's stream work: the forward of its R rows, the head of all R and, for decode_digest, the
-// R rows' digests (what a graph captures). Every product of it (q/k/v and their biases, o,
+// The pinned step ints (and a digest step's rows) up into acts.step (and acts.digest_rows): the
+// first stream work of a step, so a graph holds them as memcpy nodes from the fixed pinned buffers
+// and a replay is one launch, no copy call of the host's before it.
+template <typename E>
+void queue_step_upload(DecoderState<E>& st, const StepShape& sh) {
+  DecoderActs<E>& A = st.acts;
+  JTOK_CUDA_CHECK(cudaMemcpyAsync(A.step.get(), A.host_step.get(),
+                                  static_cast<size_t>(3 * A.max_rows) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                  st.s()));
+  if (sh.digest)
+    JTOK_CUDA_CHECK(cudaMemcpyAsync(A.digest_rows.get(), A.host_digest_rows.get(),
+                                    static_cast<size_t>(sh.R) * sizeof(DigestRow), cudaMemcpyHostToDevice, st.s()));
+}
+
+// The step's stream work: its ints up, the forward of its R rows, the head of all R and, for
+// decode_digest, the R rows' digests (what a graph captures). Every product of it (q/k/v and their biases, o,
 // gate/up/down, JTok-M's router, the MoE block's router and experts, the LM head: linear_forward on
 // st.mm, R rows or fewer) is row_invariant_linear, so a sequence's logits do not depend on the others
 // in its step (prefill stays on cuBLASLt: one sequence a call already).
 template <typename E>
 void queue_decode(DecoderState<E>& st, const int32_t* tokens, const StepShape& sh) {
   const RowInvariantProducts row_invariant(st.mm, sh.R, st.settings.tensor_cores);
+  queue_step_upload(st, sh);
   forward_rows(st, tokens, sh);
   if (sh.timed) st.prof->mark(StepMark::head_begin, 0, st.s());
   head_forward(st, 0, sh.R);
@@ -226,7 +238,8 @@ void decode_step(DecoderState<E>& st, const int64_t* seqs, const int32_t* tokens
   padded.resize(static_cast<size_t>(sh.R), tokens[0]);  // a dummy row's id: one the step reads anyway
   check_ids(padded.data(), sh.R, st.cfg.vocab_size, "token");
   if (sh.timed) st.prof->begin_step();
-  upload_decode(st, seqs, padded, M, sh, rows);
+  fill_step(st, seqs, padded, M, sh, rows);
+  if (sh.timed) st.prof->mark(StepMark::step_begin, 0, st.s());
   DecodeGraphs::Captured captured;
   if (st.graphs) captured = st.graphs->find({sh.R, sh.max_len, sh.digest});
   const cudaGraphExec_t graph = captured.exec;

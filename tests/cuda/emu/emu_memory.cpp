@@ -80,9 +80,14 @@ bool pageable(const void* p) {
 struct LazyCopy {
   std::shared_ptr<std::vector<char>> source;
   bool wait = false;
+  cudaError_t refused = cudaSuccess;  // captured with pageable memory: the capture invalidated
 };
 LazyCopy lazy_copy(cudaStream_t st, void* d, const void* s, size_t n) {
   LazyCopy lc;
+  if (emu::capturing(st) && n && (pageable(s) || pageable(d))) {  // a graph's copies are the DMA engine's
+    lc.refused = emu::blocking_call(st);
+    return lc;
+  }
   if (!emu::lazy_streams() || emu::capturing(st)) return lc;
   if (n && pageable(s))
     lc.source = std::make_shared<std::vector<char>>(static_cast<const char*>(s), static_cast<const char*>(s) + n);
@@ -152,6 +157,7 @@ cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
 }
 cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t st) {
   const LazyCopy lc = lazy_copy(st, d, s, n);
+  if (lc.refused) return lc.refused;
   const cudaError_t e = emu::submit(st, [=] {
     if (n) std::memmove(d, lc.source ? lc.source->data() : s, n);
     note_copy(d, n);
@@ -162,6 +168,7 @@ cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cu
 cudaError_t cudaMemcpy2DAsync(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h, cudaMemcpyKind,
                               cudaStream_t st) {
   const LazyCopy lc = lazy_copy(st, d, s, h ? (h - 1) * sp + w : 0);
+  if (lc.refused) return lc.refused;
   const cudaError_t e = emu::submit(st, [=] {
     const char* from = lc.source ? lc.source->data() : static_cast<const char*>(s);
     for (size_t r = 0; r < h; ++r) {

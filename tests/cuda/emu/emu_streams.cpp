@@ -8,7 +8,9 @@
 //     work) before cudaStreamEndCapture: else cudaErrorStreamCaptureUnjoined;
 //   - the legacy stream (null) during a capture: cudaErrorStreamCaptureImplicit;
 //   - a blocking call (cudaMalloc, cudaFree, cudaMemcpy, cudaMemset, a synchronize) during a
-//     global or thread-local capture: cudaErrorStreamCaptureUnsupported;
+//     global or thread-local capture: cudaErrorStreamCaptureUnsupported, as is an asynchronous
+//     copy to or from pageable host memory (a graph's copies are DMA transfers: pinned, registered
+//     or device memory only; emu_memory.cpp);
 // each of which invalidates the capture: cudaStreamEndCapture then gives no graph and
 // cudaErrorStreamCaptureInvalidated. The emulation is single-threaded: "this thread" is the process.
 // EMU_STREAMS=lazy: work on any stream (the legacy one too) is queued and runs only when something
