@@ -148,7 +148,8 @@ TEST(Flops, PaperMoeConfigsHaveTheirNamedSizes) {
 
 // `train --device cuda`'s GPU plan, by hand: the backbone's fp32 masters + a bf16 copy, gradients
 // and moments of every flat tensor; the tables' masters + bf16 copy, dense gradients, moments, and a
-// flag, a listed row and a step count a row; the activations as the CPU's; two cuBLASLt workspaces.
+// flag, a listed row and a step count a row (the untied embedding's rows too: its gradient is
+// row-sparse); the activations as the CPU's; two cuBLASLt workspaces.
 TEST(Flops, GpuMemoryPlanByHand) {
   Config cfg;
   cfg.model = small();
@@ -163,7 +164,7 @@ TEST(Flops, GpuMemoryPlanByHand) {
   EXPECT_EQ(gpu.tables, table_bytes * 3 / 2);
   EXPECT_EQ(gpu.moments_backbone, 2 * host.weights);
   EXPECT_EQ(gpu.moments_tables, 2 * table_bytes);
-  EXPECT_EQ(gpu.gradients, host.weights + table_bytes + rows * 9);
+  EXPECT_EQ(gpu.gradients, host.weights + table_bytes + (rows + 1024) * 9);
   EXPECT_EQ(gpu.activations, host.activations);
   EXPECT_EQ(gpu.workspaces, 64 << 20);
   EXPECT_EQ(host.workspaces, 0);
@@ -173,4 +174,6 @@ TEST(Flops, GpuMemoryPlanByHand) {
   cfg.train.precision = "fp32";  // no copies
   EXPECT_EQ(device_memory_plan(cfg, 2, 8).weights, host.weights);
   EXPECT_EQ(host_plan_of_device_run(cfg, 2, 8).activations, 0);
+  cfg.model.tie_word_embeddings = true;  // every embedding row has the LM head's gradient: none listed
+  EXPECT_EQ(device_memory_plan(cfg, 2, 8).gradients, memory_plan(cfg, 2, 8).weights + table_bytes + rows * 9);
 }

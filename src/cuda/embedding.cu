@@ -32,17 +32,18 @@ __global__ void __launch_bounds__(kThreads)
   sum_hot_piece(hot, rb, N, C, [&](int64_t n, int64_t j) { return to_f32(dout[n * C + j]); });
 }
 
-// Block u < U: dst row (by_id: dweight + unique[u]*C, accumulating onto it; else rows + u*C from 0)
-// plus the dout rows of order[offsets[u] .. offsets[u+1]), in that order; a hot id plus its pieces'
-// sums (embedding_hot_kernel's), in chunk order.
+// Block u < U: dst row (by_id: dweight + unique[u]*C, accumulating onto it, its flag in touched set
+// where given; else rows + u*C from 0) plus the dout rows of order[offsets[u] .. offsets[u+1]), in
+// that order; a hot id plus its pieces' sums (embedding_hot_kernel's), in chunk order.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    embedding_backward_kernel(float* dst, bool by_id, const T* __restrict__ dout, const float* __restrict__ hot,
-                              DeviceRowBatch rb, int64_t C) {
+    embedding_backward_kernel(float* dst, bool by_id, uint8_t* touched, const T* __restrict__ dout,
+                              const float* __restrict__ hot, DeviceRowBatch rb, int64_t C) {
   pdl_wait();
   __shared__ int32_t pos[kHotChunk];
   const int u = blockIdx.x;
   if (u >= *rb.num_unique) return;
+  if (touched && threadIdx.x == 0) touched[rb.unique[u]] = 1;
   float* row = dst + (by_id ? static_cast<int64_t>(rb.unique[u]) : static_cast<int64_t>(u)) * C;
   const PositionRange r{rb.offsets[u], rb.offsets[u + 1]};
   if (is_hot(r.lo, r.hi)) {
@@ -60,13 +61,13 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T>
-void launch_backward(float* dst, bool by_id, const T* dout, const DeviceRowBatch& rb, int64_t N, int64_t C, float* hot,
-                     cudaStream_t stream) {
+void launch_backward(float* dst, bool by_id, uint8_t* touched, const T* dout, const DeviceRowBatch& rb, int64_t N,
+                     int64_t C, float* hot, cudaStream_t stream) {
   if (N == 0) return;
   embedding_hot_kernel<T><<<static_cast<int>(2 * hot_chunks(N)), kThreads, 0, stream>>>(hot, dout, rb, N, C);
   JTOK_CUDA_CHECK_LAUNCH();
   embedding_backward_kernel<T>
-      <<<static_cast<int>(entry_blocks(rb, N)), kThreads, 0, stream>>>(dst, by_id, dout, hot, rb, C);
+      <<<static_cast<int>(entry_blocks(rb, N)), kThreads, 0, stream>>>(dst, by_id, touched, dout, hot, rb, C);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
@@ -81,23 +82,23 @@ void embedding_forward(T* out, const int32_t* ids, const T* weight, int64_t N, i
 
 template <typename T>
 void embedding_backward(float* dweight, const T* dout, const DeviceRowBatch& rb, int64_t N, int64_t C, float* hot,
-                        cudaStream_t stream) {
-  if (dweight) launch_backward(dweight, true, dout, rb, N, C, hot, stream);  // null: a frozen embedding
+                        cudaStream_t stream, uint8_t* touched) {
+  if (dweight) launch_backward(dweight, true, touched, dout, rb, N, C, hot, stream);  // null: a frozen embedding
 }
 
 template <typename T>
 void embedding_backward_rows(float* grad_rows, const T* dout, const DeviceRowBatch& rb, int64_t N, int64_t C,
                              float* hot, cudaStream_t stream) {
-  launch_backward(grad_rows, false, dout, rb, N, C, hot, stream);
+  launch_backward(grad_rows, false, nullptr, dout, rb, N, C, hot, stream);
 }
 
 template void embedding_forward<float>(float*, const int32_t*, const float*, int64_t, int64_t, cudaStream_t);
 template void embedding_forward<__nv_bfloat16>(__nv_bfloat16*, const int32_t*, const __nv_bfloat16*, int64_t, int64_t,
                                                cudaStream_t);
 template void embedding_backward<float>(float*, const float*, const DeviceRowBatch&, int64_t, int64_t, float*,
-                                        cudaStream_t);
+                                        cudaStream_t, uint8_t*);
 template void embedding_backward<__nv_bfloat16>(float*, const __nv_bfloat16*, const DeviceRowBatch&, int64_t, int64_t,
-                                                float*, cudaStream_t);
+                                                float*, cudaStream_t, uint8_t*);
 template void embedding_backward_rows<float>(float*, const float*, const DeviceRowBatch&, int64_t, int64_t, float*,
                                              cudaStream_t);
 template void embedding_backward_rows<__nv_bfloat16>(float*, const __nv_bfloat16*, const DeviceRowBatch&, int64_t,

@@ -204,6 +204,14 @@ struct DeviceModel {
   // Whether touched flags may be set: a backward sets them, a table AdamW step clears every one it
   // listed (zero_grads then has nothing to clear, and skips its pass over the flags).
   bool tables_flagged = true;
+  // The token embedding's gradient kept row-sparse where it may be (trainable, untied: embed_rows_on),
+  // so the optimizer can step it as a table (cuda/model_optimizer.h's defer_embedding): zero outside
+  // the flagged rows, the backward adding into the rows of the batch's ids and flagging them, and the
+  // flagged rows cleared by the optimizer's step or zero_grads (never a memset of the (Vp, d) span).
+  DeviceArray<uint8_t> embed_touched;            // (Vp) 1 where a row got a gradient; empty: the span is zeroed whole
+  DeviceArray<int32_t> embed_rows, embed_count;  // (Vp) bound, (1): the flagged rows listed
+  DeviceArray<uint8_t> embed_scratch;            // their compaction's scratch
+  bool embed_flagged = false;                    // a backward flagged rows no step has cleared since
   DeviceView<E> w;                // views of the forward's weights
   DeviceView<float> g;            // views of grads
   Matmul mm;                      // cuBLASLt plans; one stream at a time
@@ -223,6 +231,8 @@ struct DeviceModel {
     else return table_copy.get() + k * table_numel;
   }
   float* table_grad(int64_t k) const { return table_grads.get() + k * table_numel; }
+  bool embed_rows_on() const { return embed_touched.size() > 0; }
+  int64_t embed_offset() const { return g.embed ? g.embed - grads.get() : -1; }  // in master, grads, moments
   uint8_t* touched(int64_t k) const { return table_touched.get() + k * cfg.padded_vocab(); }
 };
 
@@ -297,6 +307,9 @@ struct DeviceActs {
   int64_t distinct_ids = 0;      // U, counted on the host by forward (cuda/dedup.h's max_unique)
   std::vector<uint8_t> id_seen;  // (Vp) the count's marks, all zero between forwards
   DeviceRowSync row_sync;  // if set, called for each table before its layer (row_batch)
+  // If set, called with the batch's ids (row_batch) before the embedding reads its rows: the
+  // optimizer brings them current (cuda/model_optimizer.h's embedding_row_sync).
+  std::function<void(const DeviceRowBatch& rb, int64_t N)> embed_sync;
   DeviceRowWait row_wait;  // if set, called before a layer reads a table
   DeviceRowBatch row_batch() const {
     return {unique.get(), inverse.get(), offsets.get(), order.get(), num_unique.get(), true, distinct_ids};
@@ -337,13 +350,17 @@ double backward(DeviceModel<E>& dm, DeviceActs<E>& acts, const int32_t* targets,
 
 // The flat gradients zeroed (a memset) and the tables' flagged rows with their flags (list_touched_rows
 // then clear_rows: the touched rows' bytes, not the tables'), unless a table step has cleared them
-// since the last backward (tables_flagged). After a refused step (a non-finite norm: optimizer_step
-// throws before clearing anything) this is what cleans the rows it left.
+// since the last backward (tables_flagged); the row-sparse embedding's flagged rows likewise
+// (embed_flagged). After a refused step (a non-finite norm: optimizer_step throws before clearing
+// anything) this is what cleans the rows it left.
 template <typename E>
 void zero_grads(DeviceModel<E>& dm);
 // dm.table_touched's flagged rows into dm.touched_rows / touched_count (on the device).
 template <typename E>
 void list_touched_rows(DeviceModel<E>& dm);
+// dm.embed_touched's flagged rows into dm.embed_rows / embed_count (on the device; embed_rows_on).
+template <typename E>
+void list_embed_rows(DeviceModel<E>& dm);
 // The flat buffers back on the host (m.params' / m.grads' layout), after the queued work.
 template <typename E>
 std::vector<float> download_params(const DeviceModel<E>& dm);

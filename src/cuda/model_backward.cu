@@ -167,7 +167,9 @@ double backward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets, fl
     mark_phase(dm.profile, "attention backward", dm.stream);
   }
   // dL/dh_in of layer 0 into the embedding's rows, per id in position order (the forward's dedup).
-  embedding_backward(dm.g.embed, a.dh.get(), a.row_batch(), N, dm.cfg.hidden_size, a.embed_hot.get(), dm.stream);
+  embedding_backward(dm.g.embed, a.dh.get(), a.row_batch(), N, dm.cfg.hidden_size, a.embed_hot.get(), dm.stream,
+                     dm.embed_touched.get());
+  dm.embed_flagged |= dm.embed_rows_on();
   const double loss = device_mean(a.losses.get(), a.loss_sum.get(), a.readback, N, dm.stream);
   mark_phase(dm.profile, "embedding backward", dm.stream);  // with the loss read back
   return loss;

@@ -182,6 +182,7 @@ void forward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* ids, int64_t B
   dedup_ids(a.row_batch(), a.ids.get(), N, c.padded_vocab(), a.dedup_scratch.get(), a.dedup_scratch.bytes(), s);
   if (!a.table_dedup) fill_positions(a.positions.get(), a.position_count.get(), N, s);  // table_batch's
   if (sync_batch_rows(dm, a)) mark_phase(dm.profile, "table row sync", s);  // the ids' copy and dedup with it
+  if (a.embed_sync) a.embed_sync(a.row_batch(), N);  // the rows it reads brought current (a deferred optimizer)
   embedding_forward(a.layers[0].h_in.get(), a.ids.get(), dm.w.embed, N, d, s);
   mark_phase(dm.profile, "embedding", s);  // with the ids' copy and dedup (unless timed with the row syncs)
   for (size_t l = 0; l < a.layers.size(); ++l) {

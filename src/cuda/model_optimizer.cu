@@ -8,31 +8,50 @@
 
 namespace jtok::cuda {
 
+void KeptSteps::push(const AdamWConsts& c) {
+  host.push_back(c);
+  const auto n = static_cast<int64_t>(host.size());
+  if (n > dev.size()) {  // room doubled (a reallocation syncs the device): all uploaded again
+    dev.resize(std::max<int64_t>(64, 2 * n));
+    copy_to_device(dev.get(), host.data(), n);
+  } else {  // the new step's constants only
+    copy_to_device(dev.get() + n - 1, &host.back(), 1);
+  }
+}
+
 template <typename E>
-DeviceAdamW::DeviceAdamW(const DeviceModel<E>& dm, bool dense)
+DeviceAdamW::DeviceAdamW(const DeviceModel<E>& dm, bool dense, bool defer_embedding_rows)
     : m(dm.n_params),
       v(dm.n_params),
       table_m(dm.tables.size()),
       table_v(dm.tables.size()),
       row_step(dm.table_touched.size()),
       dense_tables(dense),
+      defer_embedding(defer_embedding_rows && dm.embed_rows_on()),
+      embed_row_step(defer_embedding ? dm.cfg.padded_vocab() : 0),
       partials(sumsq_chunks(dm.n_params) + dm.touched_rows.size()),
       sumsq(1),
       norm(1),
       clip(1),
-      stats(kTableStats) {
+      stats(2 * kTableStats) {
   std::vector<AdamWSegment> ranges;
   for (size_t i = 0; i < dm.layout.size(); ++i) {
     const ParamInfo& p = dm.layout[i];
     const int32_t table_lr = is_token_indexed_param(p.name) ? 1 : 0;  // a JTok / JTok-M parameter: its own lr
-    if (dm.trainable[i])  // a frozen tensor is in no segment: never stepped, no moments
-      ranges.push_back({p.offset, p.numel, 0, 2 * table_lr + (p.decay ? 0 : 1)});
+    const int32_t kind = 2 * table_lr + (p.decay ? 0 : 1);
+    if (defer_embedding && p.offset == dm.embed_offset()) {
+      JTOK_CHECK(kind < 2, "cuda AdamW: the embedding ", p.name, " takes the table lr");
+      embed_kind = kind;           // stepped by its rows (step_embedding)
+    } else if (dm.trainable[i]) {  // a frozen tensor is in no segment: never stepped, no moments
+      ranges.push_back({p.offset, p.numel, 0, kind});
+    }
   }
   const std::vector<AdamWSegment> segs = adamw_segments(ranges, segment_blocks);
   segments.resize(static_cast<int64_t>(segs.size()));
   copy_to_device(segments.get(), segs.data(), static_cast<int64_t>(segs.size()));
   for (DeviceArray<float>* a : {&m, &v, &table_m, &table_v}) a->zero(dm.stream);
   row_step.zero(dm.stream);
+  embed_row_step.zero(dm.stream);
   stats.zero(dm.stream);
 }
 
@@ -53,6 +72,34 @@ DeviceTable table_view(const DeviceModel<E>& dm, const DeviceAdamW& st, int64_t 
   t.rows = rows;
   t.d = dm.cfg.hidden_size;
   return t;
+}
+
+// The deferred embedding's optimizer view: its values in the flat masters (and the bf16 copy), its
+// moments in the flat m, v, its own row steps.
+template <typename E>
+DeviceTable embed_view(const DeviceModel<E>& dm, const DeviceAdamW& st) {
+  const int64_t at = dm.embed_offset();
+  DeviceTable t;
+  t.p = dm.master.get() + at;
+  if constexpr (!std::is_same_v<E, float>) t.p_bf16 = dm.copy.get() + at;
+  t.m = st.m.get() + at;
+  t.v = st.v.get() + at;
+  t.row_step = st.embed_row_step.get();
+  t.rows = dm.cfg.padded_vocab();
+  t.d = dm.cfg.hidden_size;
+  return t;
+}
+
+// The embedding's rows with a gradient stepped (replayed first to the step before), their gradient
+// rows zeroed and flags cleared: the embedding's whole AdamW step.
+template <typename E>
+void step_embedding(DeviceModel<E>& dm, DeviceAdamW& st, const AdamWConsts& c) {
+  st.embed_kept.push(c);
+  list_embed_rows(dm);
+  const TableGrad grad{dm.g.embed, dm.embed_touched.get(), true};
+  table_adamw_step(embed_view(dm, st), grad, dm.embed_rows.get(), dm.embed_count.get(), dm.embed_rows.size(),
+                   st.embed_kept.view(), st.step, true, st.clip.get(), TableStats{st.embed_stats()}, dm.stream);
+  dm.embed_flagged = false;
 }
 
 // The sum of squares of every gradient (the flat one's 4096-element chunks, then a partial a touched
@@ -79,18 +126,8 @@ const double* grad_norm(DeviceModel<E>& dm, DeviceAdamW& st, float max_grad_norm
 // alone) and uploaded, then every table stepped at its touched rows (grad_norm's list), in one launch.
 template <typename E>
 void step_tables(DeviceModel<E>& dm, DeviceAdamW& st, const AdamWConsts& c) {
-  if (!st.dense_tables) {
-    st.kept_host.clear();
-    st.kept_base = st.step - 1;
-  }
-  st.kept_host.push_back(c);
-  const auto kept = static_cast<int64_t>(st.kept_host.size());
-  if (kept > st.kept.size()) {  // room doubled (a reallocation syncs the device): all uploaded again
-    st.kept.resize(std::max<int64_t>(64, 2 * kept));
-    copy_to_device(st.kept.get(), st.kept_host.data(), kept);
-  } else {  // the new step's constants only
-    copy_to_device(st.kept.get() + kept - 1, &st.kept_host.back(), 1);
-  }
+  if (!st.dense_tables) st.kept.reset(st.step - 1);
+  st.kept.push(c);
   const TableGrad grad{dm.table_grads.get(), dm.table_touched.get(), st.zero_table_grad_rows};
   const DeviceTable all = table_view(dm, st, 0, dm.touched_rows.size());  // indexed by the list's global rows
   if (!st.streams) {
@@ -110,13 +147,19 @@ void step_tables(DeviceModel<E>& dm, DeviceAdamW& st, const AdamWConsts& c) {
   dm.tables_flagged = false;  // every listed row's flag cleared
 }
 
-// The table statistics (read back): the first four kept (DeviceAdamW::counts), the fifth, rows asked
-// outside the kept steps, refused (the CPU aborts on one).
+// Rows asked outside the kept steps (a statistics' fifth counter), refused: the CPU aborts on one.
+void check_kept(const unsigned long long* counters, const KeptSteps& kept, const char* what) {
+  if (counters[4] != 0)
+    fail("cuda model: ", counters[4], " ", what, " rows were asked for steps outside the kept constants (",
+         kept.base + 1, "..", kept.view().current, ")");
+}
+
+// The statistics read back (DeviceAdamW::stats): the tables' first four kept (DeviceAdamW::counts),
+// and both parts' rows asked outside the kept steps refused.
 void check_table_stats(DeviceAdamW& st, const unsigned long long* counters) {
   std::copy(counters, counters + 4, st.counts.begin());
-  if (counters[4] != 0)
-    fail("cuda model: ", counters[4], " table rows were asked for steps outside the kept constants (", st.kept_base + 1,
-         "..", st.kept_base + static_cast<int64_t>(st.kept_host.size()), ")");
+  check_kept(counters, st.kept, "table");
+  check_kept(counters + kTableStats, st.embed_kept, "embedding");
 }
 
 }  // namespace
@@ -124,10 +167,11 @@ void check_table_stats(DeviceAdamW& st, const unsigned long long* counters) {
 template <typename E>
 double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, float max_grad_norm) {
   if (dm.profile) dm.profile->begin(dm.stream);  // the gap since the backward is the host's
-  st.readback.begin(HostReadback::room_for<double>(1) + HostReadback::room_for<unsigned long long>(kTableStats));
+  const int64_t n_stats = st.stats.size();
+  st.readback.begin(HostReadback::room_for<double>(1) + HostReadback::room_for<unsigned long long>(n_stats));
   const double* norm_at = grad_norm(dm, st, max_grad_norm);
-  const unsigned long long* counters =
-      dm.n_tables > 0 ? st.readback.queue(st.stats.get(), kTableStats, dm.stream) : nullptr;
+  const bool deferred = dm.n_tables > 0 || st.defer_embedding;
+  const unsigned long long* counters = deferred ? st.readback.queue(st.stats.get(), n_stats, dm.stream) : nullptr;
   st.readback.wait(dm.stream);  // one sync: the norm, and the counters of the forward's row syncs
   const double norm = *norm_at;
   if (!std::isfinite(norm))
@@ -140,6 +184,7 @@ double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, 
   const AdamWKinds kinds{{c.decay, c.plain, c.table_decay, c.table_plain}};  // the segments' kind order
   adamw_update<float>(dm.master.get(), copy, dm.grads.get(), st.m.get(), st.v.get(), st.segments.get(),
                       st.segments.size(), st.segment_blocks, kinds, st.clip.get(), dm.stream);
+  if (st.defer_embedding) step_embedding(dm, st, st.embed_kind == 0 ? c.decay : c.plain);
   mark_phase(dm.profile, "adamw", dm.stream);
   if (dm.n_tables > 0) {
     step_tables(dm, st, c.table_decay);  // tables are 2-D: decay applies
@@ -163,6 +208,15 @@ DeviceRowSync table_row_sync(DeviceModel<E>& dm, DeviceAdamW& st) {
 }
 
 template <typename E>
+std::function<void(const DeviceRowBatch&, int64_t)> embedding_row_sync(DeviceModel<E>& dm, DeviceAdamW& st) {
+  if (!st.defer_embedding) return {};
+  return [&dm, &st](const DeviceRowBatch& rb, int64_t N) {
+    table_sync_rows(embed_view(dm, st), rb.unique, rb.num_unique, N, st.embed_kept.view(), TableStats{st.embed_stats()},
+                    dm.stream);
+  };
+}
+
+template <typename E>
 DeviceRowWait table_row_wait(DeviceModel<E>& dm, DeviceAdamW& st) {
   if (!st.streams) return {};
   return [&dm, &st](int64_t k) { st.streams->wait(dm.stream, k); };
@@ -181,27 +235,28 @@ void join_table_streams(const DeviceModel<E>& dm, DeviceAdamW& st) {
 }
 
 template <typename E>
-void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st) {
+void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st, bool embedding) {
   join_table_streams(dm, st);
-  if (dm.n_tables > 0) {  // every table's rows in one launch (sparse: nothing deferred)
-    if (st.dense_tables)
-      table_sync_all(table_view(dm, st, 0, dm.touched_rows.size()), st.kept_view(), TableStats{st.stats.get()},
-                     dm.stream);
-    check_table_stats(st, st.readback.read(st.stats.get(), kTableStats, dm.stream));  // the last step's too
-  }
-  if (!st.dense_tables) return;
-  st.kept_base += static_cast<int64_t>(st.kept_host.size());
-  st.kept_host.clear();
+  if (dm.n_tables > 0 && st.dense_tables)  // every table's rows in one launch (sparse: nothing deferred)
+    table_sync_all(table_view(dm, st, 0, dm.touched_rows.size()), st.kept_view(), TableStats{st.stats.get()},
+                   dm.stream);
+  embedding = embedding && st.defer_embedding;
+  if (embedding) table_sync_all(embed_view(dm, st), st.embed_kept.view(), TableStats{st.embed_stats()}, dm.stream);
+  if (dm.n_tables > 0 || embedding)  // the last step's too
+    check_table_stats(st, st.readback.read(st.stats.get(), st.stats.size(), dm.stream));
+  if (st.dense_tables) st.kept.reset(st.kept.view().current);
+  if (embedding) st.embed_kept.reset(st.embed_kept.view().current);
 }
 
-#define JTOK_MODEL_OPTIMIZER_INSTANTIATE(E)                                                   \
-  template DeviceAdamW::DeviceAdamW(const DeviceModel<E>&, bool);                             \
-  template double optimizer_step<E>(DeviceModel<E>&, DeviceAdamW&, const StepConsts&, float); \
-  template DeviceRowSync table_row_sync<E>(DeviceModel<E>&, DeviceAdamW&);                    \
-  template DeviceRowWait table_row_wait<E>(DeviceModel<E>&, DeviceAdamW&);                    \
-  template void use_table_streams<E>(const DeviceModel<E>&, DeviceAdamW&);                    \
-  template void join_table_streams<E>(const DeviceModel<E>&, DeviceAdamW&);                   \
-  template void sync_tables<E>(DeviceModel<E>&, DeviceAdamW&);
+#define JTOK_MODEL_OPTIMIZER_INSTANTIATE(E)                                                                          \
+  template DeviceAdamW::DeviceAdamW(const DeviceModel<E>&, bool, bool);                                              \
+  template std::function<void(const DeviceRowBatch&, int64_t)> embedding_row_sync<E>(DeviceModel<E>&, DeviceAdamW&); \
+  template double optimizer_step<E>(DeviceModel<E>&, DeviceAdamW&, const StepConsts&, float);                        \
+  template DeviceRowSync table_row_sync<E>(DeviceModel<E>&, DeviceAdamW&);                                           \
+  template DeviceRowWait table_row_wait<E>(DeviceModel<E>&, DeviceAdamW&);                                           \
+  template void use_table_streams<E>(const DeviceModel<E>&, DeviceAdamW&);                                           \
+  template void join_table_streams<E>(const DeviceModel<E>&, DeviceAdamW&);                                          \
+  template void sync_tables<E>(DeviceModel<E>&, DeviceAdamW&, bool);
 JTOK_MODEL_OPTIMIZER_INSTANTIATE(float)
 JTOK_MODEL_OPTIMIZER_INSTANTIATE(__nv_bfloat16)
 #undef JTOK_MODEL_OPTIMIZER_INSTANTIATE

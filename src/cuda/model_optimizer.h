@@ -20,11 +20,19 @@
 // of Vp 50304) with 10 % of the rows touched: 6 MB + 7.9 GB, where it was that and 18.5 GB more for
 // a memset and a norm pass over the whole (R, d) gradients (2 x 9.3 GB), then 0.9 GB more for zeroing
 // the rows (and as much in the backward, reading them before its first add).
+//
+// An untied, trainable token embedding is stepped the same way (defer_embedding): its gradient's rows
+// listed from the backward's flags, replayed and stepped, zeroed after (the backward adds into them),
+// the other rows brought current when read (DeviceActs::embed_sync) or by sync_tables. At config b
+// (Vp 50,304, d 768, ~2,900 ids a step) that is at most ~0.15 GB (the step's 38 d bytes a touched row,
+// the catch-up's 26 d a row behind) where the flat AdamW moved 1.16 GB and the gradient's memset 154 MB;
+// the norm still reads the whole span.
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -36,40 +44,60 @@
 
 namespace jtok::cuda {
 
+// The AdamW constants of the steps not yet replayed into every row of a deferred tensor: steps
+// base+1 .. base+host.size(), on the device in dev (cuda/table_adamw.h's KeptConsts).
+struct KeptSteps {
+  std::vector<AdamWConsts> host;
+  DeviceArray<AdamWConsts> dev;  // room for host.size() or more (doubled when full)
+  int64_t base = 0;
+  void push(const AdamWConsts& c);  // the next step's, uploaded
+  void reset(int64_t step) {        // every row current at step: nothing kept
+    base = step;
+    host.clear();
+  }
+  KeptConsts view() const { return {dev.get(), base, base + static_cast<int64_t>(host.size())}; }
+};
+
 // fp32 moments of every flat parameter and table row, the tables' row steps and the kept constants
 // of the steps not yet replayed into every row, and the norm's scratch.
 struct DeviceAdamW {
   // Moments zero; dense_tables: the tables' "dense" semantics (torch AdamW over the whole table,
-  // deferred and exact), else "sparse" (the rows with a gradient only).
+  // deferred and exact), else "sparse" (the rows with a gradient only). defer_embedding: the token
+  // embedding stepped as a table with dense semantics where its gradient is row-sparse
+  // (DeviceModel::embed_rows_on): the same bits as the flat AdamW's, its rows moved only when they
+  // have a gradient or are read (the forward's DeviceActs::embed_sync, sync_tables).
   template <typename E>
-  explicit DeviceAdamW(const DeviceModel<E>& dm, bool dense_tables = true);
+  explicit DeviceAdamW(const DeviceModel<E>& dm, bool dense_tables = true, bool defer_embedding = true);
   DeviceArray<float> m, v;                // (n_params), m.params' layout
   // The trainable tensors of the flat parameters as AdamW's segments (cuda/adamw.h; kinds: decay,
-  // plain, table decay, table plain): the whole step in one launch.
+  // plain, table decay, table plain): the whole step in one launch (a deferred embedding is in none).
   DeviceArray<AdamWSegment> segments;
   int64_t segment_blocks = 0;
   DeviceArray<float> table_m, table_v;    // (n_tables, Vp, d)
   DeviceArray<int32_t> row_step;          // (n_tables, Vp) steps applied to each row
-  std::vector<AdamWConsts> kept_host;     // steps kept_base+1 .. kept_base+size, on the device in kept
-  DeviceArray<AdamWConsts> kept;          // room for kept_host.size() or more (doubled when full)
-  int64_t kept_base = 0;
+  KeptSteps kept;                         // the tables' (table decay constants)
   bool dense_tables = true;
+  // The deferred embedding: its rows' steps and its kind's kept constants (its moments stay in m, v).
+  bool defer_embedding = false;
+  int embed_kind = 0;                   // AdamWKinds' index of the embedding: 0 decay, 1 plain
+  DeviceArray<int32_t> embed_row_step;  // (Vp)
+  KeptSteps embed_kept;
   // The backward adds table gradients by atomics into rows that must be zero where not flagged
   // (DeviceActs::table_dedup false): the table AdamW zeroes the rows it used (TableGrad::zero_rows).
   bool zero_table_grad_rows = false;
   DeviceArray<float> partials;            // (sumsq_chunks(n_params) + sumsq_chunks(table elements))
   DeviceArray<double> sumsq, norm;        // (1), (1)
   DeviceArray<float> clip;                // (1) the clip coefficient AdamW reads
-  DeviceArray<unsigned long long> stats;  // (kTableStats) cuda/table_adamw.h's TableStats
+  // (2 kTableStats) cuda/table_adamw.h's TableStats: the tables', then the deferred embedding's.
+  DeviceArray<unsigned long long> stats;
   HostReadback readback;                  // the norm and stats read back a step (pinned)
   // The stats as last read back: rows replayed, of them warm, their steps; rows stepped.
   std::array<unsigned long long, 4> counts{};
   int64_t step = 0;                       // steps taken
   std::unique_ptr<TableStreams> streams;  // the table work's side streams (use_table_streams), or none
 
-  KeptConsts kept_view() const {
-    return {kept.get(), kept_base, kept_base + static_cast<int64_t>(kept_host.size())};
-  }
+  KeptConsts kept_view() const { return kept.view(); }
+  unsigned long long* embed_stats() const { return stats.get() + kTableStats; }
 };
 
 // max_grad_norm <= 0: no clipping. The norm is read back (one sync): a non-finite one fails before any
@@ -85,6 +113,10 @@ double optimizer_step(DeviceModel<E>& dm, DeviceAdamW& st, const StepConsts& c, 
 // must not outlive them.
 template <typename E>
 DeviceRowSync table_row_sync(DeviceModel<E>& dm, DeviceAdamW& st);
+// The hook a training forward sets as DeviceActs::embed_sync: the embedding's rows of the batch
+// brought current (empty unless st.defer_embedding). It refers to dm and st: it must not outlive them.
+template <typename E>
+std::function<void(const DeviceRowBatch&, int64_t)> embedding_row_sync(DeviceModel<E>& dm, DeviceAdamW& st);
 // DeviceActs::row_wait's: the model's stream waits for the side streams' work on a table (empty
 // without side streams).
 template <typename E>
@@ -99,9 +131,11 @@ void use_table_streams(const DeviceModel<E>& dm, DeviceAdamW& st);
 template <typename E>
 void join_table_streams(const DeviceModel<E>& dm, DeviceAdamW& st);
 
-// Every table row current (before the whole tables are read: a copy back, a checkpoint); the kept
-// constants dropped (under sparse semantics nothing is deferred); the stats read back (counts).
+// Every table row and, with `embedding`, every row of a deferred embedding current (before the whole
+// tables or weights are read: a copy back, a checkpoint); their kept constants dropped (under sparse
+// semantics nothing is deferred); the stats read back (counts). Without `embedding`: the tables alone
+// (training's dense-eager pass a step, the naive table optimizer; the embedding stays deferred).
 template <typename E>
-void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st);
+void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st, bool embedding = true);
 
 }  // namespace jtok::cuda

@@ -66,7 +66,8 @@ void plan_grad_spans(DeviceModel<E>& dm) {
     const bool in_product = std::any_of(dm.product_grads.begin(), dm.product_grads.end(), [&](const Span& s) {
       return p.offset >= s.offset && p.offset < s.offset + s.count;
     });
-    if (!dm.trainable[i] || in_product || p.numel == 0) continue;
+    const bool row_sparse = dm.embed_rows_on() && p.offset == dm.embed_offset();  // cleared by its rows
+    if (!dm.trainable[i] || in_product || row_sparse || p.numel == 0) continue;
     if (!zeroed.empty() && zeroed.back().offset + zeroed.back().count == p.offset)
       zeroed.back().count += p.numel;
     else
@@ -106,6 +107,14 @@ DeviceModel<E>::DeviceModel(const Model& host, cudaStream_t s)
   w = device_view(weights(), host);
   g = device_view(grads.get(), host, trainable_view(host, host.w));  // a frozen tensor's null: no dW product
   require_fused_layout(w, cfg, "cuda model");                        // model/transformer.cpp's layout always is
+  if (g.embed && !cfg.tie_word_embeddings) {                         // tied: the LM head writes every row a step
+    const int64_t Vp = cfg.padded_vocab();
+    embed_touched.resize(Vp);
+    embed_touched.zero(stream);
+    embed_rows.resize(Vp);
+    embed_count.resize(1);
+    embed_scratch.resize(static_cast<int64_t>(touched_rows_scratch_bytes(Vp)));
+  }
   plan_grad_spans(*this);
 }
 
@@ -248,9 +257,21 @@ void list_touched_rows(DeviceModel<E>& dm) {
 }
 
 template <typename E>
+void list_embed_rows(DeviceModel<E>& dm) {
+  select_touched_rows(dm.embed_rows.get(), dm.embed_count.get(), dm.embed_touched.get(), dm.embed_touched.size(),
+                      dm.embed_scratch.get(), dm.embed_scratch.bytes(), dm.stream);
+}
+
+template <typename E>
 void zero_grads(DeviceModel<E>& dm) {
   zero_spans(dm.grads.get(), dm.zeroed_grads, dm.stream);
   dm.grads_fresh = true;
+  if (dm.embed_flagged) {
+    list_embed_rows(dm);
+    clear_rows(dm.g.embed, dm.embed_touched.get(), dm.embed_rows.get(), dm.embed_count.get(), dm.embed_rows.size(),
+               dm.cfg.hidden_size, dm.stream);
+    dm.embed_flagged = false;
+  }
   if (dm.n_tables == 0 || !dm.tables_flagged) return;
   list_touched_rows(dm);
   clear_rows(dm.table_grads.get(), dm.table_touched.get(), dm.touched_rows.get(), dm.touched_count.get(),
@@ -318,6 +339,7 @@ std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, int64_t k)
   template std::vector<uint8_t> download_table_touched<E>(const DeviceModel<E>&, int64_t);                      \
   template void zero_grads<E>(DeviceModel<E>&);                                                                 \
   template void list_touched_rows<E>(DeviceModel<E>&);                                                          \
+  template void list_embed_rows<E>(DeviceModel<E>&);                                                            \
   template double moe_aux_loss<E>(const DeviceModel<E>&, const DeviceActs<E>&);                                 \
   template std::vector<float> download_params<E>(const DeviceModel<E>&);                                        \
   template std::vector<float> download_grads<E>(const DeviceModel<E>&);

@@ -49,11 +49,13 @@ void upload_moments(const DeviceModel<E>& dm, DeviceAdamW& st, const HostAdamWVi
     copy_to_device(st.table_v.get() + k * dm.table_numel, adam.table_v[static_cast<size_t>(k)], dm.table_numel);
   }
   JTOK_CHECK(adam.step >= 0 && adam.step <= std::numeric_limits<int32_t>::max(), "cuda trainer: step ", adam.step);
-  const std::vector<int32_t> steps(static_cast<size_t>(st.row_step.size()), static_cast<int32_t>(adam.step));
-  copy_to_device(st.row_step.get(), steps.data(), st.row_step.size());
+  for (DeviceArray<int32_t>* rows : {&st.row_step, &st.embed_row_step}) {
+    const std::vector<int32_t> steps(static_cast<size_t>(rows->size()), static_cast<int32_t>(adam.step));
+    copy_to_device(rows->get(), steps.data(), rows->size());
+  }
   st.step = adam.step;
-  st.kept_base = adam.step;  // every row current: nothing kept to replay
-  st.kept_host.clear();
+  st.kept.reset(adam.step);  // every row current: nothing kept to replay
+  st.embed_kept.reset(adam.step);
 }
 
 template <typename E>
@@ -65,6 +67,7 @@ class Trainer final : public DeviceTrainer {
     if (t.streams) use_table_streams(dm_, opt_);
     acts_.row_sync = table_row_sync(dm_, opt_);
     acts_.row_wait = table_row_wait(dm_, opt_);
+    acts_.embed_sync = embedding_row_sync(dm_, opt_);
     acts_.table_dedup = t.dedup;
     opt_.zero_table_grad_rows = !t.dedup;
     acts_.max_chunk_rows = lm_head_chunk_rows(dm_.cfg.padded_vocab(), sizeof(E));
@@ -98,7 +101,7 @@ class Trainer final : public DeviceTrainer {
   double optimizer_step(const StepConsts& c, float max_grad_norm) override {
     const double norm = cuda::optimizer_step(dm_, opt_, c, max_grad_norm);
     if (eager_tables_) {
-      sync_tables(dm_, opt_);  // every row now: the naive pass a step
+      sync_tables(dm_, opt_, false);  // every table row now: the naive pass a step
       mark_phase(dm_.profile, "eager table sync", dm_.stream);
     }
     JTOK_CUDA_CHECK(cudaStreamSynchronize(dm_.stream));  // a step ends with its work done: honest step times
@@ -191,7 +194,14 @@ void Trainer<E>::poison_gradient() {
     const int64_t in = std::clamp(mid, p.offset, p.offset + p.numel - 1);
     if (at < 0 || std::llabs(in - mid) < std::llabs(at - mid)) at = in;
   }
-  write_nan<float>(dm_.grads.get() + (at >= 0 ? at : mid), nullptr, dm_.stream);
+  if (at < 0) at = mid;
+  write_nan<float>(dm_.grads.get() + at, nullptr, dm_.stream);
+  const int64_t in_embed = at - dm_.embed_offset(), d = dm_.cfg.hidden_size;
+  if (dm_.embed_rows_on() && in_embed >= 0 && in_embed < dm_.embed_touched.size() * d) {  // a row-sparse one's row:
+    const uint8_t flag = 1;  // flagged, as a backward's own gradient would be, so zero_grads clears it
+    copy_to_device(dm_.embed_touched.get() + in_embed / d, &flag, 1);
+    dm_.embed_flagged = true;
+  }
 }
 
 template <typename E>

@@ -41,7 +41,8 @@ MemoryPlan device_memory_plan(const Config& cfg, int64_t B, int64_t T) {
   const MemoryPlan host = memory_plan(cfg, B, T);
   const ModelConfig& c = cfg.model;
   const bool bf16 = cfg.train.precision == "bf16";
-  const int64_t rows = token_table_count(c) * c.padded_vocab();
+  // The token tables' rows, and an untied embedding's (its gradient row-sparse, stepped as a table's).
+  const int64_t rows = (token_table_count(c) + (c.tie_word_embeddings ? 0 : 1)) * c.padded_vocab();
   MemoryPlan p;
   p.weights = host.weights + (bf16 ? host.weights / 2 : 0);
   p.tables = host.tables + (bf16 ? host.tables / 2 : 0);

@@ -4,11 +4,13 @@
 // micro-batches a step and after a refused (non-finite) step; a frozen backbone; MoE alone and beside
 // JTok + JTok-M. Each step's loss and gradient norm within 1e-4, the weights and tables after them
 // within 1e-4 (Adam divides by sqrt(v): a gradient near 0 turns a small difference into a larger
-// step; the tables 3e-4 with two micro-batches, below). Runs only on a GPU host (in test_cuda_ops; bash scripts/test_cuda.sh).
+// step; the tables 3e-4 with two micro-batches, below). And the token embedding stepped by its rows
+// against the flat AdamW, bit for bit. Runs only on a GPU host (in test_cuda_ops; bash scripts/test_cuda.sh).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
@@ -83,6 +85,7 @@ void expect_ten_steps_match(const std::string& name, const jtok::ModelConfig& c,
   jtok::cuda::DeviceActs<float> da;
   jtok::cuda::DeviceAdamW opt(dm, t.table_optimizer != "sparse");
   da.row_sync = jtok::cuda::table_row_sync(dm, opt);
+  da.embed_sync = jtok::cuda::embedding_row_sync(dm, opt);
   jtok::AdamWState state = jtok::make_adamw_state(m);
   jtok::Activations acts;
   acts.row_sync = jtok::table_row_sync(m, state);
@@ -191,6 +194,85 @@ TEST(CudaModel, TenAdamWStepsWithMoeMatchCpu) {
   jtok::TrainConfig t = ten_steps();
   t.table_learning_rate = 1e-2;
   expect_ten_steps_match("adamw moe+jtok+jtokm dense", tiny_moe_jtok_jtokm(), t);
+}
+
+// A run of the device model whose optimizer steps the token embedding by its rows (defer) or as a
+// segment of the flat AdamW.
+template <typename E>
+struct EmbeddingRun {
+  jtok::cuda::DeviceModel<E> dm;
+  jtok::cuda::DeviceActs<E> da;
+  jtok::cuda::DeviceAdamW opt;
+  EmbeddingRun(const jtok::Model& m, bool defer) : dm(m), opt(dm, true, defer) {
+    da.row_sync = jtok::cuda::table_row_sync(dm, opt);
+    da.embed_sync = jtok::cuda::embedding_row_sync(dm, opt);
+  }
+  // A step of two micro-batches: the mean loss and the norm.
+  std::pair<double, double> step(const Batch& b0, const Batch& b1, const jtok::cuda::StepConsts& k, float clip) {
+    jtok::cuda::zero_grads(dm);
+    double loss = 0;
+    for (const Batch* b : {&b0, &b1}) {
+      jtok::cuda::forward(dm, da, b->ids.data(), b->B, b->T);
+      loss += 0.5 * jtok::cuda::backward(dm, da, b->targets.data(), 0.5f);
+    }
+    return {loss, jtok::cuda::optimizer_step(dm, opt, k, clip)};
+  }
+};
+
+// The first element where two device arrays' bits differ, or -1.
+template <typename T>
+int64_t first_difference(const T* a, const T* b, int64_t n, cudaStream_t s) {
+  std::vector<T> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+  jtok::cuda::copy_to_host(x.data(), a, n, s);
+  jtok::cuda::copy_to_host(y.data(), b, n, s);
+  for (int64_t i = 0; i < n; ++i)
+    if (std::memcmp(&x[static_cast<size_t>(i)], &y[static_cast<size_t>(i)], sizeof(T)) != 0) return i;
+  return -1;
+}
+
+// The token embedding stepped by its rows (DeviceAdamW::defer_embedding: a row replayed when a forward
+// reads it, stepped when it has a gradient, all of them by sync_tables) against the flat AdamW over
+// the whole (Vp, d) tensor: every step's loss and norm, then the weights, the bf16 copy and the
+// moments, bit for bit; some rows replayed, none asked outside the kept steps.
+template <typename E>
+void expect_embedding_rows_give_flat_bits(const std::string& name, const jtok::ModelConfig& c) {
+  const jtok::TrainConfig t = ten_steps();
+  const jtok::Model m = test_model(c);
+  EmbeddingRun<E> rows(m, true), flat(m, false);
+  ASSERT_TRUE(rows.opt.defer_embedding && !flat.opt.defer_embedding) << name;
+  for (int64_t s = 0; s < 4; ++s) {
+    const Batch b0 = make_batch(c, 2000 + 2 * static_cast<uint64_t>(s)),
+                b1 = make_batch(c, 2001 + 2 * static_cast<uint64_t>(s));
+    const jtok::cuda::StepConsts k = step_consts(t, s);
+    const auto got = rows.step(b0, b1, k, static_cast<float>(t.max_grad_norm));
+    const auto want = flat.step(b0, b1, k, static_cast<float>(t.max_grad_norm));
+    EXPECT_EQ(got.first, want.first) << name << " step " << s + 1 << " loss";
+    EXPECT_EQ(got.second, want.second) << name << " step " << s + 1 << " norm";
+  }
+  jtok::cuda::sync_tables(rows.dm, rows.opt);
+  jtok::cuda::sync_tables(flat.dm, flat.opt);
+  const cudaStream_t st = rows.dm.stream;
+  const int64_t n = rows.dm.n_params;
+  EXPECT_EQ(first_difference(rows.dm.master.get(), flat.dm.master.get(), n, st), -1) << name << ": weights";
+  EXPECT_EQ(first_difference(rows.opt.m.get(), flat.opt.m.get(), n, st), -1) << name << ": first moments";
+  EXPECT_EQ(first_difference(rows.opt.v.get(), flat.opt.v.get(), n, st), -1) << name << ": second moments";
+  if constexpr (!std::is_same_v<E, float>) {
+    EXPECT_EQ(first_difference(rows.dm.copy.get(), flat.dm.copy.get(), n, st), -1) << name << ": bf16 copy";
+  }
+  std::array<unsigned long long, jtok::cuda::kTableStats> stats{};
+  jtok::cuda::copy_to_host(stats.data(), rows.opt.embed_stats(), jtok::cuda::kTableStats, st);
+  EXPECT_GT(stats[2], 0u) << name << ": warm rows' replayed steps (rows not in every batch)";
+  EXPECT_GT(stats[3], 0u) << name << ": rows stepped with a gradient";
+  EXPECT_EQ(stats[4], 0u) << name << ": rows asked outside the kept steps";
+}
+
+TEST(CudaModel, EmbeddingRowsGiveTheFlatBits) {
+  expect_embedding_rows_give_flat_bits<float>("fp32 dense", tiny_dense());
+  expect_embedding_rows_give_flat_bits<__nv_bfloat16>("bf16 dense", tiny_dense());
+  expect_embedding_rows_give_flat_bits<float>("fp32 jtok+jtokm", tiny_jtok_jtokm());
+  jtok::ModelConfig tied = tiny_dense();
+  tied.tie_word_embeddings = true;  // every row has the LM head's gradient: nothing to defer
+  EXPECT_FALSE(jtok::cuda::DeviceAdamW(jtok::cuda::DeviceModel<float>(test_model(tied)), true, true).defer_embedding);
 }
 
 }  // namespace

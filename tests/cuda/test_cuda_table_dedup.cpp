@@ -36,6 +36,7 @@ struct DeviceRun {
   jtok::cuda::DeviceAdamW opt;
   DeviceRun(const jtok::Model& m, bool dedup) : dm(m), opt(dm, true) {
     acts.row_sync = jtok::cuda::table_row_sync(dm, opt);
+    acts.embed_sync = jtok::cuda::embedding_row_sync(dm, opt);
     acts.table_dedup = dedup;
     opt.zero_table_grad_rows = !dedup;
   }

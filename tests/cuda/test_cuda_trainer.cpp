@@ -253,6 +253,7 @@ void expect_bf16_copies_follow(const std::string& mode, bool frozen) {
   jtok::cuda::DeviceActs<__nv_bfloat16> da;
   jtok::cuda::DeviceAdamW opt(dm, mode != "sparse");
   da.row_sync = jtok::cuda::table_row_sync(dm, opt);
+  da.embed_sync = jtok::cuda::embedding_row_sync(dm, opt);
   const std::string name = "bf16 " + mode + (frozen ? " frozen backbone" : "");
   for (int64_t s = 0; s < 4; ++s) {
     const Batch b = make_batch(c, 4000 + static_cast<uint64_t>(s)), e = make_batch(c, 5000 + static_cast<uint64_t>(s));
