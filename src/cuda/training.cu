@@ -220,12 +220,15 @@ std::string Trainer<E>::describe() const {
   size_t bytes = dm_.master.bytes() + dm_.copy.bytes() + dm_.grads.bytes() + dm_.tables.bytes() +
                  dm_.table_copy.bytes() + dm_.table_grads.bytes() + opt_.m.bytes() + opt_.v.bytes() +
                  opt_.table_m.bytes() + opt_.table_v.bytes() + opt_.row_step.bytes() + dm_.table_touched.bytes() +
-                 dm_.touched_rows.bytes();
+                 dm_.touched_rows.bytes() + opt_.embed_row_step.bytes() + dm_.embed_touched.bytes() +
+                 dm_.embed_rows.bytes();
   char buf[256];
   std::snprintf(buf, sizeof buf, "%s on %s: %.2f GiB of weights, tables, gradients and moments",
                 std::is_same_v<E, float> ? "fp32" : "bf16", device_.c_str(),
                 static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
-  return buf;
+  std::string what = buf;
+  if (opt_.defer_embedding) what += "; the token embedding stepped by its rows (exact deferred AdamW)";
+  return what;
 }
 
 }  // namespace
