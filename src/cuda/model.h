@@ -243,6 +243,9 @@ struct DeviceModel {
 // routing chose, right after the routing. Empty: nothing deferred.
 using DeviceRowSync =
     std::function<void(int64_t table, int64_t tables, const DeviceRowBatch& rb, int64_t N, RowSubset subset)>;
+// Called with the micro-batch's deduplicated ids before the embedding reads their rows: the
+// optimizer brings them current (cuda/model_optimizer.h's embedding_row_sync). Empty: nothing deferred.
+using DeviceEmbedSync = std::function<void(const DeviceRowBatch& rb, int64_t N)>;
 // Called before a layer reads table `table`'s rows: the stream waits for work on another stream that
 // writes them (cuda/table_streams.h). Empty: all on one stream.
 using DeviceRowWait = std::function<void(int64_t table)>;
@@ -307,9 +310,7 @@ struct DeviceActs {
   int64_t distinct_ids = 0;      // U, counted on the host by forward (cuda/dedup.h's max_unique)
   std::vector<uint8_t> id_seen;  // (Vp) the count's marks, all zero between forwards
   DeviceRowSync row_sync;  // if set, called for each table before its layer (row_batch)
-  // If set, called with the batch's ids (row_batch) before the embedding reads its rows: the
-  // optimizer brings them current (cuda/model_optimizer.h's embedding_row_sync).
-  std::function<void(const DeviceRowBatch& rb, int64_t N)> embed_sync;
+  DeviceEmbedSync embed_sync;  // if set, called before the embedding's gather (row_batch)
   DeviceRowWait row_wait;  // if set, called before a layer reads a table
   DeviceRowBatch row_batch() const {
     return {unique.get(), inverse.get(), offsets.get(), order.get(), num_unique.get(), true, distinct_ids};

@@ -208,7 +208,7 @@ DeviceRowSync table_row_sync(DeviceModel<E>& dm, DeviceAdamW& st) {
 }
 
 template <typename E>
-std::function<void(const DeviceRowBatch&, int64_t)> embedding_row_sync(DeviceModel<E>& dm, DeviceAdamW& st) {
+DeviceEmbedSync embedding_row_sync(DeviceModel<E>& dm, DeviceAdamW& st) {
   if (!st.defer_embedding) return {};
   return [&dm, &st](const DeviceRowBatch& rb, int64_t N) {
     table_sync_rows(embed_view(dm, st), rb.unique, rb.num_unique, N, st.embed_kept.view(), TableStats{st.embed_stats()},
@@ -248,14 +248,14 @@ void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st, bool embedding) {
   if (embedding) st.embed_kept.reset(st.embed_kept.view().current);
 }
 
-#define JTOK_MODEL_OPTIMIZER_INSTANTIATE(E)                                                                          \
-  template DeviceAdamW::DeviceAdamW(const DeviceModel<E>&, bool, bool);                                              \
-  template std::function<void(const DeviceRowBatch&, int64_t)> embedding_row_sync<E>(DeviceModel<E>&, DeviceAdamW&); \
-  template double optimizer_step<E>(DeviceModel<E>&, DeviceAdamW&, const StepConsts&, float);                        \
-  template DeviceRowSync table_row_sync<E>(DeviceModel<E>&, DeviceAdamW&);                                           \
-  template DeviceRowWait table_row_wait<E>(DeviceModel<E>&, DeviceAdamW&);                                           \
-  template void use_table_streams<E>(const DeviceModel<E>&, DeviceAdamW&);                                           \
-  template void join_table_streams<E>(const DeviceModel<E>&, DeviceAdamW&);                                          \
+#define JTOK_MODEL_OPTIMIZER_INSTANTIATE(E)                                                   \
+  template DeviceAdamW::DeviceAdamW(const DeviceModel<E>&, bool, bool);                       \
+  template DeviceEmbedSync embedding_row_sync<E>(DeviceModel<E>&, DeviceAdamW&);              \
+  template double optimizer_step<E>(DeviceModel<E>&, DeviceAdamW&, const StepConsts&, float); \
+  template DeviceRowSync table_row_sync<E>(DeviceModel<E>&, DeviceAdamW&);                    \
+  template DeviceRowWait table_row_wait<E>(DeviceModel<E>&, DeviceAdamW&);                    \
+  template void use_table_streams<E>(const DeviceModel<E>&, DeviceAdamW&);                    \
+  template void join_table_streams<E>(const DeviceModel<E>&, DeviceAdamW&);                   \
   template void sync_tables<E>(DeviceModel<E>&, DeviceAdamW&, bool);
 JTOK_MODEL_OPTIMIZER_INSTANTIATE(float)
 JTOK_MODEL_OPTIMIZER_INSTANTIATE(__nv_bfloat16)

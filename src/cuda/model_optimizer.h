@@ -32,7 +32,6 @@
 
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -116,7 +115,7 @@ DeviceRowSync table_row_sync(DeviceModel<E>& dm, DeviceAdamW& st);
 // The hook a training forward sets as DeviceActs::embed_sync: the embedding's rows of the batch
 // brought current (empty unless st.defer_embedding). It refers to dm and st: it must not outlive them.
 template <typename E>
-std::function<void(const DeviceRowBatch&, int64_t)> embedding_row_sync(DeviceModel<E>& dm, DeviceAdamW& st);
+DeviceEmbedSync embedding_row_sync(DeviceModel<E>& dm, DeviceAdamW& st);
 // DeviceActs::row_wait's: the model's stream waits for the side streams' work on a table (empty
 // without side streams).
 template <typename E>

@@ -80,19 +80,20 @@ bool pageable(const void* p) {
 struct LazyCopy {
   std::shared_ptr<std::vector<char>> source;
   bool wait = false;
-  cudaError_t refused = cudaSuccess;  // captured with pageable memory: the capture invalidated
 };
 LazyCopy lazy_copy(cudaStream_t st, void* d, const void* s, size_t n) {
   LazyCopy lc;
-  if (emu::capturing(st) && n && (pageable(s) || pageable(d))) {  // a graph's copies are the DMA engine's
-    lc.refused = emu::blocking_call(st);
-    return lc;
-  }
   if (!emu::lazy_streams() || emu::capturing(st)) return lc;
   if (n && pageable(s))
     lc.source = std::make_shared<std::vector<char>>(static_cast<const char*>(s), static_cast<const char*>(s) + n);
   lc.wait = pageable(d);
   return lc;
+}
+
+// A capture refuses a copy to or from pageable memory (a graph's copies are the DMA engine's), and
+// is invalidated by it; otherwise cudaSuccess.
+cudaError_t capture_refuses(cudaStream_t st, const void* d, const void* s, size_t n) {
+  return emu::capturing(st) && n && (pageable(s) || pageable(d)) ? emu::blocking_call(st) : cudaSuccess;
 }
 
 }  // namespace
@@ -156,8 +157,8 @@ cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t st) {
+  if (const cudaError_t r = capture_refuses(st, d, s, n)) return r;
   const LazyCopy lc = lazy_copy(st, d, s, n);
-  if (lc.refused) return lc.refused;
   const cudaError_t e = emu::submit(st, [=] {
     if (n) std::memmove(d, lc.source ? lc.source->data() : s, n);
     note_copy(d, n);
@@ -167,8 +168,9 @@ cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cu
 }
 cudaError_t cudaMemcpy2DAsync(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h, cudaMemcpyKind,
                               cudaStream_t st) {
-  const LazyCopy lc = lazy_copy(st, d, s, h ? (h - 1) * sp + w : 0);
-  if (lc.refused) return lc.refused;
+  const size_t span = h ? (h - 1) * sp + w : 0;
+  if (const cudaError_t r = capture_refuses(st, d, s, span)) return r;
+  const LazyCopy lc = lazy_copy(st, d, s, span);
   const cudaError_t e = emu::submit(st, [=] {
     const char* from = lc.source ? lc.source->data() : static_cast<const char*>(s);
     for (size_t r = 0; r < h; ++r) {
