@@ -22,7 +22,7 @@ inline int64_t embedding_backward_scratch(int64_t N, int64_t C) { return hot_scr
 // dout (N,C), rb = dedup_ids(ids) -> dweight (V,C) fp32: row unique[u] += the dout rows of its
 // positions, in position order (the dense table gradient of the backbone's embed_tokens). dweight null
 // (a frozen embedding): nothing. hot: embedding_backward_scratch(N, C) floats. touched (V, or null):
-// each row added into flagged 1 (a row-sparse gradient's list, cuda/model.h's embed_touched).
+// each row added into flagged 1 (a row-sparse gradient's list, cuda/model.h's embed_flags).
 template <typename T>
 void embedding_backward(float* dweight, const T* dout, const DeviceRowBatch& rb, int64_t N, int64_t C, float* hot,
                         cudaStream_t stream, uint8_t* touched = nullptr);

@@ -39,6 +39,7 @@
 #include "cuda/model_kernels.h"
 #include "cuda/model_moe.h"
 #include "cuda/phase_profile.h"
+#include "cuda/table_rows.h"
 #include "model/transformer.h"
 
 namespace jtok::cuda {
@@ -195,23 +196,14 @@ struct DeviceModel {
   // their rows only where the backward adds by atomics (DeviceAdamW::zero_table_grad_rows);
   // zero_grads clears flags and rows.
   DeviceArray<float> table_grads;   // (n_tables, Vp, d)
-  DeviceArray<uint8_t> table_touched;  // (n_tables, Vp): 1 where a row got a gradient
-  // The flagged rows listed (global row k Vp + r, ascending) by list_touched_rows: the per-step table
-  // passes (norm, table AdamW, clearing) run over these rows only.
-  DeviceArray<int32_t> touched_rows;   // (n_tables Vp) bound, the first *touched_count hold the list
-  DeviceArray<int32_t> touched_count;  // (1)
-  DeviceArray<uint8_t> touched_scratch;  // cuda/table_rows.h's compaction scratch
-  // Whether touched flags may be set: a backward sets them, a table AdamW step clears every one it
-  // listed (zero_grads then has nothing to clear, and skips its pass over the flags).
-  bool tables_flagged = true;
+  // Its flags, listed (global row k Vp + r) for the per-step passes (norm, table AdamW, clearing):
+  // `flagged` until a table AdamW step has cleared every flag it listed (zero_grads then skips its pass).
+  RowFlags table_flags;  // (n_tables Vp)
   // The token embedding's gradient kept row-sparse where it may be (trainable, untied: embed_rows_on),
   // so the optimizer can step it as a table (cuda/model_optimizer.h's defer_embedding): zero outside
   // the flagged rows, the backward adding into the rows of the batch's ids and flagging them, and the
   // flagged rows cleared by the optimizer's step or zero_grads (never a memset of the (Vp, d) span).
-  DeviceArray<uint8_t> embed_touched;            // (Vp) 1 where a row got a gradient; empty: the span is zeroed whole
-  DeviceArray<int32_t> embed_rows, embed_count;  // (Vp) bound, (1): the flagged rows listed
-  DeviceArray<uint8_t> embed_scratch;            // their compaction's scratch
-  bool embed_flagged = false;                    // a backward flagged rows no step has cleared since
+  RowFlags embed_flags;           // (Vp), or empty: the span is zeroed whole
   DeviceView<E> w;                // views of the forward's weights
   DeviceView<float> g;            // views of grads
   Matmul mm;                      // cuBLASLt plans; one stream at a time
@@ -231,9 +223,9 @@ struct DeviceModel {
     else return table_copy.get() + k * table_numel;
   }
   float* table_grad(int64_t k) const { return table_grads.get() + k * table_numel; }
-  bool embed_rows_on() const { return embed_touched.size() > 0; }
+  bool embed_rows_on() const { return embed_flags.size() > 0; }
   int64_t embed_offset() const { return g.embed ? g.embed - grads.get() : -1; }  // in master, grads, moments
-  uint8_t* touched(int64_t k) const { return table_touched.get() + k * cfg.padded_vocab(); }
+  uint8_t* touched(int64_t k) const { return table_flags.flags.get() + k * cfg.padded_vocab(); }
 };
 
 // Called for a layer's tables [table, table + tables) and their rows of the micro-batch before the
@@ -349,19 +341,13 @@ double forward_loss(DeviceModel<E>& dm, DeviceActs<E>& acts, const int32_t* targ
 template <typename E>
 double backward(DeviceModel<E>& dm, DeviceActs<E>& acts, const int32_t* targets, float grad_scale = 1.0f);
 
-// The flat gradients zeroed (a memset) and the tables' flagged rows with their flags (list_touched_rows
-// then clear_rows: the touched rows' bytes, not the tables'), unless a table step has cleared them
-// since the last backward (tables_flagged); the row-sparse embedding's flagged rows likewise
-// (embed_flagged). After a refused step (a non-finite norm: optimizer_step throws before clearing
-// anything) this is what cleans the rows it left.
+// The flat gradients zeroed (a memset) and the tables' flagged rows with their flags (RowFlags::clear:
+// the touched rows' bytes, not the tables'), unless a table step has cleared them since the last
+// backward (table_flags.flagged); the row-sparse embedding's flagged rows likewise (embed_flags).
+// After a refused step (a non-finite norm: optimizer_step throws before clearing anything) this is
+// what cleans the rows it left.
 template <typename E>
 void zero_grads(DeviceModel<E>& dm);
-// dm.table_touched's flagged rows into dm.touched_rows / touched_count (on the device).
-template <typename E>
-void list_touched_rows(DeviceModel<E>& dm);
-// dm.embed_touched's flagged rows into dm.embed_rows / embed_count (on the device; embed_rows_on).
-template <typename E>
-void list_embed_rows(DeviceModel<E>& dm);
 // The flat buffers back on the host (m.params' / m.grads' layout), after the queued work.
 template <typename E>
 std::vector<float> download_params(const DeviceModel<E>& dm);

@@ -155,7 +155,7 @@ double backward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets, fl
   // And the mean of the MoE layers' (model/transformer.cpp's mlp_half_backward).
   const int64_t moe_layers = dm.cfg.moe_num_layers();
   const float moe_aux_grad = moe_layers > 0 ? grad_scale / static_cast<float>(moe_layers) : 0.0f;
-  if (dm.n_tables > 0) dm.tables_flagged = true;  // the layers' row gradients flag their rows
+  if (dm.n_tables > 0) dm.table_flags.flagged = true;  // the layers' row gradients flag their rows
   const bool add = !dm.grads_fresh;               // else the products write their spans (dm.product_grads) over
   dm.grads_fresh = false;
   head_backward(dm, a, grad_scale, add);
@@ -168,8 +168,8 @@ double backward(DeviceModel<E>& dm, DeviceActs<E>& a, const int32_t* targets, fl
   }
   // dL/dh_in of layer 0 into the embedding's rows, per id in position order (the forward's dedup).
   embedding_backward(dm.g.embed, a.dh.get(), a.row_batch(), N, dm.cfg.hidden_size, a.embed_hot.get(), dm.stream,
-                     dm.embed_touched.get());
-  dm.embed_flagged |= dm.embed_rows_on();
+                     dm.embed_flags.flags.get());
+  dm.embed_flags.flagged |= dm.embed_rows_on();
   const double loss = device_mean(a.losses.get(), a.loss_sum.get(), a.readback, N, dm.stream);
   mark_phase(dm.profile, "embedding backward", dm.stream);  // with the loss read back
   return loss;

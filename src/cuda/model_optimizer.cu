@@ -25,11 +25,11 @@ DeviceAdamW::DeviceAdamW(const DeviceModel<E>& dm, bool dense, bool defer_embedd
       v(dm.n_params),
       table_m(dm.tables.size()),
       table_v(dm.tables.size()),
-      row_step(dm.table_touched.size()),
+      row_step(dm.table_flags.size()),
       dense_tables(dense),
       defer_embedding(defer_embedding_rows && dm.embed_rows_on()),
       embed_row_step(defer_embedding ? dm.cfg.padded_vocab() : 0),
-      partials(sumsq_chunks(dm.n_params) + dm.touched_rows.size()),
+      partials(sumsq_chunks(dm.n_params) + dm.table_flags.size()),
       sumsq(1),
       norm(1),
       clip(1),
@@ -95,11 +95,12 @@ DeviceTable embed_view(const DeviceModel<E>& dm, const DeviceAdamW& st) {
 template <typename E>
 void step_embedding(DeviceModel<E>& dm, DeviceAdamW& st, const AdamWConsts& c) {
   st.embed_kept.push(c);
-  list_embed_rows(dm);
-  const TableGrad grad{dm.g.embed, dm.embed_touched.get(), true};
-  table_adamw_step(embed_view(dm, st), grad, dm.embed_rows.get(), dm.embed_count.get(), dm.embed_rows.size(),
-                   st.embed_kept.view(), st.step, true, st.clip.get(), TableStats{st.embed_stats()}, dm.stream);
-  dm.embed_flagged = false;
+  RowFlags& f = dm.embed_flags;
+  f.list(dm.stream);
+  const TableGrad grad{dm.g.embed, f.flags.get(), true};
+  table_adamw_step(embed_view(dm, st), grad, f.rows.get(), f.count.get(), f.size(), st.embed_kept.view(), st.step, true,
+                   st.clip.get(), TableStats{st.embed_stats()}, dm.stream);
+  f.flagged = false;
 }
 
 // The sum of squares of every gradient (the flat one's 4096-element chunks, then a partial a touched
@@ -112,10 +113,11 @@ const double* grad_norm(DeviceModel<E>& dm, DeviceAdamW& st, float max_grad_norm
   sumsq_partials(st.partials.get(), dm.grads.get(), dm.n_params, s);
   const int32_t* table_rows = nullptr;  // the listed rows' count, after the flat partials
   if (dm.n_tables > 0) {
-    list_touched_rows(dm);
-    sumsq_rows_partials(st.partials.get() + flat, dm.table_grads.get(), dm.touched_rows.get(), dm.touched_count.get(),
-                        dm.touched_rows.size(), dm.cfg.hidden_size, s);
-    table_rows = dm.touched_count.get();
+    RowFlags& f = dm.table_flags;
+    f.list(s);
+    sumsq_rows_partials(st.partials.get() + flat, dm.table_grads.get(), f.rows.get(), f.count.get(), f.size(),
+                        dm.cfg.hidden_size, s);
+    table_rows = f.count.get();
   }
   sum_partials(st.sumsq.get(), st.partials.get(), flat, s, table_rows);
   clip_coef(st.clip.get(), st.norm.get(), st.sumsq.get(), max_grad_norm, s);
@@ -128,23 +130,24 @@ template <typename E>
 void step_tables(DeviceModel<E>& dm, DeviceAdamW& st, const AdamWConsts& c) {
   if (!st.dense_tables) st.kept.reset(st.step - 1);
   st.kept.push(c);
-  const TableGrad grad{dm.table_grads.get(), dm.table_touched.get(), st.zero_table_grad_rows};
-  const DeviceTable all = table_view(dm, st, 0, dm.touched_rows.size());  // indexed by the list's global rows
+  RowFlags& f = dm.table_flags;
+  const TableGrad grad{dm.table_grads.get(), f.flags.get(), st.zero_table_grad_rows};
+  const DeviceTable all = table_view(dm, st, 0, f.size());  // indexed by the list's global rows
   if (!st.streams) {
-    table_adamw_step(all, grad, dm.touched_rows.get(), dm.touched_count.get(), dm.touched_rows.size(), st.kept_view(),
-                     st.step, st.dense_tables, st.clip.get(), TableStats{st.stats.get()}, dm.stream);
+    table_adamw_step(all, grad, f.rows.get(), f.count.get(), f.size(), st.kept_view(), st.step, st.dense_tables,
+                     st.clip.get(), TableStats{st.stats.get()}, dm.stream);
   } else {  // a launch a layer's run of tables, on the step stream: its span of the list
     TableStreams& ts = *st.streams;
-    const cudaStream_t side = ts.begin_step(dm.stream, dm.touched_rows.get(), dm.touched_count.get());
+    const cudaStream_t side = ts.begin_step(dm.stream, f.rows.get(), f.count.get());
     const int64_t Vp = dm.cfg.padded_vocab();
     for (size_t r = 0; r < ts.runs().size(); ++r) {
       const TableStreams::Run& run = ts.runs()[r];
-      table_adamw_step(all, grad, dm.touched_rows.get(), ts.span(r) + 1, (run.k1 - run.k0) * Vp, st.kept_view(),
-                       st.step, st.dense_tables, st.clip.get(), TableStats{st.stats.get()}, side, ts.span(r));
+      table_adamw_step(all, grad, f.rows.get(), ts.span(r) + 1, (run.k1 - run.k0) * Vp, st.kept_view(), st.step,
+                       st.dense_tables, st.clip.get(), TableStats{st.stats.get()}, side, ts.span(r));
       ts.end_run(r);
     }
   }
-  dm.tables_flagged = false;  // every listed row's flag cleared
+  f.flagged = false;  // every listed row's flag cleared
 }
 
 // Rows asked outside the kept steps (a statistics' fifth counter), refused: the CPU aborts on one.
@@ -238,8 +241,7 @@ template <typename E>
 void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st, bool embedding) {
   join_table_streams(dm, st);
   if (dm.n_tables > 0 && st.dense_tables)  // every table's rows in one launch (sparse: nothing deferred)
-    table_sync_all(table_view(dm, st, 0, dm.touched_rows.size()), st.kept_view(), TableStats{st.stats.get()},
-                   dm.stream);
+    table_sync_all(table_view(dm, st, 0, dm.table_flags.size()), st.kept_view(), TableStats{st.stats.get()}, dm.stream);
   embedding = embedding && st.defer_embedding;
   if (embedding) table_sync_all(embed_view(dm, st), st.embed_kept.view(), TableStats{st.embed_stats()}, dm.stream);
   if (dm.n_tables > 0 || embedding)  // the last step's too

@@ -108,12 +108,7 @@ DeviceModel<E>::DeviceModel(const Model& host, cudaStream_t s)
   g = device_view(grads.get(), host, trainable_view(host, host.w));  // a frozen tensor's null: no dW product
   require_fused_layout(w, cfg, "cuda model");                        // model/transformer.cpp's layout always is
   if (g.embed && !cfg.tie_word_embeddings) {                         // tied: the LM head writes every row a step
-    const int64_t Vp = cfg.padded_vocab();
-    embed_touched.resize(Vp);
-    embed_touched.zero(stream);
-    embed_rows.resize(Vp);
-    embed_count.resize(1);
-    embed_scratch.resize(static_cast<int64_t>(touched_rows_scratch_bytes(Vp)));
+    embed_flags.allocate(cfg.padded_vocab(), stream);
   }
   plan_grad_spans(*this);
 }
@@ -136,12 +131,7 @@ void DeviceModel<E>::upload_tables(const Model& host) {
   }
   table_grads.resize(tables.size());
   table_grads.zero(stream);
-  table_touched.resize(n_tables * cfg.padded_vocab());
-  table_touched.zero(stream);
-  touched_rows.resize(table_touched.size());
-  touched_count.resize(1);
-  touched_count.zero(stream);
-  touched_scratch.resize(static_cast<int64_t>(touched_rows_scratch_bytes(table_touched.size())));
+  table_flags.allocate(n_tables * cfg.padded_vocab(), stream);
 }
 
 namespace {
@@ -251,32 +241,11 @@ double layer_mean(const DeviceActs<E>& a, cudaStream_t s, Aux&& aux) {
 }  // namespace
 
 template <typename E>
-void list_touched_rows(DeviceModel<E>& dm) {
-  select_touched_rows(dm.touched_rows.get(), dm.touched_count.get(), dm.table_touched.get(), dm.table_touched.size(),
-                      dm.touched_scratch.get(), dm.touched_scratch.bytes(), dm.stream);
-}
-
-template <typename E>
-void list_embed_rows(DeviceModel<E>& dm) {
-  select_touched_rows(dm.embed_rows.get(), dm.embed_count.get(), dm.embed_touched.get(), dm.embed_touched.size(),
-                      dm.embed_scratch.get(), dm.embed_scratch.bytes(), dm.stream);
-}
-
-template <typename E>
 void zero_grads(DeviceModel<E>& dm) {
   zero_spans(dm.grads.get(), dm.zeroed_grads, dm.stream);
   dm.grads_fresh = true;
-  if (dm.embed_flagged) {
-    list_embed_rows(dm);
-    clear_rows(dm.g.embed, dm.embed_touched.get(), dm.embed_rows.get(), dm.embed_count.get(), dm.embed_rows.size(),
-               dm.cfg.hidden_size, dm.stream);
-    dm.embed_flagged = false;
-  }
-  if (dm.n_tables == 0 || !dm.tables_flagged) return;
-  list_touched_rows(dm);
-  clear_rows(dm.table_grads.get(), dm.table_touched.get(), dm.touched_rows.get(), dm.touched_count.get(),
-             dm.touched_rows.size(), dm.cfg.hidden_size, dm.stream);
-  dm.tables_flagged = false;
+  if (dm.embed_flags.flagged) dm.embed_flags.clear(dm.g.embed, dm.cfg.hidden_size, dm.stream);
+  if (dm.table_flags.flagged) dm.table_flags.clear(dm.table_grads.get(), dm.cfg.hidden_size, dm.stream);
 }
 
 template <typename E>
@@ -338,8 +307,6 @@ std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, int64_t k)
   template std::vector<float> download_table<E>(const DeviceModel<E>&, int64_t);                                \
   template std::vector<uint8_t> download_table_touched<E>(const DeviceModel<E>&, int64_t);                      \
   template void zero_grads<E>(DeviceModel<E>&);                                                                 \
-  template void list_touched_rows<E>(DeviceModel<E>&);                                                          \
-  template void list_embed_rows<E>(DeviceModel<E>&);                                                            \
   template double moe_aux_loss<E>(const DeviceModel<E>&, const DeviceActs<E>&);                                 \
   template std::vector<float> download_params<E>(const DeviceModel<E>&);                                        \
   template std::vector<float> download_grads<E>(const DeviceModel<E>&);

@@ -89,4 +89,24 @@ void clear_rows(float* g, uint8_t* touched, const int32_t* rows, const int32_t* 
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
+void RowFlags::allocate(int64_t n, cudaStream_t stream) {
+  flags.resize(n);
+  flags.zero(stream);
+  rows.resize(n);
+  count.resize(1);
+  count.zero(stream);
+  scratch.resize(static_cast<int64_t>(touched_rows_scratch_bytes(n)));
+  flagged = false;
+}
+
+void RowFlags::list(cudaStream_t stream) {
+  select_touched_rows(rows.get(), count.get(), flags.get(), flags.size(), scratch.get(), scratch.bytes(), stream);
+}
+
+void RowFlags::clear(float* g, int64_t d, cudaStream_t stream) {
+  list(stream);
+  clear_rows(g, flags.get(), rows.get(), count.get(), rows.size(), d, stream);
+  flagged = false;
+}
+
 }  // namespace jtok::cuda

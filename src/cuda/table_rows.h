@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/device_array.h"
+
 namespace jtok::cuda {
 
 // Bytes of scratch select_touched_rows needs for n flags (cub's temporary storage).
@@ -30,5 +32,23 @@ void touched_positions(int32_t* pos, const int32_t* rows, const int32_t* count, 
 // and their flags cleared. n: a bound on the count (the launch's size).
 void clear_rows(float* g, uint8_t* touched, const int32_t* rows, const int32_t* count, int64_t n, int64_t d,
                 cudaStream_t stream);
+
+// A row-sparse gradient's flags and their list: the token tables' (n_tables Vp rows) and an untied
+// embedding's (Vp). A backward flags the rows it adds into and sets `flagged`; list() compacts the
+// flags for a step's passes over the rows; clear() zeroes the listed rows and their flags.
+struct RowFlags {
+  DeviceArray<uint8_t> flags;    // (n) 1 where a row got a gradient; empty: the gradient is not row-sparse
+  DeviceArray<int32_t> rows;     // (n) bound: the first *count hold the flagged rows, ascending
+  DeviceArray<int32_t> count;    // (1)
+  DeviceArray<uint8_t> scratch;  // select_touched_rows' scratch
+  bool flagged = false;          // a backward flagged rows that no step or clear has cleared since
+
+  void allocate(int64_t n, cudaStream_t stream);  // flags and count zeroed
+  int64_t size() const { return flags.size(); }
+  size_t bytes() const { return flags.bytes() + rows.bytes() + count.bytes() + scratch.bytes(); }
+  void list(cudaStream_t stream);  // flags -> rows[0 .. *count)
+  // g (n, d) fp32: the flagged rows listed, zeroed and their flags cleared; flagged false.
+  void clear(float* g, int64_t d, cudaStream_t stream);
+};
 
 }  // namespace jtok::cuda

@@ -197,10 +197,10 @@ void Trainer<E>::poison_gradient() {
   if (at < 0) at = mid;
   write_nan<float>(dm_.grads.get() + at, nullptr, dm_.stream);
   const int64_t in_embed = at - dm_.embed_offset(), d = dm_.cfg.hidden_size;
-  if (dm_.embed_rows_on() && in_embed >= 0 && in_embed < dm_.embed_touched.size() * d) {  // a row-sparse one's row:
+  if (dm_.embed_rows_on() && in_embed >= 0 && in_embed < dm_.embed_flags.size() * d) {  // a row-sparse one's row:
     const uint8_t flag = 1;  // flagged, as a backward's own gradient would be, so zero_grads clears it
-    copy_to_device(dm_.embed_touched.get() + in_embed / d, &flag, 1);
-    dm_.embed_flagged = true;
+    copy_to_device(dm_.embed_flags.flags.get() + in_embed / d, &flag, 1);
+    dm_.embed_flags.flagged = true;
   }
 }
 
@@ -219,9 +219,8 @@ template <typename E>
 std::string Trainer<E>::describe() const {
   size_t bytes = dm_.master.bytes() + dm_.copy.bytes() + dm_.grads.bytes() + dm_.tables.bytes() +
                  dm_.table_copy.bytes() + dm_.table_grads.bytes() + opt_.m.bytes() + opt_.v.bytes() +
-                 opt_.table_m.bytes() + opt_.table_v.bytes() + opt_.row_step.bytes() + dm_.table_touched.bytes() +
-                 dm_.touched_rows.bytes() + opt_.embed_row_step.bytes() + dm_.embed_touched.bytes() +
-                 dm_.embed_rows.bytes();
+                 opt_.table_m.bytes() + opt_.table_v.bytes() + opt_.row_step.bytes() + dm_.table_flags.bytes() +
+                 opt_.embed_row_step.bytes() + dm_.embed_flags.bytes();
   char buf[256];
   std::snprintf(buf, sizeof buf, "%s on %s: %.2f GiB of weights, tables, gradients and moments",
                 std::is_same_v<E, float> ? "fp32" : "bf16", device_.c_str(),

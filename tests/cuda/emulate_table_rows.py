@@ -2,9 +2,9 @@
 # rows with touched flags, the list of flagged rows (table_rows.cu's compaction), the norm's
 # partials a listed row with their grid-stride blocks (global_norm.cu's grad_norm_sumsq_rows_kernel), the
 # table step clearing the listed flags (table_adamw.cu) and zero_grads clearing the listed rows and
-# flags (table_rows.cu's clear_rows; skipped while a table step has cleared every flag since the
-# last backward: DeviceModel::tables_flagged). The backward writes a row's first gradient of a step over its
-# stale values (its flag not set) and adds later ones (jtok.cu, jtokm.cu); without dedup it adds by
+# flags (table_rows.cu's RowFlags::clear; skipped while a table step has cleared every flag since
+# the last backward: DeviceModel::table_flags.flagged). The backward writes a row's first gradient
+# of a step over its stale values (its flag not set) and adds later ones (jtok.cu, jtokm.cu); without dedup it adds by
 # atomics into rows that must be zero unflagged, so the table step zeroes the rows it used too
 # (TableGrad::zero_rows). Against the CPU trainer's bookkeeping, which zeroes every gradient at each
 # step's start: over steps of several micro-batches, some refused (a NaN in a touched row), the norm's
@@ -34,7 +34,7 @@ def backward(g, flags, rows, grads, atomics):  # the backward's row writes and t
 def run(seed, atomics, R=400, d=8, steps=12, grid=7):
     rng = np.random.default_rng(seed)
     g, flags = np.zeros((R, d), np.float32), np.zeros(R, np.uint8)  # the GPU's, zeroed once
-    flagged = True  # DeviceModel::tables_flagged: a backward since the last table step
+    flagged = True  # DeviceModel::table_flags.flagged: a backward since the last table step
     for step in range(steps):
         if flagged:  # zero_grads: the flagged rows cleared (the refused step's too), else nothing to do
             rows = listed(flags)
