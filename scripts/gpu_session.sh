@@ -68,7 +68,8 @@
 # is left down to half its box, its bench cutting its last runs; the others are "not started" (not a
 # failure). So one device run takes as many steps as their real times allow, not their boxes' sum.
 # Every log goes under $OUT (the device run brings back what is there; default
-# bench-out/gpu-session here): session.log (all of this output), nvidia-smi.txt, tests/,
+# bench-out/gpu-session here): session.log (all of this output), nvidia-smi.txt, peak.json (`jtok
+# bench-peak --device cuda`, before the steps), tests/,
 # peer/ (one JSON line and one log per run, table.md), attention.json, attention_peer.json, decode/,
 # beyond/, store/, curve/, study/, summary.txt.
 # --dry-run checks the inputs, unpacks the bundle and prints each step's command (the peer's and the
@@ -117,6 +118,9 @@ if [ "$DRY" = 0 ]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | tee "$OUT/nvidia-smi.txt"
   nvidia-smi >> "$OUT/nvidia-smi.txt" 2>&1 || true
   python3 -c 'import torch; print("python3: torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())' 2>&1 | tail -n 1
+  # What this GPU reaches (checked bf16 products at 8192^3 and config b's shapes, device and pinned
+  # copies): the denominators of this run's figures, a few seconds.
+  timeout 60 "$U/jtok" bench-peak --device cuda > "$OUT/peak.json" || echo "gpu_session.sh: bench-peak failed (rc $?)"
 fi
 
 declare -A RESULT SECS

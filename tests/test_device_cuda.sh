@@ -27,6 +27,24 @@ for cmd in "train --out $T/run" bench-train; do
   [ ! -e "$T/run" ] || fail "$cmd --device cuda made its run directory"
   echo "$cmd: $(cat "$T/out")"
 done
+# `bench-peak --device cuda` likewise; with a GPU, one small checked product and copy, its JSON line. A
+# bad --product is refused by name before any GPU is asked, and --product is the GPU's only.
+if [ "$want" = '.*none\.json' ]; then
+  $JTOK bench-peak --device cuda --product 64,48,32 --copy-mb 1 --reps 1 > "$T/out" 2> "$T/err" ||
+    fail "bench-peak --device cuda: $(cat "$T/err")"
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); p=j["products"][0]
+assert (p["M"], p["N"], p["K"]) == (64, 48, 32) and p["tflops"] > 0 and p["max_rel_error"] <= 2**-8, j
+assert j["device_copy_gbs"] > 0 and j["h2d_gbs"] > 0 and j["d2h_gbs"] > 0, j' "$T/out" || fail "bench-peak: $(cat "$T/out")"
+else
+  if $JTOK bench-peak --device cuda > "$T/out" 2>&1; then fail "bench-peak --device cuda succeeded: $(cat "$T/out")"; fi
+  grep -Eq "^jtok: error: $want" "$T/out" || fail "bench-peak --device cuda: expected /$want/, got: $(cat "$T/out")"
+fi
+echo "bench-peak: $(head -c 300 "$T/out")"
+for bad in "--device cuda --product 64,48" "--device cuda --product 0,1,1" "--product 64,48,32"; do
+  # shellcheck disable=SC2086
+  if $JTOK bench-peak $bad > "$T/out" 2>&1; then fail "bench-peak $bad accepted"; fi
+  grep -q "^jtok: error: bench-peak: --product" "$T/out" || fail "bench-peak $bad: $(cat "$T/out")"
+done
 # `eval --device cuda` (issue 40) stops the same way before its checkpoint is read: the missing one here
 # is what stops it only where a GPU is taken.
 want_eval=$want

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "cuda/decoder.h"
 #include "cuda/device.h"
+#include "cuda/device_peak.h"
 #include "cuda/kernel_trace.h"
 #include "cuda/training.h"
 
@@ -112,6 +113,15 @@ std::unique_ptr<DeviceTrainer> make_device_trainer(const Model&, const HostAdamW
 std::unique_ptr<DeviceDecoder> make_device_decoder(const Model&, const DecoderSettings&) {
   require_cuda_device();  // says why there is none
   return nullptr;
+}
+
+DevicePeaks measure_device_peaks(const std::vector<std::array<int64_t, 3> >&, int64_t, int) {
+  require_cuda_device();  // says why there is none
+  return {};
+}
+double sampled_product_error(const void*, int64_t, int64_t, int64_t) {
+  require_cuda_device();
+  return 0;
 }
 
 std::string kernel_trace_start() {
