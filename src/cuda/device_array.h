@@ -121,6 +121,8 @@ class HostReadback {
     JTOK_CUDA_CHECK(cudaStreamSynchronize(stream));
     used_ = 0;
   }
+  // The caller has waited for the stream since the copies were queued: every value is on the host.
+  void waited() { used_ = 0; }
   // One array alone: begun, queued and waited for; its n values on the host (until the next begin).
   template <typename T>
   const T* read(const T* src, int64_t n, cudaStream_t stream) {

@@ -269,6 +269,18 @@ QkvView<E> layer_qkv(const ModelConfig& c, const DeviceLayerActs<E>& L) {
   return qkv_view(c, L.q.get(), c.qk_norm ? L.q_in.get() : L.q.get());
 }
 
+// Where queue_forward_stats's copies land in pinned memory (read_forward_stats reads them).
+struct QueuedForwardStats {
+  bool on = false;                      // queued, not read yet
+  const double* hidden_sums = nullptr;  // (2 L) each layer's output sum and sum of squares; null: not asked
+  std::vector<const double*> moe_aux;   // a MoE layer's aux loss each, in layer order
+  struct Routing {
+    const int32_t* load;
+    const double *weight_sum, *prob_sum;  // (n_e) each
+  };
+  std::vector<Routing> jtokm;  // a JTok-M layer's each, in layer order
+};
+
 // Activations and backward scratch of one (B,T) micro-batch.
 template <typename E>
 struct DeviceActs {
@@ -292,8 +304,8 @@ struct DeviceActs {
   DeviceArray<float> m_de, m_scratch;         // JTok-M: dL/de (N,d) fp32, ds's partials
   DeviceArray<float> m_hot, embed_hot;        // the hot ids' pieces (cuda/hot_ids.cuh): JTok-M's, the embedding's
   DeviceArray<double> stats;                  // telemetry: sum_and_squares' scratch and each layer's two sums
-  mutable HostReadback stats_readback;        // those sums' copy (queue_hidden_state_std)
-  const double* hidden_sums = nullptr;        // on the host once the stream is waited for; null: none queued
+  HostReadback stats_readback;                // the forward's values the host reads (queue_forward_stats)
+  QueuedForwardStats queued;                  // where they land, valid once the stream is waited for
   DeviceArray<E> m_dg;                        // JTok-M: dL/dg (N,n_e), the router products' operand
   // The micro-batch's ids deduplicated by the forward (cuda/dedup.h): JTok's gathers, the
   // embedding's and the tables' row gradients.
@@ -361,30 +373,38 @@ std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, int64_t k)
 // Table k's values (Vp, d) fp32 (current only after sync_tables when the optimizer defers rows).
 template <typename E>
 std::vector<float> download_table(const DeviceModel<E>& dm, int64_t k);
-// After forward: the MoE layers' aux loss, their mean (coef included; 0 without MoE), as the CPU's
-// Activations::moe_aux_loss (one sync).
-template <typename E>
-double moe_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& acts);
-// The standard deviation of each layer's output (the next layer's h_in, the last one's h_out) over
-// positions and dimensions, averaged over layers: train/telemetry.h's hidden_state_std on the device's
-// activations, in two halves that add no sync of their own. After forward, queue_hidden_state_std
-// queues each layer's sums and their copy to the host (ahead of the backward, which reuses no
-// activation before them: stream order); hidden_state_std takes them once the stream has been waited
-// for (the backward's loss), or waits itself.
-template <typename E>
-void queue_hidden_state_std(const DeviceModel<E>& dm, DeviceActs<E>& acts);
-template <typename E>
-double hidden_state_std(const DeviceModel<E>& dm, DeviceActs<E>& acts);
-// After forward, JTok-M's routing: per JTok-M layer in layer order, per table, the positions that chose
-// it and the sum of their mixing weights (model/jtokm.h's load and weight_sum), and the layers' aux
-// loss, their mean (each model/jtokm.h's jtokm_aux_loss of its P and n, lambda included; 0 without
-// JTok-M), as the CPU's Activations::jtokm_aux_loss. One sync.
+// After forward, the values of the micro-batch the host reads, read back with no sync of their own:
+// each MoE layer's aux loss; each JTok-M layer's routing sums; with hidden_std, each layer's output
+// sums. queue_forward_stats queues their copies into pinned memory ahead of the backward (which
+// overwrites none of them before: stream order), so the backward's loss read is their sync;
+// read_forward_stats takes them then (stream_waited: the caller has waited for the stream since;
+// else it waits itself).
+//   moe_aux: the MoE layers' aux losses' mean (coef included; 0 without MoE), the CPU's
+//     Activations::moe_aux_loss.
+//   routing: per JTok-M layer in layer order, per table, the positions that chose it and the sum of
+//     their mixing weights (model/jtokm.h's load and weight_sum), and the layers' aux loss, their
+//     mean (each model/jtokm.h's jtokm_aux_loss of its P and n, lambda included; 0 without JTok-M),
+//     the CPU's Activations::jtokm_aux_loss.
+//   hidden_std: the standard deviation of each layer's output (the next layer's h_in, the last one's
+//     h_out) over positions and dimensions, averaged over layers (train/telemetry.h's
+//     hidden_state_std); 0 when not asked.
 struct JTokMRouting {
   std::vector<std::vector<double>> load, weight_sum;
   double aux = 0;
 };
+struct ForwardStats {
+  double moe_aux = 0, hidden_std = 0;
+  JTokMRouting routing;
+};
 template <typename E>
-JTokMRouting jtokm_routing(const DeviceModel<E>& dm, const DeviceActs<E>& acts);
+void queue_forward_stats(const DeviceModel<E>& dm, DeviceActs<E>& acts, bool hidden_std);
+template <typename E>
+ForwardStats read_forward_stats(const DeviceModel<E>& dm, DeviceActs<E>& acts, bool stream_waited);
+// Each alone, queued and read at once (one sync; the checks').
+template <typename E>
+double moe_aux_loss(const DeviceModel<E>& dm, DeviceActs<E>& acts);
+template <typename E>
+JTokMRouting jtokm_routing(const DeviceModel<E>& dm, DeviceActs<E>& acts);
 // The JTok-M dimensions of dm's layers for N rows (model/jtokm.h's jtokm_hyper).
 JTokMDims jtokm_dims(const ModelConfig& c, int64_t N);
 

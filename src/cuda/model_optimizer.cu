@@ -8,14 +8,17 @@
 
 namespace jtok::cuda {
 
-void KeptSteps::push(const AdamWConsts& c) {
+void KeptSteps::push(const AdamWConsts& c, cudaStream_t stream) {
   host.push_back(c);
   const auto n = static_cast<int64_t>(host.size());
   if (n > dev.size()) {  // room doubled (a reallocation syncs the device): all uploaded again
     dev.resize(std::max<int64_t>(64, 2 * n));
+    staged = PinnedArray<AdamWConsts>(dev.size());
     copy_to_device(dev.get(), host.data(), n);
   } else {  // the new step's constants only
-    copy_to_device(dev.get() + n - 1, &host.back(), 1);
+    staged.get()[n - 1] = c;
+    JTOK_CUDA_CHECK(
+        cudaMemcpyAsync(dev.get() + n - 1, staged.get() + n - 1, sizeof(AdamWConsts), cudaMemcpyHostToDevice, stream));
   }
 }
 
@@ -94,7 +97,7 @@ DeviceTable embed_view(const DeviceModel<E>& dm, const DeviceAdamW& st) {
 // rows zeroed and flags cleared: the embedding's whole AdamW step.
 template <typename E>
 void step_embedding(DeviceModel<E>& dm, DeviceAdamW& st, const AdamWConsts& c) {
-  st.embed_kept.push(c);
+  st.embed_kept.push(c, dm.stream);
   RowFlags& f = dm.embed_flags;
   f.list(dm.stream);
   const TableGrad grad{dm.g.embed, f.flags.get(), true};
@@ -129,7 +132,7 @@ const double* grad_norm(DeviceModel<E>& dm, DeviceAdamW& st, float max_grad_norm
 template <typename E>
 void step_tables(DeviceModel<E>& dm, DeviceAdamW& st, const AdamWConsts& c) {
   if (!st.dense_tables) st.kept.reset(st.step - 1);
-  st.kept.push(c);
+  st.kept.push(c, dm.stream);
   RowFlags& f = dm.table_flags;
   const TableGrad grad{dm.table_grads.get(), f.flags.get(), st.zero_table_grad_rows};
   const DeviceTable all = table_view(dm, st, 0, f.size());  // indexed by the list's global rows

@@ -47,9 +47,13 @@ namespace jtok::cuda {
 // base+1 .. base+host.size(), on the device in dev (cuda/table_adamw.h's KeptConsts).
 struct KeptSteps {
   std::vector<AdamWConsts> host;
-  DeviceArray<AdamWConsts> dev;  // room for host.size() or more (doubled when full)
+  DeviceArray<AdamWConsts> dev;     // room for host.size() or more (doubled when full)
+  PinnedArray<AdamWConsts> staged;  // dev's size: a step's constants are copied up from their slot
   int64_t base = 0;
-  void push(const AdamWConsts& c);  // the next step's, uploaded
+  // The next step's, uploaded on stream from pinned memory: the host does not wait (a synchronous
+  // copy would wait for the work queued before it, AdamW's among it). A slot is written again only
+  // after a reset, and the optimizer step's norm wait lies between: its last copy is done.
+  void push(const AdamWConsts& c, cudaStream_t stream);
   void reset(int64_t step) {        // every row current at step: nothing kept
     base = step;
     host.clear();

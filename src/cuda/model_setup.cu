@@ -222,37 +222,12 @@ JTokMDims jtokm_dims(const ModelConfig& c, int64_t N) {
   return dims;
 }
 
-namespace {
-
-// The mean over the layers that have one of each layer's device scalar aux(l) (null: none), in
-// layer order, read back with one sync; 0 when no layer has one.
-template <typename E, typename Aux>
-double layer_mean(const DeviceActs<E>& a, cudaStream_t s, Aux&& aux) {
-  a.readback.begin(a.layers.size() * HostReadback::room_for<double>(1));
-  std::vector<const double*> host;
-  for (size_t l = 0; l < a.layers.size(); ++l)
-    if (const double* at = aux(l)) host.push_back(a.readback.queue(at, 1, s));
-  if (!host.empty()) a.readback.wait(s);  // nothing queued: no sync
-  double sum = 0;
-  for (const double* h : host) sum += *h;
-  return host.empty() ? 0.0 : sum / static_cast<double>(host.size());
-}
-
-}  // namespace
-
 template <typename E>
 void zero_grads(DeviceModel<E>& dm) {
   zero_spans(dm.grads.get(), dm.zeroed_grads, dm.stream);
   dm.grads_fresh = true;
   if (dm.embed_flags.flagged) dm.embed_flags.clear(dm.g.embed, dm.cfg.hidden_size, dm.stream);
   if (dm.table_flags.flagged) dm.table_flags.clear(dm.table_grads.get(), dm.cfg.hidden_size, dm.stream);
-}
-
-template <typename E>
-double moe_aux_loss(const DeviceModel<E>& dm, const DeviceActs<E>& a) {
-  return layer_mean(a, dm.stream, [&](size_t l) -> const double* {
-    return dm.w.layers[l].moe.router ? a.layers[l].moe.aux.get() : nullptr;
-  });
 }
 
 template <typename E>
@@ -307,7 +282,6 @@ std::vector<uint8_t> download_table_touched(const DeviceModel<E>& dm, int64_t k)
   template std::vector<float> download_table<E>(const DeviceModel<E>&, int64_t);                                \
   template std::vector<uint8_t> download_table_touched<E>(const DeviceModel<E>&, int64_t);                      \
   template void zero_grads<E>(DeviceModel<E>&);                                                                 \
-  template double moe_aux_loss<E>(const DeviceModel<E>&, const DeviceActs<E>&);                                 \
   template std::vector<float> download_params<E>(const DeviceModel<E>&);                                        \
   template std::vector<float> download_grads<E>(const DeviceModel<E>&);
 JTOK_MODEL_SETUP_INSTANTIATE(float)

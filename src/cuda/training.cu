@@ -79,16 +79,16 @@ class Trainer final : public DeviceTrainer {
                                   float grad_scale, bool hidden_std) override {
     stage(inputs, targets, B * T);
     forward(dm_, acts_, staged_ids_.get(), B, T);
+    queue_forward_stats(dm_, acts_, hidden_std);  // read after the backward's sync: none of their own
+    join_table_streams(dm_, opt_);                // the backward writes the tables' gradients and flags
     MicroBatchLoss r;
-    if (hidden_std) queue_hidden_state_std(dm_, acts_);  // read after the backward's sync: none mid-step
-    join_table_streams(dm_, opt_);                       // the backward writes the tables' gradients and flags
     r.loss = backward(dm_, acts_, staged_targets_.get(), grad_scale);
-    if (hidden_std) r.hidden_std = hidden_state_std(dm_, acts_);
-    r.moe_aux = moe_aux_loss(dm_, acts_);
-    JTokMRouting routing = jtokm_routing(dm_, acts_);
-    r.jtokm_aux = routing.aux;
-    r.jtokm_load = std::move(routing.load);
-    r.jtokm_weight_sum = std::move(routing.weight_sum);
+    ForwardStats stats = read_forward_stats(dm_, acts_, true);  // the loss's read waited for the stream
+    r.hidden_std = stats.hidden_std;
+    r.moe_aux = stats.moe_aux;
+    r.jtokm_aux = stats.routing.aux;
+    r.jtokm_load = std::move(stats.routing.load);
+    r.jtokm_weight_sum = std::move(stats.routing.weight_sum);
     return r;
   }
 

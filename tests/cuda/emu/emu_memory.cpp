@@ -151,6 +151,7 @@ cudaError_t cudaHostGetDevicePointer(void** d, void* host, unsigned flags) {
 
 cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
   if (const cudaError_t e = emu::blocking_call()) return e;
+  emu::note_host_wait();
   emu::drain_streams(true);  // the legacy stream's barrier (a no-op unless lazy)
   if (n) std::memmove(d, s, n);
   note_copy(d, n);

@@ -194,6 +194,10 @@ cudaError_t submit(cudaStream_t s, Work work, bool kernel) {
   return cudaSuccess;
 }
 
+uint64_t g_host_waits = 0;
+uint64_t host_waits() { return g_host_waits; }
+void note_host_wait() { ++g_host_waits; }
+
 cudaError_t blocking_call(cudaStream_t s) {
   if ((s && s->capture) || forbids_blocking()) {
     invalidate_all();
@@ -210,11 +214,13 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* data) {
 
 cudaError_t cudaDeviceSynchronize() {
   if (const cudaError_t e = emu::blocking_call()) return e;
+  emu::note_host_wait();
   drain(false);
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   if (const cudaError_t e = emu::blocking_call(s)) return e;
+  emu::note_host_wait();
   run_all(queue_of(s));
   return cudaSuccess;
 }
@@ -303,6 +309,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (!e) return cudaErrorInvalidResourceHandle;
   if (const cudaError_t r = emu::blocking_call(e->capture ? e->stream : nullptr)) return r;
+  emu::note_host_wait();
   if (e->lazy_stream >= 0) run_until(e->lazy_stream, e->lazy_upto);
   return cudaSuccess;
 }

@@ -152,6 +152,10 @@ bool capturing(cudaStream_t s);
 // this process captures a graph in global or thread-local mode: cudaErrorStreamCaptureUnsupported,
 // the capture invalidated (s: the stream it names, if any). cudaSuccess when no capture forbids it.
 cudaError_t blocking_call(cudaStream_t s = nullptr);
+// The host's waits for the device since the process began (cudaStreamSynchronize, cudaEventSynchronize,
+// cudaDeviceSynchronize, cudaMemcpy): a case counts a call's round trips by the difference.
+uint64_t host_waits();
+void note_host_wait();
 // A hash of every byte the copies (cudaMemcpy*) have written to memory that is not the device's,
 // in order, since the last reset (emu_streams.cpp): what the host saw of the device, for comparing
 // two emulated runs of the same case (emu_digest_test.cpp).
