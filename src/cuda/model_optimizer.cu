@@ -241,13 +241,13 @@ void join_table_streams(const DeviceModel<E>& dm, DeviceAdamW& st) {
 }
 
 template <typename E>
-void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st, bool embedding) {
+void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st, bool eager_pass) {
   join_table_streams(dm, st);
   if (dm.n_tables > 0 && st.dense_tables)  // every table's rows in one launch (sparse: nothing deferred)
     table_sync_all(table_view(dm, st, 0, dm.table_flags.size()), st.kept_view(), TableStats{st.stats.get()}, dm.stream);
-  embedding = embedding && st.defer_embedding;
+  const bool embedding = !eager_pass && st.defer_embedding;
   if (embedding) table_sync_all(embed_view(dm, st), st.embed_kept.view(), TableStats{st.embed_stats()}, dm.stream);
-  if (dm.n_tables > 0 || embedding)  // the last step's too
+  if (!eager_pass && (dm.n_tables > 0 || embedding))  // the last step's too
     check_table_stats(st, st.readback.read(st.stats.get(), st.stats.size(), dm.stream));
   if (st.dense_tables) st.kept.reset(st.kept.view().current);
   if (embedding) st.embed_kept.reset(st.embed_kept.view().current);

@@ -134,11 +134,12 @@ void use_table_streams(const DeviceModel<E>& dm, DeviceAdamW& st);
 template <typename E>
 void join_table_streams(const DeviceModel<E>& dm, DeviceAdamW& st);
 
-// Every table row and, with `embedding`, every row of a deferred embedding current (before the whole
-// tables or weights are read: a copy back, a checkpoint); their kept constants dropped (under sparse
-// semantics nothing is deferred); the stats read back (counts). Without `embedding`: the tables alone
-// (training's dense-eager pass a step, the naive table optimizer; the embedding stays deferred).
+// Every table row and every row of a deferred embedding current (before the whole tables or weights
+// are read: a copy back, a checkpoint); their kept constants dropped (under sparse semantics nothing
+// is deferred); the stats read back (counts). eager_pass: training's dense-eager pass a step (the
+// naive table optimizer): the tables alone (the embedding stays deferred), and no wait of its own
+// (the stats are cumulative: the next step's norm read checks them).
 template <typename E>
-void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st, bool embedding = true);
+void sync_tables(DeviceModel<E>& dm, DeviceAdamW& st, bool eager_pass = false);
 
 }  // namespace jtok::cuda

@@ -101,7 +101,7 @@ class Trainer final : public DeviceTrainer {
   double optimizer_step(const StepConsts& c, float max_grad_norm) override {
     const double norm = cuda::optimizer_step(dm_, opt_, c, max_grad_norm);
     if (eager_tables_) {
-      sync_tables(dm_, opt_, false);  // every table row now: the naive pass a step
+      sync_tables(dm_, opt_, true);  // every table row now: the naive pass a step
       mark_phase(dm_.profile, "eager table sync", dm_.stream);
     }
     JTOK_CUDA_CHECK(cudaStreamSynchronize(dm_.stream));  // a step ends with its work done: honest step times

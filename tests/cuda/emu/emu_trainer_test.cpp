@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "cuda/training.h"
 #include "emu_runtime.h"
@@ -19,28 +21,45 @@ namespace {
 
 using namespace jtok::cuda_test;
 
-TEST(EmulatedTrainer, AMicroBatchWaitsOnceForItsLoss) {
+// The host's waits of a micro-batch and of the optimizer step after it, at the second step (the
+// first sizes the activations: its allocations wait too).
+std::pair<uint64_t, uint64_t> step_waits(const jtok::cuda::DeviceTableOptions& o) {
   const jtok::ModelConfig c = tiny_moe_jtok_jtokm();
   jtok::Model m = test_model(c);
   jtok::AdamWState state = jtok::make_adamw_state(m);
-  const auto dev = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state), false, {true, false, true, false});
-  const jtok::TrainConfig t = ten_steps();
-  uint64_t waits[2] = {};
-  for (int step = 0; step < 2; ++step) {  // the first sizes the activations (its allocations wait too)
+  const auto dev = jtok::cuda::make_device_trainer(m, jtok::host_adamw_view(state), false, o);
+  jtok::TrainConfig t = ten_steps();
+  t.table_optimizer = o.dense ? (o.eager ? "dense-eager" : "dense") : "sparse";
+  std::pair<uint64_t, uint64_t> waits;
+  for (int step = 0; step < 2; ++step) {
     const Batch b = make_batch(c, 700 + static_cast<uint64_t>(step));
     const uint64_t at_start = emu::host_waits();
     dev->zero_grads();
     const jtok::cuda::MicroBatchLoss r = dev->forward_backward(b.ids.data(), b.targets.data(), b.B, b.T, 1.0f, true);
     const uint64_t after_micro_batch = emu::host_waits();
     jtok::device_optimizer_step(*dev, state, t);
-    waits[0] = after_micro_batch - at_start, waits[1] = emu::host_waits() - after_micro_batch;
+    waits = {after_micro_batch - at_start, emu::host_waits() - after_micro_batch};
     EXPECT_GT(r.moe_aux, 0.0);
     EXPECT_GT(r.jtokm_aux, 0.0);
     EXPECT_GT(r.hidden_std, 0.0);
     EXPECT_EQ(r.jtokm_load.size(), 2u);  // a JTok-M layer's each
   }
-  EXPECT_EQ(waits[0], 1u) << "a micro-batch's waits";
-  EXPECT_EQ(waits[1], 2u) << "an optimizer step's waits";
+  return waits;
+}
+
+TEST(EmulatedTrainer, AMicroBatchWaitsOnceForItsLoss) {
+  // {dense tables, eager (dense-eager), dedup, side streams}
+  for (const jtok::cuda::DeviceTableOptions& o : {jtok::cuda::DeviceTableOptions{true, false, true, false},
+                                                  jtok::cuda::DeviceTableOptions{false, false, true, false},
+                                                  jtok::cuda::DeviceTableOptions{true, true, true, false},
+                                                  jtok::cuda::DeviceTableOptions{true, false, false, false},
+                                                  jtok::cuda::DeviceTableOptions{true, false, true, true}}) {
+    const auto [micro_batch, optimizer] = step_waits(o);
+    const std::string at = std::string(o.dense ? "dense" : "sparse") + (o.eager ? "-eager" : "") +
+                           (o.dedup ? "" : ", no dedup") + (o.streams ? ", side streams" : "");
+    EXPECT_EQ(micro_batch, 1u) << at << ": a micro-batch's waits";
+    EXPECT_EQ(optimizer, 2u) << at << ": an optimizer step's waits";
+  }
 }
 
 }  // namespace
