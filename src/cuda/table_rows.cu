@@ -103,6 +103,12 @@ void RowFlags::list(cudaStream_t stream) {
   select_touched_rows(rows.get(), count.get(), flags.get(), flags.size(), scratch.get(), scratch.bytes(), stream);
 }
 
+void RowFlags::flag(int64_t row) {
+  const uint8_t one = 1;
+  copy_to_device(flags.get() + row, &one, 1);
+  flagged = true;
+}
+
 void RowFlags::clear(float* g, int64_t d, cudaStream_t stream) {
   list(stream);
   clear_rows(g, flags.get(), rows.get(), count.get(), rows.size(), d, stream);

@@ -47,6 +47,7 @@ struct RowFlags {
   int64_t size() const { return flags.size(); }
   size_t bytes() const { return flags.bytes() + rows.bytes() + count.bytes() + scratch.bytes(); }
   void list(cudaStream_t stream);  // flags -> rows[0 .. *count)
+  void flag(int64_t row);          // row flagged as a backward flags it (synchronous: fault injection)
   // g (n, d) fp32: the flagged rows listed, zeroed and their flags cleared; flagged false.
   void clear(float* g, int64_t d, cudaStream_t stream);
 };

@@ -198,9 +198,7 @@ void Trainer<E>::poison_gradient() {
   write_nan<float>(dm_.grads.get() + at, nullptr, dm_.stream);
   const int64_t in_embed = at - dm_.embed_offset(), d = dm_.cfg.hidden_size;
   if (dm_.embed_rows_on() && in_embed >= 0 && in_embed < dm_.embed_flags.size() * d) {  // a row-sparse one's row:
-    const uint8_t flag = 1;  // flagged, as a backward's own gradient would be, so zero_grads clears it
-    copy_to_device(dm_.embed_flags.flags.get() + in_embed / d, &flag, 1);
-    dm_.embed_flags.flagged = true;
+    dm_.embed_flags.flag(in_embed / d);  // as a backward's own gradient would be, so zero_grads clears it
   }
 }
 
