@@ -19,14 +19,14 @@ double fma_loop_flops(long iters) {
   auto set = [](float x) { return _mm512_set1_ps(x); };
   auto fma = [](V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); };
   auto add = [](V a, V b) { return _mm512_add_ps(a, b); };
-  auto first = [](V a) { return _mm512_reduce_add_ps(a); };
+  auto store = [](float* t, V a) { _mm512_storeu_ps(t, a); };
 #else
   using V = __m256;
   constexpr int W = 8;
   auto set = [](float x) { return _mm256_set1_ps(x); };
   auto fma = [](V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); };
   auto add = [](V a, V b) { return _mm256_add_ps(a, b); };
-  auto first = [](V a) { float t[8]; _mm256_storeu_ps(t, a); return t[0]; };
+  auto store = [](float* t, V a) { _mm256_storeu_ps(t, a); };
 #endif
   V acc[10];
   for (int i = 0; i < 10; ++i) acc[i] = set(0.001f * static_cast<float>(i));
@@ -35,7 +35,11 @@ double fma_loop_flops(long iters) {
     for (int i = 0; i < 10; ++i) acc[i] = fma(acc[i], a, b);
   V s = acc[0];
   for (int i = 1; i < 10; ++i) s = add(s, acc[i]);
-  volatile float sink = first(s);
+  float lanes[W];  // every lane summed, so none of the loop is dead code
+  store(lanes, s);
+  float total = 0.0f;
+  for (float x : lanes) total += x;
+  volatile float sink = total;
   (void)sink;
   return 2.0 * W * 10 * static_cast<double>(iters);
 }

@@ -121,11 +121,13 @@ void pack_row_pairs(uint32_t* dst, int64_t ldd, const float* x, int64_t rows, in
     uint32_t* d = dst + p * ldd;
     int64_t c = 0;
 #if defined(__AVX512BF16__)
+    // The all-lanes maskz forms: GCC 12 warns of the unmasked ones' undefined pass-through.
+    constexpr __mmask16 all = 0xffff;
     for (; c + 16 <= cols; c += 16) {
-      const __m512i l = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(lo + c)));
-      const __m512i h = hi ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(hi + c)))
+      const __m512i l = _mm512_maskz_cvtepu16_epi32(all, (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(lo + c)));
+      const __m512i h = hi ? _mm512_maskz_cvtepu16_epi32(all, (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(hi + c)))
                            : _mm512_setzero_si512();
-      _mm512_storeu_si512(d + c, _mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
+      _mm512_storeu_si512(d + c, _mm512_or_si512(l, _mm512_maskz_slli_epi32(all, h, 16)));
     }
 #endif
     for (; c < cols; ++c) d[c] = pair_of(lo[c], hi ? hi[c] : 0.0f);
