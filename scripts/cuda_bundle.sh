@@ -32,5 +32,20 @@ for cupti in /usr/local/cuda/lib64/libcupti.so.13 /usr/local/cuda/extras/CUPTI/l
   if [ -f "$cupti" ]; then cp -L "$cupti" "$T/bundle/lib/"; break; fi
 done
 git rev-parse HEAD > "$T/bundle/commit" 2>/dev/null || true
+# The CPU features the build's -march lets the compiler use, as /proc/cpuinfo names them, so the GPU
+# host says which it lacks before anything runs (gpu_session.sh) instead of dying on an illegal
+# instruction. The vector and bit-manipulation sets only: those a compiler emits on its own.
+march=$(sed -n 's/^JTOK_MARCH:STRING=//p' "$B/CMakeCache.txt" 2>/dev/null); march=${march:-native}
+cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$B/CMakeCache.txt" 2>/dev/null); cxx=${cxx:-c++}
+needs=$("$cxx" -march="$march" -dM -E -x c++ /dev/null 2>/dev/null | awk '
+  BEGIN { split("AVX:avx AVX2:avx2 FMA:fma F16C:f16c BMI:bmi1 BMI2:bmi2 AVX512F:avx512f AVX512BW:avx512bw " \
+                "AVX512DQ:avx512dq AVX512VL:avx512vl AVX512CD:avx512cd AVX512BF16:avx512_bf16 AVX512VNNI:avx512_vnni " \
+                "AVX512VBMI:avx512vbmi AVX512VBMI2:avx512_vbmi2 AVX512IFMA:avx512ifma AVX512BITALG:avx512_bitalg " \
+                "AVX512VPOPCNTDQ:avx512_vpopcntdq AVX512FP16:avx512_fp16 AVXVNNI:avx_vnni GFNI:gfni VAES:vaes " \
+                "VPCLMULQDQ:vpclmulqdq", pairs, " ")
+          for (i in pairs) { split(pairs[i], kv, ":"); flag["__" kv[1] "__"] = kv[2] } }
+  $1 == "#define" && ($2 in flag) { print flag[$2] }' | sort | tr '\n' ' ')
+printf 'march %s\nneeds %s\n' "$march" "$needs" > "$T/bundle/isa"
 tar czf "$B/cuda-bundle.tar.gz" -C "$T" bundle
-echo "cuda_bundle.sh: $B/cuda-bundle.tar.gz ($(du -h "$B/cuda-bundle.tar.gz" | cut -f1); $(ls "$T/bundle/lib" | wc -l) libraries)"
+echo "cuda_bundle.sh: $B/cuda-bundle.tar.gz ($(du -h "$B/cuda-bundle.tar.gz" | cut -f1); $(ls "$T/bundle/lib" | wc -l) libraries;" \
+     "-march=$march: $needs)"

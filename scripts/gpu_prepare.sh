@@ -5,9 +5,11 @@
 # their shared libraries) and the first tokens of the
 # training shards, enough for STEPS steps of 16 x 1024 (the GPU host has no data/).
 #   bash scripts/gpu_prepare.sh [--build DIR | --bundle FILE] [--data DIR] [--val DIR] [--steps N] [--out DIR]
-# Defaults: --build build (its binaries built, `cmake --build build --target jtok test_cuda_ops
-# bench_cuda_attention bench_cuda_host_rows bench_cuda_row_invariant bench_cuda_grouped`, then packed into a fresh cuda-bundle.tar.gz; --bundle
-# takes a bundle packed before instead), --data data/train (from
+# Defaults: --build build-gpu (configured here when it is not: Release, the kernels on, and
+# JTOK_MARCH x86-64-v3, AVX2 and FMA, since the GPU host's CPU is not this one's and a -march=native
+# binary of an AVX-512 host dies on one without; its binaries built, `cmake --build build-gpu --target jtok
+# test_cuda_ops bench_cuda_attention bench_cuda_host_rows bench_cuda_row_invariant bench_cuda_grouped`, then packed into a fresh
+# cuda-bundle.tar.gz; --bundle takes a bundle packed before instead), --data data/train (from
 # scripts/prepare_data.sh), --steps 300 (bench/gpu_loss_curve.sh's curve; the gpt2 training split
 # holds 4,746 windows of 1025 tokens, 296 steps: then all of DATA is carried, and the loader's
 # stream over it wraps at step 297 as over DATA), --out build/gpu-session. Writes OUT/cuda-bundle.tar.gz and
@@ -21,7 +23,7 @@
 # if OUT is over 50 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=build; BUNDLE=""; DATA=data/train; VAL=""; STEPS=300; OUT=build/gpu-session
+B=build-gpu; BUNDLE=""; DATA=data/train; VAL=""; STEPS=300; OUT=build/gpu-session
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) B=$2; shift 2 ;;
@@ -35,6 +37,12 @@ while [ $# -gt 0 ]; do
 done
 [ -d "$DATA" ] || { echo "gpu_prepare.sh: no token shards in $DATA (bash scripts/prepare_data.sh writes data/train)" >&2; exit 1; }
 VAL=${VAL:-$(dirname "$DATA")/val}
+if [ -z "$BUNDLE" ] && [ ! -f "$B/CMakeCache.txt" ]; then
+  launch=(); command -v ccache > /dev/null && launch=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  mkdir -p "$B"
+  cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DJTOK_CUDA=ON -DJTOK_MARCH=x86-64-v3 "${launch[@]}" > "$B/configure.log" 2>&1 ||
+    { tail -n 20 "$B/configure.log"; echo "gpu_prepare.sh: configuring $B failed" >&2; exit 1; }
+fi
 if [ -z "$BUNDLE" ]; then
   # The bundle's binaries built from this tree first (a stale binary would test old code).
   cmake --build "$B" -j"$(nproc)" --target jtok test_cuda_ops bench_cuda_attention bench_cuda_host_rows \

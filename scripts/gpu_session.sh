@@ -106,6 +106,20 @@ mkdir -p "$OUT"
 exec > >(tee "$OUT/session.log") 2>&1
 START=$SECONDS
 
+# The CPU features the bundle's build may use (scripts/cuda_bundle.sh's isa file) that this CPU
+# lacks: said and refused before any of its binaries dies on an illegal instruction.
+check_bundle_isa() {
+  local march needs missing="" f
+  [ -f "$1" ] || { echo "gpu_session.sh: the bundle records no -march (packed before cuda_bundle.sh wrote it)"; return 0; }
+  march=$(sed -n 's/^march //p' "$1"); needs=$(sed -n 's/^needs //p' "$1")
+  for f in $needs; do grep -qw -- "$f" /proc/cpuinfo || missing+=" $f"; done
+  echo "gpu_session.sh: CPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); the bundle: -march=$march"
+  [ -z "$missing" ] && return 0
+  echo "gpu_session.sh: this CPU lacks${missing}, which the bundle's build (-march=$march) may use: rebuild it with" \
+       "scripts/gpu_prepare.sh (its build-gpu is x86-64-v3: AVX2 and FMA)" >&2
+  return 1
+}
+
 # The bundle beside the repository; its libraries only for its binaries (not for python3's torch).
 U=$(mktemp -d); trap 'rm -rf "$U"' EXIT
 tar xzf "$BUNDLE" -C "$U"
@@ -114,6 +128,7 @@ printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$LIBS" "$U/bundle/bin
 chmod +x "$U/jtok"
 echo "gpu_session.sh: $(date -u '+%F %T') UTC, bundle of commit $(cat "$U/bundle/commit" 2>/dev/null || echo unknown)," \
      "tree $(git rev-parse --short HEAD 2>/dev/null || echo 'without .git')"
+check_bundle_isa "$U/bundle/isa" || exit 3
 if [ "$DRY" = 0 ]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | tee "$OUT/nvidia-smi.txt"
   nvidia-smi >> "$OUT/nvidia-smi.txt" 2>&1 || true

@@ -188,6 +188,26 @@ for s in "== tests" "JTOK_CUDA_BUNDLE=$T/session/cuda-bundle.tar.gz" "== attenti
   grep -qF -- "$s" "$T/dry.out" || { echo "gpu_session.sh --dry-run: no '$s'"; cat "$T/dry.out"; exit 1; }
 done
 [ -f "$T/dry/session.log" ] && [ -f "$T/dry/summary.txt" ]
+grep -qF "the bundle records no -march" "$T/dry.out" || { echo "gpu_session.sh: a bundle without isa not said"; exit 1; }
+# The bundle's CPU features (cuda_bundle.sh's isa, of a build configured for x86-64-v3): a host that
+# lacks one is refused before anything runs, naming it; one that has them all goes on.
+mkdir -p "$T/fakebuild" && cp /bin/true "$T/fakebuild/jtok" && cp /bin/true "$T/fakebuild/test_cuda_ops"
+printf 'JTOK_MARCH:STRING=x86-64-v3\nCMAKE_CXX_COMPILER:FILEPATH=%s\n' "$(command -v c++)" > "$T/fakebuild/CMakeCache.txt"
+bash scripts/cuda_bundle.sh "$T/fakebuild" > "$T/bundle.out" || { cat "$T/bundle.out"; exit 1; }
+tar xzf "$T/fakebuild/cuda-bundle.tar.gz" -O bundle/isa > "$T/isa"
+printf 'march x86-64-v3\nneeds avx avx2 bmi1 bmi2 f16c fma \n' | cmp -s - "$T/isa" || { echo "cuda_bundle.sh: isa"; cat "$T/isa"; exit 1; }
+isa_session() {  # isa_session NEEDS: gpu_session.sh --dry-run on the fake bundle with that isa file
+  rm -rf "$T/isa_s" && cp -r "$T/session" "$T/isa_s" && rm -rf "$T/isa_b" && mkdir -p "$T/isa_b"
+  tar xzf "$T/isa_s/cuda-bundle.tar.gz" -C "$T/isa_b" && printf 'march test\nneeds %s\n' "$1" > "$T/isa_b/bundle/isa"
+  tar czf "$T/isa_s/cuda-bundle.tar.gz" -C "$T/isa_b" bundle
+  OUT=$T/isa_out bash scripts/gpu_session.sh --dir "$T/isa_s" --steps attention --dry-run > "$T/isa.out" 2>&1
+}
+have=$(grep -m1 -ow 'sse2\|avx2' /proc/cpuinfo | head -n 1)
+isa_session "$have" || { echo "gpu_session.sh refused a bundle this CPU runs"; cat "$T/isa.out"; exit 1; }
+grep -q "the bundle: -march=test" "$T/isa.out" || { echo "gpu_session.sh: the bundle's -march not said"; cat "$T/isa.out"; exit 1; }
+rc=0; isa_session "$have nosuchfeature" || rc=$?
+[ "$rc" = 3 ] && grep -q "this CPU lacks nosuchfeature, which the bundle's build (-march=test) may use" "$T/isa.out" &&
+  ! grep -q "== attention" "$T/isa.out" || { echo "gpu_session.sh ran a bundle this CPU lacks features for (rc $rc)"; cat "$T/isa.out"; exit 1; }
 # No budget: every step at its whole box.
 OUT=$T/dry0 bash scripts/gpu_session.sh --dir "$T/session" --budget 0 --dry-run > "$T/dry0.out" 2>&1 || { cat "$T/dry0.out"; exit 1; }
 for s in "== peer (time box 300 s)" "--budget 280 --timeout 120" "--compile --jtokm"; do
