@@ -9,7 +9,9 @@ write them: src/cuda/kernel_trace.h) summed per step (the file's "steps N") by k
 
 Prints markdown: milliseconds a step by kind of op (a kernel's kind from its name, first match in
 KINDS), the sum of every span, the device's busy time (the union of the spans over all streams:
-what overlaps counts once), then each trace's top kernels with calls and milliseconds a step."""
+what overlaps counts once), the traced window (first start to last end) and the device's idle time
+in it (the host's waits and launch gaps, between steps too), then each trace's top kernels with
+calls and milliseconds a step."""
 import csv
 import os
 import re
@@ -67,6 +69,11 @@ def busy_ns(rows):
     return total
 
 
+def span_ns(rows):
+    """From the first span's start to the last one's end: the traced window."""
+    return max(r[3] for r in rows) - min(r[2] for r in rows) if rows else 0
+
+
 def short(name, width=90):
     """A kernel's name without its parameter list, return type and our namespaces (templates kept), cut to width."""
     name = name.replace("(anonymous namespace)::", "")
@@ -96,6 +103,11 @@ def report(traces, title):
     out.append("| all spans (sum) | " + " | ".join(f"{sum(per[c].values()):.3f}" for c in cols) + " |")
     out.append("| device busy (union) | " + " | ".join(f"{busy_ns(traces[c][1]) / 1e6 / traces[c][0]:.3f}"
                                                       for c in cols) + " |")
+    # The device idle inside the traced window: the host's waits and launch gaps (between steps too).
+    out.append("| traced window | " + " | ".join(f"{span_ns(traces[c][1]) / 1e6 / traces[c][0]:.3f}"
+                                                for c in cols) + " |")
+    out.append("| device idle in it | " + " | ".join(
+        f"{(span_ns(traces[c][1]) - busy_ns(traces[c][1])) / 1e6 / traces[c][0]:.3f}" for c in cols) + " |")
     for c, (steps, rows) in traces.items():
         agg = {}
         for k, _, a, b, n in rows:

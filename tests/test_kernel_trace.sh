@@ -4,8 +4,8 @@
 # - tests/reference/kernel_trace.py turns a Chrome trace (torch.profiler's) into our CSV: kernels,
 #   copies (their direction from the name) and memsets, other events left out, ns from microseconds;
 # - bench/gpu_kernels_report.py sums made-up traces of ours and the peer's by kind of op a step (2
-#   and 4 steps), the union of overlapping spans once, and lists the top kernels without their
-#   parameters;
+#   and 4 steps), the union of overlapping spans once, the traced window and the idle in it, and
+#   lists the top kernels without their parameters;
 # - `JTOK_KERNEL_TRACE` on bench-train --device cpu and train_bench.py --kernel-trace on the CPU say
 #   the trace is the GPU's (no file written; bench-train's line says why and its run goes on);
 # - bench/gpu_train_peer.sh --kernel-trace runs the models, not ours' variants, each traced to its
@@ -56,6 +56,10 @@ assert ms("fused (triton)") == [0.0, 0.125] and ms("copies") == [0.0, 0.05] and 
 assert ms("all spans (sum)") == [2.375, 0.427], rows
 # ours: 3 + 0.5 + 0.25 ms over 2 steps; the peer's copy inside its gemm: 1.0085 + 0.008 + 0.5 ms over 4
 assert ms("device busy (union)") == [1.875, 0.379], rows
+# windows: ours 0 to 5.25 ms, the peer's 0.002 to 2 ms (1.998 / 4); idle: ours 3 to 4 and 4.5 to
+# 5 ms (0.75 a step), the peer's 1.998 - 1.5165 ms busy over 4
+assert ms("traced window") == [2.625, 0.499], rows
+assert ms("device idle in it") == [0.75, 0.12], rows
 assert "`attn_fwd_mma<64>` |" in out and "`rmsnorm_forward_kernel<__nv_bfloat16>` |" in out, out
 assert "config b" in out.splitlines()[0], out
 bad = subprocess.run([sys.executable, "bench/gpu_kernels_report.py", f"{d}/nothing.csv"], capture_output=True, text=True)
