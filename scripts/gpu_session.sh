@@ -131,6 +131,7 @@ echo "gpu_session.sh: $(date -u '+%F %T') UTC, bundle of commit $(cat "$U/bundle
 check_bundle_isa "$U/bundle/isa" || exit 3
 if [ "$DRY" = 0 ]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | tee "$OUT/nvidia-smi.txt"
+  { lscpu; ldd --version | head -n 1; } > "$OUT/host.txt" 2>&1 || true  # the host's CPU and glibc, for the next bundle
   nvidia-smi >> "$OUT/nvidia-smi.txt" 2>&1 || true
   python3 -c 'import torch; print("python3: torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())' 2>&1 | tail -n 1
   # What this GPU reaches (checked bf16 products at 8192^3 and config b's shapes, device and pinned
