@@ -3,7 +3,7 @@
 # the jtok binary, test_cuda_ops, and the shared libraries they load that such a host lacks: every
 # one ldd resolves but glibc's, the compiler runtime's and CUDA's, which the host has (docs/cuda.md).
 # Build first (cmake --build build --target jtok test_cuda_ops).
-#   bash scripts/cuda_bundle.sh [BUILD_DIR]    -> BUILD_DIR/cuda-bundle.tar.gz (default build/; ~19 MB)
+#   bash scripts/cuda_bundle.sh [BUILD_DIR]    -> BUILD_DIR/cuda-bundle.tar.gz (default build/; ~36 MB)
 # On the GPU host: JTOK_CUDA_BUNDLE=build/cuda-bundle.tar.gz bash scripts/test_cuda.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
