@@ -101,13 +101,12 @@ def report(traces, title):
         if any(label in per[c] for c in cols):
             out.append(f"| {label} | " + " | ".join(f"{per[c].get(label, 0):.3f}" for c in cols) + " |")
     out.append("| all spans (sum) | " + " | ".join(f"{sum(per[c].values()):.3f}" for c in cols) + " |")
-    out.append("| device busy (union) | " + " | ".join(f"{busy_ns(traces[c][1]) / 1e6 / traces[c][0]:.3f}"
-                                                      for c in cols) + " |")
+    busy = {c: busy_ns(rows) / 1e6 / steps for c, (steps, rows) in traces.items()}
+    window = {c: span_ns(rows) / 1e6 / steps for c, (steps, rows) in traces.items()}
     # The device idle inside the traced window: the host's waits and launch gaps (between steps too).
-    out.append("| traced window | " + " | ".join(f"{span_ns(traces[c][1]) / 1e6 / traces[c][0]:.3f}"
-                                                for c in cols) + " |")
-    out.append("| device idle in it | " + " | ".join(
-        f"{(span_ns(traces[c][1]) - busy_ns(traces[c][1])) / 1e6 / traces[c][0]:.3f}" for c in cols) + " |")
+    for label, ms in (("device busy (union)", busy), ("traced window", window),
+                      ("device idle in it", {c: window[c] - busy[c] for c in cols})):
+        out.append(f"| {label} | " + " | ".join(f"{ms[c]:.3f}" for c in cols) + " |")
     for c, (steps, rows) in traces.items():
         agg = {}
         for k, _, a, b, n in rows:
