@@ -1,10 +1,12 @@
 // Cross-entropy (one block a row) and the chunked LM head + cross-entropy (src/cuda/cross_entropy.h).
 // The row's max and sum of exp come from one online pass: each thread keeps (max, sum) of its
-// columns, merged across the block in a fixed tree (deterministic).
+// columns, merged across the block in a fixed tree (deterministic). The gradient's pass moves 16
+// bytes a thread where the rows allow (cuda/vec.h).
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/cross_entropy.h"
 #include "cuda/pdl.cuh"
+#include "cuda/vec.cuh"
 
 namespace jtok::cuda {
 
@@ -42,10 +44,17 @@ __device__ void block_max_sum(float& m, float& s, float* sm, float* ss) {
   for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) merge(m, s, sm[w], ss[w]);  // the same order in every thread
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    cross_entropy_kernel(T* dlogits, float* losses, const T* logits, const int32_t* targets, int64_t V, int64_t Vp,
-                         float grad_scale) {
+// Column j's gradient: softmax_j * grad_scale, less grad_scale at the target; 0 past V (the padding).
+__device__ __forceinline__ float dlogit(float x, int64_t j, int64_t V, int32_t y, float m, float scale,
+                                        float grad_scale) {
+  return j < V ? expf(x - m) * scale - (j == y ? grad_scale : 0.0f) : 0.0f;
+}
+
+// Row blockIdx.x's loss and gradient. Vec: the gradient's pass a 16-byte vector a thread
+// (cuda/vec.cuh; Vp a multiple of it, rows aligned), the same columns' values as an element a thread.
+template <typename T, bool Vec>
+__device__ __forceinline__ void cross_entropy_row(T* dlogits, float* losses, const T* logits, const int32_t* targets,
+                                                  int64_t V, int64_t Vp, float grad_scale) {
   pdl_wait();
   __shared__ float sm[32], ss[32];
   const int64_t n = blockIdx.x;
@@ -60,10 +69,33 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();  // every thread has read x[y] before anyone overwrites the row
   T* d = dlogits + n * Vp;
   const float scale = grad_scale / s;
-  for (int64_t j = threadIdx.x; j < Vp; j += blockDim.x) {
-    const float g = j < V ? expf(to_f32(x[j]) - m) * scale - (j == y ? grad_scale : 0.0f) : 0.0f;
-    d[j] = from_f32<T>(g);
+  if constexpr (Vec) {
+    constexpr int W = kVec<T>;
+    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * W; j0 < Vp; j0 += static_cast<int64_t>(blockDim.x) * W) {
+      float v[W];
+      load_vec(v, x + j0);
+#pragma unroll
+      for (int e = 0; e < W; ++e) v[e] = dlogit(v[e], j0 + e, V, y, m, scale, grad_scale);
+      store_vec(d + j0, v);
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < Vp; j += blockDim.x)
+      d[j] = from_f32<T>(dlogit(to_f32(x[j]), j, V, y, m, scale, grad_scale));
   }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_kernel(T* dlogits, float* losses, const T* logits, const int32_t* targets, int64_t V, int64_t Vp,
+                         float grad_scale) {
+  cross_entropy_row<T, false>(dlogits, losses, logits, targets, V, Vp, grad_scale);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_vec_kernel(T* dlogits, float* losses, const T* logits, const int32_t* targets, int64_t V, int64_t Vp,
+                             float grad_scale) {
+  cross_entropy_row<T, true>(dlogits, losses, logits, targets, V, Vp, grad_scale);
 }
 
 }  // namespace
@@ -72,8 +104,12 @@ template <typename T>
 void cross_entropy(T* dlogits, float* losses, const T* logits, const int32_t* targets, int64_t N, int64_t V,
                    int64_t Vp, float grad_scale, cudaStream_t stream) {
   if (N == 0) return;
-  cross_entropy_kernel<T><<<static_cast<int>(N), kThreads, 0, stream>>>(dlogits, losses, logits, targets, V, Vp,
-                                                                        grad_scale);
+  if (dlogits && vec_fits<T>({dlogits, logits}, {Vp}))
+    cross_entropy_vec_kernel<T>
+        <<<static_cast<int>(N), kThreads, 0, stream>>>(dlogits, losses, logits, targets, V, Vp, grad_scale);
+  else
+    cross_entropy_kernel<T>
+        <<<static_cast<int>(N), kThreads, 0, stream>>>(dlogits, losses, logits, targets, V, Vp, grad_scale);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

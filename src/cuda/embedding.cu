@@ -1,11 +1,12 @@
-// Token embedding forward (one thread an element) and backward (one block a unique id: each thread
-// a column, the id's positions in order; a hot id's in pieces first, cuda/hot_ids.cuh)
-// (src/cuda/embedding.h).
+// Token embedding forward (a thread 16 bytes of a row where the rows and pointers allow, else an
+// element) and backward (one block a unique id: each thread a column, the id's positions in order;
+// a hot id's in pieces first, cuda/hot_ids.cuh) (src/cuda/embedding.h).
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/embedding.h"
 #include "cuda/hot_ids.cuh"
 #include "cuda/pdl.cuh"
+#include "cuda/vec.cuh"
 
 namespace jtok::cuda {
 
@@ -21,6 +22,18 @@ __global__ void __launch_bounds__(kThreads)
   if (i >= N * C) return;
   const int64_t n = i / C, c = i % C;
   out[i] = weight[static_cast<int64_t>(ids[n]) * C + c];
+}
+
+// The same 16 bytes a thread (cuda/vec.cuh), copied as they are: thread k, out[k V .. k V + V).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    embedding_forward_vec_kernel(T* out, const int32_t* ids, const T* weight, int64_t N, int64_t C) {
+  pdl_wait();
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, per_row = C / kVec<T>;
+  if (k >= N * per_row) return;
+  const int64_t n = k / per_row, c = (k - n * per_row) * kVec<T>;
+  __stwb(reinterpret_cast<uint4*>(out + k * kVec<T>),
+         *reinterpret_cast<const uint4*>(weight + static_cast<int64_t>(ids[n]) * C + c));
 }
 
 // Block q: piece q of the batch's hot ids (hot_ids.cuh) -> hot row q (C) = its dout rows from zero,
@@ -76,7 +89,11 @@ void launch_backward(float* dst, bool by_id, uint8_t* touched, const T* dout, co
 template <typename T>
 void embedding_forward(T* out, const int32_t* ids, const T* weight, int64_t N, int64_t C, cudaStream_t stream) {
   if (N * C == 0) return;
-  embedding_forward_kernel<T><<<ceil_div(N * C, kThreads), kThreads, 0, stream>>>(out, ids, weight, N, C);
+  if (vec_fits<T>({out, weight}, {C}))
+    embedding_forward_vec_kernel<T>
+        <<<ceil_div(N * C / kVec<T>, kThreads), kThreads, 0, stream>>>(out, ids, weight, N, C);
+  else
+    embedding_forward_kernel<T><<<ceil_div(N * C, kThreads), kThreads, 0, stream>>>(out, ids, weight, N, C);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,14 +1,16 @@
 // JTok (src/cuda/jtok.h). Prepare: one block a unique id (gather, block sum of squares, scale).
-// Forward: one thread an element. Table gradient: one block a unique id, each thread its columns, the
-// id's positions in order (a hot id's in pieces first, cuda/hot_ids.cuh), writing their dmlp = dh p
-// as it reads their dh; the row's dot and norm by block sums; ds per id into scratch, summed in runs of ids (id order
-// within a run) and the runs in order by two more kernels. An identity batch (no dedup: a block a position, rows
-// repeating) adds its row gradient by fp32 atomics: not bitwise reproducible.
+// Forward: a thread a 16-byte vector where the rows and pointers allow (cuda/vec.cuh), else an
+// element. Table gradient: one block a unique id, each thread its columns, the id's positions in
+// order (a hot id's in pieces first, cuda/hot_ids.cuh), writing their dmlp = dh p as it reads their
+// dh; the row's dot and norm by block sums; ds per id into scratch, summed in runs of ids (id order
+// within a run) and the runs in order by two more kernels. An identity batch (no dedup: a block a
+// position, rows repeating) adds its row gradient by fp32 atomics: not bitwise reproducible.
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/hot_ids.cuh"
 #include "cuda/jtok.h"
 #include "cuda/pdl.cuh"
+#include "cuda/vec.cuh"
 
 namespace jtok::cuda {
 
@@ -39,7 +41,7 @@ __device__ __forceinline__ float gate_factor(const T* s, const T* nrow, int64_t 
   return 1.0f + to_f32(s[j]) * to_f32(nrow[j]);
 }
 
-// out (N,d) = a + b * p (the forward: a = h_mid, b = mlp_out).
+// out (N,d) = a + b * p (the forward: a = h_mid, b = mlp_out); out may be a (the decoder's).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) jtok_gate_kernel(T* out, const T* a, const T* b, const T* s, const T* nrows,
                                                              const int32_t* inverse, int64_t N, int64_t d) {
@@ -49,6 +51,26 @@ __global__ void __launch_bounds__(kThreads) jtok_gate_kernel(T* out, const T* a,
   const int64_t n = i / d, j = i % d;
   const float v = to_f32(b[i]) * gate_factor(s, nrows + static_cast<int64_t>(inverse[n]) * d, j);
   out[i] = from_f32<T>(to_f32(a[i]) + v);
+}
+
+// The same a 16-byte vector a thread (cuda/vec.cuh): thread k, out[k V .. k V + V), V = kVec<T>.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    jtok_gate_vec_kernel(T* out, const T* a, const T* b, const T* s, const T* nrows, const int32_t* inverse, int64_t N,
+                         int64_t d) {
+  pdl_wait();
+  constexpr int V = kVec<T>;
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, per_row = d / V;
+  if (k >= N * per_row) return;
+  const int64_t n = k / per_row, j = (k - n * per_row) * V;
+  float av[V], bv[V], sv[V], ev[V];
+  load_vec(av, a + k * V);
+  load_vec(bv, b + k * V);
+  load_vec(sv, s + j);
+  load_vec(ev, nrows + static_cast<int64_t>(inverse[n]) * d + j);
+#pragma unroll
+  for (int v = 0; v < V; ++v) av[v] = av[v] + bv[v] * (1.0f + sv[v] * ev[v]);  // gate_factor's p
+  store_vec(out + k * V, av);
 }
 
 // Block q: piece q of the batch's hot ids (hot_ids.cuh) -> hot row q (d) = the sum over its positions
@@ -169,8 +191,12 @@ template <typename T>
 void jtok_forward(T* h_next, const T* h_mid, const T* mlp_out, const T* s, const T* nrows, const DeviceRowBatch& rb,
                   int64_t N, int64_t d, cudaStream_t stream) {
   if (N * d == 0) return;
-  jtok_gate_kernel<T><<<ceil_div(N * d, kThreads), kThreads, 0, stream>>>(h_next, h_mid, mlp_out, s, nrows, rb.inverse,
-                                                                          N, d);
+  if (vec_fits<T>({h_next, h_mid, mlp_out, s, nrows}, {d}))
+    jtok_gate_vec_kernel<T><<<ceil_div(N * d / kVec<T>, kThreads), kThreads, 0, stream>>>(h_next, h_mid, mlp_out, s,
+                                                                                          nrows, rb.inverse, N, d);
+  else
+    jtok_gate_kernel<T>
+        <<<ceil_div(N * d, kThreads), kThreads, 0, stream>>>(h_next, h_mid, mlp_out, s, nrows, rb.inverse, N, d);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

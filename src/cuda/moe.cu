@@ -2,11 +2,13 @@
 // a position. Grouping: dedup_ids over the slots' experts (a stable sort: slot_of), offsets by a
 // binary search a expert, row_of by scatter. Statistics: a block an expert; the aux loss sums them in order.
 // Combine backward: one block a position (dw by block sums, the router's backward by thread 0).
+// Gather and combine: a thread a 16-byte vector where the rows and pointers allow (cuda/vec.cuh).
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/dedup.h"
 #include "cuda/moe.h"
 #include "cuda/pdl.cuh"
+#include "cuda/vec.cuh"
 
 namespace jtok::cuda {
 
@@ -115,6 +117,48 @@ __global__ void __launch_bounds__(kThreads)
   out[i] = from_f32<T>(o);
 }
 
+// The two above a 16-byte vector a thread (cuda/vec.cuh): thread k, xg[k V .. k V + V) copied as
+// they are, or out[k V .. k V + V) with the same adds in the same order.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    moe_gather_vec_kernel(T* xg, const T* x, const int32_t* slot_of, int64_t NK, int64_t K, int64_t d) {
+  pdl_wait();
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, per_row = d / kVec<T>;
+  if (k >= NK * per_row) return;
+  const int64_t r = k / per_row, c = (k - r * per_row) * kVec<T>;
+  __stwb(reinterpret_cast<uint4*>(xg + k * kVec<T>), *reinterpret_cast<const uint4*>(x + (slot_of[r] / K) * d + c));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) moe_combine_vec_kernel(T* out, const T* rows, const int32_t* row_of,
+                                                                   const float* w, int64_t N, int64_t K, int64_t d) {
+  pdl_wait();
+  constexpr int V = kVec<T>;
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, per_row = d / V;
+  if (k >= N * per_row) return;
+  const int64_t n = k / per_row, c = (k - n * per_row) * V;
+  float o[V], v[V];
+  load_vec(o, out + k * V);
+  for (int64_t j = 0; j < K; ++j) {
+    load_vec(v, rows + static_cast<int64_t>(row_of[n * K + j]) * d + c);
+#pragma unroll
+    for (int e = 0; e < V; ++e) o[e] += w ? w[n * K + j] * v[e] : v[e];
+  }
+  store_vec(out + k * V, o);
+}
+
+// out += the rows' combination (w null: their sum), by vectors where they fit.
+template <typename T>
+void launch_combine(T* out, const T* rows, const int32_t* row_of, const float* w, int64_t N, int64_t K, int64_t d,
+                    cudaStream_t stream) {
+  if (vec_fits<T>({out, rows}, {d}))
+    moe_combine_vec_kernel<T>
+        <<<ceil_div(N * d / kVec<T>, kThreads), kThreads, 0, stream>>>(out, rows, row_of, w, N, K, d);
+  else
+    moe_combine_kernel<T><<<ceil_div(N * d, kThreads), kThreads, 0, stream>>>(out, rows, row_of, w, N, K, d);
+  JTOK_CUDA_CHECK_LAUNCH();
+}
+
 // Block n: deo rows = w_j dout[n], dw_j = dout[n] . eo[row]; then (thread 0) dL/dprobs through the
 // weights and the aux loss, and the softmax backward, into dlogits[n] (used as the row's scratch).
 template <typename T>
@@ -217,15 +261,18 @@ template <typename T>
 void moe_gather(T* xg, const T* x, const MoeDeviceRoute& r, const MoeRouteDims& m, int64_t d, cudaStream_t stream) {
   const int64_t NK = m.N * m.K;
   if (NK * d == 0) return;
-  moe_gather_kernel<T><<<ceil_div(NK * d, kThreads), kThreads, 0, stream>>>(xg, x, r.slot_of, NK, m.K, d);
+  if (vec_fits<T>({xg, x}, {d}))
+    moe_gather_vec_kernel<T>
+        <<<ceil_div(NK * d / kVec<T>, kThreads), kThreads, 0, stream>>>(xg, x, r.slot_of, NK, m.K, d);
+  else
+    moe_gather_kernel<T><<<ceil_div(NK * d, kThreads), kThreads, 0, stream>>>(xg, x, r.slot_of, NK, m.K, d);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 void moe_combine(T* out, const T* eo, const MoeDeviceRoute& r, const MoeRouteDims& m, int64_t d, cudaStream_t stream) {
   if (m.N * d == 0) return;
-  moe_combine_kernel<T><<<ceil_div(m.N * d, kThreads), kThreads, 0, stream>>>(out, eo, r.row_of, r.topw, m.N, m.K, d);
-  JTOK_CUDA_CHECK_LAUNCH();
+  launch_combine(out, eo, r.row_of, r.topw, m.N, m.K, d, stream);
 }
 
 template <typename T>
@@ -243,8 +290,7 @@ template <typename T>
 void moe_scatter_backward(T* dx, const T* dxg, const MoeDeviceRoute& r, const MoeRouteDims& m, int64_t d,
                           cudaStream_t stream) {
   if (m.N * d == 0) return;
-  moe_combine_kernel<T><<<ceil_div(m.N * d, kThreads), kThreads, 0, stream>>>(dx, dxg, r.row_of, nullptr, m.N, m.K, d);
-  JTOK_CUDA_CHECK_LAUNCH();
+  launch_combine(dx, dxg, r.row_of, static_cast<const float*>(nullptr), m.N, m.K, d, stream);
 }
 
 #define JTOK_MOE_INSTANTIATE(T)                                                                                    \

@@ -39,7 +39,7 @@ CI_SET="$CI_SET:*CudaPagedAttention*H4_KV2_hd32"
 # The GPU tests' cases compiled here unchanged (GPU_TESTS), by their GPU names: every op case, and
 # of the products, model, trainer and decoder the cases that take a few seconds here (the rest, the
 # bf16 graphs among them, with --gtest_filter='*'; docs/cuda.md lists their times).
-CI_SET="$CI_SET:CudaDevice.*:CudaOps.*:*CudaLinear*:*CudaGemm*:CudaGemmBits.GemmLtMatchesGemmRef:CudaRowInvariant.*"
+CI_SET="$CI_SET:CudaDevice.*:CudaOps.*:CudaVec.*:*CudaLinear*:*CudaGemm*:CudaGemmBits.GemmLtMatchesGemmRef:CudaRowInvariant.*"
 CI_SET="$CI_SET:CudaRowInvariantQ8.*:CudaDecoderQ8.*:CudaQ8Dequant.*:CudaRowInvariantMma.*"
 CI_SET="$CI_SET:CudaDecoderInvariant.TensorCoreProductsNearTheCudaCores:CudaDecoderInvariant.TensorCoreProductsRefusedInFp32"
 CI_SET="$CI_SET:*CudaAttention.*T33_KV2_hd64:CudaAttentionBits.BackwardThroughRopeMatchesCpu:CudaModel.*StepMatchesCpu:CudaModel.Refuses*:CudaModel.FusedProducts*"

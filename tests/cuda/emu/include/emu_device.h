@@ -120,6 +120,11 @@ inline unsigned __brev(unsigned x) {
 }
 template <typename T>
 T __ldg(const T* p) { return *p; }
+// A store with the default (write-back) cache policy: its bytes, whatever the memory held before.
+template <typename T>
+void __stwb(T* p, T v) {
+  std::memcpy(static_cast<void*>(p), &v, sizeof v);
+}
 
 // Bit casts and round-to-nearest arithmetic (-ffp-contract=off: g++ fuses nothing of its own).
 template <typename To, typename From>

@@ -1,0 +1,38 @@
+// The loads and stores of cuda/vec.h's 16-byte vectors in a kernel: kVec<T> elements as fp32 values.
+// Words, not a view of T (strict aliasing: common.cuh's bf16x8_to_f32).
+#pragma once
+#include <type_traits>
+
+#include "cuda/common.cuh"
+#include "cuda/vec.h"
+
+namespace jtok::cuda {
+
+// p[0 .. kVec<T>) as fp32 (p 16-byte aligned).
+template <typename T>
+__device__ __forceinline__ void load_vec(float (&v)[kVec<T>], const T* p) {
+  const uint4 q = *reinterpret_cast<const uint4*>(p);
+  if constexpr (std::is_same_v<T, float>) {
+    v[0] = __uint_as_float(q.x), v[1] = __uint_as_float(q.y), v[2] = __uint_as_float(q.z), v[3] = __uint_as_float(q.w);
+  } else {
+    bf16x8_to_f32(v, q);
+  }
+}
+
+// p[0 .. kVec<T>) = v, each rounded as from_f32<T> rounds it (p 16-byte aligned).
+template <typename T>
+__device__ __forceinline__ void store_vec(T* p, const float (&v)[kVec<T>]) {
+  uint32_t w[4];
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = __float_as_uint(v[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      w[i] = static_cast<uint32_t>(__bfloat16_as_ushort(from_f32<T>(v[2 * i]))) |
+             (static_cast<uint32_t>(__bfloat16_as_ushort(from_f32<T>(v[2 * i + 1]))) << 16);
+  }
+  __stwb(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+}
+
+}  // namespace jtok::cuda
