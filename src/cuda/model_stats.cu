@@ -1,6 +1,7 @@
 // What the host reads of a micro-batch's forward (cuda/model.h's queue_forward_stats): the MoE and
 // JTok-M aux losses, train/telemetry.h's hidden-state spread and JTok-M routing counts.
 #include <cmath>
+#include <vector>
 
 #include "cuda/model.h"
 #include "cuda/stats.h"
@@ -14,13 +15,12 @@ namespace {
 template <typename E>
 const double* layer_output_sums(const DeviceModel<E>& dm, DeviceActs<E>& a) {
   const size_t L = a.layers.size();
-  const int64_t n = a.B * a.T * dm.cfg.hidden_size, scratch = sum_and_squares_scratch();
+  const int64_t n = a.B * a.T * dm.cfg.hidden_size, scratch = sums_and_squares_scratch(static_cast<int64_t>(L));
   a.stats.resize(scratch + 2 * static_cast<int64_t>(L));
   double* sums = a.stats.get() + scratch;
-  for (size_t l = 0; l < L; ++l) {
-    const E* h = l + 1 < L ? a.layers[l + 1].h_in.get() : a.h_out.get();  // layer l's output
-    sum_and_squares(sums + 2 * l, h, n, a.stats.get(), dm.stream);
-  }
+  std::vector<const E*> outputs(L);
+  for (size_t l = 0; l < L; ++l) outputs[l] = l + 1 < L ? a.layers[l + 1].h_in.get() : a.h_out.get();  // layer l's
+  sums_and_squares(sums, outputs, n, a.stats.get(), dm.stream);
   return sums;
 }
 

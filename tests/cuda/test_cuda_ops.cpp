@@ -290,28 +290,42 @@ TEST(CudaOps, GlobalNorm) {
   expect_deterministic(c, DType::f32);
 }
 
-// Telemetry's sums (cuda/stats.h) against a plain double loop over the same values: both exact to
-// double rounding, compared after the cast to float.
-TEST(CudaOps, SumAndSquares) {
-  std::vector<float> x = randn(100003, 77);
+// Telemetry's sums (cuda/stats.h) of L arrays of n values against a plain double loop over the same
+// values: both exact to double rounding, compared after the cast to float. n 100,003: an element a
+// thread; 100,000: vectors; 70 arrays: two launches (64 a launch).
+void sums_and_squares_case(int64_t L, int64_t n) {
+  std::vector<float> x = randn(L * n, 77);
   for (float& v : x) v += 0.5f;  // a mean away from zero
-  CudaCase c{"sum_and_squares", "n 100003", {1e-6, 1e-6}};
+  CudaCase c{"sums_and_squares", "L " + std::to_string(L) + ", n " + std::to_string(n), {1e-6, 1e-6}};
   c.cpu = [&](DType t) {
-    double s = 0, ss = 0;
-    for (float v : to_dtype(x, t)) s += v, ss += static_cast<double>(v) * v;
-    return Outputs{{"sum", {static_cast<float>(s)}}, {"squares", {static_cast<float>(ss)}}};
+    const std::vector<float> xt = to_dtype(x, t);
+    std::vector<float> sums(2 * L);
+    for (int64_t l = 0; l < L; ++l) {
+      double s = 0, ss = 0;
+      for (int64_t i = 0; i < n; ++i) s += xt[l * n + i], ss += static_cast<double>(xt[l * n + i]) * xt[l * n + i];
+      sums[2 * l] = static_cast<float>(s), sums[2 * l + 1] = static_cast<float>(ss);
+    }
+    return Outputs{{"sums", sums}};
   };
   c.gpu = [&](DType t) {
     return by_dtype(t, [&]<typename G>(G) {
       DeviceBuffer<G> dx = upload<G>(x);
-      DeviceBuffer<double> scratch(jtok::cuda::sum_and_squares_scratch()), out(2);
-      jtok::cuda::sum_and_squares(out.get(), dx.get(), static_cast<int64_t>(x.size()), scratch.get(), nullptr);
+      DeviceBuffer<double> scratch(jtok::cuda::sums_and_squares_scratch(L)), out(2 * L);
+      std::vector<const G*> xs;
+      for (int64_t l = 0; l < L; ++l) xs.push_back(dx.get() + l * n);
+      jtok::cuda::sums_and_squares(out.get(), xs, n, scratch.get(), nullptr);
       const std::vector<double> got = download_exact(out);
-      return Outputs{{"sum", {static_cast<float>(got[0])}}, {"squares", {static_cast<float>(got[1])}}};
+      return Outputs{{"sums", std::vector<float>(got.begin(), got.end())}};
     });
   };
   run_case(c);
   expect_deterministic(c, DType::bf16);
+}
+
+TEST(CudaOps, SumsAndSquares) {
+  sums_and_squares_case(1, 100003);
+  sums_and_squares_case(3, 100000);
+  sums_and_squares_case(70, 800);
 }
 
 // zero_spans (the step's clearing of the flat gradients, cuda/model_kernels.h) against std::fill over
