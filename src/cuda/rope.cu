@@ -1,8 +1,10 @@
-// RoPE forward and backward (src/cuda/rope.h): one thread a rotated pair (x_i, x_{i+hd/2}).
+// RoPE forward and backward (src/cuda/rope.h): one thread a rotated pair (x_i, x_{i+hd/2}), or
+// 16 bytes of pairs where the rows allow (cuda/vec.h).
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/rope.h"
+#include "cuda/vec.cuh"
 
 namespace jtok::cuda {
 
@@ -28,12 +30,40 @@ __global__ void __launch_bounds__(kThreads)
   v[i + half] = from_f32<S>(y2);
 }
 
+// The same a thread V = kVec<S> pairs, i .. i + V - 1 of one head (half, hd, stride multiples of V; x,
+// cos, sin 16-byte aligned): thread q, its head's pairs from (q mod half / V) V.
+template <typename S>
+__global__ void __launch_bounds__(kThreads)
+    rope_vec_kernel(S* x, const float* cos, const float* sin, int64_t B, int64_t T, int64_t H, int64_t hd,
+                    int64_t stride, int64_t pos0, float sign) {
+  pdl_wait();
+  constexpr int V = kVec<S>;
+  const int64_t half = hd / 2, per_head = half / V;
+  const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (q >= B * T * H * per_head) return;
+  const int64_t hq = q / per_head, i = (q - hq * per_head) * V, bt = hq / H, h = hq - bt * H, t = bt % T;
+  S* v = x + bt * stride + h * hd;
+  float x1[V], x2[V], c[V], s[V];
+  load_vec(x1, v + i);
+  load_vec(x2, v + i + half);
+  load_vecs(c, cos + (pos0 + t) * half + i);
+  load_vecs(s, sin + (pos0 + t) * half + i);
+#pragma unroll
+  for (int k = 0; k < V; ++k) rope_rotate(x1[k], x2[k], c[k], sign * s[k], x1[k], x2[k]);
+  store_vec(v + i, x1);
+  store_vec(v + i + half, x2);
+}
+
 template <typename S>
 void launch(S* x, const float* cos, const float* sin, int64_t B, int64_t T, int64_t H, int64_t hd, int64_t stride,
             int64_t pos0, float sign, cudaStream_t stream) {
   const int64_t pairs = B * T * H * (hd / 2);
   if (pairs == 0) return;
-  rope_kernel<S><<<ceil_div(pairs, kThreads), kThreads, 0, stream>>>(x, cos, sin, B, T, H, hd, stride, pos0, sign);
+  if (vec_fits<S>({x, cos, sin}, {hd / 2, hd, stride}))
+    rope_vec_kernel<S>
+        <<<ceil_div(pairs / kVec<S>, kThreads), kThreads, 0, stream>>>(x, cos, sin, B, T, H, hd, stride, pos0, sign);
+  else
+    rope_kernel<S><<<ceil_div(pairs, kThreads), kThreads, 0, stream>>>(x, cos, sin, B, T, H, hd, stride, pos0, sign);
   JTOK_CUDA_CHECK_LAUNCH();
 }
 

@@ -19,6 +19,19 @@ __device__ __forceinline__ void load_vec(float (&v)[kVec<T>], const T* p) {
   }
 }
 
+// p[0 .. N) as fp32, N a multiple of kVec<T>, in 16-byte loads (p 16-byte aligned).
+template <typename T, int N>
+__device__ __forceinline__ void load_vecs(float (&v)[N], const T* p) {
+  static_assert(N % kVec<T> == 0, "whole vectors");
+#pragma unroll
+  for (int k = 0; k < N; k += kVec<T>) {
+    float w[kVec<T>];
+    load_vec(w, p + k);
+#pragma unroll
+    for (int e = 0; e < kVec<T>; ++e) v[k + e] = w[e];
+  }
+}
+
 // p[0 .. kVec<T>) = v, each rounded as from_f32<T> rounds it (p 16-byte aligned).
 template <typename T>
 __device__ __forceinline__ void store_vec(T* p, const float (&v)[kVec<T>]) {

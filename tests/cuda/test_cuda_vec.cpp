@@ -14,9 +14,11 @@
 #include "cuda/embedding.h"
 #include "cuda/jtok.h"
 #include "cuda/kernel_trace.h"
+#include "cuda/rope.h"
 #include "cuda/swiglu.h"
 #include "cuda/vec.h"
 #include "cuda_case.h"
+#include "ops/rope.h"
 
 namespace {
 
@@ -112,6 +114,21 @@ std::vector<float> cross_entropy_outputs(int64_t off, std::pair<int64_t, int64_t
   return v;
 }
 
+// RoPE forward then backward on q | k heads inside wider rows (H 3 of hd 16 in rows of 80, as in a
+// fused q | k | v row), the rows at offset `off`.
+template <typename S>
+std::vector<float> rope_outputs(int64_t off, std::pair<int64_t, int64_t>& kernels) {
+  const int64_t B = 2, T = 7, H = 3, hd = 16, stride = 80;
+  const jtok::RopeTable tab = jtok::make_rope_table(T, hd, 10000.0);
+  auto cos = upload<float>(tab.cos), sin = upload<float>(tab.sin);
+  Placed<S> x(randn(B * T * stride, 40), off);
+  kernels = vec_and_element_kernels([&] {
+    jtok::cuda::rope_forward(x.get(), cos.get(), sin.get(), B, T, H, hd, stride, 0, nullptr);
+    jtok::cuda::rope_backward(x.get(), cos.get(), sin.get(), B, T, H, hd, stride, nullptr);
+  });
+  return x.values();
+}
+
 template <typename T>
 void expect_paths_agree(std::vector<float> (*outputs)(int64_t, std::pair<int64_t, int64_t>&), int64_t launches,
                         const std::string& what) {
@@ -128,6 +145,8 @@ TEST(CudaVec, VectorAndElementPathsGiveTheSameBits) {
   expect_paths_agree<__nv_bfloat16>(swiglu_outputs<__nv_bfloat16>, 2, "swiglu bf16");
   expect_paths_agree<float>(gate_and_gather_outputs<float>, 2, "jtok gate + embedding fp32");
   expect_paths_agree<__nv_bfloat16>(gate_and_gather_outputs<__nv_bfloat16>, 2, "jtok gate + embedding bf16");
+  expect_paths_agree<float>(rope_outputs<float>, 2, "rope fp32");
+  expect_paths_agree<__nv_bfloat16>(rope_outputs<__nv_bfloat16>, 2, "rope bf16");
   expect_paths_agree<float>(cross_entropy_outputs<float>, 1, "cross-entropy fp32");
   expect_paths_agree<__nv_bfloat16>(cross_entropy_outputs<__nv_bfloat16>, 1, "cross-entropy bf16");
 }
