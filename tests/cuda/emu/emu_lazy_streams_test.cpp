@@ -37,7 +37,9 @@ uint8_t copied_byte(bool wait) {
   EXPECT_EQ(cudaEventCreateWithFlags(&filled, cudaEventDisableTiming), cudaSuccess);
   EXPECT_EQ(cudaMemsetAsync(src, 1, 64, s.a), cudaSuccess);
   EXPECT_EQ(cudaEventRecord(filled, s.a), cudaSuccess);
-  if (wait) EXPECT_EQ(cudaStreamWaitEvent(s.b, filled, 0), cudaSuccess);
+  if (wait) {
+    EXPECT_EQ(cudaStreamWaitEvent(s.b, filled, 0), cudaSuccess);
+  }
   EXPECT_EQ(cudaMemcpyAsync(dst, src, 64, cudaMemcpyDeviceToDevice, s.b), cudaSuccess);
   uint8_t out = 0;
   EXPECT_EQ(cudaMemcpyAsync(&out, dst + 63, 1, cudaMemcpyDeviceToHost, s.b), cudaSuccess);  // pageable: done here
@@ -65,7 +67,9 @@ TEST(EmulatedLazyStreams, AHostBufferRefilledBeforeItsCopyRanSendsTheNewBytes) {
     for (const bool sync : {false, true}) {
       *pinned = 7;
       ASSERT_EQ(cudaMemcpyAsync(dev, pinned, sizeof(int32_t), cudaMemcpyHostToDevice, stream), cudaSuccess);
-      if (sync) ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      if (sync) {
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      }
       *pinned = 8;
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       int32_t got = 0;
