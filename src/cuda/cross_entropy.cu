@@ -55,7 +55,6 @@ __device__ __forceinline__ float dlogit(float x, int64_t j, int64_t V, int32_t y
 template <typename T, bool Vec>
 __device__ __forceinline__ void cross_entropy_row(T* dlogits, float* losses, const T* logits, const int32_t* targets,
                                                   int64_t V, int64_t Vp, float grad_scale) {
-  pdl_wait();
   __shared__ float sm[32], ss[32];
   const int64_t n = blockIdx.x;
   const T* x = logits + n * Vp;
@@ -88,6 +87,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_kernel(T* dlogits, float* losses, const T* logits, const int32_t* targets, int64_t V, int64_t Vp,
                          float grad_scale) {
+  pdl_wait();
   cross_entropy_row<T, false>(dlogits, losses, logits, targets, V, Vp, grad_scale);
 }
 
@@ -95,6 +95,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_vec_kernel(T* dlogits, float* losses, const T* logits, const int32_t* targets, int64_t V, int64_t Vp,
                              float grad_scale) {
+  pdl_wait();
   cross_entropy_row<T, true>(dlogits, losses, logits, targets, V, Vp, grad_scale);
 }
 
