@@ -30,6 +30,13 @@ __device__ __forceinline__ void bf16x8_to_f32(float (&out)[8], uint4 raw) {
   }
 }
 
+// Two fp32 as two bf16 (from_f32's rounding) in one word, lo in the lower half (little endian: the
+// pair's order in memory), the inverse of bf16x8_to_f32 for a pair.
+__device__ __forceinline__ uint32_t f32x2_to_bf16x2(float lo, float hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+         (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+}
+
 // sum_{b < count} p[b * stride] added in b's order from zero, kAhead loads issued before their adds
 // (a column of per-block partials: the same adds as a plain loop, a trip to memory a kAhead values).
 template <int kAhead = 32>

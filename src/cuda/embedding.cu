@@ -29,11 +29,10 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     embedding_forward_vec_kernel(T* out, const int32_t* ids, const T* weight, int64_t N, int64_t C) {
   pdl_wait();
-  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, per_row = C / kVec<T>;
-  if (k >= N * per_row) return;
-  const int64_t n = k / per_row, c = (k - n * per_row) * kVec<T>;
-  __stwb(reinterpret_cast<uint4*>(out + k * kVec<T>),
-         *reinterpret_cast<const uint4*>(weight + static_cast<int64_t>(ids[n]) * C + c));
+  VecSlot t;
+  if (!vec_slot<T>(t, N, C)) return;
+  __stwb(reinterpret_cast<uint4*>(out + t.k * kVec<T>),
+         *reinterpret_cast<const uint4*>(weight + static_cast<int64_t>(ids[t.row]) * C + t.col));
 }
 
 // Block q: piece q of the batch's hot ids (hot_ids.cuh) -> hot row q (C) = its dout rows from zero,

@@ -36,9 +36,10 @@ __global__ void __launch_bounds__(kThreads)
 
 // The gate p = 1 + s_j Norm(E[x])_j of column j, from the id's normed row (nrows' row): one
 // expression for the forward's gate and the backward's dmlp = dh p.
+__device__ __forceinline__ float gate_value(float s, float e) { return 1.0f + s * e; }
 template <typename T>
 __device__ __forceinline__ float gate_factor(const T* s, const T* nrow, int64_t j) {
-  return 1.0f + to_f32(s[j]) * to_f32(nrow[j]);
+  return gate_value(to_f32(s[j]), to_f32(nrow[j]));
 }
 
 // out (N,d) = a + b * p (the forward: a = h_mid, b = mlp_out); out may be a (the decoder's).
@@ -60,17 +61,16 @@ __global__ void __launch_bounds__(kThreads)
                          int64_t d) {
   pdl_wait();
   constexpr int V = kVec<T>;
-  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, per_row = d / V;
-  if (k >= N * per_row) return;
-  const int64_t n = k / per_row, j = (k - n * per_row) * V;
+  VecSlot t;
+  if (!vec_slot<T>(t, N, d)) return;
   float av[V], bv[V], sv[V], ev[V];
-  load_vec(av, a + k * V);
-  load_vec(bv, b + k * V);
-  load_vec(sv, s + j);
-  load_vec(ev, nrows + static_cast<int64_t>(inverse[n]) * d + j);
+  load_vec(av, a + t.k * V);
+  load_vec(bv, b + t.k * V);
+  load_vec(sv, s + t.col);
+  load_vec(ev, nrows + static_cast<int64_t>(inverse[t.row]) * d + t.col);
 #pragma unroll
-  for (int v = 0; v < V; ++v) av[v] = av[v] + bv[v] * (1.0f + sv[v] * ev[v]);  // gate_factor's p
-  store_vec(out + k * V, av);
+  for (int v = 0; v < V; ++v) av[v] = av[v] + bv[v] * gate_value(sv[v], ev[v]);
+  store_vec(out + t.k * V, av);
 }
 
 // Block q: piece q of the batch's hot ids (hot_ids.cuh) -> hot row q (d) = the sum over its positions

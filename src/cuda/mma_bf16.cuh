@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "cuda/common.cuh"
+
 namespace jtok::cuda::mma {
 
 using bf16 = __nv_bfloat16;
@@ -35,7 +37,7 @@ __device__ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t 
 __device__ inline uint32_t pack(bf16 lo, bf16 hi) {
   return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) | (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
 }
-__device__ inline uint32_t pack(float lo, float hi) { return pack(__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)); }
+__device__ inline uint32_t pack(float lo, float hi) { return f32x2_to_bf16x2(lo, hi); }
 
 // ldmatrix (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): lanes 8i .. 8i+7 give the
 // row addresses of 8 x 8 matrix i (16 bytes a row, 16-byte aligned; .x2 reads lanes 0-15 only);

@@ -123,10 +123,10 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     moe_gather_vec_kernel(T* xg, const T* x, const int32_t* slot_of, int64_t NK, int64_t K, int64_t d) {
   pdl_wait();
-  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, per_row = d / kVec<T>;
-  if (k >= NK * per_row) return;
-  const int64_t r = k / per_row, c = (k - r * per_row) * kVec<T>;
-  __stwb(reinterpret_cast<uint4*>(xg + k * kVec<T>), *reinterpret_cast<const uint4*>(x + (slot_of[r] / K) * d + c));
+  VecSlot t;
+  if (!vec_slot<T>(t, NK, d)) return;
+  __stwb(reinterpret_cast<uint4*>(xg + t.k * kVec<T>),
+         *reinterpret_cast<const uint4*>(x + (slot_of[t.row] / K) * d + t.col));
 }
 
 template <typename T>
@@ -134,17 +134,17 @@ __global__ void __launch_bounds__(kThreads) moe_combine_vec_kernel(T* out, const
                                                                    const float* w, int64_t N, int64_t K, int64_t d) {
   pdl_wait();
   constexpr int V = kVec<T>;
-  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, per_row = d / V;
-  if (k >= N * per_row) return;
-  const int64_t n = k / per_row, c = (k - n * per_row) * V;
+  VecSlot t;
+  if (!vec_slot<T>(t, N, d)) return;
+  const int64_t n = t.row, c = t.col;
   float o[V], v[V];
-  load_vec(o, out + k * V);
+  load_vec(o, out + t.k * V);
   for (int64_t j = 0; j < K; ++j) {
     load_vec(v, rows + static_cast<int64_t>(row_of[n * K + j]) * d + c);
 #pragma unroll
     for (int e = 0; e < V; ++e) o[e] += w ? w[n * K + j] * v[e] : v[e];
   }
-  store_vec(out + k * V, o);
+  store_vec(out + t.k * V, o);
 }
 
 // out += the rows' combination (w null: their sum), by vectors where they fit.

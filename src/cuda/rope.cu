@@ -31,17 +31,17 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The same a thread V = kVec<S> pairs, i .. i + V - 1 of one head (half, hd, stride multiples of V; x,
-// cos, sin 16-byte aligned): thread q, its head's pairs from (q mod half / V) V.
+// cos, sin 16-byte aligned).
 template <typename S>
 __global__ void __launch_bounds__(kThreads)
     rope_vec_kernel(S* x, const float* cos, const float* sin, int64_t B, int64_t T, int64_t H, int64_t hd,
                     int64_t stride, int64_t pos0, float sign) {
   pdl_wait();
   constexpr int V = kVec<S>;
-  const int64_t half = hd / 2, per_head = half / V;
-  const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (q >= B * T * H * per_head) return;
-  const int64_t hq = q / per_head, i = (q - hq * per_head) * V, bt = hq / H, h = hq - bt * H, t = bt % T;
+  const int64_t half = hd / 2;
+  VecSlot q;  // a row a (token, head), its pairs' first halves the columns
+  if (!vec_slot<S>(q, B * T * H, half)) return;
+  const int64_t i = q.col, bt = q.row / H, h = q.row - bt * H, t = bt % T;
   S* v = x + bt * stride + h * hd;
   float x1[V], x2[V], c[V], s[V];
   load_vec(x1, v + i);

@@ -36,15 +36,15 @@ __global__ void __launch_bounds__(kThreads)
     swiglu_forward_vec_kernel(T* out, const T* gate, const T* up, int64_t N, int64_t F, int64_t ld) {
   pdl_wait();
   constexpr int V = kVec<T>;
-  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, per_row = F / V;
-  if (k >= N * per_row) return;
-  const int64_t n = k / per_row, at = n * ld + (k - n * per_row) * V;
+  VecSlot t;
+  if (!vec_slot<T>(t, N, F)) return;
+  const int64_t at = t.row * ld + t.col;
   float g[V], u[V], o[V];
   load_vec(g, gate + at);
   load_vec(u, up + at);
 #pragma unroll
   for (int v = 0; v < V; ++v) o[v] = swiglu_value(g[v], u[v]);
-  store_vec(out + k * V, o);
+  store_vec(out + t.k * V, o);
 }
 
 template <typename T>
@@ -66,13 +66,13 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_vec_kernel(T* dgate,
                                                                        const T* up, int64_t N, int64_t F, int64_t ld) {
   pdl_wait();
   constexpr int V = kVec<T>;
-  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, per_row = F / V;
-  if (k >= N * per_row) return;
-  const int64_t n = k / per_row, at = n * ld + (k - n * per_row) * V;
+  VecSlot t;
+  if (!vec_slot<T>(t, N, F)) return;
+  const int64_t at = t.row * ld + t.col;
   float g[V], u[V], dy[V], dg[V], du[V];
   load_vec(g, gate + at);
   load_vec(u, up + at);
-  load_vec(dy, dout + k * V);
+  load_vec(dy, dout + t.k * V);
 #pragma unroll
   for (int v = 0; v < V; ++v) swiglu_grads(dg[v], du[v], g[v], u[v], dy[v]);
   store_vec(dup + at, du);

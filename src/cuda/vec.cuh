@@ -8,6 +8,22 @@
 
 namespace jtok::cuda {
 
+// This thread's vector of a grid over `rows` rows of `cols` elements (cols a multiple of kVec<T>), a
+// vector a thread in row order: k its index (its first element k kVec<T> of the packed rows), row and
+// col its place. False past the last vector.
+struct VecSlot {
+  int64_t k, row, col;
+};
+template <typename T>
+__device__ __forceinline__ bool vec_slot(VecSlot& v, int64_t rows, int64_t cols) {
+  const int64_t per_row = cols / kVec<T>;
+  v.k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (v.k >= rows * per_row) return false;
+  v.row = v.k / per_row;
+  v.col = (v.k - v.row * per_row) * kVec<T>;
+  return true;
+}
+
 // p[0 .. kVec<T>) as fp32 (p 16-byte aligned).
 template <typename T>
 __device__ __forceinline__ void load_vec(float (&v)[kVec<T>], const T* p) {
@@ -41,9 +57,7 @@ __device__ __forceinline__ void store_vec(T* p, const float (&v)[kVec<T>]) {
     for (int i = 0; i < 4; ++i) w[i] = __float_as_uint(v[i]);
   } else {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      w[i] = static_cast<uint32_t>(__bfloat16_as_ushort(from_f32<T>(v[2 * i]))) |
-             (static_cast<uint32_t>(__bfloat16_as_ushort(from_f32<T>(v[2 * i + 1]))) << 16);
+    for (int i = 0; i < 4; ++i) w[i] = f32x2_to_bf16x2(v[2 * i], v[2 * i + 1]);
   }
   __stwb(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
 }
