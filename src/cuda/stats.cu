@@ -1,6 +1,8 @@
 // Telemetry reductions (cuda/stats.h).
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "cuda/check.h"
 #include "cuda/common.cuh"
 #include "cuda/pdl.cuh"
@@ -11,7 +13,7 @@ namespace jtok::cuda {
 
 namespace {
 
-constexpr int kBlocks = 256, kThreads = 256;
+constexpr int kBlocks = 256, kThreads = 256;  // at most kBlocks blocks an array: fewer where it is short
 constexpr int kMaxArrays = 64;  // a launch's arrays, passed by value (512 bytes of parameters)
 
 template <typename T>
@@ -19,14 +21,14 @@ struct Arrays {
   const T* x[kMaxArrays];
 };
 
-// Block (b, l): partial[2 (l kBlocks + b)] and the next = sum x, sum x^2 of array l over its
-// elements (Vec: vectors of kVec<T>) i = b kThreads + t + k kBlocks kThreads, each thread's in k's
-// order, then the block's fixed tree.
+// Block (b, l) of gridDim.x blocks an array: partial[2 (l kBlocks + b)] and the next = sum x, sum x^2
+// of array l over its elements (Vec: vectors of kVec<T>) i = b kThreads + t + k gridDim.x kThreads,
+// each thread's in k's order, then the block's fixed tree.
 template <typename T, bool Vec>
 __device__ __forceinline__ void partial_sums(double* partial, const T* x, int64_t n) {
   __shared__ double red[32];
   double s = 0.0, ss = 0.0;
-  const int64_t stride = static_cast<int64_t>(kBlocks) * kThreads;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   if constexpr (Vec) {
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n / kVec<T>; i += stride) {
       float v[kVec<T>];
@@ -58,13 +60,14 @@ __global__ void __launch_bounds__(kThreads) stats_partial_sums_vec_kernel(double
   partial_sums<T, true>(partial, xs.x[blockIdx.y], n);
 }
 
-// Thread l: array l's partials in block order.
-__global__ void __launch_bounds__(kMaxArrays) stats_total_kernel(double* out, const double* partial, int arrays) {
+// Thread l: array l's partials (blocks of them) in block order.
+__global__ void __launch_bounds__(kMaxArrays)
+    stats_total_kernel(double* out, const double* partial, int arrays, int blocks) {
   pdl_wait();
   const int l = static_cast<int>(threadIdx.x);
   if (l >= arrays) return;
   double s = 0.0, ss = 0.0;
-  for (int b = 0; b < kBlocks; ++b) s += partial[2 * (l * kBlocks + b)], ss += partial[2 * (l * kBlocks + b) + 1];
+  for (int b = 0; b < blocks; ++b) s += partial[2 * (l * kBlocks + b)], ss += partial[2 * (l * kBlocks + b) + 1];
   out[2 * l] = s, out[2 * l + 1] = ss;
 }
 
@@ -79,13 +82,16 @@ void sums_and_squares(double* out, const std::vector<const T*>& xs, int64_t n, d
     Arrays<T> a{};
     bool vec = n % kVec<T> == 0;
     for (int l = 0; l < arrays; ++l) a.x[l] = xs[l0 + l], vec = vec && vec_fits<T>({a.x[l]}, {});
-    const dim3 grid(kBlocks, static_cast<unsigned>(arrays));
+    // A block for each kThreads items (elements, or vectors), at most kBlocks: a short array (a tiny
+    // model's layer) launches a few blocks, not kBlocks of idle threads.
+    const int64_t items = vec ? n / kVec<T> : n, blocks = std::min<int64_t>(kBlocks, (items + kThreads - 1) / kThreads);
+    const dim3 grid(static_cast<unsigned>(std::max<int64_t>(blocks, 1)), static_cast<unsigned>(arrays));
     if (vec)
       stats_partial_sums_vec_kernel<T><<<grid, kThreads, 0, stream>>>(scratch, a, n);
     else
       stats_partial_sums_kernel<T><<<grid, kThreads, 0, stream>>>(scratch, a, n);
     JTOK_CUDA_CHECK_LAUNCH();
-    stats_total_kernel<<<1, kMaxArrays, 0, stream>>>(out + 2 * l0, scratch, arrays);
+    stats_total_kernel<<<1, kMaxArrays, 0, stream>>>(out + 2 * l0, scratch, arrays, static_cast<int>(grid.x));
     JTOK_CUDA_CHECK_LAUNCH();
   }
 }
