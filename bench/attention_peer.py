@@ -136,9 +136,13 @@ def main():
         print(json.dumps(row), flush=True)
     if a.ours:
         ours = json.loads(open(a.ours).readline())
-        ratio = {n: {"fwd": round(f / ours["fwd_ms"], 3), "bwd": round(b / ours["bwd_ms"], 3)}
+        # fwd_wide: ours with 32 query rows a warp (bench_cuda_attention's fwd_wide_ms), where given.
+        wide = ours.get("fwd_wide_ms")
+        ratio = {n: {"fwd": round(f / ours["fwd_ms"], 3), "bwd": round(b / ours["bwd_ms"], 3),
+                     **({"fwd_wide": round(f / wide, 3)} if wide else {})}
                  for n, (f, b) in rates.items()}
-        print(json.dumps({"ours_vs": ratio, "ours_fwd_ms": ours["fwd_ms"], "ours_bwd_ms": ours["bwd_ms"]}))
+        print(json.dumps({"ours_vs": ratio, "ours_fwd_ms": ours["fwd_ms"], "ours_bwd_ms": ours["bwd_ms"],
+                          **({"ours_fwd_wide_ms": wide} if wide else {})}))
 
 
 if __name__ == "__main__":

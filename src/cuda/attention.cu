@@ -331,6 +331,13 @@ void attention_forward(E* out, float* lse, const E* q, const E* k, const E* v, i
   }
 }
 
+void attention_forward_wide(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                            const __nv_bfloat16* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
+                            cudaStream_t stream, AttnStrides strides) {
+  const AttnDims n = check_dims(B, T, H, KV, hd, strides);
+  if (n.B > 0 && n.T > 0) attention_forward_mma(out, lse, q, k, v, n, static_cast<int>(hd), stream, 32);
+}
+
 template <typename E>
 void attention_forward_tiles(E* out, float* lse, const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H,
                              int64_t KV, int64_t hd, cudaStream_t stream, AttnStrides strides) {

@@ -31,6 +31,15 @@ template <typename E>
 void attention_forward(E* out, float* lse, const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H,
                        int64_t KV, int64_t hd, cudaStream_t stream, AttnStrides strides = {});
 
+// The bf16 tensor-core forward with 32 query rows a warp where attention_forward gives each warp 16
+// (hd 32 and 64; hd 128 runs attention_forward's): two m16 tiles share each key and value fragment
+// read from shared memory (FlashAttention-2's layout), half the shared-memory reads a product, at
+// twice the registers. The same bits as attention_forward. bench_cuda_attention times both; the model
+// runs attention_forward's until a GPU has measured which is faster.
+void attention_forward_wide(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                            const __nv_bfloat16* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
+                            cudaStream_t stream, AttnStrides strides = {});
+
 // The same on scalar fp32 tiles for either type: the tensor-core forward's peer in the tests.
 template <typename E>
 void attention_forward_tiles(E* out, float* lse, const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H,

@@ -43,9 +43,10 @@ void with_head_dim(int64_t hd, F&& f) {
 }
 
 // hd 32, 64 or 128, B, T > 0 (checked by the caller); pointers 16-byte aligned and strides
-// multiples of 8 (checked here).
+// multiples of 8 (checked here). rows_per_warp 16, or 32 (hd 32 and 64; hd 128 runs 16): the same bits.
 void attention_forward_mma(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                           const __nv_bfloat16* v, const AttnDims& n, int hd, cudaStream_t stream);
+                           const __nv_bfloat16* v, const AttnDims& n, int hd, cudaStream_t stream,
+                           int rows_per_warp = 16);
 
 // dq (B,T,H,hd), dk, dv (B,T,KV,hd) += the gradients, or = them without n.accumulate
 // (cuda/attention_mma_bwd.cu); row_terms (B,H,T) = sum_i dout_ti out_ti, already computed.

@@ -73,23 +73,31 @@ __device__ inline void a_from_c(uint32_t (&a)[4], const float (&c0)[4], const fl
   a[3] = pack(c1[2], c1[3]);
 }
 
-// c += A . M[rows n0 .. n0+8)^T over k [k0, k0 + 16): the B operand is the transpose of a row-major
-// shared tile M (row stride ld) whose rows are the output columns (keys for q k^T): b0, b1 are
-// matrices (rows n0.., cols k0..) and (rows n0.., cols k0+8..).
-__device__ inline void mma_rows_t(float (&c)[4], const uint32_t (&a)[4], const bf16* M, int ld, int n0, int k0) {
+// The B operand of A . M[rows n0 .. n0+8)^T over k [k0, k0 + 16), M a row-major shared tile (row
+// stride ld) whose rows are the output columns (keys for q k^T): b0, b1 are matrices (rows n0.., cols
+// k0..) and (rows n0.., cols k0+8..).
+__device__ inline void load_b_rows_t(uint32_t& b0, uint32_t& b1, const bf16* M, int ld, int n0, int k0) {
   const int lane = threadIdx.x % 32;
-  uint32_t b0, b1;
   ldmatrix_x2(b0, b1, M + (n0 + lane % 8) * ld + k0 + 8 * ((lane / 8) & 1));
+}
+// c += A . M[rows n0 .. n0+8)^T over k [k0, k0 + 16) (the operand above).
+__device__ inline void mma_rows_t(float (&c)[4], const uint32_t (&a)[4], const bf16* M, int ld, int n0, int k0) {
+  uint32_t b0, b1;
+  load_b_rows_t(b0, b1, M, ld, n0, k0);
   mma_bf16(c, a, b0, b1);
 }
 
-// c += A . M[k0 .. k0+16, n0 .. n0+8): the B operand is a row-major shared tile M (row stride ld)
-// whose rows are the sum's index (keys for P v): b0, b1 are matrices (rows k0.., cols n0..) and
-// (rows k0+8.., cols n0..), transposed.
-__device__ inline void mma_rows(float (&c)[4], const uint32_t (&a)[4], const bf16* M, int ld, int k0, int n0) {
+// The B operand of A . M[k0 .. k0+16, n0 .. n0+8), M a row-major shared tile (row stride ld) whose
+// rows are the sum's index (keys for P v): b0, b1 are matrices (rows k0.., cols n0..) and (rows
+// k0+8.., cols n0..), transposed.
+__device__ inline void load_b_rows(uint32_t& b0, uint32_t& b1, const bf16* M, int ld, int k0, int n0) {
   const int lane = threadIdx.x % 32;
-  uint32_t b0, b1;
   ldmatrix_x2_trans(b0, b1, M + (k0 + lane % 8 + 8 * ((lane / 8) & 1)) * ld + n0);
+}
+// c += A . M[k0 .. k0+16, n0 .. n0+8) (the operand above).
+__device__ inline void mma_rows(float (&c)[4], const uint32_t (&a)[4], const bf16* M, int ld, int k0, int n0) {
+  uint32_t b0, b1;
+  load_b_rows(b0, b1, M, ld, k0, n0);
   mma_bf16(c, a, b0, b1);
 }
 

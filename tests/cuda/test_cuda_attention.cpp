@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <memory>
 #include <string>
 
@@ -310,6 +311,26 @@ TEST(CudaAttentionBits, TensorCoresMatchScalarTiles) {
       expect_close(bf16_backward(*in, tiles, tensor_core_backward),
                    bf16_backward(*in, tiles, jtok::cuda::attention_backward_tiles<bf16>), 2e-2, what.c_str());
     }
+}
+
+// The forward with 32 query rows a warp (attention_forward_wide) gives attention_forward's bits: each
+// row's products, softmax and sums are the same arithmetic in the same order; the warps skip only
+// key tiles past their rows. T 257: blocks of 128 rows and a last one of 1; 100: one block, rows past
+// T; 200: the last block's second diagonal tile cut by T. hd 128 runs attention_forward's kernel.
+TEST(CudaAttentionBits, WideWarpsGiveTheSameBits) {
+  for (const AttnShape& s : {AttnShape{2, 257, 4, 4, 64}, AttnShape{1, 100, 4, 1, 64}, AttnShape{1, 200, 2, 2, 32},
+                             AttnShape{1, 257, 2, 1, 32}, AttnShape{1, 130, 2, 2, 128}}) {
+    const auto in = make_inputs(s, 500 + static_cast<uint64_t>(s.T + s.hd));
+    const Outputs narrow = bf16_forward(*in, jtok::cuda::attention_forward<bf16>);
+    const Outputs wide = bf16_forward(*in, jtok::cuda::attention_forward_wide);
+    for (size_t i = 0; i < narrow.size(); ++i)
+      for (size_t j = 0; j < narrow[i].second.size(); ++j) {
+        const float a = narrow[i].second[j], b = wide[i].second[j];
+        ASSERT_TRUE(std::isfinite(a)) << narrow[i].first << " " << j;
+        ASSERT_EQ(std::bit_cast<uint32_t>(a), std::bit_cast<uint32_t>(b))
+            << narrow[i].first << " " << j << ", T " << s.T << ", KV " << s.KV << ", hd " << s.hd;
+      }
+  }
 }
 
 // Bad shapes are refused with a message naming the value (head dims: 32, 64, 128 only).
