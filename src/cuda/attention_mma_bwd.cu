@@ -2,7 +2,8 @@
 //   q, dout, dq (B,T,H,hd), k, v, dk, dv (B,T,KV,hd) bf16; lse, row_terms D (B,H,T) fp32.
 // Two kernels; each gradient element is written by one thread, summed in a fixed order:
 //  dk, dv: one block per (kKeyBlock keys, kv head, batch), a warp per 16 keys, its dk and dv in
-//    registers. For each query head of the group and each tile of kQTile queries from the diagonal
+//    registers, and its keys and values as A fragments read from shared memory once (a fifth of the
+//    loop's shared-memory reads at hd 64: 16 KB a query tile and warp where it was 20). For each query head of the group and each tile of kQTile queries from the diagonal
 //    on: S^T = K Q^T and dP^T = V dO^T (keys x queries), P^T = exp(scale S^T - lse), dS^T =
 //    P^T (dP^T - D), then dV += P^T dO and dK += dS^T Q (P^T and dS^T rounded to bf16 as operands).
 //  dq: one block per (kQBlock query rows, head, batch), a warp per 16 rows; for each key tile up to
@@ -30,28 +31,57 @@ constexpr int kKeyBlock = 16 * kWarps;  // keys per dk/dv block
 constexpr int kQTile = 32;              // queries per step of the dk/dv loop (divides kKeyBlock)
 constexpr int kQBlock = 16 * kWarps;    // query rows per dq block
 constexpr int kKeyTile = 32;            // keys per step of the dq loop
+// dk dv blocks an SM by registers (__launch_bounds__): with its keys' and values' fragments held for the
+// whole loop, ptxas would take 128 / 173 / 255 registers at hd 32 / 64 / 128, hd 64 then fitting 2
+// blocks an SM where 131 fitted 3; capped at 128 / 168 they keep 4 / 3.
+template <int HD>
+constexpr int kDkdvBlocksPerSm = HD == 32   ? 4
+                                 : HD == 64 ? 3
+                                            : 1;
 
-// x = A[row0 .. row0+16) . Bx^T and y = Ay[rows] . By^T, as N / 8 C fragments (16 x N): the score and
-// its gradient's tile for this warp; Bx, By are row-major (N, HD) tiles (rows are the columns of x).
+// x += ax . Bx^T and y += ay . By^T over head dims [16 kk, 16 kk + 16) (ax, ay: A fragments of that
+// step), as N / 8 C fragments (16 x N); Bx, By are row-major (N, HD) tiles (rows are the columns of x).
 template <int HD, int N>
-__device__ void score_pair(float (&x)[N / 8][4], float (&y)[N / 8][4], const bf16* Ax, const bf16* Ay, const bf16* Bx,
-                           const bf16* By, int row0) {
+__device__ void score_pair_step(float (&x)[N / 8][4], float (&y)[N / 8][4], const uint32_t (&ax)[4],
+                                const uint32_t (&ay)[4], const bf16* Bx, const bf16* By, int kk) {
   constexpr int ld = kRowStride<HD>;
+#pragma unroll
+  for (int nt = 0; nt < N / 8; ++nt) {
+    mma::mma_rows_t(x[nt], ax, Bx, ld, 8 * nt, 16 * kk);
+    mma::mma_rows_t(y[nt], ay, By, ld, 8 * nt, 16 * kk);
+  }
+}
+
+template <int N>
+__device__ void zero_pair(float (&x)[N / 8][4], float (&y)[N / 8][4]) {
 #pragma unroll
   for (int nt = 0; nt < N / 8; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) x[nt][e] = y[nt][e] = 0.0f;
+}
+
+// x = A[row0 .. row0+16) . Bx^T and y = Ay[rows] . By^T, as N / 8 C fragments (16 x N): the score and
+// its gradient's tile for this warp, the A fragments read from shared memory step by step (dq's).
+template <int HD, int N>
+__device__ void score_pair(float (&x)[N / 8][4], float (&y)[N / 8][4], const bf16* Ax, const bf16* Ay, const bf16* Bx,
+                           const bf16* By, int row0) {
+  zero_pair<N>(x, y);
 #pragma unroll
   for (int kk = 0; kk < HD / 16; ++kk) {
     uint32_t ax[4], ay[4];
-    mma::load_a(ax, Ax, ld, row0, 16 * kk);
-    mma::load_a(ay, Ay, ld, row0, 16 * kk);
-#pragma unroll
-    for (int nt = 0; nt < N / 8; ++nt) {
-      mma::mma_rows_t(x[nt], ax, Bx, ld, 8 * nt, 16 * kk);
-      mma::mma_rows_t(y[nt], ay, By, ld, 8 * nt, 16 * kk);
-    }
+    mma::load_a(ax, Ax, kRowStride<HD>, row0, 16 * kk);
+    mma::load_a(ay, Ay, kRowStride<HD>, row0, 16 * kk);
+    score_pair_step<HD, N>(x, y, ax, ay, Bx, By, kk);
   }
+}
+
+// The same from A fragments held in registers for the whole loop (dk dv's: the warp's keys and values).
+template <int HD, int N>
+__device__ void score_pair(float (&x)[N / 8][4], float (&y)[N / 8][4], const uint32_t (&ax)[HD / 16][4],
+                           const uint32_t (&ay)[HD / 16][4], const bf16* Bx, const bf16* By) {
+  zero_pair<N>(x, y);
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) score_pair_step<HD, N>(x, y, ax[kk], ay[kk], Bx, By, kk);
 }
 
 // acc (16 x HD, as HD / 8 C fragments) += X (16 x N, C fragments, rounded to bf16) M (N x HD, row-major).
@@ -144,10 +174,11 @@ __device__ void load_queries(const QueryStage<HD>& st, const bf16* dout, const f
 // the tile is at least every key of the warp and below T, so the test is left out (the same bits).
 template <int HD, bool Masked>
 __device__ void dkdv_tile(float (&acc_k)[HD / 8][4], float (&acc_v)[HD / 8][4], const QueryStage<HD>& st,
-                          const bf16* Ks, const bf16* Vs, int key_a, int r0, int T, float scale) {
-  const int t = threadIdx.x % 4, warp = threadIdx.x / 32;
+                          const uint32_t (&kf)[HD / 16][4], const uint32_t (&vf)[HD / 16][4], int key_a, int r0, int T,
+                          float scale) {
+  const int t = threadIdx.x % 4;
   float s[kQTile / 8][4], dp[kQTile / 8][4];  // keys x queries
-  score_pair<HD, kQTile>(s, dp, Ks, Vs, st.Qs, st.dOs, warp * 16);
+  score_pair<HD, kQTile>(s, dp, kf, vf, st.Qs, st.dOs);
 #pragma unroll
   for (int nt = 0; nt < kQTile / 8; ++nt)
 #pragma unroll
@@ -163,9 +194,9 @@ __device__ void dkdv_tile(float (&acc_k)[HD / 8][4], float (&acc_v)[HD / 8][4], 
 // Shared memory: Ks, Vs (kKeyBlock keys), then two QueryStages: the next query tile's copies run
 // under this one's products. The tiles run over the group's heads, each from the diagonal (c0) on.
 template <int HD>
-__global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const float* lse,
-                                                              const float* D, const bf16* q, const bf16* k,
-                                                              const bf16* v, AttnDims n, float scale) {
+__global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<HD>)
+    attn_bwd_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const float* lse, const float* D, const bf16* q,
+                      const bf16* k, const bf16* v, AttnDims n, float scale) {
   pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int ld = kRowStride<HD>;
@@ -176,8 +207,18 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma(bf16* dk, bf16* dv
   const int64_t kvd = n.kvs, kv_off = static_cast<int64_t>(b) * T * kvd + kvh * HD;
   const int per_head = (T - c0 + kQTile - 1) / kQTile, tiles = group * per_head;  // queries before c0 see none
   mma::load_kv_async<HD, kThreads>(Ks, k + kv_off, v + kv_off, kvd, c0, kKeyBlock, T);  // Ks, then Vs
+  mma::cp_async_commit();
   load_queries<HD>(QueryStage<HD>(stages), dout, lse, D, q, n, b, kvh * group, c0);
   mma::cp_async_commit();
+  mma::cp_async_wait<1>();  // K and V landed; the first query tile may still be on its way
+  __syncthreads();
+  // The warp's 16 keys and values as A fragments, read once: every tile's products use them.
+  uint32_t kf[HD / 16][4], vf[HD / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    mma::load_a(kf[kk], Ks, ld, warp * 16, 16 * kk);
+    mma::load_a(vf[kk], Vs, ld, warp * 16, 16 * kk);
+  }
   float acc_k[HD / 8][4] = {}, acc_v[HD / 8][4] = {};
   const int key_a = c0 + warp * 16 + g, warp_last_key = c0 + warp * 16 + 15;  // this thread's: key_a, key_a + 8
   for (int j = 0; j < tiles; ++j) {
@@ -186,13 +227,13 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma(bf16* dk, bf16* dv
       load_queries<HD>(QueryStage<HD>(stages + ((j + 1) & 1) * QueryStage<HD>::bytes), dout, lse, D, q, n, b,
                        kvh * group + (j + 1) / per_head, c0 + (j + 1) % per_head * kQTile);
     mma::cp_async_commit();   // (empty in the last pass: wait<1> means the same in every pass)
-    mma::cp_async_wait<1>();  // this thread's copies of tile j (and of K, V)
+    mma::cp_async_wait<1>();  // this thread's copies of tile j
     __syncthreads();          // everyone's
     const int r0 = c0 + j % per_head * kQTile;
     if (r0 >= warp_last_key && r0 + kQTile <= T)
-      dkdv_tile<HD, false>(acc_k, acc_v, cur, Ks, Vs, key_a, r0, T, scale);
+      dkdv_tile<HD, false>(acc_k, acc_v, cur, kf, vf, key_a, r0, T, scale);
     else
-      dkdv_tile<HD, true>(acc_k, acc_v, cur, Ks, Vs, key_a, r0, T, scale);
+      dkdv_tile<HD, true>(acc_k, acc_v, cur, kf, vf, key_a, r0, T, scale);
     __syncthreads();  // every warp is done with tile j's stage before tile j + 2's copies start
   }
   add_rows<HD>(dk + kv_off, kvd, key_a, T, scale, acc_k, n.accumulate, n.rope_cos, n.rope_sin);
