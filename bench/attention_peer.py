@@ -136,13 +136,14 @@ def main():
         print(json.dumps(row), flush=True)
     if a.ours:
         ours = json.loads(open(a.ours).readline())
-        # fwd_wide: ours with 32 query rows a warp (bench_cuda_attention's fwd_wide_ms), where given.
-        wide = ours.get("fwd_wide_ms")
+        # fwd_wide, bwd_wide: ours with 32 query rows a warp (bench_cuda_attention's fwd_wide_ms,
+        # bwd_wide_ms), where given.
+        wide = {k: ours[f"{k}_wide_ms"] for k in ("fwd", "bwd") if f"{k}_wide_ms" in ours}
         ratio = {n: {"fwd": round(f / ours["fwd_ms"], 3), "bwd": round(b / ours["bwd_ms"], 3),
-                     **({"fwd_wide": round(f / wide, 3)} if wide else {})}
+                     **{f"{k}_wide": round((f if k == "fwd" else b) / ms, 3) for k, ms in wide.items()}}
                  for n, (f, b) in rates.items()}
         print(json.dumps({"ours_vs": ratio, "ours_fwd_ms": ours["fwd_ms"], "ours_bwd_ms": ours["bwd_ms"],
-                          **({"ours_fwd_wide_ms": wide} if wide else {})}))
+                          **{f"ours_{k}_wide_ms": ms for k, ms in wide.items()}}))
 
 
 if __name__ == "__main__":

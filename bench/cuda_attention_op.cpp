@@ -1,6 +1,6 @@
 // Times one attention layer's forward and backward on the GPU in bf16: the tensor-core kernels
-// (cuda::attention_forward / attention_backward; the forward also with 32 query rows a warp,
-// attention_forward_wide, fwd_wide_ms) and the scalar-tile kernels
+// (cuda::attention_forward / attention_backward; the forward and dq also with 32 query rows a warp,
+// attention_forward_wide and attention_backward_wide: fwd_wide_ms, bwd_wide_ms) and the scalar-tile kernels
 // (attention_forward_tiles / attention_backward_tiles), by cudaEvent after two warm-up calls. Built
 // with the CUDA kernels (target bench_cuda_attention; not a test: timings are no check, and the
 // sanitizer runs of test_cuda_ops would take hours over this size):
@@ -51,6 +51,12 @@ void run(const Shape& s, int reps) {
   // 32 query rows a warp (attention_forward_wide: the same bits; hd 128 runs the kernel above).
   const double f_wide = event_time_ms(
       [&] { jtok::cuda::attention_forward_wide(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, nullptr); }, reps);
+  const double b_wide = event_time_ms(
+      [&] {
+        jtok::cuda::attention_backward_wide(dq, dk, dv, row_terms, dout, out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd,
+                                            nullptr, {}, false);
+      },
+      reps);
   const double f_tiles =
       event_time_ms([&] { attention_forward_tiles<bf16>(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, nullptr); },
                     reps);
@@ -64,10 +70,11 @@ void run(const Shape& s, int reps) {
   std::printf(
       "{\"B\": %lld, \"T\": %lld, \"H\": %lld, \"KV\": %lld, \"hd\": %lld, \"fwd_ms\": %.4f, \"fwd_tflops\": %.1f, "
       "\"bwd_ms\": %.4f, \"bwd_tflops\": %.1f, \"fwd_wide_ms\": %.4f, \"fwd_wide_tflops\": %.1f, "
-      "\"fwd_tiles_ms\": %.4f, \"bwd_tiles_ms\": %.4f}\n",
+      "\"bwd_wide_ms\": %.4f, \"bwd_wide_tflops\": %.1f, \"fwd_tiles_ms\": %.4f, \"bwd_tiles_ms\": %.4f}\n",
       static_cast<long long>(s.B), static_cast<long long>(s.T), static_cast<long long>(s.H),
       static_cast<long long>(s.KV), static_cast<long long>(s.hd), f_tc, tflop / (f_tc / 1e3), b_tc,
-      2.5 * tflop / (b_tc / 1e3), f_wide, tflop / (f_wide / 1e3), f_tiles, b_tiles);
+      2.5 * tflop / (b_tc / 1e3), f_wide, tflop / (f_wide / 1e3), b_wide, 2.5 * tflop / (b_wide / 1e3), f_tiles,
+      b_tiles);
   for (void* p : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(dout),
                   static_cast<void*>(out), static_cast<void*>(dq), static_cast<void*>(dk), static_cast<void*>(dv),
                   static_cast<void*>(lse), static_cast<void*>(row_terms)})

@@ -252,7 +252,7 @@ if [ $rc != 2 ] || ! grep -q "no $T/nothing/cuda-bundle.tar.gz" "$T/err"; then e
 echo "gpu_session.sh OK"
 # bench/attention_peer.py on the CPU (Debian's torch has no scaled_dot_product_attention: the manual
 # causal attention): a line of times, then ours' ratio to it from a made-up bench_cuda_attention line.
-echo '{"fwd_ms": 0.5, "bwd_ms": 1.0, "fwd_wide_ms": 0.4}' > "$T/ours_att.json"
+echo '{"fwd_ms": 0.5, "bwd_ms": 1.0, "fwd_wide_ms": 0.4, "bwd_wide_ms": 0.8}' > "$T/ours_att.json"
 $PY bench/attention_peer.py 1 16 4 2 8 2 --device cpu --dtype fp32 --ours "$T/ours_att.json" > "$T/att_peer.out"
 $PY - "$T/att_peer.out" <<'PY'
 import json, sys
@@ -262,6 +262,6 @@ for r in rows[:-1]:
     assert r["T"] == 16 and r["KV"] == 2 and r["fwd_ms"] > 0 and r["bwd_ms"] > 0, r
     ratio = rows[-1]["ours_vs"][r["backend"]]
     assert abs(ratio["fwd"] - r["fwd_ms"] / 0.5) < 2e-3 and abs(ratio["bwd"] - r["bwd_ms"] / 1.0) < 2e-3, (r, ratio)
-    assert abs(ratio["fwd_wide"] - r["fwd_ms"] / 0.4) < 2e-3, (r, ratio)
+    assert abs(ratio["fwd_wide"] - r["fwd_ms"] / 0.4) < 2e-3 and abs(ratio["bwd_wide"] - r["bwd_ms"] / 0.8) < 2e-3, (r, ratio)
 print("attention_peer.py OK:", ", ".join(r["backend"] for r in rows[:-1]))
 PY

@@ -346,19 +346,41 @@ void attention_forward_tiles(E* out, float* lse, const E* q, const E* k, const E
   with_head_dim(hd, [&](auto d) { launch_forward<decltype(d)::value>(out, lse, q, k, v, n, stream); });
 }
 
+namespace {
+
+// The bf16 backward on the tensor cores: the row terms, then dq (dq_rows_per_warp 16 or 32) and dk dv.
+bool backward_mma(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, float* row_terms, const __nv_bfloat16* dout,
+                  const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                  const __nv_bfloat16* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd, cudaStream_t stream,
+                  AttnStrides strides, bool accumulate, const RopeTables& rope, int dq_rows_per_warp) {
+  AttnDims n = check_dims(B, T, H, KV, hd, strides);
+  n.accumulate = accumulate;
+  n.rope_cos = rope.cos, n.rope_sin = rope.sin;
+  JTOK_CHECK(!rope.cos == !rope.sin, "cuda attention backward: RoPE's cos table without its sin, or the reverse");
+  if (n.B == 0 || n.T == 0) return rope.cos != nullptr;
+  with_head_dim(hd, [&](auto d) { launch_row_terms<decltype(d)::value>(row_terms, dout, out, n, stream); });
+  attention_backward_mma(dq, dk, dv, row_terms, dout, lse, q, k, v, n, static_cast<int>(hd), stream, dq_rows_per_warp);
+  return rope.cos != nullptr;
+}
+
+}  // namespace
+
+bool attention_backward_wide(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, float* row_terms,
+                             const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
+                             const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, int64_t B,
+                             int64_t T, int64_t H, int64_t KV, int64_t hd, cudaStream_t stream, AttnStrides strides,
+                             bool accumulate, const RopeTables& rope) {
+  return backward_mma(dq, dk, dv, row_terms, dout, out, lse, q, k, v, B, T, H, KV, hd, stream, strides, accumulate,
+                      rope, 32);
+}
+
 template <typename E>
 bool attention_backward(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
                         const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
                         cudaStream_t stream, AttnStrides strides, bool accumulate, const RopeTables& rope) {
   if constexpr (std::is_same_v<E, __nv_bfloat16>) {
-    AttnDims n = check_dims(B, T, H, KV, hd, strides);
-    n.accumulate = accumulate;
-    n.rope_cos = rope.cos, n.rope_sin = rope.sin;
-    JTOK_CHECK(!rope.cos == !rope.sin, "cuda attention backward: RoPE's cos table without its sin, or the reverse");
-    if (n.B == 0 || n.T == 0) return rope.cos != nullptr;
-    with_head_dim(hd, [&](auto d) { launch_row_terms<decltype(d)::value>(row_terms, dout, out, n, stream); });
-    attention_backward_mma(dq, dk, dv, row_terms, dout, lse, q, k, v, n, static_cast<int>(hd), stream);
-    return rope.cos != nullptr;
+    return backward_mma(dq, dk, dv, row_terms, dout, out, lse, q, k, v, B, T, H, KV, hd, stream, strides, accumulate,
+                        rope, 16);
   } else {
     attention_backward_tiles(dq, dk, dv, row_terms, dout, out, lse, q, k, v, B, T, H, KV, hd, stream, strides,
                              accumulate);

@@ -65,6 +65,16 @@ bool attention_backward(E* dq, E* dk, E* dv, float* row_terms, const E* dout, co
                         const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
                         cudaStream_t stream, AttnStrides strides = {}, bool accumulate = true,
                         const RopeTables& rope = {});
+// The bf16 tensor-core backward with dq's 32 query rows a warp where attention_backward's dq gives each
+// warp 16 (hd 32 and 64; hd 128 runs attention_backward's): two m16 tiles share each key and value
+// fragment read from shared memory, at twice the registers. dk dv as attention_backward's. The same bits
+// as attention_backward. bench_cuda_attention times both; the model runs attention_backward's until a GPU
+// has measured which is faster.
+bool attention_backward_wide(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, float* row_terms,
+                             const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
+                             const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, int64_t B,
+                             int64_t T, int64_t H, int64_t KV, int64_t hd, cudaStream_t stream,
+                             AttnStrides strides = {}, bool accumulate = true, const RopeTables& rope = {});
 // The same on scalar fp32 tiles for either type: the tensor-core backward's peer in the tests.
 template <typename E>
 void attention_backward_tiles(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,

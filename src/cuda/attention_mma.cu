@@ -96,25 +96,6 @@ __device__ void softmax_fragments(float (&s)[kKeys / 8][4], float (&m)[2], float
   }
 }
 
-// o[mt] (16 x HD, as HD / 8 C fragments) += P[mt] (16 x kKeys, rounded to bf16) V (kKeys x HD); each
-// value fragment is loaded once for the MT tiles.
-template <int HD, int MT>
-__device__ void accumulate_pv(float (&o)[MT][HD / 8][4], const float (&p)[MT][kKeys / 8][4], const bf16* Vs) {
-#pragma unroll
-  for (int kk = 0; kk < kKeys / 16; ++kk) {
-    uint32_t pa[MT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) mma::a_from_c(pa[mt], p[mt][2 * kk], p[mt][2 * kk + 1]);
-#pragma unroll
-    for (int nt = 0; nt < HD / 8; ++nt) {
-      uint32_t b0, b1;  // keys 16 kk.., head dims 8 nt..
-      mma::load_b_rows(b0, b1, Vs, kRowStride<HD>, 16 * kk, 8 * nt);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) mma_bf16(o[mt][nt], pa[mt], b0, b1);
-    }
-  }
-}
-
 // The running softmax and output of a warp's MT m-tiles: tile mt's rows row_a + 16 mt and row_a + 16
 // mt + 8 (row_a = the warp's first row + g).
 template <int HD, int MT>
@@ -143,7 +124,7 @@ __device__ void attend_tile(WarpRows<HD, MT>& w, const bf16* Ks, const bf16* Vs,
       w.o[mt][nt][2] *= alpha[1], w.o[mt][nt][3] *= alpha[1];
     }
   }
-  accumulate_pv<HD, MT>(w.o, s, Vs);
+  mma::accumulate_tiles<HD, kKeys, MT>(w.o, s, Vs);  // o += P V
 }
 
 // The warp's rows (those below T) into out and lse.

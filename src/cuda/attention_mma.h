@@ -50,9 +50,10 @@ void attention_forward_mma(__nv_bfloat16* out, float* lse, const __nv_bfloat16* 
 
 // dq (B,T,H,hd), dk, dv (B,T,KV,hd) += the gradients, or = them without n.accumulate
 // (cuda/attention_mma_bwd.cu); row_terms (B,H,T) = sum_i dout_ti out_ti, already computed.
+// dq_rows_per_warp 16, or 32 (hd 32 and 64; hd 128 runs 16): the same bits.
 void attention_backward_mma(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const float* row_terms,
-                            const __nv_bfloat16* dout, const float* lse, const __nv_bfloat16* q,
-                            const __nv_bfloat16* k, const __nv_bfloat16* v, const AttnDims& n, int hd,
-                            cudaStream_t stream);
+                            const __nv_bfloat16* dout, const float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                            const __nv_bfloat16* v, const AttnDims& n, int hd, cudaStream_t stream,
+                            int dq_rows_per_warp = 16);
 
 }  // namespace jtok::cuda

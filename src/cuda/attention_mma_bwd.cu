@@ -3,11 +3,13 @@
 // Two kernels; each gradient element is written by one thread, summed in a fixed order:
 //  dk, dv: one block per (kKeyBlock keys, kv head, batch), a warp per 16 keys, its dk and dv in
 //    registers, and its keys and values as A fragments read from shared memory once (a fifth of the
-//    loop's shared-memory reads at hd 64: 16 KB a query tile and warp where it was 20). For each query head of the group and each tile of kQTile queries from the diagonal
-//    on: S^T = K Q^T and dP^T = V dO^T (keys x queries), P^T = exp(scale S^T - lse), dS^T =
-//    P^T (dP^T - D), then dV += P^T dO and dK += dS^T Q (P^T and dS^T rounded to bf16 as operands).
-//  dq: one block per (kQBlock query rows, head, batch), a warp per 16 rows; for each key tile up to
-//    the diagonal: S = Q K^T, dP = dO V^T, dS as above, dQ += dS K.
+//    loop's shared-memory reads at hd 64: 16 KB a query tile and warp where it was 20). For each query head of the
+//    group and each tile of kQTile queries from the diagonal on: S^T = K Q^T and dP^T = V dO^T (keys x queries), P^T =
+//    exp(scale S^T - lse), dS^T = P^T (dP^T - D), then dV += P^T dO and dK += dS^T Q (P^T and dS^T rounded to bf16 as
+//    operands).
+//  dq: one block per (kQBlock query rows, head, batch), a warp per 16 rows (or 32, two m16 tiles
+//    sharing each K and V fragment: attention_backward_wide); for each key tile up to its rows: S = Q K^T, dP = dO V^T,
+//    dS as above, dQ += dS K.
 // Both recompute the scores (the price of no atomics: ~1.4x the flops of FlashAttention-2's single
 // pass with an atomic dq). Both stage their loop's tiles twice over in shared memory, the next one's
 // cp.async copies running under this one's products, and skip the causal test on the tiles it
@@ -29,8 +31,11 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kKeyBlock = 16 * kWarps;  // keys per dk/dv block
 constexpr int kQTile = 32;              // queries per step of the dk/dv loop (divides kKeyBlock)
-constexpr int kQBlock = 16 * kWarps;    // query rows per dq block
 constexpr int kKeyTile = 32;            // keys per step of the dq loop
+// dq's MT m16 tiles of query rows a warp (1: 16 rows; 2: 32, attention_backward_wide's: each K and V
+// fragment read from shared memory feeds MT products).
+template <int MT>
+constexpr int kQBlock = kWarps * 16 * MT;  // query rows per dq block
 // dk dv blocks an SM by registers (__launch_bounds__): with its keys' and values' fragments held for the
 // whole loop, ptxas would take 128 / 173 / 255 registers at hd 32 / 64 / 128, hd 64 then fitting 2
 // blocks an SM where 131 fitted 3; capped at 128 / 168 they keep 4 / 3.
@@ -60,40 +65,15 @@ __device__ void zero_pair(float (&x)[N / 8][4], float (&y)[N / 8][4]) {
     for (int e = 0; e < 4; ++e) x[nt][e] = y[nt][e] = 0.0f;
 }
 
-// x = A[row0 .. row0+16) . Bx^T and y = Ay[rows] . By^T, as N / 8 C fragments (16 x N): the score and
-// its gradient's tile for this warp, the A fragments read from shared memory step by step (dq's).
-template <int HD, int N>
-__device__ void score_pair(float (&x)[N / 8][4], float (&y)[N / 8][4], const bf16* Ax, const bf16* Ay, const bf16* Bx,
-                           const bf16* By, int row0) {
-  zero_pair<N>(x, y);
-#pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk) {
-    uint32_t ax[4], ay[4];
-    mma::load_a(ax, Ax, kRowStride<HD>, row0, 16 * kk);
-    mma::load_a(ay, Ay, kRowStride<HD>, row0, 16 * kk);
-    score_pair_step<HD, N>(x, y, ax, ay, Bx, By, kk);
-  }
-}
-
-// The same from A fragments held in registers for the whole loop (dk dv's: the warp's keys and values).
+// x = ax . Bx^T and y = ay . By^T over every head dim, as N / 8 C fragments (16 x N): dk dv's scores and
+// their gradient's tile (keys x queries) for this warp, from its keys' and values' A fragments held in
+// registers for the whole loop.
 template <int HD, int N>
 __device__ void score_pair(float (&x)[N / 8][4], float (&y)[N / 8][4], const uint32_t (&ax)[HD / 16][4],
                            const uint32_t (&ay)[HD / 16][4], const bf16* Bx, const bf16* By) {
   zero_pair<N>(x, y);
 #pragma unroll
   for (int kk = 0; kk < HD / 16; ++kk) score_pair_step<HD, N>(x, y, ax[kk], ay[kk], Bx, By, kk);
-}
-
-// acc (16 x HD, as HD / 8 C fragments) += X (16 x N, C fragments, rounded to bf16) M (N x HD, row-major).
-template <int HD, int N>
-__device__ void accumulate(float (&acc)[HD / 8][4], const float (&x)[N / 8][4], const bf16* M) {
-#pragma unroll
-  for (int kk = 0; kk < N / 16; ++kk) {
-    uint32_t a[4];
-    mma::a_from_c(a, x[2 * kk], x[2 * kk + 1]);
-#pragma unroll
-    for (int nt = 0; nt < HD / 8; ++nt) mma::mma_rows(acc[nt], a, M, kRowStride<HD>, 16 * kk, 8 * nt);
-  }
 }
 
 // One score: s becomes P = exp(scale s - lse) = 2^(scale_log2 s - lse2) (lse2 = lse log2(e), mma_bf16.cuh),
@@ -173,22 +153,22 @@ __device__ void load_queries(const QueryStage<HD>& st, const bf16* dout, const f
 // One query tile from r0 onto a warp's dk, dv (keys key_a, key_a + 8). Masked false: every query of
 // the tile is at least every key of the warp and below T, so the test is left out (the same bits).
 template <int HD, bool Masked>
-__device__ void dkdv_tile(float (&acc_k)[HD / 8][4], float (&acc_v)[HD / 8][4], const QueryStage<HD>& st,
+__device__ void dkdv_tile(float (&acc_k)[1][HD / 8][4], float (&acc_v)[1][HD / 8][4], const QueryStage<HD>& st,
                           const uint32_t (&kf)[HD / 16][4], const uint32_t (&vf)[HD / 16][4], int key_a, int r0, int T,
                           float scale) {
   const int t = threadIdx.x % 4;
-  float s[kQTile / 8][4], dp[kQTile / 8][4];  // keys x queries
-  score_pair<HD, kQTile>(s, dp, kf, vf, st.Qs, st.dOs);
+  float s[1][kQTile / 8][4], dp[1][kQTile / 8][4];  // keys x queries (one m-tile of keys)
+  score_pair<HD, kQTile>(s[0], dp[0], kf, vf, st.Qs, st.dOs);
 #pragma unroll
   for (int nt = 0; nt < kQTile / 8; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int ql = 8 * nt + 2 * t + (e & 1), query = r0 + ql, key = key_a + 8 * (e >> 1);
-      probs_and_grad(s[nt][e], dp[nt][e], !Masked || (query >= key && query < T), scale * mma::kLog2e,
+      probs_and_grad(s[0][nt][e], dp[0][nt][e], !Masked || (query >= key && query < T), scale * mma::kLog2e,
                      st.lse[ql] * mma::kLog2e, st.D[ql]);
     }
-  accumulate<HD, kQTile>(acc_v, s, st.dOs);
-  accumulate<HD, kQTile>(acc_k, dp, st.Qs);
+  mma::accumulate_tiles<HD, kQTile, 1>(acc_v, s, st.dOs);
+  mma::accumulate_tiles<HD, kQTile, 1>(acc_k, dp, st.Qs);
 }
 
 // Shared memory: Ks, Vs (kKeyBlock keys), then two QueryStages: the next query tile's copies run
@@ -219,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<HD>)
     mma::load_a(kf[kk], Ks, ld, warp * 16, 16 * kk);
     mma::load_a(vf[kk], Vs, ld, warp * 16, 16 * kk);
   }
-  float acc_k[HD / 8][4] = {}, acc_v[HD / 8][4] = {};
+  float acc_k[1][HD / 8][4] = {}, acc_v[1][HD / 8][4] = {};
   const int key_a = c0 + warp * 16 + g, warp_last_key = c0 + warp * 16 + 15;  // this thread's: key_a, key_a + 8
   for (int j = 0; j < tiles; ++j) {
     const QueryStage<HD> cur(stages + (j & 1) * QueryStage<HD>::bytes);
@@ -236,18 +216,47 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<HD>)
       dkdv_tile<HD, true>(acc_k, acc_v, cur, kf, vf, key_a, r0, T, scale);
     __syncthreads();  // every warp is done with tile j's stage before tile j + 2's copies start
   }
-  add_rows<HD>(dk + kv_off, kvd, key_a, T, scale, acc_k, n.accumulate, n.rope_cos, n.rope_sin);
-  add_rows<HD>(dv + kv_off, kvd, key_a, T, 1.0f, acc_v, n.accumulate);
+  add_rows<HD>(dk + kv_off, kvd, key_a, T, scale, acc_k[0], n.accumulate, n.rope_cos, n.rope_sin);
+  add_rows<HD>(dv + kv_off, kvd, key_a, T, 1.0f, acc_v[0], n.accumulate);
 }
 
-// One key tile from c0 (Ks, Vs) onto a warp's dq (rows row_a, row_a + 8; lse in base 2). Masked
-// false: every key of the tile is at most every row of the warp and the rows are below T.
-template <int HD, bool Masked>
-__device__ void dq_tile(float (&acc)[HD / 8][4], const bf16* Qs, const bf16* dOs, const bf16* Ks, const bf16* Vs,
-                        int row_a, int c0, int T, float scale, const float (&lse_r)[2], const float (&D_r)[2]) {
-  const int t = threadIdx.x % 4, warp = threadIdx.x / 32;
-  float s[kKeyTile / 8][4], dp[kKeyTile / 8][4];  // rows x keys
-  score_pair<HD, kKeyTile>(s, dp, Qs, dOs, Ks, Vs, warp * 16);
+// s[mt] = Q . K^T and dp[mt] = dO . V^T (16 x kKeyTile each, rows x keys) for the warp's MT m-tiles of
+// rows from row0 (of the block's Qs, dOs): each K and V fragment is loaded once for the MT tiles, each
+// tile's A fragments step by step.
+template <int HD, int MT>
+__device__ void dq_scores(float (&s)[MT][kKeyTile / 8][4], float (&dp)[MT][kKeyTile / 8][4], const bf16* Qs,
+                          const bf16* dOs, const bf16* Ks, const bf16* Vs, int row0) {
+  constexpr int ld = kRowStride<HD>;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) zero_pair<kKeyTile>(s[mt], dp[mt]);
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    uint32_t aq[MT][4], ad[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      mma::load_a(aq[mt], Qs, ld, row0 + 16 * mt, 16 * kk);
+      mma::load_a(ad[mt], dOs, ld, row0 + 16 * mt, 16 * kk);
+    }
+#pragma unroll
+    for (int nt = 0; nt < kKeyTile / 8; ++nt) {
+      uint32_t k0, k1, v0, v1;
+      mma::load_b_rows_t(k0, k1, Ks, ld, 8 * nt, 16 * kk);
+      mma::load_b_rows_t(v0, v1, Vs, ld, 8 * nt, 16 * kk);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma::mma_bf16(s[mt][nt], aq[mt], k0, k1);
+        mma::mma_bf16(dp[mt][nt], ad[mt], v0, v1);
+      }
+    }
+  }
+}
+
+// One m-tile's P and dS from its scores (rows row_a, row_a + 8; lse in base 2). Masked false: every key
+// of the tile is at most every row of the m-tile and the rows are below T.
+template <bool Masked>
+__device__ void dq_probs(float (&s)[kKeyTile / 8][4], float (&dp)[kKeyTile / 8][4], int row_a, int c0, int T,
+                         float scale, const float (&lse_r)[2], const float (&D_r)[2]) {
+  const int t = threadIdx.x % 4;
 #pragma unroll
   for (int nt = 0; nt < kKeyTile / 8; ++nt)
 #pragma unroll
@@ -256,38 +265,65 @@ __device__ void dq_tile(float (&acc)[HD / 8][4], const bf16* Qs, const bf16* dOs
       probs_and_grad(s[nt][e], dp[nt][e], !Masked || (key <= row && row < T), scale * mma::kLog2e, lse_r[e >> 1],
                      D_r[e >> 1]);
     }
-  accumulate<HD, kKeyTile>(acc, dp, Ks);
 }
 
-// Shared memory: Qs, dOs (kQBlock rows), then two stages of Ks, Vs (kKeyTile keys each): the next key
-// tile's copies run under this one's products.
-template <int HD>
-__global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma(bf16* dq, const bf16* dout, const float* lse,
-                                                            const float* D, const bf16* q, const bf16* k,
-                                                            const bf16* v, AttnDims n, float scale) {
+// A warp's dq: its MT m-tiles' sums and their rows' lse (base 2) and D.
+template <int HD, int MT>
+struct DqRows {
+  float acc[MT][HD / 8][4] = {};
+  float lse[MT][2], D[MT][2];
+};
+
+// One key tile from c0 (Ks, Vs) onto a warp's dq (tile mt: rows row_a + 16 mt, and + 8).
+template <int HD, int MT>
+__device__ void dq_tile(DqRows<HD, MT>& w, const bf16* Qs, const bf16* dOs, const bf16* Ks, const bf16* Vs, int row_a,
+                        int c0, int T, float scale) {
+  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4;
+  float s[MT][kKeyTile / 8][4], dp[MT][kKeyTile / 8][4];  // rows x keys
+  dq_scores<HD, MT>(s, dp, Qs, dOs, Ks, Vs, warp * 16 * MT);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const int rows_a = row_a + 16 * mt, tile_row0 = rows_a - g;
+    if (c0 + kKeyTile - 1 <= tile_row0 && tile_row0 + 15 < T)
+      dq_probs<false>(s[mt], dp[mt], rows_a, c0, T, scale, w.lse[mt], w.D[mt]);
+    else
+      dq_probs<true>(s[mt], dp[mt], rows_a, c0, T, scale, w.lse[mt], w.D[mt]);
+  }
+  mma::accumulate_tiles<HD, kKeyTile, MT>(w.acc, dp, Ks);  // dq += dS K
+}
+
+// Shared memory: Qs, dOs (kQBlock<MT> rows), then two stages of Ks, Vs (kKeyTile keys each): the next key
+// tile's copies run under this one's products. A warp skips the key tiles past its last row (every key
+// there is masked for it: its sums gain only zeros).
+template <int HD, int MT>
+__global__ void __launch_bounds__(kThreads)
+    attn_bwd_dq_mma(bf16* dq, const bf16* dout, const float* lse, const float* D, const bf16* q, const bf16* k,
+                    const bf16* v, AttnDims n, float scale) {
   pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  constexpr int ld = kRowStride<HD>, stage = 2 * kKeyTile * ld;  // a stage: Ks then Vs
-  bf16 *Qs = reinterpret_cast<bf16*>(smem_raw), *dOs = Qs + kQBlock * ld, *KVs = dOs + kQBlock * ld;
+  constexpr int ld = kRowStride<HD>, stage = 2 * kKeyTile * ld, rows = kQBlock<MT>;  // a stage: Ks then Vs
+  bf16 *Qs = reinterpret_cast<bf16*>(smem_raw), *dOs = Qs + rows * ld, *KVs = dOs + rows * ld;
   const int T = n.T, H = n.H;
-  const int r0 = (gridDim.x - 1 - blockIdx.x) * kQBlock, h = blockIdx.y, b = blockIdx.z, kvh = h / (H / n.KV);
+  const int r0 = (gridDim.x - 1 - blockIdx.x) * rows, h = blockIdx.y, b = blockIdx.z, kvh = h / (H / n.KV);
   const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4;
   const int64_t od = static_cast<int64_t>(H) * HD, qd = n.qs, kvd = n.kvs;  // dout packed; q / dq, k / v strided
   const int64_t q_off = static_cast<int64_t>(b) * T * qd + h * HD, kv_off = static_cast<int64_t>(b) * T * kvd + kvh * HD;
   const int64_t row_off = (static_cast<int64_t>(b) * H + h) * T;
-  mma::load_tile_async<HD, kThreads>(Qs, q + q_off, qd, r0, kQBlock, T);
-  mma::load_tile_async<HD, kThreads>(dOs, dout + static_cast<int64_t>(b) * T * od + h * HD, od, r0, kQBlock, T);
+  mma::load_tile_async<HD, kThreads>(Qs, q + q_off, qd, r0, rows, T);
+  mma::load_tile_async<HD, kThreads>(dOs, dout + static_cast<int64_t>(b) * T * od + h * HD, od, r0, rows, T);
   mma::load_kv_async<HD, kThreads>(KVs, k + kv_off, v + kv_off, kvd, 0, kKeyTile, T);
   mma::cp_async_commit();
-  const int row_a = r0 + warp * 16 + g, warp_row0 = r0 + warp * 16;  // this thread's rows: row_a, row_a + 8
-  float lse_r[2], D_r[2];  // lse in base 2
+  const int warp_row0 = r0 + warp * 16 * MT, row_a = warp_row0 + g;  // tile mt's rows: row_a + 16 mt, and + 8
+  DqRows<HD, MT> w;
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    lse_r[i] = row_a + 8 * i < T ? lse[row_off + row_a + 8 * i] * mma::kLog2e : 0.0f;
-    D_r[i] = row_a + 8 * i < T ? D[row_off + row_a + 8 * i] : 0.0f;
-  }
-  float acc[HD / 8][4] = {};
-  const int last_row = min(r0 + kQBlock, T) - 1;
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_a + 16 * mt + 8 * i;
+      w.lse[mt][i] = row < T ? lse[row_off + row] * mma::kLog2e : 0.0f;
+      w.D[mt][i] = row < T ? D[row_off + row] : 0.0f;
+    }
+  const int last_row = min(r0 + rows, T) - 1;
   for (int c0 = 0, i = 0; c0 <= last_row; c0 += kKeyTile, ++i) {
     const bf16* cur = KVs + (i & 1) * stage;
     if (c0 + kKeyTile <= last_row)  // tile i + 1 into the other stage, which every warp is done with
@@ -296,28 +332,37 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma(bf16* dq, const bf16
     mma::cp_async_commit();   // (empty in the last pass: wait<1> means the same in every pass)
     mma::cp_async_wait<1>();  // this thread's copies of tile i (and of Q, dO)
     __syncthreads();          // everyone's
-    if (c0 + kKeyTile - 1 <= warp_row0 && warp_row0 + 15 < T)
-      dq_tile<HD, false>(acc, Qs, dOs, cur, cur + kKeyTile * ld, row_a, c0, T, scale, lse_r, D_r);
-    else
-      dq_tile<HD, true>(acc, Qs, dOs, cur, cur + kKeyTile * ld, row_a, c0, T, scale, lse_r, D_r);
+    if (c0 <= warp_row0 + 16 * MT - 1) dq_tile<HD, MT>(w, Qs, dOs, cur, cur + kKeyTile * ld, row_a, c0, T, scale);
     __syncthreads();  // every warp is done with tile i's stage before tile i + 2's copies start
   }
-  add_rows<HD>(dq + q_off, qd, row_a, T, scale, acc, n.accumulate, n.rope_cos, n.rope_sin);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+    add_rows<HD>(dq + q_off, qd, row_a + 16 * mt, T, scale, w.acc[mt], n.accumulate, n.rope_cos, n.rope_sin);
+}
+
+template <int HD, int MT>
+void launch_dq(bf16* dq, const float* D, const bf16* dout, const float* lse, const bf16* q, const bf16* k,
+               const bf16* v, const AttnDims& n, float scale, cudaStream_t stream) {
+  const size_t smem = (2 * kQBlock<MT> + 4 * kKeyTile) * kRowStride<HD> * sizeof(bf16);  // Q, dO, 2 x (K, V)
+  JTOK_CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dq_mma<HD, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  attn_bwd_dq_mma<HD, MT><<<dim3((n.T + kQBlock<MT> - 1) / kQBlock<MT>, n.H, n.B), kThreads, smem, stream>>>(
+      dq, dout, lse, D, q, k, v, n, scale);
+  JTOK_CUDA_CHECK_LAUNCH();
 }
 
 template <int HD>
 void launch(bf16* dq, bf16* dk, bf16* dv, const float* D, const bf16* dout, const float* lse, const bf16* q,
-            const bf16* k, const bf16* v, const AttnDims& n, cudaStream_t stream) {
+            const bf16* k, const bf16* v, const AttnDims& n, int dq_rows_per_warp, cudaStream_t stream) {
   static_assert(HD % 16 == 0, "the score products run in mma k-steps of 16 head dims");
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  const size_t row_bytes = kRowStride<HD> * sizeof(bf16);
-  const size_t smem_dq = (2 * kQBlock + 4 * kKeyTile) * row_bytes;  // Q, dO, 2 x (K, V)
-  JTOK_CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dq_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem_dq)));
-  attn_bwd_dq_mma<HD><<<dim3((n.T + kQBlock - 1) / kQBlock, n.H, n.B), kThreads, smem_dq, stream>>>(
-      dq, dout, lse, D, q, k, v, n, scale);
-  JTOK_CUDA_CHECK_LAUNCH();
-  const size_t smem_kv = 2 * kKeyBlock * row_bytes + 2 * QueryStage<HD>::bytes;  // K, V, 2 x (Q, dO, lse, D)
+  bool wide = false;  // hd 128 keeps 16 rows a warp (two m-tiles' sums and scores would spill)
+  if constexpr (HD <= 64) {
+    wide = dq_rows_per_warp == 32;
+    if (wide) launch_dq<HD, 2>(dq, D, dout, lse, q, k, v, n, scale, stream);
+  }
+  if (!wide) launch_dq<HD, 1>(dq, D, dout, lse, q, k, v, n, scale, stream);
+  const size_t smem_kv = 2 * kKeyBlock * kRowStride<HD> * sizeof(bf16) + 2 * QueryStage<HD>::bytes;  // K, V, 2 x stages
   JTOK_CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkdv_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem_kv)));
   attn_bwd_dkdv_mma<HD><<<dim3((n.T + kKeyBlock - 1) / kKeyBlock, n.KV, n.B), kThreads, smem_kv, stream>>>(
@@ -330,15 +375,17 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 void attention_backward_mma(bf16* dq, bf16* dk, bf16* dv, const float* row_terms, const bf16* dout, const float* lse,
-                            const bf16* q, const bf16* k, const bf16* v, const AttnDims& n, int hd,
-                            cudaStream_t stream) {
+                            const bf16* q, const bf16* k, const bf16* v, const AttnDims& n, int hd, cudaStream_t stream,
+                            int dq_rows_per_warp) {
   // dq, dk, dv too: add_pair reads and writes them two elements (4 bytes) at a time.
   if (!aligned16(dout) || !aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(dq) || !aligned16(dk) ||
       !aligned16(dv) || n.qs % 8 != 0 || n.kvs % 8 != 0)
     fail("cuda attention backward: bf16 q, k, v, dout, dq, dk and dv must be 16-byte aligned with token strides a "
          "multiple of 8 (q ", n.qs, ", kv ", n.kvs, ")");
+  JTOK_CHECK(dq_rows_per_warp == 16 || dq_rows_per_warp == 32, "cuda attention backward: ", dq_rows_per_warp,
+             " dq rows a warp (16 or 32)");
   with_head_dim(hd, [&](auto d) {
-    launch<decltype(d)::value>(dq, dk, dv, row_terms, dout, lse, q, k, v, n, stream);
+    launch<decltype(d)::value>(dq, dk, dv, row_terms, dout, lse, q, k, v, n, dq_rows_per_warp, stream);
   });
 }
 

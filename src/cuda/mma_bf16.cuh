@@ -101,6 +101,27 @@ __device__ inline void mma_rows(float (&c)[4], const uint32_t (&a)[4], const bf1
   mma_bf16(c, a, b0, b1);
 }
 
+// acc[mt] (16 x HD, as HD / 8 C fragments) += X[mt] (16 x N, C fragments, rounded to bf16) M (N x HD,
+// row-major shared tile, row stride kRowStride<HD>), for a warp's MT m16 tiles of rows: each fragment of
+// M is loaded once for the MT products (P V in the forward, dS K, P^T dO and dS^T Q in the backward).
+// Per tile the products run in the order of one.
+template <int HD, int N, int MT>
+__device__ void accumulate_tiles(float (&acc)[MT][HD / 8][4], const float (&x)[MT][N / 8][4], const bf16* M) {
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk) {
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) a_from_c(a[mt], x[mt][2 * kk], x[mt][2 * kk + 1]);
+#pragma unroll
+    for (int nt = 0; nt < HD / 8; ++nt) {
+      uint32_t b0, b1;  // rows 16 kk.., columns 8 nt..
+      load_b_rows(b0, b1, M, kRowStride<HD>, 16 * kk, 8 * nt);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) mma_bf16(acc[mt][nt], a[mt], b0, b1);
+    }
+  }
+}
+
 // cp.async (PTX ISA, "cp.async", sm_80+): 16 bytes global -> shared without a trip through registers,
 // so the next tile's loads run while this one's products do. Copies join the thread's current group;
 // commit closes it; wait<N> returns once all but the newest N committed groups have landed (this

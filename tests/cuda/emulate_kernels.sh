@@ -128,7 +128,7 @@ ri = [r for r in lines if "C" in r]  # 3 shapes x M 1, 4, 16
 ex = [r for r in lines if r["shape"] == "experts"]  # M 1, 4, 16
 dq = [r for r in lines if r["shape"] == "dequant_layer"]
 assert len(att) == 1 and att[0]["T"] == 40 and att[0]["fwd_ms"] > 0 and att[0]["fwd_wide_ms"] > 0, att
-assert att[0]["bwd_tiles_ms"] > 0, att
+assert att[0]["bwd_wide_ms"] > 0 and att[0]["bwd_tiles_ms"] > 0, att
 assert len(rows) == 6 and all(r["ms"] > 0 for r in rows), rows
 assert len(grp) == 1 and grp[0]["rows"] == 80 and grp[0]["fwd_ms"] > 0 and grp[0]["cublaslt_over_grouped"] > 0, grp
 assert len(ri) == 9 and all(r[k] > 0 for r in ri for k in ("row_invariant_us", "cublaslt_us", "q8_us", "q8_speedup",

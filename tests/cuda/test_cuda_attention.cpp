@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -258,8 +259,9 @@ using bf16 = __nv_bfloat16;
 using jtok::cuda::AttnStrides;
 using FwdFn = void (*)(bf16*, float*, const bf16*, const bf16*, const bf16*, int64_t, int64_t, int64_t, int64_t,
                        int64_t, cudaStream_t, AttnStrides);
-using BwdFn = void (*)(bf16*, bf16*, bf16*, float*, const bf16*, const bf16*, const float*, const bf16*, const bf16*,
-                       const bf16*, int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t, AttnStrides, bool);
+using BwdFn =
+    std::function<void(bf16*, bf16*, bf16*, float*, const bf16*, const bf16*, const float*, const bf16*, const bf16*,
+                       const bf16*, int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t, AttnStrides, bool)>;
 // The tensor cores' backward without RoPE, as a BwdFn.
 void tensor_core_backward(bf16* dq, bf16* dk, bf16* dv, float* row_terms, const bf16* dout, const bf16* out,
                           const float* lse, const bf16* q, const bf16* k, const bf16* v, int64_t B, int64_t T,
@@ -313,23 +315,54 @@ TEST(CudaAttentionBits, TensorCoresMatchScalarTiles) {
     }
 }
 
-// The forward with 32 query rows a warp (attention_forward_wide) gives attention_forward's bits: each
-// row's products, softmax and sums are the same arithmetic in the same order; the warps skip only
-// key tiles past their rows. T 257: blocks of 128 rows and a last one of 1; 100: one block, rows past
-// T; 200: the last block's second diagonal tile cut by T. hd 128 runs attention_forward's kernel.
+// Every element's bits, a against b.
+void expect_same_bits(const Outputs& a, const Outputs& b, const std::string& what) {
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < a[i].second.size(); ++j) {
+      ASSERT_TRUE(std::isfinite(a[i].second[j])) << what << " " << a[i].first << " " << j;
+      ASSERT_EQ(std::bit_cast<uint32_t>(a[i].second[j]), std::bit_cast<uint32_t>(b[i].second[j]))
+          << what << " " << a[i].first << " " << j;
+    }
+}
+
+// The backward with dq's 32 rows a warp, through RoPE's inverse at positions 0..T-1 when given tables.
+BwdFn wide_backward(const jtok::cuda::RopeTables& rope) {
+  return [rope](bf16* dq, bf16* dk, bf16* dv, float* row_terms, const bf16* dout, const bf16* out, const float* lse,
+                const bf16* q, const bf16* k, const bf16* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
+                cudaStream_t s, AttnStrides strides, bool accumulate) {
+    jtok::cuda::attention_backward_wide(dq, dk, dv, row_terms, dout, out, lse, q, k, v, B, T, H, KV, hd, s, strides,
+                                        accumulate, rope);
+  };
+}
+BwdFn narrow_backward(const jtok::cuda::RopeTables& rope) {
+  return [rope](bf16* dq, bf16* dk, bf16* dv, float* row_terms, const bf16* dout, const bf16* out, const float* lse,
+                const bf16* q, const bf16* k, const bf16* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
+                cudaStream_t s, AttnStrides strides, bool accumulate) {
+    jtok::cuda::attention_backward<bf16>(dq, dk, dv, row_terms, dout, out, lse, q, k, v, B, T, H, KV, hd, s, strides,
+                                         accumulate, rope);
+  };
+}
+
+// The forward and dq with 32 query rows a warp (attention_forward_wide, attention_backward_wide) give
+// attention_forward's and attention_backward's bits: each row's products, softmax and sums are the
+// same arithmetic in the same order; the warps skip only key tiles past their rows (which add zeros).
+// T 257: blocks of 128 rows and a last one of 1; 100: one block, rows past T; 200: the last block's
+// second diagonal tile cut by T. hd 128 runs the 16-row kernels. The backward also through RoPE's
+// inverse (dq's and dk's last stores), from made-up tables.
 TEST(CudaAttentionBits, WideWarpsGiveTheSameBits) {
   for (const AttnShape& s : {AttnShape{2, 257, 4, 4, 64}, AttnShape{1, 100, 4, 1, 64}, AttnShape{1, 200, 2, 2, 32},
-                             AttnShape{1, 257, 2, 1, 32}, AttnShape{1, 130, 2, 2, 128}}) {
+                             AttnShape{1, 130, 2, 2, 128}}) {
+    const std::string what =
+        "T " + std::to_string(s.T) + ", KV " + std::to_string(s.KV) + ", hd " + std::to_string(s.hd);
     const auto in = make_inputs(s, 500 + static_cast<uint64_t>(s.T + s.hd));
-    const Outputs narrow = bf16_forward(*in, jtok::cuda::attention_forward<bf16>);
-    const Outputs wide = bf16_forward(*in, jtok::cuda::attention_forward_wide);
-    for (size_t i = 0; i < narrow.size(); ++i)
-      for (size_t j = 0; j < narrow[i].second.size(); ++j) {
-        const float a = narrow[i].second[j], b = wide[i].second[j];
-        ASSERT_TRUE(std::isfinite(a)) << narrow[i].first << " " << j;
-        ASSERT_EQ(std::bit_cast<uint32_t>(a), std::bit_cast<uint32_t>(b))
-            << narrow[i].first << " " << j << ", T " << s.T << ", KV " << s.KV << ", hd " << s.hd;
-      }
+    const Outputs fwd = bf16_forward(*in, jtok::cuda::attention_forward<bf16>);
+    expect_same_bits(fwd, bf16_forward(*in, jtok::cuda::attention_forward_wide), "forward, " + what);
+    expect_same_bits(bf16_backward(*in, fwd, narrow_backward({})), bf16_backward(*in, fwd, wide_backward({})),
+                     "backward, " + what);
+    const auto cos = upload<float>(randn(s.T * s.hd / 2, 600)), sin = upload<float>(randn(s.T * s.hd / 2, 601));
+    const jtok::cuda::RopeTables rope{cos.get(), sin.get()};
+    expect_same_bits(bf16_backward(*in, fwd, narrow_backward(rope)), bf16_backward(*in, fwd, wide_backward(rope)),
+                     "backward through RoPE, " + what);
   }
 }
 
