@@ -2,10 +2,10 @@
 //   q (B,T,H,hd), k, v (B,T,KV,hd), out (B,T,H,hd) bf16; lse (B,H,T) fp32.
 // One block of kWarps warps per (tile of kRows query rows, head, batch); each warp owns 16 query
 // rows (or 32: attention_forward_wide, MT 2 below) and keeps their q, scores, running max / sum and
-// output in registers, as the fragments of mma.sync.m16n8k16 (bf16 x bf16, fp32 accumulate). K and V tiles of kKeys
-// keys are staged in shared memory (rows padded by 8 elements: the fragment loads fall in distinct banks), two stages:
-// the next tile's cp.async copies run under this tile's products. The tiles left of the diagonal
-// skip the causal test (softmax_fragments<false>).
+// output in registers, as the fragments of mma.sync.m16n8k16 (bf16 x bf16, fp32 accumulate). K and
+// V tiles of kKeys keys are staged in shared memory (rows padded by 8 elements: the fragment loads
+// fall in distinct banks), two stages: the next tile's cp.async copies run under this tile's
+// products. The tiles left of the diagonal skip the causal test (softmax_fragments<false>).
 // The tiles' extent over rows and keys does not depend on hd (32, 64 or 128): hd 32 only holds half
 // the q and output fragments and less shared memory, and at short T (the MoE bench: T 128, 4 heads,
 // B 16: 128 blocks) larger row tiles would leave SMs idle (T / kRows x H x B blocks). Registers

@@ -3,13 +3,13 @@
 // Two kernels; each gradient element is written by one thread, summed in a fixed order:
 //  dk, dv: one block per (kKeyBlock keys, kv head, batch), a warp per 16 keys, its dk and dv in
 //    registers, and its keys and values as A fragments read from shared memory once (a fifth of the
-//    loop's shared-memory reads at hd 64: 16 KB a query tile and warp where it was 20). For each query head of the
-//    group and each tile of kQTile queries from the diagonal on: S^T = K Q^T and dP^T = V dO^T (keys x queries), P^T =
-//    exp(scale S^T - lse), dS^T = P^T (dP^T - D), then dV += P^T dO and dK += dS^T Q (P^T and dS^T rounded to bf16 as
-//    operands).
+//    loop's shared-memory reads at hd 64: 16 KB a query tile and warp where it was 20). For each
+//    query head of the group and each tile of kQTile queries from the diagonal on: S^T = K Q^T and
+//    dP^T = V dO^T (keys x queries), P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - D), then
+//    dV += P^T dO and dK += dS^T Q (P^T and dS^T rounded to bf16 as operands).
 //  dq: one block per (kQBlock query rows, head, batch), a warp per 16 rows (or 32, two m16 tiles
-//    sharing each K and V fragment: attention_backward_wide); for each key tile up to its rows: S = Q K^T, dP = dO V^T,
-//    dS as above, dQ += dS K.
+//    sharing each K and V fragment: attention_backward_wide); for each key tile up to its rows:
+//    S = Q K^T, dP = dO V^T, dS as above, dQ += dS K.
 // Both recompute the scores (the price of no atomics: ~1.4x the flops of FlashAttention-2's single
 // pass with an atomic dq). Both stage their loop's tiles twice over in shared memory, the next one's
 // cp.async copies running under this one's products, and skip the causal test on the tiles it
@@ -40,9 +40,7 @@ constexpr int kQBlock = kWarps * 16 * MT;  // query rows per dq block
 // whole loop, ptxas would take 128 / 173 / 255 registers at hd 32 / 64 / 128, hd 64 then fitting 2
 // blocks an SM where 131 fitted 3; capped at 128 / 168 they keep 4 / 3.
 template <int HD>
-constexpr int kDkdvBlocksPerSm = HD == 32   ? 4
-                                 : HD == 64 ? 3
-                                            : 1;
+constexpr int kDkdvBlocksPerSm = HD == 32 ? 4 : (HD == 64 ? 3 : 1);
 
 // x += ax . Bx^T and y += ay . By^T over head dims [16 kk, 16 kk + 16) (ax, ay: A fragments of that
 // step), as N / 8 C fragments (16 x N); Bx, By are row-major (N, HD) tiles (rows are the columns of x).
