@@ -103,6 +103,19 @@ def phase_rows(ours):
     yield ["step (wall)"] + [fmt(ours[m].get("step_ms"), ".3f") for m in models]
 
 
+def attention_rows(ours):
+    """Ours' attention kernels a model timed at its first step and kept (attention_rows: 16 or 32 query
+    rows a warp, the same bits), a row each for the forward and the backward, a column a model."""
+    models = [m for m in MODELS + OURS_ONLY if "attention_rows" in ours.get(m, {})]
+    for part in ("forward", "backward"):
+        cells = []
+        for m in models:
+            a = ours[m]["attention_rows"]
+            ms = a.get(f"{part}_ms", [0, 0])
+            cells.append(f"{a[part]} ({fmt(ms[0], '.3f')} / {fmt(ms[1], '.3f')} ms)" if ms[0] else str(a[part]))
+        yield models, [part] + cells
+
+
 def main():
     if len(sys.argv) not in (2, 3):
         sys.exit("usage: gpu_train_peer_table.py DIR [TITLE]")
@@ -124,6 +137,14 @@ def main():
         print("| --- | --- | --- |")
         for row in paper_rows(ours):
             print("| " + " | ".join(row) + " |")
+        chosen = list(attention_rows(ours))
+        if chosen and chosen[0][0]:
+            models = chosen[0][0]
+            print("\nOurs' attention, query rows a warp as timed at the first step and kept (16 / 32 rows, ms a call):\n")
+            print("| kernel | " + " | ".join(LABEL[m] for m in models) + " |")
+            print("| --- |" + " --- |" * len(models))
+            for _, row in chosen:
+                print("| " + " | ".join(row) + " |")
         profiled = [m for m in MODELS + OURS_ONLY if "step_breakdown_ms" in ours.get(m, {})]
         if profiled:
             print("\nOurs by phase (JTOK_PROFILE=1: device events between phases), ms a step:\n")

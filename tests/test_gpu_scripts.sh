@@ -114,7 +114,9 @@ echo '{"tokens_per_s": 400000, "mfu": 0.42, "peak_mem_mb": 20480, "device_name":
 echo '{"tokens_per_s": 200000}' > "$T/tab/peer_compile_jtokm.json"
 : > "$T/tab/peer_compile_jtok.json"   # a run that failed
 echo '{"tokens_per_s": 440000, "mfu": 0.46, "step_ms": 37.2, "step_phases": ["attention", "adamw"], '\
-'"step_breakdown_ms": {"adamw": 1.5, "attention": 20.25, "host_gaps": 0.45}}' > "$T/tab/ours_dense.json"
+'"step_breakdown_ms": {"adamw": 1.5, "attention": 20.25, "host_gaps": 0.45}, '\
+'"attention_rows": {"forward": 32, "backward": 16, "forward_ms": [0.8, 0.7], "backward_ms": [2.1, 2.25]}}' \
+  > "$T/tab/ours_dense.json"
 echo '{"tokens_per_s": 431200}' > "$T/tab/ours_jtok.json"
 echo '{"tokens_per_s": 418000, "step_ms": 39.2, "step_phases": ["attention", "table adamw", "adamw"], '\
 '"step_breakdown_ms": {"adamw": 1.5, "attention": 20.5, "table adamw": 0.25, "host_gaps": 0.5}}' > "$T/tab/ours_jtokm.json"
@@ -136,7 +138,8 @@ for row in "| pytorch | compile | dense | 400,000 | 0.420 | 20.0 | 1.000 | - |" 
            "| +table work on side streams | 426,800 | 0.970 |" \
            "| jtok | cuda | +JTok-M, table work on side streams | 426,800 | - | - | 0.970 | - |" \
            "| phase | dense | +JTok-M (n_e 5, K 2) |" "| attention | 20.250 | 20.500 |" "| adamw | 1.500 | 1.500 |" \
-           "| table adamw | - | 0.250 |" "| host_gaps | 0.450 | 0.500 |" "| step (wall) | 37.200 | 39.200 |"; do
+           "| table adamw | - | 0.250 |" "| host_gaps | 0.450 | 0.500 |" "| step (wall) | 37.200 | 39.200 |" \
+           "| kernel | dense |" "| forward | 32 (0.800 / 0.700 ms) |" "| backward | 16 (2.100 / 2.250 ms) |"; do
   grep -qF -- "$row" "$T/tab.md" || { echo "table: no row '$row'"; cat "$T/tab.md"; exit 1; }
 done
 grep -q "NVIDIA H200" "$T/tab.md"

@@ -9,10 +9,12 @@
 // write of them a layer; fusing RoPE into the q / k tile loads of the forward (and of the backward's
 // recomputed scores) would save the forward's: worth it once timings show that kernel.
 #pragma once
-#include <cstdint>
-
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda/attention_rows.h"
 
 namespace jtok::cuda {
 
@@ -34,8 +36,8 @@ void attention_forward(E* out, float* lse, const E* q, const E* k, const E* v, i
 // The bf16 tensor-core forward with 32 query rows a warp where attention_forward gives each warp 16
 // (hd 32 and 64; hd 128 runs attention_forward's): two m16 tiles share each key and value fragment
 // read from shared memory (FlashAttention-2's layout), half the shared-memory reads a product, at
-// twice the registers. The same bits as attention_forward. bench_cuda_attention times both; the model
-// runs attention_forward's until a GPU has measured which is faster.
+// twice the registers. The same bits as attention_forward. bench_cuda_attention times both; a training
+// model times both on its own shape and runs the faster (pick_attention_rows below).
 void attention_forward_wide(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                             const __nv_bfloat16* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
                             cudaStream_t stream, AttnStrides strides = {});
@@ -68,8 +70,8 @@ bool attention_backward(E* dq, E* dk, E* dv, float* row_terms, const E* dout, co
 // The bf16 tensor-core backward with dq's 32 query rows a warp where attention_backward's dq gives each
 // warp 16 (hd 32 and 64; hd 128 runs attention_backward's): two m16 tiles share each key and value
 // fragment read from shared memory, at twice the registers. dk dv as attention_backward's. The same bits
-// as attention_backward. bench_cuda_attention times both; the model runs attention_backward's until a GPU
-// has measured which is faster.
+// as attention_backward. bench_cuda_attention times both; a training model times both on its own shape
+// and runs the faster (pick_attention_rows below).
 bool attention_backward_wide(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, float* row_terms,
                              const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
                              const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, int64_t B,
@@ -80,5 +82,15 @@ template <typename E>
 void attention_backward_tiles(E* dq, E* dk, E* dv, float* row_terms, const E* dout, const E* out, const float* lse,
                               const E* q, const E* k, const E* v, int64_t B, int64_t T, int64_t H, int64_t KV,
                               int64_t hd, cudaStream_t stream, AttnStrides strides = {}, bool accumulate = true);
+
+// Times the bf16 forward and backward at 16 and at 32 query rows a warp on one layer's buffers (q, k, v
+// and dout read; out, lse, dq, dk, dv and row_terms written over, their values not kept) at (B, T, H, KV,
+// hd) with the model's strides and RoPE tables, and picks the faster of each (a tie: 16). hd 128: 16
+// and 16, untimed. Waits for the stream (cudaEvents).
+AttentionRows pick_attention_rows(__nv_bfloat16* out, float* lse, __nv_bfloat16* dq, __nv_bfloat16* dk,
+                                  __nv_bfloat16* dv, float* row_terms, const __nv_bfloat16* dout,
+                                  const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, int64_t B,
+                                  int64_t T, int64_t H, int64_t KV, int64_t hd, cudaStream_t stream,
+                                  AttnStrides strides, const RopeTables& rope);
 
 }  // namespace jtok::cuda

@@ -12,6 +12,7 @@
 #include "cuda/device_peak.h"
 #include "cuda/matmul.h"
 #include "cuda/pdl.cuh"
+#include "cuda/phase_profile.h"
 
 namespace jtok::cuda {
 
@@ -37,37 +38,15 @@ void fill_operand(bf16* p, int64_t n, cudaStream_t s) {
   JTOK_CUDA_CHECK_LAUNCH();
 }
 
-// The stream and two events of the measurements, released however they end.
+// The stream of the measurements, released however they end.
 struct Timer {
   cudaStream_t stream = nullptr;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  Timer() {
-    JTOK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    JTOK_CUDA_CHECK(cudaEventCreate(&start));
-    JTOK_CUDA_CHECK(cudaEventCreate(&stop));
-  }
-  ~Timer() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    cudaStreamDestroy(stream);
-  }
+  Timer() { JTOK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
+  ~Timer() { cudaStreamDestroy(stream); }
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
   // The best milliseconds of reps calls of f (queued on stream), after one warm-up call.
-  double best_ms(const std::function<void()>& f, int reps) {
-    f();
-    double best = 0;
-    for (int r = 0; r < reps; ++r) {
-      JTOK_CUDA_CHECK(cudaEventRecord(start, stream));
-      f();
-      JTOK_CUDA_CHECK(cudaEventRecord(stop, stream));
-      JTOK_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      JTOK_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      if (r == 0 || ms < best) best = ms;
-    }
-    return best;
-  }
+  double best_ms(const std::function<void()>& f, int reps) { return best_event_ms(stream, f, reps); }
 };
 
 PeakProduct measure_product(Matmul& mm, Timer& t, const std::array<int64_t, 3>& shape, int reps) {

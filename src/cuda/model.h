@@ -209,6 +209,9 @@ struct DeviceModel {
   Matmul mm;                      // cuBLASLt plans; one stream at a time
   cudaStream_t stream;
   PhaseProfile* profile = nullptr;  // while profiling: the step's phases marked on stream
+  // bf16: the attention kernels' query rows a warp (cuda/attention_rows.h), timed on layer 0 at the first
+  // forward (pick_attention_rows) unless set before it; the same bits either way. fp32: unused (16).
+  AttentionRows attn_rows;
 
   // Whether layer l reads token tables (JTok's gate or JTok-M's injection).
   bool has_tables(size_t l) const { return jtok_table[l] >= 0 || jtokm_table[l] >= 0; }

@@ -116,6 +116,23 @@ void jtokm_router_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
 // Layer li's attention half: a.dh = dL/dh_mid in, dL/dh_in out; JTok-M's router (on the attention
 // input) adds its part of that input's gradient first. add: o's and q | k | v's weight products add to
 // their gradients (else write them over).
+// The attention backward at dm.attn_rows.bwd rows a warp (chosen at the first forward), dq and dk through
+// RoPE's inverse where the kernels do it (bf16): whether they did.
+template <typename E>
+bool attention_backward_rows(DeviceModel<E>& dm, DeviceActs<E>& a, const DeviceLayerActs<E>& L, const QkvView<E>& v,
+                             const QkvView<E>& dg) {
+  const auto& c = dm.cfg;
+  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
+  const RopeTables rope{dm.rope_cos.get(), dm.rope_sin.get()};
+  if constexpr (std::is_same_v<E, __nv_bfloat16>) {
+    if (dm.attn_rows.bwd == 32)
+      return attention_backward_wide(dg.q, dg.k, dg.v, a.row_terms.get(), a.datt.get(), L.att.get(), L.lse.get(), v.q,
+                                     v.k, v.v, a.B, a.T, H, KV, hd, dm.stream, v.attn, false, rope);
+  }
+  return attention_backward(dg.q, dg.k, dg.v, a.row_terms.get(), a.datt.get(), L.att.get(), L.lse.get(), v.q, v.k, v.v,
+                            a.B, a.T, H, KV, hd, dm.stream, v.attn, false, rope);
+}
+
 template <typename E>
 void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, bool add) {
   const auto& c = dm.cfg;
@@ -129,9 +146,7 @@ void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, bo
   linear_backward<E, float>(dm.mm, a.datt.get(), G.wo, a.dh.get(), L.att.get(), W.wo, N, qd, d, s, false, add);
   const QkvView<E> v = layer_qkv(c, L);
   const QkvView<E> dg = qkv_view(c, a.dq.get(), a.dq.get());
-  const bool rotated = attention_backward(dg.q, dg.k, dg.v, a.row_terms.get(), a.datt.get(), L.att.get(), L.lse.get(),
-                                          v.q, v.k, v.v, B, T, c.num_attention_heads, c.num_key_value_heads, c.hd(), s,
-                                          v.attn, false, RopeTables{dm.rope_cos.get(), dm.rope_sin.get()});
+  const bool rotated = attention_backward_rows(dm, a, L, v, dg);
   qkv_grads_backward(dm, a, li, dg, rotated);
   if (W.jtokm_router) jtokm_router_backward(dm, a, li);
   // [Wq; Wk; Wv] one (qd + 2 kvd, d) weight, its gradient likewise

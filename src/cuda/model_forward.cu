@@ -51,6 +51,31 @@ void jtokm_inject_layer(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l, E* h_nex
                    jtokm_dims(dm.cfg, a.B * a.T), dm.stream);
 }
 
+// bf16: the attention kernels' rows a warp timed on layer l's buffers (the backward's too: their values
+// are not kept, and dout is zeroed first so the backward reads no stale bits) before any holds a value.
+template <typename E>
+void time_attention_rows(DeviceModel<E>& dm, DeviceActs<E>& a, DeviceLayerActs<E>& L, const QkvView<E>& v) {
+  const auto& c = dm.cfg;
+  const QkvView<E> dg = qkv_view(c, a.dq.get(), a.dq.get());
+  JTOK_CUDA_CHECK(cudaMemsetAsync(a.datt.get(), 0, a.datt.size() * sizeof(E), dm.stream));
+  dm.attn_rows = pick_attention_rows(L.att.get(), L.lse.get(), dg.q, dg.k, dg.v, a.row_terms.get(), a.datt.get(), v.q,
+                                     v.k, v.v, a.B, a.T, c.num_attention_heads, c.num_key_value_heads, c.hd(),
+                                     dm.stream, v.attn, RopeTables{dm.rope_cos.get(), dm.rope_sin.get()});
+}
+
+// The attention forward at dm.attn_rows.fwd rows a warp, chosen by time at bf16's first forward.
+template <typename E>
+void attention_forward_rows(DeviceModel<E>& dm, DeviceActs<E>& a, DeviceLayerActs<E>& L, const QkvView<E>& v) {
+  const auto& c = dm.cfg;
+  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.hd();
+  if constexpr (std::is_same_v<E, __nv_bfloat16>) {
+    if (dm.attn_rows.fwd == 0) time_attention_rows(dm, a, L, v);
+    if (dm.attn_rows.fwd == 32)
+      return attention_forward_wide(L.att.get(), L.lse.get(), v.q, v.k, v.v, a.B, a.T, H, KV, hd, dm.stream, v.attn);
+  }
+  attention_forward(L.att.get(), L.lse.get(), v.q, v.k, v.v, a.B, a.T, H, KV, hd, dm.stream, v.attn);
+}
+
 // h_in -> h_mid: the input norm, JTok-M's routing (it reads the attention input), q | k | v in one
 // product (+ biases; qk_norm: the product lands in q_in and the per-head norms of its q and k in q's
 // rows, v read from q_in), RoPE at 0..T-1 on q's and k's H + KV heads (one launch: k's follow q's in
@@ -74,7 +99,7 @@ void attention_half(DeviceModel<E>& dm, DeviceActs<E>& a, size_t l) {
     rmsnorm_forward(v.k, L.rstd_k.get(), product + qd, W.k_norm, N * KV, hd, eps, s, {KV, v.stride});
   }
   rope_forward(v.q, dm.rope_cos.get(), dm.rope_sin.get(), B, T, H + KV, hd, v.stride, 0, s);
-  attention_forward(L.att.get(), L.lse.get(), v.q, v.k, v.v, B, T, H, KV, hd, s, v.attn);
+  attention_forward_rows(dm, a, L, v);
   linear_forward_residual<E, E>(dm.mm, L.h_mid.get(), L.h_in.get(), L.att.get(), W.wo, nullptr, N, qd, d, s);
 }
 

@@ -5,6 +5,39 @@
 
 namespace jtok::cuda {
 
+namespace {
+// Two timing events, destroyed however the measurement ends.
+struct EventPair {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  EventPair() {
+    JTOK_CUDA_CHECK(cudaEventCreate(&start));
+    JTOK_CUDA_CHECK(cudaEventCreate(&stop));
+  }
+  ~EventPair() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+};
+}  // namespace
+
+double best_event_ms(cudaStream_t stream, const std::function<void()>& f, int reps) {
+  EventPair e;
+  f();
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    JTOK_CUDA_CHECK(cudaEventRecord(e.start, stream));
+    f();
+    JTOK_CUDA_CHECK(cudaEventRecord(e.stop, stream));
+    JTOK_CUDA_CHECK(cudaEventSynchronize(e.stop));
+    float ms = 0;
+    JTOK_CUDA_CHECK(cudaEventElapsedTime(&ms, e.start, e.stop));
+    if (r == 0 || ms < best) best = ms;
+  }
+  return best;
+}
+
 PhaseProfile::~PhaseProfile() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
 }

@@ -7,11 +7,16 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace jtok::cuda {
+
+// The best milliseconds of reps calls of f (each queuing its work on stream), after one warm-up call,
+// by two cudaEvents around each call (waits for the stream after each).
+double best_event_ms(cudaStream_t stream, const std::function<void()>& f, int reps);
 
 class PhaseProfile {
  public:

@@ -139,6 +139,7 @@ class Trainer final : public DeviceTrainer {
   }
   void poison_table_row(int64_t table, int64_t row) override;
   std::string describe() const override;
+  AttentionRows attention_rows() const override { return dm_.attn_rows; }
 
  private:
   DeviceModel<E> dm_;

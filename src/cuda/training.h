@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/attention_rows.h"
 #include "cuda/step_consts.h"
 #include "model/transformer.h"
 
@@ -63,6 +64,9 @@ class DeviceTrainer {
   virtual void poison_table_row(int64_t table, int64_t row) = 0;
   // "bf16 on NVIDIA H200: 1.52 GiB of weights, tables and moments" (the start-up report).
   virtual std::string describe() const = 0;
+  // bf16: the attention kernels' query rows a warp, timed and chosen at the first forward (fwd 0
+  // before it; fp32 and the loopback trainer: never chosen).
+  virtual AttentionRows attention_rows() const { return {}; }
   // The steps' phases timed on the device from now on (cuda/phase_profile.h), or no longer; and the
   // milliseconds a step of each phase over the optimizer steps since (empty when not profiling).
   virtual void set_profiling(bool on) { (void)on; }

@@ -286,6 +286,16 @@ void add_costs(nlohmann::json& j, const Bench& b0, const Bench& bi) {
   j["cost_cpu_median"] = median(cost_cpu);
 }
 
+// The bf16 attention kernels' rows a warp the device trainer timed and chose (cuda/attention_rows.h),
+// where it did (the placement said it in words after the first step: train/tables_cuda.cpp).
+void add_attention_rows(nlohmann::json& j, const cuda::AttentionRows& r) {
+  if (r.fwd == 0) return;
+  j["attention_rows"] = {{"forward", r.fwd},
+                         {"backward", r.bwd},
+                         {"forward_ms", {r.fwd_ms[0], r.fwd_ms[1]}},
+                         {"backward_ms", {r.bwd_ms[0], r.bwd_ms[1]}}};
+}
+
 }  // namespace
 
 std::vector<nlohmann::json> bench_train(const BenchTrainOptions& args) {
@@ -329,6 +339,7 @@ std::vector<nlohmann::json> bench_train(const BenchTrainOptions& args) {
     }
     if (i > 0) add_costs(j, *benches[0], *benches[i]);
     if (!trace.path.empty()) j["kernel_trace"] = cuda::kernel_trace_json(trace);
+    if (const cuda::DeviceTrainer* dev = benches[i]->steps->device()) add_attention_rows(j, dev->attention_rows());
     lines.push_back(std::move(j));
   }
   return lines;

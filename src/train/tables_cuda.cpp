@@ -50,8 +50,21 @@ class TablesOnGpu final : public TablePlacement {
                {"trainer", what},
                {"table_dedup", p_.cfg.train.table_dedup},
                {"table_streams", p_.cfg.train.table_streams}});
+    log_ = &log;
   }
-  void begin_step(int64_t, BatchSource&) override {}
+  // Once the first forward has timed them (bf16): the attention kernels' rows a warp, said and logged.
+  void begin_step(int64_t, BatchSource&) override {
+    if (said_attention_rows_ || !log_) return;
+    const cuda::AttentionRows r = trainer_->attention_rows();
+    if (r.fwd == 0) return;
+    said_attention_rows_ = true;
+    std::printf("%s\n", attention_rows_line(r).c_str());
+    log_->write({{"type", "attention_rows"},
+                 {"forward", r.fwd},
+                 {"backward", r.bwd},
+                 {"forward_ms", {r.fwd_ms[0], r.fwd_ms[1]}},
+                 {"backward_ms", {r.bwd_ms[0], r.bwd_ms[1]}}});
+  }
   bool rows_in_model() const override { return true; }
   void prepare_reads() override { trainer_->download(p_.model, nullptr); }  // weights and tables, every row current
   cuda::DeviceTrainer* device() override { return trainer_.get(); }
@@ -74,6 +87,8 @@ class TablesOnGpu final : public TablePlacement {
     trainer_ = cuda::make_device_trainer(p_.model, host_adamw_view(p_.adam), t.precision == "bf16", tables);
   }
   std::unique_ptr<cuda::DeviceTrainer> trainer_;
+  JsonlLog* log_ = nullptr;  // the run's log (attach's)
+  bool said_attention_rows_ = false;
 };
 
 cuda::StepConsts step_consts(const TrainConfig& t, const StepStats& st, int64_t step) {
@@ -95,6 +110,19 @@ std::unique_ptr<TablePlacement> make_tables_on_gpu(const TableRunParts& p) {
   if (p.opt.embp != "off") fail("--device cuda trains on one GPU: --embp ", p.opt.embp, " is for mpirun on CPUs");
   if (p.share.ranks > 1) fail("--device cuda trains on one GPU: run it without mpirun (", p.share.ranks, " ranks)");
   return std::make_unique<TablesOnGpu>(p);
+}
+
+std::string attention_rows_line(const cuda::AttentionRows& r) {
+  auto part = [](const char* what, int rows, const double(&ms)[2]) {
+    char buf[160];
+    if (ms[0] > 0)
+      std::snprintf(buf, sizeof buf, "%s %d (16: %.3f ms, 32: %.3f ms)", what, rows, ms[0], ms[1]);
+    else
+      std::snprintf(buf, sizeof buf, "%s %d (untimed: no 32-row kernels at this head dim)", what, rows);
+    return std::string(buf);
+  };
+  return "GPU attention, query rows a warp: " + part("forward", r.fwd, r.fwd_ms) + ", " +
+         part("backward", r.bwd, r.bwd_ms) + "; the same bits either way";
 }
 
 StepStats device_optimizer_step(cuda::DeviceTrainer& dev, AdamWState& state, const TrainConfig& t) {

@@ -5,6 +5,7 @@
 // engine saves them) or a sample.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "cuda/training.h"
 #include "train/table_placement.h"
@@ -26,5 +27,9 @@ StepStats device_optimizer_step(cuda::DeviceTrainer& dev, AdamWState& state, con
 // statistics, where the device counts them (bench-train's rows_caught_up_per_step and
 // rows_stepped_per_step read them).
 void copy_replay_counts(const cuda::DeviceTrainer& dev, TableMoments& tables);
+
+// "GPU attention: forward 32 query rows a warp (16: 0.812 ms, 32: 0.655 ms), backward 16 (...)": what
+// the device trainer timed and chose (cuda/attention_rows.h); timings absent where none ran (hd 128).
+std::string attention_rows_line(const cuda::AttentionRows& r);
 
 }  // namespace jtok

@@ -193,6 +193,39 @@ void expect_step_deterministic(const jtok::ModelConfig& c) {
   }
 }
 TEST(CudaModel, StepIsDeterministic) { expect_step_deterministic(tiny_qwen3()); }
+
+// A bf16 step's loss and gradients with the attention at 16 query rows a warp, at 32, and at what the
+// model times and picks on its first forward (cuda/attention_rows.h): the same bits. hd 32 (the tiny
+// models' hd 16 has no tensor-core kernels; hd 128 no 32-row ones).
+TEST(CudaModel, AttentionRowsGiveTheSameStep) {
+  const jtok::ModelConfig c = tiny_hd32();
+  const jtok::Model m = test_model(c);
+  const Batch b = make_batch(c, 13);
+  std::vector<float> first;
+  double first_loss = 0;
+  for (const jtok::cuda::AttentionRows rows : {jtok::cuda::AttentionRows{16, 16}, jtok::cuda::AttentionRows{32, 32},
+                                               jtok::cuda::AttentionRows{16, 32}, jtok::cuda::AttentionRows{}}) {
+    jtok::cuda::DeviceModel<bf16> dm(m);
+    jtok::cuda::DeviceActs<bf16> da;
+    dm.attn_rows = rows;
+    jtok::cuda::zero_grads(dm);
+    jtok::cuda::forward(dm, da, b.ids.data(), b.B, b.T);
+    const double loss = jtok::cuda::backward(dm, da, b.targets.data());
+    const std::vector<float> g = jtok::cuda::download_grads(dm);
+    const std::string at = "rows " + std::to_string(rows.fwd) + " / " + std::to_string(rows.bwd);
+    if (rows.fwd == 0) {  // picked: both timed, 16 or 32 each
+      EXPECT_TRUE(dm.attn_rows.fwd == 16 || dm.attn_rows.fwd == 32) << dm.attn_rows.fwd;
+      EXPECT_TRUE(dm.attn_rows.bwd == 16 || dm.attn_rows.bwd == 32) << dm.attn_rows.bwd;
+      for (int i = 0; i < 2; ++i) EXPECT_GT(dm.attn_rows.fwd_ms[i] * dm.attn_rows.bwd_ms[i], 0.0) << i;
+    }
+    if (first.empty()) {
+      first = g, first_loss = loss;
+      continue;
+    }
+    EXPECT_EQ(first_loss, loss) << at;
+    EXPECT_EQ(0, std::memcmp(first.data(), g.data(), g.size() * sizeof(float))) << at;
+  }
+}
 TEST(CudaModel, MoeStepIsDeterministic) { expect_step_deterministic(tiny_moe_shared()); }
 
 }  // namespace
