@@ -215,15 +215,10 @@ void attention_forward_mma(bf16* out, float* lse, const bf16* q, const bf16* k, 
   if (!aligned16(out) || !aligned16(q) || !aligned16(k) || !aligned16(v) || n.qs % 8 != 0 || n.kvs % 8 != 0)
     fail("cuda attention: bf16 q, k, v and out must be 16-byte aligned with token strides a multiple of 8 (q ", n.qs,
          ", kv ", n.kvs, ")");
-  JTOK_CHECK(rows_per_warp == 16 || rows_per_warp == 32, "cuda attention: ", rows_per_warp,
-             " query rows a warp (16 or 32)");
   with_head_dim(hd, [&](auto d) {
     constexpr int HD = decltype(d)::value;
-    // hd 128 keeps 16 rows a warp: two m-tiles' output, scores and q fragments spill past 255 registers.
-    if constexpr (HD <= 64) {
-      if (rows_per_warp == 32) return launch<HD, 2>(out, lse, q, k, v, n, stream);
-    }
-    launch<HD, 1>(out, lse, q, k, v, n, stream);
+    with_m_tiles<HD>(rows_per_warp, "cuda attention",
+                     [&](auto mt) { launch<HD, decltype(mt)::value>(out, lse, q, k, v, n, stream); });
   });
 }
 

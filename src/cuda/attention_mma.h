@@ -42,6 +42,18 @@ void with_head_dim(int64_t hd, F&& f) {
   }
 }
 
+// f(std::integral_constant<int, MT>{}) for rows_per_warp query rows a warp at head dim HD: 16 is MT 1,
+// 32 is MT 2 (two m16 tiles) where HD <= 64; hd 128 runs MT 1 either way (its two m-tiles' output,
+// scores and fragments spill past 255 registers). Another rows_per_warp is refused, naming `what`.
+template <int HD, typename F>
+void with_m_tiles(int rows_per_warp, const char* what, F&& f) {
+  JTOK_CHECK(rows_per_warp == 16 || rows_per_warp == 32, what, ": ", rows_per_warp, " query rows a warp (16 or 32)");
+  if constexpr (HD <= 64) {
+    if (rows_per_warp == 32) return f(std::integral_constant<int, 2>{});
+  }
+  f(std::integral_constant<int, 1>{});
+}
+
 // hd 32, 64 or 128, B, T > 0 (checked by the caller); pointers 16-byte aligned and strides
 // multiples of 8 (checked here). rows_per_warp 16, or 32 (hd 32 and 64; hd 128 runs 16): the same bits.
 void attention_forward_mma(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,

@@ -42,19 +42,7 @@ constexpr int kQBlock = kWarps * 16 * MT;  // query rows per dq block
 template <int HD>
 constexpr int kDkdvBlocksPerSm = HD == 32 ? 4 : (HD == 64 ? 3 : 1);
 
-// x += ax . Bx^T and y += ay . By^T over head dims [16 kk, 16 kk + 16) (ax, ay: A fragments of that
-// step), as N / 8 C fragments (16 x N); Bx, By are row-major (N, HD) tiles (rows are the columns of x).
-template <int HD, int N>
-__device__ void score_pair_step(float (&x)[N / 8][4], float (&y)[N / 8][4], const uint32_t (&ax)[4],
-                                const uint32_t (&ay)[4], const bf16* Bx, const bf16* By, int kk) {
-  constexpr int ld = kRowStride<HD>;
-#pragma unroll
-  for (int nt = 0; nt < N / 8; ++nt) {
-    mma::mma_rows_t(x[nt], ax, Bx, ld, 8 * nt, 16 * kk);
-    mma::mma_rows_t(y[nt], ay, By, ld, 8 * nt, 16 * kk);
-  }
-}
-
+// x = y = 0 (C fragments).
 template <int N>
 __device__ void zero_pair(float (&x)[N / 8][4], float (&y)[N / 8][4]) {
 #pragma unroll
@@ -65,13 +53,19 @@ __device__ void zero_pair(float (&x)[N / 8][4], float (&y)[N / 8][4]) {
 
 // x = ax . Bx^T and y = ay . By^T over every head dim, as N / 8 C fragments (16 x N): dk dv's scores and
 // their gradient's tile (keys x queries) for this warp, from its keys' and values' A fragments held in
-// registers for the whole loop.
+// registers for the whole loop; Bx, By are row-major (N, HD) tiles (rows are the columns of x).
 template <int HD, int N>
 __device__ void score_pair(float (&x)[N / 8][4], float (&y)[N / 8][4], const uint32_t (&ax)[HD / 16][4],
                            const uint32_t (&ay)[HD / 16][4], const bf16* Bx, const bf16* By) {
+  constexpr int ld = kRowStride<HD>;
   zero_pair<N>(x, y);
 #pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk) score_pair_step<HD, N>(x, y, ax[kk], ay[kk], Bx, By, kk);
+  for (int kk = 0; kk < HD / 16; ++kk)
+#pragma unroll
+    for (int nt = 0; nt < N / 8; ++nt) {
+      mma::mma_rows_t(x[nt], ax[kk], Bx, ld, 8 * nt, 16 * kk);
+      mma::mma_rows_t(y[nt], ay[kk], By, ld, 8 * nt, 16 * kk);
+    }
 }
 
 // One score: s becomes P = exp(scale s - lse) = 2^(scale_log2 s - lse2) (lse2 = lse log2(e), mma_bf16.cuh),
@@ -354,12 +348,8 @@ void launch(bf16* dq, bf16* dk, bf16* dv, const float* D, const bf16* dout, cons
             const bf16* k, const bf16* v, const AttnDims& n, int dq_rows_per_warp, cudaStream_t stream) {
   static_assert(HD % 16 == 0, "the score products run in mma k-steps of 16 head dims");
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  bool wide = false;  // hd 128 keeps 16 rows a warp (two m-tiles' sums and scores would spill)
-  if constexpr (HD <= 64) {
-    wide = dq_rows_per_warp == 32;
-    if (wide) launch_dq<HD, 2>(dq, D, dout, lse, q, k, v, n, scale, stream);
-  }
-  if (!wide) launch_dq<HD, 1>(dq, D, dout, lse, q, k, v, n, scale, stream);
+  with_m_tiles<HD>(dq_rows_per_warp, "cuda attention backward's dq",
+                   [&](auto mt) { launch_dq<HD, decltype(mt)::value>(dq, D, dout, lse, q, k, v, n, scale, stream); });
   const size_t smem_kv = 2 * kKeyBlock * kRowStride<HD> * sizeof(bf16) + 2 * QueryStage<HD>::bytes;  // K, V, 2 x stages
   JTOK_CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkdv_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem_kv)));
@@ -378,10 +368,10 @@ void attention_backward_mma(bf16* dq, bf16* dk, bf16* dv, const float* row_terms
   // dq, dk, dv too: add_pair reads and writes them two elements (4 bytes) at a time.
   if (!aligned16(dout) || !aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(dq) || !aligned16(dk) ||
       !aligned16(dv) || n.qs % 8 != 0 || n.kvs % 8 != 0)
-    fail("cuda attention backward: bf16 q, k, v, dout, dq, dk and dv must be 16-byte aligned with token strides a "
-         "multiple of 8 (q ", n.qs, ", kv ", n.kvs, ")");
-  JTOK_CHECK(dq_rows_per_warp == 16 || dq_rows_per_warp == 32, "cuda attention backward: ", dq_rows_per_warp,
-             " dq rows a warp (16 or 32)");
+    fail(
+        "cuda attention backward: bf16 q, k, v, dout, dq, dk and dv must be 16-byte aligned with token strides a "
+        "multiple of 8 (q ",
+        n.qs, ", kv ", n.kvs, ")");
   with_head_dim(hd, [&](auto d) {
     launch<decltype(d)::value>(dq, dk, dv, row_terms, dout, lse, q, k, v, n, dq_rows_per_warp, stream);
   });

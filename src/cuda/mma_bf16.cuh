@@ -94,12 +94,6 @@ __device__ inline void load_b_rows(uint32_t& b0, uint32_t& b1, const bf16* M, in
   const int lane = threadIdx.x % 32;
   ldmatrix_x2_trans(b0, b1, M + (k0 + lane % 8 + 8 * ((lane / 8) & 1)) * ld + n0);
 }
-// c += A . M[k0 .. k0+16, n0 .. n0+8) (the operand above).
-__device__ inline void mma_rows(float (&c)[4], const uint32_t (&a)[4], const bf16* M, int ld, int k0, int n0) {
-  uint32_t b0, b1;
-  load_b_rows(b0, b1, M, ld, k0, n0);
-  mma_bf16(c, a, b0, b1);
-}
 
 // acc[mt] (16 x HD, as HD / 8 C fragments) += X[mt] (16 x N, C fragments, rounded to bf16) M (N x HD,
 // row-major shared tile, row stride kRowStride<HD>), for a warp's MT m16 tiles of rows: each fragment of

@@ -113,9 +113,6 @@ void jtokm_router_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li) {
                         dm.stream);
 }
 
-// Layer li's attention half: a.dh = dL/dh_mid in, dL/dh_in out; JTok-M's router (on the attention
-// input) adds its part of that input's gradient first. add: o's and q | k | v's weight products add to
-// their gradients (else write them over).
 // The attention backward at dm.attn_rows.bwd rows a warp (chosen at the first forward), dq and dk through
 // RoPE's inverse where the kernels do it (bf16): whether they did.
 template <typename E>
@@ -133,6 +130,9 @@ bool attention_backward_rows(DeviceModel<E>& dm, DeviceActs<E>& a, const DeviceL
                             a.B, a.T, H, KV, hd, dm.stream, v.attn, false, rope);
 }
 
+// Layer li's attention half: a.dh = dL/dh_mid in, dL/dh_in out; JTok-M's router (on the attention
+// input) adds its part of that input's gradient first. add: o's and q | k | v's weight products add to
+// their gradients (else write them over).
 template <typename E>
 void attention_half_backward(DeviceModel<E>& dm, DeviceActs<E>& a, size_t li, bool add) {
   const auto& c = dm.cfg;

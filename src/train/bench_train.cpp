@@ -22,6 +22,7 @@
 #include "ops/linear.h"
 #include "train/optimizer.h"
 #include "train/precision.h"
+#include "train/tables_cuda.h"
 #include "train/trainer.h"
 
 namespace jtok {
@@ -289,11 +290,7 @@ void add_costs(nlohmann::json& j, const Bench& b0, const Bench& bi) {
 // The bf16 attention kernels' rows a warp the device trainer timed and chose (cuda/attention_rows.h),
 // where it did (the placement said it in words after the first step: train/tables_cuda.cpp).
 void add_attention_rows(nlohmann::json& j, const cuda::AttentionRows& r) {
-  if (r.fwd == 0) return;
-  j["attention_rows"] = {{"forward", r.fwd},
-                         {"backward", r.bwd},
-                         {"forward_ms", {r.fwd_ms[0], r.fwd_ms[1]}},
-                         {"backward_ms", {r.bwd_ms[0], r.bwd_ms[1]}}};
+  if (r.fwd != 0) j["attention_rows"] = attention_rows_json(r);
 }
 
 }  // namespace

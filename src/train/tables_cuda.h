@@ -5,7 +5,7 @@
 // engine saves them) or a sample.
 #pragma once
 #include <memory>
-#include <string>
+#include <nlohmann/json.hpp>
 
 #include "cuda/training.h"
 #include "train/table_placement.h"
@@ -28,8 +28,9 @@ StepStats device_optimizer_step(cuda::DeviceTrainer& dev, AdamWState& state, con
 // rows_stepped_per_step read them).
 void copy_replay_counts(const cuda::DeviceTrainer& dev, TableMoments& tables);
 
-// "GPU attention: forward 32 query rows a warp (16: 0.812 ms, 32: 0.655 ms), backward 16 (...)": what
-// the device trainer timed and chose (cuda/attention_rows.h); timings absent where none ran (hd 128).
-std::string attention_rows_line(const cuda::AttentionRows& r);
+// What the device trainer timed and chose for its bf16 attention (cuda/attention_rows.h), as log.jsonl's
+// attention_rows record and bench-train's attention_rows field hold it: {"forward", "backward",
+// "forward_ms": [16 rows, 32 rows], "backward_ms"} (ms 0 where none ran: hd 128).
+nlohmann::json attention_rows_json(const cuda::AttentionRows& r);
 
 }  // namespace jtok
